@@ -1,0 +1,15 @@
+"""Where the shared real data lives. ``DLSCHED_SHARED_DATA`` overrides; else ``<repo>/../shared/data``."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def shared_data() -> Path:
+    env = os.environ.get("DLSCHED_SHARED_DATA")
+    p = Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+    if not p.is_dir():
+        raise FileNotFoundError(f"shared data folder not found at {p} (set DLSCHED_SHARED_DATA)")
+    return p

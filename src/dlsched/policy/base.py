@@ -1,0 +1,187 @@
+"""The contract between drivers (simulator, live service) and scheduling policies.
+
+Policies are pure functions of immutable snapshots: ``decide(jobs, cluster) -> Allocation``.
+No clock, no I/O, no randomness that is not seeded from the inputs. The drivers build the
+snapshots; the same policy object therefore runs unchanged in ``sim/`` and ``service/``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Mapping, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class ThroughputModel(Protocol):
+    """What a policy may ask about a job's speed. Implemented by ``perf/`` models and trace profiles.
+
+    ``throughput`` is in samples/s for the whole job; ``efficiency`` is the statistical
+    efficiency of a global batch size in (0, 1] (1.0 where the job does not model it).
+    """
+
+    def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float: ...
+
+    def efficiency(self, global_batch: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    num_gpus: int
+    gpu_type: str = "generic"
+    num_cpus: int = 0
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The cluster as the driver sees it at decision time. ``now`` is supplied by the driver."""
+
+    nodes: tuple[NodeView, ...]
+    now: float = 0.0
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.num_gpus for n in self.nodes)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({n.gpu_type for n in self.nodes}))
+
+    def node(self, name: str) -> NodeView:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"unknown node {name!r}")
+
+    @staticmethod
+    def homogeneous(num_nodes: int, gpus_per_node: int, gpu_type: str = "generic", now: float = 0.0) -> "ClusterView":
+        return ClusterView(tuple(NodeView(f"node{i}", gpus_per_node, gpu_type) for i in range(num_nodes)), now)
+
+
+def _frozen(m: Mapping | None) -> Mapping:
+    return MappingProxyType(dict(m or {}))
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job as a policy sees it.
+
+    Units: time in seconds, work in samples (``remaining_samples``), GPU service in GPU-seconds.
+    Fields a driver cannot know are ``None``; policies must say what they need.
+    """
+
+    id: str
+    submit_time: float
+    requested_gpus: int
+    batch_size: int | None = None            # the user's (rigid) global batch size
+    min_batch_size: int | None = None        # elastic range [min, max] of the global batch
+    max_batch_size: int | None = None
+    max_local_batch: int | None = None       # per-GPU memory limit
+    max_gpus: int | None = None
+    min_gpus: int = 1
+    attained_service: float = 0.0            # GPU-seconds consumed so far (Tiresias / LAS)
+    run_time: float = 0.0                    # wall seconds it has held GPUs
+    placement: Mapping[str, int] = field(default_factory=dict)   # node -> GPUs it holds now
+    current_batch_size: int | None = None
+    remaining_samples: float | None = None   # predicted or oracle work left
+    speed: ThroughputModel | None = None
+    kind: str = "train"                      # "train" | "ensemble"
+    preemptible: bool = True
+    attrs: Mapping[str, object] = field(default_factory=dict)   # policy-specific extras, read-only
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "placement", _frozen(self.placement))
+        object.__setattr__(self, "attrs", _frozen(self.attrs))
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(self.placement.values())
+
+    @property
+    def is_running(self) -> bool:
+        return self.num_gpus > 0
+
+
+@dataclass(frozen=True)
+class JobAllocation:
+    """What one job gets: a GPU count, optionally a batch size, a GPU type and an explicit node map."""
+
+    num_gpus: int
+    batch_size: int | None = None
+    gpu_type: str | None = None
+    nodes: Mapping[str, int] | None = None   # set when the policy places itself
+
+    def __post_init__(self) -> None:
+        if self.num_gpus < 0:
+            raise ValueError(f"num_gpus must be >= 0, got {self.num_gpus}")
+        if self.nodes is not None:
+            object.__setattr__(self, "nodes", _frozen(self.nodes))
+            if sum(self.nodes.values()) != self.num_gpus:
+                raise ValueError(f"nodes {dict(self.nodes)} do not add up to num_gpus={self.num_gpus}")
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A policy's decision: job id -> JobAllocation. Jobs absent (or with 0 GPUs) wait."""
+
+    jobs: Mapping[str, JobAllocation] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "jobs", _frozen(self.jobs))
+
+    def gpus(self, job_id: str) -> int:
+        a = self.jobs.get(job_id)
+        return a.num_gpus if a else 0
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(a.num_gpus for a in self.jobs.values())
+
+
+class Policy(Protocol):
+    """A scheduling policy. ``name`` is its registry key."""
+
+    name: str
+
+    def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation: ...
+
+
+_REGISTRY: dict[str, Callable[..., Policy]] = {}
+
+
+def register(name: str) -> Callable:
+    """Class/factory decorator: ``@register("fifo")`` makes ``--policy fifo`` work everywhere."""
+
+    def deco(factory: Callable[..., Policy]) -> Callable[..., Policy]:
+        if name in _REGISTRY:
+            raise ValueError(f"policy {name!r} registered twice")
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def policy_names() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def make_policy(name: str, **kwargs) -> Policy:
+    _load_builtin()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    return factory(**kwargs)
+
+
+def _load_builtin() -> None:
+    """Import every policy module shipped in ``dlsched.policy`` so they self-register."""
+    import importlib
+    import pkgutil
+
+    import dlsched.policy as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name != "base":
+            importlib.import_module(f"dlsched.policy.{mod.name}")

@@ -1,0 +1,31 @@
+import pytest
+
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, make_policy
+
+
+def test_snapshots_are_immutable():
+    job = JobView(id="a", submit_time=0.0, requested_gpus=2, placement={"n0": 2})
+    with pytest.raises(Exception):
+        job.requested_gpus = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        job.placement["n0"] = 4  # type: ignore[index]
+    assert job.num_gpus == 2 and job.is_running
+
+
+def test_allocation_checks_node_map():
+    with pytest.raises(ValueError, match="do not add up"):
+        JobAllocation(num_gpus=3, nodes={"n0": 2})
+    with pytest.raises(ValueError, match="num_gpus must be >= 0"):
+        JobAllocation(num_gpus=-1)
+    alloc = Allocation({"a": JobAllocation(2), "b": JobAllocation(1, batch_size=64)})
+    assert alloc.total_gpus == 3 and alloc.gpus("missing") == 0
+
+
+def test_cluster_view_totals():
+    c = ClusterView.homogeneous(16, 4)
+    assert c.total_gpus == 64 and c.gpu_types == ("generic",)
+
+
+def test_unknown_policy_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown policy 'nope'"):
+        make_policy("nope")
