@@ -8,13 +8,11 @@ import sys
 
 import typer
 
+from dlsched.errors import UserError
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Resource scheduler for deep-learning training clusters.")
 
 COMMAND_MODULES = ["predict", "simulate", "ensemble", "service", "demo", "train"]
-
-
-class UserError(Exception):
-    """Bad input from the user: printed as one line, exit code 2, no traceback."""
 
 
 def _register_all() -> None:
@@ -29,7 +27,7 @@ _register_all()
 
 def main() -> None:
     try:
-        app(standalone_mode=True)
+        app()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
