@@ -15,6 +15,14 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Resource sch
 COMMAND_MODULES = ["predict", "simulate", "ensemble", "service", "demo", "train"]
 
 
+@app.command()
+def version() -> None:
+    """Print the dlsched version."""
+    from dlsched import __version__
+
+    print(__version__)
+
+
 def _register_all() -> None:
     for name in COMMAND_MODULES:
         modname = f"dlsched.commands.{name}"
