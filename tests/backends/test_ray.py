@@ -1,0 +1,178 @@
+"""Ray backend against a real local Ray cluster: a head without GPUs and two fake GPU nodes
+(``gpu_slot`` custom resource, named by the ``dlsched.io/node`` label). One cluster per module;
+the runtime is the contract implementation in ``contract_runtime.py`` (real processes, real files)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from dlsched.backends.ray import JobExited, NodeLost, RayBackend, RuntimeLaunch  # noqa: E402
+
+CONTRACT_RUNTIME = [sys.executable, str(Path(__file__).with_name("contract_runtime.py"))]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    nodes = {name: c.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": name})
+             for name in ("n1", "n2")}
+    c.wait_for_nodes()
+    yield c, nodes
+    if ray.is_initialized():
+        ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def backend(cluster):
+    c, _ = cluster
+    b = RayBackend(address=c.address, gpu_resource="gpu_slot", runtime=CONTRACT_RUNTIME, ready_timeout_s=20)
+    yield b
+    b.close()
+
+
+def launch(tmp_path, name, n_samples=120, step_s=0.05):
+    return RuntimeLaunch(job_dir=str(tmp_path / name), entry="contract:make_job",
+                         params={"n_samples": n_samples, "step_s": step_s})
+
+
+def wait_events(backend, want, timeout=60.0):
+    events, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events += backend.poll()
+        if want(events):
+            return events
+        time.sleep(0.2)
+    raise AssertionError(f"timed out; events so far: {events}")
+
+
+def wait_progress(job_dir, min_steps, timeout=30.0):
+    path, deadline = Path(job_dir) / "progress.jsonl", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and sum(1 for line in path.read_text().splitlines() if '"step"' in line) >= min_steps:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{path}: fewer than {min_steps} steps in {timeout} s")
+
+
+def samples_seen(job_dir):
+    return [int(x) for line in (Path(job_dir) / "samples.log").read_text().splitlines() for x in line.split()]
+
+
+def free_slots():
+    return ray.available_resources().get("gpu_slot", 0)
+
+
+def wait_free(n, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while free_slots() != n and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return free_slots()
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_nodes_are_the_gpu_nodes_by_label(backend):
+    views = backend.nodes()
+    assert [(v.name, v.num_gpus) for v in views] == [("n1", 2), ("n2", 2)]
+
+
+def test_job_runs_where_the_policy_placed_it_and_releases_its_gpus(backend, tmp_path):
+    job = launch(tmp_path, "placed")
+    backend.start("placed", job, workers=2, placement={"n2": 2})
+    assert backend.placement("placed") == {"n2": 2}
+    assert wait_free(2) == 2                      # the two bundles hold n2's slots
+    events = wait_events(backend, lambda ev: any(isinstance(e, JobExited) for e in ev))
+    assert JobExited("placed", 0) in events
+    assert not backend.is_running("placed")
+    assert wait_free(4) == 4
+    assert sorted(samples_seen(job.job_dir)) == list(range(120))
+    assert json.loads((Path(job.job_dir) / "status.json").read_text())["state"] == "finished"
+
+
+def test_strict_spread_puts_one_worker_per_node(backend, tmp_path):
+    backend.start("spread", launch(tmp_path, "spread", step_s=0.02), workers=2, spread=True)
+    try:
+        assert backend.placement("spread") == {"n1": 1, "n2": 1}
+    finally:
+        backend.stop("spread")
+    assert wait_free(4) == 4
+
+
+def test_resize_is_a_new_group_and_an_elastic_control_generation(backend, tmp_path):
+    job = launch(tmp_path, "grow", n_samples=200, step_s=0.05)
+    backend.start("grow", job, workers=1, placement={"n1": 1})
+    wait_progress(job.job_dir, 2)
+    pid_before = json.loads((Path(job.job_dir) / "status.json").read_text())["pid"]
+    backend.resize("grow", workers=3, placement={"n1": 2, "n2": 1})
+    assert backend.placement("grow") == {"n1": 2, "n2": 1}
+    assert wait_free(1) == 1                      # old 1-bundle group released, new 3-bundle held
+    control = json.loads((Path(job.job_dir) / "control.json").read_text())
+    assert control["workers"] == 3 and control["generation"] == 2
+    wait_events(backend, lambda ev: JobExited("grow", 0) in ev)
+    lines = [json.loads(x) for x in (Path(job.job_dir) / "progress.jsonl").read_text().splitlines()]
+    assert any(x.get("event") == "resized" and x["workers"] == 3 for x in lines)
+    assert json.loads((Path(job.job_dir) / "status.json").read_text())["pid"] == pid_before  # no restart
+    assert sorted(samples_seen(job.job_dir)) == list(range(200))
+
+
+def test_impossible_request_times_out_and_holds_nothing(backend, tmp_path):
+    short = RayBackend.__new__(RayBackend)
+    short.__dict__.update(backend.__dict__, ready_timeout_s=1.0, _jobs={})
+    with pytest.raises(TimeoutError, match="could not reserve 5"):
+        short.start("huge", launch(tmp_path, "huge"), workers=5)
+    assert wait_free(4) == 4
+
+
+def test_stop_kills_the_runtime_and_its_workers(backend, tmp_path):
+    job = launch(tmp_path, "stopme", n_samples=10_000, step_s=0.05)
+    backend.start("stopme", job, workers=2)
+    wait_progress(job.job_dir, 1)
+    status = json.loads((Path(job.job_dir) / "status.json").read_text())
+    pids = [status["pid"], *status["worker_pids"]]
+    assert all(alive(p) for p in pids)
+    backend.stop("stopme")
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids)
+    assert wait_free(4) == 4
+
+
+def test_node_loss_is_reported_and_the_job_resumes_elsewhere_exactly_once(cluster, backend, tmp_path):
+    c, nodes = cluster
+    job = launch(tmp_path, "lost", n_samples=240, step_s=0.05)
+    backend.start("lost", job, workers=2, placement={"n1": 2})
+    wait_progress(job.job_dir, 3)
+    status = json.loads((Path(job.job_dir) / "status.json").read_text())
+    c.remove_node(nodes["n1"])                    # the node dies: raylet and its workers go
+    events = wait_events(backend, lambda ev: any(isinstance(e, NodeLost) for e in ev), timeout=60)
+    assert NodeLost("n1", ("lost",)) in events
+    assert not backend.is_running("lost")
+    deadline = time.monotonic() + 10             # no orphan keeps writing the job dir
+    while any(alive(p) for p in [status["pid"], *status["worker_pids"]]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in [status["pid"], *status["worker_pids"]])
+    assert [v.name for v in backend.nodes()] == ["n2"]
+    done_before = len(samples_seen(job.job_dir))
+    assert 0 < done_before < 240
+
+    backend.start("lost", job, workers=2, placement={"n2": 2})   # what the loop does next
+    wait_events(backend, lambda ev: JobExited("lost", 0) in ev)
+    assert sorted(samples_seen(job.job_dir)) == list(range(240))  # each sample exactly once
+    assert json.loads((Path(job.job_dir) / "control.json").read_text())["generation"] == 2
