@@ -40,6 +40,9 @@ def main() -> int:
     a = ap.parse_args()
     params = dict(p.split("=", 1) for p in a.param)
     n_samples, step_s = int(params.get("n_samples", 400)), float(params.get("step_s", 0.05))
+    if n_samples < 1:
+        print(f"contract runtime: n_samples={n_samples} must be >= 1", file=sys.stderr)
+        return 3
     d = Path(a.job_dir)
     (d / "ckpt").mkdir(parents=True, exist_ok=True)
     ckpt, log_path, prog = d / "ckpt" / "state.json", d / "samples.log", d / "progress.jsonl"

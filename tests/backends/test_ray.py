@@ -14,7 +14,9 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from dlsched.backends.ray import JobExited, NodeLost, RayBackend, RuntimeLaunch  # noqa: E402
+from dlsched.backends.base import Launch  # noqa: E402
+from dlsched.backends.ray import NodeLost, RayBackend  # noqa: E402
+from dlsched.spec import JobSpec  # noqa: E402
 
 CONTRACT_RUNTIME = [sys.executable, str(Path(__file__).with_name("contract_runtime.py"))]
 pytestmark = pytest.mark.slow
@@ -37,22 +39,24 @@ def backend(cluster):
     c, _ = cluster
     b = RayBackend(address=c.address, gpu_resource="gpu_slot", runtime=CONTRACT_RUNTIME, ready_timeout_s=20)
     yield b
-    b.close()
+    b.stop_all()
 
 
-def launch(tmp_path, name, n_samples=120, step_s=0.05):
-    return RuntimeLaunch(job_dir=str(tmp_path / name), entry="contract:make_job",
-                         params={"n_samples": n_samples, "step_s": step_s})
+def launch(tmp_path, job_id, workers, placement=None, n_samples=120, step_s=0.05, generation=1, extra=None):
+    spec = JobSpec(name=f"job{job_id}", entry="contract.py:make_job", gpus=workers,
+                   params={"n_samples": n_samples, "step_s": step_s, **(extra or {})})
+    return Launch(job_id, spec, tmp_path / f"job{job_id}", workers, None, placement or {}, generation)
 
 
-def wait_events(backend, want, timeout=60.0):
-    events, deadline = [], time.monotonic() + timeout
+def wait_state(backend, job, want="finished", timeout=60.0):
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        events += backend.poll()
-        if want(events):
-            return events
+        res = backend.poll(job.job_id, job.job_dir)
+        if res.state != "running":
+            assert res.state == want, res
+            return res
         time.sleep(0.2)
-    raise AssertionError(f"timed out; events so far: {events}")
+    raise AssertionError(f"job {job.job_id} still running after {timeout} s")
 
 
 def wait_progress(job_dir, min_steps, timeout=30.0):
@@ -93,60 +97,82 @@ def test_nodes_are_the_gpu_nodes_by_label(backend):
 
 
 def test_job_runs_where_the_policy_placed_it_and_releases_its_gpus(backend, tmp_path):
-    job = launch(tmp_path, "placed")
-    backend.start("placed", job, workers=2, placement={"n2": 2})
-    assert backend.placement("placed") == {"n2": 2}
+    job = launch(tmp_path, 1, 2, {"n2": 2})
+    backend.start(job)
+    assert backend.placement(1) == {"n2": 2}
     assert wait_free(2) == 2                      # the two bundles hold n2's slots
-    events = wait_events(backend, lambda ev: any(isinstance(e, JobExited) for e in ev))
-    assert JobExited("placed", 0) in events
-    assert not backend.is_running("placed")
+    wait_state(backend, job, "finished")
+    assert not backend.is_running(1)
     assert wait_free(4) == 4
     assert sorted(samples_seen(job.job_dir)) == list(range(120))
-    assert json.loads((Path(job.job_dir) / "status.json").read_text())["state"] == "finished"
+    assert json.loads((job.job_dir / "status.json").read_text())["state"] == "finished"
 
 
 def test_strict_spread_puts_one_worker_per_node(backend, tmp_path):
-    backend.start("spread", launch(tmp_path, "spread", step_s=0.02), workers=2, spread=True)
+    job = launch(tmp_path, 2, 2, extra={"placement": "spread"})
+    backend.start(job)
     try:
-        assert backend.placement("spread") == {"n1": 1, "n2": 1}
+        assert backend.placement(2) == {"n1": 1, "n2": 1}
     finally:
-        backend.stop("spread")
+        backend.stop(2, job.job_dir)
     assert wait_free(4) == 4
 
 
 def test_resize_is_a_new_group_and_an_elastic_control_generation(backend, tmp_path):
-    job = launch(tmp_path, "grow", n_samples=200, step_s=0.05)
-    backend.start("grow", job, workers=1, placement={"n1": 1})
+    job = launch(tmp_path, 3, 1, {"n1": 1}, n_samples=200)
+    backend.start(job)
     wait_progress(job.job_dir, 2)
-    pid_before = json.loads((Path(job.job_dir) / "status.json").read_text())["pid"]
-    backend.resize("grow", workers=3, placement={"n1": 2, "n2": 1})
-    assert backend.placement("grow") == {"n1": 2, "n2": 1}
+    pid_before = json.loads((job.job_dir / "status.json").read_text())["pid"]
+    backend.resize(3, job.job_dir, 3, None, 2, placement={"n1": 2, "n2": 1})
+    assert backend.placement(3) == {"n1": 2, "n2": 1}
     assert wait_free(1) == 1                      # old 1-bundle group released, new 3-bundle held
-    control = json.loads((Path(job.job_dir) / "control.json").read_text())
+    control = json.loads((job.job_dir / "control.json").read_text())
     assert control["workers"] == 3 and control["generation"] == 2
-    wait_events(backend, lambda ev: JobExited("grow", 0) in ev)
-    lines = [json.loads(x) for x in (Path(job.job_dir) / "progress.jsonl").read_text().splitlines()]
+    wait_state(backend, job, "finished")
+    lines = [json.loads(x) for x in (job.job_dir / "progress.jsonl").read_text().splitlines()]
     assert any(x.get("event") == "resized" and x["workers"] == 3 for x in lines)
-    assert json.loads((Path(job.job_dir) / "status.json").read_text())["pid"] == pid_before  # no restart
+    assert json.loads((job.job_dir / "status.json").read_text())["pid"] == pid_before  # no restart
     assert sorted(samples_seen(job.job_dir)) == list(range(200))
 
 
 def test_impossible_request_times_out_and_holds_nothing(backend, tmp_path):
-    short = RayBackend.__new__(RayBackend)
-    short.__dict__.update(backend.__dict__, ready_timeout_s=1.0, _jobs={})
-    with pytest.raises(TimeoutError, match="could not reserve 5"):
-        short.start("huge", launch(tmp_path, "huge"), workers=5)
+    saved, backend.ready_timeout_s = backend.ready_timeout_s, 1.0
+    try:
+        with pytest.raises(TimeoutError, match="could not reserve 5"):
+            backend.start(launch(tmp_path, 4, 5))
+    finally:
+        backend.ready_timeout_s = saved
+    assert not backend.is_running(4)
+    assert wait_free(4) == 4
+
+
+def test_service_restart_reattaches_to_a_running_job(cluster, backend, tmp_path):
+    c, _ = cluster
+    job = launch(tmp_path, 5, 1, n_samples=100)
+    backend.start(job)
+    backend.shutdown()                            # the service goes away; the detached actor stays
+    assert backend.poll(5, job.job_dir).state == "running"    # a new look finds it through launch.json
+    assert backend.is_running(5)
+    wait_state(backend, job, "finished")
+    assert sorted(samples_seen(job.job_dir)) == list(range(100))
+
+
+def test_failing_runtime_is_reported_with_its_output(backend, tmp_path):
+    job = launch(tmp_path, 6, 1, n_samples=-1)    # contract runtime: a bad param makes it exit non-zero
+    backend.start(job)
+    res = wait_state(backend, job, "failed")
+    assert "exit code" in res.error
     assert wait_free(4) == 4
 
 
 def test_stop_kills_the_runtime_and_its_workers(backend, tmp_path):
-    job = launch(tmp_path, "stopme", n_samples=10_000, step_s=0.05)
-    backend.start("stopme", job, workers=2)
+    job = launch(tmp_path, 7, 2, n_samples=10_000)
+    backend.start(job)
     wait_progress(job.job_dir, 1)
-    status = json.loads((Path(job.job_dir) / "status.json").read_text())
+    status = json.loads((job.job_dir / "status.json").read_text())
     pids = [status["pid"], *status["worker_pids"]]
     assert all(alive(p) for p in pids)
-    backend.stop("stopme")
+    backend.stop(7, job.job_dir)
     deadline = time.monotonic() + 10
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -156,23 +182,25 @@ def test_stop_kills_the_runtime_and_its_workers(backend, tmp_path):
 
 def test_node_loss_is_reported_and_the_job_resumes_elsewhere_exactly_once(cluster, backend, tmp_path):
     c, nodes = cluster
-    job = launch(tmp_path, "lost", n_samples=240, step_s=0.05)
-    backend.start("lost", job, workers=2, placement={"n1": 2})
+    job = launch(tmp_path, 8, 2, {"n1": 2}, n_samples=240)
+    backend.start(job)
     wait_progress(job.job_dir, 3)
-    status = json.loads((Path(job.job_dir) / "status.json").read_text())
+    status = json.loads((job.job_dir / "status.json").read_text())
     c.remove_node(nodes["n1"])                    # the node dies: raylet and its workers go
-    events = wait_events(backend, lambda ev: any(isinstance(e, NodeLost) for e in ev), timeout=60)
-    assert NodeLost("n1", ("lost",)) in events
-    assert not backend.is_running("lost")
+    res = wait_state(backend, job, "gone", timeout=60)
+    assert res.error == "node n1 lost"
+    assert NodeLost("n1", (8,)) in backend.lost_nodes()
+    assert not backend.is_running(8)
+    pids = [status["pid"], *status["worker_pids"]]
     deadline = time.monotonic() + 10             # no orphan keeps writing the job dir
-    while any(alive(p) for p in [status["pid"], *status["worker_pids"]]) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(alive(p) for p in [status["pid"], *status["worker_pids"]])
+    assert not any(alive(p) for p in pids)
     assert [v.name for v in backend.nodes()] == ["n2"]
     done_before = len(samples_seen(job.job_dir))
     assert 0 < done_before < 240
 
-    backend.start("lost", job, workers=2, placement={"n2": 2})   # what the loop does next
-    wait_events(backend, lambda ev: JobExited("lost", 0) in ev)
+    again = launch(tmp_path, 8, 2, {"n2": 2}, n_samples=240, generation=2)   # what the loop does next
+    backend.start(again)
+    wait_state(backend, again, "finished")
     assert sorted(samples_seen(job.job_dir)) == list(range(240))  # each sample exactly once
-    assert json.loads((Path(job.job_dir) / "control.json").read_text())["generation"] == 2
