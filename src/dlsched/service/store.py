@@ -279,7 +279,7 @@ class Store:
         rows = self._conn().execute(q, () if job_id is None else (job_id,))
         return [dict(r) | {"placement": json.loads(r["placement"])} for r in rows]
 
-    def add_progress(self, job_id: int, samples: list[dict], new_offset: int, **job_fields: Any) -> None:
+    def add_progress(self, job_id: int, records: list[dict], new_offset: int, **job_fields: Any) -> None:
         """Append progress rows and advance the job's read offset atomically (idempotent across restarts)."""
         c = self._conn()
         with self._tx():
@@ -287,7 +287,7 @@ class Store:
                 "INSERT INTO progress(job_id, time, step, epoch, samples, loss, samples_per_s, workers, batch_size) "
                 "VALUES (?,?,?,?,?,?,?,?,?)",
                 [(job_id, s.get("time"), s.get("step"), s.get("epoch"), s.get("samples"), s.get("loss"),
-                  s.get("samples_per_s"), s.get("workers"), s.get("batch_size")) for s in samples])
+                  s.get("samples_per_s"), s.get("workers"), s.get("batch_size")) for s in records])
             self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
 
     def progress(self, job_id: int) -> list[dict]:

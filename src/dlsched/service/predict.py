@@ -1,0 +1,117 @@
+"""Online perf-model refit for the live service: the ONE place the service turns progress into predictions.
+
+From a job's progress samples it fits (a) a speed model, samples/s as a function of the worker count
+(Optimus-style ``1/speed = a/w + b + c*w`` with non-negative coefficients, ``scipy.optimize.nnls``), which
+the policies receive as the job's ``ThroughputModel``; and (b) the Optimus loss curve
+``l(k) = 1/(b0*k + b1) + b2`` (bounded ``curve_fit``), shown in the demo report. Completion is predicted
+from the work left (``total_samples`` reported by the runtime, else the spec's hint) over the fitted speed
+at the current allocation.
+
+When the perf package's models land (``dlsched.perf``) they replace the two fits here; nothing else in the
+service computes predictions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import curve_fit, nnls
+
+
+@dataclass(frozen=True)
+class SpeedModel:
+    """Fitted ``samples/s(w) = 1 / (a/w + b + c*w)``; satisfies ``policy.base.ThroughputModel``."""
+
+    a: float
+    b: float
+    c: float
+
+    def throughput(self, num_gpus: int, num_nodes: int = 1, global_batch: int = 0, gpu_type: str | None = None) -> float:
+        if num_gpus <= 0:
+            return 0.0
+        denom = self.a / num_gpus + self.b + self.c * num_gpus
+        return 1.0 / denom if denom > 0 else 0.0
+
+    def efficiency(self, global_batch: int) -> float:
+        return 1.0
+
+
+@dataclass(frozen=True)
+class LossFit:
+    b0: float
+    b1: float
+    b2: float
+    rmse: float
+
+    def __call__(self, k):
+        return 1.0 / (self.b0 * np.asarray(k, float) + self.b1) + self.b2
+
+
+@dataclass(frozen=True)
+class Prediction:
+    fraction_done: float | None
+    total_samples: float | None
+    remaining_s: float | None
+    predicted_finish: float | None
+    loss_fit: LossFit | None
+
+
+def fit_speed(workers: np.ndarray, samples_per_s: np.ndarray) -> SpeedModel | None:
+    """NNLS on ``1/speed = a/w + b + c*w``; with one worker count measured this is pure linear scaling (a only)."""
+    ok = (workers > 0) & (samples_per_s > 0) & np.isfinite(samples_per_s)
+    w, s = workers[ok].astype(float), samples_per_s[ok].astype(float)
+    if len(w) == 0:
+        return None
+    distinct = np.unique(w)
+    if len(distinct) == 1:
+        return SpeedModel(a=float(np.median(w / s)), b=0.0, c=0.0)
+    cols = [1.0 / w, np.ones_like(w)] + ([w] if len(distinct) >= 3 else [])
+    coef, _ = nnls(np.column_stack(cols), 1.0 / s)
+    a, b = coef[0], coef[1]
+    c = coef[2] if len(coef) > 2 else 0.0
+    if a + b + c <= 0:
+        return None
+    return SpeedModel(float(a), float(b), float(c))
+
+
+def _loss_curve(k, b0, b1, b2):
+    return 1.0 / (b0 * k + b1) + b2
+
+
+def fit_loss(steps: np.ndarray, losses: np.ndarray) -> LossFit | None:
+    ok = np.isfinite(losses) & np.isfinite(steps)
+    k, l = steps[ok].astype(float), losses[ok].astype(float)
+    if len(k) < 4 or np.ptp(k) == 0:
+        return None
+    l0 = max(float(l[0] - l.min()), 1e-6)
+    try:
+        (b0, b1, b2), _ = curve_fit(_loss_curve, k, l, p0=(1.0 / (l0 * max(k.max(), 1.0)), 1.0 / l0, float(l.min())),
+                                    bounds=([0, 1e-9, 0], [np.inf, np.inf, np.inf]), maxfev=2000)
+    except (RuntimeError, ValueError):
+        return None
+    rmse = float(np.sqrt(np.mean((_loss_curve(k, b0, b1, b2) - l) ** 2)))
+    return LossFit(float(b0), float(b1), float(b2), rmse)
+
+
+def predict(progress: list[dict], now: float, current_workers: int, total_hint: float | None,
+            samples_done: float) -> tuple[Prediction, SpeedModel | None]:
+    """Prediction for one job from its progress records (dicts as stored: time, step, samples, loss, ...)."""
+    recs = [p for p in progress if p.get("samples") is not None]
+    total = next((p["total_samples"] for p in reversed(progress) if p.get("total_samples")), None) or total_hint
+    w = np.array([p.get("workers") or 0 for p in recs], float)
+    sps = np.array([p.get("samples_per_s") or 0.0 for p in recs], float)
+    recent = slice(max(0, len(recs) - 200), len(recs))    # the newest measurements describe the job now
+    speed = fit_speed(w[recent], sps[recent])
+    loss_fit = None
+    if recs:
+        loss_fit = fit_loss(np.array([p.get("step") or 0 for p in recs], float),
+                            np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float))
+    frac = min(1.0, samples_done / total) if total else None
+    remaining_s = finish = None
+    if total and speed is not None:
+        rate = speed.throughput(max(current_workers, 1))
+        if rate > 0:
+            remaining_s = max(0.0, total - samples_done) / rate
+            finish = now + remaining_s if current_workers > 0 else None
+    return Prediction(frac, total, remaining_s, finish, loss_fit), speed
