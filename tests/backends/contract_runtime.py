@@ -27,7 +27,9 @@ def _atomic(path: Path, obj: dict) -> None:
 
 
 def _spawn_workers(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"]) for _ in range(n)]
+    """Stand-in worker processes: idle, and gone as soon as their coordinator is (no orphans)."""
+    watch = f"import os, time\nwhile os.getppid() == {os.getpid()}: time.sleep(0.3)"
+    return [subprocess.Popen([sys.executable, "-c", watch]) for _ in range(n)]
 
 
 def main() -> int:

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
-from scipy.optimize import curve_fit
 
 from dlsched.policy.base import NodeView
+from dlsched.service.predict import fit_loss
 from dlsched.service.store import ACTIVE, QUEUED, TERMINAL, Store, UnknownJob
 
 STATIC_DIR = Path(__file__).with_name("dashboard")
@@ -35,31 +35,14 @@ MAX_CURVE_POINTS = 400    # progress points sent for one job's loss curve
 
 # ----------------------------------------------------------------------------- convergence fit
 
-def optimus_loss(k: np.ndarray, b0: float, b1: float, b2: float) -> np.ndarray:
-    """Optimus convergence model l(k) = 1 / (b0 k + b1) + b2 (algorithms.md §1.2)."""
-    return 1.0 / (b0 * k + b1) + b2
-
-
-def fit_loss_curve(steps: Sequence[float], losses: Sequence[float]) -> dict | None:
-    """Bounded least-squares fit (b >= 0) of the Optimus model to losses normalised by their maximum.
-
-    Returns the parameters and the scale so the page can draw the fitted curve beyond the last step;
-    ``None`` when there are too few points to say anything (fewer than 4).
-    """
-    k = np.asarray(steps, dtype=float)
-    y = np.asarray(losses, dtype=float)
-    ok = np.isfinite(k) & np.isfinite(y)
-    k, y = k[ok], y[ok]
-    if len(k) < 4 or y.max() <= 0:
-        return None
-    scale = float(y.max())
-    try:
-        beta, _ = curve_fit(optimus_loss, k, y / scale, p0=(1e-3, 1.0, 0.05),
-                            bounds=(0.0, np.inf), maxfev=5000)
-    except (RuntimeError, ValueError):
-        return None
-    rmse = float(np.sqrt(np.mean((optimus_loss(k, *beta) - y / scale) ** 2)))
-    return {"beta": [float(b) for b in beta], "scale": scale, "rmse": rmse}
+def loss_fit_of(prediction: dict | None, progress: list[dict]) -> dict | None:
+    """The Optimus curve l(k) = 1/(b0 k + b1) + b2 the loop fitted last (``service.predict``), or the
+    same fit made now when the loop has not stored one yet - one fitting routine in the service."""
+    fit = (prediction or {}).get("loss_fit")
+    if fit is None and progress:
+        lf = fit_loss(np.array([p["step"] for p in progress], float), np.array([p["loss"] for p in progress], float))
+        fit = None if lf is None else {"b0": lf.b0, "b1": lf.b1, "b2": lf.b2, "rmse": lf.rmse}
+    return None if fit is None else {"beta": [fit["b0"], fit["b1"], fit["b2"]], "scale": 1.0, "rmse": fit["rmse"]}
 
 
 # ----------------------------------------------------------------------------- queue estimate
@@ -173,14 +156,14 @@ def job_detail(store: Store, job_id: int) -> dict:
     """One job: record, loss curve (down-sampled), fitted convergence curve, allocations, events."""
     rec = store.get(job_id)
     prog = [p for p in store.progress(job_id) if p.get("loss") is not None and p.get("step") is not None]
-    fit = fit_loss_curve([p["step"] for p in prog], [p["loss"] for p in prog])
+    preds = store.predictions(job_id)
+    fit = loss_fit_of(preds[-1] if preds else None, prog)
     stride = max(1, math.ceil(len(prog) / MAX_CURVE_POINTS))
     curve = [{"step": p["step"], "loss": _clean(p["loss"]), "time": p["time"], "samples": p["samples"],
               "workers": p["workers"]} for p in prog[::stride]]
     if prog and curve[-1]["step"] != prog[-1]["step"]:
         curve.append({"step": prog[-1]["step"], "loss": _clean(prog[-1]["loss"]), "time": prog[-1]["time"],
                       "samples": prog[-1]["samples"], "workers": prog[-1]["workers"]})
-    preds = store.predictions(job_id)
     return {"job": json.loads(json.dumps(rec.public(), default=str)), "curve": curve, "fit": fit,
             "prediction": preds[-1] if preds else None,
             "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200)}

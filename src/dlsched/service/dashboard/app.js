@@ -160,7 +160,7 @@ async function jobPage(view, id) {
     const last = Math.max(...d.curve.map((c) => c.step)), [b0, b1, b2] = fit.beta, pts = [];
     const end = last * 1.6 + 1;
     for (let i = 0; i <= 120; i++) { const k = (end * i) / 120; pts.push([k, fit.scale * (1 / (b0 * k + b1) + b2)]); }
-    series.push({ label: "fitted 1/(β0·k+β1)+β2", kind: "line", colour: "#dc2626", points: pts });
+    series.push({ label: "fitted Optimus curve 1/(β0·k+β1)+β2", kind: "line", colour: "#dc2626", points: pts });
   }
   const kv = [["state", `<span class="state ${j.state}">${j.state}</span>`], ["entry", esc(j.spec.entry)], ["GPUs held / requested", `${j.num_gpus} / ${j.spec.gpus}`],
     ["placement", esc(JSON.stringify(j.placement))], ["batch size", j.batch_size ?? "–"], ["samples done", fmtNum(j.samples)],
