@@ -11,6 +11,8 @@ Sources (see ``shared/data/README.md``):
 """
 from __future__ import annotations
 
+import csv
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -183,11 +185,15 @@ def seed_log(name: str = "resnet50-p100-v2", path: Path | None = None) -> pd.Dat
 def optimus_table2(path: Path | None = None) -> dict[str, tuple[float, ...]]:
     """Optimus EuroSys'18 Table 2 speed coefficients: {"sync": θ0..θ4, "async": θ0..θ3}."""
     path = path or shared_data() / "tables" / "optimus2018_tables.csv"
-    df = pd.read_csv(path)
+    # The notes column holds unquoted commas, so read rows with the csv module and use the first 3 fields.
+    with open(path, newline="") as fh:
+        rows = {r[0]: r for r in csv.reader(fh) if len(r) >= 3}
     out = {}
     for key, table in (("sync", "T2_sync"), ("async", "T2_async")):
-        row = df[df.table == table]
-        if row.empty:
+        if table not in rows:
             raise UserError(f"{path}: no row with table={table!r}")
-        out[key] = tuple(float(x) for x in str(row.value.iloc[0]).split(","))
+        try:
+            out[key] = tuple(float(x) for x in rows[table][2].split(","))
+        except ValueError:
+            raise UserError(f"{path}: row {table}, field 'value': expected numbers, got {rows[table][2]!r}") from None
     return out
