@@ -43,6 +43,7 @@ class Options:
     threads: int = 0  # torch threads per worker; 0 = max(1, cpus // workers)
     record_samples: bool = False  # write per-step sample ids (exactly-once audit; tests)
     max_restarts: int = 3
+    standby: int = 0  # workers kept started and prepared, so a scale-out waits only for the broadcast
 
 
 class Coordinator:
@@ -63,6 +64,7 @@ class Coordinator:
         self.restarts = 0
         self.last_report: dict | None = None
         self.pending_resize: dict | None = None  # resize waiting for its first step
+        self.standby: list[int] = []
 
     # -- processes ----------------------------------------------------------------------------------
     def _spawn(self, generation: int, count: int, world: int) -> list[int]:
@@ -161,6 +163,7 @@ class Coordinator:
             self._status("finished")
             return 0
         wids = self._spawn(0, self.o.workers, self.o.workers)
+        self.standby = self._spawn(0, self.o.standby, self.o.workers)
         self._publish(wids, step, table, gb, ramp, eloss, restore)
         self.target = (self.o.workers, None)
         try:
@@ -185,6 +188,7 @@ class Coordinator:
     def _finish(self) -> int:
         for w in self.wids:
             self.procs[w].wait()
+        self._kill(self.standby)
         self._drain()
         self.progress.write({"event": "finished", "time": time.time(), "step": self.last_report and self.last_report["step"]})
         self._status("finished")
@@ -208,7 +212,9 @@ class Coordinator:
         """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step."""
         requested = time.time()
         old = list(self.wids)
-        new = self._spawn(self.generation + 1, max(0, workers - len(old)), workers)
+        need = max(0, workers - len(old))
+        new, self.standby = self.standby[:need], self.standby[need:]
+        new += self._spawn(self.generation + 1, need - len(new), workers)
         if not self._wait_ready(new):
             self._kill(new)
             return
@@ -235,6 +241,7 @@ class Coordinator:
         self._publish(wids, end["step"], PartitionTable.from_snapshot(end["table"]), gb, ramp, end["epoch_loss"])
         for w in leaving:
             self.procs.pop(w).wait()
+        self.standby += self._spawn(self.generation, self.o.standby - len(self.standby), workers)
         self.pending_resize = {"event": "resized", "time": time.time(), "generation": self.generation,
                                "from_workers": len(old), "workers": workers, "batch_size": gb, "step": end["step"],
                                "requested_at": requested, "stopped_at": stopped}
@@ -252,6 +259,7 @@ class Coordinator:
         self._drain()
         restore, step, table, gb, ramp, eloss, _ = self._initial_state()
         wids = self._spawn(self.generation + 1, count, count)
+        self.standby = self._spawn(self.generation + 1, self.o.standby, count)
         self._publish(wids, step, table, gb, ramp, eloss, restore)
         self.progress.write({"event": "worker_lost", "time": time.time(), "workers_lost": list(errors),
                              "exit_codes": list(errors.values()), "new_generation": self.generation,

@@ -61,6 +61,7 @@ class Worker:
         self.optimizer = job.make_optimizer(self.model)
         self.device = torch.device("cpu")
         self.record = None
+        self.joined = False
 
     # -- state transfer -------------------------------------------------------------------------
     def _state(self) -> dict:
@@ -87,7 +88,11 @@ class Worker:
         while True:
             plan = json.loads(wait_key(self.store, f"plan/{generation}", self.parent))
             if self.wid not in plan["wids"]:
-                return
+                if self.joined:  # scaled in: leave
+                    return
+                generation += 1  # standby: stay prepared for a later generation
+                continue
+            self.joined = True
             finished = self.run_generation(plan)
             if finished:
                 return
