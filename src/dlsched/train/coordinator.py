@@ -65,6 +65,7 @@ class Coordinator:
         self.last_report: dict | None = None
         self.pending_resize: dict | None = None  # resize waiting for its first step
         self.standby: list[int] = []
+        self.leaving: list[int] = []
 
     # -- processes ----------------------------------------------------------------------------------
     def _spawn(self, generation: int, count: int, world: int) -> list[int]:
@@ -103,8 +104,15 @@ class Coordinator:
     def _dead_workers(self) -> list[int]:
         return [w for w in self.wids if self.procs[w].poll() not in (None, 0)]
 
+    def _reap_leaving(self) -> None:
+        for w in [w for w in self.leaving if self.procs[w].poll() is not None]:
+            self.leaving.remove(w)
+            self.procs.pop(w)
+
     def _kill(self, wids: list[int]) -> None:
         for w in wids:
+            if w in self.leaving:
+                self.leaving.remove(w)
             p = self.procs.pop(w, None)
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGKILL)
@@ -177,6 +185,7 @@ class Coordinator:
                     self._recover(dead)
                     continue
                 self._poll_control()
+                self._reap_leaving()
                 time.sleep(POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
             self._kill(list(self.procs))
@@ -239,10 +248,9 @@ class Coordinator:
         wids = old[:workers] + new
         leaving = old[workers:]
         self._publish(wids, end["step"], PartitionTable.from_snapshot(end["table"]), gb, ramp, end["epoch_loss"])
-        for w in leaving:
-            self.procs.pop(w).wait()
+        self.leaving += leaving  # they exit on their own; reaped without blocking the loop
         self.standby += self._spawn(self.generation, self.o.standby - len(self.standby), workers)
-        self.pending_resize = {"event": "resized", "time": time.time(), "generation": self.generation,
+        self.pending_resize = {"event": "resized", "time": requested, "generation": self.generation,
                                "from_workers": len(old), "workers": workers, "batch_size": gb, "step": end["step"],
                                "requested_at": requested, "stopped_at": stopped}
 
