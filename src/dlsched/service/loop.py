@@ -283,7 +283,7 @@ class LiveLoop:
         if len(prog) == self._seen_progress.get(job.id):
             return
         self._seen_progress[job.id] = len(prog)
-        pred, speed = perf.predict(prog, now, job.num_gpus, job.total_samples, job.samples)
+        pred, speed = perf.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples)
         if speed is not None:
             self._speeds[job.id] = speed
         fit = pred.loss_fit
