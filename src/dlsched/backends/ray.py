@@ -26,6 +26,7 @@ live there, as with the local backend.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -47,6 +48,7 @@ GPU_TYPE_LABEL = "dlsched.io/gpu-type"
 RAY_NODE_ID_LABEL = "ray.io/node-id"    # set by Ray on every node
 ACTOR_PREFIX = "dlsched-job-"
 NAMESPACE = "dlsched"
+log = logging.getLogger("dlsched.backends.ray")
 
 
 # ----------------------------------------------------------------------------- events
@@ -224,6 +226,13 @@ class RayBackend:
         if self.cpus_per_worker:
             bundle["CPU"] = self.cpus_per_worker
         kwargs: dict = {"strategy": "STRICT_SPREAD" if spread else "PACK"}
+        alive = set(self._names().values())
+        if placement and not set(placement) <= alive:
+            # The loop placed onto a node Ray has lost (its view comes from the cluster declaration):
+            # let Ray find the GPUs among live nodes rather than fail the job.
+            log.warning("job %s: placement %s names dead node(s) %s; letting Ray place it", job_id,
+                        dict(placement), sorted(set(placement) - alive))
+            placement = None
         if placement:
             if sum(placement.values()) != workers:
                 raise ValueError(f"job {job_id}: placement {dict(placement)} does not add up to {workers} workers")
