@@ -99,6 +99,15 @@ def test_nodes_are_the_gpu_nodes_by_label(backend):
     assert [(v.name, v.num_gpus) for v in views] == [("n1", 2), ("n2", 2), ("n3", 2)]
 
 
+def test_cluster_declaration_is_generated_from_the_ray_nodes(backend):
+    import yaml
+
+    from dlsched.backends.ray import cluster_spec_yaml
+
+    spec = ClusterSpec.model_validate(yaml.safe_load(cluster_spec_yaml(backend, policy="test-fifo")))
+    assert spec.backend == "ray" and [(n.name, n.gpus) for n in spec.nodes] == [("n1", 2), ("n2", 2), ("n3", 2)]
+
+
 def test_job_runs_where_the_policy_placed_it_and_releases_its_gpus(backend, tmp_path):
     job = launch(tmp_path, 1, 2, {"n2": 2})
     backend.start(job)

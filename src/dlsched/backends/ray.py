@@ -469,7 +469,37 @@ def _tail(job_dir: Path, n: int = 1) -> str:
     return (": " + " | ".join(lines[-n:])[:300]) if lines else ""
 
 
+def cluster_spec_yaml(backend: RayBackend, policy: str = "fifo", interval_s: float = 10.0) -> str:
+    """A cluster declaration (``ClusterSpec`` YAML) naming exactly the Ray cluster's GPU nodes, so the
+    loop's view and Ray's agree from the start."""
+    import yaml
+
+    nodes = [{"name": n.name, "gpus": n.num_gpus, "gpu_type": n.gpu_type, "cpus": n.num_cpus} for n in backend.nodes()]
+    if not nodes:
+        raise UserError(f"the Ray cluster has no node with resource {backend.gpu_resource!r}")
+    return yaml.safe_dump({"backend": "ray", "policy": policy, "interval_s": interval_s, "nodes": nodes}, sort_keys=False)
+
+
+def _main(argv: list[str]) -> int:
+    import argparse
+
+    if argv[:2] == ["--guard", "--"]:
+        return _guard(argv[2:])
+    ap = argparse.ArgumentParser(prog="python -m dlsched.backends.ray",
+                                 description="Print a dlsched cluster declaration for a running Ray cluster.")
+    ap.add_argument("command", choices=["cluster-spec"])
+    ap.add_argument("--address", default="auto")
+    ap.add_argument("--gpu-resource", default="GPU")
+    ap.add_argument("--policy", default="fifo")
+    ap.add_argument("--interval-s", type=float, default=10.0)
+    a = ap.parse_args(argv)
+    try:
+        print(cluster_spec_yaml(RayBackend(a.address, a.gpu_resource), a.policy, a.interval_s), end="")
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) >= 3 and sys.argv[1] == "--guard" and sys.argv[2] == "--":
-        sys.exit(_guard(sys.argv[3:]))
-    sys.exit("usage: python -m dlsched.backends.ray --guard -- CMD ...")
+    sys.exit(_main(sys.argv[1:]))
