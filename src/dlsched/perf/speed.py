@@ -158,6 +158,8 @@ def fit_compute(local_batch, compute_time) -> ComputeTime:
     best, best_err = None, np.inf
     for j, knee in enumerate(knots[:-1] if len(knots) > 1 else knots):
         above = m >= knee
+        if j > 0 and ((m < knee).sum() < 2 or np.unique(m[above]).size < 2):
+            continue  # a floor needs two points under it and a line two batch sizes over it: no overfitting
         if np.unique(m[above]).size >= 2:
             A = np.column_stack([np.ones(above.sum()), m[above]]) / t[above, None]
             (a, b), _ = nnls(A, np.ones(above.sum()))
