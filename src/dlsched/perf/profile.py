@@ -72,13 +72,13 @@ def check_numeric_frame(df: pd.DataFrame, source: str, columns: Iterable[str], *
             bad |= vals.isna()
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise UserError(f"{source}: {row_word} {line_of(i)}, field {c!r}: expected a number, got {raw.iloc[i]!r}")
+            raise UserError(f"{source}: {row_word} {line_of(out.index[i])}, field {c!r}: expected a number, got {raw.iloc[i]!r}")
         for name, ok, what in ((nonnegative, vals >= 0, "must be >= 0"), (positive, vals > 0, "must be > 0")):
             if c in name:
                 neg = ~ok & vals.notna()
                 if neg.any():
                     i = int(np.flatnonzero(neg.to_numpy())[0])
-                    raise UserError(f"{source}: {row_word} {line_of(i)}, field {c!r}: {what}, got {raw.iloc[i]!r}")
+                    raise UserError(f"{source}: {row_word} {line_of(out.index[i])}, field {c!r}: {what}, got {raw.iloc[i]!r}")
         out[c] = vals.astype(float)
     if len(out) < min_rows:
         raise UserError(f"{source}: needs at least {min_rows} rows, got {len(out)}")
