@@ -54,7 +54,7 @@ def test_ps_example_recommends_the_argmin_of_the_model():
     best = min(rep.rows, key=lambda r: r.seconds.value)
     assert (best.ps, best.workers) == (p_best, w_best)
     assert best.seconds.low <= best.seconds.value <= best.seconds.high
-    assert rep.speed_error < 1e-6  # exact model samples: leave-one-out error is zero
+    assert rep.speed_error < 1e-3  # exact model samples (rounded to 6 digits): leave-one-out error ~0
 
 
 def _csv(tmp_path, text):
