@@ -256,3 +256,38 @@ class AllReduceSpeedModel:
     def goodput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
         """Throughput × efficiency: base-batch samples of progress per second."""
         return self.throughput(num_gpus, num_nodes, global_batch, gpu_type) * self.efficiency(global_batch)
+
+
+# --------------------------------------------------------------------------- from the shared traces
+POLLUX_GPU_TYPE = "T4"  # the Pollux artifact's traces were measured on AWS g4dn.12xlarge nodes (4x T4 each)
+
+
+def fit_pollux_app(app, gpu_type: str = POLLUX_GPU_TYPE) -> AllReduceSpeedModel:
+    """All-reduce model of a ``profile.PolluxApp`` from all its scalability + placements rows.
+
+    Efficiency uses the app's first-epoch gradient noise at its base batch; for progress-dependent
+    efficiency use ``efficiency.NoiseTrace`` (``load_noise_trace``) instead.
+    """
+    d = app.step_samples()
+    params = fit_step_time(d.num_replicas, d.num_nodes, d.local_bsz, d.step_time, d.sync_time)
+    v = app.validation[app.base_batch].iloc[0]
+    return AllReduceSpeedModel({gpu_type: params}, gpu_type, GradientNoise(float(v.grad_sqr), float(v.grad_var)),
+                               base_batch=app.base_batch, max_local_batch=app.max_local_batch)
+
+
+def fit_h100_compute(table, model: str, dataset: str | None = None, precision: str = "fp32") -> ComputeTime:
+    """Compute profile of one model on an H100 from ``profile.h100_throughput()`` (single-GPU step times)."""
+    g = table[(table.model == model) & (table.precision == precision)]
+    if dataset is not None:
+        g = g[g.dataset == dataset]
+    if g.empty:
+        raise ValueError(f"no H100 rows for model={model!r} dataset={dataset!r} precision={precision!r}")
+    return fit_compute(g.batch_size, g.step_time)
+
+
+def with_gpu_type(model: AllReduceSpeedModel, gpu_type: str, compute: ComputeTime) -> AllReduceSpeedModel:
+    """Add a GPU type with its own compute profile, keeping the default type's network and overlap
+    (an assumption: the same interconnect)."""
+    profiles = dict(model.profiles)
+    profiles[gpu_type] = model.params().with_compute(compute)
+    return replace(model, profiles=profiles)
