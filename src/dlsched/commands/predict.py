@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
+
 import typer
 
 from dlsched.errors import UserError
-from dlsched.perf.profile import check_numeric_frame
+
+if TYPE_CHECKING:  # numpy/pandas load lazily: every ``dlsched`` start imports this module
+    import numpy as np
+    import pandas as pd
 
 ALLREDUCE_COLUMNS = ["num_gpus", "num_nodes", "local_batch", "step_time"]
 PS_COLUMNS = ["ps", "workers", "steps_per_s"]
@@ -61,6 +64,10 @@ def _number(src: str, where: str, name: str, value, *, positive: bool = True, in
 
 
 def _check_losses(df: pd.DataFrame, src: str, line_of, row_word: str) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
+    from dlsched.perf.profile import check_numeric_frame
+
     df = check_numeric_frame(df, src, ["step", "loss"], nonnegative=["step"], positive=["loss"], min_rows=0,
                              line_of=line_of, row_word=row_word)
     if len(df) < 3:
@@ -83,6 +90,10 @@ def _speed_kind(columns) -> str | None:
 
 
 def _check_speed(df: pd.DataFrame, kind: str, src: str, line_of, row_word: str) -> pd.DataFrame:
+    import numpy as np
+
+    from dlsched.perf.profile import check_numeric_frame
+
     cols = ALLREDUCE_COLUMNS if kind == "allreduce" else PS_COLUMNS
     df = check_numeric_frame(df, src, cols, positive=cols, optional=["sync_time"], nonnegative=["sync_time"],
                              line_of=line_of, row_word=row_word)
@@ -95,6 +106,8 @@ def _check_speed(df: pd.DataFrame, kind: str, src: str, line_of, row_word: str) 
 
 
 def load_csv(path: Path) -> Observations:
+    import pandas as pd
+
     src = str(path)
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
@@ -118,6 +131,7 @@ def load_csv(path: Path) -> Observations:
 
 
 def load_yaml(path: Path) -> Observations:
+    import pandas as pd
     import yaml
 
     src = str(path)
@@ -195,6 +209,8 @@ class Report:
 
 
 def predict(obs: Observations, gpus: int) -> Report:
+    import numpy as np
+
     from dlsched.perf.convergence import fit_curve
     from dlsched.perf.efficiency import GradientNoise
     from dlsched.perf.predict import (allreduce_configurations, leave_one_out_error, ps_configurations, relative_error,
@@ -283,6 +299,7 @@ def render(obs: Observations, rep: Report) -> None:
 
 def plot(obs: Observations, rep: Report, out: Path) -> None:
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -27,7 +27,7 @@ profile from ``shared/data/h100/throughput.csv`` combined with a network profile
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -142,7 +142,8 @@ class StepTimeParams:
         tn = self.network(num_replicas, num_nodes)
         g = self.gamma
         out = (tc**g + tn**g) ** (1.0 / g)
-        return float(out[0]) if np.ndim(out) and out.size == 1 and np.ndim(local_batch) == 0 else out
+        scalar = all(np.ndim(x) == 0 for x in (num_replicas, num_nodes, local_batch))
+        return float(out[0]) if scalar else out
 
     def with_compute(self, compute: ComputeTime) -> "StepTimeParams":
         """The same network and overlap with another GPU's compute profile (assumes the same interconnect)."""
@@ -199,7 +200,8 @@ def fit_step_time(num_replicas, num_nodes, local_batch, step_time, sync_time=Non
         if present.any():
             sol, _ = nnls(F[:, present] / s[:, None], tn / s)
             coef[present] = sol
-        net = NetworkTime(coef[0], tuple(coef[1:4]), tuple(coef[4:7]))
+        c = [float(x) for x in coef]
+        net = NetworkTime(c[0], tuple(c[1:4]), tuple(c[4:7]))
         cand = StepTimeParams(compute, net, g)
         err = float(np.sum((cand.step_time(r, n, m) / s - 1.0) ** 2))
         if err < best_err * (1 - 1e-9):
@@ -221,7 +223,6 @@ class AllReduceSpeedModel:
     noise: GradientNoise | None = None
     base_batch: int | None = None
     max_local_batch: float | None = None
-    _frozen: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "profiles", MappingProxyType(dict(self.profiles)))
