@@ -72,7 +72,8 @@ def check_numeric_frame(df: pd.DataFrame, source: str, columns: Iterable[str], *
             bad |= vals.isna()
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise UserError(f"{source}: {row_word} {line_of(out.index[i])}, field {c!r}: expected a number, got {raw.iloc[i]!r}")
+            got = "nothing" if pd.isna(raw.iloc[i]) or str(raw.iloc[i]).strip() == "" else repr(raw.iloc[i])
+            raise UserError(f"{source}: {row_word} {line_of(out.index[i])}, field {c!r}: expected a number, got {got}")
         for name, ok, what in ((nonnegative, vals >= 0, "must be >= 0"), (positive, vals > 0, "must be > 0")):
             if c in name:
                 neg = ~ok & vals.notna()
