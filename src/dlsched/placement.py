@@ -48,7 +48,7 @@ def most_free_first(num_gpus: int, free: Mapping[str, int]) -> NodeMap:
 
 
 def consolidated(num_gpus: int, free: Mapping[str, int]) -> NodeMap:
-    """Optimus Theorem 1: the smallest k such that the k emptiest... fullest-free nodes each host num_gpus/k."""
+    """Optimus Theorem 1: the smallest k such that the k nodes with most free GPUs each host num_gpus/k."""
     order = sorted(free, key=lambda n: -free[n])   # stable: cluster order on ties
     for k in range(1, len(order) + 1):
         if num_gpus % k:

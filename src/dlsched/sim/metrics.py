@@ -10,7 +10,7 @@ import pandas as pd
 @dataclass(frozen=True)
 class SimResult:
     """``jobs``: one row per job (id, submit, start, finish, jct, queue_delay, gpus, restarts, gpu_seconds);
-    ``timeline``: one row per decision (time, gpus_allocated, running, waiting)."""
+    ``timeline``: one row per decision (time, gpus_allocated, active, finished)."""
 
     policy: str
     jobs: pd.DataFrame
@@ -31,7 +31,7 @@ class SimResult:
         df["finish"] = df["finish"].astype(float)
         df["jct"] = df["finish"] - df["submit"]
         df["queue_delay"] = df["start"] - df["submit"]
-        tl = pd.DataFrame(timeline, columns=["time", "gpus_allocated", "running", "waiting"])
+        tl = pd.DataFrame(timeline, columns=["time", "gpus_allocated", "active", "finished"])
         return SimResult(policy, df, tl, total_gpus, float(end_time), horizon)
 
     @property

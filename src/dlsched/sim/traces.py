@@ -100,15 +100,15 @@ class TraceApp:
         return float(self.epoch_end[self.max_epochs])
 
     # --- batch-size bookkeeping -------------------------------------------------------------------
-    def split_batch(self, batch_size: int, num_replicas: int, force_accum_single: bool = False) -> LocalBatch:
+    def split_batch(self, batch_size: int, num_replicas: int) -> LocalBatch:
         """Per-GPU batch and accumulation steps for a global batch (peer's rule, capped at max_batch_size).
 
         With one GPU and a batch above the initial one, accumulate at least once (gradient statistics need
-        two micro-batches); ``force_accum_single`` does so whatever the batch (the peer's Optimus estimate).
+        two micro-batches).
         """
         local = math.ceil(batch_size / num_replicas - EPS)
         accum = math.ceil(local / self.max_local_bsz - EPS) - 1
-        if num_replicas == 1 and (force_accum_single or batch_size > self.init_batch_size):
+        if num_replicas == 1 and batch_size > self.init_batch_size:
             accum = max(1, accum)
         atomic = math.ceil(local / (accum + 1) - EPS)
         atomic = min(atomic, int(self.max_batch_size / (num_replicas * (accum + 1))))
@@ -205,14 +205,13 @@ class TraceThroughput:
     """ThroughputModel of a trace job at its current epoch: samples/s from the traces, efficiency from the gain.
 
     ``throughput`` assumes the GPUs are packed ``gpus_per_node`` to a node when ``num_nodes`` allows it, else spread
-    evenly; the nominal global batch is what the job processes per step. ``force_accum_single`` reproduces the peer's
-    Optimus estimate (one GPU always accumulates twice).
+    evenly; the nominal global batch is what the job processes per step. (The peer's Optimus estimate also makes a
+    1-GPU job at the initial batch accumulate twice; on workloads 1-4 that changes no decision, so it is not kept.)
     """
 
     app: TraceApp
     epoch: int
     gpus_per_node: int = 4
-    force_accum_single: bool = False
     speed_factor: float = 1.0
 
     def placement_for(self, num_gpus: int, num_nodes: int) -> tuple[int, ...]:
@@ -223,7 +222,7 @@ class TraceThroughput:
         return tuple(base + (i < extra) for i in range(num_nodes) if base + (i < extra))
 
     def iteration_time(self, num_gpus: int, num_nodes: int, global_batch: int) -> float:
-        split = self.app.split_batch(global_batch, num_gpus, self.force_accum_single)
+        split = self.app.split_batch(global_batch, num_gpus)
         return self.app.iteration_time(self.placement_for(num_gpus, num_nodes), split) / self.speed_factor
 
     def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
