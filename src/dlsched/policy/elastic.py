@@ -36,6 +36,7 @@ from dlsched.policy.dp import solve
 NEG_INF = -np.inf
 DENSE_GPUS = 16            # below this every g is evaluated exactly
 BATCH_CANDIDATES = 5       # global batches tried per g (geometric grid including both ends)
+MEMO_SIZE = 4096           # value curves remembered across decisions (oldest dropped first)
 TIE_BREAK = 1e-9           # per-GPU penalty: on a flat curve prefer fewer GPUs (keeps concavity)
 
 # value(speed, num_gpus, num_nodes, global_batch, gpu_type) -> a rate to maximise
@@ -134,6 +135,7 @@ class ElasticPolicy:
         self.fixed_batch = fixed_batch
         self.value = value
         self.hysteresis = hysteresis
+        self._memo: dict = {}
 
     # ---- value curves -------------------------------------------------------------------------------------
     def _best_batch(self, job: JobView, rng: BatchRange, g: int, node_size: int, gpu_type: str) -> tuple[float, int]:
@@ -146,6 +148,20 @@ class ElasticPolicy:
         return best, best_b
 
     def _raw_curve(self, job: JobView, rng: BatchRange, gpu_type: str, node_size: int) -> JobCurve:
+        """Memoised on (speed model, range, type, node size): a pure function of hashable inputs, so repeated
+        decisions over the same jobs (every arrival/completion) reuse it. Unhashable models are recomputed."""
+        try:
+            key = (job.speed, rng, gpu_type, node_size)
+            hit = self._memo.get(key)
+        except TypeError:
+            return self._compute_curve(job, rng, gpu_type, node_size)
+        if hit is None:
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.pop(next(iter(self._memo)))
+            hit = self._memo[key] = self._compute_curve(job, rng, gpu_type, node_size)
+        return hit
+
+    def _compute_curve(self, job: JobView, rng: BatchRange, gpu_type: str, node_size: int) -> JobCurve:
         values = np.full(rng.g_max + 1, NEG_INF)
         batches = np.zeros(rng.g_max + 1, dtype=int)
         samples = _gpu_samples(rng.g_min, rng.g_max, node_size)
