@@ -37,7 +37,7 @@ NEG_INF = -np.inf
 DENSE_GPUS = 16            # below this every g is evaluated exactly
 BATCH_CANDIDATES = 5       # global batches tried per g (geometric grid including both ends)
 MEMO_SIZE = 4096           # value curves remembered across decisions (oldest dropped first)
-TIE_BREAK = 1e-9           # per-GPU penalty: on a flat curve prefer fewer GPUs (keeps concavity)
+TIE_BREAK = 1e-12          # per-GPU penalty: on a flat curve prefer fewer GPUs (keeps concavity)
 
 # value(speed, num_gpus, num_nodes, global_batch, gpu_type) -> a rate to maximise
 ValueFn = Callable[[ThroughputModel, int, int, int, "str | None"], float]
@@ -49,17 +49,22 @@ def throughput_value(speed: ThroughputModel, g: int, nodes: int, b: int, gpu_typ
 
 @dataclass(frozen=True)
 class BatchRange:
-    """A job's feasible configurations: global batch in [b_min, b_max], g in [g_min, g_max], b/g <= max_local."""
+    """A job's feasible configurations: global batch in [b_min, b_max], g in [g_min, g_max],
+    min_local <= b/g <= max_local (min_local: the smallest per-GPU batch the job was profiled with, default 1)."""
 
     b_min: int
     b_max: int
     max_local: int
     g_min: int
     g_max: int
+    min_local: int = 1
+
+    def fits(self, g: int, b: int) -> bool:
+        return max(self.b_min, g * self.min_local) <= b <= min(self.b_max, g * self.max_local)
 
     def batches(self, g: int) -> np.ndarray:
         """Candidate global batches at g GPUs (empty if none): a geometric grid over the feasible interval."""
-        lo, hi = max(self.b_min, g), min(self.b_max, g * self.max_local)
+        lo, hi = max(self.b_min, g * self.min_local), min(self.b_max, g * self.max_local)
         if lo > hi:
             return np.zeros(0, dtype=int)
         return np.unique(np.round(np.geomspace(lo, hi, BATCH_CANDIDATES)).astype(int))
@@ -93,13 +98,17 @@ def batch_range(job: JobView, total_gpus: int, fixed_batch: bool = False) -> Bat
     max_local = job.max_local_batch if job.max_local_batch is not None else b_max
     if max_local < 1:
         raise UserError(f"{where}: field max_local_batch must be >= 1 (got {max_local})")
-    g_max = min(job.max_gpus if job.max_gpus is not None else total_gpus, total_gpus, b_max)
+    # JobView has no field for it yet: the simulator passes the profiled minimum per-GPU batch in attrs.
+    min_local = int(job.attrs.get("min_local_batch", 1))
+    if not 1 <= min_local <= max_local:
+        raise UserError(f"{where}: attrs min_local_batch={min_local} must be in [1, max_local_batch={max_local}]")
+    g_max = min(job.max_gpus if job.max_gpus is not None else total_gpus, total_gpus, b_max // min_local)
     g_min = max(job.min_gpus, math.ceil(b_min / max_local))
     if g_min > g_max:
         raise UserError(f"{where}: no feasible GPU count: batch {b_min}..{b_max} with max_local_batch={max_local} "
                         f"needs >= {g_min} GPUs but at most {g_max} are allowed "
                         f"(max_gpus={job.max_gpus}, cluster={total_gpus}, one sample per GPU)")
-    return BatchRange(b_min, b_max, max_local, g_min, g_max)
+    return BatchRange(b_min, b_max, max_local, g_min, g_max, min_local)
 
 
 def validate_elastic_job(job: JobView, cluster: ClusterView, fixed_batch: bool = False) -> None:
@@ -130,8 +139,11 @@ class ElasticPolicy:
     """The DP autoscaler. ``fixed_batch`` gives the GPU-only baseline; ``value`` switches throughput/goodput."""
 
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
-                 hysteresis: float = 0.05):
+                 hysteresis: float = 0.05, weighting: str = "remaining"):
+        if weighting not in ("none", "remaining"):
+            raise ValueError(f"weighting must be 'none' or 'remaining', got {weighting!r}")
         self.name = name
+        self.weighting = weighting
         self.fixed_batch = fixed_batch
         self.value = value
         self.hysteresis = hysteresis
@@ -181,10 +193,10 @@ class ElasticPolicy:
                 return None
         return None
 
-    def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, ref: float, gpu_type: str, node_size: int,
+    def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, scale: float, gpu_type: str, node_size: int,
                cur_type: str | None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
-        u = raw.values / ref
+        u = raw.values / scale
         u[0] = 0.0
         g = np.arange(len(u))
         u = u - TIE_BREAK * g
@@ -196,13 +208,14 @@ class ElasticPolicy:
             return keep
         if running_here and rng.g_min <= job.num_gpus <= rng.g_max:
             gc = job.num_gpus
-            u[gc] = self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref) * (1 + self.hysteresis) - TIE_BREAK * gc
+            u[gc] = (self._kept_value(job, rng, gc, gpu_type, node_size, raw, scale) * (1 + self.hysteresis)
+                     - TIE_BREAK * gc)
         return u
 
     def _kept_value(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int, raw: JobCurve,
                     ref: float) -> float:
         b = job.current_batch_size
-        if b is None or not max(rng.b_min, g) <= b <= min(rng.b_max, g * rng.max_local):
+        if b is None or not rng.fits(g, b):
             return raw.values[g] / ref
         return self.value(job.speed, g, math.ceil(g / node_size), b, gpu_type) / ref
 
@@ -226,19 +239,21 @@ class ElasticPolicy:
         curves: dict[tuple[str, str], np.ndarray] = {}
         raws: dict[tuple[str, str], JobCurve] = {}
         speedup: dict[tuple[str, str], float] = {}
+        refs: dict[str, float] = {}
         for job in elastic:
             rng = ranges[job.id]
-            cur = self._current_type(job, cluster)
-            per_type = {}
-            for t in types:
-                per_type[t] = self._raw_curve(job, rng, t, node_size[t])
             g0 = rng.g_min
-            base = [per_type[t].values[g0] for t in types if np.isfinite(per_type[t].values[g0])]
-            ref = min(base) if base and min(base) > 0 else 1.0
             for t in types:
-                raws[job.id, t] = per_type[t]
-                curves[job.id, t] = self._curve(job, rng, per_type[t], ref, t, node_size[t], cur)
-                v0 = per_type[t].values[g0]
+                raws[job.id, t] = self._raw_curve(job, rng, t, node_size[t])
+            base = [raws[job.id, t].values[g0] for t in types if np.isfinite(raws[job.id, t].values[g0])]
+            refs[job.id] = min(base) if base and min(base) > 0 else 1.0
+        scale = self._scales(elastic, refs)
+        for job in elastic:
+            rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, cluster)
+            g0 = rng.g_min
+            for t in types:
+                curves[job.id, t] = self._curve(job, rng, raws[job.id, t], scale[job.id], t, node_size[t], cur)
+                v0 = raws[job.id, t].values[g0]
                 speedup[job.id, t] = (v0 / ref if np.isfinite(v0) else 0.0) * (
                     1 + self.hysteresis if cur == t else 1.0)
 
@@ -263,6 +278,20 @@ class ElasticPolicy:
                         free[t] -= int(g)
                 remaining = [j for j in remaining if j.id not in result]
         return Allocation(result)
+
+    def _scales(self, jobs: list[JobView], refs: dict[str, float]) -> dict[str, float]:
+        """Divisor of each job's raw value. ``weighting="none"``: its minimum-configuration value (the paper's
+        normalised throughput). ``"remaining"``: its remaining work, so the objective is the total fraction of
+        remaining work done per second (short jobs first, which lowers average JCT); jobs whose remaining work is
+        unknown get the median remaining time of the others. Rescaled so the largest weight is 1."""
+        if self.weighting == "none":
+            return dict(refs)
+        times = {j.id: j.remaining_samples / refs[j.id] for j in jobs
+                 if j.remaining_samples is not None and j.remaining_samples > 0}
+        fallback = float(np.median(list(times.values()))) if times else 1.0
+        scale = {j.id: refs[j.id] * times.get(j.id, fallback) for j in jobs}
+        shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
+        return {k: v / shortest for k, v in scale.items()}
 
     def _type_order(self, types, capacity, speedup, jobs) -> list[str]:
         mean = {t: np.mean([speedup[j.id, t] for j in jobs]) if jobs else 0.0 for t in types}
@@ -292,7 +321,7 @@ class ElasticPolicy:
         else:
             value, b = self._best_batch(job, rng, g, node_size, gpu_type)
         cb = job.current_batch_size
-        if job.num_gpus == g and cb is not None and max(rng.b_min, g) <= cb <= min(rng.b_max, g * rng.max_local):
+        if job.num_gpus == g and cb is not None and rng.fits(g, cb):
             kept = self.value(job.speed, g, math.ceil(g / node_size), cb, gpu_type)
             if value <= kept * (1 + self.hysteresis):
                 b = cb
@@ -311,10 +340,10 @@ class ElasticPolicy:
 
 
 @register("elastic")
-def make_elastic(hysteresis: float = 0.05) -> ElasticPolicy:
-    return ElasticPolicy("elastic", fixed_batch=False, hysteresis=hysteresis)
+def make_elastic(hysteresis: float = 0.05, weighting: str = "remaining") -> ElasticPolicy:
+    return ElasticPolicy("elastic", fixed_batch=False, hysteresis=hysteresis, weighting=weighting)
 
 
 @register("elastic-gpu-only")
-def make_elastic_gpu_only(hysteresis: float = 0.05) -> ElasticPolicy:
-    return ElasticPolicy("elastic-gpu-only", fixed_batch=True, hysteresis=hysteresis)
+def make_elastic_gpu_only(hysteresis: float = 0.05, weighting: str = "remaining") -> ElasticPolicy:
+    return ElasticPolicy("elastic-gpu-only", fixed_batch=True, hysteresis=hysteresis, weighting=weighting)

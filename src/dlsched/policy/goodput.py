@@ -19,5 +19,5 @@ def goodput(speed: ThroughputModel, num_gpus: int, num_nodes: int, global_batch:
 
 
 @register("goodput")
-def make_goodput(hysteresis: float = 0.05) -> ElasticPolicy:
-    return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis)
+def make_goodput(hysteresis: float = 0.05, weighting: str = "remaining") -> ElasticPolicy:
+    return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis, weighting=weighting)
