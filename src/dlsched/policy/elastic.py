@@ -1,19 +1,22 @@
 """Elastic scaling of GPUs *and* batch size by a dynamic program (Saxena et al., MASCOTS'20; docs/algorithms.md §4).
 
 Every decision (the drivers call it on arrival, completion and periodically) gives each job a GPU count g and a
-global batch b so that the sum of per-job *normalised throughput* is maximal:
+global batch b so that the sum of per-job weighted *normalised throughput* is maximal:
 
-    u_j(g) = max_b tau_j(g, b) / tau_j(g0_j, b0_j),   b in [max(b_min, g), min(b_max, g * max_local)]
+    u_j(g) = max_b tau_j(g, b) / (tau_j(g0_j, b0_j) * T_j**urgency),
+             b in [max(b_min, g * min_local), min(b_max, g * max_local)]
 
-where (g0, b0) is the job's smallest feasible configuration on its slowest GPU type. Maximising normalised
-throughput (not goodput) is the paper's objective; the goodput variant lives in ``goodput.py`` and reuses this
-engine with a different value. Jobs may wait at 0 GPUs. ``elastic-gpu-only`` is the paper's baseline: the same DP
-with the batch fixed at the user's request.
+where (g0, b0) is the job's smallest feasible configuration on its slowest GPU type and T_j its remaining time
+there. urgency = 0 is the paper's objective (total normalised throughput); the default 0.5 also favours jobs close
+to done, which lowers average JCT (measured in bench/elastic_quality.py). The objective is throughput, not goodput:
+the goodput variant lives in ``goodput.py`` and reuses this engine with a different value. Jobs may wait at 0 GPUs.
+``elastic-gpu-only`` is the paper's baseline: the same DP with the batch fixed at the user's request.
 
 Choices documented here:
-* Hysteresis: a running job's current (g, b) is worth ``(1 + hysteresis)`` times its value, so the optimum moves a
-  job only when the cluster gains more than 5 % of that job's value; the batch at an unchanged g is kept unless
-  another batch is 5 % faster.
+* Hysteresis: a running job's current (g, b) is worth ``(1 + h)`` times its value, so the optimum moves a job only
+  when the cluster gains more than h of that job's value; h = 5 %, or restart_cost / time-left when larger (a
+  rescale stalls the job ~30 s, pointless just before it ends). The batch at an unchanged g is kept unless another
+  batch is 5 % faster.
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
 * Throughput at g GPUs assumes a packed placement: ceil(g / GPUs-per-node) nodes.
@@ -139,14 +142,15 @@ class ElasticPolicy:
     """The DP autoscaler. ``fixed_batch`` gives the GPU-only baseline; ``value`` switches throughput/goodput."""
 
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
-                 hysteresis: float = 0.05, weighting: str = "remaining"):
-        if weighting not in ("none", "remaining"):
-            raise ValueError(f"weighting must be 'none' or 'remaining', got {weighting!r}")
+                 hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0):
+        if urgency < 0:
+            raise ValueError(f"urgency must be >= 0, got {urgency}")
         self.name = name
-        self.weighting = weighting
+        self.urgency = urgency
         self.fixed_batch = fixed_batch
         self.value = value
         self.hysteresis = hysteresis
+        self.restart_cost = restart_cost
         self._memo: dict = {}
 
     # ---- value curves -------------------------------------------------------------------------------------
@@ -201,16 +205,33 @@ class ElasticPolicy:
         g = np.arange(len(u))
         u = u - TIE_BREAK * g
         running_here = job.is_running and cur_type == gpu_type
-        if job.is_running and not job.preemptible:
+        bonus = self._stay_bonus(job) if running_here else 0.0
+        if job.is_running and (not job.preemptible or math.isinf(bonus)):
             keep = np.full_like(u, NEG_INF)
             if running_here and job.num_gpus < len(u):
                 keep[job.num_gpus] = u[job.num_gpus]
+            else:
+                keep[0] = 0.0          # held elsewhere (or its size is no longer allowed): not on this type
             return keep
         if running_here and rng.g_min <= job.num_gpus <= rng.g_max:
             gc = job.num_gpus
-            u[gc] = (self._kept_value(job, rng, gc, gpu_type, node_size, raw, scale) * (1 + self.hysteresis)
+            u[gc] = (self._kept_value(job, rng, gc, gpu_type, node_size, raw, scale) * (1 + bonus)
                      - TIE_BREAK * gc)
         return u
+
+    def _stay_bonus(self, job: JobView) -> float:
+        """Relative speed-up a running job's rescale must bring: the hysteresis, or more when the job is close to
+        done. A rescale stalls it R = ``restart_cost`` seconds (checkpoint-restart), so with T seconds left it pays
+        only if the new rate is T / (T - R) times the current one; never when T <= R (returns inf: keep it)."""
+        bonus = self.hysteresis
+        if self.restart_cost > 0 and job.remaining_samples and job.current_batch_size:
+            rate = job.speed.throughput(job.num_gpus, max(1, len(job.placement)), job.current_batch_size)
+            if rate > 0:
+                left = job.remaining_samples / rate
+                if left <= self.restart_cost:
+                    return math.inf
+                bonus = max(bonus, self.restart_cost / (left - self.restart_cost))
+        return bonus
 
     def _kept_value(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int, raw: JobCurve,
                     ref: float) -> float:
@@ -271,6 +292,8 @@ class ElasticPolicy:
                 else:
                     cands = remaining
                 sol = solve([curves[j.id, t] for j in cands], free[t])
+                if not np.isfinite(sol.value):      # pinned jobs do not fit (the cluster shrank): let any wait
+                    sol = solve([np.concatenate(([0.0], curves[j.id, t][1:])) for j in cands], free[t])
                 for job, g in zip(cands, sol.gpus):
                     if g > 0:
                         result[job.id] = self._allocation(job, ranges[job.id], int(g), t, node_size[t],
@@ -280,16 +303,17 @@ class ElasticPolicy:
         return Allocation(result)
 
     def _scales(self, jobs: list[JobView], refs: dict[str, float]) -> dict[str, float]:
-        """Divisor of each job's raw value. ``weighting="none"``: its minimum-configuration value (the paper's
-        normalised throughput). ``"remaining"``: its remaining work, so the objective is the total fraction of
-        remaining work done per second (short jobs first, which lowers average JCT); jobs whose remaining work is
-        unknown get the median remaining time of the others. Rescaled so the largest weight is 1."""
-        if self.weighting == "none":
+        """Divisor of each job's raw value: its minimum-configuration value times T**urgency, T = its remaining time
+        at that configuration. urgency 0 is the paper's normalised throughput; 1 maximises the fraction of
+        remaining work done per second (shortest first); 0.5, the default, sits between (best of 0..1.5 on Pollux
+        workloads 1 and 3, see bench/elastic_quality.py). Jobs whose remaining work is unknown get the median T of
+        the others. Rescaled so the largest weight is 1."""
+        if self.urgency == 0:
             return dict(refs)
         times = {j.id: j.remaining_samples / refs[j.id] for j in jobs
                  if j.remaining_samples is not None and j.remaining_samples > 0}
         fallback = float(np.median(list(times.values()))) if times else 1.0
-        scale = {j.id: refs[j.id] * times.get(j.id, fallback) for j in jobs}
+        scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
         return {k: v / shortest for k, v in scale.items()}
 
@@ -340,10 +364,13 @@ class ElasticPolicy:
 
 
 @register("elastic")
-def make_elastic(hysteresis: float = 0.05, weighting: str = "remaining") -> ElasticPolicy:
-    return ElasticPolicy("elastic", fixed_batch=False, hysteresis=hysteresis, weighting=weighting)
+def make_elastic(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0) -> ElasticPolicy:
+    return ElasticPolicy("elastic", fixed_batch=False, hysteresis=hysteresis, urgency=urgency,
+                         restart_cost=restart_cost)
 
 
 @register("elastic-gpu-only")
-def make_elastic_gpu_only(hysteresis: float = 0.05, weighting: str = "remaining") -> ElasticPolicy:
-    return ElasticPolicy("elastic-gpu-only", fixed_batch=True, hysteresis=hysteresis, weighting=weighting)
+def make_elastic_gpu_only(hysteresis: float = 0.05, urgency: float = 0.5,
+                          restart_cost: float = 30.0) -> ElasticPolicy:
+    return ElasticPolicy("elastic-gpu-only", fixed_batch=True, hysteresis=hysteresis, urgency=urgency,
+                         restart_cost=restart_cost)
