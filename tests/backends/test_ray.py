@@ -27,7 +27,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    # fast failure detection: a removed node is declared dead within ~1 s instead of ~30 s
+    fast = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 250, "health_check_timeout_ms": 250,
+            "health_check_failure_threshold": 3}
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "_system_config": fast})
     nodes = {name: c.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": name})
              for name in ("n1", "n2", "n3")}
     c.wait_for_nodes()
@@ -148,6 +151,20 @@ def test_resize_is_a_new_group_and_an_elastic_control_generation(backend, tmp_pa
     assert sorted(samples_seen(job.job_dir)) == list(range(200))
 
 
+def test_resize_without_a_node_map_keeps_the_job_where_it_is(backend, tmp_path):
+    job = launch(tmp_path, 9, 4, {"n2": 2, "n3": 2}, n_samples=100_000)
+    backend.start(job)
+    try:
+        backend.resize(9, job.job_dir, 2, None, 2)            # shrink: the loop's rule keeps n2 (name order)
+        assert backend.placement(9) == {"n2": 2}
+        backend.resize(9, job.job_dir, 3, None, 3)            # grow: n2 kept, Ray picks the third
+        where = backend.placement(9)
+        assert where["n2"] == 2 and sum(where.values()) == 3
+    finally:
+        backend.stop(9, job.job_dir)
+    assert wait_free(6) == 6
+
+
 def test_impossible_request_times_out_and_holds_nothing(backend, tmp_path):
     saved, backend.ready_timeout_s = backend.ready_timeout_s, 1.0
     try:
@@ -159,7 +176,7 @@ def test_impossible_request_times_out_and_holds_nothing(backend, tmp_path):
     assert wait_free(6) == 6
 
 
-def test_service_restart_reattaches_to_a_running_job(cluster, backend, tmp_path):
+def test_attach_after_a_service_restart_finds_the_detached_actor(cluster, backend, tmp_path):
     c, _ = cluster
     job = launch(tmp_path, 5, 1, n_samples=100)
     backend.start(job)
@@ -193,35 +210,6 @@ def test_stop_kills_the_runtime_and_its_workers(backend, tmp_path):
     assert wait_free(6) == 6
 
 
-def test_node_loss_is_reported_and_the_job_resumes_elsewhere_exactly_once(cluster, backend, tmp_path):
-    c, nodes = cluster
-    job = launch(tmp_path, 8, 2, {"n1": 2}, n_samples=240)
-    backend.start(job)
-    wait_progress(job.job_dir, 3)
-    status = json.loads((job.job_dir / "status.json").read_text())
-    c.remove_node(nodes["n1"])                    # the node dies: raylet and its workers go
-    res = wait_state(backend, job, "gone", timeout=60)
-    assert res.error == "node n1 lost"
-    assert NodeLost("n1", (8,)) in backend.lost_nodes()
-    assert not backend.is_running(8)
-    pids = [status["pid"], *status["worker_pids"]]
-    deadline = time.monotonic() + 10             # no orphan keeps writing the job dir
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(p) for p in pids)
-    assert [v.name for v in backend.nodes()] == ["n2", "n3"]
-    done_before = len(samples_seen(job.job_dir))
-    assert 0 < done_before < 240
-
-    again = launch(tmp_path, 8, 2, {"n1": 2}, n_samples=240, generation=2)   # the loop still believes in n1
-    backend.start(again)
-    assert "n1" not in backend.placement(8)       # Ray found live GPUs instead
-    wait_state(backend, again, "finished")
-    assert sorted(samples_seen(job.job_dir)) == list(range(240))  # each sample exactly once
-    nodes["n1"] = c.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": "n1"})
-    c.wait_for_nodes()
-
-
 # ----------------------------------------------------------------------------- the service on both backends
 
 REPO = Path(__file__).resolve().parents[2]
@@ -243,6 +231,11 @@ def make_service(request, backend, tmp_path):
         made.append(svc)
         return svc, httpx.Client(base_url=svc.url, timeout=10)
 
+    def close(svc):                               # as a killed service would: jobs keep running
+        made.remove(svc)
+        svc.close()
+
+    make.close = close
     yield make
     for svc in made:
         svc.backend.stop_all()
@@ -253,6 +246,13 @@ def submit(client, **spec) -> int:
     r = client.post("/jobs", json={"entry": "contract.py:make_job", **spec})
     assert r.status_code == 201, r.text
     return r.json()["id"]
+
+
+def _wait(pred, what, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.1)
 
 
 def wait_job(client, job_id, pred, timeout=60.0, what=""):
@@ -282,10 +282,25 @@ def test_service_elastic_job_shrinks_and_grows_exactly_once(make_service):
     assert wait_free(6) == 6
 
 
+def test_service_restart_reattaches_the_running_job(make_service):
+    svc, c = make_service("test-fifo")
+    a = submit(c, name="long", gpus=2, params={"n_samples": 400, "step_s": 0.05})
+    wait_job(c, a, lambda j: j["state"] == "running" and j["samples"] > 0, what="running with progress")
+    job_dir = svc.state_dir / "jobs" / str(a)
+    pid = json.loads((job_dir / "status.json").read_text())["pid"]
+    make_service.close(svc)
+    svc2, c2 = make_service("test-fifo")                   # same state dir, fresh service and loop
+    wait_job(c2, a, lambda j: j["state"] == "finished", what="finished after restart")
+    kinds = [e["kind"] for e in c2.get(f"/jobs/{a}/events").json()]
+    assert "reattached" in kinds and kinds.count("running") == 1       # adopted, never restarted
+    assert json.loads((job_dir / "status.json").read_text())["pid"] == pid
+    assert sorted(samples_seen(job_dir)) == list(range(400))
+
+
 def _audit_resumed(job_dir: Path) -> tuple[Counter, int]:
     """Sample ids trained into the final model across a coordinator restart (node loss): in each worker's
-    record file the resumed run starts where the step goes back; the first run's records past the step
-    it was resumed from never reached the model."""
+    record file the resumed run starts where the generation counter starts again (or the step goes
+    back); the first run's records past the step it was resumed from never reached the model."""
     kept, restored = Counter(), None
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
         recs = []
@@ -294,7 +309,9 @@ def _audit_resumed(job_dir: Path) -> tuple[Counter, int]:
                 recs.append(json.loads(line))
             except ValueError:      # torn by the kill mid-write
                 continue
-        cut = next(i for i in range(1, len(recs)) if recs[i]["step"] <= recs[i - 1]["step"])
+        cut = next((i for i in range(1, len(recs)) if recs[i]["generation"] < recs[i - 1]["generation"]
+                    or recs[i]["step"] <= recs[i - 1]["step"]), None)
+        assert cut is not None, f"{path}: no second run found in the sample records"
         restored = recs[cut]["step"] - 1
         for r in recs[:cut]:
             if r["step"] <= restored:
@@ -318,7 +335,15 @@ def test_service_on_ray_node_loss_resumes_the_real_runtime_elsewhere_exactly_onc
                      params={"num_samples": 480, "batch_size": 12, "throttle_s": 0.1})
         wait_job(c, job, lambda j: j["samples"] >= 12 * 7, timeout=120, what="7 steps")
         (victim,) = backend.placement(job)                     # PACK: one node holds both workers
-        c_.remove_node(nodes[victim])
+        status = json.loads((svc.state_dir / "jobs" / str(job) / "status.json").read_text())
+        c_.remove_node(nodes[victim])                          # the node dies: raylet and its workers go
+        _wait(lambda: "queued" in [e["kind"] for e in c.get(f"/jobs/{job}/events").json()], "loss noticed")
+        assert NodeLost(victim, (job,)) in backend.lost_nodes()
+        pids = [status["pid"], *status["worker_pids"]]         # no orphan keeps writing the job dir
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(p) for p in pids)
         wait_job(c, job, lambda j: j["state"] == "finished", timeout=150, what="resumed and finished")
         events = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
         assert events.count("running") == 2 and "queued" in events     # gone -> re-queued -> restarted

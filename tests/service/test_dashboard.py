@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, register
+from tests.service import policies  # noqa: F401  (registers test-fifo)
 from dlsched.service.dashboard_routes import estimate_queue, gantt_intervals, load_reports, overview
 from dlsched.service.server import Service, free_port
 from dlsched.service.store import Store
@@ -30,23 +30,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
                   "--no-first-run", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
 
 
-class ArrivalOrder:
-    """Requested GPUs in arrival order while they fit (a test-only stand-in for the policy modules)."""
-
-    name = "dashboard-test-fifo"
-
-    def decide(self, jobs, cluster):
-        free, out = cluster.total_gpus, {}
-        for j in sorted(jobs, key=lambda j: (not j.is_running, j.submit_time, int(j.id))):
-            n = j.num_gpus or j.requested_gpus
-            if n <= free:
-                out[j.id] = JobAllocation(n)
-                free -= n
-        return Allocation(out)
-
-
-if ArrivalOrder.name not in _REGISTRY:
-    register(ArrivalOrder.name)(ArrivalOrder)
+POLICY = "test-fifo"   # tests/service/policies.py: requested GPUs in arrival order
 
 
 # ----------------------------------------------------------------------------- pure parts
@@ -128,7 +112,7 @@ def live_service(tmp_path_factory):
     """A real service with two 2-slot nodes: a finished job, two running ones, one queued."""
     tmp = tmp_path_factory.mktemp("dash")
     cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 2}, {"name": "n2", "gpus": 2}],
-                          policy=ArrivalOrder.name, interval_s=0.2)
+                          policy=POLICY, interval_s=0.2)
     svc = Service(cluster, tmp / "state", port=free_port(), runtime=CONTRACT_RUNTIME).start()
     c = httpx.Client(base_url=svc.url, timeout=10)
     specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 100_000, 0.1), ("mlp-b", 1, 100_000, 0.1), ("waiting", 4, 80, 0.05)]
@@ -203,7 +187,7 @@ def test_reports_page_compares_policies(live_service):
 
 
 def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):
-    cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 1}], policy=ArrivalOrder.name, interval_s=0.5)
+    cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 1}], policy=POLICY, interval_s=0.5)
     token = "t" * 32
     svc = Service(cluster, tmp_path / "state", port=free_port(), token=token, runtime=CONTRACT_RUNTIME).start()
     try:

@@ -234,12 +234,12 @@ class RayBackend:
                         dict(placement), sorted(set(placement) - alive))
             placement = None
         if placement:
-            if sum(placement.values()) != workers:
-                raise ValueError(f"job {job_id}: placement {dict(placement)} does not add up to {workers} workers")
+            if sum(placement.values()) > workers:
+                raise ValueError(f"job {job_id}: placement {dict(placement)} exceeds {workers} workers")
             selectors = []
             for name, count in sorted(placement.items()):
                 selectors += [{RAY_NODE_ID_LABEL: self._node_id(name)}] * count
-            kwargs["bundle_label_selector"] = selectors
+            kwargs["bundle_label_selector"] = selectors + [{}] * (workers - len(selectors))   # {}: Ray chooses
         name = _group_name(job_id, generation)
         try:                                   # a group left by an earlier try of this generation
             self._release(get_placement_group(name))
@@ -317,6 +317,8 @@ class RayBackend:
         new group cannot be had, the old shape is reserved again and the error propagates.
         """
         job = self._jobs[job_id]
+        if placement is None:
+            placement = _stay_put(self.placement(job_id), num_gpus)
         self._release(job.group)
         try:
             group, bundle_nodes = self._reserve(job_id, generation, num_gpus, placement, spread)
@@ -446,6 +448,20 @@ class RayBackend:
     def stop_all(self) -> None:
         for job_id in list(self._jobs):
             self.stop(job_id)
+
+
+def _stay_put(current: Mapping[str, int], workers: int) -> dict[str, int]:
+    """Where a resize goes when the caller gives no node map: the job keeps its nodes. Shrinking gives
+    back GPUs on the nodes where it holds least (the loop's own rule, ``service.loop.place``), so Ray's
+    reservation matches what the loop recorded; growing keeps every current GPU and lets Ray choose
+    the extra ones (PACK)."""
+    keep, left = {}, workers
+    for node, n in sorted(current.items(), key=lambda kv: (-kv[1], kv[0])):
+        if left <= 0:
+            break
+        keep[node] = min(n, left)
+        left -= keep[node]
+    return keep
 
 
 def _actor_name(job_id: int) -> str:
