@@ -19,6 +19,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from dlsched.backends.base import Launch  # noqa: E402
 from dlsched.backends.ray import NodeLost, RayBackend  # noqa: E402
 from dlsched.service.server import Service, free_port  # noqa: E402
+from tests.service.teardown import stop_service_and_jobs  # noqa: E402
 from dlsched.spec import ClusterSpec, JobSpec  # noqa: E402
 
 CONTRACT_RUNTIME = [sys.executable, str(Path(__file__).with_name("contract_runtime.py"))]
@@ -152,7 +153,7 @@ def test_resize_is_a_new_group_and_an_elastic_control_generation(backend, tmp_pa
 
 
 def test_resize_without_a_node_map_keeps_the_job_where_it_is(backend, tmp_path):
-    job = launch(tmp_path, 9, 4, {"n1": 2, "n2": 2}, n_samples=100_000)
+    job = launch(tmp_path, 9, 4, {"n1": 2, "n2": 2}, n_samples=20_000)
     backend.start(job)
     try:
         backend.resize(9, job.job_dir, 3, None, 2)            # shrink: the loop's rule gives back on n2
@@ -240,8 +241,7 @@ def make_service(request, backend, tmp_path):
     make.close = close
     yield make
     for svc in made:
-        svc.backend.stop_all()
-        svc.close()
+        stop_service_and_jobs(svc)
 
 
 def submit(client, **spec) -> int:
@@ -355,8 +355,7 @@ def test_service_on_ray_node_loss_resumes_the_real_runtime_elsewhere_exactly_onc
         assert restored >= 3                                   # resumed from a checkpoint, not from scratch
         assert kept == Counter(range(480))                     # every sample exactly once
     finally:
-        backend.stop_all()
-        svc.close()
+        stop_service_and_jobs(svc)
         c.close()
         backend.runtime = CONTRACT_RUNTIME
         nodes[victim] = c_.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": victim})

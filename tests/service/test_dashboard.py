@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.service import policies  # noqa: F401  (registers test-fifo)
+from tests.service.teardown import stop_service_and_jobs
 from dlsched.service.dashboard_routes import estimate_queue, gantt_intervals, load_reports, overview
 from dlsched.service.server import Service, free_port
 from dlsched.service.store import Store
@@ -115,26 +116,29 @@ def live_service(tmp_path_factory):
                           policy=POLICY, interval_s=0.2)
     svc = Service(cluster, tmp / "state", port=free_port(), runtime=CONTRACT_RUNTIME).start()
     c = httpx.Client(base_url=svc.url, timeout=10)
-    specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 100_000, 0.1), ("mlp-b", 1, 100_000, 0.1), ("waiting", 4, 80, 0.05)]
-    ids = {}
-    for name, gpus, n, step in specs:
-        r = c.post("/jobs", json={"name": name, "entry": "contract.py:make_job", "gpus": gpus,
-                                  "params": {"n_samples": n, "step_s": step}, "total_samples": n},
-                   headers={"content-type": "application/json"})
-        assert r.status_code == 201, r.text
-        ids[name] = r.json()["id"]
-    _wait(lambda: c.get(f"/jobs/{ids['quick']}").json()["state"] == "finished", what="job quick to finish")
-    _wait(lambda: len(c.get(f"/jobs/{ids['resnet-a']}/progress").json()) >= 12, what="progress of resnet-a")
-    _wait(lambda: c.get(f"/jobs/{ids['resnet-a']}/predictions").json()
-          and c.get(f"/jobs/{ids['resnet-a']}/predictions").json()[-1]["loss_fit"], what="a loss fit")
-    reports = tmp / "state" / "reports"
-    reports.mkdir()
-    (reports / "workload-1.csv").write_text("policy,avg_jct_s,makespan_s\nfifo,3120.5,42000\ntiresias,2010.2,39000\n"
-                                            "optimus,1750.8,37500\n")
+    try:
+        specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 8000, 0.1), ("mlp-b", 1, 8000, 0.1), ("waiting", 4, 80, 0.05)]
+        ids = {}
+        for name, gpus, n, step in specs:
+            r = c.post("/jobs", json={"name": name, "entry": "contract.py:make_job", "gpus": gpus,
+                                      "params": {"n_samples": n, "step_s": step}, "total_samples": n},
+                       headers={"content-type": "application/json"})
+            assert r.status_code == 201, r.text
+            ids[name] = r.json()["id"]
+        _wait(lambda: c.get(f"/jobs/{ids['quick']}").json()["state"] == "finished", what="job quick to finish")
+        _wait(lambda: len(c.get(f"/jobs/{ids['resnet-a']}/progress").json()) >= 12, what="progress of resnet-a")
+        _wait(lambda: c.get(f"/jobs/{ids['resnet-a']}/predictions").json()
+              and c.get(f"/jobs/{ids['resnet-a']}/predictions").json()[-1]["loss_fit"], what="a loss fit")
+        reports = tmp / "state" / "reports"
+        reports.mkdir()
+        (reports / "workload-1.csv").write_text("policy,avg_jct_s,makespan_s\nfifo,3120.5,42000\ntiresias,2010.2,39000\n"
+                                                "optimus,1750.8,37500\n")
+    except BaseException:
+        stop_service_and_jobs(svc)
+        raise
     yield svc, ids, tmp
     c.close()
-    svc.backend.stop_all()        # close() leaves jobs running for a restarted service to re-attach
-    svc.close()
+    stop_service_and_jobs(svc)
 
 
 def test_overview_page_renders_cluster_queue_and_timeline(live_service):
@@ -200,5 +204,4 @@ def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):
         dom = _chromium(f"{svc.url}/dashboard/?token={token}", tmp_path, "--dump-dom")
         assert 'data-node="n1"' in dom and "load-error" not in dom
     finally:
-        svc.backend.stop_all()
-        svc.close()
+        stop_service_and_jobs(svc)
