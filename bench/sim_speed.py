@@ -1,0 +1,49 @@
+"""Simulator speed: workload-1 (160 Pollux jobs, 16x4 GPUs, 60 s interval) per policy, and the full 82k-job Philly
+trace with FIFO and Tiresias on 2 000 GPUs (250 nodes x 8). Prints wall time and peak memory against the targets:
+Tiresias on a Pollux workload <= 2 s (the peer's own simulator takes ~17 s), Philly <= 60 s, peak RSS <= 2 GiB.
+
+Run: PYTHONPATH=src python bench/sim_speed.py [--skip-philly]
+"""
+from __future__ import annotations
+
+import resource
+import sys
+import time
+
+from dlsched.paths import shared_data
+from dlsched.policy.base import ClusterView
+from dlsched.sim import read_philly, read_workload, run
+from dlsched.sim.traces import APP_SETTINGS, load_app
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def main() -> None:
+    data = shared_data()
+    wl = read_workload(data / "pollux/workloads/workload-1.csv")
+    _, load_s = timed(lambda: [load_app(a) for a in APP_SETTINGS])
+    print(f"loading the 6 application traces: {load_s:.2f} s (once per process)")
+    print("workload-1, 16x4 GPUs, interval 60 s (warm: traces loaded)")
+    for policy in ("fifo", "srtf", "tiresias", "optimus"):
+        r, first = timed(lambda: run(wl, policy))
+        _, second = timed(lambda: run(wl, policy))
+        target = "  target <= 2 s (peer ~17 s): " + ("MET" if first <= 2 else "MISSED") if policy == "tiresias" else ""
+        print(f"  {policy:9s} first {first:6.2f} s  again {second:6.2f} s  avg JCT {r.avg_jct:9.2f}{target}")
+    if "--skip-philly" not in sys.argv:
+        philly, read_s = timed(lambda: read_philly(data / "philly/philly.csv"))
+        print(f"Philly: {len(philly.jobs)} jobs read in {read_s:.2f} s; 2 000 GPUs (250x8), interval 60 s")
+        for policy in ("fifo", "tiresias"):
+            r, secs = timed(lambda: run(philly, policy, ClusterView.homogeneous(250, 8)))
+            s = r.summary()
+            print(f"  {policy:9s} {secs:6.2f} s  finished {s['finished']}  avg JCT {s['avg_jct']:.0f} s  "
+                  f"target <= 60 s: {'MET' if secs <= 60 else 'MISSED'}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20   # KiB -> GiB
+    print(f"peak RSS {peak:.2f} GiB  target <= 2 GiB: {'MET' if peak <= 2 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
