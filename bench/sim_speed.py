@@ -25,8 +25,8 @@ def timed(fn):
 def main() -> None:
     data = shared_data()
     wl = read_workload(data / "pollux/workloads/workload-1.csv")
-    _, load_s = timed(lambda: [load_app(a) for a in APP_SETTINGS])
-    print(f"loading the 6 application traces: {load_s:.2f} s (once per process)")
+    _, load_s = timed(lambda: [load_app(a).warm() for a in APP_SETTINGS])
+    print(f"loading + triangulating the 6 application traces: {load_s:.2f} s (once per process)")
     print("workload-1, 16x4 GPUs, interval 60 s (warm: traces loaded)")
     for policy in ("fifo", "srtf", "tiresias", "optimus"):
         r, first = timed(lambda: run(wl, policy))

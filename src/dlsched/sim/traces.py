@@ -152,25 +152,27 @@ class TraceApp:
 
     # --- speed ------------------------------------------------------------------------------------
     @cached_property
-    def _nd_interpolator(self) -> tuple[Delaunay, np.ndarray]:
-        """Delaunay triangulation of every measurement over (nodes, replicas, local batch) and its values."""
+    def _nd_interpolator(self) -> tuple[Delaunay, np.ndarray, np.ndarray]:
+        """Delaunay triangulation of every measurement over (nodes, replicas, local batch), its barycentric
+        transforms (computed once here; scipy computes them on a triangulation's first query) and the values."""
         xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
         df = self.placements.groupby(xs)[xs + ys].mean()
         df = pd.concat([df, self.scalability], ignore_index=True)
-        return Delaunay(df[xs].to_numpy(float)), df[ys].to_numpy(float)
+        tri = Delaunay(df[xs].to_numpy(float))
+        return tri, tri.transform, df[ys].to_numpy(float)
 
     def _interp_nd(self, point: list[float]) -> np.ndarray:
-        """Piecewise-linear (barycentric) interpolation, what scipy's LinearNDInterpolator computes, without its
-        per-call overhead (~20 ms a query here); NaN outside the measured hull."""
-        tri, values = self._nd_interpolator
+        """Piecewise-linear interpolation exactly as scipy's LinearNDInterpolator (same simplex search, same
+        barycentric weights; Qhull's triangulation of this grid-like data is not conforming, so the simplex
+        chosen matters) without its per-call set-up; NaN outside the measured hull."""
+        tri, transform, values = self._nd_interpolator
         x = np.asarray(point, float)
         simplex = int(tri.find_simplex(x[None, :])[0])
         if simplex < 0:
             return np.full(values.shape[1], np.nan)
-        t = tri.transform[simplex]
+        t = transform[simplex]
         b = t[:3] @ (x - t[3])
-        weights = np.append(b, 1.0 - b.sum())
-        return weights @ values[tri.simplices[simplex]]
+        return np.append(b, 1.0 - b.sum()) @ values[tri.simplices[simplex]]
 
     @cached_property
     def _by_placement(self) -> dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -180,6 +182,11 @@ class TraceApp:
             out[tuple(map(int, key))] = (df.local_bsz.to_numpy(float), df.step_time.to_numpy(float),
                                          df.sync_time.to_numpy(float))
         return out
+
+    def warm(self) -> "TraceApp":
+        """Build the interpolation tables now (they are otherwise built on first use, mid-simulation)."""
+        self._nd_interpolator, self._by_placement
+        return self
 
     def step_time(self, placement: tuple[int, ...], atomic_bsz: int) -> tuple[float, float]:
         """(step time, sync time) in seconds of one optimiser step for this placement and per-GPU batch."""
