@@ -22,6 +22,7 @@ import pandas as pd
 from scipy.spatial import Delaunay
 
 from dlsched.errors import UserError
+from dlsched.perf.efficiency import GradientNoise, progress_gain
 
 EPS = 1e-8
 
@@ -133,11 +134,10 @@ class TraceApp:
         return self._interp(self._grad_sqr, batch_size, epoch), self._interp(self._grad_var, batch_size, epoch)
 
     def gain(self, batch_size: float, epoch: int) -> float:
-        """Statistical gain (progress per step relative to the initial batch): (var+sqr)/(var/scale+sqr)."""
+        """Statistical gain (progress per step, in steps at the initial batch) — ``perf.efficiency``'s formula
+        with this epoch's gradient statistics interpolated between the validated batch sizes."""
         sqr, var = self.grad_stats(batch_size, epoch)
-        scale = batch_size / self.init_batch_size
-        denom = var / scale + sqr
-        return (var + sqr) / denom if denom > 0 else 1.0
+        return progress_gain(GradientNoise(sqr, var), batch_size, self.init_batch_size)
 
     def iterations(self, batch_size: float, epoch: int) -> float:
         """Iterations done after ``epoch`` (the peer's row index), interpolated between validated batches."""
