@@ -276,3 +276,11 @@ def test_pinned_jobs_that_no_longer_fit_do_not_block_the_others():
     pinned = JobView(**{**running(job(0), 3, 96).__dict__, "preemptible": False, "attrs": {}})
     alloc = make_policy("elastic").decide((pinned, job(1)), small)
     assert alloc.gpus("j1") >= 1 and alloc.total_gpus <= 2
+
+
+def test_without_remaining_work_the_job_with_least_attained_service_goes_first():
+    cluster = ClusterView.homogeneous(1, 1)
+    old = job(0, attained_service=50_000.0)
+    new = job(1, attained_service=0.0)
+    assert make_policy("elastic").decide((old, new), cluster).gpus("j1") == 1
+    assert make_policy("elastic", urgency=0.0).decide((old, new), cluster).gpus("j0") == 1
