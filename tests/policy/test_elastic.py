@@ -7,7 +7,7 @@ import pytest
 
 from dlsched.errors import UserError
 from dlsched.policy import ClusterView, JobView, NodeView, make_policy
-from dlsched.policy.dp import concave_greedy, is_concave, knapsack_dp, solve
+from dlsched.policy.dp import concave_greedy, hull_greedy, is_concave, knapsack_dp, solve
 from dlsched.policy.elastic import batch_range, validate_elastic_job
 
 
@@ -103,6 +103,30 @@ def test_mixed_instance_uses_aggregate_and_stays_exact(seed):
         assert sol.value == pytest.approx(expected)
         assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(expected)
         assert sol.gpus.sum() <= capacity
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_hull_greedy_is_exact_whenever_it_certifies(seed):
+    rng = np.random.default_rng(300 + seed)
+    curves = []
+    for _ in range(int(rng.integers(1, 5))):
+        c = np.concatenate(([0.0], np.cumsum(rng.uniform(-0.1, 1.0, int(rng.integers(1, 5))))))
+        c[rng.uniform(size=len(c)) < 0.15] = -np.inf
+        c[0] = 0.0
+        curves.append(c)
+    capacity = int(rng.integers(0, 10))
+    sol = hull_greedy(curves, capacity)
+    if sol is not None:
+        assert sol.value == pytest.approx(brute_force(curves, capacity))
+        assert sol.gpus.sum() <= capacity
+    assert solve(curves, capacity).value == pytest.approx(brute_force(curves, capacity))
+
+
+def test_hull_greedy_refuses_to_stop_inside_an_envelope_segment():
+    curves = [np.array([0.0, 0.1, 3.0])]          # envelope 0 -> 2 GPUs; with 1 GPU the greedy would stop inside
+    assert hull_greedy(curves, 1) is None
+    assert solve(curves, 1).gpus.tolist() == [1]
+    assert hull_greedy(curves, 2).gpus.tolist() == [2]
 
 
 def test_non_concave_curve_is_detected():

@@ -4,13 +4,16 @@ Each job j has a value curve ``u_j[g]`` for ``g = 0..G_j`` GPUs (``-inf`` where 
 lets the job wait, ``-inf`` forces it to run). The problem ``max sum_j u_j[g_j] s.t. sum_j g_j <= K`` is the
 max-plus knapsack of Saxena et al. (MASCOTS'20, see docs/algorithms.md §4.2-4.3).
 
-Two exact solvers:
+Exact solvers, cheapest first (:func:`solve` picks):
 
 * :func:`knapsack_dp` — the DP ``P_j[k] = max_g P_{j-1}[k-g] + u_j[g]``. The inner max over g is vectorised as
   a (K+1) x (G_j+1) sliding window over ``P_{j-1}``, so one job costs a few numpy calls, not K*G Python steps.
 * :func:`concave_greedy` — when every curve is concave from g = 0 (diminishing marginal gains), taking the K largest
   positive marginal gains over all jobs is optimal (the classic result for separable concave resource allocation),
   and costs one sort. :func:`solve` picks it whenever it applies; tests check it agrees with the DP.
+* :func:`hull_greedy` — for non-concave curves (an all-reduce cost that appears at the second GPU, node
+  boundaries, a hysteresis bump), the same greedy on each curve's concave envelope; when every job lands on a
+  point where its curve touches its envelope the result is provably optimal, otherwise the DP runs.
 
 Ties are broken towards earlier jobs (the order given), so callers pass jobs in priority order (FIFO).
 """
@@ -85,6 +88,68 @@ def knapsack_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution:
     return Solution(gpus, value, "dp")
 
 
+def _pack(curves: Sequence[np.ndarray]) -> np.ndarray:
+    """Curves as rows of one (J, G_max + 1) array, -inf past each curve's end."""
+    width = max(len(c) for c in curves)
+    out = np.full((len(curves), width), NEG_INF)
+    for j, c in enumerate(curves):
+        out[j, : len(c)] = c
+    return out
+
+
+def _upper_hull(values: np.ndarray) -> np.ndarray:
+    """Mask of the vertices of each row's upper concave envelope over its finite points.
+
+    A point strictly below the chord of its kept neighbours is never a vertex, so all such points are dropped
+    at once, for all rows, until none is left (a handful of rounds in practice)."""
+    keep = np.isfinite(values)
+    idx = np.arange(values.shape[1])
+    safe = np.where(keep, values, 0.0)
+    while True:
+        prev = np.maximum.accumulate(np.where(keep, idx, -1), axis=1)
+        prev = np.concatenate((np.full((len(values), 1), -1), prev[:, :-1]), axis=1)
+        nxt = np.minimum.accumulate(np.where(keep, idx, len(idx))[:, ::-1], axis=1)[:, ::-1]
+        nxt = np.concatenate((nxt[:, 1:], np.full((len(values), 1), len(idx))), axis=1)
+        inner = keep & (prev >= 0) & (nxt < len(idx))
+        p, n = np.clip(prev, 0, None), np.clip(nxt, None, len(idx) - 1)
+        rows = np.arange(len(values))[:, None]
+        # below the chord: (v - v_p) * (n - p) < (v_n - v_p) * (i - p)
+        below = inner & ((safe - safe[rows, p]) * (n - p) < (safe[rows, n] - safe[rows, p]) * (idx - p) - 1e-12)
+        if not below.any():
+            return keep
+        keep &= ~below
+
+
+def hull_greedy(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
+    """The greedy on each curve's concave envelope, returned only when it is provably optimal, else None.
+
+    The envelope problem's optimum bounds the true one from above; when every job's greedy allocation is a point
+    where its curve touches its envelope, that allocation reaches the bound, so it is exact. Needs u[0] = 0."""
+    if not curves:
+        return Solution(np.zeros(0, dtype=int), 0.0, "hull-greedy")
+    values = _pack(curves)
+    if np.any(values[:, 0] != 0.0):
+        return None
+    keep = _upper_hull(values)
+    idx = np.arange(values.shape[1])
+    rows = np.arange(len(values))[:, None]
+    left = np.maximum.accumulate(np.where(keep, idx, -1), axis=1)[:, :-1]          # last vertex <= g - 1
+    right = np.minimum.accumulate(np.where(keep, idx, len(idx))[:, ::-1], axis=1)[:, ::-1][:, 1:]   # first >= g
+    valid = right < len(idx)
+    r = np.where(valid, right, 0)
+    safe = np.where(np.isfinite(values), values, 0.0)
+    slope = np.where(valid, (safe[rows, r] - safe[rows, left]) / np.maximum(r - left, 1), NEG_INF)
+    owner = np.broadcast_to(rows, slope.shape).ravel()
+    flat = slope.ravel()
+    positive = flat > 0
+    flat, owner = flat[positive], owner[positive]
+    order = np.lexsort((owner, -flat))[:capacity]
+    gpus = np.bincount(owner[order], minlength=len(curves))
+    if not np.all(keep[np.arange(len(curves)), gpus]):
+        return None
+    return Solution(gpus, float(values[np.arange(len(curves)), gpus].sum()), "hull-greedy")
+
+
 def _aggregate_concave(curves: Sequence[np.ndarray], capacity: int) -> np.ndarray:
     """F[k] = best value of the concave jobs with k GPUs (prefix sums of their sorted positive gains)."""
     gains = np.concatenate([np.diff(np.asarray(c, dtype=float)) for c in curves])
@@ -98,6 +163,9 @@ def solve(curves: Sequence[np.ndarray], capacity: int) -> Solution:
     concave = [j for j, c in enumerate(curves) if is_concave(c)]
     if len(concave) == len(curves):
         return concave_greedy(curves, capacity)
+    certified = hull_greedy(curves, capacity)
+    if certified is not None:
+        return certified
     others = [j for j in range(len(curves)) if j not in set(concave)]
     if len(concave) <= 1:
         return knapsack_dp(curves, capacity)
