@@ -7,7 +7,7 @@ import pytest
 
 from dlsched.errors import UserError
 from dlsched.policy import ClusterView, JobView, NodeView, make_policy
-from dlsched.policy.dp import concave_greedy, hull_greedy, is_concave, knapsack_dp, solve
+from dlsched.policy.dp import concave_greedy, hull_greedy, is_concave, knapsack_dp, pruned_dp, solve
 from dlsched.policy.elastic import batch_range, validate_elastic_job
 
 
@@ -120,6 +120,21 @@ def test_hull_greedy_is_exact_whenever_it_certifies(seed):
         assert sol.value == pytest.approx(brute_force(curves, capacity))
         assert sol.gpus.sum() <= capacity
     assert solve(curves, capacity).value == pytest.approx(brute_force(curves, capacity))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pruned_dp_matches_brute_force(seed):
+    rng = np.random.default_rng(500 + seed)
+    curves = []
+    for _ in range(int(rng.integers(1, 6))):
+        c = np.concatenate(([0.0], rng.uniform(0, 3, int(rng.integers(1, 5)))))
+        c[1:][rng.uniform(size=len(c) - 1) < 0.2] = -np.inf
+        curves.append(c)
+    capacity = int(rng.integers(0, 10))
+    sol = pruned_dp(curves, capacity)
+    assert sol is not None and sol.gpus.sum() <= capacity
+    assert sol.value == pytest.approx(brute_force(curves, capacity))
+    assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(sol.value)
 
 
 def test_hull_greedy_refuses_to_stop_inside_an_envelope_segment():
@@ -308,3 +323,11 @@ def test_without_remaining_work_the_job_with_least_attained_service_goes_first()
     new = job(1, attained_service=0.0)
     assert make_policy("elastic").decide((old, new), cluster).gpus("j1") == 1
     assert make_policy("elastic", urgency=0.0).decide((old, new), cluster).gpus("j0") == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_vectorised_concavity_check_agrees_with_the_scalar_one(seed):
+    from dlsched.policy.dp import _concave_rows
+    rng = np.random.default_rng(700 + seed)
+    curves = random_curves(rng, 6, 5, concave=True) + random_curves(rng, 6, 5, concave=False)
+    assert _concave_rows(curves) == [j for j, c in enumerate(curves) if is_concave(c)]
