@@ -24,6 +24,9 @@ MAX_SAMPLES = 10**15
 MAX_PARAMS = 64
 MAX_SPEC_BYTES = 1 << 20   # a spec is a few hundred bytes; 1 MiB is a generous ceiling
 
+# libyaml's parser is ~20x faster than the pure-Python one and has the same safe semantics
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 # path/to/file.py:make_job or package.module:make_job; no spaces, no shell metacharacters
 _ENTRY = r"^[A-Za-z0-9_./-]{1,400}:[A-Za-z_][A-Za-z0-9_]{0,99}$"
@@ -174,7 +177,7 @@ def parse_document(data: bytes | str, source: str, fmt: str | None = None) -> An
     try:
         if fmt == "json":
             return json.loads(data)
-        return yaml.safe_load(data)
+        return yaml.load(data, Loader=_YamlLoader)
     except json.JSONDecodeError as e:
         raise SpecError(f"{source}: line {e.lineno} column {e.colno}: invalid JSON: {e.msg}") from None
     except yaml.YAMLError as e:

@@ -58,6 +58,12 @@ class LocalBackend:
         job_dir.mkdir(parents=True, exist_ok=True)
         # the control file states the allocation the process starts with, so a resumed job never sees a stale one
         write_control(job_dir, launch.num_gpus, launch.batch_size, launch.generation)
+        if self.attach(launch.job_id, job_dir):
+            # a coordinator of this job is still alive (the service died between starting it and recording
+            # that): adopt it; the control file above already moved it to this allocation
+            with open(job_dir / "output.log", "ab") as log:
+                log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} adopted running coordinator\n".encode())
+            return
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, env.get("PYTHONPATH")) if p)
         env.setdefault("OMP_NUM_THREADS", str(self.threads_per_worker))

@@ -120,6 +120,7 @@ class LiveLoop:
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self._speeds: dict[int, perf.SpeedModel] = {}
         self._seen_progress: dict[int, int] = {}
+        self._views: dict[int, tuple] = {}
         self._last_now: float | None = None
 
     def job_dir(self, job_id: int) -> Path:
@@ -159,6 +160,16 @@ class LiveLoop:
         return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions))
 
     def snapshot(self, job: JobRecord) -> JobView:
+        """The policy's view of a job; reused while neither the record nor its speed model changed."""
+        speed = self._speeds.get(job.id)
+        hit = self._views.get(job.id)
+        if hit is not None and hit[0] is job and hit[1] is speed:
+            return hit[2]
+        view = self._make_view(job, speed)
+        self._views[job.id] = (job, speed, view)
+        return view
+
+    def _make_view(self, job: JobRecord, speed) -> JobView:
         s = job.spec
         lo, hi = s.gpu_range
         remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
@@ -167,7 +178,7 @@ class LiveLoop:
             min_batch_size=s.min_batch_size, max_batch_size=s.max_batch_size, max_local_batch=s.max_local_batch,
             max_gpus=hi, min_gpus=lo, attained_service=job.attained_service, run_time=job.run_time,
             placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
-            speed=self._speeds.get(job.id), kind=s.kind, preemptible=s.preemptible,
+            speed=speed, kind=s.kind, preemptible=s.preemptible,
             attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss})
 
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
@@ -199,62 +210,74 @@ class LiveLoop:
         return actions
 
     def act(self, actions: list[Action], jobs: Mapping[int, JobRecord], now: float) -> None:
-        # free GPUs before taking them, so a failed start never leaves the cluster over-committed
+        """Backend actions first (GPUs are freed before they are taken), then every resulting store write in ONE
+        transaction. A crash in between leaves coordinators the store does not know about; ``LocalBackend.start``
+        adopts a live coordinator of the same job instead of starting a second one, so that is safe."""
+        writes = []
         for act in sorted(actions, key=lambda a: {"preempt": 0, "resize": 1, "start": 2}[a.kind]):
             job = jobs[act.job_id]
             d = self.job_dir(job.id)
+            gen = job.generation + 1
             try:
                 if act.kind == "preempt":
                     self.backend.stop(job.id, d)
-                    self.store.transition(job.id, QUEUED, now, {"reason": "preempted"}, num_gpus=0, placement={})
+                    writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
                 elif act.kind == "start":
-                    gen = job.generation + 1
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.placement, gen))
-                    self.store.transition(job.id, RUNNING, now, {"gpus": act.num_gpus, "batch_size": act.batch_size},
-                                          num_gpus=act.num_gpus, placement=act.placement, batch_size=act.batch_size,
-                                          generation=gen, job_dir=str(d))
+                    writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size},
+                                   {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
+                                    "generation": gen, "job_dir": str(d)}))
                 else:
-                    gen = job.generation + 1
                     self.backend.resize(job.id, d, act.num_gpus, act.batch_size, gen)
-                    self.store.transition(job.id, RESCALING, now,
-                                          {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
-                                          num_gpus=act.num_gpus, placement=act.placement, batch_size=act.batch_size,
-                                          generation=gen)
+                    writes.append((job.id, RESCALING,
+                                   {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
+                                   {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
+                                    "generation": gen}))
             except Exception as e:   # one job's launch failure must not stop the service
                 log.exception("job %s: %s failed", job.id, act.kind)
                 self.backend.stop(job.id, d)
-                self.store.transition(job.id, FAILED, now, {"reason": f"{act.kind} failed: {e}"}, error=str(e)[:500])
-                continue
-            self.store.record_allocation(job.id, now, act.num_gpus, act.batch_size, dict(act.placement))
+                writes.append((job.id, FAILED, {"reason": f"{act.kind} failed: {e}"}, {"error": str(e)[:500]}))
+        with self.store.batch():
+            for job_id, state, detail, fields in writes:
+                self.store.transition(job_id, state, now, detail, **fields)
+                rec_gpus = fields.get("num_gpus", 0) if state != FAILED else 0
+                self.store.record_allocation(job_id, now, rec_gpus, fields.get("batch_size", jobs[job_id].batch_size),
+                                             dict(fields.get("placement", {})))
 
     # -- observation -------------------------------------------------------------------------------
     def observe(self, now: float) -> None:
         """Cancellations, progress ingestion, process state, GPU-service accounting, prediction refit."""
         dt = 0.0 if self._last_now is None else max(0.0, now - self._last_now)
         self._last_now = now
-        for job in self.store.jobs(states=(RUNNING, RESCALING)):
-            d = self.job_dir(job.id)
-            if job.cancel_requested:
-                self.backend.stop(job.id, d)
+        running = self.store.jobs(states=(RUNNING, RESCALING))
+        for job in [j for j in running if j.cancel_requested]:
+            self.backend.stop(job.id, self.job_dir(job.id))      # slow (grace period): outside any transaction
+            with self.store.batch():
                 self._ingest(job, now)
                 self.store.transition(job.id, CANCELLED, now)
                 self.store.record_allocation(job.id, now, 0, job.batch_size, {})
-                continue
-            job = self._ingest(job, now)
-            self.store.update(job.id, attained_service=job.attained_service + dt * job.num_gpus,
-                              run_time=job.run_time + dt)
-            res = self.backend.poll(job.id, d)
-            if res.state == "finished":
-                self.store.transition(job.id, FINISHED, now)
-            elif res.state == "failed":
-                self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
-            elif res.state == "gone":
-                self.store.transition(job.id, QUEUED, now, {"reason": "coordinator vanished: resume from checkpoint"},
-                                      num_gpus=0, placement={})
-            else:
-                continue
-            self.store.record_allocation(job.id, now, 0, job.batch_size, {})
-            self._speeds.pop(job.id, None)
+        with self.store.batch():     # one fsync for the whole pass, however many jobs run
+            for job in [j for j in running if not j.cancel_requested]:
+                self._observe_one(job, now, dt)
+
+    def _observe_one(self, job: JobRecord, now: float, dt: float) -> None:
+        d = self.job_dir(job.id)
+        job = self._ingest(job, now)
+        self.store.update(job.id, attained_service=job.attained_service + dt * job.num_gpus,
+                          run_time=job.run_time + dt)
+        res = self.backend.poll(job.id, d)
+        if res.state == "finished":
+            self.store.transition(job.id, FINISHED, now)
+        elif res.state == "failed":
+            self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
+        elif res.state == "gone":
+            self.store.transition(job.id, QUEUED, now, {"reason": "coordinator vanished: resume from checkpoint"},
+                                  num_gpus=0, placement={})
+        else:
+            return
+        self.store.record_allocation(job.id, now, 0, job.batch_size, {})
+        self._speeds.pop(job.id, None)
+        self._views.pop(job.id, None)
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
         records, offset = read_progress(self.job_dir(job.id), job.progress_offset)
