@@ -287,6 +287,9 @@ def test_gpu_only_needs_a_fixed_batch_and_skips_invalid_jobs_without_crashing():
     bad = job(0, batch_size=None)
     with pytest.raises(UserError, match="batch_size is required by elastic-gpu-only"):
         validate_elastic_job(bad, cluster, fixed_batch=True)
+    with pytest.raises(UserError, match="job 'j0'"):
+        make_policy("elastic-gpu-only").validate(bad, cluster)
+    make_policy("elastic").validate(job(0, batch_size=None), cluster)        # the range alone suffices there
     alloc = make_policy("elastic-gpu-only").decide((bad, job(1)), cluster)
     assert alloc.gpus("j0") == 0 and alloc.gpus("j1") >= 1
 

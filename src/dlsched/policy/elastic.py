@@ -154,6 +154,11 @@ class ElasticPolicy:
         self.restart_cost = restart_cost
         self._memo: dict = {}
 
+    def validate(self, job: JobView, cluster: ClusterView) -> None:
+        """Submit-time check drivers call when a job arrives (``getattr(policy, "validate", None)``): UserError,
+        one line naming the job, field and value, if the job has no feasible (GPUs, batch) configuration."""
+        validate_elastic_job(job, cluster, self.fixed_batch)
+
     # ---- value curves -------------------------------------------------------------------------------------
     def _best_batch(self, job: JobView, rng: BatchRange, g: int, node_size: int, gpu_type: str) -> tuple[float, int]:
         nodes = math.ceil(g / node_size)
