@@ -103,19 +103,28 @@ def _pack(curves: Sequence[np.ndarray]) -> np.ndarray:
 def _upper_hull(values: np.ndarray) -> np.ndarray:
     """Mask of the vertices of each row's upper concave envelope over its finite points.
 
-    Point i is a vertex iff it lies on or above every chord over it: the smallest slope into it from the left is
-    at least the largest slope out of it to the right. All rows at once, O(J * G^2) numbers, no loop."""
-    finite = np.isfinite(values)
+    A point strictly below the chord of its kept neighbours is never a vertex, so all such points are dropped at
+    once; rounds repeat on the rows that changed until none does (curves are nearly concave: few rows, few rounds)."""
+    keep = np.isfinite(values)
     width = values.shape[1]
-    safe = np.where(finite, values, 0.0)
     idx = np.arange(width)
-    run = idx[None, :] - idx[:, None]                                   # run[a, b] = b - a
-    with np.errstate(divide="ignore", invalid="ignore"):
-        slope = (safe[:, None, :] - safe[:, :, None]) / run             # slope[j, a, b] from a to b
-    pair_ok = finite[:, :, None] & finite[:, None, :]
-    into = np.where(pair_ok & (run > 0)[None], slope, np.inf).min(axis=1)       # min over a < b, per b
-    out_of = np.where(pair_ok & (run > 0)[None], slope, NEG_INF).max(axis=2)    # max over b > a, per a
-    return finite & (into >= out_of - 1e-12)
+    safe = np.where(keep, values, 0.0)
+    active = np.arange(len(values))
+    while len(active):
+        k, v = keep[active], safe[active]
+        rows = np.arange(len(active))[:, None]
+        prev = np.maximum.accumulate(np.where(k, idx, -1), axis=1)
+        prev = np.concatenate((np.full((len(active), 1), -1), prev[:, :-1]), axis=1)
+        nxt = np.minimum.accumulate(np.where(k, idx, width)[:, ::-1], axis=1)[:, ::-1]
+        nxt = np.concatenate((nxt[:, 1:], np.full((len(active), 1), width)), axis=1)
+        inner = k & (prev >= 0) & (nxt < width)
+        p, n = np.clip(prev, 0, None), np.clip(nxt, None, width - 1)
+        # below the chord from p to n: (v - v_p) * (n - p) < (v_n - v_p) * (i - p)
+        below = inner & ((v - v[rows, p]) * (n - p) < (v[rows, n] - v[rows, p]) * (idx - p) - 1e-12)
+        changed = below.any(axis=1)
+        keep[active[changed]] &= ~below[changed]
+        active = active[changed]
+    return keep
 
 
 def hull_greedy(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
