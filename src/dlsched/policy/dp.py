@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 NEG_INF = -np.inf
 SMALL_DP_CELLS = 1_000_000     # below this many DP cells the plain DP beats the envelope machinery
@@ -65,20 +65,30 @@ def concave_greedy(curves: Sequence[np.ndarray], capacity: int) -> Solution:
 
 
 def knapsack_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution:
-    """Exact max-plus DP over jobs x GPUs with a vectorised inner max; ``-inf`` value means no feasible split."""
+    """Exact max-plus DP over jobs x GPUs with a vectorised inner max; ``-inf`` value means no feasible split.
+
+    ``P`` lives at the end of one buffer with ``G_max`` -inf cells before it, and a strided (K+1) x (G_max+1) view
+    of that buffer reads ``P[k - g]`` for every k and g without copying: one add, one argmax per job."""
     K = int(capacity)
     J = len(curves)
-    P = np.zeros(K + 1)                       # P[k]: best value of the jobs so far using at most k GPUs
+    if J == 0:
+        return Solution(np.zeros(0, dtype=int), 0.0, "dp")
+    width = min(max(len(c) for c in curves) - 1, K)
+    buf = np.full(K + 1 + width, NEG_INF)
+    P = buf[width:]                           # P[k]: best value of the jobs so far using at most k GPUs
+    P[:] = 0.0
+    step = buf.strides[0]
+    window = as_strided(buf, shape=(K + 1, width + 1), strides=(step, step), writeable=False)
+    rows = np.arange(K + 1)
     choices: list[np.ndarray] = []
     for curve in curves:
         u = np.asarray(curve, dtype=float)[: K + 1]
         G = len(u) - 1
-        padded = np.concatenate((np.full(G, NEG_INF), P))
         # by_g[k, g] = P[k - g] + u[g]; argmax takes the first max, i.e. the fewest GPUs on ties.
-        by_g = sliding_window_view(padded, G + 1)[:, ::-1] + u
+        by_g = window[:, width - G:][:, ::-1] + u
         best_g = np.argmax(by_g, axis=1)
-        P = by_g[np.arange(K + 1), best_g]
-        choices.append(best_g.astype(np.int32))
+        P[:] = by_g[rows, best_g]
+        choices.append(best_g)
     gpus = np.zeros(J, dtype=int)
     k = K
     value = float(P[K])
