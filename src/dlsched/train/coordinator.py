@@ -71,6 +71,7 @@ class Coordinator:
         self.detector = StragglerDetector()
         self.stragglers: list[int] = []
         self.resizing = False
+        self.standby_ready = 0
 
     # -- processes ----------------------------------------------------------------------------------
     def _spawn(self, generation: int, count: int, world: int) -> list[int]:
@@ -138,7 +139,14 @@ class Coordinator:
 
     def _status(self, state: str, error: str | None = None) -> None:
         write_status(self.dir, state, os.getpid(), len(self.wids), error, generation=self.generation,
-                     worker_pids=[self.procs[w].pid for w in self.wids if w in self.procs])
+                     worker_pids=[self.procs[w].pid for w in self.wids if w in self.procs],
+                     standby_ready=self.standby_ready)
+
+    def _watch_standby(self) -> None:
+        ready = sum(self.store.check([f"ready/{w}"]) for w in self.standby)
+        if ready != self.standby_ready:
+            self.standby_ready = ready
+            self._status("running")
 
     def _initial_state(self):
         """Fresh start, or resume from the latest checkpoint in DIR/ckpt."""
@@ -201,6 +209,7 @@ class Coordinator:
                     drop, self.stragglers = self.stragglers, []
                     self._resize(len(self.wids), None, drop=drop)
                 self._reap_leaving()
+                self._watch_standby()
                 time.sleep(POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
             self._kill(list(self.procs))
@@ -241,6 +250,7 @@ class Coordinator:
             self._resize_now(workers, batch_size, list(drop))
         finally:
             self.resizing = False
+        self.standby_ready = 0
 
     def _resize_now(self, workers: int, batch_size: int | None, drop: list[int]) -> None:
         requested = time.time()

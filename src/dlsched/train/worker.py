@@ -233,6 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     worker = Worker(job, store, args.worker_id, Path(args.job_dir))
     store.set(f"ready/{args.worker_id}", "1")
     worker.run(args.generation)
+    if worker.record is not None:
+        worker.record.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: torch/gloo thread shutdown takes seconds on a loaded machine
 
 
 if __name__ == "__main__":
