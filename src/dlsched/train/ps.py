@@ -14,6 +14,7 @@ Fixed size (no resize); every worker sees its exactly-once share of each epoch.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -101,7 +102,7 @@ def _local_grad(job, model, ids: np.ndarray) -> tuple[torch.Tensor, float]:
 def _process(rank: int, servers: int, workers: int, port: int, entry: str, params: dict, sync: bool,
              global_batch: int, out_dir: str) -> None:
     torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+    store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False, timeout=timedelta(seconds=60))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=servers + workers,
                             timeout=timedelta(seconds=120))
     job = build_job(entry, params)
@@ -194,7 +195,9 @@ def run_parameter_server(entry: str, params: dict, workers: int, servers: int, s
     """Train with W workers and P servers in real processes; return each worker's per-step log."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
-    mp.spawn(_process, args=(servers, workers, store.port, entry, params, sync, global_batch, str(out_dir)),
-             nprocs=servers + workers, join=True)
+    with socket.socket() as s:  # a free port for rank 0's store; fork keeps start-up cheap (no re-import)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_process, args=(servers, workers, port, entry, params, sync, global_batch, str(out_dir)),
+                       nprocs=servers + workers, join=True, start_method="fork")
     return [json.loads((out_dir / f"ps-worker-{w}.json").read_text()) for w in range(workers)]
