@@ -87,3 +87,20 @@ def test_straggler_is_detected_and_replaced_without_losing_samples(tmp_path):
     swap = events(job_dir, "resized")[0]
     assert swap["replaced"] == [1] and swap["from_workers"] == swap["workers"] == 3
     assert committed_sample_ids(job_dir) == Counter(range(480))
+
+
+def test_batch_size_change_scales_lr_with_momentum_compensation_ramp(tmp_path):
+    job_dir = tmp_path / "job"
+    proc = start_job(job_dir, 1, "--param", "num_samples=720", "--param", "batch_size=12", "--param", "lr=0.04",
+                     "--param", "throttle_s=0.05", "--ckpt-every", "0")
+    wait_for_step(job_dir, 3, proc)
+    write_control(job_dir, 1, 24, 1)
+    wait_for_event(job_dir, "resized", 1, proc)
+    finish(proc)
+    t0 = events(job_dir, "resized")[0]["step"]
+    rows = {r["step"]: r for r in read_progress(job_dir) if "event" not in r}
+    assert rows[t0]["lr"] == pytest.approx(0.04) and rows[t0]["batch_size"] == 12
+    # the LR used at step t (progress row t+1) is 0.04 * (1 + (t - t0)/8 * (2 - 1)), then 0.08
+    ramp = [rows[t0 + 1 + i]["lr"] for i in range(10)]
+    assert ramp == pytest.approx([0.04 * (1 + i / 8) for i in range(8)] + [0.08, 0.08])
+    assert rows[t0 + 1]["batch_size"] == 24

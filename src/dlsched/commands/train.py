@@ -5,8 +5,6 @@ from pathlib import Path
 
 import typer
 
-from dlsched.errors import UserError
-
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -43,7 +41,4 @@ def register(app: typer.Typer) -> None:
             argv += ["--batch-size", str(batch_size)]
         for p in param:
             argv += ["--param", p]
-        rc = main(argv)
-        if rc == 2:
-            raise UserError("training job rejected its input (see the line above)")
-        raise typer.Exit(rc)
+        raise typer.Exit(main(argv))  # run.main already printed a bad-input error as one line
