@@ -104,3 +104,18 @@ def test_batch_size_change_scales_lr_with_momentum_compensation_ramp(tmp_path):
     ramp = [rows[t0 + 1 + i]["lr"] for i in range(10)]
     assert ramp == pytest.approx([0.04 * (1 + i / 8) for i in range(8)] + [0.08, 0.08])
     assert rows[t0 + 1]["batch_size"] == 24
+
+
+def test_failing_job_ends_failed_with_the_workers_error(tmp_path):
+    job_dir = tmp_path / "job"
+    proc = start_job(job_dir, 1, "--param", "num_samples=64", "--param", "poison_sample=5", "--max-restarts", "0")
+    proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    status = json.loads((job_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "sample 5 is poisoned" in status["error"]
+
+
+def test_bad_entry_is_one_line_exit_2(tmp_path):
+    proc = start_job(tmp_path / "job", 1, entry="examples/nosuch.py:make_job")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out.strip().startswith("error: --entry") and len(out.strip().splitlines()) == 1
