@@ -50,7 +50,7 @@ def steps(job_dir):
     return [r for r in read_progress(job_dir) if "event" not in r]
 
 
-def stop_free(job_dir: Path, a, standby: int) -> tuple[float, float]:
+def stop_free(job_dir: Path, a, standby: int) -> tuple[float, float, float, float]:
     proc = start(job_dir, a.frm, a, "--ckpt-every", "0", "--standby", str(standby))
     wait(lambda: len(steps(job_dir)) >= 3, proc)
     if standby:
@@ -59,7 +59,8 @@ def stop_free(job_dir: Path, a, standby: int) -> tuple[float, float]:
     ev = wait(lambda: [r for r in read_progress(job_dir) if r.get("event") == "resized"], proc)[0]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    return ev["pause_s"], ev["stall_s"]
+    step_s = [r["time"] for r in steps(job_dir)]
+    return ev["pause_s"], ev["stall_s"], ev["regroup_s"], step_s[2] - step_s[1]
 
 
 def checkpoint_restart(job_dir: Path, a) -> tuple[float, int]:
@@ -91,8 +92,9 @@ def main() -> None:
         restart, lost = checkpoint_restart(Path(d) / "restart", a)
     name = Path(a.entry.split(":")[0]).stem
     print(f"resize {a.frm}->{a.to} workers, {name}, global batch {a.batch}, CPU, {a.threads} thread(s)/worker:")
-    print(f"  stop-free (cold new workers):   pause {cold[0]:.2f} s  (training stalled {cold[1]:.2f} s)")
-    print(f"  stop-free (standby workers):    pause {warm[0]:.2f} s  (training stalled {warm[1]:.2f} s)")
+    for label, r in (("cold new workers", cold), ("standby workers", warm)):
+        print(f"  stop-free ({label + '):':18s} pause {r[0]:.2f} s  (training stalled {r[1]:.2f} s, of which "
+              f"regroup+broadcast {r[2]:.2f} s; one step at {a.frm} workers takes {r[3]:.2f} s)")
     print(f"  checkpoint-restart:             pause {restart:.2f} s  (+{lost} steps redone since the checkpoint)")
     print(f"  ratio checkpoint-restart / stop-free: cold {restart / cold[0]:.1f}x, standby {restart / warm[0]:.1f}x; "
           f"target pause <= 2 s")

@@ -168,10 +168,12 @@ class Coordinator:
             if "event" not in rec:
                 self.last_report = rec
                 table = rec.pop("table")
+                setup_s = rec.pop("setup_s", None)
                 if self.pending_resize and rec["generation"] == self.generation:
                     ev = self.pending_resize
                     ev["pause_s"] = rec["time"] - ev.pop("requested_at")
                     ev["stall_s"] = rec["time"] - ev.pop("stopped_at")
+                    ev["regroup_s"] = setup_s  # process-group init + parameter/optimizer broadcast
                     self.progress.write(ev)
                     self.pending_resize = None
                 rec["partition_offsets"] = table
@@ -193,7 +195,6 @@ class Coordinator:
         wids = self._spawn(0, self.o.workers, self.o.workers)
         self.standby = self._spawn(0, self.o.standby, self.o.workers)
         self._publish(wids, step, table, gb, ramp, eloss, restore)
-        self.target = (self.o.workers, None)
         try:
             while True:
                 self._drain()
@@ -255,6 +256,8 @@ class Coordinator:
     def _resize_now(self, workers: int, batch_size: int | None, drop: list[int]) -> None:
         requested = time.time()
         old = list(self.wids)
+        if workers == len(old) and not drop and batch_size in (None, self.global_batch):
+            return  # nothing to change: don't stop the group for it
         keep = [w for w in old if w not in drop][:workers]
         need = workers - len(keep)
         new, self.standby = self.standby[:need], self.standby[need:]
@@ -301,6 +304,7 @@ class Coordinator:
                                f"{self._log_tail(dead[0])}")
         count = len(self.wids)
         self._kill(list(self.procs))
+        self.pending_resize = None
         self._drain()
         restore, step, table, gb, ramp, eloss, _ = self._initial_state()
         wids = self._spawn(self.generation + 1, count, count)
