@@ -306,6 +306,14 @@ class FlotillaRun:
     producer_cpu_s: float
 
 
+def warm_up_torch() -> None:
+    """The first optimizer step imports torch's compile machinery (seconds); do it once before forking workers."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = torch.zeros(1)
+    opt.step()
+
+
 def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tensor, torch.Tensor],
                   val: tuple[torch.Tensor, torch.Tensor], batch: int, conv: Convergence, ckpt_dir: Path, reports: "mp.Queue",
                   *, start_batch: int = 0, slots: int = 4, seed: int = 0, max_batches: int | None = None,
@@ -314,6 +322,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
 
     Returns when a member converges (every other member is then paused at its next step and checkpointed) or when
     all members stopped (``max_batches`` each)."""
+    warm_up_torch()
     stop = CTX.Event()
     steps = len(data[0]) // batch
     t0 = time.time()
