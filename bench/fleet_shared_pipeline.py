@@ -17,12 +17,12 @@ from dlsched.train.ensemble import CTX, Convergence, MemberSpec, run_flotillas, 
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "ensemble" / "models.py"
 MEMBERS = [
-    MemberSpec("tiny", f"{MODELS}:TinyCNN"),
-    MemberSpec("wide", f"{MODELS}:WideCNN", {"width": 8}),
+    MemberSpec("tiny", f"{MODELS}:TinyCNN", {"width": 4}),
+    MemberSpec("wide", f"{MODELS}:WideCNN", {"width": 4}),
     MemberSpec("strided", f"{MODELS}:StridedCNN"),
     MemberSpec("mlp", f"{MODELS}:MLPHead"),
 ]
-BATCH, BATCHES = 64, int(sys.argv[1]) if len(sys.argv) > 1 else 200
+BATCH, BATCHES = 128, int(sys.argv[1]) if len(sys.argv) > 1 else 240
 REPEATS = 3   # alternate shared / independent and keep each one's best: the 2 cores are shared with other users
 
 
