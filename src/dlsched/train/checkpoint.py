@@ -1,0 +1,91 @@
+"""Atomic, self-checking checkpoints.
+
+File layout: one JSON header line ``{"format": "dlsched-checkpoint", "version": 1, "job": NAME,
+"step": S, "bytes": N, "sha256": H}`` followed by N bytes of ``torch.save`` payload. Written to a
+temp file in the same folder, fsynced, then ``os.replace``d, so a reader sees the old file or the
+new one, never half. A file that is truncated or altered (size/hash mismatch) is *torn*; one
+without our header or made for another job is *foreign*; both are refused with a one-line error
+rather than silently skipped, because resuming from the wrong state would lose or repeat samples.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dlsched.errors import UserError
+
+FORMAT = "dlsched-checkpoint"
+VERSION = 1
+_NAME = re.compile(r"^step-(\d{9})\.ckpt$")
+
+
+def checkpoint_path(ckpt_dir: Path, step: int) -> Path:
+    return Path(ckpt_dir) / f"step-{step:09d}.ckpt"
+
+
+def save_checkpoint(ckpt_dir: Path, job_name: str, step: int, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write ``state`` atomically as the checkpoint of ``step``; keep the newest ``keep`` files."""
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    header = {"format": FORMAT, "version": VERSION, "job": job_name, "step": step,
+              "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+    final = checkpoint_path(ckpt_dir, step)
+    fd, tmp = tempfile.mkstemp(dir=ckpt_dir, prefix=".tmp-", suffix=".ckpt")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(header).encode() + b"\n")
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    for old in list_checkpoints(ckpt_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def list_checkpoints(ckpt_dir: Path) -> list[Path]:
+    """Checkpoint files (temp files excluded), oldest first."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return []
+    return sorted(p for p in ckpt_dir.iterdir() if _NAME.match(p.name))
+
+
+def load_checkpoint(path: Path, job_name: str) -> dict[str, Any]:
+    """Read and verify one checkpoint; raise UserError naming the file and the defect."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        line = f.readline(4096)
+        try:
+            header = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            header = None
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise UserError(f"{path}: foreign checkpoint (no {FORMAT} header)")
+        if header.get("version") != VERSION:
+            raise UserError(f"{path}: field version={header.get('version')!r}, this runtime reads version {VERSION}")
+        if header.get("job") != job_name:
+            raise UserError(f"{path}: foreign checkpoint, field job={header.get('job')!r} but this job is {job_name!r}")
+        payload = f.read()
+    if len(payload) != header["bytes"] or hashlib.sha256(payload).hexdigest() != header["sha256"]:
+        raise UserError(f"{path}: torn checkpoint ({len(payload)} of {header['bytes']} payload bytes, or hash mismatch)")
+    return torch.load(io.BytesIO(payload), weights_only=True)
+
+
+def latest_checkpoint(ckpt_dir: Path) -> Path | None:
+    files = list_checkpoints(ckpt_dir)
+    return files[-1] if files else None

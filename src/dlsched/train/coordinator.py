@@ -1,0 +1,302 @@
+"""The job coordinator: owns the TCPStore, the worker processes, the partition table and the job folder.
+
+Loop: drain the workers' step reports into progress.jsonl (and the partition offsets they carry),
+watch control.json for a higher generation, watch worker processes. A resize is stop-free: new
+workers are started and build their model while the old group keeps training; only when all are
+ready does the coordinator raise the stop flag, read the final offsets, and publish the next
+generation's plan (survivors keep their state, rank 0 broadcasts it). A worker that dies takes the
+in-memory state with it, so then — and only then — the group is replaced from the last checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import torch.distributed as dist
+
+from dlsched.errors import UserError
+from dlsched.train import checkpoint as ckpt
+from dlsched.train.autoscale import StragglerDetector
+from dlsched.train.data import PartitionTable
+from dlsched.train.files import ProgressLog, read_control, write_status
+from dlsched.train.job import TrainJob, build_job
+from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
+
+POLL_S = 0.02
+
+
+@dataclass
+class Options:
+    job_dir: Path
+    entry: str
+    workers: int
+    batch_size: int | None = None
+    params: dict = field(default_factory=dict)
+    batch_mode: BatchMode = BatchMode.FIXED_GLOBAL
+    ckpt_every: int = 20
+    threads: int = 0  # torch threads per worker; 0 = max(1, cpus // workers)
+    record_samples: bool = False  # write per-step sample ids (exactly-once audit; tests)
+    max_restarts: int = 3
+    replace_stragglers: bool = True  # EWMA < 0.8 of the median -> swap the worker for a fresh one
+    standby: int = 0  # workers kept started and prepared, so a scale-out waits only for the broadcast
+
+
+class Coordinator:
+    def __init__(self, opts: Options):
+        self.o = opts
+        self.dir = Path(opts.job_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        self.job: TrainJob = build_job(opts.entry, opts.params)
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=60))
+        self.progress = ProgressLog(self.dir)
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.next_wid = 0
+        self.generation = -1
+        self.wids: list[int] = []
+        self.control_gen = -1
+        self.restarts = 0
+        self.last_report: dict | None = None
+        self.pending_resize: dict | None = None  # resize waiting for its first step
+        self.standby: list[int] = []
+        self.leaving: list[int] = []
+        self.detector = StragglerDetector()
+        self.stragglers: list[int] = []
+        self.resizing = False
+
+    # -- processes ----------------------------------------------------------------------------------
+    def _spawn(self, generation: int, count: int, world: int) -> list[int]:
+        threads = self.o.threads or max(1, (os.cpu_count() or 1) // max(world, 1))
+        wids = []
+        for _ in range(count):
+            wid, self.next_wid = self.next_wid, self.next_wid + 1
+            log = open(self.dir / "logs" / f"worker-{wid}.log", "ab")
+            cmd = [sys.executable, "-m", "dlsched.train.worker", "--store", f"127.0.0.1:{self.store.port}",
+                   "--worker-id", str(wid), "--generation", str(generation), "--job-dir", str(self.dir),
+                   "--entry", self.o.entry, "--params", json.dumps(self.o.params), "--threads", str(threads)]
+            self.procs[wid] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+            wids.append(wid)
+        return wids
+
+    def _wait_ready(self, wids: list[int]) -> bool:
+        """Wait for new workers to finish their preparation, while the current group keeps training."""
+        while not all(self.store.check([f"ready/{w}"]) for w in wids):
+            for w in wids:
+                if self.procs[w].poll() is not None:
+                    self.progress.write({"event": "resize_failed", "time": time.time(),
+                                         "error": f"new worker {w} exited with {self.procs[w].returncode}: "
+                                                  f"{self._log_tail(w)}"})
+                    return False
+            self._drain()
+            if self._dead_workers():
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    def _log_tail(self, wid: int) -> str:
+        lines = (self.dir / "logs" / f"worker-{wid}.log").read_text(errors="replace").strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def _dead_workers(self) -> list[int]:
+        return [w for w in self.wids if self.procs[w].poll() not in (None, 0)]
+
+    def _reap_leaving(self) -> None:
+        for w in [w for w in self.leaving if self.procs[w].poll() is not None]:
+            self.leaving.remove(w)
+            self.procs.pop(w)
+
+    def _kill(self, wids: list[int]) -> None:
+        for w in wids:
+            if w in self.leaving:
+                self.leaving.remove(w)
+            p = self.procs.pop(w, None)
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+
+    # -- plans --------------------------------------------------------------------------------------
+    def _publish(self, wids, step, table, global_batch, ramp, epoch_loss, restore=None) -> None:
+        self.generation += 1
+        self.wids = wids
+        self.global_batch, self.ramp = global_batch, ramp
+        plan = {"generation": self.generation, "wids": wids, "step": step, "table": table.snapshot(),
+                "local_batches": local_batch_sizes(global_batch, len(wids)),
+                "ramp": {"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T},
+                "epoch_loss": list(epoch_loss), "restore": str(restore) if restore else None,
+                "ckpt_every": self.o.ckpt_every, "record_samples": self.o.record_samples}
+        self.store.set(f"plan/{self.generation}", json.dumps(plan))
+        self._status("running")
+
+    def _status(self, state: str, error: str | None = None) -> None:
+        write_status(self.dir, state, os.getpid(), len(self.wids), error, generation=self.generation,
+                     worker_pids=[self.procs[w].pid for w in self.wids if w in self.procs])
+
+    def _initial_state(self):
+        """Fresh start, or resume from the latest checkpoint in DIR/ckpt."""
+        latest = ckpt.latest_checkpoint(self.dir / "ckpt")
+        if latest is None:
+            gb = self.o.batch_size or self.job.batch_size
+            if self.o.batch_mode == BatchMode.FIXED_LOCAL and not self.o.batch_size:
+                gb = self.job.batch_size * self.o.workers
+            ramp = LrRamp(base_lr=self.job.lr * gb / self.job.batch_size)
+            return None, 0, PartitionTable.fresh(self.job.num_samples, self.job.seed, 0), gb, ramp, (0.0, 0), False
+        state = ckpt.load_checkpoint(latest, self.job.name)
+        return (latest, state["step"], PartitionTable.from_snapshot(state["table"]), state["global_batch"],
+                LrRamp(**state["ramp"]), tuple(state["epoch_loss"]), state["finished"])
+
+    # -- reports ------------------------------------------------------------------------------------
+    def _drain(self) -> None:
+        while self.store.queue_len("progress") > 0:
+            rec = json.loads(self.store.queue_pop("progress", block=False))
+            if "event" not in rec:
+                self.last_report = rec
+                table = rec.pop("table")
+                if self.pending_resize and rec["generation"] == self.generation:
+                    ev = self.pending_resize
+                    ev["pause_s"] = rec["time"] - ev.pop("requested_at")
+                    ev["stall_s"] = rec["time"] - ev.pop("stopped_at")
+                    self.progress.write(ev)
+                    self.pending_resize = None
+                rec["partition_offsets"] = table
+                if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
+                        and not self.resizing):
+                    slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
+                    if slow and not self.stragglers:
+                        self.stragglers = slow
+                        self.progress.write({"event": "straggler", "time": time.time(), "workers": slow,
+                                             "ewma": [round(self.detector.ewma[w], 3) for w in slow]})
+            self.progress.write(rec)
+
+    # -- main loop ----------------------------------------------------------------------------------
+    def run(self) -> int:
+        restore, step, table, gb, ramp, eloss, finished = self._initial_state()
+        if finished:
+            self._status("finished")
+            return 0
+        wids = self._spawn(0, self.o.workers, self.o.workers)
+        self.standby = self._spawn(0, self.o.standby, self.o.workers)
+        self._publish(wids, step, table, gb, ramp, eloss, restore)
+        self.target = (self.o.workers, None)
+        try:
+            while True:
+                self._drain()
+                end_key = f"end/{self.generation}"
+                if self.store.check([end_key]) and json.loads(self.store.get(end_key))["finished"]:
+                    return self._finish()
+                dead = self._dead_workers()
+                if dead:
+                    self._recover(dead)
+                    continue
+                self._poll_control()
+                if self.stragglers:
+                    drop, self.stragglers = self.stragglers, []
+                    self._resize(len(self.wids), None, drop=drop)
+                self._reap_leaving()
+                time.sleep(POLL_S)
+        except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
+            self._kill(list(self.procs))
+            self._status("failed", f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            self.progress.close()
+
+    def _finish(self) -> int:
+        for w in self.wids:
+            self.procs[w].wait()
+        self._kill(self.standby)
+        self._drain()
+        self.progress.write({"event": "finished", "time": time.time(), "step": self.last_report and self.last_report["step"]})
+        self._status("finished")
+        self._kill(list(self.procs))
+        return 0
+
+    def _poll_control(self) -> None:
+        try:
+            ctl = read_control(self.dir)
+        except UserError as e:
+            if self.control_gen != -2:
+                self.progress.write({"event": "control_rejected", "error": str(e), "time": time.time()})
+            self.control_gen = max(self.control_gen, -2)
+            return
+        if ctl is None or ctl.generation <= self.control_gen:
+            return
+        self.control_gen = ctl.generation
+        self._resize(ctl.workers, ctl.batch_size)
+
+    def _resize(self, workers: int, batch_size: int | None, drop: list[int] = ()) -> None:
+        """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step.
+
+        ``drop`` names workers to replace (stragglers): they leave like scaled-in workers."""
+        self.resizing = True
+        try:
+            self._resize_now(workers, batch_size, list(drop))
+        finally:
+            self.resizing = False
+
+    def _resize_now(self, workers: int, batch_size: int | None, drop: list[int]) -> None:
+        requested = time.time()
+        old = list(self.wids)
+        keep = [w for w in old if w not in drop][:workers]
+        need = workers - len(keep)
+        new, self.standby = self.standby[:need], self.standby[need:]
+        new += self._spawn(self.generation + 1, need - len(new), workers)
+        if not self._wait_ready(new):
+            self._kill(new)
+            return
+        gen = self.generation
+        stopped = time.time()
+        self.store.set(f"stop/{gen}", "1")
+        while not self.store.check([f"end/{gen}"]):
+            self._drain()
+            if self._dead_workers():
+                self._kill(new)
+                return
+            time.sleep(0.001)
+        end = json.loads(self.store.get(f"end/{gen}"))
+        if end["finished"]:
+            self._kill(new)
+            return
+        self._drain()
+        gb = batch_size or global_batch_after_resize(self.o.batch_mode, self.global_batch, len(old), workers)
+        ramp = self.ramp
+        if gb != self.global_batch:
+            ramp = ramp.rescaled(end["lr"], self.global_batch, gb, end["step"])
+        wids = keep + new
+        leaving = [w for w in old if w not in keep]
+        for w in leaving:
+            self.detector.forget(w)
+        self._publish(wids, end["step"], PartitionTable.from_snapshot(end["table"]), gb, ramp, end["epoch_loss"])
+        self.leaving += leaving  # they exit on their own; reaped without blocking the loop
+        self.standby += self._spawn(self.generation, self.o.standby - len(self.standby), workers)
+        self.pending_resize = {"event": "resized", "time": requested, "generation": self.generation,
+                               "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb, "step": end["step"],
+                               "requested_at": requested, "stopped_at": stopped}
+
+    def _recover(self, dead: list[int]) -> None:
+        """A worker died: its peers' state is suspect mid-collective, so replace the group from the checkpoint."""
+        self.restarts += 1
+        lost_at = self.last_report["step"] if self.last_report else 0
+        errors = {w: self.procs[w].returncode for w in dead}
+        if self.restarts > self.o.max_restarts:
+            raise RuntimeError(f"workers {errors} died; gave up after {self.o.max_restarts} restarts: "
+                               f"{self._log_tail(dead[0])}")
+        count = len(self.wids)
+        self._kill(list(self.procs))
+        self._drain()
+        restore, step, table, gb, ramp, eloss, _ = self._initial_state()
+        wids = self._spawn(self.generation + 1, count, count)
+        self.standby = self._spawn(self.generation + 1, self.o.standby, count)
+        self._publish(wids, step, table, gb, ramp, eloss, restore)
+        self.progress.write({"event": "worker_lost", "time": time.time(), "workers_lost": list(errors),
+                             "exit_codes": list(errors.values()), "new_generation": self.generation,
+                             "restored_step": step, "lost_steps": max(0, lost_at - step),
+                             "checkpoint": str(restore) if restore else None})

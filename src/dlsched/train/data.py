@@ -1,0 +1,123 @@
+"""Exactly-once data: a partition table with offsets, owned by the coordinator.
+
+Each epoch the sample ids are shuffled deterministically (seed, epoch) and cut into logical
+partitions; every partition has an offset that only moves forward when a synchronous step that
+trained those samples has committed. A global step takes the next ``B`` unconsumed samples (in
+partition order) and splits them among the current ranks by their local batch sizes. Because the
+global order does not depend on how many workers there are, a resize re-splits the unfinished
+remainder without skipping or repeating a sample, and (in fixed-global-batch mode) without even
+changing which samples form each global batch — so the loss curve continues as if nothing happened.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dlsched.errors import UserError
+
+
+def epoch_order(num_samples: int, seed: int, epoch: int) -> np.ndarray:
+    """The deterministic per-epoch shuffle: same (seed, epoch) -> same order on every process."""
+    return np.random.default_rng([seed, epoch]).permutation(num_samples)
+
+
+@dataclass
+class PartitionTable:
+    """Partition offsets for one epoch. ``bounds[p]..bounds[p+1]`` are partition p's positions in the epoch order."""
+
+    num_samples: int
+    seed: int
+    epoch: int
+    bounds: np.ndarray
+    offsets: np.ndarray  # consumed count per partition
+
+    @classmethod
+    def fresh(cls, num_samples: int, seed: int, epoch: int, num_partitions: int = 16) -> "PartitionTable":
+        parts = max(1, min(num_partitions, num_samples))
+        bounds = np.linspace(0, num_samples, parts + 1).round().astype(np.int64)
+        return cls(num_samples, seed, epoch, bounds, np.zeros(parts, dtype=np.int64))
+
+    @property
+    def consumed(self) -> int:
+        return int(self.offsets.sum())
+
+    @property
+    def remaining(self) -> int:
+        return self.num_samples - self.consumed
+
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0
+
+    def take(self, n: int) -> np.ndarray:
+        """Mark the next ``n`` unconsumed samples as consumed and return their ids."""
+        order = epoch_order(self.num_samples, self.seed, self.epoch)
+        out = []
+        for p in range(len(self.offsets)):
+            if n <= 0:
+                break
+            start = self.bounds[p] + self.offsets[p]
+            k = min(n, self.bounds[p + 1] - start)
+            if k > 0:
+                out.append(order[start : start + k])
+                self.offsets[p] += k
+                n -= k
+        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+    def next_epoch(self) -> "PartitionTable":
+        return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets))
+
+    def snapshot(self) -> dict:
+        return {"num_samples": self.num_samples, "seed": self.seed, "epoch": self.epoch,
+                "bounds": self.bounds.tolist(), "offsets": self.offsets.tolist()}
+
+    @classmethod
+    def from_snapshot(cls, snap: dict) -> "PartitionTable":
+        return cls(int(snap["num_samples"]), int(snap["seed"]), int(snap["epoch"]),
+                   np.asarray(snap["bounds"], dtype=np.int64), np.asarray(snap["offsets"], dtype=np.int64))
+
+
+def split_global_batch(ids: np.ndarray, local_sizes: list[int]) -> list[np.ndarray]:
+    """Give rank r its share of a global batch: ``local_sizes[r]`` ids, or a proportional share of a short last batch."""
+    total = sum(local_sizes)
+    cuts = np.round(len(ids) * np.cumsum(local_sizes) / total).astype(np.int64)
+    return np.split(ids, cuts[:-1])
+
+
+def record_path(job_dir: Path, worker_id: int) -> Path:
+    return Path(job_dir) / "samples" / f"worker-{worker_id}.jsonl"
+
+
+def committed_sample_ids(job_dir: Path) -> Counter:
+    """Multiset of sample ids trained into the final model, from the workers' sample records.
+
+    Workers record ``{"generation", "step", "ids"}`` just before each step's all-reduce (only when the job
+    runs with ``record_samples``). A restore from a checkpoint (``worker_lost`` event with
+    ``restored_step`` in progress.jsonl) discards what earlier generations trained after that step.
+    """
+    job_dir = Path(job_dir)
+    rollbacks = []  # (generation that restored, step restored to)
+    progress = job_dir / "progress.jsonl"
+    if progress.exists():
+        for line in progress.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("event") == "worker_lost":
+                rollbacks.append((rec["new_generation"], rec["restored_step"]))
+    seen: Counter = Counter()
+    for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
+        lines = path.read_text().splitlines()
+        for n, line in enumerate(lines, 1):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                if n == len(lines):  # torn by a kill mid-write: written before its step committed
+                    continue
+                raise UserError(f"{path}:{n}: unreadable sample record ({e})") from e
+            if any(rec["generation"] < g and rec["step"] > s for g, s in rollbacks):
+                continue
+            seen.update(rec["ids"])
+    return seen

@@ -1,0 +1,103 @@
+"""What a training job is: the contract between a job definition module and the runtime.
+
+A job module exposes ``make_job(**params) -> TrainJob``. The runtime owns processes, data order,
+batch sizes and checkpoints; the job only says *what* to train, so the same definition runs on
+1 or N workers, all-reduce or parameter-server, and resumes from checkpoints unchanged.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from dlsched.errors import UserError
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """Model factory, an indexable dataset of ``num_samples`` items with integer ids, loss and SGD settings.
+
+    ``get_batch(ids)`` returns ``(inputs, targets)`` for a 1-D LongTensor of sample ids; ids are
+    ``0..num_samples-1`` and double as the exactly-once ledger keys. ``lr`` is the learning rate at
+    ``batch_size`` (linear scaling rescales it when the global batch changes).
+    """
+
+    name: str
+    make_model: Callable[[], torch.nn.Module]
+    num_samples: int
+    get_batch: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    epochs: int = 1
+    target_loss: float | None = None  # convergence rule: stop once the epoch-mean loss is at or below it
+    seed: int = 0
+    max_local_batch: int | None = None  # memory limit per worker -> gradient accumulation past it
+    throttle_s: float = 0.0  # extra seconds per step: emulates a heavier model in tests and demos
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def make_optimizer(self, model: torch.nn.Module) -> torch.optim.SGD:
+        return torch.optim.SGD(model.parameters(), lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+
+def load_entry(entry: str) -> Callable[..., TrainJob]:
+    """Resolve ``path/to/file.py:make_job`` or ``package.module:make_job`` to the factory."""
+    if ":" not in entry:
+        raise UserError(f"--entry {entry!r}: expected 'path/to/file.py:make_job' or 'module:make_job'")
+    target, func = entry.rsplit(":", 1)
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise UserError(f"--entry {entry!r}: file {path} not found")
+        modname = f"dlsched_job_{path.stem}"
+        spec = importlib.util.spec_from_file_location(modname, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise UserError(f"--entry {entry!r}: cannot import module {target!r} ({e})") from e
+    factory = getattr(module, func, None)
+    if not callable(factory):
+        raise UserError(f"--entry {entry!r}: {target} has no callable {func!r}")
+    return factory
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` strings -> dict; values parsed as int, float, bool or kept as text."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UserError(f"--param {pair!r}: expected key=value")
+        key, raw = pair.split("=", 1)
+        out[key.strip()] = _parse_value(raw.strip())
+    return out
+
+
+def _parse_value(raw: str) -> Any:
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def build_job(entry: str, params: dict[str, Any]) -> TrainJob:
+    job = load_entry(entry)(**params)
+    if not isinstance(job, TrainJob):
+        raise UserError(f"--entry {entry!r}: make_job returned {type(job).__name__}, expected dlsched.train.job.TrainJob")
+    if job.num_samples <= 0:
+        raise UserError(f"--entry {entry!r}: num_samples must be > 0, got {job.num_samples}")
+    return job

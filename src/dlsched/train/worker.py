@@ -1,0 +1,239 @@
+"""One elastic data-parallel worker process (all-reduce mode).
+
+The worker lives across generations: it builds the job once, then for each generation it is part
+of, it joins a fresh process group (c10d over the coordinator's TCPStore, gloo on CPU, NCCL on GPU),
+receives parameters and optimizer state by broadcast from rank 0 (stop-free resize) or loads the
+checkpoint (after a worker died), trains synchronous steps, and leaves the group when the
+coordinator raises the generation's stop flag. The stop decision, per-rank sample counts, loss and
+compute times ride in the same single all-reduce as the gradients, so every rank stops after the
+same step without an extra round trip. Gradients live in one flat buffer (``p.grad`` are views into
+it), so backward writes straight into the all-reduce buffer.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from dlsched.train import checkpoint as ckpt
+from dlsched.train.data import PartitionTable, record_path, split_global_batch
+from dlsched.train.job import TrainJob, build_job
+from dlsched.train.scaling import LrRamp, micro_batches, set_lr_compensated
+
+PG_TIMEOUT = timedelta(seconds=60)
+
+
+def connect_store(addr: str) -> dist.TCPStore:
+    host, port = addr.rsplit(":", 1)
+    return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=60))
+
+
+def wait_key(store: dist.TCPStore, key: str, parent: int) -> bytes:
+    """Block until ``key`` exists; exit quietly if the coordinator (our parent) is gone."""
+    while not store.check([key]):
+        if os.getppid() != parent:
+            sys.exit(3)
+        time.sleep(0.005)
+    return store.get(key)
+
+
+def fault_slowdown(worker_id: int) -> float:
+    """Fault injection for straggler tests and demos: DLSCHED_FAULT_SLOW_WORKER="wid:seconds" slows one worker."""
+    spec = os.environ.get("DLSCHED_FAULT_SLOW_WORKER", "")
+    wid, _, secs = spec.partition(":")
+    return float(secs) if wid.strip() == str(worker_id) else 0.0
+
+
+def pick_backend(world_size: int) -> tuple[str, torch.device]:
+    """NCCL when every rank can have its own GPU, else gloo on CPU — same code either way."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl", torch.device("cuda", 0)
+    return "gloo", torch.device("cpu")
+
+
+class Worker:
+    def __init__(self, job: TrainJob, store: dist.TCPStore, worker_id: int, job_dir: Path):
+        self.job, self.store, self.wid, self.job_dir = job, store, worker_id, Path(job_dir)
+        self.parent = os.getppid()
+        torch.manual_seed(job.seed)  # identical initial weights on every worker
+        self.model = job.make_model()
+        self.optimizer = job.make_optimizer(self.model)
+        self.device = torch.device("cpu")
+        self.record = None
+        self.joined = False
+        self.fault_slow_s = fault_slowdown(worker_id)
+
+    # -- state transfer -------------------------------------------------------------------------
+    def _state(self) -> dict:
+        return {"model": self.model.state_dict(), "optim": self.optimizer.state_dict()}
+
+    def _load_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optim"])
+
+    def _attach_flat_grads(self, world: int) -> torch.Tensor:
+        """One buffer: [all grads | n_samples, loss_sum, stop_flag | compute seconds per rank]."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        total = sum(p.numel() for p in params)
+        buf = torch.zeros(total + 3 + world, device=self.device)
+        off = 0
+        for p in params:
+            p.grad = buf[off : off + p.numel()].view_as(p)
+            off += p.numel()
+        self.n_grad = total
+        return buf
+
+    # -- one generation ---------------------------------------------------------------------------
+    def run(self, generation: int) -> None:
+        while True:
+            plan = json.loads(wait_key(self.store, f"plan/{generation}", self.parent))
+            if self.wid not in plan["wids"]:
+                if self.joined:  # scaled in: leave
+                    return
+                generation += 1  # standby: stay prepared for a later generation
+                continue
+            self.joined = True
+            finished = self.run_generation(plan)
+            if finished:
+                return
+            generation += 1
+
+    def run_generation(self, plan: dict) -> bool:
+        gen, rank, world = plan["generation"], plan["wids"].index(self.wid), len(plan["wids"])
+        backend, self.device = pick_backend(world)
+        self.model.to(self.device)
+        dist.init_process_group(backend, store=dist.PrefixStore(f"pg/{gen}", self.store),
+                                rank=rank, world_size=world, timeout=PG_TIMEOUT)
+        try:
+            if plan["restore"]:
+                self._load_state(ckpt.load_checkpoint(plan["restore"], self.job.name))
+            else:
+                box = [self._state() if rank == 0 else None]
+                dist.broadcast_object_list(box, src=0, device=self.device if backend == "nccl" else None)
+                if rank != 0:
+                    self._load_state(box[0])
+            return self._train(plan, rank, world)
+        finally:
+            dist.destroy_process_group()
+
+    def _train(self, plan: dict, rank: int, world: int) -> bool:
+        job, gen = self.job, plan["generation"]
+        if plan.get("record_samples") and self.record is None:
+            path = record_path(self.job_dir, self.wid)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.record = open(path, "a", buffering=1)
+        table = PartitionTable.from_snapshot(plan["table"])
+        step, ramp = plan["step"], LrRamp(**plan["ramp"])
+        locals_ = plan["local_batches"]
+        global_batch = sum(locals_)
+        ep_loss, ep_n = plan["epoch_loss"]
+        ckpt_every, stop_key = plan["ckpt_every"], f"stop/{gen}"
+        buf = self._attach_flat_grads(world)
+        tail = buf[self.n_grad :]
+        self.model.train()
+        while True:
+            if table.done:
+                finished = self._epoch_end(table.epoch, ep_loss / max(ep_n, 1), rank)
+                if finished:
+                    if rank == 0:
+                        self._save(step, table, global_batch, ramp, (0.0, 0), finished=True)
+                        self.store.set(f"end/{gen}", json.dumps({"finished": True, "step": step}))
+                    return True
+                table, ep_loss, ep_n = table.next_epoch(), 0.0, 0
+            t_start = time.perf_counter()
+            ids = table.take(global_batch)
+            shares = split_global_batch(ids, locals_)
+            mine = torch.as_tensor(shares[rank])
+            set_lr_compensated(self.optimizer, ramp.lr(step))
+            self.optimizer.zero_grad(set_to_none=False)
+            buf.zero_()
+            loss_sum, start = 0.0, 0
+            for size in micro_batches(len(mine), job.max_local_batch):
+                chunk = mine[start : start + size]
+                start += size
+                if size == 0:
+                    continue
+                x, y = job.get_batch(chunk)
+                loss = job.loss_fn(self.model(x.to(self.device)), y.to(self.device))
+                (loss * size).backward()
+                loss_sum += float(loss.detach()) * size
+            if job.throttle_s or self.fault_slow_s:
+                time.sleep(job.throttle_s + self.fault_slow_s)
+            compute_s = time.perf_counter() - t_start
+            stop = rank == 0 and self.store.check([stop_key])
+            tail[0], tail[1], tail[2] = float(len(mine)), loss_sum, float(stop)
+            tail[3 + rank] = compute_s
+            if self.record is not None:  # before the commit: a step that never commits is rolled back with it
+                self.record.write(json.dumps({"generation": gen, "step": step + 1, "ids": shares[rank].tolist()}) + "\n")
+            dist.all_reduce(buf)
+            n_total = float(tail[0])
+            buf[: self.n_grad].div_(max(n_total, 1.0))
+            self.optimizer.step()
+            step += 1
+            step_loss = float(tail[1]) / max(n_total, 1.0)
+            ep_loss, ep_n = ep_loss + float(tail[1]), ep_n + int(n_total)
+            if rank == 0:
+                wall = time.perf_counter() - t_start
+                times = tail[3:].tolist()
+                self.store.queue_push("progress", json.dumps({
+                    "time": time.time(), "step": step, "epoch": table.epoch, "generation": gen,
+                    "samples": table.epoch * table.num_samples + table.consumed, "loss": step_loss,
+                    "samples_per_s": n_total / wall, "workers": world, "batch_size": global_batch,
+                    "lr": self.optimizer.param_groups[0]["lr"],
+                    "per_worker_samples_per_s": [len(s) / max(t, 1e-9) for s, t in zip(shares, times)],
+                    "table": table.snapshot()["offsets"]}))
+                if ckpt_every and step % ckpt_every == 0:
+                    self._save(step, table, global_batch, ramp, (ep_loss, ep_n))
+            if float(tail[2]) > 0:
+                if rank == 0:
+                    self.store.set(f"end/{gen}", json.dumps({
+                        "finished": False, "step": step, "table": table.snapshot(), "epoch_loss": [ep_loss, ep_n],
+                        "lr": self.optimizer.param_groups[0]["lr"]}))
+                return False
+
+    def _epoch_end(self, epoch: int, mean_loss: float, rank: int) -> bool:
+        job = self.job
+        done = epoch + 1 >= job.epochs or (job.target_loss is not None and mean_loss <= job.target_loss)
+        if rank == 0:
+            self.store.queue_push("progress", json.dumps({"event": "epoch_end", "epoch": epoch, "mean_loss": mean_loss,
+                                                         "time": time.time()}))
+        return done
+
+    def _save(self, step, table, global_batch, ramp, epoch_loss, finished=False) -> None:
+        state = {**self._state(), "step": step, "table": table.snapshot(), "global_batch": global_batch,
+                 "ramp": {"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T},
+                 "epoch_loss": list(epoch_loss), "finished": finished}
+        path = ckpt.save_checkpoint(self.job_dir / "ckpt", self.job.name, step, state)
+        self.store.queue_push("progress", json.dumps({"event": "checkpoint", "step": step, "path": str(path),
+                                                     "time": time.time()}))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="dlsched elastic worker (started by dlsched.train.run)")
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--worker-id", type=int, required=True)
+    ap.add_argument("--generation", type=int, required=True)
+    ap.add_argument("--job-dir", required=True)
+    ap.add_argument("--entry", required=True)
+    ap.add_argument("--params", default="{}")
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    store = connect_store(args.store)
+    job = build_job(args.entry, json.loads(args.params))
+    worker = Worker(job, store, args.worker_id, Path(args.job_dir))
+    store.set(f"ready/{args.worker_id}", "1")
+    worker.run(args.generation)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+import pytest
+import torch
+
+from dlsched.errors import UserError
+from dlsched.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+
+
+def test_round_trip_keeps_newest_and_leaves_no_temp_files(tmp_path):
+    for step in (5, 10, 15):
+        save_checkpoint(tmp_path, "mlp", step, {"w": torch.full((3,), float(step)), "step": step})
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000000010.ckpt", "step-000000015.ckpt"]
+    assert not list(tmp_path.glob(".tmp-*"))
+    state = load_checkpoint(latest_checkpoint(tmp_path), "mlp")
+    assert state["step"] == 15 and state["w"].tolist() == [15.0] * 3
+
+
+def test_torn_checkpoint_is_refused(tmp_path):
+    path = save_checkpoint(tmp_path, "mlp", 1, {"w": torch.zeros(1000)})
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(UserError, match="torn checkpoint"):
+        load_checkpoint(path, "mlp")
+
+
+def test_foreign_checkpoints_are_refused(tmp_path):
+    path = save_checkpoint(tmp_path, "mlp", 1, {"w": torch.zeros(1)})
+    with pytest.raises(UserError, match="job='mlp' but this job is 'resnet20'"):
+        load_checkpoint(path, "resnet20")
+    other = tmp_path / "step-000000002.ckpt"
+    torch.save({"w": torch.zeros(1)}, other)
+    with pytest.raises(UserError, match="foreign checkpoint"):
+        load_checkpoint(other, "mlp")

@@ -1,0 +1,17 @@
+import pytest
+
+from dlsched.errors import UserError
+from dlsched.train.files import read_control, write_control
+
+
+def test_control_round_trip_and_validation(tmp_path):
+    assert read_control(tmp_path) is None
+    write_control(tmp_path, 3, None, 2)
+    ctl = read_control(tmp_path)
+    assert (ctl.workers, ctl.batch_size, ctl.generation) == (3, None, 2)
+    (tmp_path / "control.json").write_text('{"workers": 0, "generation": 1}')
+    with pytest.raises(UserError, match=r"control.json: field workers=0"):
+        read_control(tmp_path)
+    (tmp_path / "control.json").write_text('{"workers": 2, "generation": 1, "batch_size": "big"}')
+    with pytest.raises(UserError, match="field batch_size='big'"):
+        read_control(tmp_path)
