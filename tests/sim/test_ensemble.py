@@ -5,7 +5,7 @@ from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView, NodeView
 from dlsched.policy.fleet import ModelProfile, Preprocessing
 from dlsched.sim.ensemble import (
-    Member, exhaustive_makespan, fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
+    Member, ensemble_job_specs, exhaustive_makespan, fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
     seeded_ensemble, simulate_ensemble,
 )
 
@@ -75,3 +75,21 @@ def test_fleet_beats_both_baselines_on_a_heterogeneous_ensemble(data_dir):
     fleet = simulate_ensemble(members, cl, fleet_planner(), restart_s=10).makespan
     assert fleet < simulate_ensemble(members, cl, independent_planner, restart_s=10).makespan
     assert fleet < simulate_ensemble(members, cl, homogeneous_planner, restart_s=10).makespan
+
+
+def test_ensemble_as_jobs_of_the_shared_simulator(data_dir):
+    from dlsched.sim.engine import run
+
+    prof = h100_profiles(data_dir / "h100" / "throughput.csv")
+    members = seeded_ensemble(prof, 16, seed=4)
+    sub = _cluster(nodes=2, gpus=4, cpus=16)   # the ensemble's share of the cluster
+    (gang,) = ensemble_job_specs(members, sub, "fleet")
+    singles = ensemble_job_specs(members, sub, "separately")
+    assert gang.requested_gpus == 8 and len(singles) == 16 and all(j.requested_gpus == 1 for j in singles)
+    # Side by side in the shared driver with FIFO on the same 8 GPUs: FLEET's gang job finishes first.
+    cl = ClusterView.homogeneous(2, 4)
+    fleet_end = run([gang], "fifo", cl, interval=1.0, restart_penalty=0.0).jobs.finish.max()
+    sep_end = run(singles, "fifo", cl, interval=1.0, restart_penalty=0.0).jobs.finish.max()
+    assert fleet_end < sep_end
+    with pytest.raises(ValueError, match="mode"):
+        ensemble_job_specs(members, sub, "bogus")
