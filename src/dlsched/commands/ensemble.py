@@ -125,7 +125,8 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
         "name": spec.name, "finish_s": report.finish_s, "epochs": report.epochs, "best_acc": report.best_acc,
         "profiled_samples_per_s": report.rates, "plans": plans,
         "note": "times in seconds since training started (after profiling)",
-        "flotillas": [{"members": list(f.members), "start": f.start, "end": f.end, "producer_cpu_s": f.producer_cpu_s}
+        "flotillas": [{"members": list(f.members), "workers": list(f.workers), "start": f.start, "end": f.end,
+                       "producer_cpu_s": f.producer_cpu_s}
                       for f in report.flotillas],
     }, indent=2))
     console.print(f"report: {out / 'report.json'}, plot: {out / 'flotillas.png'}")

@@ -27,6 +27,7 @@ class ModelEntry(_Strict):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     lr: float = Field(0.05, gt=0, le=10)
     max_epochs: int | None = Field(None, ge=1, le=10_000)
+    max_workers: int = Field(1, ge=1, le=16)   # data-parallel workers the FLEET greedy may give it
 
 
 class DatasetEntry(_Strict):
@@ -71,7 +72,7 @@ class EnsembleSpec(_Strict):
         return self
 
     def members(self, base_dir: Path) -> list[MemberSpec]:
-        return [MemberSpec(m.name, m.model, dict(m.kwargs), m.lr, str(base_dir), m.max_epochs) for m in self.models]
+        return [MemberSpec(m.name, m.model, dict(m.kwargs), m.lr, str(base_dir), m.max_epochs, m.max_workers) for m in self.models]
 
     def convergence_rule(self) -> Convergence:
         return Convergence(self.convergence.patience, self.convergence.min_delta, self.convergence.max_epochs)
