@@ -33,10 +33,10 @@ def test_converged_members_leave_and_the_rest_are_re_formed():
     slowpoke = Member(ModelProfile("slow", (100.0, 190.0)), work=1000.0)
     quick = Member(ModelProfile("quick", (400.0, 800.0)), work=400.0)
     cl = _cluster(gpus=2)
-    # Literal §3.3: quick (target 400/s) on 1 GPU, slow in a second flotilla on the other; after quick leaves,
-    # slow is the anchor of its own flotilla and still gets 1 GPU.
+    # Literal §3.3 anchor: quick (target 400/s) on 1 GPU, slow in a second flotilla on the other; after quick
+    # leaves, slow anchors its own flotilla on 1 GPU and the spare GPU goes to it (leftover rule): 190/s.
     lit = simulate_ensemble([slowpoke, quick], cl, fleet_planner(anchor="fastest", reform="event"))
-    assert lit.finish["quick"] == pytest.approx(1.0) and lit.makespan == pytest.approx(1.0 + 900 / 100)
+    assert lit.finish["quick"] == pytest.approx(1.0) and lit.makespan == pytest.approx(1.0 + 900 / 190)
     # "best" anchor: quick alone on both GPUs (800/s) first, then slow re-formed onto both GPUs (190/s).
     best = simulate_ensemble([slowpoke, quick], cl, fleet_planner(reform="event"))
     assert best.finish["quick"] == pytest.approx(0.5) and best.makespan == pytest.approx(0.5 + 1000 / 190)
