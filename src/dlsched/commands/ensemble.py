@@ -6,6 +6,7 @@ Heavy modules (torch, matplotlib) load inside the commands: every ``dlsched`` st
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -104,10 +105,11 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
         table.flotilla = " | ".join(", ".join(g) for g in groups[:1])
         plans.append([list(g) for g in groups])
 
-    with Live(table.render(), console=console, refresh_per_second=4, transient=not live) as lv:
+    with (Live(table.render(), console=console, refresh_per_second=4) if live else contextlib.nullcontext()) as lv:
         def on_report(msg: tuple) -> None:
             table.update(msg)
-            lv.update(table.render())
+            if lv is not None:
+                lv.update(table.render())
 
         report = run_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), out / "checkpoints",
                               slots_per_node=spec.slots, rate_tolerance=spec.rate_tolerance,
