@@ -80,3 +80,17 @@ def test_allreduce_model_is_a_throughput_model_with_gpu_types():
     assert m.goodput(4, 1, 256) == pytest.approx(m.throughput(4, 1, 256) * m.efficiency(256))
     with pytest.raises(ValueError, match="K80"):
         m.throughput(1, 1, 64, "K80")
+
+
+def test_pollux_model_with_h100_profile(data_dir):
+    from dlsched.perf.speed import fit_h100_compute, fit_pollux_app, with_gpu_type
+
+    app = pollux_app("imagenet", data_dir / "pollux" / "traces")
+    m = fit_pollux_app(app)
+    h = fit_h100_compute(h100_throughput(data_dir / "h100" / "throughput.csv"), "resnet50", "imagenet")
+    m = with_gpu_type(m, "H100", h)
+    assert m.throughput(8, 2, 800, "H100") > m.throughput(8, 2, 800, "T4") > 0
+    assert m.throughput(16, 4, 3200) > m.throughput(4, 1, 800)   # scales out
+    assert m.efficiency(app.base_batch) == pytest.approx(1.0) and m.efficiency(12800) < 0.5
+    # Measured 1-GPU H100 ResNet-50 step at batch 128 is 52.6 ms.
+    assert h(128) == pytest.approx(0.0526, rel=0.05)

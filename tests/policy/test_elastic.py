@@ -250,3 +250,29 @@ def test_gpu_only_needs_a_fixed_batch_and_skips_invalid_jobs_without_crashing():
         validate_elastic_job(bad, cluster, fixed_batch=True)
     alloc = make_policy("elastic-gpu-only").decide((bad, job(1)), cluster)
     assert alloc.gpus("j0") == 0 and alloc.gpus("j1") >= 1
+
+
+def test_urgency_gives_the_contended_gpu_to_the_job_closest_to_done():
+    cluster = ClusterView.homogeneous(1, 1)
+    long_first = job(0, remaining_samples=1e7)
+    short_later = job(1, remaining_samples=1e4)
+    assert make_policy("elastic", urgency=0.0).decide((long_first, short_later), cluster).gpus("j0") == 1   # FIFO tie
+    assert make_policy("elastic", urgency=0.5).decide((long_first, short_later), cluster).gpus("j1") == 1
+
+
+def test_a_job_about_to_finish_is_not_rescaled():
+    cluster = ClusterView.homogeneous(1, 4)
+    speed = StepProfile(allreduce=0.001)
+    rate = speed.throughput(1, 1, 128)
+    far = running(job(0, speed, remaining_samples=rate * 3600), 1, 128)         # an hour left: scale out
+    near = running(job(0, speed, remaining_samples=rate * 20), 1, 128)          # 20 s left: a 30 s restart loses
+    assert make_policy("elastic").decide((far,), cluster).gpus("j0") == 4
+    assert make_policy("elastic").decide((near,), cluster).gpus("j0") == 1
+    assert make_policy("elastic", restart_cost=0.0).decide((near,), cluster).gpus("j0") == 4
+
+
+def test_pinned_jobs_that_no_longer_fit_do_not_block_the_others():
+    small = ClusterView.homogeneous(1, 2)          # the cluster lost a node: 3 pinned GPUs no longer fit
+    pinned = JobView(**{**running(job(0), 3, 96).__dict__, "preemptible": False, "attrs": {}})
+    alloc = make_policy("elastic").decide((pinned, job(1)), small)
+    assert alloc.gpus("j1") >= 1 and alloc.total_gpus <= 2

@@ -22,7 +22,8 @@ def test_resize_2_4_1_3_within_one_epoch_is_exactly_once_and_smooth(tmp_path):
     ref_dir, job_dir = tmp_path / "ref", tmp_path / "elastic"
     ref = start_job(ref_dir, 1, *DATA)
     finish(ref)
-    proc = start_job(job_dir, 2, *DATA, "--record-samples", "--standby", "2", "--param", "throttle_s=0.1")
+    proc = start_job(job_dir, 2, *DATA, "--record-samples", "--standby", "2", "--param", "throttle_s=0.1",
+                     "--no-replace-stragglers")
     at_step = 6
     for generation, workers in enumerate([4, 1, 3], start=1):
         wait_for_step(job_dir, at_step, proc)
@@ -79,3 +80,15 @@ def test_resume_after_coordinator_restart_continues_from_checkpoint(tmp_path):
              if "event" not in r]
     restart_at = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
     assert steps[restart_at] - 1 in (4, 8) and steps[-1] == 20
+
+
+def test_straggler_is_detected_and_replaced_without_losing_samples(tmp_path):
+    job_dir = tmp_path / "job"
+    proc = start_job(job_dir, 3, "--param", "num_samples=480", "--param", "batch_size=12", "--param",
+                     "throttle_s=0.03", "--record-samples", env={"DLSCHED_FAULT_SLOW_WORKER": "1:0.12"})
+    finish(proc)
+    flagged = events(job_dir, "straggler")
+    assert flagged and flagged[0]["workers"] == [1]
+    swap = events(job_dir, "resized")[0]
+    assert swap["replaced"] == [1] and swap["from_workers"] == swap["workers"] == 3
+    assert committed_sample_ids(job_dir) == Counter(range(480))

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy.optimize import minimize_scalar, nnls
@@ -120,11 +122,13 @@ def normalise(loss) -> tuple[np.ndarray, float]:
     return loss / scale, scale
 
 
-def _fit_given_beta2(k: np.ndarray, l: np.ndarray, beta2: float) -> tuple[float, float, float]:
+def _fit_given_beta2(k: np.ndarray, l: np.ndarray, beta2: float, sw: np.ndarray | None = None) -> tuple[float, float, float]:
     """NNLS for (β0, β1) at fixed β2 with rows weighted to approximate loss-space residuals; returns (β0, β1, sse)."""
     d = l - beta2
     y = 1.0 / d
     w = d * d  # |dl/dy| = 1/y² = d²
+    if sw is not None:
+        w = w * sw
     # NNLS on the 2x2 triangular factor of the weighted normal equations: the same minimiser as on the
     # full n x 2 system (||Ax − b||² = ||Rx − c||² + const), at a cost independent of n.
     kw, yw = k * w, y * w
@@ -137,13 +141,22 @@ def _fit_given_beta2(k: np.ndarray, l: np.ndarray, beta2: float) -> tuple[float,
         b0, b1 = 0.0, max(float(atb[1] / ata[1, 1]), 0.0)
     pred = 1.0 / np.maximum(b0 * k + b1, 1e-300) + beta2
     r = pred - l
-    return b0, b1, float(r @ r)
+    return b0, b1, float(r @ r) if sw is None else float((r * sw) @ r)
 
 
-def fit_curve(steps, losses, *, preprocess: bool = True, grid: int = 24) -> ConvergenceFit:
+def recent_weights(n: int) -> np.ndarray:
+    """Optimus authors' weighting (``estimator.py``): thirds of the history with σ = 1, 1/4, 1/16, i.e. the
+    squared residuals of later thirds count 16x and 256x — the recent trend matters most for extrapolation."""
+    seg = np.arange(n) // max(1, math.ceil(n / 3))
+    return 16.0 ** seg
+
+
+def fit_curve(steps, losses, *, preprocess: bool = True, grid: int = 24, weights=None) -> ConvergenceFit:
     """Fit l(k) to observed (step, raw loss) pairs; see the module docstring for the method.
 
-    ``steps`` must be non-negative and increasing; needs at least 3 points.
+    ``steps`` must be non-negative and increasing; needs at least 3 points. ``weights`` (optional, ≥ 0,
+    one per point) weight the squared loss residuals, e.g. ``recent_weights(n)``; the reported RMSE is
+    always unweighted.
     """
     k = np.asarray(steps, dtype=float)
     raw = np.asarray(losses, dtype=float)
@@ -159,17 +172,20 @@ def fit_curve(steps, losses, *, preprocess: bool = True, grid: int = 24) -> Conv
     # Coarse grid (denser near min l, where the asymptote usually sits), then bounded refinement.
     cands = top * (1.0 - np.geomspace(1.0, 1e-4, grid))
     cands[0] = 0.0
-    sses = [_fit_given_beta2(k, l, b2)[2] for b2 in cands]
+    sw = None if weights is None else np.asarray(weights, dtype=float) / np.mean(weights)
+    sses = [_fit_given_beta2(k, l, b2, sw)[2] for b2 in cands]
     i = int(np.argmin(sses))
     lo, hi = cands[max(i - 1, 0)], cands[min(i + 1, grid - 1)]
     best_b2, best_sse = float(cands[i]), sses[i]
     if hi > lo:
-        res = minimize_scalar(lambda b2: _fit_given_beta2(k, l, b2)[2], bounds=(lo, hi), method="bounded",
+        res = minimize_scalar(lambda b2: _fit_given_beta2(k, l, b2, sw)[2], bounds=(lo, hi), method="bounded",
                               options={"xatol": 1e-6 * max(top, 1e-12)})
         if res.fun < best_sse:
             best_b2, best_sse = float(res.x), float(res.fun)
-    b0, b1, sse = _fit_given_beta2(k, l, best_b2)
-    return ConvergenceFit(LossCurve(float(b0), float(b1), best_b2, scale), float(np.sqrt(sse / len(k))), k, l)
+    b0, b1, _ = _fit_given_beta2(k, l, best_b2, sw)
+    curve = LossCurve(float(b0), float(b1), best_b2, scale)
+    rmse = float(np.sqrt(np.mean((curve.loss(k) - l) ** 2)))
+    return ConvergenceFit(curve, rmse, k, l)
 
 
 class OnlineConvergence:

@@ -72,13 +72,14 @@ def check_numeric_frame(df: pd.DataFrame, source: str, columns: Iterable[str], *
             bad |= vals.isna()
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise UserError(f"{source}: {row_word} {line_of(i)}, field {c!r}: expected a number, got {raw.iloc[i]!r}")
+            got = "nothing" if pd.isna(raw.iloc[i]) or str(raw.iloc[i]).strip() == "" else repr(raw.iloc[i])
+            raise UserError(f"{source}: {row_word} {line_of(out.index[i])}, field {c!r}: expected a number, got {got}")
         for name, ok, what in ((nonnegative, vals >= 0, "must be >= 0"), (positive, vals > 0, "must be > 0")):
             if c in name:
                 neg = ~ok & vals.notna()
                 if neg.any():
                     i = int(np.flatnonzero(neg.to_numpy())[0])
-                    raise UserError(f"{source}: {row_word} {line_of(i)}, field {c!r}: {what}, got {raw.iloc[i]!r}")
+                    raise UserError(f"{source}: {row_word} {line_of(out.index[i])}, field {c!r}: {what}, got {raw.iloc[i]!r}")
         out[c] = vals.astype(float)
     if len(out) < min_rows:
         raise UserError(f"{source}: needs at least {min_rows} rows, got {len(out)}")
@@ -197,3 +198,92 @@ def optimus_table2(path: Path | None = None) -> dict[str, tuple[float, ...]]:
         except ValueError:
             raise UserError(f"{path}: row {table}, field 'value': expected numbers, got {rows[table][2]!r}") from None
     return out
+
+
+# --------------------------------------------------------------------------- measured speed as a ThroughputModel
+POLLUX_GPU_TYPE = "T4"  # the artifact's traces were measured on AWS g4dn.12xlarge nodes (4x T4 each)
+
+
+def even_placement(num_gpus: int, num_nodes: int) -> tuple[int, ...]:
+    """GPUs per node when ``num_gpus`` are spread as evenly as possible over ``num_nodes``."""
+    if not 1 <= num_nodes <= num_gpus:
+        raise ValueError(f"need 1 <= num_nodes <= num_gpus, got {num_nodes} nodes, {num_gpus} GPUs")
+    q, r = divmod(num_gpus, num_nodes)
+    return tuple([q + 1] * r + [q] * (num_nodes - r))
+
+
+class MeasuredSpeed:
+    """Ground-truth speed of a Pollux app for the simulator: a ``ThroughputModel`` read off the traces.
+
+    Lookup, as the artifact's simulator does it: a placement measured in ``placements.csv`` (compared up
+    to rotation, e.g. (2, 1) == (1, 2)) is interpolated linearly in the local batch; any other
+    configuration is interpolated linearly in (num_nodes, num_replicas, local_bsz) over the per-config
+    means of both files (``scipy.interpolate.LinearNDInterpolator``). Outside the measured hull the fitted
+    all-reduce model (``speed.fit_step_time`` on all rows) answers, so nothing returns NaN.
+    Efficiency comes from the app's ``NoiseTrace`` at ``progress`` (set it with ``at_progress``).
+    """
+
+    def __init__(self, app: PolluxApp, progress: float = 0.0, gpu_type: str = POLLUX_GPU_TYPE) -> None:
+        from scipy.interpolate import LinearNDInterpolator
+
+        from dlsched.perf.efficiency import NoiseTrace
+        from dlsched.perf.speed import fit_step_time
+
+        self.app, self.progress, self.gpu_type = app, float(progress), gpu_type
+        self._by_placement = {}
+        for plc, g in app.placements.groupby("placement"):
+            g = g.groupby("local_bsz", as_index=False)[["step_time", "sync_time"]].mean()
+            self._by_placement[_canonical(tuple(int(c) for c in str(int(plc))))] = g
+        cols = ["num_nodes", "num_replicas", "local_bsz"]
+        d = app.step_samples().groupby(cols, as_index=False)[["step_time", "sync_time"]].mean()
+        self._interp = LinearNDInterpolator(d[cols].to_numpy(float), d[["step_time", "sync_time"]].to_numpy(float))
+        s = app.step_samples()
+        self._model = fit_step_time(s.num_replicas, s.num_nodes, s.local_bsz, s.step_time, s.sync_time)
+        v = app.validation
+        batches = tuple(v)
+        n = min(app.max_epochs, *(len(f) for f in v.values()))
+        get = lambda c: np.array([v[b][c].to_numpy(float)[:n] for b in batches])  # noqa: E731
+        self.noise = NoiseTrace(app.base_batch, batches, get("progress"), get("grad_sqr"), get("grad_var"))
+
+    def at_progress(self, progress: float) -> "MeasuredSpeed":
+        """The same app at another training progress (shares the fitted lookups)."""
+        other = object.__new__(MeasuredSpeed)
+        other.__dict__.update(self.__dict__)
+        other.progress = float(progress)
+        return other
+
+    def step_time(self, placement: tuple[int, ...], local_batch: float) -> tuple[float, float]:
+        """(step_time, sync_time) in seconds of one step with ``placement`` (GPUs per node) and local batch."""
+        placement = _canonical(tuple(int(p) for p in placement if p))
+        g = self._by_placement.get(placement)
+        if g is not None and g.local_bsz.min() <= local_batch <= g.local_bsz.max():
+            x = g.local_bsz.to_numpy(float)
+            return (float(np.interp(local_batch, x, g.step_time.to_numpy(float))),
+                    float(np.interp(local_batch, x, g.sync_time.to_numpy(float))))
+        n, r = len(placement), sum(placement)
+        step, sync = self._interp([n, r, local_batch])[0]
+        if np.isfinite(step) and np.isfinite(sync):
+            return float(step), float(sync)
+        t = float(self._model.step_time(r, n, local_batch))
+        return t, max(0.0, t - float(self._model.compute(local_batch)))
+
+    def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
+        """Samples/s with the GPUs spread evenly over the nodes; 0 above the app's per-GPU batch limit."""
+        if gpu_type not in (None, self.gpu_type):
+            raise ValueError(f"the {self.app.name} traces were measured on {self.gpu_type}, not {gpu_type}")
+        if num_gpus <= 0:
+            return 0.0
+        local = global_batch / num_gpus
+        if local > self.app.max_local_batch + 1e-9:
+            return 0.0
+        step, _ = self.step_time(even_placement(num_gpus, num_nodes), local)
+        return global_batch / step
+
+    def efficiency(self, global_batch: int) -> float:
+        b = min(max(global_batch, self.noise.batches[0]), self.noise.batches[-1])
+        return float(self.noise.efficiency_at(self.progress, b))
+
+
+def _canonical(placement: tuple[int, ...]) -> tuple[int, ...]:
+    """Smallest rotation of a placement, so (2, 1) and (1, 2) name the same ring."""
+    return min(placement[i:] + placement[:i] for i in range(len(placement))) if placement else placement

@@ -27,7 +27,7 @@ profile from ``shared/data/h100/throughput.csv`` combined with a network profile
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -142,7 +142,8 @@ class StepTimeParams:
         tn = self.network(num_replicas, num_nodes)
         g = self.gamma
         out = (tc**g + tn**g) ** (1.0 / g)
-        return float(out[0]) if np.ndim(out) and out.size == 1 and np.ndim(local_batch) == 0 else out
+        scalar = all(np.ndim(x) == 0 for x in (num_replicas, num_nodes, local_batch))
+        return float(out[0]) if scalar else out
 
     def with_compute(self, compute: ComputeTime) -> "StepTimeParams":
         """The same network and overlap with another GPU's compute profile (assumes the same interconnect)."""
@@ -158,6 +159,8 @@ def fit_compute(local_batch, compute_time) -> ComputeTime:
     best, best_err = None, np.inf
     for j, knee in enumerate(knots[:-1] if len(knots) > 1 else knots):
         above = m >= knee
+        if j > 0 and ((m < knee).sum() < 2 or np.unique(m[above]).size < 2):
+            continue  # a floor needs two points under it and a line two batch sizes over it: no overfitting
         if np.unique(m[above]).size >= 2:
             A = np.column_stack([np.ones(above.sum()), m[above]]) / t[above, None]
             (a, b), _ = nnls(A, np.ones(above.sum()))
@@ -197,7 +200,8 @@ def fit_step_time(num_replicas, num_nodes, local_batch, step_time, sync_time=Non
         if present.any():
             sol, _ = nnls(F[:, present] / s[:, None], tn / s)
             coef[present] = sol
-        net = NetworkTime(coef[0], tuple(coef[1:4]), tuple(coef[4:7]))
+        c = [float(x) for x in coef]
+        net = NetworkTime(c[0], tuple(c[1:4]), tuple(c[4:7]))
         cand = StepTimeParams(compute, net, g)
         err = float(np.sum((cand.step_time(r, n, m) / s - 1.0) ** 2))
         if err < best_err * (1 - 1e-9):
@@ -219,7 +223,6 @@ class AllReduceSpeedModel:
     noise: GradientNoise | None = None
     base_batch: int | None = None
     max_local_batch: float | None = None
-    _frozen: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "profiles", MappingProxyType(dict(self.profiles)))
@@ -254,3 +257,38 @@ class AllReduceSpeedModel:
     def goodput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
         """Throughput × efficiency: base-batch samples of progress per second."""
         return self.throughput(num_gpus, num_nodes, global_batch, gpu_type) * self.efficiency(global_batch)
+
+
+# --------------------------------------------------------------------------- from the shared traces
+POLLUX_GPU_TYPE = "T4"  # the Pollux artifact's traces were measured on AWS g4dn.12xlarge nodes (4x T4 each)
+
+
+def fit_pollux_app(app, gpu_type: str = POLLUX_GPU_TYPE) -> AllReduceSpeedModel:
+    """All-reduce model of a ``profile.PolluxApp`` from all its scalability + placements rows.
+
+    Efficiency uses the app's first-epoch gradient noise at its base batch; for progress-dependent
+    efficiency use ``efficiency.NoiseTrace`` (``load_noise_trace``) instead.
+    """
+    d = app.step_samples()
+    params = fit_step_time(d.num_replicas, d.num_nodes, d.local_bsz, d.step_time, d.sync_time)
+    v = app.validation[app.base_batch].iloc[0]
+    return AllReduceSpeedModel({gpu_type: params}, gpu_type, GradientNoise(float(v.grad_sqr), float(v.grad_var)),
+                               base_batch=app.base_batch, max_local_batch=app.max_local_batch)
+
+
+def fit_h100_compute(table, model: str, dataset: str | None = None, precision: str = "fp32") -> ComputeTime:
+    """Compute profile of one model on an H100 from ``profile.h100_throughput()`` (single-GPU step times)."""
+    g = table[(table.model == model) & (table.precision == precision)]
+    if dataset is not None:
+        g = g[g.dataset == dataset]
+    if g.empty:
+        raise ValueError(f"no H100 rows for model={model!r} dataset={dataset!r} precision={precision!r}")
+    return fit_compute(g.batch_size, g.step_time)
+
+
+def with_gpu_type(model: AllReduceSpeedModel, gpu_type: str, compute: ComputeTime) -> AllReduceSpeedModel:
+    """Add a GPU type with its own compute profile, keeping the default type's network and overlap
+    (an assumption: the same interconnect)."""
+    profiles = dict(model.profiles)
+    profiles[gpu_type] = model.params().with_compute(compute)
+    return replace(model, profiles=profiles)

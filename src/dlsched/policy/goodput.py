@@ -19,5 +19,6 @@ def goodput(speed: ThroughputModel, num_gpus: int, num_nodes: int, global_batch:
 
 
 @register("goodput")
-def make_goodput(hysteresis: float = 0.05) -> ElasticPolicy:
-    return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis)
+def make_goodput(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0) -> ElasticPolicy:
+    return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
+                         restart_cost=restart_cost)

@@ -41,6 +41,12 @@ def _error(status: int, msg: str) -> JSONResponse:
     return JSONResponse({"error": " ".join(str(msg).split())[:500]}, status_code=status)
 
 
+def _public(path: str) -> bool:
+    """Paths served without a token: health, and the dashboard's static files (they carry no data;
+    the page sends the token, taken from ``?token=``, on its data requests)."""
+    return path in ("/healthz", "/dashboard", "/dashboard/") or path.startswith("/dashboard/static/")
+
+
 class _Guard:
     """ASGI middleware: bearer token and body size, checked before the app sees the request."""
 
@@ -51,7 +57,7 @@ class _Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if self.token is not None and scope["path"] != "/healthz":
+        if self.token is not None and not _public(scope["path"]):
             auth = headers.get("authorization", "")
             if not (auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].encode(), self.token.encode())):
                 return await _error(401, "missing or wrong bearer token")(scope, receive, send)
@@ -198,6 +204,11 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                 "last_round": None if stats is None else {"decide_s": stats.decide_s, "act_s": stats.act_s,
                                                           "active_jobs": stats.active_jobs}}
 
+    from dlsched.service.dashboard_routes import make_dashboard_router
+    from dlsched.service.loop import cluster_view
+
+    api.include_router(make_dashboard_router(store, lambda: cluster_view(cluster, 0).nodes if cluster else (),
+                                             Path(state_dir) / "reports" if state_dir else None))
     return _Guard(api, token, max_body)
 
 

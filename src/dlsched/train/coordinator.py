@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from dlsched.errors import UserError
 from dlsched.train import checkpoint as ckpt
+from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
 from dlsched.train.files import ProgressLog, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
@@ -43,6 +44,7 @@ class Options:
     threads: int = 0  # torch threads per worker; 0 = max(1, cpus // workers)
     record_samples: bool = False  # write per-step sample ids (exactly-once audit; tests)
     max_restarts: int = 3
+    replace_stragglers: bool = True  # EWMA < 0.8 of the median -> swap the worker for a fresh one
     standby: int = 0  # workers kept started and prepared, so a scale-out waits only for the broadcast
 
 
@@ -66,6 +68,9 @@ class Coordinator:
         self.pending_resize: dict | None = None  # resize waiting for its first step
         self.standby: list[int] = []
         self.leaving: list[int] = []
+        self.detector = StragglerDetector()
+        self.stragglers: list[int] = []
+        self.resizing = False
 
     # -- processes ----------------------------------------------------------------------------------
     def _spawn(self, generation: int, count: int, world: int) -> list[int]:
@@ -162,6 +167,13 @@ class Coordinator:
                     self.progress.write(ev)
                     self.pending_resize = None
                 rec["partition_offsets"] = table
+                if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
+                        and not self.resizing):
+                    slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
+                    if slow and not self.stragglers:
+                        self.stragglers = slow
+                        self.progress.write({"event": "straggler", "time": time.time(), "workers": slow,
+                                             "ewma": [round(self.detector.ewma[w], 3) for w in slow]})
             self.progress.write(rec)
 
     # -- main loop ----------------------------------------------------------------------------------
@@ -185,6 +197,9 @@ class Coordinator:
                     self._recover(dead)
                     continue
                 self._poll_control()
+                if self.stragglers:
+                    drop, self.stragglers = self.stragglers, []
+                    self._resize(len(self.wids), None, drop=drop)
                 self._reap_leaving()
                 time.sleep(POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
@@ -217,11 +232,21 @@ class Coordinator:
         self.control_gen = ctl.generation
         self._resize(ctl.workers, ctl.batch_size)
 
-    def _resize(self, workers: int, batch_size: int | None) -> None:
-        """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step."""
+    def _resize(self, workers: int, batch_size: int | None, drop: list[int] = ()) -> None:
+        """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step.
+
+        ``drop`` names workers to replace (stragglers): they leave like scaled-in workers."""
+        self.resizing = True
+        try:
+            self._resize_now(workers, batch_size, list(drop))
+        finally:
+            self.resizing = False
+
+    def _resize_now(self, workers: int, batch_size: int | None, drop: list[int]) -> None:
         requested = time.time()
         old = list(self.wids)
-        need = max(0, workers - len(old))
+        keep = [w for w in old if w not in drop][:workers]
+        need = workers - len(keep)
         new, self.standby = self.standby[:need], self.standby[need:]
         new += self._spawn(self.generation + 1, need - len(new), workers)
         if not self._wait_ready(new):
@@ -245,13 +270,15 @@ class Coordinator:
         ramp = self.ramp
         if gb != self.global_batch:
             ramp = ramp.rescaled(end["lr"], self.global_batch, gb, end["step"])
-        wids = old[:workers] + new
-        leaving = old[workers:]
+        wids = keep + new
+        leaving = [w for w in old if w not in keep]
+        for w in leaving:
+            self.detector.forget(w)
         self._publish(wids, end["step"], PartitionTable.from_snapshot(end["table"]), gb, ramp, end["epoch_loss"])
         self.leaving += leaving  # they exit on their own; reaped without blocking the loop
         self.standby += self._spawn(self.generation, self.o.standby - len(self.standby), workers)
         self.pending_resize = {"event": "resized", "time": requested, "generation": self.generation,
-                               "from_workers": len(old), "workers": workers, "batch_size": gb, "step": end["step"],
+                               "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb, "step": end["step"],
                                "requested_at": requested, "stopped_at": stopped}
 
     def _recover(self, dead: list[int]) -> None:

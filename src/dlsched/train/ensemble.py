@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from dlsched.errors import UserError
 from dlsched.policy.fleet import ModelProfile, Preprocessing, plan_fleet
 
-CTX = mp.get_context("spawn")
+# fork: workers start in milliseconds instead of re-importing torch (CPU only; no CUDA context exists yet).
+CTX = mp.get_context("fork")
 
 
 # ---------------------------------------------------------------- data and transforms
@@ -218,6 +219,7 @@ class MemberSpec:
     kwargs: Mapping[str, object] = field(default_factory=dict)
     lr: float = 0.05
     base_dir: str | None = None
+    max_epochs: int | None = None    # overrides Convergence.max_epochs for this member
 
 
 @dataclass(frozen=True)
@@ -282,7 +284,7 @@ def member_main(spec: MemberSpec, consumer: int, ring: BatchRing, start_batch: i
                     _save_atomic({"model": model.state_dict(), "acc": acc, "epoch": state["epoch"]}, Path(ckpt_dir) / f"{spec.name}.best.pt")
                 else:
                     state["bad"] += 1
-                if state["bad"] >= conv.patience or state["epoch"] >= conv.max_epochs:
+                if state["bad"] >= conv.patience or state["epoch"] >= (spec.max_epochs or conv.max_epochs):
                     status = "converged"
                 reports.put((spec.name, status, state["epoch"], state["step"], loss.item(), acc, rate))
             elif state["step"] % 10 == 0:
@@ -380,13 +382,15 @@ class EnsembleReport:
 
 
 def run_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Convergence, ckpt_dir: Path, *,
-                 slots_per_node: int = 4, gpus_per_member_max: int = 1, seed: int = 0,
+                 slots_per_node: int = 4, gpus_per_member_max: int = 1, seed: int = 0, rate_tolerance: float = 0.9,
                  on_report: Callable[[tuple], None] | None = None,
                  on_plan: Callable[[list[tuple[str, ...]]], None] | None = None) -> EnsembleReport:
     """Profile, plan flotillas with the FLEET greedy, run them, re-form after every convergence until all converged.
 
     On one machine the "GPUs" are ``slots_per_node`` worker slots of one node; flotillas of a plan run one after
-    another (they would compete for the same cores otherwise)."""
+    another (they would compete for the same cores otherwise). Members share cores here, so one worker cannot be
+    given "more GPUs"; ``rate_tolerance`` (the greedy's eps) is therefore wide by default: members within 10x of
+    the flotilla's target share a pipeline rather than run in separate, sequential flotillas."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     report = EnsembleReport()
     shape = tuple(data[0].shape[1:])
@@ -409,7 +413,8 @@ def run_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Con
             on_report(msg)
 
     while remaining:
-        plan = plan_fleet([profiles[n] for n in remaining], {"local": slots_per_node}, cpu_pool=1_000_000, pre=Preprocessing(1e12))
+        plan = plan_fleet([profiles[n] for n in remaining], {"local": slots_per_node}, cpu_pool=1_000_000,
+                          pre=Preprocessing(1e12), eps=rate_tolerance)
         groups = [tuple(f.gpus) for f in plan.flotillas]
         if on_plan:
             on_plan(groups)

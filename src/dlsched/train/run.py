@@ -25,6 +25,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     ap.add_argument("--ckpt-every", type=int, default=20, help="checkpoint interval in steps (0 = never)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per worker (0 = cpus // workers)")
     ap.add_argument("--record-samples", action="store_true", help="log sample ids per step (exactly-once audit)")
+    ap.add_argument("--no-replace-stragglers", action="store_true", help="keep workers the EWMA rule flags")
     ap.add_argument("--standby", type=int, default=0, help="prepared spare workers for instant scale-out")
     a = ap.parse_args(argv)
     if a.workers < 1:
@@ -34,7 +35,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     return Options(job_dir=a.job_dir, entry=a.entry, workers=a.workers, batch_size=a.batch_size,
                    params=parse_params(a.param), batch_mode=BatchMode(a.batch_mode), ckpt_every=a.ckpt_every,
                    threads=a.threads, record_samples=a.record_samples,
-                   standby=a.standby)
+                   standby=a.standby, replace_stragglers=not a.no_replace_stragglers)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,13 @@ def wait_key(store: dist.TCPStore, key: str, parent: int) -> bytes:
     return store.get(key)
 
 
+def fault_slowdown(worker_id: int) -> float:
+    """Fault injection for straggler tests and demos: DLSCHED_FAULT_SLOW_WORKER="wid:seconds" slows one worker."""
+    spec = os.environ.get("DLSCHED_FAULT_SLOW_WORKER", "")
+    wid, _, secs = spec.partition(":")
+    return float(secs) if wid.strip() == str(worker_id) else 0.0
+
+
 def pick_backend(world_size: int) -> tuple[str, torch.device]:
     """NCCL when every rank can have its own GPU, else gloo on CPU — same code either way."""
     if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
@@ -62,6 +69,7 @@ class Worker:
         self.device = torch.device("cpu")
         self.record = None
         self.joined = False
+        self.fault_slow_s = fault_slowdown(worker_id)
 
     # -- state transfer -------------------------------------------------------------------------
     def _state(self) -> dict:
@@ -157,8 +165,8 @@ class Worker:
                 loss = job.loss_fn(self.model(x.to(self.device)), y.to(self.device))
                 (loss * size).backward()
                 loss_sum += float(loss.detach()) * size
-            if job.throttle_s:
-                time.sleep(job.throttle_s)
+            if job.throttle_s or self.fault_slow_s:
+                time.sleep(job.throttle_s + self.fault_slow_s)
             compute_s = time.perf_counter() - t_start
             stop = rank == 0 and self.store.check([stop_key])
             tail[0], tail[1], tail[2] = float(len(mine)), loss_sum, float(stop)
