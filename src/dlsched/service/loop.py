@@ -115,14 +115,24 @@ class LiveLoop:
     def _make_view(self, job: JobRecord, speed) -> JobView:
         s = job.spec
         lo, hi = s.gpu_range
+        blo, bhi, preemptible = s.min_batch_size, s.max_batch_size, s.preemptible
+        if job.state == RESCALING:
+            # mid-resize the runtime is still moving to the last decision: pin it there until it confirms,
+            # so a noisy speed estimate cannot bounce the job between allocations
+            lo = hi = job.num_gpus
+            if job.batch_size is not None:
+                blo = bhi = job.batch_size
+            preemptible = False
         remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
         return JobView(
-            id=str(job.id), submit_time=job.submit_time, requested_gpus=s.gpus, batch_size=s.batch_size,
-            min_batch_size=s.min_batch_size, max_batch_size=s.max_batch_size, max_local_batch=s.max_local_batch,
+            id=str(job.id), submit_time=job.submit_time, requested_gpus=s.gpus if job.state != RESCALING else lo,
+            batch_size=s.batch_size if job.state != RESCALING else job.batch_size,
+            min_batch_size=blo, max_batch_size=bhi, max_local_batch=s.max_local_batch,
             max_gpus=hi, min_gpus=lo, attained_service=job.attained_service, run_time=job.run_time,
             placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
-            speed=speed, kind=s.kind, preemptible=s.preemptible,
-            attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss})
+            speed=speed, kind=s.kind, preemptible=preemptible,
+            attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
+                   "state": job.state})
 
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
         """Snapshots -> policy -> placement -> the actions that turn the current state into the decision."""
