@@ -109,7 +109,7 @@ def _wait(pred, timeout=60.0, what="condition"):
 
 
 @pytest.fixture(scope="module")
-def live_service(tmp_path_factory):
+def live_service(tmp_path_factory, data_dir):
     """A real service with two 2-slot nodes: a finished job, two running ones, one queued."""
     tmp = tmp_path_factory.mktemp("dash")
     cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 2}, {"name": "n2", "gpus": 2}],
@@ -129,10 +129,13 @@ def live_service(tmp_path_factory):
         _wait(lambda: len(c.get(f"/jobs/{ids['resnet-a']}/progress").json()) >= 12, what="progress of resnet-a")
         _wait(lambda: c.get(f"/jobs/{ids['resnet-a']}/predictions").json()
               and c.get(f"/jobs/{ids['resnet-a']}/predictions").json()[-1]["loss_fit"], what="a loss fit")
-        reports = tmp / "state" / "reports"
-        reports.mkdir()
-        (reports / "workload-1.csv").write_text("policy,avg_jct_s,makespan_s\nfifo,3120.5,42000\ntiresias,2010.2,39000\n"
-                                                "optimus,1750.8,37500\n")
+        # a real policy comparison: the simulator on Pollux workload 1 (shared/data/pollux/workloads)
+        sim = subprocess.run([sys.executable, "-m", "dlsched.cli", "simulate", "-w",
+                              str(data_dir / "pollux" / "workloads" / "workload-1.csv"), "-p", "fifo", "-p", "tiresias",
+                              "--report", str(tmp / "state" / "reports" / "workload-1")],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")})
+        assert sim.returncode == 0, sim.stderr[-1000:]
     except BaseException:
         stop_service_and_jobs(svc)
         raise
@@ -181,13 +184,27 @@ def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
               "--window-size=1400,1000")
 
 
-def test_reports_page_compares_policies(live_service):
+def test_reports_page_compares_policies_from_dlsched_simulate(live_service):
     svc, _, tmp = live_service
     dom = _chromium(f"{svc.url}/dashboard/#/reports", tmp, "--dump-dom")
-    assert "workload-1.csv" in dom
-    assert dom.count('class="bars"') == 2                       # one chart per metric
-    best = re.search(r'<rect[^>]*fill="#16a34a"[^>]*><title>([^<]+)</title>', dom)
-    assert best and best.group(1).startswith("optimus")         # lowest JCT highlighted
+    assert "workload-1/summary.csv" in dom
+    avg_jct = re.search(r'<svg[^>]*data-metric="avg_jct".*?</svg>', dom, re.S).group(0)
+    best = re.search(r'<rect[^>]*fill="#16a34a"[^>]*><title>([^<]+)</title>', avg_jct)
+    assert best and best.group(1).startswith("tiresias")        # lower average JCT than FIFO on workload 1
+    util = re.search(r'<svg[^>]*data-metric="gpu_utilisation".*?</svg>', dom, re.S).group(0)
+    assert re.search(r'fill="#16a34a"[^>]*><title>tiresias', util)   # higher utilisation is the better one
+    assert dom.count('class="report-image"') == 2 and 'src="blob:' in dom    # the simulator's plots
+    shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
+    _chromium(f"{svc.url}/dashboard/#/reports", tmp, f"--screenshot={shots / 'dashboard-reports.png'}",
+              "--window-size=1400,1400")
+
+
+def test_report_images_stay_inside_the_reports_folder(live_service):
+    svc, _, _ = live_service
+    ok = httpx.get(f"{svc.url}/dashboard/api/reports/image/workload-1/jct_cdf.png")
+    assert ok.status_code == 200 and ok.content[:4] == b"\x89PNG"
+    for bad in ("workload-1/summary.csv", "..%2F..%2Fdlsched.db", "%2Fetc%2Fpasswd.png", "../../../etc/x.png"):
+        assert httpx.get(f"{svc.url}/dashboard/api/reports/image/{bad}").status_code == 404, bad
 
 
 def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):

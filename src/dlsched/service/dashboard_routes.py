@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -31,6 +32,7 @@ STATIC_DIR = Path(__file__).with_name("dashboard")
 STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
 MAX_GANTT_JOBS = 300      # rows drawn in the overview's timeline (most recent first)
 MAX_CURVE_POINTS = 400    # progress points sent for one job's loss curve
+HIGHER_IS_BETTER = re.compile(r"util|finished|throughput|goodput|accuracy", re.I)   # else lower is better
 
 
 # ----------------------------------------------------------------------------- convergence fit
@@ -188,8 +190,10 @@ def load_reports(reports_dir: Path | None) -> list[dict]:
             continue
         metrics = [c for c in df.columns if c != "policy" and pd.api.types.is_numeric_dtype(df[c])]
         rows = [{"policy": str(r["policy"]), **{m: _clean(float(r[m])) for m in metrics}} for _, r in df.iterrows()]
+        images = sorted(str(p.relative_to(reports_dir)) for p in path.parent.glob("*.png"))
         out.append({"file": str(path.relative_to(reports_dir)), "metrics": metrics, "rows": rows,
-                    "mtime": path.stat().st_mtime})
+                    "higher_is_better": [m for m in metrics if HIGHER_IS_BETTER.search(m)],
+                    "images": images, "mtime": path.stat().st_mtime})
     return out
 
 
@@ -229,6 +233,17 @@ def make_dashboard_router(store: Store, nodes: Callable[[], Sequence[NodeView]],
     @data.get("/dashboard/api/reports")
     def _reports():
         return {"dir": str(reports_dir) if reports_dir else None, "reports": load_reports(reports_dir)}
+
+    @data.get("/dashboard/api/reports/image/{name:path}")
+    def _report_image(name: str):
+        """A plot ``dlsched simulate --report`` wrote (PNG), only from inside ``reports_dir``."""
+        if reports_dir is None or not name.endswith(".png"):
+            raise HTTPException(404, f"no report image {name!r}")
+        root = Path(reports_dir).resolve()
+        path = (root / name).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise HTTPException(404, f"no report image {name!r}")
+        return FileResponse(path, media_type="image/png")
 
     router.include_router(data)
     return router

@@ -70,8 +70,8 @@ function lineChart(series, { width = 760, height = 300, xLabel = "", yLabel = ""
     } else {
       for (const p of s.points) el("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5, fill: s.colour }, g);
     }
-    el("rect", { x: width - m.r - 170, y: m.t + i * 16, width: 10, height: 10, fill: s.colour }, svg);
-    svgText(svg, width - m.r - 155, m.t + i * 16 + 9, s.label);
+    el("rect", { x: width - m.r - 250, y: m.t + i * 16, width: 10, height: 10, fill: s.colour }, svg);
+    svgText(svg, width - m.r - 235, m.t + i * 16 + 9, s.label);
   });
   return svg;
 }
@@ -105,7 +105,7 @@ function gantt(intervals, now) {
 }
 
 // Grouped bars: one small chart per metric, a bar per policy (lower is better for times).
-function barChart(rows, metric) {
+function barChart(rows, metric, higherIsBetter = false) {
   const width = 320, height = 180, m = { l: 56, r: 10, t: 20, b: 42 };
   const svg = el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "bars", "data-metric": metric });
   svgText(svg, m.l, 13, metric, { "font-weight": 600 });
@@ -113,7 +113,7 @@ function barChart(rows, metric) {
   const y1 = Math.max(...vals, 0) || 1, bw = (width - m.l - m.r) / rows.length;
   const Y = (v) => height - m.b - (v / y1) * (height - m.t - m.b);
   for (const v of ticks(0, y1, 4)) svgText(svg, m.l - 4, Y(v) + 4, fmtNum(v), { "text-anchor": "end" });
-  const best = Math.min(...vals);
+  const best = higherIsBetter ? Math.max(...vals) : Math.min(...vals);
   rows.forEach((r, i) => {
     const v = r[metric]; if (!Number.isFinite(v)) return;
     const rect = el("rect", { x: m.l + i * bw + 4, y: Y(v), width: bw - 8, height: height - m.b - Y(v), fill: v === best ? "#16a34a" : "#60a5fa" }, svg);
@@ -167,7 +167,7 @@ async function jobPage(view, id) {
     ["fraction done", j.fraction_done == null ? "–" : (100 * j.fraction_done).toFixed(1) + "%"], ["submitted", rel(j.submit_time, now)],
     ["started", rel(j.start_time, now)], ["ended", j.end_time ? rel(j.end_time, now) : "–"],
     ["predicted finish", p ? rel(p.predicted_finish, now) : "–"],
-    ["convergence fit", fit ? `β = (${fit.beta.map((b) => b.toExponential(3)).join(", ")}), RMSE ${fit.rmse.toFixed(4)} (normalised loss)` : "not enough points"],
+    ["convergence fit", fit ? `β = (${fit.beta.map((b) => b.toExponential(3)).join(", ")}), RMSE ${fit.rmse.toPrecision(3)} (loss units; fitted by the service's online refit)` : "not enough points"],
     ["error", `<span class="error">${esc(j.error || "")}</span>`]];
   const allocs = d.allocations.map((a) => `<tr><td>${fmtClock(a.time)}</td><td class="num">${a.num_gpus}</td><td class="num">${a.batch_size ?? "–"}</td><td>${esc(JSON.stringify(a.placement))}</td></tr>`).join("");
   const events = d.events.map((e) => `<tr><td>${fmtClock(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(JSON.stringify(e.detail))}</td></tr>`).join("");
@@ -193,9 +193,16 @@ async function reportsPage(view) {
     if (r.error) { s.innerHTML = `<h2>${esc(r.file)}</h2><p class="error">${esc(r.error)}</p>`; root.appendChild(s); continue; }
     const head = `<tr><th>policy</th>${r.metrics.map((m) => `<th class="num">${esc(m)}</th>`).join("")}</tr>`;
     const body = r.rows.map((row) => `<tr><td>${esc(row.policy)}</td>${r.metrics.map((m) => `<td class="num">${fmtNum(row[m], 4)}</td>`).join("")}</tr>`).join("");
-    s.innerHTML = `<h2>${esc(r.file)}</h2><div class="scroll"><table>${head}${body}</table></div><div class="grid charts"></div>`;
+    s.innerHTML = `<h2>${esc(r.file)}</h2><div class="scroll"><table>${head}${body}</table></div><p class="muted">best bar in green (lowest, or highest for utilisation / finished)</p><div class="grid charts"></div>`;
     const grid = s.querySelector(".charts");
-    for (const m of r.metrics) grid.appendChild(barChart(r.rows, m));
+    for (const m of r.metrics) grid.appendChild(barChart(r.rows, m, r.higher_is_better.includes(m)));
+    for (const img of r.images) {        // fetched with the token, shown from a blob URL
+      const blob = await (await fetch(`/dashboard/api/reports/image/${img.split("/").map(encodeURIComponent).join("/")}`,
+        { headers: TOKEN ? { Authorization: "Bearer " + TOKEN } : {} })).blob();
+      const fig = document.createElement("img");
+      fig.className = "report-image"; fig.alt = img; fig.src = URL.createObjectURL(blob);
+      s.appendChild(fig);
+    }
     root.appendChild(s);
   }
   return false;
