@@ -168,6 +168,19 @@ def test_resize_without_a_node_map_keeps_the_job_where_it_is(backend, tmp_path):
     assert wait_free(4) == 4
 
 
+def test_pinned_nodes_that_are_busy_fall_back_to_where_ray_has_gpus(backend, tmp_path):
+    first = launch(tmp_path, 10, 2, {"n1": 2}, n_samples=20_000)
+    backend.start(first)
+    second = launch(tmp_path, 11, 2, {"n1": 2}, n_samples=20_000)    # a stale view: n1 is taken
+    try:
+        backend.start(second)
+        assert backend.placement(11) == {"n2": 2}
+    finally:
+        backend.stop(10, first.job_dir)
+        backend.stop(11, second.job_dir)
+    assert wait_free(4) == 4
+
+
 def test_impossible_request_times_out_and_holds_nothing(backend, tmp_path):
     saved, backend.ready_timeout_s = backend.ready_timeout_s, 1.0
     try:

@@ -166,6 +166,7 @@ class RayBackend:
         runtime: Sequence[str] | None = None,
         cwd: str | Path | None = None,
         ready_timeout_s: float = 60.0,
+        pin_timeout_s: float = 3.0,
     ) -> None:
         import ray
 
@@ -174,6 +175,7 @@ class RayBackend:
         self.runtime = list(runtime or DEFAULT_RUNTIME)
         self.cwd = str(cwd or os.getcwd())
         self.ready_timeout_s = ready_timeout_s
+        self.pin_timeout_s = pin_timeout_s      # how long a node-pinned reservation may wait before Ray places it
         self.address = address
         if not ray.is_initialized():
             try:
@@ -246,7 +248,15 @@ class RayBackend:
         except ValueError:
             pass
         group = placement_group([dict(bundle) for _ in range(workers)], name=name, lifetime="detached", **kwargs)
-        ready, _ = self._ray.wait([group.ready()], timeout=self.ready_timeout_s)
+        pinned = "bundle_label_selector" in kwargs
+        ready, _ = self._ray.wait([group.ready()], timeout=min(self.pin_timeout_s, self.ready_timeout_s) if pinned
+                                  else self.ready_timeout_s)
+        if not ready and pinned:
+            # The named nodes are not free in Ray's eyes (the loop's record and Ray's differ, e.g. after
+            # a resize placed by Ray): take the GPUs wherever Ray has them rather than fail the job.
+            self._release(group)
+            log.warning("job %s: %s not free on Ray; letting Ray place it", job_id, dict(placement))
+            return self._reserve(job_id, generation, workers, None, spread)
         if not ready:
             self._release(group)
             raise TimeoutError(f"job {job_id}: Ray could not reserve {workers} x {self.gpu_resource} "
@@ -451,10 +461,9 @@ class RayBackend:
 
 
 def _stay_put(current: Mapping[str, int], workers: int) -> dict[str, int]:
-    """Where a resize goes when the caller gives no node map: the job keeps its nodes. Shrinking gives
-    back GPUs on the nodes where it holds least (the loop's own rule, ``service.loop.place``), so Ray's
-    reservation matches what the loop recorded; growing keeps every current GPU and lets Ray choose
-    the extra ones (PACK)."""
+    """Where a resize goes when the caller gives no node map (the loop does not pass one yet): the job
+    keeps its nodes. Shrinking gives back GPUs on the nodes where it holds least; growing keeps every
+    current GPU and lets Ray choose the extra ones (PACK)."""
     keep, left = {}, workers
     for node, n in sorted(current.items(), key=lambda kv: (-kv[1], kv[0])):
         if left <= 0:
