@@ -12,12 +12,14 @@ How a job maps onto Ray
   most bundles runs the runtime's start command (the job runtime contract in ``dlsched.train``)
   under a small guard process. The guard kills the runtime's whole process group as soon as
   the actor dies, so a lost node never leaves a second writer behind.
-* **Resize** - new placement group first (so the GPUs are really there), then the runtime is
-  told through ``control.json`` (higher generation -> elastic join/leave, no restart), then the
-  old group is released.
+* **Resize** - the job's group is swapped for one of the new size (Ray cannot resize a group in
+  place), then the runtime is told through ``control.json`` (higher generation -> elastic
+  join/leave, no restart).
 * **Node loss** - ``poll()`` compares Ray's live nodes with the jobs' bundles and actors; a job
-  touching a dead node is stopped, its reservation released, and reported as ``NodeLost`` so the
-  loop re-places it; re-running the start command on the same job dir resumes from checkpoint.
+  touching a dead node is stopped, its reservation released and reported ``gone`` (``lost_nodes()``
+  names the node), so the loop re-queues it; the next start resumes from the checkpoint.
+* **A stale view** - when the loop names a dead node, or nodes Ray cannot give within
+  ``pin_timeout_s``, Ray places the bundles itself rather than failing the job.
 
 The job dir must be on storage every node sees (NFS on a real cluster; trivially true for the
 fake nodes ``ray.cluster_utils.Cluster`` starts in tests): progress, control and checkpoints
