@@ -20,6 +20,7 @@ import queue
 import socket
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -273,7 +274,7 @@ def member_main(spec: MemberSpec, worker: Worker, ring: BatchRing, start_batch: 
     stopped (re-formation) or has run ``max_batches``. Rank r of g trains on rows r::g of each shared batch (a view)
     and gradients are averaged with DDP over gloo; rank 0 validates, checkpoints and reports."""
     torch.set_num_threads(1)
-    torch.manual_seed(hash(spec.name) % 2**31)
+    torch.manual_seed(zlib.crc32(spec.name.encode()))   # stable across runs (str hash is salted)
     rank, world = worker.rank, worker.world
     if world > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{worker.port}", rank=rank, world_size=world)
