@@ -1,7 +1,6 @@
 """``dlsched simulate``: run one or more policies over a workload trace and compare them."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import List, Optional
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from dlsched.errors import UserError
 from dlsched.placement import PlacementError, most_free_first, place
-from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
+from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.sim.metrics import SimResult
 from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app
 from dlsched.sim.workload import JobSpec, Workload
