@@ -232,9 +232,14 @@ class TraceThroughput:
         return self.app.iteration_time(self.placement_for(num_gpus, num_nodes), split) / self.speed_factor
 
     def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
-        if num_gpus <= 0:
+        """Samples/s; 0 for a configuration the job cannot run (per-GPU batch below the smallest measured,
+        or outside what the traces cover) so that policies probing it simply see no benefit."""
+        if num_gpus <= 0 or global_batch / num_gpus < self.app.min_local_bsz:
             return 0.0
-        return global_batch / self.iteration_time(num_gpus, num_nodes, global_batch)
+        try:
+            return global_batch / self.iteration_time(num_gpus, num_nodes, global_batch)
+        except ValueError:
+            return 0.0
 
     def efficiency(self, global_batch: int) -> float:
         b = min(max(global_batch, self.app.init_batch_size), self.app.max_batch_size)
