@@ -7,7 +7,7 @@ import pytest
 
 from dlsched.errors import UserError
 from dlsched.policy import ClusterView, JobView, NodeView, make_policy
-from dlsched.policy.dp import concave_greedy, is_concave, knapsack_dp, solve
+from dlsched.policy.dp import concave_greedy, hull_greedy, is_concave, knapsack_dp, pruned_dp, solve
 from dlsched.policy.elastic import batch_range, validate_elastic_job
 
 
@@ -103,6 +103,45 @@ def test_mixed_instance_uses_aggregate_and_stays_exact(seed):
         assert sol.value == pytest.approx(expected)
         assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(expected)
         assert sol.gpus.sum() <= capacity
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_hull_greedy_is_exact_whenever_it_certifies(seed):
+    rng = np.random.default_rng(300 + seed)
+    curves = []
+    for _ in range(int(rng.integers(1, 5))):
+        c = np.concatenate(([0.0], np.cumsum(rng.uniform(-0.1, 1.0, int(rng.integers(1, 5))))))
+        c[rng.uniform(size=len(c)) < 0.15] = -np.inf
+        c[0] = 0.0
+        curves.append(c)
+    capacity = int(rng.integers(0, 10))
+    sol = hull_greedy(curves, capacity)
+    if sol is not None:
+        assert sol.value == pytest.approx(brute_force(curves, capacity))
+        assert sol.gpus.sum() <= capacity
+    assert solve(curves, capacity).value == pytest.approx(brute_force(curves, capacity))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pruned_dp_matches_brute_force(seed):
+    rng = np.random.default_rng(500 + seed)
+    curves = []
+    for _ in range(int(rng.integers(1, 6))):
+        c = np.concatenate(([0.0], rng.uniform(0, 3, int(rng.integers(1, 5)))))
+        c[1:][rng.uniform(size=len(c) - 1) < 0.2] = -np.inf
+        curves.append(c)
+    capacity = int(rng.integers(0, 10))
+    sol = pruned_dp(curves, capacity)
+    assert sol is not None and sol.gpus.sum() <= capacity
+    assert sol.value == pytest.approx(brute_force(curves, capacity))
+    assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(sol.value)
+
+
+def test_hull_greedy_refuses_to_stop_inside_an_envelope_segment():
+    curves = [np.array([0.0, 0.1, 3.0])]          # envelope 0 -> 2 GPUs; with 1 GPU the greedy would stop inside
+    assert hull_greedy(curves, 1) is None
+    assert solve(curves, 1).gpus.tolist() == [1]
+    assert hull_greedy(curves, 2).gpus.tolist() == [2]
 
 
 def test_non_concave_curve_is_detected():
@@ -248,6 +287,9 @@ def test_gpu_only_needs_a_fixed_batch_and_skips_invalid_jobs_without_crashing():
     bad = job(0, batch_size=None)
     with pytest.raises(UserError, match="batch_size is required by elastic-gpu-only"):
         validate_elastic_job(bad, cluster, fixed_batch=True)
+    with pytest.raises(UserError, match="job 'j0'"):
+        make_policy("elastic-gpu-only").validate(bad, cluster)
+    make_policy("elastic").validate(job(0, batch_size=None), cluster)        # the range alone suffices there
     alloc = make_policy("elastic-gpu-only").decide((bad, job(1)), cluster)
     assert alloc.gpus("j0") == 0 and alloc.gpus("j1") >= 1
 
@@ -276,3 +318,19 @@ def test_pinned_jobs_that_no_longer_fit_do_not_block_the_others():
     pinned = JobView(**{**running(job(0), 3, 96).__dict__, "preemptible": False, "attrs": {}})
     alloc = make_policy("elastic").decide((pinned, job(1)), small)
     assert alloc.gpus("j1") >= 1 and alloc.total_gpus <= 2
+
+
+def test_without_remaining_work_the_job_with_least_attained_service_goes_first():
+    cluster = ClusterView.homogeneous(1, 1)
+    old = job(0, attained_service=50_000.0)
+    new = job(1, attained_service=0.0)
+    assert make_policy("elastic").decide((old, new), cluster).gpus("j1") == 1
+    assert make_policy("elastic", urgency=0.0).decide((old, new), cluster).gpus("j0") == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_vectorised_concavity_check_agrees_with_the_scalar_one(seed):
+    from dlsched.policy.dp import _concave_rows
+    rng = np.random.default_rng(700 + seed)
+    curves = random_curves(rng, 6, 5, concave=True) + random_curves(rng, 6, 5, concave=False)
+    assert _concave_rows(curves) == [j for j, c in enumerate(curves) if is_concave(c)]
