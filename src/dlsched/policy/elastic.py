@@ -42,6 +42,7 @@ BATCH_CANDIDATES = 5       # global batches tried per g (geometric grid includin
 MEMO_SIZE = 4096           # value curves remembered across decisions (oldest dropped first)
 ATTAINED_OFFSET = 3600.0   # GPU-s added to attained service when it stands in for remaining time (Tiresias' 1 h)
 TIE_BREAK = 1e-12          # per-GPU penalty: on a flat curve prefer fewer GPUs (keeps concavity)
+_TIE_RAMP = TIE_BREAK * np.arange(100_001)
 
 # value(speed, num_gpus, num_nodes, global_batch, gpu_type) -> a rate to maximise
 ValueFn = Callable[[ThroughputModel, int, int, int, "str | None"], float]
@@ -195,24 +196,23 @@ class ElasticPolicy:
             values[inside] = np.interp(inside, samples[ok], values[samples][ok])
         return JobCurve(values, batches)
 
-    def _current_type(self, job: JobView, cluster: ClusterView) -> str | None:
+    @staticmethod
+    def _current_type(job: JobView, type_of: dict[str, str]) -> str | None:
         for node in job.placement:
-            try:
-                return cluster.node(node).gpu_type
-            except KeyError:
-                return None
+            return type_of.get(node)
+        return None
         return None
 
     def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, scale: float, gpu_type: str, node_size: int,
                cur_type: str | None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
-        u = raw.values / scale
+        n = len(raw.values)
+        u = raw.values / scale - (_TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n))
         u[0] = 0.0
-        g = np.arange(len(u))
-        u = u - TIE_BREAK * g
-        running_here = job.is_running and cur_type == gpu_type
+        running = job.is_running
+        running_here = running and cur_type == gpu_type
         bonus = self._stay_bonus(job) if running_here else 0.0
-        if job.is_running and (not job.preemptible or math.isinf(bonus)):
+        if running and (not job.preemptible or math.isinf(bonus)):
             keep = np.full_like(u, NEG_INF)
             if running_here and job.num_gpus < len(u):
                 keep[job.num_gpus] = u[job.num_gpus]
@@ -253,6 +253,8 @@ class ElasticPolicy:
         capacity = {t: sum(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
         node_size = {t: max(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
         total = cluster.total_gpus
+        type_of = {n.name: n.gpu_type for n in cluster.nodes}
+        hetero = len(types) > 1
 
         elastic, rigid = [], []
         ranges: dict[str, BatchRange] = {}
@@ -276,10 +278,12 @@ class ElasticPolicy:
             refs[job.id] = min(base) if base and min(base) > 0 else 1.0
         scale = self._scales(elastic, refs)
         for job in elastic:
-            rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, cluster)
+            rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
             for t in types:
                 curves[job.id, t] = self._curve(job, rng, raws[job.id, t], scale[job.id], t, node_size[t], cur)
+                if not hetero:
+                    continue
                 v0 = raws[job.id, t].values[g0]
                 speedup[job.id, t] = (v0 / ref if np.isfinite(v0) else 0.0) * (
                     1 + self.hysteresis if cur == t else 1.0)
@@ -289,11 +293,11 @@ class ElasticPolicy:
         self._place_rigid(rigid, ranges, cluster, free, result)
         remaining = [j for j in elastic]
         # Gavel-style: offer jobs to types in order of their relative speed-up, then let leftovers spill.
-        for pass_ in range(2):
-            for t in self._type_order(types, capacity, speedup, elastic):
+        for pass_ in range(2 if hetero else 1):
+            for t in self._type_order(types, capacity, speedup, elastic) if hetero else types:
                 if free[t] <= 0 or not remaining:
                     continue
-                if pass_ == 0 and len(types) > 1:
+                if pass_ == 0 and hetero:
                     cands = self._preferred(remaining, t, types, speedup, free[t], ranges)
                 else:
                     cands = remaining
