@@ -209,29 +209,29 @@ class ElasticPolicy:
         n = len(raw.values)
         u = raw.values / scale - (_TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n))
         u[0] = 0.0
-        running = job.is_running
+        gc = job.num_gpus
+        running = gc > 0
         running_here = running and cur_type == gpu_type
-        bonus = self._stay_bonus(job) if running_here else 0.0
+        bonus = self._stay_bonus(job, gc) if running_here else 0.0
         if running and (not job.preemptible or math.isinf(bonus)):
             keep = np.full_like(u, NEG_INF)
-            if running_here and job.num_gpus < len(u):
-                keep[job.num_gpus] = u[job.num_gpus]
+            if running_here and gc < len(u):
+                keep[gc] = u[gc]
             else:
                 keep[0] = 0.0          # held elsewhere (or its size is no longer allowed): not on this type
             return keep
-        if running_here and rng.g_min <= job.num_gpus <= rng.g_max:
-            gc = job.num_gpus
+        if running_here and rng.g_min <= gc <= rng.g_max:
             u[gc] = (self._kept_value(job, rng, gc, gpu_type, node_size, raw, scale) * (1 + bonus)
                      - TIE_BREAK * gc)
         return u
 
-    def _stay_bonus(self, job: JobView) -> float:
+    def _stay_bonus(self, job: JobView, held: int) -> float:
         """Relative speed-up a running job's rescale must bring: the hysteresis, or more when the job is close to
         done. A rescale stalls it R = ``restart_cost`` seconds (checkpoint-restart), so with T seconds left it pays
         only if the new rate is T / (T - R) times the current one; never when T <= R (returns inf: keep it)."""
         bonus = self.hysteresis
         if self.restart_cost > 0 and job.remaining_samples and job.current_batch_size:
-            rate = job.speed.throughput(job.num_gpus, max(1, len(job.placement)), job.current_batch_size)
+            rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
             if rate > 0:
                 left = job.remaining_samples / rate
                 if left <= self.restart_cost:
@@ -359,7 +359,7 @@ class ElasticPolicy:
         else:
             value, b = self._best_batch(job, rng, g, node_size, gpu_type)
         cb = job.current_batch_size
-        if job.num_gpus == g and cb is not None and rng.fits(g, cb):
+        if cb is not None and job.placement and rng.fits(g, cb) and job.num_gpus == g:
             kept = self.value(job.speed, g, math.ceil(g / node_size), cb, gpu_type)
             if value <= kept * (1 + self.hysteresis):
                 b = cb
