@@ -89,7 +89,14 @@ def test_greedy_equals_dp_when_every_curve_is_concave(seed):
     assert greedy.value == pytest.approx(dp.value)
     assert sum(c[g] for c, g in zip(curves, greedy.gpus)) == pytest.approx(dp.value)
     assert greedy.gpus.sum() <= capacity
-    assert solve(curves, capacity).method == "greedy"
+
+
+def test_solve_uses_the_greedy_on_large_concave_instances():
+    rng = np.random.default_rng(9)
+    curves = random_curves(rng, jobs=400, max_g=32, concave=True)
+    sol = solve(curves, 512)
+    assert sol.method == "greedy"
+    assert sol.value == pytest.approx(knapsack_dp(curves, 512).value)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -334,3 +341,19 @@ def test_vectorised_concavity_check_agrees_with_the_scalar_one(seed):
     rng = np.random.default_rng(700 + seed)
     curves = random_curves(rng, 6, 5, concave=True) + random_curves(rng, 6, 5, concave=False)
     assert _concave_rows(curves) == [j for j, c in enumerate(curves) if is_concave(c)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_solve_on_large_non_concave_instances_matches_the_plain_dp(seed):
+    rng = np.random.default_rng(900 + seed)
+    curves = []
+    for _ in range(400):                    # step-time-like curves: a dip at 2 GPUs (all-reduce), then concave
+        G = int(rng.integers(2, 24))
+        g = np.arange(G + 1, dtype=float)
+        c = g / (1 + rng.uniform(0.02, 0.3) * np.maximum(g - 1, 0))
+        c[2:] -= rng.uniform(0, 0.6)
+        curves.append(c)
+    sol = solve(curves, 512)
+    assert sol.method in ("hull-greedy", "pruned-dp")
+    assert sol.value == pytest.approx(knapsack_dp(curves, 512).value)
+    assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(sol.value) and sol.gpus.sum() <= 512

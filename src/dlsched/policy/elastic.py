@@ -274,8 +274,8 @@ class ElasticPolicy:
             g0 = rng.g_min
             for t in types:
                 raws[job.id, t] = self._raw_curve(job, rng, t, node_size[t])
-            base = [raws[job.id, t].values[g0] for t in types if np.isfinite(raws[job.id, t].values[g0])]
-            refs[job.id] = min(base) if base and min(base) > 0 else 1.0
+            base = min((v for t in types if np.isfinite(v := raws[job.id, t].values[g0])), default=NEG_INF)
+            refs[job.id] = float(base) if np.isfinite(base) and base > 0 else 1.0
         scale = self._scales(elastic, refs)
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
