@@ -276,7 +276,8 @@ def test_job_without_speed_model_runs_rigidly():
 # ---- submit-time validation ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(min_batch_size=512, max_batch_size=256, batch_size=None), "min_batch_size=512 is larger than max_batch_size=256"),
+    (dict(min_batch_size=512, max_batch_size=256, batch_size=None),
+     "min_batch_size=512 is larger than max_batch_size=256"),
     (dict(batch_size=2048), "batch_size=2048 is outside"),
     (dict(max_local_batch=8, max_gpus=2), "needs >= 4 GPUs but at most 2"),
     (dict(min_batch_size=0), "min_batch_size must be >= 1"),
