@@ -14,8 +14,8 @@ the goodput variant lives in ``goodput.py`` and reuses this engine with a differ
 
 Choices documented here:
 * Hysteresis: a running job's current (g, b) is worth ``(1 + h)`` times its value, so the optimum moves a job only
-  when the cluster gains more than h of that job's value; h = 5 %, or restart_cost / time-left when larger (a
-  rescale stalls the job ~30 s, pointless just before it ends). The batch at an unchanged g is kept unless another
+  when the cluster gains more than h of that job's value; h = 5 %, or R / (T - R) when larger (R = restart_cost, a
+  30 s stall per rescale; T = time left); never when T <= R. The batch at an unchanged g is kept unless another
   batch is 5 % faster.
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
