@@ -13,7 +13,8 @@ A flotilla's members all consume the same preprocessed batches, so it advances a
 
 Documented choices beyond §3.3 (tested in tests/policy/test_fleet.py):
 * leftover GPUs are not idle: further flotillas are formed from the still-waiting models, each with its own
-  anchor, until GPUs, preprocessing cores or models run out;
+  anchor, until GPUs, preprocessing cores or models run out; when nobody waits, the GPUs still free go one at a
+  time to a flotilla's slowest member (on its node) while that raises R(F);
 * preprocessing cores are a cluster-wide pool (batches are broadcast, as in the SC'18 pipelines), one core per
   GPU in use is reserved for its trainer; a flotilla that gets fewer than c* cores runs at P(c);
 * data parallelism is weak scaling: each GPU of a member takes one shared batch of the member's own size per step
@@ -186,7 +187,30 @@ def plan_fleet(
         cpu_pool -= cores
         flotillas.append(Flotilla(gpus, nodes, cores, flotilla_rate(by_name, gpus, cores, pre)))
         waiting = [p for p in waiting if p.name not in gpus]
+    if not waiting:
+        flotillas = [_give_leftovers(f, by_name, free, pre) for f in flotillas]
     return FleetPlan(tuple(flotillas), tuple(p.name for p in waiting))
+
+
+def _give_leftovers(f: Flotilla, profiles: Mapping[str, ModelProfile], free: dict[str, int], pre: Preprocessing) -> Flotilla:
+    """GPUs nobody waits for go to the flotilla's slowest members (all those at the bottleneck, one more GPU each,
+    on their own nodes) while that raises R(F). The producer keeps its cores, so P(c) may become the cap."""
+    gpus = dict(f.gpus)
+    while True:
+        rate = flotilla_rate(profiles, gpus, f.cores, pre)
+        slowest = [d for d in gpus if profiles[d].rate(gpus[d]) <= rate]   # every member at the bottleneck
+        need: dict[str, int] = {}
+        for d in slowest:
+            need[f.nodes[d]] = need.get(f.nodes[d], 0) + 1
+        if any(gpus[d] >= profiles[d].max_gpus for d in slowest) or any(free[n] < k for n, k in need.items()):
+            break
+        trial = {**gpus, **{d: gpus[d] + 1 for d in slowest}}
+        if flotilla_rate(profiles, trial, f.cores, pre) <= rate:
+            break
+        gpus = trial
+        for n, k in need.items():
+            free[n] -= k
+    return Flotilla(gpus, f.nodes, f.cores, flotilla_rate(profiles, gpus, f.cores, pre))
 
 
 def producer_core_pool(cluster: ClusterView) -> int:

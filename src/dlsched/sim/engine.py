@@ -52,7 +52,7 @@ class _Job:
 
     __slots__ = ("spec", "idx", "app", "batch", "nodes", "ptuple", "ngpus", "speed", "split", "epoch", "progress",
                  "rescale_left", "attained", "run_time", "finish", "start", "restarts", "work_left", "last_t",
-                 "version", "noise", "max_gpus")
+                 "version", "noise", "max_gpus", "view")
 
     def __init__(self, spec: JobSpec, idx: int, app: TraceApp | None, noise: float):
         self.spec, self.idx, self.app = spec, idx, app
@@ -75,6 +75,7 @@ class _Job:
         self.version = 0
         self.noise = noise
         self.max_gpus = spec.requested_gpus
+        self.view: JobView | None = None   # cached snapshot while waiting (nothing about it changes then)
         if app is not None:
             by_batch = (spec.batch_size or app.max_batch_size) // app.min_local_bsz
             self.max_gpus = max(1, min(by_batch, app.max_gpus or by_batch))
@@ -183,6 +184,11 @@ class Simulator:
         return left * job.noise
 
     def _view(self, job: _Job) -> JobView:
+        if job.view is None or job.ngpus:
+            job.view = self._make_view(job)
+        return job.view
+
+    def _make_view(self, job: _Job) -> JobView:
         app = job.app
         if app is not None:
             speed = TraceThroughput(app, job.epoch, self.gpus_per_node)
@@ -209,6 +215,7 @@ class Simulator:
         for n, k in nodes.items():
             self.free[n] -= k
         self.used += sum(nodes.values()) - job.ngpus
+        job.view = None
         job.nodes = dict(nodes)
         job.ptuple = tuple(nodes.values())
         job.ngpus = sum(job.ptuple)
@@ -265,7 +272,7 @@ class Simulator:
             return True
         active = list(self.active.values())
         for j in active:
-            if j.app is None:
+            if j.app is None and j.ngpus:
                 self._sync_lazy(j, self.t)
         cluster = ClusterView(self.cluster.nodes, self.t)
         alloc = self.policy.decide(tuple(self._view(j) for j in active), cluster)
@@ -291,7 +298,9 @@ class Simulator:
                     self._set_nodes(j, {})
         for j in active:
             a = alloc.jobs.get(j.spec.id)
-            self._reallocate(j, nodes_by_job.get(j.spec.id, {}), a.batch_size if a else None, j.idx in changed)
+            batch = a.batch_size if a else None
+            if j.idx in changed or batch is not None or j.app is not None:
+                self._reallocate(j, nodes_by_job.get(j.spec.id, {}), batch, j.idx in changed)
         return False
 
     # --- main loop ------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ petuum/adaptdl osdi21-artifact, simulator/traces). The semantics follow that art
 can be compared with its published ones:
 
 * step time of a placement: linear interpolation over the local batch size inside ``placements.csv`` when the
-  placement (rotated to its lexicographically smallest form) was measured, else a linear interpolation over
-  (nodes, replicas, local batch) of all measurements (scipy ``LinearNDInterpolator``);
+  placement (rotated to its lexicographically smallest form) was measured, else a piecewise-linear interpolation
+  over (nodes, replicas, local batch) of all measurements on their Delaunay triangulation;
 * a job is done after ``max_epochs`` epochs; epoch ``e`` ends at progress ``min_b progress_b[e-1]``;
 * progress per second = statistical gain / step time, gain interpolated linearly between the validated batch sizes.
 """
@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.interpolate import LinearNDInterpolator, interp1d
+from scipy.spatial import Delaunay
 
 from dlsched.errors import UserError
+from dlsched.perf.efficiency import GradientNoise, progress_gain
 
 EPS = 1e-8
 
@@ -133,11 +134,10 @@ class TraceApp:
         return self._interp(self._grad_sqr, batch_size, epoch), self._interp(self._grad_var, batch_size, epoch)
 
     def gain(self, batch_size: float, epoch: int) -> float:
-        """Statistical gain (progress per step relative to the initial batch): (var+sqr)/(var/scale+sqr)."""
+        """Statistical gain (progress per step, in steps at the initial batch) — ``perf.efficiency``'s formula
+        with this epoch's gradient statistics interpolated between the validated batch sizes."""
         sqr, var = self.grad_stats(batch_size, epoch)
-        scale = batch_size / self.init_batch_size
-        denom = var / scale + sqr
-        return (var + sqr) / denom if denom > 0 else 1.0
+        return progress_gain(GradientNoise(sqr, var), batch_size, self.init_batch_size)
 
     def iterations(self, batch_size: float, epoch: int) -> float:
         """Iterations done after ``epoch`` (the peer's row index), interpolated between validated batches."""
@@ -152,18 +152,41 @@ class TraceApp:
 
     # --- speed ------------------------------------------------------------------------------------
     @cached_property
-    def _nd_interpolator(self) -> LinearNDInterpolator:
+    def _nd_interpolator(self) -> tuple[Delaunay, np.ndarray, np.ndarray]:
+        """Delaunay triangulation of every measurement over (nodes, replicas, local batch), its barycentric
+        transforms (computed once here; scipy computes them on a triangulation's first query) and the values."""
         xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
         df = self.placements.groupby(xs)[xs + ys].mean()
         df = pd.concat([df, self.scalability], ignore_index=True)
-        return LinearNDInterpolator(df[xs].to_numpy(float), df[ys].to_numpy(float))
+        tri = Delaunay(df[xs].to_numpy(float))
+        return tri, tri.transform, df[ys].to_numpy(float)
+
+    def _interp_nd(self, point: list[float]) -> np.ndarray:
+        """Piecewise-linear interpolation exactly as scipy's LinearNDInterpolator (same simplex search, same
+        barycentric weights; Qhull's triangulation of this grid-like data is not conforming, so the simplex
+        chosen matters) without its per-call set-up; NaN outside the measured hull."""
+        tri, transform, values = self._nd_interpolator
+        x = np.asarray(point, float)
+        simplex = int(tri.find_simplex(x[None, :])[0])
+        if simplex < 0:
+            return np.full(values.shape[1], np.nan)
+        t = transform[simplex]
+        b = t[:3] @ (x - t[3])
+        return np.append(b, 1.0 - b.sum()) @ values[tri.simplices[simplex]]
 
     @cached_property
-    def _by_placement(self) -> dict[tuple[int, ...], interp1d]:
+    def _by_placement(self) -> dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Measured placements -> (local batch sizes ascending, step times, sync times)."""
         out = {}
-        for key, df in self.placements.groupby("placement"):
-            out[tuple(map(int, key))] = interp1d(df.local_bsz.to_numpy(float), df[["step_time", "sync_time"]].to_numpy(float), axis=0)
+        for key, df in self.placements.sort_values("local_bsz").groupby("placement"):
+            out[tuple(map(int, key))] = (df.local_bsz.to_numpy(float), df.step_time.to_numpy(float),
+                                         df.sync_time.to_numpy(float))
         return out
+
+    def warm(self) -> "TraceApp":
+        """Build the interpolation tables now (they are otherwise built on first use, mid-simulation)."""
+        self._nd_interpolator, self._by_placement
+        return self
 
     def step_time(self, placement: tuple[int, ...], atomic_bsz: int) -> tuple[float, float]:
         """(step time, sync time) in seconds of one optimiser step for this placement and per-GPU batch."""
@@ -172,11 +195,15 @@ class TraceApp:
         if hit is not None:
             return hit
         p = canonical_placement(placement)
-        f = self._by_placement.get(p)
-        if f is not None:
-            st, sy = (float(v) for v in f(atomic_bsz))
+        measured = self._by_placement.get(p)
+        if measured is not None:
+            xs, step, sync = measured
+            if not xs[0] <= atomic_bsz <= xs[-1]:
+                raise ValueError(f"{self.name}: local batch {atomic_bsz} outside the measured "
+                                 f"{xs[0]:g}..{xs[-1]:g} for placement {placement}")
+            st, sy = float(np.interp(atomic_bsz, xs, step)), float(np.interp(atomic_bsz, xs, sync))
         else:
-            st, sy = (float(v) for v in self._nd_interpolator([min(len(p), 16), sum(p), atomic_bsz])[0])
+            st, sy = (float(v) for v in self._interp_nd([min(len(p), 16), sum(p), atomic_bsz]))
         if not (st == st and sy == sy):
             raise ValueError(f"{self.name}: no step time for placement {placement} local batch {atomic_bsz}")
         self._step_cache[key] = (st, sy)
