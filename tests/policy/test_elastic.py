@@ -358,3 +358,13 @@ def test_solve_on_large_non_concave_instances_matches_the_plain_dp(seed):
     assert sol.method in ("hull-greedy", "pruned-dp")
     assert sol.value == pytest.approx(knapsack_dp(curves, 512).value)
     assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(sol.value) and sol.gpus.sum() <= 512
+
+
+def test_a_job_without_any_batch_field_scales_gpus_and_reports_no_batch():
+    cluster = ClusterView.homogeneous(1, 4)
+    free = job(0, StepProfile(allreduce=0.0), batch_size=None, min_batch_size=None, max_batch_size=None,
+               max_local_batch=None)
+    make_policy("elastic-gpu-only").validate(free, cluster)
+    for name in ("elastic", "elastic-gpu-only"):
+        a = make_policy(name).decide((free,), cluster).jobs["j0"]
+        assert a.num_gpus >= 1 and a.batch_size is None

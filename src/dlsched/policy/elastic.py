@@ -63,6 +63,7 @@ class BatchRange:
     g_min: int
     g_max: int
     min_local: int = 1
+    batch_free: bool = False     # the job has no batch size: one nominal batch, none reported
 
     def fits(self, g: int, b: int) -> bool:
         return max(self.b_min, g * self.min_local) <= b <= min(self.b_max, g * self.max_local)
@@ -83,6 +84,12 @@ def batch_range(job: JobView, total_gpus: int, fixed_batch: bool = False) -> Bat
     """
     where = f"job {job.id!r}"
     user = job.batch_size
+    if all(v is None for v in (user, job.min_batch_size, job.max_batch_size, job.max_local_batch)):
+        # A job that says nothing about batches (a Philly duration job): scale GPUs only, report no batch.
+        g_max = min(job.max_gpus if job.max_gpus is not None else total_gpus, total_gpus)
+        if job.min_gpus > g_max:
+            raise UserError(f"{where}: min_gpus={job.min_gpus} is more than the {g_max} GPUs allowed")
+        return BatchRange(g_max, g_max, g_max, max(1, job.min_gpus), g_max, 1, batch_free=True)
     if fixed_batch:
         if user is None:
             raise UserError(f"{where}: field batch_size is required by elastic-gpu-only (got None)")
@@ -363,7 +370,7 @@ class ElasticPolicy:
             kept = self.value(job.speed, g, math.ceil(g / node_size), cb, gpu_type)
             if value <= kept * (1 + self.hysteresis):
                 b = cb
-        return JobAllocation(g, batch_size=b, gpu_type=gpu_type)
+        return JobAllocation(g, batch_size=None if rng.batch_free else b, gpu_type=gpu_type)
 
     def _place_rigid(self, rigid: Iterable[JobView], ranges, cluster, free, result) -> None:
         """Jobs without a speed model run at their requested size (FIFO) on the type with most free GPUs."""
@@ -372,7 +379,7 @@ class ElasticPolicy:
             g = min(max(job.requested_gpus, rng.g_min), rng.g_max)
             t = max(sorted(free), key=lambda t: free[t])
             if free[t] >= g:
-                b = job.batch_size if job.batch_size is not None else rng.b_max
+                b = job.batch_size if job.batch_size is not None else (None if rng.batch_free else rng.b_max)
                 result[job.id] = JobAllocation(g, batch_size=b, gpu_type=t)
                 free[t] -= g
 
