@@ -19,6 +19,7 @@ Choices documented here:
   batch is 5 % faster.
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
+  When no job's speed model tells the types apart, the cluster is one pool and ``gpu_type`` is left to the driver.
 * Throughput at g GPUs assumes a packed placement: ceil(g / GPUs-per-node) nodes.
 * For g beyond 16 the curve is evaluated at node multiples and geometric points and linearly interpolated between
   (throughput is smooth in g); the batch for the chosen g is then evaluated exactly.
@@ -283,6 +284,14 @@ class ElasticPolicy:
                 raws[job.id, t] = self._raw_curve(job, rng, t, node_size[t])
             base = min((v for t in types if np.isfinite(v := raws[job.id, t].values[g0])), default=NEG_INF)
             refs[job.id] = float(base) if np.isfinite(base) and base > 0 else 1.0
+        pooled = hetero and all(np.array_equal(raws[j.id, types[0]].values, raws[j.id, t].values)
+                                for j in elastic for t in types[1:])
+        if pooled:
+            # No job runs faster on any type (its speed model ignores the type): one pool, the driver places.
+            first = types[0]
+            types, hetero = (first,), False
+            capacity, node_size = {first: total}, {first: max(node_size.values())}
+            type_of = {name: first for name in type_of}
         scale = self._scales(elastic, refs)
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
@@ -297,7 +306,7 @@ class ElasticPolicy:
 
         result: dict[str, JobAllocation] = {}
         free = dict(capacity)
-        self._place_rigid(rigid, ranges, cluster, free, result)
+        self._place_rigid(rigid, ranges, free, result, report_type=not pooled)
         remaining = [j for j in elastic]
         # Gavel-style: offer jobs to types in order of their relative speed-up, then let leftovers spill.
         for pass_ in range(2 if hetero else 1):
@@ -314,7 +323,7 @@ class ElasticPolicy:
                 for job, g in zip(cands, sol.gpus):
                     if g > 0:
                         result[job.id] = self._allocation(job, ranges[job.id], int(g), t, node_size[t],
-                                                          raws[job.id, t])
+                                                          raws[job.id, t], None if pooled else t)
                         free[t] -= int(g)
                 remaining = [j for j in remaining if j.id not in result]
         return Allocation(result)
@@ -360,7 +369,7 @@ class ElasticPolicy:
         return sorted(chosen, key=lambda j: (j.submit_time, j.id))
 
     def _allocation(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int,
-                    raw: JobCurve) -> JobAllocation:
+                    raw: JobCurve, report_type: str | None) -> JobAllocation:
         if raw.batches[g] > 0:
             value, b = raw.values[g], int(raw.batches[g])
         else:
@@ -370,9 +379,9 @@ class ElasticPolicy:
             kept = self.value(job.speed, g, math.ceil(g / node_size), cb, gpu_type)
             if value <= kept * (1 + self.hysteresis):
                 b = cb
-        return JobAllocation(g, batch_size=None if rng.batch_free else b, gpu_type=gpu_type)
+        return JobAllocation(g, batch_size=None if rng.batch_free else b, gpu_type=report_type)
 
-    def _place_rigid(self, rigid: Iterable[JobView], ranges, cluster, free, result) -> None:
+    def _place_rigid(self, rigid: Iterable[JobView], ranges, free, result, report_type: bool) -> None:
         """Jobs without a speed model run at their requested size (FIFO) on the type with most free GPUs."""
         for job in rigid:
             rng = ranges[job.id]
@@ -380,7 +389,7 @@ class ElasticPolicy:
             t = max(sorted(free), key=lambda t: free[t])
             if free[t] >= g:
                 b = job.batch_size if job.batch_size is not None else (None if rng.batch_free else rng.b_max)
-                result[job.id] = JobAllocation(g, batch_size=b, gpu_type=t)
+                result[job.id] = JobAllocation(g, batch_size=b, gpu_type=t if report_type else None)
                 free[t] -= g
 
 
