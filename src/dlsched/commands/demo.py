@@ -76,31 +76,49 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
         jobs = client.get("/jobs")
         return jobs, Group(jobs_table(jobs, f"dlsched demo: {time.time() - t0:5.0f}s"), Text("\n".join(recent[-10:])))
 
+    def step(live) -> bool:
+        """One refresh: due submissions, new events, display; True once everything has ended."""
+        nonlocal last_event, timed_out
+        now = time.time() - t0
+        while pending and pending[0][0] <= now:
+            at, f = pending.pop(0)
+            r = client.submit(f.read_bytes(), "json" if f.suffix == ".json" else "yaml")
+            note(f"{now:6.1f}s  submitted job {r['id']} ({r['name']}) from {f.name}")
+        for e in client.get("/events", params={"after": last_event}):
+            last_event = e["id"]
+            if e["kind"] in ("running", "rescaling", "queued", "finished", "failed", "cancelled", "reattached"):
+                d = {k: v for k, v in e["detail"].items() if k in ("gpus", "gpus_from", "batch_size", "reason", "error")}
+                note(f"{e['time'] - t0:6.1f}s  job {e['job_id']} -> {e['kind']} {d if d else ''}")
+        jobs, renderable = view()
+        if live is not None:
+            live.update(renderable)
+        elif int(now) // 30 != int(now - 0.5) // 30:      # a plain log gets the table every 30 s
+            console.print(renderable.renderables[0])
+        if not pending and jobs and all(j["state"] in TERMINAL for j in jobs):
+            return True
+        if now > timeout_s:
+            timed_out = True
+            for j in jobs:
+                if j["state"] not in TERMINAL:
+                    client.request("POST", f"/jobs/{j['id']}/cancel")
+            time.sleep(2 * cluster.interval_s + 1)
+            return True
+        return False
+
+    def note(line: str) -> None:
+        recent.append(line)
+        if not console.is_terminal:      # logs and CI see each event as it happens
+            console.print(line, highlight=False)
+
     try:
-        with Live(view()[1], console=console, refresh_per_second=2, transient=False) as live:
-            while True:
-                now = time.time() - t0
-                while pending and pending[0][0] <= now:
-                    at, f = pending.pop(0)
-                    r = client.submit(f.read_bytes(), "json" if f.suffix == ".json" else "yaml")
-                    recent.append(f"{now:6.1f}s  submitted job {r['id']} ({r['name']}) from {f.name}")
-                for e in client.get("/events", params={"after": last_event}):
-                    last_event = e["id"]
-                    if e["kind"] in ("running", "rescaling", "queued", "finished", "failed", "cancelled", "reattached"):
-                        d = {k: v for k, v in e["detail"].items() if k in ("gpus", "gpus_from", "batch_size", "reason", "error")}
-                        recent.append(f"{e['time'] - t0:6.1f}s  job {e['job_id']} -> {e['kind']} {d if d else ''}")
-                jobs, renderable = view()
-                live.update(renderable)
-                if not pending and jobs and all(j["state"] in TERMINAL for j in jobs):
-                    break
-                if now > timeout_s:
-                    timed_out = True
-                    for j in jobs:
-                        if j["state"] not in TERMINAL:
-                            client.request("POST", f"/jobs/{j['id']}/cancel")
-                    time.sleep(2 * cluster.interval_s + 1)
-                    break
+        if console.is_terminal:
+            with Live(view()[1], console=console, refresh_per_second=2) as live:
+                while not step(live):
+                    time.sleep(0.5)
+        else:
+            while not step(None):
                 time.sleep(0.5)
+        console.print(view()[1].renderables[0])
     finally:
         svc.close()
         stop_all = getattr(svc.backend, "stop_all", None)
@@ -111,7 +129,8 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
     ok = (table["state"] == "finished").all() and not timed_out
     console.print(f"\n{'[green]all jobs finished' if ok else '[red]not all jobs finished'}[/] in {elapsed:.0f}s; "
                   f"report in {out}/ (report.md, predicted_vs_actual.csv, allocation_gantt.png, loss_fits.png)")
-    cols = [c for c in ("id", "name", "state", "jct_s", "resizes", "jct_error", "remaining_error") if c in table]
+    cols = [c for c in ("id", "name", "state", "jct_s", "resizes", "preemptions", "jct_error", "remaining_error",
+                        "run_remaining_error") if c in table]
     console.print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     return 0 if ok else 1
 

@@ -136,7 +136,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         for j in store.jobs(states=states):
             d = j.public()
             p = preds.get(j.id)
-            d["predicted_finish"] = p["predicted_finish"] if p and j.state not in TERMINAL else None
+            # a prediction holds while the job runs; a queued job's finish depends on when it is restarted
+            d["predicted_finish"] = p["predicted_finish"] if p and j.state in ("running", "rescaling") else None
             out.append(d)
         return out
 

@@ -118,6 +118,7 @@ class LiveLoop:
         self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
+        self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
         self._speeds: dict[int, perf.SpeedModel] = {}
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
@@ -306,13 +307,14 @@ class LiveLoop:
         if len(prog) == self._seen_progress.get(job.id):
             return
         self._seen_progress[job.id] = len(prog)
-        pred, speed = perf.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples)
+        target = job.spec.params.get("target_loss")
+        pred, speed = perf.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
+                                   target_loss=float(target) if isinstance(target, (int, float)) else None,
+                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch)
         if speed is not None:
             self._speeds[job.id] = speed
-        fit = pred.loss_fit
         self.store.add_prediction(job.id, now, pred.fraction_done, pred.total_samples, pred.remaining_s,
-                                  pred.predicted_finish,
-                                  None if fit is None else {"b0": fit.b0, "b1": fit.b1, "b2": fit.b2, "rmse": fit.rmse})
+                                  pred.predicted_finish, pred.loss_fit)
 
 
 class LoopThread(threading.Thread):
