@@ -63,7 +63,8 @@ def main() -> None:
               f"{pollux_here:.1f} s (ratio {best_mean / pollux_here:.3f})")
     if "elastic" in jct and "elastic-gpu-only" in jct:
         for w in args.workloads:
-            print(f"workload {w}: elastic-gpu-only / elastic avg JCT = {jct['elastic-gpu-only'][w] / jct['elastic'][w]:.2f}x, "
+            factor = jct["elastic-gpu-only"][w] / jct["elastic"][w]
+            print(f"workload {w}: elastic-gpu-only / elastic avg JCT = {factor:.2f}x, "
                   f"jobs done in window elastic / gpu-only = {done['elastic'][w]} / {done['elastic-gpu-only'][w]}")
         ratio = np.mean(list(jct["elastic-gpu-only"].values())) / np.mean(list(jct["elastic"].values()))
         print(f"elastic vs elastic-gpu-only (mean avg JCT): {ratio:.2f}x better (paper: up to 10x)")

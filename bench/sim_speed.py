@@ -13,7 +13,8 @@ import time
 from dlsched.paths import shared_data
 from dlsched.policy.base import ClusterView
 from dlsched.sim import read_philly, read_workload, run
-from dlsched.sim.traces import APP_SETTINGS, load_app
+from dlsched.perf.profile import POLLUX_APPS
+from dlsched.sim.traces import load_app
 
 
 def timed(fn):
@@ -30,7 +31,7 @@ def main() -> None:
     r, cold = timed(lambda: run(wl, "tiresias"))
     print(f"tiresias, cold process (traces loaded on demand): {cold:.2f} s wall, {timed.cpu:.2f} s CPU, avg JCT "
           f"{r.avg_jct:.2f}  target <= 2 s (peer ~17 s): {'MET' if cold <= 2 else 'MISSED'}")
-    _, load_s = timed(lambda: [load_app(a).warm() for a in APP_SETTINGS])
+    _, load_s = timed(lambda: [load_app(a).warm() for a in POLLUX_APPS])
     print(f"loading + triangulating the 6 application traces: {load_s:.2f} s wall, {timed.cpu:.2f} s CPU (once per process)")
     print("workload-1, 16x4 GPUs, interval 60 s (warm: traces loaded)")
     for policy in ("fifo", "srtf", "tiresias", "optimus"):

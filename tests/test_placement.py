@@ -27,3 +27,19 @@ def test_place_keeps_unchanged_jobs_and_places_smallest_first():
     assert sum(out["big"].values()) == 4
     with pytest.raises(PlacementError):
         place(Allocation({"x": JobAllocation(9)}), c, {})
+
+
+def test_place_with_optimus_theorem_1():
+    c = ClusterView.homogeneous(3, 4)
+    alloc = Allocation({"x": JobAllocation(1), "y": JobAllocation(2), "z": JobAllocation(2), "a": JobAllocation(4)})
+    held = {"x": {"node0": 1}, "y": {"node1": 2}, "z": {"node2": 2}}          # free: 3, 2, 2
+    assert place(alloc, c, held, strategy=consolidated)["a"] == {"node0": 2, "node1": 2}
+    assert place(alloc, c, held)["a"] == {"node0": 3, "node1": 1}
+
+
+def test_simulator_uses_chosen_placement():
+    from dlsched.sim import JobSpec, run
+
+    jobs = [JobSpec("a", 0, 1, duration=100), JobSpec("b", 0, 2, duration=100)]
+    r = run(jobs, "fifo", ClusterView.homogeneous(2, 2), interval=10, restart_penalty=0, placement="consolidated")
+    assert r.jct() == {"a": 110, "b": 110}

@@ -92,3 +92,12 @@ def test_leftover_gpus_go_to_the_slowest_member_while_that_raises_the_flotilla_r
 def test_leftovers_stop_when_a_bottleneck_member_is_at_its_maximum():
     plan = plan_fleet([SLOW, ModelProfile("cap", (260.0,))], {"n0": 8}, cpu_pool=50, anchor="fastest")
     assert [dict(f.gpus) for f in plan.flotillas] == [{"slow": 1, "cap": 1}]
+
+
+def test_jobs_without_a_fleet_profile_are_still_scheduled_in_the_shared_simulator():
+    from dlsched.sim.engine import run
+    from dlsched.sim.workload import JobSpec
+
+    jobs = [JobSpec(f"j{i}", 60.0 * i, 1 + i % 3, duration=600.0) for i in range(6)]
+    res = run(jobs, "fleet", ClusterView.homogeneous(2, 4), interval=60.0, horizon=10_000)
+    assert res.jobs.finish.notna().all()

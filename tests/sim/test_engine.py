@@ -2,7 +2,7 @@ import pytest
 
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView
 from dlsched.sim import JobSpec, SimConfig, Simulator, run
-from dlsched.sim.traces import load_app
+from dlsched.sim.traces import TraceThroughput, load_app
 from tests.sim.helpers import jcts, job
 
 # Average JCT printed by the Pollux OSDI'21 artifact simulator (shared/data/pollux/reference-results.md).
@@ -69,6 +69,10 @@ def test_trace_app_semantics(data_dir):
     assert app.split_batch(256, 1).accum_steps == 1   # one GPU above the initial batch accumulates
     assert app.gain(128, 0) == pytest.approx(1.0)
     assert app.step_time((1, 3), 64) == app.step_time((3, 1), 64)   # rotations share a trace
+    speed = TraceThroughput(app, epoch=0)
+    assert speed.throughput(4, 1, 512) > speed.throughput(1, 1, 512) > 0
+    assert speed.throughput(64, 16, 128) == 0.0                     # 2 samples per GPU: cannot run
+    assert 0 < speed.efficiency(4096) < speed.efficiency(128) == pytest.approx(1.0)
 
 
 def test_deterministic():

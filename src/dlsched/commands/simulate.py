@@ -1,7 +1,6 @@
 """``dlsched simulate``: run one or more policies over a workload trace and compare them."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -52,6 +51,7 @@ def register(app: typer.Typer) -> None:
         gpu_speed: Optional[str] = typer.Option(None, help="speed factor per GPU type, e.g. v100=1,k80=0.4"),
         interval: float = typer.Option(60.0, help="scheduling interval (s)"),
         restart_penalty: float = typer.Option(30.0, help="seconds a job makes no progress after (re)starting"),
+        placement: str = typer.Option("most-free", help="nodes for jobs a policy does not place: most-free | consolidated"),
         remaining: str = typer.Option("oracle", help="remaining work policies see: oracle | predicted | none"),
         prediction_error: float = typer.Option(0.0, help="log-normal sigma of predicted remaining work"),
         seed: int = typer.Option(0, help="seed of the prediction error"),
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
                 task = bar.add_task(p, total=len(wl.jobs))
                 results.append(run(wl, make_policy(p), cluster, interval=interval, restart_penalty=restart_penalty,
                                    remaining=remaining, prediction_error=prediction_error, seed=seed,
-                                   gpu_speed=parse_speeds(gpu_speed), horizon=horizon,
+                                   gpu_speed=parse_speeds(gpu_speed), horizon=horizon, placement=placement,
                                    on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
         console.print(rich_table(summary_frame(results, horizon), title=f"{workload.name}"))
         if report:

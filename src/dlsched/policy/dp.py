@@ -272,19 +272,21 @@ def _concave_rows(curves: Sequence[np.ndarray]) -> list[int]:
 
 
 def solve(curves: Sequence[np.ndarray], capacity: int) -> Solution:
-    """Exact optimum, by the cheapest method that is exact here: the greedy if every curve is concave; for large
-    instances the certified envelope greedy, then the pruned DP; else the DP, where concave curves are merged by
-    the greedy into one aggregate curve (exact: the greedy is optimal for them at every capacity)."""
+    """Exact optimum, by the cheapest method that is exact here: on small instances the DP itself; else the
+    greedy if every curve is concave, the certified envelope greedy, then the pruned DP, and last the DP with the
+    concave curves merged by the greedy into one aggregate curve (exact: the greedy is optimal for them at every
+    capacity)."""
+    if sum(len(c) for c in curves) * (capacity + 1) <= SMALL_DP_CELLS:
+        return knapsack_dp(curves, capacity)
     concave = _concave_rows(curves)
     if len(concave) == len(curves):
         return concave_greedy(curves, capacity)
-    if sum(len(c) for c in curves) * (capacity + 1) > SMALL_DP_CELLS:
-        certified = hull_greedy(curves, capacity)
-        if certified is not None:
-            return certified
-        pruned = pruned_dp(curves, capacity)
-        if pruned is not None:
-            return pruned
+    certified = hull_greedy(curves, capacity)
+    if certified is not None:
+        return certified
+    pruned = pruned_dp(curves, capacity)
+    if pruned is not None:
+        return pruned
     concave_set = set(concave)
     others = [j for j in range(len(curves)) if j not in concave_set]
     if len(concave) <= 1:

@@ -213,16 +213,21 @@ def _give_leftovers(f: Flotilla, profiles: Mapping[str, ModelProfile], free: dic
     return Flotilla(gpus, f.nodes, f.cores, flotilla_rate(profiles, gpus, f.cores, pre))
 
 
+UNCOUNTED_CORES = 1 << 20   # a cluster that declares no CPUs does not limit preprocessing
+
+
 def producer_core_pool(cluster: ClusterView) -> int:
-    """Cores left for preprocessing: every node's cores minus one trainer core per GPU."""
+    """Cores left for preprocessing: every node's cores minus one trainer core per GPU. Clusters whose nodes
+    declare no CPUs (``num_cpus == 0``, e.g. ``ClusterView.homogeneous``) are not CPU-limited."""
+    if all(n.num_cpus == 0 for n in cluster.nodes):
+        return UNCOUNTED_CORES
     return sum(max(0, n.num_cpus - n.num_gpus) for n in cluster.nodes)
 
 
 @register("fleet")
 class FleetPolicy:
-    """FLEET for ensemble jobs. Each member is a JobView with ``attrs["fleet_rates"]`` = r(1..m) in samples/s.
-
-    Jobs without a profile are left waiting (FLEET only schedules ensembles it has profiled)."""
+    """FLEET for ensemble jobs. Each member is a JobView with ``attrs["fleet_rates"]`` = r(1..m) in samples/s;
+    other jobs get a profile from their speed model (see ``_profile``)."""
 
     name = "fleet"
 
@@ -232,12 +237,23 @@ class FleetPolicy:
         self.pre = Preprocessing(images_per_s_per_core)
 
     def plan(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> FleetPlan:
-        profiles = [
-            ModelProfile(j.id, tuple(float(r) for r in j.attrs["fleet_rates"]))  # type: ignore[union-attr]
-            for j in sorted(jobs, key=lambda j: (j.submit_time, j.id))
-            if "fleet_rates" in j.attrs
-        ]
-        return plan_fleet(profiles, {n.name: n.num_gpus for n in cluster.nodes}, producer_core_pool(cluster), self.pre, self.eps, self.anchor)
+        m = max(n.num_gpus for n in cluster.nodes)
+        profiles = [self._profile(j, m) for j in sorted(jobs, key=lambda j: (j.submit_time, j.id))]
+        return plan_fleet(profiles, {n.name: n.num_gpus for n in cluster.nodes}, producer_core_pool(cluster), self.pre,
+                          self.eps, self.anchor)
+
+    @staticmethod
+    def _profile(job: JobView, m: int) -> ModelProfile:
+        """``attrs["fleet_rates"]`` when profiled; else the job's speed model on 1..m GPUs of one node; else linear
+        up to its request (so ordinary jobs are still scheduled, as single-member flotillas or alongside others)."""
+        if "fleet_rates" in job.attrs:
+            return ModelProfile(job.id, tuple(float(r) for r in job.attrs["fleet_rates"]))  # type: ignore[union-attr]
+        top = max(1, min(m, job.max_gpus or job.requested_gpus or 1))
+        if job.speed is not None:
+            batch = job.current_batch_size or job.batch_size or 1
+            rates = tuple(max(job.speed.throughput(g, 1, batch), 1e-9) for g in range(1, top + 1))
+            return ModelProfile(job.id, rates)
+        return ModelProfile(job.id, tuple(float(g) for g in range(1, top + 1)))
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
         plan = self.plan(jobs, cluster)

@@ -26,8 +26,8 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from dlsched.errors import UserError
-from dlsched.placement import PlacementError, most_free_first, place
-from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
+from dlsched.placement import PlacementError, consolidated, most_free_first, place
+from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.sim.metrics import SimResult
 from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app
 from dlsched.sim.workload import JobSpec, Workload
@@ -45,6 +45,11 @@ class SimConfig:
     seed: int = 0
     gpu_speed: Mapping[str, float] = field(default_factory=dict)   # GPU type -> speed factor (default 1.0)
     horizon: float | None = None            # stop at this time (jobs unfinished then are reported as such)
+    placement: str = "most-free"            # nodes for jobs a policy did not place: "most-free" (the peer's) or
+                                            # "consolidated" (Optimus Theorem 1: fewest nodes, even split)
+
+
+PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated}
 
 
 class _Job:
@@ -90,6 +95,9 @@ class Simulator:
             raise UserError(f"interval must be > 0 seconds, got {config.interval}")
         if config.remaining not in ("oracle", "predicted", "none"):
             raise UserError(f"remaining must be oracle, predicted or none, got {config.remaining!r}")
+        if config.placement not in PLACEMENTS:
+            raise UserError(f"placement must be one of {', '.join(PLACEMENTS)}, got {config.placement!r}")
+        self.strategy = PLACEMENTS[config.placement]
         specs = workload.jobs if isinstance(workload, Workload) else list(workload)
         self.policy, self.cluster, self.cfg = policy, cluster, config
         self.on_progress = on_progress
@@ -263,7 +271,7 @@ class Simulator:
             return False
         for j in list(self.active.values()):
             if not j.ngpus:
-                self._reallocate(j, most_free_first(j.spec.requested_gpus, self.free), None)
+                self._reallocate(j, self.strategy(j.spec.requested_gpus, self.free), None)
         return True
 
     def _decide(self) -> bool:
@@ -283,7 +291,7 @@ class Simulator:
         if alloc.total_gpus > self.total_gpus:
             raise ValueError(f"policy {self.policy.name!r} allocated {alloc.total_gpus} GPUs of {self.total_gpus}")
         try:
-            nodes_by_job = place(alloc, cluster, {j.spec.id: j.nodes for j in active if j.ngpus})
+            nodes_by_job = place(alloc, cluster, {j.spec.id: j.nodes for j in active if j.ngpus}, self.strategy)
         except PlacementError as e:
             raise ValueError(f"policy {self.policy.name!r}: {e}") from None
         # Release first, then grant, so that the free-GPU bookkeeping never goes negative midway.

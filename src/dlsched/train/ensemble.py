@@ -11,15 +11,17 @@
 """
 from __future__ import annotations
 
+import datetime
 import importlib
 import importlib.util
 import math
 import multiprocessing as mp
 import os
 import queue
-import socket
 import sys
 import time
+import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -254,7 +256,7 @@ class Worker:
     consumer: int
     rank: int = 0
     world: int = 1
-    port: int = 0
+    rendezvous: str = ""      # file for torch.distributed's FileStore (no TCP port to collide with other jobs)
 
 
 def _agree(flag: bool, world: int) -> bool:
@@ -273,10 +275,11 @@ def member_main(spec: MemberSpec, worker: Worker, ring: BatchRing, start_batch: 
     stopped (re-formation) or has run ``max_batches``. Rank r of g trains on rows r::g of each shared batch (a view)
     and gradients are averaged with DDP over gloo; rank 0 validates, checkpoints and reports."""
     torch.set_num_threads(1)
-    torch.manual_seed(hash(spec.name) % 2**31)
+    torch.manual_seed(zlib.crc32(spec.name.encode()))   # stable across runs (str hash is salted)
     rank, world = worker.rank, worker.world
     if world > 1:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{worker.port}", rank=rank, world_size=world)
+        dist.init_process_group("gloo", init_method=f"file://{worker.rendezvous}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=120))   # a lost rank fails loudly, never hangs
     net, opt = _build(spec)
     ckpt = Path(ckpt_dir) / f"{spec.name}.pt"
     state = {"step": 0, "epoch": 0, "best": -1.0, "bad": 0, "history": []}
@@ -331,12 +334,6 @@ def member_main(spec: MemberSpec, worker: Worker, ring: BatchRing, start_batch: 
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ---------------------------------------------------------------- flotillas
 
 @dataclass(frozen=True)
@@ -378,10 +375,10 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         producers.append(CTX.Process(target=producer_main, args=(ring, data[0], data[1], seed + 1000 * gi, start_batch), daemon=True))
         consumer = 0
         for m, g in zip(members, gpus):
-            port = _free_port() if g > 1 else 0
+            rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
             for r in range(g):
                 procs.append(CTX.Process(target=member_main, daemon=True, args=(
-                    m, Worker(consumer, r, g, port), ring, start_batch, steps, val, conv, str(ckpt_dir), reports, stop, max_batches)))
+                    m, Worker(consumer, r, g, rdzv), ring, start_batch, steps, val, conv, str(ckpt_dir), reports, stop, max_batches)))
                 consumer += 1
     for p in producers + procs:
         p.start()
@@ -392,7 +389,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         try:
             msg = reports.get(timeout=0.2)
         except queue.Empty:
-            if any(p.exitcode not in (None, 0) for p in procs):
+            if any(p.exitcode not in (None, 0) for p in procs + producers):
                 stop.set()
                 for p in procs + producers:
                     p.kill()
@@ -412,6 +409,8 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         p.join(timeout=10)
         if p.is_alive():
             p.kill()
+    for f in Path(ckpt_dir).glob(f".*.{os.getpid()}.*.rendezvous"):
+        f.unlink(missing_ok=True)
     t1 = time.time()
     return converged, [FlotillaRun(tuple(m.name for m in g), t0, t1, tuple((workers or {}).get(m.name, 1) for m in g),
                                    r.produced_cpu_s.value) for g, r in zip(groups, rings)]
