@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -91,11 +92,11 @@ def wait_free(n, timeout=10.0):
 
 
 def alive(pid):
+    """Running (a zombie waiting for its reaper counts as dead)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return True
 
 
 def test_nodes_are_the_gpu_nodes_by_label(backend):
@@ -136,7 +137,7 @@ def test_strict_spread_puts_one_worker_per_node(backend, tmp_path):
 
 
 def test_resize_is_a_new_group_and_an_elastic_control_generation(backend, tmp_path):
-    job = launch(tmp_path, 3, 1, {"n1": 1}, n_samples=200)
+    job = launch(tmp_path, 3, 1, {"n1": 1}, n_samples=600)      # ~4 s: long enough to see the resize
     backend.start(job)
     wait_progress(job.job_dir, 2)
     pid_before = json.loads((job.job_dir / "status.json").read_text())["pid"]
@@ -149,7 +150,7 @@ def test_resize_is_a_new_group_and_an_elastic_control_generation(backend, tmp_pa
     lines = [json.loads(x) for x in (job.job_dir / "progress.jsonl").read_text().splitlines()]
     assert any(x.get("event") == "resized" and x["workers"] == 3 for x in lines)
     assert json.loads((job.job_dir / "status.json").read_text())["pid"] == pid_before  # no restart
-    assert sorted(samples_seen(job.job_dir)) == list(range(200))
+    assert sorted(samples_seen(job.job_dir)) == list(range(600))
 
 
 def test_resize_without_a_node_map_keeps_the_job_where_it_is(backend, tmp_path):
@@ -312,10 +313,14 @@ def test_service_restart_reattaches_the_running_job(make_service):
     assert sorted(samples_seen(job_dir)) == list(range(400))
 
 
-def _audit_resumed(job_dir: Path) -> tuple[Counter, int]:
-    """Sample ids trained into the final model across a coordinator restart (node loss): in each worker's
-    record file the resumed run starts where the generation counter starts again (or the step goes
-    back); the first run's records past the step it was resumed from never reached the model."""
+def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:
+    """Sample ids trained into the final model across a coordinator restart (node loss).
+
+    Workers record each step's ids just before its all-reduce. In each worker's record file the resumed
+    run starts where the generation counter starts again or the step goes back; the first run's records
+    past the step it was resumed from never reached the model. When the first run died right after a
+    checkpoint nothing overlaps: the steps simply continue and every record counts (restored is None).
+    """
     kept, restored = Counter(), None
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
         recs = []
@@ -325,11 +330,11 @@ def _audit_resumed(job_dir: Path) -> tuple[Counter, int]:
             except ValueError:      # torn by the kill mid-write
                 continue
         cut = next((i for i in range(1, len(recs)) if recs[i]["generation"] < recs[i - 1]["generation"]
-                    or recs[i]["step"] <= recs[i - 1]["step"]), None)
-        assert cut is not None, f"{path}: no second run found in the sample records"
-        restored = recs[cut]["step"] - 1
+                    or recs[i]["step"] <= recs[i - 1]["step"]), len(recs))
+        if cut < len(recs):
+            restored = recs[cut]["step"] - 1
         for r in recs[:cut]:
-            if r["step"] <= restored:
+            if restored is None or r["step"] <= restored:
                 kept.update(r["ids"])
         for r in recs[cut:]:
             kept.update(r["ids"])
@@ -358,15 +363,14 @@ def test_service_on_ray_node_loss_resumes_the_real_runtime_elsewhere_exactly_onc
         deadline = time.monotonic() + 10
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(alive(p) for p in pids)
+        assert not [p for p in pids if alive(p)], [psutil.Process(p).cmdline() for p in pids if alive(p)]
         wait_job(c, job, lambda j: j["state"] == "finished", timeout=150, what="resumed and finished")
-        events = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
-        assert events.count("running") == 2 and "queued" in events     # gone -> re-queued -> restarted
-        placements = [a["placement"] for a in c.get(f"/jobs/{job}").json()["allocations"] if a["num_gpus"]]
-        assert len(placements) == 2
+        events = [(e["kind"], e["detail"]) for e in c.get(f"/jobs/{job}/events").json()]
+        kinds = [k for k, _ in events]
+        assert kinds.count("running") == 2 and "queued" in kinds, events   # gone -> re-queued -> restarted
         kept, restored = _audit_resumed(svc.state_dir / "jobs" / str(job))
-        assert restored >= 3                                   # resumed from a checkpoint, not from scratch
-        assert kept == Counter(range(480))                     # every sample exactly once
+        assert restored is None or restored >= 3, restored     # resumed from a checkpoint, not from scratch
+        assert kept == Counter(range(480)), (restored, kept - Counter(range(480)), Counter(range(480)) - kept)
     finally:
         stop_service_and_jobs(svc)
         c.close()
