@@ -203,12 +203,6 @@ class RayBackend:
     def _names(self) -> dict[str, str]:
         return {nid: self._node_name(n) for nid, n in self._alive_nodes().items()}
 
-    def _node_id(self, name: str) -> str:
-        for nid, n in self._alive_nodes().items():
-            if self._node_name(n) == name:
-                return nid
-        raise KeyError(f"no live Ray node named {name!r}")
-
     def nodes(self) -> tuple[NodeView, ...]:
         """Live nodes that carry the GPU resource, as a policy sees them (the cluster declaration on Ray)."""
         out = []
@@ -230,7 +224,8 @@ class RayBackend:
         if self.cpus_per_worker:
             bundle["CPU"] = self.cpus_per_worker
         kwargs: dict = {"strategy": "STRICT_SPREAD" if spread else "PACK"}
-        alive = set(self._names().values())
+        node_ids = {name: nid for nid, name in self._names().items()}     # one GCS query per reservation
+        alive = set(node_ids)
         if placement and not set(placement) <= alive:
             # The loop placed onto a node Ray has lost (its view comes from the cluster declaration):
             # let Ray find the GPUs among live nodes rather than fail the job.
@@ -242,7 +237,7 @@ class RayBackend:
                 raise ValueError(f"job {job_id}: placement {dict(placement)} exceeds {workers} workers")
             selectors = []
             for name, count in sorted(placement.items()):
-                selectors += [{RAY_NODE_ID_LABEL: self._node_id(name)}] * count
+                selectors += [{RAY_NODE_ID_LABEL: node_ids[name]}] * count
             kwargs["bundle_label_selector"] = selectors + [{}] * (workers - len(selectors))   # {}: Ray chooses
         name = _group_name(job_id, generation)
         try:                                   # a group left by an earlier try of this generation
@@ -266,13 +261,23 @@ class RayBackend:
         nodes = placement_group_table(group)["bundles_to_node_id"]
         return group, tuple(nodes[i] for i in range(workers))
 
-    def _release(self, group) -> None:
-        from ray.util.placement_group import remove_placement_group
+    def _release(self, group, wait_s: float = 2.0) -> None:
+        """Remove a group and wait (briefly) until Ray has taken its resources back: a new group asked
+        for before that is retried by Ray only after a back-off (~0.5 s), which would stretch a resize."""
+        from ray.util.placement_group import placement_group_table, remove_placement_group
 
         try:
             remove_placement_group(group)
         except Exception:  # already gone with its node: nothing left to release
-            pass
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                if placement_group_table(group).get("state") == "REMOVED":
+                    return
+            except Exception:
+                return
+            time.sleep(0.005)
 
     # -- actions (the Backend protocol) -------------------------------------------------------
 
