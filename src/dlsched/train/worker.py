@@ -19,7 +19,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
