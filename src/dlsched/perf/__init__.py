@@ -1,1 +1,15 @@
-"""dlsched.perf"""
+"""dlsched.perf — what a job will do: how fast it converges, how fast it runs, how long it will take.
+
+* ``convergence``: Optimus loss curve ``fit_curve(steps, losses) -> ConvergenceFit`` (``.curve`` is a
+  ``LossCurve`` with ``remaining_steps(k, target_loss=|delta=, steps_per_epoch=)``); ``OnlineConvergence``.
+* ``speed``: ``fit_optimus_sync/async`` (PS jobs, steps/s); ``fit_step_time`` (all-reduce step time from
+  measured steps) and ``AllReduceSpeedModel`` (a ``policy.base.ThroughputModel`` per GPU type);
+  ``fit_pollux_app``, ``fit_h100_compute``, ``with_gpu_type``.
+* ``efficiency``: ``GradientNoise``, ``progress_gain``, ``efficiency`` (Pollux); ``NoiseTrace`` /
+  ``load_noise_trace`` for per-epoch noise from a trace.
+* ``profile``: loaders of the shared traces (``pollux_app``, ``h100_throughput``, ``seed_log``,
+  ``optimus_table2``), CSV checks that raise one-line ``UserError``s, and ``MeasuredSpeed`` — the Pollux
+  traces themselves as a ``ThroughputModel`` (ground truth for the simulator).
+* ``predict``: ``remaining_steps`` with a residual-bootstrap interval, ``ps_configurations``,
+  ``allreduce_configurations``, ``best_workers``.
+"""

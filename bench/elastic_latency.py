@@ -1,0 +1,119 @@
+"""Decision latency of the elastic DP (issue 4): 1 000 jobs x 1 024 GPUs <= 50 ms, 100 jobs x 64 GPUs <= 2 ms (median).
+
+Two scenarios per size, both exact:
+  * fresh      — no job is running yet: every value curve is concave, so the solver is the exact greedy;
+  * steady     — every job already runs: hysteresis adds a bump at each job's current size (curves are no longer
+                 concave), so the solver is the vectorised max-plus DP.
+For each it prints the solver time on prepared value curves (the DP the target is about) and the full
+``decide()`` time (curve building with a warm memo + solve + allocation objects), each with its ratio to the target.
+Synthetic jobs: step-time profiles with random compute / all-reduce costs, batch ranges and g_max in 8..64.
+
+    PYTHONPATH=src python bench/elastic_latency.py [--repeats 7] [--clock cpu|wall]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlsched.policy import ClusterView, JobView, make_policy
+from dlsched.policy.dp import knapsack_dp, solve
+from dlsched.policy.elastic import batch_range
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    launch: float
+    per_sample: float
+    allreduce: float
+
+    def throughput(self, num_gpus, num_nodes, global_batch, gpu_type=None):
+        step = self.launch + self.per_sample * global_batch / num_gpus
+        if num_gpus > 1:
+            step += self.allreduce * (1 + 0.3 * (num_nodes - 1))
+        return global_batch / step
+
+    def efficiency(self, global_batch):
+        return 1.0
+
+
+def make_jobs(n: int, total_gpus: int, seed: int, running: bool) -> tuple[JobView, ...]:
+    rng = np.random.default_rng(seed)
+    jobs = []
+    per_job = max(1, total_gpus // n)
+    for i in range(n):
+        b_min = int(rng.choice([32, 64, 128]))
+        speed = StepProfile(float(rng.uniform(0.005, 0.02)), float(rng.uniform(2e-4, 2e-3)),
+                            float(rng.uniform(0.002, 0.05)))
+        extra = dict(placement={"node0": per_job}, current_batch_size=b_min * per_job) if running else {}
+        jobs.append(JobView(id=f"j{i}", submit_time=float(i), requested_gpus=2, batch_size=b_min,
+                            min_batch_size=b_min, max_batch_size=b_min * 64, max_local_batch=256,
+                            max_gpus=int(rng.choice([8, 16, 32, 64])), speed=speed, **extra))
+    return tuple(jobs)
+
+
+def median_ms(fn, repeats: int) -> float:
+    """Median milliseconds of ``fn``: process CPU time (``--clock cpu``, the default: on a machine shared by many
+    users wall time mostly measures the queue for a core) or wall time (``--clock wall``)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = CLOCK()
+        fn()
+        times.append(CLOCK() - t)
+    return statistics.median(times) * 1e3
+
+
+CLOCK = time.process_time
+
+
+def prepared_curves(policy, jobs, cluster):
+    """The exact curves decide() hands to the solver (single GPU type)."""
+    t = cluster.gpu_types[0]
+    node = max(n.num_gpus for n in cluster.nodes)
+    out = []
+    for j in jobs:
+        rng = batch_range(j, cluster.total_gpus)
+        raw = policy._raw_curve(j, rng, t, node)
+        ref = raw.values[rng.g_min]
+        out.append(policy._curve(j, rng, raw, ref, t, node, t if j.is_running else None))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    print(f"clock: {args.clock} time; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'size':>16} {'scenario':>8} {'solver':>10} {'solve ms':>9} {'decide ms':>10} {'target':>7} "
+          f"{'solve/target':>13} {'decide/target':>14}")
+    for n_jobs, nodes, target in ((100, 16, 2.0), (1000, 256, 50.0)):
+        cluster = ClusterView.homogeneous(nodes, 4)
+        for scenario in ("fresh", "steady"):
+            jobs = make_jobs(n_jobs, cluster.total_gpus, seed=1, running=scenario == "steady")
+            policy = make_policy("elastic")
+            curves = prepared_curves(policy, jobs, cluster)
+            method = solve(curves, cluster.total_gpus).method
+            t_solve = median_ms(lambda: solve(curves, cluster.total_gpus), args.repeats)
+            t_decide = median_ms(lambda: policy.decide(jobs, cluster), args.repeats)
+            print(f"{n_jobs:>5} x {cluster.total_gpus:>4} GPUs {scenario:>8} {method:>10} {t_solve:9.2f} "
+                  f"{t_decide:10.2f} {target:7.1f} {t_solve / target:13.2f} {t_decide / target:14.2f}")
+        t_dp = median_ms(lambda: knapsack_dp(curves, cluster.total_gpus), args.repeats)
+        print(f"{n_jobs:>5} x {cluster.total_gpus:>4} GPUs {'steady':>8} {'plain DP':>10} {t_dp:9.2f} "
+              f"{'':>10} {target:7.1f} {t_dp / target:13.2f}")
+    cold = make_policy("elastic")
+    jobs = make_jobs(1000, 1024, seed=2, running=False)
+    t = time.perf_counter()
+    cold.decide(jobs, ClusterView.homogeneous(256, 4))
+    print(f"cold first decision (builds 1000 value curves), 1000 x 1024: {(time.perf_counter() - t) * 1e3:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

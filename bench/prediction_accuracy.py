@@ -1,0 +1,130 @@
+"""How well does the convergence model predict the remaining steps, and the speed model the step time?
+
+Run: PYTHONPATH=src python bench/prediction_accuracy.py
+
+Convergence. Curves: the seed log (``gpu-training/resnet50-p100-v2_per_epoch_from_log.csv``, train loss vs
+cumulative steps) and the six Pollux apps (``pollux/traces/<app>/validation-<M0>.csv`` at the initial batch
+M0, truncated at the artifact's max_epochs): the "loss" is the validation error (1 − accuracy / F1 / hit
+rate) or the metric itself where it falls (deepspeech2 WER, yolov3 loss); x = iterations at M0.
+Ground truth: the job really ends at the last epoch of its trace. The owner's threshold δ is the one that
+makes the Optimus rule stop there — the per-epoch decrease of the full-curve fit at the last epoch. We fit
+only the first 10/25/50 % of the epochs, predict the stop step with that δ, and report
+|predicted − actual remaining| / actual remaining. (bert has 2 epochs: too few points to fit -> skipped.)
+A second column uses a target loss instead (the best loss the trace reaches), which is harder: near the
+asymptote a small loss error is a large step error.
+
+Speed. For each Pollux app (scalability.csv + placements.csv rows), fit the all-reduce model on 6 designed
+samples (see ``design_samples``), on 6 random rows (mean of 5 draws) and on a random half, and predict every
+other measured step; and the H100 compute model on 6 of the batch sizes of each model/dataset/precision,
+predicting the rest. Targets (issue 2): remaining-steps error ≤ 10 % after 25 %; speed median error ≤ 5 % with ≤ 6 samples.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dlsched.perf.convergence import fit_curve
+from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log
+from dlsched.perf.speed import fit_compute, fit_step_time
+
+FRACTIONS = (0.10, 0.25, 0.50)
+
+
+def curves() -> dict[str, pd.DataFrame]:
+    out = {}
+    log = seed_log()
+    out["seed-resnet50"] = pd.DataFrame({"step": log.steps_cum_assumed, "loss": log.train_loss})
+    for app in POLLUX_APPS:
+        out[app] = pollux_app(app).loss_curve()
+    return out
+
+
+def convergence_errors(curve: pd.DataFrame, frac: float) -> tuple[float, float, float]:
+    k, l = curve.step.to_numpy(float), curve.loss.to_numpy(float)
+    E = float(np.median(np.diff(k)))
+    full = fit_curve(k, l).curve
+    k_end = k[-1]
+    delta = float(full.loss(k_end - E) - full.loss(k_end))
+    n = max(3, int(round(frac * len(k))))
+    part = fit_curve(k[:n], l[:n]).curve
+    actual = k_end - k[n - 1]
+    by_delta = part.remaining_steps(k[n - 1], delta=delta, steps_per_epoch=E)
+    target = np.minimum.accumulate(l)[-1] / part.scale
+    by_target = part.remaining_steps(k[n - 1], target_loss=target)
+    total = abs(by_delta - actual) / k_end  # Optimus Fig. 6 metric: error of the predicted total
+    return abs(by_delta - actual) / actual, abs(by_target - actual) / actual, total
+
+
+def design_samples(d: pd.DataFrame) -> pd.DataFrame:
+    """Six profiling runs a user could afford: 1 GPU at the smallest and largest local batch, then the fullest
+    1-node, 2-node, 4-node and largest runs at their median local batch."""
+    rows = []
+
+    def pick(mask, q=0.5):
+        sub = d[mask].sort_values("local_bsz", kind="stable")
+        if len(sub):
+            rows.append(sub.index[int(round(q * (len(sub) - 1)))])
+
+    pick(d.num_replicas == 1, 0.0)
+    pick(d.num_replicas == 1, 1.0)
+    for nodes in (1, 2, 4, int(d.num_nodes.max())):
+        m = d.num_nodes == nodes
+        pick(m & (d.num_replicas == d[m].num_replicas.max()))
+    return d.loc[list(dict.fromkeys(rows))[:6]]
+
+
+def speed_error(train: pd.DataFrame, test: pd.DataFrame) -> float:
+    p = fit_step_time(train.num_replicas, train.num_nodes, train.local_bsz, train.step_time, train.sync_time)
+    pred = p.step_time(test.num_replicas.to_numpy(), test.num_nodes.to_numpy(), test.local_bsz.to_numpy())
+    return float(np.median(np.abs(pred / test.step_time.to_numpy() - 1)))
+
+
+def main() -> None:
+    print("== convergence: median |error| of remaining steps over 7 curves (target <= 10 % after 25 %)")
+    rows = []
+    for name, c in curves().items():
+        if len(c) < 6:
+            print(f"  {name}: {len(c)} epochs only, skipped")
+            continue
+        for f in FRACTIONS:
+            ed, et, tot = convergence_errors(c, f)
+            rows.append((name, f, ed, et, tot))
+    df = pd.DataFrame(rows, columns=["curve", "observed", "err_delta_rule", "err_target_loss", "err_total"])
+    print(df.pivot(index="curve", columns="observed", values="err_delta_rule").map(lambda x: f"{100 * x:7.1f} %")
+          .to_string(header=[f"δ-rule @{int(100 * f)}%" for f in FRACTIONS]))
+    for f in FRACTIONS:
+        s = df[df.observed == f]
+        print(f"  after {int(100 * f):2d} %: median error δ-rule {100 * s.err_delta_rule.median():6.1f} %   "
+              f"target-loss {100 * s.err_target_loss.median():6.1f} %   δ-rule on total steps {100 * s.err_total.median():5.1f} %"
+              + ("   (target <= 10 % on remaining)" if f == 0.25 else ""))
+
+    print("== speed: all-reduce step-time model, median |rel. error| on the rows not fitted (target <= 5 % with <= 6 samples)")
+    print(f"  {'app':12s} {'6 designed':>11s} {'6 random (5 draws)':>19s} {'random half':>12s}")
+    res = []
+    for app in POLLUX_APPS:
+        d = pollux_app(app).step_samples()
+        tr = design_samples(d)
+        designed = speed_error(tr, d.drop(index=tr.index))
+        rnd = float(np.mean([speed_error(t, d.drop(index=t.index)) for t in (d.sample(6, random_state=s) for s in range(5))]))
+        idx = np.random.default_rng(0).permutation(len(d))
+        half = speed_error(d.iloc[idx[: len(d) // 2]], d.iloc[idx[len(d) // 2:]])
+        res.append((designed, rnd, half))
+        print(f"  {app:12s} {100 * designed:10.1f} % {100 * rnd:18.1f} % {100 * half:11.1f} %")
+    med = np.median(np.array(res), axis=0)
+    print(f"  {'median':12s} {100 * med[0]:10.1f} % {100 * med[1]:18.1f} % {100 * med[2]:11.1f} %")
+    h = h100_throughput()
+    herrs = []
+    for (model, ds, prec), g in h.groupby(["model", "dataset", "precision"]):
+        g = g.sort_values("batch_size")
+        idx = np.unique(np.linspace(0, len(g) - 1, 6).round().astype(int))
+        tr, te = g.iloc[idx], g.drop(index=g.index[idx])
+        if te.empty:
+            continue
+        c = fit_compute(tr.batch_size, tr.step_time)
+        herrs.append(np.median(np.abs(c(te.batch_size.to_numpy()) / te.step_time.to_numpy() - 1)))
+    print(f"  H100 compute model, 6 batch sizes -> others: median over {len(herrs)} model/precision pairs "
+          f"{100 * np.median(herrs):.1f} %  (target <= 5 %)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""What the live loop asks of a backend, and the file side of the job runtime contract.
+
+A backend turns decisions into processes: ``start`` (also resumes: the runtime restarts from the latest
+checkpoint in the job directory), ``resize`` (elastic: write ``control.json`` with a higher generation),
+``stop`` (preempt or cancel; the checkpoint stays), ``poll`` and ``attach`` (after a service restart).
+Progress always comes back through ``DIR/progress.jsonl`` and ``DIR/status.json`` (contract in
+``dlsched.train``), so reading them is shared here rather than per backend.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Mapping, Protocol
+
+from dlsched.spec import JobSpec
+
+ProcState = Literal["running", "finished", "failed", "gone"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a backend needs to (re)start one job."""
+
+    job_id: int
+    spec: JobSpec
+    job_dir: Path
+    num_gpus: int
+    batch_size: int | None
+    placement: Mapping[str, int] = field(default_factory=dict)
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class PollResult:
+    state: ProcState
+    error: str | None = None
+
+
+class Backend(Protocol):
+    name: str
+
+    def start(self, launch: Launch) -> None: ...
+
+    def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int) -> None: ...
+
+    def stop(self, job_id: int, job_dir: Path) -> None: ...
+
+    def poll(self, job_id: int, job_dir: Path) -> PollResult: ...
+
+    def attach(self, job_id: int, job_dir: Path) -> bool: ...
+
+    def shutdown(self) -> None: ...
+
+
+def atomic_write_json(path: Path, obj: dict) -> None:
+    """temp file in the same folder + ``os.replace``: a reader sees the old or the new file, never half of one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_control(job_dir: Path, workers: int, batch_size: int | None, generation: int) -> None:
+    atomic_write_json(Path(job_dir) / "control.json",
+                      {"workers": workers, "batch_size": batch_size, "generation": generation})
+
+
+def read_status(job_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(job_dir) / "status.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:
+    """New complete lines of ``progress.jsonl`` from byte ``offset``; returns (records, new offset).
+
+    A partial last line is left for the next read. A line that is not a JSON object is returned as an
+    ``{"event": "malformed_progress", ...}`` record so that the loop logs it instead of dropping it silently.
+    """
+    path = Path(job_dir) / "progress.jsonl"
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read(max_bytes)
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    records = []
+    for i, line in enumerate(chunk[: end + 1].splitlines()):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            rec = {"event": "malformed_progress", "offset": offset, "line": line[:200].decode("utf-8", "replace")}
+        records.append(rec)
+    return records, offset + end + 1

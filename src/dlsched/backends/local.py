@@ -1,0 +1,168 @@
+"""Local backend: each job is one runtime coordinator process on this machine (it spawns the workers).
+
+A node of the cluster declaration may be "N GPU slots": one worker process per slot, so the whole system
+runs on a CPU-only laptop; where CUDA is present the runtime uses NCCL and the real devices. Coordinators
+run in their own session (process group) so that a SIGKILL of the service leaves them training; after a
+restart ``attach`` finds them again through ``DIR/launch.json`` (pid + process start time, which guards
+against pid reuse).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, write_control
+
+DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
+_SRC = str(Path(__file__).resolve().parents[2])   # .../src, so a checkout works without installing
+
+
+class LocalBackend:
+    """Start/resize/stop runtime coordinators as local subprocesses.
+
+    ``runtime`` is the command prefix of the contract's start command; tests pass a small contract-following
+    script, production uses ``python -m dlsched.train.run``. ``cwd`` is where relative ``entry`` paths
+    (``examples/mlp.py:make_job``) resolve.
+    """
+
+    name = "local"
+
+    def __init__(self, runtime: list[str] | None = None, cwd: str | Path | None = None,
+                 threads_per_worker: int = 1, stop_grace_s: float = 10.0):
+        self.runtime = list(runtime or DEFAULT_RUNTIME)
+        self.cwd = str(cwd or os.getcwd())
+        self.threads_per_worker = threads_per_worker
+        self.stop_grace_s = stop_grace_s
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._attached: dict[int, psutil.Process] = {}
+
+    # -- actions ---------------------------------------------------------------------------------
+    def command(self, launch: Launch) -> list[str]:
+        cmd = [*self.runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry,
+               "--workers", str(launch.num_gpus)]
+        if launch.batch_size is not None:
+            cmd += ["--batch-size", str(launch.batch_size)]
+        for k, v in launch.spec.params.items():
+            cmd += ["--param", f"{k}={v}"]
+        return cmd
+
+    def start(self, launch: Launch) -> None:
+        job_dir = Path(launch.job_dir)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        # the control file states the allocation the process starts with, so a resumed job never sees a stale one
+        write_control(job_dir, launch.num_gpus, launch.batch_size, launch.generation)
+        if self.attach(launch.job_id, job_dir):
+            # a coordinator of this job is still alive (the service died between starting it and recording
+            # that): adopt it; the control file above already moved it to this allocation
+            with open(job_dir / "output.log", "ab") as log:
+                log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} adopted running coordinator\n".encode())
+            return
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, env.get("PYTHONPATH")) if p)
+        env.setdefault("OMP_NUM_THREADS", str(self.threads_per_worker))
+        env["DLSCHED_JOB_ID"] = str(launch.job_id)
+        cmd = self.command(launch)
+        with open(job_dir / "output.log", "ab") as log:
+            log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(cmd)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self._procs[launch.job_id] = proc
+        self._attached.pop(launch.job_id, None)
+        atomic_write_json(job_dir / "launch.json",
+                          {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "cmd": cmd})
+
+    def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int) -> None:
+        write_control(Path(job_dir), num_gpus, batch_size, generation)
+
+    def stop(self, job_id: int, job_dir: Path) -> None:
+        """SIGTERM the coordinator's process group, SIGKILL after the grace period; its checkpoint stays."""
+        proc = self._procs.pop(job_id, None)
+        ps = self._attached.pop(job_id, None)
+        pid = proc.pid if proc else (ps.pid if ps else None)
+        if pid is None:
+            return
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace_s
+        while time.monotonic() < deadline and _alive(proc, ps):
+            time.sleep(0.05)
+        if _alive(proc, ps):
+            _signal_group(pid, signal.SIGKILL)
+        if proc:
+            proc.wait()
+
+    # -- observation -----------------------------------------------------------------------------
+    def poll(self, job_id: int, job_dir: Path) -> PollResult:
+        proc, ps = self._procs.get(job_id), self._attached.get(job_id)
+        if proc is None and ps is None and not self.attach(job_id, job_dir):
+            status = read_status(job_dir) or {}
+            if status.get("state") == "finished":
+                return PollResult("finished")
+            return PollResult("gone")
+        proc, ps = self._procs.get(job_id), self._attached.get(job_id)
+        if _alive(proc, ps):
+            return PollResult("running")
+        rc = proc.wait() if proc else None
+        self._procs.pop(job_id, None)
+        self._attached.pop(job_id, None)
+        status = read_status(job_dir) or {}
+        if status.get("state") == "finished" and rc in (0, None):
+            return PollResult("finished")
+        err = status.get("error") or (f"exit code {rc}" if rc is not None else "process ended") + _tail(job_dir)
+        return PollResult("failed", err)
+
+    def attach(self, job_id: int, job_dir: Path) -> bool:
+        """Re-adopt a coordinator started by an earlier service process, if it is still that process."""
+        if job_id in self._procs or job_id in self._attached:
+            return True
+        try:
+            info = json.loads((Path(job_dir) / "launch.json").read_text())
+            p = psutil.Process(info["pid"])
+            if abs(p.create_time() - info["create_time"]) > 1e-3 or p.status() == psutil.STATUS_ZOMBIE:
+                return False
+        except (OSError, ValueError, KeyError, psutil.Error):
+            return False
+        self._attached[job_id] = p
+        return True
+
+    def shutdown(self) -> None:
+        """Leave coordinators running (a restarted service re-attaches); just forget them."""
+        self._procs.clear()
+        self._attached.clear()
+
+    def stop_all(self) -> None:
+        for job_id in list(self._procs) + list(self._attached):
+            self.stop(job_id, Path("."))
+
+
+def _alive(proc: subprocess.Popen | None, ps: psutil.Process | None) -> bool:
+    if proc is not None:
+        return proc.poll() is None
+    if ps is not None:
+        try:
+            return ps.is_running() and ps.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+    return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)   # start_new_session=True: the coordinator leads its own group
+    except ProcessLookupError:
+        pass
+
+
+def _tail(job_dir: Path, n: int = 1) -> str:
+    try:
+        lines = [l for l in (Path(job_dir) / "output.log").read_text(errors="replace").splitlines() if l.strip()]
+    except OSError:
+        return ""
+    return (": " + " | ".join(lines[-n:])[:300]) if lines else ""

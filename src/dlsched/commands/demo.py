@@ -1,0 +1,148 @@
+"""``dlsched demo`` (what ``make demo`` runs): start the service on the local backend with a small cluster,
+submit a staggered mix of real PyTorch jobs over HTTP, show them being scheduled and rescaled live, and write
+``demo-report/`` (predicted vs actual completion, allocation Gantt chart, loss fits)."""
+from __future__ import annotations
+
+import shlex
+import shutil
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from dlsched.errors import UserError
+from dlsched.paths import REPO_ROOT
+
+DEFAULT_WORKLOAD = REPO_ROOT / "examples" / "demo" / "workload.yaml"
+
+
+class Arrival(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    at: Annotated[float, Field(ge=0, le=3600)]
+    spec: str
+
+
+class Workload(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    cluster: str
+    jobs: Annotated[list[Arrival], Field(min_length=1, max_length=1000)]
+
+
+def load_workload(path: Path) -> Workload:
+    try:
+        return Workload.model_validate(yaml.safe_load(path.read_text()), strict=True)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    except (yaml.YAMLError, ValidationError) as e:
+        raise UserError(f"{path}: {' '.join(str(e).split())[:200]}") from None
+
+
+def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str] | None, policy: str | None,
+             workdir: Path, console: Console) -> int:
+    from dlsched.commands.service import TERMINAL, Client, jobs_table
+    from dlsched.service.report import write_report
+    from dlsched.service.server import Service, free_port
+    from dlsched.spec import load_cluster_spec_file, load_job_spec_file
+
+    wl = load_workload(workload_path)
+    base = workload_path.parent
+    cluster = load_cluster_spec_file(base / wl.cluster)
+    if policy:
+        cluster = cluster.model_copy(update={"policy": policy})
+    arrivals = sorted(((a.at, base / a.spec) for a in wl.jobs), key=lambda x: x[0])
+    for _, f in arrivals:
+        load_job_spec_file(f)            # refuse a bad workload before starting anything
+    state = out / "state"
+    if state.exists():
+        shutil.rmtree(state)
+    svc = Service(cluster, state, port=free_port(), runtime=runtime, workdir=workdir).start()
+    client = Client(svc.url)
+    console.print(f"[bold]dlsched demo[/]: service on {svc.url}, policy [cyan]{cluster.policy}[/], "
+                  f"{sum(n.gpus for n in cluster.nodes)} GPU slots on {len(cluster.nodes)} nodes; "
+                  f"{len(arrivals)} jobs arriving over {arrivals[-1][0]:.0f}s")
+    t0 = time.time()
+    pending = list(arrivals)
+    recent: list[str] = []
+    last_event = 0
+    timed_out = False
+
+    def view():
+        jobs = client.get("/jobs")
+        return jobs, Group(jobs_table(jobs, f"dlsched demo: {time.time() - t0:5.0f}s"), Text("\n".join(recent[-10:])))
+
+    def step(live) -> bool:
+        """One refresh: due submissions, new events, display; True once everything has ended."""
+        nonlocal last_event, timed_out
+        now = time.time() - t0
+        while pending and pending[0][0] <= now:
+            at, f = pending.pop(0)
+            r = client.submit(f.read_bytes(), "json" if f.suffix == ".json" else "yaml")
+            note(f"{now:6.1f}s  submitted job {r['id']} ({r['name']}) from {f.name}")
+        for e in client.get("/events", params={"after": last_event}):
+            last_event = e["id"]
+            if e["kind"] in ("running", "rescaling", "queued", "finished", "failed", "cancelled", "reattached"):
+                d = {k: v for k, v in e["detail"].items() if k in ("gpus", "gpus_from", "batch_size", "reason", "error")}
+                note(f"{e['time'] - t0:6.1f}s  job {e['job_id']} -> {e['kind']} {d if d else ''}")
+        jobs, renderable = view()
+        if live is not None:
+            live.update(renderable)
+        elif int(now) // 30 != int(now - 0.5) // 30:      # a plain log gets the table every 30 s
+            console.print(renderable.renderables[0])
+        if not pending and jobs and all(j["state"] in TERMINAL for j in jobs):
+            return True
+        if now > timeout_s:
+            timed_out = True
+            for j in jobs:
+                if j["state"] not in TERMINAL:
+                    client.request("POST", f"/jobs/{j['id']}/cancel")
+            time.sleep(2 * cluster.interval_s + 1)
+            return True
+        return False
+
+    def note(line: str) -> None:
+        recent.append(line)
+        if not console.is_terminal:      # logs and CI see each event as it happens
+            console.print(line, highlight=False)
+
+    try:
+        if console.is_terminal:
+            with Live(view()[1], console=console, refresh_per_second=2) as live:
+                while not step(live):
+                    time.sleep(0.5)
+        else:
+            while not step(None):
+                time.sleep(0.5)
+        console.print(view()[1].renderables[0])
+    finally:
+        svc.close()
+        stop_all = getattr(svc.backend, "stop_all", None)
+        if stop_all:
+            stop_all()
+    table = write_report(svc.store, out)
+    elapsed = time.time() - t0
+    ok = (table["state"] == "finished").all() and not timed_out
+    console.print(f"\n{'[green]all jobs finished' if ok else '[red]not all jobs finished'}[/] in {elapsed:.0f}s; "
+                  f"report in {out}/ (report.md, predicted_vs_actual.csv, allocation_gantt.png, loss_fits.png)")
+    cols = [c for c in ("id", "name", "state", "jct_s", "resizes", "preemptions", "jct_error", "remaining_error",
+                        "run_remaining_error") if c in table]
+    console.print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    return 0 if ok else 1
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def demo(workload: Path = typer.Option(DEFAULT_WORKLOAD, help="arrivals + cluster declaration"),
+             out: Path = typer.Option(Path("demo-report"), help="report folder"),
+             timeout: float = typer.Option(540.0, help="cancel what is still running after this many seconds"),
+             runtime: Optional[str] = typer.Option(None, help="job runtime command prefix (default: python -m dlsched.train.run)"),
+             policy: Optional[str] = typer.Option(None, help="override the cluster's policy"),
+             workdir: Path = typer.Option(REPO_ROOT, help="where job entries such as examples/mlp.py resolve")) -> None:
+        """Run the service on this machine with a small cluster and a staggered mix of real PyTorch jobs."""
+        rc = run_demo(workload, out, timeout, shlex.split(runtime) if runtime else None, policy, workdir, Console())
+        raise typer.Exit(rc)

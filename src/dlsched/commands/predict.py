@@ -1,0 +1,356 @@
+"""``dlsched predict FILE``: fit the convergence and speed models to a job's observations and print the
+predicted remaining time per configuration (rich table), optionally plotting both fits.
+
+FILE is YAML (see ``examples/predict/*.yaml``) or CSV. CSV rows are loss observations (columns ``step``,
+``loss``) and, on rows whose step and loss are empty, speed samples (``num_gpus, num_nodes, local_batch,
+step_time[, sync_time]`` for all-reduce, or ``ps, workers, steps_per_s`` for a synchronous PS job); the
+settings a YAML file holds come from options. Every bad value is reported as one line naming the file,
+the row and the field (``UserError`` → exit code 2).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from dlsched.errors import UserError
+
+if TYPE_CHECKING:  # numpy/pandas load lazily: every ``dlsched`` start imports this module
+    import numpy as np
+    import pandas as pd
+
+ALLREDUCE_COLUMNS = ["num_gpus", "num_nodes", "local_batch", "step_time"]
+PS_COLUMNS = ["ps", "workers", "steps_per_s"]
+DEFAULT_DELTA = 1e-3
+
+
+@dataclass
+class Observations:
+    """What a job reported so far, plus the owner's settings."""
+
+    source: str
+    steps: np.ndarray
+    losses: np.ndarray
+    speed_kind: str | None = None               # "allreduce" | "ps-sync" | "ps-async" | None
+    speed: pd.DataFrame | None = None
+    steps_per_epoch: float | None = None
+    delta: float | None = None
+    target_loss: float | None = None            # raw loss units
+    global_batch: int | None = None
+    gpus_per_node: int = 4
+    gpu_type: str = "generic"
+    batch_sizes: list[int] = field(default_factory=list)
+    grad_noise: tuple[float, float] | None = None
+
+
+# ----------------------------------------------------------------------------------------------- input
+def _number(src: str, where: str, name: str, value, *, positive: bool = True, integer: bool = False):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{src}: {where}, field {name!r}: expected a number, got {value!r}") from None
+    if not math.isfinite(v) or (positive and v <= 0):
+        raise UserError(f"{src}: {where}, field {name!r}: must be > 0, got {value!r}")
+    if integer:
+        if v != int(v):
+            raise UserError(f"{src}: {where}, field {name!r}: expected a whole number, got {value!r}")
+        return int(v)
+    return v
+
+
+def _check_losses(df: pd.DataFrame, src: str, line_of, row_word: str) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
+    from dlsched.perf.profile import check_numeric_frame
+
+    df = check_numeric_frame(df, src, ["step", "loss"], nonnegative=["step"], positive=["loss"], min_rows=0,
+                             line_of=line_of, row_word=row_word)
+    if len(df) < 3:
+        raise UserError(f"{src}: too few loss points to fit ({len(df)}; need at least 3), field 'loss'")
+    steps = df.step.to_numpy(float)
+    bad = np.flatnonzero(np.diff(steps) <= 0)
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise UserError(f"{src}: {row_word} {line_of(df.index[i])}, field 'step': steps must increase, "
+                        f"got {df.step.iloc[i]:g} after {df.step.iloc[i - 1]:g}")
+    return steps, df.loss.to_numpy(float)
+
+
+def _speed_kind(columns) -> str | None:
+    if all(c in columns for c in ALLREDUCE_COLUMNS):
+        return "allreduce"
+    if all(c in columns for c in PS_COLUMNS):
+        return "ps-sync"
+    return None
+
+
+def _check_speed(df: pd.DataFrame, kind: str, src: str, line_of, row_word: str) -> pd.DataFrame:
+    import numpy as np
+
+    from dlsched.perf.profile import check_numeric_frame
+
+    cols = ALLREDUCE_COLUMNS if kind == "allreduce" else PS_COLUMNS
+    df = check_numeric_frame(df, src, cols, positive=cols, optional=["sync_time"], nonnegative=["sync_time"],
+                             line_of=line_of, row_word=row_word)
+    if kind == "allreduce":
+        bad = np.flatnonzero((df.num_nodes > df.num_gpus).to_numpy())
+        if bad.size:
+            raise UserError(f"{src}: {row_word} {line_of(df.index[bad[0]])}, field 'num_nodes': more nodes than GPUs "
+                            f"({df.num_nodes.iloc[bad[0]]:g} > {df.num_gpus.iloc[bad[0]]:g})")
+    return df
+
+
+def load_csv(path: Path) -> Observations:
+    import pandas as pd
+
+    src = str(path)
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except FileNotFoundError:
+        raise UserError(f"{src}: file not found") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise UserError(f"{src}: not a readable CSV ({str(e).splitlines()[0]})") from None
+    raw.columns = [c.strip() for c in raw.columns]
+    for c in ("step", "loss"):
+        if c not in raw.columns:
+            raise UserError(f"{src}: missing column {c!r} (have: {', '.join(raw.columns) or 'none'})")
+    line = lambda i: int(i) + 2  # noqa: E731  (header is line 1)
+    blank = lambda s: s.astype(str).str.strip() == ""  # noqa: E731
+    is_speed = blank(raw.step) & blank(raw.loss)
+    steps, losses = _check_losses(raw[~is_speed], src, line, "line")
+    obs = Observations(src, steps, losses)
+    kind = _speed_kind(raw.columns)
+    if kind and is_speed.any():
+        obs.speed_kind, obs.speed = kind, _check_speed(raw[is_speed], kind, src, line, "line")
+    return obs
+
+
+def load_yaml(path: Path) -> Observations:
+    import pandas as pd
+    import yaml
+
+    src = str(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{src}: file not found") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "somewhere"
+        raise UserError(f"{src}: not valid YAML at {where} ({getattr(e, 'problem', e)})") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{src}: expected a mapping with 'losses' (and 'speed') at the top level")
+    if "losses" not in doc:
+        raise UserError(f"{src}: missing field 'losses'")
+    items = doc["losses"]
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise UserError(f"{src}: field 'losses' must be a list of {{step, loss}} mappings")
+    entry = lambda i: int(i) + 1  # noqa: E731  (1-based position in the list)
+    steps, losses = _check_losses(pd.DataFrame(items, columns=sorted({k for x in items for k in x}) or ["step", "loss"]),
+                                  src, entry, "losses entry")
+    obs = Observations(src, steps, losses)
+    where = "top level"
+    if "steps_per_epoch" in doc:
+        obs.steps_per_epoch = _number(src, where, "steps_per_epoch", doc["steps_per_epoch"])
+    target = doc.get("target") or {}
+    if not isinstance(target, dict):
+        raise UserError(f"{src}: field 'target' must be a mapping like {{delta: 0.001}} or {{loss: 0.2}}")
+    if "delta" in target:
+        obs.delta = _number(src, "target", "delta", target["delta"])
+    if "loss" in target:
+        obs.target_loss = _number(src, "target", "loss", target["loss"])
+    sp = doc.get("speed")
+    if sp is not None:
+        if not isinstance(sp, dict) or not isinstance(sp.get("samples"), list) or not all(isinstance(x, dict) for x in sp["samples"]):
+            raise UserError(f"{src}: field 'speed' must be a mapping with a list 'samples'")
+        frame = pd.DataFrame(sp["samples"])
+        kind = sp.get("kind") or _speed_kind(frame.columns)
+        if kind not in ("allreduce", "ps-sync", "ps-async"):
+            raise UserError(f"{src}: speed, field 'kind': expected allreduce, ps-sync or ps-async, got {kind!r}"
+                            if kind else f"{src}: speed samples need columns {ALLREDUCE_COLUMNS} or {PS_COLUMNS}")
+        obs.speed_kind = kind
+        obs.speed = _check_speed(frame, "allreduce" if kind == "allreduce" else "ps", src, entry, "speed.samples entry")
+        for key, integer in (("global_batch", True), ("gpus_per_node", True)):
+            if key in sp:
+                setattr(obs, key, _number(src, "speed", key, sp[key], integer=integer))
+        obs.gpu_type = str(sp.get("gpu_type", obs.gpu_type))
+        if "batch_sizes" in sp:
+            bs = sp["batch_sizes"] if isinstance(sp["batch_sizes"], list) else [sp["batch_sizes"]]
+            obs.batch_sizes = [_number(src, "speed", "batch_sizes", b, integer=True) for b in bs]
+        if "grad_noise" in sp:
+            g = sp["grad_noise"] if isinstance(sp["grad_noise"], dict) else {}
+            obs.grad_noise = (_number(src, "speed.grad_noise", "sqr", g.get("sqr"), positive=False),
+                              _number(src, "speed.grad_noise", "var", g.get("var"), positive=False))
+    return obs
+
+
+def load_observations(path: Path) -> Observations:
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return load_yaml(path)
+    if path.suffix.lower() == ".csv":
+        return load_csv(path)
+    raise UserError(f"{path}: unknown input type {path.suffix!r} (use .yaml, .yml or .csv)")
+
+
+# ----------------------------------------------------------------------------------------------- model
+@dataclass
+class Report:
+    fit: object
+    k_now: float
+    steps: object          # Estimate, remaining steps
+    unit: str              # "workers" | "GPUs"
+    rows: list             # best ConfigPrediction per worker/GPU count, in count order
+    speed_error: float
+
+
+def predict(obs: Observations, gpus: int) -> Report:
+    import numpy as np
+
+    from dlsched.perf.convergence import fit_curve
+    from dlsched.perf.efficiency import GradientNoise
+    from dlsched.perf.predict import (allreduce_configurations, leave_one_out_error, ps_configurations, relative_error,
+                                      remaining_steps)
+    from dlsched.perf.speed import AllReduceSpeedModel, fit_optimus_async, fit_optimus_sync, fit_step_time
+
+    fit = fit_curve(obs.steps, obs.losses)
+    k_now = float(obs.steps[-1])
+    E = obs.steps_per_epoch or float(np.median(np.diff(obs.steps)))
+    if obs.target_loss is not None:
+        steps = remaining_steps(fit, k_now, target_loss=obs.target_loss / fit.curve.scale)
+    else:
+        steps = remaining_steps(fit, k_now, delta=obs.delta or DEFAULT_DELTA, steps_per_epoch=E)
+    rows, err, unit = [], 0.0, "GPUs"
+    if obs.speed is not None and len(obs.speed):
+        s = obs.speed
+        if obs.speed_kind == "allreduce":
+            sync = s["sync_time"] if "sync_time" in s and s["sync_time"].notna().all() else None
+            r, n, m, t = (s[c].to_numpy(float) for c in ("num_gpus", "num_nodes", "local_batch", "step_time"))
+            y = None if sync is None else sync.to_numpy(float)
+            params = fit_step_time(r, n, m, t, y)
+
+            def loo(mask, i):
+                p = fit_step_time(r[mask], n[mask], m[mask], t[mask], None if y is None else y[mask])
+                return float(p.step_time(r[i], n[i], m[i])), t[i]
+
+            err = leave_one_out_error(len(s), loo) if len(s) >= 4 else relative_error(params.step_time(r, n, m), t)
+            batch = obs.global_batch or int(round(float(np.median(s.num_gpus * s.local_batch))))
+            noise = GradientNoise(*obs.grad_noise) if obs.grad_noise else None
+            model = AllReduceSpeedModel({obs.gpu_type: params}, obs.gpu_type, noise, base_batch=batch)
+            sizes = sorted(set(obs.batch_sizes) | {batch}) if noise else [batch]
+            work = steps.scaled(float(batch))
+            configs = allreduce_configurations(model, work, gpus, obs.gpus_per_node, sizes, obs.gpu_type, err)
+            key = lambda c: c.num_gpus  # noqa: E731
+        else:
+            M = obs.global_batch or 1
+            p, w, f = s.ps.to_numpy(), s.workers.to_numpy(), s.steps_per_s.to_numpy()
+            fitter = (lambda pp, ww, ff: fit_optimus_sync(pp, ww, ff, M)) if obs.speed_kind == "ps-sync" else fit_optimus_async
+            model = fitter(p, w, f)
+            err = (leave_one_out_error(len(f), lambda mask, i: (float(fitter(p[mask], w[mask], f[mask]).speed(p[i], w[i])), f[i]))
+                   if len(f) >= 4 else relative_error(model.speed(p, w), f))
+            configs = ps_configurations(model, steps, gpus, gpus, err)
+            key, unit = (lambda c: c.workers), "workers"  # noqa: E731
+        best = {}
+        for c in configs:  # sorted fastest first: the first seen per count is that count's best
+            best.setdefault(key(c), c)
+        rows = [best[k] for k in sorted(best)]
+    return Report(fit, k_now, steps, unit, rows, err)
+
+
+# ----------------------------------------------------------------------------------------------- output
+def _hours(x: float) -> str:
+    return "never" if not math.isfinite(x) else f"{x / 3600:.2f}"
+
+
+def render(obs: Observations, rep: Report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = rep.fit.curve
+    con = Console()
+    con.print(f"[bold]{obs.source}[/]: {len(obs.steps)} loss points up to step {rep.k_now:g}; "
+              f"fit l(k)=1/({c.beta0:.4g}·k+{c.beta1:.4g})+{c.beta2:.4g} (normalised by {c.scale:.4g}), RMSE {rep.fit.rmse:.4f}")
+    s = rep.steps
+    con.print(f"remaining steps: {s.value:,.0f}  (80 % interval {s.low:,.0f} – {s.high:,.0f}, residual bootstrap)")
+    if not rep.rows:
+        con.print("no speed samples: give some to predict time per configuration")
+        return
+    best = min(rep.rows, key=lambda r: r.seconds.value)
+    t = Table(title=f"predicted remaining time (speed model leave-one-out median error {100 * rep.speed_error:.1f} %)")
+    if rep.unit == "workers":
+        for h in ("workers", "PS", "steps/s"):
+            t.add_column(h, justify="right")
+    else:
+        for h in ("GPUs", "nodes", "batch", "goodput (samples/s)"):
+            t.add_column(h, justify="right")
+    for h in ("hours", "80 % interval (h)", ""):
+        t.add_column(h, justify="right")
+    for r in rep.rows:
+        cfg = ([str(r.workers), str(r.ps), f"{r.speed:.4g}"] if rep.unit == "workers"
+               else [str(r.num_gpus), str(r.num_nodes), str(r.global_batch), f"{r.speed:,.0f}"])
+        t.add_row(*cfg, _hours(r.seconds.value), f"{_hours(r.seconds.low)} – {_hours(r.seconds.high)}",
+                  "best" if r is best else "", style="bold green" if r is best else None)
+    con.print(t)
+
+
+def plot(obs: Observations, rep: Report, out: Path) -> None:
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = rep.fit.curve
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    end = rep.k_now + (rep.steps.value if math.isfinite(rep.steps.value) else rep.k_now)
+    k = np.linspace(0, max(end, rep.k_now) * 1.05, 300)
+    a.plot(obs.steps, obs.losses, "o", ms=3, label="observed")
+    a.plot(k, c.raw_loss(np.maximum(k, 1e-9)), "-", label="fitted 1/(β0k+β1)+β2")
+    a.axvline(end, ls="--", color="grey", label="predicted end")
+    a.set(xlabel="step", ylabel="loss", title="convergence", ylim=(0, float(np.max(obs.losses)) * 1.1))
+    a.legend()
+    if rep.rows:
+        x = [r.workers if rep.unit == "workers" else r.num_gpus for r in rep.rows]
+        y = np.array([[r.seconds.value, r.seconds.low, r.seconds.high] for r in rep.rows]) / 3600
+        b.plot(x, y[:, 0], "o-", label="predicted")
+        b.fill_between(x, y[:, 1], y[:, 2], alpha=0.3, label="80 % interval")
+        b.set(xlabel=f"#{rep.unit}", ylabel="remaining time (h)", title="time vs resources")
+        b.legend()
+    else:
+        b.text(0.5, 0.5, "no speed samples", ha="center", va="center")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("predict")
+    def predict_cmd(
+        file: Path = typer.Argument(..., help="YAML or CSV of observed losses and speed samples"),
+        plot_path: Optional[Path] = typer.Option(None, "--plot", help="write observed vs fitted loss and time vs #workers here (PNG)"),
+        gpus: int = typer.Option(8, "--gpus", min=1, help="GPU budget: largest worker / GPU count to consider"),
+        delta: Optional[float] = typer.Option(None, "--delta", help="converged when the normalised loss drops less than this per epoch"),
+        target_loss: Optional[float] = typer.Option(None, "--target-loss", help="predict the time to this (raw) loss instead"),
+        steps_per_epoch: Optional[float] = typer.Option(None, "--steps-per-epoch", help="default: median step spacing"),
+        batch: Optional[int] = typer.Option(None, "--batch", help="global batch size M of the job"),
+        gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
+    ) -> None:
+        """Predict a job's remaining training time per configuration (Optimus convergence + speed models)."""
+        obs = load_observations(file)
+        for name, value in (("delta", delta), ("target_loss", target_loss), ("steps_per_epoch", steps_per_epoch),
+                            ("global_batch", batch), ("gpus_per_node", gpus_per_node)):
+            if value is not None:
+                if value <= 0:
+                    raise UserError(f"--{name.replace('_', '-')}: must be > 0, got {value}")
+                setattr(obs, name, value)
+        if obs.delta is not None and obs.target_loss is not None:
+            raise UserError(f"{obs.source}: give either a target loss or a delta, not both")
+        rep = predict(obs, gpus)
+        render(obs, rep)
+        if plot_path is not None:
+            plot(obs, rep, plot_path)
+            print(f"plot written to {plot_path}")

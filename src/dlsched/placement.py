@@ -1,0 +1,98 @@
+"""GPU counts -> nodes. Pure functions of (counts, free GPUs per node); the node maps they return keep the order
+in which nodes were chosen (step-time traces of 3+ node placements depend on it).
+
+* ``most_free_first``: repeatedly take the node with the most free GPUs (first in cluster order on ties) — the
+  placement of the Pollux artifact's Tiresias and Optimus drivers; packs a job onto few nodes on an empty cluster.
+* ``consolidated``: Optimus Theorem 1 — the fewest nodes, the same number of GPUs on each; falls back to
+  ``most_free_first`` when no even split fits.
+* ``place``: a whole allocation; jobs whose GPU count did not change keep their nodes (no needless restart), the
+  rest are placed smallest first.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping
+
+from dlsched.policy.base import Allocation, ClusterView
+
+NodeMap = dict[str, int]
+Strategy = Callable[[int, Mapping[str, int]], NodeMap]
+
+
+class PlacementError(ValueError):
+    """The requested GPUs do not fit the free ones."""
+
+
+def free_gpus(cluster: ClusterView, held: Iterable[Mapping[str, int]] = ()) -> NodeMap:
+    """Free GPUs per node (cluster order) after subtracting the node maps in ``held``."""
+    free = {n.name: n.num_gpus for n in cluster.nodes}
+    for nodes in held:
+        for name, k in nodes.items():
+            free[name] -= k
+    return free
+
+
+def most_free_first(num_gpus: int, free: Mapping[str, int]) -> NodeMap:
+    """Take GPUs from the node with the most free ones, then the next, until ``num_gpus`` are placed."""
+    left = dict(free)
+    out: NodeMap = {}
+    need = num_gpus
+    while need > 0:
+        name = max(left, key=left.__getitem__, default=None)
+        if name is None or left[name] <= 0:
+            raise PlacementError(f"{num_gpus} GPUs do not fit the free {sum(free.values())}")
+        k = min(left[name], need)
+        out[name] = out.get(name, 0) + k
+        left[name] -= k
+        need -= k
+    return out
+
+
+def consolidated(num_gpus: int, free: Mapping[str, int]) -> NodeMap:
+    """Optimus Theorem 1: the smallest k such that the k nodes with most free GPUs each host num_gpus/k."""
+    order = sorted(free, key=lambda n: -free[n])   # stable: cluster order on ties
+    for k in range(1, len(order) + 1):
+        if num_gpus % k:
+            continue
+        per = num_gpus // k
+        if all(free[n] >= per for n in order[:k]):
+            return {n: per for n in order[:k]}
+    return most_free_first(num_gpus, free)
+
+
+def apply(free: NodeMap, nodes: Mapping[str, int]) -> None:
+    for name, k in nodes.items():
+        free[name] -= k
+
+
+def place(allocation: Allocation, cluster: ClusterView, current: Mapping[str, Mapping[str, int]],
+          strategy: Strategy = most_free_first) -> dict[str, NodeMap]:
+    """Node maps for every job with GPUs in ``allocation``.
+
+    Policy-set node maps are honoured first; then jobs whose count equals their ``current`` placement keep it;
+    the others are placed in ascending GPU count (stable in allocation order) with ``strategy``.
+    """
+    free = free_gpus(cluster)
+    out: dict[str, NodeMap] = {}
+    todo = []
+    for jid, a in allocation.jobs.items():
+        if a.num_gpus <= 0:
+            continue
+        if a.nodes is not None:
+            out[jid] = dict(a.nodes)
+            apply(free, a.nodes)
+    for jid, a in allocation.jobs.items():
+        if a.num_gpus <= 0 or a.nodes is not None:
+            continue
+        cur = current.get(jid)
+        if cur and sum(cur.values()) == a.num_gpus and all(free.get(n, 0) >= k for n, k in cur.items()):
+            out[jid] = dict(cur)
+            apply(free, cur)
+        else:
+            todo.append((a.num_gpus, jid))
+    for _, jid in sorted(todo, key=lambda t: t[0]):
+        nodes = strategy(allocation.jobs[jid].num_gpus, free)
+        out[jid] = nodes
+        apply(free, nodes)
+    if any(v < 0 for v in free.values()):
+        raise PlacementError(f"allocation over-subscribes nodes: {[n for n, v in free.items() if v < 0]}")
+    return out

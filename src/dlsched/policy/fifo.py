@@ -1,0 +1,21 @@
+"""FIFO: jobs run in submission order with their full request; non-preemptive; strict (head-of-line blocking)
+unless ``backfill`` lets smaller later jobs use GPUs the head cannot."""
+from __future__ import annotations
+
+from dlsched.policy._rigid import grant_in_order
+from dlsched.policy.base import Allocation, ClusterView, JobView, register
+
+
+@register("fifo")
+class FifoPolicy:
+    name = "fifo"
+    rigid = True          # everyone fits -> everyone runs with their request
+    event_driven = True   # the decision changes only when a job arrives or finishes
+
+    def __init__(self, backfill: bool = False):
+        self.backfill = backfill
+
+    def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
+        # Running jobs first (non-preemptive), then the queue by submission time (stable: input order on ties).
+        order = sorted(jobs, key=lambda j: (not j.is_running, j.submit_time))
+        return grant_in_order(order, cluster, blocking=not self.backfill)

@@ -1,0 +1,24 @@
+"""Pollux-style goodput scheduling (Qiao et al., OSDI'21) on the elastic DP engine.
+
+Goodput = throughput x statistical efficiency: samples/s that count, because a large batch makes less progress per
+sample (``ThroughputModel.efficiency``, from the gradient noise scale in ``perf/efficiency.py``). For every GPU count
+the batch that maximises goodput is chosen, not the fastest one, and the DP maximises the sum of goodput speed-ups
+(each job's goodput relative to its smallest configuration). Pollux searches allocations with a genetic algorithm;
+the DP here is exact for this separable objective and runs in milliseconds (see bench/goodput_sim_time.py).
+"""
+from __future__ import annotations
+
+from dlsched.policy.base import ThroughputModel, register
+from dlsched.policy.elastic import ElasticPolicy
+
+
+def goodput(speed: ThroughputModel, num_gpus: int, num_nodes: int, global_batch: int,
+            gpu_type: str | None = None) -> float:
+    """Useful samples/s: throughput times the statistical efficiency of the global batch."""
+    return speed.throughput(num_gpus, num_nodes, global_batch, gpu_type) * speed.efficiency(global_batch)
+
+
+@register("goodput")
+def make_goodput(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0) -> ElasticPolicy:
+    return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
+                         restart_cost=restart_cost)

@@ -1,0 +1,231 @@
+"""The web dashboard: static pages (``service/dashboard/``) plus the JSON they draw from.
+
+Why one aggregated JSON per page: the overview (cluster, queue, Gantt) must load in well under a
+second with 1 000 jobs in the store, so the browser makes one request and the server answers it with
+a handful of SQL queries; the browser only lays out SVG. The static files carry no data and need no
+token; the JSON routes take the API's auth ``dependencies`` (the page forwards ``#token=...``).
+
+Mount (in ``service/api.py``)::
+
+    app.include_router(make_dashboard_router(store, nodes=lambda: cluster_nodes, reports_dir=..., dependencies=auth))
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import FileResponse, RedirectResponse
+
+from dlsched.policy.base import NodeView
+from dlsched.service.predict import fit_loss
+from dlsched.service.store import ACTIVE, QUEUED, TERMINAL, Store, UnknownJob
+
+STATIC_DIR = Path(__file__).with_name("dashboard")
+STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+MAX_GANTT_JOBS = 300      # rows drawn in the overview's timeline (most recent first)
+MAX_CURVE_POINTS = 400    # progress points sent for one job's loss curve
+
+
+# ----------------------------------------------------------------------------- convergence fit
+
+def loss_fit_of(prediction: dict | None, progress: list[dict]) -> dict | None:
+    """The Optimus curve l(k) = 1/(b0 k + b1) + b2 the loop fitted last (``service.predict``), or the
+    same fit made now when the loop has not stored one yet - one fitting routine in the service."""
+    fit = (prediction or {}).get("loss_fit")
+    if fit is None and progress:
+        lf = fit_loss(np.array([p["step"] for p in progress], float), np.array([p["loss"] for p in progress], float))
+        fit = None if lf is None else {"b0": lf.b0, "b1": lf.b1, "b2": lf.b2, "rmse": lf.rmse}
+    return None if fit is None else {"beta": [fit["b0"], fit["b1"], fit["b2"]], "scale": 1.0, "rmse": fit["rmse"]}
+
+
+# ----------------------------------------------------------------------------- queue estimate
+
+def estimate_queue(running: Iterable[tuple[int, int, float | None]],
+                   queued: Iterable[tuple[int, int, float | None]],
+                   total_gpus: int, now: float) -> dict[int, tuple[float | None, float | None]]:
+    """Predicted (start, finish) per queued job if the queue drains in submission order.
+
+    ``running``: (job id, GPUs held, predicted finish or None); ``queued``: (job id, GPUs wanted,
+    predicted duration or None), in submission order. A job behind an unknown finish has an unknown
+    start: the page shows "?" rather than a made-up time.
+    """
+    free = total_gpus - sum(g for _, g, _ in running)
+    releases: list[tuple[float, int]] = []
+    unknown_held = 0
+    for _, gpus, finish in running:
+        if finish is None:
+            unknown_held += gpus
+        else:
+            heapq.heappush(releases, (max(finish, now), gpus))
+    clock, out = now, {}
+    for job_id, gpus, duration in queued:
+        while free < gpus and releases:
+            t, g = heapq.heappop(releases)
+            clock, free = max(clock, t), free + g
+        if free < gpus or gpus > total_gpus - unknown_held:
+            out[job_id] = (None, None)
+            unknown_held += gpus          # everyone behind it waits on an unknown too
+            continue
+        free -= gpus
+        finish = clock + duration if duration is not None else None
+        if finish is None:
+            unknown_held += gpus
+        else:
+            heapq.heappush(releases, (finish, gpus))
+        out[job_id] = (clock, finish)
+    return out
+
+
+# ----------------------------------------------------------------------------- page data
+
+def _clean(x):
+    """JSON has no NaN/inf: send null."""
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def gantt_intervals(allocations: list[dict], end_times: dict[int, float | None], now: float) -> list[dict]:
+    """Allocation rows (one per decision) -> intervals [start, end) with the GPUs and nodes held."""
+    by_job: dict[int, list[dict]] = {}
+    for a in allocations:
+        by_job.setdefault(a["job_id"], []).append(a)
+    out = []
+    for job_id, rows in by_job.items():
+        rows.sort(key=lambda r: r["time"])
+        for r, nxt in zip(rows, rows[1:] + [None]):
+            if r["num_gpus"] <= 0:
+                continue
+            end = nxt["time"] if nxt else (end_times.get(job_id) or now)
+            if end > r["time"]:
+                out.append({"job_id": job_id, "start": r["time"], "end": end, "gpus": r["num_gpus"],
+                            "placement": r["placement"], "batch_size": r.get("batch_size")})
+    return out
+
+
+def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None) -> dict:
+    """Cluster (who holds what), queue with predicted start/finish, Gantt and counts, in one answer."""
+    now = time.time() if now is None else now
+    jobs = store.jobs()
+    preds = store.latest_predictions()
+    active = [j for j in jobs if j.state in ACTIVE]
+    holders: dict[str, list[dict]] = {n.name: [] for n in nodes}
+    for j in active:
+        for node, g in j.placement.items():
+            holders.setdefault(node, []).append({"job_id": j.id, "name": j.name, "gpus": g})
+    running = [(j.id, j.num_gpus, preds.get(j.id, {}).get("predicted_finish")) for j in active if j.num_gpus > 0]
+    waiting = [j for j in active if j.state == QUEUED]
+    est = estimate_queue(running, [(j.id, j.spec.gpu_range[0], preds.get(j.id, {}).get("remaining_s")) for j in waiting],
+                         sum(n.num_gpus for n in nodes), now)
+    queue = []
+    for j in active:
+        p = preds.get(j.id, {})
+        start, finish = (j.start_time, p.get("predicted_finish")) if j.state != QUEUED else est.get(j.id, (None, None))
+        queue.append({"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
+                      "gpus": j.num_gpus, "requested": j.spec.gpus, "batch_size": j.batch_size,
+                      "fraction_done": _clean(j.samples / j.total_samples) if j.total_samples else None,
+                      "loss": _clean(j.last_loss), "samples_per_s": _clean(j.samples_per_s),
+                      "predicted_start": _clean(start), "predicted_finish": _clean(finish)})
+    counts: dict[str, int] = {}
+    for j in jobs:
+        counts[j.state] = counts.get(j.state, 0) + 1
+    all_allocs = store.allocations()
+    with_allocs = {a["job_id"] for a in all_allocs}
+    keep = set(sorted(with_allocs, reverse=True)[:MAX_GANTT_JOBS])
+    allocs = [a for a in all_allocs if a["job_id"] in keep]
+    names = {j.id: j.name for j in jobs}
+    intervals = gantt_intervals(allocs, {j.id: j.end_time for j in jobs}, now)
+    for iv in intervals:
+        iv["name"] = names.get(iv["job_id"], str(iv["job_id"]))
+    finished = [{"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
+                 "start_time": j.start_time, "end_time": j.end_time, "error": j.error}
+                for j in sorted((j for j in jobs if j.state in TERMINAL), key=lambda j: -(j.end_time or 0))[:50]]
+    return {"now": now, "counts": counts, "total_jobs": len(jobs),
+            "nodes": [{"name": n.name, "gpus": n.num_gpus, "gpu_type": n.gpu_type, "holders": holders.get(n.name, [])}
+                      for n in nodes],
+            "queue": queue, "recent": finished, "gantt": intervals, "gantt_jobs": len(keep),
+            "gantt_total_jobs": len(with_allocs)}
+
+
+def job_detail(store: Store, job_id: int) -> dict:
+    """One job: record, loss curve (down-sampled), fitted convergence curve, allocations, events."""
+    rec = store.get(job_id)
+    prog = [p for p in store.progress(job_id) if p.get("loss") is not None and p.get("step") is not None]
+    preds = store.predictions(job_id)
+    fit = loss_fit_of(preds[-1] if preds else None, prog)
+    stride = max(1, math.ceil(len(prog) / MAX_CURVE_POINTS))
+    curve = [{"step": p["step"], "loss": _clean(p["loss"]), "time": p["time"], "samples": p["samples"],
+              "workers": p["workers"]} for p in prog[::stride]]
+    if prog and curve[-1]["step"] != prog[-1]["step"]:
+        curve.append({"step": prog[-1]["step"], "loss": _clean(prog[-1]["loss"]), "time": prog[-1]["time"],
+                      "samples": prog[-1]["samples"], "workers": prog[-1]["workers"]})
+    return {"job": json.loads(json.dumps(rec.public(), default=str)), "curve": curve, "fit": fit,
+            "prediction": preds[-1] if preds else None,
+            "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200)}
+
+
+def load_reports(reports_dir: Path | None) -> list[dict]:
+    """Policy comparison reports written by ``dlsched simulate``: every CSV with a ``policy`` column
+    (one row per policy, numeric metric columns) under ``reports_dir``, newest first."""
+    if reports_dir is None or not Path(reports_dir).is_dir():
+        return []
+    out = []
+    for path in sorted(Path(reports_dir).rglob("*.csv"), key=lambda p: -p.stat().st_mtime)[:20]:
+        try:
+            df = pd.read_csv(path)
+        except (ValueError, OSError) as e:
+            out.append({"file": str(path.relative_to(reports_dir)), "error": f"{path}: unreadable CSV ({e})"})
+            continue
+        if "policy" not in df.columns:
+            continue
+        metrics = [c for c in df.columns if c != "policy" and pd.api.types.is_numeric_dtype(df[c])]
+        rows = [{"policy": str(r["policy"]), **{m: _clean(float(r[m])) for m in metrics}} for _, r in df.iterrows()]
+        out.append({"file": str(path.relative_to(reports_dir)), "metrics": metrics, "rows": rows,
+                    "mtime": path.stat().st_mtime})
+    return out
+
+
+# ----------------------------------------------------------------------------- router
+
+def make_dashboard_router(store: Store, nodes: Callable[[], Sequence[NodeView]],
+                          reports_dir: Path | None = None, dependencies: list | None = None) -> APIRouter:
+    """``/dashboard/`` (static page) and ``/dashboard/api/*`` (its data, behind ``dependencies``)."""
+    router = APIRouter()
+    data = APIRouter(dependencies=dependencies or [])
+
+    @router.get("/dashboard", include_in_schema=False)
+    def _root():
+        return RedirectResponse("/dashboard/")
+
+    @router.get("/dashboard/", include_in_schema=False)
+    def _index():
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    @router.get("/dashboard/static/{name}", include_in_schema=False)
+    def _static(name: str):
+        if name not in STATIC_FILES:          # a fixed list: no path ever reaches the file system
+            raise HTTPException(404, f"no dashboard file {name!r}")
+        return FileResponse(STATIC_DIR / name, media_type=STATIC_FILES[name])
+
+    @data.get("/dashboard/api/overview")
+    def _overview():
+        return overview(store, nodes())
+
+    @data.get("/dashboard/api/jobs/{job_id}")
+    def _job(job_id: int):
+        try:
+            return job_detail(store, job_id)
+        except UnknownJob:
+            raise HTTPException(404, f"no job {job_id}") from None
+
+    @data.get("/dashboard/api/reports")
+    def _reports():
+        return {"dir": str(reports_dir) if reports_dir else None, "reports": load_reports(reports_dir)}
+
+    router.include_router(data)
+    return router

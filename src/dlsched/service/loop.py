@@ -1,0 +1,344 @@
+"""The live driver of the scheduling loop: admit -> decide (policy) -> place -> act -> observe -> refit.
+
+The simulator drives the same ``policy.decide`` on a virtual clock; here time is the wall clock, progress
+comes from real workers through the backend, and every state change goes through the store first, so a
+SIGKILL between any two steps is recovered by ``recover()`` on the next start: jobs whose coordinator is
+still alive are re-attached, the others are re-queued and resume from their checkpoint when restarted.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from dlsched.backends.base import Backend, Launch, read_progress
+from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
+from dlsched.service import predict as perf
+from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
+                                   Store)
+from dlsched.spec import ClusterSpec
+
+log = logging.getLogger("dlsched.service")
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str                      # "start" | "resize" | "preempt"
+    job_id: int
+    num_gpus: int
+    batch_size: int | None
+    placement: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    now: float
+    decide_s: float                # snapshots + policy + placement + diff (what the latency target is about)
+    act_s: float                   # backend actions
+    observe_s: float
+    active_jobs: int
+    actions: tuple[Action, ...]
+
+
+class PlacementError(ValueError):
+    pass
+
+
+def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
+    return ClusterView(tuple(NodeView(n.name, n.gpus, n.gpu_type, n.cpus) for n in spec.nodes), now)
+
+
+def place(targets: Mapping[int, int], current: Mapping[int, Mapping[str, int]], capacity: Mapping[str, int],
+          explicit: Mapping[int, Mapping[str, int]] | None = None) -> dict[int, dict[str, int]]:
+    """GPU counts -> node maps. Unchanged jobs stay put; shrinking jobs give back GPUs on their least-used
+    node first; new jobs go to the single node that fits them most tightly, else spread over the freest nodes
+    (consolidation keeps all-reduce local). Raises PlacementError if the counts do not fit the cluster."""
+    explicit = explicit or {}
+    free = dict(capacity)
+    out: dict[int, dict[str, int]] = {}
+
+    def take(job: int, node: str, n: int) -> None:
+        if n <= 0:
+            return
+        if free.get(node, 0) < n:
+            raise PlacementError(f"job {job}: node {node!r} has {free.get(node, 0)} free GPUs, {n} asked")
+        free[node] -= n
+        out.setdefault(job, {})
+        out[job][node] = out[job].get(node, 0) + n
+
+    for job, nodes in explicit.items():
+        for node, n in nodes.items():
+            take(job, node, n)
+    growing: list[tuple[int, int]] = []
+    for job, n in targets.items():
+        if job in explicit or n <= 0:
+            continue
+        cur = {k: v for k, v in current.get(job, {}).items() if v > 0 and k in capacity}
+        have = sum(cur.values())
+        if have >= n:          # keep or shrink: release from the nodes where the job holds least
+            keep, left = {}, n
+            for node, v in sorted(cur.items(), key=lambda kv: -kv[1]):
+                keep[node] = min(v, left)
+                left -= keep[node]
+            for node, v in keep.items():
+                take(job, node, v)
+        else:
+            for node, v in cur.items():
+                take(job, node, v)
+            growing.append((job, n - have))
+    for job, need in sorted(growing, key=lambda jn: -jn[1]):
+        mine = out.get(job, {})
+        fits = [nd for nd, f in free.items() if f >= need]
+        if not mine and fits:
+            take(job, min(fits, key=lambda nd: (free[nd], nd)), need)
+            continue
+        for node in sorted(free, key=lambda nd: (nd not in mine, -free[nd], nd)):
+            if need == 0:
+                break
+            k = min(need, free[node])
+            take(job, node, k)
+            need -= k
+        if need:
+            raise PlacementError(f"job {job}: {need} GPUs more than the cluster has free")
+    return out
+
+
+class LiveLoop:
+    """One scheduler instance over a store and a backend. ``round()`` is one pass of the loop."""
+
+    def __init__(self, store: Store, backend: Backend, cluster: ClusterSpec, state_dir: str | Path,
+                 policy: Policy | None = None, clock=time.time):
+        self.store = store
+        self.backend = backend
+        self.cluster = cluster
+        self.state_dir = Path(state_dir)
+        self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
+        self.clock = clock
+        self.capacity = {n.name: n.gpus for n in cluster.nodes}
+        self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
+        self._speeds: dict[int, perf.SpeedModel] = {}
+        self._seen_progress: dict[int, int] = {}
+        self._views: dict[int, tuple] = {}
+        self._last_now: float | None = None
+
+    def job_dir(self, job_id: int) -> Path:
+        return self.state_dir / "jobs" / str(job_id)
+
+    # -- restart -----------------------------------------------------------------------------------
+    def recover(self) -> None:
+        """Re-attach live coordinators; re-queue the rest (they resume from their checkpoint)."""
+        now = self.clock()
+        for job in self.store.jobs(states=(RUNNING, RESCALING)):
+            d = self.job_dir(job.id)
+            if self.backend.attach(job.id, d):
+                self.store.event("reattached", job.id, now)
+                continue
+            self._ingest(job, now)
+            res = self.backend.poll(job.id, d)
+            if res.state == "finished":
+                self.store.transition(job.id, FINISHED, now)
+            else:
+                self.store.transition(job.id, QUEUED, now, {"reason": "service restart: resume from checkpoint"},
+                                      num_gpus=0, placement={})
+                self.store.record_allocation(job.id, now, 0, job.batch_size, {})
+        self.store.event("service_started", None, now, policy=self.cluster.policy,
+                         gpus=sum(self.capacity.values()))
+
+    # -- one round ---------------------------------------------------------------------------------
+    def round(self) -> RoundStats:
+        now = self.clock()
+        t0 = time.perf_counter()
+        self.observe(now)
+        t1 = time.perf_counter()
+        jobs = self.store.jobs(states=ACTIVE)
+        actions = self.decide(jobs, now)
+        t2 = time.perf_counter()
+        self.act(actions, {j.id: j for j in jobs}, now)
+        t3 = time.perf_counter()
+        return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions))
+
+    def snapshot(self, job: JobRecord) -> JobView:
+        """The policy's view of a job; reused while neither the record nor its speed model changed."""
+        speed = self._speeds.get(job.id)
+        hit = self._views.get(job.id)
+        if hit is not None and hit[0] is job and hit[1] is speed:
+            return hit[2]
+        view = self._make_view(job, speed)
+        self._views[job.id] = (job, speed, view)
+        return view
+
+    def _make_view(self, job: JobRecord, speed) -> JobView:
+        s = job.spec
+        lo, hi = s.gpu_range
+        remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
+        return JobView(
+            id=str(job.id), submit_time=job.submit_time, requested_gpus=s.gpus, batch_size=s.batch_size,
+            min_batch_size=s.min_batch_size, max_batch_size=s.max_batch_size, max_local_batch=s.max_local_batch,
+            max_gpus=hi, min_gpus=lo, attained_service=job.attained_service, run_time=job.run_time,
+            placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
+            speed=speed, kind=s.kind, preemptible=s.preemptible,
+            attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss})
+
+    def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
+        """Snapshots -> policy -> placement -> the actions that turn the current state into the decision."""
+        eligible = [j for j in jobs if not j.cancel_requested]
+        views = tuple(self.snapshot(j) for j in eligible)
+        alloc: Allocation = self.policy.decide(views, cluster_view(self.cluster, now))
+        by_id = {j.id: j for j in eligible}
+        unknown = [k for k in alloc.jobs if not k.isdigit() or int(k) not in by_id]
+        if unknown:
+            raise ValueError(f"policy {self.cluster.policy!r} allocated unknown jobs {unknown[:5]}")
+        targets = {j.id: alloc.gpus(str(j.id)) for j in eligible}
+        explicit = {int(k): dict(a.nodes) for k, a in alloc.jobs.items() if a.nodes is not None and a.num_gpus > 0}
+        placement = place(targets, {j.id: j.placement for j in eligible}, self.capacity, explicit)
+        actions = []
+        for j in eligible:
+            a = alloc.jobs.get(str(j.id))
+            n = targets[j.id]
+            batch = (a.batch_size if a and a.batch_size else None) or j.batch_size or j.spec.batch_size
+            nodes = placement.get(j.id, {})
+            if j.num_gpus == 0 and n > 0:
+                actions.append(Action("start", j.id, n, batch, nodes))
+            elif j.num_gpus > 0 and n == 0:
+                actions.append(Action("preempt", j.id, 0, j.batch_size, {}))
+            elif j.num_gpus > 0 and (n != j.num_gpus or batch != j.batch_size):
+                actions.append(Action("resize", j.id, n, batch, nodes))
+            elif j.num_gpus > 0 and nodes != j.placement:
+                self.store.update(j.id, placement=nodes)
+        return actions
+
+    def act(self, actions: list[Action], jobs: Mapping[int, JobRecord], now: float) -> None:
+        """Backend actions first (GPUs are freed before they are taken), then every resulting store write in ONE
+        transaction. A crash in between leaves coordinators the store does not know about; ``LocalBackend.start``
+        adopts a live coordinator of the same job instead of starting a second one, so that is safe."""
+        writes = []
+        for act in sorted(actions, key=lambda a: {"preempt": 0, "resize": 1, "start": 2}[a.kind]):
+            job = jobs[act.job_id]
+            d = self.job_dir(job.id)
+            gen = job.generation + 1
+            try:
+                if act.kind == "preempt":
+                    self.backend.stop(job.id, d)
+                    writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
+                elif act.kind == "start":
+                    self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.placement, gen))
+                    writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size},
+                                   {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
+                                    "generation": gen, "job_dir": str(d)}))
+                else:
+                    self.backend.resize(job.id, d, act.num_gpus, act.batch_size, gen)
+                    writes.append((job.id, RESCALING,
+                                   {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
+                                   {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
+                                    "generation": gen}))
+            except Exception as e:   # one job's launch failure must not stop the service
+                log.exception("job %s: %s failed", job.id, act.kind)
+                self.backend.stop(job.id, d)
+                writes.append((job.id, FAILED, {"reason": f"{act.kind} failed: {e}"}, {"error": str(e)[:500]}))
+        with self.store.batch():
+            for job_id, state, detail, fields in writes:
+                self.store.transition(job_id, state, now, detail, **fields)
+                rec_gpus = fields.get("num_gpus", 0) if state != FAILED else 0
+                self.store.record_allocation(job_id, now, rec_gpus, fields.get("batch_size", jobs[job_id].batch_size),
+                                             dict(fields.get("placement", {})))
+
+    # -- observation -------------------------------------------------------------------------------
+    def observe(self, now: float) -> None:
+        """Cancellations, progress ingestion, process state, GPU-service accounting, prediction refit."""
+        dt = 0.0 if self._last_now is None else max(0.0, now - self._last_now)
+        self._last_now = now
+        running = self.store.jobs(states=(RUNNING, RESCALING))
+        for job in [j for j in running if j.cancel_requested]:
+            self.backend.stop(job.id, self.job_dir(job.id))      # slow (grace period): outside any transaction
+            with self.store.batch():
+                self._ingest(job, now)
+                self.store.transition(job.id, CANCELLED, now)
+                self.store.record_allocation(job.id, now, 0, job.batch_size, {})
+        with self.store.batch():     # one fsync for the whole pass, however many jobs run
+            for job in [j for j in running if not j.cancel_requested]:
+                self._observe_one(job, now, dt)
+
+    def _observe_one(self, job: JobRecord, now: float, dt: float) -> None:
+        d = self.job_dir(job.id)
+        job = self._ingest(job, now)
+        self.store.update(job.id, attained_service=job.attained_service + dt * job.num_gpus,
+                          run_time=job.run_time + dt)
+        res = self.backend.poll(job.id, d)
+        if res.state == "finished":
+            self.store.transition(job.id, FINISHED, now)
+        elif res.state == "failed":
+            self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
+        elif res.state == "gone":
+            self.store.transition(job.id, QUEUED, now, {"reason": "coordinator vanished: resume from checkpoint"},
+                                  num_gpus=0, placement={})
+        else:
+            return
+        self.store.record_allocation(job.id, now, 0, job.batch_size, {})
+        self._speeds.pop(job.id, None)
+        self._views.pop(job.id, None)
+
+    def _ingest(self, job: JobRecord, now: float) -> JobRecord:
+        records, offset = read_progress(self.job_dir(job.id), job.progress_offset)
+        if not records:
+            return job
+        samples = [r for r in records if "event" not in r]
+        fields: dict = {}
+        if samples:
+            last = samples[-1]
+            fields = {"samples": float(last.get("samples") or job.samples),
+                      "last_loss": last.get("loss"), "samples_per_s": last.get("samples_per_s")}
+            if last.get("total_samples"):
+                fields["total_samples"] = float(last["total_samples"])
+            if job.state == RESCALING and last.get("workers") == job.num_gpus:
+                self.store.transition(job.id, RUNNING, now, {"reason": "resize done", "workers": job.num_gpus})
+        self.store.add_progress(job.id, samples, offset, **fields)
+        for r in records:
+            if "event" in r:
+                self.store.event(f"job_{r['event']}", job.id, now, **{k: v for k, v in r.items() if k != "event"})
+        job = self.store.get(job.id)
+        self._refit(job, now)
+        return job
+
+    def _refit(self, job: JobRecord, now: float) -> None:
+        prog = self.store.progress(job.id)
+        if len(prog) == self._seen_progress.get(job.id):
+            return
+        self._seen_progress[job.id] = len(prog)
+        target = job.spec.params.get("target_loss")
+        pred, speed = perf.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
+                                   target_loss=float(target) if isinstance(target, (int, float)) else None,
+                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch)
+        if speed is not None:
+            self._speeds[job.id] = speed
+        self.store.add_prediction(job.id, now, pred.fraction_done, pred.total_samples, pred.remaining_s,
+                                  pred.predicted_finish, pred.loss_fit)
+
+
+class LoopThread(threading.Thread):
+    """Runs ``round()`` every ``interval_s`` until stopped; a failing round is logged, never fatal."""
+
+    def __init__(self, loop: LiveLoop, interval_s: float):
+        super().__init__(name="dlsched-loop", daemon=True)
+        self.loop = loop
+        self.interval_s = interval_s
+        self.stopping = threading.Event()
+        self.rounds = 0
+        self.last_stats: RoundStats | None = None
+
+    def run(self) -> None:
+        self.loop.recover()
+        while not self.stopping.is_set():
+            t0 = time.monotonic()
+            try:
+                self.last_stats = self.loop.round()
+                self.rounds += 1
+            except Exception:
+                log.exception("scheduling round failed")
+            self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+        self.loop.store.close()
+
+    def stop(self) -> None:
+        self.stopping.set()

@@ -1,0 +1,159 @@
+"""Online perf-model refit for the live service: the ONE place the service turns progress into predictions.
+
+The models are the perf package's: the Optimus loss curve ``l(k) = 1/(b0*k + b1) + b2``
+(``perf.convergence.fit_curve``) and the all-reduce step-time model (``perf.speed.fit_step_time`` wrapped in
+``AllReduceSpeedModel``, the ``ThroughputModel`` the policies receive). The step-time fit needs one
+single-worker measurement to separate compute from communication; until a job has one, a plain NNLS fit of
+``t(w, B) = a*B/w + b + c*w`` (``LinearSpeed`` below) stands in.
+
+Completion is predicted from the work left over the job's wall-clock rate at its current allocation: the
+total work is ``total_samples`` (reported by the runtime, else the spec's hint), or, for a job that stops at
+a ``target_loss`` param, the step at which the fitted loss curve reaches it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+
+from dlsched.perf.convergence import LossCurve, fit_curve
+from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
+
+RECENT = 200          # the newest measurements describe the job as it runs now
+
+
+@dataclass(frozen=True)
+class LinearSpeed:
+    """Fallback ``ThroughputModel``: step time ``a*B/w + b + c*w`` (compute split over w workers, fixed overhead,
+    per-worker communication), samples/s = B / t. ``ref_batch`` is used when a caller names no batch."""
+
+    a: float
+    b: float
+    c: float
+    ref_batch: int
+
+    def throughput(self, num_gpus: int, num_nodes: int = 1, global_batch: int = 0, gpu_type: str | None = None) -> float:
+        if num_gpus <= 0:
+            return 0.0
+        bsz = global_batch or self.ref_batch
+        t = self.a * bsz / num_gpus + self.b + self.c * num_gpus
+        return bsz / t if t > 0 else 0.0
+
+    def efficiency(self, global_batch: int) -> float:
+        return 1.0
+
+
+@dataclass(frozen=True)
+class Prediction:
+    fraction_done: float | None
+    total_samples: float | None
+    remaining_s: float | None
+    predicted_finish: float | None
+    loss_fit: dict | None            # {"beta0", "beta1", "beta2", "scale", "rmse"}: LossCurve fields + fit RMSE
+
+
+def fit_linear_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarray) -> LinearSpeed | None:
+    """NNLS on the step time; terms enter only when the data identify them (one (w, B) point -> compute only)."""
+    ok = (workers > 0) & (batches > 0) & (samples_per_s > 0) & np.isfinite(samples_per_s)
+    w, bs, s = workers[ok], batches[ok], samples_per_s[ok]
+    if len(w) == 0:
+        return None
+    configs = len({(x, y) for x, y in zip(w, bs)})
+    cols = [bs / w] + ([np.ones_like(w)] if configs >= 2 else []) + ([w] if len(np.unique(w)) >= 3 else [])
+    coef, _ = nnls(np.column_stack(cols), bs / s)
+    a, b, c = (list(coef) + [0.0, 0.0])[:3]
+    if a <= 0 and b <= 0:
+        return None
+    return LinearSpeed(float(a), float(b), float(c), int(np.median(bs)))
+
+
+def fit_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarray, gpu_types: tuple[str, ...],
+              max_local_batch: int | None = None):
+    """The better of the perf package's all-reduce model and ``LinearSpeed`` on the measurements (relative
+    error). The all-reduce model needs single-worker samples and, to scale compute with the local batch, more
+    than one local batch among them, which an elastic job at a fixed global batch may not have yet. All
+    workers of the local backend share one machine, so every measurement is one node; the profile serves
+    every declared GPU type."""
+    ok = (workers > 0) & (batches > 0) & (samples_per_s > 0) & np.isfinite(samples_per_s)
+    w, bs, s = workers[ok].astype(float), batches[ok].astype(float), samples_per_s[ok].astype(float)
+    linear = fit_linear_speed(w, bs, s)
+    candidates = [linear] if linear is not None else []
+    if len(w) and (w == 1).any():
+        try:
+            params = fit_step_time(w, np.ones_like(w), bs / w, bs / s)
+            types = gpu_types or ("slot",)
+            candidates.append(AllReduceSpeedModel({t: params for t in types}, types[0], max_local_batch=max_local_batch))
+        except ValueError:
+            pass
+    if not candidates:
+        return None
+
+    def rel_err(m) -> float:
+        pred = np.array([m.throughput(int(x), 1, int(b)) for x, b in zip(w, bs)])
+        return float(np.mean((pred / s - 1.0) ** 2))
+
+    return min(candidates, key=rel_err)
+
+
+def fit_loss(steps: np.ndarray, losses: np.ndarray) -> dict | None:
+    ok = np.isfinite(losses) & np.isfinite(steps) & (losses > 0) & (steps >= 0)
+    k, l = steps[ok], losses[ok]
+    if len(k) < 4 or np.any(np.diff(k) < 0) or np.ptp(k) == 0:
+        return None
+    try:
+        fit = fit_curve(k, l)
+    except ValueError:
+        return None
+    c = fit.curve
+    return {"beta0": c.beta0, "beta1": c.beta1, "beta2": c.beta2, "scale": c.scale, "rmse": fit.rmse}
+
+
+def loss_curve(fit: dict) -> LossCurve:
+    return LossCurve(fit["beta0"], fit["beta1"], fit["beta2"], fit["scale"])
+
+
+def observed_rate(recs: list[dict], window: int = 50) -> float | None:
+    """Wall-clock samples/s over the newest records at the current (workers, batch): unlike the per-step figure
+    it includes everything between steps (data loading, logging, control polling, CPU sharing)."""
+    if not recs:
+        return None
+    cfg = (recs[-1].get("workers"), recs[-1].get("batch_size"))
+    tail = []
+    for r in reversed(recs[-window:]):
+        if (r.get("workers"), r.get("batch_size")) != cfg or r.get("time") is None:
+            break
+        tail.append(r)
+    if len(tail) < 3:
+        return None
+    dt = tail[0]["time"] - tail[-1]["time"]
+    ds = tail[0]["samples"] - tail[-1]["samples"]
+    return ds / dt if dt > 0 and ds > 0 else None
+
+
+def predict(progress: list[dict], now: float, current_workers: int, current_batch: int | None,
+            total_hint: float | None, samples_done: float, target_loss: float | None = None,
+            gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None):
+    """(Prediction, speed model or None) for one job from its stored progress records."""
+    recs = [p for p in progress if p.get("samples") is not None]
+    recent = recs[-RECENT:]
+    speed = fit_speed(np.array([p.get("workers") or 0 for p in recent], float),
+                      np.array([p.get("batch_size") or 0 for p in recent], float),
+                      np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
+    steps = np.array([p.get("step") or 0 for p in recs], float)
+    loss_fit = fit_loss(steps, np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float))
+    total = total_hint
+    if total is None and target_loss is not None and loss_fit and recs:
+        # convergence rule: steps until the fitted curve reaches the target, at the current batch
+        end = loss_curve(loss_fit).steps_to_loss(target_loss / loss_fit["scale"])
+        if math.isfinite(end):
+            total = samples_done + max(0.0, end - steps[-1]) * (current_batch or recs[-1].get("batch_size") or 1)
+    frac = min(1.0, samples_done / total) if total else None
+    remaining_s = finish = None
+    if total and (speed is not None or recs):
+        rate = observed_rate(recs) or (speed.throughput(max(current_workers, 1), 1, current_batch or 0) if speed else 0)
+        if rate > 0:
+            remaining_s = max(0.0, total - samples_done) / rate
+            finish = now + remaining_s if current_workers > 0 else None
+    return Prediction(frac, total, remaining_s, finish, loss_fit), speed

@@ -1,0 +1,151 @@
+"""Run report from the service store: predicted vs actual completion per job, allocation Gantt chart, loss
+fits. Used by ``dlsched demo`` (``demo-report/``) and ``bench/service_prediction_error.py``.
+
+Prediction error is measured the way Optimus reports it, at a fixed point of progress: the first prediction
+made once a job is >= 25 % done, compared with when the job actually finished.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from dlsched.service.predict import loss_curve  # noqa: E402
+from dlsched.service.store import FINISHED, Store  # noqa: E402
+
+
+def prediction_table(store: Store, at_fraction: float = 0.25) -> pd.DataFrame:
+    """One row per job: actual JCT, prediction made at ``at_fraction`` done, and its relative errors."""
+    rows = []
+    for j in store.jobs():
+        preds = [p for p in store.predictions(j.id) if p["fraction_done"] is not None
+                 and p["fraction_done"] >= at_fraction and p["predicted_finish"] is not None]
+        p = preds[0] if preds else None
+        row = {"id": j.id, "name": j.name, "state": j.state, "gpus_requested": j.spec.gpus, "elastic": j.spec.elastic,
+               "submit_time": j.submit_time, "start_time": j.start_time, "end_time": j.end_time,
+               "jct_s": (j.end_time - j.submit_time) if j.end_time else None,
+               "resizes": sum(1 for e in store.events(j.id) if e["kind"] == "rescaling"),
+               "preemptions": sum(1 for e in store.events(j.id) if e["kind"] == "queued"),
+               "predicted_at": p["time"] if p else None, "fraction_at_prediction": p["fraction_done"] if p else None,
+               "predicted_finish": p["predicted_finish"] if p else None}
+        if p and j.state == FINISHED:
+            actual_remaining = j.end_time - p["time"]
+            row["predicted_remaining_s"] = p["remaining_s"]
+            row["actual_remaining_s"] = actual_remaining
+            row["jct_error"] = (p["predicted_finish"] - j.end_time) / (j.end_time - j.submit_time)
+            row["remaining_error"] = (p["remaining_s"] - actual_remaining) / actual_remaining if actual_remaining > 0 else None
+            # the perf model's part alone: remaining time the job actually HELD GPUs (excludes waits after preemption)
+            run_left = _held_after(store.allocations(j.id), p["time"], j.end_time)
+            row["actual_run_remaining_s"] = run_left
+            row["run_remaining_error"] = (p["remaining_s"] - run_left) / run_left if run_left > 0 else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _held_after(allocs: list[dict], t: float, end: float) -> float:
+    """Seconds after ``t`` (until ``end``) during which the job held at least one GPU."""
+    held = 0.0
+    for a, nxt in zip(allocs, allocs[1:] + [None]):
+        lo, hi = max(a["time"], t), (nxt["time"] if nxt else end)
+        if a["num_gpus"] > 0 and hi > lo:
+            held += hi - lo
+    return held
+
+
+def gantt(store: Store, path: Path) -> None:
+    """Allocation over time, one bar row per job, bar height = GPUs held; t = 0 at the first submission."""
+    jobs = store.jobs()
+    if not jobs:
+        return
+    t0 = min(j.submit_time for j in jobs)
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(jobs) + 1.5))
+    cmap = plt.get_cmap("viridis")
+    gmax = max([a["num_gpus"] for a in store.allocations()] + [1])
+    for row, j in enumerate(jobs):
+        allocs = store.allocations(j.id)
+        end = j.end_time or max([a["time"] for a in allocs] + [j.submit_time])
+        ax.plot([j.submit_time - t0], [row], marker="|", color="k", markersize=12)
+        for a, nxt in zip(allocs, allocs[1:] + [None]):
+            stop = nxt["time"] if nxt else end
+            if a["num_gpus"] > 0 and stop > a["time"]:
+                ax.barh(row, stop - a["time"], left=a["time"] - t0, height=0.3 + 0.5 * a["num_gpus"] / gmax,
+                        color=cmap(a["num_gpus"] / gmax))
+                ax.text(a["time"] - t0 + 0.5, row, f"{a['num_gpus']}", va="center", fontsize=8, color="w")
+    ax.set_yticks(range(len(jobs)), [f"{j.id} {j.name}" for j in jobs])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since first submission (| = submitted, label = GPUs held)")
+    ax.set_title("allocation Gantt chart")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def loss_fits(store: Store, path: Path) -> None:
+    """Measured loss per step and the last Optimus fit ``1/(b0 k + b1) + b2`` of each job (perf.convergence)."""
+    jobs = [j for j in store.jobs() if store.progress(j.id)]
+    if not jobs:
+        return
+    cols = min(3, len(jobs))
+    rows = int(np.ceil(len(jobs) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, j in zip(axes.flat, jobs):
+        prog = [p for p in store.progress(j.id) if p["loss"] is not None]
+        k = np.array([p["step"] for p in prog], float)
+        ax.plot(k, [p["loss"] for p in prog], ".", ms=3, alpha=0.5, label="measured")
+        fits = [p["loss_fit"] for p in store.predictions(j.id) if p["loss_fit"] and "beta0" in p["loss_fit"]]
+        if fits and len(k):
+            curve = loss_curve(fits[-1])
+            kk = np.linspace(k.min(), k.max(), 200)
+            ax.plot(kk, curve.raw_loss(kk), "-", label=f"Optimus fit (rmse {fits[-1]['rmse']:.3g}, normalised)")
+        ax.set_title(f"job {j.id} {j.name}", fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(jobs):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(store: Store, out: str | Path) -> pd.DataFrame:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = prediction_table(store)
+    table.to_csv(out / "predicted_vs_actual.csv", index=False)
+    gantt(store, out / "allocation_gantt.png")
+    loss_fits(store, out / "loss_fits.png")
+    with open(out / "events.jsonl", "w") as f:
+        for e in store.events(limit=1_000_000):
+            f.write(json.dumps(e) + "\n")
+    lines = ["# dlsched demo report", "",
+             "Prediction = the service's first completion-time prediction once the job was >= 25 % done.",
+             "jct_error = (predicted finish - actual finish) / actual JCT; remaining_error = relative error of the "
+             "predicted remaining time; run_remaining_error = the same against the time the job actually held GPUs "
+             "after the prediction (the perf model's own error, without later preemptions).", ""]
+    show = ["id", "name", "state", "elastic", "resizes", "preemptions", "jct_s", "fraction_at_prediction",
+            "predicted_remaining_s", "actual_remaining_s", "jct_error", "remaining_error", "run_remaining_error"]
+    t = table[[c for c in show if c in table.columns]]
+    lines.append(t.to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else t.to_string(index=False))
+    if "jct_error" in table and table["jct_error"].notna().any():
+        err = table["jct_error"].dropna().abs()
+        run = table["run_remaining_error"].dropna().abs()
+        lines += ["", f"mean |jct_error| at 25 %: {err.mean():.3f} (max {err.max():.3f}) over {len(err)} jobs; "
+                      f"mean |run_remaining_error|: {run.mean():.3f} (max {run.max():.3f})"]
+    lines += ["", "![allocation](allocation_gantt.png)", "", "![loss fits](loss_fits.png)", ""]
+    (out / "report.md").write_text("\n".join(lines))
+    return table
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+        return True
+    except ImportError:
+        return False

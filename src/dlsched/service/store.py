@@ -1,0 +1,373 @@
+"""The service's durable state: one SQLite file in WAL mode.
+
+Why SQLite: a submission is *acknowledged* only after its row is committed with ``synchronous=FULL``, so a
+SIGKILL (or power loss) of the service never loses an accepted job; WAL lets the API threads read while the
+loop writes. Every thread gets its own connection. The job state machine lives here, so no caller can
+move a job along an edge that does not exist.
+
+Schema changes are append-only migrations recorded in ``schema_version``.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from dlsched.spec import JobSpec
+
+QUEUED, RUNNING, RESCALING, FINISHED, FAILED, CANCELLED = "queued", "running", "rescaling", "finished", "failed", "cancelled"
+ACTIVE = (QUEUED, RUNNING, RESCALING)
+TERMINAL = (FINISHED, FAILED, CANCELLED)
+
+# queued -> running -> rescaling -> running ...; running/rescaling -> queued is a preemption.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    QUEUED: frozenset({RUNNING, FAILED, CANCELLED}),
+    RUNNING: frozenset({RESCALING, QUEUED, FINISHED, FAILED, CANCELLED}),
+    RESCALING: frozenset({RUNNING, QUEUED, FINISHED, FAILED, CANCELLED}),
+    FINISHED: frozenset(), FAILED: frozenset(), CANCELLED: frozenset(),
+}
+
+MIGRATIONS: list[str] = [
+    # 1: initial schema
+    """
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        state TEXT NOT NULL,
+        submit_time REAL NOT NULL,
+        start_time REAL,
+        end_time REAL,
+        num_gpus INTEGER NOT NULL DEFAULT 0,
+        placement TEXT NOT NULL DEFAULT '{}',
+        batch_size INTEGER,
+        generation INTEGER NOT NULL DEFAULT 0,
+        attained_service REAL NOT NULL DEFAULT 0,
+        run_time REAL NOT NULL DEFAULT 0,
+        samples REAL NOT NULL DEFAULT 0,
+        total_samples REAL,
+        last_loss REAL,
+        samples_per_s REAL,
+        progress_offset INTEGER NOT NULL DEFAULT 0,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        error TEXT,
+        job_dir TEXT
+    );
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE TABLE allocations (
+        id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, time REAL NOT NULL,
+        num_gpus INTEGER NOT NULL, batch_size INTEGER, placement TEXT NOT NULL
+    );
+    CREATE INDEX allocations_job ON allocations(job_id);
+    CREATE TABLE progress (
+        id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, time REAL NOT NULL, step INTEGER, epoch INTEGER,
+        samples REAL, loss REAL, samples_per_s REAL, workers INTEGER, batch_size INTEGER
+    );
+    CREATE INDEX progress_job ON progress(job_id);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY, time REAL NOT NULL, job_id INTEGER, kind TEXT NOT NULL, detail TEXT NOT NULL
+    );
+    CREATE INDEX events_job ON events(job_id);
+    CREATE TABLE predictions (
+        id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, time REAL NOT NULL, fraction_done REAL,
+        total_samples REAL, remaining_s REAL, predicted_finish REAL, loss_fit TEXT
+    );
+    CREATE INDEX predictions_job ON predictions(job_id);
+    """,
+]
+
+
+class TransitionError(ValueError):
+    """An edge the job state machine does not have (e.g. finished -> running)."""
+
+
+class UnknownJob(KeyError):
+    pass
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of ``jobs``, decoded."""
+
+    id: int
+    name: str
+    spec: JobSpec
+    state: str
+    submit_time: float
+    start_time: float | None
+    end_time: float | None
+    num_gpus: int
+    placement: dict[str, int]
+    batch_size: int | None
+    generation: int
+    attained_service: float
+    run_time: float
+    samples: float
+    total_samples: float | None
+    last_loss: float | None
+    samples_per_s: float | None
+    progress_offset: int
+    cancel_requested: bool
+    error: str | None
+    job_dir: str | None
+
+    def public(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("spec", "progress_offset")}
+        d["spec"] = self.spec.model_dump(mode="json", exclude_none=True)
+        d["fraction_done"] = (self.samples / self.total_samples) if self.total_samples else None
+        return d
+
+
+def _decode(row: sqlite3.Row, cache: dict[int, tuple[tuple, JobRecord]]) -> JobRecord:
+    """Row -> JobRecord, reusing the previous object when the row is unchanged (a round over 1 000 queued
+    jobs then decodes only the few that moved; specs never change, so they are parsed once per process)."""
+    raw = tuple(row)
+    hit = cache.get(raw[0])
+    if hit is not None and hit[0] == raw:
+        return hit[1]
+    d = dict(row)
+    d["spec"] = hit[1].spec if hit is not None else JobSpec.model_validate_json(d["spec"])
+    d["placement"] = json.loads(d["placement"])
+    d["cancel_requested"] = bool(d["cancel_requested"])
+    rec = JobRecord(**d)
+    if rec.state in TERMINAL:
+        cache.pop(rec.id, None)      # finished jobs are read rarely: keep the cache the size of the live queue
+    else:
+        cache[rec.id] = (raw, rec)
+    return rec
+
+
+class Store:
+    """Thread-safe access to the service database (one connection per thread)."""
+
+    def __init__(self, path: str | Path, clock=time.time):
+        self.path = str(path)
+        self.clock = clock
+        self._local = threading.local()
+        self._records: dict[int, tuple[tuple, JobRecord]] = {}
+        self._migrate()
+
+    # -- connections -------------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            c.row_factory = sqlite3.Row
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute("PRAGMA synchronous=FULL")     # acknowledged == durable, even on power loss
+            c.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = c
+        return c
+
+    def close(self) -> None:
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            c.close()
+            self._local.conn = None
+
+    def _tx(self):
+        return _Transaction(self._conn())
+
+    def batch(self):
+        """Group many writes into one transaction (one fsync): ``with store.batch(): ...``. Nested calls join it."""
+        return self._tx()
+
+    def _migrate(self) -> None:
+        c = self._conn()
+        with self._tx():
+            c.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            row = c.execute("SELECT MAX(version) FROM schema_version").fetchone()
+            have = row[0] or 0
+            if have > len(MIGRATIONS):
+                raise RuntimeError(f"{self.path}: schema version {have} is newer than this dlsched ({len(MIGRATIONS)})")
+            for v in range(have + 1, len(MIGRATIONS) + 1):
+                for stmt in filter(str.strip, MIGRATIONS[v - 1].split(";")):
+                    c.execute(stmt)
+                c.execute("INSERT INTO schema_version(version) VALUES (?)", (v,))
+
+    @property
+    def schema_version(self) -> int:
+        return self._conn().execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+
+    # -- jobs ------------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec, now: float | None = None) -> int:
+        """Store a new queued job; returns its id once the row is durable."""
+        now = self.clock() if now is None else now
+        c = self._conn()
+        with self._tx():
+            cur = c.execute("INSERT INTO jobs(name, spec, state, submit_time, batch_size, total_samples) "
+                            "VALUES (?, ?, ?, ?, ?, ?)",
+                            (spec.name, spec.model_dump_json(), QUEUED, now, spec.batch_size, spec.total_samples))
+            job_id = cur.lastrowid
+            self._event(c, now, job_id, "submitted", {"name": spec.name, "gpus": spec.gpus})
+        return job_id
+
+    def submit_many(self, specs: list[JobSpec], now: float | None = None) -> list[int]:
+        """Many submissions in one transaction (bulk loads, benchmarks)."""
+        with self._tx():
+            return [self.submit(s, now) for s in specs]
+
+    def get(self, job_id: int) -> JobRecord:
+        row = self._conn().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(job_id)
+        return _decode(row, self._records)
+
+    def jobs(self, states: Iterable[str] | None = None, limit: int | None = None) -> list[JobRecord]:
+        q, args = "SELECT * FROM jobs", []
+        if states is not None:
+            states = list(states)
+            q += f" WHERE state IN ({','.join('?' * len(states))})"
+            args += states
+        q += " ORDER BY id"
+        if limit is not None:
+            q += " LIMIT ?"
+            args.append(limit)
+        return [_decode(r, self._records) for r in self._conn().execute(q, args)]
+
+    def count(self) -> int:
+        return self._conn().execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+
+    def transition(self, job_id: int, new_state: str, now: float | None = None, detail: dict | None = None,
+                   **fields: Any) -> JobRecord:
+        """Move a job along one edge of the state machine, updating ``fields`` in the same transaction."""
+        now = self.clock() if now is None else now
+        c = self._conn()
+        with self._tx():
+            row = c.execute("SELECT state, start_time FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            old = row["state"]
+            if new_state != old and new_state not in TRANSITIONS[old]:
+                raise TransitionError(f"job {job_id}: {old} -> {new_state} is not allowed")
+            if new_state == RUNNING and row["start_time"] is None:
+                fields.setdefault("start_time", now)
+            if new_state in TERMINAL:
+                fields.setdefault("end_time", now)
+                fields.setdefault("num_gpus", 0)
+                fields.setdefault("placement", {})
+            fields["state"] = new_state
+            self._update(c, job_id, fields)
+            if new_state != old:
+                self._event(c, now, job_id, new_state, {"from": old, **(detail or {})})
+        return self.get(job_id)
+
+    def update(self, job_id: int, **fields: Any) -> None:
+        """Update bookkeeping fields (never ``state``: use ``transition``)."""
+        assert "state" not in fields
+        with self._tx():
+            self._update(self._conn(), job_id, fields)
+
+    @staticmethod
+    def _update(c: sqlite3.Connection, job_id: int, fields: dict[str, Any]) -> None:
+        if not fields:
+            return
+        if "placement" in fields:
+            fields["placement"] = json.dumps(dict(fields["placement"]), sort_keys=True)
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
+
+    def request_cancel(self, job_id: int, now: float | None = None) -> JobRecord:
+        """Queued jobs are cancelled at once; running ones are flagged for the loop, which stops them."""
+        now = self.clock() if now is None else now
+        c = self._conn()
+        with self._tx():
+            row = c.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            if row["state"] == QUEUED:
+                c.execute("UPDATE jobs SET state = ?, end_time = ?, cancel_requested = 1 WHERE id = ?",
+                          (CANCELLED, now, job_id))
+                self._event(c, now, job_id, CANCELLED, {"from": QUEUED})
+            elif row["state"] in ACTIVE:
+                c.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
+                self._event(c, now, job_id, "cancel_requested", {})
+        return self.get(job_id)
+
+    # -- allocations, progress, events, predictions -------------------------------------------------
+    def record_allocation(self, job_id: int, now: float, num_gpus: int, batch_size: int | None,
+                          placement: dict[str, int]) -> None:
+        with self._tx():
+            self._conn().execute("INSERT INTO allocations(job_id, time, num_gpus, batch_size, placement) VALUES (?,?,?,?,?)",
+                                 (job_id, now, num_gpus, batch_size, json.dumps(placement, sort_keys=True)))
+
+    def allocations(self, job_id: int | None = None) -> list[dict]:
+        q = "SELECT * FROM allocations" + (" WHERE job_id = ?" if job_id is not None else "") + " ORDER BY id"
+        rows = self._conn().execute(q, () if job_id is None else (job_id,))
+        return [dict(r) | {"placement": json.loads(r["placement"])} for r in rows]
+
+    def add_progress(self, job_id: int, records: list[dict], new_offset: int, **job_fields: Any) -> None:
+        """Append progress rows and advance the job's read offset atomically (idempotent across restarts)."""
+        c = self._conn()
+        with self._tx():
+            c.executemany(
+                "INSERT INTO progress(job_id, time, step, epoch, samples, loss, samples_per_s, workers, batch_size) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                [(job_id, s.get("time"), s.get("step"), s.get("epoch"), s.get("samples"), s.get("loss"),
+                  s.get("samples_per_s"), s.get("workers"), s.get("batch_size")) for s in records])
+            self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
+
+    def progress(self, job_id: int) -> list[dict]:
+        return [dict(r) for r in self._conn().execute(
+            "SELECT time, step, epoch, samples, loss, samples_per_s, workers, batch_size FROM progress "
+            "WHERE job_id = ? ORDER BY id", (job_id,))]
+
+    def event(self, kind: str, job_id: int | None = None, now: float | None = None, **detail: Any) -> None:
+        with self._tx():
+            self._event(self._conn(), self.clock() if now is None else now, job_id, kind, detail)
+
+    @staticmethod
+    def _event(c: sqlite3.Connection, now: float, job_id: int | None, kind: str, detail: dict) -> None:
+        c.execute("INSERT INTO events(time, job_id, kind, detail) VALUES (?,?,?,?)",
+                  (now, job_id, kind, json.dumps(detail, default=str)))
+
+    def events(self, job_id: int | None = None, after_id: int = 0, limit: int = 1000) -> list[dict]:
+        q = "SELECT * FROM events WHERE id > ?" + (" AND job_id = ?" if job_id is not None else "") + " ORDER BY id LIMIT ?"
+        args = (after_id, job_id, limit) if job_id is not None else (after_id, limit)
+        return [dict(r) | {"detail": json.loads(r["detail"])} for r in self._conn().execute(q, args)]
+
+    def add_prediction(self, job_id: int, now: float, fraction_done: float | None, total_samples: float | None,
+                       remaining_s: float | None, predicted_finish: float | None, loss_fit: dict | None) -> None:
+        with self._tx():
+            self._conn().execute(
+                "INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, predicted_finish, loss_fit) "
+                "VALUES (?,?,?,?,?,?,?)", (job_id, now, fraction_done, total_samples, remaining_s, predicted_finish,
+                                           json.dumps(loss_fit) if loss_fit else None))
+
+    def predictions(self, job_id: int) -> list[dict]:
+        rows = self._conn().execute("SELECT * FROM predictions WHERE job_id = ? ORDER BY id", (job_id,))
+        return [dict(r) | {"loss_fit": json.loads(r["loss_fit"]) if r["loss_fit"] else None} for r in rows]
+
+    def latest_predictions(self) -> dict[int, dict]:
+        rows = self._conn().execute("SELECT p.* FROM predictions p JOIN (SELECT job_id, MAX(id) m FROM predictions "
+                                    "GROUP BY job_id) l ON p.id = l.m")
+        return {r["job_id"]: dict(r) for r in rows}
+
+    def snapshot(self) -> dict[str, int]:
+        """Row counts per table: used by tests to prove a refused request changed nothing."""
+        c = self._conn()
+        return {t: c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                for t in ("jobs", "allocations", "progress", "events", "predictions")}
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``); nests as a no-op inside an open transaction."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+        self.outer = False
+
+    def __enter__(self):
+        if not self.conn.in_transaction:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.outer = True
+        return self.conn
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.outer:
+            self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        return False

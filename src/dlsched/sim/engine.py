@@ -1,0 +1,384 @@
+"""The virtual-clock driver: every ``interval`` seconds it snapshots jobs and cluster, asks a policy for an
+``Allocation``, places it, and advances every job's progress to the next decision.
+
+Semantics follow the Pollux OSDI'21 artifact simulator (petuum/adaptdl osdi21-artifact, simulator/simulator.py)
+so that our average JCTs can be compared with its published ones:
+
+* decisions at t = interval, 2·interval, …; a job submitted at s is first seen at the first decision >= s;
+* a job whose node map changes pays ``restart_penalty`` seconds (30) of no progress, also on its first start;
+  GPUs are charged to it (attained service) while it restarts;
+* progress of a trace job = statistical gain / seconds per step; epoch boundaries are crossed at whole seconds
+  (the peer rounds the time to reach one); the job completes at the end of its last epoch, mid-interval, and its
+  GPUs stay idle until the next decision;
+* JCT = completion time − submission time.
+
+Duration-driven jobs (Philly, Gavel) are advanced lazily: their finish time is known from their rate, so stretches
+of time in which nothing arrives or finishes are skipped when the policy says its decision only changes on such
+events (``Policy.event_driven``) and every active job already has its request.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from dlsched.errors import UserError
+from dlsched.placement import PlacementError, most_free_first, place
+from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
+from dlsched.sim.metrics import SimResult
+from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app
+from dlsched.sim.workload import JobSpec, Workload
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Knobs of one run. ``remaining``: what policies are told of a job's remaining work — ``"oracle"`` (exact),
+    ``"predicted"`` (oracle × a seeded log-normal error of ``prediction_error``) or ``"none"``."""
+
+    interval: float = 60.0
+    restart_penalty: float = 30.0
+    remaining: str = "oracle"
+    prediction_error: float = 0.0
+    seed: int = 0
+    gpu_speed: Mapping[str, float] = field(default_factory=dict)   # GPU type -> speed factor (default 1.0)
+    horizon: float | None = None            # stop at this time (jobs unfinished then are reported as such)
+
+
+class _Job:
+    """Mutable simulation state of one job (internal; policies only ever see ``JobView``)."""
+
+    __slots__ = ("spec", "idx", "app", "batch", "nodes", "ptuple", "ngpus", "speed", "split", "epoch", "progress",
+                 "rescale_left", "attained", "run_time", "finish", "start", "restarts", "work_left", "last_t",
+                 "version", "noise", "max_gpus", "view")
+
+    def __init__(self, spec: JobSpec, idx: int, app: TraceApp | None, noise: float):
+        self.spec, self.idx, self.app = spec, idx, app
+        self.batch = spec.batch_size
+        self.nodes: dict[str, int] = {}
+        self.ptuple: tuple[int, ...] = ()
+        self.ngpus = 0
+        self.speed = 1.0
+        self.split = None
+        self.epoch = 0
+        self.progress = 0.0
+        self.rescale_left = 0.0
+        self.attained = 0.0
+        self.run_time = 0.0
+        self.finish: float | None = None
+        self.start: float | None = None
+        self.restarts = -1
+        self.work_left = spec.duration if app is None else None
+        self.last_t = 0.0
+        self.version = 0
+        self.noise = noise
+        self.max_gpus = spec.requested_gpus
+        self.view: JobView | None = None   # cached snapshot while waiting (nothing about it changes then)
+        if app is not None:
+            by_batch = (spec.batch_size or app.max_batch_size) // app.min_local_bsz
+            self.max_gpus = max(1, min(by_batch, app.max_gpus or by_batch))
+
+
+class Simulator:
+    """One run of one policy over one workload on one cluster. Use ``run()`` unless stepping by hand."""
+
+    def __init__(self, workload: Workload | Iterable[JobSpec], policy: Policy, cluster: ClusterView,
+                 config: SimConfig = SimConfig(), on_progress: Callable[[float, int, int], None] | None = None):
+        if config.interval <= 0:
+            raise UserError(f"interval must be > 0 seconds, got {config.interval}")
+        if config.remaining not in ("oracle", "predicted", "none"):
+            raise UserError(f"remaining must be oracle, predicted or none, got {config.remaining!r}")
+        specs = workload.jobs if isinstance(workload, Workload) else list(workload)
+        self.policy, self.cluster, self.cfg = policy, cluster, config
+        self.on_progress = on_progress
+        rng = np.random.default_rng(config.seed)
+        noise = (np.exp(rng.normal(0.0, config.prediction_error, len(specs)))
+                 if config.remaining == "predicted" and config.prediction_error > 0 else np.ones(len(specs)))
+        self.jobs = [_Job(s, i, load_app(s.app) if s.app else None, float(noise[i])) for i, s in enumerate(specs)]
+        self.jobs.sort(key=lambda j: j.spec.submit_time)   # stable: input order on ties
+        self._by_idx = {j.idx: j for j in self.jobs}
+        for j in self.jobs:
+            if j.app is None and not j.spec.duration:
+                raise UserError(f"job {j.spec.id}: neither an application nor a duration")
+            if j.spec.requested_gpus > cluster.total_gpus:
+                raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has {cluster.total_gpus}")
+        self.node_speed = {n.name: float(config.gpu_speed.get(n.gpu_type, 1.0)) for n in cluster.nodes}
+        self.total_gpus = cluster.total_gpus
+        self.gpus_per_node = max(n.num_gpus for n in cluster.nodes)
+        self.event_driven = bool(getattr(policy, "event_driven", False))
+        self.rigid = bool(getattr(policy, "rigid", False))
+        self.t = 0.0
+        self.timeline: list[tuple[float, int, int, int]] = []   # (time, GPUs allocated, active jobs, finished jobs)
+        self._finish_heap: list[tuple[float, int, int]] = []      # lazy jobs: (finish time, version, index)
+        # Incremental cluster state, so an uncontended decision costs O(changes), not O(active jobs).
+        self.active: dict[int, _Job] = {}
+        self.free = {n.name: n.num_gpus for n in cluster.nodes}
+        self.used = 0
+        self.requested = 0          # GPUs requested by active jobs
+        self.trace_active = 0       # active trace-driven jobs
+        self.short = 0              # running jobs holding fewer/more GPUs than requested
+
+    # --- progress -------------------------------------------------------------------------------
+    def _advance_trace(self, job: _Job, seconds: float) -> None:
+        """The peer's Job.step: restart delay first, then epochs at the current goodput."""
+        gpus = job.ngpus
+        job.run_time += seconds
+        delay = min(job.rescale_left, seconds)
+        cur = self.t + delay
+        job.attained += delay * gpus
+        job.rescale_left -= delay
+        seconds -= delay
+        app, last = job.app, job.app.max_epochs - 1
+        factor = job.speed
+        split = job.split
+        batch = split.global_batch(gpus)
+        step, sync = app.step_time(job.ptuple, split.atomic)
+        per_step = (step + (step - sync) * split.accum_steps) / factor
+        while seconds > 0 and job.finish is None:
+            goodput = app.gain(batch, job.epoch) / per_step
+            nxt = app.epoch_end[job.epoch + 1]
+            if job.progress + goodput * seconds < nxt:
+                job.progress += goodput * seconds
+                job.attained += seconds * gpus
+                seconds = 0
+            else:
+                job.epoch += 1
+                delta = round(float((nxt - job.progress) / goodput))
+                if job.epoch > last:
+                    job.finish = cur + delta
+                job.progress = nxt
+                cur += delta
+                job.attained += delta * gpus
+                seconds -= delta
+
+    def _rate(self, job: _Job) -> float:
+        return min(job.ngpus, job.spec.requested_gpus) / job.spec.requested_gpus * job.speed
+
+    def _sync_lazy(self, job: _Job, t: float) -> None:
+        """Bring a duration job's work, service and run time up to time t."""
+        dt = t - job.last_t
+        if dt > 0 and job.ngpus and job.finish is None:
+            delay = min(job.rescale_left, dt)
+            job.rescale_left -= delay
+            job.work_left = max(0.0, job.work_left - (dt - delay) * self._rate(job))
+            job.attained += dt * job.ngpus
+            job.run_time += dt
+        job.last_t = t
+
+    def _schedule_finish(self, job: _Job) -> None:
+        job.version += 1
+        if job.ngpus:
+            fin = job.last_t + job.rescale_left + job.work_left / self._rate(job)
+            heapq.heappush(self._finish_heap, (fin, job.version, job.idx))
+
+    # --- snapshots ------------------------------------------------------------------------------
+    def _remaining(self, job: _Job) -> float | None:
+        if self.cfg.remaining == "none":
+            return None
+        if job.app is None:
+            left = job.work_left
+        else:
+            left = job.app.remaining_iterations(job.batch, job.epoch) * job.batch
+        return left * job.noise
+
+    def _view(self, job: _Job) -> JobView:
+        if job.view is None or job.ngpus:
+            job.view = self._make_view(job)
+        return job.view
+
+    def _make_view(self, job: _Job) -> JobView:
+        app = job.app
+        if app is not None:
+            speed = TraceThroughput(app, job.epoch, self.gpus_per_node)
+            attrs = {"app": app.name, "epoch": job.epoch, "min_local_batch": app.min_local_bsz,
+                     "progress": job.progress, "target_progress": app.target_progress}
+            return JobView(
+                id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
+                batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,
+                max_local_batch=app.max_local_bsz, max_gpus=job.max_gpus, attained_service=job.attained,
+                run_time=job.run_time, placement=job.nodes, current_batch_size=job.batch,
+                remaining_samples=self._remaining(job), speed=speed, attrs=attrs)
+        return JobView(
+            id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
+            max_gpus=job.spec.requested_gpus, attained_service=job.attained, run_time=job.run_time,
+            placement=job.nodes, remaining_samples=self._remaining(job),
+            speed=LinearThroughput(job.spec.requested_gpus), attrs={"priority": job.spec.priority})
+
+    # --- state changes --------------------------------------------------------------------------
+    def _set_nodes(self, job: _Job, nodes: Mapping[str, int]) -> None:
+        req = job.spec.requested_gpus
+        self.short -= bool(job.ngpus) and job.ngpus != req
+        for n, k in job.nodes.items():
+            self.free[n] += k
+        for n, k in nodes.items():
+            self.free[n] -= k
+        self.used += sum(nodes.values()) - job.ngpus
+        job.view = None
+        job.nodes = dict(nodes)
+        job.ptuple = tuple(nodes.values())
+        job.ngpus = sum(job.ptuple)
+        job.speed = min((self.node_speed[n] for n in nodes), default=1.0)
+        self.short += bool(job.ngpus) and job.ngpus != req
+
+    def _reallocate(self, job: _Job, nodes: Mapping[str, int], batch: int | None, changed: bool | None = None) -> None:
+        """Give ``job`` these nodes (and batch size); a changed node map costs a restart."""
+        if job.app is None:
+            self._sync_lazy(job, self.t)
+        if batch is not None and job.app is not None:
+            job.batch = int(min(max(batch, job.app.init_batch_size), job.app.max_batch_size))
+        if changed is None:
+            changed = list(nodes.items()) != list(job.nodes.items())
+        if changed:
+            self._set_nodes(job, nodes)
+            if nodes:
+                job.rescale_left = self.cfg.restart_penalty
+                job.restarts += 1
+                if job.start is None:
+                    job.start = self.t
+        if job.app is not None and job.ngpus:
+            job.split = job.app.split_batch(job.batch, job.ngpus)
+        if job.app is None and changed:
+            self._schedule_finish(job)
+
+    def _admit(self, job: _Job) -> None:
+        self.active[job.idx] = job
+        self.requested += job.spec.requested_gpus
+        self.trace_active += job.app is not None
+        job.last_t = self.t
+
+    def _complete(self, job: _Job) -> None:
+        self._set_nodes(job, {})
+        del self.active[job.idx]
+        self.requested -= job.spec.requested_gpus
+        self.trace_active -= job.app is not None
+
+    # --- decisions ------------------------------------------------------------------------------
+    def _fast_path(self) -> bool:
+        """Rigid policies give everyone their request when all requests fit: place newcomers, skip the policy.
+
+        Trace jobs always go through the policy (its placement order is part of the peer's semantics)."""
+        if not self.rigid or self.trace_active or self.short or self.requested > self.total_gpus:
+            return False
+        for j in list(self.active.values()):
+            if not j.ngpus:
+                self._reallocate(j, most_free_first(j.spec.requested_gpus, self.free), None)
+        return True
+
+    def _decide(self) -> bool:
+        """One scheduling round; returns True when it took the uncontended fast path."""
+        if self._fast_path():
+            return True
+        active = list(self.active.values())
+        for j in active:
+            if j.app is None and j.ngpus:
+                self._sync_lazy(j, self.t)
+        cluster = ClusterView(self.cluster.nodes, self.t)
+        alloc = self.policy.decide(tuple(self._view(j) for j in active), cluster)
+        known = {j.spec.id for j in active}
+        unknown = [k for k in alloc.jobs if k not in known]
+        if unknown:
+            raise ValueError(f"policy {self.policy.name!r} allocated unknown/inactive jobs {unknown[:3]}")
+        if alloc.total_gpus > self.total_gpus:
+            raise ValueError(f"policy {self.policy.name!r} allocated {alloc.total_gpus} GPUs of {self.total_gpus}")
+        try:
+            nodes_by_job = place(alloc, cluster, {j.spec.id: j.nodes for j in active if j.ngpus})
+        except PlacementError as e:
+            raise ValueError(f"policy {self.policy.name!r}: {e}") from None
+        # Release first, then grant, so that the free-GPU bookkeeping never goes negative midway.
+        changed = set()
+        for j in active:
+            nodes = nodes_by_job.get(j.spec.id, {})
+            if list(nodes.items()) != list(j.nodes.items()):
+                changed.add(j.idx)
+                if j.ngpus:
+                    if j.app is None:
+                        self._sync_lazy(j, self.t)
+                    self._set_nodes(j, {})
+        for j in active:
+            a = alloc.jobs.get(j.spec.id)
+            batch = a.batch_size if a else None
+            if j.idx in changed or batch is not None or j.app is not None:
+                self._reallocate(j, nodes_by_job.get(j.spec.id, {}), batch, j.idx in changed)
+        return False
+
+    # --- main loop ------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        cfg, jobs = self.cfg, self.jobs
+        interval = cfg.interval
+        arrivals = 0                         # jobs[:arrivals] have been admitted
+        running_trace: list[_Job] = []
+        done = 0
+        stable = False                       # the last decision holds until a job arrives or finishes
+        while done < len(jobs):
+            # Advance everyone holding GPUs over [t, t + step): one interval, or more when nothing can change.
+            step = interval
+            if stable and not running_trace:
+                nxt = jobs[arrivals].spec.submit_time if arrivals < len(jobs) else math.inf
+                if self._finish_heap:
+                    nxt = min(nxt, self._finish_heap[0][0])
+                if nxt < math.inf:
+                    step = max(interval, math.ceil((nxt - self.t) / interval - 1e-9) * interval)
+            if cfg.horizon is not None:
+                step = min(step, max(interval, math.ceil((cfg.horizon - self.t) / interval) * interval))
+            for j in running_trace:
+                self._advance_trace(j, step)
+            self.t += step
+            events = False
+            for j in running_trace:
+                if j.finish is not None:
+                    self._complete(j)
+                    done += 1
+                    events = True
+            heap = self._finish_heap
+            while heap and heap[0][0] <= self.t + 1e-9:
+                fin, ver, idx = heapq.heappop(heap)
+                j = self._by_idx[idx]
+                if ver != j.version or j.finish is not None:
+                    continue
+                self._sync_lazy(j, fin)
+                j.finish = fin
+                self._complete(j)
+                done += 1
+                events = True
+            while arrivals < len(jobs) and jobs[arrivals].spec.submit_time <= self.t:
+                self._admit(jobs[arrivals])
+                arrivals += 1
+                events = True
+            if self.active:
+                if events or not stable:
+                    stable = self._decide() or self.event_driven
+            else:
+                stable = True
+            running_trace = ([j for j in self.active.values() if j.app is not None and j.ngpus]
+                             if self.trace_active else [])
+            self.timeline.append((self.t, self.used, len(self.active), done))
+            if self.on_progress:
+                self.on_progress(self.t, done, len(jobs))
+            if cfg.horizon is not None and self.t >= cfg.horizon:
+                break
+        for j in self.active.values():
+            if j.app is None:
+                self._sync_lazy(j, self.t)
+        return SimResult.from_jobs(self.policy.name, self.jobs, self.timeline, self.total_gpus, self.t, cfg.horizon)
+
+
+def run(workload, policy: str | Policy, cluster: ClusterView | None = None, *, nodes: int = 16,
+        gpus_per_node: int = 4, interval: float = 60.0, restart_penalty: float = 30.0, remaining: str = "oracle",
+        prediction_error: float = 0.0, seed: int = 0, gpu_speed: Mapping[str, float] | None = None,
+        horizon: float | None = None, policy_args: Mapping | None = None,
+        on_progress: Callable[[float, int, int], None] | None = None, **config) -> SimResult:
+    """Simulate ``workload`` (a path, a ``Workload`` or ``JobSpec`` list) under ``policy`` (a registered name or an
+    object) on ``cluster`` (default: ``nodes`` × ``gpus_per_node`` identical GPUs)."""
+    from dlsched.sim.workload import read_workload
+
+    if isinstance(workload, (str, bytes)) or hasattr(workload, "__fspath__"):
+        workload = read_workload(workload)
+    if isinstance(policy, str):
+        policy = make_policy(policy, **dict(policy_args or {}))
+    cluster = cluster or ClusterView.homogeneous(nodes, gpus_per_node)
+    cfg = SimConfig(interval=interval, restart_penalty=restart_penalty, remaining=remaining,
+                    prediction_error=prediction_error, seed=seed, gpu_speed=dict(gpu_speed or {}), horizon=horizon,
+                    **config)
+    return Simulator(workload, policy, cluster, cfg, on_progress).run()

@@ -1,0 +1,180 @@
+"""Trace readers: Pollux/Sia workload CSV, the Philly trace, Gavel's TSV trace -> a list of ``JobSpec``.
+
+Every bad row is a one-line ``UserError`` naming the file, line, field and value; with ``skip_bad=True`` bad rows
+are counted (``Workload.skipped``) and reported instead, never dropped silently.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from dlsched.errors import UserError
+
+POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
+GAVEL_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
+                "scale_factor", "priority_weight", "SLO", "arrival_time")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job of a workload. Either trace-driven (``app`` + ``batch_size``: progress from the Pollux traces) or
+    duration-driven (``duration``: seconds of work when run on ``requested_gpus``)."""
+
+    id: str
+    submit_time: float
+    requested_gpus: int
+    app: str | None = None
+    batch_size: int | None = None
+    duration: float | None = None
+    priority: float = 1.0
+
+
+@dataclass
+class Workload:
+    jobs: list[JobSpec]
+    source: str = ""
+    skipped: list[str] = field(default_factory=list)   # one line per skipped bad row
+
+
+class _Rows:
+    """Collects row errors: raise at once, or count them when skipping."""
+
+    def __init__(self, path: Path, skip_bad: bool):
+        self.path, self.skip_bad, self.skipped = path, skip_bad, []
+
+    def bad(self, line: int, fld: str, value: object, why: str) -> None:
+        msg = f"{self.path}:{line}: field {fld!r} = {value!r}: {why}"
+        if not self.skip_bad:
+            raise UserError(msg)
+        self.skipped.append(msg)
+
+
+def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float | None = None):
+    raw = row.get(fld)
+    try:
+        value = kind(raw)
+        if kind is float and not math.isfinite(value):
+            raise ValueError
+    except (TypeError, ValueError):
+        rows.bad(line, fld, raw, f"not a valid {'integer' if kind is int else 'number'}")
+        return None
+    if minimum is not None and value < minimum:
+        rows.bad(line, fld, raw, f"must be >= {minimum}")
+        return None
+    return value
+
+
+def _open_csv(path: Path, required: tuple[str, ...]) -> csv.DictReader:
+    reader = csv.DictReader(path.read_text().splitlines())
+    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    if missing:
+        raise UserError(f"{path}:1: header lacks column(s) {', '.join(missing)} (has {reader.fieldnames})")
+    return reader
+
+
+def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] | None = None) -> Workload:
+    """``name,time,application,num_replicas,batch_size`` (shared/data/pollux/workloads/workload-*.csv)."""
+    path = Path(path)
+    rows, jobs, seen = _Rows(path, skip_bad), [], set()
+    reader = _open_csv(path, POLLUX_COLUMNS)
+    for line, row in enumerate(reader, start=2):
+        name = (row.get("name") or "").strip()
+        if not name:
+            rows.bad(line, "name", row.get("name"), "empty")
+            continue
+        if name in seen:
+            rows.bad(line, "name", name, "duplicate job name")
+            continue
+        app = (row.get("application") or "").strip()
+        if known_apps is not None and app not in known_apps:
+            rows.bad(line, "application", app, f"unknown application (known: {', '.join(sorted(known_apps))})")
+            continue
+        t = _num(rows, line, row, "time", float, 0)
+        n = t is not None and _num(rows, line, row, "num_replicas", int, 1)
+        b = n and _num(rows, line, row, "batch_size", int, 1)
+        if t is None or not n or not b:
+            continue
+        seen.add(name)
+        jobs.append(JobSpec(name, t, n, app=app, batch_size=b))
+    return Workload(_by_arrival(jobs), str(path), rows.skipped)
+
+
+def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = None) -> Workload:
+    """``timestamp,duration,num_gpus,gpu_time,cluster`` (shared/data/philly/philly.csv); submit times are seconds
+    after the earliest timestamp; each job runs ``duration`` seconds on ``num_gpus`` GPUs."""
+    path = Path(path)
+    rows, raw = _Rows(path, skip_bad), []
+    for line, row in enumerate(_open_csv(path, PHILLY_COLUMNS), start=2):
+        try:
+            ts = datetime.fromisoformat((row.get("timestamp") or "").strip()).timestamp()
+        except ValueError:
+            rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS)")
+            continue
+        d = _num(rows, line, row, "duration", float, 0)
+        if d is None:
+            continue
+        g = _num(rows, line, row, "num_gpus", int, 1)
+        if g is None:
+            continue
+        raw.append((ts, line, max(d, 1.0), g))
+        if limit and len(raw) >= limit:
+            break
+    t0 = min((r[0] for r in raw), default=0.0)
+    jobs = [JobSpec(f"philly-{line}", ts - t0, g, duration=d) for ts, line, d, g in raw]
+    return Workload(_by_arrival(jobs), str(path), rows.skipped)
+
+
+def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[str, float] | None = None) -> Workload:
+    """Gavel's trace (stanford-futuredata/gavel, scheduler/traces): 10 tab-separated fields per line, no header:
+    job_type, command, working_directory, num_steps_arg, needs_data_dir, total_steps, scale_factor (GPUs),
+    priority_weight, SLO, arrival_time. Gavel traces count steps, not seconds: ``steps_per_second`` (per job
+    type, on the requested GPUs) converts them; 1 step/s where not given."""
+    path = Path(path)
+    rows, jobs = _Rows(path, skip_bad), []
+    rates = steps_per_second or {}
+    with path.open() as f:
+        for line, text in enumerate(f, start=1):
+            if not text.strip() or text.startswith("#"):
+                continue
+            parts = text.rstrip("\n").split("\t")
+            if len(parts) != len(GAVEL_FIELDS):
+                rows.bad(line, "fields", len(parts), f"expected {len(GAVEL_FIELDS)} tab-separated fields")
+                continue
+            row = dict(zip(GAVEL_FIELDS, parts))
+            steps = _num(rows, line, row, "total_steps", int, 1)
+            g = steps is not None and _num(rows, line, row, "scale_factor", int, 1)
+            t = g and _num(rows, line, row, "arrival_time", float, 0)
+            w = t is not None and g and _num(rows, line, row, "priority_weight", float, 0)
+            if steps is None or not g or t is None or w is None or w is False:
+                continue
+            rate = rates.get(row["job_type"], 1.0)
+            jobs.append(JobSpec(f"gavel-{line}", t, g, app=None, duration=steps / rate, priority=w))
+    return Workload(_by_arrival(jobs), str(path), rows.skipped)
+
+
+def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = None) -> Workload:
+    """Pick the reader from the file: a Pollux or Philly CSV header, else Gavel's TSV."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such workload file")
+    with path.open() as f:
+        first = f.readline()
+    header = {c.strip() for c in first.strip().split(",")}
+    if set(POLLUX_COLUMNS) <= header:
+        from dlsched.sim.traces import APP_SETTINGS
+
+        return read_pollux(path, skip_bad, known_apps=set(APP_SETTINGS))
+    if set(PHILLY_COLUMNS) <= header:
+        return read_philly(path, skip_bad, limit)
+    if first.count("\t") == len(GAVEL_FIELDS) - 1:
+        return read_gavel(path, skip_bad)
+    raise UserError(f"{path}:1: unrecognised workload header {first.strip()[:80]!r}; expected Pollux CSV "
+                    f"({','.join(POLLUX_COLUMNS)}), Philly CSV ({','.join(PHILLY_COLUMNS)}) or Gavel TSV")
+
+
+def _by_arrival(jobs: list[JobSpec]) -> list[JobSpec]:
+    return sorted(jobs, key=lambda j: j.submit_time)   # stable: file order breaks ties

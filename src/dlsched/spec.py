@@ -1,0 +1,236 @@
+"""Validated user input: a job specification and a cluster declaration.
+
+Both arrive as YAML or JSON (files, the REST API) and are the only way user text enters the scheduler,
+so they are strict: unknown fields, wrong types (``"4"`` for 4, ``true`` for 1), negative or absurdly large
+numbers are refused with ONE line naming the source, the field and the value. Bounds are generous for a
+real cluster and tight enough that a typo cannot make the scheduler allocate a billion GPUs.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from dlsched.errors import UserError
+
+MAX_GPUS = 4096
+MAX_BATCH = 1 << 24
+MAX_SAMPLES = 10**15
+MAX_PARAMS = 64
+MAX_SPEC_BYTES = 1 << 20   # a spec is a few hundred bytes; 1 MiB is a generous ceiling
+
+# libyaml's parser is ~20x faster than the pure-Python one and has the same safe semantics
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# path/to/file.py:make_job or package.module:make_job; no spaces, no shell metacharacters
+_ENTRY = r"^[A-Za-z0-9_./-]{1,400}:[A-Za-z_][A-Za-z0-9_]{0,99}$"
+_PARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+Gpus = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+Batch = Annotated[int, Field(ge=1, le=MAX_BATCH)]
+ParamValue = Any   # checked by _check_params: bool, int, float or short str
+
+
+def _check_params(v: dict[str, Any]) -> dict[str, Any]:
+    """Params go to ``make_job(**params)`` and onto a command line: scalars only, bounded."""
+    if len(v) > MAX_PARAMS:
+        raise ValueError(f"at most {MAX_PARAMS} params, got {len(v)}")
+    for k, x in v.items():
+        if not _PARAM_KEY.match(k):
+            raise ValueError(f"param name {k[:40]!r} is not an identifier")
+        if not isinstance(x, (bool, int, float, str)):
+            raise ValueError(f"param {k} must be a number, bool or string, got {type(x).__name__}")
+        if isinstance(x, int) and not isinstance(x, bool) and abs(x) > MAX_SAMPLES:
+            raise ValueError(f"param {k}={x} is out of range (|x| <= {MAX_SAMPLES})")
+        if isinstance(x, float) and not math.isfinite(x):
+            raise ValueError(f"param {k}={x} is not finite")
+        if isinstance(x, str) and (len(x) > 256 or any(c in x for c in "\x00\n\r")):
+            raise ValueError(f"param {k} must be a single-line string of <= 256 characters")
+    return v
+
+
+class SpecError(UserError):
+    """A job or cluster specification that does not validate (one line)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+class JobSpec(_Strict):
+    """One training job as a user submits it.
+
+    ``gpus`` is the rigid request; a job is elastic when ``max_gpus`` > ``min_gpus`` or when it gives a
+    batch-size range, and the policy may then choose any count / batch inside the ranges.
+    """
+
+    name: Annotated[str, Field(pattern=_NAME)]
+    entry: Annotated[str, Field(pattern=_ENTRY)]
+    gpus: Gpus = 1
+    min_gpus: Gpus | None = None
+    max_gpus: Gpus | None = None
+    batch_size: Batch | None = None
+    min_batch_size: Batch | None = None
+    max_batch_size: Batch | None = None
+    max_local_batch: Batch | None = None
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    kind: Literal["train", "ensemble"] = "train"
+    preemptible: bool = True
+    # optional hint for predictions when the runtime does not report its total work
+    total_samples: Annotated[int, Field(ge=1, le=MAX_SAMPLES)] | None = None
+    user: Annotated[str, Field(pattern=_NAME)] | None = None
+
+    @field_validator("params")
+    @classmethod
+    def _params_ok(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_params(v)
+
+    @model_validator(mode="after")
+    def _ranges_ok(self) -> "JobSpec":
+        lo, hi = self.gpu_range
+        if not lo <= self.gpus <= hi:
+            raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
+        blo, bhi = self.min_batch_size, self.max_batch_size
+        if (blo is None) != (bhi is None):
+            raise ValueError("min_batch_size and max_batch_size go together")
+        if blo is not None and bhi is not None:
+            if blo > bhi:
+                raise ValueError(f"min_batch_size={blo} > max_batch_size={bhi}")
+            if self.batch_size is not None and not blo <= self.batch_size <= bhi:
+                raise ValueError(f"batch_size={self.batch_size} must lie in [{blo}, {bhi}]")
+        return self
+
+    @property
+    def gpu_range(self) -> tuple[int, int]:
+        lo = self.min_gpus if self.min_gpus is not None else self.gpus
+        hi = self.max_gpus if self.max_gpus is not None else self.gpus
+        return lo, hi
+
+    @property
+    def elastic(self) -> bool:
+        lo, hi = self.gpu_range
+        return hi > lo or self.min_batch_size is not None
+
+
+class NodeSpec(_Strict):
+    """A node; on the local backend ``gpus`` are GPU *slots* (one worker process each), so CPU-only machines work."""
+
+    name: Annotated[str, Field(pattern=_NAME)]
+    gpus: Annotated[int, Field(ge=0, le=1024)]
+    gpu_type: Annotated[str, Field(pattern=_NAME)] = "slot"
+    cpus: Annotated[int, Field(ge=0, le=100_000)] = 0
+
+
+class ClusterSpec(_Strict):
+    """What the service schedules onto, and how."""
+
+    nodes: Annotated[list[NodeSpec], Field(min_length=1, max_length=10_000)]
+    policy: Annotated[str, Field(pattern=_NAME)] = "fifo"
+    policy_args: dict[str, ParamValue] = Field(default_factory=dict)
+    interval_s: Annotated[float, Field(ge=0.05, le=3600)] = 2.0
+    backend: Literal["local", "ray"] = "local"
+
+    @field_validator("policy_args")
+    @classmethod
+    def _args_ok(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_params(v)
+
+    @model_validator(mode="after")
+    def _unique_nodes(self) -> "ClusterSpec":
+        names = [n.name for n in self.nodes]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"duplicate node names {sorted(dup)}")
+        return self
+
+
+def _one_line(err: ValidationError, source: str) -> str:
+    e = err.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+    value = repr(e.get("input"))
+    if len(value) > 60:
+        value = value[:57] + "..."
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    msg = e["msg"].replace("\n", " ")
+    got = "" if e["type"] in ("missing",) or e["loc"] == () else f" (got {value})"
+    return f"{source}: field {where}: {msg}{got}{more}"
+
+
+def parse_document(data: bytes | str, source: str, fmt: str | None = None) -> Any:
+    """Bytes/str -> plain Python data. YAML is a superset of JSON, so YAML parses both; ``fmt='json'``
+    keeps JSON strict (no YAML surprises such as ``no`` -> False)."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_SPEC_BYTES:
+            raise SpecError(f"{source}: spec is {len(data)} bytes, limit is {MAX_SPEC_BYTES}")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SpecError(f"{source}: not UTF-8 (byte {e.start}: {data[e.start:e.start + 1]!r})") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{source}: spec is {len(data)} characters, limit is {MAX_SPEC_BYTES}")
+    try:
+        if fmt == "json":
+            return json.loads(data)
+        return yaml.load(data, Loader=_YamlLoader)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{source}: line {e.lineno} column {e.colno}: invalid JSON: {e.msg}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{source}: {line}invalid YAML: {problem}") from None
+    except (RecursionError, ValueError) as e:   # absurdly deep nesting, huge int literals
+        raise SpecError(f"{source}: unreadable document: {str(e).splitlines()[0][:80]}") from None
+
+
+def _validate(model: type[BaseModel], doc: Any, source: str):
+    if not isinstance(doc, dict):
+        raise SpecError(f"{source}: expected a mapping of fields, got {type(doc).__name__}")
+    try:
+        return model.model_validate(doc, strict=True)
+    except ValidationError as e:
+        raise SpecError(_one_line(e, source)) from None
+
+
+def load_job_spec(data: bytes | str, source: str = "job spec", fmt: str | None = None) -> JobSpec:
+    return _validate(JobSpec, parse_document(data, source, fmt), source)
+
+
+def load_cluster_spec(data: bytes | str, source: str = "cluster spec", fmt: str | None = None) -> ClusterSpec:
+    return _validate(ClusterSpec, parse_document(data, source, fmt), source)
+
+
+def _read(path: str | Path) -> bytes:
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"{p}: spec is {p.stat().st_size} bytes, limit is {MAX_SPEC_BYTES}")
+        return p.read_bytes()
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read: {e.strerror}") from None
+
+
+def _fmt_of(path: str | Path) -> str | None:
+    return "json" if str(path).endswith(".json") else None
+
+
+def load_job_spec_file(path: str | Path) -> JobSpec:
+    return load_job_spec(_read(path), str(path), _fmt_of(path))
+
+
+def load_cluster_spec_file(path: str | Path) -> ClusterSpec:
+    return load_cluster_spec(_read(path), str(path), _fmt_of(path))
+
+
+def to_yaml(spec: BaseModel) -> str:
+    return yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
+
+
+def to_json(spec: BaseModel) -> str:
+    return spec.model_dump_json(exclude_none=True)

@@ -1,0 +1,493 @@
+"""FLEET runtime: one producer preprocesses each batch once into shared memory; every model of the flotilla trains on it.
+
+* ``BatchRing`` -- K slots of torch shared-memory tensors. The producer writes batch i into slot i % K and stamps
+  it with the bitmask of active consumers; a consumer trains on a *view* of the slot (no per-consumer copy) and
+  clears its bit when done. A slot is rewritten only when its mask is 0: backpressure by the slowest consumer.
+* ``Compose``/``RandomCrop``/``RandomHorizontalFlip``/``Normalize`` -- torchvision-style per-sample transforms in
+  torch ops (torchvision itself is not usable with this torch).
+* ``run_flotillas`` -- per flotilla one producer process + one process per member; a member that stops improving on validation
+  (early stopping) checkpoints and leaves; the others are stopped at the next step, checkpointed, and
+  ``run_ensemble`` re-forms flotillas for the rest with the FLEET greedy (``policy/fleet.py``).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import multiprocessing as mp
+import os
+import queue
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from dlsched.errors import UserError
+from dlsched.policy.fleet import ModelProfile, Preprocessing, plan_fleet
+
+# fork: workers start in milliseconds instead of re-importing torch (CPU only; no CUDA context exists yet).
+CTX = mp.get_context("fork")
+
+
+# ---------------------------------------------------------------- data and transforms
+
+def synthetic_images(n: int, classes: int = 10, size: int = 32, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A learnable CIFAR-shaped uint8 image set: a smooth random template per class plus per-image noise and shift.
+
+    (No image data set ships with the project; this keeps the pipeline's real per-image cost and a real task.)"""
+    g = torch.Generator().manual_seed(seed)
+    templates = F.interpolate(torch.rand(classes, 3, 4, 4, generator=torch.Generator().manual_seed(12345)) * 255,
+                              size=(size, size), mode="bilinear", align_corners=False)
+    labels = torch.randint(0, classes, (n,), generator=g)
+    shift = torch.randint(-3, 4, (n, 2), generator=g)
+    imgs = templates[labels] + torch.randn(n, 3, size, size, generator=g) * 60
+    imgs = torch.stack([torch.roll(im, (int(s[0]), int(s[1])), dims=(1, 2)) for im, s in zip(imgs, shift)])
+    return imgs.clamp(0, 255).to(torch.uint8), labels
+
+
+class Compose:
+    def __init__(self, transforms: Sequence[Callable]) -> None:
+        self.transforms = list(transforms)
+
+    def __call__(self, img: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        for t in self.transforms:
+            img = t(img, g)
+        return img
+
+
+class RandomCrop:
+    """Zero-pad by ``padding`` then crop ``size`` x ``size`` at a random offset (CHW)."""
+
+    def __init__(self, size: int, padding: int = 4) -> None:
+        self.size, self.padding = size, padding
+
+    def __call__(self, img: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        padded = F.pad(img, (self.padding,) * 4)
+        top, left = torch.randint(0, padded.shape[1] - self.size + 1, (2,), generator=g).tolist()
+        return padded[:, top: top + self.size, left: left + self.size]
+
+
+class RandomHorizontalFlip:
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = p
+
+    def __call__(self, img: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        return img.flip(-1) if torch.rand((), generator=g).item() < self.p else img
+
+
+class ToFloat:
+    def __call__(self, img: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        return img.float().div_(255.0)
+
+
+class Normalize:
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.mean = torch.tensor(mean).view(-1, 1, 1)
+        self.std = torch.tensor(std).view(-1, 1, 1)
+
+    def __call__(self, img: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        return (img - self.mean) / self.std
+
+
+CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+
+
+def cifar_train_transform(size: int) -> Compose:
+    return Compose([RandomCrop(size, 4), RandomHorizontalFlip(), ToFloat(), Normalize(CIFAR_MEAN, CIFAR_STD)])
+
+
+def eval_transform(images: torch.Tensor) -> torch.Tensor:
+    return (images.float() / 255.0 - torch.tensor(CIFAR_MEAN).view(1, -1, 1, 1)) / torch.tensor(CIFAR_STD).view(1, -1, 1, 1)
+
+
+# ---------------------------------------------------------------- shared-memory ring
+
+class BatchRing:
+    """Slots of shared tensors; each batch is written once and read in place by every active consumer."""
+
+    def __init__(self, slots: int, batch: int, shape: tuple[int, ...], consumers: int) -> None:
+        if consumers > 62:
+            raise ValueError("at most 62 consumers per ring")
+        self.slots, self.batch = slots, batch
+        self.images = torch.empty((slots, batch, *shape)).share_memory_()
+        self.labels = torch.empty((slots, batch), dtype=torch.long).share_memory_()
+        self.seq = CTX.Array("q", [-1] * slots, lock=False)
+        self.pending = CTX.Array("q", [0] * slots, lock=False)
+        self.active = CTX.Value("q", (1 << consumers) - 1, lock=False)
+        self.cond = CTX.Condition()
+        self.produced_cpu_s = CTX.Value("d", 0.0, lock=False)
+
+    def put(self, index: int, images: torch.Tensor, labels: torch.Tensor) -> bool:
+        """Write batch ``index``; blocks until every consumer released the slot. False once nobody is left."""
+        slot = index % self.slots
+        with self.cond:
+            self.cond.wait_for(lambda: self.pending[slot] == 0 or self.active.value == 0)
+            if self.active.value == 0:
+                return False
+        self.images[slot].copy_(images)
+        self.labels[slot].copy_(labels)
+        with self.cond:
+            self.seq[slot] = index
+            self.pending[slot] = self.active.value
+            self.cond.notify_all()
+        return True
+
+    def wait_slot(self, index: int) -> int:
+        """Block until the producer has written batch ``index``; its slot (without the slot being writable)."""
+        slot = index % self.slots
+        with self.cond:
+            self.cond.wait_for(lambda: self.seq[slot] == index)
+        return slot
+
+    def get(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        slot = self.wait_slot(index)
+        return self.images[slot], self.labels[slot]
+
+    def release(self, index: int, consumer: int) -> None:
+        slot = index % self.slots
+        with self.cond:
+            self.pending[slot] &= ~(1 << consumer)
+            self.cond.notify_all()
+
+    def leave(self, consumer: int) -> None:
+        """A consumer is done: drop its bit everywhere so it never holds the producer back."""
+        with self.cond:
+            self.active.value &= ~(1 << consumer)
+            for s in range(self.slots):
+                self.pending[s] &= ~(1 << consumer)
+            self.cond.notify_all()
+
+
+def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, seed: int, start_batch: int = 0) -> None:
+    """Preprocess batches in random epoch order with the CIFAR transforms, each written once into the ring."""
+    torch.set_num_threads(1)
+    cpu0 = time.process_time()
+    g = torch.Generator().manual_seed(seed)
+    transform = cifar_train_transform(images.shape[-1])
+    n, b = len(images), ring.batch
+    per_epoch = n // b
+    index = start_batch
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + index // per_epoch))
+    while True:
+        e, k = divmod(index, per_epoch)
+        if k == 0:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + e))
+        idx = order[k * b: (k + 1) * b]
+        batch = torch.stack([transform(images[i], g) for i in idx.tolist()])
+        ring.produced_cpu_s.value = time.process_time() - cpu0
+        if not ring.put(index, batch, labels[idx]):
+            break
+        index += 1
+    ring.produced_cpu_s.value = time.process_time() - cpu0
+
+
+# ---------------------------------------------------------------- models and members
+
+def load_model_class(ref: str, base_dir: Path | None = None) -> type:
+    """``package.module:Class`` or ``path/to/file.py:Class`` (relative to ``base_dir``)."""
+    mod_name, _, cls_name = ref.partition(":")
+    if not cls_name:
+        raise UserError(f"model {ref!r}: expected 'module:Class' or 'file.py:Class'")
+    if mod_name.endswith(".py"):
+        path = Path(mod_name)
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        if not path.is_file():
+            raise UserError(f"model {ref!r}: file {path} not found")
+        spec = importlib.util.spec_from_file_location(f"_ensemble_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    else:
+        try:
+            module = importlib.import_module(mod_name)
+        except ImportError as e:
+            raise UserError(f"model {ref!r}: cannot import {mod_name}: {e}") from None
+    try:
+        return getattr(module, cls_name)
+    except AttributeError:
+        raise UserError(f"model {ref!r}: {mod_name} has no {cls_name}") from None
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    name: str
+    model: str                       # module:Class or file.py:Class
+    kwargs: Mapping[str, object] = field(default_factory=dict)
+    lr: float = 0.05
+    base_dir: str | None = None
+    max_epochs: int | None = None    # overrides Convergence.max_epochs for this member
+    max_workers: int = 1             # data-parallel workers the FLEET greedy may give this member
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """Early stopping on validation accuracy: stop after ``patience`` epochs without ``min_delta`` gain."""
+
+    patience: int = 2
+    min_delta: float = 0.002
+    max_epochs: int = 20
+
+
+def _build(spec: MemberSpec) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    cls = load_model_class(spec.model, Path(spec.base_dir) if spec.base_dir else None)
+    model = cls(**dict(spec.kwargs))
+    return model, torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.9)
+
+
+def _save_atomic(obj: dict, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One process of a member: its consumer bit in the ring and its rank among the member's data-parallel workers."""
+
+    consumer: int
+    rank: int = 0
+    world: int = 1
+    port: int = 0
+
+
+def _agree(flag: bool, world: int) -> bool:
+    """All ranks of a member take the same decision (stop/converge) at the same step."""
+    if world == 1:
+        return flag
+    t = torch.tensor([float(flag)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def member_main(spec: MemberSpec, worker: Worker, ring: BatchRing, start_batch: int, steps_per_epoch: int,
+                val: tuple[torch.Tensor, torch.Tensor], conv: Convergence, ckpt_dir: str, reports: "mp.Queue",
+                stop: "mp.synchronize.Event", max_batches: int | None = None) -> None:
+    """Train one member (or one data-parallel rank of it) on the shared batches until it converges (leaves), is
+    stopped (re-formation) or has run ``max_batches``. Rank r of g trains on rows r::g of each shared batch (a view)
+    and gradients are averaged with DDP over gloo; rank 0 validates, checkpoints and reports."""
+    torch.set_num_threads(1)
+    torch.manual_seed(hash(spec.name) % 2**31)
+    rank, world = worker.rank, worker.world
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{worker.port}", rank=rank, world_size=world)
+    net, opt = _build(spec)
+    ckpt = Path(ckpt_dir) / f"{spec.name}.pt"
+    state = {"step": 0, "epoch": 0, "best": -1.0, "bad": 0, "history": []}
+    if ckpt.exists():
+        saved = torch.load(ckpt, weights_only=False)
+        net.load_state_dict(saved["model"]), opt.load_state_dict(saved["opt"])
+        state = saved["state"]
+    model = DistributedDataParallel(net) if world > 1 else net
+    val_x, val_y = eval_transform(val[0]), val[1]
+    index, status, t0, seen = start_batch, "training", time.perf_counter(), 0
+    try:
+        while status == "training":
+            if _agree(stop.is_set() or (max_batches is not None and seen >= max_batches), world):
+                status = "paused"
+                break
+            x, y = ring.get(index)
+            model.train()
+            loss = F.cross_entropy(model(x[rank::world]), y[rank::world])   # a view of the shared slot: no copy
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            ring.release(index, worker.consumer)
+            index, seen = index + 1, seen + 1
+            state["step"] += 1
+            rate = seen * ring.batch / (time.perf_counter() - t0)
+            if state["step"] % steps_per_epoch == 0:
+                state["epoch"] += 1
+                acc = -1.0
+                if rank == 0:
+                    net.eval()
+                    with torch.no_grad():
+                        acc = (net(val_x).argmax(1) == val_y).float().mean().item()
+                    state["history"].append(acc)
+                    if acc > state["best"] + conv.min_delta:
+                        state["best"], state["bad"] = acc, 0
+                        _save_atomic({"model": net.state_dict(), "acc": acc, "epoch": state["epoch"]}, Path(ckpt_dir) / f"{spec.name}.best.pt")
+                    else:
+                        state["bad"] += 1
+                done = state["bad"] >= conv.patience or state["epoch"] >= (spec.max_epochs or conv.max_epochs)
+                if _agree(rank == 0 and done, world):
+                    status = "converged"
+                if rank == 0:
+                    reports.put((spec.name, status, state["epoch"], state["step"], loss.item(), acc, rate))
+            elif state["step"] % 10 == 0 and rank == 0:
+                reports.put((spec.name, "training", state["epoch"], state["step"], loss.item(), None, rate))
+    finally:
+        ring.leave(worker.consumer)
+    if rank == 0:
+        _save_atomic({"model": net.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+        reports.put((spec.name, status, state["epoch"], state["step"], None, state["best"], None))
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- flotillas
+
+@dataclass(frozen=True)
+class FlotillaRun:
+    members: tuple[str, ...]
+    start: float
+    end: float
+    workers: tuple[int, ...]      # data-parallel workers per member
+    producer_cpu_s: float
+
+
+def warm_up_torch() -> None:
+    """The first optimizer step imports torch's compile machinery (seconds); do it once before forking workers."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = torch.zeros(1)
+    opt.step()
+
+
+def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tensor, torch.Tensor],
+                  val: tuple[torch.Tensor, torch.Tensor], batch: int, conv: Convergence, ckpt_dir: Path, reports: "mp.Queue",
+                  *, start_batch: int = 0, slots: int = 4, seed: int = 0, max_batches: int | None = None,
+                  workers: Mapping[str, int] | None = None,
+                  on_report: Callable[[tuple], None] | None = None) -> tuple[set[str], list[FlotillaRun]]:
+    """Run flotillas side by side, each with one producer and, per member, ``workers[name]`` (default 1)
+    data-parallel processes.
+
+    Returns when a member converges (every other member is then paused at its next step and checkpointed) or when
+    all members stopped (``max_batches`` each)."""
+    warm_up_torch()
+    stop = CTX.Event()
+    steps = len(data[0]) // batch
+    t0 = time.time()
+    rings, procs, producers = [], [], []
+    for gi, members in enumerate(groups):
+        gpus = [workers.get(m.name, 1) for m in members] if workers else [1] * len(members)
+        ring = BatchRing(slots, batch, tuple(data[0].shape[1:]), sum(gpus))
+        rings.append(ring)
+        producers.append(CTX.Process(target=producer_main, args=(ring, data[0], data[1], seed + 1000 * gi, start_batch), daemon=True))
+        consumer = 0
+        for m, g in zip(members, gpus):
+            port = _free_port() if g > 1 else 0
+            for r in range(g):
+                procs.append(CTX.Process(target=member_main, daemon=True, args=(
+                    m, Worker(consumer, r, g, port), ring, start_batch, steps, val, conv, str(ckpt_dir), reports, stop, max_batches)))
+                consumer += 1
+    for p in producers + procs:
+        p.start()
+    n_members = sum(len(g) for g in groups)
+    converged: set[str] = set()
+    finished: set[str] = set()
+    while len(finished) < n_members:
+        try:
+            msg = reports.get(timeout=0.2)
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                stop.set()
+                for p in procs + producers:
+                    p.kill()
+                raise RuntimeError(f"a member process failed (flotillas {[[m.name for m in g] for g in groups]})")
+            continue
+        if on_report:
+            on_report(msg)
+        name, status = msg[0], msg[1]
+        if status == "converged":
+            converged.add(name)
+            stop.set()       # re-form: the others checkpoint at their next step
+        if msg[4] is None and status in ("converged", "paused"):
+            finished.add(name)
+    for p in procs:
+        p.join()
+    for p in producers:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+    t1 = time.time()
+    return converged, [FlotillaRun(tuple(m.name for m in g), t0, t1, tuple((workers or {}).get(m.name, 1) for m in g),
+                                   r.produced_cpu_s.value) for g, r in zip(groups, rings)]
+
+
+def profile_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int = 5, classes: int = 10) -> float:
+    """r_d(1): samples/s of a few real training steps on one core (after one warm-up step)."""
+    torch.set_num_threads(1)
+    model, opt = _build(spec)
+    x, y = torch.randn(batch, *shape), torch.randint(0, classes, (batch,))
+    for i in range(steps + 1):
+        if i == 1:
+            t0 = time.perf_counter()
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return steps * batch / (time.perf_counter() - t0)
+
+
+@dataclass
+class EnsembleReport:
+    epochs: dict[str, int] = field(default_factory=dict)
+    best_acc: dict[str, float] = field(default_factory=dict)
+    finish_s: dict[str, float] = field(default_factory=dict)
+    flotillas: list[FlotillaRun] = field(default_factory=list)
+    rates: dict[str, float] = field(default_factory=dict)
+
+
+def run_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Convergence, ckpt_dir: Path, *,
+                 slots_per_node: int = 4, seed: int = 0, rate_tolerance: float = 0.9,
+                 on_report: Callable[[tuple], None] | None = None,
+                 on_plan: Callable[[list[tuple[str, ...]]], None] | None = None) -> EnsembleReport:
+    """Profile, plan flotillas with the FLEET greedy, run them, re-form after every convergence until all converged.
+
+    On one machine the "GPUs" are ``slots_per_node`` worker slots of one node; flotillas of a plan run one after
+    another (they would compete for the same cores otherwise). The greedy's GPU count for a member becomes its
+    number of data-parallel workers (at most ``max_workers``). Workers share the same few cores here, so more of
+    them cannot really speed a member up; ``rate_tolerance`` (the greedy's eps) is therefore wide by default:
+    members within 10x of the flotilla's target share a pipeline rather than run in separate, sequential flotillas."""
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    report = EnsembleReport()
+    shape = tuple(data[0].shape[1:])
+    report.rates = {m.name: profile_rate(m, batch, shape) for m in members}
+    # r(g) for g > 1 is not measurable on cores the workers share: assume linear (weak) scaling, as in the
+    # H100-derived profiles, up to the member's max_workers.
+    profiles = {m.name: ModelProfile(m.name, tuple(g * report.rates[m.name] for g in range(1, m.max_workers + 1)))
+                for m in members}
+    by_name = {m.name: m for m in members}
+    reports = CTX.Queue()
+    t0 = time.time()
+    remaining = [m.name for m in members]
+    progress = {m.name: 0 for m in members}   # batch index each member continues from
+
+    def relay(msg: tuple) -> None:
+        name, status, epoch, step = msg[:4]
+        progress[name] = step
+        if status == "converged" and msg[4] is None:
+            report.epochs[name], report.best_acc[name] = epoch, msg[5]
+            report.finish_s[name] = time.time() - t0
+        if on_report:
+            on_report(msg)
+
+    while remaining:
+        plan = plan_fleet([profiles[n] for n in remaining], {"local": slots_per_node}, cpu_pool=1_000_000,
+                          pre=Preprocessing(1e12), eps=rate_tolerance)
+        groups = [tuple(f.gpus) for f in plan.flotillas]
+        if on_plan:
+            on_plan(groups)
+        for group in groups:
+            start = max(progress[n] for n in group)
+            f = plan.flotillas[groups.index(group)]
+            converged, (run,) = run_flotillas([[by_name[n] for n in group]], data, val, batch, conv, ckpt_dir, reports,
+                                              start_batch=start, seed=seed, workers=dict(f.gpus), on_report=relay)
+            report.flotillas.append(FlotillaRun(run.members, run.start - t0, run.end - t0, run.workers, run.producer_cpu_s))
+            remaining = [n for n in remaining if n not in converged]
+            if converged:
+                break   # re-form for the rest
+    return report

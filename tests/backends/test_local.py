@@ -1,0 +1,99 @@
+"""The local backend against a real contract-following job process (tests/backends/contract_job.py)."""
+import json
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dlsched.backends.base import Launch, read_progress
+from dlsched.backends.local import LocalBackend
+from dlsched.spec import load_job_spec
+
+RUNTIME = [sys.executable, str(Path(__file__).with_name("contract_job.py"))]
+
+
+def spec(samples=320, epochs=1, step_s=0.02, **extra):
+    params = {"samples": samples, "epochs": epochs, "step_s": step_s, **extra}
+    return load_job_spec(json.dumps({"name": "t", "entry": "x.py:make_job", "gpus": 1, "max_gpus": 4,
+                                     "batch_size": 32, "params": params}), fmt="json")
+
+
+def wait_for(pred, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def records(d):
+    return [r for r in read_progress(d, 0)[0] if "event" not in r]
+
+
+def test_start_progress_finish(tmp_path):
+    b = LocalBackend(runtime=RUNTIME)
+    b.start(Launch(1, spec(), tmp_path, 2, 32))
+    assert json.loads((tmp_path / "control.json").read_text()) == {"workers": 2, "batch_size": 32, "generation": 0}
+    res = wait_for(lambda: (r := b.poll(1, tmp_path)).state != "running" and r)
+    assert res.state == "finished"
+    recs = records(tmp_path)
+    assert recs[-1]["samples"] == 320 and recs[0]["workers"] == 2
+    assert "--workers 2" in (tmp_path / "output.log").read_text()
+
+
+def test_resize_through_control_file(tmp_path):
+    b = LocalBackend(runtime=RUNTIME)
+    b.start(Launch(1, spec(samples=4000, step_s=0.05), tmp_path, 1, 32))
+    wait_for(lambda: records(tmp_path))
+    b.resize(1, tmp_path, 3, 64, generation=1)
+    wait_for(lambda: any(r["workers"] == 3 and r["batch_size"] == 64 for r in records(tmp_path)))
+    b.stop(1, tmp_path)
+
+
+def test_stop_kills_the_process_group_and_start_resumes_from_checkpoint(tmp_path):
+    b = LocalBackend(runtime=RUNTIME, stop_grace_s=5)
+    b.start(Launch(1, spec(samples=4000, step_s=0.05, ckpt_every=2), tmp_path, 1, 32))
+    pid = json.loads((tmp_path / "launch.json").read_text())["pid"]
+    wait_for(lambda: len(records(tmp_path)) >= 6)
+    b.stop(1, tmp_path)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    done = records(tmp_path)[-1]["samples"]
+    b.start(Launch(1, spec(samples=4000, step_s=0.05, ckpt_every=2), tmp_path, 2, 32, generation=1))
+    wait_for(lambda: len(records(tmp_path)) > 0 and records(tmp_path)[-1]["workers"] == 2)
+    resumed = [r for r in records(tmp_path) if r["workers"] == 2][0]["samples"]
+    assert 0 < resumed - 32 <= done      # continued from a checkpoint, not from zero
+    b.stop(1, tmp_path)
+
+
+def test_failure_is_reported_with_its_reason(tmp_path):
+    b = LocalBackend(runtime=RUNTIME)
+    b.start(Launch(1, spec(fail_at=64), tmp_path, 1, 32))
+    res = wait_for(lambda: (r := b.poll(1, tmp_path)).state != "running" and r)
+    assert res.state == "failed" and "injected failure" in res.error
+
+
+def test_a_new_backend_reattaches_to_a_live_coordinator(tmp_path):
+    first = LocalBackend(runtime=RUNTIME)
+    first.start(Launch(1, spec(samples=640, step_s=0.05), tmp_path, 1, 32))
+    first.shutdown()                      # the service "dies": the coordinator keeps running
+    second = LocalBackend(runtime=RUNTIME)
+    assert second.attach(1, tmp_path)
+    assert second.poll(1, tmp_path).state == "running"
+    res = wait_for(lambda: (r := second.poll(1, tmp_path)).state != "running" and r)
+    assert res.state == "finished"
+    assert not LocalBackend(runtime=RUNTIME).attach(1, tmp_path)   # it is gone now
+    assert LocalBackend(runtime=RUNTIME).poll(1, tmp_path).state == "finished"
+
+
+def test_partial_and_malformed_progress_lines(tmp_path):
+    (tmp_path / "progress.jsonl").write_bytes(b'{"step": 1}\nnot json\n{"step": 2')
+    recs, off = read_progress(tmp_path, 0)
+    assert recs[0] == {"step": 1} and recs[1]["event"] == "malformed_progress" and len(recs) == 2
+    with open(tmp_path / "progress.jsonl", "ab") as f:
+        f.write(b"}\n")
+    more, off2 = read_progress(tmp_path, off)
+    assert more == [{"step": 2}] and off2 > off

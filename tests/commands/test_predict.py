@@ -1,0 +1,113 @@
+"""``dlsched predict``: a few runs of the real CLI in a subprocess (exit codes, output, plot), and the input
+checks in-process (each CLI start costs seconds on a loaded 2-core machine)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlsched.commands.predict import load_observations, predict
+from dlsched.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "predict"
+
+
+def run(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), COLUMNS="160")
+    return subprocess.run([sys.executable, "-m", "dlsched.cli", "predict", *map(str, args)], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+@pytest.mark.slow
+def test_yaml_allreduce_example_prints_table_and_plot(tmp_path):
+    out = tmp_path / "p.png"
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--gpus", "6", "--plot", out)
+    assert r.returncode == 0, r.stderr
+    assert "remaining steps" in r.stdout and "best" in r.stdout and "GPUs" in r.stdout
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_csv_via_cli_is_one_line_exit_2(tmp_path):
+    p = tmp_path / "obs.csv"
+    p.write_text("step,loss\n100,2.0\n-200,1.5\n300,1.2\n")
+    r = run(p)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert f"{p}: line 3, field 'step': must be >= 0, got '-200'" in r.stderr
+
+
+def test_csv_example_matches_yaml():
+    a = predict(load_observations(EXAMPLES / "resnet50_allreduce.csv"), 3)
+    b = predict(load_observations(EXAMPLES / "resnet50_allreduce.yaml"), 3)
+    assert a.fit.curve == b.fit.curve
+    assert [r.seconds for r in a.rows] == [r.seconds for r in b.rows]  # steps_per_epoch = median spacing = 390
+
+
+def test_ps_example_recommends_the_argmin_of_the_model():
+    rep = predict(load_observations(EXAMPLES / "resnet50_ps_table2.yaml"), 19)
+    assert rep.unit == "workers" and [r.workers for r in rep.rows] == list(range(1, 20))
+    # The samples come from Table 2 (M = 64), so the recommendation is the exact model's argmin over p, w <= 19.
+    t = {(p, w): 1.02 * 64 / w + 2.78 + 4.92 * w / p + 0.02 * p for p in range(1, 20) for w in range(1, 20)}
+    p_best, w_best = min(t, key=t.get)
+    best = min(rep.rows, key=lambda r: r.seconds.value)
+    assert (best.ps, best.workers) == (p_best, w_best)
+    assert best.seconds.low <= best.seconds.value <= best.seconds.high
+    assert rep.speed_error < 1e-3  # exact model samples (rounded to 6 digits): leave-one-out error ~0
+
+
+def _csv(tmp_path, text):
+    p = tmp_path / "obs.csv"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("step,lossx\n100,2.0\n200,1.5\n300,1.2\n", "missing column 'loss'"),
+    ("step,loss\n100,2.0\n200,abc\n300,1.2\n", "line 3, field 'loss': expected a number, got 'abc'"),
+    ("step,loss\n100,2.0\n200,0\n300,1.2\n", "line 3, field 'loss': must be > 0, got '0'"),
+    ("step,loss\n100,2.0\n200,1.5\n", "too few loss points to fit (2; need at least 3), field 'loss'"),
+    ("step,loss\n100,2.0\n300,1.5\n200,1.2\n", "line 4, field 'step': steps must increase"),
+    ("step,loss,num_gpus,num_nodes,local_batch,step_time\n100,2,,,,\n200,1.5,,,,\n300,1.2,,,,\n,,2,1,32,0.1\n,,4,1,32,fast\n",
+     "line 6, field 'step_time': expected a number, got 'fast'"),
+    ("step,loss,num_gpus,num_nodes,local_batch,step_time\n100,2,,,,\n200,1.5,,,,\n300,1.2,,,,\n,,2,4,32,0.1\n",
+     "line 5, field 'num_nodes': more nodes than GPUs"),
+    ("step,loss\n100,2.0\n200,\n300,1.2\n", "line 3, field 'loss': expected a number"),
+])
+def test_bad_csv_names_file_line_and_field(tmp_path, text, expect):
+    p = _csv(tmp_path, text)
+    with pytest.raises(UserError) as e:
+        load_observations(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: ") and expect in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: oops}\n  - {step: 3, loss: 1}\n",
+     "losses entry 2, field 'loss': expected a number, got 'oops'"),
+    ("steps: []\n", "missing field 'losses'"),
+    ("losses: [\n", "not valid YAML"),
+    ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: 1.5}\n  - {step: 3, loss: 1}\n"
+     "speed: {samples: [{ps: 1, workers: 0, steps_per_s: 1}]}\n", "speed.samples entry 1, field 'workers': must be > 0"),
+    ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: 1.5}\n  - {step: 3, loss: 1}\ntarget: {delta: -1}\n",
+     "target, field 'delta': must be > 0"),
+])
+def test_bad_yaml_names_entry_and_field(tmp_path, text, expect):
+    p = tmp_path / "obs.yaml"
+    p.write_text(text)
+    with pytest.raises(UserError) as e:
+        load_observations(p)
+    assert str(e.value).startswith(f"{p}: ") and expect in str(e.value)
+
+
+def test_missing_file_and_unknown_type(tmp_path):
+    with pytest.raises(UserError, match="file not found"):
+        load_observations(tmp_path / "nope.yaml")
+    with pytest.raises(UserError, match="unknown input type"):
+        load_observations(tmp_path / "x.txt")
+
+
+def test_loss_only_input_predicts_steps_without_table(tmp_path):
+    rep = predict(load_observations(_csv(tmp_path, "step,loss\n100,2.0\n200,1.5\n300,1.2\n400,1.1\n")), 4)
+    assert rep.rows == [] and rep.steps.value >= 0

@@ -1,0 +1,336 @@
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from dlsched.errors import UserError
+from dlsched.policy import ClusterView, JobView, NodeView, make_policy
+from dlsched.policy.dp import concave_greedy, hull_greedy, is_concave, knapsack_dp, pruned_dp, solve
+from dlsched.policy.elastic import batch_range, validate_elastic_job
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """A readable speed model: step = launch + per-sample compute * local batch + all-reduce when g > 1.
+
+    ``fast_factor`` scales throughput on GPU type "fast" (for the heterogeneity tests).
+    """
+
+    launch: float = 0.01
+    per_sample: float = 0.001
+    allreduce: float = 0.05
+    fast_factor: float = 1.0
+
+    def throughput(self, num_gpus, num_nodes, global_batch, gpu_type=None):
+        step = self.launch + self.per_sample * global_batch / num_gpus
+        if num_gpus > 1:
+            step += self.allreduce * (1 + 0.5 * (num_nodes - 1))
+        return global_batch / step * (self.fast_factor if gpu_type == "fast" else 1.0)
+
+    def efficiency(self, global_batch):
+        return 1.0
+
+
+def job(i, speed=StepProfile(), **kw):
+    base = dict(id=f"j{i}", submit_time=float(i), requested_gpus=2, batch_size=64, min_batch_size=32,
+                max_batch_size=1024, max_local_batch=128, speed=speed)
+    base.update(kw)
+    return JobView(**base)
+
+
+# ---- the solver -------------------------------------------------------------------------------------------
+
+def brute_force(curves, capacity):
+    best = -np.inf
+    for gs in itertools.product(*[range(len(c)) for c in curves]):
+        if sum(gs) <= capacity:
+            best = max(best, sum(c[g] for c, g in zip(curves, gs)))
+    return best
+
+
+def random_curves(rng, jobs, max_g, concave):
+    curves = []
+    for _ in range(jobs):
+        G = int(rng.integers(1, max_g + 1))
+        if concave:
+            gains = np.sort(rng.uniform(-0.2, 1.0, G))[::-1]
+            c = np.concatenate(([0.0], np.cumsum(gains)))
+        else:
+            c = np.concatenate(([0.0], rng.uniform(0, 3, G)))
+            c[rng.uniform(size=G + 1) < 0.2] = -np.inf        # infeasible counts, sometimes "must run"
+        curves.append(c)
+    return curves
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_dp_matches_brute_force_on_tiny_instances(seed):
+    rng = np.random.default_rng(seed)
+    curves = random_curves(rng, jobs=int(rng.integers(1, 5)), max_g=4, concave=False)
+    capacity = int(rng.integers(0, 9))
+    sol = knapsack_dp(curves, capacity)
+    expected = brute_force(curves, capacity)
+    if np.isfinite(expected):
+        assert sol.value == pytest.approx(expected)
+        assert sol.gpus.sum() <= capacity
+        assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(expected)
+    else:
+        assert not np.isfinite(sol.value)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_greedy_equals_dp_when_every_curve_is_concave(seed):
+    rng = np.random.default_rng(100 + seed)
+    curves = random_curves(rng, jobs=int(rng.integers(1, 8)), max_g=6, concave=True)
+    assert all(is_concave(c) for c in curves)
+    capacity = int(rng.integers(0, 20))
+    greedy, dp = concave_greedy(curves, capacity), knapsack_dp(curves, capacity)
+    assert greedy.value == pytest.approx(dp.value)
+    assert sum(c[g] for c, g in zip(curves, greedy.gpus)) == pytest.approx(dp.value)
+    assert greedy.gpus.sum() <= capacity
+    assert solve(curves, capacity).method == "greedy"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_mixed_instance_uses_aggregate_and_stays_exact(seed):
+    rng = np.random.default_rng(200 + seed)
+    curves = random_curves(rng, 3, 4, concave=True) + random_curves(rng, 2, 3, concave=False)
+    capacity = int(rng.integers(1, 12))
+    sol = solve(curves, capacity)
+    expected = brute_force(curves, capacity)
+    if np.isfinite(expected):
+        assert sol.value == pytest.approx(expected)
+        assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(expected)
+        assert sol.gpus.sum() <= capacity
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_hull_greedy_is_exact_whenever_it_certifies(seed):
+    rng = np.random.default_rng(300 + seed)
+    curves = []
+    for _ in range(int(rng.integers(1, 5))):
+        c = np.concatenate(([0.0], np.cumsum(rng.uniform(-0.1, 1.0, int(rng.integers(1, 5))))))
+        c[rng.uniform(size=len(c)) < 0.15] = -np.inf
+        c[0] = 0.0
+        curves.append(c)
+    capacity = int(rng.integers(0, 10))
+    sol = hull_greedy(curves, capacity)
+    if sol is not None:
+        assert sol.value == pytest.approx(brute_force(curves, capacity))
+        assert sol.gpus.sum() <= capacity
+    assert solve(curves, capacity).value == pytest.approx(brute_force(curves, capacity))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pruned_dp_matches_brute_force(seed):
+    rng = np.random.default_rng(500 + seed)
+    curves = []
+    for _ in range(int(rng.integers(1, 6))):
+        c = np.concatenate(([0.0], rng.uniform(0, 3, int(rng.integers(1, 5)))))
+        c[1:][rng.uniform(size=len(c) - 1) < 0.2] = -np.inf
+        curves.append(c)
+    capacity = int(rng.integers(0, 10))
+    sol = pruned_dp(curves, capacity)
+    assert sol is not None and sol.gpus.sum() <= capacity
+    assert sol.value == pytest.approx(brute_force(curves, capacity))
+    assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(sol.value)
+
+
+def test_hull_greedy_refuses_to_stop_inside_an_envelope_segment():
+    curves = [np.array([0.0, 0.1, 3.0])]          # envelope 0 -> 2 GPUs; with 1 GPU the greedy would stop inside
+    assert hull_greedy(curves, 1) is None
+    assert solve(curves, 1).gpus.tolist() == [1]
+    assert hull_greedy(curves, 2).gpus.tolist() == [2]
+
+
+def test_non_concave_curve_is_detected():
+    assert is_concave(np.array([0.0, 1.0, 1.5, 1.6]))
+    assert not is_concave(np.array([0.0, -np.inf, 2.0, 2.5]))      # minimum of 2 GPUs
+    assert not is_concave(np.array([0.0, 1.0, 2.1, 2.2]))          # a bump (hysteresis)
+
+
+# ---- the elastic policy -----------------------------------------------------------------------------------
+
+def normalised_throughput(j, g, b, cluster, node_size=4):
+    rng = batch_range(j, cluster.total_gpus)
+    ref = max(j.speed.throughput(rng.g_min, 1, b0, None) for b0 in rng.batches(rng.g_min))
+    return j.speed.throughput(g, math.ceil(g / node_size), b, None) / ref if g else 0.0
+
+
+def test_elastic_matches_brute_force_over_gpus_and_batches():
+    cluster = ClusterView.homogeneous(1, 4)
+    jobs = (job(0), job(1, StepProfile(allreduce=0.005)), job(2, StepProfile(per_sample=0.004)))
+    alloc = make_policy("elastic", hysteresis=0.0).decide(jobs, cluster)
+    got = sum(normalised_throughput(j, alloc.gpus(j.id), alloc.jobs[j.id].batch_size, cluster)
+              for j in jobs if alloc.gpus(j.id))
+    best = 0.0
+    for gs in itertools.product(range(5), repeat=3):
+        if sum(gs) > 4:
+            continue
+        total = 0.0
+        for j, g in zip(jobs, gs):
+            if g:
+                total += max(normalised_throughput(j, g, int(b), cluster) for b in batch_range(j, 4).batches(g))
+        best = max(best, total)
+    assert got == pytest.approx(best, rel=1e-6)
+
+
+def test_allocation_respects_capacity_batch_range_and_memory():
+    cluster = ClusterView.homogeneous(2, 4)
+    jobs = tuple(job(i) for i in range(12))
+    alloc = make_policy("elastic").decide(jobs, cluster)
+    assert 0 < alloc.total_gpus <= 8
+    for jid, a in alloc.jobs.items():
+        assert 32 <= a.batch_size <= 1024
+        assert a.batch_size / a.num_gpus <= 128 and a.batch_size >= a.num_gpus
+    assert len(alloc.jobs) < len(jobs)          # more jobs than GPUs: some wait at 0
+    assert alloc == make_policy("elastic").decide(jobs, cluster)           # deterministic
+    assert alloc == make_policy("elastic").decide(tuple(reversed(jobs)), cluster)
+
+
+def test_elastic_uses_larger_batches_and_beats_gpu_only():
+    cluster = ClusterView.homogeneous(2, 4)
+    jobs = tuple(job(i) for i in range(3))
+    elastic = make_policy("elastic").decide(jobs, cluster)
+    rigid = make_policy("elastic-gpu-only").decide(jobs, cluster)
+    assert all(a.batch_size == 64 for a in rigid.jobs.values())
+    assert any(a.batch_size > 64 for a in elastic.jobs.values())
+
+    def total(alloc):
+        return sum(j.speed.throughput(alloc.gpus(j.id), math.ceil(alloc.gpus(j.id) / 4), alloc.jobs[j.id].batch_size)
+                   for j in jobs if alloc.gpus(j.id))
+    assert total(elastic) > 2 * total(rigid)
+
+
+def test_gpu_only_keeps_per_gpu_batch_within_memory():
+    cluster = ClusterView.homogeneous(2, 4)
+    big = job(0, batch_size=512, max_local_batch=128, speed=StepProfile(allreduce=0.001))
+    a = make_policy("elastic-gpu-only").decide((big,), cluster).jobs["j0"]
+    assert a.batch_size == 512 and 4 <= a.num_gpus <= 8
+
+
+def running(j, gpus, batch, node="node0"):
+    return JobView(**{**j.__dict__, "placement": {node: gpus}, "current_batch_size": batch,
+                      "attrs": dict(j.attrs)})
+
+
+def test_hysteresis_keeps_a_running_job_unless_the_gain_is_at_least_5_percent():
+    cluster = ClusterView.homogeneous(1, 4)
+    # Alone on 4 GPUs, 1 GPU at batch 128 vs 4 GPUs is a large gain: it must rescale.
+    alone = running(job(0, StepProfile(allreduce=0.001)), 1, 128)
+    assert make_policy("elastic").decide((alone,), cluster).gpus("j0") == 4
+    # A tiny all-reduce gain (< 5 %) from batch 1000 -> 1024 at the same g: keep the current batch.
+    j = running(job(0, StepProfile(allreduce=0.001), max_local_batch=256), 4, 1000)
+    a = make_policy("elastic").decide((j,), cluster).jobs["j0"]
+    assert (a.num_gpus, a.batch_size) == (4, 1000)
+    assert make_policy("elastic", hysteresis=0.0).decide((j,), cluster).jobs["j0"].batch_size == 1024
+
+
+def test_hysteresis_blocks_a_small_rebalance_between_two_jobs():
+    cluster = ClusterView.homogeneous(1, 4)
+    # Without hysteresis the optimum swaps the two jobs' sizes for a small total gain; with 5 % it does not.
+    a = running(job(0, StepProfile(allreduce=0.003)), 3, 384)
+    b = running(job(1, StepProfile(allreduce=0.002)), 1, 128)
+    for h, expect in ((0.05, 3), (0.0, 1)):
+        alloc = make_policy("elastic", hysteresis=h).decide((a, b), cluster)
+        assert alloc.gpus("j0") == expect, h
+
+
+def test_non_preemptible_running_job_keeps_its_gpus():
+    cluster = ClusterView.homogeneous(1, 4)
+    stuck = JobView(**{**running(job(0), 1, 64).__dict__, "preemptible": False, "attrs": {}})
+    alloc = make_policy("elastic").decide((stuck, job(1, StepProfile(allreduce=0.0))), cluster)
+    assert alloc.gpus("j0") == 1 and alloc.gpus("j1") == 3
+
+
+def test_heterogeneous_cluster_gives_the_fast_type_to_the_job_that_gains_most():
+    cluster = ClusterView((NodeView("f0", 1, "fast"), NodeView("s0", 1, "slow")))
+    cheap = StepProfile(allreduce=1.0)            # will not scale past 1 GPU
+    gains_a_lot = job(0, StepProfile(allreduce=1.0, fast_factor=4.0), max_gpus=1)
+    gains_little = job(1, StepProfile(allreduce=1.0, fast_factor=1.2), max_gpus=1)
+    for order in ((gains_little, gains_a_lot), (gains_a_lot, gains_little)):
+        alloc = make_policy("elastic").decide(order, cluster)
+        assert alloc.jobs["j0"].gpu_type == "fast" and alloc.jobs["j1"].gpu_type == "slow"
+    cluster = ClusterView((NodeView("f0", 2, "fast"), NodeView("s0", 2, "slow")))
+    per_type = {}
+    many = tuple(job(i, cheap, max_gpus=1) for i in range(6))
+    for a in make_policy("elastic").decide(many, cluster).jobs.values():
+        per_type[a.gpu_type] = per_type.get(a.gpu_type, 0) + a.num_gpus
+    assert per_type == {"fast": 2, "slow": 2}
+
+
+def test_job_without_speed_model_runs_rigidly():
+    cluster = ClusterView.homogeneous(1, 4)
+    alloc = make_policy("elastic").decide((job(0, speed=None, requested_gpus=3),), cluster)
+    assert alloc.gpus("j0") == 3 and alloc.jobs["j0"].batch_size == 64
+
+
+# ---- submit-time validation ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(min_batch_size=512, max_batch_size=256, batch_size=None), "min_batch_size=512 is larger than max_batch_size=256"),
+    (dict(batch_size=2048), "batch_size=2048 is outside"),
+    (dict(max_local_batch=8, max_gpus=2), "needs >= 4 GPUs but at most 2"),
+    (dict(min_batch_size=0), "min_batch_size must be >= 1"),
+    (dict(batch_size=None, min_batch_size=None, max_batch_size=None), "needs batch_size or"),
+])
+def test_infeasible_batch_ranges_fail_at_submit_with_a_clear_line(kw, message):
+    cluster = ClusterView.homogeneous(2, 4)
+    with pytest.raises(UserError, match=message) as err:
+        validate_elastic_job(job(7, **kw), cluster)
+    assert "job 'j7'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_gpu_only_needs_a_fixed_batch_and_skips_invalid_jobs_without_crashing():
+    cluster = ClusterView.homogeneous(1, 4)
+    bad = job(0, batch_size=None)
+    with pytest.raises(UserError, match="batch_size is required by elastic-gpu-only"):
+        validate_elastic_job(bad, cluster, fixed_batch=True)
+    with pytest.raises(UserError, match="job 'j0'"):
+        make_policy("elastic-gpu-only").validate(bad, cluster)
+    make_policy("elastic").validate(job(0, batch_size=None), cluster)        # the range alone suffices there
+    alloc = make_policy("elastic-gpu-only").decide((bad, job(1)), cluster)
+    assert alloc.gpus("j0") == 0 and alloc.gpus("j1") >= 1
+
+
+def test_urgency_gives_the_contended_gpu_to_the_job_closest_to_done():
+    cluster = ClusterView.homogeneous(1, 1)
+    long_first = job(0, remaining_samples=1e7)
+    short_later = job(1, remaining_samples=1e4)
+    assert make_policy("elastic", urgency=0.0).decide((long_first, short_later), cluster).gpus("j0") == 1   # FIFO tie
+    assert make_policy("elastic", urgency=0.5).decide((long_first, short_later), cluster).gpus("j1") == 1
+
+
+def test_a_job_about_to_finish_is_not_rescaled():
+    cluster = ClusterView.homogeneous(1, 4)
+    speed = StepProfile(allreduce=0.001)
+    rate = speed.throughput(1, 1, 128)
+    far = running(job(0, speed, remaining_samples=rate * 3600), 1, 128)         # an hour left: scale out
+    near = running(job(0, speed, remaining_samples=rate * 20), 1, 128)          # 20 s left: a 30 s restart loses
+    assert make_policy("elastic").decide((far,), cluster).gpus("j0") == 4
+    assert make_policy("elastic").decide((near,), cluster).gpus("j0") == 1
+    assert make_policy("elastic", restart_cost=0.0).decide((near,), cluster).gpus("j0") == 4
+
+
+def test_pinned_jobs_that_no_longer_fit_do_not_block_the_others():
+    small = ClusterView.homogeneous(1, 2)          # the cluster lost a node: 3 pinned GPUs no longer fit
+    pinned = JobView(**{**running(job(0), 3, 96).__dict__, "preemptible": False, "attrs": {}})
+    alloc = make_policy("elastic").decide((pinned, job(1)), small)
+    assert alloc.gpus("j1") >= 1 and alloc.total_gpus <= 2
+
+
+def test_without_remaining_work_the_job_with_least_attained_service_goes_first():
+    cluster = ClusterView.homogeneous(1, 1)
+    old = job(0, attained_service=50_000.0)
+    new = job(1, attained_service=0.0)
+    assert make_policy("elastic").decide((old, new), cluster).gpus("j1") == 1
+    assert make_policy("elastic", urgency=0.0).decide((old, new), cluster).gpus("j0") == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_vectorised_concavity_check_agrees_with_the_scalar_one(seed):
+    from dlsched.policy.dp import _concave_rows
+    rng = np.random.default_rng(700 + seed)
+    curves = random_curves(rng, 6, 5, concave=True) + random_curves(rng, 6, 5, concave=False)
+    assert _concave_rows(curves) == [j for j, c in enumerate(curves) if is_concave(c)]

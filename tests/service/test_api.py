@@ -1,0 +1,161 @@
+"""The REST API over real HTTP (uvicorn on a free loopback port) and a real SQLite store."""
+import json
+import random
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from dlsched.errors import UserError
+from dlsched.service.server import Service, free_port
+from tests.service.conftest import RUNTIME, cluster, job_yaml
+
+YAML = {"content-type": "application/yaml"}
+
+
+def wait_state(client, job_id, states, timeout=30):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        j = client.get(f"/jobs/{job_id}").json()
+        if j["state"] in states:
+            return j
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} stuck in {j['state']}")
+
+
+def test_submit_list_show_logs_events_predictions(client):
+    r = client.post("/jobs", content=job_yaml("a", samples=640, step_s=0.05), headers=YAML)
+    assert r.status_code == 201 and r.json()["state"] == "queued"
+    jid = r.json()["id"]
+    body = json.dumps({"name": "b", "entry": "x.py:make_job", "gpus": 1, "params": {"samples": 64}})
+    assert client.post("/jobs", content=body, headers={"content-type": "application/json"}).status_code == 201
+    assert [j["name"] for j in client.get("/jobs").json()] == ["a", "b"]
+    j = wait_state(client, jid, ("finished",))
+    assert j["fraction_done"] == 1.0 and j["allocations"][0]["num_gpus"] == 1 and j["start_time"] is not None
+    kinds = [e["kind"] for e in client.get(f"/jobs/{jid}/events").json()]
+    assert kinds[0] == "submitted" and "running" in kinds and kinds[-1] == "finished"
+    preds = client.get(f"/jobs/{jid}/predictions").json()
+    assert preds and preds[-1]["total_samples"] == 640
+    assert any(p["predicted_finish"] for p in preds)
+    logs = client.get(f"/jobs/{jid}/logs")
+    assert "start:" in logs.text and int(logs.headers["x-next-offset"]) == len(logs.content)
+    assert client.get(f"/jobs/{jid}/logs", params={"offset": logs.headers["x-next-offset"]}).text == ""
+    assert client.get(f"/jobs/{jid}/progress").json()[-1]["samples"] == 640
+    assert client.get("/cluster").json()["nodes"][0]["gpus"] == 2
+
+
+def test_cancel_queued_and_running(client):
+    big = client.post("/jobs", content=job_yaml("big", gpus=4, samples=100000, step_s=0.05), headers=YAML).json()["id"]
+    waiting = client.post("/jobs", content=job_yaml("w", gpus=4), headers=YAML).json()["id"]
+    wait_state(client, big, ("running",))
+    end = time.monotonic() + 20
+    while client.get(f"/jobs/{big}").json()["samples"] == 0 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert client.post(f"/jobs/{waiting}/cancel").json()["state"] == "cancelled"
+    assert client.delete(f"/jobs/{big}").json()["cancel_requested"] is True
+    j = wait_state(client, big, ("cancelled",))
+    assert j["num_gpus"] == 0 and 0 < j["samples"] < 100000
+    assert client.post("/jobs/9999/cancel").json() == {"error": "no job 9999"}
+
+
+def _fuzz_bodies(n, rng):
+    """Malformed job specs of many kinds (wrong types, negative/huge numbers, unknown fields, bad encodings)."""
+    good = {"name": "f", "entry": "x.py:make_job", "gpus": 1, "batch_size": 32, "params": {"samples": 64}}
+    count = ["4", 4.5, True, -1, 0, -10**9, 10**30, [], {}, "x" * 300]
+    bad = {"name": [4, None, "", "a b", "x" * 300, [], True], "entry": [None, "no-colon", "a:1x", "x" * 500, 3],
+           "gpus": count + [None], "min_gpus": count, "max_gpus": count, "batch_size": count, "max_local_batch": count,
+           "total_samples": count, "kind": ["serve", 1, None], "preemptible": ["yes", 1, None], "params": [[], "p", 3]}
+    out = []
+    for i in range(n):
+        kind = i % 8
+        doc = dict(good)
+        if kind == 0:
+            field = rng.choice(sorted(bad))
+            doc[field] = rng.choice(bad[field])
+            out.append(("application/json", json.dumps(doc).encode()))
+        elif kind == 1:
+            doc[f"unknown_{rng.randrange(10**6)}"] = rng.randrange(100)
+            out.append(("application/yaml", json.dumps(doc).encode()))
+        elif kind == 2:
+            doc["gpus"] = -rng.randrange(1, 10**6)
+            out.append(("application/json", json.dumps(doc).encode()))
+        elif kind == 3:
+            doc[rng.choice(["gpus", "batch_size", "total_samples", "max_gpus"])] = 10 ** rng.randrange(19, 400)
+            out.append(("application/yaml", json.dumps(doc).encode()))
+        elif kind == 4:
+            raw = bytearray(json.dumps(good).encode())
+            raw[rng.randrange(len(raw))] = rng.choice([0xff, 0xfe, 0xc3, 0x80])
+            out.append(("application/yaml", bytes(raw)))
+        elif kind == 5:
+            raw = json.dumps(good).encode()
+            cut = raw[: rng.randrange(1, len(raw) - 1)]
+            out.append((rng.choice(["application/json", "application/yaml"]), cut + rng.choice([b"", b"{", b"\x00"])))
+        elif kind == 6:
+            doc["params"] = {"x": {"nested": [1, 2]}} if rng.random() < 0.5 else {"bad key": 1}
+            out.append(("application/json", json.dumps(doc).encode()))
+        else:
+            out.append((rng.choice(["application/json", "application/yaml"]),
+                        rng.choice([b"[1, 2, 3]", b"42", b"null", b"- a\n- b", b"{{{", b"'str'"])))
+    return out
+
+
+def test_fuzzed_malformed_specs_are_refused_and_change_nothing(service, client):
+    client.post("/jobs", content=job_yaml("ok"), headers=YAML)
+    wait_state(client, 1, ("finished",))
+    before = service.store.snapshot()
+    rng = random.Random(7)
+    bodies = _fuzz_bodies(995, rng)
+    bodies += [("application/yaml", b"x" * (10 << 20)), ("application/json", b"{" * (2 << 20)),
+               ("application/xml", b"<job/>"), ("application/json", b"[" * 100000 + b"]" * 100000),
+               ("application/yaml", b"a: &a [*a, *a]")]
+    statuses = {}
+    for ctype, body in bodies:
+        r = client.post("/jobs", content=body, headers={"content-type": ctype})
+        assert 400 <= r.status_code < 500, (r.status_code, body[:80], r.text)
+        msg = r.json()["error"]
+        assert msg and "\n" not in msg and len(msg) <= 500
+        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+    assert sum(statuses.values()) == 1000 and statuses.get(413) == 2
+    assert service.store.snapshot() == before
+    assert client.get("/healthz").json()["ok"] is True     # still up
+    assert client.post("/jobs", content=job_yaml("after"), headers=YAML).status_code == 201
+
+
+def test_chunked_upload_cannot_bypass_the_size_limit(client):
+    def gen():
+        for _ in range(12):
+            yield b"x" * (1 << 20)
+    r = client.post("/jobs", content=gen(), headers=YAML)
+    assert r.status_code == 413 and "exceeds" in r.json()["error"]
+
+
+def test_burst_of_500_submissions_all_stored(service, client):
+    lat = []
+    ids = []
+    for i in range(500):
+        t = time.perf_counter()
+        r = client.post("/jobs", content=job_yaml(f"b{i}", gpus=4, samples=32), headers=YAML)
+        lat.append(time.perf_counter() - t)
+        assert r.status_code == 201
+        ids.append(r.json()["id"])
+    assert len(set(ids)) == 500 and service.store.count() == 500
+    print(f"\n500 submissions: p50 {1e3 * np.percentile(lat, 50):.1f} ms, p99 {1e3 * np.percentile(lat, 99):.1f} ms")
+
+
+def test_non_loopback_bind_needs_a_token(tmp_path):
+    with pytest.raises(UserError, match="needs a bearer token"):
+        Service(cluster(), tmp_path / "s", host="0.0.0.0", port=free_port(), runtime=RUNTIME)
+    token = "s3cret-token-0123456789"
+    svc = Service(cluster(), tmp_path / "s", host="0.0.0.0", port=free_port("0.0.0.0"), token=token,
+                  runtime=RUNTIME).start()
+    try:
+        url = f"http://127.0.0.1:{svc.port}"
+        assert httpx.get(f"{url}/jobs").status_code == 401
+        assert httpx.get(f"{url}/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        r = httpx.post(f"{url}/jobs", content=job_yaml("x"), headers=YAML)
+        assert r.status_code == 401 and svc.store.count() == 0
+        assert httpx.get(f"{url}/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    finally:
+        svc.close()
+        svc.backend.stop_all()

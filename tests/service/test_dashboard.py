@@ -1,0 +1,220 @@
+"""The dashboard in a real headless Chromium against a running service with real jobs.
+
+The service is the real one (store, loop, API under uvicorn, local backend); the jobs run the contract
+runtime (real processes writing progress). Chromium renders each page (``--dump-dom``) and we check what
+a person would look for; a screenshot of the overview is saved (``DLSCHED_SCREENSHOT_DIR``, else tmp).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, register
+from dlsched.service.dashboard_routes import estimate_queue, gantt_intervals, load_reports, overview
+from dlsched.service.server import Service, free_port
+from dlsched.service.store import Store
+from dlsched.spec import ClusterSpec, JobSpec
+
+CONTRACT_RUNTIME = [sys.executable, str(Path(__file__).parents[1] / "backends" / "contract_runtime.py")]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
+                  "--no-first-run", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+
+
+class ArrivalOrder:
+    """Requested GPUs in arrival order while they fit (a test-only stand-in for the policy modules)."""
+
+    name = "dashboard-test-fifo"
+
+    def decide(self, jobs, cluster):
+        free, out = cluster.total_gpus, {}
+        for j in sorted(jobs, key=lambda j: (not j.is_running, j.submit_time, int(j.id))):
+            n = j.num_gpus or j.requested_gpus
+            if n <= free:
+                out[j.id] = JobAllocation(n)
+                free -= n
+        return Allocation(out)
+
+
+if ArrivalOrder.name not in _REGISTRY:
+    register(ArrivalOrder.name)(ArrivalOrder)
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+def test_queue_estimate_drains_in_order_behind_predicted_finishes():
+    est = estimate_queue(running=[(1, 2, 100.0), (2, 2, 50.0)], queued=[(3, 2, 30.0), (4, 4, 10.0), (5, 1, None)],
+                         total_gpus=4, now=0.0)
+    assert est[3] == (50.0, 80.0)          # takes job 2's GPUs when it ends
+    assert est[4] == (100.0, 110.0)        # needs the whole cluster: after job 1 and job 3
+    assert est[5] == (110.0, None)         # starts after job 4, its own duration is unknown
+
+
+def test_queue_estimate_says_unknown_rather_than_guessing():
+    est = estimate_queue(running=[(1, 4, None)], queued=[(2, 1, 10.0)], total_gpus=4, now=5.0)
+    assert est[2] == (None, None)
+
+
+def test_gantt_intervals_end_at_the_next_decision_or_now():
+    rows = [{"job_id": 1, "time": 0.0, "num_gpus": 2, "placement": {"a": 2}},
+            {"job_id": 1, "time": 10.0, "num_gpus": 4, "placement": {"a": 4}},
+            {"job_id": 1, "time": 25.0, "num_gpus": 0, "placement": {}},
+            {"job_id": 2, "time": 5.0, "num_gpus": 1, "placement": {"b": 1}}]
+    iv = gantt_intervals(rows, {1: 25.0, 2: None}, now=30.0)
+    assert [(i["job_id"], i["start"], i["end"], i["gpus"]) for i in iv] == [(1, 0.0, 10.0, 2), (1, 10.0, 25.0, 4),
+                                                                           (2, 5.0, 30.0, 1)]
+
+
+def test_reports_are_csvs_with_a_policy_column(tmp_path):
+    (tmp_path / "w1").mkdir()
+    (tmp_path / "w1" / "summary.csv").write_text("policy,avg_jct_s,makespan_s\nfifo,120.5,900\ntiresias,80.25,850\n")
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "broken.csv").write_bytes(b"policy,x\n\"unterminated\n")
+    reps = load_reports(tmp_path)
+    good = [r for r in reps if "rows" in r]
+    assert [r["file"] for r in good] == ["w1/summary.csv"]
+    assert good[0]["metrics"] == ["avg_jct_s", "makespan_s"]
+    assert good[0]["rows"][1] == {"policy": "tiresias", "avg_jct_s": 80.25, "makespan_s": 850.0}
+
+
+def test_overview_shows_who_holds_which_gpus(tmp_path):
+    store = Store(tmp_path / "db.sqlite")
+    a = store.submit(JobSpec(name="alpha", entry="x.py:make_job", gpus=2), now=0.0)
+    b = store.submit(JobSpec(name="beta", entry="x.py:make_job", gpus=3), now=1.0)
+    store.transition(a, "running", now=2.0, num_gpus=2, placement={"n1": 1, "n2": 1})
+    store.record_allocation(a, 2.0, 2, None, {"n1": 1, "n2": 1})
+    from dlsched.policy.base import NodeView
+    d = overview(store, (NodeView("n1", 2), NodeView("n2", 2)), now=10.0)
+    assert d["nodes"][0]["holders"] == [{"job_id": a, "name": "alpha", "gpus": 1}]
+    assert [q["state"] for q in d["queue"]] == ["running", "queued"]
+    assert d["queue"][1]["id"] == b and d["queue"][1]["predicted_start"] is None   # a's finish is unknown
+    assert d["gantt"] == [{"job_id": a, "start": 2.0, "end": 10.0, "gpus": 2, "placement": {"n1": 1, "n2": 1},
+                           "batch_size": None, "name": "alpha"}]
+
+
+# ----------------------------------------------------------------------------- in the browser
+
+def _chromium(url: str, tmp: Path, *extra: str, budget_ms: int = 4000) -> str:
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium chromium-driver): CI must install it")
+    out = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'chromium-profile'}",
+                          f"--virtual-time-budget={budget_ms}", *extra, url],
+                         capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def _wait(pred, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def live_service(tmp_path_factory):
+    """A real service with two 2-slot nodes: a finished job, two running ones, one queued."""
+    tmp = tmp_path_factory.mktemp("dash")
+    cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 2}, {"name": "n2", "gpus": 2}],
+                          policy=ArrivalOrder.name, interval_s=0.2)
+    svc = Service(cluster, tmp / "state", port=free_port(), runtime=CONTRACT_RUNTIME).start()
+    c = httpx.Client(base_url=svc.url, timeout=10)
+    specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 100_000, 0.1), ("mlp-b", 1, 100_000, 0.1), ("waiting", 4, 80, 0.05)]
+    ids = {}
+    for name, gpus, n, step in specs:
+        r = c.post("/jobs", json={"name": name, "entry": "contract.py:make_job", "gpus": gpus,
+                                  "params": {"n_samples": n, "step_s": step}, "total_samples": n},
+                   headers={"content-type": "application/json"})
+        assert r.status_code == 201, r.text
+        ids[name] = r.json()["id"]
+    _wait(lambda: c.get(f"/jobs/{ids['quick']}").json()["state"] == "finished", what="job quick to finish")
+    _wait(lambda: len(c.get(f"/jobs/{ids['resnet-a']}/progress").json()) >= 12, what="progress of resnet-a")
+    _wait(lambda: c.get(f"/jobs/{ids['resnet-a']}/predictions").json()
+          and c.get(f"/jobs/{ids['resnet-a']}/predictions").json()[-1]["loss_fit"], what="a loss fit")
+    reports = tmp / "state" / "reports"
+    reports.mkdir()
+    (reports / "workload-1.csv").write_text("policy,avg_jct_s,makespan_s\nfifo,3120.5,42000\ntiresias,2010.2,39000\n"
+                                            "optimus,1750.8,37500\n")
+    yield svc, ids, tmp
+    c.close()
+    svc.backend.stop_all()        # close() leaves jobs running for a restarted service to re-attach
+    svc.close()
+
+
+def test_overview_page_renders_cluster_queue_and_timeline(live_service):
+    svc, ids, tmp = live_service
+    shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
+    dom = _chromium(f"{svc.url}/dashboard/", tmp, "--dump-dom")
+    assert 'id="load-error"' not in dom, dom[:2000]
+    cluster = dom[dom.index('id="cluster"'):dom.index('id="queue"')]
+    assert 'data-node="n1"' in cluster and 'data-node="n2"' in cluster
+    held = re.findall(r'href="#/job/(\d+)" title="job \d+ ([\w-]+)"', cluster)
+    assert sorted(held) == sorted([(str(ids["resnet-a"]), "resnet-a")] * 2 + [(str(ids["mlp-b"]), "mlp-b")])
+    assert cluster.count("gpu free") == 1
+    queue = dom[dom.index('id="queue"'):dom.index('id="gantt"')]
+    for name in ("resnet-a", "mlp-b", "waiting"):
+        assert name in queue
+    assert "quick" not in queue                                  # finished: listed under recently ended
+    row = re.search(rf'<tr data-job="{ids["waiting"]}">(.*?)</tr>', queue, re.S).group(1)
+    assert "queued" in row
+    gantt = dom[dom.index('id="gantt"'):]
+    assert len(re.findall(r'class="alloc"', gantt)) >= 3
+    recent = dom[dom.index('id="recent"'):]
+    assert "quick" in recent and "finished" in recent
+    shot = shots / "dashboard-overview.png"
+    _chromium(f"{svc.url}/dashboard/", tmp, f"--screenshot={shot}", "--window-size=1400,1000")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
+    svc, ids, tmp = live_service
+    dom = _chromium(f"{svc.url}/dashboard/#/job/{ids['resnet-a']}", tmp, "--dump-dom")
+    assert f"Job {ids['resnet-a']} — resnet-a" in dom
+    chart = dom[dom.index('id="loss-chart"'):dom.index('id="allocations"')]
+    measured = chart[chart.index('data-label="measured loss"'):]
+    assert measured.count("<circle") >= 10
+    assert re.search(r'data-label="fitted Optimus curve[^"]*"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){100,}', chart)
+    assert "β = (" in dom and "RMSE" in dom
+    assert "running" in dom[dom.index('id="events"'):]
+    shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
+    _chromium(f"{svc.url}/dashboard/#/job/{ids['resnet-a']}", tmp, f"--screenshot={shots / 'dashboard-job.png'}",
+              "--window-size=1400,1000")
+
+
+def test_reports_page_compares_policies(live_service):
+    svc, _, tmp = live_service
+    dom = _chromium(f"{svc.url}/dashboard/#/reports", tmp, "--dump-dom")
+    assert "workload-1.csv" in dom
+    assert dom.count('class="bars"') == 2                       # one chart per metric
+    best = re.search(r'<rect[^>]*fill="#16a34a"[^>]*><title>([^<]+)</title>', dom)
+    assert best and best.group(1).startswith("optimus")         # lowest JCT highlighted
+
+
+def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):
+    cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 1}], policy=ArrivalOrder.name, interval_s=0.5)
+    token = "t" * 32
+    svc = Service(cluster, tmp_path / "state", port=free_port(), token=token, runtime=CONTRACT_RUNTIME).start()
+    try:
+        assert httpx.get(f"{svc.url}/dashboard/").status_code == 200
+        assert httpx.get(f"{svc.url}/dashboard/static/app.js").status_code == 200
+        assert httpx.get(f"{svc.url}/dashboard/static/dashboard_routes.py").status_code == 404   # fixed list only
+        assert httpx.get(f"{svc.url}/dashboard/api/overview").status_code == 401
+        r = httpx.get(f"{svc.url}/dashboard/api/overview", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200 and r.json()["nodes"][0]["name"] == "n1"
+        dom = _chromium(f"{svc.url}/dashboard/?token={token}", tmp_path, "--dump-dom")
+        assert 'data-node="n1"' in dom and "load-error" not in dom
+    finally:
+        svc.backend.stop_all()
+        svc.close()

@@ -1,0 +1,175 @@
+"""The live loop: placement, policy by registry name, start/resize/preempt/finish/fail with a real local backend."""
+import time
+
+import pytest
+
+from dlsched.backends.local import LocalBackend
+from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, register
+from dlsched.service.loop import LiveLoop, PlacementError, place
+from dlsched.service.store import FAILED, FINISHED, QUEUED, RUNNING, Store
+from dlsched.spec import load_job_spec
+from tests.service.conftest import RUNTIME, cluster, job_yaml
+
+
+class NewestFirst:
+    """Gives every GPU to the newest job: forces preemptions (test-only)."""
+
+    name = "test-newest"
+
+    def decide(self, jobs, c):
+        if not jobs:
+            return Allocation({})
+        newest = max(jobs, key=lambda j: int(j.id))
+        return Allocation({newest.id: JobAllocation(min(c.total_gpus, newest.max_gpus or 1))})
+
+
+class Greedy:
+    """Asks for more GPUs than exist (a broken policy)."""
+
+    name = "test-greedy"
+
+    def decide(self, jobs, c):
+        return Allocation({j.id: JobAllocation(c.total_gpus) for j in jobs})
+
+
+for p in (NewestFirst, Greedy):
+    if p.name not in _REGISTRY:
+        register(p.name)(p)
+
+
+def test_place_keeps_shrinks_consolidates_and_spreads():
+    cap = {"a": 4, "b": 4, "c": 2}
+    out = place({1: 2, 2: 4, 3: 2}, {1: {"a": 1, "b": 1}}, cap)
+    assert out[1] == {"a": 1, "b": 1}
+    assert out[2] == {"a": 3, "b": 1} or sum(out[2].values()) == 4
+    assert sum(sum(v.values()) for v in out.values()) == 8
+    assert place({1: 2}, {}, cap)[1] == {"c": 2}                       # tightest single node
+    assert place({1: 1}, {1: {"a": 2, "b": 1}}, cap)[1] == {"a": 1}     # shrink keeps the larger share
+    assert sorted(place({1: 7}, {}, cap)[1].values()) == [3, 4]         # spread over the freest
+    assert place({1: 5}, {1: {"c": 2}}, cap)[1]["c"] == 2               # growth keeps what it has
+    with pytest.raises(PlacementError):
+        place({1: 6, 2: 5}, {}, cap)
+    assert place({1: 2}, {}, cap, explicit={1: {"b": 2}})[1] == {"b": 2}
+
+
+def run_until(loop, store, pred, timeout=30):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        loop.round()
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError([(j.id, j.state, j.samples) for j in store.jobs()])
+
+
+def make_loop(tmp_path, policy, slots=(2, 2)):
+    store = Store(tmp_path / "s.db")
+    backend = LocalBackend(runtime=RUNTIME)
+    return LiveLoop(store, backend, cluster(policy, slots), tmp_path), store, backend
+
+
+def test_policy_is_chosen_by_registry_name(tmp_path):
+    loop, _, _ = make_loop(tmp_path, "test-elastic")
+    assert loop.policy.name == "test-elastic"
+    from dlsched.spec import ClusterSpec
+    with pytest.raises(ValueError, match="unknown policy 'nope'"):
+        LiveLoop(Store(tmp_path / "t.db"), LocalBackend(), cluster("test-fifo").model_copy(update={"policy": "nope"}), tmp_path)
+
+
+def test_elastic_job_shrinks_for_an_arrival_and_grows_back(tmp_path):
+    loop, store, backend = make_loop(tmp_path, "test-elastic")
+    try:
+        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=4, samples=2000, epochs=2, step_s=0.04)))
+        run_until(loop, store, lambda: store.get(a).num_gpus == 4 and store.get(a).samples > 0)
+        b = store.submit(load_job_spec(job_yaml("b", gpus=2, samples=320)))
+        loop.round()
+        assert store.get(a).num_gpus == 2 and store.get(b).state == RUNNING
+        run_until(loop, store, lambda: store.get(b).state == FINISHED)
+        run_until(loop, store, lambda: store.get(a).state == FINISHED, timeout=60)
+        gpus = [al["num_gpus"] for al in store.allocations(a)]
+        assert gpus[:3] == [4, 2, 4] and gpus[-1] == 0
+        kinds = [e["kind"] for e in store.events(a)]
+        assert kinds.count("rescaling") >= 2 and kinds[-1] == "finished"
+        assert store.get(a).samples == 4000 and store.get(a).attained_service > 0
+        assert store.predictions(a)[-1]["total_samples"] == 4000
+    finally:
+        backend.stop_all()
+
+
+def test_preempted_job_resumes_from_its_checkpoint(tmp_path):
+    loop, store, backend = make_loop(tmp_path, "test-newest")
+    try:
+        old = store.submit(load_job_spec(job_yaml("old", samples=1600, step_s=0.04, extra="")), now=1.0)
+        run_until(loop, store, lambda: store.get(old).samples >= 320)
+        new = store.submit(load_job_spec(job_yaml("new", samples=320)), now=2.0)
+        loop.round()
+        assert store.get(old).state == QUEUED and store.get(new).state == RUNNING
+        done_at_preempt = store.get(old).samples
+        run_until(loop, store, lambda: store.get(new).state == FINISHED)
+        run_until(loop, store, lambda: store.get(old).state == FINISHED, timeout=60)
+        samples = [p["samples"] for p in store.progress(old)]
+        assert samples.count(32) == 1, "resumed from zero instead of the checkpoint"
+        assert samples == sorted(samples) and samples[-1] == 1600 and done_at_preempt < 1600
+        assert len(store.allocations(old)) == 4     # start, preempt, restart, finish
+        assert [e["detail"].get("reason") for e in store.events(old) if e["kind"] == "queued"] == ["preempted"]
+    finally:
+        backend.stop_all()
+
+
+def test_failed_job_is_failed_with_reason_and_frees_gpus(tmp_path):
+    loop, store, backend = make_loop(tmp_path, "test-fifo", slots=(1,))
+    bad = store.submit(load_job_spec(job_yaml("bad", samples=640, extra="") .replace("step_s: 0.02", "step_s: 0.02, fail_at: 64")))
+    ok = store.submit(load_job_spec(job_yaml("ok", samples=64)))
+    run_until(loop, store, lambda: store.get(ok).state == FINISHED)
+    j = store.get(bad)
+    assert j.state == FAILED and "injected failure" in j.error and j.num_gpus == 0
+
+
+def test_a_policy_that_overcommits_changes_nothing(tmp_path):
+    loop, store, _ = make_loop(tmp_path, "test-greedy")
+    store.submit(load_job_spec(job_yaml("a")))
+    store.submit(load_job_spec(job_yaml("b")))
+    before = store.snapshot()
+    with pytest.raises(PlacementError):
+        loop.round()
+    assert store.snapshot() == before and all(j.state == QUEUED for j in store.jobs())
+
+
+class Inert:
+    """Backend stand-in for pure decision tests: records calls, starts nothing."""
+
+    name = "inert"
+
+    def __init__(self):
+        self.calls = []
+
+    def start(self, launch):
+        self.calls.append(("start", launch.job_id, launch.num_gpus))
+
+    def resize(self, *a):
+        self.calls.append(("resize",) + a[:1])
+
+    def stop(self, *a):
+        self.calls.append(("stop",) + a[:1])
+
+    def poll(self, job_id, job_dir):
+        from dlsched.backends.base import PollResult
+        return PollResult("running")
+
+    def attach(self, job_id, job_dir):
+        return True
+
+    def shutdown(self):
+        pass
+
+
+def test_a_round_over_1000_queued_jobs(tmp_path):
+    store = Store(tmp_path / "s.db")
+    store.submit_many([load_job_spec(job_yaml(f"j{i}", gpus=1 + i % 4)) for i in range(1000)], now=0.0)
+    backend = Inert()
+    loop = LiveLoop(store, backend, cluster("test-fifo", (8, 8)), tmp_path)
+    stats = loop.round()
+    assert stats.active_jobs == 1000
+    started = [c for c in backend.calls if c[0] == "start"]
+    assert sum(c[2] for c in started) <= 16 and started[0][1] == 1
+    assert len(store.jobs(states=(RUNNING,))) == len(started)

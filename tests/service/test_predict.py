@@ -1,0 +1,71 @@
+"""Online refit: speed models from progress records, loss curve, completion prediction."""
+import numpy as np
+import pytest
+
+from dlsched.perf.speed import AllReduceSpeedModel
+from dlsched.service.predict import LinearSpeed, fit_speed, observed_rate, predict
+
+
+def records(workers, batch, step_time, n=20, t0=0.0, s0=0, loss0=2.0, k0=0):
+    out, t, s = [], t0, s0
+    for i in range(n):
+        t += step_time
+        s += batch
+        k = k0 + i + 1
+        out.append({"time": t, "step": k, "samples": s, "loss": 1.0 / (0.01 * k + 1 / loss0) + 0.1,
+                    "samples_per_s": batch / step_time, "workers": workers, "batch_size": batch})
+    return out
+
+
+def true_step(w, b):
+    return 0.001 * b / w + 0.01       # compute split over workers + fixed overhead
+
+
+def test_speed_model_learns_scaling_from_measurements():
+    recs = []
+    for w in (1, 2, 4):
+        recs += records(w, 64, true_step(w, 64))
+    arr = lambda key: np.array([r[key] for r in recs], float)
+    model = fit_speed(arr("workers"), arr("batch_size"), arr("samples_per_s"), ("slot",))
+    for w in (1, 2, 3, 4):
+        assert model.throughput(w, 1, 64, "slot") == pytest.approx(64 / true_step(w, 64), rel=0.05)
+
+
+def test_perf_packages_all_reduce_model_is_used_when_identifiable():
+    recs = []
+    for b in (16, 32, 64, 128):
+        recs += records(1, b, true_step(1, b) * 1.3)     # compute hinge: steeper than the linear model's split
+    for w in (2, 4):
+        recs += records(w, 64, true_step(w, 64) * 1.3 + 0.004 * w)
+    arr = lambda key: np.array([r[key] for r in recs], float)
+    model = fit_speed(arr("workers"), arr("batch_size"), arr("samples_per_s"), ("slot", "v100"))
+    assert isinstance(model, AllReduceSpeedModel) and model.throughput(2, 1, 64, "v100") > 0
+
+
+def test_without_a_single_worker_sample_the_linear_fallback_is_used():
+    recs = records(2, 64, 0.05) + records(4, 64, 0.03)
+    arr = lambda key: np.array([r[key] for r in recs], float)
+    model = fit_speed(arr("workers"), arr("batch_size"), arr("samples_per_s"), ("slot",))
+    assert isinstance(model, LinearSpeed)
+    assert model.throughput(2, 1, 64) == pytest.approx(64 / 0.05, rel=0.02)
+    assert model.throughput(4, 1, 64) == pytest.approx(64 / 0.03, rel=0.02)
+
+
+def test_completion_prediction_uses_the_wall_clock_rate():
+    recs = records(1, 32, 0.1, n=30)            # 320 samples/s
+    pred, speed = predict(recs, now=3.0, current_workers=1, current_batch=32, total_hint=9600, samples_done=960)
+    assert pred.fraction_done == pytest.approx(0.1)
+    assert pred.remaining_s == pytest.approx(8640 / 320, rel=0.01)
+    assert pred.predicted_finish == pytest.approx(3.0 + pred.remaining_s)
+    assert pred.loss_fit["rmse"] < 0.05 and speed is not None
+    assert observed_rate(recs) == pytest.approx(320, rel=0.01)
+
+
+def test_target_loss_jobs_get_their_total_work_from_the_loss_curve():
+    recs = records(1, 32, 0.1, n=40)
+    pred, _ = predict(recs, now=4.0, current_workers=1, current_batch=32, total_hint=None,
+                      samples_done=recs[-1]["samples"], target_loss=0.8)
+    assert pred.total_samples is not None and pred.total_samples > recs[-1]["samples"]
+    pred_none, _ = predict(recs, now=4.0, current_workers=1, current_batch=32, total_hint=None,
+                           samples_done=recs[-1]["samples"])
+    assert pred_none.total_samples is None and pred_none.remaining_s is None

@@ -1,0 +1,101 @@
+"""SIGKILL of the service mid-run, then restart: no job and no acknowledged submission is lost, all finish."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from dlsched.service.server import free_port
+from tests.service.conftest import CONTRACT_JOB, job_yaml
+
+SERVE = Path(__file__).with_name("serve_for_tests.py")
+YAML = {"content-type": "application/yaml"}
+
+
+def start_service(tmp_path, port):
+    (tmp_path / "cluster.yaml").write_text("nodes: [{name: n0, gpus: 2}, {name: n1, gpus: 1}]\n"
+                                           "policy: test-fifo\ninterval_s: 0.2\n")
+    env = dict(os.environ, DLSCHED_RUNTIME=f"{sys.executable} {CONTRACT_JOB}")
+    proc = subprocess.Popen([sys.executable, str(SERVE), "serve", "--cluster", str(tmp_path / "cluster.yaml"),
+                             "--state-dir", str(tmp_path / "state"), "--port", str(port)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(proc.stdout.read().decode())
+
+
+def coordinators(state):
+    pids = {}
+    for d in (state / "jobs").glob("*"):
+        try:
+            pids[int(d.name)] = int((d / "launch.json").read_text().split('"pid": ')[1].split(",")[0])
+        except (OSError, IndexError):
+            pass
+    return pids
+
+
+@pytest.mark.slow
+def test_sigkill_and_restart_loses_nothing(tmp_path):
+    port = free_port()
+    proc, url = start_service(tmp_path, port)
+    acked = []
+    try:
+        for i in range(5):
+            r = httpx.post(f"{url}/jobs", content=job_yaml(f"j{i}", samples=3200 if i < 3 else 640, step_s=0.05),
+                           headers=YAML)
+            acked.append(r.json()["id"])
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            jobs = httpx.get(f"{url}/jobs").json()
+            if sum(j["state"] == "running" and j["samples"] > 0 for j in jobs) >= 2:
+                break
+            time.sleep(0.1)
+        # one more submission acknowledged just before the crash
+        acked.append(httpx.post(f"{url}/jobs", content=job_yaml("last", samples=320), headers=YAML).json()["id"])
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    state = tmp_path / "state"
+    running = coordinators(state)
+    assert len(running) >= 2
+    # a machine-level loss of one coordinator too: that job must resume from its checkpoint
+    alive = sorted(j for j, pid in running.items() if psutil.pid_exists(pid))
+    assert len(alive) >= 2, "coordinators must survive the service's death"
+    victim = alive[0]
+    os.killpg(running[victim], signal.SIGKILL)
+
+    proc, url = start_service(tmp_path, port)
+    try:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            jobs = httpx.get(f"{url}/jobs").json()
+            if all(j["state"] in ("finished", "failed", "cancelled") for j in jobs):
+                break
+            time.sleep(0.2)
+        assert [j["id"] for j in jobs] == acked
+        assert all(j["state"] == "finished" for j in jobs), [(j["id"], j["state"], j["error"]) for j in jobs]
+        assert all(j["samples"] == j["total_samples"] for j in jobs)
+        kinds = {e["kind"] for e in httpx.get(f"{url}/jobs/{victim}/events").json()}
+        assert "queued" in kinds      # re-queued after the restart, resumed from its checkpoint
+        victim_samples = [p["samples"] for p in httpx.get(f"{url}/jobs/{victim}/progress").json()]
+        assert victim_samples.count(32) == 1          # not restarted from zero
+        # the others were re-attached (or finished while no service was watching): never relaunched
+        assert {j: coordinators(state)[j] for j in alive[1:]} == {j: running[j] for j in alive[1:]}
+        for j in alive[1:]:
+            ev = httpx.get(f"{url}/jobs/{j}/events").json()
+            assert not any(e["kind"] == "queued" for e in ev)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

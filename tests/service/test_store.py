@@ -1,0 +1,95 @@
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dlsched.service.store import (CANCELLED, FINISHED, MIGRATIONS, QUEUED, RESCALING, RUNNING, Store,
+                                   TransitionError, UnknownJob)
+from dlsched.spec import load_job_spec
+
+SPEC = load_job_spec("name: j\nentry: m:make_job\ngpus: 2")
+
+
+def test_schema_is_versioned_and_reopening_is_idempotent(tmp_path):
+    db = tmp_path / "s.db"
+    s = Store(db)
+    assert s.schema_version == len(MIGRATIONS)
+    assert s._conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    s.submit(SPEC)
+    s.close()
+    s2 = Store(db)
+    assert s2.count() == 1 and s2.schema_version == len(MIGRATIONS)
+    rows = s2._conn().execute("SELECT COUNT(*) FROM schema_version").fetchone()[0]
+    assert rows == len(MIGRATIONS)
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    db = tmp_path / "s.db"
+    Store(db).close()
+    c = sqlite3.connect(db)
+    c.execute("INSERT INTO schema_version VALUES (99)")
+    c.commit()
+    with pytest.raises(RuntimeError, match="schema version 99 is newer"):
+        Store(db)
+
+
+def test_state_machine(tmp_path):
+    s = Store(tmp_path / "s.db")
+    j = s.submit(SPEC, now=1.0)
+    assert s.get(j).state == QUEUED
+    rec = s.transition(j, RUNNING, now=2.0, num_gpus=2, placement={"n0": 2})
+    assert rec.start_time == 2.0 and rec.placement == {"n0": 2}
+    s.transition(j, RESCALING, now=3.0, num_gpus=1, placement={"n0": 1})
+    s.transition(j, RUNNING, now=4.0)
+    s.transition(j, QUEUED, now=5.0, num_gpus=0, placement={})   # preempted
+    assert s.get(j).start_time == 2.0
+    s.transition(j, RUNNING, now=6.0)
+    done = s.transition(j, FINISHED, now=7.0)
+    assert done.end_time == 7.0 and done.num_gpus == 0 and done.placement == {}
+    with pytest.raises(TransitionError, match="finished -> running"):
+        s.transition(j, RUNNING)
+    kinds = [e["kind"] for e in s.events(j)]
+    assert kinds == ["submitted", "running", "rescaling", "running", "queued", "running", "finished"]
+    with pytest.raises(UnknownJob):
+        s.transition(999, RUNNING)
+
+
+def test_cancel_queued_is_immediate_running_is_flagged(tmp_path):
+    s = Store(tmp_path / "s.db")
+    a, b = s.submit(SPEC), s.submit(SPEC)
+    s.transition(b, RUNNING, num_gpus=2)
+    assert s.request_cancel(a).state == CANCELLED
+    rb = s.request_cancel(b)
+    assert rb.state == RUNNING and rb.cancel_requested
+    s.request_cancel(a)     # cancelling twice is harmless
+    assert s.get(a).state == CANCELLED
+
+
+def test_progress_and_offset_advance_together(tmp_path):
+    s = Store(tmp_path / "s.db")
+    j = s.submit(SPEC)
+    s.add_progress(j, [{"time": 1.0, "step": 1, "samples": 32, "loss": 2.0}], 120, samples=32.0, last_loss=2.0)
+    rec = s.get(j)
+    assert rec.progress_offset == 120 and rec.samples == 32 and s.progress(j)[0]["loss"] == 2.0
+
+
+def test_acknowledged_submission_survives_sigkill(tmp_path):
+    """A writer killed with SIGKILL right after the id is returned: the row must be there on reopen."""
+    db = tmp_path / "s.db"
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        from dlsched.service.store import Store
+        from dlsched.spec import load_job_spec
+        s = Store({str(db)!r})
+        for i in range(20):
+            print(s.submit(load_job_spec("name: j\\nentry: m:f")), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -9
+    acked = [int(x) for x in out.stdout.split()]
+    assert len(acked) == 20
+    s = Store(db)
+    assert [j.id for j in s.jobs()] == acked

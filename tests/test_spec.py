@@ -1,0 +1,103 @@
+import json
+
+import pytest
+
+from dlsched.errors import UserError
+from dlsched.spec import (JobSpec, SpecError, load_cluster_spec, load_cluster_spec_file, load_job_spec,
+                          load_job_spec_file, to_json, to_yaml)
+
+GOOD = """
+name: resnet-elastic
+entry: examples/mlp.py:make_job
+gpus: 2
+min_gpus: 1
+max_gpus: 4
+batch_size: 64
+min_batch_size: 32
+max_batch_size: 256
+params: {epochs: 2, lr: 0.1, arch: wide, shuffle: true}
+"""
+
+
+def test_valid_spec_round_trips_through_yaml_and_json():
+    spec = load_job_spec(GOOD)
+    assert spec.elastic and spec.gpu_range == (1, 4) and spec.params["lr"] == 0.1
+    assert load_job_spec(to_yaml(spec)) == spec
+    assert load_job_spec(to_json(spec), fmt="json") == spec
+
+
+def test_rigid_spec_is_not_elastic():
+    spec = load_job_spec("name: a\nentry: m:make_job\ngpus: 3")
+    assert not spec.elastic and spec.gpu_range == (3, 3)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("name: a\nentry: m:f\ngpus: '4'", "field gpus: Input should be a valid integer (got '4')"),
+    ("name: a\nentry: m:f\ngpus: true", "field gpus: Input should be a valid integer (got True)"),
+    ("name: a\nentry: m:f\ngpus: 2.0", "field gpus"),
+    ("name: a\nentry: m:f\ngpus: -1", "field gpus: Input should be greater than or equal to 1 (got -1)"),
+    ("name: a\nentry: m:f\ngpus: 0", "field gpus"),
+    ("name: a\nentry: m:f\ngpus: 100000000000000000000", "less than or equal to 4096"),
+    ("name: a\nentry: m:f\nbatch_size: 1000000000", "field batch_size"),
+    ("name: a\nentry: m:f\ngpu: 2", "field gpu: Extra inputs are not permitted"),
+    ("entry: m:f", "field name: Field required"),
+    ("name: a b\nentry: m:f", "field name: String should match pattern"),
+    ("name: a\nentry: 'rm -rf /; x:y'", "field entry"),
+    ("name: a\nentry: m:f\ngpus: 2\nmax_gpus: 1", "must lie in [min_gpus=2, max_gpus=1]"),
+    ("name: a\nentry: m:f\nmin_batch_size: 64", "min_batch_size and max_batch_size go together"),
+    ("name: a\nentry: m:f\nmin_batch_size: 64\nmax_batch_size: 32", "min_batch_size=64 > max_batch_size=32"),
+    ("name: a\nentry: m:f\nparams: {lr: .inf}", "param lr=inf is not finite"),
+    ("name: a\nentry: m:f\nparams: {lr: [1, 2]}", "param lr must be a number, bool or string"),
+    ("name: a\nentry: m:f\nparams: {'bad key': 1}", "is not an identifier"),
+    ("- 1\n- 2", "expected a mapping of fields, got list"),
+    ("name: [unclosed", "invalid YAML"),
+])
+def test_bad_specs_are_refused_with_one_line(text, needle):
+    with pytest.raises(SpecError) as e:
+        load_job_spec(text, "job.yaml")
+    msg = str(e.value)
+    assert needle in msg and "\n" not in msg and msg.startswith("job.yaml: ")
+    assert isinstance(e.value, UserError)
+
+
+def test_non_utf8_and_oversized_bodies():
+    with pytest.raises(SpecError, match=r"not UTF-8 \(byte 6"):
+        load_job_spec(b"name: \xff\xfe", "body")
+    with pytest.raises(SpecError, match="limit is 1048576"):
+        load_job_spec(b"x" * (2 << 20), "body")
+
+
+def test_json_is_parsed_as_json():
+    with pytest.raises(SpecError, match="invalid JSON"):
+        load_job_spec("name: a", fmt="json")
+    assert load_job_spec(json.dumps({"name": "a", "entry": "m:f"}), fmt="json").name == "a"
+
+
+def test_files_name_themselves(tmp_path):
+    f = tmp_path / "job.yaml"
+    f.write_text("name: a\nentry: m:f\ngpus: -3\n")
+    with pytest.raises(SpecError, match=r"job.yaml: field gpus: .*\(got -3\)"):
+        load_job_spec_file(f)
+    with pytest.raises(SpecError, match="cannot read"):
+        load_job_spec_file(tmp_path / "missing.yaml")
+
+
+def test_cluster_spec(tmp_path):
+    c = load_cluster_spec("nodes: [{name: a, gpus: 4}, {name: b, gpus: 2, gpu_type: v100}]\npolicy: elastic")
+    assert [n.gpus for n in c.nodes] == [4, 2] and c.interval_s == 2.0
+    with pytest.raises(SpecError, match="duplicate node names"):
+        load_cluster_spec("nodes: [{name: a, gpus: 4}, {name: a, gpus: 2}]")
+    with pytest.raises(SpecError, match="field nodes: List should have at least 1 item"):
+        load_cluster_spec("nodes: []")
+    with pytest.raises(SpecError, match="field nodes.0.gpus"):
+        load_cluster_spec("nodes: [{name: a, gpus: -1}]")
+
+
+def test_demo_examples_validate():
+    from dlsched.paths import REPO_ROOT
+
+    demo = REPO_ROOT / "examples" / "demo"
+    load_cluster_spec_file(demo / "cluster.yaml")
+    specs = [load_job_spec_file(f) for f in sorted((demo / "jobs").glob("*.yaml"))]
+    assert len(specs) >= 4 and any(s.elastic and s.min_batch_size for s in specs)
+    assert isinstance(specs[0], JobSpec)

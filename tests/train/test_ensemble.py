@@ -1,0 +1,114 @@
+"""FLEET runtime: real processes sharing a torch shared-memory ring; real training with early stopping."""
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlsched.errors import UserError
+from dlsched.train.ensemble import (
+    CTX, BatchRing, Convergence, MemberSpec, RandomCrop, RandomHorizontalFlip, cifar_train_transform,
+    load_model_class, run_ensemble, run_flotillas, synthetic_images,
+)
+
+MODELS = Path(__file__).resolve().parents[2] / "examples" / "ensemble" / "models.py"
+
+
+def _read_slot_ptr(ring, index, out):
+    x, _ = ring.get(index)
+    out.put((x.data_ptr(), float(x.sum())))
+    ring.release(index, 0)
+
+
+def test_transforms_crop_pad_and_flip_like_torchvision():
+    img = torch.arange(2 * 4 * 4, dtype=torch.uint8).view(2, 4, 4)
+    g = torch.Generator().manual_seed(0)
+    crops = [RandomCrop(4, padding=2)(img, g) for _ in range(50)]
+    assert all(c.shape == (2, 4, 4) for c in crops)
+    assert any((c == 0).any() for c in crops) and any(torch.equal(c, img) for c in crops)   # padding shows; offset 0 too
+    flips = {RandomHorizontalFlip()(img, g)[0, 0, 0].item() for _ in range(50)}
+    assert flips == {img[0, 0, 0].item(), img[0, 0, -1].item()}
+    out = cifar_train_transform(32)(synthetic_images(1)[0][0], g)
+    assert out.dtype == torch.float32 and out.shape == (3, 32, 32) and -3 < out.mean() < 3
+
+
+def test_consumer_reads_the_producers_memory_in_place():
+    ring = BatchRing(slots=2, batch=4, shape=(3, 8, 8), consumers=1)
+    ring.put(0, torch.ones(4, 3, 8, 8), torch.zeros(4, dtype=torch.long))
+    q = CTX.Queue()
+    p = CTX.Process(target=_read_slot_ptr, args=(ring, 0, q))
+    p.start()
+    ptr, total = q.get(timeout=60)
+    p.join()
+    assert total == 4 * 3 * 8 * 8
+    # The slot lives in shared memory; a consumer gets a view (no per-consumer copy) of it.
+    assert ring.images.is_shared() and ring.get(0)[0].data_ptr() == ring.images[0].data_ptr()
+    assert ring.pending[0] == 0
+
+
+def test_backpressure_a_slot_is_reused_only_after_every_consumer_released_it():
+    ring = BatchRing(slots=1, batch=2, shape=(1,), consumers=2)
+    assert ring.put(0, torch.zeros(2, 1), torch.zeros(2, dtype=torch.long))
+    done = threading.Event()
+    threading.Thread(target=lambda: (ring.put(1, torch.ones(2, 1), torch.ones(2, dtype=torch.long)), done.set()), daemon=True).start()
+    ring.release(0, 0)
+    time.sleep(0.3)
+    assert not done.is_set()            # consumer 1 still holds batch 0
+    ring.leave(1)                        # a converged member leaves: it must not hold the producer back
+    assert done.wait(5) and ring.seq[0] == 1 and ring.pending[0] == 0b01
+
+
+def test_bad_model_reference_is_one_clear_line():
+    with pytest.raises(UserError, match="has no Nope"):
+        load_model_class(f"{MODELS}:Nope")
+    with pytest.raises(UserError, match="expected 'module:Class'"):
+        load_model_class("justamodule")
+
+
+@pytest.mark.slow
+def test_members_converge_leave_with_checkpoints_and_the_rest_are_re_formed(tmp_path):
+    data, val = synthetic_images(256, seed=0), synthetic_images(128, seed=1)
+    members = [
+        MemberSpec("tiny", f"{MODELS}:TinyCNN", {"width": 4}, lr=0.05, max_epochs=2),
+        MemberSpec("mlp", f"{MODELS}:MLPHead", {"hidden": 16}, lr=0.05),
+    ]
+    # tiny stops after 2 epochs at the latest, mlp after 4: tiny leaves first, mlp is re-formed alone and resumed.
+    conv = Convergence(patience=5, min_delta=0.0, max_epochs=4)
+    plans = []
+    report = run_ensemble(members, data, val, 64, conv, tmp_path, on_plan=plans.append, rate_tolerance=0.99)
+    assert set(report.finish_s) == {"tiny", "mlp"}
+    assert sorted(plans[0][0]) == ["mlp", "tiny"] and len(plans[0]) == 1       # one shared flotilla first
+    assert len(report.flotillas) == 2 and len(report.flotillas[1].members) == 1   # re-formed for the survivor
+    assert report.flotillas[1].members == ("mlp",) and report.epochs == {"tiny": 2, "mlp": 4}
+    assert report.finish_s["mlp"] > report.flotillas[0].end > report.finish_s["tiny"]
+    assert all((tmp_path / f"{m}.pt").exists() and (tmp_path / f"{m}.best.pt").exists() for m in ("tiny", "mlp"))
+    assert max(report.best_acc.values()) > 0.3      # 10 classes: learned something from the shared batches
+    assert all(f.producer_cpu_s > 0 for f in report.flotillas)
+
+
+@pytest.mark.slow
+def test_shared_flotilla_delivers_the_same_batches_to_every_member(tmp_path):
+    data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
+    members = [MemberSpec(n, f"{MODELS}:MLPHead", {"hidden": 8}) for n in ("a", "b", "c")]
+    conv = Convergence(patience=10**6, max_epochs=10**6)
+    got = []
+    _, (run,) = run_flotillas([members], data, val, 32, conv, tmp_path, CTX.Queue(), max_batches=12, on_report=got.append)
+    final = {m[0]: m[3] for m in got if m[4] is None}
+    assert final == {"a": 12, "b": 12, "c": 12} and run.producer_cpu_s > 0
+
+
+@pytest.mark.slow
+def test_a_data_parallel_member_splits_each_shared_batch_over_its_workers(tmp_path):
+    data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
+    members = [MemberSpec("dp", f"{MODELS}:MLPHead", {"hidden": 8}), MemberSpec("solo", f"{MODELS}:MLPHead", {"hidden": 8})]
+    conv = Convergence(patience=10**6, max_epochs=10**6)
+    got = []
+    _, (run,) = run_flotillas([members], data, val, 32, conv, tmp_path, CTX.Queue(), max_batches=16,
+                              workers={"dp": 2}, on_report=got.append)
+    assert run.workers == (2, 1)
+    final = {m[0]: m[3] for m in got if m[4] is None}
+    assert final == {"dp": 16, "solo": 16}           # one report per member (rank 0), both ranks in lock-step
+    # DDP kept the two ranks identical; the checkpoint (rank 0) loads into a fresh model.
+    cls = load_model_class(f"{MODELS}:MLPHead")
+    cls(hidden=8).load_state_dict(torch.load(tmp_path / "dp.pt", weights_only=False)["model"])
