@@ -44,7 +44,7 @@ def _free_port() -> int:
 def _ddp_proc(rank, world, port, entry, params, batch, steps, threads, out):
     torch.set_num_threads(threads)
     store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False, timeout=timedelta(seconds=60))
-    backend, device = pick_backend(world)
+    backend, device = pick_backend(world, rank)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world)
     job = build_job(entry, params)
     torch.manual_seed(job.seed)

@@ -51,10 +51,13 @@ def fault_slowdown(worker_id: int) -> float:
     return float(secs) if wid.strip() == str(worker_id) else 0.0
 
 
-def pick_backend(world_size: int) -> tuple[str, torch.device]:
-    """NCCL when every rank can have its own GPU, else gloo on CPU — same code either way."""
+def pick_backend(world_size: int, rank: int = 0) -> tuple[str, torch.device]:
+    """NCCL when every rank can have its own GPU (rank r uses cuda:r), else gloo on CPU — same code either way.
+
+    NCCL refuses two ranks of one communicator on the same device, hence one GPU per rank.
+    """
     if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl", torch.device("cuda", 0)
+        return "nccl", torch.device("cuda", rank)
     return "gloo", torch.device("cpu")
 
 
@@ -108,7 +111,7 @@ class Worker:
     def run_generation(self, plan: dict) -> bool:
         gen, rank, world = plan["generation"], plan["wids"].index(self.wid), len(plan["wids"])
         t_join = time.perf_counter()
-        backend, self.device = pick_backend(world)
+        backend, self.device = pick_backend(world, rank)
         self.model.to(self.device)
         dist.init_process_group(backend, store=dist.PrefixStore(f"pg/{gen}", self.store),
                                 rank=rank, world_size=world, timeout=PG_TIMEOUT)
