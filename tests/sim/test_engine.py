@@ -1,6 +1,7 @@
 import pytest
 
-from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView
+from dlsched.errors import UserError
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView, make_policy
 from dlsched.sim import JobSpec, SimConfig, Simulator, run
 from dlsched.sim.traces import TraceThroughput, load_app
 from tests.sim.helpers import jcts, job
@@ -88,3 +89,26 @@ def test_fidelity_to_pollux_artifact_workload1(data_dir, policy):
     assert r.summary()["finished"] == 160
     assert r.avg_jct == pytest.approx(PEER[policy], rel=0.03)
     assert r.avg_jct == pytest.approx(PEER[policy], abs=0.01)   # we reproduce the peer's semantics exactly
+
+
+@pytest.mark.parametrize("policy", ["tiresias", "elastic"])
+def test_batch_outside_the_traces_fails_at_submit(data_dir, policy):
+    # cifar10 is validated at global batches 128..4096: 16 cannot be simulated by any policy.
+    jobs = [JobSpec("ok", 0, 1, app="cifar10", batch_size=128), JobSpec("bad", 5000, 1, app="cifar10", batch_size=16)]
+    with pytest.raises(UserError, match="job bad: field batch_size=16 is outside .*128..4096"):
+        Simulator(jobs, make_policy(policy), ClusterView.homogeneous(1, 4))
+
+
+def test_policy_validates_every_job_at_submit(data_dir):
+    # A fixed batch of 4096 needs >= 4 GPUs (<= 1024 samples per GPU); the cluster has 2. The elastic policy may
+    # shrink the batch, so only elastic-gpu-only rejects it — before any simulated time passes.
+    jobs = [JobSpec("ok", 0, 1, app="cifar10", batch_size=128), JobSpec("big", 9000, 2, app="cifar10", batch_size=4096)]
+    with pytest.raises(UserError, match="job 'big'.*no feasible GPU count"):
+        Simulator(jobs, make_policy("elastic-gpu-only"), ClusterView.homogeneous(1, 2))
+    assert Simulator(jobs, make_policy("elastic"), ClusterView.homogeneous(1, 2)).t == 0.0
+
+
+def test_trace_job_view_carries_min_local_batch(data_dir):
+    sim = Simulator([JobSpec("a", 0, 1, app="cifar10", batch_size=128)], make_policy("elastic"),
+                    ClusterView.homogeneous(1, 4))
+    assert sim._make_view(sim.jobs[0]).min_local_batch == load_app("cifar10").min_local_bsz == 32

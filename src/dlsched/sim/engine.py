@@ -110,6 +110,10 @@ class Simulator:
         for j in self.jobs:
             if j.app is None and not j.spec.duration:
                 raise UserError(f"job {j.spec.id}: neither an application nor a duration")
+            if j.app is not None and j.spec.batch_size is not None and not (
+                    j.app.init_batch_size <= j.spec.batch_size <= j.app.max_batch_size):
+                raise UserError(f"job {j.spec.id}: field batch_size={j.spec.batch_size} is outside the batch sizes "
+                                f"{j.app.init_batch_size}..{j.app.max_batch_size} the {j.app.name} traces validate")
             if j.spec.requested_gpus > cluster.total_gpus:
                 raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has {cluster.total_gpus}")
         self.node_speed = {n.name: float(config.gpu_speed.get(n.gpu_type, 1.0)) for n in cluster.nodes}
@@ -127,6 +131,17 @@ class Simulator:
         self.requested = 0          # GPUs requested by active jobs
         self.trace_active = 0       # active trace-driven jobs
         self.short = 0              # running jobs holding fewer/more GPUs than requested
+        self._validate_at_submit()
+
+    def _validate_at_submit(self) -> None:
+        """Ask the policy (when it can) whether each job is feasible, so a bad batch range is a one-line UserError
+        before any simulated time passes, never a crash or a silently starved job mid-run."""
+        validate = getattr(self.policy, "validate", None)
+        if validate is None:
+            return
+        cluster = ClusterView(self.cluster.nodes, 0.0)
+        for j in self.jobs:
+            validate(self._make_view(j), cluster)
 
     # --- progress -------------------------------------------------------------------------------
     def _advance_trace(self, job: _Job, seconds: float) -> None:
@@ -200,12 +215,12 @@ class Simulator:
         app = job.app
         if app is not None:
             speed = TraceThroughput(app, job.epoch, self.gpus_per_node)
-            attrs = {"app": app.name, "epoch": job.epoch, "min_local_batch": app.min_local_bsz,
-                     "progress": job.progress, "target_progress": app.target_progress}
+            attrs = {"app": app.name, "epoch": job.epoch, "progress": job.progress,
+                     "target_progress": app.target_progress}
             return JobView(
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
                 batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,
-                max_local_batch=app.max_local_bsz, max_gpus=job.max_gpus, attained_service=job.attained,
+                max_local_batch=app.max_local_bsz, min_local_batch=app.min_local_bsz, max_gpus=job.max_gpus, attained_service=job.attained,
                 run_time=job.run_time, placement=job.nodes, current_batch_size=job.batch,
                 remaining_samples=self._remaining(job), speed=speed, attrs=attrs)
         return JobView(
