@@ -29,7 +29,7 @@ from dlsched.errors import UserError
 from dlsched.placement import PlacementError, consolidated, most_free_first, place
 from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.sim.metrics import SimResult
-from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app
+from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app, speed_factor
 from dlsched.sim.workload import JobSpec, Workload
 
 
@@ -43,7 +43,7 @@ class SimConfig:
     remaining: str = "oracle"
     prediction_error: float = 0.0
     seed: int = 0
-    gpu_speed: Mapping[str, float] = field(default_factory=dict)   # GPU type -> speed factor (default 1.0)
+    gpu_speed: Mapping[str, float] = field(default_factory=dict)   # "TYPE" or "TYPE/APP" -> speed factor (1.0)
     horizon: float | None = None            # stop at this time (jobs unfinished then are reported as such)
     placement: str = "most-free"            # nodes for jobs a policy did not place: "most-free" (the peer's) or
                                             # "consolidated" (Optimus Theorem 1: fewest nodes, even split)
@@ -116,7 +116,8 @@ class Simulator:
                                 f"{j.app.init_batch_size}..{j.app.max_batch_size} the {j.app.name} traces validate")
             if j.spec.requested_gpus > cluster.total_gpus:
                 raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has {cluster.total_gpus}")
-        self.node_speed = {n.name: float(config.gpu_speed.get(n.gpu_type, 1.0)) for n in cluster.nodes}
+        self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
+        self.gpu_speed = tuple(sorted(config.gpu_speed.items()))
         self.total_gpus = cluster.total_gpus
         self.gpus_per_node = max(n.num_gpus for n in cluster.nodes)
         self.event_driven = bool(getattr(policy, "event_driven", False))
@@ -214,7 +215,7 @@ class Simulator:
     def _make_view(self, job: _Job) -> JobView:
         app = job.app
         if app is not None:
-            speed = TraceThroughput(app, job.epoch, self.gpus_per_node)
+            speed = TraceThroughput(app, job.epoch, self.gpus_per_node, self.gpu_speed)
             attrs = {"app": app.name, "epoch": job.epoch, "progress": job.progress,
                      "target_progress": app.target_progress}
             return JobView(
@@ -227,7 +228,7 @@ class Simulator:
             id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
             max_gpus=job.spec.requested_gpus, attained_service=job.attained, run_time=job.run_time,
             placement=job.nodes, remaining_samples=self._remaining(job),
-            speed=LinearThroughput(job.spec.requested_gpus), attrs={"priority": job.spec.priority})
+            speed=LinearThroughput(job.spec.requested_gpus, self.gpu_speed), attrs={"priority": job.spec.priority})
 
     # --- state changes --------------------------------------------------------------------------
     def _set_nodes(self, job: _Job, nodes: Mapping[str, int]) -> None:
@@ -242,7 +243,8 @@ class Simulator:
         job.nodes = dict(nodes)
         job.ptuple = tuple(nodes.values())
         job.ngpus = sum(job.ptuple)
-        job.speed = min((self.node_speed[n] for n in nodes), default=1.0)
+        app = job.app.name if job.app is not None else None
+        job.speed = min((speed_factor(self.cfg.gpu_speed, self.node_type[n], app) for n in nodes), default=1.0)
         self.short += bool(job.ngpus) and job.ngpus != req
 
     def _reallocate(self, job: _Job, nodes: Mapping[str, int], batch: int | None, changed: bool | None = None) -> None:
