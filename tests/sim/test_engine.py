@@ -112,3 +112,16 @@ def test_trace_job_view_carries_min_local_batch(data_dir):
     sim = Simulator([JobSpec("a", 0, 1, app="cifar10", batch_size=128)], make_policy("elastic"),
                     ClusterView.homogeneous(1, 4))
     assert sim._make_view(sim.jobs[0]).min_local_batch == load_app("cifar10").min_local_bsz == 32
+
+
+def test_trace_job_gpu_cap_comes_from_the_app_not_the_user_batch(data_dir):
+    # cifar10: user batch 128 at >= 32 per GPU would cap it at 4 GPUs; the app's traced batches reach 4096 (128 GPUs).
+    cluster = ClusterView.homogeneous(2, 4)
+    sim = Simulator([JobSpec("a", 0, 1, app="cifar10", batch_size=128)], make_policy("elastic"), cluster)
+    view = sim._make_view(sim.jobs[0])
+    assert view.max_gpus == 4096 // 32
+    grown = make_policy("elastic").decide((view,), cluster).jobs["a"]
+    assert grown.num_gpus > 4 and grown.batch_size > 128          # batch grows with the GPUs
+    fixed = make_policy("elastic-gpu-only").decide((view,), cluster).jobs["a"]
+    assert fixed.num_gpus <= 4 and fixed.batch_size == 128
+    assert make_policy("optimus").gain(view, 4, 4) == 0.0           # the user's batch cannot feed a 5th GPU

@@ -209,7 +209,6 @@ class ElasticPolicy:
         for node in job.placement:
             return type_of.get(node)
         return None
-        return None
 
     def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, scale: float, gpu_type: str, node_size: int,
                cur_type: str | None) -> np.ndarray:

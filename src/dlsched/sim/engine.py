@@ -82,7 +82,11 @@ class _Job:
         self.max_gpus = spec.requested_gpus
         self.view: JobView | None = None   # cached snapshot while waiting (nothing about it changes then)
         if app is not None:
-            by_batch = (spec.batch_size or app.max_batch_size) // app.min_local_bsz
+            # The most GPUs the application can use at all: its largest traced batch at the smallest profiled
+            # per-GPU batch (capped where the peer caps it). Not the user's batch: elastic policies grow the batch
+            # with the GPUs; policies that keep the user's batch see 0 samples/s beyond batch // min_local_bsz
+            # (TraceThroughput), so Optimus and elastic-gpu-only stop there as before.
+            by_batch = app.max_batch_size // app.min_local_bsz
             self.max_gpus = max(1, min(by_batch, app.max_gpus or by_batch))
 
 
