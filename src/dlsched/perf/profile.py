@@ -45,6 +45,14 @@ def read_numeric_csv(path: str | Path, columns: Iterable[str], *, nonnegative: I
 
     ``optional`` columns are checked when present; empty cells in them are allowed (NaN).
     """
+    df = read_csv_text(path)
+    return check_numeric_frame(df, str(path), columns, nonnegative=nonnegative, positive=positive,
+                               optional=optional, min_rows=min_rows, line_of=_line)
+
+
+def read_csv_text(path: str | Path) -> pd.DataFrame:
+    """A CSV as strings (empty cells kept as ""), header names stripped; a missing or unreadable file is a
+    one-line ``UserError`` naming it. The first step of every checked reader."""
     path = Path(path)
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
@@ -53,8 +61,7 @@ def read_numeric_csv(path: str | Path, columns: Iterable[str], *, nonnegative: I
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
     df.columns = [c.strip() for c in df.columns]
-    return check_numeric_frame(df, str(path), columns, nonnegative=nonnegative, positive=positive,
-                               optional=optional, min_rows=min_rows, line_of=_line)
+    return df
 
 
 def check_numeric_frame(df: pd.DataFrame, source: str, columns: Iterable[str], *, nonnegative: Iterable[str] = (),
@@ -137,21 +144,27 @@ class PolluxApp:
         return pd.DataFrame({"step": df.iteration.to_numpy(float), "loss": m})
 
 
+def read_validation(app_dir: Path, columns: Iterable[str], nonnegative: Iterable[str] = ()) -> dict[int, pd.DataFrame]:
+    """``validation-<global batch>.csv`` files of a Pollux trace folder, checked: {global batch: frame}."""
+    validation = {}
+    for f in sorted(Path(app_dir).glob("validation-*.csv")):
+        try:
+            m = int(f.stem.split("-")[-1])
+        except ValueError:
+            raise UserError(f"{f}: file name must be validation-<global batch>.csv") from None
+        validation[m] = read_numeric_csv(f, columns, nonnegative=nonnegative)
+    if not validation:
+        raise UserError(f"{app_dir}: no validation-<batch>.csv files")
+    return validation
+
+
 def pollux_app(name: str, root: Path | None = None) -> PolluxApp:
     """Load ``pollux/traces/<name>`` from the shared data folder (or ``root``)."""
     d = Path(root or shared_data() / "pollux" / "traces") / name
     if not d.is_dir():
         raise UserError(f"{d}: no such Pollux trace folder (known: {', '.join(POLLUX_APPS)})")
-    validation = {}
-    for f in sorted(d.glob("validation-*.csv")):
-        try:
-            m = int(f.stem.split("-")[-1])
-        except ValueError:
-            raise UserError(f"{f}: file name must be validation-<global batch>.csv") from None
-        validation[m] = read_numeric_csv(f, ["progress", "iteration", "metric", "grad_sqr", "grad_var"],
-                                         nonnegative=["progress", "iteration", "grad_sqr", "grad_var"])
-    if not validation:
-        raise UserError(f"{d}: no validation-<batch>.csv files")
+    validation = read_validation(d, ["progress", "iteration", "metric", "grad_sqr", "grad_var"],
+                                 nonnegative=["progress", "iteration", "grad_sqr", "grad_var"])
     num = ["local_bsz", "step_time", "sync_time"]
     scal = read_numeric_csv(d / "scalability.csv", ["num_nodes", "num_replicas"] + num, positive=["local_bsz", "step_time"],
                             nonnegative=["sync_time"])
