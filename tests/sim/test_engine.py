@@ -125,3 +125,13 @@ def test_trace_job_gpu_cap_comes_from_the_app_not_the_user_batch(data_dir):
     fixed = make_policy("elastic-gpu-only").decide((view,), cluster).jobs["a"]
     assert fixed.num_gpus <= 4 and fixed.batch_size == 128
     assert make_policy("optimus").gain(view, 4, 4) == 0.0           # the user's batch cannot feed a 5th GPU
+
+
+def test_elastic_reads_min_local_batch_from_the_field_or_attrs():
+    from dlsched.policy.base import JobView
+    from dlsched.policy.elastic import batch_range
+
+    common = dict(batch_size=128, min_batch_size=128, max_batch_size=256, max_local_batch=128)
+    assert batch_range(JobView("a", 0, 1, min_local_batch=32, **common), 64).g_max == 256 // 32
+    assert batch_range(JobView("a", 0, 1, attrs={"min_local_batch": 64}, **common), 64).g_max == 256 // 64
+    assert batch_range(JobView("a", 0, 1, **common), 64).g_max == 64

@@ -144,7 +144,8 @@ class PolluxApp:
         return pd.DataFrame({"step": df.iteration.to_numpy(float), "loss": m})
 
 
-def read_validation(app_dir: Path, columns: Iterable[str], nonnegative: Iterable[str] = ()) -> dict[int, pd.DataFrame]:
+def read_validation(app_dir: Path, columns: Iterable[str],
+                    nonnegative: Iterable[str] = ()) -> dict[int, pd.DataFrame]:
     """``validation-<global batch>.csv`` files of a Pollux trace folder, checked: {global batch: frame}."""
     validation = {}
     for f in sorted(Path(app_dir).glob("validation-*.csv")):

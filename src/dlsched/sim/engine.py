@@ -225,8 +225,8 @@ class Simulator:
             return JobView(
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
                 batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,
-                max_local_batch=app.max_local_bsz, min_local_batch=app.min_local_bsz, max_gpus=job.max_gpus, attained_service=job.attained,
-                run_time=job.run_time, placement=job.nodes, current_batch_size=job.batch,
+                max_local_batch=app.max_local_bsz, min_local_batch=app.min_local_bsz, max_gpus=job.max_gpus,
+                attained_service=job.attained, run_time=job.run_time, placement=job.nodes, current_batch_size=job.batch,
                 remaining_samples=self._remaining(job), speed=speed, attrs=attrs)
         return JobView(
             id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
