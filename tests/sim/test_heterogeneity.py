@@ -1,6 +1,8 @@
 """GPU types end to end: speed factors in the trace speed model, type-aware placement, a better JCT."""
 import pytest
 
+from dlsched.errors import UserError
+
 from dlsched.policy.base import ClusterView, NodeView, make_policy
 from dlsched.sim import JobSpec, SimConfig, Simulator, run
 from dlsched.sim.traces import TraceThroughput, load_app, speed_factor
@@ -34,3 +36,9 @@ def test_largest_speedup_gets_the_fast_type_and_jct_improves(data_dir, policy):
     # Type-blind placement puts the first job (ncf) on the first node (fast); bert crawls on the slow one.
     assert aware.jct()["bert"] < 0.5 * blind.jct()["bert"]
     assert aware.avg_jct < 0.6 * blind.avg_jct
+
+
+@pytest.mark.parametrize("key", ["fats", "fast/berty", "fast/"])
+def test_unknown_speed_entry_is_an_error(key):
+    with pytest.raises(UserError, match=f"gpu_speed: entry {key}=2.0 needs a GPU type of the cluster"):
+        Simulator(JOBS[:1], make_policy("tiresias"), CLUSTER, SimConfig(gpu_speed={key: 2.0}))

@@ -26,6 +26,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from dlsched.errors import UserError
+from dlsched.perf.profile import POLLUX_APPS
 from dlsched.placement import PlacementError, consolidated, most_free_first, place
 from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.sim.metrics import SimResult
@@ -121,6 +122,12 @@ class Simulator:
             if j.spec.requested_gpus > cluster.total_gpus:
                 raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has {cluster.total_gpus}")
         self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
+        for key, factor in config.gpu_speed.items():
+            gpu_type, per_app, app = key.partition("/")
+            if gpu_type not in cluster.gpu_types or not factor > 0 or (per_app and app not in POLLUX_APPS):
+                raise UserError(f"gpu_speed: entry {key}={factor} needs a GPU type of the cluster "
+                                f"({', '.join(cluster.gpu_types)}), an optional /APP ({', '.join(POLLUX_APPS)}) "
+                                f"and a factor > 0")
         self.gpu_speed = tuple(sorted(config.gpu_speed.items()))
         self.total_gpus = cluster.total_gpus
         self.gpus_per_node = max(n.num_gpus for n in cluster.nodes)
