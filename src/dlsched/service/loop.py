@@ -115,22 +115,18 @@ class LiveLoop:
     def _make_view(self, job: JobRecord, speed) -> JobView:
         s = job.spec
         lo, hi = s.gpu_range
-        blo, bhi, preemptible = s.min_batch_size, s.max_batch_size, s.preemptible
+        blo, bhi = s.min_batch_size, s.max_batch_size
         if job.state == RESCALING:
-            # mid-resize the runtime is still moving to the last decision: pin it there until it confirms,
-            # so a noisy speed estimate cannot bounce the job between allocations
-            lo = hi = job.num_gpus
-            if job.batch_size is not None:
-                blo = bhi = job.batch_size
-            preemptible = False
+            # mid-resize the runtime is still moving to the last decision: no further growth until it confirms
+            # (a noisy early speed estimate must not bounce it), but it may still shrink
+            hi = max(lo, min(hi, job.num_gpus))
         remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
         return JobView(
-            id=str(job.id), submit_time=job.submit_time, requested_gpus=s.gpus if job.state != RESCALING else lo,
-            batch_size=s.batch_size if job.state != RESCALING else job.batch_size,
+            id=str(job.id), submit_time=job.submit_time, requested_gpus=min(s.gpus, hi), batch_size=s.batch_size,
             min_batch_size=blo, max_batch_size=bhi, max_local_batch=s.max_local_batch,
             max_gpus=hi, min_gpus=lo, attained_service=job.attained_service, run_time=job.run_time,
             placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
-            speed=speed, kind=s.kind, preemptible=preemptible,
+            speed=speed, kind=s.kind, preemptible=s.preemptible,
             attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
                    "state": job.state})
 
