@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dlsched.service.store import TERMINAL, Store, UnknownJob
+from dlsched.service.store import Store, UnknownJob
 from dlsched.spec import ClusterSpec, SpecError, load_job_spec
 
 DEFAULT_MAX_BODY = 1 << 20
@@ -211,6 +210,3 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                                              Path(state_dir) / "reports" if state_dir else None))
     return _Guard(api, token, max_body)
 
-
-def dumps(obj) -> str:
-    return json.dumps(obj, indent=2, default=str)
