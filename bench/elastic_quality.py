@@ -9,7 +9,7 @@ not it stops there) and wall time. Targets printed beside the figures:
     per-workload Pollux values from that file are printed too);
   * elastic beats elastic-gpu-only by a clear factor (the paper reports up to 10x avg JCT and 2x jobs completed).
 
-    PYTHONPATH=src python bench/elastic_quality.py [--workloads 1 2 3 4] [--policies ...]
+    PYTHONPATH=src python bench/elastic_quality.py [--workloads 1 2 3 4] [--policies ...] [--remaining none]
 """
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", type=int, nargs="+", default=[1, 2, 3, 4])
     ap.add_argument("--policies", nargs="+", default=[*OURS, "tiresias", "optimus"])
+    ap.add_argument("--remaining", default="oracle", choices=["oracle", "none"],
+                    help="what policies are told of remaining work (Pollux itself has no oracle; 'none' shows ours "
+                         "without it)")
     args = ap.parse_args()
     root = shared_data() / "pollux" / "workloads"
     jct: dict[str, dict[int, float]] = {p: {} for p in args.policies}
@@ -38,7 +41,7 @@ def main() -> None:
     for w in args.workloads:
         for p in args.policies:
             t = time.perf_counter()
-            res = run(root / f"workload-{w}.csv", p)
+            res = run(root / f"workload-{w}.csv", p, remaining=args.remaining)
             wall = time.perf_counter() - t
             window = float(res.jobs.submit.max())
             jct[p][w] = res.avg_jct
@@ -60,7 +63,8 @@ def main() -> None:
               f"{pollux_here:.1f} s (ratio {best_mean / pollux_here:.3f})")
     if "elastic" in jct and "elastic-gpu-only" in jct:
         for w in args.workloads:
-            print(f"workload {w}: elastic-gpu-only / elastic avg JCT = {jct['elastic-gpu-only'][w] / jct['elastic'][w]:.2f}x, "
+            factor = jct["elastic-gpu-only"][w] / jct["elastic"][w]
+            print(f"workload {w}: elastic-gpu-only / elastic avg JCT = {factor:.2f}x, "
                   f"jobs done in window elastic / gpu-only = {done['elastic'][w]} / {done['elastic-gpu-only'][w]}")
         ratio = np.mean(list(jct["elastic-gpu-only"].values())) / np.mean(list(jct["elastic"].values()))
         print(f"elastic vs elastic-gpu-only (mean avg JCT): {ratio:.2f}x better (paper: up to 10x)")

@@ -13,16 +13,17 @@ from pathlib import Path
 
 import torch
 
-from dlsched.train.ensemble import CTX, Convergence, MemberSpec, run_flotillas, synthetic_images
+from dlsched.train.ensemble import CTX, Convergence, MemberSpec, run_flotillas, synthetic_images, warm_up_torch
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "ensemble" / "models.py"
 MEMBERS = [
-    MemberSpec("tiny", f"{MODELS}:TinyCNN"),
-    MemberSpec("wide", f"{MODELS}:WideCNN", {"width": 8}),
+    MemberSpec("tiny", f"{MODELS}:TinyCNN", {"width": 4}),
+    MemberSpec("wide", f"{MODELS}:WideCNN", {"width": 4}),
     MemberSpec("strided", f"{MODELS}:StridedCNN"),
     MemberSpec("mlp", f"{MODELS}:MLPHead"),
 ]
-BATCH, BATCHES = 64, int(sys.argv[1]) if len(sys.argv) > 1 else 300
+BATCH, BATCHES = 128, int(sys.argv[1]) if len(sys.argv) > 1 else 240
+REPEATS = 3   # alternate shared / independent and keep each one's best: the 2 cores are shared with other users
 
 
 def run(groups, data, val) -> tuple[float, float, float]:
@@ -38,10 +39,16 @@ def run(groups, data, val) -> tuple[float, float, float]:
 
 def main() -> None:
     torch.set_num_threads(1)
+    warm_up_torch()   # one-off torch import cost, paid before either side is timed
     data, val = synthetic_images(4096, seed=0), synthetic_images(256, seed=1)
-    shared_tput, shared_cpu, ws = run([MEMBERS], data, val)
-    indep_tput, indep_cpu, wi = run([[m] for m in MEMBERS], data, val)
-    print(f"{len(MEMBERS)} models x {BATCHES} batches of {BATCH}; wall shared {ws:.1f} s, independent {wi:.1f} s")
+    shared, indep = [], []
+    for _ in range(REPEATS):
+        shared.append(run([MEMBERS], data, val))
+        indep.append(run([[m] for m in MEMBERS], data, val))
+        print(f"  shared {shared[-1][0]:.0f} samples/s ({shared[-1][2]:.1f} s), independent {indep[-1][0]:.0f} samples/s ({indep[-1][2]:.1f} s)")
+    shared_tput, shared_cpu, ws = max(shared)
+    indep_tput, indep_cpu, wi = max(indep)
+    print(f"{len(MEMBERS)} models x {BATCHES} batches of {BATCH}; best of {REPEATS}: wall shared {ws:.1f} s, independent {wi:.1f} s")
     print(f"throughput: shared {shared_tput:.0f} samples/s, independent {indep_tput:.0f} samples/s -> "
           f"{shared_tput / indep_tput:.2f}x (target >= 1.5x)")
     print(f"preprocessing CPU s/epoch: shared {shared_cpu:.2f}, independent {indep_cpu:.2f} -> "

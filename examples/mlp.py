@@ -13,7 +13,8 @@ from dlsched.train.job import TrainJob
 
 def make_job(num_samples: int = 512, dim: int = 16, classes: int = 4, hidden: int = 32, batch_size: int = 16,
              lr: float = 0.05, epochs: int = 1, seed: int = 0, throttle_s: float = 0.0,
-             max_local_batch: int = 0, target_loss: float | None = None) -> TrainJob:
+             max_local_batch: int = 0, target_loss: float | None = None, poison_sample: int = -1) -> TrainJob:
+    """``poison_sample``: reading this id raises (a deterministic failure, for failure-handling demos/tests)."""
     g = torch.Generator().manual_seed(seed)
     inputs = torch.randn(num_samples, dim, generator=g)
     teacher = torch.randn(dim, classes, generator=g)
@@ -24,6 +25,8 @@ def make_job(num_samples: int = 512, dim: int = 16, classes: int = 4, hidden: in
                              nn.Linear(hidden, classes))
 
     def get_batch(ids: torch.Tensor):
+        if poison_sample >= 0 and bool((ids == poison_sample).any()):
+            raise ValueError(f"sample {poison_sample} is poisoned")
         return inputs[ids], labels[ids]
 
     return TrainJob(name="mlp", make_model=make_model, num_samples=num_samples, get_batch=get_batch,

@@ -7,7 +7,7 @@ import pytest
 
 from dlsched.errors import UserError
 from dlsched.policy import ClusterView, JobView, NodeView, make_policy
-from dlsched.policy.dp import concave_greedy, is_concave, knapsack_dp, solve
+from dlsched.policy.dp import concave_greedy, hull_greedy, is_concave, knapsack_dp, pruned_dp, solve
 from dlsched.policy.elastic import batch_range, validate_elastic_job
 
 
@@ -89,7 +89,14 @@ def test_greedy_equals_dp_when_every_curve_is_concave(seed):
     assert greedy.value == pytest.approx(dp.value)
     assert sum(c[g] for c, g in zip(curves, greedy.gpus)) == pytest.approx(dp.value)
     assert greedy.gpus.sum() <= capacity
-    assert solve(curves, capacity).method == "greedy"
+
+
+def test_solve_uses_the_greedy_on_large_concave_instances():
+    rng = np.random.default_rng(9)
+    curves = random_curves(rng, jobs=400, max_g=32, concave=True)
+    sol = solve(curves, 512)
+    assert sol.method == "greedy"
+    assert sol.value == pytest.approx(knapsack_dp(curves, 512).value)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -103,6 +110,45 @@ def test_mixed_instance_uses_aggregate_and_stays_exact(seed):
         assert sol.value == pytest.approx(expected)
         assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(expected)
         assert sol.gpus.sum() <= capacity
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_hull_greedy_is_exact_whenever_it_certifies(seed):
+    rng = np.random.default_rng(300 + seed)
+    curves = []
+    for _ in range(int(rng.integers(1, 5))):
+        c = np.concatenate(([0.0], np.cumsum(rng.uniform(-0.1, 1.0, int(rng.integers(1, 5))))))
+        c[rng.uniform(size=len(c)) < 0.15] = -np.inf
+        c[0] = 0.0
+        curves.append(c)
+    capacity = int(rng.integers(0, 10))
+    sol = hull_greedy(curves, capacity)
+    if sol is not None:
+        assert sol.value == pytest.approx(brute_force(curves, capacity))
+        assert sol.gpus.sum() <= capacity
+    assert solve(curves, capacity).value == pytest.approx(brute_force(curves, capacity))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pruned_dp_matches_brute_force(seed):
+    rng = np.random.default_rng(500 + seed)
+    curves = []
+    for _ in range(int(rng.integers(1, 6))):
+        c = np.concatenate(([0.0], rng.uniform(0, 3, int(rng.integers(1, 5)))))
+        c[1:][rng.uniform(size=len(c) - 1) < 0.2] = -np.inf
+        curves.append(c)
+    capacity = int(rng.integers(0, 10))
+    sol = pruned_dp(curves, capacity)
+    assert sol is not None and sol.gpus.sum() <= capacity
+    assert sol.value == pytest.approx(brute_force(curves, capacity))
+    assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(sol.value)
+
+
+def test_hull_greedy_refuses_to_stop_inside_an_envelope_segment():
+    curves = [np.array([0.0, 0.1, 3.0])]          # envelope 0 -> 2 GPUs; with 1 GPU the greedy would stop inside
+    assert hull_greedy(curves, 1) is None
+    assert solve(curves, 1).gpus.tolist() == [1]
+    assert hull_greedy(curves, 2).gpus.tolist() == [2]
 
 
 def test_non_concave_curve_is_detected():
@@ -214,11 +260,15 @@ def test_heterogeneous_cluster_gives_the_fast_type_to_the_job_that_gains_most():
         alloc = make_policy("elastic").decide(order, cluster)
         assert alloc.jobs["j0"].gpu_type == "fast" and alloc.jobs["j1"].gpu_type == "slow"
     cluster = ClusterView((NodeView("f0", 2, "fast"), NodeView("s0", 2, "slow")))
+    mixed = (job(0, StepProfile(allreduce=1.0, fast_factor=2.0), max_gpus=1),) + tuple(
+        job(i, cheap, max_gpus=1) for i in range(1, 6))
+    types = {a.gpu_type for a in make_policy("elastic").decide(mixed, cluster).jobs.values()}
+    assert types == {"fast", "slow"}
     per_type = {}
     many = tuple(job(i, cheap, max_gpus=1) for i in range(6))
     for a in make_policy("elastic").decide(many, cluster).jobs.values():
         per_type[a.gpu_type] = per_type.get(a.gpu_type, 0) + a.num_gpus
-    assert per_type == {"fast": 2, "slow": 2}
+    assert per_type == {None: 4}          # no job tells the types apart: one pool, the driver places
 
 
 def test_job_without_speed_model_runs_rigidly():
@@ -230,7 +280,8 @@ def test_job_without_speed_model_runs_rigidly():
 # ---- submit-time validation ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(min_batch_size=512, max_batch_size=256, batch_size=None), "min_batch_size=512 is larger than max_batch_size=256"),
+    (dict(min_batch_size=512, max_batch_size=256, batch_size=None),
+     "min_batch_size=512 is larger than max_batch_size=256"),
     (dict(batch_size=2048), "batch_size=2048 is outside"),
     (dict(max_local_batch=8, max_gpus=2), "needs >= 4 GPUs but at most 2"),
     (dict(min_batch_size=0), "min_batch_size must be >= 1"),
@@ -248,6 +299,9 @@ def test_gpu_only_needs_a_fixed_batch_and_skips_invalid_jobs_without_crashing():
     bad = job(0, batch_size=None)
     with pytest.raises(UserError, match="batch_size is required by elastic-gpu-only"):
         validate_elastic_job(bad, cluster, fixed_batch=True)
+    with pytest.raises(UserError, match="job 'j0'"):
+        make_policy("elastic-gpu-only").validate(bad, cluster)
+    make_policy("elastic").validate(job(0, batch_size=None), cluster)        # the range alone suffices there
     alloc = make_policy("elastic-gpu-only").decide((bad, job(1)), cluster)
     assert alloc.gpus("j0") == 0 and alloc.gpus("j1") >= 1
 
@@ -276,3 +330,45 @@ def test_pinned_jobs_that_no_longer_fit_do_not_block_the_others():
     pinned = JobView(**{**running(job(0), 3, 96).__dict__, "preemptible": False, "attrs": {}})
     alloc = make_policy("elastic").decide((pinned, job(1)), small)
     assert alloc.gpus("j1") >= 1 and alloc.total_gpus <= 2
+
+
+def test_without_remaining_work_the_job_with_least_attained_service_goes_first():
+    cluster = ClusterView.homogeneous(1, 1)
+    old = job(0, attained_service=50_000.0)
+    new = job(1, attained_service=0.0)
+    assert make_policy("elastic").decide((old, new), cluster).gpus("j1") == 1
+    assert make_policy("elastic", urgency=0.0).decide((old, new), cluster).gpus("j0") == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_vectorised_concavity_check_agrees_with_the_scalar_one(seed):
+    from dlsched.policy.dp import _concave_rows
+    rng = np.random.default_rng(700 + seed)
+    curves = random_curves(rng, 6, 5, concave=True) + random_curves(rng, 6, 5, concave=False)
+    assert _concave_rows(curves) == [j for j, c in enumerate(curves) if is_concave(c)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_solve_on_large_non_concave_instances_matches_the_plain_dp(seed):
+    rng = np.random.default_rng(900 + seed)
+    curves = []
+    for _ in range(400):                    # step-time-like curves: a dip at 2 GPUs (all-reduce), then concave
+        G = int(rng.integers(2, 24))
+        g = np.arange(G + 1, dtype=float)
+        c = g / (1 + rng.uniform(0.02, 0.3) * np.maximum(g - 1, 0))
+        c[2:] -= rng.uniform(0, 0.6)
+        curves.append(c)
+    sol = solve(curves, 512)
+    assert sol.method in ("hull-greedy", "pruned-dp")
+    assert sol.value == pytest.approx(knapsack_dp(curves, 512).value)
+    assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(sol.value) and sol.gpus.sum() <= 512
+
+
+def test_a_job_without_any_batch_field_scales_gpus_and_reports_no_batch():
+    cluster = ClusterView.homogeneous(1, 4)
+    free = job(0, StepProfile(allreduce=0.0), batch_size=None, min_batch_size=None, max_batch_size=None,
+               max_local_batch=None)
+    make_policy("elastic-gpu-only").validate(free, cluster)
+    for name in ("elastic", "elastic-gpu-only"):
+        a = make_policy(name).decide((free,), cluster).jobs["j0"]
+        assert a.num_gpus >= 1 and a.batch_size is None

@@ -55,7 +55,8 @@ def test_short_core_pool_caps_the_flotilla_rate():
 def test_leftover_gpus_form_a_second_slower_flotilla():
     hopeless = ModelProfile("tiny", (50.0, 90.0))
     plan = plan_fleet([FAST, hopeless], {"n0": 4}, cpu_pool=50, anchor="fastest")
-    assert [dict(f.gpus) for f in plan.flotillas] == [{"fast": 1}, {"tiny": 1}]
+    # ... and, nobody waiting, the 2 spare GPUs raise the first flotilla's rate.
+    assert [dict(f.gpus) for f in plan.flotillas] == [{"fast": 3}, {"tiny": 1}]
     assert plan.waiting == ()
 
 
@@ -78,3 +79,25 @@ def test_registry_policy_places_each_member_on_one_node():
     assert all(len(a.nodes) == 1 for a in alloc.jobs.values())
     with pytest.raises(ValueError, match="anchor"):
         make_policy("fleet", anchor="nope").decide(jobs, cluster)
+
+
+def test_leftover_gpus_go_to_the_slowest_member_while_that_raises_the_flotilla_rate():
+    plan = plan_fleet([FAST, MID], {"n0": 6}, cpu_pool=50, anchor="fastest")
+    (f,) = plan.flotillas
+    # 1 + 2 GPUs reach the target (1000/s, a tie); the 3 spare: both bottleneck members +1, then mid +1.
+    assert dict(f.gpus) == {"fast": 2, "mid": 4}
+    assert f.rate == min(FAST.rate(2), MID.rate(4))
+
+
+def test_leftovers_stop_when_a_bottleneck_member_is_at_its_maximum():
+    plan = plan_fleet([SLOW, ModelProfile("cap", (260.0,))], {"n0": 8}, cpu_pool=50, anchor="fastest")
+    assert [dict(f.gpus) for f in plan.flotillas] == [{"slow": 1, "cap": 1}]
+
+
+def test_jobs_without_a_fleet_profile_are_still_scheduled_in_the_shared_simulator():
+    from dlsched.sim.engine import run
+    from dlsched.sim.workload import JobSpec
+
+    jobs = [JobSpec(f"j{i}", 60.0 * i, 1 + i % 3, duration=600.0) for i in range(6)]
+    res = run(jobs, "fleet", ClusterView.homogeneous(2, 4), interval=60.0, horizon=10_000)
+    assert res.jobs.finish.notna().all()

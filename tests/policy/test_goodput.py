@@ -77,3 +77,26 @@ def test_goodput_runs_many_jobs_within_capacity():
     alloc = make_policy("goodput").decide(jobs, cluster)
     assert alloc.total_gpus == 16 and len(alloc.jobs) == 16
     assert all(32 <= a.batch_size <= 4096 for a in alloc.jobs.values())
+
+
+def test_elastic_policies_run_a_pollux_slice_in_the_simulator(data_dir):
+    from dlsched.sim import read_workload, run
+
+    # shared/data/pollux/workloads/workload-1.csv: ten small cifar10/ncf/bert jobs on 2 nodes x 4 GPUs.
+    jobs = [j for j in read_workload(data_dir / "pollux" / "workloads" / "workload-1.csv").jobs
+            if j.app in ("cifar10", "ncf", "bert") and j.requested_gpus <= 8][:10]
+    results = {p: run(jobs, p, nodes=2) for p in ("elastic", "elastic-gpu-only", "goodput")}
+    for res in results.values():
+        assert len(res.finished) == 10
+    assert results["goodput"].avg_jct < results["elastic-gpu-only"].avg_jct
+
+
+def test_jobs_without_batch_sizes_scale_gpus_only_in_the_simulator():
+    from dlsched.sim import JobSpec, run
+
+    # Duration jobs as in shared/data/philly/philly.csv carry no batch size: they must run, never be dropped.
+    jobs = [JobSpec(id=f"d{i}", submit_time=120.0 * i, requested_gpus=1 + i % 4, duration=600.0 + 200 * i)
+            for i in range(12)]
+    for policy in ("elastic", "elastic-gpu-only", "goodput"):
+        res = run(jobs, policy, nodes=2, gpus_per_node=4)
+        assert len(res.finished) == 12, policy

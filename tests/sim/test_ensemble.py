@@ -5,7 +5,7 @@ from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView, NodeView
 from dlsched.policy.fleet import ModelProfile, Preprocessing
 from dlsched.sim.ensemble import (
-    Member, exhaustive_makespan, fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
+    Member, ensemble_job_specs, exhaustive_makespan, fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
     seeded_ensemble, simulate_ensemble,
 )
 
@@ -33,10 +33,10 @@ def test_converged_members_leave_and_the_rest_are_re_formed():
     slowpoke = Member(ModelProfile("slow", (100.0, 190.0)), work=1000.0)
     quick = Member(ModelProfile("quick", (400.0, 800.0)), work=400.0)
     cl = _cluster(gpus=2)
-    # Literal §3.3: quick (target 400/s) on 1 GPU, slow in a second flotilla on the other; after quick leaves,
-    # slow is the anchor of its own flotilla and still gets 1 GPU.
+    # Literal §3.3 anchor: quick (target 400/s) on 1 GPU, slow in a second flotilla on the other; after quick
+    # leaves, slow anchors its own flotilla on 1 GPU and the spare GPU goes to it (leftover rule): 190/s.
     lit = simulate_ensemble([slowpoke, quick], cl, fleet_planner(anchor="fastest", reform="event"))
-    assert lit.finish["quick"] == pytest.approx(1.0) and lit.makespan == pytest.approx(1.0 + 900 / 100)
+    assert lit.finish["quick"] == pytest.approx(1.0) and lit.makespan == pytest.approx(1.0 + 900 / 190)
     # "best" anchor: quick alone on both GPUs (800/s) first, then slow re-formed onto both GPUs (190/s).
     best = simulate_ensemble([slowpoke, quick], cl, fleet_planner(reform="event"))
     assert best.finish["quick"] == pytest.approx(0.5) and best.makespan == pytest.approx(0.5 + 1000 / 190)
@@ -75,3 +75,21 @@ def test_fleet_beats_both_baselines_on_a_heterogeneous_ensemble(data_dir):
     fleet = simulate_ensemble(members, cl, fleet_planner(), restart_s=10).makespan
     assert fleet < simulate_ensemble(members, cl, independent_planner, restart_s=10).makespan
     assert fleet < simulate_ensemble(members, cl, homogeneous_planner, restart_s=10).makespan
+
+
+def test_ensemble_as_jobs_of_the_shared_simulator(data_dir):
+    from dlsched.sim.engine import run
+
+    prof = h100_profiles(data_dir / "h100" / "throughput.csv")
+    members = seeded_ensemble(prof, 16, seed=4)
+    sub = _cluster(nodes=2, gpus=4, cpus=16)   # the ensemble's share of the cluster
+    (gang,) = ensemble_job_specs(members, sub, "fleet")
+    singles = ensemble_job_specs(members, sub, "separately")
+    assert gang.requested_gpus == 8 and len(singles) == 16 and all(j.requested_gpus == 1 for j in singles)
+    # Side by side in the shared driver with FIFO on the same 8 GPUs: FLEET's gang job finishes first.
+    cl = ClusterView.homogeneous(2, 4)
+    fleet_end = run([gang], "fifo", cl, interval=1.0, restart_penalty=0.0).jobs.finish.max()
+    sep_end = run(singles, "fifo", cl, interval=1.0, restart_penalty=0.0).jobs.finish.max()
+    assert fleet_end < sep_end
+    with pytest.raises(ValueError, match="mode"):
+        ensemble_job_specs(members, sub, "bogus")

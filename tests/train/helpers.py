@@ -1,6 +1,7 @@
 """Start real training jobs (coordinator + worker processes) for the e2e tests."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,3 +56,17 @@ def wait_for_event(job_dir: Path, name: str, count: int, proc: subprocess.Popen,
             raise AssertionError(f"job ended before {count} {name} events rc={proc.returncode}")
         time.sleep(0.05)
     raise AssertionError(f"{count} {name} events not seen in {timeout}s")
+
+
+def wait_for_standby(job_dir: Path, count: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if json.loads((job_dir / "status.json").read_text()).get("standby_ready", 0) >= count:
+                return
+        except FileNotFoundError:
+            pass
+        if proc.poll() is not None:
+            raise AssertionError(f"job ended before {count} standby workers were ready")
+        time.sleep(0.05)
+    raise AssertionError(f"{count} standby workers not ready in {timeout}s")

@@ -96,3 +96,19 @@ def test_shared_flotilla_delivers_the_same_batches_to_every_member(tmp_path):
     _, (run,) = run_flotillas([members], data, val, 32, conv, tmp_path, CTX.Queue(), max_batches=12, on_report=got.append)
     final = {m[0]: m[3] for m in got if m[4] is None}
     assert final == {"a": 12, "b": 12, "c": 12} and run.producer_cpu_s > 0
+
+
+@pytest.mark.slow
+def test_a_data_parallel_member_splits_each_shared_batch_over_its_workers(tmp_path):
+    data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
+    members = [MemberSpec("dp", f"{MODELS}:MLPHead", {"hidden": 8}), MemberSpec("solo", f"{MODELS}:MLPHead", {"hidden": 8})]
+    conv = Convergence(patience=10**6, max_epochs=10**6)
+    got = []
+    _, (run,) = run_flotillas([members], data, val, 32, conv, tmp_path, CTX.Queue(), max_batches=16,
+                              workers={"dp": 2}, on_report=got.append)
+    assert run.workers == (2, 1)
+    final = {m[0]: m[3] for m in got if m[4] is None}
+    assert final == {"dp": 16, "solo": 16}           # one report per member (rank 0), both ranks in lock-step
+    # DDP kept the two ranks identical; the checkpoint (rank 0) loads into a fresh model.
+    cls = load_model_class(f"{MODELS}:MLPHead")
+    cls(hidden=8).load_state_dict(torch.load(tmp_path / "dp.pt", weights_only=False)["model"])

@@ -43,7 +43,7 @@ from dlsched.policy.base import NodeView
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 _SRC = str(Path(__file__).resolve().parents[2])   # .../src, so a checkout works without installing
-NODE_LABEL = "dlsched.io/node"          # `ray start --labels='{"dlsched.io/node": "gpu-a"}'` names a node
+NODE_LABEL = "dlsched.io/node"          # `ray start --labels "dlsched.io/node=gpu-a"` names a node
 GPU_TYPE_LABEL = "dlsched.io/gpu-type"
 RAY_NODE_ID_LABEL = "ray.io/node-id"    # set by Ray on every node
 ACTOR_PREFIX = "dlsched-job-"

@@ -139,7 +139,12 @@ class Allocation:
 
 
 class Policy(Protocol):
-    """A scheduling policy. ``name`` is its registry key."""
+    """A scheduling policy. ``name`` is its registry key.
+
+    Optional class attributes drivers may read (default False): ``rigid`` — when every active job's request
+    fits, the decision is "everyone gets exactly their request, running jobs keep their nodes";
+    ``event_driven`` — the decision changes only when a job arrives or finishes.
+    """
 
     name: str
 

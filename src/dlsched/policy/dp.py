@@ -4,13 +4,18 @@ Each job j has a value curve ``u_j[g]`` for ``g = 0..G_j`` GPUs (``-inf`` where 
 lets the job wait, ``-inf`` forces it to run). The problem ``max sum_j u_j[g_j] s.t. sum_j g_j <= K`` is the
 max-plus knapsack of Saxena et al. (MASCOTS'20, see docs/algorithms.md §4.2-4.3).
 
-Two exact solvers:
+Exact solvers, cheapest first (:func:`solve` picks):
 
 * :func:`knapsack_dp` — the DP ``P_j[k] = max_g P_{j-1}[k-g] + u_j[g]``. The inner max over g is vectorised as
   a (K+1) x (G_j+1) sliding window over ``P_{j-1}``, so one job costs a few numpy calls, not K*G Python steps.
 * :func:`concave_greedy` — when every curve is concave from g = 0 (diminishing marginal gains), taking the K largest
   positive marginal gains over all jobs is optimal (the classic result for separable concave resource allocation),
   and costs one sort. :func:`solve` picks it whenever it applies; tests check it agrees with the DP.
+* :func:`hull_greedy` — for large non-concave instances (an all-reduce cost that appears at the second GPU, node
+  boundaries, a hysteresis bump), the same greedy on each curve's concave envelope; when every job lands on a
+  point where its curve touches its envelope the result is provably optimal;
+* :func:`pruned_dp` — otherwise Lagrangian reduced-cost fixing leaves one or two GPU counts per job and a small
+  DP finishes the job (exact); the plain DP is the last resort.
 
 Ties are broken towards earlier jobs (the order given), so callers pass jobs in priority order (FIFO).
 """
@@ -20,9 +25,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 NEG_INF = -np.inf
+SMALL_DP_CELLS = 1_000_000     # below this many DP cells the plain DP beats the envelope machinery
 
 
 @dataclass(frozen=True)
@@ -59,20 +65,30 @@ def concave_greedy(curves: Sequence[np.ndarray], capacity: int) -> Solution:
 
 
 def knapsack_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution:
-    """Exact max-plus DP over jobs x GPUs with a vectorised inner max; ``-inf`` value means no feasible split."""
+    """Exact max-plus DP over jobs x GPUs with a vectorised inner max; ``-inf`` value means no feasible split.
+
+    ``P`` lives at the end of one buffer with ``G_max`` -inf cells before it, and a strided (K+1) x (G_max+1) view
+    of that buffer reads ``P[k - g]`` for every k and g without copying: one add, one argmax per job."""
     K = int(capacity)
     J = len(curves)
-    P = np.zeros(K + 1)                       # P[k]: best value of the jobs so far using at most k GPUs
+    if J == 0:
+        return Solution(np.zeros(0, dtype=int), 0.0, "dp")
+    width = min(max(len(c) for c in curves) - 1, K)
+    buf = np.full(K + 1 + width, NEG_INF)
+    P = buf[width:]                           # P[k]: best value of the jobs so far using at most k GPUs
+    P[:] = 0.0
+    step = buf.strides[0]
+    window = as_strided(buf, shape=(K + 1, width + 1), strides=(step, step), writeable=False)
+    rows = np.arange(K + 1)
     choices: list[np.ndarray] = []
     for curve in curves:
         u = np.asarray(curve, dtype=float)[: K + 1]
         G = len(u) - 1
-        padded = np.concatenate((np.full(G, NEG_INF), P))
         # by_g[k, g] = P[k - g] + u[g]; argmax takes the first max, i.e. the fewest GPUs on ties.
-        by_g = sliding_window_view(padded, G + 1)[:, ::-1] + u
+        by_g = window[:, width - G:][:, ::-1] + u
         best_g = np.argmax(by_g, axis=1)
-        P = by_g[np.arange(K + 1), best_g]
-        choices.append(best_g.astype(np.int32))
+        P[:] = by_g[rows, best_g]
+        choices.append(best_g)
     gpus = np.zeros(J, dtype=int)
     k = K
     value = float(P[K])
@@ -85,6 +101,154 @@ def knapsack_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution:
     return Solution(gpus, value, "dp")
 
 
+def _pack(curves: Sequence[np.ndarray]) -> np.ndarray:
+    """Curves as rows of one (J, G_max + 1) array, -inf past each curve's end."""
+    width = max(len(c) for c in curves)
+    out = np.full((len(curves), width), NEG_INF)
+    for j, c in enumerate(curves):
+        out[j, : len(c)] = c
+    return out
+
+
+def _upper_hull(values: np.ndarray) -> np.ndarray:
+    """Mask of the vertices of each row's upper concave envelope over its finite points.
+
+    A point strictly below the chord of its kept neighbours is never a vertex, so all such points are dropped at
+    once; rounds repeat on the rows that changed until none does (curves are nearly concave: few rows, few rounds)."""
+    keep = np.isfinite(values)
+    width = values.shape[1]
+    idx = np.arange(width)
+    safe = np.where(keep, values, 0.0)
+    active = np.arange(len(values))
+    while len(active):
+        k, v = keep[active], safe[active]
+        rows = np.arange(len(active))[:, None]
+        prev = np.maximum.accumulate(np.where(k, idx, -1), axis=1)
+        prev = np.concatenate((np.full((len(active), 1), -1), prev[:, :-1]), axis=1)
+        nxt = np.minimum.accumulate(np.where(k, idx, width)[:, ::-1], axis=1)[:, ::-1]
+        nxt = np.concatenate((nxt[:, 1:], np.full((len(active), 1), width)), axis=1)
+        inner = k & (prev >= 0) & (nxt < width)
+        p, n = np.clip(prev, 0, None), np.clip(nxt, None, width - 1)
+        # below the chord from p to n: (v - v_p) * (n - p) < (v_n - v_p) * (i - p)
+        below = inner & ((v - v[rows, p]) * (n - p) < (v[rows, n] - v[rows, p]) * (idx - p) - 1e-12)
+        changed = below.any(axis=1)
+        keep[active[changed]] &= ~below[changed]
+        active = active[changed]
+    return keep
+
+
+def hull_greedy(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
+    """The greedy on each curve's concave envelope, returned only when it is provably optimal, else None.
+
+    The envelope problem's optimum bounds the true one from above; when every job's greedy allocation is a point
+    where its curve touches its envelope, that allocation reaches the bound, so it is exact. Needs u[0] = 0."""
+    if not curves:
+        return Solution(np.zeros(0, dtype=int), 0.0, "hull-greedy")
+    values = _pack(curves)
+    if np.any(values[:, 0] != 0.0):
+        return None
+    keep = _upper_hull(values)
+    idx = np.arange(values.shape[1])
+    rows = np.arange(len(values))[:, None]
+    left = np.maximum.accumulate(np.where(keep, idx, -1), axis=1)[:, :-1]          # last vertex <= g - 1
+    right = np.minimum.accumulate(np.where(keep, idx, len(idx))[:, ::-1], axis=1)[:, ::-1][:, 1:]   # first >= g
+    valid = right < len(idx)
+    r = np.where(valid, right, 0)
+    safe = np.where(np.isfinite(values), values, 0.0)
+    slope = np.where(valid, (safe[rows, r] - safe[rows, left]) / np.maximum(r - left, 1), NEG_INF)
+    owner = np.broadcast_to(rows, slope.shape).ravel()
+    flat = slope.ravel()
+    positive = flat > 0
+    flat, owner = flat[positive], owner[positive]
+    order = np.lexsort((owner, -flat))[:capacity]
+    gpus = np.bincount(owner[order], minlength=len(curves))
+    if not np.all(keep[np.arange(len(curves)), gpus]):
+        return None
+    return Solution(gpus, float(values[np.arange(len(curves)), gpus].sum()), "hull-greedy")
+
+
+def _sparse_dp(options: Sequence[tuple[np.ndarray, np.ndarray]], capacity: int) -> tuple[float, np.ndarray]:
+    """The DP when each job has only a few candidate GPU counts: one shifted max per candidate."""
+    K = int(capacity)
+    P = np.zeros(K + 1)
+    choices = []
+    for gs, vals in options:
+        best = np.full(K + 1, NEG_INF)
+        arg = np.zeros(K + 1, dtype=np.int32)
+        for g, v in zip(gs.tolist(), vals.tolist()):
+            if g > K:
+                continue
+            cand = P[: K + 1 - g] + v
+            better = cand > best[g:]
+            best[g:][better] = cand[better]
+            arg[g:][better] = g
+        P = best
+        choices.append(arg)
+    gpus = np.zeros(len(options), dtype=int)
+    k = K
+    if not np.isfinite(P[K]):
+        return NEG_INF, gpus
+    for j in range(len(options) - 1, -1, -1):
+        gpus[j] = choices[j][k]
+        k -= gpus[j]
+    return float(P[K]), gpus
+
+
+def pruned_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
+    """Exact DP after Lagrangian reduced-cost fixing; None if it does not apply (some u[0] != 0).
+
+    With a GPU price lam >= 0, any allocation's value is at most D - sum_j r_j(g_j), where
+    D = lam*K + sum_j max_g (u_j(g) - lam*g) and r_j(g) = max_g' (u_j(g') - lam*g') - (u_j(g) - lam*g) >= 0.
+    A feasible allocation of value LB (the envelope greedy rounded down) then rules out every g with
+    r_j(g) > D - LB, because no allocation using it can beat LB. Usually one or two counts per job survive;
+    jobs left with one are fixed, and the DP runs over the rest with few candidates each."""
+    values = _pack(curves)
+    J, width = values.shape
+    if np.any(values[:, 0] != 0.0):
+        return None
+    keep = _upper_hull(values)
+    idx = np.arange(width)
+    rows = np.arange(J)[:, None]
+    left = np.maximum.accumulate(np.where(keep, idx, -1), axis=1)[:, :-1]
+    right = np.minimum.accumulate(np.where(keep, idx, width)[:, ::-1], axis=1)[:, ::-1][:, 1:]
+    valid = right < width
+    r = np.where(valid, right, 0)
+    safe = np.where(np.isfinite(values), values, 0.0)
+    slope = np.where(valid, (safe[rows, r] - safe[rows, left]) / np.maximum(r - left, 1), NEG_INF)
+    owner = np.broadcast_to(rows, slope.shape).ravel()
+    flat = slope.ravel()
+    positive = flat > 0
+    flat, owner = flat[positive], owner[positive]
+    order = np.lexsort((owner, -flat))
+    taken = order[:capacity]
+    lam = float(flat[order[capacity]]) if len(order) > capacity else 0.0      # price: best gain left out
+    hull_g = np.bincount(owner[taken], minlength=J)
+    # Feasible lower bound: each job rounded down to its last finite count <= its envelope allocation.
+    finite = np.isfinite(values)
+    last_ok = np.maximum.accumulate(np.where(finite, idx, 0), axis=1)
+    low_g = last_ok[np.arange(J), hull_g]
+    lower = float(values[np.arange(J), low_g].sum())
+    adjusted = values - lam * idx
+    best = adjusted.max(axis=1)
+    upper = lam * capacity + float(best.sum())
+    slack = upper - lower + 1e-9 * max(1.0, abs(upper))
+    alive = finite & (best[:, None] - adjusted <= slack)
+    gpus = np.zeros(J, dtype=int)
+    counts = alive.sum(axis=1)
+    single = counts == 1
+    gpus[single] = np.argmax(alive[single], axis=1)
+    left_cap = capacity - int(gpus.sum())
+    multi = np.flatnonzero(counts > 1)
+    if left_cap < 0:
+        return None
+    options = [(np.flatnonzero(alive[j]), values[j, alive[j]]) for j in multi]
+    value, sub = _sparse_dp(options, left_cap)
+    if not np.isfinite(value):
+        return None
+    gpus[multi] = sub
+    return Solution(gpus, float(values[np.arange(J), gpus].sum()), "pruned-dp")
+
+
 def _aggregate_concave(curves: Sequence[np.ndarray], capacity: int) -> np.ndarray:
     """F[k] = best value of the concave jobs with k GPUs (prefix sums of their sorted positive gains)."""
     gains = np.concatenate([np.diff(np.asarray(c, dtype=float)) for c in curves])
@@ -92,13 +256,39 @@ def _aggregate_concave(curves: Sequence[np.ndarray], capacity: int) -> np.ndarra
     return np.concatenate(([0.0], np.cumsum(gains)))
 
 
+def _concave_rows(curves: Sequence[np.ndarray]) -> list[int]:
+    """Indices of the curves that :func:`is_concave` accepts, checked for all curves at once."""
+    if not curves:
+        return []
+    values = _pack(curves)
+    lengths = np.array([len(c) for c in curves])
+    inside = np.arange(values.shape[1])[None, :] < lengths[:, None]
+    ok = np.all(np.isfinite(values) | ~inside, axis=1) & (values[:, 0] == 0.0)
+    gains = np.diff(np.where(inside & np.isfinite(values), values, 0.0), axis=1)
+    bends = np.diff(gains, axis=1)
+    bend_inside = np.arange(bends.shape[1])[None, :] < (lengths[:, None] - 2)
+    ok &= np.all((bends <= 1e-12) | ~bend_inside, axis=1)
+    return np.flatnonzero(ok).tolist()
+
+
 def solve(curves: Sequence[np.ndarray], capacity: int) -> Solution:
-    """Exact optimum. Concave curves are merged by the greedy into one aggregate curve (exact, since the greedy
-    is optimal for them at every capacity); the DP then runs over the non-concave curves plus that aggregate."""
-    concave = [j for j, c in enumerate(curves) if is_concave(c)]
+    """Exact optimum, by the cheapest method that is exact here: on small instances the DP itself; else the
+    greedy if every curve is concave, the certified envelope greedy, then the pruned DP, and last the DP with the
+    concave curves merged by the greedy into one aggregate curve (exact: the greedy is optimal for them at every
+    capacity)."""
+    if sum(len(c) for c in curves) * (capacity + 1) <= SMALL_DP_CELLS:
+        return knapsack_dp(curves, capacity)
+    concave = _concave_rows(curves)
     if len(concave) == len(curves):
         return concave_greedy(curves, capacity)
-    others = [j for j in range(len(curves)) if j not in set(concave)]
+    certified = hull_greedy(curves, capacity)
+    if certified is not None:
+        return certified
+    pruned = pruned_dp(curves, capacity)
+    if pruned is not None:
+        return pruned
+    concave_set = set(concave)
+    others = [j for j in range(len(curves)) if j not in concave_set]
     if len(concave) <= 1:
         return knapsack_dp(curves, capacity)
     aggregate = _aggregate_concave([curves[j] for j in concave], capacity)

@@ -14,11 +14,12 @@ the goodput variant lives in ``goodput.py`` and reuses this engine with a differ
 
 Choices documented here:
 * Hysteresis: a running job's current (g, b) is worth ``(1 + h)`` times its value, so the optimum moves a job only
-  when the cluster gains more than h of that job's value; h = 5 %, or restart_cost / time-left when larger (a
-  rescale stalls the job ~30 s, pointless just before it ends). The batch at an unchanged g is kept unless another
+  when the cluster gains more than h of that job's value; h = 5 %, or R / (T - R) when larger (R = restart_cost, a
+  30 s stall per rescale; T = time left); never when T <= R. The batch at an unchanged g is kept unless another
   batch is 5 % faster.
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
+  When no job's speed model tells the types apart, the cluster is one pool and ``gpu_type`` is left to the driver.
 * Throughput at g GPUs assumes a packed placement: ceil(g / GPUs-per-node) nodes.
 * For g beyond 16 the curve is evaluated at node multiples and geometric points and linearly interpolated between
   (throughput is smooth in g); the batch for the chosen g is then evaluated exactly.
@@ -40,7 +41,9 @@ NEG_INF = -np.inf
 DENSE_GPUS = 16            # below this every g is evaluated exactly
 BATCH_CANDIDATES = 5       # global batches tried per g (geometric grid including both ends)
 MEMO_SIZE = 4096           # value curves remembered across decisions (oldest dropped first)
+ATTAINED_OFFSET = 3600.0   # GPU-s added to attained service when it stands in for remaining time (Tiresias' 1 h)
 TIE_BREAK = 1e-12          # per-GPU penalty: on a flat curve prefer fewer GPUs (keeps concavity)
+_TIE_RAMP = TIE_BREAK * np.arange(100_001)
 
 # value(speed, num_gpus, num_nodes, global_batch, gpu_type) -> a rate to maximise
 ValueFn = Callable[[ThroughputModel, int, int, int, "str | None"], float]
@@ -61,6 +64,7 @@ class BatchRange:
     g_min: int
     g_max: int
     min_local: int = 1
+    batch_free: bool = False     # the job has no batch size: one nominal batch, none reported
 
     def fits(self, g: int, b: int) -> bool:
         return max(self.b_min, g * self.min_local) <= b <= min(self.b_max, g * self.max_local)
@@ -81,6 +85,12 @@ def batch_range(job: JobView, total_gpus: int, fixed_batch: bool = False) -> Bat
     """
     where = f"job {job.id!r}"
     user = job.batch_size
+    if all(v is None for v in (user, job.min_batch_size, job.max_batch_size, job.max_local_batch)):
+        # A job that says nothing about batches (a Philly duration job): scale GPUs only, report no batch.
+        g_max = min(job.max_gpus if job.max_gpus is not None else total_gpus, total_gpus)
+        if job.min_gpus > g_max:
+            raise UserError(f"{where}: min_gpus={job.min_gpus} is more than the {g_max} GPUs allowed")
+        return BatchRange(g_max, g_max, g_max, max(1, job.min_gpus), g_max, 1, batch_free=True)
     if fixed_batch:
         if user is None:
             raise UserError(f"{where}: field batch_size is required by elastic-gpu-only (got None)")
@@ -153,6 +163,11 @@ class ElasticPolicy:
         self.restart_cost = restart_cost
         self._memo: dict = {}
 
+    def validate(self, job: JobView, cluster: ClusterView) -> None:
+        """Submit-time check drivers call when a job arrives (``getattr(policy, "validate", None)``): UserError,
+        one line naming the job, field and value, if the job has no feasible (GPUs, batch) configuration."""
+        validate_elastic_job(job, cluster, self.fixed_batch)
+
     # ---- value curves -------------------------------------------------------------------------------------
     def _best_batch(self, job: JobView, rng: BatchRange, g: int, node_size: int, gpu_type: str) -> tuple[float, int]:
         nodes = math.ceil(g / node_size)
@@ -189,43 +204,42 @@ class ElasticPolicy:
             values[inside] = np.interp(inside, samples[ok], values[samples][ok])
         return JobCurve(values, batches)
 
-    def _current_type(self, job: JobView, cluster: ClusterView) -> str | None:
+    @staticmethod
+    def _current_type(job: JobView, type_of: dict[str, str]) -> str | None:
         for node in job.placement:
-            try:
-                return cluster.node(node).gpu_type
-            except KeyError:
-                return None
+            return type_of.get(node)
+        return None
         return None
 
     def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, scale: float, gpu_type: str, node_size: int,
                cur_type: str | None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
-        u = raw.values / scale
+        n = len(raw.values)
+        u = raw.values / scale - (_TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n))
         u[0] = 0.0
-        g = np.arange(len(u))
-        u = u - TIE_BREAK * g
-        running_here = job.is_running and cur_type == gpu_type
-        bonus = self._stay_bonus(job) if running_here else 0.0
-        if job.is_running and (not job.preemptible or math.isinf(bonus)):
+        gc = job.num_gpus
+        running = gc > 0
+        running_here = running and cur_type == gpu_type
+        bonus = self._stay_bonus(job, gc) if running_here else 0.0
+        if running and (not job.preemptible or math.isinf(bonus)):
             keep = np.full_like(u, NEG_INF)
-            if running_here and job.num_gpus < len(u):
-                keep[job.num_gpus] = u[job.num_gpus]
+            if running_here and gc < len(u):
+                keep[gc] = u[gc]
             else:
                 keep[0] = 0.0          # held elsewhere (or its size is no longer allowed): not on this type
             return keep
-        if running_here and rng.g_min <= job.num_gpus <= rng.g_max:
-            gc = job.num_gpus
+        if running_here and rng.g_min <= gc <= rng.g_max:
             u[gc] = (self._kept_value(job, rng, gc, gpu_type, node_size, raw, scale) * (1 + bonus)
                      - TIE_BREAK * gc)
         return u
 
-    def _stay_bonus(self, job: JobView) -> float:
+    def _stay_bonus(self, job: JobView, held: int) -> float:
         """Relative speed-up a running job's rescale must bring: the hysteresis, or more when the job is close to
         done. A rescale stalls it R = ``restart_cost`` seconds (checkpoint-restart), so with T seconds left it pays
         only if the new rate is T / (T - R) times the current one; never when T <= R (returns inf: keep it)."""
         bonus = self.hysteresis
         if self.restart_cost > 0 and job.remaining_samples and job.current_batch_size:
-            rate = job.speed.throughput(job.num_gpus, max(1, len(job.placement)), job.current_batch_size)
+            rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
             if rate > 0:
                 left = job.remaining_samples / rate
                 if left <= self.restart_cost:
@@ -247,6 +261,8 @@ class ElasticPolicy:
         capacity = {t: sum(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
         node_size = {t: max(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
         total = cluster.total_gpus
+        type_of = {n.name: n.gpu_type for n in cluster.nodes}
+        hetero = len(types) > 1
 
         elastic, rigid = [], []
         ranges: dict[str, BatchRange] = {}
@@ -266,28 +282,38 @@ class ElasticPolicy:
             g0 = rng.g_min
             for t in types:
                 raws[job.id, t] = self._raw_curve(job, rng, t, node_size[t])
-            base = [raws[job.id, t].values[g0] for t in types if np.isfinite(raws[job.id, t].values[g0])]
-            refs[job.id] = min(base) if base and min(base) > 0 else 1.0
+            base = min((v for t in types if np.isfinite(v := raws[job.id, t].values[g0])), default=NEG_INF)
+            refs[job.id] = float(base) if np.isfinite(base) and base > 0 else 1.0
+        pooled = hetero and all(np.array_equal(raws[j.id, types[0]].values, raws[j.id, t].values)
+                                for j in elastic for t in types[1:])
+        if pooled:
+            # No job runs faster on any type (its speed model ignores the type): one pool, the driver places.
+            first = types[0]
+            types, hetero = (first,), False
+            capacity, node_size = {first: total}, {first: max(node_size.values())}
+            type_of = {name: first for name in type_of}
         scale = self._scales(elastic, refs)
         for job in elastic:
-            rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, cluster)
+            rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
             for t in types:
                 curves[job.id, t] = self._curve(job, rng, raws[job.id, t], scale[job.id], t, node_size[t], cur)
+                if not hetero:
+                    continue
                 v0 = raws[job.id, t].values[g0]
                 speedup[job.id, t] = (v0 / ref if np.isfinite(v0) else 0.0) * (
                     1 + self.hysteresis if cur == t else 1.0)
 
         result: dict[str, JobAllocation] = {}
         free = dict(capacity)
-        self._place_rigid(rigid, ranges, cluster, free, result)
+        self._place_rigid(rigid, ranges, free, result, report_type=not pooled)
         remaining = [j for j in elastic]
         # Gavel-style: offer jobs to types in order of their relative speed-up, then let leftovers spill.
-        for pass_ in range(2):
-            for t in self._type_order(types, capacity, speedup, elastic):
+        for pass_ in range(2 if hetero else 1):
+            for t in self._type_order(types, capacity, speedup, elastic) if hetero else types:
                 if free[t] <= 0 or not remaining:
                     continue
-                if pass_ == 0 and len(types) > 1:
+                if pass_ == 0 and hetero:
                     cands = self._preferred(remaining, t, types, speedup, free[t], ranges)
                 else:
                     cands = remaining
@@ -297,7 +323,7 @@ class ElasticPolicy:
                 for job, g in zip(cands, sol.gpus):
                     if g > 0:
                         result[job.id] = self._allocation(job, ranges[job.id], int(g), t, node_size[t],
-                                                          raws[job.id, t])
+                                                          raws[job.id, t], None if pooled else t)
                         free[t] -= int(g)
                 remaining = [j for j in remaining if j.id not in result]
         return Allocation(result)
@@ -307,11 +333,15 @@ class ElasticPolicy:
         at that configuration. urgency 0 is the paper's normalised throughput; 1 maximises the fraction of
         remaining work done per second (shortest first); 0.5, the default, sits between (best of 0..1.5 on Pollux
         workloads 1 and 3, see bench/elastic_quality.py). Jobs whose remaining work is unknown get the median T of
-        the others. Rescaled so the largest weight is 1."""
+        the others; when no job knows it, T = attained GPU-seconds + 1 h. Rescaled so the largest weight is 1."""
         if self.urgency == 0:
             return dict(refs)
         times = {j.id: j.remaining_samples / refs[j.id] for j in jobs
                  if j.remaining_samples is not None and j.remaining_samples > 0}
+        if not times:
+            # No job knows its remaining work: use the GPU time it has had instead (least attained service first,
+            # as Tiresias: DL job lengths are heavy-tailed, so a job that ran little is likely to end soon).
+            times = {j.id: j.attained_service + ATTAINED_OFFSET for j in jobs}
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
@@ -339,27 +369,27 @@ class ElasticPolicy:
         return sorted(chosen, key=lambda j: (j.submit_time, j.id))
 
     def _allocation(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int,
-                    raw: JobCurve) -> JobAllocation:
+                    raw: JobCurve, report_type: str | None) -> JobAllocation:
         if raw.batches[g] > 0:
             value, b = raw.values[g], int(raw.batches[g])
         else:
             value, b = self._best_batch(job, rng, g, node_size, gpu_type)
         cb = job.current_batch_size
-        if job.num_gpus == g and cb is not None and rng.fits(g, cb):
+        if cb is not None and job.placement and rng.fits(g, cb) and job.num_gpus == g:
             kept = self.value(job.speed, g, math.ceil(g / node_size), cb, gpu_type)
             if value <= kept * (1 + self.hysteresis):
                 b = cb
-        return JobAllocation(g, batch_size=b, gpu_type=gpu_type)
+        return JobAllocation(g, batch_size=None if rng.batch_free else b, gpu_type=report_type)
 
-    def _place_rigid(self, rigid: Iterable[JobView], ranges, cluster, free, result) -> None:
+    def _place_rigid(self, rigid: Iterable[JobView], ranges, free, result, report_type: bool) -> None:
         """Jobs without a speed model run at their requested size (FIFO) on the type with most free GPUs."""
         for job in rigid:
             rng = ranges[job.id]
             g = min(max(job.requested_gpus, rng.g_min), rng.g_max)
             t = max(sorted(free), key=lambda t: free[t])
             if free[t] >= g:
-                b = job.batch_size if job.batch_size is not None else rng.b_max
-                result[job.id] = JobAllocation(g, batch_size=b, gpu_type=t)
+                b = job.batch_size if job.batch_size is not None else (None if rng.batch_free else rng.b_max)
+                result[job.id] = JobAllocation(g, batch_size=b, gpu_type=t if report_type else None)
                 free[t] -= g
 
 

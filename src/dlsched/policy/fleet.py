@@ -13,7 +13,8 @@ A flotilla's members all consume the same preprocessed batches, so it advances a
 
 Documented choices beyond §3.3 (tested in tests/policy/test_fleet.py):
 * leftover GPUs are not idle: further flotillas are formed from the still-waiting models, each with its own
-  anchor, until GPUs, preprocessing cores or models run out;
+  anchor, until GPUs, preprocessing cores or models run out; when nobody waits, the GPUs still free go one at a
+  time to a flotilla's slowest member (on its node) while that raises R(F);
 * preprocessing cores are a cluster-wide pool (batches are broadcast, as in the SC'18 pipelines), one core per
   GPU in use is reserved for its trainer; a flotilla that gets fewer than c* cores runs at P(c);
 * data parallelism is weak scaling: each GPU of a member takes one shared batch of the member's own size per step
@@ -186,19 +187,47 @@ def plan_fleet(
         cpu_pool -= cores
         flotillas.append(Flotilla(gpus, nodes, cores, flotilla_rate(by_name, gpus, cores, pre)))
         waiting = [p for p in waiting if p.name not in gpus]
+    if not waiting:
+        flotillas = [_give_leftovers(f, by_name, free, pre) for f in flotillas]
     return FleetPlan(tuple(flotillas), tuple(p.name for p in waiting))
 
 
+def _give_leftovers(f: Flotilla, profiles: Mapping[str, ModelProfile], free: dict[str, int], pre: Preprocessing) -> Flotilla:
+    """GPUs nobody waits for go to the flotilla's slowest members (all those at the bottleneck, one more GPU each,
+    on their own nodes) while that raises R(F). The producer keeps its cores, so P(c) may become the cap."""
+    gpus = dict(f.gpus)
+    while True:
+        rate = flotilla_rate(profiles, gpus, f.cores, pre)
+        slowest = [d for d in gpus if profiles[d].rate(gpus[d]) <= rate]   # every member at the bottleneck
+        need: dict[str, int] = {}
+        for d in slowest:
+            need[f.nodes[d]] = need.get(f.nodes[d], 0) + 1
+        if any(gpus[d] >= profiles[d].max_gpus for d in slowest) or any(free[n] < k for n, k in need.items()):
+            break
+        trial = {**gpus, **{d: gpus[d] + 1 for d in slowest}}
+        if flotilla_rate(profiles, trial, f.cores, pre) <= rate:
+            break
+        gpus = trial
+        for n, k in need.items():
+            free[n] -= k
+    return Flotilla(gpus, f.nodes, f.cores, flotilla_rate(profiles, gpus, f.cores, pre))
+
+
+UNCOUNTED_CORES = 1 << 20   # a cluster that declares no CPUs does not limit preprocessing
+
+
 def producer_core_pool(cluster: ClusterView) -> int:
-    """Cores left for preprocessing: every node's cores minus one trainer core per GPU."""
+    """Cores left for preprocessing: every node's cores minus one trainer core per GPU. Clusters whose nodes
+    declare no CPUs (``num_cpus == 0``, e.g. ``ClusterView.homogeneous``) are not CPU-limited."""
+    if all(n.num_cpus == 0 for n in cluster.nodes):
+        return UNCOUNTED_CORES
     return sum(max(0, n.num_cpus - n.num_gpus) for n in cluster.nodes)
 
 
 @register("fleet")
 class FleetPolicy:
-    """FLEET for ensemble jobs. Each member is a JobView with ``attrs["fleet_rates"]`` = r(1..m) in samples/s.
-
-    Jobs without a profile are left waiting (FLEET only schedules ensembles it has profiled)."""
+    """FLEET for ensemble jobs. Each member is a JobView with ``attrs["fleet_rates"]`` = r(1..m) in samples/s;
+    other jobs get a profile from their speed model (see ``_profile``)."""
 
     name = "fleet"
 
@@ -208,12 +237,23 @@ class FleetPolicy:
         self.pre = Preprocessing(images_per_s_per_core)
 
     def plan(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> FleetPlan:
-        profiles = [
-            ModelProfile(j.id, tuple(float(r) for r in j.attrs["fleet_rates"]))  # type: ignore[union-attr]
-            for j in sorted(jobs, key=lambda j: (j.submit_time, j.id))
-            if "fleet_rates" in j.attrs
-        ]
-        return plan_fleet(profiles, {n.name: n.num_gpus for n in cluster.nodes}, producer_core_pool(cluster), self.pre, self.eps, self.anchor)
+        m = max(n.num_gpus for n in cluster.nodes)
+        profiles = [self._profile(j, m) for j in sorted(jobs, key=lambda j: (j.submit_time, j.id))]
+        return plan_fleet(profiles, {n.name: n.num_gpus for n in cluster.nodes}, producer_core_pool(cluster), self.pre,
+                          self.eps, self.anchor)
+
+    @staticmethod
+    def _profile(job: JobView, m: int) -> ModelProfile:
+        """``attrs["fleet_rates"]`` when profiled; else the job's speed model on 1..m GPUs of one node; else linear
+        up to its request (so ordinary jobs are still scheduled, as single-member flotillas or alongside others)."""
+        if "fleet_rates" in job.attrs:
+            return ModelProfile(job.id, tuple(float(r) for r in job.attrs["fleet_rates"]))  # type: ignore[union-attr]
+        top = max(1, min(m, job.max_gpus or job.requested_gpus or 1))
+        if job.speed is not None:
+            batch = job.current_batch_size or job.batch_size or 1
+            rates = tuple(max(job.speed.throughput(g, 1, batch), 1e-9) for g in range(1, top + 1))
+            return ModelProfile(job.id, rates)
+        return ModelProfile(job.id, tuple(float(g) for g in range(1, top + 1)))
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
         plan = self.plan(jobs, cluster)

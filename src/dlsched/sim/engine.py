@@ -26,8 +26,8 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from dlsched.errors import UserError
-from dlsched.placement import PlacementError, most_free_first, place
-from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
+from dlsched.placement import PlacementError, consolidated, most_free_first, place
+from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.sim.metrics import SimResult
 from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app
 from dlsched.sim.workload import JobSpec, Workload
@@ -45,6 +45,11 @@ class SimConfig:
     seed: int = 0
     gpu_speed: Mapping[str, float] = field(default_factory=dict)   # GPU type -> speed factor (default 1.0)
     horizon: float | None = None            # stop at this time (jobs unfinished then are reported as such)
+    placement: str = "most-free"            # nodes for jobs a policy did not place: "most-free" (the peer's) or
+                                            # "consolidated" (Optimus Theorem 1: fewest nodes, even split)
+
+
+PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated}
 
 
 class _Job:
@@ -52,7 +57,7 @@ class _Job:
 
     __slots__ = ("spec", "idx", "app", "batch", "nodes", "ptuple", "ngpus", "speed", "split", "epoch", "progress",
                  "rescale_left", "attained", "run_time", "finish", "start", "restarts", "work_left", "last_t",
-                 "version", "noise", "max_gpus")
+                 "version", "noise", "max_gpus", "view")
 
     def __init__(self, spec: JobSpec, idx: int, app: TraceApp | None, noise: float):
         self.spec, self.idx, self.app = spec, idx, app
@@ -75,6 +80,7 @@ class _Job:
         self.version = 0
         self.noise = noise
         self.max_gpus = spec.requested_gpus
+        self.view: JobView | None = None   # cached snapshot while waiting (nothing about it changes then)
         if app is not None:
             by_batch = (spec.batch_size or app.max_batch_size) // app.min_local_bsz
             self.max_gpus = max(1, min(by_batch, app.max_gpus or by_batch))
@@ -89,6 +95,9 @@ class Simulator:
             raise UserError(f"interval must be > 0 seconds, got {config.interval}")
         if config.remaining not in ("oracle", "predicted", "none"):
             raise UserError(f"remaining must be oracle, predicted or none, got {config.remaining!r}")
+        if config.placement not in PLACEMENTS:
+            raise UserError(f"placement must be one of {', '.join(PLACEMENTS)}, got {config.placement!r}")
+        self.strategy = PLACEMENTS[config.placement]
         specs = workload.jobs if isinstance(workload, Workload) else list(workload)
         self.policy, self.cluster, self.cfg = policy, cluster, config
         self.on_progress = on_progress
@@ -183,6 +192,11 @@ class Simulator:
         return left * job.noise
 
     def _view(self, job: _Job) -> JobView:
+        if job.view is None or job.ngpus:
+            job.view = self._make_view(job)
+        return job.view
+
+    def _make_view(self, job: _Job) -> JobView:
         app = job.app
         if app is not None:
             speed = TraceThroughput(app, job.epoch, self.gpus_per_node)
@@ -209,6 +223,7 @@ class Simulator:
         for n, k in nodes.items():
             self.free[n] -= k
         self.used += sum(nodes.values()) - job.ngpus
+        job.view = None
         job.nodes = dict(nodes)
         job.ptuple = tuple(nodes.values())
         job.ngpus = sum(job.ptuple)
@@ -256,7 +271,7 @@ class Simulator:
             return False
         for j in list(self.active.values()):
             if not j.ngpus:
-                self._reallocate(j, most_free_first(j.spec.requested_gpus, self.free), None)
+                self._reallocate(j, self.strategy(j.spec.requested_gpus, self.free), None)
         return True
 
     def _decide(self) -> bool:
@@ -265,7 +280,7 @@ class Simulator:
             return True
         active = list(self.active.values())
         for j in active:
-            if j.app is None:
+            if j.app is None and j.ngpus:
                 self._sync_lazy(j, self.t)
         cluster = ClusterView(self.cluster.nodes, self.t)
         alloc = self.policy.decide(tuple(self._view(j) for j in active), cluster)
@@ -276,7 +291,7 @@ class Simulator:
         if alloc.total_gpus > self.total_gpus:
             raise ValueError(f"policy {self.policy.name!r} allocated {alloc.total_gpus} GPUs of {self.total_gpus}")
         try:
-            nodes_by_job = place(alloc, cluster, {j.spec.id: j.nodes for j in active if j.ngpus})
+            nodes_by_job = place(alloc, cluster, {j.spec.id: j.nodes for j in active if j.ngpus}, self.strategy)
         except PlacementError as e:
             raise ValueError(f"policy {self.policy.name!r}: {e}") from None
         # Release first, then grant, so that the free-GPU bookkeeping never goes negative midway.
@@ -291,7 +306,9 @@ class Simulator:
                     self._set_nodes(j, {})
         for j in active:
             a = alloc.jobs.get(j.spec.id)
-            self._reallocate(j, nodes_by_job.get(j.spec.id, {}), a.batch_size if a else None, j.idx in changed)
+            batch = a.batch_size if a else None
+            if j.idx in changed or batch is not None or j.app is not None:
+                self._reallocate(j, nodes_by_job.get(j.spec.id, {}), batch, j.idx in changed)
         return False
 
     # --- main loop ------------------------------------------------------------------------------

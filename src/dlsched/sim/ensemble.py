@@ -6,8 +6,10 @@ clock to the next convergence, drops the converged member and asks the planner a
 algorithms.md §3.3 ("stop when any member converges, resume the others from checkpoints"). A member whose GPU count
 or group changed (other than by departures) pays ``restart_s`` of checkpoint reload before it progresses.
 
-Self-contained: the shared ``sim/`` driver had not landed on main when this was written; ``FleetPolicy`` in
-``policy/fleet.py`` is the same greedy behind the ``fleet`` registry name, so that driver can run ensembles too.
+The member-level dynamics (members of a flotilla share one rate) live here because the shared driver
+(``sim/engine.py``) advances jobs independently. ``ensemble_job_specs`` turns an ensemble into that driver's
+duration-driven jobs -- one gang job of the FLEET makespan, or one job per member trained separately -- so
+ensembles can be compared with independent jobs under any registered policy (``sim.engine.run``).
 """
 from __future__ import annotations
 
@@ -279,3 +281,22 @@ def seeded_ensemble(profiles: Mapping[str, ModelProfile], n: int, seed: int = 0,
         Member(ModelProfile(f"m{i:03d}:{k}", profiles[k].rates), float(rng.integers(epochs[0], epochs[1] + 1) * dataset_size))
         for i, k in enumerate(rng.choice(keys, size=n, replace=True))
     ]
+
+
+def ensemble_job_specs(members: Sequence[Member], cluster: ClusterView, mode: str, prefix: str = "ens",
+                       submit_time: float = 0.0, pre: Preprocessing = Preprocessing(), restart_s: float = 30.0):
+    """The ensemble as jobs of the shared simulator (``dlsched.sim.workload.JobSpec``).
+
+    ``mode="fleet"``: one gang job asking for all of ``cluster``'s GPUs for the FLEET makespan on it;
+    ``mode="separately"``: one 1-GPU job per member, lasting work / min(r(1), its own pipeline's rate)."""
+    from dlsched.sim.workload import JobSpec
+
+    if mode == "fleet":
+        span = simulate_ensemble(members, cluster, fleet_planner(), pre, restart_s).makespan
+        return [JobSpec(prefix, submit_time, cluster.total_gpus, duration=span)]
+    if mode == "separately":
+        node = cluster.nodes[0]
+        cores = (node.num_cpus - node.num_gpus) // node.num_gpus
+        return [JobSpec(f"{prefix}-{i:03d}", submit_time, 1, duration=m.work / min(m.profile.rate(1), pre.rate(cores)))
+                for i, m in enumerate(members)]
+    raise ValueError(f"mode must be 'fleet' or 'separately', got {mode!r}")

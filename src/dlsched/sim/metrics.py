@@ -38,7 +38,7 @@ class SimResult:
     def finished(self) -> pd.DataFrame:
         return self.jobs[self.jobs.finish.notna()]
 
-    def jct(self) -> dict[str, dict[str, float]]:
+    def jct(self) -> dict[str, float]:
         """JCTs keyed by job id (finished jobs only)."""
         return dict(zip(self.finished.id, self.finished.jct))
 

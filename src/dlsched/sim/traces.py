@@ -1,12 +1,12 @@
 """Ground truth for trace-driven jobs: the Pollux per-application traces.
 
 Data: ``shared/data/pollux/traces/<app>/{placements,scalability,validation-<bsz>}.csv`` (Pollux OSDI'21 artifact,
-petuum/adaptdl osdi21-artifact, simulator/traces). The semantics follow that artifact's simulator so that our numbers
+petuum/adaptdl osdi21-artifact, simulator/traces), read and validated by ``perf.profile.pollux_app``. The semantics follow that artifact's simulator so that our numbers
 can be compared with its published ones:
 
 * step time of a placement: linear interpolation over the local batch size inside ``placements.csv`` when the
-  placement (rotated to its lexicographically smallest form) was measured, else a linear interpolation over
-  (nodes, replicas, local batch) of all measurements (scipy ``LinearNDInterpolator``);
+  placement (rotated to its lexicographically smallest form) was measured, else a piecewise-linear interpolation
+  over (nodes, replicas, local batch) of all measurements on their Delaunay triangulation;
 * a job is done after ``max_epochs`` epochs; epoch ``e`` ends at progress ``min_b progress_b[e-1]``;
 * progress per second = statistical gain / step time, gain interpolated linearly between the validated batch sizes.
 """
@@ -19,22 +19,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.interpolate import LinearNDInterpolator, interp1d
+from scipy.spatial import Delaunay
 
 from dlsched.errors import UserError
+from dlsched.perf.efficiency import GradientNoise, progress_gain
+from dlsched.perf.profile import POLLUX_APPS, PolluxApp, pollux_app
 
 EPS = 1e-8
 
-# Per-application settings of the peer simulator (applications.py): epochs to completion and, for yolov3,
-# the per-GPU memory limit; ncf is never given more than one GPU by the peer's Optimus and Pollux drivers.
-APP_SETTINGS: dict[str, dict] = {
-    "bert": {"max_epochs": 2},
-    "cifar10": {"max_epochs": 100},
-    "ncf": {"max_epochs": 10, "max_gpus": 1},
-    "imagenet": {"max_epochs": 90},
-    "deepspeech2": {"max_epochs": 80},
-    "yolov3": {"max_epochs": 50, "max_local_bsz": 8},
-}
+# The peer's Optimus and Pollux drivers never give ncf more than one GPU (simulator/simulator.py); epochs to
+# completion and per-GPU batch limits come with the traces (perf.profile: POLLUX_MAX_EPOCHS, POLLUX_MAX_LOCAL_BATCH).
+PEER_MAX_GPUS = {"ncf": 1}
 
 
 def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
@@ -63,33 +58,22 @@ class LocalBatch:
 class TraceApp:
     """One application's measured traces; all queries are memoised (a simulation asks the same ones often)."""
 
-    def __init__(self, trace_dir: Path, max_epochs: int | None = None, max_local_bsz: int | None = None,
-                 max_gpus: int | None = None):
-        trace_dir = Path(trace_dir)
-        if not trace_dir.is_dir():
-            raise UserError(f"{trace_dir}: no such trace folder")
-        self.name = trace_dir.name
-        validation = {}
-        for path in trace_dir.glob("validation-*.csv"):
-            validation[int(path.stem.split("-")[-1])] = pd.read_csv(path)
-        if not validation:
-            raise UserError(f"{trace_dir}: no validation-<batch>.csv files")
+    def __init__(self, app: PolluxApp, max_gpus: int | None = None):
+        self.name = app.name
+        validation = app.validation
         self.batch_sizes = np.array(sorted(validation))
         n = min(len(validation[b]) for b in self.batch_sizes)
         self._progress = np.stack([validation[b].progress.to_numpy(float)[:n] for b in self.batch_sizes])
         self._iteration = np.stack([validation[b].iteration.to_numpy(float)[:n] for b in self.batch_sizes])
         self._grad_sqr = np.stack([validation[b].grad_sqr.to_numpy(float)[:n] for b in self.batch_sizes])
         self._grad_var = np.stack([validation[b].grad_var.to_numpy(float)[:n] for b in self.batch_sizes])
-        self.placements = pd.read_csv(trace_dir / "placements.csv")
-        self.placements["placement"] = self.placements.placement.astype(str)
-        self.placements["num_nodes"] = self.placements.placement.str.len()
-        self.placements["num_replicas"] = self.placements.placement.map(lambda p: sum(map(int, p)))
-        self.scalability = pd.read_csv(trace_dir / "scalability.csv")
+        self.placements = app.placements.assign(placement=app.placements.placement.astype(int).astype(str))
+        self.scalability = app.scalability
         self.init_batch_size = int(self.batch_sizes[0])
         self.max_batch_size = int(self.batch_sizes[-1])
         self.min_local_bsz = int(self.placements.local_bsz.min())
-        self.max_local_bsz = int(max_local_bsz or self.placements.local_bsz.max())
-        self.max_epochs = int(max_epochs or min(len(validation[b]) for b in self.batch_sizes))
+        self.max_local_bsz = int(app.max_local_batch)
+        self.max_epochs = int(app.max_epochs)
         self.max_gpus = max_gpus
         # Epoch e ends at the smallest progress any validated batch size reaches after e epochs.
         self.epoch_end = np.concatenate([[0.0], self._progress[:, : self.max_epochs].min(axis=0)])
@@ -133,11 +117,10 @@ class TraceApp:
         return self._interp(self._grad_sqr, batch_size, epoch), self._interp(self._grad_var, batch_size, epoch)
 
     def gain(self, batch_size: float, epoch: int) -> float:
-        """Statistical gain (progress per step relative to the initial batch): (var+sqr)/(var/scale+sqr)."""
+        """Statistical gain (progress per step, in steps at the initial batch) — ``perf.efficiency``'s formula
+        with this epoch's gradient statistics interpolated between the validated batch sizes."""
         sqr, var = self.grad_stats(batch_size, epoch)
-        scale = batch_size / self.init_batch_size
-        denom = var / scale + sqr
-        return (var + sqr) / denom if denom > 0 else 1.0
+        return progress_gain(GradientNoise(sqr, var), batch_size, self.init_batch_size)
 
     def iterations(self, batch_size: float, epoch: int) -> float:
         """Iterations done after ``epoch`` (the peer's row index), interpolated between validated batches."""
@@ -152,18 +135,41 @@ class TraceApp:
 
     # --- speed ------------------------------------------------------------------------------------
     @cached_property
-    def _nd_interpolator(self) -> LinearNDInterpolator:
+    def _nd_interpolator(self) -> tuple[Delaunay, np.ndarray, np.ndarray]:
+        """Delaunay triangulation of every measurement over (nodes, replicas, local batch), its barycentric
+        transforms (computed once here; scipy computes them on a triangulation's first query) and the values."""
         xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
         df = self.placements.groupby(xs)[xs + ys].mean()
         df = pd.concat([df, self.scalability], ignore_index=True)
-        return LinearNDInterpolator(df[xs].to_numpy(float), df[ys].to_numpy(float))
+        tri = Delaunay(df[xs].to_numpy(float))
+        return tri, tri.transform, df[ys].to_numpy(float)
+
+    def _interp_nd(self, point: list[float]) -> np.ndarray:
+        """Piecewise-linear interpolation exactly as scipy's LinearNDInterpolator (same simplex search, same
+        barycentric weights; Qhull's triangulation of this grid-like data is not conforming, so the simplex
+        chosen matters) without its per-call set-up; NaN outside the measured hull."""
+        tri, transform, values = self._nd_interpolator
+        x = np.asarray(point, float)
+        simplex = int(tri.find_simplex(x[None, :])[0])
+        if simplex < 0:
+            return np.full(values.shape[1], np.nan)
+        t = transform[simplex]
+        b = t[:3] @ (x - t[3])
+        return np.append(b, 1.0 - b.sum()) @ values[tri.simplices[simplex]]
 
     @cached_property
-    def _by_placement(self) -> dict[tuple[int, ...], interp1d]:
+    def _by_placement(self) -> dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Measured placements -> (local batch sizes ascending, step times, sync times)."""
         out = {}
-        for key, df in self.placements.groupby("placement"):
-            out[tuple(map(int, key))] = interp1d(df.local_bsz.to_numpy(float), df[["step_time", "sync_time"]].to_numpy(float), axis=0)
+        for key, df in self.placements.sort_values("local_bsz").groupby("placement"):
+            out[tuple(map(int, key))] = (df.local_bsz.to_numpy(float), df.step_time.to_numpy(float),
+                                         df.sync_time.to_numpy(float))
         return out
+
+    def warm(self) -> "TraceApp":
+        """Build the interpolation tables now (they are otherwise built on first use, mid-simulation)."""
+        self._nd_interpolator, self._by_placement
+        return self
 
     def step_time(self, placement: tuple[int, ...], atomic_bsz: int) -> tuple[float, float]:
         """(step time, sync time) in seconds of one optimiser step for this placement and per-GPU batch."""
@@ -172,11 +178,15 @@ class TraceApp:
         if hit is not None:
             return hit
         p = canonical_placement(placement)
-        f = self._by_placement.get(p)
-        if f is not None:
-            st, sy = (float(v) for v in f(atomic_bsz))
+        measured = self._by_placement.get(p)
+        if measured is not None:
+            xs, step, sync = measured
+            if not xs[0] <= atomic_bsz <= xs[-1]:
+                raise ValueError(f"{self.name}: local batch {atomic_bsz} outside the measured "
+                                 f"{xs[0]:g}..{xs[-1]:g} for placement {placement}")
+            st, sy = float(np.interp(atomic_bsz, xs, step)), float(np.interp(atomic_bsz, xs, sync))
         else:
-            st, sy = (float(v) for v in self._nd_interpolator([min(len(p), 16), sum(p), atomic_bsz])[0])
+            st, sy = (float(v) for v in self._interp_nd([min(len(p), 16), sum(p), atomic_bsz]))
         if not (st == st and sy == sy):
             raise ValueError(f"{self.name}: no step time for placement {placement} local batch {atomic_bsz}")
         self._step_cache[key] = (st, sy)
@@ -191,13 +201,9 @@ class TraceApp:
 @lru_cache(maxsize=None)
 def load_app(name: str, traces_dir: str | None = None) -> TraceApp:
     """The Pollux application ``name`` with the peer's settings (cached: traces are read once per process)."""
-    from dlsched.paths import shared_data
-
-    root = Path(traces_dir) if traces_dir else shared_data() / "pollux" / "traces"
-    if not (root / name).is_dir():
-        known = sorted(p.name for p in root.iterdir() if p.is_dir())
-        raise UserError(f"unknown application {name!r}; traces exist for: {', '.join(known)}")
-    return TraceApp(root / name, **APP_SETTINGS.get(name, {}))
+    if name not in POLLUX_APPS and traces_dir is None:
+        raise UserError(f"unknown application {name!r}; traces exist for: {', '.join(POLLUX_APPS)}")
+    return TraceApp(pollux_app(name, Path(traces_dir) if traces_dir else None), PEER_MAX_GPUS.get(name))
 
 
 @dataclass(frozen=True)
@@ -226,9 +232,14 @@ class TraceThroughput:
         return self.app.iteration_time(self.placement_for(num_gpus, num_nodes), split) / self.speed_factor
 
     def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
-        if num_gpus <= 0:
+        """Samples/s; 0 for a configuration the job cannot run (per-GPU batch below the smallest measured,
+        or outside what the traces cover) so that policies probing it simply see no benefit."""
+        if num_gpus <= 0 or global_batch / num_gpus < self.app.min_local_bsz:
             return 0.0
-        return global_batch / self.iteration_time(num_gpus, num_nodes, global_batch)
+        try:
+            return global_batch / self.iteration_time(num_gpus, num_nodes, global_batch)
+        except ValueError:
+            return 0.0
 
     def efficiency(self, global_batch: int) -> float:
         b = min(max(global_batch, self.app.init_batch_size), self.app.max_batch_size)

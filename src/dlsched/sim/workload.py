@@ -165,9 +165,9 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
         first = f.readline()
     header = {c.strip() for c in first.strip().split(",")}
     if set(POLLUX_COLUMNS) <= header:
-        from dlsched.sim.traces import APP_SETTINGS
+        from dlsched.perf.profile import POLLUX_APPS
 
-        return read_pollux(path, skip_bad, known_apps=set(APP_SETTINGS))
+        return read_pollux(path, skip_bad, known_apps=set(POLLUX_APPS))
     if set(PHILLY_COLUMNS) <= header:
         return read_philly(path, skip_bad, limit)
     if first.count("\t") == len(GAVEL_FIELDS) - 1:

@@ -1,1 +1,46 @@
-"""dlsched.train"""
+"""dlsched.train — elastic data-parallel training runtime on PyTorch.
+
+Modules: ``job`` (TrainJob, entry loading), ``run`` (start command), ``coordinator`` (one per job:
+TCPStore, worker processes, partition table, job folder), ``worker`` (one process per rank),
+``data`` (exactly-once partitions), ``scaling`` (batch size, LR, momentum compensation),
+``autoscale`` (Or et al. rules, stragglers), ``ps`` (parameter-server mode), ``checkpoint``
+(atomic files), ``files`` (control/progress/status), ``ensemble`` (FLEET; another owner).
+
+Job runtime contract (between ``train/`` and the service backends ``backends/``)
+--------------------------------------------------------------------------------
+* Job definition: a module exposing ``make_job(**params) -> dlsched.train.job.TrainJob`` (model
+  factory, ``num_samples`` samples with integer ids 0..N-1 and ``get_batch(ids)``, mean-reduced
+  loss, SGD hyper-parameters at the job's reference ``batch_size``, ``epochs`` and/or
+  ``target_loss``). Referenced as ``path/to/file.py:make_job`` or ``module:make_job``.
+* Start: ``python -m dlsched.train.run --job-dir DIR --entry examples/mlp.py:make_job --workers N
+  [--batch-size B] [--param key=value ...]`` runs one coordinator that spawns N worker processes
+  (torch.distributed: gloo on CPU, NCCL when every rank can have its own GPU) and trains until done;
+  exit 0 on success, 1 on a runtime failure, 2 on bad input (one line on stderr).
+  Extra options (all optional): ``--batch-mode fixed-global|fixed-local`` (default fixed-global),
+  ``--ckpt-every STEPS`` (default 20; 0 = never), ``--threads T`` (torch threads per worker),
+  ``--standby K`` (prepared spare workers: scale-out then waits only for the broadcast),
+  ``--no-replace-stragglers``, ``--record-samples`` (per-step sample-id audit in DIR/samples/).
+* Control: the coordinator polls ``DIR/control.json`` between steps; the backend writes it
+  atomically (``dlsched.train.files.write_control``): ``{"workers": M, "batch_size": B or null,
+  "generation": k}``. A higher generation triggers an elastic resize (stop-free when no worker died)
+  and/or a batch-size change (linear LR scaling + momentum-compensation ramp). It is a level, not a
+  queue: requests written while a resize is in progress coalesce into the latest. ``batch_size``
+  null keeps the global batch in fixed-global mode and keeps the local batch in fixed-local mode.
+  A malformed file is not applied; a ``control_rejected`` event names the field.
+* Progress: ``DIR/progress.jsonl``, one JSON object per line, one per step:
+  ``{"time", "step", "epoch", "samples", "loss", "samples_per_s", "workers", "batch_size",
+  "per_worker_samples_per_s": [...]}`` plus ``generation``, ``lr``, ``partition_offsets``; and events
+  ``{"event": "resized", "from_workers", "workers", "batch_size", "step", "pause_s", "stall_s",
+  "replaced"}``, ``{"event": "checkpoint", "step", "path"}``, ``{"event": "worker_lost",
+  "workers_lost", "exit_codes", "restored_step", "lost_steps", "new_generation", "checkpoint"}``,
+  ``{"event": "straggler", "workers", "ewma"}``, ``{"event": "epoch_end", "epoch", "mean_loss"}``,
+  ``{"event": "finished", "step"}``, ``{"event": "resize_failed"|"control_rejected", "error"}``.
+  ``step`` counts optimizer steps; after a worker loss it restarts from the checkpoint's step.
+* State: ``DIR/status.json`` ``{"state": "running"|"finished"|"failed", "pid": coordinator pid,
+  "workers": int, "error": str|null}`` plus ``generation``, ``worker_pids``, ``standby_ready``.
+  Checkpoints in ``DIR/ckpt/`` (``step-NNNNNNNNN.ckpt``, newest two kept); worker logs in
+  ``DIR/logs/``. Re-running the start command on an existing DIR resumes from the latest
+  checkpoint (with the new ``--workers``); on a finished job it exits 0 at once.
+* Stopping a job: kill the coordinator's process group (start it with ``start_new_session=True``);
+  orphaned workers also exit by themselves once the coordinator's store is gone.
+"""

@@ -71,6 +71,7 @@ class Coordinator:
         self.detector = StragglerDetector()
         self.stragglers: list[int] = []
         self.resizing = False
+        self.standby_ready = 0
 
     # -- processes ----------------------------------------------------------------------------------
     def _spawn(self, generation: int, count: int, world: int) -> list[int]:
@@ -138,7 +139,14 @@ class Coordinator:
 
     def _status(self, state: str, error: str | None = None) -> None:
         write_status(self.dir, state, os.getpid(), len(self.wids), error, generation=self.generation,
-                     worker_pids=[self.procs[w].pid for w in self.wids if w in self.procs])
+                     worker_pids=[self.procs[w].pid for w in self.wids if w in self.procs],
+                     standby_ready=self.standby_ready)
+
+    def _watch_standby(self) -> None:
+        ready = sum(self.store.check([f"ready/{w}"]) for w in self.standby)
+        if ready != self.standby_ready:
+            self.standby_ready = ready
+            self._status("running")
 
     def _initial_state(self):
         """Fresh start, or resume from the latest checkpoint in DIR/ckpt."""
@@ -160,10 +168,12 @@ class Coordinator:
             if "event" not in rec:
                 self.last_report = rec
                 table = rec.pop("table")
+                setup_s = rec.pop("setup_s", None)
                 if self.pending_resize and rec["generation"] == self.generation:
                     ev = self.pending_resize
                     ev["pause_s"] = rec["time"] - ev.pop("requested_at")
                     ev["stall_s"] = rec["time"] - ev.pop("stopped_at")
+                    ev["regroup_s"] = setup_s  # process-group init + parameter/optimizer broadcast
                     self.progress.write(ev)
                     self.pending_resize = None
                 rec["partition_offsets"] = table
@@ -185,7 +195,6 @@ class Coordinator:
         wids = self._spawn(0, self.o.workers, self.o.workers)
         self.standby = self._spawn(0, self.o.standby, self.o.workers)
         self._publish(wids, step, table, gb, ramp, eloss, restore)
-        self.target = (self.o.workers, None)
         try:
             while True:
                 self._drain()
@@ -201,6 +210,7 @@ class Coordinator:
                     drop, self.stragglers = self.stragglers, []
                     self._resize(len(self.wids), None, drop=drop)
                 self._reap_leaving()
+                self._watch_standby()
                 time.sleep(POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
             self._kill(list(self.procs))
@@ -241,10 +251,13 @@ class Coordinator:
             self._resize_now(workers, batch_size, list(drop))
         finally:
             self.resizing = False
+        self.standby_ready = 0
 
     def _resize_now(self, workers: int, batch_size: int | None, drop: list[int]) -> None:
         requested = time.time()
         old = list(self.wids)
+        if workers == len(old) and not drop and batch_size in (None, self.global_batch):
+            return  # nothing to change: don't stop the group for it
         keep = [w for w in old if w not in drop][:workers]
         need = workers - len(keep)
         new, self.standby = self.standby[:need], self.standby[need:]
@@ -291,6 +304,7 @@ class Coordinator:
                                f"{self._log_tail(dead[0])}")
         count = len(self.wids)
         self._kill(list(self.procs))
+        self.pending_resize = None
         self._drain()
         restore, step, table, gb, ramp, eloss, _ = self._initial_state()
         wids = self._spawn(self.generation + 1, count, count)

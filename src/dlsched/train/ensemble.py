@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import datetime
 import importlib
 import importlib.util
 import math
@@ -19,12 +20,16 @@ import os
 import queue
 import sys
 import time
+import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.errors import UserError
 from dlsched.policy.fleet import ModelProfile, Preprocessing, plan_fleet
@@ -220,6 +225,7 @@ class MemberSpec:
     lr: float = 0.05
     base_dir: str | None = None
     max_epochs: int | None = None    # overrides Convergence.max_epochs for this member
+    max_workers: int = 1             # data-parallel workers the FLEET greedy may give this member
 
 
 @dataclass(frozen=True)
@@ -243,56 +249,89 @@ def _save_atomic(obj: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def member_main(spec: MemberSpec, consumer: int, ring: BatchRing, start_batch: int, steps_per_epoch: int,
+@dataclass(frozen=True)
+class Worker:
+    """One process of a member: its consumer bit in the ring and its rank among the member's data-parallel workers."""
+
+    consumer: int
+    rank: int = 0
+    world: int = 1
+    rendezvous: str = ""      # file for torch.distributed's FileStore (no TCP port to collide with other jobs)
+
+
+def _agree(flag: bool, world: int) -> bool:
+    """All ranks of a member take the same decision (stop/converge) at the same step."""
+    if world == 1:
+        return flag
+    t = torch.tensor([float(flag)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def member_main(spec: MemberSpec, worker: Worker, ring: BatchRing, start_batch: int, steps_per_epoch: int,
                 val: tuple[torch.Tensor, torch.Tensor], conv: Convergence, ckpt_dir: str, reports: "mp.Queue",
                 stop: "mp.synchronize.Event", max_batches: int | None = None) -> None:
-    """Train one member on the shared batches until it converges (leaves), is stopped (re-formation) or runs out."""
+    """Train one member (or one data-parallel rank of it) on the shared batches until it converges (leaves), is
+    stopped (re-formation) or has run ``max_batches``. Rank r of g trains on rows r::g of each shared batch (a view)
+    and gradients are averaged with DDP over gloo; rank 0 validates, checkpoints and reports."""
     torch.set_num_threads(1)
-    torch.manual_seed(hash(spec.name) % 2**31)
-    model, opt = _build(spec)
+    torch.manual_seed(zlib.crc32(spec.name.encode()))   # stable across runs (str hash is salted)
+    rank, world = worker.rank, worker.world
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"file://{worker.rendezvous}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=120))   # a lost rank fails loudly, never hangs
+    net, opt = _build(spec)
     ckpt = Path(ckpt_dir) / f"{spec.name}.pt"
     state = {"step": 0, "epoch": 0, "best": -1.0, "bad": 0, "history": []}
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(saved["model"]), opt.load_state_dict(saved["opt"])
+        net.load_state_dict(saved["model"]), opt.load_state_dict(saved["opt"])
         state = saved["state"]
+    model = DistributedDataParallel(net) if world > 1 else net
     val_x, val_y = eval_transform(val[0]), val[1]
     index, status, t0, seen = start_batch, "training", time.perf_counter(), 0
     try:
         while status == "training":
-            if stop.is_set() or (max_batches is not None and seen >= max_batches):
+            if _agree(stop.is_set() or (max_batches is not None and seen >= max_batches), world):
                 status = "paused"
                 break
             x, y = ring.get(index)
             model.train()
-            loss = F.cross_entropy(model(x), y)        # x is a view of the shared slot: no copy
+            loss = F.cross_entropy(model(x[rank::world]), y[rank::world])   # a view of the shared slot: no copy
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            ring.release(index, consumer)
+            ring.release(index, worker.consumer)
             index, seen = index + 1, seen + 1
             state["step"] += 1
             rate = seen * ring.batch / (time.perf_counter() - t0)
             if state["step"] % steps_per_epoch == 0:
                 state["epoch"] += 1
-                model.eval()
-                with torch.no_grad():
-                    acc = (model(val_x).argmax(1) == val_y).float().mean().item()
-                state["history"].append(acc)
-                if acc > state["best"] + conv.min_delta:
-                    state["best"], state["bad"] = acc, 0
-                    _save_atomic({"model": model.state_dict(), "acc": acc, "epoch": state["epoch"]}, Path(ckpt_dir) / f"{spec.name}.best.pt")
-                else:
-                    state["bad"] += 1
-                if state["bad"] >= conv.patience or state["epoch"] >= (spec.max_epochs or conv.max_epochs):
+                acc = -1.0
+                if rank == 0:
+                    net.eval()
+                    with torch.no_grad():
+                        acc = (net(val_x).argmax(1) == val_y).float().mean().item()
+                    state["history"].append(acc)
+                    if acc > state["best"] + conv.min_delta:
+                        state["best"], state["bad"] = acc, 0
+                        _save_atomic({"model": net.state_dict(), "acc": acc, "epoch": state["epoch"]}, Path(ckpt_dir) / f"{spec.name}.best.pt")
+                    else:
+                        state["bad"] += 1
+                done = state["bad"] >= conv.patience or state["epoch"] >= (spec.max_epochs or conv.max_epochs)
+                if _agree(rank == 0 and done, world):
                     status = "converged"
-                reports.put((spec.name, status, state["epoch"], state["step"], loss.item(), acc, rate))
-            elif state["step"] % 10 == 0:
+                if rank == 0:
+                    reports.put((spec.name, status, state["epoch"], state["step"], loss.item(), acc, rate))
+            elif state["step"] % 10 == 0 and rank == 0:
                 reports.put((spec.name, "training", state["epoch"], state["step"], loss.item(), None, rate))
     finally:
-        ring.leave(consumer)
-    _save_atomic({"model": model.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
-    reports.put((spec.name, status, state["epoch"], state["step"], None, state["best"], None))
+        ring.leave(worker.consumer)
+    if rank == 0:
+        _save_atomic({"model": net.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+        reports.put((spec.name, status, state["epoch"], state["step"], None, state["best"], None))
+    if world > 1:
+        dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------- flotillas
@@ -302,28 +341,45 @@ class FlotillaRun:
     members: tuple[str, ...]
     start: float
     end: float
-    batches: int
+    workers: tuple[int, ...]      # data-parallel workers per member
     producer_cpu_s: float
+
+
+def warm_up_torch() -> None:
+    """The first optimizer step imports torch's compile machinery (seconds); do it once before forking workers."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = torch.zeros(1)
+    opt.step()
 
 
 def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tensor, torch.Tensor],
                   val: tuple[torch.Tensor, torch.Tensor], batch: int, conv: Convergence, ckpt_dir: Path, reports: "mp.Queue",
                   *, start_batch: int = 0, slots: int = 4, seed: int = 0, max_batches: int | None = None,
+                  workers: Mapping[str, int] | None = None,
                   on_report: Callable[[tuple], None] | None = None) -> tuple[set[str], list[FlotillaRun]]:
-    """Run flotillas side by side, each with one producer and one process per member.
+    """Run flotillas side by side, each with one producer and, per member, ``workers[name]`` (default 1)
+    data-parallel processes.
 
     Returns when a member converges (every other member is then paused at its next step and checkpointed) or when
     all members stopped (``max_batches`` each)."""
+    warm_up_torch()
     stop = CTX.Event()
     steps = len(data[0]) // batch
     t0 = time.time()
     rings, procs, producers = [], [], []
     for gi, members in enumerate(groups):
-        ring = BatchRing(slots, batch, tuple(data[0].shape[1:]), len(members))
+        gpus = [workers.get(m.name, 1) for m in members] if workers else [1] * len(members)
+        ring = BatchRing(slots, batch, tuple(data[0].shape[1:]), sum(gpus))
         rings.append(ring)
         producers.append(CTX.Process(target=producer_main, args=(ring, data[0], data[1], seed + 1000 * gi, start_batch), daemon=True))
-        procs += [CTX.Process(target=member_main, args=(m, k, ring, start_batch, steps, val, conv, str(ckpt_dir), reports, stop, max_batches),
-                              daemon=True) for k, m in enumerate(members)]
+        consumer = 0
+        for m, g in zip(members, gpus):
+            rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
+            for r in range(g):
+                procs.append(CTX.Process(target=member_main, daemon=True, args=(
+                    m, Worker(consumer, r, g, rdzv), ring, start_batch, steps, val, conv, str(ckpt_dir), reports, stop, max_batches)))
+                consumer += 1
     for p in producers + procs:
         p.start()
     n_members = sum(len(g) for g in groups)
@@ -333,7 +389,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         try:
             msg = reports.get(timeout=0.2)
         except queue.Empty:
-            if any(p.exitcode not in (None, 0) for p in procs):
+            if any(p.exitcode not in (None, 0) for p in procs + producers):
                 stop.set()
                 for p in procs + producers:
                     p.kill()
@@ -353,8 +409,11 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         p.join(timeout=10)
         if p.is_alive():
             p.kill()
+    for f in Path(ckpt_dir).glob(f".*.{os.getpid()}.*.rendezvous"):
+        f.unlink(missing_ok=True)
     t1 = time.time()
-    return converged, [FlotillaRun(tuple(m.name for m in g), t0, t1, 0, r.produced_cpu_s.value) for g, r in zip(groups, rings)]
+    return converged, [FlotillaRun(tuple(m.name for m in g), t0, t1, tuple((workers or {}).get(m.name, 1) for m in g),
+                                   r.produced_cpu_s.value) for g, r in zip(groups, rings)]
 
 
 def profile_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int = 5, classes: int = 10) -> float:
@@ -382,21 +441,24 @@ class EnsembleReport:
 
 
 def run_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Convergence, ckpt_dir: Path, *,
-                 slots_per_node: int = 4, gpus_per_member_max: int = 1, seed: int = 0, rate_tolerance: float = 0.9,
+                 slots_per_node: int = 4, seed: int = 0, rate_tolerance: float = 0.9,
                  on_report: Callable[[tuple], None] | None = None,
                  on_plan: Callable[[list[tuple[str, ...]]], None] | None = None) -> EnsembleReport:
     """Profile, plan flotillas with the FLEET greedy, run them, re-form after every convergence until all converged.
 
     On one machine the "GPUs" are ``slots_per_node`` worker slots of one node; flotillas of a plan run one after
-    another (they would compete for the same cores otherwise). Members share cores here, so one worker cannot be
-    given "more GPUs"; ``rate_tolerance`` (the greedy's eps) is therefore wide by default: members within 10x of
-    the flotilla's target share a pipeline rather than run in separate, sequential flotillas."""
+    another (they would compete for the same cores otherwise). The greedy's GPU count for a member becomes its
+    number of data-parallel workers (at most ``max_workers``). Workers share the same few cores here, so more of
+    them cannot really speed a member up; ``rate_tolerance`` (the greedy's eps) is therefore wide by default:
+    members within 10x of the flotilla's target share a pipeline rather than run in separate, sequential flotillas."""
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     report = EnsembleReport()
     shape = tuple(data[0].shape[1:])
     report.rates = {m.name: profile_rate(m, batch, shape) for m in members}
-    # One worker per member on this machine; r(g) beyond 1 is not measurable on shared cores.
-    profiles = {m.name: ModelProfile(m.name, (report.rates[m.name],) * gpus_per_member_max) for m in members}
+    # r(g) for g > 1 is not measurable on cores the workers share: assume linear (weak) scaling, as in the
+    # H100-derived profiles, up to the member's max_workers.
+    profiles = {m.name: ModelProfile(m.name, tuple(g * report.rates[m.name] for g in range(1, m.max_workers + 1)))
+                for m in members}
     by_name = {m.name: m for m in members}
     reports = CTX.Queue()
     t0 = time.time()
@@ -420,9 +482,10 @@ def run_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Con
             on_plan(groups)
         for group in groups:
             start = max(progress[n] for n in group)
+            f = plan.flotillas[groups.index(group)]
             converged, (run,) = run_flotillas([[by_name[n] for n in group]], data, val, batch, conv, ckpt_dir, reports,
-                                              start_batch=start, seed=seed, on_report=relay)
-            report.flotillas.append(FlotillaRun(run.members, run.start - t0, run.end - t0, 0, run.producer_cpu_s))
+                                              start_batch=start, seed=seed, workers=dict(f.gpus), on_report=relay)
+            report.flotillas.append(FlotillaRun(run.members, run.start - t0, run.end - t0, run.workers, run.producer_cpu_s))
             remaining = [n for n in remaining if n not in converged]
             if converged:
                 break   # re-form for the rest

@@ -26,6 +26,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     ap.add_argument("--threads", type=int, default=0, help="torch threads per worker (0 = cpus // workers)")
     ap.add_argument("--record-samples", action="store_true", help="log sample ids per step (exactly-once audit)")
     ap.add_argument("--no-replace-stragglers", action="store_true", help="keep workers the EWMA rule flags")
+    ap.add_argument("--max-restarts", type=int, default=3, help="worker-loss recoveries before the job fails")
     ap.add_argument("--standby", type=int, default=0, help="prepared spare workers for instant scale-out")
     a = ap.parse_args(argv)
     if a.workers < 1:
@@ -35,7 +36,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     return Options(job_dir=a.job_dir, entry=a.entry, workers=a.workers, batch_size=a.batch_size,
                    params=parse_params(a.param), batch_mode=BatchMode(a.batch_mode), ckpt_every=a.ckpt_every,
                    threads=a.threads, record_samples=a.record_samples,
-                   standby=a.standby, replace_stragglers=not a.no_replace_stragglers)
+                   standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,6 +108,7 @@ class Worker:
 
     def run_generation(self, plan: dict) -> bool:
         gen, rank, world = plan["generation"], plan["wids"].index(self.wid), len(plan["wids"])
+        t_join = time.perf_counter()
         backend, self.device = pick_backend(world)
         self.model.to(self.device)
         dist.init_process_group(backend, store=dist.PrefixStore(f"pg/{gen}", self.store),
@@ -120,6 +121,7 @@ class Worker:
                 dist.broadcast_object_list(box, src=0, device=self.device if backend == "nccl" else None)
                 if rank != 0:
                     self._load_state(box[0])
+            self.setup_s = time.perf_counter() - t_join  # new group + state broadcast: the stop-free pause's core
             return self._train(plan, rank, world)
         finally:
             dist.destroy_process_group()
@@ -189,7 +191,8 @@ class Worker:
                     "samples_per_s": n_total / wall, "workers": world, "batch_size": global_batch,
                     "lr": self.optimizer.param_groups[0]["lr"],
                     "per_worker_samples_per_s": [len(s) / max(t, 1e-9) for s, t in zip(shares, times)],
-                    "table": table.snapshot()["offsets"]}))
+                    "table": table.snapshot()["offsets"], "setup_s": self.setup_s}))
+                self.setup_s = None
                 if ckpt_every and step % ckpt_every == 0:
                     self._save(step, table, global_batch, ramp, (ep_loss, ep_n))
             if float(tail[2]) > 0:
@@ -233,6 +236,11 @@ def main(argv: list[str] | None = None) -> None:
     worker = Worker(job, store, args.worker_id, Path(args.job_dir))
     store.set(f"ready/{args.worker_id}", "1")
     worker.run(args.generation)
+    if worker.record is not None:
+        worker.record.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown: torch/gloo thread shutdown takes seconds on a loaded machine
 
 
 if __name__ == "__main__":

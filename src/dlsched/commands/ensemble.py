@@ -1,0 +1,163 @@
+"""``dlsched ensemble run SPEC.yaml``: train an ensemble with FLEET's shared pipeline, a live table per model, and
+a final report (time per model, flotillas over time as a plot). ``dlsched ensemble simulate``: FLEET vs separate
+training vs homogeneous data sharing on a simulated cluster with rates from the H100 table.
+
+Heavy modules (torch, matplotlib) load inside the commands: every ``dlsched`` start imports this file.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from dlsched.errors import UserError
+
+app = typer.Typer(no_args_is_help=True, help="FLEET ensemble training (shared preprocessing, flotillas).")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="ensemble")
+
+
+class _LiveTable:
+    """Rows per model, refreshed from the members' progress reports."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.rows = {n: {"status": "waiting", "epoch": 0, "step": 0, "loss": None, "acc": None, "rate": None} for n in names}
+        self.flotilla = ""
+
+    def update(self, msg: tuple) -> None:
+        name, status, epoch, step, loss, acc, rate = msg
+        row = self.rows[name]
+        row.update(status=status, epoch=epoch, step=step)
+        if loss is not None:
+            row["loss"] = loss
+        if acc is not None and acc >= 0:
+            row["acc"] = acc if row["acc"] is None else max(row["acc"], acc)
+        if rate is not None:
+            row["rate"] = rate
+
+    def render(self):
+        from rich.table import Table
+
+        t = Table(title=f"ensemble -- flotilla now: {self.flotilla}")
+        for col in ("model", "status", "epoch", "step", "loss", "best val acc", "samples/s"):
+            t.add_column(col, justify="left" if col in ("model", "status") else "right")
+        for n, r in self.rows.items():
+            t.add_row(n, r["status"], str(r["epoch"]), str(r["step"]),
+                      "-" if r["loss"] is None else f"{r['loss']:.3f}",
+                      "-" if r["acc"] is None else f"{r['acc']:.3f}",
+                      "-" if r["rate"] is None else f"{r['rate']:.0f}")
+        return t
+
+
+def plot_flotillas(report, names: list[str], path: Path) -> None:
+    """One row per model, one bar per flotilla it trained in, coloured by flotilla."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.5))
+    colours = plt.get_cmap("tab10")
+    for i, f in enumerate(report.flotillas):
+        for m in f.members:
+            ax.broken_barh([(f.start, f.end - f.start)], (names.index(m) - 0.4, 0.8), color=colours(i % 10), alpha=0.8,
+                           label=f"flotilla {i}" if m == f.members[0] else None)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    for m, t in report.finish_s.items():
+        ax.plot([t], [names.index(m)], "k|", markersize=14)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("seconds since start")
+    ax.set_title("flotillas over time (| = converged)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+@app.command()
+def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/ensemble/spec.yaml)"),
+        output: Path = typer.Option(None, help="report folder (default: the spec's 'output')"),
+        live: bool = typer.Option(True, help="live progress table")) -> None:
+    """Train every model of the ensemble to convergence with shared preprocessing and flotilla re-formation."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    from dlsched.train.ensemble import run_ensemble
+    from dlsched.train.ensemble_spec import load_data, load_spec
+
+    spec = load_spec(spec_file)
+    base = spec_file.resolve().parent
+    out = output or (base / spec.output if not Path(spec.output).is_absolute() else Path(spec.output))
+    out.mkdir(parents=True, exist_ok=True)
+    data, val = load_data(spec, base)
+    members = spec.members(base)
+    table = _LiveTable([m.name for m in members])
+    console = Console()
+    t0 = time.time()
+    plans: list[list[list[str]]] = []
+
+    def on_plan(groups) -> None:
+        table.flotilla = " | ".join(", ".join(g) for g in groups[:1])
+        plans.append([list(g) for g in groups])
+
+    with (Live(table.render(), console=console, refresh_per_second=4) if live else contextlib.nullcontext()) as lv:
+        def on_report(msg: tuple) -> None:
+            table.update(msg)
+            if lv is not None:
+                lv.update(table.render())
+
+        report = run_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), out / "checkpoints",
+                              slots_per_node=spec.slots, rate_tolerance=spec.rate_tolerance,
+                              on_report=on_report, on_plan=on_plan)
+    names = [m.name for m in members]
+    plot_flotillas(report, names, out / "flotillas.png")
+    summary = Table(title=f"ensemble {spec.name}: done in {time.time() - t0:.1f} s (profiling included)")
+    for col in ("model", "time to converge (s)", "epochs", "best val acc", "profiled samples/s", "checkpoint"):
+        summary.add_column(col)
+    for n in names:
+        summary.add_row(n, f"{report.finish_s[n]:.1f}", str(report.epochs[n]), f"{report.best_acc[n]:.3f}",
+                        f"{report.rates[n]:.0f}", str(out / "checkpoints" / f"{n}.best.pt"))
+    console.print(summary)
+    (out / "report.json").write_text(json.dumps({
+        "name": spec.name, "finish_s": report.finish_s, "epochs": report.epochs, "best_acc": report.best_acc,
+        "profiled_samples_per_s": report.rates, "plans": plans,
+        "note": "times in seconds since training started (after profiling)",
+        "flotillas": [{"members": list(f.members), "workers": list(f.workers), "start": f.start, "end": f.end,
+                       "producer_cpu_s": f.producer_cpu_s}
+                      for f in report.flotillas],
+    }, indent=2))
+    console.print(f"report: {out / 'report.json'}, plot: {out / 'flotillas.png'}")
+
+
+@app.command()
+def simulate(models: int = typer.Option(100, min=1, max=10_000), nodes: int = typer.Option(16, min=1),
+             gpus_per_node: int = typer.Option(4, min=1), cpus_per_node: int = typer.Option(16, min=2),
+             seed: int = 0, restart_s: float = typer.Option(30.0, min=0)) -> None:
+    """Simulated ensemble with rates from the H100 table: FLEET vs separate training vs homogeneous sharing."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from dlsched.paths import shared_data
+    from dlsched.policy.base import ClusterView, NodeView
+    from dlsched.sim.ensemble import (fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
+                                      seeded_ensemble, simulate_ensemble)
+
+    if cpus_per_node <= gpus_per_node:
+        raise UserError(f"--cpus-per-node must exceed --gpus-per-node (one trainer core per GPU), got {cpus_per_node}")
+    prof = h100_profiles(shared_data() / "h100" / "throughput.csv", max_gpus=gpus_per_node)
+    members = seeded_ensemble(prof, models, seed=seed)
+    cluster = ClusterView(tuple(NodeView(f"n{i}", gpus_per_node, "h100", cpus_per_node) for i in range(nodes)))
+    t = Table(title=f"{models} models on {nodes} x {gpus_per_node} GPUs, {cpus_per_node} cores/node")
+    t.add_column("method")
+    t.add_column("makespan (h)", justify="right")
+    t.add_column("FLEET speed-up", justify="right")
+    res = {k: simulate_ensemble(members, cluster, p, restart_s=restart_s).makespan
+           for k, p in (("FLEET", fleet_planner()), ("separately", independent_planner), ("homogeneous sharing", homogeneous_planner))}
+    for k, v in res.items():
+        t.add_row(k, f"{v / 3600:.2f}", f"{v / res['FLEET']:.2f}x")
+    Console().print(t)

@@ -1,0 +1,102 @@
+"""``dlsched simulate``: run one or more policies over a workload trace and compare them."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from dlsched.errors import UserError
+
+
+def parse_nodes(spec: str) -> "ClusterView":
+    """``"8x4:v100,8x4:k80"`` -> 8 nodes of 4 v100 GPUs and 8 nodes of 4 k80 GPUs."""
+    from dlsched.policy.base import ClusterView, NodeView
+
+    nodes = []
+    for part in spec.split(","):
+        try:
+            count_gpus, _, gpu_type = part.strip().partition(":")
+            count, gpus = (int(x) for x in count_gpus.split("x"))
+            if count < 1 or gpus < 1:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--node-spec: bad entry {part!r}; expected NODESxGPUS[:TYPE], e.g. 8x4:v100") from None
+        nodes += [NodeView(f"{gpu_type or 'node'}{len(nodes) + i}", gpus, gpu_type or "generic") for i in range(count)]
+    return ClusterView(tuple(nodes))
+
+
+def parse_speeds(spec: str | None) -> dict[str, float]:
+    out = {}
+    for part in filter(None, (spec or "").split(",")):
+        name, _, value = part.partition("=")
+        try:
+            out[name.strip()] = float(value)
+            if out[name.strip()] <= 0:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--gpu-speed: bad entry {part!r}; expected TYPE=FACTOR with FACTOR > 0") from None
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def simulate(
+        workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV, Philly CSV or Gavel TSV trace"),
+        policy: List[str] = typer.Option(["tiresias"], "--policy", "-p", help="registered policy name; repeatable"),
+        nodes: int = typer.Option(16, help="nodes in a homogeneous cluster"),
+        gpus_per_node: int = typer.Option(4, help="GPUs per node"),
+        cluster_gpus: Optional[int] = typer.Option(None, help="total GPUs (nodes = this / gpus-per-node)"),
+        node_spec: Optional[str] = typer.Option(None, help="heterogeneous nodes, e.g. 8x4:v100,8x4:k80"),
+        gpu_speed: Optional[str] = typer.Option(None, help="speed factor per GPU type, e.g. v100=1,k80=0.4"),
+        interval: float = typer.Option(60.0, help="scheduling interval (s)"),
+        restart_penalty: float = typer.Option(30.0, help="seconds a job makes no progress after (re)starting"),
+        placement: str = typer.Option("most-free", help="nodes for jobs a policy does not place: most-free | consolidated"),
+        remaining: str = typer.Option("oracle", help="remaining work policies see: oracle | predicted | none"),
+        prediction_error: float = typer.Option(0.0, help="log-normal sigma of predicted remaining work"),
+        seed: int = typer.Option(0, help="seed of the prediction error"),
+        horizon: Optional[float] = typer.Option(None, help="stop at this simulated time (s)"),
+        limit: Optional[int] = typer.Option(None, help="read only the first N rows of a Philly trace"),
+        skip_bad: bool = typer.Option(False, "--skip-bad", help="skip bad trace rows (counted and reported)"),
+        report: Optional[Path] = typer.Option(None, help="write CSVs and plots to this folder"),
+    ) -> None:
+        """Simulate scheduling policies on a workload trace and print a comparison table."""
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from dlsched.policy.base import ClusterView, make_policy, policy_names
+        from dlsched.sim.engine import run
+        from dlsched.sim.report import rich_table, summary_frame, write_report
+        from dlsched.sim.workload import read_workload
+
+        console = Console()
+        known = policy_names()
+        for p in policy:
+            if p not in known:
+                raise UserError(f"--policy: unknown policy {p!r}; known: {', '.join(known)}")
+        if cluster_gpus is not None:
+            if cluster_gpus < 1 or cluster_gpus % gpus_per_node:
+                raise UserError(f"--cluster-gpus: {cluster_gpus} is not a positive multiple of --gpus-per-node {gpus_per_node}")
+            nodes = cluster_gpus // gpus_per_node
+        if nodes < 1 or gpus_per_node < 1:
+            raise UserError(f"--nodes/--gpus-per-node must be >= 1, got {nodes}/{gpus_per_node}")
+        cluster = parse_nodes(node_spec) if node_spec else ClusterView.homogeneous(nodes, gpus_per_node)
+        wl = read_workload(workload, skip_bad=skip_bad, limit=limit)
+        if wl.skipped:
+            console.print(f"[yellow]skipped {len(wl.skipped)} bad row(s); first: {wl.skipped[0]}[/]")
+        if not wl.jobs:
+            raise UserError(f"{workload}: no jobs to simulate")
+        console.print(f"{len(wl.jobs)} jobs from {workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")
+        results = []
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            for p in policy:
+                task = bar.add_task(p, total=len(wl.jobs))
+                results.append(run(wl, make_policy(p), cluster, interval=interval, restart_penalty=restart_penalty,
+                                   remaining=remaining, prediction_error=prediction_error, seed=seed,
+                                   gpu_speed=parse_speeds(gpu_speed), horizon=horizon, placement=placement,
+                                   on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
+        console.print(rich_table(summary_frame(results, horizon), title=f"{workload.name}"))
+        if report:
+            files = write_report(results, report, horizon)
+            console.print(f"report: {', '.join(str(f) for f in files)}")

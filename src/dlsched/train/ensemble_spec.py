@@ -1,0 +1,118 @@
+"""The ensemble YAML: N models (module or file + class), one data set, one convergence criterion.
+
+Strict like the job spec: unknown fields, wrong types and out-of-range values are one line naming the file,
+the field and the value.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dlsched.errors import UserError
+from dlsched.train.ensemble import Convergence, MemberSpec, synthetic_images
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ModelEntry(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    model: str = Field(pattern=r"^[^:]+:[A-Za-z_][A-Za-z0-9_]*$")   # package.module:Class or file.py:Class
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    lr: float = Field(0.05, gt=0, le=10)
+    max_epochs: int | None = Field(None, ge=1, le=10_000)
+    max_workers: int = Field(1, ge=1, le=16)   # data-parallel workers the FLEET greedy may give it
+
+
+class DatasetEntry(_Strict):
+    """``synthetic``: generated CIFAR-shaped images; ``npz``: a file with x_train, y_train, x_val, y_val (uint8 NCHW)."""
+
+    kind: Literal["synthetic", "npz"] = "synthetic"
+    path: str | None = None
+    train: int = Field(2048, ge=64, le=10_000_000)
+    val: int = Field(256, ge=16, le=1_000_000)
+    classes: int = Field(10, ge=2, le=100_000)
+    image_size: int = Field(32, ge=8, le=512)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _path_for_npz(self) -> "DatasetEntry":
+        if self.kind == "npz" and not self.path:
+            raise ValueError("kind 'npz' needs a path")
+        return self
+
+
+class ConvergenceEntry(_Strict):
+    patience: int = Field(2, ge=1, le=1000)
+    min_delta: float = Field(0.002, ge=0, le=1)
+    max_epochs: int = Field(20, ge=1, le=10_000)
+
+
+class EnsembleSpec(_Strict):
+    name: str = Field("ensemble", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    models: list[ModelEntry] = Field(min_length=1, max_length=62)
+    dataset: DatasetEntry = DatasetEntry()
+    batch_size: int = Field(64, ge=1, le=65536)
+    convergence: ConvergenceEntry = ConvergenceEntry()
+    slots: int = Field(4, ge=1, le=62)              # worker slots ("GPUs") of this machine for the greedy
+    rate_tolerance: float = Field(0.9, ge=0, lt=1)   # the greedy's eps
+    output: str = "ensemble-report"
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "EnsembleSpec":
+        names = [m.name for m in self.models]
+        if dup := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"model names must be unique, repeated: {', '.join(dup)}")
+        return self
+
+    def members(self, base_dir: Path) -> list[MemberSpec]:
+        return [MemberSpec(m.name, m.model, dict(m.kwargs), m.lr, str(base_dir), m.max_epochs, m.max_workers) for m in self.models]
+
+    def convergence_rule(self) -> Convergence:
+        return Convergence(self.convergence.patience, self.convergence.min_delta, self.convergence.max_epochs)
+
+
+def load_spec(path: Path) -> EnsembleSpec:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    try:
+        return EnsembleSpec.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        value = f", got {err['input']!r}" if "input" in err and not isinstance(err["input"], dict) else ""
+        raise UserError(f"{path}: field {field}: {err['msg']}{value}") from None
+
+
+def load_data(spec: EnsembleSpec, base_dir: Path) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    d = spec.dataset
+    if d.kind == "synthetic":
+        return (synthetic_images(d.train, d.classes, d.image_size, d.seed),
+                synthetic_images(d.val, d.classes, d.image_size, d.seed + 1))
+    path = Path(d.path) if Path(d.path).is_absolute() else base_dir / d.path  # type: ignore[arg-type]
+    try:
+        z = np.load(path)
+        arrays = {k: z[k] for k in ("x_train", "y_train", "x_val", "y_val")}
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: cannot read npz data set: {e}") from None
+    except KeyError as e:
+        raise UserError(f"{path}: missing array {e.args[0]!r} (need x_train, y_train, x_val, y_val)") from None
+    for k in ("x_train", "x_val"):
+        if arrays[k].dtype != np.uint8 or arrays[k].ndim != 4 or arrays[k].shape[1] != 3:
+            raise UserError(f"{path}: {k} must be uint8 N x 3 x H x W, got {arrays[k].dtype} {arrays[k].shape}")
+    t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    return (t["x_train"], t["y_train"].long()), (t["x_val"], t["y_val"].long())

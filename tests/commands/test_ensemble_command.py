@@ -1,0 +1,78 @@
+"""``dlsched ensemble``: the YAML spec's one-line errors, a real tiny run end to end, the simulate sub-command."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlsched.errors import UserError
+from dlsched.train.ensemble_spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "examples" / "ensemble" / "models.py"
+
+
+def _cli(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200")
+    return subprocess.run([sys.executable, "-m", "dlsched.cli", "ensemble", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+def test_example_spec_is_valid():
+    spec = load_spec(ROOT / "examples" / "ensemble" / "spec.yaml")
+    assert len(spec.models) == 4 and spec.convergence.patience == 2
+
+
+@pytest.mark.parametrize("body, message", [
+    ("models: []\n", "field models: List should have at least 1 item"),
+    ("models:\n  - {name: a, model: 'm.py:A', lr: -1}\n", "field models.0.lr: Input should be greater than 0, got -1"),
+    ("models:\n  - {name: a, model: 'm.py:A'}\nbatch_size: '64'\n", "field batch_size: Input should be a valid integer, got '64'"),
+    ("models:\n  - {name: a, model: 'm.py:A'}\n  - {name: a, model: 'm.py:B'}\n", "repeated: a"),
+    ("models:\n  - {name: a, model: 'm.py:A', colour: red}\n", "field models.0.colour: Extra inputs are not permitted"),
+    ("models: [\n", "line 2 invalid YAML"),
+])
+def test_bad_spec_is_one_line_naming_file_and_field(tmp_path, body, message):
+    f = tmp_path / "spec.yaml"
+    f.write_text(body)
+    with pytest.raises(UserError) as e:
+        load_spec(f)
+    assert message in str(e.value) and str(f) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_bad_spec_exits_2_with_one_line(tmp_path):
+    f = tmp_path / "spec.yaml"
+    f.write_text("models:\n  - {name: a, model: 'nomodule:A'}\n")
+    r = _cli("run", str(f), "--no-live", "--output", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stderr.strip().startswith("error: model 'nomodule:A': cannot import nomodule")
+
+
+@pytest.mark.slow
+def test_ensemble_run_end_to_end(tmp_path):
+    f = tmp_path / "spec.yaml"
+    f.write_text(f"""
+name: tiny-ensemble
+dataset: {{kind: synthetic, train: 256, val: 64}}
+batch_size: 64
+convergence: {{patience: 5, max_epochs: 2}}
+rate_tolerance: 0.99
+models:
+  - {{name: a, model: "{MODELS}:MLPHead", kwargs: {{hidden: 8}}, max_epochs: 1}}
+  - {{name: b, model: "{MODELS}:StridedCNN", kwargs: {{width: 4}}}}
+""")
+    r = _cli("run", str(f), "--no-live", "--output", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert rep["epochs"] == {"a": 1, "b": 2}
+    assert rep["plans"][0] == [["a", "b"]] or rep["plans"][0] == [["b", "a"]]
+    assert [f["members"] for f in rep["flotillas"]][1] == ["b"]          # re-formed after a converged
+    assert (tmp_path / "out" / "flotillas.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "checkpoints" / "a.best.pt").exists()
+    assert "time to converge" in r.stdout
+
+
+def test_ensemble_simulate_prints_the_three_methods():
+    r = _cli("simulate", "--models", "12", "--nodes", "2")
+    assert r.returncode == 0, r.stderr
+    assert "FLEET" in r.stdout and "separately" in r.stdout and "homogeneous sharing" in r.stdout

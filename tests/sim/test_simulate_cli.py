@@ -1,0 +1,31 @@
+import subprocess
+import sys
+
+from dlsched.paths import REPO_ROOT
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "dlsched.cli", "simulate", *args], capture_output=True, text=True,
+                          cwd=REPO_ROOT, env={"PYTHONPATH": str(REPO_ROOT / "src"), "COLUMNS": "200",
+                                              "PATH": "/usr/bin:/bin"})
+
+
+def test_simulate_compares_policies_and_writes_report(tmp_path):
+    w = tmp_path / "w.csv"
+    w.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:00:00,100,2,200,x\n"
+                 "2017-10-09 07:00:30,50,1,50,x\n2017-10-09 07:01:00,20,1,20,x\n")
+    r = _cli("--workload", str(w), "-p", "fifo", "-p", "srtf", "--cluster-gpus", "2", "--gpus-per-node", "2",
+             "--report", str(tmp_path / "rep"))
+    assert r.returncode == 0, r.stderr
+    assert "fifo" in r.stdout and "srtf" in r.stdout and "avg JCT" in r.stdout
+    for f in ("summary.csv", "jobs-fifo.csv", "jct_cdf.png", "gpu_allocation.png"):
+        assert (tmp_path / "rep" / f).stat().st_size > 0
+
+
+def test_simulate_bad_input_is_one_line(tmp_path):
+    w = tmp_path / "w.csv"
+    w.write_text("name,time,application,num_replicas,batch_size\na,soon,cifar10,1,128\n")
+    r = _cli("--workload", str(w))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "w.csv:2: field 'time'" in r.stderr
+    r = _cli("--workload", str(w), "-p", "nope")
+    assert r.returncode == 2 and "unknown policy 'nope'" in r.stderr

@@ -1,0 +1,56 @@
+import pytest
+
+from dlsched.errors import UserError
+from dlsched.sim import read_gavel, read_philly, read_pollux, read_workload
+
+
+def test_pollux_reader_reads_shared_workload(data_dir):
+    w = read_workload(data_dir / "pollux/workloads/workload-1.csv")
+    assert len(w.jobs) == 160 and w.jobs[0].app == "cifar10" and w.jobs[0].batch_size == 2048 and not w.skipped
+
+
+def test_pollux_bad_row_names_file_line_field(tmp_path):
+    p = tmp_path / "w.csv"
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,128\nb,10,cifar10,two,128\n")
+    with pytest.raises(UserError, match=r"w.csv:3: field 'num_replicas' = 'two'"):
+        read_pollux(p)
+    w = read_pollux(p, skip_bad=True)
+    assert [j.id for j in w.jobs] == ["a"] and len(w.skipped) == 1
+
+
+def test_unknown_application_is_reported(tmp_path):
+    p = tmp_path / "w.csv"
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,gpt9,2,128\n")
+    with pytest.raises(UserError, match=r":2: field 'application' = 'gpt9'"):
+        read_workload(p)
+
+
+def test_philly_reader_and_errors(tmp_path, data_dir):
+    p = tmp_path / "philly.csv"
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,x\n"
+                 "2017-10-09 07:00:55,10.0,2,20.0,x\nyesterday,5,1,5,x\n")
+    with pytest.raises(UserError, match=r"philly.csv:4: field 'timestamp' = 'yesterday'"):
+        read_philly(p)
+    w = read_philly(p, skip_bad=True)
+    assert [(j.submit_time, j.requested_gpus, j.duration) for j in w.jobs] == [(0.0, 2, 10.0), (60.0, 1, 66.0)]
+    assert len(read_philly(data_dir / "philly/philly.csv", limit=100).jobs) == 100
+
+
+def test_gavel_reader(tmp_path):
+    p = tmp_path / "t.trace"
+    p.write_text("ResNet-50 (batch size 64)\tpython3 main.py\tdir\t--num_steps\t1\t1000\t2\t1\t-1\t30\n"
+                 "LM\tpython3 lm.py\tdir\t--steps\t0\t500\t1\t1\t-1\n")
+    with pytest.raises(UserError, match=r"t.trace:2: field 'fields' = 9"):
+        read_gavel(p)
+    w = read_workload(p, skip_bad=True)
+    j = w.jobs[0]
+    assert (j.submit_time, j.requested_gpus, j.duration) == (30.0, 2, 1000.0) and len(w.skipped) == 1
+    w = read_gavel(p, skip_bad=True, steps_per_second={"ResNet-50 (batch size 64)": 4.0})
+    assert w.jobs[0].duration == 250.0
+
+
+def test_unrecognised_header(tmp_path):
+    p = tmp_path / "x.csv"
+    p.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(UserError, match="unrecognised workload header"):
+        read_workload(p)

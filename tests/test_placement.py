@@ -1,0 +1,45 @@
+import pytest
+
+from dlsched.placement import PlacementError, consolidated, most_free_first, place
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation
+
+
+def test_most_free_first_takes_fullest_nodes_in_order():
+    free = {"n0": 2, "n1": 4, "n2": 4}
+    out = most_free_first(6, free)
+    assert list(out.items()) == [("n1", 4), ("n2", 2)]   # ties -> first in cluster order; order kept
+    with pytest.raises(PlacementError):
+        most_free_first(11, free)
+
+
+def test_consolidated_uses_fewest_nodes_evenly():
+    assert consolidated(4, {"n0": 3, "n1": 2, "n2": 2}) == {"n0": 2, "n1": 2}
+    assert consolidated(3, {"n0": 3, "n1": 4}) == {"n1": 3}
+    assert sum(consolidated(5, {"n0": 3, "n1": 3}).values()) == 5   # no even split: falls back
+
+
+def test_place_keeps_unchanged_jobs_and_places_smallest_first():
+    c = ClusterView.homogeneous(2, 4)
+    alloc = Allocation({"big": JobAllocation(4), "keep": JobAllocation(2), "tiny": JobAllocation(1)})
+    out = place(alloc, c, {"keep": {"node1": 2}})
+    assert out["keep"] == {"node1": 2}
+    assert out["tiny"] == {"node0": 1}          # placed before "big"
+    assert sum(out["big"].values()) == 4
+    with pytest.raises(PlacementError):
+        place(Allocation({"x": JobAllocation(9)}), c, {})
+
+
+def test_place_with_optimus_theorem_1():
+    c = ClusterView.homogeneous(3, 4)
+    alloc = Allocation({"x": JobAllocation(1), "y": JobAllocation(2), "z": JobAllocation(2), "a": JobAllocation(4)})
+    held = {"x": {"node0": 1}, "y": {"node1": 2}, "z": {"node2": 2}}          # free: 3, 2, 2
+    assert place(alloc, c, held, strategy=consolidated)["a"] == {"node0": 2, "node1": 2}
+    assert place(alloc, c, held)["a"] == {"node0": 3, "node1": 1}
+
+
+def test_simulator_uses_chosen_placement():
+    from dlsched.sim import JobSpec, run
+
+    jobs = [JobSpec("a", 0, 1, duration=100), JobSpec("b", 0, 2, duration=100)]
+    r = run(jobs, "fifo", ClusterView.homogeneous(2, 2), interval=10, restart_penalty=0, placement="consolidated")
+    assert r.jct() == {"a": 110, "b": 110}
