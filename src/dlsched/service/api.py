@@ -90,8 +90,10 @@ class _Guard:
 
 
 def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str | Path | None = None,
-               token: str | None = None, max_body: int = DEFAULT_MAX_BODY, loop_thread=None) -> Any:
-    """The ASGI application. ``token=None`` means no authentication (loopback binds only: see ``serve``)."""
+               token: str | None = None, max_body: int = DEFAULT_MAX_BODY, loop_thread=None,
+               validate=None) -> Any:
+    """The ASGI application. ``token=None`` means no authentication (loopback binds only: see ``serve``);
+    ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``)."""
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     jobs_root = Path(state_dir) / "jobs" if state_dir else None
 
@@ -124,6 +126,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             return _error(415, f"content type {ctype[:60]!r} is not JSON or YAML")
         body = await request.body()
         spec = load_job_spec(body, "request body", "json" if ctype in JSON_TYPES else None)
+        if validate is not None:
+            validate(spec, "request body")
         job_id = await run_in_threadpool(store.submit, spec)
         return JSONResponse({"id": job_id, "name": spec.name, "state": "queued"}, status_code=201)
 
