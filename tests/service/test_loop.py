@@ -5,7 +5,8 @@ import pytest
 
 from dlsched.backends.local import LocalBackend
 from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, register
-from dlsched.service.loop import LiveLoop, PlacementError, place
+from dlsched.placement import PlacementError
+from dlsched.service.loop import LiveLoop
 from dlsched.service.store import FAILED, FINISHED, QUEUED, RUNNING, Store
 from dlsched.spec import load_job_spec
 from tests.service.conftest import RUNTIME, cluster, job_yaml
@@ -37,21 +38,6 @@ for p in (NewestFirst, Greedy):
         register(p.name)(p)
 
 
-def test_place_keeps_shrinks_consolidates_and_spreads():
-    cap = {"a": 4, "b": 4, "c": 2}
-    out = place({1: 2, 2: 4, 3: 2}, {1: {"a": 1, "b": 1}}, cap)
-    assert out[1] == {"a": 1, "b": 1}
-    assert out[2] == {"a": 3, "b": 1} or sum(out[2].values()) == 4
-    assert sum(sum(v.values()) for v in out.values()) == 8
-    assert place({1: 2}, {}, cap)[1] == {"c": 2}                       # tightest single node
-    assert place({1: 1}, {1: {"a": 2, "b": 1}}, cap)[1] == {"a": 1}     # shrink keeps the larger share
-    assert sorted(place({1: 7}, {}, cap)[1].values()) == [3, 4]         # spread over the freest
-    assert place({1: 5}, {1: {"c": 2}}, cap)[1]["c"] == 2               # growth keeps what it has
-    with pytest.raises(PlacementError):
-        place({1: 6, 2: 5}, {}, cap)
-    assert place({1: 2}, {}, cap, explicit={1: {"b": 2}})[1] == {"b": 2}
-
-
 def run_until(loop, store, pred, timeout=30):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -71,7 +57,6 @@ def make_loop(tmp_path, policy, slots=(2, 2)):
 def test_policy_is_chosen_by_registry_name(tmp_path):
     loop, _, _ = make_loop(tmp_path, "test-elastic")
     assert loop.policy.name == "test-elastic"
-    from dlsched.spec import ClusterSpec
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         LiveLoop(Store(tmp_path / "t.db"), LocalBackend(), cluster("test-fifo").model_copy(update={"policy": "nope"}), tmp_path)
 

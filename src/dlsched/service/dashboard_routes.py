@@ -39,10 +39,13 @@ def loss_fit_of(prediction: dict | None, progress: list[dict]) -> dict | None:
     """The Optimus curve l(k) = 1/(b0 k + b1) + b2 the loop fitted last (``service.predict``), or the
     same fit made now when the loop has not stored one yet - one fitting routine in the service."""
     fit = (prediction or {}).get("loss_fit")
+    if fit is not None and "beta0" not in fit:     # stored by an older service version
+        fit = None
     if fit is None and progress:
-        lf = fit_loss(np.array([p["step"] for p in progress], float), np.array([p["loss"] for p in progress], float))
-        fit = None if lf is None else {"b0": lf.b0, "b1": lf.b1, "b2": lf.b2, "rmse": lf.rmse}
-    return None if fit is None else {"beta": [fit["b0"], fit["b1"], fit["b2"]], "scale": 1.0, "rmse": fit["rmse"]}
+        fit = fit_loss(np.array([p["step"] for p in progress], float),
+                       np.array([p["loss"] if p["loss"] is not None else math.nan for p in progress], float))
+    return None if fit is None else {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"],
+                                     "rmse": fit["rmse"]}
 
 
 # ----------------------------------------------------------------------------- queue estimate

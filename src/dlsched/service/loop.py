@@ -1,4 +1,4 @@
-"""The live driver of the scheduling loop: admit -> decide (policy) -> place -> act -> observe -> refit.
+"""The live driver of the scheduling loop: admit -> decide (policy) -> place (``dlsched.placement``, shared with the simulator) -> act -> observe -> refit.
 
 The simulator drives the same ``policy.decide`` on a virtual clock; here time is the wall clock, progress
 comes from real workers through the backend, and every state change goes through the store first, so a
@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Mapping
 
 from dlsched.backends.base import Backend, Launch, read_progress
+from dlsched.placement import PlacementError, consolidated, place  # noqa: F401  (PlacementError: callers catch it)
 from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
 from dlsched.service import predict as perf
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
-from dlsched.spec import ClusterSpec
+from dlsched.errors import UserError
+from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
 
@@ -43,67 +45,8 @@ class RoundStats:
     actions: tuple[Action, ...]
 
 
-class PlacementError(ValueError):
-    pass
-
-
 def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
     return ClusterView(tuple(NodeView(n.name, n.gpus, n.gpu_type, n.cpus) for n in spec.nodes), now)
-
-
-def place(targets: Mapping[int, int], current: Mapping[int, Mapping[str, int]], capacity: Mapping[str, int],
-          explicit: Mapping[int, Mapping[str, int]] | None = None) -> dict[int, dict[str, int]]:
-    """GPU counts -> node maps. Unchanged jobs stay put; shrinking jobs give back GPUs on their least-used
-    node first; new jobs go to the single node that fits them most tightly, else spread over the freest nodes
-    (consolidation keeps all-reduce local). Raises PlacementError if the counts do not fit the cluster."""
-    explicit = explicit or {}
-    free = dict(capacity)
-    out: dict[int, dict[str, int]] = {}
-
-    def take(job: int, node: str, n: int) -> None:
-        if n <= 0:
-            return
-        if free.get(node, 0) < n:
-            raise PlacementError(f"job {job}: node {node!r} has {free.get(node, 0)} free GPUs, {n} asked")
-        free[node] -= n
-        out.setdefault(job, {})
-        out[job][node] = out[job].get(node, 0) + n
-
-    for job, nodes in explicit.items():
-        for node, n in nodes.items():
-            take(job, node, n)
-    growing: list[tuple[int, int]] = []
-    for job, n in targets.items():
-        if job in explicit or n <= 0:
-            continue
-        cur = {k: v for k, v in current.get(job, {}).items() if v > 0 and k in capacity}
-        have = sum(cur.values())
-        if have >= n:          # keep or shrink: release from the nodes where the job holds least
-            keep, left = {}, n
-            for node, v in sorted(cur.items(), key=lambda kv: -kv[1]):
-                keep[node] = min(v, left)
-                left -= keep[node]
-            for node, v in keep.items():
-                take(job, node, v)
-        else:
-            for node, v in cur.items():
-                take(job, node, v)
-            growing.append((job, n - have))
-    for job, need in sorted(growing, key=lambda jn: -jn[1]):
-        mine = out.get(job, {})
-        fits = [nd for nd, f in free.items() if f >= need]
-        if not mine and fits:
-            take(job, min(fits, key=lambda nd: (free[nd], nd)), need)
-            continue
-        for node in sorted(free, key=lambda nd: (nd not in mine, -free[nd], nd)):
-            if need == 0:
-                break
-            k = min(need, free[node])
-            take(job, node, k)
-            need -= k
-        if need:
-            raise PlacementError(f"job {job}: {need} GPUs more than the cluster has free")
-    return out
 
 
 class LiveLoop:
@@ -123,6 +66,26 @@ class LiveLoop:
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
         self._last_now: float | None = None
+
+    def validate(self, spec: JobSpec, source: str = "job spec") -> None:
+        """Submit-time check against this cluster and policy, so a job that can never run is refused with one
+        line instead of waiting forever (or failing every round): the cluster must hold ``min_gpus``, and a
+        policy with a ``validate(job, cluster)`` hook (the elastic ones) must accept its ranges."""
+        total = sum(self.capacity.values())
+        lo = spec.gpu_range[0]
+        if lo > total:
+            raise SpecError(f"{source}: field {'min_gpus' if spec.min_gpus else 'gpus'}: needs {lo} GPUs, "
+                            f"the cluster has {total}")
+        hook = getattr(self.policy, "validate", None)
+        if hook is not None:
+            view = JobView(id=spec.name, submit_time=0.0, requested_gpus=spec.gpus, batch_size=spec.batch_size,
+                           min_batch_size=spec.min_batch_size, max_batch_size=spec.max_batch_size,
+                           max_local_batch=spec.max_local_batch, min_gpus=lo, max_gpus=spec.gpu_range[1],
+                           kind=spec.kind, preemptible=spec.preemptible)
+            try:
+                hook(view, cluster_view(self.cluster, 0.0))
+            except (UserError, ValueError) as e:
+                raise SpecError(f"{source}: policy {self.cluster.policy}: {e}") from None
 
     def job_dir(self, job_id: int) -> Path:
         return self.state_dir / "jobs" / str(job_id)
@@ -173,27 +136,35 @@ class LiveLoop:
     def _make_view(self, job: JobRecord, speed) -> JobView:
         s = job.spec
         lo, hi = s.gpu_range
+        blo, bhi = s.min_batch_size, s.max_batch_size
+        if job.state == RESCALING:
+            # mid-resize the runtime is still moving to the last decision: no further growth until it confirms
+            # (a noisy early speed estimate must not bounce it), but it may still shrink
+            hi = max(lo, min(hi, job.num_gpus))
         remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
         return JobView(
-            id=str(job.id), submit_time=job.submit_time, requested_gpus=s.gpus, batch_size=s.batch_size,
-            min_batch_size=s.min_batch_size, max_batch_size=s.max_batch_size, max_local_batch=s.max_local_batch,
+            id=str(job.id), submit_time=job.submit_time, requested_gpus=min(s.gpus, hi), batch_size=s.batch_size,
+            min_batch_size=blo, max_batch_size=bhi, max_local_batch=s.max_local_batch,
             max_gpus=hi, min_gpus=lo, attained_service=job.attained_service, run_time=job.run_time,
             placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
             speed=speed, kind=s.kind, preemptible=s.preemptible,
-            attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss})
+            attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
+                   "state": job.state})
 
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
         """Snapshots -> policy -> placement -> the actions that turn the current state into the decision."""
         eligible = [j for j in jobs if not j.cancel_requested]
         views = tuple(self.snapshot(j) for j in eligible)
-        alloc: Allocation = self.policy.decide(views, cluster_view(self.cluster, now))
+        cluster = cluster_view(self.cluster, now)
+        alloc: Allocation = self.policy.decide(views, cluster)
         by_id = {j.id: j for j in eligible}
         unknown = [k for k in alloc.jobs if not k.isdigit() or int(k) not in by_id]
         if unknown:
             raise ValueError(f"policy {self.cluster.policy!r} allocated unknown jobs {unknown[:5]}")
         targets = {j.id: alloc.gpus(str(j.id)) for j in eligible}
-        explicit = {int(k): dict(a.nodes) for k, a in alloc.jobs.items() if a.nodes is not None and a.num_gpus > 0}
-        placement = place(targets, {j.id: j.placement for j in eligible}, self.capacity, explicit)
+        # the one placement implementation, shared with the simulator (Optimus consolidation)
+        placed = place(alloc, cluster, {str(j.id): j.placement for j in eligible if j.placement}, consolidated)
+        placement = {int(k): v for k, v in placed.items()}
         actions = []
         for j in eligible:
             a = alloc.jobs.get(str(j.id))
@@ -329,7 +300,10 @@ class LoopThread(threading.Thread):
         self.last_stats: RoundStats | None = None
 
     def run(self) -> None:
-        self.loop.recover()
+        try:
+            self.loop.recover()
+        except Exception:
+            log.exception("recovery after restart failed; scheduling continues with the store as it is")
         while not self.stopping.is_set():
             t0 = time.monotonic()
             try:

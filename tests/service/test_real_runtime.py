@@ -1,0 +1,58 @@
+"""End to end with the real training runtime (``python -m dlsched.train.run``, torch.distributed gloo workers)
+and the real ``elastic`` policy: an elastic MLP job and a rigid one arriving later both finish with every
+sample trained, within their declared ranges. (Live rescaling itself is pinned down with the contract job in
+test_loop.py; whether the elastic policy rescales here depends on the speeds it measures on a shared host.)"""
+import time
+
+import httpx
+import pytest
+
+from dlsched.paths import REPO_ROOT
+from dlsched.service.server import Service, free_port
+from dlsched.spec import load_cluster_spec
+
+ELASTIC = """name: elastic
+entry: examples/mlp.py:make_job
+gpus: 1
+min_gpus: 1
+max_gpus: 2
+batch_size: 32
+min_batch_size: 32
+max_batch_size: 128
+total_samples: 4800
+params: {num_samples: 2400, epochs: 2, throttle_s: 0.01}
+"""
+RIGID = """name: rigid
+entry: examples/mlp.py:make_job
+gpus: 1
+batch_size: 32
+total_samples: 800
+params: {num_samples: 800, epochs: 1, throttle_s: 0.01}
+"""
+
+
+@pytest.mark.slow
+def test_elastic_job_with_the_real_runtime(tmp_path):
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: elastic\ninterval_s: 0.5")
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    try:
+        c = httpx.Client(base_url=svc.url, timeout=30)
+        a = c.post("/jobs", content=ELASTIC, headers={"content-type": "application/yaml"}).json()["id"]
+        end = time.monotonic() + 120
+        while time.monotonic() < end and c.get(f"/jobs/{a}").json()["samples"] == 0:
+            time.sleep(0.2)
+        b = c.post("/jobs", content=RIGID, headers={"content-type": "application/yaml"}).json()["id"]
+        while time.monotonic() < end:
+            jobs = c.get("/jobs").json()
+            if all(j["state"] in ("finished", "failed", "cancelled") for j in jobs):
+                break
+            time.sleep(0.5)
+        assert [j["state"] for j in jobs] == ["finished", "finished"], [(j["name"], j["error"]) for j in jobs]
+        assert [j["samples"] for j in jobs] == [4800, 800]
+        allocs = c.get(f"/jobs/{a}").json()["allocations"]
+        assert all(x["num_gpus"] <= 2 and 32 <= (x["batch_size"] or 32) <= 128 for x in allocs), allocs
+        assert c.get(f"/jobs/{b}").json()["allocations"][0]["num_gpus"] == 1
+        assert c.get(f"/jobs/{a}/predictions").json()[-1]["loss_fit"] is not None
+    finally:
+        svc.close()
+        svc.backend.stop_all()
