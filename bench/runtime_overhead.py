@@ -44,7 +44,7 @@ def _free_port() -> int:
 def _ddp_proc(rank, world, port, entry, params, batch, steps, threads, out):
     torch.set_num_threads(threads)
     store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False, timeout=timedelta(seconds=60))
-    backend, device = pick_backend(world)
+    backend, device = pick_backend(world, rank)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world)
     job = build_job(entry, params)
     torch.manual_seed(job.seed)
@@ -73,18 +73,18 @@ def _ddp_proc(rank, world, port, entry, params, batch, steps, threads, out):
 
 def ddp_step_s(entry, params, workers, batch, steps, threads, warmup) -> float:
     out = tempfile.mktemp(suffix=".json")
+    method = "spawn" if torch.cuda.is_available() else "fork"  # CUDA cannot be re-initialised in a fork
     mp.start_processes(_ddp_proc, args=(workers, _free_port(), entry, params, batch, steps, threads, out),
-                       nprocs=workers, start_method="fork")
+                       nprocs=workers, start_method=method)
     return statistics.median(json.loads(Path(out).read_text())[warmup:])
 
 
 def dlsched_step_s(entry, params, workers, batch, steps, threads, warmup) -> float:
-    job = build_job(entry, params)
     with tempfile.TemporaryDirectory() as d:
-        n = (steps + 1) * batch  # one epoch of `steps` steps
+        n = (steps + 1) * batch  # one epoch of `steps` steps (the job is not built here: CUDA stays out of this process)
         cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", d, "--entry", entry, "--workers", str(workers),
                "--batch-size", str(batch), "--threads", str(threads), "--ckpt-every", "0", "--no-replace-stragglers"]
-        for k, v in {**params, "num_samples": min(n, job.num_samples)}.items():
+        for k, v in {**params, "num_samples": min(n, params["num_samples"])}.items():
             cmd += ["--param", f"{k}={v}"]
         env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
         subprocess.run(cmd, check=True, env=env)

@@ -30,7 +30,7 @@ from dlsched.train.files import read_progress, write_control  # noqa: E402
 def start(job_dir: Path, workers: int, a, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir), "--entry", a.entry, "--workers",
            str(workers), "--batch-size", str(a.batch), "--threads", str(a.threads), "--no-replace-stragglers",
-           "--param", f"num_samples={a.batch * a.steps}", *extra]
+           "--param", f"num_samples={a.batch * 20}", "--param", f"epochs={max(1, a.steps // 20)}", *extra]
     return subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(REPO / "src")}, start_new_session=True)
 
 
@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("--frm", type=int, default=2)
     ap.add_argument("--to", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=60, help="steps in the job's epoch (it is killed long before)")
+    ap.add_argument("--steps", type=int, default=400, help="steps in the job (20 per epoch; it is killed long before)")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:

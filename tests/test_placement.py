@@ -1,7 +1,7 @@
 import pytest
 
 from dlsched.placement import PlacementError, consolidated, most_free_first, place
-from dlsched.policy.base import Allocation, ClusterView, JobAllocation
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView
 
 
 def test_most_free_first_takes_fullest_nodes_in_order():
@@ -43,3 +43,15 @@ def test_simulator_uses_chosen_placement():
     jobs = [JobSpec("a", 0, 1, duration=100), JobSpec("b", 0, 2, duration=100)]
     r = run(jobs, "fifo", ClusterView.homogeneous(2, 2), interval=10, restart_penalty=0, placement="consolidated")
     assert r.jct() == {"a": 110, "b": 110}
+
+
+def test_place_keeps_a_job_on_its_gpu_type():
+    c = ClusterView((NodeView("fast0", 4, "v100"), NodeView("slow0", 4, "k80"), NodeView("slow1", 4, "k80")))
+    alloc = Allocation({"a": JobAllocation(2, gpu_type="v100"), "b": JobAllocation(6, gpu_type="k80"),
+                        "c": JobAllocation(2)})
+    out = place(alloc, c, {"a": {"slow0": 2}})          # a held k80 GPUs: moved to its type, not kept
+    assert out["a"] == {"fast0": 2}
+    assert set(out["b"]) == {"slow0", "slow1"} and sum(out["b"].values()) == 6
+    assert sum(out["c"].values()) == 2
+    with pytest.raises(PlacementError, match="no nodes of GPU type 'a100'"):
+        place(Allocation({"x": JobAllocation(1, gpu_type="a100")}), c, {})

@@ -6,7 +6,8 @@ in which nodes were chosen (step-time traces of 3+ node placements depend on it)
 * ``consolidated``: Optimus Theorem 1 — the fewest nodes, the same number of GPUs on each; falls back to
   ``most_free_first`` when no even split fits.
 * ``place``: a whole allocation; jobs whose GPU count did not change keep their nodes (no needless restart), the
-  rest are placed smallest first.
+  rest are placed smallest first. A job whose ``JobAllocation.gpu_type`` is set only ever gets nodes of that type
+  (the policy chose the type for the job's speed-up there).
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def place(allocation: Allocation, cluster: ClusterView, current: Mapping[str, Ma
     the others are placed in ascending GPU count (stable in allocation order) with ``strategy``.
     """
     free = free_gpus(cluster)
+    type_of = {n.name: n.gpu_type for n in cluster.nodes}
     out: dict[str, NodeMap] = {}
     todo = []
     for jid, a in allocation.jobs.items():
@@ -84,13 +86,21 @@ def place(allocation: Allocation, cluster: ClusterView, current: Mapping[str, Ma
         if a.num_gpus <= 0 or a.nodes is not None:
             continue
         cur = current.get(jid)
-        if cur and sum(cur.values()) == a.num_gpus and all(free.get(n, 0) >= k for n, k in cur.items()):
+        if (cur and sum(cur.values()) == a.num_gpus and all(free.get(n, 0) >= k for n, k in cur.items())
+                and (a.gpu_type is None or all(type_of.get(n) == a.gpu_type for n in cur))):
             out[jid] = dict(cur)
             apply(free, cur)
         else:
             todo.append((a.num_gpus, jid))
     for _, jid in sorted(todo, key=lambda t: t[0]):
-        nodes = strategy(allocation.jobs[jid].num_gpus, free)
+        a = allocation.jobs[jid]
+        if a.gpu_type is None:
+            nodes = strategy(a.num_gpus, free)
+        else:
+            of_type = {n: k for n, k in free.items() if type_of[n] == a.gpu_type}
+            if not of_type:
+                raise PlacementError(f"job {jid}: no nodes of GPU type {a.gpu_type!r}")
+            nodes = strategy(a.num_gpus, of_type)
         out[jid] = nodes
         apply(free, nodes)
     if any(v < 0 for v in free.values()):

@@ -5,7 +5,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from dlsched.backends.base import Launch, read_progress
 from dlsched.backends.local import LocalBackend

@@ -53,3 +53,24 @@ def test_measured_speed_reads_the_traces(data_dir):
     assert np.isfinite(m.step_time((4,) * 16, 1000)[0])                  # outside the hull: model fallback
     assert m.efficiency(128) == pytest.approx(1.0)
     assert m.efficiency(2048) < m.at_progress(30000).efficiency(2048) <= 1.0
+
+
+def test_step_times_is_the_artifact_lookup(data_dir):
+    import pandas as pd
+    from scipy.interpolate import LinearNDInterpolator
+
+    from dlsched.perf.profile import StepTimes, canonical_placement, packed_placement
+    from dlsched.sim.traces import load_app
+
+    assert canonical_placement((2, 0, 1, 3)) == (1, 3, 2) and packed_placement(6, 4) == (4, 2)
+    app = pollux_app("cifar10", data_dir / "pollux" / "traces")
+    st = StepTimes(app)
+    # An unmeasured placement: scipy's LinearNDInterpolator over the placement means plus scalability rows.
+    xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
+    df = pd.concat([app.placements.groupby(xs)[xs + ys].mean(), app.scalability], ignore_index=True)
+    want = LinearNDInterpolator(df[xs].to_numpy(float), df[ys].to_numpy(float))([5, 20, 100])[0]
+    assert st.step_time((4, 4, 4, 4, 4), 100) == pytest.approx(tuple(want), rel=1e-12)
+    with pytest.raises(ValueError, match="outside the measured"):
+        st.step_time((2, 2), 1e6)
+    # One implementation: the simulator's app and the policies' MeasuredSpeed answer the same.
+    assert load_app("cifar10").step_time((3, 1), 64) == MeasuredSpeed(app).step_time((1, 3), 64)

@@ -122,6 +122,19 @@ def test_fuzzed_malformed_specs_are_refused_and_change_nothing(service, client):
     assert client.post("/jobs", content=job_yaml("after"), headers=YAML).status_code == 201
 
 
+def test_jobs_that_can_never_run_are_refused_at_submit(service, client, tmp_path):
+    r = client.post("/jobs", content=job_yaml("huge", gpus=5), headers=YAML)
+    assert r.status_code == 422 and r.json()["error"] == "request body: field gpus: needs 5 GPUs, the cluster has 4"
+    assert service.store.count() == 0
+    svc = Service(cluster("elastic"), tmp_path / "e", port=free_port(), runtime=RUNTIME).start()
+    try:
+        bad = "name: nobatch\nentry: x.py:make_job\ngpus: 1\nmax_gpus: 2\nmax_local_batch: 8\nmin_batch_size: 64\nmax_batch_size: 64\n"
+        r = httpx.post(f"{svc.url}/jobs", content=bad, headers=YAML)
+        assert r.status_code == 422 and r.json()["error"].startswith("request body: policy elastic: job 'nobatch'")
+    finally:
+        svc.close()
+
+
 def test_chunked_upload_cannot_bypass_the_size_limit(client):
     def gen():
         for _ in range(12):

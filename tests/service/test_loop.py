@@ -57,7 +57,6 @@ def make_loop(tmp_path, policy, slots=(2, 2)):
 def test_policy_is_chosen_by_registry_name(tmp_path):
     loop, _, _ = make_loop(tmp_path, "test-elastic")
     assert loop.policy.name == "test-elastic"
-    from dlsched.spec import ClusterSpec
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         LiveLoop(Store(tmp_path / "t.db"), LocalBackend(), cluster("test-fifo").model_copy(update={"policy": "nope"}), tmp_path)
 

@@ -53,7 +53,7 @@ def test_sigkill_and_restart_loses_nothing(tmp_path):
     acked = []
     try:
         for i in range(5):
-            r = httpx.post(f"{url}/jobs", content=job_yaml(f"j{i}", samples=3200 if i < 3 else 640, step_s=0.05),
+            r = httpx.post(f"{url}/jobs", content=job_yaml(f"j{i}", samples=1920 if i < 3 else 320, step_s=0.05),
                            headers=YAML)
             acked.append(r.json()["id"])
         end = time.monotonic() + 30

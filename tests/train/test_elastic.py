@@ -21,7 +21,7 @@ DATA = ["--param", "num_samples=960", "--param", "batch_size=12"]
 def test_resize_2_4_1_3_within_one_epoch_is_exactly_once_and_smooth(tmp_path):
     ref_dir, job_dir = tmp_path / "ref", tmp_path / "elastic"
     ref = start_job(ref_dir, 1, *DATA)
-    proc = start_job(job_dir, 2, *DATA, "--record-samples", "--standby", "2", "--param", "throttle_s=0.2",
+    proc = start_job(job_dir, 2, *DATA, "--record-samples", "--standby", "2", "--param", "throttle_s=0.15",
                      "--no-replace-stragglers")
     finish(ref)
     at_step = 4

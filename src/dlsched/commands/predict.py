@@ -106,16 +106,10 @@ def _check_speed(df: pd.DataFrame, kind: str, src: str, line_of, row_word: str) 
 
 
 def load_csv(path: Path) -> Observations:
-    import pandas as pd
+    from dlsched.perf.profile import read_csv_text
 
     src = str(path)
-    try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except FileNotFoundError:
-        raise UserError(f"{src}: file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise UserError(f"{src}: not a readable CSV ({str(e).splitlines()[0]})") from None
-    raw.columns = [c.strip() for c in raw.columns]
+    raw = read_csv_text(path)
     for c in ("step", "loss"):
         if c not in raw.columns:
             raise UserError(f"{src}: missing column {c!r} (have: {', '.join(raw.columns) or 'none'})")

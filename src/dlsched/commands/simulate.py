@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: int = typer.Option(4, help="GPUs per node"),
         cluster_gpus: Optional[int] = typer.Option(None, help="total GPUs (nodes = this / gpus-per-node)"),
         node_spec: Optional[str] = typer.Option(None, help="heterogeneous nodes, e.g. 8x4:v100,8x4:k80"),
-        gpu_speed: Optional[str] = typer.Option(None, help="speed factor per GPU type, e.g. v100=1,k80=0.4"),
+        gpu_speed: Optional[str] = typer.Option(None, help="speed factor per GPU type or TYPE/APP, e.g. v100=2,k80=0.5,v100/ncf=1.2"),
         interval: float = typer.Option(60.0, help="scheduling interval (s)"),
         restart_penalty: float = typer.Option(30.0, help="seconds a job makes no progress after (re)starting"),
         placement: str = typer.Option("most-free", help="nodes for jobs a policy does not place: most-free | consolidated"),

@@ -107,19 +107,11 @@ def load_noise_trace(app_dir: str | Path, max_epochs: int | None = None) -> Nois
 
     ``max_epochs`` truncates every curve (default: the shortest file, or the artifact's app table).
     """
-    from dlsched.perf.profile import POLLUX_MAX_EPOCHS, read_numeric_csv
+    from dlsched.perf.profile import POLLUX_MAX_EPOCHS, read_validation
 
     app_dir = Path(app_dir)
-    frames = {}
-    for f in sorted(app_dir.glob("validation-*.csv")):
-        try:
-            m = int(f.stem.split("-")[-1])
-        except ValueError:
-            raise UserError(f"{f}: file name must be validation-<global batch>.csv") from None
-        frames[m] = read_numeric_csv(f, ["progress", "grad_sqr", "grad_var"],
-                                     nonnegative=["progress", "grad_sqr", "grad_var"])
-    if not frames:
-        raise UserError(f"{app_dir}: no validation-<batch>.csv files")
+    frames = read_validation(app_dir, ["progress", "grad_sqr", "grad_var"],
+                             nonnegative=["progress", "grad_sqr", "grad_var"])
     batches = tuple(sorted(frames))
     n = min([len(df) for df in frames.values()] + [max_epochs or POLLUX_MAX_EPOCHS.get(app_dir.name, 10**9)])
     get = lambda col: np.array([frames[m][col].to_numpy(float)[:n] for m in batches])  # noqa: E731

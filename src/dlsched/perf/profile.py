@@ -14,11 +14,13 @@ from __future__ import annotations
 import csv
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+from scipy.spatial import Delaunay
 
 from dlsched.errors import UserError
 from dlsched.paths import shared_data
@@ -43,6 +45,14 @@ def read_numeric_csv(path: str | Path, columns: Iterable[str], *, nonnegative: I
 
     ``optional`` columns are checked when present; empty cells in them are allowed (NaN).
     """
+    df = read_csv_text(path)
+    return check_numeric_frame(df, str(path), columns, nonnegative=nonnegative, positive=positive,
+                               optional=optional, min_rows=min_rows, line_of=_line)
+
+
+def read_csv_text(path: str | Path) -> pd.DataFrame:
+    """A CSV as strings (empty cells kept as ""), header names stripped; a missing or unreadable file is a
+    one-line ``UserError`` naming it. The first step of every checked reader."""
     path = Path(path)
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
@@ -51,8 +61,7 @@ def read_numeric_csv(path: str | Path, columns: Iterable[str], *, nonnegative: I
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
     df.columns = [c.strip() for c in df.columns]
-    return check_numeric_frame(df, str(path), columns, nonnegative=nonnegative, positive=positive,
-                               optional=optional, min_rows=min_rows, line_of=_line)
+    return df
 
 
 def check_numeric_frame(df: pd.DataFrame, source: str, columns: Iterable[str], *, nonnegative: Iterable[str] = (),
@@ -135,21 +144,28 @@ class PolluxApp:
         return pd.DataFrame({"step": df.iteration.to_numpy(float), "loss": m})
 
 
+def read_validation(app_dir: Path, columns: Iterable[str],
+                    nonnegative: Iterable[str] = ()) -> dict[int, pd.DataFrame]:
+    """``validation-<global batch>.csv`` files of a Pollux trace folder, checked: {global batch: frame}."""
+    validation = {}
+    for f in sorted(Path(app_dir).glob("validation-*.csv")):
+        try:
+            m = int(f.stem.split("-")[-1])
+        except ValueError:
+            raise UserError(f"{f}: file name must be validation-<global batch>.csv") from None
+        validation[m] = read_numeric_csv(f, columns, nonnegative=nonnegative)
+    if not validation:
+        raise UserError(f"{app_dir}: no validation-<batch>.csv files")
+    return validation
+
+
 def pollux_app(name: str, root: Path | None = None) -> PolluxApp:
     """Load ``pollux/traces/<name>`` from the shared data folder (or ``root``)."""
     d = Path(root or shared_data() / "pollux" / "traces") / name
     if not d.is_dir():
         raise UserError(f"{d}: no such Pollux trace folder (known: {', '.join(POLLUX_APPS)})")
-    validation = {}
-    for f in sorted(d.glob("validation-*.csv")):
-        try:
-            m = int(f.stem.split("-")[-1])
-        except ValueError:
-            raise UserError(f"{f}: file name must be validation-<global batch>.csv") from None
-        validation[m] = read_numeric_csv(f, ["progress", "iteration", "metric", "grad_sqr", "grad_var"],
-                                         nonnegative=["progress", "iteration", "grad_sqr", "grad_var"])
-    if not validation:
-        raise UserError(f"{d}: no validation-<batch>.csv files")
+    validation = read_validation(d, ["progress", "iteration", "metric", "grad_sqr", "grad_var"],
+                                 nonnegative=["progress", "iteration", "grad_sqr", "grad_var"])
     num = ["local_bsz", "step_time", "sync_time"]
     scal = read_numeric_csv(d / "scalability.csv", ["num_nodes", "num_replicas"] + num, positive=["local_bsz", "step_time"],
                             nonnegative=["sync_time"])
@@ -202,6 +218,14 @@ def optimus_table2(path: Path | None = None) -> dict[str, tuple[float, ...]]:
 
 # --------------------------------------------------------------------------- measured speed as a ThroughputModel
 POLLUX_GPU_TYPE = "T4"  # the artifact's traces were measured on AWS g4dn.12xlarge nodes (4x T4 each)
+ND_MAX_NODES = 16       # the artifact clamps the node count at 16 before interpolating (simulator/applications.py)
+
+
+def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
+    """GPUs per node, zeros dropped, rotated to the smallest rotation: (2, 1) and (1, 2) are the same ring, and
+    that is how ``placements.csv`` is keyed."""
+    p = tuple(x for x in placement if x)
+    return min(p[i:] + p[:i] for i in range(len(p))) if p else p
 
 
 def even_placement(num_gpus: int, num_nodes: int) -> tuple[int, ...]:
@@ -212,31 +236,102 @@ def even_placement(num_gpus: int, num_nodes: int) -> tuple[int, ...]:
     return tuple([q + 1] * r + [q] * (num_nodes - r))
 
 
-class MeasuredSpeed:
-    """Ground-truth speed of a Pollux app for the simulator: a ``ThroughputModel`` read off the traces.
+def packed_placement(num_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
+    """Fill whole nodes first: 6 GPUs on 4-GPU nodes -> (4, 2)."""
+    full, rest = divmod(num_gpus, gpus_per_node)
+    return (gpus_per_node,) * full + ((rest,) if rest else ())
 
-    Lookup, as the artifact's simulator does it: a placement measured in ``placements.csv`` (compared up
-    to rotation, e.g. (2, 1) == (1, 2)) is interpolated linearly in the local batch; any other
-    configuration is interpolated linearly in (num_nodes, num_replicas, local_bsz) over the per-config
-    means of both files (``scipy.interpolate.LinearNDInterpolator``). Outside the measured hull the fitted
-    all-reduce model (``speed.fit_step_time`` on all rows) answers, so nothing returns NaN.
-    Efficiency comes from the app's ``NoiseTrace`` at ``progress`` (set it with ``at_progress``).
+
+class StepTimes:
+    """Step and sync time of one Pollux app for any placement and per-GPU batch, exactly as the artifact's simulator
+    looks them up (simulator/applications.py), so that simulated JCTs match its published ones.
+
+    A placement measured in ``placements.csv`` (up to rotation) is interpolated linearly in the local batch and
+    must lie inside the measured range; any other placement is interpolated piecewise-linearly in (nodes <= 16,
+    replicas, local batch) over the per-config means of ``placements.csv`` plus every ``scalability.csv`` row, with
+    scipy's LinearNDInterpolator semantics (same Delaunay simplex search and barycentric weights; Qhull's
+    triangulation of this grid-like data is not conforming, so the simplex chosen matters). Outside the
+    measurements ``step_time`` raises ValueError, as the artifact does; answers are memoised.
+    """
+
+    def __init__(self, app: PolluxApp):
+        self.name = app.name
+        self._placements = app.placements.assign(placement=app.placements.placement.astype(int).astype(str))
+        self._scalability = app.scalability
+        self._cache: dict = {}
+
+    @cached_property
+    def _nd(self) -> tuple[Delaunay, np.ndarray, np.ndarray]:
+        """Delaunay triangulation of the measurements, its barycentric transforms (computed once here; scipy computes
+        them on a triangulation's first query) and the (step, sync) values."""
+        xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
+        df = self._placements.groupby(xs)[xs + ys].mean()
+        df = pd.concat([df, self._scalability], ignore_index=True)
+        tri = Delaunay(df[xs].to_numpy(float))
+        return tri, tri.transform, df[ys].to_numpy(float)
+
+    def _interp_nd(self, point: list[float]) -> np.ndarray:
+        """LinearNDInterpolator at one point without its per-call set-up; NaN outside the measured hull."""
+        tri, transform, values = self._nd
+        x = np.asarray(point, float)
+        simplex = int(tri.find_simplex(x[None, :])[0])
+        if simplex < 0:
+            return np.full(values.shape[1], np.nan)
+        t = transform[simplex]
+        b = t[:3] @ (x - t[3])
+        return np.append(b, 1.0 - b.sum()) @ values[tri.simplices[simplex]]
+
+    @cached_property
+    def _by_placement(self) -> dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Measured placements -> (local batch sizes ascending, step times, sync times)."""
+        out = {}
+        for key, df in self._placements.sort_values("local_bsz").groupby("placement"):
+            out[tuple(map(int, key))] = (df.local_bsz.to_numpy(float), df.step_time.to_numpy(float),
+                                         df.sync_time.to_numpy(float))
+        return out
+
+    def warm(self) -> "StepTimes":
+        """Build the interpolation tables now (they are otherwise built on first use)."""
+        self._nd, self._by_placement
+        return self
+
+    def step_time(self, placement: tuple[int, ...], local_batch: float) -> tuple[float, float]:
+        """(step time, sync time) in seconds of one step with ``placement`` (GPUs per node) and per-GPU batch."""
+        key = (placement, local_batch)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        p = canonical_placement(placement)
+        measured = self._by_placement.get(p)
+        if measured is not None:
+            xs, step, sync = measured
+            if not xs[0] <= local_batch <= xs[-1]:
+                raise ValueError(f"{self.name}: local batch {local_batch} outside the measured "
+                                 f"{xs[0]:g}..{xs[-1]:g} for placement {placement}")
+            st, sy = float(np.interp(local_batch, xs, step)), float(np.interp(local_batch, xs, sync))
+        else:
+            st, sy = (float(v) for v in self._interp_nd([min(len(p), ND_MAX_NODES), sum(p), local_batch]))
+        if not (st == st and sy == sy):
+            raise ValueError(f"{self.name}: no step time for placement {placement} local batch {local_batch}")
+        self._cache[key] = (st, sy)
+        return st, sy
+
+
+class MeasuredSpeed:
+    """Speed of a Pollux app read off its traces, as a ``ThroughputModel`` for policies and benchmarks.
+
+    Step times come from ``StepTimes`` (the artifact's lookup, the same one the simulator runs on); where the traces
+    do not reach (outside the measured hull or batch range) the all-reduce model fitted to every row
+    (``speed.fit_step_time``) answers, so nothing fails. Efficiency comes from the app's ``NoiseTrace`` at
+    ``progress`` (set it with ``at_progress``).
     """
 
     def __init__(self, app: PolluxApp, progress: float = 0.0, gpu_type: str = POLLUX_GPU_TYPE) -> None:
-        from scipy.interpolate import LinearNDInterpolator
-
         from dlsched.perf.efficiency import NoiseTrace
         from dlsched.perf.speed import fit_step_time
 
         self.app, self.progress, self.gpu_type = app, float(progress), gpu_type
-        self._by_placement = {}
-        for plc, g in app.placements.groupby("placement"):
-            g = g.groupby("local_bsz", as_index=False)[["step_time", "sync_time"]].mean()
-            self._by_placement[_canonical(tuple(int(c) for c in str(int(plc))))] = g
-        cols = ["num_nodes", "num_replicas", "local_bsz"]
-        d = app.step_samples().groupby(cols, as_index=False)[["step_time", "sync_time"]].mean()
-        self._interp = LinearNDInterpolator(d[cols].to_numpy(float), d[["step_time", "sync_time"]].to_numpy(float))
+        self.step_times = StepTimes(app)
         s = app.step_samples()
         self._model = fit_step_time(s.num_replicas, s.num_nodes, s.local_bsz, s.step_time, s.sync_time)
         v = app.validation
@@ -254,18 +349,13 @@ class MeasuredSpeed:
 
     def step_time(self, placement: tuple[int, ...], local_batch: float) -> tuple[float, float]:
         """(step_time, sync_time) in seconds of one step with ``placement`` (GPUs per node) and local batch."""
-        placement = _canonical(tuple(int(p) for p in placement if p))
-        g = self._by_placement.get(placement)
-        if g is not None and g.local_bsz.min() <= local_batch <= g.local_bsz.max():
-            x = g.local_bsz.to_numpy(float)
-            return (float(np.interp(local_batch, x, g.step_time.to_numpy(float))),
-                    float(np.interp(local_batch, x, g.sync_time.to_numpy(float))))
-        n, r = len(placement), sum(placement)
-        step, sync = self._interp([n, r, local_batch])[0]
-        if np.isfinite(step) and np.isfinite(sync):
-            return float(step), float(sync)
-        t = float(self._model.step_time(r, n, local_batch))
-        return t, max(0.0, t - float(self._model.compute(local_batch)))
+        try:
+            return self.step_times.step_time(tuple(int(p) for p in placement), local_batch)
+        except ValueError:
+            p = canonical_placement(placement)
+            n, r = len(p), sum(p)
+            t = float(self._model.step_time(r, n, local_batch))
+            return t, max(0.0, t - float(self._model.compute(local_batch)))
 
     def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
         """Samples/s with the GPUs spread evenly over the nodes; 0 above the app's per-GPU batch limit."""
@@ -282,8 +372,3 @@ class MeasuredSpeed:
     def efficiency(self, global_batch: int) -> float:
         b = min(max(global_batch, self.noise.batches[0]), self.noise.batches[-1])
         return float(self.noise.efficiency_at(self.progress, b))
-
-
-def _canonical(placement: tuple[int, ...]) -> tuple[int, ...]:
-    """Smallest rotation of a placement, so (2, 1) and (1, 2) name the same ring."""
-    return min(placement[i:] + placement[:i] for i in range(len(placement))) if placement else placement

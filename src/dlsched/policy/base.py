@@ -77,6 +77,7 @@ class JobView:
     min_batch_size: int | None = None        # elastic range [min, max] of the global batch
     max_batch_size: int | None = None
     max_local_batch: int | None = None       # per-GPU memory limit
+    min_local_batch: int | None = None  # smallest per-GPU batch the job was profiled with
     max_gpus: int | None = None
     min_gpus: int = 1
     attained_service: float = 0.0            # GPU-seconds consumed so far (Tiresias / LAS)

@@ -111,10 +111,10 @@ def batch_range(job: JobView, total_gpus: int, fixed_batch: bool = False) -> Bat
     max_local = job.max_local_batch if job.max_local_batch is not None else b_max
     if max_local < 1:
         raise UserError(f"{where}: field max_local_batch must be >= 1 (got {max_local})")
-    # JobView has no field for it yet: the simulator passes the profiled minimum per-GPU batch in attrs.
-    min_local = int(job.attrs.get("min_local_batch", 1))
+    # Drivers that predate JobView.min_local_batch pass it in attrs.
+    min_local = job.min_local_batch if job.min_local_batch is not None else int(job.attrs.get("min_local_batch", 1))
     if not 1 <= min_local <= max_local:
-        raise UserError(f"{where}: attrs min_local_batch={min_local} must be in [1, max_local_batch={max_local}]")
+        raise UserError(f"{where}: field min_local_batch={min_local} must be in [1, max_local_batch={max_local}]")
     g_max = min(job.max_gpus if job.max_gpus is not None else total_gpus, total_gpus, b_max // min_local)
     g_min = max(job.min_gpus, math.ceil(b_min / max_local))
     if g_min > g_max:
@@ -208,7 +208,6 @@ class ElasticPolicy:
     def _current_type(job: JobView, type_of: dict[str, str]) -> str | None:
         for node in job.placement:
             return type_of.get(node)
-        return None
         return None
 
     def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, scale: float, gpu_type: str, node_size: int,

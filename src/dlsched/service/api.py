@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dlsched.service.store import TERMINAL, Store, UnknownJob
+from dlsched.service.store import Store, UnknownJob
 from dlsched.spec import ClusterSpec, SpecError, load_job_spec
 
 DEFAULT_MAX_BODY = 1 << 20
@@ -91,8 +90,10 @@ class _Guard:
 
 
 def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str | Path | None = None,
-               token: str | None = None, max_body: int = DEFAULT_MAX_BODY, loop_thread=None) -> Any:
-    """The ASGI application. ``token=None`` means no authentication (loopback binds only: see ``serve``)."""
+               token: str | None = None, max_body: int = DEFAULT_MAX_BODY, loop_thread=None,
+               validate=None) -> Any:
+    """The ASGI application. ``token=None`` means no authentication (loopback binds only: see ``serve``);
+    ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``)."""
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     jobs_root = Path(state_dir) / "jobs" if state_dir else None
 
@@ -125,6 +126,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             return _error(415, f"content type {ctype[:60]!r} is not JSON or YAML")
         body = await request.body()
         spec = load_job_spec(body, "request body", "json" if ctype in JSON_TYPES else None)
+        if validate is not None:
+            validate(spec, "request body")
         job_id = await run_in_threadpool(store.submit, spec)
         return JSONResponse({"id": job_id, "name": spec.name, "state": "queued"}, status_code=201)
 
@@ -211,6 +214,3 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                                              Path(state_dir) / "reports" if state_dir else None))
     return _Guard(api, token, max_body)
 
-
-def dumps(obj) -> str:
-    return json.dumps(obj, indent=2, default=str)

@@ -20,7 +20,8 @@ from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Poli
 from dlsched.service import predict as perf
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
-from dlsched.spec import ClusterSpec
+from dlsched.errors import UserError
+from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
 
@@ -65,6 +66,26 @@ class LiveLoop:
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
         self._last_now: float | None = None
+
+    def validate(self, spec: JobSpec, source: str = "job spec") -> None:
+        """Submit-time check against this cluster and policy, so a job that can never run is refused with one
+        line instead of waiting forever (or failing every round): the cluster must hold ``min_gpus``, and a
+        policy with a ``validate(job, cluster)`` hook (the elastic ones) must accept its ranges."""
+        total = sum(self.capacity.values())
+        lo = spec.gpu_range[0]
+        if lo > total:
+            raise SpecError(f"{source}: field {'min_gpus' if spec.min_gpus else 'gpus'}: needs {lo} GPUs, "
+                            f"the cluster has {total}")
+        hook = getattr(self.policy, "validate", None)
+        if hook is not None:
+            view = JobView(id=spec.name, submit_time=0.0, requested_gpus=spec.gpus, batch_size=spec.batch_size,
+                           min_batch_size=spec.min_batch_size, max_batch_size=spec.max_batch_size,
+                           max_local_batch=spec.max_local_batch, min_gpus=lo, max_gpus=spec.gpu_range[1],
+                           kind=spec.kind, preemptible=spec.preemptible)
+            try:
+                hook(view, cluster_view(self.cluster, 0.0))
+            except (UserError, ValueError) as e:
+                raise SpecError(f"{source}: policy {self.cluster.policy}: {e}") from None
 
     def job_dir(self, job_id: int) -> Path:
         return self.state_dir / "jobs" / str(job_id)
@@ -115,22 +136,18 @@ class LiveLoop:
     def _make_view(self, job: JobRecord, speed) -> JobView:
         s = job.spec
         lo, hi = s.gpu_range
-        blo, bhi, preemptible = s.min_batch_size, s.max_batch_size, s.preemptible
+        blo, bhi = s.min_batch_size, s.max_batch_size
         if job.state == RESCALING:
-            # mid-resize the runtime is still moving to the last decision: pin it there until it confirms,
-            # so a noisy speed estimate cannot bounce the job between allocations
-            lo = hi = job.num_gpus
-            if job.batch_size is not None:
-                blo = bhi = job.batch_size
-            preemptible = False
+            # mid-resize the runtime is still moving to the last decision: no further growth until it confirms
+            # (a noisy early speed estimate must not bounce it), but it may still shrink
+            hi = max(lo, min(hi, job.num_gpus))
         remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
         return JobView(
-            id=str(job.id), submit_time=job.submit_time, requested_gpus=s.gpus if job.state != RESCALING else lo,
-            batch_size=s.batch_size if job.state != RESCALING else job.batch_size,
+            id=str(job.id), submit_time=job.submit_time, requested_gpus=min(s.gpus, hi), batch_size=s.batch_size,
             min_batch_size=blo, max_batch_size=bhi, max_local_batch=s.max_local_batch,
             max_gpus=hi, min_gpus=lo, attained_service=job.attained_service, run_time=job.run_time,
             placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
-            speed=speed, kind=s.kind, preemptible=preemptible,
+            speed=speed, kind=s.kind, preemptible=s.preemptible,
             attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
                    "state": job.state})
 
@@ -283,7 +300,10 @@ class LoopThread(threading.Thread):
         self.last_stats: RoundStats | None = None
 
     def run(self) -> None:
-        self.loop.recover()
+        try:
+            self.loop.recover()
+        except Exception:
+            log.exception("recovery after restart failed; scheduling continues with the store as it is")
         while not self.stopping.is_set():
             t0 = time.monotonic()
             try:

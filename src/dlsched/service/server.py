@@ -48,7 +48,8 @@ class Service:
         except ValueError as e:   # unknown policy name
             raise UserError(f"cluster spec: policy: {e}") from None
         self.thread = LoopThread(self.loop, cluster.interval_s)
-        app = create_app(self.store, cluster, self.state_dir, token=token, max_body=max_body, loop_thread=self.thread)
+        app = create_app(self.store, cluster, self.state_dir, token=token, max_body=max_body, loop_thread=self.thread,
+                         validate=self.loop.validate)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                     access_log=False, limit_concurrency=256, timeout_keep_alive=5))
         self._uv_thread: threading.Thread | None = None

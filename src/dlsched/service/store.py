@@ -252,7 +252,7 @@ class Store:
                 fields.setdefault("placement", {})
             fields["state"] = new_state
             self._update(c, job_id, fields)
-            if new_state != old:
+            if new_state != old or (new_state == RESCALING and detail):   # a new target mid-resize is news too
                 self._event(c, now, job_id, new_state, {"from": old, **(detail or {})})
         return self.get(job_id)
 

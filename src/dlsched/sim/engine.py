@@ -26,10 +26,11 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from dlsched.errors import UserError
+from dlsched.perf.profile import POLLUX_APPS
 from dlsched.placement import PlacementError, consolidated, most_free_first, place
 from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.sim.metrics import SimResult
-from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app
+from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app, speed_factor
 from dlsched.sim.workload import JobSpec, Workload
 
 
@@ -43,7 +44,7 @@ class SimConfig:
     remaining: str = "oracle"
     prediction_error: float = 0.0
     seed: int = 0
-    gpu_speed: Mapping[str, float] = field(default_factory=dict)   # GPU type -> speed factor (default 1.0)
+    gpu_speed: Mapping[str, float] = field(default_factory=dict)   # "TYPE" or "TYPE/APP" -> speed factor (1.0)
     horizon: float | None = None            # stop at this time (jobs unfinished then are reported as such)
     placement: str = "most-free"            # nodes for jobs a policy did not place: "most-free" (the peer's) or
                                             # "consolidated" (Optimus Theorem 1: fewest nodes, even split)
@@ -82,7 +83,11 @@ class _Job:
         self.max_gpus = spec.requested_gpus
         self.view: JobView | None = None   # cached snapshot while waiting (nothing about it changes then)
         if app is not None:
-            by_batch = (spec.batch_size or app.max_batch_size) // app.min_local_bsz
+            # The most GPUs the application can use at all: its largest traced batch at the smallest profiled
+            # per-GPU batch (capped where the peer caps it). Not the user's batch: elastic policies grow the batch
+            # with the GPUs; policies that keep the user's batch see 0 samples/s beyond batch // min_local_bsz
+            # (TraceThroughput), so Optimus and elastic-gpu-only stop there as before.
+            by_batch = app.max_batch_size // app.min_local_bsz
             self.max_gpus = max(1, min(by_batch, app.max_gpus or by_batch))
 
 
@@ -110,9 +115,20 @@ class Simulator:
         for j in self.jobs:
             if j.app is None and not j.spec.duration:
                 raise UserError(f"job {j.spec.id}: neither an application nor a duration")
+            if j.app is not None and j.spec.batch_size is not None and not (
+                    j.app.init_batch_size <= j.spec.batch_size <= j.app.max_batch_size):
+                raise UserError(f"job {j.spec.id}: field batch_size={j.spec.batch_size} is outside the batch sizes "
+                                f"{j.app.init_batch_size}..{j.app.max_batch_size} the {j.app.name} traces validate")
             if j.spec.requested_gpus > cluster.total_gpus:
                 raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has {cluster.total_gpus}")
-        self.node_speed = {n.name: float(config.gpu_speed.get(n.gpu_type, 1.0)) for n in cluster.nodes}
+        self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
+        for key, factor in config.gpu_speed.items():
+            gpu_type, per_app, app = key.partition("/")
+            if gpu_type not in cluster.gpu_types or not factor > 0 or (per_app and app not in POLLUX_APPS):
+                raise UserError(f"gpu_speed: entry {key}={factor} needs a GPU type of the cluster "
+                                f"({', '.join(cluster.gpu_types)}), an optional /APP ({', '.join(POLLUX_APPS)}) "
+                                f"and a factor > 0")
+        self.gpu_speed = tuple(sorted(config.gpu_speed.items()))
         self.total_gpus = cluster.total_gpus
         self.gpus_per_node = max(n.num_gpus for n in cluster.nodes)
         self.event_driven = bool(getattr(policy, "event_driven", False))
@@ -127,6 +143,17 @@ class Simulator:
         self.requested = 0          # GPUs requested by active jobs
         self.trace_active = 0       # active trace-driven jobs
         self.short = 0              # running jobs holding fewer/more GPUs than requested
+        self._validate_at_submit()
+
+    def _validate_at_submit(self) -> None:
+        """Ask the policy (when it can) whether each job is feasible, so a bad batch range is a one-line UserError
+        before any simulated time passes, never a crash or a silently starved job mid-run."""
+        validate = getattr(self.policy, "validate", None)
+        if validate is None:
+            return
+        cluster = ClusterView(self.cluster.nodes, 0.0)
+        for j in self.jobs:
+            validate(self._make_view(j), cluster)
 
     # --- progress -------------------------------------------------------------------------------
     def _advance_trace(self, job: _Job, seconds: float) -> None:
@@ -199,20 +226,20 @@ class Simulator:
     def _make_view(self, job: _Job) -> JobView:
         app = job.app
         if app is not None:
-            speed = TraceThroughput(app, job.epoch, self.gpus_per_node)
-            attrs = {"app": app.name, "epoch": job.epoch, "min_local_batch": app.min_local_bsz,
-                     "progress": job.progress, "target_progress": app.target_progress}
+            speed = TraceThroughput(app, job.epoch, self.gpus_per_node, self.gpu_speed)
+            attrs = {"app": app.name, "epoch": job.epoch, "progress": job.progress,
+                     "target_progress": app.target_progress}
             return JobView(
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
                 batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,
-                max_local_batch=app.max_local_bsz, max_gpus=job.max_gpus, attained_service=job.attained,
-                run_time=job.run_time, placement=job.nodes, current_batch_size=job.batch,
+                max_local_batch=app.max_local_bsz, min_local_batch=app.min_local_bsz, max_gpus=job.max_gpus,
+                attained_service=job.attained, run_time=job.run_time, placement=job.nodes, current_batch_size=job.batch,
                 remaining_samples=self._remaining(job), speed=speed, attrs=attrs)
         return JobView(
             id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
             max_gpus=job.spec.requested_gpus, attained_service=job.attained, run_time=job.run_time,
             placement=job.nodes, remaining_samples=self._remaining(job),
-            speed=LinearThroughput(job.spec.requested_gpus), attrs={"priority": job.spec.priority})
+            speed=LinearThroughput(job.spec.requested_gpus, self.gpu_speed), attrs={"priority": job.spec.priority})
 
     # --- state changes --------------------------------------------------------------------------
     def _set_nodes(self, job: _Job, nodes: Mapping[str, int]) -> None:
@@ -227,7 +254,8 @@ class Simulator:
         job.nodes = dict(nodes)
         job.ptuple = tuple(nodes.values())
         job.ngpus = sum(job.ptuple)
-        job.speed = min((self.node_speed[n] for n in nodes), default=1.0)
+        app = job.app.name if job.app is not None else None
+        job.speed = min((speed_factor(self.cfg.gpu_speed, self.node_type[n], app) for n in nodes), default=1.0)
         self.short += bool(job.ngpus) and job.ngpus != req
 
     def _reallocate(self, job: _Job, nodes: Mapping[str, int], batch: int | None, changed: bool | None = None) -> None:

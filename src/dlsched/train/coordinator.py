@@ -10,10 +10,8 @@ in-memory state with it, so then — and only then — the group is replaced fro
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -30,6 +28,40 @@ from dlsched.train.job import TrainJob, build_job
 from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
 
 POLL_S = 0.02
+_FORKSERVER = multiprocessing.get_context("forkserver")
+_FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])  # torch imported once, not once per worker
+
+
+def _worker_main(argv: list[str], log_path: str) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    from dlsched.train.worker import main
+
+    main(argv)
+
+
+class WorkerProcess:
+    """A worker forked from a forkserver that has torch loaded: starts in ~0.1 s instead of a fresh interpreter's seconds."""
+
+    def __init__(self, argv: list[str], log_path: Path):
+        self._p = _FORKSERVER.Process(target=_worker_main, args=(argv, str(log_path)), daemon=False)
+        self._p.start()
+        self.pid = self._p.pid
+
+    def poll(self) -> int | None:
+        return self._p.exitcode
+
+    @property
+    def returncode(self) -> int | None:
+        return self._p.exitcode
+
+    def wait(self) -> int:
+        self._p.join()
+        return self._p.exitcode
+
+    def kill(self) -> None:
+        self._p.kill()
 
 
 @dataclass
@@ -58,7 +90,7 @@ class Coordinator:
         self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
         self.progress = ProgressLog(self.dir)
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, WorkerProcess] = {}
         self.next_wid = 0
         self.generation = -1
         self.wids: list[int] = []
@@ -79,12 +111,10 @@ class Coordinator:
         wids = []
         for _ in range(count):
             wid, self.next_wid = self.next_wid, self.next_wid + 1
-            log = open(self.dir / "logs" / f"worker-{wid}.log", "ab")
-            cmd = [sys.executable, "-m", "dlsched.train.worker", "--store", f"127.0.0.1:{self.store.port}",
-                   "--worker-id", str(wid), "--generation", str(generation), "--job-dir", str(self.dir),
-                   "--entry", self.o.entry, "--params", json.dumps(self.o.params), "--threads", str(threads)]
-            self.procs[wid] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-            log.close()
+            argv = ["--store", f"127.0.0.1:{self.store.port}", "--worker-id", str(wid), "--generation",
+                    str(generation), "--job-dir", str(self.dir), "--entry", self.o.entry,
+                    "--params", json.dumps(self.o.params), "--threads", str(threads)]
+            self.procs[wid] = WorkerProcess(argv, self.dir / "logs" / f"worker-{wid}.log")
             wids.append(wid)
         return wids
 
@@ -121,7 +151,7 @@ class Coordinator:
                 self.leaving.remove(w)
             p = self.procs.pop(w, None)
             if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGKILL)
+                p.kill()
                 p.wait()
 
     # -- plans --------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +21,14 @@ import numpy as np
 from dlsched.errors import UserError
 
 
+@lru_cache(maxsize=4)
 def epoch_order(num_samples: int, seed: int, epoch: int) -> np.ndarray:
-    """The deterministic per-epoch shuffle: same (seed, epoch) -> same order on every process."""
-    return np.random.default_rng([seed, epoch]).permutation(num_samples)
+    """The deterministic per-epoch shuffle: same (seed, epoch) -> same order on every process.
+
+    Cached (it is asked for every step) and read-only, so a caller cannot corrupt the cache."""
+    order = np.random.default_rng([seed, epoch]).permutation(num_samples)
+    order.flags.writeable = False
+    return order
 
 
 @dataclass

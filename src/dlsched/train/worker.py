@@ -19,7 +19,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -52,10 +51,13 @@ def fault_slowdown(worker_id: int) -> float:
     return float(secs) if wid.strip() == str(worker_id) else 0.0
 
 
-def pick_backend(world_size: int) -> tuple[str, torch.device]:
-    """NCCL when every rank can have its own GPU, else gloo on CPU — same code either way."""
+def pick_backend(world_size: int, rank: int = 0) -> tuple[str, torch.device]:
+    """NCCL when every rank can have its own GPU (rank r uses cuda:r), else gloo on CPU — same code either way.
+
+    NCCL refuses two ranks of one communicator on the same device, hence one GPU per rank.
+    """
     if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl", torch.device("cuda", 0)
+        return "nccl", torch.device("cuda", rank)
     return "gloo", torch.device("cpu")
 
 
@@ -109,7 +111,7 @@ class Worker:
     def run_generation(self, plan: dict) -> bool:
         gen, rank, world = plan["generation"], plan["wids"].index(self.wid), len(plan["wids"])
         t_join = time.perf_counter()
-        backend, self.device = pick_backend(world)
+        backend, self.device = pick_backend(world, rank)
         self.model.to(self.device)
         dist.init_process_group(backend, store=dist.PrefixStore(f"pg/{gen}", self.store),
                                 rank=rank, world_size=world, timeout=PG_TIMEOUT)
@@ -155,9 +157,8 @@ class Worker:
             shares = split_global_batch(ids, locals_)
             mine = torch.as_tensor(shares[rank])
             set_lr_compensated(self.optimizer, ramp.lr(step))
-            self.optimizer.zero_grad(set_to_none=False)
-            buf.zero_()
-            loss_sum, start = 0.0, 0
+            buf.zero_()  # the grads are views into it
+            loss_sum, start = torch.zeros((), device=self.device), 0
             for size in micro_batches(len(mine), job.max_local_batch):
                 chunk = mine[start : start + size]
                 start += size
@@ -166,25 +167,30 @@ class Worker:
                 x, y = job.get_batch(chunk)
                 loss = job.loss_fn(self.model(x.to(self.device)), y.to(self.device))
                 (loss * size).backward()
-                loss_sum += float(loss.detach()) * size
+                loss_sum += loss.detach() * size  # stays on the device: no sync per micro-batch
             if job.throttle_s or self.fault_slow_s:
                 time.sleep(job.throttle_s + self.fault_slow_s)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()  # honest per-worker compute time for the straggler rule
             compute_s = time.perf_counter() - t_start
             stop = rank == 0 and self.store.check([stop_key])
-            tail[0], tail[1], tail[2] = float(len(mine)), loss_sum, float(stop)
-            tail[3 + rank] = compute_s
+            stats = [float(len(mine)), 0.0, float(stop)] + [0.0] * world
+            stats[3 + rank] = compute_s
+            tail.copy_(torch.tensor(stats))  # one host-to-device copy for all the step's scalars
+            tail[1] += loss_sum
             if self.record is not None:  # before the commit: a step that never commits is rolled back with it
                 self.record.write(json.dumps({"generation": gen, "step": step + 1, "ids": shares[rank].tolist()}) + "\n")
             dist.all_reduce(buf)
-            n_total = float(tail[0])
+            reduced = tail.tolist()  # one device-to-host copy
+            n_total = reduced[0]
             buf[: self.n_grad].div_(max(n_total, 1.0))
             self.optimizer.step()
             step += 1
-            step_loss = float(tail[1]) / max(n_total, 1.0)
-            ep_loss, ep_n = ep_loss + float(tail[1]), ep_n + int(n_total)
+            step_loss = reduced[1] / max(n_total, 1.0)
+            ep_loss, ep_n = ep_loss + reduced[1], ep_n + int(n_total)
             if rank == 0:
                 wall = time.perf_counter() - t_start
-                times = tail[3:].tolist()
+                times = reduced[3:]
                 self.store.queue_push("progress", json.dumps({
                     "time": time.time(), "step": step, "epoch": table.epoch, "generation": gen,
                     "samples": table.epoch * table.num_samples + table.consumed, "loss": step_loss,
@@ -195,7 +201,7 @@ class Worker:
                 self.setup_s = None
                 if ckpt_every and step % ckpt_every == 0:
                     self._save(step, table, global_batch, ramp, (ep_loss, ep_n))
-            if float(tail[2]) > 0:
+            if reduced[2] > 0:
                 if rank == 0:
                     self.store.set(f"end/{gen}", json.dumps({
                         "finished": False, "step": step, "table": table.snapshot(), "epoch_loss": [ep_loss, ep_n],
