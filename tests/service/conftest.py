@@ -7,6 +7,7 @@ import pytest
 from tests.service import policies  # noqa: F401  (registers test-fifo / test-elastic)
 from dlsched.service.server import Service, free_port
 from dlsched.spec import load_cluster_spec
+from tests.service.teardown import stop_service_and_jobs
 
 CONTRACT_JOB = Path(__file__).resolve().parents[1] / "backends" / "contract_job.py"
 RUNTIME = [sys.executable, str(CONTRACT_JOB)]
@@ -28,8 +29,7 @@ def service(tmp_path):
     """A real service (uvicorn on a free loopback port, SQLite in tmp_path, local backend running the contract job)."""
     svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
     yield svc
-    svc.close()
-    svc.backend.stop_all()
+    stop_service_and_jobs(svc)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.service.teardown import stop_service_and_jobs
 from dlsched.errors import UserError
 from dlsched.service.server import Service, free_port
 from tests.service.conftest import RUNTIME, cluster, job_yaml
@@ -170,5 +171,4 @@ def test_non_loopback_bind_needs_a_token(tmp_path):
         assert r.status_code == 401 and svc.store.count() == 0
         assert httpx.get(f"{url}/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
     finally:
-        svc.close()
-        svc.backend.stop_all()
+        stop_service_and_jobs(svc)

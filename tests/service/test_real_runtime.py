@@ -7,6 +7,7 @@ import time
 import httpx
 import pytest
 
+from tests.service.teardown import stop_service_and_jobs
 from dlsched.paths import REPO_ROOT
 from dlsched.service.server import Service, free_port
 from dlsched.spec import load_cluster_spec
@@ -54,5 +55,4 @@ def test_elastic_job_with_the_real_runtime(tmp_path):
         assert c.get(f"/jobs/{b}").json()["allocations"][0]["num_gpus"] == 1
         assert c.get(f"/jobs/{a}/predictions").json()[-1]["loss_fit"] is not None
     finally:
-        svc.close()
-        svc.backend.stop_all()
+        stop_service_and_jobs(svc)

@@ -91,7 +91,10 @@ def register(app: typer.Typer) -> None:
               token_file: Optional[Path] = typer.Option(None, help="file holding the bearer token (else $DLSCHED_TOKEN)"),
               runtime: Optional[str] = typer.Option(None, help="job runtime command prefix (default: python -m dlsched.train.run)"),
               workdir: Optional[Path] = typer.Option(None, help="where job entries like examples/mlp.py resolve (default: cwd)"),
-              policy: Optional[str] = typer.Option(None, help="override the cluster file's policy")) -> None:
+              policy: Optional[str] = typer.Option(None, help="override the cluster file's policy"),
+              backend: Optional[str] = typer.Option(None, help="local | ray (default: the cluster file's 'backend')"),
+              address: str = typer.Option("auto", help="Ray cluster address for --backend ray: auto, HOST:6379 or ray://HOST:10001"),
+              gpu_resource: str = typer.Option("GPU", help="Ray resource one worker needs (--backend ray)")) -> None:
         """Run the scheduler service (API + live loop) in the foreground."""
         from dlsched.service.server import Service, read_token
         from dlsched.spec import load_cluster_spec_file
@@ -100,9 +103,18 @@ def register(app: typer.Typer) -> None:
         spec = load_cluster_spec_file(cluster)
         if policy:
             spec = spec.model_copy(update={"policy": policy})
+        if backend:
+            if backend not in ("local", "ray"):
+                raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
+            spec = spec.model_copy(update={"backend": backend})
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
+        be = None
+        if spec.backend == "ray":
+            from dlsched.backends.ray import RayBackend
+
+            be = RayBackend(address=address, gpu_resource=gpu_resource, runtime=rt, cwd=workdir)
         svc = Service(spec, state_dir, host=host, port=port, token=read_token(str(token_file) if token_file else None),
-                      runtime=rt, workdir=workdir)
+                      runtime=rt, workdir=workdir, backend=be)
         print(f"dlsched service on {svc.url} (policy {spec.policy}, {sum(n.gpus for n in spec.nodes)} GPU slots, "
               f"state in {state_dir})", flush=True)
         svc.run()

@@ -155,7 +155,8 @@ class LiveLoop:
         """Snapshots -> policy -> placement -> the actions that turn the current state into the decision."""
         eligible = [j for j in jobs if not j.cancel_requested]
         views = tuple(self.snapshot(j) for j in eligible)
-        cluster = cluster_view(self.cluster, now)
+        live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
+        cluster = ClusterView(live(), now) if live else cluster_view(self.cluster, now)
         alloc: Allocation = self.policy.decide(views, cluster)
         by_id = {j.id: j for j in eligible}
         unknown = [k for k in alloc.jobs if not k.isdigit() or int(k) not in by_id]
