@@ -47,3 +47,11 @@ def test_user_errors_are_one_line_exit_2(service, tmp_path):
     assert r.returncode == 2 and "cannot reach the dlsched service" in r.stderr
     r = cli("serve", "--cluster", str(tmp_path / "missing.yaml"))
     assert r.returncode == 2 and "missing.yaml: cannot read" in r.stderr
+
+
+def test_serve_refuses_an_unknown_backend_in_one_line():
+    cluster = Path(__file__).resolve().parents[2] / "examples" / "demo" / "cluster.yaml"
+    out = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--cluster", str(cluster), "--backend", "bogus"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "error: --backend 'bogus': expected 'local' or 'ray'"
