@@ -137,6 +137,26 @@ def _upper_hull(values: np.ndarray) -> np.ndarray:
     return keep
 
 
+def _envelope_increments(values: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positive unit increments of every job's concave envelope, flattened, with the job each belongs to.
+
+    Increment g (going from g-1 to g GPUs) is the slope of the envelope segment that covers it: between the last
+    hull vertex <= g-1 and the first >= g. Sorting them descending gives the envelope greedy's order."""
+    width = values.shape[1]
+    idx = np.arange(width)
+    rows = np.arange(len(values))[:, None]
+    left = np.maximum.accumulate(np.where(keep, idx, -1), axis=1)[:, :-1]          # last vertex <= g - 1
+    right = np.minimum.accumulate(np.where(keep, idx, width)[:, ::-1], axis=1)[:, ::-1][:, 1:]   # first >= g
+    valid = right < width
+    r = np.where(valid, right, 0)
+    safe = np.where(np.isfinite(values), values, 0.0)
+    slope = np.where(valid, (safe[rows, r] - safe[rows, left]) / np.maximum(r - left, 1), NEG_INF)
+    owner = np.broadcast_to(rows, slope.shape).ravel()
+    flat = slope.ravel()
+    positive = flat > 0
+    return flat[positive], owner[positive]
+
+
 def hull_greedy(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
     """The greedy on each curve's concave envelope, returned only when it is provably optimal, else None.
 
@@ -148,18 +168,7 @@ def hull_greedy(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
     if np.any(values[:, 0] != 0.0):
         return None
     keep = _upper_hull(values)
-    idx = np.arange(values.shape[1])
-    rows = np.arange(len(values))[:, None]
-    left = np.maximum.accumulate(np.where(keep, idx, -1), axis=1)[:, :-1]          # last vertex <= g - 1
-    right = np.minimum.accumulate(np.where(keep, idx, len(idx))[:, ::-1], axis=1)[:, ::-1][:, 1:]   # first >= g
-    valid = right < len(idx)
-    r = np.where(valid, right, 0)
-    safe = np.where(np.isfinite(values), values, 0.0)
-    slope = np.where(valid, (safe[rows, r] - safe[rows, left]) / np.maximum(r - left, 1), NEG_INF)
-    owner = np.broadcast_to(rows, slope.shape).ravel()
-    flat = slope.ravel()
-    positive = flat > 0
-    flat, owner = flat[positive], owner[positive]
+    flat, owner = _envelope_increments(values, keep)
     order = np.lexsort((owner, -flat))[:capacity]
     gpus = np.bincount(owner[order], minlength=len(curves))
     if not np.all(keep[np.arange(len(curves)), gpus]):
@@ -207,20 +216,10 @@ def pruned_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
     if np.any(values[:, 0] != 0.0):
         return None
     keep = _upper_hull(values)
-    idx = np.arange(width)
-    rows = np.arange(J)[:, None]
-    left = np.maximum.accumulate(np.where(keep, idx, -1), axis=1)[:, :-1]
-    right = np.minimum.accumulate(np.where(keep, idx, width)[:, ::-1], axis=1)[:, ::-1][:, 1:]
-    valid = right < width
-    r = np.where(valid, right, 0)
-    safe = np.where(np.isfinite(values), values, 0.0)
-    slope = np.where(valid, (safe[rows, r] - safe[rows, left]) / np.maximum(r - left, 1), NEG_INF)
-    owner = np.broadcast_to(rows, slope.shape).ravel()
-    flat = slope.ravel()
-    positive = flat > 0
-    flat, owner = flat[positive], owner[positive]
+    flat, owner = _envelope_increments(values, keep)
     order = np.lexsort((owner, -flat))
     taken = order[:capacity]
+    idx = np.arange(width)
     lam = float(flat[order[capacity]]) if len(order) > capacity else 0.0      # price: best gain left out
     hull_g = np.bincount(owner[taken], minlength=J)
     # Feasible lower bound: each job rounded down to its last finite count <= its envelope allocation.
