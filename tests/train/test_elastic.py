@@ -141,3 +141,4 @@ def test_sigterm_checkpoints_the_current_step_and_resume_redoes_none(tmp_path):
     steps = [r["step"] for r in read_progress(job_dir) if "event" not in r]
     assert steps == list(range(1, 41)), "resumed at the SIGTERM step: no step redone, none skipped"
     assert committed_sample_ids(job_dir) == Counter(range(480))
+    assert {r["total_samples"] for r in read_progress(job_dir) if "event" not in r} == {480}

@@ -30,7 +30,9 @@ Job runtime contract (between ``train/`` and the service backends ``backends/``)
   A malformed file is not applied; a ``control_rejected`` event names the field.
 * Progress: ``DIR/progress.jsonl``, one JSON object per line, one per step:
   ``{"time", "step", "epoch", "samples", "loss", "samples_per_s", "workers", "batch_size",
-  "per_worker_samples_per_s": [...]}`` plus ``generation``, ``lr``, ``partition_offsets``; and events
+  "per_worker_samples_per_s": [...], "total_samples"}`` plus ``generation``, ``lr``, ``partition_offsets``;
+  ``samples`` counts samples trained so far (all epochs), ``total_samples`` = samples per epoch x
+  epochs, null when the job has a ``target_loss`` (it may converge sooner); and events
   ``{"event": "resized", "from_workers", "workers", "batch_size", "step", "pause_s", "stall_s",
   "replaced"}``, ``{"event": "checkpoint", "step", "path"}``, ``{"event": "worker_lost",
   "workers_lost", "exit_codes", "restored_step", "lost_steps", "new_generation", "checkpoint"}``,

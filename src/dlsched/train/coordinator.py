@@ -103,6 +103,11 @@ class Options:
     standby: int = 0  # workers kept started and prepared, so a scale-out waits only for the broadcast
 
 
+def planned_samples(job: TrainJob) -> int | None:
+    """Samples the job will train on: per epoch x epochs; None under a convergence rule (it may end sooner)."""
+    return None if job.target_loss is not None else job.num_samples * job.epochs
+
+
 class Coordinator:
     def __init__(self, opts: Options):
         self.o = opts
@@ -234,6 +239,7 @@ class Coordinator:
                     self.progress.write(ev)
                     self.pending_resize = None
                 rec["partition_offsets"] = table
+                rec["total_samples"] = planned_samples(self.job)
                 if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
                         and not self.resizing):
                     slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
