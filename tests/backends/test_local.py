@@ -7,8 +7,8 @@ from pathlib import Path
 import psutil
 
 from dlsched.backends.base import Launch, read_progress
-from dlsched.backends.local import LocalBackend
-from dlsched.spec import load_job_spec
+from dlsched.backends.local import LocalBackend, assign_slots, gpu_devices, gpu_env
+from dlsched.spec import NodeSpec, load_job_spec
 
 RUNTIME = [sys.executable, str(Path(__file__).with_name("contract_job.py"))]
 
@@ -96,3 +96,35 @@ def test_partial_and_malformed_progress_lines(tmp_path):
         f.write(b"}\n")
     more, off2 = read_progress(tmp_path, off)
     assert more == [{"step": 2}] and off2 > off
+
+
+def test_gpu_slots_map_to_their_own_cuda_devices():
+    nodes = [NodeSpec(name="cpu", gpus=4), NodeSpec(name="a", gpus=2, gpu_type="h100"),
+             NodeSpec(name="b", gpus=2, gpu_type="h100")]
+    devices = gpu_devices(nodes, cuda_count=4)
+    assert devices == {"a": [0, 1], "b": [2, 3]}
+    assert gpu_devices(nodes, cuda_count=3) == {"a": [0, 1]}      # b's devices do not exist: plain slots
+    assert gpu_devices(nodes, cuda_count=0) == {}
+    first = assign_slots({"a": 1, "b": 2}, {})
+    assert first == {"a": [0], "b": [0, 1]}
+    second = assign_slots({"a": 1, "cpu": 2}, {"a": {0}, "b": {0, 1}})
+    assert second == {"a": [1], "cpu": [0, 1]}
+    assert gpu_env(first, devices) == {"CUDA_VISIBLE_DEVICES": "0,2,3"}
+    assert gpu_env(second, devices) == {"CUDA_VISIBLE_DEVICES": "1"}
+    assert gpu_env({"cpu": [0, 1]}, devices) == {"CUDA_VISIBLE_DEVICES": ""}   # slots only: keep off the GPUs
+    assert gpu_env({"cpu": [0, 1]}, {}) == {}                                  # no real GPUs declared: untouched
+
+
+def test_started_jobs_get_disjoint_gpus_and_release_them(tmp_path):
+    b = LocalBackend(runtime=RUNTIME, nodes=[NodeSpec(name="g", gpus=4, gpu_type="h100")], cuda_count=lambda: 4)
+    visible = {}
+    for job in (1, 2):
+        b.start(Launch(job, spec(samples=4000, step_s=0.05), tmp_path / str(job), 2, 32, placement={"g": 2}))
+        pid = json.loads((tmp_path / str(job) / "launch.json").read_text())["pid"]
+        visible[job] = psutil.Process(pid).environ()["CUDA_VISIBLE_DEVICES"]
+    assert visible == {1: "0,1", 2: "2,3"}
+    b.stop(1, tmp_path / "1")
+    b.start(Launch(3, spec(samples=4000, step_s=0.05), tmp_path / "3", 1, 32, placement={"g": 1}))
+    pid = json.loads((tmp_path / "3" / "launch.json").read_text())["pid"]
+    assert psutil.Process(pid).environ()["CUDA_VISIBLE_DEVICES"] == "0"
+    b.stop_all()

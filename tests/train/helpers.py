@@ -14,12 +14,15 @@ REPO = Path(__file__).resolve().parents[2]
 MLP = f"{REPO / 'examples' / 'mlp.py'}:make_job"
 
 
-def start_job(job_dir: Path, workers: int, *extra: str, entry: str = MLP, env: dict | None = None) -> subprocess.Popen:
+def start_job(job_dir: Path, workers: int, *extra: str, entry: str = MLP, env: dict | None = None,
+              new_session: bool = False) -> subprocess.Popen:
+    """``new_session``: the coordinator leads its own process group, as the local backend starts it."""
     env = {**os.environ, **(env or {}),
            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir), "--entry", entry,
            "--workers", str(workers), "--threads", "1", *extra]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=new_session)
 
 
 def step_losses(job_dir: Path) -> list[float]:

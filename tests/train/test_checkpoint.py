@@ -9,7 +9,7 @@ def test_round_trip_keeps_newest_and_leaves_no_temp_files(tmp_path):
     for step in (5, 10, 15):
         save_checkpoint(tmp_path, "mlp", step, {"w": torch.full((3,), float(step)), "step": step})
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000000010.ckpt", "step-000000015.ckpt"]
-    assert not list(tmp_path.glob(".tmp-*"))
+    assert not list(tmp_path.glob(".*.tmp"))
     state = load_checkpoint(latest_checkpoint(tmp_path), "mlp")
     assert state["step"] == 15 and state["w"].tolist() == [15.0] * 3
 

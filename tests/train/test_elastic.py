@@ -119,3 +119,26 @@ def test_bad_entry_is_one_line_exit_2(tmp_path):
     proc = start_job(tmp_path / "job", 1, entry="examples/nosuch.py:make_job")
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2 and out.strip().startswith("error: --entry") and len(out.strip().splitlines()) == 1
+
+
+def test_sigterm_checkpoints_the_current_step_and_resume_redoes_none(tmp_path):
+    job_dir = tmp_path / "job"
+    args = ("--param", "num_samples=480", "--param", "batch_size=12", "--ckpt-every", "7", "--record-samples")
+    proc = start_job(job_dir, 2, *args, "--param", "throttle_s=0.05", new_session=True)
+    wait_for_step(job_dir, 9, proc)
+    os.killpg(proc.pid, signal.SIGTERM)  # what the local backend does: the whole group, workers included
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+
+    stopped = events(job_dir, "stopped")
+    assert len(stopped) == 1 and stopped[0]["step"] >= 9
+    at = stopped[0]["step"]
+    assert events(job_dir, "checkpoint")[-1]["step"] == at and stopped[0]["checkpoint"].endswith(f"{at:09d}.ckpt")
+    assert json.loads((job_dir / "status.json").read_text())["state"] == "stopped"
+    assert max(r["step"] for r in read_progress(job_dir) if "event" not in r) == at
+
+    finish(start_job(job_dir, 2, *args))
+    steps = [r["step"] for r in read_progress(job_dir) if "event" not in r]
+    assert steps == list(range(1, 41)), "resumed at the SIGTERM step: no step redone, none skipped"
+    assert committed_sample_ids(job_dir) == Counter(range(480))
+    assert {r["total_samples"] for r in read_progress(job_dir) if "event" not in r} == {480}

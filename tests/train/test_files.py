@@ -1,7 +1,7 @@
 import pytest
 
 from dlsched.errors import UserError
-from dlsched.train.files import read_control, write_control
+from dlsched.train.files import atomic_file, atomic_write_json, read_control, read_status, write_control
 
 
 def test_control_round_trip_and_validation(tmp_path):
@@ -15,3 +15,15 @@ def test_control_round_trip_and_validation(tmp_path):
     (tmp_path / "control.json").write_text('{"workers": 2, "generation": 1, "batch_size": "big"}')
     with pytest.raises(UserError, match="field batch_size='big'"):
         read_control(tmp_path)
+
+
+def test_atomic_file_leaves_the_old_file_whole_when_the_write_fails(tmp_path):
+    path = tmp_path / "status.json"
+    atomic_write_json(path, {"state": "running"})
+    with pytest.raises(RuntimeError):
+        with atomic_file(path) as f:
+            f.write('{"state": "fin')
+            raise RuntimeError("crash mid-write")
+    assert read_status(tmp_path) == {"state": "running"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]  # no temp file left behind
+    assert read_status(tmp_path / "missing") is None

@@ -9,13 +9,12 @@ Progress always comes back through ``DIR/progress.jsonl`` and ``DIR/status.json`
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Protocol
 
 from dlsched.spec import JobSpec
+from dlsched.train.files import atomic_write_json, read_status, write_control  # noqa: F401  (one implementation, re-exported)
 
 ProcState = Literal["running", "finished", "failed", "gone"]
 
@@ -53,33 +52,6 @@ class Backend(Protocol):
     def attach(self, job_id: int, job_dir: Path) -> bool: ...
 
     def shutdown(self) -> None: ...
-
-
-def atomic_write_json(path: Path, obj: dict) -> None:
-    """temp file in the same folder + ``os.replace``: a reader sees the old or the new file, never half of one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_control(job_dir: Path, workers: int, batch_size: int | None, generation: int) -> None:
-    atomic_write_json(Path(job_dir) / "control.json",
-                      {"workers": workers, "batch_size": batch_size, "generation": generation})
-
-
-def read_status(job_dir: Path) -> dict | None:
-    try:
-        return json.loads((Path(job_dir) / "status.json").read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:

@@ -1,7 +1,9 @@
 """Local backend: each job is one runtime coordinator process on this machine (it spawns the workers).
 
 A node of the cluster declaration may be "N GPU slots": one worker process per slot, so the whole system
-runs on a CPU-only laptop; where CUDA is present the runtime uses NCCL and the real devices. Coordinators
+runs on a CPU-only laptop. A node declared with a real ``gpu_type`` on a machine with CUDA maps its slots
+to CUDA devices: the backend hands each job the slot indices it holds and sets ``CUDA_VISIBLE_DEVICES``
+to their devices, so the runtime's rank r uses cuda:r = its own GPU (NCCL) and jobs never share one. Coordinators
 run in their own session (process group) so that a SIGKILL of the service leaves them training; after a
 restart ``attach`` finds them again through ``DIR/launch.json`` (pid + process start time, which guards
 against pid reuse).
@@ -15,13 +17,59 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 import psutil
 
 from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, write_control
+from dlsched.spec import NodeSpec
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 _SRC = str(Path(__file__).resolve().parents[2])   # .../src, so a checkout works without installing
+
+
+SLOT_TYPE = "slot"  # NodeSpec.gpu_type of a node whose "GPUs" are just worker slots
+
+
+def gpu_devices(nodes: Sequence[NodeSpec], cuda_count: int) -> dict[str, list[int]]:
+    """CUDA device ids per node with real GPUs (gpu_type other than "slot"), numbered in declaration order.
+
+    All local nodes share this machine's devices; a node whose devices do not exist (no CUDA, or fewer
+    devices than declared) keeps plain slots."""
+    out, first = {}, 0
+    for n in nodes:
+        if n.gpu_type != SLOT_TYPE and n.gpus and first + n.gpus <= cuda_count:
+            out[n.name], first = list(range(first, first + n.gpus)), first + n.gpus
+    return out
+
+
+def assign_slots(placement: Mapping[str, int], held: Mapping[str, set[int]]) -> dict[str, list[int]]:
+    """The lowest free slot indices on each node for a placement {node: count}; ``held`` = indices taken."""
+    out = {}
+    for node, count in placement.items():
+        taken, free, i = held.get(node, set()), [], 0
+        while len(free) < count:
+            if i not in taken:
+                free.append(i)
+            i += 1
+        out[node] = free
+    return out
+
+
+def gpu_env(slots: Mapping[str, Sequence[int]], devices: Mapping[str, Sequence[int]]) -> dict[str, str]:
+    """Environment giving a job exactly the GPUs behind its slots; "" (CPU only) when none is a real GPU.
+
+    Without ``devices`` (no node declares real GPUs) the environment is left alone."""
+    if not devices:
+        return {}
+    ids = [devices[node][i] for node, idx in slots.items() if node in devices for i in idx]
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
+
+
+def _cuda_count() -> int:
+    import torch  # only when a node declares real GPUs: the service need not load torch otherwise
+
+    return torch.cuda.device_count()
 
 
 class LocalBackend:
@@ -29,19 +77,31 @@ class LocalBackend:
 
     ``runtime`` is the command prefix of the contract's start command; tests pass a small contract-following
     script, production uses ``python -m dlsched.train.run``. ``cwd`` is where relative ``entry`` paths
-    (``examples/mlp.py:make_job``) resolve.
+    (``examples/mlp.py:make_job``) resolve. ``nodes`` (the cluster declaration) enables one GPU per slot on
+    nodes that declare real GPUs when CUDA is present; ``cuda_count`` overrides device detection.
     """
 
     name = "local"
 
     def __init__(self, runtime: list[str] | None = None, cwd: str | Path | None = None,
-                 threads_per_worker: int = 1, stop_grace_s: float = 10.0):
+                 threads_per_worker: int = 1, stop_grace_s: float = 10.0, nodes: Sequence[NodeSpec] = (),
+                 cuda_count: Callable[[], int] = _cuda_count):
         self.runtime = list(runtime or DEFAULT_RUNTIME)
         self.cwd = str(cwd or os.getcwd())
         self.threads_per_worker = threads_per_worker
         self.stop_grace_s = stop_grace_s
         self._procs: dict[int, subprocess.Popen] = {}
         self._attached: dict[int, psutil.Process] = {}
+        real = [n for n in nodes if n.gpu_type != SLOT_TYPE and n.gpus]
+        self.devices = gpu_devices(nodes, cuda_count()) if real else {}
+        self._slots: dict[int, dict[str, list[int]]] = {}  # job -> node -> slot indices it holds
+
+    def _held(self) -> dict[str, set[int]]:
+        held: dict[str, set[int]] = {}
+        for slots in self._slots.values():
+            for node, idx in slots.items():
+                held.setdefault(node, set()).update(idx)
+        return held
 
     # -- actions ---------------------------------------------------------------------------------
     def command(self, launch: Launch) -> list[str]:
@@ -68,6 +128,10 @@ class LocalBackend:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, env.get("PYTHONPATH")) if p)
         env.setdefault("OMP_NUM_THREADS", str(self.threads_per_worker))
         env["DLSCHED_JOB_ID"] = str(launch.job_id)
+        self._slots.pop(launch.job_id, None)
+        slots = assign_slots(launch.placement, self._held())
+        self._slots[launch.job_id] = slots
+        env.update(gpu_env(slots, self.devices))
         cmd = self.command(launch)
         with open(job_dir / "output.log", "ab") as log:
             log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(cmd)}\n".encode())
@@ -77,7 +141,8 @@ class LocalBackend:
         self._procs[launch.job_id] = proc
         self._attached.pop(launch.job_id, None)
         atomic_write_json(job_dir / "launch.json",
-                          {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "cmd": cmd})
+                          {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "cmd": cmd,
+                           "slots": slots})
 
     def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int) -> None:
         write_control(Path(job_dir), num_gpus, batch_size, generation)
@@ -86,6 +151,7 @@ class LocalBackend:
         """SIGTERM the coordinator's process group, SIGKILL after the grace period; its checkpoint stays."""
         proc = self._procs.pop(job_id, None)
         ps = self._attached.pop(job_id, None)
+        self._slots.pop(job_id, None)
         pid = proc.pid if proc else (ps.pid if ps else None)
         if pid is None:
             return
@@ -112,6 +178,7 @@ class LocalBackend:
         rc = proc.wait() if proc else None
         self._procs.pop(job_id, None)
         self._attached.pop(job_id, None)
+        self._slots.pop(job_id, None)
         status = read_status(job_dir) or {}
         if status.get("state") == "finished" and rc in (0, None):
             return PollResult("finished")
@@ -130,12 +197,14 @@ class LocalBackend:
         except (OSError, ValueError, KeyError, psutil.Error):
             return False
         self._attached[job_id] = p
+        self._slots[job_id] = info.get("slots", {})  # its GPUs stay taken across a service restart
         return True
 
     def shutdown(self) -> None:
         """Leave coordinators running (a restarted service re-attaches); just forget them."""
         self._procs.clear()
         self._attached.clear()
+        self._slots.clear()
 
     def stop_all(self) -> None:
         for job_id in list(self._procs) + list(self._attached):

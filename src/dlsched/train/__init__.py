@@ -15,7 +15,8 @@ Job runtime contract (between ``train/`` and the service backends ``backends/``)
 * Start: ``python -m dlsched.train.run --job-dir DIR --entry examples/mlp.py:make_job --workers N
   [--batch-size B] [--param key=value ...]`` runs one coordinator that spawns N worker processes
   (torch.distributed: gloo on CPU, NCCL when every rank can have its own GPU) and trains until done;
-  exit 0 on success, 1 on a runtime failure, 2 on bad input (one line on stderr).
+  exit 0 on success, 1 on a runtime failure, 2 on bad input (one line on stderr), 143 when stopped by
+  SIGTERM (after a checkpoint of the last completed step).
   Extra options (all optional): ``--batch-mode fixed-global|fixed-local`` (default fixed-global),
   ``--ckpt-every STEPS`` (default 20; 0 = never), ``--threads T`` (torch threads per worker),
   ``--standby K`` (prepared spare workers: scale-out then waits only for the broadcast),
@@ -29,18 +30,24 @@ Job runtime contract (between ``train/`` and the service backends ``backends/``)
   A malformed file is not applied; a ``control_rejected`` event names the field.
 * Progress: ``DIR/progress.jsonl``, one JSON object per line, one per step:
   ``{"time", "step", "epoch", "samples", "loss", "samples_per_s", "workers", "batch_size",
-  "per_worker_samples_per_s": [...]}`` plus ``generation``, ``lr``, ``partition_offsets``; and events
+  "per_worker_samples_per_s": [...], "total_samples"}`` plus ``generation``, ``lr``, ``partition_offsets``;
+  ``samples`` counts samples trained so far (all epochs), ``total_samples`` = samples per epoch x
+  epochs, null when the job has a ``target_loss`` (it may converge sooner); and events
   ``{"event": "resized", "from_workers", "workers", "batch_size", "step", "pause_s", "stall_s",
   "replaced"}``, ``{"event": "checkpoint", "step", "path"}``, ``{"event": "worker_lost",
   "workers_lost", "exit_codes", "restored_step", "lost_steps", "new_generation", "checkpoint"}``,
   ``{"event": "straggler", "workers", "ewma"}``, ``{"event": "epoch_end", "epoch", "mean_loss"}``,
-  ``{"event": "finished", "step"}``, ``{"event": "resize_failed"|"control_rejected", "error"}``.
+  ``{"event": "finished", "step"}``, ``{"event": "stopped", "step", "checkpoint"}``,
+  ``{"event": "resize_failed"|"control_rejected", "error"}``.
   ``step`` counts optimizer steps; after a worker loss it restarts from the checkpoint's step.
-* State: ``DIR/status.json`` ``{"state": "running"|"finished"|"failed", "pid": coordinator pid,
+* State: ``DIR/status.json`` ``{"state": "running"|"finished"|"failed"|"stopped", "pid": coordinator pid,
   "workers": int, "error": str|null}`` plus ``generation``, ``worker_pids``, ``standby_ready``.
   Checkpoints in ``DIR/ckpt/`` (``step-NNNNNNNNN.ckpt``, newest two kept); worker logs in
   ``DIR/logs/``. Re-running the start command on an existing DIR resumes from the latest
   checkpoint (with the new ``--workers``); on a finished job it exits 0 at once.
-* Stopping a job: kill the coordinator's process group (start it with ``start_new_session=True``);
-  orphaned workers also exit by themselves once the coordinator's store is gone.
+* Stopping a job: SIGTERM the coordinator's process group (start it with ``start_new_session=True``).
+  Workers ignore SIGTERM; the coordinator has them finish the current step, rank 0 writes an atomic
+  checkpoint of it (``checkpoint`` event), then ``stopped``, status ``stopped``, exit 143: re-running the
+  start command resumes at that step, redoing none. SIGKILL (e.g. after a grace period) also works,
+  losing the steps since the last periodic checkpoint; orphaned workers exit once the store is gone.
 """

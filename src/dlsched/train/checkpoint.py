@@ -12,15 +12,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from dlsched.errors import UserError
+from dlsched.train.files import atomic_file
 
 FORMAT = "dlsched-checkpoint"
 VERSION = 1
@@ -41,17 +40,9 @@ def save_checkpoint(ckpt_dir: Path, job_name: str, step: int, state: dict[str, A
     header = {"format": FORMAT, "version": VERSION, "job": job_name, "step": step,
               "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
     final = checkpoint_path(ckpt_dir, step)
-    fd, tmp = tempfile.mkstemp(dir=ckpt_dir, prefix=".tmp-", suffix=".ckpt")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(header).encode() + b"\n")
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(final, "wb") as f:
+        f.write(json.dumps(header).encode() + b"\n")
+        f.write(payload)
     for old in list_checkpoints(ckpt_dir)[:-keep]:
         old.unlink(missing_ok=True)
     return final

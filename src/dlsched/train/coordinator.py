@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -25,11 +27,32 @@ from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
 from dlsched.train.files import ProgressLog, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
+from dlsched.train.worker import STOP_PREEMPT, STOP_RESIZE
 from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
 
 POLL_S = 0.02
 _FORKSERVER = multiprocessing.get_context("forkserver")
 _FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])  # torch imported once, not once per worker
+
+
+EXIT_STOPPED = 128 + signal.SIGTERM  # stopped on request, checkpoint written: the shell's "terminated by SIGTERM"
+
+
+def _start_forkserver_shielded() -> None:
+    """Start the forkserver ignoring SIGTERM: it and the workers it forks inherit SIG_IGN (exec keeps it).
+
+    A backend stops a job by SIGTERM to its whole process group; only the coordinator must react (it
+    asks the workers to finish the step and checkpoint); a worker or forkserver killed mid-step would
+    lose the step. SIGTERM stays blocked meanwhile (a blocked signal is kept pending even while
+    ignored), so one arriving in this window reaches the coordinator's handler afterwards.
+    """
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
 def _worker_main(argv: list[str], log_path: str) -> None:
@@ -80,6 +103,11 @@ class Options:
     standby: int = 0  # workers kept started and prepared, so a scale-out waits only for the broadcast
 
 
+def planned_samples(job: TrainJob) -> int | None:
+    """Samples the job will train on: per epoch x epochs; None under a convergence rule (it may end sooner)."""
+    return None if job.target_loss is not None else job.num_samples * job.epochs
+
+
 class Coordinator:
     def __init__(self, opts: Options):
         self.o = opts
@@ -104,6 +132,10 @@ class Coordinator:
         self.stragglers: list[int] = []
         self.resizing = False
         self.standby_ready = 0
+        self.stop_requested = False
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.stop_requested = True  # acted on by the main loop, between steps
 
     # -- processes ----------------------------------------------------------------------------------
     def _spawn(self, generation: int, count: int, world: int) -> list[int]:
@@ -207,6 +239,7 @@ class Coordinator:
                     self.progress.write(ev)
                     self.pending_resize = None
                 rec["partition_offsets"] = table
+                rec["total_samples"] = planned_samples(self.job)
                 if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
                         and not self.resizing):
                     slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
@@ -222,6 +255,8 @@ class Coordinator:
         if finished:
             self._status("finished")
             return 0
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        _start_forkserver_shielded()
         wids = self._spawn(0, self.o.workers, self.o.workers)
         self.standby = self._spawn(0, self.o.standby, self.o.workers)
         self._publish(wids, step, table, gb, ramp, eloss, restore)
@@ -235,6 +270,8 @@ class Coordinator:
                 if dead:
                     self._recover(dead)
                     continue
+                if self.stop_requested:
+                    return self._stop()
                 self._poll_control()
                 if self.stragglers:
                     drop, self.stragglers = self.stragglers, []
@@ -258,6 +295,31 @@ class Coordinator:
         self._status("finished")
         self._kill(list(self.procs))
         return 0
+
+    def _stop(self) -> int:
+        """SIGTERM: workers finish the current step, rank 0 checkpoints it, all exit; a resume redoes no step."""
+        gen = self.generation
+        self.store.set(f"stop/{gen}", STOP_PREEMPT)
+        end_key = f"end/{gen}"
+        while not self.store.check([end_key]):
+            self._drain()
+            if self._dead_workers():  # no consistent state to save: the last periodic checkpoint stands
+                end = None
+                break
+            time.sleep(POLL_S)
+        else:
+            end = json.loads(self.store.get(end_key))
+            if end["finished"]:
+                return self._finish()
+            for w in self.wids:
+                self.procs[w].wait()
+        self._kill(list(self.procs))
+        self._drain()
+        latest = ckpt.latest_checkpoint(self.dir / "ckpt")
+        self.progress.write({"event": "stopped", "time": time.time(), "step": end and end["step"],
+                             "checkpoint": str(latest) if latest else None})
+        self._status("stopped")
+        return EXIT_STOPPED
 
     def _poll_control(self) -> None:
         try:
@@ -297,7 +359,7 @@ class Coordinator:
             return
         gen = self.generation
         stopped = time.time()
-        self.store.set(f"stop/{gen}", "1")
+        self.store.set(f"stop/{gen}", STOP_RESIZE)
         while not self.store.check([f"end/{gen}"]):
             self._drain()
             if self._dead_workers():

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.errors import UserError
+from dlsched.train.files import atomic_file
 from dlsched.policy.fleet import ModelProfile, Preprocessing, plan_fleet
 
 # fork: workers start in milliseconds instead of re-importing torch (CPU only; no CUDA context exists yet).
@@ -244,9 +245,8 @@ def _build(spec: MemberSpec) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 
 
 def _save_atomic(obj: dict, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic_file(path, "wb") as f:
+        torch.save(obj, f)
 
 
 @dataclass(frozen=True)

@@ -8,23 +8,36 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 from dlsched.errors import UserError
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
+@contextmanager
+def atomic_file(path: Path, mode: str = "w") -> Iterator[IO]:
+    """Write ``path`` all or nothing: a temp file beside it, fsynced, then ``os.replace``d onto it.
+
+    A reader (or a crash) sees the old file or the new one, never half; on error the temp file goes.
+    The one atomic-write implementation: JSON files here and in the backends, checkpoints, FLEET models."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f)
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    with atomic_file(path) as f:
+        json.dump(obj, f)
 
 
 @dataclass(frozen=True)
@@ -89,3 +102,11 @@ def read_progress(job_dir: Path) -> list[dict]:
 def write_status(job_dir: Path, state: str, pid: int, workers: int, error: str | None = None, **extra: Any) -> None:
     atomic_write_json(Path(job_dir) / "status.json",
                       {"state": state, "pid": pid, "workers": workers, "error": error, **extra})
+
+
+def read_status(job_dir: Path) -> dict | None:
+    """DIR/status.json, or None while it does not exist yet or cannot be read."""
+    try:
+        return json.loads((Path(job_dir) / "status.json").read_text())
+    except (OSError, ValueError):
+        return None

@@ -28,6 +28,7 @@ from dlsched.train.job import TrainJob, build_job
 from dlsched.train.scaling import LrRamp, micro_batches, set_lr_compensated
 
 PG_TIMEOUT = timedelta(seconds=60)
+STOP_RESIZE, STOP_PREEMPT = "1", "2"  # values of the coordinator's stop/{generation} flag
 
 
 def connect_store(addr: str) -> dist.TCPStore:
@@ -173,8 +174,8 @@ class Worker:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()  # honest per-worker compute time for the straggler rule
             compute_s = time.perf_counter() - t_start
-            stop = rank == 0 and self.store.check([stop_key])
-            stats = [float(len(mine)), 0.0, float(stop)] + [0.0] * world
+            stop = float(self.store.get(stop_key)) if rank == 0 and self.store.check([stop_key]) else 0.0
+            stats = [float(len(mine)), 0.0, stop] + [0.0] * world
             stats[3 + rank] = compute_s
             tail.copy_(torch.tensor(stats))  # one host-to-device copy for all the step's scalars
             tail[1] += loss_sum
@@ -201,6 +202,12 @@ class Worker:
                 self.setup_s = None
                 if ckpt_every and step % ckpt_every == 0:
                     self._save(step, table, global_batch, ramp, (ep_loss, ep_n))
+            if reduced[2] >= float(STOP_PREEMPT):  # the job is being stopped: checkpoint this step, leave
+                if rank == 0:
+                    if not (ckpt_every and step % ckpt_every == 0):
+                        self._save(step, table, global_batch, ramp, (ep_loss, ep_n))
+                    self.store.set(f"end/{gen}", json.dumps({"finished": False, "preempted": True, "step": step}))
+                return True
             if reduced[2] > 0:
                 if rank == 0:
                     self.store.set(f"end/{gen}", json.dumps({
