@@ -82,3 +82,13 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
             rec = {"event": "malformed_progress", "offset": offset, "line": line[:200].decode("utf-8", "replace")}
         records.append(rec)
     return records, offset + end + 1
+
+
+def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
+    """The job runtime's start command for a launch (the contract in ``dlsched.train``), for every backend."""
+    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry, "--workers", str(launch.num_gpus)]
+    if launch.batch_size is not None:
+        cmd += ["--batch-size", str(launch.batch_size)]
+    for k, v in launch.spec.params.items():
+        cmd += ["--param", f"{k}={v}"]
+    return cmd

@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, write_control
+from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, runtime_command, write_control
 from dlsched.spec import NodeSpec
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
@@ -105,13 +105,7 @@ class LocalBackend:
 
     # -- actions ---------------------------------------------------------------------------------
     def command(self, launch: Launch) -> list[str]:
-        cmd = [*self.runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry,
-               "--workers", str(launch.num_gpus)]
-        if launch.batch_size is not None:
-            cmd += ["--batch-size", str(launch.batch_size)]
-        for k, v in launch.spec.params.items():
-            cmd += ["--param", f"{k}={v}"]
-        return cmd
+        return runtime_command(self.runtime, launch)
 
     def start(self, launch: Launch) -> None:
         job_dir = Path(launch.job_dir)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, write_control
+from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, runtime_command, write_control
 from dlsched.errors import UserError
 from dlsched.policy.base import NodeView
 
@@ -282,13 +282,7 @@ class RayBackend:
     # -- actions (the Backend protocol) -------------------------------------------------------
 
     def command(self, launch: Launch) -> list[str]:
-        cmd = [*self.runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry,
-               "--workers", str(launch.num_gpus)]
-        if launch.batch_size is not None:
-            cmd += ["--batch-size", str(launch.batch_size)]
-        for k, v in launch.spec.params.items():
-            cmd += ["--param", f"{k}={v}"]
-        return cmd
+        return runtime_command(self.runtime, launch)
 
     def start(self, launch: Launch) -> None:
         """Reserve the job's GPUs and start (or resume, from the job dir's checkpoint) its runtime."""

@@ -42,7 +42,7 @@ class Service:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.host, self.port = host, port
         self.store = Store(self.state_dir / "dlsched.db")
-        self.backend = backend or LocalBackend(runtime=runtime, cwd=workdir)
+        self.backend = backend or LocalBackend(runtime=runtime, cwd=workdir, nodes=cluster.nodes)
         try:
             self.loop = LiveLoop(self.store, self.backend, cluster, self.state_dir, policy=policy)
         except ValueError as e:   # unknown policy name
