@@ -403,8 +403,12 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
             stop.set()       # re-form: the others checkpoint at their next step
         if msg[4] is None and status in ("converged", "paused"):
             finished.add(name)
+    # Every member has reported its final state (rank 0 checkpointed before that report): what is left is
+    # process tear-down, which must never hang the caller (a forked rank stuck in gloo clean-up once did).
     for p in procs:
-        p.join()
+        p.join(timeout=30)
+        if p.is_alive():
+            p.kill()
     for p in producers:
         p.join(timeout=10)
         if p.is_alive():
