@@ -31,7 +31,7 @@ def test_example_spec_is_valid():
     ("models:\n  - {name: a, model: 'm.py:A'}\nbatch_size: '64'\n", "field batch_size: Input should be a valid integer, got '64'"),
     ("models:\n  - {name: a, model: 'm.py:A'}\n  - {name: a, model: 'm.py:B'}\n", "repeated: a"),
     ("models:\n  - {name: a, model: 'm.py:A', colour: red}\n", "field models.0.colour: Extra inputs are not permitted"),
-    ("models: [\n", "line 2 invalid YAML"),
+    ("models: [\n", "line 2: invalid YAML"),
 ])
 def test_bad_spec_is_one_line_naming_file_and_field(tmp_path, body, message):
     f = tmp_path / "spec.yaml"

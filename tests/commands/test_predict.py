@@ -87,7 +87,7 @@ def test_bad_csv_names_file_line_and_field(tmp_path, text, expect):
     ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: oops}\n  - {step: 3, loss: 1}\n",
      "losses entry 2, field 'loss': expected a number, got 'oops'"),
     ("steps: []\n", "missing field 'losses'"),
-    ("losses: [\n", "not valid YAML"),
+    ("losses: [\n", "line 2: invalid YAML"),
     ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: 1.5}\n  - {step: 3, loss: 1}\n"
      "speed: {samples: [{ps: 1, workers: 0, steps_per_s: 1}]}\n", "speed.samples entry 1, field 'workers': must be > 0"),
     ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: 1.5}\n  - {step: 3, loss: 1}\ntarget: {delta: -1}\n",

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from dlsched.errors import UserError
+from dlsched.errors import UserError, read_yaml_file
 from dlsched.paths import REPO_ROOT
 
 DEFAULT_WORKLOAD = REPO_ROOT / "examples" / "demo" / "workload.yaml"
@@ -35,11 +34,10 @@ class Workload(BaseModel):
 
 
 def load_workload(path: Path) -> Workload:
+    doc = read_yaml_file(path)
     try:
-        return Workload.model_validate(yaml.safe_load(path.read_text()), strict=True)
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    except (yaml.YAMLError, ValidationError) as e:
+        return Workload.model_validate(doc, strict=True)
+    except ValidationError as e:
         raise UserError(f"{path}: {' '.join(str(e).split())[:200]}") from None
 
 

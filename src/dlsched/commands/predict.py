@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from dlsched.errors import UserError
+from dlsched.errors import UserError, read_yaml_file
 
 if TYPE_CHECKING:  # numpy/pandas load lazily: every ``dlsched`` start imports this module
     import numpy as np
@@ -126,17 +126,9 @@ def load_csv(path: Path) -> Observations:
 
 def load_yaml(path: Path) -> Observations:
     import pandas as pd
-    import yaml
 
     src = str(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{src}: file not found") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "somewhere"
-        raise UserError(f"{src}: not valid YAML at {where} ({getattr(e, 'problem', e)})") from None
+    doc = read_yaml_file(path)
     if not isinstance(doc, dict):
         raise UserError(f"{src}: expected a mapping with 'losses' (and 'speed') at the top level")
     if "losses" not in doc:

@@ -10,10 +10,9 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dlsched.errors import UserError
+from dlsched.errors import UserError, read_yaml_file
 from dlsched.train.ensemble import Convergence, MemberSpec, synthetic_images
 
 
@@ -79,14 +78,7 @@ class EnsembleSpec(_Strict):
 
 
 def load_spec(path: Path) -> EnsembleSpec:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+    raw = read_yaml_file(path)
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     try:
