@@ -46,7 +46,7 @@ class Recorder:
     def start(self, launch):
         pass
 
-    def resize(self, *a):
+    def resize(self, *a, **kw):
         pass
 
     def stop(self, *a):

@@ -131,7 +131,7 @@ class Inert:
     def start(self, launch):
         self.calls.append(("start", launch.job_id, launch.num_gpus))
 
-    def resize(self, *a):
+    def resize(self, *a, **kw):
         self.calls.append(("resize",) + a[:1])
 
     def stop(self, *a):

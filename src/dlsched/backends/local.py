@@ -138,7 +138,9 @@ class LocalBackend:
                           {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "cmd": cmd,
                            "slots": slots})
 
-    def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int) -> None:
+    def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int,
+               placement: Mapping[str, int] | None = None) -> None:
+        """Local workers are processes of one coordinator on this machine: only the count and batch matter."""
         write_control(Path(job_dir), num_gpus, batch_size, generation)
 
     def stop(self, job_id: int, job_dir: Path) -> None:

@@ -201,7 +201,7 @@ class LiveLoop:
                                    {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
                 else:
-                    self.backend.resize(job.id, d, act.num_gpus, act.batch_size, gen)
+                    self.backend.resize(job.id, d, act.num_gpus, act.batch_size, gen, placement=dict(act.placement))
                     writes.append((job.id, RESCALING,
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
                                    {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
