@@ -162,11 +162,35 @@ class ElasticPolicy:
         self.hysteresis = hysteresis
         self.restart_cost = restart_cost
         self._memo: dict = {}
+        self._ranges: dict = {}
 
     def validate(self, job: JobView, cluster: ClusterView) -> None:
         """Submit-time check drivers call when a job arrives (``getattr(policy, "validate", None)``): UserError,
         one line naming the job, field and value, if the job has no feasible (GPUs, batch) configuration."""
         validate_elastic_job(job, cluster, self.fixed_batch)
+
+    def _range(self, job: JobView, total: int) -> BatchRange | None:
+        """:func:`batch_range`, or None when infeasible, memoised on the fields it reads: every decision sees the
+        same jobs again, and the range is a pure function of them."""
+        key = (job.batch_size, job.min_batch_size, job.max_batch_size, job.max_local_batch, job.min_local_batch,
+               job.attrs.get("min_local_batch") if job.min_local_batch is None else None, job.max_gpus,
+               job.min_gpus, total)
+        try:
+            return self._ranges[key]
+        except KeyError:
+            pass
+        except TypeError:       # an unhashable attrs value: no memo
+            key = None
+        try:
+            rng = batch_range(job, total, self.fixed_batch)
+        except UserError:
+            rng = None
+        if key is None:
+            return rng
+        if len(self._ranges) >= MEMO_SIZE:
+            self._ranges.pop(next(iter(self._ranges)))
+        self._ranges[key] = rng
+        return rng
 
     # ---- value curves -------------------------------------------------------------------------------------
     def _best_batch(self, job: JobView, rng: BatchRange, g: int, node_size: int, gpu_type: str) -> tuple[float, int]:
@@ -266,10 +290,10 @@ class ElasticPolicy:
         elastic, rigid = [], []
         ranges: dict[str, BatchRange] = {}
         for job in ordered:
-            try:
-                ranges[job.id] = batch_range(job, total, self.fixed_batch)
-            except UserError:
+            rng = self._range(job, total)
+            if rng is None:
                 continue        # drivers reject such jobs at submit (validate_elastic_job); never crash here
+            ranges[job.id] = rng
             (elastic if job.speed is not None else rigid).append(job)
 
         curves: dict[tuple[str, str], np.ndarray] = {}
