@@ -78,15 +78,15 @@ def knapsack_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution:
     P = buf[width:]                           # P[k]: best value of the jobs so far using at most k GPUs
     P[:] = 0.0
     step = buf.strides[0]
-    window = as_strided(buf, shape=(K + 1, width + 1), strides=(step, step), writeable=False)
+    # window[k, g] = P[k - g] (a view: row k starts at P[k] and walks back through the -inf prefix)
+    window = as_strided(P, shape=(K + 1, width + 1), strides=(step, -step), writeable=False)
     rows = np.arange(K + 1)
     choices: list[np.ndarray] = []
     for curve in curves:
         u = np.asarray(curve, dtype=float)[: K + 1]
-        G = len(u) - 1
         # by_g[k, g] = P[k - g] + u[g]; argmax takes the first max, i.e. the fewest GPUs on ties.
-        by_g = window[:, width - G:][:, ::-1] + u
-        best_g = np.argmax(by_g, axis=1)
+        by_g = window[:, : len(u)] + u
+        best_g = by_g.argmax(axis=1)
         P[:] = by_g[rows, best_g]
         choices.append(best_g)
     gpus = np.zeros(J, dtype=int)

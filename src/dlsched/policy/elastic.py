@@ -238,11 +238,14 @@ class ElasticPolicy:
                cur_type: str | None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
         n = len(raw.values)
-        u = raw.values / scale - (_TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n))
+        u = raw.values / scale
+        u -= _TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n)
         u[0] = 0.0
         gc = job.num_gpus
-        running = gc > 0
-        running_here = running and cur_type == gpu_type
+        if gc == 0:
+            return u                   # waiting: no hysteresis, no pinning
+        running = True
+        running_here = cur_type == gpu_type
         bonus = self._stay_bonus(job, gc) if running_here else 0.0
         if running and (not job.preemptible or math.isinf(bonus)):
             keep = np.full_like(u, NEG_INF)
@@ -302,11 +305,13 @@ class ElasticPolicy:
         refs: dict[str, float] = {}
         for job in elastic:
             rng = ranges[job.id]
-            g0 = rng.g_min
+            base = math.inf                     # the smallest finite value at g_min over the types
             for t in types:
-                raws[job.id, t] = self._raw_curve(job, rng, t, node_size[t])
-            base = min((v for t in types if np.isfinite(v := raws[job.id, t].values[g0])), default=NEG_INF)
-            refs[job.id] = float(base) if np.isfinite(base) and base > 0 else 1.0
+                raw = raws[job.id, t] = self._raw_curve(job, rng, t, node_size[t])
+                v = raw.values[rng.g_min]
+                if math.isfinite(v) and v < base:
+                    base = v
+            refs[job.id] = float(base) if math.isfinite(base) and base > 0 else 1.0
         pooled = hetero and all(np.array_equal(raws[j.id, types[0]].values, raws[j.id, t].values)
                                 for j in elastic for t in types[1:])
         if pooled:
