@@ -120,16 +120,18 @@ def _upper_hull(values: np.ndarray) -> np.ndarray:
     safe = np.where(keep, values, 0.0)
     active = np.arange(len(values))
     while len(active):
-        k, v = keep[active], safe[active]
-        rows = np.arange(len(active))[:, None]
-        prev = np.maximum.accumulate(np.where(k, idx, -1), axis=1)
-        prev = np.concatenate((np.full((len(active), 1), -1), prev[:, :-1]), axis=1)
-        nxt = np.minimum.accumulate(np.where(k, idx, width)[:, ::-1], axis=1)[:, ::-1]
-        nxt = np.concatenate((nxt[:, 1:], np.full((len(active), 1), width)), axis=1)
+        whole = len(active) == len(keep)              # no copies while every row is still changing
+        k, v = (keep, safe) if whole else (keep[active], safe[active])
+        # prev / nxt: the nearest kept column strictly left / right of each column (-1 / width if none)
+        prev = np.full(k.shape, -1)
+        prev[:, 1:] = np.maximum.accumulate(np.where(k[:, :-1], idx[:-1], -1), axis=1)
+        nxt = np.full(k.shape, width)
+        nxt[:, :-1] = np.minimum.accumulate(np.where(k[:, :0:-1], idx[:0:-1], width), axis=1)[:, ::-1]
         inner = k & (prev >= 0) & (nxt < width)
         p, n = np.clip(prev, 0, None), np.clip(nxt, None, width - 1)
+        vp = np.take_along_axis(v, p, axis=1)
         # below the chord from p to n: (v - v_p) * (n - p) < (v_n - v_p) * (i - p)
-        below = inner & ((v - v[rows, p]) * (n - p) < (v[rows, n] - v[rows, p]) * (idx - p) - 1e-12)
+        below = inner & ((v - vp) * (n - p) < (np.take_along_axis(v, n, axis=1) - vp) * (idx - p) - 1e-12)
         changed = below.any(axis=1)
         keep[active[changed]] &= ~below[changed]
         active = active[changed]
