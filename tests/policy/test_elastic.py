@@ -372,3 +372,14 @@ def test_a_job_without_any_batch_field_scales_gpus_and_reports_no_batch():
     for name in ("elastic", "elastic-gpu-only"):
         a = make_policy(name).decide((free,), cluster).jobs["j0"]
         assert a.num_gpus >= 1 and a.batch_size is None
+
+
+def test_a_reused_policy_follows_a_job_whose_batch_limits_change():
+    # decide() memoises batch ranges across decisions: the memo must key on the fields, not the job id.
+    cluster = ClusterView.homogeneous(1, 4)
+    policy = make_policy("elastic")
+    wide = policy.decide((job(0),), cluster).jobs["j0"]
+    narrow = policy.decide((job(0, batch_size=32, min_batch_size=16, max_batch_size=48),), cluster).jobs["j0"]
+    assert wide.batch_size > 48
+    assert 16 <= narrow.batch_size <= 48
+    assert policy.decide((job(0),), cluster).jobs["j0"] == wide

@@ -78,15 +78,15 @@ def knapsack_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution:
     P = buf[width:]                           # P[k]: best value of the jobs so far using at most k GPUs
     P[:] = 0.0
     step = buf.strides[0]
-    window = as_strided(buf, shape=(K + 1, width + 1), strides=(step, step), writeable=False)
+    # window[k, g] = P[k - g] (a view: row k starts at P[k] and walks back through the -inf prefix)
+    window = as_strided(P, shape=(K + 1, width + 1), strides=(step, -step), writeable=False)
     rows = np.arange(K + 1)
     choices: list[np.ndarray] = []
     for curve in curves:
         u = np.asarray(curve, dtype=float)[: K + 1]
-        G = len(u) - 1
         # by_g[k, g] = P[k - g] + u[g]; argmax takes the first max, i.e. the fewest GPUs on ties.
-        by_g = window[:, width - G:][:, ::-1] + u
-        best_g = np.argmax(by_g, axis=1)
+        by_g = window[:, : len(u)] + u
+        best_g = by_g.argmax(axis=1)
         P[:] = by_g[rows, best_g]
         choices.append(best_g)
     gpus = np.zeros(J, dtype=int)
@@ -103,10 +103,9 @@ def knapsack_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution:
 
 def _pack(curves: Sequence[np.ndarray]) -> np.ndarray:
     """Curves as rows of one (J, G_max + 1) array, -inf past each curve's end."""
-    width = max(len(c) for c in curves)
-    out = np.full((len(curves), width), NEG_INF)
-    for j, c in enumerate(curves):
-        out[j, : len(c)] = c
+    lengths = np.fromiter(map(len, curves), dtype=np.int64, count=len(curves))
+    out = np.full((len(curves), int(lengths.max())), NEG_INF)
+    out[np.arange(out.shape[1]) < lengths[:, None]] = np.concatenate(curves)    # row-major: curve after curve
     return out
 
 
@@ -121,16 +120,18 @@ def _upper_hull(values: np.ndarray) -> np.ndarray:
     safe = np.where(keep, values, 0.0)
     active = np.arange(len(values))
     while len(active):
-        k, v = keep[active], safe[active]
-        rows = np.arange(len(active))[:, None]
-        prev = np.maximum.accumulate(np.where(k, idx, -1), axis=1)
-        prev = np.concatenate((np.full((len(active), 1), -1), prev[:, :-1]), axis=1)
-        nxt = np.minimum.accumulate(np.where(k, idx, width)[:, ::-1], axis=1)[:, ::-1]
-        nxt = np.concatenate((nxt[:, 1:], np.full((len(active), 1), width)), axis=1)
+        whole = len(active) == len(keep)              # no copies while every row is still changing
+        k, v = (keep, safe) if whole else (keep[active], safe[active])
+        # prev / nxt: the nearest kept column strictly left / right of each column (-1 / width if none)
+        prev = np.full(k.shape, -1)
+        prev[:, 1:] = np.maximum.accumulate(np.where(k[:, :-1], idx[:-1], -1), axis=1)
+        nxt = np.full(k.shape, width)
+        nxt[:, :-1] = np.minimum.accumulate(np.where(k[:, :0:-1], idx[:0:-1], width), axis=1)[:, ::-1]
         inner = k & (prev >= 0) & (nxt < width)
         p, n = np.clip(prev, 0, None), np.clip(nxt, None, width - 1)
+        vp = np.take_along_axis(v, p, axis=1)
         # below the chord from p to n: (v - v_p) * (n - p) < (v_n - v_p) * (i - p)
-        below = inner & ((v - v[rows, p]) * (n - p) < (v[rows, n] - v[rows, p]) * (idx - p) - 1e-12)
+        below = inner & ((v - vp) * (n - p) < (np.take_along_axis(v, n, axis=1) - vp) * (idx - p) - 1e-12)
         changed = below.any(axis=1)
         keep[active[changed]] &= ~below[changed]
         active = active[changed]
@@ -157,23 +158,42 @@ def _envelope_increments(values: np.ndarray, keep: np.ndarray) -> tuple[np.ndarr
     return flat[positive], owner[positive]
 
 
-def hull_greedy(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
+@dataclass(frozen=True)
+class _Envelope:
+    """What the envelope greedy and the pruned DP share, computed once per solve: the packed curves, their hull
+    vertices and the positive envelope increments sorted best first (ties: earlier job first)."""
+
+    values: np.ndarray
+    keep: np.ndarray
+    flat: np.ndarray
+    owner: np.ndarray
+    order: np.ndarray
+
+
+def _envelope(values: np.ndarray) -> _Envelope:
+    keep = _upper_hull(values)
+    flat, owner = _envelope_increments(values, keep)
+    return _Envelope(values, keep, flat, owner, np.lexsort((owner, -flat)))
+
+
+def hull_greedy(curves: Sequence[np.ndarray], capacity: int, env: _Envelope | None = None) -> Solution | None:
     """The greedy on each curve's concave envelope, returned only when it is provably optimal, else None.
 
     The envelope problem's optimum bounds the true one from above; when every job's greedy allocation is a point
     where its curve touches its envelope, that allocation reaches the bound, so it is exact. Needs u[0] = 0."""
     if not curves:
         return Solution(np.zeros(0, dtype=int), 0.0, "hull-greedy")
-    values = _pack(curves)
-    if np.any(values[:, 0] != 0.0):
+    if env is None:
+        values = _pack(curves)
+        if np.any(values[:, 0] != 0.0):
+            return None
+        env = _envelope(values)
+    values, keep = env.values, env.keep
+    gpus = np.bincount(env.owner[env.order[:capacity]], minlength=len(curves))
+    rows = np.arange(len(curves))
+    if not np.all(keep[rows, gpus]):
         return None
-    keep = _upper_hull(values)
-    flat, owner = _envelope_increments(values, keep)
-    order = np.lexsort((owner, -flat))[:capacity]
-    gpus = np.bincount(owner[order], minlength=len(curves))
-    if not np.all(keep[np.arange(len(curves)), gpus]):
-        return None
-    return Solution(gpus, float(values[np.arange(len(curves)), gpus].sum()), "hull-greedy")
+    return Solution(gpus, float(values[rows, gpus].sum()), "hull-greedy")
 
 
 def _sparse_dp(options: Sequence[tuple[np.ndarray, np.ndarray]], capacity: int) -> tuple[float, np.ndarray]:
@@ -203,7 +223,7 @@ def _sparse_dp(options: Sequence[tuple[np.ndarray, np.ndarray]], capacity: int) 
     return float(P[K]), gpus
 
 
-def pruned_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
+def pruned_dp(curves: Sequence[np.ndarray], capacity: int, env: _Envelope | None = None) -> Solution | None:
     """Exact DP after Lagrangian reduced-cost fixing; None if it does not apply (some u[0] != 0).
 
     With a GPU price lam >= 0, any allocation's value is at most D - sum_j r_j(g_j), where
@@ -211,13 +231,13 @@ def pruned_dp(curves: Sequence[np.ndarray], capacity: int) -> Solution | None:
     A feasible allocation of value LB (the envelope greedy rounded down) then rules out every g with
     r_j(g) > D - LB, because no allocation using it can beat LB. Usually one or two counts per job survive;
     jobs left with one are fixed, and the DP runs over the rest with few candidates each."""
-    values = _pack(curves)
+    if env is None:
+        values = _pack(curves)
+        if np.any(values[:, 0] != 0.0):
+            return None
+        env = _envelope(values)
+    values, flat, owner, order = env.values, env.flat, env.owner, env.order
     J, width = values.shape
-    if np.any(values[:, 0] != 0.0):
-        return None
-    keep = _upper_hull(values)
-    flat, owner = _envelope_increments(values, keep)
-    order = np.lexsort((owner, -flat))
     taken = order[:capacity]
     idx = np.arange(width)
     lam = float(flat[order[capacity]]) if len(order) > capacity else 0.0      # price: best gain left out
@@ -255,11 +275,13 @@ def _aggregate_concave(curves: Sequence[np.ndarray], capacity: int) -> np.ndarra
     return np.concatenate(([0.0], np.cumsum(gains)))
 
 
-def _concave_rows(curves: Sequence[np.ndarray]) -> list[int]:
-    """Indices of the curves that :func:`is_concave` accepts, checked for all curves at once."""
+def _concave_rows(curves: Sequence[np.ndarray], values: np.ndarray | None = None) -> list[int]:
+    """Indices of the curves that :func:`is_concave` accepts, checked for all curves at once (``values``: the
+    curves already packed by :func:`_pack`)."""
     if not curves:
         return []
-    values = _pack(curves)
+    if values is None:
+        values = _pack(curves)
     lengths = np.array([len(c) for c in curves])
     inside = np.arange(values.shape[1])[None, :] < lengths[:, None]
     ok = np.all(np.isfinite(values) | ~inside, axis=1) & (values[:, 0] == 0.0)
@@ -277,15 +299,18 @@ def solve(curves: Sequence[np.ndarray], capacity: int) -> Solution:
     capacity)."""
     if sum(len(c) for c in curves) * (capacity + 1) <= SMALL_DP_CELLS:
         return knapsack_dp(curves, capacity)
-    concave = _concave_rows(curves)
+    values = _pack(curves)
+    concave = _concave_rows(curves, values)
     if len(concave) == len(curves):
         return concave_greedy(curves, capacity)
-    certified = hull_greedy(curves, capacity)
-    if certified is not None:
-        return certified
-    pruned = pruned_dp(curves, capacity)
-    if pruned is not None:
-        return pruned
+    if not np.any(values[:, 0] != 0.0):
+        env = _envelope(values)            # shared by both envelope methods
+        certified = hull_greedy(curves, capacity, env)
+        if certified is not None:
+            return certified
+        pruned = pruned_dp(curves, capacity, env)
+        if pruned is not None:
+            return pruned
     concave_set = set(concave)
     others = [j for j in range(len(curves)) if j not in concave_set]
     if len(concave) <= 1:

@@ -162,11 +162,35 @@ class ElasticPolicy:
         self.hysteresis = hysteresis
         self.restart_cost = restart_cost
         self._memo: dict = {}
+        self._ranges: dict = {}
 
     def validate(self, job: JobView, cluster: ClusterView) -> None:
         """Submit-time check drivers call when a job arrives (``getattr(policy, "validate", None)``): UserError,
         one line naming the job, field and value, if the job has no feasible (GPUs, batch) configuration."""
         validate_elastic_job(job, cluster, self.fixed_batch)
+
+    def _range(self, job: JobView, total: int) -> BatchRange | None:
+        """:func:`batch_range`, or None when infeasible, memoised on the fields it reads: every decision sees the
+        same jobs again, and the range is a pure function of them."""
+        key = (job.batch_size, job.min_batch_size, job.max_batch_size, job.max_local_batch, job.min_local_batch,
+               job.attrs.get("min_local_batch") if job.min_local_batch is None else None, job.max_gpus,
+               job.min_gpus, total)
+        try:
+            return self._ranges[key]
+        except KeyError:
+            pass
+        except TypeError:       # an unhashable attrs value: no memo
+            key = None
+        try:
+            rng = batch_range(job, total, self.fixed_batch)
+        except UserError:
+            rng = None
+        if key is None:
+            return rng
+        if len(self._ranges) >= MEMO_SIZE:
+            self._ranges.pop(next(iter(self._ranges)))
+        self._ranges[key] = rng
+        return rng
 
     # ---- value curves -------------------------------------------------------------------------------------
     def _best_batch(self, job: JobView, rng: BatchRange, g: int, node_size: int, gpu_type: str) -> tuple[float, int]:
@@ -214,11 +238,14 @@ class ElasticPolicy:
                cur_type: str | None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
         n = len(raw.values)
-        u = raw.values / scale - (_TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n))
+        u = raw.values / scale
+        u -= _TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n)
         u[0] = 0.0
         gc = job.num_gpus
-        running = gc > 0
-        running_here = running and cur_type == gpu_type
+        if gc == 0:
+            return u                   # waiting: no hysteresis, no pinning
+        running = True
+        running_here = cur_type == gpu_type
         bonus = self._stay_bonus(job, gc) if running_here else 0.0
         if running and (not job.preemptible or math.isinf(bonus)):
             keep = np.full_like(u, NEG_INF)
@@ -266,10 +293,10 @@ class ElasticPolicy:
         elastic, rigid = [], []
         ranges: dict[str, BatchRange] = {}
         for job in ordered:
-            try:
-                ranges[job.id] = batch_range(job, total, self.fixed_batch)
-            except UserError:
+            rng = self._range(job, total)
+            if rng is None:
                 continue        # drivers reject such jobs at submit (validate_elastic_job); never crash here
+            ranges[job.id] = rng
             (elastic if job.speed is not None else rigid).append(job)
 
         curves: dict[tuple[str, str], np.ndarray] = {}
@@ -278,11 +305,13 @@ class ElasticPolicy:
         refs: dict[str, float] = {}
         for job in elastic:
             rng = ranges[job.id]
-            g0 = rng.g_min
+            base = math.inf                     # the smallest finite value at g_min over the types
             for t in types:
-                raws[job.id, t] = self._raw_curve(job, rng, t, node_size[t])
-            base = min((v for t in types if np.isfinite(v := raws[job.id, t].values[g0])), default=NEG_INF)
-            refs[job.id] = float(base) if np.isfinite(base) and base > 0 else 1.0
+                raw = raws[job.id, t] = self._raw_curve(job, rng, t, node_size[t])
+                v = raw.values[rng.g_min]
+                if math.isfinite(v) and v < base:
+                    base = v
+            refs[job.id] = float(base) if math.isfinite(base) and base > 0 else 1.0
         pooled = hetero and all(np.array_equal(raws[j.id, types[0]].values, raws[j.id, t].values)
                                 for j in elastic for t in types[1:])
         if pooled:
