@@ -27,7 +27,7 @@ import httpx
 import uvicorn
 
 from dlsched.service.api import create_app
-from dlsched.service.server import free_port
+from dlsched.service.server import free_port, wait_for_http
 from dlsched.service.store import Store
 from dlsched.spec import ClusterSpec, JobSpec
 
@@ -69,12 +69,8 @@ def webdriver_loads(tmp: Path, url: str, n: int) -> list[float]:
     drv = subprocess.Popen(["chromedriver", f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                httpx.get(f"{base}/status", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        if not wait_for_http(f"{base}/status", 10, drv):
+            raise SystemExit("chromedriver did not start")
         caps = {"capabilities": {"alwaysMatch": {"goog:chromeOptions": {
             "args": [*FLAGS, "--disable-application-cache", f"--user-data-dir={tmp / 'wd-profile'}"]}}}}
         sid = httpx.post(f"{base}/session", json=caps, timeout=60).json()["value"]["sessionId"]

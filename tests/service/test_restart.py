@@ -10,7 +10,7 @@ import httpx
 import psutil
 import pytest
 
-from dlsched.service.server import free_port
+from dlsched.service.server import free_port, wait_for_http
 from tests.service.conftest import CONTRACT_JOB, job_yaml
 
 SERVE = Path(__file__).with_name("serve_for_tests.py")
@@ -25,13 +25,8 @@ def start_service(tmp_path, port):
                              "--state-dir", str(tmp_path / "state"), "--port", str(port)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 60
-    while time.monotonic() < end:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    if wait_for_http(f"{url}/healthz", 60, proc):
+        return proc, url
     proc.kill()
     raise AssertionError(proc.stdout.read().decode())
 

@@ -28,6 +28,25 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def wait_for_http(url: str, timeout_s: float = 30.0, proc=None) -> bool:
+    """Poll ``url`` until it answers 200 (True), or the process ``proc`` has exited / time is up (False).
+
+    The one readiness wait for anything started in the background: the service, chromedriver."""
+    import httpx
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            return False
+        time.sleep(0.1)
+    return False
+
+
 class Service:
     """One running scheduler. Refuses a non-loopback bind without a token."""
 
