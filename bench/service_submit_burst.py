@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from dlsched.service.server import free_port  # noqa: E402
+from dlsched.service.server import free_port, wait_for_http  # noqa: E402
 
 
 def main() -> None:
@@ -35,22 +35,18 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         cluster = Path(d) / "cluster.yaml"
-        cluster.write_text(f"nodes: [{{name: n0, gpus: 0}}]\npolicy: elastic\ninterval_s: {a.interval}\n")
+        # one slot: the service refuses at submit time a job asking more GPUs than the cluster has; the
+        # runtime exits at once, so what is measured is submission, not training
+        cluster.write_text(f"nodes: [{{name: n0, gpus: 1}}]\npolicy: fifo\ninterval_s: {a.interval}\n")
         port = free_port()
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
         srv = subprocess.Popen([sys.executable, "-m", "dlsched.cli", "serve", "--cluster", str(cluster),
-                                "--state-dir", str(Path(d) / "state"), "--port", str(port)], env=env,
+                                "--state-dir", str(Path(d) / "state"), "--port", str(port), "--runtime", "true"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         try:
-            for _ in range(300):
-                try:
-                    httpx.get(f"{url}/healthz", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    if srv.poll() is not None:
-                        raise SystemExit("service did not start")
-                    time.sleep(0.1)
+            if not wait_for_http(f"{url}/healthz", 30, srv):
+                raise SystemExit("service did not start")
             body = "name: burst-{i}\nentry: examples/mlp.py:make_job\ngpus: 1\nbatch_size: 32\nparams: {{epochs: 1}}\n"
 
             local = threading.local()    # one keep-alive connection per client thread
