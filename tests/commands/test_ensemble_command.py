@@ -54,7 +54,7 @@ def test_ensemble_run_end_to_end(tmp_path):
     f.write_text(f"""
 name: tiny-ensemble
 dataset: {{kind: synthetic, train: 256, val: 64}}
-batch_size: 64
+batch_size: 32
 convergence: {{patience: 5, max_epochs: 2}}
 rate_tolerance: 0.99
 models:
@@ -66,7 +66,9 @@ models:
     rep = json.loads((tmp_path / "out" / "report.json").read_text())
     assert rep["epochs"] == {"a": 1, "b": 2}
     assert rep["plans"][0] == [["a", "b"]] or rep["plans"][0] == [["b", "a"]]
-    assert [f["members"] for f in rep["flotillas"]][1] == ["b"]          # re-formed after a converged
+    # re-formed after a converged: 8 steps an epoch > the ring's 4 slots + 1, so b cannot also finish its 2nd
+    # epoch before a's convergence pauses it, however the processes are scheduled
+    assert [f["members"] for f in rep["flotillas"]][1] == ["b"]
     assert (tmp_path / "out" / "flotillas.png").stat().st_size > 1000
     assert (tmp_path / "out" / "checkpoints" / "a.best.pt").exists()
     assert "time to converge" in r.stdout

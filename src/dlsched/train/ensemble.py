@@ -321,6 +321,10 @@ def member_main(spec: MemberSpec, worker: Worker, ring: BatchRing, start_batch: 
                 done = state["bad"] >= conv.patience or state["epoch"] >= (spec.max_epochs or conv.max_epochs)
                 if _agree(rank == 0 and done, world):
                     status = "converged"
+                    # Pause the others before this member leaves the ring: until it leaves, the ring keeps them
+                    # within ``slots`` batches of it, so how far they get before re-forming does not depend on
+                    # how fast the parent reads the report.
+                    stop.set()
                 if rank == 0:
                     reports.put((spec.name, status, state["epoch"], state["step"], loss.item(), acc, rate))
             elif state["step"] % 10 == 0 and rank == 0:
