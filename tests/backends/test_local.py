@@ -5,12 +5,15 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from dlsched.backends.base import Launch, read_progress
-from dlsched.backends.local import LocalBackend, assign_slots, gpu_devices, gpu_env
+from dlsched.backends.local import DEFAULT_RUNTIME, LocalBackend, assign_slots, gpu_devices, gpu_env, resize_slots
 from dlsched.spec import NodeSpec, load_job_spec
+from dlsched.train.files import read_status
 
 RUNTIME = [sys.executable, str(Path(__file__).with_name("contract_job.py"))]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def spec(samples=320, epochs=1, step_s=0.02, **extra):
@@ -128,3 +131,58 @@ def test_started_jobs_get_disjoint_gpus_and_release_them(tmp_path):
     pid = json.loads((tmp_path / "3" / "launch.json").read_text())["pid"]
     assert psutil.Process(pid).environ()["CUDA_VISIBLE_DEVICES"] == "0"
     b.stop_all()
+
+
+def test_resize_rebooks_slots_keeping_the_held_ones():
+    assert resize_slots({"a": [0, 1]}, {"a": 3}, {"a": {2}}) == {"a": [0, 1, 3]}   # grow around another job
+    assert resize_slots({"a": [0, 1, 3]}, {"a": 1}, {}) == {"a": [0]}               # shrink gives back 1 and 3
+    assert resize_slots({"a": [2]}, {"b": 2}, {"a": {0}}) == {"b": [0, 1]}          # moved: a's slot is free
+    assert resize_slots({"a": [0, 1]}, {"a": 1, "b": 1}, {"b": {0}}) == {"a": [0], "b": [1]}
+    assert resize_slots({"a": [0]}, {"a": 0}, {}) == {}
+
+
+def real_spec(samples=20_000):
+    return load_job_spec(json.dumps({"name": "g", "entry": "examples/mlp.py:make_job", "gpus": 1, "max_gpus": 4,
+                                     "batch_size": 12, "params": {"num_samples": samples, "throttle_s": 0.1}}),
+                         fmt="json")
+
+
+def seen_devices(job_dir, generation):
+    """CUDA_VISIBLE_DEVICES as each worker of ``generation`` reported it (None until all are ready)."""
+    st = read_status(job_dir) or {}
+    devs = st.get("worker_devices")
+    return devs if st.get("generation") == generation and devs and None not in devs else None
+
+
+@pytest.mark.slow
+def test_resized_jobs_give_every_worker_its_own_gpu_and_never_share_one(tmp_path):
+    """Real runtime, GPUs declared (4 on node a, 2 on b) but faked: each worker process records the
+    CUDA_VISIBLE_DEVICES it got, which must be exactly one device, its own, after every resize."""
+    nodes = [NodeSpec(name="a", gpus=4, gpu_type="h100"), NodeSpec(name="b", gpus=2, gpu_type="h100")]
+    b = LocalBackend(runtime=[*DEFAULT_RUNTIME, "--threads", "1", "--ckpt-every", "5"], cwd=REPO, nodes=nodes,
+                     cuda_count=lambda: 6)
+    one, two = tmp_path / "1", tmp_path / "2"
+    try:
+        b.start(Launch(1, real_spec(), one, 2, 12, placement={"a": 2}))
+        b.start(Launch(2, real_spec(), two, 1, 12, placement={"a": 1}))
+        assert wait_for(lambda: seen_devices(one, 0), 60) == ["0", "1"]
+        assert wait_for(lambda: seen_devices(two, 0), 60) == ["2"]
+
+        b.resize(1, one, 3, 12, generation=1, placement={"a": 3})      # grows around job 2's slot
+        assert json.loads((one / "control.json").read_text())["devices"] == ["0", "1", "3"]
+        assert wait_for(lambda: seen_devices(one, 1), 60) == ["0", "1", "3"]
+        assert json.loads((one / "launch.json").read_text())["slots"] == {"a": [0, 1, 3]}
+
+        b.resize(1, one, 1, 12, generation=2, placement={"a": 1})      # gives back 1 and 3
+        assert wait_for(lambda: seen_devices(one, 2), 60) == ["0"]
+        assert assign_slots({"a": 2}, b._held()) == {"a": [1, 3]}      # what the next job to start gets
+
+        b.resize(2, two, 2, 12, generation=1, placement={"b": 2})      # moved: its GPU goes, so does its worker
+        assert wait_for(lambda: seen_devices(two, 1), 60) == ["4", "5"]
+        moved = wait_for(lambda: [r for r in read_progress(two, 0)[0] if r.get("event") == "resized"], 60)[0]
+        wait_for(lambda: records(two) and records(two)[-1]["generation"] == 1, 60)  # trains on, from the checkpoint
+        assert moved["from_workers"] == 1 and moved["workers"] == 2
+        books = [(n, i) for slots in b._slots.values() for n, idx in slots.items() for i in idx]
+        assert sorted(books) == [("a", 0), ("b", 0), ("b", 1)]                    # nothing held twice
+    finally:
+        b.stop_all()

@@ -187,7 +187,10 @@ class LiveLoop:
         transaction. A crash in between leaves coordinators the store does not know about; ``LocalBackend.start``
         adopts a live coordinator of the same job instead of starting a second one, so that is safe."""
         writes = []
-        for act in sorted(actions, key=lambda a: {"preempt": 0, "resize": 1, "start": 2}[a.kind]):
+        # shrinking resizes before growing ones: a grow takes GPU slots another job's shrink gives back
+        order = {"preempt": 0, "resize": 1, "start": 2}
+        for act in sorted(actions, key=lambda a: (order[a.kind], a.num_gpus - jobs[a.job_id].num_gpus
+                                                  if a.kind == "resize" else 0)):
             job = jobs[act.job_id]
             d = self.job_dir(job.id)
             gen = job.generation + 1

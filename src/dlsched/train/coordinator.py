@@ -361,7 +361,7 @@ class Coordinator:
             end = json.loads(self.store.get(end_key))
             if end["finished"]:
                 return self._finish()
-            self._wait_exit(self.wids, timeout=5.0)  # let them close their sample records; killed below anyway
+            self._wait_exit(needed, timeout=5.0)  # let them close their sample records; killed below anyway
         self._kill(list(self.procs))
         self._drain()
         return self._stopped(end and end["step"], ckpt.latest_checkpoint(self.dir / "ckpt"))
