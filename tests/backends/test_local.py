@@ -148,10 +148,13 @@ def real_spec(samples=20_000):
 
 
 def seen_devices(job_dir, generation):
-    """CUDA_VISIBLE_DEVICES as each worker of ``generation`` reported it (None until all are ready)."""
+    """The GPU each worker of ``generation`` trains on: the first of the CUDA_VISIBLE_DEVICES it reported
+    (its cuda:0; the others are its job's peers for P2P). None until all are ready."""
     st = read_status(job_dir) or {}
     devs = st.get("worker_devices")
-    return devs if st.get("generation") == generation and devs and None not in devs else None
+    if st.get("generation") != generation or not devs or None in devs:
+        return None
+    return [d.split(",")[0] for d in devs]
 
 
 @pytest.mark.slow

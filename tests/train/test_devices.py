@@ -1,5 +1,5 @@
 """One GPU per worker, never shared: the pure assignment rules (no GPU needed)."""
-from dlsched.train.devices import CPU, collective_backend, free_devices, job_devices, keepers
+from dlsched.train.devices import CPU, collective_backend, free_devices, job_devices, keepers, visible_devices
 
 
 def test_job_devices_come_from_the_starter_or_all_local_gpus():
@@ -29,3 +29,9 @@ def test_nccl_only_when_every_rank_has_a_gpu():
     assert collective_backend(["0", CPU], cuda_available=True) == "gloo"
     assert collective_backend(["0", "1"], cuda_available=False) == "gloo"
     assert collective_backend([], cuda_available=True) == "gloo"
+
+
+def test_a_worker_sees_its_own_gpu_first_then_its_jobs_peers():
+    assert visible_devices("3", ["0", "1", "3"]) == "3,0,1"   # trains on cuda:0 = GPU 3; 0 and 1 for P2P
+    assert visible_devices("1", ["1"]) == "1"
+    assert visible_devices(CPU, ["0", "1"]) == CPU            # no GPU at all

@@ -59,8 +59,9 @@ Job runtime contract (between ``train/`` and the service backends ``backends/``)
   checkpoint; orphaned workers exit once the store is gone.
 * GPUs: the coordinator takes the job's devices from ``CUDA_VISIBLE_DEVICES`` (set by the backend; unset =
   every local GPU) and later from ``control.json``'s optional ``"devices": [...]`` (the backend's new grant
-  on a resize). Each worker process gets exactly one of them as its own ``CUDA_VISIBLE_DEVICES`` for its
-  whole life ("" = CPU); workers whose device was taken away leave at the resize; NCCL when every rank of
-  a generation has a GPU, else gloo. ``status.json`` adds ``devices`` (the job's) and ``worker_devices``
+  on a resize). Each worker process owns exactly one of them for its whole life: its
+  ``CUDA_VISIBLE_DEVICES`` lists it first (= its cuda:0), then the job's other devices (NCCL P2P peers);
+  "" = CPU. Workers whose device was taken away leave at the resize (all of them: the state then moves
+  through a checkpoint); NCCL when every rank of a generation has a GPU, else gloo. ``status.json`` adds ``devices`` (the job's) and ``worker_devices``
   (what each current worker reported seeing, per rank; null until it is ready).
 """

@@ -30,10 +30,10 @@ import torch.distributed as dist
 
 from dlsched.errors import UserError
 from dlsched.train import checkpoint as ckpt
-from dlsched.train.autoscale import StragglerDetector
 from dlsched.train import preemption
+from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
-from dlsched.train.devices import free_devices, job_devices, keepers
+from dlsched.train.devices import free_devices, job_devices, keepers, visible_devices
 from dlsched.train.files import Control, ProgressLog, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.worker import GATE_CANCEL, STOP_PREEMPT, STOP_RESIZE, gate_key
@@ -63,9 +63,9 @@ def _start_forkserver_shielded() -> None:
             signal.signal(signal.SIGTERM, handler)
 
 
-def _worker_main(argv: list[str], log_path: str, device: str) -> None:
+def _worker_main(argv: list[str], log_path: str, visible: str) -> None:
     # before CUDA's first use in this process (the forkserver imported torch, never initialised CUDA)
-    os.environ["CUDA_VISIBLE_DEVICES"] = device
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -77,8 +77,8 @@ def _worker_main(argv: list[str], log_path: str, device: str) -> None:
 class WorkerProcess:
     """A worker forked from a forkserver that has torch loaded: starts in ~0.1 s instead of a fresh interpreter's seconds."""
 
-    def __init__(self, argv: list[str], log_path: Path, device: str):
-        self._p = _FORKSERVER.Process(target=_worker_main, args=(argv, str(log_path), device), daemon=False)
+    def __init__(self, argv: list[str], log_path: Path, visible: str):
+        self._p = _FORKSERVER.Process(target=_worker_main, args=(argv, str(log_path), visible), daemon=False)
         self._p.start()
         self.pid = self._p.pid
 
@@ -164,7 +164,8 @@ class Coordinator:
             argv = ["--store", f"127.0.0.1:{self.store.port}", "--worker-id", str(wid), "--generation",
                     str(generation), "--job-dir", str(self.dir), "--entry", self.o.entry,
                     "--params", json.dumps(self.o.params), "--threads", str(threads)]
-            self.procs[wid] = WorkerProcess(argv, self.dir / "logs" / f"worker-{wid}.log", device)
+            self.procs[wid] = WorkerProcess(argv, self.dir / "logs" / f"worker-{wid}.log",
+                                            visible_devices(device, self.devices))
             self.device_of[wid] = device
             wids.append(wid)
         return wids

@@ -2,10 +2,11 @@
 
 A job's devices are the ``CUDA_VISIBLE_DEVICES`` entries its backend granted (at start through the
 environment, on a resize through ``control.json``'s ``devices``). Each worker process is pinned to
-one of them by its own ``CUDA_VISIBLE_DEVICES`` (so it trains on ``cuda:0``), because a process cannot
-move its CUDA context when ranks are renumbered after a resize. A worker without a device ("") runs
-on the CPU, and a generation in which any rank lacks a device uses gloo. Pure functions, so the
-assignment is tested without a GPU.
+one of them for good, because a process cannot move its CUDA context when ranks are renumbered after
+a resize: its own ``CUDA_VISIBLE_DEVICES`` lists its device first (so it trains on ``cuda:0``) and then
+the job's other devices, which NCCL needs to see for direct GPU-to-GPU (P2P) transfers with peers.
+A worker without a device ("") sees no GPU and runs on the CPU, and a generation in which any rank
+lacks a device uses gloo. Pure functions, so the assignment is tested without a GPU.
 """
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ def keepers(order: Sequence[int], device_of: Mapping[int, str], devices: Sequenc
     still belongs to the job (a released GPU may already be another job's) and those on the CPU."""
     allowed = set(devices) | {CPU}
     return [w for w in order if device_of.get(w, CPU) in allowed][:workers]
+
+
+def visible_devices(own: str, devices: Sequence[str]) -> str:
+    """A worker's ``CUDA_VISIBLE_DEVICES``: its own device (= its cuda:0), then its job's others (P2P peers)."""
+    if own == CPU:
+        return CPU
+    return ",".join([own, *(d for d in devices if d != own)])
 
 
 def collective_backend(devices: Sequence[str], cuda_available: bool) -> str:
