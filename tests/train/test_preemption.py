@@ -100,8 +100,8 @@ def test_sigterm_while_a_resize_waits_for_new_workers_checkpoints_the_step(tmp_p
     terminate(proc)
     at = assert_stopped_at_last_step(tmp_path)
     assert at >= 2 and events(tmp_path, "resize_abandoned") and not events(tmp_path, "resized")
-    assert [c["step"] for c in events(tmp_path, "checkpoint")] == [at]  # --ckpt-every 0: only the stop's
-    assert_resumes_exactly(tmp_path, at, 240)
+    # --ckpt-every 0: the only checkpoint is the stop's, of the last step (resuming from it: test_elastic)
+    assert [c["step"] for c in events(tmp_path, "checkpoint")] == [at]
 
 
 def test_sigterm_while_a_new_generation_forms_checkpoints_the_carried_state(tmp_path):
