@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from dlsched.backends.recording import RecordingBackend
 from dlsched.backends.local import LocalBackend
 from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, register
 from dlsched.placement import PlacementError
@@ -120,38 +121,10 @@ def test_a_policy_that_overcommits_changes_nothing(tmp_path):
     assert store.snapshot() == before and all(j.state == QUEUED for j in store.jobs())
 
 
-class Inert:
-    """Backend stand-in for pure decision tests: records calls, starts nothing."""
-
-    name = "inert"
-
-    def __init__(self):
-        self.calls = []
-
-    def start(self, launch):
-        self.calls.append(("start", launch.job_id, launch.num_gpus))
-
-    def resize(self, *a, **kw):
-        self.calls.append(("resize",) + a[:1])
-
-    def stop(self, *a):
-        self.calls.append(("stop",) + a[:1])
-
-    def poll(self, job_id, job_dir):
-        from dlsched.backends.base import PollResult
-        return PollResult("running")
-
-    def attach(self, job_id, job_dir):
-        return True
-
-    def shutdown(self):
-        pass
-
-
 def test_a_round_over_1000_queued_jobs(tmp_path):
     store = Store(tmp_path / "s.db")
     store.submit_many([load_job_spec(job_yaml(f"j{i}", gpus=1 + i % 4)) for i in range(1000)], now=0.0)
-    backend = Inert()
+    backend = RecordingBackend()
     loop = LiveLoop(store, backend, cluster("test-fifo", (8, 8)), tmp_path)
     stats = loop.round()
     assert stats.active_jobs == 1000
