@@ -131,3 +131,26 @@ def test_a_round_over_1000_queued_jobs(tmp_path):
     started = [c for c in backend.calls if c[0] == "start"]
     assert sum(c[2] for c in started) <= 16 and started[0][1] == 1
     assert len(store.jobs(states=(RUNNING,))) == len(started)
+
+
+def test_predictions_carry_the_policy_forecast(tmp_path):
+    """FIFO on 4 slots: b (4 GPUs) waits for a (4 GPUs); the forecast starts b when a is forecast to finish,
+    and the API shows it for the queued job."""
+    store = Store(tmp_path / "s.db")
+    backend = LocalBackend(runtime=RUNTIME)
+    loop = LiveLoop(store, backend, cluster("test-fifo", (2, 2)), tmp_path, forecast_every_s=0.0)
+    try:
+        a = store.submit(load_job_spec(job_yaml("a", gpus=4, samples=3200, step_s=0.02)))
+        b = store.submit(load_job_spec(job_yaml("b", gpus=4, samples=320)))
+        run_until(loop, store, lambda: any(p["policy_finish"] for p in store.predictions(a)) and
+                  store.forecasts().get(a, {}).get("finish"))
+        fc = store.forecasts()
+        assert store.get(b).state == QUEUED and fc[a]["finish"] > fc[a]["time"]
+        assert fc[b]["start"] == pytest.approx(fc[a]["finish"])
+        assert fc[b]["finish"] is None      # b never ran: no rate, so no made-up finish
+        pa = [p for p in store.predictions(a) if p["policy_finish"]][-1]
+        assert pa["forecast_time"] <= pa["time"] and pa["predicted_start"] == pytest.approx(pa["forecast_time"])
+        run_until(loop, store, lambda: store.get(b).state == FINISHED, timeout=60)
+        assert store.get(b).start_time >= store.get(a).end_time - 1.0
+    finally:
+        backend.shutdown()

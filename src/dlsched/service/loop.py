@@ -8,8 +8,10 @@ still alive are re-attached, the others are re-queued and resume from their chec
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -18,12 +20,16 @@ from dlsched.backends.base import Backend, Launch, read_progress
 from dlsched.placement import PlacementError, consolidated, place  # noqa: F401  (PlacementError: callers catch it)
 from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
 from dlsched.service import predict as perf
+from dlsched.service.forecast import Forecast, forecast
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.errors import UserError
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
+
+FORECAST_EVERY_S = 5.0     # wall seconds between policy forecasts (each is many policy calls)
+FORECAST_BUDGET_S = 0.05   # wall time one forecast may take; what it did not reach stays unpredicted
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class RoundStats:
     observe_s: float
     active_jobs: int
     actions: tuple[Action, ...]
+    predict_s: float = 0.0         # policy forecast (when due) + writing the round's predictions
 
 
 def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
@@ -53,7 +60,7 @@ class LiveLoop:
     """One scheduler instance over a store and a backend. ``round()`` is one pass of the loop."""
 
     def __init__(self, store: Store, backend: Backend, cluster: ClusterSpec, state_dir: str | Path,
-                 policy: Policy | None = None, clock=time.time):
+                 policy: Policy | None = None, clock=time.time, forecast_every_s: float = FORECAST_EVERY_S):
         self.store = store
         self.backend = backend
         self.cluster = cluster
@@ -66,6 +73,12 @@ class LiveLoop:
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
         self._last_now: float | None = None
+        self._pending: dict[int, perf.Prediction] = {}    # refits of this round, written with the forecast
+        self._rates: dict[int, float] = {}                # observed samples/s per running job
+        self._totals: dict[int, float] = {}               # predicted total samples (target-loss jobs)
+        self._forecast: Forecast | None = None
+        self._forecast_at = -math.inf
+        self.forecast_every_s = forecast_every_s
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -121,7 +134,8 @@ class LiveLoop:
         t2 = time.perf_counter()
         self.act(actions, {j.id: j for j in jobs}, now)
         t3 = time.perf_counter()
-        return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions))
+        self.publish_predictions(now)
+        return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while neither the record nor its speed model changed."""
@@ -151,12 +165,15 @@ class LiveLoop:
             attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
                    "state": job.state})
 
+    def _cluster_view(self, now: float) -> ClusterView:
+        live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
+        return ClusterView(live(), now) if live else cluster_view(self.cluster, now)
+
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
         """Snapshots -> policy -> placement -> the actions that turn the current state into the decision."""
         eligible = [j for j in jobs if not j.cancel_requested]
         views = tuple(self.snapshot(j) for j in eligible)
-        live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
-        cluster = ClusterView(live(), now) if live else cluster_view(self.cluster, now)
+        cluster = self._cluster_view(now)
         alloc: Allocation = self.policy.decide(views, cluster)
         by_id = {j.id: j for j in eligible}
         unknown = [k for k in alloc.jobs if not k.isdigit() or int(k) not in by_id]
@@ -285,8 +302,54 @@ class LiveLoop:
                                    gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch)
         if speed is not None:
             self._speeds[job.id] = speed
-        self.store.add_prediction(job.id, now, pred.fraction_done, pred.total_samples, pred.remaining_s,
-                                  pred.predicted_finish, pred.loss_fit)
+        if pred.rate:
+            self._rates[job.id] = pred.rate
+        if pred.total_samples:
+            self._totals[job.id] = pred.total_samples
+        self._pending[job.id] = pred
+
+    # -- predictions -------------------------------------------------------------------------------
+    def run_forecast(self, now: float, budget_s: float | None = FORECAST_BUDGET_S) -> Forecast:
+        """Roll the policy forward from the store's current state (``service/forecast.py``)."""
+        views = []
+        for j in self.store.jobs(states=ACTIVE):
+            if j.cancel_requested:
+                continue
+            v = self.snapshot(j)
+            if v.remaining_samples is None and j.id in self._totals:
+                v = dataclasses.replace(v, remaining_samples=max(0.0, self._totals[j.id] - j.samples))
+            views.append(v)
+        step = max(10.0, 5 * self.cluster.interval_s)
+        return forecast(views, self._cluster_view(now), self.policy, now,
+                        observed={str(k): r for k, r in self._rates.items()}, step_s=step, budget_s=budget_s)
+
+    def publish_predictions(self, now: float) -> None:
+        """Write this round's refits, each with the latest policy forecast; refresh the forecast when due (the
+        store keeps the newest forecast of every active job; the refits keep what was forecast at the time).
+
+        A failing forecast is logged and leaves the at-current-allocation predictions alone: predictions must
+        never stop the scheduler."""
+        fresh = now - self._forecast_at >= self.forecast_every_s
+        if fresh:
+            self._forecast_at = now
+            try:
+                self._forecast = self.run_forecast(now)
+            except Exception:
+                log.exception("policy forecast failed")
+                self._forecast = None
+        f = self._forecast
+        with self.store.batch():
+            for job_id, pred in self._pending.items():
+                fields = {}
+                if f is not None and str(job_id) in f.finish:
+                    fields = {"forecast_time": self._forecast_at, "predicted_start": f.start[str(job_id)],
+                              "policy_finish": f.finish[str(job_id)]}
+                self.store.add_prediction(job_id, now, pred.fraction_done, pred.total_samples, pred.remaining_s,
+                                          pred.predicted_finish, pred.loss_fit, **fields)
+            if fresh:
+                self.store.set_forecast(now, {} if f is None else
+                                        {int(k): (f.start[k], f.finish[k]) for k in f.finish})
+        self._pending.clear()
 
 
 class LoopThread(threading.Thread):
