@@ -85,7 +85,8 @@ def convergence_errors(curve: pd.DataFrame, frac: float, fit=reference_fit) -> t
     by_delta = part.remaining_steps(k[n - 1], delta=t.delta_raw / part.scale, steps_per_epoch=E)
     by_old = part.remaining_steps(k[n - 1], delta=t.delta_raw_old / part.scale, steps_per_epoch=E)
     by_target = part.remaining_steps(k[n - 1], target_loss=l.min() / part.scale)
-    return (by_delta - actual) / actual, (by_target - actual) / actual, (by_delta - actual) / k[-1], (by_old - actual) / actual
+    return ((by_delta - actual) / actual, (by_target - actual) / actual, (by_delta - actual) / k[-1],
+            (by_old - actual) / actual)
 
 
 def reference_self_check(curve: pd.DataFrame) -> float:
