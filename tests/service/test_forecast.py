@@ -60,8 +60,17 @@ def test_unknown_work_holds_its_gpus_and_what_waits_behind_it_has_no_start():
 
 def test_a_bounded_forecast_says_it_was_cut_short():
     jobs = [job(1, 1, 10_000, per_gpu=1.0, running=True)]
-    f = forecast(jobs, one_node(1), make_policy("fifo"), now=0.0, step_s=10.0, max_decisions=3)
+    f = forecast(jobs, one_node(1), make_policy("tiresias"), now=0.0, step_s=10.0, max_decisions=3)
     assert f.cut_short and f.decisions == 3 and f.finish["1"] is None
+
+
+def test_decisions_one_per_completion_for_event_driven_policies_and_few_for_the_others():
+    jobs = [job(i, 1, 1000.0 * (i + 1), per_gpu=1.0, running=i < 2, submit=float(i)) for i in range(6)]
+    fifo = forecast(jobs, one_node(2), make_policy("fifo"), now=0.0, step_s=10.0)
+    assert fifo.decisions == 6 and not fifo.cut_short          # at now, then after each completion but the last
+    tiresias = forecast(jobs, one_node(2), make_policy("tiresias"), now=0.0, step_s=10.0)
+    assert not tiresias.cut_short and tiresias.decisions < 100  # the period grows with the look-ahead (~12 000 s)
+    assert all(f is not None for f in tiresias.finish.values())
 
 
 def test_the_elastic_policy_grows_a_job_when_the_other_leaves():

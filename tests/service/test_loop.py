@@ -138,12 +138,16 @@ def test_predictions_carry_the_policy_forecast(tmp_path):
     and the API shows it for the queued job."""
     store = Store(tmp_path / "s.db")
     backend = LocalBackend(runtime=RUNTIME)
-    loop = LiveLoop(store, backend, cluster("test-fifo", (2, 2)), tmp_path, forecast_every_s=0.0)
+    loop = LiveLoop(store, backend, cluster("test-fifo", (2, 2)), tmp_path)
     try:
         a = store.submit(load_job_spec(job_yaml("a", gpus=4, samples=3200, step_s=0.02)))
         b = store.submit(load_job_spec(job_yaml("b", gpus=4, samples=320)))
-        run_until(loop, store, lambda: any(p["policy_finish"] for p in store.predictions(a)) and
-                  store.forecasts().get(a, {}).get("finish"))
+
+        def forecast_known():      # what LoopThread's forecast thread does every few seconds
+            loop.refresh_forecast(time.time())
+            return any(p["policy_finish"] for p in store.predictions(a)) and store.forecasts()[a]["finish"]
+
+        run_until(loop, store, forecast_known)
         fc = store.forecasts()
         assert store.get(b).state == QUEUED and fc[a]["finish"] > fc[a]["time"]
         assert fc[b]["start"] == pytest.approx(fc[a]["finish"])

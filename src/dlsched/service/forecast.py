@@ -45,6 +45,16 @@ class _State:
     run_time: float = 0.0
     start: float | None = None
     finish: float | None = None
+    snap: tuple | None = None             # (state key, JobView) of the last decision
+
+
+def _snapshot(s: _State) -> JobView:
+    """The job as the policy sees it now; a waiting job's view does not change, so it is rebuilt only on change."""
+    key = (s.left, s.batch, s.attained, s.run_time, tuple(s.nodes.items()))
+    if s.snap is None or s.snap[0] != key:
+        s.snap = (key, dataclasses.replace(s.view, placement=s.nodes, current_batch_size=s.batch,
+                                           remaining_samples=s.left, attained_service=s.attained, run_time=s.run_time))
+    return s.snap[1]
 
 
 def rate_for(view: JobView, gpus: int, nodes: int, batch: int | None, observed: float | None) -> float | None:
@@ -81,8 +91,9 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
     """Roll ``policy`` forward from ``now`` until every job finished or no running job can finish (its work or
     rate unknown): then the jobs still waiting have no predicted start.
 
-    Decisions are made at ``now``, at every forecast completion and every ``step_s`` between them (the live loop
-    decides more often; policies whose decision depends on elapsed service see it change at this granularity).
+    Decisions are made at ``now`` and at every forecast completion; a policy that is not ``event_driven`` is also
+    re-asked every ``max(step_s, 10 % of the look-ahead)`` between them (the live loop decides more often;
+    policies whose decision depends on elapsed service see it change at this granularity).
     A job pays ``start_s`` of no progress when it (re)starts and ``resize_s`` when its GPUs or batch change,
     as measured for the local runtime (bench/runtime_resize.py, bench/ray_latency.py). ``budget_s`` bounds the
     wall time (the result is then marked incomplete); ``max_decisions`` bounds it deterministically."""
@@ -92,6 +103,7 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
                            start=now if v.num_gpus > 0 else None) for v in views}
     for s in states.values():
         s.rate = rate_for(s.view, s.gpus, len(s.nodes), s.batch, observed.get(s.view.id)) if s.gpus else 0.0
+    event_driven = bool(getattr(policy, "event_driven", False))
     t, decisions, t_wall = now, 0, time.perf_counter()
     cut_short = True
     while decisions < max_decisions and t - now < horizon_s:
@@ -101,9 +113,7 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
             break
         if budget_s is not None and time.perf_counter() - t_wall > budget_s:
             break
-        snap = tuple(dataclasses.replace(s.view, placement=s.nodes, current_batch_size=s.batch,
-                                         remaining_samples=s.left, attained_service=s.attained,
-                                         run_time=s.run_time) for s in active)
+        snap = tuple(_snapshot(s) for s in active)
         view_cluster = ClusterView(cluster.nodes, t)
         alloc = policy.decide(snap, view_cluster)
         decisions += 1
@@ -131,7 +141,11 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
         if not ends:
             cut_short = False
             break
-        t_next = min([t + step_s, *ends])
+        # an event-driven policy changes its mind only when a job finishes; the others are re-asked at a period
+        # that grows with the look-ahead (a forecast hours out is coarse anyway), so the cost stays near one
+        # decision per completion
+        periodic = math.inf if event_driven else t + max(step_s, 0.1 * (t - now))
+        t_next = min([periodic, *ends])
         dt = max(t_next - t, 1e-6)
         for s in active:
             if s.gpus <= 0:

@@ -8,7 +8,6 @@ still alive are re-attached, the others are re-queued and resume from their chec
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import dataclasses
@@ -29,7 +28,8 @@ from dlsched.spec import ClusterSpec, JobSpec, SpecError
 log = logging.getLogger("dlsched.service")
 
 FORECAST_EVERY_S = 5.0     # wall seconds between policy forecasts (each is many policy calls)
-FORECAST_BUDGET_S = 0.05   # wall time one forecast may take; what it did not reach stays unpredicted
+FORECAST_BUDGET_S = 2.0    # wall time one forecast may take (its own thread, never in a scheduling round);
+                           # jobs it did not reach show no forecast finish
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class RoundStats:
     observe_s: float
     active_jobs: int
     actions: tuple[Action, ...]
-    predict_s: float = 0.0         # policy forecast (when due) + writing the round's predictions
+    predict_s: float = 0.0         # writing the round's predictions (the forecast runs on its own thread)
 
 
 def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
@@ -66,6 +66,8 @@ class LiveLoop:
         self.cluster = cluster
         self.state_dir = Path(state_dir)
         self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
+        # the forecast thread gets its own instance: policies keep caches that are not meant to be shared
+        self._forecast_policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
@@ -73,11 +75,11 @@ class LiveLoop:
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
         self._last_now: float | None = None
-        self._pending: dict[int, perf.Prediction] = {}    # refits of this round, written with the forecast
+        self._pending: dict[int, tuple] = {}              # refits of this round: (time, Prediction)
         self._rates: dict[int, float] = {}                # observed samples/s per running job
         self._totals: dict[int, float] = {}               # predicted total samples (target-loss jobs)
         self._forecast: Forecast | None = None
-        self._forecast_at = -math.inf
+        self._forecast_at: float | None = None
         self.forecast_every_s = forecast_every_s
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
@@ -134,7 +136,7 @@ class LiveLoop:
         t2 = time.perf_counter()
         self.act(actions, {j.id: j for j in jobs}, now)
         t3 = time.perf_counter()
-        self.publish_predictions(now)
+        self.publish_predictions()
         return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
     def snapshot(self, job: JobRecord) -> JobView:
@@ -306,49 +308,40 @@ class LiveLoop:
             self._rates[job.id] = pred.rate
         if pred.total_samples:
             self._totals[job.id] = pred.total_samples
-        self._pending[job.id] = pred
+        self._pending[job.id] = (now, pred)
 
     # -- predictions -------------------------------------------------------------------------------
-    def run_forecast(self, now: float, budget_s: float | None = FORECAST_BUDGET_S) -> Forecast:
-        """Roll the policy forward from the store's current state (``service/forecast.py``)."""
+    def refresh_forecast(self, now: float, budget_s: float | None = FORECAST_BUDGET_S) -> Forecast:
+        """Roll the policy forward from the store's current state (``service/forecast.py``) and store it as the
+        current forecast. Runs on its own thread (``LoopThread``): it reads the loop's models, never its caches."""
+        speeds, rates, totals = dict(self._speeds), dict(self._rates), dict(self._totals)
         views = []
         for j in self.store.jobs(states=ACTIVE):
             if j.cancel_requested:
                 continue
-            v = self.snapshot(j)
-            if v.remaining_samples is None and j.id in self._totals:
-                v = dataclasses.replace(v, remaining_samples=max(0.0, self._totals[j.id] - j.samples))
+            v = self._make_view(j, speeds.get(j.id))
+            if v.remaining_samples is None and j.id in totals:
+                v = dataclasses.replace(v, remaining_samples=max(0.0, totals[j.id] - j.samples))
             views.append(v)
-        step = max(10.0, 5 * self.cluster.interval_s)
-        return forecast(views, self._cluster_view(now), self.policy, now,
-                        observed={str(k): r for k, r in self._rates.items()}, step_s=step, budget_s=budget_s)
+        f = forecast(views, self._cluster_view(now), self._forecast_policy, now,
+                     observed={str(k): r for k, r in rates.items()}, step_s=max(10.0, 5 * self.cluster.interval_s),
+                     budget_s=budget_s)
+        self.store.set_forecast(now, {int(k): (f.start[k], f.finish[k]) for k in f.finish})
+        self._forecast, self._forecast_at = f, now
+        return f
 
-    def publish_predictions(self, now: float) -> None:
-        """Write this round's refits, each with the latest policy forecast; refresh the forecast when due (the
-        store keeps the newest forecast of every active job; the refits keep what was forecast at the time).
-
-        A failing forecast is logged and leaves the at-current-allocation predictions alone: predictions must
-        never stop the scheduler."""
-        fresh = now - self._forecast_at >= self.forecast_every_s
-        if fresh:
-            self._forecast_at = now
-            try:
-                self._forecast = self.run_forecast(now)
-            except Exception:
-                log.exception("policy forecast failed")
-                self._forecast = None
-        f = self._forecast
+    def publish_predictions(self) -> None:
+        """Write this round's refits, each with what the newest policy forecast said of the job (the store keeps
+        the current forecast of every active job apart; the refits keep what was forecast at the time)."""
+        f, at = self._forecast, self._forecast_at
         with self.store.batch():
-            for job_id, pred in self._pending.items():
+            for job_id, (t, pred) in self._pending.items():
                 fields = {}
                 if f is not None and str(job_id) in f.finish:
-                    fields = {"forecast_time": self._forecast_at, "predicted_start": f.start[str(job_id)],
+                    fields = {"forecast_time": at, "predicted_start": f.start[str(job_id)],
                               "policy_finish": f.finish[str(job_id)]}
-                self.store.add_prediction(job_id, now, pred.fraction_done, pred.total_samples, pred.remaining_s,
-                                          pred.predicted_finish, pred.loss_fit, **fields)
-            if fresh:
-                self.store.set_forecast(now, {} if f is None else
-                                        {int(k): (f.start[k], f.finish[k]) for k in f.finish})
+                self.store.add_prediction(job_id, t, pred.fraction_done, pred.total_samples,
+                                          pred.remaining_s, pred.predicted_finish, pred.loss_fit, **fields)
         self._pending.clear()
 
 
@@ -368,6 +361,8 @@ class LoopThread(threading.Thread):
             self.loop.recover()
         except Exception:
             log.exception("recovery after restart failed; scheduling continues with the store as it is")
+        forecaster = threading.Thread(target=self._forecasts, name="dlsched-forecast", daemon=True)
+        forecaster.start()
         while not self.stopping.is_set():
             t0 = time.monotonic()
             try:
@@ -376,6 +371,16 @@ class LoopThread(threading.Thread):
             except Exception:
                 log.exception("scheduling round failed")
             self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+        forecaster.join(timeout=FORECAST_BUDGET_S + 5)
+        self.loop.store.close()
+
+    def _forecasts(self) -> None:
+        """Every ``forecast_every_s``, the policy forecast; a failure is logged, never fatal."""
+        while not self.stopping.wait(self.loop.forecast_every_s):
+            try:
+                self.loop.refresh_forecast(self.loop.clock())
+            except Exception:
+                log.exception("policy forecast failed")
         self.loop.store.close()
 
     def stop(self) -> None:
