@@ -33,15 +33,19 @@ def main() -> None:
     ap.add_argument("--remaining", default="oracle", choices=["oracle", "none"],
                     help="what policies are told of remaining work (Pollux itself has no oracle; 'none' shows ours "
                          "without it)")
+    ap.add_argument("--nodes", type=int, default=16,
+                    help="4-GPU nodes (16 = the artifact's 64 GPUs; fewer = a more loaded cluster, where the "
+                         "elastic-vs-gpu-only factor is expected to grow; Pollux's published figures are for 16)")
     args = ap.parse_args()
     root = shared_data() / "pollux" / "workloads"
     jct: dict[str, dict[int, float]] = {p: {} for p in args.policies}
     done: dict[str, dict[int, int]] = {p: {} for p in args.policies}
+    print(f"{args.nodes} nodes x 4 GPUs, remaining work: {args.remaining}")
     print(f"{'workload':>8} {'policy':>17} {'avg JCT s':>10} {'done@window':>12} {'restarts':>9} {'wall s':>7}")
     for w in args.workloads:
         for p in args.policies:
             t = time.perf_counter()
-            res = run(root / f"workload-{w}.csv", p, remaining=args.remaining)
+            res = run(root / f"workload-{w}.csv", p, remaining=args.remaining, nodes=args.nodes)
             wall = time.perf_counter() - t
             window = float(res.jobs.submit.max())
             jct[p][w] = res.avg_jct

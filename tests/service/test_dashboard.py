@@ -84,6 +84,11 @@ def test_overview_shows_who_holds_which_gpus(tmp_path):
     assert d["queue"][1]["id"] == b and d["queue"][1]["predicted_start"] is None   # a's finish is unknown
     assert d["gantt"] == [{"job_id": a, "start": 2.0, "end": 10.0, "gpus": 2, "placement": {"n1": 1, "n2": 1},
                            "batch_size": None, "name": "alpha"}]
+    # once the loop made a policy forecast, the queue shows it instead of the drain-in-order estimate
+    store.add_prediction(a, 11.0, 0.5, 1000.0, 40.0, 51.0, None)
+    store.set_forecast(11.0, {a: (11.0, 60.0), b: (65.0, 90.0)})
+    d = overview(store, (NodeView("n1", 2), NodeView("n2", 2)), now=12.0)
+    assert [(q["predicted_start"], q["predicted_finish"]) for q in d["queue"]] == [(2.0, 60.0), (65.0, 90.0)]
 
 
 # ----------------------------------------------------------------------------- in the browser

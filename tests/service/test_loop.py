@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from dlsched.backends.recording import RecordingBackend
 from dlsched.backends.local import LocalBackend
 from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, register
 from dlsched.placement import PlacementError
@@ -120,41 +121,40 @@ def test_a_policy_that_overcommits_changes_nothing(tmp_path):
     assert store.snapshot() == before and all(j.state == QUEUED for j in store.jobs())
 
 
-class Inert:
-    """Backend stand-in for pure decision tests: records calls, starts nothing."""
-
-    name = "inert"
-
-    def __init__(self):
-        self.calls = []
-
-    def start(self, launch):
-        self.calls.append(("start", launch.job_id, launch.num_gpus))
-
-    def resize(self, *a, **kw):
-        self.calls.append(("resize",) + a[:1])
-
-    def stop(self, *a):
-        self.calls.append(("stop",) + a[:1])
-
-    def poll(self, job_id, job_dir):
-        from dlsched.backends.base import PollResult
-        return PollResult("running")
-
-    def attach(self, job_id, job_dir):
-        return True
-
-    def shutdown(self):
-        pass
-
-
 def test_a_round_over_1000_queued_jobs(tmp_path):
     store = Store(tmp_path / "s.db")
     store.submit_many([load_job_spec(job_yaml(f"j{i}", gpus=1 + i % 4)) for i in range(1000)], now=0.0)
-    backend = Inert()
+    backend = RecordingBackend()
     loop = LiveLoop(store, backend, cluster("test-fifo", (8, 8)), tmp_path)
     stats = loop.round()
     assert stats.active_jobs == 1000
     started = [c for c in backend.calls if c[0] == "start"]
     assert sum(c[2] for c in started) <= 16 and started[0][1] == 1
     assert len(store.jobs(states=(RUNNING,))) == len(started)
+
+
+def test_predictions_carry_the_policy_forecast(tmp_path):
+    """FIFO on 4 slots: b (4 GPUs) waits for a (4 GPUs); the forecast starts b when a is forecast to finish,
+    and the API shows it for the queued job."""
+    store = Store(tmp_path / "s.db")
+    backend = LocalBackend(runtime=RUNTIME)
+    loop = LiveLoop(store, backend, cluster("test-fifo", (2, 2)), tmp_path)
+    try:
+        a = store.submit(load_job_spec(job_yaml("a", gpus=4, samples=3200, step_s=0.02)))
+        b = store.submit(load_job_spec(job_yaml("b", gpus=4, samples=320)))
+
+        def forecast_known():      # what LoopThread's forecast thread does every few seconds
+            loop.refresh_forecast(time.time())
+            return any(p["policy_finish"] for p in store.predictions(a)) and store.forecasts()[a]["finish"]
+
+        run_until(loop, store, forecast_known)
+        fc = store.forecasts()
+        assert store.get(b).state == QUEUED and fc[a]["finish"] > fc[a]["time"]
+        assert fc[b]["start"] == pytest.approx(fc[a]["finish"])
+        assert fc[b]["finish"] is None      # b never ran: no rate, so no made-up finish
+        pa = [p for p in store.predictions(a) if p["policy_finish"]][-1]
+        assert pa["forecast_time"] <= pa["time"] and pa["predicted_start"] == pytest.approx(pa["forecast_time"])
+        run_until(loop, store, lambda: store.get(b).state == FINISHED, timeout=60)
+        assert store.get(b).start_time >= store.get(a).end_time - 1.0
+    finally:
+        backend.shutdown()

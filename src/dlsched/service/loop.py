@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -18,12 +19,17 @@ from dlsched.backends.base import Backend, Launch, read_progress
 from dlsched.placement import PlacementError, consolidated, place  # noqa: F401  (PlacementError: callers catch it)
 from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
 from dlsched.service import predict as perf
+from dlsched.service.forecast import Forecast, forecast
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.errors import UserError
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
+
+FORECAST_EVERY_S = 5.0     # wall seconds between policy forecasts (each is many policy calls)
+FORECAST_BUDGET_S = 2.0    # wall time one forecast may take (its own thread, never in a scheduling round);
+                           # jobs it did not reach show no forecast finish
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,7 @@ class RoundStats:
     observe_s: float
     active_jobs: int
     actions: tuple[Action, ...]
+    predict_s: float = 0.0         # writing the round's predictions (the forecast runs on its own thread)
 
 
 def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
@@ -53,12 +60,14 @@ class LiveLoop:
     """One scheduler instance over a store and a backend. ``round()`` is one pass of the loop."""
 
     def __init__(self, store: Store, backend: Backend, cluster: ClusterSpec, state_dir: str | Path,
-                 policy: Policy | None = None, clock=time.time):
+                 policy: Policy | None = None, clock=time.time, forecast_every_s: float = FORECAST_EVERY_S):
         self.store = store
         self.backend = backend
         self.cluster = cluster
         self.state_dir = Path(state_dir)
         self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
+        # the forecast thread gets its own instance: policies keep caches that are not meant to be shared
+        self._forecast_policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
@@ -66,6 +75,12 @@ class LiveLoop:
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
         self._last_now: float | None = None
+        self._pending: dict[int, tuple] = {}              # refits of this round: (time, Prediction)
+        self._rates: dict[int, float] = {}                # observed samples/s per running job
+        self._totals: dict[int, float] = {}               # predicted total samples (target-loss jobs)
+        self._forecast: Forecast | None = None
+        self._forecast_at: float | None = None
+        self.forecast_every_s = forecast_every_s
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -121,7 +136,8 @@ class LiveLoop:
         t2 = time.perf_counter()
         self.act(actions, {j.id: j for j in jobs}, now)
         t3 = time.perf_counter()
-        return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions))
+        self.publish_predictions()
+        return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while neither the record nor its speed model changed."""
@@ -151,12 +167,15 @@ class LiveLoop:
             attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
                    "state": job.state})
 
+    def _cluster_view(self, now: float) -> ClusterView:
+        live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
+        return ClusterView(live(), now) if live else cluster_view(self.cluster, now)
+
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
         """Snapshots -> policy -> placement -> the actions that turn the current state into the decision."""
         eligible = [j for j in jobs if not j.cancel_requested]
         views = tuple(self.snapshot(j) for j in eligible)
-        live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
-        cluster = ClusterView(live(), now) if live else cluster_view(self.cluster, now)
+        cluster = self._cluster_view(now)
         alloc: Allocation = self.policy.decide(views, cluster)
         by_id = {j.id: j for j in eligible}
         unknown = [k for k in alloc.jobs if not k.isdigit() or int(k) not in by_id]
@@ -288,8 +307,45 @@ class LiveLoop:
                                    gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch)
         if speed is not None:
             self._speeds[job.id] = speed
-        self.store.add_prediction(job.id, now, pred.fraction_done, pred.total_samples, pred.remaining_s,
-                                  pred.predicted_finish, pred.loss_fit)
+        if pred.rate:
+            self._rates[job.id] = pred.rate
+        if pred.total_samples:
+            self._totals[job.id] = pred.total_samples
+        self._pending[job.id] = (now, pred)
+
+    # -- predictions -------------------------------------------------------------------------------
+    def refresh_forecast(self, now: float, budget_s: float | None = FORECAST_BUDGET_S) -> Forecast:
+        """Roll the policy forward from the store's current state (``service/forecast.py``) and store it as the
+        current forecast. Runs on its own thread (``LoopThread``): it reads the loop's models, never its caches."""
+        speeds, rates, totals = dict(self._speeds), dict(self._rates), dict(self._totals)
+        views = []
+        for j in self.store.jobs(states=ACTIVE):
+            if j.cancel_requested:
+                continue
+            v = self._make_view(j, speeds.get(j.id))
+            if v.remaining_samples is None and j.id in totals:
+                v = dataclasses.replace(v, remaining_samples=max(0.0, totals[j.id] - j.samples))
+            views.append(v)
+        f = forecast(views, self._cluster_view(now), self._forecast_policy, now,
+                     observed={str(k): r for k, r in rates.items()}, step_s=max(10.0, 5 * self.cluster.interval_s),
+                     budget_s=budget_s)
+        self.store.set_forecast(now, {int(k): (f.start[k], f.finish[k]) for k in f.finish})
+        self._forecast, self._forecast_at = f, now
+        return f
+
+    def publish_predictions(self) -> None:
+        """Write this round's refits, each with what the newest policy forecast said of the job (the store keeps
+        the current forecast of every active job apart; the refits keep what was forecast at the time)."""
+        f, at = self._forecast, self._forecast_at
+        with self.store.batch():
+            for job_id, (t, pred) in self._pending.items():
+                fields = {}
+                if f is not None and str(job_id) in f.finish:
+                    fields = {"forecast_time": at, "predicted_start": f.start[str(job_id)],
+                              "policy_finish": f.finish[str(job_id)]}
+                self.store.add_prediction(job_id, t, pred.fraction_done, pred.total_samples,
+                                          pred.remaining_s, pred.predicted_finish, pred.loss_fit, **fields)
+        self._pending.clear()
 
 
 class LoopThread(threading.Thread):
@@ -308,6 +364,8 @@ class LoopThread(threading.Thread):
             self.loop.recover()
         except Exception:
             log.exception("recovery after restart failed; scheduling continues with the store as it is")
+        forecaster = threading.Thread(target=self._forecasts, name="dlsched-forecast", daemon=True)
+        forecaster.start()
         while not self.stopping.is_set():
             t0 = time.monotonic()
             try:
@@ -316,6 +374,16 @@ class LoopThread(threading.Thread):
             except Exception:
                 log.exception("scheduling round failed")
             self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+        forecaster.join(timeout=FORECAST_BUDGET_S + 5)
+        self.loop.store.close()
+
+    def _forecasts(self) -> None:
+        """Every ``forecast_every_s``, the policy forecast; a failure is logged, never fatal."""
+        while not self.stopping.wait(self.loop.forecast_every_s):
+            try:
+                self.loop.refresh_forecast(self.loop.clock())
+            except Exception:
+                log.exception("policy forecast failed")
         self.loop.store.close()
 
     def stop(self) -> None:

@@ -52,6 +52,7 @@ class Prediction:
     remaining_s: float | None
     predicted_finish: float | None
     loss_fit: dict | None            # {"beta0", "beta1", "beta2", "scale", "rmse"}: LossCurve fields + fit RMSE
+    rate: float | None = None        # samples/s the remaining time assumes (observed wall-clock, else modelled)
 
 
 def fit_linear_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarray) -> LinearSpeed | None:
@@ -150,10 +151,23 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
         if math.isfinite(end):
             total = samples_done + max(0.0, end - steps[-1]) * (current_batch or recs[-1].get("batch_size") or 1)
     frac = min(1.0, samples_done / total) if total else None
-    remaining_s = finish = None
+    remaining_s = finish = rate = None
     if total and (speed is not None or recs):
         rate = observed_rate(recs) or (speed.throughput(max(current_workers, 1), 1, current_batch or 0) if speed else 0)
         if rate > 0:
             remaining_s = max(0.0, total - samples_done) / rate
             finish = now + remaining_s if current_workers > 0 else None
-    return Prediction(frac, total, remaining_s, finish, loss_fit), speed
+    return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None), speed
+
+
+def expected_times(prediction: dict | None, forecast: dict | None, running: bool) -> tuple[float | None, float | None]:
+    """(start, finish) to show for a job from its latest prediction row and its row of the current forecast.
+
+    The policy forecast (``service/forecast.py``) when one covers the job: it knows the policy may rescale,
+    preempt or delay it. Otherwise, for a running job, the finish at its current allocation; a waiting job's
+    start is then unknown here (``dashboard_routes.estimate_queue`` drains the queue in order instead)."""
+    at_allocation = (prediction or {}).get("predicted_finish") if running else None
+    if forecast:
+        finish = forecast.get("finish")
+        return forecast.get("start"), at_allocation if finish is None else finish
+    return None, at_allocation
