@@ -243,7 +243,8 @@ class Coordinator:
         changed = False
         for w in self.procs:
             if w not in self.seen and self.store.check([f"ready/{w}"]):
-                self.seen[w] = json.loads(self.store.get(f"ready/{w}"))["cuda_visible_devices"]
+                report = json.loads(self.store.get(f"ready/{w}"))
+                self.seen[w] = report.get("cuda_visible_devices") if isinstance(report, dict) else None
                 changed = True
         ready = sum(w in self.seen for w in self.standby)
         if changed or ready != self.standby_ready:

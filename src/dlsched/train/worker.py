@@ -6,10 +6,10 @@ receives parameters and optimizer state by broadcast from rank 0 (stop-free resi
 checkpoint (after a worker died), trains synchronous steps, and leaves the group when the
 coordinator raises the generation's stop flag. A generation starts training only once its ranks claim
 its gate; the coordinator may cancel it before that (a SIGTERM while it forms), and then rank 0
-checkpoints the state the group carried over, so a preemption at any moment loses nothing. The stop decision, per-rank sample counts, loss and
-compute times ride in the same single all-reduce as the gradients, so every rank stops after the
-same step without an extra round trip. Gradients live in one flat buffer (``p.grad`` are views into
-it), so backward writes straight into the all-reduce buffer.
+checkpoints the state the group carried over, so a preemption at any moment loses nothing. The stop
+decision, per-rank sample counts, loss and compute times ride in the same single all-reduce as the
+gradients, so every rank stops after the same step without an extra round trip. Gradients live in
+one flat buffer (``p.grad`` are views into it), so backward writes straight into the all-reduce buffer.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def fault_slowdown(worker_id: int) -> float:
 def pick_backend(devices: list[str]) -> tuple[str, torch.device]:
     """NCCL when every rank of the generation has its own GPU, else gloo on CPU — same code either way.
 
-    ``devices``: each rank's device (``dlsched.train.devices``); this process sees only its own, as cuda:0.
+    ``devices``: each rank's device (``dlsched.train.devices``); this process sees its own first, as cuda:0.
     NCCL refuses two ranks of one communicator on the same device, hence one GPU per worker.
     """
     if collective_backend(devices, torch.cuda.is_available()) == "nccl":
