@@ -125,12 +125,25 @@ def observed_rate(recs: list[dict], window: int = 50) -> float | None:
     for r in reversed(recs[-window:]):
         if (r.get("workers"), r.get("batch_size")) != cfg or r.get("time") is None:
             break
+        if tail and _restart_between(r, tail):
+            break
         tail.append(r)
     if len(tail) < 3:
         return None
     dt = tail[0]["time"] - tail[-1]["time"]
     ds = tail[0]["samples"] - tail[-1]["samples"]
     return ds / dt if dt > 0 and ds > 0 else None
+
+
+def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> bool:
+    """A gap before ``newer[-1]`` far longer than the steps after it: the job was stopped and restarted in
+    between (preempted, or resumed after a service restart) at the same configuration, so the start-up stall
+    is not part of the rate it runs at now."""
+    gap = newer[-1]["time"] - older["time"]
+    steps = [a["time"] - b["time"] for a, b in zip(newer, newer[1:])]
+    if not steps:           # one record after it: nothing to compare the gap with yet
+        return False
+    return gap > max(min_gap_s, 10 * float(np.median(steps)))
 
 
 def predict(progress: list[dict], now: float, current_workers: int, current_batch: int | None,
