@@ -25,7 +25,7 @@ import pandas as pd
 
 from dlsched.perf.convergence import fit_curve
 from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log
-from dlsched.perf.speed import fit_compute, fit_step_time
+from dlsched.perf.speed import fit_compute, fit_step_time, profiling_rows
 
 FRACTIONS = (0.10, 0.25, 0.50)
 
@@ -56,21 +56,10 @@ def convergence_errors(curve: pd.DataFrame, frac: float) -> tuple[float, float, 
 
 
 def design_samples(d: pd.DataFrame) -> pd.DataFrame:
-    """Six profiling runs a user could afford: 1 GPU at the smallest and largest local batch, then the fullest
-    1-node, 2-node, 4-node and largest runs at their median local batch."""
-    rows = []
-
-    def pick(mask, q=0.5):
-        sub = d[mask].sort_values("local_bsz", kind="stable")
-        if len(sub):
-            rows.append(sub.index[int(round(q * (len(sub) - 1)))])
-
-    pick(d.num_replicas == 1, 0.0)
-    pick(d.num_replicas == 1, 1.0)
-    for nodes in (1, 2, 4, int(d.num_nodes.max())):
-        m = d.num_nodes == nodes
-        pick(m & (d.num_replicas == d[m].num_replicas.max()))
-    return d.loc[list(dict.fromkeys(rows))[:6]]
+    """The recommended profiling plan (``speed.PROFILING_PLAN``, where the why is): 1 GPU at the smallest local
+    batch, one full node at the largest, then 3 nodes x 8 GPUs (middle batch), 4 x 16 (smallest), 8 x 32
+    (largest) and 16 x 32 (smallest)."""
+    return d.loc[profiling_rows(d)]
 
 
 def speed_error(train: pd.DataFrame, test: pd.DataFrame) -> float:
