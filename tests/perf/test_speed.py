@@ -67,6 +67,23 @@ def test_fit_step_time_without_sync_uses_single_replica_steps_as_compute():
         fit_step_time(r[3:], n[3:], m[3:], true.step_time(r, n, m)[3:])
 
 
+def test_fit_step_time_with_gradient_accumulation_rows():
+    # Pollux: each accumulation micro-batch adds one compute time and no communication
+    true = StepTimeParams(ComputeTime(0.0, 0.01, 1e-3, 1.0), NetworkTime(0.0, (0.02, 0.0, 0.002), (0.08, 0.0, 0.004)), 1.5)
+    r = np.array([1, 1, 4, 4, 8, 8, 16, 2, 4])
+    n = np.array([1, 1, 1, 2, 2, 4, 4, 1, 1])
+    m = np.array([32, 128, 64, 32, 128, 64, 32, 128, 32])
+    acc = np.array([0, 1, 0, 2, 0, 1, 3, 0, 1])
+    s = true.step_time(r, n, m, acc)
+    assert s[1] == pytest.approx(2 * true.step_time(1, 1, 128))            # one replica: no network, 2 passes
+    sync = s - (acc + 1) * true.compute(m)
+    fit = fit_step_time(r, n, m, s, sync, accum_steps=acc)
+    assert np.allclose(fit.step_time(r, n, m, acc), s, rtol=1e-3)
+    assert np.allclose(fit.compute(m), true.compute(m), rtol=1e-3)
+    with pytest.raises(ValueError, match="accum_steps"):
+        fit_step_time(r, n, m, s, sync, accum_steps=-acc - 1)
+
+
 def test_compute_time_default_is_the_hard_hinge_and_sharpness_smooths_it():
     hinge = ComputeTime(0.01, 0.002, 1e-4)
     m = np.array([1.0, 50, 80, 100, 1000])

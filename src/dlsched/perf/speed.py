@@ -151,12 +151,14 @@ class StepTimeParams:
     network: NetworkTime
     gamma: float = 1.0
 
-    def step_time(self, num_replicas, num_nodes, local_batch):
-        """Seconds per optimizer step (vectorised)."""
+    def step_time(self, num_replicas, num_nodes, local_batch, accum_steps=0):
+        """Seconds per optimizer step (vectorised). With gradient accumulation ``local_batch`` is the atomic
+        (per forward/backward) batch and each of the ``accum_steps`` extra micro-batches adds one compute time
+        without communication (Pollux: T = (t_c^γ + t_n^γ)^(1/γ) + accum·t_c)."""
         tc = self.compute(local_batch)
         tn = self.network(num_replicas, num_nodes)
-        out = _overlap(tc, tn, self.gamma)
-        scalar = all(np.ndim(x) == 0 for x in (num_replicas, num_nodes, local_batch))
+        out = _overlap(tc, tn, self.gamma) + np.asarray(accum_steps, float) * tc
+        scalar = all(np.ndim(x) == 0 for x in (num_replicas, num_nodes, local_batch, accum_steps))
         return float(out[0]) if scalar else out
 
     def with_compute(self, compute: ComputeTime) -> "StepTimeParams":
@@ -225,7 +227,7 @@ _LINK_TERMS = ((1, 0), (2, 2), (4, 1))  # (distinct r needed, index in (α, β, 
 COMPUTE_WEIGHT = 0.3  # weight of the compute residuals (step − sync) beside the step-time residuals
 
 
-def fit_step_time(num_replicas, num_nodes, local_batch, step_time, sync_time=None) -> StepTimeParams:
+def fit_step_time(num_replicas, num_nodes, local_batch, step_time, sync_time=None, accum_steps=None) -> StepTimeParams:
     """Fit ``StepTimeParams`` to measured steps by bounded least squares on log step time (relative errors).
 
     ``sync_time`` (the exposed communication of each step) also gives every sample's compute time
@@ -233,22 +235,27 @@ def fit_step_time(num_replicas, num_nodes, local_batch, step_time, sync_time=Non
     pure compute. Compute is a + b·m^c; a link's network terms are freed only as the samples can identify them
     (``_LINK_TERMS``; an unobserved link costs 0, Pollux's optimistic choice); γ ∈ [1, 10] is fitted from three
     deterministic starts. The single-replica "network" (framework overhead) is the median measured sync there.
+    ``accum_steps`` (gradient-accumulation micro-batches beyond the first; ``local_batch`` is then the atomic
+    batch) makes a row's step time include accum·t_c and its compute (step − sync) cover accum + 1 passes.
     """
     r, n, m, s = (np.asarray(x, float) for x in (num_replicas, num_nodes, local_batch, step_time))
     if not (r.shape == n.shape == m.shape == s.shape) or r.ndim != 1 or len(r) == 0:
         raise ValueError("step samples must be 1-D arrays of equal, non-zero length")
     if np.any(s <= 0) or np.any(m <= 0) or np.any(r < 1) or np.any(n < 1) or np.any(n > r):
         raise ValueError("need step_time > 0, local_batch > 0 and 1 <= num_nodes <= num_replicas")
+    acc = np.zeros_like(s) if accum_steps is None else np.asarray(accum_steps, float)
+    if acc.shape != s.shape or np.any(~np.isfinite(acc)) or np.any(acc < 0):
+        raise ValueError("accum_steps must be finite, >= 0 and one per step sample")
     one = r <= 1
     if sync_time is None:
         if not one.any():
             raise ValueError("without sync_time, at least one single-replica sample is needed")
-        has_c, c_obs, single = one, s, 0.0
+        has_c, c_obs, single = one, s / (acc + 1), 0.0
     else:
         y = np.asarray(sync_time, float)
         if y.shape != s.shape or np.any(~np.isfinite(y)) or np.any(y < 0):
             raise ValueError("sync_time must be finite, >= 0 and one per step sample")
-        has_c, c_obs = np.ones_like(s, bool), np.maximum(s - y, 1e-3 * s)
+        has_c, c_obs = np.ones_like(s, bool), np.maximum(s - y, 1e-3 * s) / (acc + 1)
         single = float(np.median(np.minimum(y[one], s[one]))) if one.any() else 0.0
 
     scale = float(np.median(m))
@@ -274,7 +281,7 @@ def fit_step_time(num_replicas, num_nodes, local_batch, step_time, sync_time=Non
     def residuals(th):
         (a, b, c), net, g = unpack(th)
         tc = a + b * x**c
-        step = _overlap(tc, F @ net, g)
+        step = _overlap(tc, F @ net, g) + acc * tc
         return np.concatenate([np.log(step / s), COMPUTE_WEIGHT * np.log(tc[has_c] / c_obs[has_c])])
 
     cm = float(np.median(c_obs[has_c]))
