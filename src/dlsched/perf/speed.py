@@ -197,8 +197,8 @@ def fit_compute(local_batch, compute_time) -> ComputeTime:
 
     Why this shape: on an H100 (``h100/throughput.csv``) small models are flat up to a batch of ~256-1024 and then
     linear, with a rounded knee that the hard hinge max(floor, a + b·m) cut off (median error from 6 batch sizes
-    9.7 % -> 8.2 %; the table's own p10-p90 spread is ±9 %). The all-reduce fit (``fit_step_time``) uses a + b·m^c instead: the Pollux traces' compute is
-    sub- or super-linear over their whole range rather than flat-then-linear.
+    9.7 % -> 8.2 %; the table's own p10-p90 spread is ±9 %). The all-reduce fit (``fit_step_time``) uses
+    a + b·m^c instead: the Pollux traces' compute is sub- or super-linear over their whole range, not flat first.
     """
     m, t = np.asarray(local_batch, float), np.asarray(compute_time, float)
     if len(m) == 0 or m.shape != t.shape or np.any(t <= 0) or np.any(m <= 0) or not np.all(np.isfinite(m * t)):
