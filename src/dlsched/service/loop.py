@@ -29,6 +29,7 @@ from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
 
+SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
 FORECAST_EVERY_S = 2.0     # wall seconds between policy forecasts, at least twice what the last one took
 FORECAST_BUDGET_S = 2.0    # wall time one forecast may take (its own thread, never in a scheduling round);
                            # jobs it did not reach show no forecast finish
@@ -74,6 +75,7 @@ class LiveLoop:
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
         self._speeds: dict[int, perf.SpeedModel] = {}
+        self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # job -> (configurations seen, when) of its fit
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
         self._last_now: float | None = None
@@ -277,6 +279,7 @@ class LiveLoop:
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
         self._speeds.pop(job.id, None)
+        self._speed_fits.pop(job.id, None)
         self._views.pop(job.id, None)
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
@@ -313,9 +316,15 @@ class LiveLoop:
             return
         self._seen_progress[job.id] = len(prog)
         target = job.spec.params.get("target_loss")
+        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in prog[-perf.RECENT:])
+        last = self._speed_fits.get(job.id)
+        refit = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
         pred, speed = perf.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
                                    target_loss=float(target) if isinstance(target, (int, float)) else None,
-                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch)
+                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
+                                   speed=self._speeds.get(job.id), refit_speed=refit)
+        if refit:
+            self._speed_fits[job.id] = (configs, now)
         if speed is not None:
             self._speeds[job.id] = speed
         if pred.rate:
