@@ -1,6 +1,7 @@
 """Cost of the service's policy forecast (``service/forecast.py``) as the queue grows.
 
-The live service refreshes the forecast every 5 s on its own thread within a 2 s budget (``service/loop.py``:
+The live service refreshes the forecast every 2 s (at least twice the last one's time) on its own thread within a
+2 s budget (``service/loop.py``:
 LoopThread, FORECAST_BUDGET_S); jobs it does not reach in that budget show no predicted finish. This prints, per policy and queue size, the wall time of a complete
 forecast (every job forecast to finish) and how many of the jobs a 0.2 s budget covers. Jobs: Pollux-workload-like
 mix (1-8 GPUs requested, elastic range up to 2x, remaining 10 min - 4 h of work at linear per-GPU speed), half

@@ -35,7 +35,7 @@ import pandas as pd
 
 from dlsched.perf.convergence import LossCurve, fit_curve
 from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log
-from dlsched.perf.speed import fit_compute, fit_step_time
+from dlsched.perf.speed import fit_compute, fit_step_time, profiling_rows
 
 FRACTIONS = (0.10, 0.25, 0.50)
 
@@ -102,27 +102,75 @@ def reference_self_check(curve: pd.DataFrame) -> float:
 
 
 def design_samples(d: pd.DataFrame) -> pd.DataFrame:
-    """Six profiling runs a user could afford: 1 GPU at the smallest and largest local batch, then the fullest
-    1-node, 2-node, 4-node and largest runs at their median local batch."""
-    rows = []
-
-    def pick(mask, q=0.5):
-        sub = d[mask].sort_values("local_bsz", kind="stable")
-        if len(sub):
-            rows.append(sub.index[int(round(q * (len(sub) - 1)))])
-
-    pick(d.num_replicas == 1, 0.0)
-    pick(d.num_replicas == 1, 1.0)
-    for nodes in (1, 2, 4, int(d.num_nodes.max())):
-        m = d.num_nodes == nodes
-        pick(m & (d.num_replicas == d[m].num_replicas.max()))
-    return d.loc[list(dict.fromkeys(rows))[:6]]
+    """The recommended profiling plan (``speed.PROFILING_PLAN``, where the why is): 1 GPU at the smallest local
+    batch, one full node at the largest, then 3 nodes x 8 GPUs (middle batch), 4 x 16 (smallest), 8 x 32
+    (largest) and 16 x 32 (smallest)."""
+    return d.loc[profiling_rows(d)]
 
 
 def speed_error(train: pd.DataFrame, test: pd.DataFrame) -> float:
     p = fit_step_time(train.num_replicas, train.num_nodes, train.local_bsz, train.step_time, train.sync_time)
     pred = p.step_time(test.num_replicas.to_numpy(), test.num_nodes.to_numpy(), test.local_bsz.to_numpy())
     return float(np.median(np.abs(pred / test.step_time.to_numpy() - 1)))
+
+
+def repeat_scatter(d: pd.DataFrame) -> float:
+    """Median |row / mean of the other measurements of the same (nodes, replicas, local batch) − 1|: the noise no
+    model of those three inputs can remove (placements differ in GPUs per node; runs differ)."""
+    g = d.groupby(["num_nodes", "num_replicas", "local_bsz"]).step_time
+    count, total = g.transform("size"), g.transform("sum")
+    rep = count > 1
+    others = (total[rep] - d.step_time[rep]) / (count[rep] - 1)
+    return float(np.median(np.abs(d.step_time[rep] / others - 1)))
+
+
+def h100_errors(fit_on_all: bool = False) -> list[float]:
+    """Per model/precision: median error on the batch sizes outside 6 evenly spread ones, fitted on those 6
+    (or, ``fit_on_all``, on every batch size: the best this family does on the same points)."""
+    out = []
+    for _, g in h100_throughput().groupby(["model", "dataset", "precision"]):
+        g = g.sort_values("batch_size")
+        idx = np.unique(np.linspace(0, len(g) - 1, 6).round().astype(int))
+        tr, te = (g if fit_on_all else g.iloc[idx]), g.drop(index=g.index[idx])
+        if te.empty:
+            continue
+        c = fit_compute(tr.batch_size, tr.step_time)
+        out.append(float(np.median(np.abs(c(te.batch_size.to_numpy()) / te.step_time.to_numpy() - 1))))
+    return out
+
+
+def speed_report() -> None:
+    print("== speed: all-reduce step-time model, median |rel. error| on the rows not fitted (target <= 5 % with <= 6 samples)")
+    print(f"  {'app':12s} {'6 designed':>11s} {'6 random (5 draws)':>19s} {'random half':>12s}"
+          f" {'| floor: all rows':>17s} {'repeat scatter':>15s} {'full-node 2x2':>14s}")
+    res = []
+    for app in POLLUX_APPS:
+        d = pollux_app(app).step_samples()
+        tr = design_samples(d)
+        designed = speed_error(tr, d.drop(index=tr.index))
+        rnd = float(np.mean([speed_error(t, d.drop(index=t.index)) for t in (d.sample(6, random_state=s) for s in range(5))]))
+        idx = np.random.default_rng(0).permutation(len(d))
+        half = speed_error(d.iloc[idx[: len(d) // 2]], d.iloc[idx[len(d) // 2:]])
+        # why 5 % is out of reach: the same model fitted on every row, scored on the rows the plan leaves out
+        # (the best parameters this family has), and the scatter between repeats of one configuration
+        floor = speed_error(d, d.drop(index=tr.index))
+        scatter = repeat_scatter(d)
+        # a plan of one shape for contrast: 4 and 8 full nodes x smallest/largest batch, 1 GPU, 1 full node
+        fact = d.loc[profiling_rows(d, ((1, 1, 0.0), (1, 4, 1.0), (4, 16, 0.0), (4, 16, 1.0), (8, 32, 0.0), (8, 32, 1.0)))]
+        factorial = speed_error(fact, d.drop(index=fact.index))
+        res.append((designed, rnd, half, floor, scatter, factorial))
+        print(f"  {app:12s} {100 * designed:10.1f} % {100 * rnd:18.1f} % {100 * half:11.1f} %"
+              f" {100 * floor:15.1f} % {100 * scatter:14.1f} % {100 * factorial:12.1f} %")
+    med = np.median(np.array(res), axis=0)
+    print(f"  {'median':12s} {100 * med[0]:10.1f} % {100 * med[1]:18.1f} % {100 * med[2]:11.1f} %"
+          f" {100 * med[3]:15.1f} % {100 * med[4]:14.1f} % {100 * med[5]:12.1f} %")
+    raw = h100_throughput()
+    spread = (pd.to_numeric(raw.step_ms_p90) - pd.to_numeric(raw.step_ms_p10)) / raw.step_ms_median
+    six, every = h100_errors(), h100_errors(fit_on_all=True)
+    print(f"  H100 compute model, 6 batch sizes -> others: median over {len(six)} model/precision pairs "
+          f"{100 * np.median(six):.1f} %  (target <= 5 %); floor: fitted on all 8 batch sizes "
+          f"{100 * np.median(every):.1f} % on the same points, the table's own p10-p90 "
+          f"spread is ±{50 * spread.median():.1f} % of the median step")
 
 
 def main() -> None:
@@ -147,33 +195,7 @@ def main() -> None:
               f"   [old off-by-one δ: {100 * s.err_old_delta.median():5.1f} %]")
     print(f"  self-check: the reference full-curve fit predicts its own stop with max error {100 * max(checks):.1e} %")
 
-    print("== speed: all-reduce step-time model, median |rel. error| on the rows not fitted (target <= 5 % with <= 6 samples)")
-    print(f"  {'app':12s} {'6 designed':>11s} {'6 random (5 draws)':>19s} {'random half':>12s}")
-    res = []
-    for app in POLLUX_APPS:
-        d = pollux_app(app).step_samples()
-        tr = design_samples(d)
-        designed = speed_error(tr, d.drop(index=tr.index))
-        rnd = float(np.mean([speed_error(t, d.drop(index=t.index)) for t in (d.sample(6, random_state=s) for s in range(5))]))
-        idx = np.random.default_rng(0).permutation(len(d))
-        half = speed_error(d.iloc[idx[: len(d) // 2]], d.iloc[idx[len(d) // 2:]])
-        res.append((designed, rnd, half))
-        print(f"  {app:12s} {100 * designed:10.1f} % {100 * rnd:18.1f} % {100 * half:11.1f} %")
-    med = np.median(np.array(res), axis=0)
-    print(f"  {'median':12s} {100 * med[0]:10.1f} % {100 * med[1]:18.1f} % {100 * med[2]:11.1f} %")
-    h = h100_throughput()
-    herrs = []
-    for (model, ds, prec), g in h.groupby(["model", "dataset", "precision"]):
-        g = g.sort_values("batch_size")
-        idx = np.unique(np.linspace(0, len(g) - 1, 6).round().astype(int))
-        tr, te = g.iloc[idx], g.drop(index=g.index[idx])
-        if te.empty:
-            continue
-        c = fit_compute(tr.batch_size, tr.step_time)
-        herrs.append(np.median(np.abs(c(te.batch_size.to_numpy()) / te.step_time.to_numpy() - 1)))
-    print(f"  H100 compute model, 6 batch sizes -> others: median over {len(herrs)} model/precision pairs "
-          f"{100 * np.median(herrs):.1f} %  (target <= 5 %)")
-
+    speed_report()
 
 if __name__ == "__main__":
     main()

@@ -76,6 +76,7 @@ def test_elastic_job_shrinks_for_an_arrival_and_grows_back(tmp_path):
         assert gpus[:3] == [4, 2, 4] and gpus[-1] == 0
         kinds = [e["kind"] for e in store.events(a)]
         assert kinds.count("rescaling") >= 2 and kinds[-1] == "finished"
+        assert loop.typical_delay("resize", -1.0) >= 0 and loop.typical_delay("start", -1.0) > 0
         assert store.get(a).samples == 4000 and store.get(a).attained_service > 0
         assert store.predictions(a)[-1]["total_samples"] == 4000
     finally:
@@ -156,5 +157,6 @@ def test_predictions_carry_the_policy_forecast(tmp_path):
         assert pa["forecast_time"] <= pa["time"] and pa["predicted_start"] == pytest.approx(pa["forecast_time"])
         run_until(loop, store, lambda: store.get(b).state == FINISHED, timeout=60)
         assert store.get(b).start_time >= store.get(a).end_time - 1.0
+        assert 0 < loop.typical_delay("start", -1.0) < 30     # measured here: decision -> first step
     finally:
         backend.shutdown()

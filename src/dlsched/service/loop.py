@@ -8,8 +8,10 @@ still alive are re-attached, the others are re-queued and resume from their chec
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
+import collections
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +29,8 @@ from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
 
-FORECAST_EVERY_S = 5.0     # wall seconds between policy forecasts (each is many policy calls)
+SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
+FORECAST_EVERY_S = 2.0     # wall seconds between policy forecasts, at least twice what the last one took
 FORECAST_BUDGET_S = 2.0    # wall time one forecast may take (its own thread, never in a scheduling round);
                            # jobs it did not reach show no forecast finish
 
@@ -72,10 +75,15 @@ class LiveLoop:
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
         self._speeds: dict[int, perf.SpeedModel] = {}
+        self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # job -> (configurations seen, when) of its fit
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
         self._last_now: float | None = None
         self._pending: dict[int, tuple] = {}              # refits of this round: (time, Prediction)
+        # how long a (re)start and a resize really take here, from the newest ones: the forecast charges them
+        self._changed_at: dict[int, tuple[str, float, int]] = {}   # job -> (start|resize, when, workers)
+        self._delays: dict[str, collections.deque] = {"start": collections.deque(maxlen=20),
+                                                      "resize": collections.deque(maxlen=20)}
         self._rates: dict[int, float] = {}                # observed samples/s per running job
         self._totals: dict[int, float] = {}               # predicted total samples (target-loss jobs)
         self._forecast: Forecast | None = None
@@ -219,11 +227,13 @@ class LiveLoop:
                     writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
                 elif act.kind == "start":
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.placement, gen))
+                    self._changed_at[job.id] = ("start", now, act.num_gpus)
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size},
                                    {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
                 else:
                     self.backend.resize(job.id, d, act.num_gpus, act.batch_size, gen, placement=dict(act.placement))
+                    self._changed_at[job.id] = ("resize", now, act.num_gpus)
                     writes.append((job.id, RESCALING,
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
                                    {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
@@ -272,6 +282,7 @@ class LiveLoop:
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
         self._speeds.pop(job.id, None)
+        self._speed_fits.pop(job.id, None)
         self._views.pop(job.id, None)
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
@@ -280,6 +291,12 @@ class LiveLoop:
             return job
         samples = [r for r in records if "event" not in r]
         fields: dict = {}
+        changed = self._changed_at.get(job.id)
+        if changed:
+            first = next((r for r in samples if r.get("workers") == changed[2] and r.get("time")), None)
+            if first is not None:
+                self._delays[changed[0]].append(max(0.0, first["time"] - changed[1]))
+                del self._changed_at[job.id]
         if samples:
             last = samples[-1]
             fields = {"samples": float(last.get("samples") or job.samples),
@@ -302,9 +319,15 @@ class LiveLoop:
             return
         self._seen_progress[job.id] = len(prog)
         target = job.spec.params.get("target_loss")
+        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in prog[-perf.RECENT:])
+        last = self._speed_fits.get(job.id)
+        refit = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
         pred, speed = perf.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
                                    target_loss=float(target) if isinstance(target, (int, float)) else None,
-                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch)
+                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
+                                   speed=self._speeds.get(job.id), refit_speed=refit)
+        if refit:
+            self._speed_fits[job.id] = (configs, now)
         if speed is not None:
             self._speeds[job.id] = speed
         if pred.rate:
@@ -328,10 +351,17 @@ class LiveLoop:
             views.append(v)
         f = forecast(views, self._cluster_view(now), self._forecast_policy, now,
                      observed={str(k): r for k, r in rates.items()}, step_s=max(10.0, 5 * self.cluster.interval_s),
-                     budget_s=budget_s)
+                     budget_s=budget_s, start_s=self.typical_delay("start", 5.0),
+                     resize_s=self.typical_delay("resize", 2.0))
         self.store.set_forecast(now, {int(k): (f.start[k], f.finish[k]) for k in f.finish})
         self._forecast, self._forecast_at = f, now
         return f
+
+    def typical_delay(self, kind: str, default: float) -> float:
+        """Median seconds from a start/resize decision to the first step at the new size, over the newest ones
+        measured here (``default`` until one is): what the forecast charges a job for changing allocation."""
+        seen = list(self._delays[kind])
+        return float(statistics.median(seen)) if seen else default
 
     def publish_predictions(self) -> None:
         """Write this round's refits, each with what the newest policy forecast said of the job (the store keeps
@@ -378,12 +408,16 @@ class LoopThread(threading.Thread):
         self.loop.store.close()
 
     def _forecasts(self) -> None:
-        """Every ``forecast_every_s``, the policy forecast; a failure is logged, never fatal."""
-        while not self.stopping.wait(self.loop.forecast_every_s):
+        """The policy forecast every ``forecast_every_s``, or twice as long as the last one took, so a large
+        queue's forecast takes at most a third of a core from the scheduler; a failure is logged, never fatal."""
+        took = 0.0
+        while not self.stopping.wait(max(self.loop.forecast_every_s, 2 * took)):
+            t0 = time.perf_counter()
             try:
                 self.loop.refresh_forecast(self.loop.clock())
             except Exception:
                 log.exception("policy forecast failed")
+            took = time.perf_counter() - t0
         self.loop.store.close()
 
     def stop(self) -> None:

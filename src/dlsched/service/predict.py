@@ -125,6 +125,8 @@ def observed_rate(recs: list[dict], window: int = 50) -> float | None:
     for r in reversed(recs[-window:]):
         if (r.get("workers"), r.get("batch_size")) != cfg or r.get("time") is None:
             break
+        if tail and _restart_between(r, tail):
+            break
         tail.append(r)
     if len(tail) < 3:
         return None
@@ -133,15 +135,29 @@ def observed_rate(recs: list[dict], window: int = 50) -> float | None:
     return ds / dt if dt > 0 and ds > 0 else None
 
 
+def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> bool:
+    """A gap before ``newer[-1]`` far longer than the steps after it: the job was stopped and restarted in
+    between (preempted, or resumed after a service restart) at the same configuration, so the start-up stall
+    is not part of the rate it runs at now."""
+    gap = newer[-1]["time"] - older["time"]
+    steps = [a["time"] - b["time"] for a, b in zip(newer, newer[1:])]
+    if not steps:           # one record after it: nothing to compare the gap with yet
+        return False
+    return gap > max(min_gap_s, 10 * float(np.median(steps)))
+
+
 def predict(progress: list[dict], now: float, current_workers: int, current_batch: int | None,
             total_hint: float | None, samples_done: float, target_loss: float | None = None,
-            gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None):
-    """(Prediction, speed model or None) for one job from its stored progress records."""
+            gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True):
+    """(Prediction, speed model or None) for one job from its stored progress records. ``refit_speed=False``
+    keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
+    and its fit costs tens of ms, while the rest of this is cheap enough for every round."""
     recs = [p for p in progress if p.get("samples") is not None]
     recent = recs[-RECENT:]
-    speed = fit_speed(np.array([p.get("workers") or 0 for p in recent], float),
-                      np.array([p.get("batch_size") or 0 for p in recent], float),
-                      np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
+    if refit_speed or speed is None:
+        speed = fit_speed(np.array([p.get("workers") or 0 for p in recent], float),
+                          np.array([p.get("batch_size") or 0 for p in recent], float),
+                          np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
     steps = np.array([p.get("step") or 0 for p in recs], float)
     loss_fit = fit_loss(steps, np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float))
     total = total_hint
