@@ -160,3 +160,41 @@ def test_predictions_carry_the_policy_forecast(tmp_path):
         assert 0 < loop.typical_delay("start", -1.0) < 30     # measured here: decision -> first step
     finally:
         backend.shutdown()
+
+
+class Swap:
+    """The first job gets 3 GPUs and the second 1, then (``swapped``) the other way round: one shrink and one grow
+    in the same round (test-only)."""
+
+    name = "test-swap"
+    swapped = False
+
+    def decide(self, jobs, c):
+        a, b = sorted(jobs, key=lambda j: int(j.id))[:2]
+        ga, gb = (1, 3) if Swap.swapped else (3, 1)
+        return Allocation({a.id: JobAllocation(ga), b.id: JobAllocation(gb)})
+
+
+if Swap.name not in _REGISTRY:
+    register(Swap.name)(Swap)
+
+
+def test_a_shrink_is_applied_before_a_grow_of_the_same_round(tmp_path):
+    """Slots the shrinking job gives back are what the growing one takes: the backend must see the shrink first
+    (growing first once booked a slot that was still held and failed the job)."""
+    store = Store(tmp_path / "s.db")
+    backend = RecordingBackend()
+    loop = LiveLoop(store, backend, cluster("test-swap", (2, 2)), tmp_path)
+    a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=4)))
+    b = store.submit(load_job_spec(job_yaml("b", gpus=1, max_gpus=4)))
+    Swap.swapped = False
+    loop.round()
+    assert (store.get(a).num_gpus, store.get(b).num_gpus) == (3, 1)
+    Swap.swapped = True
+    backend.calls.clear()
+    loop.round()
+    assert backend.calls == [("resize", a), ("resize", b)]
+    Swap.swapped = False
+    backend.calls.clear()
+    loop.round()
+    assert backend.calls == [("resize", b), ("resize", a)]
