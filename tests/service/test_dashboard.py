@@ -20,6 +20,7 @@ import pytest
 
 from tests.service import policies  # noqa: F401  (registers test-fifo)
 from tests.service.teardown import stop_service_and_jobs
+from tests.waiting import wait_until
 from dlsched.service.dashboard_routes import estimate_queue, gantt_intervals, load_reports, overview
 from dlsched.service.server import Service, free_port
 from dlsched.service.store import Store
@@ -103,14 +104,6 @@ def _chromium(url: str, tmp: Path, *extra: str, budget_ms: int = 4000) -> str:
     return out.stdout
 
 
-def _wait(pred, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -130,10 +123,10 @@ def live_service(tmp_path_factory, data_dir):
                        headers={"content-type": "application/json"})
             assert r.status_code == 201, r.text
             ids[name] = r.json()["id"]
-        _wait(lambda: c.get(f"/jobs/{ids['quick']}").json()["state"] == "finished", what="job quick to finish")
-        _wait(lambda: len(c.get(f"/jobs/{ids['resnet-a']}/progress").json()) >= 12, what="progress of resnet-a")
-        _wait(lambda: c.get(f"/jobs/{ids['resnet-a']}/predictions").json()
-              and c.get(f"/jobs/{ids['resnet-a']}/predictions").json()[-1]["loss_fit"], what="a loss fit")
+        wait_until(lambda: c.get(f"/jobs/{ids['quick']}").json()["state"] == "finished", 60, "job quick to finish", 0.2)
+        wait_until(lambda: len(c.get(f"/jobs/{ids['resnet-a']}/progress").json()) >= 12, 60, "progress of resnet-a", 0.2)
+        wait_until(lambda: c.get(f"/jobs/{ids['resnet-a']}/predictions").json()
+                   and c.get(f"/jobs/{ids['resnet-a']}/predictions").json()[-1]["loss_fit"], 60, "a loss fit", 0.2)
         # a real policy comparison: the simulator on Pollux workload 1 (shared/data/pollux/workloads)
         sim = subprocess.run([sys.executable, "-m", "dlsched.cli", "simulate", "-w",
                               str(data_dir / "pollux" / "workloads" / "workload-1.csv"), "-p", "fifo", "-p", "tiresias",
