@@ -55,8 +55,11 @@ def fault_slowdown(worker_id: int) -> float:
 def pick_backend(world_size: int, rank: int = 0) -> tuple[str, torch.device]:
     """NCCL when every rank can have its own GPU (rank r uses cuda:r), else gloo on CPU — same code either way.
 
-    NCCL refuses two ranks of one communicator on the same device, hence one GPU per rank.
+    NCCL refuses two ranks of one communicator on the same device, hence one GPU per rank. A worker
+    the Ray launcher started in a GPU bundle (``DLSCHED_GPU_PER_WORKER=1``) sees only its own GPU: cuda:0.
     """
+    if os.environ.get("DLSCHED_GPU_PER_WORKER") == "1" and torch.cuda.is_available():
+        return "nccl", torch.device("cuda", 0)
     if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
         return "nccl", torch.device("cuda", rank)
     return "gloo", torch.device("cpu")
