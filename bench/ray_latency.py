@@ -2,13 +2,16 @@
 
 1. submit -> first training step: POST /jobs to a running service, until the first progress record of
    the job (its own timestamp). Same service, same policy, same job; only the backend differs.
-2. resize pause: a running job (runtime with ``--standby 1``) is grown 1 -> 2 workers through the
-   backend the loop uses; we print the
-   time from the resize call to the first step with 2 workers, and the runtime's own ``pause_s``
-   (request seen -> first step of the new generation).
+2. resize pause: a running job is grown 1 -> 2 workers through the backend the loop uses; we print
+   the time from the resize call to the first step with 2 workers, and the runtime's own ``pause_s``
+   (request seen -> first step of the new generation). No ``--standby``: on Ray every worker needs a
+   bundle the scheduler granted, so the joining worker is started on demand on both backends.
 
-The Ray cluster is local (``ray.cluster_utils.Cluster``: a head + two fake nodes with 2 ``gpu_slot``
-each), so the figure is Ray's own overhead (placement group, actor, guard process), not the network.
+On Ray the workers run in their bundles (one actor per worker, ``dlsched.train.launcher.RayLauncher``):
+the coordinator connects to the cluster as a driver and each worker is a fresh interpreter in an actor,
+where the local backend forks them from a forkserver that has torch loaded. The Ray cluster is local
+(``ray.cluster_utils.Cluster``: a head + two fake nodes with 2 ``gpu_slot`` each), so the figure is Ray's
+own overhead (placement groups, actors, driver connection, fresh worker interpreters), not the network.
 No target is stated in issue 8; the figure to watch is the Ray - local difference.
 
 Usage: PYTHONPATH=src python bench/ray_latency.py [--repeats 1]
@@ -33,7 +36,6 @@ from dlsched.spec import ClusterSpec, JobSpec
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = [sys.executable, "-m", "dlsched.train.run", "--threads", "1"]
-RESIZE_RUNTIME = [*RUNTIME, "--standby", "1"]   # a prepared spare worker: the stop-free resize path
 JOB = {"name": "mlp", "entry": "examples/mlp.py:make_job", "gpus": 2,
        "params": {"num_samples": 100_000, "batch_size": 16, "throttle_s": 0.05}}
 
@@ -125,10 +127,8 @@ def main() -> None:
             for i in range(a.repeats):
                 for kind in ("local", "ray"):
                     r = results[kind]
-                    rb.runtime = RUNTIME
                     r.setdefault("submit", []).append(submit_to_first_step(kind, rb if kind == "ray" else None, tmp / str(i)))
-                    rb.runtime = RESIZE_RUNTIME
-                    be = rb if kind == "ray" else LocalBackend(runtime=RESIZE_RUNTIME, cwd=REPO)
+                    be = rb if kind == "ray" else LocalBackend(runtime=RUNTIME, cwd=REPO)
                     e2e, pause = resize_pause(be, tmp / str(i), kind)
                     r.setdefault("resize", []).append(e2e)
                     r.setdefault("pause", []).append(pause)
@@ -138,7 +138,7 @@ def main() -> None:
         cluster.shutdown()
 
     med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in results.items()}
-    print(f"real runtime (examples/mlp.py, 2 workers, gloo on CPU), {a.repeats} repeat(s), medians:")
+    print(f"real runtime (examples/mlp.py, 2 workers, gloo on CPU; Ray: workers in their bundles' actors), {a.repeats} repeat(s), medians:")
     print(f"  submit -> first step   local {med['local']['submit']:6.2f} s   ray {med['ray']['submit']:6.2f} s   "
           f"ray/local {med['ray']['submit'] / med['local']['submit']:.2f}x  (ray overhead {med['ray']['submit'] - med['local']['submit']:+.2f} s)")
     print(f"  resize 1->2, call -> first 2-worker step   local {med['local']['resize']:6.2f} s   ray {med['ray']['resize']:6.2f} s   "
