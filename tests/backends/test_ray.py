@@ -451,3 +451,16 @@ def test_resize_joins_a_worker_on_the_other_node_and_lets_it_leave(backend, tmp_
     kept, restored = _audit_resumed(job.job_dir)
     assert restored is None and kept == Counter(range(960))
     assert wait_free(4) == 4
+
+
+def test_standby_workers_are_refused_under_ray_with_one_line(backend, tmp_path):
+    backend.runtime = [*REAL_RUNTIME, "--standby", "1"]
+    job = real_launch(tmp_path, 23, 1)
+    try:
+        backend.start(job)
+        res = wait_state(backend, job, "failed", timeout=60)
+    finally:
+        backend.runtime = CONTRACT_RUNTIME
+        backend.stop(23, job.job_dir)
+    assert "ray-slots.json: no free bundle for another worker" in res.error and "--standby" in res.error
+    assert wait_free(4) == 4
