@@ -41,7 +41,8 @@ from dlsched.errors import UserError
 
 RAY_ADDRESS_ENV = "DLSCHED_RAY_ADDRESS"   # set by the Ray backend in the runtime's environment
 GPU_PER_WORKER_ENV = "DLSCHED_GPU_PER_WORKER"  # "1": this worker owns exactly the GPU(s) it sees (cuda:0)
-RAY_NODE_ENV = "DLSCHED_RAY_NODE_ID"
+RAY_NODE_ENV = "DLSCHED_RAY_NODE_ID"     # given to a worker by its actor: where it runs
+RAY_NODE_IP_ENV = "DLSCHED_RAY_NODE_IP"
 SLOTS_FILE = "ray-slots.json"
 IN_USE_FILE = "ray-workers.json"
 NAMESPACE = "dlsched"
@@ -165,17 +166,20 @@ class _WorkerHost:
         import ray
 
         node_id = ray.get_runtime_context().get_node_id()
-        full_env = {**os.environ, **env, RAY_NODE_ENV: node_id}   # keeps CUDA_VISIBLE_DEVICES Ray set
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "dlsched.train.launcher", "--ray-worker", *argv],
-                                         cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        self.started.set()
+        full_env = {**os.environ, **env, RAY_NODE_ENV: node_id,   # keeps CUDA_VISIBLE_DEVICES Ray set
+                    RAY_NODE_IP_ENV: ray.util.get_node_ip_address()}
+        try:
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen([sys.executable, "-m", "dlsched.train.launcher", "--ray-worker", *argv],
+                                             cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            self.started.set()   # wait() must not block forever when the start itself failed
         return {"pid": self.proc.pid, "node_id": node_id, "gpus": [str(g) for g in ray.get_gpu_ids()]}
 
     def wait(self) -> int:
         self.started.wait()
-        return self.proc.wait()
+        return self.proc.wait() if self.proc is not None else 127
 
     def stop(self) -> int | None:
         """Kill the worker now (the coordinator only kills workers it gives up on, as a SIGKILL locally)."""
@@ -208,17 +212,12 @@ def _worker_under_ray(argv: list[str]) -> None:
 
     atomic_write_json(Path(known.job_dir) / "logs" / f"worker-{known.worker_id}.host.json", {
         "worker_id": known.worker_id, "pid": os.getpid(), "ppid": parent,
-        "ray_node_id": os.environ.get(RAY_NODE_ENV), "node_ip": _node_ip(), "hostname": socket.gethostname(),
+        "ray_node_id": os.environ.get(RAY_NODE_ENV), "node_ip": os.environ.get(RAY_NODE_IP_ENV),
+        "hostname": socket.gethostname(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
     from dlsched.train.worker import main
 
     main(argv)
-
-
-def _node_ip() -> str:
-    import ray
-
-    return ray.util.get_node_ip_address()
 
 
 class RayWorker:
