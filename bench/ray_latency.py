@@ -81,6 +81,8 @@ def submit_to_first_step(kind: str, backend, tmp: Path) -> float:
         job_id = r.json()["id"]
         return first_step_time(svc.state_dir / "jobs" / str(job_id)) - t0
     finally:
+        svc.thread.stop()                  # the loop first: it would restart a job stop_all() ends
+        svc.thread.join(timeout=30)
         svc.backend.stop_all()
         svc.close()
 
