@@ -320,6 +320,8 @@ def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:
     run starts where the generation counter starts again or the step goes back; the first run's records
     past the step it was resumed from never reached the model. When the first run died right after a
     checkpoint nothing overlaps: the steps simply continue and every record counts (restored is None).
+    The cut is per file: one worker may have recorded a step past the checkpoint before dying while
+    another had not, so one file shows the restart and the other simply continues.
     """
     kept, restored = Counter(), None
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
@@ -331,10 +333,11 @@ def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:
                 continue
         cut = next((i for i in range(1, len(recs)) if recs[i]["generation"] < recs[i - 1]["generation"]
                     or recs[i]["step"] <= recs[i - 1]["step"]), len(recs))
-        if cut < len(recs):
-            restored = recs[cut]["step"] - 1
+        resumed_at = recs[cut]["step"] - 1 if cut < len(recs) else None
+        if resumed_at is not None:
+            restored = resumed_at
         for r in recs[:cut]:
-            if restored is None or r["step"] <= restored:
+            if resumed_at is None or r["step"] <= resumed_at:
                 kept.update(r["ids"])
         for r in recs[cut:]:
             kept.update(r["ids"])
