@@ -43,6 +43,7 @@ RAY_ADDRESS_ENV = "DLSCHED_RAY_ADDRESS"   # set by the Ray backend in the runtim
 GPU_PER_WORKER_ENV = "DLSCHED_GPU_PER_WORKER"  # "1": this worker owns exactly the GPU(s) it sees (cuda:0)
 RAY_NODE_ENV = "DLSCHED_RAY_NODE_ID"     # given to a worker by its actor: where it runs
 RAY_NODE_IP_ENV = "DLSCHED_RAY_NODE_IP"
+ACTOR_PID_ENV = "DLSCHED_RAY_ACTOR_PID"   # the worker's parent: gone -> the worker ends
 SLOTS_FILE = "ray-slots.json"
 IN_USE_FILE = "ray-workers.json"
 NAMESPACE = "dlsched"
@@ -167,7 +168,7 @@ class _WorkerHost:
 
         node_id = ray.get_runtime_context().get_node_id()
         full_env = {**os.environ, **env, RAY_NODE_ENV: node_id,   # keeps CUDA_VISIBLE_DEVICES Ray set
-                    RAY_NODE_IP_ENV: ray.util.get_node_ip_address()}
+                    RAY_NODE_IP_ENV: ray.util.get_node_ip_address(), ACTOR_PID_ENV: str(os.getpid())}
         try:
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen([sys.executable, "-m", "dlsched.train.launcher", "--ray-worker", *argv],
@@ -196,7 +197,7 @@ def _worker_under_ray(argv: list[str]) -> None:
     node lost - so no worker outlives the bundle that holds its GPU."""
     import argparse
 
-    parent = os.getppid()
+    parent = int(os.environ.get(ACTOR_PID_ENV) or os.getppid())   # not getppid(): the actor may be gone already
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -279,11 +280,13 @@ class RayWorker:
     def kill(self) -> None:
         import ray
 
-        try:
-            ray.get(self._actor.stop.remote(), timeout=10)
-        except ray.exceptions.RayError:
-            pass
-        ray.kill(self._actor, no_restart=True)   # frees the bundle; the worker is gone already
+        started, _ = ray.wait([self._info_ref], timeout=0)
+        if started:        # kill the worker's process group now; an actor not started yet has none
+            try:
+                ray.get(self._actor.stop.remote(), timeout=10)
+            except ray.exceptions.RayError:
+                pass       # its watchdog ends the worker once the actor is gone
+        ray.kill(self._actor, no_restart=True)   # frees the bundle
         self._collect()
 
 
