@@ -32,7 +32,6 @@ sys.path.insert(0, str(REPO / "src"))
 from dlsched.train.data import PartitionTable, split_global_batch  # noqa: E402
 from dlsched.train.job import build_job, parse_params  # noqa: E402
 from dlsched.train.scaling import local_batch_sizes  # noqa: E402
-from dlsched.train.worker import pick_backend  # noqa: E402
 
 
 def _free_port() -> int:
@@ -41,10 +40,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _ddp_backend(world: int, rank: int) -> tuple[str, torch.device]:
+    """Plain DDP's usual set-up: rank r on cuda:r when every rank has a GPU (what the runtime's NCCL path
+    matches with one pinned GPU per worker), else gloo on the CPU."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world:
+        return "nccl", torch.device("cuda", rank)
+    return "gloo", torch.device("cpu")
+
+
 def _ddp_proc(rank, world, port, entry, params, batch, steps, threads, out):
     torch.set_num_threads(threads)
     store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False, timeout=timedelta(seconds=60))
-    backend, device = pick_backend(world, rank)
+    backend, device = _ddp_backend(world, rank)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world)
     job = build_job(entry, params)
     torch.manual_seed(job.seed)
@@ -112,7 +119,7 @@ def main() -> None:
         ddp.append(ddp_step_s(a.entry, params, a.workers, a.batch, a.steps, a.threads, a.warmup))
         ours.append(dlsched_step_s(a.entry, params, a.workers, a.batch, a.steps, a.threads, a.warmup))
         print(f"repeat {r}: DDP {ddp[-1] * 1e3:.1f} ms/step, dlsched {ours[-1] * 1e3:.1f} ms/step", flush=True)
-    backend = pick_backend(a.workers)[0]
+    backend = _ddp_backend(a.workers, 0)[0]
     best_ddp, best_ours = min(ddp), min(ours)
     print(f"step time ({backend}, {a.workers} workers, global batch {a.batch}, {a.threads} threads/worker): "
           f"DDP {best_ddp * 1e3:.1f} ms, dlsched {best_ours * 1e3:.1f} ms -> overhead "

@@ -3,9 +3,11 @@ against when it actually finished (target from the issue: report it; Optimus rep
 convergence estimate, docs/algorithms.md).
 
 Runs ``dlsched demo`` (real PyTorch jobs on the local backend, ~3 min on 2 cores) unless ``--report DIR``
-points at an existing demo report. Three figures per job: error of the predicted finish relative to the JCT,
-of the predicted remaining time, and of the remaining time the job actually held GPUs (the perf model's own
-error, without the policy's later preemptions).
+points at an existing demo report. Four figures per job, from the same prediction row: error of the finish
+predicted at the job's current allocation relative to the JCT, of the finish the policy forecast gave at that
+moment (``service/forecast.py``: the policy rolled forward, side by side with the first), of the predicted
+remaining time, and of the remaining time the job actually held GPUs (the perf model's own error, without the
+policy's later preemptions).
 """
 from __future__ import annotations
 
@@ -34,9 +36,9 @@ def main() -> None:
             raise SystemExit(f"demo failed (exit {rc})")
     t = pd.read_csv(report / "predicted_vs_actual.csv")
     cols = ["id", "name", "elastic", "resizes", "preemptions", "fraction_at_prediction", "jct_s", "jct_error",
-            "remaining_error", "run_remaining_error"]
+            "policy_jct_error", "remaining_error", "run_remaining_error"]
     print(t[[c for c in cols if c in t]].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    for col in ("jct_error", "remaining_error", "run_remaining_error"):
+    for col in ("jct_error", "policy_jct_error", "remaining_error", "run_remaining_error"):
         v = t[col].dropna().abs()
         print(f"mean |{col}| = {v.mean():.3f} (max {v.max():.3f}, {len(v)} jobs)")
     print("target: reported (Optimus: convergence estimate within ~15 %)")

@@ -55,6 +55,7 @@ def main() -> int:
     total = n * epochs
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # the contract: started blocked, unblock once handled
     _atomic(d / "status.json", {"state": "running", "pid": os.getpid(), "workers": workers, "error": None})
     log = open(d / "progress.jsonl", "a")
 

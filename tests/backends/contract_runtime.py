@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -40,6 +41,7 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int)
     ap.add_argument("--param", action="append", default=[])
     a = ap.parse_args()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # started blocked (the contract); its default: exit
     params = dict(p.split("=", 1) for p in a.param)
     n_samples, step_s = int(params.get("n_samples", 400)), float(params.get("step_s", 0.05))
     if n_samples < 1:

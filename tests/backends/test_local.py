@@ -1,16 +1,19 @@
 """The local backend against a real contract-following job process (tests/backends/contract_job.py)."""
 import json
 import sys
-import time
 from pathlib import Path
 
 import psutil
+import pytest
 
+from tests.waiting import wait_until
 from dlsched.backends.base import Launch, read_progress
-from dlsched.backends.local import LocalBackend, assign_slots, gpu_devices, gpu_env
+from dlsched.backends.local import DEFAULT_RUNTIME, LocalBackend, assign_slots, gpu_devices, gpu_env, resize_slots
 from dlsched.spec import NodeSpec, load_job_spec
+from dlsched.train.files import read_status
 
 RUNTIME = [sys.executable, str(Path(__file__).with_name("contract_job.py"))]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def spec(samples=320, epochs=1, step_s=0.02, **extra):
@@ -19,14 +22,6 @@ def spec(samples=320, epochs=1, step_s=0.02, **extra):
                                      "batch_size": 32, "params": params}), fmt="json")
 
 
-def wait_for(pred, timeout=30.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def records(d):
@@ -37,7 +32,7 @@ def test_start_progress_finish(tmp_path):
     b = LocalBackend(runtime=RUNTIME)
     b.start(Launch(1, spec(), tmp_path, 2, 32))
     assert json.loads((tmp_path / "control.json").read_text()) == {"workers": 2, "batch_size": 32, "generation": 0}
-    res = wait_for(lambda: (r := b.poll(1, tmp_path)).state != "running" and r)
+    res = wait_until(lambda: (r := b.poll(1, tmp_path)).state != "running" and r)
     assert res.state == "finished"
     recs = records(tmp_path)
     assert recs[-1]["samples"] == 320 and recs[0]["workers"] == 2
@@ -47,9 +42,9 @@ def test_start_progress_finish(tmp_path):
 def test_resize_through_control_file(tmp_path):
     b = LocalBackend(runtime=RUNTIME)
     b.start(Launch(1, spec(samples=4000, step_s=0.05), tmp_path, 1, 32))
-    wait_for(lambda: records(tmp_path))
+    wait_until(lambda: records(tmp_path))
     b.resize(1, tmp_path, 3, 64, generation=1)
-    wait_for(lambda: any(r["workers"] == 3 and r["batch_size"] == 64 for r in records(tmp_path)))
+    wait_until(lambda: any(r["workers"] == 3 and r["batch_size"] == 64 for r in records(tmp_path)))
     b.stop(1, tmp_path)
 
 
@@ -57,12 +52,12 @@ def test_stop_kills_the_process_group_and_start_resumes_from_checkpoint(tmp_path
     b = LocalBackend(runtime=RUNTIME, stop_grace_s=5)
     b.start(Launch(1, spec(samples=4000, step_s=0.05, ckpt_every=2), tmp_path, 1, 32))
     pid = json.loads((tmp_path / "launch.json").read_text())["pid"]
-    wait_for(lambda: len(records(tmp_path)) >= 6)
+    wait_until(lambda: len(records(tmp_path)) >= 6)
     b.stop(1, tmp_path)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     done = records(tmp_path)[-1]["samples"]
     b.start(Launch(1, spec(samples=4000, step_s=0.05, ckpt_every=2), tmp_path, 2, 32, generation=1))
-    wait_for(lambda: len(records(tmp_path)) > 0 and records(tmp_path)[-1]["workers"] == 2)
+    wait_until(lambda: len(records(tmp_path)) > 0 and records(tmp_path)[-1]["workers"] == 2)
     resumed = [r for r in records(tmp_path) if r["workers"] == 2][0]["samples"]
     assert 0 < resumed - 32 <= done      # continued from a checkpoint, not from zero
     b.stop(1, tmp_path)
@@ -71,7 +66,7 @@ def test_stop_kills_the_process_group_and_start_resumes_from_checkpoint(tmp_path
 def test_failure_is_reported_with_its_reason(tmp_path):
     b = LocalBackend(runtime=RUNTIME)
     b.start(Launch(1, spec(fail_at=64), tmp_path, 1, 32))
-    res = wait_for(lambda: (r := b.poll(1, tmp_path)).state != "running" and r)
+    res = wait_until(lambda: (r := b.poll(1, tmp_path)).state != "running" and r)
     assert res.state == "failed" and "injected failure" in res.error
 
 
@@ -82,7 +77,7 @@ def test_a_new_backend_reattaches_to_a_live_coordinator(tmp_path):
     second = LocalBackend(runtime=RUNTIME)
     assert second.attach(1, tmp_path)
     assert second.poll(1, tmp_path).state == "running"
-    res = wait_for(lambda: (r := second.poll(1, tmp_path)).state != "running" and r)
+    res = wait_until(lambda: (r := second.poll(1, tmp_path)).state != "running" and r)
     assert res.state == "finished"
     assert not LocalBackend(runtime=RUNTIME).attach(1, tmp_path)   # it is gone now
     assert LocalBackend(runtime=RUNTIME).poll(1, tmp_path).state == "finished"
@@ -128,3 +123,61 @@ def test_started_jobs_get_disjoint_gpus_and_release_them(tmp_path):
     pid = json.loads((tmp_path / "3" / "launch.json").read_text())["pid"]
     assert psutil.Process(pid).environ()["CUDA_VISIBLE_DEVICES"] == "0"
     b.stop_all()
+
+
+def test_resize_rebooks_slots_keeping_the_held_ones():
+    assert resize_slots({"a": [0, 1]}, {"a": 3}, {"a": {2}}) == {"a": [0, 1, 3]}   # grow around another job
+    assert resize_slots({"a": [0, 1, 3]}, {"a": 1}, {}) == {"a": [0]}               # shrink gives back 1 and 3
+    assert resize_slots({"a": [2]}, {"b": 2}, {"a": {0}}) == {"b": [0, 1]}          # moved: a's slot is free
+    assert resize_slots({"a": [0, 1]}, {"a": 1, "b": 1}, {"b": {0}}) == {"a": [0], "b": [1]}
+    assert resize_slots({"a": [0]}, {"a": 0}, {}) == {}
+
+
+def real_spec(samples=20_000):
+    return load_job_spec(json.dumps({"name": "g", "entry": "examples/mlp.py:make_job", "gpus": 1, "max_gpus": 4,
+                                     "batch_size": 12, "params": {"num_samples": samples, "throttle_s": 0.1}}),
+                         fmt="json")
+
+
+def seen_devices(job_dir, generation):
+    """The GPU each worker of ``generation`` trains on: the first of the CUDA_VISIBLE_DEVICES it reported
+    (its cuda:0; the others are its job's peers for P2P). None until all are ready."""
+    st = read_status(job_dir) or {}
+    devs = st.get("worker_devices")
+    if st.get("generation") != generation or not devs or None in devs:
+        return None
+    return [d.split(",")[0] for d in devs]
+
+
+@pytest.mark.slow
+def test_resized_jobs_give_every_worker_its_own_gpu_and_never_share_one(tmp_path):
+    """Real runtime, GPUs declared (4 on node a, 2 on b) but faked: each worker process records the
+    CUDA_VISIBLE_DEVICES it got, which must be exactly one device, its own, after every resize."""
+    nodes = [NodeSpec(name="a", gpus=4, gpu_type="h100"), NodeSpec(name="b", gpus=2, gpu_type="h100")]
+    b = LocalBackend(runtime=[*DEFAULT_RUNTIME, "--threads", "1", "--ckpt-every", "5"], cwd=REPO, nodes=nodes,
+                     cuda_count=lambda: 6)
+    one, two = tmp_path / "1", tmp_path / "2"
+    try:
+        b.start(Launch(1, real_spec(), one, 2, 12, placement={"a": 2}))
+        b.start(Launch(2, real_spec(), two, 1, 12, placement={"a": 1}))
+        assert wait_until(lambda: seen_devices(one, 0), 60) == ["0", "1"]
+        assert wait_until(lambda: seen_devices(two, 0), 60) == ["2"]
+
+        b.resize(1, one, 3, 12, generation=1, placement={"a": 3})      # grows around job 2's slot
+        assert json.loads((one / "control.json").read_text())["devices"] == ["0", "1", "3"]
+        assert wait_until(lambda: seen_devices(one, 1), 60) == ["0", "1", "3"]
+        assert json.loads((one / "launch.json").read_text())["slots"] == {"a": [0, 1, 3]}
+
+        b.resize(1, one, 1, 12, generation=2, placement={"a": 1})      # gives back 1 and 3
+        assert wait_until(lambda: seen_devices(one, 2), 60) == ["0"]
+        assert assign_slots({"a": 2}, b._held()) == {"a": [1, 3]}      # what the next job to start gets
+
+        b.resize(2, two, 2, 12, generation=1, placement={"b": 2})      # moved: its GPU goes, so does its worker
+        assert wait_until(lambda: seen_devices(two, 1), 60) == ["4", "5"]
+        moved = wait_until(lambda: [r for r in read_progress(two, 0)[0] if r.get("event") == "resized"], 60)[0]
+        wait_until(lambda: records(two) and records(two)[-1]["generation"] == 1, 60)  # trains on, from the checkpoint
+        assert moved["from_workers"] == 1 and moved["workers"] == 2
+        books = [(n, i) for slots in b._slots.values() for n, idx in slots.items() for i in idx]
+        assert sorted(books) == [("a", 0), ("b", 0), ("b", 1)]                    # nothing held twice
+    finally:
+        b.stop_all()

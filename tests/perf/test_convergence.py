@@ -79,3 +79,24 @@ def test_online_refit_tracks_new_points():
     assert on.refit() is not first and on.refit().rmse < 1e-4
     with pytest.raises(ValueError):
         on.add(600, 1.0)
+
+
+def test_delta_stopping_at_is_the_inverse_of_converged_step():
+    c = LossCurve(1e-3, 1.0, 0.1)
+    E = 100
+    for k in (5000.0, 20000.0):
+        assert c.converged_step(c.delta_stopping_at(k, E), E) == pytest.approx(k, rel=1e-9)
+    # The decrease of the epoch that *ended* at k is larger: used as δ it stops one epoch early.
+    early = c.loss(20000 - E) - c.loss(20000)
+    assert c.converged_step(early, E) == pytest.approx(20000 - E, rel=1e-9)
+
+
+def test_partial_fit_of_an_optimus_curve_predicts_where_the_owner_threshold_stops():
+    # Raw losses (scale 2) on 80 epochs of 100 steps; the owner's δ (raw units) stops the job at the last step.
+    E, true = 100.0, LossCurve(1e-3, 1.0, 0.1, scale=2.0)
+    k = E * np.arange(1, 81)
+    raw = true.raw_loss(k)
+    delta_raw = true.delta_stopping_at(k[-1], E) * true.scale
+    part = fit_curve(k[:20], raw[:20], preprocess=False).curve
+    pred = part.remaining_steps(k[19], delta=delta_raw / part.scale, steps_per_epoch=E)
+    assert pred == pytest.approx(k[-1] - k[19], rel=1e-4)

@@ -101,6 +101,28 @@ def _fuzz_bodies(n, rng):
     return out
 
 
+def test_the_service_forecasts_when_a_waiting_job_starts(tmp_path):
+    """The loop thread's forecast thread rolls the policy forward: the waiting job's predicted start is the
+    running job's forecast finish, served by GET /jobs."""
+    svc = Service(cluster(), tmp_path / "f", port=free_port(), runtime=RUNTIME)
+    svc.loop.forecast_every_s = 0.3
+    svc.start()
+    try:
+        with httpx.Client(base_url=svc.url, timeout=30) as c:
+            a = c.post("/jobs", content=job_yaml("a", gpus=4, samples=6400, step_s=0.02), headers=YAML).json()["id"]
+            b = c.post("/jobs", content=job_yaml("b", gpus=4, samples=64), headers=YAML).json()["id"]
+            end, jobs = time.monotonic() + 30, {}
+            while time.monotonic() < end:
+                jobs = {j["id"]: j for j in c.get("/jobs").json()}
+                if jobs[a]["state"] == "running" and jobs[b]["predicted_start"] and jobs[a]["predicted_finish"]:
+                    break
+                time.sleep(0.1)
+            assert jobs[b]["state"] == "queued" and jobs[b]["predicted_start"] == pytest.approx(jobs[a]["predicted_finish"])
+            assert jobs[a]["predicted_start"] == jobs[a]["start_time"]
+    finally:
+        stop_service_and_jobs(svc)
+
+
 def test_fuzzed_malformed_specs_are_refused_and_change_nothing(service, client):
     client.post("/jobs", content=job_yaml("ok"), headers=YAML)
     wait_state(client, 1, ("finished",))

@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -20,6 +19,7 @@ import pytest
 
 from tests.service import policies  # noqa: F401  (registers test-fifo)
 from tests.service.teardown import stop_service_and_jobs
+from tests.waiting import wait_until
 from dlsched.service.dashboard_routes import estimate_queue, gantt_intervals, load_reports, overview
 from dlsched.service.server import Service, free_port
 from dlsched.service.store import Store
@@ -84,6 +84,11 @@ def test_overview_shows_who_holds_which_gpus(tmp_path):
     assert d["queue"][1]["id"] == b and d["queue"][1]["predicted_start"] is None   # a's finish is unknown
     assert d["gantt"] == [{"job_id": a, "start": 2.0, "end": 10.0, "gpus": 2, "placement": {"n1": 1, "n2": 1},
                            "batch_size": None, "name": "alpha"}]
+    # once the loop made a policy forecast, the queue shows it instead of the drain-in-order estimate
+    store.add_prediction(a, 11.0, 0.5, 1000.0, 40.0, 51.0, None)
+    store.set_forecast(11.0, {a: (11.0, 60.0), b: (65.0, 90.0)})
+    d = overview(store, (NodeView("n1", 2), NodeView("n2", 2)), now=12.0)
+    assert [(q["predicted_start"], q["predicted_finish"]) for q in d["queue"]] == [(2.0, 60.0), (65.0, 90.0)]
 
 
 # ----------------------------------------------------------------------------- in the browser
@@ -98,14 +103,6 @@ def _chromium(url: str, tmp: Path, *extra: str, budget_ms: int = 4000) -> str:
     return out.stdout
 
 
-def _wait(pred, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -125,10 +122,10 @@ def live_service(tmp_path_factory, data_dir):
                        headers={"content-type": "application/json"})
             assert r.status_code == 201, r.text
             ids[name] = r.json()["id"]
-        _wait(lambda: c.get(f"/jobs/{ids['quick']}").json()["state"] == "finished", what="job quick to finish")
-        _wait(lambda: len(c.get(f"/jobs/{ids['resnet-a']}/progress").json()) >= 12, what="progress of resnet-a")
-        _wait(lambda: c.get(f"/jobs/{ids['resnet-a']}/predictions").json()
-              and c.get(f"/jobs/{ids['resnet-a']}/predictions").json()[-1]["loss_fit"], what="a loss fit")
+        wait_until(lambda: c.get(f"/jobs/{ids['quick']}").json()["state"] == "finished", 60, "job quick to finish", 0.2)
+        wait_until(lambda: len(c.get(f"/jobs/{ids['resnet-a']}/progress").json()) >= 12, 60, "progress of resnet-a", 0.2)
+        wait_until(lambda: c.get(f"/jobs/{ids['resnet-a']}/predictions").json()
+                   and c.get(f"/jobs/{ids['resnet-a']}/predictions").json()[-1]["loss_fit"], 60, "a loss fit", 0.2)
         # a real policy comparison: the simulator on Pollux workload 1 (shared/data/pollux/workloads)
         sim = subprocess.run([sys.executable, "-m", "dlsched.cli", "simulate", "-w",
                               str(data_dir / "pollux" / "workloads" / "workload-1.csv"), "-p", "fifo", "-p", "tiresias",

@@ -76,6 +76,7 @@ def test_elastic_job_shrinks_for_an_arrival_and_grows_back(tmp_path):
         assert gpus[:3] == [4, 2, 4] and gpus[-1] == 0
         kinds = [e["kind"] for e in store.events(a)]
         assert kinds.count("rescaling") >= 2 and kinds[-1] == "finished"
+        assert loop.typical_delay("resize", -1.0) >= 0 and loop.typical_delay("start", -1.0) > 0
         assert store.get(a).samples == 4000 and store.get(a).attained_service > 0
         assert store.predictions(a)[-1]["total_samples"] == 4000
     finally:
@@ -131,3 +132,69 @@ def test_a_round_over_1000_queued_jobs(tmp_path):
     started = [c for c in backend.calls if c[0] == "start"]
     assert sum(c[2] for c in started) <= 16 and started[0][1] == 1
     assert len(store.jobs(states=(RUNNING,))) == len(started)
+
+
+def test_predictions_carry_the_policy_forecast(tmp_path):
+    """FIFO on 4 slots: b (4 GPUs) waits for a (4 GPUs); the forecast starts b when a is forecast to finish,
+    and the API shows it for the queued job."""
+    store = Store(tmp_path / "s.db")
+    backend = LocalBackend(runtime=RUNTIME)
+    loop = LiveLoop(store, backend, cluster("test-fifo", (2, 2)), tmp_path)
+    try:
+        a = store.submit(load_job_spec(job_yaml("a", gpus=4, samples=3200, step_s=0.02)))
+        b = store.submit(load_job_spec(job_yaml("b", gpus=4, samples=320)))
+
+        def forecast_known():      # what LoopThread's forecast thread does every few seconds
+            loop.refresh_forecast(time.time())
+            return any(p["policy_finish"] for p in store.predictions(a)) and store.forecasts()[a]["finish"]
+
+        run_until(loop, store, forecast_known)
+        fc = store.forecasts()
+        assert store.get(b).state == QUEUED and fc[a]["finish"] > fc[a]["time"]
+        assert fc[b]["start"] == pytest.approx(fc[a]["finish"])
+        assert fc[b]["finish"] is None      # b never ran: no rate, so no made-up finish
+        pa = [p for p in store.predictions(a) if p["policy_finish"]][-1]
+        assert pa["forecast_time"] <= pa["time"] and pa["predicted_start"] == pytest.approx(pa["forecast_time"])
+        run_until(loop, store, lambda: store.get(b).state == FINISHED, timeout=60)
+        assert store.get(b).start_time >= store.get(a).end_time - 1.0
+        assert 0 < loop.typical_delay("start", -1.0) < 30     # measured here: decision -> first step
+    finally:
+        backend.shutdown()
+
+
+class Swap:
+    """The first job gets 3 GPUs and the second 1, then (``swapped``) the other way round: one shrink and one grow
+    in the same round (test-only)."""
+
+    name = "test-swap"
+    swapped = False
+
+    def decide(self, jobs, c):
+        a, b = sorted(jobs, key=lambda j: int(j.id))[:2]
+        ga, gb = (1, 3) if Swap.swapped else (3, 1)
+        return Allocation({a.id: JobAllocation(ga), b.id: JobAllocation(gb)})
+
+
+if Swap.name not in _REGISTRY:
+    register(Swap.name)(Swap)
+
+
+def test_a_shrink_is_applied_before_a_grow_of_the_same_round(tmp_path):
+    """Slots the shrinking job gives back are what the growing one takes: the backend must see the shrink first
+    (growing first once booked a slot that was still held and failed the job)."""
+    store = Store(tmp_path / "s.db")
+    backend = RecordingBackend()
+    loop = LiveLoop(store, backend, cluster("test-swap", (2, 2)), tmp_path)
+    a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=4)))
+    b = store.submit(load_job_spec(job_yaml("b", gpus=1, max_gpus=4)))
+    Swap.swapped = False
+    loop.round()
+    assert (store.get(a).num_gpus, store.get(b).num_gpus) == (3, 1)
+    Swap.swapped = True
+    backend.calls.clear()
+    loop.round()
+    assert backend.calls == [("resize", a), ("resize", b)]
+    Swap.swapped = False
+    backend.calls.clear()
+    loop.round()
+    assert backend.calls == [("resize", b), ("resize", a)]

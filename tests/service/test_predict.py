@@ -61,6 +61,16 @@ def test_completion_prediction_uses_the_wall_clock_rate():
     assert observed_rate(recs) == pytest.approx(320, rel=0.01)
 
 
+def test_the_rate_ignores_a_restart_stall_at_the_same_configuration():
+    """Preempted at step 30, restarted 25 s later with the same workers and batch (demo run, loaded machine):
+    the stall is not the rate the job runs at now."""
+    before = records(2, 64, 0.03, n=30)
+    after = records(2, 64, 0.03, n=10, t0=before[-1]["time"] + 25.0, s0=before[-1]["samples"], k0=30)
+    assert observed_rate(before + after) == pytest.approx(64 / 0.03, rel=0.01)
+    slow = records(1, 32, 3.0, n=5)             # 3 s steps are not restarts
+    assert observed_rate(slow) == pytest.approx(32 / 3.0, rel=0.01)
+
+
 def test_target_loss_jobs_get_their_total_work_from_the_loss_curve():
     recs = records(1, 32, 0.1, n=40)
     pred, _ = predict(recs, now=4.0, current_workers=1, current_batch=32, total_hint=None,

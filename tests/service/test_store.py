@@ -25,6 +25,21 @@ def test_schema_is_versioned_and_reopening_is_idempotent(tmp_path):
     assert rows == len(MIGRATIONS)
 
 
+def test_a_version_1_store_is_migrated_and_keeps_its_predictions(tmp_path):
+    db = tmp_path / "s.db"
+    c = sqlite3.connect(db)
+    c.executescript(MIGRATIONS[0] + "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                    "INSERT INTO schema_version VALUES (1);"
+                    "INSERT INTO predictions(job_id, time, remaining_s, predicted_finish) VALUES (7, 1.0, 9.0, 10.0);")
+    c.close()
+    s = Store(db)
+    assert s.schema_version == len(MIGRATIONS) >= 2
+    old = s.predictions(7)[0]
+    assert (old["predicted_finish"], old["forecast_time"], old["policy_finish"]) == (10.0, None, None)
+    s.add_prediction(7, 2.0, 0.5, 100.0, 8.0, 10.0, None, forecast_time=2.0, predicted_start=1.5, policy_finish=12.0)
+    assert s.latest_predictions()[7]["policy_finish"] == 12.0
+
+
 def test_a_newer_schema_is_refused(tmp_path):
     db = tmp_path / "s.db"
     Store(db).close()

@@ -27,3 +27,13 @@ def test_atomic_file_leaves_the_old_file_whole_when_the_write_fails(tmp_path):
     assert read_status(tmp_path) == {"state": "running"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]  # no temp file left behind
     assert read_status(tmp_path / "missing") is None
+
+
+def test_control_carries_the_granted_devices(tmp_path):
+    write_control(tmp_path, 2, None, 1)
+    assert read_control(tmp_path).devices is None  # absent: the job keeps the devices it has
+    write_control(tmp_path, 2, None, 1, devices=["0", "3"])
+    assert read_control(tmp_path).devices == ("0", "3")
+    (tmp_path / "control.json").write_text('{"workers": 2, "generation": 1, "devices": [0, 3]}')
+    with pytest.raises(UserError, match=r"control.json: field devices=\[0, 3\]"):
+        read_control(tmp_path)

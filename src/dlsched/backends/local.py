@@ -3,7 +3,9 @@
 A node of the cluster declaration may be "N GPU slots": one worker process per slot, so the whole system
 runs on a CPU-only laptop. A node declared with a real ``gpu_type`` on a machine with CUDA maps its slots
 to CUDA devices: the backend hands each job the slot indices it holds and sets ``CUDA_VISIBLE_DEVICES``
-to their devices, so the runtime's rank r uses cuda:r = its own GPU (NCCL) and jobs never share one. Coordinators
+to their devices; the runtime pins each worker to one of them (NCCL) and jobs never share one. A resize
+re-books the job's slots (growth takes free ones, shrinking gives the surplus back) and hands the runtime the
+new device list through ``control.json``, so workers added later get their own GPU too. Coordinators
 run in their own session (process group) so that a SIGKILL of the service leaves them training; after a
 restart ``attach`` finds them again through ``DIR/launch.json`` (pid + process start time, which guards
 against pid reuse).
@@ -23,6 +25,7 @@ import psutil
 
 from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, runtime_command, write_control
 from dlsched.spec import NodeSpec
+from dlsched.train.preemption import sigterm_blocked
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 _SRC = str(Path(__file__).resolve().parents[2])   # .../src, so a checkout works without installing
@@ -56,14 +59,32 @@ def assign_slots(placement: Mapping[str, int], held: Mapping[str, set[int]]) -> 
     return out
 
 
+def resize_slots(current: Mapping[str, Sequence[int]], placement: Mapping[str, int],
+                 others: Mapping[str, set[int]]) -> dict[str, list[int]]:
+    """A job's slots after a resize to ``placement`` {node: count}: on each node it keeps its lowest held slots
+    (the workers there stay put), gives back the rest, and grows into the lowest slots nobody holds."""
+    out = {}
+    for node, count in placement.items():
+        if count <= 0:
+            continue
+        mine = sorted(current.get(node, ()))[:count]
+        extra = assign_slots({node: count - len(mine)}, {node: set(others.get(node, ())) | set(mine)})[node]
+        out[node] = sorted(mine + extra)
+    return out
+
+
+def slot_devices(slots: Mapping[str, Sequence[int]], devices: Mapping[str, Sequence[int]]) -> list[str]:
+    """The CUDA devices behind a job's slots (slots on nodes without real GPUs have none)."""
+    return [str(devices[node][i]) for node, idx in slots.items() if node in devices for i in idx]
+
+
 def gpu_env(slots: Mapping[str, Sequence[int]], devices: Mapping[str, Sequence[int]]) -> dict[str, str]:
     """Environment giving a job exactly the GPUs behind its slots; "" (CPU only) when none is a real GPU.
 
     Without ``devices`` (no node declares real GPUs) the environment is left alone."""
     if not devices:
         return {}
-    ids = [devices[node][i] for node, idx in slots.items() if node in devices for i in idx]
-    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(slot_devices(slots, devices))}
 
 
 def _cuda_count() -> int:
@@ -96,11 +117,13 @@ class LocalBackend:
         self.devices = gpu_devices(nodes, cuda_count()) if real else {}
         self._slots: dict[int, dict[str, list[int]]] = {}  # job -> node -> slot indices it holds
 
-    def _held(self) -> dict[str, set[int]]:
+    def _held(self, except_job: int | None = None) -> dict[str, set[int]]:
+        """Slot indices held per node, by every job but ``except_job``."""
         held: dict[str, set[int]] = {}
-        for slots in self._slots.values():
-            for node, idx in slots.items():
-                held.setdefault(node, set()).update(idx)
+        for job, slots in self._slots.items():
+            if job != except_job:
+                for node, idx in slots.items():
+                    held.setdefault(node, set()).update(idx)
         return held
 
     # -- actions ---------------------------------------------------------------------------------
@@ -130,8 +153,9 @@ class LocalBackend:
         with open(job_dir / "output.log", "ab") as log:
             log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(cmd)}\n".encode())
             log.flush()
-            proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            with sigterm_blocked():  # a stop during the runtime's start-up waits until it can checkpoint and exit 143
+                proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
         self._procs[launch.job_id] = proc
         self._attached.pop(launch.job_id, None)
         atomic_write_json(job_dir / "launch.json",
@@ -140,8 +164,28 @@ class LocalBackend:
 
     def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int,
                placement: Mapping[str, int] | None = None) -> None:
-        """Local workers are processes of one coordinator on this machine: only the count and batch matter."""
-        write_control(Path(job_dir), num_gpus, batch_size, generation)
+        """Re-book the job's slots for ``placement`` and tell the runtime its new count, batch and devices.
+
+        Without a placement a job on one node stays there; one spread over nodes keeps its books (and devices)."""
+        current = self._slots.get(job_id, {})
+        if placement is None and len(current) == 1:
+            placement = {next(iter(current)): num_gpus}
+        devices = None
+        if placement is not None and (current or placement):
+            slots = resize_slots(current, placement, self._held(except_job=job_id))
+            self._slots[job_id] = slots
+            if self.devices:
+                devices = slot_devices(slots, self.devices)
+            self._record_slots(Path(job_dir), slots)
+        write_control(Path(job_dir), num_gpus, batch_size, generation, devices=devices)
+
+    def _record_slots(self, job_dir: Path, slots: dict[str, list[int]]) -> None:
+        """launch.json keeps the books across a service restart (``attach`` reads them back)."""
+        try:
+            info = json.loads((job_dir / "launch.json").read_text())
+        except (OSError, ValueError):
+            return
+        atomic_write_json(job_dir / "launch.json", {**info, "slots": slots})
 
     def stop(self, job_id: int, job_dir: Path) -> None:
         """SIGTERM the coordinator's process group, SIGKILL after the grace period; its checkpoint stays."""

@@ -127,8 +127,8 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
     ok = (table["state"] == "finished").all() and not timed_out
     console.print(f"\n{'[green]all jobs finished' if ok else '[red]not all jobs finished'}[/] in {elapsed:.0f}s; "
                   f"report in {out}/ (report.md, predicted_vs_actual.csv, allocation_gantt.png, loss_fits.png)")
-    cols = [c for c in ("id", "name", "state", "jct_s", "resizes", "preemptions", "jct_error", "remaining_error",
-                        "run_remaining_error") if c in table]
+    cols = [c for c in ("id", "name", "state", "jct_s", "resizes", "preemptions", "jct_error", "policy_jct_error",
+                        "remaining_error", "run_remaining_error") if c in table]
     console.print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     return 0 if ok else 1
 

@@ -70,6 +70,18 @@ class LossCurve:
         x_star = (-a + np.sqrt(a * a + 4.0 * a / delta)) / 2.0
         return max(0.0, float((x_star - self.beta1) / self.beta0))
 
+    def delta_stopping_at(self, k_stop: float, steps_per_epoch: float) -> float:
+        """The threshold δ for which the Optimus rule stops at ``k_stop``: the decrease of the epoch that would
+        start there, l(k_stop) − l(k_stop + E).
+
+        Why not the decrease of the epoch that *ended* at ``k_stop``: ``converged_step`` returns the first step
+        after which one more epoch gains less than δ, so that δ would stop the job one epoch early
+        (``converged_step(delta_stopping_at(k, E), E) == k``).
+        """
+        if steps_per_epoch <= 0:
+            raise ValueError("steps_per_epoch must be > 0")
+        return float(self.loss(k_stop) - self.loss(k_stop + steps_per_epoch))
+
     def remaining_steps(self, k_now: float, *, target_loss: float | None = None, delta: float | None = None,
                         steps_per_epoch: float | None = None) -> float:
         """Steps left from ``k_now``: to ``target_loss`` (normalised) or to the δ-per-epoch rule."""

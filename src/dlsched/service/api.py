@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dlsched.service.predict import expected_times
 from dlsched.service.store import Store, UnknownJob
 from dlsched.spec import ClusterSpec, SpecError, load_job_spec
 
@@ -134,13 +135,14 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     @api.get("/jobs")
     def list_jobs(state: str | None = None, all: bool = True) -> list[dict]:
         states = state.split(",") if state else None
-        preds = store.latest_predictions()
+        preds, forecasts = store.latest_predictions(), store.forecasts()
         out = []
         for j in store.jobs(states=states):
             d = j.public()
-            p = preds.get(j.id)
-            # a prediction holds while the job runs; a queued job's finish depends on when it is restarted
-            d["predicted_finish"] = p["predicted_finish"] if p and j.state in ("running", "rescaling") else None
+            running = j.state in ("running", "rescaling")
+            start, finish = expected_times(preds.get(j.id), forecasts.get(j.id), running)
+            d["predicted_start"] = j.start_time if running else start
+            d["predicted_finish"] = finish
             out.append(d)
         return out
 

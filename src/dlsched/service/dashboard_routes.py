@@ -25,7 +25,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
 from dlsched.policy.base import NodeView
-from dlsched.service.predict import fit_loss
+from dlsched.service.predict import expected_times, fit_loss
 from dlsched.service.store import ACTIVE, QUEUED, TERMINAL, Store, UnknownJob
 
 STATIC_DIR = Path(__file__).with_name("dashboard")
@@ -123,14 +123,22 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None) 
     for j in active:
         for node, g in j.placement.items():
             holders.setdefault(node, []).append({"job_id": j.id, "name": j.name, "gpus": g})
-    running = [(j.id, j.num_gpus, preds.get(j.id, {}).get("predicted_finish")) for j in active if j.num_gpus > 0]
+    forecasts = store.forecasts()
+    times = {j.id: expected_times(preds.get(j.id), forecasts.get(j.id), j.state != QUEUED) for j in active}
+    running = [(j.id, j.num_gpus, times[j.id][1]) for j in active if j.num_gpus > 0]
     waiting = [j for j in active if j.state == QUEUED]
+    # without a policy forecast (none made yet), drain the queue in submission order
     est = estimate_queue(running, [(j.id, j.spec.gpu_range[0], preds.get(j.id, {}).get("remaining_s")) for j in waiting],
                          sum(n.num_gpus for n in nodes), now)
     queue = []
     for j in active:
         p = preds.get(j.id, {})
-        start, finish = (j.start_time, p.get("predicted_finish")) if j.state != QUEUED else est.get(j.id, (None, None))
+        if j.state != QUEUED:
+            start, finish = j.start_time, times[j.id][1]
+        elif j.id in forecasts:
+            start, finish = times[j.id]
+        else:
+            start, finish = est.get(j.id, (None, None))
         queue.append({"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
                       "gpus": j.num_gpus, "requested": j.spec.gpus, "batch_size": j.batch_size,
                       "fraction_done": _clean(j.samples / j.total_samples) if j.total_samples else None,

@@ -8,8 +8,11 @@ still alive are re-attached, the others are re-queued and resume from their chec
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
+import collections
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -18,12 +21,18 @@ from dlsched.backends.base import Backend, Launch, read_progress
 from dlsched.placement import PlacementError, consolidated, place  # noqa: F401  (PlacementError: callers catch it)
 from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
 from dlsched.service import predict as perf
+from dlsched.service.forecast import Forecast, forecast
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.errors import UserError
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
+
+SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
+FORECAST_EVERY_S = 2.0     # wall seconds between policy forecasts, at least twice what the last one took
+FORECAST_BUDGET_S = 2.0    # wall time one forecast may take (its own thread, never in a scheduling round);
+                           # jobs it did not reach show no forecast finish
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class RoundStats:
     observe_s: float
     active_jobs: int
     actions: tuple[Action, ...]
+    predict_s: float = 0.0         # writing the round's predictions (the forecast runs on its own thread)
 
 
 def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
@@ -53,19 +63,32 @@ class LiveLoop:
     """One scheduler instance over a store and a backend. ``round()`` is one pass of the loop."""
 
     def __init__(self, store: Store, backend: Backend, cluster: ClusterSpec, state_dir: str | Path,
-                 policy: Policy | None = None, clock=time.time):
+                 policy: Policy | None = None, clock=time.time, forecast_every_s: float = FORECAST_EVERY_S):
         self.store = store
         self.backend = backend
         self.cluster = cluster
         self.state_dir = Path(state_dir)
         self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
+        # the forecast thread gets its own instance: policies keep caches that are not meant to be shared
+        self._forecast_policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
         self._speeds: dict[int, perf.SpeedModel] = {}
+        self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # job -> (configurations seen, when) of its fit
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
         self._last_now: float | None = None
+        self._pending: dict[int, tuple] = {}              # refits of this round: (time, Prediction)
+        # how long a (re)start and a resize really take here, from the newest ones: the forecast charges them
+        self._changed_at: dict[int, tuple[str, float, int]] = {}   # job -> (start|resize, when, workers)
+        self._delays: dict[str, collections.deque] = {"start": collections.deque(maxlen=20),
+                                                      "resize": collections.deque(maxlen=20)}
+        self._rates: dict[int, float] = {}                # observed samples/s per running job
+        self._totals: dict[int, float] = {}               # predicted total samples (target-loss jobs)
+        self._forecast: Forecast | None = None
+        self._forecast_at: float | None = None
+        self.forecast_every_s = forecast_every_s
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -121,7 +144,8 @@ class LiveLoop:
         t2 = time.perf_counter()
         self.act(actions, {j.id: j for j in jobs}, now)
         t3 = time.perf_counter()
-        return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions))
+        self.publish_predictions()
+        return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while neither the record nor its speed model changed."""
@@ -151,12 +175,15 @@ class LiveLoop:
             attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
                    "state": job.state})
 
+    def _cluster_view(self, now: float) -> ClusterView:
+        live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
+        return ClusterView(live(), now) if live else cluster_view(self.cluster, now)
+
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
         """Snapshots -> policy -> placement -> the actions that turn the current state into the decision."""
         eligible = [j for j in jobs if not j.cancel_requested]
         views = tuple(self.snapshot(j) for j in eligible)
-        live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
-        cluster = ClusterView(live(), now) if live else cluster_view(self.cluster, now)
+        cluster = self._cluster_view(now)
         alloc: Allocation = self.policy.decide(views, cluster)
         by_id = {j.id: j for j in eligible}
         unknown = [k for k in alloc.jobs if not k.isdigit() or int(k) not in by_id]
@@ -187,7 +214,10 @@ class LiveLoop:
         transaction. A crash in between leaves coordinators the store does not know about; ``LocalBackend.start``
         adopts a live coordinator of the same job instead of starting a second one, so that is safe."""
         writes = []
-        for act in sorted(actions, key=lambda a: {"preempt": 0, "resize": 1, "start": 2}[a.kind]):
+        # shrinking resizes before growing ones: a grow takes GPU slots another job's shrink gives back
+        order = {"preempt": 0, "resize": 1, "start": 2}
+        for act in sorted(actions, key=lambda a: (order[a.kind], a.num_gpus - jobs[a.job_id].num_gpus
+                                                  if a.kind == "resize" else 0)):
             job = jobs[act.job_id]
             d = self.job_dir(job.id)
             gen = job.generation + 1
@@ -197,11 +227,13 @@ class LiveLoop:
                     writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
                 elif act.kind == "start":
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.placement, gen))
+                    self._changed_at[job.id] = ("start", now, act.num_gpus)
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size},
                                    {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
                 else:
                     self.backend.resize(job.id, d, act.num_gpus, act.batch_size, gen, placement=dict(act.placement))
+                    self._changed_at[job.id] = ("resize", now, act.num_gpus)
                     writes.append((job.id, RESCALING,
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
                                    {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
@@ -250,6 +282,7 @@ class LiveLoop:
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
         self._speeds.pop(job.id, None)
+        self._speed_fits.pop(job.id, None)
         self._views.pop(job.id, None)
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
@@ -258,6 +291,12 @@ class LiveLoop:
             return job
         samples = [r for r in records if "event" not in r]
         fields: dict = {}
+        changed = self._changed_at.get(job.id)
+        if changed:
+            first = next((r for r in samples if r.get("workers") == changed[2] and r.get("time")), None)
+            if first is not None:
+                self._delays[changed[0]].append(max(0.0, first["time"] - changed[1]))
+                del self._changed_at[job.id]
         if samples:
             last = samples[-1]
             fields = {"samples": float(last.get("samples") or job.samples),
@@ -280,13 +319,63 @@ class LiveLoop:
             return
         self._seen_progress[job.id] = len(prog)
         target = job.spec.params.get("target_loss")
+        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in prog[-perf.RECENT:])
+        last = self._speed_fits.get(job.id)
+        refit = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
         pred, speed = perf.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
                                    target_loss=float(target) if isinstance(target, (int, float)) else None,
-                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch)
+                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
+                                   speed=self._speeds.get(job.id), refit_speed=refit)
+        if refit:
+            self._speed_fits[job.id] = (configs, now)
         if speed is not None:
             self._speeds[job.id] = speed
-        self.store.add_prediction(job.id, now, pred.fraction_done, pred.total_samples, pred.remaining_s,
-                                  pred.predicted_finish, pred.loss_fit)
+        if pred.rate:
+            self._rates[job.id] = pred.rate
+        if pred.total_samples:
+            self._totals[job.id] = pred.total_samples
+        self._pending[job.id] = (now, pred)
+
+    # -- predictions -------------------------------------------------------------------------------
+    def refresh_forecast(self, now: float, budget_s: float | None = FORECAST_BUDGET_S) -> Forecast:
+        """Roll the policy forward from the store's current state (``service/forecast.py``) and store it as the
+        current forecast. Runs on its own thread (``LoopThread``): it reads the loop's models, never its caches."""
+        speeds, rates, totals = dict(self._speeds), dict(self._rates), dict(self._totals)
+        views = []
+        for j in self.store.jobs(states=ACTIVE):
+            if j.cancel_requested:
+                continue
+            v = self._make_view(j, speeds.get(j.id))
+            if v.remaining_samples is None and j.id in totals:
+                v = dataclasses.replace(v, remaining_samples=max(0.0, totals[j.id] - j.samples))
+            views.append(v)
+        f = forecast(views, self._cluster_view(now), self._forecast_policy, now,
+                     observed={str(k): r for k, r in rates.items()}, step_s=max(10.0, 5 * self.cluster.interval_s),
+                     budget_s=budget_s, start_s=self.typical_delay("start", 5.0),
+                     resize_s=self.typical_delay("resize", 2.0))
+        self.store.set_forecast(now, {int(k): (f.start[k], f.finish[k]) for k in f.finish})
+        self._forecast, self._forecast_at = f, now
+        return f
+
+    def typical_delay(self, kind: str, default: float) -> float:
+        """Median seconds from a start/resize decision to the first step at the new size, over the newest ones
+        measured here (``default`` until one is): what the forecast charges a job for changing allocation."""
+        seen = list(self._delays[kind])
+        return float(statistics.median(seen)) if seen else default
+
+    def publish_predictions(self) -> None:
+        """Write this round's refits, each with what the newest policy forecast said of the job (the store keeps
+        the current forecast of every active job apart; the refits keep what was forecast at the time)."""
+        f, at = self._forecast, self._forecast_at
+        with self.store.batch():
+            for job_id, (t, pred) in self._pending.items():
+                fields = {}
+                if f is not None and str(job_id) in f.finish:
+                    fields = {"forecast_time": at, "predicted_start": f.start[str(job_id)],
+                              "policy_finish": f.finish[str(job_id)]}
+                self.store.add_prediction(job_id, t, pred.fraction_done, pred.total_samples,
+                                          pred.remaining_s, pred.predicted_finish, pred.loss_fit, **fields)
+        self._pending.clear()
 
 
 class LoopThread(threading.Thread):
@@ -305,6 +394,8 @@ class LoopThread(threading.Thread):
             self.loop.recover()
         except Exception:
             log.exception("recovery after restart failed; scheduling continues with the store as it is")
+        forecaster = threading.Thread(target=self._forecasts, name="dlsched-forecast", daemon=True)
+        forecaster.start()
         while not self.stopping.is_set():
             t0 = time.monotonic()
             try:
@@ -313,6 +404,20 @@ class LoopThread(threading.Thread):
             except Exception:
                 log.exception("scheduling round failed")
             self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+        forecaster.join(timeout=FORECAST_BUDGET_S + 5)
+        self.loop.store.close()
+
+    def _forecasts(self) -> None:
+        """The policy forecast every ``forecast_every_s``, or twice as long as the last one took, so a large
+        queue's forecast takes at most a third of a core from the scheduler; a failure is logged, never fatal."""
+        took = 0.0
+        while not self.stopping.wait(max(self.loop.forecast_every_s, 2 * took)):
+            t0 = time.perf_counter()
+            try:
+                self.loop.refresh_forecast(self.loop.clock())
+            except Exception:
+                log.exception("policy forecast failed")
+            took = time.perf_counter() - t0
         self.loop.store.close()
 
     def stop(self) -> None:

@@ -52,6 +52,7 @@ class Prediction:
     remaining_s: float | None
     predicted_finish: float | None
     loss_fit: dict | None            # {"beta0", "beta1", "beta2", "scale", "rmse"}: LossCurve fields + fit RMSE
+    rate: float | None = None        # samples/s the remaining time assumes (observed wall-clock, else modelled)
 
 
 def fit_linear_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarray) -> LinearSpeed | None:
@@ -124,6 +125,8 @@ def observed_rate(recs: list[dict], window: int = 50) -> float | None:
     for r in reversed(recs[-window:]):
         if (r.get("workers"), r.get("batch_size")) != cfg or r.get("time") is None:
             break
+        if tail and _restart_between(r, tail):
+            break
         tail.append(r)
     if len(tail) < 3:
         return None
@@ -132,15 +135,29 @@ def observed_rate(recs: list[dict], window: int = 50) -> float | None:
     return ds / dt if dt > 0 and ds > 0 else None
 
 
+def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> bool:
+    """A gap before ``newer[-1]`` far longer than the steps after it: the job was stopped and restarted in
+    between (preempted, or resumed after a service restart) at the same configuration, so the start-up stall
+    is not part of the rate it runs at now."""
+    gap = newer[-1]["time"] - older["time"]
+    steps = [a["time"] - b["time"] for a, b in zip(newer, newer[1:])]
+    if not steps:           # one record after it: nothing to compare the gap with yet
+        return False
+    return gap > max(min_gap_s, 10 * float(np.median(steps)))
+
+
 def predict(progress: list[dict], now: float, current_workers: int, current_batch: int | None,
             total_hint: float | None, samples_done: float, target_loss: float | None = None,
-            gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None):
-    """(Prediction, speed model or None) for one job from its stored progress records."""
+            gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True):
+    """(Prediction, speed model or None) for one job from its stored progress records. ``refit_speed=False``
+    keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
+    and its fit costs tens of ms, while the rest of this is cheap enough for every round."""
     recs = [p for p in progress if p.get("samples") is not None]
     recent = recs[-RECENT:]
-    speed = fit_speed(np.array([p.get("workers") or 0 for p in recent], float),
-                      np.array([p.get("batch_size") or 0 for p in recent], float),
-                      np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
+    if refit_speed or speed is None:
+        speed = fit_speed(np.array([p.get("workers") or 0 for p in recent], float),
+                          np.array([p.get("batch_size") or 0 for p in recent], float),
+                          np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
     steps = np.array([p.get("step") or 0 for p in recs], float)
     loss_fit = fit_loss(steps, np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float))
     total = total_hint
@@ -150,10 +167,23 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
         if math.isfinite(end):
             total = samples_done + max(0.0, end - steps[-1]) * (current_batch or recs[-1].get("batch_size") or 1)
     frac = min(1.0, samples_done / total) if total else None
-    remaining_s = finish = None
+    remaining_s = finish = rate = None
     if total and (speed is not None or recs):
         rate = observed_rate(recs) or (speed.throughput(max(current_workers, 1), 1, current_batch or 0) if speed else 0)
         if rate > 0:
             remaining_s = max(0.0, total - samples_done) / rate
             finish = now + remaining_s if current_workers > 0 else None
-    return Prediction(frac, total, remaining_s, finish, loss_fit), speed
+    return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None), speed
+
+
+def expected_times(prediction: dict | None, forecast: dict | None, running: bool) -> tuple[float | None, float | None]:
+    """(start, finish) to show for a job from its latest prediction row and its row of the current forecast.
+
+    The policy forecast (``service/forecast.py``) when one covers the job: it knows the policy may rescale,
+    preempt or delay it. Otherwise, for a running job, the finish at its current allocation; a waiting job's
+    start is then unknown here (``dashboard_routes.estimate_queue`` drains the queue in order instead)."""
+    at_allocation = (prediction or {}).get("predicted_finish") if running else None
+    if forecast:
+        finish = forecast.get("finish")
+        return forecast.get("start"), at_allocation if finish is None else finish
+    return None, at_allocation

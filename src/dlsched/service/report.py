@@ -33,12 +33,15 @@ def prediction_table(store: Store, at_fraction: float = 0.25) -> pd.DataFrame:
                "resizes": sum(1 for e in store.events(j.id) if e["kind"] == "rescaling"),
                "preemptions": sum(1 for e in store.events(j.id) if e["kind"] == "queued"),
                "predicted_at": p["time"] if p else None, "fraction_at_prediction": p["fraction_done"] if p else None,
-               "predicted_finish": p["predicted_finish"] if p else None}
+               "predicted_finish": p["predicted_finish"] if p else None,
+               "policy_finish": p.get("policy_finish") if p else None}
         if p and j.state == FINISHED:
             actual_remaining = j.end_time - p["time"]
             row["predicted_remaining_s"] = p["remaining_s"]
             row["actual_remaining_s"] = actual_remaining
             row["jct_error"] = (p["predicted_finish"] - j.end_time) / (j.end_time - j.submit_time)
+            if p.get("policy_finish") is not None:   # the same moment's policy forecast (service/forecast.py)
+                row["policy_jct_error"] = (p["policy_finish"] - j.end_time) / (j.end_time - j.submit_time)
             row["remaining_error"] = (p["remaining_s"] - actual_remaining) / actual_remaining if actual_remaining > 0 else None
             # the perf model's part alone: remaining time the job actually HELD GPUs (excludes waits after preemption)
             run_left = _held_after(store.allocations(j.id), p["time"], j.end_time)
@@ -128,9 +131,12 @@ def write_report(store: Store, out: str | Path) -> pd.DataFrame:
              "Prediction = the service's first completion-time prediction once the job was >= 25 % done.",
              "jct_error = (predicted finish - actual finish) / actual JCT; remaining_error = relative error of the "
              "predicted remaining time; run_remaining_error = the same against the time the job actually held GPUs "
-             "after the prediction (the perf model's own error, without later preemptions).", ""]
+             "after the prediction (the perf model's own error, without later preemptions); policy_jct_error = the "
+             "same moment's policy forecast (the scheduling policy rolled forward on the fitted models, so later "
+             "rescales and preemptions of the jobs then known are in it) against the actual finish.", ""]
     show = ["id", "name", "state", "elastic", "resizes", "preemptions", "jct_s", "fraction_at_prediction",
-            "predicted_remaining_s", "actual_remaining_s", "jct_error", "remaining_error", "run_remaining_error"]
+            "predicted_remaining_s", "actual_remaining_s", "jct_error", "policy_jct_error", "remaining_error",
+            "run_remaining_error"]
     t = table[[c for c in show if c in table.columns]]
     lines.append(t.to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else t.to_string(index=False))
     if "jct_error" in table and table["jct_error"].notna().any():
@@ -138,6 +144,9 @@ def write_report(store: Store, out: str | Path) -> pd.DataFrame:
         run = table["run_remaining_error"].dropna().abs()
         lines += ["", f"mean |jct_error| at 25 %: {err.mean():.3f} (max {err.max():.3f}) over {len(err)} jobs; "
                       f"mean |run_remaining_error|: {run.mean():.3f} (max {run.max():.3f})"]
+        if "policy_jct_error" in table and table["policy_jct_error"].notna().any():
+            pol = table["policy_jct_error"].dropna().abs()
+            lines += [f"mean |policy_jct_error| at 25 %: {pol.mean():.3f} (max {pol.max():.3f}) over {len(pol)} jobs"]
     lines += ["", "![allocation](allocation_gantt.png)", "", "![loss fits](loss_fits.png)", ""]
     (out / "report.md").write_text("\n".join(lines))
     return table

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from dlsched.spec import JobSpec
 
@@ -77,6 +77,13 @@ MIGRATIONS: list[str] = [
         total_samples REAL, remaining_s REAL, predicted_finish REAL, loss_fit TEXT
     );
     CREATE INDEX predictions_job ON predictions(job_id);
+    """,
+    # 2: the policy forecast (service/forecast.py) next to the at-current-allocation figures
+    """
+    ALTER TABLE predictions ADD COLUMN forecast_time REAL;
+    ALTER TABLE predictions ADD COLUMN predicted_start REAL;
+    ALTER TABLE predictions ADD COLUMN policy_finish REAL;
+    CREATE TABLE forecasts (job_id INTEGER PRIMARY KEY, time REAL NOT NULL, start REAL, finish REAL);
     """,
 ]
 
@@ -331,12 +338,29 @@ class Store:
         return [dict(r) | {"detail": json.loads(r["detail"])} for r in self._conn().execute(q, args)]
 
     def add_prediction(self, job_id: int, now: float, fraction_done: float | None, total_samples: float | None,
-                       remaining_s: float | None, predicted_finish: float | None, loss_fit: dict | None) -> None:
+                       remaining_s: float | None, predicted_finish: float | None, loss_fit: dict | None, *,
+                       forecast_time: float | None = None, predicted_start: float | None = None,
+                       policy_finish: float | None = None) -> None:
+        """``remaining_s``/``predicted_finish``: at the job's current allocation. ``forecast_time`` (when the
+        policy forecast was made), ``predicted_start`` and ``policy_finish``: the policy rolled forward."""
         with self._tx():
             self._conn().execute(
-                "INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, predicted_finish, loss_fit) "
-                "VALUES (?,?,?,?,?,?,?)", (job_id, now, fraction_done, total_samples, remaining_s, predicted_finish,
-                                           json.dumps(loss_fit) if loss_fit else None))
+                "INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, predicted_finish, "
+                "loss_fit, forecast_time, predicted_start, policy_finish) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (job_id, now, fraction_done, total_samples, remaining_s, predicted_finish,
+                 json.dumps(loss_fit) if loss_fit else None, forecast_time, predicted_start, policy_finish))
+
+    def set_forecast(self, now: float, times: Mapping[int, tuple[float | None, float | None]]) -> None:
+        """Replace the current policy forecast: (start, finish) per active job. A snapshot, not a history (the
+        history of what was forecast for running jobs is in ``predictions``)."""
+        with self._tx():
+            c = self._conn()
+            c.execute("DELETE FROM forecasts")
+            c.executemany("INSERT INTO forecasts(job_id, time, start, finish) VALUES (?,?,?,?)",
+                          [(j, now, s, f) for j, (s, f) in times.items()])
+
+    def forecasts(self) -> dict[int, dict]:
+        return {r["job_id"]: dict(r) for r in self._conn().execute("SELECT * FROM forecasts")}
 
     def predictions(self, job_id: int) -> list[dict]:
         rows = self._conn().execute("SELECT * FROM predictions WHERE job_id = ? ORDER BY id", (job_id,))

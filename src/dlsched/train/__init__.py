@@ -38,7 +38,7 @@ Job runtime contract (between ``train/`` and the service backends ``backends/``)
   "workers_lost", "exit_codes", "restored_step", "lost_steps", "new_generation", "checkpoint"}``,
   ``{"event": "straggler", "workers", "ewma"}``, ``{"event": "epoch_end", "epoch", "mean_loss"}``,
   ``{"event": "finished", "step"}``, ``{"event": "stopped", "step", "checkpoint"}``,
-  ``{"event": "resize_failed"|"control_rejected", "error"}``.
+  ``{"event": "resize_failed"|"control_rejected", "error"}``, ``{"event": "resize_abandoned", "reason"}``.
   ``step`` counts optimizer steps; after a worker loss it restarts from the checkpoint's step.
 * State: ``DIR/status.json`` ``{"state": "running"|"finished"|"failed"|"stopped", "pid": coordinator pid,
   "workers": int, "error": str|null}`` plus ``generation``, ``worker_pids``, ``standby_ready``.
@@ -46,8 +46,22 @@ Job runtime contract (between ``train/`` and the service backends ``backends/``)
   ``DIR/logs/``. Re-running the start command on an existing DIR resumes from the latest
   checkpoint (with the new ``--workers``); on a finished job it exits 0 at once.
 * Stopping a job: SIGTERM the coordinator's process group (start it with ``start_new_session=True``).
-  Workers ignore SIGTERM; the coordinator has them finish the current step, rank 0 writes an atomic
-  checkpoint of it (``checkpoint`` event), then ``stopped``, status ``stopped``, exit 143: re-running the
-  start command resumes at that step, redoing none. SIGKILL (e.g. after a grace period) also works,
-  losing the steps since the last periodic checkpoint; orphaned workers exit once the store is gone.
+  Start it with SIGTERM *blocked* (``dlsched.train.preemption.sigterm_blocked`` around the spawn; the
+  mask survives exec): the runtime unblocks it once its handler is installed, so a stop that arrives
+  during start-up is not lost or fatal either. A runtime started this way must unblock SIGTERM itself.
+  Workers ignore SIGTERM; the coordinator acts at the next safe point: a resize still waiting for its new
+  workers is abandoned (``resize_abandoned``); a generation that has not trained its first step is
+  cancelled (rank 0 checkpoints the state carried over from a stop-free resize; nothing is written when
+  no step ran since the last checkpoint); otherwise the group finishes the current step and rank 0
+  writes an atomic checkpoint of it (``checkpoint`` event). Then ``stopped`` (``step`` = the last
+  completed step), status ``stopped``, exit 143: re-running the start command resumes at that step,
+  redoing none. SIGKILL (e.g. after a grace period) also works, losing the steps since the last periodic
+  checkpoint; orphaned workers exit once the store is gone.
+* GPUs: the coordinator takes the job's devices from ``CUDA_VISIBLE_DEVICES`` (set by the backend; unset =
+  every local GPU) and later from ``control.json``'s optional ``"devices": [...]`` (the backend's new grant
+  on a resize). Each worker process owns exactly one of them for its whole life: its
+  ``CUDA_VISIBLE_DEVICES`` lists it first (= its cuda:0), then the job's other devices (NCCL P2P peers);
+  "" = CPU. Workers whose device was taken away leave at the resize (all of them: the state then moves
+  through a checkpoint); NCCL when every rank of a generation has a GPU, else gloo. ``status.json`` adds ``devices`` (the job's) and ``worker_devices``
+  (what each current worker reported seeing, per rank; null until it is ready).
 """

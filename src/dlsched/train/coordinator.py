@@ -6,6 +6,12 @@ workers are started and build their model while the old group keeps training; on
 ready does the coordinator raise the stop flag, read the final offsets, and publish the next
 generation's plan (survivors keep their state, rank 0 broadcasts it). A worker that dies takes the
 in-memory state with it, so then — and only then — the group is replaced from the last checkpoint.
+
+SIGTERM (``preemption``) is acted on at the next safe point, whatever the job is doing: a resize still
+waiting for its new workers is abandoned, a generation that has not trained its first step is
+cancelled through its gate (rank 0 checkpoints the state it carried over, if any), otherwise the
+group finishes the step it is in and checkpoints it. Every worker is pinned to its own GPU
+(``devices``), at start and on every resize, from the devices the backend granted the job.
 """
 from __future__ import annotations
 
@@ -19,16 +25,19 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from dlsched.errors import UserError
 from dlsched.train import checkpoint as ckpt
+from dlsched.train import preemption
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
-from dlsched.train.files import ProgressLog, read_control, write_status
+from dlsched.train.devices import free_devices, job_devices, keepers, visible_devices
+from dlsched.train.files import Control, ProgressLog, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
-from dlsched.train.worker import STOP_PREEMPT, STOP_RESIZE
+from dlsched.train.worker import GATE_CANCEL, STOP_PREEMPT, STOP_RESIZE, gate_key
 from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
 
 POLL_S = 0.02
@@ -45,13 +54,12 @@ def _start_forkserver_shielded() -> None:
     lose the step. SIGTERM stays blocked meanwhile (a blocked signal is kept pending even while
     ignored), so one arriving in this window reaches the coordinator's handler afterwards.
     """
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        multiprocessing.forkserver.ensure_running()
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    with preemption.sigterm_blocked():
+        handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGTERM, handler)
 
 
 @dataclass
@@ -106,27 +114,42 @@ class Coordinator:
         self.stragglers: list[int] = []
         self.resizing = False
         self.standby_ready = 0
-        self.stop_requested = False
+        self.plan: dict = {}
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self.devices = job_devices(visible, 0 if visible is not None else torch.cuda.device_count())
+        self.device_of: dict[int, str] = {}  # worker -> the one device it may use ("" = CPU)
+        self.seen: dict[int, str | None] = {}  # worker -> CUDA_VISIBLE_DEVICES the worker itself reported
 
-    def _on_sigterm(self, signum, frame) -> None:
-        self.stop_requested = True  # acted on by the main loop, between steps
+    @property
+    def stop_requested(self) -> bool:
+        return preemption.requested()
 
     # -- processes ----------------------------------------------------------------------------------
-    def _spawn(self, generation: int, count: int, world: int) -> list[int]:
+    def _spawn(self, generation: int, devices: list[str] | int, world: int) -> list[int]:
+        """Start workers, one per entry of ``devices`` (or that many on free devices)."""
+        if isinstance(devices, int):
+            devices = free_devices(self.devices, (self.device_of[w] for w in self.procs), devices)
         threads = self.o.threads or max(1, (os.cpu_count() or 1) // max(world, 1))
         wids = []
-        for _ in range(count):
+        for device in devices:
             wid, self.next_wid = self.next_wid, self.next_wid + 1
             argv = ["--store", f"{self.launcher.store_host}:{self.store.port}", "--worker-id", str(wid), "--generation",
                     str(generation), "--job-dir", str(self.dir), "--entry", self.o.entry,
                     "--params", json.dumps(self.o.params), "--threads", str(threads)]
-            self.procs[wid] = self.launcher.start(argv, self.dir / "logs" / f"worker-{wid}.log")
+            self.procs[wid] = self.launcher.start(argv, self.dir / "logs" / f"worker-{wid}.log",
+                                                  visible_devices(device, self.devices))
+            self.device_of[wid] = device
             wids.append(wid)
         return wids
 
     def _wait_ready(self, wids: list[int]) -> bool:
-        """Wait for new workers to finish their preparation, while the current group keeps training."""
+        """Wait for new workers to finish their preparation, while the current group keeps training.
+
+        False when one of them failed, a worker died, or the job is being stopped (the resize is abandoned)."""
         while not all(self.store.check([f"ready/{w}"]) for w in wids):
+            if self.stop_requested:
+                self.progress.write({"event": "resize_abandoned", "time": time.time(), "reason": "stop requested"})
+                return False
             for w in wids:
                 if self.procs[w].poll() is not None:
                     self.progress.write({"event": "resize_failed", "time": time.time(),
@@ -150,12 +173,16 @@ class Coordinator:
         for w in [w for w in self.leaving if self.procs[w].poll() is not None]:
             self.leaving.remove(w)
             self.procs.pop(w)
+            self.device_of.pop(w, None)
+            self.seen.pop(w, None)
 
     def _kill(self, wids: list[int]) -> None:
         for w in wids:
             if w in self.leaving:
                 self.leaving.remove(w)
             p = self.procs.pop(w, None)
+            self.device_of.pop(w, None)
+            self.seen.pop(w, None)
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
@@ -169,18 +196,30 @@ class Coordinator:
                 "local_batches": local_batch_sizes(global_batch, len(wids)),
                 "ramp": {"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T},
                 "epoch_loss": list(epoch_loss), "restore": str(restore) if restore else None,
+                # the state lives only in the workers' memory: a cancelled generation must checkpoint it
+                "carried": restore is None and step > 0,
+                "devices": [self.device_of[w] for w in wids],
                 "ckpt_every": self.o.ckpt_every, "record_samples": self.o.record_samples}
+        self.plan = plan
         self.store.set(f"plan/{self.generation}", json.dumps(plan))
         self._status("running")
 
     def _status(self, state: str, error: str | None = None) -> None:
         write_status(self.dir, state, os.getpid(), len(self.wids), error, generation=self.generation,
                      worker_pids=[self.procs[w].pid for w in self.wids if w in self.procs],
-                     standby_ready=self.standby_ready)
+                     standby_ready=self.standby_ready, devices=self.devices,
+                     worker_devices=[self.seen.get(w) for w in self.wids])
 
-    def _watch_standby(self) -> None:
-        ready = sum(self.store.check([f"ready/{w}"]) for w in self.standby)
-        if ready != self.standby_ready:
+    def _watch_ready(self) -> None:
+        """Refresh status.json when workers become ready: standby count, and the devices workers report."""
+        changed = False
+        for w in self.procs:
+            if w not in self.seen and self.store.check([f"ready/{w}"]):
+                report = json.loads(self.store.get(f"ready/{w}"))
+                self.seen[w] = report.get("cuda_visible_devices") if isinstance(report, dict) else None
+                changed = True
+        ready = sum(w in self.seen for w in self.standby)
+        if changed or ready != self.standby_ready:
             self.standby_ready = ready
             self._status("running")
 
@@ -225,11 +264,13 @@ class Coordinator:
 
     # -- main loop ----------------------------------------------------------------------------------
     def run(self) -> int:
+        preemption.install()  # already done by ``run`` before its imports; here for in-process callers
         restore, step, table, gb, ramp, eloss, finished = self._initial_state()
         if finished:
             self._status("finished")
             return 0
-        signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`
+            return self._stopped(step, restore)
         _start_forkserver_shielded()
         wids = self._spawn(0, self.o.workers, self.o.workers)
         self.standby = self._spawn(0, self.o.standby, self.o.workers)
@@ -249,9 +290,9 @@ class Coordinator:
                 self._poll_control()
                 if self.stragglers:
                     drop, self.stragglers = self.stragglers, []
-                    self._resize(len(self.wids), None, drop=drop)
+                    self._resize(Control(len(self.wids), None, self.control_gen), drop=drop)
                 self._reap_leaving()
-                self._watch_standby()
+                self._watch_ready()
                 time.sleep(POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
             self._kill(list(self.procs))
@@ -271,26 +312,41 @@ class Coordinator:
         return 0
 
     def _stop(self) -> int:
-        """SIGTERM: workers finish the current step, rank 0 checkpoints it, all exit; a resume redoes no step."""
-        gen = self.generation
-        self.store.set(f"stop/{gen}", STOP_PREEMPT)
-        end_key = f"end/{gen}"
+        """SIGTERM: workers finish the current step, rank 0 checkpoints it, all exit; a resume redoes no step.
+
+        A generation that has not started training is cancelled instead, so no step waits for slow joiners:
+        then only a state carried over in memory needs rank 0 to checkpoint it; otherwise the workers just go."""
+        gen, end_key = self.generation, f"end/{self.generation}"
+        cancelled = self.store.compare_set(gate_key(gen), "", GATE_CANCEL.decode()) == GATE_CANCEL
+        if cancelled and not self.plan["carried"]:
+            self._kill(list(self.procs))
+            self._drain()
+            return self._stopped(self.plan["step"], ckpt.latest_checkpoint(self.dir / "ckpt"))
+        if not cancelled:
+            self.store.set(f"stop/{gen}", STOP_PREEMPT)
+        needed = self.wids[:1] if cancelled else self.wids  # a cancelled generation waits for rank 0's checkpoint only
+        end = None
         while not self.store.check([end_key]):
             self._drain()
-            if self._dead_workers():  # no consistent state to save: the last periodic checkpoint stands
-                end = None
-                break
+            if any(self.procs[w].poll() not in (None, 0) for w in needed):
+                break  # no consistent state to save: the last periodic checkpoint stands
             time.sleep(POLL_S)
         else:
             end = json.loads(self.store.get(end_key))
             if end["finished"]:
                 return self._finish()
-            for w in self.wids:
-                self.procs[w].wait()
+            self._wait_exit(needed, timeout=5.0)  # let them close their sample records; killed below anyway
         self._kill(list(self.procs))
         self._drain()
-        latest = ckpt.latest_checkpoint(self.dir / "ckpt")
-        self.progress.write({"event": "stopped", "time": time.time(), "step": end and end["step"],
+        return self._stopped(end and end["step"], ckpt.latest_checkpoint(self.dir / "ckpt"))
+
+    def _wait_exit(self, wids: list[int], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(self.procs[w].poll() is None for w in wids):
+            time.sleep(POLL_S)
+
+    def _stopped(self, step: int | None, latest: Path | None) -> int:
+        self.progress.write({"event": "stopped", "time": time.time(), "step": step,
                              "checkpoint": str(latest) if latest else None})
         self._status("stopped")
         return EXIT_STOPPED
@@ -306,58 +362,79 @@ class Coordinator:
         if ctl is None or ctl.generation <= self.control_gen:
             return
         self.control_gen = ctl.generation
-        self._resize(ctl.workers, ctl.batch_size)
+        self._resize(ctl)
 
-    def _resize(self, workers: int, batch_size: int | None, drop: list[int] = ()) -> None:
+    def _resize(self, ctl: Control, drop: list[int] = ()) -> None:
         """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step.
 
         ``drop`` names workers to replace (stragglers): they leave like scaled-in workers."""
         self.resizing = True
         try:
-            self._resize_now(workers, batch_size, list(drop))
+            self._resize_now(ctl, list(drop))
         finally:
             self.resizing = False
-        self.standby_ready = 0
+        self.standby_ready = sum(w in self.seen for w in self.standby)
 
-    def _resize_now(self, workers: int, batch_size: int | None, drop: list[int]) -> None:
+    def _resize_now(self, ctl: Control, drop: list[int]) -> None:
+        if self.stop_requested:
+            return  # the main loop stops the job instead
         requested = time.time()
+        workers, batch_size = ctl.workers, ctl.batch_size
+        if ctl.devices is not None:
+            self.devices = list(ctl.devices)
         old = list(self.wids)
-        if workers == len(old) and not drop and batch_size in (None, self.global_batch):
+        keep = keepers([w for w in old if w not in drop], self.device_of, self.devices, workers)
+        if keep == old and workers == len(old) and batch_size in (None, self.global_batch):
             return  # nothing to change: don't stop the group for it
-        keep = [w for w in old if w not in drop][:workers]
-        need = workers - len(keep)
-        new, self.standby = self.standby[:need], self.standby[need:]
-        new += self._spawn(self.generation + 1, need - len(new), workers)
+        leaving = [w for w in old if w not in keep]
+        # newcomers get the job's devices the keepers do not use; a prepared spare fits when it has that device
+        held = [self.device_of[w] for w in keep] + [self.device_of[w] for w in self.leaving + leaving]
+        new = []
+        for device in free_devices(self.devices, held, workers - len(keep)):
+            spare = next((w for w in self.standby if self.device_of[w] == device), None)
+            if spare is None:
+                new += self._spawn(self.generation + 1, [device], workers)
+            else:
+                self.standby.remove(spare)
+                new.append(spare)
         if not self._wait_ready(new):
             self._kill(new)
             return
         gen = self.generation
         stopped = time.time()
-        self.store.set(f"stop/{gen}", STOP_RESIZE)
+        # no worker may stay (the job moved to other GPUs): the state goes through a checkpoint instead of memory
+        self.store.set(f"stop/{gen}", STOP_RESIZE if keep else STOP_PREEMPT)
         while not self.store.check([f"end/{gen}"]):
+            if self.stop_requested:  # preempted meanwhile: this step's end becomes the stop (checkpointed)
+                self.store.compare_set(f"stop/{gen}", STOP_RESIZE, STOP_PREEMPT)
             self._drain()
             if self._dead_workers():
                 self._kill(new)
                 return
             time.sleep(0.001)
         end = json.loads(self.store.get(f"end/{gen}"))
-        if end["finished"]:
-            self._kill(new)
+        if end["finished"] or (end.get("preempted") and self.stop_requested):
+            self._kill(new)  # _finish / _stop take it from here
             return
         self._drain()
+        restore = None
+        if keep:
+            step, table, eloss, lr = end["step"], PartitionTable.from_snapshot(end["table"]), end["epoch_loss"], end["lr"]
+        else:
+            restore, step, table, _, _, eloss, _ = self._initial_state()
+            lr = self.ramp.lr(step - 1)  # the LR of the last step taken
         gb = batch_size or global_batch_after_resize(self.o.batch_mode, self.global_batch, len(old), workers)
         ramp = self.ramp
         if gb != self.global_batch:
-            ramp = ramp.rescaled(end["lr"], self.global_batch, gb, end["step"])
+            ramp = ramp.rescaled(lr, self.global_batch, gb, step)
         wids = keep + new
-        leaving = [w for w in old if w not in keep]
         for w in leaving:
             self.detector.forget(w)
-        self._publish(wids, end["step"], PartitionTable.from_snapshot(end["table"]), gb, ramp, end["epoch_loss"])
+        self._publish(wids, step, table, gb, ramp, eloss, restore)
         self.leaving += leaving  # they exit on their own; reaped without blocking the loop
         self.standby += self._spawn(self.generation, self.o.standby - len(self.standby), workers)
         self.pending_resize = {"event": "resized", "time": requested, "generation": self.generation,
-                               "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb, "step": end["step"],
+                               "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb, "step": step,
                                "requested_at": requested, "stopped_at": stopped}
 
     def _recover(self, dead: list[int]) -> None:

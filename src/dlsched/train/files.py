@@ -42,16 +42,22 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 @dataclass(frozen=True)
 class Control:
-    """A resize / batch-size request; only a higher ``generation`` than the last one applied counts."""
+    """A resize / batch-size request; only a higher ``generation`` than the last one applied counts.
+
+    ``devices``: the CUDA devices the backend now grants the job (one per worker), None = unchanged."""
 
     workers: int
     batch_size: int | None
     generation: int
+    devices: tuple[str, ...] | None = None
 
 
-def write_control(job_dir: Path, workers: int, batch_size: int | None, generation: int) -> None:
-    atomic_write_json(Path(job_dir) / "control.json",
-                      {"workers": workers, "batch_size": batch_size, "generation": generation})
+def write_control(job_dir: Path, workers: int, batch_size: int | None, generation: int,
+                  devices: list[str] | None = None) -> None:
+    obj = {"workers": workers, "batch_size": batch_size, "generation": generation}
+    if devices is not None:
+        obj["devices"] = list(devices)
+    atomic_write_json(Path(job_dir) / "control.json", obj)
 
 
 def read_control(job_dir: Path) -> Control | None:
@@ -75,7 +81,10 @@ def read_control(job_dir: Path) -> Control | None:
     bs = obj.get("batch_size")
     if bs is not None and (not isinstance(bs, int) or isinstance(bs, bool) or bs < 1):
         raise UserError(f"{path}: field batch_size={bs!r} must be a positive integer or null")
-    return Control(obj["workers"], bs, obj["generation"])
+    devices = obj.get("devices")
+    if devices is not None and (not isinstance(devices, list) or not all(isinstance(d, str) and d for d in devices)):
+        raise UserError(f"{path}: field devices={devices!r} must be a list of device names or null")
+    return Control(obj["workers"], bs, obj["generation"], None if devices is None else tuple(devices))
 
 
 class ProgressLog:

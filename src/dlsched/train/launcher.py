@@ -1,6 +1,7 @@
 """Where a job's worker processes run: the seam between the coordinator and the machines.
 
-The coordinator needs little of a worker process: start it with an argv and a log file, then
+The coordinator needs little of a worker process: start it with an argv, a log file and the
+``CUDA_VISIBLE_DEVICES`` the coordinator chose for it (``dlsched.train.devices``), then
 ``poll``/``returncode``/``wait``/``kill`` it (a ``WorkerHandle``), and a host name its workers reach
 its TCPStore at (``Launcher.store_host``). Two launchers:
 
@@ -71,7 +72,7 @@ class WorkerHandle(Protocol):
 class Launcher(Protocol):
     store_host: str   # where the workers reach the coordinator's TCPStore
 
-    def start(self, argv: list[str], log_path: Path) -> WorkerHandle: ...
+    def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerHandle: ...
 
 
 def default_launcher() -> str:
@@ -92,7 +93,9 @@ def make_launcher(kind: str, job_dir: Path) -> Launcher:
 
 # ----------------------------------------------------------------------------- local (forkserver)
 
-def _worker_main(argv: list[str], log_path: str) -> None:
+def _worker_main(argv: list[str], log_path: str, visible: str) -> None:
+    # before CUDA's first use in this process (the forkserver imported torch, never initialised CUDA)
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -104,8 +107,8 @@ def _worker_main(argv: list[str], log_path: str) -> None:
 class WorkerProcess:
     """A worker forked from a forkserver that has torch loaded: starts in ~0.1 s instead of a fresh interpreter's seconds."""
 
-    def __init__(self, argv: list[str], log_path: Path):
-        self._p = _FORKSERVER.Process(target=_worker_main, args=(argv, str(log_path)), daemon=False)
+    def __init__(self, argv: list[str], log_path: Path, visible: str):
+        self._p = _FORKSERVER.Process(target=_worker_main, args=(argv, str(log_path), visible), daemon=False)
         self._p.start()
         self.pid = self._p.pid
 
@@ -129,8 +132,8 @@ class LocalLauncher:
 
     store_host = "127.0.0.1"
 
-    def start(self, argv: list[str], log_path: Path) -> WorkerProcess:
-        return WorkerProcess(argv, log_path)
+    def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerProcess:
+        return WorkerProcess(argv, log_path, visible)
 
 
 # ----------------------------------------------------------------------------- Ray (one actor per bundle)
@@ -315,7 +318,9 @@ class RayLauncher:
         except (OSError, ValueError) as e:
             raise RuntimeError(f"{path}: the Ray backend's slot list is unreadable ({e})") from None
 
-    def start(self, argv: list[str], log_path: Path) -> RayWorker:
+    def start(self, argv: list[str], log_path: Path, visible: str) -> RayWorker:
+        """``visible`` is not used: a worker sees the GPU Ray gave its bundle (Ray sets CUDA_VISIBLE_DEVICES
+        for an actor with ``num_gpus``); the coordinator, which holds no GPU itself, cannot know it."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
         from ray.util.placement_group import get_placement_group
 

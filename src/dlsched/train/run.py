@@ -1,6 +1,11 @@
 """``python -m dlsched.train.run``: start (or resume) one elastic training job; see ``dlsched.train`` for the contract."""
 from __future__ import annotations
 
+if __name__ == "__main__":  # first of all: the imports below take seconds (torch), and a SIGTERM meanwhile must
+    from dlsched.train import preemption  # end as "stopped" (exit 143), not kill the job unrecorded
+
+    preemption.install()
+
 import argparse
 import os
 import sys

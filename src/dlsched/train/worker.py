@@ -4,10 +4,12 @@ The worker lives across generations: it builds the job once, then for each gener
 of, it joins a fresh process group (c10d over the coordinator's TCPStore, gloo on CPU, NCCL on GPU),
 receives parameters and optimizer state by broadcast from rank 0 (stop-free resize) or loads the
 checkpoint (after a worker died), trains synchronous steps, and leaves the group when the
-coordinator raises the generation's stop flag. The stop decision, per-rank sample counts, loss and
-compute times ride in the same single all-reduce as the gradients, so every rank stops after the
-same step without an extra round trip. Gradients live in one flat buffer (``p.grad`` are views into
-it), so backward writes straight into the all-reduce buffer.
+coordinator raises the generation's stop flag. A generation starts training only once its ranks claim
+its gate; the coordinator may cancel it before that (a SIGTERM while it forms), and then rank 0
+checkpoints the state the group carried over, so a preemption at any moment loses nothing. The stop
+decision, per-rank sample counts, loss and compute times ride in the same single all-reduce as the
+gradients, so every rank stops after the same step without an extra round trip. Gradients live in
+one flat buffer (``p.grad`` are views into it), so backward writes straight into the all-reduce buffer.
 """
 from __future__ import annotations
 
@@ -24,11 +26,17 @@ import torch.distributed as dist
 
 from dlsched.train import checkpoint as ckpt
 from dlsched.train.data import PartitionTable, record_path, split_global_batch
+from dlsched.train.devices import collective_backend
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.scaling import LrRamp, micro_batches, set_lr_compensated
 
 PG_TIMEOUT = timedelta(seconds=60)
 STOP_RESIZE, STOP_PREEMPT = "1", "2"  # values of the coordinator's stop/{generation} flag
+GATE_RUN, GATE_CANCEL = b"run", b"cancel"  # the first to set gate/{generation} decides whether it trains
+
+
+def gate_key(generation: int) -> str:
+    return f"gate/{generation}"
 
 
 def connect_store(addr: str) -> dist.TCPStore:
@@ -52,16 +60,18 @@ def fault_slowdown(worker_id: int) -> float:
     return float(secs) if wid.strip() == str(worker_id) else 0.0
 
 
-def pick_backend(world_size: int, rank: int = 0) -> tuple[str, torch.device]:
-    """NCCL when every rank can have its own GPU (rank r uses cuda:r), else gloo on CPU — same code either way.
+def pick_backend(devices: list[str]) -> tuple[str, torch.device]:
+    """NCCL when every rank of the generation has its own GPU, else gloo on CPU — same code either way.
 
-    NCCL refuses two ranks of one communicator on the same device, hence one GPU per rank. A worker
-    the Ray launcher started in a GPU bundle (``DLSCHED_GPU_PER_WORKER=1``) sees only its own GPU: cuda:0.
+    ``devices``: each rank's device (``dlsched.train.devices``); this process sees its own first, as cuda:0.
+    NCCL refuses two ranks of one communicator on the same device, hence one GPU per worker. A worker the
+    Ray launcher started in a GPU bundle (``DLSCHED_GPU_PER_WORKER=1``, every rank of such a job) sees only
+    the GPU Ray gave its bundle, as cuda:0, whatever the coordinator's (GPU-less) device list says.
     """
     if os.environ.get("DLSCHED_GPU_PER_WORKER") == "1" and torch.cuda.is_available():
         return "nccl", torch.device("cuda", 0)
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl", torch.device("cuda", rank)
+    if collective_backend(devices, torch.cuda.is_available()) == "nccl":
+        return "nccl", torch.device("cuda", 0)
     return "gloo", torch.device("cpu")
 
 
@@ -115,8 +125,10 @@ class Worker:
     def run_generation(self, plan: dict) -> bool:
         gen, rank, world = plan["generation"], plan["wids"].index(self.wid), len(plan["wids"])
         t_join = time.perf_counter()
-        backend, self.device = pick_backend(world, rank)
+        backend, self.device = pick_backend(plan["devices"])
         self.model.to(self.device)
+        if not self._gather(gen, world):
+            return self._cancelled(plan, rank)
         dist.init_process_group(backend, store=dist.PrefixStore(f"pg/{gen}", self.store),
                                 rank=rank, world_size=world, timeout=PG_TIMEOUT)
         try:
@@ -128,9 +140,35 @@ class Worker:
                 if rank != 0:
                     self._load_state(box[0])
             self.setup_s = time.perf_counter() - t_join  # new group + state broadcast: the stop-free pause's core
+            if self.store.compare_set(gate_key(gen), "", GATE_RUN.decode()) != GATE_RUN:
+                return self._cancelled(plan, rank)
             return self._train(plan, rank, world)
         finally:
             dist.destroy_process_group()
+
+    def _gather(self, gen: int, world: int) -> bool:
+        """Wait until every rank arrived, so that c10d's rendezvous (which cannot be interrupted) never waits
+        on a missing rank; False when the coordinator cancels the generation meanwhile."""
+        arrived, gate = f"arrived/{gen}", gate_key(gen)
+        self.store.add(arrived, 1)
+        while self.store.add(arrived, 0) < world:
+            if self.store.check([gate]) and self.store.get(gate) == GATE_CANCEL:
+                return False
+            if os.getppid() != self.parent:
+                sys.exit(3)
+            time.sleep(0.002)
+        return True
+
+    def _cancelled(self, plan: dict, rank: int) -> bool:
+        """The job stops before this generation's first step: rank 0 checkpoints the state carried over from
+        the previous generation (it lives only in memory), or nothing when the plan restored a checkpoint."""
+        if rank == 0:
+            if plan["carried"]:
+                self._save(plan["step"], PartitionTable.from_snapshot(plan["table"]), sum(plan["local_batches"]),
+                           LrRamp(**plan["ramp"]), tuple(plan["epoch_loss"]))
+            self.store.set(f"end/{plan['generation']}", json.dumps(
+                {"finished": False, "preempted": True, "cancelled": True, "step": plan["step"]}))
+        return True
 
     def _train(self, plan: dict, rank: int, world: int) -> bool:
         job, gen = self.job, plan["generation"]
@@ -250,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
     store = connect_store(args.store)
     job = build_job(args.entry, json.loads(args.params))
     worker = Worker(job, store, args.worker_id, Path(args.job_dir))
-    store.set(f"ready/{args.worker_id}", "1")
+    # what this process really sees, for status.json (a GPU must never be shared, even after resizes)
+    store.set(f"ready/{args.worker_id}", json.dumps({"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}))
     worker.run(args.generation)
     if worker.record is not None:
         worker.record.close()

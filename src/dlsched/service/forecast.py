@@ -1,0 +1,164 @@
+"""When will each active job start and finish *under the scheduling policy*? Roll the live policy forward on a
+virtual clock.
+
+Why: a completion time computed at the job's current allocation is wrong as soon as the policy rescales or
+preempts it, and a queue drained in submission order is not how Tiresias or the elastic policy admit jobs. The
+forecast calls the same ``policy.decide`` and the same ``place`` as the live loop and the simulator, on the
+loop's own ``JobView`` snapshots, and advances every job's remaining samples at the throughput its fitted speed
+model gives for the allocation it would get. Unknowns stay unknown: a job without remaining work or a rate
+gets a start but no finish, and holds its GPUs until the forecast ends. Arrivals that have not happened yet are,
+of course, not in it.
+
+Pure: no I/O, no clock; ``now`` and the policy are inputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from dlsched.placement import PlacementError, consolidated, place
+from dlsched.policy.base import ClusterView, JobView, Policy
+
+
+@dataclass(frozen=True)
+class Forecast:
+    start: Mapping[str, float | None]     # job id -> (re)start time; None: not started before the forecast ended
+    finish: Mapping[str, float | None]    # job id -> completion time; None: unknown or beyond the forecast
+    decisions: int                        # policy calls made
+    cut_short: bool                       # stopped by max_decisions / horizon / budget, not because nothing
+                                          # more could be predicted
+
+
+@dataclass
+class _State:
+    view: JobView
+    left: float | None                    # samples
+    gpus: int = 0
+    batch: int | None = None
+    nodes: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    pause: float = 0.0                    # seconds of restart/resize left before progress resumes
+    rate: float | None = None             # samples/s at the current allocation
+    attained: float = 0.0
+    run_time: float = 0.0
+    start: float | None = None
+    finish: float | None = None
+    snap: tuple | None = None             # (state key, JobView) of the last decision
+
+
+def _snapshot(s: _State) -> JobView:
+    """The job as the policy sees it now; a waiting job's view does not change, so it is rebuilt only on change."""
+    key = (s.left, s.batch, s.attained, s.run_time, tuple(s.nodes.items()))
+    if s.snap is None or s.snap[0] != key:
+        s.snap = (key, dataclasses.replace(s.view, placement=s.nodes, current_batch_size=s.batch,
+                                           remaining_samples=s.left, attained_service=s.attained, run_time=s.run_time))
+    return s.snap[1]
+
+
+def rate_for(view: JobView, gpus: int, nodes: int, batch: int | None, observed: float | None) -> float | None:
+    """Samples/s of ``view`` on ``gpus`` GPUs over ``nodes`` nodes at global ``batch``.
+
+    The job's speed model gives the shape; where the job is running, its observed wall-clock rate calibrates
+    the model (a model fitted on per-step times misses what happens between steps). Without a model, the
+    observed rate is taken to scale linearly with GPUs (the simulator's assumption for duration-only jobs)."""
+    if gpus <= 0:
+        return 0.0
+    cur = view.num_gpus
+    b = batch or view.current_batch_size or view.batch_size or 0
+    model = view.speed
+    if model is not None:
+        try:
+            r = float(model.throughput(gpus, max(nodes, 1), int(b)))
+            if observed and cur > 0:
+                here = float(model.throughput(cur, max(len(view.placement), 1),
+                                              int(view.current_batch_size or view.batch_size or b)))
+                if here > 0:
+                    r *= observed / here
+            return r if r > 0 and math.isfinite(r) else None
+        except (ValueError, ZeroDivisionError):
+            pass
+    if observed and cur > 0:
+        return observed * gpus / cur
+    return None
+
+
+def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now: float, *,
+             observed: Mapping[str, float] | None = None, step_s: float = 30.0, start_s: float = 5.0,
+             resize_s: float = 2.0, max_decisions: int = 400, horizon_s: float = 30 * 86400.0,
+             budget_s: float | None = None) -> Forecast:
+    """Roll ``policy`` forward from ``now`` until every job finished or no running job can finish (its work or
+    rate unknown): then the jobs still waiting have no predicted start.
+
+    Decisions are made at ``now`` and at every forecast completion; a policy that is not ``event_driven`` is also
+    re-asked every ``max(step_s, 10 % of the look-ahead)`` between them (the live loop decides more often;
+    policies whose decision depends on elapsed service see it change at this granularity).
+    A job pays ``start_s`` of no progress when it (re)starts and ``resize_s`` when its GPUs or batch change,
+    as measured for the local runtime (bench/runtime_resize.py, bench/ray_latency.py). ``budget_s`` bounds the
+    wall time (the result is then marked incomplete); ``max_decisions`` bounds it deterministically."""
+    observed = observed or {}
+    states = {v.id: _State(v, v.remaining_samples, v.num_gpus, v.current_batch_size, dict(v.placement),
+                           attained=v.attained_service, run_time=v.run_time,
+                           start=now if v.num_gpus > 0 else None) for v in views}
+    for s in states.values():
+        s.rate = rate_for(s.view, s.gpus, len(s.nodes), s.batch, observed.get(s.view.id)) if s.gpus else 0.0
+    event_driven = bool(getattr(policy, "event_driven", False))
+    t, decisions, t_wall = now, 0, time.perf_counter()
+    cut_short = True
+    while decisions < max_decisions and t - now < horizon_s:
+        active = [s for s in states.values() if s.finish is None]
+        if not active:
+            cut_short = False
+            break
+        if budget_s is not None and time.perf_counter() - t_wall > budget_s:
+            break
+        snap = tuple(_snapshot(s) for s in active)
+        view_cluster = ClusterView(cluster.nodes, t)
+        alloc = policy.decide(snap, view_cluster)
+        decisions += 1
+        try:
+            placed = place(alloc, view_cluster, {s.view.id: s.nodes for s in active if s.nodes}, consolidated)
+        except PlacementError:
+            break
+        for s in active:
+            a = alloc.jobs.get(s.view.id)
+            n = a.num_gpus if a else 0
+            b = (a.batch_size if a and a.batch_size else None) or s.batch or s.view.batch_size
+            nodes = placed.get(s.view.id, {}) if n > 0 else {}
+            if n > 0 and s.gpus == 0:
+                s.pause = start_s
+                s.start = t if s.start is None else s.start
+            elif n > 0 and (n != s.gpus or b != s.batch):
+                s.pause = resize_s
+            elif n == 0:
+                s.pause = 0.0
+            if (n, b, dict(nodes)) != (s.gpus, s.batch, dict(s.nodes)) or s.rate is None:
+                s.rate = rate_for(s.view, n, len(nodes), b, observed.get(s.view.id))
+            s.gpus, s.batch, s.nodes = n, b, nodes
+        # next event: a completion, or the next periodic decision; once nothing can complete, nothing is learnt
+        ends = [t + s.pause + s.left / s.rate for s in active if s.gpus > 0 and s.left is not None and s.rate]
+        if not ends:
+            cut_short = False
+            break
+        # an event-driven policy changes its mind only when a job finishes; the others are re-asked at a period
+        # that grows with the look-ahead (a forecast hours out is coarse anyway), so the cost stays near one
+        # decision per completion
+        periodic = math.inf if event_driven else t + max(step_s, 0.1 * (t - now))
+        t_next = min([periodic, *ends])
+        dt = max(t_next - t, 1e-6)
+        for s in active:
+            if s.gpus <= 0:
+                continue
+            s.attained += dt * s.gpus
+            s.run_time += dt
+            work_s = max(0.0, dt - s.pause)
+            s.pause = max(0.0, s.pause - dt)
+            if s.left is not None and s.rate:
+                if s.left <= work_s * s.rate * (1 + 1e-9):
+                    s.finish, s.left = t + (dt - work_s) + s.left / s.rate, 0.0
+                else:
+                    s.left -= work_s * s.rate
+        t = t_next
+    return Forecast({k: s.start for k, s in states.items()}, {k: s.finish for k, s in states.items()},
+                    decisions, cut_short)

@@ -1,0 +1,87 @@
+"""The forecast rolls the real policies forward: hand-computed starts and finishes on tiny clusters."""
+from dataclasses import dataclass
+
+import pytest
+
+from dlsched.policy.base import ClusterView, JobView, NodeView, make_policy
+from dlsched.service.forecast import forecast, rate_for
+
+
+@dataclass(frozen=True)
+class PerGpu:
+    """samples/s = per_gpu * GPUs (linear scaling), any batch."""
+    per_gpu: float
+
+    def throughput(self, num_gpus, num_nodes=1, global_batch=0, gpu_type=None):
+        return self.per_gpu * num_gpus
+
+    def efficiency(self, global_batch):
+        return 1.0
+
+
+def one_node(gpus):
+    return ClusterView((NodeView("n0", gpus),), 0.0)
+
+
+def job(i, gpus, left, per_gpu=None, running=False, submit=0.0, **kw):
+    return JobView(id=str(i), submit_time=submit, requested_gpus=gpus, max_gpus=gpus, batch_size=32,
+                   remaining_samples=left, speed=PerGpu(per_gpu) if per_gpu else None,
+                   placement={"n0": gpus} if running else {}, current_batch_size=32 if running else None, **kw)
+
+
+def test_fifo_queue_starts_when_the_running_job_finishes():
+    jobs = [job(1, 4, 1000, per_gpu=2.5, running=True), job(2, 4, 500, per_gpu=5.0, submit=1.0)]
+    f = forecast(jobs, one_node(4), make_policy("fifo"), now=100.0, start_s=5.0)
+    assert f.finish["1"] == pytest.approx(200.0)             # 1000 samples at 10/s, already running: no restart
+    assert f.start["2"] == pytest.approx(200.0)
+    assert f.finish["2"] == pytest.approx(200.0 + 5.0 + 25.0)  # start-up, then 500 at 20/s
+    assert not f.cut_short
+
+
+def test_srtf_preempts_the_long_job_and_charges_its_restart():
+    jobs = [job(1, 1, 1000, per_gpu=1.0, running=True), job(2, 1, 100, per_gpu=1.0, submit=5.0)]
+    f = forecast(jobs, one_node(1), make_policy("srtf"), now=0.0, start_s=5.0, step_s=1000.0)
+    assert f.start["2"] == 0.0 and f.finish["2"] == pytest.approx(105.0)
+    assert f.finish["1"] == pytest.approx(105.0 + 5.0 + 1000.0)   # waited, restarted, then all its work
+
+
+def test_the_observed_rate_calibrates_the_model():
+    v = job(1, 2, 100, per_gpu=10.0, running=True)
+    assert rate_for(v, 4, 1, 32, observed=10.0) == pytest.approx(20.0)   # model says 20/s on 2: observed is half
+    assert rate_for(job(2, 2, 100, running=True), 4, 1, 32, observed=6.0) == pytest.approx(12.0)  # no model: linear
+    assert rate_for(job(3, 2, 100), 2, 1, 32, observed=None) is None
+
+
+def test_unknown_work_holds_its_gpus_and_what_waits_behind_it_has_no_start():
+    jobs = [job(1, 4, None, per_gpu=1.0, running=True), job(2, 4, 10, per_gpu=1.0, submit=1.0)]
+    f = forecast(jobs, one_node(4), make_policy("fifo"), now=0.0)
+    assert f.finish == {"1": None, "2": None} and f.start["2"] is None and not f.cut_short
+
+
+def test_a_bounded_forecast_says_it_was_cut_short():
+    jobs = [job(1, 1, 10_000, per_gpu=1.0, running=True)]
+    f = forecast(jobs, one_node(1), make_policy("tiresias"), now=0.0, step_s=10.0, max_decisions=3)
+    assert f.cut_short and f.decisions == 3 and f.finish["1"] is None
+
+
+def test_decisions_one_per_completion_for_event_driven_policies_and_few_for_the_others():
+    jobs = [job(i, 1, 1000.0 * (i + 1), per_gpu=1.0, running=i < 2, submit=float(i)) for i in range(6)]
+    fifo = forecast(jobs, one_node(2), make_policy("fifo"), now=0.0, step_s=10.0)
+    assert fifo.decisions == 6 and not fifo.cut_short          # at now, then after each completion but the last
+    tiresias = forecast(jobs, one_node(2), make_policy("tiresias"), now=0.0, step_s=10.0)
+    assert not tiresias.cut_short and tiresias.decisions < 100  # the period grows with the look-ahead (~12 000 s)
+    assert all(f is not None for f in tiresias.finish.values())
+
+
+def test_the_elastic_policy_grows_a_job_when_the_other_leaves():
+    # two elastic jobs share 4 GPUs; when the short one finishes, the long one gets all 4 and finishes sooner
+    # than at its current 2 GPUs
+    a = JobView(id="a", submit_time=0.0, requested_gpus=2, min_gpus=1, max_gpus=4, batch_size=32, min_batch_size=32,
+                max_batch_size=32, remaining_samples=4000, speed=PerGpu(10.0), placement={"n0": 2},
+                current_batch_size=32)
+    b = JobView(id="b", submit_time=0.0, requested_gpus=2, min_gpus=1, max_gpus=4, batch_size=32, min_batch_size=32,
+                max_batch_size=32, remaining_samples=200, speed=PerGpu(10.0), placement={"n0": 2},
+                current_batch_size=32)
+    f = forecast([a, b], one_node(4), make_policy("elastic"), now=0.0, step_s=60.0, resize_s=2.0)
+    at_current = 4000 / 20.0
+    assert f.finish["b"] is not None and f.finish["a"] < at_current
