@@ -4,7 +4,8 @@
    the job (its own timestamp). Same service, same policy, same job; only the backend differs.
 2. resize pause: a running job is grown 1 -> 2 workers through the backend the loop uses; we print
    the time from the resize call to the first step with 2 workers, and the runtime's own ``pause_s``
-   (request seen -> first step of the new generation). No ``--standby``: on Ray every worker needs a
+   (request seen -> first step of the new generation) and ``stall_s`` (the part during which nobody
+   trained: stop flag -> first step of the new generation). No ``--standby``: on Ray every worker needs a
    bundle the scheduler granted, so the joining worker is started on demand on both backends.
 
 On Ray the workers run in their bundles (one actor per worker, ``dlsched.train.launcher.RayLauncher``):
@@ -87,7 +88,7 @@ def submit_to_first_step(kind: str, backend, tmp: Path) -> float:
         svc.close()
 
 
-def resize_pause(backend, tmp: Path, tag: str) -> tuple[float, float]:
+def resize_pause(backend, tmp: Path, tag: str) -> tuple[float, float, float]:
     job_dir = tmp / f"resize-{tag}"
     spec = JobSpec.model_validate({**JOB, "gpus": 1})
     backend.start(Launch(1, spec, job_dir, 1, None, {}, 1))
@@ -101,7 +102,7 @@ def resize_pause(backend, tmp: Path, tag: str) -> tuple[float, float]:
         while time.monotonic() < deadline:
             ev = [json.loads(x) for x in (job_dir / "progress.jsonl").read_text().splitlines() if '"resized"' in x]
             if ev:
-                return t1 - t0, ev[-1]["pause_s"]
+                return t1 - t0, ev[-1]["pause_s"], ev[-1]["stall_s"]
             time.sleep(0.05)
         raise TimeoutError("no resized event")
     finally:
@@ -131,9 +132,10 @@ def main() -> None:
                     r = results[kind]
                     r.setdefault("submit", []).append(submit_to_first_step(kind, rb if kind == "ray" else None, tmp / str(i)))
                     be = rb if kind == "ray" else LocalBackend(runtime=RUNTIME, cwd=REPO)
-                    e2e, pause = resize_pause(be, tmp / str(i), kind)
+                    e2e, pause, stall = resize_pause(be, tmp / str(i), kind)
                     r.setdefault("resize", []).append(e2e)
                     r.setdefault("pause", []).append(pause)
+                    r.setdefault("stall", []).append(stall)
         rb.stop_all()
     finally:
         ray.shutdown()
@@ -146,6 +148,8 @@ def main() -> None:
     print(f"  resize 1->2, call -> first 2-worker step   local {med['local']['resize']:6.2f} s   ray {med['ray']['resize']:6.2f} s   "
           f"ray/local {med['ray']['resize'] / med['local']['resize']:.2f}x")
     print(f"  resize pause reported by the runtime (pause_s)   local {med['local']['pause']:6.2f} s   ray {med['ray']['pause']:6.2f} s")
+    print(f"  of which training stood still (stall_s: stop flag -> first step at 2)   local {med['local']['stall']:6.2f} s   "
+          f"ray {med['ray']['stall']:6.2f} s   (the rest: the joining worker starts while the old group trains on)")
     print("  target: none stated in issue 8 (report the figures); the Ray - local difference is Ray's overhead")
 
 
