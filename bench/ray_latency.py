@@ -2,13 +2,17 @@
 
 1. submit -> first training step: POST /jobs to a running service, until the first progress record of
    the job (its own timestamp). Same service, same policy, same job; only the backend differs.
-2. resize pause: a running job (runtime with ``--standby 1``) is grown 1 -> 2 workers through the
-   backend the loop uses; we print the
-   time from the resize call to the first step with 2 workers, and the runtime's own ``pause_s``
-   (request seen -> first step of the new generation).
+2. resize pause: a running job is grown 1 -> 2 workers through the backend the loop uses; we print
+   the time from the resize call to the first step with 2 workers, and the runtime's own ``pause_s``
+   (request seen -> first step of the new generation) and ``stall_s`` (the part during which nobody
+   trained: stop flag -> first step of the new generation). No ``--standby``: on Ray every worker needs a
+   bundle the scheduler granted, so the joining worker is started on demand on both backends.
 
-The Ray cluster is local (``ray.cluster_utils.Cluster``: a head + two fake nodes with 2 ``gpu_slot``
-each), so the figure is Ray's own overhead (placement group, actor, guard process), not the network.
+On Ray the workers run in their bundles (one actor per worker, ``dlsched.train.launcher.RayLauncher``):
+the coordinator connects to the cluster as a driver and each worker is a fresh interpreter in an actor,
+where the local backend forks them from a forkserver that has torch loaded. The Ray cluster is local
+(``ray.cluster_utils.Cluster``: a head + two fake nodes with 2 ``gpu_slot`` each), so the figure is Ray's
+own overhead (placement groups, actors, driver connection, fresh worker interpreters), not the network.
 No target is stated in issue 8; the figure to watch is the Ray - local difference.
 
 Usage: PYTHONPATH=src python bench/ray_latency.py [--repeats 1]
@@ -33,7 +37,6 @@ from dlsched.spec import ClusterSpec, JobSpec
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = [sys.executable, "-m", "dlsched.train.run", "--threads", "1"]
-RESIZE_RUNTIME = [*RUNTIME, "--standby", "1"]   # a prepared spare worker: the stop-free resize path
 JOB = {"name": "mlp", "entry": "examples/mlp.py:make_job", "gpus": 2,
        "params": {"num_samples": 100_000, "batch_size": 16, "throttle_s": 0.05}}
 
@@ -79,11 +82,13 @@ def submit_to_first_step(kind: str, backend, tmp: Path) -> float:
         job_id = r.json()["id"]
         return first_step_time(svc.state_dir / "jobs" / str(job_id)) - t0
     finally:
+        svc.thread.stop()                  # the loop first: it would restart a job stop_all() ends
+        svc.thread.join(timeout=30)
         svc.backend.stop_all()
         svc.close()
 
 
-def resize_pause(backend, tmp: Path, tag: str) -> tuple[float, float]:
+def resize_pause(backend, tmp: Path, tag: str) -> tuple[float, float, float]:
     job_dir = tmp / f"resize-{tag}"
     spec = JobSpec.model_validate({**JOB, "gpus": 1})
     backend.start(Launch(1, spec, job_dir, 1, None, {}, 1))
@@ -97,7 +102,7 @@ def resize_pause(backend, tmp: Path, tag: str) -> tuple[float, float]:
         while time.monotonic() < deadline:
             ev = [json.loads(x) for x in (job_dir / "progress.jsonl").read_text().splitlines() if '"resized"' in x]
             if ev:
-                return t1 - t0, ev[-1]["pause_s"]
+                return t1 - t0, ev[-1]["pause_s"], ev[-1]["stall_s"]
             time.sleep(0.05)
         raise TimeoutError("no resized event")
     finally:
@@ -125,25 +130,26 @@ def main() -> None:
             for i in range(a.repeats):
                 for kind in ("local", "ray"):
                     r = results[kind]
-                    rb.runtime = RUNTIME
                     r.setdefault("submit", []).append(submit_to_first_step(kind, rb if kind == "ray" else None, tmp / str(i)))
-                    rb.runtime = RESIZE_RUNTIME
-                    be = rb if kind == "ray" else LocalBackend(runtime=RESIZE_RUNTIME, cwd=REPO)
-                    e2e, pause = resize_pause(be, tmp / str(i), kind)
+                    be = rb if kind == "ray" else LocalBackend(runtime=RUNTIME, cwd=REPO)
+                    e2e, pause, stall = resize_pause(be, tmp / str(i), kind)
                     r.setdefault("resize", []).append(e2e)
                     r.setdefault("pause", []).append(pause)
+                    r.setdefault("stall", []).append(stall)
         rb.stop_all()
     finally:
         ray.shutdown()
         cluster.shutdown()
 
     med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in results.items()}
-    print(f"real runtime (examples/mlp.py, 2 workers, gloo on CPU), {a.repeats} repeat(s), medians:")
+    print(f"real runtime (examples/mlp.py, 2 workers, gloo on CPU; Ray: workers in their bundles' actors), {a.repeats} repeat(s), medians:")
     print(f"  submit -> first step   local {med['local']['submit']:6.2f} s   ray {med['ray']['submit']:6.2f} s   "
           f"ray/local {med['ray']['submit'] / med['local']['submit']:.2f}x  (ray overhead {med['ray']['submit'] - med['local']['submit']:+.2f} s)")
     print(f"  resize 1->2, call -> first 2-worker step   local {med['local']['resize']:6.2f} s   ray {med['ray']['resize']:6.2f} s   "
           f"ray/local {med['ray']['resize'] / med['local']['resize']:.2f}x")
     print(f"  resize pause reported by the runtime (pause_s)   local {med['local']['pause']:6.2f} s   ray {med['ray']['pause']:6.2f} s")
+    print(f"  of which training stood still (stall_s: stop flag -> first step at 2)   local {med['local']['stall']:6.2f} s   "
+          f"ray {med['ray']['stall']:6.2f} s   (the rest: the joining worker starts while the old group trains on)")
     print("  target: none stated in issue 8 (report the figures); the Ray - local difference is Ray's overhead")
 
 

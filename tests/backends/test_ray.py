@@ -320,6 +320,8 @@ def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:
     run starts where the generation counter starts again or the step goes back; the first run's records
     past the step it was resumed from never reached the model. When the first run died right after a
     checkpoint nothing overlaps: the steps simply continue and every record counts (restored is None).
+    The cut is per file: one worker may have recorded a step past the checkpoint before dying while
+    another had not, so one file shows the restart and the other simply continues.
     """
     kept, restored = Counter(), None
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
@@ -331,10 +333,11 @@ def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:
                 continue
         cut = next((i for i in range(1, len(recs)) if recs[i]["generation"] < recs[i - 1]["generation"]
                     or recs[i]["step"] <= recs[i - 1]["step"]), len(recs))
-        if cut < len(recs):
-            restored = recs[cut]["step"] - 1
+        resumed_at = recs[cut]["step"] - 1 if cut < len(recs) else None
+        if resumed_at is not None:
+            restored = resumed_at
         for r in recs[:cut]:
-            if restored is None or r["step"] <= restored:
+            if resumed_at is None or r["step"] <= resumed_at:
                 kept.update(r["ids"])
         for r in recs[cut:]:
             kept.update(r["ids"])
@@ -377,3 +380,95 @@ def test_service_on_ray_node_loss_resumes_the_real_runtime_elsewhere_exactly_onc
         backend.runtime = CONTRACT_RUNTIME
         nodes[victim] = c_.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": victim})
         c_.wait_for_nodes()
+
+
+# ----------------------------------------------------------------------------- workers in their bundles (join mode)
+
+def ray_node_ids():
+    return {(n.get("Labels") or {}).get("dlsched.io/node"): n["NodeID"] for n in ray.nodes() if n["Alive"]}
+
+
+def worker_hosts(job_dir: Path) -> dict[int, dict]:
+    """What each worker process recorded about where it runs (``logs/worker-<id>.host.json``)."""
+    return {h["worker_id"]: h for h in (json.loads(p.read_text()) for p in (job_dir / "logs").glob("worker-*.host.json"))}
+
+
+def real_launch(tmp_path, job_id, workers, placement=None, spread=False, num_samples=96, throttle_s=0.0):
+    params = {"num_samples": num_samples, "batch_size": 12, "throttle_s": throttle_s}
+    if spread:
+        params["placement"] = "spread"
+    spec = JobSpec(name=f"real{job_id}", entry="examples/mlp.py:make_job", gpus=workers, params=params)
+    return Launch(job_id, spec, tmp_path / f"job{job_id}", workers, None, placement or {}, 1)
+
+
+def events(job_dir: Path, kind: str) -> list[dict]:
+    path = job_dir / "progress.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [r for r in map(json.loads, lines) if r.get("event") == kind]
+
+
+def test_strict_spread_job_runs_one_worker_inside_each_nodes_bundle(backend, tmp_path):
+    backend.runtime = REAL_RUNTIME
+    job = real_launch(tmp_path, 21, 2, spread=True)
+    try:
+        backend.start(job)
+        assert sorted(backend.placement(21).values()) == [1, 1]
+        wait_state(backend, job, "finished", timeout=120)
+    finally:
+        backend.runtime = CONTRACT_RUNTIME
+        backend.stop(21, job.job_dir)
+    hosts = worker_hosts(job.job_dir)
+    ids = ray_node_ids()
+    assert sorted(h["ray_node_id"] for h in hosts.values()) == sorted([ids["n1"], ids["n2"]]), hosts
+    coordinator = json.loads((job.job_dir / "status.json").read_text())["pid"]
+    assert all(h["ppid"] != coordinator for h in hosts.values())    # children of their actors, not forked here
+    kept, restored = _audit_resumed(job.job_dir)
+    assert restored is None and kept == Counter(range(96))
+    assert not events(job.job_dir, "worker_lost")
+    assert wait_free(4) == 4
+
+
+def test_resize_joins_a_worker_on_the_other_node_and_lets_it_leave(backend, tmp_path):
+    """1 -> 2 -> 1 workers: the joining worker runs on n2, the first one trains on; then a graceful stop.
+    The job is long (it must outlast two worker start-ups on a loaded machine); it is stopped, not finished."""
+    backend.runtime = REAL_RUNTIME
+    job = real_launch(tmp_path, 22, 1, {"n1": 1}, num_samples=12_000, throttle_s=0.05)
+    try:
+        backend.start(job)
+        wait_progress(job.job_dir, 2, timeout=60)
+        pid = json.loads((job.job_dir / "status.json").read_text())["pid"]
+        backend.resize(22, job.job_dir, 2, None, 2, placement={"n1": 1, "n2": 1})
+        assert backend.placement(22) == {"n1": 1, "n2": 1}
+        _wait(lambda: [e["workers"] for e in events(job.job_dir, "resized")] == [2], "joined", timeout=90)
+        backend.resize(22, job.job_dir, 1, None, 3)
+        _wait(lambda: [e["workers"] for e in events(job.job_dir, "resized")] == [2, 1], "left", timeout=60)
+        _wait(lambda: backend.poll(22, job.job_dir).state == "running" and free_slots() == 3, "slot released")
+        assert backend.placement(22) == {"n1": 1}
+        seen = (job.job_dir / "progress.jsonl").read_text().count('"step"')
+        wait_progress(job.job_dir, seen + 3)                                  # trains on alone
+    finally:
+        backend.runtime = CONTRACT_RUNTIME
+        backend.stop(22, job.job_dir)
+    ids = ray_node_ids()
+    hosts = worker_hosts(job.job_dir)
+    assert {w: h["ray_node_id"] for w, h in hosts.items()} == {0: ids["n1"], 1: ids["n2"]}, hosts
+    status = json.loads((job.job_dir / "status.json").read_text())
+    assert status["state"] == "stopped" and status["pid"] == pid        # never restarted, stopped gracefully
+    assert not events(job.job_dir, "worker_lost")
+    (stopped,) = events(job.job_dir, "stopped")
+    kept, restored = _audit_resumed(job.job_dir)
+    assert restored is None and max(kept.values()) == 1 and sum(kept.values()) == 12 * stopped["step"]
+    assert wait_free(4) == 4
+
+
+def test_standby_workers_are_refused_under_ray_with_one_line(backend, tmp_path):
+    backend.runtime = [*REAL_RUNTIME, "--standby", "1"]
+    job = real_launch(tmp_path, 23, 1)
+    try:
+        backend.start(job)
+        res = wait_state(backend, job, "failed", timeout=60)
+    finally:
+        backend.runtime = CONTRACT_RUNTIME
+        backend.stop(23, job.job_dir)
+    assert "ray-slots.json: no free bundle for another worker" in res.error and "--standby" in res.error
+    assert wait_free(4) == 4

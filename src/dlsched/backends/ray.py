@@ -4,26 +4,33 @@ Why Ray: it already knows the cluster's nodes and resources, reserves them atomi
 (placement groups) and detects dead nodes. dlsched only decides *who gets what*; Ray holds it.
 
 How a job maps onto Ray
-* **Reservation** - one placement group per job generation, one bundle per worker
-  (``{gpu_resource: 1, "CPU": cpus_per_worker}``). The policy's node map is honoured exactly
-  with per-bundle label selectors (``dlsched.io/node`` label, else Ray's ``ray.io/node-id``);
-  with no node map the strategy is ``PACK`` (node-local) or ``STRICT_SPREAD`` when asked.
+* **Reservation** - one bundle per worker (``{gpu_resource: 1, "CPU": cpus_per_worker}``), each
+  its own single-bundle placement group (a *slot*, ``dlsched-<job>-g<generation>-w<i>``): Ray
+  removes a group only whole, killing every actor in it, so per-worker groups are what lets a
+  shrink free a leaver's GPU while the others train on. The policy's node map is honoured exactly
+  with label selectors (``dlsched.io/node`` label, else Ray's ``ray.io/node-id``); with no node map
+  Ray's own ``PACK`` (node-local) or ``STRICT_SPREAD`` (when asked) chooses the nodes, through a
+  transient group of all the new bundles that is placed, read and replaced by the pinned slots.
 * **Process** - a detached, named Ray actor (``dlsched-job-<id>``) pinned to the node that holds
-  most bundles runs the runtime's start command (the job runtime contract in ``dlsched.train``)
-  under a small guard process. The guard kills the runtime's whole process group as soon as
-  the actor dies, so a lost node never leaves a second writer behind.
-* **Resize** - the job's group is swapped for one of the new size (Ray cannot resize a group in
-  place), then the runtime is told through ``control.json`` (higher generation -> elastic
-  join/leave, no restart).
-* **Node loss** - ``poll()`` compares Ray's live nodes with the jobs' bundles and actors; a job
+  most slots runs the runtime's start command (the job runtime contract in ``dlsched.train``)
+  under a small guard process that kills the runtime's whole process group as soon as the actor
+  dies, so a lost node never leaves a second writer behind. The runtime's coordinator connects to
+  the cluster (``DLSCHED_RAY_ADDRESS``) and starts each worker in an actor inside its slot
+  (``dlsched.train.launcher.RayLauncher``, reading ``DIR/ray-slots.json``): workers run on the
+  nodes, and GPUs, their bundles hold; the TCPStore is reached at the coordinator node's IP.
+* **Resize** - a grow reserves slots for the joining workers only, a shrink retires the last
+  slots (the runtime keeps its first workers) and releases each once its worker has left
+  (``DIR/ray-workers.json``); then ``control.json`` gets the higher generation: elastic
+  join/leave, the staying workers never restart.
+* **Node loss** - ``poll()`` compares Ray's live nodes with the jobs' slots and actors; a job
   touching a dead node is stopped, its reservation released and reported ``gone`` (``lost_nodes()``
   names the node), so the loop re-queues it; the next start resumes from the checkpoint.
 * **A stale view** - when the loop names a dead node, or nodes Ray cannot give within
   ``pin_timeout_s``, Ray places the bundles itself rather than failing the job.
 
-The job dir must be on storage every node sees (NFS on a real cluster; trivially true for the
-fake nodes ``ray.cluster_utils.Cluster`` starts in tests): progress, control and checkpoints
-live there, as with the local backend.
+The job dir must be on storage every node sees, at the same path (NFS on a real cluster; trivially
+true for the fake nodes ``ray.cluster_utils.Cluster`` starts in tests): progress, control, slot
+files and checkpoints live there and workers on every node write them.
 """
 from __future__ import annotations
 
@@ -35,13 +42,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, runtime_command, write_control
 from dlsched.errors import UserError
 from dlsched.policy.base import NodeView
+from dlsched.train.launcher import IN_USE_FILE, RAY_ADDRESS_ENV, SLOTS_FILE, kill_process_group
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 _SRC = str(Path(__file__).resolve().parents[2])   # .../src, so a checkout works without installing
@@ -63,17 +71,37 @@ class NodeLost:
     job_ids: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class Slot:
+    """One worker's bundle: a single-bundle placement group pinned to ``node`` (a Ray node id).
+
+    One group per worker, not one per job: Ray removes a group only whole and kills every actor in it,
+    so a shrink could not free a leaver's GPU without killing the workers that stay."""
+
+    name: str
+    node: str
+    group: object   # ray PlacementGroup
+
+
 @dataclass
 class _RayJob:
     job_id: int
     job_dir: Path
-    workers: int
     generation: int
-    group: object                     # ray PlacementGroup
+    slots: list[Slot]                 # in the order of the runtime's workers (a shrink keeps the first ones)
     runner: object                    # ray ActorHandle
     runner_node: str                  # Ray node id hex
-    bundle_nodes: tuple[str, ...]     # Ray node id hex per bundle
+    spread: bool = False
+    retired: list[Slot] = field(default_factory=list)   # shrunk away, released once their worker has left
     lost: str | None = None           # name of the dead node that took the job down
+
+    @property
+    def workers(self) -> int:
+        return len(self.slots)
+
+    @property
+    def bundle_nodes(self) -> tuple[str, ...]:
+        return tuple(s.node for s in self.slots)
 
 
 # ----------------------------------------------------------------------------- the guard
@@ -86,7 +114,7 @@ def _guard(cmd: list[str]) -> int:
     child = subprocess.Popen(cmd, start_new_session=True)
 
     def stop(*_):
-        _kill_group(child.pid)
+        kill_process_group(child.pid)
         sys.exit(143)
 
     signal.signal(signal.SIGTERM, stop)
@@ -97,24 +125,6 @@ def _guard(cmd: list[str]) -> int:
         except subprocess.TimeoutExpired:
             if os.getppid() != parent:
                 stop()
-
-
-def _kill_group(pgid: int, grace_s: float = 3.0) -> None:
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 class _JobRunner:
@@ -142,7 +152,7 @@ class _JobRunner:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                _kill_group(self.proc.pid, grace_s=0)
+                kill_process_group(self.proc.pid, grace_s=0)
                 self.proc.wait()
         return None if self.proc is None else self.proc.returncode
 
@@ -187,6 +197,7 @@ class RayBackend:
                 raise UserError(f"cannot connect to the Ray cluster at --address {address!r}: {e}") from None
         self._ray = ray
         self._runner_cls = ray.remote(num_cpus=0, max_restarts=0)(_JobRunner)
+        self._gcs_address = ray.get_runtime_context().gcs_address   # the runtime's Ray launcher connects here
         self._jobs: dict[int, _RayJob] = {}
         self._known_alive: dict[str, str] = self._names()
         self._lost: list[NodeLost] = []
@@ -216,72 +227,155 @@ class RayBackend:
 
     # -- reservation --------------------------------------------------------------------------
 
-    def _reserve(self, job_id: int, generation: int, workers: int,
-                 placement: Mapping[str, int] | None, spread: bool):
-        from ray.util.placement_group import get_placement_group, placement_group, placement_group_table
-
+    def _bundle(self) -> dict[str, float]:
         bundle = {self.gpu_resource: 1.0}
         if self.cpus_per_worker:
             bundle["CPU"] = self.cpus_per_worker
-        kwargs: dict = {"strategy": "STRICT_SPREAD" if spread else "PACK"}
+        return bundle
+
+    def _wait_created(self, groups: list, timeout_s: float) -> bool:
+        """Wait until every group is placed; meanwhile release other jobs' retired slots (a shrink's GPUs
+        come back only when its leaving workers have gone, and this reservation may be waiting for them)."""
+        from ray.util.placement_group import placement_group_table
+
+        deadline = time.monotonic() + timeout_s
+        pending = list(groups)
+        while pending:
+            pending = [g for g in pending if placement_group_table(g).get("state") != "CREATED"]
+            if not pending:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            self._collect_all_retired()
+            time.sleep(0.01)
+        return True
+
+    def _pinned(self, names: list[str], nodes: list[str], timeout_s: float) -> list[Slot] | None:
+        """One single-bundle group per name on the given node; None (and nothing held) if not all fit in time."""
+        from ray.util.placement_group import placement_group
+
+        groups = [placement_group([self._bundle()], name=name, lifetime="detached", strategy="PACK",
+                                  bundle_label_selector=[{RAY_NODE_ID_LABEL: node}])
+                  for name, node in zip(names, nodes)]
+        if self._wait_created(groups, timeout_s):
+            return [Slot(name, node, g) for name, node, g in zip(names, nodes, groups)]
+        self._release_all(groups)
+        return None
+
+    def _ray_chooses(self, job_id: int, count: int, spread: bool, avoid: set[str]) -> list[str]:
+        """Nodes for ``count`` workers as Ray's own strategy places them (PACK, or STRICT_SPREAD away from
+        ``avoid``): a transient group of ``count`` bundles is placed, read and removed again."""
+        from ray.util.placement_group import placement_group, placement_group_table
+
+        strategy = "STRICT_SPREAD" if spread else "PACK"
+        kwargs = {}
+        if spread and avoid:
+            kwargs["bundle_label_selector"] = [{RAY_NODE_ID_LABEL: f"!in({','.join(sorted(avoid))})"}] * count
+        probe = placement_group([self._bundle() for _ in range(count)], strategy=strategy, **kwargs)
+        if not self._wait_created([probe], self.ready_timeout_s):
+            self._release_all([probe])
+            raise TimeoutError(f"job {job_id}: Ray could not reserve {count} x {self.gpu_resource} "
+                               f"({strategy}) in {self.ready_timeout_s:.0f} s")
+        nodes = placement_group_table(probe)["bundles_to_node_id"]
+        self._release_all([probe])
+        return [nodes[i] for i in range(count)]
+
+    def _reserve(self, job_id: int, generation: int, count: int, placement: Mapping[str, int] | None,
+                 spread: bool, avoid: set[str] = frozenset()) -> list[Slot]:
+        """``count`` new slots: pinned where ``placement`` says (node name -> workers), the rest where Ray's
+        strategy puts them. All or nothing: on failure nothing stays reserved."""
+        from ray.util.placement_group import get_placement_group
+
+        names = [_slot_name(job_id, generation, i) for i in range(count)]
+        for name in names:                       # a group left by an earlier try of this generation
+            try:
+                self._release_all([get_placement_group(name)])
+            except ValueError:
+                pass
         node_ids = {name: nid for nid, name in self._names().items()}     # one GCS query per reservation
-        alive = set(node_ids)
-        if placement and not set(placement) <= alive:
+        if placement and not set(placement) <= set(node_ids):
             # The loop placed onto a node Ray has lost (its view comes from the cluster declaration):
             # let Ray find the GPUs among live nodes rather than fail the job.
             log.warning("job %s: placement %s names dead node(s) %s; letting Ray place it", job_id,
-                        dict(placement), sorted(set(placement) - alive))
+                        dict(placement), sorted(set(placement) - set(node_ids)))
             placement = None
-        if placement:
-            if sum(placement.values()) > workers:
-                raise ValueError(f"job {job_id}: placement {dict(placement)} exceeds {workers} workers")
-            selectors = []
-            for name, count in sorted(placement.items()):
-                selectors += [{RAY_NODE_ID_LABEL: node_ids[name]}] * count
-            kwargs["bundle_label_selector"] = selectors + [{}] * (workers - len(selectors))   # {}: Ray chooses
-        name = _group_name(job_id, generation)
-        try:                                   # a group left by an earlier try of this generation
-            self._release(get_placement_group(name))
-        except ValueError:
-            pass
-        group = placement_group([dict(bundle) for _ in range(workers)], name=name, lifetime="detached", **kwargs)
-        pinned = "bundle_label_selector" in kwargs
-        ready, _ = self._ray.wait([group.ready()], timeout=min(self.pin_timeout_s, self.ready_timeout_s) if pinned
-                                  else self.ready_timeout_s)
-        if not ready and pinned:
-            # The named nodes are not free in Ray's eyes (the loop's record and Ray's differ, e.g. after
-            # a resize placed by Ray): take the GPUs wherever Ray has them rather than fail the job.
-            self._release(group)
-            log.warning("job %s: %s not free on Ray; letting Ray place it", job_id, dict(placement))
-            return self._reserve(job_id, generation, workers, None, spread)
-        if not ready:
-            self._release(group)
-            raise TimeoutError(f"job {job_id}: Ray could not reserve {workers} x {self.gpu_resource} "
-                               f"({kwargs['strategy']}, placement={dict(placement or {})}) in {self.ready_timeout_s:.0f} s")
-        nodes = placement_group_table(group)["bundles_to_node_id"]
-        return group, tuple(nodes[i] for i in range(workers))
+        pins = [node_ids[name] for name, n in sorted((placement or {}).items()) for _ in range(n)]
+        if len(pins) > count:
+            raise ValueError(f"job {job_id}: placement {dict(placement)} exceeds {count} workers")
+        slots: list[Slot] = []
+        if pins:
+            got = self._pinned(names[:len(pins)], pins, min(self.pin_timeout_s, self.ready_timeout_s))
+            if got is None:
+                # The named nodes are not free in Ray's eyes (the loop's record and Ray's differ, e.g. after
+                # a resize placed by Ray): take the GPUs wherever Ray has them rather than fail the job.
+                log.warning("job %s: %s not free on Ray; letting Ray place it", job_id, dict(placement))
+            else:
+                slots = got
+        rest = count - len(slots)
+        if rest:
+            nodes = self._ray_chooses(job_id, rest, spread, avoid)
+            got = self._pinned(names[len(slots):], nodes, self.ready_timeout_s)
+            if got is None:
+                self._release_all([s.group for s in slots])
+                raise TimeoutError(f"job {job_id}: Ray could not reserve {count} x {self.gpu_resource} "
+                                   f"in {self.ready_timeout_s:.0f} s")
+            slots += got
+        return slots
 
-    def _release(self, group, wait_s: float = 2.0) -> None:
-        """Remove a group and wait (briefly) until Ray has taken its resources back: a new group asked
+    def _release_all(self, groups: list, wait_s: float = 2.0) -> None:
+        """Remove groups and wait (briefly) until Ray has taken their resources back: a new group asked
         for before that is retried by Ray only after a back-off (~0.5 s), which would stretch a resize."""
         from ray.util.placement_group import placement_group_table, remove_placement_group
 
-        try:
-            remove_placement_group(group)
-        except Exception:  # already gone with its node: nothing left to release
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
+        removed = []
+        for g in groups:
             try:
-                if placement_group_table(group).get("state") == "REMOVED":
-                    return
+                remove_placement_group(g)
+                removed.append(g)
+            except Exception:  # already gone with its node: nothing left to release
+                pass
+        deadline = time.monotonic() + wait_s
+        while removed and time.monotonic() < deadline:
+            try:
+                removed = [g for g in removed if placement_group_table(g).get("state") != "REMOVED"]
             except Exception:
                 return
             time.sleep(0.005)
 
+    def _collect_retired(self, job: _RayJob) -> None:
+        """Release the retired slots no worker occupies any more (``DIR/ray-workers.json``, written by the
+        runtime's Ray launcher; a runtime that never writes it occupies none)."""
+        if not job.retired:
+            return
+        try:
+            in_use = json.loads((job.job_dir / IN_USE_FILE).read_text()).get("in_use", {})
+        except (OSError, ValueError):
+            in_use = {}
+        free = [s for s in job.retired if s.name not in in_use]
+        if free:
+            job.retired = [s for s in job.retired if s.name in in_use]
+            self._release_all([s.group for s in free])
+            self._write_slots(job)
+
+    def _collect_all_retired(self) -> None:
+        for job in list(self._jobs.values()):
+            self._collect_retired(job)
+
+    def _write_slots(self, job: _RayJob) -> None:
+        """``DIR/ray-slots.json``: what the runtime's Ray launcher puts new workers into (before control.json)."""
+        atomic_write_json(job.job_dir / SLOTS_FILE, {
+            "generation": job.generation, "resources": self._bundle(),
+            "slots": [{"group": s.name, "bundle": 0, "node": s.node} for s in job.slots],
+            "retired": [s.name for s in job.retired]})
+
     # -- actions (the Backend protocol) -------------------------------------------------------
 
     def command(self, launch: Launch) -> list[str]:
+        """The runtime's start command; ``placement`` is a hint for the reservation, not a job parameter."""
+        params = launch.spec.params
+        if "placement" in params:
+            spec = launch.spec.model_copy(update={"params": {k: v for k, v in params.items() if k != "placement"}})
+            launch = replace(launch, spec=spec)
         return runtime_command(self.runtime, launch)
 
     def start(self, launch: Launch) -> None:
@@ -292,54 +386,69 @@ class RayBackend:
             raise ValueError(f"job {launch.job_id} is already running on Ray")
         job_dir = Path(launch.job_dir)
         job_dir.mkdir(parents=True, exist_ok=True)
-        group, bundle_nodes = self._reserve(launch.job_id, launch.generation, launch.num_gpus,
-                                            launch.placement, _wants_spread(launch))
-        runner_node = Counter(bundle_nodes).most_common(1)[0][0]
-        write_control(job_dir, launch.num_gpus, launch.batch_size, launch.generation)
+        spread = _wants_spread(launch)
+        slots = self._reserve(launch.job_id, launch.generation, launch.num_gpus, launch.placement, spread)
+        runner_node = Counter(s.node for s in slots).most_common(1)[0][0]
         self._kill_runner_named(_actor_name(launch.job_id))
         runner = self._runner_cls.options(
             name=_actor_name(launch.job_id), lifetime="detached",
             scheduling_strategy=NodeAffinitySchedulingStrategy(runner_node, soft=False),
         ).remote()
+        job = _RayJob(launch.job_id, job_dir, launch.generation, slots, runner, runner_node, spread)
+        (job_dir / IN_USE_FILE).unlink(missing_ok=True)      # an earlier run's workers are gone
+        self._write_slots(job)
+        write_control(job_dir, launch.num_gpus, launch.batch_size, launch.generation)
         env = {"PYTHONPATH": os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p),
                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-               "DLSCHED_JOB_ID": str(launch.job_id), "DLSCHED_BACKEND": "ray"}
+               "DLSCHED_JOB_ID": str(launch.job_id), "DLSCHED_BACKEND": "ray",
+               RAY_ADDRESS_ENV: self._gcs_address}
         cmd = self.command(launch)
         try:
             self._ray.get(runner.start.remote(cmd, self.cwd, env, str(job_dir / "output.log")),
                           timeout=self.ready_timeout_s)
         except Exception:
             self._ray.kill(runner, no_restart=True)
-            self._release(group)
+            self._release_all([s.group for s in slots])
             raise
         atomic_write_json(job_dir / "launch.json", {"backend": "ray", "actor": _actor_name(launch.job_id),
-                                                     "group": _group_name(launch.job_id, launch.generation),
-                                                     "cmd": cmd})
-        self._jobs[launch.job_id] = _RayJob(launch.job_id, job_dir, launch.num_gpus, launch.generation,
-                                            group, runner, runner_node, bundle_nodes)
+                                                     "slots": [s.name for s in slots], "cmd": cmd})
+        self._jobs[launch.job_id] = job
 
     def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int,
                placement: Mapping[str, int] | None = None, spread: bool = False) -> None:
-        """Elastic resize: swap the reservation for a new group, then tell the runtime (``control.json``).
+        """Elastic resize: new slots for joining workers, retired slots for leaving ones, then ``control.json``.
 
-        The old group is released first: old and new usually overlap on a node (grow 1 -> 3 on the
-        same node) and Ray cannot resize a group in place. The GPUs stay in use by the running
-        workers meanwhile and dlsched is the only allocator, so nothing else can take them. If the
-        new group cannot be had, the old shape is reserved again and the error propagates.
+        The workers that stay keep their slots (and processes): a grow reserves only the newcomers'
+        bundles (where ``placement``, the job's whole node map, asks for more than the job holds; the
+        rest where Ray's strategy puts them), a shrink keeps the first ``num_gpus`` slots, because the
+        runtime keeps its first workers, and releases the others once their workers have left. If the
+        new slots cannot be had nothing changes and the error propagates.
         """
         job = self._jobs[job_id]
-        if placement is None:
-            placement = _stay_put(self.placement(job_id), num_gpus)
-        self._release(job.group)
-        try:
-            group, bundle_nodes = self._reserve(job_id, generation, num_gpus, placement, spread)
-        except Exception:
-            old = dict(Counter(self._known_alive.get(n, n) for n in job.bundle_nodes))
-            job.group, job.bundle_nodes = self._reserve(job_id, generation, job.workers, old, False)
-            job.generation = generation
-            raise
+        self._collect_retired(job)
+        current = job.workers
+        if num_gpus < current:
+            keep = job.slots[:num_gpus]
+            if placement and dict(placement) != self._where(keep):
+                log.info("job %s: shrink keeps the runtime's first workers %s, not %s", job_id,
+                         self._where(keep), dict(placement))
+            job.retired += job.slots[num_gpus:]
+            job.slots = keep
+        elif num_gpus > current:
+            want = None
+            if placement:
+                want = dict(+(Counter(placement) - Counter(self._where(job.slots))))
+                while sum(want.values()) > num_gpus - current:        # more than the newcomers: trim
+                    node = max(sorted(want), key=want.get)
+                    want[node] -= 1
+            spread = spread or job.spread
+            new = self._reserve(job_id, generation, num_gpus - current, want, spread,
+                                avoid=set(job.bundle_nodes) if spread else set())
+            job.slots = job.slots + new
+        job.generation = generation
+        self._write_slots(job)
         write_control(Path(job_dir), num_gpus, batch_size, generation)
-        job.group, job.bundle_nodes, job.workers, job.generation = group, bundle_nodes, num_gpus, generation
+        self._collect_retired(job)       # a runtime without Ray workers (or one not started yet) holds none
 
     def stop(self, job_id: int, job_dir: Path | None = None) -> None:
         """Stop the runtime (its checkpoint stays) and release the reservation."""
@@ -354,7 +463,7 @@ class RayBackend:
             self._ray.kill(job.runner, no_restart=True)
         except Exception:
             pass
-        self._release(job.group)
+        self._release_all([s.group for s in job.slots + job.retired])
 
     # -- observation --------------------------------------------------------------------------
 
@@ -380,7 +489,7 @@ class RayBackend:
             self._ray.kill(job.runner, no_restart=True)
         except Exception:
             pass
-        self._release(job.group)
+        self._release_all([s.group for s in job.slots + job.retired])
 
     def lost_nodes(self) -> list[NodeLost]:
         """Nodes that died since the last call, with the jobs they took down (for the loop's events)."""
@@ -400,6 +509,7 @@ class RayBackend:
         if job.lost:
             self._jobs.pop(job_id)
             return PollResult("gone", f"node {job.lost} lost")
+        self._collect_retired(job)
         try:
             rc = self._ray.get(job.runner.returncode.remote(), timeout=10)
         except Exception:  # the actor died without its node dying: the runtime is gone with it
@@ -414,7 +524,7 @@ class RayBackend:
         return PollResult("failed", status.get("error") or f"exit code {rc}{_tail(job_dir)}")
 
     def attach(self, job_id: int, job_dir: Path) -> bool:
-        """Re-adopt a job started by an earlier service process: its detached actor and group live on."""
+        """Re-adopt a job started by an earlier service process: its detached actor and slots live on."""
         from ray.util.placement_group import get_placement_group, placement_group_table
 
         if job_id in self._jobs:
@@ -426,22 +536,33 @@ class RayBackend:
             runner = self._ray.get_actor(info["actor"], namespace=NAMESPACE)
             if self._ray.get(runner.returncode.remote(), timeout=10) is not None:
                 return False
-            generation = int(json.loads((Path(job_dir) / "control.json").read_text())["generation"])
-            group = get_placement_group(_group_name(job_id, generation))
-            table = placement_group_table(group)
+            spec = json.loads((Path(job_dir) / SLOTS_FILE).read_text())
+
+            def slot(name: str) -> Slot:
+                group = get_placement_group(name)
+                return Slot(name, placement_group_table(group)["bundles_to_node_id"][0], group)
+
+            slots = [slot(s["group"]) for s in spec["slots"]]
+            retired = []
+            for name in spec.get("retired", []):
+                try:
+                    retired.append(slot(name))
+                except (ValueError, KeyError):
+                    pass
         except (OSError, ValueError, KeyError, TypeError, self._ray.exceptions.RayError):
             return False
-        nodes = table["bundles_to_node_id"]
-        bundle_nodes = tuple(nodes[i] for i in sorted(nodes))
-        runner_node = Counter(bundle_nodes).most_common(1)[0][0] if bundle_nodes else ""
-        self._jobs[job_id] = _RayJob(job_id, Path(job_dir), len(bundle_nodes), generation, group, runner,
-                                     runner_node, bundle_nodes)
+        runner_node = Counter(s.node for s in slots).most_common(1)[0][0] if slots else ""
+        self._jobs[job_id] = _RayJob(job_id, Path(job_dir), int(spec["generation"]), slots, runner, runner_node,
+                                     retired=retired)
         return True
 
-    def placement(self, job_id: int) -> dict[str, int]:
-        """node name -> workers the job holds now (from Ray's own record of its bundles)."""
+    def _where(self, slots: Sequence[Slot]) -> dict[str, int]:
         names = {**self._known_alive, **self._names()}
-        return dict(Counter(names.get(nid, nid[:12]) for nid in self._jobs[job_id].bundle_nodes))
+        return dict(Counter(names.get(s.node, s.node[:12]) for s in slots))
+
+    def placement(self, job_id: int) -> dict[str, int]:
+        """node name -> workers the job holds now (from Ray's own record of its slots)."""
+        return self._where(self._jobs[job_id].slots)
 
     def is_running(self, job_id: int) -> bool:
         return job_id in self._jobs and not self._jobs[job_id].lost
@@ -461,25 +582,13 @@ class RayBackend:
             self.stop(job_id)
 
 
-def _stay_put(current: Mapping[str, int], workers: int) -> dict[str, int]:
-    """Where a resize goes when the caller gives no node map (the loop does not pass one yet): the job
-    keeps its nodes. Shrinking gives back GPUs on the nodes where it holds least; growing keeps every
-    current GPU and lets Ray choose the extra ones (PACK)."""
-    keep, left = {}, workers
-    for node, n in sorted(current.items(), key=lambda kv: (-kv[1], kv[0])):
-        if left <= 0:
-            break
-        keep[node] = min(n, left)
-        left -= keep[node]
-    return keep
-
-
 def _actor_name(job_id: int) -> str:
     return f"{ACTOR_PREFIX}{job_id}"
 
 
-def _group_name(job_id: int, generation: int) -> str:
-    return f"dlsched-{job_id}-g{generation}"
+def _slot_name(job_id: int, generation: int, index: int) -> str:
+    """The ``index``-th slot reserved for job ``job_id`` in ``generation`` (its start or a grow)."""
+    return f"dlsched-{job_id}-g{generation}-w{index}"
 
 
 def _wants_spread(launch: Launch) -> bool:

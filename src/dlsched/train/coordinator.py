@@ -36,12 +36,11 @@ from dlsched.train.data import PartitionTable
 from dlsched.train.devices import free_devices, job_devices, keepers, visible_devices
 from dlsched.train.files import Control, ProgressLog, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
+from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
 from dlsched.train.worker import GATE_CANCEL, STOP_PREEMPT, STOP_RESIZE, gate_key
 from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
 
 POLL_S = 0.02
-_FORKSERVER = multiprocessing.get_context("forkserver")
-_FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])  # torch imported once, not once per worker
 
 
 EXIT_STOPPED = 128 + signal.SIGTERM  # stopped on request, checkpoint written: the shell's "terminated by SIGTERM"
@@ -63,40 +62,6 @@ def _start_forkserver_shielded() -> None:
             signal.signal(signal.SIGTERM, handler)
 
 
-def _worker_main(argv: list[str], log_path: str, visible: str) -> None:
-    # before CUDA's first use in this process (the forkserver imported torch, never initialised CUDA)
-    os.environ["CUDA_VISIBLE_DEVICES"] = visible
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    from dlsched.train.worker import main
-
-    main(argv)
-
-
-class WorkerProcess:
-    """A worker forked from a forkserver that has torch loaded: starts in ~0.1 s instead of a fresh interpreter's seconds."""
-
-    def __init__(self, argv: list[str], log_path: Path, visible: str):
-        self._p = _FORKSERVER.Process(target=_worker_main, args=(argv, str(log_path), visible), daemon=False)
-        self._p.start()
-        self.pid = self._p.pid
-
-    def poll(self) -> int | None:
-        return self._p.exitcode
-
-    @property
-    def returncode(self) -> int | None:
-        return self._p.exitcode
-
-    def wait(self) -> int:
-        self._p.join()
-        return self._p.exitcode
-
-    def kill(self) -> None:
-        self._p.kill()
-
-
 @dataclass
 class Options:
     job_dir: Path
@@ -111,6 +76,12 @@ class Options:
     max_restarts: int = 3
     replace_stragglers: bool = True  # EWMA < 0.8 of the median -> swap the worker for a fresh one
     standby: int = 0  # workers kept started and prepared, so a scale-out waits only for the broadcast
+    launcher: str = field(default_factory=default_launcher)  # "local" (forked here) or "ray" (one actor per bundle)
+
+    def __post_init__(self) -> None:
+        if self.launcher == "ray":
+            # a replacement needs a bundle while the straggler still holds its own; the scheduler granted no spare
+            self.replace_stragglers = False
 
 
 def planned_samples(job: TrainJob) -> int | None:
@@ -125,10 +96,11 @@ class Coordinator:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         self.job: TrainJob = build_job(opts.entry, opts.params)
-        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+        self.launcher = make_launcher(opts.launcher, self.dir)
+        self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
         self.progress = ProgressLog(self.dir)
-        self.procs: dict[int, WorkerProcess] = {}
+        self.procs: dict[int, WorkerHandle] = {}
         self.next_wid = 0
         self.generation = -1
         self.wids: list[int] = []
@@ -161,11 +133,11 @@ class Coordinator:
         wids = []
         for device in devices:
             wid, self.next_wid = self.next_wid, self.next_wid + 1
-            argv = ["--store", f"127.0.0.1:{self.store.port}", "--worker-id", str(wid), "--generation",
+            argv = ["--store", f"{self.launcher.store_host}:{self.store.port}", "--worker-id", str(wid), "--generation",
                     str(generation), "--job-dir", str(self.dir), "--entry", self.o.entry,
                     "--params", json.dumps(self.o.params), "--threads", str(threads)]
-            self.procs[wid] = WorkerProcess(argv, self.dir / "logs" / f"worker-{wid}.log",
-                                            visible_devices(device, self.devices))
+            self.procs[wid] = self.launcher.start(argv, self.dir / "logs" / f"worker-{wid}.log",
+                                                  visible_devices(device, self.devices))
             self.device_of[wid] = device
             wids.append(wid)
         return wids

@@ -64,8 +64,12 @@ def pick_backend(devices: list[str]) -> tuple[str, torch.device]:
     """NCCL when every rank of the generation has its own GPU, else gloo on CPU — same code either way.
 
     ``devices``: each rank's device (``dlsched.train.devices``); this process sees its own first, as cuda:0.
-    NCCL refuses two ranks of one communicator on the same device, hence one GPU per worker.
+    NCCL refuses two ranks of one communicator on the same device, hence one GPU per worker. A worker the
+    Ray launcher started in a GPU bundle (``DLSCHED_GPU_PER_WORKER=1``, every rank of such a job) sees only
+    the GPU Ray gave its bundle, as cuda:0, whatever the coordinator's (GPU-less) device list says.
     """
+    if os.environ.get("DLSCHED_GPU_PER_WORKER") == "1" and torch.cuda.is_available():
+        return "nccl", torch.device("cuda", 0)
     if collective_backend(devices, torch.cuda.is_available()) == "nccl":
         return "nccl", torch.device("cuda", 0)
     return "gloo", torch.device("cpu")
