@@ -5,6 +5,12 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+SRC = str(Path(__file__).resolve().parents[1])   # .../src: child processes find dlsched without an install
+
+
+def pythonpath_with_src(existing: str | None) -> str:
+    """``PYTHONPATH`` for a child process (runtime, guard, Ray worker): this checkout's src first."""
+    return os.pathsep.join(p for p in (SRC, existing) if p)
 
 
 def shared_data() -> Path:

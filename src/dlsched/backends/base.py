@@ -93,3 +93,12 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
     for k, v in launch.spec.params.items():
         cmd += ["--param", f"{k}={v}"]
     return cmd
+
+
+def output_tail(job_dir: Path, n: int = 1) -> str:
+    """': <last n non-empty lines of the job's output.log>' (at most 300 chars), or '' — appended to failures."""
+    try:
+        lines = [x for x in (Path(job_dir) / "output.log").read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return (": " + " | ".join(lines[-n:])[:300]) if lines else ""

@@ -23,12 +23,13 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, runtime_command, write_control
+from dlsched.backends.base import (Launch, PollResult, atomic_write_json, output_tail, read_status, runtime_command,
+                                   write_control)
+from dlsched.paths import pythonpath_with_src
 from dlsched.spec import NodeSpec
 from dlsched.train.preemption import sigterm_blocked
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
-_SRC = str(Path(__file__).resolve().parents[2])   # .../src, so a checkout works without installing
 
 
 SLOT_TYPE = "slot"  # NodeSpec.gpu_type of a node whose "GPUs" are just worker slots
@@ -142,7 +143,7 @@ class LocalBackend:
                 log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} adopted running coordinator\n".encode())
             return
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = pythonpath_with_src(env.get("PYTHONPATH"))
         env.setdefault("OMP_NUM_THREADS", str(self.threads_per_worker))
         env["DLSCHED_JOB_ID"] = str(launch.job_id)
         self._slots.pop(launch.job_id, None)
@@ -222,7 +223,7 @@ class LocalBackend:
         status = read_status(job_dir) or {}
         if status.get("state") == "finished" and rc in (0, None):
             return PollResult("finished")
-        err = status.get("error") or (f"exit code {rc}" if rc is not None else "process ended") + _tail(job_dir)
+        err = status.get("error") or (f"exit code {rc}" if rc is not None else "process ended") + output_tail(job_dir)
         return PollResult("failed", err)
 
     def attach(self, job_id: int, job_dir: Path) -> bool:
@@ -267,11 +268,3 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)   # start_new_session=True: the coordinator leads its own group
     except ProcessLookupError:
         pass
-
-
-def _tail(job_dir: Path, n: int = 1) -> str:
-    try:
-        lines = [l for l in (Path(job_dir) / "output.log").read_text(errors="replace").splitlines() if l.strip()]
-    except OSError:
-        return ""
-    return (": " + " | ".join(lines[-n:])[:300]) if lines else ""

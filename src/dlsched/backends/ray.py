@@ -46,13 +46,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from dlsched.backends.base import Launch, PollResult, atomic_write_json, read_status, runtime_command, write_control
+from dlsched.backends.base import (Launch, PollResult, atomic_write_json, output_tail, read_status, runtime_command,
+                                   write_control)
+from dlsched.paths import pythonpath_with_src
 from dlsched.errors import UserError
 from dlsched.policy.base import NodeView
 from dlsched.train.launcher import IN_USE_FILE, RAY_ADDRESS_ENV, SLOTS_FILE, kill_process_group
+from dlsched.train.preemption import sigterm_blocked
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
-_SRC = str(Path(__file__).resolve().parents[2])   # .../src, so a checkout works without installing
 NODE_LABEL = "dlsched.io/node"          # `ray start --labels "dlsched.io/node=gpu-a"` names a node
 GPU_TYPE_LABEL = "dlsched.io/gpu-type"
 RAY_NODE_ID_LABEL = "ray.io/node-id"    # set by Ray on every node
@@ -111,7 +113,8 @@ class _RayJob:
 
 def _guard(cmd: list[str]) -> int:
     parent = os.getppid()
-    child = subprocess.Popen(cmd, start_new_session=True)
+    with sigterm_blocked():   # as the local backend: a stop during the runtime's start-up waits for its handler
+        child = subprocess.Popen(cmd, start_new_session=True)
 
     def stop(*_):
         kill_process_group(child.pid)
@@ -398,7 +401,7 @@ class RayBackend:
         (job_dir / IN_USE_FILE).unlink(missing_ok=True)      # an earlier run's workers are gone
         self._write_slots(job)
         write_control(job_dir, launch.num_gpus, launch.batch_size, launch.generation)
-        env = {"PYTHONPATH": os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p),
+        env = {"PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH")),
                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                "DLSCHED_JOB_ID": str(launch.job_id), "DLSCHED_BACKEND": "ray",
                RAY_ADDRESS_ENV: self._gcs_address}
@@ -521,7 +524,7 @@ class RayBackend:
         status = read_status(job_dir) or {}
         if rc == 0 and status.get("state") == "finished":
             return PollResult("finished")
-        return PollResult("failed", status.get("error") or f"exit code {rc}{_tail(job_dir)}")
+        return PollResult("failed", status.get("error") or f"exit code {rc}{output_tail(job_dir)}")
 
     def attach(self, job_id: int, job_dir: Path) -> bool:
         """Re-adopt a job started by an earlier service process: its detached actor and slots live on."""
@@ -594,14 +597,6 @@ def _slot_name(job_id: int, generation: int, index: int) -> str:
 def _wants_spread(launch: Launch) -> bool:
     """STRICT_SPREAD when the job asks for it (``placement: spread`` in its spec); PACK otherwise."""
     return getattr(launch.spec, "placement", "pack") == "spread" or launch.spec.params.get("placement") == "spread"
-
-
-def _tail(job_dir: Path, n: int = 1) -> str:
-    try:
-        lines = [x for x in (Path(job_dir) / "output.log").read_text(errors="replace").splitlines() if x.strip()]
-    except OSError:
-        return ""
-    return (": " + " | ".join(lines[-n:])[:300]) if lines else ""
 
 
 def cluster_spec_yaml(backend: RayBackend, policy: str = "fifo", interval_s: float = 10.0) -> str:

@@ -13,8 +13,9 @@ Job runtime contract (between ``train/`` and the service backends ``backends/``)
   loss, SGD hyper-parameters at the job's reference ``batch_size``, ``epochs`` and/or
   ``target_loss``). Referenced as ``path/to/file.py:make_job`` or ``module:make_job``.
 * Start: ``python -m dlsched.train.run --job-dir DIR --entry examples/mlp.py:make_job --workers N
-  [--batch-size B] [--param key=value ...]`` runs one coordinator that spawns N worker processes
-  (torch.distributed: gloo on CPU, NCCL when every rank can have its own GPU) and trains until done;
+  [--batch-size B] [--param key=value ...]`` runs one coordinator that starts N worker processes
+  (forked locally, or one Ray actor per bundle when ``DLSCHED_RAY_ADDRESS`` is set: ``train/launcher.py``;
+  torch.distributed: gloo on CPU, NCCL when every rank can have its own GPU) and trains until done;
   exit 0 on success, 1 on a runtime failure, 2 on bad input (one line on stderr), 143 when stopped by
   SIGTERM (after a checkpoint of the last completed step).
   Extra options (all optional): ``--batch-mode fixed-global|fixed-local`` (default fixed-global),

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dlsched.errors import UserError
+from dlsched.paths import pythonpath_with_src
 
 RAY_ADDRESS_ENV = "DLSCHED_RAY_ADDRESS"   # set by the Ray backend in the runtime's environment
 GPU_PER_WORKER_ENV = "DLSCHED_GPU_PER_WORKER"  # "1": this worker owns exactly the GPU(s) it sees (cuda:0)
@@ -48,7 +49,6 @@ ACTOR_PID_ENV = "DLSCHED_RAY_ACTOR_PID"   # the worker's parent: gone -> the wor
 SLOTS_FILE = "ray-slots.json"
 IN_USE_FILE = "ray-workers.json"
 NAMESPACE = "dlsched"
-_SRC = str(Path(__file__).resolve().parents[2])   # .../src, so a checkout works without installing
 
 _FORKSERVER = multiprocessing.get_context("forkserver")
 _FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])  # torch imported once, not once per worker
@@ -340,7 +340,7 @@ class RayLauncher:
                 get_placement_group(slot["group"]), placement_group_bundle_index=slot["bundle"]),
         ).remote()
         env = {k: v for k, v in os.environ.items() if k.startswith("DLSCHED_") and k != RAY_ADDRESS_ENV}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, os.environ.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = pythonpath_with_src(os.environ.get("PYTHONPATH"))
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
         if gpus:
             env[GPU_PER_WORKER_ENV] = "1"
