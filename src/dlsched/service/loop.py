@@ -29,6 +29,7 @@ from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
 
+INLINE_FORECAST_S = 0.05   # a forecast that took less is remade inside the round, with the rates just refitted
 SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
 FORECAST_EVERY_S = 2.0     # wall seconds between policy forecasts, at least twice what the last one took
 FORECAST_BUDGET_S = 2.0    # wall time one forecast may take (its own thread, never in a scheduling round);
@@ -88,6 +89,8 @@ class LiveLoop:
         self._totals: dict[int, float] = {}               # predicted total samples (target-loss jobs)
         self._forecast: Forecast | None = None
         self._forecast_at: float | None = None
+        self._forecast_took: float | None = None          # wall seconds of the last forecast
+        self._forecast_lock = threading.Lock()
         self.forecast_every_s = forecast_every_s
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
@@ -144,7 +147,7 @@ class LiveLoop:
         t2 = time.perf_counter()
         self.act(actions, {j.id: j for j in jobs}, now)
         t3 = time.perf_counter()
-        self.publish_predictions()
+        self.publish_predictions(now)
         return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
     def snapshot(self, job: JobRecord) -> JobView:
@@ -339,7 +342,13 @@ class LiveLoop:
     # -- predictions -------------------------------------------------------------------------------
     def refresh_forecast(self, now: float, budget_s: float | None = FORECAST_BUDGET_S) -> Forecast:
         """Roll the policy forward from the store's current state (``service/forecast.py``) and store it as the
-        current forecast. Runs on its own thread (``LoopThread``): it reads the loop's models, never its caches."""
+        current forecast. Runs on its own thread (``LoopThread``), and inline when it is cheap (see
+        ``publish_predictions``); one at a time: it reads the loop's models, never its caches."""
+        with self._forecast_lock:
+            return self._refresh_forecast(now, budget_s)
+
+    def _refresh_forecast(self, now: float, budget_s: float | None) -> Forecast:
+        t0 = time.perf_counter()
         speeds, rates, totals = dict(self._speeds), dict(self._rates), dict(self._totals)
         views = []
         for j in self.store.jobs(states=ACTIVE):
@@ -355,6 +364,7 @@ class LiveLoop:
                      resize_s=self.typical_delay("resize", 2.0))
         self.store.set_forecast(now, {int(k): (f.start[k], f.finish[k]) for k in f.finish})
         self._forecast, self._forecast_at = f, now
+        self._forecast_took = time.perf_counter() - t0
         return f
 
     def typical_delay(self, kind: str, default: float) -> float:
@@ -363,9 +373,21 @@ class LiveLoop:
         seen = list(self._delays[kind])
         return float(statistics.median(seen)) if seen else default
 
-    def publish_predictions(self) -> None:
+    def publish_predictions(self, now: float) -> None:
         """Write this round's refits, each with what the newest policy forecast said of the job (the store keeps
-        the current forecast of every active job apart; the refits keep what was forecast at the time)."""
+        the current forecast of every active job apart; the refits keep what was forecast at the time).
+
+        Where the last forecast was cheap (a small queue), it is remade here first, so it uses the rates just
+        refitted: one made a period earlier lags a job whose speed changes (a demo job sped up as others
+        finished, and the lagging forecast was off by twice as much). A large queue keeps the forecast thread's."""
+        if (self._pending and self._forecast_took is not None and self._forecast_took < INLINE_FORECAST_S
+                and self._forecast_lock.acquire(blocking=False)):
+            try:
+                self._refresh_forecast(now, budget_s=2 * INLINE_FORECAST_S)
+            except Exception:
+                log.exception("policy forecast failed")
+            finally:
+                self._forecast_lock.release()
         f, at = self._forecast, self._forecast_at
         with self.store.batch():
             for job_id, (t, pred) in self._pending.items():
