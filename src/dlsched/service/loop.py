@@ -7,12 +7,13 @@ still alive are re-attached, the others are re-queued and resume from their chec
 """
 from __future__ import annotations
 
+import collections
+import copy
+import dataclasses
 import logging
 import statistics
 import threading
 import time
-import collections
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -71,7 +72,7 @@ class LiveLoop:
         self.state_dir = Path(state_dir)
         self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
         # the forecast thread gets its own instance: policies keep caches that are not meant to be shared
-        self._forecast_policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
+        self._forecast_policy = copy.deepcopy(self.policy)
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
@@ -284,9 +285,8 @@ class LiveLoop:
         else:
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
-        self._speeds.pop(job.id, None)
-        self._speed_fits.pop(job.id, None)
-        self._views.pop(job.id, None)
+        for per_job in (self._speeds, self._speed_fits, self._views, self._rates, self._totals, self._changed_at):
+            per_job.pop(job.id, None)
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
         records, offset = read_progress(self.job_dir(job.id), job.progress_offset)
