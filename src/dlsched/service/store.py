@@ -219,9 +219,7 @@ class Store:
             return [self.submit(s, now) for s in specs]
 
     def get(self, job_id: int) -> JobRecord:
-        row = self._conn().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise UnknownJob(job_id)
+        row = self._job_row(self._conn(), job_id, "*")
         return _decode(row, self._records)
 
     def jobs(self, states: Iterable[str] | None = None, limit: int | None = None) -> list[JobRecord]:
@@ -245,9 +243,7 @@ class Store:
         now = self.clock() if now is None else now
         c = self._conn()
         with self._tx():
-            row = c.execute("SELECT state, start_time FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
+            row = self._job_row(c, job_id, "state, start_time")
             old = row["state"]
             if new_state != old and new_state not in TRANSITIONS[old]:
                 raise TransitionError(f"job {job_id}: {old} -> {new_state} is not allowed")
@@ -270,6 +266,13 @@ class Store:
             self._update(self._conn(), job_id, fields)
 
     @staticmethod
+    def _job_row(c: sqlite3.Connection, job_id: int, columns: str) -> sqlite3.Row:
+        row = c.execute(f"SELECT {columns} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(job_id)
+        return row
+
+    @staticmethod
     def _update(c: sqlite3.Connection, job_id: int, fields: dict[str, Any]) -> None:
         if not fields:
             return
@@ -283,9 +286,7 @@ class Store:
         now = self.clock() if now is None else now
         c = self._conn()
         with self._tx():
-            row = c.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
+            row = self._job_row(c, job_id, "state")
             if row["state"] == QUEUED:
                 c.execute("UPDATE jobs SET state = ?, end_time = ?, cancel_requested = 1 WHERE id = ?",
                           (CANCELLED, now, job_id))
