@@ -23,6 +23,12 @@ from dlsched.placement import PlacementError, consolidated, place
 from dlsched.policy.base import ClusterView, JobView, Policy
 
 
+# seconds of no progress charged for a (re)start and for a resize until the live loop has measured its own
+# (bench/ray_latency.py: submit -> first step ~4.5 s locally; bench/runtime_resize.py: resize with standby < 2 s)
+START_S = 5.0
+RESIZE_S = 2.0
+
+
 @dataclass(frozen=True)
 class Forecast:
     start: Mapping[str, float | None]     # job id -> (re)start time; None: not started before the forecast ended
@@ -85,8 +91,8 @@ def rate_for(view: JobView, gpus: int, nodes: int, batch: int | None, observed: 
 
 
 def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now: float, *,
-             observed: Mapping[str, float] | None = None, step_s: float = 30.0, start_s: float = 5.0,
-             resize_s: float = 2.0, max_decisions: int = 400, horizon_s: float = 30 * 86400.0,
+             observed: Mapping[str, float] | None = None, step_s: float = 30.0, start_s: float = START_S,
+             resize_s: float = RESIZE_S, max_decisions: int = 400, horizon_s: float = 30 * 86400.0,
              budget_s: float | None = None) -> Forecast:
     """Roll ``policy`` forward from ``now`` until every job finished or no running job can finish (its work or
     rate unknown): then the jobs still waiting have no predicted start.

@@ -22,7 +22,7 @@ from dlsched.backends.base import Backend, Launch, read_progress
 from dlsched.placement import PlacementError, consolidated, place  # noqa: F401  (PlacementError: callers catch it)
 from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
 from dlsched.service import predict as perf
-from dlsched.service.forecast import Forecast, forecast
+from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.errors import UserError
@@ -360,8 +360,8 @@ class LiveLoop:
             views.append(v)
         f = forecast(views, self._cluster_view(now), self._forecast_policy, now,
                      observed={str(k): r for k, r in rates.items()}, step_s=max(10.0, 5 * self.cluster.interval_s),
-                     budget_s=budget_s, start_s=self.typical_delay("start", 5.0),
-                     resize_s=self.typical_delay("resize", 2.0))
+                     budget_s=budget_s, start_s=self.typical_delay("start", START_S),
+                     resize_s=self.typical_delay("resize", RESIZE_S))
         self.store.set_forecast(now, {int(k): (f.start[k], f.finish[k]) for k in f.finish})
         self._forecast, self._forecast_at = f, now
         self._forecast_took = time.perf_counter() - t0
