@@ -128,8 +128,9 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None) 
     running = [(j.id, j.num_gpus, times[j.id][1]) for j in active if j.num_gpus > 0]
     waiting = [j for j in active if j.state == QUEUED]
     # without a policy forecast (none made yet), drain the queue in submission order
-    est = estimate_queue(running, [(j.id, j.spec.gpu_range[0], preds.get(j.id, {}).get("remaining_s")) for j in waiting],
-                         sum(n.num_gpus for n in nodes), now)
+    est = {} if all(j.id in forecasts for j in waiting) else estimate_queue(
+        running, [(j.id, j.spec.gpu_range[0], preds.get(j.id, {}).get("remaining_s")) for j in waiting],
+        sum(n.num_gpus for n in nodes), now)
     queue = []
     for j in active:
         p = preds.get(j.id, {})
