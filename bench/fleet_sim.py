@@ -13,7 +13,7 @@ import time
 from dlsched.paths import shared_data
 from dlsched.policy.base import ClusterView, NodeView
 from dlsched.policy.fleet import Preprocessing
-from dlsched.sim.ensemble import (
+from dlsched.sim.fleet import (
     exhaustive_makespan, fleet_planner, h100_profiles, homogeneous_planner, independent_planner, seeded_ensemble,
     simulate_ensemble,
 )

@@ -18,7 +18,7 @@ Documented choices beyond §3.3 (tested in tests/policy/test_fleet.py):
 * preprocessing cores are a cluster-wide pool (batches are broadcast, as in the SC'18 pipelines), one core per
   GPU in use is reserved for its trainer; a flotilla that gets fewer than c* cores runs at P(c);
 * data parallelism is weak scaling: each GPU of a member takes one shared batch of the member's own size per step
-  (profiles come from ``dlsched.sim.ensemble.h100_profiles`` or real short runs in ``dlsched.train.ensemble``).
+  (profiles come from ``dlsched.sim.fleet.h100_profiles`` or real short runs in ``dlsched.train.flotilla``).
 """
 from __future__ import annotations
 
