@@ -1,7 +1,7 @@
 import pytest
 
 from dlsched.errors import UserError
-from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView, make_policy
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView, Policy, make_policy
 from dlsched.sim import JobSpec, SimConfig, Simulator, run
 from dlsched.sim.traces import TraceThroughput, load_app
 from tests.sim.helpers import jcts, job
@@ -36,7 +36,7 @@ def test_horizon_stops_and_counts_unfinished():
     assert r.summary()["finished"] == 1 and r.end_time == 100
 
 
-class _BatchPolicy:
+class _BatchPolicy(Policy):
     """Gives every job 2 GPUs and a fixed batch size; records what it saw."""
 
     name = "batch-probe"

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, register
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 
 # /work/shared/data/h100/preprocess_cpu.csv: cifar_crop_flip_norm, images/s on one core.
 CIFAR_IMAGES_PER_S_PER_CORE = 3519.5
@@ -246,7 +246,7 @@ def producer_core_pool(cluster: ClusterView) -> int:
 
 
 @register("fleet")
-class FleetPolicy:
+class FleetPolicy(Policy):
     """FLEET for ensemble jobs. Each member is a JobView with ``attrs["fleet_rates"]`` = r(1..m) in samples/s;
     other jobs get a profile from their speed model (see ``_profile``)."""
 

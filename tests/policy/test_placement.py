@@ -1,6 +1,6 @@
 import pytest
 
-from dlsched.placement import PlacementError, consolidated, most_free_first, place
+from dlsched.policy.placement import PlacementError, consolidated, most_free_first, place
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView
 
 
