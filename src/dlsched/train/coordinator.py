@@ -37,8 +37,9 @@ from dlsched.train.devices import free_devices, job_devices, keepers, visible_de
 from dlsched.train.files import Control, ProgressLog, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
-from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, STOP_PREEMPT, STOP_RESIZE, End, Plan, Ready, end_key,
-                                    gate_key, plan_key, ready_key, stop_key)
+from dlsched.train.script import ScriptLauncher
+from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, STOP_RESIZE, End, Plan, Ready,
+                                    WorkerEnv, end_key, gate_key, plan_key, ready_key, stop_key)
 from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
 
 POLL_S = 0.02
@@ -66,8 +67,9 @@ def _start_forkserver_shielded() -> None:
 @dataclass
 class Options:
     job_dir: Path
-    entry: str
+    entry: str | None  # a make_job entry, or None with ``command``
     workers: int
+    command: list[str] | None = None  # the user's own script (dlsched.torch), e.g. ["python", "train.py"]
     batch_size: int | None = None
     params: dict = field(default_factory=dict)
     batch_mode: BatchMode = BatchMode.FIXED_GLOBAL
@@ -92,9 +94,9 @@ class StartState:
 
     restore: Path | None
     step: int
-    table: PartitionTable
-    global_batch: int
-    ramp: LrRamp
+    table: PartitionTable | None  # None: a script's fresh start (its loader builds the table)
+    global_batch: int | None  # None: the script's own batch
+    ramp: LrRamp | None  # None: a script applies its own LR rule
     epoch_loss: tuple[float, int]
     finished: bool
 
@@ -110,8 +112,9 @@ class Coordinator:
         self.dir = Path(opts.job_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        self.job: TrainJob = build_job(opts.entry, opts.params)
-        self.launcher = make_launcher(opts.launcher, self.dir)
+        self.job: TrainJob | None = build_job(opts.entry, opts.params) if opts.command is None else None
+        self.job_name = self.job.name if self.job else SCRIPT_JOB
+        self.launcher = ScriptLauncher(opts.command) if opts.command else make_launcher(opts.launcher, self.dir)
         self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
         self.progress = ProgressLog(self.dir)
@@ -148,6 +151,14 @@ class Coordinator:
         wids = []
         for device in devices:
             wid, self.next_wid = self.next_wid, self.next_wid + 1
+            log = self.dir / "logs" / f"worker-{wid}.log"
+            if self.o.command:
+                self.procs[wid] = self.launcher.start(
+                    WorkerEnv(f"{self.launcher.store_host}:{self.store.port}", wid, generation, str(self.dir), threads),
+                    log, visible_devices(device, self.devices))
+                self.device_of[wid] = device
+                wids.append(wid)
+                continue
             argv = ["--store", f"{self.launcher.store_host}:{self.store.port}", "--worker-id", str(wid), "--generation",
                     str(generation), "--job-dir", str(self.dir), "--entry", self.o.entry,
                     "--params", json.dumps(self.o.params), "--threads", str(threads)]
@@ -207,13 +218,14 @@ class Coordinator:
         self.generation += 1
         self.wids = wids
         self.global_batch, self.ramp = global_batch, ramp
-        self.plan = Plan(generation=self.generation, wids=wids, step=step, table=table.snapshot(),
-                         local_batches=local_batch_sizes(global_batch, len(wids)),
-                         ramp={"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T},
+        self.plan = Plan(generation=self.generation, wids=wids, step=step, table=table and table.snapshot(),
+                         local_batches=local_batch_sizes(global_batch, len(wids)) if global_batch else None,
+                         ramp={"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T} if ramp else None,
                          epoch_loss=list(epoch_loss), restore=str(restore) if restore else None,
                          carried=restore is None and step > 0,
                          devices=[self.device_of[w] for w in wids],
-                         ckpt_every=self.o.ckpt_every, record_samples=self.o.record_samples)
+                         ckpt_every=self.o.ckpt_every, record_samples=self.o.record_samples,
+                         reference_batch=self.o.reference_batch)
         self.store.set(plan_key(self.generation), self.plan.to_json())
         self._status("running")
 
@@ -238,6 +250,8 @@ class Coordinator:
     def _initial_state(self) -> StartState:
         """Fresh start, or resume from the latest checkpoint in DIR/ckpt."""
         latest = ckpt.latest_checkpoint(self.dir / "ckpt")
+        if latest is None and self.job is None:
+            return StartState(None, 0, None, self.o.batch_size, None, (0.0, 0), False)
         if latest is None:
             gb = self.o.batch_size or self.job.batch_size
             if self.o.batch_mode == BatchMode.FIXED_LOCAL and not self.o.batch_size:
@@ -246,9 +260,10 @@ class Coordinator:
             ramp = LrRamp(base_lr=self.job.lr * gb / reference)
             return StartState(None, 0, PartitionTable.fresh(self.job.num_samples, self.job.seed, 0), gb, ramp,
                               (0.0, 0), False)
-        state = ckpt.load_checkpoint(latest, self.job.name)
-        return StartState(latest, state["step"], PartitionTable.from_snapshot(state["table"]), state["global_batch"],
-                          LrRamp(**state["ramp"]), tuple(state["epoch_loss"]), state["finished"])
+        state = ckpt.load_checkpoint(latest, self.job_name)
+        table, ramp = state["table"], state["ramp"]
+        return StartState(latest, state["step"], table and PartitionTable.from_snapshot(table), state["global_batch"],
+                          ramp and LrRamp(**ramp), tuple(state["epoch_loss"]), state["finished"])
 
     # -- reports ------------------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -266,7 +281,10 @@ class Coordinator:
                     self.progress.write(ev)
                     self.pending_resize = None
                 rec["partition_offsets"] = table
-                rec["total_samples"] = planned_samples(self.job)
+                if self.job is not None:
+                    rec["total_samples"] = planned_samples(self.job)
+                if self.global_batch is None:
+                    self.global_batch = rec["batch_size"]  # a script's own batch, first seen
                 if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
                         and not self.resizing):
                     slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
@@ -285,7 +303,8 @@ class Coordinator:
             return 0
         if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`
             return self._stopped(start.step, start.restore)
-        _start_forkserver_shielded()
+        if self.job is not None:
+            _start_forkserver_shielded()
         wids = self._spawn(0, self.o.workers, self.o.workers)
         self.standby = self._spawn(0, self.o.standby, self.o.workers)
         self._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)
@@ -295,6 +314,8 @@ class Coordinator:
                 key = end_key(self.generation)
                 if self.store.check([key]) and End.from_json(self.store.get(key)).finished:
                     return self._finish()
+                if self.wids and all(self.procs[w].poll() == 0 for w in self.wids):
+                    return self._finish()  # a script that ended without dlsched.torch.remaining_epochs
                 dead = self._dead_workers()
                 if dead:
                     self._recover(dead)
@@ -433,14 +454,15 @@ class Coordinator:
         self._drain()
         restore = None
         if keep:
-            step, table, eloss, lr = end.step, PartitionTable.from_snapshot(end.table), end.epoch_loss, end.lr
+            step, table, eloss, lr = end.step, end.table and PartitionTable.from_snapshot(end.table), end.epoch_loss, end.lr
         else:
             start = self._initial_state()
             restore, step, table, eloss = start.restore, start.step, start.table, start.epoch_loss
-            lr = self.ramp.lr(step - 1)  # the LR of the last step taken
-        gb = batch_size or global_batch_after_resize(self.o.batch_mode, self.global_batch, len(old), workers)
+            lr = self.ramp and self.ramp.lr(step - 1)  # the LR of the last step taken
+        gb = batch_size or (self.global_batch and global_batch_after_resize(self.o.batch_mode, self.global_batch,
+                                                                           len(old), workers))
         ramp = self.ramp
-        if gb != self.global_batch:
+        if ramp is not None and gb != self.global_batch:
             ramp = ramp.rescaled(lr, self.global_batch, gb, step)
         wids = keep + new
         for w in leaving:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 # -- store keys -------------------------------------------------------------------------------------------
+SCRIPT_JOB = "script"  # the job name in a user script's checkpoints
 PROGRESS_QUEUE = "progress"  # rank 0 pushes step records and events; the coordinator drains them in order
 STOP_RESIZE, STOP_PREEMPT = "1", "2"  # values of stop_key(g): regroup after this step / checkpoint and leave
 GATE_RUN, GATE_CANCEL = "run", "cancel"  # the first to set gate_key(g) decides whether the generation trains
