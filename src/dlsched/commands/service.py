@@ -59,17 +59,22 @@ class Client:
 
 JOB_COLUMNS = [Column("ID", "right"), Column("NAME"), Column("STATE"), Column("GPUS", "right"),
                Column("BATCH", "right", drop_rank=2), Column("DONE", "right"), Column("LOSS", "right", drop_rank=1),
-               Column("SAMPLES/S", "right", drop_rank=3), Column("FINISH"), Column("REASON", drop_rank=1)]
+               Column("SAMPLES/S", "right", drop_rank=3), Column("FINISH"), Column("LEFT", "right", drop_rank=2),
+               Column("REASON", drop_rank=1)]
 
 
-def _finish_cell(j: dict, now: float) -> str:
-    """Predicted finish for live jobs (clock time and time left); what happened, and when, for ended ones."""
+def _finish_cell(j: dict) -> str:
+    """Predicted finish for live jobs; the real one for finished jobs; none for failed or cancelled ones."""
+    if j["state"] == "finished":
+        return local_clock(j.get("end_time"))
     if j["state"] in TERMINAL:
-        return f"{j['state']} {local_clock(j.get('end_time'))}" if j.get("end_time") else j["state"]
-    ts = j.get("predicted_finish")
-    if not ts:
         return "-"
-    return f"{local_clock(ts)} (in {human_duration(ts - now)})"
+    return local_clock(j.get("predicted_finish")) if j.get("predicted_finish") else "-"
+
+
+def _left_cell(j: dict, now: float) -> str:
+    ts = j.get("predicted_finish")
+    return human_duration(ts - now) if ts and j["state"] not in TERMINAL else "-"
 
 
 def _reason(j: dict) -> str:
@@ -92,7 +97,7 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
-                     _finish_cell(j, now), escape(_reason(j))])
+                     _finish_cell(j), _left_cell(j, now), escape(_reason(j))])
     return rows
 
 
