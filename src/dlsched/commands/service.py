@@ -18,7 +18,7 @@ import typer
 import yaml
 from rich.markup import escape
 
-from dlsched.commands.output import Column, fail, human_duration, local_clock, print_json, table
+from dlsched.display import Column, fail, human_duration, local_clock, print_json, table
 from dlsched.errors import UserError
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
