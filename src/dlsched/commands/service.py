@@ -96,6 +96,7 @@ def register(app: typer.Typer) -> None:
               address: str = typer.Option("auto", help="Ray cluster address for --backend ray: auto, HOST:6379 or ray://HOST:10001"),
               gpu_resource: str = typer.Option("GPU", help="Ray resource one worker needs (--backend ray)")) -> None:
         """Run the scheduler service (API + live loop) in the foreground."""
+        from dlsched.backends.make import make_backend
         from dlsched.service.server import Service, read_token
         from dlsched.spec import load_cluster_spec_file
 
@@ -108,11 +109,7 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
             spec = spec.model_copy(update={"backend": backend})
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
-        be = None
-        if spec.backend == "ray":
-            from dlsched.backends.ray import RayBackend
-
-            be = RayBackend(address=address, gpu_resource=gpu_resource, runtime=rt, cwd=workdir)
+        be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
         svc = Service(spec, state_dir, host=host, port=port, token=read_token(str(token_file) if token_file else None),
                       runtime=rt, workdir=workdir, backend=be)
         print(f"dlsched service on {svc.url} (policy {spec.policy}, {sum(n.gpus for n in spec.nodes)} GPU slots, "
