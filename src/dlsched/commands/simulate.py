@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
 
         from dlsched.policy.base import ClusterView, make_policy, policy_names
         from dlsched.sim.engine import run
-        from dlsched.sim.report import rich_table, summary_frame, write_report
+        from dlsched.sim.comparison import rich_table, summary_frame, write_report
         from dlsched.sim.workload import read_workload
 
         console = Console()
