@@ -87,7 +87,11 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
 
 def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
     """The job runtime's start command for a launch (the contract in ``dlsched.train``), for every backend."""
-    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry, "--workers", str(launch.num_gpus)]
+    servers = launch.spec.num_servers  # a parameter-server job's slots hold its servers too
+    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry,
+           "--workers", str(launch.num_gpus - servers)]
+    if servers:
+        cmd += ["--strategy", "ps", "--servers", str(servers), "--sync", launch.spec.sync]
     if launch.batch_size is not None:
         cmd += ["--batch-size", str(launch.batch_size)]
     for k, v in launch.spec.params.items():

@@ -18,7 +18,7 @@ import typer
 import yaml
 from rich.markup import escape
 
-from dlsched.display import Column, fail, human_duration, local_clock, print_json, table
+from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
 from dlsched.errors import UserError
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
@@ -103,6 +103,11 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
 
 def print_jobs(jobs: list[dict], title: str, wide: bool, out=None) -> None:
     table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, out=out)
+
+
+def jobs_table(jobs: list[dict], title: str = "dlsched jobs", width: int = 80, wide: bool = False):
+    """The jobs table as a renderable, for live views (``status --watch``, the demo)."""
+    return make_table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, width=width)
 
 
 def parse_since(value: str | None) -> float | None:
@@ -313,13 +318,7 @@ def register(app: typer.Typer) -> None:
         with Live(console=con, refresh_per_second=4) as live:
             try:
                 while True:
-                    from io import StringIO
-
-                    buf = Console(file=StringIO(), width=con.width, force_terminal=con.is_terminal)
-                    print_jobs(client.get("/jobs", params=query), "dlsched jobs", wide, out=buf)
-                    from rich.text import Text
-
-                    live.update(Text.from_ansi(buf.file.getvalue()))
+                    live.update(jobs_table(client.get("/jobs", params=query), width=con.width, wide=wide))
                     time.sleep(interval)
             except KeyboardInterrupt:
                 pass
