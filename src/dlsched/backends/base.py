@@ -21,7 +21,8 @@ ProcState = Literal["running", "finished", "failed", "gone"]
 
 @dataclass(frozen=True)
 class Launch:
-    """Everything a backend needs to (re)start one job."""
+    """Everything a backend needs to (re)start or resize one job (``placement``: node -> workers, empty: the
+    backend's choice; ``generation``: the control generation this start or resize is)."""
 
     job_id: int
     spec: JobSpec
@@ -43,8 +44,7 @@ class Backend(Protocol):
 
     def start(self, launch: Launch) -> None: ...
 
-    def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int,
-               placement: Mapping[str, int] | None = None) -> None: ...
+    def resize(self, launch: Launch) -> None: ...
 
     def stop(self, job_id: int, job_dir: Path) -> None: ...
 

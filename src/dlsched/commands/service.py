@@ -246,6 +246,7 @@ def register(app: typer.Typer) -> None:
               address: str = typer.Option("auto", help="Ray cluster address for --backend ray: auto, HOST:6379 or ray://HOST:10001"),
               gpu_resource: str = typer.Option("GPU", help="Ray resource one worker needs (--backend ray)")) -> None:
         """Run the scheduler service (API + live loop + dashboard) in the foreground."""
+        from dlsched.backends.make import make_backend
         from dlsched.service.server import Service, read_token
         from dlsched.spec import load_cluster_spec_file
 
@@ -263,11 +264,7 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
             spec = spec.model_copy(update={"backend": backend})
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
-        be = None
-        if spec.backend == "ray":
-            from dlsched.backends.ray import RayBackend
-
-            be = RayBackend(address=address, gpu_resource=gpu_resource, runtime=rt, cwd=workdir)
+        be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
         svc = Service(spec, state_dir, host=host, port=port, token=read_token(str(token_file) if token_file else None),
                       runtime=rt, workdir=workdir, backend=be)
         slots = sum(n.gpus for n in spec.nodes)
@@ -372,6 +369,16 @@ def register(app: typer.Typer) -> None:
             print(f"job {j}: {'cancelled' if r['state'] == 'cancelled' else 'cancel requested (' + r['state'] + ')'}")
         if ended:
             fail("; ".join(ended))
+
+    @app.command()
+    def resize(job_id: int, workers: int = typer.Option(..., "--workers", "-n", help="workers (GPU slots) to hold the job at"),
+               batch: Optional[int] = typer.Option(None, "--batch", help="global batch size to hold it at"),
+               server: Optional[str] = SERVER_OPT) -> None:
+        """Resize a queued or running job by hand (like scontrol update); the next round applies it."""
+        body = {"workers": workers} | ({"batch_size": batch} if batch is not None else {})
+        r = Client(server).request("POST", f"/jobs/{job_id}/resize", json=body).json()
+        print(f"job {job_id}: held at {r['requested_workers']} worker(s)"
+              + (f", batch {r['requested_batch']}" if r.get("requested_batch") else "") + f" ({r['state']})")
 
     @app.command()
     def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f", help="keep streaming until the job ends"),
