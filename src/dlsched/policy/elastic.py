@@ -152,9 +152,14 @@ class ElasticPolicy:
     """The DP autoscaler. ``fixed_batch`` gives the GPU-only baseline; ``value`` switches throughput/goodput."""
 
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
-                 hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0):
+                 hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
+                 event_driven: bool = False):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
+        if not (fairness == 1 or fairness < 0):
+            raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
+        self.fairness = fairness
+        self.event_driven = event_driven     # decide only on arrival and departure (the seed's autoscaler)
         self.name = name
         self.urgency = urgency
         self.fixed_batch = fixed_batch
@@ -234,11 +239,12 @@ class ElasticPolicy:
             return type_of.get(node)
         return None
 
-    def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, scale: float, gpu_type: str, node_size: int,
-               cur_type: str | None) -> np.ndarray:
+    def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, ref: float, scale: float, gpu_type: str,
+               node_size: int, cur_type: str | None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
         n = len(raw.values)
-        u = raw.values / scale
+        weight = ref / scale
+        u = self._utility(raw.values / ref) * weight
         u -= _TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n)
         u[0] = 0.0
         gc = job.num_gpus
@@ -255,9 +261,19 @@ class ElasticPolicy:
                 keep[0] = 0.0          # held elsewhere (or its size is no longer allowed): not on this type
             return keep
         if running_here and rng.g_min <= gc <= rng.g_max:
-            u[gc] = (self._kept_value(job, rng, gc, gpu_type, node_size, raw, scale) * (1 + bonus)
-                     - TIE_BREAK * gc)
+            u[gc] = (self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
+                     * (1 + bonus) - TIE_BREAK * gc)
         return u
+
+    def _utility(self, speedup):
+        """A job's utility of a speed-up s over its smallest configuration (s = 1 there). ``fairness`` p = 1 is
+        the sum of speed-ups (the paper's objective); p = -1 is Pollux's power mean (OSDI'21 §4.2,
+        sum s**-1 minimised), shifted to 2 - 1/s so that a job's first configuration is worth 1 either way:
+        growing a running job is then worth ever less, admitting a waiting one always 1."""
+        if self.fairness == 1:
+            return speedup
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(speedup > 0, 2.0 - np.power(np.maximum(speedup, 1e-300), self.fairness), NEG_INF)
 
     def _stay_bonus(self, job: JobView, held: int) -> float:
         """Relative speed-up a running job's rescale must bring: the hysteresis, or more when the job is close to
@@ -325,7 +341,8 @@ class ElasticPolicy:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
             for t in types:
-                curves[job.id, t] = self._curve(job, rng, raws[job.id, t], scale[job.id], t, node_size[t], cur)
+                curves[job.id, t] = self._curve(job, rng, raws[job.id, t], ref, scale[job.id], t, node_size[t],
+                                                cur)
                 if not hetero:
                     continue
                 v0 = raws[job.id, t].values[g0]
@@ -432,3 +449,18 @@ def make_elastic_gpu_only(hysteresis: float = 0.05, urgency: float = 0.5,
                           restart_cost: float = 30.0) -> ElasticPolicy:
     return ElasticPolicy("elastic-gpu-only", fixed_batch=True, hysteresis=hysteresis, urgency=urgency,
                          restart_cost=restart_cost)
+
+
+@register("saxena")
+def make_saxena() -> ElasticPolicy:
+    """The seed's objective as published (Saxena et al., MASCOTS'20): total normalised throughput over GPUs x
+    batch, no urgency, no hysteresis, no restart cost, re-solved only when a job arrives or departs."""
+    return ElasticPolicy("saxena", fixed_batch=False, hysteresis=0.0, urgency=0.0, restart_cost=0.0,
+                         event_driven=True)
+
+
+@register("saxena-gpu-only")
+def make_saxena_gpu_only() -> ElasticPolicy:
+    """The paper's baseline: the same autoscaler with each job's batch fixed at the user's."""
+    return ElasticPolicy("saxena-gpu-only", fixed_batch=True, hysteresis=0.0, urgency=0.0, restart_cost=0.0,
+                         event_driven=True)
