@@ -31,7 +31,7 @@ import httpx
 
 from dlsched.backends.base import Launch
 from dlsched.backends.local import LocalBackend
-from dlsched.policy.base import Allocation, JobAllocation
+from dlsched.policy.base import Allocation, JobAllocation, Policy
 from dlsched.service.server import Service, free_port
 from dlsched.spec import ClusterSpec, JobSpec
 
@@ -41,7 +41,7 @@ JOB = {"name": "mlp", "entry": "examples/mlp.py:make_job", "gpus": 2,
        "params": {"num_samples": 100_000, "batch_size": 16, "throttle_s": 0.05}}
 
 
-class ArrivalOrder:
+class ArrivalOrder(Policy):
     """Requested GPUs in arrival order while they fit: the same trivial decision for both backends."""
 
     name = "bench-arrival-order"

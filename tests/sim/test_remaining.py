@@ -1,13 +1,13 @@
 import pytest
 
 from dlsched.errors import UserError
-from dlsched.policy.base import Allocation, ClusterView, JobAllocation
-from dlsched.sim import JobSpec, SimConfig, Simulator
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, Policy
+from dlsched.sim import SimConfig, Simulator, WorkloadJob
 from dlsched.sim.remaining import RemainingMode, parse_remaining
 from tests.sim.helpers import job
 
 
-class _Recorder:
+class _Recorder(Policy):
     """Runs every job on 2 GPUs at its batch and records the remaining work it is told at each decision."""
 
     name = "recorder"
@@ -35,7 +35,7 @@ def test_parse_modes_and_one_line_errors():
 
 
 def test_predicted_comes_from_observation_not_the_oracle(data_dir):
-    spec = [JobSpec("c", 0, 2, app="cifar10", batch_size=512)]
+    spec = [WorkloadJob("c", 0, 2, app="cifar10", batch_size=512)]
     oracle, predicted, none = (_told(spec, m) for m in ("oracle", "predicted", "none"))
     assert all(s["c"] is None for s in none)
     o, p = [s["c"] for s in oracle], [s["c"] for s in predicted]

@@ -44,7 +44,7 @@ def load_workload(path: Path) -> Workload:
 def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str] | None, policy: str | None,
              workdir: Path, console: Console) -> int:
     from dlsched.commands.service import TERMINAL, Client, jobs_table
-    from dlsched.service.report import write_report
+    from dlsched.service.run_report import write_report
     from dlsched.service.server import Service, free_port
     from dlsched.spec import load_cluster_spec_file, load_job_spec_file
 

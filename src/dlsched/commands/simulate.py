@@ -67,8 +67,8 @@ def register(app: typer.Typer) -> None:
 
         from dlsched.policy.base import ClusterView, make_policy, policy_names
         from dlsched.sim.engine import run
+        from dlsched.sim.comparison import rich_table, summary_frame, write_report
         from dlsched.sim.remaining import parse_remaining
-        from dlsched.sim.report import rich_table, summary_frame, write_report
         from dlsched.sim.workload import read_workload
 
         console = Console()

@@ -140,16 +140,17 @@ class Allocation:
 
 
 class Policy(Protocol):
-    """A scheduling policy. ``name`` is its registry key.
-
-    Optional class attributes drivers may read (default False): ``rigid`` — when every active job's request
-    fits, the decision is "everyone gets exactly their request, running jobs keep their nodes";
-    ``event_driven`` — the decision changes only when a job arrives or finishes.
-    """
+    """A scheduling policy. ``name`` is its registry key. Policies subclass this to inherit the defaults below,
+    which every driver reads directly (``dlsched.round``)."""
 
     name: str
+    rigid: bool = False          # everyone fits -> everyone gets exactly their request, running jobs keep nodes
+    event_driven: bool = False   # the decision changes only when a job arrives or finishes
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation: ...
+
+    def validate(self, job: JobView, cluster: ClusterView) -> None:
+        """Submit-time check: raise UserError (one line: job, field, value) if ``job`` can never run here."""
 
 
 _REGISTRY: dict[str, Callable[..., Policy]] = {}

@@ -11,11 +11,11 @@ from __future__ import annotations
 import heapq
 import math
 
-from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, register
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 
 
 @register("optimus")
-class OptimusPolicy:
+class OptimusPolicy(Policy):
     name = "optimus"
     rigid = False
     event_driven = False

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dlsched.service.predict import expected_times
+from dlsched.service.refit import expected_times
 from dlsched.service.store import Store, UnknownJob
 from dlsched.spec import ClusterSpec, SpecError, load_job_spec
 

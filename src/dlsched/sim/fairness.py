@@ -11,10 +11,10 @@ import numpy as np
 
 from dlsched.policy.base import ClusterView
 from dlsched.sim.metrics import SimResult
-from dlsched.sim.workload import JobSpec
+from dlsched.sim.workload import WorkloadJob
 
 
-def isolated_jcts(specs: list[JobSpec], cluster: ClusterView, interval: float = 60.0,
+def isolated_jcts(specs: list[WorkloadJob], cluster: ClusterView, interval: float = 60.0,
                   restart_penalty: float = 30.0) -> dict[str, float]:
     """JCT of each job alone (cached per distinct (app, GPUs, batch, duration): workloads repeat them)."""
     from dlsched.sim.engine import run

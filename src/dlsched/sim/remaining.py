@@ -78,9 +78,9 @@ class _EquivalentRate:
 def predict_remaining(obs: Observation) -> float | None:
     """Raw samples left at the current batch, predicted from the observation alone (None if unknowable).
 
-    The one seam to the online predictor: today the service's (``service/predict.py``) — total work from the
+    The one seam to the online predictor: today the service's (``service/refit.py``) — total work from the
     declared epochs, time left at the measured rate; remaining samples = time left × raw throughput."""
-    from dlsched.service.predict import predict
+    from dlsched.service.refit import predict
 
     if obs.target_progress is None or obs.efficiency <= 0:
         return None

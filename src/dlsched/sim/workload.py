@@ -1,4 +1,4 @@
-"""Trace readers: Pollux/Sia workload CSV, the Philly trace, Gavel's TSV trace -> a list of ``JobSpec``.
+"""Trace readers: Pollux/Sia workload CSV, the Philly trace, Gavel's TSV trace -> a list of ``WorkloadJob``.
 
 Every bad row is a one-line ``UserError`` naming the file, line, field and value; with ``skip_bad=True`` bad rows
 are counted (``Workload.skipped``) and reported instead, never dropped silently.
@@ -20,7 +20,7 @@ GAVEL_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "ne
 
 
 @dataclass(frozen=True)
-class JobSpec:
+class WorkloadJob:
     """One job of a workload. Either trace-driven (``app`` + ``batch_size``: progress from the Pollux traces) or
     duration-driven (``duration``: seconds of work when run on ``requested_gpus``)."""
 
@@ -35,7 +35,7 @@ class JobSpec:
 
 @dataclass
 class Workload:
-    jobs: list[JobSpec]
+    jobs: list[WorkloadJob]
     source: str = ""
     skipped: list[str] = field(default_factory=list)   # one line per skipped bad row
 
@@ -99,7 +99,7 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
         if t is None or not n or not b:
             continue
         seen.add(name)
-        jobs.append(JobSpec(name, t, n, app=app, batch_size=b))
+        jobs.append(WorkloadJob(name, t, n, app=app, batch_size=b))
     return Workload(_by_arrival(jobs), str(path), rows.skipped)
 
 
@@ -124,7 +124,7 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
         if limit and len(raw) >= limit:
             break
     t0 = min((r[0] for r in raw), default=0.0)
-    jobs = [JobSpec(f"philly-{line}", ts - t0, g, duration=d) for ts, line, d, g in raw]
+    jobs = [WorkloadJob(f"philly-{line}", ts - t0, g, duration=d) for ts, line, d, g in raw]
     return Workload(_by_arrival(jobs), str(path), rows.skipped)
 
 
@@ -152,7 +152,7 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
             if steps is None or not g or t is None or w is None or w is False:
                 continue
             rate = rates.get(row["job_type"], 1.0)
-            jobs.append(JobSpec(f"gavel-{line}", t, g, app=None, duration=steps / rate, priority=w))
+            jobs.append(WorkloadJob(f"gavel-{line}", t, g, app=None, duration=steps / rate, priority=w))
     return Workload(_by_arrival(jobs), str(path), rows.skipped)
 
 
@@ -176,5 +176,5 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
                     f"({','.join(POLLUX_COLUMNS)}), Philly CSV ({','.join(PHILLY_COLUMNS)}) or Gavel TSV")
 
 
-def _by_arrival(jobs: list[JobSpec]) -> list[JobSpec]:
+def _by_arrival(jobs: list[WorkloadJob]) -> list[WorkloadJob]:
     return sorted(jobs, key=lambda j: j.submit_time)   # stable: file order breaks ties

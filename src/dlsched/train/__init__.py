@@ -4,7 +4,7 @@ Modules: ``job`` (TrainJob, entry loading), ``run`` (start command), ``coordinat
 TCPStore, worker processes, partition table, job folder), ``worker`` (one process per rank),
 ``data`` (exactly-once partitions), ``scaling`` (batch size, LR, momentum compensation),
 ``autoscale`` (Or et al. rules, stragglers), ``ps`` (parameter-server mode), ``checkpoint``
-(atomic files), ``files`` (control/progress/status), ``ensemble`` (FLEET; another owner).
+(atomic files), ``files`` (control/progress/status), ``flotilla`` (FLEET shared pipeline), ``fleet_spec`` (ensemble YAML), ``fleet_job`` (an ensemble as a service job).
 
 Job runtime contract (between ``train/`` and the service backends ``backends/``)
 --------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from dlsched.service.predict import loss_curve  # noqa: E402
+from dlsched.service.refit import loss_curve  # noqa: E402
 from dlsched.service.store import FINISHED, Store  # noqa: E402
 
 
