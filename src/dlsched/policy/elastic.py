@@ -153,12 +153,13 @@ class ElasticPolicy(Policy):
 
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
-                 event_driven: bool = False):
+                 event_driven: bool = False, whole_nodes: bool = False):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
         if not (fairness == 1 or fairness < 0):
             raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
         self.fairness = fairness
+        self.whole_nodes = whole_nodes
         self.event_driven = event_driven     # decide only on arrival and departure (the seed's autoscaler)
         self.name = name
         self.urgency = urgency
@@ -246,6 +247,10 @@ class ElasticPolicy(Policy):
         weight = ref / scale
         u = self._utility(raw.values / ref) * weight
         u -= _TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n)
+        if self.whole_nodes and n > node_size + 1:
+            # a job spanning nodes takes whole nodes: no node is shared by a distributed job (Pollux's
+            # interference avoidance), so its measured all-reduce speed is the one it gets
+            u[node_size + 1:][np.arange(node_size + 1, n) % node_size != 0] = NEG_INF
         u[0] = 0.0
         gc = job.num_gpus
         if gc == 0:
@@ -381,7 +386,7 @@ class ElasticPolicy(Policy):
         the others; when no job knows it, T = attained GPU-seconds + 1 h. Rescaled so the largest weight is 1."""
         if self.urgency == 0:
             return dict(refs)
-        times = {j.id: j.remaining_samples / refs[j.id] for j in jobs
+        times = {j.id: self._progress_left(j) / refs[j.id] for j in jobs
                  if j.remaining_samples is not None and j.remaining_samples > 0}
         if not times:
             # No job knows its remaining work: use the GPU time it has had instead (least attained service first,
@@ -391,6 +396,16 @@ class ElasticPolicy(Policy):
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
         return {k: v / shortest for k, v in scale.items()}
+
+    def _progress_left(self, job: JobView) -> float:
+        """Remaining work in units that do not depend on the batch the job runs at now: samples left at the
+        current batch times that batch's statistical efficiency. Raw samples grow with the batch (a larger
+        batch needs more of them), so a weight built on them would drop each time a job grows its batch and
+        rise when it shrinks: a feedback loop that rescales large jobs back and forth."""
+        b = job.current_batch_size or job.batch_size
+        if b is None or job.speed is None:
+            return job.remaining_samples
+        return job.remaining_samples * job.speed.efficiency(b)
 
     def _type_order(self, types, capacity, speedup, jobs) -> list[str]:
         mean = {t: np.mean([speedup[j.id, t] for j in jobs]) if jobs else 0.0 for t in types}

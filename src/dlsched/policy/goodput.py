@@ -20,9 +20,9 @@ def goodput(speed: ThroughputModel, num_gpus: int, num_nodes: int, global_batch:
 
 @register("goodput")
 def make_goodput(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
-                 fairness: float = 1.0) -> ElasticPolicy:
+                 fairness: float = 1.0, whole_nodes: bool = False) -> ElasticPolicy:
     return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
-                         restart_cost=restart_cost, fairness=fairness)
+                         restart_cost=restart_cost, fairness=fairness, whole_nodes=whole_nodes)
 
 
 @register("goodput-fair")
