@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.service.refit import expected_times
-from dlsched.service.store import Store, UnknownJob
-from dlsched.spec import ClusterSpec, SpecError, load_job_spec
+from dlsched.service.store import Store, TransitionError, UnknownJob
+from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, load_job_spec
 
 DEFAULT_MAX_BODY = 1 << 20
 MAX_LOG_CHUNK = 1 << 20
+MAX_TAIL_LINES = 100_000
+MAX_WORKER_ID = 1 << 16
 JSON_TYPES = ("application/json",)
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
 
@@ -159,6 +162,28 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         j = store.request_cancel(job_id)
         return {"id": j.id, "state": j.state, "cancel_requested": j.cancel_requested}
 
+    @api.post("/jobs/{job_id}/resize")
+    async def resize(job_id: int, request: Request) -> JSONResponse:
+        """``{"workers": N, "batch_size": B}``: hold a queued or running job at N workers (and batch B)."""
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except (ValueError, RecursionError):
+            return _error(400, "body: expected a JSON object such as {\"workers\": 2}")
+        if not isinstance(body, dict) or set(body) - {"workers", "batch_size"}:
+            return _error(422, f"body: expected fields workers and batch_size, got {sorted(body) if isinstance(body, dict) else type(body).__name__}")
+        workers, batch = body.get("workers"), body.get("batch_size")
+        capacity = sum(n.gpus for n in cluster.nodes) if cluster is not None else MAX_GPUS
+        if type(workers) is not int or not 1 <= workers <= capacity:
+            return _error(422, f"workers: expected an integer in 1..{capacity} (the cluster's slots), got {workers!r}")
+        if batch is not None and (type(batch) is not int or not 1 <= batch <= MAX_BATCH):
+            return _error(422, f"batch_size: expected an integer in 1..{MAX_BATCH}, got {batch!r}")
+        try:
+            j = await run_in_threadpool(store.request_resize, job_id, workers, batch)
+        except TransitionError as e:
+            return _error(409, str(e))
+        return JSONResponse({"id": j.id, "state": j.state, "requested_workers": j.requested_workers,
+                             "requested_batch": j.requested_batch})
+
     @api.delete("/jobs/{job_id}")
     def delete(job_id: int) -> dict:
         return cancel(job_id)
@@ -183,18 +208,33 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         return store.progress(job_id)
 
     @api.get("/jobs/{job_id}/logs")
-    def logs(job_id: int, offset: int = 0) -> PlainTextResponse:
-        """The job's output from byte ``offset``; ``X-Next-Offset`` tells ``logs -f`` where to continue."""
+    def logs(job_id: int, offset: int = 0, tail: int | None = None, worker: int | None = None) -> PlainTextResponse:
+        """The job's output (or worker ``worker``'s) from byte ``offset``, or its last ``tail`` lines;
+        ``X-Next-Offset`` tells ``logs -f`` where to continue."""
         store.get(job_id)
-        text, nxt = b"", max(0, offset)
+        if worker is not None and not 0 <= worker < MAX_WORKER_ID:
+            return _error(422, f"worker: expected 0..{MAX_WORKER_ID - 1}, got {worker}")
+        if tail is not None and not 0 <= tail <= MAX_TAIL_LINES:
+            return _error(422, f"tail: expected 0..{MAX_TAIL_LINES}, got {tail}")
+        text, nxt = b"", max(0, min(offset, 1 << 62))
         if jobs_root is not None:
+            job_dir = jobs_root / str(job_id)
+            path = job_dir / "output.log" if worker is None else job_dir / "logs" / f"worker-{worker}.log"
             try:
-                with open(jobs_root / str(job_id) / "output.log", "rb") as f:
-                    f.seek(nxt)
-                    text = f.read(MAX_LOG_CHUNK)
-                    nxt += len(text)
+                with open(path, "rb") as f:
+                    if tail is not None:
+                        size = f.seek(0, 2)
+                        start = max(0, size - MAX_LOG_CHUNK)
+                        f.seek(start)
+                        lines = f.read().splitlines(keepends=True)
+                        text, nxt = b"".join(lines[-tail:] if tail else []), size
+                    else:
+                        f.seek(nxt)
+                        text = f.read(MAX_LOG_CHUNK)
+                        nxt += len(text)
             except FileNotFoundError:
-                pass
+                if worker is not None:
+                    return _error(404, f"job {job_id} has no log for worker {worker}")
         return PlainTextResponse(text.decode("utf-8", "replace"), headers={"X-Next-Offset": str(nxt)})
 
     @api.get("/cluster")
