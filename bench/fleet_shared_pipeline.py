@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from dlsched.train.ensemble import CTX, Convergence, MemberSpec, run_flotillas, synthetic_images, warm_up_torch
+from dlsched.train.flotilla import CTX, Convergence, MemberSpec, run_flotillas, synthetic_images, warm_up_torch
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "ensemble" / "models.py"
 MEMBERS = [

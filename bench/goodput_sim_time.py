@@ -12,14 +12,14 @@ import statistics
 import time
 
 from dlsched.paths import shared_data
-from dlsched.policy import make_policy
+from dlsched.policy import Policy, make_policy
 from dlsched.sim import run
 
 TARGET_S = 60.0
 PEER_S = 43 * 60.0
 
 
-class Timed:
+class Timed(Policy):
     """Delegates to a policy and records how long each decision takes."""
 
     def __init__(self, policy):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlsched.errors import UserError
-from dlsched.train.ensemble_spec import load_spec
+from dlsched.train.fleet_spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "examples" / "ensemble" / "models.py"

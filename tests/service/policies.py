@@ -2,10 +2,10 @@
 policy engineers' modules (the real ones run through the same registry)."""
 from __future__ import annotations
 
-from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, register
+from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, Policy, register
 
 
-class GreedyFifo:
+class GreedyFifo(Policy):
     """Arrival order; each job gets its requested GPUs if they are free (backfilling smaller ones)."""
 
     name = "test-fifo"
@@ -20,7 +20,7 @@ class GreedyFifo:
         return Allocation(out)
 
 
-class GreedyElastic:
+class GreedyElastic(Policy):
     """Everyone in arrival order gets ``min_gpus``; left-over GPUs go to the oldest elastic jobs up to ``max_gpus``."""
 
     name = "test-elastic"

@@ -5,15 +5,15 @@ import pytest
 
 from dlsched.backends.recording import RecordingBackend
 from dlsched.backends.local import LocalBackend
-from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, register
-from dlsched.placement import PlacementError
+from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, Policy, register
+from dlsched.round import InvalidAllocation
 from dlsched.service.loop import LiveLoop
 from dlsched.service.store import FAILED, FINISHED, QUEUED, RUNNING, Store
 from dlsched.spec import load_job_spec
 from tests.service.conftest import RUNTIME, cluster, job_yaml
 
 
-class NewestFirst:
+class NewestFirst(Policy):
     """Gives every GPU to the newest job: forces preemptions (test-only)."""
 
     name = "test-newest"
@@ -25,7 +25,7 @@ class NewestFirst:
         return Allocation({newest.id: JobAllocation(min(c.total_gpus, newest.max_gpus or 1))})
 
 
-class Greedy:
+class Greedy(Policy):
     """Asks for more GPUs than exist (a broken policy)."""
 
     name = "test-greedy"
@@ -117,7 +117,7 @@ def test_a_policy_that_overcommits_changes_nothing(tmp_path):
     store.submit(load_job_spec(job_yaml("a")))
     store.submit(load_job_spec(job_yaml("b")))
     before = store.snapshot()
-    with pytest.raises(PlacementError):
+    with pytest.raises(InvalidAllocation):
         loop.round()
     assert store.snapshot() == before and all(j.state == QUEUED for j in store.jobs())
 
@@ -164,7 +164,7 @@ def test_predictions_carry_the_policy_forecast(tmp_path):
         backend.shutdown()
 
 
-class Swap:
+class Swap(Policy):
     """The first job gets 3 GPUs and the second 1, then (``swapped``) the other way round: one shrink and one grow
     in the same round (test-only)."""
 

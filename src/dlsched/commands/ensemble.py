@@ -87,8 +87,8 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     from rich.live import Live
     from rich.table import Table
 
-    from dlsched.train.ensemble import run_ensemble
-    from dlsched.train.ensemble_spec import load_data, load_spec
+    from dlsched.train.flotilla import run_ensemble
+    from dlsched.train.fleet_spec import load_data, load_spec
 
     spec = load_spec(spec_file)
     base = spec_file.resolve().parent
@@ -144,7 +144,7 @@ def simulate(models: int = typer.Option(100, min=1, max=10_000), nodes: int = ty
 
     from dlsched.paths import shared_data
     from dlsched.policy.base import ClusterView, NodeView
-    from dlsched.sim.ensemble import (fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
+    from dlsched.sim.fleet import (fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
                                       seeded_ensemble, simulate_ensemble)
 
     if cpus_per_node <= gpus_per_node:

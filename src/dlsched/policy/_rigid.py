@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from dlsched.placement import most_free_first
+from dlsched.policy.placement import most_free_first
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView
 
 

@@ -111,10 +111,13 @@ class JobAllocation:
     batch_size: int | None = None
     gpu_type: str | None = None
     nodes: Mapping[str, int] | None = None   # set when the policy places itself
+    servers: int | None = None               # parameter-server jobs: how many of num_gpus run servers
 
     def __post_init__(self) -> None:
         if self.num_gpus < 0:
             raise ValueError(f"num_gpus must be >= 0, got {self.num_gpus}")
+        if self.servers is not None and not 0 < self.servers < max(self.num_gpus, 1):
+            raise ValueError(f"servers={self.servers} must leave at least one of num_gpus={self.num_gpus} to workers")
         if self.nodes is not None:
             object.__setattr__(self, "nodes", _frozen(self.nodes))
             if sum(self.nodes.values()) != self.num_gpus:
@@ -140,16 +143,17 @@ class Allocation:
 
 
 class Policy(Protocol):
-    """A scheduling policy. ``name`` is its registry key.
-
-    Optional class attributes drivers may read (default False): ``rigid`` — when every active job's request
-    fits, the decision is "everyone gets exactly their request, running jobs keep their nodes";
-    ``event_driven`` — the decision changes only when a job arrives or finishes.
-    """
+    """A scheduling policy. ``name`` is its registry key. Policies subclass this to inherit the defaults below,
+    which every driver reads directly (``dlsched.round``)."""
 
     name: str
+    rigid: bool = False          # everyone fits -> everyone gets exactly their request, running jobs keep nodes
+    event_driven: bool = False   # the decision changes only when a job arrives or finishes
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation: ...
+
+    def validate(self, job: JobView, cluster: ClusterView) -> None:
+        """Submit-time check: raise UserError (one line: job, field, value) if ``job`` can never run here."""
 
 
 _REGISTRY: dict[str, Callable[..., Policy]] = {}

@@ -34,7 +34,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from dlsched.errors import UserError
-from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, ThroughputModel, register
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, ThroughputModel, Policy, register
 from dlsched.policy.dp import solve
 
 NEG_INF = -np.inf
@@ -148,7 +148,7 @@ class JobCurve:
     batches: np.ndarray
 
 
-class ElasticPolicy:
+class ElasticPolicy(Policy):
     """The DP autoscaler. ``fixed_batch`` gives the GPU-only baseline; ``value`` switches throughput/goodput."""
 
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
@@ -165,7 +165,7 @@ class ElasticPolicy:
         self._ranges: dict = {}
 
     def validate(self, job: JobView, cluster: ClusterView) -> None:
-        """Submit-time check drivers call when a job arrives (``getattr(policy, "validate", None)``): UserError,
+        """Submit-time check drivers call when a job arrives: UserError,
         one line naming the job, field and value, if the job has no feasible (GPUs, batch) configuration."""
         validate_elastic_job(job, cluster, self.fixed_batch)
 

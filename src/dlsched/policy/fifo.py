@@ -3,11 +3,11 @@ unless ``backfill`` lets smaller later jobs use GPUs the head cannot."""
 from __future__ import annotations
 
 from dlsched.policy._rigid import grant_in_order
-from dlsched.policy.base import Allocation, ClusterView, JobView, register
+from dlsched.policy.base import Allocation, ClusterView, JobView, Policy, register
 
 
 @register("fifo")
-class FifoPolicy:
+class FifoPolicy(Policy):
     name = "fifo"
     rigid = True          # everyone fits -> everyone runs with their request
     event_driven = True   # the decision changes only when a job arrives or finishes

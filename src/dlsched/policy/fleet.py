@@ -1,24 +1,31 @@
 """FLEET (Guan et al., MLSys 2020): flotillas of ensemble members that share one preprocessing pipeline.
 
 A flotilla's members all consume the same preprocessed batches, so it advances at
-``R(F) = min(P(c_F), min_d r_d(g_d))``. The greedy (algorithms.md §3.3, a reconstruction) is:
+``R(F) = min(P(c_F), min_d r_d(g_d))``. The greedy follows seed 001 (algorithms.md §3.3):
 
-1. *flotilla creation* -- a target rate is chosen (see ``create_flotilla``: §3.3 anchors it at the fastest
-   single-GPU member); every waiting model gets the
-   fewest GPUs (g <= m, one node) reaching ``(1 - eps) * target``; models are packed cheapest-first until the
-   GPUs run out. Models that cannot reach the target within m GPUs wait for a later, slower flotilla.
-2. *node-local GPU assignment* -- first-fit-decreasing bin packing of the members' GPU counts into nodes, so a
-   multi-GPU member never spans nodes and small ones share a node. A member FFD cannot place waits.
+1. *flotilla creation* (``create_flotilla``) -- rule #1, similar rates with a proper GPU count: the fastest waiting
+   model on one GPU is the anchor; for every GPU count g_a of the anchor the target is r_a(g_a), and every other model
+   gets the fewest GPUs whose rate lies within ``eps`` of the target on either side. Rule #2, pack as many DNNs as
+   possible: candidates join fewest-GPUs-first while GPUs last, and the g_a kept is the one giving the most members,
+   then the most GPUs used, then the highest rate.
+2. *GPU assignment* (``assign_gpus``) -- a multi-GPU member takes GPUs of one node where one has room (largest
+   members first, first fit), so small members share nodes; a member no single node can hold spans nodes, taking
+   the emptiest nodes first (fewest nodes spanned). The slide's example spans DNN4 over both nodes.
 3. *preprocessing cores* -- ``c* = min{c : P(c) >= min_d r_d(g_d)}``; more cores cannot raise R(F).
 
-Documented choices beyond §3.3 (tested in tests/policy/test_fleet.py):
-* leftover GPUs are not idle: further flotillas are formed from the still-waiting models, each with its own
-  anchor, until GPUs, preprocessing cores or models run out; when nobody waits, the GPUs still free go one at a
-  time to a flotilla's slowest member (on its node) while that raises R(F);
+Choices the slides leave open (each tested in tests/policy/test_fleet.py):
+* ``eps = 0.10``: the example needs eps in [0.05, 0.20) (DNN4's 105 vs 100 must match, DNN2's 80 vs 100 must not);
+  0.10 is the middle of that range.
+* ties between anchors (DNN2 and DNN3 both 80 on one GPU) go to submission order;
+* a model that matches no anchor is not dropped: it waits and anchors a later flotilla;
+* leftover GPUs are not idle: further flotillas are formed from the still-waiting models until GPUs, preprocessing
+  cores or models run out; when nobody waits, the GPUs still free go one at a time to a flotilla's slowest member
+  while that raises R(F);
+* re-formation happens at every convergence (the runtime and the simulator), and whenever the share changes;
 * preprocessing cores are a cluster-wide pool (batches are broadcast, as in the SC'18 pipelines), one core per
   GPU in use is reserved for its trainer; a flotilla that gets fewer than c* cores runs at P(c);
 * data parallelism is weak scaling: each GPU of a member takes one shared batch of the member's own size per step
-  (profiles come from ``dlsched.sim.ensemble.h100_profiles`` or real short runs in ``dlsched.train.ensemble``).
+  (profiles come from ``dlsched.sim.fleet.h100_profiles`` or real short runs in ``dlsched.train.fleet_profile``).
 """
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, register
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 
 # /work/shared/data/h100/preprocess_cpu.csv: cifar_crop_flip_norm, images/s on one core.
 CIFAR_IMAGES_PER_S_PER_CORE = 3519.5
@@ -65,18 +72,25 @@ class Preprocessing:
         return max(1, math.ceil(rate / self.images_per_s_per_core - 1e-9))
 
 
+SEED_EPS = 0.10   # see the module docstring: the slide example holds for eps in [0.05, 0.20)
+
+
 @dataclass(frozen=True)
 class Flotilla:
-    """Members sharing one producer: ``gpus`` name -> GPU count, ``nodes`` name -> node, ``cores`` for the producer."""
+    """Members sharing one producer: ``gpus`` name -> GPU count, ``nodes`` name -> {node: GPUs there},
+    ``cores`` for the producer."""
 
     gpus: Mapping[str, int]
-    nodes: Mapping[str, str]
+    nodes: Mapping[str, Mapping[str, int]]
     cores: int
     rate: float
 
     @property
     def members(self) -> tuple[str, ...]:
         return tuple(self.gpus)
+
+    def spans_nodes(self, name: str) -> bool:
+        return len(self.nodes[name]) > 1
 
 
 @dataclass(frozen=True)
@@ -93,55 +107,60 @@ def flotilla_rate(profiles: Mapping[str, ModelProfile], gpus: Mapping[str, int],
     return min(pre.rate(cores), min(profiles[d].rate(g) for d, g in gpus.items()))
 
 
-def _pack_at(profiles: Sequence[ModelProfile], target: float, free_gpus: int, eps: float) -> dict[str, int]:
-    """Fewest GPUs per model reaching ``(1 - eps) * target``; cheapest members first until the GPUs run out."""
-    need: dict[str, tuple[int, float]] = {}
-    for p in profiles:
-        g = next((g for g in range(1, p.max_gpus + 1) if p.rate(g) >= (1 - eps) * target), None)
-        if g is not None:
-            need[p.name] = (g, p.rate(g))
-    chosen: dict[str, int] = {}
-    for d in sorted(need, key=lambda d: (need[d][0], -need[d][1], d)):
-        if need[d][0] <= free_gpus:
-            chosen[d] = need[d][0]
-            free_gpus -= need[d][0]
-    return chosen
+def matching_gpus(profile: ModelProfile, target: float, eps: float, limit: int) -> int | None:
+    """Rule #1: the fewest GPUs (<= ``limit``) whose rate is within ``eps`` of ``target`` on either side."""
+    return next((g for g in range(1, min(profile.max_gpus, limit) + 1) if abs(profile.rate(g) - target) <= eps * target), None)
 
 
-def create_flotilla(profiles: Sequence[ModelProfile], free_gpus: int, eps: float = 0.05, anchor: str = "best") -> dict[str, int]:
-    """Step 1: members and GPU counts of one flotilla.
+def create_flotilla(profiles: Sequence[ModelProfile], free_gpus: int, eps: float = SEED_EPS, anchor: str = "fastest") -> dict[str, int]:
+    """Step 1: members and GPU counts of one flotilla (seed 001; ``profiles`` in submission order).
 
-    ``anchor="fastest"`` is §3.3 literally: the target is the fastest single-GPU rate. ``anchor="best"`` (default)
-    also tries every profiled rate r_d(g) as the target and keeps the one maximising the flotilla's aggregate
-    rate |F| * target (ties: the higher target). It differs when GPUs are plentiful -- e.g. the slow tail of an
-    ensemble, where the literal rule runs every member on one GPU and leaves the rest of the cluster idle."""
+    ``anchor="fastest"`` is the seed: only the fastest model on one GPU anchors. ``anchor="any"`` also lets every
+    other waiting model anchor and keeps the best by the same key -- it finds flotillas the seed misses when the
+    fastest model matches nobody (measured against the exhaustive search in tests/sim/test_fleet.py)."""
     if not profiles or free_gpus <= 0:
         return {}
-    fastest = max(p.rate(1) for p in profiles)
-    if anchor == "fastest":
-        return _pack_at(profiles, fastest, free_gpus, eps)
-    if anchor != "best":
-        raise ValueError(f"anchor must be 'fastest' or 'best', got {anchor!r}")
-    targets = sorted({r for p in profiles for r in p.rates} | {fastest}, reverse=True)
-    best: tuple[float, dict[str, int]] = (-1.0, {})
-    for target in targets:
-        chosen = _pack_at(profiles, target, free_gpus, eps)
-        score = len(chosen) * target
-        if score > best[0] * (1 + 1e-12):
-            best = (score, chosen)
-    return best[1]
+    if anchor not in ("fastest", "any"):
+        raise ValueError(f"anchor must be 'fastest' or 'any', got {anchor!r}")
+    fastest = max(profiles, key=lambda p: p.rate(1))   # max keeps the first of equals: submission order breaks ties
+    anchors = [fastest] if anchor == "fastest" else list(profiles)
+    best: tuple[tuple, dict[str, int]] | None = None
+    for a in anchors:
+        for ga in range(1, min(a.max_gpus, free_gpus) + 1):
+            target = a.rate(ga)
+            need = {p.name: g for p in profiles if p is not a
+                    and (g := matching_gpus(p, target, eps, free_gpus)) is not None}
+            chosen, free = {a.name: ga}, free_gpus - ga
+            for d in sorted(need, key=lambda d: need[d]):   # rule #2: fewest GPUs first packs the most models
+                if need[d] <= free:
+                    chosen[d], free = need[d], free - need[d]
+            key = (len(chosen), free_gpus - free, target)
+            if best is None or key > best[0]:
+                best = (key, chosen)
+    return best[1] if best else {}
 
 
-def assign_gpus(gpus: Mapping[str, int], free: dict[str, int]) -> dict[str, str]:
-    """Step 2: first-fit-decreasing into nodes (``free`` node -> free GPUs, updated in place).
+def assign_gpus(gpus: Mapping[str, int], free: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Step 2: member -> {node: GPUs}; ``free`` (node -> free GPUs) is updated in place.
 
-    Members that fit nowhere are left out of the result (they wait)."""
-    placed: dict[str, str] = {}
+    Largest members first, each into the first node with room (small ones then share nodes); a member no node can
+    hold spans the emptiest nodes. Members that do not fit in the free GPUs at all are left out (they wait)."""
+    placed: dict[str, dict[str, int]] = {}
     for d in sorted(gpus, key=lambda d: (-gpus[d], d)):
         node = next((n for n, f in free.items() if f >= gpus[d]), None)
         if node is not None:
             free[node] -= gpus[d]
-            placed[d] = node
+            placed[d] = {node: gpus[d]}
+        elif sum(free.values()) >= gpus[d]:
+            left, spread = gpus[d], {}
+            for n in sorted(free, key=lambda n: -free[n]):
+                take = min(left, free[n])
+                if take:
+                    spread[n], left = take, left - take
+                    free[n] -= take
+                if not left:
+                    break
+            placed[d] = spread
     return placed
 
 
@@ -150,8 +169,8 @@ def plan_fleet(
     free_gpus: Mapping[str, int],
     cpu_pool: int,
     pre: Preprocessing = Preprocessing(),
-    eps: float = 0.05,
-    anchor: str = "best",
+    eps: float = SEED_EPS,
+    anchor: str = "fastest",
     keep: Sequence[Flotilla] = (),
 ) -> FleetPlan:
     """The whole greedy for one decision point: flotillas for the waiting models, in order, until resources run out.
@@ -166,18 +185,16 @@ def plan_fleet(
         gpus = {d: g for d, g in f.gpus.items() if d in by_name}
         if not gpus:
             continue
-        nodes = {d: f.nodes[d] for d in gpus}
-        for d, g in gpus.items():
-            free[nodes[d]] -= g
+        nodes = {d: dict(f.nodes[d]) for d in gpus}
+        for spread in nodes.values():
+            for n, g in spread.items():
+                free[n] -= g
         cpu_pool -= f.cores
         flotillas.append(Flotilla(gpus, nodes, f.cores, flotilla_rate(by_name, gpus, f.cores, pre)))
     placed = {d for f in flotillas for d in f.gpus}
     waiting = [p for p in profiles if p.name not in placed]
     while waiting and cpu_pool > 0 and sum(free.values()) > 0:
-        # Members are capped at the largest free node: a member never spans nodes.
-        m = max(free.values())
-        capped = [ModelProfile(p.name, p.rates[:m]) for p in waiting]
-        gpus = create_flotilla(capped, sum(free.values()), eps, anchor)
+        gpus = create_flotilla(waiting, sum(free.values()), eps, anchor)
         nodes = assign_gpus(gpus, free)
         gpus = {d: gpus[d] for d in nodes}
         if not gpus:
@@ -194,23 +211,27 @@ def plan_fleet(
 
 def _give_leftovers(f: Flotilla, profiles: Mapping[str, ModelProfile], free: dict[str, int], pre: Preprocessing) -> Flotilla:
     """GPUs nobody waits for go to the flotilla's slowest members (all those at the bottleneck, one more GPU each,
-    on their own nodes) while that raises R(F). The producer keeps its cores, so P(c) may become the cap."""
-    gpus = dict(f.gpus)
+    on a node they already use where it has room) while that raises R(F). The producer keeps its cores."""
+    gpus, nodes = dict(f.gpus), {d: dict(v) for d, v in f.nodes.items()}
     while True:
         rate = flotilla_rate(profiles, gpus, f.cores, pre)
         slowest = [d for d in gpus if profiles[d].rate(gpus[d]) <= rate]   # every member at the bottleneck
-        need: dict[str, int] = {}
-        for d in slowest:
-            need[f.nodes[d]] = need.get(f.nodes[d], 0) + 1
-        if any(gpus[d] >= profiles[d].max_gpus for d in slowest) or any(free[n] < k for n, k in need.items()):
+        if any(gpus[d] >= profiles[d].max_gpus for d in slowest):
             break
+        trial_free, where = dict(free), {}
+        for d in slowest:
+            n = next((n for n in nodes[d] if trial_free[n] > 0), None) or next((n for n, k in trial_free.items() if k > 0), None)
+            if n is None:
+                break
+            where[d], trial_free[n] = n, trial_free[n] - 1
         trial = {**gpus, **{d: gpus[d] + 1 for d in slowest}}
-        if flotilla_rate(profiles, trial, f.cores, pre) <= rate:
+        if len(where) < len(slowest) or flotilla_rate(profiles, trial, f.cores, pre) <= rate:
             break
         gpus = trial
-        for n, k in need.items():
-            free[n] -= k
-    return Flotilla(gpus, f.nodes, f.cores, flotilla_rate(profiles, gpus, f.cores, pre))
+        free.update(trial_free)
+        for d, n in where.items():
+            nodes[d][n] = nodes[d].get(n, 0) + 1
+    return Flotilla(gpus, nodes, f.cores, flotilla_rate(profiles, gpus, f.cores, pre))
 
 
 UNCOUNTED_CORES = 1 << 20   # a cluster that declares no CPUs does not limit preprocessing
@@ -225,13 +246,13 @@ def producer_core_pool(cluster: ClusterView) -> int:
 
 
 @register("fleet")
-class FleetPolicy:
+class FleetPolicy(Policy):
     """FLEET for ensemble jobs. Each member is a JobView with ``attrs["fleet_rates"]`` = r(1..m) in samples/s;
     other jobs get a profile from their speed model (see ``_profile``)."""
 
     name = "fleet"
 
-    def __init__(self, eps: float = 0.05, images_per_s_per_core: float = CIFAR_IMAGES_PER_S_PER_CORE, anchor: str = "best") -> None:
+    def __init__(self, eps: float = SEED_EPS, images_per_s_per_core: float = CIFAR_IMAGES_PER_S_PER_CORE, anchor: str = "fastest") -> None:
         self.eps = eps
         self.anchor = anchor
         self.pre = Preprocessing(images_per_s_per_core)
@@ -258,5 +279,5 @@ class FleetPolicy:
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
         plan = self.plan(jobs, cluster)
         return Allocation(
-            {d: JobAllocation(g, nodes={f.nodes[d]: g}) for f in plan.flotillas for d, g in f.gpus.items()}
+            {d: JobAllocation(g, nodes=dict(f.nodes[d])) for f in plan.flotillas for d, g in f.gpus.items()}
         )

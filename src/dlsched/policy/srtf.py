@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from dlsched.policy._rigid import grant_in_order
-from dlsched.policy.base import Allocation, ClusterView, JobView, register
+from dlsched.policy.base import Allocation, ClusterView, JobView, Policy, register
 
 
 def remaining_time(job: JobView, gpus_per_node: int) -> float:
@@ -19,7 +19,7 @@ def remaining_time(job: JobView, gpus_per_node: int) -> float:
 
 
 @register("srtf")
-class SrtfPolicy:
+class SrtfPolicy(Policy):
     name = "srtf"
     rigid = True
     event_driven = True   # running jobs only get shorter, waiting ones stay: order changes only on events

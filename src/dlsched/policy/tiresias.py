@@ -10,11 +10,11 @@ from __future__ import annotations
 import bisect
 
 from dlsched.policy._rigid import grant_in_order
-from dlsched.policy.base import Allocation, ClusterView, JobView, register
+from dlsched.policy.base import Allocation, ClusterView, JobView, Policy, register
 
 
 @register("tiresias")
-class TiresiasPolicy:
+class TiresiasPolicy(Policy):
     name = "tiresias"
     rigid = True
     event_driven = False   # queues change as service accrues

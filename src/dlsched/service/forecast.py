@@ -3,7 +3,7 @@ virtual clock.
 
 Why: a completion time computed at the job's current allocation is wrong as soon as the policy rescales or
 preempts it, and a queue drained in submission order is not how Tiresias or the elastic policy admit jobs. The
-forecast calls the same ``policy.decide`` and the same ``place`` as the live loop and the simulator, on the
+forecast runs the same round (``dlsched.round.schedule``) as the live loop and the simulator, on the
 loop's own ``JobView`` snapshots, and advances every job's remaining samples at the throughput its fitted speed
 model gives for the allocation it would get. Unknowns stay unknown: a job without remaining work or a rate
 gets a start but no finish, and holds its GPUs until the forecast ends. Arrivals that have not happened yet are,
@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from dlsched.placement import PlacementError, consolidated, place
 from dlsched.policy.base import ClusterView, JobView, Policy
+from dlsched.policy.placement import consolidated
+from dlsched.round import Preempt, Resize, Start, schedule
 
 
 # seconds of no progress charged for a (re)start and for a resize until the live loop has measured its own
@@ -109,7 +110,6 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
                            start=now if v.num_gpus > 0 else None) for v in views}
     for s in states.values():
         s.rate = rate_for(s.view, s.gpus, len(s.nodes), s.batch, observed.get(s.view.id)) if s.gpus else 0.0
-    event_driven = bool(getattr(policy, "event_driven", False))
     t, decisions, t_wall = now, 0, time.perf_counter()
     cut_short = True
     while decisions < max_decisions and t - now < horizon_s:
@@ -119,26 +119,22 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
             break
         if budget_s is not None and time.perf_counter() - t_wall > budget_s:
             break
-        snap = tuple(_snapshot(s) for s in active)
-        view_cluster = ClusterView(cluster.nodes, t)
-        alloc = policy.decide(snap, view_cluster)
+        decision = schedule(policy, [_snapshot(s) for s in active], ClusterView(cluster.nodes, t), consolidated)
         decisions += 1
-        try:
-            placed = place(alloc, view_cluster, {s.view.id: s.nodes for s in active if s.nodes}, consolidated)
-        except PlacementError:
-            break
-        for s in active:
-            a = alloc.jobs.get(s.view.id)
-            n = a.num_gpus if a else 0
-            b = (a.batch_size if a and a.batch_size else None) or s.batch or s.view.batch_size
-            nodes = placed.get(s.view.id, {}) if n > 0 else {}
-            if n > 0 and s.gpus == 0:
+        for a in decision.actions:
+            s = states[a.job_id]
+            if isinstance(a, Start):
                 s.pause = start_s
                 s.start = t if s.start is None else s.start
-            elif n > 0 and (n != s.gpus or b != s.batch):
+            elif isinstance(a, Resize):
                 s.pause = resize_s
-            elif n == 0:
+            elif isinstance(a, Preempt):
                 s.pause = 0.0
+        for s in active:
+            a = decision.allocation.jobs.get(s.view.id)
+            n = a.num_gpus if a else 0
+            b = (a.batch_size if a and a.batch_size else None) or s.batch or s.view.batch_size
+            nodes = decision.nodes(s.view.id) if n > 0 else {}
             if (n, b, dict(nodes)) != (s.gpus, s.batch, dict(s.nodes)) or s.rate is None:
                 s.rate = rate_for(s.view, n, len(nodes), b, observed.get(s.view.id))
             s.gpus, s.batch, s.nodes = n, b, nodes
@@ -150,7 +146,7 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
         # an event-driven policy changes its mind only when a job finishes; the others are re-asked at a period
         # that grows with the look-ahead (a forecast hours out is coarse anyway), so the cost stays near one
         # decision per completion
-        periodic = math.inf if event_driven else t + max(step_s, 0.1 * (t - now))
+        periodic = math.inf if policy.event_driven else t + max(step_s, 0.1 * (t - now))
         t_next = min([periodic, *ends])
         dt = max(t_next - t, 1e-6)
         for s in active:

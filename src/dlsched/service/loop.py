@@ -1,4 +1,5 @@
-"""The live driver of the scheduling loop: admit -> decide (policy) -> place (``dlsched.placement``, shared with the simulator) -> act -> observe -> refit.
+"""The live driver of the scheduling loop: admit -> one round (``dlsched.round``, shared with the simulator and
+the forecast) -> act -> observe -> refit.
 
 The simulator drives the same ``policy.decide`` on a virtual clock; here time is the wall clock, progress
 comes from real workers through the backend, and every state change goes through the store first, so a
@@ -19,9 +20,10 @@ from pathlib import Path
 from typing import Mapping
 
 from dlsched.backends.base import Backend, Launch, read_progress
-from dlsched.placement import PlacementError, consolidated, place  # noqa: F401  (PlacementError: callers catch it)
-from dlsched.policy.base import Allocation, ClusterView, JobView, NodeView, Policy, make_policy
-from dlsched.service import predict as perf
+from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, ThroughputModel, make_policy
+from dlsched.policy.placement import consolidated
+from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
+from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
@@ -35,15 +37,6 @@ SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, 
 FORECAST_EVERY_S = 2.0     # wall seconds between policy forecasts, at least twice what the last one took
 FORECAST_BUDGET_S = 2.0    # wall time one forecast may take (its own thread, never in a scheduling round);
                            # jobs it did not reach show no forecast finish
-
-
-@dataclass(frozen=True)
-class Action:
-    kind: str                      # "start" | "resize" | "preempt"
-    job_id: int
-    num_gpus: int
-    batch_size: int | None
-    placement: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,7 +69,7 @@ class LiveLoop:
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
-        self._speeds: dict[int, perf.SpeedModel] = {}
+        self._speeds: dict[int, ThroughputModel] = {}
         self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # job -> (configurations seen, when) of its fit
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
@@ -103,16 +96,14 @@ class LiveLoop:
         if lo > total:
             raise SpecError(f"{source}: field {'min_gpus' if spec.min_gpus else 'gpus'}: needs {lo} GPUs, "
                             f"the cluster has {total}")
-        hook = getattr(self.policy, "validate", None)
-        if hook is not None:
-            view = JobView(id=spec.name, submit_time=0.0, requested_gpus=spec.gpus, batch_size=spec.batch_size,
-                           min_batch_size=spec.min_batch_size, max_batch_size=spec.max_batch_size,
-                           max_local_batch=spec.max_local_batch, min_gpus=lo, max_gpus=spec.gpu_range[1],
-                           kind=spec.kind, preemptible=spec.preemptible)
-            try:
-                hook(view, cluster_view(self.cluster, 0.0))
-            except (UserError, ValueError) as e:
-                raise SpecError(f"{source}: policy {self.cluster.policy}: {e}") from None
+        view = JobView(id=spec.name, submit_time=0.0, requested_gpus=spec.gpus, batch_size=spec.batch_size,
+                       min_batch_size=spec.min_batch_size, max_batch_size=spec.max_batch_size,
+                       max_local_batch=spec.max_local_batch, min_gpus=lo, max_gpus=spec.gpu_range[1],
+                       kind=spec.kind, preemptible=spec.preemptible)
+        try:
+            self.policy.validate(view, cluster_view(self.cluster, 0.0))
+        except (UserError, ValueError) as e:
+            raise SpecError(f"{source}: policy {self.cluster.policy}: {e}") from None
 
     def job_dir(self, job_id: int) -> Path:
         return self.state_dir / "jobs" / str(job_id)
@@ -184,74 +175,59 @@ class LiveLoop:
         return ClusterView(live(), now) if live else cluster_view(self.cluster, now)
 
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
-        """Snapshots -> policy -> placement -> the actions that turn the current state into the decision."""
+        """Snapshots -> one round (policy, check, placement: Optimus consolidation) -> the actions to take."""
         eligible = [j for j in jobs if not j.cancel_requested]
-        views = tuple(self.snapshot(j) for j in eligible)
-        cluster = self._cluster_view(now)
-        alloc: Allocation = self.policy.decide(views, cluster)
-        by_id = {j.id: j for j in eligible}
-        unknown = [k for k in alloc.jobs if not k.isdigit() or int(k) not in by_id]
-        if unknown:
-            raise ValueError(f"policy {self.cluster.policy!r} allocated unknown jobs {unknown[:5]}")
-        targets = {j.id: alloc.gpus(str(j.id)) for j in eligible}
-        # the one placement implementation, shared with the simulator (Optimus consolidation)
-        placed = place(alloc, cluster, {str(j.id): j.placement for j in eligible if j.placement}, consolidated)
-        placement = {int(k): v for k, v in placed.items()}
-        actions = []
-        for j in eligible:
-            a = alloc.jobs.get(str(j.id))
-            n = targets[j.id]
-            batch = (a.batch_size if a and a.batch_size else None) or j.batch_size or j.spec.batch_size
-            nodes = placement.get(j.id, {})
-            if j.num_gpus == 0 and n > 0:
-                actions.append(Action("start", j.id, n, batch, nodes))
-            elif j.num_gpus > 0 and n == 0:
-                actions.append(Action("preempt", j.id, 0, j.batch_size, {}))
-            elif j.num_gpus > 0 and (n != j.num_gpus or batch != j.batch_size):
-                actions.append(Action("resize", j.id, n, batch, nodes))
-            elif j.num_gpus > 0 and nodes != j.placement:
-                self.store.update(j.id, placement=nodes)
-        return actions
+        decision = schedule(self.policy, [self.snapshot(j) for j in eligible], self._cluster_view(now), consolidated)
+        return list(decision.actions)
 
     def act(self, actions: list[Action], jobs: Mapping[int, JobRecord], now: float) -> None:
         """Backend actions first (GPUs are freed before they are taken), then every resulting store write in ONE
         transaction. A crash in between leaves coordinators the store does not know about; ``LocalBackend.start``
         adopts a live coordinator of the same job instead of starting a second one, so that is safe."""
         writes = []
-        # shrinking resizes before growing ones: a grow takes GPU slots another job's shrink gives back
-        order = {"preempt": 0, "resize": 1, "start": 2}
-        for act in sorted(actions, key=lambda a: (order[a.kind], a.num_gpus - jobs[a.job_id].num_gpus
-                                                  if a.kind == "resize" else 0)):
-            job = jobs[act.job_id]
+        for act in sorted(actions, key=lambda a: self._act_order(a, jobs)):
+            job = jobs[int(act.job_id)]
+            if isinstance(act, Move):   # same GPUs and batch elsewhere: only the record follows
+                self.store.update(job.id, placement=dict(act.nodes))
+                continue
             d = self.job_dir(job.id)
             gen = job.generation + 1
             try:
-                if act.kind == "preempt":
+                if isinstance(act, Preempt):
                     self.backend.stop(job.id, d)
                     writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
-                elif act.kind == "start":
-                    self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.placement, gen))
+                elif isinstance(act, Start):
+                    self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self._changed_at[job.id] = ("start", now, act.num_gpus)
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size},
-                                   {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
+                                   {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
                 else:
-                    self.backend.resize(job.id, d, act.num_gpus, act.batch_size, gen, placement=dict(act.placement))
+                    self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self._changed_at[job.id] = ("resize", now, act.num_gpus)
                     writes.append((job.id, RESCALING,
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
-                                   {"num_gpus": act.num_gpus, "placement": act.placement, "batch_size": act.batch_size,
+                                   {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
                                     "generation": gen}))
             except Exception as e:   # one job's launch failure must not stop the service
-                log.exception("job %s: %s failed", job.id, act.kind)
+                kind = type(act).__name__.lower()
+                log.exception("job %s: %s failed", job.id, kind)
                 self.backend.stop(job.id, d)
-                writes.append((job.id, FAILED, {"reason": f"{act.kind} failed: {e}"}, {"error": str(e)[:500]}))
+                writes.append((job.id, FAILED, {"reason": f"{kind} failed: {e}"}, {"error": str(e)[:500]}))
         with self.store.batch():
             for job_id, state, detail, fields in writes:
                 self.store.transition(job_id, state, now, detail, **fields)
                 rec_gpus = fields.get("num_gpus", 0) if state != FAILED else 0
                 self.store.record_allocation(job_id, now, rec_gpus, fields.get("batch_size", jobs[job_id].batch_size),
                                              dict(fields.get("placement", {})))
+
+    @staticmethod
+    def _act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
+        """Preemptions, then resizes shrinking first (a grow takes GPU slots another job's shrink gives back),
+        then starts."""
+        if isinstance(act, Resize):
+            return 1, act.num_gpus - jobs[int(act.job_id)].num_gpus
+        return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0
 
     # -- observation -------------------------------------------------------------------------------
     def observe(self, now: float) -> None:
@@ -322,14 +298,14 @@ class LiveLoop:
             return
         self._seen_progress[job.id] = len(prog)
         target = job.spec.params.get("target_loss")
-        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in prog[-perf.RECENT:])
+        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in prog[-refit.RECENT:])
         last = self._speed_fits.get(job.id)
-        refit = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
-        pred, speed = perf.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
-                                   target_loss=float(target) if isinstance(target, (int, float)) else None,
-                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
-                                   speed=self._speeds.get(job.id), refit_speed=refit)
-        if refit:
+        refit_speed = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
+        pred, speed = refit.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
+                                    target_loss=float(target) if isinstance(target, (int, float)) else None,
+                                    gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
+                                    speed=self._speeds.get(job.id), refit_speed=refit_speed)
+        if refit_speed:
             self._speed_fits[job.id] = (configs, now)
         if speed is not None:
             self._speeds[job.id] = speed

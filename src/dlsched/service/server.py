@@ -3,7 +3,6 @@ both go through ``Service`` so that what is tested is what runs."""
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import uvicorn
 
-from dlsched.backends.local import LocalBackend
+from dlsched.backends.make import make_backend
+from dlsched.entry_check import check_entry
 from dlsched.errors import UserError
 from dlsched.policy.base import Policy
 from dlsched.service.api import allowed_hosts, create_app, is_loopback
@@ -63,8 +63,6 @@ class Service:
                  entry_roots: tuple[str | Path, ...] = (), entry_modules: tuple[str, ...] = ()):
         if not auth and not is_loopback(host):
             raise UserError(f"--host {host}: --no-auth is for a loopback bind only; beyond it every request needs a token")
-        if cluster.backend != "local" and backend is None:
-            raise UserError(f"cluster spec: backend {cluster.backend!r} is not available in this service yet")
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.token_file = Path(token_file) if token_file else self.state_dir / TOKEN_FILE_NAME
@@ -76,29 +74,37 @@ class Service:
             self.token = load_or_create_token(self.token_file)
         self.host, self.port = host, port
         self.store = Store(self.state_dir / "dlsched.db")
-        self.backend = backend or LocalBackend(runtime=runtime, cwd=workdir, nodes=cluster.nodes)
+        self.backend = backend or make_backend(cluster, runtime=runtime, workdir=workdir)
         try:
             self.loop = LiveLoop(self.store, self.backend, cluster, self.state_dir, policy=policy)
         except ValueError as e:   # unknown policy name
             raise UserError(f"cluster spec: policy: {e}") from None
         self.thread = LoopThread(self.loop, cluster.interval_s)
+        self.workdir = Path(workdir) if workdir is not None else Path.cwd()
         # job code only from the allowed job directories / modules (entries.py); never from the state directory
-        self.entries = EntryRules.make(workdir or os.getcwd(), tuple(entry_roots), tuple(entry_modules),
+        self.entries = EntryRules.make(self.workdir, tuple(entry_roots), tuple(entry_modules),
                                        forbidden=(self.state_dir,))
+        # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
+        self.check_entries = runtime is None
         app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
                          loop_thread=self.thread, validate=self.validate, hosts=allowed_hosts(host, extra_hosts))
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                     access_log=False, limit_concurrency=256, timeout_keep_alive=5))
         self._uv_thread: threading.Thread | None = None
 
+    def validate(self, spec: JobSpec, source: str = "job spec") -> None:
+        """Submit-time checks: an allowed entry point (``entries.py``, before any file is read), the cluster and
+        policy can run it, and its entry exists and takes its params."""
+        entry = getattr(spec, "entry", None)
+        if entry:
+            self.entries.check(entry, source)
+        self.loop.validate(spec, source)
+        if self.check_entries and spec.kind == "train" and entry:
+            check_entry(entry, spec.params, self.workdir, source)
+
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    def validate(self, spec: JobSpec, source: str = "job spec") -> None:
-        """Submit-time checks: an allowed entry point, then the scheduler's own (``LiveLoop.validate``)."""
-        self.entries.check(spec.entry, source)
-        self.loop.validate(spec, source)
 
     @property
     def headers(self) -> dict[str, str]:

@@ -27,11 +27,12 @@ import numpy as np
 
 from dlsched.errors import UserError
 from dlsched.perf.profile import POLLUX_APPS
-from dlsched.placement import PlacementError, consolidated, most_free_first, place
 from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
+from dlsched.policy.placement import consolidated, most_free_first
+from dlsched.round import Resize, schedule
 from dlsched.sim.metrics import SimResult
 from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app, speed_factor
-from dlsched.sim.workload import JobSpec, Workload
+from dlsched.sim.workload import WorkloadJob, Workload
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class _Job:
                  "rescale_left", "attained", "run_time", "finish", "start", "restarts", "work_left", "last_t",
                  "version", "noise", "max_gpus", "view")
 
-    def __init__(self, spec: JobSpec, idx: int, app: TraceApp | None, noise: float):
+    def __init__(self, spec: WorkloadJob, idx: int, app: TraceApp | None, noise: float):
         self.spec, self.idx, self.app = spec, idx, app
         self.batch = spec.batch_size
         self.nodes: dict[str, int] = {}
@@ -94,7 +95,7 @@ class _Job:
 class Simulator:
     """One run of one policy over one workload on one cluster. Use ``run()`` unless stepping by hand."""
 
-    def __init__(self, workload: Workload | Iterable[JobSpec], policy: Policy, cluster: ClusterView,
+    def __init__(self, workload: Workload | Iterable[WorkloadJob], policy: Policy, cluster: ClusterView,
                  config: SimConfig = SimConfig(), on_progress: Callable[[float, int, int], None] | None = None):
         if config.interval <= 0:
             raise UserError(f"interval must be > 0 seconds, got {config.interval}")
@@ -131,8 +132,6 @@ class Simulator:
         self.gpu_speed = tuple(sorted(config.gpu_speed.items()))
         self.total_gpus = cluster.total_gpus
         self.gpus_per_node = max(n.num_gpus for n in cluster.nodes)
-        self.event_driven = bool(getattr(policy, "event_driven", False))
-        self.rigid = bool(getattr(policy, "rigid", False))
         self.t = 0.0
         self.timeline: list[tuple[float, int, int, int]] = []   # (time, GPUs allocated, active jobs, finished jobs)
         self._finish_heap: list[tuple[float, int, int]] = []      # lazy jobs: (finish time, version, index)
@@ -148,12 +147,11 @@ class Simulator:
     def _validate_at_submit(self) -> None:
         """Ask the policy (when it can) whether each job is feasible, so a bad batch range is a one-line UserError
         before any simulated time passes, never a crash or a silently starved job mid-run."""
-        validate = getattr(self.policy, "validate", None)
-        if validate is None:
+        if type(self.policy).validate is Policy.validate:   # the default accepts every job: skip the snapshots
             return
         cluster = ClusterView(self.cluster.nodes, 0.0)
         for j in self.jobs:
-            validate(self._make_view(j), cluster)
+            self.policy.validate(self._make_view(j), cluster)
 
     # --- progress -------------------------------------------------------------------------------
     def _advance_trace(self, job: _Job, seconds: float) -> None:
@@ -295,7 +293,7 @@ class Simulator:
         """Rigid policies give everyone their request when all requests fit: place newcomers, skip the policy.
 
         Trace jobs always go through the policy (its placement order is part of the peer's semantics)."""
-        if not self.rigid or self.trace_active or self.short or self.requested > self.total_gpus:
+        if not self.policy.rigid or self.trace_active or self.short or self.requested > self.total_gpus:
             return False
         for j in list(self.active.values()):
             if not j.ngpus:
@@ -310,33 +308,21 @@ class Simulator:
         for j in active:
             if j.app is None and j.ngpus:
                 self._sync_lazy(j, self.t)
-        cluster = ClusterView(self.cluster.nodes, self.t)
-        alloc = self.policy.decide(tuple(self._view(j) for j in active), cluster)
-        known = {j.spec.id for j in active}
-        unknown = [k for k in alloc.jobs if k not in known]
-        if unknown:
-            raise ValueError(f"policy {self.policy.name!r} allocated unknown/inactive jobs {unknown[:3]}")
-        if alloc.total_gpus > self.total_gpus:
-            raise ValueError(f"policy {self.policy.name!r} allocated {alloc.total_gpus} GPUs of {self.total_gpus}")
-        try:
-            nodes_by_job = place(alloc, cluster, {j.spec.id: j.nodes for j in active if j.ngpus}, self.strategy)
-        except PlacementError as e:
-            raise ValueError(f"policy {self.policy.name!r}: {e}") from None
+        decision = schedule(self.policy, [self._view(j) for j in active], ClusterView(self.cluster.nodes, self.t),
+                            self.strategy)
+        # any change of node map (order included) is a restart; a batch-only resize is not
+        moved = {a.job_id for a in decision.actions if not isinstance(a, Resize) or a.moved}
         # Release first, then grant, so that the free-GPU bookkeeping never goes negative midway.
-        changed = set()
         for j in active:
-            nodes = nodes_by_job.get(j.spec.id, {})
-            if list(nodes.items()) != list(j.nodes.items()):
-                changed.add(j.idx)
-                if j.ngpus:
-                    if j.app is None:
-                        self._sync_lazy(j, self.t)
-                    self._set_nodes(j, {})
+            if j.spec.id in moved and j.ngpus:
+                if j.app is None:
+                    self._sync_lazy(j, self.t)
+                self._set_nodes(j, {})
         for j in active:
-            a = alloc.jobs.get(j.spec.id)
+            a = decision.allocation.jobs.get(j.spec.id)
             batch = a.batch_size if a else None
-            if j.idx in changed or batch is not None or j.app is not None:
-                self._reallocate(j, nodes_by_job.get(j.spec.id, {}), batch, j.idx in changed)
+            if j.spec.id in moved or batch is not None or j.app is not None:
+                self._reallocate(j, decision.nodes(j.spec.id), batch, j.spec.id in moved)
         return False
 
     # --- main loop ------------------------------------------------------------------------------
@@ -384,7 +370,7 @@ class Simulator:
                 events = True
             if self.active:
                 if events or not stable:
-                    stable = self._decide() or self.event_driven
+                    stable = self._decide() or self.policy.event_driven
             else:
                 stable = True
             running_trace = ([j for j in self.active.values() if j.app is not None and j.ngpus]
@@ -405,7 +391,7 @@ def run(workload, policy: str | Policy, cluster: ClusterView | None = None, *, n
         prediction_error: float = 0.0, seed: int = 0, gpu_speed: Mapping[str, float] | None = None,
         horizon: float | None = None, policy_args: Mapping | None = None,
         on_progress: Callable[[float, int, int], None] | None = None, **config) -> SimResult:
-    """Simulate ``workload`` (a path, a ``Workload`` or ``JobSpec`` list) under ``policy`` (a registered name or an
+    """Simulate ``workload`` (a path, a ``Workload`` or ``WorkloadJob`` list) under ``policy`` (a registered name or an
     object) on ``cluster`` (default: ``nodes`` × ``gpus_per_node`` identical GPUs)."""
     from dlsched.sim.workload import read_workload
 

@@ -17,15 +17,17 @@ def blind(cluster: ClusterView) -> ClusterView:
     return ClusterView(tuple(replace(n, gpu_type=BLIND_TYPE) for n in cluster.nodes), cluster.now)
 
 
-class TypeBlind:
-    """``inner`` deciding on a cluster whose GPU types are erased; other attributes are the inner policy's."""
+class TypeBlind(Policy):
+    """``inner`` deciding on a cluster whose GPU types are erased."""
 
     def __init__(self, inner: Policy):
         self.inner = inner
         self.name = f"{inner.name}-type-blind"
+        self.rigid = inner.rigid
+        self.event_driven = inner.event_driven
 
-    def __getattr__(self, attr: str):          # rigid, event_driven, validate, ... of the inner policy
-        return getattr(self.inner, attr)
+    def validate(self, job: JobView, cluster: ClusterView) -> None:
+        self.inner.validate(job, cluster)
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
         alloc = self.inner.decide(jobs, blind(cluster))

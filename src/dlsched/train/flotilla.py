@@ -250,7 +250,7 @@ def _save_atomic(obj: dict, path: Path) -> None:
 
 
 @dataclass(frozen=True)
-class Worker:
+class MemberRank:
     """One process of a member: its consumer bit in the ring and its rank among the member's data-parallel workers."""
 
     consumer: int
@@ -268,7 +268,7 @@ def _agree(flag: bool, world: int) -> bool:
     return bool(t.item())
 
 
-def member_main(spec: MemberSpec, worker: Worker, ring: BatchRing, start_batch: int, steps_per_epoch: int,
+def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_batch: int, steps_per_epoch: int,
                 val: tuple[torch.Tensor, torch.Tensor], conv: Convergence, ckpt_dir: str, reports: "mp.Queue",
                 stop: "mp.synchronize.Event", max_batches: int | None = None) -> None:
     """Train one member (or one data-parallel rank of it) on the shared batches until it converges (leaves), is
@@ -382,7 +382,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
             rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
             for r in range(g):
                 procs.append(CTX.Process(target=member_main, daemon=True, args=(
-                    m, Worker(consumer, r, g, rdzv), ring, start_batch, steps, val, conv, str(ckpt_dir), reports, stop, max_batches)))
+                    m, MemberRank(consumer, r, g, rdzv), ring, start_batch, steps, val, conv, str(ckpt_dir), reports, stop, max_batches)))
                 consumer += 1
     for p in producers + procs:
         p.start()

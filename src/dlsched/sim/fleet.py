@@ -24,7 +24,7 @@ import pandas as pd
 
 from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView
-from dlsched.policy.fleet import Flotilla, ModelProfile, Preprocessing, flotilla_rate, plan_fleet, producer_core_pool
+from dlsched.policy.fleet import SEED_EPS, Flotilla, ModelProfile, Preprocessing, flotilla_rate, plan_fleet, producer_core_pool
 
 # Parameter counts of the CIFAR/ImageNet variants in /work/shared/data/h100/throughput.csv (standard definitions:
 # He et al. 2016 CIFAR ResNets, torchvision ResNet-18/50, CIFAR VGG-16 and MobileNetV2 heads).
@@ -92,7 +92,7 @@ class Group:
 Planner = Callable[[Sequence[Member], ClusterView, Preprocessing, Sequence[Group]], list[Group]]
 
 
-def fleet_planner(eps: float = 0.05, anchor: str = "best", reform: str = "incremental", rebalance_idle: float = 0.5) -> Planner:
+def fleet_planner(eps: float = SEED_EPS, anchor: str = "fastest", reform: str = "incremental", rebalance_idle: float = 0.5) -> Planner:
     """FLEET as a planner. ``reform="event"`` re-plans every member at every convergence (§3.3 literally);
     ``"incremental"`` keeps surviving flotillas where they run and plans only the freed GPUs, unless more than
     ``rebalance_idle`` of the cluster's GPUs would stay idle -- then it re-plans everything (the slow tail)."""
@@ -181,39 +181,17 @@ def simulate_ensemble(members: Sequence[Member], cluster: ClusterView, planner: 
 
 # ---------------------------------------------------------------- exhaustive optimum (small instances only)
 
-def _fits_node_local(items: Sequence[int], capacities: Sequence[int]) -> bool:
-    """Exact: can the GPU counts be packed into nodes without splitting any item? (backtracking)"""
-    caps = list(capacities)
-
-    def place(i: int) -> bool:
-        if i == len(items):
-            return True
-        tried = set()
-        for k, c in enumerate(caps):
-            if c >= items[i] and c not in tried:
-                tried.add(c)
-                caps[k] -= items[i]
-                if place(i + 1):
-                    return True
-                caps[k] += items[i]
-        return False
-
-    return place(0)
-
-
 def _configurations(members: Sequence[Member], cluster: ClusterView, pre: Preprocessing) -> list[list[Group]]:
-    """Every way to run a non-empty subset as disjoint groups with GPU counts that pack node-locally."""
+    """Every way to run a non-empty subset as disjoint groups within the cluster's GPUs (members may span nodes,
+    as the greedy's may)."""
     caps = [n.num_gpus for n in cluster.nodes]
-    m = max(caps)
     pool = producer_core_pool(cluster)
     profiles = {x.name: x.profile for x in members}
     configs = []
-    choices = [[None] + [(g,) for g in range(1, min(m, x.profile.max_gpus) + 1)] for x in members]
+    choices = [[None] + [(g,) for g in range(1, min(sum(caps), x.profile.max_gpus) + 1)] for x in members]
     for pick in itertools.product(*choices):
         running = [(x.name, c[0]) for x, c in zip(members, pick) if c is not None]
         if not running or sum(g for _, g in running) > sum(caps):
-            continue
-        if not _fits_node_local(sorted((g for _, g in running), reverse=True), caps):
             continue
         for labels in _set_partitions(len(running)):
             groups, left = [], pool
@@ -254,7 +232,7 @@ def exhaustive_makespan(members: Sequence[Member], cluster: ClusterView, pre: Pr
             return
         left = [mem for mem, _ in state]
         # Lower bound: every member on its fastest configuration from now on.
-        lb = t + max((mem.work - done) / max(mem.profile.rates[: max(n.num_gpus for n in cluster.nodes)]) for mem, done in state)
+        lb = t + max((mem.work - done) / max(mem.profile.rates[: cluster.total_gpus]) for mem, done in state)
         if lb >= best:
             return
         done = dict((mem.name, d) for mem, d in state)
@@ -285,18 +263,18 @@ def seeded_ensemble(profiles: Mapping[str, ModelProfile], n: int, seed: int = 0,
 
 def ensemble_job_specs(members: Sequence[Member], cluster: ClusterView, mode: str, prefix: str = "ens",
                        submit_time: float = 0.0, pre: Preprocessing = Preprocessing(), restart_s: float = 30.0):
-    """The ensemble as jobs of the shared simulator (``dlsched.sim.workload.JobSpec``).
+    """The ensemble as jobs of the shared simulator (``dlsched.sim.workload.WorkloadJob``).
 
     ``mode="fleet"``: one gang job asking for all of ``cluster``'s GPUs for the FLEET makespan on it;
     ``mode="separately"``: one 1-GPU job per member, lasting work / min(r(1), its own pipeline's rate)."""
-    from dlsched.sim.workload import JobSpec
+    from dlsched.sim.workload import WorkloadJob
 
     if mode == "fleet":
         span = simulate_ensemble(members, cluster, fleet_planner(), pre, restart_s).makespan
-        return [JobSpec(prefix, submit_time, cluster.total_gpus, duration=span)]
+        return [WorkloadJob(prefix, submit_time, cluster.total_gpus, duration=span)]
     if mode == "separately":
         node = cluster.nodes[0]
         cores = (node.num_cpus - node.num_gpus) // node.num_gpus
-        return [JobSpec(f"{prefix}-{i:03d}", submit_time, 1, duration=m.work / min(m.profile.rate(1), pre.rate(cores)))
+        return [WorkloadJob(f"{prefix}-{i:03d}", submit_time, 1, duration=m.work / min(m.profile.rate(1), pre.rate(cores)))
                 for i, m in enumerate(members)]
     raise ValueError(f"mode must be 'fleet' or 'separately', got {mode!r}")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dlsched.errors import UserError
-from dlsched.train.ensemble import (
+from dlsched.train.flotilla import (
     CTX, BatchRing, Convergence, MemberSpec, RandomCrop, RandomHorizontalFlip, cifar_train_transform,
     load_model_class, run_ensemble, run_flotillas, synthetic_images,
 )

@@ -13,7 +13,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dlsched.errors import UserError, read_yaml_file
-from dlsched.train.ensemble import Convergence, MemberSpec, synthetic_images
+from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
 
 
 class _Strict(BaseModel):

@@ -4,7 +4,7 @@ import pytest
 from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView, NodeView
 from dlsched.policy.fleet import ModelProfile, Preprocessing
-from dlsched.sim.ensemble import (
+from dlsched.sim.fleet import (
     Member, ensemble_job_specs, exhaustive_makespan, fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
     seeded_ensemble, simulate_ensemble,
 )
@@ -33,14 +33,23 @@ def test_converged_members_leave_and_the_rest_are_re_formed():
     slowpoke = Member(ModelProfile("slow", (100.0, 190.0)), work=1000.0)
     quick = Member(ModelProfile("quick", (400.0, 800.0)), work=400.0)
     cl = _cluster(gpus=2)
-    # Literal §3.3 anchor: quick (target 400/s) on 1 GPU, slow in a second flotilla on the other; after quick
-    # leaves, slow anchors its own flotilla on 1 GPU and the spare GPU goes to it (leftover rule): 190/s.
-    lit = simulate_ensemble([slowpoke, quick], cl, fleet_planner(anchor="fastest", reform="event"))
-    assert lit.finish["quick"] == pytest.approx(1.0) and lit.makespan == pytest.approx(1.0 + 900 / 190)
-    # "best" anchor: quick alone on both GPUs (800/s) first, then slow re-formed onto both GPUs (190/s).
-    best = simulate_ensemble([slowpoke, quick], cl, fleet_planner(reform="event"))
-    assert best.finish["quick"] == pytest.approx(0.5) and best.makespan == pytest.approx(0.5 + 1000 / 190)
-    assert [sorted(g.gpus.items()) for s in best.timeline for g in s.groups] == [[("quick", 2)], [("slow", 2)]]
+    # Seed rule #2 (most members, then most GPUs): quick alone on both GPUs (800/s) first, slow waits; after quick
+    # converges, slow is re-formed onto both GPUs (190/s).
+    res = simulate_ensemble([slowpoke, quick], cl, fleet_planner(reform="event"))
+    assert res.finish["quick"] == pytest.approx(0.5) and res.makespan == pytest.approx(0.5 + 1000 / 190)
+    assert [sorted(g.gpus.items()) for s in res.timeline for g in s.groups] == [[("quick", 2)], [("slow", 2)]]
+
+
+def test_slide_example_against_the_exhaustive_optimum():
+    from tests.policy.test_fleet import SLIDE
+
+    members = [Member(p, work=w) for p, w in zip(SLIDE, (1000.0, 1500.0, 1500.0, 1000.0))]
+    cl = _cluster(nodes=2, gpus=2, cpus=64)
+    greedy = simulate_ensemble(members, cl, fleet_planner(reform="event"))
+    assert sorted(greedy.timeline[0].groups[0].gpus.items()) == [("DNN1", 1), ("DNN4", 3)]
+    opt = exhaustive_makespan(members, cl)
+    print(f"slide example: greedy/optimum makespan = {greedy.makespan / opt:.3f}")
+    assert opt <= greedy.makespan * (1 + 1e-9)
 
 
 def test_restart_cost_is_paid_by_members_that_move():
@@ -57,15 +66,20 @@ def test_baselines_on_a_cpu_bound_pair():
     assert simulate_ensemble(m, cl, homogeneous_planner, pre).makespan == pytest.approx(5.0)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_greedy_is_close_to_the_exhaustive_optimum_on_small_instances(seed, data_dir):
+@pytest.mark.parametrize("nodes,gpus", [(1, 4), (2, 2)])
+def test_greedy_is_close_to_the_exhaustive_optimum_on_small_instances(nodes, gpus, data_dir):
     prof = h100_profiles(data_dir / "h100" / "throughput.csv")
-    members = seeded_ensemble(prof, 3, seed=seed, epochs=(5, 40))
-    cl = _cluster(nodes=1, gpus=4, cpus=64)
-    opt = exhaustive_makespan(members, cl)
-    greedy = simulate_ensemble(members, cl, fleet_planner(reform="event")).makespan
-    assert opt <= greedy * (1 + 1e-9)
-    assert greedy <= 1.35 * opt
+    cl = _cluster(nodes=nodes, gpus=gpus, cpus=64)
+    ratios = []
+    for seed in range(3):
+        members = seeded_ensemble(prof, 3, seed=seed, epochs=(5, 40))
+        opt = exhaustive_makespan(members, cl)
+        greedy = simulate_ensemble(members, cl, fleet_planner(reform="event")).makespan
+        assert opt <= greedy * (1 + 1e-9)
+        ratios.append(greedy / opt)
+    print(f"{nodes}x{gpus} GPUs, 3 members: greedy/optimum = {', '.join(f'{r:.3f}' for r in ratios)}")
+    assert max(ratios) <= 1.5
+    # (the ratio is printed, not a performance target: bench/fleet_sim.py reports it over more cases)
 
 
 def test_fleet_beats_both_baselines_on_a_heterogeneous_ensemble(data_dir):
