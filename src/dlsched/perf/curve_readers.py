@@ -44,7 +44,7 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
     xs = num(x)
     for c in [y] + [c for c in (lr_col, time_col) if c]:
         raw = df[c].astype(str).str.strip()
-        bad = ~num(c).notna() & ~raw.isin(["", "nan", "NaN", "None", "null"])
+        bad = num(c).isna() & ~(df[c].isna() | raw.isin(["", "nan", "NaN", "None", "null"]))
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise UserError(f"{src}: row {i + 1}, field {c!r}: expected a number, got {df[c].iloc[i]!r}")
