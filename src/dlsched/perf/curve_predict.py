@@ -109,6 +109,14 @@ def choose_model(x, y, schedule: Schedule, prior: CurvePrior | None) -> tuple[st
     return name, fit(x, y)
 
 
+def anchor(x, y, f, tail: int = 5) -> float:
+    """Ratio of the newest points to the fit there: the prediction continues from where the run *is* (a fit
+    that sits a few % off at the last points would otherwise say a target is already reached, or never)."""
+    k = min(tail, len(x))
+    r = float(np.mean(y[-k:]) / np.mean(f(x[-k:])))
+    return r if np.isfinite(r) and r > 0 else 1.0
+
+
 def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target: float | None = None,
                   target_fraction: float | None = None, prior: CurvePrior | None = CurvePrior(),
                   calibration: Calibration | None = None) -> CurvePrediction:
@@ -132,7 +140,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     B, x_now = schedule.budget, float(x[-1])
     name, f = choose_model(x, y, schedule, prior)
     grid = np.unique(np.concatenate([np.linspace(0.0, B, 1024), [x_now, B]]))
-    curve = f(np.maximum(grid, 1e-9))
+    curve = f(np.maximum(grid, 1e-9)) * anchor(x, y, f)
     final = float(curve[-1])
     frac = min(1.0, x_now / B)
     lo_f, hi_f = cal.final_band(frac)
