@@ -142,7 +142,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
             p = predict_curve(k, l, sched, target=target_loss)
         except ValueError:
             return out
-        grid = np.linspace(k[0], budget_steps, 80)
+        grid = np.linspace(k[0], budget_steps, 121)
         out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80),
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
                    target_step=p.target_step)
