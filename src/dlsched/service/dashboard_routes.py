@@ -25,6 +25,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
 from dlsched.policy.base import NodeView
+from dlsched.service.limits import JobId
 from dlsched.service.refit import expected_times, fit_loss
 from dlsched.service.store import ACTIVE, QUEUED, TERMINAL, Store, UnknownJob
 
@@ -237,7 +238,7 @@ def make_dashboard_router(store: Store, nodes: Callable[[], Sequence[NodeView]],
         return overview(store, nodes())
 
     @data.get("/dashboard/api/jobs/{job_id}")
-    def _job(job_id: int):
+    def _job(job_id: JobId):
         try:
             return job_detail(store, job_id)
         except UnknownJob:
