@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dlsched.service.refit import expected_times
+from dlsched.service.finish_times import shown_times
 from dlsched.service.store import Store, UnknownJob
 from dlsched.spec import ClusterSpec, SpecError, load_job_spec
 
@@ -139,19 +139,18 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         out = []
         for j in store.jobs(states=states):
             d = j.public()
-            running = j.state in ("running", "rescaling")
-            start, finish = expected_times(preds.get(j.id), forecasts.get(j.id), running)
-            d["predicted_start"] = j.start_time if running else start
-            d["predicted_finish"] = finish
+            d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
             out.append(d)
         return out
 
     @api.get("/jobs/{job_id}")
     def show(job_id: int) -> dict:
-        d = store.get(job_id).public()
+        job = store.get(job_id)
+        d = job.public()
         d["allocations"] = store.allocations(job_id)
         preds = store.predictions(job_id)
         d["prediction"] = preds[-1] if preds else None
+        d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
         return d
 
     @api.post("/jobs/{job_id}/cancel")
