@@ -12,6 +12,7 @@ from pathlib import Path
 import uvicorn
 
 from dlsched.backends.local import LocalBackend
+from dlsched.entry_check import check_entry
 from dlsched.errors import UserError
 from dlsched.policy.base import Policy
 from dlsched.service.api import DEFAULT_MAX_BODY, create_app, is_loopback
@@ -67,11 +68,20 @@ class Service:
         except ValueError as e:   # unknown policy name
             raise UserError(f"cluster spec: policy: {e}") from None
         self.thread = LoopThread(self.loop, cluster.interval_s)
+        self.workdir = Path(workdir) if workdir is not None else Path.cwd()
+        # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
+        self.check_entries = runtime is None
         app = create_app(self.store, cluster, self.state_dir, token=token, max_body=max_body, loop_thread=self.thread,
-                         validate=self.loop.validate)
+                         validate=self.validate)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                     access_log=False, limit_concurrency=256, timeout_keep_alive=5))
         self._uv_thread: threading.Thread | None = None
+
+    def validate(self, spec, source: str = "job spec") -> None:
+        """Submit-time checks: the cluster and policy can run it, and its entry exists and takes its params."""
+        self.loop.validate(spec, source)
+        if self.check_entries and spec.kind == "train" and getattr(spec, "entry", None):
+            check_entry(spec.entry, spec.params, self.workdir, source)
 
     @property
     def url(self) -> str:

@@ -24,24 +24,31 @@ def summary_frame(results: Sequence[SimResult], horizon: float | None = None) ->
     return pd.DataFrame(rows)
 
 
-def rich_table(frame: pd.DataFrame, title: str = "simulation"):
-    from rich.table import Table
+def print_summary(frame: pd.DataFrame, title: str = "simulation", wide: bool = False) -> None:
+    """The comparison table; no number or policy name is ever cut (``display.py``)."""
+    from dlsched.display import Column, table
 
-    table = Table(title=title)
-    cols = [(k, h) for k, h in COLUMNS if k in frame] + [(k, k) for k in frame if k not in dict(COLUMNS) and k != "jobs"]
-    for _, header in cols:
-        table.add_column(header, justify="left" if header == "policy" else "right")
+    keys = [k for k, _ in COLUMNS if k in frame] + [k for k in frame if k not in dict(COLUMNS) and k != "jobs"]
+    low_value = {"avg_queue_delay": 1, "p50_jct": 2, "restarts": 3}
+    cols = [Column(dict(COLUMNS).get(k, k), "left" if k == "policy" else "right", low_value.get(k, 0)) for k in keys]
+    rows = []
     for _, row in frame.iterrows():
-        cells = []
-        for key, _ in cols:
-            v = row[key]
-            cells.append(f"{v:.1%}" if key == "gpu_utilisation" else f"{v:,.2f}" if key == "avg_jct" else f"{v:,.0f}" if isinstance(v, float) else str(v))
-        table.add_row(*cells)
-    return table
+        rows.append([f"{row[k]:.1%}" if k == "gpu_utilisation" else f"{row[k]:,.2f}" if k == "avg_jct"
+                     else f"{row[k]:,.0f}" if isinstance(row[k], float) else str(row[k]) for k in keys])
+    table(cols, rows, title=title, wide=wide)
+
+
+def markdown_report(results: Sequence[SimResult], horizon: float | None = None) -> str:
+    frame = summary_frame(results, horizon).drop(columns=["jobs"], errors="ignore")
+    if "gpu_utilisation" in frame:
+        frame["gpu_utilisation"] = (100 * frame["gpu_utilisation"]).round(1)
+    frame = frame.rename(columns=dict(COLUMNS) | {"gpu_utilisation": "GPU util (%)"})
+    return "\n".join(["# dlsched simulation", "", frame.to_markdown(index=False, floatfmt=",.1f"), "",
+                      "![JCT CDF](jct_cdf.png)", "", "![GPU allocation](gpu_allocation.png)", ""])
 
 
 def write_report(results: Sequence[SimResult], out: str | Path, horizon: float | None = None) -> list[Path]:
-    """Write summary.csv, jobs-<policy>.csv, jct_cdf.png and gpu_allocation.png under ``out``."""
+    """Write summary.csv, jobs-<policy>.csv, jct_cdf.png, gpu_allocation.png and report.md under ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,15 +71,21 @@ def write_report(results: Sequence[SimResult], out: str | Path, horizon: float |
     fig.tight_layout()
     fig.savefig(out / "jct_cdf.png", dpi=120)
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in results:
+    # one panel per policy: overlaid step lines of several policies cannot be told apart
+    fig, axes = plt.subplots(len(results) or 1, 1, figsize=(8, 1.6 + 1.5 * max(len(results), 1)), sharex=True,
+                             squeeze=False)
+    for ax, r in zip(axes[:, 0], results):
         tl = r.timeline
-        ax.step(tl.time / 3600, tl.gpus_allocated, where="pre", label=r.policy)
-    ax.axhline(results[0].total_gpus if results else 0, color="grey", lw=0.8, ls="--")
-    ax.set(xlabel="time (h)", ylabel="GPUs allocated", title="GPU allocation over time")
-    ax.legend()
+        ax.fill_between(tl.time / 3600, tl.gpus_allocated, step="pre", alpha=0.45)
+        ax.step(tl.time / 3600, tl.gpus_allocated, where="pre", lw=0.8)
+        ax.axhline(r.total_gpus, color="grey", lw=0.8, ls="--")
+        ax.set_ylim(0, r.total_gpus * 1.05 or 1)
+        ax.set_ylabel("GPUs")
+        ax.set_title(f"{r.policy}: GPUs allocated (dashed: cluster size)", fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel("time (h)")
     fig.tight_layout()
     fig.savefig(out / "gpu_allocation.png", dpi=120)
     plt.close(fig)
-    written += [out / "jct_cdf.png", out / "gpu_allocation.png"]
+    (out / "report.md").write_text(markdown_report(results, horizon))
+    written += [out / "jct_cdf.png", out / "gpu_allocation.png", out / "report.md"]
     return written

@@ -6,7 +6,10 @@ are counted (``Workload.skipped``) and reported instead, never dropped silently.
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import math
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -68,8 +71,26 @@ def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float
     return value
 
 
+def read_trace_text(path: Path) -> str:
+    """The trace's text, gunzipped when it is gzip; one line when it cannot be read or decoded."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise UserError(f"{path}: gzip data is damaged ({e})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: byte {e.start} ({raw[e.start:e.start + 1]!r}) is not UTF-8; expected a UTF-8 "
+                        f"CSV/TSV trace, plain or gzipped") from None
+
+
 def _open_csv(path: Path, required: tuple[str, ...]) -> csv.DictReader:
-    reader = csv.DictReader(path.read_text().splitlines())
+    reader = csv.DictReader(read_trace_text(path).splitlines())
     missing = [c for c in required if c not in (reader.fieldnames or [])]
     if missing:
         raise UserError(f"{path}:1: header lacks column(s) {', '.join(missing)} (has {reader.fieldnames})")
@@ -136,7 +157,7 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
     path = Path(path)
     rows, jobs = _Rows(path, skip_bad), []
     rates = steps_per_second or {}
-    with path.open() as f:
+    with io.StringIO(read_trace_text(path)) as f:
         for line, text in enumerate(f, start=1):
             if not text.strip() or text.startswith("#"):
                 continue
@@ -161,8 +182,7 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such workload file")
-    with path.open() as f:
-        first = f.readline()
+    first = read_trace_text(path).partition("\n")[0]
     header = {c.strip() for c in first.strip().split(",")}
     if set(POLLUX_COLUMNS) <= header:
         from dlsched.perf.profile import POLLUX_APPS

@@ -16,10 +16,12 @@ from dlsched.errors import UserError
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
 from dlsched.train.job import parse_params
+from dlsched.train.ps import SyncMode
+from dlsched.train.ps_runner import PSOptions, PSRunner
 from dlsched.train.scaling import BatchMode
 
 
-def parse_args(argv: list[str] | None = None) -> Options:
+def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     ap = argparse.ArgumentParser(prog="python -m dlsched.train.run", description=__doc__)
     ap.add_argument("--job-dir", required=True, type=Path)
     ap.add_argument("--entry", required=True, help="path/to/file.py:make_job or module:make_job")
@@ -33,7 +35,14 @@ def parse_args(argv: list[str] | None = None) -> Options:
     ap.add_argument("--no-replace-stragglers", action="store_true", help="keep workers the EWMA rule flags")
     ap.add_argument("--max-restarts", type=int, default=3, help="worker-loss recoveries before the job fails")
     ap.add_argument("--standby", type=int, default=0, help="prepared spare workers for instant scale-out")
+    ap.add_argument("--strategy", choices=["allreduce", "ps"], default="allreduce")
+    ap.add_argument("--servers", type=int, default=1, help="ps: parameter-server processes")
+    ap.add_argument("--sync", default="sync", help="ps: sync, ssp:<staleness> or async")
     a = ap.parse_args(argv)
+    if a.strategy == "ps":
+        return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
+                         servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
+                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts)
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
     if a.batch_size is not None and a.batch_size < 1:
@@ -47,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
 def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
-        return Coordinator(opts).run()
+        return PSRunner(opts).run() if isinstance(opts, PSOptions) else Coordinator(opts).run()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         if "opts" in locals():
