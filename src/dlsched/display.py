@@ -99,17 +99,23 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width:
     return keep
 
 
-def table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: str | None = None,
-          wide: bool = False, out: Console | None = None) -> None:
-    """Print ``rows`` under ``columns``; see the module docstring for how it fits the width."""
-    out = out or console()
+def make_table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: str | None = None,
+               wide: bool = False, width: int = 80) -> Table:
+    """A rich table of ``rows`` fitted to ``width`` (see the module docstring)."""
     rows = [list(r) for r in rows]
-    keep = fit_columns(columns, rows, out.width, wide)
+    keep = fit_columns(columns, rows, width, wide)
     t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, expand=False, title_justify="left")
     for i in keep:
         t.add_column(columns[i].header, justify=columns[i].justify, overflow="fold")
     for r in rows:
         t.add_row(*(r[i] if isinstance(r[i], Text) else Text.from_markup(str(r[i])) for i in keep))
+    return t
+
+
+def table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: str | None = None,
+          wide: bool = False, out: Console | None = None) -> None:
+    out = out or console()
+    t = make_table(columns, rows, title, wide, out.width)
     if wide and not out.is_terminal:
         out = Console(highlight=False, width=max(out.width, 10_000), file=out.file)
     out.print(t)

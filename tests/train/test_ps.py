@@ -117,7 +117,7 @@ def test_workers_added_while_training_and_server_count_is_fixed(tmp_path):
     proc = _train_cli(d, "--servers", "1", "--workers", "1", "--sync", "async", "--ckpt-every", "2",
                       params=("num_samples=256", "epochs=2", "throttle_s=0.01"))
     wait_until(lambda: (read_state(d) or {}).get("round_generation"), 120, "a committed round")
-    write_control(d, workers=3, batch_size=None, generation=1)
+    write_control(d, workers=4, batch_size=None, generation=1)  # slots: 1 server + 3 workers
     finish(proc, timeout=240)
     resized = [r for r in read_progress(d) if r.get("event") == "resized"]
     assert resized and resized[0]["workers"] == 3

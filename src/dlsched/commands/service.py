@@ -18,7 +18,7 @@ import typer
 import yaml
 from rich.markup import escape
 
-from dlsched.display import Column, fail, human_duration, local_clock, print_json, table
+from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
 from dlsched.errors import UserError
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
@@ -103,6 +103,11 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
 
 def print_jobs(jobs: list[dict], title: str, wide: bool, out=None) -> None:
     table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, out=out)
+
+
+def jobs_table(jobs: list[dict], title: str = "dlsched jobs", width: int = 80, wide: bool = False):
+    """The jobs table as a renderable, for live views (``status --watch``, the demo)."""
+    return make_table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, width=width)
 
 
 def parse_since(value: str | None) -> float | None:
@@ -241,6 +246,7 @@ def register(app: typer.Typer) -> None:
               address: str = typer.Option("auto", help="Ray cluster address for --backend ray: auto, HOST:6379 or ray://HOST:10001"),
               gpu_resource: str = typer.Option("GPU", help="Ray resource one worker needs (--backend ray)")) -> None:
         """Run the scheduler service (API + live loop + dashboard) in the foreground."""
+        from dlsched.backends.make import make_backend
         from dlsched.service.server import Service, read_token
         from dlsched.spec import load_cluster_spec_file
 
@@ -258,11 +264,7 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
             spec = spec.model_copy(update={"backend": backend})
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
-        be = None
-        if spec.backend == "ray":
-            from dlsched.backends.ray import RayBackend
-
-            be = RayBackend(address=address, gpu_resource=gpu_resource, runtime=rt, cwd=workdir)
+        be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
         svc = Service(spec, state_dir, host=host, port=port, token=read_token(str(token_file) if token_file else None),
                       runtime=rt, workdir=workdir, backend=be)
         slots = sum(n.gpus for n in spec.nodes)
@@ -316,13 +318,7 @@ def register(app: typer.Typer) -> None:
         with Live(console=con, refresh_per_second=4) as live:
             try:
                 while True:
-                    from io import StringIO
-
-                    buf = Console(file=StringIO(), width=con.width, force_terminal=con.is_terminal)
-                    print_jobs(client.get("/jobs", params=query), "dlsched jobs", wide, out=buf)
-                    from rich.text import Text
-
-                    live.update(Text.from_ansi(buf.file.getvalue()))
+                    live.update(jobs_table(client.get("/jobs", params=query), width=con.width, wide=wide))
                     time.sleep(interval)
             except KeyboardInterrupt:
                 pass

@@ -135,7 +135,7 @@ class LiveLoop:
                                    {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
                 else:
-                    self.backend.resize(job.id, d, act.num_gpus, act.batch_size, gen, placement=dict(act.nodes))
+                    self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self.models.note_change(job.id, "resize", now, act.num_gpus)
                     writes.append((job.id, RESCALING,
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},

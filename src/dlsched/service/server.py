@@ -11,7 +11,7 @@ from pathlib import Path
 
 import uvicorn
 
-from dlsched.backends.local import LocalBackend
+from dlsched.backends.make import make_backend
 from dlsched.entry_check import check_entry
 from dlsched.errors import UserError
 from dlsched.policy.base import Policy
@@ -56,13 +56,11 @@ class Service:
                  max_body: int = DEFAULT_MAX_BODY, policy: Policy | None = None, backend=None):
         if not is_loopback(host) and not token:
             raise UserError(f"--host {host}: binding beyond loopback needs a bearer token (--token-file or DLSCHED_TOKEN)")
-        if cluster.backend != "local" and backend is None:
-            raise UserError(f"cluster spec: backend {cluster.backend!r} is not available in this service yet")
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.host, self.port = host, port
         self.store = Store(self.state_dir / "dlsched.db")
-        self.backend = backend or LocalBackend(runtime=runtime, cwd=workdir, nodes=cluster.nodes)
+        self.backend = backend or make_backend(cluster, runtime=runtime, workdir=workdir)
         try:
             self.loop = LiveLoop(self.store, self.backend, cluster, self.state_dir, policy=policy)
         except ValueError as e:   # unknown policy name

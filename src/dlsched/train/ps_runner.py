@@ -94,11 +94,13 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
         "strategy": "ps"})
     state["last_commit"] = now
     control = read_control(job_dir)
-    resize = (control is not None and control.generation > state["control_generation"]
-              and control.workers != gen.workers)
-    if control is not None and control.generation > state["control_generation"]:
+    fresh = control is not None and control.generation > state["control_generation"]
+    # control.json counts the job's slots, as the scheduler does: servers + workers
+    workers = control.workers - gen.servers if fresh else gen.workers
+    resize = fresh and workers != gen.workers and workers >= 1
+    if fresh:
         state["control_generation"] = control.generation
-        state["workers"] = control.workers
+        state["workers"] = workers if workers >= 1 else gen.workers
         if control.batch_size:
             state["global_batch"] = control.batch_size
             resize = resize or control.batch_size != gen.global_batch
