@@ -135,3 +135,27 @@ def _healthy(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
+    svc = Service(cluster(policy="test-elastic", slots=(2, 2)), tmp_path / "state", port=free_port(),
+                  runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, timeout=30)
+        job = c.post("/jobs", content=job_yaml("elastic", gpus=1, max_gpus=4, samples=10**6, step_s=0.05),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 4, 60, "the elastic job grows to 4")
+        r = cli("resize", str(job), "--workers", "2", "--batch", "64", server=svc.url)
+        assert r.returncode == 0 and r.stdout.strip() == f"job {job}: held at 2 worker(s), batch 64 (running)", r
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 2, 60, "the job shrinks to the asked 2")
+        kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
+        assert "resize_requested" in kinds
+        r = cli("resize", str(job), "--workers", "99", server=svc.url)
+        assert r.returncode == 2 and "workers: expected an integer in 1..4" in r.stderr
+        c.post(f"/jobs/{job}/cancel")
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "cancelled", 60, "cancelled")
+        r = cli("resize", str(job), "--workers", "1", server=svc.url)
+        assert r.returncode == 2 and "only queued or running jobs can be resized" in r.stderr
+        c.close()
+    finally:
+        stop_service_and_jobs(svc)

@@ -371,6 +371,16 @@ def register(app: typer.Typer) -> None:
             fail("; ".join(ended))
 
     @app.command()
+    def resize(job_id: int, workers: int = typer.Option(..., "--workers", "-n", help="workers (GPU slots) to hold the job at"),
+               batch: Optional[int] = typer.Option(None, "--batch", help="global batch size to hold it at"),
+               server: Optional[str] = SERVER_OPT) -> None:
+        """Resize a queued or running job by hand (like scontrol update); the next round applies it."""
+        body = {"workers": workers} | ({"batch_size": batch} if batch is not None else {})
+        r = Client(server).request("POST", f"/jobs/{job_id}/resize", json=body).json()
+        print(f"job {job_id}: held at {r['requested_workers']} worker(s)"
+              + (f", batch {r['requested_batch']}" if r.get("requested_batch") else "") + f" ({r['state']})")
+
+    @app.command()
     def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f", help="keep streaming until the job ends"),
              tail: Optional[int] = typer.Option(None, "--tail", help="start with the last N lines"),
              worker: Optional[int] = typer.Option(None, "--worker", help="worker K's own log instead of the job's"),

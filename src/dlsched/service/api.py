@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.service.finish_times import shown_times
-from dlsched.service.store import Store, UnknownJob
-from dlsched.spec import ClusterSpec, SpecError, load_job_spec
+from dlsched.service.store import Store, TransitionError, UnknownJob
+from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, load_job_spec
 
 DEFAULT_MAX_BODY = 1 << 20
 MAX_LOG_CHUNK = 1 << 20
@@ -159,6 +160,28 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     def cancel(job_id: int) -> dict:
         j = store.request_cancel(job_id)
         return {"id": j.id, "state": j.state, "cancel_requested": j.cancel_requested}
+
+    @api.post("/jobs/{job_id}/resize")
+    async def resize(job_id: int, request: Request) -> JSONResponse:
+        """``{"workers": N, "batch_size": B}``: hold a queued or running job at N workers (and batch B)."""
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except (ValueError, RecursionError):
+            return _error(400, "body: expected a JSON object such as {\"workers\": 2}")
+        if not isinstance(body, dict) or set(body) - {"workers", "batch_size"}:
+            return _error(422, f"body: expected fields workers and batch_size, got {sorted(body) if isinstance(body, dict) else type(body).__name__}")
+        workers, batch = body.get("workers"), body.get("batch_size")
+        capacity = sum(n.gpus for n in cluster.nodes) if cluster is not None else MAX_GPUS
+        if type(workers) is not int or not 1 <= workers <= capacity:
+            return _error(422, f"workers: expected an integer in 1..{capacity} (the cluster's slots), got {workers!r}")
+        if batch is not None and (type(batch) is not int or not 1 <= batch <= MAX_BATCH):
+            return _error(422, f"batch_size: expected an integer in 1..{MAX_BATCH}, got {batch!r}")
+        try:
+            j = await run_in_threadpool(store.request_resize, job_id, workers, batch)
+        except TransitionError as e:
+            return _error(409, str(e))
+        return JSONResponse({"id": j.id, "state": j.state, "requested_workers": j.requested_workers,
+                             "requested_batch": j.requested_batch})
 
     @api.delete("/jobs/{job_id}")
     def delete(job_id: int) -> dict:

@@ -13,14 +13,20 @@ def job_view(job: JobRecord, speed: ThroughputModel | None) -> JobView:
     """The policy's view of a stored job."""
     s = job.spec
     lo, hi = s.gpu_range
+    blo, bhi = s.min_batch_size, s.max_batch_size
+    batch = s.batch_size
+    if job.requested_workers is not None:   # an operator's `dlsched resize` overrides the spec's ranges
+        lo = hi = job.requested_workers
+    if job.requested_batch is not None:
+        blo = bhi = batch = job.requested_batch
     if job.state == RESCALING:
         # mid-resize the runtime is still moving to the last decision: no further growth until it confirms
         # (a noisy early speed estimate must not bounce it), but it may still shrink
         hi = max(lo, min(hi, job.num_gpus))
     remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
     return JobView(
-        id=str(job.id), submit_time=job.submit_time, requested_gpus=min(s.gpus, hi), batch_size=s.batch_size,
-        min_batch_size=s.min_batch_size, max_batch_size=s.max_batch_size, max_local_batch=s.max_local_batch,
+        id=str(job.id), submit_time=job.submit_time, requested_gpus=max(lo, min(s.gpus, hi)), batch_size=batch,
+        min_batch_size=blo, max_batch_size=bhi, max_local_batch=s.max_local_batch,
         max_gpus=hi, min_gpus=lo, attained_service=job.attained_service, run_time=job.run_time,
         placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
         speed=speed, kind=s.kind, preemptible=s.preemptible,
