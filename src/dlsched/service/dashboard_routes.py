@@ -24,6 +24,7 @@ from fastapi.responses import FileResponse, RedirectResponse
 
 from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times
+from dlsched.service.limits import JobId
 from dlsched.service.store import ACTIVE, TERMINAL, Store, UnknownJob
 
 STATIC_DIR = Path(__file__).with_name("dashboard")
@@ -40,7 +41,10 @@ def loss_fit_of(prediction: dict | None) -> dict | None:
     fit = (prediction or {}).get("loss_fit")
     if fit is None or "beta0" not in fit:     # none yet, or stored by an older service version
         return None
-    return {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]}
+    out = {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]}
+    if fit.get("curve"):  # the schedule-aware prediction to the job's budget (service.refit.fit_loss)
+        out.update(model=fit["model"], curve=fit["curve"])
+    return out
 
 
 # ----------------------------------------------------------------------------- page data
@@ -176,7 +180,7 @@ def make_dashboard_router(store: Store, nodes: Callable[[], Sequence[NodeView]],
         return overview(store, nodes())
 
     @data.get("/dashboard/api/jobs/{job_id}")
-    def _job(job_id: int):
+    def _job(job_id: JobId):
         try:
             return job_detail(store, job_id)
         except UnknownJob:
