@@ -173,7 +173,9 @@ def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
     chart = dom[dom.index('id="loss-chart"'):dom.index('id="allocations"')]
     measured = chart[chart.index('data-label="measured loss"'):]
     assert measured.count("<circle") >= 10
-    assert re.search(r'data-label="fitted Optimus curve[^"]*"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){100,}', chart)
+    # the service's fit: Optimus, or the schedule-aware prediction to the job's budget (perf.curve_predict)
+    assert re.search(r'data-label="fitted (Optimus|optimus|annealing) curve[^"]*"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){100,}',
+                     chart)
     assert "β = (" in dom and "RMSE" in dom
     assert "running" in dom[dom.index('id="events"'):]
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))

@@ -47,8 +47,12 @@ def loss_fit_of(prediction: dict | None, progress: list[dict]) -> dict | None:
     if fit is None and progress:
         fit = fit_loss(np.array([p["step"] for p in progress], float),
                        np.array([p["loss"] if p["loss"] is not None else math.nan for p in progress], float))
-    return None if fit is None else {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"],
-                                     "rmse": fit["rmse"]}
+    if fit is None:
+        return None
+    out = {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]}
+    if fit.get("curve"):  # the schedule-aware prediction to the job's budget (service.refit.fit_loss)
+        out.update(model=fit["model"], curve=fit["curve"])
+    return out
 
 
 # ----------------------------------------------------------------------------- queue estimate
