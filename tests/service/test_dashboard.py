@@ -112,7 +112,7 @@ def live_service(tmp_path_factory, data_dir):
     cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 2}, {"name": "n2", "gpus": 2}],
                           policy=POLICY, interval_s=0.2)
     svc = Service(cluster, tmp / "state", port=free_port(), runtime=CONTRACT_RUNTIME).start()
-    c = httpx.Client(base_url=svc.url, timeout=10)
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
     try:
         specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 8000, 0.1), ("mlp-b", 1, 8000, 0.1), ("waiting", 4, 80, 0.05)]
         ids = {}
@@ -144,7 +144,7 @@ def live_service(tmp_path_factory, data_dir):
 def test_overview_page_renders_cluster_queue_and_timeline(live_service):
     svc, ids, tmp = live_service
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
-    dom = _chromium(f"{svc.url}/dashboard/", tmp, "--dump-dom")
+    dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, "--dump-dom")
     assert 'id="load-error"' not in dom, dom[:2000]
     cluster = dom[dom.index('id="cluster"'):dom.index('id="queue"')]
     assert 'data-node="n1"' in cluster and 'data-node="n2"' in cluster
@@ -162,28 +162,30 @@ def test_overview_page_renders_cluster_queue_and_timeline(live_service):
     recent = dom[dom.index('id="recent"'):]
     assert "quick" in recent and "finished" in recent
     shot = shots / "dashboard-overview.png"
-    _chromium(f"{svc.url}/dashboard/", tmp, f"--screenshot={shot}", "--window-size=1400,1000")
+    _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, f"--screenshot={shot}", "--window-size=1400,1000")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
 def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
     svc, ids, tmp = live_service
-    dom = _chromium(f"{svc.url}/dashboard/#/job/{ids['resnet-a']}", tmp, "--dump-dom")
+    dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['resnet-a']}", tmp, "--dump-dom")
     assert f"Job {ids['resnet-a']} — resnet-a" in dom
     chart = dom[dom.index('id="loss-chart"'):dom.index('id="allocations"')]
     measured = chart[chart.index('data-label="measured loss"'):]
     assert measured.count("<circle") >= 10
-    assert re.search(r'data-label="fitted Optimus curve[^"]*"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){100,}', chart)
+    # the service's fit: Optimus, or the schedule-aware prediction to the job's budget (perf.curve_predict)
+    assert re.search(r'data-label="fitted (Optimus|optimus|annealing) curve[^"]*"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){100,}',
+                     chart)
     assert "β = (" in dom and "RMSE" in dom
     assert "running" in dom[dom.index('id="events"'):]
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
-    _chromium(f"{svc.url}/dashboard/#/job/{ids['resnet-a']}", tmp, f"--screenshot={shots / 'dashboard-job.png'}",
+    _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['resnet-a']}", tmp, f"--screenshot={shots / 'dashboard-job.png'}",
               "--window-size=1400,1000")
 
 
 def test_reports_page_compares_policies_from_dlsched_simulate(live_service):
     svc, _, tmp = live_service
-    dom = _chromium(f"{svc.url}/dashboard/#/reports", tmp, "--dump-dom")
+    dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/reports", tmp, "--dump-dom")
     assert "workload-1/summary.csv" in dom
     avg_jct = re.search(r'<svg[^>]*data-metric="avg_jct".*?</svg>', dom, re.S).group(0)
     best = re.search(r'<rect[^>]*fill="#16a34a"[^>]*><title>([^<]+)</title>', avg_jct)
@@ -192,16 +194,16 @@ def test_reports_page_compares_policies_from_dlsched_simulate(live_service):
     assert re.search(r'fill="#16a34a"[^>]*><title>tiresias', util)   # higher utilisation is the better one
     assert dom.count('class="report-image"') == 2 and 'src="blob:' in dom    # the simulator's plots
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
-    _chromium(f"{svc.url}/dashboard/#/reports", tmp, f"--screenshot={shots / 'dashboard-reports.png'}",
+    _chromium(f"{svc.url}/dashboard/?token={svc.token}#/reports", tmp, f"--screenshot={shots / 'dashboard-reports.png'}",
               "--window-size=1400,1400")
 
 
 def test_report_images_stay_inside_the_reports_folder(live_service):
     svc, _, _ = live_service
-    ok = httpx.get(f"{svc.url}/dashboard/api/reports/image/workload-1/jct_cdf.png")
+    ok = httpx.get(f"{svc.url}/dashboard/api/reports/image/workload-1/jct_cdf.png", headers=svc.headers)
     assert ok.status_code == 200 and ok.content[:4] == b"\x89PNG"
     for bad in ("workload-1/summary.csv", "..%2F..%2Fdlsched.db", "%2Fetc%2Fpasswd.png", "../../../etc/x.png"):
-        assert httpx.get(f"{svc.url}/dashboard/api/reports/image/{bad}").status_code == 404, bad
+        assert httpx.get(f"{svc.url}/dashboard/api/reports/image/{bad}", headers=svc.headers).status_code == 404, bad
 
 
 def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):

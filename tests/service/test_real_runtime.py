@@ -37,7 +37,7 @@ def test_elastic_job_with_the_real_runtime(tmp_path):
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: elastic\ninterval_s: 0.5")
     svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
     try:
-        c = httpx.Client(base_url=svc.url, timeout=30)
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         a = c.post("/jobs", content=ELASTIC, headers={"content-type": "application/yaml"}).json()["id"]
         end = time.monotonic() + 120
         while time.monotonic() < end and c.get(f"/jobs/{a}").json()["samples"] == 0:
@@ -76,7 +76,7 @@ def test_parameter_server_job_under_the_service(tmp_path):
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 3}]\npolicy: fifo\ninterval_s: 0.5")
     svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
     try:
-        c = httpx.Client(base_url=svc.url, timeout=30)
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         a = c.post("/jobs", content=PS_JOB, headers={"content-type": "application/yaml"}).json()["id"]
         end = time.monotonic() + 150
         while time.monotonic() < end and c.get(f"/jobs/{a}").json()["state"] not in ("finished", "failed"):

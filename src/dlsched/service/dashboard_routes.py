@@ -25,6 +25,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
 from dlsched.policy.base import NodeView
+from dlsched.service.limits import JobId
 from dlsched.service.refit import expected_times, fit_loss
 from dlsched.service.store import ACTIVE, QUEUED, TERMINAL, Store, UnknownJob
 
@@ -46,8 +47,12 @@ def loss_fit_of(prediction: dict | None, progress: list[dict]) -> dict | None:
     if fit is None and progress:
         fit = fit_loss(np.array([p["step"] for p in progress], float),
                        np.array([p["loss"] if p["loss"] is not None else math.nan for p in progress], float))
-    return None if fit is None else {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"],
-                                     "rmse": fit["rmse"]}
+    if fit is None:
+        return None
+    out = {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]}
+    if fit.get("curve"):  # the schedule-aware prediction to the job's budget (service.refit.fit_loss)
+        out.update(model=fit["model"], curve=fit["curve"])
+    return out
 
 
 # ----------------------------------------------------------------------------- queue estimate
@@ -233,7 +238,7 @@ def make_dashboard_router(store: Store, nodes: Callable[[], Sequence[NodeView]],
         return overview(store, nodes())
 
     @data.get("/dashboard/api/jobs/{job_id}")
-    def _job(job_id: int):
+    def _job(job_id: JobId):
         try:
             return job_detail(store, job_id)
         except UnknownJob:

@@ -309,7 +309,8 @@ class LiveLoop:
         pred, speed = refit.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
                                     target_loss=float(target) if isinstance(target, (int, float)) else None,
                                     gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
-                                    speed=self._speeds.get(job.id), refit_speed=refit_speed)
+                                    speed=self._speeds.get(job.id), refit_speed=refit_speed,
+                                    schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None)
         if refit_speed:
             self._speed_fits[job.id] = (configs, now)
         if speed is not None:

@@ -34,7 +34,7 @@ from dlsched.train import preemption
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
 from dlsched.train.devices import free_devices, job_devices, keepers, visible_devices
-from dlsched.train.files import Control, ProgressLog, read_control, write_status
+from dlsched.train.files import Control, ProgressLog, control_bytes, last_generation, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
 from dlsched.train.worker import GATE_CANCEL, STOP_PREEMPT, STOP_RESIZE, gate_key
@@ -105,6 +105,7 @@ class Coordinator:
         self.generation = -1
         self.wids: list[int] = []
         self.control_gen = -1
+        self.rejected_control: bytes | None = None  # the malformed control.json reported last
         self.restarts = 0
         self.last_report: dict | None = None
         self.pending_resize: dict | None = None  # resize waiting for its first step
@@ -224,15 +225,17 @@ class Coordinator:
             self._status("running")
 
     def _initial_state(self):
-        """Fresh start, or resume from the latest checkpoint in DIR/ckpt."""
-        latest = ckpt.latest_checkpoint(self.dir / "ckpt")
+        """Fresh start, or resume from the newest valid checkpoint in DIR/ckpt (torn newer ones are skipped)."""
+        latest, state, skipped = ckpt.newest_valid(self.dir / "ckpt", self.job.name)
+        for path, error in skipped:
+            self.progress.write({"event": "checkpoint_skipped", "time": time.time(), "checkpoint": str(path),
+                                 "error": error})
         if latest is None:
             gb = self.o.batch_size or self.job.batch_size
             if self.o.batch_mode == BatchMode.FIXED_LOCAL and not self.o.batch_size:
                 gb = self.job.batch_size * self.o.workers
             ramp = LrRamp(base_lr=self.job.lr * gb / self.job.batch_size)
             return None, 0, PartitionTable.fresh(self.job.num_samples, self.job.seed, 0), gb, ramp, (0.0, 0), False
-        state = ckpt.load_checkpoint(latest, self.job.name)
         return (latest, state["step"], PartitionTable.from_snapshot(state["table"]), state["global_batch"],
                 LrRamp(**state["ramp"]), tuple(state["epoch_loss"]), state["finished"])
 
@@ -272,8 +275,15 @@ class Coordinator:
         if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`
             return self._stopped(step, restore)
         _start_forkserver_shielded()
-        wids = self._spawn(0, self.o.workers, self.o.workers)
-        self.standby = self._spawn(0, self.o.standby, self.o.workers)
+        # a resumed job numbers its generations after the last run's, and says where it resumed: the sample
+        # records the last run wrote after that step are then known to be rolled back (committed_sample_ids)
+        first = last_generation(self.dir) + 1
+        self.generation = first - 1
+        if first > 0:
+            self.progress.write({"event": "resumed", "time": time.time(), "new_generation": first,
+                                 "restored_step": step, "checkpoint": str(restore) if restore else None})
+        wids = self._spawn(first, self.o.workers, self.o.workers)
+        self.standby = self._spawn(first, self.o.standby, self.o.workers)
         self._publish(wids, step, table, gb, ramp, eloss, restore)
         try:
             while True:
@@ -355,9 +365,10 @@ class Coordinator:
         try:
             ctl = read_control(self.dir)
         except UserError as e:
-            if self.control_gen != -2:
+            content = control_bytes(self.dir)
+            if content != self.rejected_control:  # once per distinct content, not once per poll
+                self.rejected_control = content
                 self.progress.write({"event": "control_rejected", "error": str(e), "time": time.time()})
-            self.control_gen = max(self.control_gen, -2)
             return
         if ctl is None or ctl.generation <= self.control_gen:
             return

@@ -10,7 +10,6 @@ changing which samples form each global batch — so the loss curve continues as
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlsched.errors import UserError
+from dlsched.train.files import read_json_lines
 
 
 @lru_cache(maxsize=4)
@@ -102,27 +101,16 @@ def committed_sample_ids(job_dir: Path) -> Counter:
     """Multiset of sample ids trained into the final model, from the workers' sample records.
 
     Workers record ``{"generation", "step", "ids"}`` just before each step's all-reduce (only when the job
-    runs with ``record_samples``). A restore from a checkpoint (``worker_lost`` event with
-    ``restored_step`` in progress.jsonl) discards what earlier generations trained after that step.
+    runs with ``record_samples``). A restore from a checkpoint (a ``worker_lost`` event, or ``resumed`` when a
+    new coordinator took the job over, each with ``new_generation`` and ``restored_step`` in progress.jsonl)
+    discards what earlier generations trained after that step. A torn last line (a kill mid-write) is skipped.
     """
     job_dir = Path(job_dir)
-    rollbacks = []  # (generation that restored, step restored to)
-    progress = job_dir / "progress.jsonl"
-    if progress.exists():
-        for line in progress.read_text().splitlines():
-            rec = json.loads(line)
-            if rec.get("event") == "worker_lost":
-                rollbacks.append((rec["new_generation"], rec["restored_step"]))
+    rollbacks = [(rec["new_generation"], rec["restored_step"]) for rec in read_json_lines(job_dir / "progress.jsonl")
+                 if rec.get("event") in ("worker_lost", "resumed")]
     seen: Counter = Counter()
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
-        lines = path.read_text().splitlines()
-        for n, line in enumerate(lines, 1):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                if n == len(lines):  # torn by a kill mid-write: written before its step committed
-                    continue
-                raise UserError(f"{path}:{n}: unreadable sample record ({e})") from e
+        for rec in read_json_lines(path):
             if any(rec["generation"] < g and rec["step"] > s for g, s in rollbacks):
                 continue
             seen.update(rec["ids"])

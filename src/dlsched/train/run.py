@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from dlsched.errors import UserError
+from dlsched.train import fence
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
 from dlsched.train.job import parse_params
@@ -56,6 +57,11 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
 def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
+        lock = fence.claim(opts.job_dir)   # held until this process ends, however it ends
+        if lock is None:
+            print(f"error: {fence.lock_path(opts.job_dir)}: another coordinator holds this job folder; "
+                  f"leaving it alone", file=sys.stderr)
+            return fence.EXIT_FENCED
         return PSRunner(opts).run() if isinstance(opts, PSOptions) else Coordinator(opts).run()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

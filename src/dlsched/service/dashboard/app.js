@@ -156,7 +156,9 @@ async function jobPage(view, id) {
   const d = await api(`/dashboard/api/jobs/${encodeURIComponent(id)}`);
   const j = d.job, now = Date.now() / 1000, fit = d.fit, p = d.prediction;
   const series = [{ label: "measured loss", kind: "dots", colour: "#2563eb", points: d.curve.map((c) => [c.step, c.loss]) }];
-  if (fit) {
+  if (fit && fit.curve) {
+    series.push({ label: `fitted ${fit.model} curve + prediction to the budget`, kind: "line", colour: "#dc2626", points: fit.curve });
+  } else if (fit) {
     const last = Math.max(...d.curve.map((c) => c.step)), [b0, b1, b2] = fit.beta, pts = [];
     const end = last * 1.6 + 1;
     for (let i = 0; i <= 120; i++) { const k = (end * i) / 120; pts.push([k, fit.scale * (1 / (b0 * k + b1) + b2)]); }
