@@ -32,9 +32,10 @@ __all__ = ["init", "ElasticDataParallel", "ElasticDataLoader", "remaining_epochs
 _session: Session | None = None
 
 
-def init(lr_rule: str = "auto", ckpt_every: int = 20) -> Session:
+def init(lr_rule: str = "auto", ckpt_every: int | None = None) -> Session:
     """Join the job's elastic group (standalone outside the scheduler). ``lr_rule``: auto, linear, sqrt,
-    adascale or none (``dlsched.torch.lr_rule``); ``ckpt_every``: steps between checkpoints (0 = never)."""
+    adascale or none (``dlsched.torch.lr_rule``); ``ckpt_every``: steps between checkpoints (0 = never;
+    default: the runtime's ``--ckpt-every``)."""
     global _session
     if _session is None:
         env = WorkerEnv.from_env(os.environ)
