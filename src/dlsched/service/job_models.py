@@ -31,7 +31,9 @@ def job_view(job: JobRecord, speed: ThroughputModel | None) -> JobView:
         placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
         speed=speed, kind=s.kind, preemptible=s.preemptible,
         attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
-               "state": job.state})
+               "state": job.state,
+               "efficiency": "reported gradient noise" if isinstance(speed, refit.NoisySpeed)
+               else "no gradient noise reported: goodput = throughput"})
 
 
 class JobModels:
