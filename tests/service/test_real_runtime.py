@@ -38,7 +38,7 @@ def _service(tmp_path, cluster_yaml: str):
     """A real service on a free port (the real runtime under the local backend) and a client of it."""
     svc = Service(load_cluster_spec(cluster_yaml), tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
     try:
-        yield httpx.Client(base_url=svc.url, timeout=30)
+        yield httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
     finally:
         stop_service_and_jobs(svc)
 

@@ -69,6 +69,9 @@ def load_entry(entry: str) -> Callable[..., TrainJob]:
     factory = getattr(module, func, None)
     if not callable(factory):
         raise UserError(f"--entry {entry!r}: {target} has no callable {func!r}")
+    if func.startswith("_") or getattr(factory, "__module__", None) != module.__name__:
+        # only a job factory the file defines, never something it imported (``from os import system``)
+        raise UserError(f"--entry {entry!r}: {func!r} is not a function defined in {target}")
     return factory
 
 
