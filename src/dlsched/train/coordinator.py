@@ -37,6 +37,7 @@ from dlsched.train.devices import free_devices, job_devices, keepers, visible_de
 from dlsched.train.files import Control, ProgressLog, control_bytes, last_generation, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
+from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.worker import GATE_CANCEL, STOP_PREEMPT, STOP_RESIZE, gate_key
 from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
 
@@ -99,7 +100,7 @@ class Coordinator:
         self.launcher = make_launcher(opts.launcher, self.dir)
         self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
-        self.progress = ProgressLog(self.dir)
+        self.progress = ProgressLog(self.dir, echo=HumanProgress())
         self.procs: dict[int, WorkerHandle] = {}
         self.next_wid = 0
         self.generation = -1
