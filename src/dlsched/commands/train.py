@@ -35,12 +35,15 @@ def register(app: typer.Typer) -> None:
         import sys
         import time
 
+        from dlsched.entry_check import check_entry, parse_params
         from dlsched.errors import UserError
         from dlsched.train.run import main
 
         script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
         if not entry or (not script and len(entry) != 1):
             raise UserError("give one entry (file.py:make_job), or a script after '--' (dlsched train -- python x.py)")
+        if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion
+            check_entry(entry[0], parse_params(param), Path.cwd(), "dlsched train")
         if job_dir is None:
             if not script:
                 raise UserError("--job-dir: required with an entry")
