@@ -173,7 +173,7 @@ class LiveLoop:
             placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
             speed=speed, kind=s.kind, preemptible=s.preemptible,
             attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
-                   "state": job.state})
+                   "state": job.state, "restart_s": self.typical_delay("resize", RESIZE_S)})
 
     def _cluster_view(self, now: float) -> ClusterView:
         live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
