@@ -15,7 +15,7 @@ from pathlib import Path
 from dlsched.errors import UserError
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
-from dlsched.train.job import parse_params
+from dlsched.train.job import load_entry, parse_params
 from dlsched.train.scaling import BatchMode
 
 
@@ -44,9 +44,22 @@ def parse_args(argv: list[str] | None = None) -> Options:
                    standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers)
 
 
+def ensemble_of(opts: Options):
+    """The EnsembleSpec when the entry makes one (a ``kind: ensemble`` job runs FLEET), else None."""
+    from dlsched.train.fleet_spec import EnsembleSpec
+
+    made = load_entry(opts.entry)(**opts.params)
+    return made if isinstance(made, EnsembleSpec) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
+        ensemble = ensemble_of(opts)
+        if ensemble is not None:
+            from dlsched.train.fleet_job import run_job
+
+            return run_job(opts.job_dir, ensemble, opts.workers)
         return Coordinator(opts).run()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
