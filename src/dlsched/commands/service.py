@@ -20,6 +20,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from dlsched.errors import UserError
+from dlsched.service.fleet_status import summary
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
 TERMINAL = ("finished", "failed", "cancelled")
@@ -73,7 +74,8 @@ def jobs_table(jobs: list[dict], title: str = "dlsched jobs") -> Table:
         bar = Group(ProgressBar(total=1.0, completed=frac or 0.0, width=20)) if frac is not None else "-"
         pct = f" {100 * frac:5.1f}%" if frac is not None else ""
         style = STATE_STYLE.get(j["state"], "")
-        t.add_row(str(j["id"]), j["name"], f"[{style}]{j['state']}[/]", str(j["num_gpus"]), str(j.get("batch_size") or "-"),
+        name = j["name"] + (f"\n[dim]{summary(j['ensemble'])}[/]" if j.get("ensemble") else "")
+        t.add_row(str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]), str(j.get("batch_size") or "-"),
                   Group(bar, pct) if frac is not None else "-",
                   f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                   f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.predict import expected_times
 from dlsched.service.store import Store, UnknownJob
 from dlsched.spec import ClusterSpec, SpecError, load_job_spec
@@ -143,6 +144,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             start, finish = expected_times(preds.get(j.id), forecasts.get(j.id), running)
             d["predicted_start"] = j.start_time if running else start
             d["predicted_finish"] = finish
+            if j.spec.kind == "ensemble":
+                d["ensemble"] = ensemble_of(store, j.id)
             out.append(d)
         return out
 
@@ -152,6 +155,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         d["allocations"] = store.allocations(job_id)
         preds = store.predictions(job_id)
         d["prediction"] = preds[-1] if preds else None
+        if d["spec"].get("kind") == "ensemble":
+            d["ensemble"] = ensemble_of(store, job_id)
         return d
 
     @api.post("/jobs/{job_id}/cancel")
