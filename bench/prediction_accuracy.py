@@ -1,8 +1,28 @@
-"""How well does the convergence model predict the remaining steps, and the speed model the step time?
+"""How well do the convergence models predict a run's end, and the speed model the step time?
 
-Run: PYTHONPATH=src python bench/prediction_accuracy.py
+Run: PYTHONPATH=src python bench/prediction_accuracy.py [--write-calibration]
 
-Convergence. Curves: the seed log (``gpu-training/resnet50-p100-v2_per_epoch_from_log.csv``, train loss vs
+Schedule-aware prediction (issue 14). Curves: the development set of real runs (``bench/curves/dev_set.py``:
+our digits / char-LM runs under every schedule family, five Pollux apps with the schedules of their training
+scripts, the seed ResNet-50 log). Each curve is cut after 10 %, 25 %, 50 % of its budget; the predictor gets
+that prefix, the schedule and the budget (the information a user has), and predicts:
+
+* the final value (truth: mean of the last 3 logged points), error |pred/true − 1| in the lower-is-better
+  space the models fit (loss, error rate): target <= 5 % median;
+* the remaining steps to 95 % of the total improvement (target from the true curve, as a user's "93 %"
+  would be; truth: first x where the 3-point running median reaches it; skipped where the prefix already
+  did): target <= 20 % median;
+* 80 % intervals for both, calibrated leave-one-curve-out (the curve's own errors never set its band):
+  coverage target 70–90 %;
+* curves wrongly predicted unreachable (target reached by the run, predictor says unreachable): target 0.
+
+Side by side, in the same run: Optimus alone (``perf.convergence.fit_curve`` on the same prefix, no schedule,
+its residual-bootstrap intervals from ``perf.predict``). Then the prior (``perf.prior``) at 10 % observed:
+none, the generic default, and fitted from the other curves' finished fits. Fit time: one prediction on a
+1 000-point curve (a dev curve interpolated to 1 000 points): target <= 50 ms.
+``--write-calibration`` writes ``perf/calibration.json`` from every dev curve (what the CLI uses).
+
+Optimus δ-rule (issue 2). Convergence. Curves: the seed log (``gpu-training/resnet50-p100-v2_per_epoch_from_log.csv``, train loss vs
 cumulative steps) and the six Pollux apps (``pollux/traces/<app>/validation-<M0>.csv`` at the initial batch
 M0, truncated at the artifact's max_epochs): the "loss" is the validation error (1 − accuracy / F1 / hit
 rate) or the metric itself where it falls (deepspeech2 WER, yolov3 loss); x = iterations at M0.
@@ -28,19 +48,183 @@ predicting the rest. Targets (issue 2): remaining-steps error ≤ 10 % after 25 
 """
 from __future__ import annotations
 
+import math
+import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from dlsched.perf.convergence import LossCurve, fit_curve
-from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log
-from dlsched.perf.speed import fit_compute, fit_step_time, profiling_rows
+sys.path.insert(0, str(Path(__file__).resolve().parent / "curves"))
+
+from dev_set import DevCurve, dev_curves  # noqa: E402
+
+from dlsched.perf.annealing import CurvePrior, fit_annealing  # noqa: E402
+from dlsched.perf.calibration import TABLE, Calibration, calibrate  # noqa: E402
+from dlsched.perf.convergence import LossCurve, fit_curve  # noqa: E402
+from dlsched.perf.curve_predict import MetricSpace, predict_curve  # noqa: E402
+from dlsched.perf.predict import remaining_steps  # noqa: E402
+from dlsched.perf.prior import finished_fit, prior_from_fits  # noqa: E402
+from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log  # noqa: E402
+from dlsched.perf.speed import fit_compute, fit_step_time, profiling_rows  # noqa: E402
 
 FRACTIONS = (0.10, 0.25, 0.50)
+CAL_FRACTIONS = (0.10, 0.25, 0.50, 0.75)
+IMPROVEMENT = 0.95
+WIDE = Calibration((0.1, 1.0), ((-5.0, 5.0),) * 2, ((-5.0, 5.0),) * 2)   # nothing unreachable: raw errors
 
 
-def curves() -> dict[str, pd.DataFrame]:
+@dataclass(frozen=True)
+class Truth:
+    final: float            # lower-is-better space
+    target: float
+    target_x: float
+
+
+def truth(c: DevCurve) -> Truth:
+    y = MetricSpace.of(c.metric, c.y).down(c.y)
+    final = float(np.mean(y[-3:]))
+    target = float(y[0] - IMPROVEMENT * (y[0] - final))
+    smooth = pd.Series(y).rolling(3, center=True, min_periods=1).median().to_numpy()
+    return Truth(final, target, float(c.x[np.flatnonzero(smooth <= target)[0]]))
+
+
+def prefix(c: DevCurve, frac: float) -> int:
+    return max(4, int(np.searchsorted(c.x, frac * c.schedule.budget, side="right")))
+
+
+def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | None) -> dict:
+    """One prediction from ``frac`` of curve ``c``, scored against the truth (lower-is-better space)."""
+    t, n = truth(c), prefix(c, frac)
+    space = MetricSpace.of(c.metric, c.y)
+    p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target=float(space.up(t.target)),
+                      prior=prior, calibration=cal)
+    final = float(space.down(p.final_value))
+    lo, hi = sorted(space.down(np.array(p.final_value_interval_80)))
+    remaining = t.target_x - p.x_now
+    row = {"curve": c.name, "observed": frac, "model": p.model, "final_err": abs(final / t.final - 1),
+           "final_log": math.log(t.final / final) if final > 0 else math.nan, "final_cov": lo <= t.final <= hi,
+           "unreachable": p.steps_to_target is None, "steps_err": math.nan, "steps_log": math.nan, "steps_cov": math.nan}
+    if remaining > 0 and p.steps_to_target is not None:
+        row["steps_err"] = abs(p.steps_to_target / remaining - 1)
+        row["steps_log"] = math.log(remaining / max(p.steps_to_target, 1e-9 * c.schedule.budget))
+        row["steps_cov"] = p.interval_80[0] <= remaining <= p.interval_80[1]
+    return row
+
+
+def evaluate_optimus(c: DevCurve, frac: float) -> dict:
+    """Optimus alone on the same prefix: no schedule; residual-bootstrap intervals (``perf.predict``)."""
+    t, n = truth(c), prefix(c, frac)
+    y = MetricSpace.of(c.metric, c.y).down(c.y)
+    fit = fit_curve(c.x[:n], y[:n])
+    B, x_now = c.schedule.budget, float(c.x[n - 1])
+    final = float(fit.curve.raw_loss(B))
+    rng = np.random.default_rng(0)
+    fitted = fit.curve.loss(fit.steps)
+    boots = []
+    for _ in range(50):
+        yb = np.maximum(fitted + rng.choice(fit.residuals, size=len(fitted)), 1e-9)
+        cb = fit_curve(fit.steps, yb, preprocess=False).curve
+        boots.append(float(cb.raw_loss(B)) * fit.curve.scale)
+    lo, hi = np.quantile(boots, [0.1, 0.9])
+    est = remaining_steps(fit, x_now, target_loss=t.target / fit.curve.scale, n_boot=50)
+    remaining = t.target_x - x_now
+    reach = x_now + est.value <= B
+    row = {"curve": c.name, "observed": frac, "model": "optimus", "final_err": abs(final / t.final - 1),
+           "final_cov": min(lo, final) <= t.final <= max(hi, final), "unreachable": not reach,
+           "steps_err": math.nan, "steps_cov": math.nan}
+    if remaining > 0 and reach:
+        row["steps_err"] = abs(est.value / remaining - 1)
+        row["steps_cov"] = est.low <= remaining <= est.high
+    return row
+
+
+def calibration_records(curves, prior_of) -> dict[str, list]:
+    """Per curve: (fraction, log final error, log steps error) of the uncalibrated predictor."""
+    out = {}
+    for c in curves:
+        out[c.name] = [(f, r["final_log"], r["steps_log"]) for f in CAL_FRACTIONS
+                       for r in [evaluate(c, f, WIDE, prior_of(c))]]
+    return out
+
+
+def loco_prior(curves):
+    """Each curve's prior from the other curves' full fits (its own finished fit never counts)."""
+    fits = {}
+    for c in curves:
+        y = MetricSpace.of(c.metric, c.y).down(c.y)
+        fits[c.name] = finished_fit(fit_annealing(c.x, y, c.schedule, None), c.meta)
+    return lambda c: prior_from_fits([f for n, f in fits.items() if n != c.name], c.meta)
+
+
+def fit_time(curves) -> float:
+    c = next(c for c in curves if c.name.startswith("charlm-cosine")) if any(
+        c.name.startswith("charlm-cosine") for c in curves) else curves[0]
+    x = np.linspace(c.x[0], c.x[-1] * 0.5, 1000)
+    y = np.interp(x, c.x, c.y)
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        predict_curve(x, y, c.schedule, metric=c.metric)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def pct(v) -> str:
+    return "   n/a " if not np.isfinite(v) else f"{100 * v:6.1f}%"
+
+
+def schedule_report(write_calibration: bool = False) -> None:
+    curves = dev_curves()
+    prior_of = loco_prior(curves)
+    records = calibration_records(curves, prior_of)
+    if write_calibration:
+        TABLE.write_text(calibrate([r for rs in records.values() for r in rs]).to_json() + "\n")
+        print(f"  wrote {TABLE}")
+    rows, opt = [], []
+    for c in curves:
+        cal = calibrate([r for n, rs in records.items() if n != c.name for r in rs])
+        for f in FRACTIONS:
+            rows.append(evaluate(c, f, cal, prior_of(c)))
+            opt.append(evaluate_optimus(c, f))
+    df, od = pd.DataFrame(rows), pd.DataFrame(opt)
+    print(f"== schedule-aware prediction: {len(curves)} real curves, schedule + budget given, "
+          f"intervals calibrated leave-one-curve-out")
+    print(f"  {'curve':24s} " + " ".join(f"{'final@' + str(int(100 * f)) + '%':>9s} {'steps':>7s} {'model':>9s}"
+                                          for f in FRACTIONS) + "   | Optimus alone: final / steps per fraction")
+    for name, g in df.groupby("curve", sort=False):
+        o = od[od.curve == name]
+        cells = " ".join(f"{pct(r.final_err):>9s} {pct(r.steps_err):>7s} {r.model[:9]:>9s}" for r in g.itertuples())
+        ocells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in o.itertuples())
+        print(f"  {name:24s} {cells}   | {ocells}")
+    print(f"  {'':24s} {'schedule-aware':>40s} {'|':>30s} Optimus alone")
+    for f in FRACTIONS:
+        s, o = df[df.observed == f], od[od.observed == f]
+        print(f"  after {int(100 * f):2d} %: median final error {pct(s.final_err.median())} (<= 5 %)"
+              f"  steps-to-95 % {pct(s.steps_err.median())} (<= 20 %)"
+              f"  80 % coverage final {pct(s.final_cov.mean())} steps {pct(s.steps_cov.dropna().astype(float).mean())} (70-90 %)"
+              f"  wrongly unreachable {int(s.unreachable.sum())} (0)"
+              f"   | Optimus: final {pct(o.final_err.median())} steps {pct(o.steps_err.median())}"
+              f" cov {pct(o.final_cov.mean())}/{pct(o.steps_cov.dropna().astype(float).mean())}"
+              f" unreachable {int(o.unreachable.sum())}")
+    print("  (information: both sides see the same prefix; schedule-aware also gets the schedule and budget; "
+          "unreachable counts are of targets every run did reach)")
+    # Prior at 10 %: no prior, the generic default, and one from the other curves' finished fits.
+    line = []
+    for label, prior_for in (("none", lambda c: None), ("generic default", lambda c: CurvePrior()),
+                             ("from finished jobs", prior_of)):
+        errs = []
+        for c in curves:
+            cal = calibrate([r for n, rs in records.items() if n != c.name for r in rs])
+            errs.append(evaluate(c, 0.10, cal, prior_for(c))["final_err"])
+        line.append(f"{label} {pct(np.median(errs))}")
+    print("  prior at 10 % observed, median final error: " + ", ".join(line))
+    print(f"  fit time per 1 000-point curve: {1e3 * fit_time(curves):.1f} ms (<= 50 ms)")
+
+
+def optimus_curves() -> dict[str, pd.DataFrame]:
     out = {}
     log = seed_log()
     out["seed-resnet50"] = pd.DataFrame({"step": log.steps_cum_assumed, "loss": log.train_loss})
@@ -173,11 +357,11 @@ def speed_report() -> None:
           f"spread is ±{50 * spread.median():.1f} % of the median step")
 
 
-def main() -> None:
-    print("== convergence: median |error| of remaining steps over 6 curves (target <= 10 % after 25 %)")
+def delta_rule_report() -> None:
+    print("== Optimus δ-rule (issue 2): median |error| of remaining steps over 6 curves (target <= 10 % after 25 %)")
     rows = []
     checks = []
-    for name, c in curves().items():
+    for name, c in optimus_curves().items():
         if len(c) < 6:
             print(f"  {name}: {len(c)} epochs only, skipped")
             continue
@@ -195,7 +379,13 @@ def main() -> None:
               f"   [old off-by-one δ: {100 * s.err_old_delta.median():5.1f} %]")
     print(f"  self-check: the reference full-curve fit predicts its own stop with max error {100 * max(checks):.1e} %")
 
+
+
+def main() -> None:
+    schedule_report("--write-calibration" in sys.argv)
+    delta_rule_report()
     speed_report()
+
 
 if __name__ == "__main__":
     main()

@@ -25,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -91,12 +92,13 @@ def submit_to_first_step(kind: str, backend, tmp: Path) -> float:
 def resize_pause(backend, tmp: Path, tag: str) -> tuple[float, float, float]:
     job_dir = tmp / f"resize-{tag}"
     spec = JobSpec.model_validate({**JOB, "gpus": 1})
-    backend.start(Launch(1, spec, job_dir, 1, None, {}, 1))
+    job = Launch(1, spec, job_dir, 1, None, {}, 1)
+    backend.start(job)
     try:
         first_step_time(job_dir)
         time.sleep(1.0)                                    # a few steady steps at 1 worker
         t0 = time.time()
-        backend.resize(1, job_dir, 2, None, 2)
+        backend.resize(replace(job, num_gpus=2, generation=2))
         t1 = first_step_time(job_dir, workers=2, after=t0)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

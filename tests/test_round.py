@@ -7,7 +7,7 @@ from dlsched.round import InvalidAllocation, Move, Preempt, Resize, Start, diff,
 from dlsched.service.forecast import forecast
 from dlsched.service.loop import LiveLoop
 from dlsched.service.store import QUEUED, Store
-from dlsched.sim import JobSpec, SimConfig, Simulator
+from dlsched.sim import WorkloadJob, SimConfig, Simulator
 from dlsched.spec import load_job_spec
 from tests.service.conftest import cluster, job_yaml
 
@@ -36,7 +36,7 @@ def _view(i: str, gpus: int = 0, node: str = "n0", batch: int | None = None) -> 
 
 
 def _in_simulator(policy):
-    specs = [JobSpec("1", 0.0, 2, duration=100.0), JobSpec("2", 0.0, 2, duration=100.0)]
+    specs = [WorkloadJob("1", 0.0, 2, duration=100.0), WorkloadJob("2", 0.0, 2, duration=100.0)]
     Simulator(specs, policy, ClusterView.homogeneous(2, 2), SimConfig(interval=60, horizon=600)).run()
 
 

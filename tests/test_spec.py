@@ -101,3 +101,16 @@ def test_demo_examples_validate():
     specs = [load_job_spec_file(f) for f in sorted((demo / "jobs").glob("*.yaml"))]
     assert len(specs) >= 4 and any(s.elastic and s.min_batch_size for s in specs)
     assert isinstance(specs[0], JobSpec)
+
+
+def test_parameter_server_fields():
+    base = "name: a\nentry: x.py:make_job\n"
+    s = load_job_spec(base + "gpus: 4\nstrategy: ps\nservers: 2\nsync: ssp:3\n")
+    assert (s.strategy, s.num_servers, s.sync) == ("ps", 2, "ssp:3")
+    assert load_job_spec(base + "gpus: 2\n").num_servers == 0
+    for text, needle in ((base + "gpus: 2\nstrategy: ps\nservers: 2\n", "servers=2 count against the GPUs"),
+                         (base + "gpus: 3\nstrategy: ps\nsync: ssp:x\n", "field sync"),
+                         (base + "gpus: 3\nservers: 1\n", "set strategy: ps")):
+        with pytest.raises(SpecError, match=needle) as e:
+            load_job_spec(text)
+        assert "\n" not in str(e.value)

@@ -85,6 +85,11 @@ class JobSpec(_Strict):
     # optional hint for predictions when the runtime does not report its total work
     total_samples: Annotated[int, Field(ge=1, le=MAX_SAMPLES)] | None = None
     user: Annotated[str, Field(pattern=_NAME)] | None = None
+    # training mode (Langer et al.'s optimisation and scheduling dimensions): all-reduce, or a parameter server
+    # whose ``servers`` count against ``gpus`` (slots), updating synchronously, with SSP slack, or asynchronously
+    strategy: Literal["allreduce", "ps"] = "allreduce"
+    servers: Annotated[int, Field(ge=1, le=MAX_GPUS)] | None = None
+    sync: Annotated[str, Field(pattern=r"^(sync|async|ssp:[0-9]{1,4})$")] = "sync"
 
     @field_validator("params")
     @classmethod
@@ -96,6 +101,11 @@ class JobSpec(_Strict):
         lo, hi = self.gpu_range
         if not lo <= self.gpus <= hi:
             raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
+        if self.strategy == "allreduce" and (self.servers is not None or self.sync != "sync"):
+            raise ValueError("servers and sync are parameter-server fields: set strategy: ps")
+        if self.strategy == "ps" and lo <= self.num_servers:
+            raise ValueError(f"servers={self.num_servers} count against the GPUs: min_gpus/gpus={lo} must exceed it "
+                             "to leave a worker")
         blo, bhi = self.min_batch_size, self.max_batch_size
         if (blo is None) != (bhi is None):
             raise ValueError("min_batch_size and max_batch_size go together")
@@ -111,6 +121,11 @@ class JobSpec(_Strict):
         lo = self.min_gpus if self.min_gpus is not None else self.gpus
         hi = self.max_gpus if self.max_gpus is not None else self.gpus
         return lo, hi
+
+    @property
+    def num_servers(self) -> int:
+        """Parameter servers of a ps job (default 1), 0 for all-reduce."""
+        return 0 if self.strategy == "allreduce" else (self.servers or 1)
 
     @property
     def elastic(self) -> bool:

@@ -1,6 +1,7 @@
 """The local backend against a real contract-following job process (tests/backends/contract_job.py)."""
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -41,9 +42,10 @@ def test_start_progress_finish(tmp_path):
 
 def test_resize_through_control_file(tmp_path):
     b = LocalBackend(runtime=RUNTIME)
-    b.start(Launch(1, spec(samples=4000, step_s=0.05), tmp_path, 1, 32))
+    job = Launch(1, spec(samples=4000, step_s=0.05), tmp_path, 1, 32)
+    b.start(job)
     wait_until(lambda: records(tmp_path))
-    b.resize(1, tmp_path, 3, 64, generation=1)
+    b.resize(replace(job, num_gpus=3, batch_size=64, generation=1))
     wait_until(lambda: any(r["workers"] == 3 and r["batch_size"] == 64 for r in records(tmp_path)))
     b.stop(1, tmp_path)
 
@@ -158,21 +160,22 @@ def test_resized_jobs_give_every_worker_its_own_gpu_and_never_share_one(tmp_path
                      cuda_count=lambda: 6)
     one, two = tmp_path / "1", tmp_path / "2"
     try:
-        b.start(Launch(1, real_spec(), one, 2, 12, placement={"a": 2}))
-        b.start(Launch(2, real_spec(), two, 1, 12, placement={"a": 1}))
+        job1, job2 = Launch(1, real_spec(), one, 2, 12, placement={"a": 2}), Launch(2, real_spec(), two, 1, 12, placement={"a": 1})
+        b.start(job1)
+        b.start(job2)
         assert wait_until(lambda: seen_devices(one, 0), 60) == ["0", "1"]
         assert wait_until(lambda: seen_devices(two, 0), 60) == ["2"]
 
-        b.resize(1, one, 3, 12, generation=1, placement={"a": 3})      # grows around job 2's slot
+        b.resize(replace(job1, num_gpus=3, generation=1, placement={"a": 3}))      # grows around job 2's slot
         assert json.loads((one / "control.json").read_text())["devices"] == ["0", "1", "3"]
         assert wait_until(lambda: seen_devices(one, 1), 60) == ["0", "1", "3"]
         assert json.loads((one / "launch.json").read_text())["slots"] == {"a": [0, 1, 3]}
 
-        b.resize(1, one, 1, 12, generation=2, placement={"a": 1})      # gives back 1 and 3
+        b.resize(replace(job1, num_gpus=1, generation=2, placement={"a": 1}))      # gives back 1 and 3
         assert wait_until(lambda: seen_devices(one, 2), 60) == ["0"]
         assert assign_slots({"a": 2}, b._held()) == {"a": [1, 3]}      # what the next job to start gets
 
-        b.resize(2, two, 2, 12, generation=1, placement={"b": 2})      # moved: its GPU goes, so does its worker
+        b.resize(replace(job2, num_gpus=2, generation=1, placement={"b": 2}))      # moved: its GPU goes, so does its worker
         assert wait_until(lambda: seen_devices(two, 1), 60) == ["4", "5"]
         moved = wait_until(lambda: [r for r in read_progress(two, 0)[0] if r.get("event") == "resized"], 60)[0]
         wait_until(lambda: records(two) and records(two)[-1]["generation"] == 1, 60)  # trains on, from the checkpoint

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -141,7 +142,7 @@ def test_resize_is_a_new_group_and_an_elastic_control_generation(backend, tmp_pa
     backend.start(job)
     wait_progress(job.job_dir, 2)
     pid_before = json.loads((job.job_dir / "status.json").read_text())["pid"]
-    backend.resize(3, job.job_dir, 3, None, 2, placement={"n1": 2, "n2": 1})
+    backend.resize(replace(job, num_gpus=3, generation=2, placement={"n1": 2, "n2": 1}))
     assert backend.placement(3) == {"n1": 2, "n2": 1}
     assert wait_free(1) == 1                      # old 1-bundle group released, new 3-bundle held
     control = json.loads((job.job_dir / "control.json").read_text())
@@ -157,11 +158,11 @@ def test_resize_without_a_node_map_keeps_the_job_where_it_is(backend, tmp_path):
     job = launch(tmp_path, 9, 4, {"n1": 2, "n2": 2}, n_samples=20_000)
     backend.start(job)
     try:
-        backend.resize(9, job.job_dir, 3, None, 2)            # shrink: the loop's rule gives back on n2
+        backend.resize(replace(job, num_gpus=3, generation=2, placement={}))            # shrink: the loop's rule gives back on n2
         assert backend.placement(9) == {"n1": 2, "n2": 1}
-        backend.resize(9, job.job_dir, 1, None, 3)
+        backend.resize(replace(job, num_gpus=1, generation=3, placement={}))
         assert backend.placement(9) == {"n1": 1}
-        backend.resize(9, job.job_dir, 3, None, 4)            # grow: n1 kept, Ray picks the other two
+        backend.resize(replace(job, num_gpus=3, generation=4, placement={}))            # grow: n1 kept, Ray picks the other two
         where = backend.placement(9)
         assert where["n1"] >= 1 and sum(where.values()) == 3
     finally:
@@ -437,10 +438,10 @@ def test_resize_joins_a_worker_on_the_other_node_and_lets_it_leave(backend, tmp_
         backend.start(job)
         wait_progress(job.job_dir, 2, timeout=60)
         pid = json.loads((job.job_dir / "status.json").read_text())["pid"]
-        backend.resize(22, job.job_dir, 2, None, 2, placement={"n1": 1, "n2": 1})
+        backend.resize(replace(job, num_gpus=2, generation=2, placement={"n1": 1, "n2": 1}))
         assert backend.placement(22) == {"n1": 1, "n2": 1}
         _wait(lambda: [e["workers"] for e in events(job.job_dir, "resized")] == [2], "joined", timeout=90)
-        backend.resize(22, job.job_dir, 1, None, 3)
+        backend.resize(replace(job, num_gpus=1, generation=3, placement={}))
         _wait(lambda: [e["workers"] for e in events(job.job_dir, "resized")] == [2, 1], "left", timeout=60)
         _wait(lambda: backend.poll(22, job.job_dir).state == "running" and free_slots() == 3, "slot released")
         assert backend.placement(22) == {"n1": 1}

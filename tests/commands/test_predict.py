@@ -47,14 +47,24 @@ def test_csv_example_matches_yaml():
 
 def test_ps_example_recommends_the_argmin_of_the_model():
     rep = predict(load_observations(EXAMPLES / "resnet50_ps_table2.yaml"), 19)
-    assert rep.unit == "workers" and [r.workers for r in rep.rows] == list(range(1, 20))
-    # The samples come from Table 2 (M = 64), so the recommendation is the exact model's argmin over p, w <= 19.
-    t = {(p, w): 1.02 * 64 / w + 2.78 + 4.92 * w / p + 0.02 * p for p in range(1, 20) for w in range(1, 20)}
+    assert rep.unit == "PS" and [r.ps for r in rep.rows] == list(range(1, 19))
+    assert all(r.ps + r.workers <= 19 for r in rep.rows)  # servers count against the budget
+    # The samples come from Table 2 (M = 64), so the recommendation is the exact model's argmin over p + w <= 19.
+    t = {(p, w): 1.02 * 64 / w + 2.78 + 4.92 * w / p + 0.02 * p for p in range(1, 19) for w in range(1, 20 - p)}
     p_best, w_best = min(t, key=t.get)
     best = min(rep.rows, key=lambda r: r.seconds.value)
     assert (best.ps, best.workers) == (p_best, w_best)
     assert best.seconds.low <= best.seconds.value <= best.seconds.high
     assert rep.speed_error < 1e-3  # exact model samples (rounded to 6 digits): leave-one-out error ~0
+
+
+def test_ps_example_with_ten_gpus_fits_and_follows_the_seed_curve():
+    rep = predict(load_observations(EXAMPLES / "resnet50_ps_table2.yaml"), 10)
+    best = min(rep.rows, key=lambda r: r.seconds.value)
+    assert best.ps + best.workers <= 10 and (best.ps, best.workers) == (5, 5)
+    by_p = {r.ps: r.workers for r in rep.rows}
+    assert by_p[2] == 5 and rep.unbounded_workers[2] == 5  # the notebook's curve bottoms at 5 workers with p = 2 ...
+    assert rep.unbounded_workers[4] == 7 and by_p[4] == 6  # ... and at 7 with p = 4, which 10 cannot hold
 
 
 def _csv(tmp_path, text):

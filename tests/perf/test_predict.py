@@ -28,7 +28,7 @@ def test_table2_time_to_train_curve_shape(table2):
     # transcription error of the paper's 2.78; with 2.78 the same argmin gives 195.7 h and 144.4 h.
     steps = Estimate(25000, 25000, 25000)
     for p, w_best, hours in ((2, 5, 195.67), (4, 7, 144.42)):
-        rows = [c for c in ps_configurations(table2, steps, 19, p) if c.ps == p]
+        rows = [c for c in ps_configurations(table2, steps, 19 + p, max_ps=p) if c.ps == p]  # servers count
         by_w = {c.workers: c.seconds.value / 3600 for c in rows}
         curve = np.array([by_w[w] for w in range(1, 20)])
         assert int(np.argmin(curve)) + 1 == w_best

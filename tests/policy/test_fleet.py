@@ -152,8 +152,8 @@ def test_leftovers_stop_when_a_bottleneck_member_is_at_its_maximum():
 
 def test_jobs_without_a_fleet_profile_are_still_scheduled_in_the_shared_simulator():
     from dlsched.sim.engine import run
-    from dlsched.sim.workload import JobSpec
+    from dlsched.sim.workload import WorkloadJob
 
-    jobs = [JobSpec(f"j{i}", 60.0 * i, 1 + i % 3, duration=600.0) for i in range(6)]
+    jobs = [WorkloadJob(f"j{i}", 60.0 * i, 1 + i % 3, duration=600.0) for i in range(6)]
     res = run(jobs, "fleet", ClusterView.homogeneous(2, 4), interval=60.0, horizon=10_000)
     assert res.jobs.finish.notna().all()

@@ -92,10 +92,10 @@ def test_elastic_policies_run_a_pollux_slice_in_the_simulator(data_dir):
 
 
 def test_jobs_without_batch_sizes_scale_gpus_only_in_the_simulator():
-    from dlsched.sim import JobSpec, run
+    from dlsched.sim import WorkloadJob, run
 
     # Duration jobs as in shared/data/philly/philly.csv carry no batch size: they must run, never be dropped.
-    jobs = [JobSpec(id=f"d{i}", submit_time=120.0 * i, requested_gpus=1 + i % 4, duration=600.0 + 200 * i)
+    jobs = [WorkloadJob(id=f"d{i}", submit_time=120.0 * i, requested_gpus=1 + i % 4, duration=600.0 + 200 * i)
             for i in range(12)]
     for policy in ("elastic", "elastic-gpu-only", "goodput"):
         res = run(jobs, policy, nodes=2, gpus_per_node=4)

@@ -38,9 +38,9 @@ def test_place_with_optimus_theorem_1():
 
 
 def test_simulator_uses_chosen_placement():
-    from dlsched.sim import JobSpec, run
+    from dlsched.sim import WorkloadJob, run
 
-    jobs = [JobSpec("a", 0, 1, duration=100), JobSpec("b", 0, 2, duration=100)]
+    jobs = [WorkloadJob("a", 0, 1, duration=100), WorkloadJob("b", 0, 2, duration=100)]
     r = run(jobs, "fifo", ClusterView.homogeneous(2, 2), interval=10, restart_penalty=0, placement="consolidated")
     assert r.jct() == {"a": 110, "b": 110}
 

@@ -56,3 +56,33 @@ def test_elastic_job_with_the_real_runtime(tmp_path):
         assert c.get(f"/jobs/{a}/predictions").json()[-1]["loss_fit"] is not None
     finally:
         stop_service_and_jobs(svc)
+
+
+PS_JOB = """name: ps-job
+entry: examples/mlp.py:make_job
+gpus: 3
+strategy: ps
+servers: 1
+sync: ssp:1
+batch_size: 16
+total_samples: 512
+params: {num_samples: 256, epochs: 2}
+"""
+
+
+@pytest.mark.slow
+def test_parameter_server_job_under_the_service(tmp_path):
+    """A ps job's server holds one of its 3 slots: the runtime runs 1 server + 2 workers and trains every sample."""
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 3}]\npolicy: fifo\ninterval_s: 0.5")
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    try:
+        c = httpx.Client(base_url=svc.url, timeout=30)
+        a = c.post("/jobs", content=PS_JOB, headers={"content-type": "application/yaml"}).json()["id"]
+        end = time.monotonic() + 150
+        while time.monotonic() < end and c.get(f"/jobs/{a}").json()["state"] not in ("finished", "failed"):
+            time.sleep(0.3)
+        job = c.get(f"/jobs/{a}").json()
+        assert job["state"] == "finished" and job["samples"] == 512, job
+        assert c.get(f"/jobs/{a}").json()["allocations"][0]["num_gpus"] == 3
+    finally:
+        stop_service_and_jobs(svc)

@@ -2,7 +2,7 @@ import pytest
 
 from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView, Policy, make_policy
-from dlsched.sim import JobSpec, SimConfig, Simulator, run
+from dlsched.sim import WorkloadJob, SimConfig, Simulator, run
 from dlsched.sim.traces import TraceThroughput, load_app
 from tests.sim.helpers import jcts, job
 
@@ -50,7 +50,7 @@ class _BatchPolicy(Policy):
 
 
 def test_policy_chosen_batch_size_drives_progress(data_dir):
-    spec = [JobSpec("c", 0, 2, app="cifar10", batch_size=128)]
+    spec = [WorkloadJob("c", 0, 2, app="cifar10", batch_size=128)]
     small, big = _BatchPolicy(128), _BatchPolicy(1024)
     cfg = SimConfig(interval=60, horizon=600)
     sims = [Simulator(spec, p, ClusterView.homogeneous(1, 4), cfg) for p in (small, big)]
@@ -94,7 +94,7 @@ def test_fidelity_to_pollux_artifact_workload1(data_dir, policy):
 @pytest.mark.parametrize("policy", ["tiresias", "elastic"])
 def test_batch_outside_the_traces_fails_at_submit(data_dir, policy):
     # cifar10 is validated at global batches 128..4096: 16 cannot be simulated by any policy.
-    jobs = [JobSpec("ok", 0, 1, app="cifar10", batch_size=128), JobSpec("bad", 5000, 1, app="cifar10", batch_size=16)]
+    jobs = [WorkloadJob("ok", 0, 1, app="cifar10", batch_size=128), WorkloadJob("bad", 5000, 1, app="cifar10", batch_size=16)]
     with pytest.raises(UserError, match="job bad: field batch_size=16 is outside .*128..4096"):
         Simulator(jobs, make_policy(policy), ClusterView.homogeneous(1, 4))
 
@@ -102,14 +102,14 @@ def test_batch_outside_the_traces_fails_at_submit(data_dir, policy):
 def test_policy_validates_every_job_at_submit(data_dir):
     # A fixed batch of 4096 needs >= 4 GPUs (<= 1024 samples per GPU); the cluster has 2. The elastic policy may
     # shrink the batch, so only elastic-gpu-only rejects it — before any simulated time passes.
-    jobs = [JobSpec("ok", 0, 1, app="cifar10", batch_size=128), JobSpec("big", 9000, 2, app="cifar10", batch_size=4096)]
+    jobs = [WorkloadJob("ok", 0, 1, app="cifar10", batch_size=128), WorkloadJob("big", 9000, 2, app="cifar10", batch_size=4096)]
     with pytest.raises(UserError, match="job 'big'.*no feasible GPU count"):
         Simulator(jobs, make_policy("elastic-gpu-only"), ClusterView.homogeneous(1, 2))
     assert Simulator(jobs, make_policy("elastic"), ClusterView.homogeneous(1, 2)).t == 0.0
 
 
 def test_trace_job_view_carries_min_local_batch(data_dir):
-    sim = Simulator([JobSpec("a", 0, 1, app="cifar10", batch_size=128)], make_policy("elastic"),
+    sim = Simulator([WorkloadJob("a", 0, 1, app="cifar10", batch_size=128)], make_policy("elastic"),
                     ClusterView.homogeneous(1, 4))
     assert sim._make_view(sim.jobs[0]).min_local_batch == load_app("cifar10").min_local_bsz == 32
 
@@ -117,7 +117,7 @@ def test_trace_job_view_carries_min_local_batch(data_dir):
 def test_trace_job_gpu_cap_comes_from_the_app_not_the_user_batch(data_dir):
     # cifar10: user batch 128 at >= 32 per GPU would cap it at 4 GPUs; the app's traced batches reach 4096 (128 GPUs).
     cluster = ClusterView.homogeneous(2, 4)
-    sim = Simulator([JobSpec("a", 0, 1, app="cifar10", batch_size=128)], make_policy("elastic"), cluster)
+    sim = Simulator([WorkloadJob("a", 0, 1, app="cifar10", batch_size=128)], make_policy("elastic"), cluster)
     view = sim._make_view(sim.jobs[0])
     assert view.max_gpus == 4096 // 32
     grown = make_policy("elastic").decide((view,), cluster).jobs["a"]

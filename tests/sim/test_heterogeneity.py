@@ -4,14 +4,14 @@ import pytest
 from dlsched.errors import UserError
 
 from dlsched.policy.base import ClusterView, NodeView, make_policy
-from dlsched.sim import JobSpec, SimConfig, Simulator, run
+from dlsched.sim import WorkloadJob, SimConfig, Simulator, run
 from dlsched.sim.traces import TraceThroughput, load_app, speed_factor
 from dlsched.sim.type_blind import TypeBlind
 
 # bert gains 3x on the fast type, ncf only 1.2x; the traces' own GPU is the slow type.
 SPEEDS = {"fast/bert": 3.0, "fast/ncf": 1.2}
 CLUSTER = ClusterView((NodeView("fast0", 1, "fast"), NodeView("slow0", 1, "slow")))
-JOBS = [JobSpec("ncf", 0, 1, app="ncf", batch_size=256), JobSpec("bert", 0, 1, app="bert", batch_size=12)]
+JOBS = [WorkloadJob("ncf", 0, 1, app="ncf", batch_size=256), WorkloadJob("bert", 0, 1, app="bert", batch_size=12)]
 
 
 def test_speed_factor_lookup():

@@ -29,3 +29,44 @@ def test_simulate_bad_input_is_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "w.csv:2: field 'time'" in r.stderr
     r = _cli("--workload", str(w), "-p", "nope")
     assert r.returncode == 2 and "unknown policy 'nope'" in r.stderr
+
+
+PHILLY = ("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:00:00,100,2,200,x\n"
+          "2017-10-09 07:00:30,50,1,50,x\n2017-10-09 07:01:00,20,1,20,x\n")
+
+
+def _cli80(*args):
+    return subprocess.run([sys.executable, "-m", "dlsched.cli", "simulate", *args], capture_output=True, text=True,
+                          cwd=REPO_ROOT, env={"PYTHONPATH": str(REPO_ROOT / "src"), "COLUMNS": "80",
+                                              "PATH": "/usr/bin:/bin"})
+
+
+def test_gzipped_trace_at_80_columns_json_csv_and_markdown_report(tmp_path):
+    import csv
+    import gzip
+    import io
+    import json
+
+    w = tmp_path / "w.csv.gz"
+    w.write_bytes(gzip.compress(PHILLY.encode()))
+    common = ("--workload", str(w), "-p", "fifo", "-p", "tiresias", "-p", "srtf", "--cluster-gpus", "2",
+              "--gpus-per-node", "2")
+    r = _cli80(*common, "--report", str(tmp_path / "rep"))
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout and "tiresias" in r.stdout and all(len(ln) <= 80 for ln in r.stdout.splitlines())
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| policy" in md and "|:--" in md and "| tiresias" in md
+    rows = json.loads(_cli80(*common, "--json").stdout)
+    assert [x["policy"] for x in rows] == ["fifo", "tiresias", "srtf"] and rows[0]["finished"] == 3
+    table = list(csv.DictReader(io.StringIO(_cli80(*common, "--csv").stdout)))
+    assert [x["policy"] for x in table] == ["fifo", "tiresias", "srtf"]
+
+
+def test_undecodable_trace_is_one_line(tmp_path):
+    w = tmp_path / "w.csv"
+    w.write_bytes(b"timestamp,duration\n\xff\xfe\x00,1\n")
+    r = _cli("--workload", str(w))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "is not UTF-8" in r.stderr
+    w.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    r = _cli("--workload", str(w))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "gzip data is damaged" in r.stderr

@@ -87,11 +87,12 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
     spec.write_text(ENSEMBLE_YAML % (MODELS, MODELS))
     job = tmp_path / "job"
     job.mkdir()
-    cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job), "--entry",
-           "dlsched.train.fleet_spec:from_yaml", "--workers", "1", "--param", f"path={spec}"]
+    def cmd(workers):
+        return [sys.executable, "-m", "dlsched.train.run", "--strategy", "fleet", "--job-dir", str(job), "--entry",
+                "dlsched.train.fleet_spec:from_yaml", "--workers", str(workers), "--param", f"path={spec}"]
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
     write_control(job, 1, None, 0)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd(1), env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         def plans():
             return [r for r in read_progress(job) if r.get("event") == "flotillas"]
@@ -108,7 +109,7 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         # resumed with a new share: b stays converged, a continues from its checkpoint and finishes
         before = len(read_progress(job))
         write_control(job, 2, None, 2)
-        done = subprocess.run(cmd[:-3] + ["2", "--param", f"path={spec}"], env=env, capture_output=True, timeout=300)
+        done = subprocess.run(cmd(2), env=env, capture_output=True, timeout=300)
         assert done.returncode == 0, done.stdout.decode()[-2000:]
         assert read_status(job)["state"] == "finished" and read_status(job)["members"] == {"a": "converged", "b": "converged"}
         resumed = read_progress(job)[before:]

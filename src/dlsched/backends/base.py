@@ -21,7 +21,8 @@ ProcState = Literal["running", "finished", "failed", "gone"]
 
 @dataclass(frozen=True)
 class Launch:
-    """Everything a backend needs to (re)start one job."""
+    """Everything a backend needs to (re)start or resize one job (``placement``: node -> workers, empty: the
+    backend's choice; ``generation``: the control generation this start or resize is)."""
 
     job_id: int
     spec: JobSpec
@@ -43,8 +44,7 @@ class Backend(Protocol):
 
     def start(self, launch: Launch) -> None: ...
 
-    def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int,
-               placement: Mapping[str, int] | None = None) -> None: ...
+    def resize(self, launch: Launch) -> None: ...
 
     def stop(self, job_id: int, job_dir: Path) -> None: ...
 
@@ -87,7 +87,13 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
 
 def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
     """The job runtime's start command for a launch (the contract in ``dlsched.train``), for every backend."""
-    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry, "--workers", str(launch.num_gpus)]
+    servers = launch.spec.num_servers  # a parameter-server job's slots hold its servers too
+    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry,
+           "--workers", str(launch.num_gpus - servers)]
+    if servers:
+        cmd += ["--strategy", "ps", "--servers", str(servers), "--sync", launch.spec.sync]
+    if launch.spec.kind == "ensemble":
+        cmd += ["--strategy", "fleet"]
     if launch.batch_size is not None:
         cmd += ["--batch-size", str(launch.batch_size)]
     for k, v in launch.spec.params.items():

@@ -163,11 +163,11 @@ class LocalBackend:
                           {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "cmd": cmd,
                            "slots": slots})
 
-    def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int,
-               placement: Mapping[str, int] | None = None) -> None:
+    def resize(self, launch: Launch) -> None:
         """Re-book the job's slots for ``placement`` and tell the runtime its new count, batch and devices.
 
         Without a placement a job on one node stays there; one spread over nodes keeps its books (and devices)."""
+        job_id, job_dir, num_gpus, placement = launch.job_id, launch.job_dir, launch.num_gpus, launch.placement or None
         current = self._slots.get(job_id, {})
         if placement is None and len(current) == 1:
             placement = {next(iter(current)): num_gpus}
@@ -178,7 +178,7 @@ class LocalBackend:
             if self.devices:
                 devices = slot_devices(slots, self.devices)
             self._record_slots(Path(job_dir), slots)
-        write_control(Path(job_dir), num_gpus, batch_size, generation, devices=devices)
+        write_control(Path(job_dir), num_gpus, launch.batch_size, launch.generation, devices=devices)
 
     def _record_slots(self, job_dir: Path, slots: dict[str, list[int]]) -> None:
         """launch.json keeps the books across a service restart (``attach`` reads them back)."""

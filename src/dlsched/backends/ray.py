@@ -11,9 +11,9 @@ How a job maps onto Ray
   with label selectors (``dlsched.io/node`` label, else Ray's ``ray.io/node-id``); with no node map
   Ray's own ``PACK`` (node-local) or ``STRICT_SPREAD`` (when asked) chooses the nodes, through a
   transient group of all the new bundles that is placed, read and replaced by the pinned slots.
-* **Process** - a detached, named Ray actor (``dlsched-job-<id>``) pinned to the node that holds
-  most slots runs the runtime's start command (the job runtime contract in ``dlsched.train``)
-  under a small guard process that kills the runtime's whole process group as soon as the actor
+* **Process** - a detached, named Ray actor (``dlsched-job-<id>``, a ``dlsched.ray.host.ProcessHost``)
+  pinned to the node that holds most slots runs the runtime's start command (the job runtime contract
+  in ``dlsched.train``) under a small guard process that kills the runtime's whole process group as soon as the actor
   dies, so a lost node never leaves a second writer behind. The runtime's coordinator connects to
   the cluster (``DLSCHED_RAY_ADDRESS``) and starts each worker in an actor inside its slot
   (``dlsched.train.launcher.RayLauncher``, reading ``DIR/ray-slots.json``): workers run on the
@@ -37,8 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -51,15 +49,15 @@ from dlsched.backends.base import (Launch, PollResult, atomic_write_json, output
 from dlsched.paths import pythonpath_with_src
 from dlsched.errors import UserError
 from dlsched.policy.base import NodeView
-from dlsched.train.launcher import IN_USE_FILE, RAY_ADDRESS_ENV, SLOTS_FILE, kill_process_group
-from dlsched.train.preemption import sigterm_blocked
+from dlsched.ray.host import NAMESPACE, guarded, host_actor
+from dlsched.train.launcher import IN_USE_FILE, RAY_ADDRESS_ENV, SLOTS_FILE
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 NODE_LABEL = "dlsched.io/node"          # `ray start --labels "dlsched.io/node=gpu-a"` names a node
 GPU_TYPE_LABEL = "dlsched.io/gpu-type"
 RAY_NODE_ID_LABEL = "ray.io/node-id"    # set by Ray on every node
 ACTOR_PREFIX = "dlsched-job-"
-NAMESPACE = "dlsched"
+STOP_GRACE_S = 10.0                     # the runtime checkpoints its current step before it goes
 log = logging.getLogger("dlsched.backends.ray")
 
 
@@ -106,60 +104,6 @@ class _RayJob:
         return tuple(s.node for s in self.slots)
 
 
-# ----------------------------------------------------------------------------- the guard
-# Runs as `python -m dlsched.backends.ray --guard -- CMD...` under the Ray actor. It starts CMD in
-# its own session and kills that whole process group when told to stop or when its parent (the
-# actor) disappears - the case of a lost node, where nobody gets a chance to clean up.
-
-def _guard(cmd: list[str]) -> int:
-    parent = os.getppid()
-    with sigterm_blocked():   # as the local backend: a stop during the runtime's start-up waits for its handler
-        child = subprocess.Popen(cmd, start_new_session=True)
-
-    def stop(*_):
-        kill_process_group(child.pid)
-        sys.exit(143)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while True:
-        try:
-            return child.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            if os.getppid() != parent:
-                stop()
-
-
-class _JobRunner:
-    """Ray actor body: owns one runtime process (through the guard) on the node it is pinned to."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, cmd: list[str], cwd: str | None, env: dict[str, str], log_path: str) -> int:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        full_env = {**os.environ, **env}   # env carries PYTHONPATH: the guard imports dlsched too
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dlsched.backends.ray", "--guard", "--", *cmd],
-                cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        return self.proc.pid
-
-    def returncode(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
-    def stop(self) -> int | None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()       # the guard forwards to the runtime's process group
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                kill_process_group(self.proc.pid, grace_s=0)
-                self.proc.wait()
-        return None if self.proc is None else self.proc.returncode
-
-
 # ----------------------------------------------------------------------------- backend
 
 class RayBackend:
@@ -199,7 +143,7 @@ class RayBackend:
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise UserError(f"cannot connect to the Ray cluster at --address {address!r}: {e}") from None
         self._ray = ray
-        self._runner_cls = ray.remote(num_cpus=0, max_restarts=0)(_JobRunner)
+        self._runner_cls = host_actor(ray, num_cpus=0)
         self._gcs_address = ray.get_runtime_context().gcs_address   # the runtime's Ray launcher connects here
         self._jobs: dict[int, _RayJob] = {}
         self._known_alive: dict[str, str] = self._names()
@@ -407,7 +351,7 @@ class RayBackend:
                RAY_ADDRESS_ENV: self._gcs_address}
         cmd = self.command(launch)
         try:
-            self._ray.get(runner.start.remote(cmd, self.cwd, env, str(job_dir / "output.log")),
+            self._ray.get(runner.launch.remote(guarded(cmd), env, self.cwd, str(job_dir / "output.log")),
                           timeout=self.ready_timeout_s)
         except Exception:
             self._ray.kill(runner, no_restart=True)
@@ -417,8 +361,7 @@ class RayBackend:
                                                      "slots": [s.name for s in slots], "cmd": cmd})
         self._jobs[launch.job_id] = job
 
-    def resize(self, job_id: int, job_dir: Path, num_gpus: int, batch_size: int | None, generation: int,
-               placement: Mapping[str, int] | None = None, spread: bool = False) -> None:
+    def resize(self, launch: Launch) -> None:
         """Elastic resize: new slots for joining workers, retired slots for leaving ones, then ``control.json``.
 
         The workers that stay keep their slots (and processes): a grow reserves only the newcomers'
@@ -427,6 +370,7 @@ class RayBackend:
         runtime keeps its first workers, and releases the others once their workers have left. If the
         new slots cannot be had nothing changes and the error propagates.
         """
+        job_id, num_gpus, generation, placement = launch.job_id, launch.num_gpus, launch.generation, launch.placement
         job = self._jobs[job_id]
         self._collect_retired(job)
         current = job.workers
@@ -444,13 +388,13 @@ class RayBackend:
                 while sum(want.values()) > num_gpus - current:        # more than the newcomers: trim
                     node = max(sorted(want), key=want.get)
                     want[node] -= 1
-            spread = spread or job.spread
+            spread = _wants_spread(launch) or job.spread
             new = self._reserve(job_id, generation, num_gpus - current, want, spread,
                                 avoid=set(job.bundle_nodes) if spread else set())
             job.slots = job.slots + new
         job.generation = generation
         self._write_slots(job)
-        write_control(Path(job_dir), num_gpus, batch_size, generation)
+        write_control(Path(launch.job_dir), num_gpus, launch.batch_size, generation)
         self._collect_retired(job)       # a runtime without Ray workers (or one not started yet) holds none
 
     def stop(self, job_id: int, job_dir: Path | None = None) -> None:
@@ -459,7 +403,7 @@ class RayBackend:
         if job is None:
             return
         try:
-            self._ray.get(job.runner.stop.remote(), timeout=15)
+            self._ray.get(job.runner.stop.remote(STOP_GRACE_S), timeout=STOP_GRACE_S + 5)
         except Exception:  # actor already dead (node lost): its guard has killed the runtime
             pass
         try:
@@ -613,8 +557,6 @@ def cluster_spec_yaml(backend: RayBackend, policy: str = "fifo", interval_s: flo
 def _main(argv: list[str]) -> int:
     import argparse
 
-    if argv[:2] == ["--guard", "--"]:
-        return _guard(argv[2:])
     ap = argparse.ArgumentParser(prog="python -m dlsched.backends.ray",
                                  description="Print a dlsched cluster declaration for a running Ray cluster.")
     ap.add_argument("command", choices=["cluster-spec"])

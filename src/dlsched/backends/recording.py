@@ -18,8 +18,8 @@ class RecordingBackend:
     def start(self, launch) -> None:
         self.calls.append(("start", launch.job_id, launch.num_gpus))
 
-    def resize(self, *args, **kwargs) -> None:
-        self.calls.append(("resize",) + args[:1])
+    def resize(self, launch) -> None:
+        self.calls.append(("resize", launch.job_id))
 
     def stop(self, *args) -> None:
         self.calls.append(("stop",) + args[:1])

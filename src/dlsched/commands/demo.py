@@ -44,7 +44,8 @@ def load_workload(path: Path) -> Workload:
 def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str] | None, policy: str | None,
              workdir: Path, console: Console) -> int:
     from dlsched.commands.service import TERMINAL, Client, jobs_table
-    from dlsched.service.report import write_report
+    from dlsched.display import human_duration
+    from dlsched.service.run_report import write_report
     from dlsched.service.server import Service, free_port
     from dlsched.spec import load_cluster_spec_file, load_job_spec_file
 
@@ -72,7 +73,7 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
 
     def view():
         jobs = client.get("/jobs")
-        return jobs, Group(jobs_table(jobs, f"dlsched demo: {time.time() - t0:5.0f}s"), Text("\n".join(recent[-10:])))
+        return jobs, Group(jobs_table(jobs, f"dlsched demo: {human_duration(time.time() - t0)}", console.width), Text("\n".join(recent[-10:])))
 
     def step(live) -> bool:
         """One refresh: due submissions, new events, display; True once everything has ended."""

@@ -189,9 +189,10 @@ class Report:
     fit: object
     k_now: float
     steps: object          # Estimate, remaining steps
-    unit: str              # "workers" | "GPUs"
-    rows: list             # best ConfigPrediction per worker/GPU count, in count order
+    unit: str              # "PS" | "GPUs"
+    rows: list             # best ConfigPrediction per PS count (its best workers in the budget) / per GPU count
     speed_error: float
+    unbounded_workers: dict = field(default_factory=dict)  # PS: p -> argmin over w with no budget (the seed curve)
 
 
 def predict(obs: Observations, gpus: int) -> Report:
@@ -199,8 +200,8 @@ def predict(obs: Observations, gpus: int) -> Report:
 
     from dlsched.perf.convergence import fit_curve
     from dlsched.perf.efficiency import GradientNoise
-    from dlsched.perf.predict import (allreduce_configurations, leave_one_out_error, ps_configurations, relative_error,
-                                      remaining_steps)
+    from dlsched.perf.predict import (allreduce_configurations, best_workers, leave_one_out_error, ps_configurations,
+                                      relative_error, remaining_steps)
     from dlsched.perf.speed import AllReduceSpeedModel, fit_optimus_async, fit_optimus_sync, fit_step_time
 
     fit = fit_curve(obs.steps, obs.losses)
@@ -210,7 +211,7 @@ def predict(obs: Observations, gpus: int) -> Report:
         steps = remaining_steps(fit, k_now, target_loss=obs.target_loss / fit.curve.scale)
     else:
         steps = remaining_steps(fit, k_now, delta=obs.delta or DEFAULT_DELTA, steps_per_epoch=E)
-    rows, err, unit = [], 0.0, "GPUs"
+    rows, err, unit, unbounded = [], 0.0, "GPUs", {}
     if obs.speed is not None and len(obs.speed):
         s = obs.speed
         if obs.speed_kind == "allreduce":
@@ -238,13 +239,14 @@ def predict(obs: Observations, gpus: int) -> Report:
             model = fitter(p, w, f)
             err = (leave_one_out_error(len(f), lambda mask, i: (float(fitter(p[mask], w[mask], f[mask]).speed(p[i], w[i])), f[i]))
                    if len(f) >= 4 else relative_error(model.speed(p, w), f))
-            configs = ps_configurations(model, steps, gpus, gpus, err)
-            key, unit = (lambda c: c.workers), "workers"  # noqa: E731
+            configs = ps_configurations(model, steps, gpus, err)  # servers count: p + w <= the budget
+            key, unit = (lambda c: c.ps), "PS"  # noqa: E731
+            unbounded = {p: best_workers(model, p, 4 * gpus) for p in range(1, gpus)}
         best = {}
         for c in configs:  # sorted fastest first: the first seen per count is that count's best
             best.setdefault(key(c), c)
         rows = [best[k] for k in sorted(best)]
-    return Report(fit, k_now, steps, unit, rows, err)
+    return Report(fit, k_now, steps, unit, rows, err, unbounded)
 
 
 # ----------------------------------------------------------------------------------------------- output
@@ -267,8 +269,9 @@ def render(obs: Observations, rep: Report) -> None:
         return
     best = min(rep.rows, key=lambda r: r.seconds.value)
     t = Table(title=f"predicted remaining time (speed model leave-one-out median error {100 * rep.speed_error:.1f} %)")
-    if rep.unit == "workers":
-        for h in ("workers", "PS", "steps/s"):
+    if rep.unit == "PS":
+        t.title += f"; servers count: PS + workers <= {max(r.ps + r.workers for r in rep.rows)}"
+        for h in ("PS", "workers", "PS + workers", "steps/s", "w*, no budget"):
             t.add_column(h, justify="right")
     else:
         for h in ("GPUs", "nodes", "batch", "goodput (samples/s)"):
@@ -276,7 +279,8 @@ def render(obs: Observations, rep: Report) -> None:
     for h in ("hours", "80 % interval (h)", ""):
         t.add_column(h, justify="right")
     for r in rep.rows:
-        cfg = ([str(r.workers), str(r.ps), f"{r.speed:.4g}"] if rep.unit == "workers"
+        cfg = ([str(r.ps), str(r.workers), str(r.ps + r.workers), f"{r.speed:.4g}", str(rep.unbounded_workers[r.ps])]
+               if rep.unit == "PS"
                else [str(r.num_gpus), str(r.num_nodes), str(r.global_batch), f"{r.speed:,.0f}"])
         t.add_row(*cfg, _hours(r.seconds.value), f"{_hours(r.seconds.low)} – {_hours(r.seconds.high)}",
                   "best" if r is best else "", style="bold green" if r is best else None)
@@ -300,7 +304,7 @@ def plot(obs: Observations, rep: Report, out: Path) -> None:
     a.set(xlabel="step", ylabel="loss", title="convergence", ylim=(0, float(np.max(obs.losses)) * 1.1))
     a.legend()
     if rep.rows:
-        x = [r.workers if rep.unit == "workers" else r.num_gpus for r in rep.rows]
+        x = [r.ps if rep.unit == "PS" else r.num_gpus for r in rep.rows]
         y = np.array([[r.seconds.value, r.seconds.low, r.seconds.high] for r in rep.rows]) / 3600
         b.plot(x, y[:, 0], "o-", label="predicted")
         b.fill_between(x, y[:, 1], y[:, 2], alpha=0.3, label="80 % interval")
@@ -318,7 +322,7 @@ def register(app: typer.Typer) -> None:
     def predict_cmd(
         file: Path = typer.Argument(..., help="YAML or CSV of observed losses and speed samples"),
         plot_path: Optional[Path] = typer.Option(None, "--plot", help="write observed vs fitted loss and time vs #workers here (PNG)"),
-        gpus: int = typer.Option(8, "--gpus", min=1, help="GPU budget: largest worker / GPU count to consider"),
+        gpus: int = typer.Option(8, "--gpus", min=1, help="resource budget: GPUs (all-reduce) or PS + workers (parameter server)"),
         delta: Optional[float] = typer.Option(None, "--delta", help="converged when the normalised loss drops less than this per epoch"),
         target_loss: Optional[float] = typer.Option(None, "--target-loss", help="predict the time to this (raw) loss instead"),
         steps_per_epoch: Optional[float] = typer.Option(None, "--steps-per-epoch", help="default: median step spacing"),

@@ -9,16 +9,16 @@ import os
 import shlex
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
 import httpx
 import typer
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
+import yaml
+from rich.markup import escape
 
+from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
 from dlsched.errors import UserError
 from dlsched.service.fleet_status import summary
 
@@ -58,22 +58,43 @@ class Client:
         return self.request("POST", "/jobs", content=body, headers={"content-type": ctype}).json()
 
 
-def _fmt_eta(ts: float | None) -> str:
-    if not ts:
+JOB_COLUMNS = [Column("ID", "right"), Column("NAME"), Column("STATE"), Column("GPUS", "right"),
+               Column("BATCH", "right", drop_rank=2), Column("DONE", "right"), Column("LOSS", "right", drop_rank=1),
+               Column("SAMPLES/S", "right", drop_rank=3), Column("FINISH"), Column("LEFT", "right", drop_rank=2),
+               Column("REASON", drop_rank=1)]
+
+
+def _finish_cell(j: dict) -> str:
+    """Predicted finish for live jobs; the real one for finished jobs; none for failed or cancelled ones."""
+    if j["state"] == "finished":
+        return local_clock(j.get("end_time"))
+    if j["state"] in TERMINAL:
         return "-"
-    left = ts - time.time()
-    return time.strftime("%H:%M:%S", time.localtime(ts)) + (f" ({left:+.0f}s)" if abs(left) < 86400 else "")
+    return local_clock(j.get("predicted_finish")) if j.get("predicted_finish") else "-"
 
 
-def jobs_table(jobs: list[dict], title: str = "dlsched jobs") -> Table:
-    t = Table(title=title, expand=False)
-    for col in ("ID", "NAME", "STATE", "GPUS", "BATCH", "PROGRESS", "LOSS", "SAMPLES/S", "PREDICTED FINISH"):
-        t.add_column(col, justify="right" if col in ("ID", "GPUS", "BATCH", "LOSS", "SAMPLES/S") else "left")
+def _left_cell(j: dict, now: float) -> str:
+    ts = j.get("predicted_finish")
+    return human_duration(ts - now) if ts and j["state"] not in TERMINAL else "-"
+
+
+def _reason(j: dict) -> str:
+    if j["state"] == "failed":
+        return j.get("error") or "failed"
+    if j["state"] == "cancelled":
+        return j.get("error") or "cancelled by request"
+    if j["state"] == "queued":
+        return "waiting for GPUs"
+    return ""
+
+
+def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
+    now = time.time() if now is None else now
+    rows = []
     for j in jobs:
         frac = j.get("fraction_done")
-        bar = Group(ProgressBar(total=1.0, completed=frac or 0.0, width=20)) if frac is not None else "-"
-        pct = f" {100 * frac:5.1f}%" if frac is not None else ""
         style = STATE_STYLE.get(j["state"], "")
+<<<<<<< HEAD
         name = j["name"] + (f"\n[dim]{summary(j['ensemble'])}[/]" if j.get("ensemble") else "")
         t.add_row(str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]), str(j.get("batch_size") or "-"),
                   Group(bar, pct) if frac is not None else "-",
@@ -82,14 +103,153 @@ def jobs_table(jobs: list[dict], title: str = "dlsched jobs") -> Table:
                   _fmt_eta(j.get("predicted_finish")) if j["state"] not in TERMINAL else
                   (time.strftime("done %H:%M:%S", time.localtime(j["end_time"])) if j.get("end_time") else "-"))
     return t
+=======
+        rows.append([str(j["id"]), escape(j["name"]), f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
+                     str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
+                     f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
+                     f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
+                     _finish_cell(j), _left_cell(j, now), escape(_reason(j))])
+    return rows
+
+
+def print_jobs(jobs: list[dict], title: str, wide: bool, out=None) -> None:
+    table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, out=out)
+
+
+def jobs_table(jobs: list[dict], title: str = "dlsched jobs", width: int = 80, wide: bool = False):
+    """The jobs table as a renderable, for live views (``status --watch``, the demo)."""
+    return make_table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, width=width)
+
+
+def parse_since(value: str | None) -> float | None:
+    """``30m``, ``2h``, ``1d`` ago, or an ISO 8601 date/time."""
+    if not value:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
+        return time.time() - float(value[:-1]) * units[value[-1]]
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError:
+        raise UserError(f"--since {value!r}: expected a duration such as 30m, 2h, 1d or an ISO date") from None
+    return dt.timestamp()
+
+
+def parse_param(text: str) -> tuple[str, object]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise UserError(f"--param {text!r}: expected KEY=VALUE")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    if not isinstance(value, (bool, int, float, str)):
+        value = raw
+    return key, value
+
+
+def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: list[str]):
+    """The file's spec with the command line's overrides applied, validated again as a whole."""
+    from dlsched.spec import load_job_spec, load_job_spec_file, to_yaml
+
+    spec = load_job_spec_file(path)
+    update: dict = {}
+    if name:
+        update["name"] = name
+    if gpus is not None:
+        update["gpus"] = gpus
+    if params:
+        update["params"] = {**spec.params, **dict(parse_param(p) for p in params)}
+    if spec.user is None:
+        update["user"] = _current_user()
+    if not update:
+        return spec
+    doc = spec.model_dump(mode="json", exclude_none=True) | update
+    return load_job_spec(yaml.safe_dump(doc, sort_keys=False), f"{path} (with command-line overrides)")
+
+
+def _current_user() -> str | None:
+    import getpass
+    import re
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        return None
+    return user if re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", user) else None
+
+
+EVENT_COLUMNS = [Column("TIME"), Column("JOB", "right"), Column("EVENT"), Column("DETAIL", drop_rank=1)]
+NOISY_EVENTS = frozenset({"checkpoint"})
+
+
+def event_rows(rows: list[dict]) -> list[list[str]]:
+    return [[local_clock(e["time"]), str(e["job_id"]) if e["job_id"] is not None else "-", e["kind"],
+             escape(json.dumps(e["detail"], separators=(", ", ": ")))] for e in rows]
+
+
+def filter_events(rows: list[dict], kinds: list[str], since: float | None, with_noisy: bool) -> tuple[list[dict], dict]:
+    """Events matching the filters, and the count per job of noisy events left out (summarised instead)."""
+    out, hidden = [], {}
+    for e in rows:
+        if kinds and e["kind"] not in kinds:
+            continue
+        if since is not None and e["time"] < since:
+            continue
+        if e["kind"] in NOISY_EVENTS and not with_noisy and not kinds:
+            hidden[e["job_id"]] = hidden.get(e["job_id"], 0) + 1
+            continue
+        out.append(e)
+    return out, hidden
+
+
+SERVER_OPT = typer.Option(None, "--server", help=f"service URL (default $DLSCHED_SERVER or {DEFAULT_SERVER})")
+JSON_OPT = typer.Option(False, "--json", help="machine-readable output (times as ISO 8601)")
+WIDE_OPT = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width")
+
+
+def local_cluster_spec():
+    """The machine itself as a one-node cluster: its GPUs where torch sees some, else one slot per CPU core."""
+    import socket
+
+    from dlsched.spec import ClusterSpec
+
+    gpus, gpu_type = 0, "slot"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpus = torch.cuda.device_count()
+            gpu_type = "".join(c if c.isalnum() else "-" for c in torch.cuda.get_device_name(0))[:60].strip("-") or "gpu"
+    except Exception:   # noqa: BLE001 - no usable torch/CUDA: fall back to CPU slots
+        gpus = 0
+    if gpus == 0:
+        gpus, gpu_type = max(1, os.cpu_count() or 1), "slot"
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())[:60].strip("-.") or "local"
+    return ClusterSpec.model_validate({"nodes": [{"name": name, "gpus": gpus, "gpu_type": gpu_type}]})
+
+
+def port_is_free(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+>>>>>>> main
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def serve(cluster: Path = typer.Option(..., "--cluster", "-c", help="cluster declaration (YAML/JSON)"),
+    def serve(cluster: Optional[Path] = typer.Option(None, "--cluster", "-c",
+                                                     help="cluster declaration (YAML/JSON); default: this machine "
+                                                          "(its GPUs, else one slot per CPU core)"),
               state_dir: Path = typer.Option(Path("dlsched-state"), help="SQLite store and job directories"),
               host: str = typer.Option("127.0.0.1", help="bind address; non-loopback needs a token"),
-              port: int = typer.Option(8642),
+              port: int = typer.Option(8642, help="API and dashboard port"),
               token_file: Optional[Path] = typer.Option(None, help="file holding the bearer token (else $DLSCHED_TOKEN)"),
               runtime: Optional[str] = typer.Option(None, help="job runtime command prefix (default: python -m dlsched.train.run)"),
               workdir: Optional[Path] = typer.Option(None, help="where job entries like examples/mlp.py resolve (default: cwd)"),
@@ -97,12 +257,18 @@ def register(app: typer.Typer) -> None:
               backend: Optional[str] = typer.Option(None, help="local | ray (default: the cluster file's 'backend')"),
               address: str = typer.Option("auto", help="Ray cluster address for --backend ray: auto, HOST:6379 or ray://HOST:10001"),
               gpu_resource: str = typer.Option("GPU", help="Ray resource one worker needs (--backend ray)")) -> None:
-        """Run the scheduler service (API + live loop) in the foreground."""
+        """Run the scheduler service (API + live loop + dashboard) in the foreground."""
+        from dlsched.backends.make import make_backend
         from dlsched.service.server import Service, read_token
         from dlsched.spec import load_cluster_spec_file
 
+        if not 1 <= port <= 65535:
+            raise UserError(f"--port {port}: expected 1..65535")
+        if not port_is_free(host, port):
+            raise UserError(f"--port {port}: {host}:{port} is already in use (another dlsched serve?); "
+                            f"choose another with --port")
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        spec = load_cluster_spec_file(cluster)
+        spec = load_cluster_spec_file(cluster) if cluster else local_cluster_spec()
         if policy:
             spec = spec.model_copy(update={"policy": policy})
         if backend:
@@ -110,88 +276,165 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
             spec = spec.model_copy(update={"backend": backend})
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
-        be = None
-        if spec.backend == "ray":
-            from dlsched.backends.ray import RayBackend
-
-            be = RayBackend(address=address, gpu_resource=gpu_resource, runtime=rt, cwd=workdir)
+        be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
         svc = Service(spec, state_dir, host=host, port=port, token=read_token(str(token_file) if token_file else None),
                       runtime=rt, workdir=workdir, backend=be)
-        print(f"dlsched service on {svc.url} (policy {spec.policy}, {sum(n.gpus for n in spec.nodes)} GPU slots, "
-              f"state in {state_dir})", flush=True)
+        slots = sum(n.gpus for n in spec.nodes)
+        where = f"{cluster}" if cluster else f"this machine, {slots} {spec.nodes[0].gpu_type} slot(s)"
+        print(f"dlsched service: API {svc.url}  dashboard {svc.url}/dashboard/\n"
+              f"  cluster {where}, policy {spec.policy}, state in {state_dir}", flush=True)
         svc.run()
 
     @app.command()
     def submit(files: list[Path] = typer.Argument(..., help="job spec files (YAML or JSON)"),
-               server: Optional[str] = typer.Option(None, help=f"service URL (default $DLSCHED_SERVER or {DEFAULT_SERVER})")) -> None:
-        """Submit jobs (like sbatch / kubectl apply). Specs are validated locally first, then by the service."""
-        from dlsched.spec import load_job_spec_file
+               name: Optional[str] = typer.Option(None, "--name", help="override the spec's name (one file only)"),
+               gpus: Optional[int] = typer.Option(None, "--gpus", help="override the spec's GPU count"),
+               param: list[str] = typer.Option([], "--param", "-P", help="override a param: KEY=VALUE (repeatable)"),
+               server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
+        """Submit jobs (like sbatch / kubectl apply); spec, entry and params are checked here, then by the service."""
+        from dlsched.spec import to_json
 
+        if name and len(files) > 1:
+            raise UserError("--name: applies to one spec file, got several")
+        # one clear line for a bad file before any network traffic; the service then checks the entry and
+        # params against its own working directory and runtime
+        specs = [spec_with_overrides(f, name, gpus, param) for f in files]
         client = Client(server)
-        for f in files:
-            load_job_spec_file(f)   # one clear line for a bad file before any network traffic
-            r = client.submit(f.read_bytes(), "json" if f.suffix == ".json" else "yaml")
-            print(f"submitted job {r['id']} ({r['name']})")
+        out = []
+        for spec in specs:
+            r = client.submit(to_json(spec).encode(), "json")
+            out.append(r)
+            if not as_json:
+                print(f"submitted job {r['id']} ({r['name']})")
+        if as_json:
+            print_json(out)
 
     @app.command()
-    def status(server: Optional[str] = typer.Option(None), watch: bool = typer.Option(False, "--watch", "-w"),
-               interval: float = typer.Option(1.0), all_jobs: bool = typer.Option(True, "--all/--active"),
-               as_json: bool = typer.Option(False, "--json")) -> None:
-        """Jobs with state, GPUs, progress bars and predicted finish (like squeue / kubectl get -w)."""
+    def status(server: Optional[str] = SERVER_OPT, watch: bool = typer.Option(False, "--watch", "-w"),
+               interval: float = typer.Option(1.0, help="--watch refresh (s)"),
+               all_jobs: bool = typer.Option(True, "--all/--active", help="include ended jobs"),
+               as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
+        """Jobs with state, GPUs, progress and predicted finish (like squeue / kubectl get [-w])."""
         client = Client(server)
         query = {} if all_jobs else {"state": "queued,running,rescaling"}
         if as_json:
-            print(json.dumps(client.get("/jobs", params=query), indent=2, default=str))
+            print_json(client.get("/jobs", params=query))
             return
-        console = Console()
         if not watch:
-            console.print(jobs_table(client.get("/jobs", params=query)))
+            print_jobs(client.get("/jobs", params=query), "dlsched jobs", wide)
             return
-        with Live(jobs_table(client.get("/jobs", params=query)), console=console, refresh_per_second=4) as live:
+        from rich.console import Console
+        from rich.live import Live
+
+        con = Console()
+        with Live(console=con, refresh_per_second=4) as live:
             try:
                 while True:
+                    live.update(jobs_table(client.get("/jobs", params=query), width=con.width, wide=wide))
                     time.sleep(interval)
-                    live.update(jobs_table(client.get("/jobs", params=query)))
             except KeyboardInterrupt:
                 pass
 
     @app.command()
-    def show(job_id: int, server: Optional[str] = typer.Option(None)) -> None:
-        """Everything the service knows about one job (JSON)."""
-        print(json.dumps(Client(server).get(f"/jobs/{job_id}"), indent=2, default=str))
+    def history(state: Optional[str] = typer.Option(None, "--state", help="finished, failed, cancelled (comma-separated)"),
+                since: Optional[str] = typer.Option(None, "--since", help="ended after: 30m, 2h, 1d or an ISO date"),
+                user: Optional[str] = typer.Option(None, "--user", "-u", help="submitted by this user"),
+                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
+        """Ended jobs with their outcome and durations (like sacct)."""
+        states = state.split(",") if state else list(TERMINAL)
+        bad = [s for s in states if s not in TERMINAL]
+        if bad:
+            raise UserError(f"--state {bad[0]!r}: expected one of {', '.join(TERMINAL)}")
+        after = parse_since(since)
+        jobs = [j for j in Client(server).get("/jobs", params={"state": ",".join(states)})
+                if (after is None or (j.get("end_time") or 0) >= after)
+                and (user is None or j.get("spec", {}).get("user") == user)]
+        if as_json:
+            print_json(jobs)
+            return
+        cols = [Column("ID", "right"), Column("NAME"), Column("USER", drop_rank=2), Column("STATE"),
+                Column("GPUS", "right"), Column("WAITED", "right", drop_rank=1), Column("RAN", "right"),
+                Column("ENDED"), Column("REASON", drop_rank=1)]
+        rows = [[str(j["id"]), escape(j["name"]), escape(j.get("spec", {}).get("user") or "-"), j["state"],
+                 str(j["num_gpus"]),
+                 human_duration((j["start_time"] - j["submit_time"]) if j.get("start_time") else None),
+                 human_duration((j["end_time"] - j["start_time"]) if j.get("start_time") and j.get("end_time") else None),
+                 local_clock(j.get("end_time")), escape(_reason(j) if j["state"] != "finished" else "")] for j in jobs]
+        table(cols, rows, title="dlsched history", wide=wide)
 
     @app.command()
-    def cancel(job_ids: list[int] = typer.Argument(...), server: Optional[str] = typer.Option(None)) -> None:
-        """Cancel jobs (like scancel / kubectl delete)."""
+    def show(job_id: int, server: Optional[str] = SERVER_OPT) -> None:
+        """Everything the service knows about one job (JSON, times as ISO 8601)."""
+        print_json(Client(server).get(f"/jobs/{job_id}"))
+
+    @app.command()
+    def cancel(job_ids: list[int] = typer.Argument(...), server: Optional[str] = SERVER_OPT) -> None:
+        """Cancel jobs (like scancel / kubectl delete). A job that already ended is an error (exit 1)."""
         client = Client(server)
+        ended = []
         for j in job_ids:
+            before = client.get(f"/jobs/{j}")["state"]
+            if before in TERMINAL:
+                ended.append(f"job {j} already {before}; nothing to cancel")
+                continue
             r = client.request("POST", f"/jobs/{j}/cancel").json()
             print(f"job {j}: {'cancelled' if r['state'] == 'cancelled' else 'cancel requested (' + r['state'] + ')'}")
+        if ended:
+            fail("; ".join(ended))
 
     @app.command()
-    def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f"), server: Optional[str] = typer.Option(None)) -> None:
-        """Print a job's output; ``-f`` keeps following until the job ends (like kubectl logs -f)."""
+    def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f", help="keep streaming until the job ends"),
+             tail: Optional[int] = typer.Option(None, "--tail", help="start with the last N lines"),
+             worker: Optional[int] = typer.Option(None, "--worker", help="worker K's own log instead of the job's"),
+             server: Optional[str] = SERVER_OPT) -> None:
+        """A job's output: training progress, resizes, checkpoints, the result (like kubectl logs -f --tail N)."""
+        if tail is not None and tail < 0:
+            raise UserError(f"--tail {tail}: expected >= 0")
         client = Client(server)
-        offset = 0
+        query: dict = {} if worker is None else {"worker": worker}
+        r = client.request("GET", f"/jobs/{job_id}/logs", params=query | ({"tail": tail} if tail is not None else {}))
         while True:
-            r = client.request("GET", f"/jobs/{job_id}/logs", params={"offset": offset})
             sys.stdout.write(r.text)
             sys.stdout.flush()
-            offset = int(r.headers.get("X-Next-Offset", offset))
+            offset = int(r.headers.get("X-Next-Offset", 0))
             if not follow:
                 return
             if not r.text:
                 if client.get(f"/jobs/{job_id}")["state"] in TERMINAL:
-                    tail = client.request("GET", f"/jobs/{job_id}/logs", params={"offset": offset}).text
-                    sys.stdout.write(tail)
+                    sys.stdout.write(client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset}).text)
                     return
                 time.sleep(0.5)
+            r = client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset})
 
     @app.command()
-    def events(job_id: Optional[int] = typer.Argument(None), server: Optional[str] = typer.Option(None)) -> None:
-        """Scheduler events (submissions, starts, resizes, preemptions, completions)."""
+    def events(job_id: Optional[int] = typer.Argument(None, help="only this job's events"),
+               job: Optional[int] = typer.Option(None, "--job", help="only this job's events"),
+               kind: list[str] = typer.Option([], "--type", "-t", help="only events of this type (repeatable)"),
+               since: Optional[str] = typer.Option(None, "--since", help="30m, 2h, 1d or an ISO date"),
+               follow: bool = typer.Option(False, "--follow", "-f", help="keep printing new events"),
+               everything: bool = typer.Option(False, "--all", help="list checkpoint events one by one too"),
+               server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
+        """Scheduler events: submissions, starts, resizes, preemptions, completions (checkpoints summarised)."""
         client = Client(server)
-        rows = client.get(f"/jobs/{job_id}/events" if job_id is not None else "/events")
-        for e in rows:
-            when = time.strftime("%H:%M:%S", time.localtime(e["time"]))
-            print(f"{when}  job {e['job_id'] if e['job_id'] is not None else '-':>4}  {e['kind']:<18} {json.dumps(e['detail'])}")
+        jid = job if job is not None else job_id
+        path = f"/jobs/{jid}/events" if jid is not None else "/events"
+        after_ts = parse_since(since)
+        last = 0
+        while True:
+            rows = client.get(path, params={"after": last})
+            if rows:
+                last = rows[-1]["id"]
+            shown, hidden = filter_events(rows, kind, after_ts, everything or as_json)
+            if as_json:
+                if shown or not follow:
+                    print_json(shown)
+            else:
+                for r in event_rows(shown):
+                    print("  ".join(r))
+                for j, n in sorted(hidden.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+                    print(f"(job {j if j is not None else '-'}: {n} checkpoint event(s) not shown; --all or "
+                          f"--type checkpoint lists them)")
+            sys.stdout.flush()
+            if not follow:
+                return
+            time.sleep(1.0)

@@ -58,7 +58,9 @@ def register(app: typer.Typer) -> None:
         horizon: Optional[float] = typer.Option(None, help="stop at this simulated time (s)"),
         limit: Optional[int] = typer.Option(None, help="read only the first N rows of a Philly trace"),
         skip_bad: bool = typer.Option(False, "--skip-bad", help="skip bad trace rows (counted and reported)"),
-        report: Optional[Path] = typer.Option(None, help="write CSVs and plots to this folder"),
+        report: Optional[Path] = typer.Option(None, help="write CSVs, plots and report.md to this folder"),
+        as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout (progress on stderr)"),
+        as_csv: bool = typer.Option(False, "--csv", help="the comparison as CSV on stdout (progress on stderr)"),
     ) -> None:
         """Simulate scheduling policies on a workload trace and print a comparison table."""
         from rich.console import Console
@@ -66,10 +68,13 @@ def register(app: typer.Typer) -> None:
 
         from dlsched.policy.base import ClusterView, make_policy, policy_names
         from dlsched.sim.engine import run
-        from dlsched.sim.report import rich_table, summary_frame, write_report
+        from dlsched.sim.comparison import print_summary, summary_frame, write_report
         from dlsched.sim.workload import read_workload
 
-        console = Console()
+        if as_json and as_csv:
+            raise UserError("--json and --csv: choose one")
+        machine = as_json or as_csv
+        console = Console(stderr=machine)
         known = policy_names()
         for p in policy:
             if p not in known:
@@ -96,7 +101,13 @@ def register(app: typer.Typer) -> None:
                                    remaining=remaining, prediction_error=prediction_error, seed=seed,
                                    gpu_speed=parse_speeds(gpu_speed), horizon=horizon, placement=placement,
                                    on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
-        console.print(rich_table(summary_frame(results, horizon), title=f"{workload.name}"))
+        frame = summary_frame(results, horizon)
+        if as_json:
+            print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
+        elif as_csv:
+            print(frame.drop(columns=["jobs"], errors="ignore").to_csv(index=False), end="")
+        else:
+            print_summary(frame, title=workload.name)
         if report:
             files = write_report(results, report, horizon)
             console.print(f"report: {', '.join(str(f) for f in files)}")

@@ -98,12 +98,13 @@ class ConfigPrediction:
     global_batch: int = 0
 
 
-def ps_configurations(model: OptimusSyncSpeed | OptimusAsyncSpeed, steps: Estimate, max_workers: int,
-                      max_ps: int, speed_error: float = 0.0) -> list[ConfigPrediction]:
-    """Every (p, w) with w ≤ ``max_workers`` GPUs and p ≤ ``max_ps``, fastest first (ties: fewer resources)."""
+def ps_configurations(model: OptimusSyncSpeed | OptimusAsyncSpeed, steps: Estimate, budget: int,
+                      speed_error: float = 0.0, max_ps: int | None = None) -> list[ConfigPrediction]:
+    """Every (p, w) with p + w ≤ ``budget`` (servers count as resources, Optimus Eqs. 5–8) and p ≤ ``max_ps``,
+    fastest first (ties: fewer resources)."""
     out = []
-    for p in range(1, max_ps + 1):
-        for w in range(1, max_workers + 1):
+    for p in range(1, min(budget - 1, max_ps or budget) + 1):
+        for w in range(1, budget - p + 1):
             f = float(model.speed(p, w))
             if f > 0:
                 out.append(ConfigPrediction(steps.scaled(1.0 / f, speed_error), f, workers=w, ps=p))

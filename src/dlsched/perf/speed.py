@@ -91,6 +91,52 @@ def fit_optimus_async(ps, workers, speed) -> OptimusAsyncSpeed:
     return OptimusAsyncSpeed(tuple(float(x) for x in theta))
 
 
+@dataclass(frozen=True)
+class PSSpeedModel:
+    """``ThroughputModel`` (policy/base.py) of a parameter-server job, one Optimus model per GPU type.
+
+    ``profiles`` maps GPU type -> ``OptimusSyncSpeed`` | ``OptimusAsyncSpeed`` (θ fitted on that type: compute
+    terms differ by GPU, so one θ cannot serve two types); ``global_batch`` is M. A step trains M samples
+    (sync) or one worker's share M/w (async). ``throughput(n)`` is the best split of n GPUs into p + w, for
+    policies that only count GPUs; ``split`` gives that split, ``samples_per_s(p, w)`` any other.
+    """
+
+    profiles: Mapping[str, OptimusSyncSpeed | OptimusAsyncSpeed]
+    default_gpu_type: str
+    global_batch: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "profiles", MappingProxyType(dict(self.profiles)))
+        if self.default_gpu_type not in self.profiles:
+            raise ValueError(f"default GPU type {self.default_gpu_type!r} has no PS profile")
+
+    def model(self, gpu_type: str | None = None) -> OptimusSyncSpeed | OptimusAsyncSpeed:
+        key = gpu_type or self.default_gpu_type
+        try:
+            return self.profiles[key]
+        except KeyError:
+            raise ValueError(f"no PS speed profile for GPU type {key!r}; known: {', '.join(sorted(self.profiles))}") from None
+
+    def samples_per_s(self, ps: int, workers: int, gpu_type: str | None = None) -> float:
+        if ps < 1 or workers < 1:
+            return 0.0
+        m = self.model(gpu_type)
+        per_step = self.global_batch if isinstance(m, OptimusSyncSpeed) else self.global_batch / workers
+        return float(m.speed(ps, workers)) * per_step
+
+    def split(self, num_gpus: int, gpu_type: str | None = None) -> tuple[int, int]:
+        """(p, w) with p + w = num_gpus of the highest throughput; (0, 0) below 2 GPUs."""
+        if num_gpus < 2:
+            return 0, 0
+        return max(((p, num_gpus - p) for p in range(1, num_gpus)), key=lambda pw: self.samples_per_s(*pw, gpu_type))
+
+    def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
+        return self.samples_per_s(*self.split(num_gpus, gpu_type), gpu_type)
+
+    def efficiency(self, global_batch: int) -> float:
+        return 1.0
+
+
 # --------------------------------------------------------------------------- all-reduce model
 @dataclass(frozen=True)
 class ComputeTime:

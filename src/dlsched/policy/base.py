@@ -111,10 +111,13 @@ class JobAllocation:
     batch_size: int | None = None
     gpu_type: str | None = None
     nodes: Mapping[str, int] | None = None   # set when the policy places itself
+    servers: int | None = None               # parameter-server jobs: how many of num_gpus run servers
 
     def __post_init__(self) -> None:
         if self.num_gpus < 0:
             raise ValueError(f"num_gpus must be >= 0, got {self.num_gpus}")
+        if self.servers is not None and not 0 < self.servers < max(self.num_gpus, 1):
+            raise ValueError(f"servers={self.servers} must leave at least one of num_gpus={self.num_gpus} to workers")
         if self.nodes is not None:
             object.__setattr__(self, "nodes", _frozen(self.nodes))
             if sum(self.nodes.values()) != self.num_gpus:

@@ -18,13 +18,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+<<<<<<< HEAD
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.predict import expected_times
+=======
+from dlsched.service.refit import expected_times
+>>>>>>> main
 from dlsched.service.store import Store, UnknownJob
 from dlsched.spec import ClusterSpec, SpecError, load_job_spec
 
 DEFAULT_MAX_BODY = 1 << 20
 MAX_LOG_CHUNK = 1 << 20
+MAX_TAIL_LINES = 100_000
+MAX_WORKER_ID = 1 << 16
 JSON_TYPES = ("application/json",)
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
 
@@ -188,18 +194,33 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         return store.progress(job_id)
 
     @api.get("/jobs/{job_id}/logs")
-    def logs(job_id: int, offset: int = 0) -> PlainTextResponse:
-        """The job's output from byte ``offset``; ``X-Next-Offset`` tells ``logs -f`` where to continue."""
+    def logs(job_id: int, offset: int = 0, tail: int | None = None, worker: int | None = None) -> PlainTextResponse:
+        """The job's output (or worker ``worker``'s) from byte ``offset``, or its last ``tail`` lines;
+        ``X-Next-Offset`` tells ``logs -f`` where to continue."""
         store.get(job_id)
-        text, nxt = b"", max(0, offset)
+        if worker is not None and not 0 <= worker < MAX_WORKER_ID:
+            return _error(422, f"worker: expected 0..{MAX_WORKER_ID - 1}, got {worker}")
+        if tail is not None and not 0 <= tail <= MAX_TAIL_LINES:
+            return _error(422, f"tail: expected 0..{MAX_TAIL_LINES}, got {tail}")
+        text, nxt = b"", max(0, min(offset, 1 << 62))
         if jobs_root is not None:
+            job_dir = jobs_root / str(job_id)
+            path = job_dir / "output.log" if worker is None else job_dir / "logs" / f"worker-{worker}.log"
             try:
-                with open(jobs_root / str(job_id) / "output.log", "rb") as f:
-                    f.seek(nxt)
-                    text = f.read(MAX_LOG_CHUNK)
-                    nxt += len(text)
+                with open(path, "rb") as f:
+                    if tail is not None:
+                        size = f.seek(0, 2)
+                        start = max(0, size - MAX_LOG_CHUNK)
+                        f.seek(start)
+                        lines = f.read().splitlines(keepends=True)
+                        text, nxt = b"".join(lines[-tail:] if tail else []), size
+                    else:
+                        f.seek(nxt)
+                        text = f.read(MAX_LOG_CHUNK)
+                        nxt += len(text)
             except FileNotFoundError:
-                pass
+                if worker is not None:
+                    return _error(404, f"job {job_id} has no log for worker {worker}")
         return PlainTextResponse(text.decode("utf-8", "replace"), headers={"X-Next-Offset": str(nxt)})
 
     @api.get("/cluster")

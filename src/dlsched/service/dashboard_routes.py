@@ -25,7 +25,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
 from dlsched.policy.base import NodeView
-from dlsched.service.predict import expected_times, fit_loss
+from dlsched.service.refit import expected_times, fit_loss
 from dlsched.service.store import ACTIVE, QUEUED, TERMINAL, Store, UnknownJob
 
 STATIC_DIR = Path(__file__).with_name("dashboard")
@@ -38,7 +38,7 @@ HIGHER_IS_BETTER = re.compile(r"util|finished|throughput|goodput|accuracy", re.I
 # ----------------------------------------------------------------------------- convergence fit
 
 def loss_fit_of(prediction: dict | None, progress: list[dict]) -> dict | None:
-    """The Optimus curve l(k) = 1/(b0 k + b1) + b2 the loop fitted last (``service.predict``), or the
+    """The Optimus curve l(k) = 1/(b0 k + b1) + b2 the loop fitted last (``service.refit``), or the
     same fit made now when the loop has not stored one yet - one fitting routine in the service."""
     fit = (prediction or {}).get("loss_fit")
     if fit is not None and "beta0" not in fit:     # stored by an older service version

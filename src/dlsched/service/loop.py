@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Mapping
 
 from dlsched.backends.base import Backend, Launch, read_progress
-from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_policy
+from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, ThroughputModel, make_policy
 from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
-from dlsched.service import predict as perf
+from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
@@ -69,7 +69,7 @@ class LiveLoop:
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
-        self._speeds: dict[int, perf.SpeedModel] = {}
+        self._speeds: dict[int, ThroughputModel] = {}
         self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # job -> (configurations seen, when) of its fit
         self._seen_progress: dict[int, int] = {}
         self._views: dict[int, tuple] = {}
@@ -203,7 +203,7 @@ class LiveLoop:
                                    {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
                 else:
-                    self.backend.resize(job.id, d, act.num_gpus, act.batch_size, gen, placement=dict(act.nodes))
+                    self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self._changed_at[job.id] = ("resize", now, act.num_gpus)
                     writes.append((job.id, RESCALING,
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
@@ -298,14 +298,14 @@ class LiveLoop:
             return
         self._seen_progress[job.id] = len(prog)
         target = job.spec.params.get("target_loss")
-        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in prog[-perf.RECENT:])
+        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in prog[-refit.RECENT:])
         last = self._speed_fits.get(job.id)
-        refit = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
-        pred, speed = perf.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
-                                   target_loss=float(target) if isinstance(target, (int, float)) else None,
-                                   gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
-                                   speed=self._speeds.get(job.id), refit_speed=refit)
-        if refit:
+        refit_speed = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
+        pred, speed = refit.predict(prog, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
+                                    target_loss=float(target) if isinstance(target, (int, float)) else None,
+                                    gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
+                                    speed=self._speeds.get(job.id), refit_speed=refit_speed)
+        if refit_speed:
             self._speed_fits[job.id] = (configs, now)
         if speed is not None:
             self._speeds[job.id] = speed

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import uvicorn
 
-from dlsched.backends.local import LocalBackend
+from dlsched.backends.make import make_backend
+from dlsched.entry_check import check_entry
 from dlsched.errors import UserError
 from dlsched.policy.base import Policy
 from dlsched.service.api import DEFAULT_MAX_BODY, create_app, is_loopback
@@ -55,23 +56,30 @@ class Service:
                  max_body: int = DEFAULT_MAX_BODY, policy: Policy | None = None, backend=None):
         if not is_loopback(host) and not token:
             raise UserError(f"--host {host}: binding beyond loopback needs a bearer token (--token-file or DLSCHED_TOKEN)")
-        if cluster.backend != "local" and backend is None:
-            raise UserError(f"cluster spec: backend {cluster.backend!r} is not available in this service yet")
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.host, self.port = host, port
         self.store = Store(self.state_dir / "dlsched.db")
-        self.backend = backend or LocalBackend(runtime=runtime, cwd=workdir, nodes=cluster.nodes)
+        self.backend = backend or make_backend(cluster, runtime=runtime, workdir=workdir)
         try:
             self.loop = LiveLoop(self.store, self.backend, cluster, self.state_dir, policy=policy)
         except ValueError as e:   # unknown policy name
             raise UserError(f"cluster spec: policy: {e}") from None
         self.thread = LoopThread(self.loop, cluster.interval_s)
+        self.workdir = Path(workdir) if workdir is not None else Path.cwd()
+        # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
+        self.check_entries = runtime is None
         app = create_app(self.store, cluster, self.state_dir, token=token, max_body=max_body, loop_thread=self.thread,
-                         validate=self.loop.validate)
+                         validate=self.validate)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                     access_log=False, limit_concurrency=256, timeout_keep_alive=5))
         self._uv_thread: threading.Thread | None = None
+
+    def validate(self, spec, source: str = "job spec") -> None:
+        """Submit-time checks: the cluster and policy can run it, and its entry exists and takes its params."""
+        self.loop.validate(spec, source)
+        if self.check_entries and spec.kind == "train" and getattr(spec, "entry", None):
+            check_entry(spec.entry, spec.params, self.workdir, source)
 
     @property
     def url(self) -> str:

@@ -32,7 +32,7 @@ from dlsched.policy.placement import consolidated, most_free_first
 from dlsched.round import Resize, schedule
 from dlsched.sim.metrics import SimResult
 from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app, speed_factor
-from dlsched.sim.workload import JobSpec, Workload
+from dlsched.sim.workload import WorkloadJob, Workload
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class _Job:
                  "rescale_left", "attained", "run_time", "finish", "start", "restarts", "work_left", "last_t",
                  "version", "noise", "max_gpus", "view")
 
-    def __init__(self, spec: JobSpec, idx: int, app: TraceApp | None, noise: float):
+    def __init__(self, spec: WorkloadJob, idx: int, app: TraceApp | None, noise: float):
         self.spec, self.idx, self.app = spec, idx, app
         self.batch = spec.batch_size
         self.nodes: dict[str, int] = {}
@@ -95,7 +95,7 @@ class _Job:
 class Simulator:
     """One run of one policy over one workload on one cluster. Use ``run()`` unless stepping by hand."""
 
-    def __init__(self, workload: Workload | Iterable[JobSpec], policy: Policy, cluster: ClusterView,
+    def __init__(self, workload: Workload | Iterable[WorkloadJob], policy: Policy, cluster: ClusterView,
                  config: SimConfig = SimConfig(), on_progress: Callable[[float, int, int], None] | None = None):
         if config.interval <= 0:
             raise UserError(f"interval must be > 0 seconds, got {config.interval}")
@@ -391,7 +391,7 @@ def run(workload, policy: str | Policy, cluster: ClusterView | None = None, *, n
         prediction_error: float = 0.0, seed: int = 0, gpu_speed: Mapping[str, float] | None = None,
         horizon: float | None = None, policy_args: Mapping | None = None,
         on_progress: Callable[[float, int, int], None] | None = None, **config) -> SimResult:
-    """Simulate ``workload`` (a path, a ``Workload`` or ``JobSpec`` list) under ``policy`` (a registered name or an
+    """Simulate ``workload`` (a path, a ``Workload`` or ``WorkloadJob`` list) under ``policy`` (a registered name or an
     object) on ``cluster`` (default: ``nodes`` × ``gpus_per_node`` identical GPUs)."""
     from dlsched.sim.workload import read_workload
 

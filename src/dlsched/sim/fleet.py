@@ -263,18 +263,18 @@ def seeded_ensemble(profiles: Mapping[str, ModelProfile], n: int, seed: int = 0,
 
 def ensemble_job_specs(members: Sequence[Member], cluster: ClusterView, mode: str, prefix: str = "ens",
                        submit_time: float = 0.0, pre: Preprocessing = Preprocessing(), restart_s: float = 30.0):
-    """The ensemble as jobs of the shared simulator (``dlsched.sim.workload.JobSpec``).
+    """The ensemble as jobs of the shared simulator (``dlsched.sim.workload.WorkloadJob``).
 
     ``mode="fleet"``: one gang job asking for all of ``cluster``'s GPUs for the FLEET makespan on it;
     ``mode="separately"``: one 1-GPU job per member, lasting work / min(r(1), its own pipeline's rate)."""
-    from dlsched.sim.workload import JobSpec
+    from dlsched.sim.workload import WorkloadJob
 
     if mode == "fleet":
         span = simulate_ensemble(members, cluster, fleet_planner(), pre, restart_s).makespan
-        return [JobSpec(prefix, submit_time, cluster.total_gpus, duration=span)]
+        return [WorkloadJob(prefix, submit_time, cluster.total_gpus, duration=span)]
     if mode == "separately":
         node = cluster.nodes[0]
         cores = (node.num_cpus - node.num_gpus) // node.num_gpus
-        return [JobSpec(f"{prefix}-{i:03d}", submit_time, 1, duration=m.work / min(m.profile.rate(1), pre.rate(cores)))
+        return [WorkloadJob(f"{prefix}-{i:03d}", submit_time, 1, duration=m.work / min(m.profile.rate(1), pre.rate(cores)))
                 for i, m in enumerate(members)]
     raise ValueError(f"mode must be 'fleet' or 'separately', got {mode!r}")

@@ -1,4 +1,4 @@
-"""Trace readers: Pollux/Sia workload CSV, the Philly trace, Gavel's TSV trace -> a list of ``JobSpec``.
+"""Trace readers: Pollux/Sia workload CSV, the Philly trace, Gavel's TSV trace -> a list of ``WorkloadJob``.
 
 Every bad row is a one-line ``UserError`` naming the file, line, field and value; with ``skip_bad=True`` bad rows
 are counted (``Workload.skipped``) and reported instead, never dropped silently.
@@ -6,7 +6,10 @@ are counted (``Workload.skipped``) and reported instead, never dropped silently.
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import math
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,7 +23,7 @@ GAVEL_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "ne
 
 
 @dataclass(frozen=True)
-class JobSpec:
+class WorkloadJob:
     """One job of a workload. Either trace-driven (``app`` + ``batch_size``: progress from the Pollux traces) or
     duration-driven (``duration``: seconds of work when run on ``requested_gpus``)."""
 
@@ -35,7 +38,7 @@ class JobSpec:
 
 @dataclass
 class Workload:
-    jobs: list[JobSpec]
+    jobs: list[WorkloadJob]
     source: str = ""
     skipped: list[str] = field(default_factory=list)   # one line per skipped bad row
 
@@ -68,8 +71,26 @@ def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float
     return value
 
 
+def read_trace_text(path: Path) -> str:
+    """The trace's text, gunzipped when it is gzip; one line when it cannot be read or decoded."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise UserError(f"{path}: gzip data is damaged ({e})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: byte {e.start} ({raw[e.start:e.start + 1]!r}) is not UTF-8; expected a UTF-8 "
+                        f"CSV/TSV trace, plain or gzipped") from None
+
+
 def _open_csv(path: Path, required: tuple[str, ...]) -> csv.DictReader:
-    reader = csv.DictReader(path.read_text().splitlines())
+    reader = csv.DictReader(read_trace_text(path).splitlines())
     missing = [c for c in required if c not in (reader.fieldnames or [])]
     if missing:
         raise UserError(f"{path}:1: header lacks column(s) {', '.join(missing)} (has {reader.fieldnames})")
@@ -99,7 +120,7 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
         if t is None or not n or not b:
             continue
         seen.add(name)
-        jobs.append(JobSpec(name, t, n, app=app, batch_size=b))
+        jobs.append(WorkloadJob(name, t, n, app=app, batch_size=b))
     return Workload(_by_arrival(jobs), str(path), rows.skipped)
 
 
@@ -124,7 +145,7 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
         if limit and len(raw) >= limit:
             break
     t0 = min((r[0] for r in raw), default=0.0)
-    jobs = [JobSpec(f"philly-{line}", ts - t0, g, duration=d) for ts, line, d, g in raw]
+    jobs = [WorkloadJob(f"philly-{line}", ts - t0, g, duration=d) for ts, line, d, g in raw]
     return Workload(_by_arrival(jobs), str(path), rows.skipped)
 
 
@@ -136,7 +157,7 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
     path = Path(path)
     rows, jobs = _Rows(path, skip_bad), []
     rates = steps_per_second or {}
-    with path.open() as f:
+    with io.StringIO(read_trace_text(path)) as f:
         for line, text in enumerate(f, start=1):
             if not text.strip() or text.startswith("#"):
                 continue
@@ -152,7 +173,7 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
             if steps is None or not g or t is None or w is None or w is False:
                 continue
             rate = rates.get(row["job_type"], 1.0)
-            jobs.append(JobSpec(f"gavel-{line}", t, g, app=None, duration=steps / rate, priority=w))
+            jobs.append(WorkloadJob(f"gavel-{line}", t, g, app=None, duration=steps / rate, priority=w))
     return Workload(_by_arrival(jobs), str(path), rows.skipped)
 
 
@@ -161,8 +182,7 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such workload file")
-    with path.open() as f:
-        first = f.readline()
+    first = read_trace_text(path).partition("\n")[0]
     header = {c.strip() for c in first.strip().split(",")}
     if set(POLLUX_COLUMNS) <= header:
         from dlsched.perf.profile import POLLUX_APPS
@@ -176,5 +196,5 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
                     f"({','.join(POLLUX_COLUMNS)}), Philly CSV ({','.join(PHILLY_COLUMNS)}) or Gavel TSV")
 
 
-def _by_arrival(jobs: list[JobSpec]) -> list[JobSpec]:
+def _by_arrival(jobs: list[WorkloadJob]) -> list[WorkloadJob]:
     return sorted(jobs, key=lambda j: j.submit_time)   # stable: file order breaks ties

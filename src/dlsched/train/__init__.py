@@ -21,8 +21,11 @@ Job runtime contract (between ``train/`` and the service backends ``backends/``)
   Extra options (all optional): ``--batch-mode fixed-global|fixed-local`` (default fixed-global),
   ``--ckpt-every STEPS`` (default 20; 0 = never), ``--threads T`` (torch threads per worker),
   ``--standby K`` (prepared spare workers: scale-out then waits only for the broadcast),
-  ``--no-replace-stragglers``, ``--record-samples`` (per-step sample-id audit in DIR/samples/).
-* Control: the coordinator polls ``DIR/control.json`` between steps; the backend writes it
+  ``--no-replace-stragglers``, ``--record-samples`` (per-step sample-id audit in DIR/samples/),
+  ``--strategy ps --servers P --sync sync|ssp:S|async`` (parameter server: ``ps_runner``; ``--ckpt-every`` is
+  then global batches per committed round).
+* Control: (a parameter-server job, ``--strategy ps``: ``workers`` counts its slots, servers + workers;
+  see ``ps_runner``) the coordinator polls ``DIR/control.json`` between steps; the backend writes it
   atomically (``dlsched.train.files.write_control``): ``{"workers": M, "batch_size": B or null,
   "generation": k}``. A higher generation triggers an elastic resize (stop-free when no worker died)
   and/or a batch-size change (linear LR scaling + momentum-compensation ramp). It is a level, not a

@@ -24,7 +24,7 @@ from dlsched.policy.fleet import FleetPlan, Preprocessing, plan_fleet
 from dlsched.train import preemption
 from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
-from dlsched.train.fleet_spec import EnsembleSpec
+from dlsched.train.fleet_spec import FleetOptions, load_data
 from dlsched.train.flotilla import CTX, Convergence, FlotillaRun, MemberSpec, run_flotillas
 
 STATE_FILE = "fleet_state.json"   # converged members and each member's batch index, for a resumed run
@@ -208,10 +208,9 @@ def _visible_devices() -> tuple[str, ...]:
     return tuple(f"cuda:{d}" for d in ids)
 
 
-def run_job(job_dir: Path, spec: EnsembleSpec, workers: int) -> int:
+def run_job(opts: FleetOptions) -> int:
     """The ensemble as a service job (contract in ``dlsched.train``); exit 0 finished, 143 stopped."""
-    from dlsched.train.fleet_spec import load_data
-
+    job_dir, workers, spec = opts.job_dir, opts.workers, opts.ensemble()
     base = Path(spec.base_dir or ".")
     job_dir.mkdir(parents=True, exist_ok=True)
     members = spec.members(base)

@@ -9,6 +9,7 @@ the field and the value.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +19,25 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from dlsched.errors import UserError, read_yaml_file
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """``python -m dlsched.train.run --strategy fleet``: the entry makes an ``EnsembleSpec``; ``workers`` = the share."""
+
+    job_dir: Path
+    entry: str
+    params: dict
+    workers: int
+
+    def ensemble(self) -> "EnsembleSpec":
+        from dlsched.train.job import load_entry
+
+        made = load_entry(self.entry)(**self.params)
+        if not isinstance(made, EnsembleSpec):
+            raise UserError(f"--entry {self.entry!r}: returned {type(made).__name__}, expected an EnsembleSpec "
+                            "(e.g. dlsched.train.fleet_spec:from_yaml)")
+        return made
 
 
 class _Strict(BaseModel):

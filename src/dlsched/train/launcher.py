@@ -31,24 +31,18 @@ import multiprocessing
 import os
 import signal
 import socket
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Protocol
 
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
+from dlsched.ray.host import NAMESPACE, RAY_NODE_ENV, RAY_NODE_IP_ENV, actor_pid, exit_when_orphaned, host_actor
 
 RAY_ADDRESS_ENV = "DLSCHED_RAY_ADDRESS"   # set by the Ray backend in the runtime's environment
 GPU_PER_WORKER_ENV = "DLSCHED_GPU_PER_WORKER"  # "1": this worker owns exactly the GPU(s) it sees (cuda:0)
-RAY_NODE_ENV = "DLSCHED_RAY_NODE_ID"     # given to a worker by its actor: where it runs
-RAY_NODE_IP_ENV = "DLSCHED_RAY_NODE_IP"
-ACTOR_PID_ENV = "DLSCHED_RAY_ACTOR_PID"   # the worker's parent: gone -> the worker ends
 SLOTS_FILE = "ray-slots.json"
 IN_USE_FILE = "ray-workers.json"
-NAMESPACE = "dlsched"
 
 _FORKSERVER = multiprocessing.get_context("forkserver")
 _FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])  # torch imported once, not once per worker
@@ -138,76 +132,15 @@ class LocalLauncher:
 
 # ----------------------------------------------------------------------------- Ray (one actor per bundle)
 
-def kill_process_group(pgid: int, grace_s: float = 3.0) -> None:
-    """SIGTERM a process group, SIGKILL whatever is left after ``grace_s``."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-class _WorkerHost:
-    """Ray actor body: one worker process, started in its own session, inside one bundle.
-
-    Threaded (``max_concurrency=2``) so that ``stop`` runs while ``wait`` blocks on the process."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-        self.started = threading.Event()
-
-    def launch(self, argv: list[str], env: dict[str, str], cwd: str, log_path: str) -> dict:
-        import ray
-
-        node_id = ray.get_runtime_context().get_node_id()
-        full_env = {**os.environ, **env, RAY_NODE_ENV: node_id,   # keeps CUDA_VISIBLE_DEVICES Ray set
-                    RAY_NODE_IP_ENV: ray.util.get_node_ip_address(), ACTOR_PID_ENV: str(os.getpid())}
-        try:
-            with open(log_path, "ab") as log:
-                self.proc = subprocess.Popen([sys.executable, "-m", "dlsched.train.launcher", "--ray-worker", *argv],
-                                             cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            self.started.set()   # wait() must not block forever when the start itself failed
-        return {"pid": self.proc.pid, "node_id": node_id, "gpus": [str(g) for g in ray.get_gpu_ids()]}
-
-    def wait(self) -> int:
-        self.started.wait()
-        return self.proc.wait() if self.proc is not None else 127
-
-    def stop(self) -> int | None:
-        """Kill the worker now (the coordinator only kills workers it gives up on, as a SIGKILL locally)."""
-        if self.proc is not None and self.proc.poll() is None:
-            kill_process_group(self.proc.pid, grace_s=0.0)
-            self.proc.wait()
-        return None if self.proc is None else self.proc.returncode
-
-
 def _worker_under_ray(argv: list[str]) -> None:
-    """Entry of a worker process started by ``_WorkerHost``: records where it runs, then is a worker.
+    """Entry of a worker process started in a ``ProcessHost`` actor: records where it runs, then is a worker.
 
-    A watchdog ends the process when its actor (the parent) disappears - the actor was killed or its
-    node lost - so no worker outlives the bundle that holds its GPU."""
+    It ends when its actor (the parent) disappears - the actor was killed or its node lost - so no worker
+    outlives the bundle that holds its GPU."""
     import argparse
 
-    parent = int(os.environ.get(ACTOR_PID_ENV) or os.getppid())   # not getppid(): the actor may be gone already
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        os._exit(3)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
+    parent = actor_pid()
+    exit_when_orphaned(parent)
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--job-dir", required=True)
     ap.add_argument("--worker-id", type=int, required=True)
@@ -225,7 +158,7 @@ def _worker_under_ray(argv: list[str]) -> None:
 
 
 class RayWorker:
-    """Handle on a worker running in a ``_WorkerHost`` actor; ``poll`` costs no round trip (a local
+    """Handle on a worker running in a ``ProcessHost`` actor; ``poll`` costs no round trip (a local
     readiness check of the actor's ``wait`` result)."""
 
     def __init__(self, launcher: "RayLauncher", actor, slot: str, wid: int, info_ref, exit_ref):
@@ -305,7 +238,7 @@ class RayLauncher:
         if not ray.is_initialized():
             ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning")
         self._ray = ray
-        self._host_cls = ray.remote(max_restarts=0, max_concurrency=2)(_WorkerHost)
+        self._host_cls = host_actor(ray)
         self.store_host = ray.util.get_node_ip_address()   # the TCPStore listens on every interface
         self._occupied: dict[str, RayWorker] = {}
         # No worker is forked here: keep the forkserver the coordinator starts from loading torch for nothing.
@@ -345,7 +278,8 @@ class RayLauncher:
         if gpus:
             env[GPU_PER_WORKER_ENV] = "1"
         wid = int(argv[argv.index("--worker-id") + 1])
-        info_ref = actor.launch.remote(argv, env, os.getcwd(), str(log_path))
+        info_ref = actor.launch.remote([sys.executable, "-m", "dlsched.train.launcher", "--ray-worker", *argv],
+                                       env, os.getcwd(), str(log_path))
         handle = RayWorker(self, actor, slot["group"], wid, info_ref, actor.wait.remote())
         self._occupied[slot["group"]] = handle
         self._publish()

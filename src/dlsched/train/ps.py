@@ -1,20 +1,27 @@
-"""Parameter-server mode: sharded parameters on PS ranks, synchronous or asynchronous updates.
+"""Parameter-server training: sharded parameters on server ranks; synchronous, bounded-staleness or async updates.
 
-The other coordination pattern of the taxonomy (Langer et al. §3.4, "sharded/distributed PS"),
-beside the default all-reduce, so the Optimus PS speed model can be checked against real runs.
-Ranks 0..P−1 are servers, P..P+W−1 workers, one torch.distributed (gloo) group over a TCPStore.
-Parameter blocks go to servers by Optimus' PAA rule (algorithms.md §1.6). Each server owns its
-shard's optimizer (SGD + momentum), so a worker only computes gradients.
-* sync: per step every worker's gradient shard is summed on its server (``reduce``), the server
-  updates and ``broadcast``s the shard back — numerically the same SGD as all-reduce.
-* async: a worker ``send``s its gradient shards and ``recv``s fresh parameters; a server applies
-  each gradient as it arrives (``recv`` from any source), so fast workers never wait for slow ones.
-Fixed size (no resize); every worker sees its exactly-once share of each epoch.
+The centralised optimisation of the taxonomy (Langer et al. §3.2–3.4: "sharded/distributed PS", scheduling
+sync / bounded-async (SSP, slack s) / async; algorithms.md §5). One gloo group per generation: ranks 0..P−1
+are servers, P..P+W−1 workers. Parameter blocks go to servers by Optimus' PAA rule (algorithms.md §1.6);
+each server owns its shard's optimizer (SGD + momentum), so a worker only computes gradients.
+
+* sync: per step every worker's gradient shard is summed on its server (``reduce``); the server updates and
+  ``broadcast``s the shard back — numerically the SGD of all-reduce at global batch M.
+* ssp:s / async: a worker claims its next local batch (M // W samples) from a shared cursor in the TCPStore
+  (``add`` is atomic: each batch is claimed once), pushes its gradient shards and waits for fresh shards.
+  A server applies each gradient as it arrives; its reply to a worker whose clock is more than s pushes
+  ahead of the slowest still-active worker is held until that worker catches up (SSP, Ho et al. 2013;
+  s = 0 is bulk-synchronous, async is s = ∞). The reply carries that minimum clock, so the bound is auditable.
+
+Training runs in rounds of ``ckpt_every`` global batches. A round ends at a quiescent point (every claimed
+batch applied): servers checkpoint their shard and momentum, server 0 commits the round (``ps_runner``)
+and may end the generation for a resize. Records of a round count only once it is committed, so replaying
+an uncommitted round after a crash trains each sample of an epoch exactly once into the final model.
 """
 from __future__ import annotations
 
 import json
-import socket
+import math
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,13 +30,37 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from dlsched.train.data import PartitionTable, epoch_order, split_global_batch
+from dlsched.errors import UserError
+from dlsched.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from dlsched.train.data import epoch_order, split_global_batch
 from dlsched.train.job import build_job
 from dlsched.train.scaling import local_batch_sizes
 
 SMALL_FRACTION = 0.01
+DONE = -1.0  # a push with this sample count says "no more batches this round"
+
+
+@dataclass(frozen=True)
+class SyncMode:
+    """``staleness`` None = synchronous reduce/broadcast; an int s = SSP with slack s; inf = asynchronous."""
+
+    staleness: float | None
+
+    @classmethod
+    def parse(cls, text: str) -> "SyncMode":
+        if text == "sync":
+            return cls(None)
+        if text == "async":
+            return cls(math.inf)
+        if text.startswith("ssp:") and text[4:].isdigit():
+            return cls(int(text[4:]))
+        raise UserError(f"sync: expected sync, ssp:<staleness> (an integer >= 0) or async, got {text!r}")
+
+    def __str__(self) -> str:
+        if self.staleness is None:
+            return "sync"
+        return "async" if math.isinf(self.staleness) else f"ssp:{int(self.staleness)}"
 
 
 @dataclass(frozen=True)
@@ -80,124 +111,276 @@ def shard_indices(model: torch.nn.Module, servers: int) -> list[torch.Tensor]:
     return [torch.as_tensor(np.concatenate(x) if x else np.empty(0, dtype=np.int64)) for x in per_server]
 
 
+@dataclass(frozen=True)
+class Generation:
+    """What one group of processes runs: from committed round ``first_round`` until done or a resize."""
+
+    entry: str
+    params: dict
+    servers: int
+    workers: int
+    mode: SyncMode
+    global_batch: int
+    round_batches: int  # global batches per round (= checkpoint interval)
+    number: int
+    first_round: int
+    job_dir: str
+    port: int
+    throttle: dict  # worker index -> extra seconds per step (a deliberately slow worker)
+
+    @property
+    def local_batch(self) -> int:
+        return max(1, self.global_batch // self.workers)
+
+
+def total_samples(job) -> int:
+    return job.epochs * job.num_samples
+
+
+def round_range(gen: Generation, job, r: int) -> tuple[int, int]:
+    """Global sample positions (epoch-major: position g is sample order[g % N] of epoch g // N) of round r."""
+    size = gen.round_batches * gen.global_batch
+    return r * size, min((r + 1) * size, total_samples(job))
+
+
+def num_rounds(gen: Generation, job) -> int:
+    return math.ceil(total_samples(job) / (gen.round_batches * gen.global_batch))
+
+
+def sample_ids(job, start: int, end: int) -> np.ndarray:
+    pos = np.arange(start, end)
+    out = np.empty(len(pos), dtype=np.int64)
+    for epoch in np.unique(pos // job.num_samples):
+        sel = pos // job.num_samples == epoch
+        out[sel] = epoch_order(job.num_samples, job.seed, int(epoch))[pos[sel] % job.num_samples]
+    return out
+
+
 def _flat_params(model) -> torch.Tensor:
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
 
 
-def _flat_grads(model) -> torch.Tensor:
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in model.parameters()])
-
-
 def _local_grad(job, model, ids: np.ndarray) -> tuple[torch.Tensor, float]:
-    """Sum over the samples of the per-sample gradients, and the summed loss."""
+    """Mean gradient over the samples and the summed loss."""
     model.zero_grad(set_to_none=False)
-    if len(ids) == 0:
-        return torch.zeros_like(_flat_params(model)), 0.0
     x, y = job.get_batch(torch.as_tensor(ids))
     loss = job.loss_fn(model(x), y)
-    (loss * len(ids)).backward()
-    return _flat_grads(model), float(loss.detach()) * len(ids)
+    loss.backward()
+    grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in model.parameters()]
+    return torch.cat(grads), float(loss.detach()) * len(ids)
 
 
-def _process(rank: int, servers: int, workers: int, port: int, entry: str, params: dict, sync: bool,
-             global_batch: int, out_dir: str) -> None:
+def run_rank(rank: int, gen: Generation, commit) -> None:
+    """Body of one process of a generation (forked by ``ps_runner``); rank 0 calls
+    ``commit(job_dir, gen, round, rounds) -> continue?`` once every server has saved a round."""
     torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, is_master=rank == 0, wait_for_workers=False, timeout=timedelta(seconds=60))
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=servers + workers,
-                            timeout=timedelta(seconds=120))
-    job = build_job(entry, params)
+    P, W = gen.servers, gen.workers
+    store = dist.TCPStore("127.0.0.1", gen.port, is_master=rank == 0, wait_for_workers=False,
+                          timeout=timedelta(seconds=120))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=P + W, timeout=timedelta(seconds=120))
+    job = build_job(gen.entry, gen.params)
     torch.manual_seed(job.seed)
     model = job.make_model()
-    shards = shard_indices(model, servers)
+    shards = shard_indices(model, P)
     flat = _flat_params(model)
-    lr = job.lr * global_batch / job.batch_size
-    if not sync:
-        lr = job.lr * (global_batch // workers) / job.batch_size  # each async update is one worker's batch
-    log = []
-    if rank < servers:
-        shard = torch.nn.Parameter(flat[shards[rank]].clone())
-        opt = torch.optim.SGD([shard], lr=lr, momentum=job.momentum, weight_decay=job.weight_decay)
-        if sync:
-            for _ in range(_sync_steps(job, global_batch)):
-                for s in range(servers):  # every rank takes part in every server's reduce
-                    buf = torch.zeros(len(shards[s]) + 2)
-                    dist.reduce(buf, dst=s)
-                    if s == rank:
-                        mine = buf
-                shard.grad = mine[:-2] / mine[-2]
-                opt.step()
-                for s in range(servers):
-                    out = (torch.cat([shard.detach(), mine[-1:] / mine[-2]]) if s == rank
-                           else torch.empty(len(shards[s]) + 1))
-                    dist.broadcast(out, src=s)
-        else:
-            expected = sum(len(_async_batches(job, global_batch, workers, w)) for w in range(workers))
-            buf = torch.empty(len(shards[rank]) + 1)
-            for _ in range(expected):
-                src = dist.recv(buf)
-                shard.grad = buf[:-1] / buf[-1]
-                opt.step()
-                dist.send(shard.detach().clone(), dst=src)
-    else:
-        w = rank - servers
-        if sync:
-            locals_ = local_batch_sizes(global_batch, workers)
-            for epoch in range(job.epochs):
-                table = PartitionTable.fresh(job.num_samples, job.seed, epoch)
-                while not table.done:
-                    t0 = time.perf_counter()
-                    mine = split_global_batch(table.take(global_batch), locals_)[w]
-                    grad, loss_sum = _local_grad(job, model, mine)
-                    stats = torch.tensor([float(len(mine)), loss_sum])
-                    for s in range(servers):
-                        dist.reduce(torch.cat([grad[shards[s]], stats]), dst=s)
-                    for s in range(servers):
-                        out = torch.empty(len(shards[s]) + 1)  # shard + the step's global mean loss
-                        dist.broadcast(out, src=s)
-                        flat[shards[s]] = out[:-1]
-                    torch.nn.utils.vector_to_parameters(flat, model.parameters())
-                    log.append({"loss": float(out[-1]), "samples": len(mine), "time": time.perf_counter() - t0,
-                                "epoch": epoch})
-        else:
-            for epoch, ids in _async_batches(job, global_batch, workers, w):
-                t0 = time.perf_counter()
-                grad, loss_sum = _local_grad(job, model, ids)
-                for s in range(servers):
-                    dist.send(torch.cat([grad[shards[s]], torch.tensor([float(len(ids))])]), dst=s)
-                for s in range(servers):
-                    out = torch.empty(len(shards[s]))
-                    dist.recv(out, src=s)
-                    flat[shards[s]] = out
-                torch.nn.utils.vector_to_parameters(flat, model.parameters())
-                log.append({"loss": loss_sum / len(ids), "samples": len(ids), "time": time.perf_counter() - t0,
-                            "epoch": epoch})
-        Path(out_dir, f"ps-worker-{w}.json").write_text(json.dumps(log))
+    role = (_Server(rank, gen, job, shards, flat[shards[rank]].clone()) if rank < P
+            else _Worker(rank - P, gen, job, model, shards, store))
+    r = gen.first_round
+    while r < num_rounds(gen, job):
+        role.publish()  # every worker starts the round from the servers' parameters
+        role.run_round(r)
+        dist.barrier()  # quiescent: every claimed batch of round r is applied
+        role.save(r)
+        dist.barrier()
+        go = torch.tensor([0])
+        if rank == 0:
+            go[0] = commit(Path(gen.job_dir), gen, r, num_rounds(gen, job))
+        dist.broadcast(go, src=0)
+        r += 1
+        if not go.item():
+            break
     dist.barrier()
     dist.destroy_process_group()
 
 
-def _sync_steps(job, global_batch: int) -> int:
-    return job.epochs * int(np.ceil(job.num_samples / global_batch))
-
-
-def _async_batches(job, global_batch: int, workers: int, w: int) -> list[tuple[int, np.ndarray]]:
-    """Worker w's exactly-once share of each epoch (positions w, w+W, …), in local batches."""
-    b = max(1, global_batch // workers)
+def _exchange_shards(shards: list[torch.Tensor], own: int | None, shard: torch.Tensor | None) -> list[torch.Tensor]:
+    """Every server broadcasts its shard to all ranks (collectives need every rank, sized per server)."""
     out = []
-    for epoch in range(job.epochs):
-        share = epoch_order(job.num_samples, job.seed, epoch)[w::workers]
-        out += [(epoch, share[i : i + b]) for i in range(0, len(share), b)]
+    for s, idx in enumerate(shards):
+        buf = shard.detach().clone() if s == own else torch.empty(len(idx))
+        dist.broadcast(buf, src=s)
+        out.append(buf)
     return out
 
 
-def run_parameter_server(entry: str, params: dict, workers: int, servers: int, sync: bool, global_batch: int,
-                         out_dir: Path) -> list[list[dict]]:
-    """Train with W workers and P servers in real processes; return each worker's per-step log."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as s:  # a free port for rank 0's store; fork keeps start-up cheap (no re-import)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_process, args=(servers, workers, port, entry, params, sync, global_batch, str(out_dir)),
-                       nprocs=servers + workers, join=True, start_method="fork")
-    return [json.loads((out_dir / f"ps-worker-{w}.json").read_text()) for w in range(workers)]
+class _Server:
+    def __init__(self, rank: int, gen: Generation, job, shards: list[torch.Tensor], shard: torch.Tensor):
+        self.rank, self.gen, self.job, self.shards = rank, gen, job, shards
+        self.shard = torch.nn.Parameter(shard)
+        # sync: one update per global batch M; SSP/async: one per worker batch (linear LR scaling either way)
+        batch = gen.global_batch if gen.mode.staleness is None else gen.local_batch
+        self.opt = torch.optim.SGD([self.shard], lr=job.lr * batch / job.batch_size, momentum=job.momentum,
+                                   weight_decay=job.weight_decay)
+        self.version = 0
+        if gen.first_round > 0:
+            self._load(gen.first_round - 1)
+
+    def _dir(self) -> Path:
+        return Path(self.gen.job_dir) / "ckpt" / f"server-{self.rank}"
+
+    def _load(self, r: int) -> None:
+        state = load_checkpoint(checkpoint_path(self._dir(), r), self.job.name)
+        with torch.no_grad():
+            self.shard.copy_(state["shard"])
+        self.opt.state[self.shard]["momentum_buffer"] = state["momentum"]
+        self.version = int(state["version"])
+
+    def save(self, r: int) -> None:
+        buf = self.opt.state.get(self.shard, {}).get("momentum_buffer")
+        save_checkpoint(self._dir(), self.job.name, r, {
+            "shard": self.shard.detach().clone(), "version": self.version,
+            "momentum": buf if buf is not None else torch.zeros_like(self.shard)})
+
+    def publish(self) -> None:
+        _exchange_shards(self.shards, self.rank, self.shard)
+
+    def _apply(self, grad: torch.Tensor) -> None:
+        self.shard.grad = grad
+        self.opt.step()
+        self.version += 1
+
+    def run_round(self, r: int) -> None:
+        if self.gen.mode.staleness is None:
+            return self._sync_round(r)
+        P, W, s = self.gen.servers, self.gen.workers, self.gen.mode.staleness
+        n = len(self.shard)
+        clock, done, held, sends = np.zeros(W, dtype=np.int64), set(), [], []
+        while len(done) < W:
+            buf = torch.empty(n + 2)
+            w = dist.recv(buf) - P
+            if buf[n] == DONE:
+                done.add(w)
+            else:
+                self._apply(buf[:n])
+                clock[w] += 1
+                held.append(w)
+            active = [clock[v] for v in range(W) if v not in done]
+            slowest = min(active) if active else int(clock.max())
+            for v in [v for v in held if clock[v] - slowest <= s]:
+                held.remove(v)
+                msg = torch.cat([self.shard.detach(), torch.tensor([float(slowest), float(self.version)])])
+                sends.append((dist.isend(msg, dst=P + v), msg))
+        for work, _ in sends:
+            work.wait()
+
+    def _sync_round(self, r: int) -> None:
+        n = len(self.shard)
+        for _ in range(_sync_steps(self.gen, self.job, r)):
+            for s, idx in enumerate(self.shards):  # every rank takes part in every server's reduce
+                buf = torch.zeros(len(idx) + 2)
+                dist.reduce(buf, dst=s)
+                if s == self.rank:
+                    mine = buf
+            # each worker sent (mean grad · its samples, its samples, its loss sum): divide by the step's samples
+            self._apply(mine[:n] / mine[n])
+            for s, idx in enumerate(self.shards):
+                out = (torch.cat([self.shard.detach(), mine[n + 1:] / mine[n]]) if s == self.rank
+                       else torch.empty(len(idx) + 1))
+                dist.broadcast(out, src=s)
+
+
+class _Worker:
+    def __init__(self, w: int, gen: Generation, job, model, shards: list[torch.Tensor], store):
+        self.w, self.gen, self.job, self.model, self.shards, self.store = w, gen, job, model, shards, store
+        self.flat = _flat_params(model)
+        self.throttle_s = float(gen.throttle.get(str(w), 0.0)) + job.throttle_s
+        path = records_path(Path(gen.job_dir), gen.number, w)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.records = open(path, "a")
+
+    def publish(self) -> None:
+        for idx, shard in zip(self.shards, _exchange_shards(self.shards, None, None)):
+            self.flat[idx] = shard
+        self._load_flat()
+
+    def _load_flat(self) -> None:
+        torch.nn.utils.vector_to_parameters(self.flat, self.model.parameters())
+
+    def _grad(self, ids: np.ndarray) -> tuple[torch.Tensor, float]:
+        if self.throttle_s:
+            time.sleep(self.throttle_s)
+        if len(ids) == 0:
+            return torch.zeros_like(self.flat), 0.0
+        return _local_grad(self.job, self.model, ids)
+
+    def _record(self, **rec) -> None:
+        self.records.write(json.dumps({"worker": self.w, **rec}) + "\n")
+        self.records.flush()
+
+    def run_round(self, r: int) -> None:
+        if self.gen.mode.staleness is None:
+            self._sync_round(r)
+        else:
+            self._async_round(r)
+
+    def _sync_round(self, r: int) -> None:
+        start, end = round_range(self.gen, self.job, r)
+        sizes = local_batch_sizes(self.gen.global_batch, self.gen.workers)
+        for t in range(_sync_steps(self.gen, self.job, r)):
+            t0 = time.perf_counter()
+            lo = start + t * self.gen.global_batch
+            mine = split_global_batch(sample_ids(self.job, lo, min(lo + self.gen.global_batch, end)), sizes)[self.w]
+            grad, loss_sum = self._grad(mine)
+            stats = torch.tensor([float(len(mine)), loss_sum])
+            for s, idx in enumerate(self.shards):
+                dist.reduce(torch.cat([grad[idx] * len(mine), stats]), dst=s)
+            for s, idx in enumerate(self.shards):
+                out = torch.empty(len(idx) + 1)  # shard + the step's global mean loss
+                dist.broadcast(out, src=s)
+                self.flat[idx] = out[:-1]
+            self._load_flat()
+            self._record(round=r, step=t, ids=mine.tolist(), loss_sum=loss_sum, loss=float(out[-1]),
+                         time=time.perf_counter() - t0)
+
+    def _async_round(self, r: int) -> None:
+        start, end = round_range(self.gen, self.job, r)
+        b, P, key = self.gen.local_batch, self.gen.servers, f"claim/{self.gen.number}/{r}"
+        clock = 0
+        while True:
+            claimed = self.store.add(key, b)  # atomic: this worker alone trains positions claimed-b .. claimed
+            lo = start + claimed - b
+            if lo >= end:
+                break
+            t0 = time.perf_counter()
+            ids = sample_ids(self.job, lo, min(start + claimed, end))
+            grad, loss_sum = self._grad(ids)
+            pushes = [torch.cat([grad[idx], torch.tensor([float(len(ids)), loss_sum])]) for idx in self.shards]
+            works = [dist.isend(m, dst=s) for s, m in enumerate(pushes)]
+            for work in works:
+                work.wait()
+            clock += 1
+            slowest, version = [], []
+            for s, idx in enumerate(self.shards):  # SSP: a server holds this reply while we run too far ahead
+                out = torch.empty(len(idx) + 2)
+                dist.recv(out, src=s)
+                self.flat[idx] = out[:-2]
+                slowest.append(int(out[-2]))
+                version.append(int(out[-1]))
+            self._load_flat()
+            self._record(round=r, step=clock, ids=ids.tolist(), loss_sum=loss_sum, loss=loss_sum / len(ids),
+                         clock=clock, slowest=min(slowest), version=version, time=time.perf_counter() - t0)
+        done = [torch.cat([torch.zeros(len(idx)), torch.tensor([DONE, 0.0])]) for idx in self.shards]
+        for work in [dist.isend(m, dst=s) for s, m in enumerate(done)]:
+            work.wait()
+
+    def save(self, r: int) -> None:  # workers hold no state: the servers' shards are the model
+        self.records.flush()
+
+
+def records_path(job_dir: Path, generation: int, worker: int) -> Path:
+    return Path(job_dir) / "ps" / "records" / f"gen-{generation:04d}-worker-{worker:03d}.jsonl"
+
+
+def _sync_steps(gen: Generation, job, r: int) -> int:
+    start, end = round_range(gen, job, r)
+    return math.ceil((end - start) / gen.global_batch)

@@ -15,11 +15,14 @@ from pathlib import Path
 from dlsched.errors import UserError
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
-from dlsched.train.job import load_entry, parse_params
+from dlsched.train.fleet_spec import FleetOptions
+from dlsched.train.job import parse_params
+from dlsched.train.ps import SyncMode
+from dlsched.train.ps_runner import PSOptions, PSRunner
 from dlsched.train.scaling import BatchMode
 
 
-def parse_args(argv: list[str] | None = None) -> Options:
+def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     ap = argparse.ArgumentParser(prog="python -m dlsched.train.run", description=__doc__)
     ap.add_argument("--job-dir", required=True, type=Path)
     ap.add_argument("--entry", required=True, help="path/to/file.py:make_job or module:make_job")
@@ -33,9 +36,19 @@ def parse_args(argv: list[str] | None = None) -> Options:
     ap.add_argument("--no-replace-stragglers", action="store_true", help="keep workers the EWMA rule flags")
     ap.add_argument("--max-restarts", type=int, default=3, help="worker-loss recoveries before the job fails")
     ap.add_argument("--standby", type=int, default=0, help="prepared spare workers for instant scale-out")
+    ap.add_argument("--strategy", choices=["allreduce", "ps", "fleet"], default="allreduce",
+                    help="fleet: the entry makes an EnsembleSpec, trained with FLEET inside the share of --workers slots")
+    ap.add_argument("--servers", type=int, default=1, help="ps: parameter-server processes")
+    ap.add_argument("--sync", default="sync", help="ps: sync, ssp:<staleness> or async")
     a = ap.parse_args(argv)
+    if a.strategy == "ps":
+        return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
+                         servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
+                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts)
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
+    if a.strategy == "fleet":
+        return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
     if a.batch_size is not None and a.batch_size < 1:
         raise UserError(f"--batch-size {a.batch_size}: must be >= 1")
     return Options(job_dir=a.job_dir, entry=a.entry, workers=a.workers, batch_size=a.batch_size,
@@ -44,22 +57,15 @@ def parse_args(argv: list[str] | None = None) -> Options:
                    standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers)
 
 
-def ensemble_of(opts: Options):
-    """The EnsembleSpec when the entry makes one (a ``kind: ensemble`` job runs FLEET), else None."""
-    from dlsched.train.fleet_spec import EnsembleSpec
-
-    made = load_entry(opts.entry)(**opts.params)
-    return made if isinstance(made, EnsembleSpec) else None
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
-        ensemble = ensemble_of(opts)
-        if ensemble is not None:
-            from dlsched.train.fleet_job import run_job
+        if isinstance(opts, PSOptions):
+            return PSRunner(opts).run()
+        if isinstance(opts, FleetOptions):
+            from dlsched.train.fleet_job import run_job   # FLEET's runtime (no ensemble job, no import)
 
-            return run_job(opts.job_dir, ensemble, opts.workers)
+            return run_job(opts)
         return Coordinator(opts).run()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -182,7 +182,7 @@ async function jobPage(view, id) {
 async function reportsPage(view) {
   const d = await api("/dashboard/api/reports");
   if (!d.reports.length) {
-    view.innerHTML = `<section id="reports"><h2>Policy comparison</h2><p class="muted">No reports yet. Run <code>dlsched simulate … --out ${esc(d.dir || "REPORTS_DIR")}</code>; every CSV with a <code>policy</code> column appears here.</p></section>`;
+    view.innerHTML = `<section id="reports"><h2>Policy comparison</h2><p class="muted">No reports yet. Run <code>dlsched simulate -w TRACE.csv -p fifo -p goodput --report ${esc(d.dir || "REPORTS_DIR")}/NAME</code>; every CSV with a <code>policy</code> column appears here.</p></section>`;
     return false;
   }
   view.innerHTML = `<div id="reports"></div>`;

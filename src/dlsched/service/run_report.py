@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from dlsched.service.predict import loss_curve  # noqa: E402
+from dlsched.service.refit import loss_curve  # noqa: E402
 from dlsched.service.store import FINISHED, Store  # noqa: E402
 
 
@@ -138,7 +138,7 @@ def write_report(store: Store, out: str | Path) -> pd.DataFrame:
             "predicted_remaining_s", "actual_remaining_s", "jct_error", "policy_jct_error", "remaining_error",
             "run_remaining_error"]
     t = table[[c for c in show if c in table.columns]]
-    lines.append(t.to_markdown(index=False, floatfmt=".3f") if _has_tabulate() else t.to_string(index=False))
+    lines.append(t.to_markdown(index=False, floatfmt=".3f"))
     if "jct_error" in table and table["jct_error"].notna().any():
         err = table["jct_error"].dropna().abs()
         run = table["run_remaining_error"].dropna().abs()
@@ -151,10 +151,3 @@ def write_report(store: Store, out: str | Path) -> pd.DataFrame:
     (out / "report.md").write_text("\n".join(lines))
     return table
 
-
-def _has_tabulate() -> bool:
-    try:
-        import tabulate  # noqa: F401
-        return True
-    except ImportError:
-        return False

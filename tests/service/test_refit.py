@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from dlsched.perf.speed import AllReduceSpeedModel
-from dlsched.service.predict import LinearSpeed, fit_speed, observed_rate, predict
+from dlsched.service.refit import LinearSpeed, fit_speed, observed_rate, predict
 
 
 def records(workers, batch, step_time, n=20, t0=0.0, s0=0, loss0=2.0, k0=0):

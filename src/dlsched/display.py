@@ -1,0 +1,129 @@
+"""What every command prints: tables that never cut a cell, JSON with ISO 8601 times, human durations.
+
+Tables follow ``kubectl get``: at a narrow width the low-value columns go first (``--wide`` keeps them),
+and a cell that still does not fit wraps onto a second line; no cell is ever cut with an ellipsis."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# fields that hold POSIX times anywhere in the API's answers; shown as ISO 8601 in --json output
+TIME_FIELDS = frozenset({"time", "submit_time", "start_time", "end_time", "predicted_start", "predicted_finish",
+                         "made_at", "last_seen", "since"})
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    justify: str = "left"
+    drop_rank: int = 0      # 0 = always shown; higher ranks are dropped first when the terminal is narrow
+
+
+def human_duration(seconds: float | None) -> str:
+    """``45s``, ``3m 12s``, ``1h 23m``, ``2d 4h``; ``-`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    s = int(round(abs(seconds)))
+    sign = "-" if seconds < 0 else ""
+    days, rem = divmod(s, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, secs = divmod(rem, 60)
+    if days:
+        return f"{sign}{days}d {hours}h"
+    if hours:
+        return f"{sign}{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{sign}{minutes}m {secs:02d}s"
+    return f"{sign}{secs}s"
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def local_clock(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts).strftime("%H:%M:%S")
+
+
+def with_iso_times(obj: Any) -> Any:
+    """A copy of an API answer with every known time field as ISO 8601 (UTC)."""
+    if isinstance(obj, dict):
+        return {k: (iso(v) if k in TIME_FIELDS and isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else with_iso_times(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [with_iso_times(x) for x in obj]
+    return obj
+
+
+def print_json(obj: Any, iso_times: bool = True) -> None:
+    print(json.dumps(with_iso_times(obj) if iso_times else obj, indent=2, default=str, allow_nan=False))
+
+
+def console() -> Console:
+    # soft_wrap off: rich decides line breaks itself, so a folded cell stays inside its column
+    return Console(highlight=False)
+
+
+def _cell_width(cell: Any) -> int:
+    text = cell if isinstance(cell, Text) else Text.from_markup(str(cell))
+    return max((len(line) for line in text.plain.splitlines() or [""]), default=0)
+
+
+def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int, wide: bool) -> list[int]:
+    """Indices of the columns to show within ``width`` characters (all of them with ``wide``)."""
+    keep = list(range(len(columns)))
+    if wide:
+        return keep
+    need = [max([_cell_width(columns[i].header)] + [_cell_width(r[i]) for r in rows]) for i in keep]
+
+    def total(idx: list[int]) -> int:
+        return sum(need[i] for i in idx) + 2 * (len(idx) - 1)
+
+    for rank in sorted({c.drop_rank for c in columns if c.drop_rank > 0}, reverse=True):
+        if total(keep) <= width:
+            break
+        keep = [i for i in keep if columns[i].drop_rank != rank]
+    return keep
+
+
+def make_table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: str | None = None,
+               wide: bool = False, width: int = 80) -> Table:
+    """A rich table of ``rows`` fitted to ``width`` (see the module docstring)."""
+    rows = [list(r) for r in rows]
+    keep = fit_columns(columns, rows, width, wide)
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, expand=False, title_justify="left")
+    for i in keep:
+        t.add_column(columns[i].header, justify=columns[i].justify, overflow="fold")
+    for r in rows:
+        t.add_row(*(r[i] if isinstance(r[i], Text) else Text.from_markup(str(r[i])) for i in keep))
+    return t
+
+
+def table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: str | None = None,
+          wide: bool = False, out: Console | None = None) -> None:
+    out = out or console()
+    t = make_table(columns, rows, title, wide, out.width)
+    if wide and not out.is_terminal:
+        out = Console(highlight=False, width=max(out.width, 10_000), file=out.file)
+    out.print(t)
+
+
+def fail(message: str, code: int = 1) -> None:
+    """One line on stderr and exit ``code`` (1: the request was understood but cannot be done)."""
+    import typer
+
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)

@@ -1,0 +1,79 @@
+"""Calibrated 80 % intervals: split-conformal bands of the predictor's log-ratio errors, per observed fraction.
+
+From a development set of finished curves (``bench/curves``, the Pollux apps, the seed log), the predictor
+is run after observing several fractions of each curve; each run gives log(true / predicted) for the final
+value and for the remaining steps to a target. The band at a fraction is the 10th–90th percentile of those
+errors (interpolated over log fraction), so an interval is ``point·exp(band)``: the shape errors the
+residual bootstrap cannot see (a decay the fit mis-sizes) are in it. ``bench/prediction_accuracy.py``
+checks coverage leave-one-curve-out; ``calibration.json`` holds the bands from every development curve
+(rewritten by ``bench/prediction_accuracy.py --write-calibration``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TABLE = Path(__file__).with_name("calibration.json")
+LEVEL = 0.8
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per observed fraction (increasing): the (low, high) quantiles of log(true/predicted)."""
+
+    fractions: tuple[float, ...]
+    final: tuple[tuple[float, float], ...]
+    steps: tuple[tuple[float, float], ...]
+
+    def _band(self, table, fraction: float) -> tuple[float, float]:
+        f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
+        fx = np.log(self.fractions)
+        return (float(np.interp(f, fx, [b[0] for b in table])), float(np.interp(f, fx, [b[1] for b in table])))
+
+    def final_band(self, fraction: float) -> tuple[float, float]:
+        return self._band(self.final, fraction)
+
+    def steps_band(self, fraction: float) -> tuple[float, float]:
+        return self._band(self.steps, fraction)
+
+    def to_json(self) -> str:
+        return json.dumps({"fractions": self.fractions, "final": self.final, "steps": self.steps}, indent=1)
+
+
+# Before any calibration exists: ±30 % on the value, ×/÷ 2 on the steps (wide on purpose).
+UNCALIBRATED = Calibration((0.1, 1.0), ((-0.3, 0.3), (-0.3, 0.3)), ((-0.7, 0.7), (-0.7, 0.7)))
+
+
+def quantile_band(errors, level: float = LEVEL) -> tuple[float, float]:
+    """Conformal (finite-sample) quantiles of the errors: with n errors the ⌈(n+1)(1 ± level)/2⌉-th order
+    statistics, so a new exchangeable error falls inside with probability ≥ level."""
+    e = np.sort(np.asarray([v for v in errors if math.isfinite(v)], float))
+    n = len(e)
+    if n == 0:
+        return (-math.inf, math.inf)
+    q = (1 - level) / 2
+    lo_i = int(math.floor((n + 1) * q + 1e-9)) - 1   # 1e-9: (n+1)·0.1 must not floor below a whole number
+    hi_i = int(math.ceil((n + 1) * (1 - q) - 1e-9)) - 1
+    return (float(e[lo_i]) if lo_i >= 0 else float(e[0]) - 1.0, float(e[hi_i]) if hi_i < n else float(e[-1]) + 1.0)
+
+
+def calibrate(records, level: float = LEVEL) -> Calibration:
+    """``records``: (fraction, log final error, log steps error) triples; nan where a run had no steps error."""
+    r = np.asarray(records, float)
+    fr = tuple(sorted(set(r[:, 0].tolist())))
+    final = tuple(quantile_band(r[r[:, 0] == f, 1], level) for f in fr)
+    steps = tuple(quantile_band(r[r[:, 0] == f, 2], level) for f in fr)
+    return Calibration(fr, final, steps)
+
+
+def load_calibration(path: Path = TABLE) -> Calibration:
+    """The shipped bands, or ``UNCALIBRATED`` when the table is missing."""
+    try:
+        d = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return UNCALIBRATED
+    return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])))

@@ -1,0 +1,160 @@
+"""The online curve predictor: an observed prefix + budget + LR schedule -> final value, steps to a target,
+calibrated 80 % intervals. The one entry point the CLI (``dlsched predict curve``), the service and the
+simulator use: ``predict_curve``.
+
+Model choice (held-out validation on the prefix): the schedule-aware annealing law (``perf.annealing``) and
+Optimus (``perf.convergence``) are both fitted to the first 75 % of the observed points and scored on the
+rest; the lower RMSE wins and is refitted on every point. Optimus only competes while the LR stays constant
+from the first point to the budget: it cannot represent a decay, so its score on a pre-decay prefix says
+nothing about the drop still to come.
+
+Metrics are modelled lower-is-better: ``loss`` and ``error`` as they are, ``accuracy`` as 1 − accuracy
+(100 − accuracy when given in percent). Targets and outputs are in the user's metric.
+
+Unreachable: a target is unreachable when even the optimistic end of the final value's 80 % interval (the
+``floor``) misses it; reachable only within the interval, it is reported at the budget.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlsched.perf.annealing import CurvePrior, fit_annealing
+from dlsched.perf.calibration import Calibration, load_calibration
+from dlsched.perf.convergence import fit_curve
+from dlsched.perf.schedule import Schedule
+
+METRICS = ("loss", "error", "accuracy")
+HOLDOUT = 0.25
+MIN_POINTS = 4
+
+
+@dataclass(frozen=True)
+class MetricSpace:
+    """Maps the user's metric to the lower-is-better value the models fit, and back."""
+
+    metric: str
+    top: float = 1.0   # accuracy: 1 or 100
+
+    @classmethod
+    def of(cls, metric: str, values) -> "MetricSpace":
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+        top = 100.0 if metric == "accuracy" and np.nanmax(values) > 1.0 else 1.0
+        return cls(metric, top)
+
+    def down(self, v):
+        v = np.asarray(v, float)
+        return self.top - v if self.metric == "accuracy" else v
+
+    up = down  # the map is its own inverse
+
+
+@dataclass(frozen=True)
+class CurvePrediction:
+    model: str                          # "annealing" | "optimus"
+    x_now: float
+    budget: float
+    final_value: float                  # predicted metric at the budget
+    final_value_interval_80: tuple[float, float]
+    floor: float                        # best value the run can reach (optimistic end of the interval)
+    target: float | None
+    target_step: float | None           # x at which the target is reached; None when unreachable
+    steps_to_target: float | None       # target_step − x_now
+    interval_80: tuple[float, float] | None   # for steps_to_target
+    curve_x: np.ndarray                 # predicted curve over [0, budget] (user's metric)
+    curve_y: np.ndarray
+
+    @property
+    def reachable(self) -> bool:
+        return self.target is None or self.target_step is not None
+
+    def as_json(self) -> dict:
+        r = lambda v: None if v is None else float(v)  # noqa: E731
+        return {"model": self.model, "observed_until": self.x_now, "budget": self.budget,
+                "final_value": r(self.final_value), "final_value_interval_80": [r(v) for v in self.final_value_interval_80],
+                "floor": r(self.floor), "target": r(self.target), "target_step": r(self.target_step),
+                "steps_to_target": r(self.steps_to_target),
+                "interval_80": None if self.interval_80 is None else [r(v) for v in self.interval_80]}
+
+
+def _optimus(x, y, schedule: Schedule):
+    fit = fit_curve(x, y)
+    return lambda q: fit.curve.raw_loss(np.maximum(np.asarray(q, float), 0.0))
+
+
+def _annealing(x, y, schedule: Schedule, prior: CurvePrior | None):
+    return fit_annealing(x, y, schedule, prior).value
+
+
+def choose_model(x, y, schedule: Schedule, prior: CurvePrior | None) -> tuple[str, object]:
+    """(name, curve function) of the model that predicts the held-out end of the prefix best (module doc)."""
+    fitters = {"annealing": lambda a, b: _annealing(a, b, schedule, prior)}
+    if not schedule.anneals_after(float(x[0])):
+        fitters["optimus"] = lambda a, b: _optimus(a, b, schedule)
+    if len(fitters) > 1:
+        cut = max(MIN_POINTS - 1, int(round(len(x) * (1 - HOLDOUT))))
+        if cut < len(x):
+            def score(fit):
+                try:
+                    f = fit(x[:cut], y[:cut])
+                except ValueError:
+                    return math.inf
+                return float(np.sqrt(np.mean((f(x[cut:]) - y[cut:]) ** 2)))
+            best = min(fitters, key=lambda n: score(fitters[n]))
+            fitters = {best: fitters[best]}
+    name, fit = next(iter(fitters.items()))
+    return name, fit(x, y)
+
+
+def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target: float | None = None,
+                  target_fraction: float | None = None, prior: CurvePrior | None = CurvePrior(),
+                  calibration: Calibration | None = None) -> CurvePrediction:
+    """Predict the run's end from the observed (x, metric) prefix; see the module docstring.
+
+    ``target`` is in the metric's units; ``target_fraction`` instead asks for that fraction of the total
+    improvement from the first observed value to the predicted final value.
+    """
+    x = np.asarray(x, float)
+    space = MetricSpace.of(metric, values)
+    y = space.down(values)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if len(x) < MIN_POINTS:
+        raise ValueError(f"need at least {MIN_POINTS} observed points, got {len(x)}")
+    if np.any(np.diff(x) <= 0):
+        raise ValueError("x must increase")
+    if np.any(y <= 0):
+        raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}")
+    cal = calibration or load_calibration()
+    B, x_now = schedule.budget, float(x[-1])
+    name, f = choose_model(x, y, schedule, prior)
+    grid = np.unique(np.concatenate([np.linspace(0.0, B, 1024), [x_now, B]]))
+    curve = f(np.maximum(grid, 1e-9))
+    final = float(curve[-1])
+    frac = min(1.0, x_now / B)
+    lo_f, hi_f = cal.final_band(frac)
+    final_lo, final_hi = final * math.exp(lo_f), final * math.exp(hi_f)   # lower-is-better space
+    goal = None
+    if target_fraction is not None:
+        goal = float(y[0] - target_fraction * (y[0] - final))
+    elif target is not None:
+        goal = float(space.down(target))
+    target_step = steps = interval = None
+    if goal is not None and goal >= final_lo:
+        ahead = grid >= x_now
+        hit = np.flatnonzero(ahead & (curve <= goal))
+        smoothed_now = float(np.mean(y[-3:]))
+        if smoothed_now <= goal:
+            target_step = x_now
+        else:
+            target_step = float(grid[hit[0]]) if hit.size else B
+        steps = target_step - x_now
+        lo_s, hi_s = cal.steps_band(frac)
+        interval = (min(steps, steps * math.exp(lo_s)), min(B - x_now, max(steps, steps * math.exp(hi_s))))
+    lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
+    return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(final_lo)),
+                           None if goal is None else float(space.up(goal)), target_step, steps, interval,
+                           grid, np.asarray(space.up(curve), float))

@@ -1,0 +1,191 @@
+"""Learning-rate schedules as the user names them (``--schedule SPEC``), and the two LR areas a
+schedule-aware loss model needs.
+
+SPEC grammar (units are the curve's x, e.g. steps or epochs; LR values are relative, only the shape matters):
+
+* ``constant``
+* ``step:M1,M2,...:F``             multiply by F at each milestone (``step:30,60,80:0.1``)
+* ``cosine[:warmup=W]``            half-cosine from the peak to 0 at the budget
+* ``onecycle[:pct=P]``             torch ``OneCycleLR`` (cos, div 25, final div 1e4), peak at P·budget (0.3)
+* ``wsd:warmdown=N[:warmup=W]``    warm-up, stable, linear decay to 0 over the last N
+* ``poly:power=P[:warmup=W]``      (1 − t)^P after the warm-up
+* ``linear[:warmup=W]``            linear decay to 0 after the warm-up
+* ``steps:0=0.01,5=0.1,95=0.01``   piecewise constant: the LR from each x on
+* ``points:0=0,15=0.1,30=0.005``   piecewise linear between the points (flat after the last)
+* ``lr-column``                    the LR of every row of the curve file (``Schedule.from_points``)
+
+Warm-up is linear from 0. Malformed specs raise ``ValueError`` with one line naming the part at fault.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.signal import lfilter
+
+GRID = 4096           # evaluation points over [0, budget] for the areas: < 1 ms, smooth enough for any spec
+MOMENTUM = 0.01       # annealing memory τ as a fraction of the budget (Tissue et al. 2024 use λ = 0.999 per step)
+
+SPEC_HELP = ("constant | step:M1,M2:F | cosine[:warmup=W] | onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | "
+             "poly:power=P[:warmup=W] | linear[:warmup=W] | steps:X=LR,... | points:X=LR,... | lr-column")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A relative LR shape over [0, budget]: ``xs``/``lrs`` knots, ``stepwise`` (hold each value) or linear."""
+
+    spec: str
+    budget: float
+    xs: tuple[float, ...]
+    lrs: tuple[float, ...]
+    stepwise: bool = False
+
+    def lr(self, x) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        xs, lrs = np.asarray(self.xs), np.asarray(self.lrs)
+        if self.stepwise:
+            return lrs[np.clip(np.searchsorted(xs, x, side="right") - 1, 0, len(xs) - 1)]
+        return np.interp(x, xs, lrs)
+
+    @property
+    def anneals(self) -> bool:
+        return bool(np.ptp(self.lrs) > 1e-9 * max(self.lrs))
+
+    def anneals_after(self, x: float) -> bool:
+        """Whether the LR falls anywhere after ``x`` (a decay still to come that a prefix cannot show)."""
+        g = np.linspace(x, self.budget, 512)
+        lr = self.lr(g)
+        return bool(lr.min() < lr[0] * (1 - 1e-6))
+
+    @classmethod
+    def from_points(cls, xs, lrs, budget: float, spec: str = "lr-column") -> "Schedule":
+        """A logged LR per row (piecewise linear between rows, flat beyond them)."""
+        xs, lrs = np.asarray(xs, float), np.asarray(lrs, float)
+        if len(xs) == 0 or not np.all(np.isfinite(lrs)) or np.any(lrs < 0):
+            raise ValueError("lr column: needs finite values >= 0")
+        order = np.argsort(xs, kind="stable")
+        return cls(spec, float(budget), tuple(xs[order]), tuple(lrs[order]))
+
+
+def areas(schedule: Schedule, x, momentum: float = MOMENTUM) -> tuple[np.ndarray, np.ndarray]:
+    """(S1, S2) at ``x`` on a grid over [0, budget] with the LR scaled to peak 1 (Tissue et al. 2024).
+
+    S1 = ∫η dx / budget: the forward area that drives the power-law part. S2 = the annealing amount
+    d = (running max of η) − η passed through first-order momentum with time constant τ = momentum·budget:
+    S2 = d − m with m' = −m/τ + d', i.e. each LR drop Δd at x_j contributes Δd·(1 − e^{−(x−x_j)/τ}) (the
+    continuous form of their m_i = λ·m_{i−1} + Δη_i, summed and divided by 1/(1 − λ)). Dimensionless, ≤ 1.
+    """
+    B = schedule.budget
+    x = np.asarray(x, dtype=float)
+    hi = max(B, float(np.max(x, initial=0.0)))
+    g = np.linspace(0.0, hi, GRID)
+    eta = schedule.lr(g)
+    peak = float(eta.max()) or 1.0
+    eta = eta / peak
+    h = g[1] - g[0]
+    s1 = np.concatenate([[0.0], np.cumsum(0.5 * (eta[1:] + eta[:-1])) * h]) / B
+    d = np.maximum.accumulate(eta) - eta
+    decay = math.exp(-h / max(momentum * B, 1e-12))
+    m = lfilter([1.0], [1.0, -decay], np.concatenate([[d[0]], np.diff(d)]))
+    s2 = d - m
+    return np.interp(x, g, s1), np.interp(x, g, s2)
+
+
+# ----------------------------------------------------------------------------------------------- parsing
+def _kv(parts: list[str], spec: str, allowed: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for p in parts:
+        key, eq, val = p.partition("=")
+        if not eq or key not in allowed:
+            raise ValueError(f"schedule {spec!r}: unknown part {p!r} (expected {', '.join(k + '=…' for k in allowed)})")
+        try:
+            out[key] = float(val)
+        except ValueError:
+            raise ValueError(f"schedule {spec!r}: {key} must be a number, got {val!r}") from None
+        if not math.isfinite(out[key]) or out[key] < 0:
+            raise ValueError(f"schedule {spec!r}: {key} must be >= 0, got {val!r}")
+    return out
+
+
+def _pairs(body: str, spec: str) -> tuple[list[float], list[float]]:
+    xs, lrs = [], []
+    for item in filter(None, body.split(",")):
+        x, eq, v = item.partition("=")
+        try:
+            xs.append(float(x))
+            lrs.append(float(v))
+        except ValueError:
+            raise ValueError(f"schedule {spec!r}: expected X=LR pairs, got {item!r}") from None
+        if not eq or lrs[-1] < 0 or xs[-1] < 0:
+            raise ValueError(f"schedule {spec!r}: expected X=LR with X, LR >= 0, got {item!r}")
+    if not xs or np.any(np.diff(xs) <= 0):
+        raise ValueError(f"schedule {spec!r}: points must be given with increasing x")
+    return xs, lrs
+
+
+def _warm(W: float, B: float, spec: str) -> list[tuple[float, float]]:
+    if W >= B:
+        raise ValueError(f"schedule {spec!r}: warmup={W:g} is not below the budget {B:g}")
+    return [(0.0, 0.0), (W, 1.0)] if W > 0 else [(0.0, 1.0)]
+
+
+def parse_schedule(spec: str, budget: float) -> Schedule:
+    """The ``Schedule`` a SPEC names over [0, ``budget``] (``lr-column`` is built with ``Schedule.from_points``)."""
+    if not (math.isfinite(budget) and budget > 0):
+        raise ValueError(f"budget must be > 0, got {budget!r}")
+    B = float(budget)
+    name, _, rest = spec.strip().partition(":")
+    parts = [p for p in rest.split(":") if p] if rest else []
+    n = 512  # knots for smooth shapes; linear interpolation between them is exact enough for the areas
+    if name == "constant" and not parts:
+        return Schedule(spec, B, (0.0,), (1.0,), stepwise=True)
+    if name == "step":
+        if len(parts) != 2:
+            raise ValueError(f"schedule {spec!r}: expected step:M1,M2,...:FACTOR")
+        try:
+            ms = [float(m) for m in parts[0].split(",") if m]
+            f = float(parts[1])
+        except ValueError:
+            raise ValueError(f"schedule {spec!r}: milestones and factor must be numbers") from None
+        if not ms or np.any(np.diff(ms) <= 0) or not 0 < f:
+            raise ValueError(f"schedule {spec!r}: milestones must increase and the factor be > 0")
+        return Schedule(spec, B, tuple([0.0] + ms), tuple(f ** i for i in range(len(ms) + 1)), stepwise=True)
+    if name in ("steps", "points"):
+        xs, lrs = _pairs(rest, spec)
+        if name == "steps" and xs[0] > 0:
+            xs, lrs = [0.0] + xs, [lrs[0]] + lrs
+        return Schedule(spec, B, tuple(xs), tuple(lrs), stepwise=name == "steps")
+    if name in ("cosine", "linear", "poly"):
+        kv = _kv(parts, spec, ("warmup", "power") if name == "poly" else ("warmup",))
+        if name == "poly" and "power" not in kv:
+            raise ValueError(f"schedule {spec!r}: poly needs power=P")
+        knots = _warm(kv.get("warmup", 0.0), B, spec)
+        W = knots[-1][0]
+        t = np.linspace(0, 1, n)[1:]
+        shape = {"cosine": 0.5 * (1 + np.cos(np.pi * t)), "linear": 1 - t,
+                 "poly": (1 - t) ** kv.get("power", 1.0)}[name]
+        xs = [k[0] for k in knots] + list(W + t * (B - W))
+        return Schedule(spec, B, tuple(xs), tuple([k[1] for k in knots] + list(shape)))
+    if name == "wsd":
+        kv = _kv(parts, spec, ("warmdown", "warmup"))
+        if "warmdown" not in kv:
+            raise ValueError(f"schedule {spec!r}: wsd needs warmdown=N")
+        knots = _warm(kv.get("warmup", 0.0), B, spec)
+        start = B - kv["warmdown"]
+        if start < knots[-1][0]:
+            raise ValueError(f"schedule {spec!r}: warm-up and warmdown={kv['warmdown']:g} overlap within budget {B:g}")
+        knots += [(start, 1.0), (B, 0.0)]
+        xs, lrs = zip(*sorted(dict(knots).items()))
+        return Schedule(spec, B, tuple(xs), tuple(lrs))
+    if name == "onecycle":
+        p = _kv(parts, spec, ("pct",)).get("pct", 0.3)
+        if not 0 < p < 1:
+            raise ValueError(f"schedule {spec!r}: pct must be in (0, 1), got {p:g}")
+        lo, end = 1 / 25, 1 / 25 / 1e4
+        t = np.linspace(0, 1, n)
+        up = lo + (1 - lo) * 0.5 * (1 - np.cos(np.pi * t))
+        down = end + (1 - end) * 0.5 * (1 + np.cos(np.pi * t[1:]))
+        xs = list(t * p * B) + list(p * B + t[1:] * (1 - p) * B)
+        return Schedule(spec, B, tuple(xs), tuple(list(up) + list(down)))
+    raise ValueError(f"schedule {spec!r}: unknown (expected {SPEC_HELP})")

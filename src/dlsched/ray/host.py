@@ -1,0 +1,133 @@
+"""One process under one Ray actor: the actor the Ray backend runs a job's runtime in and the Ray launcher
+runs each worker in. The process gets its own session so that a stop reaches everything it started, and it
+learns where it runs (``DLSCHED_RAY_NODE_ID`` / ``_NODE_IP``) and its actor's pid, so it can end itself once
+the actor is gone (a lost node or a killed actor never leaves an orphan writing to the job directory)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+RAY_NODE_ENV = "DLSCHED_RAY_NODE_ID"     # given to the hosted process: where it runs
+RAY_NODE_IP_ENV = "DLSCHED_RAY_NODE_IP"
+ACTOR_PID_ENV = "DLSCHED_RAY_ACTOR_PID"   # the hosted process's parent: gone -> it ends
+NAMESPACE = "dlsched"
+
+
+def kill_process_group(pgid: int, grace_s: float = 3.0) -> None:
+    """SIGTERM a process group, SIGKILL whatever is left after ``grace_s``."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def actor_pid() -> int:
+    """The hosting actor's pid (from the environment, not getppid(): the actor may be gone already)."""
+    return int(os.environ.get(ACTOR_PID_ENV) or os.getppid())
+
+
+def exit_when_orphaned(parent: int, code: int = 3, every_s: float = 0.2) -> None:
+    """A daemon thread that ends this process as soon as ``parent`` is no longer its parent."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(code)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
+
+
+class ProcessHost:
+    """Ray actor body: one process, started in its own session, on the node (or in the bundle) the actor holds.
+
+    Threaded (``max_concurrency=2``) so that ``stop`` runs while ``wait`` blocks on the process."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.started = threading.Event()
+
+    def launch(self, argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) -> dict:
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id()
+        node_ip = ray.util.get_node_ip_address()
+        full_env = {**os.environ, **env, RAY_NODE_ENV: node_id,   # keeps CUDA_VISIBLE_DEVICES Ray set
+                    RAY_NODE_IP_ENV: node_ip, ACTOR_PID_ENV: str(os.getpid())}
+        try:
+            os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            self.started.set()   # wait() must not block forever when the start itself failed
+        return {"pid": self.proc.pid, "node_id": node_id, "node_ip": node_ip,
+                "gpus": [str(g) for g in ray.get_gpu_ids()]}
+
+    def wait(self) -> int:
+        self.started.wait()
+        return self.proc.wait() if self.proc is not None else 127
+
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self, grace_s: float = 0.0) -> int | None:
+        """SIGTERM the process's group, SIGKILL after ``grace_s``; its exit code (None if never started)."""
+        if self.proc is not None and self.proc.poll() is None:
+            kill_process_group(self.proc.pid, grace_s=grace_s)
+            self.proc.wait()
+        return None if self.proc is None else self.proc.returncode
+
+
+def host_actor(ray, **options):
+    """The ``ProcessHost`` actor class with ``options`` (never restarted: a restarted host would hold no process)."""
+    return ray.remote(max_restarts=0, max_concurrency=2, **options)(ProcessHost)
+
+
+# ----------------------------------------------------------------------------- the guard
+# `python -m dlsched.ray.host --guard -- CMD...`: starts CMD in its own session and kills that whole process
+# group when told to stop or when its parent (the actor) disappears - a lost node, where nobody cleans up.
+
+def guard(cmd: list[str]) -> int:
+    from dlsched.train.preemption import sigterm_blocked
+
+    parent = os.getppid()
+    with sigterm_blocked():   # as the local backend: a stop during the runtime's start-up waits for its handler
+        child = subprocess.Popen(cmd, start_new_session=True)
+
+    def stop(*_):
+        kill_process_group(child.pid)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while True:
+        try:
+            return child.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            if os.getppid() != parent:
+                stop()
+
+
+def guarded(cmd: list[str]) -> list[str]:
+    return [sys.executable, "-m", "dlsched.ray.host", "--guard", "--", *cmd]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:3] != ["--guard", "--"]:
+        print("usage: python -m dlsched.ray.host --guard -- CMD... (started by the Ray backend)", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(guard(sys.argv[3:]))

@@ -1,0 +1,91 @@
+"""Comparison of simulation results: a rich table, CSVs and plots (JCT CDF per policy, GPUs allocated over time)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from dlsched.sim.metrics import SimResult
+
+COLUMNS = [("policy", "policy"), ("finished", "finished"), ("avg_jct", "avg JCT (s)"), ("p50_jct", "p50 JCT (s)"),
+           ("p99_jct", "p99 JCT (s)"), ("makespan", "makespan (s)"), ("avg_queue_delay", "avg queue (s)"),
+           ("gpu_utilisation", "GPU util"), ("restarts", "restarts")]
+
+
+def summary_frame(results: Sequence[SimResult], horizon: float | None = None) -> pd.DataFrame:
+    rows = []
+    for r in results:
+        s = {"policy": r.policy, **r.summary()}
+        if horizon is not None:
+            s["finished_by_horizon"] = int((r.finished.finish <= horizon).sum())
+        rows.append(s)
+    return pd.DataFrame(rows)
+
+
+def print_summary(frame: pd.DataFrame, title: str = "simulation", wide: bool = False) -> None:
+    """The comparison table; no number or policy name is ever cut (``display.py``)."""
+    from dlsched.display import Column, table
+
+    keys = [k for k, _ in COLUMNS if k in frame] + [k for k in frame if k not in dict(COLUMNS) and k != "jobs"]
+    low_value = {"avg_queue_delay": 1, "p50_jct": 2, "restarts": 3}
+    cols = [Column(dict(COLUMNS).get(k, k), "left" if k == "policy" else "right", low_value.get(k, 0)) for k in keys]
+    rows = []
+    for _, row in frame.iterrows():
+        rows.append([f"{row[k]:.1%}" if k == "gpu_utilisation" else f"{row[k]:,.2f}" if k == "avg_jct"
+                     else f"{row[k]:,.0f}" if isinstance(row[k], float) else str(row[k]) for k in keys])
+    table(cols, rows, title=title, wide=wide)
+
+
+def markdown_report(results: Sequence[SimResult], horizon: float | None = None) -> str:
+    frame = summary_frame(results, horizon).drop(columns=["jobs"], errors="ignore")
+    if "gpu_utilisation" in frame:
+        frame["gpu_utilisation"] = (100 * frame["gpu_utilisation"]).round(1)
+    frame = frame.rename(columns=dict(COLUMNS) | {"gpu_utilisation": "GPU util (%)"})
+    return "\n".join(["# dlsched simulation", "", frame.to_markdown(index=False, floatfmt=",.1f"), "",
+                      "![JCT CDF](jct_cdf.png)", "", "![GPU allocation](gpu_allocation.png)", ""])
+
+
+def write_report(results: Sequence[SimResult], out: str | Path, horizon: float | None = None) -> list[Path]:
+    """Write summary.csv, jobs-<policy>.csv, jct_cdf.png, gpu_allocation.png and report.md under ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.csv"]
+    summary_frame(results, horizon).to_csv(written[0], index=False)
+    for r in results:
+        p = out / f"jobs-{r.policy}.csv"
+        r.jobs.to_csv(p, index=False)
+        written.append(p)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        jct = np.sort(r.finished.jct.to_numpy())
+        ax.step(jct, np.arange(1, len(jct) + 1) / max(len(jct), 1), where="post", label=r.policy)
+    ax.set(xscale="log", xlabel="job completion time (s)", ylabel="fraction of jobs", title="JCT CDF")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "jct_cdf.png", dpi=120)
+    plt.close(fig)
+    # one panel per policy: overlaid step lines of several policies cannot be told apart
+    fig, axes = plt.subplots(len(results) or 1, 1, figsize=(8, 1.6 + 1.5 * max(len(results), 1)), sharex=True,
+                             squeeze=False)
+    for ax, r in zip(axes[:, 0], results):
+        tl = r.timeline
+        ax.fill_between(tl.time / 3600, tl.gpus_allocated, step="pre", alpha=0.45)
+        ax.step(tl.time / 3600, tl.gpus_allocated, where="pre", lw=0.8)
+        ax.axhline(r.total_gpus, color="grey", lw=0.8, ls="--")
+        ax.set_ylim(0, r.total_gpus * 1.05 or 1)
+        ax.set_ylabel("GPUs")
+        ax.set_title(f"{r.policy}: GPUs allocated (dashed: cluster size)", fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel("time (h)")
+    fig.tight_layout()
+    fig.savefig(out / "gpu_allocation.png", dpi=120)
+    plt.close(fig)
+    (out / "report.md").write_text(markdown_report(results, horizon))
+    written += [out / "jct_cdf.png", out / "gpu_allocation.png", out / "report.md"]
+    return written

@@ -1,0 +1,257 @@
+"""Supervisor of a parameter-server job: generations of processes, committed rounds, recovery and resize.
+
+Same job-folder contract as the all-reduce coordinator (``dlsched.train``: control.json in, progress.jsonl
+and status.json out), plus ``ps/state.json`` (the committed rounds) and ``ps/records/`` (per-batch sample
+ids, clocks and versions). A generation is P servers + W workers forked from here; it runs rounds until
+the job is done or control.json asks for another worker count, which applies at the next round boundary by
+ending the generation (Optimus resizes through a checkpoint too, algorithms.md §1.1). A process that dies
+(e.g. SIGKILL) ends its generation: the rest are killed and the next one replays the uncommitted round.
+SIGTERM stops at once and exits 143; a re-run resumes at the last committed round, as after a crash.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import socket
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dlsched.errors import UserError
+from dlsched.train import preemption
+from dlsched.train.checkpoint import checkpoint_path, load_checkpoint
+from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
+from dlsched.train.job import build_job
+from dlsched.train.ps import Generation, SyncMode, num_rounds, records_path, run_rank, shard_indices
+
+STOPPED = 143
+
+
+@dataclass(frozen=True)
+class PSOptions:
+    job_dir: Path
+    entry: str
+    params: dict
+    workers: int
+    servers: int
+    mode: SyncMode
+    batch_size: int | None = None
+    ckpt_every: int = 10  # global batches per round
+    max_restarts: int = 3
+    throttle: dict = field(default_factory=dict)  # worker index (str) -> extra seconds per step
+
+
+def _state_path(job_dir: Path) -> Path:
+    return Path(job_dir) / "ps" / "state.json"
+
+
+def read_state(job_dir: Path) -> dict | None:
+    try:
+        return json.loads(_state_path(job_dir).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _round_records(job_dir: Path, generation: int, workers: int, r: int) -> list[dict]:
+    out = []
+    for w in range(workers):
+        path = records_path(job_dir, generation, w)
+        if path.exists():
+            out += [rec for rec in map(json.loads, path.read_text().splitlines()) if rec["round"] == r]
+    return out
+
+
+def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
+    """Rank 0, after every server saved round r: mark it committed, log it; False ends the generation."""
+    state = read_state(job_dir)
+    state["round_generation"] = state["round_generation"][:r] + [gen.number]
+    now = time.time()
+    recs = _round_records(job_dir, gen.number, gen.workers, r)
+    samples = sum(len(x["ids"]) for x in recs)
+    done_samples = state.get("samples", 0) + samples
+    state["samples"] = done_samples
+    elapsed = max(now - state.get("last_commit", now), 1e-9)
+    per_worker = Counter()
+    for x in recs:
+        per_worker[x.get("worker", 0)] += len(x["ids"])
+    job_samples = state["num_samples"]
+    ProgressLog(job_dir).write({
+        "time": now, "step": (r + 1) * gen.round_batches, "round": r, "epoch": (done_samples - 1) // job_samples,
+        "samples": done_samples, "loss": sum(x["loss_sum"] for x in recs) / max(samples, 1),
+        "samples_per_s": samples / elapsed, "workers": gen.workers, "servers": gen.servers, "sync": str(gen.mode),
+        "batch_size": gen.global_batch, "generation": gen.number, "total_samples": state["total_samples"],
+        "strategy": "ps"})
+    state["last_commit"] = now
+    control = read_control(job_dir)
+    fresh = control is not None and control.generation > state["control_generation"]
+    # control.json counts the job's slots, as the scheduler does: servers + workers
+    workers = control.workers - gen.servers if fresh else gen.workers
+    resize = fresh and workers != gen.workers and workers >= 1
+    if fresh:
+        state["control_generation"] = control.generation
+        state["workers"] = workers if workers >= 1 else gen.workers
+        if control.batch_size:
+            state["global_batch"] = control.batch_size
+            resize = resize or control.batch_size != gen.global_batch
+    atomic_write_json(_state_path(job_dir), state)
+    return r + 1 < rounds and not resize
+
+
+def _fresh_state(opts: PSOptions, job) -> dict:
+    return {"servers": opts.servers, "sync": str(opts.mode), "workers": opts.workers,
+            "global_batch": opts.batch_size or job.batch_size, "round_batches": opts.ckpt_every,
+            "round_generation": [], "generation": -1, "control_generation": -1, "samples": 0,
+            "num_samples": job.num_samples, "total_samples": job.num_samples * job.epochs, "restarts": 0}
+
+
+class PSRunner:
+    def __init__(self, opts: PSOptions):
+        if opts.workers < 1 or opts.servers < 1:
+            raise UserError(f"servers={opts.servers}, workers={opts.workers}: both must be >= 1")
+        if opts.ckpt_every < 1:
+            raise UserError(f"ckpt_every={opts.ckpt_every}: a parameter-server round needs >= 1 global batch")
+        self.opts = opts
+        self.job = build_job(opts.entry, opts.params)
+        self.job_dir = Path(opts.job_dir)
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        self.progress = ProgressLog(self.job_dir)
+
+    def _state(self) -> dict:
+        state = read_state(self.job_dir)
+        if state is None:
+            state = _fresh_state(self.opts, self.job)
+            _state_path(self.job_dir).parent.mkdir(parents=True, exist_ok=True)
+        elif state["servers"] != self.opts.servers:  # the shards are laid out for that many servers
+            raise UserError(f"servers={self.opts.servers}: this job folder was trained with servers={state['servers']}; "
+                            "the server count is fixed per run")
+        else:
+            state["workers"] = self.opts.workers
+        state["sync"] = str(self.opts.mode)
+        state["last_commit"] = time.time()
+        atomic_write_json(_state_path(self.job_dir), state)
+        return state
+
+    def _generation(self, state: dict) -> Generation:
+        return Generation(self.opts.entry, self.opts.params, self.opts.servers, state["workers"], self.opts.mode,
+                          state["global_batch"], state["round_batches"], state["generation"] + 1,
+                          len(state["round_generation"]), str(self.job_dir), _free_port(), self.opts.throttle)
+
+    def run(self) -> int:
+        state = self._state()
+        ctx = mp.get_context("fork")  # no re-import of torch and the job per process
+        while True:
+            gen = self._generation(state)
+            if gen.first_round >= num_rounds(gen, self.job):
+                return self._finish()
+            state["generation"] = gen.number
+            atomic_write_json(_state_path(self.job_dir), state)
+            procs = [ctx.Process(target=run_rank, args=(rank, gen, commit_round), daemon=True)
+                     for rank in range(gen.servers + gen.workers)]
+            for p in procs:
+                p.start()
+            write_status(self.job_dir, "running", os.getpid(), gen.workers, servers=gen.servers, generation=gen.number,
+                         server_pids=[p.pid for p in procs[:gen.servers]],
+                         worker_pids=[p.pid for p in procs[gen.servers:]])
+            lost = self._wait(procs)
+            state = read_state(self.job_dir)
+            if lost == STOPPED:
+                self.progress.write({"event": "stopped", "round": len(state["round_generation"])})
+                write_status(self.job_dir, "stopped", os.getpid(), gen.workers)
+                return STOPPED
+            if lost:
+                state["restarts"] += 1
+                self.progress.write({"event": "worker_lost", "exit_codes": lost, "new_generation": gen.number + 1,
+                                     "restored_round": len(state["round_generation"])})
+                if state["restarts"] > self.opts.max_restarts:
+                    write_status(self.job_dir, "failed", os.getpid(), gen.workers, f"processes lost: {lost}")
+                    return 1
+            elif state["workers"] != gen.workers or state["global_batch"] != gen.global_batch:
+                self.progress.write({"event": "resized", "from_workers": gen.workers, "workers": state["workers"],
+                                     "batch_size": state["global_batch"], "round": len(state["round_generation"])})
+            atomic_write_json(_state_path(self.job_dir), state)
+
+    def _wait(self, procs) -> dict | int:
+        """{rank: exit code} of processes that failed (the rest killed), {} when all ended well, or STOPPED."""
+        while True:
+            codes = {i: p.exitcode for i, p in enumerate(procs)}
+            failed = {i: c for i, c in codes.items() if c not in (None, 0)}
+            if failed or preemption.requested():
+                for p in procs:
+                    if p.exitcode is None:
+                        p.kill()
+                for p in procs:
+                    p.join()
+                return STOPPED if preemption.requested() and not failed else failed
+            if all(c == 0 for c in codes.values()):
+                return {}
+            time.sleep(0.05)
+
+    def _finish(self) -> int:
+        state = read_state(self.job_dir)
+        loss = final_loss(self.job_dir, self.opts.entry, self.opts.params, state)
+        self.progress.write({"event": "finished", "round": len(state["round_generation"]), "final_loss": loss})
+        write_status(self.job_dir, "finished", os.getpid(), state["workers"], final_loss=loss)
+        return 0
+
+
+def final_model(job_dir: Path, entry: str, params: dict, state: dict) -> torch.nn.Module:
+    """The trained model, assembled from the servers' shards of the last committed round."""
+    job = build_job(entry, params)
+    torch.manual_seed(job.seed)
+    model = job.make_model()
+    flat = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+    r = len(state["round_generation"]) - 1
+    for s, idx in enumerate(shard_indices(model, state["servers"])):
+        ckpt = load_checkpoint(checkpoint_path(Path(job_dir) / "ckpt" / f"server-{s}", r), job.name)
+        flat[idx] = ckpt["shard"]
+    torch.nn.utils.vector_to_parameters(flat, model.parameters())
+    return model
+
+
+def final_loss(job_dir: Path, entry: str, params: dict, state: dict, batch: int = 1024) -> float:
+    """Mean loss of the trained model over the whole dataset (the figure to compare modes by)."""
+    job = build_job(entry, params)
+    model = final_model(job_dir, entry, params, state)
+    total = 0.0
+    with torch.no_grad():
+        for lo in range(0, job.num_samples, batch):
+            ids = torch.arange(lo, min(lo + batch, job.num_samples))
+            x, y = job.get_batch(ids)
+            total += float(job.loss_fn(model(x), y)) * len(ids)
+    return total / job.num_samples
+
+
+def committed_samples(job_dir: Path) -> Counter:
+    """Multiset of sample ids trained into the final model: each round's records from the generation that
+    committed it (an uncommitted round's records were replayed by the next generation)."""
+    state = read_state(job_dir)
+    seen: Counter = Counter()
+    for r, g in enumerate(state["round_generation"]):
+        for path in sorted((Path(job_dir) / "ps" / "records").glob(f"gen-{g:04d}-worker-*.jsonl")):
+            for line in path.read_text().splitlines():
+                rec = json.loads(line)
+                if rec["round"] == r:
+                    seen.update(rec["ids"])
+    return seen
+
+
+def staleness_gaps(job_dir: Path) -> np.ndarray:
+    """clock − slowest active clock at each SSP/async reply, over every committed record."""
+    state = read_state(job_dir)
+    gaps = []
+    for g in sorted(set(state["round_generation"])):
+        for path in sorted((Path(job_dir) / "ps" / "records").glob(f"gen-{g:04d}-worker-*.jsonl")):
+            gaps += [rec["clock"] - rec["slowest"] for rec in map(json.loads, path.read_text().splitlines())
+                     if "clock" in rec]
+    return np.asarray(gaps)

@@ -1,0 +1,137 @@
+"""The operator's commands as a user runs them (separate processes, piped at 80 columns) against a real service."""
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dlsched.service.server import Service, free_port
+from tests.service.conftest import RUNTIME, cluster, job_yaml
+from tests.service.teardown import stop_service_and_jobs
+from tests.waiting import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+SERVE = REPO / "tests" / "service" / "serve_for_tests.py"
+
+
+def cli(*args, server=None, timeout=90, columns=80):
+    extra = ["--server", server] if server else []
+    env = dict(os.environ, COLUMNS=str(columns))
+    return subprocess.run([sys.executable, str(SERVE), *args, *extra], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)
+
+
+def no_cut_cells(text: str) -> bool:
+    return "…" not in text and "..." not in text
+
+
+@pytest.fixture
+def busy_service(tmp_path):
+    """A service with one finished, one failed-by-cancel and one long-running job."""
+    svc = Service(cluster(slots=(2, 2)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    c = httpx.Client(base_url=svc.url, timeout=30)
+    names = ["quick-job-with-a-rather-long-name", "long-running-job", "to-be-cancelled"]
+    ids = [c.post("/jobs", content=job_yaml(names[0], samples=64),
+                  headers={"content-type": "application/yaml"}).json()["id"],
+           c.post("/jobs", content=job_yaml(names[1], samples=10**6, step_s=0.05),
+                  headers={"content-type": "application/yaml"}).json()["id"],
+           c.post("/jobs", content=job_yaml(names[2], gpus=2, samples=10**6, step_s=0.05),
+                  headers={"content-type": "application/yaml"}).json()["id"]]
+    wait_until(lambda: c.get(f"/jobs/{ids[0]}").json()["state"] == "finished", 90, "quick job finishes")
+    c.post(f"/jobs/{ids[2]}/cancel")
+    wait_until(lambda: c.get(f"/jobs/{ids[2]}").json()["state"] == "cancelled", 60, "job cancelled")
+    yield svc, ids
+    c.close()
+    stop_service_and_jobs(svc)
+
+
+def test_every_table_fits_80_columns_without_cutting_a_cell_and_every_json_parses(busy_service):
+    svc, ids = busy_service
+    for args in (["status"], ["status", "--active"], ["history"], ["events"], ["events", "--job", str(ids[0])]):
+        r = cli(*args, server=svc.url)
+        assert r.returncode == 0, (args, r.stderr)
+        assert no_cut_cells(r.stdout), (args, r.stdout)
+        assert all(len(line) <= 80 for line in r.stdout.splitlines()), (args, r.stdout)
+    status = cli("status", server=svc.url).stdout
+    assert "quick-job-with-a-rather-long-name" in status and "long-running-job" in status
+    wide = cli("status", "--wide", server=svc.url).stdout
+    assert "SAMPLES/S" in wide and no_cut_cells(wide)
+
+    jobs = json.loads(cli("status", "--json", server=svc.url).stdout)
+    assert [j["id"] for j in jobs] == ids
+    assert jobs[0]["end_time"].endswith("+00:00") and "T" in jobs[0]["submit_time"]   # ISO 8601, not epoch floats
+    hist = json.loads(cli("history", "--json", server=svc.url).stdout)
+    assert {j["state"] for j in hist} == {"finished", "cancelled"}
+    assert json.loads(cli("history", "--state", "cancelled", "--json", server=svc.url).stdout)[0]["id"] == ids[2]
+    events = json.loads(cli("events", "--json", "--type", "finished", server=svc.url).stdout)
+    assert events and all(e["kind"] == "finished" for e in events)
+    shown = json.loads(cli("show", str(ids[0]), server=svc.url).stdout)
+    assert shown["state"] == "finished" and isinstance(shown["end_time"], str)
+
+
+def test_cancelled_jobs_show_their_reason_and_cancelling_an_ended_job_is_an_error(busy_service):
+    svc, ids = busy_service
+    status = cli("status", server=svc.url, columns=200).stdout
+    line = next(ln for ln in status.splitlines() if "to-be-cancelled" in ln)
+    assert "cancel" in line and "done" not in line
+    r = cli("cancel", str(ids[0]), server=svc.url)
+    assert r.returncode == 1
+    assert r.stderr.strip() == f"error: job {ids[0]} already finished; nothing to cancel"
+
+
+def test_submit_overrides_and_a_misspelled_param_gets_did_you_mean_at_submit(tmp_path):
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), workdir=REPO).start()   # real runtime
+    try:
+        spec = tmp_path / "mlp.yaml"
+        spec.write_text("name: mlp\nentry: examples/mlp.py:make_job\ngpus: 1\nparams: {num_sampels: 64}\n")
+        r = cli("submit", str(spec), server=svc.url)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "params.num_sampels" in r.stderr and "did you mean 'num_samples'?" in r.stderr
+        spec.write_text("name: mlp\nentry: examples/mlpp.py:make_job\ngpus: 1\n")
+        r = cli("submit", str(spec), server=svc.url)
+        assert r.returncode == 2 and "'examples/mlpp.py' not found" in r.stderr
+        assert svc.store.count() == 0
+        spec.write_text("name: mlp\nentry: examples/mlp.py:make_job\ngpus: 1\n")
+        r = cli("submit", str(spec), "--name", "renamed", "--gpus", "2", "--param", "num_samples=64",
+                "--param", "lr=0.01", "--json", server=svc.url)
+        assert r.returncode == 0, r.stderr
+        job_id = json.loads(r.stdout)[0]["id"]
+        job = httpx.get(f"{svc.url}/jobs/{job_id}").json()
+        assert job["name"] == "renamed" and job["spec"]["gpus"] == 2
+        assert job["spec"]["params"] == {"num_samples": 64, "lr": 0.01}
+        r = cli("submit", str(spec), "--param", "num_samples", server=svc.url)
+        assert r.returncode == 2 and "KEY=VALUE" in r.stderr
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_serve_without_options_runs_on_this_machine_and_a_busy_port_is_one_line(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "dlsched.cli", "serve", "--port", str(port),
+                             "--state-dir", str(tmp_path / "state")], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        first = proc.stdout.readline()
+        assert f"API http://127.0.0.1:{port}" in first and f"dashboard http://127.0.0.1:{port}/dashboard/" in first
+        wait_until(lambda: _healthy(port), 60, "service answers /healthz")
+        nodes = httpx.get(f"http://127.0.0.1:{port}/cluster").json()["nodes"]
+        assert len(nodes) == 1 and nodes[0]["gpus"] >= 1
+        again = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--port", str(port),
+                                "--state-dir", str(tmp_path / "other")], capture_output=True, text=True, timeout=60)
+        assert again.returncode == 2 and again.stdout == ""
+        assert again.stderr.strip() == (f"error: --port {port}: 127.0.0.1:{port} is already in use "
+                                        f"(another dlsched serve?); choose another with --port")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -1,0 +1,70 @@
+import numpy as np
+import pytest
+
+from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
+from dlsched.perf.calibration import Calibration, calibrate, quantile_band
+from dlsched.perf.curve_predict import predict_curve
+from dlsched.perf.prior import FinishedFit, prior_from_fits
+from dlsched.perf.schedule import parse_schedule
+
+B = 1000.0
+
+
+def law_curve(spec, x, c=0.4):
+    return AnnealingCurve(0.5, 1.0, 0.7, c, parse_schedule(spec, B)).value(x)
+
+
+def test_the_fit_recovers_the_law_and_predicts_a_decay_it_has_seen_begin():
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("step:300,700:0.1", x)
+    s = parse_schedule("step:300,700:0.1", B)
+    f = fit_annealing(x[x <= 500], y[x <= 500], s)
+    assert f.value(B) == pytest.approx(y[-1], rel=0.02)
+
+
+def test_a_prefix_before_any_decay_still_predicts_the_drop_from_the_prior():
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("cosine:warmup=50", x)
+    s = parse_schedule("cosine:warmup=50", B)
+    p = predict_curve(x[x <= 250], y[x <= 250], s, prior=CurvePrior(alpha=0.7, drop=0.4))
+    const = AnnealingCurve(0.5, 1.0, 0.7, 0.0, s).value(B)
+    assert p.model == "annealing"
+    assert abs(p.final_value - y[-1]) < abs(const - y[-1]) / 3
+
+
+def test_constant_lr_lets_optimus_compete_and_unreachable_targets_have_no_steps():
+    x = np.arange(10, 1001, 10.0)
+    y = 1.0 / (2e-3 * x + 1.0) + 0.2
+    p = predict_curve(x[:40], y[:40], parse_schedule("constant", B), target=0.05)
+    assert p.model in ("optimus", "annealing")
+    assert p.target_step is None and p.steps_to_target is None and not p.reachable
+    assert p.final_value_interval_80[0] <= p.final_value <= p.final_value_interval_80[1]
+    q = predict_curve(x[:40], y[:40], parse_schedule("constant", B), target_fraction=0.9)
+    assert q.reachable and 0 < q.steps_to_target <= B - x[39]
+    assert q.interval_80[0] <= q.steps_to_target <= q.interval_80[1]
+
+
+def test_accuracy_is_modelled_as_error_and_answered_in_accuracy():
+    x = np.arange(10, 1001, 10.0)
+    acc = 1 - law_curve("linear", x) / 4
+    s = parse_schedule("linear", B)
+    p = predict_curve(x[:50], acc[:50], s, metric="accuracy", target=float(acc[60]))
+    assert p.final_value > acc[49] and p.target == pytest.approx(acc[60])
+    assert p.final_value_interval_80[0] <= p.final_value <= p.final_value_interval_80[1]
+
+
+def test_conformal_band_and_per_fraction_calibration():
+    assert quantile_band(range(1, 20)) == (2.0, 18.0)
+    cal = calibrate([(0.1, e, 2 * e) for e in np.linspace(-1, 1, 19)] + [(0.5, e / 10, e / 5) for e in np.linspace(-1, 1, 19)])
+    lo10, hi10 = cal.final_band(0.1)
+    lo50, hi50 = cal.final_band(0.5)
+    assert lo10 < lo50 < 0 < hi50 < hi10
+    assert isinstance(Calibration.to_json(cal), str)
+
+
+def test_the_prior_leans_on_finished_jobs_that_share_metadata():
+    fits = [FinishedFit(0.3, 0.2, {"family": "resnet", "dataset": "cifar10"}),
+            FinishedFit(1.2, 0.6, {"family": "gru", "dataset": "text"})]
+    p = prior_from_fits(fits, {"family": "gru", "dataset": "text"})
+    assert p.alpha > 0.9 and p.drop > 0.5
+    assert prior_from_fits([], {}) == CurvePrior()

@@ -1,0 +1,46 @@
+import numpy as np
+import pytest
+
+from dlsched.perf.schedule import Schedule, areas, parse_schedule
+
+
+def test_every_spec_family_parses_to_its_shape():
+    B = 100.0
+    assert parse_schedule("constant", B).lr([0, 50, 99]).tolist() == [1, 1, 1]
+    step = parse_schedule("step:30,60:0.1", B)
+    assert np.allclose(step.lr([0, 29.9, 30, 59, 60, 99]), [1, 1, 0.1, 0.1, 0.01, 0.01])
+    cos = parse_schedule("cosine:warmup=10", B)
+    assert cos.lr(0) == 0 and cos.lr(10) == pytest.approx(1) and cos.lr(100) == pytest.approx(0, abs=1e-9)
+    assert cos.lr(55) == pytest.approx(0.5, abs=1e-3)
+    one = parse_schedule("onecycle:pct=0.25", B)
+    assert one.lr(25) == pytest.approx(1) and one.lr(0) == pytest.approx(1 / 25) and one.lr(100) < 1e-4
+    wsd = parse_schedule("wsd:warmdown=20:warmup=5", B)
+    assert np.allclose(wsd.lr([0, 5, 50, 80, 90, 100]), [0, 1, 1, 1, 0.5, 0])
+    poly = parse_schedule("poly:power=2", B)
+    assert poly.lr(50) == pytest.approx(0.25, abs=1e-3)
+    assert parse_schedule("linear:warmup=20", B).lr(60) == pytest.approx(0.5, abs=1e-3)
+    steps = parse_schedule("steps:0=0.01,5=0.1,95=0.01", B)
+    assert np.allclose(steps.lr([0, 4.9, 5, 94, 95]), [0.01, 0.01, 0.1, 0.1, 0.01])
+    pts = parse_schedule("points:0=0,15=0.1,30=0.005,35=0", B)
+    assert pts.lr(7.5) == pytest.approx(0.05) and pts.lr(50) == 0
+
+
+@pytest.mark.parametrize("spec", ["cosine:warmup", "step:30,20:0.1", "poly:warmup=5", "wsd:warmup=5",
+                                  "onecycle:pct=2", "steps:a=1", "bogus", "cosine:warmup=200"])
+def test_a_bad_spec_is_one_line_naming_the_spec(spec):
+    with pytest.raises(ValueError) as e:
+        parse_schedule(spec, 100)
+    assert spec in str(e.value) and "\n" not in str(e.value)
+
+
+def test_areas_count_the_forward_area_and_the_annealing_once_it_happened():
+    s = parse_schedule("step:50:0.1", 100)
+    s1, s2 = areas(s, [25, 50, 100])
+    assert s1[0] == pytest.approx(0.25, rel=1e-2) and s1[2] == pytest.approx(0.55, rel=1e-2)
+    assert s2[0] == 0 and s2[1] < 0.05 and s2[2] == pytest.approx(0.9, rel=1e-2)
+    assert parse_schedule("constant", 100).anneals_after(0) is False and s.anneals_after(10) and not s.anneals_after(60)
+
+
+def test_lr_column_schedule_follows_the_logged_values():
+    s = Schedule.from_points([0, 10, 20], [1.0, 0.5, 0.25], budget=20)
+    assert s.lr(5) == pytest.approx(0.75) and s.anneals_after(0)
