@@ -94,17 +94,8 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     for j in jobs:
         frac = j.get("fraction_done")
         style = STATE_STYLE.get(j["state"], "")
-<<<<<<< HEAD
-        name = j["name"] + (f"\n[dim]{summary(j['ensemble'])}[/]" if j.get("ensemble") else "")
-        t.add_row(str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]), str(j.get("batch_size") or "-"),
-                  Group(bar, pct) if frac is not None else "-",
-                  f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
-                  f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
-                  _fmt_eta(j.get("predicted_finish")) if j["state"] not in TERMINAL else
-                  (time.strftime("done %H:%M:%S", time.localtime(j["end_time"])) if j.get("end_time") else "-"))
-    return t
-=======
-        rows.append([str(j["id"]), escape(j["name"]), f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
+        name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
+        rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
@@ -239,7 +230,6 @@ def port_is_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
->>>>>>> main
 
 
 def register(app: typer.Typer) -> None:

@@ -18,12 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-<<<<<<< HEAD
 from dlsched.service.fleet_status import ensemble_of
-from dlsched.service.predict import expected_times
-=======
 from dlsched.service.refit import expected_times
->>>>>>> main
 from dlsched.service.store import Store, UnknownJob
 from dlsched.spec import ClusterSpec, SpecError, load_job_spec
 

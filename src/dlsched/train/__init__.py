@@ -23,7 +23,11 @@ Job runtime contract (between ``train/`` and the service backends ``backends/``)
   ``--standby K`` (prepared spare workers: scale-out then waits only for the broadcast),
   ``--no-replace-stragglers``, ``--record-samples`` (per-step sample-id audit in DIR/samples/),
   ``--strategy ps --servers P --sync sync|ssp:S|async`` (parameter server: ``ps_runner``; ``--ckpt-every`` is
-  then global batches per committed round).
+  then global batches per committed round),
+  ``--strategy fleet`` (a ``kind: ensemble`` job: the entry returns an ``EnsembleSpec``, ``workers`` is the
+  ensemble's share; ``fleet_job``: FLEET re-plans its flotillas at every new control generation; progress records
+  carry ``member``, events ``profiled``, ``flotillas``, ``member_converged``; status.json adds ``members`` and
+  ``flotillas``).
 * Control: (a parameter-server job, ``--strategy ps``: ``workers`` counts its slots, servers + workers;
   see ``ps_runner``) the coordinator polls ``DIR/control.json`` between steps; the backend writes it
   atomically (``dlsched.train.files.write_control``): ``{"workers": M, "batch_size": B or null,
