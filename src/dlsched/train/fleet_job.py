@@ -25,7 +25,7 @@ from dlsched.train import preemption
 from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
-from dlsched.train.flotilla import CTX, Convergence, FlotillaRun, MemberSpec, run_flotillas
+from dlsched.train.flotilla import CTX, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
 
 STATE_FILE = "fleet_state.json"   # converged members and each member's batch index, for a resumed run
 
@@ -94,6 +94,8 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
                    on_plan: Callable[[dict], None] | None = None,
                    on_event: Callable[[dict], None] | None = None) -> tuple[EnsembleReport, bool]:
     """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged)."""
+    for m in members:   # a bad model reference is one clear line here, not a failed profiling process
+        _build(m)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     emit = on_event or (lambda e: None)
     state = _load_state(ckpt_dir)

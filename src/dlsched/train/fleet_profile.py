@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import platform
+import queue
 import time
 import uuid
 from dataclasses import dataclass
@@ -107,7 +108,14 @@ def measure_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, d
     for p in procs:
         p.start()
     try:
-        rate = out.get(timeout=300)
+        while True:
+            try:
+                rate = out.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    raise RuntimeError(f"profiling {spec.name} on {g} rank(s) failed: exit codes "
+                                       f"{[p.exitcode for p in procs]}") from None
     finally:
         for p in procs:
             p.join(timeout=30)
