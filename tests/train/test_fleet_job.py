@@ -76,7 +76,7 @@ batch_size: 32
 convergence: {patience: 100, min_delta: 0.0, max_epochs: 40}
 rate_tolerance: 0.99
 models:
-  - {name: a, model: "%s:TinyCNN", kwargs: {width: 4}, max_workers: 2, max_epochs: 12}
+  - {name: a, model: "%s:SlowWideCNN", kwargs: {width: 4, step_s: 0.05}, max_workers: 2, max_epochs: 20}
   - {name: b, model: "%s:MLPHead", kwargs: {hidden: 8}, max_epochs: 2}
 """
 
@@ -84,7 +84,8 @@ models:
 @pytest.mark.slow
 def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_path):
     spec = tmp_path / "ens.yaml"
-    spec.write_text(ENSEMBLE_YAML % (MODELS, MODELS))
+    # a takes >= 20 epochs x 16 steps x 0.05 s: still training when b converges and the stop comes
+    spec.write_text(ENSEMBLE_YAML % (Path(__file__).parent / "slow_models.py", MODELS))
     job = tmp_path / "job"
     job.mkdir()
     def cmd(workers):
