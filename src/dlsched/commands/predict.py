@@ -17,6 +17,7 @@ from typing import Optional
 from typing import TYPE_CHECKING
 
 import typer
+from typer.core import TyperGroup
 
 from dlsched.errors import UserError, read_yaml_file
 
@@ -317,8 +318,26 @@ def plot(obs: Observations, rep: Report, out: Path) -> None:
     plt.close(fig)
 
 
+class _FileOrCurve(TyperGroup):
+    """``dlsched predict FILE ...`` (the original form) and ``dlsched predict curve FILE ...``: anything that
+    is not a sub-command name goes to the hidden ``file`` command."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["file", *args]
+        return super().parse_args(ctx, args)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("predict")
+    from dlsched.commands import predict_curve
+
+    predict_app = typer.Typer(cls=_FileOrCurve, no_args_is_help=True, help=(
+        "Predict a job's remaining time: `predict FILE.yaml|csv` (Optimus + speed models per configuration) or "
+        "`predict curve FILE` (schedule-aware time to a target metric)."))
+    app.add_typer(predict_app, name="predict")
+    predict_curve.register(predict_app)
+
+    @predict_app.command("file", hidden=True)
     def predict_cmd(
         file: Path = typer.Argument(..., help="YAML or CSV of observed losses and speed samples"),
         plot_path: Optional[Path] = typer.Option(None, "--plot", help="write observed vs fitted loss and time vs #workers here (PNG)"),

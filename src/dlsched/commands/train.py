@@ -20,9 +20,21 @@ def register(app: typer.Typer) -> None:
         strategy: str = typer.Option("allreduce", help="allreduce or ps (parameter server)"),
         servers: int = typer.Option(1, help="ps: parameter-server processes (fixed per run)"),
         sync: str = typer.Option("sync", help="ps: sync, ssp:<staleness> or async"),
+        autoscale: bool = typer.Option(False, help="size the job itself by Or et al.'s rules (all-reduce, no scheduler)"),
+        autoscale_every: int = typer.Option(20, help="autoscale: decide every K steps"),
+        spawn_size: int = typer.Option(1, help="autoscale: workers added or removed per decision (N)"),
+        max_workers: int = typer.Option(8, help="autoscale: never more workers than this"),
+        threshold: float = typer.Option(0.1, help="autoscale: scaling-efficiency threshold S"),
+        price_per_worker_hour: float = typer.Option(1.0, help="autoscale: cost of a worker-hour (utility units)"),
+        utility: str = typer.Option("", help="autoscale: VALUE:SECONDS, worth VALUE now and 0 at SECONDS (linear); "
+                                    "empty = efficiency alone"),
     ) -> None:
         """Train a job with elastic all-reduce workers or a parameter server (--strategy ps); resize via control.json."""
+        from dlsched.entry_check import check_entry, parse_params
         from dlsched.train.run import main
+
+        if ":" in entry:   # a make_job entry: a typo'd --param is one line with a suggestion, before any process starts
+            check_entry(entry, parse_params(param), Path.cwd(), "dlsched train")
 
         argv = ["--job-dir", str(job_dir), "--entry", entry, "--workers", str(workers), "--batch-mode", batch_mode,
                 "--ckpt-every", str(ckpt_every), "--standby", str(standby), "--strategy", strategy,
@@ -31,4 +43,35 @@ def register(app: typer.Typer) -> None:
             argv += ["--batch-size", str(batch_size)]
         for p in param:
             argv += ["--param", p]
+        if autoscale:
+            raise typer.Exit(_autoscaled(argv, job_dir, strategy, autoscale_every, spawn_size, workers, max_workers,
+                                         threshold, price_per_worker_hour, utility))
         raise typer.Exit(main(argv))  # run.main already printed a bad-input error as one line
+
+
+def _autoscaled(argv, job_dir, strategy, every, spawn, workers, max_workers, threshold, price, utility) -> int:
+    import sys
+
+    from dlsched.errors import UserError
+    from dlsched.train.autoscale import LinearUtility, ScheduleConfig
+    from dlsched.train.autoscale_engine import AutoscaleConfig, run_autoscaled
+
+    if strategy != "allreduce":
+        raise UserError(f"--strategy {strategy}: --autoscale sizes all-reduce jobs (Or et al.'s engine)")
+    for name, value, ok in (("--autoscale-every", every, every >= 1), ("--spawn-size", spawn, spawn >= 1),
+                            ("--max-workers", max_workers, max_workers >= workers),
+                            ("--threshold", threshold, 0 <= threshold <= 1), ("--price-per-worker-hour", price, price >= 0)):
+        if not ok:
+            raise UserError(f"{name} {value}: out of range")
+    curve = None
+    if utility:
+        try:
+            value, seconds = (float(x) for x in utility.split(":"))
+            curve = LinearUtility(value, seconds)
+        except ValueError:
+            raise UserError(f"--utility {utility!r}: expected VALUE:SECONDS, e.g. 10:3600") from None
+    cfg = AutoscaleConfig(every, ScheduleConfig(spawn_size=spawn, min_workers=1, max_workers=max_workers,
+                                                threshold=threshold, min_consecutive_passes=1,
+                                                min_batches_for_staying=0),
+                          utility=curve, price_per_worker_s=price / 3600)
+    return run_autoscaled([sys.executable, "-m", "dlsched.train.run", *argv], job_dir, cfg)

@@ -85,6 +85,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE predictions ADD COLUMN policy_finish REAL;
     CREATE TABLE forecasts (job_id INTEGER PRIMARY KEY, time REAL NOT NULL, start REAL, finish REAL);
     """,
+    # 3: an operator's `dlsched resize`: the size the job is held at, whatever its spec's range
+    """
+    ALTER TABLE jobs ADD COLUMN requested_workers INTEGER;
+    ALTER TABLE jobs ADD COLUMN requested_batch INTEGER;
+    """,
 ]
 
 
@@ -121,6 +126,8 @@ class JobRecord:
     cancel_requested: bool
     error: str | None
     job_dir: str | None
+    requested_workers: int | None = None
+    requested_batch: int | None = None
 
     def public(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("spec", "progress_offset")}
@@ -294,6 +301,19 @@ class Store:
             elif row["state"] in ACTIVE:
                 c.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
                 self._event(c, now, job_id, "cancel_requested", {})
+        return self.get(job_id)
+
+    def request_resize(self, job_id: int, workers: int, batch_size: int | None, now: float | None = None) -> JobRecord:
+        """Hold the job at ``workers`` (and ``batch_size``) from the next round on; the loop applies it."""
+        now = self.clock() if now is None else now
+        c = self._conn()
+        with self._tx():
+            row = self._job_row(c, job_id, "state")
+            if row["state"] in TERMINAL:
+                raise TransitionError(f"job {job_id} is {row['state']}; only queued or running jobs can be resized")
+            c.execute("UPDATE jobs SET requested_workers = ?, requested_batch = ? WHERE id = ?",
+                      (workers, batch_size, job_id))
+            self._event(c, now, job_id, "resize_requested", {"workers": workers, "batch_size": batch_size})
         return self.get(job_id)
 
     # -- allocations, progress, events, predictions -------------------------------------------------

@@ -27,6 +27,7 @@ from dlsched.train import preemption
 from dlsched.train.checkpoint import checkpoint_path, load_checkpoint
 from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
 from dlsched.train.job import build_job
+from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.ps import Generation, SyncMode, num_rounds, records_path, run_rank, shard_indices
 
 STOPPED = 143
@@ -125,7 +126,7 @@ class PSRunner:
         self.job = build_job(opts.entry, opts.params)
         self.job_dir = Path(opts.job_dir)
         self.job_dir.mkdir(parents=True, exist_ok=True)
-        self.progress = ProgressLog(self.job_dir)
+        self.progress = ProgressLog(self.job_dir, echo=HumanProgress())
 
     def _state(self) -> dict:
         state = read_state(self.job_dir)
