@@ -15,6 +15,7 @@ from dlsched.train.files import read_progress, read_status, write_control
 from dlsched.train.fleet_job import Share, assign_cores, assign_devices, train_ensemble
 from dlsched.train.fleet_profile import CACHE_FILE, profile_member
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
+from dlsched.train.protocol import EventRecord, Status, StepRecord, is_step
 from tests.waiting import wait_until
 
 MODELS = REPO_ROOT / "examples" / "ensemble" / "models.py"
@@ -116,6 +117,9 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         resumed = read_progress(job)[before:]
         assert [r["member"] for r in resumed if r.get("event") == "member_converged"] == ["a"]
         assert {r.get("member") for r in resumed if "event" not in r} == {"a"}
+        for r in read_progress(job):                            # the same typed contract as every other job
+            (StepRecord if is_step(r) else EventRecord).model_validate(r)
+        Status.model_validate(read_status(job))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
