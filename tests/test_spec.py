@@ -114,3 +114,14 @@ def test_parameter_server_fields():
         with pytest.raises(SpecError, match=needle) as e:
             load_job_spec(text)
         assert "\n" not in str(e.value)
+
+
+def test_autoscale_option():
+    base = "name: a\nentry: x.py:make_job\n"
+    s = load_job_spec(base + "autoscale: {every_steps: 5, max_workers: 4, utility_value: 10, utility_seconds: 3600}\n")
+    assert (s.autoscale.every_steps, s.autoscale.threshold, s.autoscale.utility_value) == (5, 0.1, 10)
+    for text, needle in ((base + "autoscale: {threshold: 2}\n", "autoscale.threshold"),
+                         (base + "autoscale: {utility_value: 1}\n", "go together"),
+                         (base + "gpus: 3\nstrategy: ps\nautoscale: {}\n", "strategy must be allreduce")):
+        with pytest.raises(SpecError, match=needle):
+            load_job_spec(text)

@@ -9,7 +9,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        entry: str = typer.Argument(..., help="path/to/job.py:make_job or module:make_job"),
+        entry: str = typer.Argument("", help="path/to/job.py:make_job or module:make_job (or give --spec)"),
         job_dir: Path = typer.Option(..., "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/)"),
         workers: int = typer.Option(1, help="worker processes"),
         batch_size: int = typer.Option(None, help="global batch (default: the job's)"),
@@ -28,10 +28,28 @@ def register(app: typer.Typer) -> None:
         price_per_worker_hour: float = typer.Option(1.0, help="autoscale: cost of a worker-hour (utility units)"),
         utility: str = typer.Option("", help="autoscale: VALUE:SECONDS, worth VALUE now and 0 at SECONDS (linear); "
                                     "empty = efficiency alone"),
+        spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): entry, params, gpus, batch_size, "
+                                  "strategy/servers/sync and autoscale replace the options above"),
     ) -> None:
         """Train a job with elastic all-reduce workers or a parameter server (--strategy ps); resize via control.json."""
         from dlsched.entry_check import check_entry, parse_params
+        from dlsched.errors import UserError
         from dlsched.train.run import main
+
+        if spec is not None:
+            from dlsched.spec import load_job_spec_file
+
+            js = load_job_spec_file(spec)
+            entry, param, batch_size = js.entry, [f"{k}={v}" for k, v in js.params.items()], js.batch_size
+            strategy, servers, sync = js.strategy, js.num_servers or 1, js.sync
+            workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
+            if js.autoscale is not None:
+                a = js.autoscale
+                autoscale, autoscale_every, spawn_size, max_workers = True, a.every_steps, a.spawn_size, a.max_workers
+                threshold, price_per_worker_hour = a.threshold, a.price_per_worker_hour
+                utility = f"{a.utility_value}:{a.utility_seconds}" if a.utility_value is not None else ""
+        if not entry:
+            raise UserError("dlsched train: give an entry (path/to/job.py:make_job) or --spec FILE")
 
         if ":" in entry:   # a make_job entry: a typo'd --param is one line with a suggestion, before any process starts
             check_entry(entry, parse_params(param), Path.cwd(), "dlsched train")
