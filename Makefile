@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-stress venv bench clean
+.PHONY: demo test test-stress venv bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# docs/cli.md is generated from the CLI itself; tests/test_docs.py fails when it is stale.
+docs: $(STAMP)
+	$(BIN)/python -m dlsched.cli_reference > docs/cli.md
 
 # The suite 3 times under CPU load (two busy loops: a busy 2-core CI machine); fails if any run fails.
 # The busy loops are this target's children, killed by PID on every exit path.

@@ -31,6 +31,7 @@ def main() -> int:
     ap.add_argument("--entry", required=True)
     ap.add_argument("--workers", type=int, required=True)
     ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--reference-batch-size", type=int)  # the contract's: the LR's batch
     ap.add_argument("--param", action="append", default=[])
     a = ap.parse_args()
     params = dict(p.split("=", 1) for p in a.param)

@@ -105,7 +105,7 @@ def test_the_service_forecasts_when_a_waiting_job_starts(tmp_path):
     """The loop thread's forecast thread rolls the policy forward: the waiting job's predicted start is the
     running job's forecast finish, served by GET /jobs."""
     svc = Service(cluster(), tmp_path / "f", port=free_port(), runtime=RUNTIME)
-    svc.loop.forecast_every_s = 0.3
+    svc.loop.forecaster.every_s = 0.3
     svc.start()
     try:
         with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30) as c:

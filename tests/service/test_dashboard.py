@@ -20,7 +20,7 @@ import pytest
 from tests.service import policies  # noqa: F401  (registers test-fifo)
 from tests.service.teardown import stop_service_and_jobs
 from tests.waiting import wait_until
-from dlsched.service.dashboard_routes import estimate_queue, gantt_intervals, load_reports, overview
+from dlsched.service.dashboard_routes import gantt_intervals, job_detail, load_reports, overview
 from dlsched.service.server import Service, free_port
 from dlsched.service.store import Store
 from dlsched.spec import ClusterSpec, JobSpec
@@ -35,19 +35,6 @@ POLICY = "test-fifo"   # tests/service/policies.py: requested GPUs in arrival or
 
 
 # ----------------------------------------------------------------------------- pure parts
-
-def test_queue_estimate_drains_in_order_behind_predicted_finishes():
-    est = estimate_queue(running=[(1, 2, 100.0), (2, 2, 50.0)], queued=[(3, 2, 30.0), (4, 4, 10.0), (5, 1, None)],
-                         total_gpus=4, now=0.0)
-    assert est[3] == (50.0, 80.0)          # takes job 2's GPUs when it ends
-    assert est[4] == (100.0, 110.0)        # needs the whole cluster: after job 1 and job 3
-    assert est[5] == (110.0, None)         # starts after job 4, its own duration is unknown
-
-
-def test_queue_estimate_says_unknown_rather_than_guessing():
-    est = estimate_queue(running=[(1, 4, None)], queued=[(2, 1, 10.0)], total_gpus=4, now=5.0)
-    assert est[2] == (None, None)
-
 
 def test_gantt_intervals_end_at_the_next_decision_or_now():
     rows = [{"job_id": 1, "time": 0.0, "num_gpus": 2, "placement": {"a": 2}},
@@ -84,11 +71,16 @@ def test_overview_shows_who_holds_which_gpus(tmp_path):
     assert d["queue"][1]["id"] == b and d["queue"][1]["predicted_start"] is None   # a's finish is unknown
     assert d["gantt"] == [{"job_id": a, "start": 2.0, "end": 10.0, "gpus": 2, "placement": {"n1": 1, "n2": 1},
                            "batch_size": None, "name": "alpha"}]
-    # once the loop made a policy forecast, the queue shows it instead of the drain-in-order estimate
+    # before a forecast: a's finish at its allocation, b unknown; once the loop made one, the queue shows it
     store.add_prediction(a, 11.0, 0.5, 1000.0, 40.0, 51.0, None)
+    d = overview(store, (NodeView("n1", 2), NodeView("n2", 2)), now=12.0)
+    assert [(q["predicted_start"], q["predicted_finish"]) for q in d["queue"]] == [(2.0, 51.0), (None, None)]
     store.set_forecast(11.0, {a: (11.0, 60.0), b: (65.0, 90.0)})
     d = overview(store, (NodeView("n1", 2), NodeView("n2", 2)), now=12.0)
     assert [(q["predicted_start"], q["predicted_finish"]) for q in d["queue"]] == [(2.0, 60.0), (65.0, 90.0)]
+    # the job page gives the same answer, and no loss fit before the loop stored one
+    detail = job_detail(store, b)
+    assert (detail["predicted_start"], detail["predicted_finish"], detail["fit"]) == (65.0, 90.0, None)
 
 
 # ----------------------------------------------------------------------------- in the browser

@@ -86,7 +86,7 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
 
 
 def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
-    """The job runtime's start command for a launch (the contract in ``dlsched.train``), for every backend."""
+    """The job runtime's start command for a launch (the contract: docs/runtime.md), for every backend."""
     servers = launch.spec.num_servers  # a parameter-server job's slots hold its servers too
     cmd = [*runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry,
            "--workers", str(launch.num_gpus - servers)]
@@ -94,6 +94,8 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
         cmd += ["--strategy", "ps", "--servers", str(servers), "--sync", launch.spec.sync]
     if launch.batch_size is not None:
         cmd += ["--batch-size", str(launch.batch_size)]
+    if launch.spec.batch_size is not None:  # the spec's lr (a param) is the LR at the spec's batch_size
+        cmd += ["--reference-batch-size", str(launch.spec.batch_size)]
     for k, v in launch.spec.params.items():
         cmd += ["--param", f"{k}={v}"]
     return cmd

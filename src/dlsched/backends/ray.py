@@ -12,8 +12,8 @@ How a job maps onto Ray
   Ray's own ``PACK`` (node-local) or ``STRICT_SPREAD`` (when asked) chooses the nodes, through a
   transient group of all the new bundles that is placed, read and replaced by the pinned slots.
 * **Process** - a detached, named Ray actor (``dlsched-job-<id>``, a ``dlsched.ray.host.ProcessHost``)
-  pinned to the node that holds most slots runs the runtime's start command (the job runtime contract
-  in ``dlsched.train``) under a small guard process that kills the runtime's whole process group as soon as the actor
+  pinned to the node that holds most slots runs the runtime's start command (the job runtime contract:
+  docs/runtime.md) under a small guard process that kills the runtime's whole process group as soon as the actor
   dies, so a lost node never leaves a second writer behind. The runtime's coordinator connects to
   the cluster (``DLSCHED_RAY_ADDRESS``) and starts each worker in an actor inside its slot
   (``dlsched.train.launcher.RayLauncher``, reading ``DIR/ray-slots.json``): workers run on the

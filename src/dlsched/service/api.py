@@ -25,9 +25,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dlsched.service.finish_times import shown_times
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
                                     Limit, Offset)
-from dlsched.service.refit import expected_times
 from dlsched.service.store import Store, TransitionError, UnknownJob
 from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, load_job_spec
 
@@ -197,19 +197,18 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         out = []
         for j in store.jobs(states=states):
             d = j.public()
-            running = j.state in ("running", "rescaling")
-            start, finish = expected_times(preds.get(j.id), forecasts.get(j.id), running)
-            d["predicted_start"] = j.start_time if running else start
-            d["predicted_finish"] = finish
+            d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
             out.append(d)
         return out
 
     @api.get("/jobs/{job_id}")
     def show(job_id: JobId) -> dict:
-        d = store.get(job_id).public()
+        job = store.get(job_id)
+        d = job.public()
         d["allocations"] = store.allocations(job_id)
         preds = store.predictions(job_id)
         d["prediction"] = preds[-1] if preds else None
+        d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
         return d
 
     @api.post("/jobs/{job_id}/cancel")

@@ -223,16 +223,3 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
             remaining_s = max(0.0, total - samples_done) / rate
             finish = now + remaining_s if current_workers > 0 else None
     return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None), speed
-
-
-def expected_times(prediction: dict | None, forecast: dict | None, running: bool) -> tuple[float | None, float | None]:
-    """(start, finish) to show for a job from its latest prediction row and its row of the current forecast.
-
-    The policy forecast (``service/forecast.py``) when one covers the job: it knows the policy may rescale,
-    preempt or delay it. Otherwise, for a running job, the finish at its current allocation; a waiting job's
-    start is then unknown here (``dashboard_routes.estimate_queue`` drains the queue in order instead)."""
-    at_allocation = (prediction or {}).get("predicted_finish") if running else None
-    if forecast:
-        finish = forecast.get("finish")
-        return forecast.get("start"), at_allocation if finish is None else finish
-    return None, at_allocation

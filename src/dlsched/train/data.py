@@ -39,12 +39,14 @@ class PartitionTable:
     epoch: int
     bounds: np.ndarray
     offsets: np.ndarray  # consumed count per partition
+    shuffle: bool = True  # False: every epoch in id order
 
     @classmethod
-    def fresh(cls, num_samples: int, seed: int, epoch: int, num_partitions: int = 16) -> "PartitionTable":
+    def fresh(cls, num_samples: int, seed: int, epoch: int, num_partitions: int = 16,
+              shuffle: bool = True) -> "PartitionTable":
         parts = max(1, min(num_partitions, num_samples))
         bounds = np.linspace(0, num_samples, parts + 1).round().astype(np.int64)
-        return cls(num_samples, seed, epoch, bounds, np.zeros(parts, dtype=np.int64))
+        return cls(num_samples, seed, epoch, bounds, np.zeros(parts, dtype=np.int64), shuffle)
 
     @property
     def consumed(self) -> int:
@@ -60,7 +62,7 @@ class PartitionTable:
 
     def take(self, n: int) -> np.ndarray:
         """Mark the next ``n`` unconsumed samples as consumed and return their ids."""
-        order = epoch_order(self.num_samples, self.seed, self.epoch)
+        order = epoch_order(self.num_samples, self.seed, self.epoch) if self.shuffle else np.arange(self.num_samples)
         out = []
         for p in range(len(self.offsets)):
             if n <= 0:
@@ -74,16 +76,21 @@ class PartitionTable:
         return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
     def next_epoch(self) -> "PartitionTable":
-        return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets))
+        return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
+
+    def copy(self) -> "PartitionTable":
+        return PartitionTable(self.num_samples, self.seed, self.epoch, self.bounds.copy(), self.offsets.copy(),
+                              self.shuffle)
 
     def snapshot(self) -> dict:
         return {"num_samples": self.num_samples, "seed": self.seed, "epoch": self.epoch,
-                "bounds": self.bounds.tolist(), "offsets": self.offsets.tolist()}
+                "bounds": self.bounds.tolist(), "offsets": self.offsets.tolist(), "shuffle": self.shuffle}
 
     @classmethod
     def from_snapshot(cls, snap: dict) -> "PartitionTable":
         return cls(int(snap["num_samples"]), int(snap["seed"]), int(snap["epoch"]),
-                   np.asarray(snap["bounds"], dtype=np.int64), np.asarray(snap["offsets"], dtype=np.int64))
+                   np.asarray(snap["bounds"], dtype=np.int64), np.asarray(snap["offsets"], dtype=np.int64),
+                   bool(snap.get("shuffle", True)))
 
 
 def split_global_batch(ids: np.ndarray, local_sizes: list[int]) -> list[np.ndarray]:

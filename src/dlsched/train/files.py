@@ -1,4 +1,4 @@
-"""The job folder's files (contract in ``dlsched.train``): control.json in, progress.jsonl and status.json out.
+"""The job folder's files (contract in ``dlsched.train.protocol``, docs/runtime.md): control.json in, progress.jsonl and status.json out.
 
 Writers replace whole files atomically (temp + rename) so a reader in another process never sees
 half a JSON document; progress.jsonl is append-only, one object per line.

@@ -1,4 +1,4 @@
-"""``python -m dlsched.train.run``: start (or resume) one elastic training job; see ``dlsched.train`` for the contract."""
+"""``python -m dlsched.train.run``: start (or resume) one elastic training job; see docs/runtime.md for the contract."""
 from __future__ import annotations
 
 if __name__ == "__main__":  # first of all: the imports below take seconds (torch), and a SIGTERM meanwhile must
@@ -23,11 +23,17 @@ from dlsched.train.scaling import BatchMode
 
 
 def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
+    """``... --entry FILE:make_job`` or ``... -- python train.py ARGS`` (the user's own dlsched.torch script)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[argv.index("--") + 1 :] if "--" in argv else None
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(prog="python -m dlsched.train.run", description=__doc__)
     ap.add_argument("--job-dir", required=True, type=Path)
-    ap.add_argument("--entry", required=True, help="path/to/file.py:make_job or module:make_job")
+    ap.add_argument("--entry", help="path/to/file.py:make_job or module:make_job (or: -- python train.py ...)")
     ap.add_argument("--workers", required=True, type=int)
     ap.add_argument("--batch-size", type=int, default=None, help="global batch (default: the job's)")
+    ap.add_argument("--reference-batch-size", type=int, default=None,
+                    help="global batch the job's lr is given at (default: the job's batch_size); the spec's batch_size")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--batch-mode", choices=[m.value for m in BatchMode], default=BatchMode.FIXED_GLOBAL.value)
     ap.add_argument("--ckpt-every", type=int, default=20, help="checkpoint interval in steps (0 = never)")
@@ -40,15 +46,22 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     ap.add_argument("--servers", type=int, default=1, help="ps: parameter-server processes")
     ap.add_argument("--sync", default="sync", help="ps: sync, ssp:<staleness> or async")
     a = ap.parse_args(argv)
+    if (a.entry is None) == (command is None):
+        raise UserError("give either --entry FILE:make_job or a script after '--' (e.g. -- python train.py)")
+    if command == []:
+        raise UserError("'--' must be followed by the script's command, e.g. -- python train.py")
+    if command is not None and a.strategy == "ps":
+        raise UserError("--strategy ps: a script after '--' trains with all-reduce only")
     if a.strategy == "ps":
         return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
                          servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
                          ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts)
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
-    if a.batch_size is not None and a.batch_size < 1:
-        raise UserError(f"--batch-size {a.batch_size}: must be >= 1")
-    return Options(job_dir=a.job_dir, entry=a.entry, workers=a.workers, batch_size=a.batch_size,
+    for flag, value in (("--batch-size", a.batch_size), ("--reference-batch-size", a.reference_batch_size)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} {value}: must be >= 1")
+    return Options(job_dir=a.job_dir, entry=a.entry, command=command, workers=a.workers, batch_size=a.batch_size, reference_batch=a.reference_batch_size,
                    params=parse_params(a.param), batch_mode=BatchMode(a.batch_mode), ckpt_every=a.ckpt_every,
                    threads=a.threads, record_samples=a.record_samples,
                    standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers)

@@ -144,7 +144,7 @@ async function overviewPage(view) {
   view.innerHTML = `
     <section><div class="counts" id="counts"><span><b>${d.total_jobs}</b> jobs</span>${counts}<span><b>${used}/${total}</b> GPUs busy</span></div></section>
     <section id="cluster"><h2>Cluster — nodes × GPUs, who holds what</h2>${nodes || '<p class="muted">no nodes</p>'}</section>
-    <section><h2>Queue <span class="muted">(${d.queue.length} active; queued jobs: predicted start/finish if the queue drains in order)</span></h2>
+    <section><h2>Queue <span class="muted">(${d.queue.length} active; predicted start/finish under the policy forecast)</span></h2>
       <div class="scroll"><table id="queue"><thead><tr><th>id</th><th>name</th><th>state</th><th class="num">GPUs</th><th class="num">batch</th><th>progress</th><th class="num">loss</th><th class="num">samples/s</th><th>predicted start</th><th>predicted finish</th></tr></thead><tbody>${q}</tbody></table></div></section>
     <section><h2>Allocation timeline <span class="muted">(${d.gantt_jobs} of ${d.gantt_total_jobs} jobs; bar height ∝ GPUs)</span></h2><div id="gantt" class="scroll"></div></section>
     <section><h2>Recently ended</h2><div class="scroll"><table id="recent"><thead><tr><th>id</th><th>name</th><th>state</th><th>submitted</th><th>ended</th><th class="num">JCT</th><th>error</th></tr></thead><tbody>${recent}</tbody></table></div></section>`;
@@ -154,7 +154,7 @@ async function overviewPage(view) {
 
 async function jobPage(view, id) {
   const d = await api(`/dashboard/api/jobs/${encodeURIComponent(id)}`);
-  const j = d.job, now = Date.now() / 1000, fit = d.fit, p = d.prediction;
+  const j = d.job, now = Date.now() / 1000, fit = d.fit;
   const series = [{ label: "measured loss", kind: "dots", colour: "#2563eb", points: d.curve.map((c) => [c.step, c.loss]) }];
   if (fit && fit.curve) {
     series.push({ label: `fitted ${fit.model} curve + prediction to the budget`, kind: "line", colour: "#dc2626", points: fit.curve });
@@ -168,7 +168,7 @@ async function jobPage(view, id) {
     ["placement", esc(JSON.stringify(j.placement))], ["batch size", j.batch_size ?? "–"], ["samples done", fmtNum(j.samples)],
     ["fraction done", j.fraction_done == null ? "–" : (100 * j.fraction_done).toFixed(1) + "%"], ["submitted", rel(j.submit_time, now)],
     ["started", rel(j.start_time, now)], ["ended", j.end_time ? rel(j.end_time, now) : "–"],
-    ["predicted finish", p ? rel(p.predicted_finish, now) : "–"],
+    ["predicted start", rel(d.predicted_start, now)], ["predicted finish", rel(d.predicted_finish, now)],
     ["convergence fit", fit ? `β = (${fit.beta.map((b) => b.toExponential(3)).join(", ")}), RMSE ${fit.rmse.toPrecision(3)} (loss units; fitted by the service's online refit)` : "not enough points"],
     ["error", `<span class="error">${esc(j.error || "")}</span>`]];
   const allocs = d.allocations.map((a) => `<tr><td>${fmtClock(a.time)}</td><td class="num">${a.num_gpus}</td><td class="num">${a.batch_size ?? "–"}</td><td>${esc(JSON.stringify(a.placement))}</td></tr>`).join("");
