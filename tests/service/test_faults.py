@@ -165,3 +165,22 @@ def test_coordinator_sigkill_resumes_from_the_newest_valid_checkpoint(tmp_path):
                 os.killpg(old_group, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_job_that_loses_its_coordinator_every_time_fails_after_bounded_resumes(tmp_path):
+    """The contract runtime SIGKILLs itself once past 64 samples, every run: 3 resumes, then one clear error."""
+    from dlsched.service.loop import MAX_COORDINATOR_LOSSES
+    from tests.service.conftest import RUNTIME as CONTRACT, cluster
+
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=CONTRACT).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        spec = "name: oom\nentry: x.py:make_job\ngpus: 1\nparams: {samples: 640, step_s: 0.02, kill_at: 64, ckpt_every: 1}\n"
+        job = c.post("/jobs", content=spec, headers=YAML).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "failed", 120, "the job to fail")
+        j = c.get(f"/jobs/{job}").json()
+        assert f"coordinator lost {MAX_COORDINATOR_LOSSES + 1} times" in j["error"] and "signal 9" in j["error"], j
+        queued = [e for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "queued"]
+        assert [e["detail"]["coordinator_lost"] for e in queued] == list(range(1, MAX_COORDINATOR_LOSSES + 1))
+    finally:
+        stop_service_and_jobs(svc)
