@@ -44,12 +44,18 @@ def acquire(job_dir: str | Path) -> int | None:
 
 
 def is_held(job_dir: str | Path) -> bool:
-    """True while some process (a coordinator) holds the job folder's lock."""
-    fd = acquire(job_dir)
-    if fd is None:
+    """True while some process (a coordinator) holds the job folder's lock. Creates nothing."""
+    try:
+        fd = os.open(lock_path(job_dir), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
         return True
-    os.close(fd)
-    return False
+    finally:
+        os.close(fd)
 
 
 def claim(job_dir: str | Path, wait_s: float | None = None) -> int | None:
