@@ -107,7 +107,7 @@ def test_submit_overrides_and_a_misspelled_param_gets_did_you_mean_at_submit(tmp
         assert job["name"] == "renamed" and job["spec"]["gpus"] == 2
         assert job["spec"]["params"] == {"num_samples": 64, "lr": 0.01}
         r = cli("submit", str(spec), "--param", "num_samples", svc=svc)
-        assert r.returncode == 2 and "KEY=VALUE" in r.stderr
+        assert r.returncode == 2 and "expected key=value" in r.stderr
     finally:
         stop_service_and_jobs(svc)
 
@@ -163,3 +163,45 @@ def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
         c.close()
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_logs_follow_shows_loss_lines_within_5s_of_their_step(tmp_path):
+    import re
+    import threading
+    import time
+
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), workdir=REPO).start()   # real runtime
+    try:
+        spec = tmp_path / "mlp.yaml"
+        spec.write_text("name: mlp\nentry: examples/mlp.py:make_job\ngpus: 1\nbatch_size: 16\n"
+                        "params: {num_samples: 1600, epochs: 1, throttle_s: 0.05}\n")
+        job = json.loads(cli("submit", str(spec), "--json", svc=svc).stdout)[0]["id"]
+        proc = subprocess.Popen([sys.executable, str(SERVE), "logs", "-f", str(job), "--server", svc.url],
+                                stdout=subprocess.PIPE, text=True, cwd=REPO,
+                                env=dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file)))
+        seen: list[tuple[float, str]] = []
+        reader = threading.Thread(target=lambda: seen.extend((time.time(), ln) for ln in proc.stdout), daemon=True)
+        reader.start()
+        assert proc.wait(timeout=300) == 0
+        reader.join(timeout=30)
+        steps = {r["step"]: r["time"] for r in map(json.loads, (svc.state_dir / "jobs" / str(job) / "progress.jsonl")
+                                                  .read_text().splitlines()) if "event" not in r}
+        lines = [(t, int(m.group(1))) for t, ln in seen if (m := re.search(r"step (\d+) epoch \d+ loss \S+", ln))]
+        assert len(lines) >= 3, [ln for _, ln in seen]
+        lags = [t - steps[s] for t, s in lines]
+        assert max(lags) < 5.0, lags
+        assert any("finished at step" in ln for _, ln in seen)
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_train_prints_progress_lines_when_piped_and_a_typod_param_is_one_line(tmp_path):
+    base = [sys.executable, "-m", "dlsched.cli", "train", "examples/mlp.py:make_job", "--job-dir"]
+    r = subprocess.run(base + [str(tmp_path / "a"), "--param", "num_sampels=64"], capture_output=True, text=True,
+                       cwd=REPO, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "did you mean 'num_samples'?" in r.stderr
+    r = subprocess.run(base + [str(tmp_path / "b"), "--param", "num_samples=256", "--param", "epochs=2"],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "step 1 epoch 0 loss" in r.stdout and "epoch 1 done: mean loss" in r.stdout
+    assert r.stdout.strip().splitlines()[-1].split(" ", 1)[1].startswith("finished at step 32")

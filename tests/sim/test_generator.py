@@ -3,7 +3,7 @@ import pytest
 from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView
 from dlsched.sim.generator import generate
-from dlsched.sim.traces import load_app
+from dlsched.perf.pollux import load_app
 
 CLUSTER = ClusterView.homogeneous(1, 4)
 

@@ -20,6 +20,7 @@ import yaml
 from rich.markup import escape
 
 from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
+from dlsched.entry_check import parse_params
 from dlsched.errors import UserError
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
@@ -129,19 +130,6 @@ def parse_since(value: str | None) -> float | None:
     return dt.timestamp()
 
 
-def parse_param(text: str) -> tuple[str, object]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise UserError(f"--param {text!r}: expected KEY=VALUE")
-    try:
-        value = yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError:
-        value = raw
-    if not isinstance(value, (bool, int, float, str)):
-        value = raw
-    return key, value
-
-
 def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: list[str]):
     """The file's spec with the command line's overrides applied, validated again as a whole."""
     from dlsched.spec import load_job_spec, load_job_spec_file, to_yaml
@@ -153,7 +141,7 @@ def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: 
     if gpus is not None:
         update["gpus"] = gpus
     if params:
-        update["params"] = {**spec.params, **dict(parse_param(p) for p in params)}
+        update["params"] = {**spec.params, **parse_params(params)}
     if spec.user is None:
         update["user"] = _current_user()
     if not update:

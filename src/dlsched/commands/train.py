@@ -30,7 +30,11 @@ def register(app: typer.Typer) -> None:
                                     "empty = efficiency alone"),
     ) -> None:
         """Train a job with elastic all-reduce workers or a parameter server (--strategy ps); resize via control.json."""
+        from dlsched.entry_check import check_entry, parse_params
         from dlsched.train.run import main
+
+        if ":" in entry:   # a make_job entry: a typo'd --param is one line with a suggestion, before any process starts
+            check_entry(entry, parse_params(param), Path.cwd(), "dlsched train")
 
         argv = ["--job-dir", str(job_dir), "--entry", entry, "--workers", str(workers), "--batch-mode", batch_mode,
                 "--ckpt-every", str(ckpt_every), "--standby", str(standby), "--strategy", strategy,

@@ -26,13 +26,14 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from dlsched.errors import UserError
+from dlsched.perf.pollux import TraceApp, load_app
 from dlsched.perf.profile import POLLUX_APPS
 from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.policy.placement import consolidated, most_free_first
 from dlsched.round import Resize, schedule
 from dlsched.sim.metrics import SimResult
 from dlsched.sim.remaining import Observation, parse_remaining, predict_remaining
-from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app, speed_factor
+from dlsched.sim.throughput import LinearThroughput, TraceThroughput, speed_factor
 from dlsched.sim.workload import WorkloadJob, Workload
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from dlsched.errors import UserError
 from dlsched.perf.profile import POLLUX_APPS
 from dlsched.policy.base import ClusterView
-from dlsched.sim.traces import load_app
+from dlsched.perf.pollux import load_app
 from dlsched.sim.workload import WorkloadJob
 
 BATCH_CHOICES = ("initial", "traced")

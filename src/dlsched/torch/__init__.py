@@ -16,36 +16,16 @@ else with ``state_dict``/``load_state_dict`` via ``register(name, obj)``.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
 from dlsched.torch.loader import ElasticDataLoader, remaining_epochs
 from dlsched.torch.parallel import ElasticDataParallel
-from dlsched.torch.session import Session
-from dlsched.train.protocol import WorkerEnv
+from dlsched.torch.session import Session, current_session, init
 
 __all__ = ["init", "ElasticDataParallel", "ElasticDataLoader", "remaining_epochs", "report", "register", "rank",
            "world_size", "current_session"]
-
-_session: Session | None = None
-
-
-def init(lr_rule: str = "auto", ckpt_every: int = 20) -> Session:
-    """Join the job's elastic group (standalone outside the scheduler). ``lr_rule``: auto, linear, sqrt,
-    adascale or none (``dlsched.torch.lr_rule``); ``ckpt_every``: steps between checkpoints (0 = never)."""
-    global _session
-    if _session is None:
-        env = WorkerEnv.from_env(os.environ)
-        if env is not None and env.threads:
-            torch.set_num_threads(env.threads)
-        _session = Session(env, lr_rule=lr_rule, ckpt_every=ckpt_every)
-    return _session
-
-
-def current_session() -> Session:
-    return _session if _session is not None else init()
 
 
 def report(**metrics: Any) -> None:

@@ -25,7 +25,7 @@ class ElasticDataLoader:
     """``batch_size`` is the global batch at which the script's LR is given; the scheduler may change it."""
 
     def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0, **loader_kwargs: Any):
-        from dlsched.torch import current_session
+        from dlsched.torch.session import current_session
 
         self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
         self._session = current_session()
@@ -58,7 +58,7 @@ class ElasticDataLoader:
 def remaining_epochs(epochs: int) -> Iterator[int]:
     """The epochs still to train, resuming at the right one (and the loader at the right batch) after a
     resize or restart; when they are done the job is finished (rank 0 writes the final checkpoint)."""
-    from dlsched.torch import current_session
+    from dlsched.torch.session import current_session
 
     s = current_session()
     s.epochs = epochs

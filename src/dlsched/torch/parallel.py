@@ -62,7 +62,7 @@ class ElasticDataParallel(nn.Module):
     def __init__(self, module: nn.Module, single_every: int = 8, noise_smoothing: float | None = None,
                  **ddp_kwargs: Any):
         super().__init__()
-        from dlsched.torch import current_session
+        from dlsched.torch.session import current_session
 
         self.module = module
         self.single_every = single_every  # one worker: measure every k-th step (0 = never); bounds the cost

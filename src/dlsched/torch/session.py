@@ -396,3 +396,22 @@ class Session:
             print("dlsched:", json.dumps(shown), flush=True)
             return
         self.store.queue_push(PROGRESS_QUEUE, json.dumps(record))
+
+
+_session: Session | None = None
+
+
+def init(lr_rule: str = "auto", ckpt_every: int = 20) -> Session:
+    """Join the job's elastic group (standalone outside the scheduler). ``lr_rule``: auto, linear, sqrt,
+    adascale or none (``dlsched.torch.lr_rule``); ``ckpt_every``: steps between checkpoints (0 = never)."""
+    global _session
+    if _session is None:
+        env = WorkerEnv.from_env(os.environ)
+        if env is not None and env.threads:
+            torch.set_num_threads(env.threads)
+        _session = Session(env, lr_rule=lr_rule, ckpt_every=ckpt_every)
+    return _session
+
+
+def current_session() -> Session:
+    return _session if _session is not None else init()

@@ -37,6 +37,7 @@ from dlsched.train.devices import free_devices, job_devices, keepers, visible_de
 from dlsched.train.files import Control, ProgressLog, control_bytes, last_generation, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
+from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.script import ScriptLauncher
 from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, STOP_RESIZE, End, Plan, Ready,
                                     WorkerEnv, end_key, gate_key, plan_key, ready_key, stop_key)
@@ -117,7 +118,7 @@ class Coordinator:
         self.launcher = ScriptLauncher(opts.command) if opts.command else make_launcher(opts.launcher, self.dir)
         self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
-        self.progress = ProgressLog(self.dir)
+        self.progress = ProgressLog(self.dir, echo=HumanProgress())
         self.procs: dict[int, WorkerHandle] = {}
         self.next_wid = 0
         self.generation = -1

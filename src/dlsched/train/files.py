@@ -12,7 +12,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from dlsched.errors import UserError
 
@@ -93,15 +93,21 @@ def read_control(job_dir: Path) -> Control | None:
 class ProgressLog:
     """Appends one JSON object per line to DIR/progress.jsonl (flushed per line so tailers see it)."""
 
-    def __init__(self, job_dir: Path):
+    def __init__(self, job_dir: Path, echo: Callable[[dict], None] | None = None):
         self.path = Path(job_dir) / "progress.jsonl"
         self._f = open(self.path, "a", buffering=1)
+        self.echo = echo   # e.g. train.progress_lines.HumanProgress: the same records as human lines on stdout
 
     def write(self, obj: dict) -> None:
         self._f.write(json.dumps(obj) + "\n")
+        if self.echo is not None:
+            self.echo(obj)
 
     def close(self) -> None:
         self._f.close()
+        close_echo = getattr(self.echo, "close", None)
+        if close_echo is not None:
+            close_echo()
 
 
 def read_json_lines(path: Path) -> list[dict]:
