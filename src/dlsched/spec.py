@@ -69,7 +69,10 @@ class JobSpec(_Strict):
     """
 
     name: Annotated[str, Field(pattern=_NAME)]
-    entry: Annotated[str, Field(pattern=_ENTRY)]
+    entry: Annotated[str, Field(pattern=_ENTRY)] | None = None
+    # or the user's own dlsched.torch script, run like `python train.py --epochs 10` on every worker
+    command: Annotated[list[Annotated[str, Field(min_length=1, max_length=400, pattern=r"^[^\x00\n\r]*$")]],
+                       Field(min_length=1, max_length=MAX_PARAMS)] | None = None
     gpus: Gpus = 1
     min_gpus: Gpus | None = None
     max_gpus: Gpus | None = None
@@ -96,6 +99,10 @@ class JobSpec(_Strict):
 
     @model_validator(mode="after")
     def _ranges_ok(self) -> "JobSpec":
+        if (self.entry is None) == (self.command is None):
+            raise ValueError("give exactly one of entry (file.py:make_job) and command (e.g. [python, train.py])")
+        if self.command is not None and (self.params or self.strategy != "allreduce" or self.kind != "train"):
+            raise ValueError("a command job takes its own arguments in command: no params, strategy ps or kind")
         lo, hi = self.gpu_range
         if not lo <= self.gpus <= hi:
             raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")

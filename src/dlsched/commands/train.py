@@ -9,8 +9,10 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        entry: str = typer.Argument(..., help="path/to/job.py:make_job or module:make_job"),
-        job_dir: Path = typer.Option(..., "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/)"),
+        entry: list[str] = typer.Argument(None, help="path/to/job.py:make_job or module:make_job; or after '--' "
+                                          "your own dlsched.torch script: -- python train.py --epochs 10"),
+        job_dir: Path = typer.Option(None, "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/); "
+                                     "default for a script: dlsched-runs/<script>-<time>"),
         workers: int = typer.Option(1, help="worker processes"),
         batch_size: int = typer.Option(None, help="global batch (default: the job's)"),
         param: list[str] = typer.Option([], help="job parameter key=value (repeatable)"),
@@ -30,19 +32,35 @@ def register(app: typer.Typer) -> None:
                                     "empty = efficiency alone"),
     ) -> None:
         """Train a job with elastic all-reduce workers or a parameter server (--strategy ps); resize via control.json."""
+        import sys
+        import time
+
         from dlsched.entry_check import check_entry, parse_params
+        from dlsched.errors import UserError
         from dlsched.train.run import main
 
-        if ":" in entry:   # a make_job entry: a typo'd --param is one line with a suggestion, before any process starts
-            check_entry(entry, parse_params(param), Path.cwd(), "dlsched train")
-
-        argv = ["--job-dir", str(job_dir), "--entry", entry, "--workers", str(workers), "--batch-mode", batch_mode,
+        script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
+        if not entry or (not script and len(entry) != 1):
+            raise UserError("give one entry (file.py:make_job), or a script after '--' (dlsched train -- python x.py)")
+        if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion
+            check_entry(entry[0], parse_params(param), Path.cwd(), "dlsched train")
+        if job_dir is None:
+            if not script:
+                raise UserError("--job-dir: required with an entry")
+            stem = next((Path(a).stem for a in entry if a.endswith(".py")), "script")
+            job_dir = Path("dlsched-runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+            print(f"job folder: {job_dir}")
+        argv = ["--job-dir", str(job_dir), "--workers", str(workers), "--batch-mode", batch_mode,
                 "--ckpt-every", str(ckpt_every), "--standby", str(standby), "--strategy", strategy,
                 "--servers", str(servers), "--sync", sync]
+        if not script:
+            argv += ["--entry", entry[0]]
         if batch_size:
             argv += ["--batch-size", str(batch_size)]
         for p in param:
             argv += ["--param", p]
+        if script:
+            argv += ["--", *entry]
         if autoscale:
             raise typer.Exit(_autoscaled(argv, job_dir, strategy, autoscale_every, spawn_size, workers, max_workers,
                                          threshold, price_per_worker_hour, utility))

@@ -17,6 +17,7 @@ from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_pol
 from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
+from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
@@ -105,12 +106,13 @@ class LiveLoop:
         return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
     def _cluster_view(self, now: float) -> ClusterView:
-        live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
-        return ClusterView(live(), now) if live else cluster_view(self.cluster, now)
+        live = self.backend.nodes()
+        return ClusterView(live, now) if live is not None else cluster_view(self.cluster, now)
 
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
         """Snapshots -> one round (policy, check, placement: Optimus consolidation) -> the actions to take."""
         eligible = [j for j in jobs if not j.cancel_requested]
+        self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
         decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], self._cluster_view(now), consolidated)
         return list(decision.actions)
 
