@@ -249,14 +249,8 @@ def _fmt_of(path: str | Path) -> str | None:
     return "json" if str(path).endswith(".json") else None
 
 
-def read_job_spec_file(path: str | Path) -> tuple[bytes, JobSpec]:
-    """The file's bytes and the spec they hold (what a client checks, then sends)."""
-    data = _read(path)
-    return data, load_job_spec(data, str(path), _fmt_of(path))
-
-
 def load_job_spec_file(path: str | Path) -> JobSpec:
-    return read_job_spec_file(path)[1]
+    return load_job_spec(_read(path), str(path), _fmt_of(path))
 
 
 def load_cluster_spec_file(path: str | Path) -> ClusterSpec:
