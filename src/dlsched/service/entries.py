@@ -3,7 +3,8 @@
 A job's ``entry`` is code the runtime imports and calls as the service's user, so it is the service's
 code-execution surface (``os:system`` with ``params: {command: ...}`` ran a shell command before this).
 The operator allows job directories (``roots``; default: the working directory entries resolve in) and,
-optionally, importable modules (``modules``; default none). An entry is accepted only when
+optionally, importable modules (``modules``; by default only ``BUILTIN_MODULES``, dlsched's own job loaders).
+An entry is accepted only when
 
 * it is ``path/to/file.py:function`` whose file, with symlinks resolved, lies inside an allowed root and
   outside the service's state directory (job folders there are written by jobs), with no ``..`` in the path;
@@ -19,6 +20,10 @@ from pathlib import Path
 
 from dlsched.spec import SpecError
 
+# dlsched's own entry points, always allowed: an ensemble job's loader (``kind: ensemble``). Never a package
+# prefix such as ``dlsched``: every function there would become callable with a stranger's keyword arguments.
+BUILTIN_MODULES = ("dlsched.train.fleet_spec",)
+
 
 @dataclass(frozen=True)
 class EntryRules:
@@ -32,7 +37,7 @@ class EntryRules:
              forbidden: tuple[str | Path, ...] = ()) -> "EntryRules":
         """Roots relative to ``workdir``; none given = ``workdir`` itself."""
         wd = Path(workdir).resolve()
-        return cls(wd, tuple((wd / r).resolve() for r in roots) or (wd,), tuple(modules),
+        return cls(wd, tuple((wd / r).resolve() for r in roots) or (wd,), BUILTIN_MODULES + tuple(modules),
                    tuple(Path(f).resolve() for f in forbidden))
 
     def check(self, entry: str, source: str = "job spec", field: str = "entry") -> None:
@@ -57,5 +62,5 @@ class EntryRules:
                 refuse("lies in the service's state directory, which jobs write")
             return
         if not any(target == m or target.startswith(m + ".") for m in self.modules):
-            allowed = ", ".join(self.modules) or "none are"
+            allowed = ", ".join(self.modules)
             refuse(f"imports module {target[:60]!r}, which is not an allowed job module ({allowed}: see --entry-module)")
