@@ -50,3 +50,19 @@ def test_default_root_is_the_workdir(tmp_path):
     for entry in ("examples.mlp:make_job", "dlsched.train.files:atomic_write_json", "dlsched.cli:main"):
         with pytest.raises(SpecError, match=r"not an allowed job module \(dlsched.train.fleet_spec: see"):
             rules.check(entry)
+
+
+@pytest.mark.parametrize("command, why", [
+    (["bash", "-c", "id > F"], "runs 'bash'"),
+    (["/bin/sh", "x.py"], "runs '/bin/sh'"),
+    (["python", "-c", "import os; os.system('id')"], "no -c, -m"),
+    (["python", "-m", "http.server"], "no -c, -m"),
+    (["python"], "no -c, -m"),
+    (["python", "/etc/evil.py"], "outside the allowed job directories"),
+    (["python3", "../x.py"], "contains '..'"),
+])
+def test_command_jobs_run_only_allowed_python_scripts(rules, command, why):
+    rules.check_command(["python", "sub/train.py", "--epochs", "2"])
+    with pytest.raises(SpecError, match="field command: ") as e:
+        rules.check_command(command, "job.yaml")
+    assert why in str(e.value)
