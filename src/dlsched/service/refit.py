@@ -121,12 +121,14 @@ def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) 
 
 
 def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | None = None,
-             schedule: str | None = None, target_loss: float | None = None) -> dict | None:
+             schedule: str | None = None, target_loss: float | None = None, prior=None) -> dict | None:
     """The Optimus fit (``beta0, beta1, beta2, scale, rmse``) and, when the job's step budget is known, the
     schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
     ``curve`` ([step, loss] from the first step to the budget), ``final``, ``final_80`` and, for a
-    ``target_loss``, ``target_step`` (None: unreachable). ``schedule`` is the job's SPEC in steps (default
-    constant: the runtime trains at one LR, rescaled only with the batch)."""
+    ``target_loss``, ``target_step`` (None: unreachable), and the annealing fit's ``alpha`` and ``drop`` (what a
+    finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps (default constant: the runtime
+    trains at one LR, rescaled only with the batch); ``prior`` a ``CurvePrior`` from finished jobs (default:
+    the shipped one)."""
     k, l = binned_curve(steps, losses)
     if len(k) < 4 or np.ptp(k) == 0:
         return None
@@ -139,13 +141,15 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     if budget_steps and budget_steps >= k[-1]:
         try:
             sched = parse_schedule(schedule or "constant", float(budget_steps))
-            p = predict_curve(k, l, sched, target=target_loss)
+            p = predict_curve(k, l, sched, target=target_loss, prior=prior or "shipped")
         except ValueError:
             return out
         grid = np.linspace(k[0], budget_steps, 121)
         out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80),
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
                    target_step=p.target_step)
+        if p.fitted is not None:
+            out.update(alpha=p.fitted.alpha, drop=p.fitted.c)
     return out
 
 
@@ -187,7 +191,7 @@ def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> 
 def predict(progress: list[dict], now: float, current_workers: int, current_batch: int | None,
             total_hint: float | None, samples_done: float, target_loss: float | None = None,
             gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True,
-            schedule: str | None = None):
+            schedule: str | None = None, prior=None):
     """(Prediction, speed model or None) for one job from its stored progress records. ``refit_speed=False``
     keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
     and its fit costs tens of ms, while the rest of this is cheap enough for every round."""
@@ -206,7 +210,7 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
         # horizon, so look 10x the steps so far ahead for the target
         budget = 10.0 * max(steps[-1], 1.0)
     loss_fit = fit_loss(steps, np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float),
-                        budget_steps=budget, schedule=schedule, target_loss=target_loss)
+                        budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior)
     total = total_hint
     if total is None and target_loss is not None and loss_fit and recs:
         # convergence rule: steps until the schedule-aware fit reaches the target (Optimus without a budget),
