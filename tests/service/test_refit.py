@@ -137,3 +137,13 @@ def test_jobs_that_finished_here_give_new_jobs_their_curve_prior(tmp_path):
     prior = models.curve_prior(store.get(b))
     assert prior is not None and prior.alpha == pytest.approx(pred.loss_fit["alpha"], rel=0.5)
     store.close()
+
+
+def test_the_logged_lr_is_the_schedule_unless_the_batch_moved_it():
+    from dlsched.service.refit import logged_schedule
+
+    recs = [{"step": s, "lr": 0.1 if s < 50 else 0.01, "batch_size": 32} for s in range(1, 80)]
+    sched = logged_schedule(recs, 200)
+    assert sched is not None and sched.lr(60) == 0.01 and sched.lr(150) == 0.01
+    assert logged_schedule(recs[:40] + [dict(r, batch_size=64) for r in recs[40:]], 200) is None
+    assert logged_schedule([dict(r, lr=None) for r in recs], 200) is None

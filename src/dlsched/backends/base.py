@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Protocol
 
+from dlsched.policy.base import NodeView
 from dlsched.spec import JobSpec
 from dlsched.train.files import atomic_write_json, read_status, write_control  # noqa: F401  (one implementation, re-exported)
 
@@ -54,6 +55,10 @@ class Backend(Protocol):
 
     def shutdown(self) -> None: ...
 
+    def nodes(self) -> tuple[NodeView, ...] | None:
+        """The live nodes, where the backend knows them (Ray: a lost node vanishes); None: the declared cluster."""
+        return None
+
 
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:
     """New complete lines of ``progress.jsonl`` from byte ``offset``; returns (records, new offset).
@@ -88,8 +93,9 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
 def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
     """The job runtime's start command for a launch (the contract: docs/runtime.md), for every backend."""
     servers = launch.spec.num_servers  # a parameter-server job's slots hold its servers too
-    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry,
-           "--workers", str(launch.num_gpus - servers)]
+    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--workers", str(launch.num_gpus - servers)]
+    if launch.spec.entry is not None:
+        cmd += ["--entry", launch.spec.entry]
     if servers:
         cmd += ["--strategy", "ps", "--servers", str(servers), "--sync", launch.spec.sync]
     if launch.batch_size is not None:
@@ -98,6 +104,8 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
         cmd += ["--reference-batch-size", str(launch.spec.batch_size)]
     for k, v in launch.spec.params.items():
         cmd += ["--param", f"{k}={v}"]
+    if launch.spec.command is not None:
+        cmd += ["--", *launch.spec.command]
     return cmd
 
 

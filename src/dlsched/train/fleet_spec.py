@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dlsched.errors import UserError, read_yaml_file
+from dlsched.documents import read_yaml_file
+from dlsched.errors import UserError
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
 
 
