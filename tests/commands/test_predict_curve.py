@@ -82,11 +82,15 @@ def test_readers_give_the_same_curve_from_every_format(tmp_path):
     job = tmp_path / "job"
     job.mkdir()
     lines = [json.dumps({"event": "checkpoint", "step": 0})]
-    lines += [json.dumps({"time": 1000 + r.wall_s, "step": int(r.step), "loss": r.train_loss, "lr": r.lr,
-                          "metrics": {"val_loss": r.loss}, "budget": 800}) for r in d.itertuples()]
+    for r in d.itertuples():   # train.protocol: StepRecord per step, evaluations as "metrics" events
+        lines.append(json.dumps({"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * int(r.step),
+                                 "batch_size": 32, "total_samples": 32 * 800, "loss": r.train_loss, "lr": r.lr,
+                                 "metrics": {"acc": r.accuracy}}))
+        lines.append(json.dumps({"event": "metrics", "step": int(r.step), "epoch": 0, "metrics": {"val_loss": r.loss}}))
     (job / "progress.jsonl").write_text("\n".join(lines) + '\n{"step": 81')
     pj = read_curve(job, y="val_loss")
     assert (pj.y == want.y).all() and pj.budget == 800 and pj.time is not None and pj.lr is not None
+    assert (read_curve(job, y="acc").y == d.accuracy).all()
     with pytest.raises(UserError, match="no column 'acc'"):
         read_curve(RUN, y="acc")
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Protocol
 
+from dlsched.policy.base import NodeView
 from dlsched.spec import JobSpec
 from dlsched.train.files import atomic_write_json, read_status, write_control  # noqa: F401  (one implementation, re-exported)
 
@@ -53,6 +54,10 @@ class Backend(Protocol):
     def attach(self, job_id: int, job_dir: Path) -> bool: ...
 
     def shutdown(self) -> None: ...
+
+    def nodes(self) -> tuple[NodeView, ...] | None:
+        """The live nodes, where the backend knows them (Ray: a lost node vanishes); None: the declared cluster."""
+        return None
 
 
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:

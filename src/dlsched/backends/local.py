@@ -23,8 +23,8 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from dlsched.backends.base import (Launch, PollResult, atomic_write_json, output_tail, read_status, runtime_command,
-                                   write_control)
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, output_tail, read_status,
+                                   runtime_command, write_control)
 from dlsched.paths import pythonpath_with_src
 from dlsched.spec import NodeSpec
 from dlsched.faults import fault_point
@@ -96,7 +96,7 @@ def _cuda_count() -> int:
     return torch.cuda.device_count()
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Start/resize/stop runtime coordinators as local subprocesses.
 
     ``runtime`` is the command prefix of the contract's start command; tests pass a small contract-following

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from dlsched.backends.base import (Launch, PollResult, atomic_write_json, output_tail, read_status, runtime_command,
-                                   write_control)
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, output_tail, read_status,
+                                   runtime_command, write_control)
 from dlsched.paths import pythonpath_with_src
 from dlsched.errors import UserError
 from dlsched.policy.base import NodeView
@@ -106,7 +106,7 @@ class _RayJob:
 
 # ----------------------------------------------------------------------------- backend
 
-class RayBackend:
+class RayBackend(Backend):
     """The service's ``Backend`` (``dlsched.backends.base``) on a Ray cluster.
 
     ``address`` is what ``ray.init`` takes: ``"auto"`` (the cluster ``ray start`` made on this

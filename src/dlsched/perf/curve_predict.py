@@ -109,10 +109,11 @@ def choose_model(x, y, schedule: Schedule, prior: CurvePrior | None) -> tuple[st
     return name, fit(x, y)
 
 
-def anchor(x, y, f, tail: int = 5) -> float:
-    """Ratio of the newest points to the fit there: the prediction continues from where the run *is* (a fit
-    that sits a few % off at the last points would otherwise say a target is already reached, or never)."""
-    k = min(tail, len(x))
+def anchor(x, y, f, tail: float = 0.2) -> float:
+    """Ratio of the newest points (the last fifth, at least 5) to the fit there: the prediction continues from
+    where the run *is* (a fit a few % off at the end would otherwise say a target is already reached, or
+    never); a fifth, not the last few, so that minibatch noise does not move the whole curve."""
+    k = min(len(x), max(5, int(round(tail * len(x)))))
     r = float(np.mean(y[-k:]) / np.mean(f(x[-k:])))
     return r if np.isfinite(r) and r > 0 else 1.0
 

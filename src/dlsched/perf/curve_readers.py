@@ -5,8 +5,9 @@
 * TensorBoard event files (a file or a folder), via ``tbparse`` or else ``tensorboard``'s own reader;
   ``--y``/``--lr-col`` name scalar tags, x is the event step, time the event wall time;
 * Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``);
-* a job folder's ``progress.jsonl`` (``dlsched.train``: one record per step with ``loss``, ``lr``,
-  ``time``; metrics may sit under ``metrics``; a ``budget`` field, when present, is the step budget).
+* a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
+  ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
+  ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field).
 
 Every bad input is a ``UserError``: one line naming the file and the field.
 """
@@ -101,13 +102,18 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
             if i == len(lines):  # the last line may still be being written
                 break
             raise UserError(f"{path}: line {i}: not valid JSON") from None
-        if not isinstance(r, dict) or "event" in r:
+        # step records, and "metrics" events (a report() outside a step, e.g. an evaluation); other events skip
+        if not isinstance(r, dict) or r.get("event", "metrics") != "metrics":
             continue
-        flat = {k: v for k, v in r.items() if not isinstance(v, (dict, list))}
+        flat = {k: v for k, v in r.items() if not isinstance(v, (dict, list)) and k != "event"}
         if isinstance(r.get("metrics"), dict):
             flat.update({k: v for k, v in r["metrics"].items() if not isinstance(v, (dict, list))})
         if isinstance(r.get("budget"), (int, float)):
             budget = float(r["budget"])
+        elif "event" not in r and all(isinstance(r.get(k), (int, float)) for k in ("total_samples", "samples", "step")) \
+                and r.get("batch_size"):
+            # train.protocol.StepRecord: the samples still to train at the current batch, after this step
+            budget = r["step"] + max(0, r["total_samples"] - r["samples"]) / r["batch_size"]
         recs.append(flat)
     return pd.DataFrame(recs), budget
 

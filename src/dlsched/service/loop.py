@@ -103,8 +103,8 @@ class LiveLoop:
         return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
     def _cluster_view(self, now: float) -> ClusterView:
-        live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish
-        return ClusterView(live(), now) if live else cluster_view(self.cluster, now)
+        live = self.backend.nodes()
+        return ClusterView(live, now) if live is not None else cluster_view(self.cluster, now)
 
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
         """Snapshots -> one round (policy, check, placement: Optimus consolidation) -> the actions to take."""

@@ -136,7 +136,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         return None
     c = fit.curve
     out = {"beta0": c.beta0, "beta1": c.beta1, "beta2": c.beta2, "scale": c.scale, "rmse": fit.rmse}
-    if budget_steps and budget_steps > k[-1]:
+    if budget_steps and budget_steps >= k[-1]:
         try:
             sched = parse_schedule(schedule or "constant", float(budget_steps))
             p = predict_curve(k, l, sched, target=target_loss)
