@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
-from dlsched.errors import UserError, read_yaml_file
+from dlsched.documents import read_yaml_file
+from dlsched.errors import UserError
 
 if TYPE_CHECKING:  # numpy/pandas load lazily: every ``dlsched`` start imports this module
     import numpy as np

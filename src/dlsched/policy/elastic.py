@@ -282,16 +282,19 @@ class ElasticPolicy(Policy):
 
     def _stay_bonus(self, job: JobView, held: int) -> float:
         """Relative speed-up a running job's rescale must bring: the hysteresis, or more when the job is close to
-        done. A rescale stalls it R = ``restart_cost`` seconds (checkpoint-restart), so with T seconds left it pays
-        only if the new rate is T / (T - R) times the current one; never when T <= R (returns inf: keep it)."""
+        done. A rescale stalls it R seconds (checkpoint-restart), so with T seconds left it pays only if the new
+        rate is T / (T - R) times the current one; never when T <= R (returns inf: keep it). R is the pause the
+        driver measured (``attrs["restart_s"]``: the live loop's median resize delay, the simulator's penalty),
+        else ``restart_cost``: a 30 s guess kept a short live job, whose resizes take 1-2 s, at 1 GPU."""
         bonus = self.hysteresis
-        if self.restart_cost > 0 and job.remaining_samples and job.current_batch_size:
+        restart = float(job.attrs.get("restart_s", self.restart_cost)) if self.restart_cost > 0 else 0.0
+        if restart > 0 and job.remaining_samples and job.current_batch_size:
             rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
             if rate > 0:
                 left = job.remaining_samples / rate
-                if left <= self.restart_cost:
+                if left <= restart:
                     return math.inf
-                bonus = max(bonus, self.restart_cost / (left - self.restart_cost))
+                bonus = max(bonus, restart / (left - restart))
         return bonus
 
     def _kept_value(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int, raw: JobCurve,

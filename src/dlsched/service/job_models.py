@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
+from dlsched.service.forecast import RESIZE_S
 from dlsched.service.store import RESCALING, JobRecord
 
 SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
 
 
-def job_view(job: JobRecord, speed: ThroughputModel | None) -> JobView:
-    """The policy's view of a stored job."""
+def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = RESIZE_S) -> JobView:
+    """The policy's view of a stored job; ``restart_s``: the resize pause measured here (policies weigh it)."""
     s = job.spec
     lo, hi = s.gpu_range
     blo, bhi = s.min_batch_size, s.max_batch_size
@@ -31,7 +32,9 @@ def job_view(job: JobRecord, speed: ThroughputModel | None) -> JobView:
         placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
         speed=speed, kind=s.kind, preemptible=s.preemptible,
         attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
-               "state": job.state})
+               "state": job.state, "restart_s": restart_s,
+               "efficiency": "reported gradient noise" if isinstance(speed, refit.NoisySpeed)
+               else "no gradient noise reported: goodput = throughput"})
 
 
 class JobModels:
@@ -46,6 +49,7 @@ class JobModels:
         self._totals: dict[int, float] = {}          # predicted total samples (target-loss jobs)
         self._views: dict[int, tuple] = {}           # (record, speed, JobView) of the last snapshot
         self._changed_at: dict[int, tuple[str, float, int]] = {}    # (start|resize, when, workers) not yet seen
+        self.restart_s = RESIZE_S    # the loop's median measured resize pause, set every round
 
     def forget(self, job_id: int) -> None:
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._rates, self._totals,
@@ -58,7 +62,7 @@ class JobModels:
         hit = self._views.get(job.id)
         if hit is not None and hit[0] is job and hit[1] is speed:
             return hit[2]
-        view = job_view(job, speed)
+        view = job_view(job, speed, self.restart_s)
         self._views[job.id] = (job, speed, view)
         return view
 
