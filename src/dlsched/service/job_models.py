@@ -32,7 +32,9 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
         placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
         speed=speed, kind=s.kind, preemptible=s.preemptible,
         attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
-               "state": job.state, "restart_s": restart_s})
+               "state": job.state, "restart_s": restart_s,
+               "efficiency": "reported gradient noise" if isinstance(speed, refit.NoisySpeed)
+               else "no gradient noise reported: goodput = throughput"})
 
 
 class JobModels:

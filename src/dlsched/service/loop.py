@@ -26,6 +26,8 @@ from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
 
+MAX_COORDINATOR_LOSSES = 3   # resumes after a lost coordinator (killed, OOM, node lost) before the job fails
+
 
 @dataclass(frozen=True)
 class RoundStats:
@@ -190,8 +192,17 @@ class LiveLoop:
         elif res.state == "failed":
             self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
         elif res.state == "gone":
-            self.store.transition(job.id, QUEUED, now, {"reason": "coordinator vanished: resume from checkpoint"},
-                                  num_gpus=0, placement={})
+            # the coordinator was lost (SIGKILL, the OOM killer, its node): resume from the newest valid checkpoint,
+            # a bounded number of times, so a job that kills its coordinator every time ends with a clear error
+            lost = self.store.count_events(job.id, QUEUED, "coordinator_lost") + 1
+            why = res.error or "coordinator vanished"
+            if lost > MAX_COORDINATOR_LOSSES:
+                error = (f"{why}: coordinator lost {lost} times, gave up after {MAX_COORDINATOR_LOSSES} resumes "
+                         f"(see the job's output.log)")
+                self.store.transition(job.id, FAILED, now, {"error": error}, error=error)
+            else:
+                self.store.transition(job.id, QUEUED, now, {"reason": f"{why}: resume from checkpoint",
+                                                            "coordinator_lost": lost}, num_gpus=0, placement={})
         else:
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import nnls
 
 from dlsched.perf.convergence import LossCurve, fit_curve
+from dlsched.perf.efficiency import GradientNoise, efficiency
 from dlsched.perf.curve_predict import predict_curve
 from dlsched.perf.schedule import parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
@@ -47,6 +49,36 @@ class LinearSpeed:
 
     def efficiency(self, global_batch: int) -> float:
         return 1.0
+
+
+@dataclass(frozen=True)
+class NoisySpeed:
+    """A fitted speed model plus the gradient noise the job reports: Pollux's efficiency of a batch, so the goodput
+    policy and the forecast see the job's statistics (a job that reports none keeps efficiency 1: throughput)."""
+
+    inner: Any
+    noise: GradientNoise
+    base_batch: int
+
+    def throughput(self, num_gpus: int, num_nodes: int = 1, global_batch: int = 0, gpu_type: str | None = None) -> float:
+        return self.inner.throughput(num_gpus, num_nodes, global_batch, gpu_type)
+
+    def efficiency(self, global_batch: int) -> float:
+        return float(min(1.0, efficiency(self.noise, max(global_batch, self.base_batch), self.base_batch)))
+
+
+def reported_noise(progress: list[dict]) -> tuple[GradientNoise, int] | None:
+    """The newest gradient noise a job reported (its runtime's EMA), with the batch it is measured at."""
+    for p in reversed(progress[-RECENT:]):
+        if p.get("grad_sqr") is not None and p.get("grad_var") is not None and p.get("noise_batch"):
+            return GradientNoise(max(p["grad_sqr"], 0.0), max(p["grad_var"], 0.0)), int(p["noise_batch"])
+    return None
+
+
+def with_reported_noise(speed: Any, progress: list[dict]) -> Any:
+    base = speed.inner if isinstance(speed, NoisySpeed) else speed
+    noise = reported_noise(progress)
+    return NoisySpeed(base, *noise) if base is not None and noise else base
 
 
 @dataclass(frozen=True)
@@ -197,6 +229,7 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
         speed = fit_speed(np.array([p.get("workers") or 0 for p in recent], float),
                           np.array([p.get("batch_size") or 0 for p in recent], float),
                           np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
+    speed = with_reported_noise(speed, recent)
     steps = np.array([p.get("step") or 0 for p in recs], float)
     batch = current_batch or (recs[-1].get("batch_size") if recs else None) or 1
     # the step budget: the samples still to train at the current batch after the last step
