@@ -98,6 +98,8 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
         cmd += ["--entry", launch.spec.entry]
     if servers:
         cmd += ["--strategy", "ps", "--servers", str(servers), "--sync", launch.spec.sync]
+    if launch.spec.kind == "ensemble":
+        cmd += ["--strategy", "fleet"]
     if launch.batch_size is not None:
         cmd += ["--batch-size", str(launch.batch_size)]
     if launch.spec.batch_size is not None:  # the spec's lr (a param) is the LR at the spec's batch_size

@@ -23,6 +23,7 @@ from rich.markup import escape
 from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
 from dlsched.entry_check import parse_params
 from dlsched.errors import UserError
+from dlsched.service.fleet_status import summary
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
 TERMINAL = ("finished", "failed", "cancelled")
@@ -100,7 +101,8 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     for j in jobs:
         frac = j.get("fraction_done")
         style = STATE_STYLE.get(j["state"], "")
-        rows.append([str(j["id"]), escape(j["name"]), f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
+        name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
+        rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
