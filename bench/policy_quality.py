@@ -29,7 +29,8 @@ PEER = {  # shared/data/pollux/reference-results.md; the information each had
     "tiresias": ((2473.65, 5144.96, 3876.26, 3280.26), ("predicted", "none")),
     "optimus": ((4087.06, 6913.88, 3944.01, 5967.75), ("oracle",)),
 }
-POLICIES = ("goodput", "goodput-fair", "elastic", "elastic-gpu-only", "saxena", "optimus", "srtf", "tiresias")
+POLICIES = ("goodput", "goodput-fair", "elastic", "elastic-gpu-only", "saxena", "saxena-gpu-only", "optimus", "srtf",
+            "tiresias", "fifo")
 MODES = ("predicted", "none", "oracle", "noise:0.3")
 INFORMATION_FREE = {"tiresias", "fifo"}    # never read remaining work: one run stands for every mode
 NODES, GPUS_PER_NODE = 16, 4

@@ -93,16 +93,21 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
 def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
     """The job runtime's start command for a launch (the contract: docs/runtime.md), for every backend."""
     servers = launch.spec.num_servers  # a parameter-server job's slots hold its servers too
-    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry,
-           "--workers", str(launch.num_gpus - servers)]
+    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--workers", str(launch.num_gpus - servers)]
+    if launch.spec.entry is not None:
+        cmd += ["--entry", launch.spec.entry]
     if servers:
         cmd += ["--strategy", "ps", "--servers", str(servers), "--sync", launch.spec.sync]
+    if launch.spec.kind == "ensemble":
+        cmd += ["--strategy", "fleet"]
     if launch.batch_size is not None:
         cmd += ["--batch-size", str(launch.batch_size)]
     if launch.spec.batch_size is not None:  # the spec's lr (a param) is the LR at the spec's batch_size
         cmd += ["--reference-batch-size", str(launch.spec.batch_size)]
     for k, v in launch.spec.params.items():
         cmd += ["--param", f"{k}={v}"]
+    if launch.spec.command is not None:
+        cmd += ["--", *launch.spec.command]
     return cmd
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import time
@@ -22,6 +23,7 @@ from rich.markup import escape
 from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
 from dlsched.entry_check import parse_params
 from dlsched.errors import UserError
+from dlsched.service.fleet_status import summary
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
 TERMINAL = ("finished", "failed", "cancelled")
@@ -99,7 +101,8 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     for j in jobs:
         frac = j.get("fraction_done")
         style = STATE_STYLE.get(j["state"], "")
-        rows.append([str(j["id"]), escape(j["name"]), f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
+        name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
+        rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
@@ -128,6 +131,12 @@ def parse_since(value: str | None) -> float | None:
     except ValueError:
         raise UserError(f"--since {value!r}: expected a duration such as 30m, 2h, 1d or an ISO date") from None
     return dt.timestamp()
+
+
+def _script_name(command: list[str]) -> str:
+    """A job name from the script's file name (train.py -> train)."""
+    script = next((Path(a).stem for a in command if a.endswith(".py")), "script")
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", script)[:64] or "script"
 
 
 def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: list[str]):
@@ -283,19 +292,30 @@ def register(app: typer.Typer) -> None:
         svc.run()
 
     @app.command()
-    def submit(files: list[Path] = typer.Argument(..., help="job spec files (YAML or JSON)"),
+    def submit(files: list[str] = typer.Argument(None, help="job spec files (YAML or JSON), or after '--' a "
+                                                         "dlsched.torch script: -- python train.py --epochs 10"),
                name: Optional[str] = typer.Option(None, "--name", help="override the spec's name (one file only)"),
                gpus: Optional[int] = typer.Option(None, "--gpus", help="override the spec's GPU count"),
+               min_gpus: Optional[int] = typer.Option(None, "--min-gpus", help="a script job: elastic from"),
+               max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="a script job: elastic up to"),
                param: list[str] = typer.Option([], "--param", "-P", help="override a param: KEY=VALUE (repeatable)"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
-        """Submit jobs (like sbatch / kubectl apply); spec, entry and params are checked here, then by the service."""
-        from dlsched.spec import to_json
+        """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the service."""
+        from dlsched.spec import load_job_spec, to_json
 
-        if name and len(files) > 1:
-            raise UserError("--name: applies to one spec file, got several")
-        # one clear line for a bad file before any network traffic; the service then checks the entry and
-        # params against its own working directory and runtime
-        specs = [spec_with_overrides(f, name, gpus, param) for f in files]
+        files = files or []
+        if "--" in sys.argv:  # everything after it is the script's command line
+            doc = {"name": name or _script_name(files), "command": files, "gpus": gpus or min_gpus or 1}
+            doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus)) if v is not None})
+            specs = [load_job_spec(json.dumps(doc), "command line", "json")]
+        else:
+            if not files:
+                raise UserError("give job spec files, or a script after '--' (dlsched submit -- python train.py)")
+            if name and len(files) > 1:
+                raise UserError("--name: applies to one spec file, got several")
+            # one clear line for a bad file before any network traffic; the service then checks the entry and
+            # params against its own working directory and runtime
+            specs = [spec_with_overrides(Path(f), name, gpus, param) for f in files]
         client = Client(server)
         out = []
         for spec in specs:

@@ -9,8 +9,10 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        entry: str = typer.Argument(..., help="path/to/job.py:make_job or module:make_job"),
-        job_dir: Path = typer.Option(..., "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/)"),
+        entry: list[str] = typer.Argument(None, help="path/to/job.py:make_job or module:make_job; or after '--' "
+                                          "your own dlsched.torch script: -- python train.py --epochs 10"),
+        job_dir: Path = typer.Option(None, "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/); "
+                                     "default for a script: dlsched-runs/<script>-<time>"),
         workers: int = typer.Option(1, help="worker processes"),
         batch_size: int = typer.Option(None, help="global batch (default: the job's)"),
         param: list[str] = typer.Option([], help="job parameter key=value (repeatable)"),
@@ -28,21 +30,53 @@ def register(app: typer.Typer) -> None:
         price_per_worker_hour: float = typer.Option(1.0, help="autoscale: cost of a worker-hour (utility units)"),
         utility: str = typer.Option("", help="autoscale: VALUE:SECONDS, worth VALUE now and 0 at SECONDS (linear); "
                                     "empty = efficiency alone"),
+        spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): entry, params, gpus, batch_size, "
+                                  "strategy/servers/sync and autoscale replace the options above"),
     ) -> None:
         """Train a job with elastic all-reduce workers or a parameter server (--strategy ps); resize via control.json."""
+        import sys
+        import time
+
         from dlsched.entry_check import check_entry, parse_params
+        from dlsched.errors import UserError
         from dlsched.train.run import main
 
-        if ":" in entry:   # a make_job entry: a typo'd --param is one line with a suggestion, before any process starts
-            check_entry(entry, parse_params(param), Path.cwd(), "dlsched train")
+        script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
+        if spec is not None:
+            from dlsched.spec import load_job_spec_file
 
-        argv = ["--job-dir", str(job_dir), "--entry", entry, "--workers", str(workers), "--batch-mode", batch_mode,
+            js = load_job_spec_file(spec)
+            script = js.command is not None
+            entry = list(js.command) if script else [js.entry]
+            param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
+            strategy, servers, sync = js.strategy, js.num_servers or 1, js.sync
+            workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
+            if js.autoscale is not None:
+                a = js.autoscale
+                autoscale, autoscale_every, spawn_size, max_workers = True, a.every_steps, a.spawn_size, a.max_workers
+                threshold, price_per_worker_hour = a.threshold, a.price_per_worker_hour
+                utility = f"{a.utility_value}:{a.utility_seconds}" if a.utility_value is not None else ""
+        if not entry or (not script and len(entry) != 1):
+            raise UserError("give one entry (file.py:make_job), or a script after '--' (dlsched train -- python x.py)")
+        if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion
+            check_entry(entry[0], parse_params(param), Path.cwd(), "dlsched train")
+        if job_dir is None:
+            if not script:
+                raise UserError("--job-dir: required with an entry")
+            stem = next((Path(a).stem for a in entry if a.endswith(".py")), "script")
+            job_dir = Path("dlsched-runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+            print(f"job folder: {job_dir}")
+        argv = ["--job-dir", str(job_dir), "--workers", str(workers), "--batch-mode", batch_mode,
                 "--ckpt-every", str(ckpt_every), "--standby", str(standby), "--strategy", strategy,
                 "--servers", str(servers), "--sync", sync]
+        if not script:
+            argv += ["--entry", entry[0]]
         if batch_size:
             argv += ["--batch-size", str(batch_size)]
         for p in param:
             argv += ["--param", p]
+        if script:
+            argv += ["--", *entry]
         if autoscale:
             raise typer.Exit(_autoscaled(argv, job_dir, strategy, autoscale_every, spawn_size, workers, max_workers,
                                          threshold, price_per_worker_hour, utility))

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.service.finish_times import shown_times
+from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
                                     Limit, Offset)
 from dlsched.service.store import Store, TransitionError, UnknownJob
@@ -198,6 +199,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         for j in store.jobs(states=states):
             d = j.public()
             d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
+            if j.spec.kind == "ensemble":
+                d["ensemble"] = ensemble_of(store, j.id)
             out.append(d)
         return out
 
@@ -209,6 +212,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         preds = store.predictions(job_id)
         d["prediction"] = preds[-1] if preds else None
         d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
+        if job.spec.kind == "ensemble":
+            d["ensemble"] = ensemble_of(store, job_id)
         return d
 
     @api.post("/jobs/{job_id}/cancel")

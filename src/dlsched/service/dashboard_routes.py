@@ -54,6 +54,12 @@ def _clean(x):
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
+def _noise_scale(p: dict) -> float | None:
+    """The gradient noise scale a dlsched.torch job reported (tr Σ / |G|², in samples), else None."""
+    sqr, var, batch = p.get("grad_sqr"), p.get("grad_var"), p.get("noise_batch")
+    return _clean(var * batch / sqr) if sqr and var is not None and batch else None
+
+
 def gantt_intervals(allocations: list[dict], end_times: dict[int, float | None], now: float) -> list[dict]:
     """Allocation rows (one per decision) -> intervals [start, end) with the GPUs and nodes held."""
     by_job: dict[int, list[dict]] = {}
@@ -120,11 +126,9 @@ def job_detail(store: Store, job_id: int) -> dict:
     prediction = preds[-1] if preds else None
     start, finish = shown_times(rec, prediction, store.forecasts().get(job_id))
     stride = max(1, math.ceil(len(prog) / MAX_CURVE_POINTS))
+    points = prog[::stride] + (prog[-1:] if prog and prog[::stride][-1]["step"] != prog[-1]["step"] else [])
     curve = [{"step": p["step"], "loss": _clean(p["loss"]), "time": p["time"], "samples": p["samples"],
-              "workers": p["workers"]} for p in prog[::stride]]
-    if prog and curve[-1]["step"] != prog[-1]["step"]:
-        curve.append({"step": prog[-1]["step"], "loss": _clean(prog[-1]["loss"]), "time": prog[-1]["time"],
-                      "samples": prog[-1]["samples"], "workers": prog[-1]["workers"]})
+              "workers": p["workers"], "noise_scale": _noise_scale(p)} for p in points]
     return {"job": json.loads(json.dumps(rec.public(), default=str)), "curve": curve, "fit": loss_fit_of(prediction),
             "prediction": prediction, "predicted_start": _clean(start), "predicted_finish": _clean(finish),
             "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200)}

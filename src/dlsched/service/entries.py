@@ -35,12 +35,12 @@ class EntryRules:
         return cls(wd, tuple((wd / r).resolve() for r in roots) or (wd,), tuple(modules),
                    tuple(Path(f).resolve() for f in forbidden))
 
-    def check(self, entry: str, source: str = "job spec") -> None:
+    def check(self, entry: str, source: str = "job spec", field: str = "entry") -> None:
         """Raise ``SpecError`` (one line naming the field and value) unless ``entry`` is allowed."""
         target, _, func = entry.rpartition(":")
 
         def refuse(why: str) -> None:
-            raise SpecError(f"{source}: field entry: {entry[:120]!r} {why}")
+            raise SpecError(f"{source}: field {field}: {entry[:120]!r} {why}")
 
         if not target or not func:
             refuse("is not 'path/to/file.py:function' or 'module:function'")

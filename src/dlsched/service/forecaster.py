@@ -74,7 +74,7 @@ class Forecaster:
         for j in self.store.jobs(states=ACTIVE):
             if j.cancel_requested:
                 continue
-            v = job_view(j, speeds.get(j.id))
+            v = job_view(j, speeds.get(j.id), self.typical_delay("resize", RESIZE_S))
             if v.remaining_samples is None and j.id in totals:
                 v = dataclasses.replace(v, remaining_samples=max(0.0, totals[j.id] - j.samples))
             views.append(v)

@@ -17,6 +17,7 @@ from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_pol
 from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
+from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
@@ -24,6 +25,8 @@ from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, 
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
+
+MAX_COORDINATOR_LOSSES = 3   # resumes after a lost coordinator (killed, OOM, node lost) before the job fails
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class LiveLoop:
     def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
         """Snapshots -> one round (policy, check, placement: Optimus consolidation) -> the actions to take."""
         eligible = [j for j in jobs if not j.cancel_requested]
+        self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
         decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], self._cluster_view(now), consolidated)
         return list(decision.actions)
 
@@ -188,12 +192,21 @@ class LiveLoop:
         elif res.state == "failed":
             self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
         elif res.state == "gone":
-            self.store.transition(job.id, QUEUED, now, {"reason": "coordinator vanished: resume from checkpoint"},
-                                  num_gpus=0, placement={})
+            # the coordinator was lost (SIGKILL, the OOM killer, its node): resume from the newest valid checkpoint,
+            # a bounded number of times, so a job that kills its coordinator every time ends with a clear error
+            lost = self.store.count_events(job.id, QUEUED, "coordinator_lost") + 1
+            why = res.error or "coordinator vanished"
+            if lost > MAX_COORDINATOR_LOSSES:
+                error = (f"{why}: coordinator lost {lost} times, gave up after {MAX_COORDINATOR_LOSSES} resumes "
+                         f"(see the job's output.log)")
+                self.store.transition(job.id, FAILED, now, {"error": error}, error=error)
+            else:
+                self.store.transition(job.id, QUEUED, now, {"reason": f"{why}: resume from checkpoint",
+                                                            "coordinator_lost": lost}, num_gpus=0, placement={})
         else:
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
-        self.models.forget(job.id)
+        self.models.forget(job.id, finished=res.state == "finished")
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
         records, offset = read_progress(self.job_dir(job.id), job.progress_offset)

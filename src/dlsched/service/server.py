@@ -20,7 +20,7 @@ from dlsched.service.entries import EntryRules
 from dlsched.service.limits import DEFAULT_MAX_BODY
 from dlsched.service.loop import LiveLoop, LoopThread
 from dlsched.service.store import Store
-from dlsched.spec import ClusterSpec, JobSpec
+from dlsched.spec import SpecError, ClusterSpec, JobSpec
 
 DEFAULT_PORT = 8642
 
@@ -98,6 +98,12 @@ class Service:
         entry = getattr(spec, "entry", None)
         if entry:
             self.entries.check(entry, source)
+        command = getattr(spec, "command", None)
+        if command:  # a script job: `python path/to/script.py ...`, the script under the same rules as an entry
+            if command[0] not in ("python", "python3") or len(command) < 2 or not command[1].endswith(".py"):
+                raise SpecError(f"{source}: field command: {' '.join(command)[:120]!r} must start with "
+                                f"'python path/to/script.py'")
+            self.entries.check(f"{command[1]}:main", source, field="command")
         self.loop.validate(spec, source)
         if self.check_entries and spec.kind == "train" and entry:
             check_entry(entry, spec.params, self.workdir, source)

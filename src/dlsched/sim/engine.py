@@ -241,7 +241,7 @@ class Simulator:
         if app is not None:
             speed = TraceThroughput(app, job.epoch, self.gpus_per_node, self.gpu_speed)
             attrs = {"app": app.name, "epoch": job.epoch, "progress": job.progress,
-                     "target_progress": app.target_progress}
+                     "target_progress": app.target_progress, "restart_s": self.cfg.restart_penalty}
             return JobView(
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
                 batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,
@@ -252,7 +252,8 @@ class Simulator:
             id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
             max_gpus=job.spec.requested_gpus, attained_service=job.attained, run_time=job.run_time,
             placement=job.nodes, remaining_samples=self._remaining(job),
-            speed=LinearThroughput(job.spec.requested_gpus, self.gpu_speed), attrs={"priority": job.spec.priority})
+            speed=LinearThroughput(job.spec.requested_gpus, self.gpu_speed),
+            attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty})
 
     # --- state changes --------------------------------------------------------------------------
     def _set_nodes(self, job: _Job, nodes: Mapping[str, int]) -> None:

@@ -36,10 +36,12 @@ LRScheduler = torch.optim.lr_scheduler.LRScheduler
 
 
 class Session:
-    def __init__(self, env: WorkerEnv | None, lr_rule: str = "auto", ckpt_every: int = 20):
+    def __init__(self, env: WorkerEnv | None, lr_rule: str = "auto", ckpt_every: int | None = None):
         if lr_rule not in RULES:
             raise UserError(f"lr_rule={lr_rule!r}: expected one of {', '.join(RULES)}")
-        self.env, self.lr_rule, self.ckpt_every = env, lr_rule, ckpt_every
+        self.env, self.lr_rule = env, lr_rule
+        self.ckpt_every_set = ckpt_every  # None: the runtime's --ckpt-every (the plan's)
+        self.ckpt_every = ckpt_every if ckpt_every is not None else 20
         self.store = connect_store(env.store) if env else None
         self.wid = env.worker_id if env else 0
         self.generation = env.generation if env else 0
@@ -179,6 +181,8 @@ class Session:
 
     def _adopt(self, plan: Plan) -> None:
         self.step = plan.step
+        if self.ckpt_every_set is None:
+            self.ckpt_every = plan.ckpt_every
         if plan.table is not None:
             self.table = PartitionTable.from_snapshot(plan.table)
             self.epoch = self.table.epoch
@@ -401,9 +405,10 @@ class Session:
 _session: Session | None = None
 
 
-def init(lr_rule: str = "auto", ckpt_every: int = 20) -> Session:
+def init(lr_rule: str = "auto", ckpt_every: int | None = None) -> Session:
     """Join the job's elastic group (standalone outside the scheduler). ``lr_rule``: auto, linear, sqrt,
-    adascale or none (``dlsched.torch.lr_rule``); ``ckpt_every``: steps between checkpoints (0 = never)."""
+    adascale or none (``dlsched.torch.lr_rule``); ``ckpt_every``: steps between checkpoints (0 = never;
+    default: the runtime's ``--ckpt-every``)."""
     global _session
     if _session is None:
         env = WorkerEnv.from_env(os.environ)

@@ -170,7 +170,8 @@ class StepRecord(_Record):
 
 
 EVENTS = ("resized", "checkpoint", "worker_lost", "straggler", "epoch_end", "finished", "stopped", "resize_failed",
-          "control_rejected", "resize_abandoned", "metrics", "lr_rule")
+          "control_rejected", "resize_abandoned", "metrics", "lr_rule",
+          "profiled", "flotillas", "member_converged")   # the last three: a FLEET ensemble (train/fleet_job.py)
 
 
 class EventRecord(_Record):
