@@ -206,7 +206,7 @@ class LiveLoop:
         else:
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
-        self.models.forget(job.id)
+        self.models.forget(job.id, finished=res.state == "finished")
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
         records, offset = read_progress(self.job_dir(job.id), job.progress_offset)
