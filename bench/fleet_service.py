@@ -9,7 +9,7 @@ Preprocessing is the bottleneck here: tiny CNNs with an average-pool stem train 
 and normalises their images. Figure: time from submission until every member converged, (b) / (a), target >= 1.5x.
 Information: neither side knows the members' speeds in advance (both profile them at start, included in the time).
 
-    .venv/bin/python bench/fleet_service.py [--members 4] [--epochs 3]
+    .venv/bin/python bench/fleet_service.py [--members 8] [--epochs 2] [--zoo pre|cnn]
 """
 from __future__ import annotations
 
@@ -85,9 +85,9 @@ def run_side(label: str, jobs: list[tuple[str, str]], slots: int, work: Path, po
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=4, choices=range(2, 9))
+    ap.add_argument("--members", type=int, default=8, choices=range(2, 9))
     ap.add_argument("--zoo", default="pre", choices=sorted(ZOOS))
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--policy", default="fifo")
     a = ap.parse_args()
     members = ZOOS[a.zoo][: a.members]
