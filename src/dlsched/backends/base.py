@@ -37,6 +37,8 @@ class Launch:
 class PollResult:
     state: ProcState
     error: str | None = None
+    # node -> workers the job holds now, when that changed without the loop asking (workers lost with a node)
+    nodes: Mapping[str, int] | None = None
 
 
 class Backend(Protocol):

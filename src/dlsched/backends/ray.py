@@ -94,6 +94,7 @@ class _RayJob:
     spread: bool = False
     retired: list[Slot] = field(default_factory=list)   # shrunk away, released once their worker has left
     lost: str | None = None           # name of the dead node that took the job down
+    shrunk: bool = False              # lost workers with a node; the loop has not been told yet
 
     @property
     def workers(self) -> int:
@@ -415,7 +416,10 @@ class RayBackend:
     # -- observation --------------------------------------------------------------------------
 
     def _check_nodes(self) -> None:
-        """Turn nodes that died since the last look into ``NodeLost`` records, stopping their jobs."""
+        """Turn nodes that died since the last look into ``NodeLost`` records. A job whose runtime (the
+        coordinator) survives keeps running on its surviving slots - the runtime shrinks onto the workers it
+        has left, from the state they hold - and a job whose runtime died is stopped (it resumes from its
+        checkpoint when the loop starts it again)."""
         alive = self._names()
         names = {**self._known_alive, **alive}
         dead = {nid for nid in self._known_alive if nid not in alive}
@@ -426,10 +430,25 @@ class RayBackend:
             if touched and not job.lost:
                 for nid in touched:
                     hit.setdefault(nid, []).append(job.job_id)
+                survivors = [s for s in job.slots if s.node in alive]
+                if job.runner_node in alive and survivors:
+                    self._drop_lost_slots(job, survivors, alive)
+                    continue
                 job.lost = names.get(touched[0], touched[0][:12])   # kept until poll() reports it
                 self._stop_lost(job)
         for nid, jobs in sorted(hit.items()):
             self._lost.append(NodeLost(names.get(nid, nid[:12]), tuple(sorted(set(jobs)))))
+
+    def _drop_lost_slots(self, job: _RayJob, survivors: list[Slot], alive: Mapping[str, str]) -> None:
+        """Forget (and remove: Ray would re-place them on another node) the slots on dead nodes."""
+        lost = [s for s in job.slots + job.retired if s.node not in alive]
+        job.slots = survivors
+        job.retired = [s for s in job.retired if s.node in alive]
+        job.shrunk = True
+        self._release_all([s.group for s in lost], wait_s=0)
+        self._write_slots(job)
+        log.warning("job %s: lost %d worker slot(s) with their node; %d keep training", job.job_id, len(lost),
+                    len(survivors))
 
     def _stop_lost(self, job: _RayJob) -> None:
         try:
@@ -457,13 +476,16 @@ class RayBackend:
             self._jobs.pop(job_id)
             return PollResult("gone", f"node {job.lost} lost")
         self._collect_retired(job)
+        held = None
+        if job.shrunk:
+            job.shrunk, held = False, self._where(job.slots)
         try:
             rc = self._ray.get(job.runner.returncode.remote(), timeout=10)
         except Exception:  # the actor died without its node dying: the runtime is gone with it
             self.stop(job_id)
             return PollResult("gone", "Ray actor of the job died")
         if rc is None:
-            return PollResult("running")
+            return PollResult("running", nodes=held)
         self.stop(job_id)
         status = read_status(job_dir) or {}
         if rc == 0 and status.get("state") == "finished":

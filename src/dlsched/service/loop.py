@@ -259,10 +259,20 @@ class LiveLoop:
             self.store.transition(job.id, QUEUED, now, {"reason": "coordinator vanished: resume from checkpoint"},
                                   num_gpus=0, placement={})
         else:
+            if res.nodes is not None:   # workers lost with their node: the job trains on the rest; re-plan
+                self._shrunk_by_loss(job, dict(res.nodes), now)
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
         for per_job in (self._speeds, self._speed_fits, self._views, self._rates, self._totals, self._changed_at):
             per_job.pop(job.id, None)
+
+    def _shrunk_by_loss(self, job: JobRecord, nodes: dict[str, int], now: float) -> None:
+        gpus = sum(nodes.values())
+        self.store.update(job.id, num_gpus=gpus, placement=nodes)
+        self.store.record_allocation(job.id, now, gpus, job.batch_size, nodes)
+        self.store.event("workers_lost", job.id, now, gpus_from=job.num_gpus, gpus=gpus,
+                         lost={n: k - nodes.get(n, 0) for n, k in job.placement.items() if k > nodes.get(n, 0)})
+        self._views.pop(job.id, None)
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
         records, offset = read_progress(self.job_dir(job.id), job.progress_offset)

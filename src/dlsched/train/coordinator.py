@@ -37,10 +37,13 @@ from dlsched.train.devices import free_devices, job_devices, keepers, visible_de
 from dlsched.train.files import Control, ProgressLog, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
-from dlsched.train.worker import GATE_CANCEL, STOP_PREEMPT, STOP_RESIZE, gate_key
+from dlsched.train.worker import GATE_CANCEL, GATE_RUN, PG_TIMEOUT, STOP_PREEMPT, STOP_RESIZE, gate_key, survivor_key
 from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
 
 POLL_S = 0.02
+# survivors of a lost peer report once their collective fails: at once when the peer's sockets close (its
+# process died), after the process-group timeout when its node fell off the network without closing them
+SURVIVOR_WAIT_S = PG_TIMEOUT.total_seconds() + 15
 
 
 EXIT_STOPPED = 128 + signal.SIGTERM  # stopped on request, checkpoint written: the shell's "terminated by SIGTERM"
@@ -283,7 +286,8 @@ class Coordinator:
                     return self._finish()
                 dead = self._dead_workers()
                 if dead:
-                    self._recover(dead)
+                    if not (self.launcher.shrink_on_loss and self._shrink_onto_survivors(dead)):
+                        self._recover(dead)
                     continue
                 if self.stop_requested:
                     return self._stop()
@@ -436,6 +440,47 @@ class Coordinator:
         self.pending_resize = {"event": "resized", "time": requested, "generation": self.generation,
                                "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb, "step": step,
                                "requested_at": requested, "stopped_at": stopped}
+
+    def _survivor_states(self, survivors: list[int]) -> dict[int, dict] | None:
+        """Each survivor's report of the state it holds, once all reported; None if one died too, the
+        generation ended anyway (finished, stopped), never started training, or they did not report in time."""
+        gen, deadline = self.generation, time.monotonic() + SURVIVOR_WAIT_S
+        if not (self.store.check([gate_key(gen)]) and self.store.get(gate_key(gen)) == GATE_RUN):
+            return None   # lost while the group formed: no step, so no survivor report to wait for
+        while time.monotonic() < deadline and not self.stop_requested:
+            self._drain()
+            if self.store.check([f"end/{gen}"]) or any(self.procs[w].poll() is not None for w in survivors):
+                return None
+            if self.store.check([survivor_key(gen, w) for w in survivors]):
+                return {w: json.loads(self.store.get(survivor_key(gen, w))) for w in survivors}
+            time.sleep(POLL_S)
+        return None
+
+    def _shrink_onto_survivors(self, dead: list[int]) -> bool:
+        """A worker died mid-step (its node was lost): the others carry on from the last step they all
+        committed, in memory, as a smaller group - no restart, no checkpoint. False when that is not possible
+        (no survivor, they disagree on the step, one died too): the caller recovers from the checkpoint."""
+        old = list(self.wids)
+        survivors = [w for w in old if w not in dead]
+        states = self._survivor_states(survivors) if survivors else None
+        if not states or len({(s["step"], json.dumps(s["table"], sort_keys=True)) for s in states.values()}) != 1:
+            return False
+        held = states[survivors[0]]
+        exit_codes = [self.procs[w].returncode for w in dead]
+        self._kill(dead)
+        for w in dead:
+            self.detector.forget(w)
+        step, table = held["step"], PartitionTable.from_snapshot(held["table"])
+        gb = global_batch_after_resize(self.o.batch_mode, self.global_batch, len(old), len(survivors))
+        ramp = self.ramp if gb == self.global_batch else self.ramp.rescaled(held["lr"], self.global_batch, gb, step)
+        lost_at = self.last_report["step"] if self.last_report else step
+        self.pending_resize = None
+        self._publish(survivors, step, table, gb, ramp, held["epoch_loss"])
+        self.progress.write({"event": "shrunk", "time": time.time(), "workers_lost": dead,
+                             "exit_codes": exit_codes, "from_workers": len(old),
+                             "workers": len(survivors), "new_generation": self.generation, "step": step,
+                             "lost_steps": max(0, lost_at - step), "batch_size": gb})
+        return True
 
     def _recover(self, dead: list[int]) -> None:
         """A worker died: its peers' state is suspect mid-collective, so replace the group from the checkpoint."""

@@ -39,6 +39,11 @@ def gate_key(generation: int) -> str:
     return f"gate/{generation}"
 
 
+def survivor_key(generation: int, worker_id: int) -> str:
+    """Where a worker that lost a peer mid-step reports the state it holds (the last committed step)."""
+    return f"survivor/{generation}/{worker_id}"
+
+
 def connect_store(addr: str) -> dist.TCPStore:
     host, port = addr.rsplit(":", 1)
     return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=60))
@@ -195,6 +200,8 @@ class Worker:
                     return True
                 table, ep_loss, ep_n = table.next_epoch(), 0.0, 0
             t_start = time.perf_counter()
+            held = {"step": step, "table": table.snapshot(), "epoch_loss": [ep_loss, ep_n],
+                    "lr": self.optimizer.param_groups[0]["lr"]}   # what a peer's loss this step rolls back to
             ids = table.take(global_batch)
             shares = split_global_batch(ids, locals_)
             mine = torch.as_tensor(shares[rank])
@@ -222,7 +229,11 @@ class Worker:
             tail[1] += loss_sum
             if self.record is not None:  # before the commit: a step that never commits is rolled back with it
                 self.record.write(json.dumps({"generation": gen, "step": step + 1, "ids": shares[rank].tolist()}) + "\n")
-            dist.all_reduce(buf)
+            try:
+                dist.all_reduce(buf)
+            except RuntimeError as e:   # a peer died (its node was lost): the step does not commit here
+                self.store.set(survivor_key(gen, self.wid), json.dumps({**held, "error": str(e)[:200]}))
+                return False            # wait for the coordinator's next plan, holding the last step's state
             reduced = tail.tolist()  # one device-to-host copy
             n_total = reduced[0]
             buf[: self.n_grad].div_(max(n_total, 1.0))
