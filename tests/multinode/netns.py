@@ -72,13 +72,14 @@ def _free_subnet() -> ipaddress.IPv4Network:
 
 
 class NetnsCluster:
-    """``with NetnsCluster(3) as c:`` - a Ray head on node 0 and workers on the rest; ``c.shared`` is the
+    """``with NetnsCluster(4, head_slots=0) as c:`` - a Ray head on node 0 and workers on the rest; ``c.shared`` is the
     directory every node sees at the same path; ``c.run_on(i, argv)`` starts a process inside node ``i``."""
 
     def __init__(self, num_nodes: int = 3, slots_per_node: int = 1, resource: str = "gpu_slot",
-                 ready_timeout_s: float = 120.0):
+                 ready_timeout_s: float = 120.0, head_slots: int | None = None):
         self.tag = secrets.token_hex(3)
         self.num_nodes, self.slots, self.resource = num_nodes, slots_per_node, resource
+        self.head_slots = slots_per_node if head_slots is None else head_slots   # 0: a head without GPUs
         self.ready_timeout_s = ready_timeout_s
         self.bridge = f"dlsb{self.tag}"
         self.root = Path(tempfile.mkdtemp(prefix=f"dlsched-mn-{self.tag}-", dir="/var/tmp"))
@@ -129,7 +130,7 @@ class NetnsCluster:
             _sh(*inside, "ip", "link", "set", "lo", "up")
         for node in self.nodes:
             self.start_ray(node.index)
-        self.wait_nodes(self.num_nodes)
+        self.wait_nodes(self.num_nodes - (self.head_slots == 0))
 
     @property
     def head(self) -> Node:
@@ -164,7 +165,8 @@ class NetnsCluster:
         argv = [ray, "start", "--block", "--node-ip-address", node.ip, "--num-cpus", "0",
                 "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats",
                 "--include-log-monitor", "false",
-                "--resources", json.dumps({self.resource: self.slots}), "--labels", f"dlsched.io/node={node.name}"]
+                "--resources", json.dumps({self.resource: self.head_slots if i == 0 else self.slots}),
+                "--labels", f"dlsched.io/node={node.name}"]
         if i == 0:
             argv += ["--head", "--port", str(HEAD_PORT), "--include-dashboard", "false"]
         else:
@@ -201,7 +203,7 @@ class NetnsCluster:
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     def wait_nodes(self, alive: int) -> list[dict]:
-        """Until exactly ``alive`` nodes with the resource are alive (bounded; the Ray logs say why if not)."""
+        """Until exactly ``alive`` nodes with the resource (GPU nodes) are alive (bounded; the Ray logs say why if not)."""
         deadline = time.monotonic() + self.ready_timeout_s
         seen: list[dict] = []
         while time.monotonic() < deadline:

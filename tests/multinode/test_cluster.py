@@ -1,4 +1,4 @@
-"""The service on a real 3-node Ray cluster (one network namespace, IP and /tmp per node; the job folders on a
+"""The service on a real Ray cluster of a head and 3 GPU nodes (one network namespace, IP and /tmp per node; the job folders on a
 bind-mounted shared directory): a job trains across distinct IPs, survives a node's loss by shrinking onto
 the surviving workers, grows back when the node returns, and survives losing the node its rank 0 runs on.
 
@@ -8,7 +8,9 @@ within ``RESUME_BOUND_S`` of the kill. Waits are generous and on observed state:
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -31,7 +33,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster():
-    with NetnsCluster(num_nodes=3, slots_per_node=1) as c:   # NetnsUnavailable fails the module, with its reason
+    # node 0: the Ray head and the service, no GPU; nodes 1-3: one GPU slot each. NetnsUnavailable fails the
+    # module with its reason (never a skip)
+    with NetnsCluster(num_nodes=4, slots_per_node=1, head_slots=0) as c:
         yield c
 
 
@@ -42,7 +46,7 @@ def service(cluster):
     (cluster.export / "token").write_text(token)
     (cluster.export / "cluster.json").write_text(json.dumps({
         "backend": "ray", "policy": "test-elastic", "interval_s": 0.5,
-        "nodes": [{"name": n.name, "gpus": 1} for n in cluster.nodes]}))
+        "nodes": [{"name": n.name, "gpus": 1} for n in cluster.nodes[1:]]}))
     proc = cluster.run_on(0, [*SERVE, "serve", "--cluster", str(cluster.shared / "cluster.json"),
                               "--state-dir", str(cluster.shared / "state"), "--host", cluster.head.ip,
                               "--port", str(PORT), "--token-file", str(cluster.shared / "token"),
@@ -104,11 +108,31 @@ def worker_ips(cluster, job_id: int) -> dict[int, str]:
                                                    (job_dir(cluster, job_id) / "logs").glob("worker-*.host.json"))}
 
 
+def node_health(client) -> dict[str, str]:
+    return {n["name"]: n["health"] for n in client.get("/nodes").json()["nodes"]}
+
+
+def dlsched_nodes(cluster, client) -> str:
+    """``dlsched nodes`` as an operator runs it, against the service on node 0."""
+    env = {**os.environ, "DLSCHED_SERVER": str(client.base_url).rstrip("/"),
+           "DLSCHED_TOKEN": client.headers["Authorization"].split()[1], "COLUMNS": "160"}
+    p = subprocess.run([sys.executable, "-m", "dlsched.cli", "nodes"], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
 def committed_audit(cluster, job_id: int) -> Counter:
-    """Sample ids of the steps that committed: a worker records its ids before the all-reduce, and a step
-    counts when rank 0 reported it (progress has its generation and step); a step cut by a lost peer never
-    committed and is redone by the survivors."""
-    committed = {(r["generation"], r["step"]) for r in steps(cluster, job_id)}
+    """Sample ids of the steps that reached the final model. A worker records its ids before the all-reduce;
+    rank 0 reports each committed step (progress: run, generation, step). A step cut by a lost peer never
+    committed (the survivors redo it); a committed step is rolled back when a later report (a run resumed
+    from a checkpoint) starts at or before it."""
+    final: list[tuple] = []
+    for r in steps(cluster, job_id):
+        while final and final[-1][2] >= r["step"]:
+            final.pop()
+        final.append((r["run"], r["generation"], r["step"]))
+    committed = set(final)
     kept = Counter()
     for path in (job_dir(cluster, job_id) / "samples").glob("worker-*.jsonl"):
         for line in path.read_text().splitlines():
@@ -116,7 +140,7 @@ def committed_audit(cluster, job_id: int) -> Counter:
                 rec = json.loads(line)
             except ValueError:         # torn by the kill mid-write
                 continue
-            if (rec["generation"], rec["step"]) in committed:
+            if (rec["run"], rec["generation"], rec["step"]) in committed:
                 kept.update(rec["ids"])
     return kept
 
@@ -127,7 +151,7 @@ def test_a_job_trains_across_three_nodes_and_shrinks_then_grows_back_on_node_los
     wait_until(lambda: any(r["workers"] == 3 for r in steps(cluster, job)), 180, "a step on 3 workers")
     ips = worker_ips(cluster, job)
     assert len(ips) == 3 and len(set(ips.values())) == 3, ips          # three hosts, three addresses
-    assert set(ips.values()) == {n.ip for n in cluster.nodes}
+    assert set(ips.values()) == {n.ip for n in cluster.nodes[1:]}
     status = json.loads((job_dir(cluster, job) / "status.json").read_text())
 
     victim_ip = ips[max(ips)]                                          # not rank 0, not the coordinator's node
@@ -143,11 +167,42 @@ def test_a_job_trains_across_three_nodes_and_shrinks_then_grows_back_on_node_los
     assert not events(cluster, job, "worker_lost")                     # no restart from the checkpoint
     assert json.loads((job_dir(cluster, job) / "status.json").read_text())["pid"] == status["pid"]
     wait_until(lambda: job_state(service, job)["num_gpus"] == 2, 60, "the service's books: 2 GPUs")
-    kinds = [e["kind"] for e in service.get(f"/jobs/{job}/events").json()]
-    assert "workers_lost" in kinds and "queued" not in kinds, kinds
+    kinds = wait_until(lambda: (k := [e["kind"] for e in service.get(f"/jobs/{job}/events").json()])
+                       and "workers_lost" in k and k, 60, "the service's workers_lost event")
+    assert "queued" not in kinds, kinds
+    name = cluster.nodes[victim].name
+    wait_until(lambda: node_health(service).get(name) == "lost", 60, "the service's node table: lost")
+    assert {n["name"]: n["lost"] for n in service.get("/dashboard/api/overview").json()["nodes"]}[name]
+    sinfo = dlsched_nodes(cluster, service)
+    assert next(line for line in sinfo.splitlines() if name in line).split()[4] == "lost", sinfo
 
     cluster.kill_node(victim)                                          # the node reboots ...
     cluster.start_ray(victim)                                          # ... and rejoins
+    wait_until(lambda: node_health(service).get(name) == "up", 120, "the node back in the service's table")
     wait_until(lambda: [r for r in events(cluster, job, "resized") if r["workers"] == 3], 240, "grown back to 3")
     wait_until(lambda: job_state(service, job)["state"] == "finished", 300, "finished")
     assert committed_audit(cluster, job) == Counter({i: EPOCHS for i in range(SAMPLES)})
+
+
+def test_losing_the_node_of_rank_0_and_the_coordinator_resumes_from_the_shared_checkpoint_exactly_once(cluster, service):
+    """Rank 0 and the job's coordinator share a node (the backend pins the runtime where most slots are, the
+    first one on a tie): that node's loss leaves no survivor that could regroup the others, so the service
+    re-queues the job and it resumes on the other nodes from the checkpoint rank 0 wrote to the shared mount."""
+    samples = 960
+    job = submit(service, name="rank0", gpus=3, min_gpus=1, max_gpus=3,
+                 params={"num_samples": samples, "batch_size": 12, "throttle_s": 0.1})
+    wait_until(lambda: [r for r in steps(cluster, job) if r["workers"] == 3 and r["step"] >= 7], 180,
+               "7 steps on 3 workers (a checkpoint every 5)")
+    ips = worker_ips(cluster, job)
+    victim = next(n.index for n in cluster.nodes if n.ip == ips[min(ips)])
+    assert victim != 0
+    cluster.kill_raylet(victim)
+    wait_until(lambda: "queued" in [e["kind"] for e in service.get(f"/jobs/{job}/events").json()], 120,
+               "the loss noticed: the job re-queued")
+    wait_until(lambda: job_state(service, job)["state"] == "finished", 300, "resumed and finished")
+    runs = [r["run"] for r in steps(cluster, job)]
+    resumed = next(r for r in steps(cluster, job) if r["run"] != runs[0])
+    assert resumed["step"] > 5, resumed                                # from the checkpoint, not from scratch
+    kept = committed_audit(cluster, job)
+    assert kept == Counter(range(samples)), (kept - Counter(range(samples)), Counter(range(samples)) - kept)
+    assert cluster.nodes[victim].ip not in worker_ips(cluster, job).values()   # the resumed run's workers moved

@@ -173,6 +173,10 @@ class RayBackend:
                 out.append(NodeView(self._node_name(n), gpus, gpu_type, int(res.get("CPU", 0))))
         return tuple(sorted(out, key=lambda v: v.name))
 
+    def addresses(self) -> dict[str, str]:
+        """node name -> the IP Ray reaches it at, for the live nodes."""
+        return {self._node_name(n): n.get("NodeManagerAddress", "") for n in self._alive_nodes().values()}
+
     # -- reservation --------------------------------------------------------------------------
 
     def _bundle(self) -> dict[str, float]:
@@ -372,7 +376,10 @@ class RayBackend:
         new slots cannot be had nothing changes and the error propagates.
         """
         job_id, num_gpus, generation, placement = launch.job_id, launch.num_gpus, launch.generation, launch.placement
+        self._check_nodes()      # a node lost since the loop's last look: its slots must not be kept by a shrink
         job = self._jobs[job_id]
+        if job.lost:
+            return               # its runtime died with a node: poll() reports it gone, the loop re-queues it
         self._collect_retired(job)
         current = job.workers
         if num_gpus < current:

@@ -7,6 +7,7 @@ every error is ``{"error": "<one line>"}`` with a 4xx status.
 """
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import ipaddress
 from pathlib import Path
@@ -18,6 +19,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dlsched.policy.base import NodeView
+from dlsched.service.nodes import LOST
 from dlsched.service.refit import expected_times
 from dlsched.service.store import Store, UnknownJob
 from dlsched.spec import ClusterSpec, SpecError, load_job_spec
@@ -94,9 +97,10 @@ class _Guard:
 
 def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str | Path | None = None,
                token: str | None = None, max_body: int = DEFAULT_MAX_BODY, loop_thread=None,
-               validate=None) -> Any:
+               validate=None, node_table=None) -> Any:
     """The ASGI application. ``token=None`` means no authentication (loopback binds only: see ``serve``);
-    ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``)."""
+    ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``); ``node_table()``:
+    the loop's ``NodeStatus`` rows (``/nodes``, the dashboard's lost-node marks)."""
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     jobs_root = Path(state_dir) / "jobs" if state_dir else None
 
@@ -214,6 +218,11 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                     return _error(404, f"job {job_id} has no log for worker {worker}")
         return PlainTextResponse(text.decode("utf-8", "replace"), headers={"X-Next-Offset": str(nxt)})
 
+    @api.get("/nodes")
+    def nodes_info() -> dict:
+        rows = node_table() if node_table else ()
+        return {"nodes": [dataclasses.asdict(r) for r in rows]}
+
     @api.get("/cluster")
     def cluster_info() -> dict:
         used: dict[str, int] = {}
@@ -229,7 +238,16 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     from dlsched.service.dashboard_routes import make_dashboard_router
     from dlsched.service.loop import cluster_view
 
-    api.include_router(make_dashboard_router(store, lambda: cluster_view(cluster, 0).nodes if cluster else (),
-                                             Path(state_dir) / "reports" if state_dir else None))
+    def dashboard_nodes():
+        rows = node_table() if node_table else ()
+        if rows:
+            return tuple(NodeView(r.name, r.slots, r.gpu_type) for r in rows)
+        return cluster_view(cluster, 0).nodes if cluster else ()
+
+    def lost_nodes():
+        return frozenset(r.name for r in (node_table() if node_table else ()) if r.health == LOST)
+
+    api.include_router(make_dashboard_router(store, dashboard_nodes, Path(state_dir) / "reports" if state_dir else None,
+                                             lost=lost_nodes))
     return _Guard(api, token, max_body)
 

@@ -25,6 +25,7 @@ from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast
+from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.errors import UserError
@@ -69,6 +70,7 @@ class LiveLoop:
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.gpu_types = tuple(sorted({n.gpu_type for n in cluster.nodes}))
+        self.nodes = NodeWatch(cluster_view(cluster, 0.0).nodes)
         self._speeds: dict[int, ThroughputModel] = {}
         self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # job -> (configurations seen, when) of its fit
         self._seen_progress: dict[int, int] = {}
@@ -135,6 +137,7 @@ class LiveLoop:
         self.observe(now)
         t1 = time.perf_counter()
         jobs = self.store.jobs(states=ACTIVE)
+        self.watch_nodes(now, jobs)
         actions = self.decide(jobs, now)
         t2 = time.perf_counter()
         self.act(actions, {j.id: j for j in jobs}, now)
@@ -169,6 +172,15 @@ class LiveLoop:
             speed=speed, kind=s.kind, preemptible=s.preemptible,
             attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
                    "state": job.state})
+
+    def watch_nodes(self, now: float, jobs: list[JobRecord]) -> None:
+        """Refresh the node table (``dlsched nodes``); a node lost or back is an event."""
+        addresses = getattr(self.backend, "addresses", None)   # where a backend knows its nodes' addresses (Ray)
+        changes = self.nodes.update(self._cluster_view(now).nodes,
+                                    addresses() if addresses else {n.name: "localhost" for n in self.cluster.nodes},
+                                    [(j.id, j.placement) for j in jobs if j.num_gpus], now)
+        for node, health in changes:
+            self.store.event("node_lost" if health == LOST else "node_up", None, now, node=node)
 
     def _cluster_view(self, now: float) -> ClusterView:
         live = getattr(self.backend, "nodes", None)   # a backend that knows its live nodes (Ray) says so: lost nodes vanish

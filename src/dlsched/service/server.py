@@ -70,7 +70,7 @@ class Service:
         # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
         self.check_entries = runtime is None
         app = create_app(self.store, cluster, self.state_dir, token=token, max_body=max_body, loop_thread=self.thread,
-                         validate=self.validate)
+                         validate=self.validate, node_table=lambda: self.loop.nodes.table)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                     access_log=False, limit_concurrency=256, timeout_keep_alive=5))
         self._uv_thread: threading.Thread | None = None

@@ -21,6 +21,7 @@ import multiprocessing.forkserver
 import os
 import signal
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -103,6 +104,7 @@ class Coordinator:
         self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
         self.progress = ProgressLog(self.dir)
+        self.run_id = uuid.uuid4().hex[:12]   # tells this run's steps from a resumed run's (same generations)
         self.procs: dict[int, WorkerHandle] = {}
         self.next_wid = 0
         self.generation = -1
@@ -195,7 +197,7 @@ class Coordinator:
         self.generation += 1
         self.wids = wids
         self.global_batch, self.ramp = global_batch, ramp
-        plan = {"generation": self.generation, "wids": wids, "step": step, "table": table.snapshot(),
+        plan = {"run": self.run_id, "generation": self.generation, "wids": wids, "step": step, "table": table.snapshot(),
                 "local_batches": local_batch_sizes(global_batch, len(wids)),
                 "ramp": {"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T},
                 "epoch_loss": list(epoch_loss), "restore": str(restore) if restore else None,
@@ -255,6 +257,7 @@ class Coordinator:
                     self.progress.write(ev)
                     self.pending_resize = None
                 rec["partition_offsets"] = table
+                rec["run"] = self.run_id
                 rec["total_samples"] = planned_samples(self.job)
                 if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
                         and not self.resizing):

@@ -256,11 +256,15 @@ class RayLauncher:
         import ray
 
         self.job_dir = Path(job_dir)
+        # the node this coordinator runs on, as its host actor saw it: a driver left to guess takes the address
+        # its host name resolves to, or another node's, where no route leaves the machine
+        node_ip = os.environ.get(RAY_NODE_IP_ENV) or None
         if not ray.is_initialized():
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning")
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning",
+                     _node_ip_address=node_ip)
         self._ray = ray
         self._host_cls = host_actor(ray)
-        self.store_host = ray.util.get_node_ip_address()   # the TCPStore listens on every interface
+        self.store_host = node_ip or ray.util.get_node_ip_address()   # the TCPStore listens on every interface
         self._occupied: dict[str, RayWorker] = {}
         # No worker is forked here: keep the forkserver the coordinator starts from loading torch for nothing.
         _FORKSERVER.set_forkserver_preload([])

@@ -228,7 +228,8 @@ class Worker:
             tail.copy_(torch.tensor(stats))  # one host-to-device copy for all the step's scalars
             tail[1] += loss_sum
             if self.record is not None:  # before the commit: a step that never commits is rolled back with it
-                self.record.write(json.dumps({"generation": gen, "step": step + 1, "ids": shares[rank].tolist()}) + "\n")
+                self.record.write(json.dumps({"run": plan.get("run"), "generation": gen, "step": step + 1,
+                                              "ids": shares[rank].tolist()}) + "\n")
             try:
                 dist.all_reduce(buf)
             except RuntimeError as e:   # a peer died (its node was lost): the step does not commit here
