@@ -39,19 +39,18 @@ def cluster():
         yield c
 
 
-@pytest.fixture(scope="module")
-def service(cluster):
-    """``dlsched serve`` inside node 0, bound on its IP, its state on the shared mount."""
+def start_service(cluster, policy: str = "test-elastic", runtime: str = RUNTIME):
+    """``dlsched serve`` inside node 0, bound on its IP, its state on the shared mount; an API client for it."""
     token = secrets.token_hex(16)
     (cluster.export / "token").write_text(token)
     (cluster.export / "cluster.json").write_text(json.dumps({
-        "backend": "ray", "policy": "test-elastic", "interval_s": 0.5,
+        "backend": "ray", "policy": policy, "interval_s": 0.5,
         "nodes": [{"name": n.name, "gpus": 1} for n in cluster.nodes[1:]]}))
     proc = cluster.run_on(0, [*SERVE, "serve", "--cluster", str(cluster.shared / "cluster.json"),
                               "--state-dir", str(cluster.shared / "state"), "--host", cluster.head.ip,
                               "--port", str(PORT), "--token-file", str(cluster.shared / "token"),
                               "--address", cluster.address, "--gpu-resource", "gpu_slot",
-                              "--workdir", str(REPO), "--runtime", RUNTIME], log="service", cwd=REPO)
+                              "--workdir", str(REPO), "--runtime", runtime], log="service", cwd=REPO)
     client = httpx.Client(base_url=f"http://{cluster.head.ip}:{PORT}", timeout=20,
                           headers={"Authorization": f"Bearer {token}"})
 
@@ -63,6 +62,12 @@ def service(cluster):
             return False
 
     wait_until(up, 120, "the service's API")
+    return client
+
+
+@pytest.fixture(scope="module")
+def service(cluster):
+    client = start_service(cluster)
     yield client
     client.close()
 

@@ -22,14 +22,18 @@ How a job maps onto Ray
   slots (the runtime keeps its first workers) and releases each once its worker has left
   (``DIR/ray-workers.json``); then ``control.json`` gets the higher generation: elastic
   join/leave, the staying workers never restart.
-* **Node loss** - ``poll()`` compares Ray's live nodes with the jobs' slots and actors; a job
-  touching a dead node is stopped, its reservation released and reported ``gone`` (``lost_nodes()``
-  names the node), so the loop re-queues it; the next start resumes from the checkpoint.
+* **Node loss** - ``poll()`` compares Ray's live nodes with the jobs' slots and actors. A job whose
+  runtime (the coordinator) survives keeps running: the dead node's slots are dropped, the runtime
+  regroups the surviving workers from the state they hold (no restart, no checkpoint) and ``poll``
+  hands the loop the job's new node map (``PollResult.nodes``), so the scheduler re-plans and grows it
+  back when capacity returns. A job whose runtime died with the node is stopped, its reservation
+  released and reported ``gone`` (``lost_nodes()`` names the node); the loop re-queues it and the next
+  start resumes from the checkpoint on the shared job directory.
 * **A stale view** - when the loop names a dead node, or nodes Ray cannot give within
   ``pin_timeout_s``, Ray places the bundles itself rather than failing the job.
 
-The job dir must be on storage every node sees, at the same path (NFS on a real cluster; trivially
-true for the fake nodes ``ray.cluster_utils.Cluster`` starts in tests): progress, control, slot
+The job dir must be on storage every node sees, at the same path (NFS on a real cluster; a bind-mounted
+directory in the network-namespace cluster of ``tests/multinode``): progress, control, slot
 files and checkpoints live there and workers on every node write them.
 """
 from __future__ import annotations
