@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test test-stress venv bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -21,6 +21,26 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# docs/cli.md is generated from the CLI itself; tests/test_docs.py fails when it is stale.
+docs: $(STAMP)
+	$(BIN)/python -m dlsched.cli_reference > docs/cli.md
+
+# The suite 3 times under CPU load (two busy loops: a busy 2-core CI machine); fails if any run fails.
+# The busy loops are this target's children, killed by PID on every exit path.
+STRESS_RUNS ?= 3
+test-stress: $(STAMP)
+	@$(BIN)/python -c 'while True: pass' & b1=$$!; \
+	 $(BIN)/python -c 'while True: pass' & b2=$$!; \
+	 trap 'kill $$b1 $$b2 2>/dev/null' EXIT INT TERM; \
+	 fails=0; \
+	 for i in $$(seq 1 $(STRESS_RUNS)); do \
+	   echo "== stress run $$i/$(STRESS_RUNS) (2 busy loops: $$b1 $$b2)"; \
+	   $(BIN)/python -m pytest -q tests; rc=$$?; \
+	   if [ $$rc -ne 0 ]; then echo "== stress run $$i failed (pytest exit $$rc)" >&2; fails=$$((fails + 1)); fi; \
+	 done; \
+	 echo "== $$(( $(STRESS_RUNS) - fails ))/$(STRESS_RUNS) runs passed under load"; \
+	 [ $$fails -eq 0 ]
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -86,7 +86,7 @@ def prepared_curves(policy, jobs, cluster):
         rng = batch_range(j, cluster.total_gpus)
         raw = policy._raw_curve(j, rng, t, node)
         ref = raw.values[rng.g_min]
-        out.append(policy._curve(j, rng, raw, ref, t, node, t if j.is_running else None))
+        out.append(policy._curve(j, rng, raw, ref, ref, t, node, t if j.is_running else None))
     return out
 
 

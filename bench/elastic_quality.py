@@ -10,6 +10,8 @@ not it stops there) and wall time. Targets printed beside the figures:
   * elastic beats elastic-gpu-only by a clear factor (the paper reports up to 10x avg JCT and 2x jobs completed).
 
     PYTHONPATH=src python bench/elastic_quality.py [--workloads 1 2 3 4] [--policies ...] [--remaining none]
+
+Pollux's figures are printed beside ours only in the predicted and none modes (Pollux had no oracle).
 """
 from __future__ import annotations
 
@@ -30,9 +32,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", type=int, nargs="+", default=[1, 2, 3, 4])
     ap.add_argument("--policies", nargs="+", default=[*OURS, "tiresias", "optimus"])
-    ap.add_argument("--remaining", default="oracle", choices=["oracle", "none"],
-                    help="what policies are told of remaining work (Pollux itself has no oracle; 'none' shows ours "
-                         "without it)")
+    ap.add_argument("--remaining", default="predicted",
+                    help="what policies are told of remaining work: predicted (default) | none | oracle | "
+                         "noise:SIGMA. Pollux had no oracle: its figures are compared only in predicted and none")
     ap.add_argument("--nodes", type=int, default=16,
                     help="4-GPU nodes (16 = the artifact's 64 GPUs; 12, the fewest that fit the workloads' 48-GPU "
                          "jobs, = a more loaded cluster; Pollux's published figures are for 16 only)")
@@ -52,14 +54,15 @@ def main() -> None:
             done[p][w] = int((res.jobs.finish <= window).sum())
             print(f"{w:>8} {p:>17} {res.avg_jct:10.1f} {done[p][w]:>12} {int(res.jobs.restarts.sum()):>9} "
                   f"{wall:7.1f}", flush=True)
-        print(f"{w:>8} {'pollux (published)':>17} {POLLUX_PER_WORKLOAD.get(w, float('nan')):10.1f}")
+        if args.remaining in ("predicted", "none"):
+            print(f"{w:>8} {'pollux (published)':>17} {POLLUX_PER_WORKLOAD.get(w, float('nan')):10.1f}")
     print()
     print(f"{'policy':>17} {'mean avg JCT s':>15} {'mean done@window':>17}")
     for p in args.policies:
         print(f"{p:>17} {np.mean(list(jct[p].values())):15.1f} {np.mean(list(done[p].values())):17.1f}")
     pollux_here = np.mean([POLLUX_PER_WORKLOAD[w] for w in args.workloads if w in POLLUX_PER_WORKLOAD])
     ours = [p for p in OURS if p in jct]
-    if ours and args.nodes == 16:
+    if ours and args.nodes == 16 and args.remaining in ("predicted", "none"):
         best = min(ours, key=lambda p: np.mean(list(jct[p].values())))
         best_mean = np.mean(list(jct[best].values()))
         print(f"best of ours: {best} {best_mean:.1f} s vs Pollux published mean {POLLUX_PUBLISHED_MEAN} s "

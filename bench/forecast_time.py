@@ -19,7 +19,7 @@ import numpy as np
 
 from dlsched.policy.base import ClusterView, JobView, NodeView, make_policy
 from dlsched.service.forecast import forecast
-from dlsched.service.loop import FORECAST_BUDGET_S
+from dlsched.service.forecaster import FORECAST_BUDGET_S
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
-"""Mixed-GPU cluster: what type-aware scheduling buys on a Pollux workload (issue 4, heterogeneity).
+"""Mixed-GPU cluster with measured speeds: what type-aware scheduling buys on a Pollux workload (issues 4, 15).
 
-Cluster: 8 nodes x 4 V100 + 8 nodes x 4 K80 (64 GPUs), the Pollux workload (shared/data/pollux/workloads/), the
-simulator's Pollux semantics. Speeds are relative to the GPU the Pollux traces were measured on (T4). The factors
-below are illustrative assumptions, not measurements (no per-type traces are in shared/data): K80 at half the traced
-speed; V100 between 1.2x (ncf, embedding-bound) and 3x (imagenet), so jobs differ in what the fast type buys them
-(Gavel's premise). Each type-aware policy runs beside the same policy made type-blind (``sim.type_blind``), which
-sees one GPU type and lets the driver place — the ratio is the figure; Tiresias (type-blind by design) for scale.
+Cluster: 12 nodes x 4 T4 (the GPU the Pollux traces were measured on, speed 1) + 4 nodes x 4 H100 (64 GPUs).
+H100 speed per application from measurements (``sim/measured_speeds.py``): h100/throughput.csv over the traced
+single-T4 samples/s for cifar10 (ResNet-18) and imagenet (ResNet-50); the four apps without an H100 measurement
+get the geometric mean of those two (printed as "assumed"). Each type-aware policy runs beside the same policy made
+type-blind (``sim.type_blind``: one GPU type, the driver places; the simulator still runs each job at its real
+type's speed), in one run, both with the same remaining-work information (--remaining, default predicted);
+Tiresias (type-blind by design) for scale.
 
     PYTHONPATH=src python bench/heterogeneous.py [--workload 1] [--policies elastic goodput tiresias]
 """
@@ -17,21 +18,24 @@ import time
 from dlsched.paths import shared_data
 from dlsched.policy.base import ClusterView, NodeView, make_policy
 from dlsched.sim import run
+from dlsched.sim.measured_speeds import measured_gpu_speeds
 from dlsched.sim.type_blind import TypeBlind
 
-SPEEDS = {"k80": 0.5, "v100": 2.0, "v100/imagenet": 3.0, "v100/cifar10": 2.5, "v100/bert": 2.5,
-          "v100/deepspeech2": 2.0, "v100/yolov3": 2.0, "v100/ncf": 1.2}
-CLUSTER = ClusterView(tuple(NodeView(f"v100-{i}", 4, "v100") for i in range(8))
-                      + tuple(NodeView(f"k80-{i}", 4, "k80") for i in range(8)))
+CLUSTER = ClusterView(tuple(NodeView(f"t4-{i}", 4, "t4") for i in range(12))
+                      + tuple(NodeView(f"h100-{i}", 4, "h100") for i in range(4)))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", type=int, default=1)
     ap.add_argument("--policies", nargs="+", default=["elastic", "goodput", "tiresias"])
+    ap.add_argument("--remaining", default="predicted")
     args = ap.parse_args()
     path = shared_data() / "pollux" / "workloads" / f"workload-{args.workload}.csv"
-    print(f"workload-{args.workload}, 8x4 V100 + 8x4 K80, speeds vs traced T4: {SPEEDS}")
+    speeds, measured = measured_gpu_speeds("h100")
+    shown = ", ".join(f"{k}={v:.1f}{'' if k.split('/')[1] in measured else ' (assumed)'}" for k, v in speeds.items())
+    print(f"workload-{args.workload}, 12x4 T4 + 4x4 H100, remaining work: {args.remaining}; H100 speed vs traced "
+          f"T4: {shown}")
     print(f"{'policy':>22} {'avg JCT s':>10} {'p99 JCT s':>10} {'makespan s':>11} {'wall s':>7}")
     avg = {}
     for name in args.policies:
@@ -40,7 +44,7 @@ def main() -> None:
             variants.append(TypeBlind(make_policy(name)))
         for policy in variants:
             t = time.perf_counter()
-            res = run(path, policy, CLUSTER, gpu_speed=SPEEDS)
+            res = run(path, policy, CLUSTER, gpu_speed=speeds, remaining=args.remaining)
             s = res.summary()
             avg[policy.name] = s["avg_jct"]
             print(f"{policy.name:>22} {s['avg_jct']:10.1f} {s['p99_jct']:10.1f} {s['makespan']:11.1f} "

@@ -48,6 +48,7 @@ predicting the rest. Targets (issue 2): remaining-steps error ≤ 10 % after 25 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -150,12 +151,18 @@ def calibration_records(curves, prior_of) -> dict[str, list]:
     return out
 
 
-def loco_prior(curves):
-    """Each curve's prior from the other curves' full fits (its own finished fit never counts)."""
+def full_fits(curves) -> dict:
+    """Each curve's fit on all its points, as a finished job leaves it (``perf.prior.finished_fit``)."""
     fits = {}
     for c in curves:
         y = MetricSpace.of(c.metric, c.y).down(c.y)
         fits[c.name] = finished_fit(fit_annealing(c.x, y, c.schedule, None), c.meta)
+    return fits
+
+
+def loco_prior(curves):
+    """Each curve's prior from the other curves' full fits (its own finished fit never counts)."""
+    fits = full_fits(curves)
     return lambda c: prior_from_fits([f for n, f in fits.items() if n != c.name], c.meta)
 
 
@@ -181,7 +188,12 @@ def schedule_report(write_calibration: bool = False) -> None:
     prior_of = loco_prior(curves)
     records = calibration_records(curves, prior_of)
     if write_calibration:
-        TABLE.write_text(calibrate([r for rs in records.values() for r in rs]).to_json() + "\n")
+        # what the CLI ships: bands from every curve, and the prior from every curve's finished fit
+        # (the records here used leave-one-out priors, close to what a new job's prior is)
+        every = prior_from_fits(list(full_fits(curves).values()))
+        table = dataclasses.replace(calibrate([r for rs in records.values() for r in rs]),
+                                    prior=(every.alpha, every.drop))
+        TABLE.write_text(table.to_json() + "\n")
         print(f"  wrote {TABLE}")
     rows, opt = [], []
     for c in curves:

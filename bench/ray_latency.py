@@ -79,7 +79,7 @@ def submit_to_first_step(kind: str, backend, tmp: Path) -> float:
                   policy=ArrivalOrder(), backend=backend).start()
     try:
         t0 = time.time()
-        r = httpx.post(f"{svc.url}/jobs", json=JOB, timeout=10)
+        r = httpx.post(f"{svc.url}/jobs", json=JOB, headers=svc.headers, timeout=10)
         job_id = r.json()["id"]
         return first_step_time(svc.state_dir / "jobs" / str(job_id)) - t0
     finally:

@@ -47,12 +47,13 @@ def main() -> None:
         try:
             if not wait_for_http(f"{url}/healthz", 30, srv):
                 raise SystemExit("service did not start")
+            auth = {"Authorization": f"Bearer {(Path(d) / 'state' / 'token').read_text().strip()}"}  # made 0600 at start
             body = "name: burst-{i}\nentry: examples/mlp.py:make_job\ngpus: 1\nbatch_size: 32\nparams: {{epochs: 1}}\n"
 
             local = threading.local()    # one keep-alive connection per client thread
 
             def submit(i: int) -> tuple[float, int]:
-                c = getattr(local, "c", None) or setattr(local, "c", httpx.Client(base_url=url, timeout=60)) or local.c
+                c = getattr(local, "c", None) or setattr(local, "c", httpx.Client(base_url=url, headers=auth, timeout=60)) or local.c
                 t = time.perf_counter()
                 r = c.post("/jobs", content=body.format(i=i), headers={"content-type": "application/yaml"})
                 return time.perf_counter() - t, r.status_code

@@ -14,7 +14,7 @@ from dlsched.paths import shared_data
 from dlsched.policy.base import ClusterView
 from dlsched.sim import read_philly, read_workload, run
 from dlsched.perf.profile import POLLUX_APPS
-from dlsched.sim.traces import load_app
+from dlsched.perf.pollux import load_app
 
 
 def timed(fn):

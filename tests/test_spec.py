@@ -114,3 +114,31 @@ def test_parameter_server_fields():
         with pytest.raises(SpecError, match=needle) as e:
             load_job_spec(text)
         assert "\n" not in str(e.value)
+
+
+def test_autoscale_option():
+    base = "name: a\nentry: x.py:make_job\n"
+    s = load_job_spec(base + "autoscale: {every_steps: 5, max_workers: 4, utility_value: 10, utility_seconds: 3600}\n")
+    assert (s.autoscale.every_steps, s.autoscale.threshold, s.autoscale.utility_value) == (5, 0.1, 10)
+    for text, needle in ((base + "autoscale: {threshold: 2}\n", "autoscale.threshold"),
+                         (base + "autoscale: {utility_value: 1}\n", "go together"),
+                         (base + "gpus: 3\nstrategy: ps\nautoscale: {}\n", "strategy must be allreduce")):
+        with pytest.raises(SpecError, match=needle):
+            load_job_spec(text)
+
+
+def test_a_command_job_runs_the_users_script_and_takes_no_make_job_fields():
+    from pathlib import Path
+
+    from dlsched.backends.base import Launch, runtime_command
+
+    spec = load_job_spec('{"name": "cifar", "command": ["python", "examples/cifar_resnet.py", "--epochs", "2"], '
+                         '"min_gpus": 1, "max_gpus": 4, "batch_size": 64}', fmt="json")
+    cmd = runtime_command(["rt"], Launch(1, spec, Path("/j"), 2, 128))
+    assert "--entry" not in cmd and cmd[cmd.index("--") + 1:] == ["python", "examples/cifar_resnet.py", "--epochs", "2"]
+    assert cmd[cmd.index("--reference-batch-size") + 1] == "64"
+    for bad in ('{"name": "x", "entry": "a.py:make_job", "command": ["python", "a.py"]}', '{"name": "x"}',
+                '{"name": "x", "command": ["python", "a.py"], "params": {"lr": 0.1}}', '{"name": "x", "command": []}'):
+        with pytest.raises(SpecError) as e:
+            load_job_spec(bad, fmt="json")
+        assert "\n" not in str(e.value)

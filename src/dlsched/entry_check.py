@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dlsched.errors import UserError
 from dlsched.spec import SpecError
 
 
@@ -88,3 +89,25 @@ def check_entry(entry: str, params: dict[str, Any], workdir: str | Path, source:
     missing = [n for n in required if n not in params]
     if missing:
         raise SpecError(f"{source}: field params: {func}() needs {', '.join(missing)}")
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` strings -> dict; values parsed as int, float, bool or kept as text."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UserError(f"--param {pair!r}: expected key=value")
+        key, raw = pair.split("=", 1)
+        out[key.strip()] = _parse_value(raw.strip())
+    return out
+
+
+def _parse_value(raw: str) -> Any:
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw

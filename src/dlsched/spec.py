@@ -7,25 +7,23 @@ real cluster and tight enough that a typo cannot make the scheduler allocate a b
 """
 from __future__ import annotations
 
-import json
 import math
 import re
+import reprlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dlsched.documents import MAX_DOCUMENT_BYTES, DocumentError, load_document
 from dlsched.errors import UserError
 
 MAX_GPUS = 4096
 MAX_BATCH = 1 << 24
 MAX_SAMPLES = 10**15
 MAX_PARAMS = 64
-MAX_SPEC_BYTES = 1 << 20   # a spec is a few hundred bytes; 1 MiB is a generous ceiling
-
-# libyaml's parser is ~20x faster than the pure-Python one and has the same safe semantics
-_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_SPEC_BYTES = MAX_DOCUMENT_BYTES
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 # path/to/file.py:make_job or package.module:make_job; no spaces, no shell metacharacters
@@ -63,6 +61,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
+class AutoscaleSpec(_Strict):
+    """Or et al.'s engine (``train/autoscale_engine``) for a job that sizes itself (``dlsched train --spec``)."""
+
+    every_steps: Annotated[int, Field(ge=1, le=1_000_000)] = 20
+    spawn_size: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
+    max_workers: Gpus = 8
+    threshold: Annotated[float, Field(ge=0, le=1)] = 0.1
+    price_per_worker_hour: Annotated[float, Field(ge=0, le=1e9)] = 1.0
+    utility_value: Annotated[float, Field(gt=0, le=1e12)] | None = None   # linear utility: worth this now ...
+    utility_seconds: Annotated[float, Field(gt=0, le=1e9)] | None = None  # ... and 0 at this many seconds
+
+    @model_validator(mode="after")
+    def _utility_pair(self) -> "AutoscaleSpec":
+        if (self.utility_value is None) != (self.utility_seconds is None):
+            raise ValueError("utility_value and utility_seconds go together")
+        return self
+
+
 class JobSpec(_Strict):
     """One training job as a user submits it.
 
@@ -71,7 +87,10 @@ class JobSpec(_Strict):
     """
 
     name: Annotated[str, Field(pattern=_NAME)]
-    entry: Annotated[str, Field(pattern=_ENTRY)]
+    entry: Annotated[str, Field(pattern=_ENTRY)] | None = None
+    # or the user's own dlsched.torch script, run like `python train.py --epochs 10` on every worker
+    command: Annotated[list[Annotated[str, Field(min_length=1, max_length=400, pattern=r"^[^\x00\n\r]*$")]],
+                       Field(min_length=1, max_length=MAX_PARAMS)] | None = None
     gpus: Gpus = 1
     min_gpus: Gpus | None = None
     max_gpus: Gpus | None = None
@@ -90,6 +109,7 @@ class JobSpec(_Strict):
     strategy: Literal["allreduce", "ps"] = "allreduce"
     servers: Annotated[int, Field(ge=1, le=MAX_GPUS)] | None = None
     sync: Annotated[str, Field(pattern=r"^(sync|async|ssp:[0-9]{1,4})$")] = "sync"
+    autoscale: AutoscaleSpec | None = None
 
     @field_validator("params")
     @classmethod
@@ -98,11 +118,17 @@ class JobSpec(_Strict):
 
     @model_validator(mode="after")
     def _ranges_ok(self) -> "JobSpec":
+        if (self.entry is None) == (self.command is None):
+            raise ValueError("give exactly one of entry (file.py:make_job) and command (e.g. [python, train.py])")
+        if self.command is not None and (self.params or self.strategy != "allreduce" or self.kind != "train"):
+            raise ValueError("a command job takes its own arguments in command: no params, strategy ps or kind")
         lo, hi = self.gpu_range
         if not lo <= self.gpus <= hi:
             raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
         if self.strategy == "allreduce" and (self.servers is not None or self.sync != "sync"):
             raise ValueError("servers and sync are parameter-server fields: set strategy: ps")
+        if self.autoscale is not None and self.strategy != "allreduce":
+            raise ValueError("autoscale sizes all-reduce jobs (Or et al.'s engine): strategy must be allreduce")
         if self.strategy == "ps" and lo <= self.num_servers:
             raise ValueError(f"servers={self.num_servers} count against the GPUs: min_gpus/gpus={lo} must exceed it "
                              "to leave a worker")
@@ -165,10 +191,14 @@ class ClusterSpec(_Strict):
         return self
 
 
+_SHORT = reprlib.Repr()   # Python 3.11's Repr takes no keyword arguments
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 2, 60, 60, 40
+
+
 def _one_line(err: ValidationError, source: str) -> str:
     e = err.errors(include_url=False)[0]
     where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-    value = repr(e.get("input"))
+    value = _SHORT.repr(e.get("input"))   # bounded: the input may be a large nested value
     if len(value) > 60:
         value = value[:57] + "..."
     more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
@@ -178,30 +208,12 @@ def _one_line(err: ValidationError, source: str) -> str:
 
 
 def parse_document(data: bytes | str, source: str, fmt: str | None = None) -> Any:
-    """Bytes/str -> plain Python data. YAML is a superset of JSON, so YAML parses both; ``fmt='json'``
-    keeps JSON strict (no YAML surprises such as ``no`` -> False)."""
-    if isinstance(data, bytes):
-        if len(data) > MAX_SPEC_BYTES:
-            raise SpecError(f"{source}: spec is {len(data)} bytes, limit is {MAX_SPEC_BYTES}")
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise SpecError(f"{source}: not UTF-8 (byte {e.start}: {data[e.start:e.start + 1]!r})") from None
-    if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(f"{source}: spec is {len(data)} characters, limit is {MAX_SPEC_BYTES}")
+    """Bytes/str -> plain Python data, within ``dlsched.documents``' limits (no aliases, bounded depth and
+    size, no duplicate keys)."""
     try:
-        if fmt == "json":
-            return json.loads(data)
-        return yaml.load(data, Loader=_YamlLoader)
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{source}: line {e.lineno} column {e.colno}: invalid JSON: {e.msg}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f"line {mark.line + 1}: " if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"{source}: {line}invalid YAML: {problem}") from None
-    except (RecursionError, ValueError) as e:   # absurdly deep nesting, huge int literals
-        raise SpecError(f"{source}: unreadable document: {str(e).splitlines()[0][:80]}") from None
+        return load_document(data, source, fmt, MAX_SPEC_BYTES)
+    except DocumentError as e:
+        raise SpecError(str(e)) from None
 
 
 def _validate(model: type[BaseModel], doc: Any, source: str):
@@ -224,11 +236,13 @@ def load_cluster_spec(data: bytes | str, source: str = "cluster spec", fmt: str 
 def _read(path: str | Path) -> bytes:
     p = Path(path)
     try:
-        if p.stat().st_size > MAX_SPEC_BYTES:
-            raise SpecError(f"{p}: spec is {p.stat().st_size} bytes, limit is {MAX_SPEC_BYTES}")
-        return p.read_bytes()
+        with open(p, "rb") as f:   # read at most one byte past the limit: a FIFO or /dev/zero has no size
+            data = f.read(MAX_SPEC_BYTES + 1)
     except OSError as e:
         raise SpecError(f"{p}: cannot read: {e.strerror}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{p}: spec is over {MAX_SPEC_BYTES} bytes, the limit")
+    return data
 
 
 def _fmt_of(path: str | Path) -> str | None:

@@ -39,6 +39,7 @@ def main() -> int:
     ap.add_argument("--entry", required=True)
     ap.add_argument("--workers", type=int, required=True)
     ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--reference-batch-size", type=int)  # the contract's: the LR's batch
     ap.add_argument("--param", action="append", default=[])
     a = ap.parse_args()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # started blocked (the contract); its default: exit

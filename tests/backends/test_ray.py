@@ -247,7 +247,7 @@ def make_service(request, backend, tmp_path):
         svc = Service(spec, tmp_path / "state", port=free_port(), runtime=CONTRACT_RUNTIME, workdir=REPO,
                       backend=backend if request.param == "ray" else None).start()
         made.append(svc)
-        return svc, httpx.Client(base_url=svc.url, timeout=10)
+        return svc, httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
 
     def close(svc):                               # as a killed service would: jobs keep running
         made.remove(svc)
@@ -353,7 +353,7 @@ def test_service_on_ray_node_loss_resumes_the_real_runtime_elsewhere_exactly_onc
     spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
                        interval_s=0.3, backend="ray")
     svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend).start()
-    c = httpx.Client(base_url=svc.url, timeout=10)
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
     try:
         job = submit(c, name="mlp", entry="examples/mlp.py:make_job", gpus=2,
                      params={"num_samples": 480, "batch_size": 12, "throttle_s": 0.1})

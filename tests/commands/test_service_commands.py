@@ -18,9 +18,12 @@ REPO = Path(__file__).resolve().parents[2]
 SERVE = REPO / "tests" / "service" / "serve_for_tests.py"
 
 
-def cli(*args, server=None, timeout=90, columns=80):
-    extra = ["--server", server] if server else []
+def cli(*args, svc=None, timeout=90, columns=80):
+    """``svc``: talk to that service as its user does, with the token from its 0600 token file."""
+    extra = ["--server", svc.url] if svc else []
     env = dict(os.environ, COLUMNS=str(columns))
+    if svc is not None:
+        env["DLSCHED_TOKEN_FILE"] = str(svc.token_file)
     return subprocess.run([sys.executable, str(SERVE), *args, *extra], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=REPO)
 
@@ -33,7 +36,7 @@ def no_cut_cells(text: str) -> bool:
 def busy_service(tmp_path):
     """A service with one finished, one failed-by-cancel and one long-running job."""
     svc = Service(cluster(slots=(2, 2)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
-    c = httpx.Client(base_url=svc.url, timeout=30)
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
     names = ["quick-job-with-a-rather-long-name", "long-running-job", "to-be-cancelled"]
     ids = [c.post("/jobs", content=job_yaml(names[0], samples=64),
                   headers={"content-type": "application/yaml"}).json()["id"],
@@ -52,33 +55,33 @@ def busy_service(tmp_path):
 def test_every_table_fits_80_columns_without_cutting_a_cell_and_every_json_parses(busy_service):
     svc, ids = busy_service
     for args in (["status"], ["status", "--active"], ["history"], ["events"], ["events", "--job", str(ids[0])]):
-        r = cli(*args, server=svc.url)
+        r = cli(*args, svc=svc)
         assert r.returncode == 0, (args, r.stderr)
         assert no_cut_cells(r.stdout), (args, r.stdout)
         assert all(len(line) <= 80 for line in r.stdout.splitlines()), (args, r.stdout)
-    status = cli("status", server=svc.url).stdout
+    status = cli("status", svc=svc).stdout
     assert "quick-job-with-a-rather-long-name" in status and "long-running-job" in status
-    wide = cli("status", "--wide", server=svc.url).stdout
+    wide = cli("status", "--wide", svc=svc).stdout
     assert "SAMPLES/S" in wide and no_cut_cells(wide)
 
-    jobs = json.loads(cli("status", "--json", server=svc.url).stdout)
+    jobs = json.loads(cli("status", "--json", svc=svc).stdout)
     assert [j["id"] for j in jobs] == ids
     assert jobs[0]["end_time"].endswith("+00:00") and "T" in jobs[0]["submit_time"]   # ISO 8601, not epoch floats
-    hist = json.loads(cli("history", "--json", server=svc.url).stdout)
+    hist = json.loads(cli("history", "--json", svc=svc).stdout)
     assert {j["state"] for j in hist} == {"finished", "cancelled"}
-    assert json.loads(cli("history", "--state", "cancelled", "--json", server=svc.url).stdout)[0]["id"] == ids[2]
-    events = json.loads(cli("events", "--json", "--type", "finished", server=svc.url).stdout)
+    assert json.loads(cli("history", "--state", "cancelled", "--json", svc=svc).stdout)[0]["id"] == ids[2]
+    events = json.loads(cli("events", "--json", "--type", "finished", svc=svc).stdout)
     assert events and all(e["kind"] == "finished" for e in events)
-    shown = json.loads(cli("show", str(ids[0]), server=svc.url).stdout)
+    shown = json.loads(cli("show", str(ids[0]), svc=svc).stdout)
     assert shown["state"] == "finished" and isinstance(shown["end_time"], str)
 
 
 def test_cancelled_jobs_show_their_reason_and_cancelling_an_ended_job_is_an_error(busy_service):
     svc, ids = busy_service
-    status = cli("status", server=svc.url, columns=200).stdout
+    status = cli("status", svc=svc, columns=200).stdout
     line = next(ln for ln in status.splitlines() if "to-be-cancelled" in ln)
     assert "cancel" in line and "done" not in line
-    r = cli("cancel", str(ids[0]), server=svc.url)
+    r = cli("cancel", str(ids[0]), svc=svc)
     assert r.returncode == 1
     assert r.stderr.strip() == f"error: job {ids[0]} already finished; nothing to cancel"
 
@@ -88,23 +91,23 @@ def test_submit_overrides_and_a_misspelled_param_gets_did_you_mean_at_submit(tmp
     try:
         spec = tmp_path / "mlp.yaml"
         spec.write_text("name: mlp\nentry: examples/mlp.py:make_job\ngpus: 1\nparams: {num_sampels: 64}\n")
-        r = cli("submit", str(spec), server=svc.url)
+        r = cli("submit", str(spec), svc=svc)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert "params.num_sampels" in r.stderr and "did you mean 'num_samples'?" in r.stderr
         spec.write_text("name: mlp\nentry: examples/mlpp.py:make_job\ngpus: 1\n")
-        r = cli("submit", str(spec), server=svc.url)
+        r = cli("submit", str(spec), svc=svc)
         assert r.returncode == 2 and "'examples/mlpp.py' not found" in r.stderr
         assert svc.store.count() == 0
         spec.write_text("name: mlp\nentry: examples/mlp.py:make_job\ngpus: 1\n")
         r = cli("submit", str(spec), "--name", "renamed", "--gpus", "2", "--param", "num_samples=64",
-                "--param", "lr=0.01", "--json", server=svc.url)
+                "--param", "lr=0.01", "--json", svc=svc)
         assert r.returncode == 0, r.stderr
         job_id = json.loads(r.stdout)[0]["id"]
-        job = httpx.get(f"{svc.url}/jobs/{job_id}").json()
+        job = httpx.get(f"{svc.url}/jobs/{job_id}", headers=svc.headers).json()
         assert job["name"] == "renamed" and job["spec"]["gpus"] == 2
         assert job["spec"]["params"] == {"num_samples": 64, "lr": 0.01}
-        r = cli("submit", str(spec), "--param", "num_samples", server=svc.url)
-        assert r.returncode == 2 and "KEY=VALUE" in r.stderr
+        r = cli("submit", str(spec), "--param", "num_samples", svc=svc)
+        assert r.returncode == 2 and "expected key=value" in r.stderr
     finally:
         stop_service_and_jobs(svc)
 
@@ -118,7 +121,8 @@ def test_serve_without_options_runs_on_this_machine_and_a_busy_port_is_one_line(
         first = proc.stdout.readline()
         assert f"API http://127.0.0.1:{port}" in first and f"dashboard http://127.0.0.1:{port}/dashboard/" in first
         wait_until(lambda: _healthy(port), 60, "service answers /healthz")
-        nodes = httpx.get(f"http://127.0.0.1:{port}/cluster").json()["nodes"]
+        token = (tmp_path / "state" / "token").read_text().strip()     # generated 0600 on the first start
+        nodes = httpx.get(f"http://127.0.0.1:{port}/cluster", headers={"Authorization": f"Bearer {token}"}).json()["nodes"]
         assert len(nodes) == 1 and nodes[0]["gpus"] >= 1
         again = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--port", str(port),
                                 "--state-dir", str(tmp_path / "other")], capture_output=True, text=True, timeout=60)
@@ -135,3 +139,69 @@ def _healthy(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
+    svc = Service(cluster(policy="test-elastic", slots=(2, 2)), tmp_path / "state", port=free_port(),
+                  runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("elastic", gpus=1, max_gpus=4, samples=10**6, step_s=0.05),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 4, 60, "the elastic job grows to 4")
+        r = cli("resize", str(job), "--workers", "2", "--batch", "64", svc=svc)
+        assert r.returncode == 0 and r.stdout.strip() == f"job {job}: held at 2 worker(s), batch 64 (running)", r
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 2, 60, "the job shrinks to the asked 2")
+        kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
+        assert "resize_requested" in kinds
+        r = cli("resize", str(job), "--workers", "99", svc=svc)
+        assert r.returncode == 2 and "workers: expected an integer in 1..4" in r.stderr
+        c.post(f"/jobs/{job}/cancel")
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "cancelled", 60, "cancelled")
+        r = cli("resize", str(job), "--workers", "1", svc=svc)
+        assert r.returncode == 2 and "only queued or running jobs can be resized" in r.stderr
+        c.close()
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_logs_follow_shows_loss_lines_within_5s_of_their_step(tmp_path):
+    import re
+    import threading
+    import time
+
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), workdir=REPO).start()   # real runtime
+    try:
+        spec = tmp_path / "mlp.yaml"
+        spec.write_text("name: mlp\nentry: examples/mlp.py:make_job\ngpus: 1\nbatch_size: 16\n"
+                        "params: {num_samples: 1600, epochs: 1, throttle_s: 0.05}\n")
+        job = json.loads(cli("submit", str(spec), "--json", svc=svc).stdout)[0]["id"]
+        proc = subprocess.Popen([sys.executable, str(SERVE), "logs", "-f", str(job), "--server", svc.url],
+                                stdout=subprocess.PIPE, text=True, cwd=REPO,
+                                env=dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file)))
+        seen: list[tuple[float, str]] = []
+        reader = threading.Thread(target=lambda: seen.extend((time.time(), ln) for ln in proc.stdout), daemon=True)
+        reader.start()
+        assert proc.wait(timeout=300) == 0
+        reader.join(timeout=30)
+        steps = {r["step"]: r["time"] for r in map(json.loads, (svc.state_dir / "jobs" / str(job) / "progress.jsonl")
+                                                  .read_text().splitlines()) if "event" not in r}
+        lines = [(t, int(m.group(1))) for t, ln in seen if (m := re.search(r"step (\d+) epoch \d+ loss \S+", ln))]
+        assert len(lines) >= 3, [ln for _, ln in seen]
+        lags = [t - steps[s] for t, s in lines]
+        assert max(lags) < 5.0, lags
+        assert any("finished at step" in ln for _, ln in seen)
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_train_prints_progress_lines_when_piped_and_a_typod_param_is_one_line(tmp_path):
+    base = [sys.executable, "-m", "dlsched.cli", "train", "examples/mlp.py:make_job", "--job-dir"]
+    r = subprocess.run(base + [str(tmp_path / "a"), "--param", "num_sampels=64"], capture_output=True, text=True,
+                       cwd=REPO, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "did you mean 'num_samples'?" in r.stderr
+    r = subprocess.run(base + [str(tmp_path / "b"), "--param", "num_samples=256", "--param", "epochs=2"],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "step 1 epoch 0 loss" in r.stdout and "epoch 1 done: mean loss" in r.stdout
+    assert r.stdout.strip().splitlines()[-1].split(" ", 1)[1].startswith("finished at step 32")

@@ -332,10 +332,10 @@ def test_pinned_jobs_that_no_longer_fit_do_not_block_the_others():
     assert alloc.gpus("j1") >= 1 and alloc.total_gpus <= 2
 
 
-def test_without_remaining_work_the_job_with_least_attained_service_goes_first():
+def test_without_remaining_work_the_job_that_ran_least_goes_first():
     cluster = ClusterView.homogeneous(1, 1)
-    old = job(0, attained_service=50_000.0)
-    new = job(1, attained_service=0.0)
+    old = job(0, run_time=50_000.0, attained_service=50_000.0)
+    new = job(1, run_time=0.0, attained_service=0.0)
     assert make_policy("elastic").decide((old, new), cluster).gpus("j1") == 1
     assert make_policy("elastic", urgency=0.0).decide((old, new), cluster).gpus("j0") == 1
 
@@ -383,3 +383,62 @@ def test_a_reused_policy_follows_a_job_whose_batch_limits_change():
     assert wide.batch_size > 48
     assert 16 <= narrow.batch_size <= 48
     assert policy.decide((job(0),), cluster).jobs["j0"] == wide
+
+
+@dataclass(frozen=True)
+class BatchCostly(StepProfile):
+    """Efficiency falls with the batch (as the gradient-noise model says): a larger batch needs more samples."""
+
+    def efficiency(self, global_batch):
+        return 64 / global_batch if global_batch > 64 else 1.0
+
+
+def test_urgency_weight_does_not_depend_on_the_batch_the_job_runs_at():
+    # the same job, same progress left, seen at batch 64 and at batch 512 (8x the samples left at 1/8 efficiency):
+    # its weight relative to a second job must not change, or weights oscillate as batches change
+    policy = make_policy("goodput")
+    speed = BatchCostly()
+    small = running(job(0, speed, remaining_samples=1e5), 1, 64)
+    large = running(job(0, speed, remaining_samples=8e5), 1, 512)
+    other = job(1, speed, remaining_samples=3e5)
+    refs = {"j0": 1.0, "j1": 1.0}
+    assert policy._scales([small, other], refs) == pytest.approx(policy._scales([large, other], refs))
+
+
+def test_power_mean_fairness_admits_a_waiting_job_before_growing_a_running_one():
+    cluster = ClusterView.homogeneous(1, 4)
+    speed = StepProfile(allreduce=0.0)       # scales linearly: the sum of speed-ups gives it every GPU
+    first = running(job(0, speed, requested_gpus=1), 1, 64)
+    second = job(1, StepProfile(allreduce=0.2))
+    greedy = make_policy("goodput", urgency=0.0).decide((first, second), cluster)
+    fair = make_policy("goodput-fair", urgency=0.0).decide((first, second), cluster)
+    assert greedy.gpus("j0") == 4 and greedy.gpus("j1") == 0
+    assert fair.gpus("j0") >= 1 and fair.gpus("j1") >= 1
+    with pytest.raises(ValueError, match="fairness"):
+        make_policy("goodput", fairness=0.5)
+
+
+def test_whole_nodes_gives_a_job_spanning_nodes_whole_nodes():
+    cluster = ClusterView.homogeneous(4, 4)
+    jobs = (job(0, StepProfile(allreduce=0.001)), job(1, StepProfile(allreduce=0.002)),
+            job(2, StepProfile(allreduce=0.003)))
+    alloc = make_policy("goodput", whole_nodes=True).decide(jobs, cluster)
+    assert all(a.num_gpus <= 4 or a.num_gpus % 4 == 0 for a in alloc.jobs.values())
+
+
+def test_saxena_is_the_paper_objective_solved_on_arrival_and_departure():
+    p, base = make_policy("saxena"), make_policy("saxena-gpu-only")
+    assert p.event_driven and base.event_driven and base.fixed_batch and not p.fixed_batch
+    assert (p.urgency, p.hysteresis, p.restart_cost) == (0.0, 0.0, 0.0)
+    cluster = ClusterView.homogeneous(1, 4)
+    lone = job(0, StepProfile(allreduce=0.001), batch_size=32, min_local_batch=32)
+    assert p.decide((lone,), cluster).gpus("j0") == 4                 # grows its batch with the GPUs
+    assert base.decide((lone,), cluster).gpus("j0") == 1              # batch 32 at >= 32 per GPU: one GPU
+
+
+def test_without_remaining_work_the_weight_follows_run_time_not_gpu_seconds():
+    # two jobs that ran equally long, one on 8x the GPUs: growing a job must not by itself lower its weight
+    policy = make_policy("goodput")
+    a, b = job(0, run_time=600.0, attained_service=600.0), job(1, run_time=600.0, attained_service=4800.0)
+    scales = policy._scales([a, b], {"j0": 1.0, "j1": 1.0})
+    assert scales["j0"] == pytest.approx(scales["j1"])

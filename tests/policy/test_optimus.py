@@ -1,7 +1,7 @@
 import pytest
 
 from dlsched.policy.base import ClusterView, JobView, make_policy
-from dlsched.sim.traces import LinearThroughput
+from dlsched.sim.throughput import LinearThroughput
 from tests.sim.helpers import jcts, job
 
 

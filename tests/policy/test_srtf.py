@@ -15,7 +15,7 @@ def test_srtf_preempts_for_a_shorter_arrival():
 
 def test_srtf_with_predicted_durations_is_seeded():
     jobs = [job(f"j{i}", i, 1, 10 + 7 * i) for i in range(8)]
-    a = jcts(jobs, "srtf", remaining="predicted", prediction_error=1.0, seed=3)
-    b = jcts(jobs, "srtf", remaining="predicted", prediction_error=1.0, seed=3)
+    a = jcts(jobs, "srtf", remaining="noise:1.0", seed=3)
+    b = jcts(jobs, "srtf", remaining="noise:1.0", seed=3)
     oracle = jcts(jobs, "srtf")
     assert a == b and a != oracle   # a large error reorders jobs, deterministically

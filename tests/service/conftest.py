@@ -34,5 +34,5 @@ def service(tmp_path):
 
 @pytest.fixture
 def client(service):
-    with httpx.Client(base_url=service.url, timeout=30) as c:
+    with httpx.Client(base_url=service.url, headers=service.headers, timeout=30) as c:
         yield c

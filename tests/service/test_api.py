@@ -105,10 +105,10 @@ def test_the_service_forecasts_when_a_waiting_job_starts(tmp_path):
     """The loop thread's forecast thread rolls the policy forward: the waiting job's predicted start is the
     running job's forecast finish, served by GET /jobs."""
     svc = Service(cluster(), tmp_path / "f", port=free_port(), runtime=RUNTIME)
-    svc.loop.forecast_every_s = 0.3
+    svc.loop.forecaster.every_s = 0.3
     svc.start()
     try:
-        with httpx.Client(base_url=svc.url, timeout=30) as c:
+        with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30) as c:
             a = c.post("/jobs", content=job_yaml("a", gpus=4, samples=6400, step_s=0.02), headers=YAML).json()["id"]
             b = c.post("/jobs", content=job_yaml("b", gpus=4, samples=64), headers=YAML).json()["id"]
             end, jobs = time.monotonic() + 30, {}
@@ -152,7 +152,7 @@ def test_jobs_that_can_never_run_are_refused_at_submit(service, client, tmp_path
     svc = Service(cluster("elastic"), tmp_path / "e", port=free_port(), runtime=RUNTIME).start()
     try:
         bad = "name: nobatch\nentry: x.py:make_job\ngpus: 1\nmax_gpus: 2\nmax_local_batch: 8\nmin_batch_size: 64\nmax_batch_size: 64\n"
-        r = httpx.post(f"{svc.url}/jobs", content=bad, headers=YAML)
+        r = httpx.post(f"{svc.url}/jobs", content=bad, headers=YAML | svc.headers)
         assert r.status_code == 422 and r.json()["error"].startswith("request body: policy elastic: job 'nobatch'")
     finally:
         svc.close()
@@ -180,8 +180,8 @@ def test_burst_of_500_submissions_all_stored(service, client):
 
 
 def test_non_loopback_bind_needs_a_token(tmp_path):
-    with pytest.raises(UserError, match="needs a bearer token"):
-        Service(cluster(), tmp_path / "s", host="0.0.0.0", port=free_port(), runtime=RUNTIME)
+    with pytest.raises(UserError, match="--no-auth is for a loopback bind only"):
+        Service(cluster(), tmp_path / "s", host="0.0.0.0", port=free_port(), runtime=RUNTIME, auth=False)
     token = "s3cret-token-0123456789"
     svc = Service(cluster(), tmp_path / "s", host="0.0.0.0", port=free_port("0.0.0.0"), token=token,
                   runtime=RUNTIME).start()

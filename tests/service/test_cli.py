@@ -11,9 +11,13 @@ from tests.service.conftest import job_yaml
 SERVE = Path(__file__).with_name("serve_for_tests.py")
 
 
-def cli(*args, server=None, timeout=60):
+def cli(*args, server=None, service=None, timeout=60):
+    """``service``: talk to it as its user does, the token read from its 0600 token file."""
+    server = service.url if service is not None else server
     extra = ["--server", server] if server else []
     env = dict(os.environ, COLUMNS="200")
+    if service is not None:
+        env["DLSCHED_TOKEN_FILE"] = str(service.token_file)
     return subprocess.run([sys.executable, str(SERVE), *args, *extra], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
@@ -21,26 +25,26 @@ def cli(*args, server=None, timeout=60):
 def test_submit_status_logs_cancel(service, tmp_path):
     f = tmp_path / "job.yaml"
     f.write_text(job_yaml("cli-job", samples=320))
-    r = cli("submit", str(f), server=service.url)
+    r = cli("submit", str(f), service=service)
     assert r.returncode == 0 and r.stdout.strip() == "submitted job 1 (cli-job)", r.stderr
     long = tmp_path / "long.yaml"
     long.write_text(job_yaml("long", gpus=4, samples=100000, step_s=0.05))
-    assert cli("submit", str(long), server=service.url).returncode == 0
-    r = cli("logs", "1", "-f", server=service.url)       # follows until the job ends
+    assert cli("submit", str(long), service=service).returncode == 0
+    r = cli("logs", "1", "-f", service=service)       # follows until the job ends
     assert r.returncode == 0 and "start:" in r.stdout
-    r = cli("status", "--json", server=service.url)
+    r = cli("status", "--json", service=service)
     jobs = json.loads(r.stdout)
     assert jobs[0]["state"] == "finished" and jobs[1]["name"] == "long"
-    r = cli("status", server=service.url)
+    r = cli("status", service=service)
     assert "cli-job" in r.stdout and "finished" in r.stdout
-    r = cli("cancel", "2", server=service.url)
+    r = cli("cancel", "2", service=service)
     assert r.returncode == 0 and r.stdout.startswith("job 2: cancel")
 
 
 def test_user_errors_are_one_line_exit_2(service, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nentry: m:f\ngpus: -2\n")
-    r = cli("submit", str(bad), server=service.url)
+    r = cli("submit", str(bad), service=service)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "field gpus" in r.stderr
     assert service.store.count() == 0
     r = cli("status", server=f"http://127.0.0.1:{free_port()}")
@@ -55,3 +59,15 @@ def test_serve_refuses_an_unknown_backend_in_one_line():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip() == "error: --backend 'bogus': expected 'local' or 'ray'"
+
+
+def test_submit_applies_the_service_limits_before_sending(service, tmp_path):
+    """The 60 KB file that segfaulted ``dlsched submit`` (deep nesting), an alias bomb, duplicate keys, a huge
+    file: one line each, exit 2, nothing sent."""
+    cases = {"deep.yaml": "a: " + "[" * 30000 + "]" * 30000, "bomb.yaml": "a: &a [x, x]\nb: [*a, *a]\n",
+             "dup.yaml": "name: x\nname: y\nentry: x.py:make_job\n", "big.yaml": "# " + "x" * (2 << 20)}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        r = cli("submit", str(tmp_path / name), service=service)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and name in r.stderr, (name, r.stderr[-300:])
+    assert service.store.count() == 0

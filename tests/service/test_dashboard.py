@@ -20,7 +20,7 @@ import pytest
 from tests.service import policies  # noqa: F401  (registers test-fifo)
 from tests.service.teardown import stop_service_and_jobs
 from tests.waiting import wait_until
-from dlsched.service.dashboard_routes import estimate_queue, gantt_intervals, load_reports, overview
+from dlsched.service.dashboard_routes import gantt_intervals, job_detail, load_reports, overview
 from dlsched.service.server import Service, free_port
 from dlsched.service.store import Store
 from dlsched.spec import ClusterSpec, JobSpec
@@ -35,19 +35,6 @@ POLICY = "test-fifo"   # tests/service/policies.py: requested GPUs in arrival or
 
 
 # ----------------------------------------------------------------------------- pure parts
-
-def test_queue_estimate_drains_in_order_behind_predicted_finishes():
-    est = estimate_queue(running=[(1, 2, 100.0), (2, 2, 50.0)], queued=[(3, 2, 30.0), (4, 4, 10.0), (5, 1, None)],
-                         total_gpus=4, now=0.0)
-    assert est[3] == (50.0, 80.0)          # takes job 2's GPUs when it ends
-    assert est[4] == (100.0, 110.0)        # needs the whole cluster: after job 1 and job 3
-    assert est[5] == (110.0, None)         # starts after job 4, its own duration is unknown
-
-
-def test_queue_estimate_says_unknown_rather_than_guessing():
-    est = estimate_queue(running=[(1, 4, None)], queued=[(2, 1, 10.0)], total_gpus=4, now=5.0)
-    assert est[2] == (None, None)
-
 
 def test_gantt_intervals_end_at_the_next_decision_or_now():
     rows = [{"job_id": 1, "time": 0.0, "num_gpus": 2, "placement": {"a": 2}},
@@ -84,11 +71,16 @@ def test_overview_shows_who_holds_which_gpus(tmp_path):
     assert d["queue"][1]["id"] == b and d["queue"][1]["predicted_start"] is None   # a's finish is unknown
     assert d["gantt"] == [{"job_id": a, "start": 2.0, "end": 10.0, "gpus": 2, "placement": {"n1": 1, "n2": 1},
                            "batch_size": None, "name": "alpha"}]
-    # once the loop made a policy forecast, the queue shows it instead of the drain-in-order estimate
+    # before a forecast: a's finish at its allocation, b unknown; once the loop made one, the queue shows it
     store.add_prediction(a, 11.0, 0.5, 1000.0, 40.0, 51.0, None)
+    d = overview(store, (NodeView("n1", 2), NodeView("n2", 2)), now=12.0)
+    assert [(q["predicted_start"], q["predicted_finish"]) for q in d["queue"]] == [(2.0, 51.0), (None, None)]
     store.set_forecast(11.0, {a: (11.0, 60.0), b: (65.0, 90.0)})
     d = overview(store, (NodeView("n1", 2), NodeView("n2", 2)), now=12.0)
     assert [(q["predicted_start"], q["predicted_finish"]) for q in d["queue"]] == [(2.0, 60.0), (65.0, 90.0)]
+    # the job page gives the same answer, and no loss fit before the loop stored one
+    detail = job_detail(store, b)
+    assert (detail["predicted_start"], detail["predicted_finish"], detail["fit"]) == (65.0, 90.0, None)
 
 
 # ----------------------------------------------------------------------------- in the browser
@@ -112,7 +104,7 @@ def live_service(tmp_path_factory, data_dir):
     cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 2}, {"name": "n2", "gpus": 2}],
                           policy=POLICY, interval_s=0.2)
     svc = Service(cluster, tmp / "state", port=free_port(), runtime=CONTRACT_RUNTIME).start()
-    c = httpx.Client(base_url=svc.url, timeout=10)
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
     try:
         specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 8000, 0.1), ("mlp-b", 1, 8000, 0.1), ("waiting", 4, 80, 0.05)]
         ids = {}
@@ -144,7 +136,7 @@ def live_service(tmp_path_factory, data_dir):
 def test_overview_page_renders_cluster_queue_and_timeline(live_service):
     svc, ids, tmp = live_service
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
-    dom = _chromium(f"{svc.url}/dashboard/", tmp, "--dump-dom")
+    dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, "--dump-dom")
     assert 'id="load-error"' not in dom, dom[:2000]
     cluster = dom[dom.index('id="cluster"'):dom.index('id="queue"')]
     assert 'data-node="n1"' in cluster and 'data-node="n2"' in cluster
@@ -162,28 +154,30 @@ def test_overview_page_renders_cluster_queue_and_timeline(live_service):
     recent = dom[dom.index('id="recent"'):]
     assert "quick" in recent and "finished" in recent
     shot = shots / "dashboard-overview.png"
-    _chromium(f"{svc.url}/dashboard/", tmp, f"--screenshot={shot}", "--window-size=1400,1000")
+    _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, f"--screenshot={shot}", "--window-size=1400,1000")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
 def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
     svc, ids, tmp = live_service
-    dom = _chromium(f"{svc.url}/dashboard/#/job/{ids['resnet-a']}", tmp, "--dump-dom")
+    dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['resnet-a']}", tmp, "--dump-dom")
     assert f"Job {ids['resnet-a']} — resnet-a" in dom
     chart = dom[dom.index('id="loss-chart"'):dom.index('id="allocations"')]
     measured = chart[chart.index('data-label="measured loss"'):]
     assert measured.count("<circle") >= 10
-    assert re.search(r'data-label="fitted Optimus curve[^"]*"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){100,}', chart)
+    # the service's fit: Optimus, or the schedule-aware prediction to the job's budget (perf.curve_predict)
+    assert re.search(r'data-label="fitted (Optimus|optimus|annealing) curve[^"]*"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){100,}',
+                     chart)
     assert "β = (" in dom and "RMSE" in dom
     assert "running" in dom[dom.index('id="events"'):]
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
-    _chromium(f"{svc.url}/dashboard/#/job/{ids['resnet-a']}", tmp, f"--screenshot={shots / 'dashboard-job.png'}",
+    _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['resnet-a']}", tmp, f"--screenshot={shots / 'dashboard-job.png'}",
               "--window-size=1400,1000")
 
 
 def test_reports_page_compares_policies_from_dlsched_simulate(live_service):
     svc, _, tmp = live_service
-    dom = _chromium(f"{svc.url}/dashboard/#/reports", tmp, "--dump-dom")
+    dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/reports", tmp, "--dump-dom")
     assert "workload-1/summary.csv" in dom
     avg_jct = re.search(r'<svg[^>]*data-metric="avg_jct".*?</svg>', dom, re.S).group(0)
     best = re.search(r'<rect[^>]*fill="#16a34a"[^>]*><title>([^<]+)</title>', avg_jct)
@@ -192,16 +186,16 @@ def test_reports_page_compares_policies_from_dlsched_simulate(live_service):
     assert re.search(r'fill="#16a34a"[^>]*><title>tiresias', util)   # higher utilisation is the better one
     assert dom.count('class="report-image"') == 2 and 'src="blob:' in dom    # the simulator's plots
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
-    _chromium(f"{svc.url}/dashboard/#/reports", tmp, f"--screenshot={shots / 'dashboard-reports.png'}",
+    _chromium(f"{svc.url}/dashboard/?token={svc.token}#/reports", tmp, f"--screenshot={shots / 'dashboard-reports.png'}",
               "--window-size=1400,1400")
 
 
 def test_report_images_stay_inside_the_reports_folder(live_service):
     svc, _, _ = live_service
-    ok = httpx.get(f"{svc.url}/dashboard/api/reports/image/workload-1/jct_cdf.png")
+    ok = httpx.get(f"{svc.url}/dashboard/api/reports/image/workload-1/jct_cdf.png", headers=svc.headers)
     assert ok.status_code == 200 and ok.content[:4] == b"\x89PNG"
     for bad in ("workload-1/summary.csv", "..%2F..%2Fdlsched.db", "%2Fetc%2Fpasswd.png", "../../../etc/x.png"):
-        assert httpx.get(f"{svc.url}/dashboard/api/reports/image/{bad}").status_code == 404, bad
+        assert httpx.get(f"{svc.url}/dashboard/api/reports/image/{bad}", headers=svc.headers).status_code == 404, bad
 
 
 def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):

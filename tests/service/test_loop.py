@@ -76,7 +76,8 @@ def test_elastic_job_shrinks_for_an_arrival_and_grows_back(tmp_path):
         assert gpus[:3] == [4, 2, 4] and gpus[-1] == 0
         kinds = [e["kind"] for e in store.events(a)]
         assert kinds.count("rescaling") >= 2 and kinds[-1] == "finished"
-        assert loop.typical_delay("resize", -1.0) >= 0 and loop.typical_delay("start", -1.0) > 0
+        delay = loop.forecaster.typical_delay
+        assert delay("resize", -1.0) >= 0 and delay("start", -1.0) > 0
         assert store.get(a).samples == 4000 and store.get(a).attained_service > 0
         assert store.predictions(a)[-1]["total_samples"] == 4000
     finally:
@@ -145,7 +146,7 @@ def test_predictions_carry_the_policy_forecast(tmp_path):
         b = store.submit(load_job_spec(job_yaml("b", gpus=4, samples=320)))
 
         def forecast_known():      # what LoopThread's forecast thread does every few seconds
-            loop.refresh_forecast(time.time())
+            loop.forecaster.refresh(time.time())
             return any(p["policy_finish"] for p in store.predictions(a)) and store.forecasts()[a]["finish"]
 
         run_until(loop, store, forecast_known)
@@ -159,7 +160,7 @@ def test_predictions_carry_the_policy_forecast(tmp_path):
         run_until(loop, store, lambda: any(p["forecast_time"] == p["time"] for p in store.predictions(a)))
         run_until(loop, store, lambda: store.get(b).state == FINISHED, timeout=60)
         assert store.get(b).start_time >= store.get(a).end_time - 1.0
-        assert 0 < loop.typical_delay("start", -1.0) < 30     # measured here: decision -> first step
+        assert 0 < loop.forecaster.typical_delay("start", -1.0) < 30     # measured here: decision -> first step
     finally:
         backend.shutdown()
 

@@ -3,6 +3,7 @@ and the real ``elastic`` policy: an elastic MLP job and a rigid one arriving lat
 sample trained, within their declared ranges. (Live rescaling itself is pinned down with the contract job in
 test_loop.py; whether the elastic policy rescales here depends on the speeds it measures on a shared host.)"""
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -32,12 +33,19 @@ params: {num_samples: 800, epochs: 1, throttle_s: 0.01}
 """
 
 
+@contextmanager
+def _service(tmp_path, cluster_yaml: str):
+    """A real service on a free port (the real runtime under the local backend) and a client of it."""
+    svc = Service(load_cluster_spec(cluster_yaml), tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    try:
+        yield httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+    finally:
+        stop_service_and_jobs(svc)
+
+
 @pytest.mark.slow
 def test_elastic_job_with_the_real_runtime(tmp_path):
-    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: elastic\ninterval_s: 0.5")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
-    try:
-        c = httpx.Client(base_url=svc.url, timeout=30)
+    with _service(tmp_path, "nodes: [{name: n0, gpus: 2}]\npolicy: elastic\ninterval_s: 0.5") as c:
         a = c.post("/jobs", content=ELASTIC, headers={"content-type": "application/yaml"}).json()["id"]
         end = time.monotonic() + 120
         while time.monotonic() < end and c.get(f"/jobs/{a}").json()["samples"] == 0:
@@ -54,8 +62,6 @@ def test_elastic_job_with_the_real_runtime(tmp_path):
         assert all(x["num_gpus"] <= 2 and 32 <= (x["batch_size"] or 32) <= 128 for x in allocs), allocs
         assert c.get(f"/jobs/{b}").json()["allocations"][0]["num_gpus"] == 1
         assert c.get(f"/jobs/{a}/predictions").json()[-1]["loss_fit"] is not None
-    finally:
-        stop_service_and_jobs(svc)
 
 
 PS_JOB = """name: ps-job
@@ -73,10 +79,7 @@ params: {num_samples: 256, epochs: 2}
 @pytest.mark.slow
 def test_parameter_server_job_under_the_service(tmp_path):
     """A ps job's server holds one of its 3 slots: the runtime runs 1 server + 2 workers and trains every sample."""
-    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 3}]\npolicy: fifo\ninterval_s: 0.5")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
-    try:
-        c = httpx.Client(base_url=svc.url, timeout=30)
+    with _service(tmp_path, "nodes: [{name: n0, gpus: 3}]\npolicy: fifo\ninterval_s: 0.5") as c:
         a = c.post("/jobs", content=PS_JOB, headers={"content-type": "application/yaml"}).json()["id"]
         end = time.monotonic() + 150
         while time.monotonic() < end and c.get(f"/jobs/{a}").json()["state"] not in ("finished", "failed"):
@@ -84,5 +87,3 @@ def test_parameter_server_job_under_the_service(tmp_path):
         job = c.get(f"/jobs/{a}").json()
         assert job["state"] == "finished" and job["samples"] == 512, job
         assert c.get(f"/jobs/{a}").json()["allocations"][0]["num_gpus"] == 3
-    finally:
-        stop_service_and_jobs(svc)

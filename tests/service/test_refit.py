@@ -79,3 +79,30 @@ def test_target_loss_jobs_get_their_total_work_from_the_loss_curve():
     pred_none, _ = predict(recs, now=4.0, current_workers=1, current_batch=32, total_hint=None,
                            samples_done=recs[-1]["samples"])
     assert pred_none.total_samples is None and pred_none.remaining_s is None
+
+
+def test_refit_predicts_the_loss_to_the_budget_with_the_job_schedule():
+    """A real run (``bench/curves``) reported as progress: the stored fit carries the schedule-aware curve to
+    the budget, starting at the measured loss (the demo plot draws it), and a target-loss job gets its
+    total work from that curve."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dlsched.service.refit import binned_curve, fit_loss
+
+    d = pd.read_csv(Path(__file__).resolve().parents[2] / "bench" / "curves" / "charlm-cosine.csv")
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.train_loss,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples() if r.step <= 400]
+    pred, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 400, schedule="cosine:warmup=40")
+    fit = pred.loss_fit
+    assert fit["model"] == "annealing" and fit["curve"][-1][0] == 800
+    assert abs(fit["curve"][0][1] / d.train_loss.iloc[0] - 1) < 0.3
+    assert fit["final"] < d.train_loss[d.step <= 400].iloc[-3:].mean()
+    pred, _ = predict(recs[:20], 2000.0, 1, 32, None, 32 * 200, target_loss=1.9)
+    assert pred.loss_fit["target_step"] is not None and pred.total_samples >= 32 * 200
+    # a resumed job repeats steps: the last record of each step counts, and the points are bounded
+    k, l = binned_curve(np.array([1, 2, 3, 2, 3, 4.0]), np.array([5, 4, 3, 9, 8, 7.0]))
+    assert k.tolist() == [1, 2, 3, 4] and l.tolist() == [5, 9, 8, 7]
+    assert len(binned_curve(np.arange(1, 5001.0), np.ones(5000))[0]) <= 120
+    assert fit_loss(np.arange(3.0), np.ones(3)) is None

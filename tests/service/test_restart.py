@@ -26,7 +26,8 @@ def start_service(tmp_path, port):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     if wait_for_http(f"{url}/healthz", 60, proc):
-        return proc, url
+        token = (tmp_path / "state" / "token").read_text().strip()   # generated 0600 on the first start
+        return proc, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     proc.kill()
     raise AssertionError(proc.stdout.read().decode())
 
@@ -44,21 +45,21 @@ def coordinators(state):
 @pytest.mark.slow
 def test_sigkill_and_restart_loses_nothing(tmp_path):
     port = free_port()
-    proc, url = start_service(tmp_path, port)
+    proc, client = start_service(tmp_path, port)
     acked = []
     try:
         for i in range(5):
-            r = httpx.post(f"{url}/jobs", content=job_yaml(f"j{i}", samples=1920 if i < 3 else 320, step_s=0.05),
+            r = client.post("/jobs", content=job_yaml(f"j{i}", samples=1920 if i < 3 else 320, step_s=0.05),
                            headers=YAML)
             acked.append(r.json()["id"])
         end = time.monotonic() + 30
         while time.monotonic() < end:
-            jobs = httpx.get(f"{url}/jobs").json()
+            jobs = client.get("/jobs").json()
             if sum(j["state"] == "running" and j["samples"] > 0 for j in jobs) >= 2:
                 break
             time.sleep(0.1)
         # one more submission acknowledged just before the crash
-        acked.append(httpx.post(f"{url}/jobs", content=job_yaml("last", samples=320), headers=YAML).json()["id"])
+        acked.append(client.post("/jobs", content=job_yaml("last", samples=320), headers=YAML).json()["id"])
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -71,25 +72,25 @@ def test_sigkill_and_restart_loses_nothing(tmp_path):
     victim = alive[0]
     os.killpg(running[victim], signal.SIGKILL)
 
-    proc, url = start_service(tmp_path, port)
+    proc, client = start_service(tmp_path, port)
     try:
         end = time.monotonic() + 120
         while time.monotonic() < end:
-            jobs = httpx.get(f"{url}/jobs").json()
+            jobs = client.get("/jobs").json()
             if all(j["state"] in ("finished", "failed", "cancelled") for j in jobs):
                 break
             time.sleep(0.2)
         assert [j["id"] for j in jobs] == acked
         assert all(j["state"] == "finished" for j in jobs), [(j["id"], j["state"], j["error"]) for j in jobs]
         assert all(j["samples"] == j["total_samples"] for j in jobs)
-        kinds = {e["kind"] for e in httpx.get(f"{url}/jobs/{victim}/events").json()}
+        kinds = {e["kind"] for e in client.get(f"/jobs/{victim}/events").json()}
         assert "queued" in kinds      # re-queued after the restart, resumed from its checkpoint
-        victim_samples = [p["samples"] for p in httpx.get(f"{url}/jobs/{victim}/progress").json()]
+        victim_samples = [p["samples"] for p in client.get(f"/jobs/{victim}/progress").json()]
         assert victim_samples.count(32) == 1          # not restarted from zero
         # the others were re-attached (or finished while no service was watching): never relaunched
         assert {j: coordinators(state)[j] for j in alive[1:]} == {j: running[j] for j in alive[1:]}
         for j in alive[1:]:
-            ev = httpx.get(f"{url}/jobs/{j}/events").json()
+            ev = client.get(f"/jobs/{j}/events").json()
             assert not any(e["kind"] == "queued" for e in ev)
     finally:
         proc.send_signal(signal.SIGTERM)

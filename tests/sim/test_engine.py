@@ -3,7 +3,8 @@ import pytest
 from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView, Policy, make_policy
 from dlsched.sim import WorkloadJob, SimConfig, Simulator, run
-from dlsched.sim.traces import TraceThroughput, load_app
+from dlsched.perf.pollux import load_app
+from dlsched.sim.throughput import TraceThroughput
 from tests.sim.helpers import jcts, job
 
 # Average JCT printed by the Pollux OSDI'21 artifact simulator (shared/data/pollux/reference-results.md).

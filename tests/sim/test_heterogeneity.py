@@ -5,7 +5,8 @@ from dlsched.errors import UserError
 
 from dlsched.policy.base import ClusterView, NodeView, make_policy
 from dlsched.sim import WorkloadJob, SimConfig, Simulator, run
-from dlsched.sim.traces import TraceThroughput, load_app, speed_factor
+from dlsched.perf.pollux import load_app
+from dlsched.sim.throughput import TraceThroughput, speed_factor
 from dlsched.sim.type_blind import TypeBlind
 
 # bert gains 3x on the fast type, ncf only 1.2x; the traces' own GPU is the slow type.

@@ -39,3 +39,18 @@ def test_committed_ids_drop_steps_rolled_back_by_a_restore(tmp_path):
     (tmp_path / "progress.jsonl").write_text(json.dumps({"event": "worker_lost", "new_generation": 1,
                                                          "restored_step": 1}) + "\n")
     assert committed_sample_ids(tmp_path) == Counter([0, 1, 2, 3])
+
+
+def test_committed_ids_drop_what_a_killed_coordinator_trained_after_its_checkpoint(tmp_path):
+    """A new coordinator resumed at step 1 (``resumed``): the killed run's step 2 is rolled back, the torn last
+    line of progress.jsonl (the kill came mid-write) is skipped."""
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "worker-0.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in [{"generation": 0, "step": 1, "ids": [0, 1]},
+                                         {"generation": 0, "step": 2, "ids": [2, 3]},
+                                         {"generation": 1, "step": 2, "ids": [2, 3]},
+                                         {"generation": 1, "step": 3, "ids": [4, 5]}]) + "\n")
+    (tmp_path / "progress.jsonl").write_text(
+        json.dumps({"step": 2, "generation": 0}) + "\n" +
+        json.dumps({"event": "resumed", "new_generation": 1, "restored_step": 1}) + '\n{"step": 3, "gen')
+    assert committed_sample_ids(tmp_path) == Counter(range(6))

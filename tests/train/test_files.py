@@ -1,7 +1,7 @@
 import pytest
 
 from dlsched.errors import UserError
-from dlsched.train.files import atomic_file, atomic_write_json, read_control, read_status, write_control
+from dlsched.train.files import atomic_file, atomic_write_json, read_control, read_progress, read_status, write_control
 
 
 def test_control_round_trip_and_validation(tmp_path):
@@ -37,3 +37,12 @@ def test_control_carries_the_granted_devices(tmp_path):
     (tmp_path / "control.json").write_text('{"workers": 2, "generation": 1, "devices": [0, 3]}')
     with pytest.raises(UserError, match=r"control.json: field devices=\[0, 3\]"):
         read_control(tmp_path)
+
+
+def test_progress_reader_skips_a_torn_last_line_only(tmp_path, caplog):
+    (tmp_path / "progress.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+    assert read_progress(tmp_path) == [{"step": 1}, {"step": 2}]
+    assert "torn last line 3" in caplog.text
+    (tmp_path / "progress.jsonl").write_text('{"step": 1}\n{"st\n{"step": 3}\n')
+    with pytest.raises(UserError, match=r"progress.jsonl:2: unreadable record"):
+        read_progress(tmp_path)

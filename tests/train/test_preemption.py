@@ -16,7 +16,8 @@ import pytest
 
 from dlsched.train.checkpoint import list_checkpoints
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_progress, write_control
+from dlsched.train.files import read_progress, read_status, write_control
+from tests.waiting import wait_until
 from dlsched.train.preemption import sigterm_blocked
 
 from .helpers import events, finish, start_job, wait_for_step
@@ -109,8 +110,10 @@ def test_sigterm_while_a_new_generation_forms_checkpoints_the_carried_state(tmp_
     proc = gated(tmp_path, 1, 1, "join", "--param", "throttle_s=0.3", samples=240)
     wait_for_step(tmp_path, 2, proc)
     write_control(tmp_path, 2, None, 1)
-    wait_for_file(tmp_path / "gate" / "waiting-1", proc)  # generation 1 published; its newcomer has not joined
-    assert json.loads((tmp_path / "status.json").read_text())["generation"] == 1
+    wait_for_file(tmp_path / "gate" / "waiting-1", proc)  # its newcomer is held before joining generation 1
+    # the coordinator publishes the plan (which the newcomer reads) before it writes status.json: wait on the
+    # state asserted, not on the neighbouring gate file
+    wait_until(lambda: (read_status(tmp_path) or {}).get("generation") == 1, 60, "status.json at generation 1")
     terminate(proc)
     at = assert_stopped_at_last_step(tmp_path)
     # the state after step `at` lived only in the survivor's memory: rank 0 checkpointed it without training on

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Protocol
 
+from dlsched.policy.base import NodeView
 from dlsched.spec import JobSpec
 from dlsched.train.files import atomic_write_json, read_status, write_control  # noqa: F401  (one implementation, re-exported)
 
@@ -56,6 +57,14 @@ class Backend(Protocol):
 
     def shutdown(self) -> None: ...
 
+    def nodes(self) -> tuple[NodeView, ...] | None:
+        """The live nodes, where the backend knows them (Ray: a lost node vanishes); None: the declared cluster."""
+        return None
+
+    def addresses(self) -> dict[str, str]:
+        """node name -> the address it is reached at, where the backend knows it (Ray); {}: this machine."""
+        return {}
+
 
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:
     """New complete lines of ``progress.jsonl`` from byte ``offset``; returns (records, new offset).
@@ -88,16 +97,23 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
 
 
 def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
-    """The job runtime's start command for a launch (the contract in ``dlsched.train``), for every backend."""
+    """The job runtime's start command for a launch (the contract: docs/runtime.md), for every backend."""
     servers = launch.spec.num_servers  # a parameter-server job's slots hold its servers too
-    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--entry", launch.spec.entry,
-           "--workers", str(launch.num_gpus - servers)]
+    cmd = [*runtime, "--job-dir", str(launch.job_dir), "--workers", str(launch.num_gpus - servers)]
+    if launch.spec.entry is not None:
+        cmd += ["--entry", launch.spec.entry]
     if servers:
         cmd += ["--strategy", "ps", "--servers", str(servers), "--sync", launch.spec.sync]
+    if launch.spec.kind == "ensemble":
+        cmd += ["--strategy", "fleet"]
     if launch.batch_size is not None:
         cmd += ["--batch-size", str(launch.batch_size)]
+    if launch.spec.batch_size is not None:  # the spec's lr (a param) is the LR at the spec's batch_size
+        cmd += ["--reference-batch-size", str(launch.spec.batch_size)]
     for k, v in launch.spec.params.items():
         cmd += ["--param", f"{k}={v}"]
+    if launch.spec.command is not None:
+        cmd += ["--", *launch.spec.command]
     return cmd
 
 

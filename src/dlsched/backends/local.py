@@ -23,10 +23,12 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from dlsched.backends.base import (Launch, PollResult, atomic_write_json, output_tail, read_status, runtime_command,
-                                   write_control)
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, output_tail, read_status,
+                                   runtime_command, write_control)
 from dlsched.paths import pythonpath_with_src
 from dlsched.spec import NodeSpec
+from dlsched.faults import fault_point
+from dlsched.train import fence
 from dlsched.train.preemption import sigterm_blocked
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
@@ -94,7 +96,7 @@ def _cuda_count() -> int:
     return torch.cuda.device_count()
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Start/resize/stop runtime coordinators as local subprocesses.
 
     ``runtime`` is the command prefix of the contract's start command; tests pass a small contract-following
@@ -142,26 +144,51 @@ class LocalBackend:
             with open(job_dir / "output.log", "ab") as log:
                 log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} adopted running coordinator\n".encode())
             return
+        # the job folder's lock (train/fence.py), taken here and handed to the coordinator: no second one, ever
+        lock = fence.acquire(job_dir)
+        if lock is None:
+            self._adopt_holder(launch.job_id, job_dir, self.command(launch), launch.placement)
+            return
         env = dict(os.environ)
         env["PYTHONPATH"] = pythonpath_with_src(env.get("PYTHONPATH"))
         env.setdefault("OMP_NUM_THREADS", str(self.threads_per_worker))
         env["DLSCHED_JOB_ID"] = str(launch.job_id)
+        env[fence.FD_ENV] = str(lock)
         self._slots.pop(launch.job_id, None)
         slots = assign_slots(launch.placement, self._held())
         self._slots[launch.job_id] = slots
         env.update(gpu_env(slots, self.devices))
         cmd = self.command(launch)
-        with open(job_dir / "output.log", "ab") as log:
-            log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(cmd)}\n".encode())
-            log.flush()
-            with sigterm_blocked():  # a stop during the runtime's start-up waits until it can checkpoint and exit 143
-                proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            with open(job_dir / "output.log", "ab") as log:
+                log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(cmd)}\n".encode())
+                log.flush()
+                with sigterm_blocked():  # a stop during the runtime's start-up waits until it can checkpoint and exit 143
+                    proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(lock,))
+        finally:
+            os.close(lock)   # the coordinator holds it now, for its life
+        fault_point("coordinator-started")
         self._procs[launch.job_id] = proc
         self._attached.pop(launch.job_id, None)
         atomic_write_json(job_dir / "launch.json",
                           {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "cmd": cmd,
                            "slots": slots})
+
+    def _adopt_holder(self, job_id: int, job_dir: Path, cmd: list[str], placement: Mapping[str, int]) -> None:
+        """A live coordinator holds the job's lock, though no launch.json names it (the service died between
+        starting it and recording that, or the file was deleted): adopt it and record it."""
+        p = fence.holder(job_dir)
+        if p is None:
+            raise RuntimeError(f"{fence.lock_path(job_dir)} is locked, but no live process holds it")
+        slots = assign_slots(placement, self._held(except_job=job_id))
+        self._attached[job_id] = p
+        self._slots[job_id] = slots
+        atomic_write_json(job_dir / "launch.json", {"pid": p.pid, "create_time": p.create_time(), "cmd": cmd,
+                                                    "slots": slots, "adopted": True})
+        with open(job_dir / "output.log", "ab") as log:
+            log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} adopted coordinator {p.pid} (it holds the job lock)\n"
+                      .encode())
 
     def resize(self, launch: Launch) -> None:
         """Re-book the job's slots for ``placement`` and tell the runtime its new count, batch and devices.
@@ -221,22 +248,33 @@ class LocalBackend:
         self._attached.pop(job_id, None)
         self._slots.pop(job_id, None)
         status = read_status(job_dir) or {}
-        if status.get("state") == "finished" and rc in (0, None):
+        state = status.get("state")
+        if state == "finished" and rc in (0, None):
             return PollResult("finished")
+        if state != "failed" and (rc is None or rc < 0 or rc == fence.EXIT_FENCED or state == "stopped"):
+            # killed from outside (SIGKILL, the OOM killer) or stopped: the job did not fail, its checkpoints stand
+            how = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"ended ({state or 'no status'})"
+            return PollResult("gone", f"coordinator {how}")
         err = status.get("error") or (f"exit code {rc}" if rc is not None else "process ended") + output_tail(job_dir)
         return PollResult("failed", err)
 
     def attach(self, job_id: int, job_dir: Path) -> bool:
-        """Re-adopt a coordinator started by an earlier service process, if it is still that process."""
+        """Re-adopt a coordinator started by an earlier service process, if it is still that process; without a
+        valid launch.json, the live holder of the job's lock (``train/fence.py``). False proves none is alive."""
         if job_id in self._procs or job_id in self._attached:
             return True
+        info: dict = {}
         try:
             info = json.loads((Path(job_dir) / "launch.json").read_text())
             p = psutil.Process(info["pid"])
             if abs(p.create_time() - info["create_time"]) > 1e-3 or p.status() == psutil.STATUS_ZOMBIE:
+                raise psutil.NoSuchProcess(info["pid"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, psutil.Error):
+            if not fence.is_held(job_dir):
                 return False
-        except (OSError, ValueError, KeyError, psutil.Error):
-            return False
+            self._adopt_holder(job_id, Path(job_dir), info.get("cmd", []) if isinstance(info, dict) else [],
+                               {})
+            return True
         self._attached[job_id] = p
         self._slots[job_id] = info.get("slots", {})  # its GPUs stay taken across a service restart
         return True

@@ -12,8 +12,8 @@ How a job maps onto Ray
   Ray's own ``PACK`` (node-local) or ``STRICT_SPREAD`` (when asked) chooses the nodes, through a
   transient group of all the new bundles that is placed, read and replaced by the pinned slots.
 * **Process** - a detached, named Ray actor (``dlsched-job-<id>``, a ``dlsched.ray.host.ProcessHost``)
-  pinned to the node that holds most slots runs the runtime's start command (the job runtime contract
-  in ``dlsched.train``) under a small guard process that kills the runtime's whole process group as soon as the actor
+  pinned to the node that holds most slots runs the runtime's start command (the job runtime contract:
+  docs/runtime.md) under a small guard process that kills the runtime's whole process group as soon as the actor
   dies, so a lost node never leaves a second writer behind. The runtime's coordinator connects to
   the cluster (``DLSCHED_RAY_ADDRESS``) and starts each worker in an actor inside its slot
   (``dlsched.train.launcher.RayLauncher``, reading ``DIR/ray-slots.json``): workers run on the
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from dlsched.backends.base import (Launch, PollResult, atomic_write_json, output_tail, read_status, runtime_command,
-                                   write_control)
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, output_tail, read_status,
+                                   runtime_command, write_control)
 from dlsched.paths import pythonpath_with_src
 from dlsched.errors import UserError
 from dlsched.policy.base import NodeView
@@ -111,7 +111,7 @@ class _RayJob:
 
 # ----------------------------------------------------------------------------- backend
 
-class RayBackend:
+class RayBackend(Backend):
     """The service's ``Backend`` (``dlsched.backends.base``) on a Ray cluster.
 
     ``address`` is what ``ray.init`` takes: ``"auto"`` (the cluster ``ray start`` made on this

@@ -4,10 +4,10 @@ Why: the scheduling round must be measurable (``bench/service_round_latency.py``
 without processes; both need the same inert stand-in, so it lives here once rather than in a test and a bench."""
 from __future__ import annotations
 
-from dlsched.backends.base import PollResult
+from dlsched.backends.base import Backend, PollResult
 
 
-class RecordingBackend:
+class RecordingBackend(Backend):
     """Every job it "starts" reports ``running`` forever; ``calls`` lists (action, job_id, ...) in order."""
 
     name = "recording"

@@ -15,7 +15,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from dlsched.errors import UserError, read_yaml_file
+from dlsched.documents import read_yaml_file
+from dlsched.errors import UserError
 from dlsched.paths import REPO_ROOT
 
 DEFAULT_WORKLOAD = REPO_ROOT / "examples" / "demo" / "workload.yaml"
@@ -61,7 +62,7 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
     if state.exists():
         shutil.rmtree(state)
     svc = Service(cluster, state, port=free_port(), runtime=runtime, workdir=workdir).start()
-    client = Client(svc.url)
+    client = Client(svc.url, token=svc.token)
     console.print(f"[bold]dlsched demo[/]: service on {svc.url}, policy [cyan]{cluster.policy}[/], "
                   f"{sum(n.gpus for n in cluster.nodes)} GPU slots on {len(cluster.nodes)} nodes; "
                   f"{len(arrivals)} jobs arriving over {arrivals[-1][0]:.0f}s")

@@ -1,11 +1,13 @@
 """Service commands, shaped after Slurm/kubectl habits: ``serve``, ``submit FILE``, ``status`` (squeue-like,
 ``--watch``), ``show ID``, ``cancel ID`` (scancel), ``logs ID [-f]``, ``events``, ``nodes`` (sinfo). Clients talk to the REST API
-at ``--server`` / ``$DLSCHED_SERVER`` with ``$DLSCHED_TOKEN`` as bearer token when set."""
+at ``--server`` / ``$DLSCHED_SERVER`` with the bearer token ``serve`` generated (``service.auth.client_token``:
+``$DLSCHED_TOKEN``, ``$DLSCHED_TOKEN_FILE`` or ``dlsched-state/token``)."""
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 import shlex
 import sys
 import time
@@ -19,7 +21,9 @@ import yaml
 from rich.markup import escape
 
 from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
+from dlsched.entry_check import parse_params
 from dlsched.errors import UserError
+from dlsched.service.fleet_status import summary
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
 TERMINAL = ("finished", "failed", "cancelled")
@@ -31,8 +35,10 @@ class Client:
     """Thin HTTP client; every failure becomes one ``UserError`` line."""
 
     def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 10.0):
+        from dlsched.service.auth import client_token
+
         self.base = (server or os.environ.get("DLSCHED_SERVER") or DEFAULT_SERVER).rstrip("/")
-        token = token or os.environ.get("DLSCHED_TOKEN")
+        token = token or client_token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=self.base, headers=headers, timeout=timeout)
 
@@ -46,7 +52,9 @@ class Client:
                 msg = r.json().get("error", r.text)
             except ValueError:
                 msg = r.text
-            raise UserError(f"{method} {path}: HTTP {r.status_code}: {msg}")
+            hint = (" (the token is in the service's STATE_DIR/token: set DLSCHED_TOKEN_FILE to it)"
+                    if r.status_code == 401 else "")
+            raise UserError(f"{method} {path}: HTTP {r.status_code}: {msg}{hint}")
         return r
 
     def get(self, path: str, **kw):
@@ -105,7 +113,8 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     for j in jobs:
         frac = j.get("fraction_done")
         style = STATE_STYLE.get(j["state"], "")
-        rows.append([str(j["id"]), escape(j["name"]), f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
+        name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
+        rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
@@ -136,17 +145,10 @@ def parse_since(value: str | None) -> float | None:
     return dt.timestamp()
 
 
-def parse_param(text: str) -> tuple[str, object]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise UserError(f"--param {text!r}: expected KEY=VALUE")
-    try:
-        value = yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError:
-        value = raw
-    if not isinstance(value, (bool, int, float, str)):
-        value = raw
-    return key, value
+def _script_name(command: list[str]) -> str:
+    """A job name from the script's file name (train.py -> train)."""
+    script = next((Path(a).stem for a in command if a.endswith(".py")), "script")
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", script)[:64] or "script"
 
 
 def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: list[str]):
@@ -160,7 +162,7 @@ def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: 
     if gpus is not None:
         update["gpus"] = gpus
     if params:
-        update["params"] = {**spec.params, **dict(parse_param(p) for p in params)}
+        update["params"] = {**spec.params, **parse_params(params)}
     if spec.user is None:
         update["user"] = _current_user()
     if not update:
@@ -250,7 +252,14 @@ def register(app: typer.Typer) -> None:
               state_dir: Path = typer.Option(Path("dlsched-state"), help="SQLite store and job directories"),
               host: str = typer.Option("127.0.0.1", help="bind address; non-loopback needs a token"),
               port: int = typer.Option(8642, help="API and dashboard port"),
-              token_file: Optional[Path] = typer.Option(None, help="file holding the bearer token (else $DLSCHED_TOKEN)"),
+              token_file: Optional[Path] = typer.Option(None, help="bearer token file, created 0600 if absent "
+                                                        "(else $DLSCHED_TOKEN, else STATE_DIR/token)"),
+              no_auth: bool = typer.Option(False, "--no-auth", help="no token (single-user laptop; loopback only)"),
+              entry_root: list[Path] = typer.Option([], help="directory job files may come from (repeatable; "
+                                                     "default: --workdir)"),
+              entry_module: list[str] = typer.Option([], help="importable module/package jobs may name (repeatable; "
+                                                      "default: none)"),
+              allow_host: list[str] = typer.Option([], help="extra Host name a loopback-bound service answers to"),
               runtime: Optional[str] = typer.Option(None, help="job runtime command prefix (default: python -m dlsched.train.run)"),
               workdir: Optional[Path] = typer.Option(None, help="where job entries like examples/mlp.py resolve (default: cwd)"),
               policy: Optional[str] = typer.Option(None, help="override the cluster file's policy"),
@@ -259,7 +268,8 @@ def register(app: typer.Typer) -> None:
               gpu_resource: str = typer.Option("GPU", help="Ray resource one worker needs (--backend ray)")) -> None:
         """Run the scheduler service (API + live loop + dashboard) in the foreground."""
         from dlsched.backends.make import make_backend
-        from dlsched.service.server import Service, read_token
+        from dlsched.service.auth import check_token, load_or_create_token
+        from dlsched.service.server import Service
         from dlsched.spec import load_cluster_spec_file
 
         if not 1 <= port <= 65535:
@@ -277,28 +287,47 @@ def register(app: typer.Typer) -> None:
             spec = spec.model_copy(update={"backend": backend})
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
         be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
-        svc = Service(spec, state_dir, host=host, port=port, token=read_token(str(token_file) if token_file else None),
-                      runtime=rt, workdir=workdir, backend=be)
+        token = None
+        if token_file and not no_auth:
+            token = load_or_create_token(token_file)
+        elif os.environ.get("DLSCHED_TOKEN") and not no_auth:
+            token = check_token(os.environ["DLSCHED_TOKEN"], "$DLSCHED_TOKEN")
+        svc = Service(spec, state_dir, host=host, port=port, token=token, runtime=rt, workdir=workdir, backend=be,
+                      auth=not no_auth, token_file=token_file, extra_hosts=tuple(allow_host),
+                      entry_roots=tuple(entry_root), entry_modules=tuple(entry_module))
+        auth = "no authentication (--no-auth)" if svc.token is None else \
+            f"token in {token_file or ('$DLSCHED_TOKEN' if token else svc.token_file)}"
         slots = sum(n.gpus for n in spec.nodes)
         where = f"{cluster}" if cluster else f"this machine, {slots} {spec.nodes[0].gpu_type} slot(s)"
         print(f"dlsched service: API {svc.url}  dashboard {svc.url}/dashboard/\n"
-              f"  cluster {where}, policy {spec.policy}, state in {state_dir}", flush=True)
+              f"  cluster {where}, policy {spec.policy}, state in {state_dir}, {auth}", flush=True)
         svc.run()
 
     @app.command()
-    def submit(files: list[Path] = typer.Argument(..., help="job spec files (YAML or JSON)"),
+    def submit(files: list[str] = typer.Argument(None, help="job spec files (YAML or JSON), or after '--' a "
+                                                         "dlsched.torch script: -- python train.py --epochs 10"),
                name: Optional[str] = typer.Option(None, "--name", help="override the spec's name (one file only)"),
                gpus: Optional[int] = typer.Option(None, "--gpus", help="override the spec's GPU count"),
+               min_gpus: Optional[int] = typer.Option(None, "--min-gpus", help="a script job: elastic from"),
+               max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="a script job: elastic up to"),
                param: list[str] = typer.Option([], "--param", "-P", help="override a param: KEY=VALUE (repeatable)"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
-        """Submit jobs (like sbatch / kubectl apply); spec, entry and params are checked here, then by the service."""
-        from dlsched.spec import to_json
+        """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the service."""
+        from dlsched.spec import load_job_spec, to_json
 
-        if name and len(files) > 1:
-            raise UserError("--name: applies to one spec file, got several")
-        # one clear line for a bad file before any network traffic; the service then checks the entry and
-        # params against its own working directory and runtime
-        specs = [spec_with_overrides(f, name, gpus, param) for f in files]
+        files = files or []
+        if "--" in sys.argv:  # everything after it is the script's command line
+            doc = {"name": name or _script_name(files), "command": files, "gpus": gpus or min_gpus or 1}
+            doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus)) if v is not None})
+            specs = [load_job_spec(json.dumps(doc), "command line", "json")]
+        else:
+            if not files:
+                raise UserError("give job spec files, or a script after '--' (dlsched submit -- python train.py)")
+            if name and len(files) > 1:
+                raise UserError("--name: applies to one spec file, got several")
+            # one clear line for a bad file before any network traffic; the service then checks the entry and
+            # params against its own working directory and runtime
+            specs = [spec_with_overrides(Path(f), name, gpus, param) for f in files]
         client = Client(server)
         out = []
         for spec in specs:
@@ -381,6 +410,16 @@ def register(app: typer.Typer) -> None:
             print(f"job {j}: {'cancelled' if r['state'] == 'cancelled' else 'cancel requested (' + r['state'] + ')'}")
         if ended:
             fail("; ".join(ended))
+
+    @app.command()
+    def resize(job_id: int, workers: int = typer.Option(..., "--workers", "-n", help="workers (GPU slots) to hold the job at"),
+               batch: Optional[int] = typer.Option(None, "--batch", help="global batch size to hold it at"),
+               server: Optional[str] = SERVER_OPT) -> None:
+        """Resize a queued or running job by hand (like scontrol update); the next round applies it."""
+        body = {"workers": workers} | ({"batch_size": batch} if batch is not None else {})
+        r = Client(server).request("POST", f"/jobs/{job_id}/resize", json=body).json()
+        print(f"job {job_id}: held at {r['requested_workers']} worker(s)"
+              + (f", batch {r['requested_batch']}" if r.get("requested_batch") else "") + f" ({r['state']})")
 
     @app.command()
     def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f", help="keep streaming until the job ends"),

@@ -52,9 +52,10 @@ def register(app: typer.Typer) -> None:
         interval: float = typer.Option(60.0, help="scheduling interval (s)"),
         restart_penalty: float = typer.Option(30.0, help="seconds a job makes no progress after (re)starting"),
         placement: str = typer.Option("most-free", help="nodes for jobs a policy does not place: most-free | consolidated"),
-        remaining: str = typer.Option("oracle", help="remaining work policies see: oracle | predicted | none"),
-        prediction_error: float = typer.Option(0.0, help="log-normal sigma of predicted remaining work"),
-        seed: int = typer.Option(0, help="seed of the prediction error"),
+        remaining: str = typer.Option("predicted", help="remaining work policies see: predicted (the job's own "
+                                      "observations through the online predictor) | oracle | none | noise:SIGMA "
+                                      "(oracle x log-normal error)"),
+        seed: int = typer.Option(0, help="seed of the noise:SIGMA error"),
         horizon: Optional[float] = typer.Option(None, help="stop at this simulated time (s)"),
         limit: Optional[int] = typer.Option(None, help="read only the first N rows of a Philly trace"),
         skip_bad: bool = typer.Option(False, "--skip-bad", help="skip bad trace rows (counted and reported)"),
@@ -69,10 +70,15 @@ def register(app: typer.Typer) -> None:
         from dlsched.policy.base import ClusterView, make_policy, policy_names
         from dlsched.sim.engine import run
         from dlsched.sim.comparison import print_summary, summary_frame, write_report
+        from dlsched.sim.remaining import parse_remaining
         from dlsched.sim.workload import read_workload
 
         if as_json and as_csv:
             raise UserError("--json and --csv: choose one")
+        try:
+            mode = parse_remaining(remaining)
+        except UserError as e:
+            raise UserError(f"--{e}") from None
         machine = as_json or as_csv
         console = Console(stderr=machine)
         known = policy_names()
@@ -98,16 +104,16 @@ def register(app: typer.Typer) -> None:
             for p in policy:
                 task = bar.add_task(p, total=len(wl.jobs))
                 results.append(run(wl, make_policy(p), cluster, interval=interval, restart_penalty=restart_penalty,
-                                   remaining=remaining, prediction_error=prediction_error, seed=seed,
+                                   remaining=mode, seed=seed,
                                    gpu_speed=parse_speeds(gpu_speed), horizon=horizon, placement=placement,
                                    on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
-        frame = summary_frame(results, horizon)
+        frame = summary_frame(results, horizon).assign(remaining=str(mode))   # the information the policies had
         if as_json:
             print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
         elif as_csv:
             print(frame.drop(columns=["jobs"], errors="ignore").to_csv(index=False), end="")
         else:
-            print_summary(frame, title=workload.name)
+            print_summary(frame, title=f"{workload.name} (remaining work: {mode})")
         if report:
             files = write_report(results, report, horizon)
             console.print(f"report: {', '.join(str(f) for f in files)}")

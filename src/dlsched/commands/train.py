@@ -9,8 +9,10 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        entry: str = typer.Argument(..., help="path/to/job.py:make_job or module:make_job"),
-        job_dir: Path = typer.Option(..., "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/)"),
+        entry: list[str] = typer.Argument(None, help="path/to/job.py:make_job or module:make_job; or after '--' "
+                                          "your own dlsched.torch script: -- python train.py --epochs 10"),
+        job_dir: Path = typer.Option(None, "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/); "
+                                     "default for a script: dlsched-runs/<script>-<time>"),
         workers: int = typer.Option(1, help="worker processes"),
         batch_size: int = typer.Option(None, help="global batch (default: the job's)"),
         param: list[str] = typer.Option([], help="job parameter key=value (repeatable)"),
@@ -20,15 +22,90 @@ def register(app: typer.Typer) -> None:
         strategy: str = typer.Option("allreduce", help="allreduce or ps (parameter server)"),
         servers: int = typer.Option(1, help="ps: parameter-server processes (fixed per run)"),
         sync: str = typer.Option("sync", help="ps: sync, ssp:<staleness> or async"),
+        autoscale: bool = typer.Option(False, help="size the job itself by Or et al.'s rules (all-reduce, no scheduler)"),
+        autoscale_every: int = typer.Option(20, help="autoscale: decide every K steps"),
+        spawn_size: int = typer.Option(1, help="autoscale: workers added or removed per decision (N)"),
+        max_workers: int = typer.Option(8, help="autoscale: never more workers than this"),
+        threshold: float = typer.Option(0.1, help="autoscale: scaling-efficiency threshold S"),
+        price_per_worker_hour: float = typer.Option(1.0, help="autoscale: cost of a worker-hour (utility units)"),
+        utility: str = typer.Option("", help="autoscale: VALUE:SECONDS, worth VALUE now and 0 at SECONDS (linear); "
+                                    "empty = efficiency alone"),
+        spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): entry, params, gpus, batch_size, "
+                                  "strategy/servers/sync and autoscale replace the options above"),
     ) -> None:
         """Train a job with elastic all-reduce workers or a parameter server (--strategy ps); resize via control.json."""
+        import sys
+        import time
+
+        from dlsched.entry_check import check_entry, parse_params
+        from dlsched.errors import UserError
         from dlsched.train.run import main
 
-        argv = ["--job-dir", str(job_dir), "--entry", entry, "--workers", str(workers), "--batch-mode", batch_mode,
+        script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
+        if spec is not None:
+            from dlsched.spec import load_job_spec_file
+
+            js = load_job_spec_file(spec)
+            script = js.command is not None
+            entry = list(js.command) if script else [js.entry]
+            param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
+            strategy, servers, sync = js.strategy, js.num_servers or 1, js.sync
+            workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
+            if js.autoscale is not None:
+                a = js.autoscale
+                autoscale, autoscale_every, spawn_size, max_workers = True, a.every_steps, a.spawn_size, a.max_workers
+                threshold, price_per_worker_hour = a.threshold, a.price_per_worker_hour
+                utility = f"{a.utility_value}:{a.utility_seconds}" if a.utility_value is not None else ""
+        if not entry or (not script and len(entry) != 1):
+            raise UserError("give one entry (file.py:make_job), or a script after '--' (dlsched train -- python x.py)")
+        if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion
+            check_entry(entry[0], parse_params(param), Path.cwd(), "dlsched train")
+        if job_dir is None:
+            if not script:
+                raise UserError("--job-dir: required with an entry")
+            stem = next((Path(a).stem for a in entry if a.endswith(".py")), "script")
+            job_dir = Path("dlsched-runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+            print(f"job folder: {job_dir}")
+        argv = ["--job-dir", str(job_dir), "--workers", str(workers), "--batch-mode", batch_mode,
                 "--ckpt-every", str(ckpt_every), "--standby", str(standby), "--strategy", strategy,
                 "--servers", str(servers), "--sync", sync]
+        if not script:
+            argv += ["--entry", entry[0]]
         if batch_size:
             argv += ["--batch-size", str(batch_size)]
         for p in param:
             argv += ["--param", p]
+        if script:
+            argv += ["--", *entry]
+        if autoscale:
+            raise typer.Exit(_autoscaled(argv, job_dir, strategy, autoscale_every, spawn_size, workers, max_workers,
+                                         threshold, price_per_worker_hour, utility))
         raise typer.Exit(main(argv))  # run.main already printed a bad-input error as one line
+
+
+def _autoscaled(argv, job_dir, strategy, every, spawn, workers, max_workers, threshold, price, utility) -> int:
+    import sys
+
+    from dlsched.errors import UserError
+    from dlsched.train.autoscale import LinearUtility, ScheduleConfig
+    from dlsched.train.autoscale_engine import AutoscaleConfig, run_autoscaled
+
+    if strategy != "allreduce":
+        raise UserError(f"--strategy {strategy}: --autoscale sizes all-reduce jobs (Or et al.'s engine)")
+    for name, value, ok in (("--autoscale-every", every, every >= 1), ("--spawn-size", spawn, spawn >= 1),
+                            ("--max-workers", max_workers, max_workers >= workers),
+                            ("--threshold", threshold, 0 <= threshold <= 1), ("--price-per-worker-hour", price, price >= 0)):
+        if not ok:
+            raise UserError(f"{name} {value}: out of range")
+    curve = None
+    if utility:
+        try:
+            value, seconds = (float(x) for x in utility.split(":"))
+            curve = LinearUtility(value, seconds)
+        except ValueError:
+            raise UserError(f"--utility {utility!r}: expected VALUE:SECONDS, e.g. 10:3600") from None
+    cfg = AutoscaleConfig(every, ScheduleConfig(spawn_size=spawn, min_workers=1, max_workers=max_workers,
+                                                threshold=threshold, min_consecutive_passes=1,
+                                                min_batches_for_staying=0),
+                          utility=curve, price_per_worker_s=price / 3600)
+    return run_autoscaled([sys.executable, "-m", "dlsched.train.run", *argv], job_dir, cfg)

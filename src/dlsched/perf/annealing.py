@@ -1,13 +1,14 @@
 """Schedule-aware loss model after the LR-annealing scaling law (Tissue et al. 2024, "Scaling Law with
 Learning Rate Annealing"): L = L0 + A·S1^(−α) − C·S2 with S1, S2 the schedule's areas (``schedule.areas``).
 
-We use it in multiplicative form, L(x) = (L0 + A·S1^(−α))·(1 − c·S2), c in [0, 0.9]: the drop a decay brings
+We use it in multiplicative form, L(x) = (L0 + A·(S1 + s0)^(−α))·(1 − c·S2), c in [0, 0.9]: the drop a decay brings
 is a fraction of the loss it anneals (scale-free, so one prior serves losses and error rates of any size,
 and a prediction never goes below 0). Fitted to *relative* residuals, because the metrics we judge by are
 relative and early losses are many times the late ones.
 
-Fit (why this one): for fixed (α, c) the model is linear in (L0, A) ≥ 0 — ``nnls`` on two columns; (α, c)
-come from a grid (log α × c) and α is refined by bounded scalar minimisation. Deterministic, no initial
+Fit (why this one): for fixed (α, c, s0) the model is linear in (L0, A) ≥ 0 — a two-column non-negative
+least squares, solved in closed form for every c of the grid at once; (α, c, s0) come from a grid and α is
+refined by bounded scalar minimisation. Deterministic, no initial
 guess, a few ms for 1 000 points.
 
 A prefix observed before any decay carries no information on c (S2 = 0 on every point), yet the decay is
@@ -20,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize_scalar, nnls
+from scipy.optimize import minimize_scalar
 
 from dlsched.perf.schedule import Schedule, areas
 
@@ -39,23 +40,22 @@ class CurvePrior:
 
 @dataclass(frozen=True)
 class AnnealingCurve:
-    """L(x) = (L0 + A·S1^(−α))·(1 − c·S2) in the curve's own units, over ``schedule``."""
+    """L(x) = (L0 + A·(S1 + s0)^(−α))·(1 − c·S2) in the curve's own units, over ``schedule``."""
 
     l0: float
     a: float
     alpha: float
     c: float
     schedule: Schedule
+    s0: float = 0.0
 
     def value(self, x) -> np.ndarray:
         s1, s2 = areas(self.schedule, x)
-        with np.errstate(divide="ignore"):
-            return (self.l0 + self.a * np.maximum(s1, 1e-12) ** (-self.alpha)) * (1.0 - self.c * s2)
+        return self.constant_lr_value_at(s1) * (1.0 - self.c * s2)
 
-    def constant_lr_value(self, x) -> np.ndarray:
-        """The same run without its annealing (S2 = 0): what the drop is a fraction of."""
-        s1, _ = areas(self.schedule, x)
-        return self.l0 + self.a * np.maximum(s1, 1e-12) ** (-self.alpha)
+    def constant_lr_value_at(self, s1) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return self.l0 + self.a * np.maximum(s1 + self.s0, 1e-12) ** (-self.alpha)
 
 
 def recency_weights(x: np.ndarray) -> np.ndarray:
@@ -66,32 +66,68 @@ def recency_weights(x: np.ndarray) -> np.ndarray:
     return 1.0 + 3.0 * (x - x[0]) / span
 
 
+def _nnls2(g11, g12, g22, b1, b2, tt):
+    """min ||X·w − t||² over w ≥ 0 for many 2-column problems at once, from their Gram entries (X'X, X't, t't):
+    the unconstrained solution where both weights are ≥ 0, else the better one-column solution (the convex
+    objective's optimum then lies on that boundary). Returns (w1, w2, sse) arrays."""
+    det = g11 * g22 - g12 * g12
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w1 = (g22 * b1 - g12 * b2) / det
+        w2 = (g11 * b2 - g12 * b1) / det
+        o1 = np.maximum(b1, 0.0) / g11
+        o2 = np.maximum(b2, 0.0) / g22
+    full = (det > 1e-12 * g11 * g22) & (w1 >= 0) & (w2 >= 0)
+    sse_full, sse1, sse2 = tt - (w1 * b1 + w2 * b2), tt - o1 * b1, tt - o2 * b2
+    one = sse1 <= sse2
+    w1 = np.where(full, w1, np.where(one, o1, 0.0))
+    w2 = np.where(full, w2, np.where(one, 0.0, o2))
+    sse = np.where(full, sse_full, np.minimum(sse1, sse2))
+    return w1, w2, np.maximum(sse, 0.0)
+
+
 class _Problem:
-    """Relative residuals (pred − y)/y, row-weighted: for fixed (α, c) the model is linear in (L0, A) ≥ 0."""
+    """Relative residuals (pred − y)/y, row-weighted: for fixed (α, c, s0) the model is linear in (L0, A) ≥ 0.
+
+    Rows: u1 = sw·(1 − c·S2)/y, u2 = g·u1 with g = (S1 + s0)^(−α), target sw. Every Gram entry is a quadratic
+    in c, so all c of the grid cost nine dot products per (α, s0)."""
 
     def __init__(self, s1n, s2, y, w, prior: CurvePrior | None):
-        self.s1n, self.s2, self.y, self.sw = s1n, s2, y, np.sqrt(w / w.mean())
+        self.s1n, self.n = s1n, len(y)
+        sw = np.sqrt(w / w.mean())
+        self.a, self.b, self.t = sw / y, sw * s2 / y, sw
         self.prior = prior if prior is not None and prior.weight > 0 else None
 
-    def solve(self, alpha: float, c: float) -> tuple[np.ndarray, float]:
-        v = (1.0 - c * self.s2) / self.y
-        X = np.column_stack([v, self.s1n ** (-alpha) * v]) * self.sw[:, None]
-        coef, rnorm = nnls(X, self.sw)
-        sse = rnorm * rnorm
+    def solve(self, alpha: float, drops: np.ndarray, s0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(L0, A, penalised SSE) for every c in ``drops`` at this (α, s0)."""
+        g = (self.s1n + s0) ** (-alpha)
+        a, b, t = self.a, self.b, self.t
+        ga, gb = g * a, g * b
+        c = np.asarray(drops, float)
+        quad = lambda p, q, r: p - 2 * c * q + c * c * r  # noqa: E731  (Σ (x − c·y)(z − c·w) expanded)
+        g11 = quad(a @ a, a @ b, b @ b)
+        g12 = quad(ga @ a, ga @ b, gb @ b)
+        g22 = quad(ga @ ga, ga @ gb, gb @ gb)
+        b1 = t @ a - c * (t @ b)
+        b2 = t @ ga - c * (t @ gb)
+        w1, w2, sse = _nnls2(g11, g12, g22, b1, b2, float(t @ t))
         if self.prior is not None:
             # log-normal belief in α (σ = 0.5, a factor 1.65) and a normal one in c (σ = 0.2), each worth
             # ``weight`` points at the fit's own residual level
-            unit = max(sse / len(self.y), 1e-6)
+            unit = np.maximum(sse / self.n, 1e-6)
             p = self.prior
-            sse += p.weight * unit * ((math.log(alpha / p.alpha) / 0.5) ** 2 + ((c - p.drop) / 0.2) ** 2)
-        return coef, float(sse)
+            sse = sse + p.weight * unit * ((math.log(alpha / p.alpha) / 0.5) ** 2 + ((c - p.drop) / 0.2) ** 2)
+        return w1, w2, sse
 
 
 DROPS = np.linspace(0.0, 0.9, 19)
+OFFSETS = (0.0, 1.0, 3.0, 10.0)   # s0 in units of S1 at the first point: 0 is the pure law, 1 ~ Optimus' β1/β0
 
 
-def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, grid: int = 20) -> AnnealingCurve:
-    """Fit the law to observed (x, y) (y lower-is-better, > 0). Points at x = 0 (S1 = 0) are dropped."""
+def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, grid: int = 12) -> AnnealingCurve:
+    """Fit the law to observed (x, y) (y lower-is-better, > 0). Points at x = 0 (S1 = 0) are dropped.
+
+    s0 shifts the LR area like Optimus' β1 shifts k: a run's first logged point is not its start, and the
+    pure power law would put an infinite loss there."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     s1, s2 = areas(schedule, x)
     ok = s1 > 0
@@ -104,11 +140,13 @@ def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, gri
     alphas = np.geomspace(*ALPHA_BOUNDS, grid)
     # c is only identified once the prefix has annealed; before that the prior alone sets it
     drops = DROPS if s2.max() > 1e-3 else np.array([prior.drop if prior is not None else 0.0])
-    sse = np.array([[prob.solve(a, c)[1] for c in drops] for a in alphas])
-    i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
-    c = float(drops[j])
+    offsets = np.array(OFFSETS) * s1[0] / s1_ref
+    sse = np.array([[prob.solve(a, drops, o)[2] for o in offsets] for a in alphas])   # (α, s0, c)
+    i, m, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+    c, o = drops[j:j + 1], float(offsets[m])
     lo, hi = alphas[max(i - 1, 0)], alphas[min(i + 1, grid - 1)]
-    res = minimize_scalar(lambda a: prob.solve(a, c)[1], bounds=(lo, hi), method="bounded", options={"xatol": 1e-3})
-    alpha = float(res.x) if res.fun < sse[i, j] else float(alphas[i])
-    l0, a = prob.solve(alpha, c)[0]
-    return AnnealingCurve(float(l0), float(a) * s1_ref ** alpha, alpha, c, schedule)
+    res = minimize_scalar(lambda a: float(prob.solve(a, c, o)[2][0]), bounds=(lo, hi), method="bounded",
+                          options={"xatol": 1e-3})
+    alpha = float(res.x) if res.fun < sse[i, m, j] else float(alphas[i])
+    l0, a, _ = prob.solve(alpha, c, o)
+    return AnnealingCurve(float(l0[0]), float(a[0]) * s1_ref ** alpha, alpha, float(c[0]), schedule, o * s1_ref)

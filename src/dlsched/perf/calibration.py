@@ -5,8 +5,8 @@ is run after observing several fractions of each curve; each run gives log(true 
 value and for the remaining steps to a target. The band at a fraction is the 10th–90th percentile of those
 errors (interpolated over log fraction), so an interval is ``point·exp(band)``: the shape errors the
 residual bootstrap cannot see (a decay the fit mis-sizes) are in it. ``bench/prediction_accuracy.py``
-checks coverage leave-one-curve-out; ``calibration.json`` holds the bands from every development curve
-(rewritten by ``bench/prediction_accuracy.py --write-calibration``).
+checks coverage leave-one-curve-out; ``calibration.json`` holds the bands from every development curve and
+the prior their fits give (rewritten by ``bench/prediction_accuracy.py --write-calibration``).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ class Calibration:
     fractions: tuple[float, ...]
     final: tuple[tuple[float, float], ...]
     steps: tuple[tuple[float, float], ...]
+    prior: tuple[float, float] | None = None    # (α, drop) from the same finished curves' fits (``perf.prior``)
 
     def _band(self, table, fraction: float) -> tuple[float, float]:
         f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
@@ -41,7 +42,8 @@ class Calibration:
         return self._band(self.steps, fraction)
 
     def to_json(self) -> str:
-        return json.dumps({"fractions": self.fractions, "final": self.final, "steps": self.steps}, indent=1)
+        return json.dumps({"fractions": self.fractions, "final": self.final, "steps": self.steps,
+                           "prior": self.prior}, indent=1)
 
 
 # Before any calibration exists: ±30 % on the value, ×/÷ 2 on the steps (wide on purpose).
@@ -65,9 +67,18 @@ def calibrate(records, level: float = LEVEL) -> Calibration:
     """``records``: (fraction, log final error, log steps error) triples; nan where a run had no steps error."""
     r = np.asarray(records, float)
     fr = tuple(sorted(set(r[:, 0].tolist())))
-    final = tuple(quantile_band(r[r[:, 0] == f, 1], level) for f in fr)
-    steps = tuple(quantile_band(r[r[:, 0] == f, 2], level) for f in fr)
+    final = _filled([quantile_band(r[r[:, 0] == f, 1], level) for f in fr])
+    steps = _filled([quantile_band(r[r[:, 0] == f, 2], level) for f in fr])
     return Calibration(fr, final, steps)
+
+
+def _filled(bands: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    """A fraction without errors (every target already reached there) takes the nearest earlier band."""
+    out, last = [], UNCALIBRATED.steps[0]
+    for b in bands:
+        last = b if all(map(math.isfinite, b)) else last
+        out.append(last)
+    return tuple(out)
 
 
 def load_calibration(path: Path = TABLE) -> Calibration:
@@ -76,4 +87,6 @@ def load_calibration(path: Path = TABLE) -> Calibration:
         d = json.loads(Path(path).read_text())
     except FileNotFoundError:
         return UNCALIBRATED
-    return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])))
+    prior = d.get("prior")
+    return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
+                       tuple(prior) if prior else None)

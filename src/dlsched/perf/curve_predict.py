@@ -109,11 +109,22 @@ def choose_model(x, y, schedule: Schedule, prior: CurvePrior | None) -> tuple[st
     return name, fit(x, y)
 
 
+def anchor(x, y, f, tail: float = 0.2) -> float:
+    """Ratio of the newest points (the last fifth, at least 5) to the fit there: the prediction continues from
+    where the run *is* (a fit a few % off at the end would otherwise say a target is already reached, or
+    never); a fifth, not the last few, so that minibatch noise does not move the whole curve."""
+    k = min(len(x), max(5, int(round(tail * len(x)))))
+    r = float(np.mean(y[-k:]) / np.mean(f(x[-k:])))
+    return r if np.isfinite(r) and r > 0 else 1.0
+
+
 def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target: float | None = None,
-                  target_fraction: float | None = None, prior: CurvePrior | None = CurvePrior(),
+                  target_fraction: float | None = None, prior: CurvePrior | None | str = "shipped",
                   calibration: Calibration | None = None) -> CurvePrediction:
     """Predict the run's end from the observed (x, metric) prefix; see the module docstring.
 
+    ``prior``: "shipped" (the development set's finished fits, ``calibration.json``), a ``CurvePrior`` (e.g.
+    ``perf.prior.prior_from_fits`` of this cluster's finished jobs) or None.
     ``target`` is in the metric's units; ``target_fraction`` instead asks for that fraction of the total
     improvement from the first observed value to the predicted final value.
     """
@@ -129,10 +140,12 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     if np.any(y <= 0):
         raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}")
     cal = calibration or load_calibration()
+    if isinstance(prior, str):
+        prior = CurvePrior(*cal.prior) if cal.prior else CurvePrior()
     B, x_now = schedule.budget, float(x[-1])
     name, f = choose_model(x, y, schedule, prior)
     grid = np.unique(np.concatenate([np.linspace(0.0, B, 1024), [x_now, B]]))
-    curve = f(np.maximum(grid, 1e-9))
+    curve = f(np.maximum(grid, 1e-9)) * anchor(x, y, f)
     final = float(curve[-1])
     frac = min(1.0, x_now / B)
     lo_f, hi_f = cal.final_band(frac)

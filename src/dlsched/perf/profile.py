@@ -14,18 +14,17 @@ from __future__ import annotations
 import csv
 
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
-from scipy.spatial import Delaunay
 
 from dlsched.errors import UserError
 from dlsched.paths import shared_data
 
 POLLUX_APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
+POLLUX_GPU_TYPE = "T4"  # the artifact's traces were measured on AWS g4dn.12xlarge nodes (4x T4 each)
 # Trace length the artifact simulates for each app (simulator/applications.py, APPLICATIONS table).
 POLLUX_MAX_EPOCHS = {"bert": 2, "cifar10": 100, "ncf": 10, "imagenet": 90, "deepspeech2": 80, "yolov3": 50}
 # Per-GPU memory limit the artifact overrides (same table); others use the largest profiled local batch.
@@ -247,161 +246,3 @@ def optimus_table2(path: Path | None = None) -> dict[str, tuple[float, ...]]:
         except ValueError:
             raise UserError(f"{path}: row {table}, field 'value': expected numbers, got {rows[table][2]!r}") from None
     return out
-
-
-# --------------------------------------------------------------------------- measured speed as a ThroughputModel
-POLLUX_GPU_TYPE = "T4"  # the artifact's traces were measured on AWS g4dn.12xlarge nodes (4x T4 each)
-ND_MAX_NODES = 16       # the artifact clamps the node count at 16 before interpolating (simulator/applications.py)
-
-
-def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
-    """GPUs per node, zeros dropped, rotated to the smallest rotation: (2, 1) and (1, 2) are the same ring, and
-    that is how ``placements.csv`` is keyed."""
-    p = tuple(x for x in placement if x)
-    return min(p[i:] + p[:i] for i in range(len(p))) if p else p
-
-
-def even_placement(num_gpus: int, num_nodes: int) -> tuple[int, ...]:
-    """GPUs per node when ``num_gpus`` are spread as evenly as possible over ``num_nodes``."""
-    if not 1 <= num_nodes <= num_gpus:
-        raise ValueError(f"need 1 <= num_nodes <= num_gpus, got {num_nodes} nodes, {num_gpus} GPUs")
-    q, r = divmod(num_gpus, num_nodes)
-    return tuple([q + 1] * r + [q] * (num_nodes - r))
-
-
-def packed_placement(num_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
-    """Fill whole nodes first: 6 GPUs on 4-GPU nodes -> (4, 2)."""
-    full, rest = divmod(num_gpus, gpus_per_node)
-    return (gpus_per_node,) * full + ((rest,) if rest else ())
-
-
-class StepTimes:
-    """Step and sync time of one Pollux app for any placement and per-GPU batch, exactly as the artifact's simulator
-    looks them up (simulator/applications.py), so that simulated JCTs match its published ones.
-
-    A placement measured in ``placements.csv`` (up to rotation) is interpolated linearly in the local batch and
-    must lie inside the measured range; any other placement is interpolated piecewise-linearly in (nodes <= 16,
-    replicas, local batch) over the per-config means of ``placements.csv`` plus every ``scalability.csv`` row, with
-    scipy's LinearNDInterpolator semantics (same Delaunay simplex search and barycentric weights; Qhull's
-    triangulation of this grid-like data is not conforming, so the simplex chosen matters). Outside the
-    measurements ``step_time`` raises ValueError, as the artifact does; answers are memoised.
-    """
-
-    def __init__(self, app: PolluxApp):
-        self.name = app.name
-        self._placements = app.placements.assign(placement=app.placements.placement.astype(int).astype(str))
-        self._scalability = app.scalability
-        self._cache: dict = {}
-
-    @cached_property
-    def _nd(self) -> tuple[Delaunay, np.ndarray, np.ndarray]:
-        """Delaunay triangulation of the measurements, its barycentric transforms (computed once here; scipy computes
-        them on a triangulation's first query) and the (step, sync) values."""
-        xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
-        df = self._placements.groupby(xs)[xs + ys].mean()
-        df = pd.concat([df, self._scalability], ignore_index=True)
-        tri = Delaunay(df[xs].to_numpy(float))
-        return tri, tri.transform, df[ys].to_numpy(float)
-
-    def _interp_nd(self, point: list[float]) -> np.ndarray:
-        """LinearNDInterpolator at one point without its per-call set-up; NaN outside the measured hull."""
-        tri, transform, values = self._nd
-        x = np.asarray(point, float)
-        simplex = int(tri.find_simplex(x[None, :])[0])
-        if simplex < 0:
-            return np.full(values.shape[1], np.nan)
-        t = transform[simplex]
-        b = t[:3] @ (x - t[3])
-        return np.append(b, 1.0 - b.sum()) @ values[tri.simplices[simplex]]
-
-    @cached_property
-    def _by_placement(self) -> dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Measured placements -> (local batch sizes ascending, step times, sync times)."""
-        out = {}
-        for key, df in self._placements.sort_values("local_bsz").groupby("placement"):
-            out[tuple(map(int, key))] = (df.local_bsz.to_numpy(float), df.step_time.to_numpy(float),
-                                         df.sync_time.to_numpy(float))
-        return out
-
-    def warm(self) -> "StepTimes":
-        """Build the interpolation tables now (they are otherwise built on first use)."""
-        self._nd, self._by_placement
-        return self
-
-    def step_time(self, placement: tuple[int, ...], local_batch: float) -> tuple[float, float]:
-        """(step time, sync time) in seconds of one step with ``placement`` (GPUs per node) and per-GPU batch."""
-        key = (placement, local_batch)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        p = canonical_placement(placement)
-        measured = self._by_placement.get(p)
-        if measured is not None:
-            xs, step, sync = measured
-            if not xs[0] <= local_batch <= xs[-1]:
-                raise ValueError(f"{self.name}: local batch {local_batch} outside the measured "
-                                 f"{xs[0]:g}..{xs[-1]:g} for placement {placement}")
-            st, sy = float(np.interp(local_batch, xs, step)), float(np.interp(local_batch, xs, sync))
-        else:
-            st, sy = (float(v) for v in self._interp_nd([min(len(p), ND_MAX_NODES), sum(p), local_batch]))
-        if not (st == st and sy == sy):
-            raise ValueError(f"{self.name}: no step time for placement {placement} local batch {local_batch}")
-        self._cache[key] = (st, sy)
-        return st, sy
-
-
-class MeasuredSpeed:
-    """Speed of a Pollux app read off its traces, as a ``ThroughputModel`` for policies and benchmarks.
-
-    Step times come from ``StepTimes`` (the artifact's lookup, the same one the simulator runs on); where the traces
-    do not reach (outside the measured hull or batch range) the all-reduce model fitted to every row
-    (``speed.fit_step_time``) answers, so nothing fails. Efficiency comes from the app's ``NoiseTrace`` at
-    ``progress`` (set it with ``at_progress``).
-    """
-
-    def __init__(self, app: PolluxApp, progress: float = 0.0, gpu_type: str = POLLUX_GPU_TYPE) -> None:
-        from dlsched.perf.efficiency import NoiseTrace
-        from dlsched.perf.speed import fit_step_time
-
-        self.app, self.progress, self.gpu_type = app, float(progress), gpu_type
-        self.step_times = StepTimes(app)
-        s = app.step_samples()
-        self._model = fit_step_time(s.num_replicas, s.num_nodes, s.local_bsz, s.step_time, s.sync_time)
-        v = app.validation
-        batches = tuple(v)
-        n = min(app.max_epochs, *(len(f) for f in v.values()))
-        get = lambda c: np.array([v[b][c].to_numpy(float)[:n] for b in batches])  # noqa: E731
-        self.noise = NoiseTrace(app.base_batch, batches, get("progress"), get("grad_sqr"), get("grad_var"))
-
-    def at_progress(self, progress: float) -> "MeasuredSpeed":
-        """The same app at another training progress (shares the fitted lookups)."""
-        other = object.__new__(MeasuredSpeed)
-        other.__dict__.update(self.__dict__)
-        other.progress = float(progress)
-        return other
-
-    def step_time(self, placement: tuple[int, ...], local_batch: float) -> tuple[float, float]:
-        """(step_time, sync_time) in seconds of one step with ``placement`` (GPUs per node) and local batch."""
-        try:
-            return self.step_times.step_time(tuple(int(p) for p in placement), local_batch)
-        except ValueError:
-            p = canonical_placement(placement)
-            n, r = len(p), sum(p)
-            t = float(self._model.step_time(r, n, local_batch))
-            return t, max(0.0, t - float(self._model.compute(local_batch)))
-
-    def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
-        """Samples/s with the GPUs spread evenly over the nodes; 0 above the app's per-GPU batch limit."""
-        if gpu_type not in (None, self.gpu_type):
-            raise ValueError(f"the {self.app.name} traces were measured on {self.gpu_type}, not {gpu_type}")
-        if num_gpus <= 0:
-            return 0.0
-        local = global_batch / num_gpus
-        if local > self.app.max_local_batch + 1e-9:
-            return 0.0
-        step, _ = self.step_time(even_placement(num_gpus, num_nodes), local)
-        return global_batch / step
-
-    def efficiency(self, global_batch: int) -> float:
-        b = min(max(global_batch, self.noise.batches[0]), self.noise.batches[-1])
-        return float(self.noise.efficiency_at(self.progress, b))

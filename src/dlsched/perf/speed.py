@@ -39,6 +39,7 @@ import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from dlsched.perf.efficiency import GradientNoise, efficiency as _efficiency
+from dlsched.perf.profile import POLLUX_GPU_TYPE
 
 # --------------------------------------------------------------------------- Optimus PS models
 @dataclass(frozen=True)
@@ -428,14 +429,13 @@ class AllReduceSpeedModel:
 
 
 # --------------------------------------------------------------------------- from the shared traces
-POLLUX_GPU_TYPE = "T4"  # the Pollux artifact's traces were measured on AWS g4dn.12xlarge nodes (4x T4 each)
 
 
 def fit_pollux_app(app, gpu_type: str = POLLUX_GPU_TYPE) -> AllReduceSpeedModel:
     """All-reduce model of a ``profile.PolluxApp`` from all its scalability + placements rows.
 
-    Efficiency uses the app's first-epoch gradient noise at its base batch; for progress-dependent
-    efficiency use ``efficiency.NoiseTrace`` (``load_noise_trace``) instead.
+    Efficiency uses the app's first-epoch gradient noise at its base batch; the traces' progress-dependent
+    efficiency is ``perf.pollux.TraceApp.efficiency``.
     """
     d = app.step_samples()
     params = fit_step_time(d.num_replicas, d.num_nodes, d.local_bsz, d.step_time, d.sync_time)

@@ -186,12 +186,11 @@ def make_policy(name: str, **kwargs) -> Policy:
 
 
 def _load_builtin() -> None:
-    """Import every policy module shipped in ``dlsched.policy`` so they self-register."""
+    """Import every policy module shipped beside this one so they self-register."""
     import importlib
     import pkgutil
+    from pathlib import Path
 
-    import dlsched.policy as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
+    for mod in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if mod.name != "base":
             importlib.import_module(f"dlsched.policy.{mod.name}")

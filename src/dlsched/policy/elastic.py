@@ -41,7 +41,7 @@ NEG_INF = -np.inf
 DENSE_GPUS = 16            # below this every g is evaluated exactly
 BATCH_CANDIDATES = 5       # global batches tried per g (geometric grid including both ends)
 MEMO_SIZE = 4096           # value curves remembered across decisions (oldest dropped first)
-ATTAINED_OFFSET = 3600.0   # GPU-s added to attained service when it stands in for remaining time (Tiresias' 1 h)
+RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
 TIE_BREAK = 1e-12          # per-GPU penalty: on a flat curve prefer fewer GPUs (keeps concavity)
 _TIE_RAMP = TIE_BREAK * np.arange(100_001)
 
@@ -152,9 +152,15 @@ class ElasticPolicy(Policy):
     """The DP autoscaler. ``fixed_batch`` gives the GPU-only baseline; ``value`` switches throughput/goodput."""
 
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
-                 hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0):
+                 hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
+                 event_driven: bool = False, whole_nodes: bool = False):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
+        if not (fairness == 1 or fairness < 0):
+            raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
+        self.fairness = fairness
+        self.whole_nodes = whole_nodes
+        self.event_driven = event_driven     # decide only on arrival and departure (the seed's autoscaler)
         self.name = name
         self.urgency = urgency
         self.fixed_batch = fixed_batch
@@ -234,12 +240,17 @@ class ElasticPolicy(Policy):
             return type_of.get(node)
         return None
 
-    def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, scale: float, gpu_type: str, node_size: int,
-               cur_type: str | None) -> np.ndarray:
+    def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, ref: float, scale: float, gpu_type: str,
+               node_size: int, cur_type: str | None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
         n = len(raw.values)
-        u = raw.values / scale
+        weight = ref / scale
+        u = self._utility(raw.values / ref) * weight
         u -= _TIE_RAMP[:n] if n <= len(_TIE_RAMP) else TIE_BREAK * np.arange(n)
+        if self.whole_nodes and n > node_size + 1:
+            # a job spanning nodes takes whole nodes: no node is shared by a distributed job (Pollux's
+            # interference avoidance), so its measured all-reduce speed is the one it gets
+            u[node_size + 1:][np.arange(node_size + 1, n) % node_size != 0] = NEG_INF
         u[0] = 0.0
         gc = job.num_gpus
         if gc == 0:
@@ -255,22 +266,35 @@ class ElasticPolicy(Policy):
                 keep[0] = 0.0          # held elsewhere (or its size is no longer allowed): not on this type
             return keep
         if running_here and rng.g_min <= gc <= rng.g_max:
-            u[gc] = (self._kept_value(job, rng, gc, gpu_type, node_size, raw, scale) * (1 + bonus)
-                     - TIE_BREAK * gc)
+            u[gc] = (self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
+                     * (1 + bonus) - TIE_BREAK * gc)
         return u
+
+    def _utility(self, speedup):
+        """A job's utility of a speed-up s over its smallest configuration (s = 1 there). ``fairness`` p = 1 is
+        the sum of speed-ups (the paper's objective); p = -1 is Pollux's power mean (OSDI'21 §4.2,
+        sum s**-1 minimised), shifted to 2 - 1/s so that a job's first configuration is worth 1 either way:
+        growing a running job is then worth ever less, admitting a waiting one always 1."""
+        if self.fairness == 1:
+            return speedup
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(speedup > 0, 2.0 - np.power(np.maximum(speedup, 1e-300), self.fairness), NEG_INF)
 
     def _stay_bonus(self, job: JobView, held: int) -> float:
         """Relative speed-up a running job's rescale must bring: the hysteresis, or more when the job is close to
-        done. A rescale stalls it R = ``restart_cost`` seconds (checkpoint-restart), so with T seconds left it pays
-        only if the new rate is T / (T - R) times the current one; never when T <= R (returns inf: keep it)."""
+        done. A rescale stalls it R seconds (checkpoint-restart), so with T seconds left it pays only if the new
+        rate is T / (T - R) times the current one; never when T <= R (returns inf: keep it). R is the pause the
+        driver measured (``attrs["restart_s"]``: the live loop's median resize delay, the simulator's penalty),
+        else ``restart_cost``: a 30 s guess kept a short live job, whose resizes take 1-2 s, at 1 GPU."""
         bonus = self.hysteresis
-        if self.restart_cost > 0 and job.remaining_samples and job.current_batch_size:
+        restart = float(job.attrs.get("restart_s", self.restart_cost)) if self.restart_cost > 0 else 0.0
+        if restart > 0 and job.remaining_samples and job.current_batch_size:
             rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
             if rate > 0:
                 left = job.remaining_samples / rate
-                if left <= self.restart_cost:
+                if left <= restart:
                     return math.inf
-                bonus = max(bonus, self.restart_cost / (left - self.restart_cost))
+                bonus = max(bonus, restart / (left - restart))
         return bonus
 
     def _kept_value(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int, raw: JobCurve,
@@ -325,7 +349,8 @@ class ElasticPolicy(Policy):
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
             for t in types:
-                curves[job.id, t] = self._curve(job, rng, raws[job.id, t], scale[job.id], t, node_size[t], cur)
+                curves[job.id, t] = self._curve(job, rng, raws[job.id, t], ref, scale[job.id], t, node_size[t],
+                                                cur)
                 if not hetero:
                     continue
                 v0 = raws[job.id, t].values[g0]
@@ -361,19 +386,31 @@ class ElasticPolicy(Policy):
         at that configuration. urgency 0 is the paper's normalised throughput; 1 maximises the fraction of
         remaining work done per second (shortest first); 0.5, the default, sits between (best of 0..1.5 on Pollux
         workloads 1 and 3, see bench/elastic_quality.py). Jobs whose remaining work is unknown get the median T of
-        the others; when no job knows it, T = attained GPU-seconds + 1 h. Rescaled so the largest weight is 1."""
+        the others; when no job knows it, T = its run time + 1 h. Rescaled so the largest weight is 1."""
         if self.urgency == 0:
             return dict(refs)
-        times = {j.id: j.remaining_samples / refs[j.id] for j in jobs
+        times = {j.id: self._progress_left(j) / refs[j.id] for j in jobs
                  if j.remaining_samples is not None and j.remaining_samples > 0}
         if not times:
-            # No job knows its remaining work: use the GPU time it has had instead (least attained service first,
-            # as Tiresias: DL job lengths are heavy-tailed, so a job that ran little is likely to end soon).
-            times = {j.id: j.attained_service + ATTAINED_OFFSET for j in jobs}
+            # No job knows its remaining work: use how long it has run instead (least attained first, as Tiresias:
+            # DL job lengths are heavy-tailed, so a job that ran little is likely to end soon). Wall seconds, not
+            # GPU-seconds: those grow faster for a job the policy just grew, so its weight would fall for it and
+            # the next decision would shrink it again.
+            times = {j.id: j.run_time + RUN_TIME_OFFSET for j in jobs}
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
         return {k: v / shortest for k, v in scale.items()}
+
+    def _progress_left(self, job: JobView) -> float:
+        """Remaining work in units that do not depend on the batch the job runs at now: samples left at the
+        current batch times that batch's statistical efficiency. Raw samples grow with the batch (a larger
+        batch needs more of them), so a weight built on them would drop each time a job grows its batch and
+        rise when it shrinks: a feedback loop that rescales large jobs back and forth."""
+        b = job.current_batch_size or job.batch_size
+        if b is None or job.speed is None:
+            return job.remaining_samples
+        return job.remaining_samples * job.speed.efficiency(b)
 
     def _type_order(self, types, capacity, speedup, jobs) -> list[str]:
         mean = {t: np.mean([speedup[j.id, t] for j in jobs]) if jobs else 0.0 for t in types}
@@ -432,3 +469,18 @@ def make_elastic_gpu_only(hysteresis: float = 0.05, urgency: float = 0.5,
                           restart_cost: float = 30.0) -> ElasticPolicy:
     return ElasticPolicy("elastic-gpu-only", fixed_batch=True, hysteresis=hysteresis, urgency=urgency,
                          restart_cost=restart_cost)
+
+
+@register("saxena")
+def make_saxena() -> ElasticPolicy:
+    """The seed's objective as published (Saxena et al., MASCOTS'20): total normalised throughput over GPUs x
+    batch, no urgency, no hysteresis, no restart cost, re-solved only when a job arrives or departs."""
+    return ElasticPolicy("saxena", fixed_batch=False, hysteresis=0.0, urgency=0.0, restart_cost=0.0,
+                         event_driven=True)
+
+
+@register("saxena-gpu-only")
+def make_saxena_gpu_only() -> ElasticPolicy:
+    """The paper's baseline: the same autoscaler with each job's batch fixed at the user's."""
+    return ElasticPolicy("saxena-gpu-only", fixed_batch=True, hysteresis=0.0, urgency=0.0, restart_cost=0.0,
+                         event_driven=True)

@@ -19,6 +19,15 @@ def goodput(speed: ThroughputModel, num_gpus: int, num_nodes: int, global_batch:
 
 
 @register("goodput")
-def make_goodput(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0) -> ElasticPolicy:
+def make_goodput(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
+                 fairness: float = 1.0, whole_nodes: bool = False) -> ElasticPolicy:
     return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
-                         restart_cost=restart_cost)
+                         restart_cost=restart_cost, fairness=fairness, whole_nodes=whole_nodes)
+
+
+@register("goodput-fair")
+def make_goodput_fair(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
+                      fairness: float = -1.0) -> ElasticPolicy:
+    """Pollux's fairness power mean (p = -1) over goodput speed-ups, weighted by urgency as ``goodput``."""
+    return ElasticPolicy("goodput-fair", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
+                         restart_cost=restart_cost, fairness=fairness)

@@ -1,17 +1,24 @@
 """REST API of the scheduler service (FastAPI). The API only reads the store and appends submissions and
 cancel requests; the loop owns every other state change, so the two never race on a job.
 
-Safety: bodies over ``max_body`` bytes are refused before they are read in full (413); when the service is
-bound to a non-loopback address every request needs ``Authorization: Bearer <token>`` (401 otherwise);
-every error is ``{"error": "<one line>"}`` with a 4xx status.
+Safety (the trust model is ``docs/security.md``), checked by ``_Guard`` before the app sees a request:
+a ``Host`` the service does not answer to (DNS rebinding) and a foreign ``Origin`` (a web page driving the
+API from the user's browser) get 403; every route but health and the dashboard's static files needs
+``Authorization: Bearer <token>`` unless the service runs with ``--no-auth`` (401); bodies over
+``max_body`` bytes are refused before they are read in full (413). Specs are parsed and validated off the
+event loop within ``PARSE_TIMEOUT_S``; every error is ``{"error": "<one line>"}`` with a 4xx status.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import ipaddress
+import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -20,17 +27,21 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.policy.base import NodeView
+from dlsched.service.finish_times import shown_times
+from dlsched.service.fleet_status import ensemble_of
+from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
+                                    Limit, Offset)
 from dlsched.service.nodes import LOST
-from dlsched.service.refit import expected_times
-from dlsched.service.store import Store, UnknownJob
-from dlsched.spec import ClusterSpec, SpecError, load_job_spec
+from dlsched.service.store import Store, TransitionError, UnknownJob
+from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, load_job_spec
 
-DEFAULT_MAX_BODY = 1 << 20
 MAX_LOG_CHUNK = 1 << 20
 MAX_TAIL_LINES = 100_000
 MAX_WORKER_ID = 1 << 16
 JSON_TYPES = ("application/json",)
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
+# not text/plain: it is one of the types a browser may POST cross-origin without asking first (no preflight)
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 def is_loopback(host: str) -> bool:
@@ -52,26 +63,52 @@ def _public(path: str) -> bool:
     return path in ("/healthz", "/dashboard", "/dashboard/") or path.startswith("/dashboard/static/")
 
 
-class _Guard:
-    """ASGI middleware: bearer token and body size, checked before the app sees the request."""
+def host_name(authority: str) -> str:
+    """``host[:port]`` (``[v6]:port`` too) -> host, lower case."""
+    authority = authority.strip().lower()
+    if authority.startswith("["):
+        return authority[1:authority.find("]")] if "]" in authority else authority
+    return authority.rsplit(":", 1)[0] if authority.count(":") == 1 else authority
 
-    def __init__(self, app, token: str | None, max_body: int):
-        self.app, self.token, self.max_body = app, token, max_body
+
+class _Guard:
+    """ASGI middleware: Host, Origin, bearer token and body size, checked before the app sees the request.
+
+    ``hosts``: the names the service answers to (None = any: a non-loopback bind behind a token)."""
+
+    def __init__(self, app, token: str | None, max_body: int, hosts: frozenset[str] | None = None):
+        self.app, self.token, self.max_body, self.hosts = app, token, max_body, hosts
+
+    def _refusal(self, scope, headers: dict[str, str]) -> JSONResponse | None:
+        host = headers.get("host", "")
+        if self.hosts is not None and host_name(host) not in self.hosts:
+            return _error(403, f"Host {host[:60]!r} is not a name this service answers to")
+        origin = headers.get("origin")
+        if origin is not None:
+            parts = urlsplit(origin) if origin != "null" else None
+            if parts is None or parts.netloc.lower() != host.strip().lower():
+                return _error(403, f"cross-origin request from {origin[:60]!r} refused")
+        if headers.get("sec-fetch-site") == "cross-site":
+            return _error(403, "cross-site request refused")
+        if self.token is not None and not _public(scope["path"]):
+            auth = headers.get("authorization", "")
+            if not (auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].encode(), self.token.encode())):
+                return _error(401, "missing or wrong bearer token")
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isdigit() or len(length) > 18:
+                return _error(400, f"bad Content-Length {length[:20]!r}")
+            if int(length) > self.max_body:
+                return _error(413, f"body is {length} bytes, limit is {self.max_body}")
+        return None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if self.token is not None and not _public(scope["path"]):
-            auth = headers.get("authorization", "")
-            if not (auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].encode(), self.token.encode())):
-                return await _error(401, "missing or wrong bearer token")(scope, receive, send)
-        length = headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                return await _error(400, f"bad Content-Length {length[:20]!r}")(scope, receive, send)
-            if int(length) > self.max_body:
-                return await _error(413, f"body is {length} bytes, limit is {self.max_body}")(scope, receive, send)
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            return await refusal(scope, receive, send)
         # read the body here, up to the limit, and replay it: a chunked upload cannot smuggle 10 MB past us
         chunks, seen, more = [], 0, True
         while more:
@@ -95,14 +132,30 @@ class _Guard:
         await self.app(scope, replay, send)
 
 
+def allowed_hosts(bind: str, extra: tuple[str, ...] = ()) -> frozenset[str] | None:
+    """Host names a service bound to ``bind`` answers to: loopback names on a loopback bind (so a DNS-rebound
+    name cannot reach it from a browser), any on a wider bind (the token guards it), plus ``extra``."""
+    if not is_loopback(bind):
+        return None
+    return frozenset({*LOOPBACK_NAMES, bind.lower(), *(h.lower() for h in extra)})
+
+
 def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str | Path | None = None,
                token: str | None = None, max_body: int = DEFAULT_MAX_BODY, loop_thread=None,
-               validate=None, node_table=None) -> Any:
-    """The ASGI application. ``token=None`` means no authentication (loopback binds only: see ``serve``);
-    ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``); ``node_table()``:
-    the loop's ``NodeStatus`` rows (``/nodes``, the dashboard's lost-node marks)."""
+               validate=None, hosts: frozenset[str] | None = None, node_table=None) -> Any:
+    """The ASGI application. ``token=None`` means no authentication (``--no-auth``, loopback binds only: see
+    ``Service``); ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``);
+    ``hosts``: see ``allowed_hosts``; ``node_table()``: the loop's ``NodeStatus`` rows (``/nodes``, the
+    dashboard's lost-node marks)."""
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     jobs_root = Path(state_dir) / "jobs" if state_dir else None
+    parser = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="dlsched-parse")
+
+    def read_spec(body: bytes, fmt: str | None):
+        spec = load_job_spec(body, "request body", fmt)
+        if validate is not None:
+            validate(spec, "request body")
+        return spec
 
     @api.exception_handler(StarletteHTTPException)
     async def _http(_req, exc: StarletteHTTPException):
@@ -128,13 +181,17 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     @api.post("/jobs", status_code=201)
     async def submit(request: Request) -> JSONResponse:
-        ctype = request.headers.get("content-type", "application/yaml").split(";")[0].strip().lower()
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype not in JSON_TYPES + YAML_TYPES:
-            return _error(415, f"content type {ctype[:60]!r} is not JSON or YAML")
+            return _error(415, f"content type {ctype[:60]!r} is not one of {', '.join(JSON_TYPES + YAML_TYPES)}")
         body = await request.body()
-        spec = load_job_spec(body, "request body", "json" if ctype in JSON_TYPES else None)
-        if validate is not None:
-            validate(spec, "request body")
+        # off the event loop (health and the other routes keep answering) and bounded in time
+        work = asyncio.get_running_loop().run_in_executor(parser, read_spec, body,
+                                                          "json" if ctype in JSON_TYPES else None)
+        try:
+            spec = await asyncio.wait_for(work, PARSE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return _error(422, f"request body: not read within {PARSE_TIMEOUT_S:g} s; send a simpler spec")
         job_id = await run_in_threadpool(store.submit, spec)
         return JSONResponse({"id": job_id, "name": spec.name, "state": "queued"}, status_code=201)
 
@@ -145,51 +202,80 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         out = []
         for j in store.jobs(states=states):
             d = j.public()
-            running = j.state in ("running", "rescaling")
-            start, finish = expected_times(preds.get(j.id), forecasts.get(j.id), running)
-            d["predicted_start"] = j.start_time if running else start
-            d["predicted_finish"] = finish
+            d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
+            if j.spec.kind == "ensemble":
+                d["ensemble"] = ensemble_of(store, j.id)
             out.append(d)
         return out
 
     @api.get("/jobs/{job_id}")
-    def show(job_id: int) -> dict:
-        d = store.get(job_id).public()
+    def show(job_id: JobId) -> dict:
+        job = store.get(job_id)
+        d = job.public()
         d["allocations"] = store.allocations(job_id)
         preds = store.predictions(job_id)
         d["prediction"] = preds[-1] if preds else None
+        d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
+        if job.spec.kind == "ensemble":
+            d["ensemble"] = ensemble_of(store, job_id)
         return d
 
     @api.post("/jobs/{job_id}/cancel")
-    def cancel(job_id: int) -> dict:
+    def cancel(job_id: JobId) -> dict:
         j = store.request_cancel(job_id)
         return {"id": j.id, "state": j.state, "cancel_requested": j.cancel_requested}
 
+    @api.post("/jobs/{job_id}/resize")
+    async def resize(job_id: JobId, request: Request) -> JSONResponse:
+        """``{"workers": N, "batch_size": B}``: hold a queued or running job at N workers (and batch B)."""
+        raw = await request.body()
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if raw and ctype not in JSON_TYPES:
+            return _error(415, f"content type {ctype[:60]!r} is not application/json")
+        try:
+            body = json.loads(raw or b"{}")
+        except (ValueError, RecursionError):
+            return _error(400, "body: expected a JSON object such as {\"workers\": 2}")
+        if not isinstance(body, dict) or set(body) - {"workers", "batch_size"}:
+            return _error(422, f"body: expected fields workers and batch_size, got {sorted(body) if isinstance(body, dict) else type(body).__name__}")
+        workers, batch = body.get("workers"), body.get("batch_size")
+        capacity = sum(n.gpus for n in cluster.nodes) if cluster is not None else MAX_GPUS
+        if type(workers) is not int or not 1 <= workers <= capacity:
+            return _error(422, f"workers: expected an integer in 1..{capacity} (the cluster's slots), got {workers!r}")
+        if batch is not None and (type(batch) is not int or not 1 <= batch <= MAX_BATCH):
+            return _error(422, f"batch_size: expected an integer in 1..{MAX_BATCH}, got {batch!r}")
+        try:
+            j = await run_in_threadpool(store.request_resize, job_id, workers, batch)
+        except TransitionError as e:
+            return _error(409, str(e))
+        return JSONResponse({"id": j.id, "state": j.state, "requested_workers": j.requested_workers,
+                             "requested_batch": j.requested_batch})
+
     @api.delete("/jobs/{job_id}")
-    def delete(job_id: int) -> dict:
+    def delete(job_id: JobId) -> dict:
         return cancel(job_id)
 
     @api.get("/jobs/{job_id}/events")
-    def job_events(job_id: int, after: int = 0) -> list[dict]:
+    def job_events(job_id: JobId, after: After = 0) -> list[dict]:
         store.get(job_id)
         return store.events(job_id, after_id=after)
 
     @api.get("/events")
-    def events(after: int = 0, limit: int = 1000) -> list[dict]:
-        return store.events(after_id=after, limit=max(1, min(limit, 10_000)))
+    def events(after: After = 0, limit: Limit = 1000) -> list[dict]:
+        return store.events(after_id=after, limit=min(limit, MAX_EVENTS_PAGE))
 
     @api.get("/jobs/{job_id}/predictions")
-    def predictions(job_id: int) -> list[dict]:
+    def predictions(job_id: JobId) -> list[dict]:
         store.get(job_id)
         return store.predictions(job_id)
 
     @api.get("/jobs/{job_id}/progress")
-    def progress(job_id: int) -> list[dict]:
+    def progress(job_id: JobId) -> list[dict]:
         store.get(job_id)
         return store.progress(job_id)
 
     @api.get("/jobs/{job_id}/logs")
-    def logs(job_id: int, offset: int = 0, tail: int | None = None, worker: int | None = None) -> PlainTextResponse:
+    def logs(job_id: JobId, offset: Offset = 0, tail: int | None = None, worker: int | None = None) -> PlainTextResponse:
         """The job's output (or worker ``worker``'s) from byte ``offset``, or its last ``tail`` lines;
         ``X-Next-Offset`` tells ``logs -f`` where to continue."""
         store.get(job_id)
@@ -249,5 +335,5 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     api.include_router(make_dashboard_router(store, dashboard_nodes, Path(state_dir) / "reports" if state_dir else None,
                                              lost=lost_nodes))
-    return _Guard(api, token, max_body)
+    return _Guard(api, token, max_body, hosts)
 

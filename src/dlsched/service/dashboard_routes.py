@@ -11,22 +11,21 @@ Mount (in ``service/api.py``)::
 """
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import re
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
-import numpy as np
 import pandas as pd
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
 from dlsched.policy.base import NodeView
-from dlsched.service.refit import expected_times, fit_loss
-from dlsched.service.store import ACTIVE, QUEUED, TERMINAL, Store, UnknownJob
+from dlsched.service.finish_times import shown_times
+from dlsched.service.limits import JobId
+from dlsched.service.store import ACTIVE, TERMINAL, Store, UnknownJob
 
 STATIC_DIR = Path(__file__).with_name("dashboard")
 STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
@@ -37,54 +36,14 @@ HIGHER_IS_BETTER = re.compile(r"util|finished|throughput|goodput|accuracy", re.I
 
 # ----------------------------------------------------------------------------- convergence fit
 
-def loss_fit_of(prediction: dict | None, progress: list[dict]) -> dict | None:
-    """The Optimus curve l(k) = 1/(b0 k + b1) + b2 the loop fitted last (``service.refit``), or the
-    same fit made now when the loop has not stored one yet - one fitting routine in the service."""
+def loss_fit_of(prediction: dict | None) -> dict | None:
+    """The Optimus curve l(k) = 1/(b0 k + b1) + b2 the loop fitted last (``service.refit``); None before it has."""
     fit = (prediction or {}).get("loss_fit")
-    if fit is not None and "beta0" not in fit:     # stored by an older service version
-        fit = None
-    if fit is None and progress:
-        fit = fit_loss(np.array([p["step"] for p in progress], float),
-                       np.array([p["loss"] if p["loss"] is not None else math.nan for p in progress], float))
-    return None if fit is None else {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"],
-                                     "rmse": fit["rmse"]}
-
-
-# ----------------------------------------------------------------------------- queue estimate
-
-def estimate_queue(running: Iterable[tuple[int, int, float | None]],
-                   queued: Iterable[tuple[int, int, float | None]],
-                   total_gpus: int, now: float) -> dict[int, tuple[float | None, float | None]]:
-    """Predicted (start, finish) per queued job if the queue drains in submission order.
-
-    ``running``: (job id, GPUs held, predicted finish or None); ``queued``: (job id, GPUs wanted,
-    predicted duration or None), in submission order. A job behind an unknown finish has an unknown
-    start: the page shows "?" rather than a made-up time.
-    """
-    free = total_gpus - sum(g for _, g, _ in running)
-    releases: list[tuple[float, int]] = []
-    unknown_held = 0
-    for _, gpus, finish in running:
-        if finish is None:
-            unknown_held += gpus
-        else:
-            heapq.heappush(releases, (max(finish, now), gpus))
-    clock, out = now, {}
-    for job_id, gpus, duration in queued:
-        while free < gpus and releases:
-            t, g = heapq.heappop(releases)
-            clock, free = max(clock, t), free + g
-        if free < gpus or gpus > total_gpus - unknown_held:
-            out[job_id] = (None, None)
-            unknown_held += gpus          # everyone behind it waits on an unknown too
-            continue
-        free -= gpus
-        finish = clock + duration if duration is not None else None
-        if finish is None:
-            unknown_held += gpus
-        else:
-            heapq.heappush(releases, (finish, gpus))
-        out[job_id] = (clock, finish)
+    if fit is None or "beta0" not in fit:     # none yet, or stored by an older service version
+        return None
+    out = {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]}
+    if fit.get("curve"):  # the schedule-aware prediction to the job's budget (service.refit.fit_loss)
+        out.update(model=fit["model"], curve=fit["curve"])
     return out
 
 
@@ -93,6 +52,12 @@ def estimate_queue(running: Iterable[tuple[int, int, float | None]],
 def _clean(x):
     """JSON has no NaN/inf: send null."""
     return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _noise_scale(p: dict) -> float | None:
+    """The gradient noise scale a dlsched.torch job reported (tr Σ / |G|², in samples), else None."""
+    sqr, var, batch = p.get("grad_sqr"), p.get("grad_var"), p.get("noise_batch")
+    return _clean(var * batch / sqr) if sqr and var is not None and batch else None
 
 
 def gantt_intervals(allocations: list[dict], end_times: dict[int, float | None], now: float) -> list[dict]:
@@ -125,22 +90,9 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
         for node, g in j.placement.items():
             holders.setdefault(node, []).append({"job_id": j.id, "name": j.name, "gpus": g})
     forecasts = store.forecasts()
-    times = {j.id: expected_times(preds.get(j.id), forecasts.get(j.id), j.state != QUEUED) for j in active}
-    running = [(j.id, j.num_gpus, times[j.id][1]) for j in active if j.num_gpus > 0]
-    waiting = [j for j in active if j.state == QUEUED]
-    # without a policy forecast (none made yet), drain the queue in submission order
-    est = {} if all(j.id in forecasts for j in waiting) else estimate_queue(
-        running, [(j.id, j.spec.gpu_range[0], preds.get(j.id, {}).get("remaining_s")) for j in waiting],
-        sum(n.num_gpus for n in nodes), now)
     queue = []
     for j in active:
-        p = preds.get(j.id, {})
-        if j.state != QUEUED:
-            start, finish = j.start_time, times[j.id][1]
-        elif j.id in forecasts:
-            start, finish = times[j.id]
-        else:
-            start, finish = est.get(j.id, (None, None))
+        start, finish = shown_times(j, preds.get(j.id), forecasts.get(j.id))
         queue.append({"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
                       "gpus": j.num_gpus, "requested": j.spec.gpus, "batch_size": j.batch_size,
                       "fraction_done": _clean(j.samples / j.total_samples) if j.total_samples else None,
@@ -172,15 +124,14 @@ def job_detail(store: Store, job_id: int) -> dict:
     rec = store.get(job_id)
     prog = [p for p in store.progress(job_id) if p.get("loss") is not None and p.get("step") is not None]
     preds = store.predictions(job_id)
-    fit = loss_fit_of(preds[-1] if preds else None, prog)
+    prediction = preds[-1] if preds else None
+    start, finish = shown_times(rec, prediction, store.forecasts().get(job_id))
     stride = max(1, math.ceil(len(prog) / MAX_CURVE_POINTS))
+    points = prog[::stride] + (prog[-1:] if prog and prog[::stride][-1]["step"] != prog[-1]["step"] else [])
     curve = [{"step": p["step"], "loss": _clean(p["loss"]), "time": p["time"], "samples": p["samples"],
-              "workers": p["workers"]} for p in prog[::stride]]
-    if prog and curve[-1]["step"] != prog[-1]["step"]:
-        curve.append({"step": prog[-1]["step"], "loss": _clean(prog[-1]["loss"]), "time": prog[-1]["time"],
-                      "samples": prog[-1]["samples"], "workers": prog[-1]["workers"]})
-    return {"job": json.loads(json.dumps(rec.public(), default=str)), "curve": curve, "fit": fit,
-            "prediction": preds[-1] if preds else None,
+              "workers": p["workers"], "noise_scale": _noise_scale(p)} for p in points]
+    return {"job": json.loads(json.dumps(rec.public(), default=str)), "curve": curve, "fit": loss_fit_of(prediction),
+            "prediction": prediction, "predicted_start": _clean(start), "predicted_finish": _clean(finish),
             "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200)}
 
 
@@ -236,7 +187,7 @@ def make_dashboard_router(store: Store, nodes: Callable[[], Sequence[NodeView]],
         return overview(store, nodes(), lost=lost())
 
     @data.get("/dashboard/api/jobs/{job_id}")
-    def _job(job_id: int):
+    def _job(job_id: JobId):
         try:
             return job_detail(store, job_id)
         except UnknownJob:

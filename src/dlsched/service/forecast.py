@@ -1,15 +1,7 @@
-"""When will each active job start and finish *under the scheduling policy*? Roll the live policy forward on a
-virtual clock.
-
-Why: a completion time computed at the job's current allocation is wrong as soon as the policy rescales or
-preempts it, and a queue drained in submission order is not how Tiresias or the elastic policy admit jobs. The
-forecast runs the same round (``dlsched.round.schedule``) as the live loop and the simulator, on the
-loop's own ``JobView`` snapshots, and advances every job's remaining samples at the throughput its fitted speed
-model gives for the allocation it would get. Unknowns stay unknown: a job without remaining work or a rate
-gets a start but no finish, and holds its GPUs until the forecast ends. Arrivals that have not happened yet are,
-of course, not in it.
-
-Pure: no I/O, no clock; ``now`` and the policy are inputs.
+"""When will each active job start and finish *under the scheduling policy*: the live policy rolled forward on
+a virtual clock, through the same round as the live loop and the simulator (``dlsched.round.schedule``), each
+job advancing at the rate its fitted speed model gives for the allocation it would get. A job without remaining
+work or a rate gets a start but no finish. Pure: ``now`` and the policy are inputs.
 """
 from __future__ import annotations
 
@@ -25,7 +17,7 @@ from dlsched.round import Preempt, Resize, Start, schedule
 
 
 # seconds of no progress charged for a (re)start and for a resize until the live loop has measured its own
-# (bench/ray_latency.py: submit -> first step ~4.5 s locally; bench/runtime_resize.py: resize with standby < 2 s)
+# (the local runtime's, measured by bench/ray_latency.py and bench/runtime_resize.py)
 START_S = 5.0
 RESIZE_S = 2.0
 
@@ -101,9 +93,9 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
     Decisions are made at ``now`` and at every forecast completion; a policy that is not ``event_driven`` is also
     re-asked every ``max(step_s, 10 % of the look-ahead)`` between them (the live loop decides more often;
     policies whose decision depends on elapsed service see it change at this granularity).
-    A job pays ``start_s`` of no progress when it (re)starts and ``resize_s`` when its GPUs or batch change,
-    as measured for the local runtime (bench/runtime_resize.py, bench/ray_latency.py). ``budget_s`` bounds the
-    wall time (the result is then marked incomplete); ``max_decisions`` bounds it deterministically."""
+    A job pays ``start_s`` of no progress when it (re)starts and ``resize_s`` when its GPUs or batch change.
+    ``budget_s`` bounds the wall time (the result is then marked incomplete); ``max_decisions`` bounds it
+    deterministically."""
     observed = observed or {}
     states = {v.id: _State(v, v.remaining_samples, v.num_gpus, v.current_batch_size, dict(v.placement),
                            attained=v.attained_service, run_time=v.run_time,

@@ -8,20 +8,26 @@ single-worker measurement to separate compute from communication; until a job ha
 
 Completion is predicted from the work left over the job's wall-clock rate at its current allocation: the
 total work is ``total_samples`` (reported by the runtime, else the spec's hint), or, for a job that stops at
-a ``target_loss`` param, the step at which the fitted loss curve reaches it.
+a ``target_loss`` param, the step at which the schedule-aware loss prediction (``perf.curve_predict``, over
+the job's ``schedule`` param, a SPEC in steps; constant by default) reaches it.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import nnls
 
 from dlsched.perf.convergence import LossCurve, fit_curve
+from dlsched.perf.efficiency import GradientNoise, efficiency
+from dlsched.perf.curve_predict import predict_curve
+from dlsched.perf.schedule import parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
 
 RECENT = 200          # the newest measurements describe the job as it runs now
+CURVE_BINS = 120      # loss points a curve fit sees at most (means over equal step ranges)
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,36 @@ class LinearSpeed:
 
     def efficiency(self, global_batch: int) -> float:
         return 1.0
+
+
+@dataclass(frozen=True)
+class NoisySpeed:
+    """A fitted speed model plus the gradient noise the job reports: Pollux's efficiency of a batch, so the goodput
+    policy and the forecast see the job's statistics (a job that reports none keeps efficiency 1: throughput)."""
+
+    inner: Any
+    noise: GradientNoise
+    base_batch: int
+
+    def throughput(self, num_gpus: int, num_nodes: int = 1, global_batch: int = 0, gpu_type: str | None = None) -> float:
+        return self.inner.throughput(num_gpus, num_nodes, global_batch, gpu_type)
+
+    def efficiency(self, global_batch: int) -> float:
+        return float(min(1.0, efficiency(self.noise, max(global_batch, self.base_batch), self.base_batch)))
+
+
+def reported_noise(progress: list[dict]) -> tuple[GradientNoise, int] | None:
+    """The newest gradient noise a job reported (its runtime's EMA), with the batch it is measured at."""
+    for p in reversed(progress[-RECENT:]):
+        if p.get("grad_sqr") is not None and p.get("grad_var") is not None and p.get("noise_batch"):
+            return GradientNoise(max(p["grad_sqr"], 0.0), max(p["grad_var"], 0.0)), int(p["noise_batch"])
+    return None
+
+
+def with_reported_noise(speed: Any, progress: list[dict]) -> Any:
+    base = speed.inner if isinstance(speed, NoisySpeed) else speed
+    noise = reported_noise(progress)
+    return NoisySpeed(base, *noise) if base is not None and noise else base
 
 
 @dataclass(frozen=True)
@@ -98,17 +134,51 @@ def fit_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarra
     return min(candidates, key=rel_err)
 
 
-def fit_loss(steps: np.ndarray, losses: np.ndarray) -> dict | None:
+def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) -> tuple[np.ndarray, np.ndarray]:
+    """Valid (step, loss) points, the last record per step kept (a resumed job repeats the steps after its
+    checkpoint), averaged into at most ``bins`` equal step ranges: per-step minibatch losses are noisy, and a
+    fit every round must not grow with the job's length."""
     ok = np.isfinite(losses) & np.isfinite(steps) & (losses > 0) & (steps >= 0)
     k, l = steps[ok], losses[ok]
-    if len(k) < 4 or np.any(np.diff(k) < 0) or np.ptp(k) == 0:
+    if len(k) == 0:
+        return k, l
+    k, idx = np.unique(k[::-1], return_index=True)   # last occurrence of each step
+    l = l[::-1][idx]
+    if len(k) <= bins:
+        return k, l
+    which = np.minimum(((k - k[0]) / (np.ptp(k) or 1.0) * bins).astype(int), bins - 1)
+    n = np.bincount(which, minlength=bins)
+    keep = n > 0
+    return (np.bincount(which, k, bins)[keep] / n[keep], np.bincount(which, l, bins)[keep] / n[keep])
+
+
+def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | None = None,
+             schedule: str | None = None, target_loss: float | None = None) -> dict | None:
+    """The Optimus fit (``beta0, beta1, beta2, scale, rmse``) and, when the job's step budget is known, the
+    schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
+    ``curve`` ([step, loss] from the first step to the budget), ``final``, ``final_80`` and, for a
+    ``target_loss``, ``target_step`` (None: unreachable). ``schedule`` is the job's SPEC in steps (default
+    constant: the runtime trains at one LR, rescaled only with the batch)."""
+    k, l = binned_curve(steps, losses)
+    if len(k) < 4 or np.ptp(k) == 0:
         return None
     try:
         fit = fit_curve(k, l)
     except ValueError:
         return None
     c = fit.curve
-    return {"beta0": c.beta0, "beta1": c.beta1, "beta2": c.beta2, "scale": c.scale, "rmse": fit.rmse}
+    out = {"beta0": c.beta0, "beta1": c.beta1, "beta2": c.beta2, "scale": c.scale, "rmse": fit.rmse}
+    if budget_steps and budget_steps >= k[-1]:
+        try:
+            sched = parse_schedule(schedule or "constant", float(budget_steps))
+            p = predict_curve(k, l, sched, target=target_loss)
+        except ValueError:
+            return out
+        grid = np.linspace(k[0], budget_steps, 121)
+        out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80),
+                   curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
+                   target_step=p.target_step)
+    return out
 
 
 def loss_curve(fit: dict) -> LossCurve:
@@ -148,7 +218,8 @@ def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> 
 
 def predict(progress: list[dict], now: float, current_workers: int, current_batch: int | None,
             total_hint: float | None, samples_done: float, target_loss: float | None = None,
-            gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True):
+            gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True,
+            schedule: str | None = None):
     """(Prediction, speed model or None) for one job from its stored progress records. ``refit_speed=False``
     keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
     and its fit costs tens of ms, while the rest of this is cheap enough for every round."""
@@ -158,14 +229,25 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
         speed = fit_speed(np.array([p.get("workers") or 0 for p in recent], float),
                           np.array([p.get("batch_size") or 0 for p in recent], float),
                           np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
+    speed = with_reported_noise(speed, recent)
     steps = np.array([p.get("step") or 0 for p in recs], float)
-    loss_fit = fit_loss(steps, np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float))
+    batch = current_batch or (recs[-1].get("batch_size") if recs else None) or 1
+    # the step budget: the samples still to train at the current batch after the last step
+    budget = steps[-1] + max(0.0, total_hint - samples_done) / batch if total_hint and recs else None
+    if budget is None and target_loss is not None and recs and schedule in (None, "constant"):
+        # a convergence rule at constant LR has no budget; the law in S1 ∝ step does not depend on the
+        # horizon, so look 10x the steps so far ahead for the target
+        budget = 10.0 * max(steps[-1], 1.0)
+    loss_fit = fit_loss(steps, np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float),
+                        budget_steps=budget, schedule=schedule, target_loss=target_loss)
     total = total_hint
     if total is None and target_loss is not None and loss_fit and recs:
-        # convergence rule: steps until the fitted curve reaches the target, at the current batch
-        end = loss_curve(loss_fit).steps_to_loss(target_loss / loss_fit["scale"])
-        if math.isfinite(end):
-            total = samples_done + max(0.0, end - steps[-1]) * (current_batch or recs[-1].get("batch_size") or 1)
+        # convergence rule: steps until the schedule-aware fit reaches the target (Optimus without a budget),
+        # at the current batch
+        end = loss_fit.get("target_step") if "model" in loss_fit else \
+            loss_curve(loss_fit).steps_to_loss(target_loss / loss_fit["scale"])
+        if end is not None and math.isfinite(end):
+            total = samples_done + max(0.0, end - steps[-1]) * batch
     frac = min(1.0, samples_done / total) if total else None
     remaining_s = finish = rate = None
     if total and (speed is not None or recs):
@@ -174,16 +256,3 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
             remaining_s = max(0.0, total - samples_done) / rate
             finish = now + remaining_s if current_workers > 0 else None
     return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None), speed
-
-
-def expected_times(prediction: dict | None, forecast: dict | None, running: bool) -> tuple[float | None, float | None]:
-    """(start, finish) to show for a job from its latest prediction row and its row of the current forecast.
-
-    The policy forecast (``service/forecast.py``) when one covers the job: it knows the policy may rescale,
-    preempt or delay it. Otherwise, for a running job, the finish at its current allocation; a waiting job's
-    start is then unknown here (``dashboard_routes.estimate_queue`` drains the queue in order instead)."""
-    at_allocation = (prediction or {}).get("predicted_finish") if running else None
-    if forecast:
-        finish = forecast.get("finish")
-        return forecast.get("start"), at_allocation if finish is None else finish
-    return None, at_allocation

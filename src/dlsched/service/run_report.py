@@ -90,7 +90,8 @@ def gantt(store: Store, path: Path) -> None:
 
 
 def loss_fits(store: Store, path: Path) -> None:
-    """Measured loss per step and the last Optimus fit ``1/(b0 k + b1) + b2`` of each job (perf.convergence)."""
+    """Measured loss per step and the last fit of each job: the schedule-aware prediction to the job's budget
+    (``service.refit.fit_loss``) where the service made one, else the Optimus fit ``1/(b0 k + b1) + b2``."""
     jobs = [j for j in store.jobs() if store.progress(j.id)]
     if not jobs:
         return
@@ -102,7 +103,10 @@ def loss_fits(store: Store, path: Path) -> None:
         k = np.array([p["step"] for p in prog], float)
         ax.plot(k, [p["loss"] for p in prog], ".", ms=3, alpha=0.5, label="measured")
         fits = [p["loss_fit"] for p in store.predictions(j.id) if p["loss_fit"] and "beta0" in p["loss_fit"]]
-        if fits and len(k):
+        if fits and len(k) and fits[-1].get("curve"):
+            pts = np.array(fits[-1]["curve"])
+            ax.plot(pts[:, 0], pts[:, 1], "-", label=f"{fits[-1]['model']} fit + prediction to the budget")
+        elif fits and len(k):
             curve = loss_curve(fits[-1])
             kk = np.linspace(k.min(), k.max(), 200)
             ax.plot(kk, curve.raw_loss(kk), "-", label=f"Optimus fit (rmse {fits[-1]['rmse']:.3g}, normalised)")

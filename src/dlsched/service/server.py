@@ -3,7 +3,6 @@ both go through ``Service`` so that what is tested is what runs."""
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
@@ -15,10 +14,13 @@ from dlsched.backends.make import make_backend
 from dlsched.entry_check import check_entry
 from dlsched.errors import UserError
 from dlsched.policy.base import Policy
-from dlsched.service.api import DEFAULT_MAX_BODY, create_app, is_loopback
+from dlsched.service.api import allowed_hosts, create_app, is_loopback
+from dlsched.service.auth import TOKEN_FILE_NAME, check_token, load_or_create_token
+from dlsched.service.entries import EntryRules
+from dlsched.service.limits import DEFAULT_MAX_BODY
 from dlsched.service.loop import LiveLoop, LoopThread
 from dlsched.service.store import Store
-from dlsched.spec import ClusterSpec
+from dlsched.spec import SpecError, ClusterSpec, JobSpec
 
 DEFAULT_PORT = 8642
 
@@ -49,15 +51,27 @@ def wait_for_http(url: str, timeout_s: float = 30.0, proc=None) -> bool:
 
 
 class Service:
-    """One running scheduler. Refuses a non-loopback bind without a token."""
+    """One running scheduler.
+
+    Authentication is on unless ``auth=False`` (``--no-auth``, loopback binds only): the bearer token is
+    ``token``, else the one in ``token_file`` (default ``STATE_DIR/token``), generated there on the first start."""
 
     def __init__(self, cluster: ClusterSpec, state_dir: str | Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  token: str | None = None, runtime: list[str] | None = None, workdir: str | Path | None = None,
-                 max_body: int = DEFAULT_MAX_BODY, policy: Policy | None = None, backend=None):
-        if not is_loopback(host) and not token:
-            raise UserError(f"--host {host}: binding beyond loopback needs a bearer token (--token-file or DLSCHED_TOKEN)")
+                 max_body: int = DEFAULT_MAX_BODY, policy: Policy | None = None, backend=None, auth: bool = True,
+                 token_file: str | Path | None = None, extra_hosts: tuple[str, ...] = (),
+                 entry_roots: tuple[str | Path, ...] = (), entry_modules: tuple[str, ...] = ()):
+        if not auth and not is_loopback(host):
+            raise UserError(f"--host {host}: --no-auth is for a loopback bind only; beyond it every request needs a token")
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.token_file = Path(token_file) if token_file else self.state_dir / TOKEN_FILE_NAME
+        if not auth:
+            self.token = None
+        elif token:
+            self.token = check_token(token, "token")
+        else:
+            self.token = load_or_create_token(self.token_file)
         self.host, self.port = host, port
         self.store = Store(self.state_dir / "dlsched.db")
         self.backend = backend or make_backend(cluster, runtime=runtime, workdir=workdir)
@@ -67,23 +81,42 @@ class Service:
             raise UserError(f"cluster spec: policy: {e}") from None
         self.thread = LoopThread(self.loop, cluster.interval_s)
         self.workdir = Path(workdir) if workdir is not None else Path.cwd()
+        # job code only from the allowed job directories / modules (entries.py); never from the state directory
+        self.entries = EntryRules.make(self.workdir, tuple(entry_roots), tuple(entry_modules),
+                                       forbidden=(self.state_dir,))
         # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
         self.check_entries = runtime is None
-        app = create_app(self.store, cluster, self.state_dir, token=token, max_body=max_body, loop_thread=self.thread,
-                         validate=self.validate, node_table=lambda: self.loop.nodes.table)
+        app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
+                         loop_thread=self.thread, validate=self.validate, hosts=allowed_hosts(host, extra_hosts),
+                         node_table=lambda: self.loop.nodes.table)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                     access_log=False, limit_concurrency=256, timeout_keep_alive=5))
         self._uv_thread: threading.Thread | None = None
 
-    def validate(self, spec, source: str = "job spec") -> None:
-        """Submit-time checks: the cluster and policy can run it, and its entry exists and takes its params."""
+    def validate(self, spec: JobSpec, source: str = "job spec") -> None:
+        """Submit-time checks: an allowed entry point (``entries.py``, before any file is read), the cluster and
+        policy can run it, and its entry exists and takes its params."""
+        entry = getattr(spec, "entry", None)
+        if entry:
+            self.entries.check(entry, source)
+        command = getattr(spec, "command", None)
+        if command:  # a script job: `python path/to/script.py ...`, the script under the same rules as an entry
+            if command[0] not in ("python", "python3") or len(command) < 2 or not command[1].endswith(".py"):
+                raise SpecError(f"{source}: field command: {' '.join(command)[:120]!r} must start with "
+                                f"'python path/to/script.py'")
+            self.entries.check(f"{command[1]}:main", source, field="command")
         self.loop.validate(spec, source)
-        if self.check_entries and spec.kind == "train" and getattr(spec, "entry", None):
-            check_entry(spec.entry, spec.params, self.workdir, source)
+        if self.check_entries and spec.kind == "train" and entry:
+            check_entry(entry, spec.params, self.workdir, source)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a client of this service sends with every request."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def run(self) -> None:
         """Foreground: loop thread + uvicorn until SIGINT/SIGTERM (uvicorn handles the signals)."""
@@ -113,18 +146,6 @@ class Service:
         if self.thread.is_alive():
             self.thread.join(timeout=30)
         self.backend.shutdown()
-
-
-def read_token(token_file: str | None) -> str | None:
-    if token_file:
-        try:
-            tok = Path(token_file).read_text().strip()
-        except OSError as e:
-            raise UserError(f"{token_file}: cannot read token: {e.strerror}") from None
-        if len(tok) < 16:
-            raise UserError(f"{token_file}: token is {len(tok)} characters, need at least 16")
-        return tok
-    return os.environ.get("DLSCHED_TOKEN") or None
 
 
 logging.getLogger("dlsched.service").addHandler(logging.NullHandler())

@@ -85,7 +85,32 @@ MIGRATIONS: list[str] = [
     ALTER TABLE predictions ADD COLUMN policy_finish REAL;
     CREATE TABLE forecasts (job_id INTEGER PRIMARY KEY, time REAL NOT NULL, start REAL, finish REAL);
     """,
+    # 3: an operator's `dlsched resize`: the size the job is held at, whatever its spec's range
+    """
+    ALTER TABLE jobs ADD COLUMN requested_workers INTEGER;
+    ALTER TABLE jobs ADD COLUMN requested_batch INTEGER;
+    """,
+    # 4: what a dlsched.torch job reports per step: its LR and gradient noise (Pollux's grad_sqr/grad_var at
+    # noise_batch), for the goodput policy, the forecast and the dashboard
+    """
+    ALTER TABLE progress ADD COLUMN lr REAL;
+    ALTER TABLE progress ADD COLUMN grad_sqr REAL;
+    ALTER TABLE progress ADD COLUMN grad_var REAL;
+    ALTER TABLE progress ADD COLUMN noise_batch INTEGER;
+    """,
 ]
+
+
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _noise(noise: Any) -> tuple[float | None, float | None, int | None]:
+    """(grad_sqr, grad_var, noise_batch) of a step record's ``grad_noise`` (protocol.GradientNoiseRecord)."""
+    if not isinstance(noise, dict):
+        return None, None, None
+    batch = noise.get("reference_batch")
+    return _number(noise.get("sqr")), _number(noise.get("var")), int(batch) if isinstance(batch, int) else None
 
 
 class TransitionError(ValueError):
@@ -121,6 +146,8 @@ class JobRecord:
     cancel_requested: bool
     error: str | None
     job_dir: str | None
+    requested_workers: int | None = None
+    requested_batch: int | None = None
 
     def public(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("spec", "progress_offset")}
@@ -296,6 +323,19 @@ class Store:
                 self._event(c, now, job_id, "cancel_requested", {})
         return self.get(job_id)
 
+    def request_resize(self, job_id: int, workers: int, batch_size: int | None, now: float | None = None) -> JobRecord:
+        """Hold the job at ``workers`` (and ``batch_size``) from the next round on; the loop applies it."""
+        now = self.clock() if now is None else now
+        c = self._conn()
+        with self._tx():
+            row = self._job_row(c, job_id, "state")
+            if row["state"] in TERMINAL:
+                raise TransitionError(f"job {job_id} is {row['state']}; only queued or running jobs can be resized")
+            c.execute("UPDATE jobs SET requested_workers = ?, requested_batch = ? WHERE id = ?",
+                      (workers, batch_size, job_id))
+            self._event(c, now, job_id, "resize_requested", {"workers": workers, "batch_size": batch_size})
+        return self.get(job_id)
+
     # -- allocations, progress, events, predictions -------------------------------------------------
     def record_allocation(self, job_id: int, now: float, num_gpus: int, batch_size: int | None,
                           placement: dict[str, int]) -> None:
@@ -313,15 +353,17 @@ class Store:
         c = self._conn()
         with self._tx():
             c.executemany(
-                "INSERT INTO progress(job_id, time, step, epoch, samples, loss, samples_per_s, workers, batch_size) "
-                "VALUES (?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO progress(job_id, time, step, epoch, samples, loss, samples_per_s, workers, batch_size, "
+                "lr, grad_sqr, grad_var, noise_batch) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(job_id, s.get("time"), s.get("step"), s.get("epoch"), s.get("samples"), s.get("loss"),
-                  s.get("samples_per_s"), s.get("workers"), s.get("batch_size")) for s in records])
+                  s.get("samples_per_s"), s.get("workers"), s.get("batch_size"), _number(s.get("lr")),
+                  *_noise(s.get("grad_noise"))) for s in records])
             self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
 
     def progress(self, job_id: int) -> list[dict]:
         return [dict(r) for r in self._conn().execute(
-            "SELECT time, step, epoch, samples, loss, samples_per_s, workers, batch_size FROM progress "
+            "SELECT time, step, epoch, samples, loss, samples_per_s, workers, batch_size, lr, grad_sqr, grad_var, "
+            "noise_batch FROM progress "
             "WHERE job_id = ? ORDER BY id", (job_id,))]
 
     def event(self, kind: str, job_id: int | None = None, now: float | None = None, **detail: Any) -> None:
@@ -337,6 +379,11 @@ class Store:
         q = "SELECT * FROM events WHERE id > ?" + (" AND job_id = ?" if job_id is not None else "") + " ORDER BY id LIMIT ?"
         args = (after_id, job_id, limit) if job_id is not None else (after_id, limit)
         return [dict(r) | {"detail": json.loads(r["detail"])} for r in self._conn().execute(q, args)]
+
+    def count_events(self, job_id: int, kind: str, detail_key: str) -> int:
+        """How many ``kind`` events of a job carry ``detail_key`` (e.g. re-queues after a lost coordinator)."""
+        q = "SELECT COUNT(*) FROM events WHERE job_id = ? AND kind = ? AND json_extract(detail, ?) IS NOT NULL"
+        return self._conn().execute(q, (job_id, kind, f"$.{detail_key}")).fetchone()[0]
 
     def add_prediction(self, job_id: int, now: float, fraction_done: float | None, total_samples: float | None,
                        remaining_s: float | None, predicted_finish: float | None, loss_fit: dict | None, *,

@@ -26,24 +26,25 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from dlsched.errors import UserError
+from dlsched.perf.pollux import TraceApp, load_app
 from dlsched.perf.profile import POLLUX_APPS
 from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.policy.placement import consolidated, most_free_first
 from dlsched.round import Resize, schedule
 from dlsched.sim.metrics import SimResult
-from dlsched.sim.traces import LinearThroughput, TraceApp, TraceThroughput, load_app, speed_factor
+from dlsched.sim.remaining import Observation, parse_remaining, predict_remaining
+from dlsched.sim.throughput import LinearThroughput, TraceThroughput, speed_factor
 from dlsched.sim.workload import WorkloadJob, Workload
 
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Knobs of one run. ``remaining``: what policies are told of a job's remaining work — ``"oracle"`` (exact),
-    ``"predicted"`` (oracle × a seeded log-normal error of ``prediction_error``) or ``"none"``."""
+    """Knobs of one run. ``remaining``: what policies are told of a job's remaining work — ``"oracle"``,
+    ``"predicted"``, ``"none"`` or ``"noise:SIGMA"`` (``sim/remaining.py``)."""
 
     interval: float = 60.0
     restart_penalty: float = 30.0
     remaining: str = "oracle"
-    prediction_error: float = 0.0
     seed: int = 0
     gpu_speed: Mapping[str, float] = field(default_factory=dict)   # "TYPE" or "TYPE/APP" -> speed factor (1.0)
     horizon: float | None = None            # stop at this time (jobs unfinished then are reported as such)
@@ -99,8 +100,7 @@ class Simulator:
                  config: SimConfig = SimConfig(), on_progress: Callable[[float, int, int], None] | None = None):
         if config.interval <= 0:
             raise UserError(f"interval must be > 0 seconds, got {config.interval}")
-        if config.remaining not in ("oracle", "predicted", "none"):
-            raise UserError(f"remaining must be oracle, predicted or none, got {config.remaining!r}")
+        self.remaining = parse_remaining(config.remaining)
         if config.placement not in PLACEMENTS:
             raise UserError(f"placement must be one of {', '.join(PLACEMENTS)}, got {config.placement!r}")
         self.strategy = PLACEMENTS[config.placement]
@@ -108,8 +108,8 @@ class Simulator:
         self.policy, self.cluster, self.cfg = policy, cluster, config
         self.on_progress = on_progress
         rng = np.random.default_rng(config.seed)
-        noise = (np.exp(rng.normal(0.0, config.prediction_error, len(specs)))
-                 if config.remaining == "predicted" and config.prediction_error > 0 else np.ones(len(specs)))
+        noise = (np.exp(rng.normal(0.0, self.remaining.sigma, len(specs)))
+                 if self.remaining.kind == "noise" and self.remaining.sigma > 0 else np.ones(len(specs)))
         self.jobs = [_Job(s, i, load_app(s.app) if s.app else None, float(noise[i])) for i, s in enumerate(specs)]
         self.jobs.sort(key=lambda j: j.spec.submit_time)   # stable: input order on ties
         self._by_idx = {j.idx: j for j in self.jobs}
@@ -207,14 +207,29 @@ class Simulator:
             heapq.heappush(self._finish_heap, (fin, job.version, job.idx))
 
     # --- snapshots ------------------------------------------------------------------------------
-    def _remaining(self, job: _Job) -> float | None:
-        if self.cfg.remaining == "none":
+    def _remaining(self, job: _Job, speed: TraceThroughput | None = None) -> float | None:
+        kind = self.remaining.kind
+        if kind == "none":
             return None
+        if kind == "predicted":
+            return self._predicted(job, speed) if job.app is not None else None
         if job.app is None:
             left = job.work_left
         else:
             left = job.app.remaining_iterations(job.batch, job.epoch) * job.batch
         return left * job.noise
+
+    def _predicted(self, job: _Job, speed: TraceThroughput) -> float | None:
+        """What the job's own observations predict (``sim/remaining.py``): progress in samples at the initial
+        batch, the declared epochs, the throughput and gradient-noise efficiency measured now."""
+        app = job.app
+        init = app.init_batch_size
+        throughput = (job.split.global_batch(job.ngpus) * job.speed / app.iteration_time(job.ptuple, job.split)
+                      if job.ngpus else 0.0)
+        obs = Observation(progress=job.progress * init, target_progress=app.target_progress * init,
+                          throughput=throughput, efficiency=speed.efficiency(job.batch), workers=job.ngpus,
+                          batch=job.batch, time=self.t)
+        return predict_remaining(obs)
 
     def _view(self, job: _Job) -> JobView:
         if job.view is None or job.ngpus:
@@ -226,18 +241,19 @@ class Simulator:
         if app is not None:
             speed = TraceThroughput(app, job.epoch, self.gpus_per_node, self.gpu_speed)
             attrs = {"app": app.name, "epoch": job.epoch, "progress": job.progress,
-                     "target_progress": app.target_progress}
+                     "target_progress": app.target_progress, "restart_s": self.cfg.restart_penalty}
             return JobView(
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
                 batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,
                 max_local_batch=app.max_local_bsz, min_local_batch=app.min_local_bsz, max_gpus=job.max_gpus,
                 attained_service=job.attained, run_time=job.run_time, placement=job.nodes, current_batch_size=job.batch,
-                remaining_samples=self._remaining(job), speed=speed, attrs=attrs)
+                remaining_samples=self._remaining(job, speed), speed=speed, attrs=attrs)
         return JobView(
             id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
             max_gpus=job.spec.requested_gpus, attained_service=job.attained, run_time=job.run_time,
             placement=job.nodes, remaining_samples=self._remaining(job),
-            speed=LinearThroughput(job.spec.requested_gpus, self.gpu_speed), attrs={"priority": job.spec.priority})
+            speed=LinearThroughput(job.spec.requested_gpus, self.gpu_speed),
+            attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty})
 
     # --- state changes --------------------------------------------------------------------------
     def _set_nodes(self, job: _Job, nodes: Mapping[str, int]) -> None:
@@ -388,7 +404,7 @@ class Simulator:
 
 def run(workload, policy: str | Policy, cluster: ClusterView | None = None, *, nodes: int = 16,
         gpus_per_node: int = 4, interval: float = 60.0, restart_penalty: float = 30.0, remaining: str = "oracle",
-        prediction_error: float = 0.0, seed: int = 0, gpu_speed: Mapping[str, float] | None = None,
+        seed: int = 0, gpu_speed: Mapping[str, float] | None = None,
         horizon: float | None = None, policy_args: Mapping | None = None,
         on_progress: Callable[[float, int, int], None] | None = None, **config) -> SimResult:
     """Simulate ``workload`` (a path, a ``Workload`` or ``WorkloadJob`` list) under ``policy`` (a registered name or an
@@ -400,7 +416,6 @@ def run(workload, policy: str | Policy, cluster: ClusterView | None = None, *, n
     if isinstance(policy, str):
         policy = make_policy(policy, **dict(policy_args or {}))
     cluster = cluster or ClusterView.homogeneous(nodes, gpus_per_node)
-    cfg = SimConfig(interval=interval, restart_penalty=restart_penalty, remaining=remaining,
-                    prediction_error=prediction_error, seed=seed, gpu_speed=dict(gpu_speed or {}), horizon=horizon,
+    cfg = SimConfig(interval=interval, restart_penalty=restart_penalty, remaining=remaining, seed=seed, gpu_speed=dict(gpu_speed or {}), horizon=horizon,
                     **config)
     return Simulator(workload, policy, cluster, cfg, on_progress).run()

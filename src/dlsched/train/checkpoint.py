@@ -3,9 +3,12 @@
 File layout: one JSON header line ``{"format": "dlsched-checkpoint", "version": 1, "job": NAME,
 "step": S, "bytes": N, "sha256": H}`` followed by N bytes of ``torch.save`` payload. Written to a
 temp file in the same folder, fsynced, then ``os.replace``d, so a reader sees the old file or the
-new one, never half. A file that is truncated or altered (size/hash mismatch) is *torn*; one
-without our header or made for another job is *foreign*; both are refused with a one-line error
-rather than silently skipped, because resuming from the wrong state would lose or repeat samples.
+new one, never half. A file that is truncated or altered (unreadable header, size/hash mismatch) is
+*torn*; one with another format's header or made for another job is *foreign*. Loading refuses both with
+a one-line error. Resuming (``newest_valid``) skips torn files, newest first, renaming each to
+``*.torn`` (kept for a post-mortem, never read or counted again), and falls back to the newest valid one:
+a torn file holds no state, and the older checkpoint's state is exactly what the job had at its step.
+A foreign file stops the resume instead: resuming from another job's state would lose or repeat samples.
 """
 from __future__ import annotations
 
@@ -56,14 +59,20 @@ def list_checkpoints(ckpt_dir: Path) -> list[Path]:
     return sorted(p for p in ckpt_dir.iterdir() if _NAME.match(p.name))
 
 
+class TornCheckpoint(UserError):
+    """A checkpoint cut short or altered: it holds no usable state."""
+
+
 def load_checkpoint(path: Path, job_name: str) -> dict[str, Any]:
-    """Read and verify one checkpoint; raise UserError naming the file and the defect."""
+    """Read and verify one checkpoint; raise UserError (``TornCheckpoint`` when torn) naming the file and defect."""
     path = Path(path)
     with open(path, "rb") as f:
         line = f.readline(4096)
         try:
             header = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
+            if not line or line.startswith(b'{"format"'):   # ours, cut short before or inside its header
+                raise TornCheckpoint(f"{path}: torn checkpoint (header cut short)") from None
             header = None
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise UserError(f"{path}: foreign checkpoint (no {FORMAT} header)")
@@ -72,9 +81,22 @@ def load_checkpoint(path: Path, job_name: str) -> dict[str, Any]:
         if header.get("job") != job_name:
             raise UserError(f"{path}: foreign checkpoint, field job={header.get('job')!r} but this job is {job_name!r}")
         payload = f.read()
-    if len(payload) != header["bytes"] or hashlib.sha256(payload).hexdigest() != header["sha256"]:
-        raise UserError(f"{path}: torn checkpoint ({len(payload)} of {header['bytes']} payload bytes, or hash mismatch)")
+    if len(payload) != header.get("bytes") or hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+        raise TornCheckpoint(f"{path}: torn checkpoint ({len(payload)} of {header['bytes']} payload bytes, or hash mismatch)")
     return torch.load(io.BytesIO(payload), weights_only=True)
+
+
+def newest_valid(ckpt_dir: Path, job_name: str) -> tuple[Path | None, dict[str, Any] | None, list[tuple[Path, str]]]:
+    """(path, state) of the newest checkpoint that verifies, or (None, None); and the torn ones skipped on the
+    way, each renamed ``*.torn`` with its defect. A foreign checkpoint raises (see the module doc)."""
+    skipped = []
+    for path in reversed(list_checkpoints(ckpt_dir)):
+        try:
+            return path, load_checkpoint(path, job_name), skipped
+        except TornCheckpoint as e:
+            path.replace(path.with_name(path.name + ".torn"))
+            skipped.append((path, str(e)))
+    return None, None, skipped
 
 
 def latest_checkpoint(ckpt_dir: Path) -> Path | None:

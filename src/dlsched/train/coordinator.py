@@ -35,10 +35,15 @@ from dlsched.train import preemption
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
 from dlsched.train.devices import free_devices, job_devices, keepers, visible_devices
-from dlsched.train.files import Control, ProgressLog, read_control, write_status
+from dlsched.train.files import Control, ProgressLog, control_bytes, last_generation, read_control, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
-from dlsched.train.worker import GATE_CANCEL, GATE_RUN, PG_TIMEOUT, STOP_PREEMPT, STOP_RESIZE, gate_key, survivor_key
+from dlsched.train.progress_lines import HumanProgress
+from dlsched.train.script import ScriptLauncher
+from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, STOP_RESIZE, End,
+                                    Held, Plan, Ready, WorkerEnv, end_key, gate_key, plan_key, ready_key, stop_key,
+                                    survivor_key)
+from dlsched.train.worker import PG_TIMEOUT
 from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
 
 POLL_S = 0.02
@@ -69,8 +74,9 @@ def _start_forkserver_shielded() -> None:
 @dataclass
 class Options:
     job_dir: Path
-    entry: str
+    entry: str | None  # a make_job entry, or None with ``command``
     workers: int
+    command: list[str] | None = None  # the user's own script (dlsched.torch), e.g. ["python", "train.py"]
     batch_size: int | None = None
     params: dict = field(default_factory=dict)
     batch_mode: BatchMode = BatchMode.FIXED_GLOBAL
@@ -79,6 +85,7 @@ class Options:
     record_samples: bool = False  # write per-step sample ids (exactly-once audit; tests)
     max_restarts: int = 3
     replace_stragglers: bool = True  # EWMA < 0.8 of the median -> swap the worker for a fresh one
+    reference_batch: int | None = None  # the global batch the job's lr is given at (the spec's); None = the job's
     standby: int = 0  # workers kept started and prepared, so a scale-out waits only for the broadcast
     launcher: str = field(default_factory=default_launcher)  # "local" (forked here) or "ray" (one actor per bundle)
 
@@ -86,6 +93,33 @@ class Options:
         if self.launcher == "ray":
             # a replacement needs a bundle while the straggler still holds its own; the scheduler granted no spare
             self.replace_stragglers = False
+
+
+@dataclass(frozen=True)
+class StartState:
+    """Where a group starts: fresh, or the latest checkpoint (``restore``) in DIR/ckpt."""
+
+    restore: Path | None
+    step: int
+    table: PartitionTable | None  # None: a script's fresh start (its loader builds the table)
+    global_batch: int | None  # None: the script's own batch
+    ramp: LrRamp | None  # None: a script applies its own LR rule
+    epoch_loss: tuple[float, int]
+    finished: bool
+
+
+def progress_line(rec: dict) -> str | None:
+    """A human line for reported metrics (every step that has some, every 10th step) and evaluations."""
+    if rec.get("event") == "metrics":
+        return f"epoch {rec['epoch']} step {rec['step']}: " + " ".join(f"{k} {v:.4g}" for k, v in rec["metrics"].items())
+    if "event" in rec or not (rec.get("metrics") or rec["step"] % 10 == 0):
+        return None
+    shown = {"loss": rec.get("loss"), "lr": rec.get("lr"), **(rec.get("metrics") or {})}
+    noise = rec.get("grad_noise")
+    if noise and noise["sqr"] > 0:
+        shown["noise_scale"] = noise["var"] * noise["reference_batch"] / noise["sqr"]
+    return (f"epoch {rec['epoch']} step {rec['step']} workers {rec['workers']} batch {rec['batch_size']}: "
+            + " ".join(f"{k} {v:.4g}" for k, v in shown.items() if v is not None))
 
 
 def planned_samples(job: TrainJob) -> int | None:
@@ -99,17 +133,19 @@ class Coordinator:
         self.dir = Path(opts.job_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        self.job: TrainJob = build_job(opts.entry, opts.params)
-        self.launcher = make_launcher(opts.launcher, self.dir)
+        self.job: TrainJob | None = build_job(opts.entry, opts.params) if opts.command is None else None
+        self.job_name = self.job.name if self.job else SCRIPT_JOB
+        self.launcher = ScriptLauncher(opts.command) if opts.command else make_launcher(opts.launcher, self.dir)
         self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
-        self.progress = ProgressLog(self.dir)
+        self.progress = ProgressLog(self.dir, echo=HumanProgress())
         self.run_id = uuid.uuid4().hex[:12]   # tells this run's steps from a resumed run's (same generations)
         self.procs: dict[int, WorkerHandle] = {}
         self.next_wid = 0
         self.generation = -1
         self.wids: list[int] = []
         self.control_gen = -1
+        self.rejected_control: bytes | None = None  # the malformed control.json reported last
         self.restarts = 0
         self.last_report: dict | None = None
         self.pending_resize: dict | None = None  # resize waiting for its first step
@@ -119,7 +155,7 @@ class Coordinator:
         self.stragglers: list[int] = []
         self.resizing = False
         self.standby_ready = 0
-        self.plan: dict = {}
+        self.plan: Plan | None = None
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         self.devices = job_devices(visible, 0 if visible is not None else torch.cuda.device_count())
         self.device_of: dict[int, str] = {}  # worker -> the one device it may use ("" = CPU)
@@ -138,6 +174,14 @@ class Coordinator:
         wids = []
         for device in devices:
             wid, self.next_wid = self.next_wid, self.next_wid + 1
+            log = self.dir / "logs" / f"worker-{wid}.log"
+            if self.o.command:
+                self.procs[wid] = self.launcher.start(
+                    WorkerEnv(f"{self.launcher.store_host}:{self.store.port}", wid, generation, str(self.dir), threads),
+                    log, visible_devices(device, self.devices))
+                self.device_of[wid] = device
+                wids.append(wid)
+                continue
             argv = ["--store", f"{self.launcher.store_host}:{self.store.port}", "--worker-id", str(wid), "--generation",
                     str(generation), "--job-dir", str(self.dir), "--entry", self.o.entry,
                     "--params", json.dumps(self.o.params), "--threads", str(threads)]
@@ -151,7 +195,7 @@ class Coordinator:
         """Wait for new workers to finish their preparation, while the current group keeps training.
 
         False when one of them failed, a worker died, or the job is being stopped (the resize is abandoned)."""
-        while not all(self.store.check([f"ready/{w}"]) for w in wids):
+        while not all(self.store.check([ready_key(w)]) for w in wids):
             if self.stop_requested:
                 self.progress.write({"event": "resize_abandoned", "time": time.time(), "reason": "stop requested"})
                 return False
@@ -197,16 +241,15 @@ class Coordinator:
         self.generation += 1
         self.wids = wids
         self.global_batch, self.ramp = global_batch, ramp
-        plan = {"run": self.run_id, "generation": self.generation, "wids": wids, "step": step, "table": table.snapshot(),
-                "local_batches": local_batch_sizes(global_batch, len(wids)),
-                "ramp": {"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T},
-                "epoch_loss": list(epoch_loss), "restore": str(restore) if restore else None,
-                # the state lives only in the workers' memory: a cancelled generation must checkpoint it
-                "carried": restore is None and step > 0,
-                "devices": [self.device_of[w] for w in wids],
-                "ckpt_every": self.o.ckpt_every, "record_samples": self.o.record_samples}
-        self.plan = plan
-        self.store.set(f"plan/{self.generation}", json.dumps(plan))
+        self.plan = Plan(generation=self.generation, wids=wids, step=step, table=table and table.snapshot(),
+                         local_batches=local_batch_sizes(global_batch, len(wids)) if global_batch else None,
+                         ramp={"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T} if ramp else None,
+                         epoch_loss=list(epoch_loss), restore=str(restore) if restore else None,
+                         carried=restore is None and step > 0,
+                         devices=[self.device_of[w] for w in wids],
+                         ckpt_every=self.o.ckpt_every, record_samples=self.o.record_samples,
+                         reference_batch=self.o.reference_batch, run=self.run_id)
+        self.store.set(plan_key(self.generation), self.plan.to_json())
         self._status("running")
 
     def _status(self, state: str, error: str | None = None) -> None:
@@ -219,32 +262,38 @@ class Coordinator:
         """Refresh status.json when workers become ready: standby count, and the devices workers report."""
         changed = False
         for w in self.procs:
-            if w not in self.seen and self.store.check([f"ready/{w}"]):
-                report = json.loads(self.store.get(f"ready/{w}"))
-                self.seen[w] = report.get("cuda_visible_devices") if isinstance(report, dict) else None
+            if w not in self.seen and self.store.check([ready_key(w)]):
+                self.seen[w] = Ready.from_json(self.store.get(ready_key(w))).cuda_visible_devices
                 changed = True
         ready = sum(w in self.seen for w in self.standby)
         if changed or ready != self.standby_ready:
             self.standby_ready = ready
             self._status("running")
 
-    def _initial_state(self):
-        """Fresh start, or resume from the latest checkpoint in DIR/ckpt."""
-        latest = ckpt.latest_checkpoint(self.dir / "ckpt")
+    def _initial_state(self) -> StartState:
+        """Fresh start, or resume from the newest valid checkpoint in DIR/ckpt (torn newer ones are skipped)."""
+        latest, state, skipped = ckpt.newest_valid(self.dir / "ckpt", self.job_name)
+        for path, error in skipped:
+            self.progress.write({"event": "checkpoint_skipped", "time": time.time(), "checkpoint": str(path),
+                                 "error": error})
+        if latest is None and self.job is None:
+            return StartState(None, 0, None, self.o.batch_size, None, (0.0, 0), False)
         if latest is None:
             gb = self.o.batch_size or self.job.batch_size
             if self.o.batch_mode == BatchMode.FIXED_LOCAL and not self.o.batch_size:
                 gb = self.job.batch_size * self.o.workers
-            ramp = LrRamp(base_lr=self.job.lr * gb / self.job.batch_size)
-            return None, 0, PartitionTable.fresh(self.job.num_samples, self.job.seed, 0), gb, ramp, (0.0, 0), False
-        state = ckpt.load_checkpoint(latest, self.job.name)
-        return (latest, state["step"], PartitionTable.from_snapshot(state["table"]), state["global_batch"],
-                LrRamp(**state["ramp"]), tuple(state["epoch_loss"]), state["finished"])
+            reference = self.o.reference_batch or self.job.batch_size  # the batch the job's lr is given at
+            ramp = LrRamp(base_lr=self.job.lr * gb / reference)
+            return StartState(None, 0, PartitionTable.fresh(self.job.num_samples, self.job.seed, 0), gb, ramp,
+                              (0.0, 0), False)
+        table, ramp = state["table"], state["ramp"]
+        return StartState(latest, state["step"], table and PartitionTable.from_snapshot(table), state["global_batch"],
+                          ramp and LrRamp(**ramp), tuple(state["epoch_loss"]), state["finished"])
 
     # -- reports ------------------------------------------------------------------------------------
     def _drain(self) -> None:
-        while self.store.queue_len("progress") > 0:
-            rec = json.loads(self.store.queue_pop("progress", block=False))
+        while self.store.queue_len(PROGRESS_QUEUE) > 0:
+            rec = json.loads(self.store.queue_pop(PROGRESS_QUEUE, block=False))
             if "event" not in rec:
                 self.last_report = rec
                 table = rec.pop("table")
@@ -258,7 +307,10 @@ class Coordinator:
                     self.pending_resize = None
                 rec["partition_offsets"] = table
                 rec["run"] = self.run_id
-                rec["total_samples"] = planned_samples(self.job)
+                if self.job is not None:
+                    rec["total_samples"] = planned_samples(self.job)
+                if self.global_batch is None:
+                    self.global_batch = rec["batch_size"]  # a script's own batch, first seen
                 if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
                         and not self.resizing):
                     slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
@@ -267,26 +319,39 @@ class Coordinator:
                         self.progress.write({"event": "straggler", "time": time.time(), "workers": slow,
                                              "ewma": [round(self.detector.ewma[w], 3) for w in slow]})
             self.progress.write(rec)
+            line = progress_line(rec)
+            if line:
+                print(line, flush=True)  # the job's output.log: what `dlsched logs -f` shows
 
     # -- main loop ----------------------------------------------------------------------------------
     def run(self) -> int:
         preemption.install()  # already done by ``run`` before its imports; here for in-process callers
-        restore, step, table, gb, ramp, eloss, finished = self._initial_state()
-        if finished:
+        start = self._initial_state()
+        if start.finished:
             self._status("finished")
             return 0
         if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`
-            return self._stopped(step, restore)
-        _start_forkserver_shielded()
-        wids = self._spawn(0, self.o.workers, self.o.workers)
-        self.standby = self._spawn(0, self.o.standby, self.o.workers)
-        self._publish(wids, step, table, gb, ramp, eloss, restore)
+            return self._stopped(start.step, start.restore)
+        if self.job is not None:
+            _start_forkserver_shielded()
+        # a resumed job numbers its generations after the last run's, and says where it resumed: the sample
+        # records the last run wrote after that step are then known to be rolled back (committed_sample_ids)
+        first = last_generation(self.dir) + 1
+        self.generation = first - 1
+        if first > 0:
+            self.progress.write({"event": "resumed", "time": time.time(), "new_generation": first,
+                                 "restored_step": start.step, "checkpoint": str(start.restore) if start.restore else None})
+        wids = self._spawn(first, self.o.workers, self.o.workers)
+        self.standby = self._spawn(first, self.o.standby, self.o.workers)
+        self._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)
         try:
             while True:
                 self._drain()
-                end_key = f"end/{self.generation}"
-                if self.store.check([end_key]) and json.loads(self.store.get(end_key))["finished"]:
+                key = end_key(self.generation)
+                if self.store.check([key]) and End.from_json(self.store.get(key)).finished:
                     return self._finish()
+                if self.wids and all(self.procs[w].poll() == 0 for w in self.wids):
+                    return self._finish()  # a script that ended without dlsched.torch.remaining_epochs
                 dead = self._dead_workers()
                 if dead:
                     if not (self.launcher.shrink_on_loss and self._shrink_onto_survivors(dead)):
@@ -323,29 +388,29 @@ class Coordinator:
 
         A generation that has not started training is cancelled instead, so no step waits for slow joiners:
         then only a state carried over in memory needs rank 0 to checkpoint it; otherwise the workers just go."""
-        gen, end_key = self.generation, f"end/{self.generation}"
-        cancelled = self.store.compare_set(gate_key(gen), "", GATE_CANCEL.decode()) == GATE_CANCEL
-        if cancelled and not self.plan["carried"]:
+        gen = self.generation
+        cancelled = self.store.compare_set(gate_key(gen), "", GATE_CANCEL) == GATE_CANCEL.encode()
+        if cancelled and not self.plan.carried:
             self._kill(list(self.procs))
             self._drain()
-            return self._stopped(self.plan["step"], ckpt.latest_checkpoint(self.dir / "ckpt"))
+            return self._stopped(self.plan.step, ckpt.latest_checkpoint(self.dir / "ckpt"))
         if not cancelled:
-            self.store.set(f"stop/{gen}", STOP_PREEMPT)
+            self.store.set(stop_key(gen), STOP_PREEMPT)
         needed = self.wids[:1] if cancelled else self.wids  # a cancelled generation waits for rank 0's checkpoint only
         end = None
-        while not self.store.check([end_key]):
+        while not self.store.check([end_key(gen)]):
             self._drain()
             if any(self.procs[w].poll() not in (None, 0) for w in needed):
                 break  # no consistent state to save: the last periodic checkpoint stands
             time.sleep(POLL_S)
         else:
-            end = json.loads(self.store.get(end_key))
-            if end["finished"]:
+            end = End.from_json(self.store.get(end_key(gen)))
+            if end.finished:
                 return self._finish()
             self._wait_exit(needed, timeout=5.0)  # let them close their sample records; killed below anyway
         self._kill(list(self.procs))
         self._drain()
-        return self._stopped(end and end["step"], ckpt.latest_checkpoint(self.dir / "ckpt"))
+        return self._stopped(end and end.step, ckpt.latest_checkpoint(self.dir / "ckpt"))
 
     def _wait_exit(self, wids: list[int], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -362,9 +427,10 @@ class Coordinator:
         try:
             ctl = read_control(self.dir)
         except UserError as e:
-            if self.control_gen != -2:
+            content = control_bytes(self.dir)
+            if content != self.rejected_control:  # once per distinct content, not once per poll
+                self.rejected_control = content
                 self.progress.write({"event": "control_rejected", "error": str(e), "time": time.time()})
-            self.control_gen = max(self.control_gen, -2)
             return
         if ctl is None or ctl.generation <= self.control_gen:
             return
@@ -410,29 +476,31 @@ class Coordinator:
         gen = self.generation
         stopped = time.time()
         # no worker may stay (the job moved to other GPUs): the state goes through a checkpoint instead of memory
-        self.store.set(f"stop/{gen}", STOP_RESIZE if keep else STOP_PREEMPT)
-        while not self.store.check([f"end/{gen}"]):
+        self.store.set(stop_key(gen), STOP_RESIZE if keep else STOP_PREEMPT)
+        while not self.store.check([end_key(gen)]):
             if self.stop_requested:  # preempted meanwhile: this step's end becomes the stop (checkpointed)
-                self.store.compare_set(f"stop/{gen}", STOP_RESIZE, STOP_PREEMPT)
+                self.store.compare_set(stop_key(gen), STOP_RESIZE, STOP_PREEMPT)
             self._drain()
             if self._dead_workers():
                 self._kill(new)
                 return
             time.sleep(0.001)
-        end = json.loads(self.store.get(f"end/{gen}"))
-        if end["finished"] or (end.get("preempted") and self.stop_requested):
+        end = End.from_json(self.store.get(end_key(gen)))
+        if end.finished or (end.preempted and self.stop_requested):
             self._kill(new)  # _finish / _stop take it from here
             return
         self._drain()
         restore = None
         if keep:
-            step, table, eloss, lr = end["step"], PartitionTable.from_snapshot(end["table"]), end["epoch_loss"], end["lr"]
+            step, table, eloss, lr = end.step, end.table and PartitionTable.from_snapshot(end.table), end.epoch_loss, end.lr
         else:
-            restore, step, table, _, _, eloss, _ = self._initial_state()
-            lr = self.ramp.lr(step - 1)  # the LR of the last step taken
-        gb = batch_size or global_batch_after_resize(self.o.batch_mode, self.global_batch, len(old), workers)
+            start = self._initial_state()
+            restore, step, table, eloss = start.restore, start.step, start.table, start.epoch_loss
+            lr = self.ramp and self.ramp.lr(step - 1)  # the LR of the last step taken
+        gb = batch_size or (self.global_batch and global_batch_after_resize(self.o.batch_mode, self.global_batch,
+                                                                           len(old), workers))
         ramp = self.ramp
-        if gb != self.global_batch:
+        if ramp is not None and gb != self.global_batch:
             ramp = ramp.rescaled(lr, self.global_batch, gb, step)
         wids = keep + new
         for w in leaving:
@@ -444,18 +512,18 @@ class Coordinator:
                                "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb, "step": step,
                                "requested_at": requested, "stopped_at": stopped}
 
-    def _survivor_states(self, survivors: list[int]) -> dict[int, dict] | None:
+    def _survivor_states(self, survivors: list[int]) -> dict[int, Held] | None:
         """Each survivor's report of the state it holds, once all reported; None if one died too, the
         generation ended anyway (finished, stopped), never started training, or they did not report in time."""
         gen, deadline = self.generation, time.monotonic() + SURVIVOR_WAIT_S
-        if not (self.store.check([gate_key(gen)]) and self.store.get(gate_key(gen)) == GATE_RUN):
+        if not (self.store.check([gate_key(gen)]) and self.store.get(gate_key(gen)).decode() == GATE_RUN):
             return None   # lost while the group formed: no step, so no survivor report to wait for
         while time.monotonic() < deadline and not self.stop_requested:
             self._drain()
-            if self.store.check([f"end/{gen}"]) or any(self.procs[w].poll() is not None for w in survivors):
+            if self.store.check([end_key(gen)]) or any(self.procs[w].poll() is not None for w in survivors):
                 return None
             if self.store.check([survivor_key(gen, w) for w in survivors]):
-                return {w: json.loads(self.store.get(survivor_key(gen, w))) for w in survivors}
+                return {w: Held.from_json(self.store.get(survivor_key(gen, w))) for w in survivors}
             time.sleep(POLL_S)
         return None
 
@@ -466,19 +534,19 @@ class Coordinator:
         old = list(self.wids)
         survivors = [w for w in old if w not in dead]
         states = self._survivor_states(survivors) if survivors else None
-        if not states or len({(s["step"], json.dumps(s["table"], sort_keys=True)) for s in states.values()}) != 1:
+        if not states or len({(s.step, json.dumps(s.table, sort_keys=True)) for s in states.values()}) != 1:
             return False
         held = states[survivors[0]]
         exit_codes = [self.procs[w].returncode for w in dead]
         self._kill(dead)
         for w in dead:
             self.detector.forget(w)
-        step, table = held["step"], PartitionTable.from_snapshot(held["table"])
+        step, table = held.step, PartitionTable.from_snapshot(held.table)
         gb = global_batch_after_resize(self.o.batch_mode, self.global_batch, len(old), len(survivors))
-        ramp = self.ramp if gb == self.global_batch else self.ramp.rescaled(held["lr"], self.global_batch, gb, step)
+        ramp = self.ramp if gb == self.global_batch else self.ramp.rescaled(held.lr, self.global_batch, gb, step)
         lost_at = self.last_report["step"] if self.last_report else step
         self.pending_resize = None
-        self._publish(survivors, step, table, gb, ramp, held["epoch_loss"])
+        self._publish(survivors, step, table, gb, ramp, held.epoch_loss)
         self.progress.write({"event": "shrunk", "time": time.time(), "workers_lost": dead,
                              "exit_codes": exit_codes, "from_workers": len(old),
                              "workers": len(survivors), "new_generation": self.generation, "step": step,
@@ -497,11 +565,11 @@ class Coordinator:
         self._kill(list(self.procs))
         self.pending_resize = None
         self._drain()
-        restore, step, table, gb, ramp, eloss, _ = self._initial_state()
+        start = self._initial_state()
         wids = self._spawn(self.generation + 1, count, count)
         self.standby = self._spawn(self.generation + 1, self.o.standby, count)
-        self._publish(wids, step, table, gb, ramp, eloss, restore)
+        self._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)
         self.progress.write({"event": "worker_lost", "time": time.time(), "workers_lost": list(errors),
                              "exit_codes": list(errors.values()), "new_generation": self.generation,
-                             "restored_step": step, "lost_steps": max(0, lost_at - step),
-                             "checkpoint": str(restore) if restore else None})
+                             "restored_step": start.step, "lost_steps": max(0, lost_at - start.step),
+                             "checkpoint": str(start.restore) if start.restore else None})

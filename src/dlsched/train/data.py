@@ -10,7 +10,6 @@ changing which samples form each global batch — so the loss curve continues as
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlsched.errors import UserError
+from dlsched.train.files import read_json_lines
 
 
 @lru_cache(maxsize=4)
@@ -40,12 +39,14 @@ class PartitionTable:
     epoch: int
     bounds: np.ndarray
     offsets: np.ndarray  # consumed count per partition
+    shuffle: bool = True  # False: every epoch in id order
 
     @classmethod
-    def fresh(cls, num_samples: int, seed: int, epoch: int, num_partitions: int = 16) -> "PartitionTable":
+    def fresh(cls, num_samples: int, seed: int, epoch: int, num_partitions: int = 16,
+              shuffle: bool = True) -> "PartitionTable":
         parts = max(1, min(num_partitions, num_samples))
         bounds = np.linspace(0, num_samples, parts + 1).round().astype(np.int64)
-        return cls(num_samples, seed, epoch, bounds, np.zeros(parts, dtype=np.int64))
+        return cls(num_samples, seed, epoch, bounds, np.zeros(parts, dtype=np.int64), shuffle)
 
     @property
     def consumed(self) -> int:
@@ -61,7 +62,7 @@ class PartitionTable:
 
     def take(self, n: int) -> np.ndarray:
         """Mark the next ``n`` unconsumed samples as consumed and return their ids."""
-        order = epoch_order(self.num_samples, self.seed, self.epoch)
+        order = epoch_order(self.num_samples, self.seed, self.epoch) if self.shuffle else np.arange(self.num_samples)
         out = []
         for p in range(len(self.offsets)):
             if n <= 0:
@@ -75,16 +76,21 @@ class PartitionTable:
         return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
     def next_epoch(self) -> "PartitionTable":
-        return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets))
+        return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
+
+    def copy(self) -> "PartitionTable":
+        return PartitionTable(self.num_samples, self.seed, self.epoch, self.bounds.copy(), self.offsets.copy(),
+                              self.shuffle)
 
     def snapshot(self) -> dict:
         return {"num_samples": self.num_samples, "seed": self.seed, "epoch": self.epoch,
-                "bounds": self.bounds.tolist(), "offsets": self.offsets.tolist()}
+                "bounds": self.bounds.tolist(), "offsets": self.offsets.tolist(), "shuffle": self.shuffle}
 
     @classmethod
     def from_snapshot(cls, snap: dict) -> "PartitionTable":
         return cls(int(snap["num_samples"]), int(snap["seed"]), int(snap["epoch"]),
-                   np.asarray(snap["bounds"], dtype=np.int64), np.asarray(snap["offsets"], dtype=np.int64))
+                   np.asarray(snap["bounds"], dtype=np.int64), np.asarray(snap["offsets"], dtype=np.int64),
+                   bool(snap.get("shuffle", True)))
 
 
 def split_global_batch(ids: np.ndarray, local_sizes: list[int]) -> list[np.ndarray]:
@@ -102,27 +108,16 @@ def committed_sample_ids(job_dir: Path) -> Counter:
     """Multiset of sample ids trained into the final model, from the workers' sample records.
 
     Workers record ``{"generation", "step", "ids"}`` just before each step's all-reduce (only when the job
-    runs with ``record_samples``). A restore from a checkpoint (``worker_lost`` event with
-    ``restored_step`` in progress.jsonl) discards what earlier generations trained after that step.
+    runs with ``record_samples``). A restore from a checkpoint (a ``worker_lost`` event, or ``resumed`` when a
+    new coordinator took the job over, each with ``new_generation`` and ``restored_step`` in progress.jsonl)
+    discards what earlier generations trained after that step. A torn last line (a kill mid-write) is skipped.
     """
     job_dir = Path(job_dir)
-    rollbacks = []  # (generation that restored, step restored to)
-    progress = job_dir / "progress.jsonl"
-    if progress.exists():
-        for line in progress.read_text().splitlines():
-            rec = json.loads(line)
-            if rec.get("event") == "worker_lost":
-                rollbacks.append((rec["new_generation"], rec["restored_step"]))
+    rollbacks = [(rec["new_generation"], rec["restored_step"]) for rec in read_json_lines(job_dir / "progress.jsonl")
+                 if rec.get("event") in ("worker_lost", "resumed")]
     seen: Counter = Counter()
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
-        lines = path.read_text().splitlines()
-        for n, line in enumerate(lines, 1):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                if n == len(lines):  # torn by a kill mid-write: written before its step committed
-                    continue
-                raise UserError(f"{path}:{n}: unreadable sample record ({e})") from e
+        for rec in read_json_lines(path):
             if any(rec["generation"] < g and rec["step"] > s for g, s in rollbacks):
                 continue
             seen.update(rec["ids"])

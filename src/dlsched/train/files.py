@@ -1,4 +1,4 @@
-"""The job folder's files (contract in ``dlsched.train``): control.json in, progress.jsonl and status.json out.
+"""The job folder's files (contract in ``dlsched.train.protocol``, docs/runtime.md): control.json in, progress.jsonl and status.json out.
 
 Writers replace whole files atomically (temp + rename) so a reader in another process never sees
 half a JSON document; progress.jsonl is append-only, one object per line.
@@ -6,14 +6,17 @@ half a JSON document; progress.jsonl is append-only, one object per line.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from dlsched.errors import UserError
+
+log = logging.getLogger("dlsched.train")
 
 
 @contextmanager
@@ -90,22 +93,63 @@ def read_control(job_dir: Path) -> Control | None:
 class ProgressLog:
     """Appends one JSON object per line to DIR/progress.jsonl (flushed per line so tailers see it)."""
 
-    def __init__(self, job_dir: Path):
+    def __init__(self, job_dir: Path, echo: Callable[[dict], None] | None = None):
         self.path = Path(job_dir) / "progress.jsonl"
         self._f = open(self.path, "a", buffering=1)
+        self.echo = echo   # e.g. train.progress_lines.HumanProgress: the same records as human lines on stdout
 
     def write(self, obj: dict) -> None:
         self._f.write(json.dumps(obj) + "\n")
+        if self.echo is not None:
+            self.echo(obj)
 
     def close(self) -> None:
         self._f.close()
+        close_echo = getattr(self.echo, "close", None)
+        if close_echo is not None:
+            close_echo()
+
+
+def read_json_lines(path: Path) -> list[dict]:
+    """The records of a JSON-lines file written by a process that may have been killed mid-line: a torn last
+    line is skipped with a warning; a bad line anywhere else is a ``UserError`` naming the file and line."""
+    path = Path(path)
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError as e:
+            if n == len(lines):
+                log.warning("%s: ignoring its torn last line %d (a writer was killed mid-line)", path, n)
+                continue
+            raise UserError(f"{path}:{n}: unreadable record ({e})") from None
+    return out
 
 
 def read_progress(job_dir: Path) -> list[dict]:
-    path = Path(job_dir) / "progress.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_json_lines(Path(job_dir) / "progress.jsonl")
+
+
+def last_generation(job_dir: Path) -> int:
+    """The highest coordinator generation an earlier run of the job published (-1: none): in status.json, or
+    on a step record if that run was killed before its status said so."""
+    status = read_status(job_dir) or {}
+    gens = [r.get("generation") for r in read_progress(job_dir)] + [status.get("generation")]
+    return max((g for g in gens if isinstance(g, int) and not isinstance(g, bool)), default=-1)
+
+
+def control_bytes(job_dir: Path) -> bytes | None:
+    """DIR/control.json as it is now (None: absent)."""
+    try:
+        return (Path(job_dir) / "control.json").read_bytes()
+    except OSError:
+        return None
 
 
 def write_status(job_dir: Path, state: str, pid: int, workers: int, error: str | None = None, **extra: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from dlsched.entry_check import parse_params  # noqa: F401  (re-exported: train.run parses --param with it)
 from dlsched.errors import UserError
 
 
@@ -69,29 +70,10 @@ def load_entry(entry: str) -> Callable[..., TrainJob]:
     factory = getattr(module, func, None)
     if not callable(factory):
         raise UserError(f"--entry {entry!r}: {target} has no callable {func!r}")
+    if func.startswith("_") or getattr(factory, "__module__", None) != module.__name__:
+        # only a job factory the file defines, never something it imported (``from os import system``)
+        raise UserError(f"--entry {entry!r}: {func!r} is not a function defined in {target}")
     return factory
-
-
-def parse_params(pairs: list[str]) -> dict[str, Any]:
-    """``key=value`` strings -> dict; values parsed as int, float, bool or kept as text."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise UserError(f"--param {pair!r}: expected key=value")
-        key, raw = pair.split("=", 1)
-        out[key.strip()] = _parse_value(raw.strip())
-    return out
-
-
-def _parse_value(raw: str) -> Any:
-    if raw.lower() in ("true", "false"):
-        return raw.lower() == "true"
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw
 
 
 def build_job(entry: str, params: dict[str, Any]) -> TrainJob:

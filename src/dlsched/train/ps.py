@@ -127,6 +127,7 @@ class Generation:
     job_dir: str
     port: int
     throttle: dict  # worker index -> extra seconds per step (a deliberately slow worker)
+    ckpt_servers: int = 0  # servers that wrote the checkpoint to restore (another count: re-sharded on load)
 
     @property
     def local_batch(self) -> int:
@@ -203,6 +204,19 @@ def run_rank(rank: int, gen: Generation, commit) -> None:
     dist.destroy_process_group()
 
 
+def restore_flat(job_dir: Path, job, servers: int, r: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The whole parameter and momentum vectors of committed round r, from the shards of the ``servers``
+    that wrote it (so a generation with another server count re-shards them), and the most updates any applied."""
+    torch.manual_seed(job.seed)
+    flat = _flat_params(job.make_model())
+    momentum, version = torch.zeros_like(flat), 0
+    for s, idx in enumerate(shard_indices(job.make_model(), servers)):
+        state = load_checkpoint(checkpoint_path(Path(job_dir) / "ckpt" / f"server-{s}", r), job.name)
+        flat[idx], momentum[idx] = state["shard"], state["momentum"]
+        version = max(version, int(state["version"]))
+    return flat, momentum, version
+
+
 def _exchange_shards(shards: list[torch.Tensor], own: int | None, shard: torch.Tensor | None) -> list[torch.Tensor]:
     """Every server broadcasts its shard to all ranks (collectives need every rank, sized per server)."""
     out = []
@@ -229,11 +243,10 @@ class _Server:
         return Path(self.gen.job_dir) / "ckpt" / f"server-{self.rank}"
 
     def _load(self, r: int) -> None:
-        state = load_checkpoint(checkpoint_path(self._dir(), r), self.job.name)
+        flat, momentum, self.version = restore_flat(Path(self.gen.job_dir), self.job, self.gen.ckpt_servers, r)
         with torch.no_grad():
-            self.shard.copy_(state["shard"])
-        self.opt.state[self.shard]["momentum_buffer"] = state["momentum"]
-        self.version = int(state["version"])
+            self.shard.copy_(flat[self.shards[self.rank]])
+        self.opt.state[self.shard]["momentum_buffer"] = momentum[self.shards[self.rank]].clone()
 
     def save(self, r: int) -> None:
         buf = self.opt.state.get(self.shard, {}).get("momentum_buffer")

@@ -4,13 +4,15 @@ Same job-folder contract as the all-reduce coordinator (``dlsched.train``: contr
 and status.json out), plus ``ps/state.json`` (the committed rounds) and ``ps/records/`` (per-batch sample
 ids, clocks and versions). A generation is P servers + W workers forked from here; it runs rounds until
 the job is done or control.json asks for another worker count, which applies at the next round boundary by
-ending the generation (Optimus resizes through a checkpoint too, algorithms.md §1.1). A process that dies
+ending the generation (Optimus resizes through a checkpoint too, algorithms.md §1.1). The server count is
+fixed per run; a re-run with another ``--servers`` re-shards the last committed round's parameters. A process that dies
 (e.g. SIGKILL) ends its generation: the rest are killed and the next one replays the uncommitted round.
 SIGTERM stops at once and exits 143; a re-run resumes at the last committed round, as after a crash.
 """
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import os
 import socket
@@ -24,10 +26,10 @@ import torch
 
 from dlsched.errors import UserError
 from dlsched.train import preemption
-from dlsched.train.checkpoint import checkpoint_path, load_checkpoint
 from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
 from dlsched.train.job import build_job
-from dlsched.train.ps import Generation, SyncMode, num_rounds, records_path, run_rank, shard_indices
+from dlsched.train.progress_lines import HumanProgress
+from dlsched.train.ps import Generation, SyncMode, num_rounds, records_path, restore_flat, run_rank
 
 STOPPED = 143
 
@@ -76,6 +78,7 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     """Rank 0, after every server saved round r: mark it committed, log it; False ends the generation."""
     state = read_state(job_dir)
     state["round_generation"] = state["round_generation"][:r] + [gen.number]
+    state["ckpt_servers"] = gen.servers
     now = time.time()
     recs = _round_records(job_dir, gen.number, gen.workers, r)
     samples = sum(len(x["ids"]) for x in recs)
@@ -125,17 +128,18 @@ class PSRunner:
         self.job = build_job(opts.entry, opts.params)
         self.job_dir = Path(opts.job_dir)
         self.job_dir.mkdir(parents=True, exist_ok=True)
-        self.progress = ProgressLog(self.job_dir)
+        self.progress = ProgressLog(self.job_dir, echo=HumanProgress())
 
     def _state(self) -> dict:
         state = read_state(self.job_dir)
         if state is None:
             state = _fresh_state(self.opts, self.job)
             _state_path(self.job_dir).parent.mkdir(parents=True, exist_ok=True)
-        elif state["servers"] != self.opts.servers:  # the shards are laid out for that many servers
-            raise UserError(f"servers={self.opts.servers}: this job folder was trained with servers={state['servers']}; "
-                            "the server count is fixed per run")
-        else:
+        else:  # a re-run: other workers, or other servers (the checkpoint is re-sharded when loaded)
+            if state["servers"] != self.opts.servers:
+                self.progress.write({"event": "servers_changed", "from_servers": state["servers"],
+                                     "servers": self.opts.servers, "round": len(state["round_generation"])})
+                state["servers"] = self.opts.servers
             state["workers"] = self.opts.workers
         state["sync"] = str(self.opts.mode)
         state["last_commit"] = time.time()
@@ -145,7 +149,8 @@ class PSRunner:
     def _generation(self, state: dict) -> Generation:
         return Generation(self.opts.entry, self.opts.params, self.opts.servers, state["workers"], self.opts.mode,
                           state["global_batch"], state["round_batches"], state["generation"] + 1,
-                          len(state["round_generation"]), str(self.job_dir), _free_port(), self.opts.throttle)
+                          len(state["round_generation"]), str(self.job_dir), _free_port(), self.opts.throttle,
+                          state.get("ckpt_servers", state["servers"]))
 
     def run(self) -> int:
         state = self._state()
@@ -200,7 +205,10 @@ class PSRunner:
     def _finish(self) -> int:
         state = read_state(self.job_dir)
         loss = final_loss(self.job_dir, self.opts.entry, self.opts.params, state)
-        self.progress.write({"event": "finished", "round": len(state["round_generation"]), "final_loss": loss})
+        steps = math.ceil(state["samples"] / state["global_batch"])  # global batches trained into the model
+        self.progress.write({"event": "finished", "step": steps, "round": len(state["round_generation"]),
+                             "final_loss": loss})
+        print(f"parameter server ({state['sync']}, {state['servers']} servers): final loss over the dataset {loss:.4f}")
         write_status(self.job_dir, "finished", os.getpid(), state["workers"], final_loss=loss)
         return 0
 
@@ -208,13 +216,9 @@ class PSRunner:
 def final_model(job_dir: Path, entry: str, params: dict, state: dict) -> torch.nn.Module:
     """The trained model, assembled from the servers' shards of the last committed round."""
     job = build_job(entry, params)
-    torch.manual_seed(job.seed)
+    flat, _, _ = restore_flat(Path(job_dir), job, state.get("ckpt_servers", state["servers"]),
+                              len(state["round_generation"]) - 1)
     model = job.make_model()
-    flat = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
-    r = len(state["round_generation"]) - 1
-    for s, idx in enumerate(shard_indices(model, state["servers"])):
-        ckpt = load_checkpoint(checkpoint_path(Path(job_dir) / "ckpt" / f"server-{s}", r), job.name)
-        flat[idx] = ckpt["shard"]
     torch.nn.utils.vector_to_parameters(flat, model.parameters())
     return model
 

@@ -1,4 +1,4 @@
-"""``python -m dlsched.train.run``: start (or resume) one elastic training job; see ``dlsched.train`` for the contract."""
+"""``python -m dlsched.train.run``: start (or resume) one elastic training job; see docs/runtime.md for the contract."""
 from __future__ import annotations
 
 if __name__ == "__main__":  # first of all: the imports below take seconds (torch), and a SIGTERM meanwhile must
@@ -13,8 +13,10 @@ import traceback
 from pathlib import Path
 
 from dlsched.errors import UserError
+from dlsched.train import fence
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
+from dlsched.train.fleet_spec import FleetOptions
 from dlsched.train.job import parse_params
 from dlsched.train.ps import SyncMode
 from dlsched.train.ps_runner import PSOptions, PSRunner
@@ -22,11 +24,17 @@ from dlsched.train.scaling import BatchMode
 
 
 def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
+    """``... --entry FILE:make_job`` or ``... -- python train.py ARGS`` (the user's own dlsched.torch script)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[argv.index("--") + 1 :] if "--" in argv else None
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(prog="python -m dlsched.train.run", description=__doc__)
     ap.add_argument("--job-dir", required=True, type=Path)
-    ap.add_argument("--entry", required=True, help="path/to/file.py:make_job or module:make_job")
+    ap.add_argument("--entry", help="path/to/file.py:make_job or module:make_job (or: -- python train.py ...)")
     ap.add_argument("--workers", required=True, type=int)
     ap.add_argument("--batch-size", type=int, default=None, help="global batch (default: the job's)")
+    ap.add_argument("--reference-batch-size", type=int, default=None,
+                    help="global batch the job's lr is given at (default: the job's batch_size); the spec's batch_size")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--batch-mode", choices=[m.value for m in BatchMode], default=BatchMode.FIXED_GLOBAL.value)
     ap.add_argument("--ckpt-every", type=int, default=20, help="checkpoint interval in steps (0 = never)")
@@ -35,19 +43,29 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     ap.add_argument("--no-replace-stragglers", action="store_true", help="keep workers the EWMA rule flags")
     ap.add_argument("--max-restarts", type=int, default=3, help="worker-loss recoveries before the job fails")
     ap.add_argument("--standby", type=int, default=0, help="prepared spare workers for instant scale-out")
-    ap.add_argument("--strategy", choices=["allreduce", "ps"], default="allreduce")
+    ap.add_argument("--strategy", choices=["allreduce", "ps", "fleet"], default="allreduce",
+                    help="fleet: the entry makes an EnsembleSpec, trained with FLEET inside the share of --workers slots")
     ap.add_argument("--servers", type=int, default=1, help="ps: parameter-server processes")
     ap.add_argument("--sync", default="sync", help="ps: sync, ssp:<staleness> or async")
     a = ap.parse_args(argv)
+    if (a.entry is None) == (command is None):
+        raise UserError("give either --entry FILE:make_job or a script after '--' (e.g. -- python train.py)")
+    if command == []:
+        raise UserError("'--' must be followed by the script's command, e.g. -- python train.py")
+    if command is not None and a.strategy == "ps":
+        raise UserError("--strategy ps: a script after '--' trains with all-reduce only")
     if a.strategy == "ps":
         return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
                          servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
                          ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts)
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
-    if a.batch_size is not None and a.batch_size < 1:
-        raise UserError(f"--batch-size {a.batch_size}: must be >= 1")
-    return Options(job_dir=a.job_dir, entry=a.entry, workers=a.workers, batch_size=a.batch_size,
+    if a.strategy == "fleet":
+        return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
+    for flag, value in (("--batch-size", a.batch_size), ("--reference-batch-size", a.reference_batch_size)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} {value}: must be >= 1")
+    return Options(job_dir=a.job_dir, entry=a.entry, command=command, workers=a.workers, batch_size=a.batch_size, reference_batch=a.reference_batch_size,
                    params=parse_params(a.param), batch_mode=BatchMode(a.batch_mode), ckpt_every=a.ckpt_every,
                    threads=a.threads, record_samples=a.record_samples,
                    standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers)
@@ -56,6 +74,15 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
 def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
+        lock = fence.claim(opts.job_dir)   # held until this process ends, however it ends
+        if lock is None:
+            print(f"error: {fence.lock_path(opts.job_dir)}: another coordinator holds this job folder; "
+                  f"leaving it alone", file=sys.stderr)
+            return fence.EXIT_FENCED
+        if isinstance(opts, FleetOptions):
+            from dlsched.train.fleet_job import run_job   # FLEET's runtime (no ensemble job, no import)
+
+            return run_job(opts)
         return PSRunner(opts).run() if isinstance(opts, PSOptions) else Coordinator(opts).run()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

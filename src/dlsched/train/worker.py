@@ -14,6 +14,7 @@ one flat buffer (``p.grad`` are views into it), so backward writes straight into
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -28,20 +29,12 @@ from dlsched.train import checkpoint as ckpt
 from dlsched.train.data import PartitionTable, record_path, split_global_batch
 from dlsched.train.devices import collective_backend
 from dlsched.train.job import TrainJob, build_job
+from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, STOP_PREEMPT, End, Held, Plan, Ready,
+                                    arrived_key, end_key, gate_key, group_prefix, plan_key, ready_key, stop_key,
+                                    survivor_key)
 from dlsched.train.scaling import LrRamp, micro_batches, set_lr_compensated
 
 PG_TIMEOUT = timedelta(seconds=60)
-STOP_RESIZE, STOP_PREEMPT = "1", "2"  # values of the coordinator's stop/{generation} flag
-GATE_RUN, GATE_CANCEL = b"run", b"cancel"  # the first to set gate/{generation} decides whether it trains
-
-
-def gate_key(generation: int) -> str:
-    return f"gate/{generation}"
-
-
-def survivor_key(generation: int, worker_id: int) -> str:
-    """Where a worker that lost a peer mid-step reports the state it holds (the last committed step)."""
-    return f"survivor/{generation}/{worker_id}"
 
 
 def connect_store(addr: str) -> dist.TCPStore:
@@ -115,8 +108,8 @@ class Worker:
     # -- one generation ---------------------------------------------------------------------------
     def run(self, generation: int) -> None:
         while True:
-            plan = json.loads(wait_key(self.store, f"plan/{generation}", self.parent))
-            if self.wid not in plan["wids"]:
+            plan = Plan.from_json(wait_key(self.store, plan_key(generation), self.parent))
+            if self.wid not in plan.wids:
                 if self.joined:  # scaled in: leave
                     return
                 generation += 1  # standby: stay prepared for a later generation
@@ -127,25 +120,25 @@ class Worker:
                 return
             generation += 1
 
-    def run_generation(self, plan: dict) -> bool:
-        gen, rank, world = plan["generation"], plan["wids"].index(self.wid), len(plan["wids"])
+    def run_generation(self, plan: Plan) -> bool:
+        gen, rank, world = plan.generation, plan.wids.index(self.wid), len(plan.wids)
         t_join = time.perf_counter()
-        backend, self.device = pick_backend(plan["devices"])
+        backend, self.device = pick_backend(plan.devices)
         self.model.to(self.device)
         if not self._gather(gen, world):
             return self._cancelled(plan, rank)
-        dist.init_process_group(backend, store=dist.PrefixStore(f"pg/{gen}", self.store),
+        dist.init_process_group(backend, store=dist.PrefixStore(group_prefix(gen), self.store),
                                 rank=rank, world_size=world, timeout=PG_TIMEOUT)
         try:
-            if plan["restore"]:
-                self._load_state(ckpt.load_checkpoint(plan["restore"], self.job.name))
+            if plan.restore:
+                self._load_state(ckpt.load_checkpoint(plan.restore, self.job.name))
             else:
                 box = [self._state() if rank == 0 else None]
                 dist.broadcast_object_list(box, src=0, device=self.device if backend == "nccl" else None)
                 if rank != 0:
                     self._load_state(box[0])
             self.setup_s = time.perf_counter() - t_join  # new group + state broadcast: the stop-free pause's core
-            if self.store.compare_set(gate_key(gen), "", GATE_RUN.decode()) != GATE_RUN:
+            if self.store.compare_set(gate_key(gen), "", GATE_RUN) != GATE_RUN.encode():
                 return self._cancelled(plan, rank)
             return self._train(plan, rank, world)
         finally:
@@ -154,39 +147,39 @@ class Worker:
     def _gather(self, gen: int, world: int) -> bool:
         """Wait until every rank arrived, so that c10d's rendezvous (which cannot be interrupted) never waits
         on a missing rank; False when the coordinator cancels the generation meanwhile."""
-        arrived, gate = f"arrived/{gen}", gate_key(gen)
+        arrived, gate = arrived_key(gen), gate_key(gen)
         self.store.add(arrived, 1)
         while self.store.add(arrived, 0) < world:
-            if self.store.check([gate]) and self.store.get(gate) == GATE_CANCEL:
+            if self.store.check([gate]) and self.store.get(gate) == GATE_CANCEL.encode():
                 return False
             if os.getppid() != self.parent:
                 sys.exit(3)
             time.sleep(0.002)
         return True
 
-    def _cancelled(self, plan: dict, rank: int) -> bool:
+    def _cancelled(self, plan: Plan, rank: int) -> bool:
         """The job stops before this generation's first step: rank 0 checkpoints the state carried over from
         the previous generation (it lives only in memory), or nothing when the plan restored a checkpoint."""
         if rank == 0:
-            if plan["carried"]:
-                self._save(plan["step"], PartitionTable.from_snapshot(plan["table"]), sum(plan["local_batches"]),
-                           LrRamp(**plan["ramp"]), tuple(plan["epoch_loss"]))
-            self.store.set(f"end/{plan['generation']}", json.dumps(
-                {"finished": False, "preempted": True, "cancelled": True, "step": plan["step"]}))
+            if plan.carried:
+                self._save(plan.step, PartitionTable.from_snapshot(plan.table), sum(plan.local_batches),
+                           LrRamp(**plan.ramp), tuple(plan.epoch_loss))
+            self.store.set(end_key(plan.generation),
+                           End(finished=False, preempted=True, cancelled=True, step=plan.step).to_json())
         return True
 
-    def _train(self, plan: dict, rank: int, world: int) -> bool:
-        job, gen = self.job, plan["generation"]
-        if plan.get("record_samples") and self.record is None:
+    def _train(self, plan: Plan, rank: int, world: int) -> bool:
+        job, gen = self.job, plan.generation
+        if plan.record_samples and self.record is None:
             path = record_path(self.job_dir, self.wid)
             path.parent.mkdir(parents=True, exist_ok=True)
             self.record = open(path, "a", buffering=1)
-        table = PartitionTable.from_snapshot(plan["table"])
-        step, ramp = plan["step"], LrRamp(**plan["ramp"])
-        locals_ = plan["local_batches"]
+        table = PartitionTable.from_snapshot(plan.table)
+        step, ramp = plan.step, LrRamp(**plan.ramp)
+        locals_ = plan.local_batches
         global_batch = sum(locals_)
-        ep_loss, ep_n = plan["epoch_loss"]
-        ckpt_every, stop_key = plan["ckpt_every"], f"stop/{gen}"
+        ep_loss, ep_n = plan.epoch_loss
+        ckpt_every, stop = plan.ckpt_every, stop_key(gen)
         buf = self._attach_flat_grads(world)
         tail = buf[self.n_grad :]
         self.model.train()
@@ -196,12 +189,12 @@ class Worker:
                 if finished:
                     if rank == 0:
                         self._save(step, table, global_batch, ramp, (0.0, 0), finished=True)
-                        self.store.set(f"end/{gen}", json.dumps({"finished": True, "step": step}))
+                        self.store.set(end_key(gen), End(finished=True, step=step).to_json())
                     return True
                 table, ep_loss, ep_n = table.next_epoch(), 0.0, 0
             t_start = time.perf_counter()
-            held = {"step": step, "table": table.snapshot(), "epoch_loss": [ep_loss, ep_n],
-                    "lr": self.optimizer.param_groups[0]["lr"]}   # what a peer's loss this step rolls back to
+            # what a peer's loss during this step rolls back to
+            held = Held(step, table.snapshot(), [ep_loss, ep_n], self.optimizer.param_groups[0]["lr"])
             ids = table.take(global_batch)
             shares = split_global_batch(ids, locals_)
             mine = torch.as_tensor(shares[rank])
@@ -222,18 +215,18 @@ class Worker:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()  # honest per-worker compute time for the straggler rule
             compute_s = time.perf_counter() - t_start
-            stop = float(self.store.get(stop_key)) if rank == 0 and self.store.check([stop_key]) else 0.0
-            stats = [float(len(mine)), 0.0, stop] + [0.0] * world
+            flag = float(self.store.get(stop)) if rank == 0 and self.store.check([stop]) else 0.0
+            stats = [float(len(mine)), 0.0, flag] + [0.0] * world
             stats[3 + rank] = compute_s
             tail.copy_(torch.tensor(stats))  # one host-to-device copy for all the step's scalars
             tail[1] += loss_sum
             if self.record is not None:  # before the commit: a step that never commits is rolled back with it
-                self.record.write(json.dumps({"run": plan.get("run"), "generation": gen, "step": step + 1,
+                self.record.write(json.dumps({"run": plan.run, "generation": gen, "step": step + 1,
                                               "ids": shares[rank].tolist()}) + "\n")
             try:
                 dist.all_reduce(buf)
             except RuntimeError as e:   # a peer died (its node was lost): the step does not commit here
-                self.store.set(survivor_key(gen, self.wid), json.dumps({**held, "error": str(e)[:200]}))
+                self.store.set(survivor_key(gen, self.wid), dataclasses.replace(held, error=str(e)[:200]).to_json())
                 return False            # wait for the coordinator's next plan, holding the last step's state
             reduced = tail.tolist()  # one device-to-host copy
             n_total = reduced[0]
@@ -245,7 +238,7 @@ class Worker:
             if rank == 0:
                 wall = time.perf_counter() - t_start
                 times = reduced[3:]
-                self.store.queue_push("progress", json.dumps({
+                self.store.queue_push(PROGRESS_QUEUE, json.dumps({
                     "time": time.time(), "step": step, "epoch": table.epoch, "generation": gen,
                     "samples": table.epoch * table.num_samples + table.consumed, "loss": step_loss,
                     "samples_per_s": n_total / wall, "workers": world, "batch_size": global_batch,
@@ -259,20 +252,20 @@ class Worker:
                 if rank == 0:
                     if not (ckpt_every and step % ckpt_every == 0):
                         self._save(step, table, global_batch, ramp, (ep_loss, ep_n))
-                    self.store.set(f"end/{gen}", json.dumps({"finished": False, "preempted": True, "step": step}))
+                    self.store.set(end_key(gen), End(finished=False, preempted=True, step=step).to_json())
                 return True
             if reduced[2] > 0:
                 if rank == 0:
-                    self.store.set(f"end/{gen}", json.dumps({
-                        "finished": False, "step": step, "table": table.snapshot(), "epoch_loss": [ep_loss, ep_n],
-                        "lr": self.optimizer.param_groups[0]["lr"]}))
+                    self.store.set(end_key(gen), End(
+                        finished=False, step=step, table=table.snapshot(), epoch_loss=[ep_loss, ep_n],
+                        lr=self.optimizer.param_groups[0]["lr"]).to_json())
                 return False
 
     def _epoch_end(self, epoch: int, mean_loss: float, rank: int) -> bool:
         job = self.job
         done = epoch + 1 >= job.epochs or (job.target_loss is not None and mean_loss <= job.target_loss)
         if rank == 0:
-            self.store.queue_push("progress", json.dumps({"event": "epoch_end", "epoch": epoch, "mean_loss": mean_loss,
+            self.store.queue_push(PROGRESS_QUEUE, json.dumps({"event": "epoch_end", "epoch": epoch, "mean_loss": mean_loss,
                                                          "time": time.time()}))
         return done
 
@@ -281,7 +274,7 @@ class Worker:
                  "ramp": {"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T},
                  "epoch_loss": list(epoch_loss), "finished": finished}
         path = ckpt.save_checkpoint(self.job_dir / "ckpt", self.job.name, step, state)
-        self.store.queue_push("progress", json.dumps({"event": "checkpoint", "step": step, "path": str(path),
+        self.store.queue_push(PROGRESS_QUEUE, json.dumps({"event": "checkpoint", "step": step, "path": str(path),
                                                      "time": time.time()}))
 
 
@@ -301,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     job = build_job(args.entry, json.loads(args.params))
     worker = Worker(job, store, args.worker_id, Path(args.job_dir))
     # what this process really sees, for status.json (a GPU must never be shared, even after resizes)
-    store.set(f"ready/{args.worker_id}", json.dumps({"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}))
+    store.set(ready_key(args.worker_id), Ready(os.environ.get("CUDA_VISIBLE_DEVICES")).to_json())
     worker.run(args.generation)
     if worker.record is not None:
         worker.record.close()

@@ -145,7 +145,7 @@ async function overviewPage(view) {
   view.innerHTML = `
     <section><div class="counts" id="counts"><span><b>${d.total_jobs}</b> jobs</span>${counts}<span><b>${used}/${total}</b> GPUs busy</span></div></section>
     <section id="cluster"><h2>Cluster — nodes × GPUs, who holds what</h2>${nodes || '<p class="muted">no nodes</p>'}</section>
-    <section><h2>Queue <span class="muted">(${d.queue.length} active; queued jobs: predicted start/finish if the queue drains in order)</span></h2>
+    <section><h2>Queue <span class="muted">(${d.queue.length} active; predicted start/finish under the policy forecast)</span></h2>
       <div class="scroll"><table id="queue"><thead><tr><th>id</th><th>name</th><th>state</th><th class="num">GPUs</th><th class="num">batch</th><th>progress</th><th class="num">loss</th><th class="num">samples/s</th><th>predicted start</th><th>predicted finish</th></tr></thead><tbody>${q}</tbody></table></div></section>
     <section><h2>Allocation timeline <span class="muted">(${d.gantt_jobs} of ${d.gantt_total_jobs} jobs; bar height ∝ GPUs)</span></h2><div id="gantt" class="scroll"></div></section>
     <section><h2>Recently ended</h2><div class="scroll"><table id="recent"><thead><tr><th>id</th><th>name</th><th>state</th><th>submitted</th><th>ended</th><th class="num">JCT</th><th>error</th></tr></thead><tbody>${recent}</tbody></table></div></section>`;
@@ -155,28 +155,33 @@ async function overviewPage(view) {
 
 async function jobPage(view, id) {
   const d = await api(`/dashboard/api/jobs/${encodeURIComponent(id)}`);
-  const j = d.job, now = Date.now() / 1000, fit = d.fit, p = d.prediction;
+  const j = d.job, now = Date.now() / 1000, fit = d.fit;
+  const noise = d.curve.filter((c) => c.noise_scale != null).map((c) => [c.step, c.noise_scale]);
   const series = [{ label: "measured loss", kind: "dots", colour: "#2563eb", points: d.curve.map((c) => [c.step, c.loss]) }];
-  if (fit) {
+  if (fit && fit.curve) {
+    series.push({ label: `fitted ${fit.model} curve + prediction to the budget`, kind: "line", colour: "#dc2626", points: fit.curve });
+  } else if (fit) {
     const last = Math.max(...d.curve.map((c) => c.step)), [b0, b1, b2] = fit.beta, pts = [];
     const end = last * 1.6 + 1;
     for (let i = 0; i <= 120; i++) { const k = (end * i) / 120; pts.push([k, fit.scale * (1 / (b0 * k + b1) + b2)]); }
     series.push({ label: "fitted Optimus curve 1/(β0·k+β1)+β2", kind: "line", colour: "#dc2626", points: pts });
   }
-  const kv = [["state", `<span class="state ${j.state}">${j.state}</span>`], ["entry", esc(j.spec.entry)], ["GPUs held / requested", `${j.num_gpus} / ${j.spec.gpus}`],
+  const kv = [["state", `<span class="state ${j.state}">${j.state}</span>`], [j.spec.command ? "command" : "entry", esc(j.spec.command ? j.spec.command.join(" ") : j.spec.entry)], ["GPUs held / requested", `${j.num_gpus} / ${j.spec.gpus}`],
     ["placement", esc(JSON.stringify(j.placement))], ["batch size", j.batch_size ?? "–"], ["samples done", fmtNum(j.samples)],
     ["fraction done", j.fraction_done == null ? "–" : (100 * j.fraction_done).toFixed(1) + "%"], ["submitted", rel(j.submit_time, now)],
     ["started", rel(j.start_time, now)], ["ended", j.end_time ? rel(j.end_time, now) : "–"],
-    ["predicted finish", p ? rel(p.predicted_finish, now) : "–"],
+    ["predicted start", rel(d.predicted_start, now)], ["predicted finish", rel(d.predicted_finish, now)],
     ["convergence fit", fit ? `β = (${fit.beta.map((b) => b.toExponential(3)).join(", ")}), RMSE ${fit.rmse.toPrecision(3)} (loss units; fitted by the service's online refit)` : "not enough points"],
     ["error", `<span class="error">${esc(j.error || "")}</span>`]];
   const allocs = d.allocations.map((a) => `<tr><td>${fmtClock(a.time)}</td><td class="num">${a.num_gpus}</td><td class="num">${a.batch_size ?? "–"}</td><td>${esc(JSON.stringify(a.placement))}</td></tr>`).join("");
   const events = d.events.map((e) => `<tr><td>${fmtClock(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(JSON.stringify(e.detail))}</td></tr>`).join("");
   view.innerHTML = `<section><h2 id="job-title">Job ${j.id} — ${esc(j.name)}</h2><table class="kv">${kv.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("")}</table></section>
     <section><h2>Loss curve and fitted convergence curve</h2><div id="loss-chart"></div></section>
+    <section><h2>Gradient noise scale</h2><div id="noise-chart">${noise.length ? "" : '<p class="muted">none reported (a dlsched.torch job reports it; without it the goodput policy uses throughput)</p>'}</div></section>
     <div class="grid"><section><h2>Allocations</h2><div class="scroll"><table id="allocations"><thead><tr><th>time</th><th class="num">GPUs</th><th class="num">batch</th><th>placement</th></tr></thead><tbody>${allocs}</tbody></table></div></section>
     <section><h2>Events</h2><div class="scroll"><table id="events"><thead><tr><th>time</th><th>kind</th><th>detail</th></tr></thead><tbody>${events}</tbody></table></div></section></div>`;
   document.getElementById("loss-chart").appendChild(lineChart(series, { xLabel: "step", yLabel: "loss" }));
+  if (noise.length) document.getElementById("noise-chart").appendChild(lineChart([{ label: "reported tr(Σ)/|G|² (samples)", kind: "line", colour: "#059669", points: noise }], { xLabel: "step", yLabel: "noise scale" }));
   return !["finished", "failed", "cancelled"].includes(j.state);
 }
 

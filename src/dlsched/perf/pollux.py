@@ -1,10 +1,11 @@
-"""Ground truth for trace-driven jobs: the Pollux per-application traces.
+"""The Pollux OSDI'21 artifact's per-application traces as one model, used by the simulator (its ground truth)
+and by anything in ``perf`` or the policies that asks the traces directly.
 
-Data: ``shared/data/pollux/traces/<app>/{placements,scalability,validation-<bsz>}.csv`` (Pollux OSDI'21 artifact,
-petuum/adaptdl osdi21-artifact, simulator/traces), read and validated by ``perf.profile.pollux_app``. The semantics
-follow that artifact's simulator so that our numbers can be compared with its published ones:
+Data: ``shared/data/pollux/traces/<app>/{placements,scalability,validation-<bsz>}.csv`` (petuum/adaptdl
+osdi21-artifact, simulator/traces), read and validated by ``perf.profile.pollux_app``. The semantics follow the
+artifact's simulator (simulator/applications.py) so that simulated JCTs match its published ones:
 
-* step time of a placement: ``perf.profile.StepTimes`` (the artifact's lookup; ``MeasuredSpeed`` shares it);
+* step time of a placement: ``StepTimes``, the artifact's lookup;
 * a job is done after ``max_epochs`` epochs; epoch ``e`` ends at progress ``min_b progress_b[e-1]``;
 * progress per second = statistical gain / step time, gain interpolated linearly between the validated batch sizes.
 """
@@ -12,15 +13,116 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
+import pandas as pd
+from scipy.spatial import Delaunay
 
 from dlsched.errors import UserError
 from dlsched.perf.efficiency import GradientNoise, progress_gain
-from dlsched.perf.profile import POLLUX_APPS, PolluxApp, StepTimes, even_placement, packed_placement, pollux_app
+from dlsched.perf.profile import POLLUX_APPS, PolluxApp, pollux_app
+
+ND_MAX_NODES = 16       # the artifact clamps the node count at 16 before interpolating (simulator/applications.py)
+
+
+def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
+    """GPUs per node, zeros dropped, rotated to the smallest rotation: (2, 1) and (1, 2) are the same ring, and
+    that is how ``placements.csv`` is keyed."""
+    p = tuple(x for x in placement if x)
+    return min(p[i:] + p[:i] for i in range(len(p))) if p else p
+
+
+def even_placement(num_gpus: int, num_nodes: int) -> tuple[int, ...]:
+    """GPUs per node when ``num_gpus`` are spread as evenly as possible over ``num_nodes``."""
+    if not 1 <= num_nodes <= num_gpus:
+        raise ValueError(f"need 1 <= num_nodes <= num_gpus, got {num_nodes} nodes, {num_gpus} GPUs")
+    q, r = divmod(num_gpus, num_nodes)
+    return tuple([q + 1] * r + [q] * (num_nodes - r))
+
+
+def packed_placement(num_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
+    """Fill whole nodes first: 6 GPUs on 4-GPU nodes -> (4, 2)."""
+    full, rest = divmod(num_gpus, gpus_per_node)
+    return (gpus_per_node,) * full + ((rest,) if rest else ())
+
+
+class StepTimes:
+    """Step and sync time of one Pollux app for any placement and per-GPU batch, exactly as the artifact's simulator
+    looks them up (simulator/applications.py), so that simulated JCTs match its published ones.
+
+    A placement measured in ``placements.csv`` (up to rotation) is interpolated linearly in the local batch and
+    must lie inside the measured range; any other placement is interpolated piecewise-linearly in (nodes <= 16,
+    replicas, local batch) over the per-config means of ``placements.csv`` plus every ``scalability.csv`` row, with
+    scipy's LinearNDInterpolator semantics (same Delaunay simplex search and barycentric weights; Qhull's
+    triangulation of this grid-like data is not conforming, so the simplex chosen matters). Outside the
+    measurements ``step_time`` raises ValueError, as the artifact does; answers are memoised.
+    """
+
+    def __init__(self, app: PolluxApp):
+        self.name = app.name
+        self._placements = app.placements.assign(placement=app.placements.placement.astype(int).astype(str))
+        self._scalability = app.scalability
+        self._cache: dict = {}
+
+    @cached_property
+    def _nd(self) -> tuple[Delaunay, np.ndarray, np.ndarray]:
+        """Delaunay triangulation of the measurements, its barycentric transforms (computed once here; scipy computes
+        them on a triangulation's first query) and the (step, sync) values."""
+        xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
+        df = self._placements.groupby(xs)[xs + ys].mean()
+        df = pd.concat([df, self._scalability], ignore_index=True)
+        tri = Delaunay(df[xs].to_numpy(float))
+        return tri, tri.transform, df[ys].to_numpy(float)
+
+    def _interp_nd(self, point: list[float]) -> np.ndarray:
+        """LinearNDInterpolator at one point without its per-call set-up; NaN outside the measured hull."""
+        tri, transform, values = self._nd
+        x = np.asarray(point, float)
+        simplex = int(tri.find_simplex(x[None, :])[0])
+        if simplex < 0:
+            return np.full(values.shape[1], np.nan)
+        t = transform[simplex]
+        b = t[:3] @ (x - t[3])
+        return np.append(b, 1.0 - b.sum()) @ values[tri.simplices[simplex]]
+
+    @cached_property
+    def _by_placement(self) -> dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Measured placements -> (local batch sizes ascending, step times, sync times)."""
+        out = {}
+        for key, df in self._placements.sort_values("local_bsz").groupby("placement"):
+            out[tuple(map(int, key))] = (df.local_bsz.to_numpy(float), df.step_time.to_numpy(float),
+                                         df.sync_time.to_numpy(float))
+        return out
+
+    def warm(self) -> "StepTimes":
+        """Build the interpolation tables now (they are otherwise built on first use)."""
+        self._nd, self._by_placement
+        return self
+
+    def step_time(self, placement: tuple[int, ...], local_batch: float) -> tuple[float, float]:
+        """(step time, sync time) in seconds of one step with ``placement`` (GPUs per node) and per-GPU batch."""
+        key = (placement, local_batch)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        p = canonical_placement(placement)
+        measured = self._by_placement.get(p)
+        if measured is not None:
+            xs, step, sync = measured
+            if not xs[0] <= local_batch <= xs[-1]:
+                raise ValueError(f"{self.name}: local batch {local_batch} outside the measured "
+                                 f"{xs[0]:g}..{xs[-1]:g} for placement {placement}")
+            st, sy = float(np.interp(local_batch, xs, step)), float(np.interp(local_batch, xs, sync))
+        else:
+            st, sy = (float(v) for v in self._interp_nd([min(len(p), ND_MAX_NODES), sum(p), local_batch]))
+        if not (st == st and sy == sy):
+            raise ValueError(f"{self.name}: no step time for placement {placement} local batch {local_batch}")
+        self._cache[key] = (st, sy)
+        return st, sy
+
+
 
 EPS = 1e-8
 
@@ -106,6 +208,10 @@ class TraceApp:
         sqr, var = self.grad_stats(batch_size, epoch)
         return progress_gain(GradientNoise(sqr, var), batch_size, self.init_batch_size)
 
+    def efficiency(self, batch_size: float, epoch: int) -> float:
+        """Statistical efficiency (gain per sample relative to the initial batch), in (0, 1]."""
+        return self.gain(batch_size, epoch) / (batch_size / self.init_batch_size)
+
     def iterations(self, batch_size: float, epoch: int) -> float:
         """Iterations done after ``epoch`` (the peer's row index), interpolated between validated batches."""
         return self._interp(self._iteration, batch_size, min(epoch, self._iteration.shape[1] - 1))
@@ -135,72 +241,3 @@ def load_app(name: str, traces_dir: str | None = None) -> TraceApp:
     if name not in POLLUX_APPS and traces_dir is None:
         raise UserError(f"unknown application {name!r}; traces exist for: {', '.join(POLLUX_APPS)}")
     return TraceApp(pollux_app(name, Path(traces_dir) if traces_dir else None), PEER_MAX_GPUS.get(name))
-
-
-GpuSpeeds = tuple[tuple[str, float], ...]   # hashable (speed models key policies' memo tables)
-
-
-def speed_factor(gpu_speed: Mapping[str, float], gpu_type: str | None, app: str | None = None) -> float:
-    """How much faster than the traced GPU a ``gpu_type`` runs ``app``: the ``"TYPE/APP"`` entry when given (Gavel's
-    point: speed-ups differ per model), else the ``"TYPE"`` entry, else 1. No type (a policy that does not ask): 1."""
-    if gpu_type is None:
-        return 1.0
-    if app is not None and f"{gpu_type}/{app}" in gpu_speed:
-        return float(gpu_speed[f"{gpu_type}/{app}"])
-    return float(gpu_speed.get(gpu_type, 1.0))
-
-
-@dataclass(frozen=True)
-class TraceThroughput:
-    """ThroughputModel of a trace job at its current epoch: samples/s from the traces, efficiency from the gain.
-
-    ``throughput`` assumes the GPUs are packed ``gpus_per_node`` to a node when ``num_nodes`` allows it, else spread
-    evenly; the nominal global batch is what the job processes per step. (The peer's Optimus estimate also makes a
-    1-GPU job at the initial batch accumulate twice; on workloads 1-4 that changes no decision, so it is not kept.)
-    On a ``gpu_type`` the step is ``speed_factor(gpu_speed, gpu_type, app)`` times faster, as the simulator runs it.
-    """
-
-    app: TraceApp
-    epoch: int
-    gpus_per_node: int = 4
-    gpu_speed: GpuSpeeds = ()
-
-    def placement_for(self, num_gpus: int, num_nodes: int) -> tuple[int, ...]:
-        packed = packed_placement(num_gpus, self.gpus_per_node)
-        if len(packed) == num_nodes or num_nodes <= 0:
-            return packed
-        return even_placement(num_gpus, min(num_nodes, num_gpus))
-
-    def iteration_time(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
-        split = self.app.split_batch(global_batch, num_gpus)
-        factor = speed_factor(dict(self.gpu_speed), gpu_type, self.app.name) if self.gpu_speed else 1.0
-        return self.app.iteration_time(self.placement_for(num_gpus, num_nodes), split) / factor
-
-    def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
-        """Samples/s; 0 for a configuration the job cannot run (per-GPU batch below the smallest measured,
-        or outside what the traces cover) so that policies probing it simply see no benefit."""
-        if num_gpus <= 0 or global_batch / num_gpus < self.app.min_local_bsz:
-            return 0.0
-        try:
-            return global_batch / self.iteration_time(num_gpus, num_nodes, global_batch, gpu_type)
-        except ValueError:
-            return 0.0
-
-    def efficiency(self, global_batch: int) -> float:
-        b = min(max(global_batch, self.app.init_batch_size), self.app.max_batch_size)
-        return self.app.gain(b, min(self.epoch, self.app.max_epochs - 1)) / (b / self.app.init_batch_size)
-
-
-@dataclass(frozen=True)
-class LinearThroughput:
-    """ThroughputModel of a duration-driven job (Philly): work in GPU-seconds-at-request, linear in GPUs."""
-
-    requested_gpus: int
-    gpu_speed: GpuSpeeds = ()
-
-    def throughput(self, num_gpus: int, num_nodes: int, global_batch: int, gpu_type: str | None = None) -> float:
-        factor = speed_factor(dict(self.gpu_speed), gpu_type) if self.gpu_speed else 1.0
-        return min(num_gpus, self.requested_gpus) / self.requested_gpus * factor
-
-    def efficiency(self, global_batch: int) -> float:
-        return 1.0

@@ -1,0 +1,164 @@
+"""``dlsched predict curve FILE``: when will this run reach a target, and where will it end? (a stable
+contract other tools call; the JSON keys below only ever gain siblings).
+
+    dlsched predict curve FILE --x step --y loss --budget N --schedule SPEC \\
+        [--observed-until S] [--target VALUE | --target-fraction 0.95] [--metric loss|accuracy|error] --json
+
+``--json`` prints one object: model, final_value, final_value_interval_80, floor, target, target_step,
+steps_to_target (remaining x from the last observed point; null if unreachable), interval_80 (for
+steps_to_target), observed_until, budget, and, when the log has wall-clock times, seconds_to_target and
+seconds_to_budget at the speed of the newest points. Exit codes: 0, 2 bad input (one line), 3 target
+unreachable (one line on stderr; with --json the object is still printed).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dlsched.errors import UserError
+
+UNREACHABLE_EXIT = 3
+
+SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant | step:M1,M2:F | cosine[:warmup=W] | "
+                 "onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | poly:power=P[:warmup=W] | linear[:warmup=W] | "
+                 "steps:X=LR,... (piecewise constant) | points:X=LR,... (piecewise linear) | lr-column (the --lr-col "
+                 "of every row, also rows past --observed-until). Warm-up is linear from 0; LR values are relative "
+                 "(only the shape matters). Default: lr-column when --lr-col is given or the log has an LR, else constant")
+
+
+def _schedule(spec: str | None, budget: float, curve):
+    from dlsched.perf.schedule import Schedule, parse_schedule
+
+    if spec is None:
+        spec = "lr-column" if curve.lr is not None else "constant"
+    if spec == "lr-column":
+        if curve.lr is None or len(curve.lr) == 0:
+            raise UserError(f"--schedule lr-column: {curve.source} has no LR values (name the column with --lr-col)")
+        try:
+            return Schedule.from_points(curve.lr_x, curve.lr, budget)
+        except ValueError as e:
+            raise UserError(f"--lr-col: {e}") from None
+    try:
+        return parse_schedule(spec, budget)
+    except ValueError as e:
+        raise UserError(f"--schedule: {e}") from None
+
+
+def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
+              target: float | None, target_fraction: float | None, metric: str, lr_col: str | None,
+              time_col: str | None, as_json: bool, plot_path: Path | None) -> int:
+    import numpy as np
+
+    from dlsched.perf.curve_predict import METRICS, predict_curve
+    from dlsched.perf.curve_readers import read_curve, seconds_per_x
+
+    if metric not in METRICS:
+        raise UserError(f"--metric: expected one of {', '.join(METRICS)}, got {metric!r}")
+    if target is not None and target_fraction is not None:
+        raise UserError("--target and --target-fraction: give one, not both")
+    if target_fraction is not None and not 0 < target_fraction <= 1:
+        raise UserError(f"--target-fraction: must be in (0, 1], got {target_fraction}")
+    curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
+    budget = budget if budget is not None else curve.budget
+    if budget is None:
+        raise UserError(f"--budget: required ({curve.source} does not name its step budget)")
+    if not (math.isfinite(budget) and budget > 0):
+        raise UserError(f"--budget: must be > 0, got {budget}")
+    keep = np.ones(len(curve.x), bool) if observed_until is None else curve.x <= observed_until
+    if keep.sum() < 4:
+        raise UserError(f"{curve.source}: too few points to fit ({int(keep.sum())} with {x} <= "
+                        f"{observed_until if observed_until is not None else 'the end'}; need at least 4), field {y!r}")
+    if curve.x[keep][-1] > budget:
+        raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
+                        "use --observed-until to cut the curve")
+    sched = _schedule(schedule, budget, curve)
+    try:
+        pred = predict_curve(curve.x[keep], curve.y[keep], sched, metric=metric, target=target,
+                             target_fraction=target_fraction)
+    except ValueError as e:
+        raise UserError(f"{curve.source}: field {y!r}: {e}") from None
+    out = pred.as_json()
+    out["schedule"] = sched.spec
+    rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
+                                     None if curve.time is None else curve.time[keep]))
+    if rate is not None:
+        out["seconds_to_budget"] = rate * (budget - pred.x_now)
+        out["seconds_to_target"] = None if pred.steps_to_target is None else rate * pred.steps_to_target
+    if as_json:
+        print(json.dumps(out))
+    else:
+        _render(out, x, metric)
+    if plot_path is not None:
+        _plot(curve, keep, pred, plot_path, x, y)
+    if not pred.reachable:
+        typer.echo(f"target {pred.target:g} is unreachable within the budget {budget:g}: the fitted floor is "
+                   f"{pred.floor:.4g} ({metric} at {x} {budget:g}, optimistic end of the 80 % interval)", err=True)
+        return UNREACHABLE_EXIT
+    return 0
+
+
+def _render(out: dict, x: str, metric: str) -> None:
+    from rich.console import Console
+
+    con = Console()
+    lo, hi = out["final_value_interval_80"]
+    con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}), observed to {x} {out['observed_until']:g} "
+              f"of {out['budget']:g}")
+    con.print(f"final {metric}: {out['final_value']:.4g}  (80 % interval {lo:.4g} – {hi:.4g}; floor {out['floor']:.4g})")
+    if out["target"] is not None and out["steps_to_target"] is not None:
+        a, b = out["interval_80"]
+        s = out.get("seconds_to_target")
+        eta = "" if s is None else f", ~{s / 3600:.2f} h" if s >= 3600 else f", ~{s:.0f} s"
+        con.print(f"target {out['target']:.4g}: at {x} {out['target_step']:g}, {out['steps_to_target']:g} from now "
+                  f"(80 % interval {a:g} – {b:g}){eta}")
+
+
+def _plot(curve, keep, pred, out: Path, x: str, y: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(curve.x, curve.y, "o", ms=3, color="0.6", label="logged")
+    ax.plot(curve.x[keep], curve.y[keep], "o", ms=3, label="observed (fitted)")
+    ax.plot(pred.curve_x, pred.curve_y, "-", label=f"predicted ({pred.model})")
+    lo, hi = pred.final_value_interval_80
+    ax.errorbar([pred.budget], [pred.final_value], yerr=[[pred.final_value - lo], [hi - pred.final_value]], fmt="s",
+                capsize=4, label="final, 80 % interval")
+    if pred.target is not None:
+        ax.axhline(pred.target, ls="--", color="grey", label="target")
+    ax.set(xlabel=x, ylabel=y)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    print(f"plot written to {out}")
+
+
+def register(predict_app: typer.Typer) -> None:
+    @predict_app.command("curve")
+    def curve_cmd(
+        file: Path = typer.Argument(..., help="curve log: CSV, progress.jsonl, trainer_state.json, TensorBoard events or a folder of them"),
+        x: str = typer.Option("step", "--x", help="column (or tag) of the progress axis"),
+        y: str = typer.Option("loss", "--y", help="column (or tag) of the metric"),
+        budget: Optional[float] = typer.Option(None, "--budget", help="total x the run will train (default: from the log)"),
+        schedule: Optional[str] = typer.Option(None, "--schedule", help=SCHEDULE_HELP),
+        observed_until: Optional[float] = typer.Option(None, "--observed-until", help="use only points with x <= this"),
+        target: Optional[float] = typer.Option(None, "--target", help="metric value to reach, in the metric's units"),
+        target_fraction: Optional[float] = typer.Option(None, "--target-fraction", help="fraction of the total improvement (first value -> predicted final)"),
+        metric: str = typer.Option("loss", "--metric", help="loss | error (lower is better) | accuracy (higher; 0-1 or %)"),
+        lr_col: Optional[str] = typer.Option(None, "--lr-col", help="column (or tag) of the logged LR"),
+        time_col: Optional[str] = typer.Option(None, "--time-col", help="column of wall-clock seconds: gives the time to target"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object (the stable contract)"),
+        plot_path: Optional[Path] = typer.Option(None, "--plot", help="write logged, observed and predicted curves here (PNG)"),
+    ) -> None:
+        """When will this run reach a target, and where will it end? Schedule-aware, with calibrated 80 % intervals."""
+        code = run_curve(file, x, y, budget, schedule, observed_until, target, target_fraction, metric, lr_col,
+                         time_col, as_json, plot_path)
+        if code:
+            raise typer.Exit(code)

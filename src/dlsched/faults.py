@@ -1,0 +1,16 @@
+"""Fault injection for the crash tests: ``DLSCHED_FAULT_AT=<point>`` SIGKILLs this process when it reaches
+``fault_point(<point>)``, so a test kills the service at an exact moment instead of racing a timer.
+
+Points: ``coordinator-started`` (local backend: the coordinator process exists, nothing records it yet).
+Unset, a fault point costs one dictionary lookup."""
+from __future__ import annotations
+
+import os
+import signal
+
+FAULT_ENV = "DLSCHED_FAULT_AT"
+
+
+def fault_point(name: str) -> None:
+    if os.environ.get(FAULT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,188 @@
+"""Read a training curve (x, metric, and optionally LR and wall-clock time) from the logs people have.
+
+* CSV with named columns, including Lightning's ``metrics.csv`` (sparse: each row fills some columns) and
+  timm's ``summary.csv``; rows without the metric still give the LR (the planned schedule ahead);
+* TensorBoard event files (a file or a folder), via ``tbparse`` or else ``tensorboard``'s own reader;
+  ``--y``/``--lr-col`` name scalar tags, x is the event step, time the event wall time;
+* Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``);
+* a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
+  ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
+  ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field).
+
+Every bad input is a ``UserError``: one line naming the file and the field.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dlsched.errors import UserError
+
+
+@dataclass(frozen=True)
+class CurveData:
+    source: str
+    x: np.ndarray
+    y: np.ndarray
+    time: np.ndarray | None = None          # wall-clock seconds per point of (x, y)
+    lr_x: np.ndarray | None = None          # the LR where logged: may run past the last metric point
+    lr: np.ndarray | None = None
+    budget: float | None = None             # from the log itself (HF max_steps, progress.jsonl budget)
+
+
+def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | None, time_col: str | None,
+                    budget: float | None = None) -> CurveData:
+    for name, col in (("--x", x), ("--y", y), ("--lr-col", lr_col), ("--time-col", time_col)):
+        if col is not None and col not in df.columns:
+            have = ", ".join(map(str, df.columns)) or "none"
+            raise UserError(f"{src}: no column {col!r} for {name} (have: {have})")
+    num = lambda c: pd.to_numeric(df[c], errors="coerce")  # noqa: E731
+    xs = num(x)
+    for c in [y] + [c for c in (lr_col, time_col) if c]:
+        raw = df[c].astype(str).str.strip()
+        bad = num(c).isna() & ~(df[c].isna() | raw.isin(["", "nan", "NaN", "None", "null"]))
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise UserError(f"{src}: row {i + 1}, field {c!r}: expected a number, got {df[c].iloc[i]!r}")
+    rows = pd.DataFrame({"x": xs, "y": num(y)})
+    if time_col:
+        rows["t"] = num(time_col)
+    rows = rows[rows.x.notna() & rows.y.notna()]
+    # Lightning logs a metric at epoch end and step level under the same step: the last row per x wins
+    rows = rows.groupby("x", sort=True).last().reset_index()
+    if rows.empty:
+        raise UserError(f"{src}: no rows with both {x!r} and {y!r}")
+    if not np.all(np.isfinite(rows.y)) or not np.all(np.isfinite(rows.x)):
+        raise UserError(f"{src}: field {y!r}: values must be finite")
+    lr_x = lr = None
+    if lr_col:
+        lrs = pd.DataFrame({"x": xs, "lr": num(lr_col)}).dropna().groupby("x", sort=True).last().reset_index()
+        if (lrs.lr < 0).any():
+            raise UserError(f"{src}: field {lr_col!r}: learning rates must be >= 0")
+        lr_x, lr = lrs.x.to_numpy(float), lrs.lr.to_numpy(float)
+    return CurveData(src, rows.x.to_numpy(float), rows.y.to_numpy(float),
+                     rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{path}: empty file") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
+
+
+def _read_trainer_state(path: Path) -> tuple[pd.DataFrame, float | None]:
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not valid JSON ({e})") from None
+    hist = doc.get("log_history") if isinstance(doc, dict) else None
+    if not isinstance(hist, list):
+        raise UserError(f"{path}: field 'log_history': expected a list (a Hugging Face trainer_state.json)")
+    budget = doc.get("max_steps")
+    return pd.DataFrame([h for h in hist if isinstance(h, dict)]), (float(budget) if budget else None)
+
+
+def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
+    recs, budget = [], None
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines):  # the last line may still be being written
+                break
+            raise UserError(f"{path}: line {i}: not valid JSON") from None
+        # step records, and "metrics" events (a report() outside a step, e.g. an evaluation); other events skip
+        if not isinstance(r, dict) or r.get("event", "metrics") != "metrics":
+            continue
+        flat = {k: v for k, v in r.items() if not isinstance(v, (dict, list)) and k != "event"}
+        if isinstance(r.get("metrics"), dict):
+            flat.update({k: v for k, v in r["metrics"].items() if not isinstance(v, (dict, list))})
+        if isinstance(r.get("budget"), (int, float)):
+            budget = float(r["budget"])
+        elif "event" not in r and all(isinstance(r.get(k), (int, float)) for k in ("total_samples", "samples", "step")) \
+                and r.get("batch_size"):
+            # train.protocol.StepRecord: the samples still to train at the current batch, after this step
+            budget = r["step"] + max(0, r["total_samples"] - r["samples"]) / r["batch_size"]
+        recs.append(flat)
+    return pd.DataFrame(recs), budget
+
+
+def _read_tensorboard(path: Path, x: str, y: str, lr_col: str | None) -> pd.DataFrame:
+    """Scalars as one wide frame: step, wall_time and one column per tag."""
+    try:
+        from tbparse import SummaryReader
+
+        long = SummaryReader(str(path), extra_columns={"wall_time"}).scalars
+    except ImportError:
+        try:
+            from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        except ImportError:
+            raise UserError(f"{path}: reading TensorBoard logs needs the 'tbparse' or 'tensorboard' package "
+                            "(pip install tbparse)") from None
+        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        acc.Reload()
+        long = pd.DataFrame([(e.step, e.wall_time, tag, e.value) for tag in acc.Tags().get("scalars", [])
+                             for e in acc.Scalars(tag)], columns=["step", "wall_time", "tag", "value"])
+    if long.empty:
+        raise UserError(f"{path}: no scalar events")
+    wide = long.pivot_table(index="step", columns="tag", values="value", aggfunc="last")
+    wide["wall_time"] = long.groupby("step").wall_time.min()
+    return wide.reset_index()
+
+
+def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = None,
+               time_col: str | None = None) -> CurveData:
+    """The (x, y) points of ``path`` (format by name/content, see the module docstring), sorted by x."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: file not found")
+    if path.is_dir():
+        for name in ("progress.jsonl", "trainer_state.json", "metrics.csv", "summary.csv"):
+            if (path / name).exists():
+                return read_curve(path / name, x=x, y=y, lr_col=lr_col, time_col=time_col)
+        if not any(path.rglob("events.out.tfevents*")):
+            raise UserError(f"{path}: no progress.jsonl, trainer_state.json, metrics.csv or TensorBoard events inside")
+        df = _read_tensorboard(path, x, y, lr_col)
+        return _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col, time_col or "wall_time")
+    src, budget = str(path), None
+    if "tfevents" in path.name:
+        return _frame_to_curve(_read_tensorboard(path, x, y, lr_col), src, x, y, lr_col, time_col or "wall_time")
+    if path.suffix == ".jsonl":
+        df, budget = _read_progress(path)
+        if time_col is None and "time" in df.columns:
+            time_col = "time"
+        if lr_col is None and "lr" in df.columns:
+            lr_col = "lr"
+    elif path.suffix == ".json":
+        df, budget = _read_trainer_state(path)
+        if lr_col is None and "learning_rate" in df.columns:
+            lr_col = "learning_rate"
+    elif path.suffix == ".csv":
+        df = _read_csv(path)
+    else:
+        raise UserError(f"{path}: unknown curve format {path.suffix!r} (use .csv, .jsonl, trainer_state.json, "
+                        "or TensorBoard events)")
+    return _frame_to_curve(df, src, x, y, lr_col, time_col, budget)
+
+
+def seconds_per_x(curve: CurveData, window: int = 20) -> float | None:
+    """Wall-clock seconds per unit of x over the newest ``window`` points (the speed as the job runs now)."""
+    if curve.time is None or len(curve.x) < 2:
+        return None
+    x, t = curve.x[-window:], curve.time[-window:]
+    ok = np.isfinite(t)
+    if ok.sum() < 2 or np.ptp(x[ok]) <= 0:
+        return None
+    rate = float(np.ptp(t[ok]) / np.ptp(x[ok]))
+    return rate if math.isfinite(rate) and rate > 0 else None

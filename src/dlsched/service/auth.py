@@ -1,0 +1,70 @@
+"""The API's bearer token: generated on the service's first start into a file only its user can read, and
+found there by the CLI (the trust model is ``docs/security.md``).
+
+Where: ``$DLSCHED_TOKEN`` (a value), else the file ``$DLSCHED_TOKEN_FILE``, else ``STATE_DIR/token``
+(``dlsched-state/token`` for the CLI, serve's default state directory). A token file others can read, or
+that another user owns, is refused like ssh refuses such a key: anyone who reads it can run jobs.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from dlsched.errors import UserError
+
+MIN_TOKEN_CHARS = 16       # a guess at 16 random characters is out of reach; 1 character was accepted before
+TOKEN_FILE_NAME = "token"
+DEFAULT_STATE_DIR = Path("dlsched-state")
+
+
+def check_token(token: str, source: str) -> str:
+    token = token.strip()
+    if len(token) < MIN_TOKEN_CHARS:
+        raise UserError(f"{source}: token is {len(token)} characters, need at least {MIN_TOKEN_CHARS}")
+    if any(c.isspace() or not c.isprintable() for c in token):
+        raise UserError(f"{source}: token must be one word of printable characters")
+    return token
+
+
+def read_token_file(path: str | Path) -> str:
+    """The token in ``path``, refused with one line unless only its owner (this user) can read it."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        if st.st_uid != os.geteuid():
+            raise UserError(f"{path}: token file is owned by uid {st.st_uid}, not by this user ({os.geteuid()})")
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise UserError(f"{path}: token file is readable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                            f"run: chmod 600 {path}")
+        return check_token(path.read_text(), str(path))
+    except OSError as e:
+        raise UserError(f"{path}: cannot read token: {e.strerror}") from None
+
+
+def load_or_create_token(path: str | Path) -> str:
+    """The token in ``path``; on the first start a new random one, written 0600 (never readable by others)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return read_token_file(path)
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def client_token(state_dir: str | Path | None = None) -> str | None:
+    """The token a client sends: ``$DLSCHED_TOKEN``, else ``$DLSCHED_TOKEN_FILE``, else ``STATE_DIR/token`` when
+    it exists (serve's default state directory in the working directory), else none."""
+    env = os.environ.get("DLSCHED_TOKEN")
+    if env:
+        return check_token(env, "$DLSCHED_TOKEN")
+    named = os.environ.get("DLSCHED_TOKEN_FILE")
+    if named:
+        return read_token_file(named)
+    default = Path(state_dir or DEFAULT_STATE_DIR) / TOKEN_FILE_NAME
+    return read_token_file(default) if default.exists() else None

@@ -1,0 +1,61 @@
+"""Which job code the service will run: entry points confined to what the operator allows.
+
+A job's ``entry`` is code the runtime imports and calls as the service's user, so it is the service's
+code-execution surface (``os:system`` with ``params: {command: ...}`` ran a shell command before this).
+The operator allows job directories (``roots``; default: the working directory entries resolve in) and,
+optionally, importable modules (``modules``; default none). An entry is accepted only when
+
+* it is ``path/to/file.py:function`` whose file, with symlinks resolved, lies inside an allowed root and
+  outside the service's state directory (job folders there are written by jobs), with no ``..`` in the path;
+* or ``package.module:function`` with the module an allowed one or inside an allowed package;
+* and the function name is public (no leading underscore: no ``__import__``-style attributes).
+
+Everything else is refused at submission with one line. See ``docs/security.md``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlsched.spec import SpecError
+
+
+@dataclass(frozen=True)
+class EntryRules:
+    workdir: Path                       # where relative file entries resolve (the runtime's working directory)
+    roots: tuple[Path, ...]             # directories job files may live in (resolved)
+    modules: tuple[str, ...] = ()       # importable modules / packages allowed
+    forbidden: tuple[Path, ...] = ()    # inside a root but never job code (the state directory)
+
+    @classmethod
+    def make(cls, workdir: str | Path, roots: tuple[str | Path, ...] = (), modules: tuple[str, ...] = (),
+             forbidden: tuple[str | Path, ...] = ()) -> "EntryRules":
+        """Roots relative to ``workdir``; none given = ``workdir`` itself."""
+        wd = Path(workdir).resolve()
+        return cls(wd, tuple((wd / r).resolve() for r in roots) or (wd,), tuple(modules),
+                   tuple(Path(f).resolve() for f in forbidden))
+
+    def check(self, entry: str, source: str = "job spec", field: str = "entry") -> None:
+        """Raise ``SpecError`` (one line naming the field and value) unless ``entry`` is allowed."""
+        target, _, func = entry.rpartition(":")
+
+        def refuse(why: str) -> None:
+            raise SpecError(f"{source}: field {field}: {entry[:120]!r} {why}")
+
+        if not target or not func:
+            refuse("is not 'path/to/file.py:function' or 'module:function'")
+        if func.startswith("_"):
+            refuse("names a private attribute; give a public function such as make_job")
+        if target.endswith(".py"):
+            path = Path(target)
+            if ".." in path.parts:
+                refuse("contains '..'; give a path inside an allowed job directory")
+            resolved = (self.workdir / path).resolve()
+            if not any(resolved.is_relative_to(r) for r in self.roots):
+                refuse(f"is outside the allowed job directories ({', '.join(map(str, self.roots))})")
+            if any(resolved.is_relative_to(f) for f in self.forbidden):
+                refuse("lies in the service's state directory, which jobs write")
+            return
+        if not any(target == m or target.startswith(m + ".") for m in self.modules):
+            allowed = ", ".join(self.modules) or "none are"
+            refuse(f"imports module {target[:60]!r}, which is not an allowed job module ({allowed}: see --entry-module)")

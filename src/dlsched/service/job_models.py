@@ -1,0 +1,110 @@
+"""What the live loop learns about each job (speed model, observed rate, predicted total work, the policy's
+snapshot, the pending start/resize timing), in one place, so an ended job is dropped by one ``forget``."""
+from __future__ import annotations
+
+from dlsched.policy.base import JobView, ThroughputModel
+from dlsched.service import refit
+from dlsched.service.forecast import RESIZE_S
+from dlsched.service.store import RESCALING, JobRecord
+
+SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
+
+
+def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = RESIZE_S) -> JobView:
+    """The policy's view of a stored job; ``restart_s``: the resize pause measured here (policies weigh it)."""
+    s = job.spec
+    lo, hi = s.gpu_range
+    blo, bhi = s.min_batch_size, s.max_batch_size
+    batch = s.batch_size
+    if job.requested_workers is not None:   # an operator's `dlsched resize` overrides the spec's ranges
+        lo = hi = job.requested_workers
+    if job.requested_batch is not None:
+        blo = bhi = batch = job.requested_batch
+    if job.state == RESCALING:
+        # mid-resize the runtime is still moving to the last decision: no further growth until it confirms
+        # (a noisy early speed estimate must not bounce it), but it may still shrink
+        hi = max(lo, min(hi, job.num_gpus))
+    remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
+    return JobView(
+        id=str(job.id), submit_time=job.submit_time, requested_gpus=max(lo, min(s.gpus, hi)), batch_size=batch,
+        min_batch_size=blo, max_batch_size=bhi, max_local_batch=s.max_local_batch,
+        max_gpus=hi, min_gpus=lo, attained_service=job.attained_service, run_time=job.run_time,
+        placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
+        speed=speed, kind=s.kind, preemptible=s.preemptible,
+        attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
+               "state": job.state, "restart_s": restart_s,
+               "efficiency": "reported gradient noise" if isinstance(speed, refit.NoisySpeed)
+               else "no gradient noise reported: goodput = throughput"})
+
+
+class JobModels:
+    """Per-job models and caches of the live loop, keyed by job id."""
+
+    def __init__(self, gpu_types: tuple[str, ...]):
+        self.gpu_types = gpu_types
+        self._speeds: dict[int, ThroughputModel] = {}
+        self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # (configurations seen, when) of the fit
+        self._seen_progress: dict[int, int] = {}                    # progress rows at the last refit
+        self._rates: dict[int, float] = {}           # observed samples/s
+        self._totals: dict[int, float] = {}          # predicted total samples (target-loss jobs)
+        self._views: dict[int, tuple] = {}           # (record, speed, JobView) of the last snapshot
+        self._changed_at: dict[int, tuple[str, float, int]] = {}    # (start|resize, when, workers) not yet seen
+        self.restart_s = RESIZE_S    # the loop's median measured resize pause, set every round
+
+    def forget(self, job_id: int) -> None:
+        for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._rates, self._totals,
+                        self._views, self._changed_at):
+            per_job.pop(job_id, None)
+
+    def snapshot(self, job: JobRecord) -> JobView:
+        """The policy's view of a job; reused while neither the record nor its speed model changed."""
+        speed = self._speeds.get(job.id)
+        hit = self._views.get(job.id)
+        if hit is not None and hit[0] is job and hit[1] is speed:
+            return hit[2]
+        view = job_view(job, speed, self.restart_s)
+        self._views[job.id] = (job, speed, view)
+        return view
+
+    def forecast_inputs(self) -> tuple[dict[int, ThroughputModel], dict[int, float], dict[int, float]]:
+        """Copies of (speed models, observed rates, predicted totals) for the forecast thread."""
+        return dict(self._speeds), dict(self._rates), dict(self._totals)
+
+    def refit(self, job: JobRecord, progress: list[dict], now: float) -> refit.Prediction | None:
+        """Refit the job's models on its stored progress; None when nothing new arrived since the last refit."""
+        if len(progress) == self._seen_progress.get(job.id):
+            return None
+        self._seen_progress[job.id] = len(progress)
+        target = job.spec.params.get("target_loss")
+        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in progress[-refit.RECENT:])
+        last = self._speed_fits.get(job.id)
+        refit_speed = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
+        pred, speed = refit.predict(progress, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
+                                    target_loss=float(target) if isinstance(target, (int, float)) else None,
+                                    gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
+                                    speed=self._speeds.get(job.id), refit_speed=refit_speed,
+                                    schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None)
+        if refit_speed:
+            self._speed_fits[job.id] = (configs, now)
+        if speed is not None:
+            self._speeds[job.id] = speed
+        if pred.rate:
+            self._rates[job.id] = pred.rate
+        if pred.total_samples:
+            self._totals[job.id] = pred.total_samples
+        return pred
+
+    def note_change(self, job_id: int, kind: str, now: float, workers: int) -> None:
+        """A start or resize to ``workers`` was decided at ``now``: its delay is measured at the first step."""
+        self._changed_at[job_id] = (kind, now, workers)
+
+    def change_delay(self, job_id: int, records: list[dict]) -> tuple[str, float] | None:
+        """(start|resize, seconds from the decision to the first step at the new size) once ``records`` hold it."""
+        changed = self._changed_at.get(job_id)
+        if not changed:
+            return None
+        first = next((r for r in records if r.get("workers") == changed[2] and r.get("time")), None)
+        if first is None:
+            return None
+        del self._changed_at[job_id]
+        return changed[0], max(0.0, first["time"] - changed[1])

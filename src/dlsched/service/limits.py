@@ -1,0 +1,22 @@
+"""Bounds on what a request may carry, checked at the edge so no handler sees an out-of-range value.
+
+Ids and offsets are SQLite/C integers: past 2^63-1 SQLite raises OverflowError and ``seek`` fails, which
+were 500s; FastAPI refuses them with a 422 instead when a route types its parameter with these."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Path, Query
+
+from dlsched.documents import MAX_DOCUMENT_BYTES
+
+MAX_ID = (1 << 63) - 1              # SQLite INTEGER
+DEFAULT_MAX_BODY = MAX_DOCUMENT_BYTES
+PARSE_TIMEOUT_S = 2.0               # parsing + validating one spec (well under 10 ms when within the limits)
+PARSE_THREADS = 2                   # specs parsed at once; more wait their turn (and their timeout)
+MAX_EVENTS_PAGE = 10_000
+
+JobId = Annotated[int, Path(ge=0, le=MAX_ID)]
+After = Annotated[int, Query(ge=0, le=MAX_ID)]
+Offset = Annotated[int, Query(ge=0, le=MAX_ID)]
+Limit = Annotated[int, Query(ge=1, le=MAX_ID)]

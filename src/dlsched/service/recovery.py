@@ -1,0 +1,28 @@
+"""After a service restart: re-attach the coordinators still alive, re-queue the others (they resume from their
+checkpoint when started again). Every state change went through the store first, so a SIGKILL between any two
+steps of the loop is recovered here."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from dlsched.backends.base import Backend
+from dlsched.service.store import FINISHED, QUEUED, RESCALING, RUNNING, JobRecord, Store
+
+
+def recover(store: Store, backend: Backend, job_dir: Callable[[int], Path],
+            ingest: Callable[[JobRecord, float], JobRecord], now: float) -> None:
+    """``ingest`` reads a job's last progress before it is re-queued (what it wrote before the restart)."""
+    for job in store.jobs(states=(RUNNING, RESCALING)):
+        d = job_dir(job.id)
+        if backend.attach(job.id, d):
+            store.event("reattached", job.id, now)
+            continue
+        ingest(job, now)
+        res = backend.poll(job.id, d)
+        if res.state == "finished":
+            store.transition(job.id, FINISHED, now)
+        else:
+            store.transition(job.id, QUEUED, now, {"reason": "service restart: resume from checkpoint"},
+                             num_gpus=0, placement={})
+            store.record_allocation(job.id, now, 0, job.batch_size, {})

@@ -1,0 +1,47 @@
+"""dlsched.torch — train your own PyTorch loop elastically under dlsched (guide: docs/porting.md).
+
+    import dlsched.torch as dt
+    dt.init()
+    model = dt.ElasticDataParallel(Net())
+    optimizer = torch.optim.AdamW(model.parameters()); scheduler = OneCycleLR(optimizer, ...)
+    loader = dt.ElasticDataLoader(dataset, batch_size=64)
+    for epoch in dt.remaining_epochs(10):
+        for x, y in loader:
+            ...; loss.backward(); optimizer.step(); scheduler.step()
+            dt.report(loss=loss.item())
+
+Outside the scheduler the same script runs with one worker. Model, optimizers training it, their LR
+schedulers and GradScalers are registered when the loop starts and checkpointed/moved on resizes; anything
+else with ``state_dict``/``load_state_dict`` via ``register(name, obj)``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dlsched.torch.loader import ElasticDataLoader, remaining_epochs
+from dlsched.torch.parallel import ElasticDataParallel
+from dlsched.torch.session import Session, current_session, init
+
+__all__ = ["init", "ElasticDataParallel", "ElasticDataLoader", "remaining_epochs", "report", "register", "rank",
+           "world_size", "current_session"]
+
+
+def report(**metrics: Any) -> None:
+    """Record metrics (loss, accuracy, validation metrics...) for this step, or alone outside a step."""
+    values = {k: float(v.item() if isinstance(v, torch.Tensor) else v) for k, v in metrics.items()}
+    current_session().report(values)
+
+
+def register(name: str, obj: Any) -> None:
+    """Checkpoint and move ``obj`` (anything with state_dict/load_state_dict) with the job."""
+    current_session().register(name, obj)
+
+
+def rank() -> int:
+    return current_session().rank
+
+
+def world_size() -> int:
+    return current_session().world

@@ -1,0 +1,71 @@
+"""``ElasticDataLoader`` and ``remaining_epochs``: exactly-once data for any map-style Dataset across resizes.
+
+The job's partition table (``dlsched.train.data``) decides which sample ids form each global batch, in a
+deterministic per-epoch order that does not depend on the number of workers; each rank loads its share
+through a plain torch ``DataLoader`` (its ``collate_fn``, ``num_workers``...) whose batch sampler is the
+rest of the epoch as the table will hand it out. A regroup rebuilds that DataLoader from the table.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+from torch.utils.data import DataLoader, Dataset
+
+from dlsched.train.data import split_global_batch
+
+
+def _shares(table, global_batch: int, local_batches: list[int], rank: int) -> Iterator[list[int]]:
+    table = table.copy()
+    while not table.done:
+        yield split_global_batch(table.take(global_batch), local_batches)[rank].tolist()
+
+
+class ElasticDataLoader:
+    """``batch_size`` is the global batch at which the script's LR is given; the scheduler may change it."""
+
+    def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0, **loader_kwargs: Any):
+        from dlsched.torch.session import current_session
+
+        self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
+        self._session = current_session()
+        self._session.attach_loader(len(dataset), batch_size, shuffle, seed)
+
+    @property
+    def current_batch_size(self) -> int:
+        """The global batch now in force (the scheduler's, else ``batch_size``)."""
+        return self._session.global_batch
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.dataset) / self._session.global_batch)
+
+    def __iter__(self) -> Iterator[Any]:
+        s = self._session
+        s.join()
+        batches, layout = None, None
+        while True:
+            s.boundary()
+            if s.table.done:
+                return
+            if layout != s.layout or batches is None:
+                sampler = _shares(s.table, s.global_batch, s.local_batches, s.rank)
+                batches, layout = iter(DataLoader(self.dataset, batch_sampler=sampler, **self.loader_kwargs)), s.layout
+            batch = next(batches)
+            s.begin_step()
+            yield batch
+
+
+def remaining_epochs(epochs: int) -> Iterator[int]:
+    """The epochs still to train, resuming at the right one (and the loader at the right batch) after a
+    resize or restart; when they are done the job is finished (rank 0 writes the final checkpoint)."""
+    from dlsched.torch.session import current_session
+
+    s = current_session()
+    s.epochs = epochs
+    s.join()
+    if s.table is not None and s.table.done:  # resumed from the last step of an epoch
+        s.next_epoch()
+    while s.epoch < epochs:
+        yield s.epoch
+        s.next_epoch()
+    s.finish()

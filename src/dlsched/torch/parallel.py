@@ -1,0 +1,152 @@
+"""``ElasticDataParallel``: DistributedDataParallel that survives resizes and measures the gradient noise.
+
+Each generation wraps the module in a fresh DDP on that generation's process group (one worker: no DDP at
+all). A comm hook averages each gradient bucket over the global batch, adds each bucket's local |g|² on the
+way, and appends the session's step scalars (stop flag, local |g|² sum, compute times) to the last bucket,
+so they cost no extra collective. On one worker, every ``single_every``-th step runs the batch as two halves
+(the first through parameter views whose gradient hooks keep that half's gradient), which gives the same two
+batch sizes; the halves also see per-half batch-norm statistics on those steps.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def _comm_hook(edp, bucket):  # no annotations: DDP checks them, and this module's are strings
+    session = edp._session
+    buf = bucket.buffer()
+    edp._local_sqr = edp._local_sqr + buf.float().pow(2).sum()
+    # the script's loss is a mean over its local batch: weight by the local share, so that unequal shares
+    # (B % workers != 0) still give the global batch's mean gradient
+    buf.mul_(session.open["share"] / session.open["n"] if session.open else 1.0 / session.world)
+    if not bucket.is_last():
+        return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
+    extras = session.extras(session.open)
+    extras[1] = edp._local_sqr
+    joined = torch.cat([buf, extras.to(buf.dtype)])
+    n = buf.numel()
+
+    def unpack(fut: torch.futures.Future) -> torch.Tensor:
+        out = fut.value()[0]
+        session.reduced = out[n:].tolist()
+        buf.copy_(out[:n])
+        return buf
+
+    return dist.all_reduce(joined, async_op=True).get_future().then(unpack)
+
+
+def _cat(a: Any, b: Any) -> Any:
+    if isinstance(a, torch.Tensor):
+        return torch.cat([a, b])
+    if isinstance(a, (tuple, list)):
+        return type(a)(_cat(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return {k: _cat(a[k], b[k]) for k in a}
+    raise TypeError(f"cannot join model outputs of type {type(a).__name__}")
+
+
+def _halves(x: Any, n: int, h: int) -> tuple[Any, Any]:
+    if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == n:
+        return x[:h], x[h:]
+    return x, x
+
+
+class ElasticDataParallel(nn.Module):
+    """Wrap the model once, like DDP; ``module`` is the user's model. ``ddp_kwargs`` go to DDP."""
+
+    def __init__(self, module: nn.Module, single_every: int = 8, noise_smoothing: float | None = None,
+                 **ddp_kwargs: Any):
+        super().__init__()
+        from dlsched.torch.session import current_session
+
+        self.module = module
+        self.single_every = single_every  # one worker: measure every k-th step (0 = never); bounds the cost
+        self._ddp_kwargs = ddp_kwargs
+        object.__setattr__(self, "_ddp", None)  # not a submodule: state_dict keys stay the model's
+        self._session = current_session()
+        if noise_smoothing is not None:
+            self._session.noise.smoothing = noise_smoothing
+        self._session.models.append(self)
+        self._local_sqr = torch.zeros(())
+        self._split: tuple | None = None
+        self._measured_step = -1
+
+    # -- generations -----------------------------------------------------------------------------------
+    def _wrap(self, world: int) -> None:
+        if world == 1:
+            object.__setattr__(self, "_ddp", None)
+            return
+        ddp = DistributedDataParallel(self.module, init_sync=False, **self._ddp_kwargs)
+        ddp.register_comm_hook(self, _comm_hook)
+        object.__setattr__(self, "_ddp", ddp)
+
+    def _unwrap(self) -> None:
+        object.__setattr__(self, "_ddp", None)
+
+    # -- forward ---------------------------------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        s = self._session
+        if self._ddp is not None:
+            self._local_sqr = torch.zeros(())
+            return self._ddp(*args, **kwargs)
+        measuring = (self.training and torch.is_grad_enabled() and s.open is not None and self.single_every
+                     and s.step % self.single_every == 0)
+        return self._split_forward(args, kwargs) if measuring else self.module(*args, **kwargs)
+
+    def _split_forward(self, args: tuple, kwargs: dict) -> Any:
+        sizes = [x.shape[0] for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor) and x.dim() > 0]
+        if not sizes or sizes[0] < 2:
+            return self.module(*args, **kwargs)
+        n = sizes[0]
+        h = n // 2
+        a_args, b_args = zip(*(_halves(x, n, h) for x in args)) if args else ((), ())
+        a_kw = {k: _halves(v, n, h)[0] for k, v in kwargs.items()}
+        b_kw = {k: _halves(v, n, h)[1] for k, v in kwargs.items()}
+        params = {k: p for k, p in self.module.named_parameters() if p.requires_grad}
+        views = {k: p.view_as(p) for k, p in params.items()}
+        grads: dict[str, torch.Tensor] = {}
+        for k, v in views.items():
+            v.register_hook(lambda g, k=k: grads.__setitem__(k, g))
+        out_a = torch.func.functional_call(self.module, views, tuple(a_args), a_kw, strict=False)
+        out_b = self.module(*b_args, **b_kw)
+        try:
+            out = _cat(out_a, out_b)
+        except TypeError:
+            self.single_every = 0  # outputs it cannot join: this model is not measured on one worker
+            return self.module(*args, **kwargs)
+        self._split = (grads, params, n, h, self._scale())
+        return out
+
+    # -- measurement -----------------------------------------------------------------------------------
+    def _scale(self) -> float:
+        scalers = [o for o in self._session.objects.values() if isinstance(o, torch.amp.GradScaler)]
+        return float(scalers[0].get_scale()) if scalers and scalers[0].is_enabled() else 1.0
+
+    def _measure_before_step(self, s) -> None:
+        """Once per step, with the averaged (and unscaled) gradients in ``p.grad``: feed the noise estimate."""
+        if self._measured_step == s.step:
+            return
+        self._measured_step = s.step
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        if not grads:
+            return
+        total_sqr = float(sum(g.float().pow(2).sum() for g in grads))
+        if self._ddp is not None and s.reduced is not None:
+            local_sqr = s.reduced[1] / s.world / self._scale() ** 2
+            s.noise.update(local_sqr, s.global_batch / s.world, total_sqr, s.global_batch)
+        elif self._split is not None:
+            half_grads, params, n, h, scale = self._split
+            self._split = None
+            if len(half_grads) != len(params):
+                return
+            a_sqr = b_sqr = 0.0
+            for k, p in params.items():
+                part = half_grads[k].float() / scale  # the first half's share of the batch-mean gradient
+                a_sqr += float((part * (n / h)).pow(2).sum())
+                b_sqr += float(((p.grad.float() - part) * (n / (n - h))).pow(2).sum())
+            s.noise.update((a_sqr + b_sqr) / 2, n / 2, total_sqr, n)

@@ -1,0 +1,106 @@
+"""Human lines for the records a job writes to progress.jsonl: what ``dlsched logs -f`` and ``dlsched train``
+show. Step lines are throttled (at most one per ``every_s``, plus the first), checkpoint lines to one per
+``checkpoint_every_s``; other events always print.
+In a terminal a rich progress bar replaces the step lines; piped, every line is plain text."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO
+
+from dlsched.display import human_duration
+
+_EVENTS = {
+    "epoch_end": lambda r: f"epoch {r.get('epoch')} done: mean loss {_num(r.get('mean_loss'))}",
+    "checkpoint": lambda r: f"checkpoint at step {r.get('step')}",
+    "checkpoint_skipped": lambda r: f"checkpoint skipped: {r.get('reason') or r.get('checkpoint')}",
+    "resized": lambda r: f"resized to {r.get('workers')} worker(s), batch {r.get('batch_size')}"
+                         + (f" in {r['stall_s']:.2f}s" if isinstance(r.get("stall_s"), (int, float)) else ""),
+    "resize_abandoned": lambda r: f"resize abandoned: {r.get('reason')}",
+    "resize_failed": lambda r: f"resize failed: {r.get('error') or r.get('reason')}",
+    "straggler": lambda r: f"straggler worker(s) {r.get('workers')} replaced",
+    "resumed": lambda r: f"resumed from step {r.get('step')} (generation {r.get('new_generation')})",
+    "worker_lost": lambda r: f"worker(s) {r.get('workers_lost')} lost",
+    "stopped": lambda r: f"stopped at step {r.get('step')}",
+    "control_rejected": lambda r: f"control.json rejected: {r.get('error')}",
+}
+
+
+def _num(x) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
+
+
+def step_line(r: dict) -> str:
+    total = r.get("total_samples")
+    pct = f" ({100 * r['samples'] / total:.1f}%)" if total and isinstance(r.get("samples"), (int, float)) else ""
+    lr = f" lr {r['lr']:.3g}" if isinstance(r.get("lr"), (int, float)) else ""
+    return (f"step {r.get('step')} epoch {r.get('epoch')} loss {_num(r.get('loss'))} "
+            f"samples/s {_num(r.get('samples_per_s'))} workers {r.get('workers')} batch {r.get('batch_size')}"
+            f"{lr} samples {int(r.get('samples') or 0)}{pct}")
+
+
+def event_line(r: dict, started: float | None) -> str | None:
+    kind = r.get("event")
+    if kind == "finished":
+        took = f" after {human_duration(time.time() - started)}" if started else ""
+        return f"finished at step {r.get('step')}{took}"
+    render = _EVENTS.get(kind)
+    return render(r) if render else (f"{kind}" if kind else None)
+
+
+class HumanProgress:
+    """Echoes progress records to ``stream`` as human lines (see the module docstring)."""
+
+    def __init__(self, stream: IO[str] | None = None, every_s: float = 1.0, checkpoint_every_s: float = 30.0):
+        self.stream = stream or sys.stdout
+        self.every_s, self.checkpoint_every_s = every_s, checkpoint_every_s
+        self.last_step_at = self.last_checkpoint_at = -1e9
+        self.started = time.time()
+        self.bar = None
+        if getattr(self.stream, "isatty", lambda: False)():
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                                TimeRemainingColumn(), console=Console(file=self.stream), transient=False)
+            self.task = self.bar.add_task("training", total=None)
+            self.bar.start()
+
+    def __call__(self, rec: dict) -> None:
+        if "event" in rec:
+            if rec["event"] == "checkpoint":
+                now = time.monotonic()
+                if now - self.last_checkpoint_at < self.checkpoint_every_s:
+                    return
+                self.last_checkpoint_at = now
+            line = event_line(rec, self.started)
+            if line is None:
+                return
+            if self.bar is not None:
+                self.bar.console.print(line)
+                if rec["event"] in ("finished", "stopped"):
+                    self.bar.stop()
+            else:
+                self._print(line)
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=rec.get("samples") or 0, total=rec.get("total_samples"),
+                            description=f"step {rec.get('step')} loss {_num(rec.get('loss'))} "
+                                        f"{_num(rec.get('samples_per_s'))} samples/s x{rec.get('workers')}")
+            return
+        now = time.monotonic()
+        if now - self.last_step_at >= self.every_s:
+            self.last_step_at = now
+            self._print(step_line(rec))
+
+    def _print(self, line: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        try:
+            self.stream.write(f"{stamp} {line}\n")
+            self.stream.flush()
+        except (OSError, ValueError):   # a closed or broken stdout must never stop training
+            pass
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

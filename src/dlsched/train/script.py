@@ -1,0 +1,51 @@
+"""Worker processes that run the user's own training script (``dlsched.torch``) instead of a ``make_job``.
+
+Each worker is the user's command (``python train.py --epochs 10``) in a subprocess on this machine; the
+coordinator's address and the worker's identity travel in its environment (``protocol.WorkerEnv``). It
+ignores SIGTERM like every worker (the coordinator turns a stop into a checkpoint at a step boundary).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from dlsched.errors import UserError
+from dlsched.paths import pythonpath_with_src
+from dlsched.train.protocol import WorkerEnv
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    """A leading ``python``/``python3`` runs in this runtime's interpreter (where dlsched and torch live)."""
+    if not command:
+        raise UserError("command: empty; expected e.g. ['python', 'train.py', '--epochs', '10']")
+    head = command[0]
+    if head in ("python", "python3", Path(sys.executable).name):
+        return [sys.executable, *command[1:]]
+    if shutil.which(head) is None:
+        raise UserError(f"command: {head!r} not found on PATH")
+    return list(command)
+
+
+def _ignore_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+class ScriptLauncher:
+    """``start`` returns the Popen itself: it already is a ``launcher.WorkerHandle``."""
+
+    store_host = "127.0.0.1"
+    shrink_on_loss = False
+
+    def __init__(self, command: list[str]):
+        self.command = resolve_command(command)
+
+    def start(self, worker: WorkerEnv, log_path: Path, visible: str) -> subprocess.Popen:
+        env = {**os.environ, **worker.as_env(), "CUDA_VISIBLE_DEVICES": visible,
+               "PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH"))}
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, preexec_fn=_ignore_sigterm)

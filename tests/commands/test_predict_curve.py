@@ -1,0 +1,108 @@
+"""``dlsched predict curve``: the JSON contract, exit codes and every reader, on a real dev-set run
+(``bench/curves``) rewritten into each log format. Subprocess runs only where the exit code is the point."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dlsched.commands.predict_curve import run_curve
+from dlsched.errors import UserError
+from dlsched.perf.curve_readers import read_curve
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = REPO / "bench" / "curves" / "charlm-step.csv"
+KEYS = {"model", "final_value", "target", "steps_to_target", "interval_80", "final_value_interval_80"}
+
+
+def cli(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), COLUMNS="160")
+    return subprocess.run([sys.executable, "-m", "dlsched.cli", "predict", "curve", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.slow
+def test_json_contract_and_unreachable_exit_code():
+    r = cli(RUN, "--x", "step", "--y", "loss", "--budget", "800", "--schedule", "step:400,600:0.1",
+            "--observed-until", "300", "--target-fraction", "0.95", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert KEYS <= set(out) and out["observed_until"] == 300
+    lo, hi = out["interval_80"]
+    assert lo <= out["steps_to_target"] <= hi <= 500
+    r = cli(RUN, "--budget", "800", "--schedule", "step:400,600:0.1", "--observed-until", "300", "--target", "0.01", "--json")
+    assert r.returncode == 3
+    assert json.loads(r.stdout)["steps_to_target"] is None
+    assert len(r.stderr.strip().splitlines()) == 1 and "unreachable" in r.stderr and "floor" in r.stderr
+
+
+def test_accuracy_target_with_lr_column_and_time(capsys):
+    code = run_curve(RUN, "step", "accuracy", 800, "lr-column", 300, 0.5, None, "accuracy", "lr", "wall_s", True, None)
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["schedule"] == "lr-column" and out["target"] == pytest.approx(0.5)
+    assert out["seconds_to_target"] is not None and out["seconds_to_budget"] > 0
+
+
+@pytest.mark.parametrize("args,field", [
+    (dict(schedule="cosine:warmup=x"), "--schedule"), (dict(metric="auc"), "--metric"),
+    (dict(budget=-1.0), "--budget"), (dict(target=0.5, target_fraction=0.9), "--target"),
+    (dict(y="nope"), "'nope'"), (dict(observed_until=15), "too few points"),
+    (dict(schedule="lr-column"), "lr-column"), (dict(budget=100.0, observed_until=None), "--budget"),
+])
+def test_bad_input_is_one_line_naming_the_field(args, field):
+    kw = dict(file=RUN, x="step", y="loss", budget=800.0, schedule="constant", observed_until=300.0, target=None,
+              target_fraction=None, metric="loss", lr_col=None, time_col=None, as_json=True, plot_path=None)
+    kw.update(args)
+    with pytest.raises(UserError) as e:
+        run_curve(**kw)
+    assert field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_readers_give_the_same_curve_from_every_format(tmp_path):
+    d = pd.read_csv(RUN)
+    want = read_curve(RUN, lr_col="lr")
+    # Lightning metrics.csv: sparse rows (train and validation logged on separate rows of the same step)
+    rows = []
+    for r in d.itertuples():
+        rows.append({"epoch": 0, "step": r.step, "lr-Adam": r.lr, "val_loss": ""})
+        rows.append({"epoch": 0, "step": r.step, "lr-Adam": "", "val_loss": r.loss})
+    pd.DataFrame(rows).to_csv(tmp_path / "metrics.csv", index=False)
+    got = read_curve(tmp_path, y="val_loss", lr_col="lr-Adam")
+    assert (got.x == want.x).all() and (got.y == want.y).all() and (got.lr == want.lr).all()
+    # Hugging Face trainer_state.json
+    hist = [{"step": int(r.step), "learning_rate": r.lr, "loss": r.train_loss} for r in d.itertuples()]
+    hist += [{"step": int(r.step), "eval_loss": r.loss} for r in d.itertuples()]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"max_steps": 800, "log_history": hist}))
+    hf = read_curve(tmp_path / "trainer_state.json", y="eval_loss")
+    assert (hf.y == want.y).all() and hf.budget == 800 and hf.lr is not None
+    # the job folder's progress.jsonl (events skipped, metrics nested, a half-written last line ignored)
+    job = tmp_path / "job"
+    job.mkdir()
+    lines = [json.dumps({"event": "checkpoint", "step": 0})]
+    for r in d.itertuples():   # train.protocol: StepRecord per step, evaluations as "metrics" events
+        lines.append(json.dumps({"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * int(r.step),
+                                 "batch_size": 32, "total_samples": 32 * 800, "loss": r.train_loss, "lr": r.lr,
+                                 "metrics": {"acc": r.accuracy}}))
+        lines.append(json.dumps({"event": "metrics", "step": int(r.step), "epoch": 0, "metrics": {"val_loss": r.loss}}))
+    (job / "progress.jsonl").write_text("\n".join(lines) + '\n{"step": 81')
+    pj = read_curve(job, y="val_loss")
+    assert (pj.y == want.y).all() and pj.budget == 800 and pj.time is not None and pj.lr is not None
+    assert (read_curve(job, y="acc").y == d.accuracy).all()
+    with pytest.raises(UserError, match="no column 'acc'"):
+        read_curve(RUN, y="acc")
+
+
+def test_tensorboard_events_are_read_when_a_reader_is_installed(tmp_path):
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    d = pd.read_csv(RUN)
+    with SummaryWriter(str(tmp_path)) as w:
+        for r in d.itertuples():
+            w.add_scalar("val/loss", r.loss, int(r.step))
+            w.add_scalar("lr", r.lr, int(r.step))
+    got = read_curve(tmp_path, y="val/loss", lr_col="lr")
+    assert len(got.x) == len(d) and got.y[-1] == pytest.approx(d.loss.iloc[-1], rel=1e-6)

@@ -1,0 +1,50 @@
+"""Entry-point confinement (``service.entries``): what the operator allows runs, nothing else is even stored."""
+import pytest
+
+from dlsched.service.entries import EntryRules
+from dlsched.spec import SpecError
+
+
+@pytest.fixture
+def rules(tmp_path):
+    (tmp_path / "jobs" / "sub").mkdir(parents=True)
+    (tmp_path / "shared").mkdir()
+    return EntryRules.make(tmp_path / "jobs", roots=(".", "../shared"), modules=("mylab.jobs",),
+                           forbidden=(tmp_path / "jobs" / "state",))
+
+
+@pytest.mark.parametrize("entry", ["a.py:make_job", "sub/b.py:make_job", "mylab.jobs:make", "mylab.jobs.cnn:make",
+                                   "{tmp}/jobs/c.py:make_job", "{tmp}/shared/d.py:make_job"])
+def test_allowed(rules, tmp_path, entry):
+    rules.check(entry.format(tmp=tmp_path))
+
+
+@pytest.mark.parametrize("entry, why", [
+    ("os:system", "imports module 'os', which is not an allowed job module (mylab.jobs"),
+    ("mylab.jobsx:make", "not an allowed job module"),
+    ("mylab:make", "not an allowed job module"),
+    ("/etc/evil.py:make_job", "outside the allowed job directories"),
+    ("../escape.py:make_job", "contains '..'"),
+    ("sub/../../x.py:make_job", "contains '..'"),
+    ("state/jobs/1/x.py:make_job", "state directory"),
+    ("a.py:_private", "private attribute"),
+    ("a.py:__class__", "private attribute"),
+])
+def test_refused_with_one_line(rules, entry, why):
+    with pytest.raises(SpecError) as e:
+        rules.check(entry, "job.yaml")
+    assert str(e.value).startswith(f"job.yaml: field entry: {entry!r}") and why in str(e.value)
+
+
+def test_a_symlink_out_of_the_root_is_refused(rules, tmp_path):
+    (tmp_path / "evil.py").write_text("")
+    (tmp_path / "jobs" / "link.py").symlink_to(tmp_path / "evil.py")
+    with pytest.raises(SpecError, match="outside the allowed job directories"):
+        rules.check("link.py:make_job")
+
+
+def test_default_root_is_the_workdir(tmp_path):
+    rules = EntryRules.make(tmp_path)
+    rules.check("x.py:make_job")
+    with pytest.raises(SpecError, match="no module|not an allowed job module \\(none are"):
+        rules.check("examples.mlp:make_job")

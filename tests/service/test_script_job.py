@@ -1,0 +1,43 @@
+"""A user's own script submitted with `dlsched submit -- python ...` runs under the service end to end."""
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from dlsched.paths import REPO_ROOT
+from dlsched.service.server import Service, free_port
+from dlsched.spec import load_cluster_spec
+from tests.service.teardown import stop_service_and_jobs
+from tests.service.test_cli import SERVE
+
+
+@pytest.mark.slow
+def test_submit_a_script_its_reported_metrics_reach_logs_and_its_noise_the_dashboard(tmp_path):
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: goodput\ninterval_s: 0.5")
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), COLUMNS="200")
+
+    def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SERVE), *args], capture_output=True, text=True, env=env,
+                              timeout=timeout)
+
+    try:
+        r = cli("submit", "--server", svc.url, "--min-gpus", "1", "--max-gpus", "2", "--", "python",
+                "examples/cifar_resnet.py", "--epochs", "2", "--samples", "200", "--batch-size", "32")
+        assert r.returncode == 0 and r.stdout.strip() == "submitted job 1 (cifar_resnet)", r.stderr
+        logs = cli("logs", "1", "-f", "--server", svc.url, timeout=900)  # follows until the job ends
+        assert "val_accuracy" in logs.stdout and " loss " in logs.stdout, logs.stdout[-2000:]
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        end = time.monotonic() + 60
+        while c.get("/jobs/1").json()["state"] != "finished" and time.monotonic() < end:
+            time.sleep(0.2)
+        job = c.get("/jobs/1").json()
+        assert job["state"] == "finished", job.get("error")
+        curve = c.get("/dashboard/api/jobs/1").json()["curve"]
+        assert curve and all(p["loss"] is not None for p in curve)
+        assert any(p["noise_scale"] for p in curve)
+    finally:
+        stop_service_and_jobs(svc)

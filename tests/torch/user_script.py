@@ -1,0 +1,52 @@
+"""A plain PyTorch training script ported to dlsched.torch (the tests' bring-your-own-loop job).
+
+No checkpoint code: the model, AdamW/SGD and OneCycleLR are registered by dlsched.torch on their own.
+``--step-s`` slows each step (while ``--slow-file`` exists) so tests can resize it mid-epoch.
+"""
+import argparse
+import os
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import dlsched.torch as dt
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--samples", type=int, default=96)
+ap.add_argument("--batch", type=int, default=8)
+ap.add_argument("--epochs", type=int, default=2)
+ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
+ap.add_argument("--lr", type=float, default=0.01)
+ap.add_argument("--step-s", type=float, default=0.0)
+ap.add_argument("--slow-file", default="", help="sleep --step-s per step only while this file exists")
+ap.add_argument("--ckpt-every", type=int, default=5)
+args = ap.parse_args()
+
+dt.init(ckpt_every=args.ckpt_every)
+g = torch.Generator().manual_seed(0)
+x = torch.randn(args.samples, 8, generator=g)
+y = (x @ torch.randn(8, 1, generator=g)).squeeze(1) + 0.1 * torch.randn(args.samples, generator=g)
+torch.manual_seed(0)
+model = dt.ElasticDataParallel(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
+if args.optimizer == "adamw":
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+else:
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffle=True)
+steps = args.epochs * -(-args.samples // args.batch)
+scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps)
+
+for epoch in dt.remaining_epochs(args.epochs):
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(xb).squeeze(1), yb)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        dt.report(loss=loss.item())
+        if args.step_s and (not args.slow_file or os.path.exists(args.slow_file)):
+            time.sleep(args.step_s)
+    with torch.no_grad():
+        dt.report(val_mse=nn.functional.mse_loss(model(x).squeeze(1), y).item())

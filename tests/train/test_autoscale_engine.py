@@ -1,0 +1,73 @@
+"""The Or et al. engine live: a real elastic job scales itself out while efficiency holds and stops below S."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dlsched.train.autoscale import ScheduleConfig
+from dlsched.train.autoscale_engine import AutoscaleConfig, AutoscaleEngine
+from dlsched.train.files import read_progress
+
+from .helpers import REPO
+
+EMBEDDING = f"{REPO / 'examples' / 'embedding.py'}:make_job"
+
+
+def _rec(step, workers, rate, batch=64):
+    return {"step": step, "workers": workers, "samples_per_s": rate, "batch_size": batch, "samples": step * batch,
+            "total_samples": 10_000}
+
+
+def test_engine_waits_for_its_resize_and_skips_warmup_steps():
+    eng = AutoscaleEngine(AutoscaleConfig(every_steps=3, warmup_steps=1,
+                                          schedule=ScheduleConfig(spawn_size=1, max_workers=4, min_consecutive_passes=1,
+                                                                  min_batches_for_staying=0)))
+    decisions = []
+    for step, (n, r) in enumerate([(1, 5.0)] + [(1, 100.0)] * 3 + [(1, 100.0)] * 2 + [(2, 1.0)] + [(2, 190.0)] * 3, 1):
+        eng.observe(_rec(step, n, r))
+        decisions.append(eng.decide(_rec(step, n, r)))
+    made = [d for d in decisions if d]
+    assert [d["action"] for d in made] == ["grow", "grow"]     # nothing while the resize to 2 was pending
+    assert made[0]["throughput"] == {1: 100.0}                 # the warm-up step (5/s) is not measured
+    assert made[1]["pairs"][0]["efficiency"] == pytest.approx(0.9)
+
+
+@pytest.mark.slow
+def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_path):
+    # examples/embedding.py: a 200k x 16 embedding table (3.2M parameters, 13 MB of dense gradients per
+    # all-reduce) and 3 ms of per-sample compute that divides among workers (see the job): compute-bound on one
+    # worker, while the real gloo all-reduce grows with every worker and dominates from 3 or 4 on.
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    spec = tmp_path / "job.yaml"  # the spec option (the same engine as --autoscale and its flags)
+    spec.write_text(f"name: emb\nentry: {EMBEDDING}\ngpus: 1\nbatch_size: 64\n"
+                    "params: {num_samples: 2048, rows: 200000, epochs: 3, sample_compute_s: 0.003}\n"
+                    "autoscale: {every_steps: 4, max_workers: 6, threshold: 0.1}\n")
+    cmd = [sys.executable, "-m", "dlsched.cli", "train", "--spec", str(spec), "--job-dir", str(tmp_path / "job")]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
+    assert out.returncode == 0, out.stdout + out.stderr
+    decisions = [json.loads(x) for x in (tmp_path / "job" / "autoscale.jsonl").read_text().splitlines()]
+    assert "autoscale step" in out.stdout and len(decisions) >= 2
+    assert decisions[0]["action"] == "grow" and decisions[0]["workers"] == 1  # one count tried: scale out by N
+    for d in decisions[1:]:
+        last = d["pairs"][-1]
+        if d["action"] == "grow":  # every further step out rests on efficiency that held at every step so far
+            assert all(p["efficiency"] > 0.1 for p in d["pairs"])
+        else:                      # settling or backing off names a measured step below S
+            assert any(p["efficiency"] <= 0.1 for p in d["pairs"]), d
+    assert any(p["efficiency"] <= 0.1 for d in decisions for p in d["pairs"])  # the drop happened ...
+    final = max(d["workers"] for d in decisions)
+    assert final < 6 or decisions[-1]["action"] != "grow"                    # ... and the engine stopped there
+    steps = [r for r in read_progress(tmp_path / "job") if "event" not in r]
+    assert steps[-1]["samples"] == 3 * 2048 and len({r["workers"] for r in steps}) >= 2
+
+
+def test_bad_autoscale_flags_are_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", f"{REPO / 'examples' / 'mlp.py'}:make_job",
+                          "--job-dir", str(tmp_path), "--autoscale", "--utility", "ten"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "--utility 'ten'" in out.stderr
