@@ -43,6 +43,7 @@ def start_service(cluster, policy: str = "test-elastic", runtime: str = RUNTIME)
     """``dlsched serve`` inside node 0, bound on its IP, its state on the shared mount; an API client for it."""
     token = secrets.token_hex(16)
     (cluster.export / "token").write_text(token)
+    (cluster.export / "token").chmod(0o600)
     (cluster.export / "cluster.json").write_text(json.dumps({
         "backend": "ray", "policy": policy, "interval_s": 0.5,
         "nodes": [{"name": n.name, "gpus": 1} for n in cluster.nodes[1:]]}))
