@@ -49,7 +49,7 @@ def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_memb
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 4}]\npolicy: test-elastic\ninterval_s: 0.3")
     svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
     try:
-        c = httpx.Client(base_url=svc.url, timeout=30)
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
 
         def submit(body):
             return c.post("/jobs", content=body, headers={"content-type": "application/yaml"}).json()["id"]

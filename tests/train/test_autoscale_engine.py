@@ -71,3 +71,21 @@ def test_bad_autoscale_flags_are_one_line(tmp_path):
                           "--job-dir", str(tmp_path), "--autoscale", "--utility", "ten"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "--utility 'ten'" in out.stderr
+
+
+def test_utility_below_cost_keeps_the_count_although_efficiency_holds():
+    from dlsched.train.autoscale import LinearUtility
+
+    sched = ScheduleConfig(spawn_size=1, max_workers=4, min_consecutive_passes=1, min_batches_for_staying=0)
+    cheap = AutoscaleEngine(AutoscaleConfig(every_steps=1, warmup_steps=0, schedule=sched,
+                                            utility=LinearUtility(1e6, 3600), price_per_worker_s=1e-9))
+    dear = AutoscaleEngine(AutoscaleConfig(every_steps=1, warmup_steps=0, schedule=sched,
+                                           utility=LinearUtility(1e-6, 3600), price_per_worker_s=10.0))
+    last = {}
+    for name, eng in (("cheap", cheap), ("dear", dear)):
+        for rec in (_rec(1, 1, 100.0), _rec(2, 2, 150.0)):
+            eng.observe(rec)
+            last[name] = eng.decide(rec)
+    assert last["cheap"]["action"] == "grow" and last["cheap"]["pairs"][0]["passes_utility"]
+    assert last["dear"]["pairs"][0]["passes_efficiency"] and not last["dear"]["pairs"][0]["passes_utility"]
+    assert last["dear"]["action"] == "shrink"  # s = 0.5 >= S, but finishing sooner is worth less than the workers

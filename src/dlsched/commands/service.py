@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
               entry_root: list[Path] = typer.Option([], help="directory job files may come from (repeatable; "
                                                      "default: --workdir)"),
               entry_module: list[str] = typer.Option([], help="importable module/package jobs may name (repeatable; "
-                                                      "default: none)"),
+                                                      "default: only dlsched's ensemble loader)"),
               allow_host: list[str] = typer.Option([], help="extra Host name a loopback-bound service answers to"),
               runtime: Optional[str] = typer.Option(None, help="job runtime command prefix (default: python -m dlsched.train.run)"),
               workdir: Optional[Path] = typer.Option(None, help="where job entries like examples/mlp.py resolve (default: cwd)"),

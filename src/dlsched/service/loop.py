@@ -219,7 +219,7 @@ class LiveLoop:
                 self._shrunk_by_loss(job, dict(res.nodes), now)
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
-        self.models.forget(job.id)
+        self.models.forget(job.id, finished=res.state == "finished")
 
     def _shrunk_by_loss(self, job: JobRecord, nodes: dict[str, int], now: float) -> None:
         gpus = sum(nodes.values())

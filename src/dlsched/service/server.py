@@ -96,9 +96,11 @@ class Service:
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time checks: an allowed entry point (``entries.py``, before any file is read), the cluster and
         policy can run it, and its entry exists and takes its params."""
-        entry = getattr(spec, "entry", None)
+        entry, command = getattr(spec, "entry", None), getattr(spec, "command", None)
         if entry:
             self.entries.check(entry, source)
+        if command:
+            self.entries.check_command(command, source)
         command = getattr(spec, "command", None)
         if command:  # a script job: `python path/to/script.py ...`, the script under the same rules as an entry
             if command[0] not in ("python", "python3") or len(command) < 2 or not command[1].endswith(".py"):
