@@ -25,7 +25,7 @@ models:
 """
 JOB = """name: {name}
 kind: ensemble
-entry: dlsched.train.fleet_spec:from_yaml
+entry: examples/ensemble/ensemble_job.py:from_yaml
 params: {{path: {path}}}
 gpus: 1
 min_gpus: 1
@@ -60,7 +60,7 @@ def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_memb
         def plans():
             return [e["detail"] for e in c.get(f"/jobs/{ens}/events").json() if e["kind"] == "job_flotillas"]
 
-        wait_until(lambda: plans(), 180, "the ensemble's first flotillas")
+        wait_until(lambda: plans(), 300, "the ensemble's first flotillas")
         assert plans()[0]["share"] == 2                         # 4 slots - 1 - 1 for the ordinary jobs
         assert sum(sum(f["members"].values()) for f in plans()[0]["flotillas"]) <= 2
         shown = c.get(f"/jobs/{ens}").json()["ensemble"]
