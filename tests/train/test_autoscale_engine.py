@@ -44,7 +44,7 @@ def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     spec = tmp_path / "job.yaml"  # the spec option (the same engine as --autoscale and its flags)
     spec.write_text(f"name: emb\nentry: {EMBEDDING}\ngpus: 1\nbatch_size: 64\n"
-                    "params: {num_samples: 2048, rows: 200000, epochs: 3, sample_compute_s: 0.003}\n"
+                    "params: {num_samples: 2048, rows: 200000, epochs: 4, sample_compute_s: 0.003}\n"
                     "autoscale: {every_steps: 4, max_workers: 6, threshold: 0.1}\n")
     cmd = [sys.executable, "-m", "dlsched.cli", "train", "--spec", str(spec), "--job-dir", str(tmp_path / "job")]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
@@ -62,7 +62,7 @@ def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_
     final = max(d["workers"] for d in decisions)
     assert final < 6 or decisions[-1]["action"] != "grow"                    # ... and the engine stopped there
     steps = [r for r in read_progress(tmp_path / "job") if "event" not in r]
-    assert steps[-1]["samples"] == 3 * 2048 and len({r["workers"] for r in steps}) >= 2
+    assert steps[-1]["samples"] == 4 * 2048 and len({r["workers"] for r in steps}) >= 2
 
 
 def test_bad_autoscale_flags_are_one_line(tmp_path):

@@ -1,5 +1,5 @@
 """Service commands, shaped after Slurm/kubectl habits: ``serve``, ``submit FILE``, ``status`` (squeue-like,
-``--watch``), ``show ID``, ``cancel ID`` (scancel), ``logs ID [-f]``, ``events``. Clients talk to the REST API
+``--watch``), ``show ID``, ``cancel ID`` (scancel), ``logs ID [-f]``, ``events``, ``nodes`` (sinfo). Clients talk to the REST API
 at ``--server`` / ``$DLSCHED_SERVER`` with the bearer token ``serve`` generated (``service.auth.client_token``:
 ``$DLSCHED_TOKEN``, ``$DLSCHED_TOKEN_FILE`` or ``dlsched-state/token``)."""
 from __future__ import annotations
@@ -69,6 +69,18 @@ JOB_COLUMNS = [Column("ID", "right"), Column("NAME"), Column("STATE"), Column("G
                Column("BATCH", "right", drop_rank=2), Column("DONE", "right"), Column("LOSS", "right", drop_rank=1),
                Column("SAMPLES/S", "right", drop_rank=3), Column("FINISH"), Column("LEFT", "right", drop_rank=2),
                Column("REASON", drop_rank=1)]
+
+
+NODE_COLUMNS = [Column("NODE"), Column("ADDRESS"), Column("SLOTS", "right"), Column("USED", "right"),
+                Column("HEALTH"), Column("SINCE", drop_rank=1), Column("TYPE", drop_rank=2), Column("JOBS")]
+HEALTH_STYLE = {"up": "green", "lost": "bold red"}
+
+
+def node_rows(nodes: list[dict]) -> list[list[str]]:
+    """One row per node, like ``sinfo -N``: a lost node stays listed, marked, with the time it went."""
+    return [[escape(n["name"]), n["address"] or "-", str(n["slots"]), str(n["used"]),
+             f"[{HEALTH_STYLE.get(n['health'], '')}]{n['health']}[/]", local_clock(n["since"]), escape(n["gpu_type"]),
+             ",".join(map(str, n["jobs"])) or "-"] for n in nodes]
 
 
 def _finish_cell(j: dict) -> str:
@@ -432,6 +444,15 @@ def register(app: typer.Typer) -> None:
                     return
                 time.sleep(0.5)
             r = client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset})
+
+    @app.command()
+    def nodes(server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
+        """Nodes (like sinfo): address, GPU slots and those in use, health (up / lost), the jobs on each."""
+        rows = Client(server).get("/nodes")["nodes"]
+        if as_json:
+            print_json(rows)
+        else:
+            table(NODE_COLUMNS, node_rows(rows), title="dlsched nodes")
 
     @app.command()
     def events(job_id: Optional[int] = typer.Argument(None, help="only this job's events"),

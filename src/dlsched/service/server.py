@@ -87,7 +87,8 @@ class Service:
         # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
         self.check_entries = runtime is None
         app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
-                         loop_thread=self.thread, validate=self.validate, hosts=allowed_hosts(host, extra_hosts))
+                         loop_thread=self.thread, validate=self.validate, hosts=allowed_hosts(host, extra_hosts),
+                         node_table=lambda: self.loop.nodes.table)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                     access_log=False, limit_concurrency=256, timeout_keep_alive=5))
         self._uv_thread: threading.Thread | None = None
