@@ -106,6 +106,7 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
     lo, hi = sorted(space.down(np.array(p.final_value_interval_80)))
     remaining = t.target_x - p.x_now
     row = {"curve": c.name, "observed": frac, "model": p.model, "final_err": abs(final / t.final - 1),
+           "final_width": (hi - lo) / final if final > 0 else math.nan,
            "final_log": math.log(t.final / final) if final > 0 else math.nan, "final_cov": lo <= t.final <= hi,
            "unreachable": p.steps_to_target is None, "steps_err": math.nan, "steps_log": math.nan, "steps_cov": math.nan}
     if remaining > 0 and p.steps_to_target is not None:
@@ -218,6 +219,7 @@ def schedule_report(write_calibration: bool = False) -> None:
               f"  steps-to-95 % {pct(s.steps_err.median())} (<= 20 %)"
               f"  80 % coverage final {pct(s.final_cov.mean())} steps {pct(s.steps_cov.dropna().astype(float).mean())} (70-90 %)"
               f"  wrongly unreachable {int(s.unreachable.sum())} (0)"
+              f"  interval width {pct(s.final_width.median())} of the value"
               f"   | Optimus: final {pct(o.final_err.median())} steps {pct(o.steps_err.median())}"
               f" cov {pct(o.final_cov.mean())}/{pct(o.steps_cov.dropna().astype(float).mean())}"
               f" unreachable {int(o.unreachable.sum())}")

@@ -1,6 +1,7 @@
 import pytest
 
-from dlsched.errors import UserError, read_yaml_file
+from dlsched.documents import read_yaml_file
+from dlsched.errors import UserError
 
 
 def test_bad_yaml_names_file_and_line(tmp_path):
@@ -17,3 +18,13 @@ def test_missing_and_non_utf8_files_are_one_line(tmp_path):
     f.write_bytes(b"a: \xff\xfe\n")
     with pytest.raises(UserError, match="not UTF-8"):
         read_yaml_file(f)
+
+
+def test_hostile_yaml_files_are_one_line(tmp_path):
+    for name, text, needle in [("bomb.yaml", "a: &a [x]\nb: [*a, *a]\n", "aliases"),
+                               ("deep.yaml", "[" * 5000 + "]" * 5000, "nested deeper than"),
+                               ("dup.yaml", "a: 1\na: 2\n", "duplicate key 'a'")]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UserError, match=needle) as e:
+            read_yaml_file(tmp_path / name)
+        assert str(e.value).startswith(str(tmp_path / name))

@@ -116,6 +116,17 @@ def test_parameter_server_fields():
         assert "\n" not in str(e.value)
 
 
+def test_autoscale_option():
+    base = "name: a\nentry: x.py:make_job\n"
+    s = load_job_spec(base + "autoscale: {every_steps: 5, max_workers: 4, utility_value: 10, utility_seconds: 3600}\n")
+    assert (s.autoscale.every_steps, s.autoscale.threshold, s.autoscale.utility_value) == (5, 0.1, 10)
+    for text, needle in ((base + "autoscale: {threshold: 2}\n", "autoscale.threshold"),
+                         (base + "autoscale: {utility_value: 1}\n", "go together"),
+                         (base + "gpus: 3\nstrategy: ps\nautoscale: {}\n", "strategy must be allreduce")):
+        with pytest.raises(SpecError, match=needle):
+            load_job_spec(text)
+
+
 def test_a_command_job_runs_the_users_script_and_takes_no_make_job_fields():
     from pathlib import Path
 

@@ -90,7 +90,7 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width:
     need = [max([_cell_width(columns[i].header)] + [_cell_width(r[i]) for r in rows]) for i in keep]
 
     def total(idx: list[int]) -> int:
-        return sum(need[i] for i in idx) + 2 * (len(idx) - 1)
+        return sum(need[i] for i in idx) + 3 * (len(idx) - 1)   # a divider and a space each side
 
     for rank in sorted({c.drop_rank for c in columns if c.drop_rank > 0}, reverse=True):
         if total(keep) <= width:
@@ -104,7 +104,7 @@ def make_table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: 
     """A rich table of ``rows`` fitted to ``width`` (see the module docstring)."""
     rows = [list(r) for r in rows]
     keep = fit_columns(columns, rows, width, wide)
-    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, expand=False, title_justify="left")
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False, title_justify="left")
     for i in keep:
         t.add_column(columns[i].header, justify=columns[i].justify, overflow="fold")
     for r in rows:

@@ -10,6 +10,7 @@ that refuses duplicate keys (YAML's last-one-wins would hide a typo). JSON gets 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -132,3 +133,17 @@ def load_document(data: bytes | str, source: str, fmt: str | None = None, limit:
         raise DocumentError(f"{source}: nested deeper than {MAX_DEPTH} levels") from None
     except (ValueError, OverflowError) as e:   # huge int literals
         raise DocumentError(f"{source}: unreadable document: {str(e).splitlines()[0][:80]}") from None
+
+
+def read_yaml_file(path: str | Path, limit: int = MAX_DOCUMENT_BYTES) -> Any:
+    """A YAML (or JSON) file's document within the limits above; an unreadable file or bad document is one
+    ``DocumentError`` line naming the file (and the line)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:   # at most one byte past the limit: a FIFO or /dev/zero has no size
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise DocumentError(f"{path}: file not found") from None
+    except OSError as e:
+        raise DocumentError(f"{path}: cannot read: {e.strerror}") from None
+    return load_document(data, str(path), limit=limit)

@@ -61,6 +61,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
+class AutoscaleSpec(_Strict):
+    """Or et al.'s engine (``train/autoscale_engine``) for a job that sizes itself (``dlsched train --spec``)."""
+
+    every_steps: Annotated[int, Field(ge=1, le=1_000_000)] = 20
+    spawn_size: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
+    max_workers: Gpus = 8
+    threshold: Annotated[float, Field(ge=0, le=1)] = 0.1
+    price_per_worker_hour: Annotated[float, Field(ge=0, le=1e9)] = 1.0
+    utility_value: Annotated[float, Field(gt=0, le=1e12)] | None = None   # linear utility: worth this now ...
+    utility_seconds: Annotated[float, Field(gt=0, le=1e9)] | None = None  # ... and 0 at this many seconds
+
+    @model_validator(mode="after")
+    def _utility_pair(self) -> "AutoscaleSpec":
+        if (self.utility_value is None) != (self.utility_seconds is None):
+            raise ValueError("utility_value and utility_seconds go together")
+        return self
+
+
 class JobSpec(_Strict):
     """One training job as a user submits it.
 
@@ -91,6 +109,7 @@ class JobSpec(_Strict):
     strategy: Literal["allreduce", "ps"] = "allreduce"
     servers: Annotated[int, Field(ge=1, le=MAX_GPUS)] | None = None
     sync: Annotated[str, Field(pattern=r"^(sync|async|ssp:[0-9]{1,4})$")] = "sync"
+    autoscale: AutoscaleSpec | None = None
 
     @field_validator("params")
     @classmethod
@@ -108,6 +127,8 @@ class JobSpec(_Strict):
             raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
         if self.strategy == "allreduce" and (self.servers is not None or self.sync != "sync"):
             raise ValueError("servers and sync are parameter-server fields: set strategy: ps")
+        if self.autoscale is not None and self.strategy != "allreduce":
+            raise ValueError("autoscale sizes all-reduce jobs (Or et al.'s engine): strategy must be allreduce")
         if self.strategy == "ps" and lo <= self.num_servers:
             raise ValueError(f"servers={self.num_servers} count against the GPUs: min_gpus/gpus={lo} must exceed it "
                              "to leave a worker")
@@ -228,14 +249,8 @@ def _fmt_of(path: str | Path) -> str | None:
     return "json" if str(path).endswith(".json") else None
 
 
-def read_job_spec_file(path: str | Path) -> tuple[bytes, JobSpec]:
-    """The file's bytes and the spec they hold (what a client checks, then sends)."""
-    data = _read(path)
-    return data, load_job_spec(data, str(path), _fmt_of(path))
-
-
 def load_job_spec_file(path: str | Path) -> JobSpec:
-    return read_job_spec_file(path)[1]
+    return load_job_spec(_read(path), str(path), _fmt_of(path))
 
 
 def load_cluster_spec_file(path: str | Path) -> ClusterSpec:

@@ -4,7 +4,8 @@ It really trains (linear regression by SGD in numpy, which starts in a fraction 
 ONE process; ``--workers`` only scales
 the emulated step time, so tests exercise start/resize/stop/resume/progress without the cost of a real
 process group. Params: ``samples`` (dataset size), ``epochs``, ``step_s`` (seconds per step on 1 worker),
-``fail_at`` (samples after which it crashes), ``ckpt_every`` (steps).
+``fail_at`` (samples after which it crashes), ``kill_at`` (samples after which it SIGKILLs itself, as the
+OOM killer would), ``ckpt_every`` (steps).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def main() -> int:
     epochs = int(params.get("epochs", 1))
     step_s = float(params.get("step_s", 0.02))
     fail_at = float(params.get("fail_at", "inf"))
+    kill_at = float(params.get("kill_at", "inf"))
     ckpt_every = int(params.get("ckpt_every", 5))
     d = Path(a.job_dir)
     (d / "ckpt").mkdir(parents=True, exist_ok=True)
@@ -86,6 +88,8 @@ def main() -> int:
         time.sleep(step_s / workers)
         step += 1
         samples = min(total, samples + batch)
+        if samples > kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         if samples > fail_at:
             _atomic(d / "status.json", {"state": "failed", "pid": os.getpid(), "workers": workers,
                                         "error": f"injected failure at {samples} samples"})

@@ -121,3 +121,22 @@ def test_missing_file_and_unknown_type(tmp_path):
 def test_loss_only_input_predicts_steps_without_table(tmp_path):
     rep = predict(load_observations(_csv(tmp_path, "step,loss\n100,2.0\n200,1.5\n300,1.2\n400,1.1\n")), 4)
     assert rep.rows == [] and rep.steps.value >= 0
+
+
+def test_yaml_predict_json_parses_and_the_table_cuts_nothing_at_80_columns():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from dlsched.paths import REPO_ROOT
+
+    for example in ("resnet50_allreduce.yaml", "resnet50_ps_table2.yaml"):
+        args = [sys.executable, "-m", "dlsched.cli", "predict", f"examples/predict/{example}", "--gpus", "10"]
+        env = dict(os.environ, COLUMNS="80")
+        table = subprocess.run(args, capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=120)
+        assert table.returncode == 0 and "…" not in table.stdout, table.stderr
+        assert all(len(line) <= 80 for line in table.stdout.splitlines())
+        out = json.loads(subprocess.run(args + ["--json"], capture_output=True, text=True, cwd=REPO_ROOT, env=env,
+                                        timeout=120).stdout)
+        assert out["model"] == "optimus" and sum(c["best"] for c in out["configurations"]) == 1

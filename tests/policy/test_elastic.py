@@ -332,10 +332,10 @@ def test_pinned_jobs_that_no_longer_fit_do_not_block_the_others():
     assert alloc.gpus("j1") >= 1 and alloc.total_gpus <= 2
 
 
-def test_without_remaining_work_the_job_with_least_attained_service_goes_first():
+def test_without_remaining_work_the_job_that_ran_least_goes_first():
     cluster = ClusterView.homogeneous(1, 1)
-    old = job(0, attained_service=50_000.0)
-    new = job(1, attained_service=0.0)
+    old = job(0, run_time=50_000.0, attained_service=50_000.0)
+    new = job(1, run_time=0.0, attained_service=0.0)
     assert make_policy("elastic").decide((old, new), cluster).gpus("j1") == 1
     assert make_policy("elastic", urgency=0.0).decide((old, new), cluster).gpus("j0") == 1
 
@@ -434,3 +434,11 @@ def test_saxena_is_the_paper_objective_solved_on_arrival_and_departure():
     lone = job(0, StepProfile(allreduce=0.001), batch_size=32, min_local_batch=32)
     assert p.decide((lone,), cluster).gpus("j0") == 4                 # grows its batch with the GPUs
     assert base.decide((lone,), cluster).gpus("j0") == 1              # batch 32 at >= 32 per GPU: one GPU
+
+
+def test_without_remaining_work_the_weight_follows_run_time_not_gpu_seconds():
+    # two jobs that ran equally long, one on 8x the GPUs: growing a job must not by itself lower its weight
+    policy = make_policy("goodput")
+    a, b = job(0, run_time=600.0, attained_service=600.0), job(1, run_time=600.0, attained_service=4800.0)
+    scales = policy._scales([a, b], {"j0": 1.0, "j1": 1.0})
+    assert scales["j0"] == pytest.approx(scales["j1"])

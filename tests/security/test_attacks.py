@@ -199,3 +199,11 @@ def test_an_allowed_entry_still_runs(target, api):
     r = api.post("/jobs", content=job_yaml("fine").replace("x.py:make_job", "ok.py:make_job"), headers=YAML)
     assert r.status_code == 201, r.text
     api.post(f"/jobs/{r.json()['id']}/cancel")
+
+
+def test_command_jobs_cannot_run_a_shell(target):
+    svc, tmp = target
+    for cmd, needle in ([f"bash, -c, 'id > {tmp / 'F'}'", "runs 'bash'"], ["python, -c, 'import os'", "no -c, -m"],
+                        [f"python, {tmp / 'outside' / 'evil.py'}", "outside the allowed job directories"]):
+        refused(svc, 422, "POST", "/jobs", needle, content=f"name: x\ncommand: [{cmd}]\ngpus: 1\n", headers=YAML)
+    nothing_ran(svc, tmp)

@@ -59,3 +59,15 @@ def test_serve_refuses_an_unknown_backend_in_one_line():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip() == "error: --backend 'bogus': expected 'local' or 'ray'"
+
+
+def test_submit_applies_the_service_limits_before_sending(service, tmp_path):
+    """The 60 KB file that segfaulted ``dlsched submit`` (deep nesting), an alias bomb, duplicate keys, a huge
+    file: one line each, exit 2, nothing sent."""
+    cases = {"deep.yaml": "a: " + "[" * 30000 + "]" * 30000, "bomb.yaml": "a: &a [x, x]\nb: [*a, *a]\n",
+             "dup.yaml": "name: x\nname: y\nentry: x.py:make_job\n", "big.yaml": "# " + "x" * (2 << 20)}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        r = cli("submit", str(tmp_path / name), service=service)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and name in r.stderr, (name, r.stderr[-300:])
+    assert service.store.count() == 0

@@ -20,7 +20,7 @@ def test_allowed(rules, tmp_path, entry):
 
 
 @pytest.mark.parametrize("entry, why", [
-    ("os:system", "imports module 'os', which is not an allowed job module (mylab.jobs"),
+    ("os:system", "imports module 'os', which is not an allowed job module (dlsched.train.fleet_spec, mylab.jobs"),
     ("mylab.jobsx:make", "not an allowed job module"),
     ("mylab:make", "not an allowed job module"),
     ("/etc/evil.py:make_job", "outside the allowed job directories"),
@@ -46,5 +46,23 @@ def test_a_symlink_out_of_the_root_is_refused(rules, tmp_path):
 def test_default_root_is_the_workdir(tmp_path):
     rules = EntryRules.make(tmp_path)
     rules.check("x.py:make_job")
-    with pytest.raises(SpecError, match="no module|not an allowed job module \\(none are"):
-        rules.check("examples.mlp:make_job")
+    rules.check("dlsched.train.fleet_spec:from_yaml")       # the ensemble loader, always allowed
+    for entry in ("examples.mlp:make_job", "dlsched.train.files:atomic_write_json", "dlsched.cli:main"):
+        with pytest.raises(SpecError, match=r"not an allowed job module \(dlsched.train.fleet_spec: see"):
+            rules.check(entry)
+
+
+@pytest.mark.parametrize("command, why", [
+    (["bash", "-c", "id > F"], "runs 'bash'"),
+    (["/bin/sh", "x.py"], "runs '/bin/sh'"),
+    (["python", "-c", "import os; os.system('id')"], "no -c, -m"),
+    (["python", "-m", "http.server"], "no -c, -m"),
+    (["python"], "no -c, -m"),
+    (["python", "/etc/evil.py"], "outside the allowed job directories"),
+    (["python3", "../x.py"], "contains '..'"),
+])
+def test_command_jobs_run_only_allowed_python_scripts(rules, command, why):
+    rules.check_command(["python", "sub/train.py", "--epochs", "2"])
+    with pytest.raises(SpecError, match="field command: ") as e:
+        rules.check_command(command, "job.yaml")
+    assert why in str(e.value)

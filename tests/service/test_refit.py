@@ -106,3 +106,44 @@ def test_refit_predicts_the_loss_to_the_budget_with_the_job_schedule():
     assert k.tolist() == [1, 2, 3, 4] and l.tolist() == [5, 9, 8, 7]
     assert len(binned_curve(np.arange(1, 5001.0), np.ones(5000))[0]) <= 120
     assert fit_loss(np.arange(3.0), np.ones(3)) is None
+
+
+def test_jobs_that_finished_here_give_new_jobs_their_curve_prior(tmp_path):
+    """JobModels: a running job's annealing fit (α, c) is kept; once the job finishes it feeds the prior of
+    the next jobs (``perf.prior``); a job that merely ended (failed, gone) does not."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dlsched.service.job_models import JobModels
+    from dlsched.service.store import Store
+    from dlsched.spec import JobSpec
+
+    d = pd.read_csv(Path(__file__).resolve().parents[2] / "bench" / "curves" / "charlm-step.csv")
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples()]
+    store = Store(tmp_path / "s.db")
+    spec = JobSpec(name="lm", entry="examples/mlp.py:make_job", gpus=1, batch_size=32, total_samples=32 * 800,
+                   params={"schedule": "step:400,600:0.1"})
+    a, b = store.submit(spec), store.submit(spec)
+    models = JobModels(("slot",))
+    pred = models.refit(store.get(a), recs[:70], 2000.0)
+    assert pred.loss_fit["model"] == "annealing" and "alpha" in pred.loss_fit
+    assert models.curve_prior(store.get(b)) is None
+    models.forget(a, finished=False)
+    assert models.curve_prior(store.get(b)) is None
+    models.refit(store.get(a), recs[:71], 2100.0)
+    models.forget(a, finished=True)
+    prior = models.curve_prior(store.get(b))
+    assert prior is not None and prior.alpha == pytest.approx(pred.loss_fit["alpha"], rel=0.5)
+    store.close()
+
+
+def test_the_logged_lr_is_the_schedule_unless_the_batch_moved_it():
+    from dlsched.service.refit import logged_schedule
+
+    recs = [{"step": s, "lr": 0.1 if s < 50 else 0.01, "batch_size": 32} for s in range(1, 80)]
+    sched = logged_schedule(recs, 200)
+    assert sched is not None and sched.lr(60) == 0.01 and sched.lr(150) == 0.01
+    assert logged_schedule(recs[:40] + [dict(r, batch_size=64) for r in recs[40:]], 200) is None
+    assert logged_schedule([dict(r, lr=None) for r in recs], 200) is None

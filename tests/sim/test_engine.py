@@ -2,7 +2,7 @@ import pytest
 
 from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView, Policy, make_policy
-from dlsched.sim import WorkloadJob, SimConfig, Simulator, run
+from dlsched.sim import SimConfig, Simulator, WorkloadJob, run
 from dlsched.perf.pollux import load_app
 from dlsched.sim.throughput import TraceThroughput
 from tests.sim.helpers import jcts, job

@@ -4,7 +4,7 @@ import pytest
 from dlsched.errors import UserError
 
 from dlsched.policy.base import ClusterView, NodeView, make_policy
-from dlsched.sim import WorkloadJob, SimConfig, Simulator, run
+from dlsched.sim import SimConfig, Simulator, WorkloadJob, run
 from dlsched.perf.pollux import load_app
 from dlsched.sim.throughput import TraceThroughput, speed_factor
 from dlsched.sim.type_blind import TypeBlind

@@ -42,13 +42,14 @@ def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_
     # all-reduce) and 3 ms of per-sample compute that divides among workers (see the job): compute-bound on one
     # worker, while the real gloo all-reduce grows with every worker and dominates from 3 or 4 on.
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    cmd = [sys.executable, "-m", "dlsched.cli", "train", EMBEDDING, "--job-dir", str(tmp_path), "--workers", "1",
-           "--batch-size", "64", "--param", "num_samples=2048", "--param", "rows=200000", "--param", "epochs=3",
-           "--param", "sample_compute_s=0.003", "--autoscale", "--autoscale-every", "4", "--max-workers", "6",
-           "--threshold", "0.1"]
+    spec = tmp_path / "job.yaml"  # the spec option (the same engine as --autoscale and its flags)
+    spec.write_text(f"name: emb\nentry: {EMBEDDING}\ngpus: 1\nbatch_size: 64\n"
+                    "params: {num_samples: 2048, rows: 200000, epochs: 4, sample_compute_s: 0.003}\n"
+                    "autoscale: {every_steps: 4, max_workers: 6, threshold: 0.1}\n")
+    cmd = [sys.executable, "-m", "dlsched.cli", "train", "--spec", str(spec), "--job-dir", str(tmp_path / "job")]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
     assert out.returncode == 0, out.stdout + out.stderr
-    decisions = [json.loads(x) for x in (tmp_path / "autoscale.jsonl").read_text().splitlines()]
+    decisions = [json.loads(x) for x in (tmp_path / "job" / "autoscale.jsonl").read_text().splitlines()]
     assert "autoscale step" in out.stdout and len(decisions) >= 2
     assert decisions[0]["action"] == "grow" and decisions[0]["workers"] == 1  # one count tried: scale out by N
     for d in decisions[1:]:
@@ -60,5 +61,31 @@ def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_
     assert any(p["efficiency"] <= 0.1 for d in decisions for p in d["pairs"])  # the drop happened ...
     final = max(d["workers"] for d in decisions)
     assert final < 6 or decisions[-1]["action"] != "grow"                    # ... and the engine stopped there
-    steps = [r for r in read_progress(tmp_path) if "event" not in r]
-    assert steps[-1]["samples"] == 3 * 2048 and len({r["workers"] for r in steps}) >= 2
+    steps = [r for r in read_progress(tmp_path / "job") if "event" not in r]
+    assert steps[-1]["samples"] == 4 * 2048 and len({r["workers"] for r in steps}) >= 2
+
+
+def test_bad_autoscale_flags_are_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", f"{REPO / 'examples' / 'mlp.py'}:make_job",
+                          "--job-dir", str(tmp_path), "--autoscale", "--utility", "ten"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "--utility 'ten'" in out.stderr
+
+
+def test_utility_below_cost_keeps_the_count_although_efficiency_holds():
+    from dlsched.train.autoscale import LinearUtility
+
+    sched = ScheduleConfig(spawn_size=1, max_workers=4, min_consecutive_passes=1, min_batches_for_staying=0)
+    cheap = AutoscaleEngine(AutoscaleConfig(every_steps=1, warmup_steps=0, schedule=sched,
+                                            utility=LinearUtility(1e6, 3600), price_per_worker_s=1e-9))
+    dear = AutoscaleEngine(AutoscaleConfig(every_steps=1, warmup_steps=0, schedule=sched,
+                                           utility=LinearUtility(1e-6, 3600), price_per_worker_s=10.0))
+    last = {}
+    for name, eng in (("cheap", cheap), ("dear", dear)):
+        for rec in (_rec(1, 1, 100.0), _rec(2, 2, 150.0)):
+            eng.observe(rec)
+            last[name] = eng.decide(rec)
+    assert last["cheap"]["action"] == "grow" and last["cheap"]["pairs"][0]["passes_utility"]
+    assert last["dear"]["pairs"][0]["passes_efficiency"] and not last["dear"]["pairs"][0]["passes_utility"]
+    assert last["dear"]["action"] == "shrink"  # s = 0.5 >= S, but finishing sooner is worth less than the workers

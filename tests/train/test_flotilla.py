@@ -9,7 +9,7 @@ import torch
 from dlsched.errors import UserError
 from dlsched.train.flotilla import (
     CTX, BatchRing, Convergence, MemberSpec, RandomCrop, RandomHorizontalFlip, cifar_train_transform,
-    load_model_class, run_ensemble, run_flotillas, synthetic_images,
+    load_model_class, run_flotillas, synthetic_images,
 )
 
 MODELS = Path(__file__).resolve().parents[2] / "examples" / "ensemble" / "models.py"
@@ -64,27 +64,6 @@ def test_bad_model_reference_is_one_clear_line():
         load_model_class(f"{MODELS}:Nope")
     with pytest.raises(UserError, match="expected 'module:Class'"):
         load_model_class("justamodule")
-
-
-@pytest.mark.slow
-def test_members_converge_leave_with_checkpoints_and_the_rest_are_re_formed(tmp_path):
-    data, val = synthetic_images(256, seed=0), synthetic_images(128, seed=1)
-    members = [
-        MemberSpec("tiny", f"{MODELS}:TinyCNN", {"width": 4}, lr=0.05, max_epochs=2),
-        MemberSpec("mlp", f"{MODELS}:MLPHead", {"hidden": 16}, lr=0.05),
-    ]
-    # tiny stops after 2 epochs at the latest, mlp after 4: tiny leaves first, mlp is re-formed alone and resumed.
-    conv = Convergence(patience=5, min_delta=0.0, max_epochs=4)
-    plans = []
-    report = run_ensemble(members, data, val, 64, conv, tmp_path, on_plan=plans.append, rate_tolerance=0.99)
-    assert set(report.finish_s) == {"tiny", "mlp"}
-    assert sorted(plans[0][0]) == ["mlp", "tiny"] and len(plans[0]) == 1       # one shared flotilla first
-    assert len(report.flotillas) == 2 and len(report.flotillas[1].members) == 1   # re-formed for the survivor
-    assert report.flotillas[1].members == ("mlp",) and report.epochs == {"tiny": 2, "mlp": 4}
-    assert report.finish_s["mlp"] > report.flotillas[0].end > report.finish_s["tiny"]
-    assert all((tmp_path / f"{m}.pt").exists() and (tmp_path / f"{m}.best.pt").exists() for m in ("tiny", "mlp"))
-    assert max(report.best_acc.values()) > 0.3      # 10 classes: learned something from the shared batches
-    assert all(f.producer_cpu_s > 0 for f in report.flotillas)
 
 
 @pytest.mark.slow

@@ -38,6 +38,8 @@ class Launch:
 class PollResult:
     state: ProcState
     error: str | None = None
+    # node -> workers the job holds now, when that changed without the loop asking (workers lost with a node)
+    nodes: Mapping[str, int] | None = None
 
 
 class Backend(Protocol):
@@ -58,6 +60,10 @@ class Backend(Protocol):
     def nodes(self) -> tuple[NodeView, ...] | None:
         """The live nodes, where the backend knows them (Ray: a lost node vanishes); None: the declared cluster."""
         return None
+
+    def addresses(self) -> dict[str, str]:
+        """node name -> the address it is reached at, where the backend knows it (Ray); {}: this machine."""
+        return {}
 
 
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:
@@ -98,6 +104,8 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
         cmd += ["--entry", launch.spec.entry]
     if servers:
         cmd += ["--strategy", "ps", "--servers", str(servers), "--sync", launch.spec.sync]
+    if launch.spec.kind == "ensemble":
+        cmd += ["--strategy", "fleet"]
     if launch.batch_size is not None:
         cmd += ["--batch-size", str(launch.batch_size)]
     if launch.spec.batch_size is not None:  # the spec's lr (a param) is the LR at the spec's batch_size

@@ -22,14 +22,18 @@ How a job maps onto Ray
   slots (the runtime keeps its first workers) and releases each once its worker has left
   (``DIR/ray-workers.json``); then ``control.json`` gets the higher generation: elastic
   join/leave, the staying workers never restart.
-* **Node loss** - ``poll()`` compares Ray's live nodes with the jobs' slots and actors; a job
-  touching a dead node is stopped, its reservation released and reported ``gone`` (``lost_nodes()``
-  names the node), so the loop re-queues it; the next start resumes from the checkpoint.
+* **Node loss** - ``poll()`` compares Ray's live nodes with the jobs' slots and actors. A job whose
+  runtime (the coordinator) survives keeps running: the dead node's slots are dropped, the runtime
+  regroups the surviving workers from the state they hold (no restart, no checkpoint) and ``poll``
+  hands the loop the job's new node map (``PollResult.nodes``), so the scheduler re-plans and grows it
+  back when capacity returns. A job whose runtime died with the node is stopped, its reservation
+  released and reported ``gone`` (``lost_nodes()`` names the node); the loop re-queues it and the next
+  start resumes from the checkpoint on the shared job directory.
 * **A stale view** - when the loop names a dead node, or nodes Ray cannot give within
   ``pin_timeout_s``, Ray places the bundles itself rather than failing the job.
 
-The job dir must be on storage every node sees, at the same path (NFS on a real cluster; trivially
-true for the fake nodes ``ray.cluster_utils.Cluster`` starts in tests): progress, control, slot
+The job dir must be on storage every node sees, at the same path (NFS on a real cluster; a bind-mounted
+directory in the network-namespace cluster of ``tests/multinode``): progress, control, slot
 files and checkpoints live there and workers on every node write them.
 """
 from __future__ import annotations
@@ -94,6 +98,7 @@ class _RayJob:
     spread: bool = False
     retired: list[Slot] = field(default_factory=list)   # shrunk away, released once their worker has left
     lost: str | None = None           # name of the dead node that took the job down
+    shrunk: bool = False              # lost workers with a node; the loop has not been told yet
 
     @property
     def workers(self) -> int:
@@ -171,6 +176,10 @@ class RayBackend(Backend):
                 gpu_type = (n.get("Labels") or {}).get(GPU_TYPE_LABEL, "generic")
                 out.append(NodeView(self._node_name(n), gpus, gpu_type, int(res.get("CPU", 0))))
         return tuple(sorted(out, key=lambda v: v.name))
+
+    def addresses(self) -> dict[str, str]:
+        """node name -> the IP Ray reaches it at, for the live nodes."""
+        return {self._node_name(n): n.get("NodeManagerAddress", "") for n in self._alive_nodes().values()}
 
     # -- reservation --------------------------------------------------------------------------
 
@@ -371,7 +380,10 @@ class RayBackend(Backend):
         new slots cannot be had nothing changes and the error propagates.
         """
         job_id, num_gpus, generation, placement = launch.job_id, launch.num_gpus, launch.generation, launch.placement
+        self._check_nodes()      # a node lost since the loop's last look: its slots must not be kept by a shrink
         job = self._jobs[job_id]
+        if job.lost:
+            return               # its runtime died with a node: poll() reports it gone, the loop re-queues it
         self._collect_retired(job)
         current = job.workers
         if num_gpus < current:
@@ -415,7 +427,10 @@ class RayBackend(Backend):
     # -- observation --------------------------------------------------------------------------
 
     def _check_nodes(self) -> None:
-        """Turn nodes that died since the last look into ``NodeLost`` records, stopping their jobs."""
+        """Turn nodes that died since the last look into ``NodeLost`` records. A job whose runtime (the
+        coordinator) survives keeps running on its surviving slots - the runtime shrinks onto the workers it
+        has left, from the state they hold - and a job whose runtime died is stopped (it resumes from its
+        checkpoint when the loop starts it again)."""
         alive = self._names()
         names = {**self._known_alive, **alive}
         dead = {nid for nid in self._known_alive if nid not in alive}
@@ -426,10 +441,25 @@ class RayBackend(Backend):
             if touched and not job.lost:
                 for nid in touched:
                     hit.setdefault(nid, []).append(job.job_id)
+                survivors = [s for s in job.slots if s.node in alive]
+                if job.runner_node in alive and survivors:
+                    self._drop_lost_slots(job, survivors, alive)
+                    continue
                 job.lost = names.get(touched[0], touched[0][:12])   # kept until poll() reports it
                 self._stop_lost(job)
         for nid, jobs in sorted(hit.items()):
             self._lost.append(NodeLost(names.get(nid, nid[:12]), tuple(sorted(set(jobs)))))
+
+    def _drop_lost_slots(self, job: _RayJob, survivors: list[Slot], alive: Mapping[str, str]) -> None:
+        """Forget (and remove: Ray would re-place them on another node) the slots on dead nodes."""
+        lost = [s for s in job.slots + job.retired if s.node not in alive]
+        job.slots = survivors
+        job.retired = [s for s in job.retired if s.node in alive]
+        job.shrunk = True
+        self._release_all([s.group for s in lost], wait_s=0)
+        self._write_slots(job)
+        log.warning("job %s: lost %d worker slot(s) with their node; %d keep training", job.job_id, len(lost),
+                    len(survivors))
 
     def _stop_lost(self, job: _RayJob) -> None:
         try:
@@ -457,13 +487,16 @@ class RayBackend(Backend):
             self._jobs.pop(job_id)
             return PollResult("gone", f"node {job.lost} lost")
         self._collect_retired(job)
+        held = None
+        if job.shrunk:
+            job.shrunk, held = False, self._where(job.slots)
         try:
             rc = self._ray.get(job.runner.returncode.remote(), timeout=10)
         except Exception:  # the actor died without its node dying: the runtime is gone with it
             self.stop(job_id)
             return PollResult("gone", "Ray actor of the job died")
         if rc is None:
-            return PollResult("running")
+            return PollResult("running", nodes=held)
         self.stop(job_id)
         status = read_status(job_dir) or {}
         if rc == 0 and status.get("state") == "finished":

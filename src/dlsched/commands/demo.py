@@ -15,7 +15,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from dlsched.errors import UserError, read_yaml_file
+from dlsched.documents import read_yaml_file
+from dlsched.errors import UserError
 from dlsched.paths import REPO_ROOT
 
 DEFAULT_WORKLOAD = REPO_ROOT / "examples" / "demo" / "workload.yaml"

@@ -87,7 +87,7 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     from rich.live import Live
     from rich.table import Table
 
-    from dlsched.train.flotilla import run_ensemble
+    from dlsched.train.fleet_job import Share, train_ensemble
     from dlsched.train.fleet_spec import load_data, load_spec
 
     spec = load_spec(spec_file)
@@ -99,11 +99,11 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     table = _LiveTable([m.name for m in members])
     console = Console()
     t0 = time.time()
-    plans: list[list[list[str]]] = []
+    plans: list[dict] = []
 
-    def on_plan(groups) -> None:
-        table.flotilla = " | ".join(", ".join(g) for g in groups[:1])
-        plans.append([list(g) for g in groups])
+    def on_plan(record: dict) -> None:
+        table.flotilla = " | ".join(", ".join(f["members"]) for f in record["flotillas"])
+        plans.append(record)
 
     with (Live(table.render(), console=console, refresh_per_second=4) if live else contextlib.nullcontext()) as lv:
         def on_report(msg: tuple) -> None:
@@ -111,9 +111,9 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
             if lv is not None:
                 lv.update(table.render())
 
-        report = run_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), out / "checkpoints",
-                              slots_per_node=spec.slots, rate_tolerance=spec.rate_tolerance,
-                              on_report=on_report, on_plan=on_plan)
+        report, _ = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), out / "checkpoints",
+                                   share=lambda: Share(spec.slots), eps=spec.rate_tolerance, seed=spec.dataset.seed,
+                                   on_report=on_report, on_plan=on_plan)
     names = [m.name for m in members]
     plot_flotillas(report, names, out / "flotillas.png")
     summary = Table(title=f"ensemble {spec.name}: done in {time.time() - t0:.1f} s (profiling included)")
@@ -126,6 +126,7 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     (out / "report.json").write_text(json.dumps({
         "name": spec.name, "finish_s": report.finish_s, "epochs": report.epochs, "best_acc": report.best_acc,
         "profiled_samples_per_s": report.rates, "plans": plans,
+        "profiles": [p.as_record() for p in report.profiles.values()],
         "note": "times in seconds since training started (after profiling)",
         "flotillas": [{"members": list(f.members), "workers": list(f.workers), "start": f.start, "end": f.end,
                        "producer_cpu_s": f.producer_cpu_s}

@@ -9,6 +9,7 @@ the row and the field (``UserError`` → exit code 2).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
-from dlsched.errors import UserError, read_yaml_file
+from dlsched.documents import read_yaml_file
+from dlsched.errors import UserError
 
 if TYPE_CHECKING:  # numpy/pandas load lazily: every ``dlsched`` start imports this module
     import numpy as np
@@ -251,13 +253,32 @@ def predict(obs: Observations, gpus: int) -> Report:
 
 
 # ----------------------------------------------------------------------------------------------- output
-def _hours(x: float) -> str:
-    return "never" if not math.isfinite(x) else f"{x / 3600:.2f}"
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def report_dict(obs: Observations, rep: Report) -> dict:
+    """What ``render`` shows, for ``--json`` (seconds; null where the model says never)."""
+    c, s = rep.fit.curve, rep.steps
+    best = min(rep.rows, key=lambda r: r.seconds.value) if rep.rows else None
+    rows = [{"ps": r.ps, "workers": r.workers, "steps_per_s": r.speed, "unbounded_best_workers": rep.unbounded_workers.get(r.ps)}
+            if rep.unit == "PS" else
+            {"gpus": r.num_gpus, "nodes": r.num_nodes, "batch": r.global_batch, "goodput_samples_per_s": r.speed}
+            for r in rep.rows]
+    for d, r in zip(rows, rep.rows):
+        d |= {"seconds": _finite(r.seconds.value), "seconds_interval_80": [_finite(r.seconds.low), _finite(r.seconds.high)],
+              "best": r is best}
+    return {"source": str(obs.source), "points": len(obs.steps), "observed_until_step": rep.k_now,
+            "model": "optimus", "curve": {"beta0": c.beta0, "beta1": c.beta1, "beta2": c.beta2, "scale": c.scale,
+                                          "rmse": rep.fit.rmse},
+            "remaining_steps": _finite(s.value), "remaining_steps_interval_80": [_finite(s.low), _finite(s.high)],
+            "unit": rep.unit, "speed_model_error": rep.speed_error, "configurations": rows}
 
 
 def render(obs: Observations, rep: Report) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from dlsched.display import Column, human_duration, table
 
     c = rep.fit.curve
     con = Console()
@@ -269,23 +290,28 @@ def render(obs: Observations, rep: Report) -> None:
         con.print("no speed samples: give some to predict time per configuration")
         return
     best = min(rep.rows, key=lambda r: r.seconds.value)
-    t = Table(title=f"predicted remaining time (speed model leave-one-out median error {100 * rep.speed_error:.1f} %)")
+    title = f"predicted remaining time (speed model leave-one-out median error {100 * rep.speed_error:.1f} %)"
     if rep.unit == "PS":
-        t.title += f"; servers count: PS + workers <= {max(r.ps + r.workers for r in rep.rows)}"
-        for h in ("PS", "workers", "PS + workers", "steps/s", "w*, no budget"):
-            t.add_column(h, justify="right")
+        title += f"; servers count: PS + workers <= {max(r.ps + r.workers for r in rep.rows)}"
+        cols = [Column("PS", "right"), Column("workers", "right"), Column("PS + workers", "right", 2),
+                Column("steps/s", "right", 1), Column("w*, no budget", "right", 3)]
     else:
-        for h in ("GPUs", "nodes", "batch", "goodput (samples/s)"):
-            t.add_column(h, justify="right")
-    for h in ("hours", "80 % interval (h)", ""):
-        t.add_column(h, justify="right")
+        cols = [Column("GPUs", "right"), Column("nodes", "right", 2), Column("batch", "right", 1),
+                Column("goodput (samples/s)", "right", 3)]
+    cols += [Column("time", "right"), Column("80 % interval", "right", 1), Column("")]
+    rows = []
     for r in rep.rows:
         cfg = ([str(r.ps), str(r.workers), str(r.ps + r.workers), f"{r.speed:.4g}", str(rep.unbounded_workers[r.ps])]
                if rep.unit == "PS"
                else [str(r.num_gpus), str(r.num_nodes), str(r.global_batch), f"{r.speed:,.0f}"])
-        t.add_row(*cfg, _hours(r.seconds.value), f"{_hours(r.seconds.low)} – {_hours(r.seconds.high)}",
-                  "best" if r is best else "", style="bold green" if r is best else None)
-    con.print(t)
+        mark = "[bold green]best[/]" if r is best else ""
+        rows.append(cfg + [_when(r.seconds.value, human_duration),
+                           f"{_when(r.seconds.low, human_duration)} – {_when(r.seconds.high, human_duration)}", mark])
+    table(cols, rows, title=title, out=con)
+
+
+def _when(seconds: float, fmt) -> str:
+    return "never" if not math.isfinite(seconds) else fmt(seconds)
 
 
 def plot(obs: Observations, rep: Report, out: Path) -> None:
@@ -347,6 +373,7 @@ def register(app: typer.Typer) -> None:
         steps_per_epoch: Optional[float] = typer.Option(None, "--steps-per-epoch", help="default: median step spacing"),
         batch: Optional[int] = typer.Option(None, "--batch", help="global batch size M of the job"),
         gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout instead of the table"),
     ) -> None:
         """Predict a job's remaining training time per configuration (Optimus convergence + speed models)."""
         obs = load_observations(file)
@@ -359,7 +386,10 @@ def register(app: typer.Typer) -> None:
         if obs.delta is not None and obs.target_loss is not None:
             raise UserError(f"{obs.source}: give either a target loss or a delta, not both")
         rep = predict(obs, gpus)
-        render(obs, rep)
+        if as_json:
+            print(json.dumps(report_dict(obs, rep), indent=2, allow_nan=False))
+        else:
+            render(obs, rep)
         if plot_path is not None:
             plot(obs, rep, plot_path)
             print(f"plot written to {plot_path}")

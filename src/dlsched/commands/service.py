@@ -1,5 +1,5 @@
 """Service commands, shaped after Slurm/kubectl habits: ``serve``, ``submit FILE``, ``status`` (squeue-like,
-``--watch``), ``show ID``, ``cancel ID`` (scancel), ``logs ID [-f]``, ``events``. Clients talk to the REST API
+``--watch``), ``show ID``, ``cancel ID`` (scancel), ``logs ID [-f]``, ``events``, ``nodes`` (sinfo). Clients talk to the REST API
 at ``--server`` / ``$DLSCHED_SERVER`` with the bearer token ``serve`` generated (``service.auth.client_token``:
 ``$DLSCHED_TOKEN``, ``$DLSCHED_TOKEN_FILE`` or ``dlsched-state/token``)."""
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rich.markup import escape
 from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
 from dlsched.entry_check import parse_params
 from dlsched.errors import UserError
+from dlsched.service.fleet_status import summary
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
 TERMINAL = ("finished", "failed", "cancelled")
@@ -70,6 +71,18 @@ JOB_COLUMNS = [Column("ID", "right"), Column("NAME"), Column("STATE"), Column("G
                Column("REASON", drop_rank=1)]
 
 
+NODE_COLUMNS = [Column("NODE"), Column("ADDRESS"), Column("SLOTS", "right"), Column("USED", "right"),
+                Column("HEALTH"), Column("SINCE", drop_rank=1), Column("TYPE", drop_rank=2), Column("JOBS")]
+HEALTH_STYLE = {"up": "green", "lost": "bold red"}
+
+
+def node_rows(nodes: list[dict]) -> list[list[str]]:
+    """One row per node, like ``sinfo -N``: a lost node stays listed, marked, with the time it went."""
+    return [[escape(n["name"]), n["address"] or "-", str(n["slots"]), str(n["used"]),
+             f"[{HEALTH_STYLE.get(n['health'], '')}]{n['health']}[/]", local_clock(n["since"]), escape(n["gpu_type"]),
+             ",".join(map(str, n["jobs"])) or "-"] for n in nodes]
+
+
 def _finish_cell(j: dict) -> str:
     """Predicted finish for live jobs; the real one for finished jobs; none for failed or cancelled ones."""
     if j["state"] == "finished":
@@ -100,7 +113,8 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     for j in jobs:
         frac = j.get("fraction_done")
         style = STATE_STYLE.get(j["state"], "")
-        rows.append([str(j["id"]), escape(j["name"]), f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
+        name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
+        rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
@@ -244,7 +258,7 @@ def register(app: typer.Typer) -> None:
               entry_root: list[Path] = typer.Option([], help="directory job files may come from (repeatable; "
                                                      "default: --workdir)"),
               entry_module: list[str] = typer.Option([], help="importable module/package jobs may name (repeatable; "
-                                                      "default: none)"),
+                                                      "default: only dlsched's ensemble loader)"),
               allow_host: list[str] = typer.Option([], help="extra Host name a loopback-bound service answers to"),
               runtime: Optional[str] = typer.Option(None, help="job runtime command prefix (default: python -m dlsched.train.run)"),
               workdir: Optional[Path] = typer.Option(None, help="where job entries like examples/mlp.py resolve (default: cwd)"),
@@ -260,16 +274,16 @@ def register(app: typer.Typer) -> None:
 
         if not 1 <= port <= 65535:
             raise UserError(f"--port {port}: expected 1..65535")
-        if not port_is_free(host, port):
+        if backend and backend not in ("local", "ray"):
+            raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
+        spec = load_cluster_spec_file(cluster) if cluster else local_cluster_spec()
+        if not port_is_free(host, port):   # after the options: a bad option is reported as itself
             raise UserError(f"--port {port}: {host}:{port} is already in use (another dlsched serve?); "
                             f"choose another with --port")
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        spec = load_cluster_spec_file(cluster) if cluster else local_cluster_spec()
         if policy:
             spec = spec.model_copy(update={"policy": policy})
         if backend:
-            if backend not in ("local", "ray"):
-                raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
             spec = spec.model_copy(update={"backend": backend})
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
         be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
@@ -430,6 +444,15 @@ def register(app: typer.Typer) -> None:
                     return
                 time.sleep(0.5)
             r = client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset})
+
+    @app.command()
+    def nodes(server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
+        """Nodes (like sinfo): address, GPU slots and those in use, health (up / lost), the jobs on each."""
+        rows = Client(server).get("/nodes")["nodes"]
+        if as_json:
+            print_json(rows)
+        else:
+            table(NODE_COLUMNS, node_rows(rows), title="dlsched nodes")
 
     @app.command()
     def events(job_id: Optional[int] = typer.Argument(None, help="only this job's events"),

@@ -30,6 +30,8 @@ def register(app: typer.Typer) -> None:
         price_per_worker_hour: float = typer.Option(1.0, help="autoscale: cost of a worker-hour (utility units)"),
         utility: str = typer.Option("", help="autoscale: VALUE:SECONDS, worth VALUE now and 0 at SECONDS (linear); "
                                     "empty = efficiency alone"),
+        spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): entry, params, gpus, batch_size, "
+                                  "strategy/servers/sync and autoscale replace the options above"),
     ) -> None:
         """Train a job with elastic all-reduce workers or a parameter server (--strategy ps); resize via control.json."""
         import sys
@@ -40,6 +42,20 @@ def register(app: typer.Typer) -> None:
         from dlsched.train.run import main
 
         script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
+        if spec is not None:
+            from dlsched.spec import load_job_spec_file
+
+            js = load_job_spec_file(spec)
+            script = js.command is not None
+            entry = list(js.command) if script else [js.entry]
+            param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
+            strategy, servers, sync = js.strategy, js.num_servers or 1, js.sync
+            workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
+            if js.autoscale is not None:
+                a = js.autoscale
+                autoscale, autoscale_every, spawn_size, max_workers = True, a.every_steps, a.spawn_size, a.max_workers
+                threshold, price_per_worker_hour = a.threshold, a.price_per_worker_hour
+                utility = f"{a.utility_value}:{a.utility_seconds}" if a.utility_value is not None else ""
         if not entry or (not script and len(entry) != 1):
             raise UserError("give one entry (file.py:make_job), or a script after '--' (dlsched train -- python x.py)")
         if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlsched.perf.annealing import CurvePrior, fit_annealing
+from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
 from dlsched.perf.schedule import Schedule
@@ -66,6 +66,7 @@ class CurvePrediction:
     interval_80: tuple[float, float] | None   # for steps_to_target
     curve_x: np.ndarray                 # predicted curve over [0, budget] (user's metric)
     curve_y: np.ndarray
+    fitted: AnnealingCurve | None = None   # the annealing fit (its α and c feed ``perf.prior``); None: Optimus
 
     @property
     def reachable(self) -> bool:
@@ -86,11 +87,16 @@ def _optimus(x, y, schedule: Schedule):
 
 
 def _annealing(x, y, schedule: Schedule, prior: CurvePrior | None):
-    return fit_annealing(x, y, schedule, prior).value
+    return fit_annealing(x, y, schedule, prior)
+
+
+def _as_function(fitted):
+    return fitted.value if isinstance(fitted, AnnealingCurve) else fitted
 
 
 def choose_model(x, y, schedule: Schedule, prior: CurvePrior | None) -> tuple[str, object]:
-    """(name, curve function) of the model that predicts the held-out end of the prefix best (module doc)."""
+    """(name, fitted model: an ``AnnealingCurve`` or Optimus' curve function) of the model that predicts the
+    held-out end of the prefix best (module doc)."""
     fitters = {"annealing": lambda a, b: _annealing(a, b, schedule, prior)}
     if not schedule.anneals_after(float(x[0])):
         fitters["optimus"] = lambda a, b: _optimus(a, b, schedule)
@@ -99,7 +105,7 @@ def choose_model(x, y, schedule: Schedule, prior: CurvePrior | None) -> tuple[st
         if cut < len(x):
             def score(fit):
                 try:
-                    f = fit(x[:cut], y[:cut])
+                    f = _as_function(fit(x[:cut], y[:cut]))
                 except ValueError:
                     return math.inf
                 return float(np.sqrt(np.mean((f(x[cut:]) - y[cut:]) ** 2)))
@@ -143,7 +149,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     if isinstance(prior, str):
         prior = CurvePrior(*cal.prior) if cal.prior else CurvePrior()
     B, x_now = schedule.budget, float(x[-1])
-    name, f = choose_model(x, y, schedule, prior)
+    name, fitted = choose_model(x, y, schedule, prior)
+    f = _as_function(fitted)
     grid = np.unique(np.concatenate([np.linspace(0.0, B, 1024), [x_now, B]]))
     curve = f(np.maximum(grid, 1e-9)) * anchor(x, y, f)
     final = float(curve[-1])
@@ -170,4 +177,5 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
     return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(final_lo)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
-                           grid, np.asarray(space.up(curve), float))
+                           grid, np.asarray(space.up(curve), float),
+                           fitted if isinstance(fitted, AnnealingCurve) else None)

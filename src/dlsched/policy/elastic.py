@@ -41,7 +41,7 @@ NEG_INF = -np.inf
 DENSE_GPUS = 16            # below this every g is evaluated exactly
 BATCH_CANDIDATES = 5       # global batches tried per g (geometric grid including both ends)
 MEMO_SIZE = 4096           # value curves remembered across decisions (oldest dropped first)
-ATTAINED_OFFSET = 3600.0   # GPU-s added to attained service when it stands in for remaining time (Tiresias' 1 h)
+RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
 TIE_BREAK = 1e-12          # per-GPU penalty: on a flat curve prefer fewer GPUs (keeps concavity)
 _TIE_RAMP = TIE_BREAK * np.arange(100_001)
 
@@ -386,15 +386,17 @@ class ElasticPolicy(Policy):
         at that configuration. urgency 0 is the paper's normalised throughput; 1 maximises the fraction of
         remaining work done per second (shortest first); 0.5, the default, sits between (best of 0..1.5 on Pollux
         workloads 1 and 3, see bench/elastic_quality.py). Jobs whose remaining work is unknown get the median T of
-        the others; when no job knows it, T = attained GPU-seconds + 1 h. Rescaled so the largest weight is 1."""
+        the others; when no job knows it, T = its run time + 1 h. Rescaled so the largest weight is 1."""
         if self.urgency == 0:
             return dict(refs)
         times = {j.id: self._progress_left(j) / refs[j.id] for j in jobs
                  if j.remaining_samples is not None and j.remaining_samples > 0}
         if not times:
-            # No job knows its remaining work: use the GPU time it has had instead (least attained service first,
-            # as Tiresias: DL job lengths are heavy-tailed, so a job that ran little is likely to end soon).
-            times = {j.id: j.attained_service + ATTAINED_OFFSET for j in jobs}
+            # No job knows its remaining work: use how long it has run instead (least attained first, as Tiresias:
+            # DL job lengths are heavy-tailed, so a job that ran little is likely to end soon). Wall seconds, not
+            # GPU-seconds: those grow faster for a job the policy just grew, so its weight would fall for it and
+            # the next decision would shrink it again.
+            times = {j.id: j.run_time + RUN_TIME_OFFSET for j in jobs}
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)

@@ -11,6 +11,7 @@ event loop within ``PARSE_TIMEOUT_S``; every error is ``{"error": "<one line>"}`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import ipaddress
 import json
@@ -25,9 +26,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times
+from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
                                     Limit, Offset)
+from dlsched.service.nodes import LOST
 from dlsched.service.store import Store, TransitionError, UnknownJob
 from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, load_job_spec
 
@@ -138,10 +142,11 @@ def allowed_hosts(bind: str, extra: tuple[str, ...] = ()) -> frozenset[str] | No
 
 def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str | Path | None = None,
                token: str | None = None, max_body: int = DEFAULT_MAX_BODY, loop_thread=None,
-               validate=None, hosts: frozenset[str] | None = None) -> Any:
+               validate=None, hosts: frozenset[str] | None = None, node_table=None) -> Any:
     """The ASGI application. ``token=None`` means no authentication (``--no-auth``, loopback binds only: see
     ``Service``); ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``);
-    ``hosts``: see ``allowed_hosts``."""
+    ``hosts``: see ``allowed_hosts``; ``node_table()``: the loop's ``NodeStatus`` rows (``/nodes``, the
+    dashboard's lost-node marks)."""
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     jobs_root = Path(state_dir) / "jobs" if state_dir else None
     parser = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="dlsched-parse")
@@ -198,6 +203,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         for j in store.jobs(states=states):
             d = j.public()
             d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
+            if j.spec.kind == "ensemble":
+                d["ensemble"] = ensemble_of(store, j.id)
             out.append(d)
         return out
 
@@ -209,6 +216,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         preds = store.predictions(job_id)
         d["prediction"] = preds[-1] if preds else None
         d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
+        if job.spec.kind == "ensemble":
+            d["ensemble"] = ensemble_of(store, job_id)
         return d
 
     @api.post("/jobs/{job_id}/cancel")
@@ -295,6 +304,11 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                     return _error(404, f"job {job_id} has no log for worker {worker}")
         return PlainTextResponse(text.decode("utf-8", "replace"), headers={"X-Next-Offset": str(nxt)})
 
+    @api.get("/nodes")
+    def nodes_info() -> dict:
+        rows = node_table() if node_table else ()
+        return {"nodes": [dataclasses.asdict(r) for r in rows]}
+
     @api.get("/cluster")
     def cluster_info() -> dict:
         used: dict[str, int] = {}
@@ -310,7 +324,16 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     from dlsched.service.dashboard_routes import make_dashboard_router
     from dlsched.service.loop import cluster_view
 
-    api.include_router(make_dashboard_router(store, lambda: cluster_view(cluster, 0).nodes if cluster else (),
-                                             Path(state_dir) / "reports" if state_dir else None))
+    def dashboard_nodes():
+        rows = node_table() if node_table else ()
+        if rows:
+            return tuple(NodeView(r.name, r.slots, r.gpu_type) for r in rows)
+        return cluster_view(cluster, 0).nodes if cluster else ()
+
+    def lost_nodes():
+        return frozenset(r.name for r in (node_table() if node_table else ()) if r.health == LOST)
+
+    api.include_router(make_dashboard_router(store, dashboard_nodes, Path(state_dir) / "reports" if state_dir else None,
+                                             lost=lost_nodes))
     return _Guard(api, token, max_body, hosts)
 

@@ -78,7 +78,8 @@ def gantt_intervals(allocations: list[dict], end_times: dict[int, float | None],
     return out
 
 
-def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None) -> dict:
+def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
+             lost: frozenset[str] = frozenset()) -> dict:
     """Cluster (who holds what), queue with predicted start/finish, Gantt and counts, in one answer."""
     now = time.time() if now is None else now
     jobs = store.jobs()
@@ -112,8 +113,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None) 
                  "start_time": j.start_time, "end_time": j.end_time, "error": j.error}
                 for j in sorted((j for j in jobs if j.state in TERMINAL), key=lambda j: -(j.end_time or 0))[:50]]
     return {"now": now, "counts": counts, "total_jobs": len(jobs),
-            "nodes": [{"name": n.name, "gpus": n.num_gpus, "gpu_type": n.gpu_type, "holders": holders.get(n.name, [])}
-                      for n in nodes],
+            "nodes": [{"name": n.name, "gpus": n.num_gpus, "gpu_type": n.gpu_type, "holders": holders.get(n.name, []),
+                       "lost": n.name in lost} for n in nodes],
             "queue": queue, "recent": finished, "gantt": intervals, "gantt_jobs": len(keep),
             "gantt_total_jobs": len(with_allocs)}
 
@@ -160,8 +161,10 @@ def load_reports(reports_dir: Path | None) -> list[dict]:
 # ----------------------------------------------------------------------------- router
 
 def make_dashboard_router(store: Store, nodes: Callable[[], Sequence[NodeView]],
-                          reports_dir: Path | None = None, dependencies: list | None = None) -> APIRouter:
-    """``/dashboard/`` (static page) and ``/dashboard/api/*`` (its data, behind ``dependencies``)."""
+                          reports_dir: Path | None = None, dependencies: list | None = None,
+                          lost: Callable[[], frozenset[str]] = frozenset) -> APIRouter:
+    """``/dashboard/`` (static page) and ``/dashboard/api/*`` (its data, behind ``dependencies``); ``lost()``
+    names the nodes the backend lost (drawn marked)."""
     router = APIRouter()
     data = APIRouter(dependencies=dependencies or [])
 
@@ -181,7 +184,7 @@ def make_dashboard_router(store: Store, nodes: Callable[[], Sequence[NodeView]],
 
     @data.get("/dashboard/api/overview")
     def _overview():
-        return overview(store, nodes())
+        return overview(store, nodes(), lost=lost())
 
     @data.get("/dashboard/api/jobs/{job_id}")
     def _job(job_id: JobId):

@@ -3,12 +3,17 @@
 A job's ``entry`` is code the runtime imports and calls as the service's user, so it is the service's
 code-execution surface (``os:system`` with ``params: {command: ...}`` ran a shell command before this).
 The operator allows job directories (``roots``; default: the working directory entries resolve in) and,
-optionally, importable modules (``modules``; default none). An entry is accepted only when
+optionally, importable modules (``modules``; by default only ``BUILTIN_MODULES``, dlsched's own job loaders).
+An entry is accepted only when
 
 * it is ``path/to/file.py:function`` whose file, with symlinks resolved, lies inside an allowed root and
   outside the service's state directory (job folders there are written by jobs), with no ``..`` in the path;
 * or ``package.module:function`` with the module an allowed one or inside an allowed package;
 * and the function name is public (no leading underscore: no ``__import__``-style attributes).
+
+A command job (``command: [python, train.py, ...]``) runs a program, so it is held to the same rule: it must be
+``python path/to/script.py [args]`` with the script inside an allowed job directory; ``bash``, ``python -c``,
+``python -m`` and every other program are refused.
 
 Everything else is refused at submission with one line. See ``docs/security.md``.
 """
@@ -18,6 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlsched.spec import SpecError
+
+# dlsched's own entry points, always allowed: an ensemble job's loader (``kind: ensemble``). Never a package
+# prefix such as ``dlsched``: every function there would become callable with a stranger's keyword arguments.
+BUILTIN_MODULES = ("dlsched.train.fleet_spec",)
+PYTHONS = ("python", "python3")   # a command job's program: the runtime's own interpreter (train/script.py)
 
 
 @dataclass(frozen=True)
@@ -32,7 +42,7 @@ class EntryRules:
              forbidden: tuple[str | Path, ...] = ()) -> "EntryRules":
         """Roots relative to ``workdir``; none given = ``workdir`` itself."""
         wd = Path(workdir).resolve()
-        return cls(wd, tuple((wd / r).resolve() for r in roots) or (wd,), tuple(modules),
+        return cls(wd, tuple((wd / r).resolve() for r in roots) or (wd,), BUILTIN_MODULES + tuple(modules),
                    tuple(Path(f).resolve() for f in forbidden))
 
     def check(self, entry: str, source: str = "job spec", field: str = "entry") -> None:
@@ -47,15 +57,29 @@ class EntryRules:
         if func.startswith("_"):
             refuse("names a private attribute; give a public function such as make_job")
         if target.endswith(".py"):
-            path = Path(target)
-            if ".." in path.parts:
-                refuse("contains '..'; give a path inside an allowed job directory")
-            resolved = (self.workdir / path).resolve()
-            if not any(resolved.is_relative_to(r) for r in self.roots):
-                refuse(f"is outside the allowed job directories ({', '.join(map(str, self.roots))})")
-            if any(resolved.is_relative_to(f) for f in self.forbidden):
-                refuse("lies in the service's state directory, which jobs write")
+            self._check_file(target, refuse)
             return
         if not any(target == m or target.startswith(m + ".") for m in self.modules):
-            allowed = ", ".join(self.modules) or "none are"
+            allowed = ", ".join(self.modules)
             refuse(f"imports module {target[:60]!r}, which is not an allowed job module ({allowed}: see --entry-module)")
+
+    def check_command(self, command: list[str], source: str = "job spec") -> None:
+        """Raise ``SpecError`` unless ``command`` is ``python path/to/script.py [args]`` with an allowed script."""
+        def refuse(why: str) -> None:
+            raise SpecError(f"{source}: field command: {' '.join(command)[:120]!r} {why}")
+
+        if Path(command[0]).name not in PYTHONS:
+            refuse(f"runs {command[0][:60]!r}; a command job runs `python path/to/script.py [args]` only")
+        if len(command) < 2 or not command[1].endswith(".py"):
+            refuse("does not name a .py script right after python (no -c, -m or other options)")
+        self._check_file(command[1], refuse)
+
+    def _check_file(self, target: str, refuse) -> None:
+        path = Path(target)
+        if ".." in path.parts:
+            refuse("contains '..'; give a path inside an allowed job directory")
+        resolved = (self.workdir / path).resolve()
+        if not any(resolved.is_relative_to(r) for r in self.roots):
+            refuse(f"is outside the allowed job directories ({', '.join(map(str, self.roots))})")
+        if any(resolved.is_relative_to(f) for f in self.forbidden):
+            refuse("lies in the service's state directory, which jobs write")

@@ -2,6 +2,7 @@
 snapshot, the pending start/resize timing), in one place, so an ended job is dropped by one ``forget``."""
 from __future__ import annotations
 
+from dlsched.perf.prior import FinishedFit, prior_from_fits
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
@@ -37,6 +38,13 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
                else "no gradient noise reported: goodput = throughput"})
 
 
+def job_meta(job: JobRecord) -> dict:
+    """What ``perf.prior`` matches finished jobs on: the model (entry), its dataset and depth params, batch."""
+    p = job.spec.params
+    return {"family": job.spec.entry, "dataset": p.get("dataset"), "depth": p.get("depth"),
+            "batch": job.spec.batch_size, "metric": "loss"}
+
+
 class JobModels:
     """Per-job models and caches of the live loop, keyed by job id."""
 
@@ -49,12 +57,22 @@ class JobModels:
         self._totals: dict[int, float] = {}          # predicted total samples (target-loss jobs)
         self._views: dict[int, tuple] = {}           # (record, speed, JobView) of the last snapshot
         self._changed_at: dict[int, tuple[str, float, int]] = {}    # (start|resize, when, workers) not yet seen
+        self._last_fits: dict[int, FinishedFit] = {}  # the newest annealing fit of each running job
+        self._finished: list[FinishedFit] = []        # of jobs that finished here: the prior of new ones
         self.restart_s = RESIZE_S    # the loop's median measured resize pause, set every round
 
-    def forget(self, job_id: int) -> None:
+    def forget(self, job_id: int, finished: bool = False) -> None:
+        last = self._last_fits.pop(job_id, None)
+        if finished and last is not None:
+            self._finished.append(last)
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._rates, self._totals,
                         self._views, self._changed_at):
             per_job.pop(job_id, None)
+
+    def curve_prior(self, job: JobRecord):
+        """``perf.prior`` from the jobs that finished here, leaning on those of the same entry, dataset and
+        batch; None (the shipped prior) until one has."""
+        return prior_from_fits(self._finished, job_meta(job)) if self._finished else None
 
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while neither the record nor its speed model changed."""
@@ -83,7 +101,10 @@ class JobModels:
                                     target_loss=float(target) if isinstance(target, (int, float)) else None,
                                     gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
                                     speed=self._speeds.get(job.id), refit_speed=refit_speed,
-                                    schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None)
+                                    schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None,
+                                    prior=self.curve_prior(job))
+        if pred.loss_fit and "alpha" in pred.loss_fit:
+            self._last_fits[job.id] = FinishedFit(pred.loss_fit["alpha"], pred.loss_fit["drop"], job_meta(job))
         if refit_speed:
             self._speed_fits[job.id] = (configs, now)
         if speed is not None:

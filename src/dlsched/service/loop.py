@@ -20,11 +20,14 @@ from dlsched.service import recovery
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
+from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
+
+MAX_COORDINATOR_LOSSES = 3   # resumes after a lost coordinator (killed, OOM, node lost) before the job fails
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class LiveLoop:
         self.models = JobModels(tuple(sorted({n.gpu_type for n in cluster.nodes})))
         self.forecaster = Forecaster(store, self.policy, self.models, self._cluster_view,
                                      step_s=max(10.0, 5 * cluster.interval_s), every_s=forecast_every_s)
+        self.nodes = NodeWatch(cluster_view(cluster, 0.0).nodes)
         self._last_now: float | None = None
         self._pending: dict[int, tuple] = {}              # refits of this round: (time, Prediction)
 
@@ -96,12 +100,21 @@ class LiveLoop:
         self.observe(now)
         t1 = time.perf_counter()
         jobs = self.store.jobs(states=ACTIVE)
+        self.watch_nodes(now, jobs)
         actions = self.decide(jobs, now)
         t2 = time.perf_counter()
         self.act(actions, {j.id: j for j in jobs}, now)
         t3 = time.perf_counter()
         self.publish_predictions(now)
         return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
+
+    def watch_nodes(self, now: float, jobs: list[JobRecord]) -> None:
+        """Refresh the node table (``dlsched nodes``); a node lost or back is an event."""
+        addresses = self.backend.addresses() or {n.name: "localhost" for n in self.cluster.nodes}
+        changes = self.nodes.update(self._cluster_view(now).nodes, addresses,
+                                    [(j.id, j.placement) for j in jobs if j.num_gpus], now)
+        for node, health in changes:
+            self.store.event("node_lost" if health == LOST else "node_up", None, now, node=node)
 
     def _cluster_view(self, now: float) -> ClusterView:
         live = self.backend.nodes()
@@ -190,12 +203,30 @@ class LiveLoop:
         elif res.state == "failed":
             self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
         elif res.state == "gone":
-            self.store.transition(job.id, QUEUED, now, {"reason": "coordinator vanished: resume from checkpoint"},
-                                  num_gpus=0, placement={})
+            # the coordinator was lost (SIGKILL, the OOM killer, its node): resume from the newest valid checkpoint,
+            # a bounded number of times, so a job that kills its coordinator every time ends with a clear error
+            lost = self.store.count_events(job.id, QUEUED, "coordinator_lost") + 1
+            why = res.error or "coordinator vanished"
+            if lost > MAX_COORDINATOR_LOSSES:
+                error = (f"{why}: coordinator lost {lost} times, gave up after {MAX_COORDINATOR_LOSSES} resumes "
+                         f"(see the job's output.log)")
+                self.store.transition(job.id, FAILED, now, {"error": error}, error=error)
+            else:
+                self.store.transition(job.id, QUEUED, now, {"reason": f"{why}: resume from checkpoint",
+                                                            "coordinator_lost": lost}, num_gpus=0, placement={})
         else:
+            if res.nodes is not None:   # workers lost with their node: the job trains on the rest; re-plan
+                self._shrunk_by_loss(job, dict(res.nodes), now)
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
-        self.models.forget(job.id)
+        self.models.forget(job.id, finished=res.state == "finished")
+
+    def _shrunk_by_loss(self, job: JobRecord, nodes: dict[str, int], now: float) -> None:
+        gpus = sum(nodes.values())
+        self.store.update(job.id, num_gpus=gpus, placement=nodes)
+        self.store.record_allocation(job.id, now, gpus, job.batch_size, nodes)
+        self.store.event("workers_lost", job.id, now, gpus_from=job.num_gpus, gpus=gpus,
+                         lost={n: k - nodes.get(n, 0) for n, k in job.placement.items() if k > nodes.get(n, 0)})
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
         records, offset = read_progress(self.job_dir(job.id), job.progress_offset)

@@ -87,7 +87,8 @@ class Service:
         # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
         self.check_entries = runtime is None
         app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
-                         loop_thread=self.thread, validate=self.validate, hosts=allowed_hosts(host, extra_hosts))
+                         loop_thread=self.thread, validate=self.validate, hosts=allowed_hosts(host, extra_hosts),
+                         node_table=lambda: self.loop.nodes.table)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                     access_log=False, limit_concurrency=256, timeout_keep_alive=5))
         self._uv_thread: threading.Thread | None = None
@@ -95,9 +96,11 @@ class Service:
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time checks: an allowed entry point (``entries.py``, before any file is read), the cluster and
         policy can run it, and its entry exists and takes its params."""
-        entry = getattr(spec, "entry", None)
+        entry, command = getattr(spec, "entry", None), getattr(spec, "command", None)
         if entry:
             self.entries.check(entry, source)
+        if command:
+            self.entries.check_command(command, source)
         command = getattr(spec, "command", None)
         if command:  # a script job: `python path/to/script.py ...`, the script under the same rules as an entry
             if command[0] not in ("python", "python3") or len(command) < 2 or not command[1].endswith(".py"):

@@ -380,6 +380,11 @@ class Store:
         args = (after_id, job_id, limit) if job_id is not None else (after_id, limit)
         return [dict(r) | {"detail": json.loads(r["detail"])} for r in self._conn().execute(q, args)]
 
+    def count_events(self, job_id: int, kind: str, detail_key: str) -> int:
+        """How many ``kind`` events of a job carry ``detail_key`` (e.g. re-queues after a lost coordinator)."""
+        q = "SELECT COUNT(*) FROM events WHERE job_id = ? AND kind = ? AND json_extract(detail, ?) IS NOT NULL"
+        return self._conn().execute(q, (job_id, kind, f"$.{detail_key}")).fetchone()[0]
+
     def add_prediction(self, job_id: int, now: float, fraction_done: float | None, total_samples: float | None,
                        remaining_s: float | None, predicted_finish: float | None, loss_fit: dict | None, *,
                        forecast_time: float | None = None, predicted_start: float | None = None,

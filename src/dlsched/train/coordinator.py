@@ -21,6 +21,7 @@ import multiprocessing.forkserver
 import os
 import signal
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -39,11 +40,16 @@ from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.script import ScriptLauncher
-from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, STOP_RESIZE, End, Plan, Ready,
-                                    WorkerEnv, end_key, gate_key, plan_key, ready_key, stop_key)
+from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, STOP_RESIZE, End,
+                                    Held, Plan, Ready, WorkerEnv, end_key, gate_key, plan_key, ready_key, stop_key,
+                                    survivor_key)
+from dlsched.train.worker import PG_TIMEOUT
 from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
 
 POLL_S = 0.02
+# survivors of a lost peer report once their collective fails: at once when the peer's sockets close (its
+# process died), after the process-group timeout when its node fell off the network without closing them
+SURVIVOR_WAIT_S = PG_TIMEOUT.total_seconds() + 15
 
 
 EXIT_STOPPED = 128 + signal.SIGTERM  # stopped on request, checkpoint written: the shell's "terminated by SIGTERM"
@@ -133,6 +139,7 @@ class Coordinator:
         self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
         self.progress = ProgressLog(self.dir, echo=HumanProgress())
+        self.run_id = uuid.uuid4().hex[:12]   # tells this run's steps from a resumed run's (same generations)
         self.procs: dict[int, WorkerHandle] = {}
         self.next_wid = 0
         self.generation = -1
@@ -241,7 +248,7 @@ class Coordinator:
                          carried=restore is None and step > 0,
                          devices=[self.device_of[w] for w in wids],
                          ckpt_every=self.o.ckpt_every, record_samples=self.o.record_samples,
-                         reference_batch=self.o.reference_batch)
+                         reference_batch=self.o.reference_batch, run=self.run_id)
         self.store.set(plan_key(self.generation), self.plan.to_json())
         self._status("running")
 
@@ -303,6 +310,7 @@ class Coordinator:
                 self.progress.write(ev)
                 self.pending_resize = None
             rec["partition_offsets"] = table
+            rec["run"] = self.run_id
             if self.job is not None:
                 rec["total_samples"] = planned_samples(self.job)
             if self.global_batch is None:
@@ -350,7 +358,8 @@ class Coordinator:
                     return self._finish()  # a script that ended without dlsched.torch.remaining_epochs
                 dead = self._dead_workers()
                 if dead:
-                    self._recover(dead)
+                    if not (self.launcher.shrink_on_loss and self._shrink_onto_survivors(dead)):
+                        self._recover(dead)
                     continue
                 if self.stop_requested:
                     return self._stop()
@@ -506,6 +515,47 @@ class Coordinator:
         self.pending_resize = {"event": "resized", "time": requested, "generation": self.generation,
                                "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb, "step": step,
                                "requested_at": requested, "stopped_at": stopped}
+
+    def _survivor_states(self, survivors: list[int]) -> dict[int, Held] | None:
+        """Each survivor's report of the state it holds, once all reported; None if one died too, the
+        generation ended anyway (finished, stopped), never started training, or they did not report in time."""
+        gen, deadline = self.generation, time.monotonic() + SURVIVOR_WAIT_S
+        if not (self.store.check([gate_key(gen)]) and self.store.get(gate_key(gen)).decode() == GATE_RUN):
+            return None   # lost while the group formed: no step, so no survivor report to wait for
+        while time.monotonic() < deadline and not self.stop_requested:
+            self._drain()
+            if self.store.check([end_key(gen)]) or any(self.procs[w].poll() is not None for w in survivors):
+                return None
+            if self.store.check([survivor_key(gen, w) for w in survivors]):
+                return {w: Held.from_json(self.store.get(survivor_key(gen, w))) for w in survivors}
+            time.sleep(POLL_S)
+        return None
+
+    def _shrink_onto_survivors(self, dead: list[int]) -> bool:
+        """A worker died mid-step (its node was lost): the others carry on from the last step they all
+        committed, in memory, as a smaller group - no restart, no checkpoint. False when that is not possible
+        (no survivor, they disagree on the step, one died too): the caller recovers from the checkpoint."""
+        old = list(self.wids)
+        survivors = [w for w in old if w not in dead]
+        states = self._survivor_states(survivors) if survivors else None
+        if not states or len({(s.step, json.dumps(s.table, sort_keys=True)) for s in states.values()}) != 1:
+            return False
+        held = states[survivors[0]]
+        exit_codes = [self.procs[w].returncode for w in dead]
+        self._kill(dead)
+        for w in dead:
+            self.detector.forget(w)
+        step, table = held.step, PartitionTable.from_snapshot(held.table)
+        gb = global_batch_after_resize(self.o.batch_mode, self.global_batch, len(old), len(survivors))
+        ramp = self.ramp if gb == self.global_batch else self.ramp.rescaled(held.lr, self.global_batch, gb, step)
+        lost_at = self.last_report["step"] if self.last_report else step
+        self.pending_resize = None
+        self._publish(survivors, step, table, gb, ramp, held.epoch_loss)
+        self.progress.write({"event": "shrunk", "time": time.time(), "workers_lost": dead,
+                             "exit_codes": exit_codes, "from_workers": len(old),
+                             "workers": len(survivors), "new_generation": self.generation, "step": step,
+                             "lost_steps": max(0, lost_at - step), "batch_size": gb})
+        return True
 
     def _recover(self, dead: list[int]) -> None:
         """A worker died: its peers' state is suspect mid-collective, so replace the group from the checkpoint."""

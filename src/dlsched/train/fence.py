@@ -23,6 +23,7 @@ from pathlib import Path
 LOCK_NAME = "coordinator.lock"
 FD_ENV = "DLSCHED_LOCK_FD"
 EXIT_FENCED = 75   # EX_TEMPFAIL: another coordinator holds the job folder; nothing was touched
+CLAIM_WAIT_S = 10.0   # a coordinator being stopped as a new one starts (Ray backend restart) lets go within this
 
 
 def lock_path(job_dir: str | Path) -> Path:
@@ -43,17 +44,24 @@ def acquire(job_dir: str | Path) -> int | None:
 
 
 def is_held(job_dir: str | Path) -> bool:
-    """True while some process (a coordinator) holds the job folder's lock."""
-    fd = acquire(job_dir)
-    if fd is None:
+    """True while some process (a coordinator) holds the job folder's lock. Creates nothing."""
+    try:
+        fd = os.open(lock_path(job_dir), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
         return True
-    os.close(fd)
-    return False
+    finally:
+        os.close(fd)
 
 
-def claim(job_dir: str | Path) -> int | None:
+def claim(job_dir: str | Path, wait_s: float | None = None) -> int | None:
     """In the coordinator, first thing: the lock its backend passed down, else the lock taken now; None when
-    another coordinator holds the folder (the caller must then exit without touching it)."""
+    another coordinator still holds the folder after ``wait_s`` (default ``CLAIM_WAIT_S``), and the caller must
+    then exit without touching the folder."""
     passed = os.environ.pop(FD_ENV, None)
     if passed is not None and passed.isdigit():
         fd = int(passed)
@@ -63,7 +71,10 @@ def claim(job_dir: str | Path) -> int | None:
                 return fd
         except OSError:
             pass
-    return acquire(job_dir)
+    deadline = time.monotonic() + (CLAIM_WAIT_S if wait_s is None else wait_s)
+    while (fd := acquire(job_dir)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return fd
 
 
 def holder(job_dir: str | Path, timeout_s: float = 10.0):

@@ -1,10 +1,15 @@
 """The ensemble YAML: N models (module or file + class), one data set, one convergence criterion.
 
+As a job of the service, an ensemble is ``kind: ensemble`` with an entry returning an ``EnsembleSpec``:
+``entry: dlsched.train.fleet_spec:from_yaml`` and ``params: {path: the/ensemble.yaml}``, or a factory of one's own
+(e.g. a sweep of 50 models built in a loop).
+
 Strict like the job spec: unknown fields, wrong types and out-of-range values are one line naming the file,
 the field and the value.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,8 +17,28 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dlsched.errors import UserError, read_yaml_file
+from dlsched.documents import read_yaml_file
+from dlsched.errors import UserError
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """``python -m dlsched.train.run --strategy fleet``: the entry makes an ``EnsembleSpec``; ``workers`` = the share."""
+
+    job_dir: Path
+    entry: str
+    params: dict
+    workers: int
+
+    def ensemble(self) -> "EnsembleSpec":
+        from dlsched.train.job import load_entry
+
+        made = load_entry(self.entry)(**self.params)
+        if not isinstance(made, EnsembleSpec):
+            raise UserError(f"--entry {self.entry!r}: returned {type(made).__name__}, expected an EnsembleSpec "
+                            "(e.g. dlsched.train.fleet_spec:from_yaml)")
+        return made
 
 
 class _Strict(BaseModel):
@@ -62,6 +87,7 @@ class EnsembleSpec(_Strict):
     slots: int = Field(4, ge=1, le=62)              # worker slots ("GPUs") of this machine for the greedy
     rate_tolerance: float = Field(0.9, ge=0, lt=1)   # the greedy's eps
     output: str = "ensemble-report"
+    base_dir: str | None = None   # where relative model files and data resolve (from_yaml: the YAML's folder)
 
     @model_validator(mode="after")
     def _unique_names(self) -> "EnsembleSpec":
@@ -75,6 +101,13 @@ class EnsembleSpec(_Strict):
 
     def convergence_rule(self) -> Convergence:
         return Convergence(self.convergence.patience, self.convergence.min_delta, self.convergence.max_epochs)
+
+
+def from_yaml(path: str) -> EnsembleSpec:
+    """The job entry for an ensemble YAML: ``entry: dlsched.train.fleet_spec:from_yaml``, ``params: {path: ...}``."""
+    p = Path(path).resolve()
+    spec = load_spec(p)
+    return spec if spec.base_dir else spec.model_copy(update={"base_dir": str(p.parent)})
 
 
 def load_spec(path: Path) -> EnsembleSpec:

@@ -5,9 +5,9 @@
   clears its bit when done. A slot is rewritten only when its mask is 0: backpressure by the slowest consumer.
 * ``Compose``/``RandomCrop``/``RandomHorizontalFlip``/``Normalize`` -- torchvision-style per-sample transforms in
   torch ops (torchvision itself is not usable with this torch).
-* ``run_flotillas`` -- per flotilla one producer process + one process per member; a member that stops improving on validation
-  (early stopping) checkpoints and leaves; the others are stopped at the next step, checkpointed, and
-  ``run_ensemble`` re-forms flotillas for the rest with the FLEET greedy (``policy/fleet.py``).
+* ``run_flotillas`` -- per flotilla one shared pipeline (a producer process per planned core) + one process per
+  member rank; a member that stops improving on validation (early stopping) checkpoints and leaves; the others are
+  stopped at the next step, checkpointed, and ``fleet_job.train_ensemble`` re-forms flotillas for the rest.
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.errors import UserError
 from dlsched.train.files import atomic_file
-from dlsched.policy.fleet import ModelProfile, Preprocessing, plan_fleet
 
 # fork: workers start in milliseconds instead of re-importing torch (CPU only; no CUDA context exists yet).
 CTX = mp.get_context("fork")
@@ -115,23 +114,27 @@ def eval_transform(images: torch.Tensor) -> torch.Tensor:
 class BatchRing:
     """Slots of shared tensors; each batch is written once and read in place by every active consumer."""
 
-    def __init__(self, slots: int, batch: int, shape: tuple[int, ...], consumers: int) -> None:
+    def __init__(self, slots: int, batch: int, shape: tuple[int, ...], consumers: int, start: int = 0,
+                 producers: int = 1) -> None:
         if consumers > 62:
             raise ValueError("at most 62 consumers per ring")
-        self.slots, self.batch = slots, batch
+        self.slots, self.batch, self.start = slots, batch, start
         self.images = torch.empty((slots, batch, *shape)).share_memory_()
         self.labels = torch.empty((slots, batch), dtype=torch.long).share_memory_()
         self.seq = CTX.Array("q", [-1] * slots, lock=False)
         self.pending = CTX.Array("q", [0] * slots, lock=False)
         self.active = CTX.Value("q", (1 << consumers) - 1, lock=False)
         self.cond = CTX.Condition()
-        self.produced_cpu_s = CTX.Value("d", 0.0, lock=False)
+        self.produced_cpu_s = CTX.Array("d", [0.0] * producers, lock=False)   # per producer process
 
     def put(self, index: int, images: torch.Tensor, labels: torch.Tensor) -> bool:
-        """Write batch ``index``; blocks until every consumer released the slot. False once nobody is left."""
+        """Write batch ``index``; blocks until the slot holds batch ``index - slots`` (several producers write
+        interleaved indices) and every consumer released it. False once nobody is left."""
         slot = index % self.slots
+        prev = index - self.slots
         with self.cond:
-            self.cond.wait_for(lambda: self.pending[slot] == 0 or self.active.value == 0)
+            self.cond.wait_for(lambda: ((prev < self.start or self.seq[slot] == prev) and self.pending[slot] == 0)
+                               or self.active.value == 0)
             if self.active.value == 0:
                 return False
         self.images[slot].copy_(images)
@@ -168,27 +171,31 @@ class BatchRing:
             self.cond.notify_all()
 
 
-def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, seed: int, start_batch: int = 0) -> None:
-    """Preprocess batches in random epoch order with the CIFAR transforms, each written once into the ring."""
+def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, seed: int, start_batch: int = 0,
+                  cores: Sequence[int] = (), part: int = 0, parts: int = 1) -> None:
+    """Preprocess batches ``start_batch + part``, ``+ parts``, ... in random epoch order with the CIFAR transforms,
+    each written once into the ring. ``cores``: the CPU cores the planner gave this producer (affinity); one
+    torch thread, so the process never uses more than the cores it was given."""
+    if cores:
+        os.sched_setaffinity(0, set(cores))
     torch.set_num_threads(1)
     cpu0 = time.process_time()
-    g = torch.Generator().manual_seed(seed)
     transform = cifar_train_transform(images.shape[-1])
     n, b = len(images), ring.batch
     per_epoch = n // b
-    index = start_batch
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + index // per_epoch))
+    index, epoch, order = start_batch + part, -1, None
     while True:
         e, k = divmod(index, per_epoch)
-        if k == 0:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + e))
+        if e != epoch:
+            epoch, order = e, torch.randperm(n, generator=torch.Generator().manual_seed(seed + e))
+        g = torch.Generator().manual_seed(seed * 1_000_003 + index)   # augmentation of batch i: same for any parts
         idx = order[k * b: (k + 1) * b]
         batch = torch.stack([transform(images[i], g) for i in idx.tolist()])
-        ring.produced_cpu_s.value = time.process_time() - cpu0
+        ring.produced_cpu_s[part] = time.process_time() - cpu0
         if not ring.put(index, batch, labels[idx]):
             break
-        index += 1
-    ring.produced_cpu_s.value = time.process_time() - cpu0
+        index += parts
+    ring.produced_cpu_s[part] = time.process_time() - cpu0
 
 
 # ---------------------------------------------------------------- models and members
@@ -257,6 +264,15 @@ class MemberRank:
     rank: int = 0
     world: int = 1
     rendezvous: str = ""      # file for torch.distributed's FileStore (no TCP port to collide with other jobs)
+    device: str = "cpu"       # "cuda:<id>" when the rank was given a GPU (see bind_device)
+
+
+def bind_device(device: str) -> torch.device:
+    """"cuda:<id>" -> this process sees only that GPU (as cuda:0; call before any CUDA use); else the CPU."""
+    if device.startswith("cuda:"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+        return torch.device("cuda:0")
+    return torch.device("cpu")
 
 
 def _agree(flag: bool, world: int) -> bool:
@@ -276,19 +292,23 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
     and gradients are averaged with DDP over gloo; rank 0 validates, checkpoints and reports."""
     torch.set_num_threads(1)
     torch.manual_seed(zlib.crc32(spec.name.encode()))   # stable across runs (str hash is salted)
-    rank, world = worker.rank, worker.world
+    rank, world, device = worker.rank, worker.world, bind_device(worker.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if world > 1:
-        dist.init_process_group("gloo", init_method=f"file://{worker.rendezvous}", rank=rank, world_size=world,
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"file://{worker.rendezvous}",
+                                rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=120))   # a lost rank fails loudly, never hangs
     net, opt = _build(spec)
+    net.to(device)
     ckpt = Path(ckpt_dir) / f"{spec.name}.pt"
     state = {"step": 0, "epoch": 0, "best": -1.0, "bad": 0, "history": []}
     if ckpt.exists():
         saved = torch.load(ckpt, weights_only=False)
         net.load_state_dict(saved["model"]), opt.load_state_dict(saved["opt"])
         state = saved["state"]
-    model = DistributedDataParallel(net) if world > 1 else net
-    val_x, val_y = eval_transform(val[0]), val[1]
+    model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else net
+    val_x, val_y = eval_transform(val[0]).to(device), val[1].to(device)
     index, status, t0, seen = start_batch, "training", time.perf_counter(), 0
     try:
         while status == "training":
@@ -297,7 +317,8 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
                 break
             x, y = ring.get(index)
             model.train()
-            loss = F.cross_entropy(model(x[rank::world]), y[rank::world])   # a view of the shared slot: no copy
+            # rank r of g trains on rows r::g of the shared slot: a view on CPU (no copy), one transfer on a GPU
+            loss = F.cross_entropy(model(x[rank::world].to(device)), y[rank::world].to(device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -332,7 +353,7 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
     finally:
         ring.leave(worker.consumer)
     if rank == 0:
-        _save_atomic({"model": net.state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
+        _save_atomic({"model": net.cpu().state_dict(), "opt": opt.state_dict(), "state": state}, ckpt)
         reports.put((spec.name, status, state["epoch"], state["step"], None, state["best"], None))
     if world > 1:
         dist.destroy_process_group()
@@ -359,40 +380,59 @@ def warm_up_torch() -> None:
 
 def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tensor, torch.Tensor],
                   val: tuple[torch.Tensor, torch.Tensor], batch: int, conv: Convergence, ckpt_dir: Path, reports: "mp.Queue",
-                  *, start_batch: int = 0, slots: int = 4, seed: int = 0, max_batches: int | None = None,
+                  *, start_batch: int | Sequence[int] = 0, slots: int = 4, seed: int = 0, max_batches: int | None = None,
                   workers: Mapping[str, int] | None = None,
+                  cores: Sequence[Sequence[int]] | None = None,
+                  devices: Mapping[str, Sequence[str]] | None = None,
+                  should_stop: Callable[[], bool] | None = None,
                   on_report: Callable[[tuple], None] | None = None) -> tuple[set[str], list[FlotillaRun]]:
-    """Run flotillas side by side, each with one producer and, per member, ``workers[name]`` (default 1)
+    """Run flotillas side by side, each with one shared pipeline and, per member, ``workers[name]`` (default 1)
     data-parallel processes.
 
-    Returns when a member converges (every other member is then paused at its next step and checkpointed) or when
-    all members stopped (``max_batches`` each)."""
+    ``cores[i]``: the CPU cores of flotilla i's pipeline, one producer process pinned to each (default: one
+    unpinned producer). ``devices[name]``: the device of each of the member's ranks (default CPU).
+    Returns when a member converges, when ``should_stop()`` turns true (a new share, a SIGTERM) -- every member is
+    then paused at its next step and checkpointed -- or when all members stopped (``max_batches`` each)."""
     warm_up_torch()
     stop = CTX.Event()
     steps = len(data[0]) // batch
     t0 = time.time()
     rings, procs, producers = [], [], []
     for gi, members in enumerate(groups):
+        first = start_batch if isinstance(start_batch, int) else start_batch[gi]
         gpus = [workers.get(m.name, 1) for m in members] if workers else [1] * len(members)
-        ring = BatchRing(slots, batch, tuple(data[0].shape[1:]), sum(gpus))
+        pinned = [(c,) for c in cores[gi]] if cores and cores[gi] else [()]
+        ring = BatchRing(max(slots, len(pinned)), batch, tuple(data[0].shape[1:]), sum(gpus), start=first,
+                         producers=len(pinned))
         rings.append(ring)
-        producers.append(CTX.Process(target=producer_main, args=(ring, data[0], data[1], seed + 1000 * gi, start_batch), daemon=True))
+        for part, core in enumerate(pinned):
+            producers.append(CTX.Process(target=producer_main, daemon=True, args=(
+                ring, data[0], data[1], seed + 1000 * gi, first, core, part, len(pinned))))
         consumer = 0
         for m, g in zip(members, gpus):
             rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
+            ranks = list((devices or {}).get(m.name, ())) + ["cpu"] * g
             for r in range(g):
                 procs.append(CTX.Process(target=member_main, daemon=True, args=(
-                    m, MemberRank(consumer, r, g, rdzv), ring, start_batch, steps, val, conv, str(ckpt_dir), reports, stop, max_batches)))
+                    m, MemberRank(consumer, r, g, rdzv, ranks[r]), ring, first, steps, val, conv, str(ckpt_dir), reports,
+                    stop, max_batches)))
                 consumer += 1
     for p in producers + procs:
         p.start()
     n_members = sum(len(g) for g in groups)
     converged: set[str] = set()
     finished: set[str] = set()
+    next_check = 0.0
     while len(finished) < n_members:
         try:
             msg = reports.get(timeout=0.2)
         except queue.Empty:
+            msg = None
+        if should_stop is not None and not stop.is_set() and time.monotonic() >= next_check:
+            next_check = time.monotonic() + 0.2
+            if should_stop():
+                stop.set()
+        if msg is None:
             if any(p.exitcode not in (None, 0) for p in procs + producers):
                 stop.set()
                 for p in procs + producers:
@@ -421,80 +461,4 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         f.unlink(missing_ok=True)
     t1 = time.time()
     return converged, [FlotillaRun(tuple(m.name for m in g), t0, t1, tuple((workers or {}).get(m.name, 1) for m in g),
-                                   r.produced_cpu_s.value) for g, r in zip(groups, rings)]
-
-
-def profile_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int = 5, classes: int = 10) -> float:
-    """r_d(1): samples/s of a few real training steps on one core (after one warm-up step)."""
-    torch.set_num_threads(1)
-    model, opt = _build(spec)
-    x, y = torch.randn(batch, *shape), torch.randint(0, classes, (batch,))
-    for i in range(steps + 1):
-        if i == 1:
-            t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return steps * batch / (time.perf_counter() - t0)
-
-
-@dataclass
-class EnsembleReport:
-    epochs: dict[str, int] = field(default_factory=dict)
-    best_acc: dict[str, float] = field(default_factory=dict)
-    finish_s: dict[str, float] = field(default_factory=dict)
-    flotillas: list[FlotillaRun] = field(default_factory=list)
-    rates: dict[str, float] = field(default_factory=dict)
-
-
-def run_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Convergence, ckpt_dir: Path, *,
-                 slots_per_node: int = 4, seed: int = 0, rate_tolerance: float = 0.9,
-                 on_report: Callable[[tuple], None] | None = None,
-                 on_plan: Callable[[list[tuple[str, ...]]], None] | None = None) -> EnsembleReport:
-    """Profile, plan flotillas with the FLEET greedy, run them, re-form after every convergence until all converged.
-
-    On one machine the "GPUs" are ``slots_per_node`` worker slots of one node; flotillas of a plan run one after
-    another (they would compete for the same cores otherwise). The greedy's GPU count for a member becomes its
-    number of data-parallel workers (at most ``max_workers``). Workers share the same few cores here, so more of
-    them cannot really speed a member up; ``rate_tolerance`` (the greedy's eps) is therefore wide by default:
-    members within 10x of the flotilla's target share a pipeline rather than run in separate, sequential flotillas."""
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    report = EnsembleReport()
-    shape = tuple(data[0].shape[1:])
-    report.rates = {m.name: profile_rate(m, batch, shape) for m in members}
-    # r(g) for g > 1 is not measurable on cores the workers share: assume linear (weak) scaling, as in the
-    # H100-derived profiles, up to the member's max_workers.
-    profiles = {m.name: ModelProfile(m.name, tuple(g * report.rates[m.name] for g in range(1, m.max_workers + 1)))
-                for m in members}
-    by_name = {m.name: m for m in members}
-    reports = CTX.Queue()
-    t0 = time.time()
-    remaining = [m.name for m in members]
-    progress = {m.name: 0 for m in members}   # batch index each member continues from
-
-    def relay(msg: tuple) -> None:
-        name, status, epoch, step = msg[:4]
-        progress[name] = step
-        if status == "converged" and msg[4] is None:
-            report.epochs[name], report.best_acc[name] = epoch, msg[5]
-            report.finish_s[name] = time.time() - t0
-        if on_report:
-            on_report(msg)
-
-    while remaining:
-        plan = plan_fleet([profiles[n] for n in remaining], {"local": slots_per_node}, cpu_pool=1_000_000,
-                          pre=Preprocessing(1e12), eps=rate_tolerance)
-        groups = [tuple(f.gpus) for f in plan.flotillas]
-        if on_plan:
-            on_plan(groups)
-        for group in groups:
-            start = max(progress[n] for n in group)
-            f = plan.flotillas[groups.index(group)]
-            converged, (run,) = run_flotillas([[by_name[n] for n in group]], data, val, batch, conv, ckpt_dir, reports,
-                                              start_batch=start, seed=seed, workers=dict(f.gpus), on_report=relay)
-            report.flotillas.append(FlotillaRun(run.members, run.start - t0, run.end - t0, run.workers, run.producer_cpu_s))
-            remaining = [n for n in remaining if n not in converged]
-            if converged:
-                break   # re-form for the rest
-    return report
+                                   sum(r.produced_cpu_s)) for g, r in zip(groups, rings)]

@@ -65,6 +65,9 @@ class WorkerHandle(Protocol):
 
 class Launcher(Protocol):
     store_host: str   # where the workers reach the coordinator's TCPStore
+    # a dead worker's slot died with it (its node was lost): the group shrinks onto the survivors and the
+    # scheduler re-plans; where the slot stays (this machine) the group restarts whole from the checkpoint
+    shrink_on_loss: bool
 
     def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerHandle: ...
 
@@ -125,12 +128,27 @@ class LocalLauncher:
     """Every worker on this machine, forked from the (SIGTERM-shielded) forkserver the coordinator starts."""
 
     store_host = "127.0.0.1"
+    shrink_on_loss = False
 
     def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerProcess:
         return WorkerProcess(argv, log_path, visible)
 
 
 # ----------------------------------------------------------------------------- Ray (one actor per bundle)
+
+def pin_collectives_to(ip: str | None) -> None:
+    """gloo and NCCL connect their peers at the interface holding this node's Ray IP: left to themselves they
+    take the address the host name resolves to, often 127.0.1.1, which peers on other hosts cannot reach.
+    An operator's own ``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME`` win."""
+    import psutil
+
+    if not ip:
+        return
+    iface = next((name for name, addrs in psutil.net_if_addrs().items() if any(a.address == ip for a in addrs)), None)
+    if iface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", iface)
+
 
 def _worker_under_ray(argv: list[str]) -> None:
     """Entry of a worker process started in a ``ProcessHost`` actor: records where it runs, then is a worker.
@@ -141,6 +159,7 @@ def _worker_under_ray(argv: list[str]) -> None:
 
     parent = actor_pid()
     exit_when_orphaned(parent)
+    pin_collectives_to(os.environ.get(RAY_NODE_IP_ENV))
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--job-dir", required=True)
     ap.add_argument("--worker-id", type=int, required=True)
@@ -231,15 +250,21 @@ class RayLauncher:
 
     The coordinator becomes a Ray driver; worker actors are owned by it, so they die with it."""
 
+    shrink_on_loss = True
+
     def __init__(self, job_dir: Path, address: str):
         import ray
 
         self.job_dir = Path(job_dir)
+        # the node this coordinator runs on, as its host actor saw it: a driver left to guess takes the address
+        # its host name resolves to, or another node's, where no route leaves the machine
+        node_ip = os.environ.get(RAY_NODE_IP_ENV) or None
         if not ray.is_initialized():
-            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning")
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="warning",
+                     _node_ip_address=node_ip)
         self._ray = ray
         self._host_cls = host_actor(ray)
-        self.store_host = ray.util.get_node_ip_address()   # the TCPStore listens on every interface
+        self.store_host = node_ip or ray.util.get_node_ip_address()   # the TCPStore listens on every interface
         self._occupied: dict[str, RayWorker] = {}
         # No worker is forked here: keep the forkserver the coordinator starts from loading torch for nothing.
         _FORKSERVER.set_forkserver_preload([])

@@ -44,6 +44,11 @@ def ready_key(worker_id: int) -> str:
     return f"ready/{worker_id}"
 
 
+def survivor_key(generation: int, worker_id: int) -> str:
+    """Where a worker whose peer died mid-step reports the state it holds (``Held``)."""
+    return f"survivor/{generation}/{worker_id}"
+
+
 def group_prefix(generation: int) -> str:
     """Prefix of the c10d process group's own keys for a generation."""
     return f"pg/{generation}"
@@ -82,6 +87,19 @@ class Plan(_Json):
     ckpt_every: int
     record_samples: bool
     reference_batch: int | None = None
+    run: str | None = None  # the coordinator run: tells its steps from a resumed run's (same generations)
+
+
+@dataclass(frozen=True)
+class Held(_Json):
+    """What a worker holds after its collective failed (a peer died): the last committed step's state. The
+    survivors all hold the same one, or the coordinator recovers from the checkpoint instead."""
+
+    step: int
+    table: dict
+    epoch_loss: list[float]
+    lr: float
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,7 +188,8 @@ class StepRecord(_Record):
 
 
 EVENTS = ("resized", "checkpoint", "worker_lost", "straggler", "epoch_end", "finished", "stopped", "resize_failed",
-          "control_rejected", "resize_abandoned", "metrics", "lr_rule")
+          "control_rejected", "resize_abandoned", "metrics", "lr_rule",
+          "profiled", "flotillas", "member_converged")   # the last three: a FLEET ensemble (train/fleet_job.py)
 
 
 class EventRecord(_Record):

@@ -12,6 +12,7 @@ SIGTERM stops at once and exits 143; a re-run resumes at the last committed roun
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import os
 import socket
@@ -204,7 +205,10 @@ class PSRunner:
     def _finish(self) -> int:
         state = read_state(self.job_dir)
         loss = final_loss(self.job_dir, self.opts.entry, self.opts.params, state)
-        self.progress.write({"event": "finished", "round": len(state["round_generation"]), "final_loss": loss})
+        steps = math.ceil(state["samples"] / state["global_batch"])  # global batches trained into the model
+        self.progress.write({"event": "finished", "step": steps, "round": len(state["round_generation"]),
+                             "final_loss": loss})
+        print(f"parameter server ({state['sync']}, {state['servers']} servers): final loss over the dataset {loss:.4f}")
         write_status(self.job_dir, "finished", os.getpid(), state["workers"], final_loss=loss)
         return 0
 

@@ -16,6 +16,7 @@ from dlsched.errors import UserError
 from dlsched.train import fence
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
+from dlsched.train.fleet_spec import FleetOptions
 from dlsched.train.job import parse_params
 from dlsched.train.ps import SyncMode
 from dlsched.train.ps_runner import PSOptions, PSRunner
@@ -42,7 +43,8 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     ap.add_argument("--no-replace-stragglers", action="store_true", help="keep workers the EWMA rule flags")
     ap.add_argument("--max-restarts", type=int, default=3, help="worker-loss recoveries before the job fails")
     ap.add_argument("--standby", type=int, default=0, help="prepared spare workers for instant scale-out")
-    ap.add_argument("--strategy", choices=["allreduce", "ps"], default="allreduce")
+    ap.add_argument("--strategy", choices=["allreduce", "ps", "fleet"], default="allreduce",
+                    help="fleet: the entry makes an EnsembleSpec, trained with FLEET inside the share of --workers slots")
     ap.add_argument("--servers", type=int, default=1, help="ps: parameter-server processes")
     ap.add_argument("--sync", default="sync", help="ps: sync, ssp:<staleness> or async")
     a = ap.parse_args(argv)
@@ -58,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
                          ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts)
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
+    if a.strategy == "fleet":
+        return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
     for flag, value in (("--batch-size", a.batch_size), ("--reference-batch-size", a.reference_batch_size)):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
@@ -75,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {fence.lock_path(opts.job_dir)}: another coordinator holds this job folder; "
                   f"leaving it alone", file=sys.stderr)
             return fence.EXIT_FENCED
+        if isinstance(opts, FleetOptions):
+            from dlsched.train.fleet_job import run_job   # FLEET's runtime (no ensemble job, no import)
+
+            return run_job(opts)
         return PSRunner(opts).run() if isinstance(opts, PSOptions) else Coordinator(opts).run()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -38,6 +38,7 @@ class ScriptLauncher:
     """``start`` returns the Popen itself: it already is a ``launcher.WorkerHandle``."""
 
     store_host = "127.0.0.1"
+    shrink_on_loss = False
 
     def __init__(self, command: list[str]):
         self.command = resolve_command(command)

@@ -14,6 +14,7 @@ one flat buffer (``p.grad`` are views into it), so backward writes straight into
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -28,8 +29,9 @@ from dlsched.train import checkpoint as ckpt
 from dlsched.train.data import PartitionTable, record_path, split_global_batch
 from dlsched.train.devices import collective_backend
 from dlsched.train.job import TrainJob, build_job
-from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, STOP_PREEMPT, End, Plan, Ready, arrived_key,
-                                    end_key, gate_key, group_prefix, plan_key, ready_key, stop_key)
+from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, STOP_PREEMPT, End, Held, Plan, Ready,
+                                    arrived_key, end_key, gate_key, group_prefix, plan_key, ready_key, stop_key,
+                                    survivor_key)
 from dlsched.train.scaling import LrRamp, micro_batches, set_lr_compensated
 
 PG_TIMEOUT = timedelta(seconds=60)
@@ -191,6 +193,8 @@ class Worker:
                     return True
                 table, ep_loss, ep_n = table.next_epoch(), 0.0, 0
             t_start = time.perf_counter()
+            # what a peer's loss during this step rolls back to
+            held = Held(step, table.snapshot(), [ep_loss, ep_n], self.optimizer.param_groups[0]["lr"])
             ids = table.take(global_batch)
             shares = split_global_batch(ids, locals_)
             mine = torch.as_tensor(shares[rank])
@@ -217,8 +221,13 @@ class Worker:
             tail.copy_(torch.tensor(stats))  # one host-to-device copy for all the step's scalars
             tail[1] += loss_sum
             if self.record is not None:  # before the commit: a step that never commits is rolled back with it
-                self.record.write(json.dumps({"generation": gen, "step": step + 1, "ids": shares[rank].tolist()}) + "\n")
-            dist.all_reduce(buf)
+                self.record.write(json.dumps({"run": plan.run, "generation": gen, "step": step + 1,
+                                              "ids": shares[rank].tolist()}) + "\n")
+            try:
+                dist.all_reduce(buf)
+            except RuntimeError as e:   # a peer died (its node was lost): the step does not commit here
+                self.store.set(survivor_key(gen, self.wid), dataclasses.replace(held, error=str(e)[:200]).to_json())
+                return False            # wait for the coordinator's next plan, holding the last step's state
             reduced = tail.tolist()  # one device-to-host copy
             n_total = reduced[0]
             buf[: self.n_grad].div_(max(n_total, 1.0))

@@ -131,7 +131,8 @@ async function overviewPage(view) {
     const cells = [];
     for (const h of n.holders) for (let g = 0; g < h.gpus; g++) cells.push(`<a class="gpu" href="#/job/${h.job_id}" title="job ${h.job_id} ${esc(h.name)}" style="background:${colour(h.job_id)}">${h.job_id}</a>`);
     while (cells.length < n.gpus) cells.push(`<span class="gpu free" title="free">free</span>`);
-    return `<div class="node" data-node="${esc(n.name)}"><span class="label">${esc(n.name)} <span class="muted">${esc(n.gpu_type)}</span></span><div class="gpus">${cells.join("")}</div></div>`;
+    const mark = n.lost ? ` <span class="lost-mark" title="the backend lost this node">LOST</span>` : "";
+    return `<div class="node${n.lost ? " lost" : ""}" data-node="${esc(n.name)}"><span class="label">${esc(n.name)}${mark} <span class="muted">${esc(n.gpu_type)}</span></span><div class="gpus">${cells.join("")}</div></div>`;
   }).join("");
   const used = d.nodes.reduce((s, n) => s + n.holders.reduce((a, h) => a + h.gpus, 0), 0), total = d.nodes.reduce((s, n) => s + n.gpus, 0);
   const q = d.queue.map((j) => `<tr data-job="${j.id}"><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span></td>

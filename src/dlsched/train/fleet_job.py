@@ -1,0 +1,234 @@
+"""An ensemble trained to convergence with FLEET: profile, plan flotillas inside the share, run them, re-form.
+
+``train_ensemble`` is the loop (seed 001 step 3): every convergence, every new share from the scheduler and every
+stop request pauses all members at their next step (each checkpoints), and the FLEET greedy re-plans the members
+still training on the slots of the share. ``run_job`` runs it as a job of the service under the same job-folder
+contract as every other job (``dlsched.train``): ``control.json`` in (the share: ``workers``, ``devices``),
+``progress.jsonl`` and ``status.json`` out, SIGTERM = checkpoint and exit 143, a re-run resumes.
+
+Resources: slot i of the share is device i (CUDA where the backend granted GPUs, else a CPU rank; gloo/NCCL
+data parallelism for members given several). The share is one pool of slots (the local backend runs on one
+machine). Each flotilla's pipeline gets the cores the planner chose (c*), one producer process pinned to each,
+taken round-robin from the cores this process may use; on a CPU-only machine producers and trainers share them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from dlsched.policy.fleet import FleetPlan, Preprocessing, plan_fleet
+from dlsched.train import preemption
+from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
+from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
+from dlsched.train.fleet_spec import FleetOptions, load_data
+from dlsched.train.flotilla import CTX, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
+
+STATE_FILE = "fleet_state.json"   # converged members and each member's batch index, for a resumed run
+
+
+@dataclass
+class EnsembleReport:
+    epochs: dict[str, int] = field(default_factory=dict)
+    best_acc: dict[str, float] = field(default_factory=dict)
+    finish_s: dict[str, float] = field(default_factory=dict)
+    flotillas: list[FlotillaRun] = field(default_factory=list)
+    profiles: dict[str, MeasuredProfile] = field(default_factory=dict)
+    preprocess_per_core: float = 0.0
+
+    @property
+    def rates(self) -> dict[str, float]:
+        return {n: p.profile.rate(1) for n, p in self.profiles.items()}
+
+
+@dataclass(frozen=True)
+class Share:
+    """What the scheduler grants: ``slots`` worker slots, their devices ("cuda:<id>" or "cpu" each)."""
+
+    slots: int
+    devices: tuple[str, ...] = ()
+
+    def device(self, i: int) -> str:
+        return self.devices[i] if i < len(self.devices) else "cpu"
+
+
+def assign_cores(plan: FleetPlan, cpus: Sequence[int]) -> list[list[int]]:
+    """The planner's c* per flotilla as concrete cores, round-robin over ``cpus`` (wrapping when short)."""
+    out, k = [], 0
+    for f in plan.flotillas:
+        out.append([cpus[(k + i) % len(cpus)] for i in range(f.cores)])
+        k += f.cores
+    return out
+
+
+def assign_devices(plan: FleetPlan, share: Share) -> dict[str, list[str]]:
+    """Slots of the share to members' ranks, in plan order."""
+    out, i = {}, 0
+    for f in plan.flotillas:
+        for d, g in f.gpus.items():
+            out[d] = [share.device(i + r) for r in range(g)]
+            i += g
+    return out
+
+
+def plan_record(plan: FleetPlan, cores: Sequence[Sequence[int]], devices: Mapping[str, Sequence[str]], share: Share) -> dict:
+    return {"share": share.slots, "waiting": list(plan.waiting),
+            "flotillas": [{"members": dict(f.gpus), "cores": list(c), "rate": f.rate,
+                           "devices": {d: list(devices[d]) for d in f.gpus}} for f, c in zip(plan.flotillas, cores)]}
+
+
+def _load_state(ckpt_dir: Path) -> dict:
+    try:
+        return json.loads((ckpt_dir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {"converged": {}, "progress": {}}
+
+
+def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Convergence, ckpt_dir: Path, *,
+                   share: Callable[[], Share], eps: float = 0.9, seed: int = 0,
+                   stop_requested: Callable[[], bool] = lambda: False,
+                   on_report: Callable[[tuple], None] | None = None,
+                   on_plan: Callable[[dict], None] | None = None,
+                   on_event: Callable[[dict], None] | None = None) -> tuple[EnsembleReport, bool]:
+    """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged)."""
+    for m in members:   # a bad model reference is one clear line here, not a failed profiling process
+        _build(m)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    emit = on_event or (lambda e: None)
+    state = _load_state(ckpt_dir)
+    report = EnsembleReport()
+    shape = tuple(data[0].shape[1:])
+    grant = share()
+    cpus = sorted(os.sched_getaffinity(0))
+    report.preprocess_per_core = preprocessing_rate(data[0], batch)
+    for m in members:
+        report.profiles[m.name] = profile_member(m, batch, shape, m.max_workers, grant.devices, scratch=ckpt_dir)
+    emit({"event": "profiled", "preprocess_images_per_s_per_core": report.preprocess_per_core,
+          "profiles": [p.as_record() for p in report.profiles.values()]})
+    pre = Preprocessing(report.preprocess_per_core)
+    by_name = {m.name: m for m in members}
+    reports = CTX.Queue()
+    t0 = time.time()
+    remaining = [m.name for m in members if m.name not in state["converged"]]
+    progress = {m.name: int(state["progress"].get(m.name, 0)) for m in members}
+
+    def relay(msg: tuple) -> None:
+        name, status, epoch, step = msg[:4]
+        progress[name] = step
+        if status == "converged" and msg[4] is None:
+            report.epochs[name], report.best_acc[name] = epoch, msg[5]
+            report.finish_s[name] = time.time() - t0
+            state["converged"][name] = {"epoch": epoch, "best_acc": msg[5]}
+            emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5]})
+        if on_report:
+            on_report(msg)
+
+    while remaining and not stop_requested():
+        grant = share()
+        profiles = [report.profiles[n].profile for n in remaining]
+        profiles = [type(p)(p.name, p.rates[: max(1, grant.slots)]) for p in profiles]
+        plan = plan_fleet(profiles, {"share": grant.slots}, cpu_pool=len(cpus), pre=pre, eps=eps)
+        cores = assign_cores(plan, cpus)
+        devices = assign_devices(plan, share=grant)
+        record = plan_record(plan, cores, devices, grant)
+        emit({"event": "flotillas", **record})
+        if on_plan:
+            on_plan(record)
+        groups = [[by_name[n] for n in f.gpus] for f in plan.flotillas]
+        workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
+        converged, runs = run_flotillas(
+            groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores, devices=devices,
+            start_batch=[max(progress[m.name] for m in g) for g in groups], on_report=relay,
+            should_stop=lambda: stop_requested() or share() != grant)
+        report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s) for r in runs]
+        remaining = [n for n in remaining if n not in converged]
+        state["progress"] = progress
+        atomic_write_json(ckpt_dir / STATE_FILE, state)
+    for name, done in state["converged"].items():
+        report.epochs.setdefault(name, done["epoch"])
+        report.best_acc.setdefault(name, done["best_acc"])
+    return report, not remaining
+
+
+class _Contract:
+    """The job folder: the share from control.json, progress records and status.json."""
+
+    def __init__(self, job_dir: Path, slots: int, batch: int, names: Sequence[str]) -> None:
+        self.dir, self.batch = job_dir, batch
+        self.generation, self.granted = -1, Share(slots, _visible_devices())
+        self.log = ProgressLog(job_dir)
+        self.steps = {n: 0 for n in names}
+        self.rates: dict[str, float] = {}
+        self.members = {n: "waiting" for n in names}
+        self.flotillas: list[dict] = []
+
+    def share(self) -> Share:
+        try:
+            c = read_control(self.dir)
+        except Exception as e:   # noqa: BLE001 - a malformed file is not applied (contract), the event names it
+            self.event({"event": "control_rejected", "error": str(e)})
+            return self.granted
+        if c is not None and c.generation > self.generation:
+            self.generation = c.generation
+            self.granted = Share(c.workers, tuple(f"cuda:{d}" for d in c.devices) if c.devices else self.granted.devices)
+        return self.granted
+
+    def event(self, e: dict) -> None:
+        if e.get("event") == "flotillas":
+            self.flotillas = e["flotillas"]
+            running = {d for f in e["flotillas"] for d in f["members"]}
+            self.members.update({d: "training" if d in running else "waiting"
+                                 for d, s in self.members.items() if s != "converged"})
+        if e.get("event") == "member_converged":
+            self.members[e["member"]] = "converged"
+            self.rates.pop(e["member"], None)
+        self.log.write({"time": time.time(), **e})
+        self.status("running")
+
+    def report(self, msg: tuple) -> None:
+        name, status, epoch, step, loss, _acc, rate = msg
+        self.steps[name] = step
+        if rate is not None and status == "training":
+            self.rates[name] = rate
+        if loss is None:
+            return
+        total = sum(self.steps.values())
+        self.log.write({"time": time.time(), "step": total, "epoch": epoch, "samples": total * self.batch,
+                        "loss": loss, "samples_per_s": sum(self.rates.values()), "workers": self.granted.slots,
+                        "batch_size": self.batch, "total_samples": None, "member": name, "generation": self.generation})
+
+    def status(self, state: str, error: str | None = None) -> None:
+        write_status(self.dir, state, os.getpid(), self.granted.slots, error, generation=self.generation,
+                     members=self.members, flotillas=self.flotillas)
+
+
+def _visible_devices() -> tuple[str, ...]:
+    ids = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return tuple(f"cuda:{d}" for d in ids)
+
+
+def run_job(opts: FleetOptions) -> int:
+    """The ensemble as a service job (contract in ``dlsched.train``); exit 0 finished, 143 stopped."""
+    job_dir, workers, spec = opts.job_dir, opts.workers, opts.ensemble()
+    base = Path(spec.base_dir or ".")
+    job_dir.mkdir(parents=True, exist_ok=True)
+    members = spec.members(base)
+    io = _Contract(job_dir, workers, spec.batch_size, [m.name for m in members])
+    io.share()
+    ckpt = job_dir / "ckpt"
+    io.members.update({n: "converged" for n in _load_state(ckpt)["converged"]})
+    io.status("running")
+    data, val = load_data(spec, base)
+    _, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
+                             share=io.share, eps=spec.rate_tolerance, seed=spec.dataset.seed,
+                             stop_requested=preemption.requested, on_report=io.report, on_event=io.event)
+    if done:
+        io.event({"event": "finished", "step": sum(io.steps.values())})
+        io.status("finished")
+        return 0
+    io.event({"event": "stopped", "step": sum(io.steps.values()), "checkpoint": str(ckpt)})
+    io.status("stopped")
+    return 143

@@ -1,0 +1,172 @@
+"""FLEET's profiles, measured: a member's training rate r(g) on g = 1..m worker slots from short real runs, and the
+shared pipeline's images/s per core, cached per model and hardware.
+
+r(g) is weak scaling as the flotilla runs it: g data-parallel ranks (gloo on CPU, NCCL on GPUs), each training on a
+batch of the member's size per step, so r(g) = g * batch / step time. A g the machine cannot run (more ranks than
+devices or cores) is *modelled* -- linear from the largest measured g -- and the profile says so.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import queue
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from dlsched.policy.fleet import ModelProfile
+from dlsched.train.files import atomic_write_json
+from dlsched.train.flotilla import CTX, MemberSpec, _build, bind_device, cifar_train_transform
+
+CACHE_FILE = "fleet_profiles.json"
+
+
+@dataclass(frozen=True)
+class MeasuredProfile:
+    profile: ModelProfile
+    measured: tuple[bool, ...]   # per g: a real run (True) or the linear model (False)
+    note: str                    # why a g was modelled; "" when every g was measured
+
+    def as_record(self) -> dict:
+        return {"member": self.profile.name, "rates": list(self.profile.rates), "measured": list(self.measured),
+                "note": self.note}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DLSCHED_PROFILE_CACHE") or Path.home() / ".cache" / "dlsched")
+
+
+def hardware() -> str:
+    """What a rate depends on besides the model: CPU model and usable cores, the granted devices, torch."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}|cores={len(os.sched_getaffinity(0))}|cuda={os.environ.get('CUDA_VISIBLE_DEVICES', '')}|torch={torch.__version__}"
+
+
+def _key(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int) -> str:
+    what = json.dumps([spec.model, dict(spec.kwargs), batch, list(shape), g, hardware()], sort_keys=True, default=str)
+    return hashlib.sha256(what.encode()).hexdigest()[:24]
+
+
+def _load_cache(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _rank_main(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int, rank: int, world: int,
+               rendezvous: str, device: str, out: "CTX.Queue") -> None:
+    torch.set_num_threads(1)
+    dev = bind_device(device)
+    if world > 1:
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"file://{rendezvous}",
+                                rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    net, opt = _build(spec)
+    net.to(dev)
+    model = DistributedDataParallel(net, device_ids=[dev.index] if dev.type == "cuda" else None) if world > 1 else net
+    x, y = torch.randn(batch, *shape, device=dev), torch.randint(0, 10, (batch,), device=dev)
+    for i in range(steps + 1):           # step 0 warms up (allocations, gloo buckets)
+        if i == 1:
+            if world > 1:
+                dist.barrier()
+            t0 = time.perf_counter()
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank == 0:
+        out.put(world * batch * steps / (time.perf_counter() - t0))
+
+
+def measure_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, devices: Sequence[str],
+                 steps: int = 4, scratch: Path | None = None) -> float:
+    """r(g) from a real run of g forked ranks (one device each when ``devices`` are given)."""
+    out = CTX.Queue()
+    rdzv = str((scratch or Path("/tmp")) / f".profile.{os.getpid()}.{uuid.uuid4().hex}")
+    procs = [CTX.Process(target=_rank_main, daemon=True,
+                         args=(spec, batch, shape, steps, r, g, rdzv, devices[r] if devices else "cpu", out))
+             for r in range(g)]
+    for p in procs:
+        p.start()
+    try:
+        while True:
+            try:
+                rate = out.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    raise RuntimeError(f"profiling {spec.name} on {g} rank(s) failed: exit codes "
+                                       f"{[p.exitcode for p in procs]}") from None
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+        Path(rdzv).unlink(missing_ok=True)
+    return float(rate)
+
+
+def profile_member(spec: MemberSpec, batch: int, shape: tuple[int, ...], max_gpus: int, devices: Sequence[str] = (),
+                   steps: int = 4, scratch: Path | None = None) -> MeasuredProfile:
+    """r(1..max_gpus): cached measurements, new ones for the rest, the linear model where a g cannot run here."""
+    path = cache_dir() / CACHE_FILE
+    cache = _load_cache(path)
+    limit = len(devices) if devices else len(os.sched_getaffinity(0))
+    rates: list[float] = []
+    measured: list[bool] = []
+    for g in range(1, max_gpus + 1):
+        key = _key(spec, batch, shape, g)
+        if key in cache:
+            rates.append(float(cache[key]))
+            measured.append(True)
+        elif g <= limit or g == 1:
+            rates.append(measure_rate(spec, batch, shape, g, devices[:g], steps, scratch))
+            measured.append(True)
+            cache = {**_load_cache(path), key: rates[-1]}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(path, cache)
+        else:
+            last = max(i for i, m in enumerate(measured) if m) + 1
+            rates.append(rates[last - 1] * g / last)   # linear (weak) scaling from the largest measured g
+            measured.append(False)
+    note = ""
+    if not all(measured):
+        unit = "devices" if devices else "CPU cores"
+        note = (f"r(g) for g > {limit} modelled (linear from r({limit})): only {limit} {unit} here, "
+                f"so {max_gpus} ranks cannot be measured")
+    return MeasuredProfile(ModelProfile(spec.name, tuple(rates)), tuple(measured), note)
+
+
+def preprocessing_rate(images: torch.Tensor, batch: int, batches: int = 2) -> float:
+    """The shared pipeline's images/s on one core: the CIFAR transforms on real images, one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        transform = cifar_train_transform(images.shape[-1])
+        g = torch.Generator().manual_seed(0)
+        n = min(len(images), batch * batches)
+        transform(images[0], g)
+        t0 = time.process_time()
+        torch.stack([transform(images[i], g) for i in range(n)])
+        return n / max(time.process_time() - t0, 1e-6)
+    finally:
+        torch.set_num_threads(threads)

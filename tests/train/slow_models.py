@@ -1,0 +1,19 @@
+"""An ensemble member with a floor on its step time, so that it is still training when a test acts (a stop, a new
+share) on a fast machine as on a busy one (the tiny CNNs alone finish in seconds)."""
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "ensemble"))
+from models import WideCNN  # noqa: E402
+
+
+class SlowWideCNN(WideCNN):
+    def __init__(self, step_s: float = 0.1, **kw) -> None:
+        super().__init__(**kw)
+        self.step_s = step_s
+
+    def forward(self, x):
+        if self.training:
+            time.sleep(self.step_s)
+        return super().forward(x)

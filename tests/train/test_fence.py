@@ -1,0 +1,46 @@
+"""The job folder's lock (``train/fence.py``): one holder, passed from backend to coordinator, released by death."""
+import os
+import subprocess
+import sys
+
+from dlsched.train import fence, run
+
+
+def test_one_holder_at_a_time_and_death_releases_it(tmp_path):
+    fd = fence.acquire(tmp_path)
+    assert fd is not None and fence.is_held(tmp_path)
+    assert fence.acquire(tmp_path) is None and fence.claim(tmp_path, wait_s=0.1) is None
+    os.close(fd)
+    assert not fence.is_held(tmp_path)
+    # a child holding the lock it was handed (as the local backend starts a coordinator), then SIGKILLed
+    fd = fence.acquire(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path)], pass_fds=(fd,))
+    os.close(fd)
+    try:
+        assert fence.is_held(tmp_path)                      # the parent let go; the child holds it
+        assert fence.holder(tmp_path, timeout_s=10).pid == child.pid
+    finally:
+        child.kill()
+        child.wait()
+    assert not fence.is_held(tmp_path) and fence.holder(tmp_path, timeout_s=1) is None
+
+
+def test_claim_takes_the_passed_lock(tmp_path, monkeypatch):
+    fd = fence.acquire(tmp_path)
+    monkeypatch.setenv(fence.FD_ENV, str(fd))
+    assert fence.claim(tmp_path) == fd and not os.get_inheritable(fd)
+    assert fence.FD_ENV not in os.environ
+    os.close(fd)
+
+
+def test_a_second_coordinator_leaves_a_held_folder_untouched(tmp_path, monkeypatch, capsys):
+    fd = fence.acquire(tmp_path)
+    monkeypatch.setattr(fence, "CLAIM_WAIT_S", 0.1)
+    try:
+        before = sorted(p.name for p in tmp_path.iterdir())
+        assert run.main(["--job-dir", str(tmp_path), "--entry", "examples/mlp.py:make_job", "--workers", "1"]) \
+            == fence.EXIT_FENCED
+        assert "another coordinator holds this job folder" in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == before == ["coordinator.lock"]
+    finally:
+        os.close(fd)

@@ -1,0 +1,126 @@
+"""FLEET's loop and its job-folder contract: real profiling (cached), re-formation, pinned pipelines, a share that
+changes through control.json, SIGTERM and resume -- all with real processes and tiny CNNs."""
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlsched.paths import REPO_ROOT
+from dlsched.policy.fleet import FleetPlan, Flotilla
+from dlsched.train.files import read_progress, read_status, write_control
+from dlsched.train.fleet_job import Share, assign_cores, assign_devices, train_ensemble
+from dlsched.train.fleet_profile import CACHE_FILE, profile_member
+from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
+from dlsched.train.protocol import EventRecord, Status, StepRecord, is_step
+from tests.waiting import wait_until
+
+MODELS = REPO_ROOT / "examples" / "ensemble" / "models.py"
+
+
+@pytest.fixture(autouse=True)
+def profile_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DLSCHED_PROFILE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_profiles_are_measured_on_each_slot_count_then_cached_and_say_what_was_modelled(tmp_path, profile_cache):
+    spec = MemberSpec("tiny", f"{MODELS}:TinyCNN", {"width": 4})
+    cores = len(os.sched_getaffinity(0))
+    p = profile_member(spec, 16, (3, 32, 32), max_gpus=cores + 1, steps=2, scratch=tmp_path)
+    assert p.measured == (True,) * cores + (False,) and str(cores) in p.note and "modelled" in p.note
+    assert all(r > 0 for r in p.profile.rates)
+    cached = json.loads((profile_cache / CACHE_FILE).read_text())
+    assert len(cached) == cores
+    again = profile_member(spec, 16, (3, 32, 32), max_gpus=cores, steps=2, scratch=tmp_path)
+    assert again.profile.rates == p.profile.rates[:cores]          # from the cache: no new run, same numbers
+
+
+def test_planned_cores_and_devices_become_concrete_assignments():
+    plan = FleetPlan((Flotilla({"a": 1, "b": 2}, {"a": {"s": 1}, "b": {"s": 2}}, 3, 1.0),
+                      Flotilla({"c": 1}, {"c": {"s": 1}}, 2, 1.0)), ())
+    assert assign_cores(plan, [0, 1, 2, 3]) == [[0, 1, 2], [3, 0]]
+    assert assign_devices(plan, Share(4, ("cuda:5", "cuda:6", "cuda:7"))) == {
+        "a": ["cuda:5"], "b": ["cuda:6", "cuda:7"], "c": ["cpu"]}
+
+
+@pytest.mark.slow
+def test_members_converge_leave_with_checkpoints_and_the_rest_are_re_formed(tmp_path):
+    data, val = synthetic_images(256, seed=0), synthetic_images(128, seed=1)
+    members = [
+        MemberSpec("tiny", f"{MODELS}:TinyCNN", {"width": 4}, lr=0.05, max_epochs=2),
+        MemberSpec("mlp", f"{MODELS}:MLPHead", {"hidden": 16}, lr=0.05),
+    ]
+    # tiny stops after 2 epochs at the latest, mlp after 4: tiny leaves first, mlp is re-formed alone and resumed.
+    conv = Convergence(patience=5, min_delta=0.0, max_epochs=4)
+    plans, events = [], []
+    report, done = train_ensemble(members, data, val, 64, conv, tmp_path, share=lambda: Share(4), eps=0.99,
+                                  on_plan=plans.append, on_event=events.append)
+    assert done and set(report.finish_s) == {"tiny", "mlp"}
+    assert [sorted(f["members"]) for f in plans[0]["flotillas"]] == [["mlp", "tiny"]]   # one shared flotilla first
+    assert plans[0]["flotillas"][0]["cores"]                                             # its pipeline's cores
+    assert len(report.flotillas) == 2 and report.flotillas[1].members == ("mlp",)        # re-formed for the survivor
+    assert report.epochs == {"tiny": 2, "mlp": 4}
+    assert report.finish_s["mlp"] > report.flotillas[0].end > report.finish_s["tiny"]
+    assert all((tmp_path / f"{m}.pt").exists() and (tmp_path / f"{m}.best.pt").exists() for m in ("tiny", "mlp"))
+    assert max(report.best_acc.values()) > 0.3      # 10 classes: learned something from the shared batches
+    assert all(f.producer_cpu_s > 0 for f in report.flotillas)
+    assert [e["member"] for e in events if e["event"] == "member_converged"] == ["tiny", "mlp"]
+
+
+ENSEMBLE_YAML = """name: contract
+dataset: {kind: synthetic, train: 512, val: 64}
+batch_size: 32
+convergence: {patience: 100, min_delta: 0.0, max_epochs: 40}
+rate_tolerance: 0.99
+models:
+  - {name: a, model: "%s:SlowWideCNN", kwargs: {width: 4, step_s: 0.05}, max_workers: 2, max_epochs: 20}
+  - {name: b, model: "%s:MLPHead", kwargs: {hidden: 8}, max_epochs: 2}
+"""
+
+
+@pytest.mark.slow
+def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_path):
+    spec = tmp_path / "ens.yaml"
+    # a takes >= 20 epochs x 16 steps x 0.05 s: still training when b converges and the stop comes
+    spec.write_text(ENSEMBLE_YAML % (Path(__file__).parent / "slow_models.py", MODELS))
+    job = tmp_path / "job"
+    job.mkdir()
+    def cmd(workers):
+        return [sys.executable, "-m", "dlsched.train.run", "--strategy", "fleet", "--job-dir", str(job), "--entry",
+                "dlsched.train.fleet_spec:from_yaml", "--workers", str(workers), "--param", f"path={spec}"]
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
+    write_control(job, 1, None, 0)
+    proc = subprocess.Popen(cmd(1), env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        def plans():
+            return [r for r in read_progress(job) if r.get("event") == "flotillas"]
+        wait_until(lambda: plans() and any("step" in r and "event" not in r for r in read_progress(job)), 120)
+        assert plans()[-1]["share"] == 1
+        write_control(job, 3, None, 1)                         # the scheduler grows the share: FLEET re-plans
+        wait_until(lambda: plans()[-1]["share"] == 3, 120)
+        assert sum(sum(f["members"].values()) for f in plans()[-1]["flotillas"]) <= 3
+        wait_until(lambda: (read_status(job) or {}).get("members", {}).get("b") == "converged", 180)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143, proc.stdout.read().decode()[-2000:]
+        assert read_status(job)["state"] == "stopped"
+        assert any(r.get("event") == "stopped" for r in read_progress(job))
+        # resumed with a new share: b stays converged, a continues from its checkpoint and finishes
+        before = len(read_progress(job))
+        write_control(job, 2, None, 2)
+        done = subprocess.run(cmd(2), env=env, capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stdout.decode()[-2000:]
+        assert read_status(job)["state"] == "finished" and read_status(job)["members"] == {"a": "converged", "b": "converged"}
+        resumed = read_progress(job)[before:]
+        assert [r["member"] for r in resumed if r.get("event") == "member_converged"] == ["a"]
+        assert {r.get("member") for r in resumed if "event" not in r} == {"a"}
+        for r in read_progress(job):                            # the same typed contract as every other job
+            (StepRecord if is_step(r) else EventRecord).model_validate(r)
+        Status.model_validate(read_status(job))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
