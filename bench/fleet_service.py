@@ -9,7 +9,7 @@ Preprocessing is the bottleneck here: tiny CNNs with an average-pool stem train 
 and normalises their images. Figure: time from submission until every member converged, (b) / (a), target >= 1.5x.
 Information: neither side knows the members' speeds in advance (both profile them at start, included in the time).
 
-    .venv/bin/python bench/fleet_service.py [--members 4] [--epochs 3]
+    .venv/bin/python bench/fleet_service.py [--members 8] [--epochs 2] [--zoo pre|cnn]
 """
 from __future__ import annotations
 
@@ -26,9 +26,17 @@ from dlsched.service.server import Service, free_port
 from dlsched.spec import load_cluster_spec
 
 MODELS = REPO_ROOT / "examples" / "ensemble" / "models.py"
-ZOO = [("tiny4", "TinyCNN", {"width": 4}), ("tiny8", "TinyCNN", {"width": 8}), ("wide", "WideCNN", {"width": 4}),
-       ("strided", "StridedCNN", {"width": 4}), ("mlp16", "MLPHead", {"hidden": 16}), ("mlp32", "MLPHead", {"hidden": 32}),
-       ("strided8", "StridedCNN", {"width": 8}), ("mlp64", "MLPHead", {"hidden": 64})]
+# pool 8: the CNNs see 4x4 images after their stem, so one core's crops, flips and normalisation cannot keep up with
+# them (the regime the issue asks about); ``--zoo cnn`` is the heavier set where training dominates instead.
+ZOOS = {
+    "pre": [("tiny4", "TinyCNN", {"width": 4, "pool": 8}), ("strided4", "StridedCNN", {"width": 4, "pool": 8}),
+            ("mlp16", "MLPHead", {"hidden": 16}), ("tiny8", "TinyCNN", {"width": 8, "pool": 8}),
+            ("mlp32", "MLPHead", {"hidden": 32}), ("strided8", "StridedCNN", {"width": 8, "pool": 8}),
+            ("mlp8", "MLPHead", {"hidden": 8}), ("tiny2", "TinyCNN", {"width": 2, "pool": 8})],
+    "cnn": [("tiny4", "TinyCNN", {"width": 4}), ("tiny8", "TinyCNN", {"width": 8}), ("wide", "WideCNN", {"width": 4}),
+            ("strided", "StridedCNN", {"width": 4}), ("mlp16", "MLPHead", {"hidden": 16}), ("mlp32", "MLPHead", {"hidden": 32}),
+            ("strided8", "StridedCNN", {"width": 8}), ("mlp64", "MLPHead", {"hidden": 64})],
+}
 
 
 def ensemble_yaml(members, epochs: int) -> str:
@@ -77,18 +85,19 @@ def run_side(label: str, jobs: list[tuple[str, str]], slots: int, work: Path, po
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--members", type=int, default=4, choices=range(2, len(ZOO) + 1))
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--members", type=int, default=8, choices=range(2, 9))
+    ap.add_argument("--zoo", default="pre", choices=sorted(ZOOS))
+    ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--policy", default="fifo")
     a = ap.parse_args()
-    members = ZOO[: a.members]
+    members = ZOOS[a.zoo][: a.members]
     slots = a.members
     with tempfile.TemporaryDirectory(prefix="fleet-service-") as d:
         work = Path(d)
         (work / "ensemble.yaml").write_text(ensemble_yaml(members, a.epochs))
         for m in members:
             (work / f"{m[0]}.yaml").write_text(ensemble_yaml([m], a.epochs))
-        print(f"{a.members} members x {a.epochs} epochs of 1024 images, batch 64, {slots} slots, policy {a.policy}, "
+        print(f"zoo {a.zoo}: {a.members} members x {a.epochs} epochs of 1024 images, batch 64, {slots} slots, policy {a.policy}, "
               f"{len(os.sched_getaffinity(0))} CPU cores, no GPU lent")
         fleet = run_side("fleet", [("sweep", job_yaml("sweep", work / "ensemble.yaml", slots))], slots, work, a.policy)
         print(f"  (a) FLEET, one ensemble job:         {fleet:7.1f} s")

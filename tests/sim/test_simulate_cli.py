@@ -70,3 +70,13 @@ def test_undecodable_trace_is_one_line(tmp_path):
     w.write_bytes(b"\x1f\x8b\x08\x00garbage")
     r = _cli("--workload", str(w))
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "gzip data is damaged" in r.stderr
+
+
+def test_remaining_defaults_to_predicted_and_names_its_mode(tmp_path):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    r = _cli("--workload", str(w), "-p", "srtf", "--cluster-gpus", "2", "--gpus-per-node", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    assert '"remaining":"predicted"' in r.stdout.replace(" ", "")
+    r = _cli("--workload", str(w), "--remaining", "noise:x")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--remaining: bad value 'noise:x'" in r.stderr

@@ -274,16 +274,16 @@ def register(app: typer.Typer) -> None:
 
         if not 1 <= port <= 65535:
             raise UserError(f"--port {port}: expected 1..65535")
-        if not port_is_free(host, port):
+        if backend and backend not in ("local", "ray"):
+            raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
+        spec = load_cluster_spec_file(cluster) if cluster else local_cluster_spec()
+        if not port_is_free(host, port):   # after the options: a bad option is reported as itself
             raise UserError(f"--port {port}: {host}:{port} is already in use (another dlsched serve?); "
                             f"choose another with --port")
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        spec = load_cluster_spec_file(cluster) if cluster else local_cluster_spec()
         if policy:
             spec = spec.model_copy(update={"policy": policy})
         if backend:
-            if backend not in ("local", "ray"):
-                raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
             spec = spec.model_copy(update={"backend": backend})
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
         be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
