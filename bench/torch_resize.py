@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,7 @@ def main() -> None:
                                  "--standby", "2", "--threads", "1", "--no-replace-stragglers", "--", "python",
                                  str(REPO / "bench" / "torch_overhead_job.py"), "--mode", "dlsched", "--steps", "2000",
                                  "--batch", "48", "--width", "256", "--step-s", "0.02", "--out", str(Path(d) / "o.json")],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             status = lambda: json.loads((job / "status.json").read_text()) if (job / "status.json").exists() else {}
             resized = lambda: [r for r in read_progress(job) if r.get("event") == "resized"]
@@ -52,13 +53,8 @@ def main() -> None:
                 print(f"resize {e['from_workers']} -> {e['workers']}: stall {e['stall_s']:.2f} s, "
                       f"pause {e['pause_s']:.2f} s   target stall <= 2 s   {'MET' if e['stall_s'] <= 2 else 'MISSED'}")
         finally:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # the coordinator, its workers and its standbys
             proc.wait()
-            for pid in status().get("worker_pids", []) if (job / "status.json").exists() else []:
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
 
 
 if __name__ == "__main__":

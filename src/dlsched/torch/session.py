@@ -303,6 +303,8 @@ class Session:
         """Take the next global batch from the table; this rank's sample ids."""
         ids = self.table.take(self.global_batch)
         mine = split_global_batch(ids, self.local_batches)[self.rank].tolist()
+        if self.env is not None and os.getppid() != self.parent:
+            self._exit(3)  # the coordinator is gone (killed): an orphan must not keep training
         flag, now = 0.0, time.perf_counter()
         if self.store is not None and self.rank == 0 and now - self.flag_checked >= FLAG_POLL_S:
             self.flag_checked = now  # a store round trip per step would cost more than the step on small models
@@ -311,7 +313,8 @@ class Session:
         self.open = {"flag": flag, "started": time.perf_counter(), "n": len(ids), "share": len(mine)}
         self.reduced = None
         if self.record is not None:  # before the all-reduce: a step that never commits is rolled back with it
-            self.record.write(json.dumps({"generation": self.generation, "step": self.step + 1, "ids": mine}) + "\n")
+            self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
+                                          "ids": mine}) + "\n")
         return mine
 
     def extras(self, step_open: dict | None) -> torch.Tensor:
