@@ -61,7 +61,8 @@ def main() -> int:
         grown = first_step(cluster, job, t_back, 3)
         resized = [r for r in events(cluster, job, "resized") if r["workers"] == 3]
         out["node_back_to_first_step_3_nodes_s"] = grown["time"] - t_back
-        out["grow_2_to_3_resize_pause_s"] = resized[-1]["pause_s"] if resized else float("nan")
+        out["grow_2_to_3_request_to_step_s"] = resized[-1]["pause_s"] if resized else float("nan")
+        out["grow_2_to_3_training_stood_still_s"] = resized[-1]["stall_s"] if resized else float("nan")
 
         # baseline: the node of rank 0, which also runs the coordinator (the backend pins the runtime to the
         # node of the first slot on a tie) -> no survivor can regroup the others: restart from the checkpoint

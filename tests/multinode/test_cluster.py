@@ -28,7 +28,7 @@ RUNTIME = f"{sys.executable} -m dlsched.train.run --threads 1 --record-samples -
 PORT = 8642              # inside node 0's own network namespace
 RESUME_BOUND_S = 60.0    # node loss -> the survivors' first step (death detection + the survivors' regroup)
 EPOCHS, SAMPLES = 2, 2400
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]   # the waits below bound each phase
 
 
 @pytest.fixture(scope="module")

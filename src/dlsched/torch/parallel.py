@@ -2,8 +2,8 @@
 
 Each generation wraps the module in a fresh DDP on that generation's process group (one worker: no DDP at
 all). A comm hook averages each gradient bucket over the global batch, adds each bucket's local |g|² on the
-way, and appends the session's step scalars (stop flag, local |g|² sum, compute times) to the last bucket,
-so they cost no extra collective. On one worker, every ``single_every``-th step runs the batch as two halves
+way, and all-reduces the session's step scalars (stop flag, local |g|² sum, compute times) beside the last
+bucket, so every rank knows them when backward returns. On one worker, every ``single_every``-th step runs the batch as two halves
 (the first through parameter views whose gradient hooks keep that half's gradient), which gives the same two
 batch sizes; the halves also see per-half batch-norm statistics on those steps.
 """
@@ -20,7 +20,8 @@ from torch.nn.parallel import DistributedDataParallel
 def _comm_hook(edp, bucket):  # no annotations: DDP checks them, and this module's are strings
     session = edp._session
     buf = bucket.buffer()
-    edp._local_sqr = edp._local_sqr + buf.float().pow(2).sum()
+    flat = buf.view(-1)
+    edp._local_sqr = edp._local_sqr + torch.dot(flat, flat).float()  # no temporary the size of the bucket
     # the script's loss is a mean over its local batch: weight by the local share, so that unequal shares
     # (B % workers != 0) still give the global batch's mean gradient
     buf.mul_(session.open["share"] / session.open["n"] if session.open else 1.0 / session.world)
@@ -28,16 +29,14 @@ def _comm_hook(edp, bucket):  # no annotations: DDP checks them, and this module
         return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
     extras = session.extras(session.open)
     extras[1] = edp._local_sqr
-    joined = torch.cat([buf, extras.to(buf.dtype)])
-    n = buf.numel()
+    grads = dist.all_reduce(buf, async_op=True).get_future()
+    scalars = dist.all_reduce(extras, async_op=True).get_future()  # a few floats: cheaper than joining the bucket
 
     def unpack(fut: torch.futures.Future) -> torch.Tensor:
-        out = fut.value()[0]
-        session.reduced = out[n:].tolist()
-        buf.copy_(out[:n])
-        return buf
+        session.reduced = scalars.value()[0].tolist()
+        return grads.value()[0]
 
-    return dist.all_reduce(joined, async_op=True).get_future().then(unpack)
+    return torch.futures.collect_all([grads, scalars]).then(unpack)
 
 
 def _cat(a: Any, b: Any) -> Any:
@@ -135,7 +134,7 @@ class ElasticDataParallel(nn.Module):
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         if not grads:
             return
-        total_sqr = float(sum(g.float().pow(2).sum() for g in grads))
+        total_sqr = float(sum(torch.dot(g.reshape(-1), g.reshape(-1)) for g in grads))
         if self._ddp is not None and s.reduced is not None:
             local_sqr = s.reduced[1] / s.world / self._scale() ** 2
             s.noise.update(local_sqr, s.global_batch / s.world, total_sqr, s.global_batch)

@@ -33,6 +33,8 @@ from dlsched.torch.lr_rule import RAMP_STEPS, RULES, LrFactor, compensate_moment
 from dlsched.torch.noise import GradientNoiseEstimator
 
 LRScheduler = torch.optim.lr_scheduler.LRScheduler
+FLAG_POLL_S = 0.05  # rank 0 reads the stop flag at most this often: a resize waits at most this long for it
+FLUSH_S = 0.25  # step records reach progress.jsonl at most this late
 
 
 class Session:
@@ -68,6 +70,8 @@ class Session:
         self.setup_s: float | None = None
         self.record = None
         self.last_boundary = time.perf_counter()
+        self.outbox: list[dict] = []  # records not yet pushed to the coordinator
+        self.flushed = self.flag_checked = 0.0
 
     # -- registration ---------------------------------------------------------------------------------
     def register(self, name: str, obj: Any) -> None:
@@ -208,6 +212,7 @@ class Session:
             self._adopt(plan)
             if plan.carried:
                 self._save()
+            self._flush()
             self.store.set(end_key(plan.generation),
                            End(finished=False, preempted=True, cancelled=True, step=plan.step).to_json())
         self._exit()
@@ -222,6 +227,7 @@ class Session:
             m._wrap(self.world)
 
     def _exit(self, code: int = 0) -> None:
+        self._flush()
         if self.record is not None:
             self.record.close()
         sys.stdout.flush()
@@ -297,9 +303,11 @@ class Session:
         """Take the next global batch from the table; this rank's sample ids."""
         ids = self.table.take(self.global_batch)
         mine = split_global_batch(ids, self.local_batches)[self.rank].tolist()
-        flag = 0.0
-        if self.store is not None and self.rank == 0 and self.store.check([stop_key(self.generation)]):
-            flag = float(self.store.get(stop_key(self.generation)))
+        flag, now = 0.0, time.perf_counter()
+        if self.store is not None and self.rank == 0 and now - self.flag_checked >= FLAG_POLL_S:
+            self.flag_checked = now  # a store round trip per step would cost more than the step on small models
+            if self.store.check([stop_key(self.generation)]):
+                flag = float(self.store.get(stop_key(self.generation)))
         self.open = {"flag": flag, "started": time.perf_counter(), "n": len(ids), "share": len(mine)}
         self.reduced = None
         if self.record is not None:  # before the all-reduce: a step that never commits is rolled back with it
@@ -336,10 +344,12 @@ class Session:
             if self.rank == 0:
                 if not (self.ckpt_every and self.step % self.ckpt_every == 0):
                     self._save()
+                self._flush()
                 self.store.set(end_key(self.generation), End(finished=False, preempted=True, step=self.step).to_json())
             self._exit()
         if flag > 0:
             if self.rank == 0:
+                self._flush()
                 self.store.set(end_key(self.generation), End(
                     finished=False, step=self.step, table=self.table.snapshot() if self.table else None,
                     epoch_loss=[0.0, 0], lr=self.step_lr).to_json())
@@ -381,6 +391,7 @@ class Session:
         self.boundary()
         if self.env is not None and self.rank == 0:
             self._save(finished=True)
+            self._flush()
             self.store.set(end_key(self.generation), End(finished=True, step=self.step).to_json())
 
     def report(self, metrics: dict[str, float]) -> None:
@@ -399,7 +410,15 @@ class Session:
             shown = {k: v for k, v in record.items() if k in ("event", "step", "epoch", "loss", "lr", "metrics")}
             print("dlsched:", json.dumps(shown), flush=True)
             return
-        self.store.queue_push(PROGRESS_QUEUE, json.dumps(record))
+        self.outbox.append(record)
+        if "event" in record or time.perf_counter() - self.flushed >= FLUSH_S:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Step records go to the coordinator in batches (one store round trip), events at once."""
+        if self.outbox and self.store is not None:
+            self.store.queue_push(PROGRESS_QUEUE, json.dumps(self.outbox))
+        self.outbox, self.flushed = [], time.perf_counter()
 
 
 _session: Session | None = None

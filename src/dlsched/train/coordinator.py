@@ -293,35 +293,39 @@ class Coordinator:
     # -- reports ------------------------------------------------------------------------------------
     def _drain(self) -> None:
         while self.store.queue_len(PROGRESS_QUEUE) > 0:
-            rec = json.loads(self.store.queue_pop(PROGRESS_QUEUE, block=False))
-            if "event" not in rec:
-                self.last_report = rec
-                table = rec.pop("table")
-                setup_s = rec.pop("setup_s", None)
-                if self.pending_resize and rec["generation"] == self.generation:
-                    ev = self.pending_resize
-                    ev["pause_s"] = rec["time"] - ev.pop("requested_at")
-                    ev["stall_s"] = rec["time"] - ev.pop("stopped_at")
-                    ev["regroup_s"] = setup_s  # process-group init + parameter/optimizer broadcast
-                    self.progress.write(ev)
-                    self.pending_resize = None
-                rec["partition_offsets"] = table
-                rec["run"] = self.run_id
-                if self.job is not None:
-                    rec["total_samples"] = planned_samples(self.job)
-                if self.global_batch is None:
-                    self.global_batch = rec["batch_size"]  # a script's own batch, first seen
-                if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
-                        and not self.resizing):
-                    slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
-                    if slow and not self.stragglers:
-                        self.stragglers = slow
-                        self.progress.write({"event": "straggler", "time": time.time(), "workers": slow,
-                                             "ewma": [round(self.detector.ewma[w], 3) for w in slow]})
-            self.progress.write(rec)
-            line = progress_line(rec)
-            if line:
-                print(line, flush=True)  # the job's output.log: what `dlsched logs -f` shows
+            item = json.loads(self.store.queue_pop(PROGRESS_QUEUE, block=False))
+            for rec in item if isinstance(item, list) else [item]:  # a script pushes its step records in batches
+                self._ingest(rec)
+
+    def _ingest(self, rec: dict) -> None:
+        if "event" not in rec:
+            self.last_report = rec
+            table = rec.pop("table")
+            setup_s = rec.pop("setup_s", None)
+            if self.pending_resize and rec["generation"] == self.generation:
+                ev = self.pending_resize
+                ev["pause_s"] = rec["time"] - ev.pop("requested_at")
+                ev["stall_s"] = rec["time"] - ev.pop("stopped_at")
+                ev["regroup_s"] = setup_s  # process-group init + parameter/optimizer broadcast
+                self.progress.write(ev)
+                self.pending_resize = None
+            rec["partition_offsets"] = table
+            rec["run"] = self.run_id
+            if self.job is not None:
+                rec["total_samples"] = planned_samples(self.job)
+            if self.global_batch is None:
+                self.global_batch = rec["batch_size"]  # a script's own batch, first seen
+            if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
+                    and not self.resizing):
+                slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
+                if slow and not self.stragglers:
+                    self.stragglers = slow
+                    self.progress.write({"event": "straggler", "time": time.time(), "workers": slow,
+                                         "ewma": [round(self.detector.ewma[w], 3) for w in slow]})
+        self.progress.write(rec)
+        line = progress_line(rec)
+        if line:
+            print(line, flush=True)  # the job's output.log: what `dlsched logs -f` shows
 
     # -- main loop ----------------------------------------------------------------------------------
     def run(self) -> int:

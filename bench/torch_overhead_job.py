@@ -1,0 +1,55 @@
+"""The training script both sides of bench/torch_overhead.py run: ``--mode ddp`` (plain DDP over torchrun's
+environment, DistributedSampler) or ``--mode dlsched`` (the same loop through dlsched.torch, noise on)."""
+import argparse
+import json
+import os
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--mode", choices=["ddp", "dlsched"], required=True)
+ap.add_argument("--steps", type=int, default=80)
+ap.add_argument("--batch", type=int, default=128)
+ap.add_argument("--width", type=int, default=1024)
+ap.add_argument("--out", required=True)
+ap.add_argument("--step-s", type=float, default=0.0, help="sleep per step (bench/torch_resize.py: time to resize)")
+args = ap.parse_args()
+torch.set_num_threads(1)
+g = torch.Generator().manual_seed(0)
+data = TensorDataset(torch.randn(args.steps * args.batch, 256, generator=g),
+                     torch.randint(0, 10, (args.steps * args.batch,), generator=g))
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(256, args.width), nn.ReLU(), nn.Linear(args.width, args.width), nn.ReLU(),
+                    nn.Linear(args.width, 10))
+if args.mode == "ddp":
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = nn.parallel.DistributedDataParallel(net)
+    loader = DataLoader(data, batch_size=args.batch // world, sampler=DistributedSampler(data, shuffle=True))
+    epochs = range(1)
+else:
+    import dlsched.torch as dt
+
+    dt.init(ckpt_every=0)
+    model = dt.ElasticDataParallel(net)
+    loader = dt.ElasticDataLoader(data, batch_size=args.batch)
+    epochs = dt.remaining_epochs(1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+stamps = []
+for _ in epochs:
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        stamps.append(time.perf_counter())
+        time.sleep(args.step_s)
+rank = int(os.environ.get("RANK", "0")) if args.mode == "ddp" else dt.rank()
+if rank == 0:
+    gaps = [b - a for a, b in zip(stamps[10:], stamps[11:])]  # after warm-up
+    with open(args.out, "w") as f:
+        json.dump({"mode": args.mode, "step_s": sorted(gaps)[len(gaps) // 2]}, f)
