@@ -61,10 +61,15 @@ models:
   - {{name: a, model: "{MODELS}:MLPHead", kwargs: {{hidden: 8}}, max_epochs: 1}}
   - {{name: b, model: "{MODELS}:StridedCNN", kwargs: {{width: 4}}}}
 """)
-    r = _cli("run", str(f), "--no-live", "--output", str(tmp_path / "out"))
+    run_dir = tmp_path / "cwd"
+    run_dir.mkdir()
+    r = _cli("run", str(f), "--no-live", cwd=run_dir)   # the report goes to the working directory, not beside the spec
     assert r.returncode == 0, r.stderr
+    assert not (f.parent / "ensemble-report").exists()
+    (tmp_path / "out").symlink_to(run_dir / "ensemble-report")
     rep = json.loads((tmp_path / "out" / "report.json").read_text())
     assert rep["epochs"] == {"a": 1, "b": 2}
+    assert rep["outcome"] == {"a": "stopped at max_epochs", "b": "stopped at max_epochs"}   # patience 5 never ran out
     assert [sorted(f["members"]) for f in rep["plans"][0]["flotillas"]] == [["a", "b"]]
     assert {p["member"] for p in rep["profiles"]} == {"a", "b"}
     # re-formed after a converged: 8 steps an epoch > the ring's 4 slots + 1, so b cannot also finish its 2nd

@@ -103,7 +103,7 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         write_control(job, 3, None, 1)                         # the scheduler grows the share: FLEET re-plans
         wait_until(lambda: plans()[-1]["share"] == 3, 120)
         assert sum(sum(f["members"].values()) for f in plans()[-1]["flotillas"]) <= 3
-        wait_until(lambda: (read_status(job) or {}).get("members", {}).get("b") == "converged", 180)
+        wait_until(lambda: (read_status(job) or {}).get("members", {}).get("b") == "stopped at max_epochs", 180)
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=120) == 143, proc.stdout.read().decode()[-2000:]
         assert read_status(job)["state"] == "stopped"
@@ -113,7 +113,7 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         write_control(job, 2, None, 2)
         done = subprocess.run(cmd(2), env=env, capture_output=True, timeout=300)
         assert done.returncode == 0, done.stdout.decode()[-2000:]
-        assert read_status(job)["state"] == "finished" and read_status(job)["members"] == {"a": "converged", "b": "converged"}
+        assert read_status(job)["state"] == "finished" and read_status(job)["members"] == {"a": "stopped at max_epochs", "b": "stopped at max_epochs"}
         resumed = read_progress(job)[before:]
         assert [r["member"] for r in resumed if r.get("event") == "member_converged"] == ["a"]
         assert {r.get("member") for r in resumed if "event" not in r} == {"a"}

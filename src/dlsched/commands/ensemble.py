@@ -32,7 +32,7 @@ class _LiveTable:
     def update(self, msg: tuple) -> None:
         name, status, epoch, step, loss, acc, rate = msg
         row = self.rows[name]
-        row.update(status=status, epoch=epoch, step=step)
+        row.update(status="stopped at max_epochs" if status == "max_epochs" else status, epoch=epoch, step=step)
         if loss is not None:
             row["loss"] = loss
         if acc is not None and acc >= 0:
@@ -92,7 +92,8 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
 
     spec = load_spec(spec_file)
     base = spec_file.resolve().parent
-    out = output or (base / spec.output if not Path(spec.output).is_absolute() else Path(spec.output))
+    # a relative 'output' is under the working directory, never beside the spec (that may be the source tree)
+    out = output or Path(spec.output)
     out.mkdir(parents=True, exist_ok=True)
     data, val = load_data(spec, base)
     members = spec.members(base)
@@ -117,14 +118,15 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     names = [m.name for m in members]
     plot_flotillas(report, names, out / "flotillas.png")
     summary = Table(title=f"ensemble {spec.name}: done in {time.time() - t0:.1f} s (profiling included)")
-    for col in ("model", "time to converge (s)", "epochs", "best val acc", "profiled samples/s", "checkpoint"):
+    for col in ("model", "outcome", "time to converge (s)", "epochs", "best val acc", "profiled samples/s", "checkpoint"):
         summary.add_column(col)
     for n in names:
-        summary.add_row(n, f"{report.finish_s[n]:.1f}", str(report.epochs[n]), f"{report.best_acc[n]:.3f}",
-                        f"{report.rates[n]:.0f}", str(out / "checkpoints" / f"{n}.best.pt"))
+        summary.add_row(n, table.rows[n]["status"], f"{report.finish_s[n]:.1f}", str(report.epochs[n]),
+                        f"{report.best_acc[n]:.3f}", f"{report.rates[n]:.0f}", str(out / "checkpoints" / f"{n}.best.pt"))
     console.print(summary)
     (out / "report.json").write_text(json.dumps({
-        "name": spec.name, "finish_s": report.finish_s, "epochs": report.epochs, "best_acc": report.best_acc,
+        "name": spec.name, "outcome": {n: table.rows[n]["status"] for n in names},
+        "finish_s": report.finish_s, "epochs": report.epochs, "best_acc": report.best_acc,
         "profiled_samples_per_s": report.rates, "plans": plans,
         "profiles": [p.as_record() for p in report.profiles.values()],
         "note": "times in seconds since training started (after profiling)",

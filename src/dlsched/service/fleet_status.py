@@ -8,9 +8,13 @@ if TYPE_CHECKING:   # the CLI imports ``summary``: no store (sqlite) at every ``
     from dlsched.service.store import Store
 
 
+STOPPED = "stopped at max_epochs"     # left at its epoch cap, not converged
+LEFT = ("converged", STOPPED)
+
+
 def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
-    """``{"members": {name: "training"|"waiting"|"converged"}, "flotillas": [...], "share": slots}`` from a job's
-    events, oldest first."""
+    """``{"members": {name: "training"|"waiting"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
+    "share": slots}`` from a job's events, oldest first."""
     members: dict[str, str] = {}
     flotillas: list[dict] = []
     share = None
@@ -22,10 +26,10 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
             flotillas, share = d.get("flotillas", []), d.get("share")
             running = {m for f in flotillas for m in f.get("members", {})}
             for m in running | set(d.get("waiting", [])):
-                if members.get(m) != "converged":
+                if members.get(m) not in LEFT:
                     members[m] = "training" if m in running else "waiting"
         elif e["kind"] == "job_member_converged":
-            members[d["member"]] = "converged"
+            members[d["member"]] = STOPPED if d.get("reason") == "max_epochs" else "converged"
         elif e["kind"] in ("job_finished", "job_stopped"):
             flotillas = []
     return {"members": members, "flotillas": flotillas, "share": share}
@@ -36,8 +40,10 @@ def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
 
 
 def summary(ens: dict[str, Any]) -> str:
-    """One line for tables: "3/8 converged, flotillas a+b | c"."""
+    """One line for tables: "3/8 converged, 1 stopped at max_epochs, flotillas a+b | c"."""
     m = ens["members"]
     done = sum(1 for s in m.values() if s == "converged")
+    stopped = sum(1 for s in m.values() if s == STOPPED)
     fl = " | ".join("+".join(f"{d}:{g}" for d, g in f["members"].items()) for f in ens["flotillas"])
-    return f"{done}/{len(m)} converged" + (f", flotillas {fl}" if fl else "")
+    return (f"{done}/{len(m)} converged" + (f", {stopped} {STOPPED}" if stopped else "")
+            + (f", flotillas {fl}" if fl else ""))

@@ -25,10 +25,13 @@ from dlsched.train import preemption
 from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
-from dlsched.train.flotilla import CTX, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
+from dlsched.train.flotilla import CTX, LEFT, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
 
 STATE_FILE = "fleet_state.json"   # converged members and each member's batch index, for a resumed run
 
+
+# what status shows for a member that left: why it left
+LEAVE_LABEL = {"converged": "converged", "max_epochs": "stopped at max_epochs"}
 
 @dataclass
 class EnsembleReport:
@@ -118,11 +121,11 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     def relay(msg: tuple) -> None:
         name, status, epoch, step = msg[:4]
         progress[name] = step
-        if status == "converged" and msg[4] is None:
+        if status in LEFT and msg[4] is None:
             report.epochs[name], report.best_acc[name] = epoch, msg[5]
             report.finish_s[name] = time.time() - t0
-            state["converged"][name] = {"epoch": epoch, "best_acc": msg[5]}
-            emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5]})
+            state["converged"][name] = {"epoch": epoch, "best_acc": msg[5], "reason": status}
+            emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5], "reason": status})
         if on_report:
             on_report(msg)
 
@@ -181,9 +184,9 @@ class _Contract:
             self.flotillas = e["flotillas"]
             running = {d for f in e["flotillas"] for d in f["members"]}
             self.members.update({d: "training" if d in running else "waiting"
-                                 for d, s in self.members.items() if s != "converged"})
+                                 for d, s in self.members.items() if s not in LEAVE_LABEL.values()})
         if e.get("event") == "member_converged":
-            self.members[e["member"]] = "converged"
+            self.members[e["member"]] = LEAVE_LABEL[e.get("reason", "converged")]
             self.rates.pop(e["member"], None)
         self.log.write({"time": time.time(), **e})
         self.status("running")
@@ -219,7 +222,7 @@ def run_job(opts: FleetOptions) -> int:
     io = _Contract(job_dir, workers, spec.batch_size, [m.name for m in members])
     io.share()
     ckpt = job_dir / "ckpt"
-    io.members.update({n: "converged" for n in _load_state(ckpt)["converged"]})
+    io.members.update({n: LEAVE_LABEL[d.get("reason", "converged")] for n, d in _load_state(ckpt)["converged"].items()})
     io.status("running")
     data, val = load_data(spec, base)
     _, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,

@@ -40,6 +40,9 @@ CTX = mp.get_context("fork")
 
 # ---------------------------------------------------------------- data and transforms
 
+# a member leaves the ensemble when it converged (no val gain for `patience` epochs) or hit its epoch cap
+LEFT = ("converged", "max_epochs")
+
 def synthetic_images(n: int, classes: int = 10, size: int = 32, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A learnable CIFAR-shaped uint8 image set: a smooth random template per class plus per-image noise and shift.
 
@@ -341,7 +344,8 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
                         state["bad"] += 1
                 done = state["bad"] >= conv.patience or state["epoch"] >= (spec.max_epochs or conv.max_epochs)
                 if _agree(rank == 0 and done, world):
-                    status = "converged"
+                    # patience ran out: converged; else the epoch cap stopped it first (only rank 0 reports it)
+                    status = "converged" if state["bad"] >= conv.patience else "max_epochs"
                     # Pause the others before this member leaves the ring: until it leaves, the ring keeps them
                     # within ``slots`` batches of it, so how far they get before re-forming does not depend on
                     # how fast the parent reads the report.
@@ -442,10 +446,10 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         if on_report:
             on_report(msg)
         name, status = msg[0], msg[1]
-        if status == "converged":
+        if status in LEFT:
             converged.add(name)
             stop.set()       # re-form: the others checkpoint at their next step
-        if msg[4] is None and status in ("converged", "paused"):
+        if msg[4] is None and status in LEFT + ("paused",):
             finished.add(name)
     # Every member has reported its final state (rank 0 checkpointed before that report): what is left is
     # process tear-down, which must never hang the caller (a forked rank stuck in gloo clean-up once did).
