@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 from dlsched.train.data import committed_sample_ids
 from dlsched.train.files import read_progress, write_control
@@ -80,3 +81,31 @@ def test_sigkill_of_a_worker_resumes_from_the_checkpoint_exactly_once(tmp_path):
     assert lost["restored_step"] >= 10 and lost["checkpoint"]
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})
     assert events(job_dir, "finished")
+
+
+def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
+    job_dir, slow = tmp_path / "job", tmp_path / "slow"
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow),
+                        runtime_args=("--reference-batch-size", str(BATCH)))
+    wait_for_step(job_dir, 3, proc, timeout=120)
+    write_control(job_dir, 1, 2 * BATCH, 1)
+    wait_for_event(job_dir, "lr_rule", 1, proc, timeout=120)
+    slow.unlink()
+    finish(proc, timeout=300)
+    rule = events(job_dir, "lr_rule")[0]
+    assert (rule["rule"], rule["from_batch"], rule["to_batch"]) == ("sqrt", BATCH, 2 * BATCH)
+    assert rule["factor"] == pytest.approx(2 ** 0.5)
+    recs = steps(job_dir)
+    changed = next(i for i, r in enumerate(recs) if r["batch_size"] == 2 * BATCH)
+    assert changed > 0 and recs[-1]["batch_size"] == 2 * BATCH
+    # OneCycleLR's own value, recovered from the step before and after, is scaled by sqrt(2) at the new batch
+    sched_lr = torch.optim.lr_scheduler.OneCycleLR(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.01),
+                                                   max_lr=0.01, total_steps=SAMPLES // BATCH)
+    lrs = []
+    for _ in range(len(recs)):
+        lrs.append(sched_lr.get_last_lr()[0])
+        sched_lr.optimizer.step()
+        sched_lr.step()
+    assert recs[changed]["lr"] == pytest.approx(lrs[changed] * 2 ** 0.5, rel=1e-6)
+    assert recs[changed - 1]["lr"] == pytest.approx(lrs[changed - 1], rel=1e-6)
