@@ -26,13 +26,14 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from dlsched.errors import UserError
-from dlsched.perf.pollux import TraceApp, load_app
+from dlsched.perf.pollux import load_app
 from dlsched.perf.profile import POLLUX_APPS
 from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.policy.placement import consolidated, most_free_first
 from dlsched.round import Resize, schedule
+from dlsched.sim.job_state import SimJob
 from dlsched.sim.metrics import SimResult
-from dlsched.sim.remaining import Observation, parse_remaining, predict_remaining
+from dlsched.sim.remaining import parse_remaining
 from dlsched.sim.throughput import LinearThroughput, TraceThroughput, speed_factor
 from dlsched.sim.workload import WorkloadJob, Workload
 
@@ -55,44 +56,6 @@ class SimConfig:
 PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated}
 
 
-class _Job:
-    """Mutable simulation state of one job (internal; policies only ever see ``JobView``)."""
-
-    __slots__ = ("spec", "idx", "app", "batch", "nodes", "ptuple", "ngpus", "speed", "split", "epoch", "progress",
-                 "rescale_left", "attained", "run_time", "finish", "start", "restarts", "work_left", "last_t",
-                 "version", "noise", "max_gpus", "view")
-
-    def __init__(self, spec: WorkloadJob, idx: int, app: TraceApp | None, noise: float):
-        self.spec, self.idx, self.app = spec, idx, app
-        self.batch = spec.batch_size
-        self.nodes: dict[str, int] = {}
-        self.ptuple: tuple[int, ...] = ()
-        self.ngpus = 0
-        self.speed = 1.0
-        self.split = None
-        self.epoch = 0
-        self.progress = 0.0
-        self.rescale_left = 0.0
-        self.attained = 0.0
-        self.run_time = 0.0
-        self.finish: float | None = None
-        self.start: float | None = None
-        self.restarts = -1
-        self.work_left = spec.duration if app is None else None
-        self.last_t = 0.0
-        self.version = 0
-        self.noise = noise
-        self.max_gpus = spec.requested_gpus
-        self.view: JobView | None = None   # cached snapshot while waiting (nothing about it changes then)
-        if app is not None:
-            # The most GPUs the application can use at all: its largest traced batch at the smallest profiled
-            # per-GPU batch (capped where the peer caps it). Not the user's batch: elastic policies grow the batch
-            # with the GPUs; policies that keep the user's batch see 0 samples/s beyond batch // min_local_bsz
-            # (TraceThroughput), so Optimus and elastic-gpu-only stop there as before.
-            by_batch = app.max_batch_size // app.min_local_bsz
-            self.max_gpus = max(1, min(by_batch, app.max_gpus or by_batch))
-
-
 class Simulator:
     """One run of one policy over one workload on one cluster. Use ``run()`` unless stepping by hand."""
 
@@ -110,7 +73,7 @@ class Simulator:
         rng = np.random.default_rng(config.seed)
         noise = (np.exp(rng.normal(0.0, self.remaining.sigma, len(specs)))
                  if self.remaining.kind == "noise" and self.remaining.sigma > 0 else np.ones(len(specs)))
-        self.jobs = [_Job(s, i, load_app(s.app) if s.app else None, float(noise[i])) for i, s in enumerate(specs)]
+        self.jobs = [SimJob(s, i, load_app(s.app) if s.app else None, float(noise[i])) for i, s in enumerate(specs)]
         self.jobs.sort(key=lambda j: j.spec.submit_time)   # stable: input order on ties
         self._by_idx = {j.idx: j for j in self.jobs}
         for j in self.jobs:
@@ -136,7 +99,7 @@ class Simulator:
         self.timeline: list[tuple[float, int, int, int]] = []   # (time, GPUs allocated, active jobs, finished jobs)
         self._finish_heap: list[tuple[float, int, int]] = []      # lazy jobs: (finish time, version, index)
         # Incremental cluster state, so an uncontended decision costs O(changes), not O(active jobs).
-        self.active: dict[int, _Job] = {}
+        self.active: dict[int, SimJob] = {}
         self.free = {n.name: n.num_gpus for n in cluster.nodes}
         self.used = 0
         self.requested = 0          # GPUs requested by active jobs
@@ -153,90 +116,20 @@ class Simulator:
         for j in self.jobs:
             self.policy.validate(self._make_view(j), cluster)
 
-    # --- progress -------------------------------------------------------------------------------
-    def _advance_trace(self, job: _Job, seconds: float) -> None:
-        """The peer's Job.step: restart delay first, then epochs at the current goodput."""
-        gpus = job.ngpus
-        job.run_time += seconds
-        delay = min(job.rescale_left, seconds)
-        cur = self.t + delay
-        job.attained += delay * gpus
-        job.rescale_left -= delay
-        seconds -= delay
-        app, last = job.app, job.app.max_epochs - 1
-        factor = job.speed
-        split = job.split
-        batch = split.global_batch(gpus)
-        step, sync = app.step_time(job.ptuple, split.atomic)
-        per_step = (step + (step - sync) * split.accum_steps) / factor
-        while seconds > 0 and job.finish is None:
-            goodput = app.gain(batch, job.epoch) / per_step
-            nxt = app.epoch_end[job.epoch + 1]
-            if job.progress + goodput * seconds < nxt:
-                job.progress += goodput * seconds
-                job.attained += seconds * gpus
-                seconds = 0
-            else:
-                job.epoch += 1
-                delta = round(float((nxt - job.progress) / goodput))
-                if job.epoch > last:
-                    job.finish = cur + delta
-                job.progress = nxt
-                cur += delta
-                job.attained += delta * gpus
-                seconds -= delta
-
-    def _rate(self, job: _Job) -> float:
-        return min(job.ngpus, job.spec.requested_gpus) / job.spec.requested_gpus * job.speed
-
-    def _sync_lazy(self, job: _Job, t: float) -> None:
-        """Bring a duration job's work, service and run time up to time t."""
-        dt = t - job.last_t
-        if dt > 0 and job.ngpus and job.finish is None:
-            delay = min(job.rescale_left, dt)
-            job.rescale_left -= delay
-            job.work_left = max(0.0, job.work_left - (dt - delay) * self._rate(job))
-            job.attained += dt * job.ngpus
-            job.run_time += dt
-        job.last_t = t
-
-    def _schedule_finish(self, job: _Job) -> None:
+    # --- progress ---------------------------------------------------------------------------------
+    def _schedule_finish(self, job: SimJob) -> None:
         job.version += 1
         if job.ngpus:
-            fin = job.last_t + job.rescale_left + job.work_left / self._rate(job)
+            fin = job.last_t + job.rescale_left + job.work_left / job.rate()
             heapq.heappush(self._finish_heap, (fin, job.version, job.idx))
 
     # --- snapshots ------------------------------------------------------------------------------
-    def _remaining(self, job: _Job, speed: TraceThroughput | None = None) -> float | None:
-        kind = self.remaining.kind
-        if kind == "none":
-            return None
-        if kind == "predicted":
-            return self._predicted(job, speed) if job.app is not None else None
-        if job.app is None:
-            left = job.work_left
-        else:
-            left = job.app.remaining_iterations(job.batch, job.epoch) * job.batch
-        return left * job.noise
-
-    def _predicted(self, job: _Job, speed: TraceThroughput) -> float | None:
-        """What the job's own observations predict (``sim/remaining.py``): progress in samples at the initial
-        batch, the declared epochs, the throughput and gradient-noise efficiency measured now."""
-        app = job.app
-        init = app.init_batch_size
-        throughput = (job.split.global_batch(job.ngpus) * job.speed / app.iteration_time(job.ptuple, job.split)
-                      if job.ngpus else 0.0)
-        obs = Observation(progress=job.progress * init, target_progress=app.target_progress * init,
-                          throughput=throughput, efficiency=speed.efficiency(job.batch), workers=job.ngpus,
-                          batch=job.batch, time=self.t)
-        return predict_remaining(obs)
-
-    def _view(self, job: _Job) -> JobView:
+    def _view(self, job: SimJob) -> JobView:
         if job.view is None or job.ngpus:
             job.view = self._make_view(job)
         return job.view
 
-    def _make_view(self, job: _Job) -> JobView:
+    def _make_view(self, job: SimJob) -> JobView:
         app = job.app
         if app is not None:
             speed = TraceThroughput(app, job.epoch, self.gpus_per_node, self.gpu_speed)
@@ -247,16 +140,16 @@ class Simulator:
                 batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,
                 max_local_batch=app.max_local_bsz, min_local_batch=app.min_local_bsz, max_gpus=job.max_gpus,
                 attained_service=job.attained, run_time=job.run_time, placement=job.nodes, current_batch_size=job.batch,
-                remaining_samples=self._remaining(job, speed), speed=speed, attrs=attrs)
+                remaining_samples=job.remaining(self.remaining, self.t, speed), speed=speed, attrs=attrs)
         return JobView(
             id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
             max_gpus=job.spec.requested_gpus, attained_service=job.attained, run_time=job.run_time,
-            placement=job.nodes, remaining_samples=self._remaining(job),
+            placement=job.nodes, remaining_samples=job.remaining(self.remaining, self.t),
             speed=LinearThroughput(job.spec.requested_gpus, self.gpu_speed),
             attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty})
 
     # --- state changes --------------------------------------------------------------------------
-    def _set_nodes(self, job: _Job, nodes: Mapping[str, int]) -> None:
+    def _set_nodes(self, job: SimJob, nodes: Mapping[str, int]) -> None:
         req = job.spec.requested_gpus
         self.short -= bool(job.ngpus) and job.ngpus != req
         for n, k in job.nodes.items():
@@ -272,10 +165,10 @@ class Simulator:
         job.speed = min((speed_factor(self.cfg.gpu_speed, self.node_type[n], app) for n in nodes), default=1.0)
         self.short += bool(job.ngpus) and job.ngpus != req
 
-    def _reallocate(self, job: _Job, nodes: Mapping[str, int], batch: int | None, changed: bool | None = None) -> None:
+    def _reallocate(self, job: SimJob, nodes: Mapping[str, int], batch: int | None, changed: bool | None = None) -> None:
         """Give ``job`` these nodes (and batch size); a changed node map costs a restart."""
         if job.app is None:
-            self._sync_lazy(job, self.t)
+            job.sync_lazy(self.t)
         if batch is not None and job.app is not None:
             job.batch = int(min(max(batch, job.app.init_batch_size), job.app.max_batch_size))
         if changed is None:
@@ -292,13 +185,13 @@ class Simulator:
         if job.app is None and changed:
             self._schedule_finish(job)
 
-    def _admit(self, job: _Job) -> None:
+    def _admit(self, job: SimJob) -> None:
         self.active[job.idx] = job
         self.requested += job.spec.requested_gpus
         self.trace_active += job.app is not None
         job.last_t = self.t
 
-    def _complete(self, job: _Job) -> None:
+    def _complete(self, job: SimJob) -> None:
         self._set_nodes(job, {})
         del self.active[job.idx]
         self.requested -= job.spec.requested_gpus
@@ -323,7 +216,7 @@ class Simulator:
         active = list(self.active.values())
         for j in active:
             if j.app is None and j.ngpus:
-                self._sync_lazy(j, self.t)
+                j.sync_lazy(self.t)
         decision = schedule(self.policy, [self._view(j) for j in active], ClusterView(self.cluster.nodes, self.t),
                             self.strategy)
         # any change of node map (order included) is a restart; a batch-only resize is not
@@ -332,7 +225,7 @@ class Simulator:
         for j in active:
             if j.spec.id in moved and j.ngpus:
                 if j.app is None:
-                    self._sync_lazy(j, self.t)
+                    j.sync_lazy(self.t)
                 self._set_nodes(j, {})
         for j in active:
             a = decision.allocation.jobs.get(j.spec.id)
@@ -346,7 +239,7 @@ class Simulator:
         cfg, jobs = self.cfg, self.jobs
         interval = cfg.interval
         arrivals = 0                         # jobs[:arrivals] have been admitted
-        running_trace: list[_Job] = []
+        running_trace: list[SimJob] = []
         done = 0
         stable = False                       # the last decision holds until a job arrives or finishes
         while done < len(jobs):
@@ -361,7 +254,7 @@ class Simulator:
             if cfg.horizon is not None:
                 step = min(step, max(interval, math.ceil((cfg.horizon - self.t) / interval) * interval))
             for j in running_trace:
-                self._advance_trace(j, step)
+                j.advance_trace(self.t, step)
             self.t += step
             events = False
             for j in running_trace:
@@ -375,7 +268,7 @@ class Simulator:
                 j = self._by_idx[idx]
                 if ver != j.version or j.finish is not None:
                     continue
-                self._sync_lazy(j, fin)
+                j.sync_lazy(fin)
                 j.finish = fin
                 self._complete(j)
                 done += 1
@@ -398,7 +291,7 @@ class Simulator:
                 break
         for j in self.active.values():
             if j.app is None:
-                self._sync_lazy(j, self.t)
+                j.sync_lazy(self.t)
         return SimResult.from_jobs(self.policy.name, self.jobs, self.timeline, self.total_gpus, self.t, cfg.horizon)
 
 
