@@ -1,0 +1,71 @@
+"""The Ray backend's record of one running job and the slot bookkeeping it does on the shared job dir."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from dlsched.backends.base import atomic_write_json
+from dlsched.backends.ray_slots import Slot, SlotReserver
+from dlsched.train.launcher import IN_USE_FILE, SLOTS_FILE
+
+log = logging.getLogger("dlsched.backends.ray")
+
+
+@dataclass
+class RayJob:
+    """One job on Ray: its slots (held and retired), runtime actor and what the loop has not been told yet."""
+
+    job_id: int
+    job_dir: Path
+    generation: int
+    slots: list[Slot]                 # in the order of the runtime's workers (a shrink keeps the first ones)
+    runner: object                    # ray ActorHandle
+    runner_node: str                  # Ray node id hex
+    spread: bool = False
+    retired: list[Slot] = field(default_factory=list)   # shrunk away, released once their worker has left
+    lost: str | None = None           # name of the dead node that took the job down
+    shrunk: bool = False              # lost workers with a node; the loop has not been told yet
+
+    @property
+    def workers(self) -> int:
+        return len(self.slots)
+
+    @property
+    def bundle_nodes(self) -> tuple[str, ...]:
+        return tuple(s.node for s in self.slots)
+
+    def write_slots(self, bundle: dict[str, float]) -> None:
+        """``DIR/ray-slots.json``: what the runtime's Ray launcher puts new workers into (before control.json)."""
+        atomic_write_json(self.job_dir / SLOTS_FILE, {
+            "generation": self.generation, "resources": bundle,
+            "slots": [{"group": s.name, "bundle": 0, "node": s.node} for s in self.slots],
+            "retired": [s.name for s in self.retired]})
+
+    def collect_retired(self, reserver: SlotReserver) -> None:
+        """Release the retired slots no worker occupies any more (``DIR/ray-workers.json``, written by the
+        runtime's Ray launcher; a runtime that never writes it occupies none)."""
+        if not self.retired:
+            return
+        try:
+            in_use = json.loads((self.job_dir / IN_USE_FILE).read_text()).get("in_use", {})
+        except (OSError, ValueError):
+            in_use = {}
+        free = [s for s in self.retired if s.name not in in_use]
+        if free:
+            self.retired = [s for s in self.retired if s.name in in_use]
+            reserver.release([s.group for s in free])
+            self.write_slots(reserver.bundle())
+
+    def drop_lost_slots(self, survivors: list[Slot], alive: Mapping[str, str], reserver: SlotReserver) -> None:
+        """Forget (and remove: Ray would re-place them on another node) the slots on dead nodes."""
+        lost = [s for s in self.slots + self.retired if s.node not in alive]
+        self.slots = survivors
+        self.retired = [s for s in self.retired if s.node in alive]
+        self.shrunk = True
+        reserver.release([s.group for s in lost], wait_s=0)
+        self.write_slots(reserver.bundle())
+        log.warning("job %s: lost %d worker slot(s) with their node; %d keep training", self.job_id, len(lost),
+                    len(survivors))

@@ -1,0 +1,41 @@
+"""The live nodes of a Ray cluster as dlsched names and sees them (labels set by ``ray start --labels``)."""
+from __future__ import annotations
+
+from dlsched.policy.base import NodeView
+
+NODE_LABEL = "dlsched.io/node"          # `ray start --labels "dlsched.io/node=gpu-a"` names a node
+GPU_TYPE_LABEL = "dlsched.io/gpu-type"
+
+
+class RayNodes:
+    """Ray's live nodes: their names, the policy's view of those with ``gpu_resource``, their addresses."""
+
+    def __init__(self, ray, gpu_resource: str) -> None:
+        self._ray = ray
+        self.gpu_resource = gpu_resource
+
+    def alive(self) -> dict[str, dict]:
+        return {n["NodeID"]: n for n in self._ray.nodes() if n["Alive"]}
+
+    @staticmethod
+    def name(node: dict) -> str:
+        return (node.get("Labels") or {}).get(NODE_LABEL) or node["NodeID"][:12]
+
+    def names(self) -> dict[str, str]:
+        """Ray node id -> node name, for the live nodes."""
+        return {nid: self.name(n) for nid, n in self.alive().items()}
+
+    def views(self) -> tuple[NodeView, ...]:
+        """Live nodes that carry the GPU resource, as a policy sees them (the cluster declaration on Ray)."""
+        out = []
+        for n in self.alive().values():
+            res = n.get("Resources", {})
+            gpus = int(res.get(self.gpu_resource, 0))
+            if gpus > 0:
+                gpu_type = (n.get("Labels") or {}).get(GPU_TYPE_LABEL, "generic")
+                out.append(NodeView(self.name(n), gpus, gpu_type, int(res.get("CPU", 0))))
+        return tuple(sorted(out, key=lambda v: v.name))
+
+    def addresses(self) -> dict[str, str]:
+        """node name -> the IP Ray reaches it at, for the live nodes."""
+        return {self.name(n): n.get("NodeManagerAddress", "") for n in self.alive().values()}
