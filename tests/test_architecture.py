@@ -13,7 +13,6 @@ OVERSIZED = {
     "dlsched.backends.ray.RayBackend": 290,           # issue 18 (Ray in one place)
     "dlsched.train.coordinator.Coordinator": 330,     # issue 13 (typed runtime protocol)
     "dlsched.torch.session.Session": 310,             # issue 13 (bring-your-own-loop API)
-    "dlsched.policy.elastic.ElasticPolicy": 230,      # issue 15 (elastic policy)
 }
 
 

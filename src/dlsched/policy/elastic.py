@@ -28,124 +28,20 @@ Choices documented here:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 
 from dlsched.errors import UserError
-from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, ThroughputModel, Policy, register
+from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
+from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic_job
 from dlsched.policy.dp import solve
+from dlsched.policy.gpu_type_preference import preferred, type_order
+from dlsched.policy.value_curve import MEMO_SIZE, NEG_INF, JobCurve, ValueCurves, ValueFn, throughput_value
 
-NEG_INF = -np.inf
-DENSE_GPUS = 16            # below this every g is evaluated exactly
-BATCH_CANDIDATES = 5       # global batches tried per g (geometric grid including both ends)
-MEMO_SIZE = 4096           # value curves remembered across decisions (oldest dropped first)
 RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
 TIE_BREAK = 1e-12          # per-GPU penalty: on a flat curve prefer fewer GPUs (keeps concavity)
 _TIE_RAMP = TIE_BREAK * np.arange(100_001)
-
-# value(speed, num_gpus, num_nodes, global_batch, gpu_type) -> a rate to maximise
-ValueFn = Callable[[ThroughputModel, int, int, int, "str | None"], float]
-
-
-def throughput_value(speed: ThroughputModel, g: int, nodes: int, b: int, gpu_type: str | None) -> float:
-    return speed.throughput(g, nodes, b, gpu_type)
-
-
-@dataclass(frozen=True)
-class BatchRange:
-    """A job's feasible configurations: global batch in [b_min, b_max], g in [g_min, g_max],
-    min_local <= b/g <= max_local (min_local: the smallest per-GPU batch the job was profiled with, default 1)."""
-
-    b_min: int
-    b_max: int
-    max_local: int
-    g_min: int
-    g_max: int
-    min_local: int = 1
-    batch_free: bool = False     # the job has no batch size: one nominal batch, none reported
-
-    def fits(self, g: int, b: int) -> bool:
-        return max(self.b_min, g * self.min_local) <= b <= min(self.b_max, g * self.max_local)
-
-    def batches(self, g: int) -> np.ndarray:
-        """Candidate global batches at g GPUs (empty if none): a geometric grid over the feasible interval."""
-        lo, hi = max(self.b_min, g * self.min_local), min(self.b_max, g * self.max_local)
-        if lo > hi:
-            return np.zeros(0, dtype=int)
-        return np.unique(np.round(np.geomspace(lo, hi, BATCH_CANDIDATES)).astype(int))
-
-
-def batch_range(job: JobView, total_gpus: int, fixed_batch: bool = False) -> BatchRange:
-    """The job's [b_min, b_max] (or its fixed batch), per-GPU limit and GPU bounds; UserError if infeasible.
-
-    Drivers call this (through :func:`validate_elastic_job`) when a job is submitted, so a bad range is a clear
-    one-line error at submit time and never a crash in the middle of a simulation.
-    """
-    where = f"job {job.id!r}"
-    user = job.batch_size
-    if all(v is None for v in (user, job.min_batch_size, job.max_batch_size, job.max_local_batch)):
-        # A job that says nothing about batches (a Philly duration job): scale GPUs only, report no batch.
-        g_max = min(job.max_gpus if job.max_gpus is not None else total_gpus, total_gpus)
-        if job.min_gpus > g_max:
-            raise UserError(f"{where}: min_gpus={job.min_gpus} is more than the {g_max} GPUs allowed")
-        return BatchRange(g_max, g_max, g_max, max(1, job.min_gpus), g_max, 1, batch_free=True)
-    if fixed_batch:
-        if user is None:
-            raise UserError(f"{where}: field batch_size is required by elastic-gpu-only (got None)")
-        b_min = b_max = user
-    else:
-        b_min = job.min_batch_size if job.min_batch_size is not None else user
-        b_max = job.max_batch_size if job.max_batch_size is not None else user
-        if b_min is None or b_max is None:
-            raise UserError(f"{where}: needs batch_size or min_batch_size/max_batch_size "
-                            f"(got batch_size={user}, min_batch_size={job.min_batch_size}, "
-                            f"max_batch_size={job.max_batch_size})")
-    if b_min < 1:
-        raise UserError(f"{where}: field min_batch_size must be >= 1 (got {b_min})")
-    if b_min > b_max:
-        raise UserError(f"{where}: min_batch_size={b_min} is larger than max_batch_size={b_max}")
-    if user is not None and not fixed_batch and not b_min <= user <= b_max:
-        raise UserError(f"{where}: batch_size={user} is outside [min_batch_size, max_batch_size] = [{b_min}, {b_max}]")
-    max_local = job.max_local_batch if job.max_local_batch is not None else b_max
-    if max_local < 1:
-        raise UserError(f"{where}: field max_local_batch must be >= 1 (got {max_local})")
-    # Drivers that predate JobView.min_local_batch pass it in attrs.
-    min_local = job.min_local_batch if job.min_local_batch is not None else int(job.attrs.get("min_local_batch", 1))
-    if not 1 <= min_local <= max_local:
-        raise UserError(f"{where}: field min_local_batch={min_local} must be in [1, max_local_batch={max_local}]")
-    g_max = min(job.max_gpus if job.max_gpus is not None else total_gpus, total_gpus, b_max // min_local)
-    g_min = max(job.min_gpus, math.ceil(b_min / max_local))
-    if g_min > g_max:
-        raise UserError(f"{where}: no feasible GPU count: batch {b_min}..{b_max} with max_local_batch={max_local} "
-                        f"needs >= {g_min} GPUs but at most {g_max} are allowed "
-                        f"(max_gpus={job.max_gpus}, cluster={total_gpus}, one sample per GPU)")
-    return BatchRange(b_min, b_max, max_local, g_min, g_max, min_local)
-
-
-def validate_elastic_job(job: JobView, cluster: ClusterView, fixed_batch: bool = False) -> None:
-    """Submit-time check for the elastic policies: raises UserError naming the job, field and value."""
-    batch_range(job, cluster.total_gpus, fixed_batch)
-
-
-def _gpu_samples(lo: int, hi: int, node_size: int) -> np.ndarray:
-    """GPU counts where the throughput is evaluated: every g up to DENSE_GPUS, then node multiples and a grid."""
-    dense = np.arange(lo, min(hi, DENSE_GPUS) + 1)
-    if hi <= DENSE_GPUS:
-        return dense
-    multiples = np.arange(node_size, hi + 1, max(node_size, 1))
-    grid = np.round(np.geomspace(max(lo, DENSE_GPUS), hi, 12)).astype(int)
-    g = np.unique(np.concatenate((dense, multiples, grid, [hi])))
-    return g[(g >= lo) & (g <= hi)]
-
-
-@dataclass(frozen=True)
-class JobCurve:
-    """Value of each GPU count on one GPU type, and the batch chosen where it was evaluated (0 = interpolated)."""
-
-    values: np.ndarray      # index g = 0..g_max; -inf where infeasible
-    batches: np.ndarray
 
 
 class ElasticPolicy(Policy):
@@ -167,7 +63,7 @@ class ElasticPolicy(Policy):
         self.value = value
         self.hysteresis = hysteresis
         self.restart_cost = restart_cost
-        self._memo: dict = {}
+        self.curves = ValueCurves(value)
         self._ranges: dict = {}
 
     def validate(self, job: JobView, cluster: ClusterView) -> None:
@@ -197,42 +93,6 @@ class ElasticPolicy(Policy):
             self._ranges.pop(next(iter(self._ranges)))
         self._ranges[key] = rng
         return rng
-
-    # ---- value curves -------------------------------------------------------------------------------------
-    def _best_batch(self, job: JobView, rng: BatchRange, g: int, node_size: int, gpu_type: str) -> tuple[float, int]:
-        nodes = math.ceil(g / node_size)
-        best, best_b = NEG_INF, 0
-        for b in rng.batches(g):
-            v = self.value(job.speed, g, nodes, int(b), gpu_type)
-            if v > best:
-                best, best_b = v, int(b)
-        return best, best_b
-
-    def _raw_curve(self, job: JobView, rng: BatchRange, gpu_type: str, node_size: int) -> JobCurve:
-        """Memoised on (speed model, range, type, node size): a pure function of hashable inputs, so repeated
-        decisions over the same jobs (every arrival/completion) reuse it. Unhashable models are recomputed."""
-        try:
-            key = (job.speed, rng, gpu_type, node_size)
-            hit = self._memo.get(key)
-        except TypeError:
-            return self._compute_curve(job, rng, gpu_type, node_size)
-        if hit is None:
-            if len(self._memo) >= MEMO_SIZE:
-                self._memo.pop(next(iter(self._memo)))
-            hit = self._memo[key] = self._compute_curve(job, rng, gpu_type, node_size)
-        return hit
-
-    def _compute_curve(self, job: JobView, rng: BatchRange, gpu_type: str, node_size: int) -> JobCurve:
-        values = np.full(rng.g_max + 1, NEG_INF)
-        batches = np.zeros(rng.g_max + 1, dtype=int)
-        samples = _gpu_samples(rng.g_min, rng.g_max, node_size)
-        for g in samples:
-            values[g], batches[g] = self._best_batch(job, rng, int(g), node_size, gpu_type)
-        ok = np.isfinite(values[samples])
-        if ok.any() and len(samples) < rng.g_max - rng.g_min + 1:
-            inside = np.arange(rng.g_min, rng.g_max + 1)
-            values[inside] = np.interp(inside, samples[ok], values[samples][ok])
-        return JobCurve(values, batches)
 
     @staticmethod
     def _current_type(job: JobView, type_of: dict[str, str]) -> str | None:
@@ -331,7 +191,7 @@ class ElasticPolicy(Policy):
             rng = ranges[job.id]
             base = math.inf                     # the smallest finite value at g_min over the types
             for t in types:
-                raw = raws[job.id, t] = self._raw_curve(job, rng, t, node_size[t])
+                raw = raws[job.id, t] = self.curves.curve(job, rng, t, node_size[t])
                 v = raw.values[rng.g_min]
                 if math.isfinite(v) and v < base:
                     base = v
@@ -363,11 +223,11 @@ class ElasticPolicy(Policy):
         remaining = [j for j in elastic]
         # Gavel-style: offer jobs to types in order of their relative speed-up, then let leftovers spill.
         for pass_ in range(2 if hetero else 1):
-            for t in self._type_order(types, capacity, speedup, elastic) if hetero else types:
+            for t in type_order(types, speedup, elastic) if hetero else types:
                 if free[t] <= 0 or not remaining:
                     continue
                 if pass_ == 0 and hetero:
-                    cands = self._preferred(remaining, t, types, speedup, free[t], ranges)
+                    cands = preferred(remaining, t, types, speedup, free[t], ranges)
                 else:
                     cands = remaining
                 sol = solve([curves[j.id, t] for j in cands], free[t])
@@ -412,33 +272,12 @@ class ElasticPolicy(Policy):
             return job.remaining_samples
         return job.remaining_samples * job.speed.efficiency(b)
 
-    def _type_order(self, types, capacity, speedup, jobs) -> list[str]:
-        mean = {t: np.mean([speedup[j.id, t] for j in jobs]) if jobs else 0.0 for t in types}
-        return sorted(types, key=lambda t: (-mean[t], t))
-
-    def _preferred(self, jobs, t, types, speedup, free, ranges) -> list[JobView]:
-        """Jobs whose speed-up on t relative to their best other type is largest, up to t's free GPUs."""
-        def advantage(j):
-            others = [speedup[j.id, o] for o in types if o != t]
-            return speedup[j.id, t] / max(max(others), 1e-12)
-        ranked = sorted(jobs, key=lambda j: (-advantage(j), j.submit_time, j.id))
-        chosen, demand = [], 0
-        for j in ranked:
-            if advantage(j) < 1.0 and chosen:
-                break
-            need = ranges[j.id].g_min
-            if demand + need > free and chosen:
-                break
-            chosen.append(j)
-            demand += max(need, min(j.requested_gpus, ranges[j.id].g_max))
-        return sorted(chosen, key=lambda j: (j.submit_time, j.id))
-
     def _allocation(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int,
                     raw: JobCurve, report_type: str | None) -> JobAllocation:
         if raw.batches[g] > 0:
             value, b = raw.values[g], int(raw.batches[g])
         else:
-            value, b = self._best_batch(job, rng, g, node_size, gpu_type)
+            value, b = self.curves.best_batch(job, rng, g, node_size, gpu_type)
         cb = job.current_batch_size
         if cb is not None and job.placement and rng.fits(g, cb) and job.num_gpus == g:
             kept = self.value(job.speed, g, math.ceil(g / node_size), cb, gpu_type)
