@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from dlsched.cli_reference import render
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -22,6 +23,10 @@ def block_after(marker: str) -> str:
     return m.group(1)
 
 
+def test_cli_reference_is_generated_from_the_cli():
+    assert (REPO / "docs" / "cli.md").read_text() == render(), "docs/cli.md is stale: run `make docs`"
+
+
 def test_readme_opens_with_the_two_commands_and_both_targets_exist():
     first = re.search(r"```\n(.*?)```", README, re.S).group(1)
     assert [ln.split("#")[0].strip() for ln in first.strip().splitlines()] == ["make demo", "make test"]
@@ -30,6 +35,7 @@ def test_readme_opens_with_the_two_commands_and_both_targets_exist():
 
 
 def test_readme_tour_runs_exactly_as_written():
+    assert not _healthy(), "a dlsched service already answers on 127.0.0.1:8642 (the tour's port): stop it first"
     server_cmd = block_after("tour:server").strip()
     client = block_after("tour:client")
     state = Path("/tmp/dlsched-tour")

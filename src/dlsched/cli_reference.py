@@ -36,7 +36,10 @@ def render(app: typer.Typer | None = None) -> str:
              "fails when it is out of date.", ""]
     for name in root.list_commands(ctx):
         lines += _command_md(name, root.get_command(ctx, name), ctx, 2)
-    return "\n".join(lines).rstrip() + "\n"
+    from dlsched.paths import REPO_ROOT
+
+    # defaults that are paths inside the checkout read the same in every clone
+    return "\n".join(lines).rstrip().replace(str(REPO_ROOT), "<repo>") + "\n"
 
 
 if __name__ == "__main__":

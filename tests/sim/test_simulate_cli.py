@@ -4,9 +4,9 @@ import sys
 from dlsched.paths import REPO_ROOT
 
 
-def _cli(*args):
+def _cli(*args, columns=200):
     return subprocess.run([sys.executable, "-m", "dlsched.cli", "simulate", *args], capture_output=True, text=True,
-                          cwd=REPO_ROOT, env={"PYTHONPATH": str(REPO_ROOT / "src"), "COLUMNS": "200",
+                          cwd=REPO_ROOT, env={"PYTHONPATH": str(REPO_ROOT / "src"), "COLUMNS": str(columns),
                                               "PATH": "/usr/bin:/bin"})
 
 
@@ -35,12 +35,6 @@ PHILLY = ("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:00:00,100
           "2017-10-09 07:00:30,50,1,50,x\n2017-10-09 07:01:00,20,1,20,x\n")
 
 
-def _cli80(*args):
-    return subprocess.run([sys.executable, "-m", "dlsched.cli", "simulate", *args], capture_output=True, text=True,
-                          cwd=REPO_ROOT, env={"PYTHONPATH": str(REPO_ROOT / "src"), "COLUMNS": "80",
-                                              "PATH": "/usr/bin:/bin"})
-
-
 def test_gzipped_trace_at_80_columns_json_csv_and_markdown_report(tmp_path):
     import csv
     import gzip
@@ -51,14 +45,14 @@ def test_gzipped_trace_at_80_columns_json_csv_and_markdown_report(tmp_path):
     w.write_bytes(gzip.compress(PHILLY.encode()))
     common = ("--workload", str(w), "-p", "fifo", "-p", "tiresias", "-p", "srtf", "--cluster-gpus", "2",
               "--gpus-per-node", "2")
-    r = _cli80(*common, "--report", str(tmp_path / "rep"))
+    r = _cli(*common, "--report", str(tmp_path / "rep"), columns=80)
     assert r.returncode == 0, r.stderr
     assert "…" not in r.stdout and "tiresias" in r.stdout and all(len(ln) <= 80 for ln in r.stdout.splitlines())
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| policy" in md and "|:--" in md and "| tiresias" in md
-    rows = json.loads(_cli80(*common, "--json").stdout)
+    rows = json.loads(_cli(*common, "--json", columns=80).stdout)
     assert [x["policy"] for x in rows] == ["fifo", "tiresias", "srtf"] and rows[0]["finished"] == 3
-    table = list(csv.DictReader(io.StringIO(_cli80(*common, "--csv").stdout)))
+    table = list(csv.DictReader(io.StringIO(_cli(*common, "--csv", columns=80).stdout)))
     assert [x["policy"] for x in table] == ["fifo", "tiresias", "srtf"]
 
 
