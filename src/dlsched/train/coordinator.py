@@ -108,20 +108,6 @@ class StartState:
     finished: bool
 
 
-def progress_line(rec: dict) -> str | None:
-    """A human line for reported metrics (every step that has some, every 10th step) and evaluations."""
-    if rec.get("event") == "metrics":
-        return f"epoch {rec['epoch']} step {rec['step']}: " + " ".join(f"{k} {v:.4g}" for k, v in rec["metrics"].items())
-    if "event" in rec or not (rec.get("metrics") or rec["step"] % 10 == 0):
-        return None
-    shown = {"loss": rec.get("loss"), "lr": rec.get("lr"), **(rec.get("metrics") or {})}
-    noise = rec.get("grad_noise")
-    if noise and noise["sqr"] > 0:
-        shown["noise_scale"] = noise["var"] * noise["reference_batch"] / noise["sqr"]
-    return (f"epoch {rec['epoch']} step {rec['step']} workers {rec['workers']} batch {rec['batch_size']}: "
-            + " ".join(f"{k} {v:.4g}" for k, v in shown.items() if v is not None))
-
-
 def planned_samples(job: TrainJob) -> int | None:
     """Samples the job will train on: per epoch x epochs; None under a convergence rule (it may end sooner)."""
     return None if job.target_loss is not None else job.num_samples * job.epochs
@@ -322,10 +308,7 @@ class Coordinator:
                     self.stragglers = slow
                     self.progress.write({"event": "straggler", "time": time.time(), "workers": slow,
                                          "ewma": [round(self.detector.ewma[w], 3) for w in slow]})
-        self.progress.write(rec)
-        line = progress_line(rec)
-        if line:
-            print(line, flush=True)  # the job's output.log: what `dlsched logs -f` shows
+        self.progress.write(rec)   # echoed as a human line to output.log: what `dlsched logs -f` shows
 
     # -- main loop ----------------------------------------------------------------------------------
     def run(self) -> int:

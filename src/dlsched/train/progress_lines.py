@@ -11,6 +11,8 @@ from typing import IO
 from dlsched.display import human_duration
 
 _EVENTS = {
+    "metrics": lambda r: f"epoch {r.get('epoch')} step {r.get('step')}: "
+                         + " ".join(f"{k} {_num(v)}" for k, v in (r.get("metrics") or {}).items()),
     "epoch_end": lambda r: f"epoch {r.get('epoch')} done: mean loss {_num(r.get('mean_loss'))}",
     "checkpoint": lambda r: f"checkpoint at step {r.get('step')}",
     "checkpoint_skipped": lambda r: f"checkpoint skipped: {r.get('reason') or r.get('checkpoint')}",
@@ -31,12 +33,17 @@ def _num(x) -> str:
 
 
 def step_line(r: dict) -> str:
+    """Step, epoch, loss, speed, size, LR, what the user's script reported and the gradient noise scale."""
     total = r.get("total_samples")
     pct = f" ({100 * r['samples'] / total:.1f}%)" if total and isinstance(r.get("samples"), (int, float)) else ""
-    lr = f" lr {r['lr']:.3g}" if isinstance(r.get("lr"), (int, float)) else ""
+    shown = {"lr": r.get("lr"), **(r.get("metrics") or {})}
+    noise = r.get("grad_noise")
+    if noise and noise.get("sqr", 0) > 0:
+        shown["noise_scale"] = noise["var"] * noise["reference_batch"] / noise["sqr"]
+    extra = "".join(f" {k} {_num(v)}" for k, v in shown.items() if v is not None)
     return (f"step {r.get('step')} epoch {r.get('epoch')} loss {_num(r.get('loss'))} "
             f"samples/s {_num(r.get('samples_per_s'))} workers {r.get('workers')} batch {r.get('batch_size')}"
-            f"{lr} samples {int(r.get('samples') or 0)}{pct}")
+            f"{extra} samples {int(r.get('samples') or 0)}{pct}")
 
 
 def event_line(r: dict, started: float | None) -> str | None:
