@@ -52,10 +52,13 @@ def test_sigkill_and_restart_loses_nothing(tmp_path):
             r = client.post("/jobs", content=job_yaml(f"j{i}", samples=1920 if i < 3 else 320, step_s=0.05),
                            headers=YAML)
             acked.append(r.json()["id"])
-        end = time.monotonic() + 30
+        end = time.monotonic() + 120
         while time.monotonic() < end:
             jobs = client.get("/jobs").json()
-            if sum(j["state"] == "running" and j["samples"] > 0 for j in jobs) >= 2:
+            # the victim must hold a checkpoint when it is killed: that is what the resume below asserts
+            checkpointed = [j for j in jobs if j["state"] == "running"
+                            and (tmp_path / "state" / "jobs" / str(j["id"]) / "ckpt" / "latest.json").exists()]
+            if len(checkpointed) >= 2:
                 break
             time.sleep(0.1)
         # one more submission acknowledged just before the crash
@@ -69,7 +72,7 @@ def test_sigkill_and_restart_loses_nothing(tmp_path):
     # a machine-level loss of one coordinator too: that job must resume from its checkpoint
     alive = sorted(j for j, pid in running.items() if psutil.pid_exists(pid))
     assert len(alive) >= 2, "coordinators must survive the service's death"
-    victim = alive[0]
+    victim = min(j for j in alive if (state / "jobs" / str(j) / "ckpt" / "latest.json").exists())
     os.killpg(running[victim], signal.SIGKILL)
 
     proc, client = start_service(tmp_path, port)
