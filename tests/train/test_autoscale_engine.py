@@ -45,7 +45,7 @@ def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_
     spec = tmp_path / "job.yaml"  # the spec option (the same engine as --autoscale and its flags)
     spec.write_text(f"name: emb\nentry: {EMBEDDING}\ngpus: 1\nbatch_size: 64\n"
                     "params: {num_samples: 2048, rows: 200000, epochs: 4, sample_compute_s: 0.003}\n"
-                    "autoscale: {every_steps: 4, max_workers: 6, threshold: 0.1}\n")
+                    "autoscale: {every_steps: 4, max_workers: 8, threshold: 0.1}\n")   # room for the drop on any host
     cmd = [sys.executable, "-m", "dlsched.cli", "train", "--spec", str(spec), "--job-dir", str(tmp_path / "job")]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -56,11 +56,11 @@ def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_
         last = d["pairs"][-1]
         if d["action"] == "grow":  # every further step out rests on efficiency that held at every step so far
             assert all(p["efficiency"] > 0.1 for p in d["pairs"])
-        else:                      # settling or backing off names a measured step below S
-            assert any(p["efficiency"] <= 0.1 for p in d["pairs"]), d
+        else:                      # settling or backing off names a measured step below S, or sits at the cap
+            assert any(p["efficiency"] <= 0.1 for p in d["pairs"]) or d["workers"] >= 8, d
     assert any(p["efficiency"] <= 0.1 for d in decisions for p in d["pairs"])  # the drop happened ...
     final = max(d["workers"] for d in decisions)
-    assert final < 6 or decisions[-1]["action"] != "grow"                    # ... and the engine stopped there
+    assert final < 8 or decisions[-1]["action"] != "grow"                    # ... and the engine stopped there
     steps = [r for r in read_progress(tmp_path / "job") if "event" not in r]
     assert steps[-1]["samples"] == 4 * 2048 and len({r["workers"] for r in steps}) >= 2
 
