@@ -63,7 +63,7 @@ models:
 """)
     run_dir = tmp_path / "cwd"
     run_dir.mkdir()
-    r = _cli("run", str(f), "--no-live", cwd=run_dir)   # the report goes to the working directory, not beside the spec
+    r = _cli("run", str(f), "--no-live", "--json", cwd=run_dir)   # the report goes to the working directory, not beside the spec
     assert r.returncode == 0, r.stderr
     assert not (f.parent / "ensemble-report").exists()
     (tmp_path / "out").symlink_to(run_dir / "ensemble-report")
@@ -77,10 +77,19 @@ models:
     assert [f["members"] for f in rep["flotillas"]][1] == ["b"]
     assert (tmp_path / "out" / "flotillas.png").stat().st_size > 1000
     assert (tmp_path / "out" / "checkpoints" / "a.best.pt").exists()
-    assert "time to converge" in r.stdout
+    assert json.loads(r.stdout) == rep    # --json prints the report itself
 
 
 def test_ensemble_simulate_prints_the_three_methods():
     r = _cli("simulate", "--models", "12", "--nodes", "2")
     assert r.returncode == 0, r.stderr
     assert "FLEET" in r.stdout and "separately" in r.stdout and "homogeneous sharing" in r.stdout
+
+
+def test_ensemble_simulate_json_parses_and_its_table_fits_80_columns():
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="80")
+    args = [sys.executable, "-m", "dlsched.cli", "ensemble", "simulate", "--models", "12", "--nodes", "2"]
+    table = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert table.returncode == 0 and "…" not in table.stdout and "FLEET speed-up" in table.stdout, table.stderr
+    rows = json.loads(subprocess.run(args + ["--json"], capture_output=True, text=True, env=env, timeout=120).stdout)
+    assert [r["method"] for r in rows] == ["FLEET", "separately", "homogeneous sharing"] and rows[0]["fleet_speedup"] == 1

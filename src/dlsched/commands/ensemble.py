@@ -13,6 +13,8 @@ from pathlib import Path
 
 import typer
 
+from dlsched.display import Column, human_duration
+from dlsched.display import table as display_table
 from dlsched.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, help="FLEET ensemble training (shared preprocessing, flotillas).")
@@ -81,11 +83,11 @@ def plot_flotillas(report, names: list[str], path: Path) -> None:
 @app.command()
 def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/ensemble/spec.yaml)"),
         output: Path = typer.Option(None, help="report folder (default: the spec's 'output')"),
-        live: bool = typer.Option(True, help="live progress table")) -> None:
+        live: bool = typer.Option(True, help="live progress table"),
+        as_json: bool = typer.Option(False, "--json", help="print report.json on stdout instead of the summary table")) -> None:
     """Train every model of the ensemble to convergence with shared preprocessing and flotilla re-formation."""
     from rich.console import Console
     from rich.live import Live
-    from rich.table import Table
 
     from dlsched.train.fleet_job import Share, train_ensemble
     from dlsched.train.fleet_spec import load_data, load_spec
@@ -117,14 +119,12 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
                                    on_report=on_report, on_plan=on_plan)
     names = [m.name for m in members]
     plot_flotillas(report, names, out / "flotillas.png")
-    summary = Table(title=f"ensemble {spec.name}: done in {time.time() - t0:.1f} s (profiling included)")
-    for col in ("model", "outcome", "time to converge (s)", "epochs", "best val acc", "profiled samples/s", "checkpoint"):
-        summary.add_column(col)
-    for n in names:
-        summary.add_row(n, table.rows[n]["status"], f"{report.finish_s[n]:.1f}", str(report.epochs[n]),
-                        f"{report.best_acc[n]:.3f}", f"{report.rates[n]:.0f}", str(out / "checkpoints" / f"{n}.best.pt"))
-    console.print(summary)
-    (out / "report.json").write_text(json.dumps({
+    cols = [Column("model"), Column("outcome"), Column("time to converge", "right"), Column("epochs", "right"),
+            Column("best val acc", "right"), Column("profiled samples/s", "right", 1), Column("checkpoint", drop_rank=2)]
+    rows = [[n, table.rows[n]["status"], human_duration(report.finish_s[n]), str(report.epochs[n]),
+             f"{report.best_acc[n]:.3f}", f"{report.rates[n]:.0f}", str(out / "checkpoints" / f"{n}.best.pt")]
+            for n in names]
+    report_doc = {
         "name": spec.name, "outcome": {n: table.rows[n]["status"] for n in names},
         "finish_s": report.finish_s, "epochs": report.epochs, "best_acc": report.best_acc,
         "profiled_samples_per_s": report.rates, "plans": plans,
@@ -133,18 +133,22 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
         "flotillas": [{"members": list(f.members), "workers": list(f.workers), "start": f.start, "end": f.end,
                        "producer_cpu_s": f.producer_cpu_s}
                       for f in report.flotillas],
-    }, indent=2))
+    }
+    (out / "report.json").write_text(json.dumps(report_doc, indent=2))
+    if as_json:
+        print(json.dumps(report_doc, indent=2))
+        return
+    display_table(cols, rows, title=f"ensemble {spec.name}: done in {human_duration(time.time() - t0)} "
+                                    f"(profiling included)", out=console)
     console.print(f"report: {out / 'report.json'}, plot: {out / 'flotillas.png'}")
 
 
 @app.command()
 def simulate(models: int = typer.Option(100, min=1, max=10_000), nodes: int = typer.Option(16, min=1),
              gpus_per_node: int = typer.Option(4, min=1), cpus_per_node: int = typer.Option(16, min=2),
-             seed: int = 0, restart_s: float = typer.Option(30.0, min=0)) -> None:
+             seed: int = 0, restart_s: float = typer.Option(30.0, min=0),
+             as_json: bool = typer.Option(False, "--json", help="the three makespans as JSON")) -> None:
     """Simulated ensemble with rates from the H100 table: FLEET vs separate training vs homogeneous sharing."""
-    from rich.console import Console
-    from rich.table import Table
-
     from dlsched.paths import shared_data
     from dlsched.policy.base import ClusterView, NodeView
     from dlsched.sim.fleet import (fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
@@ -155,12 +159,12 @@ def simulate(models: int = typer.Option(100, min=1, max=10_000), nodes: int = ty
     prof = h100_profiles(shared_data() / "h100" / "throughput.csv", max_gpus=gpus_per_node)
     members = seeded_ensemble(prof, models, seed=seed)
     cluster = ClusterView(tuple(NodeView(f"n{i}", gpus_per_node, "h100", cpus_per_node) for i in range(nodes)))
-    t = Table(title=f"{models} models on {nodes} x {gpus_per_node} GPUs, {cpus_per_node} cores/node")
-    t.add_column("method")
-    t.add_column("makespan (h)", justify="right")
-    t.add_column("FLEET speed-up", justify="right")
     res = {k: simulate_ensemble(members, cluster, p, restart_s=restart_s).makespan
            for k, p in (("FLEET", fleet_planner()), ("separately", independent_planner), ("homogeneous sharing", homogeneous_planner))}
-    for k, v in res.items():
-        t.add_row(k, f"{v / 3600:.2f}", f"{v / res['FLEET']:.2f}x")
-    Console().print(t)
+    if as_json:
+        print(json.dumps([{"method": k, "makespan_s": v, "fleet_speedup": v / res["FLEET"]} for k, v in res.items()],
+                         indent=2))
+        return
+    display_table([Column("method"), Column("makespan", "right"), Column("FLEET speed-up", "right")],
+                  [[k, human_duration(v), f"{v / res['FLEET']:.2f}x"] for k, v in res.items()],
+                  title=f"{models} models on {nodes} x {gpus_per_node} GPUs, {cpus_per_node} cores/node")
