@@ -110,6 +110,8 @@ class JobSpec(_Strict):
     servers: Annotated[int, Field(ge=1, le=MAX_GPUS)] | None = None
     sync: Annotated[str, Field(pattern=r"^(sync|async|ssp:[0-9]{1,4})$")] = "sync"
     autoscale: AutoscaleSpec | None = None
+    # where checkpoints live: a path or fsspec URI (dlsched.train.storage); None = the job folder's ckpt/
+    checkpoint_uri: Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^\x00\n\r]*$")] | None = None
 
     @field_validator("params")
     @classmethod

@@ -30,6 +30,8 @@ def register(app: typer.Typer) -> None:
         price_per_worker_hour: float = typer.Option(1.0, help="autoscale: cost of a worker-hour (utility units)"),
         utility: str = typer.Option("", help="autoscale: VALUE:SECONDS, worth VALUE now and 0 at SECONDS (linear); "
                                     "empty = efficiency alone"),
+        checkpoint_uri: str = typer.Option(None, "--checkpoint-uri", help="checkpoint location: a path or fsspec "
+                                           "URI (file://, s3://... with its driver); default JOB_DIR/ckpt"),
         spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): entry, params, gpus, batch_size, "
                                   "strategy/servers/sync and autoscale replace the options above"),
     ) -> None:
@@ -50,6 +52,7 @@ def register(app: typer.Typer) -> None:
             entry = list(js.command) if script else [js.entry]
             param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
             strategy, servers, sync = js.strategy, js.num_servers or 1, js.sync
+            checkpoint_uri = js.checkpoint_uri or checkpoint_uri
             workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
             if js.autoscale is not None:
                 a = js.autoscale
@@ -73,6 +76,8 @@ def register(app: typer.Typer) -> None:
             argv += ["--entry", entry[0]]
         if batch_size:
             argv += ["--batch-size", str(batch_size)]
+        if checkpoint_uri:
+            argv += ["--checkpoint-uri", checkpoint_uri]
         for p in param:
             argv += ["--param", p]
         if script:

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from dlsched.errors import UserError
-from dlsched.train import checkpoint as ckpt
+from dlsched.train import storage
 from dlsched.train.data import PartitionTable, record_path, split_global_batch
 from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready,
                                     WorkerEnv, arrived_key, end_key, gate_key, group_prefix, plan_key, ready_key,
@@ -164,7 +164,7 @@ class Session:
         dist.init_process_group("gloo", store=dist.PrefixStore(group_prefix(gen), self.store), rank=rank,
                                 world_size=world, timeout=PG_TIMEOUT)
         if plan.restore:
-            self._load(ckpt.load_checkpoint(plan.restore, SCRIPT_JOB))
+            self._load(storage.load(plan.restore, SCRIPT_JOB))
         else:
             box = [self._state() if rank == 0 else None]
             dist.broadcast_object_list(box, src=0)
@@ -263,7 +263,7 @@ class Session:
         state = {**self._state(), "step": self.step, "table": self.table.snapshot() if self.table else None,
                  "global_batch": self.requested_batch, "ramp": None, "epoch_loss": [0.0, 0],
                  "finished": finished}
-        path = ckpt.save_checkpoint(self.job_dir / "ckpt", SCRIPT_JOB, self.step, state)
+        path = storage.CheckpointStore(storage.default_location(self.job_dir, self.plan.checkpoint_uri)).save(SCRIPT_JOB, self.step, state)
         self._emit({"event": "checkpoint", "step": self.step, "path": str(path), "time": time.time()})
 
     # -- LR rule ---------------------------------------------------------------------------------------

@@ -33,19 +33,23 @@ def checkpoint_path(ckpt_dir: Path, step: int) -> Path:
     return Path(ckpt_dir) / f"step-{step:09d}.ckpt"
 
 
-def save_checkpoint(ckpt_dir: Path, job_name: str, step: int, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``state`` atomically as the checkpoint of ``step``; keep the newest ``keep`` files."""
-    ckpt_dir = Path(ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+def encode_checkpoint(job_name: str, step: int, state: dict[str, Any]) -> bytes:
+    """The checkpoint file's bytes: header line + ``torch.save`` payload (see the module doc)."""
     buf = io.BytesIO()
     torch.save(state, buf)
     payload = buf.getvalue()
     header = {"format": FORMAT, "version": VERSION, "job": job_name, "step": step,
               "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+    return json.dumps(header).encode() + b"\n" + payload
+
+
+def save_checkpoint(ckpt_dir: Path, job_name: str, step: int, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write ``state`` atomically as the checkpoint of ``step``; keep the newest ``keep`` files."""
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(ckpt_dir, step)
     with atomic_file(final, "wb") as f:
-        f.write(json.dumps(header).encode() + b"\n")
-        f.write(payload)
+        f.write(encode_checkpoint(job_name, step, state))
     for old in list_checkpoints(ckpt_dir)[:-keep]:
         old.unlink(missing_ok=True)
     return final
@@ -65,24 +69,27 @@ class TornCheckpoint(UserError):
 
 def load_checkpoint(path: Path, job_name: str) -> dict[str, Any]:
     """Read and verify one checkpoint; raise UserError (``TornCheckpoint`` when torn) naming the file and defect."""
-    path = Path(path)
-    with open(path, "rb") as f:
-        line = f.readline(4096)
-        try:
-            header = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if not line or line.startswith(b'{"format"'):   # ours, cut short before or inside its header
-                raise TornCheckpoint(f"{path}: torn checkpoint (header cut short)") from None
-            header = None
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
-            raise UserError(f"{path}: foreign checkpoint (no {FORMAT} header)")
-        if header.get("version") != VERSION:
-            raise UserError(f"{path}: field version={header.get('version')!r}, this runtime reads version {VERSION}")
-        if header.get("job") != job_name:
-            raise UserError(f"{path}: foreign checkpoint, field job={header.get('job')!r} but this job is {job_name!r}")
-        payload = f.read()
+    return decode_checkpoint(Path(path).read_bytes(), str(path), job_name)
+
+
+def decode_checkpoint(blob: bytes, where: str, job_name: str) -> dict[str, Any]:
+    """Verify and unpack a checkpoint's bytes; errors name ``where`` (its file or URI)."""
+    cut = blob.find(b"\n", 0, 4096)
+    line, payload = (blob[:cut + 1], blob[cut + 1:]) if cut >= 0 else (blob[:4096], b"")
+    try:
+        header = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        if not line or line.startswith(b'{"format"'):   # ours, cut short before or inside its header
+            raise TornCheckpoint(f"{where}: torn checkpoint (header cut short)") from None
+        header = None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise UserError(f"{where}: foreign checkpoint (no {FORMAT} header)")
+    if header.get("version") != VERSION:
+        raise UserError(f"{where}: field version={header.get('version')!r}, this runtime reads version {VERSION}")
+    if header.get("job") != job_name:
+        raise UserError(f"{where}: foreign checkpoint, field job={header.get('job')!r} but this job is {job_name!r}")
     if len(payload) != header.get("bytes") or hashlib.sha256(payload).hexdigest() != header.get("sha256"):
-        raise TornCheckpoint(f"{path}: torn checkpoint ({len(payload)} of {header['bytes']} payload bytes, or hash mismatch)")
+        raise TornCheckpoint(f"{where}: torn checkpoint ({len(payload)} of {header['bytes']} payload bytes, or hash mismatch)")
     return torch.load(io.BytesIO(payload), weights_only=True)
 
 

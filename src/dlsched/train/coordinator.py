@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from dlsched.errors import UserError
-from dlsched.train import checkpoint as ckpt
+from dlsched.train import storage
 from dlsched.train import preemption
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
@@ -88,6 +88,7 @@ class Options:
     reference_batch: int | None = None  # the global batch the job's lr is given at (the spec's); None = the job's
     standby: int = 0  # workers kept started and prepared, so a scale-out waits only for the broadcast
     launcher: str = field(default_factory=default_launcher)  # "local" (forked here) or "ray" (one actor per bundle)
+    checkpoint_uri: str | None = None  # a path or fsspec URI (dlsched.train.storage); None = DIR/ckpt
 
     def __post_init__(self) -> None:
         if self.launcher == "ray":
@@ -97,9 +98,9 @@ class Options:
 
 @dataclass(frozen=True)
 class StartState:
-    """Where a group starts: fresh, or the latest checkpoint (``restore``) in DIR/ckpt."""
+    """Where a group starts: fresh, or the latest checkpoint (``restore``, a path or URI) in its storage."""
 
-    restore: Path | None
+    restore: str | None
     step: int
     table: PartitionTable | None  # None: a script's fresh start (its loader builds the table)
     global_batch: int | None  # None: the script's own batch
@@ -118,6 +119,7 @@ class Coordinator:
         self.o = opts
         self.dir = Path(opts.job_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = storage.CheckpointStore(storage.default_location(self.dir, opts.checkpoint_uri))
         (self.dir / "logs").mkdir(exist_ok=True)
         self.job: TrainJob | None = build_job(opts.entry, opts.params) if opts.command is None else None
         self.job_name = self.job.name if self.job else SCRIPT_JOB
@@ -234,7 +236,8 @@ class Coordinator:
                          carried=restore is None and step > 0,
                          devices=[self.device_of[w] for w in wids],
                          ckpt_every=self.o.ckpt_every, record_samples=self.o.record_samples,
-                         reference_batch=self.o.reference_batch, run=self.run_id)
+                         reference_batch=self.o.reference_batch, run=self.run_id,
+                         checkpoint_uri=self.o.checkpoint_uri)
         self.store.set(plan_key(self.generation), self.plan.to_json())
         self._status("running")
 
@@ -257,8 +260,8 @@ class Coordinator:
             self._status("running")
 
     def _initial_state(self) -> StartState:
-        """Fresh start, or resume from the newest valid checkpoint in DIR/ckpt (torn newer ones are skipped)."""
-        latest, state, skipped = ckpt.newest_valid(self.dir / "ckpt", self.job_name)
+        """Fresh start, or resume from the newest valid checkpoint in its storage (torn newer ones are skipped)."""
+        latest, state, skipped = self.checkpoints.newest_valid(self.job_name)
         for path, error in skipped:
             self.progress.write({"event": "checkpoint_skipped", "time": time.time(), "checkpoint": str(path),
                                  "error": error})
@@ -380,7 +383,7 @@ class Coordinator:
         if cancelled and not self.plan.carried:
             self._kill(list(self.procs))
             self._drain()
-            return self._stopped(self.plan.step, ckpt.latest_checkpoint(self.dir / "ckpt"))
+            return self._stopped(self.plan.step, self.checkpoints.latest())
         if not cancelled:
             self.store.set(stop_key(gen), STOP_PREEMPT)
         needed = self.wids[:1] if cancelled else self.wids  # a cancelled generation waits for rank 0's checkpoint only
@@ -397,14 +400,14 @@ class Coordinator:
             self._wait_exit(needed, timeout=5.0)  # let them close their sample records; killed below anyway
         self._kill(list(self.procs))
         self._drain()
-        return self._stopped(end and end.step, ckpt.latest_checkpoint(self.dir / "ckpt"))
+        return self._stopped(end and end.step, self.checkpoints.latest())
 
     def _wait_exit(self, wids: list[int], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(self.procs[w].poll() is None for w in wids):
             time.sleep(POLL_S)
 
-    def _stopped(self, step: int | None, latest: Path | None) -> int:
+    def _stopped(self, step: int | None, latest: str | None) -> int:
         self.progress.write({"event": "stopped", "time": time.time(), "step": step,
                              "checkpoint": str(latest) if latest else None})
         self._status("stopped")

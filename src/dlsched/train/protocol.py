@@ -88,6 +88,7 @@ class Plan(_Json):
     record_samples: bool
     reference_batch: int | None = None
     run: str | None = None  # the coordinator run: tells its steps from a resumed run's (same generations)
+    checkpoint_uri: str | None = None  # where rank 0 saves (``dlsched.train.storage``); None = the job folder's ckpt/
 
 
 @dataclass(frozen=True)

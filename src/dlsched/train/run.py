@@ -38,6 +38,8 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--batch-mode", choices=[m.value for m in BatchMode], default=BatchMode.FIXED_GLOBAL.value)
     ap.add_argument("--ckpt-every", type=int, default=20, help="checkpoint interval in steps (0 = never)")
+    ap.add_argument("--checkpoint-uri", default=None,
+                    help="checkpoint location: a path or fsspec URI (file://, s3://...); default JOB_DIR/ckpt")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per worker (0 = cpus // workers)")
     ap.add_argument("--record-samples", action="store_true", help="log sample ids per step (exactly-once audit)")
     ap.add_argument("--no-replace-stragglers", action="store_true", help="keep workers the EWMA rule flags")
@@ -54,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
         raise UserError("'--' must be followed by the script's command, e.g. -- python train.py")
     if command is not None and a.strategy == "ps":
         raise UserError("--strategy ps: a script after '--' trains with all-reduce only")
+    if a.checkpoint_uri is not None and (a.strategy != "allreduce" or not a.checkpoint_uri):
+        raise UserError(f"--checkpoint-uri {a.checkpoint_uri!r}: a non-empty path or URI, for an all-reduce job only")
     if a.strategy == "ps":
         return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
                          servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
@@ -67,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
             raise UserError(f"{flag} {value}: must be >= 1")
     return Options(job_dir=a.job_dir, entry=a.entry, command=command, workers=a.workers, batch_size=a.batch_size, reference_batch=a.reference_batch_size,
                    params=parse_params(a.param), batch_mode=BatchMode(a.batch_mode), ckpt_every=a.ckpt_every,
-                   threads=a.threads, record_samples=a.record_samples,
+                   threads=a.threads, record_samples=a.record_samples, checkpoint_uri=a.checkpoint_uri,
                    standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from dlsched.train import checkpoint as ckpt
+from dlsched.train import storage
 from dlsched.train.data import PartitionTable, record_path, split_global_batch
 from dlsched.train.devices import collective_backend
 from dlsched.train.job import TrainJob, build_job
@@ -122,6 +122,7 @@ class Worker:
 
     def run_generation(self, plan: Plan) -> bool:
         gen, rank, world = plan.generation, plan.wids.index(self.wid), len(plan.wids)
+        self.checkpoints = storage.CheckpointStore(storage.default_location(self.job_dir, plan.checkpoint_uri))
         t_join = time.perf_counter()
         backend, self.device = pick_backend(plan.devices)
         self.model.to(self.device)
@@ -131,7 +132,7 @@ class Worker:
                                 rank=rank, world_size=world, timeout=PG_TIMEOUT)
         try:
             if plan.restore:
-                self._load_state(ckpt.load_checkpoint(plan.restore, self.job.name))
+                self._load_state(storage.load(plan.restore, self.job.name))
             else:
                 box = [self._state() if rank == 0 else None]
                 dist.broadcast_object_list(box, src=0, device=self.device if backend == "nccl" else None)
@@ -273,7 +274,7 @@ class Worker:
         state = {**self._state(), "step": step, "table": table.snapshot(), "global_batch": global_batch,
                  "ramp": {"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T},
                  "epoch_loss": list(epoch_loss), "finished": finished}
-        path = ckpt.save_checkpoint(self.job_dir / "ckpt", self.job.name, step, state)
+        path = self.checkpoints.save(self.job.name, step, state)
         self.store.queue_push(PROGRESS_QUEUE, json.dumps({"event": "checkpoint", "step": step, "path": str(path),
                                                      "time": time.time()}))
 
