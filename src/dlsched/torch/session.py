@@ -263,8 +263,8 @@ class Session:
         state = {**self._state(), "step": self.step, "table": self.table.snapshot() if self.table else None,
                  "global_batch": self.requested_batch, "ramp": None, "epoch_loss": [0.0, 0],
                  "finished": finished}
-        store = storage.CheckpointStore(storage.default_location(self.job_dir, self.plan and self.plan.checkpoint_uri))
-        path = store.save(SCRIPT_JOB, self.step, state)
+        path = storage.for_job(self.job_dir, self.plan and self.plan.checkpoint_uri).save(
+            SCRIPT_JOB, self.step, state)
         self._emit({"event": "checkpoint", "step": self.step, "path": str(path), "time": time.time()})
 
     # -- LR rule ---------------------------------------------------------------------------------------

@@ -116,10 +116,9 @@ def planned_samples(job: TrainJob) -> int | None:
 
 class Coordinator:
     def __init__(self, opts: Options):
-        self.o = opts
-        self.dir = Path(opts.job_dir)
+        self.o, self.dir = opts, Path(opts.job_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.checkpoints = storage.CheckpointStore(storage.default_location(self.dir, opts.checkpoint_uri))
+        self.checkpoints = storage.for_job(self.dir, opts.checkpoint_uri)
         (self.dir / "logs").mkdir(exist_ok=True)
         self.job: TrainJob | None = build_job(opts.entry, opts.params) if opts.command is None else None
         self.job_name = self.job.name if self.job else SCRIPT_JOB

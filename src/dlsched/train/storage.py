@@ -121,6 +121,6 @@ def load(name: str | Path, job_name: str) -> dict[str, Any]:
     return ckpt.decode_checkpoint(blob, str(name), job_name)
 
 
-def default_location(job_dir: Path, checkpoint_uri: str | None) -> str:
-    """Where a job's checkpoints live: ``checkpoint_uri``, or its job folder's ``ckpt/`` (the default)."""
-    return checkpoint_uri or str(Path(job_dir) / "ckpt")
+def for_job(job_dir: Path, checkpoint_uri: str | None) -> CheckpointStore:
+    """A job's checkpoints: at ``checkpoint_uri``, or in its job folder's ``ckpt/`` (the default)."""
+    return CheckpointStore(checkpoint_uri or Path(job_dir) / "ckpt")

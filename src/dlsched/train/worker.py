@@ -122,7 +122,7 @@ class Worker:
 
     def run_generation(self, plan: Plan) -> bool:
         gen, rank, world = plan.generation, plan.wids.index(self.wid), len(plan.wids)
-        self.checkpoints = storage.CheckpointStore(storage.default_location(self.job_dir, plan.checkpoint_uri))
+        self.checkpoints = storage.for_job(self.job_dir, plan.checkpoint_uri)
         t_join = time.perf_counter()
         backend, self.device = pick_backend(plan.devices)
         self.model.to(self.device)
