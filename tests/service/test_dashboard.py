@@ -213,3 +213,24 @@ def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):
         assert 'data-node="n1"' in dom and "load-error" not in dom
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_job_page_shows_an_ensembles_members_and_flotillas(live_service):
+    """An ensemble job's members and flotillas, read back from the FLEET runtime's events (service/fleet_status)."""
+    svc, ids, tmp = live_service
+    store = svc.store
+    # 64 slots: never placed on this 4-slot cluster, so only the events below describe it
+    jid = store.submit(JobSpec(name="sweep", entry="examples/ensemble/ensemble_job.py:from_yaml", kind="ensemble",
+                               gpus=64))
+    try:
+        store.event("job_profiled", jid, profiles=[{"member": m} for m in ("cnn-a", "cnn-b", "mlp-c")])
+        store.event("job_flotillas", jid, flotillas=[{"members": {"cnn-a": 1, "cnn-b": 2}}], share=3, waiting=["mlp-c"])
+        store.event("job_member_converged", jid, member="mlp-c", reason="max_epochs")
+        ens = job_detail(store, jid)["ensemble"]
+        assert ens["members"] == {"cnn-a": "training", "cnn-b": "training", "mlp-c": "stopped at max_epochs"}
+        dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{jid}", tmp, "--dump-dom")
+        section = dom[dom.index('id="ensemble"'):dom.index('id="loss-chart"')]
+        assert "share 3 slots" in section and "cnn-a × 1, cnn-b × 2" in section
+        assert "<td>mlp-c</td><td>stopped at max_epochs</td>" in section
+    finally:
+        store.request_cancel(jid)

@@ -23,6 +23,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
 from dlsched.policy.base import NodeView
+from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.finish_times import shown_times
 from dlsched.service.limits import JobId
 from dlsched.service.store import ACTIVE, TERMINAL, Store, UnknownJob
@@ -120,7 +121,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
 
 
 def job_detail(store: Store, job_id: int) -> dict:
-    """One job: record, loss curve (down-sampled), fitted convergence curve, allocations, events."""
+    """One job: record, loss curve (down-sampled), fitted convergence curve, allocations, events; an ensemble's
+    members and flotillas."""
     rec = store.get(job_id)
     prog = [p for p in store.progress(job_id) if p.get("loss") is not None and p.get("step") is not None]
     preds = store.predictions(job_id)
@@ -132,7 +134,8 @@ def job_detail(store: Store, job_id: int) -> dict:
               "workers": p["workers"], "noise_scale": _noise_scale(p)} for p in points]
     return {"job": json.loads(json.dumps(rec.public(), default=str)), "curve": curve, "fit": loss_fit_of(prediction),
             "prediction": prediction, "predicted_start": _clean(start), "predicted_finish": _clean(finish),
-            "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200)}
+            "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200),
+            "ensemble": ensemble_of(store, job_id) if rec.spec.kind == "ensemble" else None}
 
 
 def load_reports(reports_dir: Path | None) -> list[dict]:

@@ -29,27 +29,24 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from dlsched.errors import UserError
 from dlsched.train import storage
 from dlsched.train import preemption
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
-from dlsched.train.devices import free_devices, job_devices, keepers, visible_devices
-from dlsched.train.files import Control, ProgressLog, control_bytes, last_generation, read_control, write_status
+from dlsched.train.devices import job_devices
+from dlsched.train.files import ProgressLog, last_generation, write_status
 from dlsched.train.job import TrainJob, build_job
-from dlsched.train.launcher import WorkerHandle, default_launcher, make_launcher
+from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
+from dlsched.train.resizer import Resizer
 from dlsched.train.script import ScriptLauncher
-from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, STOP_RESIZE, End,
-                                    Held, Plan, Ready, WorkerEnv, end_key, gate_key, plan_key, ready_key, stop_key,
-                                    survivor_key)
-from dlsched.train.worker import PG_TIMEOUT
-from dlsched.train.scaling import BatchMode, LrRamp, global_batch_after_resize, local_batch_sizes
+from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready, end_key,
+                                    gate_key, plan_key, ready_key, stop_key)
+from dlsched.train.scaling import BatchMode, LrRamp, local_batch_sizes
+from dlsched.train.worker_loss import WorkerLoss
+from dlsched.train.worker_pool import WorkerPool
 
 POLL_S = 0.02
-# survivors of a lost peer report once their collective fails: at once when the peer's sockets close (its
-# process died), after the process-group timeout when its node fell off the network without closing them
-SURVIVOR_WAIT_S = PG_TIMEOUT.total_seconds() + 15
 
 
 EXIT_STOPPED = 128 + signal.SIGTERM  # stopped on request, checkpoint written: the shell's "terminated by SIGTERM"
@@ -127,101 +124,24 @@ class Coordinator:
                                    timeout=timedelta(seconds=60))
         self.progress = ProgressLog(self.dir, echo=HumanProgress())
         self.run_id = uuid.uuid4().hex[:12]   # tells this run's steps from a resumed run's (same generations)
-        self.procs: dict[int, WorkerHandle] = {}
-        self.next_wid = 0
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self.pool = WorkerPool(opts, self.launcher, self.store, self.dir,
+                               job_devices(visible, 0 if visible is not None else torch.cuda.device_count()))
+        self.resizer = Resizer(self)
+        self.worker_loss = WorkerLoss(self)
         self.generation = -1
         self.wids: list[int] = []
-        self.control_gen = -1
-        self.rejected_control: bytes | None = None  # the malformed control.json reported last
-        self.restarts = 0
         self.last_report: dict | None = None
         self.pending_resize: dict | None = None  # resize waiting for its first step
         self.standby: list[int] = []
-        self.leaving: list[int] = []
         self.detector = StragglerDetector()
         self.stragglers: list[int] = []
-        self.resizing = False
         self.standby_ready = 0
         self.plan: Plan | None = None
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        self.devices = job_devices(visible, 0 if visible is not None else torch.cuda.device_count())
-        self.device_of: dict[int, str] = {}  # worker -> the one device it may use ("" = CPU)
-        self.seen: dict[int, str | None] = {}  # worker -> CUDA_VISIBLE_DEVICES the worker itself reported
 
     @property
     def stop_requested(self) -> bool:
         return preemption.requested()
-
-    # -- processes ----------------------------------------------------------------------------------
-    def _spawn(self, generation: int, devices: list[str] | int, world: int) -> list[int]:
-        """Start workers, one per entry of ``devices`` (or that many on free devices)."""
-        if isinstance(devices, int):
-            devices = free_devices(self.devices, (self.device_of[w] for w in self.procs), devices)
-        threads = self.o.threads or max(1, (os.cpu_count() or 1) // max(world, 1))
-        wids = []
-        for device in devices:
-            wid, self.next_wid = self.next_wid, self.next_wid + 1
-            log = self.dir / "logs" / f"worker-{wid}.log"
-            if self.o.command:
-                self.procs[wid] = self.launcher.start(
-                    WorkerEnv(f"{self.launcher.store_host}:{self.store.port}", wid, generation, str(self.dir), threads),
-                    log, visible_devices(device, self.devices))
-                self.device_of[wid] = device
-                wids.append(wid)
-                continue
-            argv = ["--store", f"{self.launcher.store_host}:{self.store.port}", "--worker-id", str(wid), "--generation",
-                    str(generation), "--job-dir", str(self.dir), "--entry", self.o.entry,
-                    "--params", json.dumps(self.o.params), "--threads", str(threads)]
-            self.procs[wid] = self.launcher.start(argv, self.dir / "logs" / f"worker-{wid}.log",
-                                                  visible_devices(device, self.devices))
-            self.device_of[wid] = device
-            wids.append(wid)
-        return wids
-
-    def _wait_ready(self, wids: list[int]) -> bool:
-        """Wait for new workers to finish their preparation, while the current group keeps training.
-
-        False when one of them failed, a worker died, or the job is being stopped (the resize is abandoned)."""
-        while not all(self.store.check([ready_key(w)]) for w in wids):
-            if self.stop_requested:
-                self.progress.write({"event": "resize_abandoned", "time": time.time(), "reason": "stop requested"})
-                return False
-            for w in wids:
-                if self.procs[w].poll() is not None:
-                    self.progress.write({"event": "resize_failed", "time": time.time(),
-                                         "error": f"new worker {w} exited with {self.procs[w].returncode}: "
-                                                  f"{self._log_tail(w)}"})
-                    return False
-            self._drain()
-            if self._dead_workers():
-                return False
-            time.sleep(POLL_S)
-        return True
-
-    def _log_tail(self, wid: int) -> str:
-        lines = (self.dir / "logs" / f"worker-{wid}.log").read_text(errors="replace").strip().splitlines()
-        return lines[-1] if lines else ""
-
-    def _dead_workers(self) -> list[int]:
-        return [w for w in self.wids if self.procs[w].poll() not in (None, 0)]
-
-    def _reap_leaving(self) -> None:
-        for w in [w for w in self.leaving if self.procs[w].poll() is not None]:
-            self.leaving.remove(w)
-            self.procs.pop(w)
-            self.device_of.pop(w, None)
-            self.seen.pop(w, None)
-
-    def _kill(self, wids: list[int]) -> None:
-        for w in wids:
-            if w in self.leaving:
-                self.leaving.remove(w)
-            p = self.procs.pop(w, None)
-            self.device_of.pop(w, None)
-            self.seen.pop(w, None)
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
 
     # -- plans --------------------------------------------------------------------------------------
     def _publish(self, wids, step, table, global_batch, ramp, epoch_loss, restore=None) -> None:
@@ -233,7 +153,7 @@ class Coordinator:
                          ramp={"base_lr": ramp.base_lr, "k": ramp.k, "t0": ramp.t0, "T": ramp.T} if ramp else None,
                          epoch_loss=list(epoch_loss), restore=str(restore) if restore else None,
                          carried=restore is None and step > 0,
-                         devices=[self.device_of[w] for w in wids],
+                         devices=[self.pool.device_of[w] for w in wids],
                          ckpt_every=self.o.ckpt_every, record_samples=self.o.record_samples,
                          reference_batch=self.o.reference_batch, run=self.run_id,
                          checkpoint_uri=self.o.checkpoint_uri)
@@ -242,18 +162,18 @@ class Coordinator:
 
     def _status(self, state: str, error: str | None = None) -> None:
         write_status(self.dir, state, os.getpid(), len(self.wids), error, generation=self.generation,
-                     worker_pids=[self.procs[w].pid for w in self.wids if w in self.procs],
-                     standby_ready=self.standby_ready, devices=self.devices,
-                     worker_devices=[self.seen.get(w) for w in self.wids])
+                     worker_pids=[self.pool.procs[w].pid for w in self.wids if w in self.pool.procs],
+                     standby_ready=self.standby_ready, devices=self.pool.devices,
+                     worker_devices=[self.pool.seen.get(w) for w in self.wids])
 
     def _watch_ready(self) -> None:
         """Refresh status.json when workers become ready: standby count, and the devices workers report."""
         changed = False
-        for w in self.procs:
-            if w not in self.seen and self.store.check([ready_key(w)]):
-                self.seen[w] = Ready.from_json(self.store.get(ready_key(w))).cuda_visible_devices
+        for w in self.pool.procs:
+            if w not in self.pool.seen and self.store.check([ready_key(w)]):
+                self.pool.seen[w] = Ready.from_json(self.store.get(ready_key(w))).cuda_visible_devices
                 changed = True
-        ready = sum(w in self.seen for w in self.standby)
+        ready = sum(w in self.pool.seen for w in self.standby)
         if changed or ready != self.standby_ready:
             self.standby_ready = ready
             self._status("running")
@@ -304,7 +224,7 @@ class Coordinator:
             if self.global_batch is None:
                 self.global_batch = rec["batch_size"]  # a script's own batch, first seen
             if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
-                    and not self.resizing):
+                    and not self.resizer.active):
                 slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
                 if slow and not self.stragglers:
                     self.stragglers = slow
@@ -330,8 +250,8 @@ class Coordinator:
         if first > 0:
             self.progress.write({"event": "resumed", "time": time.time(), "new_generation": first,
                                  "restored_step": start.step, "checkpoint": str(start.restore) if start.restore else None})
-        wids = self._spawn(first, self.o.workers, self.o.workers)
-        self.standby = self._spawn(first, self.o.standby, self.o.workers)
+        wids = self.pool.spawn(first, self.o.workers, self.o.workers)
+        self.standby = self.pool.spawn(first, self.o.standby, self.o.workers)
         self._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)
         try:
             while True:
@@ -339,24 +259,23 @@ class Coordinator:
                 key = end_key(self.generation)
                 if self.store.check([key]) and End.from_json(self.store.get(key)).finished:
                     return self._finish()
-                if self.wids and all(self.procs[w].poll() == 0 for w in self.wids):
+                if self.wids and all(self.pool.procs[w].poll() == 0 for w in self.wids):
                     return self._finish()  # a script that ended without dlsched.torch.remaining_epochs
-                dead = self._dead_workers()
+                dead = self.pool.dead(self.wids)
                 if dead:
-                    if not (self.launcher.shrink_on_loss and self._shrink_onto_survivors(dead)):
-                        self._recover(dead)
+                    self.worker_loss.handle(dead)
                     continue
                 if self.stop_requested:
                     return self._stop()
-                self._poll_control()
+                self.resizer.poll_control()
                 if self.stragglers:
                     drop, self.stragglers = self.stragglers, []
-                    self._resize(Control(len(self.wids), None, self.control_gen), drop=drop)
-                self._reap_leaving()
+                    self.resizer.replace(drop)
+                self.pool.reap_leaving()
                 self._watch_ready()
                 time.sleep(POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
-            self._kill(list(self.procs))
+            self.pool.kill(list(self.pool.procs))
             self._status("failed", f"{type(e).__name__}: {e}")
             raise
         finally:
@@ -364,12 +283,12 @@ class Coordinator:
 
     def _finish(self) -> int:
         for w in self.wids:
-            self.procs[w].wait()
-        self._kill(self.standby)
+            self.pool.procs[w].wait()
+        self.pool.kill(self.standby)
         self._drain()
         self.progress.write({"event": "finished", "time": time.time(), "step": self.last_report and self.last_report["step"]})
         self._status("finished")
-        self._kill(list(self.procs))
+        self.pool.kill(list(self.pool.procs))
         return 0
 
     def _stop(self) -> int:
@@ -380,7 +299,7 @@ class Coordinator:
         gen = self.generation
         cancelled = self.store.compare_set(gate_key(gen), "", GATE_CANCEL) == GATE_CANCEL.encode()
         if cancelled and not self.plan.carried:
-            self._kill(list(self.procs))
+            self.pool.kill(list(self.pool.procs))
             self._drain()
             return self._stopped(self.plan.step, self.checkpoints.latest())
         if not cancelled:
@@ -389,7 +308,7 @@ class Coordinator:
         end = None
         while not self.store.check([end_key(gen)]):
             self._drain()
-            if any(self.procs[w].poll() not in (None, 0) for w in needed):
+            if any(self.pool.procs[w].poll() not in (None, 0) for w in needed):
                 break  # no consistent state to save: the last periodic checkpoint stands
             time.sleep(POLL_S)
         else:
@@ -397,13 +316,13 @@ class Coordinator:
             if end.finished:
                 return self._finish()
             self._wait_exit(needed, timeout=5.0)  # let them close their sample records; killed below anyway
-        self._kill(list(self.procs))
+        self.pool.kill(list(self.pool.procs))
         self._drain()
         return self._stopped(end and end.step, self.checkpoints.latest())
 
     def _wait_exit(self, wids: list[int], timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(self.procs[w].poll() is None for w in wids):
+        while time.monotonic() < deadline and any(self.pool.procs[w].poll() is None for w in wids):
             time.sleep(POLL_S)
 
     def _stopped(self, step: int | None, latest: str | None) -> int:
@@ -412,153 +331,3 @@ class Coordinator:
         self._status("stopped")
         return EXIT_STOPPED
 
-    def _poll_control(self) -> None:
-        try:
-            ctl = read_control(self.dir)
-        except UserError as e:
-            content = control_bytes(self.dir)
-            if content != self.rejected_control:  # once per distinct content, not once per poll
-                self.rejected_control = content
-                self.progress.write({"event": "control_rejected", "error": str(e), "time": time.time()})
-            return
-        if ctl is None or ctl.generation <= self.control_gen:
-            return
-        self.control_gen = ctl.generation
-        self._resize(ctl)
-
-    def _resize(self, ctl: Control, drop: list[int] = ()) -> None:
-        """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step.
-
-        ``drop`` names workers to replace (stragglers): they leave like scaled-in workers."""
-        self.resizing = True
-        try:
-            self._resize_now(ctl, list(drop))
-        finally:
-            self.resizing = False
-        self.standby_ready = sum(w in self.seen for w in self.standby)
-
-    def _resize_now(self, ctl: Control, drop: list[int]) -> None:
-        if self.stop_requested:
-            return  # the main loop stops the job instead
-        requested = time.time()
-        workers, batch_size = ctl.workers, ctl.batch_size
-        if ctl.devices is not None:
-            self.devices = list(ctl.devices)
-        old = list(self.wids)
-        keep = keepers([w for w in old if w not in drop], self.device_of, self.devices, workers)
-        if keep == old and workers == len(old) and batch_size in (None, self.global_batch):
-            return  # nothing to change: don't stop the group for it
-        leaving = [w for w in old if w not in keep]
-        # newcomers get the job's devices the keepers do not use; a prepared spare fits when it has that device
-        held = [self.device_of[w] for w in keep] + [self.device_of[w] for w in self.leaving + leaving]
-        new = []
-        for device in free_devices(self.devices, held, workers - len(keep)):
-            spare = next((w for w in self.standby if self.device_of[w] == device), None)
-            if spare is None:
-                new += self._spawn(self.generation + 1, [device], workers)
-            else:
-                self.standby.remove(spare)
-                new.append(spare)
-        if not self._wait_ready(new):
-            self._kill(new)
-            return
-        gen = self.generation
-        stopped = time.time()
-        # no worker may stay (the job moved to other GPUs): the state goes through a checkpoint instead of memory
-        self.store.set(stop_key(gen), STOP_RESIZE if keep else STOP_PREEMPT)
-        while not self.store.check([end_key(gen)]):
-            if self.stop_requested:  # preempted meanwhile: this step's end becomes the stop (checkpointed)
-                self.store.compare_set(stop_key(gen), STOP_RESIZE, STOP_PREEMPT)
-            self._drain()
-            if self._dead_workers():
-                self._kill(new)
-                return
-            time.sleep(0.001)
-        end = End.from_json(self.store.get(end_key(gen)))
-        if end.finished or (end.preempted and self.stop_requested):
-            self._kill(new)  # _finish / _stop take it from here
-            return
-        self._drain()
-        restore = None
-        if keep:
-            step, table, eloss, lr = end.step, end.table and PartitionTable.from_snapshot(end.table), end.epoch_loss, end.lr
-        else:
-            start = self._initial_state()
-            restore, step, table, eloss = start.restore, start.step, start.table, start.epoch_loss
-            lr = self.ramp and self.ramp.lr(step - 1)  # the LR of the last step taken
-        gb = batch_size or (self.global_batch and global_batch_after_resize(self.o.batch_mode, self.global_batch,
-                                                                           len(old), workers))
-        ramp = self.ramp
-        if ramp is not None and gb != self.global_batch:
-            ramp = ramp.rescaled(lr, self.global_batch, gb, step)
-        wids = keep + new
-        for w in leaving:
-            self.detector.forget(w)
-        self._publish(wids, step, table, gb, ramp, eloss, restore)
-        self.leaving += leaving  # they exit on their own; reaped without blocking the loop
-        self.standby += self._spawn(self.generation, self.o.standby - len(self.standby), workers)
-        self.pending_resize = {"event": "resized", "time": requested, "generation": self.generation,
-                               "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb, "step": step,
-                               "requested_at": requested, "stopped_at": stopped}
-
-    def _survivor_states(self, survivors: list[int]) -> dict[int, Held] | None:
-        """Each survivor's report of the state it holds, once all reported; None if one died too, the
-        generation ended anyway (finished, stopped), never started training, or they did not report in time."""
-        gen, deadline = self.generation, time.monotonic() + SURVIVOR_WAIT_S
-        if not (self.store.check([gate_key(gen)]) and self.store.get(gate_key(gen)).decode() == GATE_RUN):
-            return None   # lost while the group formed: no step, so no survivor report to wait for
-        while time.monotonic() < deadline and not self.stop_requested:
-            self._drain()
-            if self.store.check([end_key(gen)]) or any(self.procs[w].poll() is not None for w in survivors):
-                return None
-            if self.store.check([survivor_key(gen, w) for w in survivors]):
-                return {w: Held.from_json(self.store.get(survivor_key(gen, w))) for w in survivors}
-            time.sleep(POLL_S)
-        return None
-
-    def _shrink_onto_survivors(self, dead: list[int]) -> bool:
-        """A worker died mid-step (its node was lost): the others carry on from the last step they all
-        committed, in memory, as a smaller group - no restart, no checkpoint. False when that is not possible
-        (no survivor, they disagree on the step, one died too): the caller recovers from the checkpoint."""
-        old = list(self.wids)
-        survivors = [w for w in old if w not in dead]
-        states = self._survivor_states(survivors) if survivors else None
-        if not states or len({(s.step, json.dumps(s.table, sort_keys=True)) for s in states.values()}) != 1:
-            return False
-        held = states[survivors[0]]
-        exit_codes = [self.procs[w].returncode for w in dead]
-        self._kill(dead)
-        for w in dead:
-            self.detector.forget(w)
-        step, table = held.step, PartitionTable.from_snapshot(held.table)
-        gb = global_batch_after_resize(self.o.batch_mode, self.global_batch, len(old), len(survivors))
-        ramp = self.ramp if gb == self.global_batch else self.ramp.rescaled(held.lr, self.global_batch, gb, step)
-        lost_at = self.last_report["step"] if self.last_report else step
-        self.pending_resize = None
-        self._publish(survivors, step, table, gb, ramp, held.epoch_loss)
-        self.progress.write({"event": "shrunk", "time": time.time(), "workers_lost": dead,
-                             "exit_codes": exit_codes, "from_workers": len(old),
-                             "workers": len(survivors), "new_generation": self.generation, "step": step,
-                             "lost_steps": max(0, lost_at - step), "batch_size": gb})
-        return True
-
-    def _recover(self, dead: list[int]) -> None:
-        """A worker died: its peers' state is suspect mid-collective, so replace the group from the checkpoint."""
-        self.restarts += 1
-        lost_at = self.last_report["step"] if self.last_report else 0
-        errors = {w: self.procs[w].returncode for w in dead}
-        if self.restarts > self.o.max_restarts:
-            raise RuntimeError(f"workers {errors} died; gave up after {self.o.max_restarts} restarts: "
-                               f"{self._log_tail(dead[0])}")
-        count = len(self.wids)
-        self._kill(list(self.procs))
-        self.pending_resize = None
-        self._drain()
-        start = self._initial_state()
-        wids = self._spawn(self.generation + 1, count, count)
-        self.standby = self._spawn(self.generation + 1, self.o.standby, count)
-        self._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)
-        self.progress.write({"event": "worker_lost", "time": time.time(), "workers_lost": list(errors),
-                             "exit_codes": list(errors.values()), "new_generation": self.generation,
-                             "restored_step": start.step, "lost_steps": max(0, lost_at - start.step),
-                             "checkpoint": str(start.restore) if start.restore else None})

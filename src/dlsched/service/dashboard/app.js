@@ -176,6 +176,7 @@ async function jobPage(view, id) {
   const allocs = d.allocations.map((a) => `<tr><td>${fmtClock(a.time)}</td><td class="num">${a.num_gpus}</td><td class="num">${a.batch_size ?? "–"}</td><td>${esc(JSON.stringify(a.placement))}</td></tr>`).join("");
   const events = d.events.map((e) => `<tr><td>${fmtClock(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(JSON.stringify(e.detail))}</td></tr>`).join("");
   view.innerHTML = `<section><h2 id="job-title">Job ${j.id} — ${esc(j.name)}</h2><table class="kv">${kv.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("")}</table></section>
+    ${ensembleSection(d.ensemble)}
     <section><h2>Loss curve and fitted convergence curve</h2><div id="loss-chart"></div></section>
     <section><h2>Gradient noise scale</h2><div id="noise-chart">${noise.length ? "" : '<p class="muted">none reported (a dlsched.torch job reports it; without it the goodput policy uses throughput)</p>'}</div></section>
     <div class="grid"><section><h2>Allocations</h2><div class="scroll"><table id="allocations"><thead><tr><th>time</th><th class="num">GPUs</th><th class="num">batch</th><th>placement</th></tr></thead><tbody>${allocs}</tbody></table></div></section>
@@ -183,6 +184,15 @@ async function jobPage(view, id) {
   document.getElementById("loss-chart").appendChild(lineChart(series, { xLabel: "step", yLabel: "loss" }));
   if (noise.length) document.getElementById("noise-chart").appendChild(lineChart([{ label: "reported tr(Σ)/|G|² (samples)", kind: "line", colour: "#059669", points: noise }], { xLabel: "step", yLabel: "noise scale" }));
   return !["finished", "failed", "cancelled"].includes(j.state);
+}
+
+function ensembleSection(ens) {
+  if (!ens) return "";
+  const members = Object.entries(ens.members).map(([m, st]) => `<tr><td>${esc(m)}</td><td>${esc(st)}</td></tr>`).join("");
+  const flot = ens.flotillas.map((f, i) => `<li>flotilla ${i + 1}: ${Object.entries(f.members).map(([m, g]) => `${esc(m)} × ${g}`).join(", ")}</li>`).join("");
+  return `<section id="ensemble"><h2>Ensemble <span class="muted">(share ${ens.share ?? "–"} slots)</span></h2>
+    <div class="grid"><div><table id="members"><thead><tr><th>member</th><th>state</th></tr></thead><tbody>${members}</tbody></table></div>
+    <div><ul id="flotillas">${flot || '<li class="muted">no flotilla running</li>'}</ul></div></div></section>`;
 }
 
 async function reportsPage(view) {

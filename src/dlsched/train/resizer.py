@@ -1,0 +1,141 @@
+"""The coordinator's stop-free resize: control.json requests and straggler swaps.
+
+Newcomers are started and prepare while the old group keeps training; only when all are ready is the
+group stopped after one step, and the next generation published (keepers carry the state in memory).
+"""
+from __future__ import annotations
+
+import time
+
+from dlsched.errors import UserError
+from dlsched.train.data import PartitionTable
+from dlsched.train.devices import free_devices, keepers
+from dlsched.train.files import Control, control_bytes, read_control
+from dlsched.train.protocol import STOP_PREEMPT, STOP_RESIZE, End, end_key, ready_key, stop_key
+from dlsched.train.scaling import global_batch_after_resize
+
+POLL_S = 0.02
+
+
+class Resizer:
+    def __init__(self, coordinator):
+        self.c = coordinator  # publishes the plans, owns the group
+        self.control_gen = -1
+        self.rejected_control: bytes | None = None  # the malformed control.json reported last
+        self.active = False  # a resize is under way (straggler detection pauses)
+
+    def poll_control(self) -> None:
+        c = self.c
+        try:
+            ctl = read_control(c.dir)
+        except UserError as e:
+            content = control_bytes(c.dir)
+            if content != self.rejected_control:  # once per distinct content, not once per poll
+                self.rejected_control = content
+                c.progress.write({"event": "control_rejected", "error": str(e), "time": time.time()})
+            return
+        if ctl is None or ctl.generation <= self.control_gen:
+            return
+        self.control_gen = ctl.generation
+        self.resize(ctl)
+
+    def replace(self, drop: list[int]) -> None:
+        """Swap stragglers for fresh workers, keeping the group's size."""
+        self.resize(Control(len(self.c.wids), None, self.control_gen), drop=drop)
+
+    def resize(self, ctl: Control, drop: list[int] = ()) -> None:
+        """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step.
+
+        ``drop`` names workers to replace (stragglers): they leave like scaled-in workers."""
+        self.active = True
+        try:
+            self._resize_now(ctl, list(drop))
+        finally:
+            self.active = False
+        self.c.standby_ready = sum(w in self.c.pool.seen for w in self.c.standby)
+
+    def _wait_ready(self, wids: list[int]) -> bool:
+        """Wait for new workers to finish their preparation, while the current group keeps training.
+
+        False when one of them failed, a worker died, or the job is being stopped (the resize is abandoned)."""
+        c, pool = self.c, self.c.pool
+        while not all(c.store.check([ready_key(w)]) for w in wids):
+            if c.stop_requested:
+                c.progress.write({"event": "resize_abandoned", "time": time.time(), "reason": "stop requested"})
+                return False
+            for w in wids:
+                if pool.procs[w].poll() is not None:
+                    c.progress.write({"event": "resize_failed", "time": time.time(),
+                                      "error": f"new worker {w} exited with {pool.procs[w].returncode}: "
+                                               f"{pool.log_tail(w)}"})
+                    return False
+            c._drain()
+            if pool.dead(c.wids):
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    def _resize_now(self, ctl: Control, drop: list[int]) -> None:
+        c, pool = self.c, self.c.pool
+        if c.stop_requested:
+            return  # the main loop stops the job instead
+        requested = time.time()
+        workers, batch_size = ctl.workers, ctl.batch_size
+        if ctl.devices is not None:
+            pool.devices = list(ctl.devices)
+        old = list(c.wids)
+        keep = keepers([w for w in old if w not in drop], pool.device_of, pool.devices, workers)
+        if keep == old and workers == len(old) and batch_size in (None, c.global_batch):
+            return  # nothing to change: don't stop the group for it
+        leaving = [w for w in old if w not in keep]
+        # newcomers get the job's devices the keepers do not use; a prepared spare fits when it has that device
+        held = [pool.device_of[w] for w in keep] + [pool.device_of[w] for w in pool.leaving + leaving]
+        new = []
+        for device in free_devices(pool.devices, held, workers - len(keep)):
+            spare = next((w for w in c.standby if pool.device_of[w] == device), None)
+            if spare is None:
+                new += pool.spawn(c.generation + 1, [device], workers)
+            else:
+                c.standby.remove(spare)
+                new.append(spare)
+        if not self._wait_ready(new):
+            pool.kill(new)
+            return
+        gen = c.generation
+        stopped = time.time()
+        # no worker may stay (the job moved to other GPUs): the state goes through a checkpoint instead of memory
+        c.store.set(stop_key(gen), STOP_RESIZE if keep else STOP_PREEMPT)
+        while not c.store.check([end_key(gen)]):
+            if c.stop_requested:  # preempted meanwhile: this step's end becomes the stop (checkpointed)
+                c.store.compare_set(stop_key(gen), STOP_RESIZE, STOP_PREEMPT)
+            c._drain()
+            if pool.dead(c.wids):
+                pool.kill(new)
+                return
+            time.sleep(0.001)
+        end = End.from_json(c.store.get(end_key(gen)))
+        if end.finished or (end.preempted and c.stop_requested):
+            pool.kill(new)  # _finish / _stop take it from here
+            return
+        c._drain()
+        restore = None
+        if keep:
+            step, table, eloss, lr = end.step, end.table and PartitionTable.from_snapshot(end.table), end.epoch_loss, end.lr
+        else:
+            start = c._initial_state()
+            restore, step, table, eloss = start.restore, start.step, start.table, start.epoch_loss
+            lr = c.ramp and c.ramp.lr(step - 1)  # the LR of the last step taken
+        gb = batch_size or (c.global_batch and global_batch_after_resize(c.o.batch_mode, c.global_batch,
+                                                                        len(old), workers))
+        ramp = c.ramp
+        if ramp is not None and gb != c.global_batch:
+            ramp = ramp.rescaled(lr, c.global_batch, gb, step)
+        wids = keep + new
+        for w in leaving:
+            c.detector.forget(w)
+        c._publish(wids, step, table, gb, ramp, eloss, restore)
+        pool.leaving += leaving  # they exit on their own; reaped without blocking the loop
+        c.standby += pool.spawn(c.generation, c.o.standby - len(c.standby), workers)
+        c.pending_resize = {"event": "resized", "time": requested, "generation": c.generation,
+                            "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb,
+                            "step": step, "requested_at": requested, "stopped_at": stopped}

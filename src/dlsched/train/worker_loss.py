@@ -1,0 +1,91 @@
+"""What the coordinator does when a worker dies: shrink onto the survivors in memory, else restart from
+the last checkpoint."""
+from __future__ import annotations
+
+import json
+import time
+
+from dlsched.train.data import PartitionTable
+from dlsched.train.protocol import GATE_RUN, Held, end_key, gate_key, survivor_key
+from dlsched.train.scaling import global_batch_after_resize
+from dlsched.train.worker import PG_TIMEOUT
+
+POLL_S = 0.02
+# survivors of a lost peer report once their collective fails: at once when the peer's sockets close (its
+# process died), after the process-group timeout when its node fell off the network without closing them
+SURVIVOR_WAIT_S = PG_TIMEOUT.total_seconds() + 15
+
+
+class WorkerLoss:
+    def __init__(self, coordinator):
+        self.c = coordinator  # publishes the plans, owns the group
+        self.restarts = 0
+
+    def handle(self, dead: list[int]) -> None:
+        if not (self.c.launcher.shrink_on_loss and self._shrink_onto_survivors(dead)):
+            self._recover(dead)
+
+    def _survivor_states(self, survivors: list[int]) -> dict[int, Held] | None:
+        """Each survivor's report of the state it holds, once all reported; None if one died too, the
+        generation ended anyway (finished, stopped), never started training, or they did not report in time."""
+        c = self.c
+        gen, deadline = c.generation, time.monotonic() + SURVIVOR_WAIT_S
+        if not (c.store.check([gate_key(gen)]) and c.store.get(gate_key(gen)).decode() == GATE_RUN):
+            return None   # lost while the group formed: no step, so no survivor report to wait for
+        while time.monotonic() < deadline and not c.stop_requested:
+            c._drain()
+            if c.store.check([end_key(gen)]) or any(c.pool.procs[w].poll() is not None for w in survivors):
+                return None
+            if c.store.check([survivor_key(gen, w) for w in survivors]):
+                return {w: Held.from_json(c.store.get(survivor_key(gen, w))) for w in survivors}
+            time.sleep(POLL_S)
+        return None
+
+    def _shrink_onto_survivors(self, dead: list[int]) -> bool:
+        """A worker died mid-step (its node was lost): the others carry on from the last step they all
+        committed, in memory, as a smaller group - no restart, no checkpoint. False when that is not possible
+        (no survivor, they disagree on the step, one died too): the caller recovers from the checkpoint."""
+        c = self.c
+        old = list(c.wids)
+        survivors = [w for w in old if w not in dead]
+        states = self._survivor_states(survivors) if survivors else None
+        if not states or len({(s.step, json.dumps(s.table, sort_keys=True)) for s in states.values()}) != 1:
+            return False
+        held = states[survivors[0]]
+        exit_codes = [c.pool.procs[w].returncode for w in dead]
+        c.pool.kill(dead)
+        for w in dead:
+            c.detector.forget(w)
+        step, table = held.step, PartitionTable.from_snapshot(held.table)
+        gb = global_batch_after_resize(c.o.batch_mode, c.global_batch, len(old), len(survivors))
+        ramp = c.ramp if gb == c.global_batch else c.ramp.rescaled(held.lr, c.global_batch, gb, step)
+        lost_at = c.last_report["step"] if c.last_report else step
+        c.pending_resize = None
+        c._publish(survivors, step, table, gb, ramp, held.epoch_loss)
+        c.progress.write({"event": "shrunk", "time": time.time(), "workers_lost": dead,
+                          "exit_codes": exit_codes, "from_workers": len(old),
+                          "workers": len(survivors), "new_generation": c.generation, "step": step,
+                          "lost_steps": max(0, lost_at - step), "batch_size": gb})
+        return True
+
+    def _recover(self, dead: list[int]) -> None:
+        """A worker died: its peers' state is suspect mid-collective, so replace the group from the checkpoint."""
+        c = self.c
+        self.restarts += 1
+        lost_at = c.last_report["step"] if c.last_report else 0
+        errors = {w: c.pool.procs[w].returncode for w in dead}
+        if self.restarts > c.o.max_restarts:
+            raise RuntimeError(f"workers {errors} died; gave up after {c.o.max_restarts} restarts: "
+                               f"{c.pool.log_tail(dead[0])}")
+        count = len(c.wids)
+        c.pool.kill(list(c.pool.procs))
+        c.pending_resize = None
+        c._drain()
+        start = c._initial_state()
+        wids = c.pool.spawn(c.generation + 1, count, count)
+        c.standby = c.pool.spawn(c.generation + 1, c.o.standby, count)
+        c._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)
+        c.progress.write({"event": "worker_lost", "time": time.time(), "workers_lost": list(errors),
+                          "exit_codes": list(errors.values()), "new_generation": c.generation,
+                          "restored_step": start.step, "lost_steps": max(0, lost_at - start.step),
+                          "checkpoint": str(start.restore) if start.restore else None})
