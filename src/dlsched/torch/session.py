@@ -9,7 +9,6 @@ a preemption checkpoints and exits. Protocol: ``dlsched.train.protocol``; the wo
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -23,18 +22,18 @@ import torch.distributed as dist
 
 from dlsched.errors import UserError
 from dlsched.train import storage
-from dlsched.train.data import PartitionTable, record_path, split_global_batch
-from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready,
-                                    WorkerEnv, arrived_key, end_key, gate_key, group_prefix, plan_key, ready_key,
-                                    stop_key)
+from dlsched.train.data import PartitionTable, split_global_batch
+from dlsched.train.protocol import SCRIPT_JOB, STOP_PREEMPT, End, Plan, WorkerEnv, end_key, stop_key
 from dlsched.train.scaling import local_batch_sizes
-from dlsched.train.worker import PG_TIMEOUT, connect_store, wait_key
-from dlsched.torch.lr_rule import RAMP_STEPS, RULES, LrFactor, compensate_momentum, default_rule, target_factor
+from dlsched.train.worker import connect_store
+from dlsched.torch.lr_control import LrControl
+from dlsched.torch.lr_rule import RULES, LrFactor
+from dlsched.torch.membership import GroupMembership
 from dlsched.torch.noise import GradientNoiseEstimator
+from dlsched.torch.outbox import ProgressOutbox
+from dlsched.torch.registry import StateRegistry
 
-LRScheduler = torch.optim.lr_scheduler.LRScheduler
 FLAG_POLL_S = 0.05  # rank 0 reads the stop flag at most this often: a resize waits at most this long for it
-FLUSH_S = 0.25  # step records reach progress.jsonl at most this late
 
 
 class Session:
@@ -52,9 +51,11 @@ class Session:
         self.plan: Plan | None = None
         self.rank, self.world = 0, 1
         self.joined = False
-        self.models: list = []  # ElasticDataParallel instances, in creation order
-        self.objects: dict[str, Any] = {}  # name -> object with state_dict/load_state_dict
-        self.hooked: set[int] = set()
+        self.lr_control = LrControl(self)
+        self.registry = StateRegistry(self.lr_control.pre_step, self.lr_control.post_step)
+        self.models, self.objects = self.registry.models, self.registry.objects
+        self.membership = GroupMembership(self)
+        self.progress = ProgressOutbox(self.store)
         self.table: PartitionTable | None = None
         self.loader_batch: int | None = None
         self.requested_batch: int | None = None  # the scheduler's global batch; None = the loader's
@@ -70,43 +71,11 @@ class Session:
         self.setup_s: float | None = None
         self.record = None
         self.last_boundary = time.perf_counter()
-        self.outbox: list[dict] = []  # records not yet pushed to the coordinator
-        self.flushed = self.flag_checked = 0.0
+        self.flag_checked = 0.0
 
     # -- registration ---------------------------------------------------------------------------------
     def register(self, name: str, obj: Any) -> None:
-        if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-            raise UserError(f"register({name!r}): {type(obj).__name__} has no state_dict/load_state_dict")
-        self.objects[name] = obj
-        if isinstance(obj, torch.optim.Optimizer) and id(obj) not in self.hooked:
-            self.hooked.add(id(obj))
-            obj.register_step_pre_hook(self._pre_step)
-            obj.register_step_post_hook(self._post_step)
-
-    def _discover(self) -> None:
-        """Register every optimizer training a wrapped model, its LR schedulers and every GradScaler."""
-        params = {id(p): i for m in self.models for i, p in enumerate(m.module.parameters())}
-        known = {id(o) for o in self.objects.values()}
-        optimizers, schedulers, scalers = [], [], []
-        for obj in gc.get_objects():
-            if id(obj) in known:
-                continue
-            kind = type(obj)
-            if issubclass(kind, torch.optim.Optimizer):
-                mine = [params[id(p)] for g in obj.param_groups for p in g["params"] if id(p) in params]
-                if mine or not params:
-                    optimizers.append((min(mine, default=0), obj))
-            elif issubclass(kind, LRScheduler):
-                schedulers.append(obj)
-            elif issubclass(kind, torch.amp.GradScaler):
-                scalers.append(obj)
-        optimizers = [o for _, o in sorted(optimizers, key=lambda t: t[0])]
-        for i, opt in enumerate(optimizers):
-            self.register(f"optimizer{i}", opt)
-            for j, sched in enumerate(s for s in schedulers if s.optimizer is opt):
-                self.register(f"optimizer{i}.scheduler{j}.{type(sched).__name__}", sched)
-        for i, scaler in enumerate(scalers):
-            self.register(f"scaler{i}", scaler)
+        self.registry.register(name, obj)
 
     def attach_loader(self, num_samples: int, batch_size: int, shuffle: bool, seed: int) -> None:
         if self.loader_batch is not None:
@@ -134,7 +103,7 @@ class Session:
         """Enter the job's current generation (first call only): the state is registered by now."""
         if self.joined:
             return
-        self._discover()
+        self.registry.discover()
         if self.env is None:  # standalone: one worker, nothing to wait for
             if not dist.is_initialized():
                 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -142,46 +111,7 @@ class Session:
             self._rebuild_models()
             self.last_boundary = time.perf_counter()
             return
-        self.store.set(ready_key(self.wid), Ready(os.environ.get("CUDA_VISIBLE_DEVICES")).to_json())
-        self._enter_next_plan()
-
-    def _enter_next_plan(self) -> None:
-        while True:
-            plan = Plan.from_json(wait_key(self.store, plan_key(self.generation), self.parent))
-            if self.wid in plan.wids:
-                break
-            if self.joined:  # scaled in
-                self._exit()
-            self.generation += 1  # standby: stay prepared for a later generation
-        self._form_group(plan)
-
-    def _form_group(self, plan: Plan) -> None:
-        gen, rank, world = plan.generation, plan.wids.index(self.wid), len(plan.wids)
-        started = time.perf_counter()
-        self.plan, self.rank, self.world = plan, rank, world
-        if not self._gather(gen, world):
-            self._cancelled(plan)
-        dist.init_process_group("gloo", store=dist.PrefixStore(group_prefix(gen), self.store), rank=rank,
-                                world_size=world, timeout=PG_TIMEOUT)
-        if plan.restore:
-            self._load(storage.load(plan.restore, SCRIPT_JOB))
-        else:
-            box = [self._state() if rank == 0 else None]
-            dist.broadcast_object_list(box, src=0)
-            if rank != 0:
-                self._load(box[0])
-        self._adopt(plan)
-        self._rebuild_models()
-        self.setup_s = time.perf_counter() - started
-        if self.store.compare_set(gate_key(gen), "", GATE_RUN) != GATE_RUN.encode():
-            self._cancelled(plan)
-        self.joined = True
-        self.layout += 1
-        self.last_boundary = time.perf_counter()
-        if plan.record_samples and self.record is None:
-            path = record_path(self.job_dir, self.wid)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.record = open(path, "a", buffering=1)
+        self.membership.enter()
 
     def _adopt(self, plan: Plan) -> None:
         self.step = plan.step
@@ -193,34 +123,7 @@ class Session:
         self.reference_batch = plan.reference_batch
         self.requested_batch = sum(plan.local_batches) if plan.local_batches else self.requested_batch
         if self.global_batch != self.factor.batch:
-            self._retarget()
-
-    def _gather(self, gen: int, world: int) -> bool:
-        """Every rank arrives before c10d's uninterruptible rendezvous; False when the generation is cancelled."""
-        self.store.add(arrived_key(gen), 1)
-        while self.store.add(arrived_key(gen), 0) < world:
-            if self.store.check([gate_key(gen)]) and self.store.get(gate_key(gen)) == GATE_CANCEL.encode():
-                return False
-            if os.getppid() != self.parent:
-                self._exit(3)
-            time.sleep(0.002)
-        return True
-
-    def _cancelled(self, plan: Plan) -> None:
-        """Stopped before this generation's first step: rank 0 saves the state carried over in memory."""
-        if plan.wids.index(self.wid) == 0:
-            self._adopt(plan)
-            if plan.carried:
-                self._save()
-            self._flush()
-            self.store.set(end_key(plan.generation),
-                           End(finished=False, preempted=True, cancelled=True, step=plan.step).to_json())
-        self._exit()
-
-    def _leave_group(self) -> None:
-        for m in self.models:
-            m._unwrap()
-        dist.destroy_process_group()
+            self.lr_control.retarget()
 
     def _rebuild_models(self) -> None:
         for m in self.models:
@@ -239,19 +142,11 @@ class Session:
         return self.reference_batch or self.loader_batch or self.global_batch
 
     def _state(self) -> dict:
-        objects = {f"model{i}": m.module.state_dict() for i, m in enumerate(self.models)}
-        objects.update({name: obj.state_dict() for name, obj in self.objects.items()})
-        return {"objects": objects, "noise": self.noise.state_dict(), "factor": asdict(self.factor),
+        return {"objects": self.registry.state(), "noise": self.noise.state_dict(), "factor": asdict(self.factor),
                 "epoch": self.epoch, "requested_batch": self.requested_batch}
 
     def _load(self, state: dict) -> None:
-        objects = state["objects"]
-        for i, m in enumerate(self.models):
-            m.module.load_state_dict(objects[f"model{i}"])
-        for name, obj in self.objects.items():
-            if name not in objects:
-                raise UserError(f"the job's state has no {name!r} (registered here, not in the job's first run)")
-            obj.load_state_dict(objects[name])
+        self.registry.load(state["objects"])
         self.noise.load_state_dict(state["noise"])
         self.factor = LrFactor(**state["factor"])
         self.epoch, self.requested_batch = state["epoch"], state["requested_batch"]
@@ -266,38 +161,6 @@ class Session:
         path = storage.for_job(self.job_dir, self.plan and self.plan.checkpoint_uri).save(
             SCRIPT_JOB, self.step, state)
         self._emit({"event": "checkpoint", "step": self.step, "path": str(path), "time": time.time()})
-
-    # -- LR rule ---------------------------------------------------------------------------------------
-    def _rule(self) -> str:
-        if self.lr_rule != "auto":
-            return self.lr_rule
-        opts = [o for o in self.objects.values() if isinstance(o, torch.optim.Optimizer)]
-        return default_rule(opts[0]) if opts else "linear"
-
-    def _retarget(self) -> None:
-        rule, reference = self._rule(), self._reference()
-        target = target_factor(rule, self.global_batch, reference, self.noise)
-        sgd = any(isinstance(o, torch.optim.SGD) for o in self.objects.values())
-        self.factor = self.factor.retarget(self.step, target, RAMP_STEPS if rule == "linear" and sgd else 0,
-                                           self.global_batch)
-        if self.rank == 0 and (target != 1.0 or self.factor.start != 1.0):
-            self._emit({"event": "lr_rule", "time": time.time(), "rule": rule, "from_batch": reference,
-                        "to_batch": self.global_batch, "factor": target, "ramp_steps": self.factor.ramp})
-
-    def _pre_step(self, optimizer, args, kwargs) -> None:
-        f = self.factor.at(self.step)
-        if isinstance(optimizer, torch.optim.SGD):
-            compensate_momentum(optimizer, self.factor.at(self.step - 1), f)
-        self._saved_lrs = [g["lr"] for g in optimizer.param_groups]
-        for g in optimizer.param_groups:
-            g["lr"] = g["lr"] * f
-        self.step_lr = float(optimizer.param_groups[0]["lr"])
-        for m in self.models:
-            m._measure_before_step(self)
-
-    def _post_step(self, optimizer, args, kwargs) -> None:
-        for g, lr in zip(optimizer.param_groups, self._saved_lrs):
-            g["lr"] = lr
 
     # -- the step boundary -----------------------------------------------------------------------------
     def begin_step(self) -> list[int]:
@@ -357,9 +220,7 @@ class Session:
                 self.store.set(end_key(self.generation), End(
                     finished=False, step=self.step, table=self.table.snapshot() if self.table else None,
                     epoch_loss=[0.0, 0], lr=self.step_lr).to_json())
-            self._leave_group()
-            self.generation += 1
-            self._enter_next_plan()
+            self.membership.regroup()
         self.last_boundary = time.perf_counter()
 
     def _step_record(self, n: int, wall: float, times: list[float]) -> dict:
@@ -407,22 +268,12 @@ class Session:
             self._emit({"event": "metrics", "time": time.time(), "step": self.step, "epoch": self.epoch,
                         "metrics": metrics})
 
+
     def _emit(self, record: dict) -> None:
-        if self.store is None:  # standalone: the user's terminal, every event and every 50th step
-            if "event" not in record and record["step"] % 50 and not record["metrics"]:
-                return
-            shown = {k: v for k, v in record.items() if k in ("event", "step", "epoch", "loss", "lr", "metrics")}
-            print("dlsched:", json.dumps(shown), flush=True)
-            return
-        self.outbox.append(record)
-        if "event" in record or time.perf_counter() - self.flushed >= FLUSH_S:
-            self._flush()
+        self.progress.emit(record)
 
     def _flush(self) -> None:
-        """Step records go to the coordinator in batches (one store round trip), events at once."""
-        if self.outbox and self.store is not None:
-            self.store.queue_push(PROGRESS_QUEUE, json.dumps(self.outbox))
-        self.outbox, self.flushed = [], time.perf_counter()
+        self.progress.flush()
 
 
 _session: Session | None = None

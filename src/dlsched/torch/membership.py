@@ -1,0 +1,101 @@
+"""A script process's membership in the job's process group, generation by generation.
+
+It waits for a plan naming it, forms the generation's group (state from the checkpoint, or rank 0's
+broadcast), and leaves it again at a resize. Protocol: ``dlsched.train.protocol``.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch.distributed as dist
+
+from dlsched.train import storage
+from dlsched.train.data import record_path
+from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, SCRIPT_JOB, End, Plan, Ready, arrived_key, end_key, gate_key,
+                                    group_prefix, plan_key, ready_key)
+from dlsched.train.worker import PG_TIMEOUT, wait_key
+
+
+class GroupMembership:
+    def __init__(self, session):
+        self.s = session  # the state the group shares, and where the plan lands
+
+    def enter(self) -> None:
+        """Say this worker is prepared, then join the first generation that names it."""
+        s = self.s
+        s.store.set(ready_key(s.wid), Ready(os.environ.get("CUDA_VISIBLE_DEVICES")).to_json())
+        self.enter_next_plan()
+
+    def regroup(self) -> None:
+        """A resize: leave this generation's group and join the next one (or exit, if scaled in)."""
+        s = self.s
+        for m in s.models:
+            m._unwrap()
+        dist.destroy_process_group()
+        s.generation += 1
+        self.enter_next_plan()
+
+    def enter_next_plan(self) -> None:
+        s = self.s
+        while True:
+            plan = Plan.from_json(wait_key(s.store, plan_key(s.generation), s.parent))
+            if s.wid in plan.wids:
+                break
+            if s.joined:  # scaled in
+                s._exit()
+            s.generation += 1  # standby: stay prepared for a later generation
+        self._form_group(plan)
+
+    def _form_group(self, plan: Plan) -> None:
+        s = self.s
+        gen, rank, world = plan.generation, plan.wids.index(s.wid), len(plan.wids)
+        started = time.perf_counter()
+        s.plan, s.rank, s.world = plan, rank, world
+        if not self._gather(gen, world):
+            self._cancelled(plan)
+        dist.init_process_group("gloo", store=dist.PrefixStore(group_prefix(gen), s.store), rank=rank,
+                                world_size=world, timeout=PG_TIMEOUT)
+        if plan.restore:
+            s._load(storage.load(plan.restore, SCRIPT_JOB))
+        else:
+            box = [s._state() if rank == 0 else None]
+            dist.broadcast_object_list(box, src=0)
+            if rank != 0:
+                s._load(box[0])
+        s._adopt(plan)
+        s._rebuild_models()
+        s.setup_s = time.perf_counter() - started
+        if s.store.compare_set(gate_key(gen), "", GATE_RUN) != GATE_RUN.encode():
+            self._cancelled(plan)
+        s.joined = True
+        s.layout += 1
+        s.last_boundary = time.perf_counter()
+        if plan.record_samples and s.record is None:
+            path = record_path(s.job_dir, s.wid)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            s.record = open(path, "a", buffering=1)
+
+    def _gather(self, gen: int, world: int) -> bool:
+        """Every rank arrives before c10d's uninterruptible rendezvous; False when the generation is cancelled."""
+        s = self.s
+        s.store.add(arrived_key(gen), 1)
+        while s.store.add(arrived_key(gen), 0) < world:
+            if s.store.check([gate_key(gen)]) and s.store.get(gate_key(gen)) == GATE_CANCEL.encode():
+                return False
+            if os.getppid() != s.parent:
+                s._exit(3)
+            time.sleep(0.002)
+        return True
+
+    def _cancelled(self, plan: Plan) -> None:
+        """Stopped before this generation's first step: rank 0 saves the state carried over in memory."""
+        s = self.s
+        if plan.wids.index(s.wid) == 0:
+            s._adopt(plan)
+            if plan.carried:
+                s._save()
+            s._flush()
+            s.store.set(end_key(plan.generation),
+                        End(finished=False, preempted=True, cancelled=True, step=plan.step).to_json())
+        s._exit()
