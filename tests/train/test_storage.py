@@ -92,17 +92,22 @@ def test_unknown_protocol_is_one_line_naming_the_field():
         storage.CheckpointStore("nosuchproto://x")
 
 
-def test_train_with_file_uri_checkpoints_there_and_resumes_exactly_once(tmp_path):
-    job_dir, ckpts = tmp_path / "job", tmp_path / "ckpts"
-    args = ("--param", "num_samples=480", "--param", "batch_size=12", "--ckpt-every", "7", "--record-samples",
-            "--checkpoint-uri", f"file://{ckpts}")
-    proc = start_job(job_dir, 2, *args, "--param", "throttle_s=0.05", new_session=True)
-    wait_for_step(job_dir, 9, proc)
+def _stop_and_check_checkpoint_at_uri(job_dir, ckpts, proc, step: int) -> None:
+    """SIGTERM the run after ``step``: its stop checkpoint is at the URI's folder, none in the job folder."""
+    wait_for_step(job_dir, step, proc)
     os.killpg(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, out
     at = events(job_dir, "stopped")[0]["step"]
     assert (ckpts / f"step-{at:09d}.ckpt").exists() and not (job_dir / "ckpt").exists()
+
+
+def test_train_with_file_uri_checkpoints_there_and_resumes_exactly_once(tmp_path):
+    job_dir, ckpts = tmp_path / "job", tmp_path / "ckpts"
+    args = ("--param", "num_samples=480", "--param", "batch_size=12", "--ckpt-every", "7", "--record-samples",
+            "--checkpoint-uri", f"file://{ckpts}")
+    proc = start_job(job_dir, 2, *args, "--param", "throttle_s=0.05", new_session=True)
+    _stop_and_check_checkpoint_at_uri(job_dir, ckpts, proc, 9)
 
     finish(start_job(job_dir, 2, *args))
     steps = [r["step"] for r in read_progress(job_dir) if "event" not in r]
@@ -122,12 +127,7 @@ def test_dlsched_train_spec_checkpoint_uri_resumes_from_there_once(tmp_path):
     spec.write_text(f"name: mlp\nentry: {MLP}\ngpus: 1\ncheckpoint_uri: file://{ckpts}\n"
                     "params: {num_samples: 320, batch_size: 16, throttle_s: 0.05}\n")
     proc = _cli("--spec", str(spec), "--job-dir", str(job_dir), "--ckpt-every", "5")
-    wait_for_step(job_dir, 7, proc)
-    os.killpg(proc.pid, signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM, out
-    at = events(job_dir, "stopped")[0]["step"]
-    assert (ckpts / f"step-{at:09d}.ckpt").exists() and not (job_dir / "ckpt").exists()
+    _stop_and_check_checkpoint_at_uri(job_dir, ckpts, proc, 7)
 
     spec.write_text(spec.read_text().replace("throttle_s: 0.05", "throttle_s: 0.0"))
     finish(_cli("--spec", str(spec), "--job-dir", str(job_dir), "--ckpt-every", "5"))

@@ -113,7 +113,8 @@ def planned_samples(job: TrainJob) -> int | None:
 
 class Coordinator:
     def __init__(self, opts: Options):
-        self.o, self.dir = opts, Path(opts.job_dir)
+        self.o = opts
+        self.dir = Path(opts.job_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.checkpoints = storage.for_job(self.dir, opts.checkpoint_uri)
         (self.dir / "logs").mkdir(exist_ok=True)
