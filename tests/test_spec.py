@@ -142,3 +142,18 @@ def test_a_command_job_runs_the_users_script_and_takes_no_make_job_fields():
         with pytest.raises(SpecError) as e:
             load_job_spec(bad, fmt="json")
         assert "\n" not in str(e.value)
+
+
+def test_checkpoint_uri_reaches_the_runtime_and_only_for_all_reduce_jobs():
+    from pathlib import Path
+
+    from dlsched.backends.base import Launch, runtime_command
+
+    spec = load_job_spec("name: m\nentry: examples/mlp.py:make_job\ncheckpoint_uri: file:///shared/ckpts/m\n")
+    cmd = runtime_command(["rt"], Launch(1, spec, Path("/j"), 1, None))
+    assert cmd[cmd.index("--checkpoint-uri") + 1] == "file:///shared/ckpts/m"
+    assert "--checkpoint-uri" not in runtime_command(["rt"], Launch(1, load_job_spec(
+        "name: m\nentry: examples/mlp.py:make_job\n"), Path("/j"), 1, None))
+    with pytest.raises(SpecError, match="checkpoint_uri='s3://b/m': only an all-reduce") as e:
+        load_job_spec("name: m\nentry: examples/mlp.py:make_job\ngpus: 3\nstrategy: ps\ncheckpoint_uri: s3://b/m\n")
+    assert "\n" not in str(e.value)

@@ -129,6 +129,9 @@ class JobSpec(_Strict):
             raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
         if self.strategy == "allreduce" and (self.servers is not None or self.sync != "sync"):
             raise ValueError("servers and sync are parameter-server fields: set strategy: ps")
+        if self.checkpoint_uri is not None and (self.strategy != "allreduce" or self.kind != "train"):
+            raise ValueError(f"checkpoint_uri={self.checkpoint_uri!r}: only an all-reduce training job takes one "
+                             "(ps and ensemble jobs keep checkpoints in the job folder)")
         if self.autoscale is not None and self.strategy != "allreduce":
             raise ValueError("autoscale sizes all-reduce jobs (Or et al.'s engine): strategy must be allreduce")
         if self.strategy == "ps" and lo <= self.num_servers:

@@ -110,6 +110,8 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
         cmd += ["--batch-size", str(launch.batch_size)]
     if launch.spec.batch_size is not None:  # the spec's lr (a param) is the LR at the spec's batch_size
         cmd += ["--reference-batch-size", str(launch.spec.batch_size)]
+    if launch.spec.checkpoint_uri is not None:  # shared storage every node reaches (docs/storage.md)
+        cmd += ["--checkpoint-uri", launch.spec.checkpoint_uri]
     for k, v in launch.spec.params.items():
         cmd += ["--param", f"{k}={v}"]
     if launch.spec.command is not None:
