@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from dlsched.backends.base import PollResult
 from dlsched.backends.recording import RecordingBackend
 from dlsched.backends.local import LocalBackend
 from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, Policy, register
@@ -201,3 +202,24 @@ def test_a_shrink_is_applied_before_a_grow_of_the_same_round(tmp_path):
     backend.calls.clear()
     loop.round()
     assert backend.calls == [("resize", b), ("resize", a)]
+
+
+class FinishesBetweenReads(RecordingBackend):
+    """A job whose last steps land in progress.jsonl after the loop's read and before its poll (a busy machine)."""
+
+    def poll(self, job_id, job_dir):
+        import json
+
+        job_dir.mkdir(parents=True, exist_ok=True)
+        with open(job_dir / "progress.jsonl", "a") as f:
+            f.write(json.dumps({"time": 1.0, "step": 10, "epoch": 0, "samples": 320, "total_samples": 320, "loss": 0.1,
+                                "samples_per_s": 100.0, "workers": 1, "batch_size": 32}) + "\n")
+        return PollResult("finished")
+
+
+def test_a_job_that_finishes_between_the_read_and_the_poll_keeps_its_last_steps(tmp_path):
+    store = Store(tmp_path / "s.db")
+    loop = LiveLoop(store, FinishesBetweenReads(), cluster("test-fifo", (1,)), tmp_path)
+    job = store.submit(load_job_spec(job_yaml("j", samples=320)))
+    run_until(loop, store, lambda: store.get(job).state == FINISHED)
+    assert store.get(job).samples == 320          # read after the poll said finished: nothing is left behind

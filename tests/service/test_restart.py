@@ -85,7 +85,7 @@ def test_sigkill_and_restart_loses_nothing(tmp_path):
             time.sleep(0.2)
         assert [j["id"] for j in jobs] == acked
         assert all(j["state"] == "finished" for j in jobs), [(j["id"], j["state"], j["error"]) for j in jobs]
-        assert all(j["samples"] == j["total_samples"] for j in jobs)
+        assert all(j["samples"] == j["total_samples"] for j in jobs), [(j["id"], j["samples"], j["total_samples"]) for j in jobs]
         kinds = {e["kind"] for e in client.get(f"/jobs/{victim}/events").json()}
         assert "queued" in kinds      # re-queued after the restart, resumed from its checkpoint
         victim_samples = [p["samples"] for p in client.get(f"/jobs/{victim}/progress").json()]

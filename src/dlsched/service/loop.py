@@ -198,6 +198,8 @@ class LiveLoop:
         self.store.update(job.id, attained_service=job.attained_service + dt * job.num_gpus,
                           run_time=job.run_time + dt)
         res = self.backend.poll(job.id, d)
+        if res.state in ("finished", "failed", "gone"):
+            job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
         if res.state == "finished":
             self.store.transition(job.id, FINISHED, now)
         elif res.state == "failed":
