@@ -57,7 +57,7 @@ def launch(tmp_path, job_id, workers, placement=None, n_samples=120, step_s=0.05
     return Launch(job_id, spec, tmp_path / f"job{job_id}", workers, None, placement or {}, generation)
 
 
-def wait_state(backend, job, want="finished", timeout=60.0):
+def wait_state(backend, job, want="finished", timeout=180.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         res = backend.poll(job.job_id, job.job_dir)
@@ -68,7 +68,7 @@ def wait_state(backend, job, want="finished", timeout=60.0):
     raise AssertionError(f"job {job.job_id} still running after {timeout} s")
 
 
-def wait_progress(job_dir, min_steps, timeout=30.0):
+def wait_progress(job_dir, min_steps, timeout=120.0):
     path, deadline = Path(job_dir) / "progress.jsonl", time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists() and sum(1 for line in path.read_text().splitlines() if '"step"' in line) >= min_steps:
@@ -85,7 +85,7 @@ def free_slots():
     return ray.available_resources().get("gpu_slot", 0)
 
 
-def wait_free(n, timeout=10.0):
+def wait_free(n, timeout=60.0):   # Ray frees placement groups slowly on a busy machine
     deadline = time.monotonic() + timeout
     while free_slots() != n and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -265,14 +265,14 @@ def submit(client, **spec) -> int:
     return r.json()["id"]
 
 
-def _wait(pred, what, timeout=60.0):
+def _wait(pred, what, timeout=180.0):
     deadline = time.monotonic() + timeout
     while not pred():
         assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
         time.sleep(0.1)
 
 
-def wait_job(client, job_id, pred, timeout=60.0, what=""):
+def wait_job(client, job_id, pred, timeout=180.0, what=""):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         j = client.get(f"/jobs/{job_id}").json()
