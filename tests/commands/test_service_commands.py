@@ -70,6 +70,9 @@ def test_every_table_fits_80_columns_without_cutting_a_cell_and_every_json_parse
     hist = json.loads(cli("history", "--json", svc=svc).stdout)
     assert {j["state"] for j in hist} == {"finished", "cancelled"}
     assert json.loads(cli("history", "--state", "cancelled", "--json", svc=svc).stdout)[0]["id"] == ids[2]
+    listed = cli("events", svc=svc).stdout          # checkpoints are summarised, not listed one by one
+    assert "checkpoint event(s) not shown" in listed and " job_checkpoint " not in listed
+    assert " job_checkpoint " in cli("events", "--all", svc=svc, columns=200).stdout
     events = json.loads(cli("events", "--json", "--type", "finished", svc=svc).stdout)
     assert events and all(e["kind"] == "finished" for e in events)
     shown = json.loads(cli("show", str(ids[0]), svc=svc).stdout)

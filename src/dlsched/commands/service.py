@@ -183,7 +183,7 @@ def _current_user() -> str | None:
 
 
 EVENT_COLUMNS = [Column("TIME"), Column("JOB", "right"), Column("EVENT"), Column("DETAIL", drop_rank=1)]
-NOISY_EVENTS = frozenset({"checkpoint"})
+NOISY_EVENTS = frozenset({"job_checkpoint"})   # the runtime's "checkpoint", as the loop stores it
 
 
 def event_rows(rows: list[dict]) -> list[list[str]]:
@@ -480,8 +480,7 @@ def register(app: typer.Typer) -> None:
                 for r in event_rows(shown):
                     print("  ".join(r))
                 for j, n in sorted(hidden.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-                    print(f"(job {j if j is not None else '-'}: {n} checkpoint event(s) not shown; --all or "
-                          f"--type checkpoint lists them)")
+                    print(f"(job {j if j is not None else '-'}: {n} checkpoint event(s) not shown; --all lists them)")
             sys.stdout.flush()
             if not follow:
                 return
