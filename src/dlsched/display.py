@@ -73,21 +73,20 @@ def print_json(obj: Any, iso_times: bool = True) -> None:
 
 
 def console() -> Console:
-    # soft_wrap off: rich decides line breaks itself, so a folded cell stays inside its column
     return Console(highlight=False)
 
 
-def _cell_width(cell: Any) -> int:
-    text = cell if isinstance(cell, Text) else Text.from_markup(str(cell))
-    return max((len(line) for line in text.plain.splitlines() or [""]), default=0)
+def _as_text(cell: Any) -> Text:
+    return cell if isinstance(cell, Text) else Text.from_markup(str(cell))
 
 
-def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width: int, wide: bool) -> list[int]:
+def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Text]], width: int, wide: bool) -> list[int]:
     """Indices of the columns to show within ``width`` characters (all of them with ``wide``)."""
     keep = list(range(len(columns)))
     if wide:
         return keep
-    need = [max([_cell_width(columns[i].header)] + [_cell_width(r[i]) for r in rows]) for i in keep]
+    need = [max(len(line) for cell in [Text(columns[i].header)] + [r[i] for r in rows]
+                for line in cell.plain.splitlines() or [""]) for i in keep]
 
     def total(idx: list[int]) -> int:
         return sum(need[i] for i in idx) + 3 * (len(idx) - 1)   # a divider and a space each side
@@ -102,13 +101,13 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Any]], width:
 def make_table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: str | None = None,
                wide: bool = False, width: int = 80) -> Table:
     """A rich table of ``rows`` fitted to ``width`` (see the module docstring)."""
-    rows = [list(r) for r in rows]
-    keep = fit_columns(columns, rows, width, wide)
+    cells = [[_as_text(c) for c in r] for r in rows]   # markup parsed once, for measuring and for drawing
+    keep = fit_columns(columns, cells, width, wide)
     t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False, title_justify="left")
     for i in keep:
         t.add_column(columns[i].header, justify=columns[i].justify, overflow="fold")
-    for r in rows:
-        t.add_row(*(r[i] if isinstance(r[i], Text) else Text.from_markup(str(r[i])) for i in keep))
+    for r in cells:
+        t.add_row(*(r[i] for i in keep))
     return t
 
 
