@@ -25,7 +25,7 @@ MAX_SAMPLES = 10**15
 MAX_PARAMS = 64
 MAX_SPEC_BYTES = MAX_DOCUMENT_BYTES
 
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 # path/to/file.py:make_job or package.module:make_job; no spaces, no shell metacharacters
 _ENTRY = r"^[A-Za-z0-9_./-]{1,400}:[A-Za-z_][A-Za-z0-9_]{0,99}$"
 _PARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -86,7 +86,7 @@ class JobSpec(_Strict):
     batch-size range, and the policy may then choose any count / batch inside the ranges.
     """
 
-    name: Annotated[str, Field(pattern=_NAME)]
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
     entry: Annotated[str, Field(pattern=_ENTRY)] | None = None
     # or the user's own dlsched.torch script, run like `python train.py --epochs 10` on every worker
     command: Annotated[list[Annotated[str, Field(min_length=1, max_length=400, pattern=r"^[^\x00\n\r]*$")]],
@@ -103,7 +103,7 @@ class JobSpec(_Strict):
     preemptible: bool = True
     # optional hint for predictions when the runtime does not report its total work
     total_samples: Annotated[int, Field(ge=1, le=MAX_SAMPLES)] | None = None
-    user: Annotated[str, Field(pattern=_NAME)] | None = None
+    user: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None
     # training mode (Langer et al.'s optimisation and scheduling dimensions): all-reduce, or a parameter server
     # whose ``servers`` count against ``gpus`` (slots), updating synchronously, with SSP slack, or asynchronously
     strategy: Literal["allreduce", "ps"] = "allreduce"
@@ -167,9 +167,9 @@ class JobSpec(_Strict):
 class NodeSpec(_Strict):
     """A node; on the local backend ``gpus`` are GPU *slots* (one worker process each), so CPU-only machines work."""
 
-    name: Annotated[str, Field(pattern=_NAME)]
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
     gpus: Annotated[int, Field(ge=0, le=1024)]
-    gpu_type: Annotated[str, Field(pattern=_NAME)] = "slot"
+    gpu_type: Annotated[str, Field(pattern=NAME_PATTERN)] = "slot"
     cpus: Annotated[int, Field(ge=0, le=100_000)] = 0
 
 
@@ -177,7 +177,7 @@ class ClusterSpec(_Strict):
     """What the service schedules onto, and how."""
 
     nodes: Annotated[list[NodeSpec], Field(min_length=1, max_length=10_000)]
-    policy: Annotated[str, Field(pattern=_NAME)] = "fifo"
+    policy: Annotated[str, Field(pattern=NAME_PATTERN)] = "fifo"
     policy_args: dict[str, ParamValue] = Field(default_factory=dict)
     interval_s: Annotated[float, Field(ge=0.05, le=3600)] = 2.0
     backend: Literal["local", "ray"] = "local"

@@ -172,14 +172,16 @@ def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: 
 
 
 def _current_user() -> str | None:
+    """The submitting OS user, when it is a valid spec ``user`` (else the job records none)."""
     import getpass
-    import re
+
+    from dlsched.spec import NAME_PATTERN
 
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         return None
-    return user if re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", user) else None
+    return user if re.match(NAME_PATTERN, user) else None
 
 
 EVENT_COLUMNS = [Column("TIME"), Column("JOB", "right"), Column("EVENT"), Column("DETAIL", drop_rank=1)]

@@ -89,19 +89,20 @@ def read_trace_text(path: Path) -> str:
                         f"CSV/TSV trace, plain or gzipped") from None
 
 
-def _open_csv(path: Path, required: tuple[str, ...]) -> csv.DictReader:
-    reader = csv.DictReader(read_trace_text(path).splitlines())
+def _open_csv(path: Path, required: tuple[str, ...], text: str | None) -> csv.DictReader:
+    reader = csv.DictReader((read_trace_text(path) if text is None else text).splitlines())
     missing = [c for c in required if c not in (reader.fieldnames or [])]
     if missing:
         raise UserError(f"{path}:1: header lacks column(s) {', '.join(missing)} (has {reader.fieldnames})")
     return reader
 
 
-def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] | None = None) -> Workload:
+def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] | None = None, *,
+                text: str | None = None) -> Workload:
     """``name,time,application,num_replicas,batch_size`` (shared/data/pollux/workloads/workload-*.csv)."""
     path = Path(path)
     rows, jobs, seen = _Rows(path, skip_bad), [], set()
-    reader = _open_csv(path, POLLUX_COLUMNS)
+    reader = _open_csv(path, POLLUX_COLUMNS, text)
     for line, row in enumerate(reader, start=2):
         name = (row.get("name") or "").strip()
         if not name:
@@ -124,12 +125,13 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
     return Workload(_by_arrival(jobs), str(path), rows.skipped)
 
 
-def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = None) -> Workload:
+def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = None, *,
+                text: str | None = None) -> Workload:
     """``timestamp,duration,num_gpus,gpu_time,cluster`` (shared/data/philly/philly.csv); submit times are seconds
     after the earliest timestamp; each job runs ``duration`` seconds on ``num_gpus`` GPUs."""
     path = Path(path)
     rows, raw = _Rows(path, skip_bad), []
-    for line, row in enumerate(_open_csv(path, PHILLY_COLUMNS), start=2):
+    for line, row in enumerate(_open_csv(path, PHILLY_COLUMNS, text), start=2):
         try:
             ts = datetime.fromisoformat((row.get("timestamp") or "").strip()).timestamp()
         except ValueError:
@@ -149,7 +151,8 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
     return Workload(_by_arrival(jobs), str(path), rows.skipped)
 
 
-def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[str, float] | None = None) -> Workload:
+def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[str, float] | None = None, *,
+               text: str | None = None) -> Workload:
     """Gavel's trace (stanford-futuredata/gavel, scheduler/traces): 10 tab-separated fields per line, no header:
     job_type, command, working_directory, num_steps_arg, needs_data_dir, total_steps, scale_factor (GPUs),
     priority_weight, SLO, arrival_time. Gavel traces count steps, not seconds: ``steps_per_second`` (per job
@@ -157,7 +160,7 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
     path = Path(path)
     rows, jobs = _Rows(path, skip_bad), []
     rates = steps_per_second or {}
-    with io.StringIO(read_trace_text(path)) as f:
+    with io.StringIO(read_trace_text(path) if text is None else text) as f:
         for line, text in enumerate(f, start=1):
             if not text.strip() or text.startswith("#"):
                 continue
@@ -182,16 +185,17 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such workload file")
-    first = read_trace_text(path).partition("\n")[0]
+    text = read_trace_text(path)   # read (and gunzipped) once: the header picks the reader, which parses it
+    first = text.partition("\n")[0]
     header = {c.strip() for c in first.strip().split(",")}
     if set(POLLUX_COLUMNS) <= header:
         from dlsched.perf.profile import POLLUX_APPS
 
-        return read_pollux(path, skip_bad, known_apps=set(POLLUX_APPS))
+        return read_pollux(path, skip_bad, known_apps=set(POLLUX_APPS), text=text)
     if set(PHILLY_COLUMNS) <= header:
-        return read_philly(path, skip_bad, limit)
+        return read_philly(path, skip_bad, limit, text=text)
     if first.count("\t") == len(GAVEL_FIELDS) - 1:
-        return read_gavel(path, skip_bad)
+        return read_gavel(path, skip_bad, text=text)
     raise UserError(f"{path}:1: unrecognised workload header {first.strip()[:80]!r}; expected Pollux CSV "
                     f"({','.join(POLLUX_COLUMNS)}), Philly CSV ({','.join(PHILLY_COLUMNS)}) or Gavel TSV")
 
