@@ -66,3 +66,10 @@ def test_command_jobs_run_only_allowed_python_scripts(rules, command, why):
     with pytest.raises(SpecError, match="field command: ") as e:
         rules.check_command(command, "job.yaml")
     assert why in str(e.value)
+
+
+def test_a_command_must_name_the_interpreter_bare(rules, tmp_path):
+    """Only bare `python`/`python3` are swapped for the runtime's own interpreter (train/script.py); a path that
+    merely ends in python would run as given."""
+    with pytest.raises(SpecError, match="runs '/tmp/evil/python'"):
+        rules.check_command(["/tmp/evil/python", "train.py"])

@@ -68,7 +68,7 @@ class EntryRules:
         def refuse(why: str) -> None:
             raise SpecError(f"{source}: field command: {' '.join(command)[:120]!r} {why}")
 
-        if Path(command[0]).name not in PYTHONS:
+        if command[0] not in PYTHONS:   # bare names only: train/script.py swaps in the runtime's interpreter
             refuse(f"runs {command[0][:60]!r}; a command job runs `python path/to/script.py [args]` only")
         if len(command) < 2 or not command[1].endswith(".py"):
             refuse("does not name a .py script right after python (no -c, -m or other options)")

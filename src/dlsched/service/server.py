@@ -96,17 +96,11 @@ class Service:
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time checks: an allowed entry point (``entries.py``, before any file is read), the cluster and
         policy can run it, and its entry exists and takes its params."""
-        entry, command = getattr(spec, "entry", None), getattr(spec, "command", None)
+        entry, command = spec.entry, spec.command
         if entry:
             self.entries.check(entry, source)
         if command:
             self.entries.check_command(command, source)
-        command = getattr(spec, "command", None)
-        if command:  # a script job: `python path/to/script.py ...`, the script under the same rules as an entry
-            if command[0] not in ("python", "python3") or len(command) < 2 or not command[1].endswith(".py"):
-                raise SpecError(f"{source}: field command: {' '.join(command)[:120]!r} must start with "
-                                f"'python path/to/script.py'")
-            self.entries.check(f"{command[1]}:main", source, field="command")
         self.loop.validate(spec, source)
         if self.check_entries and spec.kind == "train" and entry:
             check_entry(entry, spec.params, self.workdir, source)
