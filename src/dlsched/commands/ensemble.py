@@ -16,6 +16,7 @@ import typer
 from dlsched.display import Column, human_duration
 from dlsched.display import table as display_table
 from dlsched.errors import UserError
+from dlsched.service.fleet_status import STOPPED
 
 app = typer.Typer(no_args_is_help=True, help="FLEET ensemble training (shared preprocessing, flotillas).")
 
@@ -34,7 +35,7 @@ class _LiveTable:
     def update(self, msg: tuple) -> None:
         name, status, epoch, step, loss, acc, rate = msg
         row = self.rows[name]
-        row.update(status="stopped at max_epochs" if status == "max_epochs" else status, epoch=epoch, step=step)
+        row.update(status=STOPPED if status == "max_epochs" else status, epoch=epoch, step=step)
         if loss is not None:
             row["loss"] = loss
         if acc is not None and acc >= 0:

@@ -21,7 +21,6 @@ import yaml
 from rich.markup import escape
 
 from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
-from dlsched.entry_check import parse_params
 from dlsched.errors import UserError
 from dlsched.service.fleet_status import summary
 
@@ -153,7 +152,8 @@ def _script_name(command: list[str]) -> str:
 
 def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: list[str]):
     """The file's spec with the command line's overrides applied, validated again as a whole."""
-    from dlsched.spec import load_job_spec, load_job_spec_file, to_yaml
+    from dlsched.entry_check import parse_params
+    from dlsched.spec import load_job_spec, load_job_spec_file
 
     spec = load_job_spec_file(path)
     update: dict = {}

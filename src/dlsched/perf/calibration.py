@@ -10,6 +10,7 @@ the prior their fits give (rewritten by ``bench/prediction_accuracy.py --write-c
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ def _filled(bands: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=4)   # read once per process: the live loop's refit asks on every fit
 def load_calibration(path: Path = TABLE) -> Calibration:
     """The shipped bands, or ``UNCALIBRATED`` when the table is missing."""
     try:

@@ -38,8 +38,8 @@ def print_summary(frame: pd.DataFrame, title: str = "simulation", wide: bool = F
     table(cols, rows, title=title, wide=wide)
 
 
-def markdown_report(results: Sequence[SimResult], horizon: float | None = None) -> str:
-    frame = summary_frame(results, horizon).drop(columns=["jobs"], errors="ignore")
+def markdown_report(summary: pd.DataFrame) -> str:
+    frame = summary.drop(columns=["jobs"], errors="ignore")
     if "gpu_utilisation" in frame:
         frame["gpu_utilisation"] = (100 * frame["gpu_utilisation"]).round(1)
     frame = frame.rename(columns=dict(COLUMNS) | {"gpu_utilisation": "GPU util (%)"})
@@ -57,7 +57,8 @@ def write_report(results: Sequence[SimResult], out: str | Path, horizon: float |
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "summary.csv"]
-    summary_frame(results, horizon).to_csv(written[0], index=False)
+    summary = summary_frame(results, horizon)
+    summary.to_csv(written[0], index=False)
     for r in results:
         p = out / f"jobs-{r.policy}.csv"
         r.jobs.to_csv(p, index=False)
@@ -86,6 +87,6 @@ def write_report(results: Sequence[SimResult], out: str | Path, horizon: float |
     fig.tight_layout()
     fig.savefig(out / "gpu_allocation.png", dpi=120)
     plt.close(fig)
-    (out / "report.md").write_text(markdown_report(results, horizon))
+    (out / "report.md").write_text(markdown_report(summary))
     written += [out / "jct_cdf.png", out / "gpu_allocation.png", out / "report.md"]
     return written
