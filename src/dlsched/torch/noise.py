@@ -46,10 +46,6 @@ class GradientNoiseEstimator:
         """Pollux's ``grad_var`` at ``batch``: the variance of a batch-mean gradient, tr(Σ)/batch."""
         return max(self.trace, 0.0) / batch
 
-    def noise_scale(self) -> float:
-        """The simple noise scale B_noise = tr(Σ)/|G|², in samples; inf while |G|² is not positive."""
-        return self.trace / self.sqr if self.sqr > 0 else float("inf")
-
     def state_dict(self) -> dict:
         return {"smoothing": self.smoothing, "sqr": self._sqr, "trace": self._trace, "weight": self._weight}
 

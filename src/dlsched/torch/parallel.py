@@ -131,6 +131,8 @@ class ElasticDataParallel(nn.Module):
         if self._measured_step == s.step:
             return
         self._measured_step = s.step
+        if not ((self._ddp is not None and s.reduced is not None) or self._split is not None):
+            return   # not a measured step: skip the gradient norm (a device sync) nobody would use
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         if not grads:
             return

@@ -9,6 +9,7 @@ import time
 from typing import IO
 
 from dlsched.display import human_duration
+from dlsched.perf.efficiency import GradientNoise
 
 _EVENTS = {
     "metrics": lambda r: f"epoch {r.get('epoch')} step {r.get('step')}: "
@@ -39,7 +40,7 @@ def step_line(r: dict) -> str:
     shown = {"lr": r.get("lr"), **(r.get("metrics") or {})}
     noise = r.get("grad_noise")
     if noise and noise.get("sqr", 0) > 0:
-        shown["noise_scale"] = noise["var"] * noise["reference_batch"] / noise["sqr"]
+        shown["noise_scale"] = GradientNoise(noise["sqr"], noise["var"]).noise_scale(noise["reference_batch"])
     extra = "".join(f" {k} {_num(v)}" for k, v in shown.items() if v is not None)
     return (f"step {r.get('step')} epoch {r.get('epoch')} loss {_num(r.get('loss'))} "
             f"samples/s {_num(r.get('samples_per_s'))} workers {r.get('workers')} batch {r.get('batch_size')}"
