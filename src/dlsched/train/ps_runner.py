@@ -89,12 +89,14 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     for x in recs:
         per_worker[x.get("worker", 0)] += len(x["ids"])
     job_samples = state["num_samples"]
-    ProgressLog(job_dir).write({
+    log = ProgressLog(job_dir, echo=HumanProgress())   # the round's step line, also as a human line in the job's log
+    log.write({
         "time": now, "step": (r + 1) * gen.round_batches, "round": r, "epoch": (done_samples - 1) // job_samples,
         "samples": done_samples, "loss": sum(x["loss_sum"] for x in recs) / max(samples, 1),
         "samples_per_s": samples / elapsed, "workers": gen.workers, "servers": gen.servers, "sync": str(gen.mode),
         "batch_size": gen.global_batch, "generation": gen.number, "total_samples": state["total_samples"],
         "strategy": "ps"})
+    log.close()
     state["last_commit"] = now
     control = read_control(job_dir)
     fresh = control is not None and control.generation > state["control_generation"]
