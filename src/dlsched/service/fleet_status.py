@@ -35,8 +35,12 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
     return {"members": members, "flotillas": flotillas, "share": share}
 
 
+# the events ensemble_status reads: a job list asks per ensemble, so its checkpoints and the rest stay unread
+ENSEMBLE_EVENTS = ("job_profiled", "job_flotillas", "job_member_converged", "job_finished", "job_stopped")
+
+
 def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
-    return ensemble_status(store.events(job_id, limit=1_000_000))
+    return ensemble_status(store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS))
 
 
 def summary(ens: dict[str, Any]) -> str:

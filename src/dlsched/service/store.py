@@ -375,9 +375,16 @@ class Store:
         c.execute("INSERT INTO events(time, job_id, kind, detail) VALUES (?,?,?,?)",
                   (now, job_id, kind, json.dumps(detail, default=str)))
 
-    def events(self, job_id: int | None = None, after_id: int = 0, limit: int = 1000) -> list[dict]:
-        q = "SELECT * FROM events WHERE id > ?" + (" AND job_id = ?" if job_id is not None else "") + " ORDER BY id LIMIT ?"
-        args = (after_id, job_id, limit) if job_id is not None else (after_id, limit)
+    def events(self, job_id: int | None = None, after_id: int = 0, limit: int = 1000,
+               kinds: Iterable[str] | None = None) -> list[dict]:
+        """Events after ``after_id``, oldest first; only those of ``job_id`` and of ``kinds`` when given."""
+        q, args = "SELECT * FROM events WHERE id > ?", [after_id]
+        if job_id is not None:
+            q, args = q + " AND job_id = ?", args + [job_id]
+        if kinds is not None:
+            kinds = list(kinds)
+            q, args = q + f" AND kind IN ({','.join('?' * len(kinds))})", args + kinds
+        q, args = q + " ORDER BY id LIMIT ?", args + [limit]
         return [dict(r) | {"detail": json.loads(r["detail"])} for r in self._conn().execute(q, args)]
 
     def count_events(self, job_id: int, kind: str, detail_key: str) -> int:
