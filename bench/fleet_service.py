@@ -55,7 +55,9 @@ def run_side(label: str, jobs: list[tuple[str, str]], slots: int, work: Path, po
     """Submit ``jobs`` (name, spec) to a fresh service; seconds until the last one finished."""
     os.environ["DLSCHED_PROFILE_CACHE"] = str(work / f"cache-{label}")   # inherited by the runtime processes
     cluster = load_cluster_spec(f"nodes: [{{name: n0, gpus: {slots}}}]\npolicy: {policy}\ninterval_s: 0.3")
-    svc = Service(cluster, work / f"state-{label}", port=free_port(), workdir=REPO_ROOT, auth=False).start()
+    # the ensemble YAMLs live in the bench's temp folder: an allowed job directory beside the repo
+    svc = Service(cluster, work / f"state-{label}", port=free_port(), workdir=REPO_ROOT, auth=False,
+                  entry_roots=(REPO_ROOT, work)).start()
     try:
         c = httpx.Client(base_url=svc.url, timeout=30)
         t0 = time.time()

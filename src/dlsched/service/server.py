@@ -101,6 +101,8 @@ class Service:
             self.entries.check(entry, source)
         if command:
             self.entries.check_command(command, source)
+        if spec.kind == "ensemble":
+            self.entries.check_ensemble(spec.params, source)
         self.loop.validate(spec, source)
         if self.check_entries and spec.kind == "train" and entry:
             check_entry(entry, spec.params, self.workdir, source)
