@@ -42,6 +42,14 @@ def test_sync_mode_parsing_names_the_bad_value():
         SyncMode.parse("ssp:x")
 
 
+def test_a_script_with_strategy_ps_is_refused_in_one_line_naming_the_make_job_form(tmp_path):
+    from dlsched.train.run import parse_args
+
+    with pytest.raises(UserError, match=r"^--strategy ps: a script after '--' .*make_job form") as e:
+        parse_args(["--job-dir", str(tmp_path), "--workers", "1", "--strategy", "ps", "--", "python", "x.py"])
+    assert "\n" not in str(e.value)
+
+
 def _train_cli(job_dir, *args, params=("num_samples=256",)):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     cmd = [sys.executable, "-m", "dlsched.cli", "train", MLP, "--job-dir", str(job_dir), "--strategy", "ps", *args]

@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     if command == []:
         raise UserError("'--' must be followed by the script's command, e.g. -- python train.py")
     if command is not None and a.strategy == "ps":
-        raise UserError("--strategy ps: a script after '--' trains with all-reduce only")
+        raise UserError("--strategy ps: a script after '--' is not supported; give the make_job form (FILE.py:make_job)")
     if a.checkpoint_uri is not None and (a.strategy != "allreduce" or not a.checkpoint_uri):
         raise UserError(f"--checkpoint-uri {a.checkpoint_uri!r}: a non-empty path or URI, for an all-reduce job only")
     if a.strategy == "ps":
