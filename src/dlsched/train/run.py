@@ -49,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
                     help="fleet: the entry makes an EnsembleSpec, trained with FLEET inside the share of --workers slots")
     ap.add_argument("--servers", type=int, default=1, help="ps: parameter-server processes")
     ap.add_argument("--sync", default="sync", help="ps: sync, ssp:<staleness> or async")
+    ap.add_argument("--sparse", action="store_true", help="ps: push/pull only the embedding rows each batch reads")
     a = ap.parse_args(argv)
     if (a.entry is None) == (command is None):
         raise UserError("give either --entry FILE:make_job or a script after '--' (e.g. -- python train.py)")
@@ -61,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     if a.strategy == "ps":
         return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
                          servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
-                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts)
+                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts, sparse=a.sparse)
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
     if a.strategy == "fleet":
