@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 from dlsched.policy.base import ClusterView, NodeView
 from dlsched.policy.fleet import ModelProfile, Preprocessing, plan_fleet, producer_core_pool
 from dlsched.sim.fleet import EnsembleProgress, Member, fleet_planner
+from dlsched.sim.workload import WorkloadJob
 
 
 @dataclass(frozen=True)
@@ -80,3 +81,23 @@ def ensemble_speed(members: Sequence[Member], pre: Preprocessing, cluster: Clust
     """The speed model of these (still-training) members on nodes shaped like ``cluster``'s largest."""
     node = max(cluster.nodes, key=lambda n: n.num_gpus)
     return EnsembleThroughput(tuple(m.profile for m in members), pre, node.num_gpus, node.num_cpus)
+
+
+def ensemble_job_specs(members: Sequence[Member], cluster: ClusterView, mode: str, prefix: str = "ens",
+                       submit_time: float = 0.0, pre: Preprocessing = Preprocessing(), restart_s: float = 30.0,
+                       max_gpus: int | None = None):
+    """The ensemble as jobs of the shared simulator (``dlsched.sim.workload.WorkloadJob``).
+
+    ``mode="fleet"``: one ensemble job asking for ``cluster``'s GPU count (at most ``max_gpus``, default: as many
+    as FLEET can use); the policy decides its share each round and FLEET plans the members inside it
+    (``sim/ensemble_job.py``). ``mode="separately"``: one 1-GPU job per member, lasting
+    work / min(r(1), its own pipeline's rate) on ``cluster``'s first node's per-GPU cores."""
+    if mode == "fleet":
+        work = EnsembleWork(tuple(members), pre, max_gpus, restart_s)
+        return [WorkloadJob(prefix, submit_time, cluster.total_gpus, ensemble=work)]
+    if mode == "separately":
+        node = cluster.nodes[0]
+        cores = (node.num_cpus - node.num_gpus) // node.num_gpus
+        return [WorkloadJob(f"{prefix}-{i:03d}", submit_time, 1, duration=m.work / min(m.profile.rate(1), pre.rate(cores)))
+                for i, m in enumerate(members)]
+    raise ValueError(f"mode must be 'fleet' or 'separately', got {mode!r}")

@@ -7,7 +7,7 @@ algorithms.md §3.3 ("stop when any member converges, resume the others from che
 or group changed (other than by departures) pays ``restart_s`` of checkpoint reload before it progresses.
 
 The member-level dynamics (members of a flotilla share one rate) live here because the shared driver
-(``sim/engine.py``) advances jobs independently. ``ensemble_job_specs`` turns an ensemble into that driver's jobs --
+(``sim/engine.py``) advances jobs independently. ``sim.ensemble_job.ensemble_job_specs`` turns an ensemble into that driver's jobs --
 one ensemble job whose share the policy decides (``sim/ensemble_job.py``), or one job per member trained
 separately -- so ensembles can be compared with independent jobs under any registered policy (``sim.engine.run``).
 """
@@ -169,6 +169,16 @@ class EnsembleProgress:
     def work_left(self) -> float:
         return sum(m.work - self.done[m.name] for m in self.remaining)
 
+    def _speeds(self) -> dict[str, float]:
+        return {d: grp.rate for grp in self.groups for d in grp.gpus}
+
+    def next_departure(self, share: ClusterView) -> float:
+        """Seconds until the next member converges on ``share`` (inf when none trains there)."""
+        if share != self._share:
+            self._replan(share)
+        speed = self._speeds()
+        return min((self._delay[d] + (self.members[d].work - self.done[d]) / speed[d] for d in speed), default=math.inf)
+
     def advance(self, t: float, seconds: float, share: ClusterView) -> float | None:
         """Train on ``share`` over [t, t + seconds) (``math.inf``: to the end); the time the last member converged,
         or None while some still train."""
@@ -176,7 +186,7 @@ class EnsembleProgress:
         if share != self._share:
             self._replan(share)
         while self.remaining and t < end:
-            speed = {d: grp.rate for grp in self.groups for d in grp.gpus}
+            speed = self._speeds()
             if not speed:
                 if share.total_gpus and seconds == math.inf:
                     raise RuntimeError(f"planner left {len(self.remaining)} member(s) with nothing to run")
@@ -307,26 +317,3 @@ def seeded_ensemble(profiles: Mapping[str, ModelProfile], n: int, seed: int = 0,
         Member(ModelProfile(f"m{i:03d}:{k}", profiles[k].rates), float(rng.integers(epochs[0], epochs[1] + 1) * dataset_size))
         for i, k in enumerate(rng.choice(keys, size=n, replace=True))
     ]
-
-
-def ensemble_job_specs(members: Sequence[Member], cluster: ClusterView, mode: str, prefix: str = "ens",
-                       submit_time: float = 0.0, pre: Preprocessing = Preprocessing(), restart_s: float = 30.0,
-                       max_gpus: int | None = None):
-    """The ensemble as jobs of the shared simulator (``dlsched.sim.workload.WorkloadJob``).
-
-    ``mode="fleet"``: one ensemble job asking for ``cluster``'s GPU count (at most ``max_gpus``, default: as many
-    as FLEET can use); the policy decides its share each round and FLEET plans the members inside it
-    (``sim/ensemble_job.py``). ``mode="separately"``: one 1-GPU job per member, lasting
-    work / min(r(1), its own pipeline's rate) on ``cluster``'s first node's per-GPU cores."""
-    from dlsched.sim.ensemble_job import EnsembleWork
-    from dlsched.sim.workload import WorkloadJob
-
-    if mode == "fleet":
-        work = EnsembleWork(tuple(members), pre, max_gpus, restart_s)
-        return [WorkloadJob(prefix, submit_time, cluster.total_gpus, ensemble=work)]
-    if mode == "separately":
-        node = cluster.nodes[0]
-        cores = (node.num_cpus - node.num_gpus) // node.num_gpus
-        return [WorkloadJob(f"{prefix}-{i:03d}", submit_time, 1, duration=m.work / min(m.profile.rate(1), pre.rate(cores)))
-                for i, m in enumerate(members)]
-    raise ValueError(f"mode must be 'fleet' or 'separately', got {mode!r}")

@@ -13,12 +13,8 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dlsched.errors import UserError
-
-if TYPE_CHECKING:
-    from dlsched.sim.ensemble_job import EnsembleWork
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
@@ -39,7 +35,7 @@ class WorkloadJob:
     batch_size: int | None = None
     duration: float | None = None
     priority: float = 1.0
-    ensemble: "EnsembleWork | None" = None
+    ensemble: "EnsembleWork | None" = None   # dlsched.sim.ensemble_job (not imported: it builds WorkloadJobs)
 
 
 @dataclass
