@@ -60,6 +60,18 @@ def test_conformal_band_and_per_fraction_calibration():
     lo50, hi50 = cal.final_band(0.5)
     assert lo10 < lo50 < 0 < hi50 < hi10
     assert isinstance(Calibration.to_json(cal), str)
+    # "unreachable" is claimed below a floor at least as low as the 80 % band, and no higher than earlier errors allow
+    assert cal.floor_log(0.1) <= lo10 and cal.floor_log(0.5) <= cal.floor_log(0.1) + 1e-12
+
+
+def test_a_target_between_the_floor_and_the_band_is_reported_at_the_budget_not_unreachable():
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("cosine", x)
+    cal = Calibration((0.1, 1.0), ((-0.1, 0.1),) * 2, ((-0.5, 0.5),) * 2, floor=(-1.0, -1.0))
+    p = predict_curve(x[:30], y[:30], parse_schedule("cosine", B), target=0.6 * float(y[-1]), calibration=cal)
+    assert p.reachable and p.target_step == B and p.floor < p.final_value_interval_80[0]
+    q = predict_curve(x[:30], y[:30], parse_schedule("cosine", B), target=0.2 * float(y[-1]), calibration=cal)
+    assert not q.reachable
 
 
 def test_the_prior_leans_on_finished_jobs_that_share_metadata():

@@ -11,8 +11,10 @@ nothing about the drop still to come.
 Metrics are modelled lower-is-better: ``loss`` and ``error`` as they are, ``accuracy`` as 1 − accuracy
 (100 − accuracy when given in percent). Targets and outputs are in the user's metric.
 
-Unreachable: a target is unreachable when even the optimistic end of the final value's 80 % interval (the
-``floor``) misses it; reachable only within the interval, it is reported at the budget.
+Unreachable: a target is unreachable when even the ``floor`` misses it: the final value times the lowest
+true/predicted ratio calibration allows at the stricter ``calibration.UNREACHABLE_LEVEL`` (below the 80 %
+interval: saying "never" to a run that gets there is the costlier error). A target reachable only
+below the point prediction is reported at the budget.
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ class CurvePrediction:
     budget: float
     final_value: float                  # predicted metric at the budget
     final_value_interval_80: tuple[float, float]
-    floor: float                        # best value the run can reach (optimistic end of the interval)
+    floor: float                        # best value the run can reach (module doc)
     target: float | None
     target_step: float | None           # x at which the target is reached; None when unreachable
     steps_to_target: float | None       # target_step − x_now
@@ -162,8 +164,9 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         goal = float(y[0] - target_fraction * (y[0] - final))
     elif target is not None:
         goal = float(space.down(target))
+    floor = final * math.exp(min(lo_f, cal.floor_log(frac)))
     target_step = steps = interval = None
-    if goal is not None and goal >= final_lo:
+    if goal is not None and goal >= floor:
         ahead = grid >= x_now
         hit = np.flatnonzero(ahead & (curve <= goal))
         smoothed_now = float(np.mean(y[-3:]))
@@ -175,7 +178,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         lo_s, hi_s = cal.steps_band(frac)
         interval = (min(steps, steps * math.exp(lo_s)), min(B - x_now, max(steps, steps * math.exp(hi_s))))
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
-    return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(final_lo)),
+    return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(floor)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
                            grid, np.asarray(space.up(curve), float),
                            fitted if isinstance(fitted, AnnealingCurve) else None)
