@@ -36,6 +36,9 @@ class Calibration:
     # lower end of log(true/predicted) final value at UNREACHABLE_LEVEL: the floor under which a target is
     # called unreachable; None (an older table): the 80 % band's lower end
     floor: tuple[float, ...] | None = None
+    # the bands of predictions that weighed in a same-task level prior (``perf.prior``): their errors are of
+    # another size than the fit's alone, which the bands above are (and which that weighing uses); None: these
+    levelled: "Calibration | None" = None
 
     def _band(self, table, fraction: float) -> tuple[float, float]:
         f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
@@ -48,15 +51,23 @@ class Calibration:
     def steps_band(self, fraction: float) -> tuple[float, float]:
         return self._band(self.steps, fraction)
 
+    def fit_sigma(self, fraction: float) -> float:
+        """Log-normal sigma of the fit-alone final value implied by its 80 % band at this fraction."""
+        lo, hi = self.final_band(fraction)
+        return max((hi - lo) / (2 * 1.2816), 1e-3)
+
     def floor_log(self, fraction: float) -> float:
         """log(floor / predicted final value) at this observed fraction (``floor``)."""
         if self.floor is None:
             return self.final_band(fraction)[0]
         return self._band(tuple((f, f) for f in self.floor), fraction)[0]
 
+    def as_dict(self) -> dict:
+        return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
+                "floor": self.floor, "levelled": None if self.levelled is None else self.levelled.as_dict()}
+
     def to_json(self) -> str:
-        return json.dumps({"fractions": self.fractions, "final": self.final, "steps": self.steps,
-                           "prior": self.prior, "floor": self.floor}, indent=1)
+        return json.dumps(self.as_dict(), indent=1)
 
 
 # Before any calibration exists: ±30 % on the value, ×/÷ 2 on the steps (wide on purpose).
@@ -101,9 +112,13 @@ def _filled(bands: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]
 def load_calibration(path: Path = TABLE) -> Calibration:
     """The shipped bands, or ``UNCALIBRATED`` when the table is missing."""
     try:
-        d = json.loads(Path(path).read_text())
+        return from_dict(json.loads(Path(path).read_text()))
     except FileNotFoundError:
         return UNCALIBRATED
-    prior, floor = d.get("prior"), d.get("floor")
+
+
+def from_dict(d: dict) -> Calibration:
+    prior, floor, levelled = d.get("prior"), d.get("floor"), d.get("levelled")
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
-                       tuple(prior) if prior else None, tuple(floor) if floor else None)
+                       tuple(prior) if prior else None, tuple(floor) if floor else None,
+                       from_dict(levelled) if levelled else None)

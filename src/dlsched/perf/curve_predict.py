@@ -126,6 +126,22 @@ def anchor(x, y, f, tail: float = 0.2) -> float:
     return r if np.isfinite(r) and r > 0 else 1.0
 
 
+def with_level_prior(grid, curve, x_now: float, prior: CurvePrior, fit_sigma: float) -> np.ndarray:
+    """The predicted curve moved toward where finished runs of the same task ended (``perf.prior``): the final
+    value becomes the precision-weighted mean, in log space, of the fit's (its calibrated sigma) and the
+    prior's; the shift grows with the predicted progress from now to the budget, so the curve still starts
+    where the run is."""
+    w_fit = fit_sigma ** -2 / (fit_sigma ** -2 + prior.final_sigma ** -2)
+    now = float(np.interp(x_now, grid, curve))
+    shift = (1 - w_fit) * math.log(prior.final / float(curve[-1]))
+    span = now - float(curve[-1])
+    if abs(span) > 1e-12 * abs(now):
+        progress = np.clip((now - curve) / span, 0.0, 1.0)
+    else:   # a flat prediction: by the share of the remaining x
+        progress = np.clip((grid - x_now) / (grid[-1] - x_now), 0.0, 1.0)
+    return curve * np.exp(shift * np.where(grid >= x_now, progress, 0.0))
+
+
 def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target: float | None = None,
                   target_fraction: float | None = None, prior: CurvePrior | None | str = "shipped",
                   calibration: Calibration | None = None) -> CurvePrediction:
@@ -155,8 +171,11 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     f = _as_function(fitted)
     grid = np.unique(np.concatenate([np.linspace(0.0, B, 1024), [x_now, B]]))
     curve = f(np.maximum(grid, 1e-9)) * anchor(x, y, f)
-    final = float(curve[-1])
     frac = min(1.0, x_now / B)
+    if prior is not None and prior.final is not None and x_now < B:
+        curve = with_level_prior(grid, curve, x_now, prior, cal.fit_sigma(frac))
+        cal = cal.levelled or cal
+    final = float(curve[-1])
     lo_f, hi_f = cal.final_band(frac)
     final_lo, final_hi = final * math.exp(lo_f), final * math.exp(hi_f)   # lower-is-better space
     goal = None
