@@ -53,3 +53,43 @@ def test_noise_is_seeded_and_is_not_the_oracle():
     specs = [job(f"j{i}", 0, 2, 100 + i) for i in range(2)]
     a, b, o = _told(specs, "noise:0.5", 60), _told(specs, "noise:0.5", 60), _told(specs, "oracle", 60)
     assert a == b and a != o
+
+
+def _blind_future(app, epoch):
+    """A copy of ``app`` whose traces after ``epoch`` differ (more iterations, a noisier gradient): the oracle's
+    answer changes, what the job has observed so far does not."""
+    import copy
+
+    changed = copy.copy(app)
+    for table, factor in (("_iteration", 1.7), ("_grad_var", 3.0)):
+        t = getattr(app, table).copy()
+        t[:, epoch + 1:] *= factor
+        setattr(changed, table, t)
+    return changed
+
+
+def test_predicted_mode_never_reads_the_traces_future(data_dir):
+    """The policy's remaining work in ``predicted`` mode is a function of the job's observations only: changing the
+    trace after the epoch the job has reached changes the oracle, never the prediction."""
+    from dlsched.perf.pollux import load_app
+    from dlsched.sim.job_state import SimJob
+    from dlsched.sim.throughput import TraceThroughput
+
+    app = load_app("cifar10")
+
+    def told(a, mode, forget=False):
+        j = SimJob(WorkloadJob("c", 0, 2, app="cifar10", batch_size=512), 0, a, 1.0)
+        j.ngpus, j.ptuple, j.nodes, j.split = 2, (2,), {"n0": 2}, a.split_batch(512, 2)
+        j.advance_trace(0.0, 600.0)
+        assert 3 <= j.epoch < a.max_epochs - 1 and len(j.history) == j.epoch
+        if forget:
+            j.history.clear()
+        return j.epoch, j.remaining(parse_remaining(mode), 600.0, TraceThroughput(a, j.epoch, 4))
+
+    epoch, predicted = told(app, "predicted")
+    future = _blind_future(app, epoch)
+    assert told(future, "predicted") == (epoch, predicted)
+    assert told(future, "oracle")[1] != told(app, "oracle")[1]
+    assert told(app, "none")[1] is None
+    # the epoch records are what the service's predictor reads (its observed rate), not only the rate now
+    assert told(app, "predicted", forget=True)[1] != predicted

@@ -144,12 +144,6 @@ def parse_since(value: str | None) -> float | None:
     return dt.timestamp()
 
 
-def _script_name(command: list[str]) -> str:
-    """A job name from the script's file name (train.py -> train)."""
-    script = next((Path(a).stem for a in command if a.endswith(".py")), "script")
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", script)[:64] or "script"
-
-
 def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: list[str]):
     """The file's spec with the command line's overrides applied, validated again as a whole."""
     from dlsched.entry_check import parse_params
@@ -323,10 +317,11 @@ def register(app: typer.Typer) -> None:
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
         """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the service."""
         from dlsched.spec import load_job_spec, to_json
+        from dlsched.train.script import script_name
 
         files = files or []
         if "--" in sys.argv:  # everything after it is the script's command line
-            doc = {"name": name or _script_name(files), "command": files, "gpus": gpus or min_gpus or 1}
+            doc = {"name": name or script_name(files), "command": files, "gpus": gpus or min_gpus or 1}
             doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus)) if v is not None})
             specs = [load_job_spec(json.dumps(doc), "command line", "json")]
         else:

@@ -42,6 +42,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.entry_check import check_entry, parse_params
         from dlsched.errors import UserError
         from dlsched.train.run import main
+        from dlsched.train.script import script_name
         from dlsched.train.storage import job_folder
 
         script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
@@ -69,8 +70,7 @@ def register(app: typer.Typer) -> None:
         else:
             if not script:
                 raise UserError("--job-dir: required with an entry")
-            stem = next((Path(a).stem for a in entry if a.endswith(".py")), "script")
-            job_dir = Path("dlsched-runs") / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+            job_dir = Path("dlsched-runs") / f"{script_name(entry)}-{time.strftime('%Y%m%d-%H%M%S')}"
             print(f"job folder: {job_dir}")
         argv = ["--job-dir", str(job_dir), "--workers", str(workers), "--batch-mode", batch_mode,
                 "--ckpt-every", str(ckpt_every), "--standby", str(standby), "--strategy", strategy,

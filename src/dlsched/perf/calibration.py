@@ -20,6 +20,9 @@ import numpy as np
 
 TABLE = Path(__file__).with_name("calibration.json")
 LEVEL = 0.8
+# "Unreachable" is a claim that the run will *not* get there, so it is made at a stricter level than the 80 %
+# band: the 5 % one-sided quantile, which with fewer than 19 development errors is the lowest one seen.
+UNREACHABLE_LEVEL = 0.9
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,12 @@ class Calibration:
     final: tuple[tuple[float, float], ...]
     steps: tuple[tuple[float, float], ...]
     prior: tuple[float, float] | None = None    # (α, drop) from the same finished curves' fits (``perf.prior``)
+    # lower end of log(true/predicted) final value at UNREACHABLE_LEVEL: the floor under which a target is
+    # called unreachable; None (an older table): the 80 % band's lower end
+    floor: tuple[float, ...] | None = None
+    # the bands of predictions that weighed in a same-task level prior (``perf.prior``): their errors are of
+    # another size than the fit's alone, which the bands above are (and which that weighing uses); None: these
+    levelled: "Calibration | None" = None
 
     def _band(self, table, fraction: float) -> tuple[float, float]:
         f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
@@ -42,9 +51,23 @@ class Calibration:
     def steps_band(self, fraction: float) -> tuple[float, float]:
         return self._band(self.steps, fraction)
 
+    def fit_sigma(self, fraction: float) -> float:
+        """Log-normal sigma of the fit-alone final value implied by its 80 % band at this fraction."""
+        lo, hi = self.final_band(fraction)
+        return max((hi - lo) / (2 * 1.2816), 1e-3)
+
+    def floor_log(self, fraction: float) -> float:
+        """log(floor / predicted final value) at this observed fraction (``floor``)."""
+        if self.floor is None:
+            return self.final_band(fraction)[0]
+        return self._band(tuple((f, f) for f in self.floor), fraction)[0]
+
+    def as_dict(self) -> dict:
+        return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
+                "floor": self.floor, "levelled": None if self.levelled is None else self.levelled.as_dict()}
+
     def to_json(self) -> str:
-        return json.dumps({"fractions": self.fractions, "final": self.final, "steps": self.steps,
-                           "prior": self.prior}, indent=1)
+        return json.dumps(self.as_dict(), indent=1)
 
 
 # Before any calibration exists: ±30 % on the value, ×/÷ 2 on the steps (wide on purpose).
@@ -70,7 +93,10 @@ def calibrate(records, level: float = LEVEL) -> Calibration:
     fr = tuple(sorted(set(r[:, 0].tolist())))
     final = _filled([quantile_band(r[r[:, 0] == f, 1], level) for f in fr])
     steps = _filled([quantile_band(r[r[:, 0] == f, 2], level) for f in fr])
-    return Calibration(fr, final, steps)
+    # pooled with the earlier fractions' errors: more points do not make every curve's prediction better, and a
+    # floor that rose faster than the worst late error would call a reached target unreachable
+    floor = tuple(quantile_band(r[r[:, 0] <= f, 1], UNREACHABLE_LEVEL)[0] for f in fr)
+    return Calibration(fr, final, steps, floor=floor)
 
 
 def _filled(bands: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
@@ -86,9 +112,13 @@ def _filled(bands: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]
 def load_calibration(path: Path = TABLE) -> Calibration:
     """The shipped bands, or ``UNCALIBRATED`` when the table is missing."""
     try:
-        d = json.loads(Path(path).read_text())
+        return from_dict(json.loads(Path(path).read_text()))
     except FileNotFoundError:
         return UNCALIBRATED
-    prior = d.get("prior")
+
+
+def from_dict(d: dict) -> Calibration:
+    prior, floor, levelled = d.get("prior"), d.get("floor"), d.get("levelled")
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
-                       tuple(prior) if prior else None)
+                       tuple(prior) if prior else None, tuple(floor) if floor else None,
+                       from_dict(levelled) if levelled else None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dlsched.perf.pollux import TraceApp
 from dlsched.policy.base import JobView
-from dlsched.sim.remaining import Observation, RemainingMode, predict_remaining
+from dlsched.sim.remaining import Observation, RemainingMode, epoch_record, predict_remaining, predicted_rate
 from dlsched.sim.throughput import TraceThroughput
 from dlsched.sim.workload import WorkloadJob
 
@@ -14,7 +14,8 @@ class SimJob:
 
     __slots__ = ("spec", "idx", "app", "batch", "nodes", "ptuple", "ngpus", "speed", "split", "epoch", "progress",
                  "rescale_left", "attained", "run_time", "finish", "start", "restarts", "work_left", "last_t",
-                 "version", "noise", "max_gpus", "view")
+                 "version", "noise", "max_gpus", "view", "steps", "history", "rate_key", "predicted_rate",
+                 "ensemble")
 
     def __init__(self, spec: WorkloadJob, idx: int, app: TraceApp | None, noise: float):
         self.spec, self.idx, self.app = spec, idx, app
@@ -32,12 +33,17 @@ class SimJob:
         self.finish: float | None = None
         self.start: float | None = None
         self.restarts = -1
-        self.work_left = spec.duration if app is None else None
+        self.ensemble = spec.ensemble.progress() if spec.ensemble is not None else None
+        self.work_left = spec.duration if self.lazy else None
         self.last_t = 0.0
         self.version = 0
         self.noise = noise
         self.max_gpus = spec.requested_gpus
         self.view: JobView | None = None   # cached snapshot while waiting (nothing about it changes then)
+        self.steps = 0.0                   # optimiser steps taken
+        self.history: list[dict] = []      # one progress record per epoch end (``sim.remaining.epoch_record``)
+        self.rate_key: tuple | None = None  # (records, GPUs, batch) the predicted rate was computed for
+        self.predicted_rate: float | None = None
         if app is not None:
             # The most GPUs the application can use at all: its largest traced batch at the smallest profiled
             # per-GPU batch (capped where the peer caps it). Not the user's batch: elastic policies grow the batch
@@ -45,6 +51,17 @@ class SimJob:
             # (TraceThroughput), so Optimus and elastic-gpu-only stop there as before.
             by_batch = app.max_batch_size // app.min_local_bsz
             self.max_gpus = max(1, min(by_batch, app.max_gpus or by_batch))
+
+    @property
+    def lazy(self) -> bool:
+        """A duration job: its finish time follows from its rate, so it is advanced only when something changes."""
+        return self.app is None and self.ensemble is None
+
+    def advance_ensemble(self, t: float, seconds: float, share) -> None:
+        """An ensemble job from time t on the share it holds: its members train (and restart) in flotillas."""
+        self.run_time += seconds
+        self.attained += seconds * self.ngpus
+        self.finish = self.ensemble.advance(t, seconds, share)
 
     def advance_trace(self, t: float, seconds: float) -> None:
         """The peer's Job.step from time t: restart delay first, then epochs at the current goodput."""
@@ -67,6 +84,7 @@ class SimJob:
             if self.progress + goodput * seconds < nxt:
                 self.progress += goodput * seconds
                 self.attained += seconds * gpus
+                self.steps += seconds / per_step
                 seconds = 0
             else:
                 self.epoch += 1
@@ -76,7 +94,11 @@ class SimJob:
                 self.progress = nxt
                 cur += delta
                 self.attained += delta * gpus
+                self.steps += delta / per_step
                 seconds -= delta
+                init = app.init_batch_size
+                self.history.append(epoch_record(nxt * init, self.steps, cur, gpus, self.batch, goodput * init,
+                                                 *app.grad_stats(batch, self.epoch - 1)))
 
     def rate(self) -> float:
         """Work per second of a duration job: the share of its request it holds, times the GPUs' speed."""
@@ -98,16 +120,19 @@ class SimJob:
         if mode.kind == "none":
             return None
         if mode.kind == "predicted":
-            return self._predicted(t, speed) if self.app is not None else None
-        if self.app is None:
+            return self._predicted(t, speed) if self.app is not None else None   # ensembles: no predictor here
+        if self.ensemble is not None:
+            left = self.ensemble.work_left()
+        elif self.app is None:
             left = self.work_left
         else:
             left = self.app.remaining_iterations(self.batch, self.epoch) * self.batch
         return left * self.noise
 
     def _predicted(self, t: float, speed: TraceThroughput) -> float | None:
-        """What the job's own observations predict: progress in samples at the initial batch, the declared epochs,
-        the throughput and gradient-noise efficiency measured now."""
+        """What the job's own observations predict (``sim/remaining.py``): its epoch records, progress in samples at
+        the initial batch, the declared epochs, and the throughput and gradient-noise efficiency measured now.
+        The service's predictor runs again only when a record arrives or the allocation changes."""
         app = self.app
         init = app.init_batch_size
         throughput = (self.split.global_batch(self.ngpus) * self.speed / app.iteration_time(self.ptuple, self.split)
@@ -115,4 +140,7 @@ class SimJob:
         obs = Observation(progress=self.progress * init, target_progress=app.target_progress * init,
                           throughput=throughput, efficiency=speed.efficiency(self.batch), workers=self.ngpus,
                           batch=self.batch, time=t)
-        return predict_remaining(obs)
+        key = (len(self.history), self.ngpus, self.batch)
+        if key != self.rate_key:
+            self.rate_key, self.predicted_rate = key, predicted_rate(self.history, obs)
+        return predict_remaining(obs, self.predicted_rate)

@@ -2,7 +2,8 @@
 
 * ``oracle`` — the exact iterations left at the current batch (what the Pollux artifact gives Optimus+Oracle);
 * ``predicted`` — only what the running job has observed, turned into remaining work by the service's online
-  predictor (:func:`predict_remaining`): its efficiency-weighted progress so far, the epochs it declares (a
+  predictor (``service.refit.predict``, via :func:`predicted_rate`): its epoch records so far (progress,
+  steps, allocation, measured rate and gradient noise at each epoch end), the epochs it declares (a
   training job's ``--epochs``; the Pollux artifact's application table fixes them per app), and its measured
   throughput and gradient-noise efficiency *now*. It does not know how its efficiency will evolve (it rises as
   the gradient noise grows), nor anything about a job that declares no epochs (duration-only jobs: ``None``);
@@ -47,14 +48,23 @@ def parse_remaining(text: str | RemainingMode) -> RemainingMode:
     raise UserError(f"remaining: bad value {text!r}; expected one of {', '.join(MODES)} (SIGMA >= 0)")
 
 
+def epoch_record(samples: float, steps: float, time: float, workers: int, batch: int, rate: float,
+                 grad_sqr: float, grad_var: float) -> dict:
+    """One progress record of a trace job at the end of an epoch, in the schema the live runtime reports to the
+    service (``service/refit.py``): efficiency-weighted ``samples`` done (AdaptDL's progress: samples at the
+    initial batch that make as much progress), optimiser ``step``s, the allocation, the measured
+    efficiency-weighted ``samples_per_s`` and the gradient noise measured at the batch. The trace's validation
+    metric is not reported: with the epochs declared the service's total work is the declared one, and its curve
+    fit (the convergence rule) would only cost time."""
+    return {"samples": samples, "step": steps, "time": time, "workers": workers, "batch_size": batch,
+            "samples_per_s": rate, "grad_sqr": grad_sqr, "grad_var": grad_var, "noise_batch": batch}
+
+
 @dataclass(frozen=True)
 class Observation:
-    """What a running trace job has seen by now, in the units its training loop counts.
-
-    ``progress`` and ``target_progress`` are efficiency-weighted samples (AdaptDL's progress: samples at the
-    initial batch that make as much progress); ``target_progress`` is None when the job declares no epochs.
-    ``throughput`` is the raw samples/s measured at the current allocation and ``efficiency`` the statistical
-    efficiency of the current batch measured from the gradient noise now."""
+    """What a running trace job can tell the predictor now, beyond its epoch records: its efficiency-weighted
+    progress and declared target (``target_progress`` None: no epochs declared), and the raw samples/s and
+    statistical efficiency measured at its current allocation (0 while it waits)."""
 
     progress: float
     target_progress: float | None
@@ -65,30 +75,39 @@ class Observation:
     time: float
 
 
-class _EquivalentRate:
-    """The throughput the service predictor sees: efficiency-weighted samples/s at the job's allocation."""
+class _ModelledRate:
+    """The speed model the service would hold for the job at its current allocation: the efficiency-weighted
+    samples/s measured there (the predictor falls back to it until three epochs at this allocation give it an
+    observed wall-clock rate)."""
 
-    def __init__(self, obs: Observation):
-        self.rate = obs.throughput * obs.efficiency
+    def __init__(self, rate: float):
+        self.rate = rate
 
     def throughput(self, num_gpus: int, num_nodes: int = 1, global_batch: int = 0, gpu_type: str | None = None):
         return self.rate
 
 
-def predict_remaining(obs: Observation) -> float | None:
-    """Raw samples left at the current batch, predicted from the observation alone (None if unknowable).
-
-    The one seam to the online predictor: today the service's (``service/refit.py``) — total work from the
-    declared epochs, time left at the measured rate; remaining samples = time left × raw throughput."""
+def predicted_rate(history: list[dict], obs: Observation) -> float | None:
+    """Efficiency-weighted samples/s the service's predictor (``service.refit.predict``) expects the job to keep
+    from its epoch records and the rate measured now; None when it has none (the job waits)."""
     from dlsched.service.refit import predict
 
+    if obs.target_progress is None or obs.efficiency <= 0 or obs.throughput <= 0:
+        return None
+    if history and (history[-1]["workers"], history[-1]["batch_size"]) != (obs.workers, obs.batch):
+        history = []    # no epoch has ended at this allocation yet: its rate is the one measured now
+    prediction, _ = predict(history, obs.time, max(obs.workers, 1), obs.batch, obs.target_progress, obs.progress,
+                            speed=_ModelledRate(obs.throughput * obs.efficiency), refit_speed=False)
+    return prediction.rate
+
+
+def predict_remaining(obs: Observation, rate: float | None) -> float | None:
+    """Raw samples left at the current batch: the declared work left over the predicted efficiency-weighted rate
+    (``predicted_rate``) is the time left, times the raw samples/s measured now. A waiting job has no rate: the
+    work left at the current batch's measured efficiency. None when no epochs are declared."""
     if obs.target_progress is None or obs.efficiency <= 0:
         return None
-    record = {"samples": obs.progress, "step": None, "workers": obs.workers, "batch_size": obs.batch,
-              "samples_per_s": obs.throughput * obs.efficiency, "time": obs.time}
-    prediction, _ = predict([record], obs.time, max(obs.workers, 1), obs.batch, obs.target_progress, obs.progress,
-                            speed=_EquivalentRate(obs), refit_speed=False)
-    if prediction.remaining_s is None:
-        # not running (no rate yet): the same work in samples at the current batch's efficiency
-        return max(0.0, obs.target_progress - obs.progress) / obs.efficiency
-    return prediction.remaining_s * obs.throughput
+    left = max(0.0, obs.target_progress - obs.progress)
+    if not rate or obs.throughput <= 0:
+        return left / obs.efficiency
+    return left / rate * obs.throughput

@@ -5,7 +5,7 @@ File layout: one JSON header line ``{"format": "dlsched-checkpoint", "version": 
 temp file in the same folder, fsynced, then ``os.replace``d, so a reader sees the old file or the
 new one, never half. A file that is truncated or altered (unreadable header, size/hash mismatch) is
 *torn*; one with another format's header or made for another job is *foreign*. Loading refuses both with
-a one-line error. Resuming (``newest_valid``) skips torn files, newest first, renaming each to
+a one-line error. Resuming (``storage.CheckpointStore.newest_valid``) skips torn files, newest first, renaming each to
 ``*.torn`` (kept for a post-mortem, never read or counted again), and falls back to the newest valid one:
 a torn file holds no state, and the older checkpoint's state is exactly what the job had at its step.
 A foreign file stops the resume instead: resuming from another job's state would lose or repeat samples.
@@ -91,21 +91,3 @@ def decode_checkpoint(blob: bytes, where: str, job_name: str) -> dict[str, Any]:
     if len(payload) != header.get("bytes") or hashlib.sha256(payload).hexdigest() != header.get("sha256"):
         raise TornCheckpoint(f"{where}: torn checkpoint ({len(payload)} of {header['bytes']} payload bytes, or hash mismatch)")
     return torch.load(io.BytesIO(payload), weights_only=True)
-
-
-def newest_valid(ckpt_dir: Path, job_name: str) -> tuple[Path | None, dict[str, Any] | None, list[tuple[Path, str]]]:
-    """(path, state) of the newest checkpoint that verifies, or (None, None); and the torn ones skipped on the
-    way, each renamed ``*.torn`` with its defect. A foreign checkpoint raises (see the module doc)."""
-    skipped = []
-    for path in reversed(list_checkpoints(ckpt_dir)):
-        try:
-            return path, load_checkpoint(path, job_name), skipped
-        except TornCheckpoint as e:
-            path.replace(path.with_name(path.name + ".torn"))
-            skipped.append((path, str(e)))
-    return None, None, skipped
-
-
-def latest_checkpoint(ckpt_dir: Path) -> Path | None:
-    files = list_checkpoints(ckpt_dir)
-    return files[-1] if files else None

@@ -128,6 +128,7 @@ class Generation:
     port: int
     throttle: dict  # worker index -> extra seconds per step (a deliberately slow worker)
     ckpt_servers: int = 0  # servers that wrote the checkpoint to restore (another count: re-sharded on load)
+    store_host: str | None = None  # None: rank 0 hosts the TCPStore on loopback (forked group); else the supervisor does, there
 
     @property
     def local_batch(self) -> int:
@@ -176,8 +177,8 @@ def run_rank(rank: int, gen: Generation, commit) -> None:
     ``commit(job_dir, gen, round, rounds) -> continue?`` once every server has saved a round."""
     torch.set_num_threads(1)
     P, W = gen.servers, gen.workers
-    store = dist.TCPStore("127.0.0.1", gen.port, is_master=rank == 0, wait_for_workers=False,
-                          timeout=timedelta(seconds=120))
+    store = dist.TCPStore(gen.store_host or "127.0.0.1", gen.port, is_master=gen.store_host is None and rank == 0,
+                          wait_for_workers=False, timeout=timedelta(seconds=120))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=P + W, timeout=timedelta(seconds=120))
     job = build_job(gen.entry, gen.params)
     torch.manual_seed(job.seed)

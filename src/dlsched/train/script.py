@@ -7,6 +7,7 @@ ignores SIGTERM like every worker (the coordinator turns a stop into a checkpoin
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,12 @@ from pathlib import Path
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
 from dlsched.train.protocol import WorkerEnv
+
+
+def script_name(command: list[str]) -> str:
+    """A job name from the script's file name (train.py -> train)."""
+    script = next((Path(a).stem for a in command if a.endswith(".py")), "script")
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", script)[:64] or "script"
 
 
 def resolve_command(command: list[str]) -> list[str]:
