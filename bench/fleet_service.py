@@ -69,6 +69,13 @@ def run_side(label: str, jobs: list[tuple[str, str]], slots: int, work: Path, po
         if bad:
             raise SystemExit(f"{label}: {bad}")
         span = max(r["end_time"] for r in rows) - t0
+        # where the time went: submission -> runtime started -> members profiled -> last member done
+        phases = []
+        for i in ids:
+            ev = {e["kind"]: e["time"] for e in reversed(c.get(f"/jobs/{i}/events").json())}   # first of each kind
+            phases.append((ev.get("running", t0) - t0, ev.get("job_profiled", t0) - t0))
+        print(f"  {label}: runtime started after {max(p[0] for p in phases):.1f} s (last job), members profiled after "
+              f"{max(p[1] for p in phases):.1f} s, all done after {span:.1f} s")
         if label == "fleet":
             shown = rows[0]["ensemble"]
             plans = [e["detail"] for e in c.get(f"/jobs/{ids[0]}/events").json() if e["kind"] == "job_flotillas"]
