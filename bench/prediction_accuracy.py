@@ -3,7 +3,7 @@
 Run: PYTHONPATH=src python bench/prediction_accuracy.py [--write-calibration]
 
 Schedule-aware prediction (issue 14). Curves: the development set of real runs (``bench/curves/dev_set.py``:
-our digits / char-LM runs under every schedule family, five Pollux apps with the schedules of their training
+our digits / char-GRU / char-transformer runs under every schedule family, five Pollux apps with the schedules of their training
 scripts, the seed ResNet-50 log). Each curve is cut after 10 %, 25 %, 50 % of its budget; the predictor gets
 that prefix, the schedule and the budget (the information a user has), and predicts:
 

@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
         strategy: str = typer.Option("allreduce", help="allreduce or ps (parameter server)"),
         servers: int = typer.Option(1, help="ps: parameter-server processes (fixed per run)"),
         sync: str = typer.Option("sync", help="ps: sync, ssp:<staleness> or async"),
+        sparse: bool = typer.Option(False, help="ps: push/pull only the embedding rows each batch reads"),
         autoscale: bool = typer.Option(False, help="size the job itself by Or et al.'s rules (all-reduce, no scheduler)"),
         autoscale_every: int = typer.Option(20, help="autoscale: decide every K steps"),
         spawn_size: int = typer.Option(1, help="autoscale: workers added or removed per decision (N)"),
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
             script = js.command is not None
             entry = list(js.command) if script else [js.entry]
             param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
-            strategy, servers, sync = js.strategy, js.num_servers or 1, js.sync
+            strategy, servers, sync, sparse = js.strategy, js.num_servers or 1, js.sync, js.sparse
             checkpoint_uri = js.checkpoint_uri or checkpoint_uri
             workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
             if js.autoscale is not None:
@@ -72,6 +73,8 @@ def register(app: typer.Typer) -> None:
         argv = ["--job-dir", str(job_dir), "--workers", str(workers), "--batch-mode", batch_mode,
                 "--ckpt-every", str(ckpt_every), "--standby", str(standby), "--strategy", strategy,
                 "--servers", str(servers), "--sync", sync]
+        if sparse:
+            argv += ["--sparse"]
         if not script:
             argv += ["--entry", entry[0]]
         if batch_size:
