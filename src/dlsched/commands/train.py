@@ -11,8 +11,8 @@ def register(app: typer.Typer) -> None:
     def train(
         entry: list[str] = typer.Argument(None, help="path/to/job.py:make_job or module:make_job; or after '--' "
                                           "your own dlsched.torch script: -- python train.py --epochs 10"),
-        job_dir: Path = typer.Option(None, "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/); "
-                                     "default for a script: dlsched-runs/<script>-<time>"),
+        job_dir: str = typer.Option(None, "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/): a "
+                                    "path or file:// URI; default for a script: dlsched-runs/<script>-<time>"),
         workers: int = typer.Option(1, help="worker processes"),
         batch_size: int = typer.Option(None, help="global batch (default: the job's)"),
         param: list[str] = typer.Option([], help="job parameter key=value (repeatable)"),
@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.errors import UserError
         from dlsched.train.run import main
         from dlsched.train.script import script_name
+        from dlsched.train.storage import job_folder
 
         script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
         if spec is not None:
@@ -65,7 +66,9 @@ def register(app: typer.Typer) -> None:
             raise UserError("give one entry (file.py:make_job), or a script after '--' (dlsched train -- python x.py)")
         if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion
             check_entry(entry[0], parse_params(param), Path.cwd(), "dlsched train")
-        if job_dir is None:
+        if job_dir is not None:
+            job_dir = job_folder(job_dir, "--job-dir")
+        else:
             if not script:
                 raise UserError("--job-dir: required with an entry")
             job_dir = Path("dlsched-runs") / f"{script_name(entry)}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -10,10 +10,9 @@ import argparse
 import os
 import sys
 import traceback
-from pathlib import Path
 
 from dlsched.errors import UserError
-from dlsched.train import fence
+from dlsched.train import fence, storage
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
 from dlsched.train.fleet_spec import FleetOptions
@@ -29,7 +28,7 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     command = argv[argv.index("--") + 1 :] if "--" in argv else None
     argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(prog="python -m dlsched.train.run", description=__doc__)
-    ap.add_argument("--job-dir", required=True, type=Path)
+    ap.add_argument("--job-dir", required=True, help="job folder: a path or file:// URI (docs/storage.md)")
     ap.add_argument("--entry", help="path/to/file.py:make_job or module:make_job (or: -- python train.py ...)")
     ap.add_argument("--workers", required=True, type=int)
     ap.add_argument("--batch-size", type=int, default=None, help="global batch (default: the job's)")
@@ -51,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     ap.add_argument("--sync", default="sync", help="ps: sync, ssp:<staleness> or async")
     ap.add_argument("--sparse", action="store_true", help="ps: push/pull only the embedding rows each batch reads")
     a = ap.parse_args(argv)
+    a.job_dir = storage.job_folder(a.job_dir, "--job-dir")
     if (a.entry is None) == (command is None):
         raise UserError("give either --entry FILE:make_job or a script after '--' (e.g. -- python train.py)")
     if command == []:
