@@ -105,7 +105,9 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
     final = float(space.down(p.final_value))
     lo, hi = sorted(space.down(np.array(p.final_value_interval_80)))
     remaining = t.target_x - p.x_now
+    now = float(np.median(space.down(c.y[n - 3:n])))
     row = {"curve": c.name, "observed": frac, "model": p.model, "final_err": abs(final / t.final - 1),
+           "reach_log": math.log((now - t.final) / (now - final)) if now > max(t.final, final) else math.nan,
            "final_width": (hi - lo) / final if final > 0 else math.nan,
            "final_log": math.log(t.final / final) if final > 0 else math.nan, "final_cov": lo <= t.final <= hi,
            "unreachable": p.steps_to_target is None, "steps_err": math.nan, "steps_log": math.nan, "steps_cov": math.nan}
@@ -148,7 +150,7 @@ def calibration_records(curves, prior_of, cal_of=lambda c: WIDE) -> dict[str, li
     (``cal_of(c)`` may carry the fit-alone bands a level prior is weighed against)."""
     out = {}
     for c in curves:
-        out[c.name] = [(f, r["final_log"], r["steps_log"]) for f in CAL_FRACTIONS
+        out[c.name] = [(f, r["final_log"], r["steps_log"], r["reach_log"]) for f in CAL_FRACTIONS
                        for r in [evaluate(c, f, cal_of(c), prior_of(c))]]
     return out
 
