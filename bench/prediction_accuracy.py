@@ -259,6 +259,15 @@ def schedule_report(write_calibration: bool = False) -> None:
               f"  steps-to-95 % {pct(b.steps_err.median())}"
               f"  80 % coverage final {pct(b.final_cov.mean())} steps {pct(b.steps_cov.dropna().astype(float).mean())}"
               f"  wrongly unreachable {int(b.unreachable.sum())}")
+    # Where the error comes from: medians per source of curves (ours per task; Pollux + seed have no same-task level)
+    group = lambda names: names.str.split("-").str[0].replace({"pollux": "pollux+seed", "seed": "pollux+seed"})  # noqa: E731
+    print("  per source, median final error / steps-to-95 % at 10 / 25 / 50 % (without the same-task level in brackets):")
+    for g, rows_g in df.groupby(group(df.curve), sort=False):
+        b = bd[group(bd.curve) == g]
+        cells = "  ".join(f"{pct(rows_g[rows_g.observed == f].final_err.median())}/{pct(rows_g[rows_g.observed == f].steps_err.median())}"
+                          f" [{pct(b[b.observed == f].final_err.median())}/{pct(b[b.observed == f].steps_err.median())}]"
+                          for f in FRACTIONS)
+        print(f"    {g:12s} ({rows_g.curve.nunique():2d} curves) {cells}")
     # Prior at 10 %: no prior, the generic default, and one from the other curves' finished fits.
     line = []
     for label, prior_for in (("none", lambda c: None), ("generic default", lambda c: CurvePrior()),

@@ -103,3 +103,13 @@ def test_a_level_prior_pulls_the_final_value_but_the_curve_starts_where_the_run_
     assert blind.final_value < p.final_value < high
     now = np.searchsorted(p.curve_x, x[19])
     assert p.curve_y[now] == pytest.approx(blind.curve_y[now], rel=1e-6)
+
+
+def test_the_median_of_three_noise_is_about_two_thirds_of_the_logged_noise():
+    from dlsched.perf.curve_predict import median3_noise
+
+    x = np.arange(1, 2001, 1.0)
+    f = lambda q: 1.0 / np.sqrt(q)  # noqa: E731
+    y = f(x) * (1 + 0.1 * np.random.default_rng(0).standard_normal(len(x)))
+    assert median3_noise(x, y, f) == pytest.approx(0.067, rel=0.15)
+    assert median3_noise(x, f(x), f) == 0.0

@@ -126,6 +126,17 @@ def anchor(x, y, f, tail: float = 0.2) -> float:
     return r if np.isfinite(r) and r > 0 else 1.0
 
 
+def median3_noise(x, y, f, tail: float = 0.2) -> float:
+    """Relative deviation of a 3-point running median of the logged values around the fit, from the newest
+    fifth (at least 5): a robust sigma (1.4826·MAD) of the relative residuals times 0.67 (a median of 3
+    normal draws has about 0.67 of one draw's sigma), capped at 0.5."""
+    k = min(len(x), max(5, int(round(tail * len(x)))))
+    r = y[-k:] / f(x[-k:])
+    r = r / np.median(r) - 1
+    sigma = 1.4826 * float(np.median(np.abs(r - np.median(r))))
+    return min(0.5, 0.67 * sigma) if np.isfinite(sigma) else 0.0
+
+
 def with_level_prior(grid, curve, x_now: float, prior: CurvePrior, fit_sigma: float) -> np.ndarray:
     """The predicted curve moved toward where finished runs of the same task ended (``perf.prior``): the final
     value becomes the precision-weighted mean, in log space, of the fit's (its calibrated sigma) and the
@@ -187,8 +198,10 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     target_step = steps = interval = None
     if goal is not None and goal >= floor:
         ahead = grid >= x_now
-        hit = np.flatnonzero(ahead & (curve <= goal))
-        smoothed_now = float(np.mean(y[-3:]))
+        # a run "reaches" a target when its logged value, smoothed by a 3-point median, first gets there: noise
+        # makes that happen about one deviation of that median before the expected curve does
+        hit = np.flatnonzero(ahead & (curve * (1 - median3_noise(x, y, f)) <= goal))
+        smoothed_now = float(np.median(y[-3:]))
         if smoothed_now <= goal:
             target_step = x_now
         else:
