@@ -546,6 +546,12 @@ def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(
         assert set(done["ensemble"]["members"]) == {"tiny4", "strided", "mlp"}
         plans = [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "job_flotillas"]
         assert plans and plans[0]["share"] == 2 and len(plans) >= 2      # re-formed when mlp left after 1 epoch
+        # the runtime's events feed the forecast's member model: at the first plan, every member with its cap
+        from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
+        events = [e for e in c.get(f"/jobs/{job}/events").json() if e["kind"] in MEMBER_WORK_EVENTS]
+        first = next(i for i, e in enumerate(events) if e["kind"] == "job_flotillas")
+        left = {n: w for n, _, w in members_left(events[: first + 1], now=events[first]["time"])}
+        assert left == {"tiny4": 2 * 192, "strided": 2 * 192, "mlp": 192}, left   # 6 steps of 32 an epoch, none done
         placed = [a for a in done["allocations"] if a["num_gpus"]]
         assert placed and set(placed[0]["placement"]) <= {"n1", "n2"}, placed
         assert (svc.state_dir / "jobs" / str(job) / "status.json").exists()
