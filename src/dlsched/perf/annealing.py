@@ -36,6 +36,8 @@ class CurvePrior:
     alpha: float = 0.6
     drop: float = 0.3
     weight: float = 3.0
+    final: float | None = None          # where runs of the same task ended (lower-is-better); None: unknown
+    final_sigma: float = math.inf       # its log spread
 
 
 @dataclass(frozen=True)
