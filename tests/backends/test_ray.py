@@ -536,7 +536,8 @@ def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(
     backend.runtime = ["env", f"DLSCHED_PROFILE_CACHE={tmp_path / 'cache'}", *REAL_RUNTIME]
     spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
                        interval_s=0.3, backend="ray")
-    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend).start()
+    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend,
+                  entry_roots=(REPO, tmp_path)).start()      # the ensemble YAML is job code: allowed here
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
     try:
         job = submit(c, name="sweep", kind="ensemble", entry="examples/ensemble/ensemble_job.py:from_yaml",
