@@ -3,7 +3,7 @@
 Run: PYTHONPATH=src python bench/prediction_accuracy.py [--write-calibration]
 
 Schedule-aware prediction (issue 14). Curves: the development set of real runs (``bench/curves/dev_set.py``:
-our digits / char-LM runs under every schedule family, five Pollux apps with the schedules of their training
+our digits / char-GRU / char-transformer runs under every schedule family, five Pollux apps with the schedules of their training
 scripts, the seed ResNet-50 log). Each curve is cut after 10 %, 25 %, 50 % of its budget; the predictor gets
 that prefix, the schedule and the budget (the information a user has), and predicts:
 
@@ -105,7 +105,9 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
     final = float(space.down(p.final_value))
     lo, hi = sorted(space.down(np.array(p.final_value_interval_80)))
     remaining = t.target_x - p.x_now
+    now = float(np.median(space.down(c.y[n - 3:n])))
     row = {"curve": c.name, "observed": frac, "model": p.model, "final_err": abs(final / t.final - 1),
+           "reach_log": math.log((now - t.final) / (now - final)) if now > max(t.final, final) else math.nan,
            "final_width": (hi - lo) / final if final > 0 else math.nan,
            "final_log": math.log(t.final / final) if final > 0 else math.nan, "final_cov": lo <= t.final <= hi,
            "unreachable": p.steps_to_target is None, "steps_err": math.nan, "steps_log": math.nan, "steps_cov": math.nan}
@@ -148,7 +150,7 @@ def calibration_records(curves, prior_of, cal_of=lambda c: WIDE) -> dict[str, li
     (``cal_of(c)`` may carry the fit-alone bands a level prior is weighed against)."""
     out = {}
     for c in curves:
-        out[c.name] = [(f, r["final_log"], r["steps_log"]) for f in CAL_FRACTIONS
+        out[c.name] = [(f, r["final_log"], r["steps_log"], r["reach_log"]) for f in CAL_FRACTIONS
                        for r in [evaluate(c, f, cal_of(c), prior_of(c))]]
     return out
 
@@ -259,6 +261,15 @@ def schedule_report(write_calibration: bool = False) -> None:
               f"  steps-to-95 % {pct(b.steps_err.median())}"
               f"  80 % coverage final {pct(b.final_cov.mean())} steps {pct(b.steps_cov.dropna().astype(float).mean())}"
               f"  wrongly unreachable {int(b.unreachable.sum())}")
+    # Where the error comes from: medians per source of curves (ours per task; Pollux + seed have no same-task level)
+    group = lambda names: names.str.split("-").str[0].replace({"pollux": "pollux+seed", "seed": "pollux+seed"})  # noqa: E731
+    print("  per source, median final error / steps-to-95 % at 10 / 25 / 50 % (without the same-task level in brackets):")
+    for g, rows_g in df.groupby(group(df.curve), sort=False):
+        b = bd[group(bd.curve) == g]
+        cells = "  ".join(f"{pct(rows_g[rows_g.observed == f].final_err.median())}/{pct(rows_g[rows_g.observed == f].steps_err.median())}"
+                          f" [{pct(b[b.observed == f].final_err.median())}/{pct(b[b.observed == f].steps_err.median())}]"
+                          for f in FRACTIONS)
+        print(f"    {g:12s} ({rows_g.curve.nunique():2d} curves) {cells}")
     # Prior at 10 %: no prior, the generic default, and one from the other curves' finished fits.
     line = []
     for label, prior_for in (("none", lambda c: None), ("generic default", lambda c: CurvePrior()),

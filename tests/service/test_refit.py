@@ -136,6 +136,15 @@ def test_jobs_that_finished_here_give_new_jobs_their_curve_prior(tmp_path):
     models.forget(a, finished=True)
     prior = models.curve_prior(store.get(b))
     assert prior is not None and prior.alpha == pytest.approx(pred.loss_fit["alpha"], rel=0.5)
+    assert prior.final is None   # no dataset named: finished runs say nothing about this one's level
+    # two finished runs on a named dataset give the next one on it a level: where they ended
+    named = JobSpec(name="lm", entry="examples/mlp.py:make_job", gpus=1, batch_size=32, total_samples=32 * 800,
+                    params={"schedule": "step:400,600:0.1", "dataset": "stdlib"})
+    for j in (store.submit(named), store.submit(named)):
+        models.refit(store.get(j), recs, 3000.0)
+        models.forget(j, finished=True)
+    level = models.curve_prior(store.get(store.submit(named))).final
+    assert level == pytest.approx(float(np.median(d.loss.to_numpy()[-3:])), rel=1e-6)
     store.close()
 
 

@@ -21,8 +21,9 @@ import numpy as np
 TABLE = Path(__file__).with_name("calibration.json")
 LEVEL = 0.8
 # "Unreachable" is a claim that the run will *not* get there, so it is made at a stricter level than the 80 %
-# band: the 5 % one-sided quantile, which with fewer than 19 development errors is the lowest one seen.
-UNREACHABLE_LEVEL = 0.9
+# band: the 2.5 % one-sided quantile, which with fewer than 39 development errors lies beyond the largest one
+# seen (``quantile_band`` then adds 1 in log units: a run may go e times further than the worst seen).
+UNREACHABLE_LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,10 @@ class Calibration:
     final: tuple[tuple[float, float], ...]
     steps: tuple[tuple[float, float], ...]
     prior: tuple[float, float] | None = None    # (α, drop) from the same finished curves' fits (``perf.prior``)
-    # lower end of log(true/predicted) final value at UNREACHABLE_LEVEL: the floor under which a target is
-    # called unreachable; None (an older table): the 80 % band's lower end
-    floor: tuple[float, ...] | None = None
+    # upper end of log(true/predicted remaining improvement) — from the value now to the final one — at
+    # UNREACHABLE_LEVEL: how much further than predicted a run may still get (``curve_predict``'s floor);
+    # None: the floor is the 80 % band's lower end
+    reach: tuple[float, ...] | None = None
     # the bands of predictions that weighed in a same-task level prior (``perf.prior``): their errors are of
     # another size than the fit's alone, which the bands above are (and which that weighing uses); None: these
     levelled: "Calibration | None" = None
@@ -56,15 +58,13 @@ class Calibration:
         lo, hi = self.final_band(fraction)
         return max((hi - lo) / (2 * 1.2816), 1e-3)
 
-    def floor_log(self, fraction: float) -> float:
-        """log(floor / predicted final value) at this observed fraction (``floor``)."""
-        if self.floor is None:
-            return self.final_band(fraction)[0]
-        return self._band(tuple((f, f) for f in self.floor), fraction)[0]
+    def reach_log(self, fraction: float) -> float | None:
+        """log(most the remaining improvement may exceed its prediction) at this fraction (``reach``)."""
+        return None if self.reach is None else self._band(tuple((f, f) for f in self.reach), fraction)[0]
 
     def as_dict(self) -> dict:
         return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
-                "floor": self.floor, "levelled": None if self.levelled is None else self.levelled.as_dict()}
+                "reach": self.reach, "levelled": None if self.levelled is None else self.levelled.as_dict()}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1)
@@ -88,15 +88,16 @@ def quantile_band(errors, level: float = LEVEL) -> tuple[float, float]:
 
 
 def calibrate(records, level: float = LEVEL) -> Calibration:
-    """``records``: (fraction, log final error, log steps error) triples; nan where a run had no steps error."""
+    """``records``: (fraction, log final error, log steps error[, log remaining-improvement error]); nan where a
+    run had none."""
     r = np.asarray(records, float)
     fr = tuple(sorted(set(r[:, 0].tolist())))
     final = _filled([quantile_band(r[r[:, 0] == f, 1], level) for f in fr])
     steps = _filled([quantile_band(r[r[:, 0] == f, 2], level) for f in fr])
     # pooled with the earlier fractions' errors: more points do not make every curve's prediction better, and a
     # floor that rose faster than the worst late error would call a reached target unreachable
-    floor = tuple(quantile_band(r[r[:, 0] <= f, 1], UNREACHABLE_LEVEL)[0] for f in fr)
-    return Calibration(fr, final, steps, floor=floor)
+    reach = tuple(quantile_band(r[r[:, 0] <= f, 3], UNREACHABLE_LEVEL)[1] for f in fr) if r.shape[1] > 3 else None
+    return Calibration(fr, final, steps, reach=reach)
 
 
 def _filled(bands: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
@@ -118,7 +119,7 @@ def load_calibration(path: Path = TABLE) -> Calibration:
 
 
 def from_dict(d: dict) -> Calibration:
-    prior, floor, levelled = d.get("prior"), d.get("floor"), d.get("levelled")
+    prior, reach, levelled = d.get("prior"), d.get("reach"), d.get("levelled")
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
-                       tuple(prior) if prior else None, tuple(floor) if floor else None,
+                       tuple(prior) if prior else None, tuple(reach) if reach else None,
                        from_dict(levelled) if levelled else None)

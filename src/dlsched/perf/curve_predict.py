@@ -11,10 +11,12 @@ nothing about the drop still to come.
 Metrics are modelled lower-is-better: ``loss`` and ``error`` as they are, ``accuracy`` as 1 − accuracy
 (100 − accuracy when given in percent). Targets and outputs are in the user's metric.
 
-Unreachable: a target is unreachable when even the ``floor`` misses it: the final value times the lowest
-true/predicted ratio calibration allows at the stricter ``calibration.UNREACHABLE_LEVEL`` (below the 80 %
-interval: saying "never" to a run that gets there is the costlier error). A target reachable only
-below the point prediction is reported at the budget.
+Unreachable: a target is unreachable when even the ``floor`` misses it: the value now less the predicted
+remaining improvement stretched by the most the calibration allows at the stricter
+``calibration.UNREACHABLE_LEVEL`` (``Calibration.reach``; never above the 80 % interval's low end: saying
+"never" to a run that gets there is the costlier error). In units of the remaining improvement, not of
+the value, because a run cannot fall further than it still has to go. A target reachable only below the
+point prediction is reported at the budget.
 """
 from __future__ import annotations
 
@@ -126,6 +128,17 @@ def anchor(x, y, f, tail: float = 0.2) -> float:
     return r if np.isfinite(r) and r > 0 else 1.0
 
 
+def median3_noise(x, y, f, tail: float = 0.2) -> float:
+    """Relative deviation of a 3-point running median of the logged values around the fit, from the newest
+    fifth (at least 5): a robust sigma (1.4826·MAD) of the relative residuals times 0.67 (a median of 3
+    normal draws has about 0.67 of one draw's sigma), capped at 0.5."""
+    k = min(len(x), max(5, int(round(tail * len(x)))))
+    r = y[-k:] / f(x[-k:])
+    r = r / np.median(r) - 1
+    sigma = 1.4826 * float(np.median(np.abs(r - np.median(r))))
+    return min(0.5, 0.67 * sigma) if np.isfinite(sigma) else 0.0
+
+
 def with_level_prior(grid, curve, x_now: float, prior: CurvePrior, fit_sigma: float) -> np.ndarray:
     """The predicted curve moved toward where finished runs of the same task ended (``perf.prior``): the final
     value becomes the precision-weighted mean, in log space, of the fit's (its calibrated sigma) and the
@@ -183,13 +196,16 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         goal = float(y[0] - target_fraction * (y[0] - final))
     elif target is not None:
         goal = float(space.down(target))
-    floor = final * math.exp(min(lo_f, cal.floor_log(frac)))
+    now, reach = float(np.median(y[-3:])), cal.reach_log(frac)
+    floor = final_lo if reach is None or now <= final else \
+        min(final_lo, max(0.0, now - (now - final) * math.exp(reach)))
     target_step = steps = interval = None
     if goal is not None and goal >= floor:
         ahead = grid >= x_now
-        hit = np.flatnonzero(ahead & (curve <= goal))
-        smoothed_now = float(np.mean(y[-3:]))
-        if smoothed_now <= goal:
+        # a run "reaches" a target when its logged value, smoothed by a 3-point median, first gets there: noise
+        # makes that happen about one deviation of that median before the expected curve does
+        hit = np.flatnonzero(ahead & (curve * (1 - median3_noise(x, y, f)) <= goal))
+        if now <= goal:
             target_step = x_now
         else:
             target_step = float(grid[hit[0]]) if hit.size else B

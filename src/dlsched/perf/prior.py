@@ -46,7 +46,7 @@ def finished_fit(curve: AnnealingCurve, meta: dict | None = None, final: float =
 def level_prior(fits: list[FinishedFit], meta: dict) -> tuple[float, float] | None:
     """(final value, log sigma) from the finished runs of the same task (module doc), or None."""
     same = [f.final for f in fits if math.isfinite(f.final) and f.final > 0
-            and all(k in meta and f.meta.get(k) == meta[k] for k in LEVEL_FIELDS)]
+            and all(meta.get(k) is not None and f.meta.get(k) == meta[k] for k in LEVEL_FIELDS)]
     if len(same) < 2:
         return None
     logs = np.log(same)

@@ -2,6 +2,10 @@
 snapshot, the pending start/resize timing), in one place, so an ended job is dropped by one ``forget``."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from dlsched.perf.prior import FinishedFit, prior_from_fits
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
@@ -105,7 +109,10 @@ class JobModels:
                                     schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None,
                                     prior=self.curve_prior(job))
         if pred.loss_fit and "alpha" in pred.loss_fit:
-            self._last_fits[job.id] = FinishedFit(pred.loss_fit["alpha"], pred.loss_fit["drop"], job_meta(job))
+            # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
+            losses = [r["loss"] for r in progress[-3:] if isinstance(r.get("loss"), (int, float))]
+            self._last_fits[job.id] = FinishedFit(pred.loss_fit["alpha"], pred.loss_fit["drop"], job_meta(job),
+                                                  float(np.median(losses)) if losses else math.nan)
         if refit_speed:
             self._speed_fits[job.id] = (configs, now)
         if speed is not None:

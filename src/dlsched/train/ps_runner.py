@@ -54,6 +54,7 @@ class PSOptions:
     ckpt_every: int = 10  # global batches per round
     max_restarts: int = 3
     throttle: dict = field(default_factory=dict)  # worker index (str) -> extra seconds per step
+    sparse: bool = False  # push/pull only the embedding rows each batch reads
     launcher: str = field(default_factory=default_launcher)  # "local" (forked here) or "ray" (a bundle per rank)
 
 
@@ -207,7 +208,7 @@ class PSRunner:
         return Generation(self.opts.entry, self.opts.params, self.opts.servers, state["workers"], self.opts.mode,
                           state["global_batch"], state["round_batches"], state["generation"] + 1,
                           len(state["round_generation"]), str(self.job_dir), _free_port(), self.opts.throttle,
-                          state.get("ckpt_servers", state["servers"]))
+                          state.get("ckpt_servers", state["servers"]), sparse=self.opts.sparse)
 
     def run(self) -> int:
         state = self._state()
