@@ -18,8 +18,12 @@ demo: $(STAMP)
 	$(BIN)/dlsched demo
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a silent pass.
+# Two workers (pytest-xdist): most tests wait on real processes, so two keep both cores busy; a module's tests
+# and all Ray tests stay on one worker each (groups in tests/conftest.py). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests; rc=$$?; \
+	$(PYTEST); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # docs/cli.md is generated from the CLI itself; tests/test_docs.py fails when it is stale.
@@ -36,7 +40,7 @@ test-stress: $(STAMP)
 	 fails=0; \
 	 for i in $$(seq 1 $(STRESS_RUNS)); do \
 	   echo "== stress run $$i/$(STRESS_RUNS) (2 busy loops: $$b1 $$b2)"; \
-	   $(BIN)/python -m pytest -q tests; rc=$$?; \
+	   $(PYTEST); rc=$$?; \
 	   if [ $$rc -ne 0 ]; then echo "== stress run $$i failed (pytest exit $$rc)" >&2; fails=$$((fails + 1)); fi; \
 	 done; \
 	 echo "== $$(( $(STRESS_RUNS) - fails ))/$(STRESS_RUNS) runs passed under load"; \

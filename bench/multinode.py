@@ -6,6 +6,8 @@ One run, one service (dlsched serve on the head, Ray backend, elastic test polic
   1. submit -> first step across 3 nodes;
   2. kill a node's raylet (not rank 0's) -> the survivors train again (shrink), and the steps lost;
   3. the node comes back -> grow 2 -> 3 (node rejoined -> first 3-worker step; the resize's own pause);
+  3b. cut another node's link (ip link set ... down: nothing closes its sockets) -> the survivors train
+     again (shrink; train/peer_cut.py), and the steps lost; the link comes back, the node restarts -> 3 again;
   4. side by side, the baseline the shrink replaces: kill the node of rank 0 and the coordinator -> the job
      is re-queued and restarts from its checkpoint on the shared mount -> training again, and the steps lost.
 Both node losses are observed by the same service with the same information (Ray's node table).
@@ -23,7 +25,7 @@ from tests.multinode.netns import NetnsCluster  # noqa: E402
 from tests.multinode.test_cluster import (events, start_service, steps, submit, worker_ips)  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
 
-PARAMS = {"num_samples": 4800, "epochs": 1, "batch_size": 12, "throttle_s": 0.1}
+PARAMS = {"num_samples": 7200, "epochs": 1, "batch_size": 12, "throttle_s": 0.1}
 
 
 def first_step(cluster, job: int, after: float, workers: int, timeout: float = 300) -> dict:
@@ -64,6 +66,22 @@ def main() -> int:
         out["grow_2_to_3_request_to_step_s"] = resized[-1]["pause_s"] if resized else float("nan")
         out["grow_2_to_3_training_stood_still_s"] = resized[-1]["stall_s"] if resized else float("nan")
 
+        cut = node_of(cluster, worker_ips(cluster, job)[1])           # wid 1: not rank 0, survived so far
+        shrinks = len(events(cluster, job, "shrunk"))
+        t_cut = time.time()
+        cluster.link(cut, up=False)
+        try:
+            again = first_step(cluster, job, t_cut, 2)
+        finally:
+            cluster.link(cut, up=True)
+        shrunk = events(cluster, job, "shrunk")[shrinks:]
+        out["link_cut_to_training_again_shrink_s"] = again["time"] - t_cut
+        out["steps_lost_link_cut"] = shrunk[0]["lost_steps"] if shrunk else float("nan")
+        cluster.kill_node(cut)                                          # Ray declared it dead: it restarts
+        t_back = time.time()
+        cluster.start_ray(cut)
+        out["link_back_to_first_step_3_nodes_s"] = first_step(cluster, job, t_back, 3)["time"] - t_back
+
         # baseline: the node of rank 0, which also runs the coordinator (the backend pins the runtime to the
         # node of the first slot on a tie) -> no survivor can regroup the others: restart from the checkpoint
         rank0 = node_of(cluster, worker_ips(cluster, job)[0])
@@ -77,7 +95,8 @@ def main() -> int:
         out["steps_lost_restart"] = max(0, lost_at - (resumed["step"] - 1))
         client.close()
 
-    target = {"steps_lost_shrink": "target 0"}
+    target = {"steps_lost_shrink": "target 0", "steps_lost_link_cut": "target 0",
+              "link_cut_to_training_again_shrink_s": "bound: gloo's 60 s timeout without the cut (PG_TIMEOUT)"}
     print("bench/multinode.py - head + 3 one-slot nodes in network namespaces, real Ray + real runtime (CPU)")
     for k, v in out.items():
         print(f"  {k:42s} {v:8.2f}  {target.get(k, '')}")

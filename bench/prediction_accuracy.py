@@ -3,7 +3,7 @@
 Run: PYTHONPATH=src python bench/prediction_accuracy.py [--write-calibration]
 
 Schedule-aware prediction (issue 14). Curves: the development set of real runs (``bench/curves/dev_set.py``:
-our digits / char-LM runs under every schedule family, five Pollux apps with the schedules of their training
+our digits / char-GRU / char-transformer runs under every schedule family, five Pollux apps with the schedules of their training
 scripts, the seed ResNet-50 log). Each curve is cut after 10 %, 25 %, 50 % of its budget; the predictor gets
 that prefix, the schedule and the budget (the information a user has), and predicts:
 
@@ -105,7 +105,9 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
     final = float(space.down(p.final_value))
     lo, hi = sorted(space.down(np.array(p.final_value_interval_80)))
     remaining = t.target_x - p.x_now
+    now = float(np.median(space.down(c.y[n - 3:n])))
     row = {"curve": c.name, "observed": frac, "model": p.model, "final_err": abs(final / t.final - 1),
+           "reach_log": math.log((now - t.final) / (now - final)) if now > max(t.final, final) else math.nan,
            "final_width": (hi - lo) / final if final > 0 else math.nan,
            "final_log": math.log(t.final / final) if final > 0 else math.nan, "final_cov": lo <= t.final <= hi,
            "unreachable": p.steps_to_target is None, "steps_err": math.nan, "steps_log": math.nan, "steps_cov": math.nan}
@@ -143,21 +145,45 @@ def evaluate_optimus(c: DevCurve, frac: float) -> dict:
     return row
 
 
-def calibration_records(curves, prior_of) -> dict[str, list]:
-    """Per curve: (fraction, log final error, log steps error) of the uncalibrated predictor."""
+def calibration_records(curves, prior_of, cal_of=lambda c: WIDE) -> dict[str, list]:
+    """Per curve: (fraction, log final error, log steps error) of the predictor with uncalibrated intervals
+    (``cal_of(c)`` may carry the fit-alone bands a level prior is weighed against)."""
     out = {}
     for c in curves:
-        out[c.name] = [(f, r["final_log"], r["steps_log"]) for f in CAL_FRACTIONS
-                       for r in [evaluate(c, f, WIDE, prior_of(c))]]
+        out[c.name] = [(f, r["final_log"], r["steps_log"], r["reach_log"]) for f in CAL_FRACTIONS
+                       for r in [evaluate(c, f, cal_of(c), prior_of(c))]]
     return out
 
 
+def others(records: dict, name: str) -> list:
+    return [r for n, rs in records.items() if n != name for r in rs]
+
+
+def loco_calibrations(curves, prior_of) -> tuple[dict[str, Calibration], dict, dict]:
+    """Each curve's calibration from the other curves only. Two passes: the fit alone (no level prior) gives
+    the main bands, which a level prior is also weighed against; the curves that have a same-task level
+    prior, predicted with it, give the ``levelled`` bands."""
+    blind = calibration_records(curves, lambda c: without_level(prior_of(c)))
+    main = {c.name: calibrate(others(blind, c.name)) for c in curves}
+    wide = ((-5.0, 5.0),) * len(CAL_FRACTIONS)
+    levelled = calibration_records([c for c in curves if prior_of(c).final is not None], prior_of,
+                                   lambda c: Calibration(CAL_FRACTIONS, main[c.name].final, wide,
+                                                         levelled=Calibration(CAL_FRACTIONS, wide, wide)))
+    return {c.name: dataclasses.replace(main[c.name], levelled=calibrate(others(levelled, c.name)))
+            for c in curves}, blind, levelled
+
+
+def without_level(p: CurvePrior | None) -> CurvePrior | None:
+    return None if p is None else dataclasses.replace(p, final=None, final_sigma=math.inf)
+
+
 def full_fits(curves) -> dict:
-    """Each curve's fit on all its points, as a finished job leaves it (``perf.prior.finished_fit``)."""
+    """Each curve's fit on all its points and the value it ended at, as a finished job leaves them
+    (``perf.prior.finished_fit``)."""
     fits = {}
     for c in curves:
         y = MetricSpace.of(c.metric, c.y).down(c.y)
-        fits[c.name] = finished_fit(fit_annealing(c.x, y, c.schedule, None), c.meta)
+        fits[c.name] = finished_fit(fit_annealing(c.x, y, c.schedule, None), c.meta, truth(c).final)
     return fits
 
 
@@ -187,22 +213,23 @@ def pct(v) -> str:
 def schedule_report(write_calibration: bool = False) -> None:
     curves = dev_curves()
     prior_of = loco_prior(curves)
-    records = calibration_records(curves, prior_of)
+    cals, blind, records = loco_calibrations(curves, prior_of)
     if write_calibration:
         # what the CLI ships: bands from every curve, and the prior from every curve's finished fit
         # (the records here used leave-one-out priors, close to what a new job's prior is)
         every = prior_from_fits(list(full_fits(curves).values()))
-        table = dataclasses.replace(calibrate([r for rs in records.values() for r in rs]),
-                                    prior=(every.alpha, every.drop))
+        table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
+                                    prior=(every.alpha, every.drop),
+                                    levelled=calibrate([r for rs in records.values() for r in rs]))
         TABLE.write_text(table.to_json() + "\n")
         print(f"  wrote {TABLE}")
-    rows, opt = [], []
+    rows, opt, curve_only = [], [], []
     for c in curves:
-        cal = calibrate([r for n, rs in records.items() if n != c.name for r in rs])
         for f in FRACTIONS:
-            rows.append(evaluate(c, f, cal, prior_of(c)))
+            rows.append(evaluate(c, f, cals[c.name], prior_of(c)))
+            curve_only.append(evaluate(c, f, cals[c.name], without_level(prior_of(c))))
             opt.append(evaluate_optimus(c, f))
-    df, od = pd.DataFrame(rows), pd.DataFrame(opt)
+    df, od, bd = pd.DataFrame(rows), pd.DataFrame(opt), pd.DataFrame(curve_only)
     print(f"== schedule-aware prediction: {len(curves)} real curves, schedule + budget given, "
           f"intervals calibrated leave-one-curve-out")
     print(f"  {'curve':24s} " + " ".join(f"{'final@' + str(int(100 * f)) + '%':>9s} {'steps':>7s} {'model':>9s}"
@@ -223,16 +250,31 @@ def schedule_report(write_calibration: bool = False) -> None:
               f"   | Optimus: final {pct(o.final_err.median())} steps {pct(o.steps_err.median())}"
               f" cov {pct(o.final_cov.mean())}/{pct(o.steps_cov.dropna().astype(float).mean())}"
               f" unreachable {int(o.unreachable.sum())}")
-    print("  (information: both sides see the same prefix; schedule-aware also gets the schedule and budget; "
+    print("  (information: both sides see the same prefix; schedule-aware also gets the schedule and budget and the "
+          "other curves' finished fits: α/drop from all, the final level from those of the same dataset and metric; "
           "unreachable counts are of targets every run did reach)")
+    levelled = sum(prior_of(c).final is not None for c in curves)
+    print(f"  without the same-task level ({levelled} of {len(curves)} curves have one): the fit and α/drop prior alone")
+    for f in FRACTIONS:
+        b = bd[bd.observed == f]
+        print(f"  after {int(100 * f):2d} %: median final error {pct(b.final_err.median())}"
+              f"  steps-to-95 % {pct(b.steps_err.median())}"
+              f"  80 % coverage final {pct(b.final_cov.mean())} steps {pct(b.steps_cov.dropna().astype(float).mean())}"
+              f"  wrongly unreachable {int(b.unreachable.sum())}")
+    # Where the error comes from: medians per source of curves (ours per task; Pollux + seed have no same-task level)
+    group = lambda names: names.str.split("-").str[0].replace({"pollux": "pollux+seed", "seed": "pollux+seed"})  # noqa: E731
+    print("  per source, median final error / steps-to-95 % at 10 / 25 / 50 % (without the same-task level in brackets):")
+    for g, rows_g in df.groupby(group(df.curve), sort=False):
+        b = bd[group(bd.curve) == g]
+        cells = "  ".join(f"{pct(rows_g[rows_g.observed == f].final_err.median())}/{pct(rows_g[rows_g.observed == f].steps_err.median())}"
+                          f" [{pct(b[b.observed == f].final_err.median())}/{pct(b[b.observed == f].steps_err.median())}]"
+                          for f in FRACTIONS)
+        print(f"    {g:12s} ({rows_g.curve.nunique():2d} curves) {cells}")
     # Prior at 10 %: no prior, the generic default, and one from the other curves' finished fits.
     line = []
     for label, prior_for in (("none", lambda c: None), ("generic default", lambda c: CurvePrior()),
                              ("from finished jobs", prior_of)):
-        errs = []
-        for c in curves:
-            cal = calibrate([r for n, rs in records.items() if n != c.name for r in rs])
-            errs.append(evaluate(c, 0.10, cal, prior_for(c))["final_err"])
+        errs = [evaluate(c, 0.10, cals[c.name], prior_for(c))["final_err"] for c in curves]
         line.append(f"{label} {pct(np.median(errs))}")
     print("  prior at 10 % observed, median final error: " + ", ".join(line))
     print(f"  fit time per 1 000-point curve: {1e3 * fit_time(curves):.1f} ms (<= 50 ms)")

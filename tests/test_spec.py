@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -108,9 +109,15 @@ def test_parameter_server_fields():
     s = load_job_spec(base + "gpus: 4\nstrategy: ps\nservers: 2\nsync: ssp:3\n")
     assert (s.strategy, s.num_servers, s.sync) == ("ps", 2, "ssp:3")
     assert load_job_spec(base + "gpus: 2\n").num_servers == 0
+    from dlsched.backends.base import Launch, runtime_command
+
+    sparse = load_job_spec(base + "gpus: 3\nstrategy: ps\nsparse: true\n")
+    cmd = runtime_command(["run"], Launch(1, sparse, Path("d"), 3, None, {}, 1))
+    assert cmd[cmd.index("--servers"):cmd.index("--servers") + 5] == ["--servers", "1", "--sync", "sync", "--sparse"]
     for text, needle in ((base + "gpus: 2\nstrategy: ps\nservers: 2\n", "servers=2 count against the GPUs"),
                          (base + "gpus: 3\nstrategy: ps\nsync: ssp:x\n", "field sync"),
-                         (base + "gpus: 3\nservers: 1\n", "set strategy: ps")):
+                         (base + "gpus: 3\nservers: 1\n", "set strategy: ps"),
+                         (base + "gpus: 3\nsparse: true\n", "set strategy: ps")):
         with pytest.raises(SpecError, match=needle) as e:
             load_job_spec(text)
         assert "\n" not in str(e.value)

@@ -1,7 +1,7 @@
 """The development set of real training curves with their known LR schedules and budgets.
 
 * ``bench/curves/*.csv`` (``index.csv``): our own runs, ``make_dev_curves.py`` (digits held-out loss,
-  character-LM held-out loss) under every schedule family.
+  character-GRU and character-transformer held-out loss) under every schedule family.
 * The Pollux apps (``shared/data/pollux/traces/<app>/validation-<M0>.csv`` at the base batch, to the
   artifact's max_epochs; Apache-2.0). Schedules from the artifact's own training scripts (petuum/adaptdl,
   branch osdi21-artifact, ``benchmark/models/<app>``): cifar10 ExponentialLR to 0.0133× over 100 epochs;
@@ -60,7 +60,7 @@ def dev_curves() -> list[DevCurve]:
         if not (HERE / row.file).exists():  # not generated yet
             continue
         d = pd.read_csv(HERE / row.file)
-        meta = {"family": {"digits": "mlp", "charlm": "gru"}[row.task], "dataset": row.task, "metric": "loss"}
+        meta = {"family": {"digits": "mlp", "charlm": "gru", "tinylm": "transformer"}[row.task], "dataset": row.task, "metric": "loss"}
         out.append(DevCurve(row.file.removesuffix(".csv"), d.step.to_numpy(float), d.loss.to_numpy(float), "loss",
                             parse_schedule(row.schedule, float(row.budget)), meta))
     for app, spec in POLLUX_SCHEDULES.items():

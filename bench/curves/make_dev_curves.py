@@ -1,6 +1,7 @@
 """Generate the development set of REAL training curves for the schedule-aware predictor.
 
-Run: PYTHONPATH=src python bench/curves/make_dev_curves.py   (~2 minutes on one core; torch CPU, 1 thread)
+Run: PYTHONPATH=src python bench/curves/make_dev_curves.py [FILE.csv ...]   (~6 minutes on one core; torch
+CPU, 1 thread; names given: only those runs, the index is always rewritten)
 
 Two real tasks on data that installed packages ship, each trained once under every LR schedule family the
 predictor knows (the schedule drives training through ``perf.schedule``, so the spec in ``index.csv`` is
@@ -11,6 +12,9 @@ exactly the LR the run used):
 * ``charlm``: a character GRU language model on Python standard-library source text (PSF licence: the
   ``email``, ``json``, ``http`` and ``asyncio`` packages), hidden 96, sequences of 48, batch 32, Adam;
   curve = held-out loss (nats/char) and next-char accuracy on a fixed 256-sequence slice, every 10 steps.
+* ``tinylm``: a 2-layer causal transformer character LM on other standard-library packages (``unittest``,
+  ``xml``, ``logging``; PSF licence), AdamW, 600 steps; held-out loss on 96 fixed sequences every 10 steps.
+  Also under the inverse-square-root schedule (linear warm-up, then sqrt(W/x)).
 
 Each CSV has step, loss, accuracy, lr (the LR the optimiser used at that step), wall_s (seconds since the
 run started) and train_loss (mean minibatch loss since the previous row). Seeds are fixed.
@@ -40,7 +44,14 @@ SCHEDULES = {  # name -> spec as a function of the budget
     "poly": lambda B: f"poly:power=2:warmup={B // 20}",
     "linear": lambda B: f"linear:warmup={B // 20}",
     "steps": lambda B: f"steps:0=0.3,{B // 10}=1,{6 * B // 10}=0.3,{85 * B // 100}=0.05",
+    "invsqrt": lambda B: inverse_sqrt_spec(B, B // 20),
 }
+
+
+def inverse_sqrt_spec(B: int, W: int) -> str:
+    """Transformer (Vaswani et al.) inverse square root: linear warm-up to W, then sqrt(W / x), as ``points:``."""
+    xs = [0, W] + [int(v) for v in np.unique(np.geomspace(W, B, 24).round())[1:]]
+    return "points:" + ",".join(f"{x}={min(x / W, (W / x) ** 0.5) if x else 0:.4g}" for x in xs)
 
 
 def digits_task(seed: int):
@@ -122,7 +133,64 @@ def charlm_task(seed: int):
     return model, opt, 3e-3, batch, step, evaluate
 
 
-TASKS = {"digits": (digits_task, 800), "charlm": (charlm_task, 800)}
+def tinylm_task(seed: int):
+    """A 2-layer causal transformer character LM (width 48, context 48, batch 16) on other stdlib packages than
+    ``charlm`` (AdamW, weight decay 0.01)."""
+    import logging
+    import unittest
+    import xml
+
+    text = ""
+    for pkg in (unittest, xml, logging):
+        for f in sorted(pathlib.Path(pkg.__file__).parent.rglob("*.py")):
+            text += f.read_text(encoding="utf-8", errors="replace")
+    chars = sorted(set(text))
+    data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    split = int(0.9 * len(data))
+    train, val = data[:split], data[split:]
+    V, T, D = len(chars), 48, 48
+    torch.manual_seed(seed)
+
+    class TinyLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(V, D)
+            self.pos = torch.nn.Parameter(0.02 * torch.randn(T, D))
+            layer = torch.nn.TransformerEncoderLayer(D, 4, 4 * D, dropout=0.0, batch_first=True, norm_first=True)
+            self.body = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(D, V)
+            self.mask = torch.nn.Transformer.generate_square_subsequent_mask(T)
+
+        def forward(self, x):
+            return self.head(self.body(self.emb(x) + self.pos[: x.shape[1]], mask=self.mask, is_causal=True))
+
+    model = TinyLM()
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(seed)
+    vstarts = torch.arange(96) * ((len(val) - T - 1) // 96)
+    vx = torch.stack([val[s:s + T] for s in vstarts])
+    vy = torch.stack([val[s + 1:s + T + 1] for s in vstarts])
+
+    def batch():
+        s = torch.randint(0, len(train) - T - 1, (16,), generator=gen)
+        return torch.stack([train[i:i + T] for i in s]), torch.stack([train[i + 1:i + T + 1] for i in s])
+
+    def evaluate():
+        with torch.no_grad():
+            out = model(vx)
+            return (float(torch.nn.functional.cross_entropy(out.reshape(-1, V), vy.reshape(-1))),
+                    float((out.argmax(-1) == vy).float().mean()))
+
+    def step(xb, yb):
+        return torch.nn.functional.cross_entropy(model(xb).reshape(-1, V), yb.reshape(-1))
+
+    return model, opt, 2e-3, batch, step, evaluate
+
+
+TASKS = {"digits": (digits_task, 800), "charlm": (charlm_task, 800), "tinylm": (tinylm_task, 600)}
+# the first two tasks' runs predate the inverse-square-root family
+FAMILIES = {"digits": [n for n in SCHEDULES if n != "invsqrt"], "charlm": [n for n in SCHEDULES if n != "invsqrt"],
+            "tinylm": list(SCHEDULES)}
 
 
 def run(task: str, sched_name: str) -> list[dict]:
@@ -153,7 +221,8 @@ def main() -> None:
     only = sys.argv[1:]
     index = []
     for task, (_, budget) in TASKS.items():
-        for name, spec in SCHEDULES.items():
+        for name in FAMILIES[task]:
+            spec = SCHEDULES[name]
             fname = f"{task}-{name}.csv"
             if not only or fname in only:
                 rows = run(task, name)

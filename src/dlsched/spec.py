@@ -109,6 +109,7 @@ class JobSpec(_Strict):
     strategy: Literal["allreduce", "ps"] = "allreduce"
     servers: Annotated[int, Field(ge=1, le=MAX_GPUS)] | None = None
     sync: Annotated[str, Field(pattern=r"^(sync|async|ssp:[0-9]{1,4})$")] = "sync"
+    sparse: bool = False  # ps: push/pull only the embedding rows each batch reads
     autoscale: AutoscaleSpec | None = None
     # where checkpoints live: a path or fsspec URI (dlsched.train.storage); None = the job folder's ckpt/
     checkpoint_uri: Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^\x00\n\r]*$")] | None = None
@@ -127,8 +128,8 @@ class JobSpec(_Strict):
         lo, hi = self.gpu_range
         if not lo <= self.gpus <= hi:
             raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
-        if self.strategy == "allreduce" and (self.servers is not None or self.sync != "sync"):
-            raise ValueError("servers and sync are parameter-server fields: set strategy: ps")
+        if self.strategy == "allreduce" and (self.servers is not None or self.sync != "sync" or self.sparse):
+            raise ValueError("servers, sync and sparse are parameter-server fields: set strategy: ps")
         if self.checkpoint_uri is not None and (self.strategy != "allreduce" or self.kind != "train"):
             raise ValueError(f"checkpoint_uri={self.checkpoint_uri!r}: only an all-reduce training job takes one "
                              "(ps and ensemble jobs keep checkpoints in the job folder)")

@@ -476,3 +476,87 @@ def test_standby_workers_are_refused_under_ray_with_one_line(backend, tmp_path):
         backend.stop(23, job.job_dir)
     assert "ray-slots.json: no free bundle for another worker" in res.error and "--standby" in res.error
     assert wait_free(4) == 4
+
+
+# ----------------------------------------------------------------------------- parameter server on Ray
+
+def test_service_on_ray_runs_a_parameter_server_job_with_its_servers_in_bundles(backend, tmp_path):
+    """A PS job's server holds a slot like its workers: 1 server + 2 workers are 3 slots, more than one node
+    has, so its ranks run in bundles on both nodes (children of their actors); every sample is trained once."""
+    from tests.service import policies  # noqa: F401
+    from dlsched.train.ps_runner import committed_samples
+
+    backend.runtime = REAL_RUNTIME
+    spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
+                       interval_s=0.3, backend="ray")
+    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend).start()
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
+    try:
+        job = submit(c, name="ps", entry="examples/mlp.py:make_job", gpus=3, strategy="ps", servers=1,
+                     sync="ssp:1", batch_size=16, params={"num_samples": 192, "epochs": 2, "throttle_s": 0.02})
+        wait_job(c, job, lambda j: j["samples"] > 0, timeout=120, what="a committed round")
+        _wait(lambda: free_slots() == 1, "3 of the 4 slots held while it trains", timeout=30)
+        assert sum(backend.placement(job).values()) == 3
+        wait_job(c, job, lambda j: j["state"] == "finished", timeout=180, what="finished")
+        final = c.get(f"/jobs/{job}").json()
+    finally:
+        stop_service_and_jobs(svc)
+        c.close()
+        backend.runtime = CONTRACT_RUNTIME
+    job_dir = svc.state_dir / "jobs" / str(job)
+    assert final["samples"] == 384 and [a["num_gpus"] for a in final["allocations"]][0] == 3, final
+    hosts = worker_hosts(job_dir)          # keyed by rank: 0 is the server, 1 and 2 the workers
+    ids = ray_node_ids()
+    assert sorted(hosts) == [0, 1, 2] and {h["ray_node_id"] for h in hosts.values()} == {ids["n1"], ids["n2"]}, hosts
+    supervisor = json.loads((job_dir / "status.json").read_text())["pid"]
+    assert all(h["ppid"] != supervisor for h in hosts.values())      # started by their actors, not forked here
+    seen = committed_samples(job_dir)
+    assert set(seen) == set(range(192)) and set(seen.values()) == {2}
+    assert wait_free(4) == 4
+
+
+# ----------------------------------------------------------------------------- an ensemble job under Ray
+
+ENSEMBLE = """name: tiny-sweep
+dataset: {kind: synthetic, train: 192, val: 32}
+batch_size: 32
+convergence: {patience: 100, min_delta: 0.0, max_epochs: 2}
+models:
+  - {name: tiny4, model: "%(m)s:TinyCNN", kwargs: {width: 4}}
+  - {name: strided, model: "%(m)s:StridedCNN", kwargs: {width: 4}}
+  - {name: mlp, model: "%(m)s:MLPHead", kwargs: {hidden: 16}, max_epochs: 1}
+"""
+
+
+def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(backend, tmp_path):
+    from tests.service import policies  # noqa: F401
+
+    (tmp_path / "ens.yaml").write_text(ENSEMBLE % {"m": REPO / "examples" / "ensemble" / "models.py"})
+    # the Ray node's runtime gets its own profile cache through its command line (the raylet's env is fixed)
+    backend.runtime = ["env", f"DLSCHED_PROFILE_CACHE={tmp_path / 'cache'}", *REAL_RUNTIME]
+    spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
+                       interval_s=0.3, backend="ray")
+    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend,
+                  entry_roots=(REPO, tmp_path)).start()      # the ensemble YAML is job code: allowed here
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
+    try:
+        job = submit(c, name="sweep", kind="ensemble", entry="examples/ensemble/ensemble_job.py:from_yaml",
+                     params={"path": str(tmp_path / "ens.yaml")}, gpus=2)
+        done = wait_job(c, job, lambda j: j["state"] == "finished", timeout=300, what="every member done")
+        assert set(done["ensemble"]["members"].values()) == {"stopped at max_epochs"}, done["ensemble"]
+        assert set(done["ensemble"]["members"]) == {"tiny4", "strided", "mlp"}
+        plans = [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "job_flotillas"]
+        assert plans and plans[0]["share"] == 2 and len(plans) >= 2      # re-formed when mlp left after 1 epoch
+        # the runtime's events feed the forecast's member model: at the first plan, every member with its cap
+        from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
+        events = [e for e in c.get(f"/jobs/{job}/events").json() if e["kind"] in MEMBER_WORK_EVENTS]
+        first = next(i for i, e in enumerate(events) if e["kind"] == "job_flotillas")
+        left = {n: w for n, _, w in members_left(events[: first + 1], now=events[first]["time"])}
+        assert left == {"tiny4": 2 * 192, "strided": 2 * 192, "mlp": 192}, left   # 6 steps of 32 an epoch, none done
+        placed = [a for a in done["allocations"] if a["num_gpus"]]
+        assert placed and set(placed[0]["placement"]) <= {"n1", "n2"}, placed
+        assert (svc.state_dir / "jobs" / str(job) / "status.json").exists()
+    finally:
+        stop_service_and_jobs(svc)
+        c.close()
+        backend.runtime = CONTRACT_RUNTIME

@@ -33,7 +33,7 @@ def test_json_contract_and_unreachable_exit_code():
     assert KEYS <= set(out) and out["observed_until"] == 300
     lo, hi = out["interval_80"]
     assert lo <= out["steps_to_target"] <= hi <= 500
-    r = cli(RUN, "--budget", "800", "--schedule", "step:400,600:0.1", "--observed-until", "300", "--target", "0.01", "--json")
+    r = cli(RUN, "--budget", "800", "--schedule", "step:400,600:0.1", "--observed-until", "300", "--target", "0.001", "--json")
     assert r.returncode == 3
     assert json.loads(r.stdout)["steps_to_target"] is None
     assert len(r.stderr.strip().splitlines()) == 1 and "unreachable" in r.stderr and "floor" in r.stderr

@@ -1,9 +1,12 @@
 """The service on a real Ray cluster of a head and 3 GPU nodes (one network namespace, IP and /tmp per node; the job folders on a
-bind-mounted shared directory): a job trains across distinct IPs, survives a node's loss by shrinking onto
-the surviving workers, grows back when the node returns, and survives losing the node its rank 0 runs on.
+bind-mounted shared directory, given as a ``file://`` URI): a job trains across distinct IPs, survives a
+node's loss (its raylet killed, then another node's link cut) by shrinking onto the surviving workers, grows
+back when the nodes return, and survives losing the node its rank 0 runs on.
 
-Bounds: a lost raylet is declared dead in ~3 s (tests/multinode/netns.py RAY_ENV); the survivors train again
-within ``RESUME_BOUND_S`` of the kill. Waits are generous and on observed state: a busy 2-core box runs this.
+Bounds: a lost node is declared dead in ~3 s (tests/multinode/netns.py RAY_ENV); the survivors train again
+within ``RESUME_BOUND_S`` of the kill or the cut (a cut link closes no socket: without train/peer_cut.py the
+survivors would wait out gloo's 60 s timeout). Waits are generous and on observed state: a busy 2-core box
+runs this.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 SERVE = [sys.executable, str(REPO / "tests" / "service" / "serve_for_tests.py")]
 RUNTIME = f"{sys.executable} -m dlsched.train.run --threads 1 --record-samples --ckpt-every 5"
 PORT = 8642              # inside node 0's own network namespace
-RESUME_BOUND_S = 60.0    # node loss -> the survivors' first step (death detection + the survivors' regroup)
+RESUME_BOUND_S = 45.0    # node loss -> the survivors' first step (death detection + the survivors' regroup)
 EPOCHS, SAMPLES = 2, 2400
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]   # the waits below bound each phase
 
@@ -49,6 +52,7 @@ def start_service(cluster, policy: str = "test-elastic", runtime: str = RUNTIME)
         "nodes": [{"name": n.name, "gpus": 1} for n in cluster.nodes[1:]]}))
     proc = cluster.run_on(0, [*SERVE, "serve", "--cluster", str(cluster.shared / "cluster.json"),
                               "--state-dir", str(cluster.shared / "state"), "--host", cluster.head.ip,
+                              "--jobs-dir", f"file://{cluster.shared / 'jobs'}",    # docs/storage.md
                               "--port", str(PORT), "--token-file", str(cluster.shared / "token"),
                               "--address", cluster.address, "--gpu-resource", "gpu_slot",
                               "--workdir", str(REPO), "--runtime", runtime], log="service", cwd=REPO)
@@ -74,7 +78,7 @@ def service(cluster):
 
 
 def job_dir(cluster, job_id: int) -> Path:
-    return cluster.export / "state" / "jobs" / str(job_id)     # the host's view of the shared mount
+    return cluster.export / "jobs" / str(job_id)     # the host's view of the shared mount
 
 
 def submit(client, **spec) -> int:
@@ -151,7 +155,8 @@ def committed_audit(cluster, job_id: int) -> Counter:
     return kept
 
 
-def test_a_job_trains_across_three_nodes_and_shrinks_then_grows_back_on_node_loss(cluster, service):
+def test_a_job_trains_across_three_nodes_and_shrinks_on_a_killed_raylet_and_a_cut_link_then_grows_back(
+        cluster, service):
     job = submit(service, name="mlp3", gpus=3, min_gpus=1, max_gpus=3,
                  params={"num_samples": SAMPLES, "epochs": EPOCHS, "batch_size": 12, "throttle_s": 0.1})
     wait_until(lambda: any(r["workers"] == 3 for r in steps(cluster, job)), 180, "a step on 3 workers")
@@ -182,9 +187,30 @@ def test_a_job_trains_across_three_nodes_and_shrinks_then_grows_back_on_node_los
     sinfo = dlsched_nodes(cluster, service)
     assert next(line for line in sinfo.splitlines() if name in line).split()[4] == "lost", sinfo
 
-    cluster.kill_node(victim)                                          # the node reboots ...
-    cluster.start_ray(victim)                                          # ... and rejoins
-    wait_until(lambda: node_health(service).get(name) == "up", 120, "the node back in the service's table")
+    # another node's cable is cut: its processes live on and close no socket
+    cut = next(n.index for n in cluster.nodes if n.ip == ips[sorted(ips)[1]])   # neither rank 0 nor the victim
+    before = len(steps(cluster, job))
+    cluster.link(cut, up=False)
+    cut_at = time.time()
+    try:
+        shrunk = wait_until(lambda: events(cluster, job, "shrunk")[1:], 120, "the shrink onto the last survivor")[0]
+        first = wait_until(lambda: next((r for r in steps(cluster, job)[before:] if r["workers"] == 1), None),
+                           RESUME_BOUND_S + 60, "a step on the survivor")
+        assert first["time"] - cut_at < RESUME_BOUND_S, first["time"] - cut_at
+        assert shrunk["lost_steps"] == 0 and shrunk["workers"] == 1
+        cut_name = cluster.nodes[cut].name
+        wait_until(lambda: node_health(service).get(cut_name) == "lost", 60, "the service's node table: cut, lost")
+        wait_until(lambda: job_state(service, job)["num_gpus"] == 1, 60, "the service's books: 1 GPU")
+    finally:
+        cluster.link(cut, up=True)
+    assert not events(cluster, job, "worker_lost")
+    assert json.loads((job_dir(cluster, job) / "status.json").read_text())["pid"] == status["pid"]
+
+    for node in (victim, cut):       # reboots: the killed node, and the cut one (Ray declared it dead: its
+        cluster.kill_node(node)      # raylet exits when it hears so) rejoin as new Ray nodes
+        cluster.start_ray(node)
+    wait_until(lambda: node_health(service).get(name) == "up" and node_health(service).get(cut_name) == "up", 120,
+               "both nodes back in the service's table")
     wait_until(lambda: [r for r in events(cluster, job, "resized") if r["workers"] == 3], 240, "grown back to 3")
     wait_until(lambda: job_state(service, job)["state"] == "finished", 300, "finished")
     assert committed_audit(cluster, job) == Counter({i: EPOCHS for i in range(SAMPLES)})

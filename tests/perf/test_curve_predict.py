@@ -35,7 +35,9 @@ def test_a_prefix_before_any_decay_still_predicts_the_drop_from_the_prior():
 def test_constant_lr_lets_optimus_compete_and_unreachable_targets_have_no_steps():
     x = np.arange(10, 1001, 10.0)
     y = 1.0 / (2e-3 * x + 1.0) + 0.2
-    p = predict_curve(x[:40], y[:40], parse_schedule("constant", B), target=0.05)
+    # a calibration whose runs never went more than 20 % further than predicted
+    cal = Calibration((0.1, 1.0), ((-0.2, 0.2),) * 2, ((-0.5, 0.5),) * 2, reach=(0.2, 0.2))
+    p = predict_curve(x[:40], y[:40], parse_schedule("constant", B), target=0.05, calibration=cal)
     assert p.model in ("optimus", "annealing")
     assert p.target_step is None and p.steps_to_target is None and not p.reachable
     assert p.final_value_interval_80[0] <= p.final_value <= p.final_value_interval_80[1]
@@ -60,6 +62,22 @@ def test_conformal_band_and_per_fraction_calibration():
     lo50, hi50 = cal.final_band(0.5)
     assert lo10 < lo50 < 0 < hi50 < hi10
     assert isinstance(Calibration.to_json(cal), str)
+    assert cal.reach is None
+    # how much further than predicted a run may get: pooled with the earlier fractions, so never less than there
+    cal = calibrate([(0.1, 0, 0, e) for e in np.linspace(-1, 1, 19)] + [(0.5, 0, 0, e / 10) for e in np.linspace(-1, 1, 19)])
+    assert cal.reach_log(0.5) == cal.reach_log(0.1) >= 0.9
+
+
+def test_a_target_between_the_floor_and_the_band_is_reported_at_the_budget_not_unreachable():
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("cosine", x)
+    cal = Calibration((0.1, 1.0), ((-0.1, 0.1),) * 2, ((-0.5, 0.5),) * 2, reach=(0.3, 0.3))
+    p = predict_curve(x[:30], y[:30], parse_schedule("cosine", B), target=0.8 * float(y[-1]), calibration=cal)
+    now = float(np.median(y[27:30]))
+    assert p.floor == pytest.approx(now - (now - p.final_value) * np.exp(0.3))   # e^0.3 x the improvement to come
+    assert p.reachable and p.target_step == B and p.floor < p.final_value_interval_80[0]
+    q = predict_curve(x[:30], y[:30], parse_schedule("cosine", B), target=p.floor * 0.99, calibration=cal)
+    assert not q.reachable
 
 
 def test_the_prior_leans_on_finished_jobs_that_share_metadata():
@@ -68,3 +86,36 @@ def test_the_prior_leans_on_finished_jobs_that_share_metadata():
     p = prior_from_fits(fits, {"family": "gru", "dataset": "text"})
     assert p.alpha > 0.9 and p.drop > 0.5
     assert prior_from_fits([], {}) == CurvePrior()
+
+
+def test_a_level_prior_comes_only_from_finished_runs_of_the_same_task():
+    task = {"dataset": "text", "metric": "loss"}
+    fits = [FinishedFit(0.3, 0.1, dict(task), final=1.5), FinishedFit(0.3, 0.1, dict(task), final=1.7),
+            FinishedFit(0.3, 0.1, {"dataset": "digits", "metric": "loss"}, final=0.1)]
+    p = prior_from_fits(fits, task)
+    assert 1.5 < p.final < 1.7 and 0 < p.final_sigma < 0.5
+    assert prior_from_fits(fits, {"dataset": "digits", "metric": "loss"}).final is None   # one run: no spread
+    assert prior_from_fits(fits[:2], {"dataset": "text", "metric": "error"}).final is None
+
+
+def test_a_level_prior_pulls_the_final_value_but_the_curve_starts_where_the_run_is():
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("cosine:warmup=50", x)
+    s = parse_schedule("cosine:warmup=50", B)
+    base = CurvePrior(alpha=0.7, drop=0.4)
+    blind = predict_curve(x[:20], y[:20], s, prior=base)
+    high = 2 * blind.final_value
+    p = predict_curve(x[:20], y[:20], s, prior=CurvePrior(0.7, 0.4, final=high, final_sigma=0.05))
+    assert blind.final_value < p.final_value < high
+    now = np.searchsorted(p.curve_x, x[19])
+    assert p.curve_y[now] == pytest.approx(blind.curve_y[now], rel=1e-6)
+
+
+def test_the_median_of_three_noise_is_about_two_thirds_of_the_logged_noise():
+    from dlsched.perf.curve_predict import median3_noise
+
+    x = np.arange(1, 2001, 1.0)
+    f = lambda q: 1.0 / np.sqrt(q)  # noqa: E731
+    y = f(x) * (1 + 0.1 * np.random.default_rng(0).standard_normal(len(x)))
+    assert median3_noise(x, y, f) == pytest.approx(0.067, rel=0.15)
+    assert median3_noise(x, f(x), f) == 0.0

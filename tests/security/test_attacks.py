@@ -123,6 +123,23 @@ def test_absolute_path_and_traversal_outside_the_job_folder_are_refused(target):
     nothing_ran(svc, tmp)
 
 
+def test_an_ensemble_yaml_cannot_import_code_from_outside(target):
+    """An ensemble's YAML names model classes the runtime imports: the YAML and each model are job code."""
+    svc, tmp = target
+    evil = tmp / "outside" / "evil.py"
+    ens = "kind: ensemble\nentry: dlsched.train.fleet_spec:from_yaml\n"
+    (tmp / "outside" / "ens.yaml").write_text("models: [{name: a, model: 'evil.py:make_job'}]\n")
+    refused(svc, 422, "POST", "/jobs", "field params.path", headers=YAML,
+            content=f"name: x\n{ens}params: {{path: {tmp / 'outside' / 'ens.yaml'}}}\n")
+    for i, model in enumerate([f"{evil}:make_job", "os:system", "../outside/evil.py:make_job"]):
+        (tmp / "jobs" / f"ens{i}.yaml").write_text(f"models: [{{name: a, model: 'ok.py:make_job'}}, "
+                                                 f"{{name: b, model: '{model}'}}]\n")
+        msg = refused(svc, 422, "POST", "/jobs", "field models[1].model", headers=YAML,
+                      content=f"name: x\n{ens}params: {{path: ens{i}.yaml}}\n")
+        assert model in msg
+    nothing_ran(svc, tmp)
+
+
 def test_a_browser_page_cannot_drive_the_api(target):
     """The no-preflight request a web page can send: text/plain, with the page's Origin (and a rebound Host)."""
     svc, tmp = target

@@ -99,14 +99,15 @@ def _chromium(url: str, tmp: Path, *extra: str, budget_ms: int = 4000) -> str:
 
 @pytest.fixture(scope="module")
 def live_service(tmp_path_factory, data_dir):
-    """A real service with two 2-slot nodes: a finished job, two running ones, one queued."""
+    """A real service with two 2-slot nodes: a finished job, two running ones, one queued (the running ones run
+    for minutes: a busy machine may take a minute to set this up, and they must still hold their GPUs after)."""
     tmp = tmp_path_factory.mktemp("dash")
     cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 2}, {"name": "n2", "gpus": 2}],
                           policy=POLICY, interval_s=0.2)
     svc = Service(cluster, tmp / "state", port=free_port(), runtime=CONTRACT_RUNTIME).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
     try:
-        specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 8000, 0.1), ("mlp-b", 1, 8000, 0.1), ("waiting", 4, 80, 0.05)]
+        specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 80000, 0.1), ("mlp-b", 1, 80000, 0.1), ("waiting", 4, 80, 0.05)]
         ids = {}
         for name, gpus, n, step in specs:
             r = c.post("/jobs", json={"name": name, "entry": "contract.py:make_job", "gpus": gpus,

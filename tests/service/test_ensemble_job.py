@@ -47,7 +47,8 @@ def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_memb
                                                    "slow": REPO_ROOT / "tests" / "train" / "slow_models.py"})
     gate = tmp_path / "gate"
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 4}]\npolicy: test-elastic\ninterval_s: 0.3")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT,
+                  entry_roots=(REPO_ROOT, tmp_path)).start()     # the ensemble YAML is job code: allowed here
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
 

@@ -73,3 +73,37 @@ def test_a_command_must_name_the_interpreter_bare(rules, tmp_path):
     merely ends in python would run as given."""
     with pytest.raises(SpecError, match="runs '/tmp/evil/python'"):
         rules.check_command(["/tmp/evil/python", "train.py"])
+
+
+def _ensemble(folder, *models, base_dir=None):
+    lines = ([f"base_dir: {base_dir}"] if base_dir else []) + ["models:"]
+    lines += [f"  - {{name: m{i}, model: '{m}'}}" for i, m in enumerate(models)]
+    (folder / "ens.yaml").write_text("\n".join(lines) + "\n")
+    return str(folder / "ens.yaml")
+
+
+def test_an_ensembles_yaml_and_models_are_job_code(rules, tmp_path):
+    jobs = tmp_path / "jobs"
+    rules.check_ensemble({"path": _ensemble(jobs, "models.py:Cnn", "sub/m.py:Mlp", f"{tmp_path}/shared/x.py:C")})
+    rules.check_ensemble({"path": "ens.yaml"})                                  # relative to the workdir
+    rules.check_ensemble({})                                                    # the entry builds it itself
+    for model, why in [("os:system", "not an allowed job module"), ("/etc/evil.py:C", "outside the allowed"),
+                       ("../x.py:C", "contains '..'"), ("models.py:_C", "private attribute")]:
+        with pytest.raises(SpecError) as e:
+            rules.check_ensemble({"path": _ensemble(jobs, "models.py:Cnn", model)}, "request body")
+        assert str(e.value).startswith(f"request body: {jobs / 'ens.yaml'}: field models[1].model: {model!r}")
+        assert why in str(e.value)
+    with pytest.raises(SpecError, match="field models\\[0\\].model: 'models.py:C' is outside"):   # base_dir moves it
+        rules.check_ensemble({"path": _ensemble(jobs, "models.py:C", base_dir="/tmp")})
+
+
+def test_an_ensemble_yaml_outside_the_job_directories_is_not_even_read(rules, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    for path, why in [(_ensemble(tmp_path / "elsewhere", "models.py:C"), "outside the allowed job directories"),
+                      ("/etc/shadow", "outside the allowed job directories"), ("../ens.yaml", "contains '..'"),
+                      (["a", "list"], "is not a file path")]:
+        with pytest.raises(SpecError, match=why) as e:
+            rules.check_ensemble({"path": path})
+        assert str(e.value).startswith("job spec: field params.path: ")
+    with pytest.raises(SpecError, match="params.path: .*missing.yaml: file not found"):
+        rules.check_ensemble({"path": "missing.yaml"})

@@ -85,3 +85,40 @@ def test_the_elastic_policy_grows_a_job_when_the_other_leaves():
     f = forecast([a, b], one_node(4), make_policy("elastic"), now=0.0, step_s=60.0, resize_s=2.0)
     at_current = 4000 / 20.0
     assert f.finish["b"] is not None and f.finish["a"] < at_current
+
+
+def test_an_ensemble_ends_with_its_last_member_and_frees_gpus_as_members_leave():
+    from dlsched.service.fleet_status import members_left
+    from dlsched.service.forecast import with_members
+
+    # the runtime's events: 3 one-slot members at 100 samples/s, caps 1000/1000/5000 samples, 0 done at the plan
+    events = [
+        {"kind": "job_profiled", "time": 0.0, "detail": {"profiles": [{"member": m, "rates": [100.0]} for m in "abc"],
+                                                        "max_samples": {"a": 1000, "b": 1000, "c": 5000}}},
+        {"kind": "job_flotillas", "time": 0.0, "detail": {"flotillas": [{"members": {"a": 1, "b": 1, "c": 1}, "rate": 100.0}],
+                                                         "samples_done": {"a": 0, "b": 0, "c": 0}}},
+    ]
+    ens = with_members(job(1, 3, None, per_gpu=100.0, running=True, kind="ensemble"), members_left(events, now=0.0))
+    assert ens.remaining_samples == 7000
+    other = job(2, 2, 400, per_gpu=10.0, submit=1.0)
+    f = forecast([ens, other], one_node(4), make_policy("fifo"), now=0.0, start_s=5.0, resize_s=2.0)
+    # a and b leave at 10 s: the ensemble now needs 1 GPU, the waiting 2-GPU job starts; c trains on (resized: 2 s)
+    assert f.start["2"] == pytest.approx(10.0) and f.finish["2"] == pytest.approx(10.0 + 5.0 + 20.0)
+    assert f.finish["1"] == pytest.approx(10.0 + 2.0 + 40.0)
+    # as one elastic job of 7000 samples the ensemble would hold 3 GPUs to the end and the other job would wait
+    whole = forecast([job(1, 3, 7000, per_gpu=100.0, running=True), other], one_node(4), make_policy("fifo"), now=0.0)
+    assert whole.start["2"] == pytest.approx(whole.finish["1"]) == pytest.approx(7000 / 300)
+
+
+def test_members_left_extrapolates_since_the_last_plan_and_drops_converged_members():
+    from dlsched.service.fleet_status import members_left
+
+    events = [
+        {"kind": "job_profiled", "time": 0.0, "detail": {"profiles": [{"member": "a", "rates": [50.0, 90.0]},
+                                                                      {"member": "b", "rates": [40.0]}],
+                                                        "max_samples": {"a": 10_000, "b": 2000}}},
+        {"kind": "job_flotillas", "time": 100.0, "detail": {"flotillas": [{"members": {"a": 2}, "rate": 90.0}],
+                                                           "samples_done": {"a": 1000, "b": 2000}}},
+        {"kind": "job_member_converged", "time": 101.0, "detail": {"member": "b"}},
+    ]
+    assert members_left(events, now=110.0) == (("a", (50.0, 90.0), 10_000 - 1000 - 900.0),)

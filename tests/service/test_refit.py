@@ -136,6 +136,15 @@ def test_jobs_that_finished_here_give_new_jobs_their_curve_prior(tmp_path):
     models.forget(a, finished=True)
     prior = models.curve_prior(store.get(b))
     assert prior is not None and prior.alpha == pytest.approx(pred.loss_fit["alpha"], rel=0.5)
+    assert prior.final is None   # no dataset named: finished runs say nothing about this one's level
+    # two finished runs on a named dataset give the next one on it a level: where they ended
+    named = JobSpec(name="lm", entry="examples/mlp.py:make_job", gpus=1, batch_size=32, total_samples=32 * 800,
+                    params={"schedule": "step:400,600:0.1", "dataset": "stdlib"})
+    for j in (store.submit(named), store.submit(named)):
+        models.refit(store.get(j), recs, 3000.0)
+        models.forget(j, finished=True)
+    level = models.curve_prior(store.get(store.submit(named))).final
+    assert level == pytest.approx(float(np.median(d.loss.to_numpy()[-3:])), rel=1e-6)
     store.close()
 
 
@@ -147,3 +156,19 @@ def test_the_logged_lr_is_the_schedule_unless_the_batch_moved_it():
     assert sched is not None and sched.lr(60) == 0.01 and sched.lr(150) == 0.01
     assert logged_schedule(recs[:40] + [dict(r, batch_size=64) for r in recs[40:]], 200) is None
     assert logged_schedule([dict(r, lr=None) for r in recs], 200) is None
+
+
+def test_a_snapshot_follows_the_measured_resize_pause(tmp_path):
+    from dlsched.service.job_models import JobModels
+    from dlsched.service.store import Store
+    from dlsched.spec import JobSpec
+
+    store = Store(tmp_path / "s.db")
+    job = store.get(store.submit(JobSpec(name="mlp", entry="examples/mlp.py:make_job", gpus=1, batch_size=32,
+                                         total_samples=3200)))
+    models = JobModels(("slot",))
+    first = models.snapshot(job)
+    assert models.snapshot(job) is first                       # unchanged inputs: the cached view
+    models.restart_s = first.attrs["restart_s"] + 7.0                   # the loop measured a slower resize
+    assert models.snapshot(job).attrs["restart_s"] == first.attrs["restart_s"] + 7.0
+    store.close()

@@ -4,8 +4,9 @@ import pytest
 from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView, NodeView
 from dlsched.policy.fleet import ModelProfile, Preprocessing
+from dlsched.sim.ensemble_job import ensemble_job_specs
 from dlsched.sim.fleet import (
-    Member, ensemble_job_specs, exhaustive_makespan, fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
+    Member, exhaustive_makespan, fleet_planner, h100_profiles, homogeneous_planner, independent_planner,
     seeded_ensemble, simulate_ensemble,
 )
 

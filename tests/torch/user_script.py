@@ -22,12 +22,14 @@ ap.add_argument("--lr", type=float, default=0.01)
 ap.add_argument("--step-s", type=float, default=0.0)
 ap.add_argument("--slow-file", default="", help="sleep --step-s per step only while this file exists")
 ap.add_argument("--ckpt-every", type=int, default=5)
+ap.add_argument("--label-noise", type=float, default=0.1)
+ap.add_argument("--autoscale", type=int, default=0, help="opt in to the adaptive batch, up to this global batch")
 args = ap.parse_args()
 
 dt.init(ckpt_every=args.ckpt_every)
 g = torch.Generator().manual_seed(0)
 x = torch.randn(args.samples, 8, generator=g)
-y = (x @ torch.randn(8, 1, generator=g)).squeeze(1) + 0.1 * torch.randn(args.samples, generator=g)
+y = (x @ torch.randn(8, 1, generator=g)).squeeze(1) + args.label_noise * torch.randn(args.samples, generator=g)
 torch.manual_seed(0)
 model = dt.ElasticDataParallel(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
 if args.optimizer == "adamw":
@@ -35,6 +37,8 @@ if args.optimizer == "adamw":
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffle=True)
+if args.autoscale:
+    loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, 32))
 steps = args.epochs * -(-args.samples // args.batch)
 scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps)
 

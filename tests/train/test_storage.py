@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import fsspec
 import pytest
@@ -92,6 +93,25 @@ def test_unknown_protocol_is_one_line_naming_the_field():
         storage.CheckpointStore("nosuchproto://x")
 
 
+def test_a_job_folder_is_a_path_or_a_file_uri_and_nothing_else(tmp_path):
+    assert storage.job_folder(f"file://{tmp_path}/job", "--job-dir") == tmp_path / "job"
+    assert storage.job_folder("runs/job", "--job-dir") == storage.job_folder(Path("runs/job"), "f")
+    for bad, why in (("s3://bucket/job", "POSIX"), ("memory://job", "POSIX"), ("file://host/job", "no host"),
+                     ("", "a folder path")):
+        with pytest.raises(UserError, match=why) as e:
+            storage.job_folder(bad, "--jobs-dir")
+        assert str(e.value).startswith(f"--jobs-dir={bad!r}: ") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("argv", [["train", "--job-dir", "s3://bucket/job", MLP],
+                                  ["serve", "--jobs-dir", "memory://jobs", "--port", "1"]])
+def test_a_job_folder_on_an_object_store_is_one_line_naming_the_option(argv):
+    p = subprocess.run([sys.executable, "-m", "dlsched.cli", *argv], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and f"{argv[1]}={argv[2]!r}: " in p.stderr, p.stderr
+
+
 def _stop_and_check_checkpoint_at_uri(job_dir, ckpts, proc, step: int) -> None:
     """SIGTERM the run after ``step``: its stop checkpoint is at the URI's folder, none in the job folder."""
     wait_for_step(job_dir, step, proc)
@@ -130,6 +150,6 @@ def test_dlsched_train_spec_checkpoint_uri_resumes_from_there_once(tmp_path):
     _stop_and_check_checkpoint_at_uri(job_dir, ckpts, proc, 7)
 
     spec.write_text(spec.read_text().replace("throttle_s: 0.05", "throttle_s: 0.0"))
-    finish(_cli("--spec", str(spec), "--job-dir", str(job_dir), "--ckpt-every", "5"))
+    finish(_cli("--spec", str(spec), "--job-dir", f"file://{job_dir}", "--ckpt-every", "5"))   # the same folder
     steps = [r["step"] for r in read_progress(job_dir) if "event" not in r]
     assert steps == list(range(1, steps[-1] + 1)) and events(job_dir, "finished"), "each step trained once"

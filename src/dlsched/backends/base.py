@@ -104,6 +104,7 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
         cmd += ["--entry", launch.spec.entry]
     if servers:
         cmd += ["--strategy", "ps", "--servers", str(servers), "--sync", launch.spec.sync]
+        cmd += ["--sparse"] if launch.spec.sparse else []
     if launch.spec.kind == "ensemble":
         cmd += ["--strategy", "fleet"]
     if launch.batch_size is not None:

@@ -96,7 +96,7 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
         _plot(curve, keep, pred, plot_path, x, y)
     if not pred.reachable:
         typer.echo(f"target {pred.target:g} is unreachable within the budget {budget:g}: the fitted floor is "
-                   f"{pred.floor:.4g} ({metric} at {x} {budget:g}, optimistic end of the 80 % interval)", err=True)
+                   f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the lowest the calibrated errors allow)", err=True)
         return UNREACHABLE_EXIT
     return 0
 

@@ -245,7 +245,10 @@ def register(app: typer.Typer) -> None:
     def serve(cluster: Optional[Path] = typer.Option(None, "--cluster", "-c",
                                                      help="cluster declaration (YAML/JSON); default: this machine "
                                                           "(its GPUs, else one slot per CPU core)"),
-              state_dir: Path = typer.Option(Path("dlsched-state"), help="SQLite store and job directories"),
+              state_dir: str = typer.Option("dlsched-state", help="SQLite store (and the job folders unless --jobs-dir):"
+                                            " a path or file:// URI"),
+              jobs_dir: Optional[str] = typer.Option(None, help="job folders, a path or file:// URI every node "
+                                                     "reaches (a shared mount; docs/storage.md); default STATE_DIR/jobs"),
               host: str = typer.Option("127.0.0.1", help="bind address; non-loopback needs a token"),
               port: int = typer.Option(8642, help="API and dashboard port"),
               token_file: Optional[Path] = typer.Option(None, help="bearer token file, created 0600 if absent "
@@ -268,6 +271,10 @@ def register(app: typer.Typer) -> None:
         from dlsched.service.server import Service
         from dlsched.spec import load_cluster_spec_file
 
+        from dlsched.train.storage import job_folder
+
+        state_dir = job_folder(state_dir, "--state-dir")
+        jobs_dir = job_folder(jobs_dir, "--jobs-dir") if jobs_dir is not None else None
         if not 1 <= port <= 65535:
             raise UserError(f"--port {port}: expected 1..65535")
         if backend and backend not in ("local", "ray"):
@@ -290,7 +297,7 @@ def register(app: typer.Typer) -> None:
             token = check_token(os.environ["DLSCHED_TOKEN"], "$DLSCHED_TOKEN")
         svc = Service(spec, state_dir, host=host, port=port, token=token, runtime=rt, workdir=workdir, backend=be,
                       auth=not no_auth, token_file=token_file, extra_hosts=tuple(allow_host),
-                      entry_roots=tuple(entry_root), entry_modules=tuple(entry_module))
+                      entry_roots=tuple(entry_root), entry_modules=tuple(entry_module), jobs_dir=jobs_dir)
         auth = "no authentication (--no-auth)" if svc.token is None else \
             f"token in {token_file or ('$DLSCHED_TOKEN' if token else svc.token_file)}"
         slots = sum(n.gpus for n in spec.nodes)

@@ -11,8 +11,8 @@ def register(app: typer.Typer) -> None:
     def train(
         entry: list[str] = typer.Argument(None, help="path/to/job.py:make_job or module:make_job; or after '--' "
                                           "your own dlsched.torch script: -- python train.py --epochs 10"),
-        job_dir: Path = typer.Option(None, "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/); "
-                                     "default for a script: dlsched-runs/<script>-<time>"),
+        job_dir: str = typer.Option(None, "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/): a "
+                                    "path or file:// URI; default for a script: dlsched-runs/<script>-<time>"),
         workers: int = typer.Option(1, help="worker processes"),
         batch_size: int = typer.Option(None, help="global batch (default: the job's)"),
         param: list[str] = typer.Option([], help="job parameter key=value (repeatable)"),
@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
         strategy: str = typer.Option("allreduce", help="allreduce or ps (parameter server)"),
         servers: int = typer.Option(1, help="ps: parameter-server processes (fixed per run)"),
         sync: str = typer.Option("sync", help="ps: sync, ssp:<staleness> or async"),
+        sparse: bool = typer.Option(False, help="ps: push/pull only the embedding rows each batch reads"),
         autoscale: bool = typer.Option(False, help="size the job itself by Or et al.'s rules (all-reduce, no scheduler)"),
         autoscale_every: int = typer.Option(20, help="autoscale: decide every K steps"),
         spawn_size: int = typer.Option(1, help="autoscale: workers added or removed per decision (N)"),
@@ -43,6 +44,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.errors import UserError
         from dlsched.train.run import main
         from dlsched.train.script import script_name
+        from dlsched.train.storage import job_folder
 
         script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
         if spec is not None:
@@ -52,7 +54,7 @@ def register(app: typer.Typer) -> None:
             script = js.command is not None
             entry = list(js.command) if script else [js.entry]
             param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
-            strategy, servers, sync = js.strategy, js.num_servers or 1, js.sync
+            strategy, servers, sync, sparse = js.strategy, js.num_servers or 1, js.sync, js.sparse
             checkpoint_uri = js.checkpoint_uri or checkpoint_uri
             workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
             if js.autoscale is not None:
@@ -64,7 +66,9 @@ def register(app: typer.Typer) -> None:
             raise UserError("give one entry (file.py:make_job), or a script after '--' (dlsched train -- python x.py)")
         if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion
             check_entry(entry[0], parse_params(param), Path.cwd(), "dlsched train")
-        if job_dir is None:
+        if job_dir is not None:
+            job_dir = job_folder(job_dir, "--job-dir")
+        else:
             if not script:
                 raise UserError("--job-dir: required with an entry")
             job_dir = Path("dlsched-runs") / f"{script_name(entry)}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -72,6 +76,8 @@ def register(app: typer.Typer) -> None:
         argv = ["--job-dir", str(job_dir), "--workers", str(workers), "--batch-mode", batch_mode,
                 "--ckpt-every", str(ckpt_every), "--standby", str(standby), "--strategy", strategy,
                 "--servers", str(servers), "--sync", sync]
+        if sparse:
+            argv += ["--sparse"]
         if not script:
             argv += ["--entry", entry[0]]
         if batch_size:

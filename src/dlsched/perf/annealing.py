@@ -36,6 +36,8 @@ class CurvePrior:
     alpha: float = 0.6
     drop: float = 0.3
     weight: float = 3.0
+    final: float | None = None          # where runs of the same task ended (lower-is-better); None: unknown
+    final_sigma: float = math.inf       # its log spread
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,8 @@ class _Problem:
     Rows: u1 = sw·(1 − c·S2)/y, u2 = g·u1 with g = (S1 + s0)^(−α), target sw. Every Gram entry is a quadratic
     in c, so all c of the grid cost nine dot products per (α, s0)."""
 
-    def __init__(self, s1n, s2, y, w, prior: CurvePrior | None):
-        self.s1n, self.n = s1n, len(y)
+    def __init__(self, s1n, s2, y, w, prior: CurvePrior | None, drop_belief: float = 1.0):
+        self.s1n, self.n, self.drop_belief = s1n, len(y), drop_belief
         sw = np.sqrt(w / w.mean())
         self.a, self.b, self.t = sw / y, sw * s2 / y, sw
         self.prior = prior if prior is not None and prior.weight > 0 else None
@@ -112,10 +114,11 @@ class _Problem:
         w1, w2, sse = _nnls2(g11, g12, g22, b1, b2, float(t @ t))
         if self.prior is not None:
             # log-normal belief in α (σ = 0.5, a factor 1.65) and a normal one in c (σ = 0.2), each worth
-            # ``weight`` points at the fit's own residual level
+            # ``weight`` points at the fit's own residual level; c's belief times ``drop_belief`` (fit_annealing)
             unit = np.maximum(sse / self.n, 1e-6)
             p = self.prior
-            sse = sse + p.weight * unit * ((math.log(alpha / p.alpha) / 0.5) ** 2 + ((c - p.drop) / 0.2) ** 2)
+            sse = sse + p.weight * unit * ((math.log(alpha / p.alpha) / 0.5) ** 2
+                                           + self.drop_belief * ((c - p.drop) / 0.2) ** 2)
         return w1, w2, sse
 
 
@@ -136,7 +139,13 @@ def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, gri
         raise ValueError(f"need at least 3 points after x = 0 to fit, got {len(y)}")
     # Normalise S1 so the design columns are O(1): A absorbs the scale, α keeps its meaning.
     s1_ref = float(s1[-1])
-    prob = _Problem(s1 / s1_ref, s2, y, recency_weights(x), prior)
+    # The prefix's information on c grows with the square of the annealing it has seen (∂L/∂c = −S2·L), so
+    # the prior's hold on c is scaled by (decay to come / decay seen)²: a prefix that saw a tenth of the decay
+    # would otherwise spend c on curvature the power law misses, and predict a drop ten times too large.
+    _, s2_end = areas(schedule, [schedule.budget])
+    seen = max(float(s2.max()), 0.05 * max(float(s2_end[0]), 1e-3))
+    prob = _Problem(s1 / s1_ref, s2, y, recency_weights(x), prior,
+                    drop_belief=max(1.0, float(s2_end[0]) / seen) ** 2)
     alphas = np.geomspace(*ALPHA_BOUNDS, grid)
     # c is only identified once the prefix has annealed; before that the prior alone sets it
     drops = DROPS if s2.max() > 1e-3 else np.array([prior.drop if prior is not None else 0.0])

@@ -20,6 +20,10 @@ import numpy as np
 
 TABLE = Path(__file__).with_name("calibration.json")
 LEVEL = 0.8
+# "Unreachable" is a claim that the run will *not* get there, so it is made at a stricter level than the 80 %
+# band: the 2.5 % one-sided quantile, which with fewer than 39 development errors lies beyond the largest one
+# seen (``quantile_band`` then adds 1 in log units: a run may go e times further than the worst seen).
+UNREACHABLE_LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,13 @@ class Calibration:
     final: tuple[tuple[float, float], ...]
     steps: tuple[tuple[float, float], ...]
     prior: tuple[float, float] | None = None    # (α, drop) from the same finished curves' fits (``perf.prior``)
+    # upper end of log(true/predicted remaining improvement) — from the value now to the final one — at
+    # UNREACHABLE_LEVEL: how much further than predicted a run may still get (``curve_predict``'s floor);
+    # None: the floor is the 80 % band's lower end
+    reach: tuple[float, ...] | None = None
+    # the bands of predictions that weighed in a same-task level prior (``perf.prior``): their errors are of
+    # another size than the fit's alone, which the bands above are (and which that weighing uses); None: these
+    levelled: "Calibration | None" = None
 
     def _band(self, table, fraction: float) -> tuple[float, float]:
         f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
@@ -42,9 +53,21 @@ class Calibration:
     def steps_band(self, fraction: float) -> tuple[float, float]:
         return self._band(self.steps, fraction)
 
+    def fit_sigma(self, fraction: float) -> float:
+        """Log-normal sigma of the fit-alone final value implied by its 80 % band at this fraction."""
+        lo, hi = self.final_band(fraction)
+        return max((hi - lo) / (2 * 1.2816), 1e-3)
+
+    def reach_log(self, fraction: float) -> float | None:
+        """log(most the remaining improvement may exceed its prediction) at this fraction (``reach``)."""
+        return None if self.reach is None else self._band(tuple((f, f) for f in self.reach), fraction)[0]
+
+    def as_dict(self) -> dict:
+        return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
+                "reach": self.reach, "levelled": None if self.levelled is None else self.levelled.as_dict()}
+
     def to_json(self) -> str:
-        return json.dumps({"fractions": self.fractions, "final": self.final, "steps": self.steps,
-                           "prior": self.prior}, indent=1)
+        return json.dumps(self.as_dict(), indent=1)
 
 
 # Before any calibration exists: ±30 % on the value, ×/÷ 2 on the steps (wide on purpose).
@@ -65,12 +88,16 @@ def quantile_band(errors, level: float = LEVEL) -> tuple[float, float]:
 
 
 def calibrate(records, level: float = LEVEL) -> Calibration:
-    """``records``: (fraction, log final error, log steps error) triples; nan where a run had no steps error."""
+    """``records``: (fraction, log final error, log steps error[, log remaining-improvement error]); nan where a
+    run had none."""
     r = np.asarray(records, float)
     fr = tuple(sorted(set(r[:, 0].tolist())))
     final = _filled([quantile_band(r[r[:, 0] == f, 1], level) for f in fr])
     steps = _filled([quantile_band(r[r[:, 0] == f, 2], level) for f in fr])
-    return Calibration(fr, final, steps)
+    # pooled with the earlier fractions' errors: more points do not make every curve's prediction better, and a
+    # floor that rose faster than the worst late error would call a reached target unreachable
+    reach = tuple(quantile_band(r[r[:, 0] <= f, 3], UNREACHABLE_LEVEL)[1] for f in fr) if r.shape[1] > 3 else None
+    return Calibration(fr, final, steps, reach=reach)
 
 
 def _filled(bands: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
@@ -86,9 +113,13 @@ def _filled(bands: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]
 def load_calibration(path: Path = TABLE) -> Calibration:
     """The shipped bands, or ``UNCALIBRATED`` when the table is missing."""
     try:
-        d = json.loads(Path(path).read_text())
+        return from_dict(json.loads(Path(path).read_text()))
     except FileNotFoundError:
         return UNCALIBRATED
-    prior = d.get("prior")
+
+
+def from_dict(d: dict) -> Calibration:
+    prior, reach, levelled = d.get("prior"), d.get("reach"), d.get("levelled")
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
-                       tuple(prior) if prior else None)
+                       tuple(prior) if prior else None, tuple(reach) if reach else None,
+                       from_dict(levelled) if levelled else None)

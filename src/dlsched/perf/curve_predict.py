@@ -11,8 +11,12 @@ nothing about the drop still to come.
 Metrics are modelled lower-is-better: ``loss`` and ``error`` as they are, ``accuracy`` as 1 − accuracy
 (100 − accuracy when given in percent). Targets and outputs are in the user's metric.
 
-Unreachable: a target is unreachable when even the optimistic end of the final value's 80 % interval (the
-``floor``) misses it; reachable only within the interval, it is reported at the budget.
+Unreachable: a target is unreachable when even the ``floor`` misses it: the value now less the predicted
+remaining improvement stretched by the most the calibration allows at the stricter
+``calibration.UNREACHABLE_LEVEL`` (``Calibration.reach``; never above the 80 % interval's low end: saying
+"never" to a run that gets there is the costlier error). In units of the remaining improvement, not of
+the value, because a run cannot fall further than it still has to go. A target reachable only below the
+point prediction is reported at the budget.
 """
 from __future__ import annotations
 
@@ -59,7 +63,7 @@ class CurvePrediction:
     budget: float
     final_value: float                  # predicted metric at the budget
     final_value_interval_80: tuple[float, float]
-    floor: float                        # best value the run can reach (optimistic end of the interval)
+    floor: float                        # best value the run can reach (module doc)
     target: float | None
     target_step: float | None           # x at which the target is reached; None when unreachable
     steps_to_target: float | None       # target_step − x_now
@@ -124,6 +128,33 @@ def anchor(x, y, f, tail: float = 0.2) -> float:
     return r if np.isfinite(r) and r > 0 else 1.0
 
 
+def median3_noise(x, y, f, tail: float = 0.2) -> float:
+    """Relative deviation of a 3-point running median of the logged values around the fit, from the newest
+    fifth (at least 5): a robust sigma (1.4826·MAD) of the relative residuals times 0.67 (a median of 3
+    normal draws has about 0.67 of one draw's sigma), capped at 0.5."""
+    k = min(len(x), max(5, int(round(tail * len(x)))))
+    r = y[-k:] / f(x[-k:])
+    r = r / np.median(r) - 1
+    sigma = 1.4826 * float(np.median(np.abs(r - np.median(r))))
+    return min(0.5, 0.67 * sigma) if np.isfinite(sigma) else 0.0
+
+
+def with_level_prior(grid, curve, x_now: float, prior: CurvePrior, fit_sigma: float) -> np.ndarray:
+    """The predicted curve moved toward where finished runs of the same task ended (``perf.prior``): the final
+    value becomes the precision-weighted mean, in log space, of the fit's (its calibrated sigma) and the
+    prior's; the shift grows with the predicted progress from now to the budget, so the curve still starts
+    where the run is."""
+    w_fit = fit_sigma ** -2 / (fit_sigma ** -2 + prior.final_sigma ** -2)
+    now = float(np.interp(x_now, grid, curve))
+    shift = (1 - w_fit) * math.log(prior.final / float(curve[-1]))
+    span = now - float(curve[-1])
+    if abs(span) > 1e-12 * abs(now):
+        progress = np.clip((now - curve) / span, 0.0, 1.0)
+    else:   # a flat prediction: by the share of the remaining x
+        progress = np.clip((grid - x_now) / (grid[-1] - x_now), 0.0, 1.0)
+    return curve * np.exp(shift * np.where(grid >= x_now, progress, 0.0))
+
+
 def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target: float | None = None,
                   target_fraction: float | None = None, prior: CurvePrior | None | str = "shipped",
                   calibration: Calibration | None = None) -> CurvePrediction:
@@ -153,8 +184,11 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     f = _as_function(fitted)
     grid = np.unique(np.concatenate([np.linspace(0.0, B, 1024), [x_now, B]]))
     curve = f(np.maximum(grid, 1e-9)) * anchor(x, y, f)
-    final = float(curve[-1])
     frac = min(1.0, x_now / B)
+    if prior is not None and prior.final is not None and x_now < B:
+        curve = with_level_prior(grid, curve, x_now, prior, cal.fit_sigma(frac))
+        cal = cal.levelled or cal
+    final = float(curve[-1])
     lo_f, hi_f = cal.final_band(frac)
     final_lo, final_hi = final * math.exp(lo_f), final * math.exp(hi_f)   # lower-is-better space
     goal = None
@@ -162,12 +196,16 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         goal = float(y[0] - target_fraction * (y[0] - final))
     elif target is not None:
         goal = float(space.down(target))
+    now, reach = float(np.median(y[-3:])), cal.reach_log(frac)
+    floor = final_lo if reach is None or now <= final else \
+        min(final_lo, max(0.0, now - (now - final) * math.exp(reach)))
     target_step = steps = interval = None
-    if goal is not None and goal >= final_lo:
+    if goal is not None and goal >= floor:
         ahead = grid >= x_now
-        hit = np.flatnonzero(ahead & (curve <= goal))
-        smoothed_now = float(np.mean(y[-3:]))
-        if smoothed_now <= goal:
+        # a run "reaches" a target when its logged value, smoothed by a 3-point median, first gets there: noise
+        # makes that happen about one deviation of that median before the expected curve does
+        hit = np.flatnonzero(ahead & (curve * (1 - median3_noise(x, y, f)) <= goal))
+        if now <= goal:
             target_step = x_now
         else:
             target_step = float(grid[hit[0]]) if hit.size else B
@@ -175,7 +213,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         lo_s, hi_s = cal.steps_band(frac)
         interval = (min(steps, steps * math.exp(lo_s)), min(B - x_now, max(steps, steps * math.exp(hi_s))))
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
-    return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(final_lo)),
+    return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(floor)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
                            grid, np.asarray(space.up(curve), float),
                            fitted if isinstance(fitted, AnnealingCurve) else None)

@@ -6,6 +6,11 @@ fraction of the loss a full decay removes; none from a run whose LR never fell).
 log space, a finished job weighing 4^(number of metadata fields it shares with the new one): same family and
 dataset dominate, everything else still counts. The prior's weight in points grows with how many finished
 jobs matched, so it stays a hint the new job's own points soon outweigh.
+
+Level: finished jobs of the same task (``LEVEL_FIELDS``: dataset and metric) also say where a run ends. With
+two or more of them the prior carries their geometric mean final value and its predictive log spread
+(s·√(1 + 1/n), never below ``LEVEL_SIGMA_MIN``); ``perf.curve_predict`` weighs it against the fit's own
+calibrated error. Other tasks say nothing about the level, so no level prior comes from them.
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ from dlsched.perf.annealing import AnnealingCurve, CurvePrior
 from dlsched.perf.schedule import areas
 
 FIELDS = ("family", "depth", "dataset", "batch", "metric")
+LEVEL_FIELDS = ("dataset", "metric")
+LEVEL_SIGMA_MIN = 0.05   # same task, same metric: runs still differ by seed, schedule and budget
 
 
 @dataclass(frozen=True)
@@ -27,12 +34,24 @@ class FinishedFit:
     alpha: float
     drop: float
     meta: dict = field(default_factory=dict)
+    final: float = math.nan     # the value it ended at, lower-is-better space; nan: not known
 
 
-def finished_fit(curve: AnnealingCurve, meta: dict | None = None) -> FinishedFit:
+def finished_fit(curve: AnnealingCurve, meta: dict | None = None, final: float = math.nan) -> FinishedFit:
     _, s2_end = areas(curve.schedule, [curve.schedule.budget])
     # a run whose LR never fell says nothing about the drop a decay brings
-    return FinishedFit(curve.alpha, curve.c if s2_end[0] > 0.05 else math.nan, dict(meta or {}))
+    return FinishedFit(curve.alpha, curve.c if s2_end[0] > 0.05 else math.nan, dict(meta or {}), final)
+
+
+def level_prior(fits: list[FinishedFit], meta: dict) -> tuple[float, float] | None:
+    """(final value, log sigma) from the finished runs of the same task (module doc), or None."""
+    same = [f.final for f in fits if math.isfinite(f.final) and f.final > 0
+            and all(meta.get(k) is not None and f.meta.get(k) == meta[k] for k in LEVEL_FIELDS)]
+    if len(same) < 2:
+        return None
+    logs = np.log(same)
+    spread = float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / len(logs))
+    return math.exp(float(logs.mean())), max(spread, LEVEL_SIGMA_MIN)
 
 
 def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: CurvePrior = CurvePrior()) -> CurvePrior:
@@ -47,4 +66,6 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     drop = float(np.average([f.drop for f in fits if math.isfinite(f.drop)], weights=w[seen])) \
         if seen.any() else default.drop
     matched = float(w.sum() / w.max())  # effective number of equally relevant finished jobs
-    return CurvePrior(alpha, drop, weight=default.weight * min(2.0, 1.0 + 0.1 * matched))
+    level = level_prior(fits, meta)
+    return CurvePrior(alpha, drop, weight=default.weight * min(2.0, 1.0 + 0.1 * matched),
+                      final=None if level is None else level[0], final_sigma=math.inf if level is None else level[1])

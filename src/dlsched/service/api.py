@@ -142,13 +142,14 @@ def allowed_hosts(bind: str, extra: tuple[str, ...] = ()) -> frozenset[str] | No
 
 def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str | Path | None = None,
                token: str | None = None, max_body: int = DEFAULT_MAX_BODY, loop_thread=None,
-               validate=None, hosts: frozenset[str] | None = None, node_table=None) -> Any:
+               validate=None, hosts: frozenset[str] | None = None, node_table=None,
+               jobs_dir: str | Path | None = None) -> Any:
     """The ASGI application. ``token=None`` means no authentication (``--no-auth``, loopback binds only: see
     ``Service``); ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``);
     ``hosts``: see ``allowed_hosts``; ``node_table()``: the loop's ``NodeStatus`` rows (``/nodes``, the
     dashboard's lost-node marks)."""
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None)
-    jobs_root = Path(state_dir) / "jobs" if state_dir else None
+    jobs_root = Path(jobs_dir) if jobs_dir is not None else Path(state_dir) / "jobs" if state_dir else None
     parser = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="dlsched-parse")
 
     def read_spec(body: bytes, fmt: str | None):

@@ -22,6 +22,7 @@ import pandas as pd
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
+from dlsched.perf.efficiency import GradientNoise
 from dlsched.policy.base import NodeView
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.finish_times import shown_times
@@ -58,7 +59,7 @@ def _clean(x):
 def _noise_scale(p: dict) -> float | None:
     """The gradient noise scale a dlsched.torch job reported (tr Σ / |G|², in samples), else None."""
     sqr, var, batch = p.get("grad_sqr"), p.get("grad_var"), p.get("noise_batch")
-    return _clean(var * batch / sqr) if sqr and var is not None and batch else None
+    return _clean(GradientNoise(sqr, var).noise_scale(batch)) if sqr and var is not None and batch else None
 
 
 def gantt_intervals(allocations: list[dict], end_times: dict[int, float | None], now: float) -> list[dict]:

@@ -15,6 +15,10 @@ A command job (``command: [python, train.py, ...]``) runs a program, so it is he
 ``python path/to/script.py [args]`` with the script inside an allowed job directory; ``bash``, ``python -c``,
 ``python -m`` and every other program are refused.
 
+An ensemble job given an ensemble YAML (``params: {path: ...}``) imports the model classes that file names, so the
+YAML must lie in an allowed job directory and each ``models[i].model`` is held to the entry rule, resolved from
+the YAML's ``base_dir`` (default: its folder) as the FLEET runtime resolves it.
+
 Everything else is refused at submission with one line. See ``docs/security.md``.
 """
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlsched.documents import read_yaml_file
+from dlsched.errors import UserError
 from dlsched.spec import SpecError
 
 # dlsched's own entry points, always allowed: an ensemble job's loader (``kind: ensemble``). Never a package
@@ -45,8 +51,9 @@ class EntryRules:
         return cls(wd, tuple((wd / r).resolve() for r in roots) or (wd,), BUILTIN_MODULES + tuple(modules),
                    tuple(Path(f).resolve() for f in forbidden))
 
-    def check(self, entry: str, source: str = "job spec", field: str = "entry") -> None:
-        """Raise ``SpecError`` (one line naming the field and value) unless ``entry`` is allowed."""
+    def check(self, entry: str, source: str = "job spec", field: str = "entry", base: Path | None = None) -> None:
+        """Raise ``SpecError`` (one line naming the field and value) unless ``entry`` is allowed; a relative file
+        resolves from ``base`` (default: the working directory)."""
         target, _, func = entry.rpartition(":")
 
         def refuse(why: str) -> None:
@@ -57,7 +64,7 @@ class EntryRules:
         if func.startswith("_"):
             refuse("names a private attribute; give a public function such as make_job")
         if target.endswith(".py"):
-            self._check_file(target, refuse)
+            self._check_file(target, refuse, base)
             return
         if not any(target == m or target.startswith(m + ".") for m in self.modules):
             allowed = ", ".join(self.modules)
@@ -74,11 +81,38 @@ class EntryRules:
             refuse("does not name a .py script right after python (no -c, -m or other options)")
         self._check_file(command[1], refuse)
 
-    def _check_file(self, target: str, refuse) -> None:
+    def check_ensemble(self, params: dict, source: str = "job spec") -> None:
+        """Raise ``SpecError`` unless the ensemble YAML ``params['path']`` and every model it names are allowed
+        (see the module doc). Without a ``path`` the ensemble is built by the entry's own, allowed, code."""
+        path = params.get("path")
+        if path is None:
+            return
+
+        def refuse(why: str) -> None:
+            raise SpecError(f"{source}: field params.path: {str(path)[:120]!r} {why}")
+
+        if not isinstance(path, str):
+            refuse("is not a file path")
+        self._check_file(path, refuse)
+        yaml_file = (self.workdir / path).resolve()
+        try:
+            doc = read_yaml_file(yaml_file)
+        except UserError as e:
+            raise SpecError(f"{source}: field params.path: {e}") from None
+        doc = doc if isinstance(doc, dict) else {}
+        base_dir = doc.get("base_dir")
+        base = self.workdir / base_dir if isinstance(base_dir, str) else yaml_file.parent
+        models = doc.get("models") if isinstance(doc.get("models"), list) else []
+        for i, m in enumerate(models):
+            model = m.get("model") if isinstance(m, dict) else None
+            if isinstance(model, str):   # a missing or malformed one is the runtime's one-line spec error
+                self.check(model, f"{source}: {path}", f"models[{i}].model", base)
+
+    def _check_file(self, target: str, refuse, base: Path | None = None) -> None:
         path = Path(target)
         if ".." in path.parts:
             refuse("contains '..'; give a path inside an allowed job directory")
-        resolved = (self.workdir / path).resolve()
+        resolved = ((base or self.workdir) / path).resolve()
         if not any(resolved.is_relative_to(r) for r in self.roots):
             refuse(f"is outside the allowed job directories ({', '.join(map(str, self.roots))})")
         if any(resolved.is_relative_to(f) for f in self.forbidden):

@@ -39,6 +39,36 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
 ENSEMBLE_EVENTS = ("job_profiled", "job_flotillas", "job_member_converged", "job_finished", "job_stopped")
 
 
+# what members_left reads: the profiles (rates, epoch caps), each plan (samples done, flotilla rates), departures
+MEMBER_WORK_EVENTS = ("job_profiled", "job_flotillas", "job_member_converged")
+
+
+def members_left(events: Iterable[dict], now: float) -> tuple[tuple[str, tuple[float, ...], float], ...]:
+    """Each still-training member as (name, profiled samples/s on 1..m slots, samples left to its epoch cap), from
+    a job's events, oldest first; what it trained since the last plan is taken at its flotilla's rate (a member
+    that stops early by patience leaves sooner). Empty before the runtime profiled its members."""
+    rates: dict[str, tuple[float, ...]] = {}
+    cap: dict[str, float] = {}
+    done: dict[str, float] = {}
+    speed: dict[str, float] = {}
+    gone: set[str] = set()
+    planned_at = now
+    for e in events:
+        d = e["detail"]
+        if e["kind"] == "job_profiled":
+            rates = {p["member"]: tuple(float(r) for r in p["rates"]) for p in d.get("profiles", [])}
+            cap = {k: float(v) for k, v in d.get("max_samples", {}).items()}
+        elif e["kind"] == "job_flotillas":
+            done = {k: float(v) for k, v in d.get("samples_done", {}).items()}
+            speed = {m: float(f["rate"]) for f in d.get("flotillas", []) for m in f.get("members", {})}
+            planned_at = float(e["time"])
+        elif e["kind"] == "job_member_converged":
+            gone.add(d["member"])
+    since = max(0.0, now - planned_at)
+    return tuple((name, r, max(1.0, cap[name] - done.get(name, 0.0) - speed.get(name, 0.0) * since))
+                 for name, r in rates.items() if name not in gone and name in cap)
+
+
 def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
     return ensemble_status(store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS))
 

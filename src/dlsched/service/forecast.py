@@ -1,7 +1,11 @@
 """When will each active job start and finish *under the scheduling policy*: the live policy rolled forward on
 a virtual clock, through the same round as the live loop and the simulator (``dlsched.round.schedule``), each
 job advancing at the rate its fitted speed model gives for the allocation it would get. A job without remaining
-work or a rate gets a start but no finish. Pure: ``now`` and the policy are inputs.
+work or a rate gets a start but no finish. An ensemble whose members are known (``with_members``) is rolled forward
+member by member: FLEET plans flotillas of the still-training members inside the GPUs it would get (one pool of
+slots, as the runtime plans; producer cores not limiting: the service does not know the runtime's), each member
+leaves at its own end, and the ensemble then asks for fewer GPUs; its finish is its last member's. Pure: ``now`` and
+the policy are inputs.
 """
 from __future__ import annotations
 
@@ -11,9 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from dlsched.policy.base import ClusterView, JobView, Policy
+from dlsched.policy.base import ClusterView, JobView, NodeView, Policy
+from dlsched.policy.fleet import ModelProfile
 from dlsched.policy.placement import consolidated
 from dlsched.round import Preempt, Resize, Start, schedule
+from dlsched.sim.fleet import EnsembleProgress, Member, fleet_planner
 
 
 # seconds of no progress charged for a (re)start and for a resize until the live loop has measured its own
@@ -45,13 +51,42 @@ class _State:
     start: float | None = None
     finish: float | None = None
     snap: tuple | None = None             # (state key, JobView) of the last decision
+    members: EnsembleProgress | None = None   # an ensemble's still-training members
+
+
+def with_members(view: JobView, members: Sequence[tuple[str, Sequence[float], float]]) -> JobView:
+    """An ensemble's view carrying its still-training members as (name, samples/s on 1..m slots, samples left)
+    (``service.fleet_status.members_left``), so the forecast runs each to its own end."""
+    if not members:
+        return view
+    return dataclasses.replace(view, remaining_samples=sum(m[2] for m in members),
+                               attrs={**view.attrs, "members": tuple(members)})
+
+
+def _members(view: JobView) -> EnsembleProgress | None:
+    members = view.attrs.get("members") if view.kind == "ensemble" else None
+    if not members:
+        return None
+    # the runtime re-plans every still-training member at each departure and share change (reform="event")
+    return EnsembleProgress([Member(ModelProfile(n, tuple(r)), w) for n, r, w in members], fleet_planner(reform="event"))
+
+
+def _slots(gpus: int) -> ClusterView:
+    return ClusterView((NodeView("share", gpus),))
 
 
 def _snapshot(s: _State) -> JobView:
-    """The job as the policy sees it now; a waiting job's view does not change, so it is rebuilt only on change."""
-    key = (s.left, s.batch, s.attained, s.run_time, tuple(s.nodes.items()))
+    """The job as the policy sees it now; a waiting job's view does not change, so it is rebuilt only on change.
+    An ensemble asks for no more GPUs than its still-training members can use."""
+    left = len(s.members.remaining) if s.members is not None else 0
+    key = (s.left, s.batch, s.attained, s.run_time, tuple(s.nodes.items()), left)
     if s.snap is None or s.snap[0] != key:
-        s.snap = (key, dataclasses.replace(s.view, placement=s.nodes, current_batch_size=s.batch,
+        view = s.view
+        if s.members is not None:
+            useful = sum(m.profile.max_gpus for m in s.members.remaining)
+            view = dataclasses.replace(view, requested_gpus=min(view.requested_gpus, useful), min_gpus=min(view.min_gpus, useful),
+                                       max_gpus=min(view.max_gpus or useful, useful))
+        s.snap = (key, dataclasses.replace(view, placement=s.nodes, current_batch_size=s.batch,
                                            remaining_samples=s.left, attained_service=s.attained, run_time=s.run_time))
     return s.snap[1]
 
@@ -99,7 +134,7 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
     observed = observed or {}
     states = {v.id: _State(v, v.remaining_samples, v.num_gpus, v.current_batch_size, dict(v.placement),
                            attained=v.attained_service, run_time=v.run_time,
-                           start=now if v.num_gpus > 0 else None) for v in views}
+                           start=now if v.num_gpus > 0 else None, members=_members(v)) for v in views}
     for s in states.values():
         s.rate = rate_for(s.view, s.gpus, len(s.nodes), s.batch, observed.get(s.view.id)) if s.gpus else 0.0
     t, decisions, t_wall = now, 0, time.perf_counter()
@@ -131,7 +166,9 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
                 s.rate = rate_for(s.view, n, len(nodes), b, observed.get(s.view.id))
             s.gpus, s.batch, s.nodes = n, b, nodes
         # next event: a completion, or the next periodic decision; once nothing can complete, nothing is learnt
-        ends = [t + s.pause + s.left / s.rate for s in active if s.gpus > 0 and s.left is not None and s.rate]
+        ends = [t + s.pause + (s.members.next_departure(_slots(s.gpus)) if s.members is not None else s.left / s.rate)
+                for s in active if s.gpus > 0 and (s.members is not None or (s.left is not None and s.rate))]
+        ends = [e for e in ends if e < math.inf]
         if not ends:
             cut_short = False
             break
@@ -148,7 +185,10 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
             s.run_time += dt
             work_s = max(0.0, dt - s.pause)
             s.pause = max(0.0, s.pause - dt)
-            if s.left is not None and s.rate:
+            if s.members is not None:
+                s.finish = s.members.advance(t + dt - work_s, work_s, _slots(s.gpus))
+                s.left = s.members.work_left()
+            elif s.left is not None and s.rate:
                 if s.left <= work_s * s.rate * (1 + 1e-9):
                     s.finish, s.left = t + (dt - work_s) + s.left / s.rate, 0.0
                 else:

@@ -12,7 +12,8 @@ import time
 from typing import Callable
 
 from dlsched.policy.base import ClusterView, Policy
-from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast
+from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
+from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast, with_members
 from dlsched.service.job_models import JobModels, job_view
 from dlsched.service.store import ACTIVE, Store
 
@@ -75,7 +76,9 @@ class Forecaster:
             if j.cancel_requested:
                 continue
             v = job_view(j, speeds.get(j.id), self.typical_delay("resize", RESIZE_S))
-            if v.remaining_samples is None and j.id in totals:
+            if v.kind == "ensemble":
+                v = with_members(v, members_left(self.store.events(j.id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS), now))
+            elif v.remaining_samples is None and j.id in totals:
                 v = dataclasses.replace(v, remaining_samples=max(0.0, totals[j.id] - j.samples))
             views.append(v)
         f = forecast(views, self.cluster_view(now), self.policy, now,

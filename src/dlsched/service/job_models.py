@@ -2,6 +2,10 @@
 snapshot, the pending start/resize timing), in one place, so an ended job is dropped by one ``forget``."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from dlsched.perf.prior import FinishedFit, prior_from_fits
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
@@ -55,7 +59,7 @@ class JobModels:
         self._seen_progress: dict[int, int] = {}                    # progress rows at the last refit
         self._rates: dict[int, float] = {}           # observed samples/s
         self._totals: dict[int, float] = {}          # predicted total samples (target-loss jobs)
-        self._views: dict[int, tuple] = {}           # (record, speed, JobView) of the last snapshot
+        self._views: dict[int, tuple] = {}           # (record, speed, restart_s, JobView) of the last snapshot
         self._changed_at: dict[int, tuple[str, float, int]] = {}    # (start|resize, when, workers) not yet seen
         self._last_fits: dict[int, FinishedFit] = {}  # the newest annealing fit of each running job
         self._finished: list[FinishedFit] = []        # of jobs that finished here: the prior of new ones
@@ -75,13 +79,14 @@ class JobModels:
         return prior_from_fits(self._finished, job_meta(job)) if self._finished else None
 
     def snapshot(self, job: JobRecord) -> JobView:
-        """The policy's view of a job; reused while neither the record nor its speed model changed."""
+        """The policy's view of a job; reused while none of the record, its speed model and the measured resize
+        pause changed."""
         speed = self._speeds.get(job.id)
         hit = self._views.get(job.id)
-        if hit is not None and hit[0] is job and hit[1] is speed:
-            return hit[2]
+        if hit is not None and hit[0] is job and hit[1] is speed and hit[2] == self.restart_s:
+            return hit[3]
         view = job_view(job, speed, self.restart_s)
-        self._views[job.id] = (job, speed, view)
+        self._views[job.id] = (job, speed, self.restart_s, view)
         return view
 
     def forecast_inputs(self) -> tuple[dict[int, ThroughputModel], dict[int, float], dict[int, float]]:
@@ -104,7 +109,10 @@ class JobModels:
                                     schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None,
                                     prior=self.curve_prior(job))
         if pred.loss_fit and "alpha" in pred.loss_fit:
-            self._last_fits[job.id] = FinishedFit(pred.loss_fit["alpha"], pred.loss_fit["drop"], job_meta(job))
+            # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
+            losses = [r["loss"] for r in progress[-3:] if isinstance(r.get("loss"), (int, float))]
+            self._last_fits[job.id] = FinishedFit(pred.loss_fit["alpha"], pred.loss_fit["drop"], job_meta(job),
+                                                  float(np.median(losses)) if losses else math.nan)
         if refit_speed:
             self._speed_fits[job.id] = (configs, now)
         if speed is not None:

@@ -49,11 +49,13 @@ class LiveLoop:
     """One scheduler instance over a store and a backend. ``round()`` is one pass of the loop."""
 
     def __init__(self, store: Store, backend: Backend, cluster: ClusterSpec, state_dir: str | Path,
-                 policy: Policy | None = None, clock=time.time, forecast_every_s: float = FORECAST_EVERY_S):
+                 policy: Policy | None = None, clock=time.time, forecast_every_s: float = FORECAST_EVERY_S,
+                 jobs_dir: str | Path | None = None):
         self.store = store
         self.backend = backend
         self.cluster = cluster
         self.state_dir = Path(state_dir)
+        self.jobs_dir = Path(jobs_dir) if jobs_dir is not None else self.state_dir / "jobs"   # job folders
         self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
@@ -83,7 +85,7 @@ class LiveLoop:
             raise SpecError(f"{source}: policy {self.cluster.policy}: {e}") from None
 
     def job_dir(self, job_id: int) -> Path:
-        return self.state_dir / "jobs" / str(job_id)
+        return self.jobs_dir / str(job_id)
 
     # -- restart -----------------------------------------------------------------------------------
     def recover(self) -> None:

@@ -60,11 +60,13 @@ class Service:
                  token: str | None = None, runtime: list[str] | None = None, workdir: str | Path | None = None,
                  max_body: int = DEFAULT_MAX_BODY, policy: Policy | None = None, backend=None, auth: bool = True,
                  token_file: str | Path | None = None, extra_hosts: tuple[str, ...] = (),
-                 entry_roots: tuple[str | Path, ...] = (), entry_modules: tuple[str, ...] = ()):
+                 entry_roots: tuple[str | Path, ...] = (), entry_modules: tuple[str, ...] = (),
+                 jobs_dir: str | Path | None = None):
         if not auth and not is_loopback(host):
             raise UserError(f"--host {host}: --no-auth is for a loopback bind only; beyond it every request needs a token")
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.jobs_dir = Path(jobs_dir) if jobs_dir is not None else self.state_dir / "jobs"
         self.token_file = Path(token_file) if token_file else self.state_dir / TOKEN_FILE_NAME
         if not auth:
             self.token = None
@@ -76,17 +78,18 @@ class Service:
         self.store = Store(self.state_dir / "dlsched.db")
         self.backend = backend or make_backend(cluster, runtime=runtime, workdir=workdir)
         try:
-            self.loop = LiveLoop(self.store, self.backend, cluster, self.state_dir, policy=policy)
+            self.loop = LiveLoop(self.store, self.backend, cluster, self.state_dir, policy=policy,
+                                 jobs_dir=self.jobs_dir)
         except ValueError as e:   # unknown policy name
             raise UserError(f"cluster spec: policy: {e}") from None
         self.thread = LoopThread(self.loop, cluster.interval_s)
         self.workdir = Path(workdir) if workdir is not None else Path.cwd()
         # job code only from the allowed job directories / modules (entries.py); never from the state directory
         self.entries = EntryRules.make(self.workdir, tuple(entry_roots), tuple(entry_modules),
-                                       forbidden=(self.state_dir,))
+                                       forbidden=(self.state_dir, self.jobs_dir))
         # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
         self.check_entries = runtime is None
-        app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
+        app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body, jobs_dir=self.jobs_dir,
                          loop_thread=self.thread, validate=self.validate, hosts=allowed_hosts(host, extra_hosts),
                          node_table=lambda: self.loop.nodes.table)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
@@ -101,6 +104,8 @@ class Service:
             self.entries.check(entry, source)
         if command:
             self.entries.check_command(command, source)
+        if spec.kind == "ensemble":
+            self.entries.check_ensemble(spec.params, source)
         self.loop.validate(spec, source)
         if self.check_entries and spec.kind == "train" and entry:
             check_entry(entry, spec.params, self.workdir, source)

@@ -31,6 +31,7 @@ from dlsched.perf.profile import POLLUX_APPS
 from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
 from dlsched.policy.placement import consolidated, most_free_first
 from dlsched.round import Resize, schedule
+from dlsched.sim.ensemble_job import ensemble_speed, share_view
 from dlsched.sim.job_state import SimJob
 from dlsched.sim.metrics import SimResult
 from dlsched.sim.remaining import parse_remaining
@@ -77,8 +78,8 @@ class Simulator:
         self.jobs.sort(key=lambda j: j.spec.submit_time)   # stable: input order on ties
         self._by_idx = {j.idx: j for j in self.jobs}
         for j in self.jobs:
-            if j.app is None and not j.spec.duration:
-                raise UserError(f"job {j.spec.id}: neither an application nor a duration")
+            if j.lazy and not j.spec.duration:
+                raise UserError(f"job {j.spec.id}: neither an application, a duration nor ensemble members")
             if j.app is not None and j.spec.batch_size is not None and not (
                     j.app.init_batch_size <= j.spec.batch_size <= j.app.max_batch_size):
                 raise UserError(f"job {j.spec.id}: field batch_size={j.spec.batch_size} is outside the batch sizes "
@@ -103,7 +104,7 @@ class Simulator:
         self.free = {n.name: n.num_gpus for n in cluster.nodes}
         self.used = 0
         self.requested = 0          # GPUs requested by active jobs
-        self.trace_active = 0       # active trace-driven jobs
+        self.stepped_active = 0     # active trace-driven and ensemble jobs (advanced every interval)
         self.short = 0              # running jobs holding fewer/more GPUs than requested
         self._validate_at_submit()
 
@@ -141,6 +142,15 @@ class Simulator:
                 max_local_batch=app.max_local_bsz, min_local_batch=app.min_local_bsz, max_gpus=job.max_gpus,
                 attained_service=job.attained, run_time=job.run_time, placement=job.nodes, current_batch_size=job.batch,
                 remaining_samples=job.remaining(self.remaining, self.t, speed), speed=speed, attrs=attrs)
+        if job.ensemble is not None:
+            work = job.spec.ensemble
+            speed = ensemble_speed(job.ensemble.remaining, work.pre, self.cluster)
+            useful = min(work.max_gpus or self.total_gpus, max(1, speed.useful_gpus(self.total_gpus)))
+            return JobView(
+                id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=min(job.spec.requested_gpus, useful),
+                max_gpus=useful, attained_service=job.attained, run_time=job.run_time, placement=job.nodes,
+                remaining_samples=job.remaining(self.remaining, self.t), speed=speed, kind="ensemble",
+                attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty})
         return JobView(
             id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
             max_gpus=job.spec.requested_gpus, attained_service=job.attained, run_time=job.run_time,
@@ -167,7 +177,7 @@ class Simulator:
 
     def _reallocate(self, job: SimJob, nodes: Mapping[str, int], batch: int | None, changed: bool | None = None) -> None:
         """Give ``job`` these nodes (and batch size); a changed node map costs a restart."""
-        if job.app is None:
+        if job.lazy:
             job.sync_lazy(self.t)
         if batch is not None and job.app is not None:
             job.batch = int(min(max(batch, job.app.init_batch_size), job.app.max_batch_size))
@@ -176,33 +186,34 @@ class Simulator:
         if changed:
             self._set_nodes(job, nodes)
             if nodes:
-                job.rescale_left = self.cfg.restart_penalty
+                # an ensemble's members pay their own restarts when FLEET re-plans them on the new share
+                job.rescale_left = self.cfg.restart_penalty if job.ensemble is None else 0.0
                 job.restarts += 1
                 if job.start is None:
                     job.start = self.t
         if job.app is not None and job.ngpus:
             job.split = job.app.split_batch(job.batch, job.ngpus)
-        if job.app is None and changed:
+        if job.lazy and changed:
             self._schedule_finish(job)
 
     def _admit(self, job: SimJob) -> None:
         self.active[job.idx] = job
         self.requested += job.spec.requested_gpus
-        self.trace_active += job.app is not None
+        self.stepped_active += not job.lazy
         job.last_t = self.t
 
     def _complete(self, job: SimJob) -> None:
         self._set_nodes(job, {})
         del self.active[job.idx]
         self.requested -= job.spec.requested_gpus
-        self.trace_active -= job.app is not None
+        self.stepped_active -= not job.lazy
 
     # --- decisions ------------------------------------------------------------------------------
     def _fast_path(self) -> bool:
         """Rigid policies give everyone their request when all requests fit: place newcomers, skip the policy.
 
         Trace jobs always go through the policy (its placement order is part of the peer's semantics)."""
-        if not self.policy.rigid or self.trace_active or self.short or self.requested > self.total_gpus:
+        if not self.policy.rigid or self.stepped_active or self.short or self.requested > self.total_gpus:
             return False
         for j in list(self.active.values()):
             if not j.ngpus:
@@ -215,7 +226,7 @@ class Simulator:
             return True
         active = list(self.active.values())
         for j in active:
-            if j.app is None and j.ngpus:
+            if j.lazy and j.ngpus:
                 j.sync_lazy(self.t)
         decision = schedule(self.policy, [self._view(j) for j in active], ClusterView(self.cluster.nodes, self.t),
                             self.strategy)
@@ -224,7 +235,7 @@ class Simulator:
         # Release first, then grant, so that the free-GPU bookkeeping never goes negative midway.
         for j in active:
             if j.spec.id in moved and j.ngpus:
-                if j.app is None:
+                if j.lazy:
                     j.sync_lazy(self.t)
                 self._set_nodes(j, {})
         for j in active:
@@ -253,10 +264,15 @@ class Simulator:
                     step = max(interval, math.ceil((nxt - self.t) / interval - 1e-9) * interval)
             if cfg.horizon is not None:
                 step = min(step, max(interval, math.ceil((cfg.horizon - self.t) / interval) * interval))
-            for j in running_trace:
-                j.advance_trace(self.t, step)
-            self.t += step
             events = False
+            for j in running_trace:
+                if j.ensemble is None:
+                    j.advance_trace(self.t, step)
+                else:
+                    left = len(j.ensemble.finish)
+                    j.advance_ensemble(self.t, step, share_view(j.nodes, self.cluster))
+                    events |= len(j.ensemble.finish) != left   # a member left: the ensemble's demand changed
+            self.t += step
             for j in running_trace:
                 if j.finish is not None:
                     self._complete(j)
@@ -282,15 +298,15 @@ class Simulator:
                     stable = self._decide() or self.policy.event_driven
             else:
                 stable = True
-            running_trace = ([j for j in self.active.values() if j.app is not None and j.ngpus]
-                             if self.trace_active else [])
+            running_trace = ([j for j in self.active.values() if not j.lazy and j.ngpus]
+                             if self.stepped_active else [])
             self.timeline.append((self.t, self.used, len(self.active), done))
             if self.on_progress:
                 self.on_progress(self.t, done, len(jobs))
             if cfg.horizon is not None and self.t >= cfg.horizon:
                 break
         for j in self.active.values():
-            if j.app is None:
+            if j.lazy:
                 j.sync_lazy(self.t)
         return SimResult.from_jobs(self.policy.name, self.jobs, self.timeline, self.total_gpus, self.t, cfg.horizon)
 

@@ -7,9 +7,9 @@ algorithms.md §3.3 ("stop when any member converges, resume the others from che
 or group changed (other than by departures) pays ``restart_s`` of checkpoint reload before it progresses.
 
 The member-level dynamics (members of a flotilla share one rate) live here because the shared driver
-(``sim/engine.py``) advances jobs independently. ``ensemble_job_specs`` turns an ensemble into that driver's
-duration-driven jobs -- one gang job of the FLEET makespan, or one job per member trained separately -- so
-ensembles can be compared with independent jobs under any registered policy (``sim.engine.run``).
+(``sim/engine.py``) advances jobs independently. ``sim.ensemble_job.ensemble_job_specs`` turns an ensemble into that driver's jobs --
+one ensemble job whose share the policy decides (``sim/ensemble_job.py``), or one job per member trained
+separately -- so ensembles can be compared with independent jobs under any registered policy (``sim.engine.run``).
 """
 from __future__ import annotations
 
@@ -142,41 +142,99 @@ class EnsembleResult:
     timeline: tuple[Segment, ...]
 
 
+class EnsembleProgress:
+    """The members' progress inside whatever share of GPUs the ensemble holds, advanced over virtual time.
+
+    Re-plans the still-training members at every convergence and whenever the share changes (a member whose GPU
+    count or group changed, other than by departures, pays ``restart_s`` first; an unmoved member keeps what is
+    left of its own restart). Used alone (``simulate_ensemble``: a fixed cluster) and by the shared simulator's
+    ensemble jobs (``sim/ensemble_job.py``: the share is whatever the policy grants each decision)."""
+
+    def __init__(self, members: Sequence[Member], planner: Planner, pre: Preprocessing = Preprocessing(),
+                 restart_s: float = 0.0):
+        self.members = {m.name: m for m in members}
+        self.planner, self.pre, self.restart_s = planner, pre, restart_s
+        self.done = {m.name: 0.0 for m in members}
+        self.finish: dict[str, float] = {}
+        self.timeline: list[Segment] = []
+        self.groups: list[Group] = []
+        self._share: ClusterView | None = None
+        self._placed: dict[str, tuple[int, frozenset[str]]] = {}   # member -> (GPUs, group) of the current plan
+        self._delay: dict[str, float] = {}                          # member -> restart seconds still to pay
+
+    @property
+    def remaining(self) -> list[Member]:
+        return [m for m in self.members.values() if m.name not in self.finish]
+
+    def work_left(self) -> float:
+        return sum(m.work - self.done[m.name] for m in self.remaining)
+
+    def _speeds(self) -> dict[str, float]:
+        return {d: grp.rate for grp in self.groups for d in grp.gpus}
+
+    def next_departure(self, share: ClusterView) -> float:
+        """Seconds until the next member converges on ``share`` (inf when none trains there)."""
+        if share != self._share:
+            self._replan(share)
+        speed = self._speeds()
+        return min((self._delay[d] + (self.members[d].work - self.done[d]) / speed[d] for d in speed), default=math.inf)
+
+    def advance(self, t: float, seconds: float, share: ClusterView) -> float | None:
+        """Train on ``share`` over [t, t + seconds) (``math.inf``: to the end); the time the last member converged,
+        or None while some still train."""
+        end = t + seconds
+        if share != self._share:
+            self._replan(share)
+        while self.remaining and t < end:
+            speed = self._speeds()
+            if not speed:
+                if share.total_gpus and seconds == math.inf:
+                    raise RuntimeError(f"planner left {len(self.remaining)} member(s) with nothing to run")
+                break
+            dt = min(self._delay[d] + (self.members[d].work - self.done[d]) / speed[d] for d in speed)
+            step = min(dt, end - t)
+            for d in speed:
+                self.done[d] += speed[d] * max(0.0, step - self._delay[d])
+                self._delay[d] = max(0.0, self._delay[d] - step)
+            self.timeline.append(Segment(t, t + step, tuple(self.groups)))
+            t += step
+            converged = [d for d in speed if self.done[d] >= self.members[d].work * (1 - 1e-9)]
+            for d in converged:
+                self.finish[d] = t
+            if converged:
+                self._replan(share)
+        return None if self.remaining else max(self.finish.values(), default=t)
+
+    def _replan(self, share: ClusterView) -> None:
+        remaining = self.remaining
+        if not remaining or not share.total_gpus:
+            self.groups, self._placed, self._share = [], {}, share   # preempted: every member restarts later
+            return
+        free = {n.name: n.num_gpus for n in share.nodes}
+        kept = []   # running flotillas stay where they run while the share still holds their GPUs
+        for grp in self.groups:
+            spreads = list(grp.flotilla.nodes.values()) if grp.flotilla is not None else []
+            need = {n: sum(s.get(n, 0) for s in spreads) for s in spreads for n in s}
+            if spreads and all(free.get(n, 0) >= k for n, k in need.items()):
+                kept.append(grp)
+                for n, k in need.items():
+                    free[n] -= k
+        self.groups = self.planner(remaining, share, self.pre, kept)
+        self._share = share
+        placed = {d: (g, frozenset(grp.gpus)) for grp in self.groups for d, g in grp.gpus.items()}
+        for d, (g, group) in placed.items():
+            old = self._placed.get(d)
+            moved = old is None or old[0] != g or not group <= old[1]
+            self._delay[d] = self.restart_s if moved else self._delay.get(d, 0.0)
+        self._placed = placed
+
+
 def simulate_ensemble(members: Sequence[Member], cluster: ClusterView, planner: Planner,
                       pre: Preprocessing = Preprocessing(), restart_s: float = 0.0) -> EnsembleResult:
-    """Virtual clock from one convergence to the next; re-plans the remaining members at each event."""
-    done = {m.name: 0.0 for m in members}
-    remaining = list(members)
-    finish: dict[str, float] = {}
-    timeline: list[Segment] = []
-    previous: dict[str, tuple[int, frozenset[str]]] = {}
-    t = 0.0
-    groups: list[Group] = []
-    while remaining:
-        groups = planner(remaining, cluster, pre, groups)
-        if not groups:
-            raise RuntimeError(f"planner left {len(remaining)} member(s) with nothing to run")
-        by_name = {m.name: m for m in remaining}
-        delay, speed, current = {}, {}, {}
-        for grp in groups:
-            for d, g in grp.gpus.items():
-                old = previous.get(d)
-                current[d] = (g, frozenset(grp.gpus))
-                moved = old is None or old[0] != g or not current[d][1] <= old[1]
-                delay[d] = restart_s if moved else 0.0
-                speed[d] = grp.rate
-        left = {d: by_name[d].work - done[d] for d in speed}
-        dt = min(delay[d] + left[d] / speed[d] for d in speed)
-        for d in speed:
-            done[d] += speed[d] * max(0.0, dt - delay[d])
-        timeline.append(Segment(t, t + dt, tuple(groups)))
-        t += dt
-        for d in speed:
-            if done[d] >= by_name[d].work * (1 - 1e-9):
-                finish[d] = t
-        remaining = [m for m in remaining if m.name not in finish]
-        previous = {d: v for d, v in current.items() if d not in finish}
-    return EnsembleResult(t, finish, tuple(timeline))
+    """Virtual clock from one convergence to the next on a fixed cluster; re-plans the remaining members at each event."""
+    progress = EnsembleProgress(members, planner, pre, restart_s)
+    end = progress.advance(0.0, math.inf, cluster)
+    return EnsembleResult(end or 0.0, dict(progress.finish), tuple(progress.timeline))
 
 
 # ---------------------------------------------------------------- exhaustive optimum (small instances only)
@@ -259,22 +317,3 @@ def seeded_ensemble(profiles: Mapping[str, ModelProfile], n: int, seed: int = 0,
         Member(ModelProfile(f"m{i:03d}:{k}", profiles[k].rates), float(rng.integers(epochs[0], epochs[1] + 1) * dataset_size))
         for i, k in enumerate(rng.choice(keys, size=n, replace=True))
     ]
-
-
-def ensemble_job_specs(members: Sequence[Member], cluster: ClusterView, mode: str, prefix: str = "ens",
-                       submit_time: float = 0.0, pre: Preprocessing = Preprocessing(), restart_s: float = 30.0):
-    """The ensemble as jobs of the shared simulator (``dlsched.sim.workload.WorkloadJob``).
-
-    ``mode="fleet"``: one gang job asking for all of ``cluster``'s GPUs for the FLEET makespan on it;
-    ``mode="separately"``: one 1-GPU job per member, lasting work / min(r(1), its own pipeline's rate)."""
-    from dlsched.sim.workload import WorkloadJob
-
-    if mode == "fleet":
-        span = simulate_ensemble(members, cluster, fleet_planner(), pre, restart_s).makespan
-        return [WorkloadJob(prefix, submit_time, cluster.total_gpus, duration=span)]
-    if mode == "separately":
-        node = cluster.nodes[0]
-        cores = (node.num_cpus - node.num_gpus) // node.num_gpus
-        return [WorkloadJob(f"{prefix}-{i:03d}", submit_time, 1, duration=m.work / min(m.profile.rate(1), pre.rate(cores)))
-                for i, m in enumerate(members)]
-    raise ValueError(f"mode must be 'fleet' or 'separately', got {mode!r}")

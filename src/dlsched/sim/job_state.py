@@ -14,7 +14,8 @@ class SimJob:
 
     __slots__ = ("spec", "idx", "app", "batch", "nodes", "ptuple", "ngpus", "speed", "split", "epoch", "progress",
                  "rescale_left", "attained", "run_time", "finish", "start", "restarts", "work_left", "last_t",
-                 "version", "noise", "max_gpus", "view", "steps", "history", "rate_key", "predicted_rate")
+                 "version", "noise", "max_gpus", "view", "steps", "history", "rate_key", "predicted_rate",
+                 "ensemble")
 
     def __init__(self, spec: WorkloadJob, idx: int, app: TraceApp | None, noise: float):
         self.spec, self.idx, self.app = spec, idx, app
@@ -32,7 +33,8 @@ class SimJob:
         self.finish: float | None = None
         self.start: float | None = None
         self.restarts = -1
-        self.work_left = spec.duration if app is None else None
+        self.ensemble = spec.ensemble.progress() if spec.ensemble is not None else None
+        self.work_left = spec.duration if self.lazy else None
         self.last_t = 0.0
         self.version = 0
         self.noise = noise
@@ -49,6 +51,17 @@ class SimJob:
             # (TraceThroughput), so Optimus and elastic-gpu-only stop there as before.
             by_batch = app.max_batch_size // app.min_local_bsz
             self.max_gpus = max(1, min(by_batch, app.max_gpus or by_batch))
+
+    @property
+    def lazy(self) -> bool:
+        """A duration job: its finish time follows from its rate, so it is advanced only when something changes."""
+        return self.app is None and self.ensemble is None
+
+    def advance_ensemble(self, t: float, seconds: float, share) -> None:
+        """An ensemble job from time t on the share it holds: its members train (and restart) in flotillas."""
+        self.run_time += seconds
+        self.attained += seconds * self.ngpus
+        self.finish = self.ensemble.advance(t, seconds, share)
 
     def advance_trace(self, t: float, seconds: float) -> None:
         """The peer's Job.step from time t: restart delay first, then epochs at the current goodput."""
@@ -107,8 +120,10 @@ class SimJob:
         if mode.kind == "none":
             return None
         if mode.kind == "predicted":
-            return self._predicted(t, speed) if self.app is not None else None
-        if self.app is None:
+            return self._predicted(t, speed) if self.app is not None else None   # ensembles: no predictor here
+        if self.ensemble is not None:
+            left = self.ensemble.work_left()
+        elif self.app is None:
             left = self.work_left
         else:
             left = self.app.remaining_iterations(self.batch, self.epoch) * self.batch

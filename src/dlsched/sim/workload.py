@@ -24,8 +24,9 @@ GAVEL_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "ne
 
 @dataclass(frozen=True)
 class WorkloadJob:
-    """One job of a workload. Either trace-driven (``app`` + ``batch_size``: progress from the Pollux traces) or
-    duration-driven (``duration``: seconds of work when run on ``requested_gpus``)."""
+    """One job of a workload. Trace-driven (``app`` + ``batch_size``: progress from the Pollux traces),
+    duration-driven (``duration``: seconds of work when run on ``requested_gpus``) or an ensemble (``ensemble``: its
+    members train in flotillas inside the share the policy gives it, ``sim/ensemble_job.py``)."""
 
     id: str
     submit_time: float
@@ -34,6 +35,7 @@ class WorkloadJob:
     batch_size: int | None = None
     duration: float | None = None
     priority: float = 1.0
+    ensemble: "EnsembleWork | None" = None   # dlsched.sim.ensemble_job (not imported: it builds WorkloadJobs)
 
 
 @dataclass

@@ -12,6 +12,8 @@ from typing import Any, Iterator
 
 from torch.utils.data import DataLoader, Dataset
 
+from dlsched.errors import UserError
+from dlsched.torch.adaptive_batch import AdaptiveBatch
 from dlsched.train.data import split_global_batch
 
 
@@ -30,6 +32,17 @@ class ElasticDataLoader:
         self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
         self._session = current_session()
         self._session.attach_loader(len(dataset), batch_size, shuffle, seed)
+
+    def autoscale_batch_size(self, max_batch_size: int, local_bsz_bounds: tuple[int | None, int | None] | None = None
+                             ) -> None:
+        """Opt in, as in AdaptDL: the job moves its global batch within [batch_size, max_batch_size] (local
+        batch within ``local_bsz_bounds``) to the goodput-optimal one (``dlsched.torch.adaptive_batch``). Call
+        before the training loop."""
+        if max_batch_size < self.batch_size:
+            raise UserError(f"autoscale_batch_size: max_batch_size={max_batch_size} is below batch_size={self.batch_size}")
+        if self._session.joined:
+            raise UserError("autoscale_batch_size: call it before the training loop starts")
+        self._session.adaptive = AdaptiveBatch(max_batch_size, local_bsz_bounds)
 
     @property
     def current_batch_size(self) -> int:

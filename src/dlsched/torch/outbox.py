@@ -6,7 +6,9 @@ import time
 
 from dlsched.train.protocol import PROGRESS_QUEUE
 
-FLUSH_S = 0.25  # step records reach progress.jsonl at most this late
+FLUSH_S = 0.25
+SHOWN_STANDALONE = ("event", "step", "epoch", "loss", "lr", "metrics", "from_batch", "to_batch", "goodput",
+                    "efficiency", "rule", "factor")  # step records reach progress.jsonl at most this late
 
 
 class ProgressOutbox:
@@ -19,7 +21,7 @@ class ProgressOutbox:
         if self.store is None:  # standalone: the user's terminal, every event and every 50th step
             if "event" not in record and record["step"] % 50 and not record["metrics"]:
                 return
-            shown = {k: v for k, v in record.items() if k in ("event", "step", "epoch", "loss", "lr", "metrics")}
+            shown = {k: v for k, v in record.items() if k in SHOWN_STANDALONE}
             print("dlsched:", json.dumps(shown), flush=True)
             return
         self.records.append(record)

@@ -26,6 +26,7 @@ from dlsched.train.data import PartitionTable, split_global_batch
 from dlsched.train.protocol import SCRIPT_JOB, STOP_PREEMPT, End, Plan, WorkerEnv, end_key, stop_key
 from dlsched.train.scaling import local_batch_sizes
 from dlsched.train.worker import connect_store
+from dlsched.torch.adaptive_batch import AdaptiveBatch
 from dlsched.torch.lr_control import LrControl
 from dlsched.torch.lr_rule import RULES, LrFactor
 from dlsched.torch.membership import GroupMembership
@@ -60,6 +61,7 @@ class Session:
         self.loader_batch: int | None = None
         self.requested_batch: int | None = None  # the scheduler's global batch; None = the loader's
         self.reference_batch: int | None = None
+        self.adaptive: AdaptiveBatch | None = None  # the loader's autoscale_batch_size opt-in
         self.epoch, self.epochs, self.step = 0, None, 0
         self.layout = 0  # bumped by every regroup: loaders rebuild their iterators
         self.open: dict | None = None  # the step whose batch is out
@@ -94,7 +96,7 @@ class Session:
 
     @property
     def local_batches(self) -> list[int]:
-        if self.plan is not None and self.plan.local_batches is not None:
+        if self.plan is not None and self.plan.local_batches is not None and sum(self.plan.local_batches) == self.global_batch:
             return self.plan.local_batches
         return local_batch_sizes(self.global_batch, self.world)
 
@@ -121,7 +123,10 @@ class Session:
             self.table = PartitionTable.from_snapshot(plan.table)
             self.epoch = self.table.epoch
         self.reference_batch = plan.reference_batch
-        self.requested_batch = sum(plan.local_batches) if plan.local_batches else self.requested_batch
+        if self.adaptive is not None:  # the job picks its own batch: keep it, within bounds at this size
+            self.requested_batch = self.adaptive.regrouped(self.global_batch, self.world, self._reference())
+        else:
+            self.requested_batch = sum(plan.local_batches) if plan.local_batches else self.requested_batch
         if self.global_batch != self.factor.batch:
             self.lr_control.retarget()
 
@@ -143,13 +148,16 @@ class Session:
 
     def _state(self) -> dict:
         return {"objects": self.registry.state(), "noise": self.noise.state_dict(), "factor": asdict(self.factor),
-                "epoch": self.epoch, "requested_batch": self.requested_batch}
+                "epoch": self.epoch, "requested_batch": self.requested_batch,
+                "adaptive": self.adaptive.state_dict() if self.adaptive is not None else None}
 
     def _load(self, state: dict) -> None:
         self.registry.load(state["objects"])
         self.noise.load_state_dict(state["noise"])
         self.factor = LrFactor(**state["factor"])
         self.epoch, self.requested_batch = state["epoch"], state["requested_batch"]
+        if self.adaptive is not None and state.get("adaptive"):
+            self.adaptive.load_state_dict(state["adaptive"])
         if "table" in state:  # a checkpoint (a broadcast's table comes with the plan)
             self.step = state["step"]
             self.table = PartitionTable.from_snapshot(state["table"]) if state["table"] else self.table
@@ -182,11 +190,14 @@ class Session:
         return mine
 
     def extras(self, step_open: dict | None) -> torch.Tensor:
-        """[stop flag, this rank's |g_local|² (set by EDP), compute seconds per rank] for the all-reduce."""
-        out = torch.zeros(2 + self.world)
+        """[stop flag, this rank's |g_local|² (set by EDP), rank 0's proposed batch (0: none), compute seconds
+        per rank] for the all-reduce."""
+        out = torch.zeros(3 + self.world)
         if step_open is not None:
             out[0] = step_open["flag"]
-            out[2 + self.rank] = time.perf_counter() - step_open["started"]
+            out[3 + self.rank] = time.perf_counter() - step_open["started"]
+        if self.adaptive is not None and self.adaptive.proposed:
+            out[2] = self.adaptive.proposed
         return out
 
     def boundary(self) -> None:
@@ -203,7 +214,9 @@ class Session:
             reduced = tail.tolist()
         wall = time.perf_counter() - self.last_boundary  # data loading included: the step as the job sees it
         if self.rank == 0:
-            self._emit(self._step_record(step_open["n"], wall, reduced[2:]))
+            self._emit(self._step_record(step_open["n"], wall, reduced[3:]))
+        if self.adaptive is not None:
+            self.adaptive.at_boundary(self, int(reduced[2]), wall)
         if self.job_dir is not None and self.ckpt_every and self.step % self.ckpt_every == 0 and self.rank == 0:
             self._save()
         flag = reduced[0]

@@ -109,8 +109,11 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     report.preprocess_per_core = preprocessing_rate(data[0], batch)
     for m in members:
         report.profiles[m.name] = profile_member(m, batch, shape, m.max_workers, grant.devices, scratch=ckpt_dir)
+    per_epoch = len(data[0]) // batch * batch   # samples a member trains per epoch (one shared batch a step)
     emit({"event": "profiled", "preprocess_images_per_s_per_core": report.preprocess_per_core,
-          "profiles": [p.as_record() for p in report.profiles.values()]})
+          "profiles": [p.as_record() for p in report.profiles.values()],
+          # the most samples each member can train (its epoch cap): what the service's forecast runs members to
+          "max_samples": {m.name: (m.max_epochs or conv.max_epochs) * per_epoch for m in members}})
     pre = Preprocessing(report.preprocess_per_core)
     by_name = {m.name: m for m in members}
     reports = CTX.Queue()
@@ -137,7 +140,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         cores = assign_cores(plan, cpus)
         devices = assign_devices(plan, share=grant)
         record = plan_record(plan, cores, devices, grant)
-        emit({"event": "flotillas", **record})
+        emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
         if on_plan:
             on_plan(record)
         groups = [[by_name[n] for n in f.gpus] for f in plan.flotillas]

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.policy.fleet import ModelProfile
 from dlsched.train.files import atomic_write_json
-from dlsched.train.flotilla import CTX, MemberSpec, _build, bind_device, cifar_train_transform
+from dlsched.train.flotilla import CTX, MemberSpec, _build, bind_device, cifar_train_transform, warm_up_torch
 
 CACHE_FILE = "fleet_profiles.json"
 
@@ -100,6 +100,9 @@ def _rank_main(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int,
 def measure_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, devices: Sequence[str],
                  steps: int = 4, scratch: Path | None = None) -> float:
     """r(g) from a real run of g forked ranks (one device each when ``devices`` are given)."""
+    # warm here, once: a cold fork imports the optimizer's compile machinery itself (~5 s a member on a busy
+    # 2-core machine, bench/fleet_service.py), and an ensemble profiles its members one after another
+    warm_up_torch()
     out = CTX.Queue()
     rdzv = str((scratch or Path("/tmp")) / f".profile.{os.getpid()}.{uuid.uuid4().hex}")
     procs = [CTX.Process(target=_rank_main, daemon=True,

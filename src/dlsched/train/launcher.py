@@ -21,6 +21,8 @@ The Ray hand-over, per job directory ``DIR``:
 * ``DIR/ray-workers.json`` (runtime -> backend): the slots live workers still occupy,
   ``{"in_use": {GROUP: {"worker_id", "node"}}}``. A shrink's retired slots are released by the backend
   only once absent from it, so a leaving worker is never killed under the group it still trains in.
+* The process a bundle runs is ``dlsched.train.worker`` (an all-reduce worker) or, for a parameter-server
+  job, ``dlsched.train.ps_process`` (one server or worker rank; ``--worker-id`` is its rank).
 * ``DIR/logs/worker-<id>.host.json`` (written by the worker process itself when launched by Ray):
   ``{"worker_id", "pid", "ppid", "ray_node_id", "node_ip", "hostname", "cuda_visible_devices"}``.
 """
@@ -150,8 +152,11 @@ def pin_collectives_to(ip: str | None) -> None:
         os.environ.setdefault("NCCL_SOCKET_IFNAME", iface)
 
 
-def _worker_under_ray(argv: list[str]) -> None:
-    """Entry of a worker process started in a ``ProcessHost`` actor: records where it runs, then is a worker.
+WORKER_MODULE = "dlsched.train.worker"
+
+
+def _worker_under_ray(argv: list[str], module: str = WORKER_MODULE) -> None:
+    """Entry of a process started in a ``ProcessHost`` actor: records where it runs, then runs ``module.main``.
 
     It ends when its actor (the parent) disappears - the actor was killed or its node lost - so no worker
     outlives the bundle that holds its GPU."""
@@ -171,9 +176,9 @@ def _worker_under_ray(argv: list[str]) -> None:
         "ray_node_id": os.environ.get(RAY_NODE_ENV), "node_ip": os.environ.get(RAY_NODE_IP_ENV),
         "hostname": socket.gethostname(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
-    from dlsched.train.worker import main
+    import importlib
 
-    main(argv)
+    importlib.import_module(module).main(argv)
 
 
 class RayWorker:
@@ -276,9 +281,10 @@ class RayLauncher:
         except (OSError, ValueError) as e:
             raise RuntimeError(f"{path}: the Ray backend's slot list is unreadable ({e})") from None
 
-    def start(self, argv: list[str], log_path: Path, visible: str) -> RayWorker:
+    def start(self, argv: list[str], log_path: Path, visible: str, module: str = WORKER_MODULE) -> RayWorker:
         """``visible`` is not used: a worker sees the GPU Ray gave its bundle (Ray sets CUDA_VISIBLE_DEVICES
-        for an actor with ``num_gpus``); the coordinator, which holds no GPU itself, cannot know it."""
+        for an actor with ``num_gpus``); the coordinator, which holds no GPU itself, cannot know it.
+        ``module`` is what the process runs (its ``main(argv)``)."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
         from ray.util.placement_group import get_placement_group
 
@@ -303,7 +309,7 @@ class RayLauncher:
         if gpus:
             env[GPU_PER_WORKER_ENV] = "1"
         wid = int(argv[argv.index("--worker-id") + 1])
-        info_ref = actor.launch.remote([sys.executable, "-m", "dlsched.train.launcher", "--ray-worker", *argv],
+        info_ref = actor.launch.remote([sys.executable, "-m", "dlsched.train.launcher", "--ray-worker", module, *argv],
                                        env, os.getcwd(), str(log_path))
         handle = RayWorker(self, actor, slot["group"], wid, info_ref, actor.wait.remote())
         self._occupied[slot["group"]] = handle
@@ -323,10 +329,10 @@ class RayLauncher:
 
 
 def _main(argv: list[str]) -> int:
-    if argv[:1] == ["--ray-worker"]:
-        _worker_under_ray(argv[1:])
+    if argv[:1] == ["--ray-worker"] and len(argv) > 1:
+        _worker_under_ray(argv[2:], argv[1])
         return 0
-    print("usage: python -m dlsched.train.launcher --ray-worker WORKER-ARGS... (started by the Ray launcher)",
+    print("usage: python -m dlsched.train.launcher --ray-worker MODULE ARGS... (started by the Ray launcher)",
           file=sys.stderr)
     return 2
 

@@ -19,6 +19,10 @@ _EVENTS = {
     "checkpoint_skipped": lambda r: f"checkpoint skipped: {r.get('reason') or r.get('checkpoint')}",
     "resized": lambda r: f"resized to {r.get('workers')} worker(s), batch {r.get('batch_size')}"
                          + (f" in {r['stall_s']:.2f}s" if isinstance(r.get("stall_s"), (int, float)) else ""),
+    "batch_size": lambda r: f"batch {r.get('from_batch')} -> {r.get('to_batch')} at {r.get('workers')} worker(s): "
+                            f"goodput {_num(r.get('from_goodput'))} -> {_num(r.get('goodput'))} "
+                            f"(samples/s {_num(r.get('throughput'))}, efficiency {_num(r.get('efficiency'))}, "
+                            f"noise scale {_num(r.get('noise_scale'))})",
     "resize_abandoned": lambda r: f"resize abandoned: {r.get('reason')}",
     "resize_failed": lambda r: f"resize failed: {r.get('error') or r.get('reason')}",
     "straggler": lambda r: f"straggler worker(s) {r.get('workers')} replaced",

@@ -49,6 +49,11 @@ def survivor_key(generation: int, worker_id: int) -> str:
     return f"survivor/{generation}/{worker_id}"
 
 
+def lost_key(generation: int) -> str:
+    """The node IPs of the peers the coordinator declared lost, for the survivors to cut (``peer_cut``)."""
+    return f"lost/{generation}"
+
+
 def group_prefix(generation: int) -> str:
     """Prefix of the c10d process group's own keys for a generation."""
     return f"pg/{generation}"

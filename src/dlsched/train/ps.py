@@ -35,6 +35,7 @@ from dlsched.errors import UserError
 from dlsched.train.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
 from dlsched.train.data import epoch_order, split_global_batch
 from dlsched.train.job import build_job
+from dlsched.train.ps_sparse import RowLayout, recv_exchange, send_exchange
 from dlsched.train.scaling import local_batch_sizes
 
 SMALL_FRACTION = 0.01
@@ -128,6 +129,8 @@ class Generation:
     port: int
     throttle: dict  # worker index -> extra seconds per step (a deliberately slow worker)
     ckpt_servers: int = 0  # servers that wrote the checkpoint to restore (another count: re-sharded on load)
+    sparse: bool = False  # push/pull only the embedding rows each batch reads (``ps_sparse``)
+    store_host: str | None = None  # None: rank 0 hosts the TCPStore on loopback (forked group); else the supervisor does, there
 
     @property
     def local_batch(self) -> int:
@@ -161,10 +164,10 @@ def _flat_params(model) -> torch.Tensor:
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
 
 
-def _local_grad(job, model, ids: np.ndarray) -> tuple[torch.Tensor, float]:
-    """Mean gradient over the samples and the summed loss."""
+def _local_grad(job, model, ids: np.ndarray, batch=None) -> tuple[torch.Tensor, float]:
+    """Mean gradient over the samples and the summed loss (``batch``: their inputs and targets, if read already)."""
     model.zero_grad(set_to_none=False)
-    x, y = job.get_batch(torch.as_tensor(ids))
+    x, y = batch if batch is not None else job.get_batch(torch.as_tensor(ids))
     loss = job.loss_fn(model(x), y)
     loss.backward()
     grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in model.parameters()]
@@ -176,16 +179,17 @@ def run_rank(rank: int, gen: Generation, commit) -> None:
     ``commit(job_dir, gen, round, rounds) -> continue?`` once every server has saved a round."""
     torch.set_num_threads(1)
     P, W = gen.servers, gen.workers
-    store = dist.TCPStore("127.0.0.1", gen.port, is_master=rank == 0, wait_for_workers=False,
-                          timeout=timedelta(seconds=120))
+    store = dist.TCPStore(gen.store_host or "127.0.0.1", gen.port, is_master=gen.store_host is None and rank == 0,
+                          wait_for_workers=False, timeout=timedelta(seconds=120))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=P + W, timeout=timedelta(seconds=120))
     job = build_job(gen.entry, gen.params)
     torch.manual_seed(job.seed)
     model = job.make_model()
     shards = shard_indices(model, P)
     flat = _flat_params(model)
-    role = (_Server(rank, gen, job, shards, flat[shards[rank]].clone()) if rank < P
-            else _Worker(rank - P, gen, job, model, shards, store))
+    server, worker = (_SparseServer, _SparseWorker) if gen.sparse else (_Server, _Worker)
+    role = (server(rank, gen, job, shards, flat[shards[rank]].clone()) if rank < P
+            else worker(rank - P, gen, job, model, shards, store))
     r = gen.first_round
     while r < num_rounds(gen, job):
         role.publish()  # every worker starts the round from the servers' parameters
@@ -319,12 +323,12 @@ class _Worker:
     def _load_flat(self) -> None:
         torch.nn.utils.vector_to_parameters(self.flat, self.model.parameters())
 
-    def _grad(self, ids: np.ndarray) -> tuple[torch.Tensor, float]:
+    def _grad(self, ids: np.ndarray, batch=None) -> tuple[torch.Tensor, float]:
         if self.throttle_s:
             time.sleep(self.throttle_s)
         if len(ids) == 0:
             return torch.zeros_like(self.flat), 0.0
-        return _local_grad(self.job, self.model, ids)
+        return _local_grad(self.job, self.model, ids, batch)
 
     def _record(self, **rec) -> None:
         self.records.write(json.dumps({"worker": self.w, **rec}) + "\n")
@@ -353,7 +357,7 @@ class _Worker:
                 self.flat[idx] = out[:-1]
             self._load_flat()
             self._record(round=r, step=t, ids=mine.tolist(), loss_sum=loss_sum, loss=float(out[-1]),
-                         time=time.perf_counter() - t0)
+                         pushed=len(self.flat), pulled=len(self.flat), time=time.perf_counter() - t0)
 
     def _async_round(self, r: int) -> None:
         start, end = round_range(self.gen, self.job, r)
@@ -381,7 +385,8 @@ class _Worker:
                 version.append(int(out[-1]))
             self._load_flat()
             self._record(round=r, step=clock, ids=ids.tolist(), loss_sum=loss_sum, loss=loss_sum / len(ids),
-                         clock=clock, slowest=min(slowest), version=version, time=time.perf_counter() - t0)
+                         clock=clock, slowest=min(slowest), version=version, pushed=len(self.flat),
+                         pulled=len(self.flat), time=time.perf_counter() - t0)
         done = [torch.cat([torch.zeros(len(idx)), torch.tensor([DONE, 0.0])]) for idx in self.shards]
         for work in [dist.isend(m, dst=s) for s, m in enumerate(done)]:
             work.wait()
@@ -397,3 +402,118 @@ def records_path(job_dir: Path, generation: int, worker: int) -> Path:
 def _sync_steps(gen: Generation, job, r: int) -> int:
     start, end = round_range(gen, job, r)
     return math.ceil((end - start) / gen.global_batch)
+
+
+class _SparseServer(_Server):
+    """A server that receives only the pushed positions and sends only the pulled ones (``ps_sparse``)."""
+
+    def publish(self) -> None:  # workers pull what each batch reads
+        pass
+
+    def _reply(self, w: int, pull: torch.Tensor, a: float, b: float):
+        msg = torch.cat([self.shard.detach()[pull], torch.tensor([a, b])])
+        return dist.isend(msg, dst=self.gen.servers + w), msg
+
+    def run_round(self, r: int) -> None:
+        P, W, n = self.gen.servers, self.gen.workers, len(self.shard)
+        if self.gen.mode.staleness is None:  # every worker's exchange t, summed; one exchange more than steps
+            for _ in range(_sync_steps(self.gen, self.job, r) + 1):
+                total, samples, loss_sum, pulls = torch.zeros(n), 0.0, 0.0, {}
+                for v in range(W):
+                    _, header, idx, vals, pulls[v] = recv_exchange(P + v)
+                    total.index_add_(0, idx, vals)
+                    samples, loss_sum = samples + float(header[2]), loss_sum + float(header[3])
+                if samples:
+                    self._apply(total / samples)
+                sends = [self._reply(v, pull, loss_sum / samples if samples else 0.0, 0.0) for v, pull in pulls.items()]
+                for work, _ in sends:
+                    work.wait()
+            return
+        s = self.gen.mode.staleness
+        clock, done, held, sends, pulls = np.zeros(W, dtype=np.int64), set(), [], [], {}
+        while len(done) < W:
+            sender, header, idx, vals, pull = recv_exchange(None)
+            w = sender - P
+            if float(header[2]) == DONE:
+                done.add(w)
+            else:
+                if len(idx):
+                    grad = torch.zeros(n)
+                    grad[idx] = vals
+                    self._apply(grad)
+                    clock[w] += 1
+                pulls[w] = pull
+                held.append(w)
+            active = [clock[v] for v in range(W) if v not in done]
+            slowest = min(active) if active else int(clock.max())
+            for v in [v for v in held if clock[v] - slowest <= s]:
+                held.remove(v)
+                sends.append(self._reply(v, pulls.pop(v), float(slowest), float(self.version)))
+        for work, _ in sends:
+            work.wait()
+
+
+class _SparseWorker(_Worker):
+    """Per batch: pull the positions it reads, compute, push the gradient there with the next batch's pull."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.layout = RowLayout(self.model, self.shards)
+
+    def publish(self) -> None:  # the next pull brings every position a batch reads
+        pass
+
+    def _batches(self, r: int):
+        start, end = round_range(self.gen, self.job, r)
+        if self.gen.mode.staleness is None:
+            sizes = local_batch_sizes(self.gen.global_batch, self.gen.workers)
+            for t in range(_sync_steps(self.gen, self.job, r)):
+                lo = start + t * self.gen.global_batch
+                yield split_global_batch(sample_ids(self.job, lo, min(lo + self.gen.global_batch, end)), sizes)[self.w]
+            return
+        b, key = self.gen.local_batch, f"claim/{self.gen.number}/{r}"
+        while (claimed := self.store.add(key, b)) - b + start < end:  # atomic: this worker alone trains them
+            yield sample_ids(self.job, start + claimed - b, min(start + claimed, end))
+
+    def run_round(self, r: int) -> None:
+        P, L, sync = self.gen.servers, self.layout, self.gen.mode.staleness is None
+        batches = self._batches(r)
+        ids, push, clock, rows = next(batches, None), None, 0, 0
+        none = (np.empty(0, dtype=np.int64), torch.empty(0, dtype=torch.int64))
+        while True:
+            t0 = time.perf_counter()
+            batch = self.job.get_batch(torch.as_tensor(ids)) if ids is not None and len(ids) else None
+            if batch is not None:
+                read = L.rows_read(self.model, batch[0])
+                rows, pos = sum(len(x) for x in read), L.positions(read)
+            else:
+                rows, pos = 0, (L.dense if ids is not None else np.empty(0, dtype=np.int64))
+            owned = L.split(pos) if len(pos) else [none] * P
+            for s in range(P):
+                idx, vals, samples, loss_sum = push[s] if push else (none[1], torch.empty(0), 0.0, 0.0)
+                send_exchange(s, idx, vals, samples, loss_sum, owned[s][1])
+            replies = []
+            for s in range(P):
+                out = torch.empty(len(owned[s][1]) + 2)
+                dist.recv(out, src=s)
+                self.flat[owned[s][0]] = out[:-2]
+                replies.append(out[-2:])
+            if push:
+                clock += 1
+                done_ids, done_loss, done_rows, moved, took = push[P]
+                info = ({"loss": float(replies[0][0])} if sync else
+                        {"loss": done_loss / max(len(done_ids), 1), "clock": clock,
+                         "slowest": min(int(x[0]) for x in replies), "version": [int(x[1]) for x in replies]})
+                self._record(round=r, step=clock - (1 if sync else 0), ids=done_ids.tolist(), loss_sum=done_loss,
+                             rows=done_rows, pushed=moved, pulled=moved, time=took, **info)
+            if ids is None:
+                break
+            self._load_flat()
+            grad, loss_sum = self._grad(ids, batch)
+            vals = grad[torch.as_tensor(pos)] * (len(ids) if sync else 1)
+            push = [(owned[s][1], vals[torch.as_tensor(L.server[pos] == s)], float(len(ids)), loss_sum)
+                    for s in range(P)] + [(ids, loss_sum, rows, len(pos), time.perf_counter() - t0)]
+            ids = next(batches, None)
+        if not sync:
+            for s in range(P):
+                send_exchange(s, none[1], torch.empty(0), DONE, 0.0, none[1])

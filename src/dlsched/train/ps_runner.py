@@ -8,6 +8,11 @@ ending the generation (Optimus resizes through a checkpoint too, algorithms.md Â
 fixed per run; a re-run with another ``--servers`` re-shards the last committed round's parameters. A process that dies
 (e.g. SIGKILL) ends its generation: the rest are killed and the next one replays the uncommitted round.
 SIGTERM stops at once and exits 143; a re-run resumes at the last committed round, as after a crash.
+
+Under the Ray backend (``DLSCHED_RAY_ADDRESS`` set) every rank, servers included, runs in its own bundle of
+the job's reservation (``launcher.RayLauncher``, module ``dlsched.train.ps_process``): the servers hold slots
+like the workers, on the nodes the scheduler granted. This supervisor then hosts each generation's TCPStore
+at its node's address, and the generation is handed over in ``ps/generation-N.json``.
 """
 from __future__ import annotations
 
@@ -18,16 +23,19 @@ import os
 import socket
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from dlsched.errors import UserError
 from dlsched.train import preemption
 from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
 from dlsched.train.job import build_job
+from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.ps import Generation, SyncMode, num_rounds, records_path, restore_flat, run_rank
 
@@ -46,6 +54,8 @@ class PSOptions:
     ckpt_every: int = 10  # global batches per round
     max_restarts: int = 3
     throttle: dict = field(default_factory=dict)  # worker index (str) -> extra seconds per step
+    sparse: bool = False  # push/pull only the embedding rows each batch reads
+    launcher: str = field(default_factory=default_launcher)  # "local" (forked here) or "ray" (a bundle per rank)
 
 
 def _state_path(job_dir: Path) -> Path:
@@ -57,6 +67,34 @@ def read_state(job_dir: Path) -> dict | None:
         return json.loads(_state_path(job_dir).read_text())
     except FileNotFoundError:
         return None
+
+
+def generation_path(job_dir: Path, number: int) -> Path:
+    return Path(job_dir) / "ps" / f"generation-{number:04d}.json"
+
+
+def read_generation(job_dir: Path, number: int) -> Generation:
+    fields = json.loads(generation_path(job_dir, number).read_text())
+    return Generation(**{**fields, "mode": SyncMode.parse(fields["mode"])})
+
+
+class _ForkedRank:
+    """A rank forked from this supervisor, seen as a ``launcher.WorkerHandle``."""
+
+    def __init__(self, ctx, rank: int, gen: Generation):
+        self._p = ctx.Process(target=run_rank, args=(rank, gen, commit_round), daemon=True)
+        self._p.start()
+        self.pid = self._p.pid
+
+    def poll(self) -> int | None:
+        return self._p.exitcode
+
+    def kill(self) -> None:
+        self._p.kill()
+
+    def wait(self) -> int:
+        self._p.join()
+        return self._p.exitcode
 
 
 def _free_port() -> int:
@@ -131,6 +169,24 @@ class PSRunner:
         self.job_dir = Path(opts.job_dir)
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.progress = ProgressLog(self.job_dir, echo=HumanProgress())
+        self.launcher = make_launcher("ray", self.job_dir) if opts.launcher == "ray" else None
+
+    def _start_ranks(self, gen: Generation) -> tuple[Generation, list, object]:
+        """The generation's P + W processes (servers first), the generation as started, and the TCPStore
+        this supervisor hosts for it (None: rank 0 hosts it)."""
+        if self.launcher is None:
+            ctx = mp.get_context("fork")  # no re-import of torch and the job per process
+            return gen, [_ForkedRank(ctx, rank, gen) for rank in range(gen.servers + gen.workers)], None
+        host = self.launcher.store_host
+        store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=120))
+        gen = replace(gen, port=store.port, store_host=host)
+        atomic_write_json(generation_path(self.job_dir, gen.number), {**asdict(gen), "mode": str(gen.mode)})
+        (self.job_dir / "logs").mkdir(exist_ok=True)
+        ranks = [self.launcher.start(["--job-dir", str(self.job_dir), "--worker-id", str(rank),
+                                      "--generation", str(gen.number)],
+                                     self.job_dir / "logs" / f"ps-rank-{rank}.log", "", module="dlsched.train.ps_process")
+                 for rank in range(gen.servers + gen.workers)]
+        return gen, ranks, store
 
     def _state(self) -> dict:
         state = read_state(self.job_dir)
@@ -152,25 +208,25 @@ class PSRunner:
         return Generation(self.opts.entry, self.opts.params, self.opts.servers, state["workers"], self.opts.mode,
                           state["global_batch"], state["round_batches"], state["generation"] + 1,
                           len(state["round_generation"]), str(self.job_dir), _free_port(), self.opts.throttle,
-                          state.get("ckpt_servers", state["servers"]))
+                          state.get("ckpt_servers", state["servers"]), sparse=self.opts.sparse)
 
     def run(self) -> int:
         state = self._state()
-        ctx = mp.get_context("fork")  # no re-import of torch and the job per process
         while True:
             gen = self._generation(state)
             if gen.first_round >= num_rounds(gen, self.job):
                 return self._finish()
             state["generation"] = gen.number
             atomic_write_json(_state_path(self.job_dir), state)
-            procs = [ctx.Process(target=run_rank, args=(rank, gen, commit_round), daemon=True)
-                     for rank in range(gen.servers + gen.workers)]
-            for p in procs:
-                p.start()
+            gen, procs, store = self._start_ranks(gen)
             write_status(self.job_dir, "running", os.getpid(), gen.workers, servers=gen.servers, generation=gen.number,
                          server_pids=[p.pid for p in procs[:gen.servers]],
                          worker_pids=[p.pid for p in procs[gen.servers:]])
             lost = self._wait(procs)
+            if self.launcher is not None:  # end the ranks' actors: the next generation's ranks need their bundles
+                for p in procs:
+                    p.kill()
+            del store  # the generation's group is gone
             state = read_state(self.job_dir)
             if lost == STOPPED:
                 self.progress.write({"event": "stopped", "round": len(state["round_generation"])})
@@ -191,14 +247,14 @@ class PSRunner:
     def _wait(self, procs) -> dict | int:
         """{rank: exit code} of processes that failed (the rest killed), {} when all ended well, or STOPPED."""
         while True:
-            codes = {i: p.exitcode for i, p in enumerate(procs)}
+            codes = {i: p.poll() for i, p in enumerate(procs)}
             failed = {i: c for i, c in codes.items() if c not in (None, 0)}
             if failed or preemption.requested():
                 for p in procs:
-                    if p.exitcode is None:
+                    if p.poll() is None:
                         p.kill()
                 for p in procs:
-                    p.join()
+                    p.wait()
                 return STOPPED if preemption.requested() and not failed else failed
             if all(c == 0 for c in codes.values()):
                 return {}

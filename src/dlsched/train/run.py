@@ -10,10 +10,9 @@ import argparse
 import os
 import sys
 import traceback
-from pathlib import Path
 
 from dlsched.errors import UserError
-from dlsched.train import fence
+from dlsched.train import fence, storage
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
 from dlsched.train.fleet_spec import FleetOptions
@@ -29,7 +28,7 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     command = argv[argv.index("--") + 1 :] if "--" in argv else None
     argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser(prog="python -m dlsched.train.run", description=__doc__)
-    ap.add_argument("--job-dir", required=True, type=Path)
+    ap.add_argument("--job-dir", required=True, help="job folder: a path or file:// URI (docs/storage.md)")
     ap.add_argument("--entry", help="path/to/file.py:make_job or module:make_job (or: -- python train.py ...)")
     ap.add_argument("--workers", required=True, type=int)
     ap.add_argument("--batch-size", type=int, default=None, help="global batch (default: the job's)")
@@ -49,19 +48,21 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
                     help="fleet: the entry makes an EnsembleSpec, trained with FLEET inside the share of --workers slots")
     ap.add_argument("--servers", type=int, default=1, help="ps: parameter-server processes")
     ap.add_argument("--sync", default="sync", help="ps: sync, ssp:<staleness> or async")
+    ap.add_argument("--sparse", action="store_true", help="ps: push/pull only the embedding rows each batch reads")
     a = ap.parse_args(argv)
+    a.job_dir = storage.job_folder(a.job_dir, "--job-dir")
     if (a.entry is None) == (command is None):
         raise UserError("give either --entry FILE:make_job or a script after '--' (e.g. -- python train.py)")
     if command == []:
         raise UserError("'--' must be followed by the script's command, e.g. -- python train.py")
     if command is not None and a.strategy == "ps":
-        raise UserError("--strategy ps: a script after '--' trains with all-reduce only")
+        raise UserError("--strategy ps: a script after '--' is not supported; give the make_job form (FILE.py:make_job)")
     if a.checkpoint_uri is not None and (a.strategy != "allreduce" or not a.checkpoint_uri):
         raise UserError(f"--checkpoint-uri {a.checkpoint_uri!r}: a non-empty path or URI, for an all-reduce job only")
     if a.strategy == "ps":
         return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
                          servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
-                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts)
+                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts, sparse=a.sparse)
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
     if a.strategy == "fleet":

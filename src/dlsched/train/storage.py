@@ -121,6 +121,26 @@ def load(name: str | Path, job_name: str) -> dict[str, Any]:
     return ckpt.decode_checkpoint(blob, str(name), job_name)
 
 
+def job_folder(location: str | Path, field: str) -> Path:
+    """A job folder's location (a path, or a ``file://`` URI) as a local path; any other protocol is refused.
+
+    Not the checkpoints' fsspec latitude: the folder is a POSIX contract (docs/storage.md) - the service polls
+    ``progress.jsonl`` while rank 0 appends to it, ``control.json``/``status.json`` are replaced by rename, and
+    ``coordinator.lock`` is an ``flock`` fence - so it must be a local disk or a shared mount (NFS)."""
+    text = str(location)
+    if "://" not in text:
+        if not text or "\x00" in text:
+            raise UserError(f"{field}={text!r}: expected a folder path or a file:// URI")
+        return Path(text)
+    if text.split("://", 1)[0] != "file":
+        raise UserError(f"{field}={text!r}: a job folder needs a POSIX file system, a path or file:// URI (its "
+                        f"progress file is appended and polled); an object store can hold the checkpoints "
+                        f"(checkpoint_uri)")
+    if not text.startswith("file:///"):     # file://host/... : a host this process cannot mount
+        raise UserError(f"{field}={text!r}: expected file:///absolute/path (no host)")
+    return Path(fsspec.core.url_to_fs(text)[1])
+
+
 def for_job(job_dir: Path, checkpoint_uri: str | None) -> CheckpointStore:
     """A job's checkpoints: at ``checkpoint_uri``, or in its job folder's ``ckpt/`` (the default)."""
     return CheckpointStore(checkpoint_uri or Path(job_dir) / "ckpt")

@@ -29,6 +29,7 @@ from dlsched.train import storage
 from dlsched.train.data import PartitionTable, record_path, split_global_batch
 from dlsched.train.devices import collective_backend
 from dlsched.train.job import TrainJob, build_job
+from dlsched.train.peer_cut import CutWatch
 from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, STOP_PREEMPT, End, Held, Plan, Ready,
                                     arrived_key, end_key, gate_key, group_prefix, plan_key, ready_key, stop_key,
                                     survivor_key)
@@ -141,7 +142,8 @@ class Worker:
             self.setup_s = time.perf_counter() - t_join  # new group + state broadcast: the stop-free pause's core
             if self.store.compare_set(gate_key(gen), "", GATE_RUN) != GATE_RUN.encode():
                 return self._cancelled(plan, rank)
-            return self._train(plan, rank, world)
+            with CutWatch(self.store, gen):   # a peer lost with its link: fail the step now, not at PG_TIMEOUT
+                return self._train(plan, rank, world)
         finally:
             dist.destroy_process_group()
 

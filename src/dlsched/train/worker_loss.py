@@ -6,13 +6,15 @@ import json
 import time
 
 from dlsched.train.data import PartitionTable
+from dlsched.train.peer_cut import publish_lost
 from dlsched.train.protocol import GATE_RUN, Held, end_key, gate_key, survivor_key
 from dlsched.train.scaling import global_batch_after_resize
 from dlsched.train.worker import PG_TIMEOUT
 
 POLL_S = 0.02
 # survivors of a lost peer report once their collective fails: at once when the peer's sockets close (its
-# process died), after the process-group timeout when its node fell off the network without closing them
+# process died) or once they cut them (peer_cut: its node fell off the network); the process-group timeout
+# bounds a peer neither closed nor cut
 SURVIVOR_WAIT_S = PG_TIMEOUT.total_seconds() + 15
 
 
@@ -48,6 +50,8 @@ class WorkerLoss:
         c = self.c
         old = list(c.wids)
         survivors = [w for w in old if w not in dead]
+        if survivors:
+            publish_lost(c.store, c.generation, c.dir, dead, survivors)
         states = self._survivor_states(survivors) if survivors else None
         if not states or len({(s.step, json.dumps(s.table, sort_keys=True)) for s in states.values()}) != 1:
             return False
