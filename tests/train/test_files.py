@@ -46,3 +46,21 @@ def test_progress_reader_skips_a_torn_last_line_only(tmp_path, caplog):
     (tmp_path / "progress.jsonl").write_text('{"step": 1}\n{"st\n{"step": 3}\n')
     with pytest.raises(UserError, match=r"progress.jsonl:2: unreadable record"):
         read_progress(tmp_path)
+
+
+def test_a_control_watch_applies_each_generation_once_and_reports_a_bad_file_once_per_content(tmp_path):
+    from dlsched.train.files import ControlWatch, write_control
+
+    heard = []
+    watch = ControlWatch(tmp_path, heard.append)
+    assert watch.poll() is None                                  # no file yet
+    write_control(tmp_path, 2, None, 0)
+    assert watch.poll().workers == 2 and watch.poll() is None    # a level: applied once
+    for _ in range(3):
+        (tmp_path / "control.json").write_text('{"workers": "two"}')
+        assert watch.poll() is None
+    (tmp_path / "control.json").write_text('{"workers": -1, "generation": 5}')
+    assert watch.poll() is None and watch.poll() is None
+    assert len(heard) == 2 and all("control.json" in h for h in heard)
+    write_control(tmp_path, 3, 64, 1)
+    assert (watch.poll().batch_size, watch.generation) == (64, 1)

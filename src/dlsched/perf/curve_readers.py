@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from dlsched.errors import UserError
+from dlsched.train.files import read_json_lines
 
 
 @dataclass(frozen=True)
@@ -92,16 +93,7 @@ def _read_trainer_state(path: Path) -> tuple[pd.DataFrame, float | None]:
 
 def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
     recs, budget = [], None
-    lines = path.read_text().splitlines()
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines):  # the last line may still be being written
-                break
-            raise UserError(f"{path}: line {i}: not valid JSON") from None
+    for r in read_json_lines(path):   # a torn last line (a run still writing) is skipped
         # step records, and "metrics" events (a report() outside a step, e.g. an evaluation); other events skip
         if not isinstance(r, dict) or r.get("event", "metrics") != "metrics":
             continue

@@ -132,6 +132,31 @@ def read_json_lines(path: Path) -> list[dict]:
     return out
 
 
+class ControlWatch:
+    """A runtime's watch on DIR/control.json: ``poll`` gives a request of a higher generation than the last one
+    applied, else None. A malformed file is not applied, and ``rejected(error)`` hears of it once per distinct
+    content, not once per poll (the file is a level: it stays until the backend writes the next one)."""
+
+    def __init__(self, job_dir: Path, rejected: Callable[[str], None]) -> None:
+        self.dir, self.rejected = Path(job_dir), rejected
+        self.generation = -1
+        self._rejected_content: bytes | None = None
+
+    def poll(self) -> Control | None:
+        try:
+            ctl = read_control(self.dir)
+        except UserError as e:
+            content = control_bytes(self.dir)
+            if content != self._rejected_content:
+                self._rejected_content = content
+                self.rejected(str(e))
+            return None
+        if ctl is None or ctl.generation <= self.generation:
+            return None
+        self.generation = ctl.generation
+        return ctl
+
+
 def read_progress(job_dir: Path) -> list[dict]:
     return read_json_lines(Path(job_dir) / "progress.jsonl")
 

@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Sequence
 
 from dlsched.policy.fleet import FleetPlan, Preprocessing, plan_fleet
 from dlsched.train import preemption
-from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
+from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
 from dlsched.train.flotilla import CTX, LEFT, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
@@ -164,21 +164,17 @@ class _Contract:
 
     def __init__(self, job_dir: Path, slots: int, batch: int, names: Sequence[str]) -> None:
         self.dir, self.batch = job_dir, batch
-        self.generation, self.granted = -1, Share(slots, _visible_devices())
+        self.granted = Share(slots, _visible_devices())
         self.log = ProgressLog(job_dir)
+        self.control = ControlWatch(job_dir, lambda error: self.event({"event": "control_rejected", "error": error}))
         self.steps = {n: 0 for n in names}
         self.rates: dict[str, float] = {}
         self.members = {n: "waiting" for n in names}
         self.flotillas: list[dict] = []
 
     def share(self) -> Share:
-        try:
-            c = read_control(self.dir)
-        except Exception as e:   # noqa: BLE001 - a malformed file is not applied (contract), the event names it
-            self.event({"event": "control_rejected", "error": str(e)})
-            return self.granted
-        if c is not None and c.generation > self.generation:
-            self.generation = c.generation
+        c = self.control.poll()
+        if c is not None:
             self.granted = Share(c.workers, tuple(f"cuda:{d}" for d in c.devices) if c.devices else self.granted.devices)
         return self.granted
 
@@ -204,10 +200,10 @@ class _Contract:
         total = sum(self.steps.values())
         self.log.write({"time": time.time(), "step": total, "epoch": epoch, "samples": total * self.batch,
                         "loss": loss, "samples_per_s": sum(self.rates.values()), "workers": self.granted.slots,
-                        "batch_size": self.batch, "total_samples": None, "member": name, "generation": self.generation})
+                        "batch_size": self.batch, "total_samples": None, "member": name, "generation": self.control.generation})
 
     def status(self, state: str, error: str | None = None) -> None:
-        write_status(self.dir, state, os.getpid(), self.granted.slots, error, generation=self.generation,
+        write_status(self.dir, state, os.getpid(), self.granted.slots, error, generation=self.control.generation,
                      members=self.members, flotillas=self.flotillas)
 
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import time
 
-from dlsched.errors import UserError
 from dlsched.train.data import PartitionTable
 from dlsched.train.devices import free_devices, keepers
-from dlsched.train.files import Control, control_bytes, read_control
+from dlsched.train.files import Control, ControlWatch
 from dlsched.train.protocol import STOP_PREEMPT, STOP_RESIZE, End, end_key, ready_key, stop_key
 from dlsched.train.scaling import global_batch_after_resize
 
@@ -20,28 +19,18 @@ POLL_S = 0.02
 class Resizer:
     def __init__(self, coordinator):
         self.c = coordinator  # publishes the plans, owns the group
-        self.control_gen = -1
-        self.rejected_control: bytes | None = None  # the malformed control.json reported last
+        self.control = ControlWatch(coordinator.dir, lambda error: coordinator.progress.write(
+            {"event": "control_rejected", "error": error, "time": time.time()}))
         self.active = False  # a resize is under way (straggler detection pauses)
 
     def poll_control(self) -> None:
-        c = self.c
-        try:
-            ctl = read_control(c.dir)
-        except UserError as e:
-            content = control_bytes(c.dir)
-            if content != self.rejected_control:  # once per distinct content, not once per poll
-                self.rejected_control = content
-                c.progress.write({"event": "control_rejected", "error": str(e), "time": time.time()})
-            return
-        if ctl is None or ctl.generation <= self.control_gen:
-            return
-        self.control_gen = ctl.generation
-        self.resize(ctl)
+        ctl = self.control.poll()
+        if ctl is not None:
+            self.resize(ctl)
 
     def replace(self, drop: list[int]) -> None:
         """Swap stragglers for fresh workers, keeping the group's size."""
-        self.resize(Control(len(self.c.wids), None, self.control_gen), drop=drop)
+        self.resize(Control(len(self.c.wids), None, self.control.generation), drop=drop)
 
     def resize(self, ctl: Control, drop: list[int] = ()) -> None:
         """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step.
