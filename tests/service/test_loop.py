@@ -223,3 +223,45 @@ def test_a_job_that_finishes_between_the_read_and_the_poll_keeps_its_last_steps(
     job = store.submit(load_job_spec(job_yaml("j", samples=320)))
     run_until(loop, store, lambda: store.get(job).state == FINISHED)
     assert store.get(job).samples == 320          # read after the poll said finished: nothing is left behind
+
+
+class WritesSteps(RecordingBackend):
+    """A running job that wrote ten more steps before every poll."""
+
+    def poll(self, job_id, job_dir):
+        import json
+
+        job_dir.mkdir(parents=True, exist_ok=True)
+        with open(job_dir / "progress.jsonl", "a") as f:
+            for _ in range(10):
+                self.step = getattr(self, "step", 0) + 1
+                f.write(json.dumps({"time": float(self.step), "step": self.step, "epoch": 0, "samples": 32 * self.step,
+                                    "total_samples": 32000, "loss": 1 / self.step, "samples_per_s": 100.0,
+                                    "workers": 1, "batch_size": 32}) + "\n")
+        return PollResult("running")
+
+
+def test_refits_never_hold_the_stores_write_lock(tmp_path):
+    """Fits are CPU-heavy: while one runs, a submission (another connection) must get the write lock at once."""
+    import sqlite3
+
+    store = Store(tmp_path / "s.db")
+    loop = LiveLoop(store, WritesSteps(), cluster("test-fifo", (1,)), tmp_path)
+    job = store.submit(load_job_spec(job_yaml("j", samples=32000)))
+    refit, locked = loop.models.refit, []
+
+    def refit_while_another_writer_tries(*args, **kwargs):
+        other = sqlite3.connect(tmp_path / "s.db", timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            locked.append(False)
+        except sqlite3.OperationalError:
+            locked.append(True)
+        finally:
+            other.close()
+        return refit(*args, **kwargs)
+
+    loop.models.refit = refit_while_another_writer_tries
+    run_until(loop, store, lambda: len(locked) >= 3 and store.predictions(job))
+    assert not any(locked)

@@ -64,7 +64,9 @@ class LiveLoop:
                                      step_s=max(10.0, 5 * cluster.interval_s), every_s=forecast_every_s)
         self.nodes = NodeWatch(cluster_view(cluster, 0.0).nodes)
         self._last_now: float | None = None
-        self._pending: dict[int, tuple] = {}              # refits of this round: (time, Prediction)
+        self._pending: dict[int, tuple] = {}               # refits of this round: (time, Prediction)
+        self._to_refit: dict[int, JobRecord] = {}          # jobs whose progress arrived this pass
+        self._ended: list[tuple[int, bool]] = []           # (job, finished) that ended this pass
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -193,6 +195,7 @@ class LiveLoop:
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
             for job in [j for j in running if not j.cancel_requested]:
                 self._observe_one(job, now, dt)
+        self._refit(now)
 
     def _observe_one(self, job: JobRecord, now: float, dt: float) -> None:
         d = self.job_dir(job.id)
@@ -223,7 +226,7 @@ class LiveLoop:
                 self._shrunk_by_loss(job, dict(res.nodes), now)
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
-        self.models.forget(job.id, finished=res.state == "finished")
+        self._ended.append((job.id, res.state == "finished"))
 
     def _shrunk_by_loss(self, job: JobRecord, nodes: dict[str, int], now: float) -> None:
         gpus = sum(nodes.values())
@@ -254,10 +257,20 @@ class LiveLoop:
             if "event" in r:
                 self.store.event(f"job_{r['event']}", job.id, now, **{k: v for k, v in r.items() if k != "event"})
         job = self.store.get(job.id)
-        pred = self.models.refit(job, self.store.progress(job.id), now)
-        if pred is not None:
-            self._pending[job.id] = (now, pred)
+        self._to_refit[job.id] = job
         return job
+
+    def _refit(self, now: float) -> None:
+        """Refit the jobs whose progress arrived this pass, then drop the models of jobs that ended. Outside any
+        store transaction: fits are CPU-heavy, and SQLite's write lock must never wait on them (a busy machine
+        held it past the 30 s busy timeout, and submissions and the forecast failed with 'database is locked')."""
+        for job_id, job in self._to_refit.items():
+            pred = self.models.refit(job, self.store.progress(job_id), now)
+            if pred is not None:
+                self._pending[job_id] = (now, pred)
+        for job_id, finished in self._ended:
+            self.models.forget(job_id, finished=finished)
+        self._to_refit, self._ended = {}, []
 
     # -- predictions -------------------------------------------------------------------------------
     def publish_predictions(self, now: float) -> None:
