@@ -24,10 +24,11 @@ import torch.distributed as dist
 from dlsched.errors import UserError
 from dlsched.train import storage
 from dlsched.train.data import PartitionTable, split_global_batch
-from dlsched.train.protocol import SCRIPT_JOB, STOP_PREEMPT, End, Plan, WorkerEnv, end_key, stop_key
+from dlsched.train.protocol import SCRIPT_JOB, STOP_PREEMPT, End, Plan, WorkerEnv, end_key
 from dlsched.train.scaling import local_batch_sizes
 from dlsched.train.worker import connect_store
 from dlsched.torch.adaptive_batch import AdaptiveBatch
+from dlsched.torch.flag_watch import FlagWatch
 from dlsched.torch.lr_control import LrControl
 from dlsched.torch.lr_rule import RULES, LrFactor
 from dlsched.torch.membership import GroupMembership
@@ -36,7 +37,6 @@ from dlsched.torch.outbox import ProgressOutbox
 from dlsched.torch.registry import StateRegistry
 from dlsched.torch.sync_cadence import SyncCadence
 
-FLAG_POLL_S = 0.05  # rank 0 reads the stop flag at most this often: a resize waits at most this long for it
 
 
 class Session:
@@ -75,7 +75,7 @@ class Session:
         self.setup_s: float | None = None
         self.record = None
         self.last_boundary = time.perf_counter()
-        self.flag_checked = 0.0
+        self.watch = FlagWatch(env.store, self) if env else None
         self.cadence = SyncCadence()
 
     # -- registration ---------------------------------------------------------------------------------
@@ -181,12 +181,8 @@ class Session:
         mine = split_global_batch(ids, self.local_batches)[self.rank].tolist()
         if self.env is not None and os.getppid() != self.parent:
             self._exit(3)  # the coordinator is gone (killed): an orphan must not keep training
-        flag, now = 0.0, time.perf_counter()
         sync = self.cadence.due(self.step + 1, self.world)
-        if sync and self.store is not None and self.rank == 0 and now - self.flag_checked >= FLAG_POLL_S:
-            self.flag_checked = now  # a store round trip per step would cost more than the step on small models
-            if self.store.check([stop_key(self.generation)]):
-                flag = float(self.store.get(stop_key(self.generation)))
+        flag = self.watch.flag(self.generation) if sync and self.watch is not None and self.rank == 0 else 0.0
         self.open = {"flag": flag, "started": time.perf_counter(), "n": len(ids), "share": len(mine), "sync": sync}
         self.reduced = None
         if self.record is not None:  # before the all-reduce: a step that never commits is rolled back with it
