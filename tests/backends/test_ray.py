@@ -515,6 +515,38 @@ def test_service_on_ray_runs_a_parameter_server_job_with_its_servers_in_bundles(
     assert wait_free(4) == 4
 
 
+# ----------------------------------------------------------------------------- a user's own script under Ray
+
+def test_service_on_ray_runs_a_command_job_and_trains_every_sample_once(backend, tmp_path):
+    """A bring-your-own-loop job (``command:``, dlsched.torch): its runtime runs in the Ray actor and its
+    2 script workers train every sample once per epoch (the runtime's sample records)."""
+    from dlsched.train.data import committed_sample_ids
+    from tests.service import policies  # noqa: F401
+
+    backend.runtime = REAL_RUNTIME
+    spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
+                       interval_s=0.3, backend="ray")
+    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend).start()
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
+    try:
+        r = c.post("/jobs", json={"name": "script", "gpus": 2, "command": [
+            "python", "tests/torch/user_script.py", "--samples", "96", "--batch", "8", "--epochs", "2"]})
+        assert r.status_code == 201, r.text
+        job = r.json()["id"]
+        wait_job(c, job, lambda j: j["samples"] > 0, timeout=120, what="a committed step")
+        assert sum(backend.placement(job).values()) == 2            # its runtime holds both slots in Ray
+        final = wait_job(c, job, lambda j: j["state"] == "finished", timeout=180, what="finished")
+    finally:
+        stop_service_and_jobs(svc)
+        c.close()
+        backend.runtime = CONTRACT_RUNTIME
+    job_dir = svc.state_dir / "jobs" / str(job)
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(96)})
+    assert final["samples"] == 192 and events(job_dir, "finished")
+    assert any(r.get("grad_noise") for r in map(json.loads, (job_dir / "progress.jsonl").read_text().splitlines()))
+    assert wait_free(4) == 4
+
+
 # ----------------------------------------------------------------------------- an ensemble job under Ray
 
 ENSEMBLE = """name: tiny-sweep

@@ -93,3 +93,29 @@ def test_predicted_mode_never_reads_the_traces_future(data_dir):
     assert told(app, "none")[1] is None
     # the epoch records are what the service's predictor reads (its observed rate), not only the rate now
     assert told(app, "predicted", forget=True)[1] != predicted
+
+
+class _EpochRecorder(_Recorder):
+    def decide(self, jobs, cluster):
+        self.seen.append({j.id: (j.attrs["epoch"], j.remaining_samples) for j in jobs})
+        return Allocation({j.id: JobAllocation(2, batch_size=j.batch_size) for j in jobs})
+
+
+def test_a_policy_in_predicted_mode_is_told_the_same_whatever_the_traces_future(data_dir, monkeypatch):
+    """End to end through the simulator: what the policy is told while a job is at epoch <= 5 does not depend on
+    the trace after epoch 5 in ``predicted`` mode; in ``oracle`` mode it does."""
+    import dlsched.sim.engine as engine
+    from dlsched.perf.pollux import load_app
+
+    spec = [WorkloadJob("c", 0, 2, app="cifar10", batch_size=512)]
+
+    def told(mode, future):
+        app = load_app("cifar10")
+        monkeypatch.setattr(engine, "load_app", lambda name: _blind_future(app, 5) if future else app)
+        rec = _EpochRecorder()
+        Simulator(spec, rec, ClusterView.homogeneous(1, 4), SimConfig(remaining=mode, horizon=900)).run()
+        return [s["c"] for s in rec.seen if s["c"][0] <= 5]
+
+    same = told("predicted", False)
+    assert len(same) >= 3 and told("predicted", True) == same
+    assert told("oracle", True) != told("oracle", False)

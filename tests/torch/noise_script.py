@@ -20,7 +20,7 @@ y = x @ w_star + sigma * torch.randn(n, generator=g)
 linear = nn.Linear(d, 1, bias=False)
 with torch.no_grad():
     linear.weight.copy_((w_star + delta)[None])
-model = dt.ElasticDataParallel(linear, single_every=1, noise_smoothing=0.995)
+model = dt.ElasticDataParallel(linear, noise_every=1, noise_smoothing=0.995)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
 loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=batch)
 for _ in dt.remaining_epochs(epochs):

@@ -26,6 +26,7 @@ from dlsched.torch.noise import GradientNoiseEstimator
 
 DECIDE_EVERY = 10   # steps between decisions: a change rebuilds the DataLoader iterator
 MIN_SAMPLES = 4     # steps measured at the current (workers, local batch) before deciding from them
+MIN_NOISE_UPDATES = 4  # gradient-noise measurements before deciding: one alone is too noisy to act on
 KEEP_SAMPLES = 20   # recent step times kept per (workers, local batch): the median of these is T
 MIN_GAIN = 0.05     # a change must promise this much more goodput: measured step times jitter on shared CPUs
 
@@ -115,7 +116,7 @@ class AdaptiveBatch:
     def decide(self, current: int, workers: int, min_batch: int, noise: GradientNoiseEstimator) -> BatchDecision | None:
         """The goodput-optimal batch at ``workers``, or None when it is the current one or nothing is known."""
         step_time = self.step_time(workers)
-        if step_time is None or not noise.measured:
+        if step_time is None or noise.updates < MIN_NOISE_UPDATES:
             return None
         lo = max(min_batch, workers * self.local_min)
         hi = min(self.max_batch, workers * self.local_max)

@@ -17,6 +17,7 @@ class GradientNoiseEstimator:
     _sqr: float = 0.0
     _trace: float = 0.0
     _weight: float = 0.0  # EMA bias correction: sum of the weights given so far
+    updates: int = 0  # steps measured so far
 
     def update(self, local_sqr: float, local_batch: float, total_sqr: float, total_batch: float) -> None:
         """``local_sqr``: mean over replicas of |g_b|²; ``total_sqr``: |g_B|² of their average."""
@@ -29,6 +30,7 @@ class GradientNoiseEstimator:
         self._sqr = theta * self._sqr + (1 - theta) * sqr
         self._trace = theta * self._trace + (1 - theta) * trace
         self._weight = theta * self._weight + (1 - theta)
+        self.updates += 1
 
     @property
     def measured(self) -> bool:
@@ -46,9 +48,17 @@ class GradientNoiseEstimator:
         """Pollux's ``grad_var`` at ``batch``: the variance of a batch-mean gradient, tr(Σ)/batch."""
         return max(self.trace, 0.0) / batch
 
+    def record(self, reference_batch: int) -> dict | None:
+        """What a step record carries (``grad_noise``; the service reads it), None before any measurement."""
+        if not self.measured:
+            return None
+        return {"sqr": max(self.sqr, 0.0), "var": self.variance(reference_batch), "reference_batch": reference_batch}
+
     def state_dict(self) -> dict:
-        return {"smoothing": self.smoothing, "sqr": self._sqr, "trace": self._trace, "weight": self._weight}
+        return {"smoothing": self.smoothing, "sqr": self._sqr, "trace": self._trace, "weight": self._weight,
+                "updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
         self.smoothing, self._sqr, self._trace, self._weight = (state["smoothing"], state["sqr"], state["trace"],
                                                                 state["weight"])
+        self.updates = state.get("updates", 1 if self._weight else 0)  # checkpoints from before the count

@@ -1,9 +1,11 @@
 """``ElasticDataParallel``: DistributedDataParallel that survives resizes and measures the gradient noise.
 
 Each generation wraps the module in a fresh DDP on that generation's process group (one worker: no DDP at
-all). A comm hook averages each gradient bucket over the global batch, adds each bucket's local |g|² on the
-way, and all-reduces the session's step scalars (stop flag, local |g|² sum, compute times) beside the last
-bucket, so every rank knows them when backward returns. On one worker, every ``single_every``-th step runs the batch as two halves
+all). A comm hook averages each gradient bucket over the global batch. On a sync step (``sync_cadence``: about
+every 50 ms; every rank knows which) it also adds each bucket's local |g|² on the way and all-reduces
+the session's step scalars (stop flag, local |g|² sum, compute times...) beside the last bucket, so every rank
+knows them when backward returns; the steps between cost what plain DDP's do. On one worker, every
+``noise_every``-th step (default 8) runs the batch as two halves
 (the first through parameter views whose gradient hooks keep that half's gradient), which gives the same two
 batch sizes; the halves also see per-half batch-norm statistics on those steps.
 """
@@ -16,16 +18,22 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from dlsched.errors import UserError
+
+SINGLE_EVERY = 8  # one worker, noise_every unset: a split step (two half-batch passes) in every 8 bounds the cost
+
 
 def _comm_hook(edp, bucket):  # no annotations: DDP checks them, and this module's are strings
     session = edp._session
     buf = bucket.buffer()
-    flat = buf.view(-1)
-    edp._local_sqr = edp._local_sqr + torch.dot(flat, flat).float()  # no temporary the size of the bucket
+    sync = session.open is None or session.open["sync"]
+    if sync:  # only sync steps carry the noise measurement: the other steps pay what plain DDP does
+        flat = buf.view(-1)
+        edp._local_sqr = edp._local_sqr + torch.dot(flat, flat).float()  # no temporary the size of the bucket
     # the script's loss is a mean over its local batch: weight by the local share, so that unequal shares
     # (B % workers != 0) still give the global batch's mean gradient
     buf.mul_(session.open["share"] / session.open["n"] if session.open else 1.0 / session.world)
-    if not bucket.is_last():
+    if not (sync and bucket.is_last()):
         return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
     extras = session.extras(session.open)
     extras[1] = edp._local_sqr
@@ -58,13 +66,16 @@ def _halves(x: Any, n: int, h: int) -> tuple[Any, Any]:
 class ElasticDataParallel(nn.Module):
     """Wrap the model once, like DDP; ``module`` is the user's model. ``ddp_kwargs`` go to DDP."""
 
-    def __init__(self, module: nn.Module, single_every: int = 8, noise_smoothing: float | None = None,
+    def __init__(self, module: nn.Module, noise_every: int | None = None, noise_smoothing: float | None = None,
                  **ddp_kwargs: Any):
         super().__init__()
         from dlsched.torch.session import current_session
 
         self.module = module
-        self.single_every = single_every  # one worker: measure every k-th step (0 = never); bounds the cost
+        if noise_every is not None and (not isinstance(noise_every, int) or noise_every < 1):
+            raise UserError(f"ElasticDataParallel: noise_every={noise_every!r} must be a positive integer or None")
+        self.noise_every = noise_every  # steps between measurements; None: ~SYNC_S apart, every 8th on one worker
+        self._splits = True  # False once the model's outputs cannot be joined: one worker then measures nothing
         self._ddp_kwargs = ddp_kwargs
         object.__setattr__(self, "_ddp", None)  # not a submodule: state_dict keys stay the model's
         self._session = current_session()
@@ -93,8 +104,8 @@ class ElasticDataParallel(nn.Module):
         if self._ddp is not None:
             self._local_sqr = torch.zeros(())
             return self._ddp(*args, **kwargs)
-        measuring = (self.training and torch.is_grad_enabled() and s.open is not None and self.single_every
-                     and s.step % self.single_every == 0)
+        measuring = (self.training and torch.is_grad_enabled() and s.open is not None and self._splits
+                     and s.step % (self.noise_every or SINGLE_EVERY) == 0)
         return self._split_forward(args, kwargs) if measuring else self.module(*args, **kwargs)
 
     def _split_forward(self, args: tuple, kwargs: dict) -> Any:
@@ -116,7 +127,7 @@ class ElasticDataParallel(nn.Module):
         try:
             out = _cat(out_a, out_b)
         except TypeError:
-            self.single_every = 0  # outputs it cannot join: this model is not measured on one worker
+            self._splits = False  # outputs it cannot join: this model is not measured on one worker
             return self.module(*args, **kwargs)
         self._split = (grads, params, n, h, self._scale())
         return out

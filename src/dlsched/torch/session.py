@@ -2,7 +2,8 @@
 
 A step is one batch of the ``ElasticDataLoader``; its boundary is the loader's next ``__next__``. There the
 session commits the step (progress record, periodic checkpoint) and obeys the coordinator's stop flag, which
-rode in the step's gradient all-reduce so every rank acts after the same step: a resize leaves the process
+rode in a sync step's gradient all-reduce so every rank acts after the same step (with several workers, one
+step in about ``SYNC_S`` is a sync step; each names the next, so the ranks agree without asking): a resize leaves the process
 group and joins the next generation's (survivors keep their state, rank 0 broadcasts it to newcomers);
 a preemption checkpoints and exits. Protocol: ``dlsched.train.protocol``; the worker it mirrors:
 ``dlsched.train.worker``.
@@ -33,6 +34,7 @@ from dlsched.torch.membership import GroupMembership
 from dlsched.torch.noise import GradientNoiseEstimator
 from dlsched.torch.outbox import ProgressOutbox
 from dlsched.torch.registry import StateRegistry
+from dlsched.torch.sync_cadence import SyncCadence
 
 FLAG_POLL_S = 0.05  # rank 0 reads the stop flag at most this often: a resize waits at most this long for it
 
@@ -74,6 +76,7 @@ class Session:
         self.record = None
         self.last_boundary = time.perf_counter()
         self.flag_checked = 0.0
+        self.cadence = SyncCadence()
 
     # -- registration ---------------------------------------------------------------------------------
     def register(self, name: str, obj: Any) -> None:
@@ -126,7 +129,8 @@ class Session:
         if self.adaptive is not None:  # the job picks its own batch: keep it, within bounds at this size
             self.requested_batch = self.adaptive.regrouped(self.global_batch, self.world, self._reference())
         else:
-            self.requested_batch = sum(plan.local_batches) if plan.local_batches else self.requested_batch
+                self.requested_batch = sum(plan.local_batches) if plan.local_batches else self.requested_batch
+        self.cadence.restart(self.step)
         if self.global_batch != self.factor.batch:
             self.lr_control.retarget()
 
@@ -178,11 +182,12 @@ class Session:
         if self.env is not None and os.getppid() != self.parent:
             self._exit(3)  # the coordinator is gone (killed): an orphan must not keep training
         flag, now = 0.0, time.perf_counter()
-        if self.store is not None and self.rank == 0 and now - self.flag_checked >= FLAG_POLL_S:
+        sync = self.cadence.due(self.step + 1, self.world)
+        if sync and self.store is not None and self.rank == 0 and now - self.flag_checked >= FLAG_POLL_S:
             self.flag_checked = now  # a store round trip per step would cost more than the step on small models
             if self.store.check([stop_key(self.generation)]):
                 flag = float(self.store.get(stop_key(self.generation)))
-        self.open = {"flag": flag, "started": time.perf_counter(), "n": len(ids), "share": len(mine)}
+        self.open = {"flag": flag, "started": time.perf_counter(), "n": len(ids), "share": len(mine), "sync": sync}
         self.reduced = None
         if self.record is not None:  # before the all-reduce: a step that never commits is rolled back with it
             self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
@@ -190,14 +195,15 @@ class Session:
         return mine
 
     def extras(self, step_open: dict | None) -> torch.Tensor:
-        """[stop flag, this rank's |g_local|² (set by EDP), rank 0's proposed batch (0: none), compute seconds
-        per rank] for the all-reduce."""
-        out = torch.zeros(3 + self.world)
+        """[stop flag, this rank's |g_local|² (set by EDP), rank 0's proposed batch (0: none), steps to the
+        next sync step (rank 0's), compute seconds per rank] for a sync step's all-reduce."""
+        out = torch.zeros(4 + self.world)
         if step_open is not None:
             out[0] = step_open["flag"]
-            out[3 + self.rank] = time.perf_counter() - step_open["started"]
-        if self.adaptive is not None and self.adaptive.proposed:
-            out[2] = self.adaptive.proposed
+            out[4 + self.rank] = time.perf_counter() - step_open["started"]
+        if self.rank == 0:
+            out[3] = self.cadence.gap(next((m.noise_every for m in self.models if m.noise_every), None))
+        out[2] = getattr(self.adaptive, "proposed", None) or 0
         return out
 
     def boundary(self) -> None:
@@ -207,14 +213,19 @@ class Session:
         step_open, self.open = self.open, None
         self.step += 1
         reduced = self.reduced
-        if reduced is None:  # no wrapped backward this step: one small all-reduce of its own
+        if reduced is None and step_open["sync"]:  # no wrapped backward this step: an all-reduce of its own
             tail = self.extras(step_open)
             if self.world > 1:
                 dist.all_reduce(tail)
             reduced = tail.tolist()
+        if reduced is None:  # between sync steps: nothing to obey, nothing measured
+            reduced = [0.0] * 4
+        else:
+            self.cadence.synced(self.step, reduced[3])
         wall = time.perf_counter() - self.last_boundary  # data loading included: the step as the job sees it
         if self.rank == 0:
-            self._emit(self._step_record(step_open["n"], wall, reduced[3:]))
+            self.cadence.observe(wall)
+            self._emit(self._step_record(step_open["n"], wall, reduced[4:]))
         if self.adaptive is not None:
             self.adaptive.at_boundary(self, int(reduced[2]), wall)
         if self.job_dir is not None and self.ckpt_every and self.step % self.ckpt_every == 0 and self.rank == 0:
@@ -238,10 +249,6 @@ class Session:
 
     def _step_record(self, n: int, wall: float, times: list[float]) -> dict:
         shares = self.local_batches
-        noise = None
-        if self.noise.measured:
-            ref = self._reference()
-            noise = {"sqr": max(self.noise.sqr, 0.0), "var": self.noise.variance(ref), "reference_batch": ref}
         table = self.table
         return {"time": time.time(), "step": self.step, "epoch": self.epoch, "generation": self.generation,
                 "samples": table.epoch * table.num_samples + table.consumed, "loss": self.metrics.pop("loss", None),
@@ -249,7 +256,7 @@ class Session:
                 "lr": self.step_lr, "per_worker_samples_per_s": [s / max(t, 1e-9) for s, t in zip(shares, times)],
                 "table": table.snapshot()["offsets"], "setup_s": self.setup_s, "epochs": self.epochs,
                 "total_samples": table.num_samples * self.epochs if self.epochs else None,
-                "grad_noise": noise, "metrics": self._take_metrics()}
+                "grad_noise": self.noise.record(self._reference()), "metrics": self._take_metrics()}
 
     def _take_metrics(self) -> dict:
         self.setup_s = None

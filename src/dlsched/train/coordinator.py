@@ -225,7 +225,7 @@ class Coordinator:
             if self.global_batch is None:
                 self.global_batch = rec["batch_size"]  # a script's own batch, first seen
             if (rec["generation"] == self.generation and self.o.replace_stragglers and len(self.wids) > 1
-                    and not self.resizer.active):
+                    and not self.resizer.active and rec["per_worker_samples_per_s"]):  # a script's sync steps only
                 slow = self.detector.update(dict(zip(self.wids, rec["per_worker_samples_per_s"])))
                 if slow and not self.stragglers:
                     self.stragglers = slow
