@@ -131,8 +131,11 @@ def test_workers_added_while_training_and_server_count_is_fixed(tmp_path):
     d = tmp_path / "job"
     proc = _started_and_committed(d, "--servers", "1", "--workers", "1", "--sync", "async", "--ckpt-every", "2",
                                   params=("num_samples=256", "epochs=2", "throttle_s=0.01"))
+    (d / "control.json").write_text('{"workers": "four", "generation": 1}')   # malformed: reported, not applied
+    wait_until(lambda: any(r.get("event") == "control_rejected" for r in read_progress(d)), 120, "the rejection")
     write_control(d, workers=4, batch_size=None, generation=1)  # slots: 1 server + 3 workers
     finish(proc, timeout=240)
+    assert len([r for r in read_progress(d) if r.get("event") == "control_rejected"]) == 1   # once per content
     resized = [r for r in read_progress(d) if r.get("event") == "resized"]
     assert resized and resized[0]["workers"] == 3
     assert {r["workers"] for r in read_progress(d) if "round" in r and "event" not in r} == {1, 3}

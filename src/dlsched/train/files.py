@@ -5,6 +5,7 @@ half a JSON document; progress.jsonl is append-only, one object per line.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -135,20 +136,22 @@ def read_json_lines(path: Path) -> list[dict]:
 class ControlWatch:
     """A runtime's watch on DIR/control.json: ``poll`` gives a request of a higher generation than the last one
     applied, else None. A malformed file is not applied, and ``rejected(error)`` hears of it once per distinct
-    content, not once per poll (the file is a level: it stays until the backend writes the next one)."""
+    content, not once per poll (the file is a level: it stays until the backend writes the next one).
+    ``generation`` and ``rejected_digest`` are plain values, so a runtime whose rounds are separate processes
+    (the parameter server's) can keep them in its state file and watch on."""
 
-    def __init__(self, job_dir: Path, rejected: Callable[[str], None]) -> None:
+    def __init__(self, job_dir: Path, rejected: Callable[[str], None], generation: int = -1,
+                 rejected_digest: str | None = None) -> None:
         self.dir, self.rejected = Path(job_dir), rejected
-        self.generation = -1
-        self._rejected_content: bytes | None = None
+        self.generation, self.rejected_digest = generation, rejected_digest
 
     def poll(self) -> Control | None:
         try:
             ctl = read_control(self.dir)
         except UserError as e:
-            content = control_bytes(self.dir)
-            if content != self._rejected_content:
-                self._rejected_content = content
+            digest = hashlib.sha256(control_bytes(self.dir) or b"").hexdigest()
+            if digest != self.rejected_digest:
+                self.rejected_digest = digest
                 self.rejected(str(e))
             return None
         if ctl is None or ctl.generation <= self.generation:

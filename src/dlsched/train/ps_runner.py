@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from dlsched.errors import UserError
 from dlsched.train import preemption
-from dlsched.train.files import ProgressLog, atomic_write_json, read_control, write_status
+from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
@@ -134,10 +134,13 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
         "samples_per_s": samples / elapsed, "workers": gen.workers, "servers": gen.servers, "sync": str(gen.mode),
         "batch_size": gen.global_batch, "generation": gen.number, "total_samples": state["total_samples"],
         "strategy": "ps"})
-    log.close()
     state["last_commit"] = now
-    control = read_control(job_dir)
-    fresh = control is not None and control.generation > state["control_generation"]
+    watch = ControlWatch(job_dir, lambda error: log.write({"event": "control_rejected", "error": error, "time": now}),
+                         state["control_generation"], state.get("rejected_control"))
+    control = watch.poll()
+    log.close()
+    state["rejected_control"] = watch.rejected_digest
+    fresh = control is not None
     # control.json counts the job's slots, as the scheduler does: servers + workers
     workers = control.workers - gen.servers if fresh else gen.workers
     resize = fresh and workers != gen.workers and workers >= 1
