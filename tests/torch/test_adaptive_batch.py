@@ -73,3 +73,11 @@ def test_bad_bounds_are_one_line_naming_the_field():
         AdaptiveBatch(0)
     with pytest.raises(UserError, match=r"local_bsz_bounds=\(8, 4\)"):
         AdaptiveBatch(64, (8, 4))
+
+
+def test_two_measured_local_batches_are_fitted_not_assumed():
+    a = _measured(0.01)
+    for _ in range(MIN_SAMPLES):
+        a.observe(2, 8, 0.02)  # twice the time for twice the batch: per-sample cost only, no gain from batching
+    assert a.step_time(2)(16) == pytest.approx(0.04, rel=0.05)
+    assert a.decide(16, 2, 8, _noise(sqr=1.0, trace=8 * 1000.0)) is None  # throughput flat: stay
