@@ -83,6 +83,29 @@ def digits_task(seed: int):
     return model, opt, 0.02, batch, step, evaluate
 
 
+def _char_lm_loop(model, train, val, T: int, V: int, batch_size: int, val_windows: int, gen):
+    """(batch, step, evaluate) of a next-character model: random training windows, fixed evenly spaced
+    validation windows, cross-entropy loss and accuracy."""
+    vstarts = torch.arange(val_windows) * ((len(val) - T - 1) // val_windows)
+    vx = torch.stack([val[s:s + T] for s in vstarts])
+    vy = torch.stack([val[s + 1:s + T + 1] for s in vstarts])
+
+    def batch():
+        s = torch.randint(0, len(train) - T - 1, (batch_size,), generator=gen)
+        return torch.stack([train[i:i + T] for i in s]), torch.stack([train[i + 1:i + T + 1] for i in s])
+
+    def evaluate():
+        with torch.no_grad():
+            out = model(vx)
+            return (float(torch.nn.functional.cross_entropy(out.reshape(-1, V), vy.reshape(-1))),
+                    float((out.argmax(-1) == vy).float().mean()))
+
+    def step(xb, yb):
+        return torch.nn.functional.cross_entropy(model(xb).reshape(-1, V), yb.reshape(-1))
+
+    return batch, step, evaluate
+
+
 def charlm_task(seed: int):
     import asyncio
     import email
@@ -112,25 +135,8 @@ def charlm_task(seed: int):
 
     model = CharGRU()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    gen = torch.Generator().manual_seed(seed)
-    vstarts = torch.arange(256) * ((len(val) - T - 1) // 256)
-    vx = torch.stack([val[s:s + T] for s in vstarts])
-    vy = torch.stack([val[s + 1:s + T + 1] for s in vstarts])
-
-    def batch():
-        s = torch.randint(0, len(train) - T - 1, (32,), generator=gen)
-        return torch.stack([train[i:i + T] for i in s]), torch.stack([train[i + 1:i + T + 1] for i in s])
-
-    def evaluate():
-        with torch.no_grad():
-            out = model(vx)
-            return (float(torch.nn.functional.cross_entropy(out.reshape(-1, V), vy.reshape(-1))),
-                    float((out.argmax(-1) == vy).float().mean()))
-
-    def step(xb, yb):
-        return torch.nn.functional.cross_entropy(model(xb).reshape(-1, V), yb.reshape(-1))
-
-    return model, opt, 3e-3, batch, step, evaluate
+    return (model, opt, 3e-3, *_char_lm_loop(model, train, val, T, V, batch_size=32, val_windows=256,
+                                             gen=torch.Generator().manual_seed(seed)))
 
 
 def tinylm_task(seed: int):
@@ -166,25 +172,8 @@ def tinylm_task(seed: int):
 
     model = TinyLM()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
-    gen = torch.Generator().manual_seed(seed)
-    vstarts = torch.arange(96) * ((len(val) - T - 1) // 96)
-    vx = torch.stack([val[s:s + T] for s in vstarts])
-    vy = torch.stack([val[s + 1:s + T + 1] for s in vstarts])
-
-    def batch():
-        s = torch.randint(0, len(train) - T - 1, (16,), generator=gen)
-        return torch.stack([train[i:i + T] for i in s]), torch.stack([train[i + 1:i + T + 1] for i in s])
-
-    def evaluate():
-        with torch.no_grad():
-            out = model(vx)
-            return (float(torch.nn.functional.cross_entropy(out.reshape(-1, V), vy.reshape(-1))),
-                    float((out.argmax(-1) == vy).float().mean()))
-
-    def step(xb, yb):
-        return torch.nn.functional.cross_entropy(model(xb).reshape(-1, V), yb.reshape(-1))
-
-    return model, opt, 2e-3, batch, step, evaluate
+    return (model, opt, 2e-3, *_char_lm_loop(model, train, val, T, V, batch_size=16, val_windows=96,
+                                             gen=torch.Generator().manual_seed(seed)))
 
 
 TASKS = {"digits": (digits_task, 800), "charlm": (charlm_task, 800), "tinylm": (tinylm_task, 600)}

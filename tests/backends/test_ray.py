@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -348,6 +349,24 @@ def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:
     return kept, restored
 
 
+@contextmanager
+def fifo_service_on_ray(backend, tmp_path, runtime=REAL_RUNTIME, **service_args):
+    """A test-fifo service over the module's two Ray nodes, whose backend runs ``runtime``: (service, client)."""
+    from tests.service import policies  # noqa: F401
+
+    backend.runtime = runtime
+    spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
+                       interval_s=0.3, backend="ray")
+    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend, **service_args).start()
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
+    try:
+        yield svc, c
+    finally:
+        stop_service_and_jobs(svc)
+        c.close()
+        backend.runtime = CONTRACT_RUNTIME
+
+
 def test_service_on_ray_node_loss_resumes_the_real_runtime_elsewhere_exactly_once(cluster, backend, tmp_path):
     from tests.service import policies  # noqa: F401
 
@@ -483,15 +502,9 @@ def test_standby_workers_are_refused_under_ray_with_one_line(backend, tmp_path):
 def test_service_on_ray_runs_a_parameter_server_job_with_its_servers_in_bundles(backend, tmp_path):
     """A PS job's server holds a slot like its workers: 1 server + 2 workers are 3 slots, more than one node
     has, so its ranks run in bundles on both nodes (children of their actors); every sample is trained once."""
-    from tests.service import policies  # noqa: F401
     from dlsched.train.ps_runner import committed_samples
 
-    backend.runtime = REAL_RUNTIME
-    spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
-                       interval_s=0.3, backend="ray")
-    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend).start()
-    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
-    try:
+    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
         job = submit(c, name="ps", entry="examples/mlp.py:make_job", gpus=3, strategy="ps", servers=1,
                      sync="ssp:1", batch_size=16, params={"num_samples": 192, "epochs": 2, "throttle_s": 0.02})
         wait_job(c, job, lambda j: j["samples"] > 0, timeout=120, what="a committed round")
@@ -499,10 +512,6 @@ def test_service_on_ray_runs_a_parameter_server_job_with_its_servers_in_bundles(
         assert sum(backend.placement(job).values()) == 3
         wait_job(c, job, lambda j: j["state"] == "finished", timeout=180, what="finished")
         final = c.get(f"/jobs/{job}").json()
-    finally:
-        stop_service_and_jobs(svc)
-        c.close()
-        backend.runtime = CONTRACT_RUNTIME
     job_dir = svc.state_dir / "jobs" / str(job)
     assert final["samples"] == 384 and [a["num_gpus"] for a in final["allocations"]][0] == 3, final
     hosts = worker_hosts(job_dir)          # keyed by rank: 0 is the server, 1 and 2 the workers
@@ -521,14 +530,8 @@ def test_service_on_ray_runs_a_command_job_and_trains_every_sample_once(backend,
     """A bring-your-own-loop job (``command:``, dlsched.torch): its runtime runs in the Ray actor and its
     2 script workers train every sample once per epoch (the runtime's sample records)."""
     from dlsched.train.data import committed_sample_ids
-    from tests.service import policies  # noqa: F401
 
-    backend.runtime = REAL_RUNTIME
-    spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
-                       interval_s=0.3, backend="ray")
-    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend).start()
-    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
-    try:
+    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
         r = c.post("/jobs", json={"name": "script", "gpus": 2, "command": [
             "python", "tests/torch/user_script.py", "--samples", "96", "--batch", "8", "--epochs", "2"]})
         assert r.status_code == 201, r.text
@@ -536,10 +539,6 @@ def test_service_on_ray_runs_a_command_job_and_trains_every_sample_once(backend,
         wait_job(c, job, lambda j: j["samples"] > 0, timeout=120, what="a committed step")
         assert sum(backend.placement(job).values()) == 2            # its runtime holds both slots in Ray
         final = wait_job(c, job, lambda j: j["state"] == "finished", timeout=180, what="finished")
-    finally:
-        stop_service_and_jobs(svc)
-        c.close()
-        backend.runtime = CONTRACT_RUNTIME
     job_dir = svc.state_dir / "jobs" / str(job)
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(96)})
     assert final["samples"] == 192 and events(job_dir, "finished")
@@ -561,17 +560,12 @@ models:
 
 
 def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(backend, tmp_path):
-    from tests.service import policies  # noqa: F401
 
     (tmp_path / "ens.yaml").write_text(ENSEMBLE % {"m": REPO / "examples" / "ensemble" / "models.py"})
     # the Ray node's runtime gets its own profile cache through its command line (the raylet's env is fixed)
-    backend.runtime = ["env", f"DLSCHED_PROFILE_CACHE={tmp_path / 'cache'}", *REAL_RUNTIME]
-    spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
-                       interval_s=0.3, backend="ray")
-    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend,
-                  entry_roots=(REPO, tmp_path)).start()      # the ensemble YAML is job code: allowed here
-    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
-    try:
+    runtime = ["env", f"DLSCHED_PROFILE_CACHE={tmp_path / 'cache'}", *REAL_RUNTIME]
+    # the ensemble YAML is job code: its folder is an allowed job directory here
+    with fifo_service_on_ray(backend, tmp_path, runtime, entry_roots=(REPO, tmp_path)) as (svc, c):
         job = submit(c, name="sweep", kind="ensemble", entry="examples/ensemble/ensemble_job.py:from_yaml",
                      params={"path": str(tmp_path / "ens.yaml")}, gpus=2)
         done = wait_job(c, job, lambda j: j["state"] == "finished", timeout=300, what="every member done")
@@ -588,7 +582,3 @@ def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(
         placed = [a for a in done["allocations"] if a["num_gpus"]]
         assert placed and set(placed[0]["placement"]) <= {"n1", "n2"}, placed
         assert (svc.state_dir / "jobs" / str(job) / "status.json").exists()
-    finally:
-        stop_service_and_jobs(svc)
-        c.close()
-        backend.runtime = CONTRACT_RUNTIME
