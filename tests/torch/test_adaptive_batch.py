@@ -46,7 +46,7 @@ def test_a_resize_keeps_the_batch_within_the_local_bounds():
 @pytest.mark.slow
 def test_an_opted_in_script_grows_its_batch_exactly_once_and_one_that_did_not_keeps_it(tmp_path):
     adaptive, plain = tmp_path / "adaptive", tmp_path / "plain"
-    args = ("--epochs", "2", "--label-noise", "10", "--ckpt-every", "0", "--step-s", "0.01")  # ~5 steps a sync
+    args = ("--epochs", "2", "--label-noise", "10", "--ckpt-every", "0", "--noise-every", "2")
     finish(start_script(adaptive, 2, *args, "--autoscale", "64", runtime_args=("--record-samples",)), timeout=300)
     finish(start_script(plain, 2, *args, runtime_args=("--record-samples",)), timeout=300)
 

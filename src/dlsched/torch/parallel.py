@@ -1,7 +1,7 @@
 """``ElasticDataParallel``: DistributedDataParallel that survives resizes and measures the gradient noise.
 
 Each generation wraps the module in a fresh DDP on that generation's process group (one worker: no DDP at
-all), whose own C++ all-reduce averages the gradients. On a sync step (``sync_cadence``: about every 50 ms;
+all), whose own C++ all-reduce averages the gradients. On a sync step (``sync_cadence``: about every 200 ms;
 every rank knows which) gradient hooks add each local |g|², and the session all-reduces its step scalars
 (stop flag, local |g|² sum, compute times...) at the step boundary; unequal local shares get hooks that
 weight each rank by its share. The other steps are plain DDP. On one worker, every
