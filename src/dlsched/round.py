@@ -100,12 +100,14 @@ def diff(jobs: Sequence[JobView], allocation: Allocation, placement: Mapping[str
 def schedule(policy: Policy, jobs: Sequence[JobView], cluster: ClusterView,
              strategy: Strategy = most_free_first) -> Decision:
     """One round: ``policy.decide``, the shared check, placement (jobs the policy did not place go where
-    ``strategy`` says; unchanged counts keep their nodes), then the diff."""
+    ``strategy`` says; unchanged counts keep their nodes, resized jobs the GPUs they hold unless the policy
+    says otherwise), then the diff."""
     jobs = tuple(jobs)
     allocation = policy.decide(jobs, cluster)
     check(allocation, jobs, cluster, policy.name)
     try:
-        placement = place(allocation, cluster, {j.id: j.placement for j in jobs if j.placement}, strategy)
+        placement = place(allocation, cluster, {j.id: j.placement for j in jobs if j.placement}, strategy,
+                          policy.resize_in_place)
     except PlacementError as e:
         raise InvalidAllocation(f"policy {policy.name!r}: {e}") from None
     return Decision(allocation, placement, diff(jobs, allocation, placement))

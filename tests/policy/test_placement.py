@@ -55,3 +55,41 @@ def test_place_keeps_a_job_on_its_gpu_type():
     assert sum(out["c"].values()) == 2
     with pytest.raises(PlacementError, match="no nodes of GPU type 'a100'"):
         place(Allocation({"x": JobAllocation(1, gpu_type="a100")}), c, {})
+
+
+def test_resized_job_keeps_the_gpus_it_holds():
+    c = ClusterView.homogeneous(3, 4)
+    held = {"grow": {"node1": 1}, "shrink": {"node2": 2, "node0": 2}}
+    alloc = Allocation({"grow": JobAllocation(3), "shrink": JobAllocation(2)})
+    out = place(alloc, c, held)
+    assert out["shrink"] == {"node2": 2}                      # its first GPUs, not a fresh most-free node
+    assert out["grow"] == {"node1": 3}                        # grows beside its GPU, on no extra node
+    # a kept map spanning more nodes than a fresh one is not forced: 1 GPU on a full-ish node grows elsewhere
+    busy = place(Allocation({"j": JobAllocation(4), "x": JobAllocation(3)}), c, {"j": {"node0": 1}, "x": {"node0": 3}})
+    assert busy["x"] == {"node0": 3} and busy["j"] == {"node1": 4}
+
+
+def test_round_moves_no_job_whose_size_is_unchanged():
+    """A hand-made round: one job grows, one shrinks, one waits, and the two that keep their size on nodes that
+    still fit must not move (a move is a restart the simulator charges)."""
+    from dlsched.policy.base import JobView, Policy
+    from dlsched.round import Move, Resize, schedule
+
+    class Fixed(Policy):
+        name = "fixed"
+
+        def decide(self, jobs, cluster):
+            return Allocation({"a": JobAllocation(2), "b": JobAllocation(4), "c": JobAllocation(1),
+                               "d": JobAllocation(3)})
+
+    c = ClusterView.homogeneous(4, 4)
+    held = {"a": {"node3": 2}, "b": {"node2": 2, "node1": 2}, "c": {"node1": 2}, "d": {"node0": 1}}
+    jobs = [JobView(id=j, submit_time=0.0, requested_gpus=sum(n.values()), placement=n, current_batch_size=32)
+            for j, n in held.items()]
+    d = schedule(Fixed(), jobs, c)
+    assert d.nodes("a") == {"node3": 2} and d.nodes("b") == {"node2": 2, "node1": 2}
+    assert not [x for x in d.actions if isinstance(x, Move)]
+    acts = {x.job_id: x for x in d.actions}
+    assert set(acts) == {"c", "d"}
+    assert dict(acts["c"].nodes) == {"node1": 1}               # shrink: keeps one of its GPUs
+    assert dict(acts["d"].nodes) == {"node0": 3}               # grow: beside the GPU it holds

@@ -46,7 +46,7 @@ def test_a_resize_keeps_the_batch_within_the_local_bounds():
 @pytest.mark.slow
 def test_an_opted_in_script_grows_its_batch_exactly_once_and_one_that_did_not_keeps_it(tmp_path):
     adaptive, plain = tmp_path / "adaptive", tmp_path / "plain"
-    args = ("--epochs", "2", "--label-noise", "10", "--ckpt-every", "0", "--step-s", "0.01")  # ~5 steps a sync
+    args = ("--epochs", "2", "--label-noise", "10", "--ckpt-every", "0", "--noise-every", "2")
     finish(start_script(adaptive, 2, *args, "--autoscale", "64", runtime_args=("--record-samples",)), timeout=300)
     finish(start_script(plain, 2, *args, runtime_args=("--record-samples",)), timeout=300)
 
@@ -73,3 +73,11 @@ def test_bad_bounds_are_one_line_naming_the_field():
         AdaptiveBatch(0)
     with pytest.raises(UserError, match=r"local_bsz_bounds=\(8, 4\)"):
         AdaptiveBatch(64, (8, 4))
+
+
+def test_two_measured_local_batches_are_fitted_not_assumed():
+    a = _measured(0.01)
+    for _ in range(MIN_SAMPLES):
+        a.observe(2, 8, 0.02)  # twice the time for twice the batch: per-sample cost only, no gain from batching
+    assert a.step_time(2)(16) == pytest.approx(0.04, rel=0.05)
+    assert a.decide(16, 2, 8, _noise(sqr=1.0, trace=8 * 1000.0)) is None  # throughput flat: stay

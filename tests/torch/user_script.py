@@ -24,6 +24,7 @@ ap.add_argument("--slow-file", default="", help="sleep --step-s per step only wh
 ap.add_argument("--ckpt-every", type=int, default=5)
 ap.add_argument("--label-noise", type=float, default=0.1)
 ap.add_argument("--autoscale", type=int, default=0, help="opt in to the adaptive batch, up to this global batch")
+ap.add_argument("--noise-every", type=int, default=None, help="ElasticDataParallel's noise_every")
 args = ap.parse_args()
 
 dt.init(ckpt_every=args.ckpt_every)
@@ -31,7 +32,7 @@ g = torch.Generator().manual_seed(0)
 x = torch.randn(args.samples, 8, generator=g)
 y = (x @ torch.randn(8, 1, generator=g)).squeeze(1) + args.label_noise * torch.randn(args.samples, generator=g)
 torch.manual_seed(0)
-model = dt.ElasticDataParallel(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)))
+model = dt.ElasticDataParallel(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)), noise_every=args.noise_every)
 if args.optimizer == "adamw":
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 else:

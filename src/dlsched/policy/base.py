@@ -149,6 +149,7 @@ class Policy(Protocol):
     name: str
     rigid: bool = False          # everyone fits -> everyone gets exactly their request, running jobs keep nodes
     event_driven: bool = False   # the decision changes only when a job arrives or finishes
+    resize_in_place: bool = True  # a resized job keeps the GPUs it holds (placement.resized); False: placed afresh
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation: ...
 

@@ -30,6 +30,7 @@ def _time(work: float, rate: float) -> float:
 class OptimusPolicy(Policy):
     name = "optimus"
     rigid = False
+    resize_in_place = False   # the Pollux artifact's Optimus driver re-places every resized job (fidelity test)
     event_driven = False
 
     def gain(self, job: JobView, n: int, gpus_per_node: int) -> float:

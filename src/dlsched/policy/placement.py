@@ -6,7 +6,10 @@ in which nodes were chosen (step-time traces of 3+ node placements depend on it)
 * ``consolidated``: Optimus Theorem 1 — the fewest nodes, the same number of GPUs on each; falls back to
   ``most_free_first`` when no even split fits.
 * ``place``: a whole allocation; jobs whose GPU count did not change keep their nodes (no needless restart), the
-  rest are placed smallest first. A job whose ``JobAllocation.gpu_type`` is set only ever gets nodes of that type
+  rest are placed smallest first. A resized job keeps the GPUs it holds where that spans no more nodes than a fresh
+  placement would: a grow adds GPUs beside them, a shrink keeps its first ones. The runtime resizes stop-free, its
+  kept workers staying on their devices (docs/runtime.md; a Ray shrink keeps its oldest workers, docs/ray.md), so
+  the node map recorded is the one the job really runs on. A job whose ``JobAllocation.gpu_type`` is set only ever gets nodes of that type
   (the policy chose the type for the job's speed-up there).
 """
 from __future__ import annotations
@@ -65,12 +68,41 @@ def apply(free: NodeMap, nodes: Mapping[str, int]) -> None:
         free[name] -= k
 
 
+def resized(held: Mapping[str, int], num_gpus: int, free: Mapping[str, int], strategy: Strategy) -> NodeMap | None:
+    """``held``'s GPUs resized to ``num_gpus`` without moving the ones kept: a shrink keeps the first ones (held
+    order: the runtime's oldest workers), a grow fills its own nodes first and places the rest with ``strategy``.
+    None when a held GPU has been taken meanwhile."""
+    if any(free.get(n, 0) < k for n, k in held.items()):
+        return None
+    out: NodeMap = {}
+    need = num_gpus
+    for name, k in held.items():
+        take = min(k, need)
+        if take <= 0:
+            break
+        out[name] = take
+        need -= take
+    left = {n: v - out.get(n, 0) for n, v in free.items()}
+    for name in held:                       # a grow: GPUs on the job's own nodes first (no extra node)
+        take = min(left[name], need)
+        if take > 0:
+            out[name] += take
+            left[name] -= take
+            need -= take
+    if need > 0:
+        for name, k in strategy(need, {n: v for n, v in left.items() if n not in out}).items():
+            out[name] = out.get(name, 0) + k
+    return out
+
+
 def place(allocation: Allocation, cluster: ClusterView, current: Mapping[str, Mapping[str, int]],
-          strategy: Strategy = most_free_first) -> dict[str, NodeMap]:
+          strategy: Strategy = most_free_first, resize_in_place: bool = True) -> dict[str, NodeMap]:
     """Node maps for every job with GPUs in ``allocation``.
 
     Policy-set node maps are honoured first; then jobs whose count equals their ``current`` placement keep it;
-    the others are placed in ascending GPU count (stable in allocation order) with ``strategy``.
+    the others are placed in ascending GPU count (stable in allocation order) with ``strategy``, a resized job
+    keeping its GPUs (:func:`resized`) unless that spans more nodes than the fresh placement or
+    ``resize_in_place`` is off.
     """
     free = free_gpus(cluster)
     type_of = {n.name: n.gpu_type for n in cluster.nodes}
@@ -95,12 +127,20 @@ def place(allocation: Allocation, cluster: ClusterView, current: Mapping[str, Ma
     for _, jid in sorted(todo, key=lambda t: t[0]):
         a = allocation.jobs[jid]
         if a.gpu_type is None:
-            nodes = strategy(a.num_gpus, free)
+            pool = free
         else:
-            of_type = {n: k for n, k in free.items() if type_of[n] == a.gpu_type}
-            if not of_type:
+            pool = {n: k for n, k in free.items() if type_of[n] == a.gpu_type}
+            if not pool:
                 raise PlacementError(f"job {jid}: no nodes of GPU type {a.gpu_type!r}")
-            nodes = strategy(a.num_gpus, of_type)
+        nodes = strategy(a.num_gpus, pool)
+        cur = current.get(jid)
+        if resize_in_place and cur and all(n in pool for n in cur):
+            try:
+                kept = resized(cur, a.num_gpus, pool, strategy)
+            except PlacementError:
+                kept = None
+            if kept is not None and len(kept) <= len(nodes):
+                nodes = kept
         out[jid] = nodes
         apply(free, nodes)
     if any(v < 0 for v in free.values()):

@@ -21,7 +21,6 @@ import numpy as np
 
 from dlsched.errors import UserError
 from dlsched.perf.efficiency import GradientNoise, efficiency
-from dlsched.perf.speed import fit_compute
 from dlsched.torch.noise import GradientNoiseEstimator
 
 DECIDE_EVERY = 10   # steps between decisions: a change rebuilds the DataLoader iterator
@@ -80,6 +79,8 @@ class AdaptiveBatch:
             return None
         if len(m) == 1:  # AdaptDL's prior: half fixed cost, half per sample
             return lambda local: t[0] / 2 * (1 + np.asarray(local, float) / m[0])
+        from dlsched.perf.speed import fit_compute  # scipy: imported by the jobs that opt in, when they decide
+
         return fit_compute(m, t)
 
     # -- at the session's step boundary ----------------------------------------------------------------

@@ -1,16 +1,17 @@
 """``ElasticDataParallel``: DistributedDataParallel that survives resizes and measures the gradient noise.
 
 Each generation wraps the module in a fresh DDP on that generation's process group (one worker: no DDP at
-all). A comm hook averages each gradient bucket over the global batch. On a sync step (``sync_cadence``: about
-every 50 ms; every rank knows which) it also adds each bucket's local |g|² on the way and all-reduces
-the session's step scalars (stop flag, local |g|² sum, compute times...) beside the last bucket, so every rank
-knows them when backward returns; the steps between cost what plain DDP's do. On one worker, every
+all), whose own C++ all-reduce averages the gradients. On a sync step (``sync_cadence``: about every 200 ms;
+every rank knows which) gradient hooks add each local |g|², and the session all-reduces its step scalars
+(stop flag, local |g|² sum, compute times...) at the step boundary; unequal local shares get hooks that
+weight each rank by its share. The other steps are plain DDP. On one worker, every
 ``noise_every``-th step (default 8) runs the batch as two halves
 (the first through parameter views whose gradient hooks keep that half's gradient), which gives the same two
 batch sizes; the halves also see per-half batch-norm statistics on those steps.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -21,30 +22,6 @@ from torch.nn.parallel import DistributedDataParallel
 from dlsched.errors import UserError
 
 SINGLE_EVERY = 8  # one worker, noise_every unset: a split step (two half-batch passes) in every 8 bounds the cost
-
-
-def _comm_hook(edp, bucket):  # no annotations: DDP checks them, and this module's are strings
-    session = edp._session
-    buf = bucket.buffer()
-    sync = session.open is None or session.open["sync"]
-    if sync:  # only sync steps carry the noise measurement: the other steps pay what plain DDP does
-        flat = buf.view(-1)
-        edp._local_sqr = edp._local_sqr + torch.dot(flat, flat).float()  # no temporary the size of the bucket
-    # the script's loss is a mean over its local batch: weight by the local share, so that unequal shares
-    # (B % workers != 0) still give the global batch's mean gradient
-    buf.mul_(session.open["share"] / session.open["n"] if session.open else 1.0 / session.world)
-    if not (sync and bucket.is_last()):
-        return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
-    extras = session.extras(session.open)
-    extras[1] = edp._local_sqr
-    grads = dist.all_reduce(buf, async_op=True).get_future()
-    scalars = dist.all_reduce(extras, async_op=True).get_future()  # a few floats: cheaper than joining the bucket
-
-    def unpack(fut: torch.futures.Future) -> torch.Tensor:
-        session.reduced = scalars.value()[0].tolist()
-        return grads.value()[0]
-
-    return torch.futures.collect_all([grads, scalars]).then(unpack)
 
 
 def _cat(a: Any, b: Any) -> Any:
@@ -82,7 +59,9 @@ class ElasticDataParallel(nn.Module):
         if noise_smoothing is not None:
             self._session.noise.smoothing = noise_smoothing
         self._session.models.append(self)
-        self._local_sqr = torch.zeros(())
+        self._local_sqr: torch.Tensor | None = None  # a sync step's local |g|² (the hooks add to it)
+        self._hooks: list = []
+        self._synced: tuple[float, float] | None = None  # a sync step's (|g_B|², GradScaler scale), for after the all-reduce
         self._split: tuple | None = None
         self._measured_step = -1
 
@@ -91,8 +70,7 @@ class ElasticDataParallel(nn.Module):
         if world == 1:
             object.__setattr__(self, "_ddp", None)
             return
-        ddp = DistributedDataParallel(self.module, init_sync=False, **self._ddp_kwargs)
-        ddp.register_comm_hook(self, _comm_hook)
+        ddp = DistributedDataParallel(self.module, init_sync=False, **self._ddp_kwargs)  # its C++ all-reduce
         object.__setattr__(self, "_ddp", ddp)
 
     def _unwrap(self) -> None:
@@ -102,11 +80,35 @@ class ElasticDataParallel(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s = self._session
         if self._ddp is not None:
-            self._local_sqr = torch.zeros(())
+            self._arm(s)
             return self._ddp(*args, **kwargs)
         measuring = (self.training and torch.is_grad_enabled() and s.open is not None and self._splits
                      and s.step % (self.noise_every or SINGLE_EVERY) == 0)
         return self._split_forward(args, kwargs) if measuring else self.module(*args, **kwargs)
+
+    def _arm(self, s) -> None:
+        """Gradient hooks for this step only, and only where it needs them: a sync step adds each local
+        gradient's |g|²; unequal local shares weight each rank's gradient by its share of the global batch
+        (DDP averages ranks equally). Other steps run DDP alone, with no Python on the gradient path."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
+        self._local_sqr = None
+        if not (self.training and torch.is_grad_enabled() and s.open is not None):
+            return
+        weight = s.open["share"] * s.world / s.open["n"]
+        if s.open["sync"]:
+            self._local_sqr = torch.zeros(())
+        elif weight == 1.0:
+            return
+        self._hooks = [p.register_hook(partial(self._on_grad, weight)) for p in self.module.parameters()
+                       if p.requires_grad]
+
+    def _on_grad(self, weight: float, grad: torch.Tensor) -> torch.Tensor | None:
+        if self._local_sqr is not None:
+            flat = grad.reshape(-1)
+            self._local_sqr.add_(torch.dot(flat, flat).float())  # no temporary the size of the gradient
+        return grad * weight if weight != 1.0 else None
 
     def _split_forward(self, args: tuple, kwargs: dict) -> Any:
         sizes = [x.shape[0] for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor) and x.dim() > 0]
@@ -142,15 +144,14 @@ class ElasticDataParallel(nn.Module):
         if self._measured_step == s.step:
             return
         self._measured_step = s.step
-        if not ((self._ddp is not None and s.reduced is not None) or self._split is not None):
+        if not ((self._ddp is not None and self._local_sqr is not None) or self._split is not None):
             return   # not a measured step: skip the gradient norm (a device sync) nobody would use
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         if not grads:
             return
         total_sqr = float(sum(torch.dot(g.reshape(-1), g.reshape(-1)) for g in grads))
-        if self._ddp is not None and s.reduced is not None:
-            local_sqr = s.reduced[1] / s.world / self._scale() ** 2
-            s.noise.update(local_sqr, s.global_batch / s.world, total_sqr, s.global_batch)
+        if self._ddp is not None:
+            self._synced = (total_sqr, self._scale())  # the local |g|² sum arrives with the boundary's all-reduce
         elif self._split is not None:
             half_grads, params, n, h, scale = self._split
             self._split = None
@@ -162,3 +163,10 @@ class ElasticDataParallel(nn.Module):
                 a_sqr += float((part * (n / h)).pow(2).sum())
                 b_sqr += float(((p.grad.float() - part) * (n / (n - h))).pow(2).sum())
             s.noise.update((a_sqr + b_sqr) / 2, n / 2, total_sqr, n)
+
+    def _after_sync(self, s, reduced: list[float]) -> None:
+        """A sync step's all-reduced scalars are in: feed the noise estimate (several workers)."""
+        if self._synced is None:
+            return
+        (total_sqr, scale), self._synced = self._synced, None
+        s.noise.update(reduced[1] / s.world / scale ** 2, s.global_batch / s.world, total_sqr, s.global_batch)

@@ -2,9 +2,9 @@
 
 A step is one batch of the ``ElasticDataLoader``; its boundary is the loader's next ``__next__``. There the
 session commits the step (progress record, periodic checkpoint) and obeys the coordinator's stop flag, which
-rode in a sync step's gradient all-reduce so every rank acts after the same step (with several workers, one
-step in about ``SYNC_S`` is a sync step; each names the next, so the ranks agree without asking): a resize leaves the process
-group and joins the next generation's (survivors keep their state, rank 0 broadcasts it to newcomers);
+rode in a sync step's all-reduce of the step scalars so every rank acts after the same step (with several
+workers, one step in about ``SYNC_S`` is a sync step; each names the next, so the ranks agree without
+asking): a resize leaves the process group and joins the next generation's (survivors keep their state, rank 0 broadcasts it to newcomers);
 a preemption checkpoints and exits. Protocol: ``dlsched.train.protocol``; the worker it mirrors:
 ``dlsched.train.worker``.
 """
@@ -70,7 +70,6 @@ class Session:
         self.metrics: dict[str, float] = {}
         self.noise = GradientNoiseEstimator()
         self.factor = LrFactor()
-        self.reduced: list[float] | None = None  # the step's all-reduced extras (EDP's comm hook)
         self.step_lr: float | None = None
         self.setup_s: float | None = None
         self.record = None
@@ -184,14 +183,13 @@ class Session:
         sync = self.cadence.due(self.step + 1, self.world)
         flag = self.watch.flag(self.generation) if sync and self.watch is not None and self.rank == 0 else 0.0
         self.open = {"flag": flag, "started": time.perf_counter(), "n": len(ids), "share": len(mine), "sync": sync}
-        self.reduced = None
         if self.record is not None:  # before the all-reduce: a step that never commits is rolled back with it
             self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
                                           "ids": mine}) + "\n")
         return mine
 
     def extras(self, step_open: dict | None) -> torch.Tensor:
-        """[stop flag, this rank's |g_local|² (set by EDP), rank 0's proposed batch (0: none), steps to the
+        """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
         next sync step (rank 0's), compute seconds per rank] for a sync step's all-reduce."""
         out = torch.zeros(4 + self.world)
         if step_open is not None:
@@ -199,6 +197,7 @@ class Session:
             out[4 + self.rank] = time.perf_counter() - step_open["started"]
         if self.rank == 0:
             out[3] = self.cadence.gap(next((m.noise_every for m in self.models if m.noise_every), None))
+        out[1] = sum(float(m._local_sqr) for m in self.models if m._local_sqr is not None)
         out[2] = getattr(self.adaptive, "proposed", None) or 0
         return out
 
@@ -208,12 +207,14 @@ class Session:
             return
         step_open, self.open = self.open, None
         self.step += 1
-        reduced = self.reduced
-        if reduced is None and step_open["sync"]:  # no wrapped backward this step: an all-reduce of its own
+        reduced = None
+        if step_open["sync"]:  # the step scalars, every rank's at once
             tail = self.extras(step_open)
             if self.world > 1:
                 dist.all_reduce(tail)
             reduced = tail.tolist()
+            for m in self.models:
+                m._after_sync(self, reduced)
         if reduced is None:  # between sync steps: nothing to obey, nothing measured
             reduced = [0.0] * 4
         else:

@@ -4,7 +4,7 @@ choice), so every rank agrees without asking; the steps between cost what plain 
 second all-reduce), which is what keeps the wrapper cheap on short steps."""
 from __future__ import annotations
 
-SYNC_S = 0.05  # seconds between sync steps: also the most a stop flag waits, beside flag_watch.FLAG_POLL_S
+SYNC_S = 0.2  # seconds between sync steps: also the most a stop flag waits, beside flag_watch.FLAG_POLL_S
 MAX_SYNC_GAP = 16  # steps between sync steps at most: the noise estimate still gets one step in 16
 
 
