@@ -108,7 +108,8 @@ def events(cluster, job_id: int, kind: str) -> list[dict]:
 
 def job_state(client, job_id: int) -> dict:
     j = client.get(f"/jobs/{job_id}").json()
-    assert j["state"] not in ("failed", "cancelled"), j
+    assert j["state"] not in ("failed", "cancelled"), (j["state"], j.get("error"), [
+        (e["kind"], e.get("detail")) for e in client.get(f"/jobs/{job_id}/events").json()][-12:])
     return j
 
 

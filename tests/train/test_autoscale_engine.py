@@ -54,8 +54,10 @@ def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_
     assert decisions[0]["action"] == "grow" and decisions[0]["workers"] == 1  # one count tried: scale out by N
     for d in decisions[1:]:
         last = d["pairs"][-1]
-        if d["action"] == "grow":  # every further step out rests on efficiency that held at every step so far
-            assert all(p["efficiency"] > 0.1 for p in d["pairs"])
+        if d["action"] == "grow" and str(d["target"]) not in map(str, d["throughput"]):
+            # a step out to a count never tried rests on efficiency that held at every step so far (a grow back
+            # to a tried count is the schedule re-measuring one with too few batches before it settles below it)
+            assert all(p["efficiency"] > 0.1 for p in d["pairs"]), d
         else:                      # settling or backing off names a measured step below S, or sits at the cap
             assert any(p["efficiency"] <= 0.1 for p in d["pairs"]) or d["workers"] >= 8, d
     assert any(p["efficiency"] <= 0.1 for d in decisions for p in d["pairs"])  # the drop happened ...
