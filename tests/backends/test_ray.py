@@ -320,6 +320,25 @@ def test_service_restart_reattaches_the_running_job(make_service):
     assert sorted(samples_seen(job_dir)) == list(range(400))
 
 
+def test_a_fenced_runtime_is_gone_not_failed(backend, tmp_path):
+    """A coordinator that finds its job folder held (a lost node's coordinator its guard has not ended yet) exits
+    75 and touches nothing: the job is to be resumed, not failed."""
+    from dlsched.train import fence
+
+    backend.runtime = REAL_RUNTIME
+    job = Launch(8, JobSpec(name="mlp", entry=f"{REPO}/examples/mlp.py:make_job", gpus=1,
+                            params={"num_samples": 96}), tmp_path / "job8", 1, None, {}, 1)
+    held = fence.acquire(job.job_dir)
+    try:
+        backend.start(job)
+        res = wait_state(backend, job, "gone")
+        assert "fenced" in res.error and not list(job.job_dir.glob("progress.jsonl"))
+    finally:
+        os.close(held)
+        backend.runtime = CONTRACT_RUNTIME
+    assert wait_free(4) == 4
+
+
 def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:
     """Sample ids trained into the final model across a coordinator restart (node loss).
 

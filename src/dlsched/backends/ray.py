@@ -56,6 +56,7 @@ from dlsched.paths import pythonpath_with_src
 from dlsched.errors import UserError
 from dlsched.policy.base import NodeView
 from dlsched.ray.host import NAMESPACE, guarded, host_actor
+from dlsched.train import fence
 from dlsched.train.launcher import IN_USE_FILE, RAY_ADDRESS_ENV, SLOTS_FILE
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
@@ -308,6 +309,12 @@ class RayBackend(Backend):
         status = read_status(job_dir) or {}
         if rc == 0 and status.get("state") == "finished":
             return PollResult("finished")
+        if status.get("state") != "failed" and (rc < 0 or rc == fence.EXIT_FENCED):
+            # killed from outside, or fenced: the coordinator of a lost node still held the job folder (its guard
+            # had not yet ended it). Neither failed the job: the loop resumes it from its checkpoint, a bounded
+            # number of times, as the local backend's poll does
+            how = f"killed by signal {-rc}" if rc < 0 else "fenced: another coordinator still held the job folder"
+            return PollResult("gone", f"coordinator {how}")
         return PollResult("failed", status.get("error") or f"exit code {rc}{output_tail(job_dir)}")
 
     def attach(self, job_id: int, job_dir: Path) -> bool:
