@@ -64,3 +64,17 @@ def test_a_control_watch_applies_each_generation_once_and_reports_a_bad_file_onc
     assert len(heard) == 2 and all("control.json" in h for h in heard)
     write_control(tmp_path, 3, 64, 1)
     assert (watch.poll().batch_size, watch.generation) == (64, 1)
+
+
+def test_a_rejection_names_the_content_it_is_remembered_by(tmp_path):
+    """The file is read once per poll: a replacement between a parse and a second read cannot pin one file's
+    error on the other's content (seen under load: the second rejection repeated the first one's error)."""
+    from dlsched.train.files import ControlWatch
+
+    heard = []
+    watch = ControlWatch(tmp_path, heard.append)
+    for content in ('{"workers": "two", "generation": 1}', "not json", b"\xff\xfe", '{"workers": "two", "generation": 1}'):
+        (tmp_path / "control.json").write_bytes(content if isinstance(content, bytes) else content.encode())
+        watch.poll()
+        watch.poll()
+    assert len(heard) == 4 and "workers" in heard[0] and "not JSON" in heard[1] and "not JSON" in heard[2]

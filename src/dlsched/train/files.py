@@ -66,17 +66,18 @@ def write_control(job_dir: Path, workers: int, batch_size: int | None, generatio
 
 def read_control(job_dir: Path) -> Control | None:
     """Parse DIR/control.json; None when absent; UserError naming the field when malformed."""
-    path = Path(job_dir) / "control.json"
-    try:
-        raw = path.read_text()
-    except FileNotFoundError:
-        return None
+    raw = control_bytes(job_dir)
+    return None if raw is None else parse_control(raw, Path(job_dir) / "control.json")
+
+
+def parse_control(raw: bytes, path: Path) -> Control:
+    """One read of control.json, parsed; UserError naming ``path`` and the field when malformed."""
     try:
         obj = json.loads(raw)
-    except json.JSONDecodeError as e:
+    except ValueError as e:   # JSONDecodeError, or bytes that are not UTF-8
         raise UserError(f"{path}: not JSON ({e})") from e
     if not isinstance(obj, dict):
-        raise UserError(f"{path}: expected an object, got {raw[:40]!r}")
+        raise UserError(f"{path}: expected an object, got {raw[:40].decode(errors='replace')!r}")
     for key in ("workers", "generation"):
         if not isinstance(obj.get(key), int) or isinstance(obj.get(key), bool):
             raise UserError(f"{path}: field {key}={obj.get(key)!r} must be an integer")
@@ -146,15 +147,18 @@ class ControlWatch:
         self.generation, self.rejected_digest = generation, rejected_digest
 
     def poll(self) -> Control | None:
+        raw = control_bytes(self.dir)   # read once: the error and the content it is remembered by must agree
+        if raw is None:
+            return None
         try:
-            ctl = read_control(self.dir)
+            ctl = parse_control(raw, self.dir / "control.json")
         except UserError as e:
-            digest = hashlib.sha256(control_bytes(self.dir) or b"").hexdigest()
+            digest = hashlib.sha256(raw).hexdigest()
             if digest != self.rejected_digest:
                 self.rejected_digest = digest
                 self.rejected(str(e))
             return None
-        if ctl is None or ctl.generation <= self.generation:
+        if ctl.generation <= self.generation:
             return None
         self.generation = ctl.generation
         return ctl
