@@ -192,6 +192,7 @@ class LiveLoop:
                 self._ingest(job, now)
                 self.store.transition(job.id, CANCELLED, now)
                 self.store.record_allocation(job.id, now, 0, job.batch_size, {})
+            self._ended.append((job.id, False))
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
             for job in [j for j in running if not j.cancel_requested]:
                 self._observe_one(job, now, dt)
