@@ -11,7 +11,7 @@ import atexit
 import threading
 
 from dlsched.train.protocol import stop_key
-from dlsched.train.worker import connect_store
+from dlsched.train.store_client import connect_store
 
 FLAG_POLL_S = 0.05  # a resize or preemption waits at most about this long for rank 0 to see its flag
 

@@ -26,7 +26,7 @@ from dlsched.train import storage
 from dlsched.train.data import PartitionTable, split_global_batch
 from dlsched.train.protocol import SCRIPT_JOB, STOP_PREEMPT, End, Plan, WorkerEnv, end_key
 from dlsched.train.scaling import local_batch_sizes
-from dlsched.train.worker import connect_store
+from dlsched.train.store_client import connect_store
 from dlsched.torch.adaptive_batch import AdaptiveBatch
 from dlsched.torch.flag_watch import FlagWatch
 from dlsched.torch.lr_control import LrControl
