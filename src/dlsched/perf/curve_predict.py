@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Calibration, load_calibration
@@ -71,6 +72,7 @@ class CurvePrediction:
     curve_x: np.ndarray                 # predicted curve over [0, budget] (user's metric)
     curve_y: np.ndarray
     fitted: AnnealingCurve | None = None   # the annealing fit (its α and c feed ``perf.prior``); None: Optimus
+    p_reach: float | None = None        # chance the run reaches the target by the budget (calibrated final band)
 
     @property
     def reachable(self) -> bool:
@@ -82,7 +84,8 @@ class CurvePrediction:
                 "final_value": r(self.final_value), "final_value_interval_80": [r(v) for v in self.final_value_interval_80],
                 "floor": r(self.floor), "target": r(self.target), "target_step": r(self.target_step),
                 "steps_to_target": r(self.steps_to_target),
-                "interval_80": None if self.interval_80 is None else [r(v) for v in self.interval_80]}
+                "interval_80": None if self.interval_80 is None else [r(v) for v in self.interval_80],
+                "p_reach": r(self.p_reach)}
 
 
 def _optimus(x, y, schedule: Schedule):
@@ -213,7 +216,19 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         lo_s, hi_s = cal.steps_band(frac)
         interval = (min(steps, steps * math.exp(lo_s)), min(B - x_now, max(steps, steps * math.exp(hi_s))))
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
+    p_reach = None if goal is None else reach_chance(goal, now, final, lo_f, hi_f)
     return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(floor)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
                            grid, np.asarray(space.up(curve), float),
-                           fitted if isinstance(fitted, AnnealingCurve) else None)
+                           fitted if isinstance(fitted, AnnealingCurve) else None, p_reach)
+
+
+def reach_chance(goal: float, now: float, final: float, lo: float, hi: float) -> float:
+    """P(final value <= goal) with log(true/predicted final) normal through the calibrated 80 % band (lo, hi);
+    1 once the run is there. Lower-is-better space."""
+    if now <= goal:
+        return 1.0
+    if goal <= 0 or final <= 0:
+        return 0.0
+    sigma = max((hi - lo) / (2 * 1.2816), 1e-6)
+    return float(norm.cdf((math.log(goal / final) - (lo + hi) / 2) / sigma))
