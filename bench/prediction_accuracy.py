@@ -190,11 +190,12 @@ def others(records: dict, name: str) -> list:
     return [r for n, rs in records.items() if n != name for r in rs]
 
 
-def loco_calibrations(curves, prior_of) -> tuple[dict[str, Calibration], dict, dict]:
-    """Each curve's calibration from the other curves only. Two passes: the fit alone (no level prior) gives
+def loco_calibrations(curves, prior_of, cross_of) -> tuple[dict[str, Calibration], dict, dict]:
+    """Each curve's calibration from the other curves only. Two passes: the fit alone with the shape prior of
+    the *other tasks* (``cross_of``: what a job of a new kind gets, and what the shipped bands serve) gives
     the main bands, which a level prior is also weighed against; the curves that have a same-task level
     prior, predicted with it, give the ``levelled`` bands."""
-    blind = calibration_records(curves, lambda c: without_level(prior_of(c)))
+    blind = calibration_records(curves, cross_of)
     main = {c.name: calibrate(others(blind, c.name)) for c in curves}
     wide = ((-5.0, 5.0),) * len(CAL_FRACTIONS)
     levelled = calibration_records([c for c in curves if prior_of(c).final is not None], prior_of,
@@ -251,18 +252,17 @@ def pct(v) -> str:
 
 def schedule_report(write_calibration: bool = False) -> None:
     curves = dev_curves()
-    prior_of = loco_prior(curves)
-    cals, blind, records = loco_calibrations(curves, prior_of)
+    prior_of, cross_of = loco_prior(curves), cross_task_prior(curves)
+    cals, blind, records = loco_calibrations(curves, prior_of, cross_of)
     if write_calibration:
         # what the CLI ships: bands from every curve, and the prior from every curve's finished fit
         # (the records here used leave-one-out priors, close to what a new job's prior is)
         every = prior_from_fits(list(full_fits(curves).values()))
         table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
-                                    prior=(every.alpha, every.drop),
+                                    prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
                                     levelled=calibrate([r for rs in records.values() for r in rs]))
         TABLE.write_text(table.to_json() + "\n")
         print(f"  wrote {TABLE}")
-    cross_of = cross_task_prior(curves)
     rows, opt, curve_only, cross = [], [], [], []
     for c in curves:
         for f in FRACTIONS:

@@ -139,3 +139,10 @@ def test_a_noisy_log_first_reaches_a_target_on_a_flat_end_before_its_mean_does()
     assert 200 < noisy < exact - 20
     assert noisy == first_passage(grid, curve, x, y, 1.02, sigma=0.01)   # fixed draws
     assert first_passage(grid, curve, x, y, 0.9, sigma=0.01) is None
+
+def test_the_shipped_shape_prior_carries_its_spread_when_the_table_has_one():
+    bands = ((-0.1, 0.1),)
+    assert Calibration((0.1,), bands, bands).curve_prior() == CurvePrior()
+    assert Calibration((0.1,), bands, bands, prior=(0.4, 0.1)).curve_prior() == CurvePrior(0.4, 0.1)
+    p = Calibration((0.1,), bands, bands, prior=(0.4, 0.1, 0.9, 0.25)).curve_prior()
+    assert (p.alpha, p.drop, p.alpha_sigma, p.drop_sigma) == (0.4, 0.1, 0.9, 0.25)
