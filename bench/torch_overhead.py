@@ -1,14 +1,17 @@
 """dlsched.torch wrapper overhead vs plain DDP: the same script, the same machine, measured side by side.
 
 Both sides: 2 gloo workers on CPU, an MLP (256-W-W-10, W = $WIDTH, default 1024), global batch 128, SGD,
-1 thread per worker.
+1 thread per worker, $STEPS steps (default 160).
   DDP:      2 processes of ``bench/torch_overhead_job.py --mode ddp`` in torchrun's environment (RANK, ...)
   dlsched:  ``python -m dlsched.train.run --workers 2 -- python bench/torch_overhead_job.py --mode dlsched``
-            (ElasticDataParallel with gradient-noise measurement, ElasticDataLoader, checkpoints off)
+            (ElasticDataParallel with gradient-noise measurement, ElasticDataLoader, checkpoints off; its
+            coordinator runs beside the workers, as it does under the scheduler)
 Step time = mean gap between rank 0's optimizer steps after 10 warm-up steps (the mean counts costs paid on
-one step in several, which a median hides; the median is printed too); runs alternate and each side keeps its
-best. The load average is printed: the machine is shared. Target (issue 13): overhead <= 3 %. Information: none (both run the same job).
-No GPU was lent to this work: no NCCL figure.
+one step in several, which a median hides). The machine is shared, so the figure is paired: each round runs
+both sides back to back (alternating which goes first) and gives one ratio; the headline is the median of
+the rounds' ratios, beside the best-of ratio (each side's fastest run) and rank 0's CPU seconds per step
+(all its threads; what load changes least). The load average is printed per round. Target (issue 13):
+overhead <= 3 %. Information: none (both run the same job). No GPU was lent to this work: no NCCL figure.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "bench" / "torch_overhead_job.py"
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 WIDTH = os.environ.get("WIDTH", "1024")  # hidden width: the fixed per-step cost weighs less on bigger steps
+STEPS = os.environ.get("STEPS", "160")
 
 
 def _free_port() -> int:
@@ -35,7 +39,7 @@ def _free_port() -> int:
 def run(mode: str, tmp: Path) -> dict:
     out = tmp / f"{mode}.json"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
-    script = [str(JOB), "--mode", mode, "--out", str(out), "--width", WIDTH]
+    script = [str(JOB), "--mode", mode, "--out", str(out), "--width", WIDTH, "--steps", STEPS]
     if mode == "ddp":  # torchrun's environment, set here (its static rendezvous wants a fixed port)
         port = _free_port()
         procs = [subprocess.Popen([sys.executable, *script], env={**env, "MASTER_ADDR": "127.0.0.1",
@@ -52,24 +56,40 @@ def run(mode: str, tmp: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
 def main() -> None:
-    best: dict[str, float] = {}
-    best_median: dict[str, float] = {}
-    load_before = os.getloadavg()[0]
+    runs: dict[str, list[dict]] = {"ddp": [], "dlsched": []}
+    ratios, cpu_ratios = [], []
+    print(f"MLP 256-{WIDTH}-{WIDTH}-10, 2 gloo workers, global batch 128, {STEPS} steps, {ROUNDS} paired rounds "
+          f"({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory() as d:
-        for _ in range(ROUNDS):
-            for mode in ("ddp", "dlsched"):
-                r = run(mode, Path(d))
-                best[mode] = min(best.get(mode, float("inf")), r["step_s"])
-                best_median[mode] = min(best_median.get(mode, float("inf")), r["median_step_s"])
-    overhead = best["dlsched"] / best["ddp"] - 1
-    print(f"MLP 256-{WIDTH}-{WIDTH}-10, 2 gloo workers, global batch 128, {ROUNDS} rounds interleaved, "
-          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} CPUs)")
-    print(f"plain DDP step      {1000 * best['ddp']:.2f} ms mean   {1000 * best_median['ddp']:.2f} ms median")
-    print(f"dlsched.torch step  {1000 * best['dlsched']:.2f} ms mean   {1000 * best_median['dlsched']:.2f} ms median"
-          " (gradient noise on)")
-    print(f"overhead            {100 * overhead:+.1f} % (mean)   {100 * (best_median['dlsched'] / best_median['ddp'] - 1):+.1f} %"
-          f" (median)   target <= 3 %   {'MET' if overhead <= 0.03 else 'MISSED'}")
+        for i in range(ROUNDS):
+            load = os.getloadavg()[0]
+            order = ("ddp", "dlsched") if i % 2 == 0 else ("dlsched", "ddp")
+            r = {mode: run(mode, Path(d)) for mode in order}
+            for mode in order:
+                runs[mode].append(r[mode])
+            ratios.append(r["dlsched"]["step_s"] / r["ddp"]["step_s"])
+            cpu_ratios.append(r["dlsched"]["cpu_step_s"] / r["ddp"]["cpu_step_s"])
+            print(f"round {i + 1}: load average {load:4.1f}   plain DDP {1000 * r['ddp']['step_s']:6.2f} ms   "
+                  f"dlsched.torch {1000 * r['dlsched']['step_s']:6.2f} ms   ratio {ratios[-1]:.3f}   "
+                  f"rank-0 CPU ratio {cpu_ratios[-1]:.3f}", flush=True)
+    best = {mode: min(x["step_s"] for x in rs) for mode, rs in runs.items()}
+    overhead = _median(ratios) - 1
+    print(f"plain DDP step      {1000 * _median([x['step_s'] for x in runs['ddp']]):.2f} ms median of rounds   "
+          f"{1000 * best['ddp']:.2f} ms best")
+    print(f"dlsched.torch step  {1000 * _median([x['step_s'] for x in runs['dlsched']]):.2f} ms median of rounds   "
+          f"{1000 * best['dlsched']:.2f} ms best (gradient noise on)")
+    print(f"overhead            {100 * overhead:+.1f} % (median of paired ratios)   "
+          f"{100 * (best['dlsched'] / best['ddp'] - 1):+.1f} % (best of each)   "
+          f"{100 * (_median(cpu_ratios) - 1):+.1f} % (rank-0 CPU per step, median)   "
+          f"target <= 3 %   {'MET' if overhead <= 0.03 else 'MISSED'}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
     print("NCCL on a GPU: not measured (no GPU was lent)")
 
 

@@ -46,6 +46,21 @@ def test_accuracy_target_with_lr_column_and_time(capsys):
     assert out["seconds_to_target"] is not None and out["seconds_to_budget"] > 0
 
 
+def test_the_chance_of_reaching_a_target_falls_as_the_target_passes_the_prediction(capsys):
+    """A target the predicted curve never reaches is not reported as 'at the budget' without saying so: the
+    chance by the budget comes from the calibrated final band, and falls as the target moves past it."""
+    chances = []
+    for target in (3.0, 1.6, 1.2, 0.5):
+        assert run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, target, None, "loss", None, None, True,
+                         None) in (0, 3)
+        out = json.loads(capsys.readouterr().out)
+        chances.append(out["p_reach"])
+    assert chances[0] == 1.0 and chances == sorted(chances, reverse=True) and chances[-1] < 0.05, chances
+    run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, 0.5, None, "loss", None, None, False, None)
+    text = " ".join(capsys.readouterr().out.split())   # rich wraps at the terminal's width
+    assert "only if the run does better than predicted" in text or "unreachable" in text, text
+
+
 @pytest.mark.parametrize("args,field", [
     (dict(schedule="cosine:warmup=x"), "--schedule"), (dict(metric="auc"), "--metric"),
     (dict(budget=-1.0), "--budget"), (dict(target=0.5, target_fraction=0.9), "--target"),

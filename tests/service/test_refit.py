@@ -97,7 +97,8 @@ def test_refit_predicts_the_loss_to_the_budget_with_the_job_schedule():
     pred, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 400, schedule="cosine:warmup=40")
     fit = pred.loss_fit
     assert fit["model"] == "annealing" and fit["curve"][-1][0] == 800
-    assert abs(fit["curve"][0][1] / d.train_loss.iloc[0] - 1) < 0.3
+    x0, y0 = fit["curve"][0]   # the curve starts where the fit does (after a slow start), at the loss measured there
+    assert abs(y0 / np.interp(x0, d.step, d.train_loss) - 1) < 0.3
     assert fit["final"] < d.train_loss[d.step <= 400].iloc[-3:].mean()
     pred, _ = predict(recs[:20], 2000.0, 1, 32, None, 32 * 200, target_loss=1.9)
     assert pred.loss_fit["target_step"] is not None and pred.total_samples >= 32 * 200
@@ -172,3 +173,24 @@ def test_a_snapshot_follows_the_measured_resize_pause(tmp_path):
     models.restart_s = first.attrs["restart_s"] + 7.0                   # the loop measured a slower resize
     assert models.snapshot(job).attrs["restart_s"] == first.attrs["restart_s"] + 7.0
     store.close()
+
+
+def test_a_slow_start_is_left_out_of_the_loss_fit():
+    """A run that sits at its initial loss before it falls (a plateau, a warm-up) is not what the convex loss
+    models describe: the fit starts where the fall has eased and then follows the measured loss; a run that
+    falls fastest at once keeps its points."""
+    from dlsched.service.refit import convex_onset, fit_loss
+
+    k = np.arange(1, 401.0)
+    rng = np.random.default_rng(0)
+    tail = 0.2 + 1.0 / (0.05 * np.maximum(k - 60, 0) + 1.0)
+    slow = np.where(k < 60, 1.3 - 0.001 * k, tail) * np.exp(rng.normal(0, 0.02, k.size))
+    onset = convex_onset(k, slow)
+    assert 60 <= k[onset] <= 120, k[onset]
+    fit = fit_loss(k, slow, budget_steps=400)
+    curve = np.array(fit["curve"])
+    assert curve[0][0] >= 60
+    on = k >= curve[0][0]
+    assert np.max(np.abs(np.interp(k[on], *curve.T) / tail[on] - 1)) < 0.15
+    fast = 0.2 + 1.0 / (0.05 * k + 1.0)
+    assert k[convex_onset(k, fast)] <= 20

@@ -109,3 +109,20 @@ def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
         sched_lr.step()
     assert recs[changed]["lr"] == pytest.approx(lrs[changed] * 2 ** 0.5, rel=1e-6)
     assert recs[changed - 1]["lr"] == pytest.approx(lrs[changed - 1], rel=1e-6)
+
+
+def test_the_script_runs_standalone_with_one_worker_and_a_quiet_terminal(tmp_path):
+    """``python train.py`` outside the scheduler: one worker, no job folder, every epoch trained; the terminal
+    gets the events and every 50th step, not a line per step (even when each step reports extra metrics)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DLSCHED")}
+    env["PYTHONPATH"] = str(REPO / "src")
+    r = subprocess.run([sys.executable, SCRIPT, "--samples", "400", "--batch", "4", "--epochs", "2", "--report-lr"],
+                       cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    shown = [json.loads(line.split(" ", 1)[1]) for line in r.stdout.splitlines() if line.startswith("dlsched: ")]
+    assert [e["epoch"] for e in shown if e.get("event") == "epoch_end"] == [0, 1]
+    assert [e for e in shown if "val_mse" in (e.get("metrics") or {})], shown
+    step_lines = [e["step"] for e in shown if "event" not in e]
+    assert step_lines and all(s % 50 == 0 for s in step_lines) and max(step_lines) <= 200, step_lines
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())   # nothing written where it ran

@@ -3,7 +3,7 @@ from collections import Counter
 
 import numpy as np
 
-from dlsched.train.data import PartitionTable, committed_sample_ids, epoch_order, split_global_batch
+from dlsched.train.data import PartitionTable, committed_sample_ids, epoch_order, rank_shares, split_global_batch
 
 
 def test_epoch_order_is_deterministic_and_differs_by_epoch():
@@ -20,6 +20,22 @@ def test_take_across_partitions_is_exactly_once_and_snapshot_round_trips():
     ids = np.concatenate(got)
     assert sorted(ids.tolist()) == list(range(103))
     assert (ids == epoch_order(103, 1, 0)).all()  # the order never depends on batch or worker count
+
+
+def test_rank_shares_and_advance_match_successive_takes():
+    for shuffle in (True, False):
+        table = PartitionTable.fresh(103, seed=2, epoch=1, num_partitions=7, shuffle=shuffle)
+        table.take(11)  # mid-partition
+        sizes = [7, 6, 6]
+        planned = [rank_shares(table, 19, sizes, r) for r in range(3)]
+        stepped = table.copy()
+        for step in range(len(planned[0])):
+            ids = table.take(19)
+            stepped.advance(len(ids))
+            assert (stepped.offsets == table.offsets).all()
+            for r, part in enumerate(split_global_batch(ids, sizes)):
+                assert planned[r][step] == (len(ids), part.tolist())
+        assert table.done and stepped.done
 
 
 def test_split_global_batch_full_and_short():

@@ -27,7 +27,7 @@ How a job maps onto Ray
   regroups the surviving workers from the state they hold (no restart, no checkpoint) and ``poll``
   hands the loop the job's new node map (``PollResult.nodes``), so the scheduler re-plans and grows it
   back when capacity returns. A job whose runtime died with the node is stopped, its reservation
-  released and reported ``gone`` (``lost_nodes()`` names the node); the loop re-queues it and the next
+  released and reported ``gone`` (the error names the node); the loop re-queues it and the next
   start resumes from the checkpoint on the shared job directory.
 * **A stale view** - when the loop names a dead node, or nodes Ray cannot give within
   ``pin_timeout_s``, Ray places the bundles itself rather than failing the job.
@@ -43,7 +43,7 @@ import logging
 import os
 import sys
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -63,16 +63,6 @@ DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 ACTOR_PREFIX = "dlsched-job-"
 STOP_GRACE_S = 10.0                     # the runtime checkpoints its current step before it goes
 log = logging.getLogger("dlsched.backends.ray")
-
-
-# ----------------------------------------------------------------------------- events
-
-@dataclass(frozen=True)
-class NodeLost:
-    """``node`` left the cluster; ``job_ids`` were running on it and have been stopped."""
-
-    node: str
-    job_ids: tuple[int, ...]
 
 
 # ----------------------------------------------------------------------------- backend
@@ -119,7 +109,6 @@ class RayBackend(Backend):
         self.reserver = SlotReserver(gpu_resource, cpus_per_worker, ready_timeout_s, pin_timeout_s,
                                      self.ray_nodes.names, self._collect_all_retired)
         self._known_alive: dict[str, str] = self.ray_nodes.names()
-        self._lost: list[NodeLost] = []
 
     @property
     def ready_timeout_s(self) -> float:
@@ -246,28 +235,22 @@ class RayBackend(Backend):
     # -- observation --------------------------------------------------------------------------
 
     def _check_nodes(self) -> None:
-        """Turn nodes that died since the last look into ``NodeLost`` records. A job whose runtime (the
+        """Act on nodes that died since the last look. A job whose runtime (the
         coordinator) survives keeps running on its surviving slots - the runtime shrinks onto the workers it
         has left, from the state they hold - and a job whose runtime died is stopped (it resumes from its
         checkpoint when the loop starts it again)."""
         alive = self.ray_nodes.names()
         names = {**self._known_alive, **alive}
-        dead = {nid for nid in self._known_alive if nid not in alive}
         self._known_alive = alive
-        hit: dict[str, list[int]] = {nid: [] for nid in dead}
         for job in list(self._jobs.values()):
             touched = sorted(nid for nid in {job.runner_node, *job.bundle_nodes} if nid not in alive)
             if touched and not job.lost:
-                for nid in touched:
-                    hit.setdefault(nid, []).append(job.job_id)
                 survivors = [s for s in job.slots if s.node in alive]
                 if job.runner_node in alive and survivors:
                     job.drop_lost_slots(survivors, alive, self.reserver)
                     continue
                 job.lost = names.get(touched[0], touched[0][:12])   # kept until poll() reports it
                 self._stop_lost(job)
-        for nid, jobs in sorted(hit.items()):
-            self._lost.append(NodeLost(names.get(nid, nid[:12]), tuple(sorted(set(jobs)))))
 
     def _stop_lost(self, job: RayJob) -> None:
         try:
@@ -275,12 +258,6 @@ class RayBackend(Backend):
         except Exception:
             pass
         self.reserver.release([s.group for s in job.slots + job.retired])
-
-    def lost_nodes(self) -> list[NodeLost]:
-        """Nodes that died since the last call, with the jobs they took down (for the loop's events)."""
-        self._check_nodes()
-        out, self._lost = self._lost, []
-        return out
 
     def poll(self, job_id: int, job_dir: Path) -> PollResult:
         """``running`` / ``finished`` / ``failed``; ``gone`` when its node died (the loop re-places it,

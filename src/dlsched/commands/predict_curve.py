@@ -6,9 +6,10 @@ contract other tools call; the JSON keys below only ever gain siblings).
 
 ``--json`` prints one object: model, final_value, final_value_interval_80, floor, target, target_step,
 steps_to_target (remaining x from the last observed point; null if unreachable), interval_80 (for
-steps_to_target), observed_until, budget, and, when the log has wall-clock times, seconds_to_target and
-seconds_to_budget at the speed of the newest points. Exit codes: 0, 2 bad input (one line), 3 target
-unreachable (one line on stderr; with --json the object is still printed).
+steps_to_target), p_reach (the chance of reaching the target by the budget, from the calibrated final-value
+band), observed_until, budget, and, when the log has wall-clock times, seconds_to_target and seconds_to_budget
+at the speed of the newest points. Exit codes: 0, 2 bad input (one line), 3 target unreachable (one line on
+stderr; with --json the object is still printed).
 """
 from __future__ import annotations
 
@@ -113,8 +114,14 @@ def _render(out: dict, x: str, metric: str) -> None:
         a, b = out["interval_80"]
         s = out.get("seconds_to_target")
         eta = "" if s is None else f", ~{s / 3600:.2f} h" if s >= 3600 else f", ~{s:.0f} s"
-        con.print(f"target {out['target']:.4g}: at {x} {out['target_step']:g}, {out['steps_to_target']:g} from now "
-                  f"(80 % interval {a:g} – {b:g}){eta}")
+        p = 100 * out["p_reach"]
+        chance = f"chance by the budget {'< 1' if 0 < p < 0.5 else f'{p:.0f}'} %"
+        if out["p_reach"] < 0.5:   # past the predicted final value: only a run that beats its prediction gets there
+            con.print(f"target {out['target']:.4g}: beyond the predicted final value; reached by {x} "
+                      f"{out['budget']:g} only if the run does better than predicted ({chance})")
+        else:
+            con.print(f"target {out['target']:.4g}: at {x} {out['target_step']:g}, {out['steps_to_target']:g} from now "
+                      f"(80 % interval {a:g} – {b:g}{eta}; {chance})")
 
 
 def _plot(curve, keep, pred, out: Path, x: str, y: str) -> None:

@@ -38,6 +38,8 @@ class CurvePrior:
     weight: float = 3.0
     final: float | None = None          # where runs of the same task ended (lower-is-better); None: unknown
     final_sigma: float = math.inf       # its log spread
+    alpha_sigma: float = 0.5            # log spread of α among the finished runs it came from (a factor 1.65)
+    drop_sigma: float = 0.2             # spread of c among them
 
 
 @dataclass(frozen=True)
@@ -113,12 +115,12 @@ class _Problem:
         b2 = t @ ga - c * (t @ gb)
         w1, w2, sse = _nnls2(g11, g12, g22, b1, b2, float(t @ t))
         if self.prior is not None:
-            # log-normal belief in α (σ = 0.5, a factor 1.65) and a normal one in c (σ = 0.2), each worth
+            # log-normal belief in α and a normal one in c, with the finished runs' spreads, each worth
             # ``weight`` points at the fit's own residual level; c's belief times ``drop_belief`` (fit_annealing)
             unit = np.maximum(sse / self.n, 1e-6)
             p = self.prior
-            sse = sse + p.weight * unit * ((math.log(alpha / p.alpha) / 0.5) ** 2
-                                           + self.drop_belief * ((c - p.drop) / 0.2) ** 2)
+            sse = sse + p.weight * unit * ((math.log(alpha / p.alpha) / p.alpha_sigma) ** 2
+                                           + self.drop_belief * ((c - p.drop) / p.drop_sigma) ** 2)
         return w1, w2, sse
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.ndimage import median_filter
 from scipy.optimize import nnls
 
 from dlsched.perf.convergence import LossCurve, fit_curve
@@ -28,6 +29,7 @@ from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
 
 RECENT = 200          # the newest measurements describe the job as it runs now
 CURVE_BINS = 120      # loss points a curve fit sees at most (means over equal step ranges)
+ONSET_SPAN = 1 / 2    # the part of the observed steps in which a slow start may end
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,24 @@ def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) 
     return (np.bincount(which, k, bins)[keep] / n[keep], np.bincount(which, l, bins)[keep] / n[keep])
 
 
+def convex_onset(k: np.ndarray, l: np.ndarray) -> int:
+    """Index of the first point the loss models describe: where the median-smoothed curve, past its steepest
+    descent in the first half of the steps seen, falls at half that rate. Both models are convex and decreasing,
+    but many runs start slowly (a plateau at the initial loss, a warm-up, a small initialisation) and only then
+    fall; fitted through that start, a convex curve misses both parts. A curve falling fastest at its start
+    keeps (nearly) every point."""
+    if len(k) < 8:
+        return 0
+    smooth = median_filter(l, size=max(3, len(l) // 10), mode="nearest")
+    slope = np.gradient(smooth, k)
+    early = int(np.searchsorted(k, k[0] + ONSET_SPAN * np.ptp(k), side="right"))
+    steepest = int(np.argmin(slope[:max(early, 1)]))
+    if steepest == 0:
+        return 0
+    eased = np.flatnonzero(slope[steepest:early] >= 0.5 * slope[steepest])
+    return steepest + int(eased[0]) if len(eased) else steepest
+
+
 def logged_schedule(recs: list[dict], budget: float) -> Schedule | None:
     """The job's own logged LR as its schedule (flat after the last step), where it tells the schedule: every
     record has one and the batch never changed (linear scaling moves the LR with the batch, which is no
@@ -169,12 +189,14 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
              schedule: str | Schedule | None = None, target_loss: float | None = None, prior=None) -> dict | None:
     """The Optimus fit (``beta0, beta1, beta2, scale, rmse``) and, when the job's step budget is known, the
     schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
-    ``curve`` ([step, loss] from the first step to the budget), ``final``, ``final_80`` and, for a
+    ``curve`` ([step, loss] from the first step fitted (``convex_onset``) to the budget), ``final``, ``final_80`` and, for a
     ``target_loss``, ``target_step`` (None: unreachable), and the annealing fit's ``alpha`` and ``drop`` (what a
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default:
     the shipped one)."""
     k, l = binned_curve(steps, losses)
+    onset = convex_onset(k, l)
+    k, l = k[onset:], l[onset:]
     if len(k) < 4 or np.ptp(k) == 0:
         return None
     try:

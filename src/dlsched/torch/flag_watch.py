@@ -11,9 +11,10 @@ import atexit
 import threading
 
 from dlsched.train.protocol import stop_key
-from dlsched.train.worker import connect_store
+from dlsched.train.store_client import connect_store
 
-FLAG_POLL_S = 0.05  # a resize or preemption waits at most about this long for rank 0 to see its flag
+FLAG_POLL_S = 0.1  # a resize or preemption waits at most about this long for rank 0 to see its flag (each
+# poll wakes this thread and the store's: fewer polls preempt the workers less often)
 
 
 class FlagWatch:

@@ -3,7 +3,8 @@
 The job's partition table (``dlsched.train.data``) decides which sample ids form each global batch, in a
 deterministic per-epoch order that does not depend on the number of workers; each rank loads its share
 through a plain torch ``DataLoader`` (its ``collate_fn``, ``num_workers``...) whose batch sampler is the
-rest of the epoch as the table will hand it out. A regroup rebuilds that DataLoader from the table.
+rest of the epoch as the table will hand it out, computed once per layout (``rank_shares``): a step only
+reads its entry. A regroup or a batch change rebuilds that DataLoader from the table.
 """
 from __future__ import annotations
 
@@ -14,13 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from dlsched.errors import UserError
 from dlsched.torch.adaptive_batch import AdaptiveBatch
-from dlsched.train.data import split_global_batch
-
-
-def _shares(table, global_batch: int, local_batches: list[int], rank: int) -> Iterator[list[int]]:
-    table = table.copy()
-    while not table.done:
-        yield split_global_batch(table.take(global_batch), local_batches)[rank].tolist()
+from dlsched.train.data import rank_shares
 
 
 class ElasticDataLoader:
@@ -55,16 +50,17 @@ class ElasticDataLoader:
     def __iter__(self) -> Iterator[Any]:
         s = self._session
         s.join()
-        batches, layout = None, None
+        batches, shares, layout = None, None, None
         while True:
             s.boundary()
             if s.table.done:
                 return
             if layout != s.layout or batches is None:
-                sampler = _shares(s.table, s.global_batch, s.local_batches, s.rank)
-                batches, layout = iter(DataLoader(self.dataset, batch_sampler=sampler, **self.loader_kwargs)), s.layout
+                plan = rank_shares(s.table, s.global_batch, s.local_batches, s.rank)
+                shares, layout = iter(plan), s.layout
+                batches = iter(DataLoader(self.dataset, batch_sampler=[mine for _, mine in plan], **self.loader_kwargs))
             batch = next(batches)
-            s.begin_step()
+            s.begin_step(*next(shares))
             yield batch
 
 

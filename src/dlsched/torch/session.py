@@ -23,10 +23,10 @@ import torch.distributed as dist
 
 from dlsched.errors import UserError
 from dlsched.train import storage
-from dlsched.train.data import PartitionTable, split_global_batch
+from dlsched.train.data import PartitionTable
 from dlsched.train.protocol import SCRIPT_JOB, STOP_PREEMPT, End, Plan, WorkerEnv, end_key
 from dlsched.train.scaling import local_batch_sizes
-from dlsched.train.worker import connect_store
+from dlsched.train.store_client import connect_store
 from dlsched.torch.adaptive_batch import AdaptiveBatch
 from dlsched.torch.flag_watch import FlagWatch
 from dlsched.torch.lr_control import LrControl
@@ -58,7 +58,7 @@ class Session:
         self.registry = StateRegistry(self.lr_control.pre_step, self.lr_control.post_step)
         self.models, self.objects = self.registry.models, self.registry.objects
         self.membership = GroupMembership(self)
-        self.progress = ProgressOutbox(self.store)
+        self.progress = ProgressOutbox(env.store if env else None)
         self.table: PartitionTable | None = None
         self.loader_batch: int | None = None
         self.requested_batch: int | None = None  # the scheduler's global batch; None = the loader's
@@ -73,6 +73,8 @@ class Session:
         self.step_lr: float | None = None
         self.setup_s: float | None = None
         self.record = None
+        self._record_key: tuple | None = None  # the step records' context was built for
+        self._record_context: dict = {}
         self.last_boundary = time.perf_counter()
         self.watch = FlagWatch(env.store, self) if env else None
         self.cadence = SyncCadence()
@@ -174,19 +176,17 @@ class Session:
         self._emit({"event": "checkpoint", "step": self.step, "path": str(path), "time": time.time()})
 
     # -- the step boundary -----------------------------------------------------------------------------
-    def begin_step(self) -> list[int]:
-        """Take the next global batch from the table; this rank's sample ids."""
-        ids = self.table.take(self.global_batch)
-        mine = split_global_batch(ids, self.local_batches)[self.rank].tolist()
+    def begin_step(self, n: int, mine: list[int]) -> None:
+        """The loader hands out the next global batch (``n`` samples, ``mine`` on this rank): take it."""
+        self.table.advance(n)
         if self.env is not None and os.getppid() != self.parent:
             self._exit(3)  # the coordinator is gone (killed): an orphan must not keep training
         sync = self.cadence.due(self.step + 1, self.world)
         flag = self.watch.flag(self.generation) if sync and self.watch is not None and self.rank == 0 else 0.0
-        self.open = {"flag": flag, "started": time.perf_counter(), "n": len(ids), "share": len(mine), "sync": sync}
+        self.open = {"flag": flag, "started": time.perf_counter(), "n": n, "share": len(mine), "sync": sync}
         if self.record is not None:  # before the all-reduce: a step that never commits is rolled back with it
             self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
                                           "ids": mine}) + "\n")
-        return mine
 
     def extras(self, step_open: dict | None) -> torch.Tensor:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
@@ -245,20 +245,22 @@ class Session:
         self.last_boundary = time.perf_counter()
 
     def _step_record(self, n: int, wall: float, times: list[float]) -> dict:
-        shares = self.local_batches
         table = self.table
-        return {"time": time.time(), "step": self.step, "epoch": self.epoch, "generation": self.generation,
-                "samples": table.epoch * table.num_samples + table.consumed, "loss": self.metrics.pop("loss", None),
-                "samples_per_s": n / max(wall, 1e-9), "workers": self.world, "batch_size": self.global_batch,
-                "lr": self.step_lr, "per_worker_samples_per_s": [s / max(t, 1e-9) for s, t in zip(shares, times)],
-                "table": table.snapshot()["offsets"], "setup_s": self.setup_s, "epochs": self.epochs,
+        key = (self.layout, self.epoch, self.epochs, self.generation, self.global_batch, self.noise.updates)
+        if key != self._record_key:  # what changes only at a regroup, a batch change, an epoch or a measurement
+            self._record_key = key
+            self._record_context = {
+                "epoch": self.epoch, "generation": self.generation, "workers": self.world,
+                "batch_size": self.global_batch, "epochs": self.epochs,
                 "total_samples": table.num_samples * self.epochs if self.epochs else None,
-                "grad_noise": self.noise.record(self._reference()), "metrics": self._take_metrics()}
-
-    def _take_metrics(self) -> dict:
-        self.setup_s = None
-        out, self.metrics = self.metrics, {}
-        return out
+                "grad_noise": self.noise.record(self._reference())}
+        metrics, self.metrics = self.metrics, {}
+        setup_s, self.setup_s = self.setup_s, None
+        per_worker = [s / max(t, 1e-9) for s, t in zip(self.local_batches, times)] if times else []
+        return {"time": time.time(), "step": self.step, **self._record_context,
+                "samples": table.epoch * table.num_samples + table.consumed, "loss": metrics.pop("loss", None),
+                "samples_per_s": n / max(wall, 1e-9), "lr": self.step_lr, "per_worker_samples_per_s": per_worker,
+                "table": table.offsets.tolist(), "setup_s": setup_s, "metrics": metrics}
 
     # -- epochs and reports ----------------------------------------------------------------------------
     def next_epoch(self) -> None:

@@ -46,7 +46,10 @@ from dlsched.train.scaling import BatchMode, LrRamp, local_batch_sizes
 from dlsched.train.worker_loss import WorkerLoss
 from dlsched.train.worker_pool import WorkerPool
 
-POLL_S = 0.02
+POLL_S = 0.02  # waiting on something under way (a stop, workers exiting)
+IDLE_POLL_S = 0.1  # the main loop between events: each pass wakes this process and the store's thread
+# several times, which on a machine the workers saturate preempts a worker and stalls its peers at the
+# next all-reduce; a death, a finish or a control request is seen at most this much later
 
 
 EXIT_STOPPED = 128 + signal.SIGTERM  # stopped on request, checkpoint written: the shell's "terminated by SIGTERM"
@@ -274,7 +277,7 @@ class Coordinator:
                     self.resizer.replace(drop)
                 self.pool.reap_leaving()
                 self._watch_ready()
-                time.sleep(POLL_S)
+                time.sleep(IDLE_POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
             self.pool.kill(list(self.pool.procs))
             self._status("failed", f"{type(e).__name__}: {e}")

@@ -60,9 +60,12 @@ class PartitionTable:
     def done(self) -> bool:
         return self.remaining == 0
 
+    def _order(self) -> np.ndarray:
+        return epoch_order(self.num_samples, self.seed, self.epoch) if self.shuffle else np.arange(self.num_samples)
+
     def take(self, n: int) -> np.ndarray:
         """Mark the next ``n`` unconsumed samples as consumed and return their ids."""
-        order = epoch_order(self.num_samples, self.seed, self.epoch) if self.shuffle else np.arange(self.num_samples)
+        order = self._order()
         out = []
         for p in range(len(self.offsets)):
             if n <= 0:
@@ -74,6 +77,17 @@ class PartitionTable:
                 self.offsets[p] += k
                 n -= k
         return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+    def remaining_ids(self) -> np.ndarray:
+        """Every unconsumed id, in the order successive ``take`` calls hand them out."""
+        order = self._order()
+        return np.concatenate([order[b + o:e] for b, o, e in zip(self.bounds[:-1], self.offsets, self.bounds[1:])])
+
+    def advance(self, n: int) -> None:
+        """``take(n)`` without the ids: one vectorised pass over the partitions (a script's step path)."""
+        left = self.bounds[1:] - self.bounds[:-1] - self.offsets
+        before = left.cumsum() - left
+        self.offsets += np.minimum(np.maximum(n - before, 0), left)  # ufuncs: np.clip's Python layers cost more
 
     def next_epoch(self) -> "PartitionTable":
         return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
@@ -98,6 +112,22 @@ def split_global_batch(ids: np.ndarray, local_sizes: list[int]) -> list[np.ndarr
     total = sum(local_sizes)
     cuts = np.round(len(ids) * np.cumsum(local_sizes) / total).astype(np.int64)
     return np.split(ids, cuts[:-1])
+
+
+def rank_shares(table: PartitionTable, global_batch: int, local_sizes: list[int], rank: int
+                ) -> list[tuple[int, list[int]]]:
+    """The rest of ``table``'s epoch as successive ``take(global_batch)`` would split it: per step, the global
+    batch's size and ``rank``'s ids. Computed at once (the full batches as one array slice), so a step only
+    reads its entry."""
+    ids = table.remaining_ids()
+    full = len(ids) // global_batch
+    cuts = [0, *np.round(global_batch * np.cumsum(local_sizes) / sum(local_sizes)).astype(np.int64)]
+    rows = ids[:full * global_batch].reshape(full, global_batch)[:, cuts[rank]:cuts[rank + 1]].tolist()
+    shares = [(global_batch, row) for row in rows]
+    if len(ids) > full * global_batch:
+        rest = ids[full * global_batch:]
+        shares.append((len(rest), split_global_batch(rest, local_sizes)[rank].tolist()))
+    return shares
 
 
 def record_path(job_dir: Path, worker_id: int) -> Path:

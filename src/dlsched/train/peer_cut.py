@@ -14,12 +14,12 @@ import json
 import os
 import socket
 import threading
-from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
 
 from dlsched.train.protocol import lost_key
+from dlsched.train.store_client import connect_store
 
 POLL_S = 0.2   # a lost node is declared dead after seconds (Ray's health checks): 0.2 s adds little
 
@@ -68,7 +68,7 @@ class CutWatch:
     connection (the main thread may be inside a store call) that cuts the peers ``lost_key`` names."""
 
     def __init__(self, store: dist.TCPStore, generation: int):
-        self.host, self.port, self.key = store.host, store.port, lost_key(generation)
+        self.address, self.key = f"{store.host}:{store.port}", lost_key(generation)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._watch, name="dlsched-cut-watch", daemon=True)
 
@@ -82,7 +82,7 @@ class CutWatch:
 
     def _watch(self) -> None:
         try:
-            store = dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=30))
+            store = connect_store(self.address, timeout_s=30)
             while not self.done.wait(POLL_S):
                 if store.check([self.key]) and not self.done.is_set():
                     shut_sockets_to(set(json.loads(store.get(self.key))))

@@ -34,13 +34,9 @@ from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, STOP_
                                     arrived_key, end_key, gate_key, group_prefix, plan_key, ready_key, stop_key,
                                     survivor_key)
 from dlsched.train.scaling import LrRamp, micro_batches, set_lr_compensated
+from dlsched.train.store_client import connect_store
 
 PG_TIMEOUT = timedelta(seconds=60)
-
-
-def connect_store(addr: str) -> dist.TCPStore:
-    host, port = addr.rsplit(":", 1)
-    return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=60))
 
 
 def wait_key(store: dist.TCPStore, key: str, parent: int) -> bytes:
