@@ -51,16 +51,16 @@ def _alone(w: int) -> dict[str, float]:
     return isolated_jcts(read_workload(_workload(w)).jobs, ClusterView.homogeneous(NODES, GPUS_PER_NODE))
 
 
-def _one(args: tuple[str, str, int, float, str]) -> tuple[str, str, int, dict]:
+def _one(args: tuple[str, str, int, float, str, str | None]) -> tuple[str, str, int, dict]:
     import json
     import time
 
     from dlsched.sim import run
 
-    policy, mode, w, restart, policy_args = args
+    policy, mode, w, restart, policy_args, placement = args
     t = time.perf_counter()
     r = run(_workload(w), policy, nodes=NODES, gpus_per_node=GPUS_PER_NODE, remaining=mode, restart_penalty=restart,
-            policy_args=json.loads(policy_args))
+            policy_args=json.loads(policy_args), **({"placement": placement} if placement else {}))
     s = r.summary()
     s["wall_s"] = time.perf_counter() - t
     s["jct"] = r.jct()
@@ -78,8 +78,9 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--restart-penalty", type=float, default=30.0)
     ap.add_argument("--policy-args", default="{}")
+    ap.add_argument("--placement", default=None, help="nodes for jobs a policy does not place (sim default)")
     args = ap.parse_args()
-    tasks = [(p, m, w, args.restart_penalty, args.policy_args) for p in args.policies for m in args.modes
+    tasks = [(p, m, w, args.restart_penalty, args.policy_args, args.placement) for p in args.policies for m in args.modes
              for w in args.workloads if not (p in INFORMATION_FREE and m != args.modes[0])]
     with ProcessPoolExecutor(args.procs) as pool:
         alone = dict(zip(args.workloads, pool.map(_alone, args.workloads)))

@@ -103,6 +103,7 @@ def schedule(policy: Policy, jobs: Sequence[JobView], cluster: ClusterView,
     ``strategy`` says; unchanged counts keep their nodes, resized jobs the GPUs they hold unless the policy
     says otherwise), then the diff."""
     jobs = tuple(jobs)
+    strategy = getattr(policy, "placement", None) or strategy   # a policy that packs for its speed model wins
     allocation = policy.decide(jobs, cluster)
     check(allocation, jobs, cluster, policy.name)
     try:

@@ -4,6 +4,7 @@ import pytest
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Calibration, calibrate, quantile_band
 from dlsched.perf.curve_predict import predict_curve
+from dlsched.perf.first_passage import first_passage, logged_noise
 from dlsched.perf.prior import FinishedFit, prior_from_fits
 from dlsched.perf.schedule import parse_schedule
 
@@ -72,9 +73,11 @@ def test_a_target_between_the_floor_and_the_band_is_reported_at_the_budget_not_u
     x = np.arange(10, 1001, 10.0)
     y = law_curve("cosine", x)
     cal = Calibration((0.1, 1.0), ((-0.1, 0.1),) * 2, ((-0.5, 0.5),) * 2, reach=(0.3, 0.3))
-    p = predict_curve(x[:30], y[:30], parse_schedule("cosine", B), target=0.8 * float(y[-1]), calibration=cal)
+    blind = predict_curve(x[:30], y[:30], parse_schedule("cosine", B), calibration=cal)
     now = float(np.median(y[27:30]))
-    assert p.floor == pytest.approx(now - (now - p.final_value) * np.exp(0.3))   # e^0.3 x the improvement to come
+    assert blind.floor == pytest.approx(now - (now - blind.final_value) * np.exp(0.3))   # e^0.3 x the improvement to come
+    between = 0.5 * (blind.floor + blind.final_value_interval_80[0])
+    p = predict_curve(x[:30], y[:30], parse_schedule("cosine", B), target=between, calibration=cal)
     assert p.reachable and p.target_step == B and p.floor < p.final_value_interval_80[0]
     q = predict_curve(x[:30], y[:30], parse_schedule("cosine", B), target=p.floor * 0.99, calibration=cal)
     assert not q.reachable
@@ -86,6 +89,14 @@ def test_the_prior_leans_on_finished_jobs_that_share_metadata():
     p = prior_from_fits(fits, {"family": "gru", "dataset": "text"})
     assert p.alpha > 0.9 and p.drop > 0.5
     assert prior_from_fits([], {}) == CurvePrior()
+
+
+def test_the_prior_is_as_sure_of_the_shape_as_the_finished_runs_agree():
+    alike = [FinishedFit(0.5, 0.1, {"dataset": d}) for d in "abcd"]
+    apart = [FinishedFit(a, c, {"dataset": d}) for a, c, d in ((0.2, 0.0, "a"), (2.0, 0.6, "b"), (0.5, 0.3, "c"))]
+    tight, loose = prior_from_fits(alike, {"dataset": "e"}), prior_from_fits(apart, {"dataset": "e"})
+    assert tight.alpha_sigma < loose.alpha_sigma and tight.drop_sigma < loose.drop_sigma
+    assert loose.alpha_sigma > CurvePrior().alpha_sigma   # runs of other kinds disagree more than the default says
 
 
 def test_a_level_prior_comes_only_from_finished_runs_of_the_same_task():
@@ -111,11 +122,39 @@ def test_a_level_prior_pulls_the_final_value_but_the_curve_starts_where_the_run_
     assert p.curve_y[now] == pytest.approx(blind.curve_y[now], rel=1e-6)
 
 
-def test_the_median_of_three_noise_is_about_two_thirds_of_the_logged_noise():
-    from dlsched.perf.curve_predict import median3_noise
-
+def test_the_logged_noise_is_the_relative_scatter_around_the_fit():
     x = np.arange(1, 2001, 1.0)
     f = lambda q: 1.0 / np.sqrt(q)  # noqa: E731
     y = f(x) * (1 + 0.1 * np.random.default_rng(0).standard_normal(len(x)))
-    assert median3_noise(x, y, f) == pytest.approx(0.067, rel=0.15)
-    assert median3_noise(x, f(x), f) == 0.0
+    assert logged_noise(x, y, f) == pytest.approx(0.1, rel=0.15)
+    assert logged_noise(x, f(x), f) == 0.0
+
+
+def test_a_noisy_log_first_reaches_a_target_on_a_flat_end_before_its_mean_does():
+    x = np.arange(10, 201, 10.0)
+    grid = np.linspace(200, 1000, 801)
+    curve = 1.0 + 0.2 * np.exp(-(grid - 200) / 200)      # mean reaches 1.02 at x ≈ 660
+    y = np.full(len(x), curve[0])
+    exact = first_passage(grid, curve, x, y, 1.02, sigma=0.0)
+    assert exact == pytest.approx(200 + 200 * np.log(10), abs=1.0)
+    noisy = first_passage(grid, curve, x, y, 1.02, sigma=0.01)
+    assert 200 < noisy < exact - 20
+    assert noisy == first_passage(grid, curve, x, y, 1.02, sigma=0.01)   # fixed draws
+    assert first_passage(grid, curve, x, y, 0.9, sigma=0.01) is None
+
+def test_the_shipped_shape_prior_carries_its_spread_when_the_table_has_one():
+    bands = ((-0.1, 0.1),)
+    assert Calibration((0.1,), bands, bands).curve_prior() == CurvePrior()
+    assert Calibration((0.1,), bands, bands, prior=(0.4, 0.1)).curve_prior() == CurvePrior(0.4, 0.1)
+    p = Calibration((0.1,), bands, bands, prior=(0.4, 0.1, 0.9, 0.25)).curve_prior()
+    assert (p.alpha, p.drop, p.alpha_sigma, p.drop_sigma) == (0.4, 0.1, 0.9, 0.25)
+
+
+def test_one_glitched_evaluation_does_not_bend_the_fit():
+    x = np.arange(10, 1001, 10.0)
+    s = parse_schedule("cosine:warmup=50", B)
+    y = law_curve("cosine:warmup=50", x)
+    glitched = y.copy()
+    glitched[35] *= 1.8
+    clean, robust = fit_annealing(x[:50], y[:50], s), fit_annealing(x[:50], glitched[:50], s)
+    assert robust.value(B) == pytest.approx(clean.value(B), rel=0.03)

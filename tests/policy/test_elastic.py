@@ -406,7 +406,7 @@ def test_urgency_weight_does_not_depend_on_the_batch_the_job_runs_at():
 
 
 def test_power_mean_fairness_admits_a_waiting_job_before_growing_a_running_one():
-    cluster = ClusterView.homogeneous(1, 4)
+    cluster = ClusterView.homogeneous(1, 4, now=3600.0)    # an hour old: goodput's restart budget lets it move
     speed = StepProfile(allreduce=0.0)       # scales linearly: the sum of speed-ups gives it every GPU
     first = running(job(0, speed, requested_gpus=1), 1, 64)
     second = job(1, StepProfile(allreduce=0.2))
@@ -442,3 +442,16 @@ def test_without_remaining_work_the_weight_follows_run_time_not_gpu_seconds():
     a, b = job(0, run_time=600.0, attained_service=600.0), job(1, run_time=600.0, attained_service=4800.0)
     scales = policy._scales([a, b], {"j0": 1.0, "j1": 1.0})
     assert scales["j0"] == pytest.approx(scales["j1"])
+
+
+def test_restart_budget_keeps_young_and_often_restarted_jobs_and_lets_old_ones_move():
+    # Pollux's penalty: a move is worth max(age - n R, 0) / (age + R); alone on 4 GPUs a linear job wants them all
+    speed = StepProfile(allreduce=0.0)
+    young = running(job(0, speed, requested_gpus=1, attrs={"restart_s": 30.0, "restarts": 0}), 1, 64)
+    policy = make_policy("goodput", urgency=0.0)
+    assert policy.decide((young,), ClusterView.homogeneous(1, 4, now=5.0)).gpus("j0") == 1   # needs 7x
+    assert policy.decide((young,), ClusterView.homogeneous(1, 4, now=3600.0)).gpus("j0") == 4
+    churned = running(job(0, speed, requested_gpus=1, attrs={"restart_s": 30.0, "restarts": 120}), 1, 64)
+    assert policy.decide((churned,), ClusterView.homogeneous(1, 4, now=3600.0)).gpus("j0") == 1
+    assert make_policy("goodput", urgency=0.0, restart_budget=False).decide(
+        (young,), ClusterView.homogeneous(1, 4, now=5.0)).gpus("j0") == 4

@@ -1,6 +1,6 @@
 import pytest
 
-from dlsched.policy.placement import PlacementError, consolidated, most_free_first, place
+from dlsched.policy.placement import PlacementError, best_fit, consolidated, most_free_first, place
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, NodeView
 
 
@@ -16,6 +16,30 @@ def test_consolidated_uses_fewest_nodes_evenly():
     assert consolidated(4, {"n0": 3, "n1": 2, "n2": 2}) == {"n0": 2, "n1": 2}
     assert consolidated(3, {"n0": 3, "n1": 4}) == {"n1": 3}
     assert sum(consolidated(5, {"n0": 3, "n1": 3}).values()) == 5   # no even split: falls back
+
+
+def test_best_fit_leaves_whole_nodes_free():
+    free = {"n0": 4, "n1": 1, "n2": 3}
+    assert best_fit(1, free) == {"n1": 1}              # the tightest fit, not the emptiest node
+    assert best_fit(3, free) == {"n2": 3}
+    assert best_fit(4, free) == {"n0": 4}
+    assert best_fit(6, {"n0": 4, "n1": 4, "n2": 2}) == {"n0": 4, "n2": 2}   # a whole node, then the tightest
+    assert sum(best_fit(5, {"n0": 3, "n1": 2, "n2": 1}).values()) == 5      # nothing fits: the fullest first
+    with pytest.raises(PlacementError):
+        best_fit(11, {"n0": 4, "n1": 4, "n2": 2})
+
+
+def test_a_policy_that_packs_places_with_its_own_strategy():
+    from dlsched.policy.base import JobView, make_policy
+    from dlsched.round import schedule
+
+    c = ClusterView.homogeneous(2, 4)
+    held = JobView(id="held", submit_time=0.0, requested_gpus=3, placement={"node1": 3})
+    new = JobView(id="new", submit_time=1.0, requested_gpus=1)
+    goodput = make_policy("goodput")          # rigid jobs (no speed model) keep their request
+    assert goodput.placement is best_fit
+    assert schedule(goodput, (held, new), c).placement["new"] == {"node1": 1}     # most-free would take node0
+    assert make_policy("goodput", packing=False).placement is None
 
 
 def test_place_keeps_unchanged_jobs_and_places_smallest_first():

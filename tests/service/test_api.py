@@ -11,6 +11,7 @@ from tests.service.teardown import stop_service_and_jobs
 from dlsched.errors import UserError
 from dlsched.service.server import Service, free_port
 from tests.service.conftest import RUNTIME, cluster, job_yaml
+from tests.waiting import wait_until
 
 YAML = {"content-type": "application/yaml"}
 
@@ -126,6 +127,9 @@ def test_the_service_forecasts_when_a_waiting_job_starts(tmp_path):
 def test_fuzzed_malformed_specs_are_refused_and_change_nothing(service, client):
     client.post("/jobs", content=job_yaml("ok"), headers=YAML)
     wait_state(client, 1, ("finished",))
+    # the round that saw it finish writes its last refit after the state: let that round and one more end
+    seen = service.thread.rounds
+    wait_until(lambda: service.thread.rounds >= seen + 2, timeout=60, what="two loop rounds after the finish")
     before = service.store.snapshot()
     rng = random.Random(7)
     bodies = _fuzz_bodies(995, rng)

@@ -25,6 +25,7 @@ ap.add_argument("--ckpt-every", type=int, default=5)
 ap.add_argument("--label-noise", type=float, default=0.1)
 ap.add_argument("--autoscale", type=int, default=0, help="opt in to the adaptive batch, up to this global batch")
 ap.add_argument("--noise-every", type=int, default=None, help="ElasticDataParallel's noise_every")
+ap.add_argument("--report-lr", action="store_true", help="report the scheduler's LR with every step's loss")
 args = ap.parse_args()
 
 dt.init(ckpt_every=args.ckpt_every)
@@ -50,7 +51,7 @@ for epoch in dt.remaining_epochs(args.epochs):
         loss.backward()
         optimizer.step()
         scheduler.step()
-        dt.report(loss=loss.item())
+        dt.report(loss=loss.item(), **({"lr": scheduler.get_last_lr()[0]} if args.report_lr else {}))
         if args.step_s and (not args.slow_file or os.path.exists(args.slow_file)):
             time.sleep(args.step_s)
     with torch.no_grad():

@@ -51,7 +51,8 @@ def register(app: typer.Typer) -> None:
         gpu_speed: Optional[str] = typer.Option(None, help="speed factor per GPU type or TYPE/APP, e.g. v100=2,k80=0.5,v100/ncf=1.2"),
         interval: float = typer.Option(60.0, help="scheduling interval (s)"),
         restart_penalty: float = typer.Option(30.0, help="seconds a job makes no progress after (re)starting"),
-        placement: str = typer.Option("most-free", help="nodes for jobs a policy does not place: most-free | consolidated"),
+        placement: str = typer.Option("most-free", help="nodes for jobs a policy does not place: most-free | "
+                                      "consolidated | best-fit"),
         remaining: str = typer.Option("predicted", help="remaining work policies see: predicted (the job's own "
                                       "observations through the online predictor) | oracle | none | noise:SIGMA "
                                       "(oracle x log-normal error)"),

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dlsched.perf.annealing import CurvePrior
+
 TABLE = Path(__file__).with_name("calibration.json")
 LEVEL = 0.8
 # "Unreachable" is a claim that the run will *not* get there, so it is made at a stricter level than the 80 %
@@ -33,7 +35,8 @@ class Calibration:
     fractions: tuple[float, ...]
     final: tuple[tuple[float, float], ...]
     steps: tuple[tuple[float, float], ...]
-    prior: tuple[float, float] | None = None    # (α, drop) from the same finished curves' fits (``perf.prior``)
+    # (α, drop[, α's log spread, drop's spread]) from the same finished curves' fits (``perf.prior``)
+    prior: tuple[float, ...] | None = None
     # upper end of log(true/predicted remaining improvement) — from the value now to the final one — at
     # UNREACHABLE_LEVEL: how much further than predicted a run may still get (``curve_predict``'s floor);
     # None: the floor is the 80 % band's lower end
@@ -61,6 +64,13 @@ class Calibration:
     def reach_log(self, fraction: float) -> float | None:
         """log(most the remaining improvement may exceed its prediction) at this fraction (``reach``)."""
         return None if self.reach is None else self._band(tuple((f, f) for f in self.reach), fraction)[0]
+
+    def curve_prior(self) -> CurvePrior:
+        """The shape prior the development curves' fits give (``CurvePrior()`` before any calibration)."""
+        if not self.prior:
+            return CurvePrior()
+        a, d, *spread = self.prior
+        return CurvePrior(a, d, **dict(zip(("alpha_sigma", "drop_sigma"), spread)))
 
     def as_dict(self) -> dict:
         return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,

@@ -29,6 +29,7 @@ from scipy.stats import norm
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
+from dlsched.perf.first_passage import first_passage, logged_noise
 from dlsched.perf.schedule import Schedule
 
 METRICS = ("loss", "error", "accuracy")
@@ -131,17 +132,6 @@ def anchor(x, y, f, tail: float = 0.2) -> float:
     return r if np.isfinite(r) and r > 0 else 1.0
 
 
-def median3_noise(x, y, f, tail: float = 0.2) -> float:
-    """Relative deviation of a 3-point running median of the logged values around the fit, from the newest
-    fifth (at least 5): a robust sigma (1.4826·MAD) of the relative residuals times 0.67 (a median of 3
-    normal draws has about 0.67 of one draw's sigma), capped at 0.5."""
-    k = min(len(x), max(5, int(round(tail * len(x)))))
-    r = y[-k:] / f(x[-k:])
-    r = r / np.median(r) - 1
-    sigma = 1.4826 * float(np.median(np.abs(r - np.median(r))))
-    return min(0.5, 0.67 * sigma) if np.isfinite(sigma) else 0.0
-
-
 def with_level_prior(grid, curve, x_now: float, prior: CurvePrior, fit_sigma: float) -> np.ndarray:
     """The predicted curve moved toward where finished runs of the same task ended (``perf.prior``): the final
     value becomes the precision-weighted mean, in log space, of the fit's (its calibrated sigma) and the
@@ -181,7 +171,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}")
     cal = calibration or load_calibration()
     if isinstance(prior, str):
-        prior = CurvePrior(*cal.prior) if cal.prior else CurvePrior()
+        prior = cal.curve_prior()
     B, x_now = schedule.budget, float(x[-1])
     name, fitted = choose_model(x, y, schedule, prior)
     f = _as_function(fitted)
@@ -204,14 +194,13 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         min(final_lo, max(0.0, now - (now - final) * math.exp(reach)))
     target_step = steps = interval = None
     if goal is not None and goal >= floor:
-        ahead = grid >= x_now
-        # a run "reaches" a target when its logged value, smoothed by a 3-point median, first gets there: noise
-        # makes that happen about one deviation of that median before the expected curve does
-        hit = np.flatnonzero(ahead & (curve * (1 - median3_noise(x, y, f)) <= goal))
         if now <= goal:
             target_step = x_now
         else:
-            target_step = float(grid[hit[0]]) if hit.size else B
+            # when the logged value, smoothed by a 3-point median, first gets there (``perf.first_passage``)
+            ahead = grid >= x_now
+            hit = first_passage(grid[ahead], curve[ahead], x, y, goal, logged_noise(x, y, f))
+            target_step = B if hit is None else min(hit, B)
         steps = target_step - x_now
         lo_s, hi_s = cal.steps_band(frac)
         interval = (min(steps, steps * math.exp(lo_s)), min(B - x_now, max(steps, steps * math.exp(hi_s))))

@@ -24,7 +24,10 @@ from dlsched.perf.schedule import areas
 
 FIELDS = ("family", "depth", "dataset", "batch", "metric")
 LEVEL_FIELDS = ("dataset", "metric")
-LEVEL_SIGMA_MIN = 0.05   # same task, same metric: runs still differ by seed, schedule and budget
+LEVEL_SIGMA_MIN = 0.05
+# the shape beliefs never get tighter than this, however well the finished runs agree: a new run still has its
+# own seed, batch and budget (the defaults in ``CurvePrior`` apply before two runs are known)
+ALPHA_SIGMA_MIN, DROP_SIGMA_MIN = 0.2, 0.05   # same task, same metric: runs still differ by seed, schedule and budget
 
 
 @dataclass(frozen=True)
@@ -60,12 +63,27 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
         return default
     meta = meta or {}
     w = np.array([4.0 ** sum(1 for k in FIELDS if k in meta and f.meta.get(k) == meta[k]) for f in fits])
-    alpha = math.exp(float(np.average(np.log([max(f.alpha, 1e-3) for f in fits]), weights=w)))
+    logs = np.log([max(f.alpha, 1e-3) for f in fits])
+    alpha = math.exp(float(np.average(logs, weights=w)))
+    alpha_sigma = _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN)
     # drop ratios can be 0: average them plainly, a log would make one zero dominate
     seen = np.array([math.isfinite(f.drop) for f in fits])
-    drop = float(np.average([f.drop for f in fits if math.isfinite(f.drop)], weights=w[seen])) \
-        if seen.any() else default.drop
+    drops = np.array([f.drop for f in fits if math.isfinite(f.drop)])
+    drop = float(np.average(drops, weights=w[seen])) if seen.any() else default.drop
+    drop_sigma = _spread(drops, w[seen], default.drop_sigma, DROP_SIGMA_MIN) if seen.any() else default.drop_sigma
     matched = float(w.sum() / w.max())  # effective number of equally relevant finished jobs
     level = level_prior(fits, meta)
     return CurvePrior(alpha, drop, weight=default.weight * min(2.0, 1.0 + 0.1 * matched),
-                      final=None if level is None else level[0], final_sigma=math.inf if level is None else level[1])
+                      final=None if level is None else level[0], final_sigma=math.inf if level is None else level[1],
+                      alpha_sigma=alpha_sigma, drop_sigma=drop_sigma)
+
+
+def _spread(values, weights, default: float, floor: float) -> float:
+    """Kernel-weighted standard deviation of the finished fits' values (their effective count corrected, as
+    ddof=1 does), never below ``floor``; ``default`` from fewer than two effective runs."""
+    w = np.asarray(weights, float)
+    n_eff = w.sum() ** 2 / (w ** 2).sum()
+    if len(values) < 2 or n_eff < 2:
+        return default
+    var = float(np.average((values - np.average(values, weights=w)) ** 2, weights=w)) * n_eff / (n_eff - 1)
+    return max(math.sqrt(var), floor)

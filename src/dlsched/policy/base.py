@@ -150,6 +150,7 @@ class Policy(Protocol):
     rigid: bool = False          # everyone fits -> everyone gets exactly their request, running jobs keep nodes
     event_driven: bool = False   # the decision changes only when a job arrives or finishes
     resize_in_place: bool = True  # a resized job keeps the GPUs it holds (placement.resized); False: placed afresh
+    placement: Callable | None = None  # (GPUs, free per node) -> node map for jobs it does not place; None: the driver's
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation: ...
 

@@ -37,6 +37,7 @@ from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView,
 from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic_job
 from dlsched.policy.dp import solve
 from dlsched.policy.gpu_type_preference import preferred, type_order
+from dlsched.policy.placement import best_fit
 from dlsched.policy.value_curve import MEMO_SIZE, NEG_INF, JobCurve, ValueCurves, ValueFn, throughput_value
 
 RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
@@ -44,16 +45,33 @@ TIE_BREAK = 1e-12          # per-GPU penalty: on a flat curve prefer fewer GPUs 
 _TIE_RAMP = TIE_BREAK * np.arange(100_001)
 
 
+def restart_budget_bonus(job: JobView, restart: float, now: float) -> float:
+    """Pollux's restart penalty as a stay bonus (petuum/adaptdl simulator/pollux.py, Problem._evaluate): a changed
+    allocation is worth max(age - n R, 0) / (age + R) of its value, n = the job's restarts so far (``attrs
+    ["restarts"]``; a driver that does not count them, as the live loop today, gets no budget), age = time since
+    submission. Restarts are then held
+    to a share of each job's life: a young or often-restarted job stays where it is, an old one moves almost
+    freely (a fixed hysteresis does neither). Only running jobs pay it here: delaying starts and resumes by it
+    measured worse (docs/policies.md)."""
+    age = max(now - job.submit_time, 0.0)
+    kept = max(age - float(job.attrs.get("restarts", 0)) * restart, 0.0) / (age + restart)
+    return math.inf if kept <= 0 else 1.0 / kept - 1.0
+
+
 class ElasticPolicy(Policy):
     """The DP autoscaler. ``fixed_batch`` gives the GPU-only baseline; ``value`` switches throughput/goodput."""
 
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
-                 event_driven: bool = False, whole_nodes: bool = False):
+                 event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
+                 packing: bool = False):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
         if not (fairness == 1 or fairness < 0):
             raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
+        self.restart_budget = restart_budget
+        # the DP values g GPUs on ceil(g / node size) nodes: best fit keeps whole nodes free so placements match it
+        self.placement = best_fit if packing else None
         self.fairness = fairness
         self.whole_nodes = whole_nodes
         self.event_driven = event_driven     # decide only on arrival and departure (the seed's autoscaler)
@@ -101,7 +119,7 @@ class ElasticPolicy(Policy):
         return None
 
     def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, ref: float, scale: float, gpu_type: str,
-               node_size: int, cur_type: str | None) -> np.ndarray:
+               node_size: int, cur_type: str | None, now: float) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
         n = len(raw.values)
         weight = ref / scale
@@ -117,7 +135,7 @@ class ElasticPolicy(Policy):
             return u                   # waiting: no hysteresis, no pinning
         running = True
         running_here = cur_type == gpu_type
-        bonus = self._stay_bonus(job, gc) if running_here else 0.0
+        bonus = self._stay_bonus(job, gc, now) if running_here else 0.0
         if running and (not job.preemptible or math.isinf(bonus)):
             keep = np.full_like(u, NEG_INF)
             if running_here and gc < len(u):
@@ -140,7 +158,7 @@ class ElasticPolicy(Policy):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(speedup > 0, 2.0 - np.power(np.maximum(speedup, 1e-300), self.fairness), NEG_INF)
 
-    def _stay_bonus(self, job: JobView, held: int) -> float:
+    def _stay_bonus(self, job: JobView, held: int, now: float) -> float:
         """Relative speed-up a running job's rescale must bring: the hysteresis, or more when the job is close to
         done. A rescale stalls it R seconds (checkpoint-restart), so with T seconds left it pays only if the new
         rate is T / (T - R) times the current one; never when T <= R (returns inf: keep it). R is the pause the
@@ -148,6 +166,8 @@ class ElasticPolicy(Policy):
         else ``restart_cost``: a 30 s guess kept a short live job, whose resizes take 1-2 s, at 1 GPU."""
         bonus = self.hysteresis
         restart = float(job.attrs.get("restart_s", self.restart_cost)) if self.restart_cost > 0 else 0.0
+        if self.restart_budget and restart > 0 and "restarts" in job.attrs:
+            bonus = max(bonus, restart_budget_bonus(job, restart, now))
         if restart > 0 and job.remaining_samples and job.current_batch_size:
             rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
             if rate > 0:
@@ -210,7 +230,7 @@ class ElasticPolicy(Policy):
             g0 = rng.g_min
             for t in types:
                 curves[job.id, t] = self._curve(job, rng, raws[job.id, t], ref, scale[job.id], t, node_size[t],
-                                                cur)
+                                                cur, cluster.now)
                 if not hetero:
                     continue
                 v0 = raws[job.id, t].values[g0]

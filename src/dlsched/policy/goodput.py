@@ -19,15 +19,20 @@ def goodput(speed: ThroughputModel, num_gpus: int, num_nodes: int, global_batch:
 
 
 @register("goodput")
-def make_goodput(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
-                 fairness: float = 1.0, whole_nodes: bool = False) -> ElasticPolicy:
+def make_goodput(hysteresis: float = 0.0, urgency: float = 0.5, restart_cost: float = 30.0,
+                 fairness: float = 1.0, whole_nodes: bool = False, restart_budget: bool = True,
+                 packing: bool = True) -> ElasticPolicy:
+    """Defaults measured on Pollux workloads 1-4 (docs/policies.md): best-fit packing, and Pollux's age-based
+    restart budget in place of a fixed hysteresis."""
     return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
-                         restart_cost=restart_cost, fairness=fairness, whole_nodes=whole_nodes)
+                         restart_cost=restart_cost, fairness=fairness, whole_nodes=whole_nodes,
+                         restart_budget=restart_budget, packing=packing)
 
 
 @register("goodput-fair")
 def make_goodput_fair(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
-                      fairness: float = -1.0) -> ElasticPolicy:
+                      fairness: float = -1.0, restart_budget: bool = False, packing: bool = True) -> ElasticPolicy:
     """Pollux's fairness power mean (p = -1) over goodput speed-ups, weighted by urgency as ``goodput``."""
     return ElasticPolicy("goodput-fair", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
-                         restart_cost=restart_cost, fairness=fairness)
+                         restart_cost=restart_cost, fairness=fairness, restart_budget=restart_budget,
+                         packing=packing)

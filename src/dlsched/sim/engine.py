@@ -31,7 +31,7 @@ from dlsched.errors import UserError
 from dlsched.perf.pollux import load_app
 from dlsched.perf.profile import POLLUX_APPS
 from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
-from dlsched.policy.placement import consolidated, most_free_first
+from dlsched.policy.placement import best_fit, consolidated, most_free_first
 from dlsched.round import Resize, schedule
 from dlsched.sim.ensemble_job import ensemble_speed, share_view
 from dlsched.sim.job_state import SimJob
@@ -56,7 +56,7 @@ class SimConfig:
                                             # "consolidated" (Optimus Theorem 1: fewest nodes, even split)
 
 
-PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated}
+PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated, "best-fit": best_fit}
 
 
 class Simulator:
@@ -137,7 +137,8 @@ class Simulator:
         if app is not None:
             speed = TraceThroughput(app, job.epoch, self.gpus_per_node, self.gpu_speed)
             attrs = {"app": app.name, "epoch": job.epoch, "progress": job.progress,
-                     "target_progress": app.target_progress, "restart_s": self.cfg.restart_penalty}
+                     "target_progress": app.target_progress, "restart_s": self.cfg.restart_penalty,
+                     "restarts": max(job.restarts, 0)}
             return JobView(
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
                 batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,

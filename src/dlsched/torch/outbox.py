@@ -35,7 +35,7 @@ class ProgressOutbox:
 
     def emit(self, record: dict) -> None:
         if self.store is None:  # standalone: the user's terminal, every event and every 50th step
-            if "event" not in record and record["step"] % 50 and not record["metrics"]:
+            if "event" not in record and record["step"] % 50:   # a step's extra metrics (lr, ...) too
                 return
             shown = {k: v for k, v in record.items() if k in SHOWN_STANDALONE}
             print("dlsched:", json.dumps(shown), flush=True)

@@ -14,7 +14,8 @@ from dlsched.perf.efficiency import GradientNoise
 _EVENTS = {
     "metrics": lambda r: f"epoch {r.get('epoch')} step {r.get('step')}: "
                          + " ".join(f"{k} {_num(v)}" for k, v in (r.get("metrics") or {}).items()),
-    "epoch_end": lambda r: f"epoch {r.get('epoch')} done: mean loss {_num(r.get('mean_loss'))}",
+    "epoch_end": lambda r: f"epoch {r.get('epoch')} done"   # a user script's epoch has no runtime-computed mean
+                           + (f": mean loss {_num(r['mean_loss'])}" if r.get("mean_loss") is not None else ""),
     "checkpoint": lambda r: f"checkpoint at step {r.get('step')}",
     "checkpoint_skipped": lambda r: f"checkpoint skipped: {r.get('reason') or r.get('checkpoint')}",
     "resized": lambda r: f"resized to {r.get('workers')} worker(s), batch {r.get('batch_size')}"
