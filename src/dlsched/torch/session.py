@@ -264,7 +264,7 @@ class Session:
         return {"time": time.time(), "step": self.step, **self._record_context,
                 "samples": table.epoch * table.num_samples + table.consumed, "loss": metrics.pop("loss", None),
                 "samples_per_s": n / max(wall, 1e-9), "lr": self.step_lr, "per_worker_samples_per_s": per_worker,
-                "table": table.offsets.tolist(), "setup_s": setup_s, "metrics": metrics}
+                "table": list(table.offsets), "setup_s": setup_s, "metrics": metrics}
 
     # -- epochs and reports ----------------------------------------------------------------------------
     def next_epoch(self) -> None:
