@@ -276,12 +276,14 @@ def schedule_report(write_calibration: bool = False) -> None:
     print(f"  steps: --target-fraction {IMPROVEMENT} (the predictor's own 95 % point) vs the x where the run reached 95 % "
           f"of its improvement, relative to the true remaining; scored where >= {MIN_INTERVALS} logging intervals remained")
     print(f"  {'curve':24s} " + " ".join(f"{'final@' + str(int(100 * f)) + '%':>9s} {'steps':>7s} {'model':>9s}"
-                                          for f in FRACTIONS) + "   | Optimus alone: final / steps per fraction")
+                                          for f in FRACTIONS) + "   | Optimus alone: final / steps per fraction"
+          "   | cross-task prior only: final / steps per fraction")
     for name, g in df.groupby("curve", sort=False):
-        o = od[od.curve == name]
+        o, x = od[od.curve == name], xd[xd.curve == name]
         cells = " ".join(f"{pct(r.final_err):>9s} {pct(r.steps_err):>7s} {r.model[:9]:>9s}" for r in g.itertuples())
         ocells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in o.itertuples())
-        print(f"  {name:24s} {cells}   | {ocells}")
+        xcells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in x.itertuples())
+        print(f"  {name:24s} {cells}   | {ocells}   | {xcells}")
     print(f"  {'':24s} {'schedule-aware':>40s} {'|':>30s} Optimus alone")
     cov = lambda d: pct(d.steps_cov.dropna().astype(float).mean())  # noqa: E731
     for f in FRACTIONS:

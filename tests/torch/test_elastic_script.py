@@ -109,6 +109,33 @@ def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
         sched_lr.step()
     assert recs[changed]["lr"] == pytest.approx(lrs[changed] * 2 ** 0.5, rel=1e-6)
     assert recs[changed - 1]["lr"] == pytest.approx(lrs[changed - 1], rel=1e-6)
+    # the schedule is paced by samples: each step at twice the batch is two of OneCycleLR's steps, so the epoch
+    # still ends at the schedule's end (one scheduler step per optimizer step stopped near its middle)
+    paced = torch.optim.lr_scheduler.OneCycleLR(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.01),
+                                                max_lr=0.01, total_steps=SAMPLES // BATCH)
+    for _ in range(changed + 2 * (len(recs) - 1 - changed)):
+        paced.optimizer.step()
+        paced.step()
+    assert recs[-1]["lr"] == pytest.approx(paced.get_last_lr()[0] * 2 ** 0.5, rel=1e-6)
+    assert recs[-1]["lr"] < 0.05 * max(r["lr"] for r in recs)
+
+
+def test_a_smaller_batch_keeps_a_per_step_schedule_within_its_steps_and_every_sample_once(tmp_path):
+    """The scheduler halves a OneCycleLR script's batch: the epoch takes more steps than the schedule has, so
+    its scheduler is stepped every other step (it raised 'Tried to step 61 times', 3 restarts, a failed job)."""
+    job_dir, slow = tmp_path / "job", tmp_path / "slow"
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "2", "--step-s", "0.1", "--slow-file", str(slow),
+                        runtime_args=("--reference-batch-size", str(BATCH), "--record-samples"))
+    wait_for_step(job_dir, 3, proc, timeout=120)
+    write_control(job_dir, 1, BATCH // 2, 1)
+    wait_for_event(job_dir, "lr_rule", 1, proc, timeout=120)
+    slow.unlink()
+    finish(proc, timeout=300)
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})
+    recs = steps(job_dir)
+    assert recs[-1]["batch_size"] == BATCH // 2 and len(recs) > 2 * SAMPLES // BATCH
+    assert recs[-1]["lr"] < 0.05 * max(r["lr"] for r in recs)    # annealed to the schedule's end
 
 
 def test_the_script_runs_standalone_with_one_worker_and_a_quiet_terminal(tmp_path):

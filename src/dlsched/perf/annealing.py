@@ -9,7 +9,7 @@ relative and early losses are many times the late ones.
 Fit (why this one): for fixed (α, c, s0) the model is linear in (L0, A) ≥ 0 — a two-column non-negative
 least squares, solved in closed form for every c of the grid at once; (α, c, s0) come from a grid and α is
 refined by bounded scalar minimisation. Deterministic, no initial
-guess, a few ms for 1 000 points.
+guess, a few ms for 1 000 points. Two Huber-reweighted refits follow (``HUBER_ROUNDS``).
 
 A prefix observed before any decay carries no information on c (S2 = 0 on every point), yet the decay is
 where the largest drop comes from: the ``CurvePrior`` supplies c then, and a soft belief in α; observed
@@ -146,12 +146,32 @@ def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, gri
     # would otherwise spend c on curvature the power law misses, and predict a drop ten times too large.
     _, s2_end = areas(schedule, [schedule.budget])
     seen = max(float(s2.max()), 0.05 * max(float(s2_end[0]), 1e-3))
-    prob = _Problem(s1 / s1_ref, s2, y, recency_weights(x), prior,
-                    drop_belief=max(1.0, float(s2_end[0]) / seen) ** 2)
-    alphas = np.geomspace(*ALPHA_BOUNDS, grid)
+    belief = max(1.0, float(s2_end[0]) / seen) ** 2
     # c is only identified once the prefix has annealed; before that the prior alone sets it
     drops = DROPS if s2.max() > 1e-3 else np.array([prior.drop if prior is not None else 0.0])
     offsets = np.array(OFFSETS) * s1[0] / s1_ref
+    w = recency_weights(x)
+    curve = _search(_Problem(s1 / s1_ref, s2, y, w, prior, belief), drops, offsets, grid, s1_ref, schedule)
+    for _ in range(HUBER_ROUNDS):
+        # Huber reweighting of the relative residuals: a spike (an evaluation glitch, a restart) would
+        # otherwise bend the whole extrapolation
+        r = curve.value(x) / y - 1
+        # robust scale, never below 0.1 %: a deviation that small is no outlier, and an exact curve has none
+        scale = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), 1e-3)
+        h = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(r), 1e-12))
+        if h.min() == 1.0:
+            break
+        curve = _search(_Problem(s1 / s1_ref, s2, y, w * h, prior, belief), drops, offsets, grid, s1_ref, schedule)
+    return curve
+
+
+HUBER_K = 1.345       # the usual 95 %-efficiency constant, in robust (1.4826·MAD) units of the residuals
+HUBER_ROUNDS = 2      # reweighted refits: the second barely moves the fit; each costs one grid search
+
+
+def _search(prob: _Problem, drops, offsets, grid: int, s1_ref: float, schedule: Schedule) -> AnnealingCurve:
+    """Grid over (α, s0, c), then α refined by bounded scalar minimisation at the best (s0, c)."""
+    alphas = np.geomspace(*ALPHA_BOUNDS, grid)
     sse = np.array([[prob.solve(a, drops, o)[2] for o in offsets] for a in alphas])   # (α, s0, c)
     i, m, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
     c, o = drops[j:j + 1], float(offsets[m])

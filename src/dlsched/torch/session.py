@@ -34,7 +34,8 @@ from dlsched.torch.lr_rule import RULES, LrFactor
 from dlsched.torch.membership import GroupMembership
 from dlsched.torch.noise import GradientNoiseEstimator
 from dlsched.torch.outbox import ProgressOutbox
-from dlsched.torch.registry import StateRegistry
+from dlsched.torch.registry import LRScheduler, StateRegistry
+from dlsched.torch.schedule_pace import pace_scheduler
 from dlsched.torch.sync_cadence import SyncCadence
 
 
@@ -110,6 +111,9 @@ class Session:
         if self.joined:
             return
         self.registry.discover()
+        for obj in self.objects.values():
+            if isinstance(obj, LRScheduler):
+                pace_scheduler(obj, self)
         if self.env is None:  # standalone: one worker, nothing to wait for
             if not dist.is_initialized():
                 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -260,7 +264,7 @@ class Session:
         return {"time": time.time(), "step": self.step, **self._record_context,
                 "samples": table.epoch * table.num_samples + table.consumed, "loss": metrics.pop("loss", None),
                 "samples_per_s": n / max(wall, 1e-9), "lr": self.step_lr, "per_worker_samples_per_s": per_worker,
-                "table": table.offsets.tolist(), "setup_s": setup_s, "metrics": metrics}
+                "table": list(table.offsets), "setup_s": setup_s, "metrics": metrics}
 
     # -- epochs and reports ----------------------------------------------------------------------------
     def next_epoch(self) -> None:

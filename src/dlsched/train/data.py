@@ -32,25 +32,28 @@ def epoch_order(num_samples: int, seed: int, epoch: int) -> np.ndarray:
 
 @dataclass
 class PartitionTable:
-    """Partition offsets for one epoch. ``bounds[p]..bounds[p+1]`` are partition p's positions in the epoch order."""
+    """Partition offsets for one epoch. ``bounds[p]..bounds[p+1]`` are partition p's positions in the epoch order.
+
+    Plain int lists, not arrays: a script reads and advances the table every step, where numpy's per-call
+    cost (tens of microseconds on a cache the step's own compute has just evicted) was most of the bookkeeping."""
 
     num_samples: int
     seed: int
     epoch: int
-    bounds: np.ndarray
-    offsets: np.ndarray  # consumed count per partition
+    bounds: list[int]
+    offsets: list[int]  # consumed count per partition
     shuffle: bool = True  # False: every epoch in id order
 
     @classmethod
     def fresh(cls, num_samples: int, seed: int, epoch: int, num_partitions: int = 16,
               shuffle: bool = True) -> "PartitionTable":
         parts = max(1, min(num_partitions, num_samples))
-        bounds = np.linspace(0, num_samples, parts + 1).round().astype(np.int64)
-        return cls(num_samples, seed, epoch, bounds, np.zeros(parts, dtype=np.int64), shuffle)
+        bounds = np.linspace(0, num_samples, parts + 1).round().astype(np.int64).tolist()
+        return cls(num_samples, seed, epoch, bounds, [0] * parts, shuffle)
 
     @property
     def consumed(self) -> int:
-        return int(self.offsets.sum())
+        return sum(self.offsets)
 
     @property
     def remaining(self) -> int:
@@ -84,26 +87,30 @@ class PartitionTable:
         return np.concatenate([order[b + o:e] for b, o, e in zip(self.bounds[:-1], self.offsets, self.bounds[1:])])
 
     def advance(self, n: int) -> None:
-        """``take(n)`` without the ids: one vectorised pass over the partitions (a script's step path)."""
-        left = self.bounds[1:] - self.bounds[:-1] - self.offsets
-        before = left.cumsum() - left
-        self.offsets += np.minimum(np.maximum(n - before, 0), left)  # ufuncs: np.clip's Python layers cost more
+        """``take(n)`` without the ids (a script's step path)."""
+        for p in range(len(self.offsets)):
+            if n <= 0:
+                break
+            k = min(n, self.bounds[p + 1] - self.bounds[p] - self.offsets[p])
+            if k > 0:
+                self.offsets[p] += k
+                n -= k
 
     def next_epoch(self) -> "PartitionTable":
         return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
 
     def copy(self) -> "PartitionTable":
-        return PartitionTable(self.num_samples, self.seed, self.epoch, self.bounds.copy(), self.offsets.copy(),
+        return PartitionTable(self.num_samples, self.seed, self.epoch, list(self.bounds), list(self.offsets),
                               self.shuffle)
 
     def snapshot(self) -> dict:
         return {"num_samples": self.num_samples, "seed": self.seed, "epoch": self.epoch,
-                "bounds": self.bounds.tolist(), "offsets": self.offsets.tolist(), "shuffle": self.shuffle}
+                "bounds": list(self.bounds), "offsets": list(self.offsets), "shuffle": self.shuffle}
 
     @classmethod
     def from_snapshot(cls, snap: dict) -> "PartitionTable":
         return cls(int(snap["num_samples"]), int(snap["seed"]), int(snap["epoch"]),
-                   np.asarray(snap["bounds"], dtype=np.int64), np.asarray(snap["offsets"], dtype=np.int64),
+                   [int(b) for b in snap["bounds"]], [int(o) for o in snap["offsets"]],
                    bool(snap.get("shuffle", True)))
 
 

@@ -1,0 +1,75 @@
+"""LR schedulers keep their pace in samples when the global batch changes.
+
+A scheduler stepped every batch is sized in steps at the batch the script was written for (the reference
+batch): ``OneCycleLR(total_steps=epochs * len(loader))``, a warm-up + cosine ``LambdaLR``. When the
+scheduler changes the global batch, a step trains another number of samples: at a larger batch the run
+would end with its schedule unfinished (no final anneal), at a smaller one it would step past the end
+(``OneCycleLR`` raises). A paced scheduler's own ``step`` runs as often as reference-batch steps fit in the
+samples trained: after ``done`` of an epoch's ``N`` samples, ``floor(L·done/N)`` of the epoch's
+``L = ceil(N/B₀)`` — exactly once per call at the reference batch, and ``L`` per epoch at any batch.
+
+Only a scheduler stepped inside every training step is paced. One stepped after the epoch's loop (no
+step open), or every few steps (gradient accumulation), keeps its own count: epochs do not depend on the
+batch, and an accumulation count is the script's. The scheduler's own ``last_epoch`` carries the count, so
+nothing is added to the checkpoint.
+"""
+from __future__ import annotations
+
+import math
+from weakref import WeakKeyDictionary
+
+from torch.optim.lr_scheduler import LRScheduler
+
+
+class SchedulePace:
+    def __init__(self, session):
+        self.session = session
+        self.base: int | None = None      # the scheduler's count before this process's first paced step
+        self.last_step: int | None = None  # the session's step at the previous call
+        self.every_step = True
+
+    def due(self, scheduler: LRScheduler) -> int:
+        """How many of the scheduler's own steps this ``step()`` call takes."""
+        s, table = self.session, self.session.table
+        if s.open is None or table is None:
+            return 1                      # after the epoch's loop: an epoch scheduler
+        if self.last_step is not None and s.step - self.last_step != 1:
+            self.every_step = False       # not once per training step: the script's own count
+        self.last_step = s.step
+        if not self.every_step:
+            return 1
+        per_epoch = math.ceil(table.num_samples / s._reference())
+        count = lambda done: table.epoch * per_epoch + (per_epoch * done) // table.num_samples  # noqa: E731
+        if self.base is None:
+            self.base = scheduler.last_epoch - count(table.consumed - s.open["n"])
+        return max(0, self.base + count(table.consumed) - scheduler.last_epoch)
+
+
+_paces: WeakKeyDictionary = WeakKeyDictionary()
+_paced_classes: dict[type, type] = {}
+
+
+def _paced_class(cls: type) -> type:
+    """``cls`` with a ``step`` that takes as many of its own steps as the pace says (same name: the
+    registry and the user see their scheduler)."""
+    if cls not in _paced_classes:
+        def step(self, epoch=None):
+            pace = _paces.get(self)
+            if pace is None or epoch is not None:
+                return cls.step(self) if epoch is None else cls.step(self, epoch)
+            for _ in range(pace.due(self)):
+                cls.step(self)
+
+        _paced_classes[cls] = type(cls.__name__, (cls,), {"step": step, "__module__": cls.__module__,
+                                                           "__qualname__": cls.__qualname__})
+    return _paced_classes[cls]
+
+
+def pace_scheduler(scheduler: LRScheduler, session) -> None:
+    """Pace ``scheduler`` by the samples ``session`` trains (idempotent). The class is swapped rather than
+    ``step`` set on the instance: ``state_dict()`` saves the instance's attributes, and a function there would
+    not pickle into a checkpoint."""
+    if scheduler in _paces:
+        return
+    _paces[scheduler] = SchedulePace(session)
+    scheduler.__class__ = _paced_class(type(scheduler))
