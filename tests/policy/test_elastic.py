@@ -455,3 +455,16 @@ def test_restart_budget_keeps_young_and_often_restarted_jobs_and_lets_old_ones_m
     assert policy.decide((churned,), ClusterView.homogeneous(1, 4, now=3600.0)).gpus("j0") == 1
     assert make_policy("goodput", urgency=0.0, restart_budget=False).decide(
         (young,), ClusterView.homogeneous(1, 4, now=5.0)).gpus("j0") == 4
+
+
+def test_fair_share_base_measures_speed_ups_against_an_even_share():
+    # Pollux's base: goodput at ceil(cluster / jobs) GPUs. Two jobs on 8 GPUs: base 4, so a linear job's speed-up
+    # at 4 GPUs is 1 and waiting (worth s = 1/2 under the shifted power mean) beats running it at 1 GPU alone.
+    cluster = ClusterView.homogeneous(2, 4, now=3600.0)
+    linear = StepProfile(allreduce=0.0)
+    jobs = (job(0, linear, requested_gpus=1), job(1, linear, requested_gpus=1))
+    policy = make_policy("goodput-fair", urgency=0.0)
+    assert policy.fair_share_base
+    alloc = policy.decide(jobs, cluster)
+    assert alloc.gpus("j0") == alloc.gpus("j1") == 4
+    assert not make_policy("goodput-fair", fair_share_base=False).fair_share_base

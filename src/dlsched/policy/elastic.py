@@ -64,12 +64,13 @@ class ElasticPolicy(Policy):
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
-                 packing: bool = False):
+                 packing: bool = False, fair_share_base: bool = False):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
         if not (fairness == 1 or fairness < 0):
             raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
         self.restart_budget = restart_budget
+        self.fair_share_base = fair_share_base
         # the DP values g GPUs on ceil(g / node size) nodes: best fit keeps whole nodes free so placements match it
         self.placement = best_fit if packing else None
         self.fairness = fairness
@@ -149,10 +150,11 @@ class ElasticPolicy(Policy):
         return u
 
     def _utility(self, speedup):
-        """A job's utility of a speed-up s over its smallest configuration (s = 1 there). ``fairness`` p = 1 is
-        the sum of speed-ups (the paper's objective); p = -1 is Pollux's power mean (OSDI'21 §4.2,
-        sum s**-1 minimised), shifted to 2 - 1/s so that a job's first configuration is worth 1 either way:
-        growing a running job is then worth ever less, admitting a waiting one always 1."""
+        """A job's utility of a speed-up s over its base (its smallest configuration, s = 1 there, or a fair share).
+        ``fairness`` p = 1 is the sum of speed-ups (the paper's objective); p = -1 is Pollux's power mean (OSDI'21
+        §4.2, sum s**-1 minimised), shifted to 2 - 1/s so that waiting is worth what s = 1/2 is: with the
+        smallest-configuration base a job's first configuration is worth 1 either way, growing a running job
+        ever less. Pollux's own floor (waiting = s of 1e-3) measured far worse here (docs/policies.md)."""
         if self.fairness == 1:
             return speedup
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -207,12 +209,16 @@ class ElasticPolicy(Policy):
         raws: dict[tuple[str, str], JobCurve] = {}
         speedup: dict[tuple[str, str], float] = {}
         refs: dict[str, float] = {}
+        # Speed-ups are relative to the smallest configuration, or with ``fair_share_base`` to an even share of
+        # the cluster (Pollux's base, petuum/adaptdl simulator/pollux.py: its fair-share goodput)
+        fair = math.ceil(total / max(len(elastic), 1)) if self.fair_share_base else 0
         for job in elastic:
             rng = ranges[job.id]
-            base = math.inf                     # the smallest finite value at g_min over the types
+            base = math.inf                     # the smallest finite value at the base size over the types
+            g_base = min(max(fair, rng.g_min), rng.g_max)
             for t in types:
                 raw = raws[job.id, t] = self.curves.curve(job, rng, t, node_size[t])
-                v = raw.values[rng.g_min]
+                v = raw.values[g_base]
                 if math.isfinite(v) and v < base:
                     base = v
             refs[job.id] = float(base) if math.isfinite(base) and base > 0 else 1.0

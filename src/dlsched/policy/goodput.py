@@ -31,8 +31,10 @@ def make_goodput(hysteresis: float = 0.0, urgency: float = 0.5, restart_cost: fl
 
 @register("goodput-fair")
 def make_goodput_fair(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
-                      fairness: float = -1.0, restart_budget: bool = False, packing: bool = True) -> ElasticPolicy:
-    """Pollux's fairness power mean (p = -1) over goodput speed-ups, weighted by urgency as ``goodput``."""
+                      fairness: float = -1.0, restart_budget: bool = False, packing: bool = True,
+                      fair_share_base: bool = True) -> ElasticPolicy:
+    """Pollux's fairness power mean (p = -1) over goodput speed-ups relative to a fair share of the cluster (Pollux's
+    base), weighted by urgency as ``goodput``."""
     return ElasticPolicy("goodput-fair", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
                          restart_cost=restart_cost, fairness=fairness, restart_budget=restart_budget,
-                         packing=packing)
+                         packing=packing, fair_share_base=fair_share_base)
