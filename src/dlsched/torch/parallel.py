@@ -90,10 +90,12 @@ class ElasticDataParallel(nn.Module):
         """Gradient hooks for this step only, and only where it needs them: a sync step adds each local
         gradient's |g|²; unequal local shares weight each rank's gradient by its share of the global batch
         (DDP averages ranks equally). Other steps run DDP alone, with no Python on the gradient path."""
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks.clear()
-        self._local_sqr = None
+        if self._hooks:
+            for handle in self._hooks:
+                handle.remove()
+            self._hooks.clear()
+        if self._local_sqr is not None:  # written only when it changes: nn.Module's __setattr__ is slow Python
+            self._local_sqr = None
         if not (self.training and torch.is_grad_enabled() and s.open is not None):
             return
         weight = s.open["share"] * s.world / s.open["n"]
@@ -141,11 +143,11 @@ class ElasticDataParallel(nn.Module):
 
     def _measure_before_step(self, s) -> None:
         """Once per step, with the averaged (and unscaled) gradients in ``p.grad``: feed the noise estimate."""
+        if not ((self._ddp is not None and self._local_sqr is not None) or self._split is not None):
+            return   # not a measured step: skip the gradient norm (a device sync) nobody would use
         if self._measured_step == s.step:
             return
         self._measured_step = s.step
-        if not ((self._ddp is not None and self._local_sqr is not None) or self._split is not None):
-            return   # not a measured step: skip the gradient norm (a device sync) nobody would use
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]
         if not grads:
             return
