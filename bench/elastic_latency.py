@@ -10,7 +10,7 @@ warm memo + solve + allocation objects), medians with their ratio to the target,
 repeats ("decide min": on a machine shared with other jobs the median also measures the contention).
 Synthetic jobs: step-time profiles with random compute / all-reduce costs, batch ranges and g_max in 8..64.
 
-    PYTHONPATH=src python bench/elastic_latency.py [--repeats 15] [--clock cpu|wall]
+    PYTHONPATH=src python bench/elastic_latency.py [--repeats 15] [--clock cpu|wall] [--policy elastic|goodput]
 """
 from __future__ import annotations
 
@@ -84,9 +84,9 @@ def prepared_curves(policy, jobs, cluster):
     out = []
     for j in jobs:
         rng = batch_range(j, cluster.total_gpus)
-        raw = policy._raw_curve(j, rng, t, node)
+        raw = policy.curves.curve(j, rng, t, node)
         ref = raw.values[rng.g_min]
-        out.append(policy._curve(j, rng, raw, ref, ref, t, node, t if j.is_running else None))
+        out.append(policy._curve(j, rng, raw, ref, ref, t, node, t if j.is_running else None, cluster.now))
     return out
 
 
@@ -94,17 +94,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    ap.add_argument("--policy", default="elastic", help="an elastic-DP policy: elastic, goodput, goodput-fair, ...")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
-    print(f"clock: {args.clock} time; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"policy {args.policy}; clock: {args.clock} time; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'size':>16} {'scenario':>8} {'solver':>10} {'solve ms':>9} {'decide ms':>10} {'target':>7} "
           f"{'solve/target':>13} {'decide/target':>14} {'decide min':>11}")
     for n_jobs, nodes, target in ((100, 16, 2.0), (1000, 256, 50.0)):
         cluster = ClusterView.homogeneous(nodes, 4)
         for scenario in ("fresh", "steady"):
             jobs = make_jobs(n_jobs, cluster.total_gpus, seed=1, running=scenario == "steady")
-            policy = make_policy("elastic")
+            policy = make_policy(args.policy)
             curves = prepared_curves(policy, jobs, cluster)
             method = solve(curves, cluster.total_gpus).method
             t_solve = median_ms(lambda: solve(curves, cluster.total_gpus), args.repeats)
@@ -116,7 +117,7 @@ def main() -> None:
         t_dp = median_ms(lambda: knapsack_dp(curves, cluster.total_gpus), args.repeats)
         print(f"{n_jobs:>5} x {cluster.total_gpus:>4} GPUs {'steady':>8} {'plain DP':>10} {t_dp:9.2f} "
               f"{'':>10} {target:7.1f} {t_dp / target:13.2f}")
-    cold = make_policy("elastic")
+    cold = make_policy(args.policy)
     jobs = make_jobs(1000, 1024, seed=2, running=False)
     t = time.perf_counter()
     cold.decide(jobs, ClusterView.homogeneous(256, 4))
