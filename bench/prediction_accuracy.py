@@ -222,7 +222,7 @@ def full_fits(curves) -> dict:
 def loco_prior(curves):
     """Each curve's prior from the other curves' full fits (its own finished fit never counts)."""
     fits = full_fits(curves)
-    return lambda c: prior_from_fits([f for n, f in fits.items() if n != c.name], c.meta)
+    return lambda c: prior_from_fits([f for n, f in fits.items() if n != c.name], {"decay": c.schedule.decay, **c.meta})
 
 
 def cross_task_prior(curves):
@@ -230,7 +230,8 @@ def cross_task_prior(curves):
     new kind of job gets from this development set, as on the independent check's curves."""
     fits = full_fits(curves)
     task = {c.name: c.meta.get("dataset") for c in curves}
-    return lambda c: without_level(prior_from_fits([f for n, f in fits.items() if task[n] != task[c.name]], c.meta))
+    return lambda c: without_level(prior_from_fits([f for n, f in fits.items() if task[n] != task[c.name]],
+                                                   {"decay": c.schedule.decay, **c.meta}))
 
 
 def fit_time(curves) -> float:
@@ -258,9 +259,12 @@ def schedule_report(write_calibration: bool = False) -> None:
         # what the CLI ships: bands from every curve, and the prior from every curve's finished fit
         # (the records here used leave-one-out priors, close to what a new job's prior is)
         every = prior_from_fits(list(full_fits(curves).values()))
+        shipped = [(f.alpha, f.drop if math.isfinite(f.drop) else None, f.meta["metric"], f.meta["decay"])
+                   for f in full_fits(curves).values()]
         table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
                                     prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
-                                    levelled=calibrate([r for rs in records.values() for r in rs]))
+                                    levelled=calibrate([r for rs in records.values() for r in rs]),
+                                    fits=tuple(shipped))
         TABLE.write_text(table.to_json() + "\n")
         print(f"  wrote {TABLE}")
     rows, opt, curve_only, cross = [], [], [], []

@@ -51,6 +51,9 @@ POLLUX_SCHEDULES = {
 POLLUX_META = {"cifar10": ("resnet", 18, "cifar10"), "imagenet": ("resnet", 50, "imagenet"),
                "deepspeech2": ("rnn", 5, "librispeech"), "ncf": ("mlp", 3, "movielens"),
                "yolov3": ("darknet", 53, "voc")}
+# the metric a user would declare: yolov3's validation curve is its detection loss, the others error rates
+# (1 − accuracy / hit rate, and deepspeech2's WER)
+POLLUX_METRIC = {"yolov3": "loss"}
 
 
 def dev_curves() -> list[DevCurve]:
@@ -68,9 +71,10 @@ def dev_curves() -> list[DevCurve]:
         x = c.step.to_numpy(float)
         ipe = float(np.median(np.diff(x)))
         fam, depth, data = POLLUX_META[app]
-        out.append(DevCurve(f"pollux-{app}", x, c.loss.to_numpy(float), "error",
+        metric = POLLUX_METRIC.get(app, "error")
+        out.append(DevCurve(f"pollux-{app}", x, c.loss.to_numpy(float), metric,
                             parse_schedule(spec(x, ipe), float(x[-1])),
-                            {"family": fam, "depth": depth, "dataset": data, "metric": "error"}))
+                            {"family": fam, "depth": depth, "dataset": data, "metric": metric}))
     log = seed_log()
     x = log.steps_cum_assumed.to_numpy(float)
     out.append(DevCurve("seed-resnet50", x, log.train_loss.to_numpy(float), "loss", parse_schedule("constant", float(x[-1])),

@@ -57,7 +57,8 @@ def test_the_chance_of_reaching_a_target_falls_as_the_target_passes_the_predicti
         chances.append(out["p_reach"])
     assert chances[0] == 1.0 and chances == sorted(chances, reverse=True) and chances[-1] < 0.05, chances
     run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, 0.5, None, "loss", None, None, False, None)
-    text = " ".join(capsys.readouterr().out.split())   # rich wraps at the terminal's width
+    said = capsys.readouterr()   # an unreachable target is its one line on stderr (exit 3)
+    text = " ".join((said.out + said.err).split())   # rich wraps at the terminal's width
     assert "only if the run does better than predicted" in text or "unreachable" in text, text
 
 

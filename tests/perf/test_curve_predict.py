@@ -99,6 +99,24 @@ def test_the_prior_is_as_sure_of_the_shape_as_the_finished_runs_agree():
     assert loose.alpha_sigma > CurvePrior().alpha_sigma   # runs of other kinds disagree more than the default says
 
 
+def test_the_shape_prior_pools_finished_runs_of_the_same_metric_kind_once_there_are_enough():
+    lm = [FinishedFit(0.3, 0.05, {"dataset": d, "metric": "loss"}) for d in "abc"]
+    vision = [FinishedFit(1.0, 0.5, {"dataset": d, "metric": m}) for d, m in zip("def", ("error", "accuracy", "error"))]
+    assert prior_from_fits(lm + vision, {"dataset": "g", "metric": "accuracy"}).drop == pytest.approx(0.5)
+    assert prior_from_fits(lm + vision, {"dataset": "g", "metric": "loss"}).drop == pytest.approx(0.05)
+    few = prior_from_fits(lm + vision[:2], {"dataset": "g", "metric": "error"})   # 2 of its kind: all runs
+    assert 0.05 < few.drop < 0.5 and 0.3 < few.alpha < 1.0
+
+
+def test_the_shipped_prior_follows_the_declared_metric():
+    bands = ((-0.1, 0.1),)
+    fits = ((0.3, 0.05, "loss", "anneal"),) * 3 + ((1.0, 0.5, "error", "step"),) * 3 + ((0.5, None, "loss", "none"),)
+    cal = Calibration((0.1,), bands, bands, prior=(0.4, 0.2), fits=fits)
+    assert cal.curve_prior("accuracy", parse_schedule("step:300:0.1", B)).drop == pytest.approx(0.5)
+    assert cal.curve_prior("loss", parse_schedule("cosine", B)).drop == pytest.approx(0.05)
+    assert cal.curve_prior() == CurvePrior(0.4, 0.2)
+
+
 def test_a_level_prior_comes_only_from_finished_runs_of_the_same_task():
     task = {"dataset": "text", "metric": "loss"}
     fits = [FinishedFit(0.3, 0.1, dict(task), final=1.5), FinishedFit(0.3, 0.1, dict(task), final=1.7),

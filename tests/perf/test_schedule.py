@@ -44,3 +44,12 @@ def test_areas_count_the_forward_area_and_the_annealing_once_it_happened():
 def test_lr_column_schedule_follows_the_logged_values():
     s = Schedule.from_points([0, 10, 20], [1.0, 0.5, 0.25], budget=20)
     assert s.lr(5) == pytest.approx(0.75) and s.anneals_after(0)
+
+
+def test_decay_tells_cuts_by_factors_from_gradual_annealing():
+    B = 100.0
+    assert parse_schedule("constant", B).decay == "none"
+    assert parse_schedule("step:30,60:0.1", B).decay == "step"
+    assert parse_schedule("steps:0=0.3,10=1,60=0.3", B).decay == "step"   # warm-up steps up, then a cut
+    for spec in ("cosine:warmup=10", "onecycle", "wsd:warmdown=20", "linear", "steps:0=1,10=0.96,20=0.92"):
+        assert parse_schedule(spec, B).decay == "anneal", spec

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from dlsched.perf.annealing import CurvePrior
+from dlsched.perf.prior import FinishedFit, prior_from_fits
+from dlsched.perf.schedule import Schedule
 
 TABLE = Path(__file__).with_name("calibration.json")
 LEVEL = 0.8
@@ -44,6 +46,9 @@ class Calibration:
     # the bands of predictions that weighed in a same-task level prior (``perf.prior``): their errors are of
     # another size than the fit's alone, which the bands above are (and which that weighing uses); None: these
     levelled: "Calibration | None" = None
+    # the same finished curves' fits, (α, drop or None, metric, decay) each: the prior a declared metric and
+    # schedule get (``perf.prior``: pooled by metric kind and decay); None: ``prior`` for every run
+    fits: tuple[tuple, ...] | None = None
 
     def _band(self, table, fraction: float) -> tuple[float, float]:
         f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
@@ -65,8 +70,13 @@ class Calibration:
         """log(most the remaining improvement may exceed its prediction) at this fraction (``reach``)."""
         return None if self.reach is None else self._band(tuple((f, f) for f in self.reach), fraction)[0]
 
-    def curve_prior(self) -> CurvePrior:
-        """The shape prior the development curves' fits give (``CurvePrior()`` before any calibration)."""
+    def curve_prior(self, metric: str | None = None, schedule: Schedule | None = None) -> CurvePrior:
+        """The shape prior the development curves' fits give a run of this metric and schedule (all of them
+        without ``fits``; ``CurvePrior()`` before any calibration)."""
+        if self.fits and metric is not None:
+            fits = [FinishedFit(a, math.nan if d is None else d, {"metric": m, "decay": k}) for a, d, m, k in self.fits]
+            p = prior_from_fits(fits, {"metric": metric, "decay": None if schedule is None else schedule.decay})
+            return CurvePrior(p.alpha, p.drop, alpha_sigma=p.alpha_sigma, drop_sigma=p.drop_sigma)
         if not self.prior:
             return CurvePrior()
         a, d, *spread = self.prior
@@ -74,7 +84,8 @@ class Calibration:
 
     def as_dict(self) -> dict:
         return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
-                "reach": self.reach, "levelled": None if self.levelled is None else self.levelled.as_dict()}
+                "reach": self.reach, "levelled": None if self.levelled is None else self.levelled.as_dict(),
+                "fits": self.fits}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1)
@@ -129,7 +140,7 @@ def load_calibration(path: Path = TABLE) -> Calibration:
 
 
 def from_dict(d: dict) -> Calibration:
-    prior, reach, levelled = d.get("prior"), d.get("reach"), d.get("levelled")
+    prior, reach, levelled, fits = d.get("prior"), d.get("reach"), d.get("levelled"), d.get("fits")
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
                        tuple(prior) if prior else None, tuple(reach) if reach else None,
-                       from_dict(levelled) if levelled else None)
+                       from_dict(levelled) if levelled else None, tuple(map(tuple, fits)) if fits else None)

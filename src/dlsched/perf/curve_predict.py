@@ -171,7 +171,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}")
     cal = calibration or load_calibration()
     if isinstance(prior, str):
-        prior = cal.curve_prior()
+        prior = cal.curve_prior(metric, schedule)
     B, x_now = schedule.budget, float(x[-1])
     name, fitted = choose_model(x, y, schedule, prior)
     f = _as_function(fitted)

@@ -3,9 +3,19 @@ depth and GPU type; we do the same on whatever metadata the jobs carry: model fa
 
 Each finished job contributes its fitted exponent α and its annealing drop c (``AnnealingCurve``: the
 fraction of the loss a full decay removes; none from a run whose LR never fell). The prior for a new job is their kernel-weighted mean in
-log space, a finished job weighing 4^(number of metadata fields it shares with the new one): same family and
+log space, a finished job weighing 4^(number of metadata fields it shares with the new one: ``FIELDS``): same family and
 dataset dominate, everything else still counts. The prior's weight in points grows with how many finished
 jobs matched, so it stays a hint the new job's own points soon outweigh.
+
+Kind: the shape prior pools only finished runs of the new job's metric kind (``metric_kind``: a loss, or an
+error rate / accuracy) once ``KIND_MIN`` of them carry the number, and all runs before that. Cross-entropy has a
+large irreducible part an LR decay cannot remove (a full decay takes ~5 % off a language model's loss), whereas
+an error rate falls proportionally much more (20–75 % on the Pollux vision apps): pooled, one kind's drop is
+the other's bias. How the LR comes down (``Schedule.decay``: cut by factors at milestones, or annealed
+gradually toward 0) is one more metadata field of the kernel: a cut lands at once on a run that had settled at
+the held LR, an anneal works while the run is still moving, and the law's S2 does not tell the two apart; a
+field, not a partition, so runs of the same task under another schedule still count. Metric and schedule are
+what a user declares (``--metric``, ``--schedule``), not per-dataset constants.
 
 Level: finished jobs of the same task (``LEVEL_FIELDS``: dataset and metric) also say where a run ends. With
 two or more of them the prior carries their geometric mean final value and its predictive log spread
@@ -22,12 +32,20 @@ import numpy as np
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior
 from dlsched.perf.schedule import areas
 
-FIELDS = ("family", "depth", "dataset", "batch", "metric")
+FIELDS = ("family", "depth", "dataset", "batch", "metric", "decay")
 LEVEL_FIELDS = ("dataset", "metric")
 LEVEL_SIGMA_MIN = 0.05
 # the shape beliefs never get tighter than this, however well the finished runs agree: a new run still has its
 # own seed, batch and budget (the defaults in ``CurvePrior`` apply before two runs are known)
 ALPHA_SIGMA_MIN, DROP_SIGMA_MIN = 0.2, 0.05   # same task, same metric: runs still differ by seed, schedule and budget
+# finished runs of the new job's metric kind needed before the shape prior pools only them (module doc); fewer
+# would let one odd run set the prior
+KIND_MIN = 3
+
+
+def metric_kind(metric: str | None) -> str | None:
+    """``loss`` or ``error`` (accuracy is modelled as its error); None when not declared."""
+    return None if metric is None else "loss" if metric == "loss" else "error"
 
 
 @dataclass(frozen=True)
@@ -43,7 +61,8 @@ class FinishedFit:
 def finished_fit(curve: AnnealingCurve, meta: dict | None = None, final: float = math.nan) -> FinishedFit:
     _, s2_end = areas(curve.schedule, [curve.schedule.budget])
     # a run whose LR never fell says nothing about the drop a decay brings
-    return FinishedFit(curve.alpha, curve.c if s2_end[0] > 0.05 else math.nan, dict(meta or {}), final)
+    return FinishedFit(curve.alpha, curve.c if s2_end[0] > 0.05 else math.nan,
+                       {"decay": curve.schedule.decay, **(meta or {})}, final)
 
 
 def level_prior(fits: list[FinishedFit], meta: dict) -> tuple[float, float] | None:
@@ -62,20 +81,38 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     if not fits:
         return default
     meta = meta or {}
-    w = np.array([4.0 ** sum(1 for k in FIELDS if k in meta and f.meta.get(k) == meta[k]) for f in fits])
-    logs = np.log([max(f.alpha, 1e-3) for f in fits])
-    alpha = math.exp(float(np.average(logs, weights=w)))
-    alpha_sigma = _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN)
-    # drop ratios can be 0: average them plainly, a log would make one zero dominate
-    seen = np.array([math.isfinite(f.drop) for f in fits])
-    drops = np.array([f.drop for f in fits if math.isfinite(f.drop)])
-    drop = float(np.average(drops, weights=w[seen])) if seen.any() else default.drop
-    drop_sigma = _spread(drops, w[seen], default.drop_sigma, DROP_SIGMA_MIN) if seen.any() else default.drop_sigma
+    kind = metric_kind(meta.get("metric"))
+    same_kind = [f for f in fits if kind is not None and metric_kind(f.meta.get("metric")) == kind]
+    alpha_fits = same_kind if len(same_kind) >= KIND_MIN else fits
+    drop_fits = same_kind if sum(math.isfinite(f.drop) for f in same_kind) >= KIND_MIN else fits
+    alpha, alpha_sigma = _alpha_prior(alpha_fits, meta, default)
+    drop, drop_sigma = _drop_prior(drop_fits, meta, default)
+    w = _weights(fits, meta)
     matched = float(w.sum() / w.max())  # effective number of equally relevant finished jobs
     level = level_prior(fits, meta)
     return CurvePrior(alpha, drop, weight=default.weight * min(2.0, 1.0 + 0.1 * matched),
                       final=None if level is None else level[0], final_sigma=math.inf if level is None else level[1],
                       alpha_sigma=alpha_sigma, drop_sigma=drop_sigma)
+
+
+def _weights(fits: list[FinishedFit], meta: dict) -> np.ndarray:
+    return np.array([4.0 ** sum(1 for k in FIELDS if k in meta and f.meta.get(k) == meta[k]) for f in fits])
+
+
+def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
+    w = _weights(fits, meta)
+    logs = np.log([max(f.alpha, 1e-3) for f in fits])
+    return math.exp(float(np.average(logs, weights=w))), _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN)
+
+
+def _drop_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
+    seen = [f for f in fits if math.isfinite(f.drop)]
+    if not seen:
+        return default.drop, default.drop_sigma
+    w = _weights(seen, meta)
+    # drop ratios can be 0: average them plainly, a log would make one zero dominate
+    drops = np.array([f.drop for f in seen])
+    return float(np.average(drops, weights=w)), _spread(drops, w, default.drop_sigma, DROP_SIGMA_MIN)
 
 
 def _spread(values, weights, default: float, floor: float) -> float:

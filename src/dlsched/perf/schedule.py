@@ -52,6 +52,16 @@ class Schedule:
     def anneals(self) -> bool:
         return bool(np.ptp(self.lrs) > 1e-9 * max(self.lrs))
 
+    @property
+    def decay(self) -> str:
+        """How the LR comes down: ``none``, ``step`` (held, then cut by a factor: a knot at most 0.6× the one
+        before) or ``anneal`` (gradually, cosine/linear/one-cycle/WSD, or per-epoch steps of a few %)."""
+        if not self.anneals:
+            return "none"
+        lrs = np.asarray(self.lrs)
+        cuts = lrs[1:] / np.maximum(lrs[:-1], 1e-12 * lrs.max())
+        return "step" if self.stepwise and cuts.min() < 0.6 else "anneal"
+
     def anneals_after(self, x: float) -> bool:
         """Whether the LR falls anywhere after ``x`` (a decay still to come that a prefix cannot show)."""
         g = np.linspace(x, self.budget, 512)
