@@ -65,6 +65,13 @@ def _paced_class(cls: type) -> type:
     return _paced_classes[cls]
 
 
+def pace_schedulers(objects, session) -> None:
+    """Pace every LR scheduler among ``objects`` (the session's registered state)."""
+    for obj in objects:
+        if isinstance(obj, LRScheduler):
+            pace_scheduler(obj, session)
+
+
 def pace_scheduler(scheduler: LRScheduler, session) -> None:
     """Pace ``scheduler`` by the samples ``session`` trains (idempotent). The class is swapped rather than
     ``step`` set on the instance: ``state_dict()`` saves the instance's attributes, and a function there would

@@ -34,8 +34,8 @@ from dlsched.torch.lr_rule import RULES, LrFactor
 from dlsched.torch.membership import GroupMembership
 from dlsched.torch.noise import GradientNoiseEstimator
 from dlsched.torch.outbox import ProgressOutbox
-from dlsched.torch.registry import LRScheduler, StateRegistry
-from dlsched.torch.schedule_pace import pace_scheduler
+from dlsched.torch.registry import StateRegistry
+from dlsched.torch.schedule_pace import pace_schedulers
 from dlsched.torch.sync_cadence import SyncCadence
 
 
@@ -111,9 +111,7 @@ class Session:
         if self.joined:
             return
         self.registry.discover()
-        for obj in self.objects.values():
-            if isinstance(obj, LRScheduler):
-                pace_scheduler(obj, self)
+        pace_schedulers(self.objects.values(), self)
         if self.env is None:  # standalone: one worker, nothing to wait for
             if not dist.is_initialized():
                 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

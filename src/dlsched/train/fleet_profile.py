@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import platform
 import queue
@@ -26,9 +27,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.policy.fleet import ModelProfile
 from dlsched.train.files import atomic_write_json
-from dlsched.train.flotilla import CTX, MemberSpec, _build, bind_device, cifar_train_transform, warm_up_torch
+from dlsched.train.flotilla import MemberSpec, _build, bind_device, cifar_train_transform
 
 CACHE_FILE = "fleet_profiles.json"
+PROFILE_TIMEOUT_S = 600.0   # one r(g) measurement: a few steps, seconds on a busy machine; never wait forever
+# Ranks start from a forkserver, not a fork of the caller: a fork copies the caller's threads' locks and a
+# used OpenMP pool (the service's, the pipeline measurement's), and a forked rank hung in a full test run.
+_CTX = mp.get_context("forkserver")
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def _load_cache(path: Path) -> dict:
 
 
 def _rank_main(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int, rank: int, world: int,
-               rendezvous: str, device: str, out: "CTX.Queue") -> None:
+               rendezvous: str, device: str, out: "mp.Queue") -> None:
     torch.set_num_threads(1)
     dev = bind_device(device)
     if world > 1:
@@ -100,16 +105,14 @@ def _rank_main(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int,
 def measure_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, devices: Sequence[str],
                  steps: int = 4, scratch: Path | None = None) -> float:
     """r(g) from a real run of g forked ranks (one device each when ``devices`` are given)."""
-    # warm here, once: a cold fork imports the optimizer's compile machinery itself (~5 s a member on a busy
-    # 2-core machine, bench/fleet_service.py), and an ensemble profiles its members one after another
-    warm_up_torch()
-    out = CTX.Queue()
+    out = _CTX.Queue()
     rdzv = str((scratch or Path("/tmp")) / f".profile.{os.getpid()}.{uuid.uuid4().hex}")
-    procs = [CTX.Process(target=_rank_main, daemon=True,
+    procs = [_CTX.Process(target=_rank_main, daemon=True,
                          args=(spec, batch, shape, steps, r, g, rdzv, devices[r] if devices else "cpu", out))
              for r in range(g)]
     for p in procs:
         p.start()
+    deadline = time.monotonic() + PROFILE_TIMEOUT_S
     try:
         while True:
             try:
@@ -119,6 +122,9 @@ def measure_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, d
                 if any(p.exitcode not in (None, 0) for p in procs):
                     raise RuntimeError(f"profiling {spec.name} on {g} rank(s) failed: exit codes "
                                        f"{[p.exitcode for p in procs]}") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"profiling {spec.name} on {g} rank(s) gave no rate in "
+                                       f"{PROFILE_TIMEOUT_S:.0f} s") from None
     finally:
         for p in procs:
             p.join(timeout=30)
