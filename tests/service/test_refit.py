@@ -172,6 +172,9 @@ def test_a_snapshot_follows_the_measured_resize_pause(tmp_path):
     assert models.snapshot(job) is first                       # unchanged inputs: the cached view
     models.restart_s = first.attrs["restart_s"] + 7.0                   # the loop measured a slower resize
     assert models.snapshot(job).attrs["restart_s"] == first.attrs["restart_s"] + 7.0
+    assert first.attrs["restarts"] == 0                          # queued, never started
+    store.update(job.id, generation=3)                           # started, then resized twice
+    assert models.snapshot(store.get(job.id)).attrs["restarts"] == 2   # the simulator's count: Pollux's budget
     store.close()
 
 

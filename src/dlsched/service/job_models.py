@@ -38,6 +38,8 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
         speed=speed, kind=s.kind, preemptible=s.preemptible,
         attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
                "state": job.state, "restart_s": restart_s,
+               # starts and resizes after the first start, as the simulator counts them (Pollux's restart budget)
+               "restarts": max(job.generation - 1, 0),
                "efficiency": "reported gradient noise" if isinstance(speed, refit.NoisySpeed)
                else "no gradient noise reported: goodput = throughput"})
 
