@@ -35,13 +35,13 @@ def free_gpus(cluster: ClusterView, held: Iterable[Mapping[str, int]] = ()) -> N
     return free
 
 
-def most_free_first(num_gpus: int, free: Mapping[str, int]) -> NodeMap:
-    """Take GPUs from the node with the most free ones, then the next, until ``num_gpus`` are placed."""
+def _take_greedily(num_gpus: int, free: Mapping[str, int], choose) -> NodeMap:
+    """Place ``num_gpus`` node by node: ``choose(left, need)`` names the next node (None: nothing can take any)."""
     left = dict(free)
     out: NodeMap = {}
     need = num_gpus
     while need > 0:
-        name = max(left, key=left.__getitem__, default=None)
+        name = choose(left, need)
         if name is None or left[name] <= 0:
             raise PlacementError(f"{num_gpus} GPUs do not fit the free {sum(free.values())}")
         k = min(left[name], need)
@@ -51,31 +51,30 @@ def most_free_first(num_gpus: int, free: Mapping[str, int]) -> NodeMap:
     return out
 
 
+def _most_free(left: Mapping[str, int], need: int) -> str | None:
+    return max(left, key=left.__getitem__, default=None)
+
+
+def most_free_first(num_gpus: int, free: Mapping[str, int]) -> NodeMap:
+    """Take GPUs from the node with the most free ones, then the next, until ``num_gpus`` are placed."""
+    return _take_greedily(num_gpus, free, _most_free)
+
+
 def best_fit(num_gpus: int, free: Mapping[str, int]) -> NodeMap:
     """The fewest nodes, leaving whole nodes free for later jobs: whole free nodes for each full node's worth of
     GPUs, the rest on the node whose free GPUs fit it most tightly (best fit); where nothing fits it, the nodes
     with most free GPUs. Most-free-first would put a 1-GPU job on an empty node, and the next 4-GPU job would
     then span two nodes (its all-reduce crossing the network: yolov3 at 4 GPUs on two nodes runs at under half
     its one-node speed in the Pollux traces)."""
-    left = dict(free)
-    size = max(left.values(), default=0)
-    out: NodeMap = {}
-    need = num_gpus
+    size = max(free.values(), default=0)
+
+    def tightest(left: Mapping[str, int], need: int) -> str | None:
+        fits = [n for n in left if left[n] >= min(need, size) and left[n] > 0]
+        return min(fits, key=lambda n: left[n]) if fits else _most_free(left, need)   # cluster order on ties
+
     if size <= 0:
         raise PlacementError(f"{num_gpus} GPUs do not fit the free {sum(free.values())}")
-    while need > 0:
-        fits = [n for n in left if left[n] >= min(need, size) and left[n] > 0]
-        if fits:
-            name = min(fits, key=lambda n: left[n])   # tightest fit; cluster order on ties
-        else:
-            name = max(left, key=left.__getitem__)
-            if left[name] <= 0:
-                raise PlacementError(f"{num_gpus} GPUs do not fit the free {sum(free.values())}")
-        k = min(left[name], need)
-        out[name] = out.get(name, 0) + k
-        left[name] -= k
-        need -= k
-    return out
+    return _take_greedily(num_gpus, free, tightest)
 
 
 def consolidated(num_gpus: int, free: Mapping[str, int]) -> NodeMap:
