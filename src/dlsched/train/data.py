@@ -66,20 +66,26 @@ class PartitionTable:
     def _order(self) -> np.ndarray:
         return epoch_order(self.num_samples, self.seed, self.epoch) if self.shuffle else np.arange(self.num_samples)
 
-    def take(self, n: int) -> np.ndarray:
-        """Mark the next ``n`` unconsumed samples as consumed and return their ids."""
-        order = self._order()
-        out = []
+    def _next_spans(self, n: int) -> list[tuple[int, int, int]]:
+        """(partition, position in the epoch order, count) of the next ``n`` unconsumed samples."""
+        spans = []
         for p in range(len(self.offsets)):
             if n <= 0:
                 break
             start = self.bounds[p] + self.offsets[p]
             k = min(n, self.bounds[p + 1] - start)
             if k > 0:
-                out.append(order[start : start + k])
-                self.offsets[p] += k
+                spans.append((p, start, k))
                 n -= k
-        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+        return spans
+
+    def take(self, n: int) -> np.ndarray:
+        """Mark the next ``n`` unconsumed samples as consumed and return their ids."""
+        order = self._order()
+        spans = self._next_spans(n)
+        for p, _, k in spans:
+            self.offsets[p] += k
+        return np.concatenate([order[start:start + k] for _, start, k in spans]) if spans else np.empty(0, np.int64)
 
     def remaining_ids(self) -> np.ndarray:
         """Every unconsumed id, in the order successive ``take`` calls hand them out."""
@@ -88,13 +94,8 @@ class PartitionTable:
 
     def advance(self, n: int) -> None:
         """``take(n)`` without the ids (a script's step path)."""
-        for p in range(len(self.offsets)):
-            if n <= 0:
-                break
-            k = min(n, self.bounds[p + 1] - self.bounds[p] - self.offsets[p])
-            if k > 0:
-                self.offsets[p] += k
-                n -= k
+        for p, _, k in self._next_spans(n):
+            self.offsets[p] += k
 
     def next_epoch(self) -> "PartitionTable":
         return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
@@ -114,11 +115,14 @@ class PartitionTable:
                    bool(snap.get("shuffle", True)))
 
 
+def _share_ends(n: int, local_sizes: list[int]) -> np.ndarray:
+    """Where each rank's share of an ``n``-sample global batch ends: in proportion to ``local_sizes``."""
+    return np.round(n * np.cumsum(local_sizes) / sum(local_sizes)).astype(np.int64)
+
+
 def split_global_batch(ids: np.ndarray, local_sizes: list[int]) -> list[np.ndarray]:
     """Give rank r its share of a global batch: ``local_sizes[r]`` ids, or a proportional share of a short last batch."""
-    total = sum(local_sizes)
-    cuts = np.round(len(ids) * np.cumsum(local_sizes) / total).astype(np.int64)
-    return np.split(ids, cuts[:-1])
+    return np.split(ids, _share_ends(len(ids), local_sizes)[:-1])
 
 
 def rank_shares(table: PartitionTable, global_batch: int, local_sizes: list[int], rank: int
@@ -128,7 +132,7 @@ def rank_shares(table: PartitionTable, global_batch: int, local_sizes: list[int]
     reads its entry."""
     ids = table.remaining_ids()
     full = len(ids) // global_batch
-    cuts = [0, *np.round(global_batch * np.cumsum(local_sizes) / sum(local_sizes)).astype(np.int64)]
+    cuts = [0, *_share_ends(global_batch, local_sizes)]
     rows = ids[:full * global_batch].reshape(full, global_batch)[:, cuts[rank]:cuts[rank + 1]].tolist()
     shares = [(global_batch, row) for row in rows]
     if len(ids) > full * global_batch:
