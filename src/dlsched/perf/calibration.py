@@ -24,6 +24,7 @@ from dlsched.perf.schedule import Schedule
 
 TABLE = Path(__file__).with_name("calibration.json")
 LEVEL = 0.8
+Z_80 = 1.2816  # the standard normal's 90 % point: a central 80 % band is ±Z_80 σ
 # "Unreachable" is a claim that the run will *not* get there, so it is made at a stricter level than the 80 %
 # band: the 2.5 % one-sided quantile, which with fewer than 39 development errors lies beyond the largest one
 # seen (``quantile_band`` then adds 1 in log units: a run may go e times further than the worst seen).
@@ -64,7 +65,7 @@ class Calibration:
     def fit_sigma(self, fraction: float) -> float:
         """Log-normal sigma of the fit-alone final value implied by its 80 % band at this fraction."""
         lo, hi = self.final_band(fraction)
-        return max((hi - lo) / (2 * 1.2816), 1e-3)
+        return max((hi - lo) / (2 * Z_80), 1e-3)
 
     def reach_log(self, fraction: float) -> float | None:
         """log(most the remaining improvement may exceed its prediction) at this fraction (``reach``)."""

@@ -27,7 +27,7 @@ import numpy as np
 from scipy.stats import norm
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
-from dlsched.perf.calibration import Calibration, load_calibration
+from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
 from dlsched.perf.first_passage import first_passage, logged_noise
 from dlsched.perf.schedule import Schedule
@@ -219,5 +219,5 @@ def reach_chance(goal: float, now: float, final: float, lo: float, hi: float) ->
         return 1.0
     if goal <= 0 or final <= 0:
         return 0.0
-    sigma = max((hi - lo) / (2 * 1.2816), 1e-6)
+    sigma = max((hi - lo) / (2 * Z_80), 1e-6)
     return float(norm.cdf((math.log(goal / final) - (lo + hi) / 2) / sigma))

@@ -15,10 +15,15 @@ MAX_POINTS = 1000     # a finer log is sampled coarser: < 1 ms per prediction
 TAIL = 0.2
 
 
+def _tail(n: int) -> int:
+    """The newest points the noise and the logging interval are read from: a fifth, at least 5."""
+    return min(n, max(5, int(round(TAIL * n))))
+
+
 def logged_noise(x, y, f) -> float:
     """Relative noise of the logged values around the fit ``f``, from the newest fifth (at least 5 points):
     1.4826·MAD of the relative residuals (robust to a spike), capped at 0.5."""
-    k = min(len(x), max(5, int(round(TAIL * len(x)))))
+    k = _tail(len(x))
     r = y[-k:] / f(x[-k:])
     r = r / np.median(r) - 1
     sigma = 1.4826 * float(np.median(np.abs(r - np.median(r))))
@@ -33,7 +38,7 @@ def first_passage(grid, curve, x, y, goal: float, sigma: float, seed: int = 0) -
     x_now, end = float(x[-1]), float(grid[-1])
     if end <= x_now:
         return None
-    k = min(len(x), max(5, int(round(TAIL * len(x)))))
+    k = _tail(len(x))
     dx = max(float(np.median(np.diff(x[-k:]))) if len(x) > 1 else end - x_now, (end - x_now) / MAX_POINTS)
     xs = np.minimum(x_now + dx * np.arange(1, int(np.ceil((end - x_now) / dx)) + 1), end)
     mean = np.interp(xs, grid, curve)
