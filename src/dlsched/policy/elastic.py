@@ -49,10 +49,9 @@ def restart_budget_bonus(job: JobView, restart: float, now: float) -> float:
     """Pollux's restart penalty as a stay bonus (petuum/adaptdl simulator/pollux.py, Problem._evaluate): a changed
     allocation is worth max(age - n R, 0) / (age + R) of its value, n = the job's restarts so far (``attrs
     ["restarts"]``: the simulator's count, the live loop's generations after the first start; a driver that does
-    not count them gets no budget), age = time since
-    submission. Restarts are then held
-    to a share of each job's life: a young or often-restarted job stays where it is, an old one moves almost
-    freely (a fixed hysteresis does neither). Only running jobs pay it here: delaying starts and resumes by it
+    not count them gets no budget), age = time since submission. Restarts are then held to a share of each job's
+    life: a young or often-restarted job stays where it is, an old one moves almost freely (a fixed hysteresis
+    does neither). Only running jobs pay it here: delaying starts and resumes by it
     measured worse (docs/policies.md)."""
     age = max(now - job.submit_time, 0.0)
     kept = max(age - float(job.attrs.get("restarts", 0)) * restart, 0.0) / (age + restart)

@@ -6,9 +6,9 @@ so that our average JCTs can be compared with its published ones:
 
 * decisions at t = interval, 2·interval, …; a job submitted at s is first seen at the first decision >= s;
 * a job whose node map changes pays ``restart_penalty`` seconds (30) of no progress, also on its first start;
-  GPUs are charged to it (attained service) while it restarts; a batch-size-only change is free, and so is an unchanged GPU count
-  (placement keeps its node map); a grow or shrink pays the full penalty although our runtime resizes stop-free
-  (docs/policies.md, "What a restart costs");
+  GPUs are charged to it (attained service) while it restarts; a batch-size-only change is free, and so is an
+  unchanged GPU count (placement keeps its node map); a grow or shrink pays the full penalty although our
+  runtime resizes stop-free (docs/policies.md, "What a restart costs");
 * progress of a trace job = statistical gain / seconds per step; epoch boundaries are crossed at whole seconds
   (the peer rounds the time to reach one); the job completes at the end of its last epoch, mid-interval, and its
   GPUs stay idle until the next decision;
