@@ -235,6 +235,17 @@ def cross_task_prior(curves):
                                                    {"decay": c.schedule.decay, **c.meta}))
 
 
+def oracle_shape_prior(curves):
+    """Each curve's own full-fit α and c held tight, no level: not a prediction (it knows the curve's end), the
+    ceiling of a better shape prior; what remains is the prefix fit's level and s0, and the crossing's noise."""
+    fits, cross = full_fits(curves), cross_task_prior(curves)
+    def prior(c):
+        f = fits[c.name]
+        p = dataclasses.replace(cross(c), alpha=f.alpha, alpha_sigma=0.05)
+        return dataclasses.replace(p, drop=f.drop, drop_sigma=0.01) if math.isfinite(f.drop) else p
+    return prior
+
+
 def fit_time(curves) -> float:
     c = next(c for c in curves if c.name.startswith("charlm-cosine")) if any(
         c.name.startswith("charlm-cosine") for c in curves) else curves[0]
@@ -268,14 +279,16 @@ def schedule_report(write_calibration: bool = False) -> None:
                                     fits=tuple(shipped))
         TABLE.write_text(table.to_json() + "\n")
         print(f"  wrote {TABLE}")
-    rows, opt, curve_only, cross = [], [], [], []
+    rows, opt, curve_only, cross, oracle = [], [], [], [], []
+    oracle_of = oracle_shape_prior(curves)
     for c in curves:
         for f in FRACTIONS:
+            oracle.append(evaluate(c, f, cals[c.name], oracle_of(c)))
             rows.append(evaluate(c, f, cals[c.name], prior_of(c)))
             curve_only.append(evaluate(c, f, cals[c.name], without_level(prior_of(c))))
             cross.append(evaluate(c, f, cals[c.name], cross_of(c)))
             opt.append(evaluate_optimus(c, f))
-    df, od, bd, xd = pd.DataFrame(rows), pd.DataFrame(opt), pd.DataFrame(curve_only), pd.DataFrame(cross)
+    df, od, bd, xd, qd = (pd.DataFrame(r) for r in (rows, opt, curve_only, cross, oracle))
     print(f"== schedule-aware prediction: {len(curves)} real curves, schedule + budget given, "
           f"intervals calibrated leave-one-curve-out")
     print(f"  steps: --target-fraction {IMPROVEMENT} (the predictor's own 95 % point) vs the x where the run reached 95 % "
@@ -309,7 +322,8 @@ def schedule_report(write_calibration: bool = False) -> None:
     levelled = sum(prior_of(c).final is not None for c in curves)
     for label, d in ((f"without the same-task level ({levelled} of {len(curves)} curves have one): the fit and "
                       "α/drop prior from all other curves", bd),
-                     ("cross-task only (the general case): α/drop prior from the other tasks' curves, no level", xd)):
+                     ("cross-task only (the general case): α/drop prior from the other tasks' curves, no level", xd),
+                     ("ceiling, not a prediction: the curve's own full-fit α and c as the prior, no level", qd)):
         print(f"  {label}")
         # the later the fraction, the fewer curves still have their 95 % point ahead, and those are the ones
         # where it lies on a flat stretch (a constant LR, a late decay): a median over the same curves, and
