@@ -27,6 +27,7 @@ from dlsched.train.data import PartitionTable
 from dlsched.train.protocol import SCRIPT_JOB, STOP_PREEMPT, End, Plan, WorkerEnv, end_key
 from dlsched.train.scaling import local_batch_sizes
 from dlsched.train.store_client import connect_store
+from dlsched.torch.accumulation import MicroBatches
 from dlsched.torch.adaptive_batch import AdaptiveBatch
 from dlsched.torch.flag_watch import FlagWatch
 from dlsched.torch.lr_control import LrControl
@@ -56,7 +57,8 @@ class Session:
         self.rank, self.world = 0, 1
         self.joined = False
         self.lr_control = LrControl(self)
-        self.registry = StateRegistry(self.lr_control.pre_step, self.lr_control.post_step)
+        self.micro = MicroBatches()  # the open step's micro-batches (gradient accumulation)
+        self.registry = StateRegistry(self.lr_control.pre_step, self.lr_control.post_step, self.micro)
         self.models, self.objects = self.registry.models, self.registry.objects
         self.membership = GroupMembership(self)
         self.progress = ProgressOutbox(env.store if env else None)
