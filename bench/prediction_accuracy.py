@@ -16,6 +16,11 @@ that prefix, the schedule and the budget (the information a user has), and predi
   coverage target 70–90 %;
 * curves wrongly predicted unreachable (target reached by the run, predictor says unreachable): target 0.
 
+The same is printed without the same-task level, cross-task only (the general case), and, as a ceiling that is
+not a prediction, with each curve's own full-fit α and c as its prior (what a perfect shape prior would give);
+the steps figures also as the crossing's miss in units of the budget and over the curves scored at every
+fraction (the relative figure divides by a remaining that shrinks with the fraction).
+
 Side by side, in the same run: Optimus alone (``perf.convergence.fit_curve`` on the same prefix, no schedule,
 its residual-bootstrap intervals from ``perf.predict``). Then the prior (``perf.prior``) at 10 % observed:
 none, the generic default, and fitted from the other curves' finished fits. Fit time: one prediction on a
