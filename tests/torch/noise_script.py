@@ -22,7 +22,8 @@ with torch.no_grad():
     linear.weight.copy_((w_star + delta)[None])
 model = dt.ElasticDataParallel(linear, noise_every=1, noise_smoothing=0.995)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=batch)
+max_local = int(sys.argv[1]) if len(sys.argv) > 1 else None  # accumulate micro-batches of at most this many
+loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=batch, max_local_batch=max_local)
 for _ in dt.remaining_epochs(epochs):
     for xb, yb in loader:
         optimizer.zero_grad()

@@ -26,6 +26,9 @@ ap.add_argument("--label-noise", type=float, default=0.1)
 ap.add_argument("--autoscale", type=int, default=0, help="opt in to the adaptive batch, up to this global batch")
 ap.add_argument("--noise-every", type=int, default=None, help="ElasticDataParallel's noise_every")
 ap.add_argument("--report-lr", action="store_true", help="report the scheduler's LR with every step's loss")
+ap.add_argument("--max-local-batch", type=int, default=None, help="accumulate a larger local share (no_sync)")
+ap.add_argument("--scaler", action="store_true", help="step through a GradScaler (loss scaled by 2**10)")
+ap.add_argument("--zero-grad-last", action="store_true", help="zero_grad after the step, not before the forward")
 args = ap.parse_args()
 
 dt.init(ckpt_every=args.ckpt_every)
@@ -38,7 +41,11 @@ if args.optimizer == "adamw":
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffle=True)
+loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffle=True,
+                              max_local_batch=args.max_local_batch)
+scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=10 ** 6) if args.scaler else None
+optimizer_steps = []  # the optimizer's own count (a post hook: dlsched gates step() on accumulated micro-batches)
+optimizer.register_step_post_hook(lambda *_: optimizer_steps.append(1))
 if args.autoscale:
     loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, 32))
 steps = args.epochs * -(-args.samples // args.batch)
@@ -46,13 +53,24 @@ scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total
 
 for epoch in dt.remaining_epochs(args.epochs):
     for xb, yb in loader:
-        optimizer.zero_grad()
+        if not args.zero_grad_last:
+            optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(xb).squeeze(1), yb)
-        loss.backward()
-        optimizer.step()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
         scheduler.step()
+        if args.zero_grad_last:
+            optimizer.zero_grad()
         dt.report(loss=loss.item(), **({"lr": scheduler.get_last_lr()[0]} if args.report_lr else {}))
         if args.step_s and (not args.slow_file or os.path.exists(args.slow_file)):
             time.sleep(args.step_s)
     with torch.no_grad():
-        dt.report(val_mse=nn.functional.mse_loss(model(x).squeeze(1), y).item())
+        state = optimizer.state[next(model.parameters())]  # AdamW's count moves with the job's state
+        dt.report(val_mse=nn.functional.mse_loss(model(x).squeeze(1), y).item(), optimizer_steps=len(optimizer_steps),
+                  **({"adam_steps": state["step"]} if "step" in state else {}))

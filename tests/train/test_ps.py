@@ -22,6 +22,8 @@ from .helpers import MLP, REPO, finish, start_job, step_losses
 # SSP and async apply each worker's half batch as its own update: another trajectory than sync SGD, so they
 # are compared by the trained model's loss over the whole dataset, within this relative tolerance.
 LOSS_TOLERANCE = 0.15
+# what staleness 2 may cost against lock-step SSP at a learning rate where the trajectory is stable
+STALENESS_COST = 0.05
 
 
 def test_paa_balances_sizes_and_slices_big_blocks():
@@ -77,7 +79,7 @@ def _exactly_once(job_dir, num_samples: int, epochs: int) -> None:
 
 
 @pytest.mark.slow
-def test_sync_ps_matches_allreduce_and_ssp_reaches_the_same_loss(tmp_path):
+def test_sync_ps_matches_allreduce_and_bounded_staleness_costs_little_loss(tmp_path):
     ref = start_job(tmp_path / "allreduce", 1, "--param", "num_samples=192", "--param", "batch_size=16")
     sync = _train_cli(tmp_path / "sync", "--servers", "2", "--workers", "2", "--sync", "sync", "--ckpt-every", "5",
                       params=("num_samples=192", "batch_size=16"))
@@ -87,14 +89,19 @@ def test_sync_ps_matches_allreduce_and_ssp_reaches_the_same_loss(tmp_path):
     assert [len(r["ids"]) for r in recs] == [8] * 12
     np.testing.assert_allclose([r["loss"] for r in recs], step_losses(tmp_path / "allreduce"), rtol=1e-4, atol=1e-5)
 
-    params = ("num_samples=256", "epochs=4")
+    # SSP applies each worker's half batch as its own update, so it is compared with SSP at staleness 0 (the same
+    # arithmetic in lock-step): only the staleness differs. At lr 0.05 with momentum 0.9 the SSP trajectory is
+    # chaotic in the order the servers receive pushes (final losses 0.25-0.39 over runs on a busy host); at lr 0.02
+    # it is not (0.436-0.442), so a bound on what staleness costs can be tight.
+    params = ("num_samples=256", "epochs=6", "lr=0.02")
     runs = {m: _train_cli(tmp_path / ("long-" + m.replace(":", "")), "--servers", "2", "--workers", "2", "--sync", m, params=params)
-            for m in ("sync", "ssp:2")}
+            for m in ("sync", "ssp:0", "ssp:2")}
     for p in runs.values():
         finish(p, timeout=240)
-    base, ssp = _final_loss(tmp_path / "long-sync"), _final_loss(tmp_path / "long-ssp2")
-    assert abs(ssp - base) <= LOSS_TOLERANCE * base, (ssp, base)
-    _exactly_once(tmp_path / "long-ssp2", 256, 4)
+    lockstep, ssp = _final_loss(tmp_path / "long-ssp0"), _final_loss(tmp_path / "long-ssp2")
+    assert abs(ssp - lockstep) <= STALENESS_COST * lockstep, (ssp, lockstep)
+    assert max(ssp, _final_loss(tmp_path / "long-sync")) < 0.6    # ln 4 = 1.39 untrained: both trained
+    _exactly_once(tmp_path / "long-ssp2", 256, 6)
 
 
 @pytest.mark.slow

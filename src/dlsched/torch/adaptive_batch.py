@@ -5,8 +5,10 @@ Every ``DECIDE_EVERY`` steps rank 0 picks, at the current number of workers, the
 
     goodput(M) = M / T(⌈M / workers⌉) × efficiency(M)
 
-T is the step time measured at each (workers, local batch) the job has run (median of the last steps),
-efficiency is Pollux's (``perf.efficiency``) from the measured gradient noise at the script's batch_size.
+T is the step time measured at each (workers, local batch) the job has run (median of the last steps);
+with ``gradient_accumulation`` a local batch above the micro-batch bound takes k micro-batches, and T is
+one step at the micro-batch plus k-1 micro-batches without the all-reduce (measured apart; half a step
+each until then, optimistic as below). The efficiency is Pollux's (``perf.efficiency``) from the measured gradient noise at the script's batch_size.
 As in AdaptDL (petuum/adaptdl ``adaptdl/goodput.py``, ``fit_perf_params``), one measured local batch cannot
 tell fixed from per-sample cost, so it is split half and half: optimistic about larger batches, which is
 how the job gets to measure a second one.
@@ -48,33 +50,39 @@ class BatchDecision:
 class AdaptiveBatch:
     """Opt-in state: the bounds the user gave and the step times measured so far."""
 
-    def __init__(self, max_batch_size: int, local_bsz_bounds: tuple[int | None, int | None] | None = None):
+    def __init__(self, max_batch_size: int, local_bsz_bounds: tuple[int | None, int | None] | None = None,
+                 gradient_accumulation: bool = False):
         lo, hi = local_bsz_bounds or (None, None)
         self.max_batch, self.local_min, self.local_max = max_batch_size, lo or 1, hi or max_batch_size
+        # accumulation: the upper bound is the micro-batch's, and a local batch past it takes k micro-batches
+        self.micro_max = self.local_max
+        if gradient_accumulation:
+            self.local_max = max_batch_size
         for name, value in (("max_batch_size", max_batch_size), ("local_bsz_bounds", self.local_min)):
             if not isinstance(value, int) or value < 1:
                 raise UserError(f"autoscale_batch_size: {name}={value!r} must be a positive integer")
         if self.local_max < self.local_min:
             raise UserError(f"autoscale_batch_size: local_bsz_bounds={local_bsz_bounds!r} is empty")
-        self.step_times: dict[str, list[float]] = {}  # "workers,local" -> recent step seconds
+        self.step_times: dict[str, list[float]] = {}  # "workers,local" -> recent step seconds (one micro-batch)
+        self.micro_times: dict[str, list[float]] = {}  # "workers,micro" -> an accumulated micro-batch's (no sync)
         self.proposed: int | None = None  # rank 0's decision, on its way to every rank in the step's all-reduce
         self.measured_layout = -1  # the session layout the last step time was measured in
 
     # -- measurements --------------------------------------------------------------------------------
-    def observe(self, workers: int, local_batch: int, seconds: float) -> None:
-        times = self.step_times.setdefault(f"{workers},{local_batch}", [])
+    def observe(self, workers: int, local_batch: int, seconds: float, table: dict | None = None) -> None:
+        times = (self.step_times if table is None else table).setdefault(f"{workers},{local_batch}", [])
         times.append(seconds)
         del times[:-KEEP_SAMPLES]
 
-    def _measured(self, workers: int) -> tuple[np.ndarray, np.ndarray]:
-        rows = [(int(k.split(",")[1]), float(np.median(v))) for k, v in self.step_times.items()
+    def _measured(self, workers: int, table: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+        rows = [(int(k.split(",")[1]), float(np.median(v))) for k, v in (self.step_times if table is None else table).items()
                 if int(k.split(",")[0]) == workers and len(v) >= MIN_SAMPLES]
         m, t = (np.array(c, float) for c in zip(*rows)) if rows else (np.zeros(0), np.zeros(0))
         return m, t
 
-    def step_time(self, workers: int):
+    def step_time(self, workers: int, table: dict | None = None):
         """T(local batch) at ``workers`` from the steps measured there; None before MIN_SAMPLES of one batch."""
-        m, t = self._measured(workers)
+        m, t = self._measured(workers, table)
         if len(m) == 0:
             return None
         if len(m) == 1:  # AdaptDL's prior: half fixed cost, half per sample
@@ -94,7 +102,11 @@ class AdaptiveBatch:
         if s.rank != 0:
             return
         if self.measured_layout == s.layout:  # the first step after a rebuild also built the DataLoader
-            self.observe(s.world, max(s.local_batches), wall)
+            micro, count = s.micro, s.micro.count
+            size = math.ceil(max(s.local_batches) / count)
+            self.observe(s.world, size, wall - micro.no_sync_s)  # the last micro-batch with the all-reduce
+            if count > 1:
+                self.observe(s.world, size, micro.no_sync_s / (count - 1), self.micro_times)
         self.measured_layout = s.layout
         if s.step % DECIDE_EVERY == 0 and not self.proposed:
             decision = self.decide(s.global_batch, s.world, s._reference(), s.noise)
@@ -125,7 +137,12 @@ class AdaptiveBatch:
             return None
         batches = np.unique(np.append(np.arange(lo, hi + 1), current))
         stats = GradientNoise(max(noise.sqr, 0.0), noise.variance(min_batch))
-        throughput = batches / np.maximum(step_time(np.ceil(batches / workers)), 1e-9)
+        local = np.ceil(batches / workers)
+        micros = np.ceil(local / self.micro_max)  # 1 without accumulation (local_max == micro_max)
+        size = np.ceil(local / micros)
+        # k micro-batches: one step with its all-reduce, k-1 without (half a step each until measured)
+        micro_time = self.step_time(workers, self.micro_times) or (lambda m: step_time(m) / 2)
+        throughput = batches / np.maximum(step_time(size) + (micros - 1) * micro_time(size), 1e-9)
         eff = np.asarray(efficiency(stats, batches, min_batch), float)
         goodput = throughput * eff
         best, now = int(np.argmax(goodput)), int(np.searchsorted(batches, current))
@@ -137,10 +154,11 @@ class AdaptiveBatch:
 
     # -- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"step_times": self.step_times}
+        return {"step_times": self.step_times, "micro_times": self.micro_times}
 
     def load_state_dict(self, state: dict) -> None:
         self.step_times = {k: list(v) for k, v in state["step_times"].items()}
+        self.micro_times = {k: list(v) for k, v in state.get("micro_times", {}).items()}
 
 
 def decision_event(d: BatchDecision, step: int, time_s: float) -> dict:

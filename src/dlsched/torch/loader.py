@@ -4,7 +4,8 @@ The job's partition table (``dlsched.train.data``) decides which sample ids form
 deterministic per-epoch order that does not depend on the number of workers; each rank loads its share
 through a plain torch ``DataLoader`` (its ``collate_fn``, ``num_workers``...) whose batch sampler is the
 rest of the epoch as the table will hand it out, computed once per layout (``rank_shares``): a step only
-reads its entry. A regroup or a batch change rebuilds that DataLoader from the table.
+reads its entry. A regroup or a batch change rebuilds that DataLoader from the table. A share above
+``max_local_batch`` comes as micro-batches of one step (``dlsched.torch.accumulation``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Iterator
 from torch.utils.data import DataLoader, Dataset
 
 from dlsched.errors import UserError
+from dlsched.torch.accumulation import micro_count, split_share
 from dlsched.torch.adaptive_batch import AdaptiveBatch
 from dlsched.train.data import rank_shares
 
@@ -21,23 +23,40 @@ from dlsched.train.data import rank_shares
 class ElasticDataLoader:
     """``batch_size`` is the global batch at which the script's LR is given; the scheduler may change it."""
 
-    def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0, **loader_kwargs: Any):
+    def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
+                 max_local_batch: int | None = None, **loader_kwargs: Any):
         from dlsched.torch.session import current_session
 
+        if max_local_batch is not None and (not isinstance(max_local_batch, int) or max_local_batch < 1):
+            raise UserError(f"ElasticDataLoader: max_local_batch={max_local_batch!r} must be a positive integer or None")
         self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
         self._session = current_session()
         self._session.attach_loader(len(dataset), batch_size, shuffle, seed)
+        self._session.micro.max_local_batch = max_local_batch  # past it, a rank's share is accumulated
 
-    def autoscale_batch_size(self, max_batch_size: int, local_bsz_bounds: tuple[int | None, int | None] | None = None
-                             ) -> None:
+    def autoscale_batch_size(self, max_batch_size: int, local_bsz_bounds: tuple[int | None, int | None] | None = None,
+                             gradient_accumulation: bool = False) -> None:
         """Opt in, as in AdaptDL: the job moves its global batch within [batch_size, max_batch_size] (local
-        batch within ``local_bsz_bounds``) to the goodput-optimal one (``dlsched.torch.adaptive_batch``). Call
-        before the training loop."""
+        batch within ``local_bsz_bounds``) to the goodput-optimal one (``dlsched.torch.adaptive_batch``). With
+        ``gradient_accumulation`` the upper bound is the micro-batch's (``max_local_batch`` unless given) and
+        a larger local batch is accumulated. Call before the training loop."""
         if max_batch_size < self.batch_size:
             raise UserError(f"autoscale_batch_size: max_batch_size={max_batch_size} is below batch_size={self.batch_size}")
         if self._session.joined:
             raise UserError("autoscale_batch_size: call it before the training loop starts")
-        self._session.adaptive = AdaptiveBatch(max_batch_size, local_bsz_bounds)
+        micro = self._session.micro
+        adaptive = AdaptiveBatch(max_batch_size, local_bsz_bounds, gradient_accumulation)
+        if gradient_accumulation:
+            micro.max_local_batch = min(micro.max_local_batch or adaptive.micro_max, adaptive.micro_max)
+            adaptive.micro_max = micro.max_local_batch
+        self._session.adaptive = adaptive
+
+    @property
+    def accumulating(self) -> bool:
+        """The batch out now is a micro-batch before its optimizer step's last (``max_local_batch``): its
+        gradient is kept for the step, and ``optimizer.step``/``scheduler.step`` do nothing. Guard anything
+        else that must see the whole gradient (``clip_grad_norm_``) with ``if not loader.accumulating``."""
+        return self._session.micro.accumulating
 
     @property
     def current_batch_size(self) -> int:
@@ -56,12 +75,27 @@ class ElasticDataLoader:
             if s.table.done:
                 return
             if layout != s.layout or batches is None:
-                plan = rank_shares(s.table, s.global_batch, s.local_batches, s.rank)
+                plan = self._plan(s)
                 shares, layout = iter(plan), s.layout
-                batches = iter(DataLoader(self.dataset, batch_sampler=[mine for _, mine in plan], **self.loader_kwargs))
-            batch = next(batches)
-            s.begin_step(*next(shares))
-            yield batch
+                batches = iter(DataLoader(self.dataset, batch_sampler=[p for _, _, pieces in plan for p in pieces],
+                                          **self.loader_kwargs))
+            n, mine, pieces = next(shares)
+            for index, piece in enumerate(pieces):
+                batch = next(batches)
+                if index == 0:
+                    s.begin_step(n, mine)
+                s.micro.begin(index, len(pieces), len(piece))
+                yield batch
+
+    @staticmethod
+    def _plan(s) -> list[tuple[int, list[int], list[list[int]]]]:
+        """The rest of the epoch at this layout: per step, the global batch, this rank's ids and its
+        micro-batches (one, unless the share exceeds ``max_local_batch``)."""
+        plan = rank_shares(s.table, s.global_batch, s.local_batches, s.rank)
+        cap = s.micro.max_local_batch
+        if not cap or max(s.local_batches) <= cap:
+            return [(n, mine, [mine]) for n, mine in plan]
+        return [(n, mine, split_share(mine, micro_count(n, s.local_batches, cap))) for n, mine in plan]
 
 
 def remaining_epochs(epochs: int) -> Iterator[int]:

@@ -1,8 +1,8 @@
 """``ElasticDataParallel``: DistributedDataParallel that survives resizes and measures the gradient noise.
 
 Each generation wraps the module in a fresh DDP on that generation's process group (one worker: no DDP at
-all), whose own C++ all-reduce averages the gradients. On a sync step (``sync_cadence``: about every 200 ms;
-every rank knows which) gradient hooks add each local |g|², and the session all-reduces its step scalars
+all), whose own C++ all-reduce averages the gradients. On a measured sync step (``sync_cadence``: about
+every second; every rank knows which) gradient hooks add each local |g|², and the session all-reduces its step scalars
 (stop flag, local |g|² sum, compute times...) at the step boundary; unequal local shares get hooks that
 weight each rank by its share. The other steps are plain DDP. On one worker, every
 ``noise_every``-th step (default 8) runs the batch as two halves
@@ -11,7 +11,6 @@ batch sizes; the halves also see per-half batch-norm statistics on those steps.
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import torch
@@ -59,9 +58,10 @@ class ElasticDataParallel(nn.Module):
         if noise_smoothing is not None:
             self._session.noise.smoothing = noise_smoothing
         self._session.models.append(self)
-        self._local_sqr: torch.Tensor | None = None  # a sync step's local |g|² (the hooks add to it)
+        self._local_sqr: torch.Tensor | None = None  # a measured step's local |g|² sum (the hooks add to it)
+        self._weight = 1.0  # the micro-batch's gradient weight: its share of the global batch × workers
         self._hooks: list = []
-        self._synced: tuple[float, float] | None = None  # a sync step's (|g_B|², GradScaler scale), for after the all-reduce
+        self._synced: tuple | None = None  # a sync step's (|g_B|², GradScaler scale, n, micro-batches) for after the all-reduce
         self._split: tuple | None = None
         self._measured_step = -1
 
@@ -79,37 +79,52 @@ class ElasticDataParallel(nn.Module):
     # -- forward ---------------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         s = self._session
+        training = self.training and torch.is_grad_enabled() and s.open is not None
+        micro = s.micro
+        if training:
+            micro.forwarded = micro.index + 1
         if self._ddp is not None:
-            self._arm(s)
+            self._arm(s, training, training and s.open["measure"])
+            sync = not (training and micro.accumulating)  # DDP.no_sync on the micro-batches before the last
+            if self._ddp.require_backward_grad_sync != sync:
+                self._ddp.require_backward_grad_sync = sync
             return self._ddp(*args, **kwargs)
-        measuring = (self.training and torch.is_grad_enabled() and s.open is not None and self._splits
-                     and s.step % (self.noise_every or SINGLE_EVERY) == 0)
-        return self._split_forward(args, kwargs) if measuring else self.module(*args, **kwargs)
-
-    def _arm(self, s) -> None:
-        """Gradient hooks for this step only, and only where it needs them: a sync step adds each local
-        gradient's |g|²; unequal local shares weight each rank's gradient by its share of the global batch
-        (DDP averages ranks equally). Other steps run DDP alone, with no Python on the gradient path."""
+        measuring = training and s.step % (self.noise_every or SINGLE_EVERY) == 0
+        if training and micro.count > 1:  # accumulated: the micro-batches' own |g|² are the small batch
+            self._arm(s, True, measuring)
+            return self.module(*args, **kwargs)
         if self._hooks:
-            for handle in self._hooks:
-                handle.remove()
-            self._hooks.clear()
-        if self._local_sqr is not None:  # written only when it changes: nn.Module's __setattr__ is slow Python
-            self._local_sqr = None
-        if not (self.training and torch.is_grad_enabled() and s.open is not None):
-            return
-        weight = s.open["share"] * s.world / s.open["n"]
-        if s.open["sync"]:
-            self._local_sqr = torch.zeros(())
-        elif weight == 1.0:
-            return
-        self._hooks = [p.register_hook(partial(self._on_grad, weight)) for p in self.module.parameters()
-                       if p.requires_grad]
+            self._arm(s, False, False)
+        return self._split_forward(args, kwargs) if measuring and self._splits else self.module(*args, **kwargs)
 
-    def _on_grad(self, weight: float, grad: torch.Tensor) -> torch.Tensor | None:
+    def _arm(self, s, training: bool, measure: bool) -> None:
+        """Gradient hooks for this step only, and only where it needs them: a measured step adds each local
+        (micro-batch) gradient's |g|²; a micro-batch whose share of the global batch differs from an equal
+        split's is weighted by it (DDP averages ranks equally; accumulated micro-batches add up). Other
+        steps run DDP alone, with no Python on the gradient path."""
+        micro = s.micro
+        if micro.index == 0 or not training:  # a step's first forward: the last step's hooks go
+            if self._hooks:
+                for handle in self._hooks:
+                    handle.remove()
+                self._hooks.clear()
+            if self._local_sqr is not None:  # written only when it changes: nn.Module's __setattr__ is slow Python
+                self._local_sqr = None
+            if not training:
+                return
+            if measure:
+                self._local_sqr = torch.zeros(())
+        weight = micro.size * s.world / s.open["n"]
+        if weight != self._weight:
+            self._weight = weight
+        if not self._hooks and (self._local_sqr is not None or weight != 1.0):
+            self._hooks = [p.register_hook(self._on_grad) for p in self.module.parameters() if p.requires_grad]
+
+    def _on_grad(self, grad: torch.Tensor) -> torch.Tensor | None:
         if self._local_sqr is not None:
             flat = grad.reshape(-1)
             self._local_sqr.add_(torch.dot(flat, flat).float())  # no temporary the size of the gradient
+        weight = self._weight
         return grad * weight if weight != 1.0 else None
 
     def _split_forward(self, args: tuple, kwargs: dict) -> Any:
@@ -143,7 +158,7 @@ class ElasticDataParallel(nn.Module):
 
     def _measure_before_step(self, s) -> None:
         """Once per step, with the averaged (and unscaled) gradients in ``p.grad``: feed the noise estimate."""
-        if not ((self._ddp is not None and self._local_sqr is not None) or self._split is not None):
+        if self._local_sqr is None and self._split is None:
             return   # not a measured step: skip the gradient norm (a device sync) nobody would use
         if self._measured_step == s.step:
             return
@@ -152,9 +167,12 @@ class ElasticDataParallel(nn.Module):
         if not grads:
             return
         total_sqr = float(sum(torch.dot(g.reshape(-1), g.reshape(-1)) for g in grads))
+        n, count = s.open["n"], s.micro.count
         if self._ddp is not None:
-            self._synced = (total_sqr, self._scale())  # the local |g|² sum arrives with the boundary's all-reduce
-        elif self._split is not None:
+            self._synced = (total_sqr, self._scale(), n, count)  # the local |g|² sum arrives with the all-reduce
+        elif self._split is None:  # one worker, accumulated: k micro-batches of about n/k samples
+            s.noise.update(float(self._local_sqr) / count / self._scale() ** 2, n / count, total_sqr, n)
+        else:
             half_grads, params, n, h, scale = self._split
             self._split = None
             if len(half_grads) != len(params):
@@ -167,8 +185,10 @@ class ElasticDataParallel(nn.Module):
             s.noise.update((a_sqr + b_sqr) / 2, n / 2, total_sqr, n)
 
     def _after_sync(self, s, reduced: list[float]) -> None:
-        """A sync step's all-reduced scalars are in: feed the noise estimate (several workers)."""
+        """A sync step's all-reduced scalars are in: feed the noise estimate (several workers). Each rank's
+        local sum covers its micro-batches, so the small batch is one micro-batch (AdaptDL's count)."""
         if self._synced is None:
             return
-        (total_sqr, scale), self._synced = self._synced, None
-        s.noise.update(reduced[1] / s.world / scale ** 2, s.global_batch / s.world, total_sqr, s.global_batch)
+        (total_sqr, scale, n, count), self._synced = self._synced, None
+        replicas = s.world * count
+        s.noise.update(reduced[1] / replicas / scale ** 2, n / replicas, total_sqr, n)

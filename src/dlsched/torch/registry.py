@@ -7,13 +7,15 @@ from typing import Any, Callable
 import torch
 
 from dlsched.errors import UserError
+from dlsched.torch.accumulation import MicroBatches, gate
 
 LRScheduler = torch.optim.lr_scheduler.LRScheduler
 
 
 class StateRegistry:
-    def __init__(self, pre_step: Callable, post_step: Callable):
+    def __init__(self, pre_step: Callable, post_step: Callable, micro: MicroBatches):
         self.pre_step, self.post_step = pre_step, post_step  # hooked onto every registered optimizer
+        self.micro = micro  # optimizers and GradScalers wait for a step's last micro-batch
         self.models: list = []  # ElasticDataParallel instances, in creation order
         self.objects: dict[str, Any] = {}  # name -> object with state_dict/load_state_dict
         self.hooked: set[int] = set()
@@ -22,8 +24,11 @@ class StateRegistry:
         if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
             raise UserError(f"register({name!r}): {type(obj).__name__} has no state_dict/load_state_dict")
         self.objects[name] = obj
-        if isinstance(obj, torch.optim.Optimizer) and id(obj) not in self.hooked:
-            self.hooked.add(id(obj))
+        if id(obj) in self.hooked:
+            return
+        self.hooked.add(id(obj))
+        gate(obj, self.micro)
+        if isinstance(obj, torch.optim.Optimizer):
             obj.register_step_pre_hook(self.pre_step)
             obj.register_step_post_hook(self.post_step)
 

@@ -8,9 +8,10 @@ would end with its schedule unfinished (no final anneal), at a smaller one it wo
 samples trained: after ``done`` of an epoch's ``N`` samples, ``floor(L·done/N)`` of the epoch's
 ``L = ceil(N/B₀)`` — exactly once per call at the reference batch, and ``L`` per epoch at any batch.
 
-Only a scheduler stepped inside every training step is paced. One stepped after the epoch's loop (no
-step open), or every few steps (gradient accumulation), keeps its own count: epochs do not depend on the
-batch, and an accumulation count is the script's. The scheduler's own ``last_epoch`` carries the count, so
+Only a scheduler stepped inside every training step is paced (with dlsched's gradient accumulation, on
+each step's last micro-batch: it does nothing on the others, as the optimizer). One stepped after the
+epoch's loop (no step open), or every few steps (the script's own accumulation), keeps its own count:
+epochs do not depend on the batch, and an accumulation count is the script's. The scheduler's own ``last_epoch`` carries the count, so
 nothing is added to the checkpoint.
 """
 from __future__ import annotations
@@ -55,6 +56,8 @@ def _paced_class(cls: type) -> type:
     if cls not in _paced_classes:
         def step(self, epoch=None):
             pace = _paces.get(self)
+            if pace is not None and pace.session.micro.accumulating:
+                return None  # a micro-batch before its step's last: the optimizer did not step either
             if pace is None or epoch is not None:
                 return cls.step(self) if epoch is None else cls.step(self, epoch)
             for _ in range(pace.due(self)):

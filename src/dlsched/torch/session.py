@@ -27,6 +27,7 @@ from dlsched.train.data import PartitionTable
 from dlsched.train.protocol import SCRIPT_JOB, STOP_PREEMPT, End, Plan, WorkerEnv, end_key
 from dlsched.train.scaling import local_batch_sizes
 from dlsched.train.store_client import connect_store
+from dlsched.torch.accumulation import MicroBatches
 from dlsched.torch.adaptive_batch import AdaptiveBatch
 from dlsched.torch.flag_watch import FlagWatch
 from dlsched.torch.lr_control import LrControl
@@ -56,7 +57,8 @@ class Session:
         self.rank, self.world = 0, 1
         self.joined = False
         self.lr_control = LrControl(self)
-        self.registry = StateRegistry(self.lr_control.pre_step, self.lr_control.post_step)
+        self.micro = MicroBatches()  # the open step's micro-batches (gradient accumulation)
+        self.registry = StateRegistry(self.lr_control.pre_step, self.lr_control.post_step, self.micro)
         self.models, self.objects = self.registry.models, self.registry.objects
         self.membership = GroupMembership(self)
         self.progress = ProgressOutbox(env.store if env else None)
@@ -185,20 +187,21 @@ class Session:
             self._exit(3)  # the coordinator is gone (killed): an orphan must not keep training
         sync = self.cadence.due(self.step + 1, self.world)
         flag = self.watch.flag(self.generation) if sync and self.watch is not None and self.rank == 0 else 0.0
-        self.open = {"flag": flag, "started": time.perf_counter(), "n": n, "share": len(mine), "sync": sync}
+        self.open = {"flag": flag, "started": time.perf_counter(), "n": n, "share": len(mine), "sync": sync,
+                     "measure": sync and self.cadence.measures()}
         if self.record is not None:  # before the all-reduce: a step that never commits is rolled back with it
             self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
                                           "ids": mine}) + "\n")
 
     def extras(self, step_open: dict | None) -> torch.Tensor:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
-        next sync step (rank 0's), compute seconds per rank] for a sync step's all-reduce."""
-        out = torch.zeros(4 + self.world)
+        next sync step and whether it measures (rank 0's), compute seconds per rank] for a sync step's all-reduce."""
+        out = torch.zeros(5 + self.world)
         if step_open is not None:
             out[0] = step_open["flag"]
-            out[4 + self.rank] = time.perf_counter() - step_open["started"]
+            out[5 + self.rank] = time.perf_counter() - step_open["started"]
         if self.rank == 0:
-            out[3] = self.cadence.gap(next((m.noise_every for m in self.models if m.noise_every), None))
+            out[3], out[4] = self.cadence.plan(next((m.noise_every for m in self.models if m.noise_every), None))
         out[1] = sum(float(m._local_sqr) for m in self.models if m._local_sqr is not None)
         out[2] = getattr(self.adaptive, "proposed", None) or 0
         return out
@@ -218,13 +221,13 @@ class Session:
             for m in self.models:
                 m._after_sync(self, reduced)
         if reduced is None:  # between sync steps: nothing to obey, nothing measured
-            reduced = [0.0] * 4
+            reduced = [0.0] * 5
         else:
-            self.cadence.synced(self.step, reduced[3])
+            self.cadence.synced(self.step, reduced[3], reduced[4])
         wall = time.perf_counter() - self.last_boundary  # data loading included: the step as the job sees it
         if self.rank == 0:
             self.cadence.observe(wall)
-            self._emit(self._step_record(step_open["n"], wall, reduced[4:]))
+            self._emit(self._step_record(step_open["n"], wall, reduced[5:]))
         if self.adaptive is not None:
             self.adaptive.at_boundary(self, int(reduced[2]), wall)
         if self.job_dir is not None and self.ckpt_every and self.step % self.ckpt_every == 0 and self.rank == 0:

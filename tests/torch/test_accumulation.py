@@ -1,0 +1,92 @@
+"""Gradient accumulation (``ElasticDataLoader(max_local_batch=...)``): micro-batches under DDP.no_sync, one
+optimizer step per global batch, with real gloo worker processes."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from dlsched.torch.accumulation import micro_count, split_share
+from dlsched.torch.adaptive_batch import MIN_SAMPLES, AdaptiveBatch
+from dlsched.train.data import committed_sample_ids
+from dlsched.train.files import write_control
+from tests.torch.test_adaptive_batch import _noise
+from tests.torch.test_elastic_script import BATCH, SAMPLES, start_script, steps, val_curve
+from tests.train.helpers import events, finish, wait_for_event, wait_for_step
+
+STEPS = 2 * SAMPLES // BATCH  # optimizer steps in 2 epochs
+
+
+def test_every_rank_runs_the_same_count_of_non_empty_micro_batches():
+    assert micro_count(8, [8], None) == 1 and micro_count(8, [8], 2) == 4
+    assert micro_count(8, [3, 3, 2], 2) == 2          # the largest share sets it
+    assert micro_count(2, [3, 3, 2], 1) == 1          # a short last batch: a rank with one sample runs one
+    assert split_share([5, 6, 7], 2) == [[5, 6], [7]]
+
+
+def test_the_adaptive_batch_may_choose_accumulation_past_the_local_bound():
+    """With accumulation the local bound is the micro-batch's: 2 workers of at most 4 reach a global 64 (8
+    micro-batches each), where without it they stop at 8. Step times are per micro-batch, so a larger batch
+    costs its micro-batches' time."""
+    noisy = _noise(sqr=1.0, trace=8 * 1000.0)
+    plain = AdaptiveBatch(64, (2, 4))
+    accumulating = AdaptiveBatch(64, (2, 4), gradient_accumulation=True)
+    for a in (plain, accumulating):
+        for _ in range(MIN_SAMPLES):
+            a.observe(2, 4, 0.01)
+    assert plain.decide(8, 2, 8, noisy) is None            # already at its largest: 2 workers x 4
+    grown = accumulating.decide(8, 2, 8, noisy)
+    assert grown is not None and grown.to_batch > 8 and grown.goodput > grown.from_goodput
+    assert accumulating.feasible(64, 2, 8) == 64 and plain.feasible(64, 2, 8) == 8
+
+
+def _last_metrics(job_dir) -> dict:
+    return events(job_dir, "metrics")[-1]["metrics"]
+
+
+@pytest.mark.slow
+def test_accumulated_micro_batches_match_one_batch_and_step_the_optimizer_once_per_global_batch(tmp_path):
+    """One worker, global batch 8 as 4 micro-batches of 2, through a GradScaler (loss x 2**10) and with
+    zero_grad after the step: the same optimizer steps, LR sequence and (within float32 summation order)
+    validation curve as the same script without accumulation."""
+    ref_dir, acc_dir = tmp_path / "ref", tmp_path / "acc"
+    finish(start_script(ref_dir, 1, "--epochs", "2", "--ckpt-every", "0"), timeout=300)
+    finish(start_script(acc_dir, 1, "--epochs", "2", "--ckpt-every", "0", "--max-local-batch", "2", "--scaler",
+                        "--zero-grad-last", "--noise-every", "4"), timeout=300)
+    ref, acc = steps(ref_dir), steps(acc_dir)
+    assert len(acc) == len(ref) == STEPS                      # one step record per optimizer step
+    assert _last_metrics(acc_dir)["optimizer_steps"] == _last_metrics(acc_dir)["adam_steps"] == STEPS
+    assert [r["lr"] for r in acc] == pytest.approx([r["lr"] for r in ref], rel=1e-9)   # OneCycleLR's pace
+    # tolerance: 4 micro-batch means weighted 1/4 vs one mean of 8, in float32, over 120 AdamW steps
+    assert val_curve(acc_dir) == pytest.approx(val_curve(ref_dir), rel=1e-4)
+    noise = [r["grad_noise"] for r in acc if r["grad_noise"]]
+    assert noise and noise[-1]["reference_batch"] == BATCH     # measured from the micro-batches' own |g|²
+
+
+@pytest.mark.slow
+def test_a_resize_while_accumulating_trains_every_sample_once_and_keeps_the_optimizer_pace(tmp_path):
+    """1 -> 3 -> 2 workers while each step accumulates (4 micro-batches of 2 on one worker; shares 3/3/2 as
+    2 micro-batches each on three, unequal micro-batches weighted by their share; 4/4 as 2 each on two).
+    A stop flag is obeyed only between optimizer steps, so no resize splits an accumulation."""
+    ref_dir, job_dir, slow = tmp_path / "ref", tmp_path / "elastic", tmp_path / "slow"
+    finish(start_script(ref_dir, 1, "--epochs", "2"), timeout=300)
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "2", "--max-local-batch", "2", "--step-s", "0.1",
+                        "--slow-file", str(slow), runtime_args=("--record-samples",))
+    at_step = 3
+    for generation, workers in enumerate([3, 2], start=1):
+        wait_for_step(job_dir, at_step, proc, timeout=120)
+        write_control(job_dir, workers, None, generation)
+        wait_for_event(job_dir, "resized", generation, proc, timeout=180)
+        at_step = events(job_dir, "resized")[-1]["step"] + 2
+    slow.unlink()
+    finish(proc, timeout=300)
+
+    assert [(e["from_workers"], e["workers"]) for e in events(job_dir, "resized")] == [(1, 3), (3, 2)]
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})
+    recs = steps(job_dir)
+    assert len(recs) == STEPS and [r["step"] for r in recs] == list(range(1, STEPS + 1))
+    assert _last_metrics(job_dir)["adam_steps"] == STEPS        # AdamW's own count moved with its state
+    assert [r["lr"] for r in recs] == pytest.approx([r["lr"] for r in steps(ref_dir)], rel=1e-9)
+    # tolerance: float32 sums in another order (micro-batches, all-reduce over 3 or 2 ranks) only
+    assert val_curve(job_dir) == pytest.approx(val_curve(ref_dir), rel=1e-3)
