@@ -445,10 +445,14 @@ def test_without_remaining_work_the_weight_follows_run_time_not_gpu_seconds():
 
 
 def test_without_remaining_work_a_larger_request_ages_a_job_faster():
-    # the request is a prior on size (Tiresias' GPUs x time); q = 0 ignores it
+    # the request is a prior on size (Tiresias' GPUs x time) that scales the run time; q = 0 ignores it
     small, large = job(0, run_time=600.0, requested_gpus=1), job(1, run_time=600.0, requested_gpus=16)
     scales = make_policy("goodput", request_prior=0.5)._scales([small, large], {"j0": 1.0, "j1": 1.0})
-    assert scales["j1"] / scales["j0"] == pytest.approx(16 ** 0.25)       # urgency 0.5 of 16 ** 0.5
+    assert scales["j1"] / scales["j0"] == pytest.approx(((600 * 4 + 3600) / (600 + 3600)) ** 0.5)
+    # before it runs a large request is level with a small one: the prior cannot keep it waiting
+    fresh = make_policy("goodput", request_prior=0.5)._scales(
+        [job(0, requested_gpus=1), job(1, requested_gpus=16)], {"j0": 1.0, "j1": 1.0})
+    assert fresh["j0"] == pytest.approx(fresh["j1"])
     flat = make_policy("goodput", request_prior=0.0)._scales([small, large], {"j0": 1.0, "j1": 1.0})
     assert flat["j0"] == pytest.approx(flat["j1"])
     with pytest.raises(ValueError, match="request_prior"):

@@ -285,9 +285,11 @@ class ElasticPolicy(Policy):
             # DL job lengths are heavy-tailed, so a job that ran little is likely to end soon). Wall seconds, not
             # GPU-seconds: those grow faster for a job the policy just grew, so its weight would fall for it and
             # the next decision would shrink it again. The GPUs the user requested are a prior on the job's
-            # size (Tiresias' 2D attained service counts GPUs x time): a request of k GPUs multiplies the estimate
-            # by k**q, q = ``request_prior``. The request, not the GPUs held, so growing a job never ages it.
-            times = {j.id: (j.run_time + RUN_TIME_OFFSET) * max(j.requested_gpus, 1) ** self.request_prior
+            # size (Tiresias' 2D attained service counts GPUs x time): a request of k GPUs ages its run time
+            # k**q times as fast, q = ``request_prior``. The request, not the GPUs held, so growing a job never
+            # ages it; and only its run time, so a waiting large job starts level with a new small one (scaling
+            # the whole estimate starved large requests under load: docs/policies.md).
+            times = {j.id: j.run_time * max(j.requested_gpus, 1) ** self.request_prior + RUN_TIME_OFFSET
                      for j in jobs}
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
