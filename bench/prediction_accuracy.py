@@ -67,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "curves"))
 
 from dev_set import DevCurve, dev_curves  # noqa: E402
 
-from dlsched.perf.annealing import CurvePrior, fit_finished  # noqa: E402
+from dlsched.perf.annealing import CurvePrior, fit_annealing  # noqa: E402
 from dlsched.perf.calibration import TABLE, Calibration, calibrate  # noqa: E402
 from dlsched.perf.convergence import LossCurve, fit_curve  # noqa: E402
 from dlsched.perf.curve_predict import MetricSpace, predict_curve  # noqa: E402
@@ -221,8 +221,7 @@ def full_fits(curves) -> dict:
     fits = {}
     for c in curves:
         y = MetricSpace.of(c.metric, c.y).down(c.y)
-        curve, gamma = fit_finished(c.x, y, c.schedule)
-        fits[c.name] = finished_fit(curve, c.meta, truth(c).final, gamma)
+        fits[c.name] = finished_fit(fit_annealing(c.x, y, c.schedule, None), c.meta, truth(c).final)
     return fits
 
 
@@ -247,8 +246,7 @@ def oracle_shape_prior(curves):
     fits, cross = full_fits(curves), cross_task_prior(curves)
     def prior(c):
         f = fits[c.name]
-        p = dataclasses.replace(cross(c), alpha=f.alpha, alpha_sigma=0.05,
-                                gamma=f.gamma if math.isfinite(f.gamma) else cross(c).gamma)
+        p = dataclasses.replace(cross(c), alpha=f.alpha, alpha_sigma=0.05)
         return dataclasses.replace(p, drop=f.drop, drop_sigma=0.01) if math.isfinite(f.drop) else p
     return prior
 
@@ -278,8 +276,8 @@ def schedule_report(write_calibration: bool = False) -> None:
         # what the CLI ships: bands from every curve, and the prior from every curve's finished fit
         # (the records here used leave-one-out priors, close to what a new job's prior is)
         every = prior_from_fits(list(full_fits(curves).values()))
-        shipped = [(f.alpha, f.drop if math.isfinite(f.drop) else None, f.meta["metric"], f.meta["decay"],
-                    f.gamma if math.isfinite(f.gamma) else None) for f in full_fits(curves).values()]
+        shipped = [(f.alpha, f.drop if math.isfinite(f.drop) else None, f.meta["metric"], f.meta["decay"])
+                   for f in full_fits(curves).values()]
         table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
                                     prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
                                     levelled=calibrate([r for rs in records.values() for r in rs]),

@@ -40,7 +40,6 @@ class CurvePrior:
     final_sigma: float = math.inf       # its log spread
     alpha_sigma: float = 0.5            # log spread of α among the finished runs it came from (a factor 1.65)
     drop_sigma: float = 0.2             # spread of c among them
-    gamma: float = 1.0                  # S2 counted on η^γ (``schedule.areas``): 1 is the paper's law
 
 
 @dataclass(frozen=True)
@@ -53,10 +52,9 @@ class AnnealingCurve:
     c: float
     schedule: Schedule
     s0: float = 0.0
-    gamma: float = 1.0
 
     def value(self, x) -> np.ndarray:
-        s1, s2 = areas(self.schedule, x, gamma=self.gamma)
+        s1, s2 = areas(self.schedule, x)
         return self.constant_lr_value_at(s1) * (1.0 - self.c * s2)
 
     def constant_lr_value_at(self, s1) -> np.ndarray:
@@ -132,17 +130,13 @@ DROPS = np.unique(np.round(np.concatenate([np.linspace(0.0, 0.1, 11), np.linspac
 OFFSETS = (0.0, 1.0, 3.0, 10.0)   # s0 in units of S1 at the first point: 0 is the pure law, 1 ~ Optimus' β1/β0
 
 
-def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, grid: int = 12,
-                  gamma: float | None = None) -> AnnealingCurve:
+def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, grid: int = 12) -> AnnealingCurve:
     """Fit the law to observed (x, y) (y lower-is-better, > 0). Points at x = 0 (S1 = 0) are dropped.
 
     s0 shifts the LR area like Optimus' β1 shifts k: a run's first logged point is not its start, and the
-    pure power law would put an infinite loss there. ``gamma``: S2's LR transform (default: the prior's, else 1);
-    a prefix cannot tell it from c before it has seen two decays, so it is held, not fitted (``fit_finished``)."""
+    pure power law would put an infinite loss there."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    if gamma is None:
-        gamma = prior.gamma if prior is not None else 1.0
-    s1, s2 = areas(schedule, x, gamma=gamma)
+    s1, s2 = areas(schedule, x)
     ok = s1 > 0
     x, s1, s2, y = x[ok], s1[ok], s2[ok], y[ok]
     if len(y) < 3:
@@ -152,14 +146,14 @@ def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, gri
     # The prefix's information on c grows with the square of the annealing it has seen (∂L/∂c = −S2·L), so
     # the prior's hold on c is scaled by (decay to come / decay seen)²: a prefix that saw a tenth of the decay
     # would otherwise spend c on curvature the power law misses, and predict a drop ten times too large.
-    _, s2_end = areas(schedule, [schedule.budget], gamma=gamma)
+    _, s2_end = areas(schedule, [schedule.budget])
     seen = max(float(s2.max()), 0.05 * max(float(s2_end[0]), 1e-3))
     belief = max(1.0, float(s2_end[0]) / seen) ** 2
     # c is only identified once the prefix has annealed; before that the prior alone sets it
     drops = DROPS if s2.max() > 1e-3 else np.array([prior.drop if prior is not None else 0.0])
     offsets = np.array(OFFSETS) * s1[0] / s1_ref
     w = recency_weights(x)
-    curve = _search(_Problem(s1 / s1_ref, s2, y, w, prior, belief), drops, offsets, grid, s1_ref, schedule, gamma)
+    curve = _search(_Problem(s1 / s1_ref, s2, y, w, prior, belief), drops, offsets, grid, s1_ref, schedule)
     for _ in range(HUBER_ROUNDS):
         # Huber reweighting of the relative residuals: a spike (an evaluation glitch, a restart) would
         # otherwise bend the whole extrapolation
@@ -169,8 +163,7 @@ def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, gri
         h = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(r), 1e-12))
         if h.min() == 1.0:
             break
-        curve = _search(_Problem(s1 / s1_ref, s2, y, w * h, prior, belief), drops, offsets, grid, s1_ref, schedule,
-                        gamma)
+        curve = _search(_Problem(s1 / s1_ref, s2, y, w * h, prior, belief), drops, offsets, grid, s1_ref, schedule)
     return curve
 
 
@@ -178,8 +171,7 @@ HUBER_K = 1.345       # the usual 95 %-efficiency constant, in robust (1.4826·M
 HUBER_ROUNDS = 4      # reweighted refits, each one grid search: with c continuous (``_search``) two left a glitch 4 % in the end value
 
 
-def _search(prob: _Problem, drops, offsets, grid: int, s1_ref: float, schedule: Schedule,
-            gamma: float) -> AnnealingCurve:
+def _search(prob: _Problem, drops, offsets, grid: int, s1_ref: float, schedule: Schedule) -> AnnealingCurve:
     """Grid over (α, s0, c), then α refined by bounded scalar minimisation at the best (s0, c)."""
     alphas = np.geomspace(*ALPHA_BOUNDS, grid)
     sse = np.array([[prob.solve(a, drops, o)[2] for o in offsets] for a in alphas])   # (α, s0, c)
@@ -198,25 +190,4 @@ def _search(prob: _Problem, drops, offsets, grid: int, s1_ref: float, schedule: 
         if res.fun < best:
             c = np.array([float(res.x)])
     l0, a, _ = prob.solve(alpha, c, o)
-    return AnnealingCurve(float(l0[0]), float(a[0]) * s1_ref ** alpha, alpha, float(c[0]), schedule, o * s1_ref,
-                          gamma)
-
-
-GAMMAS = (0.25, 0.4, 0.6, 1.0, 1.5)   # S2's LR transforms a finished run chooses between (``fit_finished``)
-# a finished run names its γ only where the grid's fits differ by more than this in relative RMS: most curves
-# (one decay, or a gradual one) fit every γ about equally, c absorbing the difference
-GAMMA_EVIDENCE = 1.05
-
-
-def fit_finished(x, y, schedule: Schedule) -> tuple[AnnealingCurve, float]:
-    """A finished run's fit at the γ of ``GAMMAS`` that leaves the smallest relative residuals over the whole
-    curve, and that γ (nan where the curve cannot tell them apart, ``GAMMA_EVIDENCE``): the prior pools these,
-    a prefix holds its prior's."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if not schedule.cuts_twice:
-        return fit_annealing(x, y, schedule, None, gamma=1.0), math.nan
-    ok = x > 0
-    fits = [fit_annealing(x, y, schedule, None, gamma=g) for g in GAMMAS]
-    rms = np.array([float(np.sqrt(np.mean((f.value(x[ok]) / y[ok] - 1) ** 2))) for f in fits])
-    best = int(np.argmin(rms))
-    return fits[best], GAMMAS[best] if rms.max() > GAMMA_EVIDENCE * rms[best] else math.nan
+    return AnnealingCurve(float(l0[0]), float(a[0]) * s1_ref ** alpha, alpha, float(c[0]), schedule, o * s1_ref)

@@ -47,8 +47,8 @@ class Calibration:
     # the bands of predictions that weighed in a same-task level prior (``perf.prior``): their errors are of
     # another size than the fit's alone, which the bands above are (and which that weighing uses); None: these
     levelled: "Calibration | None" = None
-    # the same finished curves' fits, (α, drop or None, metric, decay[, γ or None]) each: the prior a declared
-    # metric and schedule get (``perf.prior``: pooled by metric kind and decay); None: ``prior`` for every run
+    # the same finished curves' fits, (α, drop or None, metric, decay) each: the prior a declared metric and
+    # schedule get (``perf.prior``: pooled by metric kind and decay); None: ``prior`` for every run
     fits: tuple[tuple, ...] | None = None
 
     def _band(self, table, fraction: float) -> tuple[float, float]:
@@ -75,10 +75,9 @@ class Calibration:
         """The shape prior the development curves' fits give a run of this metric and schedule (all of them
         without ``fits``; ``CurvePrior()`` before any calibration)."""
         if self.fits and metric is not None:
-            fits = [FinishedFit(a, math.nan if d is None else d, {"metric": m, "decay": k},
-                                gamma=math.nan if not g or g[0] is None else g[0]) for a, d, m, k, *g in self.fits]
+            fits = [FinishedFit(a, math.nan if d is None else d, {"metric": m, "decay": k}) for a, d, m, k in self.fits]
             p = prior_from_fits(fits, {"metric": metric, "decay": None if schedule is None else schedule.decay})
-            return CurvePrior(p.alpha, p.drop, alpha_sigma=p.alpha_sigma, drop_sigma=p.drop_sigma, gamma=p.gamma)
+            return CurvePrior(p.alpha, p.drop, alpha_sigma=p.alpha_sigma, drop_sigma=p.drop_sigma)
         if not self.prior:
             return CurvePrior()
         a, d, *spread = self.prior

@@ -56,15 +56,13 @@ class FinishedFit:
     drop: float
     meta: dict = field(default_factory=dict)
     final: float = math.nan     # the value it ended at, lower-is-better space; nan: not known
-    gamma: float = math.nan     # S2's LR transform its curve chose (``annealing.fit_finished``); nan: no say
 
 
-def finished_fit(curve: AnnealingCurve, meta: dict | None = None, final: float = math.nan,
-                 gamma: float = math.nan) -> FinishedFit:
-    _, s2_end = areas(curve.schedule, [curve.schedule.budget], gamma=curve.gamma)
+def finished_fit(curve: AnnealingCurve, meta: dict | None = None, final: float = math.nan) -> FinishedFit:
+    _, s2_end = areas(curve.schedule, [curve.schedule.budget])
     # a run whose LR never fell says nothing about the drop a decay brings
     return FinishedFit(curve.alpha, curve.c if s2_end[0] > 0.05 else math.nan,
-                       {"decay": curve.schedule.decay, **(meta or {})}, final, gamma)
+                       {"decay": curve.schedule.decay, **(meta or {})}, final)
 
 
 def level_prior(fits: list[FinishedFit], meta: dict) -> tuple[float, float] | None:
@@ -88,15 +86,13 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     alpha_fits = same_kind if len(same_kind) >= KIND_MIN else fits
     drop_fits = same_kind if sum(math.isfinite(f.drop) for f in same_kind) >= KIND_MIN else fits
     alpha, alpha_sigma = _alpha_prior(alpha_fits, meta, default)
-    # γ only shapes cut schedules: a gradual decay cannot show it (c absorbs it), and stays on the paper's law
-    gamma = _gamma_prior(fits, default) if meta.get("decay") == "step" else default.gamma
     drop, drop_sigma = _drop_prior(drop_fits, meta, default)
     w = _weights(fits, meta)
     matched = float(w.sum() / w.max())  # effective number of equally relevant finished jobs
     level = level_prior(fits, meta)
     return CurvePrior(alpha, drop, weight=default.weight * min(2.0, 1.0 + 0.1 * matched),
                       final=None if level is None else level[0], final_sigma=math.inf if level is None else level[1],
-                      alpha_sigma=alpha_sigma, drop_sigma=drop_sigma, gamma=gamma)
+                      alpha_sigma=alpha_sigma, drop_sigma=drop_sigma)
 
 
 def _weights(fits: list[FinishedFit], meta: dict) -> np.ndarray:
@@ -107,14 +103,6 @@ def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tu
     w = _weights(fits, meta)
     logs = np.log([max(f.alpha, 1e-3) for f in fits])
     return math.exp(float(np.average(logs, weights=w))), _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN)
-
-
-def _gamma_prior(fits: list[FinishedFit], default: CurvePrior) -> float:
-    """Geometric mean of the γ the finished runs with two cuts or more chose, unweighted: one number shared by
-    all cut schedules (kernel-weighted, the nearest runs' γ, 0.25 to 1.5 between runs of one task, went
-    with whichever neighbour matched; measured in docs/curve-prediction.md). The default under ``KIND_MIN``."""
-    seen = [f.gamma for f in fits if math.isfinite(f.gamma)]
-    return math.exp(float(np.mean(np.log(seen)))) if len(seen) >= KIND_MIN else default.gamma
 
 
 def _drop_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:

@@ -62,15 +62,6 @@ class Schedule:
         cuts = lrs[1:] / np.maximum(lrs[:-1], 1e-12 * lrs.max())
         return "step" if self.stepwise and cuts.min() < 0.6 else "anneal"
 
-    @property
-    def cuts_twice(self) -> bool:
-        """A ``step`` decay with two cuts or more: the only shape that shows how a later cut compares with an
-        earlier one (S2's γ, ``areas``)."""
-        if self.decay != "step":
-            return False
-        lrs = np.asarray(self.lrs)
-        return int(np.sum(lrs[1:] < 0.6 * lrs[:-1])) >= 2
-
     def anneals_after(self, x: float) -> bool:
         """Whether the LR falls anywhere after ``x`` (a decay still to come that a prefix cannot show)."""
         g = np.linspace(x, self.budget, 512)
@@ -87,16 +78,13 @@ class Schedule:
         return cls(spec, float(budget), tuple(xs[order]), tuple(lrs[order]))
 
 
-def areas(schedule: Schedule, x, momentum: float = MOMENTUM, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def areas(schedule: Schedule, x, momentum: float = MOMENTUM) -> tuple[np.ndarray, np.ndarray]:
     """(S1, S2) at ``x`` on a grid over [0, budget] with the LR scaled to peak 1 (Tissue et al. 2024).
 
     S1 = ∫η dx / budget: the forward area that drives the power-law part. S2 = the annealing amount
     d = (running max of η) − η passed through first-order momentum with time constant τ = momentum·budget:
     S2 = d − m with m' = −m/τ + d', i.e. each LR drop Δd at x_j contributes Δd·(1 − e^{−(x−x_j)/τ}) (the
     continuous form of their m_i = λ·m_{i−1} + Δη_i, summed and divided by 1/(1 − λ)). Dimensionless, ≤ 1.
-
-    ``gamma``: the annealing is counted on η^γ (1: their law, linear in the LR; below 1 a later ×0.1 cut weighs
-    more: with 0.5 the second of two ×0.1 cuts adds a third of the first's drop instead of a tenth).
     """
     B = schedule.budget
     x = np.asarray(x, dtype=float)
@@ -107,8 +95,7 @@ def areas(schedule: Schedule, x, momentum: float = MOMENTUM, gamma: float = 1.0)
     eta = eta / peak
     h = g[1] - g[0]
     s1 = np.concatenate([[0.0], np.cumsum(0.5 * (eta[1:] + eta[:-1])) * h]) / B
-    eta_g = eta ** gamma
-    d = np.maximum.accumulate(eta_g) - eta_g
+    d = np.maximum.accumulate(eta) - eta
     decay = math.exp(-h / max(momentum * B, 1e-12))
     m = lfilter([1.0], [1.0, -decay], np.concatenate([[d[0]], np.diff(d)]))
     s2 = d - m
