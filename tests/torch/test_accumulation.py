@@ -9,10 +9,9 @@ import pytest
 from dlsched.torch.accumulation import micro_count, split_share
 from dlsched.torch.adaptive_batch import MIN_SAMPLES, AdaptiveBatch
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import write_control
 from tests.torch.test_adaptive_batch import _noise
-from tests.torch.test_elastic_script import BATCH, SAMPLES, start_script, steps, val_curve
-from tests.train.helpers import events, finish, wait_for_event, wait_for_step
+from tests.torch.test_elastic_script import BATCH, SAMPLES, resize_through, start_script, steps, val_curve
+from tests.train.helpers import events, finish
 
 STEPS = 2 * SAMPLES // BATCH  # optimizer steps in 2 epochs
 
@@ -73,12 +72,7 @@ def test_a_resize_while_accumulating_trains_every_sample_once_and_keeps_the_opti
     slow.touch()
     proc = start_script(job_dir, 1, "--epochs", "2", "--max-local-batch", "2", "--step-s", "0.1",
                         "--slow-file", str(slow), runtime_args=("--record-samples",))
-    at_step = 3
-    for generation, workers in enumerate([3, 2], start=1):
-        wait_for_step(job_dir, at_step, proc, timeout=120)
-        write_control(job_dir, workers, None, generation)
-        wait_for_event(job_dir, "resized", generation, proc, timeout=180)
-        at_step = events(job_dir, "resized")[-1]["step"] + 2
+    resize_through(job_dir, proc, [3, 2])
     slow.unlink()
     finish(proc, timeout=300)
 
