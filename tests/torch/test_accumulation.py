@@ -84,3 +84,18 @@ def test_a_resize_while_accumulating_trains_every_sample_once_and_keeps_the_opti
     assert [r["lr"] for r in recs] == pytest.approx([r["lr"] for r in steps(ref_dir)], rel=1e-9)
     # tolerance: float32 sums in another order (micro-batches, all-reduce over 3 or 2 ranks) only
     assert val_curve(job_dir) == pytest.approx(val_curve(ref_dir), rel=1e-3)
+
+
+@pytest.mark.slow
+def test_an_adaptive_batch_with_accumulation_grows_past_the_micro_batch_bound_exactly_once(tmp_path):
+    """2 workers, micro-batches of at most 4: without accumulation the batch could not pass 8; with it the
+    goodput model (label noise 10: the gradient is mostly noise) takes a larger batch, as micro-batches."""
+    job_dir = tmp_path / "job"
+    finish(start_script(job_dir, 2, "--epochs", "2", "--label-noise", "10", "--ckpt-every", "0", "--noise-every", "2",
+                        "--autoscale", "64", "--max-local-batch", "4", runtime_args=("--record-samples",)),
+           timeout=300)
+    decisions = events(job_dir, "batch_size")
+    assert decisions and decisions[0]["from_batch"] == BATCH and decisions[0]["to_batch"] > 2 * 4
+    assert max(r["batch_size"] for r in steps(job_dir)) > 2 * 4
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})
+    assert _last_metrics(job_dir)["adam_steps"] == len(steps(job_dir))   # one optimizer step per step record
