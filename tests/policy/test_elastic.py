@@ -444,6 +444,17 @@ def test_without_remaining_work_the_weight_follows_run_time_not_gpu_seconds():
     assert scales["j0"] == pytest.approx(scales["j1"])
 
 
+def test_without_remaining_work_a_larger_request_ages_a_job_faster():
+    # the request is a prior on size (Tiresias' GPUs x time); q = 0 ignores it
+    small, large = job(0, run_time=600.0, requested_gpus=1), job(1, run_time=600.0, requested_gpus=16)
+    scales = make_policy("goodput", request_prior=0.5)._scales([small, large], {"j0": 1.0, "j1": 1.0})
+    assert scales["j1"] / scales["j0"] == pytest.approx(16 ** 0.25)       # urgency 0.5 of 16 ** 0.5
+    flat = make_policy("goodput", request_prior=0.0)._scales([small, large], {"j0": 1.0, "j1": 1.0})
+    assert flat["j0"] == pytest.approx(flat["j1"])
+    with pytest.raises(ValueError, match="request_prior"):
+        make_policy("goodput", request_prior=-1.0)
+
+
 def test_restart_budget_keeps_young_and_often_restarted_jobs_and_lets_old_ones_move():
     # Pollux's penalty: a move is worth max(age - n R, 0) / (age + R); alone on 4 GPUs a linear job wants them all
     speed = StepProfile(allreduce=0.0)

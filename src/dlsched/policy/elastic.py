@@ -64,11 +64,14 @@ class ElasticPolicy(Policy):
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
-                 packing: bool = False, fair_share_base: bool = False):
+                 packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
         if not (fairness == 1 or fairness < 0):
             raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
+        if request_prior < 0:
+            raise ValueError(f"request_prior must be >= 0, got {request_prior}")
+        self.request_prior = request_prior
         self.restart_budget = restart_budget
         self.fair_share_base = fair_share_base
         # the DP values g GPUs on ceil(g / node size) nodes: best fit keeps whole nodes free so placements match it
@@ -281,8 +284,11 @@ class ElasticPolicy(Policy):
             # No job knows its remaining work: use how long it has run instead (least attained first, as Tiresias:
             # DL job lengths are heavy-tailed, so a job that ran little is likely to end soon). Wall seconds, not
             # GPU-seconds: those grow faster for a job the policy just grew, so its weight would fall for it and
-            # the next decision would shrink it again.
-            times = {j.id: j.run_time + RUN_TIME_OFFSET for j in jobs}
+            # the next decision would shrink it again. The GPUs the user requested are a prior on the job's
+            # size (Tiresias' 2D attained service counts GPUs x time): a request of k GPUs multiplies the estimate
+            # by k**q, q = ``request_prior``. The request, not the GPUs held, so growing a job never ages it.
+            times = {j.id: (j.run_time + RUN_TIME_OFFSET) * max(j.requested_gpus, 1) ** self.request_prior
+                     for j in jobs}
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
