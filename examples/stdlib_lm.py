@@ -61,6 +61,7 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--chars", type=int, default=120_000)
     ap.add_argument("--warmup", type=int, default=20, help="warm-up steps")
+    ap.add_argument("--max-local-batch", type=int, default=None, help="accumulate a larger share in micro-batches")
     args = ap.parse_args()
 
     dt.init()  # dlsched
@@ -72,7 +73,8 @@ def main() -> None:
     train_set, eval_set = Windows(ids[:split], args.context), Windows(ids[split:], args.context)
     model = dt.ElasticDataParallel(TinyGPT(len(vocab), args.context))  # dlsched (was: DistributedDataParallel)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    loader = dt.ElasticDataLoader(train_set, batch_size=args.batch_size)  # dlsched (was: DataLoader)
+    loader = dt.ElasticDataLoader(train_set, batch_size=args.batch_size,  # dlsched (was: DataLoader)
+                                  max_local_batch=args.max_local_batch)
     total = args.epochs * len(loader)
     schedule = lambda s: min(1.0, (s + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * min(s / total, 1.0)))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
@@ -83,7 +85,8 @@ def main() -> None:
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if not loader.accumulating:  # dlsched: clip the whole step's gradient, not a micro-batch's part
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
             dt.report(loss=loss.item())  # dlsched

@@ -45,6 +45,8 @@ SCHEDULES = {  # name -> spec as a function of the budget
     "linear": lambda B: f"linear:warmup={B // 20}",
     "steps": lambda B: f"steps:0=0.3,{B // 10}=1,{6 * B // 10}=0.3,{85 * B // 100}=0.05",
     "invsqrt": lambda B: inverse_sqrt_spec(B, B // 20),
+    # ImageNet's 30/60-of-90-epochs placement: a prefix past the first cut must predict the second
+    "multistep": lambda B: f"step:{B // 3},{2 * B // 3}:0.1",
 }
 
 

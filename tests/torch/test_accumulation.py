@@ -9,10 +9,9 @@ import pytest
 from dlsched.torch.accumulation import micro_count, split_share
 from dlsched.torch.adaptive_batch import MIN_SAMPLES, AdaptiveBatch
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import write_control
 from tests.torch.test_adaptive_batch import _noise
-from tests.torch.test_elastic_script import BATCH, SAMPLES, start_script, steps, val_curve
-from tests.train.helpers import events, finish, wait_for_event, wait_for_step
+from tests.torch.test_elastic_script import BATCH, SAMPLES, resize_through, start_script, steps, val_curve
+from tests.train.helpers import events, finish
 
 STEPS = 2 * SAMPLES // BATCH  # optimizer steps in 2 epochs
 
@@ -73,12 +72,7 @@ def test_a_resize_while_accumulating_trains_every_sample_once_and_keeps_the_opti
     slow.touch()
     proc = start_script(job_dir, 1, "--epochs", "2", "--max-local-batch", "2", "--step-s", "0.1",
                         "--slow-file", str(slow), runtime_args=("--record-samples",))
-    at_step = 3
-    for generation, workers in enumerate([3, 2], start=1):
-        wait_for_step(job_dir, at_step, proc, timeout=120)
-        write_control(job_dir, workers, None, generation)
-        wait_for_event(job_dir, "resized", generation, proc, timeout=180)
-        at_step = events(job_dir, "resized")[-1]["step"] + 2
+    resize_through(job_dir, proc, [3, 2])
     slow.unlink()
     finish(proc, timeout=300)
 
@@ -90,3 +84,18 @@ def test_a_resize_while_accumulating_trains_every_sample_once_and_keeps_the_opti
     assert [r["lr"] for r in recs] == pytest.approx([r["lr"] for r in steps(ref_dir)], rel=1e-9)
     # tolerance: float32 sums in another order (micro-batches, all-reduce over 3 or 2 ranks) only
     assert val_curve(job_dir) == pytest.approx(val_curve(ref_dir), rel=1e-3)
+
+
+@pytest.mark.slow
+def test_an_adaptive_batch_with_accumulation_grows_past_the_micro_batch_bound_exactly_once(tmp_path):
+    """2 workers, micro-batches of at most 4: without accumulation the batch could not pass 8; with it the
+    goodput model (label noise 10: the gradient is mostly noise) takes a larger batch, as micro-batches."""
+    job_dir = tmp_path / "job"
+    finish(start_script(job_dir, 2, "--epochs", "2", "--label-noise", "10", "--ckpt-every", "0", "--noise-every", "2",
+                        "--autoscale", "64", "--max-local-batch", "4", runtime_args=("--record-samples",)),
+           timeout=300)
+    decisions = events(job_dir, "batch_size")
+    assert decisions and decisions[0]["from_batch"] == BATCH and decisions[0]["to_batch"] > 2 * 4
+    assert max(r["batch_size"] for r in steps(job_dir)) > 2 * 4
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})
+    assert _last_metrics(job_dir)["adam_steps"] == len(steps(job_dir))   # one optimizer step per step record

@@ -37,6 +37,16 @@ def val_curve(job_dir: Path) -> list[float]:
     return [r["metrics"]["val_mse"] for r in events(job_dir, "metrics")]
 
 
+def resize_through(job_dir: Path, proc: subprocess.Popen, sizes: list[int]) -> None:
+    """Resize the running job to each of ``sizes`` in turn, two steps after the previous resize."""
+    at_step = 3
+    for generation, workers in enumerate(sizes, start=1):
+        wait_for_step(job_dir, at_step, proc, timeout=120)
+        write_control(job_dir, workers, None, generation)
+        wait_for_event(job_dir, "resized", generation, proc, timeout=180)
+        at_step = events(job_dir, "resized")[-1]["step"] + 2
+
+
 def test_resize_1_3_2_mid_epoch_trains_every_sample_once_and_continues_adamw_onecycle(tmp_path):
     ref_dir, job_dir, slow = tmp_path / "ref", tmp_path / "elastic", tmp_path / "slow"
     ref = start_script(ref_dir, 1, "--epochs", "2")
@@ -44,12 +54,7 @@ def test_resize_1_3_2_mid_epoch_trains_every_sample_once_and_continues_adamw_one
     slow.touch()
     proc = start_script(job_dir, 1, "--epochs", "2", "--step-s", "0.3", "--slow-file", str(slow),
                         runtime_args=("--record-samples",))
-    at_step = 3
-    for generation, workers in enumerate([3, 2], start=1):
-        wait_for_step(job_dir, at_step, proc, timeout=120)
-        write_control(job_dir, workers, None, generation)
-        wait_for_event(job_dir, "resized", generation, proc, timeout=180)
-        at_step = events(job_dir, "resized")[-1]["step"] + 2
+    resize_through(job_dir, proc, [3, 2])
     slow.unlink()
     finish(proc, timeout=300)
 

@@ -46,8 +46,9 @@ loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffl
 scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=10 ** 6) if args.scaler else None
 optimizer_steps = []  # the optimizer's own count (a post hook: dlsched gates step() on accumulated micro-batches)
 optimizer.register_step_post_hook(lambda *_: optimizer_steps.append(1))
-if args.autoscale:
-    loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, 32))
+if args.autoscale:  # --max-local-batch m: accumulate past micro-batches of m (AdaptDL's gradient_accumulation)
+    loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, args.max_local_batch or 32),
+                                gradient_accumulation=bool(args.max_local_batch))
 steps = args.epochs * -(-args.samples // args.batch)
 scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps)
 

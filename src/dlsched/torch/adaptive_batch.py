@@ -8,7 +8,8 @@ Every ``DECIDE_EVERY`` steps rank 0 picks, at the current number of workers, the
 T is the step time measured at each (workers, local batch) the job has run (median of the last steps);
 with ``gradient_accumulation`` a local batch above the micro-batch bound takes k micro-batches, and T is
 one step at the micro-batch plus k-1 micro-batches without the all-reduce (measured apart; half a step
-each until then, optimistic as below). The efficiency is Pollux's (``perf.efficiency``) from the measured gradient noise at the script's batch_size.
+each until then, optimistic as below). The efficiency is Pollux's (``perf.efficiency``) from the measured
+gradient noise at the script's batch_size.
 As in AdaptDL (petuum/adaptdl ``adaptdl/goodput.py``, ``fit_perf_params``), one measured local batch cannot
 tell fixed from per-sample cost, so it is split half and half: optimistic about larger batches, which is
 how the job gets to measure a second one.
@@ -75,7 +76,8 @@ class AdaptiveBatch:
         del times[:-KEEP_SAMPLES]
 
     def _measured(self, workers: int, table: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
-        rows = [(int(k.split(",")[1]), float(np.median(v))) for k, v in (self.step_times if table is None else table).items()
+        table = self.step_times if table is None else table
+        rows = [(int(k.split(",")[1]), float(np.median(v))) for k, v in table.items()
                 if int(k.split(",")[0]) == workers and len(v) >= MIN_SAMPLES]
         m, t = (np.array(c, float) for c in zip(*rows)) if rows else (np.zeros(0), np.zeros(0))
         return m, t

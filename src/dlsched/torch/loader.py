@@ -28,7 +28,8 @@ class ElasticDataLoader:
         from dlsched.torch.session import current_session
 
         if max_local_batch is not None and (not isinstance(max_local_batch, int) or max_local_batch < 1):
-            raise UserError(f"ElasticDataLoader: max_local_batch={max_local_batch!r} must be a positive integer or None")
+            raise UserError(f"ElasticDataLoader: max_local_batch={max_local_batch!r} must be a positive integer "
+                            "or None")
         self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
         self._session = current_session()
         self._session.attach_loader(len(dataset), batch_size, shuffle, seed)

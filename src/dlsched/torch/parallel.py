@@ -2,8 +2,8 @@
 
 Each generation wraps the module in a fresh DDP on that generation's process group (one worker: no DDP at
 all), whose own C++ all-reduce averages the gradients. On a measured sync step (``sync_cadence``: about
-every second; every rank knows which) gradient hooks add each local |g|², and the session all-reduces its step scalars
-(stop flag, local |g|² sum, compute times...) at the step boundary; unequal local shares get hooks that
+every second; every rank knows which) gradient hooks add each local |g|², and the session all-reduces its
+step scalars (stop flag, local |g|² sum, compute times...) at the step boundary; unequal local shares get hooks that
 weight each rank by its share. The other steps are plain DDP. On one worker, every
 ``noise_every``-th step (default 8) runs the batch as two halves
 (the first through parameter views whose gradient hooks keep that half's gradient), which gives the same two
@@ -61,7 +61,7 @@ class ElasticDataParallel(nn.Module):
         self._local_sqr: torch.Tensor | None = None  # a measured step's local |g|² sum (the hooks add to it)
         self._weight = 1.0  # the micro-batch's gradient weight: its share of the global batch × workers
         self._hooks: list = []
-        self._synced: tuple | None = None  # a sync step's (|g_B|², GradScaler scale, n, micro-batches) for after the all-reduce
+        self._synced: tuple | None = None  # (|g_B|², GradScaler scale, n, micro-batches): for after the all-reduce
         self._split: tuple | None = None
         self._measured_step = -1
 

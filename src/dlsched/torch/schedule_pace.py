@@ -11,8 +11,8 @@ samples trained: after ``done`` of an epoch's ``N`` samples, ``floor(L·done/N)`
 Only a scheduler stepped inside every training step is paced (with dlsched's gradient accumulation, on
 each step's last micro-batch: it does nothing on the others, as the optimizer). One stepped after the
 epoch's loop (no step open), or every few steps (the script's own accumulation), keeps its own count:
-epochs do not depend on the batch, and an accumulation count is the script's. The scheduler's own ``last_epoch`` carries the count, so
-nothing is added to the checkpoint.
+epochs do not depend on the batch, and an accumulation count is the script's. The scheduler's own
+``last_epoch`` carries the count, so nothing is added to the checkpoint.
 """
 from __future__ import annotations
 

@@ -193,17 +193,17 @@ class Session:
             self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
                                           "ids": mine}) + "\n")
 
-    def extras(self, step_open: dict | None) -> torch.Tensor:
+    def extras(self, step_open: dict | None) -> list[float]:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
         next sync step and whether it measures (rank 0's), compute seconds per rank] for a sync step's all-reduce."""
-        out = torch.zeros(5 + self.world)
+        out = [0.0] * (5 + self.world)  # a list: one worker syncs every step, and tensor writes are slow Python
         if step_open is not None:
             out[0] = step_open["flag"]
             out[5 + self.rank] = time.perf_counter() - step_open["started"]
         if self.rank == 0:
             out[3], out[4] = self.cadence.plan(next((m.noise_every for m in self.models if m.noise_every), None))
         out[1] = sum(float(m._local_sqr) for m in self.models if m._local_sqr is not None)
-        out[2] = getattr(self.adaptive, "proposed", None) or 0
+        out[2] = float(getattr(self.adaptive, "proposed", None) or 0)
         return out
 
     def boundary(self) -> None:
@@ -214,10 +214,9 @@ class Session:
         self.step += 1
         reduced = None
         if step_open["sync"]:  # the step scalars, every rank's at once
-            tail = self.extras(step_open)
+            reduced = self.extras(step_open)
             if self.world > 1:
-                dist.all_reduce(tail)
-            reduced = tail.tolist()
+                reduced = _summed(reduced)
             for m in self.models:
                 m._after_sync(self, reduced)
         if reduced is None:  # between sync steps: nothing to obey, nothing measured
@@ -298,6 +297,13 @@ class Session:
 
     def _flush(self) -> None:
         self.progress.flush()
+
+
+def _summed(values: list[float]) -> list[float]:
+    """Every rank's ``values`` added up: the step scalars' one all-reduce."""
+    tail = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tail)
+    return tail.tolist()
 
 
 _session: Session | None = None
