@@ -2,16 +2,21 @@
 optimizer step per global batch, with real gloo worker processes."""
 from __future__ import annotations
 
+import json
+import os
+import signal
 from collections import Counter
 
 import pytest
+import torch
 
 from dlsched.torch.accumulation import micro_count, split_share
 from dlsched.torch.adaptive_batch import MIN_SAMPLES, AdaptiveBatch
 from dlsched.train.data import committed_sample_ids
 from tests.torch.test_adaptive_batch import _noise
 from tests.torch.test_elastic_script import BATCH, SAMPLES, resize_through, start_script, steps, val_curve
-from tests.train.helpers import events, finish
+from dlsched.train.files import read_progress
+from tests.train.helpers import events, finish, wait_for_event, wait_for_step
 
 STEPS = 2 * SAMPLES // BATCH  # optimizer steps in 2 epochs
 
@@ -99,3 +104,50 @@ def test_an_adaptive_batch_with_accumulation_grows_past_the_micro_batch_bound_ex
     assert max(r["batch_size"] for r in steps(job_dir)) > 2 * 4
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})
     assert _last_metrics(job_dir)["adam_steps"] == len(steps(job_dir))   # one optimizer step per step record
+
+
+def _one_cycle_lrs(total: int, lr: float = 0.01) -> list[float]:
+    """The LR of each optimizer step of user_script.py's OneCycleLR (the one step s runs at: index s - 1)."""
+    sched = torch.optim.lr_scheduler.OneCycleLR(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=lr),
+                                                max_lr=lr, total_steps=total)
+    lrs = []
+    for _ in range(total):
+        lrs.append(sched.get_last_lr()[0])
+        sched.optimizer.step()
+        sched.step()
+    return lrs
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_worker_mid_accumulation_resumes_from_the_checkpoint_exactly_once(tmp_path):
+    """3 workers, global batch 8 as shares 3/3/2 of 2 micro-batches each; the script sleeps only between a
+    step's micro-batches, so the SIGKILLed worker dies holding half a step's gradient. The job resumes from
+    its last checkpoint: every sample once per epoch, every optimizer step once (AdamW's own count), the
+    OneCycleLR sequence continuing at the restored step, the same validation curve as a plain 1-worker run."""
+    ref_dir, job_dir, slow = tmp_path / "ref", tmp_path / "job", tmp_path / "slow"
+    finish(start_script(ref_dir, 1, "--epochs", "2", "--ckpt-every", "0"), timeout=300)
+    slow.touch()
+    proc = start_script(job_dir, 3, "--epochs", "2", "--max-local-batch", "2", "--ckpt-every", "5", "--step-s", "0.1",
+                        "--slow-file", str(slow), "--slow-mid-step", runtime_args=("--record-samples",))
+    wait_for_step(job_dir, 12, proc, timeout=120)
+    victim = json.loads((job_dir / "status.json").read_text())["worker_pids"][1]
+    os.kill(victim, signal.SIGKILL)
+    wait_for_event(job_dir, "worker_lost", 1, proc, timeout=120)
+    slow.unlink()
+    finish(proc, timeout=300)
+
+    lost = events(job_dir, "worker_lost")
+    assert len(lost) == 1 and lost[0]["exit_codes"] == [-signal.SIGKILL] and lost[0]["checkpoint"]
+    restored = lost[0]["restored_step"]
+    assert restored >= 10 and restored % 5 == 0
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})
+    records = read_progress(job_dir)
+    after = [r for r in records[records.index(lost[0]):] if "event" not in r]
+    assert [r["step"] for r in after] == list(range(restored + 1, STEPS + 1))    # no step lost or repeated
+    by_step = {r["step"]: r for r in steps(job_dir)}                             # the committed run: the last
+    assert sorted(by_step) == list(range(1, STEPS + 1))
+    assert [by_step[s]["lr"] for s in range(1, STEPS + 1)] == pytest.approx(_one_cycle_lrs(STEPS), rel=1e-9)
+    assert _last_metrics(job_dir)["adam_steps"] == STEPS     # restored with its state, stepped once per step
+    assert _last_metrics(job_dir)["optimizer_steps"] == STEPS - restored    # the respawned workers' own steps
+    # tolerance: float32 sums in another order (micro-batches, all-reduce over 3 ranks) only
+    assert val_curve(job_dir)[-1] == pytest.approx(val_curve(ref_dir)[-1], rel=1e-3)

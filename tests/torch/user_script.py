@@ -29,6 +29,8 @@ ap.add_argument("--report-lr", action="store_true", help="report the scheduler's
 ap.add_argument("--max-local-batch", type=int, default=None, help="accumulate a larger local share (no_sync)")
 ap.add_argument("--scaler", action="store_true", help="step through a GradScaler (loss scaled by 2**10)")
 ap.add_argument("--zero-grad-last", action="store_true", help="zero_grad after the step, not before the forward")
+ap.add_argument("--slow-mid-step", action="store_true",
+                help="sleep --step-s only between a step's micro-batches (a kill then lands mid-accumulation)")
 args = ap.parse_args()
 
 dt.init(ckpt_every=args.ckpt_every)
@@ -69,7 +71,8 @@ for epoch in dt.remaining_epochs(args.epochs):
         if args.zero_grad_last:
             optimizer.zero_grad()
         dt.report(loss=loss.item(), **({"lr": scheduler.get_last_lr()[0]} if args.report_lr else {}))
-        if args.step_s and (not args.slow_file or os.path.exists(args.slow_file)):
+        slow_now = loader.accumulating or not args.slow_mid_step
+        if args.step_s and slow_now and (not args.slow_file or os.path.exists(args.slow_file)):
             time.sleep(args.step_s)
     with torch.no_grad():
         state = optimizer.state[next(model.parameters())]  # AdamW's count moves with the job's state
