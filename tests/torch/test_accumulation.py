@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,10 +16,10 @@ import torch
 from dlsched.torch.accumulation import micro_count, split_share
 from dlsched.torch.adaptive_batch import MIN_SAMPLES, AdaptiveBatch
 from dlsched.train.data import committed_sample_ids
-from tests.torch.test_adaptive_batch import _noise
-from tests.torch.test_elastic_script import BATCH, SAMPLES, resize_through, start_script, steps, val_curve
 from dlsched.train.files import read_progress
-from tests.train.helpers import events, finish, wait_for_event, wait_for_step
+from tests.torch.test_adaptive_batch import _noise
+from tests.torch.test_elastic_script import BATCH, SAMPLES, SCRIPT, resize_through, start_script, steps, val_curve
+from tests.train.helpers import REPO, events, finish, wait_for_event, wait_for_step
 
 STEPS = 2 * SAMPLES // BATCH  # optimizer steps in 2 epochs
 
@@ -42,6 +45,29 @@ def test_the_adaptive_batch_may_choose_accumulation_past_the_local_bound():
     grown = accumulating.decide(8, 2, 8, noisy)
     assert grown is not None and grown.to_batch > 8 and grown.goodput > grown.from_goodput
     assert accumulating.feasible(64, 2, 8) == 64 and plain.feasible(64, 2, 8) == 8
+
+
+def test_the_specs_max_local_batch_reaches_a_script_jobs_workers_and_is_refused_for_make_job(tmp_path):
+    from dlsched.backends.base import Launch, runtime_command
+    from dlsched.errors import UserError
+    from dlsched.spec import load_job_spec
+    from dlsched.train.protocol import WorkerEnv
+    from dlsched.train.run import parse_args
+
+    script = load_job_spec("name: s\ncommand: [python, train.py]\nmax_local_batch: 16\n")
+    cmd = runtime_command(["rt"], Launch(1, script, tmp_path, 2, None))
+    assert cmd[cmd.index("--max-local-batch") + 1] == "16" and cmd.index("--max-local-batch") < cmd.index("--")
+    made = load_job_spec("name: m\nentry: examples/mlp.py:make_job\nmax_local_batch: 16\n")
+    assert "--max-local-batch" not in runtime_command(["rt"], Launch(1, made, tmp_path, 2, None))
+    opts = parse_args(["--job-dir", str(tmp_path), "--workers", "2", *cmd[cmd.index("--max-local-batch"):]])
+    worker = WorkerEnv("127.0.0.1:1", 0, 0, str(tmp_path), 1, opts.max_local_batch)
+    assert WorkerEnv.from_env(worker.as_env()) == worker
+    assert WorkerEnv.from_env(WorkerEnv("h:1", 0, 0, "d").as_env()).max_local_batch is None
+    for argv, needle in ((["--max-local-batch", "0", "--", "python", "x.py"], "--max-local-batch 0: must be >= 1"),
+                         (["--max-local-batch", "4", "--entry", "x.py:make_job"], "--max-local-batch 4: for a script")):
+        with pytest.raises(UserError, match=needle) as e:
+            parse_args(["--job-dir", str(tmp_path), "--workers", "1", *argv])
+        assert "\n" not in str(e.value)
 
 
 def _last_metrics(job_dir) -> dict:
@@ -151,3 +177,42 @@ def test_sigkill_of_a_worker_mid_accumulation_resumes_from_the_checkpoint_exactl
     assert _last_metrics(job_dir)["optimizer_steps"] == STEPS - restored    # the respawned workers' own steps
     # tolerance: float32 sums in another order (micro-batches, all-reduce over 3 ranks) only
     assert val_curve(job_dir)[-1] == pytest.approx(val_curve(ref_dir)[-1], rel=1e-3)
+
+
+@pytest.mark.slow
+def test_the_specs_max_local_batch_is_the_loaders_default_and_the_scripts_own_wins(tmp_path):
+    """A spec's max_local_batch (``dlsched train --spec``) reaches a loader that passes none: 96 samples at
+    batch 8 on one worker come as 4 micro-batches of 2 per step. A loader's own ``max_local_batch=4`` wins
+    over the runtime's 2 (2 micro-batches per step). Either way one optimizer step per global batch."""
+    spec, by_spec, by_script = tmp_path / "job.yaml", tmp_path / "spec", tmp_path / "script"
+    spec.write_text(f"name: acc\ncommand: [python, {SCRIPT}, --samples, '96', --batch, '8', --epochs, '1']\n"
+                    "max_local_batch: 2\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--spec", str(spec), "--job-dir", str(by_spec)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "dlsched.train.run", "--job-dir", str(by_script), "--workers", "1",
+                             "--threads", "1", "--max-local-batch", "2", "--", "python", SCRIPT, "--samples", "96",
+                             "--batch", "8", "--epochs", "1", "--max-local-batch", "4"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finish(proc, timeout=300)
+    for job_dir, micro in ((by_spec, 4), (by_script, 2)):
+        metrics = _last_metrics(job_dir)
+        assert (metrics["loader_batches"], metrics["optimizer_steps"], metrics["adam_steps"]) == (12 * micro, 12, 12)
+
+
+@pytest.mark.slow
+def test_a_training_forward_that_bypasses_the_wrapper_is_refused_in_one_line():
+    """``model.module(x)`` on an accumulating step's second micro-batch would let ``zero_grad`` clear the first
+    (and skip the all-reduce): the script stops there with one line naming the call. Copies of the model
+    (deepcopy, a pickled one) and a no_grad call on the wrapped one run as before."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DLSCHED")}
+    env["PYTHONPATH"] = str(REPO / "src")
+    r = subprocess.run([sys.executable, str(Path(SCRIPT).with_name("direct_call_script.py"))], env=env,
+                       capture_output=True, text=True, timeout=300)
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode != 0 and "not refused" not in r.stderr, r.stderr[-2000:]
+    assert last.endswith("UserError: ElasticDataParallel: model.module(...) was called in a training step; call "
+                         "the wrapper, model(...): a direct call skips the gradient all-reduce and accumulation "
+                         "(zero_grad would clear the step's micro-batches)"), r.stderr[-2000:]
+    assert "direct_call_script.py\", line" in r.stderr   # the traceback points at the user's line

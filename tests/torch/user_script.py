@@ -55,7 +55,9 @@ steps = args.epochs * -(-args.samples // args.batch)
 scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps)
 
 for epoch in dt.remaining_epochs(args.epochs):
+    loader_batches = 0  # what the loader yielded this epoch: micro-batches where it accumulates
     for xb, yb in loader:
+        loader_batches += 1
         if not args.zero_grad_last:
             optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(xb).squeeze(1), yb)
@@ -77,4 +79,5 @@ for epoch in dt.remaining_epochs(args.epochs):
     with torch.no_grad():
         state = optimizer.state[next(model.parameters())]  # AdamW's count moves with the job's state
         dt.report(val_mse=nn.functional.mse_loss(model(x).squeeze(1), y).item(), optimizer_steps=len(optimizer_steps),
+                  loader_batches=loader_batches,
                   **({"adam_steps": state["step"]} if "step" in state else {}))

@@ -115,6 +115,8 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
         cmd += ["--checkpoint-uri", launch.spec.checkpoint_uri]
     for k, v in launch.spec.params.items():
         cmd += ["--param", f"{k}={v}"]
+    if launch.spec.command is not None and launch.spec.max_local_batch is not None:
+        cmd += ["--max-local-batch", str(launch.spec.max_local_batch)]   # ElasticDataLoader's default
     if launch.spec.command is not None:
         cmd += ["--", *launch.spec.command]
     return cmd

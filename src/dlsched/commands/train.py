@@ -15,6 +15,8 @@ def register(app: typer.Typer) -> None:
                                     "path or file:// URI; default for a script: dlsched-runs/<script>-<time>"),
         workers: int = typer.Option(1, help="worker processes"),
         batch_size: int = typer.Option(None, help="global batch (default: the job's)"),
+        max_local_batch: int = typer.Option(None, "--max-local-batch", help="a script's: the most samples per "
+                                            "forward/backward (ElasticDataLoader's default; past it, accumulated)"),
         param: list[str] = typer.Option([], help="job parameter key=value (repeatable)"),
         batch_mode: str = typer.Option("fixed-global", help="fixed-global or fixed-local"),
         ckpt_every: int = typer.Option(20, help="checkpoint interval in steps (0 = never)"),
@@ -34,7 +36,7 @@ def register(app: typer.Typer) -> None:
         checkpoint_uri: str = typer.Option(None, "--checkpoint-uri", help="checkpoint location: a path or fsspec "
                                            "URI (file://, s3://... with its driver); default JOB_DIR/ckpt"),
         spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): entry, params, gpus, batch_size, "
-                                  "strategy/servers/sync and autoscale replace the options above"),
+                                  "max_local_batch, strategy/servers/sync and autoscale replace the options above"),
     ) -> None:
         """Train a job with elastic all-reduce workers or a parameter server (--strategy ps); resize via control.json."""
         import sys
@@ -54,6 +56,7 @@ def register(app: typer.Typer) -> None:
             script = js.command is not None
             entry = list(js.command) if script else [js.entry]
             param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
+            max_local_batch = js.max_local_batch if script else None  # a make_job job's limit is its TrainJob's
             strategy, servers, sync, sparse = js.strategy, js.num_servers or 1, js.sync, js.sparse
             checkpoint_uri = js.checkpoint_uri or checkpoint_uri
             workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
@@ -84,6 +87,8 @@ def register(app: typer.Typer) -> None:
             argv += ["--batch-size", str(batch_size)]
         if checkpoint_uri:
             argv += ["--checkpoint-uri", checkpoint_uri]
+        if max_local_batch is not None:
+            argv += ["--max-local-batch", str(max_local_batch)]
         for p in param:
             argv += ["--param", p]
         if script:

@@ -21,7 +21,8 @@ from dlsched.train.data import rank_shares
 
 
 class ElasticDataLoader:
-    """``batch_size`` is the global batch at which the script's LR is given; the scheduler may change it."""
+    """``batch_size`` is the global batch at which the script's LR is given; the scheduler may change it.
+    ``max_local_batch`` left out: the job spec's (``dlsched train --max-local-batch``), else no accumulation."""
 
     def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
                  max_local_batch: int | None = None, **loader_kwargs: Any):
@@ -33,6 +34,8 @@ class ElasticDataLoader:
         self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
         self._session = current_session()
         self._session.attach_loader(len(dataset), batch_size, shuffle, seed)
+        if max_local_batch is None and self._session.env is not None:  # the job spec's, unless the script's
+            max_local_batch = self._session.env.max_local_batch
         self._session.micro.max_local_batch = max_local_batch  # past it, a rank's share is accumulated
 
     def autoscale_batch_size(self, max_batch_size: int, local_bsz_bounds: tuple[int | None, int | None] | None = None,

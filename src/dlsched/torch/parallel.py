@@ -11,6 +11,7 @@ batch sizes; the halves also see per-half batch-norm statistics on those steps.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -31,6 +32,31 @@ def _cat(a: Any, b: Any) -> Any:
     if isinstance(a, dict):
         return {k: _cat(a[k], b[k]) for k in a}
     raise TypeError(f"cannot join model outputs of type {type(a).__name__}")
+
+
+class _DirectCallGuard:
+    """A forward pre-hook on the user's model: a training forward inside a step that bypasses the wrapper
+    (``model.module(x)``) would skip DDP's all-reduce, the micro-batch weights and the forward count that keeps
+    ``zero_grad`` from clearing an accumulation, so it is refused. A copy of the model (``deepcopy``: an EMA or
+    target network) is not the wrapped one and runs freely; a pickled one carries no guard."""
+
+    def __init__(self, wrapper: "ElasticDataParallel | None"):
+        self.wrapper = weakref.ref(wrapper) if wrapper is not None else type(None)  # None: guards nothing
+
+    def __call__(self, module: nn.Module, args: tuple) -> None:
+        edp = self.wrapper()
+        if edp is None or edp._inside or module is not edp.module:
+            return
+        if module.training and torch.is_grad_enabled() and edp._session.open is not None:
+            raise UserError("ElasticDataParallel: model.module(...) was called in a training step; call the wrapper, "
+                            "model(...): a direct call skips the gradient all-reduce and accumulation (zero_grad "
+                            "would clear the step's micro-batches)")
+
+    def __deepcopy__(self, memo: dict) -> "_DirectCallGuard":
+        return self
+
+    def __reduce__(self):
+        return type(self), (None,)
 
 
 def _halves(x: Any, n: int, h: int) -> tuple[Any, Any]:
@@ -64,6 +90,8 @@ class ElasticDataParallel(nn.Module):
         self._synced: tuple | None = None  # (|g_B|², GradScaler scale, n, micro-batches): for after the all-reduce
         self._split: tuple | None = None
         self._measured_step = -1
+        object.__setattr__(self, "_inside", False)  # in forward: the user's model is called through the wrapper
+        module.register_forward_pre_hook(_DirectCallGuard(self))
 
     # -- generations -----------------------------------------------------------------------------------
     def _wrap(self, world: int) -> None:
@@ -78,6 +106,13 @@ class ElasticDataParallel(nn.Module):
 
     # -- forward ---------------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        object.__setattr__(self, "_inside", True)
+        try:
+            return self._forward(args, kwargs)
+        finally:
+            object.__setattr__(self, "_inside", False)
+
+    def _forward(self, args: tuple, kwargs: dict) -> Any:
         s = self._session
         training = self.training and torch.is_grad_enabled() and s.open is not None
         micro = s.micro

@@ -89,6 +89,7 @@ class Options:
     standby: int = 0  # workers kept started and prepared, so a scale-out waits only for the broadcast
     launcher: str = field(default_factory=default_launcher)  # "local" (forked here) or "ray" (one actor per bundle)
     checkpoint_uri: str | None = None  # a path or fsspec URI (dlsched.train.storage); None = DIR/ckpt
+    max_local_batch: int | None = None  # a script's: ElasticDataLoader's default (the spec's max_local_batch)
 
     def __post_init__(self) -> None:
         if self.launcher == "ray":

@@ -214,7 +214,7 @@ def json_schemas() -> dict[str, Any]:
 
 
 WORKER_ENV = {"store": "DLSCHED_STORE", "worker_id": "DLSCHED_WORKER_ID", "generation": "DLSCHED_GENERATION",
-              "job_dir": "DLSCHED_JOB_DIR", "threads": "DLSCHED_THREADS"}
+              "job_dir": "DLSCHED_JOB_DIR", "threads": "DLSCHED_THREADS", "max_local_batch": "DLSCHED_MAX_LOCAL_BATCH"}
 
 
 @dataclass(frozen=True)
@@ -226,17 +226,21 @@ class WorkerEnv:
     generation: int
     job_dir: str
     threads: int = 0
+    # the spec's max_local_batch: ElasticDataLoader's default (the loader needs it before the first plan)
+    max_local_batch: int | None = None
 
     def as_env(self) -> dict[str, str]:
-        return {name: str(getattr(self, k)) for k, name in WORKER_ENV.items()}
+        return {name: "" if getattr(self, k) is None else str(getattr(self, k)) for k, name in WORKER_ENV.items()}
 
     @classmethod
     def from_env(cls, env) -> "WorkerEnv | None":
         """None outside the scheduler: the script then runs standalone with one worker."""
         if WORKER_ENV["store"] not in env:
             return None
+        max_local = env.get(WORKER_ENV["max_local_batch"])
         return cls(env[WORKER_ENV["store"]], int(env[WORKER_ENV["worker_id"]]), int(env[WORKER_ENV["generation"]]),
-                   env[WORKER_ENV["job_dir"]], int(env.get(WORKER_ENV["threads"], "0")))
+                   env[WORKER_ENV["job_dir"]], int(env.get(WORKER_ENV["threads"], "0")),
+                   int(max_local) if max_local else None)
 
 
 if __name__ == "__main__":

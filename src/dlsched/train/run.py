@@ -34,6 +34,9 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     ap.add_argument("--batch-size", type=int, default=None, help="global batch (default: the job's)")
     ap.add_argument("--reference-batch-size", type=int, default=None,
                     help="global batch the job's lr is given at (default: the job's batch_size); the spec's batch_size")
+    ap.add_argument("--max-local-batch", type=int, default=None,
+                    help="a script's: the most samples per forward/backward, ElasticDataLoader's default (past it a "
+                         "worker's share is accumulated); the spec's max_local_batch")
     ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--batch-mode", choices=[m.value for m in BatchMode], default=BatchMode.FIXED_GLOBAL.value)
     ap.add_argument("--ckpt-every", type=int, default=20, help="checkpoint interval in steps (0 = never)")
@@ -67,13 +70,18 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
         raise UserError(f"--workers {a.workers}: must be >= 1")
     if a.strategy == "fleet":
         return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
-    for flag, value in (("--batch-size", a.batch_size), ("--reference-batch-size", a.reference_batch_size)):
+    for flag, value in (("--batch-size", a.batch_size), ("--reference-batch-size", a.reference_batch_size),
+                        ("--max-local-batch", a.max_local_batch)):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
+    if a.max_local_batch is not None and command is None:
+        raise UserError(f"--max-local-batch {a.max_local_batch}: for a script after '--' (a make_job job sets "
+                        "TrainJob.max_local_batch)")
     return Options(job_dir=a.job_dir, entry=a.entry, command=command, workers=a.workers, batch_size=a.batch_size, reference_batch=a.reference_batch_size,
                    params=parse_params(a.param), batch_mode=BatchMode(a.batch_mode), ckpt_every=a.ckpt_every,
                    threads=a.threads, record_samples=a.record_samples, checkpoint_uri=a.checkpoint_uri,
-                   standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers)
+                   standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers,
+                   max_local_batch=a.max_local_batch)
 
 
 def main(argv: list[str] | None = None) -> int:

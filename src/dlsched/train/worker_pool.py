@@ -34,7 +34,7 @@ class WorkerPool:
             wid, self.next_wid = self.next_wid, self.next_wid + 1
             log = self.dir / "logs" / f"worker-{wid}.log"
             if self.o.command:
-                spec = WorkerEnv(store, wid, generation, str(self.dir), threads)
+                spec = WorkerEnv(store, wid, generation, str(self.dir), threads, self.o.max_local_batch)
             else:
                 spec = ["--store", store, "--worker-id", str(wid), "--generation", str(generation),
                         "--job-dir", str(self.dir), "--entry", self.o.entry, "--params", json.dumps(self.o.params),
