@@ -459,6 +459,25 @@ def test_without_remaining_work_a_larger_request_ages_a_job_faster():
         make_policy("goodput", request_prior=-1.0)
 
 
+def test_without_remaining_work_a_waiting_job_displaces_a_running_one_only_past_a_margin():
+    # duration jobs (Philly's) on one 4-GPU node, each wanting all 4: run-time aging lowers the running job's weight
+    # every round, so without a margin two near-equal jobs swap (and restart) round after round
+    from dlsched.sim.throughput import LinearThroughput
+
+    def duration_job(i, ran):
+        return JobView(id=f"j{i}", submit_time=0.0, requested_gpus=4, run_time=ran, speed=LinearThroughput(4))
+
+    cluster = ClusterView.homogeneous(1, 4, now=7200.0)
+    waiting = duration_job(1, 600.0)
+    near = running(duration_job(0, 700.0), 4, None)           # weight 2 % below the waiting job's
+    assert make_policy("goodput").decide((near, waiting), cluster).gpus("j0") == 4
+    assert make_policy("goodput", aging_hysteresis=0.0).decide((near, waiting), cluster).gpus("j1") == 4
+    far = running(duration_job(0, 3000.0), 4, None)           # ran far longer: the waiting job goes first
+    assert make_policy("goodput").decide((far, waiting), cluster).gpus("j1") == 4
+    with pytest.raises(ValueError, match="aging_hysteresis"):
+        make_policy("goodput", aging_hysteresis=-0.1)
+
+
 def test_restart_budget_keeps_young_and_often_restarted_jobs_and_lets_old_ones_move():
     # Pollux's penalty: a move is worth max(age - n R, 0) / (age + R); alone on 4 GPUs a linear job wants them all
     speed = StepProfile(allreduce=0.0)

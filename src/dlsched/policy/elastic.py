@@ -64,14 +64,18 @@ class ElasticPolicy(Policy):
     def __init__(self, name: str = "elastic", fixed_batch: bool = False, value: ValueFn = throughput_value,
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
-                 packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0):
+                 packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
+                 aging_hysteresis: float = 0.0):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
         if not (fairness == 1 or fairness < 0):
             raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
         if request_prior < 0:
             raise ValueError(f"request_prior must be >= 0, got {request_prior}")
+        if aging_hysteresis < 0:
+            raise ValueError(f"aging_hysteresis must be >= 0, got {aging_hysteresis}")
         self.request_prior = request_prior
+        self.aging_hysteresis = aging_hysteresis
         self.restart_budget = restart_budget
         self.fair_share_base = fair_share_base
         # the DP values g GPUs on ceil(g / node size) nodes: best fit keeps whole nodes free so placements match it
@@ -123,7 +127,7 @@ class ElasticPolicy(Policy):
         return None
 
     def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, ref: float, scale: float, gpu_type: str,
-               node_size: int, cur_type: str | None, now: float) -> np.ndarray:
+               node_size: int, cur_type: str | None, now: float, aging: bool = False) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
         n = len(raw.values)
         weight = ref / scale
@@ -139,7 +143,7 @@ class ElasticPolicy(Policy):
             return u                   # waiting: no hysteresis, no pinning
         running = True
         running_here = cur_type == gpu_type
-        bonus = self._stay_bonus(job, gc, now) if running_here else 0.0
+        bonus = self._stay_bonus(job, gc, now, aging) if running_here else 0.0
         if running and (not job.preemptible or math.isinf(bonus)):
             keep = np.full_like(u, NEG_INF)
             if running_here and gc < len(u):
@@ -163,13 +167,17 @@ class ElasticPolicy(Policy):
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(speedup > 0, 2.0 - np.power(np.maximum(speedup, 1e-300), self.fairness), NEG_INF)
 
-    def _stay_bonus(self, job: JobView, held: int, now: float) -> float:
+    def _stay_bonus(self, job: JobView, held: int, now: float, aging: bool = False) -> float:
         """Relative speed-up a running job's rescale must bring: the hysteresis, or more when the job is close to
         done. A rescale stalls it R seconds (checkpoint-restart), so with T seconds left it pays only if the new
         rate is T / (T - R) times the current one; never when T <= R (returns inf: keep it). R is the pause the
         driver measured (``attrs["restart_s"]``: the live loop's median resize delay, the simulator's penalty),
-        else ``restart_cost``: a 30 s guess kept a short live job, whose resizes take 1-2 s, at 1 GPU."""
-        bonus = self.hysteresis
+        else ``restart_cost``: a 30 s guess kept a short live job, whose resizes take 1-2 s, at 1 GPU. ``aging``:
+        weights come from run time (no job knows its remaining work), so every running job's weight falls each
+        round against the waiting ones' and, without a margin, near-equal jobs swap places round after round
+        (processor sharing paid in restarts: 83 restarts a job on a Philly slice, docs/policies.md);
+        ``aging_hysteresis`` is that margin."""
+        bonus = max(self.hysteresis, self.aging_hysteresis) if aging else self.hysteresis
         restart = float(job.attrs.get("restart_s", self.restart_cost)) if self.restart_cost > 0 else 0.0
         if self.restart_budget and restart > 0 and "restarts" in job.attrs:
             bonus = max(bonus, restart_budget_bonus(job, restart, now))
@@ -234,12 +242,13 @@ class ElasticPolicy(Policy):
             capacity, node_size = {first: total}, {first: max(node_size.values())}
             type_of = {name: first for name in type_of}
         scale = self._scales(elastic, refs)
+        aging = self.urgency != 0 and not any(j.remaining_samples for j in elastic)
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
             for t in types:
                 curves[job.id, t] = self._curve(job, rng, raws[job.id, t], ref, scale[job.id], t, node_size[t],
-                                                cur, cluster.now)
+                                                cur, cluster.now, aging)
                 if not hetero:
                     continue
                 v0 = raws[job.id, t].values[g0]
