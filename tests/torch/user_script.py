@@ -5,6 +5,7 @@ No checkpoint code: the model, AdamW/SGD and OneCycleLR are registered by dlsche
 """
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -29,9 +30,21 @@ ap.add_argument("--report-lr", action="store_true", help="report the scheduler's
 ap.add_argument("--max-local-batch", type=int, default=None, help="accumulate a larger local share (no_sync)")
 ap.add_argument("--scaler", action="store_true", help="step through a GradScaler (loss scaled by 2**10)")
 ap.add_argument("--zero-grad-last", action="store_true", help="zero_grad after the step, not before the forward")
-ap.add_argument("--slow-mid-step", action="store_true",
-                help="sleep --step-s only between a step's micro-batches (a kill then lands mid-accumulation)")
+ap.add_argument("--hold-file", default="", help="rank 1 writes its pid here and waits to be killed ...")
+ap.add_argument("--hold-at-step", type=int, default=0, help="... after this step's first micro-batch (once: the file)")
 args = ap.parse_args()
+
+
+def hold(path: str) -> None:
+    """Wait to be SIGKILLed holding half a step's gradient; the pid in ``path`` tells the test whom."""
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    parent, end = os.getppid(), time.monotonic() + 300
+    while os.getppid() == parent and time.monotonic() < end:  # bounded: an orphan ends
+        time.sleep(0.05)
+    sys.exit(1)
+
 
 dt.init(ckpt_every=args.ckpt_every)
 g = torch.Generator().manual_seed(0)
@@ -73,8 +86,10 @@ for epoch in dt.remaining_epochs(args.epochs):
         if args.zero_grad_last:
             optimizer.zero_grad()
         dt.report(loss=loss.item(), **({"lr": scheduler.get_last_lr()[0]} if args.report_lr else {}))
-        slow_now = loader.accumulating or not args.slow_mid_step
-        if args.step_s and slow_now and (not args.slow_file or os.path.exists(args.slow_file)):
+        if (args.hold_file and loader.accumulating and dt.rank() == 1 and not os.path.exists(args.hold_file)
+                and dt.current_session().step + 1 == args.hold_at_step):
+            hold(args.hold_file)
+        if args.step_s and (not args.slow_file or os.path.exists(args.slow_file)):
             time.sleep(args.step_s)
     with torch.no_grad():
         state = optimizer.state[next(model.parameters())]  # AdamW's count moves with the job's state
