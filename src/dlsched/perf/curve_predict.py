@@ -2,6 +2,10 @@
 calibrated 80 % intervals. The one entry point the CLI (``dlsched predict curve``), the service and the
 simulator use: ``predict_curve``.
 
+Fit window: the models are fitted from the end of the LR warm-up and of a slow start on (``perf.fit_window``:
+convex laws fitted through those points extrapolate a floor far too high); the anchor, the noise and the
+crossing still read the newest points of the whole prefix.
+
 Model choice (held-out validation on the prefix): the schedule-aware annealing law (``perf.annealing``) and
 Optimus (``perf.convergence``) are both fitted to the first 75 % of the observed points and scored on the
 rest; the lower RMSE wins and is refitted on every point. Optimus only competes while the LR stays constant
@@ -30,6 +34,7 @@ from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
 from dlsched.perf.first_passage import first_passage, logged_noise
+from dlsched.perf.fit_window import fit_start
 from dlsched.perf.schedule import Schedule
 
 METRICS = ("loss", "error", "accuracy")
@@ -173,7 +178,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     if isinstance(prior, str):
         prior = cal.curve_prior(metric, schedule)
     B, x_now = schedule.budget, float(x[-1])
-    name, fitted = choose_model(x, y, schedule, prior)
+    start = fit_start(x, y, schedule, MIN_POINTS)   # past the warm-up and a slow start (``perf.fit_window``)
+    name, fitted = choose_model(x[start:], y[start:], schedule, prior)
     f = _as_function(fitted)
     grid = np.unique(np.concatenate([np.linspace(0.0, B, 1024), [x_now, B]]))
     curve = f(np.maximum(grid, 1e-9)) * anchor(x, y, f)

@@ -18,18 +18,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.ndimage import median_filter
 from scipy.optimize import nnls
 
 from dlsched.perf.convergence import LossCurve, fit_curve
 from dlsched.perf.efficiency import GradientNoise, efficiency
 from dlsched.perf.curve_predict import predict_curve
+from dlsched.perf.fit_window import convex_onset
 from dlsched.perf.schedule import Schedule, parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
 
 RECENT = 200          # the newest measurements describe the job as it runs now
 CURVE_BINS = 120      # loss points a curve fit sees at most (means over equal step ranges)
-ONSET_SPAN = 1 / 2    # the part of the observed steps in which a slow start may end
 
 
 @dataclass(frozen=True)
@@ -152,24 +151,6 @@ def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) 
     n = np.bincount(which, minlength=bins)
     keep = n > 0
     return (np.bincount(which, k, bins)[keep] / n[keep], np.bincount(which, l, bins)[keep] / n[keep])
-
-
-def convex_onset(k: np.ndarray, l: np.ndarray) -> int:
-    """Index of the first point the loss models describe: where the median-smoothed curve, past its steepest
-    descent in the first half of the steps seen, falls at half that rate. Both models are convex and decreasing,
-    but many runs start slowly (a plateau at the initial loss, a warm-up, a small initialisation) and only then
-    fall; fitted through that start, a convex curve misses both parts. A curve falling fastest at its start
-    keeps (nearly) every point."""
-    if len(k) < 8:
-        return 0
-    smooth = median_filter(l, size=max(3, len(l) // 10), mode="nearest")
-    slope = np.gradient(smooth, k)
-    early = int(np.searchsorted(k, k[0] + ONSET_SPAN * np.ptp(k), side="right"))
-    steepest = int(np.argmin(slope[:max(early, 1)]))
-    if steepest == 0:
-        return 0
-    eased = np.flatnonzero(slope[steepest:early] >= 0.5 * slope[steepest])
-    return steepest + int(eased[0]) if len(eased) else steepest
 
 
 def logged_schedule(recs: list[dict], budget: float) -> Schedule | None:

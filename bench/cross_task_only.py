@@ -1,0 +1,47 @@
+"""The general case of ``bench/prediction_accuracy.py`` alone, in under a minute: each development curve
+predicted with the α/drop prior of the *other tasks'* finished fits (no level), intervals calibrated
+leave-one-curve-out from the same predictions; the same functions as the full bench, so its figures are
+that bench's "cross-task only" rows. For trying a model change side by side with the current one.
+
+Run: PYTHONPATH=src python bench/cross_task_only.py [-v]   (-v: the final error per curve and fraction)
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "curves"))
+
+import prediction_accuracy as pa  # noqa: E402
+from dev_set import dev_curves  # noqa: E402
+
+
+def cross_task_rows() -> pd.DataFrame:
+    curves = dev_curves()
+    cross_of = pa.cross_task_prior(curves)
+    blind = pa.calibration_records(curves, cross_of)
+    cals = {c.name: pa.calibrate(pa.others(blind, c.name)) for c in curves}
+    return pd.DataFrame([pa.evaluate(c, f, cals[c.name], cross_of(c)) for c in curves for f in pa.FRACTIONS])
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    d = cross_task_rows()
+    print("cross-task only, per fraction: median final / steps-to-95 % error, steps rows, 80 % coverage final/steps, "
+          "wrongly unreachable")
+    for f in pa.FRACTIONS:
+        b = d[d.observed == f]
+        print(f"  after {int(100 * f):2d} %: {pa.pct(b.final_err.median())} / {pa.pct(b.steps_err.median())}"
+              f"  n={b.steps_err.notna().sum()}  coverage {pa.pct(b.final_cov.mean())} /"
+              f" {pa.pct(b.steps_cov.dropna().astype(float).mean())}  unreachable {int(b.unreachable.sum())}")
+    print(f"  ({time.perf_counter() - t0:.0f} s)")
+    if "-v" in sys.argv:
+        print(d.pivot(index="curve", columns="observed", values="final_err").map(pa.pct).to_string())
+
+
+if __name__ == "__main__":
+    main()
