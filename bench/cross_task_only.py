@@ -37,7 +37,8 @@ def main() -> None:
         b = d[d.observed == f]
         print(f"  after {int(100 * f):2d} %: {pa.pct(b.final_err.median())} / {pa.pct(b.steps_err.median())}"
               f"  n={b.steps_err.notna().sum()}  coverage {pa.pct(b.final_cov.mean())} /"
-              f" {pa.pct(b.steps_cov.dropna().astype(float).mean())}  unreachable {int(b.unreachable.sum())}")
+              f" {pa.pct(b.steps_cov.dropna().astype(float).mean())}  unreachable {int(b.unreachable.sum())}"
+              f"  (one logging interval: {pa.pct(b.grain.median())} of the remaining)")
     print(f"  ({time.perf_counter() - t0:.0f} s)")
     if "-v" in sys.argv:
         print(d.pivot(index="curve", columns="observed", values="final_err").map(pa.pct).to_string())
