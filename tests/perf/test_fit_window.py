@@ -37,3 +37,4 @@ def test_a_warm_up_the_law_does_not_describe_does_not_bend_the_prediction():
     seen = x <= 300
     p = predict_curve(x[seen], y[seen], s, prior=CurvePrior(alpha=0.7, drop=0.1))
     assert p.final_value == pytest.approx(y[-1], rel=0.03)
+    assert p.curve_x[0] == 100                 # the curve is drawn from the first point fitted, not through the warm-up

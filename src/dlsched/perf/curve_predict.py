@@ -75,7 +75,7 @@ class CurvePrediction:
     target_step: float | None           # x at which the target is reached; None when unreachable
     steps_to_target: float | None       # target_step − x_now
     interval_80: tuple[float, float] | None   # for steps_to_target
-    curve_x: np.ndarray                 # predicted curve over [0, budget] (user's metric)
+    curve_x: np.ndarray                 # predicted curve from the first fitted x to the budget (user's metric)
     curve_y: np.ndarray
     fitted: AnnealingCurve | None = None   # the annealing fit (its α and c feed ``perf.prior``); None: Optimus
     p_reach: float | None = None        # chance the run reaches the target by the budget (calibrated final band)
@@ -181,7 +181,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     start = fit_start(x, y, schedule, MIN_POINTS)   # past the warm-up and a slow start (``perf.fit_window``)
     name, fitted = choose_model(x[start:], y[start:], schedule, prior)
     f = _as_function(fitted)
-    grid = np.unique(np.concatenate([np.linspace(0.0, B, 1024), [x_now, B]]))
+    # the curve from the first point fitted on: before it (a warm-up, a slow start) the law describes nothing
+    grid = np.unique(np.concatenate([np.linspace(float(x[start]), B, 1024), [x_now, B]]))
     curve = f(np.maximum(grid, 1e-9)) * anchor(x, y, f)
     frac = min(1.0, x_now / B)
     if prior is not None and prior.final is not None and x_now < B:

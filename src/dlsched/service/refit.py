@@ -170,7 +170,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
              schedule: str | Schedule | None = None, target_loss: float | None = None, prior=None) -> dict | None:
     """The Optimus fit (``beta0, beta1, beta2, scale, rmse``) and, when the job's step budget is known, the
     schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
-    ``curve`` ([step, loss] from the first step fitted (``convex_onset``) to the budget), ``final``, ``final_80``
+    ``curve`` ([step, loss] from the first step fitted (``convex_onset``, then past an LR warm-up:
+    ``perf.fit_window``) to the budget), ``final``, ``final_80``
     and, for a ``target_loss``, ``target_step`` (None: unreachable), and the annealing fit's ``alpha`` and ``drop`` (what a
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default:
@@ -193,7 +194,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
             p = predict_curve(k, l, sched, target=target_loss, prior=prior or "shipped")
         except ValueError:
             return out
-        grid = np.linspace(k[0], budget_steps, 121)
+        grid = np.linspace(max(k[0], float(p.curve_x[0])), budget_steps, 121)   # from the first point fitted
         out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80),
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
                    target_step=p.target_step)
