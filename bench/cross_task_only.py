@@ -3,10 +3,14 @@ predicted with the α/drop prior of the *other tasks'* finished fits (no level),
 leave-one-curve-out from the same predictions; the same functions as the full bench, so its figures are
 that bench's "cross-task only" rows. For trying a model change side by side with the current one.
 
-Run: PYTHONPATH=src python bench/cross_task_only.py [-v]   (-v: the final error per curve and fraction)
+Run: PYTHONPATH=src python bench/cross_task_only.py [-v] [--own alpha|drop]
+(-v: the final error per curve and fraction; --own: a diagnostic, not a prediction: that one shape number from
+the curve's own full fit, held tight, the other from the other tasks, as the bench's ceiling row does for both)
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import sys
 import time
 from pathlib import Path
@@ -20,9 +24,23 @@ import prediction_accuracy as pa  # noqa: E402
 from dev_set import dev_curves  # noqa: E402
 
 
-def cross_task_rows() -> pd.DataFrame:
+def own(curves, cross_of, which: str):
+    """The cross-task prior with the curve's own full-fit α or drop (``which``) held tight (not a prediction)."""
+    fits = pa.full_fits(curves)
+
+    def prior(c):
+        f, p = fits[c.name], cross_of(c)
+        if which == "alpha":
+            return dataclasses.replace(p, alpha=f.alpha, alpha_sigma=0.05)
+        return dataclasses.replace(p, drop=f.drop, drop_sigma=0.01) if math.isfinite(f.drop) else p
+    return prior
+
+
+def cross_task_rows(own_shape: str | None = None) -> pd.DataFrame:
     curves = dev_curves()
     cross_of = pa.cross_task_prior(curves)
+    if own_shape is not None:
+        cross_of = own(curves, cross_of, own_shape)
     blind = pa.calibration_records(curves, cross_of)
     cals = {c.name: pa.calibrate(pa.others(blind, c.name)) for c in curves}
     return pd.DataFrame([pa.evaluate(c, f, cals[c.name], cross_of(c)) for c in curves for f in pa.FRACTIONS])
@@ -30,7 +48,12 @@ def cross_task_rows() -> pd.DataFrame:
 
 def main() -> None:
     t0 = time.perf_counter()
-    d = cross_task_rows()
+    which = sys.argv[sys.argv.index("--own") + 1] if "--own" in sys.argv else None
+    if which not in (None, "alpha", "drop"):
+        raise SystemExit(f"--own must be alpha or drop, got {which!r}")
+    d = cross_task_rows(which)
+    if which:
+        print(f"diagnostic, not a prediction: each curve's own full-fit {which}, the rest from the other tasks")
     print("cross-task only, per fraction: median final / steps-to-95 % error, steps rows, 80 % coverage final/steps, "
           "wrongly unreachable")
     for f in pa.FRACTIONS:
