@@ -17,6 +17,9 @@ Choices documented here:
   when the cluster gains more than h of that job's value; h = 5 %, or R / (T - R) when larger (R = restart_cost, a
   30 s stall per rescale; T = time left); never when T <= R. The batch at an unchanged g is kept unless another
   batch is 5 % faster.
+* ``release_horizon`` (off by default; docs/policies.md): taking GPUs from a running job helps the taker only until
+  the first other running job's predicted end frees capacity; over that horizon W the victim pays R / W of its
+  value at the smaller size (its pause now) and of its current value (its pause when regrown or resumed).
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
   When no job's speed model tells the types apart, the cluster is one pool and ``gpu_type`` is left to the driver.
@@ -65,7 +68,7 @@ class ElasticPolicy(Policy):
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
-                 aging_hysteresis: float = 0.0):
+                 aging_hysteresis: float = 0.0, release_horizon: bool = False):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
         if not (fairness == 1 or fairness < 0):
@@ -75,6 +78,7 @@ class ElasticPolicy(Policy):
         if aging_hysteresis < 0:
             raise ValueError(f"aging_hysteresis must be >= 0, got {aging_hysteresis}")
         self.request_prior = request_prior
+        self.release_horizon = release_horizon
         self.aging_hysteresis = aging_hysteresis
         self.restart_budget = restart_budget
         self.fair_share_base = fair_share_base
@@ -127,7 +131,8 @@ class ElasticPolicy(Policy):
         return None
 
     def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, ref: float, scale: float, gpu_type: str,
-               node_size: int, cur_type: str | None, now: float, aging: bool = False) -> np.ndarray:
+               node_size: int, cur_type: str | None, now: float, aging: bool = False,
+               release: float | None = None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
         n = len(raw.values)
         weight = ref / scale
@@ -152,8 +157,17 @@ class ElasticPolicy(Policy):
                 keep[0] = 0.0          # held elsewhere (or its size is no longer allowed): not on this type
             return keep
         if running_here and rng.g_min <= gc <= rng.g_max:
-            u[gc] = (self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
-                     * (1 + bonus) - TIE_BREAK * gc)
+            now_u = self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
+            u[gc] = now_u * (1 + bonus) - TIE_BREAK * gc
+            restart = self._restart_s(job)
+            if release is not None and restart > 0 and now_u > 0:
+                # Taking GPUs from it helps the taker only until capacity frees anyway (``release`` s: the
+                # first other running job's predicted end); over that horizon the victim pays its pause at the
+                # smaller size now and, regrown or resumed, again at its current one. Shifted by the
+                # preemption's cost so that waiting stays at 0 (the DP's convention; a constant per job).
+                cost = restart / max(release, restart)
+                u[:gc] -= np.maximum(u[:gc], 0.0) * cost
+                u[gc:] += now_u * cost
         return u
 
     def _utility(self, speedup):
@@ -178,17 +192,36 @@ class ElasticPolicy(Policy):
         (processor sharing paid in restarts: 83 restarts a job on a Philly slice, docs/policies.md);
         ``aging_hysteresis`` is that margin."""
         bonus = max(self.hysteresis, self.aging_hysteresis) if aging else self.hysteresis
-        restart = float(job.attrs.get("restart_s", self.restart_cost)) if self.restart_cost > 0 else 0.0
+        restart = self._restart_s(job)
         if self.restart_budget and restart > 0 and "restarts" in job.attrs:
             bonus = max(bonus, restart_budget_bonus(job, restart, now))
-        if restart > 0 and job.remaining_samples and job.current_batch_size:
-            rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
-            if rate > 0:
-                left = job.remaining_samples / rate
-                if left <= restart:
-                    return math.inf
-                bonus = max(bonus, restart / (left - restart))
+        left = self._time_left(job, held) if restart > 0 else None
+        if left is not None:
+            if left <= restart:
+                return math.inf
+            bonus = max(bonus, restart / (left - restart))
         return bonus
+
+    def _restart_s(self, job: JobView) -> float:
+        return float(job.attrs.get("restart_s", self.restart_cost)) if self.restart_cost > 0 else 0.0
+
+    @staticmethod
+    def _time_left(job: JobView, held: int) -> float | None:
+        """Predicted seconds to finish at ``held`` GPUs and the current batch; None when unknown."""
+        if not (held and job.remaining_samples and job.current_batch_size and job.speed is not None):
+            return None
+        rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
+        return job.remaining_samples / rate if rate > 0 else None
+
+    def _releases(self, jobs: list[JobView]) -> dict[str, float]:
+        """Per running job, when the first *other* running job is predicted to end (capacity frees then);
+        empty without ``release_horizon`` or when no job knows its remaining work."""
+        if not self.release_horizon:
+            return {}
+        lefts = sorted((t, j.id) for j in jobs if (t := self._time_left(j, j.num_gpus)) is not None)
+        if len(lefts) < 2:
+            return {}
+        return {j.id: lefts[1][0] if lefts[0][1] == j.id else lefts[0][0] for j in jobs if j.num_gpus}
 
     def _kept_value(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int, raw: JobCurve,
                     ref: float) -> float:
@@ -243,12 +276,13 @@ class ElasticPolicy(Policy):
             type_of = {name: first for name in type_of}
         scale = self._scales(elastic, refs)
         aging = self.urgency != 0 and not any(j.remaining_samples for j in elastic)
+        releases = self._releases(elastic)
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
             for t in types:
                 curves[job.id, t] = self._curve(job, rng, raws[job.id, t], ref, scale[job.id], t, node_size[t],
-                                                cur, cluster.now, aging)
+                                                cur, cluster.now, aging, releases.get(job.id))
                 if not hetero:
                     continue
                 v0 = raws[job.id, t].values[g0]
