@@ -17,9 +17,10 @@ Choices documented here:
   when the cluster gains more than h of that job's value; h = 5 %, or R / (T - R) when larger (R = restart_cost, a
   30 s stall per rescale; T = time left); never when T <= R. The batch at an unchanged g is kept unless another
   batch is 5 % faster.
-* ``release_horizon`` (off by default; docs/policies.md): taking GPUs from a running job helps the taker only until
-  the first other running job's predicted end frees capacity; over that horizon W the victim pays R / W of its
-  value at the smaller size (its pause now) and of its current value (its pause when regrown or resumed).
+* ``release_horizon`` (off by default; docs/policies.md): taking k GPUs from a running job helps the taker only
+  until k GPUs free anyway, W_k, when the other running jobs predicted to end first hold k GPUs between them; over
+  W_k the victim pays R / W_k of its value at the smaller size (its pause now) and of its current value (its pause
+  when regrown or resumed).
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
   When no job's speed model tells the types apart, the cluster is one pool and ``gpu_type`` is left to the driver.
@@ -132,7 +133,7 @@ class ElasticPolicy(Policy):
 
     def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, ref: float, scale: float, gpu_type: str,
                node_size: int, cur_type: str | None, now: float, aging: bool = False,
-               release: float | None = None) -> np.ndarray:
+               release: np.ndarray | None = None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
         n = len(raw.values)
         weight = ref / scale
@@ -161,13 +162,15 @@ class ElasticPolicy(Policy):
             u[gc] = now_u * (1 + bonus) - TIE_BREAK * gc
             restart = self._restart_s(job)
             if release is not None and restart > 0 and now_u > 0:
-                # Taking GPUs from it helps the taker only until capacity frees anyway (``release`` s: the
-                # first other running job's predicted end); over that horizon the victim pays its pause at the
+                # Taking k GPUs from it helps the taker only until k GPUs free anyway (W_k: when the other running
+                # jobs predicted to end first hold k between them); over W_k the victim pays its pause at the
                 # smaller size now and, regrown or resumed, again at its current one. Shifted by the
                 # preemption's cost so that waiting stays at 0 (the DP's convention; a constant per job).
-                cost = restart / max(release, restart)
-                u[:gc] -= np.maximum(u[:gc], 0.0) * cost
-                u[gc:] += now_u * cost
+                c0 = restart / max(float(release[0]), restart)
+                if gc > 1:
+                    cost = restart / np.maximum(release[1:], restart)
+                    u[1:gc] -= (np.maximum(u[1:gc], 0.0) + now_u) * cost
+                u[1:] += now_u * c0
         return u
 
     def _utility(self, speedup):
@@ -213,15 +216,28 @@ class ElasticPolicy(Policy):
         rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
         return job.remaining_samples / rate if rate > 0 else None
 
-    def _releases(self, jobs: list[JobView]) -> dict[str, float]:
-        """Per running job, when the first *other* running job is predicted to end (capacity frees then);
-        empty without ``release_horizon`` or when no job knows its remaining work."""
+    def _releases(self, jobs: list[JobView]) -> dict[str, np.ndarray]:
+        """Per running job, W_k for each smaller count g = 0..gc-1 (k = gc - g GPUs taken): when the other running
+        jobs have freed k GPUs by their predicted ends (inf: never). Empty without ``release_horizon`` or when fewer
+        than two running jobs know their remaining work. One vectorised pass over all jobs."""
         if not self.release_horizon:
             return {}
-        lefts = sorted((t, j.id) for j in jobs if (t := self._time_left(j, j.num_gpus)) is not None)
-        if len(lefts) < 2:
+        lefts = sorted((t, j.id, j.num_gpus) for j in jobs if (t := self._time_left(j, j.num_gpus)) is not None)
+        run = [j for j in jobs if j.num_gpus]
+        if len(lefts) < 2 or not run:
             return {}
-        return {j.id: lefts[1][0] if lefts[0][1] == j.id else lefts[0][0] for j in jobs if j.num_gpus}
+        ends = np.array([t for t, _, _ in lefts])
+        freed = np.cumsum([g for _, _, g in lefts])
+        place = {i: (p, g) for p, (_, i, g) in enumerate(lefts)}
+        gcs = np.array([j.num_gpus for j in run])
+        at, own = np.array([place.get(j.id, (len(ends), 0)) for j in run]).T
+        who = np.repeat(np.arange(len(run)), gcs)
+        k = gcs[who] - (np.arange(len(who)) - np.repeat(np.cumsum(gcs) - gcs, gcs))
+        first = np.searchsorted(freed, k)                       # among all, the first end that frees k
+        past = np.searchsorted(freed, k + own[who])             # past the job itself, less its own GPUs
+        idx = np.where(first < at[who], first, past)
+        w = np.where(idx < len(ends), ends[np.minimum(idx, len(ends) - 1)], np.inf)
+        return dict(zip((j.id for j in run), np.split(w, np.cumsum(gcs)[:-1])))
 
     def _kept_value(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int, raw: JobCurve,
                     ref: float) -> float:
