@@ -502,3 +502,56 @@ def test_fair_share_base_measures_speed_ups_against_an_even_share():
     alloc = policy.decide(jobs, cluster)
     assert alloc.gpus("j0") == alloc.gpus("j1") == 4
     assert not make_policy("goodput-fair", fair_share_base=False).fair_share_base
+
+
+def test_release_horizon_preempts_for_a_waiting_job_only_when_capacity_is_not_about_to_free():
+    # 2 GPUs, both held: a long job L (an hour left) and a job E. A waiting job S 2.25x shorter than L weighs
+    # sqrt(2.25) = 1.5x as much: SRPT hands it L's GPU. But when E ends in 40 s, S would get E's GPU then anyway;
+    # over those 40 s L pays its 30 s pause at the resume, 0.75 of its value: L keeps its GPU and S waits.
+    speed = StepProfile(allreduce=0.0)
+    rate = speed.throughput(1, 1, 128)
+    cluster = ClusterView.homogeneous(1, 2, now=3600.0)
+
+    def jobs(e_left, s_left=1600.0):
+        kw = dict(max_gpus=1, attrs={"restart_s": 30.0})
+        long_ = running(job(0, speed, remaining_samples=rate * 3600, **kw), 1, 128)
+        ending = running(job(1, speed, remaining_samples=rate * e_left, **kw), 1, 128, node="node0")
+        return long_, ending, job(2, speed, remaining_samples=rate * s_left, **kw)
+
+    soon, later = jobs(40.0), jobs(3600.0)
+    assert make_policy("goodput", release_horizon=False).decide(soon, cluster).gpus("j2") == 1
+    assert make_policy("goodput", release_horizon=True).decide(soon, cluster).gpus("j0") == 1
+    assert make_policy("goodput", release_horizon=True).decide(soon, cluster).gpus("j2") == 0
+    assert make_policy("goodput", release_horizon=True).decide(later, cluster).gpus("j2") == 1
+    # the same for a shrink: L on 2 of 3 GPUs gives its second one to S unless E is about to end
+    three = ClusterView.homogeneous(1, 3, now=3600.0)
+
+    def shrink_case(e_left, s_left=1600.0):
+        long_, ending, short = jobs(e_left, s_left)
+        wide = running(JobView(**{**long_.__dict__, "max_gpus": 2}), 2, 256)
+        return wide, ending, short
+
+    assert make_policy("goodput", release_horizon=True).decide(shrink_case(40.0), three).gpus("j0") == 2
+    alloc = make_policy("goodput", release_horizon=True).decide(shrink_case(1000.0), three)   # E outweighs S
+    assert (alloc.gpus("j0"), alloc.gpus("j2")) == (1, 1)
+    # S twice L's weight: its gain 2 against L's loss 1 + 0.75 x (1 now + 2 at the regrow) still keeps L whole
+    assert make_policy("goodput", release_horizon=True).decide(shrink_case(40.0, 900.0), three).gpus("j0") == 2
+    assert make_policy("goodput", release_horizon=False).decide(shrink_case(40.0, 900.0), three).gpus("j0") == 1
+
+
+def test_release_horizon_waits_for_as_many_gpus_as_it_takes():
+    # running jobs predicted to end in 40 s (1 GPU), 100 s (2 GPUs, the victim) and 3600 s (4 GPUs): taking 1 of
+    # the victim's GPUs is undone at 40 s, taking 2 only at 3600 s (the 40 s job frees one), 6 never
+    speed = StepProfile(allreduce=0.0)
+
+    def run_for(i, g, seconds):
+        return running(job(i, speed, remaining_samples=speed.throughput(g, 1, 128) * seconds, max_gpus=g), g, 128)
+
+    jobs = [run_for(0, 1, 40.0), run_for(1, 2, 100.0), run_for(2, 4, 3600.0), job(3, speed)]
+    policy = make_policy("goodput", release_horizon=True)
+    releases = policy._releases(jobs)                             # W for g = 0 .. held - 1 GPUs kept
+    assert set(releases) == {"j0", "j1", "j2"}                  # running jobs only
+    assert releases["j1"].tolist() == pytest.approx([3600.0, 40.0])
+    assert releases["j2"].tolist() == pytest.approx([math.inf, 100.0, 100.0, 40.0])   # others hold 3 GPUs
+    assert releases["j0"].tolist() == pytest.approx([100.0])
+    assert make_policy("goodput")._releases(jobs) == {}

@@ -17,6 +17,10 @@ Choices documented here:
   when the cluster gains more than h of that job's value; h = 5 %, or R / (T - R) when larger (R = restart_cost, a
   30 s stall per rescale; T = time left); never when T <= R. The batch at an unchanged g is kept unless another
   batch is 5 % faster.
+* ``release_horizon`` (off by default; docs/policies.md): taking k GPUs from a running job helps the taker only
+  until k GPUs free anyway, W_k, when the other running jobs predicted to end first hold k GPUs between them; over
+  W_k the victim pays R / W_k of its value at the smaller size (its pause now) and of its current value (its pause
+  when regrown or resumed).
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
   When no job's speed model tells the types apart, the cluster is one pool and ``gpu_type`` is left to the driver.
@@ -65,7 +69,7 @@ class ElasticPolicy(Policy):
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
-                 aging_hysteresis: float = 0.0):
+                 aging_hysteresis: float = 0.0, release_horizon: bool = False):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
         if not (fairness == 1 or fairness < 0):
@@ -75,6 +79,7 @@ class ElasticPolicy(Policy):
         if aging_hysteresis < 0:
             raise ValueError(f"aging_hysteresis must be >= 0, got {aging_hysteresis}")
         self.request_prior = request_prior
+        self.release_horizon = release_horizon
         self.aging_hysteresis = aging_hysteresis
         self.restart_budget = restart_budget
         self.fair_share_base = fair_share_base
@@ -127,7 +132,8 @@ class ElasticPolicy(Policy):
         return None
 
     def _curve(self, job: JobView, rng: BatchRange, raw: JobCurve, ref: float, scale: float, gpu_type: str,
-               node_size: int, cur_type: str | None, now: float, aging: bool = False) -> np.ndarray:
+               node_size: int, cur_type: str | None, now: float, aging: bool = False,
+               release: np.ndarray | None = None) -> np.ndarray:
         """Normalised value curve on one type, with the wait option, hysteresis and the non-preemptible rule."""
         n = len(raw.values)
         weight = ref / scale
@@ -152,8 +158,19 @@ class ElasticPolicy(Policy):
                 keep[0] = 0.0          # held elsewhere (or its size is no longer allowed): not on this type
             return keep
         if running_here and rng.g_min <= gc <= rng.g_max:
-            u[gc] = (self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
-                     * (1 + bonus) - TIE_BREAK * gc)
+            now_u = self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
+            u[gc] = now_u * (1 + bonus) - TIE_BREAK * gc
+            restart = self._restart_s(job)
+            if release is not None and restart > 0 and now_u > 0:
+                # Taking k GPUs from it helps the taker only until k GPUs free anyway (W_k: when the other running
+                # jobs predicted to end first hold k between them); over W_k the victim pays its pause at the
+                # smaller size now and, regrown or resumed, again at its current one. Shifted by the
+                # preemption's cost so that waiting stays at 0 (the DP's convention; a constant per job).
+                c0 = restart / max(float(release[0]), restart)
+                if gc > 1:
+                    cost = restart / np.maximum(release[1:], restart)
+                    u[1:gc] -= (np.maximum(u[1:gc], 0.0) + now_u) * cost
+                u[1:] += now_u * c0
         return u
 
     def _utility(self, speedup):
@@ -178,17 +195,49 @@ class ElasticPolicy(Policy):
         (processor sharing paid in restarts: 83 restarts a job on a Philly slice, docs/policies.md);
         ``aging_hysteresis`` is that margin."""
         bonus = max(self.hysteresis, self.aging_hysteresis) if aging else self.hysteresis
-        restart = float(job.attrs.get("restart_s", self.restart_cost)) if self.restart_cost > 0 else 0.0
+        restart = self._restart_s(job)
         if self.restart_budget and restart > 0 and "restarts" in job.attrs:
             bonus = max(bonus, restart_budget_bonus(job, restart, now))
-        if restart > 0 and job.remaining_samples and job.current_batch_size:
-            rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
-            if rate > 0:
-                left = job.remaining_samples / rate
-                if left <= restart:
-                    return math.inf
-                bonus = max(bonus, restart / (left - restart))
+        left = self._time_left(job, held) if restart > 0 else None
+        if left is not None:
+            if left <= restart:
+                return math.inf
+            bonus = max(bonus, restart / (left - restart))
         return bonus
+
+    def _restart_s(self, job: JobView) -> float:
+        return float(job.attrs.get("restart_s", self.restart_cost)) if self.restart_cost > 0 else 0.0
+
+    @staticmethod
+    def _time_left(job: JobView, held: int) -> float | None:
+        """Predicted seconds to finish at ``held`` GPUs and the current batch; None when unknown."""
+        if not (held and job.remaining_samples and job.current_batch_size and job.speed is not None):
+            return None
+        rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
+        return job.remaining_samples / rate if rate > 0 else None
+
+    def _releases(self, jobs: list[JobView]) -> dict[str, np.ndarray]:
+        """Per running job, W_k for each smaller count g = 0..gc-1 (k = gc - g GPUs taken): when the other running
+        jobs have freed k GPUs by their predicted ends (inf: never). Empty without ``release_horizon`` or when fewer
+        than two running jobs know their remaining work. One vectorised pass over all jobs."""
+        if not self.release_horizon:
+            return {}
+        lefts = sorted((t, j.id, j.num_gpus) for j in jobs if (t := self._time_left(j, j.num_gpus)) is not None)
+        run = [j for j in jobs if j.num_gpus]
+        if len(lefts) < 2 or not run:
+            return {}
+        ends = np.array([t for t, _, _ in lefts])
+        freed = np.cumsum([g for _, _, g in lefts])
+        place = {i: (p, g) for p, (_, i, g) in enumerate(lefts)}
+        gcs = np.array([j.num_gpus for j in run])
+        at, own = np.array([place.get(j.id, (len(ends), 0)) for j in run]).T
+        who = np.repeat(np.arange(len(run)), gcs)
+        k = gcs[who] - (np.arange(len(who)) - np.repeat(np.cumsum(gcs) - gcs, gcs))
+        first = np.searchsorted(freed, k)                       # among all, the first end that frees k
+        past = np.searchsorted(freed, k + own[who])             # past the job itself, less its own GPUs
+        idx = np.where(first < at[who], first, past)
+        w = np.where(idx < len(ends), ends[np.minimum(idx, len(ends) - 1)], np.inf)
+        return dict(zip((j.id for j in run), np.split(w, np.cumsum(gcs)[:-1])))
 
     def _kept_value(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int, raw: JobCurve,
                     ref: float) -> float:
@@ -243,12 +292,13 @@ class ElasticPolicy(Policy):
             type_of = {name: first for name in type_of}
         scale = self._scales(elastic, refs)
         aging = self.urgency != 0 and not any(j.remaining_samples for j in elastic)
+        releases = self._releases(elastic)
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
             for t in types:
                 curves[job.id, t] = self._curve(job, rng, raws[job.id, t], ref, scale[job.id], t, node_size[t],
-                                                cur, cluster.now, aging)
+                                                cur, cluster.now, aging, releases.get(job.id))
                 if not hetero:
                     continue
                 v0 = raws[job.id, t].values[g0]
