@@ -42,6 +42,7 @@ from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic
 from dlsched.policy.dp import solve
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
+from dlsched.policy.release_horizon import charge_release, release_horizons
 from dlsched.policy.value_curve import MEMO_SIZE, NEG_INF, JobCurve, ValueCurves, ValueFn, throughput_value
 
 RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
@@ -60,6 +61,14 @@ def restart_budget_bonus(job: JobView, restart: float, now: float) -> float:
     age = max(now - job.submit_time, 0.0)
     kept = max(age - float(job.attrs.get("restarts", 0)) * restart, 0.0) / (age + restart)
     return math.inf if kept <= 0 else 1.0 / kept - 1.0
+
+
+def time_left(job: JobView, held: int) -> float | None:
+    """Predicted seconds to finish at ``held`` GPUs and the current batch; None when unknown."""
+    if not (held and job.remaining_samples and job.current_batch_size and job.speed is not None):
+        return None
+    rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
+    return job.remaining_samples / rate if rate > 0 else None
 
 
 class ElasticPolicy(Policy):
@@ -160,17 +169,8 @@ class ElasticPolicy(Policy):
         if running_here and rng.g_min <= gc <= rng.g_max:
             now_u = self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
             u[gc] = now_u * (1 + bonus) - TIE_BREAK * gc
-            restart = self._restart_s(job)
-            if release is not None and restart > 0 and now_u > 0:
-                # Taking k GPUs from it helps the taker only until k GPUs free anyway (W_k: when the other running
-                # jobs predicted to end first hold k between them); over W_k the victim pays its pause at the
-                # smaller size now and, regrown or resumed, again at its current one. Shifted by the
-                # preemption's cost so that waiting stays at 0 (the DP's convention; a constant per job).
-                c0 = restart / max(float(release[0]), restart)
-                if gc > 1:
-                    cost = restart / np.maximum(release[1:], restart)
-                    u[1:gc] -= (np.maximum(u[1:gc], 0.0) + now_u) * cost
-                u[1:] += now_u * c0
+            if release is not None and now_u > 0 and (restart := self._restart_s(job)) > 0:
+                charge_release(u, gc, now_u, restart, release)
         return u
 
     def _utility(self, speedup):
@@ -198,7 +198,7 @@ class ElasticPolicy(Policy):
         restart = self._restart_s(job)
         if self.restart_budget and restart > 0 and "restarts" in job.attrs:
             bonus = max(bonus, restart_budget_bonus(job, restart, now))
-        left = self._time_left(job, held) if restart > 0 else None
+        left = time_left(job, held) if restart > 0 else None
         if left is not None:
             if left <= restart:
                 return math.inf
@@ -207,37 +207,6 @@ class ElasticPolicy(Policy):
 
     def _restart_s(self, job: JobView) -> float:
         return float(job.attrs.get("restart_s", self.restart_cost)) if self.restart_cost > 0 else 0.0
-
-    @staticmethod
-    def _time_left(job: JobView, held: int) -> float | None:
-        """Predicted seconds to finish at ``held`` GPUs and the current batch; None when unknown."""
-        if not (held and job.remaining_samples and job.current_batch_size and job.speed is not None):
-            return None
-        rate = job.speed.throughput(held, max(1, len(job.placement)), job.current_batch_size)
-        return job.remaining_samples / rate if rate > 0 else None
-
-    def _releases(self, jobs: list[JobView]) -> dict[str, np.ndarray]:
-        """Per running job, W_k for each smaller count g = 0..gc-1 (k = gc - g GPUs taken): when the other running
-        jobs have freed k GPUs by their predicted ends (inf: never). Empty without ``release_horizon`` or when fewer
-        than two running jobs know their remaining work. One vectorised pass over all jobs."""
-        if not self.release_horizon:
-            return {}
-        lefts = sorted((t, j.id, j.num_gpus) for j in jobs if (t := self._time_left(j, j.num_gpus)) is not None)
-        run = [j for j in jobs if j.num_gpus]
-        if len(lefts) < 2 or not run:
-            return {}
-        ends = np.array([t for t, _, _ in lefts])
-        freed = np.cumsum([g for _, _, g in lefts])
-        place = {i: (p, g) for p, (_, i, g) in enumerate(lefts)}
-        gcs = np.array([j.num_gpus for j in run])
-        at, own = np.array([place.get(j.id, (len(ends), 0)) for j in run]).T
-        who = np.repeat(np.arange(len(run)), gcs)
-        k = gcs[who] - (np.arange(len(who)) - np.repeat(np.cumsum(gcs) - gcs, gcs))
-        first = np.searchsorted(freed, k)                       # among all, the first end that frees k
-        past = np.searchsorted(freed, k + own[who])             # past the job itself, less its own GPUs
-        idx = np.where(first < at[who], first, past)
-        w = np.where(idx < len(ends), ends[np.minimum(idx, len(ends) - 1)], np.inf)
-        return dict(zip((j.id for j in run), np.split(w, np.cumsum(gcs)[:-1])))
 
     def _kept_value(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int, raw: JobCurve,
                     ref: float) -> float:
@@ -292,7 +261,7 @@ class ElasticPolicy(Policy):
             type_of = {name: first for name in type_of}
         scale = self._scales(elastic, refs)
         aging = self.urgency != 0 and not any(j.remaining_samples for j in elastic)
-        releases = self._releases(elastic)
+        releases = release_horizons(elastic, time_left) if self.release_horizon else {}
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
