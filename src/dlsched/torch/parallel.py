@@ -24,13 +24,20 @@ from dlsched.errors import UserError
 SINGLE_EVERY = 8  # one worker, noise_every unset: a split step (two half-batch passes) in every 8 bounds the cost
 
 
-def _cat(a: Any, b: Any) -> Any:
-    if isinstance(a, torch.Tensor):
-        return torch.cat([a, b])
-    if isinstance(a, (tuple, list)):
-        return type(a)(_cat(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return {k: _cat(a[k], b[k]) for k in a}
+def _cat(a: Any, b: Any, h: int, n: int) -> Any:
+    """The two halves' outputs (h and n - h samples) as the whole batch's. A 0-dim float tensor (a loss the model
+    computes itself, a mean over its half) joins as the batch mean; a tensor not batched along dim 0 (an RNN's
+    (layers, batch, ...) state) cannot be joined."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.dim() == 0 and a.is_floating_point():
+            return a * (h / n) + b * ((n - h) / n)
+        if a.dim() > 0 and a.shape[0] == h and b.shape[0] == n - h and a.shape[1:] == b.shape[1:]:
+            return torch.cat([a, b])
+    elif isinstance(a, (tuple, list)) and type(a) is type(b) and len(a) == len(b):
+        joined = [_cat(x, y, h, n) for x, y in zip(a, b)]
+        return type(a)(*joined) if hasattr(a, "_fields") else type(a)(joined)  # a namedtuple takes fields
+    elif isinstance(a, dict) and a.keys() == b.keys():
+        return {k: _cat(a[k], b[k], h, n) for k in a}
     raise TypeError(f"cannot join model outputs of type {type(a).__name__}")
 
 
@@ -164,9 +171,9 @@ class ElasticDataParallel(nn.Module):
 
     def _split_forward(self, args: tuple, kwargs: dict) -> Any:
         sizes = [x.shape[0] for x in (*args, *kwargs.values()) if isinstance(x, torch.Tensor) and x.dim() > 0]
-        if not sizes or sizes[0] < 2:
+        n = self._session.micro.size  # the loader's batch: a sequence-first input's dim 0 is not it
+        if n < 2 or not sizes or sizes[0] != n:
             return self.module(*args, **kwargs)
-        n = sizes[0]
         h = n // 2
         a_args, b_args = zip(*(_halves(x, n, h) for x in args)) if args else ((), ())
         a_kw = {k: _halves(v, n, h)[0] for k, v in kwargs.items()}
@@ -179,7 +186,7 @@ class ElasticDataParallel(nn.Module):
         out_a = torch.func.functional_call(self.module, views, tuple(a_args), a_kw, strict=False)
         out_b = self.module(*b_args, **b_kw)
         try:
-            out = _cat(out_a, out_b)
+            out = _cat(out_a, out_b, h, n)
         except TypeError:
             self._splits = False  # outputs it cannot join: this model is not measured on one worker
             return self.module(*args, **kwargs)
