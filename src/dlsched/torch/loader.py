@@ -10,9 +10,10 @@ reads its entry. A regroup or a batch change rebuilds that DataLoader from the t
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Iterator
 
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from dlsched.errors import UserError
 from dlsched.torch.accumulation import micro_count, split_share
@@ -28,6 +29,17 @@ class ElasticDataLoader:
                  max_local_batch: int | None = None, **loader_kwargs: Any):
         from dlsched.torch.session import current_session
 
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise UserError(f"ElasticDataLoader: batch_size={batch_size!r} must be a positive integer (the global batch)")
+        batch_size = int(batch_size)  # a numpy integer too
+        if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
+            raise UserError(f"ElasticDataLoader: dataset={type(dataset).__name__} must be a map-style Dataset "
+                            "(__len__ and __getitem__): the job partitions its sample indices")
+        for name, off in (("sampler", None), ("batch_sampler", None), ("drop_last", False)):
+            value = loader_kwargs.pop(name, off)
+            if value is not off:  # the default is harmless
+                raise UserError(f"ElasticDataLoader: {name}={value!r} is not supported: the job's partition table "
+                                "forms the batches (each sample once per epoch, across resizes)")
         if max_local_batch is not None and (not isinstance(max_local_batch, int) or max_local_batch < 1):
             raise UserError(f"ElasticDataLoader: max_local_batch={max_local_batch!r} must be a positive integer "
                             "or None")
@@ -81,8 +93,11 @@ class ElasticDataLoader:
             if layout != s.layout or batches is None:
                 plan = self._plan(s)
                 shares, layout = iter(plan), s.layout
-                batches = iter(DataLoader(self.dataset, batch_sampler=[p for _, _, pieces in plan for p in pieces],
-                                          **self.loader_kwargs))
+                stand_in = [0, min(1, len(self.dataset) - 1)]
+                batches = iter(DataLoader(self.dataset, batch_sampler=[p or stand_in for _, _, pieces in plan
+                                                                       for p in pieces], **self.loader_kwargs))
+            # a short last batch leaves a rank no sample: it still runs the step (DDP's all-reduce needs every
+            # rank) on a stand-in of two samples (BatchNorm needs more than one), weighted 0 by its size 0
             n, mine, pieces = next(shares)
             for index, piece in enumerate(pieces):
                 batch = next(batches)
@@ -107,8 +122,10 @@ def remaining_epochs(epochs: int) -> Iterator[int]:
     resize or restart; when they are done the job is finished (rank 0 writes the final checkpoint)."""
     from dlsched.torch.session import current_session
 
+    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 0:
+        raise UserError(f"remaining_epochs: epochs={epochs!r} must be a non-negative integer")
     s = current_session()
-    s.epochs = epochs
+    s.epochs = int(epochs)
     s.join()
     if s.table is not None and s.table.done:  # resumed from the last step of an epoch
         s.next_epoch()

@@ -1,0 +1,52 @@
+"""ElasticDataLoader: a short last batch with fewer samples than workers, and arguments it cannot honour."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from dlsched.errors import UserError
+from dlsched.torch.loader import ElasticDataLoader, remaining_epochs
+from dlsched.train.data import committed_sample_ids
+from tests.torch.test_elastic_script import SCRIPT, val_curve
+from tests.train.helpers import REPO, events
+
+
+def run_script(job_dir, workers: int, samples: int, batch: int) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    r = subprocess.run([sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir), "--workers", str(workers),
+                        "--threads", "1", "--record-samples", "--", "python", SCRIPT, "--samples", str(samples),
+                        "--batch", str(batch), "--epochs", "2"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_a_last_batch_smaller_than_the_workers_trains_its_samples_once_and_only_them(tmp_path):
+    """33 samples in batches of 16 on 3 workers: the last batch's one sample leaves two ranks none. They ran a
+    DataLoader over no index (IndexError in collate, 3 restarts, a failed job); now they run a stand-in weighted 0,
+    so the model is the one-worker run's."""
+    run_script(tmp_path / "one", 1, 33, 16)
+    run_script(tmp_path / "three", 3, 33, 16)
+    assert committed_sample_ids(tmp_path / "three") == Counter({i: 2 for i in range(33)})
+    assert events(tmp_path / "three", "finished")
+    assert val_curve(tmp_path / "three") == pytest.approx(val_curve(tmp_path / "one"), rel=1e-3)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"batch_size": 0}, "batch_size=0 must be a positive integer"),
+    ({"batch_size": "64"}, "batch_size='64' must be a positive integer"),   # argparse without type=int
+    ({"batch_size": 8, "drop_last": True}, "drop_last=True is not supported"),
+    ({"batch_size": 8, "sampler": [0, 1]}, r"sampler=\[0, 1\] is not supported"),
+])
+def test_arguments_it_cannot_honour_are_one_line_naming_them(kwargs, needle):
+    with pytest.raises(UserError, match=needle):
+        ElasticDataLoader(TensorDataset(torch.zeros(4)), **kwargs)
+
+
+def test_epochs_must_be_a_count():
+    with pytest.raises(UserError, match="epochs='3' must be a non-negative integer"):
+        next(remaining_epochs("3"))
