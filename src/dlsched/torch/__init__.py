@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from dlsched.errors import UserError
 from dlsched.torch.loader import ElasticDataLoader, remaining_epochs
 from dlsched.torch.parallel import ElasticDataParallel
 from dlsched.torch.session import Session, current_session, init
@@ -30,8 +31,22 @@ __all__ = ["init", "ElasticDataParallel", "ElasticDataLoader", "remaining_epochs
 
 def report(**metrics: Any) -> None:
     """Record metrics (loss, accuracy, validation metrics...) for this step, or alone outside a step."""
-    values = {k: float(v.item() if isinstance(v, torch.Tensor) else v) for k, v in metrics.items()}
+    values = {k: _number(k, v) for k, v in metrics.items()}
     current_session().report(values)
+
+
+def _number(name: str, value: Any) -> float:
+    """A metric as a float: Python and numpy numbers, one-element tensors; anything else is the user's error."""
+    try:
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            return float(value.item())
+        if not isinstance(value, (str, bytes, torch.Tensor)):
+            return float(value)
+    except (TypeError, ValueError):
+        pass
+    shown = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else repr(value)[:80]
+    raise UserError(f"report: {name}={shown} is not a number (give a float, an int, a numpy scalar or a "
+                    "one-element tensor)")
 
 
 def register(name: str, obj: Any) -> None:
