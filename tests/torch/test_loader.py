@@ -1,6 +1,7 @@
 """ElasticDataLoader: a short last batch with fewer samples than workers, and arguments it cannot honour."""
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -17,11 +18,11 @@ from tests.torch.test_elastic_script import SCRIPT, val_curve
 from tests.train.helpers import REPO, events
 
 
-def run_script(job_dir, workers: int, samples: int, batch: int) -> None:
+def run_script(job_dir, workers: int, samples: int, batch: int, *script_args: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     r = subprocess.run([sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir), "--workers", str(workers),
                         "--threads", "1", "--record-samples", "--", "python", SCRIPT, "--samples", str(samples),
-                        "--batch", str(batch), "--epochs", "2"], env=env, capture_output=True, text=True, timeout=300)
+                        "--batch", str(batch), "--epochs", "1", *script_args], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
@@ -31,9 +32,18 @@ def test_a_last_batch_smaller_than_the_workers_trains_its_samples_once_and_only_
     so the model is the one-worker run's."""
     run_script(tmp_path / "one", 1, 33, 16)
     run_script(tmp_path / "three", 3, 33, 16)
-    assert committed_sample_ids(tmp_path / "three") == Counter({i: 2 for i in range(33)})
+    assert committed_sample_ids(tmp_path / "three") == Counter({i: 1 for i in range(33)})
     assert events(tmp_path / "three", "finished")
     assert val_curve(tmp_path / "three") == pytest.approx(val_curve(tmp_path / "one"), rel=1e-3)
+
+
+def test_batch_norm_trains_a_last_batch_that_leaves_a_rank_one_sample(tmp_path):
+    """100 samples in batches of 32 on 3 workers: the last 4 split 1, 2, 1, and BatchNorm refused the ranks'
+    one sample ("Expected more than 1 value per channel when training", a failed job) where plain DDP, whose
+    sampler pads, runs. One sample is now loaded twice (the same mean loss)."""
+    run_script(tmp_path / "job", 3, 100, 32, "--batch-norm")
+    assert committed_sample_ids(tmp_path / "job") == Counter({i: 1 for i in range(100)})
+    assert all(math.isfinite(v) for v in val_curve(tmp_path / "job"))
 
 
 @pytest.mark.parametrize("kwargs, needle", [

@@ -30,6 +30,7 @@ ap.add_argument("--report-lr", action="store_true", help="report the scheduler's
 ap.add_argument("--max-local-batch", type=int, default=None, help="accumulate a larger local share (no_sync)")
 ap.add_argument("--scaler", action="store_true", help="step through a GradScaler (loss scaled by 2**10)")
 ap.add_argument("--zero-grad-last", action="store_true", help="zero_grad after the step, not before the forward")
+ap.add_argument("--batch-norm", action="store_true", help="a BatchNorm1d after the first layer")
 ap.add_argument("--hold-file", default="", help="rank 1 writes its pid here and waits to be killed ...")
 ap.add_argument("--hold-at-step", type=int, default=0, help="... after this step's first micro-batch (once: the file)")
 args = ap.parse_args()
@@ -51,7 +52,8 @@ g = torch.Generator().manual_seed(0)
 x = torch.randn(args.samples, 8, generator=g)
 y = (x @ torch.randn(8, 1, generator=g)).squeeze(1) + args.label_noise * torch.randn(args.samples, generator=g)
 torch.manual_seed(0)
-model = dt.ElasticDataParallel(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)), noise_every=args.noise_every)
+layers = [nn.Linear(8, 16), *([nn.BatchNorm1d(16)] if args.batch_norm else []), nn.Tanh(), nn.Linear(16, 1)]
+model = dt.ElasticDataParallel(nn.Sequential(*layers), noise_every=args.noise_every)
 if args.optimizer == "adamw":
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 else:

@@ -93,11 +93,9 @@ class ElasticDataLoader:
             if layout != s.layout or batches is None:
                 plan = self._plan(s)
                 shares, layout = iter(plan), s.layout
-                stand_in = [0, min(1, len(self.dataset) - 1)]
-                batches = iter(DataLoader(self.dataset, batch_sampler=[p or stand_in for _, _, pieces in plan
-                                                                       for p in pieces], **self.loader_kwargs))
-            # a short last batch leaves a rank no sample: it still runs the step (DDP's all-reduce needs every
-            # rank) on a stand-in of two samples (BatchNorm needs more than one), weighted 0 by its size 0
+                batches = iter(DataLoader(self.dataset, batch_sampler=[self._loaded(p, n < s.global_batch)
+                                                                       for n, _, pieces in plan for p in pieces],
+                                          **self.loader_kwargs))
             n, mine, pieces = next(shares)
             for index, piece in enumerate(pieces):
                 batch = next(batches)
@@ -105,6 +103,15 @@ class ElasticDataLoader:
                     s.begin_step(n, mine)
                 s.micro.begin(index, len(pieces), len(piece))
                 yield batch
+
+    def _loaded(self, piece: list[int], short: bool) -> list[int]:
+        """The indices a micro-batch loads. A short last batch split over the workers may leave a rank one sample
+        or none, where a plain DDP script (DistributedSampler pads) has several: BatchNorm refuses one sample in
+        training. One sample is loaded twice (a mean loss is the same); none runs the step anyway (DDP's all-reduce
+        needs every rank) on two stand-in samples, whose gradient the wrapper weights 0 (the micro-batch's size)."""
+        if not piece:
+            return [0, min(1, len(self.dataset) - 1)]
+        return piece * 2 if short and len(piece) == 1 else piece
 
     @staticmethod
     def _plan(s) -> list[tuple[int, list[int], list[list[int]]]]:
