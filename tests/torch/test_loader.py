@@ -14,6 +14,7 @@ from torch.utils.data import TensorDataset
 from dlsched.errors import UserError
 from dlsched.torch.loader import ElasticDataLoader, remaining_epochs
 from dlsched.train.data import committed_sample_ids
+from dlsched.train.files import read_progress
 from tests.torch.test_elastic_script import SCRIPT, val_curve
 from tests.train.helpers import REPO, events
 
@@ -44,6 +45,16 @@ def test_batch_norm_trains_a_last_batch_that_leaves_a_rank_one_sample(tmp_path):
     run_script(tmp_path / "job", 3, 100, 32, "--batch-norm")
     assert committed_sample_ids(tmp_path / "job") == Counter({i: 1 for i in range(100)})
     assert all(math.isfinite(v) for v in val_curve(tmp_path / "job"))
+
+
+def test_breaking_out_of_the_loader_leaves_the_batch_it_fetched_untrained_and_no_step(tmp_path):
+    """``if i == max_steps: break`` fetches one batch more than it trains. That batch was committed as a step
+    that trained nothing, each epoch, and the epoch's evaluation went into its record, not a metrics event."""
+    run_script(tmp_path / "job", 2, 96, 8, "--epochs", "2", "--max-steps", "5")
+    steps = [r for r in read_progress(tmp_path / "job") if "event" not in r]
+    assert [r["step"] for r in steps] == list(range(1, 11)) and all(not r["metrics"] for r in steps)
+    assert [r["samples"] for r in steps][4] == 5 * 8
+    assert [e["metrics"]["loader_batches"] for e in events(tmp_path / "job", "metrics")] == [5, 5]
 
 
 @pytest.mark.parametrize("kwargs, needle", [

@@ -30,6 +30,7 @@ ap.add_argument("--report-lr", action="store_true", help="report the scheduler's
 ap.add_argument("--max-local-batch", type=int, default=None, help="accumulate a larger local share (no_sync)")
 ap.add_argument("--scaler", action="store_true", help="step through a GradScaler (loss scaled by 2**10)")
 ap.add_argument("--zero-grad-last", action="store_true", help="zero_grad after the step, not before the forward")
+ap.add_argument("--max-steps", type=int, default=0, help="break out of the loader after this many batches an epoch")
 ap.add_argument("--batch-norm", action="store_true", help="a BatchNorm1d after the first layer")
 ap.add_argument("--hold-file", default="", help="rank 1 writes its pid here and waits to be killed ...")
 ap.add_argument("--hold-at-step", type=int, default=0, help="... after this step's first micro-batch (once: the file)")
@@ -72,6 +73,8 @@ scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total
 for epoch in dt.remaining_epochs(args.epochs):
     loader_batches = 0  # what the loader yielded this epoch: micro-batches where it accumulates
     for xb, yb in loader:
+        if args.max_steps and loader_batches == args.max_steps:
+            break
         loader_batches += 1
         if not args.zero_grad_last:
             optimizer.zero_grad()

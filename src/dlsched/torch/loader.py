@@ -97,12 +97,18 @@ class ElasticDataLoader:
                                                                        for n, _, pieces in plan for p in pieces],
                                           **self.loader_kwargs))
             n, mine, pieces = next(shares)
+            offsets = list(s.table.offsets)
             for index, piece in enumerate(pieces):
                 batch = next(batches)
                 if index == 0:
                     s.begin_step(n, mine)
                 s.micro.begin(index, len(pieces), len(piece))
-                yield batch
+                try:
+                    yield batch
+                except GeneratorExit:  # the loop broke out (max steps): a batch it never trained is no step
+                    if s.open is not None and s.micro.forwarded == 0:
+                        s.abandon_step(offsets)
+                    raise
 
     def _loaded(self, piece: list[int], short: bool) -> list[int]:
         """The indices a micro-batch loads. A short last batch split over the workers may leave a rank one sample

@@ -193,6 +193,13 @@ class Session:
             self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
                                           "ids": mine}) + "\n")
 
+    def abandon_step(self, offsets: list[int]) -> None:
+        """The loop left the loader with the open step's batch untrained: its samples go back to the table, and
+        what is reported next is no step's (it was committed as a step that trained nothing, the epoch's
+        evaluation in its record)."""
+        self.open, self.metrics = None, {}
+        self.table.offsets = offsets
+
     def extras(self, step_open: dict | None) -> list[float]:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
         next sync step and whether it measures (rank 0's), compute seconds per rank] for a sync step's all-reduce."""
