@@ -194,9 +194,8 @@ class Session:
                                           "ids": mine}) + "\n")
 
     def abandon_step(self, offsets: list[int]) -> None:
-        """The loop left the loader with the open step's batch untrained: its samples go back to the table, and
-        what is reported next is no step's (it was committed as a step that trained nothing, the epoch's
-        evaluation in its record)."""
+        """The loop broke out of the loader before training the open step's batch: that is no step (it was
+        committed as one), its samples go back to the table, and a report() after the loop is an event again."""
         self.open, self.metrics = None, {}
         self.table.offsets = offsets
 
