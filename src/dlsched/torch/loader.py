@@ -105,9 +105,12 @@ class ElasticDataLoader:
                 s.micro.begin(index, len(pieces), len(piece))
                 try:
                     yield batch
-                except GeneratorExit:  # the loop broke out (max steps): a batch it never trained is no step
+                except GeneratorExit:  # the loop broke out (max steps)
                     if s.open is not None and s.micro.forwarded == 0:
-                        s.abandon_step(offsets)
+                        # an untrained batch is no step (it was committed as one, with what the script reported
+                        # after the loop): its samples go back
+                        s.open, s.metrics = None, {}
+                        s.table.offsets = offsets
                     raise
 
     def _loaded(self, piece: list[int], short: bool) -> list[int]:

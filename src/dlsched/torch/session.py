@@ -193,12 +193,6 @@ class Session:
             self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
                                           "ids": mine}) + "\n")
 
-    def abandon_step(self, offsets: list[int]) -> None:
-        """The loop broke out of the loader before training the open step's batch: that is no step (it was
-        committed as one), its samples go back to the table, and a report() after the loop is an event again."""
-        self.open, self.metrics = None, {}
-        self.table.offsets = offsets
-
     def extras(self, step_open: dict | None) -> list[float]:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
         next sync step and whether it measures (rank 0's), compute seconds per rank] for a sync step's all-reduce."""
