@@ -198,3 +198,15 @@ def test_non_loopback_bind_needs_a_token(tmp_path):
         assert httpx.get(f"{url}/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_a_nan_metric_is_null_not_a_500(service, client):
+    """A diverging script reports ``loss=nan`` (or its evaluation does): the value reached the job's events, and
+    /jobs/ID/events, /events and the dashboard's job page answered 500 ("Out of range float values")."""
+    jid = client.post("/jobs", content=job_yaml("nan", samples=64), headers=YAML).json()["id"]
+    service.store.event("metrics", jid, metrics={"val_loss": float("nan"), "acc": float("inf"), "ok": 0.5})
+    for path in (f"/jobs/{jid}/events", "/events", f"/dashboard/api/jobs/{jid}"):
+        r = client.get(path)
+        assert r.status_code == 200, (path, r.text[:300])
+    detail = [e["detail"] for e in client.get(f"/jobs/{jid}/events").json() if e["kind"] == "metrics"]
+    assert detail == [{"metrics": {"val_loss": None, "acc": None, "ok": 0.5}}]

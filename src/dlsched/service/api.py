@@ -15,6 +15,7 @@ import dataclasses
 import hmac
 import ipaddress
 import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,28 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with every NaN/inf float as None, at any depth."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+class FiniteJSON(JSONResponse):
+    """JSON has no NaN/inf: a diverging job's (a NaN loss or reported metric, in its record and its events) go as
+    null. They made every response that carried one a 500: the job's events, the service's, its dashboard page."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except ValueError:  # rare: the walk is paid only then
+            return super().render(_finite(content))
 
 
 def _error(status: int, msg: str) -> JSONResponse:
@@ -148,7 +171,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     ``Service``); ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``);
     ``hosts``: see ``allowed_hosts``; ``node_table()``: the loop's ``NodeStatus`` rows (``/nodes``, the
     dashboard's lost-node marks)."""
-    api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None)
+    api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None,
+                  default_response_class=FiniteJSON)
     jobs_root = Path(jobs_dir) if jobs_dir is not None else Path(state_dir) / "jobs" if state_dir else None
     parser = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="dlsched-parse")
 
