@@ -10,6 +10,7 @@ a preemption checkpoints and exits. Protocol: ``dlsched.train.protocol``; the wo
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -309,6 +310,17 @@ def _summed(values: list[float]) -> list[float]:
 _session: Session | None = None
 
 
+def _bad_input_exits_2(previous):
+    """A worker's uncaught ``UserError`` (a bad argument: the same on every restart) exits 2, as an argparse error
+    does: the coordinator then gives up at once, with its line, instead of restarting the group three times.
+    Printed as before (torch's hook, installed later, wraps this one); the code is set at exit."""
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        if issubclass(kind, UserError):
+            atexit.register(lambda: (sys.stdout.flush(), sys.stderr.flush(), os._exit(2)))
+    return hook
+
+
 def init(lr_rule: str = "auto", ckpt_every: int | None = None) -> Session:
     """Join the job's elastic group (standalone outside the scheduler). ``lr_rule``: auto, linear, sqrt,
     adascale or none (``dlsched.torch.lr_rule``); ``ckpt_every``: steps between checkpoints (0 = never;
@@ -318,6 +330,8 @@ def init(lr_rule: str = "auto", ckpt_every: int | None = None) -> Session:
         env = WorkerEnv.from_env(os.environ)
         if env is not None and env.threads:
             torch.set_num_threads(env.threads)
+        if env is not None:
+            sys.excepthook = _bad_input_exits_2(sys.excepthook)
         _session = Session(env, lr_rule=lr_rule, ckpt_every=ckpt_every)
     return _session
 

@@ -3,8 +3,10 @@ the last checkpoint."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
+from dlsched.errors import UserError
 from dlsched.train.data import PartitionTable
 from dlsched.train.peer_cut import publish_lost
 from dlsched.train.protocol import GATE_RUN, Held, end_key, gate_key, survivor_key
@@ -12,6 +14,7 @@ from dlsched.train.scaling import global_batch_after_resize
 from dlsched.train.worker import PG_TIMEOUT
 
 POLL_S = 0.02
+BAD_INPUT = 2  # a worker's exit code for bad input: a script's UserError (dlsched.torch) or argparse error
 # survivors of a lost peer report once their collective fails: at once when the peer's sockets close (its
 # process died) or once they cut them (peer_cut: its node fell off the network); the process-group timeout
 # bounds a peer neither closed nor cut
@@ -24,6 +27,10 @@ class WorkerLoss:
         self.restarts = 0
 
     def handle(self, dead: list[int]) -> None:
+        bad = [w for w in dead if self.c.pool.procs[w].returncode == BAD_INPUT]
+        if bad:  # the same again on a restart: the job fails now, with the worker's line
+            line = re.sub(r"^(\[rank\d+\]: )+", "", self.c.pool.log_tail(bad[0]))
+            raise UserError(f"worker {bad[0]} exited {BAD_INPUT}: {line.removeprefix('dlsched.errors.UserError: ')}")
         if not (self.c.launcher.shrink_on_loss and self._shrink_onto_survivors(dead)):
             self._recover(dead)
 
