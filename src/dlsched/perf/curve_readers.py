@@ -9,6 +9,8 @@
   ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
   ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field).
 
+Empty, nan and ±inf cells are missing points; a time column may hold seconds or ISO-8601 timestamps. A budget
+the log names is only returned in the units of ``x`` (steps, or HF's epochs).
 Every bad input is a ``UserError``: one line naming the file and the field.
 """
 from __future__ import annotations
@@ -43,23 +45,26 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
             have = ", ".join(map(str, df.columns)) or "none"
             raise UserError(f"{src}: no column {col!r} for {name} (have: {have})")
     num = lambda c: pd.to_numeric(df[c], errors="coerce")  # noqa: E731
+    times = _seconds(df[time_col]) if time_col else None
     xs = num(x)
     for c in [y] + [c for c in (lr_col, time_col) if c]:
         raw = df[c].astype(str).str.strip()
-        bad = num(c).isna() & ~(df[c].isna() | raw.isin(["", "nan", "NaN", "None", "null"]))
+        got = times if c == time_col else num(c)
+        bad = got.isna() & ~(df[c].isna() | raw.isin(["", "nan", "NaN", "None", "null"]))
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise UserError(f"{src}: row {i + 1}, field {c!r}: expected a number, got {df[c].iloc[i]!r}")
-    rows = pd.DataFrame({"x": xs, "y": num(y)})
+            what = "seconds or an ISO-8601 time" if c == time_col else "a number"
+            raise UserError(f"{src}: row {i + 1}, field {c!r}: expected {what}, got {df[c].iloc[i]!r}")
+    # ±inf is a logged overflow (AMP's skipped steps log inf as often as nan): a missing point like nan
+    finite = lambda s: s.where(np.isfinite(s.astype(float)))  # noqa: E731
+    rows = pd.DataFrame({"x": finite(xs), "y": finite(num(y))})
     if time_col:
-        rows["t"] = num(time_col)
+        rows["t"] = times
     rows = rows[rows.x.notna() & rows.y.notna()]
     # Lightning logs a metric at epoch end and step level under the same step: the last row per x wins
     rows = rows.groupby("x", sort=True).last().reset_index()
     if rows.empty:
-        raise UserError(f"{src}: no rows with both {x!r} and {y!r}")
-    if not np.all(np.isfinite(rows.y)) or not np.all(np.isfinite(rows.x)):
-        raise UserError(f"{src}: field {y!r}: values must be finite")
+        raise UserError(f"{src}: no rows with finite {x!r} and {y!r}")
     lr_x = lr = None
     if lr_col:
         lrs = pd.DataFrame({"x": xs, "lr": num(lr_col)}).dropna().groupby("x", sort=True).last().reset_index()
@@ -68,6 +73,18 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         lr_x, lr = lrs.x.to_numpy(float), lrs.lr.to_numpy(float)
     return CurveData(src, rows.x.to_numpy(float), rows.y.to_numpy(float),
                      rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget)
+
+
+def _seconds(col: pd.Series) -> pd.Series:
+    """A wall-clock column as seconds: numbers as they are, else ISO-8601 timestamps (W&B, MLflow, loggers'
+    ``asctime``) as seconds since the epoch, with naive times taken as UTC; unparseable cells NaN."""
+    secs = pd.to_numeric(col, errors="coerce")
+    text = col.notna() & secs.isna() & ~col.astype(str).str.strip().isin(["", "nan", "NaN", "None", "null"])
+    if text.any():
+        when = pd.to_datetime(col[text], errors="coerce", utc=True, format="ISO8601")
+        secs = secs.astype(float)
+        secs[text] = (when - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+    return secs
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -79,7 +96,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
         raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
 
 
-def _read_trainer_state(path: Path) -> tuple[pd.DataFrame, float | None]:
+def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]:
     try:
         doc = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -87,8 +104,10 @@ def _read_trainer_state(path: Path) -> tuple[pd.DataFrame, float | None]:
     hist = doc.get("log_history") if isinstance(doc, dict) else None
     if not isinstance(hist, list):
         raise UserError(f"{path}: field 'log_history': expected a list (a Hugging Face trainer_state.json)")
-    budget = doc.get("max_steps")
-    return pd.DataFrame([h for h in hist if isinstance(h, dict)]), (float(budget) if budget else None)
+    # the budget in the units of --x: max_steps for step, num_train_epochs for epoch, else none known
+    budget = doc.get({"step": "max_steps", "epoch": "num_train_epochs"}.get(x, ""))
+    budget = float(budget) if isinstance(budget, (int, float)) and budget > 0 else None
+    return pd.DataFrame([h for h in hist if isinstance(h, dict)]), budget
 
 
 def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
@@ -152,12 +171,13 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         return _frame_to_curve(_read_tensorboard(path, x, y, lr_col), src, x, y, lr_col, time_col or "wall_time")
     if path.suffix == ".jsonl":
         df, budget = _read_progress(path)
+        budget = budget if x == "step" else None   # a step budget, meaningless on another x
         if time_col is None and "time" in df.columns:
             time_col = "time"
         if lr_col is None and "lr" in df.columns:
             lr_col = "lr"
     elif path.suffix == ".json":
-        df, budget = _read_trainer_state(path)
+        df, budget = _read_trainer_state(path, x)
         if lr_col is None and "learning_rate" in df.columns:
             lr_col = "learning_rate"
     elif path.suffix == ".csv":

@@ -1,0 +1,37 @@
+"""``perf.curve_readers``: the logs people have, as they write them (QA regressions)."""
+import json
+
+import numpy as np
+import pytest
+
+from dlsched.errors import UserError
+from dlsched.perf.curve_readers import read_curve, seconds_per_x
+
+
+def test_a_time_column_of_iso_8601_timestamps_reads_as_seconds(tmp_path):
+    rows = ["step,loss,ts"] + [f"{s},{2 - s / 100},2026-11-26T10:00:{s // 10:02d}Z" for s in range(10, 110, 10)]
+    (tmp_path / "log.csv").write_text("\n".join(rows))
+    c = read_curve(tmp_path / "log.csv", time_col="ts")
+    assert np.diff(c.time) == pytest.approx(np.ones(9)) and seconds_per_x(c) == pytest.approx(0.1)
+    (tmp_path / "bad.csv").write_text("step,loss,ts\n1,2,yesterday\n")
+    with pytest.raises(UserError, match="row 1, field 'ts'.*'yesterday'"):
+        read_curve(tmp_path / "bad.csv", time_col="ts")
+
+
+def test_inf_cells_are_missing_points_like_nan(tmp_path):
+    # AMP's skipped steps log inf as often as nan; one of them used to reject the whole curve
+    (tmp_path / "log.csv").write_text("step,loss\n10,2.0\n20,inf\n30,nan\n40,\n50,-inf\n60,1.5\n")
+    c = read_curve(tmp_path / "log.csv")
+    assert list(c.x) == [10, 60] and list(c.y) == [2.0, 1.5]
+
+
+def test_the_budget_a_log_names_is_only_used_in_its_own_units(tmp_path):
+    hist = [{"step": s, "epoch": s / 100, "loss": 2 - s / 1000} for s in range(10, 210, 10)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": hist, "max_steps": 600,
+                                                             "num_train_epochs": 6}))
+    assert read_curve(tmp_path / "trainer_state.json").budget == 600
+    assert read_curve(tmp_path / "trainer_state.json", x="epoch").budget == 6    # was max_steps, in epochs
+    recs = [{"step": s, "time": 1e9 + s, "loss": 2 - s / 1000, "budget": 600} for s in range(1, 20)]
+    (tmp_path / "progress.jsonl").write_text("\n".join(map(json.dumps, recs)))
+    assert read_curve(tmp_path / "progress.jsonl").budget == 600
+    assert read_curve(tmp_path / "progress.jsonl", x="time").budget is None
