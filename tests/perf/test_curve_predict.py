@@ -176,3 +176,18 @@ def test_one_glitched_evaluation_does_not_bend_the_fit():
     glitched[35] *= 1.8
     clean, robust = fit_annealing(x[:50], y[:50], s), fit_annealing(x[:50], glitched[:50], s)
     assert robust.value(B) == pytest.approx(clean.value(B), rel=0.03)
+
+
+def test_an_accuracy_target_on_the_other_scale_is_read_on_the_data_s():
+    """--target 93 against 0–1 accuracy was unreachable (1 − 93 < 0), 0.93 against % data reached long ago."""
+    x = np.arange(10, 1001, 10.0)
+    acc = 1 - law_curve("linear", x) / 4
+    s = parse_schedule("linear", B)
+    want = predict_curve(x[:50], acc[:50], s, metric="accuracy", target=float(acc[60]))
+    for data, target in ((acc, 100 * acc[60]), (100 * acc, acc[60]), (100 * acc, 100 * acc[60])):
+        p = predict_curve(x[:50], data[:50], s, metric="accuracy", target=float(target))
+        assert p.target_step == pytest.approx(want.target_step) and p.reachable
+    with pytest.raises(ValueError, match="accuracy target"):
+        predict_curve(x[:50], acc[:50], s, metric="accuracy", target=150.0)
+    with pytest.raises(ValueError, match="finite"):
+        predict_curve(x[:50], acc[:50], s, metric="accuracy", target=float("nan"))
