@@ -191,3 +191,19 @@ def test_an_accuracy_target_on_the_other_scale_is_read_on_the_data_s():
         predict_curve(x[:50], acc[:50], s, metric="accuracy", target=150.0)
     with pytest.raises(ValueError, match="finite"):
         predict_curve(x[:50], acc[:50], s, metric="accuracy", target=float("nan"))
+
+
+def test_a_long_curve_fits_in_single_threaded_dot_products():
+    """OpenBLAS threads dot products over 10 000 elements; on a busy machine those threads spin and a 20 000-point
+    curve took 3–30 s. Long vectors are summed in pieces below that size (short ones: one call, as before)."""
+    import time
+
+    from dlsched.perf.annealing import DOT_CHUNK, _dot
+
+    u, v = np.random.default_rng(0).random((2, 3 * DOT_CHUNK + 5))
+    assert _dot(u, v) == pytest.approx(u @ v, rel=1e-12) and _dot(u[:100], v[:100]) == u[:100] @ v[:100]
+    x = np.arange(1, 20001.0)
+    y = 0.8 + 2 * (1 + x / 500) ** -0.7 + 0.02 * np.random.default_rng(1).standard_normal(x.size)
+    t = time.perf_counter()
+    p = predict_curve(x, y, parse_schedule("cosine", 60000), target=1.0)
+    assert time.perf_counter() - t < 5 and p.reachable
