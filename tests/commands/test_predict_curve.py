@@ -133,3 +133,10 @@ def test_an_unreachable_accuracy_names_the_highest_it_can_reach(tmp_path, capsys
                      True, None)
     out, err = capsys.readouterr()
     assert code == 3 and "highest" in err and "lowest" not in err and json.loads(out)["steps_to_target"] is None
+
+
+def test_json_with_a_plot_prints_only_the_json_object(tmp_path, capsys):
+    code = run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.95, "loss", None, None, True,
+                     tmp_path / "p.png")
+    out = capsys.readouterr().out   # the "plot written" note was a second stdout line after the object
+    assert code == 0 and KEYS <= set(json.loads(out)) and (tmp_path / "p.png").stat().st_size > 0

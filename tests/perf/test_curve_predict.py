@@ -207,3 +207,10 @@ def test_a_long_curve_fits_in_single_threaded_dot_products():
     t = time.perf_counter()
     p = predict_curve(x, y, parse_schedule("cosine", 60000), target=1.0)
     assert time.perf_counter() - t < 5 and p.reachable
+
+
+def test_a_value_that_leaves_nothing_to_model_is_named():
+    x = np.arange(10, 101, 10.0)
+    acc = np.minimum(1.0, 0.5 + x / 150)   # a train accuracy that reaches 100 % at x = 80
+    with pytest.raises(ValueError, match="positive error: 1 at x = 80"):
+        predict_curve(x, acc, parse_schedule("constant", 200), metric="accuracy")

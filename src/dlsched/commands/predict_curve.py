@@ -96,7 +96,7 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     else:
         _render(out, x, metric)
     if plot_path is not None:
-        _plot(curve, keep, pred, plot_path, x, y)
+        _plot(curve, keep, pred, plot_path, x, y, quiet=as_json)
     if not pred.reachable:
         typer.echo(f"target {pred.target:g} is unreachable within the budget {budget:g}: the fitted floor is "
                    f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the {'highest' if metric == 'accuracy' else 'lowest'} "
@@ -127,7 +127,7 @@ def _render(out: dict, x: str, metric: str) -> None:
                       f"(80 % interval {a:g} – {b:g}{eta}; {chance})")
 
 
-def _plot(curve, keep, pred, out: Path, x: str, y: str) -> None:
+def _plot(curve, keep, pred, out: Path, x: str, y: str, quiet: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,7 +147,8 @@ def _plot(curve, keep, pred, out: Path, x: str, y: str) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
-    print(f"plot written to {out}")
+    if not quiet:   # with --json, stdout is the one JSON object
+        print(f"plot written to {out}")
 
 
 def register(predict_app: typer.Typer) -> None:

@@ -188,8 +188,10 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         raise ValueError(f"need at least {MIN_POINTS} observed points, got {len(x)}")
     if np.any(np.diff(x) <= 0):
         raise ValueError("x must increase")
-    if np.any(y <= 0):
-        raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}")
+    if np.any(y <= 0):   # the models are relative (log-space): name the point that leaves nothing to model
+        i = int(np.argmax(y <= 0))
+        raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}: "
+                         f"{float(np.asarray(values, float)[ok][i]):g} at x = {x[i]:g}")
     cal = calibration or load_calibration()
     if isinstance(prior, str):
         prior = cal.curve_prior(metric, schedule)
