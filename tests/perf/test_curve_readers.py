@@ -35,3 +35,12 @@ def test_the_budget_a_log_names_is_only_used_in_its_own_units(tmp_path):
     (tmp_path / "progress.jsonl").write_text("\n".join(map(json.dumps, recs)))
     assert read_curve(tmp_path / "progress.jsonl").budget == 600
     assert read_curve(tmp_path / "progress.jsonl", x="time").budget is None
+
+
+def test_a_live_progress_file_s_torn_last_line_is_skipped_quietly(tmp_path, caplog):
+    # a running job's last line is usually half-written; its warning made exit 2/3 two lines on stderr
+    recs = [json.dumps({"step": s, "loss": 2 - s / 100}) for s in range(1, 10)]
+    (tmp_path / "progress.jsonl").write_text("\n".join(recs) + '\n{"step": 10, "lo')
+    with caplog.at_level("WARNING"):
+        c = read_curve(tmp_path / "progress.jsonl")
+    assert len(c.x) == 9 and not caplog.records

@@ -112,7 +112,8 @@ def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]
 
 def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
     recs, budget = [], None
-    for r in read_json_lines(path):   # a torn last line (a run still writing) is skipped
+    # a torn last line is a run still writing: skipped without a warning (stderr is the one error line)
+    for r in read_json_lines(path, warn_torn=False):
         # step records, and "metrics" events (a report() outside a step, e.g. an evaluation); other events skip
         if not isinstance(r, dict) or r.get("event", "metrics") != "metrics":
             continue
