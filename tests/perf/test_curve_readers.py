@@ -44,3 +44,20 @@ def test_a_live_progress_file_s_torn_last_line_is_skipped_quietly(tmp_path, capl
     with caplog.at_level("WARNING"):
         c = read_curve(tmp_path / "progress.jsonl")
     assert len(c.x) == 9 and not caplog.records
+
+
+def test_tensorboard_runs_in_subfolders_are_columns_run_slash_tag(tmp_path):
+    # Keras' TensorBoard callback writes logs/train and logs/validation, each with an 'epoch_loss' tag: the
+    # folder read "no scalar events"
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    for run, off in (("train", 0.0), ("validation", 0.1)):
+        with SummaryWriter(str(tmp_path / run)) as w:
+            for e in range(10):
+                w.add_scalar("epoch_loss", 2.0 / (1 + e) + off, e)
+    val = read_curve(tmp_path, y="validation/epoch_loss")
+    assert val.y == pytest.approx([2.0 / (1 + e) + 0.1 for e in range(10)])
+    assert read_curve(tmp_path / "train", y="epoch_loss").y[0] == pytest.approx(2.0)
+    with pytest.raises(UserError, match="train/epoch_loss, validation/epoch_loss"):
+        read_curve(tmp_path, y="epoch_loss")

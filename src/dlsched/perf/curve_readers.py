@@ -3,7 +3,8 @@
 * CSV with named columns, including Lightning's ``metrics.csv`` (sparse: each row fills some columns) and
   timm's ``summary.csv``; rows without the metric still give the LR (the planned schedule ahead);
 * TensorBoard event files (a file or a folder), via ``tbparse`` or else ``tensorboard``'s own reader;
-  ``--y``/``--lr-col`` name scalar tags, x is the event step, time the event wall time;
+  ``--y``/``--lr-col`` name scalar tags (``RUN/TAG`` for runs in subfolders), x is the event step, time the
+  event wall time;
 * Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``);
 * a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
   ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
@@ -130,24 +131,33 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
     return pd.DataFrame(recs), budget
 
 
-def _read_tensorboard(path: Path, x: str, y: str, lr_col: str | None) -> pd.DataFrame:
-    """Scalars as one wide frame: step, wall_time and one column per tag."""
+def _read_tensorboard(path: Path) -> pd.DataFrame:
+    """Scalars as one wide frame: step, wall_time and one column per tag. Runs in subfolders (Keras'
+    ``train/`` and ``validation/``, ``add_scalars``' sub-writers) are columns ``RUN/TAG``: the same tag in two
+    runs would otherwise collide, and the fallback reader saw no subfolder at all."""
     try:
         from tbparse import SummaryReader
 
-        long = SummaryReader(str(path), extra_columns={"wall_time"}).scalars
+        long = SummaryReader(str(path), extra_columns={"wall_time", "dir_name"}).scalars
+        run = long["dir_name"].fillna("").astype(str) if "dir_name" in long else pd.Series("", index=long.index)
     except ImportError:
         try:
             from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
         except ImportError:
             raise UserError(f"{path}: reading TensorBoard logs needs the 'tbparse' or 'tensorboard' package "
                             "(pip install tbparse)") from None
-        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
-        acc.Reload()
-        long = pd.DataFrame([(e.step, e.wall_time, tag, e.value) for tag in acc.Tags().get("scalars", [])
-                             for e in acc.Scalars(tag)], columns=["step", "wall_time", "tag", "value"])
+        rows = []
+        for f in [path] if path.is_file() else sorted(path.rglob("*tfevents*")):
+            acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+            acc.Reload()
+            d = "" if path.is_file() else f.parent.relative_to(path).as_posix().strip(".")
+            rows += [(e.step, e.wall_time, d, tag, e.value) for tag in acc.Tags().get("scalars", [])
+                     for e in acc.Scalars(tag)]
+        long = pd.DataFrame(rows, columns=["step", "wall_time", "run", "tag", "value"])
+        run = long["run"]
     if long.empty:
         raise UserError(f"{path}: no scalar events")
+    long = long.assign(tag=[f"{r}/{t}" if r else t for r, t in zip(run, long["tag"])])
     wide = long.pivot_table(index="step", columns="tag", values="value", aggfunc="last")
     wide["wall_time"] = long.groupby("step").wall_time.min()
     return wide.reset_index()
@@ -165,11 +175,11 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
                 return read_curve(path / name, x=x, y=y, lr_col=lr_col, time_col=time_col)
         if not any(path.rglob("events.out.tfevents*")):
             raise UserError(f"{path}: no progress.jsonl, trainer_state.json, metrics.csv or TensorBoard events inside")
-        df = _read_tensorboard(path, x, y, lr_col)
+        df = _read_tensorboard(path)
         return _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col, time_col or "wall_time")
     src, budget = str(path), None
     if "tfevents" in path.name:
-        return _frame_to_curve(_read_tensorboard(path, x, y, lr_col), src, x, y, lr_col, time_col or "wall_time")
+        return _frame_to_curve(_read_tensorboard(path), src, x, y, lr_col, time_col or "wall_time")
     if path.suffix == ".jsonl":
         df, budget = _read_progress(path)
         budget = budget if x == "step" else None   # a step budget, meaningless on another x
