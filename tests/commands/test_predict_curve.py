@@ -133,6 +133,9 @@ def test_an_unreachable_accuracy_names_the_highest_it_can_reach(tmp_path, capsys
                      True, None)
     out, err = capsys.readouterr()
     assert code == 3 and "highest" in err and "lowest" not in err and json.loads(out)["steps_to_target"] is None
+    run_curve(tmp_path / "acc.csv", "step", "acc", 2000, "constant", None, 0.995, None, "accuracy", None, None,
+              False, None)
+    assert "ceiling" in capsys.readouterr().out   # the text said "floor" of a bound above the prediction
 
 
 def test_json_with_a_plot_prints_only_the_json_object(tmp_path, capsys):

@@ -112,7 +112,8 @@ def _render(out: dict, x: str, metric: str) -> None:
     lo, hi = out["final_value_interval_80"]
     con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}), observed to {x} {out['observed_until']:g} "
               f"of {out['budget']:g}")
-    con.print(f"final {metric}: {out['final_value']:.4g}  (80 % interval {lo:.4g} – {hi:.4g}; floor {out['floor']:.4g})")
+    best = "ceiling" if metric == "accuracy" else "floor"   # the JSON's floor: for accuracy the highest reachable
+    con.print(f"final {metric}: {out['final_value']:.4g}  (80 % interval {lo:.4g} – {hi:.4g}; {best} {out['floor']:.4g})")
     if out["target"] is not None and out["steps_to_target"] is not None:
         a, b = out["interval_80"]
         s = out.get("seconds_to_target")
