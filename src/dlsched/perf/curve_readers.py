@@ -150,7 +150,7 @@ def _read_tensorboard(path: Path) -> pd.DataFrame:
         for f in [path] if path.is_file() else sorted(path.rglob("*tfevents*")):
             acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
             acc.Reload()
-            d = "" if path.is_file() else f.parent.relative_to(path).as_posix().strip(".")
+            d = "" if path.is_file() or f.parent == path else f.parent.relative_to(path).as_posix()
             rows += [(e.step, e.wall_time, d, tag, e.value) for tag in acc.Tags().get("scalars", [])
                      for e in acc.Scalars(tag)]
         long = pd.DataFrame(rows, columns=["step", "wall_time", "run", "tag", "value"])
