@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -67,6 +68,7 @@ def test_the_chance_of_reaching_a_target_falls_as_the_target_passes_the_predicti
     (dict(budget=-1.0), "--budget"), (dict(target=0.5, target_fraction=0.9), "--target"),
     (dict(y="nope"), "'nope'"), (dict(observed_until=15), "too few points"),
     (dict(schedule="lr-column"), "lr-column"), (dict(budget=100.0, observed_until=None), "--budget"),
+    (dict(target=float("nan")), "--target"), (dict(target=float("inf")), "--target"),   # were NaN/Infinity in JSON
 ])
 def test_bad_input_is_one_line_naming_the_field(args, field):
     kw = dict(file=RUN, x="step", y="loss", budget=800.0, schedule="constant", observed_until=300.0, target=None,
@@ -122,3 +124,22 @@ def test_tensorboard_events_are_read_when_a_reader_is_installed(tmp_path):
             w.add_scalar("lr", r.lr, int(r.step))
     got = read_curve(tmp_path, y="val/loss", lr_col="lr")
     assert len(got.x) == len(d) and got.y[-1] == pytest.approx(d.loss.iloc[-1], rel=1e-6)
+
+
+def test_an_unreachable_accuracy_names_the_highest_it_can_reach(tmp_path, capsys):
+    step = np.arange(10, 1001, 10)   # a saturating accuracy: its floor (a ceiling, for accuracy) is below 0.995
+    pd.DataFrame({"step": step, "acc": 0.95 - 0.7 * (1 + step / 50) ** -0.8}).to_csv(tmp_path / "acc.csv", index=False)
+    code = run_curve(tmp_path / "acc.csv", "step", "acc", 2000, "constant", None, 0.995, None, "accuracy", None, None,
+                     True, None)
+    out, err = capsys.readouterr()
+    assert code == 3 and "highest" in err and "lowest" not in err and json.loads(out)["steps_to_target"] is None
+    run_curve(tmp_path / "acc.csv", "step", "acc", 2000, "constant", None, 0.995, None, "accuracy", None, None,
+              False, None)
+    assert "ceiling" in capsys.readouterr().out   # the text said "floor" of a bound above the prediction
+
+
+def test_json_with_a_plot_prints_only_the_json_object(tmp_path, capsys):
+    code = run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.95, "loss", None, None, True,
+                     tmp_path / "p.png")
+    out = capsys.readouterr().out   # the "plot written" note was a second stdout line after the object
+    assert code == 0 and KEYS <= set(json.loads(out)) and (tmp_path / "p.png").stat().st_size > 0

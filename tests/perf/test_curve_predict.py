@@ -176,3 +176,41 @@ def test_one_glitched_evaluation_does_not_bend_the_fit():
     glitched[35] *= 1.8
     clean, robust = fit_annealing(x[:50], y[:50], s), fit_annealing(x[:50], glitched[:50], s)
     assert robust.value(B) == pytest.approx(clean.value(B), rel=0.03)
+
+
+def test_an_accuracy_target_on_the_other_scale_is_read_on_the_data_s():
+    """--target 93 against 0–1 accuracy was unreachable (1 − 93 < 0), 0.93 against % data reached long ago."""
+    x = np.arange(10, 1001, 10.0)
+    acc = 1 - law_curve("linear", x) / 4
+    s = parse_schedule("linear", B)
+    want = predict_curve(x[:50], acc[:50], s, metric="accuracy", target=float(acc[60]))
+    for data, target in ((acc, 100 * acc[60]), (100 * acc, acc[60]), (100 * acc, 100 * acc[60])):
+        p = predict_curve(x[:50], data[:50], s, metric="accuracy", target=float(target))
+        assert p.target_step == pytest.approx(want.target_step) and p.reachable
+    with pytest.raises(ValueError, match="accuracy target"):
+        predict_curve(x[:50], acc[:50], s, metric="accuracy", target=150.0)
+    with pytest.raises(ValueError, match="finite"):
+        predict_curve(x[:50], acc[:50], s, metric="accuracy", target=float("nan"))
+
+
+def test_a_long_curve_fits_in_single_threaded_dot_products():
+    """OpenBLAS threads dot products over 10 000 elements; on a busy machine those threads spin and a 20 000-point
+    curve took 3–30 s. Long vectors are summed in pieces below that size (short ones: one call, as before)."""
+    import time
+
+    from dlsched.perf.annealing import DOT_CHUNK, _dot
+
+    u, v = np.random.default_rng(0).random((2, 3 * DOT_CHUNK + 5))
+    assert _dot(u, v) == pytest.approx(u @ v, rel=1e-12) and _dot(u[:100], v[:100]) == u[:100] @ v[:100]
+    x = np.arange(1, 20001.0)
+    y = 0.8 + 2 * (1 + x / 500) ** -0.7 + 0.02 * np.random.default_rng(1).standard_normal(x.size)
+    t = time.perf_counter()
+    p = predict_curve(x, y, parse_schedule("cosine", 60000), target=1.0)
+    assert time.perf_counter() - t < 5 and p.reachable
+
+
+def test_a_value_that_leaves_nothing_to_model_is_named():
+    x = np.arange(10, 101, 10.0)
+    acc = np.minimum(1.0, 0.5 + x / 150)   # a train accuracy that reaches 100 % at x = 80
+    with pytest.raises(ValueError, match="positive error: 1 at x = 80"):
+        predict_curve(x, acc, parse_schedule("constant", 200), metric="accuracy")

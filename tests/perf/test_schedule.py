@@ -26,7 +26,8 @@ def test_every_spec_family_parses_to_its_shape():
 
 
 @pytest.mark.parametrize("spec", ["cosine:warmup", "step:30,20:0.1", "poly:warmup=5", "wsd:warmup=5",
-                                  "onecycle:pct=2", "steps:a=1", "bogus", "cosine:warmup=200"])
+                                  "onecycle:pct=2", "steps:a=1", "bogus", "cosine:warmup=200",
+                                  "points:0=0,10=inf", "steps:0=nan", "step:30:inf", "step:nan:0.1", "step:0,30:0.1"])
 def test_a_bad_spec_is_one_line_naming_the_spec(spec):
     with pytest.raises(ValueError) as e:
         parse_schedule(spec, 100)

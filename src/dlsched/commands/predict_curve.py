@@ -61,12 +61,14 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
         raise UserError(f"--metric: expected one of {', '.join(METRICS)}, got {metric!r}")
     if target is not None and target_fraction is not None:
         raise UserError("--target and --target-fraction: give one, not both")
+    if target is not None and not math.isfinite(target):
+        raise UserError(f"--target: must be a finite number, got {target}")
     if target_fraction is not None and not 0 < target_fraction <= 1:
         raise UserError(f"--target-fraction: must be in (0, 1], got {target_fraction}")
     curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
     budget = budget if budget is not None else curve.budget
     if budget is None:
-        raise UserError(f"--budget: required ({curve.source} does not name its step budget)")
+        raise UserError(f"--budget: required ({curve.source} does not name its budget in {x!r})")
     if not (math.isfinite(budget) and budget > 0):
         raise UserError(f"--budget: must be > 0, got {budget}")
     keep = np.ones(len(curve.x), bool) if observed_until is None else curve.x <= observed_until
@@ -94,10 +96,11 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     else:
         _render(out, x, metric)
     if plot_path is not None:
-        _plot(curve, keep, pred, plot_path, x, y)
+        _plot(curve, keep, pred, plot_path, x, y, quiet=as_json)
     if not pred.reachable:
         typer.echo(f"target {pred.target:g} is unreachable within the budget {budget:g}: the fitted floor is "
-                   f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the lowest the calibrated errors allow)", err=True)
+                   f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the {'highest' if metric == 'accuracy' else 'lowest'} "
+                   "the calibrated errors allow)", err=True)
         return UNREACHABLE_EXIT
     return 0
 
@@ -109,7 +112,8 @@ def _render(out: dict, x: str, metric: str) -> None:
     lo, hi = out["final_value_interval_80"]
     con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}), observed to {x} {out['observed_until']:g} "
               f"of {out['budget']:g}")
-    con.print(f"final {metric}: {out['final_value']:.4g}  (80 % interval {lo:.4g} – {hi:.4g}; floor {out['floor']:.4g})")
+    best = "ceiling" if metric == "accuracy" else "floor"   # the JSON's floor: for accuracy the highest reachable
+    con.print(f"final {metric}: {out['final_value']:.4g}  (80 % interval {lo:.4g} – {hi:.4g}; {best} {out['floor']:.4g})")
     if out["target"] is not None and out["steps_to_target"] is not None:
         a, b = out["interval_80"]
         s = out.get("seconds_to_target")
@@ -124,7 +128,7 @@ def _render(out: dict, x: str, metric: str) -> None:
                       f"(80 % interval {a:g} – {b:g}{eta}; {chance})")
 
 
-def _plot(curve, keep, pred, out: Path, x: str, y: str) -> None:
+def _plot(curve, keep, pred, out: Path, x: str, y: str, quiet: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,7 +148,8 @@ def _plot(curve, keep, pred, out: Path, x: str, y: str) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)
-    print(f"plot written to {out}")
+    if not quiet:   # with --json, stdout is the one JSON object
+        print(f"plot written to {out}")
 
 
 def register(predict_app: typer.Typer) -> None:
@@ -156,11 +161,11 @@ def register(predict_app: typer.Typer) -> None:
         budget: Optional[float] = typer.Option(None, "--budget", help="total x the run will train (default: from the log)"),
         schedule: Optional[str] = typer.Option(None, "--schedule", help=SCHEDULE_HELP),
         observed_until: Optional[float] = typer.Option(None, "--observed-until", help="use only points with x <= this"),
-        target: Optional[float] = typer.Option(None, "--target", help="metric value to reach, in the metric's units"),
+        target: Optional[float] = typer.Option(None, "--target", help="metric value to reach, in the metric's units (accuracy: 0-1 or %, either is read on the data's scale)"),
         target_fraction: Optional[float] = typer.Option(None, "--target-fraction", help="fraction of the total improvement (first value -> predicted final)"),
         metric: str = typer.Option("loss", "--metric", help="loss | error (lower is better) | accuracy (higher; 0-1 or %)"),
         lr_col: Optional[str] = typer.Option(None, "--lr-col", help="column (or tag) of the logged LR"),
-        time_col: Optional[str] = typer.Option(None, "--time-col", help="column of wall-clock seconds: gives the time to target"),
+        time_col: Optional[str] = typer.Option(None, "--time-col", help="column of wall-clock time (seconds or ISO-8601): gives the time to target"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object (the stable contract)"),
         plot_path: Optional[Path] = typer.Option(None, "--plot", help="write logged, observed and predicted curves here (PNG)"),
     ) -> None:

@@ -13,7 +13,9 @@ from the first point to the budget: it cannot represent a decay, so its score on
 nothing about the drop still to come.
 
 Metrics are modelled lower-is-better: ``loss`` and ``error`` as they are, ``accuracy`` as 1 − accuracy
-(100 − accuracy when given in percent). Targets and outputs are in the user's metric.
+(100 − accuracy when given in percent). Targets and outputs are in the user's metric; an accuracy target
+on the other scale than the data (93 for 0–1 data, 0.93 for data in %) is read on the data's
+(``MetricSpace.target``).
 
 Unreachable: a target is unreachable when even the ``floor`` misses it: the value now less the predicted
 remaining improvement stretched by the most the calibration allows at the stricter
@@ -62,6 +64,20 @@ class MetricSpace:
 
     up = down  # the map is its own inverse
 
+    def target(self, v: float) -> float:
+        """A target in the user's metric, on the data's accuracy scale: 93 against 0–1 data means 0.93 and 0.93
+        against data in % means 93 (otherwise one reads as unreachable, the other as reached long ago)."""
+        if not math.isfinite(v):
+            raise ValueError(f"target must be a finite number, got {v}")
+        if self.metric == "accuracy":
+            if self.top == 1.0 and 1.0 < v <= 100.0:
+                v /= 100.0
+            elif self.top == 100.0 and 0.0 < v <= 1.0:
+                v *= 100.0
+            if not 0.0 <= v <= self.top:
+                raise ValueError(f"accuracy target must be in 0–1 or 0–100 %, got {v:g}")
+        return v
+
 
 @dataclass(frozen=True)
 class CurvePrediction:
@@ -85,7 +101,7 @@ class CurvePrediction:
         return self.target is None or self.target_step is not None
 
     def as_json(self) -> dict:
-        r = lambda v: None if v is None else float(v)  # noqa: E731
+        r = lambda v: None if v is None or not math.isfinite(v) else float(v)  # noqa: E731  (JSON has no NaN)
         return {"model": self.model, "observed_until": self.x_now, "budget": self.budget,
                 "final_value": r(self.final_value), "final_value_interval_80": [r(v) for v in self.final_value_interval_80],
                 "floor": r(self.floor), "target": r(self.target), "target_step": r(self.target_step),
@@ -172,8 +188,10 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         raise ValueError(f"need at least {MIN_POINTS} observed points, got {len(x)}")
     if np.any(np.diff(x) <= 0):
         raise ValueError("x must increase")
-    if np.any(y <= 0):
-        raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}")
+    if np.any(y <= 0):   # the models are relative (log-space): name the point that leaves nothing to model
+        i = int(np.argmax(y <= 0))
+        raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}: "
+                         f"{float(np.asarray(values, float)[ok][i]):g} at x = {x[i]:g}")
     cal = calibration or load_calibration()
     if isinstance(prior, str):
         prior = cal.curve_prior(metric, schedule)
@@ -195,7 +213,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     if target_fraction is not None:
         goal = float(y[0] - target_fraction * (y[0] - final))
     elif target is not None:
-        goal = float(space.down(target))
+        goal = float(space.down(space.target(target)))
     now, reach = float(np.median(y[-3:])), cal.reach_log(frac)
     floor = final_lo if reach is None or now <= final else \
         min(final_lo, max(0.0, now - (now - final) * math.exp(reach)))

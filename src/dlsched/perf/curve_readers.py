@@ -3,12 +3,15 @@
 * CSV with named columns, including Lightning's ``metrics.csv`` (sparse: each row fills some columns) and
   timm's ``summary.csv``; rows without the metric still give the LR (the planned schedule ahead);
 * TensorBoard event files (a file or a folder), via ``tbparse`` or else ``tensorboard``'s own reader;
-  ``--y``/``--lr-col`` name scalar tags, x is the event step, time the event wall time;
+  ``--y``/``--lr-col`` name scalar tags (``RUN/TAG`` for runs in subfolders), x is the event step, time the
+  event wall time;
 * Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``);
 * a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
   ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
   ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field).
 
+Empty, nan and ±inf cells are missing points; a time column may hold seconds or ISO-8601 timestamps. A budget
+the log names is only returned in the units of ``x`` (steps, or HF's epochs).
 Every bad input is a ``UserError``: one line naming the file and the field.
 """
 from __future__ import annotations
@@ -43,23 +46,26 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
             have = ", ".join(map(str, df.columns)) or "none"
             raise UserError(f"{src}: no column {col!r} for {name} (have: {have})")
     num = lambda c: pd.to_numeric(df[c], errors="coerce")  # noqa: E731
+    times = _seconds(df[time_col]) if time_col else None
     xs = num(x)
     for c in [y] + [c for c in (lr_col, time_col) if c]:
         raw = df[c].astype(str).str.strip()
-        bad = num(c).isna() & ~(df[c].isna() | raw.isin(["", "nan", "NaN", "None", "null"]))
+        got = times if c == time_col else num(c)
+        bad = got.isna() & ~(df[c].isna() | raw.isin(["", "nan", "NaN", "None", "null"]))
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise UserError(f"{src}: row {i + 1}, field {c!r}: expected a number, got {df[c].iloc[i]!r}")
-    rows = pd.DataFrame({"x": xs, "y": num(y)})
+            what = "seconds or an ISO-8601 time" if c == time_col else "a number"
+            raise UserError(f"{src}: row {i + 1}, field {c!r}: expected {what}, got {df[c].iloc[i]!r}")
+    # ±inf is a logged overflow (AMP's skipped steps log inf as often as nan): a missing point like nan
+    finite = lambda s: s.where(np.isfinite(s.astype(float)))  # noqa: E731
+    rows = pd.DataFrame({"x": finite(xs), "y": finite(num(y))})
     if time_col:
-        rows["t"] = num(time_col)
+        rows["t"] = times
     rows = rows[rows.x.notna() & rows.y.notna()]
     # Lightning logs a metric at epoch end and step level under the same step: the last row per x wins
     rows = rows.groupby("x", sort=True).last().reset_index()
     if rows.empty:
-        raise UserError(f"{src}: no rows with both {x!r} and {y!r}")
-    if not np.all(np.isfinite(rows.y)) or not np.all(np.isfinite(rows.x)):
-        raise UserError(f"{src}: field {y!r}: values must be finite")
+        raise UserError(f"{src}: no rows with finite {x!r} and {y!r}")
     lr_x = lr = None
     if lr_col:
         lrs = pd.DataFrame({"x": xs, "lr": num(lr_col)}).dropna().groupby("x", sort=True).last().reset_index()
@@ -68,6 +74,18 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         lr_x, lr = lrs.x.to_numpy(float), lrs.lr.to_numpy(float)
     return CurveData(src, rows.x.to_numpy(float), rows.y.to_numpy(float),
                      rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget)
+
+
+def _seconds(col: pd.Series) -> pd.Series:
+    """A wall-clock column as seconds: numbers as they are, else ISO-8601 timestamps (W&B, MLflow, loggers'
+    ``asctime``) as seconds since the epoch, with naive times taken as UTC; unparseable cells NaN."""
+    secs = pd.to_numeric(col, errors="coerce")
+    text = col.notna() & secs.isna() & ~col.astype(str).str.strip().isin(["", "nan", "NaN", "None", "null"])
+    if text.any():
+        when = pd.to_datetime(col[text], errors="coerce", utc=True, format="ISO8601")
+        secs = secs.astype(float)
+        secs[text] = (when - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+    return secs
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -79,7 +97,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
         raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
 
 
-def _read_trainer_state(path: Path) -> tuple[pd.DataFrame, float | None]:
+def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]:
     try:
         doc = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -87,13 +105,16 @@ def _read_trainer_state(path: Path) -> tuple[pd.DataFrame, float | None]:
     hist = doc.get("log_history") if isinstance(doc, dict) else None
     if not isinstance(hist, list):
         raise UserError(f"{path}: field 'log_history': expected a list (a Hugging Face trainer_state.json)")
-    budget = doc.get("max_steps")
-    return pd.DataFrame([h for h in hist if isinstance(h, dict)]), (float(budget) if budget else None)
+    # the budget in the units of --x: max_steps for step, num_train_epochs for epoch, else none known
+    budget = doc.get({"step": "max_steps", "epoch": "num_train_epochs"}.get(x, ""))
+    budget = float(budget) if isinstance(budget, (int, float)) and budget > 0 else None
+    return pd.DataFrame([h for h in hist if isinstance(h, dict)]), budget
 
 
 def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
     recs, budget = [], None
-    for r in read_json_lines(path):   # a torn last line (a run still writing) is skipped
+    # a torn last line is a run still writing: skipped without a warning (stderr is the one error line)
+    for r in read_json_lines(path, warn_torn=False):
         # step records, and "metrics" events (a report() outside a step, e.g. an evaluation); other events skip
         if not isinstance(r, dict) or r.get("event", "metrics") != "metrics":
             continue
@@ -110,24 +131,33 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
     return pd.DataFrame(recs), budget
 
 
-def _read_tensorboard(path: Path, x: str, y: str, lr_col: str | None) -> pd.DataFrame:
-    """Scalars as one wide frame: step, wall_time and one column per tag."""
+def _read_tensorboard(path: Path) -> pd.DataFrame:
+    """Scalars as one wide frame: step, wall_time and one column per tag. Runs in subfolders (Keras'
+    ``train/`` and ``validation/``, ``add_scalars``' sub-writers) are columns ``RUN/TAG``: the same tag in two
+    runs would otherwise collide, and the fallback reader saw no subfolder at all."""
     try:
         from tbparse import SummaryReader
 
-        long = SummaryReader(str(path), extra_columns={"wall_time"}).scalars
+        long = SummaryReader(str(path), extra_columns={"wall_time", "dir_name"}).scalars
+        run = long["dir_name"].fillna("").astype(str) if "dir_name" in long else pd.Series("", index=long.index)
     except ImportError:
         try:
             from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
         except ImportError:
             raise UserError(f"{path}: reading TensorBoard logs needs the 'tbparse' or 'tensorboard' package "
                             "(pip install tbparse)") from None
-        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
-        acc.Reload()
-        long = pd.DataFrame([(e.step, e.wall_time, tag, e.value) for tag in acc.Tags().get("scalars", [])
-                             for e in acc.Scalars(tag)], columns=["step", "wall_time", "tag", "value"])
+        rows = []
+        for f in [path] if path.is_file() else sorted(path.rglob("*tfevents*")):
+            acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+            acc.Reload()
+            d = "" if path.is_file() or f.parent == path else f.parent.relative_to(path).as_posix()
+            rows += [(e.step, e.wall_time, d, tag, e.value) for tag in acc.Tags().get("scalars", [])
+                     for e in acc.Scalars(tag)]
+        long = pd.DataFrame(rows, columns=["step", "wall_time", "run", "tag", "value"])
+        run = long["run"]
     if long.empty:
         raise UserError(f"{path}: no scalar events")
+    long = long.assign(tag=[f"{r}/{t}" if r else t for r, t in zip(run, long["tag"])])
     wide = long.pivot_table(index="step", columns="tag", values="value", aggfunc="last")
     wide["wall_time"] = long.groupby("step").wall_time.min()
     return wide.reset_index()
@@ -145,19 +175,20 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
                 return read_curve(path / name, x=x, y=y, lr_col=lr_col, time_col=time_col)
         if not any(path.rglob("events.out.tfevents*")):
             raise UserError(f"{path}: no progress.jsonl, trainer_state.json, metrics.csv or TensorBoard events inside")
-        df = _read_tensorboard(path, x, y, lr_col)
+        df = _read_tensorboard(path)
         return _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col, time_col or "wall_time")
     src, budget = str(path), None
     if "tfevents" in path.name:
-        return _frame_to_curve(_read_tensorboard(path, x, y, lr_col), src, x, y, lr_col, time_col or "wall_time")
+        return _frame_to_curve(_read_tensorboard(path), src, x, y, lr_col, time_col or "wall_time")
     if path.suffix == ".jsonl":
         df, budget = _read_progress(path)
+        budget = budget if x == "step" else None   # a step budget, meaningless on another x
         if time_col is None and "time" in df.columns:
             time_col = "time"
         if lr_col is None and "lr" in df.columns:
             lr_col = "lr"
     elif path.suffix == ".json":
-        df, budget = _read_trainer_state(path)
+        df, budget = _read_trainer_state(path, x)
         if lr_col is None and "learning_rate" in df.columns:
             lr_col = "learning_rate"
     elif path.suffix == ".csv":

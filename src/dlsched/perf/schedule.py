@@ -127,8 +127,8 @@ def _pairs(body: str, spec: str) -> tuple[list[float], list[float]]:
             lrs.append(float(v))
         except ValueError:
             raise ValueError(f"schedule {spec!r}: expected X=LR pairs, got {item!r}") from None
-        if not eq or lrs[-1] < 0 or xs[-1] < 0:
-            raise ValueError(f"schedule {spec!r}: expected X=LR with X, LR >= 0, got {item!r}")
+        if not eq or not (0 <= lrs[-1] < math.inf and 0 <= xs[-1] < math.inf):   # nan fails too
+            raise ValueError(f"schedule {spec!r}: expected X=LR with finite X, LR >= 0, got {item!r}")
     if not xs or np.any(np.diff(xs) <= 0):
         raise ValueError(f"schedule {spec!r}: points must be given with increasing x")
     return xs, lrs
@@ -158,8 +158,8 @@ def parse_schedule(spec: str, budget: float) -> Schedule:
             f = float(parts[1])
         except ValueError:
             raise ValueError(f"schedule {spec!r}: milestones and factor must be numbers") from None
-        if not ms or np.any(np.diff(ms) <= 0) or not 0 < f:
-            raise ValueError(f"schedule {spec!r}: milestones must increase and the factor be > 0")
+        if not ms or np.any(np.diff(ms) <= 0) or not (0 < f < math.inf) or not all(0 < m < math.inf for m in ms):
+            raise ValueError(f"schedule {spec!r}: milestones must be finite, > 0 and increase, the factor finite and > 0")
         return Schedule(spec, B, tuple([0.0] + ms), tuple(f ** i for i in range(len(ms) + 1)), stepwise=True)
     if name in ("steps", "points"):
         xs, lrs = _pairs(rest, spec)

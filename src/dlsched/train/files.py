@@ -112,9 +112,10 @@ class ProgressLog:
             close_echo()
 
 
-def read_json_lines(path: Path) -> list[dict]:
+def read_json_lines(path: Path, warn_torn: bool = True) -> list[dict]:
     """The records of a JSON-lines file written by a process that may have been killed mid-line: a torn last
-    line is skipped with a warning; a bad line anywhere else is a ``UserError`` naming the file and line."""
+    line is skipped with a warning (``warn_torn``: readers of a live file, whose last line is usually being
+    written, skip it silently); a bad line anywhere else is a ``UserError`` naming the file and line."""
     path = Path(path)
     try:
         lines = path.read_bytes().splitlines()
@@ -128,7 +129,8 @@ def read_json_lines(path: Path) -> list[dict]:
             out.append(json.loads(line))
         except ValueError as e:
             if n == len(lines):
-                log.warning("%s: ignoring its torn last line %d (a writer was killed mid-line)", path, n)
+                if warn_torn:
+                    log.warning("%s: ignoring its torn last line %d (a writer was killed mid-line)", path, n)
                 continue
             raise UserError(f"{path}:{n}: unreadable record ({e})") from None
     return out
