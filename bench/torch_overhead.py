@@ -10,8 +10,8 @@ Step time = mean gap between rank 0's optimizer steps after 10 warm-up steps (th
 one step in several, which a median hides). The machine is shared, so the figure is paired: each round runs
 both sides back to back (alternating which goes first) and gives one ratio; the headline is the median of
 the rounds' ratios, beside the best-of ratio (each side's fastest run) and rank 0's CPU seconds per step
-(all its threads) and of its training thread alone (where the wrapper's own Python runs; thread CPU time is
-not stretched by a busy machine the way step time is). PIN=1 pins each rank to one core after its first batch,
+(all its threads), of its training thread alone (where the wrapper's own Python runs; thread CPU time is
+not stretched by a busy machine the way step time is) and of dlsched's helper threads (flag watch, outbox). PIN=1 pins each rank to one core after its first batch,
 both sides alike (default off: the OS places them, as it does in use). Others' load is printed per round
 (the machine's busy CPU time from /proc/stat less the bench's own processes', over the round's wall time); the
 verdict is MET or MISSED only when it is under a quarter of the CPUs and the middle half of the rounds' ratios
@@ -128,7 +128,8 @@ def main() -> None:
     print(f"overhead            {100 * overhead:+.1f} % (median of paired ratios)   "
           f"{100 * (best['dlsched'] / best['ddp'] - 1):+.1f} % (best of each)   "
           f"{100 * (_median(cpu_ratios) - 1):+.1f} % (rank-0 CPU per step, median; its training thread "
-          f"{100 * (_median(main_ratios) - 1):+.1f} %)   "
+          f"{100 * (_median(main_ratios) - 1):+.1f} %; dlsched's own threads "
+          f"{1000 * _median([x['own_threads_cpu_step_s'] for x in runs['dlsched']]):.3f} ms)   "
           f"target <= 3 %   {_verdict(ratios, 0.03, others)}")
     print("NCCL on a GPU: not measured (no GPU was lent)")
 
