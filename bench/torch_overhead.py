@@ -11,8 +11,9 @@ one step in several, which a median hides). The machine is shared, so the figure
 both sides back to back (alternating which goes first) and gives one ratio; the headline is the median of
 the rounds' ratios, beside the best-of ratio (each side's fastest run) and rank 0's CPU seconds per step
 (all its threads), of its training thread alone (where the wrapper's own Python runs; thread CPU time is
-not stretched by a busy machine the way step time is) and of dlsched's helper threads (flag watch, outbox). PIN=1 pins each rank to one core after its first batch,
-both sides alike (default off: the OS places them, as it does in use). Others' load is printed per round
+not stretched by a busy machine the way step time is) and of dlsched's helper threads (flag watch, outbox).
+PIN=1 pins each rank to one core after its first batch, both sides alike (default off: the OS places them, as
+it does in use). Others' load is printed per round
 (the machine's busy CPU time from /proc/stat less the bench's own processes', over the round's wall time); the
 verdict is MET or MISSED only when it is under a quarter of the CPUs and the middle half of the rounds' ratios
 agrees. Target (issue 13): overhead <= 3 %. Information: none (both run the same job). No GPU was lent to
