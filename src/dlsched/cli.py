@@ -8,6 +8,11 @@ import sys
 
 import typer
 
+try:  # typer >= 0.2x carries its own click; older ones use click's
+    from typer._click import exceptions as usage_errors
+except ImportError:  # pragma: no cover
+    from click import exceptions as usage_errors
+
 from dlsched.errors import UserError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Resource scheduler for deep-learning training clusters.")
@@ -33,12 +38,39 @@ def _register_all() -> None:
 _register_all()
 
 
+def _usage_line(e: usage_errors.UsageError, argv: list[str]) -> str:
+    """Click's usage error as one line, with the value the user gave where it names an option (typer prints
+    a usage line, a hint and a boxed message over six lines, and leaves the value out)."""
+    line = " ".join(e.format_message().split())
+    param = getattr(e, "param", None)
+    for opt in getattr(param, "opts", []) if isinstance(e, usage_errors.BadParameter) else []:
+        for i, arg in enumerate(argv):
+            if arg.startswith(opt + "="):
+                return f"{line} (got {arg[len(opt) + 1:]!r})"
+            if arg == opt and i + 1 < len(argv):
+                return f"{line} (got {argv[i + 1]!r})"
+    return line
+
+
 def main() -> None:
     try:
-        app()
+        code = app(standalone_mode=False)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except usage_errors.NoArgsIsHelpError as e:
+        e.show()  # the help text itself
+        sys.exit(e.exit_code)
+    except usage_errors.UsageError as e:
+        print(f"error: {_usage_line(e, sys.argv[1:])}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except usage_errors.ClickException as e:
+        print(f"error: {' '.join(e.format_message().split())}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
