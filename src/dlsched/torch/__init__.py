@@ -55,8 +55,12 @@ def register(name: str, obj: Any) -> None:
 
 
 def rank() -> int:
-    return current_session().rank
+    """This worker's rank in the group. Before the training loop starts: the rank the job's current plan gives
+    it (-1 for a prepared standby worker); a resize may change it, as it may change rank 0."""
+    s = current_session()
+    return s.rank if s.joined or s.env is None else s.membership.planned()[0]
 
 
 def world_size() -> int:
-    return current_session().world
+    s = current_session()
+    return s.world if s.joined or s.env is None else s.membership.planned()[1]

@@ -27,6 +27,13 @@ class GroupMembership:
         s.store.set(ready_key(s.wid), Ready(os.environ.get("CUDA_VISIBLE_DEVICES")).to_json())
         self.enter_next_plan()
 
+    def planned(self) -> tuple[int, int]:
+        """(rank, world) the first plan naming this worker gives it, before it joins: waits for the current
+        generation's plan; a standby worker, named by none yet, is (-1, the plan's world)."""
+        s = self.s
+        plan = Plan.from_json(wait_key(s.store, plan_key(s.generation), s.parent))
+        return (plan.wids.index(s.wid) if s.wid in plan.wids else -1), len(plan.wids)
+
     def regroup(self) -> None:
         """A resize: leave this generation's group and join the next one (or exit, if scaled in)."""
         s = self.s

@@ -34,10 +34,11 @@ from dlsched.train import preemption
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
 from dlsched.train.devices import job_devices
-from dlsched.train.files import ProgressLog, last_generation, write_status
+from dlsched.train.files import ProgressLog, last_generation, read_status, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
+from dlsched.train.script_output import ScriptOutput
 from dlsched.train.resizer import Resizer
 from dlsched.train.script import ScriptLauncher
 from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready, end_key,
@@ -127,7 +128,10 @@ class Coordinator:
         self.launcher = ScriptLauncher(opts.command) if opts.command else make_launcher(opts.launcher, self.dir)
         self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
-        self.progress = ProgressLog(self.dir, echo=HumanProgress())
+        human = HumanProgress()
+        self.progress = ProgressLog(self.dir, echo=human)
+        # a script's prints reach the terminal / output.log as torchrun's do (a make_job job has no script)
+        self.script_output = ScriptOutput(self.dir / "logs", human.output if opts.command else lambda line: None)
         self.run_id = uuid.uuid4().hex[:12]   # tells this run's steps from a resumed run's (same generations)
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         self.pool = WorkerPool(opts, self.launcher, self.store, self.dir,
@@ -241,7 +245,9 @@ class Coordinator:
     def run(self) -> int:
         preemption.install()  # already done by ``run`` before its imports; here for in-process callers
         start = self._initial_state()
-        if start.finished:
+        # a script that ended on its own (an early stop: no checkpoint says finished) ran once, as a finished job
+        if start.finished or (self.job is None and (read_status(self.dir) or {}).get("state") == "finished"):
+            print(f"{self.dir}: this job already finished; nothing to run", flush=True)
             self._status("finished")
             return 0
         if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`
@@ -278,12 +284,14 @@ class Coordinator:
                     self.resizer.replace(drop)
                 self.pool.reap_leaving()
                 self._watch_ready()
+                self.script_output.echo()
                 time.sleep(IDLE_POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
             self.pool.kill(list(self.pool.procs))
             self._status("failed", f"{type(e).__name__}: {e}")
             raise
         finally:
+            self.script_output.echo(final=True)
             self.progress.close()
 
     def _finish(self) -> int:
@@ -291,6 +299,7 @@ class Coordinator:
             self.pool.procs[w].wait()
         self.pool.kill(self.standby)
         self._drain()
+        self.script_output.echo(final=True)  # the script's last lines before the job's end
         self.progress.write({"event": "finished", "time": time.time(), "step": self.last_report and self.last_report["step"]})
         self._status("finished")
         self.pool.kill(list(self.pool.procs))

@@ -106,6 +106,17 @@ class HumanProgress:
             self.last_step_at = now
             self._print(step_line(rec))
 
+    def output(self, line: str) -> None:
+        """A line of the script's own output, as it is (no stamp, no markup)."""
+        if self.bar is not None:
+            self.bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            return
+        try:
+            self.stream.write(f"{line}\n")
+            self.stream.flush()
+        except (OSError, ValueError):   # a closed or broken stdout must never stop training
+            pass
+
     def _print(self, line: str) -> None:
         stamp = time.strftime("%H:%M:%S")
         try:
