@@ -15,6 +15,9 @@ def test_control_round_trip_and_validation(tmp_path):
     (tmp_path / "control.json").write_text('{"workers": 2, "generation": 1, "batch_size": "big"}')
     with pytest.raises(UserError, match="field batch_size='big'"):
         read_control(tmp_path)
+    (tmp_path / "control.json").write_text('{"workers": 3}')   # written by hand: the generation says how to fill it
+    with pytest.raises(UserError, match=r"field generation=None must be an integer \(a resize by hand: 1 \+ status"):
+        read_control(tmp_path)
 
 
 def test_atomic_file_leaves_the_old_file_whole_when_the_write_fails(tmp_path):

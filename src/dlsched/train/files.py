@@ -80,7 +80,8 @@ def parse_control(raw: bytes, path: Path) -> Control:
         raise UserError(f"{path}: expected an object, got {raw[:40].decode(errors='replace')!r}")
     for key in ("workers", "generation"):
         if not isinstance(obj.get(key), int) or isinstance(obj.get(key), bool):
-            raise UserError(f"{path}: field {key}={obj.get(key)!r} must be an integer")
+            hint = " (a resize by hand: 1 + status.json's generation)" if key == "generation" else ""
+            raise UserError(f"{path}: field {key}={obj.get(key)!r} must be an integer{hint}")
     if obj["workers"] < 1:
         raise UserError(f"{path}: field workers={obj['workers']!r} must be >= 1")
     bs = obj.get("batch_size")
