@@ -136,3 +136,15 @@ def test_elastic_reads_min_local_batch_from_the_field_or_attrs():
     assert batch_range(JobView("a", 0, 1, min_local_batch=32, **common), 64).g_max == 256 // 32
     assert batch_range(JobView("a", 0, 1, attrs={"min_local_batch": 64}, **common), 64).g_max == 256 // 64
     assert batch_range(JobView("a", 0, 1, **common), 64).g_max == 64
+
+
+@pytest.mark.parametrize("knob", [{"interval": float("nan")}, {"interval": float("inf")},
+                                  {"restart_penalty": float("nan")}, {"restart_penalty": -1.0},
+                                  {"horizon": float("nan")}, {"horizon": float("inf")}, {"horizon": 0.0},
+                                  {"seed": -1}])
+def test_bad_config_is_a_user_error_before_the_run(knob):
+    """A NaN restart penalty made run() loop forever, a NaN/inf horizon or interval raised ValueError/OverflowError
+    mid-run, a negative seed a numpy ValueError: each is now a UserError naming the knob."""
+    (name, value), = knob.items()
+    with pytest.raises(UserError, match=f"{name} must be"):
+        run([job("a", 0, 1, 100)], "fifo", ClusterView.homogeneous(1, 1), **knob)

@@ -1,6 +1,7 @@
 """``dlsched simulate``: run one or more policies over a workload trace and compare them."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,12 +19,19 @@ def parse_nodes(spec: str) -> "ClusterView":
         try:
             count_gpus, _, gpu_type = part.strip().partition(":")
             count, gpus = (int(x) for x in count_gpus.split("x"))
-            if count < 1 or gpus < 1:
+            if count < 1 or gpus < 1 or any(c in gpu_type for c in ":/= "):   # --gpu-speed parses TYPE/APP=F
                 raise ValueError
         except ValueError:
-            raise UserError(f"--node-spec: bad entry {part!r}; expected NODESxGPUS[:TYPE], e.g. 8x4:v100") from None
+            raise UserError(f"--node-spec: bad entry {part!r}; expected NODESxGPUS[:TYPE] (TYPE without ':', '/', '=' or "
+                            f"spaces), e.g. 8x4:v100") from None
         nodes += [NodeView(f"{gpu_type or 'node'}{len(nodes) + i}", gpus, gpu_type or "generic") for i in range(count)]
     return ClusterView(tuple(nodes))
+
+
+def check_number(option: str, value: float | None, *, minimum: float = 0.0, strict: bool = True) -> None:
+    """A finite number above ``minimum`` (or at it, when not ``strict``): a one-line UserError naming the option."""
+    if value is not None and not (math.isfinite(value) and (value > minimum if strict else value >= minimum)):
+        raise UserError(f"{option}: {value} is not a finite number {'>' if strict else '>='} {minimum:g}")
 
 
 def parse_speeds(spec: str | None) -> dict[str, float]:
@@ -32,10 +40,10 @@ def parse_speeds(spec: str | None) -> dict[str, float]:
         name, _, value = part.partition("=")
         try:
             out[name.strip()] = float(value)
-            if out[name.strip()] <= 0:
+            if not (math.isfinite(out[name.strip()]) and out[name.strip()] > 0):
                 raise ValueError
         except ValueError:
-            raise UserError(f"--gpu-speed: bad entry {part!r}; expected TYPE=FACTOR with FACTOR > 0") from None
+            raise UserError(f"--gpu-speed: bad entry {part!r}; expected TYPE=FACTOR with a finite FACTOR > 0") from None
     return out
 
 
@@ -80,6 +88,13 @@ def register(app: typer.Typer) -> None:
             mode = parse_remaining(remaining)
         except UserError as e:
             raise UserError(f"--{e}") from None
+        check_number("--interval", interval)
+        check_number("--restart-penalty", restart_penalty, strict=False)
+        check_number("--horizon", horizon)
+        if limit is not None and limit < 1:
+            raise UserError(f"--limit: {limit} is not a row count >= 1")
+        if seed < 0:
+            raise UserError(f"--seed: {seed} is not an integer >= 0")
         machine = as_json or as_csv
         console = Console(stderr=machine)
         known = policy_names()

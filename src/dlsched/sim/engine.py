@@ -64,8 +64,14 @@ class Simulator:
 
     def __init__(self, workload: Workload | Iterable[WorkloadJob], policy: Policy, cluster: ClusterView,
                  config: SimConfig = SimConfig(), on_progress: Callable[[float, int, int], None] | None = None):
-        if config.interval <= 0:
-            raise UserError(f"interval must be > 0 seconds, got {config.interval}")
+        if not (math.isfinite(config.interval) and config.interval > 0):
+            raise UserError(f"interval must be a finite number > 0 seconds, got {config.interval}")
+        if not (math.isfinite(config.restart_penalty) and config.restart_penalty >= 0):
+            raise UserError(f"restart_penalty must be a finite number >= 0 seconds, got {config.restart_penalty}")
+        if config.horizon is not None and not (math.isfinite(config.horizon) and config.horizon > 0):
+            raise UserError(f"horizon must be a finite number > 0 seconds, got {config.horizon}")
+        if config.seed < 0:
+            raise UserError(f"seed must be an integer >= 0, got {config.seed}")
         self.remaining = parse_remaining(config.remaining)
         if config.placement not in PLACEMENTS:
             raise UserError(f"placement must be one of {', '.join(PLACEMENTS)}, got {config.placement!r}")

@@ -186,10 +186,12 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
     """Pick the reader from the file: a Pollux or Philly CSV header, else Gavel's TSV."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: no such workload file")
+        raise UserError(f"{path}: {'is a directory, not a' if path.is_dir() else 'no such'} workload file")
     text = read_trace_text(path)   # read (and gunzipped) once: the header picks the reader, which parses it
     first = text.partition("\n")[0]
     header = {c.strip() for c in first.strip().split(",")}
+    if limit is not None and not (set(PHILLY_COLUMNS) <= header and not set(POLLUX_COLUMNS) <= header):
+        raise UserError(f"limit: {limit} (first rows) applies to a Philly trace only; {path} is not one")
     if set(POLLUX_COLUMNS) <= header:
         from dlsched.perf.profile import POLLUX_APPS
 

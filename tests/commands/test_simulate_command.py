@@ -1,0 +1,65 @@
+"""``dlsched simulate``: every bad option value is one line naming the option and the value, exit 2, before any
+simulated time passes (run in-process through the CLI's own ``main``: the checks come before any simulation)."""
+import sys
+
+import pytest
+
+from dlsched.cli import main
+
+PHILLY = ("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:00:00,100,2,200,x\n"
+          "2017-10-09 07:00:30,50,1,50,x\n")
+POLLUX = "name,time,application,num_replicas,batch_size\nj1,0,cifar10,1,128\n"
+
+
+def _simulate(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["dlsched", "simulate", *args])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    return e.value.code, out.err.strip()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--interval", "nan"), "--interval: nan"),            # was a ValueError traceback
+    (("--interval", "inf"), "--interval: inf"),            # was a table of inf/nan JCTs, exit 0
+    (("--restart-penalty", "-5"), "--restart-penalty: -5"),  # was accepted: jobs progressed before they started
+    (("--restart-penalty", "nan"), "--restart-penalty: nan"),  # was a simulation that never ended
+    (("--horizon", "nan"), "--horizon: nan"),              # was a ValueError traceback
+    (("--horizon", "inf"), "--horizon: inf"),              # was an OverflowError traceback
+    (("--horizon", "0"), "--horizon: 0"),                  # was a table of 0 finished jobs, exit 0
+    (("--horizon", "-10"), "--horizon: -10"),
+    (("--limit", "0"), "--limit: 0"),                      # was the whole trace, silently
+    (("--limit", "-5"), "--limit: -5"),                    # was one row, silently
+    (("--seed", "-1"), "--seed: -1"),                      # was a numpy ValueError traceback
+    (("--gpu-speed", "generic=inf"), "--gpu-speed: bad entry 'generic=inf'"),  # was accepted: 0% GPU util
+    (("--remaining", "noise:inf"), "--remaining: bad value 'noise:inf'"),    # was accepted
+    (("--node-spec", "2x4:a:b"), "--node-spec: bad entry '2x4:a:b'"),        # was a GPU type 'a:b'
+    (("--node-spec", "2x4:v100/x"), "--node-spec: bad entry '2x4:v100/x'"),  # --gpu-speed could not name it
+])
+def test_bad_option_value_is_one_line_naming_it(tmp_path, monkeypatch, capsys, args, expected):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
+    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
+    assert "Traceback" not in err
+
+
+def test_limit_on_a_trace_it_does_not_apply_to_is_an_error(tmp_path, monkeypatch, capsys):
+    """--limit reads the first rows of a Philly trace; on a Pollux workload it was silently ignored."""
+    w = tmp_path / "w.csv"
+    w.write_text(POLLUX)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--limit", "1")
+    assert code == 2 and err.count("\n") == 0 and "limit: 1" in err and "Philly" in err
+
+
+def test_a_directory_is_not_called_missing(tmp_path, monkeypatch, capsys):
+    code, err = _simulate(monkeypatch, capsys, "-w", str(tmp_path))
+    assert code == 2 and err == f"error: {tmp_path}: is a directory, not a workload file"
+
+
+def test_valid_limit_still_runs(tmp_path, monkeypatch, capsys):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--limit", "1", "--cluster-gpus", "4", "-p", "fifo",
+                          "--json", "--restart-penalty", "0")
+    assert code == 0, err
