@@ -37,6 +37,17 @@ def test_horizon_stops_and_counts_unfinished():
     assert r.summary()["finished"] == 1 and r.end_time == 100
 
 
+def test_horizon_between_decisions_stops_there():
+    """The run went on to the next decision after the horizon: a job finishing in between (at 156 s, horizon 150 s)
+    was reported finished with a makespan past the horizon while finished_by_horizon said 0."""
+    r = run([job("a", 0, 1, 66)], "fifo", ClusterView.homogeneous(1, 1), interval=60, restart_penalty=30,
+            horizon=150)
+    assert r.summary()["finished"] == 0 and r.end_time == 150 and r.timeline.time.max() == 150
+    r = run([job("a", 0, 1, 66)], "fifo", ClusterView.homogeneous(1, 1), interval=60, restart_penalty=30,
+            horizon=156)
+    assert r.jct() == {"a": 156} and r.end_time == 156
+
+
 class _BatchPolicy(Policy):
     """Gives every job 2 GPUs and a fixed batch size; records what it saw."""
 

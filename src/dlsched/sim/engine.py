@@ -271,8 +271,8 @@ class Simulator:
                     nxt = min(nxt, self._finish_heap[0][0])
                 if nxt < math.inf:
                     step = max(interval, math.ceil((nxt - self.t) / interval - 1e-9) * interval)
-            if cfg.horizon is not None:
-                step = min(step, max(interval, math.ceil((cfg.horizon - self.t) / interval) * interval))
+            if cfg.horizon is not None:   # never past it: a job finishing after the horizon is unfinished
+                step = min(step, cfg.horizon - self.t)
             events = False
             for j in running_trace:
                 if j.ensemble is None:
