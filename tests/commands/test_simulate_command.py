@@ -63,3 +63,26 @@ def test_valid_limit_still_runs(tmp_path, monkeypatch, capsys):
     code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--limit", "1", "--cluster-gpus", "4", "-p", "fifo",
                           "--json", "--restart-penalty", "0")
     assert code == 0, err
+
+
+def test_report_files_carry_the_printed_table(tmp_path, monkeypatch, capsys):
+    """summary.csv and report.md lacked the table's 'remaining' column (the information the policies had) and
+    report.md named neither the workload nor the cluster: a report from --remaining oracle read like one from
+    predicted."""
+    import csv
+    import io
+
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    args = ("-w", str(w), "-p", "fifo", "-p", "srtf", "--cluster-gpus", "4", "--remaining", "oracle")
+    code, err = _simulate(monkeypatch, capsys, *args, "--csv", "--report", str(tmp_path / "rep"))
+    assert code == 0, err
+    monkeypatch.setattr(sys, "argv", ["dlsched", "simulate", *args, "--csv"])
+    with pytest.raises(SystemExit):
+        main()
+    printed = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    written = list(csv.DictReader((tmp_path / "rep" / "summary.csv").open()))
+    assert [{k: v for k, v in row.items() if k != "jobs"} for row in written] == printed
+    assert printed[0]["remaining"] == "oracle"
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.startswith("# w.csv, 1 nodes / 4 GPUs (remaining work: oracle)") and "| oracle" in md

@@ -124,12 +124,13 @@ def register(app: typer.Typer) -> None:
                                    gpu_speed=parse_speeds(gpu_speed), horizon=horizon, placement=placement,
                                    on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
         frame = summary_frame(results, horizon).assign(remaining=str(mode))   # the information the policies had
+        title = f"{workload.name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs (remaining work: {mode})"
         if as_json:
             print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
         elif as_csv:
             print(frame.drop(columns=["jobs"], errors="ignore").to_csv(index=False), end="")
         else:
-            print_summary(frame, title=f"{workload.name} (remaining work: {mode})")
+            print_summary(frame, title=title)
         if report:
-            files = write_report(results, report, horizon)
+            files = write_report(results, report, horizon, summary=frame, title=title)
             console.print(f"report: {', '.join(str(f) for f in files)}")
