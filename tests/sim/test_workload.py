@@ -25,6 +25,16 @@ def test_unknown_application_is_reported(tmp_path):
         read_workload(p)
 
 
+def test_batch_size_outside_the_traces_is_a_bad_row_that_skip_bad_skips(tmp_path, data_dir):
+    """It passed the reader and stopped the simulator with a line naming no file or row, --skip-bad or not."""
+    p = tmp_path / "w.csv"
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,128\nb,10,cifar10,1,99999\n")
+    with pytest.raises(UserError, match=r"w.csv:3: field 'batch_size' = '99999': outside the batch sizes 128..4096"):
+        read_workload(p)
+    w = read_workload(p, skip_bad=True)
+    assert [j.id for j in w.jobs] == ["a"] and len(w.skipped) == 1 and "batch_size" in w.skipped[0]
+
+
 def test_philly_reader_and_errors(tmp_path, data_dir):
     p = tmp_path / "philly.csv"
     p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,x\n"

@@ -100,8 +100,9 @@ def _open_csv(path: Path, required: tuple[str, ...], text: str | None) -> csv.Di
 
 
 def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] | None = None, *,
-                text: str | None = None) -> Workload:
-    """``name,time,application,num_replicas,batch_size`` (shared/data/pollux/workloads/workload-*.csv)."""
+                text: str | None = None, batch_range=None) -> Workload:
+    """``name,time,application,num_replicas,batch_size`` (shared/data/pollux/workloads/workload-*.csv).
+    ``batch_range(app)`` -> (smallest, largest) batch size the app's traces validate, when given."""
     path = Path(path)
     rows, jobs, seen = _Rows(path, skip_bad), [], set()
     reader = _open_csv(path, POLLUX_COLUMNS, text)
@@ -121,6 +122,11 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
         n = t is not None and _num(rows, line, row, "num_replicas", int, 1)
         b = n and _num(rows, line, row, "batch_size", int, 1)
         if t is None or not n or not b:
+            continue
+        if batch_range is not None and not batch_range(app)[0] <= b <= batch_range(app)[1]:
+            lo, hi = batch_range(app)
+            rows.bad(line, "batch_size", row.get("batch_size"), f"outside the batch sizes {lo}..{hi} the {app} "
+                     f"traces validate")
             continue
         seen.add(name)
         jobs.append(WorkloadJob(name, t, n, app=app, batch_size=b))
@@ -193,9 +199,13 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
     if limit is not None and not (set(PHILLY_COLUMNS) <= header and not set(POLLUX_COLUMNS) <= header):
         raise UserError(f"limit: {limit} (first rows) applies to a Philly trace only; {path} is not one")
     if set(POLLUX_COLUMNS) <= header:
+        from dlsched.perf.pollux import load_app
         from dlsched.perf.profile import POLLUX_APPS
 
-        return read_pollux(path, skip_bad, known_apps=set(POLLUX_APPS), text=text)
+        def batch_range(app: str) -> tuple[int, int]:
+            return load_app(app).init_batch_size, load_app(app).max_batch_size
+
+        return read_pollux(path, skip_bad, known_apps=set(POLLUX_APPS), text=text, batch_range=batch_range)
     if set(PHILLY_COLUMNS) <= header:
         return read_philly(path, skip_bad, limit, text=text)
     if first.count("\t") == len(GAVEL_FIELDS) - 1:
