@@ -86,3 +86,29 @@ def test_report_files_carry_the_printed_table(tmp_path, monkeypatch, capsys):
     assert printed[0]["remaining"] == "oracle"
     md = (tmp_path / "rep" / "report.md").read_text()
     assert md.startswith("# w.csv, 1 nodes / 4 GPUs (remaining work: oracle)") and "| oracle" in md
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--node-spec", "1x2:a", "--cluster-gpus", "64"), "--cluster-gpus: 64 and --node-spec '1x2:a': choose one"),
+    (("--node-spec", "1x2:a", "--nodes", "3"), "--nodes: 3 and --node-spec '1x2:a': choose one"),
+    (("--node-spec", "1x2:a", "--gpus-per-node", "8"), "--gpus-per-node: 8 and --node-spec '1x2:a': choose one"),
+    (("--cluster-gpus", "8", "--nodes", "3"), "--cluster-gpus: 8 and --nodes 3: choose one"),
+    (("--seed", "3"), "--seed: 3 applies to --remaining noise:SIGMA only"),
+])
+def test_an_option_another_overrides_is_an_error_not_ignored(tmp_path, monkeypatch, capsys, args, expected):
+    """Each of these ran, the first option silently ignored (the node spec or --cluster-gpus set the cluster; the
+    seed drives only the noise mode's error)."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
+    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
+
+
+def test_defaults_beside_a_node_spec_or_noise_seed_still_run(tmp_path, monkeypatch, capsys):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--node-spec", "1x2:a", "--csv", "-p", "fifo")
+    assert code == 0, err
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--cluster-gpus", "4", "--gpus-per-node", "2",
+                          "--remaining", "noise:0.3", "--seed", "3", "--csv", "-p", "srtf")
+    assert code == 0, err

@@ -50,6 +50,7 @@ def parse_speeds(spec: str | None) -> dict[str, float]:
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
+        ctx: typer.Context,
         workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV, Philly CSV or Gavel TSV trace"),
         policy: List[str] = typer.Option(["tiresias"], "--policy", "-p", help="registered policy name; repeatable"),
         nodes: int = typer.Option(16, help="nodes in a homogeneous cluster"),
@@ -88,6 +89,19 @@ def register(app: typer.Typer) -> None:
             mode = parse_remaining(remaining)
         except UserError as e:
             raise UserError(f"--{e}") from None
+        # options given on the command line (typer vendors its own click: compare the source by name)
+        given = [name for name in ("nodes", "gpus_per_node", "cluster_gpus", "seed")
+                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+        clash = [n for n in given if n != "seed"] if node_spec else []
+        if clash:   # each was silently ignored: the node spec alone sets the cluster
+            flag = "--" + clash[0].replace("_", "-")
+            raise UserError(f"{flag}: {locals()[clash[0]]} and --node-spec {node_spec!r}: choose one (the node spec "
+                            f"sets every node's GPUs)")
+        if "cluster_gpus" in given and "nodes" in given:
+            raise UserError(f"--cluster-gpus: {cluster_gpus} and --nodes {nodes}: choose one (nodes = cluster GPUs / "
+                            f"--gpus-per-node)")
+        if "seed" in given and not remaining.strip().startswith("noise:"):
+            raise UserError(f"--seed: {seed} applies to --remaining noise:SIGMA only (got --remaining {remaining})")
         check_number("--interval", interval)
         check_number("--restart-penalty", restart_penalty, strict=False)
         check_number("--horizon", horizon)
