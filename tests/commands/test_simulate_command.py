@@ -112,3 +112,16 @@ def test_defaults_beside_a_node_spec_or_noise_seed_still_run(tmp_path, monkeypat
     code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--cluster-gpus", "4", "--gpus-per-node", "2",
                           "--remaining", "noise:0.3", "--seed", "3", "--csv", "-p", "srtf")
     assert code == 0, err
+
+
+def test_report_folder_that_cannot_be_made_is_one_line_before_the_run(tmp_path, monkeypatch, capsys):
+    """--report at a file (or below one) was a FileExistsError / NotADirectoryError traceback after the whole
+    simulation had run."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    f = tmp_path / "afile"
+    f.write_text("")
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--report", str(f))
+    assert code == 2 and err == f"error: --report: '{f}' is a file, not a folder"
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--report", str(f / "sub"))
+    assert code == 2 and err == f"error: --report: cannot create folder '{f / 'sub'}': Not a directory"

@@ -109,6 +109,13 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--limit: {limit} is not a row count >= 1")
         if seed < 0:
             raise UserError(f"--seed: {seed} is not an integer >= 0")
+        if report is not None:   # before the simulation, which can take minutes: its results must not be lost
+            if report.exists() and not report.is_dir():
+                raise UserError(f"--report: {str(report)!r} is a file, not a folder")
+            try:
+                report.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UserError(f"--report: cannot create folder {str(report)!r}: {e.strerror}") from None
         machine = as_json or as_csv
         console = Console(stderr=machine)
         known = policy_names()
@@ -146,5 +153,8 @@ def register(app: typer.Typer) -> None:
         else:
             print_summary(frame, title=title)
         if report:
-            files = write_report(results, report, horizon, summary=frame, title=title)
+            try:
+                files = write_report(results, report, horizon, summary=frame, title=title)
+            except OSError as e:
+                raise UserError(f"--report: cannot write {e.filename or report}: {e.strerror}") from None
             console.print(f"report: {', '.join(str(f) for f in files)}")
