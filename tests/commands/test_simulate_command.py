@@ -125,3 +125,14 @@ def test_report_folder_that_cannot_be_made_is_one_line_before_the_run(tmp_path, 
     assert code == 2 and err == f"error: --report: '{f}' is a file, not a folder"
     code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--report", str(f / "sub"))
     assert code == 2 and err == f"error: --report: cannot create folder '{f / 'sub'}': Not a directory"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--gpu-speed", "generic=2,generic=3"), "--gpu-speed: 'generic' is given twice"),   # 3 won, silently
+    (("-p", "fifo", "-p", "fifo"), "--policy: 'fifo' is given twice"),   # two rows, one jobs-fifo.csv
+])
+def test_an_entry_given_twice_is_an_error(tmp_path, monkeypatch, capsys, args, expected):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
+    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err

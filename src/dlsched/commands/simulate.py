@@ -38,6 +38,8 @@ def parse_speeds(spec: str | None) -> dict[str, float]:
     out = {}
     for part in filter(None, (spec or "").split(",")):
         name, _, value = part.partition("=")
+        if name.strip() in out:   # the last one won, silently
+            raise UserError(f"--gpu-speed: {name.strip()!r} is given twice ({spec!r})")
         try:
             out[name.strip()] = float(value)
             if not (math.isfinite(out[name.strip()]) and out[name.strip()] > 0):
@@ -120,6 +122,8 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=machine)
         known = policy_names()
         for p in policy:
+            if policy.count(p) > 1:   # the report's jobs-<policy>.csv of one run overwrote the other's
+                raise UserError(f"--policy: {p!r} is given twice")
             if p not in known:
                 raise UserError(f"--policy: unknown policy {p!r}; known: {', '.join(known)}")
         if cluster_gpus is not None:
