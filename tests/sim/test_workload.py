@@ -64,3 +64,18 @@ def test_unrecognised_header(tmp_path):
     p.write_text("a,b,c\n1,2,3\n")
     with pytest.raises(UserError, match="unrecognised workload header"):
         read_workload(p)
+
+
+def test_row_with_extra_fields_is_bad_and_spaced_header_is_read(tmp_path):
+    """An extra field ('j1,0,cifar10,1,128,extra') was dropped silently; a header written 'name, time, ...' was
+    recognised as Pollux and then refused as lacking every column but the first."""
+    p = tmp_path / "w.csv"
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,128,extra\nb,0,cifar10,1,128\n")
+    with pytest.raises(UserError, match=r"w.csv:2: field 'fields' = 6: expected 5 comma-separated fields"):
+        read_workload(p)
+    assert [j.id for j in read_workload(p, skip_bad=True).jobs] == ["b"]
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,x,y\n")
+    with pytest.raises(UserError, match=r":2: field 'fields' = 6"):
+        read_workload(p)
+    p.write_text("name, time, application, num_replicas, batch_size\na, 0, cifar10, 1, 128\n")
+    assert [(j.id, j.requested_gpus) for j in read_workload(p).jobs] == [("a", 1)]

@@ -58,6 +58,14 @@ class _Rows:
         self.skipped.append(msg)
 
 
+def _ragged(rows: _Rows, line: int, row: dict, header: list[str]) -> bool:
+    """A row with more fields than the header (csv puts the extra ones under None): a bad row, never truncated."""
+    if None not in row:
+        return False
+    rows.bad(line, "fields", len(header) + len(row[None]), f"expected {len(header)} comma-separated fields")
+    return True
+
+
 def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float | None = None):
     raw = row.get(fld)
     try:
@@ -93,6 +101,8 @@ def read_trace_text(path: Path) -> str:
 
 def _open_csv(path: Path, required: tuple[str, ...], text: str | None) -> csv.DictReader:
     reader = csv.DictReader((read_trace_text(path) if text is None else text).splitlines())
+    if reader.fieldnames:   # "name, time, ..." is the same header (read_workload picks the reader that way)
+        reader.fieldnames = [c.strip() for c in reader.fieldnames]
     missing = [c for c in required if c not in (reader.fieldnames or [])]
     if missing:
         raise UserError(f"{path}:1: header lacks column(s) {', '.join(missing)} (has {reader.fieldnames})")
@@ -107,6 +117,8 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
     rows, jobs, seen = _Rows(path, skip_bad), [], set()
     reader = _open_csv(path, POLLUX_COLUMNS, text)
     for line, row in enumerate(reader, start=2):
+        if _ragged(rows, line, row, reader.fieldnames):
+            continue
         name = (row.get("name") or "").strip()
         if not name:
             rows.bad(line, "name", row.get("name"), "empty")
@@ -139,7 +151,10 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
     after the earliest timestamp; each job runs ``duration`` seconds on ``num_gpus`` GPUs."""
     path = Path(path)
     rows, raw = _Rows(path, skip_bad), []
-    for line, row in enumerate(_open_csv(path, PHILLY_COLUMNS, text), start=2):
+    reader = _open_csv(path, PHILLY_COLUMNS, text)
+    for line, row in enumerate(reader, start=2):
+        if _ragged(rows, line, row, reader.fieldnames):
+            continue
         try:
             ts = datetime.fromisoformat((row.get("timestamp") or "").strip()).timestamp()
         except ValueError:
