@@ -136,3 +136,15 @@ def test_an_entry_given_twice_is_an_error(tmp_path, monkeypatch, capsys, args, e
     w.write_text(PHILLY)
     code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
     assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
+
+
+def test_placement_a_policy_ignores_is_said(tmp_path, monkeypatch, capsys):
+    """--placement best-fit ran fifo/goodput/fleet unchanged (they place their own jobs) and said nothing."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "-p", "fifo", "-p", "optimus", "-p", "goodput",
+                          "--placement", "best-fit", "--csv")
+    assert code == 0 and "--placement best-fit has no effect on fifo, goodput: they place their own jobs" in \
+        " ".join(err.split())
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "-p", "optimus", "--placement", "best-fit", "--csv")
+    assert code == 0 and "no effect" not in err

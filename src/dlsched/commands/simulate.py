@@ -92,9 +92,9 @@ def register(app: typer.Typer) -> None:
         except UserError as e:
             raise UserError(f"--{e}") from None
         # options given on the command line (typer vendors its own click: compare the source by name)
-        given = [name for name in ("nodes", "gpus_per_node", "cluster_gpus", "seed")
+        given = [name for name in ("nodes", "gpus_per_node", "cluster_gpus", "seed", "placement")
                  if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
-        clash = [n for n in given if n != "seed"] if node_spec else []
+        clash = [n for n in given if n in ("nodes", "gpus_per_node", "cluster_gpus")] if node_spec else []
         if clash:   # each was silently ignored: the node spec alone sets the cluster
             flag = "--" + clash[0].replace("_", "-")
             raise UserError(f"{flag}: {locals()[clash[0]]} and --node-spec {node_spec!r}: choose one (the node spec "
@@ -139,12 +139,18 @@ def register(app: typer.Typer) -> None:
         if not wl.jobs:
             raise UserError(f"{workload}: no jobs to simulate")
         console.print(f"{len(wl.jobs)} jobs from {workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")
+        policies = [make_policy(p) for p in policy]
+        if "placement" in given:
+            own = [p.name for p in policies if p.places_own or p.placement is not None]
+            if own:   # they place their own jobs: the option changes nothing for them, say so
+                console.print(f"[yellow]--placement {placement} has no effect on {', '.join(own)}: "
+                              f"{'it places its' if len(own) == 1 else 'they place their'} own jobs[/]")
         results = []
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
-            for p in policy:
-                task = bar.add_task(p, total=len(wl.jobs))
-                results.append(run(wl, make_policy(p), cluster, interval=interval, restart_penalty=restart_penalty,
+            for pol in policies:
+                task = bar.add_task(pol.name, total=len(wl.jobs))
+                results.append(run(wl, pol, cluster, interval=interval, restart_penalty=restart_penalty,
                                    remaining=mode, seed=seed,
                                    gpu_speed=parse_speeds(gpu_speed), horizon=horizon, placement=placement,
                                    on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))

@@ -75,7 +75,9 @@ class Simulator:
         self.remaining = parse_remaining(config.remaining)
         if config.placement not in PLACEMENTS:
             raise UserError(f"placement must be one of {', '.join(PLACEMENTS)}, got {config.placement!r}")
-        self.strategy = PLACEMENTS[config.placement]
+        # A policy that places its own jobs (FIFO/SRTF/Tiresias: most free first) keeps that placement on the
+        # uncontended fast path too, so that config.placement never changes its schedule halfway.
+        self.strategy = most_free_first if getattr(policy, "places_own", False) else PLACEMENTS[config.placement]
         specs = workload.jobs if isinstance(workload, Workload) else list(workload)
         self.policy, self.cluster, self.cfg = policy, cluster, config
         self.on_progress = on_progress
