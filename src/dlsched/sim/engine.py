@@ -55,6 +55,17 @@ class SimConfig:
     placement: str = "most-free"            # nodes for jobs a policy did not place: "most-free" (the peer's) or
                                             # "consolidated" (Optimus Theorem 1: fewest nodes, even split)
 
+    def __post_init__(self) -> None:
+        """A NaN restart penalty never ended a run; a NaN/inf interval or horizon raised mid-run: refuse them."""
+        if not (math.isfinite(self.interval) and self.interval > 0):
+            raise UserError(f"interval must be a finite number > 0 seconds, got {self.interval}")
+        if not (math.isfinite(self.restart_penalty) and self.restart_penalty >= 0):
+            raise UserError(f"restart_penalty must be a finite number >= 0 seconds, got {self.restart_penalty}")
+        if self.horizon is not None and not (math.isfinite(self.horizon) and self.horizon > 0):
+            raise UserError(f"horizon must be a finite number > 0 seconds, got {self.horizon}")
+        if self.seed < 0:
+            raise UserError(f"seed must be an integer >= 0, got {self.seed}")
+
 
 PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated, "best-fit": best_fit}
 
@@ -64,14 +75,6 @@ class Simulator:
 
     def __init__(self, workload: Workload | Iterable[WorkloadJob], policy: Policy, cluster: ClusterView,
                  config: SimConfig = SimConfig(), on_progress: Callable[[float, int, int], None] | None = None):
-        if not (math.isfinite(config.interval) and config.interval > 0):
-            raise UserError(f"interval must be a finite number > 0 seconds, got {config.interval}")
-        if not (math.isfinite(config.restart_penalty) and config.restart_penalty >= 0):
-            raise UserError(f"restart_penalty must be a finite number >= 0 seconds, got {config.restart_penalty}")
-        if config.horizon is not None and not (math.isfinite(config.horizon) and config.horizon > 0):
-            raise UserError(f"horizon must be a finite number > 0 seconds, got {config.horizon}")
-        if config.seed < 0:
-            raise UserError(f"seed must be an integer >= 0, got {config.seed}")
         self.remaining = parse_remaining(config.remaining)
         if config.placement not in PLACEMENTS:
             raise UserError(f"placement must be one of {', '.join(PLACEMENTS)}, got {config.placement!r}")
