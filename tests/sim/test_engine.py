@@ -172,3 +172,13 @@ def test_placement_option_never_changes_a_policy_that_places_its_own_jobs(policy
             for pl in ("most-free", "best-fit", "consolidated")}
     assert runs["best-fit"] == runs["consolidated"] == runs["most-free"] == {"x": 60}
     assert make_policy(policy).places_own
+
+
+def test_trace_job_on_a_node_bigger_than_its_traces_is_refused_before_the_run(data_dir):
+    """On 8-GPU nodes a 6-GPU cifar10 job crashed the run mid-way: 'ValueError: cifar10: no step time for placement
+    (6,) local batch 342' (the Pollux traces measured at most 4 GPUs per node)."""
+    spec = [WorkloadJob("c", 0, 6, app="cifar10", batch_size=2048)]
+    with pytest.raises(UserError, match=r"node 'node0' has 8 GPUs: the cifar10 traces measured at most 4 GPUs per node"):
+        run(spec, "fifo", ClusterView.homogeneous(2, 8))
+    r = run([job("d", 0, 6, 100)], "fifo", ClusterView.homogeneous(1, 8))   # duration jobs know no traces
+    assert r.summary()["finished"] == 1

@@ -70,6 +70,17 @@ class SimConfig:
 PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated, "best-fit": best_fit}
 
 
+def check_trace_nodes(jobs: Iterable[SimJob], cluster: ClusterView) -> None:
+    """A trace-driven job's step time is known only for nodes of at most as many GPUs as its traces measured per
+    node (4 in the Pollux traces): a bigger node is a UserError before the run, not a ValueError in its middle."""
+    big = max(cluster.nodes, key=lambda n: n.num_gpus)
+    for app in {j.app.name: j.app for j in jobs if j.app is not None}.values():
+        if big.num_gpus > app.step_times.max_gpus_per_node:
+            raise UserError(f"node {big.name!r} has {big.num_gpus} GPUs: the {app.name} traces measured at most "
+                            f"{app.step_times.max_gpus_per_node} GPUs per node, so its step time there is unknown "
+                            f"(use nodes of at most that many GPUs for trace-driven jobs)")
+
+
 class Simulator:
     """One run of one policy over one workload on one cluster. Use ``run()`` unless stepping by hand."""
 
@@ -99,6 +110,7 @@ class Simulator:
                                 f"{j.app.init_batch_size}..{j.app.max_batch_size} the {j.app.name} traces validate")
             if j.spec.requested_gpus > cluster.total_gpus:
                 raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has {cluster.total_gpus}")
+        check_trace_nodes(self.jobs, cluster)
         self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
         for key, factor in config.gpu_speed.items():
             gpu_type, per_app, app = key.partition("/")
