@@ -79,3 +79,20 @@ def test_row_with_extra_fields_is_bad_and_spaced_header_is_read(tmp_path):
         read_workload(p)
     p.write_text("name, time, application, num_replicas, batch_size\na, 0, cifar10, 1, 128\n")
     assert [(j.id, j.requested_gpus) for j in read_workload(p).jobs] == [("a", 1)]
+
+
+def test_gavel_steps_taken_as_seconds_is_said(tmp_path, monkeypatch, capsys):
+    """A Gavel trace counts steps; without a rate the reader takes them as seconds, and simulate said nothing."""
+    import sys
+
+    from dlsched.cli import main
+
+    p = tmp_path / "t.trace"
+    p.write_text("ResNet-50 (batch size 64)\tpython3 main.py\tdir\t--num_steps\t1\t1000\t2\t1\t-1\t30\n")
+    w = read_workload(p)
+    assert len(w.assumed) == 1 and "'ResNet-50 (batch size 64)'" in w.assumed[0] and "1 step/s" in w.assumed[0]
+    assert read_gavel(p, steps_per_second={"ResNet-50 (batch size 64)": 4.0}).assumed == []
+    monkeypatch.setattr(sys, "argv", ["dlsched", "simulate", "-w", str(p), "-p", "fifo", "--csv"])
+    with pytest.raises(SystemExit):
+        main()
+    assert "assumed:" in capsys.readouterr().err

@@ -136,6 +136,8 @@ def register(app: typer.Typer) -> None:
         wl = read_workload(workload, skip_bad=skip_bad, limit=limit)
         if wl.skipped:
             console.print(f"[yellow]skipped {len(wl.skipped)} bad row(s); first: {wl.skipped[0]}[/]")
+        for note in wl.assumed:
+            console.print(f"[yellow]assumed: {note}[/]")
         if not wl.jobs:
             raise UserError(f"{workload}: no jobs to simulate")
         console.print(f"{len(wl.jobs)} jobs from {workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")

@@ -43,6 +43,7 @@ class Workload:
     jobs: list[WorkloadJob]
     source: str = ""
     skipped: list[str] = field(default_factory=list)   # one line per skipped bad row
+    assumed: list[str] = field(default_factory=list)   # what the reader assumed that the trace does not say
 
 
 class _Rows:
@@ -183,6 +184,7 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
     path = Path(path)
     rows, jobs = _Rows(path, skip_bad), []
     rates = steps_per_second or {}
+    unrated: set[str] = set()
     with io.StringIO(read_trace_text(path) if text is None else text) as f:
         for line, text in enumerate(f, start=1):
             if not text.strip() or text.startswith("#"):
@@ -200,7 +202,11 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
                 continue
             rate = rates.get(row["job_type"], 1.0)
             jobs.append(WorkloadJob(f"gavel-{line}", t, g, app=None, duration=steps / rate, priority=w))
-    return Workload(_by_arrival(jobs), str(path), rows.skipped)
+            if row["job_type"] not in rates:
+                unrated.add(row["job_type"])
+    assumed = [f"{path}: no steps/s known for {len(unrated)} job type(s) (e.g. {min(unrated)!r}): their "
+               f"total_steps are taken as seconds (1 step/s)"] if unrated else []
+    return Workload(_by_arrival(jobs), str(path), rows.skipped, assumed)
 
 
 def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = None) -> Workload:
