@@ -148,3 +148,14 @@ def test_placement_a_policy_ignores_is_said(tmp_path, monkeypatch, capsys):
         " ".join(err.split())
     code, err = _simulate(monkeypatch, capsys, "-w", str(w), "-p", "optimus", "--placement", "best-fit", "--csv")
     assert code == 0 and "no effect" not in err
+
+
+def test_gpu_types_without_a_speed_are_said_to_run_alike(tmp_path, monkeypatch, capsys):
+    """'--node-spec 1x4:v100,1x4:k80' without --gpu-speed simulated both types at speed 1.0 and said nothing."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--node-spec", "1x4:v100,1x4:k80", "-p", "fifo", "--csv")
+    assert code == 0 and "no factor for GPU type(s) k80, v100: they run at 1.0" in " ".join(err.split())
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--node-spec", "1x4:v100,1x4:k80", "-p", "fifo", "--csv",
+                          "--gpu-speed", "v100=2,k80=0.5")
+    assert code == 0 and "no factor" not in err

@@ -136,6 +136,11 @@ def register(app: typer.Typer) -> None:
         wl = read_workload(workload, skip_bad=skip_bad, limit=limit)
         if wl.skipped:
             console.print(f"[yellow]skipped {len(wl.skipped)} bad row(s); first: {wl.skipped[0]}[/]")
+        speeds = parse_speeds(gpu_speed)
+        unsped = [t for t in cluster.gpu_types if t not in speeds and not any(k.startswith(f"{t}/") for k in speeds)]
+        if len(cluster.gpu_types) > 1 and unsped:   # a heterogeneous cluster whose types all ran alike, silently
+            wl.assumed.append(f"--gpu-speed gives no factor for GPU type(s) {', '.join(unsped)}: they run at 1.0 "
+                              f"(the traced GPU's speed)")
         for note in wl.assumed:
             console.print(f"[yellow]assumed: {note}[/]")
         if not wl.jobs:
@@ -154,7 +159,7 @@ def register(app: typer.Typer) -> None:
                 task = bar.add_task(pol.name, total=len(wl.jobs))
                 results.append(run(wl, pol, cluster, interval=interval, restart_penalty=restart_penalty,
                                    remaining=mode, seed=seed,
-                                   gpu_speed=parse_speeds(gpu_speed), horizon=horizon, placement=placement,
+                                   gpu_speed=speeds, horizon=horizon, placement=placement,
                                    on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
         frame = summary_frame(results, horizon).assign(remaining=str(mode))   # the information the policies had
         title = f"{workload.name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs (remaining work: {mode})"
