@@ -47,6 +47,18 @@ def markdown_report(summary: pd.DataFrame, title: str = "dlsched simulation") ->
                       "![JCT CDF](jct_cdf.png)", "", "![GPU allocation](gpu_allocation.png)", ""])
 
 
+def plot_allocation(ax, r: SimResult) -> None:
+    """GPUs allocated over time (hours). A decision's allocation holds until the next one (``where="post"``), as
+    ``SimResult.gpu_utilisation`` counts it: the area under the curve is the allocated GPU-hours."""
+    tl = r.timeline
+    ax.fill_between(tl.time / 3600, tl.gpus_allocated, step="post", alpha=0.45)
+    ax.step(tl.time / 3600, tl.gpus_allocated, where="post", lw=0.8)
+    ax.axhline(r.total_gpus, color="grey", lw=0.8, ls="--")
+    ax.set_ylim(0, r.total_gpus * 1.05 or 1)
+    ax.set_ylabel("GPUs")
+    ax.set_title(f"{r.policy}: GPUs allocated (dashed: cluster size)", fontsize=9, loc="left")
+
+
 def write_report(results: Sequence[SimResult], out: str | Path, horizon: float | None = None,
                  summary: pd.DataFrame | None = None, title: str = "dlsched simulation") -> list[Path]:
     """Write summary.csv, jobs-<policy>.csv, jct_cdf.png, gpu_allocation.png and report.md under ``out``.
@@ -79,13 +91,7 @@ def write_report(results: Sequence[SimResult], out: str | Path, horizon: float |
     fig, axes = plt.subplots(len(results) or 1, 1, figsize=(8, 1.6 + 1.5 * max(len(results), 1)), sharex=True,
                              squeeze=False)
     for ax, r in zip(axes[:, 0], results):
-        tl = r.timeline
-        ax.fill_between(tl.time / 3600, tl.gpus_allocated, step="pre", alpha=0.45)
-        ax.step(tl.time / 3600, tl.gpus_allocated, where="pre", lw=0.8)
-        ax.axhline(r.total_gpus, color="grey", lw=0.8, ls="--")
-        ax.set_ylim(0, r.total_gpus * 1.05 or 1)
-        ax.set_ylabel("GPUs")
-        ax.set_title(f"{r.policy}: GPUs allocated (dashed: cluster size)", fontsize=9, loc="left")
+        plot_allocation(ax, r)
     axes[-1, 0].set_xlabel("time (h)")
     fig.tight_layout()
     fig.savefig(out / "gpu_allocation.png", dpi=120)
