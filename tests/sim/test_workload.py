@@ -96,3 +96,21 @@ def test_gavel_steps_taken_as_seconds_is_said(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main()
     assert "assumed:" in capsys.readouterr().err
+
+
+def test_philly_submit_times_do_not_depend_on_the_machine_time_zone(tmp_path, monkeypatch):
+    """Naive timestamps were read in the local zone: across 2017-11-05 (end of US daylight time) a job submitted
+    2 h after another came out 3 h after it on a Los Angeles machine, 2 h on a UTC one."""
+    import time
+
+    p = tmp_path / "philly.csv"
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-11-05 00:00:00,10,1,10,x\n"
+                 "2017-11-05 02:00:00,10,1,10,x\n")
+    gaps = []
+    for tz in ("UTC", "America/Los_Angeles"):
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+        gaps.append(read_workload(p).jobs[1].submit_time)
+    monkeypatch.delenv("TZ")
+    time.tzset()
+    assert gaps == [7200.0, 7200.0]

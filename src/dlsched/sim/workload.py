@@ -11,7 +11,7 @@ import io
 import math
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from dlsched.errors import UserError
@@ -157,7 +157,10 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
         if _ragged(rows, line, row, reader.fieldnames):
             continue
         try:
-            ts = datetime.fromisoformat((row.get("timestamp") or "").strip()).timestamp()
+            ts = datetime.fromisoformat((row.get("timestamp") or "").strip())
+            # naive times are UTC: .timestamp() would read them in the machine's zone, whose DST changes shift
+            # every later submission by an hour (the trace spans 2017's end of US daylight time)
+            ts = (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).timestamp()
         except ValueError:
             rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS)")
             continue
