@@ -28,6 +28,24 @@ POLLUX_PER_WORKLOAD = {1: 2088.77, 2: 3322.94, 3: 2188.49, 4: 2720.98}   # same 
 OURS = ("elastic", "elastic-gpu-only", "goodput")
 
 
+def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace, root) -> None:
+    """Bad values are one line naming the option (argparse's exit 2), not a traceback from the first run."""
+    from dlsched.errors import UserError
+    from dlsched.policy.base import policy_names
+    from dlsched.sim.remaining import parse_remaining
+
+    if unknown := [p for p in args.policies if p not in policy_names()]:
+        ap.error(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(policy_names())}")
+    try:
+        parse_remaining(args.remaining)
+    except UserError as e:
+        ap.error(f"--{e}")
+    if missing := [w for w in args.workloads if not (root / f"workload-{w}.csv").is_file()]:
+        ap.error(f"--workloads: no workload {', '.join(map(str, missing))} (there are 1-4)")
+    if args.nodes < 12:   # the workloads hold 48-GPU jobs: fewer 4-GPU nodes cannot run them
+        ap.error(f"--nodes: {args.nodes} 4-GPU nodes cannot hold the workloads' 48-GPU jobs (at least 12)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", type=int, nargs="+", default=[1, 2, 3, 4])
@@ -40,6 +58,7 @@ def main() -> None:
                          "jobs, = a more loaded cluster; Pollux's published figures are for 16 only)")
     args = ap.parse_args()
     root = shared_data() / "pollux" / "workloads"
+    _check_args(ap, args, root)
     jct: dict[str, dict[int, float]] = {p: {} for p in args.policies}
     done: dict[str, dict[int, int]] = {p: {} for p in args.policies}
     print(f"{args.nodes} nodes x 4 GPUs, remaining work: {args.remaining}")

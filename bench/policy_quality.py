@@ -67,6 +67,35 @@ def _one(args: tuple[str, str, int, float, str, str | None]) -> tuple[str, str, 
     return policy, mode, w, s
 
 
+def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace, known: list[str]) -> None:
+    """Bad values are one line naming the option (argparse's exit 2), before any worker starts: they were
+    tracebacks from the process pool (a bad mode, a missing workload, --procs 0) or, for a NaN restart, a hang."""
+    import json
+    import math
+
+    from dlsched.errors import UserError
+    from dlsched.sim.remaining import parse_remaining
+
+    if unknown := [p for p in args.policies if p not in known]:
+        ap.error(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    for m in args.modes:
+        try:
+            parse_remaining(m)
+        except UserError as e:
+            ap.error(f"--modes: {e}")
+    if missing := [w for w in args.workloads if not _workload(w).is_file()]:
+        ap.error(f"--workloads: no workload {', '.join(map(str, missing))} (there are 1-4)")
+    if args.procs < 1:
+        ap.error(f"--procs: {args.procs} is not >= 1")
+    if not (math.isfinite(args.restart_penalty) and args.restart_penalty >= 0):
+        ap.error(f"--restart-penalty: {args.restart_penalty} is not a finite number >= 0")
+    try:
+        if not isinstance(json.loads(args.policy_args), dict):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--policy-args: {args.policy_args!r} is not a JSON object")
+
+
 def main() -> None:
     from dlsched.policy.base import policy_names
     from dlsched.sim.metrics import SimResult  # noqa: F401  (fail early on an import error)
@@ -80,6 +109,7 @@ def main() -> None:
     ap.add_argument("--policy-args", default="{}")
     ap.add_argument("--placement", default=None, help="nodes for jobs a policy does not place (sim default)")
     args = ap.parse_args()
+    _check_args(ap, args, policy_names())
     tasks = [(p, m, w, args.restart_penalty, args.policy_args, args.placement) for p in args.policies for m in args.modes
              for w in args.workloads if not (p in INFORMATION_FREE and m != args.modes[0])]
     with ProcessPoolExecutor(args.procs) as pool:

@@ -37,6 +37,17 @@ def test_horizon_stops_and_counts_unfinished():
     assert r.summary()["finished"] == 1 and r.end_time == 100
 
 
+def test_horizon_between_decisions_stops_there():
+    """The run went on to the next decision after the horizon: a job finishing in between (at 156 s, horizon 150 s)
+    was reported finished with a makespan past the horizon while finished_by_horizon said 0."""
+    r = run([job("a", 0, 1, 66)], "fifo", ClusterView.homogeneous(1, 1), interval=60, restart_penalty=30,
+            horizon=150)
+    assert r.summary()["finished"] == 0 and r.end_time == 150 and r.timeline.time.max() == 150
+    r = run([job("a", 0, 1, 66)], "fifo", ClusterView.homogeneous(1, 1), interval=60, restart_penalty=30,
+            horizon=156)
+    assert r.jct() == {"a": 156} and r.end_time == 156
+
+
 class _BatchPolicy(Policy):
     """Gives every job 2 GPUs and a fixed batch size; records what it saw."""
 
@@ -136,3 +147,38 @@ def test_elastic_reads_min_local_batch_from_the_field_or_attrs():
     assert batch_range(JobView("a", 0, 1, min_local_batch=32, **common), 64).g_max == 256 // 32
     assert batch_range(JobView("a", 0, 1, attrs={"min_local_batch": 64}, **common), 64).g_max == 256 // 64
     assert batch_range(JobView("a", 0, 1, **common), 64).g_max == 64
+
+
+@pytest.mark.parametrize("knob", [{"interval": float("nan")}, {"interval": float("inf")},
+                                  {"restart_penalty": float("nan")}, {"restart_penalty": -1.0},
+                                  {"horizon": float("nan")}, {"horizon": float("inf")}, {"horizon": 0.0},
+                                  {"seed": -1}])
+def test_bad_config_is_a_user_error_before_the_run(knob):
+    """A NaN restart penalty made run() loop forever, a NaN/inf horizon or interval raised ValueError/OverflowError
+    mid-run, a negative seed a numpy ValueError: each is now a UserError naming the knob."""
+    (name, value), = knob.items()
+    with pytest.raises(UserError, match=f"{name} must be"):
+        run([job("a", 0, 1, 100)], "fifo", ClusterView.homogeneous(1, 1), **knob)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "srtf", "tiresias"])
+def test_placement_option_never_changes_a_policy_that_places_its_own_jobs(policy):
+    """FIFO/SRTF/Tiresias place their jobs most free first, but the uncontended fast path placed newcomers with
+    SimConfig.placement: with best-fit a 2-GPU job went to the slow 2-GPU node instead of the fast 4-GPU one
+    (JCT 110 s instead of 60 s) while the contended path ignored the option."""
+    cluster = ClusterView((NodeView("fast", 4, "a"), NodeView("slow", 2, "b")))
+    runs = {pl: run([job("x", 0, 2, 100)], policy, cluster, interval=10, restart_penalty=0,
+                    gpu_speed={"a": 2.0, "b": 1.0}, placement=pl).jct()
+            for pl in ("most-free", "best-fit", "consolidated")}
+    assert runs["best-fit"] == runs["consolidated"] == runs["most-free"] == {"x": 60}
+    assert make_policy(policy).places_own
+
+
+def test_trace_job_on_a_node_bigger_than_its_traces_is_refused_before_the_run(data_dir):
+    """On 8-GPU nodes a 6-GPU cifar10 job crashed the run mid-way: 'ValueError: cifar10: no step time for placement
+    (6,) local batch 342' (the Pollux traces measured at most 4 GPUs per node)."""
+    spec = [WorkloadJob("c", 0, 6, app="cifar10", batch_size=2048)]
+    with pytest.raises(UserError, match=r"node 'node0' has 8 GPUs: the cifar10 traces measured at most 4 GPUs per node"):
+        run(spec, "fifo", ClusterView.homogeneous(2, 8))
+    r = run([job("d", 0, 6, 100)], "fifo", ClusterView.homogeneous(1, 8))   # duration jobs know no traces
+    assert r.summary()["finished"] == 1

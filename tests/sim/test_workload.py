@@ -25,6 +25,16 @@ def test_unknown_application_is_reported(tmp_path):
         read_workload(p)
 
 
+def test_batch_size_outside_the_traces_is_a_bad_row_that_skip_bad_skips(tmp_path, data_dir):
+    """It passed the reader and stopped the simulator with a line naming no file or row, --skip-bad or not."""
+    p = tmp_path / "w.csv"
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,2,128\nb,10,cifar10,1,99999\n")
+    with pytest.raises(UserError, match=r"w.csv:3: field 'batch_size' = '99999': outside the batch sizes 128..4096"):
+        read_workload(p)
+    w = read_workload(p, skip_bad=True)
+    assert [j.id for j in w.jobs] == ["a"] and len(w.skipped) == 1 and "batch_size" in w.skipped[0]
+
+
 def test_philly_reader_and_errors(tmp_path, data_dir):
     p = tmp_path / "philly.csv"
     p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,x\n"
@@ -54,3 +64,53 @@ def test_unrecognised_header(tmp_path):
     p.write_text("a,b,c\n1,2,3\n")
     with pytest.raises(UserError, match="unrecognised workload header"):
         read_workload(p)
+
+
+def test_row_with_extra_fields_is_bad_and_spaced_header_is_read(tmp_path):
+    """An extra field ('j1,0,cifar10,1,128,extra') was dropped silently; a header written 'name, time, ...' was
+    recognised as Pollux and then refused as lacking every column but the first."""
+    p = tmp_path / "w.csv"
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,128,extra\nb,0,cifar10,1,128\n")
+    with pytest.raises(UserError, match=r"w.csv:2: field 'fields' = 6: expected 5 comma-separated fields"):
+        read_workload(p)
+    assert [j.id for j in read_workload(p, skip_bad=True).jobs] == ["b"]
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,x,y\n")
+    with pytest.raises(UserError, match=r":2: field 'fields' = 6"):
+        read_workload(p)
+    p.write_text("name, time, application, num_replicas, batch_size\na, 0, cifar10, 1, 128\n")
+    assert [(j.id, j.requested_gpus) for j in read_workload(p).jobs] == [("a", 1)]
+
+
+def test_gavel_steps_taken_as_seconds_is_said(tmp_path, monkeypatch, capsys):
+    """A Gavel trace counts steps; without a rate the reader takes them as seconds, and simulate said nothing."""
+    import sys
+
+    from dlsched.cli import main
+
+    p = tmp_path / "t.trace"
+    p.write_text("ResNet-50 (batch size 64)\tpython3 main.py\tdir\t--num_steps\t1\t1000\t2\t1\t-1\t30\n")
+    w = read_workload(p)
+    assert len(w.assumed) == 1 and "'ResNet-50 (batch size 64)'" in w.assumed[0] and "1 step/s" in w.assumed[0]
+    assert read_gavel(p, steps_per_second={"ResNet-50 (batch size 64)": 4.0}).assumed == []
+    monkeypatch.setattr(sys, "argv", ["dlsched", "simulate", "-w", str(p), "-p", "fifo", "--csv"])
+    with pytest.raises(SystemExit):
+        main()
+    assert "assumed:" in capsys.readouterr().err
+
+
+def test_philly_submit_times_do_not_depend_on_the_machine_time_zone(tmp_path, monkeypatch):
+    """Naive timestamps were read in the local zone: across 2017-11-05 (end of US daylight time) a job submitted
+    2 h after another came out 3 h after it on a Los Angeles machine, 2 h on a UTC one."""
+    import time
+
+    p = tmp_path / "philly.csv"
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-11-05 00:00:00,10,1,10,x\n"
+                 "2017-11-05 02:00:00,10,1,10,x\n")
+    gaps = []
+    for tz in ("UTC", "America/Los_Angeles"):
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+        gaps.append(read_workload(p).jobs[1].submit_time)
+    monkeypatch.delenv("TZ")
+    time.tzset()
+    assert gaps == [7200.0, 7200.0]

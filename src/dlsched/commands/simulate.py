@@ -1,6 +1,7 @@
 """``dlsched simulate``: run one or more policies over a workload trace and compare them."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,30 +19,40 @@ def parse_nodes(spec: str) -> "ClusterView":
         try:
             count_gpus, _, gpu_type = part.strip().partition(":")
             count, gpus = (int(x) for x in count_gpus.split("x"))
-            if count < 1 or gpus < 1:
+            if count < 1 or gpus < 1 or any(c in gpu_type for c in ":/= "):   # --gpu-speed parses TYPE/APP=F
                 raise ValueError
         except ValueError:
-            raise UserError(f"--node-spec: bad entry {part!r}; expected NODESxGPUS[:TYPE], e.g. 8x4:v100") from None
+            raise UserError(f"--node-spec: bad entry {part!r}; expected NODESxGPUS[:TYPE] (TYPE without ':', '/', '=' or "
+                            f"spaces), e.g. 8x4:v100") from None
         nodes += [NodeView(f"{gpu_type or 'node'}{len(nodes) + i}", gpus, gpu_type or "generic") for i in range(count)]
     return ClusterView(tuple(nodes))
+
+
+def check_number(option: str, value: float | None, *, minimum: float = 0.0, strict: bool = True) -> None:
+    """A finite number above ``minimum`` (or at it, when not ``strict``): a one-line UserError naming the option."""
+    if value is not None and not (math.isfinite(value) and (value > minimum if strict else value >= minimum)):
+        raise UserError(f"{option}: {value} is not a finite number {'>' if strict else '>='} {minimum:g}")
 
 
 def parse_speeds(spec: str | None) -> dict[str, float]:
     out = {}
     for part in filter(None, (spec or "").split(",")):
         name, _, value = part.partition("=")
+        if name.strip() in out:   # the last one won, silently
+            raise UserError(f"--gpu-speed: {name.strip()!r} is given twice ({spec!r})")
         try:
             out[name.strip()] = float(value)
-            if out[name.strip()] <= 0:
+            if not (math.isfinite(out[name.strip()]) and out[name.strip()] > 0):
                 raise ValueError
         except ValueError:
-            raise UserError(f"--gpu-speed: bad entry {part!r}; expected TYPE=FACTOR with FACTOR > 0") from None
+            raise UserError(f"--gpu-speed: bad entry {part!r}; expected TYPE=FACTOR with a finite FACTOR > 0") from None
     return out
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
+        ctx: typer.Context,
         workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV, Philly CSV or Gavel TSV trace"),
         policy: List[str] = typer.Option(["tiresias"], "--policy", "-p", help="registered policy name; repeatable"),
         nodes: int = typer.Option(16, help="nodes in a homogeneous cluster"),
@@ -80,10 +91,39 @@ def register(app: typer.Typer) -> None:
             mode = parse_remaining(remaining)
         except UserError as e:
             raise UserError(f"--{e}") from None
+        # options given on the command line (typer vendors its own click: compare the source by name)
+        given = [name for name in ("nodes", "gpus_per_node", "cluster_gpus", "seed", "placement")
+                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+        clash = [n for n in given if n in ("nodes", "gpus_per_node", "cluster_gpus")] if node_spec else []
+        if clash:   # each was silently ignored: the node spec alone sets the cluster
+            flag = "--" + clash[0].replace("_", "-")
+            raise UserError(f"{flag}: {locals()[clash[0]]} and --node-spec {node_spec!r}: choose one (the node spec "
+                            f"sets every node's GPUs)")
+        if "cluster_gpus" in given and "nodes" in given:
+            raise UserError(f"--cluster-gpus: {cluster_gpus} and --nodes {nodes}: choose one (nodes = cluster GPUs / "
+                            f"--gpus-per-node)")
+        if "seed" in given and not remaining.strip().startswith("noise:"):
+            raise UserError(f"--seed: {seed} applies to --remaining noise:SIGMA only (got --remaining {remaining})")
+        check_number("--interval", interval)
+        check_number("--restart-penalty", restart_penalty, strict=False)
+        check_number("--horizon", horizon)
+        if limit is not None and limit < 1:
+            raise UserError(f"--limit: {limit} is not a row count >= 1")
+        if seed < 0:
+            raise UserError(f"--seed: {seed} is not an integer >= 0")
+        if report is not None:   # before the simulation, which can take minutes: its results must not be lost
+            if report.exists() and not report.is_dir():
+                raise UserError(f"--report: {str(report)!r} is a file, not a folder")
+            try:
+                report.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UserError(f"--report: cannot create folder {str(report)!r}: {e.strerror}") from None
         machine = as_json or as_csv
         console = Console(stderr=machine)
         known = policy_names()
         for p in policy:
+            if policy.count(p) > 1:   # the report's jobs-<policy>.csv of one run overwrote the other's
+                raise UserError(f"--policy: {p!r} is given twice")
             if p not in known:
                 raise UserError(f"--policy: unknown policy {p!r}; known: {', '.join(known)}")
         if cluster_gpus is not None:
@@ -96,25 +136,42 @@ def register(app: typer.Typer) -> None:
         wl = read_workload(workload, skip_bad=skip_bad, limit=limit)
         if wl.skipped:
             console.print(f"[yellow]skipped {len(wl.skipped)} bad row(s); first: {wl.skipped[0]}[/]")
+        speeds = parse_speeds(gpu_speed)
+        unsped = [t for t in cluster.gpu_types if t not in speeds and not any(k.startswith(f"{t}/") for k in speeds)]
+        if len(cluster.gpu_types) > 1 and unsped:   # a heterogeneous cluster whose types all ran alike, silently
+            wl.assumed.append(f"--gpu-speed gives no factor for GPU type(s) {', '.join(unsped)}: they run at 1.0 "
+                              f"(the traced GPU's speed)")
+        for note in wl.assumed:
+            console.print(f"[yellow]assumed: {note}[/]")
         if not wl.jobs:
             raise UserError(f"{workload}: no jobs to simulate")
         console.print(f"{len(wl.jobs)} jobs from {workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")
+        policies = [make_policy(p) for p in policy]
+        if "placement" in given:
+            own = [p.name for p in policies if p.places_own or p.placement is not None]
+            if own:   # they place their own jobs: the option changes nothing for them, say so
+                console.print(f"[yellow]--placement {placement} has no effect on {', '.join(own)}: "
+                              f"{'it places its' if len(own) == 1 else 'they place their'} own jobs[/]")
         results = []
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
-            for p in policy:
-                task = bar.add_task(p, total=len(wl.jobs))
-                results.append(run(wl, make_policy(p), cluster, interval=interval, restart_penalty=restart_penalty,
+            for pol in policies:
+                task = bar.add_task(pol.name, total=len(wl.jobs))
+                results.append(run(wl, pol, cluster, interval=interval, restart_penalty=restart_penalty,
                                    remaining=mode, seed=seed,
-                                   gpu_speed=parse_speeds(gpu_speed), horizon=horizon, placement=placement,
+                                   gpu_speed=speeds, horizon=horizon, placement=placement,
                                    on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
         frame = summary_frame(results, horizon).assign(remaining=str(mode))   # the information the policies had
+        title = f"{workload.name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs (remaining work: {mode})"
         if as_json:
             print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
         elif as_csv:
             print(frame.drop(columns=["jobs"], errors="ignore").to_csv(index=False), end="")
         else:
-            print_summary(frame, title=f"{workload.name} (remaining work: {mode})")
+            print_summary(frame, title=title)
         if report:
-            files = write_report(results, report, horizon)
+            try:
+                files = write_report(results, report, horizon, summary=frame, title=title)
+            except OSError as e:
+                raise UserError(f"--report: cannot write {e.filename or report}: {e.strerror}") from None
             console.print(f"report: {', '.join(str(f) for f in files)}")

@@ -96,6 +96,11 @@ class StepTimes:
                                          df.sync_time.to_numpy(float))
         return out
 
+    @cached_property
+    def max_gpus_per_node(self) -> int:
+        """The most GPUs of one node any measured placement uses: the traces know no step time beyond it."""
+        return max(max(p) for p in self._by_placement)
+
     def warm(self) -> "StepTimes":
         """Build the interpolation tables now (they are otherwise built on first use)."""
         self._nd, self._by_placement

@@ -151,6 +151,7 @@ class Policy(Protocol):
     event_driven: bool = False   # the decision changes only when a job arrives or finishes
     resize_in_place: bool = True  # a resized job keeps the GPUs it holds (placement.resized); False: placed afresh
     placement: Callable | None = None  # (GPUs, free per node) -> node map for jobs it does not place; None: the driver's
+    places_own: bool = False     # decide() names the nodes of every job it runs: a driver's placement has no effect
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation: ...
 

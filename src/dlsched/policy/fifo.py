@@ -10,6 +10,7 @@ from dlsched.policy.base import Allocation, ClusterView, JobView, Policy, regist
 class FifoPolicy(Policy):
     name = "fifo"
     rigid = True          # everyone fits -> everyone runs with their request
+    places_own = True     # grant_in_order places (most free first, the peer's Tiresias placement)
     event_driven = True   # the decision changes only when a job arrives or finishes
 
     def __init__(self, backfill: bool = False):

@@ -251,6 +251,7 @@ class FleetPolicy(Policy):
     other jobs get a profile from their speed model (see ``_profile``)."""
 
     name = "fleet"
+    places_own = True   # assign_gpus places every member
 
     def __init__(self, eps: float = SEED_EPS, images_per_s_per_core: float = CIFAR_IMAGES_PER_S_PER_CORE, anchor: str = "fastest") -> None:
         self.eps = eps

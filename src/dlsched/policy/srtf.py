@@ -22,6 +22,7 @@ def remaining_time(job: JobView, gpus_per_node: int) -> float:
 class SrtfPolicy(Policy):
     name = "srtf"
     rigid = True
+    places_own = True     # grant_in_order places (most free first, the peer's Tiresias placement)
     event_driven = True   # running jobs only get shorter, waiting ones stay: order changes only on events
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:

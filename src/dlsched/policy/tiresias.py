@@ -17,6 +17,7 @@ from dlsched.policy.base import Allocation, ClusterView, JobView, Policy, regist
 class TiresiasPolicy(Policy):
     name = "tiresias"
     rigid = True
+    places_own = True     # grant_in_order places (most free first, the peer's Tiresias placement)
     event_driven = False   # queues change as service accrues
 
     def __init__(self, thresholds: tuple[float, ...] = (3600.0 * 16,)):

@@ -38,17 +38,32 @@ def print_summary(frame: pd.DataFrame, title: str = "simulation", wide: bool = F
     table(cols, rows, title=title, wide=wide)
 
 
-def markdown_report(summary: pd.DataFrame) -> str:
+def markdown_report(summary: pd.DataFrame, title: str = "dlsched simulation") -> str:
     frame = summary.drop(columns=["jobs"], errors="ignore")
     if "gpu_utilisation" in frame:
         frame["gpu_utilisation"] = (100 * frame["gpu_utilisation"]).round(1)
     frame = frame.rename(columns=dict(COLUMNS) | {"gpu_utilisation": "GPU util (%)"})
-    return "\n".join(["# dlsched simulation", "", frame.to_markdown(index=False, floatfmt=",.1f"), "",
+    return "\n".join([f"# {title}", "", frame.to_markdown(index=False, floatfmt=",.1f"), "",
                       "![JCT CDF](jct_cdf.png)", "", "![GPU allocation](gpu_allocation.png)", ""])
 
 
-def write_report(results: Sequence[SimResult], out: str | Path, horizon: float | None = None) -> list[Path]:
-    """Write summary.csv, jobs-<policy>.csv, jct_cdf.png, gpu_allocation.png and report.md under ``out``."""
+def plot_allocation(ax, r: SimResult) -> None:
+    """GPUs allocated over time (hours). A decision's allocation holds until the next one (``where="post"``), as
+    ``SimResult.gpu_utilisation`` counts it: the area under the curve is the allocated GPU-hours."""
+    tl = r.timeline
+    ax.fill_between(tl.time / 3600, tl.gpus_allocated, step="post", alpha=0.45)
+    ax.step(tl.time / 3600, tl.gpus_allocated, where="post", lw=0.8)
+    ax.axhline(r.total_gpus, color="grey", lw=0.8, ls="--")
+    ax.set_ylim(0, r.total_gpus * 1.05 or 1)
+    ax.set_ylabel("GPUs")
+    ax.set_title(f"{r.policy}: GPUs allocated (dashed: cluster size)", fontsize=9, loc="left")
+
+
+def write_report(results: Sequence[SimResult], out: str | Path, horizon: float | None = None,
+                 summary: pd.DataFrame | None = None, title: str = "dlsched simulation") -> list[Path]:
+    """Write summary.csv, jobs-<policy>.csv, jct_cdf.png, gpu_allocation.png and report.md under ``out``.
+    ``summary``: the comparison as printed (default ``summary_frame(results, horizon)``), so that the files carry
+    every column of the printed table (the remaining-work mode the CLI adds included)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -57,7 +72,7 @@ def write_report(results: Sequence[SimResult], out: str | Path, horizon: float |
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "summary.csv"]
-    summary = summary_frame(results, horizon)
+    summary = summary_frame(results, horizon) if summary is None else summary
     summary.to_csv(written[0], index=False)
     for r in results:
         p = out / f"jobs-{r.policy}.csv"
@@ -76,17 +91,11 @@ def write_report(results: Sequence[SimResult], out: str | Path, horizon: float |
     fig, axes = plt.subplots(len(results) or 1, 1, figsize=(8, 1.6 + 1.5 * max(len(results), 1)), sharex=True,
                              squeeze=False)
     for ax, r in zip(axes[:, 0], results):
-        tl = r.timeline
-        ax.fill_between(tl.time / 3600, tl.gpus_allocated, step="pre", alpha=0.45)
-        ax.step(tl.time / 3600, tl.gpus_allocated, where="pre", lw=0.8)
-        ax.axhline(r.total_gpus, color="grey", lw=0.8, ls="--")
-        ax.set_ylim(0, r.total_gpus * 1.05 or 1)
-        ax.set_ylabel("GPUs")
-        ax.set_title(f"{r.policy}: GPUs allocated (dashed: cluster size)", fontsize=9, loc="left")
+        plot_allocation(ax, r)
     axes[-1, 0].set_xlabel("time (h)")
     fig.tight_layout()
     fig.savefig(out / "gpu_allocation.png", dpi=120)
     plt.close(fig)
-    (out / "report.md").write_text(markdown_report(summary))
+    (out / "report.md").write_text(markdown_report(summary, title))
     written += [out / "jct_cdf.png", out / "gpu_allocation.png", out / "report.md"]
     return written

@@ -55,8 +55,30 @@ class SimConfig:
     placement: str = "most-free"            # nodes for jobs a policy did not place: "most-free" (the peer's) or
                                             # "consolidated" (Optimus Theorem 1: fewest nodes, even split)
 
+    def __post_init__(self) -> None:
+        """A NaN restart penalty never ended a run; a NaN/inf interval or horizon raised mid-run: refuse them."""
+        if not (math.isfinite(self.interval) and self.interval > 0):
+            raise UserError(f"interval must be a finite number > 0 seconds, got {self.interval}")
+        if not (math.isfinite(self.restart_penalty) and self.restart_penalty >= 0):
+            raise UserError(f"restart_penalty must be a finite number >= 0 seconds, got {self.restart_penalty}")
+        if self.horizon is not None and not (math.isfinite(self.horizon) and self.horizon > 0):
+            raise UserError(f"horizon must be a finite number > 0 seconds, got {self.horizon}")
+        if self.seed < 0:
+            raise UserError(f"seed must be an integer >= 0, got {self.seed}")
+
 
 PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated, "best-fit": best_fit}
+
+
+def check_trace_nodes(jobs: Iterable[SimJob], cluster: ClusterView) -> None:
+    """A trace-driven job's step time is known only for nodes of at most as many GPUs as its traces measured per
+    node (4 in the Pollux traces): a bigger node is a UserError before the run, not a ValueError in its middle."""
+    big = max(cluster.nodes, key=lambda n: n.num_gpus)
+    for app in {j.app.name: j.app for j in jobs if j.app is not None}.values():
+        if big.num_gpus > app.step_times.max_gpus_per_node:
+            raise UserError(f"node {big.name!r} has {big.num_gpus} GPUs: the {app.name} traces measured at most "
+                            f"{app.step_times.max_gpus_per_node} GPUs per node, so its step time there is unknown "
+                            f"(use nodes of at most that many GPUs for trace-driven jobs)")
 
 
 class Simulator:
@@ -64,12 +86,12 @@ class Simulator:
 
     def __init__(self, workload: Workload | Iterable[WorkloadJob], policy: Policy, cluster: ClusterView,
                  config: SimConfig = SimConfig(), on_progress: Callable[[float, int, int], None] | None = None):
-        if config.interval <= 0:
-            raise UserError(f"interval must be > 0 seconds, got {config.interval}")
         self.remaining = parse_remaining(config.remaining)
         if config.placement not in PLACEMENTS:
             raise UserError(f"placement must be one of {', '.join(PLACEMENTS)}, got {config.placement!r}")
-        self.strategy = PLACEMENTS[config.placement]
+        # A policy that places its own jobs (FIFO/SRTF/Tiresias: most free first) keeps that placement on the
+        # uncontended fast path too, so that config.placement never changes its schedule halfway.
+        self.strategy = most_free_first if getattr(policy, "places_own", False) else PLACEMENTS[config.placement]
         specs = workload.jobs if isinstance(workload, Workload) else list(workload)
         self.policy, self.cluster, self.cfg = policy, cluster, config
         self.on_progress = on_progress
@@ -88,6 +110,7 @@ class Simulator:
                                 f"{j.app.init_batch_size}..{j.app.max_batch_size} the {j.app.name} traces validate")
             if j.spec.requested_gpus > cluster.total_gpus:
                 raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has {cluster.total_gpus}")
+        check_trace_nodes(self.jobs, cluster)
         self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
         for key, factor in config.gpu_speed.items():
             gpu_type, per_app, app = key.partition("/")
@@ -265,8 +288,8 @@ class Simulator:
                     nxt = min(nxt, self._finish_heap[0][0])
                 if nxt < math.inf:
                     step = max(interval, math.ceil((nxt - self.t) / interval - 1e-9) * interval)
-            if cfg.horizon is not None:
-                step = min(step, max(interval, math.ceil((cfg.horizon - self.t) / interval) * interval))
+            if cfg.horizon is not None:   # never past it: a job finishing after the horizon is unfinished
+                step = min(step, cfg.horizon - self.t)
             events = False
             for j in running_trace:
                 if j.ensemble is None:

@@ -15,6 +15,7 @@ Pollux itself had none of this: a comparison with its published figures is fair 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dlsched.errors import UserError
@@ -41,11 +42,11 @@ def parse_remaining(text: str | RemainingMode) -> RemainingMode:
     if kind == "noise":
         try:
             sigma = float(arg)
-            if sigma >= 0:
+            if 0 <= sigma < math.inf:
                 return RemainingMode("noise", sigma)
         except ValueError:
             pass
-    raise UserError(f"remaining: bad value {text!r}; expected one of {', '.join(MODES)} (SIGMA >= 0)")
+    raise UserError(f"remaining: bad value {text!r}; expected one of {', '.join(MODES)} (SIGMA finite, >= 0)")
 
 
 def epoch_record(samples: float, steps: float, time: float, workers: int, batch: int, rate: float,

@@ -11,7 +11,7 @@ import io
 import math
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from dlsched.errors import UserError
@@ -43,6 +43,7 @@ class Workload:
     jobs: list[WorkloadJob]
     source: str = ""
     skipped: list[str] = field(default_factory=list)   # one line per skipped bad row
+    assumed: list[str] = field(default_factory=list)   # what the reader assumed that the trace does not say
 
 
 class _Rows:
@@ -56,6 +57,14 @@ class _Rows:
         if not self.skip_bad:
             raise UserError(msg)
         self.skipped.append(msg)
+
+
+def _ragged(rows: _Rows, line: int, row: dict, header: list[str]) -> bool:
+    """A row with more fields than the header (csv puts the extra ones under None): a bad row, never truncated."""
+    if None not in row:
+        return False
+    rows.bad(line, "fields", len(header) + len(row[None]), f"expected {len(header)} comma-separated fields")
+    return True
 
 
 def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float | None = None):
@@ -93,6 +102,8 @@ def read_trace_text(path: Path) -> str:
 
 def _open_csv(path: Path, required: tuple[str, ...], text: str | None) -> csv.DictReader:
     reader = csv.DictReader((read_trace_text(path) if text is None else text).splitlines())
+    if reader.fieldnames:   # "name, time, ..." is the same header (read_workload picks the reader that way)
+        reader.fieldnames = [c.strip() for c in reader.fieldnames]
     missing = [c for c in required if c not in (reader.fieldnames or [])]
     if missing:
         raise UserError(f"{path}:1: header lacks column(s) {', '.join(missing)} (has {reader.fieldnames})")
@@ -100,12 +111,15 @@ def _open_csv(path: Path, required: tuple[str, ...], text: str | None) -> csv.Di
 
 
 def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] | None = None, *,
-                text: str | None = None) -> Workload:
-    """``name,time,application,num_replicas,batch_size`` (shared/data/pollux/workloads/workload-*.csv)."""
+                text: str | None = None, batch_range=None) -> Workload:
+    """``name,time,application,num_replicas,batch_size`` (shared/data/pollux/workloads/workload-*.csv).
+    ``batch_range(app)`` -> (smallest, largest) batch size the app's traces validate, when given."""
     path = Path(path)
     rows, jobs, seen = _Rows(path, skip_bad), [], set()
     reader = _open_csv(path, POLLUX_COLUMNS, text)
     for line, row in enumerate(reader, start=2):
+        if _ragged(rows, line, row, reader.fieldnames):
+            continue
         name = (row.get("name") or "").strip()
         if not name:
             rows.bad(line, "name", row.get("name"), "empty")
@@ -122,6 +136,11 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
         b = n and _num(rows, line, row, "batch_size", int, 1)
         if t is None or not n or not b:
             continue
+        if batch_range is not None and not batch_range(app)[0] <= b <= batch_range(app)[1]:
+            lo, hi = batch_range(app)
+            rows.bad(line, "batch_size", row.get("batch_size"), f"outside the batch sizes {lo}..{hi} the {app} "
+                     f"traces validate")
+            continue
         seen.add(name)
         jobs.append(WorkloadJob(name, t, n, app=app, batch_size=b))
     return Workload(_by_arrival(jobs), str(path), rows.skipped)
@@ -133,9 +152,15 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
     after the earliest timestamp; each job runs ``duration`` seconds on ``num_gpus`` GPUs."""
     path = Path(path)
     rows, raw = _Rows(path, skip_bad), []
-    for line, row in enumerate(_open_csv(path, PHILLY_COLUMNS, text), start=2):
+    reader = _open_csv(path, PHILLY_COLUMNS, text)
+    for line, row in enumerate(reader, start=2):
+        if _ragged(rows, line, row, reader.fieldnames):
+            continue
         try:
-            ts = datetime.fromisoformat((row.get("timestamp") or "").strip()).timestamp()
+            ts = datetime.fromisoformat((row.get("timestamp") or "").strip())
+            # naive times are UTC: .timestamp() would read them in the machine's zone, whose DST changes shift
+            # every later submission by an hour (the trace spans 2017's end of US daylight time)
+            ts = (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).timestamp()
         except ValueError:
             rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS)")
             continue
@@ -162,6 +187,7 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
     path = Path(path)
     rows, jobs = _Rows(path, skip_bad), []
     rates = steps_per_second or {}
+    unrated: set[str] = set()
     with io.StringIO(read_trace_text(path) if text is None else text) as f:
         for line, text in enumerate(f, start=1):
             if not text.strip() or text.startswith("#"):
@@ -179,21 +205,31 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
                 continue
             rate = rates.get(row["job_type"], 1.0)
             jobs.append(WorkloadJob(f"gavel-{line}", t, g, app=None, duration=steps / rate, priority=w))
-    return Workload(_by_arrival(jobs), str(path), rows.skipped)
+            if row["job_type"] not in rates:
+                unrated.add(row["job_type"])
+    assumed = [f"{path}: no steps/s known for {len(unrated)} job type(s) (e.g. {min(unrated)!r}): their "
+               f"total_steps are taken as seconds (1 step/s)"] if unrated else []
+    return Workload(_by_arrival(jobs), str(path), rows.skipped, assumed)
 
 
 def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = None) -> Workload:
     """Pick the reader from the file: a Pollux or Philly CSV header, else Gavel's TSV."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"{path}: no such workload file")
+        raise UserError(f"{path}: {'is a directory, not a' if path.is_dir() else 'no such'} workload file")
     text = read_trace_text(path)   # read (and gunzipped) once: the header picks the reader, which parses it
     first = text.partition("\n")[0]
     header = {c.strip() for c in first.strip().split(",")}
+    if limit is not None and not (set(PHILLY_COLUMNS) <= header and not set(POLLUX_COLUMNS) <= header):
+        raise UserError(f"limit: {limit} (first rows) applies to a Philly trace only; {path} is not one")
     if set(POLLUX_COLUMNS) <= header:
+        from dlsched.perf.pollux import load_app
         from dlsched.perf.profile import POLLUX_APPS
 
-        return read_pollux(path, skip_bad, known_apps=set(POLLUX_APPS), text=text)
+        def batch_range(app: str) -> tuple[int, int]:
+            return load_app(app).init_batch_size, load_app(app).max_batch_size
+
+        return read_pollux(path, skip_bad, known_apps=set(POLLUX_APPS), text=text, batch_range=batch_range)
     if set(PHILLY_COLUMNS) <= header:
         return read_philly(path, skip_bad, limit, text=text)
     if first.count("\t") == len(GAVEL_FIELDS) - 1:

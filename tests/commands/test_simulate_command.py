@@ -1,0 +1,161 @@
+"""``dlsched simulate``: every bad option value is one line naming the option and the value, exit 2, before any
+simulated time passes (run in-process through the CLI's own ``main``: the checks come before any simulation)."""
+import sys
+
+import pytest
+
+from dlsched.cli import main
+
+PHILLY = ("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:00:00,100,2,200,x\n"
+          "2017-10-09 07:00:30,50,1,50,x\n")
+POLLUX = "name,time,application,num_replicas,batch_size\nj1,0,cifar10,1,128\n"
+
+
+def _simulate(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["dlsched", "simulate", *args])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    return e.value.code, out.err.strip()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--interval", "nan"), "--interval: nan"),            # was a ValueError traceback
+    (("--interval", "inf"), "--interval: inf"),            # was a table of inf/nan JCTs, exit 0
+    (("--restart-penalty", "-5"), "--restart-penalty: -5"),  # was accepted: jobs progressed before they started
+    (("--restart-penalty", "nan"), "--restart-penalty: nan"),  # was a simulation that never ended
+    (("--horizon", "nan"), "--horizon: nan"),              # was a ValueError traceback
+    (("--horizon", "inf"), "--horizon: inf"),              # was an OverflowError traceback
+    (("--horizon", "0"), "--horizon: 0"),                  # was a table of 0 finished jobs, exit 0
+    (("--horizon", "-10"), "--horizon: -10"),
+    (("--limit", "0"), "--limit: 0"),                      # was the whole trace, silently
+    (("--limit", "-5"), "--limit: -5"),                    # was one row, silently
+    (("--seed", "-1"), "--seed: -1"),                      # was a numpy ValueError traceback
+    (("--gpu-speed", "generic=inf"), "--gpu-speed: bad entry 'generic=inf'"),  # was accepted: 0% GPU util
+    (("--remaining", "noise:inf"), "--remaining: bad value 'noise:inf'"),    # was accepted
+    (("--node-spec", "2x4:a:b"), "--node-spec: bad entry '2x4:a:b'"),        # was a GPU type 'a:b'
+    (("--node-spec", "2x4:v100/x"), "--node-spec: bad entry '2x4:v100/x'"),  # --gpu-speed could not name it
+])
+def test_bad_option_value_is_one_line_naming_it(tmp_path, monkeypatch, capsys, args, expected):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
+    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
+    assert "Traceback" not in err
+
+
+def test_limit_on_a_trace_it_does_not_apply_to_is_an_error(tmp_path, monkeypatch, capsys):
+    """--limit reads the first rows of a Philly trace; on a Pollux workload it was silently ignored."""
+    w = tmp_path / "w.csv"
+    w.write_text(POLLUX)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--limit", "1")
+    assert code == 2 and err.count("\n") == 0 and "limit: 1" in err and "Philly" in err
+
+
+def test_a_directory_is_not_called_missing(tmp_path, monkeypatch, capsys):
+    code, err = _simulate(monkeypatch, capsys, "-w", str(tmp_path))
+    assert code == 2 and err == f"error: {tmp_path}: is a directory, not a workload file"
+
+
+def test_valid_limit_still_runs(tmp_path, monkeypatch, capsys):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--limit", "1", "--cluster-gpus", "4", "-p", "fifo",
+                          "--json", "--restart-penalty", "0")
+    assert code == 0, err
+
+
+def test_report_files_carry_the_printed_table(tmp_path, monkeypatch, capsys):
+    """summary.csv and report.md lacked the table's 'remaining' column (the information the policies had) and
+    report.md named neither the workload nor the cluster: a report from --remaining oracle read like one from
+    predicted."""
+    import csv
+    import io
+
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    args = ("-w", str(w), "-p", "fifo", "-p", "srtf", "--cluster-gpus", "4", "--remaining", "oracle")
+    code, err = _simulate(monkeypatch, capsys, *args, "--csv", "--report", str(tmp_path / "rep"))
+    assert code == 0, err
+    monkeypatch.setattr(sys, "argv", ["dlsched", "simulate", *args, "--csv"])
+    with pytest.raises(SystemExit):
+        main()
+    printed = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    written = list(csv.DictReader((tmp_path / "rep" / "summary.csv").open()))
+    assert [{k: v for k, v in row.items() if k != "jobs"} for row in written] == printed
+    assert printed[0]["remaining"] == "oracle"
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.startswith("# w.csv, 1 nodes / 4 GPUs (remaining work: oracle)") and "| oracle" in md
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--node-spec", "1x2:a", "--cluster-gpus", "64"), "--cluster-gpus: 64 and --node-spec '1x2:a': choose one"),
+    (("--node-spec", "1x2:a", "--nodes", "3"), "--nodes: 3 and --node-spec '1x2:a': choose one"),
+    (("--node-spec", "1x2:a", "--gpus-per-node", "8"), "--gpus-per-node: 8 and --node-spec '1x2:a': choose one"),
+    (("--cluster-gpus", "8", "--nodes", "3"), "--cluster-gpus: 8 and --nodes 3: choose one"),
+    (("--seed", "3"), "--seed: 3 applies to --remaining noise:SIGMA only"),
+])
+def test_an_option_another_overrides_is_an_error_not_ignored(tmp_path, monkeypatch, capsys, args, expected):
+    """Each of these ran, the first option silently ignored (the node spec or --cluster-gpus set the cluster; the
+    seed drives only the noise mode's error)."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
+    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
+
+
+def test_defaults_beside_a_node_spec_or_noise_seed_still_run(tmp_path, monkeypatch, capsys):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--node-spec", "1x2:a", "--csv", "-p", "fifo")
+    assert code == 0, err
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--cluster-gpus", "4", "--gpus-per-node", "2",
+                          "--remaining", "noise:0.3", "--seed", "3", "--csv", "-p", "srtf")
+    assert code == 0, err
+
+
+def test_report_folder_that_cannot_be_made_is_one_line_before_the_run(tmp_path, monkeypatch, capsys):
+    """--report at a file (or below one) was a FileExistsError / NotADirectoryError traceback after the whole
+    simulation had run."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    f = tmp_path / "afile"
+    f.write_text("")
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--report", str(f))
+    assert code == 2 and err == f"error: --report: '{f}' is a file, not a folder"
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--report", str(f / "sub"))
+    assert code == 2 and err == f"error: --report: cannot create folder '{f / 'sub'}': Not a directory"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--gpu-speed", "generic=2,generic=3"), "--gpu-speed: 'generic' is given twice"),   # 3 won, silently
+    (("-p", "fifo", "-p", "fifo"), "--policy: 'fifo' is given twice"),   # two rows, one jobs-fifo.csv
+])
+def test_an_entry_given_twice_is_an_error(tmp_path, monkeypatch, capsys, args, expected):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
+    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
+
+
+def test_placement_a_policy_ignores_is_said(tmp_path, monkeypatch, capsys):
+    """--placement best-fit ran fifo/goodput/fleet unchanged (they place their own jobs) and said nothing."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "-p", "fifo", "-p", "optimus", "-p", "goodput",
+                          "--placement", "best-fit", "--csv")
+    assert code == 0 and "--placement best-fit has no effect on fifo, goodput: they place their own jobs" in \
+        " ".join(err.split())
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "-p", "optimus", "--placement", "best-fit", "--csv")
+    assert code == 0 and "no effect" not in err
+
+
+def test_gpu_types_without_a_speed_are_said_to_run_alike(tmp_path, monkeypatch, capsys):
+    """'--node-spec 1x4:v100,1x4:k80' without --gpu-speed simulated both types at speed 1.0 and said nothing."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--node-spec", "1x4:v100,1x4:k80", "-p", "fifo", "--csv")
+    assert code == 0 and "no factor for GPU type(s) k80, v100: they run at 1.0" in " ".join(err.split())
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--node-spec", "1x4:v100,1x4:k80", "-p", "fifo", "--csv",
+                          "--gpu-speed", "v100=2,k80=0.5")
+    assert code == 0 and "no factor" not in err
