@@ -159,3 +159,18 @@ def test_gpu_types_without_a_speed_are_said_to_run_alike(tmp_path, monkeypatch, 
     code, err = _simulate(monkeypatch, capsys, "-w", str(w), "--node-spec", "1x4:v100,1x4:k80", "-p", "fifo", "--csv",
                           "--gpu-speed", "v100=2,k80=0.5")
     assert code == 0 and "no factor" not in err
+
+
+def test_a_job_larger_than_the_cluster_is_one_line_or_skipped_with_skip_bad(tmp_path, monkeypatch, capsys):
+    """Philly has 128-GPU jobs: on the default 64 GPUs the run stopped, and --skip-bad could not skip them."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY + "2017-10-09 07:01:00,60,128,7680,x\n")
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "-p", "fifo")
+    assert code == 2 and err.count("\n") == 0 and "requests 128 GPUs, the cluster has 64" in err, err
+    monkeypatch.setattr(sys, "argv", ["dlsched", "simulate", "-w", str(w), "-p", "fifo", "--skip-bad", "--csv"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    assert e.value.code == 0, out.err
+    assert "skipped 1 bad row(s); first: job" in out.err and "requests 128 GPUs" in out.err
+    assert "2 jobs from" in out.err and out.out.splitlines()[1].split(",")[:2] == ["fifo", "2"], out.out

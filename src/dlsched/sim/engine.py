@@ -109,7 +109,8 @@ class Simulator:
                 raise UserError(f"job {j.spec.id}: field batch_size={j.spec.batch_size} is outside the batch sizes "
                                 f"{j.app.init_batch_size}..{j.app.max_batch_size} the {j.app.name} traces validate")
             if j.spec.requested_gpus > cluster.total_gpus:
-                raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has {cluster.total_gpus}")
+                raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has "
+                                f"{cluster.total_gpus} (simulate --skip-bad skips such jobs)")
         check_trace_nodes(self.jobs, cluster)
         self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
         for key, factor in config.gpu_speed.items():
