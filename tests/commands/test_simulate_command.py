@@ -174,3 +174,17 @@ def test_a_job_larger_than_the_cluster_is_one_line_or_skipped_with_skip_bad(tmp_
     assert e.value.code == 0, out.err
     assert "skipped 1 bad row(s); first: job" in out.err and "requests 128 GPUs" in out.err
     assert "2 jobs from" in out.err and out.out.splitlines()[1].split(",")[:2] == ["fifo", "2"], out.out
+
+
+def test_skip_bad_writes_every_skipped_row_to_the_report_folder(tmp_path, monkeypatch, capsys):
+    w, out = tmp_path / "w.csv", tmp_path / "report"
+    w.write_text(PHILLY + "2017-10-09 07:01:00,60,128,7680,x\nnot a time,1,1,1,x\n")
+    monkeypatch.setattr(sys, "argv", ["dlsched", "simulate", "-w", str(w), "-p", "fifo", "--skip-bad",
+                                      "--report", str(out)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    printed = capsys.readouterr()
+    said = " ".join((printed.out + printed.err).split())   # the table's console: stdout, wrapped to its width
+    assert e.value.code == 0 and "skipped 2 bad row(s)" in said and "skipped.txt" in said, said
+    lines = (out / "skipped.txt").read_text().splitlines()
+    assert len(lines) == 2 and any("requests 128 GPUs" in line for line in lines), lines

@@ -140,7 +140,8 @@ def register(app: typer.Typer) -> None:
                            for j in too_big]
             wl.jobs = [j for j in wl.jobs if j.requested_gpus <= cluster.total_gpus]
         if wl.skipped:
-            console.print(f"[yellow]skipped {len(wl.skipped)} bad row(s); first: {wl.skipped[0]}[/]")
+            console.print(f"[yellow]skipped {len(wl.skipped)} bad row(s); first: {wl.skipped[0]}"
+                          f"{' (all in the report folder: skipped.txt)' if report and len(wl.skipped) > 1 else ''}[/]")
         speeds = parse_speeds(gpu_speed)
         unsped = [t for t in cluster.gpu_types if t not in speeds and not any(k.startswith(f"{t}/") for k in speeds)]
         if len(cluster.gpu_types) > 1 and unsped:   # a heterogeneous cluster whose types all ran alike, silently
@@ -177,6 +178,9 @@ def register(app: typer.Typer) -> None:
         if report:
             try:
                 files = write_report(results, report, horizon, summary=frame, title=title)
+                if wl.skipped:   # the console names only the first
+                    (report / "skipped.txt").write_text("".join(f"{line}\n" for line in wl.skipped))
+                    files.append(report / "skipped.txt")
             except OSError as e:
                 raise UserError(f"--report: cannot write {e.filename or report}: {e.strerror}") from None
             console.print(f"report: {', '.join(str(f) for f in files)}")
