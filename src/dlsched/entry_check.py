@@ -55,6 +55,14 @@ def _signature(tree: ast.Module, func: str) -> ast.arguments | None:
     raise LookupError(func)
 
 
+def check_script(command: list[str], workdir: str | Path, source: str = "job spec") -> None:
+    """Raise ``SpecError`` (one line) when a command job's script (``python SCRIPT [args]``, already held to the
+    entry rules) is not a file where the runtime runs it: such a job was accepted and failed when it started."""
+    if len(command) >= 2 and not (Path(workdir) / command[1]).is_file():
+        raise SpecError(f"{source}: field command: script {command[1]!r} not found "
+                        f"(relative paths resolve under {workdir})")
+
+
 def check_entry(entry: str, params: dict[str, Any], workdir: str | Path, source: str = "job spec") -> None:
     """Raise ``SpecError`` (one line) when ``entry`` cannot be found or ``params`` do not fit its signature."""
     workdir = Path(workdir)
