@@ -208,3 +208,34 @@ def test_train_prints_progress_lines_when_piped_and_a_typod_param_is_one_line(tm
     assert r.returncode == 0, r.stderr
     assert "step 1 epoch 0 loss" in r.stdout and "epoch 1 done: mean loss" in r.stdout
     assert r.stdout.strip().splitlines()[-1].split(" ", 1)[1].startswith("finished at step 32")
+
+
+def test_submit_of_a_script_refuses_what_it_used_to_drop_and_records_the_user(tmp_path):
+    """`submit --gpus 0 -- python x.py` became a 1-GPU job, `-P k=v` with a script was dropped and
+    `--min-gpus` with a spec file ignored, all with exit 0; a script job recorded no user (history -u missed it)."""
+    import getpass
+
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url, COLUMNS="200")
+
+    def submit(*args: str) -> subprocess.CompletedProcess:   # no --server at the end: it would be the script's
+        return subprocess.run([sys.executable, str(SERVE), "submit", *args], capture_output=True, text=True,
+                              timeout=90, env=env, cwd=REPO)
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(job_yaml("from-file"))
+    try:
+        for args, line in [(("--gpus", "0", "--", "python", "examples/mlp.py"), "field gpus: "),
+                           (("-P", "epochs=1", "--", "python", "examples/mlp.py"), "--param epochs=1: "),
+                           (("--min-gpus", "2", str(spec)), "--min-gpus 2: for a script after '--'")]:
+            r = submit(*args)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1 and line in r.stderr, (args, r.stderr)
+            assert "Traceback" not in r.stderr
+        assert svc.store.count() == 0
+        r = submit("--min-gpus", "1", "--max-gpus", "2", "--json", "--", "python", "examples/mlp.py", "--epochs", "1")
+        assert r.returncode == 0, r.stderr
+        job = httpx.get(f"{svc.url}/jobs/{json.loads(r.stdout)[0]['id']}", headers=svc.headers).json()
+        assert job["spec"]["gpus"] == 1 and job["spec"]["min_gpus"] == 1 and job["spec"]["max_gpus"] == 2
+        assert job["spec"]["user"] == getpass.getuser()
+    finally:
+        stop_service_and_jobs(svc)

@@ -313,7 +313,7 @@ def register(app: typer.Typer) -> None:
                gpus: Optional[int] = typer.Option(None, "--gpus", help="override the spec's GPU count"),
                min_gpus: Optional[int] = typer.Option(None, "--min-gpus", help="a script job: elastic from"),
                max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="a script job: elastic up to"),
-               param: list[str] = typer.Option([], "--param", "-P", help="override a param: KEY=VALUE (repeatable)"),
+               param: list[str] = typer.Option([], "--param", "-P", help="override a spec file's param: KEY=VALUE (repeatable)"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
         """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the service."""
         from dlsched.spec import load_job_spec, to_json
@@ -321,12 +321,21 @@ def register(app: typer.Typer) -> None:
 
         files = files or []
         if "--" in sys.argv:  # everything after it is the script's command line
-            doc = {"name": name or script_name(files), "command": files, "gpus": gpus or min_gpus or 1}
-            doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus)) if v is not None})
+            if param:   # was dropped without a word: the job ran with the script's defaults
+                raise UserError(f"--param {param[0]}: a script job takes its settings as the script's own arguments "
+                                "after '--' (-- python train.py --epochs 2)")
+            # --gpus 0 was `0 or min_gpus or 1`: a 1-GPU job, exit 0; it is the spec's range error now
+            doc = {"name": name or script_name(files), "command": files,
+                   "gpus": gpus if gpus is not None else (min_gpus or 1)}
+            doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus), ("user", _current_user()))
+                        if v is not None})
             specs = [load_job_spec(json.dumps(doc), "command line", "json")]
         else:
             if not files:
                 raise UserError("give job spec files, or a script after '--' (dlsched submit -- python train.py)")
+            for flag, value in (("--min-gpus", min_gpus), ("--max-gpus", max_gpus)):
+                if value is not None:   # were ignored for a spec file
+                    raise UserError(f"{flag} {value}: for a script after '--'; a spec file sets min_gpus/max_gpus")
             if name and len(files) > 1:
                 raise UserError("--name: applies to one spec file, got several")
             # one clear line for a bad file before any network traffic; the service then checks the entry and
