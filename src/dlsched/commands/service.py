@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -39,11 +40,16 @@ class Client:
         self.base = (server or os.environ.get("DLSCHED_SERVER") or DEFAULT_SERVER).rstrip("/")
         token = token or client_token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.base, headers=headers, timeout=timeout)
+        try:   # an unparsable URL (http://256.1.1.1) was an InvalidURL traceback, not an HTTPError
+            self.http = httpx.Client(base_url=self.base, headers=headers, timeout=timeout)
+        except httpx.InvalidURL as e:
+            raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
 
     def request(self, method: str, path: str, **kw) -> httpx.Response:
         try:
             r = self.http.request(method, path, **kw)
+        except httpx.InvalidURL as e:
+            raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
         except httpx.HTTPError as e:
             raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` running?)") from None
         if r.status_code >= 400:
@@ -357,6 +363,8 @@ def register(app: typer.Typer) -> None:
                all_jobs: bool = typer.Option(True, "--all/--active", help="include ended jobs"),
                as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
         """Jobs with state, GPUs, progress and predicted finish (like squeue / kubectl get [-w])."""
+        if watch and not (interval > 0 and math.isfinite(interval)):   # -1 and nan were a sleep() traceback
+            raise UserError(f"--interval {interval}: expected a positive number of seconds")
         client = Client(server)
         query = {} if all_jobs else {"state": "queued,running,rescaling"}
         if as_json:
