@@ -1,0 +1,21 @@
+"""`dlsched train` as a user runs it (a separate process): bad numbers are one line, exit 2, before any worker."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("args, line", [
+    (("--batch-size", "0"), "error: --batch-size 0: must be >= 1"),        # was dropped: trained at batch 32, exit 0
+    (("--ckpt-every", "-1"), "error: --ckpt-every -1: must be >= 0 (0 = never)"),   # was a checkpoint on every step
+])
+def test_train_refuses_a_zero_batch_and_a_negative_checkpoint_interval(tmp_path, args, line):
+    (tmp_path / "train.py").write_text("raise SystemExit('the script must not start')\n")
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"), *args,
+                        "--", "python", str(tmp_path / "train.py")], capture_output=True, text=True, timeout=120,
+                       cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-500:]
+    assert not (tmp_path / "job" / "logs").exists()   # no worker was started
