@@ -11,7 +11,7 @@ import os
 import sys
 import traceback
 
-from dlsched.errors import UserError
+from dlsched.errors import JobFailed, UserError
 from dlsched.train import fence, storage
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         if "opts" in locals():
             write_status(opts.job_dir, "failed", os.getpid(), 0, str(e))
         return 2
+    except JobFailed as e:   # the job's code, not the runtime: its traceback is in the worker's log, not here
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except Exception as e:  # noqa: BLE001 - the backend reads status.json; the log keeps the trace
         traceback.print_exc()
         return 1
