@@ -86,6 +86,17 @@ def test_cancelled_jobs_show_their_reason_and_cancelling_an_ended_job_is_an_erro
     assert "cancel" in line and "done" not in line
     r = cli("cancel", str(ids[0]), svc=svc)
     assert r.returncode == 1
+    # history's GPUS column was num_gpus, what a job holds now: 0 for every ended job; it shows GPU time held
+    from dlsched.display import human_duration
+
+    held = {j["id"]: j["attained_service"] for j in json.loads(cli("history", "--json", svc=svc).stdout)}
+    assert held[ids[0]] > 0 and held[ids[2]] > 0
+    hist = cli("history", "--wide", svc=svc, columns=200).stdout.splitlines()
+    assert hist[1].split()[4] == "GPU-TIME"
+    for job_id in (ids[0], ids[2]):
+        row = next(ln for ln in hist if ln.split()[0] == str(job_id)).split()
+        want = human_duration(held[job_id])   # "8s" or "1m 48s": one or two words
+        assert " ".join(row[4:4 + len(want.split())]) == want, (row, want)
     assert r.stderr.strip() == f"error: job {ids[0]} already finished; nothing to cancel"
 
 

@@ -403,10 +403,11 @@ def register(app: typer.Typer) -> None:
             print_json(jobs)
             return
         cols = [Column("ID", "right"), Column("NAME"), Column("USER", drop_rank=2), Column("STATE"),
-                Column("GPUS", "right"), Column("WAITED", "right", drop_rank=1), Column("RAN", "right"),
+                Column("GPU-TIME", "right"), Column("WAITED", "right", drop_rank=1), Column("RAN", "right"),
                 Column("ENDED"), Column("REASON", drop_rank=1)]
         rows = [[str(j["id"]), escape(j["name"]), escape(j.get("spec", {}).get("user") or "-"), j["state"],
-                 str(j["num_gpus"]),
+                 # GPU-seconds held; num_gpus (what it holds now) is 0 for every ended job
+                 human_duration(j["attained_service"]) if j.get("start_time") else "-",
                  human_duration((j["start_time"] - j["submit_time"]) if j.get("start_time") else None),
                  human_duration((j["end_time"] - j["start_time"]) if j.get("start_time") and j.get("end_time") else None),
                  local_clock(j.get("end_time")), escape(_reason(j) if j["state"] != "finished" else "")] for j in jobs]
