@@ -19,3 +19,13 @@ def test_train_refuses_a_zero_batch_and_a_negative_checkpoint_interval(tmp_path,
                        cwd=REPO)
     assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-500:]
     assert not (tmp_path / "job" / "logs").exists()   # no worker was started
+
+
+def test_a_script_that_trains_no_step_says_so_not_step_none(tmp_path):
+    """`dlsched train -- python examples/mlp.py` (a make_job module, no loop) ended 'finished at step None'."""
+    (tmp_path / "plain.py").write_text("print('no dlsched.torch here')\n")
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"),
+                        "--", "python", str(tmp_path / "plain.py")], capture_output=True, text=True, timeout=120,
+                       cwd=REPO)
+    assert r.returncode == 0, r.stderr[-500:]
+    assert "without a training step" in r.stdout and "step None" not in r.stdout, r.stdout
