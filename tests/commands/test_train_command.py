@@ -29,3 +29,15 @@ def test_a_script_that_trains_no_step_says_so_not_step_none(tmp_path):
                        cwd=REPO)
     assert r.returncode == 0, r.stderr[-500:]
     assert "without a training step" in r.stdout and "step None" not in r.stdout, r.stdout
+
+
+def test_train_on_a_finished_jobs_folder_says_so(tmp_path):
+    """A second `dlsched train --job-dir D` on a finished job printed nothing at all (exit 0)."""
+    script = REPO / "tests" / "torch" / "user_script.py"
+    cmd = [sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"), "--", "python",
+           str(script), "--samples", "16", "--epochs", "1"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert first.returncode == 0 and "finished at step 2" in first.stdout, first.stdout + first.stderr[-1000:]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert again.returncode == 0, again.stderr[-1000:]
+    assert f"{tmp_path / 'job'}: already finished at step 2 (" in again.stdout and "nothing to train" in again.stdout

@@ -241,7 +241,8 @@ class Coordinator:
     def run(self) -> int:
         preemption.install()  # already done by ``run`` before its imports; here for in-process callers
         start = self._initial_state()
-        if start.finished:
+        if start.finished:   # `dlsched train` on a finished job's folder printed nothing at all, exit 0
+            print(f"{self.dir}: already finished at step {start.step} ({start.restore}); nothing to train", flush=True)
             self._status("finished")
             return 0
         if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`
