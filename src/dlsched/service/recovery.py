@@ -1,13 +1,13 @@
-"""After a service restart: re-attach the coordinators still alive, re-queue the others (they resume from their
-checkpoint when started again). Every state change went through the store first, so a SIGKILL between any two
-steps of the loop is recovered here."""
+"""After a service restart: re-attach the coordinators still alive, record those that finished or failed meanwhile,
+re-queue the others (they resume from their checkpoint when started again). Every state change went through the
+store first, so a SIGKILL between any two steps of the loop is recovered here."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
 from dlsched.backends.base import Backend
-from dlsched.service.store import FINISHED, QUEUED, RESCALING, RUNNING, JobRecord, Store
+from dlsched.service.store import FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord, Store
 
 
 def recover(store: Store, backend: Backend, job_dir: Callable[[int], Path],
@@ -22,6 +22,9 @@ def recover(store: Store, backend: Backend, job_dir: Callable[[int], Path],
         res = backend.poll(job.id, d)
         if res.state == "finished":
             store.transition(job.id, FINISHED, now)
+        elif res.state == "failed":   # failed while the service was down: the failure stands, no second run
+            store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
+            store.record_allocation(job.id, now, 0, job.batch_size, {})
         else:
             store.transition(job.id, QUEUED, now, {"reason": "service restart: resume from checkpoint"},
                              num_gpus=0, placement={})
