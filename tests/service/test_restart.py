@@ -136,3 +136,35 @@ def test_a_job_that_failed_while_the_service_was_down_stays_failed(tmp_path):
         assert "queued" not in kinds, kinds          # never re-queued to run again
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_a_cancel_the_service_did_not_finish_before_it_went_is_done_after_the_restart(tmp_path):
+    """Cancel requested, then the service went before it recorded the stop: the restart re-queued the job with
+    its cancel pending, and it sat 'queued' (waiting for GPUs) for good, on an idle cluster."""
+    from dlsched.service.server import Service
+    from tests.service.conftest import RUNTIME, cluster
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("doomed", samples=10**6, step_s=0.1), headers=YAML).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["samples"] > 0, 60, "the job's first steps")
+        svc.thread.stop()                  # the loop goes first: the cancel below is recorded, never carried out
+        svc.thread.join(timeout=30)
+        assert c.post(f"/jobs/{job}/cancel").json()["cancel_requested"] is True
+    finally:
+        svc.close()
+    pid = read_status(tmp_path / "state" / "jobs" / str(job))["pid"]
+    os.killpg(pid, signal.SIGTERM)         # the stop the old service had begun
+    wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 60,
+               "the coordinator to exit")
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        state = wait_until(lambda: (s := c.get(f"/jobs/{job}").json()["state"]) in ("cancelled", "failed", "finished")
+                           and s, 60, "the cancelled job to end")
+        assert state == "cancelled"
+    finally:
+        stop_service_and_jobs(svc)
