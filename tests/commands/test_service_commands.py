@@ -250,3 +250,31 @@ def test_submit_of_a_script_refuses_what_it_used_to_drop_and_records_the_user(tm
         assert job["spec"]["user"] == getpass.getuser()
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_status_watch_into_a_file_prints_each_change_as_it_happens(tmp_path):
+    """`status -w > file` wrote nothing until it exited (rich Live draws once when not a terminal), and nothing at
+    all when it was killed; it prints the table once, then each job whose state changed."""
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    out = tmp_path / "watch.txt"
+    env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), COLUMNS="120")
+    watch = None
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("watched", samples=640, step_s=0.05),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        with open(out, "w") as f:
+            watch = subprocess.Popen([sys.executable, str(SERVE), "status", "-w", "--interval", "0.2", "--server", svc.url],
+                                     stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "finished", 90, "the job to finish")
+        wait_until(lambda: any(ln.split()[:3] == [str(job), "watched", "finished"]
+                               for ln in out.read_text().splitlines()), 60, "the watch to print the job finished")
+        text = out.read_text()
+        assert text.count("dlsched jobs") == 1 and "Traceback" not in text, text
+    finally:
+        if watch is not None:
+            watch.terminate()
+            watch.wait(timeout=30)
+        stop_service_and_jobs(svc)

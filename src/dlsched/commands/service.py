@@ -127,6 +127,28 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     return rows
 
 
+def watch_piped(client: "Client", query: dict, interval: float, wide: bool) -> None:
+    """``status -w`` into a pipe or file, like ``kubectl get -w``: the table once, then each job whose state,
+    GPUs, batch or reason changed, as it changes (progress alone is not news), until interrupted."""
+    seen: dict[str, tuple] = {}
+    try:
+        while True:
+            jobs = client.get("/jobs", params=query)
+            rows = job_rows(jobs)
+            changed = [r for r in rows if seen.get(r[0]) != (r[2], r[3], r[4], r[10])]
+            if changed:
+                print_jobs_rows(changed, "dlsched jobs" if not seen else None, wide)
+            seen.update({r[0]: (r[2], r[3], r[4], r[10]) for r in rows})
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+
+
+def print_jobs_rows(rows: list[list[str]], title: str | None, wide: bool) -> None:
+    table(JOB_COLUMNS, rows, title=title, wide=wide)
+    sys.stdout.flush()
+
+
 def print_jobs(jobs: list[dict], title: str, wide: bool, out=None) -> None:
     table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, out=out)
 
@@ -377,6 +399,8 @@ def register(app: typer.Typer) -> None:
         from rich.live import Live
 
         con = Console()
+        if not con.is_terminal:   # piped, Live drew once at exit (nothing when killed): print what changes instead
+            return watch_piped(client, query, interval, wide)
         with Live(console=con, refresh_per_second=4) as live:
             try:
                 while True:
