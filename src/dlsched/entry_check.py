@@ -55,6 +55,14 @@ def _signature(tree: ast.Module, func: str) -> ast.arguments | None:
     raise LookupError(func)
 
 
+def check_script(command: list[str], workdir: str | Path, source: str = "job spec") -> None:
+    """Raise ``SpecError`` (one line) when a command job's script (``python SCRIPT [args]``, already held to the
+    entry rules) is not a file where the runtime runs it: such a job was accepted and failed when it started."""
+    if len(command) >= 2 and not (Path(workdir) / command[1]).is_file():
+        raise SpecError(f"{source}: field command: script {command[1]!r} not found "
+                        f"(relative paths resolve under {workdir})")
+
+
 def check_entry(entry: str, params: dict[str, Any], workdir: str | Path, source: str = "job spec") -> None:
     """Raise ``SpecError`` (one line) when ``entry`` cannot be found or ``params`` do not fit its signature."""
     workdir = Path(workdir)
@@ -84,11 +92,39 @@ def check_entry(entry: str, params: dict[str, Any], workdir: str | Path, source:
             hint = difflib.get_close_matches(name, accepted, n=1)
             raise SpecError(f"{source}: field params.{name}: {func}() has no parameter {name!r}"
                             + (f"; did you mean {hint[0]!r}?" if hint else f" (it takes: {', '.join(accepted) or 'none'})"))
+    annotated = {a.arg: a.annotation for a in args.args + args.kwonlyargs}
+    for name, value in params.items():
+        want = _simple_type(annotated.get(name))
+        if want is not None and not _fits(value, *want):
+            raise SpecError(f"{source}: field params.{name}: {func}() takes {' or '.join(want)}, got {value!r:.60}")
     required = [a.arg for a in args.args[:len(args.args) - len(args.defaults)]]
     required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
     missing = [n for n in required if n not in params]
     if missing:
         raise SpecError(f"{source}: field params: {func}() needs {', '.join(missing)}")
+
+
+_SIMPLE = ("int", "float", "bool", "str")
+
+
+def _simple_type(node: ast.expr | None) -> tuple[str, ...] | None:
+    """``int``, ``float | None``, ... -> the names; None for anything else (not checked: a runtime matter).
+    params {epochs: "abc"} for ``epochs: int`` was accepted, and the job's total_samples became a string."""
+    if isinstance(node, ast.Name) and node.id in _SIMPLE:
+        return (node.id,)
+    if isinstance(node, ast.Constant) and node.value is None:
+        return ("None",)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        left, right = _simple_type(node.left), _simple_type(node.right)
+        return left + right if left is not None and right is not None else None
+    return None
+
+
+def _fits(value: Any, *names: str) -> bool:
+    kinds = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+             "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+             "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str), "None": lambda v: v is None}
+    return any(kinds[n](value) for n in names)
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:

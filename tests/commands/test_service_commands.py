@@ -86,6 +86,17 @@ def test_cancelled_jobs_show_their_reason_and_cancelling_an_ended_job_is_an_erro
     assert "cancel" in line and "done" not in line
     r = cli("cancel", str(ids[0]), svc=svc)
     assert r.returncode == 1
+    # history's GPUS column was num_gpus, what a job holds now: 0 for every ended job; it shows GPU time held
+    from dlsched.display import human_duration
+
+    held = {j["id"]: j["attained_service"] for j in json.loads(cli("history", "--json", svc=svc).stdout)}
+    assert held[ids[0]] > 0 and held[ids[2]] > 0
+    hist = cli("history", "--wide", svc=svc, columns=200).stdout.splitlines()
+    assert hist[1].split()[4] == "GPU-TIME"
+    for job_id in (ids[0], ids[2]):
+        row = next(ln for ln in hist if ln.split()[0] == str(job_id)).split()
+        want = human_duration(held[job_id])   # "8s" or "1m 48s": one or two words
+        assert " ".join(row[4:4 + len(want.split())]) == want, (row, want)
     assert r.stderr.strip() == f"error: job {ids[0]} already finished; nothing to cancel"
 
 
@@ -208,3 +219,62 @@ def test_train_prints_progress_lines_when_piped_and_a_typod_param_is_one_line(tm
     assert r.returncode == 0, r.stderr
     assert "step 1 epoch 0 loss" in r.stdout and "epoch 1 done: mean loss" in r.stdout
     assert r.stdout.strip().splitlines()[-1].split(" ", 1)[1].startswith("finished at step 32")
+
+
+def test_submit_of_a_script_refuses_what_it_used_to_drop_and_records_the_user(tmp_path):
+    """`submit --gpus 0 -- python x.py` became a 1-GPU job, `-P k=v` with a script was dropped and
+    `--min-gpus` with a spec file ignored, all with exit 0; a script job recorded no user (history -u missed it)."""
+    import getpass
+
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url, COLUMNS="200")
+
+    def submit(*args: str) -> subprocess.CompletedProcess:   # no --server at the end: it would be the script's
+        return subprocess.run([sys.executable, str(SERVE), "submit", *args], capture_output=True, text=True,
+                              timeout=90, env=env, cwd=REPO)
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(job_yaml("from-file"))
+    try:
+        for args, line in [(("--gpus", "0", "--", "python", "examples/mlp.py"), "field gpus: "),
+                           (("-P", "epochs=1", "--", "python", "examples/mlp.py"), "--param epochs=1: "),
+                           (("--min-gpus", "2", str(spec)), "--min-gpus 2: for a script after '--'")]:
+            r = submit(*args)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1 and line in r.stderr, (args, r.stderr)
+            assert "Traceback" not in r.stderr
+        assert svc.store.count() == 0
+        r = submit("--min-gpus", "1", "--max-gpus", "2", "--json", "--", "python", "examples/mlp.py", "--epochs", "1")
+        assert r.returncode == 0, r.stderr
+        job = httpx.get(f"{svc.url}/jobs/{json.loads(r.stdout)[0]['id']}", headers=svc.headers).json()
+        assert job["spec"]["gpus"] == 1 and job["spec"]["min_gpus"] == 1 and job["spec"]["max_gpus"] == 2
+        assert job["spec"]["user"] == getpass.getuser()
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_status_watch_into_a_file_prints_each_change_as_it_happens(tmp_path):
+    """`status -w > file` wrote nothing until it exited (rich Live draws once when not a terminal), and nothing at
+    all when it was killed; it prints the table once, then each job whose state changed."""
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    out = tmp_path / "watch.txt"
+    env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), COLUMNS="120")
+    watch = None
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("watched", samples=640, step_s=0.05),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        with open(out, "w") as f:
+            watch = subprocess.Popen([sys.executable, str(SERVE), "status", "-w", "--interval", "0.2", "--server", svc.url],
+                                     stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "finished", 90, "the job to finish")
+        wait_until(lambda: any(ln.split()[:3] == [str(job), "watched", "finished"]
+                               for ln in out.read_text().splitlines()), 60, "the watch to print the job finished")
+        text = out.read_text()
+        assert text.count("dlsched jobs") == 1 and "Traceback" not in text, text
+    finally:
+        if watch is not None:
+            watch.terminate()
+            watch.wait(timeout=30)
+        stop_service_and_jobs(svc)

@@ -71,3 +71,14 @@ def test_submit_applies_the_service_limits_before_sending(service, tmp_path):
         r = cli("submit", str(tmp_path / name), service=service)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and name in r.stderr, (name, r.stderr[-300:])
     assert service.store.count() == 0
+
+
+def test_a_bad_server_url_or_watch_interval_is_one_line_not_a_traceback():
+    """`--server http://256.1.1.1` raised httpx.InvalidURL (not an HTTPError) and `status -w --interval -1`
+    (or nan) raised in time.sleep: both were tracebacks, exit 1."""
+    for args, line in [(("status", "--server", "http://256.1.1.1:80"), "--server 'http://256.1.1.1:80': not a service URL"),
+                       (("logs", "1", "--server", "http://[::1"), "--server 'http://[::1': not a service URL"),
+                       (("status", "-w", "--interval", "-1"), "--interval -1.0: expected a positive number"),
+                       (("status", "-w", "--interval", "nan"), "--interval nan: expected a positive number")]:
+        r = cli(*args)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and line in r.stderr, (args, r.stderr[-500:])

@@ -106,3 +106,65 @@ def test_sigkill_and_restart_loses_nothing(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_a_job_that_failed_while_the_service_was_down_stays_failed(tmp_path):
+    """Recovery re-queued every dead coordinator, so a job that failed while no service watched it (or while the
+    loop was stuck) was run again from its checkpoint instead of ending failed with its error."""
+    from dlsched.service.server import Service
+    from tests.service.conftest import RUNTIME, cluster
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("doomed", samples=10**6, step_s=0.1).replace(
+            "step_s: 0.1}", "step_s: 0.1, fail_at: 320}"), headers=YAML).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["samples"] > 0, 60, "the job's first steps")
+    finally:
+        svc.close()             # the service goes; the job's coordinator keeps running, then fails
+    folder = tmp_path / "state" / "jobs" / str(job)
+    wait_until(lambda: (read_status(folder) or {}).get("state") == "failed", 60, "the job to fail unwatched")
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        record = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["state"] in ("failed", "finished", "cancelled")
+                            and j, 60, "the job to end")
+        assert record["state"] == "failed" and "injected failure" in record["error"], record
+        kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
+        assert "queued" not in kinds, kinds          # never re-queued to run again
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_a_cancel_the_service_did_not_finish_before_it_went_is_done_after_the_restart(tmp_path):
+    """Cancel requested, then the service went before it recorded the stop: the restart re-queued the job with
+    its cancel pending, and it sat 'queued' (waiting for GPUs) for good, on an idle cluster."""
+    from dlsched.service.server import Service
+    from tests.service.conftest import RUNTIME, cluster
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("doomed", samples=10**6, step_s=0.1), headers=YAML).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["samples"] > 0, 60, "the job's first steps")
+        svc.thread.stop()                  # the loop goes first: the cancel below is recorded, never carried out
+        svc.thread.join(timeout=30)
+        assert c.post(f"/jobs/{job}/cancel").json()["cancel_requested"] is True
+    finally:
+        svc.close()
+    pid = read_status(tmp_path / "state" / "jobs" / str(job))["pid"]
+    os.killpg(pid, signal.SIGTERM)         # the stop the old service had begun
+    wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 60,
+               "the coordinator to exit")
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        state = wait_until(lambda: (s := c.get(f"/jobs/{job}").json()["state"]) in ("cancelled", "failed", "finished")
+                           and s, 60, "the cancelled job to end")
+        assert state == "cancelled"
+    finally:
+        stop_service_and_jobs(svc)

@@ -41,3 +41,25 @@ def test_submit_a_script_its_reported_metrics_reach_logs_and_its_noise_the_dashb
         assert any(p["noise_scale"] for p in curve)
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_a_script_that_is_not_there_is_refused_at_submit_in_one_line(tmp_path):
+    """`dlsched submit -- python nope.py` was accepted (job 6 'nope', exit 0) and failed only when it started."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text("print('ok')\n")
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 1}]\npolicy: fifo\ninterval_s: 0.5")
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=tmp_path / "work").start()
+    env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:   # --server would land after '--', in the script's args
+        return subprocess.run([sys.executable, str(SERVE), *args], capture_output=True, text=True, env=env, timeout=60)
+
+    try:
+        r = cli("submit", "--", "python", "nope.py", "--epochs", "1")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "field command: script 'nope.py' not found" in r.stderr and "Traceback" not in r.stderr
+        assert svc.store.count() == 0
+        r = cli("submit", "--", "python", "train.py")   # the script that is there is accepted
+        assert r.returncode == 0 and r.stdout.strip() == "submitted job 1 (train)", r.stderr
+    finally:
+        stop_service_and_jobs(svc)

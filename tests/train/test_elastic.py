@@ -109,10 +109,15 @@ def test_batch_size_change_scales_lr_with_momentum_compensation_ramp(tmp_path):
 def test_failing_job_ends_failed_with_the_workers_error(tmp_path):
     job_dir = tmp_path / "job"
     proc = start_job(job_dir, 1, "--param", "num_samples=64", "--param", "poison_sample=5", "--max-restarts", "0")
-    proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1
     status = json.loads((job_dir / "status.json").read_text())
     assert status["state"] == "failed" and "sample 5 is poisoned" in status["error"]
+    # the job's error as one line, not the coordinator's traceback (the worker's is in its log)
+    assert "Traceback" not in out, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("error: workers {0: 1} died; gave up after 0 restarts: ") and "sample 5 is poisoned" in last
+    assert last.endswith(f"(worker logs in {job_dir / 'logs'})") and "Traceback" in (job_dir / "logs" / "worker-0.log").read_text()
 
 
 def test_bad_entry_is_one_line_exit_2(tmp_path):

@@ -69,7 +69,7 @@ def test_a_scripts_prints_reach_stdout_and_an_early_stop_is_not_trained_again(tm
         assert len(said) == 2 and max(said) < finished, r.stdout   # hello + early stop, each once, before the end
     records = (tmp_path / "job" / "progress.jsonl").read_text().splitlines()
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "this job already finished; nothing to run" in again.stdout, again.stdout
+    assert again.returncode == 0 and "already finished (the script ended on its own); nothing to train" in again.stdout, again.stdout
     assert "[worker" not in again.stdout
     assert (tmp_path / "job" / "progress.jsonl").read_text().splitlines() == records
     assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] == "finished"

@@ -66,11 +66,25 @@ class Backend(Protocol):
         return {}
 
 
+# a step record's numeric fields, as the loop, the store and the refit read them; job code computes some of them
+# (total_samples = a make_job's epochs x num_samples: params: {epochs: "abc"} made it a 1 500-character string)
+STEP_NUMBERS = ("time", "step", "epoch", "samples", "total_samples", "loss", "samples_per_s", "workers", "batch_size")
+
+
+def _bad_numbers(rec: dict) -> list[str]:
+    """The fields of a step record that are present but not a number (NaN/inf loss stays: a diverging job)."""
+    return [k for k in STEP_NUMBERS if rec.get(k) is not None
+            and (isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)))]
+
+
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:
     """New complete lines of ``progress.jsonl`` from byte ``offset``; returns (records, new offset).
 
     A partial last line is left for the next read. A line that is not a JSON object is returned as an
     ``{"event": "malformed_progress", ...}`` record so that the loop logs it instead of dropping it silently.
+    A step record's field that is not a number (``STEP_NUMBERS``) is read as absent, and the first such field of
+    the read is reported as one ``malformed_progress`` record naming it: a string there raised in every scheduling
+    round, so the service stopped ending, starting and observing every job.
     """
     path = Path(job_dir) / "progress.jsonl"
     try:
@@ -82,7 +96,7 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
     end = chunk.rfind(b"\n")
     if end < 0:
         return [], offset
-    records = []
+    records, bad_field = [], None
     for i, line in enumerate(chunk[: end + 1].splitlines()):
         if not line.strip():
             continue
@@ -92,8 +106,13 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
                 raise ValueError("not an object")
         except ValueError:
             rec = {"event": "malformed_progress", "offset": offset, "line": line[:200].decode("utf-8", "replace")}
+        bad = _bad_numbers(rec) if "event" not in rec else []
+        if bad and not bad_field:
+            bad_field = {"event": "malformed_progress", "offset": offset, "field": bad[0],
+                         "value": repr(rec[bad[0]])[:80], "step": rec.get("step") if "step" not in bad else None}
+        rec.update(dict.fromkeys(bad))
         records.append(rec)
-    return records, offset + end + 1
+    return records + ([bad_field] if bad_field else []), offset + end + 1
 
 
 def runtime_command(runtime: list[str], launch: Launch) -> list[str]:

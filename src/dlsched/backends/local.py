@@ -239,6 +239,8 @@ class LocalBackend(Backend):
             status = read_status(job_dir) or {}
             if status.get("state") == "finished":
                 return PollResult("finished")
+            if status.get("state") == "failed":   # it failed while no service watched: was re-queued and run again
+                return PollResult("failed", status.get("error") or "failed" + output_tail(job_dir))
             return PollResult("gone")
         proc, ps = self._procs.get(job_id), self._attached.get(job_id)
         if _alive(proc, ps):

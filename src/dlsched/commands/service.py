@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -39,11 +40,16 @@ class Client:
         self.base = (server or os.environ.get("DLSCHED_SERVER") or DEFAULT_SERVER).rstrip("/")
         token = token or client_token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.base, headers=headers, timeout=timeout)
+        try:   # an unparsable URL (http://256.1.1.1) was an InvalidURL traceback, not an HTTPError
+            self.http = httpx.Client(base_url=self.base, headers=headers, timeout=timeout)
+        except httpx.InvalidURL as e:
+            raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
 
     def request(self, method: str, path: str, **kw) -> httpx.Response:
         try:
             r = self.http.request(method, path, **kw)
+        except httpx.InvalidURL as e:
+            raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
         except httpx.HTTPError as e:
             raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` running?)") from None
         if r.status_code >= 400:
@@ -119,6 +125,28 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
                      _finish_cell(j), _left_cell(j, now), escape(_reason(j))])
     return rows
+
+
+def watch_piped(client: "Client", query: dict, interval: float, wide: bool) -> None:
+    """``status -w`` into a pipe or file, like ``kubectl get -w``: the table once, then each job whose state,
+    GPUs, batch or reason changed, as it changes (progress alone is not news), until interrupted."""
+    seen: dict[str, tuple] = {}
+    try:
+        while True:
+            jobs = client.get("/jobs", params=query)
+            rows = job_rows(jobs)
+            changed = [r for r in rows if seen.get(r[0]) != (r[2], r[3], r[4], r[10])]
+            if changed:
+                print_jobs_rows(changed, "dlsched jobs" if not seen else None, wide)
+            seen.update({r[0]: (r[2], r[3], r[4], r[10]) for r in rows})
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+
+
+def print_jobs_rows(rows: list[list[str]], title: str | None, wide: bool) -> None:
+    table(JOB_COLUMNS, rows, title=title, wide=wide)
+    sys.stdout.flush()
 
 
 def print_jobs(jobs: list[dict], title: str, wide: bool, out=None) -> None:
@@ -313,7 +341,7 @@ def register(app: typer.Typer) -> None:
                gpus: Optional[int] = typer.Option(None, "--gpus", help="override the spec's GPU count"),
                min_gpus: Optional[int] = typer.Option(None, "--min-gpus", help="a script job: elastic from"),
                max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="a script job: elastic up to"),
-               param: list[str] = typer.Option([], "--param", "-P", help="override a param: KEY=VALUE (repeatable)"),
+               param: list[str] = typer.Option([], "--param", "-P", help="override a spec file's param: KEY=VALUE (repeatable)"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
         """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the service."""
         from dlsched.spec import load_job_spec, to_json
@@ -321,12 +349,21 @@ def register(app: typer.Typer) -> None:
 
         files = files or []
         if "--" in sys.argv:  # everything after it is the script's command line
-            doc = {"name": name or script_name(files), "command": files, "gpus": gpus or min_gpus or 1}
-            doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus)) if v is not None})
+            if param:   # was dropped without a word: the job ran with the script's defaults
+                raise UserError(f"--param {param[0]}: a script job takes its settings as the script's own arguments "
+                                "after '--' (-- python train.py --epochs 2)")
+            # --gpus 0 was `0 or min_gpus or 1`: a 1-GPU job, exit 0; it is the spec's range error now
+            doc = {"name": name or script_name(files), "command": files,
+                   "gpus": gpus if gpus is not None else (min_gpus or 1)}
+            doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus), ("user", _current_user()))
+                        if v is not None})
             specs = [load_job_spec(json.dumps(doc), "command line", "json")]
         else:
             if not files:
                 raise UserError("give job spec files, or a script after '--' (dlsched submit -- python train.py)")
+            for flag, value in (("--min-gpus", min_gpus), ("--max-gpus", max_gpus)):
+                if value is not None:   # were ignored for a spec file
+                    raise UserError(f"{flag} {value}: for a script after '--'; a spec file sets min_gpus/max_gpus")
             if name and len(files) > 1:
                 raise UserError("--name: applies to one spec file, got several")
             # one clear line for a bad file before any network traffic; the service then checks the entry and
@@ -348,6 +385,8 @@ def register(app: typer.Typer) -> None:
                all_jobs: bool = typer.Option(True, "--all/--active", help="include ended jobs"),
                as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
         """Jobs with state, GPUs, progress and predicted finish (like squeue / kubectl get [-w])."""
+        if watch and not (interval > 0 and math.isfinite(interval)):   # -1 and nan were a sleep() traceback
+            raise UserError(f"--interval {interval}: expected a positive number of seconds")
         client = Client(server)
         query = {} if all_jobs else {"state": "queued,running,rescaling"}
         if as_json:
@@ -360,6 +399,8 @@ def register(app: typer.Typer) -> None:
         from rich.live import Live
 
         con = Console()
+        if not con.is_terminal:   # piped, Live drew once at exit (nothing when killed): print what changes instead
+            return watch_piped(client, query, interval, wide)
         with Live(console=con, refresh_per_second=4) as live:
             try:
                 while True:
@@ -386,10 +427,11 @@ def register(app: typer.Typer) -> None:
             print_json(jobs)
             return
         cols = [Column("ID", "right"), Column("NAME"), Column("USER", drop_rank=2), Column("STATE"),
-                Column("GPUS", "right"), Column("WAITED", "right", drop_rank=1), Column("RAN", "right"),
+                Column("GPU-TIME", "right"), Column("WAITED", "right", drop_rank=1), Column("RAN", "right"),
                 Column("ENDED"), Column("REASON", drop_rank=1)]
         rows = [[str(j["id"]), escape(j["name"]), escape(j.get("spec", {}).get("user") or "-"), j["state"],
-                 str(j["num_gpus"]),
+                 # GPU-seconds held; num_gpus (what it holds now) is 0 for every ended job
+                 human_duration(j["attained_service"]) if j.get("start_time") else "-",
                  human_duration((j["start_time"] - j["submit_time"]) if j.get("start_time") else None),
                  human_duration((j["end_time"] - j["start_time"]) if j.get("start_time") and j.get("end_time") else None),
                  local_clock(j.get("end_time")), escape(_reason(j) if j["state"] != "finished" else "")] for j in jobs]

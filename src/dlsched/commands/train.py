@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
             argv += ["--sparse"]
         if not script:
             argv += ["--entry", entry[0]]
-        if batch_size:
+        if batch_size is not None:   # `if batch_size:` dropped --batch-size 0: trained at the script's batch, exit 0
             argv += ["--batch-size", str(batch_size)]
         if checkpoint_uri:
             argv += ["--checkpoint-uri", checkpoint_uri]

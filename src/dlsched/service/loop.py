@@ -67,6 +67,7 @@ class LiveLoop:
         self._pending: dict[int, tuple] = {}               # refits of this round: (time, Prediction)
         self._to_refit: dict[int, JobRecord] = {}          # jobs whose progress arrived this pass
         self._ended: list[tuple[int, bool]] = []           # (job, finished) that ended this pass
+        self._bad_fields: set[tuple[int, str]] = set()     # (job, field) a malformed_progress event named
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -256,6 +257,10 @@ class LiveLoop:
         self.store.add_progress(job.id, samples, offset, **fields)
         for r in records:
             if "event" in r:
+                if "field" in r and r["event"] == "malformed_progress":   # once per job and field, not every read
+                    if (job.id, r["field"]) in self._bad_fields:
+                        continue
+                    self._bad_fields.add((job.id, r["field"]))
                 self.store.event(f"job_{r['event']}", job.id, now, **{k: v for k, v in r.items() if k != "event"})
         job = self.store.get(job.id)
         self._to_refit[job.id] = job

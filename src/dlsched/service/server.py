@@ -11,7 +11,7 @@ from pathlib import Path
 import uvicorn
 
 from dlsched.backends.make import make_backend
-from dlsched.entry_check import check_entry
+from dlsched.entry_check import check_entry, check_script
 from dlsched.errors import UserError
 from dlsched.policy.base import Policy
 from dlsched.service.api import allowed_hosts, create_app, is_loopback
@@ -109,6 +109,8 @@ class Service:
         self.loop.validate(spec, source)
         if self.check_entries and spec.kind == "train" and entry:
             check_entry(entry, spec.params, self.workdir, source)
+        if self.check_entries and command:
+            check_script(command, self.workdir, source)
 
     @property
     def url(self) -> str:

@@ -245,9 +245,11 @@ class Coordinator:
     def run(self) -> int:
         preemption.install()  # already done by ``run`` before its imports; here for in-process callers
         start = self._initial_state()
-        # a script that ended on its own (an early stop: no checkpoint says finished) ran once, as a finished job
-        if start.finished or (self.job is None and (read_status(self.dir) or {}).get("state") == "finished"):
-            print(f"{self.dir}: this job already finished; nothing to run", flush=True)
+        # a script that ended on its own (an early stop: no checkpoint says finished) is a finished job too
+        ended = self.job is None and (read_status(self.dir) or {}).get("state") == "finished"
+        if start.finished or ended:   # `dlsched train` on a finished job's folder printed nothing at all, exit 0
+            at = f" at step {start.step} ({start.restore})" if start.finished else " (the script ended on its own)"
+            print(f"{self.dir}: already finished{at}; nothing to train", flush=True)
             self._status("finished")
             return 0
         if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`

@@ -56,6 +56,8 @@ def event_line(r: dict, started: float | None) -> str | None:
     kind = r.get("event")
     if kind == "finished":
         took = f" after {human_duration(time.time() - started)}" if started else ""
+        if r.get("step") is None:   # was "finished at step None": a script that never trained a dlsched.torch step
+            return f"finished{took} without a training step (the script never reached dlsched.torch's loop)"
         return f"finished at step {r.get('step')}{took}"
     render = _EVENTS.get(kind)
     return render(r) if render else (f"{kind}" if kind else None)

@@ -11,7 +11,7 @@ import os
 import sys
 import traceback
 
-from dlsched.errors import UserError
+from dlsched.errors import JobFailed, UserError
 from dlsched.train import fence, storage
 from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import write_status
@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
         raise UserError("--strategy ps: a script after '--' is not supported; give the make_job form (FILE.py:make_job)")
     if a.checkpoint_uri is not None and (a.strategy != "allreduce" or not a.checkpoint_uri):
         raise UserError(f"--checkpoint-uri {a.checkpoint_uri!r}: a non-empty path or URI, for an all-reduce job only")
+    if a.ckpt_every < 0:   # -1 checkpointed on every step (step % -1 == 0)
+        raise UserError(f"--ckpt-every {a.ckpt_every}: must be >= 0 (0 = never)")
     if a.strategy == "ps":
         return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
                          servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
@@ -102,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         if "opts" in locals():
             write_status(opts.job_dir, "failed", os.getpid(), 0, str(e))
         return 2
+    except JobFailed as e:   # the job's code, not the runtime: its traceback is in the worker's log, not here
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except Exception as e:  # noqa: BLE001 - the backend reads status.json; the log keeps the trace
         traceback.print_exc()
         return 1

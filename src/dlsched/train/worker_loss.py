@@ -6,7 +6,7 @@ import json
 import re
 import time
 
-from dlsched.errors import UserError
+from dlsched.errors import JobFailed, UserError
 from dlsched.train.data import PartitionTable
 from dlsched.train.peer_cut import publish_lost
 from dlsched.train.protocol import GATE_RUN, Held, end_key, gate_key, survivor_key
@@ -86,8 +86,8 @@ class WorkerLoss:
         lost_at = c.last_report["step"] if c.last_report else 0
         errors = {w: c.pool.procs[w].returncode for w in dead}
         if self.restarts > c.o.max_restarts:
-            raise RuntimeError(f"workers {errors} died; gave up after {c.o.max_restarts} restarts: "
-                               f"{c.pool.log_tail(dead[0])}")
+            raise JobFailed(f"workers {errors} died; gave up after {c.o.max_restarts} restarts: "
+                            f"{c.pool.log_tail(dead[0])} (worker logs in {c.dir / 'logs'})")
         count = len(c.wids)
         c.pool.kill(list(c.pool.procs))
         c.pending_resize = None

@@ -1,0 +1,43 @@
+"""`dlsched train` as a user runs it (a separate process): bad numbers are one line, exit 2, before any worker."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("args, line", [
+    (("--batch-size", "0"), "error: --batch-size 0: must be >= 1"),        # was dropped: trained at batch 32, exit 0
+    (("--ckpt-every", "-1"), "error: --ckpt-every -1: must be >= 0 (0 = never)"),   # was a checkpoint on every step
+])
+def test_train_refuses_a_zero_batch_and_a_negative_checkpoint_interval(tmp_path, args, line):
+    (tmp_path / "train.py").write_text("raise SystemExit('the script must not start')\n")
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"), *args,
+                        "--", "python", str(tmp_path / "train.py")], capture_output=True, text=True, timeout=120,
+                       cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-500:]
+    assert not (tmp_path / "job" / "logs").exists()   # no worker was started
+
+
+def test_a_script_that_trains_no_step_says_so_not_step_none(tmp_path):
+    """`dlsched train -- python examples/mlp.py` (a make_job module, no loop) ended 'finished at step None'."""
+    (tmp_path / "plain.py").write_text("print('no dlsched.torch here')\n")
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"),
+                        "--", "python", str(tmp_path / "plain.py")], capture_output=True, text=True, timeout=120,
+                       cwd=REPO)
+    assert r.returncode == 0, r.stderr[-500:]
+    assert "without a training step" in r.stdout and "step None" not in r.stdout, r.stdout
+
+
+def test_train_on_a_finished_jobs_folder_says_so(tmp_path):
+    """A second `dlsched train --job-dir D` on a finished job printed nothing at all (exit 0)."""
+    script = REPO / "tests" / "torch" / "user_script.py"
+    cmd = [sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"), "--", "python",
+           str(script), "--samples", "16", "--epochs", "1"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert first.returncode == 0 and "finished at step 2" in first.stdout, first.stdout + first.stderr[-1000:]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert again.returncode == 0, again.stderr[-1000:]
+    assert f"{tmp_path / 'job'}: already finished at step 2 (" in again.stdout and "nothing to train" in again.stdout
