@@ -19,6 +19,13 @@ def _simulate(monkeypatch, capsys, *args):
     return e.value.code, out.err.strip()
 
 
+def _assert_one_line_error(tmp_path, monkeypatch, capsys, args, expected):
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
+    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
+
+
 @pytest.mark.parametrize("args, expected", [
     (("--interval", "nan"), "--interval: nan"),            # was a ValueError traceback
     (("--interval", "inf"), "--interval: inf"),            # was a table of inf/nan JCTs, exit 0
@@ -37,11 +44,7 @@ def _simulate(monkeypatch, capsys, *args):
     (("--node-spec", "2x4:v100/x"), "--node-spec: bad entry '2x4:v100/x'"),  # --gpu-speed could not name it
 ])
 def test_bad_option_value_is_one_line_naming_it(tmp_path, monkeypatch, capsys, args, expected):
-    w = tmp_path / "w.csv"
-    w.write_text(PHILLY)
-    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
-    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
-    assert "Traceback" not in err
+    _assert_one_line_error(tmp_path, monkeypatch, capsys, args, expected)
 
 
 def test_limit_on_a_trace_it_does_not_apply_to_is_an_error(tmp_path, monkeypatch, capsys):
@@ -98,10 +101,7 @@ def test_report_files_carry_the_printed_table(tmp_path, monkeypatch, capsys):
 def test_an_option_another_overrides_is_an_error_not_ignored(tmp_path, monkeypatch, capsys, args, expected):
     """Each of these ran, the first option silently ignored (the node spec or --cluster-gpus set the cluster; the
     seed drives only the noise mode's error)."""
-    w = tmp_path / "w.csv"
-    w.write_text(PHILLY)
-    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
-    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
+    _assert_one_line_error(tmp_path, monkeypatch, capsys, args, expected)
 
 
 def test_defaults_beside_a_node_spec_or_noise_seed_still_run(tmp_path, monkeypatch, capsys):
@@ -132,10 +132,7 @@ def test_report_folder_that_cannot_be_made_is_one_line_before_the_run(tmp_path, 
     (("-p", "fifo", "-p", "fifo"), "--policy: 'fifo' is given twice"),   # two rows, one jobs-fifo.csv
 ])
 def test_an_entry_given_twice_is_an_error(tmp_path, monkeypatch, capsys, args, expected):
-    w = tmp_path / "w.csv"
-    w.write_text(PHILLY)
-    code, err = _simulate(monkeypatch, capsys, "-w", str(w), *args)
-    assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {expected}"), err
+    _assert_one_line_error(tmp_path, monkeypatch, capsys, args, expected)
 
 
 def test_placement_a_policy_ignores_is_said(tmp_path, monkeypatch, capsys):
