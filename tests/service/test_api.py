@@ -196,6 +196,8 @@ def test_non_loopback_bind_needs_a_token(tmp_path):
         r = httpx.post(f"{url}/jobs", content=job_yaml("x"), headers=YAML)
         assert r.status_code == 401 and svc.store.count() == 0
         assert httpx.get(f"{url}/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        assert httpx.get(f"{url}/jobs", headers={"Authorization": f"bearer {token}"}).status_code == 200   # any case
+        assert httpx.get(f"{url}/jobs", headers={"Authorization": f"Basic {token}"}).status_code == 401
     finally:
         stop_service_and_jobs(svc)
 

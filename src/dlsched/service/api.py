@@ -114,8 +114,9 @@ class _Guard:
         if headers.get("sec-fetch-site") == "cross-site":
             return _error(403, "cross-site request refused")
         if self.token is not None and not _public(scope["path"]):
-            auth = headers.get("authorization", "")
-            if not (auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].encode(), self.token.encode())):
+            scheme, _, credentials = headers.get("authorization", "").partition(" ")
+            # the scheme is case-insensitive (RFC 9110 11.1): curl -H 'authorization: bearer T' is a client's right
+            if not (scheme.lower() == "bearer" and hmac.compare_digest(credentials.encode(), self.token.encode())):
                 return _error(401, "missing or wrong bearer token")
         length = headers.get("content-length")
         if length is not None:
