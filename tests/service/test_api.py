@@ -212,3 +212,9 @@ def test_a_nan_metric_is_null_not_a_500(service, client):
         assert r.status_code == 200, (path, r.text[:300])
     detail = [e["detail"] for e in client.get(f"/jobs/{jid}/events").json() if e["kind"] == "metrics"]
     assert detail == [{"metrics": {"val_loss": None, "acc": None, "ok": 0.5}}]
+
+
+def test_an_unknown_state_filter_is_a_422_naming_it_not_an_empty_list(client):
+    r = client.get("/jobs", params={"state": "runing"})
+    assert r.status_code == 422 and "'runing' is not one of queued, running" in r.json()["error"], r.text
+    assert client.get("/jobs", params={"state": "queued,finished"}).status_code == 200

@@ -33,7 +33,7 @@ from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
                                     Limit, Offset)
 from dlsched.service.nodes import LOST
-from dlsched.service.store import Store, TransitionError, UnknownJob
+from dlsched.service.store import ACTIVE, TERMINAL, Store, TransitionError, UnknownJob
 from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, load_job_spec
 
 MAX_LOG_CHUNK = 1 << 20
@@ -224,6 +224,9 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     @api.get("/jobs")
     def list_jobs(state: str | None = None, all: bool = True) -> list[dict]:
         states = state.split(",") if state else None
+        unknown = [x for x in states or [] if x not in ACTIVE + TERMINAL]
+        if unknown:   # a typo answered [] with 200: "no such jobs"
+            return _error(422, f"state: {unknown[0][:40]!r} is not one of {', '.join(ACTIVE + TERMINAL)}")
         preds, forecasts = store.latest_predictions(), store.forecasts()
         out = []
         for j in store.jobs(states=states):
