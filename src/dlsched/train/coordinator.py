@@ -131,7 +131,7 @@ class Coordinator:
         human = HumanProgress()
         self.progress = ProgressLog(self.dir, echo=human)
         # a script's prints reach the terminal / output.log as torchrun's do (a make_job job has no script)
-        self.script_output = ScriptOutput(self.dir / "logs", human.output if opts.command else lambda line: None)
+        self.script_output = ScriptOutput(self.dir / "logs", human.output if opts.command else None)
         self.run_id = uuid.uuid4().hex[:12]   # tells this run's steps from a resumed run's (same generations)
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         self.pool = WorkerPool(opts, self.launcher, self.store, self.dir,

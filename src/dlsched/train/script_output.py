@@ -14,13 +14,15 @@ CHUNK = 1 << 16  # bytes read from one log per pass: a chatty worker cannot hold
 
 
 class ScriptOutput:
-    def __init__(self, logs: Path, write: Callable[[str], None]):
-        self.logs, self.write = logs, write
+    def __init__(self, logs: Path, write: Callable[[str], None] | None):
+        self.logs, self.write = logs, write  # write None: nothing to echo (a make_job job has no script)
         # log -> offset echoed up to; workers append, so a resumed job's logs hold the last run's lines: not echoed
-        self.read_to: dict[Path, int] = {log: log.stat().st_size for log in logs.glob("worker-*.log")}
+        self.read_to: dict[Path, int] = {log: log.stat().st_size for log in logs.glob("worker-*.log")} if write else {}
 
     def echo(self, final: bool = False) -> None:
         """Echo the complete lines each worker wrote since the last call (``final``: the unfinished one too)."""
+        if self.write is None:
+            return
         for log in sorted(self.logs.glob("worker-*.log"), key=_worker_id):
             start = self.read_to.get(log, 0)
             try:
