@@ -174,6 +174,13 @@ def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
         wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "cancelled", 60, "cancelled")
         r = cli("resize", str(job), "--workers", "1", svc=svc)
         assert r.returncode == 2 and "only queued or running jobs can be resized" in r.stderr
+        # the job's own range bounds a resize, not only the cluster's slots: one line naming the limit, nothing held
+        small = c.post("/jobs", content=job_yaml("small", gpus=1, max_gpus=2, samples=10**6, step_s=0.05),
+                       headers={"content-type": "application/yaml"}).json()["id"]
+        r = cli("resize", str(small), "--workers", "3", svc=svc)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
+        assert "workers: 3 is above the job's max_gpus=2 (its spec allows 1..2)" in r.stderr, r.stderr
+        assert c.get(f"/jobs/{small}").json()["requested_workers"] is None
         c.close()
     finally:
         stop_service_and_jobs(svc)

@@ -218,3 +218,23 @@ def test_an_unknown_state_filter_is_a_422_naming_it_not_an_empty_list(client):
     r = client.get("/jobs", params={"state": "runing"})
     assert r.status_code == 422 and "'runing' is not one of queued, running" in r.json()["error"], r.text
     assert client.get("/jobs", params={"state": "queued,finished"}).status_code == 200
+
+
+def test_a_resize_outside_the_jobs_own_gpu_range_is_a_422_naming_the_limit_and_changes_nothing(client):
+    """The cluster's slots were the only bound: a job with max_gpus 2 was held at 4 workers (and a rigid 2-GPU job
+    at 1), outside the range its spec, and its code, were written for."""
+    elastic = client.post("/jobs", content=job_yaml("el", gpus=1, max_gpus=2, samples=10**6, step_s=0.05),
+                          headers=YAML).json()["id"]
+    rigid = client.post("/jobs", content=job_yaml("rigid", gpus=2, samples=10**6, step_s=0.05),
+                        headers=YAML).json()["id"]
+    for job, workers, line in [(elastic, 3, "workers: 3 is above the job's max_gpus=2 (its spec allows 1..2)"),
+                               (rigid, 1, "workers: 1 is below the job's gpus=2 (its spec allows 2..2)"),
+                               (rigid, 4, "workers: 4 is above the job's gpus=2 (its spec allows 2..2)")]:
+        r = client.post(f"/jobs/{job}/resize", json={"workers": workers})
+        assert r.status_code == 422 and r.json() == {"error": line}, r.text
+    for job in (elastic, rigid):
+        assert client.get(f"/jobs/{job}").json()["requested_workers"] is None
+        assert "resize_requested" not in [e["kind"] for e in client.get(f"/jobs/{job}/events").json()]
+    r = client.post(f"/jobs/{elastic}/resize", json={"workers": 2})
+    assert r.status_code == 200 and r.json()["requested_workers"] == 2, r.text
+    assert client.post("/jobs/999/resize", json={"workers": 1}).status_code == 404

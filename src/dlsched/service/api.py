@@ -156,6 +156,16 @@ class _Guard:
         await self.app(scope, replay, send)
 
 
+def resize_limit(spec, workers: int) -> str | None:
+    """Why ``workers`` lies outside the job's own [min_gpus, max_gpus] (``gpus`` where no range), else None."""
+    lo, hi = spec.gpu_range
+    if lo <= workers <= hi:
+        return None
+    side, field, bound = ("below", "min_gpus", lo) if workers < lo else ("above", "max_gpus", hi)
+    field = field if getattr(spec, field) is not None else "gpus"
+    return f"workers: {workers} is {side} the job's {field}={bound} (its spec allows {lo}..{hi})"
+
+
 def allowed_hosts(bind: str, extra: tuple[str, ...] = ()) -> frozenset[str] | None:
     """Host names a service bound to ``bind`` answers to: loopback names on a loopback bind (so a DNS-rebound
     name cannot reach it from a browser), any on a wider bind (the token guards it), plus ``extra``."""
@@ -273,6 +283,9 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             return _error(422, f"workers: expected an integer in 1..{capacity} (the cluster's slots), got {workers!r}")
         if batch is not None and (type(batch) is not int or not 1 <= batch <= MAX_BATCH):
             return _error(422, f"batch_size: expected an integer in 1..{MAX_BATCH}, got {batch!r}")
+        limit = resize_limit((await run_in_threadpool(store.get, job_id)).spec, workers)
+        if limit:   # was stored and applied: the job ran outside the range its spec (and code) was written for
+            return _error(422, limit)
         try:
             j = await run_in_threadpool(store.request_resize, job_id, workers, batch)
         except TransitionError as e:

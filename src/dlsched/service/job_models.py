@@ -21,7 +21,7 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
     lo, hi = s.gpu_range
     blo, bhi = s.min_batch_size, s.max_batch_size
     batch = s.batch_size
-    if job.requested_workers is not None:   # an operator's `dlsched resize` overrides the spec's ranges
+    if job.requested_workers is not None:   # an operator's `dlsched resize` (inside the spec's ranges) fixes them
         lo = hi = job.requested_workers
     if job.requested_batch is not None:
         blo = bhi = batch = job.requested_batch
