@@ -52,3 +52,39 @@ def test_the_client_finds_the_token(tmp_path, monkeypatch):
     monkeypatch.setenv("DLSCHED_TOKEN", "y" * 20)
     assert client_token() == "y" * 20
     assert os.environ["DLSCHED_TOKEN"]
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_state_folder_is_private_from_its_creation_and_an_older_loose_one_is_tightened(tmp_path):
+    """The folder was 0755 and the database 0644 (the umask's): any local user could read every job's spec,
+    params and events, and the job logs beside them."""
+    import sqlite3
+
+    from dlsched.spec import load_job_spec
+    from tests.service.teardown import stop_service_and_jobs
+
+    old = os.umask(0o022)   # the usual umask, whatever the test runner's
+    try:
+        svc = Service(cluster(), tmp_path / "new" / "state", port=free_port(), runtime=RUNTIME).start()
+        stop_service_and_jobs(svc)
+        state = tmp_path / "new" / "state"
+        assert _mode(state) == 0o700
+        assert {f.name: _mode(f) for f in state.iterdir() if f.is_file()} == {
+            "token": 0o600, "dlsched.db": 0o600, "dlsched.db-wal": 0o600, "dlsched.db-shm": 0o600}
+
+        loose = tmp_path / "old"            # as an earlier dlsched left it: 0755, a 0644 database with its job
+        loose.mkdir(mode=0o755)
+        earlier = Service(cluster(), loose, port=free_port(), runtime=RUNTIME, auth=False)
+        earlier.store.submit(load_job_spec("name: kept\nentry: x.py:make_job"))
+        loose.chmod(0o755)
+        for f in loose.glob("dlsched.db*"):
+            f.chmod(0o644)
+        svc = Service(cluster(), loose, port=free_port(), runtime=RUNTIME, auth=False)
+        assert _mode(loose) == 0o700 and {_mode(f) for f in loose.glob("dlsched.db*")} == {0o600}
+        assert [j.name for j in svc.store.jobs()] == ["kept"]                          # nothing lost
+        assert sqlite3.connect(loose / "dlsched.db").execute("SELECT COUNT(*) FROM jobs").fetchone() == (1,)
+    finally:
+        os.umask(old)

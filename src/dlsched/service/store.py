@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from dlsched.service.private_files import private_file, tighten
 from dlsched.spec import JobSpec
 
 QUEUED, RUNNING, RESCALING, FINISHED, FAILED, CANCELLED = "queued", "running", "rescaling", "finished", "failed", "cancelled"
@@ -180,6 +181,10 @@ class Store:
 
     def __init__(self, path: str | Path, clock=time.time):
         self.path = str(path)
+        if self.path != ":memory:":   # every job's spec and events: this user's only (SQLite gives -wal/-shm its mode)
+            private_file(self.path)
+            for side in ("-wal", "-shm"):   # left 0644 by a dlsched before this rule
+                tighten(self.path + side)
         self.clock = clock
         self._local = threading.local()
         self._records: dict[int, tuple[tuple, JobRecord]] = {}
