@@ -285,3 +285,47 @@ def test_status_watch_into_a_file_prints_each_change_as_it_happens(tmp_path):
             watch.terminate()
             watch.wait(timeout=30)
         stop_service_and_jobs(svc)
+
+
+def test_logs_of_a_queued_job_says_so_and_follow_waits_for_it_to_start(tmp_path):
+    """`logs JOB` on a queued job printed nothing at all, as if the job had run silently; `-f` waited without a
+    word. The job stays queued for certain: the one it waits behind holds both of the cluster's slots."""
+    import threading
+
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    follow = None
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        yaml_type = {"content-type": "application/yaml"}
+        blocker = c.post("/jobs", content=job_yaml("blocker", gpus=2, samples=10**6, step_s=0.05),
+                         headers=yaml_type).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{blocker}").json()["state"] == "running", 60, "the blocker to run")
+        job = c.post("/jobs", content=job_yaml("waiting", gpus=1, samples=64), headers=yaml_type).json()["id"]
+        assert c.get(f"/jobs/{job}").json()["state"] == "queued"
+
+        r = cli("logs", str(job), svc=svc)
+        assert r.returncode == 0 and r.stdout == "", r
+        assert r.stderr == f"job {job} is queued and has no output yet; dlsched logs -f {job} waits for it to start\n"
+
+        follow = subprocess.Popen([sys.executable, str(SERVE), "logs", "-f", str(job), "--server", svc.url],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                  env=dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file)))
+        said: list[str] = []
+        reader = threading.Thread(target=lambda: said.extend(follow.stderr), daemon=True)
+        reader.start()
+        wait_until(lambda: said, 60, "logs -f to say the job is queued")
+        assert said == [f"job {job} is queued and has no output yet; waiting for it to start\n"]
+        assert c.get(f"/jobs/{job}").json()["state"] == "queued"   # it said so before the job started
+        c.post(f"/jobs/{blocker}/cancel")
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "finished", 90, "the waiting job to run and finish")
+        assert follow.wait(timeout=60) == 0
+        out = follow.stdout.read()
+        assert out == c.get(f"/jobs/{job}/logs").text and "start:" in out   # followed from its start to its end
+        reader.join(timeout=30)
+        assert len(said) == 1, said
+        c.close()
+    finally:
+        if follow is not None and follow.poll() is None:
+            follow.kill()
+            follow.wait(timeout=30)
+        stop_service_and_jobs(svc)

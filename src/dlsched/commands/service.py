@@ -469,7 +469,7 @@ def register(app: typer.Typer) -> None:
               + (f", batch {r['requested_batch']}" if r.get("requested_batch") else "") + f" ({r['state']})")
 
     @app.command()
-    def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f", help="keep streaming until the job ends"),
+    def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f", help="keep streaming until the job ends (a queued job: from its start)"),
              tail: Optional[int] = typer.Option(None, "--tail", help="start with the last N lines"),
              worker: Optional[int] = typer.Option(None, "--worker", help="worker K's own log instead of the job's"),
              server: Optional[str] = SERVER_OPT) -> None:
@@ -479,6 +479,10 @@ def register(app: typer.Typer) -> None:
         client = Client(server)
         query: dict = {} if worker is None else {"worker": worker}
         r = client.request("GET", f"/jobs/{job_id}/logs", params=query | ({"tail": tail} if tail is not None else {}))
+        if not r.text and client.get(f"/jobs/{job_id}")["state"] == "queued":   # printed nothing: as if it had none
+            print(f"job {job_id} is queued and has no output yet; "
+                  + ("waiting for it to start" if follow else f"dlsched logs -f {job_id} waits for it to start"),
+                  file=sys.stderr, flush=True)
         while True:
             sys.stdout.write(r.text)
             sys.stdout.flush()
