@@ -329,3 +329,48 @@ def test_logs_of_a_queued_job_says_so_and_follow_waits_for_it_to_start(tmp_path)
             follow.kill()
             follow.wait(timeout=30)
         stop_service_and_jobs(svc)
+
+
+def test_events_of_an_unknown_type_is_one_line_listing_the_types(tmp_path):
+    """`events -t bogus` printed nothing, exit 0: the same as a real type with no events yet."""
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        job = httpx.post(f"{svc.url}/jobs", content=job_yaml("j", samples=10**6), headers=svc.headers
+                         | {"content-type": "application/yaml"}).json()["id"]
+        r = cli("events", "-t", "submitted", "-t", "bogus", svc=svc, columns=200)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
+        assert r.stderr.startswith("error: --type 'bogus': not an event type; expected one of submitted, queued, ")
+        assert "job_checkpoint" in r.stderr and "cancel_requested" in r.stderr
+        r = cli("events", "--type", "submitted", "--json", svc=svc)
+        assert r.returncode == 0 and [e["job_id"] for e in json.loads(r.stdout)] == [job], r
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_every_event_the_code_stores_is_a_type_events_accepts():
+    """``service/event_kinds.py`` is the list ``events --type`` checks: every kind the service stores (its own, and
+    job_<event> for each event a runtime writes to progress.jsonl) must be in it, or a real type would be refused."""
+    import ast
+
+    from dlsched.service.event_kinds import EVENT_KINDS
+
+    def literal_kinds(arg) -> list[str]:   # "kind", or "a" if ... else "b"; names (new_state) are the states
+        if isinstance(arg, ast.IfExp):
+            return literal_kinds(arg.body) + literal_kinds(arg.orelse)
+        return [arg.value] if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else []
+
+    src = REPO / "src" / "dlsched"
+    found: dict[str, str] = {}
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                if node.func.attr == "event" or (node.func.attr == "_event" and len(node.args) > 3):
+                    for kind in literal_kinds(node.args[0 if node.func.attr == "event" else 3]):
+                        found[kind] = str(path.relative_to(src))
+            if isinstance(node, ast.Dict):
+                for k, v in zip(node.keys, node.values):
+                    if isinstance(k, ast.Constant) and k.value == "event" and isinstance(v, ast.Constant):
+                        found[f"job_{v.value}"] = str(path.relative_to(src))
+    found.pop("job_autoscale", None)   # the autoscale engine's own log (autoscale.jsonl), not progress.jsonl
+    assert {"submitted", "node_lost", "node_up", "job_resumed", "job_checkpoint"} <= set(found), found
+    assert {k: where for k, where in found.items() if k not in EVENT_KINDS} == {}

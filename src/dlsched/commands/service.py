@@ -514,6 +514,11 @@ def register(app: typer.Typer) -> None:
                everything: bool = typer.Option(False, "--all", help="list checkpoint events one by one too"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
         """Scheduler events: submissions, starts, resizes, preemptions, completions (checkpoints summarised)."""
+        from dlsched.service.event_kinds import EVENT_KINDS
+
+        unknown = [k for k in kind if k not in EVENT_KINDS]
+        if unknown:   # printed nothing, as for a type with no events yet
+            raise UserError(f"--type {unknown[0]!r}: not an event type; expected one of {', '.join(EVENT_KINDS)}")
         client = Client(server)
         jid = job if job is not None else job_id
         path = f"/jobs/{jid}/events" if jid is not None else "/events"

@@ -195,7 +195,9 @@ class StepRecord(_Record):
 
 EVENTS = ("resized", "checkpoint", "worker_lost", "straggler", "epoch_end", "finished", "stopped", "resize_failed",
           "control_rejected", "resize_abandoned", "metrics", "lr_rule",
-          "profiled", "flotillas", "member_converged")   # the last three: a FLEET ensemble (train/fleet_job.py)
+          "profiled", "flotillas", "member_converged",   # these three: a FLEET ensemble (train/fleet_job.py)
+          "checkpoint_skipped", "resumed", "shrunk",     # a torn checkpoint, a restart, a group shrunk past a loss
+          "batch_size", "servers_changed")               # dlsched.torch's adaptive batch, a ps job's servers
 
 
 class EventRecord(_Record):

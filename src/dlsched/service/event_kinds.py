@@ -1,0 +1,12 @@
+"""Every kind of event the service stores (an event's ``kind`` in ``GET /events``): the one list ``dlsched events
+--type`` checks a filter against, so a typo is an error naming the valid kinds, not an empty list."""
+from __future__ import annotations
+
+from dlsched.service.store import ACTIVE, TERMINAL
+from dlsched.train.protocol import EVENTS
+
+# the service's own: a submission, each state a job enters, the requests and what the loop saw
+SERVICE_EVENTS = ("submitted", *ACTIVE, *TERMINAL, "cancel_requested", "resize_requested", "workers_lost",
+                  "reattached", "service_started", "node_lost", "node_up")
+# a runtime event of the job's progress file is stored as job_<event>; the backend's reader adds malformed_progress
+EVENT_KINDS = SERVICE_EVENTS + tuple(f"job_{e}" for e in (*EVENTS, "malformed_progress"))
