@@ -47,6 +47,23 @@ def test_bad_option_value_is_one_line_naming_it(tmp_path, monkeypatch, capsys, a
     _assert_one_line_error(tmp_path, monkeypatch, capsys, args, expected)
 
 
+@pytest.mark.parametrize("option, value, extra", [("--interval", "-2.5", ()), ("--restart-penalty", "-1.5", ()),
+                                                   ("--horizon", "nan", ()),
+                                                   ("--seed", "-2", ("--remaining", "noise:0.3"))])
+def test_the_numeric_options_state_simconfigs_own_rule_naming_the_option(tmp_path, monkeypatch, capsys, option, value,
+                                                                         extra):
+    """The command checked these four itself (check_number), a copy of SimConfig's rules that could drift from
+    them; it now asks SimConfig's rules and words the same rule in its option's name."""
+    from dlsched.errors import UserError
+    from dlsched.sim.engine import SimConfig
+
+    field = option[2:].replace("-", "_")
+    with pytest.raises(UserError) as refused:
+        SimConfig(**{field: float(value) if field != "seed" else int(value)})
+    rule = str(refused.value).split(" must be ")[1].rsplit(", got ", 1)[0]   # "a finite number > 0 seconds"
+    _assert_one_line_error(tmp_path, monkeypatch, capsys, (option, value, *extra), f"{option}: {value} is not {rule}")
+
+
 def test_limit_on_a_trace_it_does_not_apply_to_is_an_error(tmp_path, monkeypatch, capsys):
     """--limit reads the first rows of a Philly trace; on a Pollux workload it was silently ignored."""
     w = tmp_path / "w.csv"

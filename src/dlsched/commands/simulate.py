@@ -28,12 +28,6 @@ def parse_nodes(spec: str) -> "ClusterView":
     return ClusterView(tuple(nodes))
 
 
-def check_number(option: str, value: float | None, *, minimum: float = 0.0, strict: bool = True) -> None:
-    """A finite number above ``minimum`` (or at it, when not ``strict``): a one-line UserError naming the option."""
-    if value is not None and not (math.isfinite(value) and (value > minimum if strict else value >= minimum)):
-        raise UserError(f"{option}: {value} is not a finite number {'>' if strict else '>='} {minimum:g}")
-
-
 def parse_speeds(spec: str | None) -> dict[str, float]:
     out = {}
     for part in filter(None, (spec or "").split(",")):
@@ -80,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         from dlsched.policy.base import ClusterView, make_policy, policy_names
-        from dlsched.sim.engine import run
+        from dlsched.sim.engine import bad_knob, run
         from dlsched.sim.comparison import print_summary, summary_frame, write_report
         from dlsched.sim.remaining import parse_remaining
         from dlsched.sim.workload import read_workload
@@ -104,13 +98,12 @@ def register(app: typer.Typer) -> None:
                             f"--gpus-per-node)")
         if "seed" in given and not remaining.strip().startswith("noise:"):
             raise UserError(f"--seed: {seed} applies to --remaining noise:SIGMA only (got --remaining {remaining})")
-        check_number("--interval", interval)
-        check_number("--restart-penalty", restart_penalty, strict=False)
-        check_number("--horizon", horizon)
+        bad = bad_knob(interval=interval, restart_penalty=restart_penalty, horizon=horizon, seed=seed)
+        if bad:   # SimConfig's own rules, named as this command's options
+            name, value, expected = bad
+            raise UserError(f"--{name.replace('_', '-')}: {value} is not {expected}")
         if limit is not None and limit < 1:
             raise UserError(f"--limit: {limit} is not a row count >= 1")
-        if seed < 0:
-            raise UserError(f"--seed: {seed} is not an integer >= 0")
         if report is not None:   # before the simulation, which can take minutes: its results must not be lost
             if report.exists() and not report.is_dir():
                 raise UserError(f"--report: {str(report)!r} is a file, not a folder")

@@ -57,14 +57,27 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         """A NaN restart penalty never ended a run; a NaN/inf interval or horizon raised mid-run: refuse them."""
-        if not (math.isfinite(self.interval) and self.interval > 0):
-            raise UserError(f"interval must be a finite number > 0 seconds, got {self.interval}")
-        if not (math.isfinite(self.restart_penalty) and self.restart_penalty >= 0):
-            raise UserError(f"restart_penalty must be a finite number >= 0 seconds, got {self.restart_penalty}")
-        if self.horizon is not None and not (math.isfinite(self.horizon) and self.horizon > 0):
-            raise UserError(f"horizon must be a finite number > 0 seconds, got {self.horizon}")
-        if self.seed < 0:
-            raise UserError(f"seed must be an integer >= 0, got {self.seed}")
+        bad = bad_knob(interval=self.interval, restart_penalty=self.restart_penalty, horizon=self.horizon, seed=self.seed)
+        if bad:
+            name, value, expected = bad
+            raise UserError(f"{name} must be {expected}, got {value}")
+
+
+_SECONDS_ABOVE_0 = ("a finite number > 0 seconds", lambda v: math.isfinite(v) and v > 0)
+# the one rule of each numeric knob of SimConfig: what it must be, and the test of a value
+KNOB_RULES = {"interval": _SECONDS_ABOVE_0, "horizon": _SECONDS_ABOVE_0,
+              "restart_penalty": ("a finite number >= 0 seconds", lambda v: math.isfinite(v) and v >= 0),
+              "seed": ("an integer >= 0", lambda v: v >= 0)}
+
+
+def bad_knob(**values: float | None) -> tuple[str, float, str] | None:
+    """The first of ``SimConfig``'s numeric knobs (None = not set) that breaks its rule, as (name, value, what it
+    must be); None when all keep theirs. SimConfig and ``dlsched simulate`` word the error each in its own terms."""
+    for name, value in values.items():
+        expected, ok = KNOB_RULES[name]
+        if value is not None and not ok(value):
+            return name, value, expected
+    return None
 
 
 PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated, "best-fit": best_fit}
