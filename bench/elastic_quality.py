@@ -20,28 +20,17 @@ import time
 
 import numpy as np
 
-from dlsched.paths import shared_data
 from dlsched.sim import run
+from quality_args import check_quality_args, workload_path
 
 POLLUX_PUBLISHED_MEAN = 2751.1                      # reference-results.md, over the artifact's 8 workloads
 POLLUX_PER_WORKLOAD = {1: 2088.77, 2: 3322.94, 3: 2188.49, 4: 2720.98}   # same file
 OURS = ("elastic", "elastic-gpu-only", "goodput")
 
 
-def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace, root) -> None:
-    """Bad values are one line naming the option (argparse's exit 2), not a traceback from the first run."""
-    from dlsched.errors import UserError
-    from dlsched.policy.base import policy_names
-    from dlsched.sim.remaining import parse_remaining
-
-    if unknown := [p for p in args.policies if p not in policy_names()]:
-        ap.error(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(policy_names())}")
-    try:
-        parse_remaining(args.remaining)
-    except UserError as e:
-        ap.error(f"--{e}")
-    if missing := [w for w in args.workloads if not (root / f"workload-{w}.csv").is_file()]:
-        ap.error(f"--workloads: no workload {', '.join(map(str, missing))} (there are 1-4)")
+def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The options only this bench has (quality_args checks the shared ones)."""
+    check_quality_args(ap, args, "--remaining", [args.remaining])
     if args.nodes < 12:   # the workloads hold 48-GPU jobs: fewer 4-GPU nodes cannot run them
         ap.error(f"--nodes: {args.nodes} 4-GPU nodes cannot hold the workloads' 48-GPU jobs (at least 12)")
 
@@ -57,8 +46,7 @@ def main() -> None:
                     help="4-GPU nodes (16 = the artifact's 64 GPUs; 12, the fewest that fit the workloads' 48-GPU "
                          "jobs, = a more loaded cluster; Pollux's published figures are for 16 only)")
     args = ap.parse_args()
-    root = shared_data() / "pollux" / "workloads"
-    _check_args(ap, args, root)
+    _check_args(ap, args)
     jct: dict[str, dict[int, float]] = {p: {} for p in args.policies}
     done: dict[str, dict[int, int]] = {p: {} for p in args.policies}
     print(f"{args.nodes} nodes x 4 GPUs, remaining work: {args.remaining}")
@@ -66,7 +54,7 @@ def main() -> None:
     for w in args.workloads:
         for p in args.policies:
             t = time.perf_counter()
-            res = run(root / f"workload-{w}.csv", p, remaining=args.remaining, nodes=args.nodes)
+            res = run(workload_path(w), p, remaining=args.remaining, nodes=args.nodes)
             wall = time.perf_counter() - t
             window = float(res.jobs.submit.max())
             jct[p][w] = res.avg_jct

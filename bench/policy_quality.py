@@ -25,8 +25,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from dlsched.paths import shared_data
 from dlsched.policy.base import ClusterView
+from quality_args import check_quality_args, workload_path
 
 PEER = {  # shared/data/pollux/reference-results.md; the information each had
     "pollux": ((2088.77, 3322.94, 2188.49, 2720.98), ("predicted", "none")),
@@ -40,15 +40,11 @@ INFORMATION_FREE = {"tiresias", "fifo"}    # never read remaining work: one run 
 NODES, GPUS_PER_NODE = 16, 4
 
 
-def _workload(w: int):
-    return shared_data() / "pollux" / "workloads" / f"workload-{w}.csv"
-
-
 def _alone(w: int) -> dict[str, float]:
     from dlsched.sim.fairness import isolated_jcts
     from dlsched.sim.workload import read_workload
 
-    return isolated_jcts(read_workload(_workload(w)).jobs, ClusterView.homogeneous(NODES, GPUS_PER_NODE))
+    return isolated_jcts(read_workload(workload_path(w)).jobs, ClusterView.homogeneous(NODES, GPUS_PER_NODE))
 
 
 def _one(args: tuple[str, str, int, float, str, str | None]) -> tuple[str, str, int, dict]:
@@ -59,7 +55,7 @@ def _one(args: tuple[str, str, int, float, str, str | None]) -> tuple[str, str, 
 
     policy, mode, w, restart, policy_args, placement = args
     t = time.perf_counter()
-    r = run(_workload(w), policy, nodes=NODES, gpus_per_node=GPUS_PER_NODE, remaining=mode, restart_penalty=restart,
+    r = run(workload_path(w), policy, nodes=NODES, gpus_per_node=GPUS_PER_NODE, remaining=mode, restart_penalty=restart,
             policy_args=json.loads(policy_args), **({"placement": placement} if placement else {}))
     s = r.summary()
     s["wall_s"] = time.perf_counter() - t
@@ -67,24 +63,13 @@ def _one(args: tuple[str, str, int, float, str, str | None]) -> tuple[str, str, 
     return policy, mode, w, s
 
 
-def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace, known: list[str]) -> None:
-    """Bad values are one line naming the option (argparse's exit 2), before any worker starts: they were
-    tracebacks from the process pool (a bad mode, a missing workload, --procs 0) or, for a NaN restart, a hang."""
+def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The options only this bench has (quality_args checks the shared ones): --procs 0 was a traceback from the
+    process pool, a NaN restart a hang."""
     import json
     import math
 
-    from dlsched.errors import UserError
-    from dlsched.sim.remaining import parse_remaining
-
-    if unknown := [p for p in args.policies if p not in known]:
-        ap.error(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(known)}")
-    for m in args.modes:
-        try:
-            parse_remaining(m)
-        except UserError as e:
-            ap.error(f"--modes: {e}")
-    if missing := [w for w in args.workloads if not _workload(w).is_file()]:
-        ap.error(f"--workloads: no workload {', '.join(map(str, missing))} (there are 1-4)")
+    check_quality_args(ap, args, "--modes", args.modes)
     if args.procs < 1:
         ap.error(f"--procs: {args.procs} is not >= 1")
     if not (math.isfinite(args.restart_penalty) and args.restart_penalty >= 0):
@@ -109,7 +94,7 @@ def main() -> None:
     ap.add_argument("--policy-args", default="{}")
     ap.add_argument("--placement", default=None, help="nodes for jobs a policy does not place (sim default)")
     args = ap.parse_args()
-    _check_args(ap, args, policy_names())
+    _check_args(ap, args)
     tasks = [(p, m, w, args.restart_penalty, args.policy_args, args.placement) for p in args.policies for m in args.modes
              for w in args.workloads if not (p in INFORMATION_FREE and m != args.modes[0])]
     with ProcessPoolExecutor(args.procs) as pool:

@@ -29,3 +29,23 @@ def test_bad_value_is_one_error_line(script, args, expected):
     r = _bench(script, *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and f"error: {expected}" in r.stderr, r.stderr
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize("args", [("--policies", "nope"), ("--workloads", "7")])
+def test_the_shared_options_are_one_check_in_both_benches(args, monkeypatch, capsys):
+    """The two benches each had their own copy of these checks (_check_args); bench/quality_args.py is the one
+    both call, so they refuse a bad value in the same words."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "bench"))
+    import argparse
+
+    from quality_args import check_quality_args
+
+    ap = argparse.ArgumentParser(prog="bench")
+    ns = argparse.Namespace(policies=["tiresias"], workloads=[1], modes=["predicted"])
+    setattr(ns, args[0][2:], [args[1]] if args[0] == "--policies" else [int(args[1])])
+    with pytest.raises(SystemExit):
+        check_quality_args(ap, ns, "--modes", ns.modes)
+    lines = [r.strip().splitlines()[-1].split(": error: ", 1)[1] for r in
+             [capsys.readouterr().err, *(_bench(script, *args).stderr for script in ("policy_quality.py",
+                                                                                      "elastic_quality.py"))]]
+    assert lines[0] == lines[1] == lines[2] and lines[0].startswith(args[0]), lines
