@@ -280,6 +280,9 @@ def test_status_watch_into_a_file_prints_each_change_as_it_happens(tmp_path):
                                for ln in out.read_text().splitlines()), 60, "the watch to print the job finished")
         text = out.read_text()
         assert text.count("dlsched jobs") == 1 and "Traceback" not in text, text
+        # a job is printed again when its state, GPUs, batch or reason change, never for its progress alone
+        states = [ln.split()[2] for ln in text.splitlines() if ln.split()[:2] == [str(job), "watched"]]
+        assert states[-1] == "finished" and len(states) == len(set(states)), text
     finally:
         if watch is not None:
             watch.terminate()

@@ -133,24 +133,21 @@ def watch_piped(client: "Client", query: dict, interval: float, wide: bool) -> N
     seen: dict[str, tuple] = {}
     try:
         while True:
-            jobs = client.get("/jobs", params=query)
-            rows = job_rows(jobs)
-            changed = [r for r in rows if seen.get(r[0]) != (r[2], r[3], r[4], r[10])]
+            rows = job_rows(client.get("/jobs", params=query))
+            now = {r[0]: (r[2], r[3], r[4], r[10]) for r in rows}   # ID -> STATE, GPUS, BATCH, REASON
+            changed = [r for r in rows if seen.get(r[0]) != now[r[0]]]
             if changed:
-                print_jobs_rows(changed, "dlsched jobs" if not seen else None, wide)
-            seen.update({r[0]: (r[2], r[3], r[4], r[10]) for r in rows})
+                print_jobs(changed, "dlsched jobs" if not seen else None, wide)
+            seen.update(now)
             time.sleep(interval)
     except KeyboardInterrupt:
         pass
 
 
-def print_jobs_rows(rows: list[list[str]], title: str | None, wide: bool) -> None:
+def print_jobs(rows: list[list[str]], title: str | None, wide: bool) -> None:
+    """Rows of ``job_rows`` as the jobs table, flushed (``status -w`` into a pipe shows each change at once)."""
     table(JOB_COLUMNS, rows, title=title, wide=wide)
     sys.stdout.flush()
-
-
-def print_jobs(jobs: list[dict], title: str, wide: bool, out=None) -> None:
-    table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, out=out)
 
 
 def jobs_table(jobs: list[dict], title: str = "dlsched jobs", width: int = 80, wide: bool = False):
@@ -393,7 +390,7 @@ def register(app: typer.Typer) -> None:
             print_json(client.get("/jobs", params=query))
             return
         if not watch:
-            print_jobs(client.get("/jobs", params=query), "dlsched jobs", wide)
+            print_jobs(job_rows(client.get("/jobs", params=query)), "dlsched jobs", wide)
             return
         from rich.console import Console
         from rich.live import Live
