@@ -466,7 +466,8 @@ def register(app: typer.Typer) -> None:
               + (f", batch {r['requested_batch']}" if r.get("requested_batch") else "") + f" ({r['state']})")
 
     @app.command()
-    def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f", help="keep streaming until the job ends (a queued job: from its start)"),
+    def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f", help="keep streaming until the job ends "
+                                                      "(a queued job: from its start)"),
              tail: Optional[int] = typer.Option(None, "--tail", help="start with the last N lines"),
              worker: Optional[int] = typer.Option(None, "--worker", help="worker K's own log instead of the job's"),
              server: Optional[str] = SERVER_OPT) -> None:

@@ -57,7 +57,8 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         """A NaN restart penalty never ended a run; a NaN/inf interval or horizon raised mid-run: refuse them."""
-        bad = bad_knob(interval=self.interval, restart_penalty=self.restart_penalty, horizon=self.horizon, seed=self.seed)
+        bad = bad_knob(interval=self.interval, restart_penalty=self.restart_penalty, horizon=self.horizon,
+                       seed=self.seed)
         if bad:
             name, value, expected = bad
             raise UserError(f"{name} must be {expected}, got {value}")
