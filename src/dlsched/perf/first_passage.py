@@ -56,7 +56,8 @@ def first_passage(grid, curve, x, y, goal: float, sigma: float, seed: int = 0) -
     i = first[rows]
     p, c = prev[rows, i], cur[rows, i]
     x_prev = np.where(i > 0, xs[np.maximum(i - 1, 0)], x_now)
-    frac = np.where(p > c, np.clip((p - goal) / np.where(p > c, p - c, 1.0), 0.0, 1.0), 1.0)
+    # the median at the point before already there (only at x_now, which no draw's hit test sees): that point
+    frac = np.where(p <= goal, 0.0, np.where(p > c, np.clip((p - goal) / np.where(p > c, p - c, 1.0), 0.0, 1.0), 1.0))
     cross = np.full(DRAWS, np.inf)
     cross[rows] = x_prev + frac * (xs[i] - x_prev)
     return float(np.median(cross))
