@@ -316,6 +316,10 @@ def schedule_report(write_calibration: bool = False) -> None:
         ocells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in o.itertuples())
         xcells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in x.itertuples())
         print(f"  {name:24s} {cells}   | {ocells}   | {xcells}")
+    beyond = [f"{c.name} at {int(100 * f)} % ({pct(c.x[prefix(c, f) - 1] / c.schedule.budget).strip()})"
+              for c in curves for f in FRACTIONS if c.x[prefix(c, f) - 1] > 1.2 * f * c.schedule.budget]
+    if beyond:   # a short curve: the predictor's minimum of 4 points is more than the fraction (scored as that row)
+        print(f"  observed beyond the row's fraction (the predictor needs >= 4 points): {', '.join(beyond)}")
     print(f"  {'':24s} {'schedule-aware':>40s} {'|':>30s} Optimus alone")
     cov = lambda d: pct(d.steps_cov.dropna().astype(float).mean())  # noqa: E731
     for f in FRACTIONS:
