@@ -118,9 +118,7 @@ class _Problem:
     def solve(self, alphas, drops, offsets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(L0, A, penalised SSE), each of shape (α, s0, c), for every combination of the three grids."""
         alphas, offsets = np.atleast_1d(np.asarray(alphas, float)), np.atleast_1d(np.asarray(offsets, float))
-        g = (self.s1n[None, :] + offsets[:, None])[None] ** (-alphas[:, None, None])   # (α, s0, rows)
-        one = _rowsums(g, self.rows)              # Σ g·(aa, ab, bb, ta, tb)
-        two = _rowsums(g * g, self.rows[:3])      # Σ g²·(aa, ab, bb)
+        one, two = _gsums(self.s1n[None, :] + offsets[:, None], alphas, self.rows)
         aa, ab, bb, ta, tb, tt = self.fixed
         c = np.asarray(drops, float)
         quad = lambda p, q, r: p[..., None] - 2 * c * q[..., None] + c * c * r[..., None]  # noqa: E731
@@ -140,12 +138,17 @@ class _Problem:
         return w1, w2, sse
 
 
-def _rowsums(g: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Σ_rows g·r for every g (..., rows) and r in ``rows`` (k, rows) -> (..., k); einsum, not BLAS (whose threads
-    spin on a busy machine), in pieces of DOT_CHUNK rows."""
-    n = g.shape[-1]
-    return sum(np.einsum("...n,kn->...k", g[..., i:i + DOT_CHUNK], rows[:, i:i + DOT_CHUNK])
-               for i in range(0, n, DOT_CHUNK))
+def _gsums(base: np.ndarray, alphas: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """With g = base^(−α) (base: (s0, rows)): Σ g·r for r in ``rows`` (aa, ab, bb, ta, tb) and Σ g²·r for the first
+    three, each of shape (α, s0, k). By einsum, not BLAS (whose threads spin on a busy machine), DOT_CHUNK rows
+    at a time (a long curve's g for the whole grid would not fit in cache, nor, at 10⁵ points, in 100 MB)."""
+    one = two = 0.0
+    for i in range(0, base.shape[-1], DOT_CHUNK):
+        g = base[None, :, i:i + DOT_CHUNK] ** (-alphas[:, None, None])
+        r = rows[:, i:i + DOT_CHUNK]
+        one = one + np.einsum("asn,kn->ask", g, r)
+        two = two + np.einsum("asn,kn->ask", g * g, r[:3])
+    return one, two
 
 
 # c grid: steps of 0.01 up to 0.1, where the drops of losses with a large irreducible part lie (an LM's decay
