@@ -152,7 +152,9 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
         row["goal_miss"] = abs(float(space.down(p.target)) - t.target) / (now - t.target) if now > t.target else math.nan
         row["said_reached"] = p.steps_to_target == 0
         row["cross_err"] = abs(p.target_step - t.target_x) / c.schedule.budget
-        row["steps_log"] = math.log(remaining / max(p.steps_to_target, 1e-9 * c.schedule.budget))
+        # as the predictor's band scales it (``CurvePrediction.resolution``); it was 1e-9·budget, so a prediction
+        # of 0 steps (already reached) gave e^20 and made the steps band at 50 and 75 % reach the budget
+        row["steps_log"] = math.log(remaining / max(p.steps_to_target, p.resolution, 1e-9 * c.schedule.budget))
         row["steps_cov"] = p.interval_80[0] <= remaining <= p.interval_80[1]
         if fixed.steps_to_target is not None:
             row["fixed_err"] = abs(fixed.steps_to_target / remaining - 1)

@@ -227,3 +227,15 @@ def test_a_logged_median_already_at_the_goal_crosses_now():
     assert first_passage(grid, flat, x, y, 0.6, sigma=0.0) == 100.0
     falling = np.linspace(0.58, 0.3, 101)   # the next median lower: this case was right before
     assert first_passage(grid, falling, x, y, 0.6, sigma=0.0) == 100.0
+
+
+def test_a_target_already_reached_has_an_interval_of_at_least_a_logging_interval():
+    """A band of factors cannot widen 0 steps: a target the predictor calls reached got [0, 0] whatever the
+    calibration said (and its calibration records, log(remaining / 1e-9·budget) ≈ 20, pushed the bands' ends to
+    the budget). The band now scales max(steps, the log's interval)."""
+    x = np.arange(10, 301, 10.0)
+    cal = Calibration((0.1, 1.0), ((-0.1, 0.1),) * 2, ((-0.5, 0.5),) * 2)
+    p = predict_curve(x, law_curve("cosine", x), parse_schedule("cosine", B), target=10.0, prior=None,
+                      calibration=cal)
+    assert p.steps_to_target == 0 and p.resolution == 10
+    assert p.interval_80 == pytest.approx((0.0, 10 * np.exp(0.5)))
