@@ -61,10 +61,14 @@ def main() -> None:
         print(f"  after {int(100 * f):2d} %: {pa.pct(b.final_err.median())} / {pa.pct(b.steps_err.median())}"
               f"  n={b.steps_err.notna().sum()}  coverage {pa.pct(b.final_cov.mean())} /"
               f" {pa.pct(b.steps_cov.dropna().astype(float).mean())}  unreachable {int(b.unreachable.sum())}"
-              f"  (one logging interval: {pa.pct(b.grain.median())} of the remaining)")
+              f"  (one logging interval: {pa.pct(b.grain.median())} of the remaining; 95 % value missed by"
+              f" {pa.pct(b.goal_miss.median())} of the distance to go, {int(b.said_reached.sum())} said already reached)")
     print(f"  ({time.perf_counter() - t0:.0f} s)")
     if "-v" in sys.argv:
         print(d.pivot(index="curve", columns="observed", values="final_err").map(pa.pct).to_string())
+        print("steps-to-95 % error / the predicted 95 % value's miss in units of the distance still to go to it:")
+        cells = d.assign(cell=[f"{pa.pct(e)}/{pa.pct(g)}" for e, g in zip(d.steps_err, d.goal_miss)])
+        print(cells.pivot(index="curve", columns="observed", values="cell").to_string())
 
 
 if __name__ == "__main__":

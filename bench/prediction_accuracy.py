@@ -138,15 +138,23 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
            "final_width": (hi - lo) / final if final > 0 else math.nan,
            "final_log": math.log(t.final / final) if final > 0 else math.nan, "final_cov": lo <= t.final <= hi,
            "unreachable": fixed.steps_to_target is None, "steps_err": math.nan, "steps_log": math.nan,
-           "steps_cov": math.nan, "fixed_err": math.nan, "cross_err": math.nan, "grain": math.nan}
+           "steps_cov": math.nan, "fixed_err": math.nan, "cross_err": math.nan, "grain": math.nan,
+           "goal_miss": math.nan, "said_reached": False}
     row["too_close"] = 0 < remaining < MIN_INTERVALS * t.resolution
     if remaining >= MIN_INTERVALS * t.resolution:
         row["steps_err"] = abs(p.steps_to_target / remaining - 1)
         # the truth's crossing is known to about one logging interval: that interval over the remaining is
         # the part of the relative error the log's granularity alone can make
         row["grain"] = t.resolution / remaining
+        # why a steps error is large (diagnostic, the score is unchanged): the predictor's own 95 % value misses
+        # the truth's by this share of the distance the run still had to go to it; >= 1 puts it at or past the
+        # value now, i.e. "already reached" (0 steps, an error of exactly 100 %) or at the wrong end of a flat stretch
+        row["goal_miss"] = abs(float(space.down(p.target)) - t.target) / (now - t.target) if now > t.target else math.nan
+        row["said_reached"] = p.steps_to_target == 0
         row["cross_err"] = abs(p.target_step - t.target_x) / c.schedule.budget
-        row["steps_log"] = math.log(remaining / max(p.steps_to_target, 1e-9 * c.schedule.budget))
+        # as the predictor's band scales it (``CurvePrediction.resolution``); it was 1e-9·budget, so a prediction
+        # of 0 steps (already reached) gave e^20 and made the steps band at 50 and 75 % reach the budget
+        row["steps_log"] = math.log(remaining / max(p.steps_to_target, p.resolution, 1e-9 * c.schedule.budget))
         row["steps_cov"] = p.interval_80[0] <= remaining <= p.interval_80[1]
         if fixed.steps_to_target is not None:
             row["fixed_err"] = abs(fixed.steps_to_target / remaining - 1)
@@ -310,6 +318,10 @@ def schedule_report(write_calibration: bool = False) -> None:
         ocells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in o.itertuples())
         xcells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in x.itertuples())
         print(f"  {name:24s} {cells}   | {ocells}   | {xcells}")
+    beyond = [f"{c.name} at {int(100 * f)} % ({pct(c.x[prefix(c, f) - 1] / c.schedule.budget).strip()})"
+              for c in curves for f in FRACTIONS if c.x[prefix(c, f) - 1] > 1.2 * f * c.schedule.budget]
+    if beyond:   # a short curve: the predictor's minimum of 4 points is more than the fraction (scored as that row)
+        print(f"  observed beyond the row's fraction (the predictor needs >= 4 points): {', '.join(beyond)}")
     print(f"  {'':24s} {'schedule-aware':>40s} {'|':>30s} Optimus alone")
     cov = lambda d: pct(d.steps_cov.dropna().astype(float).mean())  # noqa: E731
     for f in FRACTIONS:
@@ -345,7 +357,9 @@ def schedule_report(write_calibration: bool = False) -> None:
                   f"  wrongly unreachable {int(b.unreachable.sum())} (0)"
                   f"  crossing off by {pct(b.cross_err.median())} of the budget; steps on the {len(steady)} curves scored"
                   f" at every fraction {pct(b[b.curve.isin(steady)].steps_err.median())}"
-                  f"; one logging interval is {pct(b.grain.median())} of the remaining (granularity)")
+                  f"; one logging interval is {pct(b.grain.median())} of the remaining (granularity)"
+                  f"; the predicted 95 % value misses the true one by {pct(b.goal_miss.median())} of the distance still"
+                  f" to go to it, predicted already reached in {int(b.said_reached.sum())} scored rows")
     # Where the error comes from: medians per source of curves (ours per task; Pollux + seed have no same-task level)
     group = lambda names: names.str.split("-").str[0].replace({"pollux": "pollux+seed", "seed": "pollux+seed"})  # noqa: E731
     print("  per source, median final error / steps-to-95 % at 10 / 25 / 50 % (cross-task only in brackets):")

@@ -214,3 +214,28 @@ def test_a_value_that_leaves_nothing_to_model_is_named():
     acc = np.minimum(1.0, 0.5 + x / 150)   # a train accuracy that reaches 100 % at x = 80
     with pytest.raises(ValueError, match="positive error: 1 at x = 80"):
         predict_curve(x, acc, parse_schedule("constant", 200), metric="accuracy")
+
+
+def test_a_logged_median_already_at_the_goal_crosses_now():
+    """The log's 3-point median at the last observed x (its two last points and the next one) is already at the
+    goal: the crossing is that x, as the truth's running median puts it, whether the next median is lower or not
+    (it was one logging interval later when the next median was not lower)."""
+    x = np.arange(10, 101, 10.0)
+    y = np.array([2.0, 1.8, 1.6, 1.4, 1.2, 1.0, 0.9, 0.8, 0.5, 0.7])   # median of the last 3: 0.7 > goal
+    grid = np.linspace(100, 200, 101)
+    flat = np.full_like(grid, 0.58)   # next points at 0.58: medians 0.58 at x = 100 and at x = 110
+    assert first_passage(grid, flat, x, y, 0.6, sigma=0.0) == 100.0
+    falling = np.linspace(0.58, 0.3, 101)   # the next median lower: this case was right before
+    assert first_passage(grid, falling, x, y, 0.6, sigma=0.0) == 100.0
+
+
+def test_a_target_already_reached_has_an_interval_of_at_least_a_logging_interval():
+    """A band of factors cannot widen 0 steps: a target the predictor calls reached got [0, 0] whatever the
+    calibration said (and its calibration records, log(remaining / 1e-9·budget) ≈ 20, pushed the bands' ends to
+    the budget). The band now scales max(steps, the log's interval)."""
+    x = np.arange(10, 301, 10.0)
+    cal = Calibration((0.1, 1.0), ((-0.1, 0.1),) * 2, ((-0.5, 0.5),) * 2)
+    p = predict_curve(x, law_curve("cosine", x), parse_schedule("cosine", B), target=10.0, prior=None,
+                      calibration=cal)
+    assert p.steps_to_target == 0 and p.resolution == 10
+    assert p.interval_80 == pytest.approx((0.0, 10 * np.exp(0.5)))

@@ -197,3 +197,25 @@ def test_a_slow_start_is_left_out_of_the_loss_fit():
     assert np.max(np.abs(np.interp(k[on], *curve.T) / tail[on] - 1)) < 0.15
     fast = 0.2 + 1.0 / (0.05 * k + 1.0)
     assert k[convex_onset(k, fast)] <= 20
+
+
+def test_the_service_predicts_what_the_cli_predicts_for_a_run_with_a_warm_up():
+    """The refit cut a slow start from the whole curve, warm-up included, and handed the rest to the predictor,
+    which windows again from the warm-up's end: on a real run with a warm-up the service's final loss was 61 %
+    above the CLI's (``predict_curve`` on the same points)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dlsched.perf.curve_predict import predict_curve
+    from dlsched.perf.schedule import parse_schedule
+    from dlsched.service.refit import binned_curve, fit_loss
+
+    d = pd.read_csv(Path(__file__).resolve().parents[2] / "bench" / "curves" / "digits-linear.csv")
+    d = d[d.step <= 200]
+    sched = parse_schedule("linear:warmup=40", 800)
+    fit = fit_loss(d.step.to_numpy(float), d.loss.to_numpy(float), budget_steps=800, schedule=sched, target_loss=0.2)
+    p = predict_curve(*binned_curve(d.step.to_numpy(float), d.loss.to_numpy(float)), sched, target=0.2)
+    assert fit["final"] == pytest.approx(p.final_value, rel=1e-9)
+    assert fit["target_step"] == pytest.approx(p.target_step, rel=1e-9)
+    assert fit["curve"][0][0] == pytest.approx(p.curve_x[0])

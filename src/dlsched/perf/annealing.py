@@ -104,39 +104,55 @@ class _Problem:
     """Relative residuals (pred − y)/y, row-weighted: for fixed (α, c, s0) the model is linear in (L0, A) ≥ 0.
 
     Rows: u1 = sw·(1 − c·S2)/y, u2 = g·u1 with g = (S1 + s0)^(−α), target sw. Every Gram entry is a quadratic
-    in c, so all c of the grid cost nine dot products per (α, s0)."""
+    in c whose coefficients are sums over the rows: those without g once per problem, those with g for a whole
+    (α, s0) grid in one pass (``solve``)."""
 
     def __init__(self, s1n, s2, y, w, prior: CurvePrior | None, drop_belief: float = 1.0):
         self.s1n, self.n, self.drop_belief = s1n, len(y), drop_belief
         sw = np.sqrt(w / w.mean())
-        self.a, self.b, self.t = sw / y, sw * s2 / y, sw
+        a, b, t = sw / y, sw * s2 / y, sw
+        self.fixed = tuple(_dot(u, v) for u, v in ((a, a), (a, b), (b, b), (t, a), (t, b), (t, t)))
+        self.rows = np.stack([a * a, a * b, b * b, t * a, t * b])   # the g- and g²-weighted sums' row factors
         self.prior = prior if prior is not None and prior.weight > 0 else None
 
-    def solve(self, alpha: float, drops: np.ndarray, s0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(L0, A, penalised SSE) for every c in ``drops`` at this (α, s0)."""
-        g = (self.s1n + s0) ** (-alpha)
-        a, b, t = self.a, self.b, self.t
-        ga, gb = g * a, g * b
+    def solve(self, alphas, drops, offsets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(L0, A, penalised SSE), each of shape (α, s0, c), for every combination of the three grids."""
+        alphas, offsets = np.atleast_1d(np.asarray(alphas, float)), np.atleast_1d(np.asarray(offsets, float))
+        one, two = _gsums(self.s1n[None, :] + offsets[:, None], alphas, self.rows)
+        aa, ab, bb, ta, tb, tt = self.fixed
         c = np.asarray(drops, float)
-        quad = lambda p, q, r: p - 2 * c * q + c * c * r  # noqa: E731  (Σ (x − c·y)(z − c·w) expanded)
-        g11 = quad(_dot(a, a), _dot(a, b), _dot(b, b))
-        g12 = quad(_dot(ga, a), _dot(ga, b), _dot(gb, b))
-        g22 = quad(_dot(ga, ga), _dot(ga, gb), _dot(gb, gb))
-        b1 = _dot(t, a) - c * _dot(t, b)
-        b2 = _dot(t, ga) - c * _dot(t, gb)
-        w1, w2, sse = _nnls2(g11, g12, g22, b1, b2, float(_dot(t, t)))
+        quad = lambda p, q, r: p[..., None] - 2 * c * q[..., None] + c * c * r[..., None]  # noqa: E731
+        g11 = aa - 2 * c * ab + c * c * bb
+        g12 = quad(one[..., 0], one[..., 1], one[..., 2])
+        g22 = quad(two[..., 0], two[..., 1], two[..., 2])
+        b1 = ta - c * tb
+        b2 = one[..., 3, None] - c * one[..., 4, None]
+        w1, w2, sse = _nnls2(g11, g12, g22, b1, b2, float(tt))
         if self.prior is not None:
             # log-normal belief in α and a normal one in c, with the finished runs' spreads, each worth
             # ``weight`` points at the fit's own residual level; c's belief times ``drop_belief`` (fit_annealing)
             unit = np.maximum(sse / self.n, 1e-6)
             p = self.prior
-            sse = sse + p.weight * unit * ((math.log(alpha / p.alpha) / p.alpha_sigma) ** 2
+            sse = sse + p.weight * unit * ((np.log(alphas / p.alpha)[:, None, None] / p.alpha_sigma) ** 2
                                            + self.drop_belief * ((c - p.drop) / p.drop_sigma) ** 2)
         return w1, w2, sse
 
 
+def _gsums(base: np.ndarray, alphas: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """With g = base^(−α) (base: (s0, rows)): Σ g·r for r in ``rows`` (aa, ab, bb, ta, tb) and Σ g²·r for the first
+    three, each of shape (α, s0, k). By einsum, not BLAS (whose threads spin on a busy machine), DOT_CHUNK rows
+    at a time (a long curve's g for the whole grid would not fit in cache, nor, at 10⁵ points, in 100 MB)."""
+    one = two = 0.0
+    for i in range(0, base.shape[-1], DOT_CHUNK):
+        g = base[None, :, i:i + DOT_CHUNK] ** (-alphas[:, None, None])
+        r = rows[:, i:i + DOT_CHUNK]
+        one = one + np.einsum("asn,kn->ask", g, r)
+        two = two + np.einsum("asn,kn->ask", g * g, r[:3])
+    return one, two
+
+
 # c grid: steps of 0.01 up to 0.1, where the drops of losses with a large irreducible part lie (an LM's decay
-# takes a few % off), 0.05 above; all c of the grid cost the same nine dot products (``_Problem.solve``)
+# takes a few % off), 0.05 above; the whole (α, s0, c) grid is one pass over the rows (``_Problem.solve``)
 DROPS = np.unique(np.round(np.concatenate([np.linspace(0.0, 0.1, 11), np.linspace(0.1, 0.9, 17)]), 6))
 OFFSETS = (0.0, 1.0, 3.0, 10.0)   # s0 in units of S1 at the first point: 0 is the pure law, 1 ~ Optimus' β1/β0
 
@@ -185,20 +201,20 @@ HUBER_ROUNDS = 4      # reweighted refits, each one grid search: with c continuo
 def _search(prob: _Problem, drops, offsets, grid: int, s1_ref: float, schedule: Schedule) -> AnnealingCurve:
     """Grid over (α, s0, c), then α refined by bounded scalar minimisation at the best (s0, c)."""
     alphas = np.geomspace(*ALPHA_BOUNDS, grid)
-    sse = np.array([[prob.solve(a, drops, o)[2] for o in offsets] for a in alphas])   # (α, s0, c)
+    sse = prob.solve(alphas, drops, offsets)[2]   # (α, s0, c)
     i, m, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
     c, o = drops[j:j + 1], float(offsets[m])
     lo, hi = alphas[max(i - 1, 0)], alphas[min(i + 1, grid - 1)]
-    res = minimize_scalar(lambda a: float(prob.solve(a, c, o)[2][0]), bounds=(lo, hi), method="bounded",
+    res = minimize_scalar(lambda a: float(prob.solve(a, c, o)[2].flat[0]), bounds=(lo, hi), method="bounded",
                           options={"xatol": 1e-3})
     alpha = float(res.x) if res.fun < sse[i, m, j] else float(alphas[i])
     if len(drops) > 1:
         # c between its grid neighbours: the grid's 0.05 steps above 0.1 are a tenth of a Pollux app's drop
-        best = float(prob.solve(alpha, c, o)[2][0])
+        best = float(prob.solve(alpha, c, o)[2].flat[0])
         lo_c, hi_c = drops[max(j - 1, 0)], drops[min(j + 1, len(drops) - 1)]
-        res = minimize_scalar(lambda d: float(prob.solve(alpha, np.array([d]), o)[2][0]), bounds=(lo_c, hi_c),
+        res = minimize_scalar(lambda d: float(prob.solve(alpha, np.array([d]), o)[2].flat[0]), bounds=(lo_c, hi_c),
                               method="bounded", options={"xatol": 1e-3})
         if res.fun < best:
             c = np.array([float(res.x)])
     l0, a, _ = prob.solve(alpha, c, o)
-    return AnnealingCurve(float(l0[0]), float(a[0]) * s1_ref ** alpha, alpha, float(c[0]), schedule, o * s1_ref)
+    return AnnealingCurve(float(l0.flat[0]), float(a.flat[0]) * s1_ref ** alpha, alpha, float(c[0]), schedule, o * s1_ref)

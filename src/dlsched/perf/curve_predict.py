@@ -35,7 +35,7 @@ from scipy.stats import norm
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
-from dlsched.perf.first_passage import first_passage, logged_noise
+from dlsched.perf.first_passage import first_passage, log_interval, logged_noise
 from dlsched.perf.fit_window import fit_start
 from dlsched.perf.schedule import Schedule
 
@@ -95,6 +95,7 @@ class CurvePrediction:
     curve_y: np.ndarray
     fitted: AnnealingCurve | None = None   # the annealing fit (its α and c feed ``perf.prior``); None: Optimus
     p_reach: float | None = None        # chance the run reaches the target by the budget (calibrated final band)
+    resolution: float = 0.0             # the log's interval: the steps band scales max(steps, this)
 
     @property
     def reachable(self) -> bool:
@@ -218,6 +219,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     floor = final_lo if reach is None or now <= final else \
         min(final_lo, max(0.0, now - (now - final) * math.exp(reach)))
     target_step = steps = interval = None
+    resolution = log_interval(x)
     if goal is not None and goal >= floor:
         if now <= goal:
             target_step = x_now
@@ -228,13 +230,16 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
             target_step = B if hit is None else min(hit, B)
         steps = target_step - x_now
         lo_s, hi_s = cal.steps_band(frac)
-        interval = (min(steps, steps * math.exp(lo_s)), min(B - x_now, max(steps, steps * math.exp(hi_s))))
+        # the band scales the steps from at least one logging interval: a crossing is known no finer, and no
+        # factor widens a 0 ("already there") the run may still be far from (as 0, it made the bands' ends e^20)
+        base = max(steps, resolution)
+        interval = (min(steps, base * math.exp(lo_s)), min(B - x_now, max(steps, base * math.exp(hi_s))))
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
     p_reach = None if goal is None else reach_chance(goal, now, final, lo_f, hi_f)
     return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(floor)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
                            grid, np.asarray(space.up(curve), float),
-                           fitted if isinstance(fitted, AnnealingCurve) else None, p_reach)
+                           fitted if isinstance(fitted, AnnealingCurve) else None, p_reach, resolution)
 
 
 def reach_chance(goal: float, now: float, final: float, lo: float, hi: float) -> float:

@@ -20,6 +20,12 @@ def _tail(n: int) -> int:
     return min(n, max(5, int(round(TAIL * n))))
 
 
+def log_interval(x) -> float:
+    """The logging interval of the newest fifth of the points (at least 5): how finely a crossing can be told."""
+    k = _tail(len(x))
+    return float(np.median(np.diff(np.asarray(x, float)[-k:]))) if len(x) > 1 else 0.0
+
+
 def logged_noise(x, y, f) -> float:
     """Relative noise of the logged values around the fit ``f``, from the newest fifth (at least 5 points):
     1.4826·MAD of the relative residuals (robust to a spike), capped at 0.5."""
@@ -38,8 +44,7 @@ def first_passage(grid, curve, x, y, goal: float, sigma: float, seed: int = 0) -
     x_now, end = float(x[-1]), float(grid[-1])
     if end <= x_now:
         return None
-    k = _tail(len(x))
-    dx = max(float(np.median(np.diff(x[-k:]))) if len(x) > 1 else end - x_now, (end - x_now) / MAX_POINTS)
+    dx = max(log_interval(x) if len(x) > 1 else end - x_now, (end - x_now) / MAX_POINTS)
     xs = np.minimum(x_now + dx * np.arange(1, int(np.ceil((end - x_now) / dx)) + 1), end)
     mean = np.interp(xs, grid, curve)
     rng = np.random.default_rng(seed)
@@ -56,7 +61,8 @@ def first_passage(grid, curve, x, y, goal: float, sigma: float, seed: int = 0) -
     i = first[rows]
     p, c = prev[rows, i], cur[rows, i]
     x_prev = np.where(i > 0, xs[np.maximum(i - 1, 0)], x_now)
-    frac = np.where(p > c, np.clip((p - goal) / np.where(p > c, p - c, 1.0), 0.0, 1.0), 1.0)
+    # the median at the point before already there (only at x_now, which no draw's hit test sees): that point
+    frac = np.where(p <= goal, 0.0, np.where(p > c, np.clip((p - goal) / np.where(p > c, p - c, 1.0), 0.0, 1.0), 1.0))
     cross = np.full(DRAWS, np.inf)
     cross[rows] = x_prev + frac * (xs[i] - x_prev)
     return float(np.median(cross))

@@ -18,6 +18,7 @@ Warm-up is linear from 0. Malformed specs raise ``ValueError`` with one line nam
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -86,9 +87,15 @@ def areas(schedule: Schedule, x, momentum: float = MOMENTUM) -> tuple[np.ndarray
     S2 = d − m with m' = −m/τ + d', i.e. each LR drop Δd at x_j contributes Δd·(1 − e^{−(x−x_j)/τ}) (the
     continuous form of their m_i = λ·m_{i−1} + Δη_i, summed and divided by 1/(1 − λ)). Dimensionless, ≤ 1.
     """
-    B = schedule.budget
     x = np.asarray(x, dtype=float)
-    hi = max(B, float(np.max(x, initial=0.0)))
+    g, s1, s2 = _area_grid(schedule, max(schedule.budget, float(np.max(x, initial=0.0))), momentum)
+    return np.interp(x, g, s1), np.interp(x, g, s2)
+
+
+@functools.lru_cache(maxsize=64)   # one fit asks for the same schedule's areas about ten times
+def _area_grid(schedule: Schedule, hi: float, momentum: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(grid over [0, hi], S1, S2 on it): ``areas``, before the interpolation to the x asked for; read-only."""
+    B = schedule.budget
     g = np.linspace(0.0, hi, GRID)
     eta = schedule.lr(g)
     peak = float(eta.max()) or 1.0
@@ -99,7 +106,9 @@ def areas(schedule: Schedule, x, momentum: float = MOMENTUM) -> tuple[np.ndarray
     decay = math.exp(-h / max(momentum * B, 1e-12))
     m = lfilter([1.0], [1.0, -decay], np.concatenate([[d[0]], np.diff(d)]))
     s2 = d - m
-    return np.interp(x, g, s1), np.interp(x, g, s2)
+    for a in (g, s1, s2):
+        a.flags.writeable = False
+    return g, s1, s2
 
 
 # ----------------------------------------------------------------------------------------------- parsing

@@ -170,15 +170,18 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
              schedule: str | Schedule | None = None, target_loss: float | None = None, prior=None) -> dict | None:
     """The Optimus fit (``beta0, beta1, beta2, scale, rmse``) and, when the job's step budget is known, the
     schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
-    ``curve`` ([step, loss] from the first step fitted (``convex_onset``, then past an LR warm-up:
+    ``curve`` ([step, loss] from the first step fitted (past an LR warm-up, then a slow start:
     ``perf.fit_window``) to the budget), ``final``, ``final_80``
     and, for a ``target_loss``, ``target_step`` (None: unreachable), and the annealing fit's ``alpha`` and ``drop`` (what a
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default:
     the shipped one)."""
-    k, l = binned_curve(steps, losses)
-    onset = convex_onset(k, l)
-    k, l = k[onset:], l[onset:]
+    whole = binned_curve(steps, losses)
+    # Optimus alone starts at the slow start's end; the predictor gets every point and windows them itself
+    # (warm-up first: a slow-start search run over a warm-up cut elsewhere, and the service's prediction was
+    # not the CLI's)
+    onset = convex_onset(*whole)
+    k, l = whole[0][onset:], whole[1][onset:]
     if len(k) < 4 or np.ptp(k) == 0:
         return None
     try:
@@ -191,7 +194,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         try:
             sched = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule or "constant",
                                                                                    float(budget_steps))
-            p = predict_curve(k, l, sched, target=target_loss, prior=prior or "shipped")
+            p = predict_curve(*whole, sched, target=target_loss, prior=prior or "shipped")
         except ValueError:
             return out
         grid = np.linspace(max(k[0], float(p.curve_x[0])), budget_steps, 121)   # from the first point fitted
