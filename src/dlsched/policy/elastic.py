@@ -50,15 +50,16 @@ TIE_BREAK = 1e-12          # per-GPU penalty: on a flat curve prefer fewer GPUs 
 _TIE_RAMP = TIE_BREAK * np.arange(100_001)
 
 
-def restart_budget_bonus(job: JobView, restart: float, now: float) -> float:
+def restart_budget_bonus(job: JobView, restart: float, now: float, run_clock: bool = False) -> float:
     """Pollux's restart penalty as a stay bonus (petuum/adaptdl simulator/pollux.py, Problem._evaluate): a changed
     allocation is worth max(age - n R, 0) / (age + R) of its value, n = the job's restarts so far (``attrs
     ["restarts"]``: the simulator's count, the live loop's generations after the first start; a driver that does
     not count them gets no budget), age = time since submission. Restarts are then held to a share of each job's
     life: a young or often-restarted job stays where it is, an old one moves almost freely (a fixed hysteresis
     does neither). Only running jobs pay it here: delaying starts and resumes by it
-    measured worse (docs/policies.md)."""
-    age = max(now - job.submit_time, 0.0)
+    measured worse (docs/policies.md). ``run_clock``: age = the time the job has held GPUs, not since submission
+    (a long wait in the queue does not make a job's restarts cheaper: each still costs R of its progress)."""
+    age = job.run_time if run_clock else max(now - job.submit_time, 0.0)
     kept = max(age - float(job.attrs.get("restarts", 0)) * restart, 0.0) / (age + restart)
     return math.inf if kept <= 0 else 1.0 / kept - 1.0
 
@@ -78,7 +79,7 @@ class ElasticPolicy(Policy):
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
-                 aging_hysteresis: float = 0.0, release_horizon: bool = False):
+                 aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False):
         if urgency < 0:
             raise ValueError(f"urgency must be >= 0, got {urgency}")
         if not (fairness == 1 or fairness < 0):
@@ -91,6 +92,7 @@ class ElasticPolicy(Policy):
         self.release_horizon = release_horizon
         self.aging_hysteresis = aging_hysteresis
         self.restart_budget = restart_budget
+        self.budget_run_clock = budget_run_clock
         self.fair_share_base = fair_share_base
         # the DP values g GPUs on ceil(g / node size) nodes: best fit keeps whole nodes free so placements match it
         self.placement = best_fit if packing else None
@@ -197,7 +199,7 @@ class ElasticPolicy(Policy):
         bonus = max(self.hysteresis, self.aging_hysteresis) if aging else self.hysteresis
         restart = self._restart_s(job)
         if self.restart_budget and restart > 0 and "restarts" in job.attrs:
-            bonus = max(bonus, restart_budget_bonus(job, restart, now))
+            bonus = max(bonus, restart_budget_bonus(job, restart, now, self.budget_run_clock))
         left = time_left(job, held) if restart > 0 else None
         if left is not None:
             if left <= restart:
