@@ -493,15 +493,17 @@ def test_restart_budget_keeps_young_and_often_restarted_jobs_and_lets_old_ones_m
 
 def test_restart_budget_on_the_run_clock_does_not_count_time_spent_waiting():
     # submitted an hour ago but started 5 s ago: on the submit clock its restarts are nearly free, on the run clock
-    # it is young (it still needs 7x to move)
+    # it is young (it still needs 7x to move); only for a job whose time left is predicted
     speed = StepProfile(allreduce=0.0)
     waited = JobView(**{**running(job(0, speed, requested_gpus=1, attrs={"restart_s": 30.0, "restarts": 0}), 1,
-                                  64).__dict__, "run_time": 5.0})
+                                  64).__dict__, "run_time": 5.0, "remaining_samples": 1e9})
     cluster = ClusterView.homogeneous(1, 4, now=3600.0)
-    assert make_policy("goodput", urgency=0.0).decide((waited,), cluster).gpus("j0") == 4
-    assert make_policy("goodput", urgency=0.0, budget_run_clock=True).decide((waited,), cluster).gpus("j0") == 1
+    assert make_policy("goodput", urgency=0.0, budget_run_clock=False).decide((waited,), cluster).gpus("j0") == 4
+    assert make_policy("goodput", urgency=0.0).decide((waited,), cluster).gpus("j0") == 1
     ran = JobView(**{**waited.__dict__, "run_time": 3600.0})
-    assert make_policy("goodput", urgency=0.0, budget_run_clock=True).decide((ran,), cluster).gpus("j0") == 4
+    assert make_policy("goodput", urgency=0.0).decide((ran,), cluster).gpus("j0") == 4
+    unknown = JobView(**{**waited.__dict__, "remaining_samples": None})     # no prediction: the submit clock
+    assert make_policy("goodput", urgency=0.0).decide((unknown,), cluster).gpus("j0") == 4
 
 
 def test_fair_share_base_measures_speed_ups_against_an_even_share():

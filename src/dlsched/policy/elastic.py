@@ -72,6 +72,17 @@ def time_left(job: JobView, held: int) -> float | None:
     return job.remaining_samples / rate if rate > 0 else None
 
 
+def _check_args(urgency: float, fairness: float, request_prior: float, aging_hysteresis: float) -> None:
+    if urgency < 0:
+        raise ValueError(f"urgency must be >= 0, got {urgency}")
+    if not (fairness == 1 or fairness < 0):
+        raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
+    if request_prior < 0:
+        raise ValueError(f"request_prior must be >= 0, got {request_prior}")
+    if aging_hysteresis < 0:
+        raise ValueError(f"aging_hysteresis must be >= 0, got {aging_hysteresis}")
+
+
 class ElasticPolicy(Policy):
     """The DP autoscaler. ``fixed_batch`` gives the GPU-only baseline; ``value`` switches throughput/goodput."""
 
@@ -80,14 +91,7 @@ class ElasticPolicy(Policy):
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
                  aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False):
-        if urgency < 0:
-            raise ValueError(f"urgency must be >= 0, got {urgency}")
-        if not (fairness == 1 or fairness < 0):
-            raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
-        if request_prior < 0:
-            raise ValueError(f"request_prior must be >= 0, got {request_prior}")
-        if aging_hysteresis < 0:
-            raise ValueError(f"aging_hysteresis must be >= 0, got {aging_hysteresis}")
+        _check_args(urgency, fairness, request_prior, aging_hysteresis)
         self.request_prior = request_prior
         self.release_horizon = release_horizon
         self.aging_hysteresis = aging_hysteresis
@@ -198,9 +202,11 @@ class ElasticPolicy(Policy):
         ``aging_hysteresis`` is that margin."""
         bonus = max(self.hysteresis, self.aging_hysteresis) if aging else self.hysteresis
         restart = self._restart_s(job)
-        if self.restart_budget and restart > 0 and "restarts" in job.attrs:
-            bonus = max(bonus, restart_budget_bonus(job, restart, now, self.budget_run_clock))
         left = time_left(job, held) if restart > 0 else None
+        if self.restart_budget and restart > 0 and "restarts" in job.attrs:
+            # the run clock only for a job whose time left is predicted: without it measured no gain (docs/policies.md)
+            run_clock = self.budget_run_clock and left is not None
+            bonus = max(bonus, restart_budget_bonus(job, restart, now, run_clock))
         if left is not None:
             if left <= restart:
                 return math.inf
