@@ -101,7 +101,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     ap.add_argument("--policy", default="elastic", help="an elastic-DP policy: elastic, goodput, goodput-fair, ...")
-    ap.add_argument("--informed", action="store_true", help="steady jobs know remaining work, run time, restarts")
+    ap.add_argument("--informed", action="store_true",
+                    help="steady jobs know remaining work, run time, restarts")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
