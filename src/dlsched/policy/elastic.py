@@ -19,8 +19,8 @@ Choices documented here:
   batch is 5 % faster.
 * ``release_horizon`` (``goodput``'s default, off in ``elastic``; docs/policies.md): taking k GPUs from a running
   job helps the taker only until k GPUs free anyway, W_k, when the other running jobs predicted to end first hold
-  k GPUs between them; over W_k the victim pays R / W_k of its value at the smaller size (its pause now) and of its current value (its pause
-  when regrown or resumed).
+  k GPUs between them; over W_k the victim pays R / W_k of its value at the smaller size (its pause now) and of
+  its current value (its pause when regrown or resumed).
 * ``budget_run_clock`` (``goodput``'s default): Pollux's restart budget ages a job by the time it has held GPUs,
   for jobs whose time left is predicted.
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
