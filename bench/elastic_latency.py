@@ -11,6 +11,7 @@ repeats ("decide min": on a machine shared with other jobs the median also measu
 Synthetic jobs: step-time profiles with random compute / all-reduce costs, batch ranges and g_max in 8..64.
 
     PYTHONPATH=src python bench/elastic_latency.py [--repeats 15] [--clock cpu|wall] [--policy elastic|goodput]
+    [--informed]
 """
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ class StepProfile:
         return 1.0
 
 
-def make_jobs(n: int, total_gpus: int, seed: int, running: bool) -> tuple[JobView, ...]:
+def make_jobs(n: int, total_gpus: int, seed: int, running: bool, informed: bool = False) -> tuple[JobView, ...]:
+    """``informed``: running jobs also know their remaining work, run time and restarts (what ``goodput``'s release
+    horizon and run-clock restart budget read; without them those do nothing)."""
     rng = np.random.default_rng(seed)
     jobs = []
     per_job = max(1, total_gpus // n)
@@ -52,6 +55,9 @@ def make_jobs(n: int, total_gpus: int, seed: int, running: bool) -> tuple[JobVie
         speed = StepProfile(float(rng.uniform(0.005, 0.02)), float(rng.uniform(2e-4, 2e-3)),
                             float(rng.uniform(0.002, 0.05)))
         extra = dict(placement={"node0": per_job}, current_batch_size=b_min * per_job) if running else {}
+        if running and informed:
+            extra.update(remaining_samples=float(rng.uniform(1e4, 1e8)), run_time=float(rng.uniform(0, 36_000)),
+                         attrs={"restarts": int(rng.integers(0, 20)), "restart_s": 30.0})
         jobs.append(JobView(id=f"j{i}", submit_time=float(i), requested_gpus=2, batch_size=b_min,
                             min_batch_size=b_min, max_batch_size=b_min * 64, max_local_batch=256,
                             max_gpus=int(rng.choice([8, 16, 32, 64])), speed=speed, **extra))
@@ -95,6 +101,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     ap.add_argument("--policy", default="elastic", help="an elastic-DP policy: elastic, goodput, goodput-fair, ...")
+    ap.add_argument("--informed", action="store_true",
+                    help="steady jobs know remaining work, run time, restarts")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
@@ -104,7 +112,8 @@ def main() -> None:
     for n_jobs, nodes, target in ((100, 16, 2.0), (1000, 256, 50.0)):
         cluster = ClusterView.homogeneous(nodes, 4)
         for scenario in ("fresh", "steady"):
-            jobs = make_jobs(n_jobs, cluster.total_gpus, seed=1, running=scenario == "steady")
+            jobs = make_jobs(n_jobs, cluster.total_gpus, seed=1, running=scenario == "steady",
+                             informed=args.informed)
             policy = make_policy(args.policy)
             curves = prepared_curves(policy, jobs, cluster)
             method = solve(curves, cluster.total_gpus).method

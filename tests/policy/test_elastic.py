@@ -364,6 +364,27 @@ def test_solve_on_large_non_concave_instances_matches_the_plain_dp(seed):
     assert sum(c[g] for c, g in zip(curves, sol.gpus)) == pytest.approx(sol.value) and sol.gpus.sum() <= 512
 
 
+def test_pinned_jobs_are_fixed_before_the_envelope_methods_run():
+    # a pinned running job (one finite point, u[0] = -inf) used to send the whole instance to the plain DP
+    rng = np.random.default_rng(7)
+    curves = []
+    for _ in range(400):
+        G = int(rng.integers(2, 24))
+        g = np.arange(G + 1, dtype=float)
+        c = g / (1 + rng.uniform(0.02, 0.3) * np.maximum(g - 1, 0))
+        c[2:] -= rng.uniform(0, 0.6)
+        curves.append(c)
+    for j in range(0, 400, 10):
+        pin = np.full(len(curves[j]), -np.inf)
+        pin[2] = curves[j][2]
+        curves[j] = pin
+    sol = solve(curves, 512)
+    assert sol.method in ("hull-greedy", "pruned-dp")
+    assert sol.value == pytest.approx(knapsack_dp(curves, 512).value)
+    assert all(sol.gpus[j] == 2 for j in range(0, 400, 10)) and sol.gpus.sum() <= 512
+    assert not np.isfinite(solve(curves, 60).value)          # the pinned 80 GPUs do not fit
+
+
 def test_a_job_without_any_batch_field_scales_gpus_and_reports_no_batch():
     cluster = ClusterView.homogeneous(1, 4)
     free = job(0, StepProfile(allreduce=0.0), batch_size=None, min_batch_size=None, max_batch_size=None,
@@ -489,6 +510,21 @@ def test_restart_budget_keeps_young_and_often_restarted_jobs_and_lets_old_ones_m
     assert policy.decide((churned,), ClusterView.homogeneous(1, 4, now=3600.0)).gpus("j0") == 1
     assert make_policy("goodput", urgency=0.0, restart_budget=False).decide(
         (young,), ClusterView.homogeneous(1, 4, now=5.0)).gpus("j0") == 4
+
+
+def test_restart_budget_on_the_run_clock_does_not_count_time_spent_waiting():
+    # submitted an hour ago but started 5 s ago: on the submit clock its restarts are nearly free, on the run clock
+    # it is young (it still needs 7x to move); only for a job whose time left is predicted
+    speed = StepProfile(allreduce=0.0)
+    waited = JobView(**{**running(job(0, speed, requested_gpus=1, attrs={"restart_s": 30.0, "restarts": 0}), 1,
+                                  64).__dict__, "run_time": 5.0, "remaining_samples": 1e9})
+    cluster = ClusterView.homogeneous(1, 4, now=3600.0)
+    assert make_policy("goodput", urgency=0.0, budget_run_clock=False).decide((waited,), cluster).gpus("j0") == 4
+    assert make_policy("goodput", urgency=0.0).decide((waited,), cluster).gpus("j0") == 1
+    ran = JobView(**{**waited.__dict__, "run_time": 3600.0})
+    assert make_policy("goodput", urgency=0.0).decide((ran,), cluster).gpus("j0") == 4
+    unknown = JobView(**{**waited.__dict__, "remaining_samples": None})     # no prediction: the submit clock
+    assert make_policy("goodput", urgency=0.0).decide((unknown,), cluster).gpus("j0") == 4
 
 
 def test_fair_share_base_measures_speed_ups_against_an_even_share():

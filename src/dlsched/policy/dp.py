@@ -296,7 +296,27 @@ def solve(curves: Sequence[np.ndarray], capacity: int) -> Solution:
     """Exact optimum, by the cheapest method that is exact here: on small instances the DP itself; else the
     greedy if every curve is concave, the certified envelope greedy, then the pruned DP, and last the DP with the
     concave curves merged by the greedy into one aggregate curve (exact: the greedy is optimal for them at every
-    capacity)."""
+    capacity). Curves with a single finite point (pinned jobs) are fixed first: their u[0] = -inf would otherwise
+    rule out every envelope method for the whole instance."""
+    if sum(len(c) for c in curves) * (capacity + 1) > SMALL_DP_CELLS:
+        finite = np.isfinite(_pack(curves))
+        count = finite.sum(axis=1)
+        pinned = np.flatnonzero(count == 1)
+        if len(pinned):
+            gpus = np.zeros(len(curves), dtype=int)
+            gpus[pinned] = finite[pinned].argmax(axis=1)
+            left = capacity - int(gpus.sum())
+            fixed = float(sum(curves[j][gpus[j]] for j in pinned))
+            rest = np.flatnonzero(count != 1).tolist()
+            if left < 0 or not count.all():
+                return Solution(gpus, NEG_INF, "pinned")
+            sub = _solve(rest and [curves[j] for j in rest], left)
+            gpus[rest] = sub.gpus
+            return Solution(gpus, fixed + sub.value, sub.method)
+    return _solve(curves, capacity)
+
+
+def _solve(curves: Sequence[np.ndarray], capacity: int) -> Solution:
     if sum(len(c) for c in curves) * (capacity + 1) <= SMALL_DP_CELLS:
         return knapsack_dp(curves, capacity)
     values = _pack(curves)

@@ -17,10 +17,12 @@ Choices documented here:
   when the cluster gains more than h of that job's value; h = 5 %, or R / (T - R) when larger (R = restart_cost, a
   30 s stall per rescale; T = time left); never when T <= R. The batch at an unchanged g is kept unless another
   batch is 5 % faster.
-* ``release_horizon`` (off by default; docs/policies.md): taking k GPUs from a running job helps the taker only
-  until k GPUs free anyway, W_k, when the other running jobs predicted to end first hold k GPUs between them; over
-  W_k the victim pays R / W_k of its value at the smaller size (its pause now) and of its current value (its pause
-  when regrown or resumed).
+* ``release_horizon`` (``goodput``'s default, off in ``elastic``; docs/policies.md): taking k GPUs from a running
+  job helps the taker only until k GPUs free anyway, W_k, when the other running jobs predicted to end first hold
+  k GPUs between them; over W_k the victim pays R / W_k of its value at the smaller size (its pause now) and of
+  its current value (its pause when regrown or resumed).
+* ``budget_run_clock`` (``goodput``'s default): Pollux's restart budget ages a job by the time it has held GPUs,
+  for jobs whose time left is predicted.
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
   When no job's speed model tells the types apart, the cluster is one pool and ``gpu_type`` is left to the driver.
@@ -50,15 +52,16 @@ TIE_BREAK = 1e-12          # per-GPU penalty: on a flat curve prefer fewer GPUs 
 _TIE_RAMP = TIE_BREAK * np.arange(100_001)
 
 
-def restart_budget_bonus(job: JobView, restart: float, now: float) -> float:
+def restart_budget_bonus(job: JobView, restart: float, now: float, run_clock: bool = False) -> float:
     """Pollux's restart penalty as a stay bonus (petuum/adaptdl simulator/pollux.py, Problem._evaluate): a changed
     allocation is worth max(age - n R, 0) / (age + R) of its value, n = the job's restarts so far (``attrs
     ["restarts"]``: the simulator's count, the live loop's generations after the first start; a driver that does
     not count them gets no budget), age = time since submission. Restarts are then held to a share of each job's
     life: a young or often-restarted job stays where it is, an old one moves almost freely (a fixed hysteresis
     does neither). Only running jobs pay it here: delaying starts and resumes by it
-    measured worse (docs/policies.md)."""
-    age = max(now - job.submit_time, 0.0)
+    measured worse (docs/policies.md). ``run_clock``: age = the time the job has held GPUs, not since submission
+    (a long wait in the queue does not make a job's restarts cheaper: each still costs R of its progress)."""
+    age = job.run_time if run_clock else max(now - job.submit_time, 0.0)
     kept = max(age - float(job.attrs.get("restarts", 0)) * restart, 0.0) / (age + restart)
     return math.inf if kept <= 0 else 1.0 / kept - 1.0
 
@@ -71,6 +74,17 @@ def time_left(job: JobView, held: int) -> float | None:
     return job.remaining_samples / rate if rate > 0 else None
 
 
+def _check_args(urgency: float, fairness: float, request_prior: float, aging_hysteresis: float) -> None:
+    if urgency < 0:
+        raise ValueError(f"urgency must be >= 0, got {urgency}")
+    if not (fairness == 1 or fairness < 0):
+        raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
+    if request_prior < 0:
+        raise ValueError(f"request_prior must be >= 0, got {request_prior}")
+    if aging_hysteresis < 0:
+        raise ValueError(f"aging_hysteresis must be >= 0, got {aging_hysteresis}")
+
+
 class ElasticPolicy(Policy):
     """The DP autoscaler. ``fixed_batch`` gives the GPU-only baseline; ``value`` switches throughput/goodput."""
 
@@ -78,19 +92,13 @@ class ElasticPolicy(Policy):
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
-                 aging_hysteresis: float = 0.0, release_horizon: bool = False):
-        if urgency < 0:
-            raise ValueError(f"urgency must be >= 0, got {urgency}")
-        if not (fairness == 1 or fairness < 0):
-            raise ValueError(f"fairness must be 1 (sum of speed-ups) or < 0 (power mean), got {fairness}")
-        if request_prior < 0:
-            raise ValueError(f"request_prior must be >= 0, got {request_prior}")
-        if aging_hysteresis < 0:
-            raise ValueError(f"aging_hysteresis must be >= 0, got {aging_hysteresis}")
+                 aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False):
+        _check_args(urgency, fairness, request_prior, aging_hysteresis)
         self.request_prior = request_prior
         self.release_horizon = release_horizon
         self.aging_hysteresis = aging_hysteresis
         self.restart_budget = restart_budget
+        self.budget_run_clock = budget_run_clock
         self.fair_share_base = fair_share_base
         # the DP values g GPUs on ceil(g / node size) nodes: best fit keeps whole nodes free so placements match it
         self.placement = best_fit if packing else None
@@ -196,9 +204,11 @@ class ElasticPolicy(Policy):
         ``aging_hysteresis`` is that margin."""
         bonus = max(self.hysteresis, self.aging_hysteresis) if aging else self.hysteresis
         restart = self._restart_s(job)
-        if self.restart_budget and restart > 0 and "restarts" in job.attrs:
-            bonus = max(bonus, restart_budget_bonus(job, restart, now))
         left = time_left(job, held) if restart > 0 else None
+        if self.restart_budget and restart > 0 and "restarts" in job.attrs:
+            # the run clock only for a job whose time left is predicted: without it measured no gain (docs/policies.md)
+            run_clock = self.budget_run_clock and left is not None
+            bonus = max(bonus, restart_budget_bonus(job, restart, now, run_clock))
         if left is not None:
             if left <= restart:
                 return math.inf

@@ -17,14 +17,15 @@ from dlsched.policy.base import JobView
 def release_horizons(jobs: list[JobView], time_left: Callable[[JobView, int], float | None]) -> dict[str, np.ndarray]:
     """Per running job, W_k for each smaller count g = 0..gc-1 (k = gc - g GPUs taken), inf where never. Empty
     when fewer than two running jobs know their remaining work. One vectorised pass over all jobs."""
-    lefts = sorted((t, j.id, j.num_gpus) for j in jobs if (t := time_left(j, j.num_gpus)) is not None)
-    run = [j for j in jobs if j.num_gpus]
-    if len(lefts) < 2 or not run:
+    held = {j.id: j.num_gpus for j in jobs}          # a property summing the node map: read it once
+    run = [j for j in jobs if held[j.id]]
+    lefts = sorted((t, j.id, held[j.id]) for j in run if (t := time_left(j, held[j.id])) is not None)
+    if len(lefts) < 2:
         return {}
     ends = np.array([t for t, _, _ in lefts])
     freed = np.cumsum([g for _, _, g in lefts])
     place = {i: (p, g) for p, (_, i, g) in enumerate(lefts)}
-    gcs = np.array([j.num_gpus for j in run])
+    gcs = np.array([held[j.id] for j in run])
     at, own = np.array([place.get(j.id, (len(ends), 0)) for j in run]).T
     who = np.repeat(np.arange(len(run)), gcs)
     k = gcs[who] - (np.arange(len(who)) - np.repeat(np.cumsum(gcs) - gcs, gcs))
@@ -32,7 +33,8 @@ def release_horizons(jobs: list[JobView], time_left: Callable[[JobView, int], fl
     past = np.searchsorted(freed, k + own[who])             # past the job itself, less its own GPUs
     idx = np.where(first < at[who], first, past)
     w = np.where(idx < len(ends), ends[np.minimum(idx, len(ends) - 1)], np.inf)
-    return dict(zip((j.id for j in run), np.split(w, np.cumsum(gcs)[:-1])))
+    starts = (np.cumsum(gcs) - gcs).tolist()
+    return {j.id: w[o:o + g] for j, o, g in zip(run, starts, gcs.tolist())}
 
 
 def charge_release(u: np.ndarray, gc: int, now_u: float, restart: float, release: np.ndarray) -> None:
