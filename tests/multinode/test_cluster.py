@@ -30,7 +30,7 @@ SERVE = [sys.executable, str(REPO / "tests" / "service" / "serve_for_tests.py")]
 RUNTIME = f"{sys.executable} -m dlsched.train.run --threads 1 --record-samples --ckpt-every 5"
 PORT = 8642              # inside node 0's own network namespace
 RESUME_BOUND_S = 45.0    # node loss -> the survivors' first step (death detection + the survivors' regroup)
-EPOCHS, SAMPLES = 2, 2400
+EPOCHS, SAMPLES = 4, 2400  # 800 steps of >= 0.1 s: enough to outlast two shrinks and two reboots under load
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]   # the waits below bound each phase
 
 
@@ -212,7 +212,11 @@ def test_a_job_trains_across_three_nodes_and_shrinks_on_a_killed_raylet_and_a_cu
         cluster.start_ray(node)
     wait_until(lambda: node_health(service).get(name) == "up" and node_health(service).get(cut_name) == "up", 120,
                "both nodes back in the service's table")
-    wait_until(lambda: [r for r in events(cluster, job, "resized") if r["workers"] == 3], 240, "grown back to 3")
+    # the job may end first on a loaded machine (two shrinks and two reboots outlast its steps): say so, not a timeout
+    wait_until(lambda: [r for r in events(cluster, job, "resized") if r["workers"] == 3]
+               or job_state(service, job)["state"] == "finished", 240, "grown back to 3")
+    assert [r for r in events(cluster, job, "resized") if r["workers"] == 3], \
+        f"the job ended ({job_state(service, job)['state']}) before it grew back to 3: give it more steps"
     wait_until(lambda: job_state(service, job)["state"] == "finished", 300, "finished")
     assert committed_audit(cluster, job) == Counter({i: EPOCHS for i in range(SAMPLES)})
 
