@@ -25,6 +25,10 @@ from .helpers import events, finish, start_job, wait_for_step
 pytestmark = pytest.mark.slow
 GATED = f"{Path(__file__).with_name('gated_job.py')}:make_job"
 STOP_S = 30  # bound on how long a stop may take (it takes well under a second when it works)
+# the resize tests' job: 200 steps of >= 0.3 s, so it still runs when its newcomer has spawned, imported torch and
+# prepared (or got stuck); the test then stops it. 20 steps (6 s) ended first under load (make test beside two
+# other sessions' work: the new worker had not reached its gate after 7 s)
+RESIZED_SAMPLES = 2400
 
 
 def gated(job_dir: Path, workers: int, free: int, hold: str, *extra: str, samples: int = 96) -> subprocess.Popen:
@@ -93,8 +97,7 @@ def test_sigterm_while_workers_prepare_cancels_the_first_generation(tmp_path):
 
 
 def test_sigterm_while_a_resize_waits_for_new_workers_checkpoints_the_step(tmp_path):
-    # 20 steps of 0.3 s: the job is still running when its new worker has prepared (or got stuck)
-    proc = gated(tmp_path, 1, 1, "prepare", "--param", "throttle_s=0.3", samples=240)
+    proc = gated(tmp_path, 1, 1, "prepare", "--param", "throttle_s=0.3", samples=RESIZED_SAMPLES)
     wait_for_step(tmp_path, 2, proc)
     write_control(tmp_path, 2, None, 1)
     wait_for_file(tmp_path / "gate" / "waiting-1", proc)  # the newcomer will never get ready by itself
@@ -106,8 +109,7 @@ def test_sigterm_while_a_resize_waits_for_new_workers_checkpoints_the_step(tmp_p
 
 
 def test_sigterm_while_a_new_generation_forms_checkpoints_the_carried_state(tmp_path):
-    # 20 steps of 0.3 s: the job is still running when its new worker has prepared (or got stuck)
-    proc = gated(tmp_path, 1, 1, "join", "--param", "throttle_s=0.3", samples=240)
+    proc = gated(tmp_path, 1, 1, "join", "--param", "throttle_s=0.3", samples=RESIZED_SAMPLES)
     wait_for_step(tmp_path, 2, proc)
     write_control(tmp_path, 2, None, 1)
     wait_for_file(tmp_path / "gate" / "waiting-1", proc)  # its newcomer is held before joining generation 1
@@ -119,4 +121,4 @@ def test_sigterm_while_a_new_generation_forms_checkpoints_the_carried_state(tmp_
     # the state after step `at` lived only in the survivor's memory: rank 0 checkpointed it without training on
     assert at >= 2 and [c["step"] for c in events(tmp_path, "checkpoint")] == [at]
     assert not events(tmp_path, "resized")
-    assert_resumes_exactly(tmp_path, at, 240)
+    assert_resumes_exactly(tmp_path, at, RESIZED_SAMPLES)
