@@ -458,8 +458,8 @@ def register(app: typer.Typer) -> None:
     def resize(job_id: int, workers: int = typer.Option(..., "--workers", "-n", help="workers (GPU slots) to hold the job at"),
                batch: Optional[int] = typer.Option(None, "--batch", help="global batch size to hold it at"),
                server: Optional[str] = SERVER_OPT) -> None:
-        """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus; the
-        next round applies it."""
+        """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus and
+        min_batch_size..max_batch_size (its batch_size where no range); the next round applies it."""
         body = {"workers": workers} | ({"batch_size": batch} if batch is not None else {})
         r = Client(server).request("POST", f"/jobs/{job_id}/resize", json=body).json()
         print(f"job {job_id}: held at {r['requested_workers']} worker(s)"
