@@ -112,6 +112,12 @@ def _reason(j: dict) -> str:
     return ""
 
 
+def _gpus_cell(j: dict) -> str:
+    """The GPUs a job trains on; while it rescales, the target too (``4->2``)."""
+    target = j.get("target_gpus")
+    return f"{j['num_gpus']}->{target}" if target is not None and target != j["num_gpus"] else str(j["num_gpus"])
+
+
 def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     now = time.time() if now is None else now
     rows = []
@@ -119,7 +125,7 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
         frac = j.get("fraction_done")
         style = STATE_STYLE.get(j["state"], "")
         name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
-        rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
+        rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", _gpus_cell(j),
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",

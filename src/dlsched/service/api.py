@@ -346,7 +346,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     @api.get("/cluster")
     def cluster_info() -> dict:
-        used: dict[str, int] = {}
+        used: dict[str, int] = {}   # allocated: a rescaling job's target, as the scheduler counts (never double-given)
         for j in store.jobs(states=("running", "rescaling")):
             for node, n in j.placement.items():
                 used[node] = used.get(node, 0) + n

@@ -99,6 +99,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE progress ADD COLUMN grad_var REAL;
     ALTER TABLE progress ADD COLUMN noise_batch INTEGER;
     """,
+    # 5: while a job rescales, num_gpus is the target the scheduler reserves; the runtime trains on these until
+    # it confirms the target (status shows and attained service charges these)
+    """
+    ALTER TABLE jobs ADD COLUMN training_gpus INTEGER;
+    """,
 ]
 
 
@@ -153,9 +158,18 @@ class JobRecord:
     job_dir: str | None
     requested_workers: int | None = None
     requested_batch: int | None = None
+    training_gpus: int | None = None    # what the runtime trains on while rescaling to num_gpus
+
+    @property
+    def held_gpus(self) -> int:
+        """The GPUs the job trains on now: until the runtime confirms a resize, its size before it."""
+        return self.training_gpus if self.state == RESCALING and self.training_gpus is not None else self.num_gpus
 
     def public(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("spec", "progress_offset")}
+        skip = ("spec", "progress_offset", "training_gpus")
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
+        # num_gpus as held, the scheduler's reservation beside it while a resize is pending
+        d["num_gpus"], d["target_gpus"] = self.held_gpus, self.num_gpus if self.state == RESCALING else None
         d["spec"] = self.spec.model_dump(mode="json", exclude_none=True)
         d["fraction_done"] = (self.samples / self.total_samples) if self.total_samples else None
         return d
