@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import sys
 import time
@@ -72,6 +73,7 @@ class Session:
         self.layout = 0  # bumped by every regroup: loaders rebuild their iterators
         self.open: dict | None = None  # the step whose batch is out
         self.metrics: dict[str, float] = {}
+        self.epoch_loss = [0.0, 0]  # this epoch: [sum of reported step loss x step samples, those samples]
         self.noise = GradientNoiseEstimator()
         self.factor = LrFactor()
         self.step_lr: float | None = None
@@ -132,6 +134,7 @@ class Session:
             self.table = PartitionTable.from_snapshot(plan.table)
             self.epoch = self.table.epoch
         self.reference_batch = plan.reference_batch
+        self.epoch_loss = list(plan.epoch_loss)  # the whole epoch's so far: from the End or the checkpoint
         if self.adaptive is not None:  # the job picks its own batch: keep it, within bounds at this size
             self.requested_batch = self.adaptive.regrouped(self.global_batch, self.world, self._reference())
         else:
@@ -174,7 +177,7 @@ class Session:
 
     def _save(self, finished: bool = False) -> None:
         state = {**self._state(), "step": self.step, "table": self.table.snapshot() if self.table else None,
-                 "global_batch": self.requested_batch, "ramp": None, "epoch_loss": [0.0, 0],
+                 "global_batch": self.requested_batch, "ramp": None, "epoch_loss": list(self.epoch_loss),
                  "finished": finished}
         path = storage.for_job(self.job_dir, self.plan and self.plan.checkpoint_uri).save(
             SCRIPT_JOB, self.step, state)
@@ -227,6 +230,8 @@ class Session:
         wall = time.perf_counter() - self.last_boundary  # data loading included: the step as the job sees it
         if self.rank == 0:
             self.cadence.observe(wall)
+            if not step_open.get("counted"):
+                self._count_loss(step_open["n"])
             self._emit(self._step_record(step_open["n"], wall, reduced[5:]))
         if self.adaptive is not None:
             self.adaptive.at_boundary(self, int(reduced[2]), wall)
@@ -245,7 +250,7 @@ class Session:
                 self._flush()
                 self.store.set(end_key(self.generation), End(
                     finished=False, step=self.step, table=self.table.snapshot() if self.table else None,
-                    epoch_loss=[0.0, 0], lr=self.step_lr).to_json())
+                    epoch_loss=list(self.epoch_loss), lr=self.step_lr).to_json())
             self.membership.regroup()
         self.last_boundary = time.perf_counter()
 
@@ -268,12 +273,29 @@ class Session:
                 "table": list(table.offsets), "setup_s": setup_s, "metrics": metrics}
 
     # -- epochs and reports ----------------------------------------------------------------------------
+    def _count_loss(self, n: int) -> None:
+        """The step's reported ``loss`` (its step record's) into the epoch's mean, weighted by its samples as the
+        make_job worker weighs its steps."""
+        loss = self.metrics.get("loss")
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
+            self.epoch_loss = [self.epoch_loss[0] + float(loss) * n, self.epoch_loss[1] + n]
+
     def next_epoch(self) -> None:
-        """Every rank moves on together; the table advances before the boundary, so an End carries it."""
+        """Every rank moves on together; the table advances before the boundary, so an End carries it.
+
+        ``mean_loss``: the epoch's reported step losses, sample-weighted, across resizes and restarts (the sums
+        ride in the End and the checkpoint; a restart replays the steps after its checkpoint, each counted once);
+        None when no step reported one."""
+        if self.open is not None and self.rank == 0:  # a step the loop broke out after: the ending epoch's
+            self._count_loss(self.open["n"])
+            self.open["counted"] = True
         self.table = self.table.next_epoch() if self.table is not None else None
         self.epoch += 1
+        total, n = self.epoch_loss
+        self.epoch_loss = [0.0, 0]
         if self.rank == 0:
-            self._emit({"event": "epoch_end", "epoch": self.epoch - 1, "time": time.time()})
+            self._emit({"event": "epoch_end", "epoch": self.epoch - 1, "mean_loss": total / n if n else None,
+                        "time": time.time()})
         self.boundary()
 
     def finish(self) -> None:
