@@ -107,5 +107,8 @@ def test_a_new_state_folder_is_private_and_an_existing_one_keeps_its_mode_with_a
         with caplog.at_level(logging.WARNING, logger="dlsched.service"):
             Service(cluster(), cwd, port=free_port(), runtime=RUNTIME, auth=False)
         assert not caplog.records                                                      # a private folder: no noise
+        # serve --token-file NEW/token creates the folder before the service: private too, not the umask's 0755
+        load_or_create_token(tmp_path / "tok" / "token")
+        assert _mode(tmp_path / "tok") == 0o700
     finally:
         os.umask(old)
