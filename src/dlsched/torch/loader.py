@@ -106,11 +106,11 @@ class ElasticDataLoader:
                 try:
                     yield batch
                 except GeneratorExit:  # the loop broke out (max steps)
-                    if s.open is not None and s.micro.forwarded == 0:
-                        # an untrained batch is no step (it was committed as one, with what the script reported
-                        # after the loop): its samples go back
-                        s.open, s.metrics = None, {}
-                        s.table.offsets = offsets
+                    if s.open is not None and (s.micro.forwarded == 0 or s.micro.unfinished):
+                        # an untrained batch, or a step whose last micro-batches never trained (its optimizer step
+                        # never ran), is no step: it was committed as one, with what the script reported after
+                        # the loop, its samples counted as trained and its gates left shut
+                        s.drop_step(offsets)
                     raise
 
     def _loaded(self, piece: list[int], short: bool) -> list[int]:

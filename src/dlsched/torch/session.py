@@ -197,6 +197,20 @@ class Session:
             self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
                                           "ids": mine}) + "\n")
 
+    def drop_step(self, offsets: list[int]) -> None:
+        """The open step never completes (the loop broke out before its last micro-batch trained): its samples go
+        back to the table, its sample record is retracted (the last record of a step counts), a partly
+        accumulated gradient is cleared (the gated ``zero_grad`` kept it), and the gates open again."""
+        if self.record is not None:
+            self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
+                                          "ids": []}) + "\n")
+        if self.micro.unfinished:
+            for m in self.models:
+                m.module.zero_grad(set_to_none=True)
+        self.open, self.metrics = None, {}
+        self.table.offsets = offsets
+        self.micro.reset()
+
     def extras(self, step_open: dict | None) -> list[float]:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
         next sync step and whether it measures (rank 0's), compute seconds per rank] for a sync step's all-reduce."""
