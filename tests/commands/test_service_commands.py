@@ -160,7 +160,8 @@ def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
                   runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
-        job = c.post("/jobs", content=job_yaml("elastic", gpus=1, max_gpus=4, samples=10**6, step_s=0.05),
+        job = c.post("/jobs", content=job_yaml("elastic", gpus=1, max_gpus=4, samples=10**6, step_s=0.05,
+                                               extra="min_batch_size: 16\nmax_batch_size: 64\n"),
                      headers={"content-type": "application/yaml"}).json()["id"]
         wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 4, 60, "the elastic job grows to 4")
         r = cli("resize", str(job), "--workers", "2", "--batch", "64", svc=svc)
@@ -168,6 +169,11 @@ def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
         wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 2, 60, "the job shrinks to the asked 2")
         kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
         assert "resize_requested" in kinds
+        # the job's batch range bounds a resize's batch: a batch above max_batch_size was held (only the global MAX_BATCH bounded it)
+        r = cli("resize", str(job), "--workers", "2", "--batch", "65", svc=svc)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
+        assert "batch_size: 65 is above the job's max_batch_size=64 (its spec allows 16..64)" in r.stderr, r.stderr
+        assert c.get(f"/jobs/{job}").json()["requested_batch"] == 64
         r = cli("resize", str(job), "--workers", "99", svc=svc)
         assert r.returncode == 2 and "workers: expected an integer in 1..4" in r.stderr
         c.post(f"/jobs/{job}/cancel")

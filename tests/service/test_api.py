@@ -238,3 +238,29 @@ def test_a_resize_outside_the_jobs_own_gpu_range_is_a_422_naming_the_limit_and_c
     r = client.post(f"/jobs/{elastic}/resize", json={"workers": 2})
     assert r.status_code == 200 and r.json()["requested_workers"] == 2, r.text
     assert client.post("/jobs/999/resize", json={"workers": 1}).status_code == 404
+
+
+def test_a_resize_outside_the_jobs_own_batch_range_is_a_422_naming_the_field_and_changes_nothing(client):
+    """Only the global MAX_BATCH bounded a resize's batch: a job written for batches 16..64 (or a fixed 32) was held
+    at 4096."""
+    ranged = client.post("/jobs", content=job_yaml("ranged", gpus=1, max_gpus=2, samples=10**6, step_s=0.05,
+                                                   extra="min_batch_size: 16\nmax_batch_size: 64\n"),
+                         headers=YAML).json()["id"]
+    fixed = client.post("/jobs", content=job_yaml("fixed", gpus=1, samples=10**6, step_s=0.05), headers=YAML).json()["id"]
+    free = client.post("/jobs", content="name: free\nentry: x.py:make_job\ngpus: 1\nparams: {samples: 1000000}\n",
+                       headers=YAML).json()["id"]
+    for job, body, line in [
+            (ranged, {"workers": 1, "batch_size": 4096},
+             "batch_size: 4096 is above the job's max_batch_size=64 (its spec allows 16..64)"),
+            (ranged, {"workers": 2, "batch_size": 8}, "batch_size: 8 is below the job's min_batch_size=16 (its spec allows 16..64)"),
+            (fixed, {"workers": 1, "batch_size": 64}, "batch_size: 64 is above the job's batch_size=32 (its spec allows 32..32)"),
+            (ranged, {"workers": 3, "batch_size": 4096}, "workers: 3 is above the job's max_gpus=2 (its spec allows 1..2)")]:
+        r = client.post(f"/jobs/{job}/resize", json=body)
+        assert r.status_code == 422 and r.json() == {"error": line}, r.text
+    for job in (ranged, fixed):
+        assert client.get(f"/jobs/{job}").json()["requested_batch"] is None
+        assert "resize_requested" not in [e["kind"] for e in client.get(f"/jobs/{job}/events").json()]
+    for job, batch in [(ranged, 16), (ranged, 64), (fixed, 32), (free, 48)]:   # a spec with no batch declares no range
+        r = client.post(f"/jobs/{job}/resize", json={"workers": 1, "batch_size": batch})
+        assert r.status_code == 200 and r.json()["requested_batch"] == batch, r.text
+        assert client.get(f"/jobs/{job}").json()["requested_batch"] == batch

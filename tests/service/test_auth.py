@@ -58,9 +58,12 @@ def _mode(path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_the_state_folder_is_private_from_its_creation_and_an_older_loose_one_is_tightened(tmp_path):
-    """The folder was 0755 and the database 0644 (the umask's): any local user could read every job's spec,
-    params and events, and the job logs beside them."""
+def test_a_new_state_folder_is_private_and_an_existing_one_keeps_its_mode_with_a_warning(tmp_path, monkeypatch, caplog):
+    """A new folder is 0700 and the database 0600 (not the umask's 0755/0644: any local user could read every job's
+    spec, params and events). An existing folder is the user's choice (``--state-dir .``, their home): it was chmod-ed
+    to 0700, which surprised them; now it keeps its mode, a loose one is named in one warning, and the database files
+    and the default job folders in it are still private."""
+    import logging
     import sqlite3
 
     from dlsched.spec import load_job_spec
@@ -71,20 +74,41 @@ def test_the_state_folder_is_private_from_its_creation_and_an_older_loose_one_is
         svc = Service(cluster(), tmp_path / "new" / "state", port=free_port(), runtime=RUNTIME).start()
         stop_service_and_jobs(svc)
         state = tmp_path / "new" / "state"
-        assert _mode(state) == 0o700
+        assert _mode(state) == 0o700 and _mode(state / "jobs") == 0o700
         assert {f.name: _mode(f) for f in state.iterdir() if f.is_file()} == {
             "token": 0o600, "dlsched.db": 0o600, "dlsched.db-wal": 0o600, "dlsched.db-shm": 0o600}
 
-        loose = tmp_path / "old"            # as an earlier dlsched left it: 0755, a 0644 database with its job
-        loose.mkdir(mode=0o755)
-        earlier = Service(cluster(), loose, port=free_port(), runtime=RUNTIME, auth=False)
+        cwd = tmp_path / "cwd"             # the user's working directory, as dlsched serve --state-dir . sees it
+        cwd.mkdir(mode=0o755)
+        monkeypatch.chdir(cwd)
+        earlier = Service(cluster(), ".", port=free_port(), runtime=RUNTIME, auth=False)
         earlier.store.submit(load_job_spec("name: kept\nentry: x.py:make_job"))
-        loose.chmod(0o755)
-        for f in loose.glob("dlsched.db*"):
-            f.chmod(0o644)
-        svc = Service(cluster(), loose, port=free_port(), runtime=RUNTIME, auth=False)
-        assert _mode(loose) == 0o700 and {_mode(f) for f in loose.glob("dlsched.db*")} == {0o600}
+        for f in cwd.glob("dlsched.db*"):
+            f.chmod(0o644)                 # as an earlier dlsched left its database
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dlsched.service"):
+            svc = Service(cluster(), ".", port=free_port(), runtime=RUNTIME, auth=False)
+        assert _mode(cwd) == 0o755                                                     # not chmod-ed
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == ["--state-dir .: an existing folder with mode 0755, left as it is; other users may read in "
+                            "it, and it will hold the service's database and token; run: chmod 700 ., or choose a new "
+                            "folder"]
+        assert {_mode(f) for f in cwd.glob("dlsched.db*")} == {0o600} and _mode(cwd / "jobs") == 0o700
         assert [j.name for j in svc.store.jobs()] == ["kept"]                          # nothing lost
-        assert sqlite3.connect(loose / "dlsched.db").execute("SELECT COUNT(*) FROM jobs").fetchone() == (1,)
+        assert sqlite3.connect(cwd / "dlsched.db").execute("SELECT COUNT(*) FROM jobs").fetchone() == (1,)
+
+        cwd.chmod(0o777)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dlsched.service"):
+            Service(cluster(), cwd, port=free_port(), runtime=RUNTIME, auth=False)
+        assert _mode(cwd) == 0o777 and "mode 0777" in caplog.text and "may write in it" in caplog.text
+        cwd.chmod(0o700)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dlsched.service"):
+            Service(cluster(), cwd, port=free_port(), runtime=RUNTIME, auth=False)
+        assert not caplog.records                                                      # a private folder: no noise
+        # serve --token-file NEW/token creates the folder before the service: private too, not the umask's 0755
+        load_or_create_token(tmp_path / "tok" / "token")
+        assert _mode(tmp_path / "tok") == 0o700
     finally:
         os.umask(old)

@@ -296,3 +296,37 @@ def test_a_non_number_in_a_jobs_progress_does_not_stop_the_scheduler(service, cl
     events = [e for e in client.get(f"/jobs/{first}/events").json() if e["kind"] == "job_malformed_progress"]
     assert [e["detail"]["field"] for e in events] == ["total_samples"], events
     assert all(r["loss"] is None or isinstance(r["loss"], float) for r in service.store.progress(first))
+
+
+def test_a_rescaling_job_shows_and_is_charged_the_gpus_it_trains_on_until_the_resize_is_confirmed(tmp_path):
+    """The store's num_gpus jumps to the target at the resize (the scheduler reserves it, so no GPU is given
+    twice), and status showed it, and attained service charged it, before the runtime trained at that size."""
+    from dlsched.commands.service import job_rows
+    from dlsched.service.store import RESCALING
+
+    t = [0.0]
+    store = Store(tmp_path / "s.db")
+    backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0)
+    loop = LiveLoop(store, backend, cluster("test-elastic", (2, 2)), tmp_path, clock=lambda: t[0])
+    try:
+        # 150 s per step at 4 workers: the contract job reads its new size only after its first step
+        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=4, samples=10**6, step_s=600)), now=0.0)
+        loop.round()
+        assert (store.get(a).state, store.get(a).num_gpus) == (RUNNING, 4)
+        t[0] = 10.0
+        b = store.submit(load_job_spec(job_yaml("b", gpus=2, samples=10**6, step_s=600)), now=10.0)
+        loop.round()                          # a: 4 -> 2 for b, not yet confirmed by a's runtime
+        job = store.get(a)
+        assert (job.state, job.num_gpus, job.held_gpus) == (RESCALING, 2, 4)
+        shown = job.public()
+        assert (shown["num_gpus"], shown["target_gpus"]) == (4, 2)
+        assert job_rows([shown])[0][3] == "4->2"
+        assert store.get(b).num_gpus == 2 and job.num_gpus + store.get(b).num_gpus == 4   # reserved once each
+        t[0] = 20.0
+        loop.round()
+        job = store.get(a)
+        assert job.state == RESCALING, "the contract job confirmed a resize inside its 150 s step"
+        assert job.attained_service == pytest.approx(4 * 10 + 4 * 10)    # charged 4 GPUs until it trains on 2
+        assert store.get(b).public()["target_gpus"] is None and job_rows([store.get(b).public()])[0][3] == "2"
+    finally:
+        backend.stop_all()

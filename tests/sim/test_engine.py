@@ -111,13 +111,36 @@ def test_batch_outside_the_traces_fails_at_submit(data_dir, policy):
         Simulator(jobs, make_policy(policy), ClusterView.homogeneous(1, 4))
 
 
+class _NoBigBatch(Policy):
+    """Refuses batches above 2048 at submit (test-only)."""
+
+    name = "test-no-big-batch"
+
+    def validate(self, job, cluster):
+        if job.batch_size > 2048:
+            raise UserError(f"job {job.id!r}: field batch_size={job.batch_size} is above 2048")
+
+    def decide(self, jobs, cluster):
+        return Allocation({j.id: JobAllocation(1) for j in jobs})
+
+
 def test_policy_validates_every_job_at_submit(data_dir):
-    # A fixed batch of 4096 needs >= 4 GPUs (<= 1024 samples per GPU); the cluster has 2. The elastic policy may
-    # shrink the batch, so only elastic-gpu-only rejects it — before any simulated time passes.
     jobs = [WorkloadJob("ok", 0, 1, app="cifar10", batch_size=128), WorkloadJob("big", 9000, 2, app="cifar10", batch_size=4096)]
-    with pytest.raises(UserError, match="job 'big'.*no feasible GPU count"):
-        Simulator(jobs, make_policy("elastic-gpu-only"), ClusterView.homogeneous(1, 2))
+    with pytest.raises(UserError, match="job 'big': field batch_size=4096 is above 2048"):
+        Simulator(jobs, _NoBigBatch(), ClusterView.homogeneous(1, 2))
     assert Simulator(jobs, make_policy("elastic"), ClusterView.homogeneous(1, 2)).t == 0.0
+
+
+@pytest.mark.parametrize("policy", ["elastic-gpu-only", "saxena-gpu-only"])
+def test_gpu_only_runs_a_fixed_batch_above_the_per_gpu_limit_by_accumulating(data_dir, policy):
+    """A fixed batch of 4096 needs >= 4 GPUs at <= 1024 samples per GPU; the cluster has 2. The gpu-only baselines
+    refused it at submit ("no feasible GPU count"), though the trace model runs it as the runtimes do: 2048 per GPU
+    as 2 micro-batches of 1024 (``split_batch``), priced as the extra passes."""
+    jobs = [WorkloadJob("big", 0, 2, app="cifar10", batch_size=4096)]
+    sim = Simulator(jobs, make_policy(policy), ClusterView.homogeneous(1, 2), SimConfig(interval=60, horizon=600))
+    sim.run()
+    big = sim.jobs[0]
+    assert (big.ngpus, big.batch, big.split.atomic, big.split.accum_steps) == (2, 4096, 1024, 1) and big.progress > 0
 
 
 def test_trace_job_view_carries_min_local_batch(data_dir):

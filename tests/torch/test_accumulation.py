@@ -216,3 +216,28 @@ def test_a_training_forward_that_bypasses_the_wrapper_is_refused_in_one_line():
                          "the wrapper, model(...): a direct call skips the gradient all-reduce and accumulation "
                          "(zero_grad would clear the step's micro-batches)"), r.stderr[-2000:]
     assert "direct_call_script.py\", line" in r.stderr   # the traceback points at the user's line
+
+
+@pytest.mark.slow
+def test_a_break_in_the_middle_of_an_accumulated_step_drops_that_step_and_the_next_epoch_trains_as_usual(tmp_path):
+    """2 workers, global batch 8 as shares of 4 in 2 micro-batches of 2, zero_grad after the step. The loop breaks
+    after step 2's first micro-batch trained: that step had no optimizer step, yet it was committed as one (its 8
+    samples recorded as trained, a step record), the gated zero_grad kept its half gradient into the next epoch's
+    first step, and the gates stayed shut after the loop. Now it is dropped: the run is the one that breaks at
+    step 2's first micro-batch before training it, step for step and sample for sample."""
+    mid, clean = tmp_path / "mid", tmp_path / "clean"
+    common = ("--epochs", "3", "--max-local-batch", "2", "--zero-grad-last", "--ckpt-every", "0")
+    finish(start_script(mid, 2, *common, "--max-steps", "3", runtime_args=("--record-samples",)), timeout=300)
+    finish(start_script(clean, 2, *common, "--max-steps", "2", runtime_args=("--record-samples",)), timeout=300)
+
+    assert [r["step"] for r in steps(mid)] == [1, 2, 3]                  # one optimizer step an epoch
+    assert [r["samples"] for r in steps(mid)] == [r["samples"] for r in steps(clean)]
+    metrics = [e["metrics"] for e in events(mid, "metrics")]
+    assert [m["loader_batches"] for m in metrics] == [3, 3, 3]
+    assert [(m["optimizer_steps"], m["adam_steps"], m["accumulating"]) for m in metrics] == [(1, 1, 0.0), (2, 2, 0.0),
+                                                                                             (3, 3, 0.0)]
+    assert committed_sample_ids(mid) == committed_sample_ids(clean) and sum(committed_sample_ids(mid).values()) == 24
+    # no half gradient carried into the next step: the same model as the clean run (same ranks, same order)
+    assert val_curve(mid) == pytest.approx(val_curve(clean), rel=1e-6)
+    assert [e["mean_loss"] for e in events(mid, "epoch_end")] == pytest.approx(
+        [e["mean_loss"] for e in events(clean, "epoch_end")], rel=1e-6)

@@ -33,6 +33,26 @@ def steps(job_dir: Path) -> list[dict]:
     return [r for r in read_progress(job_dir) if "event" not in r]
 
 
+def epoch_means(job_dir: Path) -> list[float]:
+    """Each epoch's loss as the committed steps reported it (a step rolled back and redone: its redo),
+    sample-weighted: what its epoch_end's mean_loss must be."""
+    by_step, done = {}, 0
+    for r in steps(job_dir):
+        by_step[r["step"]] = r
+    means, total, n = [], 0.0, 0
+    for step in sorted(by_step):
+        r = by_step[step]
+        k = r["samples"] - (by_step[step - 1]["samples"] if step > 1 else 0)
+        total, n, done = total + r["loss"] * k, n + k, r["samples"]
+        if done % SAMPLES == 0:
+            means, total, n = means + [total / n], 0.0, 0
+    return means
+
+
+def mean_losses(job_dir: Path) -> list[float]:
+    return [e["mean_loss"] for e in events(job_dir, "epoch_end")]
+
+
 def val_curve(job_dir: Path) -> list[float]:
     return [r["metrics"]["val_mse"] for r in events(job_dir, "metrics")]
 
@@ -71,6 +91,9 @@ def test_resize_1_3_2_mid_epoch_trains_every_sample_once_and_continues_adamw_one
     # tolerance: float32 sums in another order (all-reduce over 3 or 2 ranks) only
     assert val_curve(job_dir) == pytest.approx(val_curve(ref_dir), rel=1e-3)
     assert [r["workers"] for r in steps(job_dir)][-1] == 2
+    # epoch_end's mean_loss is the whole epoch's across both resizes, not the part after the last one
+    assert len(mean_losses(job_dir)) == 2 and mean_losses(job_dir) == pytest.approx(epoch_means(job_dir), rel=1e-9)
+    # (not the 1-worker run's to 1e-3: on 3 or 2 workers rank 0 reports the loss of its share of each batch)
 
 
 def test_sigkill_of_a_worker_resumes_from_the_checkpoint_exactly_once(tmp_path):
@@ -88,6 +111,9 @@ def test_sigkill_of_a_worker_resumes_from_the_checkpoint_exactly_once(tmp_path):
     assert lost["restored_step"] >= 10 and lost["checkpoint"]
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})
     assert events(job_dir, "finished")
+    # the restart replays the steps after its checkpoint: each counts once in its epoch's mean_loss (the sums
+    # ride in the checkpoint), the steps before it too
+    assert len(mean_losses(job_dir)) == 2 and mean_losses(job_dir) == pytest.approx(epoch_means(job_dir), rel=1e-9)
 
 
 def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):

@@ -55,6 +55,8 @@ def test_breaking_out_of_the_loader_leaves_the_batch_it_fetched_untrained_and_no
     assert [r["step"] for r in steps] == list(range(1, 11)) and all(not r["metrics"] for r in steps)
     assert [r["samples"] for r in steps][4] == 5 * 8
     assert [e["metrics"]["loader_batches"] for e in events(tmp_path / "job", "metrics")] == [5, 5]
+    trained = committed_sample_ids(tmp_path / "job")      # the fetched batch's record is retracted: 5 x 8 an epoch
+    assert sum(trained.values()) == 2 * 5 * 8 and max(trained.values()) <= 2
 
 
 @pytest.mark.parametrize("kwargs, needle", [

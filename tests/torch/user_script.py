@@ -99,5 +99,5 @@ for epoch in dt.remaining_epochs(args.epochs):
     with torch.no_grad():
         state = optimizer.state[next(model.parameters())]  # AdamW's count moves with the job's state
         dt.report(val_mse=nn.functional.mse_loss(model(x).squeeze(1), y).item(), optimizer_steps=len(optimizer_steps),
-                  loader_batches=loader_batches,
+                  loader_batches=loader_batches, accumulating=float(loader.accumulating),
                   **({"adam_steps": state["step"]} if "step" in state else {}))

@@ -112,6 +112,12 @@ def _reason(j: dict) -> str:
     return ""
 
 
+def _gpus_cell(j: dict) -> str:
+    """The GPUs a job trains on; while it rescales, the target too (``4->2``)."""
+    target = j.get("target_gpus")
+    return f"{j['num_gpus']}->{target}" if target is not None and target != j["num_gpus"] else str(j["num_gpus"])
+
+
 def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     now = time.time() if now is None else now
     rows = []
@@ -119,7 +125,7 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
         frac = j.get("fraction_done")
         style = STATE_STYLE.get(j["state"], "")
         name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
-        rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", str(j["num_gpus"]),
+        rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", _gpus_cell(j),
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
@@ -458,8 +464,8 @@ def register(app: typer.Typer) -> None:
     def resize(job_id: int, workers: int = typer.Option(..., "--workers", "-n", help="workers (GPU slots) to hold the job at"),
                batch: Optional[int] = typer.Option(None, "--batch", help="global batch size to hold it at"),
                server: Optional[str] = SERVER_OPT) -> None:
-        """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus; the
-        next round applies it."""
+        """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus and
+        min_batch_size..max_batch_size (its batch_size where no range); the next round applies it."""
         body = {"workers": workers} | ({"batch_size": batch} if batch is not None else {})
         r = Client(server).request("POST", f"/jobs/{job_id}/resize", json=body).json()
         print(f"job {job_id}: held at {r['requested_workers']} worker(s)"

@@ -15,7 +15,9 @@ BATCH_CANDIDATES = 5       # global batches tried per g (geometric grid includin
 @dataclass(frozen=True)
 class BatchRange:
     """A job's feasible configurations: global batch in [b_min, b_max], g in [g_min, g_max],
-    min_local <= b/g <= max_local (min_local: the smallest per-GPU batch the job was profiled with, default 1)."""
+    min_local <= b/g <= max_local (min_local: the smallest per-GPU batch the job was profiled with, default 1).
+    ``accumulate``: b/g may exceed max_local, run as micro-batches of at most max_local (a fixed batch's way to
+    fewer GPUs; the runtimes and the trace model accumulate, its throughput model prices the extra passes)."""
 
     b_min: int
     b_max: int
@@ -24,13 +26,17 @@ class BatchRange:
     g_max: int
     min_local: int = 1
     batch_free: bool = False     # the job has no batch size: one nominal batch, none reported
+    accumulate: bool = False
+
+    def _largest(self, g: int) -> int:
+        return self.b_max if self.accumulate else min(self.b_max, g * self.max_local)
 
     def fits(self, g: int, b: int) -> bool:
-        return max(self.b_min, g * self.min_local) <= b <= min(self.b_max, g * self.max_local)
+        return max(self.b_min, g * self.min_local) <= b <= self._largest(g)
 
     def batches(self, g: int) -> np.ndarray:
         """Candidate global batches at g GPUs (empty if none): a geometric grid over the feasible interval."""
-        lo, hi = max(self.b_min, g * self.min_local), min(self.b_max, g * self.max_local)
+        lo, hi = max(self.b_min, g * self.min_local), self._largest(g)
         if lo > hi:
             return np.zeros(0, dtype=int)
         return np.unique(np.round(np.geomspace(lo, hi, BATCH_CANDIDATES)).astype(int))
@@ -75,12 +81,14 @@ def batch_range(job: JobView, total_gpus: int, fixed_batch: bool = False) -> Bat
     if not 1 <= min_local <= max_local:
         raise UserError(f"{where}: field min_local_batch={min_local} must be in [1, max_local_batch={max_local}]")
     g_max = min(job.max_gpus if job.max_gpus is not None else total_gpus, total_gpus, b_max // min_local)
-    g_min = max(job.min_gpus, math.ceil(b_min / max_local))
+    # a fixed batch has no other way onto fewer GPUs than ceil(b / max_local): it accumulates there instead of
+    # being refused (or held off a busy cluster until that many are free)
+    g_min = max(job.min_gpus, 1) if fixed_batch else max(job.min_gpus, math.ceil(b_min / max_local))
     if g_min > g_max:
         raise UserError(f"{where}: no feasible GPU count: batch {b_min}..{b_max} with max_local_batch={max_local} "
                         f"needs >= {g_min} GPUs but at most {g_max} are allowed "
                         f"(max_gpus={job.max_gpus}, cluster={total_gpus}, one sample per GPU)")
-    return BatchRange(b_min, b_max, max_local, g_min, g_max, min_local)
+    return BatchRange(b_min, b_max, max_local, g_min, g_max, min_local, accumulate=fixed_batch)
 
 
 def validate_elastic_job(job: JobView, cluster: ClusterView, fixed_batch: bool = False) -> None:

@@ -10,7 +10,8 @@ where (g0, b0) is the job's smallest feasible configuration on its slowest GPU t
 there. urgency = 0 is the paper's objective (total normalised throughput); the default 0.5 also favours jobs close
 to done, which lowers average JCT (measured in bench/elastic_quality.py). The objective is throughput, not goodput:
 the goodput variant lives in ``goodput.py`` and reuses this engine with a different value. Jobs may wait at 0 GPUs.
-``elastic-gpu-only`` is the paper's baseline: the same DP with the batch fixed at the user's request.
+``elastic-gpu-only`` is the paper's baseline: the same DP with the batch fixed at the user's request, run on any GPU
+count by gradient accumulation where it exceeds ``max_local_batch`` per GPU (``batch_range.BatchRange.accumulate``).
 
 Choices documented here:
 * Hysteresis: a running job's current (g, b) is worth ``(1 + h)`` times its value, so the optimum moves a job only

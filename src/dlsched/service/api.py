@@ -33,7 +33,8 @@ from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
                                     Limit, Offset)
 from dlsched.service.nodes import LOST
-from dlsched.service.store import ACTIVE, TERMINAL, Store, TransitionError, UnknownJob
+from dlsched.service.resize_limits import resize_refusal
+from dlsched.service.store import ACTIVE, TERMINAL, ResizeRefused, Store, TransitionError, UnknownJob
 from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, load_job_spec
 
 MAX_LOG_CHUNK = 1 << 20
@@ -156,16 +157,6 @@ class _Guard:
         await self.app(scope, replay, send)
 
 
-def resize_limit(spec, workers: int) -> str | None:
-    """Why ``workers`` lies outside the job's own [min_gpus, max_gpus] (``gpus`` where no range), else None."""
-    lo, hi = spec.gpu_range
-    if lo <= workers <= hi:
-        return None
-    side, field, bound = ("below", "min_gpus", lo) if workers < lo else ("above", "max_gpus", hi)
-    field = field if getattr(spec, field) is not None else "gpus"
-    return f"workers: {workers} is {side} the job's {field}={bound} (its spec allows {lo}..{hi})"
-
-
 def allowed_hosts(bind: str, extra: tuple[str, ...] = ()) -> frozenset[str] | None:
     """Host names a service bound to ``bind`` answers to: loopback names on a loopback bind (so a DNS-rebound
     name cannot reach it from a browser), any on a wider bind (the token guards it), plus ``extra``."""
@@ -283,11 +274,13 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             return _error(422, f"workers: expected an integer in 1..{capacity} (the cluster's slots), got {workers!r}")
         if batch is not None and (type(batch) is not int or not 1 <= batch <= MAX_BATCH):
             return _error(422, f"batch_size: expected an integer in 1..{MAX_BATCH}, got {batch!r}")
-        limit = resize_limit((await run_in_threadpool(store.get, job_id)).spec, workers)
-        if limit:   # was stored and applied: the job ran outside the range its spec (and code) was written for
-            return _error(422, limit)
+        # checked on the row the store updates (one read): outside its spec's ranges the job would run at a size
+        # or batch its code was not written for
+        refuse = lambda spec: resize_refusal(spec, workers, batch)   # noqa: E731
         try:
-            j = await run_in_threadpool(store.request_resize, job_id, workers, batch)
+            j = await run_in_threadpool(store.request_resize, job_id, workers, batch, refuse=refuse)
+        except ResizeRefused as e:
+            return _error(422, str(e))
         except TransitionError as e:
             return _error(409, str(e))
         return JSONResponse({"id": j.id, "state": j.state, "requested_workers": j.requested_workers,
@@ -353,7 +346,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     @api.get("/cluster")
     def cluster_info() -> dict:
-        used: dict[str, int] = {}
+        used: dict[str, int] = {}   # allocated: a rescaling job's target, as the scheduler counts (never double-given)
         for j in store.jobs(states=("running", "rescaling")):
             for node, n in j.placement.items():
                 used[node] = used.get(node, 0) + n

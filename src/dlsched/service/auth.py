@@ -46,7 +46,7 @@ def read_token_file(path: str | Path) -> str:
 def load_or_create_token(path: str | Path) -> str:
     """The token in ``path``; on the first start a new random one, written 0600 (never readable by others)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)   # a new folder (often the state folder): private
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -96,7 +96,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
     for j in active:
         start, finish = shown_times(j, preds.get(j.id), forecasts.get(j.id))
         queue.append({"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
-                      "gpus": j.num_gpus, "requested": j.spec.gpus, "batch_size": j.batch_size,
+                      "gpus": j.held_gpus, "target_gpus": j.num_gpus if j.held_gpus != j.num_gpus else None,
+                      "requested": j.spec.gpus, "batch_size": j.batch_size,
                       "fraction_done": _clean(j.samples / j.total_samples) if j.total_samples else None,
                       "loss": _clean(j.last_loss), "samples_per_s": _clean(j.samples_per_s),
                       "predicted_start": _clean(start), "predicted_finish": _clean(finish)})

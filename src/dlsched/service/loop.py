@@ -160,7 +160,7 @@ class LiveLoop:
                     writes.append((job.id, RESCALING,
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
                                    {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
-                                    "generation": gen}))
+                                    "generation": gen, "training_gpus": job.held_gpus}))
             except Exception as e:   # one job's launch failure must not stop the service
                 kind = type(act).__name__.lower()
                 log.exception("job %s: %s failed", job.id, kind)
@@ -201,9 +201,9 @@ class LiveLoop:
 
     def _observe_one(self, job: JobRecord, now: float, dt: float) -> None:
         d = self.job_dir(job.id)
+        held = job.held_gpus     # through the interval behind: a resize confirmed only now did not train before
         job = self._ingest(job, now)
-        self.store.update(job.id, attained_service=job.attained_service + dt * job.num_gpus,
-                          run_time=job.run_time + dt)
+        self.store.update(job.id, attained_service=job.attained_service + dt * held, run_time=job.run_time + dt)
         res = self.backend.poll(job.id, d)
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
@@ -232,7 +232,7 @@ class LiveLoop:
 
     def _shrunk_by_loss(self, job: JobRecord, nodes: dict[str, int], now: float) -> None:
         gpus = sum(nodes.values())
-        self.store.update(job.id, num_gpus=gpus, placement=nodes)
+        self.store.update(job.id, num_gpus=gpus, placement=nodes, training_gpus=min(job.held_gpus, gpus))
         self.store.record_allocation(job.id, now, gpus, job.batch_size, nodes)
         self.store.event("workers_lost", job.id, now, gpus_from=job.num_gpus, gpus=gpus,
                          lost={n: k - nodes.get(n, 0) for n, k in job.placement.items() if k > nodes.get(n, 0)})

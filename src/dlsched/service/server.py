@@ -19,7 +19,7 @@ from dlsched.service.auth import TOKEN_FILE_NAME, check_token, load_or_create_to
 from dlsched.service.entries import EntryRules
 from dlsched.service.limits import DEFAULT_MAX_BODY
 from dlsched.service.loop import LiveLoop, LoopThread
-from dlsched.service.private_files import private_dir
+from dlsched.service.private_files import private_dir, private_jobs_dir
 from dlsched.service.store import Store
 from dlsched.spec import SpecError, ClusterSpec, JobSpec
 
@@ -65,9 +65,10 @@ class Service:
                  jobs_dir: str | Path | None = None):
         if not auth and not is_loopback(host):
             raise UserError(f"--host {host}: --no-auth is for a loopback bind only; beyond it every request needs a token")
-        # the database, the token and (by default) the job folders: this user's only, an older folder tightened
+        # the database, the token and (by default) the job folders: a new folder this user's only, an existing one
+        # (the user's own choice, e.g. --state-dir .) left as it is, with a warning where it is loose
         self.state_dir = private_dir(state_dir, "--state-dir")
-        self.jobs_dir = Path(jobs_dir) if jobs_dir is not None else self.state_dir / "jobs"
+        self.jobs_dir = Path(jobs_dir) if jobs_dir is not None else private_jobs_dir(self.state_dir / "jobs")
         self.token_file = Path(token_file) if token_file else self.state_dir / TOKEN_FILE_NAME
         if not auth:
             self.token = None

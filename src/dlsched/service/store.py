@@ -13,9 +13,9 @@ import json
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from dlsched.service.private_files import private_file, tighten
 from dlsched.spec import JobSpec
@@ -99,6 +99,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE progress ADD COLUMN grad_var REAL;
     ALTER TABLE progress ADD COLUMN noise_batch INTEGER;
     """,
+    # 5: while a job rescales, num_gpus is the target the scheduler reserves; the runtime trains on these until
+    # it confirms the target (status shows and attained service charges these)
+    """
+    ALTER TABLE jobs ADD COLUMN training_gpus INTEGER;
+    """,
 ]
 
 
@@ -116,6 +121,10 @@ def _noise(noise: Any) -> tuple[float | None, float | None, int | None]:
 
 class TransitionError(ValueError):
     """An edge the job state machine does not have (e.g. finished -> running)."""
+
+
+class ResizeRefused(ValueError):
+    """A hand resize outside the job's own spec (the message names the field and the value)."""
 
 
 class UnknownJob(KeyError):
@@ -149,9 +158,18 @@ class JobRecord:
     job_dir: str | None
     requested_workers: int | None = None
     requested_batch: int | None = None
+    training_gpus: int | None = None    # what the runtime trains on while rescaling to num_gpus
+
+    @property
+    def held_gpus(self) -> int:
+        """The GPUs the job trains on now: until the runtime confirms a resize, its size before it."""
+        return self.training_gpus if self.state == RESCALING and self.training_gpus is not None else self.num_gpus
 
     def public(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("spec", "progress_offset")}
+        skip = ("spec", "progress_offset", "training_gpus")
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
+        # num_gpus as held, the scheduler's reservation beside it while a resize is pending
+        d["num_gpus"], d["target_gpus"] = self.held_gpus, self.num_gpus if self.state == RESCALING else None
         d["spec"] = self.spec.model_dump(mode="json", exclude_none=True)
         d["fraction_done"] = (self.samples / self.total_samples) if self.total_samples else None
         return d
@@ -328,18 +346,24 @@ class Store:
                 self._event(c, now, job_id, "cancel_requested", {})
         return self.get(job_id)
 
-    def request_resize(self, job_id: int, workers: int, batch_size: int | None, now: float | None = None) -> JobRecord:
-        """Hold the job at ``workers`` (and ``batch_size``) from the next round on; the loop applies it."""
+    def request_resize(self, job_id: int, workers: int, batch_size: int | None, now: float | None = None,
+                       refuse: Callable[[JobSpec], str | None] | None = None) -> JobRecord:
+        """Hold the job at ``workers`` (and ``batch_size``) from the next round on; the loop applies it.
+
+        ``refuse(spec)``: why the job's own spec forbids it (``ResizeRefused``), checked on the one row read."""
         now = self.clock() if now is None else now
         c = self._conn()
         with self._tx():
-            row = self._job_row(c, job_id, "state")
-            if row["state"] in TERMINAL:
-                raise TransitionError(f"job {job_id} is {row['state']}; only queued or running jobs can be resized")
+            job = _decode(self._job_row(c, job_id, "*"), self._records)
+            if job.state in TERMINAL:
+                raise TransitionError(f"job {job_id} is {job.state}; only queued or running jobs can be resized")
+            why = refuse(job.spec) if refuse is not None else None
+            if why:
+                raise ResizeRefused(why)
             c.execute("UPDATE jobs SET requested_workers = ?, requested_batch = ? WHERE id = ?",
                       (workers, batch_size, job_id))
             self._event(c, now, job_id, "resize_requested", {"workers": workers, "batch_size": batch_size})
-        return self.get(job_id)
+        return replace(job, requested_workers=workers, requested_batch=batch_size)
 
     # -- allocations, progress, events, predictions -------------------------------------------------
     def record_allocation(self, job_id: int, now: float, num_gpus: int, batch_size: int | None,

@@ -53,6 +53,15 @@ class MicroBatches:
             self.no_sync_s += now - self._began
         self.index, self.count, self.size, self._began = index, count, size, now
 
+    def reset(self) -> None:
+        """No step open: the gates let every call through."""
+        self.index, self.count, self.size, self.forwarded, self.no_sync_s = 0, 1, 0, 0, 0.0
+
+    @property
+    def unfinished(self) -> bool:
+        """Some micro-batches of the open step trained, not all: its optimizer step has not run."""
+        return 0 < self.forwarded < self.count
+
     @property
     def accumulating(self) -> bool:
         """The micro-batch out now is not its step's last: its gradient waits for the others."""

@@ -9,6 +9,7 @@ reads its entry. A regroup or a batch change rebuilds that DataLoader from the t
 """
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from typing import Any, Iterator
@@ -106,11 +107,11 @@ class ElasticDataLoader:
                 try:
                     yield batch
                 except GeneratorExit:  # the loop broke out (max steps)
-                    if s.open is not None and s.micro.forwarded == 0:
-                        # an untrained batch is no step (it was committed as one, with what the script reported
-                        # after the loop): its samples go back
-                        s.open, s.metrics = None, {}
-                        s.table.offsets = offsets
+                    if s.open is not None and (s.micro.forwarded == 0 or s.micro.unfinished):
+                        # an untrained batch, or a step whose last micro-batches never trained (its optimizer step
+                        # never ran), is no step: it was committed as one, with what the script reported after
+                        # the loop, its samples counted as trained and its gates left shut
+                        _drop_step(s, offsets)
                     raise
 
     def _loaded(self, piece: list[int], short: bool) -> list[int]:
@@ -131,6 +132,20 @@ class ElasticDataLoader:
         if not cap or max(s.local_batches) <= cap:
             return [(n, mine, [mine]) for n, mine in plan]
         return [(n, mine, split_share(mine, micro_count(n, s.local_batches, cap))) for n, mine in plan]
+
+
+def _drop_step(s, offsets: list[int]) -> None:
+    """Session ``s``'s open step never completes (the loop broke out before its last micro-batch trained): its samples
+    go back to the table, its sample record is retracted (a step's last record counts), a partly accumulated gradient
+    is cleared (the gated ``zero_grad`` kept it), and the gates open again."""
+    if s.record is not None:
+        s.record.write(json.dumps({"run": s.plan.run, "generation": s.generation, "step": s.step + 1, "ids": []}) + "\n")
+    if s.micro.unfinished:
+        for m in s.models:
+            m.module.zero_grad(set_to_none=True)
+    s.open, s.metrics = None, {}
+    s.table.offsets = offsets
+    s.micro.reset()
 
 
 def remaining_epochs(epochs: int) -> Iterator[int]:

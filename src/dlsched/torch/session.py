@@ -30,6 +30,7 @@ from dlsched.train.scaling import local_batch_sizes
 from dlsched.train.store_client import connect_store
 from dlsched.torch.accumulation import MicroBatches
 from dlsched.torch.adaptive_batch import AdaptiveBatch
+from dlsched.torch.epoch_loss import EpochLoss
 from dlsched.torch.flag_watch import FlagWatch
 from dlsched.torch.lr_control import LrControl
 from dlsched.torch.lr_rule import RULES, LrFactor
@@ -38,6 +39,7 @@ from dlsched.torch.noise import GradientNoiseEstimator
 from dlsched.torch.outbox import ProgressOutbox
 from dlsched.torch.registry import StateRegistry
 from dlsched.torch.schedule_pace import pace_schedulers
+from dlsched.torch.step_record import StepRecords
 from dlsched.torch.sync_cadence import SyncCadence
 
 
@@ -72,13 +74,13 @@ class Session:
         self.layout = 0  # bumped by every regroup: loaders rebuild their iterators
         self.open: dict | None = None  # the step whose batch is out
         self.metrics: dict[str, float] = {}
+        self.epoch_loss = EpochLoss()  # epoch_end's mean_loss
         self.noise = GradientNoiseEstimator()
         self.factor = LrFactor()
         self.step_lr: float | None = None
         self.setup_s: float | None = None
         self.record = None
-        self._record_key: tuple | None = None  # the step records' context was built for
-        self._record_context: dict = {}
+        self.step_records = StepRecords()
         self.last_boundary = time.perf_counter()
         self.watch = FlagWatch(env.store, self) if env else None
         self.cadence = SyncCadence()
@@ -132,6 +134,7 @@ class Session:
             self.table = PartitionTable.from_snapshot(plan.table)
             self.epoch = self.table.epoch
         self.reference_batch = plan.reference_batch
+        self.epoch_loss = EpochLoss(plan.epoch_loss)  # the whole epoch's so far: from the End or the checkpoint
         if self.adaptive is not None:  # the job picks its own batch: keep it, within bounds at this size
             self.requested_batch = self.adaptive.regrouped(self.global_batch, self.world, self._reference())
         else:
@@ -174,7 +177,7 @@ class Session:
 
     def _save(self, finished: bool = False) -> None:
         state = {**self._state(), "step": self.step, "table": self.table.snapshot() if self.table else None,
-                 "global_batch": self.requested_batch, "ramp": None, "epoch_loss": [0.0, 0],
+                 "global_batch": self.requested_batch, "ramp": None, "epoch_loss": self.epoch_loss.sums(),
                  "finished": finished}
         path = storage.for_job(self.job_dir, self.plan and self.plan.checkpoint_uri).save(
             SCRIPT_JOB, self.step, state)
@@ -227,7 +230,8 @@ class Session:
         wall = time.perf_counter() - self.last_boundary  # data loading included: the step as the job sees it
         if self.rank == 0:
             self.cadence.observe(wall)
-            self._emit(self._step_record(step_open["n"], wall, reduced[5:]))
+            self.epoch_loss.add(self.metrics.get("loss"), step_open["n"], self.step)
+            self._emit(self.step_records.build(self, step_open["n"], wall, reduced[5:]))
         if self.adaptive is not None:
             self.adaptive.at_boundary(self, int(reduced[2]), wall)
         if self.job_dir is not None and self.ckpt_every and self.step % self.ckpt_every == 0 and self.rank == 0:
@@ -245,35 +249,22 @@ class Session:
                 self._flush()
                 self.store.set(end_key(self.generation), End(
                     finished=False, step=self.step, table=self.table.snapshot() if self.table else None,
-                    epoch_loss=[0.0, 0], lr=self.step_lr).to_json())
+                    epoch_loss=self.epoch_loss.sums(), lr=self.step_lr).to_json())
             self.membership.regroup()
         self.last_boundary = time.perf_counter()
 
-    def _step_record(self, n: int, wall: float, times: list[float]) -> dict:
-        table = self.table
-        key = (self.layout, self.epoch, self.epochs, self.generation, self.global_batch, self.noise.updates)
-        if key != self._record_key:  # what changes only at a regroup, a batch change, an epoch or a measurement
-            self._record_key = key
-            self._record_context = {
-                "epoch": self.epoch, "generation": self.generation, "workers": self.world,
-                "batch_size": self.global_batch, "epochs": self.epochs,
-                "total_samples": table.num_samples * self.epochs if self.epochs else None,
-                "grad_noise": self.noise.record(self._reference())}
-        metrics, self.metrics = self.metrics, {}
-        setup_s, self.setup_s = self.setup_s, None
-        per_worker = [s / max(t, 1e-9) for s, t in zip(self.local_batches, times)] if times else []
-        return {"time": time.time(), "step": self.step, **self._record_context,
-                "samples": table.epoch * table.num_samples + table.consumed, "loss": metrics.pop("loss", None),
-                "samples_per_s": n / max(wall, 1e-9), "lr": self.step_lr, "per_worker_samples_per_s": per_worker,
-                "table": list(table.offsets), "setup_s": setup_s, "metrics": metrics}
-
     # -- epochs and reports ----------------------------------------------------------------------------
     def next_epoch(self) -> None:
-        """Every rank moves on together; the table advances before the boundary, so an End carries it."""
+        """Every rank moves on together; the table advances before the boundary, so an End carries it.
+
+        ``mean_loss``: ``dlsched.torch.epoch_loss`` (rank 0's; the others adopt its sums at a regroup)."""
+        if self.open is not None:  # a step the loop broke out after, committed below: the ending epoch's
+            self.epoch_loss.add(self.metrics.get("loss"), self.open["n"], self.step + 1)
         self.table = self.table.next_epoch() if self.table is not None else None
         self.epoch += 1
         if self.rank == 0:
-            self._emit({"event": "epoch_end", "epoch": self.epoch - 1, "time": time.time()})
+            self._emit({"event": "epoch_end", "epoch": self.epoch - 1, "mean_loss": self.epoch_loss.close(),
+                        "time": time.time()})
         self.boundary()
 
     def finish(self) -> None:

@@ -151,15 +151,20 @@ def committed_sample_ids(job_dir: Path) -> Counter:
     Workers record ``{"generation", "step", "ids"}`` just before each step's all-reduce (only when the job
     runs with ``record_samples``). A restore from a checkpoint (a ``worker_lost`` event, or ``resumed`` when a
     new coordinator took the job over, each with ``new_generation`` and ``restored_step`` in progress.jsonl)
-    discards what earlier generations trained after that step. A torn last line (a kill mid-write) is skipped.
+    discards what earlier generations trained after that step. A step recorded twice in a run and generation
+    counts as its last record (a script's loop that broke out mid-step retracts it with ``ids: []``). A torn
+    last line (a kill mid-write) is skipped.
     """
     job_dir = Path(job_dir)
     rollbacks = [(rec["new_generation"], rec["restored_step"]) for rec in read_json_lines(job_dir / "progress.jsonl")
                  if rec.get("event") in ("worker_lost", "resumed")]
     seen: Counter = Counter()
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
+        last: dict[tuple, list[int]] = {}   # a step dropped before its optimizer step is recorded again, ids []
         for rec in read_json_lines(path):
             if any(rec["generation"] < g and rec["step"] > s for g, s in rollbacks):
                 continue
-            seen.update(rec["ids"])
+            last[(rec.get("run"), rec["generation"], rec["step"])] = rec["ids"]
+        for ids in last.values():
+            seen.update(ids)
     return seen

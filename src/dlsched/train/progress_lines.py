@@ -14,7 +14,7 @@ from dlsched.perf.efficiency import GradientNoise
 _EVENTS = {
     "metrics": lambda r: f"epoch {r.get('epoch')} step {r.get('step')}: "
                          + " ".join(f"{k} {_num(v)}" for k, v in (r.get("metrics") or {}).items()),
-    "epoch_end": lambda r: f"epoch {r.get('epoch')} done"   # a user script's epoch has no runtime-computed mean
+    "epoch_end": lambda r: f"epoch {r.get('epoch')} done"   # no mean where no step reported a loss
                            + (f": mean loss {_num(r['mean_loss'])}" if r.get("mean_loss") is not None else ""),
     "checkpoint": lambda r: f"checkpoint at step {r.get('step')}",
     "checkpoint_skipped": lambda r: f"checkpoint skipped: {r.get('reason') or r.get('checkpoint')}",

@@ -1,0 +1,32 @@
+"""A script's step record (``dlsched.train.protocol``'s progress schema), as rank 0 emits it at each commit."""
+from __future__ import annotations
+
+import time
+
+
+class StepRecords:
+    """Builds the records; the part that changes only at a regroup, a batch change, an epoch or a measurement is
+    kept between steps (a 10 ms step cannot afford rebuilding it)."""
+
+    def __init__(self):
+        self._key: tuple | None = None
+        self._context: dict = {}
+
+    def build(self, s, n: int, wall: float, times: list[float]) -> dict:
+        """Session ``s``'s record of the step just committed: ``n`` samples in ``wall`` s, ``times`` per rank."""
+        table = s.table
+        key = (s.layout, s.epoch, s.epochs, s.generation, s.global_batch, s.noise.updates)
+        if key != self._key:
+            self._key = key
+            self._context = {
+                "epoch": s.epoch, "generation": s.generation, "workers": s.world,
+                "batch_size": s.global_batch, "epochs": s.epochs,
+                "total_samples": table.num_samples * s.epochs if s.epochs else None,
+                "grad_noise": s.noise.record(s._reference())}
+        metrics, s.metrics = s.metrics, {}
+        setup_s, s.setup_s = s.setup_s, None
+        per_worker = [k / max(t, 1e-9) for k, t in zip(s.local_batches, times)] if times else []
+        return {"time": time.time(), "step": s.step, **self._context,
+                "samples": table.epoch * table.num_samples + table.consumed, "loss": metrics.pop("loss", None),
+                "samples_per_s": n / max(wall, 1e-9), "lr": s.step_lr, "per_worker_samples_per_s": per_worker,
+                "table": list(table.offsets), "setup_s": setup_s, "metrics": metrics}
