@@ -140,3 +140,16 @@ def test_yaml_predict_json_parses_and_the_table_cuts_nothing_at_80_columns():
         out = json.loads(subprocess.run(args + ["--json"], capture_output=True, text=True, cwd=REPO_ROOT, env=env,
                                         timeout=120).stdout)
         assert out["model"] == "optimus" and sum(c["best"] for c in out["configurations"]) == 1
+
+
+@pytest.mark.parametrize("plot, expect", [
+    ("missing/p.png", "missing' does not exist"),
+    ("a-file/p.png", "a-file' is a file, not a folder"),
+    (".", "is a folder; give a file name"),
+])
+def test_an_unwritable_plot_path_is_one_line_exit_2_before_anything_prints(tmp_path, plot, expect):
+    (tmp_path / "a-file").write_text("")
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--plot", tmp_path / plot)
+    assert r.returncode == 2, r.stdout + r.stderr   # was a FileNotFoundError traceback, exit 1, after the table
+    assert r.stdout == "" and r.stderr.count("\n") == 1 and expect in r.stderr and "--plot" in r.stderr
+

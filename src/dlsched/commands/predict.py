@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
+from dlsched.commands.plot_file import check_plot_path, save_figure
 from dlsched.documents import read_yaml_file
 from dlsched.errors import UserError
 
@@ -340,7 +341,7 @@ def plot(obs: Observations, rep: Report, out: Path) -> None:
     else:
         b.text(0.5, 0.5, "no speed samples", ha="center", va="center")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    save_figure(fig, out, dpi=100)
     plt.close(fig)
 
 
@@ -376,6 +377,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout instead of the table"),
     ) -> None:
         """Predict a job's remaining training time per configuration (Optimus convergence + speed models)."""
+        if plot_path is not None:
+            check_plot_path(plot_path)
         obs = load_observations(file)
         for name, value in (("delta", delta), ("target_loss", target_loss), ("steps_per_epoch", steps_per_epoch),
                             ("global_batch", batch), ("gpus_per_node", gpus_per_node)):
