@@ -1,5 +1,6 @@
 """``dlsched predict``: a few runs of the real CLI in a subprocess (exit codes, output, plot), and the input
 checks in-process (each CLI start costs seconds on a loaded 2-core machine)."""
+import json
 import os
 import subprocess
 import sys
@@ -153,3 +154,14 @@ def test_an_unwritable_plot_path_is_one_line_exit_2_before_anything_prints(tmp_p
     assert r.returncode == 2, r.stdout + r.stderr   # was a FileNotFoundError traceback, exit 1, after the table
     assert r.stdout == "" and r.stderr.count("\n") == 1 and expect in r.stderr and "--plot" in r.stderr
 
+
+def test_json_with_a_plot_prints_only_the_json_object(tmp_path):
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--json", "--plot", tmp_path / "p.png")
+    assert r.returncode == 0, r.stderr
+    assert "configurations" in json.loads(r.stdout)   # "plot written to" was a line after the object
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_a_bad_batch_names_the_batch_option():
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--batch", "0")
+    assert r.returncode == 2 and r.stderr == "error: --batch: must be > 0, got 0\n"   # named --global-batch

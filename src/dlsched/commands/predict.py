@@ -380,11 +380,12 @@ def register(app: typer.Typer) -> None:
         if plot_path is not None:
             check_plot_path(plot_path)
         obs = load_observations(file)
-        for name, value in (("delta", delta), ("target_loss", target_loss), ("steps_per_epoch", steps_per_epoch),
-                            ("global_batch", batch), ("gpus_per_node", gpus_per_node)):
+        for name, flag, value in (("delta", "--delta", delta), ("target_loss", "--target-loss", target_loss),
+                                  ("steps_per_epoch", "--steps-per-epoch", steps_per_epoch),
+                                  ("global_batch", "--batch", batch), ("gpus_per_node", "--gpus-per-node", gpus_per_node)):
             if value is not None:
                 if value <= 0:
-                    raise UserError(f"--{name.replace('_', '-')}: must be > 0, got {value}")
+                    raise UserError(f"{flag}: must be > 0, got {value}")
                 setattr(obs, name, value)
         if obs.delta is not None and obs.target_loss is not None:
             raise UserError(f"{obs.source}: give either a target loss or a delta, not both")
@@ -395,4 +396,5 @@ def register(app: typer.Typer) -> None:
             render(obs, rep)
         if plot_path is not None:
             plot(obs, rep, plot_path)
-            print(f"plot written to {plot_path}")
+            if not as_json:   # stdout is then the one JSON object
+                print(f"plot written to {plot_path}")
