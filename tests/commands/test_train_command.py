@@ -11,8 +11,12 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("args, line", [
     (("--batch-size", "0"), "error: --batch-size 0: must be >= 1"),        # was dropped: trained at batch 32, exit 0
     (("--ckpt-every", "-1"), "error: --ckpt-every -1: must be >= 0 (0 = never)"),   # was a checkpoint on every step
+    # these were the runtime's 17-line argparse usage, naming python -m dlsched.train.run and options train lacks
+    (("--strategy", "bogus"), "error: --strategy 'bogus': expected allreduce or ps"),
+    (("--batch-mode", "global"), "error: --batch-mode 'global': expected fixed-global or fixed-local"),
+    (("--standby", "-1"), "error: --standby -1: must be >= 0"),   # was accepted, exit 0
 ])
-def test_train_refuses_a_zero_batch_and_a_negative_checkpoint_interval(tmp_path, args, line):
+def test_train_refuses_bad_numbers_and_choices_in_one_line(tmp_path, args, line):
     (tmp_path / "train.py").write_text("raise SystemExit('the script must not start')\n")
     r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"), *args,
                         "--", "python", str(tmp_path / "train.py")], capture_output=True, text=True, timeout=120,
