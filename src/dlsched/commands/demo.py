@@ -3,6 +3,7 @@ submit a staggered mix of real PyTorch jobs over HTTP, show them being scheduled
 ``demo-report/`` (predicted vs actual completion, allocation Gantt chart, loss fits)."""
 from __future__ import annotations
 
+import math
 import shlex
 import shutil
 import time
@@ -50,6 +51,8 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
     from dlsched.service.server import Service, free_port
     from dlsched.spec import load_cluster_spec_file, load_job_spec_file
 
+    if not (math.isfinite(timeout_s) and timeout_s > 0):   # -1 started the service, cancelled every job, exit 1
+        raise UserError(f"--timeout {timeout_s}: expected a positive number of seconds")
     wl = load_workload(workload_path)
     base = workload_path.parent
     cluster = load_cluster_spec_file(base / wl.cluster)
