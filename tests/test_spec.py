@@ -45,6 +45,8 @@ def test_rigid_spec_is_not_elastic():
     ("name: a b\nentry: m:f", "field name: String should match pattern"),
     ("name: a\nentry: 'rm -rf /; x:y'", "field entry"),
     ("name: a\nentry: m:f\ngpus: 2\nmax_gpus: 1", "must lie in [min_gpus=2, max_gpus=1]"),
+    ("name: a\nentry: m:f\nmin_gpus: 3\nmax_gpus: 1", "field (top level): Value error, min_gpus=3 > max_gpus=1"),
+    ("name: a\nentry: m:f\ngpus: 4\nmin_gpus: 1\nmax_gpus: 2", "gpus=4 must lie in [min_gpus=1, max_gpus=2]"),
     ("name: a\nentry: m:f\nmin_batch_size: 64", "min_batch_size and max_batch_size go together"),
     ("name: a\nentry: m:f\nmin_batch_size: 64\nmax_batch_size: 32", "min_batch_size=64 > max_batch_size=32"),
     ("name: a\nentry: m:f\nparams: {lr: .inf}", "param lr=inf is not finite"),

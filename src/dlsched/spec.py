@@ -126,6 +126,9 @@ class JobSpec(_Strict):
         if self.command is not None and (self.params or self.strategy != "allreduce" or self.kind != "train"):
             raise ValueError("a command job takes its own arguments in command: no params, strategy ps or kind")
         lo, hi = self.gpu_range
+        # an inverted range said "gpus=3 must lie in [min_gpus=3, max_gpus=1]", of a gpus the user never gave
+        if self.min_gpus is not None and self.max_gpus is not None and lo > hi:
+            raise ValueError(f"min_gpus={lo} > max_gpus={hi}")
         if not lo <= self.gpus <= hi:
             raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
         if self.strategy == "allreduce" and (self.servers is not None or self.sync != "sync" or self.sparse):
