@@ -350,6 +350,12 @@ def test_events_of_an_unknown_type_is_one_line_listing_the_types(tmp_path):
         stop_service_and_jobs(svc)
 
 
+def test_events_of_two_different_jobs_is_one_line_before_any_request():
+    """`events 1 --job 2` listed job 2's events, exit 0, and dropped the 1 without a word."""
+    r = cli("events", "1", "--job", "2", "--server", "http://127.0.0.1:1")
+    assert r.returncode == 2 and r.stdout == "" and r.stderr == "error: job 1 and --job 2: give one job\n", r
+
+
 def test_every_event_the_code_stores_is_a_type_events_accepts():
     """``service/event_kinds.py`` is the list ``events --type`` checks: every kind the service stores (its own, and
     job_<event> for each event a runtime writes to progress.jsonl) must be in it, or a real type would be refused."""

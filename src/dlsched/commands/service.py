@@ -517,6 +517,8 @@ def register(app: typer.Typer) -> None:
         unknown = [k for k in kind if k not in EVENT_KINDS]
         if unknown:   # printed nothing, as for a type with no events yet
             raise UserError(f"--type {unknown[0]!r}: not an event type; expected one of {', '.join(EVENT_KINDS)}")
+        if job is not None and job_id is not None and job != job_id:   # the positional one was dropped unsaid
+            raise UserError(f"job {job_id} and --job {job}: give one job")
         client = Client(server)
         jid = job if job is not None else job_id
         path = f"/jobs/{jid}/events" if jid is not None else "/events"
