@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import sys
 import time
 from datetime import datetime
@@ -253,6 +254,20 @@ def local_cluster_spec():
     return ClusterSpec.model_validate({"nodes": [{"name": name, "gpus": gpus, "gpu_type": gpu_type}]})
 
 
+ACTIVE = ("queued", "running", "rescaling")
+
+
+def stopped_note(active: list, state_dir: str) -> str:
+    """What a stopped service leaves: its jobs run on and a restart re-attaches them (Ctrl-C said nothing)."""
+    if not active:
+        return "dlsched service stopped"
+    running = ", ".join(str(j.id) for j in active if j.state != "queued")
+    queued = ", ".join(str(j.id) for j in active if j.state == "queued")
+    left = "; ".join(x for x in (running and f"job(s) {running} keep running", queued and f"job(s) {queued} stay queued") if x)
+    return (f"dlsched service stopped; {left}: `dlsched serve --state-dir {state_dir}` takes them up again "
+            "(cancel them there to stop them)")
+
+
 def port_is_free(host: str, port: int) -> bool:
     import socket
 
@@ -329,7 +344,12 @@ def register(app: typer.Typer) -> None:
         where = f"{cluster}" if cluster else f"this machine, {slots} {spec.nodes[0].gpu_type} slot(s)"
         print(f"dlsched service: API {svc.url}  dashboard {svc.url}/dashboard/\n"
               f"  cluster {where}, policy {spec.policy}, state in {state_dir}, {auth}", flush=True)
-        svc.run()
+        # uvicorn re-raises SIGTERM after its shutdown, which killed the process before anything below ran
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+        try:
+            svc.run()
+        finally:
+            print(stopped_note(svc.store.jobs(states=ACTIVE), state_dir), flush=True)
 
     @app.command()
     def submit(files: list[str] = typer.Argument(None, help="job spec files (YAML or JSON), or after '--' a "
