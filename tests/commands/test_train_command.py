@@ -25,6 +25,17 @@ def test_train_refuses_bad_numbers_and_choices_in_one_line(tmp_path, args, line)
     assert not (tmp_path / "job" / "logs").exists()   # no worker was started
 
 
+def test_a_script_given_without_the_dashes_says_how_to_run_it(tmp_path):
+    """`dlsched train train.py` said "--entry 'train.py': expected 'path/to/file.py:make_job'", an option
+    dlsched train does not have, and not how to run a script."""
+    (tmp_path / "train.py").write_text("raise SystemExit('the script must not start')\n")
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"),
+                        str(tmp_path / "train.py")], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 2 and r.stderr == (f"error: {tmp_path}/train.py: a script runs after '--' (dlsched train "
+                                              f"-- python {tmp_path}/train.py); an entry names its factory "
+                                              "(file.py:make_job)\n"), r.stderr[-500:]
+
+
 def test_a_script_that_trains_no_step_says_so_not_step_none(tmp_path):
     """`dlsched train -- python examples/mlp.py` (a make_job module, no loop) ended 'finished at step None'."""
     (tmp_path / "plain.py").write_text("print('no dlsched.torch here')\n")

@@ -75,6 +75,9 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--standby {standby}: must be >= 0")
         if not entry or (not script and len(entry) != 1):
             raise UserError("give one entry (file.py:make_job), or a script after '--' (dlsched train -- python x.py)")
+        if not script and ":" not in entry[0] and entry[0].endswith(".py"):   # was "--entry ...", an option train lacks
+            raise UserError(f"{entry[0]}: a script runs after '--' (dlsched train -- python {entry[0]}); "
+                            "an entry names its factory (file.py:make_job)")
         if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion
             check_entry(entry[0], parse_params(param), Path.cwd(), "dlsched train")
         if job_dir is not None:
