@@ -373,7 +373,7 @@ def register(app: typer.Typer) -> None:
         target_loss: Optional[float] = typer.Option(None, "--target-loss", help="predict the time to this (raw) loss instead"),
         steps_per_epoch: Optional[float] = typer.Option(None, "--steps-per-epoch", help="default: median step spacing"),
         batch: Optional[int] = typer.Option(None, "--batch", help="global batch size M of the job"),
-        gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
+        gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node the configurations are laid out on (default: the YAML speed section's, else 4)"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout instead of the table"),
     ) -> None:
         """Predict a job's remaining training time per configuration (Optimus convergence + speed models)."""

@@ -397,7 +397,7 @@ def register(app: typer.Typer) -> None:
             print_json(out)
 
     @app.command()
-    def status(server: Optional[str] = SERVER_OPT, watch: bool = typer.Option(False, "--watch", "-w"),
+    def status(server: Optional[str] = SERVER_OPT, watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C (piped: print each change)"),
                interval: float = typer.Option(1.0, help="--watch refresh (s)"),
                all_jobs: bool = typer.Option(True, "--all/--active", help="include ended jobs"),
                as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
