@@ -386,6 +386,30 @@ def test_events_of_an_unknown_type_is_one_line_listing_the_types(tmp_path):
         stop_service_and_jobs(svc)
 
 
+def test_following_a_job_cancelled_while_queued_says_it_never_started(tmp_path):
+    """`logs -f` of a queued job that was then cancelled ended with no output at all, exit 0."""
+    svc = Service(cluster(slots=(1,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    follow = None
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        ids = [c.post("/jobs", content=job_yaml(name, samples=10**6, step_s=0.05),
+                      headers={"content-type": "application/yaml"}).json()["id"] for name in ("holds", "waits")]
+        wait_until(lambda: c.get(f"/jobs/{ids[0]}").json()["state"] == "running", 60, "the first job runs")
+        follow = subprocess.Popen([sys.executable, str(SERVE), "logs", "-f", str(ids[1]), "--server", svc.url],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                  env=dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file)))
+        wait_until(lambda: c.get(f"/jobs/{ids[1]}").json()["state"] == "queued", 10, "the second job waits")
+        c.post(f"/jobs/{ids[1]}/cancel")
+        out, err = follow.communicate(timeout=60)
+        assert follow.returncode == 0 and out == "", (out, err)
+        assert err.splitlines()[-1] == f"job {ids[1]} was cancelled before it started: it has no output", err
+    finally:
+        if follow is not None and follow.poll() is None:
+            follow.kill()
+            follow.wait(timeout=30)
+        stop_service_and_jobs(svc)
+
+
 def test_events_of_two_different_jobs_is_one_line_before_any_request():
     """`events 1 --job 2` listed job 2's events, exit 0, and dropped the 1 without a word."""
     r = cli("events", "1", "--job", "2", "--server", "http://127.0.0.1:1")

@@ -501,18 +501,26 @@ def register(app: typer.Typer) -> None:
             print(f"job {job_id} is queued and has no output yet; "
                   + ("waiting for it to start" if follow else f"dlsched logs -f {job_id} waits for it to start"),
                   file=sys.stderr, flush=True)
+        printed = False
         while True:
             sys.stdout.write(r.text)
             sys.stdout.flush()
+            printed |= bool(r.text)
             offset = int(r.headers.get("X-Next-Offset", 0))
             if not follow:
-                return
+                break
             if not r.text:
                 if client.get(f"/jobs/{job_id}")["state"] in TERMINAL:
-                    sys.stdout.write(client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset}).text)
-                    return
+                    rest = client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset}).text
+                    sys.stdout.write(rest)
+                    printed |= bool(rest)
+                    break
                 time.sleep(0.5)
             r = client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset})
+        if not printed:   # a job cancelled while queued ended `logs -f` with nothing at all, exit 0
+            job = client.get(f"/jobs/{job_id}")
+            if job["state"] in TERMINAL and job.get("start_time") is None:
+                print(f"job {job_id} was {job['state']} before it started: it has no output", file=sys.stderr)
 
     @app.command()
     def nodes(server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
