@@ -38,3 +38,15 @@ def test_a_timeout_that_is_not_positive_is_refused_before_the_service_starts(tmp
     with pytest.raises(UserError, match="--timeout .*expected a positive number of seconds"):
         run_demo(tmp_path / "no-workload.yaml", tmp_path / "out", timeout, RUNTIME, None, tmp_path, Console(file=io.StringIO()))
     assert not (tmp_path / "out").exists()
+
+
+def test_an_out_folder_whose_state_is_not_a_demos_is_left_alone(tmp_path):
+    """--out ~/project deleted ~/project/state, whatever it held, before the demo started."""
+    from dlsched.errors import UserError
+
+    mine = tmp_path / "project" / "state" / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    with pytest.raises(UserError, match="is not a dlsched state folder"):
+        run_demo(tmp_path / "no-workload.yaml", tmp_path / "project", 60, RUNTIME, None, tmp_path, Console(file=io.StringIO()))
+    assert mine.read_text() == "mine"
