@@ -42,9 +42,14 @@ def test_rigid_spec_is_not_elastic():
     ("name: a\nentry: m:f\nbatch_size: 1000000000", "field batch_size"),
     ("name: a\nentry: m:f\ngpu: 2", "field gpu: Extra inputs are not permitted"),
     ("entry: m:f", "field name: Field required"),
+    # a misspelt field: was "field name: Field required (+1 more)", the typo left unsaid
+    ("nmae: a\nentry: m:f", "field nmae: Extra inputs are not permitted (got 'a'); did you mean 'name'? (+1 more)"),
+    ("name: a\nentry: m:f\nmax_gpu: 2", "field max_gpu: Extra inputs are not permitted (got 2); did you mean 'max_gpus'?"),
     ("name: a b\nentry: m:f", "field name: String should match pattern"),
     ("name: a\nentry: 'rm -rf /; x:y'", "field entry"),
     ("name: a\nentry: m:f\ngpus: 2\nmax_gpus: 1", "must lie in [min_gpus=2, max_gpus=1]"),
+    ("name: a\nentry: m:f\nmin_gpus: 3\nmax_gpus: 1", "field (top level): Value error, min_gpus=3 > max_gpus=1"),
+    ("name: a\nentry: m:f\ngpus: 4\nmin_gpus: 1\nmax_gpus: 2", "gpus=4 must lie in [min_gpus=1, max_gpus=2]"),
     ("name: a\nentry: m:f\nmin_batch_size: 64", "min_batch_size and max_batch_size go together"),
     ("name: a\nentry: m:f\nmin_batch_size: 64\nmax_batch_size: 32", "min_batch_size=64 > max_batch_size=32"),
     ("name: a\nentry: m:f\nparams: {lr: .inf}", "param lr=inf is not finite"),
@@ -81,6 +86,14 @@ def test_files_name_themselves(tmp_path):
         load_job_spec_file(f)
     with pytest.raises(SpecError, match="cannot read"):
         load_job_spec_file(tmp_path / "missing.yaml")
+
+
+def test_a_misspelt_node_field_is_named_with_the_field_it_meant():
+    """Was "field nodes.0.gpus: Field required (+1 more)": the 'gpu' the user wrote went unmentioned."""
+    with pytest.raises(SpecError) as e:
+        load_cluster_spec("nodes:\n  - {name: n0, gpu: 3}\n", "cluster.yaml")
+    assert str(e.value) == ("cluster.yaml: field nodes.0.gpu: Extra inputs are not permitted (got 3); "
+                            "did you mean 'gpus'? (+1 more)")
 
 
 def test_cluster_spec(tmp_path):

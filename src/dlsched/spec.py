@@ -7,6 +7,7 @@ real cluster and tight enough that a typo cannot make the scheduler allocate a b
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import reprlib
@@ -126,6 +127,9 @@ class JobSpec(_Strict):
         if self.command is not None and (self.params or self.strategy != "allreduce" or self.kind != "train"):
             raise ValueError("a command job takes its own arguments in command: no params, strategy ps or kind")
         lo, hi = self.gpu_range
+        # an inverted range said "gpus=3 must lie in [min_gpus=3, max_gpus=1]", of a gpus the user never gave
+        if self.min_gpus is not None and self.max_gpus is not None and lo > hi:
+            raise ValueError(f"min_gpus={lo} > max_gpus={hi}")
         if not lo <= self.gpus <= hi:
             raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
         if self.strategy == "allreduce" and (self.servers is not None or self.sync != "sync" or self.sparse):
@@ -201,8 +205,10 @@ _SHORT = reprlib.Repr()   # Python 3.11's Repr takes no keyword arguments
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 2, 60, 60, 40
 
 
-def _one_line(err: ValidationError, source: str) -> str:
-    e = err.errors(include_url=False)[0]
+def _one_line(err: ValidationError, source: str, model: type[BaseModel]) -> str:
+    errors = err.errors(include_url=False)
+    # a misspelt field is the cause of the "Field required" beside it, which pydantic lists first
+    e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
     where = ".".join(str(p) for p in e["loc"]) or "(top level)"
     value = _SHORT.repr(e.get("input"))   # bounded: the input may be a large nested value
     if len(value) > 60:
@@ -210,7 +216,17 @@ def _one_line(err: ValidationError, source: str) -> str:
     more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
     msg = e["msg"].replace("\n", " ")
     got = "" if e["type"] in ("missing",) or e["loc"] == () else f" (got {value})"
-    return f"{source}: field {where}: {msg}{got}{more}"
+    return f"{source}: field {where}: {msg}{got}{_did_you_mean(e, errors, model)}{more}"
+
+
+def _did_you_mean(e: dict, errors: list[dict], model: type[BaseModel]) -> str:
+    if e["type"] != "extra_forbidden":
+        return ""
+    *parent, key = e["loc"]
+    known = [str(x["loc"][-1]) for x in errors if x["type"] == "missing" and list(x["loc"][:-1]) == parent]
+    known += list(model.model_fields) if not parent else []
+    close = difflib.get_close_matches(str(key), known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def parse_document(data: bytes | str, source: str, fmt: str | None = None) -> Any:
@@ -228,7 +244,7 @@ def _validate(model: type[BaseModel], doc: Any, source: str):
     try:
         return model.model_validate(doc, strict=True)
     except ValidationError as e:
-        raise SpecError(_one_line(e, source)) from None
+        raise SpecError(_one_line(e, source, model)) from None
 
 
 def load_job_spec(data: bytes | str, source: str = "job spec", fmt: str | None = None) -> JobSpec:

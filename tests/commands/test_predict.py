@@ -1,5 +1,6 @@
 """``dlsched predict``: a few runs of the real CLI in a subprocess (exit codes, output, plot), and the input
 checks in-process (each CLI start costs seconds on a loaded 2-core machine)."""
+import json
 import os
 import subprocess
 import sys
@@ -140,3 +141,27 @@ def test_yaml_predict_json_parses_and_the_table_cuts_nothing_at_80_columns():
         out = json.loads(subprocess.run(args + ["--json"], capture_output=True, text=True, cwd=REPO_ROOT, env=env,
                                         timeout=120).stdout)
         assert out["model"] == "optimus" and sum(c["best"] for c in out["configurations"]) == 1
+
+
+@pytest.mark.parametrize("plot, expect", [
+    ("missing/p.png", "missing' does not exist"),
+    ("a-file/p.png", "a-file' is a file, not a folder"),
+    (".", "is a folder; give a file name"),
+])
+def test_an_unwritable_plot_path_is_one_line_exit_2_before_anything_prints(tmp_path, plot, expect):
+    (tmp_path / "a-file").write_text("")
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--plot", tmp_path / plot)
+    assert r.returncode == 2, r.stdout + r.stderr   # was a FileNotFoundError traceback, exit 1, after the table
+    assert r.stdout == "" and r.stderr.count("\n") == 1 and expect in r.stderr and "--plot" in r.stderr
+
+
+def test_json_with_a_plot_prints_only_the_json_object(tmp_path):
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--json", "--plot", tmp_path / "p.png")
+    assert r.returncode == 0, r.stderr
+    assert "configurations" in json.loads(r.stdout)   # "plot written to" was a line after the object
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_a_bad_batch_names_the_batch_option():
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--batch", "0")
+    assert r.returncode == 2 and r.stderr == "error: --batch: must be > 0, got 0\n"   # named --global-batch

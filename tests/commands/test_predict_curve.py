@@ -143,3 +143,10 @@ def test_json_with_a_plot_prints_only_the_json_object(tmp_path, capsys):
                      tmp_path / "p.png")
     out = capsys.readouterr().out   # the "plot written" note was a second stdout line after the object
     assert code == 0 and KEYS <= set(json.loads(out)) and (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_an_unwritable_plot_path_is_refused_before_the_fit(tmp_path, capsys):
+    with pytest.raises(UserError, match="--plot .*missing' does not exist"):
+        run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.95, "loss", None, None, True,
+                  tmp_path / "missing" / "p.png")
+    assert capsys.readouterr().out == ""   # the prediction printed, then a FileNotFoundError traceback, exit 1

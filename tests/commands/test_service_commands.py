@@ -148,6 +148,42 @@ def test_serve_without_options_runs_on_this_machine_and_a_busy_port_is_one_line(
         proc.wait(timeout=60)
 
 
+@pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_service_says_its_jobs_keep_running_and_how_to_take_them_up(tmp_path, stop, code):
+    """Ctrl-C or SIGTERM ended `serve` without a word, its jobs still running on the machine; on SIGTERM the
+    process was killed by the signal uvicorn re-raises, before the service closed."""
+    port, state = free_port(), tmp_path / "state"
+    (tmp_path / "cluster.yaml").write_text("nodes: [{name: n0, gpus: 1}]\npolicy: test-fifo\ninterval_s: 0.2\n")
+    proc = subprocess.Popen([sys.executable, str(SERVE), "serve", "--port", str(port), "--state-dir", str(state),
+                             "-c", str(tmp_path / "cluster.yaml"), "--runtime", " ".join(RUNTIME),
+                             "--workdir", str(tmp_path)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    launch = state / "jobs" / "1" / "launch.json"
+    try:
+        wait_until(lambda: _healthy(port), 60, "service answers /healthz")
+        c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                         headers={"Authorization": f"Bearer {(state / 'token').read_text().strip()}"})
+        for name in ("runs", "waits"):
+            c.post("/jobs", content=job_yaml(name, samples=10**6, step_s=0.05), headers={"content-type": "application/yaml"})
+        wait_until(lambda: c.get("/jobs/1").json()["state"] == "running" and launch.exists(), 60, "job 1 runs")
+        proc.send_signal(stop)
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == code, err[-2000:]
+        assert out.splitlines()[-1] == (f"dlsched service stopped; job(s) 1 keep running; job(s) 2 stay queued: "
+                                        f"`dlsched serve --state-dir {state}` takes them up again "
+                                        "(cancel them there to stop them)"), out + err[-2000:]
+        os.kill(json.loads(launch.read_text())["pid"], 0)   # the job did keep running
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        if launch.exists():
+            try:
+                os.killpg(json.loads(launch.read_text())["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def _healthy(port: int) -> bool:
     try:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
@@ -354,6 +390,36 @@ def test_events_of_an_unknown_type_is_one_line_listing_the_types(tmp_path):
         assert r.returncode == 0 and [e["job_id"] for e in json.loads(r.stdout)] == [job], r
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_following_a_job_cancelled_while_queued_says_it_never_started(tmp_path):
+    """`logs -f` of a queued job that was then cancelled ended with no output at all, exit 0."""
+    svc = Service(cluster(slots=(1,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    follow = None
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        ids = [c.post("/jobs", content=job_yaml(name, samples=10**6, step_s=0.05),
+                      headers={"content-type": "application/yaml"}).json()["id"] for name in ("holds", "waits")]
+        wait_until(lambda: c.get(f"/jobs/{ids[0]}").json()["state"] == "running", 60, "the first job runs")
+        follow = subprocess.Popen([sys.executable, str(SERVE), "logs", "-f", str(ids[1]), "--server", svc.url],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                  env=dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file)))
+        wait_until(lambda: c.get(f"/jobs/{ids[1]}").json()["state"] == "queued", 10, "the second job waits")
+        c.post(f"/jobs/{ids[1]}/cancel")
+        out, err = follow.communicate(timeout=60)
+        assert follow.returncode == 0 and out == "", (out, err)
+        assert err.splitlines()[-1] == f"job {ids[1]} was cancelled before it started: it has no output", err
+    finally:
+        if follow is not None and follow.poll() is None:
+            follow.kill()
+            follow.wait(timeout=30)
+        stop_service_and_jobs(svc)
+
+
+def test_events_of_two_different_jobs_is_one_line_before_any_request():
+    """`events 1 --job 2` listed job 2's events, exit 0, and dropped the 1 without a word."""
+    r = cli("events", "1", "--job", "2", "--server", "http://127.0.0.1:1")
+    assert r.returncode == 2 and r.stdout == "" and r.stderr == "error: job 1 and --job 2: give one job\n", r
 
 
 def test_every_event_the_code_stores_is_a_type_events_accepts():

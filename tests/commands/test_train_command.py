@@ -11,14 +11,29 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("args, line", [
     (("--batch-size", "0"), "error: --batch-size 0: must be >= 1"),        # was dropped: trained at batch 32, exit 0
     (("--ckpt-every", "-1"), "error: --ckpt-every -1: must be >= 0 (0 = never)"),   # was a checkpoint on every step
+    # these were the runtime's 17-line argparse usage, naming python -m dlsched.train.run and options train lacks
+    (("--strategy", "bogus"), "error: --strategy 'bogus': expected allreduce or ps"),
+    (("--batch-mode", "global"), "error: --batch-mode 'global': expected fixed-global or fixed-local"),
+    (("--standby", "-1"), "error: --standby -1: must be >= 0"),   # was accepted, exit 0
 ])
-def test_train_refuses_a_zero_batch_and_a_negative_checkpoint_interval(tmp_path, args, line):
+def test_train_refuses_bad_numbers_and_choices_in_one_line(tmp_path, args, line):
     (tmp_path / "train.py").write_text("raise SystemExit('the script must not start')\n")
     r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"), *args,
                         "--", "python", str(tmp_path / "train.py")], capture_output=True, text=True, timeout=120,
                        cwd=REPO)
     assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-500:]
     assert not (tmp_path / "job" / "logs").exists()   # no worker was started
+
+
+def test_a_script_given_without_the_dashes_says_how_to_run_it(tmp_path):
+    """`dlsched train train.py` said "--entry 'train.py': expected 'path/to/file.py:make_job'", an option
+    dlsched train does not have, and not how to run a script."""
+    (tmp_path / "train.py").write_text("raise SystemExit('the script must not start')\n")
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"),
+                        str(tmp_path / "train.py")], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 2 and r.stderr == (f"error: {tmp_path}/train.py: a script runs after '--' (dlsched train "
+                                              f"-- python {tmp_path}/train.py); an entry names its factory "
+                                              "(file.py:make_job)\n"), r.stderr[-500:]
 
 
 def test_a_script_that_trains_no_step_says_so_not_step_none(tmp_path):

@@ -28,3 +28,25 @@ def test_demo_runs_a_staggered_workload_and_writes_the_report(tmp_path):
     assert table.loc[0, "resizes"] >= 1                       # the elastic job was rescaled live
     assert table["jct_error"].notna().all() and (table["fraction_at_prediction"] >= 0.25).all()
     assert "submitted job 3 (c)" in buf.getvalue() and "rescaling" in buf.getvalue()
+
+
+@pytest.mark.parametrize("timeout", [-1.0, 0.0, float("nan")])
+def test_a_timeout_that_is_not_positive_is_refused_before_the_service_starts(tmp_path, timeout):
+    """--timeout -1 started the service, submitted the first job, cancelled it at once and exited 1."""
+    from dlsched.errors import UserError
+
+    with pytest.raises(UserError, match="--timeout .*expected a positive number of seconds"):
+        run_demo(tmp_path / "no-workload.yaml", tmp_path / "out", timeout, RUNTIME, None, tmp_path, Console(file=io.StringIO()))
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_out_folder_whose_state_is_not_a_demos_is_left_alone(tmp_path):
+    """--out ~/project deleted ~/project/state, whatever it held, before the demo started."""
+    from dlsched.errors import UserError
+
+    mine = tmp_path / "project" / "state" / "notes.txt"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("mine")
+    with pytest.raises(UserError, match="is not a dlsched state folder"):
+        run_demo(tmp_path / "no-workload.yaml", tmp_path / "project", 60, RUNTIME, None, tmp_path, Console(file=io.StringIO()))
+    assert mine.read_text() == "mine"

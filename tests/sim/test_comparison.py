@@ -32,3 +32,22 @@ def test_allocation_plot_area_is_the_utilisation_of_the_table():
     table_gpu_hours = r.gpu_utilisation() * r.total_gpus * (tl.time.iloc[-1] - tl.time.iloc[0]) / 3600
     assert table_gpu_hours > 0 and drawn_gpu_hours == pytest.approx(table_gpu_hours, rel=1e-9)
     assert drawn_gpu_hours < 0.1   # 200 GPU-seconds, not the 10 hours between the jobs
+
+
+def test_the_comparison_at_80_columns_folds_no_policy_name_or_number(monkeypatch, capsys):
+    """At 80 columns the one-line headers overflowed, and rich folded the cells: 'goodput-fa' over 'ir',
+    'predicte' over 'd', 'finishe' over 'd'."""
+    from dlsched.sim.comparison import print_summary, summary_frame
+
+    monkeypatch.setenv("COLUMNS", "80")
+    jobs = [job("a", 0, 1, 100), job("b", 50, 2, 300)]
+    results = [run(jobs, p, ClusterView.homogeneous(1, 2), interval=10, restart_penalty=0)
+               for p in ("elastic-gpu-only", "goodput-fair", "fifo")]
+    frame = summary_frame(results, horizon=10_000).assign(remaining="predicted")
+    print_summary(frame, "t")
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()]
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for r in results:   # each policy's row whole on one line, its numbers beside it
+        row = next(x for x in rows if x and x[0] == r.policy)
+        assert row[1] == str(len(r.finished)) and f"{100 * r.gpu_utilisation():.1f}%" in row

@@ -3,6 +3,7 @@ submit a staggered mix of real PyTorch jobs over HTTP, show them being scheduled
 ``demo-report/`` (predicted vs actual completion, allocation Gantt chart, loss fits)."""
 from __future__ import annotations
 
+import math
 import shlex
 import shutil
 import time
@@ -50,6 +51,12 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
     from dlsched.service.server import Service, free_port
     from dlsched.spec import load_cluster_spec_file, load_job_spec_file
 
+    if not (math.isfinite(timeout_s) and timeout_s > 0):   # -1 started the service, cancelled every job, exit 1
+        raise UserError(f"--timeout {timeout_s}: expected a positive number of seconds")
+    state = out / "state"
+    if state.exists() and not (state / "dlsched.db").exists():   # --out ~/project deleted ~/project/state
+        raise UserError(f"--out {str(out)!r}: {str(state)!r} exists and is not a dlsched state folder (an earlier "
+                        "demo's, which the demo replaces); choose another --out")
     wl = load_workload(workload_path)
     base = workload_path.parent
     cluster = load_cluster_spec_file(base / wl.cluster)
@@ -58,7 +65,6 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
     arrivals = sorted(((a.at, base / a.spec) for a in wl.jobs), key=lambda x: x[0])
     for _, f in arrivals:
         load_job_spec_file(f)            # refuse a bad workload before starting anything
-    state = out / "state"
     if state.exists():
         shutil.rmtree(state)
     svc = Service(cluster, state, port=free_port(), runtime=runtime, workdir=workdir).start()

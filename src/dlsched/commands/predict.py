@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
+from dlsched.commands.plot_file import check_plot_path, save_figure
 from dlsched.documents import read_yaml_file
 from dlsched.errors import UserError
 
@@ -340,7 +341,7 @@ def plot(obs: Observations, rep: Report, out: Path) -> None:
     else:
         b.text(0.5, 0.5, "no speed samples", ha="center", va="center")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    save_figure(fig, out, dpi=100)
     plt.close(fig)
 
 
@@ -372,16 +373,19 @@ def register(app: typer.Typer) -> None:
         target_loss: Optional[float] = typer.Option(None, "--target-loss", help="predict the time to this (raw) loss instead"),
         steps_per_epoch: Optional[float] = typer.Option(None, "--steps-per-epoch", help="default: median step spacing"),
         batch: Optional[int] = typer.Option(None, "--batch", help="global batch size M of the job"),
-        gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
+        gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node the configurations are laid out on (default: the YAML speed section's, else 4)"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout instead of the table"),
     ) -> None:
         """Predict a job's remaining training time per configuration (Optimus convergence + speed models)."""
+        if plot_path is not None:
+            check_plot_path(plot_path)
         obs = load_observations(file)
-        for name, value in (("delta", delta), ("target_loss", target_loss), ("steps_per_epoch", steps_per_epoch),
-                            ("global_batch", batch), ("gpus_per_node", gpus_per_node)):
+        for name, flag, value in (("delta", "--delta", delta), ("target_loss", "--target-loss", target_loss),
+                                  ("steps_per_epoch", "--steps-per-epoch", steps_per_epoch),
+                                  ("global_batch", "--batch", batch), ("gpus_per_node", "--gpus-per-node", gpus_per_node)):
             if value is not None:
                 if value <= 0:
-                    raise UserError(f"--{name.replace('_', '-')}: must be > 0, got {value}")
+                    raise UserError(f"{flag}: must be > 0, got {value}")
                 setattr(obs, name, value)
         if obs.delta is not None and obs.target_loss is not None:
             raise UserError(f"{obs.source}: give either a target loss or a delta, not both")
@@ -392,4 +396,5 @@ def register(app: typer.Typer) -> None:
             render(obs, rep)
         if plot_path is not None:
             plot(obs, rep, plot_path)
-            print(f"plot written to {plot_path}")
+            if not as_json:   # stdout is then the one JSON object
+                print(f"plot written to {plot_path}")

@@ -20,6 +20,7 @@ from typing import Optional
 
 import typer
 
+from dlsched.commands.plot_file import check_plot_path, save_figure
 from dlsched.errors import UserError
 
 UNREACHABLE_EXIT = 3
@@ -65,6 +66,8 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
         raise UserError(f"--target: must be a finite number, got {target}")
     if target_fraction is not None and not 0 < target_fraction <= 1:
         raise UserError(f"--target-fraction: must be in (0, 1], got {target_fraction}")
+    if plot_path is not None:
+        check_plot_path(plot_path)
     curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
     budget = budget if budget is not None else curve.budget
     if budget is None:
@@ -146,7 +149,7 @@ def _plot(curve, keep, pred, out: Path, x: str, y: str, quiet: bool = False) -> 
     ax.set(xlabel=x, ylabel=y)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    save_figure(fig, out, dpi=100)
     plt.close(fig)
     if not quiet:   # with --json, stdout is the one JSON object
         print(f"plot written to {out}")

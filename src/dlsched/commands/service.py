@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import sys
 import time
 from datetime import datetime
@@ -259,6 +260,20 @@ def local_cluster_spec():
     return ClusterSpec.model_validate({"nodes": [{"name": name, "gpus": gpus, "gpu_type": gpu_type}]})
 
 
+ACTIVE = ("queued", "running", "rescaling")
+
+
+def stopped_note(active: list, state_dir: str) -> str:
+    """What a stopped service leaves: its jobs run on and a restart re-attaches them (Ctrl-C said nothing)."""
+    if not active:
+        return "dlsched service stopped"
+    running = ", ".join(str(j.id) for j in active if j.state != "queued")
+    queued = ", ".join(str(j.id) for j in active if j.state == "queued")
+    left = "; ".join(x for x in (running and f"job(s) {running} keep running", queued and f"job(s) {queued} stay queued") if x)
+    return (f"dlsched service stopped; {left}: `dlsched serve --state-dir {state_dir}` takes them up again "
+            "(cancel them there to stop them)")
+
+
 def port_is_free(host: str, port: int) -> bool:
     import socket
 
@@ -335,7 +350,12 @@ def register(app: typer.Typer) -> None:
         where = f"{cluster}" if cluster else f"this machine, {slots} {spec.nodes[0].gpu_type} slot(s)"
         print(f"dlsched service: API {svc.url}  dashboard {svc.url}/dashboard/\n"
               f"  cluster {where}, policy {spec.policy}, state in {state_dir}, {auth}", flush=True)
-        svc.run()
+        # uvicorn re-raises SIGTERM after its shutdown, which killed the process before anything below ran
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+        try:
+            svc.run()
+        finally:
+            print(stopped_note(svc.store.jobs(states=ACTIVE), state_dir), flush=True)
 
     @app.command()
     def submit(files: list[str] = typer.Argument(None, help="job spec files (YAML or JSON), or after '--' a "
@@ -383,7 +403,7 @@ def register(app: typer.Typer) -> None:
             print_json(out)
 
     @app.command()
-    def status(server: Optional[str] = SERVER_OPT, watch: bool = typer.Option(False, "--watch", "-w"),
+    def status(server: Optional[str] = SERVER_OPT, watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C (piped: print each change)"),
                interval: float = typer.Option(1.0, help="--watch refresh (s)"),
                all_jobs: bool = typer.Option(True, "--all/--active", help="include ended jobs"),
                as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
@@ -487,18 +507,26 @@ def register(app: typer.Typer) -> None:
             print(f"job {job_id} is queued and has no output yet; "
                   + ("waiting for it to start" if follow else f"dlsched logs -f {job_id} waits for it to start"),
                   file=sys.stderr, flush=True)
+        printed = False
         while True:
             sys.stdout.write(r.text)
             sys.stdout.flush()
+            printed |= bool(r.text)
             offset = int(r.headers.get("X-Next-Offset", 0))
             if not follow:
-                return
+                break
             if not r.text:
                 if client.get(f"/jobs/{job_id}")["state"] in TERMINAL:
-                    sys.stdout.write(client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset}).text)
-                    return
+                    rest = client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset}).text
+                    sys.stdout.write(rest)
+                    printed |= bool(rest)
+                    break
                 time.sleep(0.5)
             r = client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset})
+        if not printed:   # a job cancelled while queued ended `logs -f` with nothing at all, exit 0
+            job = client.get(f"/jobs/{job_id}")
+            if job["state"] in TERMINAL and job.get("start_time") is None:
+                print(f"job {job_id} was {job['state']} before it started: it has no output", file=sys.stderr)
 
     @app.command()
     def nodes(server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
@@ -523,6 +551,8 @@ def register(app: typer.Typer) -> None:
         unknown = [k for k in kind if k not in EVENT_KINDS]
         if unknown:   # printed nothing, as for a type with no events yet
             raise UserError(f"--type {unknown[0]!r}: not an event type; expected one of {', '.join(EVENT_KINDS)}")
+        if job is not None and job_id is not None and job != job_id:   # the positional one was dropped unsaid
+            raise UserError(f"job {job_id} and --job {job}: give one job")
         client = Client(server)
         jid = job if job is not None else job_id
         path = f"/jobs/{jid}/events" if jid is not None else "/events"

@@ -45,6 +45,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.entry_check import check_entry, parse_params
         from dlsched.errors import UserError
         from dlsched.train.run import main
+        from dlsched.train.scaling import BatchMode
         from dlsched.train.script import script_name
         from dlsched.train.storage import job_folder
 
@@ -65,8 +66,18 @@ def register(app: typer.Typer) -> None:
                 autoscale, autoscale_every, spawn_size, max_workers = True, a.every_steps, a.spawn_size, a.max_workers
                 threshold, price_per_worker_hour = a.threshold, a.price_per_worker_hour
                 utility = f"{a.utility_value}:{a.utility_seconds}" if a.utility_value is not None else ""
+        # the runtime's argparse refused these with its own 17-line usage, naming python -m dlsched.train.run
+        for flag, value, allowed in (("--strategy", strategy, ("allreduce", "ps")),
+                                     ("--batch-mode", batch_mode, tuple(m.value for m in BatchMode))):
+            if value not in allowed:
+                raise UserError(f"{flag} {value!r}: expected {' or '.join(allowed)}")
+        if standby < 0:   # was accepted: no spare, exit 0
+            raise UserError(f"--standby {standby}: must be >= 0")
         if not entry or (not script and len(entry) != 1):
             raise UserError("give one entry (file.py:make_job), or a script after '--' (dlsched train -- python x.py)")
+        if not script and ":" not in entry[0] and entry[0].endswith(".py"):   # was "--entry ...", an option train lacks
+            raise UserError(f"{entry[0]}: a script runs after '--' (dlsched train -- python {entry[0]}); "
+                            "an entry names its factory (file.py:make_job)")
         if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion
             check_entry(entry[0], parse_params(param), Path.cwd(), "dlsched train")
         if job_dir is not None:

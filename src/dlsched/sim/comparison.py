@@ -29,8 +29,13 @@ def print_summary(frame: pd.DataFrame, title: str = "simulation", wide: bool = F
     from dlsched.display import Column, table
 
     keys = [k for k, _ in COLUMNS if k in frame] + [k for k in frame if k not in dict(COLUMNS) and k != "jobs"]
-    low_value = {"avg_queue_delay": 1, "p50_jct": 2, "restarts": 3}
-    cols = [Column(dict(COLUMNS).get(k, k), "left" if k == "policy" else "right", low_value.get(k, 0)) for k in keys]
+    # the remaining-work mode is in the title too; finished_by_horizon only with --horizon
+    low_value = {"avg_queue_delay": 1, "finished_by_horizon": 1, "p50_jct": 2, "restarts": 3, "remaining": 4}
+    # headers broken where they may be: one-line headers overflowed 80 columns, and rich then folded the
+    # cells, policy names included ("goodput-fa" / "ir")
+    headers = dict(COLUMNS) | {"finished_by_horizon": "finished by horizon"}
+    cols = [Column(headers.get(k, k).replace(" (s)", "\n(s)").replace(" by ", "\nby "),
+                   "left" if k == "policy" else "right", low_value.get(k, 0)) for k in keys]
     rows = []
     for _, row in frame.iterrows():
         rows.append([f"{row[k]:.1%}" if k == "gpu_utilisation" else f"{row[k]:,.2f}" if k == "avg_jct"

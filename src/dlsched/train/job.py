@@ -82,4 +82,8 @@ def build_job(entry: str, params: dict[str, Any]) -> TrainJob:
         raise UserError(f"--entry {entry!r}: make_job returned {type(job).__name__}, expected dlsched.train.job.TrainJob")
     if job.num_samples <= 0:
         raise UserError(f"--entry {entry!r}: num_samples must be > 0, got {job.num_samples}")
+    # epochs=-1 trained an epoch and ended "finished" with a negative total; batch_size=0 was a ZeroDivisionError
+    for name in ("epochs", "batch_size"):
+        if getattr(job, name) < 1:
+            raise UserError(f"--entry {entry!r}: {name} must be >= 1, got {getattr(job, name)}")
     return job
