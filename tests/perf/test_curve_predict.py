@@ -4,7 +4,7 @@ import pytest
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Calibration, calibrate, quantile_band
 from dlsched.perf.curve_predict import predict_curve
-from dlsched.perf.first_passage import first_passage, logged_noise
+from dlsched.perf.first_passage import first_passage, logged_crossing, logged_noise
 from dlsched.perf.prior import FinishedFit, prior_from_fits
 from dlsched.perf.schedule import parse_schedule
 
@@ -239,3 +239,21 @@ def test_a_target_already_reached_has_an_interval_of_at_least_a_logging_interval
                       calibration=cal)
     assert p.steps_to_target == 0 and p.resolution == 10
     assert p.interval_80 == pytest.approx((0.0, 10 * np.exp(0.5)))
+
+
+def test_a_target_the_log_already_passed_is_placed_where_the_log_got_there():
+    """``target_step`` is where the logged 3-point running median first got to the target (as the docs and the
+    bench's truth define it), not the last observed x; the steps from now stay 0."""
+    x = np.arange(10, 301, 10.0)
+    y = law_curve("cosine", x)
+    goal = float(y[9])   # passed at x = 100, long before the last point (300)
+    p = predict_curve(x, y, parse_schedule("cosine", B), target=goal, prior=None)
+    assert p.steps_to_target == 0
+    assert p.target_step == pytest.approx(100.0, abs=10.0) and p.target_step < 300
+
+
+def test_logged_crossing_interpolates_like_the_truth_and_says_never():
+    x = np.array([0.0, 10, 20, 30, 40])
+    y = np.array([4.0, 3.0, 2.0, 1.0, 0.5])   # running medians 3.5, 3, 2, 1, 0.75
+    assert logged_crossing(x, y, 2.5) == pytest.approx(15.0)
+    assert logged_crossing(x, y, 0.1) is None

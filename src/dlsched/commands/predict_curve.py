@@ -126,6 +126,8 @@ def _render(out: dict, x: str, metric: str) -> None:
         if out["p_reach"] < 0.5:   # past the predicted final value: only a run that beats its prediction gets there
             con.print(f"target {out['target']:.4g}: beyond the predicted final value; reached by {x} "
                       f"{out['budget']:g} only if the run does better than predicted ({chance})")
+        elif out["steps_to_target"] == 0:   # already there: where the log got there
+            con.print(f"target {out['target']:.4g}: already reached, at {x} {out['target_step']:g} of the log")
         else:
             con.print(f"target {out['target']:.4g}: at {x} {out['target_step']:g}, {out['steps_to_target']:g} from now "
                       f"(80 % interval {a:g} – {b:g}{eta}; {chance})")

@@ -35,7 +35,7 @@ from scipy.stats import norm
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
-from dlsched.perf.first_passage import first_passage, log_interval, logged_noise
+from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise
 from dlsched.perf.fit_window import fit_start
 from dlsched.perf.schedule import Schedule
 
@@ -221,14 +221,15 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     target_step = steps = interval = None
     resolution = log_interval(x)
     if goal is not None and goal >= floor:
-        if now <= goal:
-            target_step = x_now
+        if now <= goal:   # already there: where the log got there (a fact, not a prediction), 0 steps from now
+            crossed = logged_crossing(x, y, goal)
+            target_step = x_now if crossed is None else min(crossed, x_now)
         else:
             # when the logged value, smoothed by a 3-point median, first gets there (``perf.first_passage``)
             ahead = grid >= x_now
             hit = first_passage(grid[ahead], curve[ahead], x, y, goal, logged_noise(x, y, f))
             target_step = B if hit is None else min(hit, B)
-        steps = target_step - x_now
+        steps = max(target_step - x_now, 0.0)
         lo_s, hi_s = cal.steps_band(frac)
         # the band scales the steps from at least one logging interval: a crossing is known no finer, and no
         # factor widens a 0 ("already there") the run may still be far from (as 0, it made the bands' ends e^20)

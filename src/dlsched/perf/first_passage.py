@@ -36,6 +36,23 @@ def logged_noise(x, y, f) -> float:
     return min(0.5, sigma) if np.isfinite(sigma) else 0.0
 
 
+def logged_crossing(x, y, goal: float) -> float | None:
+    """Where the logged values' centred 3-point running median (two points at the ends) first got to ``goal``
+    (lower-is-better), interpolated from the point before as the truth is; None if it never did."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(y) < 2:
+        return float(x[0]) if len(y) and y[0] <= goal else None
+    ends = [(y[0] + y[1]) / 2], [(y[-2] + y[-1]) / 2]
+    med = np.concatenate([ends[0], np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1), ends[1]])
+    hits = np.flatnonzero(med <= goal)
+    if not len(hits):
+        return None
+    i = int(hits[0])
+    if i > 0 and med[i - 1] > med[i]:
+        return float(np.interp(goal, [med[i], med[i - 1]], [x[i], x[i - 1]]))
+    return float(x[i])
+
+
 def first_passage(grid, curve, x, y, goal: float, sigma: float, seed: int = 0) -> float | None:
     """x where the 3-point running median of the logged values first gets to ``goal`` (lower-is-better), for
     a run following ``curve`` (on ``grid``, from the last observed x on) with relative noise ``sigma``,
