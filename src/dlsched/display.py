@@ -99,11 +99,16 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Text]], width
 
 
 def make_table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: str | None = None,
-               wide: bool = False, width: int = 80) -> Table:
-    """A rich table of ``rows`` fitted to ``width`` (see the module docstring)."""
+               wide: bool = False, width: int = 80, show_all: str = "a wider terminal shows them") -> Table:
+    """A rich table of ``rows`` fitted to ``width`` (see the module docstring); ``show_all``: how the reader gets
+    the columns left out (the command's own flag, where it has one)."""
     cells = [[_as_text(c) for c in r] for r in rows]   # markup parsed once, for measuring and for drawing
     keep = fit_columns(columns, cells, width, wide)
-    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False, title_justify="left")
+    # a dropped column may hold what the reader came for (a failed job's reason): say which, and how to see it
+    hidden = [c.header for i, c in enumerate(columns) if i not in keep and any(r[i].plain.strip("- ") for r in cells)]
+    caption = f"not shown at {width} columns: {', '.join(hidden)} ({show_all})" if hidden else None
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False, title_justify="left",
+              caption=caption, caption_justify="left")
     for i in keep:
         t.add_column(columns[i].header, justify=columns[i].justify, overflow="fold")
     for r in cells:
@@ -112,9 +117,9 @@ def make_table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: 
 
 
 def table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: str | None = None,
-          wide: bool = False, out: Console | None = None) -> None:
+          wide: bool = False, out: Console | None = None, show_all: str = "a wider terminal shows them") -> None:
     out = out or console()
-    t = make_table(columns, rows, title, wide, out.width)
+    t = make_table(columns, rows, title, wide, out.width, show_all)
     if wide and not out.is_terminal:
         out = Console(highlight=False, width=max(out.width, 10_000), file=out.file)
     out.print(t)

@@ -153,13 +153,13 @@ def watch_piped(client: "Client", query: dict, interval: float, wide: bool) -> N
 
 def print_jobs(rows: list[list[str]], title: str | None, wide: bool) -> None:
     """Rows of ``job_rows`` as the jobs table, flushed (``status -w`` into a pipe shows each change at once)."""
-    table(JOB_COLUMNS, rows, title=title, wide=wide)
+    table(JOB_COLUMNS, rows, title=title, wide=wide, show_all=SHOW_ALL)
     sys.stdout.flush()
 
 
 def jobs_table(jobs: list[dict], title: str = "dlsched jobs", width: int = 80, wide: bool = False):
     """The jobs table as a renderable, for live views (``status --watch``, the demo)."""
-    return make_table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, width=width)
+    return make_table(JOB_COLUMNS, job_rows(jobs), title=title, wide=wide, width=width, show_all=SHOW_ALL)
 
 
 def parse_since(value: str | None) -> float | None:
@@ -237,6 +237,7 @@ def filter_events(rows: list[dict], kinds: list[str], since: float | None, with_
 SERVER_OPT = typer.Option(None, "--server", help=f"service URL (default $DLSCHED_SERVER or {DEFAULT_SERVER})")
 JSON_OPT = typer.Option(False, "--json", help="machine-readable output (times as ISO 8601)")
 WIDE_OPT = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width")
+SHOW_ALL = "--wide shows all"
 
 
 def local_cluster_spec():
@@ -458,7 +459,7 @@ def register(app: typer.Typer) -> None:
                  human_duration((j["start_time"] - j["submit_time"]) if j.get("start_time") else None),
                  human_duration((j["end_time"] - j["start_time"]) if j.get("start_time") and j.get("end_time") else None),
                  local_clock(j.get("end_time")), escape(_reason(j) if j["state"] != "finished" else "")] for j in jobs]
-        table(cols, rows, title="dlsched history", wide=wide)
+        table(cols, rows, title="dlsched history", wide=wide, show_all=SHOW_ALL)
 
     @app.command()
     def show(job_id: int, server: Optional[str] = SERVER_OPT) -> None:

@@ -1,0 +1,27 @@
+from rich.console import Console
+
+from dlsched.display import Column, make_table
+
+
+def render(table, width: int) -> str:
+    con = Console(width=width, record=True, file=open("/dev/null", "w"))
+    con.print(table)
+    return con.export_text()
+
+
+def test_a_column_dropped_to_fit_is_named_under_the_table_with_how_to_see_it():
+    cols = [Column("ID", "right"), Column("STATE"), Column("REASON", drop_rank=1)]
+    rows = [[1, "failed", "RuntimeError: CUDA out of memory while allocating the optimizer state"]]
+    out = render(make_table(cols, rows, width=40, show_all="--wide shows all"), 40)
+    assert "failed" in out and "CUDA" not in out
+    assert "not shown at 40 columns: REASON (--wide shows all)" in " ".join(out.split())
+    assert all(len(line) <= 40 for line in out.splitlines())
+    wide = render(make_table(cols, rows, width=40, wide=True), 200)
+    assert "CUDA" in wide and "not shown" not in wide
+
+
+def test_an_empty_dropped_column_is_not_mentioned():
+    cols = [Column("ID", "right"), Column("STATE"), Column("REASON", drop_rank=1)]
+    rows = [[1, "running", "-"], [2, "queued", "a" * 60]]
+    assert "not shown" in render(make_table(cols, rows, width=40), 40)
+    assert "not shown" not in render(make_table(cols, rows[:1], width=12), 12)
