@@ -18,6 +18,14 @@ def test_a_time_column_of_iso_8601_timestamps_reads_as_seconds(tmp_path):
         read_curve(tmp_path / "bad.csv", time_col="ts")
 
 
+def test_a_non_numeric_x_cell_is_named_by_row_and_field_and_an_empty_one_is_a_missing_point(tmp_path):
+    (tmp_path / "log.csv").write_text("step,loss\n10,2.0\n,1.8\nepoch-3,1.5\n40,1.2\n")
+    with pytest.raises(UserError, match="row 3, field 'step': expected a number, got 'epoch-3'"):
+        read_curve(tmp_path / "log.csv")
+    (tmp_path / "ok.csv").write_text("step,loss\n10,2.0\n,1.8\n40,1.2\n")
+    assert list(read_curve(tmp_path / "ok.csv").x) == [10, 40]
+
+
 def test_inf_cells_are_missing_points_like_nan(tmp_path):
     # AMP's skipped steps log inf as often as nan; one of them used to reject the whole curve
     (tmp_path / "log.csv").write_text("step,loss\n10,2.0\n20,inf\n30,nan\n40,\n50,-inf\n60,1.5\n")

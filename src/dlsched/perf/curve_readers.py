@@ -48,7 +48,7 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
     num = lambda c: pd.to_numeric(df[c], errors="coerce")  # noqa: E731
     times = _seconds(df[time_col]) if time_col else None
     xs = num(x)
-    for c in [y] + [c for c in (lr_col, time_col) if c]:
+    for c in [x, y] + [c for c in (lr_col, time_col) if c]:
         raw = df[c].astype(str).str.strip()
         got = times if c == time_col else num(c)
         bad = got.isna() & ~(df[c].isna() | raw.isin(["", "nan", "NaN", "None", "null"]))
