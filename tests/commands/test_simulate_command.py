@@ -147,6 +147,8 @@ def test_report_folder_that_cannot_be_made_is_one_line_before_the_run(tmp_path, 
 @pytest.mark.parametrize("args, expected", [
     (("--gpu-speed", "generic=2,generic=3"), "--gpu-speed: 'generic' is given twice"),   # 3 won, silently
     (("-p", "fifo", "-p", "fifo"), "--policy: 'fifo' is given twice"),   # two rows, one jobs-fifo.csv
+    # the workload was read and "--placement bogus has no effect on fifo" printed first, then an unnamed error
+    (("-p", "fifo", "--placement", "bogus"), "--placement: 'bogus' is not one of most-free | consolidated | best-fit"),
 ])
 def test_an_entry_given_twice_is_an_error(tmp_path, monkeypatch, capsys, args, expected):
     _assert_one_line_error(tmp_path, monkeypatch, capsys, args, expected)

@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         from dlsched.policy.base import ClusterView, make_policy, policy_names
-        from dlsched.sim.engine import bad_knob, run
+        from dlsched.sim.engine import PLACEMENTS, bad_knob, run
         from dlsched.sim.comparison import print_summary, summary_frame, write_report
         from dlsched.sim.remaining import parse_remaining
         from dlsched.sim.workload import read_workload
@@ -102,6 +102,8 @@ def register(app: typer.Typer) -> None:
         if bad:   # SimConfig's own rules, named as this command's options
             name, value, expected = bad
             raise UserError(f"--{name.replace('_', '-')}: {value} is not {expected}")
+        if placement not in PLACEMENTS:   # before the workload is read and a warning about it printed
+            raise UserError(f"--placement: {placement!r} is not one of {' | '.join(PLACEMENTS)}")
         if limit is not None and limit < 1:
             raise UserError(f"--limit: {limit} is not a row count >= 1")
         if report is not None:   # before the simulation, which can take minutes: its results must not be lost
