@@ -36,6 +36,17 @@ def test_a_script_given_without_the_dashes_says_how_to_run_it(tmp_path):
                                               "(file.py:make_job)\n"), r.stderr[-500:]
 
 
+def test_an_entry_and_a_script_after_the_dashes_is_one_line_naming_both(tmp_path):
+    """`dlsched train x.py:make_job -- python y.py` said "command: 'x.py:make_job' not found on PATH"."""
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"),
+                        "examples/mlp.py:make_job", "--", "python", "y.py"], capture_output=True, text=True,
+                       timeout=120, cwd=REPO)
+    assert r.returncode == 2 and r.stderr == ("error: 'examples/mlp.py:make_job' and a script after '--': give one "
+                                              "(an entry file.py:make_job, or the script: dlsched train -- python "
+                                              "x.py)\n"), r.stderr[-500:]
+    assert not (tmp_path / "job").exists()
+
+
 def test_a_script_that_trains_no_step_says_so_not_step_none(tmp_path):
     """`dlsched train -- python examples/mlp.py` (a make_job module, no loop) ended 'finished at step None'."""
     (tmp_path / "plain.py").write_text("print('no dlsched.torch here')\n")

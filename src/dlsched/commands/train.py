@@ -50,6 +50,11 @@ def register(app: typer.Typer) -> None:
         from dlsched.train.storage import job_folder
 
         script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
+        # typer hands the words before '--' and after it over as one list: an entry before a script was taken
+        # as the command's program ("'x.py:make_job' not found on PATH")
+        if script and entry and len(entry) > len(sys.argv) - sys.argv.index("--") - 1:
+            raise UserError(f"{entry[0]!r} and a script after '--': give one (an entry file.py:make_job, or the "
+                            "script: dlsched train -- python x.py)")
         if spec is not None:
             from dlsched.spec import load_job_spec_file
 
