@@ -1,4 +1,5 @@
 """`dlsched train` as a user runs it (a separate process): bad numbers are one line, exit 2, before any worker."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,10 @@ def test_train_on_a_finished_jobs_folder_says_so(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert again.returncode == 0, again.stderr[-1000:]
     assert f"{tmp_path / 'job'}: already finished at step 2 (" in again.stdout and "nothing to train" in again.stdout
+    # another script on that folder: it said "already finished" too (or, mid-run, would load the other's checkpoint)
+    other = subprocess.run([*cmd[:cmd.index("--") + 1], "python", str(REPO / "examples" / "mlp.py")],
+                           capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert other.returncode == 2 and other.stderr == (
+        f"error: {tmp_path / 'job'}: its job trains {script}, not {REPO / 'examples' / 'mlp.py'}; give this one "
+        "another --job-dir\n"), other.stdout + other.stderr[-1000:]
+    assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] == "finished"   # its record kept

@@ -34,7 +34,7 @@ from dlsched.train import preemption
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
 from dlsched.train.devices import job_devices
-from dlsched.train.files import ProgressLog, last_generation, read_status, write_status
+from dlsched.train.files import ProgressLog, job_program, last_generation, read_status, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
@@ -171,6 +171,7 @@ class Coordinator:
 
     def _status(self, state: str, error: str | None = None) -> None:
         write_status(self.dir, state, os.getpid(), len(self.wids), error, generation=self.generation,
+                     program=job_program(self.o.entry, self.o.command),
                      worker_pids=[self.pool.procs[w].pid for w in self.wids if w in self.pool.procs],
                      standby_ready=self.standby_ready, devices=self.pool.devices,
                      worker_devices=[self.pool.seen.get(w) for w in self.wids])

@@ -192,6 +192,16 @@ def write_status(job_dir: Path, state: str, pid: int, workers: int, error: str |
                       {"state": state, "pid": pid, "workers": workers, "error": error, **extra})
 
 
+def job_program(entry: str | None, command: list[str] | None) -> str:
+    """What a job folder trains, as status.json records it: the make_job entry, or the script (its file or
+    ``-m`` module as given; not its arguments, which a rerun may change, e.g. more epochs)."""
+    if command is None:
+        return str(entry)
+    module = next((command[i + 1] for i, a in enumerate(command[:-1]) if a == "-m"), None)
+    script = module or next((a for a in command if a.endswith(".py")), command[0])
+    return f"{'-m ' if module else ''}{script}"
+
+
 def read_status(job_dir: Path) -> dict | None:
     """DIR/status.json, or None while it does not exist yet or cannot be read."""
     try:

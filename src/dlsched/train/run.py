@@ -14,7 +14,7 @@ import traceback
 from dlsched.errors import JobFailed, UserError
 from dlsched.train import fence, storage
 from dlsched.train.coordinator import Coordinator, Options
-from dlsched.train.files import write_status
+from dlsched.train.files import job_program, read_status, write_status
 from dlsched.train.fleet_spec import FleetOptions
 from dlsched.train.job import parse_params
 from dlsched.train.ps import SyncMode
@@ -94,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {fence.lock_path(opts.job_dir)}: another coordinator holds this job folder; "
                   f"leaving it alone", file=sys.stderr)
             return fence.EXIT_FENCED
+        if isinstance(opts, Options):   # another job's folder: resuming would load that job's checkpoint
+            was, now = (read_status(opts.job_dir) or {}).get("program"), job_program(opts.entry, opts.command)
+            if was is not None and was != now:   # status.json stays as it is: that job's record
+                print(f"error: {opts.job_dir}: its job trains {was}, not {now}; give this one another --job-dir",
+                      file=sys.stderr)
+                return 2
         if isinstance(opts, FleetOptions):
             from dlsched.train.fleet_job import run_job   # FLEET's runtime (no ensemble job, no import)
 
