@@ -1,17 +1,21 @@
 """A user's own script submitted with `dlsched submit -- python ...` runs under the service end to end."""
+import json
 import os
 import subprocess
 import sys
 import time
 
 import httpx
+import psutil
 import pytest
 
 from dlsched.paths import REPO_ROOT
 from dlsched.service.server import Service, free_port
 from dlsched.spec import load_cluster_spec
 from tests.service.teardown import stop_service_and_jobs
+from tests.service import policies  # noqa: F401 - registers test-elastic
 from tests.service.test_cli import SERVE
+from tests.waiting import wait_until
 
 
 @pytest.mark.slow
@@ -61,5 +65,48 @@ def test_a_script_that_is_not_there_is_refused_at_submit_in_one_line(tmp_path):
         assert svc.store.count() == 0
         r = cli("submit", "--", "python", "train.py")   # the script that is there is accepted
         assert r.returncode == 0 and r.stdout.strip() == "submitted job 1 (train)", r.stderr
+    finally:
+        stop_service_and_jobs(svc)
+
+
+@pytest.mark.slow
+def test_a_script_that_ends_during_its_resize_finishes_and_says_the_resize_was_abandoned(tmp_path):
+    """A script job growing 1 -> 2 GPUs whose script ended (no End: a plain loop) while its new worker was still
+    starting stayed `rescaling` forever: the coordinator waited for the newcomer, then for an End none would send."""
+    gates = {name: tmp_path / name for name in ("a", "b")}
+    for g in gates.values():
+        g.mkdir()
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic\ninterval_s: 0.3")
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+
+    def submit(name: str, gpus: str) -> int:
+        spec = f"name: {name}\ncommand: [python, tests/service/ending_script.py, --gate, '{gates[name]}']\n{gpus}\n"
+        r = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"})
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+    def job(j: int) -> dict:
+        return c.get(f"/jobs/{j}").json()
+
+    try:
+        a = submit("a", "gpus: 1")
+        wait_until(lambda: job(a)["state"] == "running", 60, "job a running")
+        b = submit("b", "gpus: 1\nmin_gpus: 1\nmax_gpus: 2")
+        wait_until(lambda: job(b)["samples"] > 0, 120, "job b training on 1 GPU")
+        c.post(f"/jobs/{a}/cancel")      # its GPU goes to b: the resize starts a new worker, held at the gate
+        wait_until(lambda: (gates["b"] / "worker-1.started").exists(), 120, "b's new worker started")
+        (gates["b"] / "end").touch()     # the script ends while the newcomer still prepares ...
+        first = json.loads((svc.jobs_dir / str(b) / "status.json").read_text())["worker_pids"][0]
+        wait_until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE,
+                   60, "b's first worker exited")
+        (gates["b"] / "release").touch()  # ... and only then joins: no End will ever come
+        wait_until(lambda: job(b)["state"] in ("finished", "failed"), 120, "job b ended")
+        assert job(b)["state"] == "finished", job(b)["error"]
+        events = c.get(f"/jobs/{b}/events").json()
+        kinds = [e["kind"] for e in events]
+        assert "rescaling" in kinds and "job_resized" not in kinds, kinds
+        abandoned = [e for e in events if e["kind"] == "job_resize_abandoned"]
+        assert abandoned and "ended before its new workers joined" in json.dumps(abandoned[0]), events
     finally:
         stop_service_and_jobs(svc)

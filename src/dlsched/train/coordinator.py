@@ -302,6 +302,7 @@ class Coordinator:
             self.pool.procs[w].wait()
         self.pool.kill(self.standby)
         self._drain()
+        self.resizer.close()
         self.script_output.echo(final=True)  # the script's last lines before the job's end
         self.progress.write({"event": "finished", "time": time.time(), "step": self.last_report and self.last_report["step"]})
         self._status("finished")

@@ -14,6 +14,7 @@ from dlsched.train.protocol import STOP_PREEMPT, STOP_RESIZE, End, end_key, read
 from dlsched.train.scaling import global_batch_after_resize
 
 POLL_S = 0.02
+ENDED = "the job ended before its new workers joined"   # the scheduler's request is moot, not lost
 
 
 class Resizer:
@@ -27,6 +28,12 @@ class Resizer:
         ctl = self.control.poll()
         if ctl is not None:
             self.resize(ctl)
+
+    def close(self) -> None:
+        """At the job's end: a request that came too late to act on is reported, so nobody waits for it."""
+        ctl = self.control.poll()
+        if ctl is not None and (ctl.workers != len(self.c.wids) or ctl.batch_size not in (None, self.c.global_batch)):
+            self.abandon(ENDED)
 
     def replace(self, drop: list[int]) -> None:
         """Swap stragglers for fresh workers, keeping the group's size."""
@@ -43,14 +50,30 @@ class Resizer:
             self.active = False
         self.c.standby_ready = sum(w in self.c.pool.seen for w in self.c.standby)
 
+    def abandon(self, reason: str) -> None:
+        self.c.progress.write({"event": "resize_abandoned", "time": time.time(), "reason": reason})
+
+    def _group_ended(self) -> bool:
+        """The group finished training (its End says so, or a script's workers all exited 0 without one): the
+        resize has nothing left to move, and waiting on would hold the finish (forever, for an End never set)."""
+        c = self.c
+        key = end_key(c.generation)
+        if c.store.check([key]) and End.from_json(c.store.get(key)).finished:
+            return True
+        return bool(c.wids) and all(c.pool.procs[w].poll() == 0 for w in c.wids)
+
     def _wait_ready(self, wids: list[int]) -> bool:
         """Wait for new workers to finish their preparation, while the current group keeps training.
 
-        False when one of them failed, a worker died, or the job is being stopped (the resize is abandoned)."""
+        False when one of them failed, a worker died, the job is being stopped or has ended (the resize is
+        abandoned)."""
         c, pool = self.c, self.c.pool
         while not all(c.store.check([ready_key(w)]) for w in wids):
             if c.stop_requested:
-                c.progress.write({"event": "resize_abandoned", "time": time.time(), "reason": "stop requested"})
+                self.abandon("stop requested")
+                return False
+            if self._group_ended():
+                self.abandon(ENDED)
                 return False
             for w in wids:
                 if pool.procs[w].poll() is not None:
@@ -101,9 +124,15 @@ class Resizer:
             if pool.dead(c.wids):
                 pool.kill(new)
                 return
+            if self._group_ended():   # a script that ended without an End: none will come
+                self.abandon(ENDED)
+                pool.kill(new)
+                return
             time.sleep(0.001)
         end = End.from_json(c.store.get(end_key(gen)))
         if end.finished or (end.preempted and c.stop_requested):
+            if end.finished:
+                self.abandon(ENDED)
             pool.kill(new)  # _finish / _stop take it from here
             return
         c._drain()
