@@ -330,3 +330,45 @@ def test_a_rescaling_job_shows_and_is_charged_the_gpus_it_trains_on_until_the_re
         assert store.get(b).public()["target_gpus"] is None and job_rows([store.get(b).public()])[0][3] == "2"
     finally:
         backend.stop_all()
+
+
+def test_a_resize_the_runtime_abandons_returns_the_job_to_its_old_gpus_and_slots_and_is_retried_after_a_wait(tmp_path):
+    """A grow whose new worker crashed in start-up left the job `rescaling` at the target for good (its GPUs
+    reserved, unused); once returned, the policy asked for the same grow every round (a resize storm)."""
+    import json
+    from dlsched.service.resize_backoff import FIRST_S
+    from dlsched.service.store import RESCALING
+
+    t = [0.0]
+    store = Store(tmp_path / "s.db")
+    backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0)
+    loop = LiveLoop(store, backend, cluster("test-elastic", (2,)), tmp_path, clock=lambda: t[0])
+    try:   # 600 s steps: the contract job never confirms a resize by itself
+        x = store.submit(load_job_spec(job_yaml("x", gpus=1, samples=10**6, step_s=600)), now=0.0)
+        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2, samples=10**6, step_s=600)), now=0.0)
+        loop.round()
+        assert backend._slots[a] == {"n0": [1]}
+        store.request_cancel(x)
+        t[0] = 10.0
+        loop.round()                                       # x's slot goes to a: 1 -> 2
+        job = store.get(a)
+        assert (job.state, job.num_gpus, job.held_gpus, backend._slots[a]) == (RESCALING, 2, 1, {"n0": [0, 1]})
+        with open(loop.job_dir(a) / "progress.jsonl", "a") as f:
+            f.write(json.dumps({"event": "resize_abandoned", "time": 11.0, "reason": "new worker 1 exited with 3",
+                                "control_generation": job.generation}) + "\n")
+        t[0] = 20.0
+        loop.round()
+        job = store.get(a)
+        assert (job.state, job.num_gpus, job.placement, job.training_gpus) == (RUNNING, 1, {"n0": 1}, None)
+        assert backend._slots[a] == {"n0": [1]}            # the slot its worker sits on, not the lowest free one
+        assert json.loads((loop.job_dir(a) / "control.json").read_text())["workers"] == 1
+        assert store.allocations(a)[-1]["num_gpus"] == 1
+        t[0] = 20.0 + FIRST_S - 1
+        loop.round()
+        assert (store.get(a).state, store.get(a).num_gpus) == (RUNNING, 1)   # no grow again yet
+        t[0] = 20.0 + FIRST_S + 1
+        loop.round()
+        assert (store.get(a).state, store.get(a).num_gpus) == (RESCALING, 2)  # the next try
+        assert backend._slots[a] == {"n0": [0, 1]}
+    finally:
+        backend.stop_all()

@@ -110,3 +110,53 @@ def test_a_script_that_ends_during_its_resize_finishes_and_says_the_resize_was_a
         assert abandoned and "ended before its new workers joined" in json.dumps(abandoned[0]), events
     finally:
         stop_service_and_jobs(svc)
+
+
+@pytest.mark.slow
+def test_a_resize_whose_new_worker_crashes_returns_the_job_to_running_on_the_gpus_it_trains_on(tmp_path):
+    """A script job growing 1 -> 2 GPUs whose new worker crashed in start-up trained on at 1 GPU but stayed
+    `rescaling` at 2 for the rest of its run: the service waited for a step on 2 workers that never came."""
+    gates = {name: tmp_path / name for name in ("a", "b")}
+    for g in gates.values():
+        g.mkdir()
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic\ninterval_s: 0.3")
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+
+    def submit(name: str, gpus: str) -> int:
+        spec = (f"name: {name}\ncommand: [python, tests/service/crashing_newcomer.py, --gate, '{gates[name]}']\n"
+                f"{gpus}\n")
+        r = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"})
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+    def job(j: int) -> dict:
+        return c.get(f"/jobs/{j}").json()
+
+    def kinds(j: int) -> list[dict]:
+        return [e for e in c.get(f"/jobs/{j}/events").json() if e["kind"] in ("running", "rescaling")]
+
+    try:
+        a = submit("a", "gpus: 1")
+        wait_until(lambda: job(a)["state"] == "running", 60, "job a running")
+        b = submit("b", "gpus: 1\nmin_gpus: 1\nmax_gpus: 2")
+        wait_until(lambda: job(b)["samples"] > 0, 120, "job b training on 1 GPU")
+        c.post(f"/jobs/{a}/cancel")      # its GPU goes to b: the resize's new worker (id 1) crashes in start-up
+        wait_until(lambda: (gates["b"] / "worker-1.crashed").exists(), 120, "b's new worker crashed")
+        back = wait_until(lambda: [e for e in kinds(b) if e["kind"] == "running" and e["detail"].get("from") ==
+                                   "rescaling"], 120, "b back to running after the failed resize")
+        d = back[0]["detail"]
+        assert d["gpus"] == 1 and d["placement"] == {"n0": 1} and "resize abandoned" in d["reason"], back
+        assert "new worker 1 exited with 3" in d["reason"], d
+        # the next round decides again: the retry's new worker (id 2) joins, and the job trains on 2
+        wait_until(lambda: job(b)["state"] == "running" and job(b)["num_gpus"] == 2, 180, "b grown to 2 on retry")
+        events = kinds(b)
+        seq = [(e["kind"], e["detail"].get("gpus")) for e in events]
+        assert seq == [("running", 1), ("rescaling", 2), ("running", 1), ("rescaling", 2), ("running", None)], seq
+        assert events[3]["time"] - events[2]["time"] >= d["no_grow_for_s"] > 0, events   # not the next round: no storm
+        assert job(b)["placement"] == {"n0": 2} and svc.backend._slots[b] == {"n0": [0, 1]}
+        (gates["b"] / "end").touch()
+        wait_until(lambda: job(b)["state"] in ("finished", "failed"), 120, "job b ended")
+        assert job(b)["state"] == "finished", job(b)["error"]
+    finally:
+        stop_service_and_jobs(svc)

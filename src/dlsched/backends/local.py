@@ -119,6 +119,7 @@ class LocalBackend(Backend):
         real = [n for n in nodes if n.gpu_type != SLOT_TYPE and n.gpus]
         self.devices = gpu_devices(nodes, cuda_count()) if real else {}
         self._slots: dict[int, dict[str, list[int]]] = {}  # job -> node -> slot indices it holds
+        self._before: dict[int, dict[str, list[int]]] = {}  # job -> its slots before its last resize
 
     def _held(self, except_job: int | None = None) -> dict[str, set[int]]:
         """Slot indices held per node, by every job but ``except_job``."""
@@ -155,6 +156,7 @@ class LocalBackend(Backend):
         env["DLSCHED_JOB_ID"] = str(launch.job_id)
         env[fence.FD_ENV] = str(lock)
         self._slots.pop(launch.job_id, None)
+        self._before.pop(launch.job_id, None)
         slots = assign_slots(launch.placement, self._held())
         self._slots[launch.job_id] = slots
         env.update(gpu_env(slots, self.devices))
@@ -200,7 +202,12 @@ class LocalBackend(Backend):
             placement = {next(iter(current)): num_gpus}
         devices = None
         if placement is not None and (current or placement):
-            slots = resize_slots(current, placement, self._held(except_job=job_id))
+            before = self._before.pop(job_id, None)
+            if before is not None and _counts(before) == _counts(placement) and _within(before, current):
+                slots = before   # back to slots it still holds (a grow the runtime abandoned): its workers sit there
+            else:
+                slots = resize_slots(current, placement, self._held(except_job=job_id))
+            self._before[job_id] = current
             self._slots[job_id] = slots
             if self.devices:
                 devices = slot_devices(slots, self.devices)
@@ -220,6 +227,7 @@ class LocalBackend(Backend):
         proc = self._procs.pop(job_id, None)
         ps = self._attached.pop(job_id, None)
         self._slots.pop(job_id, None)
+        self._before.pop(job_id, None)
         pid = proc.pid if proc else (ps.pid if ps else None)
         if pid is None:
             return
@@ -249,6 +257,7 @@ class LocalBackend(Backend):
         self._procs.pop(job_id, None)
         self._attached.pop(job_id, None)
         self._slots.pop(job_id, None)
+        self._before.pop(job_id, None)
         status = read_status(job_dir) or {}
         state = status.get("state")
         if state == "finished" and rc in (0, None):
@@ -286,10 +295,19 @@ class LocalBackend(Backend):
         self._procs.clear()
         self._attached.clear()
         self._slots.clear()
+        self._before.clear()
 
     def stop_all(self) -> None:
         for job_id in list(self._procs) + list(self._attached):
             self.stop(job_id, Path("."))
+
+
+def _counts(placement: Mapping[str, Sequence[int] | int]) -> dict[str, int]:
+    return {n: v if isinstance(v, int) else len(v) for n, v in placement.items() if v}
+
+
+def _within(slots: Mapping[str, Sequence[int]], held: Mapping[str, Sequence[int]]) -> bool:
+    return all(set(idx) <= set(held.get(node, ())) for node, idx in slots.items())
 
 
 def _alive(proc: subprocess.Popen | None, ps: psutil.Process | None) -> bool:

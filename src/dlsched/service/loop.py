@@ -21,6 +21,7 @@ from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
 from dlsched.service.nodes import LOST, NodeWatch
+from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -68,6 +69,8 @@ class LiveLoop:
         self._to_refit: dict[int, JobRecord] = {}          # jobs whose progress arrived this pass
         self._ended: list[tuple[int, bool]] = []           # (job, finished) that ended this pass
         self._bad_fields: set[tuple[int, str]] = set()     # (job, field) a malformed_progress event named
+        self._given_up: dict[int, str] = {}                # job -> why the runtime abandoned its current resize
+        self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -142,6 +145,8 @@ class LiveLoop:
             if isinstance(act, Move):   # same GPUs and batch elsewhere: only the record follows
                 self.store.update(job.id, placement=dict(act.nodes))
                 continue
+            if isinstance(act, Resize) and act.num_gpus > job.num_gpus and self.backoff.holds(job.id, now):
+                continue   # its GPUs stay free this round: the policy asks again once the wait is over
             d = self.job_dir(job.id)
             gen = job.generation + 1
             try:
@@ -157,8 +162,9 @@ class LiveLoop:
                 else:
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self.models.note_change(job.id, "resize", now, act.num_gpus)
-                    writes.append((job.id, RESCALING,
-                                   {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size},
+                    writes.append((job.id, RESCALING,   # *_from: what a resize the runtime abandons returns to
+                                   {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size,
+                                    "placement_from": job.placement, "batch_from": job.batch_size},
                                    {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
                                     "generation": gen, "training_gpus": job.held_gpus}))
             except Exception as e:   # one job's launch failure must not stop the service
@@ -191,6 +197,7 @@ class LiveLoop:
             self.backend.stop(job.id, self.job_dir(job.id))      # slow (grace period): outside any transaction
             with self.store.batch():
                 self._ingest(job, now)
+                self._given_up.pop(job.id, None)
                 self.store.transition(job.id, CANCELLED, now)
                 self.store.record_allocation(job.id, now, 0, job.batch_size, {})
             self._ended.append((job.id, False))
@@ -207,6 +214,7 @@ class LiveLoop:
         res = self.backend.poll(job.id, d)
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
+        given_up = self._given_up.pop(job.id, None)
         if res.state == "finished":
             self.store.transition(job.id, FINISHED, now)
         elif res.state == "failed":
@@ -224,6 +232,8 @@ class LiveLoop:
                 self.store.transition(job.id, QUEUED, now, {"reason": f"{why}: resume from checkpoint",
                                                             "coordinator_lost": lost}, num_gpus=0, placement={})
         else:
+            if given_up is not None and job.state == RESCALING:   # a live job's only: an ended one's books are gone
+                job = self._resize_abandoned(job, given_up, now)
             if res.nodes is not None:   # workers lost with their node: the job trains on the rest; re-plan
                 self._shrunk_by_loss(job, dict(res.nodes), now)
             return
@@ -254,6 +264,7 @@ class LiveLoop:
                 fields["total_samples"] = float(last["total_samples"])
             if job.state == RESCALING and last.get("workers") == job.num_gpus:
                 self.store.transition(job.id, RUNNING, now, {"reason": "resize done", "workers": job.num_gpus})
+                self.backoff.forget(job.id)
         self.store.add_progress(job.id, samples, offset, **fields)
         for r in records:
             if "event" in r:
@@ -263,8 +274,31 @@ class LiveLoop:
                     self._bad_fields.add((job.id, r["field"]))
                 self.store.event(f"job_{r['event']}", job.id, now, **{k: v for k, v in r.items() if k != "event"})
         job = self.store.get(job.id)
+        for r in records:   # an older request's abandonment is moot: a newer one stands
+            if r.get("event") == "resize_abandoned" and r.get("control_generation") == job.generation:
+                self._given_up[job.id] = str(r.get("reason"))
         self._to_refit[job.id] = job
         return job
+
+    def _resize_abandoned(self, job: JobRecord, reason: str, now: float) -> JobRecord:
+        """The runtime gave the resize up and trains on as before: the job runs on what it held (the backend's
+        books and control.json too), so the target's GPUs are free again; the next rounds decide anew, growing
+        it only after a wait (``resize_backoff``)."""
+        before = self.store.last_event(job.id, RESCALING, came_from=RUNNING) or {}
+        gpus, batch = job.held_gpus, before.get("batch_from", job.batch_size)
+        placement = before.get("placement_from") or ({next(iter(job.placement)): gpus} if len(job.placement) == 1
+                                                     else job.placement)
+        gen = job.generation + 1
+        try:
+            self.backend.resize(Launch(job.id, job.spec, self.job_dir(job.id), gpus, batch, placement, gen))
+        except Exception:   # the store still records what trains; only the backend's books keep the target
+            log.exception("job %s: giving back an abandoned resize's GPUs failed", job.id)
+        self.store.record_allocation(job.id, now, gpus, batch, placement)
+        wait = self.backoff.abandoned(job.id, now)
+        return self.store.transition(job.id, RUNNING, now, {"reason": f"resize abandoned: {reason}", "gpus": gpus,
+                                                            "placement": placement, "no_grow_for_s": wait},
+                                     num_gpus=gpus, placement=placement, batch_size=batch, generation=gen,
+                                     training_gpus=None)
 
     def _refit(self, now: float) -> None:
         """Refit the jobs whose progress arrived this pass, then drop the models of jobs that ended. Outside any
@@ -276,6 +310,7 @@ class LiveLoop:
                 self._pending[job_id] = (now, pred)
         for job_id, finished in self._ended:
             self.models.forget(job_id, finished=finished)
+            self.backoff.forget(job_id)
         self._to_refit, self._ended = {}, []
 
     # -- predictions -------------------------------------------------------------------------------

@@ -416,6 +416,13 @@ class Store:
         q, args = q + " ORDER BY id LIMIT ?", args + [limit]
         return [dict(r) | {"detail": json.loads(r["detail"])} for r in self._conn().execute(q, args)]
 
+    def last_event(self, job_id: int, kind: str, came_from: str) -> dict | None:
+        """The detail of a job's newest ``kind`` transition out of state ``came_from``, None if none."""
+        q = ("SELECT detail FROM events WHERE job_id = ? AND kind = ? AND json_extract(detail, '$.from') = ? "
+             "ORDER BY id DESC LIMIT 1")
+        row = self._conn().execute(q, (job_id, kind, came_from)).fetchone()
+        return json.loads(row["detail"]) if row else None
+
     def count_events(self, job_id: int, kind: str, detail_key: str) -> int:
         """How many ``kind`` events of a job carry ``detail_key`` (e.g. re-queues after a lost coordinator)."""
         q = "SELECT COUNT(*) FROM events WHERE job_id = ? AND kind = ? AND json_extract(detail, ?) IS NOT NULL"

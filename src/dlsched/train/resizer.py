@@ -15,6 +15,7 @@ from dlsched.train.scaling import global_batch_after_resize
 
 POLL_S = 0.02
 ENDED = "the job ended before its new workers joined"   # the scheduler's request is moot, not lost
+LOST = "a worker of the training group died"   # worker_loss takes the group over from here
 
 
 class Resizer:
@@ -51,7 +52,10 @@ class Resizer:
         self.c.standby_ready = sum(w in self.c.pool.seen for w in self.c.standby)
 
     def abandon(self, reason: str) -> None:
-        self.c.progress.write({"event": "resize_abandoned", "time": time.time(), "reason": reason})
+        """The old group trains on at its size. ``control_generation`` names the request given up (the service
+        hands the job back the GPUs it trains on only if no newer request came since)."""
+        self.c.progress.write({"event": "resize_abandoned", "time": time.time(), "reason": reason,
+                               "control_generation": self.control.generation})
 
     def _group_ended(self) -> bool:
         """The group finished training (its End says so, or a script's workers all exited 0 without one): the
@@ -76,13 +80,12 @@ class Resizer:
                 self.abandon(ENDED)
                 return False
             for w in wids:
-                if pool.procs[w].poll() is not None:
-                    c.progress.write({"event": "resize_failed", "time": time.time(),
-                                      "error": f"new worker {w} exited with {pool.procs[w].returncode}: "
-                                               f"{pool.log_tail(w)}"})
+                if pool.procs[w].poll() is not None:   # not retried here: the scheduler decides again
+                    self.abandon(f"new worker {w} exited with {pool.procs[w].returncode}: {pool.log_tail(w)}")
                     return False
             c._drain()
             if pool.dead(c.wids):
+                self.abandon(LOST)
                 return False
             time.sleep(POLL_S)
         return True
@@ -122,6 +125,7 @@ class Resizer:
                 c.store.compare_set(stop_key(gen), STOP_RESIZE, STOP_PREEMPT)
             c._drain()
             if pool.dead(c.wids):
+                self.abandon(LOST)
                 pool.kill(new)
                 return
             if self._group_ended():   # a script that ended without an End: none will come
