@@ -6,12 +6,8 @@ import os
 import time
 from pathlib import Path
 
-import torch
-from torch import nn
-from torch.utils.data import TensorDataset
-
-import dlsched.torch as dt
 from dlsched.train.protocol import WORKER_ENV
+from gated_loop import epoch_until_gate, linear_job
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--gate", required=True)
@@ -24,21 +20,6 @@ if wid > 0:
     while not (gate / "release").exists() and os.getppid() == parent:   # an orphan ends
         time.sleep(0.05)
 
-dt.init(ckpt_every=0)
-x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
-y = x.sum(1, keepdim=True)
-model = dt.ElasticDataParallel(nn.Linear(4, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=8)
-while True:   # a newcomer enters the loader once even after the end: it joins (is ready) only there
-    for xb, yb in loader:
-        optimizer.zero_grad()
-        loss = nn.functional.mse_loss(model(xb), yb)
-        loss.backward()
-        optimizer.step()
-        dt.report(loss=loss.item())
-        time.sleep(0.02)
-        if (gate / "end").exists():
-            break
-    if (gate / "end").exists():
-        break
+model, optimizer, loader = linear_job(64)
+while not epoch_until_gate(model, optimizer, loader, gate):   # a newcomer enters the loader once even after the
+    pass                                                         # end: it joins (is ready) only there

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import psutil
@@ -69,10 +71,10 @@ def test_a_script_that_is_not_there_is_refused_at_submit_in_one_line(tmp_path):
         stop_service_and_jobs(svc)
 
 
-@pytest.mark.slow
-def test_a_script_that_ends_during_its_resize_finishes_and_says_the_resize_was_abandoned(tmp_path):
-    """A script job growing 1 -> 2 GPUs whose script ended (no End: a plain loop) while its new worker was still
-    starting stayed `rescaling` forever: the coordinator waited for the newcomer, then for an End none would send."""
+@contextmanager
+def growing_script_job(tmp_path: Path, script: str):
+    """Jobs a (1 GPU) and b (1..2 GPUs) of ``tests/service/SCRIPT --gate DIR`` on one 2-GPU node; once b trains, a
+    is cancelled and its GPU goes to b (a resize). Yields (service, client, b's id, b's gate folder)."""
     gates = {name: tmp_path / name for name in ("a", "b")}
     for g in gates.values():
         g.mkdir()
@@ -81,26 +83,38 @@ def test_a_script_that_ends_during_its_resize_finishes_and_says_the_resize_was_a
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
 
     def submit(name: str, gpus: str) -> int:
-        spec = f"name: {name}\ncommand: [python, tests/service/ending_script.py, --gate, '{gates[name]}']\n{gpus}\n"
+        spec = f"name: {name}\ncommand: [python, tests/service/{script}, --gate, '{gates[name]}']\n{gpus}\n"
         r = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"})
         assert r.status_code == 201, r.text
         return r.json()["id"]
 
-    def job(j: int) -> dict:
-        return c.get(f"/jobs/{j}").json()
-
     try:
         a = submit("a", "gpus: 1")
-        wait_until(lambda: job(a)["state"] == "running", 60, "job a running")
+        wait_until(lambda: c.get(f"/jobs/{a}").json()["state"] == "running", 60, "job a running")
         b = submit("b", "gpus: 1\nmin_gpus: 1\nmax_gpus: 2")
-        wait_until(lambda: job(b)["samples"] > 0, 120, "job b training on 1 GPU")
-        c.post(f"/jobs/{a}/cancel")      # its GPU goes to b: the resize starts a new worker, held at the gate
-        wait_until(lambda: (gates["b"] / "worker-1.started").exists(), 120, "b's new worker started")
-        (gates["b"] / "end").touch()     # the script ends while the newcomer still prepares ...
+        wait_until(lambda: c.get(f"/jobs/{b}").json()["samples"] > 0, 120, "job b training on 1 GPU")
+        c.post(f"/jobs/{a}/cancel")
+        yield svc, c, b, gates["b"]
+    finally:
+        c.close()
+        stop_service_and_jobs(svc)
+
+
+@pytest.mark.slow
+def test_a_script_that_ends_during_its_resize_finishes_and_says_the_resize_was_abandoned(tmp_path):
+    """A script job growing 1 -> 2 GPUs whose script ended (no End: a plain loop) while its new worker was still
+    starting stayed `rescaling` forever: the coordinator waited for the newcomer, then for an End none would send."""
+    # its GPU goes to b once a is cancelled: the resize starts a new worker, held at the gate
+    with growing_script_job(tmp_path, "ending_script.py") as (svc, c, b, gate):
+        def job(j: int) -> dict:
+            return c.get(f"/jobs/{j}").json()
+
+        wait_until(lambda: (gate / "worker-1.started").exists(), 120, "b's new worker started")
+        (gate / "end").touch()     # the script ends while the newcomer still prepares ...
         first = json.loads((svc.jobs_dir / str(b) / "status.json").read_text())["worker_pids"][0]
         wait_until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE,
                    60, "b's first worker exited")
-        (gates["b"] / "release").touch()  # ... and only then joins: no End will ever come
+        (gate / "release").touch()  # ... and only then joins: no End will ever come
         wait_until(lambda: job(b)["state"] in ("finished", "failed"), 120, "job b ended")
         assert job(b)["state"] == "finished", job(b)["error"]
         events = c.get(f"/jobs/{b}/events").json()
@@ -108,41 +122,21 @@ def test_a_script_that_ends_during_its_resize_finishes_and_says_the_resize_was_a
         assert "rescaling" in kinds and "job_resized" not in kinds, kinds
         abandoned = [e for e in events if e["kind"] == "job_resize_abandoned"]
         assert abandoned and "ended before its new workers joined" in json.dumps(abandoned[0]), events
-    finally:
-        stop_service_and_jobs(svc)
 
 
 @pytest.mark.slow
 def test_a_resize_whose_new_worker_crashes_returns_the_job_to_running_on_the_gpus_it_trains_on(tmp_path):
     """A script job growing 1 -> 2 GPUs whose new worker crashed in start-up trained on at 1 GPU but stayed
     `rescaling` at 2 for the rest of its run: the service waited for a step on 2 workers that never came."""
-    gates = {name: tmp_path / name for name in ("a", "b")}
-    for g in gates.values():
-        g.mkdir()
-    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic\ninterval_s: 0.3")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
-    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+    # its GPU goes to b once a is cancelled: the resize's new worker (id 1) crashes in start-up
+    with growing_script_job(tmp_path, "crashing_newcomer.py") as (svc, c, b, gate):
+        def job(j: int) -> dict:
+            return c.get(f"/jobs/{j}").json()
 
-    def submit(name: str, gpus: str) -> int:
-        spec = (f"name: {name}\ncommand: [python, tests/service/crashing_newcomer.py, --gate, '{gates[name]}']\n"
-                f"{gpus}\n")
-        r = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"})
-        assert r.status_code == 201, r.text
-        return r.json()["id"]
+        def kinds(j: int) -> list[dict]:
+            return [e for e in c.get(f"/jobs/{j}/events").json() if e["kind"] in ("running", "rescaling")]
 
-    def job(j: int) -> dict:
-        return c.get(f"/jobs/{j}").json()
-
-    def kinds(j: int) -> list[dict]:
-        return [e for e in c.get(f"/jobs/{j}/events").json() if e["kind"] in ("running", "rescaling")]
-
-    try:
-        a = submit("a", "gpus: 1")
-        wait_until(lambda: job(a)["state"] == "running", 60, "job a running")
-        b = submit("b", "gpus: 1\nmin_gpus: 1\nmax_gpus: 2")
-        wait_until(lambda: job(b)["samples"] > 0, 120, "job b training on 1 GPU")
-        c.post(f"/jobs/{a}/cancel")      # its GPU goes to b: the resize's new worker (id 1) crashes in start-up
-        wait_until(lambda: (gates["b"] / "worker-1.crashed").exists(), 120, "b's new worker crashed")
+        wait_until(lambda: (gate / "worker-1.crashed").exists(), 120, "b's new worker crashed")
         back = wait_until(lambda: [e for e in kinds(b) if e["kind"] == "running" and e["detail"].get("from") ==
                                    "rescaling"], 120, "b back to running after the failed resize")
         d = back[0]["detail"]
@@ -155,8 +149,6 @@ def test_a_resize_whose_new_worker_crashes_returns_the_job_to_running_on_the_gpu
         assert seq == [("running", 1), ("rescaling", 2), ("running", 1), ("rescaling", 2), ("running", None)], seq
         assert events[3]["time"] - events[2]["time"] >= d["no_grow_for_s"] > 0, events   # not the next round: no storm
         assert job(b)["placement"] == {"n0": 2} and svc.backend._slots[b] == {"n0": [0, 1]}
-        (gates["b"] / "end").touch()
+        (gate / "end").touch()
         wait_until(lambda: job(b)["state"] in ("finished", "failed"), 120, "job b ended")
         assert job(b)["state"] == "finished", job(b)["error"]
-    finally:
-        stop_service_and_jobs(svc)

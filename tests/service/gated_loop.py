@@ -1,0 +1,34 @@
+"""The training both gated test scripts run (``ending_script.py``, ``crashing_newcomer.py``): a linear model over
+``samples`` points, one epoch per call, until ``GATE/end`` exists."""
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+import dlsched.torch as dt
+
+
+def linear_job(samples: int):
+    """(model, optimizer, loader) after ``dt.init``: x in R^4, y = sum(x), batch 8."""
+    dt.init(ckpt_every=0)
+    x = torch.randn(samples, 4, generator=torch.Generator().manual_seed(0))
+    model = dt.ElasticDataParallel(nn.Linear(4, 1))
+    loader = dt.ElasticDataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    return model, torch.optim.SGD(model.parameters(), lr=0.01), loader
+
+
+def epoch_until_gate(model, optimizer, loader, gate: Path) -> bool:
+    """One pass over the loader, at least 0.02 s a step, cut short once ``gate/end`` exists; True when it does
+    (after the pass too: a newcomer may enter a loader that has nothing left)."""
+    for xb, yb in loader:
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+        dt.report(loss=loss.item())
+        time.sleep(0.02)
+        if (gate / "end").exists():
+            return True
+    return (gate / "end").exists()
