@@ -17,6 +17,7 @@ from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_pol
 from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
+from dlsched.service.abandoned_resize import return_to_held
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
@@ -233,7 +234,8 @@ class LiveLoop:
                                                             "coordinator_lost": lost}, num_gpus=0, placement={})
         else:
             if given_up is not None and job.state == RESCALING:   # a live job's only: an ended one's books are gone
-                job = self._resize_abandoned(job, given_up, now)
+                job = return_to_held(self.store, self.backend, self.backoff, job, self.job_dir(job.id), given_up,
+                                     now)
             if res.nodes is not None:   # workers lost with their node: the job trains on the rest; re-plan
                 self._shrunk_by_loss(job, dict(res.nodes), now)
             return
@@ -279,26 +281,6 @@ class LiveLoop:
                 self._given_up[job.id] = str(r.get("reason"))
         self._to_refit[job.id] = job
         return job
-
-    def _resize_abandoned(self, job: JobRecord, reason: str, now: float) -> JobRecord:
-        """The runtime gave the resize up and trains on as before: the job runs on what it held (the backend's
-        books and control.json too), so the target's GPUs are free again; the next rounds decide anew, growing
-        it only after a wait (``resize_backoff``)."""
-        before = self.store.last_event(job.id, RESCALING, came_from=RUNNING) or {}
-        gpus, batch = job.held_gpus, before.get("batch_from", job.batch_size)
-        placement = before.get("placement_from") or ({next(iter(job.placement)): gpus} if len(job.placement) == 1
-                                                     else job.placement)
-        gen = job.generation + 1
-        try:
-            self.backend.resize(Launch(job.id, job.spec, self.job_dir(job.id), gpus, batch, placement, gen))
-        except Exception:   # the store still records what trains; only the backend's books keep the target
-            log.exception("job %s: giving back an abandoned resize's GPUs failed", job.id)
-        self.store.record_allocation(job.id, now, gpus, batch, placement)
-        wait = self.backoff.abandoned(job.id, now)
-        return self.store.transition(job.id, RUNNING, now, {"reason": f"resize abandoned: {reason}", "gpus": gpus,
-                                                            "placement": placement, "no_grow_for_s": wait},
-                                     num_gpus=gpus, placement=placement, batch_size=batch, generation=gen,
-                                     training_gpus=None)
 
     def _refit(self, now: float) -> None:
         """Refit the jobs whose progress arrived this pass, then drop the models of jobs that ended. Outside any

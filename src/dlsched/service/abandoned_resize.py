@@ -1,0 +1,33 @@
+"""A resize the runtime gave up (its ``resize_abandoned`` event): the job trains on as before, so it runs on what it
+held (the store, the backend's books and control.json), and the target's GPUs are free again. The next rounds
+decide anew, growing it only after a wait (``resize_backoff``)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from dlsched.backends.base import Backend, Launch
+from dlsched.service.resize_backoff import ResizeBackoff
+from dlsched.service.store import RESCALING, RUNNING, JobRecord, Store
+
+log = logging.getLogger("dlsched.service")
+
+
+def return_to_held(store: Store, backend: Backend, backoff: ResizeBackoff, job: JobRecord, job_dir: Path,
+                   reason: str, now: float) -> JobRecord:
+    """``job`` (rescaling) back to ``running`` on the GPUs, placement and batch it had before the resize."""
+    before = store.last_event(job.id, RESCALING, came_from=RUNNING) or {}
+    gpus, batch = job.held_gpus, before.get("batch_from", job.batch_size)
+    placement = before.get("placement_from") or ({next(iter(job.placement)): gpus} if len(job.placement) == 1
+                                                 else job.placement)
+    gen = job.generation + 1
+    try:
+        backend.resize(Launch(job.id, job.spec, job_dir, gpus, batch, placement, gen))
+    except Exception:   # the store still records what trains; only the backend's books keep the target
+        log.exception("job %s: giving back an abandoned resize's GPUs failed", job.id)
+    store.record_allocation(job.id, now, gpus, batch, placement)
+    wait = backoff.abandoned(job.id, now)
+    return store.transition(job.id, RUNNING, now, {"reason": f"resize abandoned: {reason}", "gpus": gpus,
+                                                   "placement": placement, "no_grow_for_s": wait},
+                            num_gpus=gpus, placement=placement, batch_size=batch, generation=gen,
+                            training_gpus=None)
