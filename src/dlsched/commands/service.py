@@ -25,9 +25,9 @@ from rich.markup import escape
 from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table
 from dlsched.errors import UserError
 from dlsched.service.fleet_status import summary
+from dlsched.service.store import ACTIVE, TERMINAL
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
-TERMINAL = ("finished", "failed", "cancelled")
 STATE_STYLE = {"queued": "yellow", "running": "green", "rescaling": "cyan", "finished": "blue", "failed": "red",
                "cancelled": "magenta"}
 
@@ -260,8 +260,6 @@ def local_cluster_spec():
     name = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())[:60].strip("-.") or "local"
     return ClusterSpec.model_validate({"nodes": [{"name": name, "gpus": gpus, "gpu_type": gpu_type}]})
 
-
-ACTIVE = ("queued", "running", "rescaling")
 
 
 def stopped_note(active: list, state_dir: str) -> str:

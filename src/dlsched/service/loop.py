@@ -275,10 +275,10 @@ class LiveLoop:
                         continue
                     self._bad_fields.add((job.id, r["field"]))
                 self.store.event(f"job_{r['event']}", job.id, now, **{k: v for k, v in r.items() if k != "event"})
+                # an older request's abandonment is moot: a newer one stands (generation is this loop's to change)
+                if r["event"] == "resize_abandoned" and r.get("control_generation") == job.generation:
+                    self._given_up[job.id] = str(r.get("reason"))
         job = self.store.get(job.id)
-        for r in records:   # an older request's abandonment is moot: a newer one stands
-            if r.get("event") == "resize_abandoned" and r.get("control_generation") == job.generation:
-                self._given_up[job.id] = str(r.get("reason"))
         self._to_refit[job.id] = job
         return job
 

@@ -9,7 +9,6 @@ reads its entry. A regroup or a batch change rebuilds that DataLoader from the t
 """
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from typing import Any, Iterator
@@ -138,8 +137,7 @@ def _drop_step(s, offsets: list[int]) -> None:
     """Session ``s``'s open step never completes (the loop broke out before its last micro-batch trained): its samples
     go back to the table, its sample record is retracted (a step's last record counts), a partly accumulated gradient
     is cleared (the gated ``zero_grad`` kept it), and the gates open again."""
-    if s.record is not None:
-        s.record.write(json.dumps({"run": s.plan.run, "generation": s.generation, "step": s.step + 1, "ids": []}) + "\n")
+    s.record_open_step([])
     if s.micro.unfinished:
         for m in s.models:
             m.module.zero_grad(set_to_none=True)

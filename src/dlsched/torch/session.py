@@ -193,9 +193,13 @@ class Session:
         flag = self.watch.flag(self.generation) if sync and self.watch is not None and self.rank == 0 else 0.0
         self.open = {"flag": flag, "started": time.perf_counter(), "n": n, "share": len(mine), "sync": sync,
                      "measure": sync and self.cadence.measures()}
-        if self.record is not None:  # before the all-reduce: a step that never commits is rolled back with it
+        self.record_open_step(mine)   # before the all-reduce: a step that never commits is rolled back with it
+
+    def record_open_step(self, ids: list[int]) -> None:
+        """The open step's sample ids (``record_samples``); a step's last record counts (``[]`` retracts it)."""
+        if self.record is not None:
             self.record.write(json.dumps({"run": self.plan.run, "generation": self.generation, "step": self.step + 1,
-                                          "ids": mine}) + "\n")
+                                          "ids": ids}) + "\n")
 
     def extras(self, step_open: dict | None) -> list[float]:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
