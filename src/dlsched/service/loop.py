@@ -18,6 +18,7 @@ from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
 from dlsched.service.abandoned_resize import return_to_held
+from dlsched.service.cancel_hold import without_cancelling
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
@@ -133,7 +134,8 @@ class LiveLoop:
         """Snapshots -> one round (policy, check, placement: Optimus consolidation) -> the actions to take."""
         eligible = [j for j in jobs if not j.cancel_requested]
         self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
-        decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], self._cluster_view(now), consolidated)
+        view = without_cancelling(self._cluster_view(now), jobs)   # held until the next observe stops them
+        decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], view, consolidated)
         return list(decision.actions)
 
     def act(self, actions: list[Action], jobs: Mapping[int, JobRecord], now: float) -> None:
