@@ -3,12 +3,10 @@ group trains on until ``GATE/end`` exists. So a test sees a failed resize while 
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
-import dlsched.torch as dt
 from dlsched.train.protocol import WORKER_ENV
-from gated_loop import epoch_until_gate, linear_job
+from gated_loop import train_until_gate
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--gate", required=True)
@@ -21,7 +19,4 @@ if 0 < wid <= args.crash:
     (gate / f"worker-{wid}.crashed").touch()
     sys.exit(3)
 
-model, optimizer, loader = linear_job(4096)
-for _ in dt.remaining_epochs(10**6):   # epochs enough to outlast any test: the gate ends it (no End)
-    if epoch_until_gate(model, optimizer, loader, gate):
-        break
+train_until_gate(gate)

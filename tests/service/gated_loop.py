@@ -1,5 +1,6 @@
-"""The training both gated test scripts run (``ending_script.py``, ``crashing_newcomer.py``): a linear model over
-``samples`` points, one epoch per call, until ``GATE/end`` exists."""
+"""The training the gated test scripts run (``ending_script.py``, ``crashing_newcomer.py``, ``hanging_newcomer.py``):
+a linear model over ``samples`` points, one epoch per call, until ``GATE/end`` exists."""
+import os
 import time
 from pathlib import Path
 
@@ -32,3 +33,18 @@ def epoch_until_gate(model, optimizer, loader, gate: Path) -> bool:
         if (gate / "end").exists():
             return True
     return (gate / "end").exists()
+
+
+def train_until_gate(gate: Path) -> None:
+    """Epochs enough to outlast any test: the gate ends it (no End)."""
+    model, optimizer, loader = linear_job(4096)
+    for _ in dt.remaining_epochs(10**6):
+        if epoch_until_gate(model, optimizer, loader, gate):
+            break
+
+
+def hold(until) -> None:
+    """Sleep until ``until()``, or until this process is orphaned (its coordinator gone: none outlives a test)."""
+    parent = os.getppid()
+    while not until() and os.getppid() == parent:
+        time.sleep(0.05)

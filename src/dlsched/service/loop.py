@@ -24,6 +24,7 @@ from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Fore
 from dlsched.service.job_models import JobModels
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
+from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -73,6 +74,7 @@ class LiveLoop:
         self._bad_fields: set[tuple[int, str]] = set()     # (job, field) a malformed_progress event named
         self._given_up: dict[int, str] = {}                # job -> why the runtime abandoned its current resize
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
+        self.deadline = ResizeDeadline(cluster.resize_timeout_s)   # a newcomer that hangs holds no resize for good
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -217,7 +219,7 @@ class LiveLoop:
         res = self.backend.poll(job.id, d)
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
-        given_up = self._given_up.pop(job.id, None)
+        given_up = self._given_up.pop(job.id, None) or self.deadline.overdue(job, now)
         if res.state == "finished":
             self.store.transition(job.id, FINISHED, now)
         elif res.state == "failed":
@@ -295,6 +297,7 @@ class LiveLoop:
         for job_id, finished in self._ended:
             self.models.forget(job_id, finished=finished)
             self.backoff.forget(job_id)
+            self.deadline.forget(job_id)
         self._to_refit, self._ended = {}, []
 
     # -- predictions -------------------------------------------------------------------------------
