@@ -1,5 +1,6 @@
 """The training the gated test scripts run (``ending_script.py``, ``crashing_newcomer.py``, ``hanging_newcomer.py``):
 a linear model over ``samples`` points, one epoch per call, until ``GATE/end`` exists."""
+import argparse
 import os
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import dlsched.torch as dt
+from dlsched.train.protocol import WORKER_ENV
 
 
 def linear_job(samples: int):
@@ -48,3 +50,14 @@ def hold(until) -> None:
     parent = os.getppid()
     while not until() and os.getppid() == parent:
         time.sleep(0.05)
+
+
+def faulty_newcomer(flag: str) -> tuple[Path, int, bool]:
+    """A newcomer script's ``--gate`` and ``--FLAG N`` arguments: (gate, this worker's id, whether it is one of the
+    first N resize newcomers, ids 1..N, the ones to misbehave)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gate", required=True)
+    ap.add_argument(f"--{flag}", type=int, default=1)
+    args = ap.parse_args()
+    wid = int(os.environ.get(WORKER_ENV["worker_id"], "0"))
+    return Path(args.gate), wid, 0 < wid <= getattr(args, flag)
