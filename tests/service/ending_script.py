@@ -3,11 +3,10 @@ later worker (a resize's newcomer) says it started, then holds before joining un
 So a test can have a resize in flight when the job ends, in that order, whatever the machine's load."""
 import argparse
 import os
-import time
 from pathlib import Path
 
 from dlsched.train.protocol import WORKER_ENV
-from gated_loop import epoch_until_gate, linear_job
+from gated_loop import epoch_until_gate, hold, linear_job
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--gate", required=True)
@@ -16,9 +15,7 @@ gate = Path(ap.parse_args().gate)
 wid = int(os.environ.get(WORKER_ENV["worker_id"], "0"))
 if wid > 0:
     (gate / f"worker-{wid}.started").touch()
-    parent = os.getppid()
-    while not (gate / "release").exists() and os.getppid() == parent:   # an orphan ends
-        time.sleep(0.05)
+    hold(lambda: (gate / "release").exists())
 
 model, optimizer, loader = linear_job(64)
 while not epoch_until_gate(model, optimizer, loader, gate):   # a newcomer enters the loader once even after the

@@ -1,5 +1,7 @@
-"""The training both gated test scripts run (``ending_script.py``, ``crashing_newcomer.py``): a linear model over
-``samples`` points, one epoch per call, until ``GATE/end`` exists."""
+"""The training the gated test scripts run (``ending_script.py``, ``crashing_newcomer.py``, ``hanging_newcomer.py``):
+a linear model over ``samples`` points, one epoch per call, until ``GATE/end`` exists."""
+import argparse
+import os
 import time
 from pathlib import Path
 
@@ -8,6 +10,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 import dlsched.torch as dt
+from dlsched.train.protocol import WORKER_ENV
 
 
 def linear_job(samples: int):
@@ -32,3 +35,29 @@ def epoch_until_gate(model, optimizer, loader, gate: Path) -> bool:
         if (gate / "end").exists():
             return True
     return (gate / "end").exists()
+
+
+def train_until_gate(gate: Path) -> None:
+    """Epochs enough to outlast any test: the gate ends it (no End)."""
+    model, optimizer, loader = linear_job(4096)
+    for _ in dt.remaining_epochs(10**6):
+        if epoch_until_gate(model, optimizer, loader, gate):
+            break
+
+
+def hold(until) -> None:
+    """Sleep until ``until()``, or until this process is orphaned (its coordinator gone: none outlives a test)."""
+    parent = os.getppid()
+    while not until() and os.getppid() == parent:
+        time.sleep(0.05)
+
+
+def faulty_newcomer(flag: str) -> tuple[Path, int, bool]:
+    """A newcomer script's ``--gate`` and ``--FLAG N`` arguments: (gate, this worker's id, whether it is one of the
+    first N resize newcomers, ids 1..N, the ones to misbehave)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gate", required=True)
+    ap.add_argument(f"--{flag}", type=int, default=1)
+    args = ap.parse_args()
+    wid = int(os.environ.get(WORKER_ENV["worker_id"], "0"))
+    return Path(args.gate), wid, 0 < wid <= getattr(args, flag)

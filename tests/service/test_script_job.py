@@ -72,13 +72,14 @@ def test_a_script_that_is_not_there_is_refused_at_submit_in_one_line(tmp_path):
 
 
 @contextmanager
-def growing_script_job(tmp_path: Path, script: str):
-    """Jobs a (1 GPU) and b (1..2 GPUs) of ``tests/service/SCRIPT --gate DIR`` on one 2-GPU node; once b trains, a
-    is cancelled and its GPU goes to b (a resize). Yields (service, client, b's id, b's gate folder)."""
+def growing_script_job(tmp_path: Path, script: str, settings: str = ""):
+    """Jobs a (1 GPU) and b (1..2 GPUs) of ``tests/service/SCRIPT --gate DIR`` on one 2-GPU node (``settings``: more
+    lines of the cluster file); once b trains, a is cancelled and its GPU goes to b (a resize). Yields (service,
+    client, b's id, b's gate folder)."""
     gates = {name: tmp_path / name for name in ("a", "b")}
     for g in gates.values():
         g.mkdir()
-    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic\ninterval_s: 0.3")
+    cluster = load_cluster_spec(f"nodes: [{{name: n0, gpus: 2}}]\npolicy: test-elastic\ninterval_s: 0.3\n{settings}")
     svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
 
@@ -149,6 +150,34 @@ def test_a_resize_whose_new_worker_crashes_returns_the_job_to_running_on_the_gpu
         assert seq == [("running", 1), ("rescaling", 2), ("running", 1), ("rescaling", 2), ("running", None)], seq
         assert events[3]["time"] - events[2]["time"] >= d["no_grow_for_s"] > 0, events   # not the next round: no storm
         assert job(b)["placement"] == {"n0": 2} and svc.backend._slots[b] == {"n0": [0, 1]}
+        (gate / "end").touch()
+        wait_until(lambda: job(b)["state"] in ("finished", "failed"), 120, "job b ended")
+        assert job(b)["state"] == "finished", job(b)["error"]
+
+
+@pytest.mark.slow
+def test_a_resize_whose_new_worker_hangs_in_start_up_is_given_up_at_the_resize_timeout(tmp_path):
+    """A script job growing 1 -> 2 GPUs whose new worker hung in start-up (never exited, never joined) stayed
+    `rescaling` with the second GPU reserved for good: only a crash was noticed, and nothing timed a resize."""
+    with growing_script_job(tmp_path, "hanging_newcomer.py", "resize_timeout_s: 4") as (svc, c, b, gate):
+        def job(j: int) -> dict:
+            return c.get(f"/jobs/{j}").json()
+
+        hung = gate / "worker-1.hung"
+        pid = int(wait_until(lambda: hung.exists() and hung.read_text().strip(), 120, "b's new worker hanging"))
+        back = wait_until(lambda: [e for e in c.get(f"/jobs/{b}/events").json() if e["kind"] == "running" and
+                                   e["detail"].get("from") == "rescaling"], 120, "b back to running at the timeout")
+        d = back[0]["detail"]
+        assert d["gpus"] == 1 and d["placement"] == {"n0": 1} and "resize_timeout_s=4 s" in d["reason"], d
+        assert d["no_grow_for_s"] > 0, d   # the backoff applies as after a crash
+        wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+                   60, "the hung newcomer killed")
+        superseded = wait_until(lambda: [e for e in c.get(f"/jobs/{b}/events").json()
+                                         if e["kind"] == "job_resize_abandoned"], 60, "the runtime's abandonment")
+        assert "superseded by a newer request" in superseded[0]["detail"]["reason"], superseded
+        assert job(b)["state"] == "running" and svc.backend._slots[b] == {"n0": [1]}, svc.backend._slots
+        samples = job(b)["samples"]
+        wait_until(lambda: job(b)["samples"] > samples, 60, "b training on at 1 GPU")
         (gate / "end").touch()
         wait_until(lambda: job(b)["state"] in ("finished", "failed"), 120, "job b ended")
         assert job(b)["state"] == "finished", job(b)["error"]

@@ -18,11 +18,13 @@ from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
 from dlsched.service.abandoned_resize import return_to_held
+from dlsched.service.cancel_hold import without_cancelling
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
+from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -72,6 +74,7 @@ class LiveLoop:
         self._bad_fields: set[tuple[int, str]] = set()     # (job, field) a malformed_progress event named
         self._given_up: dict[int, str] = {}                # job -> why the runtime abandoned its current resize
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
+        self.deadline = ResizeDeadline(cluster.resize_timeout_s)   # a newcomer that hangs holds no resize for good
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -133,7 +136,8 @@ class LiveLoop:
         """Snapshots -> one round (policy, check, placement: Optimus consolidation) -> the actions to take."""
         eligible = [j for j in jobs if not j.cancel_requested]
         self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
-        decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], self._cluster_view(now), consolidated)
+        view = without_cancelling(self._cluster_view(now), jobs)   # held until the next observe stops them
+        decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], view, consolidated)
         return list(decision.actions)
 
     def act(self, actions: list[Action], jobs: Mapping[int, JobRecord], now: float) -> None:
@@ -215,7 +219,7 @@ class LiveLoop:
         res = self.backend.poll(job.id, d)
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
-        given_up = self._given_up.pop(job.id, None)
+        given_up = self._given_up.pop(job.id, None) or self.deadline.overdue(job, now)
         if res.state == "finished":
             self.store.transition(job.id, FINISHED, now)
         elif res.state == "failed":
@@ -293,6 +297,7 @@ class LiveLoop:
         for job_id, finished in self._ended:
             self.models.forget(job_id, finished=finished)
             self.backoff.forget(job_id)
+            self.deadline.forget(job_id)
         self._to_refit, self._ended = {}, []
 
     # -- predictions -------------------------------------------------------------------------------

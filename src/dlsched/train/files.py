@@ -150,6 +150,13 @@ class ControlWatch:
         self.generation, self.rejected_digest = generation, rejected_digest
 
     def poll(self) -> Control | None:
+        ctl = self.waiting()
+        if ctl is not None:
+            self.generation = ctl.generation
+        return ctl
+
+    def waiting(self) -> Control | None:
+        """The request ``poll`` would apply, left unapplied (a resize whose newcomers prepare looks for a newer one)."""
         raw = control_bytes(self.dir)   # read once: the error and the content it is remembered by must agree
         if raw is None:
             return None
@@ -161,10 +168,7 @@ class ControlWatch:
                 self.rejected_digest = digest
                 self.rejected(str(e))
             return None
-        if ctl.generation <= self.generation:
-            return None
-        self.generation = ctl.generation
-        return ctl
+        return ctl if ctl.generation > self.generation else None
 
 
 def read_progress(job_dir: Path) -> list[dict]:

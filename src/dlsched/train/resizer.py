@@ -69,8 +69,8 @@ class Resizer:
     def _wait_ready(self, wids: list[int]) -> bool:
         """Wait for new workers to finish their preparation, while the current group keeps training.
 
-        False when one of them failed, a worker died, the job is being stopped or has ended (the resize is
-        abandoned)."""
+        False when one of them failed, a worker died, the job is being stopped or has ended, or a newer request
+        came (the resize is abandoned)."""
         c, pool = self.c, self.c.pool
         while not all(c.store.check([ready_key(w)]) for w in wids):
             if c.stop_requested:
@@ -78,6 +78,10 @@ class Resizer:
                 return False
             if self._group_ended():
                 self.abandon(ENDED)
+                return False
+            newer = self.control.waiting()
+            if newer is not None:   # the scheduler asked again (or gave this one up, past its deadline): newcomers go
+                self.abandon(f"superseded by a newer request (generation {newer.generation})")
                 return False
             for w in wids:
                 if pool.procs[w].poll() is not None:   # not retried here: the scheduler decides again
