@@ -177,12 +177,18 @@ class LiveLoop:
                 log.exception("job %s: %s failed", job.id, kind)
                 self.backend.stop(job.id, d)
                 writes.append((job.id, FAILED, {"reason": f"{kind} failed: {e}"}, {"error": str(e)[:500]}))
+        withdrawn = []
         with self.store.batch():
             for job_id, state, detail, fields in writes:
+                if self.store.get(job_id).state == CANCELLED:   # a queued job cancelled after this round read it
+                    withdrawn.append(job_id)
+                    continue
                 self.store.transition(job_id, state, now, detail, **fields)
                 rec_gpus = fields.get("num_gpus", 0) if state != FAILED else 0
                 self.store.record_allocation(job_id, now, rec_gpus, fields.get("batch_size", jobs[job_id].batch_size),
                                              dict(fields.get("placement", {})))
+        for job_id in withdrawn:   # started for nothing: the rest of the round's writes stand
+            self.backend.stop(job_id, self.job_dir(job_id))
 
     @staticmethod
     def _act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
