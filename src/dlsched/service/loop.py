@@ -25,6 +25,7 @@ from dlsched.service.job_models import JobModels
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
+from dlsched.service.round_writes import record_round
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -142,8 +143,9 @@ class LiveLoop:
 
     def act(self, actions: list[Action], jobs: Mapping[int, JobRecord], now: float) -> None:
         """Backend actions first (GPUs are freed before they are taken), then every resulting store write in ONE
-        transaction. A crash in between leaves coordinators the store does not know about; ``LocalBackend.start``
-        adopts a live coordinator of the same job instead of starting a second one, so that is safe."""
+        transaction (``record_round``). A crash in between leaves coordinators the store does not know about;
+        ``LocalBackend.start`` adopts a live coordinator of the same job instead of starting a second one, so that is
+        safe."""
         writes = []
         for act in sorted(actions, key=lambda a: self._act_order(a, jobs)):
             job = jobs[int(act.job_id)]
@@ -177,17 +179,7 @@ class LiveLoop:
                 log.exception("job %s: %s failed", job.id, kind)
                 self.backend.stop(job.id, d)
                 writes.append((job.id, FAILED, {"reason": f"{kind} failed: {e}"}, {"error": str(e)[:500]}))
-        withdrawn = []
-        with self.store.batch():
-            for job_id, state, detail, fields in writes:
-                if self.store.get(job_id).state == CANCELLED:   # a queued job cancelled after this round read it
-                    withdrawn.append(job_id)
-                    continue
-                self.store.transition(job_id, state, now, detail, **fields)
-                rec_gpus = fields.get("num_gpus", 0) if state != FAILED else 0
-                self.store.record_allocation(job_id, now, rec_gpus, fields.get("batch_size", jobs[job_id].batch_size),
-                                             dict(fields.get("placement", {})))
-        for job_id in withdrawn:   # started for nothing: the rest of the round's writes stand
+        for job_id in record_round(self.store, writes, jobs, now):   # started for nothing: the others stand
             self.backend.stop(job_id, self.job_dir(job_id))
 
     @staticmethod
