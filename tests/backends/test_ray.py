@@ -305,6 +305,40 @@ def test_service_elastic_job_shrinks_and_grows_exactly_once(make_service):
     assert wait_free(4) == 4
 
 
+def held_slots(svc, job_id: int) -> dict[str, int]:
+    """node -> GPUs the backend's own books hold for the job (Ray's slots, or the local backend's)."""
+    if isinstance(svc.backend, RayBackend):
+        return svc.backend.placement(job_id)
+    return {n: len(s) for n, s in svc.backend._slots[job_id].items()}
+
+
+def test_an_abandoned_grow_gives_back_the_gpus_reserved_for_it_and_the_job_trains_on(make_service):
+    """A grow whose new worker never joins: the service returns the job to the GPUs it trains on, and the backend
+    frees what it reserved for the newcomer (on Ray its slot: a leaked group would hold a GPU nobody uses)."""
+    svc, c = make_service("test-elastic")
+    short = submit(c, name="short", gpus=3, params={"n_samples": 240, "step_s": 0.05})   # the grower starts at 1
+    a = submit(c, name="grower", gpus=1, min_gpus=1, max_gpus=2,
+               params={"n_samples": 4000, "step_s": 0.05, "abandon_grows": 1})
+    wait_job(c, short, lambda j: j["state"] == "finished", what="short finished")
+
+    def moves():
+        return [(e["kind"], e["detail"].get("gpus"), e["detail"].get("reason", ""))
+                for e in c.get(f"/jobs/{a}/events").json() if e["kind"] in ("running", "rescaling")]
+
+    _wait(lambda: any("resize abandoned" in r for _, _, r in moves()), "grow abandoned, job back to running")
+    assert [m[:2] for m in moves()][:3] == [("running", 1), ("rescaling", 2), ("running", 1)], moves()
+    # the retry waits resize_backoff.FIRST_S (15 s): meanwhile the backend holds the one GPU it trains on
+    back = c.get(f"/jobs/{a}").json()
+    assert back["num_gpus"] == 1 and held_slots(svc, a) == back["placement"], (back, held_slots(svc, a))
+    if isinstance(svc.backend, RayBackend):
+        _wait(lambda: free_slots() == 3, "the abandoned grow's slot released", timeout=10)
+    wait_job(c, a, lambda j: j["state"] == "finished", what="grower finished")
+    assert [m[:2] for m in moves()][3:] == [("rescaling", 2), ("running", None)], moves()   # the retry joined
+    job_dir = svc.state_dir / "jobs" / str(a)
+    assert sorted(samples_seen(job_dir)) == list(range(4000))
+    assert wait_free(4) == 4
+
+
 def test_service_restart_reattaches_the_running_job(make_service):
     svc, c = make_service("test-fifo")
     a = submit(c, name="long", gpus=2, params={"n_samples": 400, "step_s": 0.05})
