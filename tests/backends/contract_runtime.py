@@ -7,7 +7,10 @@ Exactly-once: every step appends the sample ids it consumed to ``samples.log`` a
 ``ckpt/state.json`` (offset + log length) atomically; a resume truncates the log to the commit.
 
 Usage: python contract_runtime.py --job-dir D --entry X --workers N [--batch-size B]
-       [--param n_samples=400] [--param step_s=0.05]
+       [--param n_samples=400] [--param step_s=0.05] [--param abandon_grows=0]
+
+``abandon_grows=K``: the first K grows are given up as a real runtime gives up one whose new workers never
+join (a ``resize_abandoned`` event naming the control generation; the old workers train on).
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # started blocked (the contract); its default: exit
     params = dict(p.split("=", 1) for p in a.param)
     n_samples, step_s = int(params.get("n_samples", 400)), float(params.get("step_s", 0.05))
+    abandon_grows = int(params.get("abandon_grows", 0))
     if n_samples < 1:
         print(f"contract runtime: n_samples={n_samples} must be >= 1", file=sys.stderr)
         return 3
@@ -67,6 +71,12 @@ def main() -> int:
             ctl = {}
         if ctl.get("generation", 0) > generation:
             generation = ctl["generation"]
+            if abandon_grows and ctl.get("workers", 0) > workers:
+                abandon_grows -= 1
+                with open(prog, "a") as f:
+                    f.write(json.dumps({"event": "resize_abandoned", "time": time.time(), "control_generation":
+                                        generation, "reason": f"new worker {workers} exited with 3"}) + "\n")
+                continue
             if ctl.get("workers") and ctl["workers"] != workers:
                 workers = ctl["workers"]
                 for p in procs:

@@ -305,6 +305,42 @@ def test_service_elastic_job_shrinks_and_grows_exactly_once(make_service):
     assert wait_free(4) == 4
 
 
+def moves(client, job_id: int) -> list[tuple]:
+    """(kind, gpus, reason) of the job's running and rescaling events, in order."""
+    return [(e["kind"], e["detail"].get("gpus"), e["detail"].get("reason", ""))
+            for e in client.get(f"/jobs/{job_id}/events").json() if e["kind"] in ("running", "rescaling")]
+
+
+def held_slots(svc, job_id: int) -> dict[str, int]:
+    """node -> GPUs the backend's own books hold for the job (Ray's slots, or the local backend's)."""
+    if isinstance(svc.backend, RayBackend):
+        return svc.backend.placement(job_id)
+    return {n: len(s) for n, s in svc.backend._slots[job_id].items()}
+
+
+def test_an_abandoned_grow_gives_back_the_gpus_reserved_for_it_and_the_job_trains_on(make_service):
+    """A grow whose new worker never joins: the service returns the job to the GPUs it trains on, and the backend
+    frees what it reserved for the newcomer (on Ray its slot: a leaked group would hold a GPU nobody uses)."""
+    svc, c = make_service("test-elastic")
+    short = submit(c, name="short", gpus=3, params={"n_samples": 240, "step_s": 0.05})   # the grower starts at 1
+    a = submit(c, name="grower", gpus=1, min_gpus=1, max_gpus=2,
+               params={"n_samples": 4000, "step_s": 0.05, "abandon_grows": 1})
+    wait_job(c, short, lambda j: j["state"] == "finished", what="short finished")
+
+    _wait(lambda: any("resize abandoned" in r for _, _, r in moves(c, a)), "grow abandoned, job back to running")
+    assert [m[:2] for m in moves(c, a)][:3] == [("running", 1), ("rescaling", 2), ("running", 1)], moves(c, a)
+    # the retry waits resize_backoff.FIRST_S (15 s): meanwhile the backend holds the one GPU it trains on
+    back = c.get(f"/jobs/{a}").json()
+    assert back["num_gpus"] == 1 and held_slots(svc, a) == back["placement"], (back, held_slots(svc, a))
+    if isinstance(svc.backend, RayBackend):
+        _wait(lambda: free_slots() == 3, "the abandoned grow's slot released", timeout=10)
+    wait_job(c, a, lambda j: j["state"] == "finished", what="grower finished")
+    assert [m[:2] for m in moves(c, a)][3:] == [("rescaling", 2), ("running", None)], moves(c, a)   # the retry joined
+    job_dir = svc.state_dir / "jobs" / str(a)
+    assert sorted(samples_seen(job_dir)) == list(range(4000))
+    assert wait_free(4) == 4
+
+
 def test_service_restart_reattaches_the_running_job(make_service):
     svc, c = make_service("test-fifo")
     a = submit(c, name="long", gpus=2, params={"n_samples": 400, "step_s": 0.05})
@@ -371,12 +407,13 @@ def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:
 
 
 @contextmanager
-def fifo_service_on_ray(backend, tmp_path, runtime=REAL_RUNTIME, **service_args):
-    """A test-fifo service over the module's two Ray nodes, whose backend runs ``runtime``: (service, client)."""
+def fifo_service_on_ray(backend, tmp_path, runtime=REAL_RUNTIME, policy="test-fifo", **service_args):
+    """A ``policy`` (test-fifo) service over the module's two Ray nodes, whose backend runs ``runtime``: (service,
+    client)."""
     from tests.service import policies  # noqa: F401
 
     backend.runtime = runtime
-    spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
+    spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy=policy,
                        interval_s=0.3, backend="ray")
     svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend, **service_args).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
@@ -565,6 +602,40 @@ def test_service_on_ray_runs_a_command_job_and_trains_every_sample_once(backend,
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(96)})
     assert final["samples"] == 192 and events(job_dir, "finished")
     assert any(r.get("grad_noise") for r in map(json.loads, (job_dir / "progress.jsonl").read_text().splitlines()))
+    assert wait_free(4) == 4
+
+
+def test_service_on_ray_gives_back_the_slot_of_a_grow_whose_new_worker_crashed(backend, tmp_path):
+    """The real runtime's path: the newcomer's Ray actor exits 3 in start-up (tests/service/crashing_newcomer.py),
+    the runtime abandons the grow, the service returns the job to its one slot and Ray releases the other; the job
+    trains on in its old worker and finishes once the retry joins and its gate opens."""
+    gate, hog_gate = tmp_path / "gate", tmp_path / "hog"
+    gate.mkdir()
+    hog_gate.mkdir()
+    with fifo_service_on_ray(backend, tmp_path, policy="test-elastic") as (svc, c):
+        def post(spec):
+            r = c.post("/jobs", json=spec)
+            assert r.status_code == 201, r.text
+            return r.json()["id"]
+
+        script = ["python", "tests/service/crashing_newcomer.py", "--gate"]
+        hog = post({"name": "hog", "gpus": 3, "command": [*script, str(hog_gate), "--crash", "0"]})
+        wait_job(c, hog, lambda j: j["state"] == "running", timeout=120, what="the hog holding 3 slots")
+        b = post({"name": "b", "gpus": 1, "min_gpus": 1, "max_gpus": 2,
+                  "command": [*script, str(gate)]})
+        wait_job(c, b, lambda j: j["samples"] > 0, timeout=120, what="b training on 1 slot")
+        first = dict(backend.placement(b))
+        c.post(f"/jobs/{hog}/cancel")
+
+        _wait(lambda: any("resize abandoned" in r for _, _, r in moves(c, b)), "b back to running after the crash")
+        assert (gate / "worker-1.crashed").exists() and "new worker 1 exited with 3" in moves(c, b)[2][2], moves(c, b)
+        assert backend.placement(b) == first == c.get(f"/jobs/{b}").json()["placement"]
+        _wait(lambda: free_slots() == 3, "the crashed newcomer's slot released", timeout=10)   # before the retry
+        samples = c.get(f"/jobs/{b}").json()["samples"]
+        wait_job(c, b, lambda j: j["samples"] > samples, timeout=60, what="b training on in its old worker")
+        wait_job(c, b, lambda j: j["state"] == "running" and j["num_gpus"] == 2, timeout=120, what="the retry")
+        (gate / "end").touch()
+        wait_job(c, b, lambda j: j["state"] == "finished", timeout=120, what="b finished")
     assert wait_free(4) == 4
 
 

@@ -14,13 +14,13 @@ def test_a_time_column_of_iso_8601_timestamps_reads_as_seconds(tmp_path):
     c = read_curve(tmp_path / "log.csv", time_col="ts")
     assert np.diff(c.time) == pytest.approx(np.ones(9)) and seconds_per_x(c) == pytest.approx(0.1)
     (tmp_path / "bad.csv").write_text("step,loss,ts\n1,2,yesterday\n")
-    with pytest.raises(UserError, match="row 1, field 'ts'.*'yesterday'"):
+    with pytest.raises(UserError, match="line 2, field 'ts'.*'yesterday'"):
         read_curve(tmp_path / "bad.csv", time_col="ts")
 
 
-def test_a_non_numeric_x_cell_is_named_by_row_and_field_and_an_empty_one_is_a_missing_point(tmp_path):
+def test_a_non_numeric_x_cell_is_named_by_line_and_field_and_an_empty_one_is_a_missing_point(tmp_path):
     (tmp_path / "log.csv").write_text("step,loss\n10,2.0\n,1.8\nepoch-3,1.5\n40,1.2\n")
-    with pytest.raises(UserError, match="row 3, field 'step': expected a number, got 'epoch-3'"):
+    with pytest.raises(UserError, match="line 4, field 'step': expected a number, got 'epoch-3'"):
         read_curve(tmp_path / "log.csv")
     (tmp_path / "ok.csv").write_text("step,loss\n10,2.0\n,1.8\n40,1.2\n")
     assert list(read_curve(tmp_path / "ok.csv").x) == [10, 40]

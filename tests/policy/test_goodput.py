@@ -100,3 +100,24 @@ def test_jobs_without_batch_sizes_scale_gpus_only_in_the_simulator():
     for policy in ("elastic", "elastic-gpu-only", "goodput"):
         res = run(jobs, policy, nodes=2, gpus_per_node=4)
         assert len(res.finished) == 12, policy
+
+
+@pytest.mark.parametrize("left_s", [3.0, 5.0])
+def test_goodput_does_not_preempt_a_long_job_to_grow_one_seconds_from_its_end(left_s):
+    """Live, on 2 slots: a 1-GPU job was pre-empted to grow another a few seconds from its end (then grown back):
+    the victim paid two pauses for the grower's second saved. A grow must repay the pause of the job it displaces."""
+    p, restart = NoisyProfile(), 0.5
+    rate = p.throughput(1, 1, 64)
+
+    def running(i, left):
+        return job(i, placement={"node0": 1}, current_batch_size=64, remaining_samples=left * rate, run_time=30.0,
+                   attrs={"restart_s": restart, "restarts": 0})
+
+    cluster = ClusterView(ClusterView.homogeneous(1, 2).nodes, now=100.0)
+    alloc = make_policy("goodput").decide((running(0, left_s), running(1, 300.0)), cluster)
+    assert (alloc.gpus("j0"), alloc.gpus("j1")) == (1, 1)
+    # with free GPUs, or a job far from its end, a grow still pays
+    alloc = make_policy("goodput").decide((running(0, 60.0),), cluster)
+    assert alloc.gpus("j0") == 2
+    off = make_policy("goodput", grow_pause=False).decide((running(0, left_s), running(1, 300.0)), cluster)
+    assert (off.gpus("j0"), off.gpus("j1")) == (2, 0)     # what it did before

@@ -110,21 +110,20 @@ def _check_speed(df: pd.DataFrame, kind: str, src: str, line_of, row_word: str) 
 
 
 def load_csv(path: Path) -> Observations:
-    from dlsched.perf.profile import read_csv_text
+    from dlsched.perf.profile import csv_line, read_csv_text
 
     src = str(path)
     raw = read_csv_text(path)
     for c in ("step", "loss"):
         if c not in raw.columns:
             raise UserError(f"{src}: missing column {c!r} (have: {', '.join(raw.columns) or 'none'})")
-    line = lambda i: int(i) + 2  # noqa: E731  (header is line 1)
     blank = lambda s: s.astype(str).str.strip() == ""  # noqa: E731
     is_speed = blank(raw.step) & blank(raw.loss)
-    steps, losses = _check_losses(raw[~is_speed], src, line, "line")
+    steps, losses = _check_losses(raw[~is_speed], src, csv_line, "line")
     obs = Observations(src, steps, losses)
     kind = _speed_kind(raw.columns)
     if kind and is_speed.any():
-        obs.speed_kind, obs.speed = kind, _check_speed(raw[is_speed], kind, src, line, "line")
+        obs.speed_kind, obs.speed = kind, _check_speed(raw[is_speed], kind, src, csv_line, "line")
     return obs
 
 

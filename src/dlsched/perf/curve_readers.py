@@ -12,7 +12,8 @@
 
 Empty, nan and ±inf cells are missing points; a time column may hold seconds or ISO-8601 timestamps. A budget
 the log names is only returned in the units of ``x`` (steps, or HF's epochs).
-Every bad input is a ``UserError``: one line naming the file and the field.
+Every bad input is a ``UserError``: one line naming the file and the field, and a bad cell's row as the other
+readers name it (a CSV's "line N" with the header as line 1, ``perf.profile.csv_line``; else the Nth record read).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dlsched.errors import UserError
+from dlsched.perf.profile import csv_line
 from dlsched.train.files import read_json_lines
 
 
@@ -39,8 +41,16 @@ class CurveData:
     budget: float | None = None             # from the log itself (HF max_steps, progress.jsonl budget)
 
 
+def _record(i: int) -> str:
+    return f"record {i + 1}"
+
+
+def _csv_row(i: int) -> str:
+    return f"line {csv_line(i)}"
+
+
 def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | None, time_col: str | None,
-                    budget: float | None = None) -> CurveData:
+                    budget: float | None = None, row_name=_record) -> CurveData:
     for name, col in (("--x", x), ("--y", y), ("--lr-col", lr_col), ("--time-col", time_col)):
         if col is not None and col not in df.columns:
             have = ", ".join(map(str, df.columns)) or "none"
@@ -55,7 +65,7 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             what = "seconds or an ISO-8601 time" if c == time_col else "a number"
-            raise UserError(f"{src}: row {i + 1}, field {c!r}: expected {what}, got {df[c].iloc[i]!r}")
+            raise UserError(f"{src}: {row_name(i)}, field {c!r}: expected {what}, got {df[c].iloc[i]!r}")
     # ±inf is a logged overflow (AMP's skipped steps log inf as often as nan): a missing point like nan
     finite = lambda s: s.where(np.isfinite(s.astype(float)))  # noqa: E731
     rows = pd.DataFrame({"x": finite(xs), "y": finite(num(y))})
@@ -192,7 +202,7 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         if lr_col is None and "learning_rate" in df.columns:
             lr_col = "learning_rate"
     elif path.suffix == ".csv":
-        df = _read_csv(path)
+        return _frame_to_curve(_read_csv(path), src, x, y, lr_col, time_col, row_name=_csv_row)
     else:
         raise UserError(f"{path}: unknown curve format {path.suffix!r} (use .csv, .jsonl, trainer_state.json, "
                         "or TensorBoard events)")

@@ -33,8 +33,9 @@ POLLUX_MAX_LOCAL_BATCH = {"yolov3": 8}
 POLLUX_METRIC_DECREASES = {"deepspeech2": True, "yolov3": True}
 
 
-def _line(row_index: int) -> int:
-    """1-based line number in the file of a 0-based data row (line 1 is the header)."""
+def csv_line(row_index: int) -> int:
+    """1-based line number in the file of a 0-based data row (line 1 is the header): what an editor shows, so
+    every reader of a CSV names a bad row as "line N" with this number."""
     return int(row_index) + 2
 
 
@@ -49,7 +50,7 @@ def read_numeric_csv(path: str | Path, columns: Iterable[str], *, nonnegative: I
         return fast
     df = read_csv_text(path)
     return check_numeric_frame(df, str(path), columns, nonnegative=nonnegative, positive=positive,
-                               optional=optional, min_rows=min_rows, line_of=_line)
+                               optional=optional, min_rows=min_rows, line_of=csv_line)
 
 
 def _read_clean_numeric_csv(path, columns, nonnegative, positive, optional, min_rows) -> pd.DataFrame | None:
@@ -98,7 +99,7 @@ def read_csv_text(path: str | Path) -> pd.DataFrame:
 
 def check_numeric_frame(df: pd.DataFrame, source: str, columns: Iterable[str], *, nonnegative: Iterable[str] = (),
                         positive: Iterable[str] = (), optional: Iterable[str] = (), min_rows: int = 1,
-                        line_of=_line, row_word: str = "line") -> pd.DataFrame:
+                        line_of=csv_line, row_word: str = "line") -> pd.DataFrame:
     """Validate a frame of strings/numbers and return it with float columns (shared by CSV and YAML input)."""
     columns, optional = list(columns), [c for c in optional if c in df.columns]
     for c in columns:

@@ -18,6 +18,8 @@ Choices documented here:
   when the cluster gains more than h of that job's value; h = 5 %, or R / (T - R) when larger (R = restart_cost, a
   30 s stall per rescale; T = time left); never when T <= R. The batch at an unchanged g is kept unless another
   batch is 5 % faster.
+* ``grow_pause`` (``goodput``'s default, off in ``elastic``, where it measured worse; docs/policies.md): a grow also
+  repays the pause of a job it may displace, T_g + 2R < T (``charge_grow``).
 * ``release_horizon`` (``goodput``'s default, off in ``elastic``; docs/policies.md): taking k GPUs from a running
   job helps the taker only until k GPUs free anyway, W_k, when the other running jobs predicted to end first hold
   k GPUs between them; over W_k the victim pays R / W_k of its value at the smaller size (its pause now) and of
@@ -75,6 +77,20 @@ def time_left(job: JobView, held: int) -> float | None:
     return job.remaining_samples / rate if rate > 0 else None
 
 
+def charge_grow(u: np.ndarray, gc: int, left: float | None, restart: float) -> None:
+    """A grow may take its GPUs from a running job, which then pays a pause R too: growing a job with ``left``
+    = T seconds at ``gc`` pays off only if it ends sooner by more than both pauses (T_g + 2R < T; the stay bonus
+    asks T_g + R < T), so the grown values of ``u`` are scaled by (T - 2R) / (T - R), and cut when T <= 2R. Live, a
+    1-GPU job was pre-empted to grow one 2 s from its end, then grown back: two pauses for a second saved."""
+    if left is None or left <= restart or gc + 1 >= len(u):
+        return                         # unknown, pinned by the stay bonus already, or nothing above gc
+    grown = u[gc + 1:]
+    if left <= 2 * restart:
+        grown[:] = NEG_INF
+    else:
+        grown[grown > 0] *= (left - 2 * restart) / (left - restart)
+
+
 def _check_args(urgency: float, fairness: float, request_prior: float, aging_hysteresis: float) -> None:
     if urgency < 0:
         raise ValueError(f"urgency must be >= 0, got {urgency}")
@@ -93,8 +109,10 @@ class ElasticPolicy(Policy):
                  hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0, fairness: float = 1.0,
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
-                 aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False):
+                 aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False,
+                 grow_pause: bool = False):
         _check_args(urgency, fairness, request_prior, aging_hysteresis)
+        self.grow_pause = grow_pause
         self.request_prior = request_prior
         self.release_horizon = release_horizon
         self.aging_hysteresis = aging_hysteresis
@@ -178,7 +196,10 @@ class ElasticPolicy(Policy):
         if running_here and rng.g_min <= gc <= rng.g_max:
             now_u = self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
             u[gc] = now_u * (1 + bonus) - TIE_BREAK * gc
-            if release is not None and now_u > 0 and (restart := self._restart_s(job)) > 0:
+            restart = self._restart_s(job)
+            if self.grow_pause and restart > 0:
+                charge_grow(u, gc, time_left(job, gc), restart)
+            if release is not None and now_u > 0 and restart > 0:
                 charge_release(u, gc, now_u, restart, release)
         return u
 
