@@ -28,7 +28,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from policy_quality import GPUS_PER_NODE, NODES, PEER, _alone, _workload
+from policy_quality import GPUS_PER_NODE, NODES, PEER, _alone
+from quality_args import workload_path
 
 INTERVAL = 60.0
 
@@ -46,7 +47,7 @@ def _one(args: tuple[str, str, int, int, str]) -> dict:
 
     policy, mode, w, seed, policy_args = args
     d = phase(seed)
-    jobs = [dataclasses.replace(j, submit_time=j.submit_time + d) for j in read_workload(_workload(w)).jobs]
+    jobs = [dataclasses.replace(j, submit_time=j.submit_time + d) for j in read_workload(workload_path(w)).jobs]
     r = run(jobs, policy, nodes=NODES, gpus_per_node=GPUS_PER_NODE, interval=INTERVAL, remaining=mode,
             restart_penalty=30.0, policy_args=json.loads(policy_args))
     return dict(r.summary(), jct=r.jct())
