@@ -83,15 +83,15 @@ def test_predict_and_predict_curve_name_a_bad_csv_row_by_the_same_line(tmp_path)
     # predict said "line 3" and predict curve "row 2" for one cell: both now give the editor's line (header = 1)
     from dlsched.commands.predict import load_observations
 
-    p = tmp_path / "obs.csv"
-    p.write_text("step,loss\n100,2.0\n200,abc\n300,1.5\n400,1.2\n500,1.1\n")
+    p = tmp_path / "obs.csv"   # a blank line and a line of empty cells before it: pandas skipped the first unseen
+    p.write_text("step,loss\n100,2.0\n\n,\n200,abc\n300,1.5\n400,1.2\n500,1.1\n")
     said = []
     for read in (load_observations, lambda f: run_curve(f, "step", "loss", 800.0, "constant", None, None, None,
                                                          "loss", None, None, True, None)):
         with pytest.raises(UserError) as e:
             read(p)
         said.append(str(e.value))
-    assert said == [f"{p}: line 3, field 'loss': expected a number, got 'abc'"] * 2
+    assert said == [f"{p}: line 5, field 'loss': expected a number, got 'abc'"] * 2
 
 
 def test_readers_give_the_same_curve_from_every_format(tmp_path):

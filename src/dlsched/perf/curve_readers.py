@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dlsched.errors import UserError
-from dlsched.perf.profile import csv_line
+from dlsched.perf.profile import csv_line, read_csv_text
 from dlsched.train.files import read_json_lines
 
 
@@ -65,7 +65,7 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             what = "seconds or an ISO-8601 time" if c == time_col else "a number"
-            raise UserError(f"{src}: {row_name(i)}, field {c!r}: expected {what}, got {df[c].iloc[i]!r}")
+            raise UserError(f"{src}: {row_name(df.index[i])}, field {c!r}: expected {what}, got {df[c].iloc[i]!r}")
     # ±inf is a logged overflow (AMP's skipped steps log inf as often as nan): a missing point like nan
     finite = lambda s: s.where(np.isfinite(s.astype(float)))  # noqa: E731
     rows = pd.DataFrame({"x": finite(xs), "y": finite(num(y))})
@@ -96,15 +96,6 @@ def _seconds(col: pd.Series) -> pd.Series:
         secs = secs.astype(float)
         secs[text] = (when - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
     return secs
-
-
-def _read_csv(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except pd.errors.EmptyDataError:
-        raise UserError(f"{path}: empty file") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
 
 
 def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]:
@@ -202,7 +193,7 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         if lr_col is None and "learning_rate" in df.columns:
             lr_col = "learning_rate"
     elif path.suffix == ".csv":
-        return _frame_to_curve(_read_csv(path), src, x, y, lr_col, time_col, row_name=_csv_row)
+        return _frame_to_curve(read_csv_text(path), src, x, y, lr_col, time_col, row_name=_csv_row)
     else:
         raise UserError(f"{path}: unknown curve format {path.suffix!r} (use .csv, .jsonl, trainer_state.json, "
                         "or TensorBoard events)")

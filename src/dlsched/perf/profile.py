@@ -50,7 +50,7 @@ def read_numeric_csv(path: str | Path, columns: Iterable[str], *, nonnegative: I
         return fast
     df = read_csv_text(path)
     return check_numeric_frame(df, str(path), columns, nonnegative=nonnegative, positive=positive,
-                               optional=optional, min_rows=min_rows, line_of=csv_line)
+                               optional=optional, min_rows=min_rows, line_of=csv_line).reset_index(drop=True)
 
 
 def _read_clean_numeric_csv(path, columns, nonnegative, positive, optional, min_rows) -> pd.DataFrame | None:
@@ -84,17 +84,22 @@ def _read_clean_numeric_csv(path, columns, nonnegative, positive, optional, min_
 
 
 def read_csv_text(path: str | Path) -> pd.DataFrame:
-    """A CSV as strings (empty cells kept as ""), header names stripped; a missing or unreadable file is a
-    one-line ``UserError`` naming it. The first step of every checked reader."""
+    """A CSV as strings (empty cells kept as ""), header names stripped, blank lines dropped with each row keeping
+    its label, so that ``csv_line(label)`` is its line in the file; a missing or unreadable file is a one-line
+    ``UserError`` naming it. The first step of every checked reader."""
     path = Path(path)
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, skip_blank_lines=False)
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{path}: empty file") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
     df.columns = [c.strip() for c in df.columns]
-    return df
+    # a line with no value (pandas would skip a blank one and shift every later row's number)
+    blank = df.fillna("").apply(lambda col: col.str.strip() == "").all(axis=1)
+    return df[~blank]
 
 
 def check_numeric_frame(df: pd.DataFrame, source: str, columns: Iterable[str], *, nonnegative: Iterable[str] = (),
