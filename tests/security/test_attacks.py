@@ -3,8 +3,9 @@ runs, nothing is stored, and ``/healthz`` keeps answering meanwhile (the event l
 
 Timing on a busy 2-core CI machine: the bounds are what the fixed service does with room to spare (a refusal
 takes milliseconds; before the fix an alias bomb froze /healthz 4.4 s and answered after 42 s), and each
-attack is tried up to 3 times, keeping its fastest answer, so a descheduled test process is not read as a
-slow service. /healthz: the median probe during all attacks stays under 100 ms, none over 1 s."""
+attack is tried up to 3 times, keeping its fastest answer and its fastest slowest /healthz probe, so a descheduled
+test process is not read as a slow service (a blocked event loop is slow on every try). /healthz: the median probe
+during all attacks stays under 100 ms, and in the best try none is over 1 s."""
 import socket
 import statistics
 import threading
@@ -50,18 +51,21 @@ def attack(svc, method, path, **kw) -> tuple[httpx.Response, float, list[float]]
 
 
 def refused(svc, status, method, path, needle="", **kw) -> str:
-    fastest = None
+    fastest = slowest_health = None   # the best try's answer and its slowest /healthz probe
     for _ in range(TRIES):
         r, took, health = attack(svc, method, path, **dict(kw))
         assert r.status_code == status, (r.status_code, r.text[:300])
         msg = r.json()["error"]
         assert needle in msg and "\n" not in msg and len(msg) <= 500, msg
-        assert max(health) < HEALTH_MAX_S, f"/healthz took {max(health) * 1e3:.0f} ms during {path[:80]}"
         HEALTH.extend(health)
         fastest = took if fastest is None else min(fastest, took)
-        if fastest < ANSWER_S or not isinstance(kw.get("content", b""), (bytes, str)):
+        slowest_health = max(health) if slowest_health is None else min(slowest_health, max(health))
+        if fastest < ANSWER_S and slowest_health < HEALTH_MAX_S:
+            break
+        if not isinstance(kw.get("content", b""), (bytes, str)):
             break   # a generator body cannot be sent twice
     assert fastest < ANSWER_S, f"{path[:80]}: answered in {fastest:.2f} s at best"
+    assert slowest_health < HEALTH_MAX_S, f"/healthz took {slowest_health * 1e3:.0f} ms at best during {path[:80]}"
     return msg
 
 
