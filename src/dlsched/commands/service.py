@@ -261,7 +261,6 @@ def local_cluster_spec():
     return ClusterSpec.model_validate({"nodes": [{"name": name, "gpus": gpus, "gpu_type": gpu_type}]})
 
 
-
 def stopped_note(active: list, state_dir: str) -> str:
     """What a stopped service leaves: its jobs run on and a restart re-attaches them (Ctrl-C said nothing)."""
     if not active:
