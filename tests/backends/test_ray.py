@@ -262,7 +262,8 @@ def make_service(request, backend, tmp_path):
 
 
 def submit(client, **spec) -> int:
-    r = client.post("/jobs", json={"entry": "contract.py:make_job", **spec})
+    """A job of the contract entry, or of ``command`` when given; its id."""
+    r = client.post("/jobs", json=spec if "command" in spec else {"entry": "contract.py:make_job", **spec})
     assert r.status_code == 201, r.text
     return r.json()["id"]
 
@@ -591,10 +592,8 @@ def test_service_on_ray_runs_a_command_job_and_trains_every_sample_once(backend,
     from dlsched.train.data import committed_sample_ids
 
     with fifo_service_on_ray(backend, tmp_path) as (svc, c):
-        r = c.post("/jobs", json={"name": "script", "gpus": 2, "command": [
-            "python", "tests/torch/user_script.py", "--samples", "96", "--batch", "8", "--epochs", "2"]})
-        assert r.status_code == 201, r.text
-        job = r.json()["id"]
+        job = submit(c, name="script", gpus=2, command=[
+            "python", "tests/torch/user_script.py", "--samples", "96", "--batch", "8", "--epochs", "2"])
         wait_job(c, job, lambda j: j["samples"] > 0, timeout=120, what="a committed step")
         assert sum(backend.placement(job).values()) == 2            # its runtime holds both slots in Ray
         final = wait_job(c, job, lambda j: j["state"] == "finished", timeout=180, what="finished")
@@ -613,16 +612,10 @@ def test_service_on_ray_gives_back_the_slot_of_a_grow_whose_new_worker_crashed(b
     gate.mkdir()
     hog_gate.mkdir()
     with fifo_service_on_ray(backend, tmp_path, policy="test-elastic") as (svc, c):
-        def post(spec):
-            r = c.post("/jobs", json=spec)
-            assert r.status_code == 201, r.text
-            return r.json()["id"]
-
         script = ["python", "tests/service/crashing_newcomer.py", "--gate"]
-        hog = post({"name": "hog", "gpus": 3, "command": [*script, str(hog_gate), "--crash", "0"]})
+        hog = submit(c, name="hog", gpus=3, command=[*script, str(hog_gate), "--crash", "0"])
         wait_job(c, hog, lambda j: j["state"] == "running", timeout=120, what="the hog holding 3 slots")
-        b = post({"name": "b", "gpus": 1, "min_gpus": 1, "max_gpus": 2,
-                  "command": [*script, str(gate)]})
+        b = submit(c, name="b", gpus=1, min_gpus=1, max_gpus=2, command=[*script, str(gate)])
         wait_job(c, b, lambda j: j["samples"] > 0, timeout=120, what="b training on 1 slot")
         first = dict(backend.placement(b))
         c.post(f"/jobs/{hog}/cancel")
