@@ -111,6 +111,11 @@ class ElasticDataParallel(nn.Module):
     def _unwrap(self) -> None:
         object.__setattr__(self, "_ddp", None)
 
+    def no_sync(self) -> None:
+        # DDP scripts accumulate with it; here the loader must know where an optimizer step ends
+        raise UserError("ElasticDataParallel: model.no_sync() is not supported: accumulate with "
+                        "ElasticDataLoader(..., max_local_batch=m) instead (docs/porting.md, Gradient accumulation)")
+
     # -- forward ---------------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         object.__setattr__(self, "_inside", True)
