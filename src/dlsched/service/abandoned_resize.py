@@ -1,6 +1,9 @@
 """A resize the runtime gave up (its ``resize_abandoned`` event): the job trains on as before, so it runs on what it
 held (the store, the backend's books and control.json), and the target's GPUs are free again. The next rounds
-decide anew, growing it only after a wait (``resize_backoff``)."""
+decide anew, growing it only after a wait (``resize_backoff``).
+
+A grow the service gives up itself (past ``resize_timeout_s``) has no word from the runtime that its larger group
+never formed: the slots it asks back are then ``releasing`` (``slot_holds``) until the runtime confirms."""
 from __future__ import annotations
 
 import logging
@@ -8,14 +11,16 @@ from pathlib import Path
 
 from dlsched.backends.base import Backend, Launch
 from dlsched.service.resize_backoff import ResizeBackoff
+from dlsched.service.slot_holds import extra_slots
 from dlsched.service.store import RESCALING, RUNNING, JobRecord, Store
 
 log = logging.getLogger("dlsched.service")
 
 
 def return_to_held(store: Store, backend: Backend, backoff: ResizeBackoff, job: JobRecord, job_dir: Path,
-                   reason: str, now: float) -> JobRecord:
-    """``job`` (rescaling) back to ``running`` on the GPUs, placement and batch it had before the resize."""
+                   reason: str, now: float, unconfirmed: bool = False) -> JobRecord:
+    """``job`` (rescaling) back to ``running`` on the GPUs, placement and batch it had before the resize;
+    ``unconfirmed``: the runtime did not say it gave the grow up, so the target's extra slots stay held."""
     before = store.last_event(job.id, RESCALING, came_from=RUNNING) or {}
     gpus, batch = job.held_gpus, before.get("batch_from", job.batch_size)
     placement = before.get("placement_from") or ({next(iter(job.placement)): gpus} if len(job.placement) == 1
@@ -27,7 +32,11 @@ def return_to_held(store: Store, backend: Backend, backoff: ResizeBackoff, job: 
         log.exception("job %s: giving back an abandoned resize's GPUs failed", job.id)
     store.record_allocation(job.id, now, gpus, batch, placement)
     wait = backoff.abandoned(job.id, now)
+    releasing = dict(job.releasing or {})   # an earlier give-back's, still unconfirmed, stands
+    for node, k in (extra_slots(job.placement, placement) if unconfirmed else {}).items():
+        releasing[node] = releasing.get(node, 0) + k
     return store.transition(job.id, RUNNING, now, {"reason": f"resize abandoned: {reason}", "gpus": gpus,
-                                                   "placement": placement, "no_grow_for_s": wait},
+                                                   "placement": placement, "no_grow_for_s": wait,
+                                                   **({"releasing": releasing} if releasing else {})},
                             num_gpus=gpus, placement=placement, batch_size=batch, generation=gen,
-                            training_gpus=None)
+                            training_gpus=None, releasing=releasing)

@@ -25,9 +25,10 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
         lo = hi = job.requested_workers
     if job.requested_batch is not None:
         blo = bhi = batch = job.requested_batch
-    if job.state == RESCALING:
+    if job.state == RESCALING or job.releasing:
         # mid-resize the runtime is still moving to the last decision: no further growth until it confirms
-        # (a noisy early speed estimate must not bounce it), but it may still shrink
+        # (a noisy early speed estimate must not bounce it), but it may still shrink; so too while it gives back
+        # a grow past its deadline (service/slot_holds.py)
         hi = max(lo, min(hi, job.num_gpus))
     remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
     return JobView(

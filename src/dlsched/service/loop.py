@@ -18,7 +18,6 @@ from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
 from dlsched.service.abandoned_resize import return_to_held
-from dlsched.service.cancel_hold import without_cancelling
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
@@ -26,6 +25,7 @@ from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import record_round
+from dlsched.service.slot_holds import released, without_held
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -75,7 +75,7 @@ class LiveLoop:
         self._bad_fields: set[tuple[int, str]] = set()     # (job, field) a malformed_progress event named
         self._given_up: dict[int, str] = {}                # job -> why the runtime abandoned its current resize
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
-        self.deadline = ResizeDeadline(cluster.resize_timeout_s)   # a newcomer that hangs holds no resize for good
+        self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -137,7 +137,7 @@ class LiveLoop:
         """Snapshots -> one round (policy, check, placement: Optimus consolidation) -> the actions to take."""
         eligible = [j for j in jobs if not j.cancel_requested]
         self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
-        view = without_cancelling(self._cluster_view(now), jobs)   # held until the next observe stops them
+        view = without_held(self._cluster_view(now), jobs)   # slots processes may still use past their books
         decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], view, consolidated)
         return list(decision.actions)
 
@@ -217,7 +217,8 @@ class LiveLoop:
         res = self.backend.poll(job.id, d)
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
-        given_up = self._given_up.pop(job.id, None) or self.deadline.overdue(job, now)
+        runtime_gave_up = self._given_up.pop(job.id, None)   # its newcomers went; past the deadline, unconfirmed
+        given_up = runtime_gave_up or self.deadline.overdue(job, now)
         if res.state == "finished":
             self.store.transition(job.id, FINISHED, now)
         elif res.state == "failed":
@@ -237,7 +238,7 @@ class LiveLoop:
         else:
             if given_up is not None and job.state == RESCALING:   # a live job's only: an ended one's books are gone
                 job = return_to_held(self.store, self.backend, self.backoff, job, self.job_dir(job.id), given_up,
-                                     now)
+                                     now, unconfirmed=runtime_gave_up is None)
             if res.nodes is not None:   # workers lost with their node: the job trains on the rest; re-plan
                 self._shrunk_by_loss(job, dict(res.nodes), now)
             return
@@ -269,6 +270,8 @@ class LiveLoop:
             if job.state == RESCALING and last.get("workers") == job.num_gpus:
                 self.store.transition(job.id, RUNNING, now, {"reason": "resize done", "workers": job.num_gpus})
                 self.backoff.forget(job.id)
+            if job.releasing and released(job, samples):   # the runtime trains at its size: the rest is free
+                fields["releasing"] = None
         self.store.add_progress(job.id, samples, offset, **fields)
         for r in records:
             if "event" in r:
@@ -295,7 +298,6 @@ class LiveLoop:
         for job_id, finished in self._ended:
             self.models.forget(job_id, finished=finished)
             self.backoff.forget(job_id)
-            self.deadline.forget(job_id)
         self._to_refit, self._ended = {}, []
 
     # -- predictions -------------------------------------------------------------------------------

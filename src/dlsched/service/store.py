@@ -104,6 +104,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN training_gpus INTEGER;
     """,
+    # 6: the slots {node: count} a grow given up past resize_timeout_s may still train on, past the job's books,
+    # until the runtime confirms it runs at its size again (service/slot_holds.py keeps them out of the rounds)
+    """
+    ALTER TABLE jobs ADD COLUMN releasing TEXT;
+    """,
 ]
 
 
@@ -159,6 +164,7 @@ class JobRecord:
     requested_workers: int | None = None
     requested_batch: int | None = None
     training_gpus: int | None = None    # what the runtime trains on while rescaling to num_gpus
+    releasing: dict[str, int] | None = None   # slots past placement its processes may still use (slot_holds.py)
 
     @property
     def held_gpus(self) -> int:
@@ -166,7 +172,7 @@ class JobRecord:
         return self.training_gpus if self.state == RESCALING and self.training_gpus is not None else self.num_gpus
 
     def public(self) -> dict[str, Any]:
-        skip = ("spec", "progress_offset", "training_gpus")
+        skip = ("spec", "progress_offset", "training_gpus", "releasing")
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
         # num_gpus as held, the scheduler's reservation beside it while a resize is pending
         d["num_gpus"], d["target_gpus"] = self.held_gpus, self.num_gpus if self.state == RESCALING else None
@@ -185,6 +191,7 @@ def _decode(row: sqlite3.Row, cache: dict[int, tuple[tuple, JobRecord]]) -> JobR
     d = dict(row)
     d["spec"] = hit[1].spec if hit is not None else JobSpec.model_validate_json(d["spec"])
     d["placement"] = json.loads(d["placement"])
+    d["releasing"] = json.loads(d["releasing"]) if d["releasing"] else None
     d["cancel_requested"] = bool(d["cancel_requested"])
     rec = JobRecord(**d)
     if rec.state in TERMINAL:
@@ -299,6 +306,8 @@ class Store:
                 raise TransitionError(f"job {job_id}: {old} -> {new_state} is not allowed")
             if new_state == RUNNING and row["start_time"] is None:
                 fields.setdefault("start_time", now)
+            if new_state not in (RUNNING, RESCALING):   # its processes are gone: nothing of theirs to hold
+                fields.setdefault("releasing", None)
             if new_state in TERMINAL:
                 fields.setdefault("end_time", now)
                 fields.setdefault("num_gpus", 0)
@@ -328,6 +337,8 @@ class Store:
             return
         if "placement" in fields:
             fields["placement"] = json.dumps(dict(fields["placement"]), sort_keys=True)
+        if "releasing" in fields:   # none (NULL) rather than an empty map
+            fields["releasing"] = json.dumps(dict(fields["releasing"]), sort_keys=True) if fields["releasing"] else None
         cols = ", ".join(f"{k} = ?" for k in fields)
         c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
@@ -422,6 +433,13 @@ class Store:
              "ORDER BY id DESC LIMIT 1")
         row = self._conn().execute(q, (job_id, kind, came_from)).fetchone()
         return json.loads(row["detail"]) if row else None
+
+    def rescale_started(self, job_id: int) -> float | None:
+        """When the job's current resize was requested (its newest ``rescaling`` event), None if never: kept here,
+        so a restarted service times a grow from its request, not from its own start."""
+        row = self._conn().execute("SELECT time FROM events WHERE job_id = ? AND kind = ? ORDER BY id DESC LIMIT 1",
+                                   (job_id, RESCALING)).fetchone()
+        return row[0] if row else None
 
     def count_events(self, job_id: int, kind: str, detail_key: str) -> int:
         """How many ``kind`` events of a job carry ``detail_key`` (e.g. re-queues after a lost coordinator)."""

@@ -229,6 +229,8 @@ class Coordinator:
                 self.pending_resize = None
             rec["partition_offsets"] = table
             rec["run"] = self.run_id
+            # the newest request taken in: a step at a smaller size under a give-back proves the larger group gone
+            rec["control_generation"] = self.resizer.control.generation
             if self.job is not None:
                 rec["total_samples"] = planned_samples(self.job)
             if self.global_batch is None:

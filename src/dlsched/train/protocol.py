@@ -173,7 +173,8 @@ class StepRecord(_Record):
 
     ``samples`` counts samples trained in all epochs so far; ``total_samples`` is the job's budget
     (samples per epoch x epochs), null when it may end sooner; ``lr`` is the LR the step used;
-    ``grad_noise`` is null when the job measures none."""
+    ``grad_noise`` is null when the job measures none; ``control_generation`` is the newest control.json request
+    the coordinator had taken in when it recorded the step (-1: none yet; absent from runtimes that do not say)."""
 
     time: float
     step: int
@@ -191,6 +192,7 @@ class StepRecord(_Record):
     epochs: int | None = None
     grad_noise: GradientNoiseRecord | None = None
     metrics: dict[str, float] = {}
+    control_generation: int | None = None
 
 
 EVENTS = ("resized", "checkpoint", "worker_lost", "straggler", "epoch_end", "finished", "stopped", "resize_failed",
