@@ -108,11 +108,6 @@ def test_the_shape_prior_pools_finished_runs_of_the_same_metric_kind_once_there_
     assert 0.05 < few.drop < 0.5 and 0.3 < few.alpha < 1.0
 
 
-def test_the_drop_prior_is_where_most_finished_runs_are_not_pulled_by_a_few_large_drops():
-    runs = [FinishedFit(0.5, c, {"dataset": d, "metric": "loss"}) for c, d in zip((0.02, 0.03, 0.04, 0.6), "abcd")]
-    assert prior_from_fits(runs, {"dataset": "e", "metric": "loss"}).drop == pytest.approx(0.035)
-
-
 def test_the_shipped_prior_follows_the_declared_metric():
     bands = ((-0.1, 0.1),)
     fits = ((0.3, 0.05, "loss", "anneal"),) * 3 + ((1.0, 0.5, "error", "step"),) * 3 + ((0.5, None, "loss", "none"),)

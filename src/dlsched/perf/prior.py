@@ -3,11 +3,8 @@ depth and GPU type; we do the same on whatever metadata the jobs carry: model fa
 
 Each finished job contributes its fitted exponent α and its annealing drop c (``AnnealingCurve``: the
 fraction of the loss a full decay removes; none from a run whose LR never fell). The prior for a new job is their kernel-weighted mean in
-log space for α and their kernel-weighted *median* for c, a finished job weighing 4^(number of metadata fields it shares with the new one:
-``FIELDS``): same family and dataset dominate, everything else still counts. Median, because before a decay is seen c
-is the prior's number alone and both the final value and the crossing of a target are monotone in it: their median
-prediction is the one at the median drop of the finished runs, and the drops are skewed (most runs lose a few %, a
-few 10–75 %): a mean puts a task with a small drop where only the few large ones are. The prior's weight in points grows with how many finished
+log space, a finished job weighing 4^(number of metadata fields it shares with the new one: ``FIELDS``): same family and
+dataset dominate, everything else still counts. The prior's weight in points grows with how many finished
 jobs matched, so it stays a hint the new job's own points soon outweigh.
 
 Kind: the shape prior pools only finished runs of the new job's metric kind (``metric_kind``: a loss, or an
@@ -80,8 +77,7 @@ def level_prior(fits: list[FinishedFit], meta: dict) -> tuple[float, float] | No
 
 
 def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: CurvePrior = CurvePrior()) -> CurvePrior:
-    """Kernel-weighted mean (α) and median (drop) of the finished fits (see the module docstring); ``default`` when
-    there are none."""
+    """Kernel-weighted mean of the finished fits (see the module docstring); ``default`` when there are none."""
     if not fits:
         return default
     meta = meta or {}
@@ -114,18 +110,9 @@ def _drop_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tup
     if not seen:
         return default.drop, default.drop_sigma
     w = _weights(seen, meta)
-    # the median, not the mean (module doc); plain values: drops can be 0, a log would make one zero dominate
+    # drop ratios can be 0: average them plainly, a log would make one zero dominate
     drops = np.array([f.drop for f in seen])
-    return weighted_median(drops, w), _spread(drops, w, default.drop_sigma, DROP_SIGMA_MIN)
-
-
-def weighted_median(values, weights) -> float:
-    """The value with half the weight on either side, interpolated between neighbours (the midpoints of each
-    value's weight), so equal weights give the usual median."""
-    order = np.argsort(values, kind="stable")
-    v, w = np.asarray(values, float)[order], np.asarray(weights, float)[order]
-    mid = np.cumsum(w) - 0.5 * w
-    return float(np.interp(0.5 * w.sum(), mid, v))
+    return float(np.average(drops, weights=w)), _spread(drops, w, default.drop_sigma, DROP_SIGMA_MIN)
 
 
 def _spread(values, weights, default: float, floor: float) -> float:
