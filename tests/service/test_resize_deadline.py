@@ -95,9 +95,12 @@ def test_a_grow_given_up_keeps_the_very_slot_its_grown_group_trains_on_from_a_jo
         assert "releasing" not in json.loads((svc.jobs_dir / str(b) / "launch.json").read_text())
 
 
-def test_the_slots_a_given_up_grow_asks_back_stay_booked_across_a_service_restart(tmp_path):
+@pytest.mark.parametrize("confirmed", [False, True], ids=["held", "confirmed-before-the-restart"])
+def test_the_slots_a_given_up_grow_asks_back_stay_booked_across_a_service_restart(tmp_path, confirmed):
     """The backend's books are rebuilt from the job folders after a restart: the held slot numbers must come back
-    with them, as the store's count does, or the first job started after the restart lands on the held slot."""
+    with them, as the store's count does, or the first job started after the restart lands on the held slot. The
+    store has the last word: a service that went after it recorded the confirming step, before the backend released
+    the slot, left it booked in the job folder only (``confirmed``)."""
     t = [0.0]
     spec = load_cluster_spec("nodes: [{name: n0, gpus: 4}]\npolicy: test-elastic\nresize_timeout_s: 100")
     store = Store(tmp_path / "s.db")
@@ -115,6 +118,8 @@ def test_the_slots_a_given_up_grow_asks_back_stay_booked_across_a_service_restar
         loop.round()                                       # given up: back on 3, slot 0 held
         assert (store.get(a).num_gpus, store.get(a).releasing) == (1, {"n0": 1})
         assert _slots(loop.jobs_dir, a) == [3]
+        if confirmed:
+            store.update(a, releasing=None)
         backend.shutdown()                                 # the service goes; the coordinator stays
         store.close()
         store = Store(tmp_path / "s.db")
@@ -124,8 +129,12 @@ def test_the_slots_a_given_up_grow_asks_back_stay_booked_across_a_service_restar
         c = store.submit(load_job_spec(job_yaml("c", gpus=2, samples=10**6, step_s=600)), now=112.0)
         t[0] = 112.0
         loop.round()
-        assert store.get(c).state == RUNNING and store.get(a).releasing == {"n0": 1}
-        assert _slots(loop.jobs_dir, c) == [1, 2], "c was given the slot a's grown group may still train on"
+        assert store.get(c).state == RUNNING and store.get(a).releasing == (None if confirmed else {"n0": 1})
+        if confirmed:   # the view has all 4 again: a grows back onto slot 0 (a restarted service does not back off)
+            assert (_slots(loop.jobs_dir, a), _slots(loop.jobs_dir, c)) == ([0, 3], [1, 2]), "slot 0 stayed held"
+            assert "releasing" not in json.loads((loop.jobs_dir / str(a) / "launch.json").read_text())
+        else:
+            assert _slots(loop.jobs_dir, c) == [1, 2], "c was given the slot a's grown group may still train on"
     finally:
         backend.stop_all()
 
