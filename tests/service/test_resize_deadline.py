@@ -168,5 +168,8 @@ def test_a_grows_deadline_counts_from_its_request_across_a_service_restart(tmp_p
         job = store.get(a)
         assert (job.state, job.num_gpus, job.releasing) == (RUNNING, 1, {"n0": 1}), job
         assert "resize_timeout_s=100 s" in store.events(a, kinds=[RUNNING])[-1]["detail"]["reason"]
+        # the books go back to the slot a trained on before the grow (1), not the lowest one (the newcomer's 0, held)
+        info = json.loads((loop.jobs_dir / str(a) / "launch.json").read_text())
+        assert (info["slots"], info["releasing"]) == ({"n0": [1]}, {"n0": [0]}), info
     finally:
         backend.stop_all()

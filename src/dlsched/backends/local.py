@@ -10,7 +10,8 @@ unconfirmed takes back (``Launch.hold_given_back``) stay booked, to no job, unti
 still train there, and a count per node alone let the next job take the lowest free slot, that one. Coordinators
 run in their own session (process group) so that a SIGKILL of the service leaves them training; after a
 restart ``attach`` finds them again through ``DIR/launch.json`` (pid + process start time, which guards
-against pid reuse), and the books with them: its ``slots`` and the ``releasing`` ones held back.
+against pid reuse), and the books with them: its ``slots``, the ``releasing`` ones held back, and the slots
+``before`` its last resize (a grow given up after a restart returns to the slots its workers train on).
 """
 from __future__ import annotations
 
@@ -240,10 +241,10 @@ class LocalBackend(Backend):
             info = json.loads((job_dir / "launch.json").read_text())
         except (OSError, ValueError):
             return
-        info = {k: v for k, v in info.items() if k != "releasing"}
-        held = self._releasing.get(job_id)
-        atomic_write_json(job_dir / "launch.json",
-                          {**info, "slots": self._slots.get(job_id, {}), **({"releasing": held} if held else {})})
+        books = {"slots": self._slots.get(job_id, {}), "releasing": self._releasing.get(job_id),
+                 "before": self._before.get(job_id)}
+        info = {k: v for k, v in {**info, **books}.items() if k not in books or v is not None}
+        atomic_write_json(job_dir / "launch.json", info)
 
     def stop(self, job_id: int, job_dir: Path) -> None:
         """SIGTERM the coordinator's process group, SIGKILL after the grace period; its checkpoint stays."""
@@ -311,6 +312,8 @@ class LocalBackend(Backend):
         self._slots[job_id] = info.get("slots", {})  # its GPUs stay taken across a service restart
         if info.get("releasing"):                    # and so do those held back from a grow given up
             self._releasing[job_id] = info["releasing"]
+        if info.get("before"):
+            self._before[job_id] = info["before"]
         return True
 
     def shutdown(self) -> None:
