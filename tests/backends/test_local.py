@@ -127,6 +127,41 @@ def test_started_jobs_get_disjoint_gpus_and_release_them(tmp_path):
     b.stop_all()
 
 
+def test_slots_a_resize_holds_back_go_to_no_job_until_released_and_are_held_after_a_restart(tmp_path):
+    """A grow given up unconfirmed gives its slot back with ``hold_given_back``: the grown group may still train there.
+    The books went back to the old slot only, and the next job started was given that GPU beside a free one."""
+    gpus = dict(nodes=[NodeSpec(name="g", gpus=4, gpu_type="h100")], cuda_count=lambda: 4)
+    backends = [LocalBackend(runtime=RUNTIME, **gpus)]
+
+    def visible(job: int) -> str:
+        pid = json.loads((tmp_path / str(job) / "launch.json").read_text())["pid"]
+        return psutil.Process(pid).environ()["CUDA_VISIBLE_DEVICES"]
+
+    def launch(job: int, n: int) -> Launch:
+        return Launch(job, spec(samples=10**6, step_s=0.05), tmp_path / str(job), n, 32, placement={"g": n})
+
+    try:
+        b = backends[0]
+        b.start(launch(1, 1))
+        b.resize(replace(launch(1, 2), generation=1))                           # grows onto GPU 1
+        b.resize(replace(launch(1, 1), generation=2, hold_given_back=True))     # given up: GPU 1 held back
+        info = json.loads((tmp_path / "1" / "launch.json").read_text())
+        assert (info["slots"], info["releasing"]) == ({"g": [0]}, {"g": [1]})
+        assert json.loads((tmp_path / "1" / "control.json").read_text())["devices"] == ["0"]
+        b.shutdown()                                                            # a service restart
+        b = LocalBackend(runtime=RUNTIME, **gpus)
+        backends.append(b)
+        assert b.attach(1, tmp_path / "1")
+        b.start(launch(2, 2))
+        assert visible(2) == "2,3", "job 2 was given the GPU job 1's grown group may still train on"
+        b.release(1, tmp_path / "1")                                            # job 1 confirmed it trains on 1
+        assert "releasing" not in json.loads((tmp_path / "1" / "launch.json").read_text())
+        b.start(launch(3, 1))
+        assert visible(3) == "1"
+    finally:
+        for b in backends:
+            b.stop_all()
+
 def test_resize_rebooks_slots_keeping_the_held_ones():
     assert resize_slots({"a": [0, 1]}, {"a": 3}, {"a": {2}}) == {"a": [0, 1, 3]}   # grow around another job
     assert resize_slots({"a": [0, 1, 3]}, {"a": 1}, {}) == {"a": [0]}               # shrink gives back 1 and 3

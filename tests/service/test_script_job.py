@@ -72,14 +72,17 @@ def test_a_script_that_is_not_there_is_refused_at_submit_in_one_line(tmp_path):
 
 
 @contextmanager
-def growing_script_job(tmp_path: Path, script: str, settings: str = ""):
-    """Jobs a (1 GPU) and b (1..2 GPUs) of ``tests/service/SCRIPT --gate DIR`` on one 2-GPU node (``settings``: more
-    lines of the cluster file); once b trains, a is cancelled and its GPU goes to b (a resize). Yields (service,
-    client, b's id, b's gate folder)."""
+def growing_script_job(tmp_path: Path, script: str, settings: str = "", slots: int = 2):
+    """Jobs a (all GPUs but one) and b (1..2 GPUs) of ``tests/service/SCRIPT --gate DIR`` on one node of ``slots``
+    GPUs (``settings``: more lines of the cluster file); once b trains, a is cancelled and its first GPU goes to b (a
+    resize). Yields (service, client, b's id, b's gate folder). a's gate holds ``release`` from the start: its own
+    workers 1.. are no resize newcomers, so none of them waits at it."""
     gates = {name: tmp_path / name for name in ("a", "b")}
     for g in gates.values():
         g.mkdir()
-    cluster = load_cluster_spec(f"nodes: [{{name: n0, gpus: 2}}]\npolicy: test-elastic\ninterval_s: 0.3\n{settings}")
+    (gates["a"] / "release").touch()
+    cluster = load_cluster_spec(f"nodes: [{{name: n0, gpus: {slots}}}]\npolicy: test-elastic\ninterval_s: 0.3\n"
+                                f"{settings}")
     svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
 
@@ -90,7 +93,7 @@ def growing_script_job(tmp_path: Path, script: str, settings: str = ""):
         return r.json()["id"]
 
     try:
-        a = submit("a", "gpus: 1")
+        a = submit("a", f"gpus: {slots - 1}")
         wait_until(lambda: c.get(f"/jobs/{a}").json()["state"] == "running", 60, "job a running")
         b = submit("b", "gpus: 1\nmin_gpus: 1\nmax_gpus: 2")
         wait_until(lambda: c.get(f"/jobs/{b}").json()["samples"] > 0, 120, "job b training on 1 GPU")

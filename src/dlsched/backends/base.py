@@ -2,7 +2,8 @@
 
 A backend turns decisions into processes: ``start`` (also resumes: the runtime restarts from the latest
 checkpoint in the job directory), ``resize`` (elastic: write ``control.json`` with a higher generation),
-``stop`` (preempt or cancel; the checkpoint stays), ``poll`` and ``attach`` (after a service restart).
+``stop`` (preempt or cancel; the checkpoint stays), ``poll`` and ``attach`` (after a service restart), ``release``
+(the slots a resize gave back with ``hold_given_back`` may go to other jobs now).
 Progress always comes back through ``DIR/progress.jsonl`` and ``DIR/status.json`` (contract in
 ``dlsched.train``), so reading them is shared here rather than per backend.
 """
@@ -23,7 +24,9 @@ ProcState = Literal["running", "finished", "failed", "gone"]
 @dataclass(frozen=True)
 class Launch:
     """Everything a backend needs to (re)start or resize one job (``placement``: node -> workers, empty: the
-    backend's choice; ``generation``: the control generation this start or resize is)."""
+    backend's choice; ``generation``: the control generation this start or resize is; ``hold_given_back``: the
+    slots this resize takes from the job stay booked, to no job, until ``Backend.release``: its processes may still
+    use them, a grow given up unconfirmed, ``service/slot_holds.py``)."""
 
     job_id: int
     spec: JobSpec
@@ -32,6 +35,7 @@ class Launch:
     batch_size: int | None
     placement: Mapping[str, int] = field(default_factory=dict)
     generation: int = 0
+    hold_given_back: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,11 @@ class Backend(Protocol):
     def attach(self, job_id: int, job_dir: Path) -> bool: ...
 
     def shutdown(self) -> None: ...
+
+    def release(self, job_id: int, job_dir: Path) -> None:
+        """The job trains at its booked size: slots its resizes held back (``hold_given_back``) are free now. A
+        backend whose given-back slots stay reserved until their workers have left by itself (Ray) has none."""
+        return None
 
     def nodes(self) -> tuple[NodeView, ...] | None:
         """The live nodes, where the backend knows them (Ray: a lost node vanishes); None: the declared cluster."""

@@ -5,10 +5,13 @@ runs on a CPU-only laptop. A node declared with a real ``gpu_type`` on a machine
 to CUDA devices: the backend hands each job the slot indices it holds and sets ``CUDA_VISIBLE_DEVICES``
 to their devices; the runtime pins each worker to one of them (NCCL) and jobs never share one. A resize
 re-books the job's slots (growth takes free ones, shrinking gives the surplus back) and hands the runtime the
-new device list through ``control.json``, so workers added later get their own GPU too. Coordinators
+new device list through ``control.json``, so workers added later get their own GPU too. The slots a grow given up
+unconfirmed takes back (``Launch.hold_given_back``) stay booked, to no job, until ``release``: the grown group may
+still train there, and a count per node alone let the next job take the lowest free slot, that one. Coordinators
 run in their own session (process group) so that a SIGKILL of the service leaves them training; after a
 restart ``attach`` finds them again through ``DIR/launch.json`` (pid + process start time, which guards
-against pid reuse).
+against pid reuse), and the books with them: its ``slots``, the ``releasing`` ones held back, and the slots
+``before`` its last resize (a grow given up after a restart returns to the slots its workers train on).
 """
 from __future__ import annotations
 
@@ -120,14 +123,16 @@ class LocalBackend(Backend):
         self.devices = gpu_devices(nodes, cuda_count()) if real else {}
         self._slots: dict[int, dict[str, list[int]]] = {}  # job -> node -> slot indices it holds
         self._before: dict[int, dict[str, list[int]]] = {}  # job -> its slots before its last resize
+        self._releasing: dict[int, dict[str, list[int]]] = {}  # job -> slots held back from every job until release
 
     def _held(self, except_job: int | None = None) -> dict[str, set[int]]:
-        """Slot indices held per node, by every job but ``except_job``."""
+        """Slot indices taken per node: held by every job but ``except_job``, or held back (``_releasing``) from
+        every job, ``except_job`` too (its old workers may still run there, its new ones must not)."""
         held: dict[str, set[int]] = {}
-        for job, slots in self._slots.items():
-            if job != except_job:
-                for node, idx in slots.items():
-                    held.setdefault(node, set()).update(idx)
+        books = [s for job, s in self._slots.items() if job != except_job] + list(self._releasing.values())
+        for slots in books:
+            for node, idx in slots.items():
+                held.setdefault(node, set()).update(idx)
         return held
 
     # -- actions ---------------------------------------------------------------------------------
@@ -155,8 +160,7 @@ class LocalBackend(Backend):
         env.setdefault("OMP_NUM_THREADS", str(self.threads_per_worker))
         env["DLSCHED_JOB_ID"] = str(launch.job_id)
         env[fence.FD_ENV] = str(lock)
-        self._slots.pop(launch.job_id, None)
-        self._before.pop(launch.job_id, None)
+        self._forget(launch.job_id)
         slots = assign_slots(launch.placement, self._held())
         self._slots[launch.job_id] = slots
         env.update(gpu_env(slots, self.devices))
@@ -209,25 +213,44 @@ class LocalBackend(Backend):
                 slots = resize_slots(current, placement, self._held(except_job=job_id))
             self._before[job_id] = current
             self._slots[job_id] = slots
+            if launch.hold_given_back:
+                self._hold_back(job_id, current, slots)
             if self.devices:
                 devices = slot_devices(slots, self.devices)
-            self._record_slots(Path(job_dir), slots)
+            self._record_slots(job_id, Path(job_dir))
         write_control(Path(job_dir), num_gpus, launch.batch_size, launch.generation, devices=devices)
 
-    def _record_slots(self, job_dir: Path, slots: dict[str, list[int]]) -> None:
+    def _hold_back(self, job_id: int, before: Mapping[str, Sequence[int]], after: Mapping[str, Sequence[int]]) -> None:
+        """Book the slots ``before`` has and ``after`` lacks to no job (added to what the job holds back already)."""
+        held = self._releasing.setdefault(job_id, {})
+        for node, idx in before.items():
+            gone = set(idx) - set(after.get(node, ())) - set(held.get(node, ()))
+            if gone:
+                held[node] = sorted(set(held.get(node, ())) | gone)
+        if not held:
+            del self._releasing[job_id]
+
+    def release(self, job_id: int, job_dir: Path) -> None:
+        """The job trains at its booked size (the service saw a step there): its held-back slots are free."""
+        if self._releasing.pop(job_id, None) is not None:
+            self._record_slots(job_id, Path(job_dir))
+
+    def _record_slots(self, job_id: int, job_dir: Path) -> None:
         """launch.json keeps the books across a service restart (``attach`` reads them back)."""
         try:
             info = json.loads((job_dir / "launch.json").read_text())
         except (OSError, ValueError):
             return
-        atomic_write_json(job_dir / "launch.json", {**info, "slots": slots})
+        books = {"slots": self._slots.get(job_id, {}), "releasing": self._releasing.get(job_id),
+                 "before": self._before.get(job_id)}
+        info = {k: v for k, v in {**info, **books}.items() if k not in books or v is not None}
+        atomic_write_json(job_dir / "launch.json", info)
 
     def stop(self, job_id: int, job_dir: Path) -> None:
         """SIGTERM the coordinator's process group, SIGKILL after the grace period; its checkpoint stays."""
         proc = self._procs.pop(job_id, None)
         ps = self._attached.pop(job_id, None)
-        self._slots.pop(job_id, None)
-        self._before.pop(job_id, None)
+        self._forget(job_id)
         pid = proc.pid if proc else (ps.pid if ps else None)
         if pid is None:
             return
@@ -256,8 +279,7 @@ class LocalBackend(Backend):
         rc = proc.wait() if proc else None
         self._procs.pop(job_id, None)
         self._attached.pop(job_id, None)
-        self._slots.pop(job_id, None)
-        self._before.pop(job_id, None)
+        self._forget(job_id)   # no process of it is left: nothing it held back is in use
         status = read_status(job_dir) or {}
         state = status.get("state")
         if state == "finished" and rc in (0, None):
@@ -288,6 +310,10 @@ class LocalBackend(Backend):
             return True
         self._attached[job_id] = p
         self._slots[job_id] = info.get("slots", {})  # its GPUs stay taken across a service restart
+        if info.get("releasing"):                    # and so do those held back from a grow given up
+            self._releasing[job_id] = info["releasing"]
+        if info.get("before"):
+            self._before[job_id] = info["before"]
         return True
 
     def shutdown(self) -> None:
@@ -296,6 +322,13 @@ class LocalBackend(Backend):
         self._attached.clear()
         self._slots.clear()
         self._before.clear()
+        self._releasing.clear()
+
+    def _forget(self, job_id: int) -> None:
+        """Drop a job's books: it has no process left (or is about to start afresh)."""
+        self._slots.pop(job_id, None)
+        self._before.pop(job_id, None)
+        self._releasing.pop(job_id, None)
 
     def stop_all(self) -> None:
         for job_id in list(self._procs) + list(self._attached):

@@ -185,7 +185,8 @@ class RayBackend(Backend):
         bundles (where ``placement``, the job's whole node map, asks for more than the job holds; the
         rest where Ray's strategy puts them), a shrink keeps the first ``num_gpus`` slots, because the
         runtime keeps its first workers, and releases the others once their workers have left. If the
-        new slots cannot be had nothing changes and the error propagates.
+        new slots cannot be had nothing changes and the error propagates. That wait is what
+        ``launch.hold_given_back`` asks for (a worker runs only inside its reservation): nothing to ``release``.
         """
         job_id, num_gpus, generation, placement = launch.job_id, launch.num_gpus, launch.generation, launch.placement
         self._check_nodes()      # a node lost since the loop's last look: its slots must not be kept by a shrink

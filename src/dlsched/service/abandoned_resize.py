@@ -20,14 +20,15 @@ log = logging.getLogger("dlsched.service")
 def return_to_held(store: Store, backend: Backend, backoff: ResizeBackoff, job: JobRecord, job_dir: Path,
                    reason: str, now: float, unconfirmed: bool = False) -> JobRecord:
     """``job`` (rescaling) back to ``running`` on the GPUs, placement and batch it had before the resize;
-    ``unconfirmed``: the runtime did not say it gave the grow up, so the target's extra slots stay held."""
+    ``unconfirmed``: the runtime did not say it gave the grow up, so the target's extra slots stay held: counted in
+    the store (``releasing``, the rounds' view) and booked by number in the backend (``hold_given_back``)."""
     before = store.last_event(job.id, RESCALING, came_from=RUNNING) or {}
     gpus, batch = job.held_gpus, before.get("batch_from", job.batch_size)
     placement = before.get("placement_from") or ({next(iter(job.placement)): gpus} if len(job.placement) == 1
                                                  else job.placement)
     gen = job.generation + 1
     try:
-        backend.resize(Launch(job.id, job.spec, job_dir, gpus, batch, placement, gen))
+        backend.resize(Launch(job.id, job.spec, job_dir, gpus, batch, placement, gen, hold_given_back=unconfirmed))
     except Exception:   # the store still records what trains; only the backend's books keep the target
         log.exception("job %s: giving back an abandoned resize's GPUs failed", job.id)
     store.record_allocation(job.id, now, gpus, batch, placement)

@@ -25,7 +25,7 @@ from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import record_round
-from dlsched.service.slot_holds import released, without_held
+from dlsched.service.slot_holds import release_confirmed, released, without_held
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -74,6 +74,7 @@ class LiveLoop:
         self._ended: list[tuple[int, bool]] = []           # (job, finished) that ended this pass
         self._bad_fields: set[tuple[int, str]] = set()     # (job, field) a malformed_progress event named
         self._given_up: dict[int, str] = {}                # job -> why the runtime abandoned its current resize
+        self._confirmed: list[int] = []                    # jobs whose held slots the store released this pass
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
         self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
 
@@ -207,6 +208,7 @@ class LiveLoop:
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
             for job in [j for j in running if not j.cancel_requested]:
                 self._observe_one(job, now, dt)
+        release_confirmed(self.backend, self.job_dir, self._confirmed)   # after the store's commit, never before
         self._refit(now)
 
     def _observe_one(self, job: JobRecord, now: float, dt: float) -> None:
@@ -272,6 +274,7 @@ class LiveLoop:
                 self.backoff.forget(job.id)
             if job.releasing and released(job, samples):   # the runtime trains at its size: the rest is free
                 fields["releasing"] = None
+                self._confirmed.append(job.id)
         self.store.add_progress(job.id, samples, offset, **fields)
         for r in records:
             if "event" in r:

@@ -1,6 +1,10 @@
 """After a service restart: re-attach the coordinators still alive, record those that finished or failed meanwhile,
 re-queue the others (they resume from their checkpoint when started again). Every state change went through the
-store first, so a SIGKILL between any two steps of the loop is recovered here."""
+store first, so a SIGKILL between any two steps of the loop is recovered here.
+
+A re-attached job's backend books come back from its job folder (the local backend's launch.json), the slots held
+back from a grow given up (``slot_holds``) with them; the store says whether that hold still stands: the service
+may have gone after it recorded the confirming step but before the backend released the slots."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,6 +23,8 @@ def recover(store: Store, backend: Backend, job_dir: Callable[[int], Path],
     for job in store.jobs(states=(RUNNING, RESCALING)):
         d = job_dir(job.id)
         if backend.attach(job.id, d):
+            if not job.releasing:
+                backend.release(job.id, d)
             store.event("reattached", job.id, now)
             continue
         ingest(job, now)

@@ -9,12 +9,18 @@ them, so no other job is placed onto slots whose workers still train.
   still have newcomers preparing there: until it confirms it runs at the smaller size, the slots it asked back
   (``JobRecord.releasing``, stored, so a restarted service holds them too) stay out of the rounds. A job that
   stops (finished, failed, re-queued, cancelled) has no processes left: the store drops its hold then.
+
+The count keeps the rounds' view honest; which slots are held is the backend's to know: the give-back's resize asks
+it to keep them booked (``Launch.hold_given_back``), and ``release_confirmed`` frees them once the store has
+recorded the confirmation (a service that goes in between finds them booked still: ``recovery`` releases them).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
 
+from dlsched.backends.base import Backend
 from dlsched.policy.base import ClusterView
 from dlsched.service.store import RESCALING, RUNNING, JobRecord
 
@@ -35,6 +41,15 @@ def released(job: JobRecord, samples: Iterable[dict]) -> bool:
         if isinstance(workers, int) and workers <= job.num_gpus and (not isinstance(tag, int) or tag >= job.generation):
             return True
     return False
+
+
+def release_confirmed(backend: Backend, job_dir: Callable[[int], Path], job_ids: list[int]) -> None:
+    """The backend frees the slots it held back for ``job_ids`` (their holds ``released``, the store's write
+    committed); the list is emptied. A pass that raised left its ids: the next one confirms them again anyway (the
+    progress it rolled back is read again)."""
+    for job_id in job_ids:
+        backend.release(job_id, job_dir(job_id))
+    job_ids.clear()
 
 
 def without_held(view: ClusterView, jobs: Iterable[JobRecord]) -> ClusterView:
