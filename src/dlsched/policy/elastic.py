@@ -45,6 +45,7 @@ from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic_job
 from dlsched.policy.dp import solve
+from dlsched.policy.gittins import MIN_FINISHED, SizeHistory, gittins_times, kaplan_meier
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
 from dlsched.policy.release_horizon import charge_release, release_horizons
@@ -110,8 +111,11 @@ class ElasticPolicy(Policy):
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
                  aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False,
-                 grow_pause: bool = False):
+                 grow_pause: bool = False, size_prior: str = "aging"):
         _check_args(urgency, fairness, request_prior, aging_hysteresis)
+        if size_prior not in ("aging", "gittins"):
+            raise ValueError(f"size_prior must be 'aging' or 'gittins', got {size_prior!r}")
+        self.sizes = SizeHistory() if size_prior == "gittins" else None
         self.grow_pause = grow_pause
         self.request_prior = request_prior
         self.release_horizon = release_horizon
@@ -250,6 +254,8 @@ class ElasticPolicy(Policy):
     # ---- decision -----------------------------------------------------------------------------------------
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
         ordered = sorted(jobs, key=lambda j: (j.submit_time, j.id))
+        if self.sizes is not None:
+            self.sizes.observe({j.id: self._age(j) for j in ordered})
         types = cluster.gpu_types
         capacity = {t: sum(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
         node_size = {t: max(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
@@ -349,12 +355,23 @@ class ElasticPolicy(Policy):
             # k**q times as fast, q = ``request_prior``. The request, not the GPUs held, so growing a job never
             # ages it; and only its run time, so a waiting large job starts level with a new small one (scaling
             # the whole estimate starved large requests under load: docs/policies.md).
-            times = {j.id: j.run_time * max(j.requested_gpus, 1) ** self.request_prior + RUN_TIME_OFFSET
-                     for j in jobs}
+            times = {j.id: self._age(j) + RUN_TIME_OFFSET for j in jobs}
+            if self.sizes is not None and len(self.sizes.sizes) >= MIN_FINISHED:
+                # the Gittins index on the sizes of the jobs that finished (``gittins.py``); the aging estimate
+                # where a job has outlived every size seen
+                ages = np.array([self._age(j) for j in jobs])
+                points, mass = kaplan_meier(np.array(self.sizes.sizes), ages)
+                for j, t in zip(jobs, gittins_times(ages, points, mass)):
+                    if np.isfinite(t):
+                        times[j.id] = float(t)
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
         return {k: v / shortest for k, v in scale.items()}
+
+    def _age(self, job: JobView) -> float:
+        """Attained service in the units of the aging estimate: run time x requested GPUs ** ``request_prior``."""
+        return job.run_time * max(job.requested_gpus, 1) ** self.request_prior
 
     def _progress_left(self, job: JobView) -> float:
         """Remaining work in units that do not depend on the batch the job runs at now: samples left at the
