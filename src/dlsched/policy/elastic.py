@@ -48,7 +48,7 @@ from dlsched.policy.dp import solve
 from dlsched.policy.gittins import MIN_FINISHED, SizeHistory, gittins_times, kaplan_meier
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
-from dlsched.policy.release_horizon import charge_release, release_horizons
+from dlsched.policy.release_horizon import Departures, charge_release, rate_horizons, release_horizons
 from dlsched.policy.value_curve import MEMO_SIZE, NEG_INF, JobCurve, ValueCurves, ValueFn, throughput_value
 
 RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
@@ -111,11 +111,12 @@ class ElasticPolicy(Policy):
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
                  aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False,
-                 grow_pause: bool = False, size_prior: str = "aging"):
+                 grow_pause: bool = False, size_prior: str = "aging", observed_release: bool = False):
         _check_args(urgency, fairness, request_prior, aging_hysteresis)
         if size_prior not in ("aging", "gittins"):
             raise ValueError(f"size_prior must be 'aging' or 'gittins', got {size_prior!r}")
         self.sizes = SizeHistory() if size_prior == "gittins" else None
+        self.departures = Departures() if observed_release else None
         self.grow_pause = grow_pause
         self.request_prior = request_prior
         self.release_horizon = release_horizon
@@ -256,6 +257,8 @@ class ElasticPolicy(Policy):
         ordered = sorted(jobs, key=lambda j: (j.submit_time, j.id))
         if self.sizes is not None:
             self.sizes.observe({j.id: self._age(j) for j in ordered})
+        if self.departures is not None:
+            self.departures.observe(cluster.now, {j.id: j.num_gpus for j in ordered})
         types = cluster.gpu_types
         capacity = {t: sum(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
         node_size = {t: max(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
@@ -300,6 +303,9 @@ class ElasticPolicy(Policy):
         scale = self._scales(elastic, refs)
         aging = self.urgency != 0 and not any(j.remaining_samples for j in elastic)
         releases = release_horizons(elastic, time_left) if self.release_horizon else {}
+        if aging and self.departures is not None:
+            # no job's end is predicted: capacity frees at the observed departure rate
+            releases = rate_horizons(elastic, self.departures.rate(cluster.now))
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
