@@ -45,7 +45,7 @@ from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic_job
 from dlsched.policy.dp import solve
-from dlsched.policy.gittins import MIN_FINISHED, SizeHistory, gittins_times, kaplan_meier
+from dlsched.policy.gittins import MIN_FINISHED, SizeHistory, gittins_times, kaplan_meier, mean_residual
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
 from dlsched.policy.release_horizon import Departures, charge_release, rate_horizons, release_horizons
@@ -111,12 +111,14 @@ class ElasticPolicy(Policy):
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
                  aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False,
-                 grow_pause: bool = False, size_prior: str = "aging", observed_release: bool = False):
+                 grow_pause: bool = False, size_prior: str = "aging", observed_release: bool = False,
+                 residual_release: bool = False):
         _check_args(urgency, fairness, request_prior, aging_hysteresis)
         if size_prior not in ("aging", "gittins"):
             raise ValueError(f"size_prior must be 'aging' or 'gittins', got {size_prior!r}")
         self.sizes = SizeHistory() if size_prior == "gittins" else None
         self.departures = Departures() if observed_release else None
+        self.run_sizes = SizeHistory() if residual_release else None
         self.grow_pause = grow_pause
         self.request_prior = request_prior
         self.release_horizon = release_horizon
@@ -259,6 +261,8 @@ class ElasticPolicy(Policy):
             self.sizes.observe({j.id: self._age(j) for j in ordered})
         if self.departures is not None:
             self.departures.observe(cluster.now, {j.id: j.num_gpus for j in ordered})
+        if self.run_sizes is not None:
+            self.run_sizes.observe({j.id: j.run_time for j in ordered})
         types = cluster.gpu_types
         capacity = {t: sum(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
         node_size = {t: max(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
@@ -306,6 +310,15 @@ class ElasticPolicy(Policy):
         if aging and self.departures is not None:
             # no job's end is predicted: capacity frees at the observed departure rate
             releases = rate_horizons(elastic, self.departures.rate(cluster.now))
+        if aging and self.run_sizes is not None and len(self.run_sizes.sizes) >= MIN_FINISHED:
+            # no job's end is predicted: each running job's expected time left given its run time, from the run
+            # times of the jobs that finished (Kaplan-Meier), sets when capacity frees
+            run = [j for j in elastic if j.num_gpus]
+            ages = np.array([j.run_time for j in run])
+            points, mass = kaplan_meier(np.array(self.run_sizes.sizes), ages)
+            left = dict(zip((j.id for j in run), mean_residual(ages, points, mass)))
+            releases = release_horizons(elastic, lambda j, _g: (None if not np.isfinite(left.get(j.id, np.nan))
+                                                                else float(left[j.id])))
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min

@@ -83,3 +83,15 @@ def gittins_times(ages: np.ndarray, points: np.ndarray, mass: np.ndarray) -> np.
     ok = best > 0
     out[ok] = 1.0 / best[ok]
     return out
+
+
+def mean_residual(ages: np.ndarray, points: np.ndarray, mass: np.ndarray) -> np.ndarray:
+    """E[S - a | S > a] for each age a (NaN where no mass lies beyond it): a job's expected service left given
+    only what it has attained and the sizes of the jobs before it."""
+    ages = np.asarray(ages, dtype=float)
+    c0 = np.concatenate((np.cumsum(mass[::-1])[::-1], [0.0]))            # mass of points[k:]
+    c1 = np.concatenate((np.cumsum((mass * points)[::-1])[::-1], [0.0]))
+    first = np.searchsorted(points, ages, side="right")
+    tail = c0[first]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(tail > 0, c1[first] / tail - ages, np.nan)
