@@ -48,7 +48,8 @@ from dlsched.policy.dp import solve
 from dlsched.policy.gittins import MIN_FINISHED, SizeHistory, gittins_times, kaplan_meier, mean_residual
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
-from dlsched.policy.release_horizon import Departures, charge_release, rate_horizons, release_horizons
+from dlsched.policy.release_horizon import (Departures, charge_release, expected_release_horizons, rate_horizons,
+                                            release_horizons)
 from dlsched.policy.value_curve import MEMO_SIZE, NEG_INF, JobCurve, ValueCurves, ValueFn, throughput_value
 
 RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
@@ -119,6 +120,7 @@ class ElasticPolicy(Policy):
         self.sizes = SizeHistory() if size_prior == "gittins" else None
         self.departures = Departures() if observed_release else None
         self.run_sizes = SizeHistory() if residual_release else None
+        self.residual_mode = residual_release if isinstance(residual_release, str) else "expected"
         self.grow_pause = grow_pause
         self.request_prior = request_prior
         self.release_horizon = release_horizon
@@ -313,12 +315,15 @@ class ElasticPolicy(Policy):
         if aging and self.run_sizes is not None and len(self.run_sizes.sizes) >= MIN_FINISHED:
             # no job's end is predicted: each running job's expected time left given its run time, from the run
             # times of the jobs that finished (Kaplan-Meier), sets when capacity frees
-            run = [j for j in elastic if j.num_gpus]
-            ages = np.array([j.run_time for j in run])
+            ages = np.array([j.run_time for j in elastic if j.num_gpus])
             points, mass = kaplan_meier(np.array(self.run_sizes.sizes), ages)
-            left = dict(zip((j.id for j in run), mean_residual(ages, points, mass)))
-            releases = release_horizons(elastic, lambda j, _g: (None if not np.isfinite(left.get(j.id, np.nan))
-                                                                else float(left[j.id])))
+            if self.residual_mode == "mean":
+                run = [j for j in elastic if j.num_gpus]
+                left = dict(zip((j.id for j in run), mean_residual(ages, points, mass)))
+                releases = release_horizons(elastic, lambda j, _g: (None if not np.isfinite(left.get(j.id, np.nan))
+                                                                    else float(left[j.id])))
+            else:
+                releases = expected_release_horizons(elastic, points, mass)
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min

@@ -81,3 +81,35 @@ def rate_horizons(jobs: list[JobView], rate: float) -> dict[str, np.ndarray]:
         if gc:
             out[j.id] = (gc - np.arange(gc)) / rate
     return out
+
+
+def expected_release_horizons(jobs: list[JobView], points: np.ndarray, mass: np.ndarray,
+                              grid_points: int = 64) -> dict[str, np.ndarray]:
+    """W_k when no job's end is predicted, from the distribution of job run times (``points``, ``mass``: the
+    Kaplan-Meier estimate over finished jobs): a running job of run time a has ended t seconds from now with
+    probability F(t) = 1 - S(a + t) / S(a), so the other running jobs free sum g F(t) GPUs by t in expectation;
+    W_k is the first t where that reaches k. Many young jobs free GPUs soon even though each may run long; a few
+    jobs older than most sizes seen free them late (a job older than every size seen: never, by this estimate)."""
+    run = [j for j in jobs if j.num_gpus]
+    if len(run) < 2 or not len(points):
+        return {}
+    ages = np.array([j.run_time for j in run])
+    held = np.array([j.num_gpus for j in run], dtype=float)
+    tail = np.concatenate((np.cumsum(mass[::-1])[::-1], [0.0]))            # S(x) = tail[#points <= x]
+
+    def survival(x):
+        return tail[np.searchsorted(points, x, side="right")]
+
+    t = np.geomspace(1.0, max(float(points[-1]), 2.0), grid_points)
+    s0 = survival(ages)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ended = np.where(s0[:, None] > 0, 1.0 - survival(ages[:, None] + t[None, :]) / s0[:, None], 0.0)
+    freed = held[:, None] * ended
+    total = freed.sum(axis=0)
+    out = {}
+    for i, j in enumerate(run):
+        others = total - freed[i]                       # non-decreasing in t
+        k = held[i] - np.arange(int(held[i]))           # GPUs taken for each smaller count g = 0..gc-1
+        at = np.searchsorted(others, k - 1e-9)
+        out[j.id] = np.where(at < len(t), t[np.minimum(at, len(t) - 1)], np.inf)
+    return out
