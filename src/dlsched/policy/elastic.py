@@ -45,11 +45,10 @@ from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic_job
 from dlsched.policy.dp import solve
-from dlsched.policy.gittins import MIN_FINISHED, SizeHistory, gittins_times, kaplan_meier, mean_residual
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
-from dlsched.policy.release_horizon import (Departures, charge_release, expected_release_horizons, rate_horizons,
-                                            release_horizons)
+from dlsched.policy.release_horizon import charge_release, expected_release_horizons, release_horizons
+from dlsched.policy.size_history import MIN_FINISHED, SizeHistory, kaplan_meier
 from dlsched.policy.value_curve import MEMO_SIZE, NEG_INF, JobCurve, ValueCurves, ValueFn, throughput_value
 
 RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
@@ -112,15 +111,9 @@ class ElasticPolicy(Policy):
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
                  aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False,
-                 grow_pause: bool = False, size_prior: str = "aging", observed_release: bool = False,
-                 residual_release: bool = False):
+                 grow_pause: bool = False, residual_release: bool = False):
         _check_args(urgency, fairness, request_prior, aging_hysteresis)
-        if size_prior not in ("aging", "gittins"):
-            raise ValueError(f"size_prior must be 'aging' or 'gittins', got {size_prior!r}")
-        self.sizes = SizeHistory() if size_prior == "gittins" else None
-        self.departures = Departures() if observed_release else None
         self.run_sizes = SizeHistory() if residual_release else None
-        self.residual_mode = residual_release if isinstance(residual_release, str) else "expected"
         self.grow_pause = grow_pause
         self.request_prior = request_prior
         self.release_horizon = release_horizon
@@ -259,10 +252,6 @@ class ElasticPolicy(Policy):
     # ---- decision -----------------------------------------------------------------------------------------
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
         ordered = sorted(jobs, key=lambda j: (j.submit_time, j.id))
-        if self.sizes is not None:
-            self.sizes.observe({j.id: self._age(j) for j in ordered})
-        if self.departures is not None:
-            self.departures.observe(cluster.now, {j.id: j.num_gpus for j in ordered})
         if self.run_sizes is not None:
             self.run_sizes.observe({j.id: j.run_time for j in ordered})
         types = cluster.gpu_types
@@ -309,21 +298,11 @@ class ElasticPolicy(Policy):
         scale = self._scales(elastic, refs)
         aging = self.urgency != 0 and not any(j.remaining_samples for j in elastic)
         releases = release_horizons(elastic, time_left) if self.release_horizon else {}
-        if aging and self.departures is not None:
-            # no job's end is predicted: capacity frees at the observed departure rate
-            releases = rate_horizons(elastic, self.departures.rate(cluster.now))
         if aging and self.run_sizes is not None and len(self.run_sizes.sizes) >= MIN_FINISHED:
-            # no job's end is predicted: each running job's expected time left given its run time, from the run
-            # times of the jobs that finished (Kaplan-Meier), sets when capacity frees
+            # no job's end is predicted: when capacity frees follows from the run times of the jobs that finished
             ages = np.array([j.run_time for j in elastic if j.num_gpus])
             points, mass = kaplan_meier(np.array(self.run_sizes.sizes), ages)
-            if self.residual_mode == "mean":
-                run = [j for j in elastic if j.num_gpus]
-                left = dict(zip((j.id for j in run), mean_residual(ages, points, mass)))
-                releases = release_horizons(elastic, lambda j, _g: (None if not np.isfinite(left.get(j.id, np.nan))
-                                                                    else float(left[j.id])))
-            else:
-                releases = expected_release_horizons(elastic, points, mass)
+            releases = expected_release_horizons(elastic, points, mass)
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min
@@ -379,23 +358,12 @@ class ElasticPolicy(Policy):
             # k**q times as fast, q = ``request_prior``. The request, not the GPUs held, so growing a job never
             # ages it; and only its run time, so a waiting large job starts level with a new small one (scaling
             # the whole estimate starved large requests under load: docs/policies.md).
-            times = {j.id: self._age(j) + RUN_TIME_OFFSET for j in jobs}
-            if self.sizes is not None and len(self.sizes.sizes) >= MIN_FINISHED:
-                # the Gittins index on the sizes of the jobs that finished (``gittins.py``); the aging estimate
-                # where a job has outlived every size seen
-                ages = np.array([self._age(j) for j in jobs])
-                points, mass = kaplan_meier(np.array(self.sizes.sizes), ages)
-                for j, t in zip(jobs, gittins_times(ages, points, mass)):
-                    if np.isfinite(t):
-                        times[j.id] = float(t)
+            times = {j.id: j.run_time * max(j.requested_gpus, 1) ** self.request_prior + RUN_TIME_OFFSET
+                     for j in jobs}
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
         return {k: v / shortest for k, v in scale.items()}
-
-    def _age(self, job: JobView) -> float:
-        """Attained service in the units of the aging estimate: run time x requested GPUs ** ``request_prior``."""
-        return job.run_time * max(job.requested_gpus, 1) ** self.request_prior
 
     def _progress_left(self, job: JobView) -> float:
         """Remaining work in units that do not depend on the batch the job runs at now: samples left at the

@@ -24,7 +24,6 @@ def make_goodput(hysteresis: float = 0.0, urgency: float = 0.5, restart_cost: fl
                  packing: bool = True, request_prior: float = 0.5,
                  aging_hysteresis: float = 0.05, release_horizon: bool = True,
                  budget_run_clock: bool = True, grow_pause: bool = True,
-                 size_prior: str = "aging", observed_release: bool = False,
                  residual_release: bool = False) -> ElasticPolicy:
     """Defaults measured on Pollux workloads 1-4 (docs/policies.md): best-fit packing, Pollux's age-based
     restart budget in place of a fixed hysteresis, and without remaining-work information the requested GPUs as a
@@ -40,7 +39,6 @@ def make_goodput(hysteresis: float = 0.0, urgency: float = 0.5, restart_cost: fl
                          restart_budget=restart_budget, packing=packing, request_prior=request_prior,
                          aging_hysteresis=aging_hysteresis, release_horizon=release_horizon,
                          budget_run_clock=budget_run_clock, grow_pause=grow_pause,
-                         size_prior=size_prior, observed_release=observed_release,
                          residual_release=residual_release)
 
 

@@ -48,41 +48,6 @@ def charge_release(u: np.ndarray, gc: int, now_u: float, restart: float, release
     u[1:] += now_u * c0
 
 
-class Departures:
-    """The rate at which GPUs free when jobs finish, observed from the sequence of decisions: a job seen at one
-    decision and absent at the next has left, freeing the GPUs it held. What a scheduler without any remaining-work
-    information can still know of when capacity frees (``rate_horizons``)."""
-
-    def __init__(self) -> None:
-        self._held: dict[str, int] = {}
-        self._first: float | None = None
-        self.freed = 0
-
-    def observe(self, now: float, held: dict[str, int]) -> None:
-        if self._first is None:
-            self._first = now
-        self.freed += sum(g for job_id, g in self._held.items() if job_id not in held)
-        self._held = dict(held)
-
-    def rate(self, now: float) -> float:
-        """GPUs freed per second since the first decision observed; 0 before any has freed."""
-        span = now - self._first if self._first is not None else 0.0
-        return self.freed / span if span > 0 else 0.0
-
-
-def rate_horizons(jobs: list[JobView], rate: float) -> dict[str, np.ndarray]:
-    """W_k when no job's end is predicted: k GPUs free, on average, k / rate seconds from now (the observed
-    departure rate; ``Departures``). Per running job, for each smaller count g = 0..gc-1 (k = gc - g)."""
-    if rate <= 0:
-        return {}
-    out = {}
-    for j in jobs:
-        gc = j.num_gpus
-        if gc:
-            out[j.id] = (gc - np.arange(gc)) / rate
-    return out
-
-
 def expected_release_horizons(jobs: list[JobView], points: np.ndarray, mass: np.ndarray,
                               grid_points: int = 64) -> dict[str, np.ndarray]:
     """W_k when no job's end is predicted, from the distribution of job run times (``points``, ``mass``: the
