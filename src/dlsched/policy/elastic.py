@@ -300,8 +300,8 @@ class ElasticPolicy(Policy):
         releases = release_horizons(elastic, time_left) if self.release_horizon else {}
         if aging and self.run_sizes is not None and len(self.run_sizes.sizes) >= MIN_FINISHED:
             # no job's end is predicted: when capacity frees follows from the run times of the jobs that finished
-            ages = np.array([j.run_time for j in elastic if j.num_gpus])
-            points, mass = kaplan_meier(np.array(self.run_sizes.sizes), ages)
+            points, mass = kaplan_meier(np.array(self.run_sizes.sizes),
+                                        np.array([j.run_time for j in elastic if j.placement]))
             releases = expected_release_horizons(elastic, points, mass)
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)

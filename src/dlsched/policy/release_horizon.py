@@ -55,11 +55,12 @@ def expected_release_horizons(jobs: list[JobView], points: np.ndarray, mass: np.
     probability F(t) = 1 - S(a + t) / S(a), so the other running jobs free sum g F(t) GPUs by t in expectation;
     W_k is the first t where that reaches k. Many young jobs free GPUs soon even though each may run long; a few
     jobs older than most sizes seen free them late (a job older than every size seen: never, by this estimate)."""
-    run = [j for j in jobs if j.num_gpus]
+    gpus = [j.num_gpus for j in jobs]                 # a property summing the node map: read it once
+    run = [j for j, g in zip(jobs, gpus) if g]
     if len(run) < 2 or not len(points):
         return {}
     ages = np.array([j.run_time for j in run])
-    held = np.array([j.num_gpus for j in run], dtype=float)
+    held = np.array([g for g in gpus if g], dtype=float)
     tail = np.concatenate((np.cumsum(mass[::-1])[::-1], [0.0]))            # S(x) = tail[#points <= x]
 
     def survival(x):
@@ -70,11 +71,11 @@ def expected_release_horizons(jobs: list[JobView], points: np.ndarray, mass: np.
     with np.errstate(divide="ignore", invalid="ignore"):
         ended = np.where(s0[:, None] > 0, 1.0 - survival(ages[:, None] + t[None, :]) / s0[:, None], 0.0)
     freed = held[:, None] * ended
-    total = freed.sum(axis=0)
-    out = {}
-    for i, j in enumerate(run):
-        others = total - freed[i]                       # non-decreasing in t
-        k = held[i] - np.arange(int(held[i]))           # GPUs taken for each smaller count g = 0..gc-1
-        at = np.searchsorted(others, k - 1e-9)
-        out[j.id] = np.where(at < len(t), t[np.minimum(at, len(t) - 1)], np.inf)
-    return out
+    gcs = held.astype(int)
+    who = np.repeat(np.arange(len(run)), gcs)                   # one row per (job, smaller count g = 0..gc-1)
+    starts = np.cumsum(gcs) - gcs
+    k = held[who] - (np.arange(len(who)) - starts[who])         # GPUs taken
+    others = freed.sum(axis=0)[None, :] - freed[who]            # freed by the other jobs, non-decreasing in t
+    at = (others < k[:, None] - 1e-9).sum(axis=1)
+    w = np.where(at < len(t), t[np.minimum(at, len(t) - 1)], np.inf)
+    return {j.id: w[o:o + g] for j, o, g in zip(run, starts.tolist(), gcs.tolist())}
