@@ -26,6 +26,10 @@ Choices documented here:
   its current value (its pause when regrown or resumed).
 * ``budget_run_clock`` (``goodput``'s default): Pollux's restart budget ages a job by the time it has held GPUs,
   for jobs whose time left is predicted.
+* ``residual_release`` (off; docs/policies.md, "Without predictions: when capacity frees"): when no job knows its
+  remaining work, W_k above comes from the run times of the jobs that finished (``size_history.py``): the
+  expected GPUs the other running jobs free by t given how long each has run
+  (``release_horizon.expected_release_horizons``).
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
   When no job's speed model tells the types apart, the cluster is one pool and ``gpu_type`` is left to the driver.
@@ -47,8 +51,8 @@ from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic
 from dlsched.policy.dp import solve
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
-from dlsched.policy.release_horizon import charge_release, expected_release_horizons, release_horizons
-from dlsched.policy.size_history import MIN_FINISHED, SizeHistory, kaplan_meier
+from dlsched.policy.release_horizon import charge_release, learned_release_horizons, release_horizons
+from dlsched.policy.size_history import SizeHistory
 from dlsched.policy.value_curve import MEMO_SIZE, NEG_INF, JobCurve, ValueCurves, ValueFn, throughput_value
 
 RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
@@ -90,6 +94,18 @@ def charge_grow(u: np.ndarray, gc: int, left: float | None, restart: float) -> N
         grown[:] = NEG_INF
     else:
         grown[grown > 0] *= (left - 2 * restart) / (left - restart)
+
+
+def _release_windows(jobs: list[JobView], elastic: list[JobView], aging: bool, predicted: bool,
+                     run_sizes: SizeHistory | None) -> dict[str, np.ndarray]:
+    """W_k per running job (``release_horizon.py``): from the predicted ends (``release_horizon``) or, when no job's
+    end is predicted, learned from the run times of the jobs that finished (``residual_release``: ``run_sizes``
+    sees every decision's jobs, to learn which left)."""
+    if run_sizes is not None:
+        run_sizes.observe({j.id: j.run_time for j in jobs})
+        if aging:
+            return learned_release_horizons(elastic, run_sizes)
+    return release_horizons(elastic, time_left) if predicted else {}
 
 
 def _check_args(urgency: float, fairness: float, request_prior: float, aging_hysteresis: float) -> None:
@@ -252,8 +268,6 @@ class ElasticPolicy(Policy):
     # ---- decision -----------------------------------------------------------------------------------------
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
         ordered = sorted(jobs, key=lambda j: (j.submit_time, j.id))
-        if self.run_sizes is not None:
-            self.run_sizes.observe({j.id: j.run_time for j in ordered})
         types = cluster.gpu_types
         capacity = {t: sum(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
         node_size = {t: max(n.num_gpus for n in cluster.nodes if n.gpu_type == t) for t in types}
@@ -297,12 +311,7 @@ class ElasticPolicy(Policy):
             type_of = {name: first for name in type_of}
         scale = self._scales(elastic, refs)
         aging = self.urgency != 0 and not any(j.remaining_samples for j in elastic)
-        releases = release_horizons(elastic, time_left) if self.release_horizon else {}
-        if aging and self.run_sizes is not None and len(self.run_sizes.sizes) >= MIN_FINISHED:
-            # no job's end is predicted: when capacity frees follows from the run times of the jobs that finished
-            points, mass = kaplan_meier(np.array(self.run_sizes.sizes),
-                                        np.array([j.run_time for j in elastic if j.placement]))
-            releases = expected_release_horizons(elastic, points, mass)
+        releases = _release_windows(ordered, elastic, aging, self.release_horizon, self.run_sizes)
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min

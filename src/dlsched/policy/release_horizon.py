@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from dlsched.policy.base import JobView
+from dlsched.policy.size_history import MIN_FINISHED, SizeHistory, kaplan_meier
 
 
 def release_horizons(jobs: list[JobView], time_left: Callable[[JobView, int], float | None]) -> dict[str, np.ndarray]:
@@ -79,3 +80,12 @@ def expected_release_horizons(jobs: list[JobView], points: np.ndarray, mass: np.
     at = (others < k[:, None] - 1e-9).sum(axis=1)
     w = np.where(at < len(t), t[np.minimum(at, len(t) - 1)], np.inf)
     return {j.id: w[o:o + g] for j, o, g in zip(run, starts.tolist(), gcs.tolist())}
+
+
+def learned_release_horizons(jobs: list[JobView], history: SizeHistory) -> dict[str, np.ndarray]:
+    """``expected_release_horizons`` on the Kaplan-Meier distribution of the run times in ``history``, the
+    running jobs' run times censored; empty until MIN_FINISHED jobs have finished."""
+    if len(history.sizes) < MIN_FINISHED:
+        return {}
+    points, mass = kaplan_meier(np.array(history.sizes), np.array([j.run_time for j in jobs if j.placement]))
+    return expected_release_horizons(jobs, points, mass)
