@@ -26,9 +26,9 @@ Choices documented here:
   its current value (its pause when regrown or resumed).
 * ``budget_run_clock`` (``goodput``'s default): Pollux's restart budget ages a job by the time it has held GPUs,
   for jobs whose time left is predicted.
-* ``residual_release`` (off; docs/policies.md, "Without predictions: when capacity frees"): when no job knows its
-  remaining work, W_k above comes from the run times of the jobs that finished (``size_history.py``): the
-  expected GPUs the other running jobs free by t given how long each has run
+* ``residual_release`` (off; docs/policies.md, "Without predictions: where `none` loses, and when capacity
+  frees"): when no job knows its remaining work, W_k above comes from the run times of the jobs that finished
+  (``size_history.py``): the expected GPUs the other running jobs free by t given how long each has run
   (``release_horizon.expected_release_horizons``).
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.

@@ -34,7 +34,8 @@ def make_goodput(hysteresis: float = 0.0, urgency: float = 0.5, restart_cost: fl
     Pollux over 16 decision-clock phases, each alone at most half of that (docs/policies.md). ``grow_pause``: a
     running job's grow also repays the pause of the job it may displace (``elastic.charge_grow``; live, a job 2 s from
     its end was grown by pre-empting another). ``residual_release`` (off): without predictions, the release horizon
-    from the run times of the jobs that finished (docs/policies.md, "Without predictions: when capacity frees")."""
+    from the run times of the jobs that finished (docs/policies.md, "Without predictions: where `none` loses, and
+    when capacity frees")."""
     return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
                          restart_cost=restart_cost, fairness=fairness, whole_nodes=whole_nodes,
                          restart_budget=restart_budget, packing=packing, request_prior=request_prior,

@@ -6,9 +6,10 @@ expected to free (``release_horizon.expected_release_horizons``).
 The history is the one state a policy keeps between decisions: a job seen at one decision and absent at the next
 has finished (or left) at its last run time. Decisions stay pure in (history, jobs, cluster).
 
-Measured and not kept (docs/policies.md, "Without predictions: when capacity frees"): the Gittins index on this
-distribution as the urgency weight (Tiresias' Gittins mode; non-monotone in age, it doubled restarts), and each
-running job's mean residual life as its end in the predicted-mode release horizon (no gain).
+Measured and not kept (docs/policies.md, "Without predictions: where `none` loses, and when capacity frees"):
+the Gittins index on this distribution as the urgency weight (Tiresias' Gittins mode; non-monotone in age, it
+nearly doubled restarts), and each running job's mean residual life as its end in the predicted-mode release
+horizon (no gain).
 """
 from __future__ import annotations
 
