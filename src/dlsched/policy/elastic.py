@@ -26,10 +26,6 @@ Choices documented here:
   its current value (its pause when regrown or resumed).
 * ``budget_run_clock`` (``goodput``'s default): Pollux's restart budget ages a job by the time it has held GPUs,
   for jobs whose time left is predicted.
-* ``residual_release`` (off; docs/policies.md, "Without predictions: where `none` loses, and when capacity
-  frees"): when no job knows its remaining work, W_k above comes from the run times of the jobs that finished
-  (``size_history.py``): the expected GPUs the other running jobs free by t given how long each has run
-  (``release_horizon.expected_release_horizons``).
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
   When no job's speed model tells the types apart, the cluster is one pool and ``gpu_type`` is left to the driver.
@@ -51,8 +47,7 @@ from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic
 from dlsched.policy.dp import solve
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
-from dlsched.policy.release_horizon import charge_release, learned_release_horizons, release_horizons
-from dlsched.policy.size_history import SizeHistory
+from dlsched.policy.release_horizon import charge_release, release_horizons
 from dlsched.policy.value_curve import MEMO_SIZE, NEG_INF, JobCurve, ValueCurves, ValueFn, throughput_value
 
 RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
@@ -96,18 +91,6 @@ def charge_grow(u: np.ndarray, gc: int, left: float | None, restart: float) -> N
         grown[grown > 0] *= (left - 2 * restart) / (left - restart)
 
 
-def _release_windows(jobs: list[JobView], elastic: list[JobView], aging: bool, predicted: bool,
-                     run_sizes: SizeHistory | None) -> dict[str, np.ndarray]:
-    """W_k per running job (``release_horizon.py``): from the predicted ends (``release_horizon``) or, when no job's
-    end is predicted, learned from the run times of the jobs that finished (``residual_release``: ``run_sizes``
-    sees every decision's jobs, to learn which left)."""
-    if run_sizes is not None:
-        run_sizes.observe({j.id: j.run_time for j in jobs})
-        if aging:
-            return learned_release_horizons(elastic, run_sizes)
-    return release_horizons(elastic, time_left) if predicted else {}
-
-
 def _check_args(urgency: float, fairness: float, request_prior: float, aging_hysteresis: float) -> None:
     if urgency < 0:
         raise ValueError(f"urgency must be >= 0, got {urgency}")
@@ -127,9 +110,8 @@ class ElasticPolicy(Policy):
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
                  aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False,
-                 grow_pause: bool = False, residual_release: bool = False):
+                 grow_pause: bool = False):
         _check_args(urgency, fairness, request_prior, aging_hysteresis)
-        self.run_sizes = SizeHistory() if residual_release else None
         self.grow_pause = grow_pause
         self.request_prior = request_prior
         self.release_horizon = release_horizon
@@ -311,7 +293,7 @@ class ElasticPolicy(Policy):
             type_of = {name: first for name in type_of}
         scale = self._scales(elastic, refs)
         aging = self.urgency != 0 and not any(j.remaining_samples for j in elastic)
-        releases = _release_windows(ordered, elastic, aging, self.release_horizon, self.run_sizes)
+        releases = release_horizons(elastic, time_left) if self.release_horizon else {}
         for job in elastic:
             rng, ref, cur = ranges[job.id], refs[job.id], self._current_type(job, type_of)
             g0 = rng.g_min

@@ -23,8 +23,7 @@ def make_goodput(hysteresis: float = 0.0, urgency: float = 0.5, restart_cost: fl
                  fairness: float = 1.0, whole_nodes: bool = False, restart_budget: bool = True,
                  packing: bool = True, request_prior: float = 0.5,
                  aging_hysteresis: float = 0.05, release_horizon: bool = True,
-                 budget_run_clock: bool = True, grow_pause: bool = True,
-                 residual_release: bool = False) -> ElasticPolicy:
+                 budget_run_clock: bool = True, grow_pause: bool = True) -> ElasticPolicy:
     """Defaults measured on Pollux workloads 1-4 (docs/policies.md): best-fit packing, Pollux's age-based
     restart budget in place of a fixed hysteresis, and without remaining-work information the requested GPUs as a
     prior on a job's size (``request_prior``) and a margin before a waiting job displaces a running one
@@ -33,15 +32,12 @@ def make_goodput(hysteresis: float = 0.0, urgency: float = 0.5, restart_cost: fl
     anyway) and ``budget_run_clock`` (the restart budget ages a job by the time it has held GPUs): 0.910 -> 0.898 x
     Pollux over 16 decision-clock phases, each alone at most half of that (docs/policies.md). ``grow_pause``: a
     running job's grow also repays the pause of the job it may displace (``elastic.charge_grow``; live, a job 2 s from
-    its end was grown by pre-empting another). ``residual_release`` (off): without predictions, the release horizon
-    from the run times of the jobs that finished (docs/policies.md, "Without predictions: where `none` loses, and
-    when capacity frees")."""
+    its end was grown by pre-empting another)."""
     return ElasticPolicy("goodput", fixed_batch=False, value=goodput, hysteresis=hysteresis, urgency=urgency,
                          restart_cost=restart_cost, fairness=fairness, whole_nodes=whole_nodes,
                          restart_budget=restart_budget, packing=packing, request_prior=request_prior,
                          aging_hysteresis=aging_hysteresis, release_horizon=release_horizon,
-                         budget_run_clock=budget_run_clock, grow_pause=grow_pause,
-                         residual_release=residual_release)
+                         budget_run_clock=budget_run_clock, grow_pause=grow_pause)
 
 
 @register("goodput-fair")

@@ -12,7 +12,6 @@ from typing import Callable
 import numpy as np
 
 from dlsched.policy.base import JobView
-from dlsched.policy.size_history import MIN_FINISHED, SizeHistory, kaplan_meier
 
 
 def release_horizons(jobs: list[JobView], time_left: Callable[[JobView, int], float | None]) -> dict[str, np.ndarray]:
@@ -47,45 +46,3 @@ def charge_release(u: np.ndarray, gc: int, now_u: float, restart: float, release
         cost = restart / np.maximum(release[1:], restart)
         u[1:gc] -= (np.maximum(u[1:gc], 0.0) + now_u) * cost
     u[1:] += now_u * c0
-
-
-def expected_release_horizons(jobs: list[JobView], points: np.ndarray, mass: np.ndarray,
-                              grid_points: int = 64) -> dict[str, np.ndarray]:
-    """W_k when no job's end is predicted, from the distribution of job run times (``points``, ``mass``: the
-    Kaplan-Meier estimate over finished jobs): a running job of run time a has ended t seconds from now with
-    probability F(t) = 1 - S(a + t) / S(a), so the other running jobs free sum g F(t) GPUs by t in expectation;
-    W_k is the first t where that reaches k. Many young jobs free GPUs soon even though each may run long; a few
-    jobs older than most sizes seen free them late (a job older than every size seen: never, by this estimate)."""
-    gpus = [j.num_gpus for j in jobs]                 # a property summing the node map: read it once
-    run = [j for j, g in zip(jobs, gpus) if g]
-    if len(run) < 2 or not len(points):
-        return {}
-    ages = np.array([j.run_time for j in run])
-    held = np.array([g for g in gpus if g], dtype=float)
-    tail = np.concatenate((np.cumsum(mass[::-1])[::-1], [0.0]))            # S(x) = tail[#points <= x]
-
-    def survival(x):
-        return tail[np.searchsorted(points, x, side="right")]
-
-    t = np.geomspace(1.0, max(float(points[-1]), 2.0), grid_points)
-    s0 = survival(ages)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ended = np.where(s0[:, None] > 0, 1.0 - survival(ages[:, None] + t[None, :]) / s0[:, None], 0.0)
-    freed = held[:, None] * ended
-    gcs = held.astype(int)
-    who = np.repeat(np.arange(len(run)), gcs)                   # one row per (job, smaller count g = 0..gc-1)
-    starts = np.cumsum(gcs) - gcs
-    k = held[who] - (np.arange(len(who)) - starts[who])         # GPUs taken
-    others = freed.sum(axis=0)[None, :] - freed[who]            # freed by the other jobs, non-decreasing in t
-    at = (others < k[:, None] - 1e-9).sum(axis=1)
-    w = np.where(at < len(t), t[np.minimum(at, len(t) - 1)], np.inf)
-    return {j.id: w[o:o + g] for j, o, g in zip(run, starts.tolist(), gcs.tolist())}
-
-
-def learned_release_horizons(jobs: list[JobView], history: SizeHistory) -> dict[str, np.ndarray]:
-    """``expected_release_horizons`` on the Kaplan-Meier distribution of the run times in ``history``, the
-    running jobs' run times censored; empty until MIN_FINISHED jobs have finished."""
-    if len(history.sizes) < MIN_FINISHED:
-        return {}
-    points, mass = kaplan_meier(np.array(history.sizes), np.array([j.run_time for j in jobs if j.placement]))
-    return expected_release_horizons(jobs, points, mass)
