@@ -67,7 +67,7 @@ def test_the_chance_of_reaching_a_target_falls_as_the_target_passes_the_predicti
     (dict(schedule="cosine:warmup=x"), "--schedule"), (dict(metric="auc"), "--metric"),
     (dict(budget=-1.0), "--budget"), (dict(target=0.5, target_fraction=0.9), "--target"),
     (dict(y="nope"), "'nope'"), (dict(observed_until=15), "too few points"),
-    (dict(schedule="lr-column"), "lr-column"), (dict(budget=100.0, observed_until=None), "--budget"),
+    (dict(budget=100.0, observed_until=None), "--budget"),
     (dict(target=float("nan")), "--target"), (dict(target=float("inf")), "--target"),   # were NaN/Infinity in JSON
 ])
 def test_bad_input_is_one_line_naming_the_field(args, field):
@@ -92,6 +92,23 @@ def test_predict_and_predict_curve_name_a_bad_csv_row_by_the_same_line(tmp_path)
             read(p)
         said.append(str(e.value))
     assert said == [f"{p}: line 5, field 'loss': expected a number, got 'abc'"] * 2
+
+
+def test_the_lr_column_a_logger_writes_is_the_default_schedule(tmp_path, capsys):
+    d = pd.read_csv(RUN)[["step", "loss", "lr"]]
+    for name in ("lr", "learning_rate", "lr-AdamW"):   # timm, Hugging Face, Lightning's LearningRateMonitor
+        d.rename(columns={"lr": name}).to_csv(tmp_path / "run.csv", index=False)
+        assert run_curve(tmp_path / "run.csv", "step", "loss", 800.0, None, 300.0, None, 0.95, "loss", None, None,
+                         True, None) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert (out["schedule"], out["lr_column"]) == ("lr-column", name)
+    d.assign(**{"lr-SGD": d.lr}).to_csv(tmp_path / "two.csv", index=False)   # two optimizers: not guessed
+    assert read_curve(tmp_path / "two.csv").lr is None
+    d[["step", "loss"]].to_csv(tmp_path / "none.csv", index=False)
+    with pytest.raises(UserError, match="lr-column: .* has no LR values") as e:
+        run_curve(tmp_path / "none.csv", "step", "loss", 800.0, "lr-column", 300.0, None, None, "loss", None, None,
+                  True, None)
+    assert "\n" not in str(e.value)
 
 
 def test_readers_give_the_same_curve_from_every_format(tmp_path):
@@ -138,6 +155,7 @@ def test_tensorboard_events_are_read_when_a_reader_is_installed(tmp_path):
             w.add_scalar("val/loss", r.loss, int(r.step))
             w.add_scalar("lr", r.lr, int(r.step))
     got = read_curve(tmp_path, y="val/loss", lr_col="lr")
+    assert read_curve(tmp_path, y="val/loss").lr_name == "lr"   # found without --lr-col
     assert len(got.x) == len(d) and got.y[-1] == pytest.approx(d.loss.iloc[-1], rel=1e-6)
 
 

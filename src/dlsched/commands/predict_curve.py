@@ -29,7 +29,8 @@ SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant 
                  "onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | poly:power=P[:warmup=W] | linear[:warmup=W] | "
                  "steps:X=LR,... (piecewise constant) | points:X=LR,... (piecewise linear) | lr-column (the --lr-col "
                  "of every row, also rows past --observed-until). Warm-up is linear from 0; LR values are relative "
-                 "(only the shape matters). Default: lr-column when --lr-col is given or the log has an LR, else constant")
+                 "(only the shape matters). Default: lr-column when --lr-col is given or the log has one LR column "
+                 "(lr, learning_rate, lr-<Optimizer>), else constant")
 
 
 def _schedule(spec: str | None, budget: float, curve):
@@ -43,7 +44,7 @@ def _schedule(spec: str | None, budget: float, curve):
         try:
             return Schedule.from_points(curve.lr_x, curve.lr, budget)
         except ValueError as e:
-            raise UserError(f"--lr-col: {e}") from None
+            raise UserError(f"--lr-col {curve.lr_name!r}: {e}") from None
     try:
         return parse_schedule(spec, budget)
     except ValueError as e:
@@ -89,6 +90,8 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
         raise UserError(f"{curve.source}: field {y!r}: {e}") from None
     out = pred.as_json()
     out["schedule"] = sched.spec
+    if sched.spec == "lr-column":   # which column: it may have been found, not named (``logged_lr_column``)
+        out["lr_column"] = curve.lr_name
     rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
                                      None if curve.time is None else curve.time[keep]))
     if rate is not None:
@@ -113,7 +116,8 @@ def _render(out: dict, x: str, metric: str) -> None:
 
     con = Console()
     lo, hi = out["final_value_interval_80"]
-    con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}), observed to {x} {out['observed_until']:g} "
+    column = f" {out['lr_column']!r}" if out.get("lr_column") else ""
+    con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}{column}), observed to {x} {out['observed_until']:g} "
               f"of {out['budget']:g}")
     best = "ceiling" if metric == "accuracy" else "floor"   # the JSON's floor: for accuracy the highest reachable
     con.print(f"final {metric}: {out['final_value']:.4g}  (80 % interval {lo:.4g} – {hi:.4g}; {best} {out['floor']:.4g})")

@@ -39,6 +39,7 @@ class CurveData:
     lr_x: np.ndarray | None = None          # the LR where logged: may run past the last metric point
     lr: np.ndarray | None = None
     budget: float | None = None             # from the log itself (HF max_steps, progress.jsonl budget)
+    lr_name: str | None = None              # the column (tag) the LR came from: --lr-col, else ``logged_lr_column``
 
 
 def _record(i: int) -> str:
@@ -83,7 +84,7 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
             raise UserError(f"{src}: field {lr_col!r}: learning rates must be >= 0")
         lr_x, lr = lrs.x.to_numpy(float), lrs.lr.to_numpy(float)
     return CurveData(src, rows.x.to_numpy(float), rows.y.to_numpy(float),
-                     rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget)
+                     rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget, lr_col)
 
 
 def _seconds(col: pd.Series) -> pd.Series:
@@ -164,6 +165,15 @@ def _read_tensorboard(path: Path) -> pd.DataFrame:
     return wide.reset_index()
 
 
+def logged_lr_column(columns) -> str | None:
+    """The LR column a logger writes by default, when exactly one column is one: ``lr`` (timm's summary.csv,
+    progress.jsonl, a TensorBoard tag), ``learning_rate`` (Hugging Face; ``train/learning_rate`` in its TensorBoard
+    logs), ``lr-<Optimizer>`` (Lightning's LearningRateMonitor). Two of them (two optimizers): the user names one."""
+    found = [c for c in map(str, columns)
+             if (c.rsplit("/", 1)[-1] in ("lr", "learning_rate")) or c.rsplit("/", 1)[-1].startswith("lr-")]
+    return found[0] if len(found) == 1 else None
+
+
 def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = None,
                time_col: str | None = None) -> CurveData:
     """The (x, y) points of ``path`` (format by name/content, see the module docstring), sorted by x."""
@@ -177,27 +187,26 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         if not any(path.rglob("events.out.tfevents*")):
             raise UserError(f"{path}: no progress.jsonl, trainer_state.json, metrics.csv or TensorBoard events inside")
         df = _read_tensorboard(path)
-        return _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col, time_col or "wall_time")
+        return _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col or logged_lr_column(df.columns),
+                               time_col or "wall_time")
     src, budget = str(path), None
     if "tfevents" in path.name:
-        return _frame_to_curve(_read_tensorboard(path), src, x, y, lr_col, time_col or "wall_time")
+        df = _read_tensorboard(path)
+        return _frame_to_curve(df, src, x, y, lr_col or logged_lr_column(df.columns), time_col or "wall_time")
     if path.suffix == ".jsonl":
         df, budget = _read_progress(path)
         budget = budget if x == "step" else None   # a step budget, meaningless on another x
         if time_col is None and "time" in df.columns:
             time_col = "time"
-        if lr_col is None and "lr" in df.columns:
-            lr_col = "lr"
     elif path.suffix == ".json":
         df, budget = _read_trainer_state(path, x)
-        if lr_col is None and "learning_rate" in df.columns:
-            lr_col = "learning_rate"
     elif path.suffix == ".csv":
-        return _frame_to_curve(read_csv_text(path), src, x, y, lr_col, time_col, row_name=_csv_row)
+        df = read_csv_text(path)
+        return _frame_to_curve(df, src, x, y, lr_col or logged_lr_column(df.columns), time_col, row_name=_csv_row)
     else:
         raise UserError(f"{path}: unknown curve format {path.suffix!r} (use .csv, .jsonl, trainer_state.json, "
                         "or TensorBoard events)")
-    return _frame_to_curve(df, src, x, y, lr_col, time_col, budget)
+    return _frame_to_curve(df, src, x, y, lr_col or logged_lr_column(df.columns), time_col, budget)
 
 
 def seconds_per_x(curve: CurveData, window: int = 20) -> float | None:
