@@ -22,10 +22,12 @@ def linear_job(samples: int):
     return model, torch.optim.SGD(model.parameters(), lr=0.01), loader
 
 
-def epoch_until_gate(model, optimizer, loader, gate: Path) -> bool:
+def epoch_until_gate(model, optimizer, loader, gate: Path, before_step=lambda: None) -> bool:
     """One pass over the loader, at least 0.02 s a step, cut short once ``gate/end`` exists; True when it does
-    (after the pass too: a newcomer may enter a loader that has nothing left)."""
+    (after the pass too: a newcomer may enter a loader that has nothing left). ``before_step`` runs at the top of
+    each step, with its batch fetched."""
     for xb, yb in loader:
+        before_step()
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(xb), yb)
         loss.backward()

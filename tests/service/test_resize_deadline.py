@@ -95,6 +95,25 @@ def test_a_grow_given_up_keeps_the_very_slot_its_grown_group_trains_on_from_a_jo
         assert "releasing" not in json.loads((svc.jobs_dir / str(b) / "launch.json").read_text())
 
 
+def _service(tmp_path: Path, spec, t: list[float]):
+    """A service's store, local backend and loop on ``tmp_path`` with the clock ``t[0]``; again after a restart."""
+    store = Store(tmp_path / "s.db")
+    backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0)
+    return store, backend, LiveLoop(store, backend, spec, tmp_path, clock=lambda: t[0])
+
+
+def _grown_onto_a_cancelled_job(store: Store, loop: LiveLoop, t: list[float], slots: int) -> int:
+    """x on all slots but one, a (1 GPU, up to 2) on the last; x is cancelled and a grows onto x's first slot at
+    t = 10. 600 s steps: the contract job never confirms a size by itself. Returns a's id."""
+    x = store.submit(load_job_spec(job_yaml("x", gpus=slots - 1, samples=10**6, step_s=600)), now=0.0)
+    a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2, samples=10**6, step_s=600)), now=0.0)
+    loop.round()
+    store.request_cancel(x)
+    t[0] = 10.0
+    loop.round()
+    return a
+
+
 @pytest.mark.parametrize("confirmed", [False, True], ids=["held", "confirmed-before-the-restart"])
 def test_the_slots_a_given_up_grow_asks_back_stay_booked_across_a_service_restart(tmp_path, confirmed):
     """The backend's books are rebuilt from the job folders after a restart: the held slot numbers must come back
@@ -103,16 +122,9 @@ def test_the_slots_a_given_up_grow_asks_back_stay_booked_across_a_service_restar
     the slot, left it booked in the job folder only (``confirmed``)."""
     t = [0.0]
     spec = load_cluster_spec("nodes: [{name: n0, gpus: 4}]\npolicy: test-elastic\nresize_timeout_s: 100")
-    store = Store(tmp_path / "s.db")
-    backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0)
-    loop = LiveLoop(store, backend, spec, tmp_path, clock=lambda: t[0])
-    try:   # 600 s steps: the contract job never confirms a size by itself
-        x = store.submit(load_job_spec(job_yaml("x", gpus=3, samples=10**6, step_s=600)), now=0.0)
-        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2, samples=10**6, step_s=600)), now=0.0)
-        loop.round()                                       # x on slots 0-2, a on 3
-        store.request_cancel(x)
-        t[0] = 10.0
-        loop.round()                                       # a grows onto x's first slot
+    store, backend, loop = _service(tmp_path, spec, t)
+    try:
+        a = _grown_onto_a_cancelled_job(store, loop, t, slots=4)   # x on slots 0-2, a on 3, then on 0 and 3
         assert _slots(loop.jobs_dir, a) == [0, 3]
         t[0] = 111.0
         loop.round()                                       # given up: back on 3, slot 0 held
@@ -122,9 +134,7 @@ def test_the_slots_a_given_up_grow_asks_back_stay_booked_across_a_service_restar
             store.update(a, releasing=None)
         backend.shutdown()                                 # the service goes; the coordinator stays
         store.close()
-        store = Store(tmp_path / "s.db")
-        backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0)
-        loop = LiveLoop(store, backend, spec, tmp_path, clock=lambda: t[0])
+        store, backend, loop = _service(tmp_path, spec, t)
         loop.recover()
         c = store.submit(load_job_spec(job_yaml("c", gpus=2, samples=10**6, step_s=600)), now=112.0)
         t[0] = 112.0
@@ -138,28 +148,20 @@ def test_the_slots_a_given_up_grow_asks_back_stay_booked_across_a_service_restar
     finally:
         backend.stop_all()
 
+
 def test_a_grows_deadline_counts_from_its_request_across_a_service_restart(tmp_path):
     """The deadline's clock lived in the loop's memory: a service restarted during a grow waited a whole
     resize_timeout_s again (one restarted more often than that never gave a hanging grow up)."""
     t = [0.0]
     spec = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic\nresize_timeout_s: 100")
-    store = Store(tmp_path / "s.db")
-    backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0)
-    loop = LiveLoop(store, backend, spec, tmp_path, clock=lambda: t[0])
-    try:   # 600 s steps: the contract job never confirms the grow by itself
-        x = store.submit(load_job_spec(job_yaml("x", gpus=1, samples=10**6, step_s=600)), now=0.0)
-        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2, samples=10**6, step_s=600)), now=0.0)
-        loop.round()
-        store.request_cancel(x)
-        t[0] = 10.0
-        loop.round()                                       # x's slot goes to a: 1 -> 2
+    store, backend, loop = _service(tmp_path, spec, t)
+    try:
+        a = _grown_onto_a_cancelled_job(store, loop, t, slots=2)   # x's slot goes to a: 1 -> 2
         assert (store.get(a).state, store.get(a).num_gpus) == (RESCALING, 2)
         backend.shutdown()                                 # the service goes; the coordinator stays
         store.close()
         t[0] = 105.0
-        store = Store(tmp_path / "s.db")
-        backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0)
-        loop = LiveLoop(store, backend, spec, tmp_path, clock=lambda: t[0])
+        store, backend, loop = _service(tmp_path, spec, t)
         loop.recover()
         loop.round()                                       # 95 s after the grow's request: not yet
         assert store.get(a).state == RESCALING
