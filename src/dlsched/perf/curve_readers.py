@@ -52,6 +52,7 @@ def _csv_row(i: int) -> str:
 
 def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | None, time_col: str | None,
                     budget: float | None = None, row_name=_record) -> CurveData:
+    lr_col = lr_col or logged_lr_column(df.columns)   # one default for every format
     for name, col in (("--x", x), ("--y", y), ("--lr-col", lr_col), ("--time-col", time_col)):
         if col is not None and col not in df.columns:
             have = ", ".join(map(str, df.columns)) or "none"
@@ -187,12 +188,10 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         if not any(path.rglob("events.out.tfevents*")):
             raise UserError(f"{path}: no progress.jsonl, trainer_state.json, metrics.csv or TensorBoard events inside")
         df = _read_tensorboard(path)
-        return _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col or logged_lr_column(df.columns),
-                               time_col or "wall_time")
+        return _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col, time_col or "wall_time")
     src, budget = str(path), None
     if "tfevents" in path.name:
-        df = _read_tensorboard(path)
-        return _frame_to_curve(df, src, x, y, lr_col or logged_lr_column(df.columns), time_col or "wall_time")
+        return _frame_to_curve(_read_tensorboard(path), src, x, y, lr_col, time_col or "wall_time")
     if path.suffix == ".jsonl":
         df, budget = _read_progress(path)
         budget = budget if x == "step" else None   # a step budget, meaningless on another x
@@ -201,12 +200,11 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
     elif path.suffix == ".json":
         df, budget = _read_trainer_state(path, x)
     elif path.suffix == ".csv":
-        df = read_csv_text(path)
-        return _frame_to_curve(df, src, x, y, lr_col or logged_lr_column(df.columns), time_col, row_name=_csv_row)
+        return _frame_to_curve(read_csv_text(path), src, x, y, lr_col, time_col, row_name=_csv_row)
     else:
         raise UserError(f"{path}: unknown curve format {path.suffix!r} (use .csv, .jsonl, trainer_state.json, "
                         "or TensorBoard events)")
-    return _frame_to_curve(df, src, x, y, lr_col or logged_lr_column(df.columns), time_col, budget)
+    return _frame_to_curve(df, src, x, y, lr_col, time_col, budget)
 
 
 def seconds_per_x(curve: CurveData, window: int = 20) -> float | None:
