@@ -14,6 +14,20 @@ from tests.service.test_script_job import growing_script_job
 from tests.waiting import wait_until
 
 
+def _job(c, job_id: int) -> dict:
+    return c.get(f"/jobs/{job_id}").json()
+
+
+def _submit_late_first_step(c, tmp_path: Path, name: str, gpus: int) -> int:
+    """A job of ``late_first_step.py`` that holds no step (``--late 0``) under its own gate folder; its id."""
+    (tmp_path / name).mkdir()
+    spec = (f"name: {name}\ncommand: [python, tests/service/late_first_step.py, --gate, '{tmp_path / name}', "
+            f"--late, '0']\ngpus: {gpus}\n")
+    r = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
 @pytest.mark.slow
 def test_a_grow_given_up_after_its_larger_group_formed_keeps_its_slots_from_other_jobs_until_the_job_shrinks_back(
         tmp_path):
@@ -21,7 +35,7 @@ def test_a_grow_given_up_after_its_larger_group_formed_keeps_its_slots_from_othe
     books went back to 1 GPU at once, and a job submitted then started on the slot the grown group still trained on."""
     with growing_script_job(tmp_path, "late_first_step.py", "resize_timeout_s: 3600") as (svc, c, b, gate):
         def job(j: int) -> dict:
-            return c.get(f"/jobs/{j}").json()
+            return _job(c, j)
 
         status = svc.jobs_dir / str(b) / "status.json"
         wait_until(lambda: (gate / "worker-1.joined").exists(), 120, "b's grown group formed, its first step held")
@@ -32,11 +46,7 @@ def test_a_grow_given_up_after_its_larger_group_formed_keeps_its_slots_from_othe
                                    e["detail"].get("from") == "rescaling"], 60, "b given back at the timeout")
         d = back[0]["detail"]
         assert d["gpus"] == 1 and "resize_timeout_s=1 s" in d["reason"] and d["releasing"] == {"n0": 1}, d
-        (tmp_path / "c").mkdir()
-        spec = f"name: c\ncommand: [python, tests/service/late_first_step.py, --gate, '{tmp_path / 'c'}']\ngpus: 1\n"
-        r = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"})
-        assert r.status_code == 201, r.text
-        x = r.json()["id"]
+        x = _submit_late_first_step(c, tmp_path, "c", 1)
         rounds = svc.thread.rounds
         wait_until(lambda: svc.thread.rounds >= rounds + 5, 60, "five rounds after c's submission")
         assert json.loads(status.read_text())["workers"] == 2, "b's larger group is still the one training"
@@ -64,15 +74,10 @@ def test_a_grow_given_up_keeps_the_very_slot_its_grown_group_trains_on_from_a_jo
     still trained on among them (two jobs on one GPU)."""
     with growing_script_job(tmp_path, "late_first_step.py", "resize_timeout_s: 3600", slots=4) as (svc, c, b, gate):
         def job(j: int) -> dict:
-            return c.get(f"/jobs/{j}").json()
+            return _job(c, j)
 
         def submit(name: str, gpus: int) -> int:
-            (tmp_path / name).mkdir()
-            spec = (f"name: {name}\ncommand: [python, tests/service/late_first_step.py, --gate, '{tmp_path / name}', "
-                    f"--late, '0']\ngpus: {gpus}\n")
-            r = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"})
-            assert r.status_code == 201, r.text
-            return r.json()["id"]
+            return _submit_late_first_step(c, tmp_path, name, gpus)
 
         status = svc.jobs_dir / str(b) / "status.json"
         wait_until(lambda: (gate / "worker-1.joined").exists(), 120, "b's grown group formed, its first step held")
