@@ -1,7 +1,10 @@
 """dlsched.torch wrapper overhead vs plain DDP: the same script, the same machine, measured side by side.
 
-Both sides: 2 gloo workers on CPU, an MLP (256-W-W-10, W = $WIDTH, default 1024), global batch 128, SGD,
-1 thread per worker, $STEPS steps (default 160).
+Both sides: $WORKERS workers (default 2), gloo on CPU, an MLP (256-W-W-10, W = $WIDTH, default 1024), global
+batch $BATCH (default 128), SGD, 1 thread per worker, $STEPS steps (default 160). DEVICE=cuda puts each rank
+on its own GPU with NCCL (WORKERS at most the GPUs; one GPU: plain DDP at world size 1 against dlsched's one
+worker, which wraps no DDP and measures the noise on a split step in every 8); the timed span then ends at a
+``torch.cuda.synchronize()`` on both sides, so it counts the GPU's work, not just its launches.
   DDP:      2 processes of ``bench/torch_overhead_job.py --mode ddp`` in torchrun's environment (RANK, ...)
   dlsched:  ``python -m dlsched.train.run --workers 2 -- python bench/torch_overhead_job.py --mode dlsched``
             (ElasticDataParallel with gradient-noise measurement, ElasticDataLoader, checkpoints off; its
@@ -16,8 +19,7 @@ PIN=1 pins each rank to one core after its first batch, both sides alike (defaul
 it does in use). Others' load is printed per round
 (the machine's busy CPU time from /proc/stat less the bench's own processes', over the round's wall time); the
 verdict is MET or MISSED only when it is under a quarter of the CPUs and the middle half of the rounds' ratios
-agrees. Target (issue 13): overhead <= 3 %. Information: none (both run the same job). No GPU was lent to
-this work: no NCCL figure.
+agrees. Target (issue 13): overhead <= 3 %. Information: none (both run the same job).
 """
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 WIDTH = os.environ.get("WIDTH", "1024")  # hidden width: the fixed per-step cost weighs less on bigger steps
 STEPS = os.environ.get("STEPS", "160")
 PIN = os.environ.get("PIN", "0") == "1"  # ranks pinned to one core each, both sides alike (PIN=0: the OS places them)
+WORKERS = int(os.environ.get("WORKERS", "2"))
+BATCH = os.environ.get("BATCH", "128")
+DEVICE = os.environ.get("DEVICE", "cpu")
 
 
 def _free_port() -> int:
@@ -49,22 +54,30 @@ def _free_port() -> int:
 
 def run(mode: str, tmp: Path) -> dict:
     out = tmp / f"{mode}.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
+           "OMP_NUM_THREADS": "1"}
     script = [str(JOB), "--mode", mode, "--out", str(out), "--width", WIDTH, "--steps", STEPS,
+              "--batch", BATCH, "--device", DEVICE,
+              *(["--noise-every", os.environ["NOISE_EVERY"]] if mode == "dlsched" and "NOISE_EVERY" in os.environ else []),
               *(["--pin"] if PIN else [])]
     if mode == "ddp":  # torchrun's environment, set here (its static rendezvous wants a fixed port)
         port = _free_port()
         procs = [subprocess.Popen([sys.executable, *script], env={**env, "MASTER_ADDR": "127.0.0.1",
-                                  "MASTER_PORT": str(port), "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r)})
-                 for r in range(2)]
+                                  "MASTER_PORT": str(port), "RANK": str(r), "WORLD_SIZE": str(WORKERS),
+                                  "LOCAL_RANK": str(r)})
+                 for r in range(WORKERS)]
         for p in procs:
             if p.wait(timeout=600) != 0:
                 raise RuntimeError(f"ddp rank exited {p.returncode}")
         return json.loads(out.read_text())
     else:
-        cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(tmp / f"job-{os.urandom(4).hex()}"),
-               "--workers", "2", "--threads", "1", "--no-replace-stragglers", "--", "python", *script]
-    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=600)
+        job_dir = tmp / f"job-{os.urandom(4).hex()}"
+        cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir),
+               "--workers", str(WORKERS), "--threads", "1", "--no-replace-stragglers", "--", "python", *script]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:  # what went wrong, for a run on a machine one cannot log in to
+        logs = "".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(job_dir.glob("logs/*")))
+        raise RuntimeError(f"dlsched side exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-3000:]}{logs}")
     return json.loads(out.read_text())
 
 
@@ -102,7 +115,8 @@ def _verdict(ratios: list[float], target: float, others: list[float]) -> str:
 def main() -> None:
     runs: dict[str, list[dict]] = {"ddp": [], "dlsched": []}
     ratios, cpu_ratios, main_ratios, others = [], [], [], []
-    print(f"MLP 256-{WIDTH}-{WIDTH}-10, 2 gloo workers, global batch 128, {STEPS} steps, {ROUNDS} paired rounds "
+    backend = "NCCL, one GPU each" if DEVICE == "cuda" else "gloo on CPU"
+    print(f"MLP 256-{WIDTH}-{WIDTH}-10, {WORKERS} workers ({backend}), global batch {BATCH}, {STEPS} steps, {ROUNDS} paired rounds "
           f"({os.cpu_count()} CPUs; ranks {'pinned to a core each' if PIN else 'placed by the OS'})")
     with tempfile.TemporaryDirectory() as d:
         for i in range(ROUNDS):
@@ -132,7 +146,7 @@ def main() -> None:
           f"{100 * (_median(main_ratios) - 1):+.1f} %; dlsched's own threads "
           f"{1000 * _median([x['own_threads_cpu_step_s'] for x in runs['dlsched']]):.3f} ms)   "
           f"target <= 3 %   {_verdict(ratios, 0.03, others)}")
-    print("NCCL on a GPU: not measured (no GPU was lent)")
+    print(f"device: {runs['ddp'][0]['device']}" if DEVICE == "cuda" else "NCCL on a GPU: not measured here (DEVICE=cuda)")
 
 
 if __name__ == "__main__":

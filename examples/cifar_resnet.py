@@ -49,7 +49,8 @@ def main() -> None:
     x, y = digits(args.samples)
     split = int(0.8 * len(x))
     train_set, eval_set = TensorDataset(x[:split], y[:split]), TensorDataset(x[split:], y[split:])
-    model = dt.ElasticDataParallel(ResNetCifar(depth=20, classes=10))  # dlsched (was: DistributedDataParallel)
+    device = dt.device()  # dlsched: this worker's GPU (cuda:0) or the CPU (was: cuda:LOCAL_RANK)
+    model = dt.ElasticDataParallel(ResNetCifar(depth=20, classes=10).to(device))  # dlsched (was: DistributedDataParallel)
     if args.optimizer == "adamw":
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=5e-4)
     else:
@@ -64,6 +65,7 @@ def main() -> None:
     for epoch in dt.remaining_epochs(args.epochs):  # dlsched (was: range(args.epochs))
         model.train()
         for images, labels in loader:
+            images, labels = images.to(device), labels.to(device)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(images), labels)
             loss.backward()
@@ -74,6 +76,7 @@ def main() -> None:
         correct = total = 0
         with torch.no_grad():
             for images, labels in DataLoader(eval_set, batch_size=256):
+                images, labels = images.to(device), labels.to(device)
                 correct += (model(images).argmax(1) == labels).sum().item()
                 total += len(labels)
         dt.report(val_accuracy=correct / total)  # dlsched

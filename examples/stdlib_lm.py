@@ -71,7 +71,8 @@ def main() -> None:
     ids = torch.tensor([vocab.index(c) for c in text])
     split = int(0.9 * len(ids))
     train_set, eval_set = Windows(ids[:split], args.context), Windows(ids[split:], args.context)
-    model = dt.ElasticDataParallel(TinyGPT(len(vocab), args.context))  # dlsched (was: DistributedDataParallel)
+    device = dt.device()  # dlsched: this worker's GPU (cuda:0) or the CPU (was: cuda:LOCAL_RANK)
+    model = dt.ElasticDataParallel(TinyGPT(len(vocab), args.context).to(device))  # dlsched (was: DistributedDataParallel)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     loader = dt.ElasticDataLoader(train_set, batch_size=args.batch_size,  # dlsched (was: DataLoader)
                                   max_local_batch=args.max_local_batch)
@@ -82,6 +83,7 @@ def main() -> None:
     for epoch in dt.remaining_epochs(args.epochs):  # dlsched (was: range(args.epochs))
         model.train()
         for x, y in loader:
+            x, y = x.to(device), y.to(device)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
             loss.backward()
@@ -92,7 +94,7 @@ def main() -> None:
             dt.report(loss=loss.item())  # dlsched
         model.eval()
         with torch.no_grad():
-            losses = [F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+            losses = [F.cross_entropy(model(x.to(device)).flatten(0, 1), y.to(device).flatten()).item()
                       for x, y in DataLoader(eval_set, batch_size=64)]
         perplexity = math.exp(sum(losses) / len(losses))
         dt.report(val_perplexity=perplexity)  # dlsched

@@ -23,10 +23,10 @@ import torch
 from dlsched.errors import UserError
 from dlsched.torch.loader import ElasticDataLoader, remaining_epochs
 from dlsched.torch.parallel import ElasticDataParallel
-from dlsched.torch.session import Session, current_session, init
+from dlsched.torch.session import Session, current_session, device, init
 
 __all__ = ["init", "ElasticDataParallel", "ElasticDataLoader", "remaining_epochs", "report", "register", "rank",
-           "world_size", "current_session"]
+           "world_size", "device", "current_session"]
 
 
 def report(**metrics: Any) -> None:

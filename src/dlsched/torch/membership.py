@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import time
 
+import torch
 import torch.distributed as dist
 
 from dlsched.train import storage
 from dlsched.train.data import record_path
 from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, SCRIPT_JOB, End, Plan, Ready, arrived_key, end_key, gate_key,
                                     group_prefix, plan_key, ready_key)
-from dlsched.train.worker import PG_TIMEOUT, wait_key
+from dlsched.train.worker import PG_TIMEOUT, pick_backend, wait_key
 
 
 class GroupMembership:
@@ -61,13 +62,16 @@ class GroupMembership:
         s.plan, s.rank, s.world = plan, rank, world
         if not self._gather(gen, world):
             self._cancelled(plan)
-        dist.init_process_group("gloo", store=dist.PrefixStore(group_prefix(gen), s.store), rank=rank,
+        s.backend, device = pick_backend(plan.devices)
+        if s.backend == "nccl":
+            torch.cuda.set_device(device)
+        dist.init_process_group(s.backend, store=dist.PrefixStore(group_prefix(gen), s.store), rank=rank,
                                 world_size=world, timeout=PG_TIMEOUT)
         if plan.restore:
             s._load(storage.load(plan.restore, SCRIPT_JOB))
         else:
             box = [s._state() if rank == 0 else None]
-            dist.broadcast_object_list(box, src=0)
+            dist.broadcast_object_list(box, src=0, device=device if s.backend == "nccl" else None)
             if rank != 0:
                 s._load(box[0])
         s._adopt(plan)

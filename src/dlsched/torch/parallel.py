@@ -159,8 +159,8 @@ class ElasticDataParallel(nn.Module):
                 self._local_sqr = None
             if not training:
                 return
-            if measure:
-                self._local_sqr = torch.zeros(())
+            if measure:  # on the gradients' device: a CPU sum would meet CUDA gradients in the hooks
+                self._local_sqr = torch.zeros((), device=next(self.module.parameters()).device)
         weight = micro.size * s.world / s.open["n"]
         if weight != self._weight:
             self._weight = weight

@@ -58,6 +58,7 @@ class Session:
         self.parent = os.getppid()
         self.plan: Plan | None = None
         self.rank, self.world = 0, 1
+        self.backend = "gloo"  # the generation's collectives: nccl when every rank has its own GPU
         self.joined = False
         self.lr_control = LrControl(self)
         self.micro = MicroBatches()  # the open step's micro-batches (gradient accumulation)
@@ -224,7 +225,7 @@ class Session:
         if step_open["sync"]:  # the step scalars, every rank's at once
             reduced = self.extras(step_open)
             if self.world > 1:
-                reduced = _summed(reduced)
+                reduced = _summed(reduced, self.backend)
             for m in self.models:
                 m._after_sync(self, reduced)
         if reduced is None:  # between sync steps: nothing to obey, nothing measured
@@ -295,9 +296,9 @@ class Session:
         self.progress.flush()
 
 
-def _summed(values: list[float]) -> list[float]:
-    """Every rank's ``values`` added up: the step scalars' one all-reduce."""
-    tail = torch.tensor(values, dtype=torch.float64)
+def _summed(values: list[float], backend: str) -> list[float]:
+    """Every rank's ``values`` added up: the step scalars' one all-reduce (NCCL reduces only GPU tensors)."""
+    tail = torch.tensor(values, dtype=torch.float64, device=device() if backend == "nccl" else "cpu")
     dist.all_reduce(tail)
     return tail.tolist()
 
@@ -329,6 +330,12 @@ def init(lr_rule: str = "auto", ckpt_every: int | None = None) -> Session:
             sys.excepthook = _bad_input_exits_2(sys.excepthook)
         _session = Session(env, lr_rule=lr_rule, ckpt_every=ckpt_every)
     return _session
+
+
+def device() -> torch.device:
+    """The device this worker trains on: its own GPU, which it sees as cuda:0 (``dlsched.train.devices``), or the
+    CPU when the scheduler gave it none (or none exists)."""
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def current_session() -> Session:

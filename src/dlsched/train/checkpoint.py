@@ -90,4 +90,4 @@ def decode_checkpoint(blob: bytes, where: str, job_name: str) -> dict[str, Any]:
         raise UserError(f"{where}: foreign checkpoint, field job={header.get('job')!r} but this job is {job_name!r}")
     if len(payload) != header.get("bytes") or hashlib.sha256(payload).hexdigest() != header.get("sha256"):
         raise TornCheckpoint(f"{where}: torn checkpoint ({len(payload)} of {header['bytes']} payload bytes, or hash mismatch)")
-    return torch.load(io.BytesIO(payload), weights_only=True)
+    return torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")  # restores on a GPU-less worker too
