@@ -4,8 +4,8 @@ Each generation wraps the module in a fresh DDP on that generation's process gro
 all), whose own C++ all-reduce averages the gradients. On a measured sync step (``sync_cadence``: about
 every second; every rank knows which) gradient hooks add each local |g|², and the session all-reduces its
 step scalars (stop flag, local |g|² sum, compute times...) at the step boundary; unequal local shares get hooks that
-weight each rank by its share. The other steps are plain DDP. On one worker, every
-``noise_every``-th step (default 8) runs the batch as two halves
+weight each rank by its share. The other steps are plain DDP. On one worker, a measured
+step (every ``noise_every``-th, else one in about every second, as with several) runs the batch as two halves
 (the first through parameter views whose gradient hooks keep that half's gradient), which gives the same two
 batch sizes; the halves also see per-half batch-norm statistics on those steps.
 """
@@ -20,9 +20,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.errors import UserError
-
-SINGLE_EVERY = 8  # one worker, noise_every unset: a split step (two half-batch passes) in every 8 bounds the cost
-
 
 def _cat(a: Any, b: Any, h: int, n: int) -> Any:
     """The two halves' outputs (h and n - h samples) as the whole batch's. A 0-dim float tensor (a loss the model
@@ -83,7 +80,7 @@ class ElasticDataParallel(nn.Module):
         self.module = module
         if noise_every is not None and (not isinstance(noise_every, int) or noise_every < 1):
             raise UserError(f"ElasticDataParallel: noise_every={noise_every!r} must be a positive integer or None")
-        self.noise_every = noise_every  # steps between measurements; None: ~SYNC_S apart, every 8th on one worker
+        self.noise_every = noise_every  # steps between measurements; None: ~NOISE_S apart
         self._splits = True  # False once the model's outputs cannot be joined: one worker then measures nothing
         self._ddp_kwargs = ddp_kwargs
         object.__setattr__(self, "_ddp", None)  # not a submodule: state_dict keys stay the model's
@@ -136,7 +133,8 @@ class ElasticDataParallel(nn.Module):
             if self._ddp.require_backward_grad_sync != sync:
                 self._ddp.require_backward_grad_sync = sync
             return self._ddp(*args, **kwargs)
-        measuring = training and s.step % (self.noise_every or SINGLE_EVERY) == 0
+        # one worker syncs every step; its cadence still names a measured step about every NOISE_S
+        measuring = training and (s.step % self.noise_every == 0 if self.noise_every else s.open["measure"])
         if training and micro.count > 1:  # accumulated: the micro-batches' own |g|² are the small batch
             self._arm(s, True, measuring)
             return self.module(*args, **kwargs)
