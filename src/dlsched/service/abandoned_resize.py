@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dlsched.backends.base import Backend, Launch
 from dlsched.service.resize_backoff import ResizeBackoff
-from dlsched.service.slot_holds import extra_slots
+from dlsched.service.slot_holds import held_after
 from dlsched.service.store import RESCALING, RUNNING, JobRecord, Store
 
 log = logging.getLogger("dlsched.service")
@@ -33,9 +33,7 @@ def return_to_held(store: Store, backend: Backend, backoff: ResizeBackoff, job: 
         log.exception("job %s: giving back an abandoned resize's GPUs failed", job.id)
     store.record_allocation(job.id, now, gpus, batch, placement)
     wait = backoff.abandoned(job.id, now)
-    releasing = dict(job.releasing or {})   # an earlier give-back's, still unconfirmed, stands
-    for node, k in (extra_slots(job.placement, placement) if unconfirmed else {}).items():
-        releasing[node] = releasing.get(node, 0) + k
+    releasing = held_after(job, placement) if unconfirmed else job.releasing   # an earlier hold stands
     return store.transition(job.id, RUNNING, now, {"reason": f"resize abandoned: {reason}", "gpus": gpus,
                                                    "placement": placement, "no_grow_for_s": wait,
                                                    **({"releasing": releasing} if releasing else {})},
