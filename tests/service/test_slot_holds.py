@@ -6,11 +6,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dlsched.backends.recording import RecordingBackend
 from dlsched.paths import REPO_ROOT
+from dlsched.service.loop import LiveLoop
 from dlsched.service.server import Service, free_port
-from dlsched.spec import load_cluster_spec
+from dlsched.service.store import QUEUED, RUNNING, Store
+from dlsched.spec import load_cluster_spec, load_job_spec
+from tests.service.conftest import cluster, job_yaml
 from tests.service.teardown import stop_service_and_jobs
-from tests.service.test_resize_deadline import _job, _slots, _submit_late_first_step
+from tests.service.test_resize_deadline import _job, _service, _slots, _submit_late_first_step
 from tests.waiting import wait_until
 
 
@@ -66,3 +70,46 @@ def test_a_shrinks_slot_waits_for_the_smaller_groups_first_step_across_a_service
     finally:
         c.close()
         stop_service_and_jobs(svc)
+
+
+def test_a_start_beside_a_shrinks_hold_goes_ahead_and_one_onto_it_waits(tmp_path):
+    """Only the starts and grows onto a node its round's shrinks leave short wait: c fits on n1, free all along."""
+    store = Store(tmp_path / "s.db")
+    backend = RecordingBackend()
+    loop = LiveLoop(store, backend, cluster("test-elastic", (2, 2)), tmp_path)
+    a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2)))
+    loop.round()
+    assert store.get(a).placement == {"n0": 2}
+    b = store.submit(load_job_spec(job_yaml("b", gpus=2)))
+    x = store.submit(load_job_spec(job_yaml("c", gpus=1)))
+    backend.calls.clear()
+    loop.round()         # a 2 -> 1 on n0; b placed on n0 (the slot a gives back) and n1, c on n1
+    assert backend.calls == [("resize", a), ("start", x, 1)], backend.calls
+    assert (store.get(x).state, store.get(x).placement, store.get(b).state) == (RUNNING, {"n1": 1}, QUEUED)
+    assert store.get(a).releasing == {"n0": 1}
+
+
+def test_a_shrink_the_runtime_gives_up_takes_its_held_slot_back(tmp_path):
+    """The runtime gave the shrink up (``resize_abandoned``): its larger group trains on, the held slot among them.
+    It is the job's again: not held beside its books (counted twice), nor booked around (a slot the node lacks)."""
+    t = [0.0]
+    store, backend, loop = _service(tmp_path, load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic"), t)
+    try:
+        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2, samples=10**6, step_s=600)), now=0.0)
+        loop.round()
+        x = store.submit(load_job_spec(job_yaml("c", gpus=1, samples=10**6, step_s=600)), now=0.0)
+        t[0] = 10.0
+        loop.round()                                       # a: 2 -> 1 for c, slot 1 held
+        job = store.get(a)
+        assert (job.num_gpus, job.releasing, store.get(x).state) == (1, {"n0": 1}, QUEUED)
+        assert _launch(loop.jobs_dir, a)["releasing"] == {"n0": [1]}
+        with open(loop.job_dir(a) / "progress.jsonl", "a") as f:   # what the torch runtime writes then
+            f.write(json.dumps({"event": "resize_abandoned", "time": 11.0, "reason": "a worker of the training group "
+                                "died", "control_generation": job.generation}) + "\n")
+        loop.observe(20.0)
+        job = store.get(a)
+        assert (job.state, job.num_gpus, job.placement, job.releasing) == (RUNNING, 2, {"n0": 2}, None)
+        info = _launch(loop.jobs_dir, a)
+        assert info["slots"] == {"n0": [0, 1]} and "releasing" not in info, info
+    finally:
+        backend.stop_all()

@@ -56,6 +56,13 @@ def released(job: JobRecord, samples: Iterable[dict]) -> bool:
     return False
 
 
+def taken_back(job: JobRecord, placement: Mapping[str, int]) -> dict[str, int]:
+    """``job``'s hold once its books return to ``placement`` because the runtime gave its resize up: the slots a
+    shrink gave back are the job's again (its larger group trains on there)."""
+    back = extra_slots(placement, job.placement)
+    return {n: k - back.get(n, 0) for n, k in (job.releasing or {}).items() if k > back.get(n, 0)}
+
+
 def clear_of_holds(decision: Decision, jobs: Sequence[JobRecord], view: ClusterView) -> list[Action]:
     """``decision``'s actions less the starts and grows onto a node this round's own shrinks leave short (``jobs``:
     those the policy saw, ``view``: what it saw). Dropped whole: a grow it drops keeps what it holds (and gives up
