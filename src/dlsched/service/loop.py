@@ -189,8 +189,8 @@ class LiveLoop:
 
     @staticmethod
     def _act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
-        """Preemptions, then resizes shrinking first (a grow takes GPU slots another job's shrink gives back),
-        then starts."""
+        """Preemptions (stopped: their slots are free), then resizes shrinking first, then starts. A shrink's slots
+        stay held until it is confirmed (``clear_of_holds`` keeps the round's starts and grows off them)."""
         if isinstance(act, Resize):
             return 1, act.num_gpus - jobs[int(act.job_id)].num_gpus
         return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0
