@@ -44,8 +44,8 @@ def test_a_shrinks_slot_waits_for_the_smaller_groups_first_step_across_a_service
                    "b training on 2 workers")
         x = _submit_late_first_step(c, tmp_path, "c", 1)   # the policy gives b 1, c 1: b shrinks
         wait_until(lambda: (gate / "shrunk").exists(), 120, "b's smaller group formed, its first step held")
-        assert _job(c, x)["state"] == "queued", \
-            f"c was placed on the slot b's larger group trained on: b {_slots(svc.jobs_dir, b)}, c {_slots(svc.jobs_dir, x)}"
+        assert _job(c, x)["state"] == "queued", f"c was placed on the slot b's larger group trained on: " \
+                                                f"b {_slots(svc.jobs_dir, b)}, c {_slots(svc.jobs_dir, x)}"
         assert svc.store.get(b).releasing == {"n0": 1} and _launch(svc.jobs_dir, b)["releasing"] == {"n0": [1]}
         rounds = svc.thread.rounds
         wait_until(lambda: svc.thread.rounds >= rounds + 3, 60, "three rounds with b's first step at 1 held")
@@ -55,7 +55,7 @@ def test_a_shrinks_slot_waits_for_the_smaller_groups_first_step_across_a_service
         svc.close()                                        # the service goes; b's coordinator stays, its step held
         svc, c = serve()
         wait_until(lambda: svc.thread.rounds >= 3, 60, "three rounds after the restart")
-        assert _job(c, x)["state"] == "queued", f"c was placed on b's held slot after the restart: {_slots(svc.jobs_dir, x)}"
+        assert _job(c, x)["state"] == "queued", f"c on b's held slot after the restart: {_slots(svc.jobs_dir, x)}"
         assert svc.store.get(b).releasing == {"n0": 1} and svc.backend._releasing == {b: {"n0": [1]}}
 
         (gate / "release").touch()                         # the smaller group's first step ends
@@ -93,7 +93,8 @@ def test_a_shrink_the_runtime_gives_up_takes_its_held_slot_back(tmp_path):
     """The runtime gave the shrink up (``resize_abandoned``): its larger group trains on, the held slot among them.
     It is the job's again: not held beside its books (counted twice), nor booked around (a slot the node lacks)."""
     t = [0.0]
-    store, backend, loop = _service(tmp_path, load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic"), t)
+    spec = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic")
+    store, backend, loop = _service(tmp_path, spec, t)
     try:
         a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2, samples=10**6, step_s=600)), now=0.0)
         loop.round()

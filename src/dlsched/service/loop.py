@@ -169,16 +169,16 @@ class LiveLoop:
                                    {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
                 else:   # a shrink holds the slots it gives back until the smaller group steps (slot_holds)
-                    held = held_after(job, act.nodes) if act.num_gpus < job.num_gpus else job.releasing
+                    releasing = held_after(job, act.nodes) if act.num_gpus < job.num_gpus else job.releasing
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
-                                               hold_given_back=held != job.releasing))
+                                               hold_given_back=act.num_gpus < job.num_gpus))
                     self.models.note_change(job.id, "resize", now, act.num_gpus)
                     writes.append((job.id, RESCALING,   # *_from: what a resize the runtime abandons returns to
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size,
                                     "placement_from": job.placement, "batch_from": job.batch_size,
-                                    **({"releasing": held} if held else {})},
+                                    **({"releasing": releasing} if releasing else {})},
                                    {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
-                                    "generation": gen, "training_gpus": job.held_gpus, "releasing": held}))
+                                    "generation": gen, "training_gpus": job.held_gpus, "releasing": releasing}))
             except Exception as e:   # one job's launch failure must not stop the service
                 kind = type(act).__name__.lower()
                 log.exception("job %s: %s failed", job.id, kind)

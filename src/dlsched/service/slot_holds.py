@@ -65,8 +65,8 @@ def taken_back(job: JobRecord, placement: Mapping[str, int]) -> dict[str, int]:
 
 def clear_of_holds(decision: Decision, jobs: Sequence[JobRecord], view: ClusterView) -> list[Action]:
     """``decision``'s actions less the starts and grows onto a node this round's own shrinks leave short (``jobs``:
-    those the policy saw, ``view``: what it saw). Dropped whole: a grow it drops keeps what it holds (and gives up
-    nothing elsewhere), so no other node comes short; the next rounds' view has the holds."""
+    those the policy saw, ``view``: what it saw); the next rounds' view has the holds. An action is dropped whole:
+    its job keeps what it holds on every node, so no node comes short for it."""
     by_id = {str(j.id): j for j in jobs}
     used: dict[str, int] = {}
     for job_id in by_id:
