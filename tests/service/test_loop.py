@@ -1,4 +1,5 @@
 """The live loop: placement, policy by registry name, start/resize/preempt/finish/fail with a real local backend."""
+import json
 import time
 
 import pytest
@@ -69,8 +70,10 @@ def test_elastic_job_shrinks_for_an_arrival_and_grows_back(tmp_path):
         a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=4, samples=2000, epochs=2, step_s=0.04)))
         run_until(loop, store, lambda: store.get(a).num_gpus == 4 and store.get(a).samples > 0)
         b = store.submit(load_job_spec(job_yaml("b", gpus=2, samples=320)))
-        loop.round()
-        assert store.get(a).num_gpus == 2 and store.get(b).state == RUNNING
+        loop.round()   # a's slots are held until it trains on 2 (slot_holds): b waits for them
+        assert store.get(a).num_gpus == 2 and store.get(b).state == QUEUED and store.get(a).releasing
+        run_until(loop, store, lambda: store.get(b).state == RUNNING)
+        assert store.get(a).releasing is None
         run_until(loop, store, lambda: store.get(b).state == FINISHED)
         run_until(loop, store, lambda: store.get(a).state == FINISHED, timeout=60)
         gpus = [al["num_gpus"] for al in store.allocations(a)]
@@ -168,7 +171,7 @@ def test_predictions_carry_the_policy_forecast(tmp_path):
 
 class Swap(Policy):
     """The first job gets 3 GPUs and the second 1, then (``swapped``) the other way round: one shrink and one grow
-    in the same round (test-only)."""
+    in the same round (test-only; the second gets no more than the view has left)."""
 
     name = "test-swap"
     swapped = False
@@ -176,16 +179,16 @@ class Swap(Policy):
     def decide(self, jobs, c):
         a, b = sorted(jobs, key=lambda j: int(j.id))[:2]
         ga, gb = (1, 3) if Swap.swapped else (3, 1)
-        return Allocation({a.id: JobAllocation(ga), b.id: JobAllocation(gb)})
+        return Allocation({a.id: JobAllocation(ga), b.id: JobAllocation(min(gb, c.total_gpus - ga))})
 
 
 if Swap.name not in _REGISTRY:
     register(Swap.name)(Swap)
 
 
-def test_a_shrink_is_applied_before_a_grow_of_the_same_round(tmp_path):
-    """Slots the shrinking job gives back are what the growing one takes: the backend must see the shrink first
-    (growing first once booked a slot that was still held and failed the job)."""
+def test_a_grow_onto_the_slots_a_shrink_of_the_same_round_gives_back_waits_until_the_shrink_is_confirmed(tmp_path):
+    """The policy takes a shrink to free its slots at once: the grow of the same round took them while the shrinking
+    job's larger group still trained there. It waits for a step at the smaller size under the shrink's request."""
     store = Store(tmp_path / "s.db")
     backend = RecordingBackend()
     loop = LiveLoop(store, backend, cluster("test-swap", (2, 2)), tmp_path)
@@ -197,11 +200,17 @@ def test_a_shrink_is_applied_before_a_grow_of_the_same_round(tmp_path):
     Swap.swapped = True
     backend.calls.clear()
     loop.round()
-    assert backend.calls == [("resize", a), ("resize", b)]
-    Swap.swapped = False
-    backend.calls.clear()
+    job = store.get(a)
+    assert backend.calls == [("resize", a)] and sum(job.releasing.values()) == 2 and store.get(b).num_gpus == 1
     loop.round()
-    assert backend.calls == [("resize", b), ("resize", a)]
+    assert backend.calls == [("resize", a)], "b grew onto slots a's larger group may still train on"
+    loop.job_dir(a).mkdir(parents=True)   # the recording backend starts nothing: the runtime's first step at 1
+    with open(loop.job_dir(a) / "progress.jsonl", "a") as f:
+        f.write(json.dumps({"time": 1.0, "step": 1, "samples": 32, "workers": 1,
+                            "control_generation": job.generation}) + "\n")
+    loop.round()
+    assert store.get(a).releasing is None and backend.calls == [("resize", a), ("resize", b)]
+    assert store.get(b).num_gpus == 3
 
 
 class FinishesBetweenReads(RecordingBackend):
@@ -321,13 +330,13 @@ def test_a_rescaling_job_shows_and_is_charged_the_gpus_it_trains_on_until_the_re
         shown = job.public()
         assert (shown["num_gpus"], shown["target_gpus"]) == (4, 2)
         assert job_rows([shown])[0][3] == "4->2"
-        assert store.get(b).num_gpus == 2 and job.num_gpus + store.get(b).num_gpus == 4   # reserved once each
+        assert job.num_gpus + sum(job.releasing.values()) == 4 and store.get(b).state == QUEUED   # held till then
         t[0] = 20.0
         loop.round()
         job = store.get(a)
         assert job.state == RESCALING, "the contract job confirmed a resize inside its 150 s step"
         assert job.attained_service == pytest.approx(4 * 10 + 4 * 10)    # charged 4 GPUs until it trains on 2
-        assert store.get(b).public()["target_gpus"] is None and job_rows([store.get(b).public()])[0][3] == "2"
+        assert store.get(b).state == QUEUED
     finally:
         backend.stop_all()
 

@@ -207,8 +207,11 @@ class LocalBackend(Backend):
         devices = None
         if placement is not None and (current or placement):
             before = self._before.pop(job_id, None)
-            if before is not None and _counts(before) == _counts(placement) and _within(before, current):
-                slots = before   # back to slots it still holds (a grow the runtime abandoned): its workers sit there
+            back = self._releasing.get(job_id, {})   # its own still: a shrink the runtime abandoned trains there
+            own = {n: [*current.get(n, ()), *back.get(n, ())] for n in {*current, *back}}
+            if before is not None and _counts(before) == _counts(placement) and _within(before, own):
+                slots = before   # back to slots it still holds (a resize the runtime abandoned): its workers sit there
+                self._take_back(job_id, before)
             else:
                 slots = resize_slots(current, placement, self._held(except_job=job_id))
             self._before[job_id] = current
@@ -229,6 +232,12 @@ class LocalBackend(Backend):
                 held[node] = sorted(set(held.get(node, ())) | gone)
         if not held:
             del self._releasing[job_id]
+
+    def _take_back(self, job_id: int, slots: Mapping[str, Sequence[int]]) -> None:
+        """The job's ``slots`` are booked to it again: none of them stays held back."""
+        held = {n: [i for i in idx if i not in slots.get(n, ())] for n, idx in self._releasing.pop(job_id, {}).items()}
+        if any(held.values()):
+            self._releasing[job_id] = {n: idx for n, idx in held.items() if idx}
 
     def release(self, job_id: int, job_dir: Path) -> None:
         """The job trains at its booked size (the service saw a step there): its held-back slots are free."""

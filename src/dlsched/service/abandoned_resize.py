@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dlsched.backends.base import Backend, Launch
 from dlsched.service.resize_backoff import ResizeBackoff
-from dlsched.service.slot_holds import extra_slots
+from dlsched.service.slot_holds import held_after, taken_back
 from dlsched.service.store import RESCALING, RUNNING, JobRecord, Store
 
 log = logging.getLogger("dlsched.service")
@@ -21,7 +21,8 @@ def return_to_held(store: Store, backend: Backend, backoff: ResizeBackoff, job: 
                    reason: str, now: float, unconfirmed: bool = False) -> JobRecord:
     """``job`` (rescaling) back to ``running`` on the GPUs, placement and batch it had before the resize;
     ``unconfirmed``: the runtime did not say it gave the grow up, so the target's extra slots stay held: counted in
-    the store (``releasing``, the rounds' view) and booked by number in the backend (``hold_given_back``)."""
+    the store (``releasing``, the rounds' view) and booked by number in the backend (``hold_given_back``); else the
+    runtime gave the resize up itself, and the slots a shrink gave back are the job's again (``taken_back``)."""
     before = store.last_event(job.id, RESCALING, came_from=RUNNING) or {}
     gpus, batch = job.held_gpus, before.get("batch_from", job.batch_size)
     placement = before.get("placement_from") or ({next(iter(job.placement)): gpus} if len(job.placement) == 1
@@ -33,9 +34,7 @@ def return_to_held(store: Store, backend: Backend, backoff: ResizeBackoff, job: 
         log.exception("job %s: giving back an abandoned resize's GPUs failed", job.id)
     store.record_allocation(job.id, now, gpus, batch, placement)
     wait = backoff.abandoned(job.id, now)
-    releasing = dict(job.releasing or {})   # an earlier give-back's, still unconfirmed, stands
-    for node, k in (extra_slots(job.placement, placement) if unconfirmed else {}).items():
-        releasing[node] = releasing.get(node, 0) + k
+    releasing = held_after(job, placement) if unconfirmed else taken_back(job, placement)
     return store.transition(job.id, RUNNING, now, {"reason": f"resize abandoned: {reason}", "gpus": gpus,
                                                    "placement": placement, "no_grow_for_s": wait,
                                                    **({"releasing": releasing} if releasing else {})},

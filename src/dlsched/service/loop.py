@@ -25,7 +25,7 @@ from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import record_round
-from dlsched.service.slot_holds import release_confirmed, released, without_held
+from dlsched.service.slot_holds import clear_of_holds, held_after, release_confirmed, released, without_held
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -140,7 +140,7 @@ class LiveLoop:
         self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
         view = without_held(self._cluster_view(now), jobs)   # slots processes may still use past their books
         decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], view, consolidated)
-        return list(decision.actions)
+        return clear_of_holds(decision, eligible, view)   # a shrink's slots are not free this round either
 
     def act(self, actions: list[Action], jobs: Mapping[int, JobRecord], now: float) -> None:
         """Backend actions first (GPUs are freed before they are taken), then every resulting store write in ONE
@@ -153,8 +153,9 @@ class LiveLoop:
             if isinstance(act, Move):   # same GPUs and batch elsewhere: only the record follows
                 self.store.update(job.id, placement=dict(act.nodes))
                 continue
-            if isinstance(act, Resize) and act.num_gpus > job.num_gpus and self.backoff.holds(job.id, now):
-                continue   # its GPUs stay free this round: the policy asks again once the wait is over
+            if isinstance(act, Resize) and act.num_gpus > job.num_gpus and (job.releasing or
+                                                                         self.backoff.holds(job.id, now)):
+                continue   # its GPUs stay free this round: the policy asks again once the wait (or hold) is over
             d = self.job_dir(job.id)
             gen = job.generation + 1
             try:
@@ -167,14 +168,17 @@ class LiveLoop:
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size},
                                    {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
-                else:
-                    self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
+                else:   # a shrink holds the slots it gives back until the smaller group steps (slot_holds)
+                    releasing = held_after(job, act.nodes) if act.num_gpus < job.num_gpus else job.releasing
+                    self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
+                                               hold_given_back=act.num_gpus < job.num_gpus))
                     self.models.note_change(job.id, "resize", now, act.num_gpus)
                     writes.append((job.id, RESCALING,   # *_from: what a resize the runtime abandons returns to
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size,
-                                    "placement_from": job.placement, "batch_from": job.batch_size},
+                                    "placement_from": job.placement, "batch_from": job.batch_size,
+                                    **({"releasing": releasing} if releasing else {})},
                                    {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
-                                    "generation": gen, "training_gpus": job.held_gpus}))
+                                    "generation": gen, "training_gpus": job.held_gpus, "releasing": releasing}))
             except Exception as e:   # one job's launch failure must not stop the service
                 kind = type(act).__name__.lower()
                 log.exception("job %s: %s failed", job.id, kind)
@@ -185,8 +189,8 @@ class LiveLoop:
 
     @staticmethod
     def _act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
-        """Preemptions, then resizes shrinking first (a grow takes GPU slots another job's shrink gives back),
-        then starts."""
+        """Preemptions (stopped: their slots are free), then resizes shrinking first, then starts. A shrink's slots
+        stay held until it is confirmed (``clear_of_holds`` keeps the round's starts and grows off them)."""
         if isinstance(act, Resize):
             return 1, act.num_gpus - jobs[int(act.job_id)].num_gpus
         return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0

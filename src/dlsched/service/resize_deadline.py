@@ -22,7 +22,7 @@ class ResizeDeadline:
 
     def overdue(self, job: JobRecord, now: float) -> str | None:
         """Why ``job``'s grow is given up at ``now`` (past the deadline), else None."""
-        if job.state != RESCALING or job.num_gpus <= job.held_gpus:   # shrinks free GPUs: nothing waits on them
+        if job.state != RESCALING or job.num_gpus <= job.held_gpus:   # a shrink's slots are held till it is done
             return None
         since = self.store.rescale_started(job.id)
         if since is None or now - since < self.timeout_s:

@@ -1,0 +1,116 @@
+"""A shrink the policy decides: the slots it takes from a job go to no other job until a step under the shrink's
+control request proves the smaller group runs (``slot_holds``), across a service restart too."""
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dlsched.backends.recording import RecordingBackend
+from dlsched.paths import REPO_ROOT
+from dlsched.service.loop import LiveLoop
+from dlsched.service.server import Service, free_port
+from dlsched.service.store import QUEUED, RUNNING, Store
+from dlsched.spec import load_cluster_spec, load_job_spec
+from tests.service.conftest import cluster, job_yaml
+from tests.service.teardown import stop_service_and_jobs
+from tests.service.test_resize_deadline import _job, _service, _slots, _submit_late_first_step
+from tests.waiting import wait_until
+
+
+def _launch(jobs_dir: Path, job: int) -> dict:
+    return json.loads((jobs_dir / str(job) / "launch.json").read_text())
+
+
+@pytest.mark.slow
+def test_a_shrinks_slot_waits_for_the_smaller_groups_first_step_across_a_service_restart(tmp_path):
+    """The policy shrank b (2 -> 1 GPU) to make room for c, and c started on b's second slot in the same round, while
+    b's 2-worker group still trained there: its leaving worker goes only once the smaller group has formed."""
+    gate = tmp_path / "b"
+    gate.mkdir()
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic\ninterval_s: 0.3")
+
+    def serve() -> tuple[Service, httpx.Client]:
+        svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+        return svc, httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+
+    svc, c = serve()
+    try:
+        spec = (f"name: b\ncommand: [python, tests/service/shrunk_first_step.py, --gate, '{gate}']\n"
+                f"gpus: 1\nmin_gpus: 1\nmax_gpus: 2\n")
+        b = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"}).json()["id"]
+        status = svc.jobs_dir / str(b) / "status.json"
+        wait_until(lambda: _job(c, b)["samples"] > 0 and json.loads(status.read_text())["workers"] == 2, 120,
+                   "b training on 2 workers")
+        x = _submit_late_first_step(c, tmp_path, "c", 1)   # the policy gives b 1, c 1: b shrinks
+        wait_until(lambda: (gate / "shrunk").exists(), 120, "b's smaller group formed, its first step held")
+        assert _job(c, x)["state"] == "queued", f"c was placed on the slot b's larger group trained on: " \
+                                                f"b {_slots(svc.jobs_dir, b)}, c {_slots(svc.jobs_dir, x)}"
+        assert svc.store.get(b).releasing == {"n0": 1} and _launch(svc.jobs_dir, b)["releasing"] == {"n0": [1]}
+        rounds = svc.thread.rounds
+        wait_until(lambda: svc.thread.rounds >= rounds + 3, 60, "three rounds with b's first step at 1 held")
+        assert _job(c, x)["state"] == "queued"
+
+        c.close()
+        svc.close()                                        # the service goes; b's coordinator stays, its step held
+        svc, c = serve()
+        wait_until(lambda: svc.thread.rounds >= 3, 60, "three rounds after the restart")
+        assert _job(c, x)["state"] == "queued", f"c on b's held slot after the restart: {_slots(svc.jobs_dir, x)}"
+        assert svc.store.get(b).releasing == {"n0": 1} and svc.backend._releasing == {b: {"n0": [1]}}
+
+        (gate / "release").touch()                         # the smaller group's first step ends
+        wait_until(lambda: _job(c, x)["state"] == "running", 120, "c started once b trains on 1")
+        events = c.get("/events", params={"limit": 10000}).json()
+        shrunk = [e["id"] for e in events if (e["job_id"], e["kind"]) == (b, "job_resized") and
+                  e["detail"].get("workers") == 1]
+        started = [e["id"] for e in events if (e["job_id"], e["kind"]) == (x, "running")]
+        assert shrunk and started and shrunk[0] < started[0], events
+        assert (_slots(svc.jobs_dir, b), _slots(svc.jobs_dir, x)) == ([0], [1])
+        assert svc.store.get(b).releasing is None and "releasing" not in _launch(svc.jobs_dir, b)
+    finally:
+        c.close()
+        stop_service_and_jobs(svc)
+
+
+def test_a_start_beside_a_shrinks_hold_goes_ahead_and_one_onto_it_waits(tmp_path):
+    """Only the starts and grows onto a node its round's shrinks leave short wait: c fits on n1, free all along."""
+    store = Store(tmp_path / "s.db")
+    backend = RecordingBackend()
+    loop = LiveLoop(store, backend, cluster("test-elastic", (2, 2)), tmp_path)
+    a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2)))
+    loop.round()
+    assert store.get(a).placement == {"n0": 2}
+    b = store.submit(load_job_spec(job_yaml("b", gpus=2)))
+    x = store.submit(load_job_spec(job_yaml("c", gpus=1)))
+    backend.calls.clear()
+    loop.round()         # a 2 -> 1 on n0; b placed on n0 (the slot a gives back) and n1, c on n1
+    assert backend.calls == [("resize", a), ("start", x, 1)], backend.calls
+    assert (store.get(x).state, store.get(x).placement, store.get(b).state) == (RUNNING, {"n1": 1}, QUEUED)
+    assert store.get(a).releasing == {"n0": 1}
+
+
+def test_a_shrink_the_runtime_gives_up_takes_its_held_slot_back(tmp_path):
+    """The runtime gave the shrink up (``resize_abandoned``): its larger group trains on, the held slot among them.
+    It is the job's again: not held beside its books (counted twice), nor booked around (a slot the node lacks)."""
+    t = [0.0]
+    spec = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic")
+    store, backend, loop = _service(tmp_path, spec, t)
+    try:
+        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2, samples=10**6, step_s=600)), now=0.0)
+        loop.round()
+        x = store.submit(load_job_spec(job_yaml("c", gpus=1, samples=10**6, step_s=600)), now=0.0)
+        t[0] = 10.0
+        loop.round()                                       # a: 2 -> 1 for c, slot 1 held
+        job = store.get(a)
+        assert (job.num_gpus, job.releasing, store.get(x).state) == (1, {"n0": 1}, QUEUED)
+        assert _launch(loop.jobs_dir, a)["releasing"] == {"n0": [1]}
+        with open(loop.job_dir(a) / "progress.jsonl", "a") as f:   # what the torch runtime writes then
+            f.write(json.dumps({"event": "resize_abandoned", "time": 11.0, "reason": "a worker of the training group "
+                                "died", "control_generation": job.generation}) + "\n")
+        loop.observe(20.0)
+        job = store.get(a)
+        assert (job.state, job.num_gpus, job.placement, job.releasing) == (RUNNING, 2, {"n0": 2}, None)
+        info = _launch(loop.jobs_dir, a)
+        assert info["slots"] == {"n0": [0, 1]} and "releasing" not in info, info
+    finally:
+        backend.stop_all()
