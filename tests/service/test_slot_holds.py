@@ -46,7 +46,8 @@ def test_a_shrinks_slot_waits_for_the_smaller_groups_first_step_across_a_service
         wait_until(lambda: (gate / "shrunk").exists(), 120, "b's smaller group formed, its first step held")
         assert _job(c, x)["state"] == "queued", f"c was placed on the slot b's larger group trained on: " \
                                                 f"b {_slots(svc.jobs_dir, b)}, c {_slots(svc.jobs_dir, x)}"
-        assert svc.store.get(b).releasing == {"n0": 1} and _launch(svc.jobs_dir, b)["releasing"] == {"n0": [1]}
+        wait_until(lambda: svc.store.get(b).releasing == {"n0": 1}, 30, "the shrink's hold stored")  # its round's write
+        assert _launch(svc.jobs_dir, b)["releasing"] == {"n0": [1]}
         rounds = svc.thread.rounds
         wait_until(lambda: svc.thread.rounds >= rounds + 3, 60, "three rounds with b's first step at 1 held")
         assert _job(c, x)["state"] == "queued"
