@@ -6,6 +6,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dlsched.backends.local import LocalBackend
 from dlsched.backends.recording import RecordingBackend
 from dlsched.paths import REPO_ROOT
 from dlsched.service.loop import LiveLoop
@@ -115,3 +116,62 @@ def test_a_shrink_the_runtime_gives_up_takes_its_held_slot_back(tmp_path):
         assert info["slots"] == {"n0": [0, 1]} and "releasing" not in info, info
     finally:
         backend.stop_all()
+
+
+MLP_JOB = "entry: examples/mlp.py:make_job\nbatch_size: 12\nparams: {num_samples: 24000, throttle_s: 0.05}\n"
+
+
+@pytest.mark.slow
+def test_a_grow_that_moves_the_job_keeps_the_slot_its_old_group_trains_on_until_the_moved_group_steps(tmp_path):
+    """b (1 GPU on n0, up to 2) grows onto n1 once x leaves it: the placement moves the whole job (one node rather
+    than two), so its worker on n0 leaves once the newcomers on n1 are ready. The slot it leaves went to d in the same
+    round, while b's old worker still trained there (its newcomers held in preparation): two jobs on one GPU. The
+    local backend maps the slots to devices (``cuda_count``): the runtime moves its workers only when they change."""
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2, gpu_type: h100}, {name: n1, gpus: 2, gpu_type: h100}]\n"
+                                "policy: test-elastic\ninterval_s: 0.3\nresize_timeout_s: 3600")
+    backend = LocalBackend(cwd=REPO_ROOT, nodes=cluster.nodes, cuda_count=lambda: 4)   # n0: devices 0-1, n1: 2-3
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT, backend=backend).start()
+    c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+    gate = tmp_path / "gate"
+
+    def submit(spec: str) -> int:
+        r = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"})
+        assert r.status_code == 201, r.text
+        job = r.json()["id"]
+        wait_until(lambda: _job(c, job)["state"] == "running", 120, f"job {job} running")
+        return job
+
+    try:
+        submit(f"name: a\ngpus: 1\n{MLP_JOB}")                        # n0
+        x = submit(f"name: x\ngpus: 2\n{MLP_JOB}")                    # n1
+        b = submit(f"name: b\ngpus: 1\nmin_gpus: 1\nmax_gpus: 2\nentry: tests/train/gated_job.py:make_job\n"
+                   f"batch_size: 12\nparams: {{gate_dir: '{gate}', free: 1, hold: prepare, num_samples: 24000, "
+                   f"throttle_s: 0.05}}\n")                            # n0; its resize newcomers wait at the gate
+        assert svc.store.get(b).placement == {"n0": 1} and svc.store.get(x).placement == {"n1": 2}
+        old = _slots(svc.jobs_dir, b)
+        wait_until(lambda: _job(c, b)["samples"] > 0, 120, "b training on n0")
+        c.post(f"/jobs/{x}/cancel")
+        wait_until(lambda: (gate / "waiting-1").exists() and (gate / "waiting-2").exists(), 120,
+                   "b's newcomers on n1 preparing, held")
+        job = svc.store.get(b)
+        assert (job.placement, job.releasing) == ({"n1": 2}, {"n0": 1}), job
+        assert svc.backend._releasing == {b: {"n0": old}}, svc.backend._releasing
+        d = c.post("/jobs", content=f"name: d\ngpus: 1\n{MLP_JOB}",
+                   headers={"content-type": "application/yaml"}).json()["id"]
+        rounds = svc.thread.rounds
+        wait_until(lambda: svc.thread.rounds >= rounds + 5, 60, "five rounds after d's submission")
+        status = json.loads((svc.jobs_dir / str(b) / "status.json").read_text())
+        assert (status["workers"], status["generation"]) == (1, 0), "b's old group is still the one training"
+        assert _job(c, d)["state"] == "queued", f"d was placed on b's old slot: {svc.backend._slots}"
+
+        # test-elastic shares: it shrank b (to 1 on n1) for d meanwhile, which holds b's newcomer slot on n1 too; the
+        # runtime gives the move up for it, and the shrink's newcomer on n1 waits at the gate as well
+        (gate / "open").touch()                   # the newcomer gets ready: the old group stops, the new one steps
+        wait_until(lambda: _job(c, d)["state"] == "running", 120, "d started once b's group left n0")
+        events = c.get("/events", params={"limit": 10000}).json()
+        left = [e["id"] for e in events if (e["job_id"], e["kind"]) == (b, "job_resized")]
+        started = [e["id"] for e in events if (e["job_id"], e["kind"]) == (d, "running")]
+        assert left and started and left[0] < started[0], events
+    finally:
+        c.close()
+        stop_service_and_jobs(svc)
