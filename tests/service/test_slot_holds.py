@@ -11,9 +11,10 @@ from dlsched.backends.recording import RecordingBackend
 from dlsched.paths import REPO_ROOT
 from dlsched.service.loop import LiveLoop
 from dlsched.service.server import Service, free_port
-from dlsched.service.store import QUEUED, RUNNING, Store
+from dlsched.policy.base import Allocation, JobAllocation
+from dlsched.service.store import QUEUED, RESCALING, RUNNING, Store
 from dlsched.spec import load_cluster_spec, load_job_spec
-from tests.service.conftest import cluster, job_yaml
+from tests.service.conftest import RUNTIME, cluster, job_yaml
 from tests.service.teardown import stop_service_and_jobs
 from tests.service.test_resize_deadline import _job, _service, _slots, _submit_late_first_step
 from tests.waiting import wait_until
@@ -175,3 +176,104 @@ def test_a_grow_that_moves_the_job_keeps_the_slot_its_old_group_trains_on_until_
     finally:
         c.close()
         stop_service_and_jobs(svc)
+
+
+class Pinned:
+    """Each job, in order, its requested GPUs on the nodes ``where`` names for it, where they are free in the view
+    (else it waits): a policy that moves a job the moment its pin changes."""
+
+    name = "pinned"
+    rigid = event_driven = places_own = False
+    resize_in_place, placement = True, None
+
+    def __init__(self) -> None:
+        self.where: dict[str, dict[str, int]] = {}
+
+    def decide(self, jobs, cluster) -> Allocation:
+        free = {n.name: n.num_gpus for n in cluster.nodes}
+        out = {}
+        for j in jobs:
+            nodes = self.where.get(j.id, {})
+            if nodes and all(free.get(n, 0) >= k for n, k in nodes.items()):
+                out[j.id] = JobAllocation(j.requested_gpus, nodes=nodes)
+                for n, k in nodes.items():
+                    free[n] -= k
+        return Allocation(out)
+
+    def validate(self, job, cluster) -> None:
+        return None
+
+
+def _step(loop: LiveLoop, job: int, workers: int, tag: int) -> None:
+    """A step record as the torch runtime writes it: ``tag`` names the request its group was formed for."""
+    with open(loop.job_dir(job) / "progress.jsonl", "a") as f:
+        f.write(json.dumps({"time": 0.0, "step": 1, "epoch": 0, "samples": 32, "loss": 1.0, "samples_per_s": 1.0,
+                            "workers": workers, "batch_size": 32, "generation": 0, "control_generation": tag}) + "\n")
+
+
+def _pinned_service(tmp_path: Path, t: list[float]):
+    """n0 and n1 of one GPU each (devices 0 and 1), the ``Pinned`` policy, the contract runtime (no step by itself)."""
+    spec = load_cluster_spec("nodes: [{name: n0, gpus: 1, gpu_type: h100}, {name: n1, gpus: 1, gpu_type: h100}]\n"
+                             "policy: test-fifo\nresize_timeout_s: 100")
+    store = Store(tmp_path / "s.db")
+    backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0, nodes=spec.nodes, cuda_count=lambda: 2)
+    policy = Pinned()
+    return store, backend, LiveLoop(store, backend, spec, tmp_path, policy=policy, clock=lambda: t[0]), policy
+
+
+def _moved(store: Store, loop: LiveLoop, policy: Pinned, t: list[float]) -> tuple[int, int]:
+    """a on n0, then pinned to n1 as c is pinned to n0 (one round: a Move and a Start onto the slot it leaves)."""
+    a = store.submit(load_job_spec(job_yaml("a", gpus=1, samples=10**6, step_s=600)), now=0.0)
+    policy.where[str(a)] = {"n0": 1}
+    loop.round()
+    x = store.submit(load_job_spec(job_yaml("c", gpus=1, samples=10**6, step_s=600)), now=0.0)
+    policy.where.update({str(a): {"n1": 1}, str(x): {"n0": 1}})
+    t[0] = 10.0
+    loop.round()
+    return a, x
+
+
+def test_a_move_moves_the_processes_and_holds_the_slot_it_leaves_until_a_step_under_its_request(tmp_path):
+    """The loop only rewrote a moved job's record: its processes stayed on n0 (the backend's books with them) while
+    the rounds gave n0 to c. A Move is a resize now: the runtime is told its new devices, and the slot it leaves is held
+    until a step of the group formed for the move (a step of the old group, at the same size, is not one)."""
+    t = [0.0]
+    store, backend, loop, policy = _pinned_service(tmp_path, t)
+    try:
+        a, x = _moved(store, loop, policy, t)
+        job = store.get(a)
+        assert (job.state, job.placement, job.releasing) == (RESCALING, {"n1": 1}, {"n0": 1}), job
+        assert store.get(x).state == QUEUED, "c started on the slot a's old group trains on, in the move's round"
+        control = json.loads((loop.job_dir(a) / "control.json").read_text())
+        assert (control["generation"], control["devices"]) == (job.generation, ["1"]), control
+        assert _launch(loop.jobs_dir, a)["slots"] == {"n1": [0]} and backend._releasing == {a: {"n0": [0]}}
+        _step(loop, a, 1, job.generation - 1)          # the old group's step, drained while the moved one forms
+        t[0] = 11.0
+        loop.round()
+        assert (store.get(a).releasing, store.get(a).state, store.get(x).state) == ({"n0": 1}, RESCALING, QUEUED)
+        _step(loop, a, 1, job.generation)              # the moved group's first step
+        t[0] = 12.0
+        loop.round()
+        assert (store.get(a).releasing, store.get(a).state, store.get(x).state) == (None, RUNNING, RUNNING)
+        assert _launch(loop.jobs_dir, x)["slots"] == {"n0": [0]} and backend._releasing == {}
+    finally:
+        backend.stop_all()
+
+
+def test_a_move_given_up_past_its_deadline_returns_to_its_slot_and_holds_the_one_it_moved_to(tmp_path):
+    """A move's newcomer that hangs: past resize_timeout_s the job goes back to the slot its old group trains on (no
+    longer held: counted once, as its own) and the target's slot is held until the runtime confirms the way back."""
+    t = [0.0]
+    store, backend, loop, policy = _pinned_service(tmp_path, t)
+    try:
+        a, x = _moved(store, loop, policy, t)
+        policy.where[str(a)] = {"n0": 1}                 # the policy asks no further move of it
+        t[0] = 111.0
+        loop.round()
+        job = store.get(a)
+        assert (job.state, job.placement, job.releasing) == (RUNNING, {"n0": 1}, {"n1": 1}), job
+        info = _launch(loop.jobs_dir, a)
+        assert (info["slots"], info["releasing"]) == ({"n0": [0]}, {"n1": [0]}), info
+        assert store.get(x).state == QUEUED
+    finally:
+        backend.stop_all()
