@@ -35,7 +35,6 @@ def test_a_step_is_tagged_with_the_request_its_group_answers(tmp_path):
         assert tags == [-1, 3, 5], "a step of the group before a resize is tagged with the request that group answers"
     finally:
         c.progress.close()
-        c.store = None
 
 
 @pytest.mark.slow

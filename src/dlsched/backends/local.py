@@ -5,9 +5,9 @@ runs on a CPU-only laptop. A node declared with a real ``gpu_type`` on a machine
 to CUDA devices: the backend hands each job the slot indices it holds and sets ``CUDA_VISIBLE_DEVICES``
 to their devices; the runtime pins each worker to one of them (NCCL) and jobs never share one. A resize
 re-books the job's slots (growth takes free ones, shrinking gives the surplus back) and hands the runtime the
-new device list through ``control.json``, so workers added later get their own GPU too. The slots a grow given up
-unconfirmed takes back (``Launch.hold_given_back``) stay booked, to no job, until ``release``: the grown group may
-still train there, and a count per node alone let the next job take the lowest free slot, that one. Coordinators
+new device list through ``control.json``, so workers added later get their own GPU too. The slots a resize takes
+from a job with ``Launch.hold_given_back`` (a shrink, a move, a grow given up unconfirmed) stay booked, to no job,
+until ``release``: the group before it may still train there, and a count per node alone let the next job take the lowest free slot, that one. Coordinators
 run in their own session (process group) so that a SIGKILL of the service leaves them training; after a
 restart ``attach`` finds them again through ``DIR/launch.json`` (pid + process start time, which guards
 against pid reuse), and the books with them: its ``slots``, the ``releasing`` ones held back, and the slots
