@@ -179,8 +179,8 @@ def test_a_grow_that_moves_the_job_keeps_the_slot_its_old_group_trains_on_until_
 
 
 class Pinned:
-    """Each job, in order, its requested GPUs on the nodes ``where`` names for it, where they are free in the view
-    (else it waits): a policy that moves a job the moment its pin changes."""
+    """Each job, in order, the GPUs ``where`` names for it (node -> count), where they are free in the view (else it
+    waits): a policy that moves (or resizes) a job the moment its pin changes."""
 
     name = "pinned"
     rigid = event_driven = places_own = False
@@ -195,7 +195,7 @@ class Pinned:
         for j in jobs:
             nodes = self.where.get(j.id, {})
             if nodes and all(free.get(n, 0) >= k for n, k in nodes.items()):
-                out[j.id] = JobAllocation(j.requested_gpus, nodes=nodes)
+                out[j.id] = JobAllocation(sum(nodes.values()), nodes=nodes)
                 for n, k in nodes.items():
                     free[n] -= k
         return Allocation(out)
@@ -212,46 +212,52 @@ def _step(loop: LiveLoop, job: int, workers: int, tag: int) -> None:
 
 
 def _pinned_service(tmp_path: Path, t: list[float]):
-    """n0 and n1 of one GPU each (devices 0 and 1), the ``Pinned`` policy, the contract runtime (no step by itself)."""
-    spec = load_cluster_spec("nodes: [{name: n0, gpus: 1, gpu_type: h100}, {name: n1, gpus: 1, gpu_type: h100}]\n"
+    """n0 of one GPU (device 0), n1 of two (1, 2), the ``Pinned`` policy, the contract runtime (no step by itself)."""
+    spec = load_cluster_spec("nodes: [{name: n0, gpus: 1, gpu_type: h100}, {name: n1, gpus: 2, gpu_type: h100}]\n"
                              "policy: test-fifo\nresize_timeout_s: 100")
     store = Store(tmp_path / "s.db")
-    backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0, nodes=spec.nodes, cuda_count=lambda: 2)
+    backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0, nodes=spec.nodes, cuda_count=lambda: 3)
     policy = Pinned()
     return store, backend, LiveLoop(store, backend, spec, tmp_path, policy=policy, clock=lambda: t[0]), policy
 
 
-def _moved(store: Store, loop: LiveLoop, policy: Pinned, t: list[float]) -> tuple[int, int]:
-    """a on n0, then pinned to n1 as c is pinned to n0 (one round: a Move and a Start onto the slot it leaves)."""
-    a = store.submit(load_job_spec(job_yaml("a", gpus=1, samples=10**6, step_s=600)), now=0.0)
+MOVES = {"move": 1, "moving-grow": 2}   # a's GPUs on n1 after it leaves n0: a Move, a Resize that moves it
+
+
+def _moved(store: Store, loop: LiveLoop, policy: Pinned, t: list[float], gpus: int) -> tuple[int, int]:
+    """a on n0, then pinned to ``gpus`` on n1 as c is pinned to n0 (one round: a move and a start onto the slot it
+    leaves)."""
+    a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2, samples=10**6, step_s=600)), now=0.0)
     policy.where[str(a)] = {"n0": 1}
     loop.round()
     x = store.submit(load_job_spec(job_yaml("c", gpus=1, samples=10**6, step_s=600)), now=0.0)
-    policy.where.update({str(a): {"n1": 1}, str(x): {"n0": 1}})
+    policy.where.update({str(a): {"n1": gpus}, str(x): {"n0": 1}})
     t[0] = 10.0
     loop.round()
     return a, x
 
 
-def test_a_move_moves_the_processes_and_holds_the_slot_it_leaves_until_a_step_under_its_request(tmp_path):
+@pytest.mark.parametrize("gpus", MOVES.values(), ids=MOVES.keys())
+def test_a_move_moves_the_processes_and_holds_the_slot_it_leaves_until_a_step_under_its_request(tmp_path, gpus):
     """The loop only rewrote a moved job's record: its processes stayed on n0 (the backend's books with them) while
     the rounds gave n0 to c. A Move is a resize now: the runtime is told its new devices, and the slot it leaves is held
-    until a step of the group formed for the move (a step of the old group, at the same size, is not one)."""
+    until a step of the group formed for the move: a step of the old group (at the same size, or at a smaller one than
+    a grow's) is not one, though the runtime had read the move's request when it recorded it."""
     t = [0.0]
     store, backend, loop, policy = _pinned_service(tmp_path, t)
     try:
-        a, x = _moved(store, loop, policy, t)
+        a, x = _moved(store, loop, policy, t, gpus)
         job = store.get(a)
-        assert (job.state, job.placement, job.releasing) == (RESCALING, {"n1": 1}, {"n0": 1}), job
+        assert (job.state, job.placement, job.releasing) == (RESCALING, {"n1": gpus}, {"n0": 1}), job
         assert store.get(x).state == QUEUED, "c started on the slot a's old group trains on, in the move's round"
         control = json.loads((loop.job_dir(a) / "control.json").read_text())
-        assert (control["generation"], control["devices"]) == (job.generation, ["1"]), control
-        assert _launch(loop.jobs_dir, a)["slots"] == {"n1": [0]} and backend._releasing == {a: {"n0": [0]}}
+        assert (control["generation"], control["devices"]) == (job.generation, ["1", "2"][:gpus]), control
+        assert _launch(loop.jobs_dir, a)["slots"] == {"n1": [0, 1][:gpus]} and backend._releasing == {a: {"n0": [0]}}
         _step(loop, a, 1, job.generation - 1)          # the old group's step, drained while the moved one forms
         t[0] = 11.0
         loop.round()
         assert (store.get(a).releasing, store.get(a).state, store.get(x).state) == ({"n0": 1}, RESCALING, QUEUED)
-        _step(loop, a, 1, job.generation)              # the moved group's first step
+        _step(loop, a, gpus, job.generation)           # the moved group's first step
         t[0] = 12.0
         loop.round()
         assert (store.get(a).releasing, store.get(a).state, store.get(x).state) == (None, RUNNING, RUNNING)
@@ -260,20 +266,21 @@ def test_a_move_moves_the_processes_and_holds_the_slot_it_leaves_until_a_step_un
         backend.stop_all()
 
 
-def test_a_move_given_up_past_its_deadline_returns_to_its_slot_and_holds_the_one_it_moved_to(tmp_path):
+@pytest.mark.parametrize("gpus", MOVES.values(), ids=MOVES.keys())
+def test_a_move_given_up_past_its_deadline_returns_to_its_slot_and_holds_the_ones_it_moved_to(tmp_path, gpus):
     """A move's newcomer that hangs: past resize_timeout_s the job goes back to the slot its old group trains on (no
     longer held: counted once, as its own) and the target's slot is held until the runtime confirms the way back."""
     t = [0.0]
     store, backend, loop, policy = _pinned_service(tmp_path, t)
     try:
-        a, x = _moved(store, loop, policy, t)
+        a, x = _moved(store, loop, policy, t, gpus)
         policy.where[str(a)] = {"n0": 1}                 # the policy asks no further move of it
         t[0] = 111.0
         loop.round()
         job = store.get(a)
-        assert (job.state, job.placement, job.releasing) == (RUNNING, {"n0": 1}, {"n1": 1}), job
+        assert (job.state, job.placement, job.releasing) == (RUNNING, {"n0": 1}, {"n1": gpus}), job
         info = _launch(loop.jobs_dir, a)
-        assert (info["slots"], info["releasing"]) == ({"n0": [0]}, {"n1": [0]}), info
+        assert (info["slots"], info["releasing"]) == ({"n0": [0]}, {"n1": [0, 1][:gpus]}), info
         assert store.get(x).state == QUEUED
     finally:
         backend.stop_all()
