@@ -75,10 +75,10 @@ def taken_back(job: JobRecord, placement: Mapping[str, int]) -> dict[str, int]:
 
 
 def clear_of_holds(decision: Decision, jobs: Sequence[JobRecord], view: ClusterView) -> list[Action]:
-    """``decision``'s actions less the starts, grows and moves onto a node this round's own resizes leave short
-    (shrinks, moves: ``jobs``: those the policy saw, ``view``: what it saw); the next rounds' view has the holds. An
-    action is dropped whole: its job keeps what it holds on every node, so no node comes short for it (a move dropped
-    leaves nothing, so no other action counted on its slots: they are held)."""
+    """``decision``'s actions less the starts, grows and moves onto a node that this round's own shrinks and moves
+    leave short (``jobs``: those the policy saw, ``view``: what it saw); the next rounds' view has the holds. An action
+    is dropped whole: its job keeps what it holds on every node, so no node comes short for it (the slots a dropped
+    move would have left were counted as used, so no other action relies on them)."""
     by_id = {str(j.id): j for j in jobs}
     used: dict[str, int] = {}
     for job_id in by_id:
