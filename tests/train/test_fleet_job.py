@@ -12,7 +12,7 @@ import pytest
 from dlsched.paths import REPO_ROOT
 from dlsched.policy.fleet import FleetPlan, Flotilla
 from dlsched.train.files import read_progress, read_status, write_control
-from dlsched.train.fleet_job import Share, assign_cores, assign_devices, train_ensemble
+from dlsched.train.fleet_job import Share, _Contract, assign_cores, assign_devices, train_ensemble
 from dlsched.train.fleet_profile import CACHE_FILE, profile_member
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
 from dlsched.train.protocol import EventRecord, Status, StepRecord, is_step
@@ -124,3 +124,27 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_step_names_the_request_and_share_its_flotillas_were_planned_on(tmp_path, monkeypatch):
+    """Steps reported while the flotillas stop for a new share were written with the new share's slots (the
+    service read them as the new size's); they carry the request the running flotillas answer."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    io = _Contract(tmp_path, 2, 8, ["m"])
+
+    def step() -> dict:
+        io.report(("m", "training", 0, 1, 0.5, None, 1.0))
+        return [r for r in read_progress(tmp_path) if is_step(r)][-1]
+
+    write_control(tmp_path, 2, None, 1)
+    io.share()                                            # the start's request: the share as it stands
+    io.event({"event": "flotillas", "flotillas": [], "share": 2})
+    assert (step()["control_generation"], step()["workers"]) == (1, 2)
+    write_control(tmp_path, 2, None, 2)                   # the same share again (a move on slots): nothing to change
+    io.share()
+    assert step()["control_generation"] == 2
+    write_control(tmp_path, 1, None, 3)                   # a smaller share: the flotillas stop at their next step
+    io.share()
+    assert (step()["control_generation"], step()["workers"]) == (2, 2), "a step of the flotillas planned on 2"
+    io.event({"event": "flotillas", "flotillas": [], "share": 1})   # re-planned on it
+    assert (step()["control_generation"], step()["workers"]) == (3, 1)

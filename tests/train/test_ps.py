@@ -145,7 +145,10 @@ def test_workers_added_while_training_and_server_count_is_fixed(tmp_path):
     assert len([r for r in read_progress(d) if r.get("event") == "control_rejected"]) == 1   # once per content
     resized = [r for r in read_progress(d) if r.get("event") == "resized"]
     assert resized and resized[0]["workers"] == 3
-    assert {r["workers"] for r in read_progress(d) if "round" in r and "event" not in r} == {1, 3}
+    steps = [r for r in read_progress(d) if "round" in r and "event" not in r]
+    assert {r["workers"] for r in steps} == {1, 3}
+    # each step names the request its generation answers: the 1-worker one none, the grown one the grow's
+    assert {(r["workers"], r["control_generation"]) for r in steps} == {(1, -1), (3, 1)}
     _exactly_once(d, 256, 2)
 
 

@@ -26,7 +26,7 @@ class Launch:
     """Everything a backend needs to (re)start or resize one job (``placement``: node -> workers, empty: the
     backend's choice; ``generation``: the control generation this start or resize is; ``hold_given_back``: the
     slots this resize takes from the job stay booked, to no job, until ``Backend.release``: its processes may still
-    use them, a grow given up unconfirmed, ``service/slot_holds.py``)."""
+    use them, after a shrink, a move or a grow given up unconfirmed, ``service/slot_holds.py``)."""
 
     job_id: int
     spec: JobSpec

@@ -1,17 +1,17 @@
 """Local backend: each job is one runtime coordinator process on this machine (it spawns the workers).
 
-A node of the cluster declaration may be "N GPU slots": one worker process per slot, so the whole system
-runs on a CPU-only laptop. A node declared with a real ``gpu_type`` on a machine with CUDA maps its slots
-to CUDA devices: the backend hands each job the slot indices it holds and sets ``CUDA_VISIBLE_DEVICES``
-to their devices; the runtime pins each worker to one of them (NCCL) and jobs never share one. A resize
-re-books the job's slots (growth takes free ones, shrinking gives the surplus back) and hands the runtime the
-new device list through ``control.json``, so workers added later get their own GPU too. The slots a grow given up
-unconfirmed takes back (``Launch.hold_given_back``) stay booked, to no job, until ``release``: the grown group may
-still train there, and a count per node alone let the next job take the lowest free slot, that one. Coordinators
-run in their own session (process group) so that a SIGKILL of the service leaves them training; after a
-restart ``attach`` finds them again through ``DIR/launch.json`` (pid + process start time, which guards
-against pid reuse), and the books with them: its ``slots``, the ``releasing`` ones held back, and the slots
-``before`` its last resize (a grow given up after a restart returns to the slots its workers train on).
+A node of the cluster declaration may be "N GPU slots": one worker process per slot, so the whole system runs on a
+CPU-only laptop. A node declared with a real ``gpu_type`` on a machine with CUDA maps its slots to CUDA devices: the
+backend hands each job the slot indices it holds and sets ``CUDA_VISIBLE_DEVICES`` to their devices; the runtime
+pins each worker to one of them (NCCL) and jobs never share one. A resize re-books the job's slots (growth takes
+free ones, shrinking gives the surplus back) and hands the runtime the new device list through ``control.json``, so
+workers added later get their own GPU too. The slots a resize takes from a job with ``Launch.hold_given_back`` (a
+shrink, a move, a grow given up unconfirmed) stay booked, to no job, until ``release``: the group before it may
+still train there, and a count per node alone let the next job take the lowest free slot, that one. Coordinators run
+in their own session (process group) so that a SIGKILL of the service leaves them training; after a restart
+``attach`` finds them again through ``DIR/launch.json`` (pid + process start time, which guards against pid reuse),
+and the books with them: its ``slots``, the ``releasing`` ones held back, and the slots ``before`` its last resize
+(a grow given up after a restart returns to the slots its workers train on).
 """
 from __future__ import annotations
 

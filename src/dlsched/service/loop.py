@@ -25,7 +25,8 @@ from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import record_round
-from dlsched.service.slot_holds import clear_of_holds, held_after, release_confirmed, released, without_held
+from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, release_confirmed, released,
+                                        waits_for_hold, without_held)
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -150,11 +151,10 @@ class LiveLoop:
         writes = []
         for act in sorted(actions, key=lambda a: self._act_order(a, jobs)):
             job = jobs[int(act.job_id)]
-            if isinstance(act, Move):   # same GPUs and batch elsewhere: only the record follows
-                self.store.update(job.id, placement=dict(act.nodes))
-                continue
-            if isinstance(act, Resize) and act.num_gpus > job.num_gpus and (job.releasing or
-                                                                         self.backoff.holds(job.id, now)):
+            if isinstance(act, Move):   # same GPUs and batch elsewhere: the processes move as in a resize
+                act = Resize(act.job_id, job.num_gpus, job.batch_size, act.nodes, moved=True)
+            if isinstance(act, Resize) and (waits_for_hold(job, act.nodes) or act.num_gpus > job.num_gpus and
+                                            self.backoff.holds(job.id, now)):
                 continue   # its GPUs stay free this round: the policy asks again once the wait (or hold) is over
             d = self.job_dir(job.id)
             gen = job.generation + 1
@@ -168,10 +168,10 @@ class LiveLoop:
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size},
                                    {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
-                else:   # a shrink holds the slots it gives back until the smaller group steps (slot_holds)
-                    releasing = held_after(job, act.nodes) if act.num_gpus < job.num_gpus else job.releasing
+                else:   # a shrink or move holds the slots it leaves until the new group steps (slot_holds)
+                    releasing = held_after(job, act.nodes) or None
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
-                                               hold_given_back=act.num_gpus < job.num_gpus))
+                                               hold_given_back=bool(extra_slots(job.placement, act.nodes))))
                     self.models.note_change(job.id, "resize", now, act.num_gpus)
                     writes.append((job.id, RESCALING,   # *_from: what a resize the runtime abandons returns to
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size,
@@ -273,7 +273,7 @@ class LiveLoop:
                       "last_loss": last.get("loss"), "samples_per_s": last.get("samples_per_s")}
             if last.get("total_samples"):
                 fields["total_samples"] = float(last["total_samples"])
-            if job.state == RESCALING and last.get("workers") == job.num_gpus:
+            if job.state == RESCALING and last.get("workers") == job.num_gpus and answers(job, last):
                 self.store.transition(job.id, RUNNING, now, {"reason": "resize done", "workers": job.num_gpus})
                 self.backoff.forget(job.id)
             if job.releasing and released(job, samples):   # the runtime trains at its size: the rest is free

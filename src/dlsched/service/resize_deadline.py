@@ -1,4 +1,4 @@
-"""How long a grow may take before the service gives it up (``resize_timeout_s`` of the cluster file).
+"""How long a grow (or a move, or a batch change) may take before the service gives it up (``resize_timeout_s``).
 
 A new worker that crashes in start-up is reported by the runtime (``resize_abandoned``); one that hangs in its
 preparation never is, and the job stayed ``rescaling`` with the target's GPUs reserved for good. Past the deadline
@@ -21,8 +21,8 @@ class ResizeDeadline:
         self.store = store
 
     def overdue(self, job: JobRecord, now: float) -> str | None:
-        """Why ``job``'s grow is given up at ``now`` (past the deadline), else None."""
-        if job.state != RESCALING or job.num_gpus <= job.held_gpus:   # a shrink's slots are held till it is done
+        """Why ``job``'s grow (or move, or batch change) is given up at ``now`` (past the deadline), else None."""
+        if job.state != RESCALING or job.num_gpus < job.held_gpus:   # a shrink's slots are held till it is done
             return None
         since = self.store.rescale_started(job.id)
         if since is None or now - since < self.timeout_s:

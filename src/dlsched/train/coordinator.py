@@ -139,6 +139,7 @@ class Coordinator:
         self.resizer = Resizer(self)
         self.worker_loss = WorkerLoss(self)
         self.generation = -1
+        self.answers: dict[int, int] = {}  # generation -> the control.json request its group was formed for (-1: none)
         self.wids: list[int] = []
         self.last_report: dict | None = None
         self.pending_resize: dict | None = None  # resize waiting for its first step
@@ -153,7 +154,10 @@ class Coordinator:
         return preemption.requested()
 
     # -- plans --------------------------------------------------------------------------------------
-    def _publish(self, wids, step, table, global_batch, ramp, epoch_loss, restore=None) -> None:
+    def _publish(self, wids, step, table, global_batch, ramp, epoch_loss, restore=None, answers=None) -> None:
+        """The next generation's plan; ``answers``: the control request it is formed for (None: a group formed for
+        no request, after a worker loss or a straggler swap, answers what the one it replaces answered)."""
+        self.answers[self.generation + 1] = self.answers.get(self.generation, -1) if answers is None else answers
         self.generation += 1
         self.wids = wids
         self.global_batch, self.ramp = global_batch, ramp
@@ -229,8 +233,9 @@ class Coordinator:
                 self.pending_resize = None
             rec["partition_offsets"] = table
             rec["run"] = self.run_id
-            # the newest request taken in: a step at a smaller size under a give-back proves the larger group gone
-            rec["control_generation"] = self.resizer.control.generation
+            # the request the step's group was formed for, not the newest one read: the group before a resize trains
+            # on while newcomers prepare, and only a step of the new one proves the slots it left are free
+            rec["control_generation"] = self.answers.get(rec["generation"], -1)
             if self.job is not None:
                 rec["total_samples"] = planned_samples(self.job)
             if self.global_batch is None:

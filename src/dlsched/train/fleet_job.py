@@ -171,16 +171,19 @@ class _Contract:
         self.rates: dict[str, float] = {}
         self.members = {n: "waiting" for n in names}
         self.flotillas: list[dict] = []
+        self.planned = (-1, self.granted)   # the control request the running flotillas answer, and its share
 
     def share(self) -> Share:
         c = self.control.poll()
         if c is not None:
             self.granted = Share(c.workers, tuple(f"cuda:{d}" for d in c.devices) if c.devices else self.granted.devices)
+            if self.granted == self.planned[1]:   # nothing for the flotillas to change: they answer it as they run
+                self.planned = (c.generation, self.granted)
         return self.granted
 
     def event(self, e: dict) -> None:
-        if e.get("event") == "flotillas":
-            self.flotillas = e["flotillas"]
+        if e.get("event") == "flotillas":   # planned on the share read last: the old flotillas have stopped
+            self.flotillas, self.planned = e["flotillas"], (self.control.generation, self.granted)
             running = {d for f in e["flotillas"] for d in f["members"]}
             self.members.update({d: "training" if d in running else "waiting"
                                  for d, s in self.members.items() if s not in LEAVE_LABEL.values()})
@@ -198,9 +201,12 @@ class _Contract:
         if loss is None:
             return
         total = sum(self.steps.values())
+        # the flotillas' own request and slots: a step reported while they stop for a new share is not the new one's
+        answers, planned = self.planned
         self.log.write({"time": time.time(), "step": total, "epoch": epoch, "samples": total * self.batch,
-                        "loss": loss, "samples_per_s": sum(self.rates.values()), "workers": self.granted.slots,
-                        "batch_size": self.batch, "total_samples": None, "member": name, "generation": self.control.generation})
+                        "loss": loss, "samples_per_s": sum(self.rates.values()), "workers": planned.slots,
+                        "batch_size": self.batch, "total_samples": None, "member": name,
+                        "generation": self.control.generation, "control_generation": answers})
 
     def status(self, state: str, error: str | None = None) -> None:
         write_status(self.dir, state, os.getpid(), self.granted.slots, error, generation=self.control.generation,

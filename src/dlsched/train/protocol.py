@@ -173,8 +173,10 @@ class StepRecord(_Record):
 
     ``samples`` counts samples trained in all epochs so far; ``total_samples`` is the job's budget
     (samples per epoch x epochs), null when it may end sooner; ``lr`` is the LR the step used;
-    ``grad_noise`` is null when the job measures none; ``control_generation`` is the newest control.json request
-    the coordinator had taken in when it recorded the step (-1: none yet; absent from runtimes that do not say)."""
+    ``grad_noise`` is null when the job measures none; ``control_generation`` is the control.json request the group
+    that took the step was formed for (-1: none yet; absent from runtimes that do not say): a group that trains on
+    while a newer request's newcomers prepare tags the older one, so a step under a request proves the group that
+    answers it trains, on its slots and at its size."""
 
     time: float
     step: int

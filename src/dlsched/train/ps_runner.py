@@ -133,7 +133,9 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
         "samples": done_samples, "loss": sum(x["loss_sum"] for x in recs) / max(samples, 1),
         "samples_per_s": samples / elapsed, "workers": gen.workers, "servers": gen.servers, "sync": str(gen.mode),
         "batch_size": gen.global_batch, "generation": gen.number, "total_samples": state["total_samples"],
-        "strategy": "ps"})
+        # the request this generation answers: one that resizes ends it right after it is read (below), one that
+        # changes nothing the ps runtime acts on (a move: its ranks use no GPU) is answered as it stands
+        "control_generation": state["control_generation"], "strategy": "ps"})
     state["last_commit"] = now
     watch = ControlWatch(job_dir, lambda error: log.write({"event": "control_rejected", "error": error, "time": now}),
                          state["control_generation"], state.get("rejected_control"))

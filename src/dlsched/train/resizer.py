@@ -38,7 +38,7 @@ class Resizer:
 
     def replace(self, drop: list[int]) -> None:
         """Swap stragglers for fresh workers, keeping the group's size."""
-        self.resize(Control(len(self.c.wids), None, self.control.generation), drop=drop)
+        self.resize(Control(len(self.c.wids), None, self.c.answers.get(self.c.generation, -1)), drop=drop)
 
     def resize(self, ctl: Control, drop: list[int] = ()) -> None:
         """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step.
@@ -105,7 +105,8 @@ class Resizer:
         old = list(c.wids)
         keep = keepers([w for w in old if w not in drop], pool.device_of, pool.devices, workers)
         if keep == old and workers == len(old) and batch_size in (None, c.global_batch):
-            return  # nothing to change: don't stop the group for it
+            c.answers[c.generation] = ctl.generation  # nothing to change: the group is what the request asks for
+            return
         leaving = [w for w in old if w not in keep]
         # newcomers get the job's devices the keepers do not use; a prepared spare fits when it has that device
         held = [pool.device_of[w] for w in keep] + [pool.device_of[w] for w in pool.leaving + leaving]
@@ -159,7 +160,7 @@ class Resizer:
         wids = keep + new
         for w in leaving:
             c.detector.forget(w)
-        c._publish(wids, step, table, gb, ramp, eloss, restore)
+        c._publish(wids, step, table, gb, ramp, eloss, restore, answers=ctl.generation)
         pool.leaving += leaving  # they exit on their own; reaped without blocking the loop
         c.standby += pool.spawn(c.generation, c.o.standby - len(c.standby), workers)
         c.pending_resize = {"event": "resized", "time": requested, "generation": c.generation,
