@@ -40,6 +40,7 @@ class LrControl:
         s.step_lr = float(optimizer.param_groups[0]["lr"])
         for m in s.models:
             m._measure_before_step(s)
+        s.scalars.before_optimizer_step(s)  # after the measurement: the local |g|² is final
 
     def post_step(self, optimizer, args, kwargs) -> None:
         for g, lr in zip(optimizer.param_groups, self.saved_lrs):

@@ -62,16 +62,16 @@ class GroupMembership:
         s.plan, s.rank, s.world = plan, rank, world
         if not self._gather(gen, world):
             self._cancelled(plan)
-        s.backend, device = pick_backend(plan.devices)
-        if s.backend == "nccl":
+        backend, device = pick_backend(plan.devices)
+        if backend == "nccl":
             torch.cuda.set_device(device)
-        dist.init_process_group(s.backend, store=dist.PrefixStore(group_prefix(gen), s.store), rank=rank,
+        dist.init_process_group(backend, store=dist.PrefixStore(group_prefix(gen), s.store), rank=rank,
                                 world_size=world, timeout=PG_TIMEOUT)
         if plan.restore:
             s._load(storage.load(plan.restore, SCRIPT_JOB))
         else:
             box = [s._state() if rank == 0 else None]
-            dist.broadcast_object_list(box, src=0, device=device if s.backend == "nccl" else None)
+            dist.broadcast_object_list(box, src=0, device=device if backend == "nccl" else None)
             if rank != 0:
                 s._load(box[0])
         s._adopt(plan)

@@ -3,9 +3,10 @@
 Each generation wraps the module in a fresh DDP on that generation's process group (one worker: no DDP at
 all), whose own C++ all-reduce averages the gradients. On a measured sync step (``sync_cadence``: about
 every second; every rank knows which) gradient hooks add each local |g|², and the session all-reduces its
-step scalars (stop flag, local |g|² sum, compute times...) at the step boundary; unequal local shares get hooks that
-weight each rank by its share. The other steps are plain DDP. On one worker, a measured
-step (every ``noise_every``-th, else one in about every second, as with several) runs the batch as two halves
+step scalars (stop flag, local |g|² sum, compute times...) from the optimizer step on (``step_scalars``), acting on
+them at the step boundary; unequal local shares get hooks that weight each rank by its share. The other steps are
+plain DDP. On one worker, a measured step (every ``noise_every``-th, else one in about every second, as with
+several) runs the batch as two halves
 (the first through parameter views whose gradient hooks keep that half's gradient), which gives the same two
 batch sizes; the halves also see per-half batch-norm statistics on those steps.
 """

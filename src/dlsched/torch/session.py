@@ -40,6 +40,7 @@ from dlsched.torch.outbox import ProgressOutbox
 from dlsched.torch.registry import StateRegistry
 from dlsched.torch.schedule_pace import pace_schedulers
 from dlsched.torch.step_record import StepRecords
+from dlsched.torch.step_scalars import StepScalars
 from dlsched.torch.sync_cadence import SyncCadence
 
 
@@ -58,7 +59,6 @@ class Session:
         self.parent = os.getppid()
         self.plan: Plan | None = None
         self.rank, self.world = 0, 1
-        self.backend = "gloo"  # the generation's collectives: nccl when every rank has its own GPU
         self.joined = False
         self.lr_control = LrControl(self)
         self.micro = MicroBatches()  # the open step's micro-batches (gradient accumulation)
@@ -85,6 +85,7 @@ class Session:
         self.last_boundary = time.perf_counter()
         self.watch = FlagWatch(env.store, self) if env else None
         self.cadence = SyncCadence()
+        self.scalars = StepScalars()
 
     # -- registration ---------------------------------------------------------------------------------
     def register(self, name: str, obj: Any) -> None:
@@ -204,7 +205,8 @@ class Session:
 
     def extras(self, step_open: dict | None) -> list[float]:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
-        next sync step and whether it measures (rank 0's), compute seconds per rank] for a sync step's all-reduce."""
+        next sync step and whether it measures (rank 0's), compute seconds per rank (to the optimizer step, when
+        ``step_scalars`` starts the all-reduce there)] for a sync step's all-reduce."""
         out = [0.0] * (5 + self.world)  # a list: one worker syncs every step, and tensor writes are slow Python
         if step_open is not None:
             out[0] = step_open["flag"]
@@ -223,9 +225,7 @@ class Session:
         self.step += 1
         reduced = None
         if step_open["sync"]:  # the step scalars, every rank's at once
-            reduced = self.extras(step_open)
-            if self.world > 1:
-                reduced = _summed(reduced, self.backend)
+            reduced = self.scalars.summed(lambda: self.extras(step_open)) if self.world > 1 else self.extras(step_open)
             for m in self.models:
                 m._after_sync(self, reduced)
         if reduced is None:  # between sync steps: nothing to obey, nothing measured
@@ -294,13 +294,6 @@ class Session:
 
     def _flush(self) -> None:
         self.progress.flush()
-
-
-def _summed(values: list[float], backend: str) -> list[float]:
-    """Every rank's ``values`` added up: the step scalars' one all-reduce (NCCL reduces only GPU tensors)."""
-    tail = torch.tensor(values, dtype=torch.float64, device=device() if backend == "nccl" else "cpu")
-    dist.all_reduce(tail)
-    return tail.tolist()
 
 
 _session: Session | None = None
