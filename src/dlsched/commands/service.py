@@ -348,8 +348,10 @@ def register(app: typer.Typer) -> None:
         where = f"{cluster}" if cluster else f"this machine, {slots} {spec.nodes[0].gpu_type} slot(s)"
         print(f"dlsched service: API {svc.url}  dashboard {svc.url}/dashboard/\n"
               f"  cluster {where}, policy {spec.policy}, state in {state_dir}, {auth}", flush=True)
-        # uvicorn re-raises SIGTERM after its shutdown, which killed the process before anything below ran
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+        # uvicorn re-raises the signal it stopped on after its shutdown: SIGTERM killed the process before anything
+        # below ran, and a re-raised SIGINT's KeyboardInterrupt was once seen lost under load (exit 0, not 130)
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop, lambda sig, _: sys.exit(128 + sig))
         try:
             svc.run()
         finally:
