@@ -212,7 +212,8 @@ class Session:
             out[0] = step_open["flag"]
             out[5 + self.rank] = time.perf_counter() - step_open["started"]
         if self.rank == 0:
-            out[3], out[4] = self.cadence.plan(next((m.noise_every for m in self.models if m.noise_every), None))
+            out[3], out[4] = self.cadence.plan(next((m.noise_every for m in self.models if m.noise_every), None),
+                                               self.noise.updates)
         out[1] = sum(float(m._local_sqr) for m in self.models if m._local_sqr is not None)
         out[2] = float(getattr(self.adaptive, "proposed", None) or 0)
         return out

@@ -12,6 +12,8 @@ import time
 SYNC_S = 0.2  # seconds between sync steps: also the most a stop flag waits, beside flag_watch.FLAG_POLL_S
 MAX_SYNC_GAP = 16  # steps between sync steps at most
 NOISE_S = 1.0  # seconds between noise measurements (without noise_every): ~60 a minute, plenty for its EMA
+NOISE_FIRST = 10  # sync steps measured back to back first: one estimate alone is often negative (|G|² < 0), and
+                  # the EMA (θ = 0.9) settles over about 1/(1 - θ) = 10; a short job would otherwise report none
 
 
 class SyncCadence:
@@ -29,10 +31,10 @@ class SyncCadence:
         """Rank 0's choice of steps to the next sync step: the model's ``noise_every``, else ~SYNC_S apart."""
         return every or min(MAX_SYNC_GAP, max(1, int(SYNC_S / max(self.step_s, 1e-6))))
 
-    def plan(self, every: int | None) -> tuple[int, float]:
+    def plan(self, every: int | None, measured: int) -> tuple[int, float]:
         """Rank 0's choice of the next sync step: steps to it, and 1.0 when it measures (every one with the
-        model's ``noise_every``), else 0.0."""
-        due = every or time.perf_counter() - self.measured_at >= NOISE_S - SYNC_S / 2
+        model's ``noise_every``, or while the noise has fewer than NOISE_FIRST measurements), else 0.0."""
+        due = every or measured < NOISE_FIRST or time.perf_counter() - self.measured_at >= NOISE_S - SYNC_S / 2
         return self.gap(every), 1.0 if due else 0.0
 
     def measures(self) -> bool:
