@@ -544,6 +544,33 @@ def test_resize_joins_a_worker_on_the_other_node_and_lets_it_leave(backend, tmp_
     assert wait_free(4) == 4
 
 
+def test_a_move_at_the_same_count_replaces_the_worker_on_the_node_it_leaves(backend, tmp_path):
+    """2 workers on n1 -> one on n1, one on n2: a new bundle on n2, the worker in n1's second bundle leaves
+    (its bundle is given back once it has), the first trains on; every sample once."""
+    backend.runtime = REAL_RUNTIME
+    job = real_launch(tmp_path, 23, 2, {"n1": 2}, num_samples=12_000, throttle_s=0.05)
+    try:
+        backend.start(job)
+        wait_progress(job.job_dir, 2, timeout=60)
+        backend.resize(replace(job, num_gpus=2, generation=2, placement={"n1": 1, "n2": 1}))
+        assert backend.placement(23) == {"n1": 1, "n2": 1}
+        _wait(lambda: [(e["workers"], e["replaced"]) for e in events(job.job_dir, "resized")] == [(2, [1])], "moved",
+              timeout=90)
+        _wait(lambda: backend.poll(23, job.job_dir).state == "running" and free_slots() == 2, "n1's slot released")
+        seen = (job.job_dir / "progress.jsonl").read_text().count('"step"')
+        wait_progress(job.job_dir, seen + 3)                                  # the moved group trains
+    finally:
+        backend.runtime = CONTRACT_RUNTIME
+        backend.stop(23, job.job_dir)
+    ids = ray_node_ids()
+    hosts = worker_hosts(job.job_dir)
+    assert {w: h["ray_node_id"] for w, h in hosts.items()} == {0: ids["n1"], 1: ids["n1"], 2: ids["n2"]}, hosts
+    (stopped,) = events(job.job_dir, "stopped")
+    kept, restored = _audit_resumed(job.job_dir)
+    assert restored is None and max(kept.values()) == 1 and sum(kept.values()) == 12 * stopped["step"]
+    assert wait_free(4) == 4
+
+
 def test_standby_workers_are_refused_under_ray_with_one_line(backend, tmp_path):
     backend.runtime = [*REAL_RUNTIME, "--standby", "1"]
     job = real_launch(tmp_path, 23, 1)

@@ -184,7 +184,8 @@ class RayBackend(Backend):
         The workers that stay keep their slots (and processes): a grow reserves only the newcomers'
         bundles (where ``placement``, the job's whole node map, asks for more than the job holds; the
         rest where Ray's strategy puts them), a shrink keeps the first ``num_gpus`` slots, because the
-        runtime keeps its first workers, and releases the others once their workers have left. If the
+        runtime keeps its first workers, and releases the others once their workers have left; a move (the same
+        count on other nodes) does both at once (``RayJob.move``). If the
         new slots cannot be had nothing changes and the error propagates. That wait is what
         ``launch.hold_given_back`` asks for (a worker runs only inside its reservation): nothing to ``release``.
         """
@@ -213,6 +214,8 @@ class RayBackend(Backend):
             new = self.reserver.reserve(job_id, generation, num_gpus - current, want, spread,
                                 avoid=set(job.bundle_nodes) if spread else set())
             job.slots = job.slots + new
+        elif placement and dict(placement) != self._where(job.slots):
+            job.move(placement, generation, self.reserver, self._where)
         job.generation = generation
         job.write_slots(self.reserver.bundle())
         write_control(Path(launch.job_dir), num_gpus, launch.batch_size, generation)

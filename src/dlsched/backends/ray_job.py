@@ -5,7 +5,8 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from collections import Counter
+from typing import Callable, Mapping, Sequence
 
 from dlsched.backends.base import atomic_write_json
 from dlsched.backends.ray_slots import Slot, SlotReserver
@@ -43,6 +44,27 @@ class RayJob:
             "generation": self.generation, "resources": bundle,
             "slots": [{"group": s.name, "bundle": 0, "node": s.node} for s in self.slots],
             "retired": [s.name for s in self.retired]})
+
+    def move(self, placement: Mapping[str, int], generation: int, reserver: SlotReserver,
+             where: Callable[[Sequence[Slot]], dict[str, int]]) -> None:
+        """Same count, other nodes (``where``: slots -> node name -> count): reserve the newcomers' bundles where
+        ``placement`` wants more, retire as many where it wants fewer (the runtime replaces the workers in them:
+        ``RayLauncher.granted``)."""
+        held = Counter(where(self.slots))
+        want, excess = +(Counter(placement) - held), +(held - Counter(placement))
+        count = min(sum(want.values()), sum(excess.values()))
+        while sum(want.values()) > count:
+            want[max(sorted(want), key=want.get)] -= 1
+        new = reserver.reserve(self.job_id, generation, count, dict(+want), self.spread,
+                               avoid=set(self.bundle_nodes) if self.spread else set())
+        leaving = []
+        for s in reversed(self.slots):   # the last workers on the nodes it leaves: the runtime's first ones stay
+            node = next(iter(where([s])))
+            if excess[node] > 0 and len(leaving) < len(new):
+                excess[node] -= 1
+                leaving.append(s)
+        self.retired += leaving
+        self.slots = [s for s in self.slots if s not in leaving] + new
 
     def collect_retired(self, reserver: SlotReserver) -> None:
         """Release the retired slots no worker occupies any more (``DIR/ray-workers.json``, written by the

@@ -73,6 +73,10 @@ class Launcher(Protocol):
 
     def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerHandle: ...
 
+    def granted(self, handle: WorkerHandle) -> bool:
+        """Is the worker's reservation still the job's? (No: the backend moved it; the worker must leave.)"""
+        ...
+
 
 def default_launcher() -> str:
     """``"ray"`` when started by the Ray backend (it exports the cluster address), else ``"local"``."""
@@ -134,6 +138,9 @@ class LocalLauncher:
 
     def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerProcess:
         return WorkerProcess(argv, log_path, visible)
+
+    def granted(self, handle: WorkerHandle) -> bool:
+        return True   # this machine's GPUs: the job's device list says which (devices.keepers)
 
 
 # ----------------------------------------------------------------------------- Ray (one actor per bundle)
@@ -315,6 +322,10 @@ class RayLauncher:
         self._occupied[slot["group"]] = handle
         self._publish()
         return handle
+
+    def granted(self, handle: RayWorker) -> bool:
+        """A worker whose bundle left the slot list (a move: the backend reserved its successor elsewhere)."""
+        return handle.slot in {s["group"] for s in self._slots()["slots"]}
 
     def _vacate(self, handle: RayWorker) -> None:
         if self._occupied.get(handle.slot) is handle:

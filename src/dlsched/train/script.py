@@ -56,3 +56,6 @@ class ScriptLauncher:
         with open(log_path, "ab") as log:
             return subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, preexec_fn=_ignore_sigterm)
+
+    def granted(self, handle: subprocess.Popen) -> bool:
+        return True   # this machine's GPUs: the job's device list says which (devices.keepers)

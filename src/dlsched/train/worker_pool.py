@@ -48,6 +48,10 @@ class WorkerPool:
         lines = (self.dir / "logs" / f"worker-{wid}.log").read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else ""
 
+    def ungranted(self, wids: list[int]) -> list[int]:
+        """Those of ``wids`` whose reservation the backend took back (moved elsewhere): they leave."""
+        return [w for w in wids if not self.launcher.granted(self.procs[w])]
+
     def dead(self, wids: list[int]) -> list[int]:
         """Those of ``wids`` that exited with an error."""
         return [w for w in wids if self.procs[w].poll() not in (None, 0)]
