@@ -476,6 +476,16 @@ def worker_hosts(job_dir: Path) -> dict[int, dict]:
     return {h["worker_id"]: h for h in (json.loads(p.read_text()) for p in (job_dir / "logs").glob("worker-*.host.json"))}
 
 
+def worker_nodes(job_dir: Path) -> dict[int, str]:
+    """Worker (or rank) id -> the node it ran on; each must have been started by its bundle's actor, not forked
+    beside the runtime."""
+    names = {v: k for k, v in ray_node_ids().items()}
+    hosts = worker_hosts(job_dir)
+    runtime = json.loads((job_dir / "status.json").read_text())["pid"]
+    assert hosts and all(h["ppid"] != runtime for h in hosts.values()), hosts
+    return {w: names.get(h["ray_node_id"]) for w, h in hosts.items()}
+
+
 def real_launch(tmp_path, job_id, workers, placement=None, spread=False, num_samples=96, throttle_s=0.0):
     params = {"num_samples": num_samples, "batch_size": 12, "throttle_s": throttle_s}
     if spread:
@@ -500,11 +510,7 @@ def test_strict_spread_job_runs_one_worker_inside_each_nodes_bundle(backend, tmp
     finally:
         backend.runtime = CONTRACT_RUNTIME
         backend.stop(21, job.job_dir)
-    hosts = worker_hosts(job.job_dir)
-    ids = ray_node_ids()
-    assert sorted(h["ray_node_id"] for h in hosts.values()) == sorted([ids["n1"], ids["n2"]]), hosts
-    coordinator = json.loads((job.job_dir / "status.json").read_text())["pid"]
-    assert all(h["ppid"] != coordinator for h in hosts.values())    # children of their actors, not forked here
+    assert sorted(worker_nodes(job.job_dir).values()) == ["n1", "n2"]
     kept, restored = _audit_resumed(job.job_dir)
     assert restored is None and kept == Counter(range(96))
     assert not events(job.job_dir, "worker_lost")
@@ -532,9 +538,7 @@ def test_resize_joins_a_worker_on_the_other_node_and_lets_it_leave(backend, tmp_
     finally:
         backend.runtime = CONTRACT_RUNTIME
         backend.stop(22, job.job_dir)
-    ids = ray_node_ids()
-    hosts = worker_hosts(job.job_dir)
-    assert {w: h["ray_node_id"] for w, h in hosts.items()} == {0: ids["n1"], 1: ids["n2"]}, hosts
+    assert worker_nodes(job.job_dir) == {0: "n1", 1: "n2"}
     status = json.loads((job.job_dir / "status.json").read_text())
     assert status["state"] == "stopped" and status["pid"] == pid        # never restarted, stopped gracefully
     assert not events(job.job_dir, "worker_lost")
@@ -562,9 +566,7 @@ def test_a_move_at_the_same_count_replaces_the_worker_on_the_node_it_leaves(back
     finally:
         backend.runtime = CONTRACT_RUNTIME
         backend.stop(23, job.job_dir)
-    ids = ray_node_ids()
-    hosts = worker_hosts(job.job_dir)
-    assert {w: h["ray_node_id"] for w, h in hosts.items()} == {0: ids["n1"], 1: ids["n1"], 2: ids["n2"]}, hosts
+    assert worker_nodes(job.job_dir) == {0: "n1", 1: "n1", 2: "n2"}
     (stopped,) = events(job.job_dir, "stopped")
     kept, restored = _audit_resumed(job.job_dir)
     assert restored is None and max(kept.values()) == 1 and sum(kept.values()) == 12 * stopped["step"]
@@ -601,11 +603,8 @@ def test_service_on_ray_runs_a_parameter_server_job_with_its_servers_in_bundles(
         final = c.get(f"/jobs/{job}").json()
     job_dir = svc.state_dir / "jobs" / str(job)
     assert final["samples"] == 384 and [a["num_gpus"] for a in final["allocations"]][0] == 3, final
-    hosts = worker_hosts(job_dir)          # keyed by rank: 0 is the server, 1 and 2 the workers
-    ids = ray_node_ids()
-    assert sorted(hosts) == [0, 1, 2] and {h["ray_node_id"] for h in hosts.values()} == {ids["n1"], ids["n2"]}, hosts
-    supervisor = json.loads((job_dir / "status.json").read_text())["pid"]
-    assert all(h["ppid"] != supervisor for h in hosts.values())      # started by their actors, not forked here
+    nodes = worker_nodes(job_dir)          # keyed by rank: 0 is the server, 1 and 2 the workers
+    assert sorted(nodes) == [0, 1, 2] and set(nodes.values()) == {"n1", "n2"}, nodes
     seen = committed_samples(job_dir)
     assert set(seen) == set(range(192)) and set(seen.values()) == {2}
     assert wait_free(4) == 4
@@ -628,6 +627,26 @@ def test_service_on_ray_runs_a_command_job_and_trains_every_sample_once(backend,
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(96)})
     assert final["samples"] == 192 and events(job_dir, "finished")
     assert any(r.get("grad_noise") for r in map(json.loads, (job_dir / "progress.jsonl").read_text().splitlines()))
+    assert wait_free(4) == 4
+
+
+def test_a_command_jobs_workers_run_inside_their_bundles_on_both_nodes(backend, tmp_path):
+    """A dlsched.torch script placed on n1 and n2: each worker is started by its bundle's actor on its node
+    (not forked beside the runtime), and the two train every sample once per epoch across the nodes."""
+    from dlsched.train.data import committed_sample_ids
+
+    backend.runtime = REAL_RUNTIME
+    spec = JobSpec(name="script", gpus=2, command=["python", "tests/torch/user_script.py", "--samples", "96",
+                                                    "--batch", "8", "--epochs", "2"])
+    job = Launch(24, spec, tmp_path / "job24", 2, None, {"n1": 1, "n2": 1}, 1)
+    try:
+        backend.start(job)
+        wait_state(backend, job, "finished", timeout=180)
+    finally:
+        backend.runtime = CONTRACT_RUNTIME
+        backend.stop(24, job.job_dir)
+    assert worker_nodes(job.job_dir) == {0: "n1", 1: "n2"}
+    assert committed_sample_ids(job.job_dir) == Counter({i: 2 for i in range(96)})
     assert wait_free(4) == 4
 
 

@@ -40,7 +40,6 @@ from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.script_output import ScriptOutput
 from dlsched.train.resizer import Resizer
-from dlsched.train.script import ScriptLauncher
 from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready, end_key,
                                     gate_key, plan_key, ready_key, stop_key)
 from dlsched.train.scaling import BatchMode, LrRamp, local_batch_sizes
@@ -125,7 +124,7 @@ class Coordinator:
         (self.dir / "logs").mkdir(exist_ok=True)
         self.job: TrainJob | None = build_job(opts.entry, opts.params) if opts.command is None else None
         self.job_name = self.job.name if self.job else SCRIPT_JOB
-        self.launcher = ScriptLauncher(opts.command) if opts.command else make_launcher(opts.launcher, self.dir)
+        self.launcher = make_launcher(opts.launcher, self.dir, opts.command)
         self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
         human = HumanProgress()

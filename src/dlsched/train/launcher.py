@@ -40,6 +40,8 @@ from typing import Protocol
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
 from dlsched.ray.host import NAMESPACE, RAY_NODE_ENV, RAY_NODE_IP_ENV, actor_pid, exit_when_orphaned, host_actor
+from dlsched.train.protocol import WorkerEnv
+from dlsched.train.script import SCRIPT_WORKER_MODULE, ScriptLauncher
 
 RAY_ADDRESS_ENV = "DLSCHED_RAY_ADDRESS"   # set by the Ray backend in the runtime's environment
 GPU_PER_WORKER_ENV = "DLSCHED_GPU_PER_WORKER"  # "1": this worker owns exactly the GPU(s) it sees (cuda:0)
@@ -83,14 +85,16 @@ def default_launcher() -> str:
     return "ray" if os.environ.get(RAY_ADDRESS_ENV) else "local"
 
 
-def make_launcher(kind: str, job_dir: Path) -> Launcher:
+def make_launcher(kind: str, job_dir: Path, command: list[str] | None = None) -> Launcher:
+    """``command``: the user's script (``dlsched.torch``) is what each worker runs, else ``dlsched.train.worker``."""
     if kind == "local":
-        return LocalLauncher()
+        return LocalLauncher() if command is None else ScriptLauncher(command)
     if kind == "ray":
         address = os.environ.get(RAY_ADDRESS_ENV)
         if not address:
             raise UserError(f"launcher 'ray' needs the Ray cluster address in ${RAY_ADDRESS_ENV}")
-        return RayLauncher(Path(job_dir), address)
+        return RayLauncher(Path(job_dir), address) if command is None else RayScriptLauncher(Path(job_dir), address,
+                                                                                            command)
     raise UserError(f"launcher {kind!r}: expected 'local' or 'ray'")
 
 
@@ -337,6 +341,20 @@ class RayLauncher:
 
         atomic_write_json(self.job_dir / IN_USE_FILE, {"in_use": {
             g: {"worker_id": h.wid} for g, h in sorted(self._occupied.items())}})
+
+
+class RayScriptLauncher(RayLauncher):
+    """The user's script as each worker, in its own bundle: ``dlsched.train.script.main`` starts the command there
+    with the worker's environment (on this machine ``ScriptLauncher`` does it)."""
+
+    def __init__(self, job_dir: Path, address: str, command: list[str]):
+        super().__init__(job_dir, address)
+        self.command = list(command)   # resolved on the worker's node (its interpreter, its PATH)
+
+    def start(self, worker: WorkerEnv, log_path: Path, visible: str) -> RayWorker:
+        argv = ["--job-dir", worker.job_dir, "--worker-id", str(worker.worker_id),
+                "--worker-env", json.dumps(worker.as_env()), "--", *self.command]
+        return super().start(argv, log_path, visible, module=SCRIPT_WORKER_MODULE)
 
 
 def _main(argv: list[str]) -> int:

@@ -6,6 +6,8 @@ ignores SIGTERM like every worker (the coordinator turns a stop into a checkpoin
 """
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import shutil
@@ -17,6 +19,9 @@ from pathlib import Path
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
 from dlsched.train.protocol import WorkerEnv
+
+
+SCRIPT_WORKER_MODULE = "dlsched.train.script"   # what a Ray bundle runs for a script worker (``main``)
 
 
 def script_name(command: list[str]) -> str:
@@ -59,3 +64,18 @@ class ScriptLauncher:
 
     def granted(self, handle: subprocess.Popen) -> bool:
         return True   # this machine's GPUs: the job's device list says which (devices.keepers)
+
+
+def main(argv: list[str]) -> None:
+    """A script worker in its Ray bundle (``launcher.RayScriptLauncher``): the user's command with the worker's
+    environment, as a child (this process keeps its parent watch); its exit code is the worker's."""
+    ap = argparse.ArgumentParser(prog="dlsched.train.script")
+    ap.add_argument("--job-dir", required=True)
+    ap.add_argument("--worker-id", type=int, required=True)
+    ap.add_argument("--worker-env", required=True, help="WorkerEnv.as_env() as JSON")
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    env = {**os.environ, **json.loads(args.worker_env), "PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH"))}
+    _ignore_sigterm()   # a stop is a checkpoint at a step boundary, as for every worker
+    sys.exit(subprocess.call(resolve_command(command), env=env, stdin=subprocess.DEVNULL, preexec_fn=_ignore_sigterm))
