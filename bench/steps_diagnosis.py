@@ -14,6 +14,11 @@
   estimate; printed beside);
 * reached: the predictor put its own 95 % value at or above the value now (0 steps: an error of exactly 100 %).
 
+Then, per fraction, the selection the score makes: the median log(true / predicted remaining improvement, from
+the value now to the final one) over every curve, and over the scored rows only. A row is scored only while the
+run is still >= 3 intervals from its 95 % point, i.e. where its improvement went on longer than most: an
+unbiased predictor under-predicts exactly there.
+
 Run: PYTHONPATH=src python bench/steps_diagnosis.py
 """
 from __future__ import annotations
@@ -60,7 +65,7 @@ def main() -> None:
     prior_of, cross_of = pa.loco_prior(curves), pa.cross_task_prior(curves)
     cals, _, _ = pa.loco_calibrations(curves, prior_of, cross_of)
     rng = np.random.default_rng(0)
-    rows = []
+    rows, every = [], []
     for c in curves:
         t = pa.truth(c)
         y = MetricSpace.of(c.metric, c.y).down(c.y)
@@ -69,12 +74,13 @@ def main() -> None:
         for f in pa.FRACTIONS:
             n = pa.prefix(c, f)
             remaining = t.target_x - c.x[n - 1]
+            r = pa.evaluate(c, f, cals[c.name], prior_of(c))
+            every.append((f, r["reach_log"], remaining >= pa.MIN_INTERVALS * t.resolution))
             if remaining < pa.MIN_INTERVALS * t.resolution:
                 continue
             if perfect is None:
                 perfect = perfect_predictor_error(c, rng)
                 permuted = sf.redrawn_crossings(c, rng)
-            r = pa.evaluate(c, f, cals[c.name], prior_of(c))
             told = pa.evaluate(c, f, cals[c.name], dataclasses.replace(prior_of(c), final=t.final, final_sigma=1e-4))
             early, late = np.interp([t.target_x - sf.STEPS_OK * remaining, t.target_x + sf.STEPS_OK * remaining], c.x, env)
             now = float(np.median(y[n - 3:n]))
@@ -99,6 +105,11 @@ def main() -> None:
               f"{pa.pct(b.told.median())}; final {pa.pct(b.final.median())} vs tolerance {pa.pct(b.tolerance.median())};"
               f" gap {pa.pct(b.gap.median())}; perfect predictor {pa.pct(b.noise.median())}"
               f" (permuted {pa.pct(b.permuted.median())}); said reached {int(b.reached.sum())}")
+    e = pd.DataFrame(every, columns=["observed", "reach_log", "scored"])
+    print("  selection: median log(true / predicted remaining improvement), every curve vs the scored rows only")
+    for f, b in e.groupby("observed"):
+        print(f"  after {int(100 * f):2d} %: every curve {b.reach_log.median():+.2f} (n={b.reach_log.notna().sum()}),"
+              f" scored rows {b[b.scored].reach_log.median():+.2f} (n={int(b.scored.sum())})")
 
 
 if __name__ == "__main__":
