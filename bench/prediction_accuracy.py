@@ -237,9 +237,11 @@ def full_fits(curves) -> dict:
 
 
 def loco_prior(curves):
-    """Each curve's prior from the other curves' full fits (its own finished fit never counts)."""
+    """Each curve's prior from the other curves' full fits (its own finished fit never counts); the same task's
+    finals carried to the curve's schedule (``perf.prior``)."""
     fits = full_fits(curves)
-    return lambda c: prior_from_fits([f for n, f in fits.items() if n != c.name], {"decay": c.schedule.decay, **c.meta})
+    return lambda c: prior_from_fits([f for n, f in fits.items() if n != c.name], {"decay": c.schedule.decay, **c.meta},
+                                     schedule=c.schedule)
 
 
 def cross_task_prior(curves):

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -125,6 +127,35 @@ def test_a_level_prior_comes_only_from_finished_runs_of_the_same_task():
     assert 1.5 < p.final < 1.7 and 0 < p.final_sigma < 0.5
     assert prior_from_fits(fits, {"dataset": "digits", "metric": "loss"}).final is None   # one run: no spread
     assert prior_from_fits(fits[:2], {"dataset": "text", "metric": "error"}).final is None
+
+
+def test_a_level_prior_carries_the_task_s_finals_to_the_new_run_s_schedule():
+    # two finished runs of one task that followed the same law under a decay: a constant-LR run of that task
+    # misses the decay's drop and ends where their law says, not at their mean final
+    task = {"dataset": "text", "metric": "loss"}
+    runs = [AnnealingCurve(0.5, 1.0, 0.7, 0.4, parse_schedule(spec, B)) for spec in ("cosine", "step:500:0.1")]
+    fits = [FinishedFit(0.7, 0.4, dict(task), final=float(r.value([B])[0]), curve=r) for r in runs]
+    constant = parse_schedule("constant", B)
+    law_end = float(AnnealingCurve(0.5, 1.0, 0.7, 0.4, constant).value([B])[0])
+    plain, carried = prior_from_fits(fits, task), prior_from_fits(fits, task, schedule=constant)
+    assert carried.final == pytest.approx(law_end, rel=1e-6) and plain.final < 0.9 * law_end
+    # a finished run without its fit keeps its final as logged
+    bare = [dataclasses.replace(f, curve=None) for f in fits]
+    assert prior_from_fits(bare, task, schedule=constant).final == pytest.approx(plain.final)
+
+
+def test_a_level_prior_never_makes_a_target_unreachable_that_the_fit_alone_reaches():
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("cosine", x)
+    s = parse_schedule("cosine", B)
+    bands = ((-0.1, 0.1),) * 2, ((-0.5, 0.5),) * 2
+    # the fit alone: runs went up to e^1 further than predicted; with a level prior, never further at all
+    cal = Calibration((0.1, 1.0), *bands, reach=(1.0, 1.0), levelled=Calibration((0.1, 1.0), *bands, reach=(0.0, 0.0)))
+    blind = predict_curve(x[:30], y[:30], s, calibration=cal)
+    level = CurvePrior(0.7, 0.4, final=1.3 * blind.final_value, final_sigma=0.01)   # runs of the task ended higher
+    p = predict_curve(x[:30], y[:30], s, prior=level, target=blind.final_value, calibration=cal)
+    assert p.final_value > 1.2 * blind.final_value
+    assert p.reachable and p.floor <= blind.final_value
 
 
 def test_a_level_prior_pulls_the_final_value_but_the_curve_starts_where_the_run_is():

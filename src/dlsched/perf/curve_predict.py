@@ -204,6 +204,9 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     grid = np.unique(np.concatenate([np.linspace(float(x[start]), B, 1024), [x_now, B]]))
     curve = f(np.maximum(grid, 1e-9)) * anchor(x, y, f)
     frac = min(1.0, x_now / B)
+    # "never" rests on the fit alone: a level prior borrowed from other runs may sharpen the point and its band,
+    # but a run unlike those runs (a schedule none of them had) must not be told its target is out of reach
+    reach = cal.reach_log(frac)
     if prior is not None and prior.final is not None and x_now < B:
         curve = with_level_prior(grid, curve, x_now, prior, cal.fit_sigma(frac))
         cal = cal.levelled or cal
@@ -215,7 +218,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         goal = float(y[0] - target_fraction * (y[0] - final))
     elif target is not None:
         goal = float(space.down(space.target(target)))
-    now, reach = float(np.median(y[-3:])), cal.reach_log(frac)
+    now = float(np.median(y[-3:]))
     floor = final_lo if reach is None or now <= final else \
         min(final_lo, max(0.0, now - (now - final) * math.exp(reach)))
     target_step = steps = interval = None

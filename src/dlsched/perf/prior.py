@@ -21,16 +21,25 @@ Level: finished jobs of the same task (``LEVEL_FIELDS``: dataset and metric) als
 two or more of them the prior carries their geometric mean final value and its predictive log spread
 (s·√(1 + 1/n), never below ``LEVEL_SIGMA_MIN``); ``perf.curve_predict`` weighs it against the fit's own
 calibrated error. Other tasks say nothing about the level, so no level prior comes from them.
+
+Where a run ends depends on its schedule as much as on its task: on the development set the constant-LR and
+WSD runs of a language model end 5–10 % below its cosine and step runs (more LR area), so a plain mean of
+the task's finals pulled exactly those runs' predictions up. Given the new run's schedule and a finished
+run's full fit (``FinishedFit.curve``), that run's final is carried to the new schedule by its own law
+(``transferred_final``): its final times the ratio of its law at the new schedule's budget to its law at
+its own. Schedules are relative (peak 1, ``schedule.areas``): the transfer assumes the task's runs share a
+peak LR, as a schedule sweep does.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior
-from dlsched.perf.schedule import areas
+from dlsched.perf.schedule import Schedule, areas
 
 FIELDS = ("family", "depth", "dataset", "batch", "metric", "decay")
 LEVEL_FIELDS = ("dataset", "metric")
@@ -56,18 +65,32 @@ class FinishedFit:
     drop: float
     meta: dict = field(default_factory=dict)
     final: float = math.nan     # the value it ended at, lower-is-better space; nan: not known
+    curve: AnnealingCurve | None = None   # its full fit: carries ``final`` to another schedule (module doc)
 
 
 def finished_fit(curve: AnnealingCurve, meta: dict | None = None, final: float = math.nan) -> FinishedFit:
     _, s2_end = areas(curve.schedule, [curve.schedule.budget])
     # a run whose LR never fell says nothing about the drop a decay brings
     return FinishedFit(curve.alpha, curve.c if s2_end[0] > 0.05 else math.nan,
-                       {"decay": curve.schedule.decay, **(meta or {})}, final)
+                       {"decay": curve.schedule.decay, **(meta or {})}, final, curve)
 
 
-def level_prior(fits: list[FinishedFit], meta: dict) -> tuple[float, float] | None:
-    """(final value, log sigma) from the finished runs of the same task (module doc), or None."""
-    same = [f.final for f in fits if math.isfinite(f.final) and f.final > 0
+def transferred_final(f: FinishedFit, schedule: Schedule | None, drop: float) -> float:
+    """Where finished run ``f`` would have ended under ``schedule`` (module doc): its final as it is without a
+    schedule or a fit; ``drop`` stands in for its c where its own LR never fell (its fit could not see c)."""
+    if schedule is None or f.curve is None:
+        return f.final
+    own = float(f.curve.value([f.curve.schedule.budget])[0])
+    moved = dataclasses.replace(f.curve, schedule=schedule, c=f.drop if math.isfinite(f.drop) else drop)
+    ratio = float(moved.value([schedule.budget])[0]) / own
+    return f.final * ratio if own > 0 and math.isfinite(ratio) and ratio > 0 else f.final
+
+
+def level_prior(fits: list[FinishedFit], meta: dict, schedule: Schedule | None = None,
+                drop: float = 0.0) -> tuple[float, float] | None:
+    """(final value, log sigma) from the finished runs of the same task, each carried to ``schedule`` when
+    given (module doc), or None."""
+    same = [transferred_final(f, schedule, drop) for f in fits if math.isfinite(f.final) and f.final > 0
             and all(meta.get(k) is not None and f.meta.get(k) == meta[k] for k in LEVEL_FIELDS)]
     if len(same) < 2:
         return None
@@ -76,8 +99,10 @@ def level_prior(fits: list[FinishedFit], meta: dict) -> tuple[float, float] | No
     return math.exp(float(logs.mean())), max(spread, LEVEL_SIGMA_MIN)
 
 
-def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: CurvePrior = CurvePrior()) -> CurvePrior:
-    """Kernel-weighted mean of the finished fits (see the module docstring); ``default`` when there are none."""
+def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: CurvePrior = CurvePrior(),
+                    schedule: Schedule | None = None) -> CurvePrior:
+    """Kernel-weighted mean of the finished fits (see the module docstring); ``default`` when there are none.
+    ``schedule``: the new run's, to which the same task's finals are carried for the level prior."""
     if not fits:
         return default
     meta = meta or {}
@@ -89,7 +114,7 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     drop, drop_sigma = _drop_prior(drop_fits, meta, default)
     w = _weights(fits, meta)
     matched = float(w.sum() / w.max())  # effective number of equally relevant finished jobs
-    level = level_prior(fits, meta)
+    level = level_prior(fits, meta, schedule, drop)
     return CurvePrior(alpha, drop, weight=default.weight * min(2.0, 1.0 + 0.1 * matched),
                       final=None if level is None else level[0], final_sigma=math.inf if level is None else level[1],
                       alpha_sigma=alpha_sigma, drop_sigma=drop_sigma)
