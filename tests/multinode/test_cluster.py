@@ -156,6 +156,20 @@ def committed_audit(cluster, job_id: int) -> Counter:
     return kept
 
 
+def test_a_users_own_script_trains_across_three_nodes_every_sample_once(cluster, service):
+    """A ``command:`` job (dlsched.torch): each of its 3 workers runs in its bundle on its own node (its own IP),
+    and gloo connects them across the namespaces."""
+    from dlsched.train.data import committed_sample_ids
+
+    r = service.post("/jobs", json={"name": "script", "gpus": 3, "command": [
+        "python", "tests/torch/user_script.py", "--samples", "96", "--batch", "12", "--epochs", "2"]})
+    assert r.status_code == 201, r.text
+    job = r.json()["id"]
+    wait_until(lambda: job_state(service, job)["state"] == "finished", 300, "the script job to finish")
+    assert sorted(worker_ips(cluster, job).values()) == sorted(n.ip for n in cluster.nodes[1:])
+    assert committed_sample_ids(job_dir(cluster, job)) == Counter({i: 2 for i in range(96)})
+
+
 def test_a_job_trains_across_three_nodes_and_shrinks_on_a_killed_raylet_and_a_cut_link_then_grows_back(
         cluster, service):
     job = submit(service, name="mlp3", gpus=3, min_gpus=1, max_gpus=3,
