@@ -714,3 +714,33 @@ def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(
         placed = [a for a in done["allocations"] if a["num_gpus"]]
         assert placed and set(placed[0]["placement"]) <= {"n1", "n2"}, placed
         assert (svc.state_dir / "jobs" / str(job) / "status.json").exists()
+
+
+def test_service_on_ray_a_script_job_losing_a_workers_node_trains_on_and_finishes_every_sample_once(cluster, backend,
+                                                                                                   tmp_path):
+    """A dlsched.torch job on 3 slots (2 on one node, 1 on the other): the node with the lone worker (not the
+    runtime's) dies; its peers' collective fails, and the runtime restarts the group from the checkpoint in the 2
+    bundles left (not 3: the lost one is never reused); the job finishes, every sample once per epoch."""
+    from dlsched.train.data import committed_sample_ids
+
+    c_, nodes = cluster
+    victim = None
+    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
+        try:
+            job = submit(c, name="script", gpus=3, command=[
+                "python", "tests/torch/user_script.py", "--samples", "480", "--batch", "12", "--epochs", "2",
+                "--step-s", "0.05"])
+            wait_job(c, job, lambda j: j["samples"] >= 12 * 5, timeout=120, what="5 steps")
+            (victim,) = [n for n, k in backend.placement(job).items() if k == 1]
+            c_.remove_node(nodes[victim])
+            wait_job(c, job, lambda j: j["state"] == "finished", timeout=240, what="finished")
+            kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
+        finally:
+            if victim is not None:
+                nodes[victim] = c_.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": victim})
+                c_.wait_for_nodes()
+    assert "workers_lost" in kinds and kinds.count("running") == 1, kinds   # trained on: never re-queued
+    job_dir = svc.state_dir / "jobs" / str(job)
+    (lost,) = events(job_dir, "worker_lost")   # the script's survivors restart from the last checkpoint, 2 of them
+    assert lost["restored_step"] > 0 and lost["workers_lost"] == [2], lost
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(480)})

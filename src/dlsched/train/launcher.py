@@ -79,6 +79,10 @@ class Launcher(Protocol):
         """Is the worker's reservation still the job's? (No: the backend moved it; the worker must leave.)"""
         ...
 
+    def room(self, count: int) -> int:
+        """How many of ``count`` workers it can start now (a restart after a loss)."""
+        ...
+
 
 def default_launcher() -> str:
     """``"ray"`` when started by the Ray backend (it exports the cluster address), else ``"local"``."""
@@ -146,6 +150,9 @@ class LocalLauncher:
     def granted(self, handle: WorkerHandle) -> bool:
         return True   # this machine's GPUs: the job's device list says which (devices.keepers)
 
+    def room(self, count: int) -> int:
+        return count  # a worker's GPU outlives its process here
+
 
 # ----------------------------------------------------------------------------- Ray (one actor per bundle)
 
@@ -201,6 +208,7 @@ class RayWorker:
         self._info_ref, self._exit_ref = info_ref, exit_ref
         self._info: dict | None = None
         self._rc: int | None = None
+        self._killed = False
 
     @property
     def info(self) -> dict:
@@ -230,6 +238,8 @@ class RayWorker:
         try:
             return self._ended(ray.get(self._exit_ref))
         except ray.exceptions.RayError:   # the actor died (killed, node lost, group removed)
+            if not self._killed:   # not killed by the runtime: its bundle may be gone with its node
+                self._launcher.lost.add(self.slot)
             return self._ended(-signal.SIGKILL)
 
     def poll(self) -> int | None:
@@ -251,6 +261,7 @@ class RayWorker:
     def kill(self) -> None:
         import ray
 
+        self._killed = True
         started, _ = ray.wait([self._info_ref], timeout=0)
         if started:        # kill the worker's process group now; an actor not started yet has none
             try:
@@ -282,6 +293,7 @@ class RayLauncher:
         self._host_cls = host_actor(ray)
         self.store_host = node_ip or ray.util.get_node_ip_address()   # the TCPStore listens on every interface
         self._occupied: dict[str, RayWorker] = {}
+        self.lost: set[str] = set()   # bundles whose worker's actor died under it (node lost): never reused
         # No worker is forked here: keep the forkserver the coordinator starts from loading torch for nothing.
         _FORKSERVER.set_forkserver_preload([])
 
@@ -300,7 +312,7 @@ class RayLauncher:
         from ray.util.placement_group import get_placement_group
 
         spec = self._slots()
-        free = [s for s in spec["slots"] if s["group"] not in self._occupied]
+        free = [s for s in spec["slots"] if s["group"] not in self._occupied and s["group"] not in self.lost]
         if not free:
             raise UserError(f"{self.job_dir / SLOTS_FILE}: no free bundle for another worker (generation "
                             f"{spec['generation']} has {len(spec['slots'])}, all in use): with Ray every worker, "
@@ -330,6 +342,9 @@ class RayLauncher:
     def granted(self, handle: RayWorker) -> bool:
         """A worker whose bundle left the slot list (a move: the backend reserved its successor elsewhere)."""
         return handle.slot in {s["group"] for s in self._slots()["slots"]}
+
+    def room(self, count: int) -> int:
+        return min(count, sum(s["group"] not in self.lost for s in self._slots()["slots"]))
 
     def _vacate(self, handle: RayWorker) -> None:
         if self._occupied.get(handle.slot) is handle:

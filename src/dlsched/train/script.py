@@ -65,6 +65,9 @@ class ScriptLauncher:
     def granted(self, handle: subprocess.Popen) -> bool:
         return True   # this machine's GPUs: the job's device list says which (devices.keepers)
 
+    def room(self, count: int) -> int:
+        return count  # a worker's GPU outlives its process here
+
 
 def main(argv: list[str]) -> None:
     """A script worker in its Ray bundle (``launcher.RayScriptLauncher``): the user's command with the worker's

@@ -88,14 +88,22 @@ class WorkerLoss:
         if self.restarts > c.o.max_restarts:
             raise JobFailed(f"workers {errors} died; gave up after {c.o.max_restarts} restarts: "
                             f"{c.pool.log_tail(dead[0])} (worker logs in {c.dir / 'logs'})")
-        count = len(c.wids)
+        old = len(c.wids)
         c.pool.kill(list(c.pool.procs))
+        count = c.launcher.room(old)   # under Ray a dead worker's bundle may have gone with its node
+        if not count:
+            raise JobFailed(f"workers {errors} died and left no slot to restart in: {c.pool.log_tail(dead[0])}")
         c.pending_resize = None
         c._drain()
         start = c._initial_state()
+        gb, ramp = start.global_batch, start.ramp
+        if gb is not None and count != old:   # fewer workers: the batch rule a shrink follows
+            gb = global_batch_after_resize(c.o.batch_mode, gb, old, count)
+            if ramp is not None and gb != start.global_batch:
+                ramp = ramp.rescaled(ramp.lr(start.step - 1), start.global_batch, gb, start.step)
         wids = c.pool.spawn(c.generation + 1, count, count)
         c.standby = c.pool.spawn(c.generation + 1, c.o.standby, count)
-        c._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)
+        c._publish(wids, start.step, start.table, gb, ramp, start.epoch_loss, start.restore)
         c.progress.write({"event": "worker_lost", "time": time.time(), "workers_lost": list(errors),
                           "exit_codes": list(errors.values()), "new_generation": c.generation,
                           "restored_step": start.step, "lost_steps": max(0, lost_at - start.step),
