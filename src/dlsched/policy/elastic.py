@@ -110,9 +110,7 @@ class ElasticPolicy(Policy):
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
                  aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False,
-                 grow_pause: bool = False, last_queue: float = math.inf, lq_mode: str = 'max'):
-        self.last_queue = last_queue
-        self.lq_mode = lq_mode
+                 grow_pause: bool = False):
         _check_args(urgency, fairness, request_prior, aging_hysteresis)
         self.grow_pause = grow_pause
         self.request_prior = request_prior
@@ -353,23 +351,6 @@ class ElasticPolicy(Policy):
             # the whole estimate starved large requests under load: docs/policies.md).
             times = {j.id: j.run_time * max(j.requested_gpus, 1) ** self.request_prior + RUN_TIME_OFFSET
                      for j in jobs}
-            last = [j for j in jobs if j.attained_service >= self.last_queue]
-            if last and self.lq_mode == "min":
-                t_last = min(times[j.id] for j in last)
-                for j in last:
-                    times[j.id] = t_last
-            elif last and self.lq_mode == "max":
-                t_last = max(times[j.id] for j in last)
-                for j in last:
-                    times[j.id] = t_last
-            elif last and self.lq_mode == "fifo":   # the same weights, reassigned in submission order
-                ts = sorted(times[j.id] for j in last)
-                for j, t in zip(sorted(last, key=lambda j: (j.submit_time, j.id)), ts):
-                    times[j.id] = t
-            elif last:      # frozen at the estimated crossing
-                for j in last:
-                    times[j.id] = (j.run_time * self.last_queue / j.attained_service * max(j.requested_gpus, 1) ** self.request_prior
-                                   + RUN_TIME_OFFSET)
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
