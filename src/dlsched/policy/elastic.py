@@ -110,10 +110,7 @@ class ElasticPolicy(Policy):
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
                  aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False,
-                 grow_pause: bool = False, service_age: bool = False, age_cap: float = math.inf, spec_groups: bool = False):
-        self.service_age = service_age
-        self.age_cap = age_cap
-        self.spec_groups = spec_groups
+                 grow_pause: bool = False):
         _check_args(urgency, fairness, request_prior, aging_hysteresis)
         self.grow_pause = grow_pause
         self.request_prior = request_prior
@@ -352,25 +349,12 @@ class ElasticPolicy(Policy):
             # k**q times as fast, q = ``request_prior``. The request, not the GPUs held, so growing a job never
             # ages it; and only its run time, so a waiting large job starts level with a new small one (scaling
             # the whole estimate starved large requests under load: docs/policies.md).
-            times = {j.id: min(self._age(j) * max(j.requested_gpus, 1) ** self.request_prior, self.age_cap)
-                     + RUN_TIME_OFFSET for j in jobs}
-            if self.spec_groups:   # DIAGNOSTIC: like-specified jobs assumed equal-sized: most-run first among them
-                groups: dict = {}
-                for j in jobs:
-                    groups.setdefault((j.requested_gpus, j.batch_size), []).append(j)
-                for g in groups.values():
-                    old = max(g, key=lambda j: j.run_time)
-                    for j in g:
-                        times[j.id] = times[old.id] + (old.run_time - j.run_time) * max(j.requested_gpus, 1) ** self.request_prior
+            times = {j.id: j.run_time * max(j.requested_gpus, 1) ** self.request_prior + RUN_TIME_OFFSET
+                     for j in jobs}
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
         return {k: v / shortest for k, v in scale.items()}
-
-    def _age(self, job: JobView) -> float:
-        if not self.service_age:
-            return job.run_time
-        return (min if self.service_age == 1 else max)(job.run_time, job.attained_service / max(job.requested_gpus, 1))
 
     def _progress_left(self, job: JobView) -> float:
         """Remaining work in units that do not depend on the batch the job runs at now: samples left at the
