@@ -15,7 +15,8 @@ Run: PYTHONPATH=src python bench/policy_quality.py [--policies ...] [--modes ...
 (minutes: one simulation per policy x mode x workload, spread over --procs processes). ``--restart-penalty 0`` is an
 ablation only (how much of the avg JCT the 30 s restart stalls cost): Pollux's published runs paid 30 s, so its
 ratio is then not a comparison. ``--policy-args`` passes keyword arguments to every policy (e.g.
-'{"whole_nodes": true}' for goodput).
+'{"whole_nodes": true}' for goodput). ``--per-app`` adds, per run, each application's job count, mean JCT, mean JCT
+alone, mean GPU-seconds and restarts, and its share of the JCT sum (where an avg JCT is lost: docs/policies.md).
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def _one(args: tuple[str, str, int, float, str, str | None]) -> tuple[str, str, 
     s = r.summary()
     s["wall_s"] = time.perf_counter() - t
     s["jct"] = r.jct()
+    s["jobs"] = r.jobs[["id", "app", "jct", "gpu_seconds", "restarts"]].to_dict("list")
     return policy, mode, w, s
 
 
@@ -93,6 +95,7 @@ def main() -> None:
     ap.add_argument("--restart-penalty", type=float, default=30.0)
     ap.add_argument("--policy-args", default="{}")
     ap.add_argument("--placement", default=None, help="nodes for jobs a policy does not place (sim default)")
+    ap.add_argument("--per-app", action="store_true", help="per run, the figures of each application")
     args = ap.parse_args()
     _check_args(ap, args)
     tasks = [(p, m, w, args.restart_penalty, args.policy_args, args.placement) for p in args.policies for m in args.modes
@@ -133,6 +136,21 @@ def main() -> None:
         ok = [r for r in ratios if r is not None]
         print(f"{p:17} {m:10} {mean:12.0f} {f'{np.mean(ok):.3f}' if ok else '-':>11}")
     print("targets: some policy <= 0.900x Pollux in predicted, <= 1.000x Pollux in none (mean over workloads 1-4)")
+    if args.per_app:
+        _per_app(results, alone)
+
+
+def _per_app(results: dict, alone: dict) -> None:
+    import pandas as pd
+
+    print(f"\n{'policy':17} {'mode':10} {'wl':>2} {'app':12} {'jobs':>4} {'avg JCT':>8} {'alone':>8} {'GPU-s':>8} "
+          f"{'restarts':>8} {'JCT share':>9}")
+    for (p, m, w), s in results.items():
+        df = pd.DataFrame(s["jobs"]).dropna(subset=["jct"])
+        df["alone"] = df["id"].map(alone[w])
+        for app, g in df.groupby("app"):
+            print(f"{p:17} {m:10} {w:>2} {app:12} {len(g):4} {g.jct.mean():8.0f} {g.alone.mean():8.0f} "
+                  f"{g.gpu_seconds.mean():8.0f} {g.restarts.mean():8.2f} {g.jct.sum() / df.jct.sum():9.2f}")
 
 
 if __name__ == "__main__":

@@ -50,3 +50,20 @@ def test_the_shared_options_are_one_check_in_both_benches(args, monkeypatch, cap
              [capsys.readouterr().err, *(_bench(script, *args).stderr for script in ("policy_quality.py",
                                                                                       "elastic_quality.py"))]]
     assert lines[0] == lines[1] == lines[2] and lines[0].startswith(args[0]), lines
+
+
+def test_per_app_rows_add_up_to_the_workload():
+    """``--per-app`` (where an avg JCT is lost): one row per application of the run, its jobs summing to the
+    workload's and its JCT shares to 1."""
+    from dlsched.paths import shared_data
+
+    r = _bench("policy_quality.py", "--policies", "fifo", "--modes", "none", "--workloads", "3", "--procs", "1",
+               "--per-app")
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.split("JCT share", 1)[1].strip().splitlines()]
+    apps = {}
+    for line in (shared_data() / "pollux" / "workloads" / "workload-3.csv").read_text().splitlines()[1:]:
+        app = line.split(",")[2]
+        apps[app] = apps.get(app, 0) + 1
+    assert {row[3]: int(row[4]) for row in rows} == apps
+    assert sum(float(row[-1]) for row in rows) == pytest.approx(1.0, abs=0.02)
