@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from dlsched.perf.prior import FinishedFit, prior_from_fits
+from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
@@ -76,10 +77,11 @@ class JobModels:
                         self._views, self._changed_at):
             per_job.pop(job_id, None)
 
-    def curve_prior(self, job: JobRecord):
+    def curve_prior(self, job: JobRecord, schedule: Schedule | None = None):
         """``perf.prior`` from the jobs that finished here, leaning on those of the same entry, dataset and
-        batch; None (the shipped prior) until one has."""
-        return prior_from_fits(self._finished, job_meta(job)) if self._finished else None
+        batch, their finals carried to ``schedule`` (the job's) where their fits are known; None (the shipped
+        prior) until one has finished."""
+        return prior_from_fits(self._finished, job_meta(job), schedule=schedule) if self._finished else None
 
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while none of the record, its speed model and the measured resize
@@ -110,12 +112,12 @@ class JobModels:
                                     gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
                                     speed=self._speeds.get(job.id), refit_speed=refit_speed,
                                     schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None,
-                                    prior=self.curve_prior(job))
+                                    prior=lambda sched: self.curve_prior(job, sched))
         if pred.loss_fit and "alpha" in pred.loss_fit:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress[-3:] if isinstance(r.get("loss"), (int, float))]
             self._last_fits[job.id] = FinishedFit(pred.loss_fit["alpha"], pred.loss_fit["drop"], job_meta(job),
-                                                  float(np.median(losses)) if losses else math.nan)
+                                                  float(np.median(losses)) if losses else math.nan, pred.fitted)
         if refit_speed:
             self._speed_fits[job.id] = (configs, now)
         if speed is not None:
