@@ -250,7 +250,7 @@ def test_the_level_prior_carries_finished_finals_to_the_new_jobs_schedule(tmp_pa
                        params={"dataset": "charlm", **params})
 
     store = Store(tmp_path / "s.db")
-    models = JobModels(("slot",))
+    models = JobModels(("slot",), store)
     finals = []
     for name, sched in (("cosine", "cosine:warmup=40"), ("step", "step:400,600:0.1")):
         recs, final = run(name)
@@ -273,6 +273,11 @@ def test_the_level_prior_carries_finished_finals_to_the_new_jobs_schedule(tmp_pa
     plain_pred, _ = predict(seen, 3000.0, 1, 32, 32 * 800, seen[-1]["samples"], schedule="constant",
                             prior=models.curve_prior(job))
     assert aware < plain_pred.loss_fit["final"]
+    # the finished fits are in the store: a restarted service carries the finals just the same
+    store.close()
+    store = Store(tmp_path / "s.db")
+    assert JobModels(("slot",), store).curve_prior(job, parse_schedule("constant", 800)).final == \
+        pytest.approx(carried, rel=1e-9)
 
     bare = store.submit(spec())   # no schedule declared, no LR logged: the plain mean, as before
     store.update(bare, samples=seen[-1]["samples"])

@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 
-from dlsched.perf.prior import FinishedFit, prior_from_fits
+from dlsched.perf.prior import FinishedFit, fit_from_record, fit_record, prior_from_fits
 from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
-from dlsched.service.store import RESCALING, JobRecord
+from dlsched.service.store import RESCALING, JobRecord, Store
 
 SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
 
@@ -54,10 +54,12 @@ def job_meta(job: JobRecord) -> dict:
 
 
 class JobModels:
-    """Per-job models and caches of the live loop, keyed by job id."""
+    """Per-job models and caches of the live loop, keyed by job id. With a ``store`` the finished jobs' fits
+    (the prior of new ones) are kept there and read back on a restart."""
 
-    def __init__(self, gpu_types: tuple[str, ...]):
+    def __init__(self, gpu_types: tuple[str, ...], store: Store | None = None):
         self.gpu_types = gpu_types
+        self._store = store
         self._speeds: dict[int, ThroughputModel] = {}
         self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # (configurations seen, when) of the fit
         self._seen_progress: dict[int, int] = {}                    # progress rows at the last refit
@@ -66,13 +68,16 @@ class JobModels:
         self._views: dict[int, tuple] = {}           # (record, speed, restart_s, JobView) of the last snapshot
         self._changed_at: dict[int, tuple[str, float, int]] = {}    # (start|resize, when, workers) not yet seen
         self._last_fits: dict[int, FinishedFit] = {}  # the newest annealing fit of each running job
-        self._finished: list[FinishedFit] = []        # of jobs that finished here: the prior of new ones
+        # of jobs that finished here: the prior of new ones
+        self._finished: list[FinishedFit] = [fit_from_record(d) for d in store.finished_fits()] if store else []
         self.restart_s = RESIZE_S    # the loop's median measured resize pause, set every round
 
     def forget(self, job_id: int, finished: bool = False) -> None:
         last = self._last_fits.pop(job_id, None)
         if finished and last is not None:
             self._finished.append(last)
+            if self._store is not None:
+                self._store.add_finished_fit(job_id, fit_record(last))
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._rates, self._totals,
                         self._views, self._changed_at):
             per_job.pop(job_id, None)
