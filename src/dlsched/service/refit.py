@@ -202,8 +202,11 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         try:
             sched = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule or "constant",
                                                                                    float(budget_steps))
-            if callable(prior):   # the assumed constant of a job that named none is no schedule to carry finals to
-                prior = prior(None if schedule is None else sched)
+        except ValueError:
+            return out
+        if callable(prior):   # the assumed constant of a job that named none is no schedule to carry finals to
+            prior = prior(None if schedule is None else sched)
+        try:
             p = predict_curve(*whole, sched, target=target_loss, prior=prior or "shipped")
         except ValueError:
             return out
