@@ -144,6 +144,32 @@ def test_a_level_prior_carries_the_task_s_finals_to_the_new_run_s_schedule():
     assert prior_from_fits(bare, task, schedule=constant).final == pytest.approx(plain.final)
 
 
+def test_a_finished_fit_stored_as_json_carries_its_final_as_before():
+    """``fit_record``/``fit_from_record``: what the service stores per finished job (its SQLite row) reads back
+    into the same prior, a NaN drop and a missing fit included; a logged LR's knot per record is thinned to the
+    areas' own resolution."""
+    import json
+
+    from dlsched.perf.prior import fit_from_record, fit_record, transferred_final
+    from dlsched.perf.schedule import GRID, Schedule
+
+    task = {"dataset": "d", "metric": "loss"}
+    x = np.arange(0.0, B + 0.1, 0.1)
+    logged = Schedule.from_points(x, 0.5 * (1 + np.cos(np.pi * x / B)), B)
+    fits = [FinishedFit(0.7, 0.4, task, 1.1, AnnealingCurve(0.5, 1.0, 0.7, 0.4, parse_schedule(
+                "cosine", B))),
+            FinishedFit(0.6, float("nan"), task, 1.0, AnnealingCurve(0.5, 1.2, 0.6, 0.3, logged, 0.1)),
+            FinishedFit(0.5, 0.2, task, 1.2)]
+    back = [fit_from_record(json.loads(json.dumps(fit_record(f)))) for f in fits]
+    assert len(back[1].curve.schedule.xs) == GRID < len(logged.xs) and np.isnan(back[1].drop)
+    assert back[2].curve is None and back[0] == fits[0]
+    constant = parse_schedule("constant", B)
+    for f, g in zip(fits, back):
+        assert transferred_final(g, constant, 0.3) == pytest.approx(transferred_final(f, constant, 0.3), rel=1e-4)
+    assert prior_from_fits(back, task, schedule=constant).final == pytest.approx(
+        prior_from_fits(fits, task, schedule=constant).final, rel=1e-4)
+
+
 def test_a_level_prior_never_makes_a_target_unreachable_that_the_fit_alone_reaches():
     x = np.arange(10, 1001, 10.0)
     y = law_curve("cosine", x)

@@ -1,4 +1,5 @@
 """Online refit: speed models from progress records, loss curve, completion prediction."""
+import math
 import numpy as np
 import pytest
 
@@ -219,3 +220,69 @@ def test_the_service_predicts_what_the_cli_predicts_for_a_run_with_a_warm_up():
     assert fit["final"] == pytest.approx(p.final_value, rel=1e-9)
     assert fit["target_step"] == pytest.approx(p.target_step, rel=1e-9)
     assert fit["curve"][0][0] == pytest.approx(p.curve_x[0])
+
+
+def test_the_level_prior_carries_finished_finals_to_the_new_jobs_schedule(tmp_path):
+    """Two runs of a task finished under decayed schedules; a new run of it at a constant LR ends lower (more
+    LR area: the real charlm runs end at 1.60 and 1.58, the constant one at 1.45). The service's level prior
+    carries each finished run's final to the new run's schedule by that run's stored fit, so the new job's
+    predicted final lies below the plain mean of the finals, toward the real one; a job that declares no
+    schedule (and logs no LR) still gets the plain mean."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dlsched.perf.schedule import parse_schedule
+    from dlsched.service.job_models import JobModels
+    from dlsched.service.store import Store
+    from dlsched.spec import JobSpec
+
+    curves = Path(__file__).resolve().parents[2] / "bench" / "curves"
+
+    def run(name: str) -> tuple[list[dict], float]:
+        d = pd.read_csv(curves / f"charlm-{name}.csv")
+        recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss,
+                 "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples()]
+        return recs, float(np.median(d.loss.to_numpy()[-3:]))
+
+    def spec(**params) -> JobSpec:
+        return JobSpec(name="lm", entry="examples/mlp.py:make_job", gpus=1, batch_size=32, total_samples=32 * 800,
+                       params={"dataset": "charlm", **params})
+
+    store = Store(tmp_path / "s.db")
+    models = JobModels(("slot",), store)
+    finals = []
+    for name, sched in (("cosine", "cosine:warmup=40"), ("step", "step:400,600:0.1")):
+        recs, final = run(name)
+        j = store.submit(spec(schedule=sched))
+        store.update(j, samples=recs[-1]["samples"])
+        assert models.refit(store.get(j), recs, 3000.0).fitted is not None
+        models.forget(j, finished=True)
+        finals.append(final)
+    plain = math.exp(float(np.mean(np.log(finals))))
+    recs, true_final = run("constant")
+    seen = recs[: len(recs) // 4]
+
+    new = store.submit(spec(schedule="constant"))
+    store.update(new, samples=seen[-1]["samples"])
+    job = store.get(new)
+    carried = models.curve_prior(job, parse_schedule("constant", 800)).final
+    assert carried < plain and abs(carried - true_final) < abs(plain - true_final)
+    # the live refit hands the job's schedule to the prior: its final lies below the plain-mean prior's
+    aware = models.refit(job, seen, 3000.0).loss_fit["final"]
+    plain_pred, _ = predict(seen, 3000.0, 1, 32, 32 * 800, seen[-1]["samples"], schedule="constant",
+                            prior=models.curve_prior(job))
+    assert aware < plain_pred.loss_fit["final"]
+    # the finished fits are in the store: a restarted service carries the finals just the same
+    store.close()
+    store = Store(tmp_path / "s.db")
+    assert JobModels(("slot",), store).curve_prior(job, parse_schedule("constant", 800)).final == \
+        pytest.approx(carried, rel=1e-9)
+
+    bare = store.submit(spec())   # no schedule declared, no LR logged: the plain mean, as before
+    store.update(bare, samples=seen[-1]["samples"])
+    job = store.get(bare)
+    assert models.curve_prior(job).final == pytest.approx(plain, rel=1e-9)
+    unaware, _ = predict(seen, 3000.0, 1, 32, 32 * 800, seen[-1]["samples"], prior=models.curve_prior(job))
+    assert models.refit(job, seen, 3000.0).loss_fit["final"] == pytest.approx(unaware.loss_fit["final"], rel=1e-12)
+    store.close()

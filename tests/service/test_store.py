@@ -40,6 +40,24 @@ def test_a_version_1_store_is_migrated_and_keeps_its_predictions(tmp_path):
     assert s.latest_predictions()[7]["policy_finish"] == 12.0
 
 
+def test_a_version_6_store_is_migrated_and_starts_with_no_finished_fits(tmp_path):
+    """Migration 7 adds the finished jobs' fits (the curve prior's): a store from before it opens with its jobs
+    and none, so the service's prior starts empty there, as it did before."""
+    db = tmp_path / "s.db"
+    c = sqlite3.connect(db)
+    c.executescript(";".join(MIGRATIONS[:6]) + "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                    "INSERT INTO schema_version VALUES (1),(2),(3),(4),(5),(6);"
+                    "INSERT INTO jobs(name, spec, state, submit_time) VALUES ('j', '{}', 'finished', 1.0);")
+    c.close()
+    s = Store(db)
+    assert s.schema_version == len(MIGRATIONS) >= 7 and s.finished_fits() == []
+    assert s._conn().execute("SELECT state FROM jobs").fetchone()[0] == "finished"
+    s.add_finished_fit(1, {"alpha": 0.5, "drop": None})
+    s.add_finished_fit(1, {"alpha": 0.6, "drop": 0.1})   # refitted once more: the newer one stands
+    s.close()
+    assert Store(db).finished_fits() == [{"alpha": 0.6, "drop": 0.1}]
+
+
 def test_a_newer_schema_is_refused(tmp_path):
     db = tmp_path / "s.db"
     Store(db).close()

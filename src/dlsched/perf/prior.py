@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior
-from dlsched.perf.schedule import Schedule, areas
+from dlsched.perf.schedule import GRID, Schedule, areas
 
 FIELDS = ("family", "depth", "dataset", "batch", "metric", "decay")
 LEVEL_FIELDS = ("dataset", "metric")
@@ -73,6 +73,33 @@ def finished_fit(curve: AnnealingCurve, meta: dict | None = None, final: float =
     # a run whose LR never fell says nothing about the drop a decay brings
     return FinishedFit(curve.alpha, curve.c if s2_end[0] > 0.05 else math.nan,
                        {"decay": curve.schedule.decay, **(meta or {})}, final, curve)
+
+
+def fit_record(f: FinishedFit) -> dict:
+    """``f`` as plain JSON (a NaN as null), to be stored; ``fit_from_record`` reads it back."""
+    num = lambda v: v if math.isfinite(v) else None   # noqa: E731
+    c = f.curve
+    curve = None if c is None else {"l0": c.l0, "a": c.a, "alpha": c.alpha, "c": c.c, "s0": c.s0,
+                                    "schedule": dataclasses.asdict(_thinned(c.schedule))}
+    return {"alpha": f.alpha, "drop": num(f.drop), "meta": f.meta, "final": num(f.final), "curve": curve}
+
+
+def _thinned(s: Schedule) -> Schedule:
+    """A logged LR has a knot per progress record: at most ``schedule.GRID`` knots are kept, the resolution its
+    areas are computed at anyway."""
+    if s.stepwise or len(s.xs) <= GRID:
+        return s
+    xs = np.linspace(s.xs[0], s.xs[-1], GRID)
+    return dataclasses.replace(s, xs=tuple(xs.tolist()), lrs=tuple(np.interp(xs, s.xs, s.lrs).tolist()))
+
+
+def fit_from_record(d: dict) -> FinishedFit:
+    nan = lambda v: math.nan if v is None else float(v)   # noqa: E731
+    c = d.get("curve")
+    curve = None if c is None else AnnealingCurve(
+        c["l0"], c["a"], c["alpha"], c["c"], Schedule(**{**c["schedule"], "xs": tuple(c["schedule"]["xs"]),
+                                                         "lrs": tuple(c["schedule"]["lrs"])}), c["s0"])
+    return FinishedFit(float(d["alpha"]), nan(d.get("drop")), dict(d.get("meta") or {}), nan(d.get("final")), curve)
 
 
 def transferred_final(f: FinishedFit, schedule: Schedule | None, drop: float) -> float:

@@ -6,11 +6,12 @@ import math
 
 import numpy as np
 
-from dlsched.perf.prior import FinishedFit, prior_from_fits
+from dlsched.perf.prior import FinishedFit, fit_from_record, fit_record, prior_from_fits
+from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
-from dlsched.service.store import RESCALING, JobRecord
+from dlsched.service.store import RESCALING, JobRecord, Store
 
 SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
 
@@ -53,10 +54,12 @@ def job_meta(job: JobRecord) -> dict:
 
 
 class JobModels:
-    """Per-job models and caches of the live loop, keyed by job id."""
+    """Per-job models and caches of the live loop, keyed by job id. With a ``store`` the finished jobs' fits
+    (the prior of new ones) are kept there and read back on a restart."""
 
-    def __init__(self, gpu_types: tuple[str, ...]):
+    def __init__(self, gpu_types: tuple[str, ...], store: Store | None = None):
         self.gpu_types = gpu_types
+        self._store = store
         self._speeds: dict[int, ThroughputModel] = {}
         self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # (configurations seen, when) of the fit
         self._seen_progress: dict[int, int] = {}                    # progress rows at the last refit
@@ -65,21 +68,25 @@ class JobModels:
         self._views: dict[int, tuple] = {}           # (record, speed, restart_s, JobView) of the last snapshot
         self._changed_at: dict[int, tuple[str, float, int]] = {}    # (start|resize, when, workers) not yet seen
         self._last_fits: dict[int, FinishedFit] = {}  # the newest annealing fit of each running job
-        self._finished: list[FinishedFit] = []        # of jobs that finished here: the prior of new ones
+        # of jobs that finished here: the prior of new ones
+        self._finished: list[FinishedFit] = [fit_from_record(d) for d in store.finished_fits()] if store else []
         self.restart_s = RESIZE_S    # the loop's median measured resize pause, set every round
 
     def forget(self, job_id: int, finished: bool = False) -> None:
         last = self._last_fits.pop(job_id, None)
         if finished and last is not None:
             self._finished.append(last)
+            if self._store is not None:
+                self._store.add_finished_fit(job_id, fit_record(last))
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._rates, self._totals,
                         self._views, self._changed_at):
             per_job.pop(job_id, None)
 
-    def curve_prior(self, job: JobRecord):
+    def curve_prior(self, job: JobRecord, schedule: Schedule | None = None):
         """``perf.prior`` from the jobs that finished here, leaning on those of the same entry, dataset and
-        batch; None (the shipped prior) until one has."""
-        return prior_from_fits(self._finished, job_meta(job)) if self._finished else None
+        batch, their finals carried to ``schedule`` (the job's) where their fits are known; None (the shipped
+        prior) until one has finished."""
+        return prior_from_fits(self._finished, job_meta(job), schedule=schedule) if self._finished else None
 
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while none of the record, its speed model and the measured resize
@@ -110,12 +117,12 @@ class JobModels:
                                     gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
                                     speed=self._speeds.get(job.id), refit_speed=refit_speed,
                                     schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None,
-                                    prior=self.curve_prior(job))
+                                    prior=lambda sched: self.curve_prior(job, sched))
         if pred.loss_fit and "alpha" in pred.loss_fit:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress[-3:] if isinstance(r.get("loss"), (int, float))]
             self._last_fits[job.id] = FinishedFit(pred.loss_fit["alpha"], pred.loss_fit["drop"], job_meta(job),
-                                                  float(np.median(losses)) if losses else math.nan)
+                                                  float(np.median(losses)) if losses else math.nan, pred.fitted)
         if refit_speed:
             self._speed_fits[job.id] = (configs, now)
         if speed is not None:

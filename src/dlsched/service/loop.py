@@ -65,7 +65,7 @@ class LiveLoop:
         self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
-        self.models = JobModels(tuple(sorted({n.gpu_type for n in cluster.nodes})))
+        self.models = JobModels(tuple(sorted({n.gpu_type for n in cluster.nodes})), store)
         self.forecaster = Forecaster(store, self.policy, self.models, self._cluster_view,
                                      step_s=max(10.0, 5 * cluster.interval_s), every_s=forecast_every_s)
         self.nodes = NodeWatch(cluster_view(cluster, 0.0).nodes)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from scipy.optimize import nnls
 
+from dlsched.perf.annealing import AnnealingCurve, CurvePrior
 from dlsched.perf.convergence import LossCurve, fit_curve
 from dlsched.perf.efficiency import GradientNoise, efficiency
 from dlsched.perf.curve_predict import predict_curve
@@ -90,6 +91,7 @@ class Prediction:
     predicted_finish: float | None
     loss_fit: dict | None            # {"beta0", "beta1", "beta2", "scale", "rmse"}: LossCurve fields + fit RMSE
     rate: float | None = None        # samples/s the remaining time assumes (observed wall-clock, else modelled)
+    fitted: AnnealingCurve | None = None   # the annealing fit behind loss_fit: a finished job's, ``perf.prior``'s
 
 
 def fit_linear_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarray) -> LinearSpeed | None:
@@ -166,16 +168,22 @@ def logged_schedule(recs: list[dict], budget: float) -> Schedule | None:
         return None
 
 
+# a prior, or how to make one from the job's schedule (None: it declared none and logged none)
+PriorArg = CurvePrior | Callable[[Schedule | None], CurvePrior | None] | None
+
+
 def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | None = None,
-             schedule: str | Schedule | None = None, target_loss: float | None = None, prior=None) -> dict | None:
+             schedule: str | Schedule | None = None, target_loss: float | None = None,
+             prior: PriorArg = None) -> dict | None:
     """The Optimus fit (``beta0, beta1, beta2, scale, rmse``) and, when the job's step budget is known, the
     schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
     ``curve`` ([step, loss] from the first step fitted (past an LR warm-up, then a slow start:
     ``perf.fit_window``) to the budget), ``final``, ``final_80``
     and, for a ``target_loss``, ``target_step`` (None: unreachable), and the annealing fit's ``alpha`` and ``drop`` (what a
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
-    constant); ``prior`` a ``CurvePrior`` from finished jobs (default:
-    the shipped one)."""
+    constant); ``prior`` a ``CurvePrior`` from finished jobs (default: the shipped one), or a function of the
+    job's ``Schedule`` that makes one (the level prior carries finished runs' finals to it: ``perf.prior``).
+    The annealing fit itself is ``out["fitted"]``: not JSON, callers take it out before storing."""
     whole = binned_curve(steps, losses)
     # Optimus alone starts at the slow start's end; the predictor gets every point and windows them itself
     # (warm-up first: a slow-start search run over a warm-up cut elsewhere, and the service's prediction was
@@ -194,6 +202,11 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         try:
             sched = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule or "constant",
                                                                                    float(budget_steps))
+        except ValueError:
+            return out
+        if callable(prior):   # the assumed constant of a job that named none is no schedule to carry finals to
+            prior = prior(None if schedule is None else sched)
+        try:
             p = predict_curve(*whole, sched, target=target_loss, prior=prior or "shipped")
         except ValueError:
             return out
@@ -202,7 +215,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
                    target_step=p.target_step)
         if p.fitted is not None:
-            out.update(alpha=p.fitted.alpha, drop=p.fitted.c)
+            out.update(alpha=p.fitted.alpha, drop=p.fitted.c, fitted=p.fitted)
     return out
 
 
@@ -244,7 +257,7 @@ def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> 
 def predict(progress: list[dict], now: float, current_workers: int, current_batch: int | None,
             total_hint: float | None, samples_done: float, target_loss: float | None = None,
             gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True,
-            schedule: str | None = None, prior=None):
+            schedule: str | None = None, prior: PriorArg = None):
     """(Prediction, speed model or None) for one job from its stored progress records (its LR schedule: the
     ``schedule`` SPEC, else the logged LR where ``logged_schedule`` trusts it, else constant). ``refit_speed=False``
     keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
@@ -268,6 +281,7 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
         schedule = logged_schedule(recs, budget)
     loss_fit = fit_loss(steps, np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float),
                         budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior)
+    fitted = loss_fit.pop("fitted", None) if loss_fit else None
     total = total_hint
     if total is None and target_loss is not None and loss_fit and recs:
         # convergence rule: steps until the schedule-aware fit reaches the target (Optimus without a budget),
@@ -283,4 +297,4 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
         if rate > 0:
             remaining_s = max(0.0, total - samples_done) / rate
             finish = now + remaining_s if current_workers > 0 else None
-    return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None), speed
+    return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted), speed

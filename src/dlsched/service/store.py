@@ -109,6 +109,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN releasing TEXT;
     """,
+    # 7: what each job that finished here left for the curve prior of new ones (``perf.prior.fit_record``: its
+    # annealing fit's α and drop, its metadata, the value it ended at and the fit itself), so a restarted service
+    # keeps it
+    """
+    CREATE TABLE finished_fits (job_id INTEGER PRIMARY KEY, fit TEXT NOT NULL);
+    """,
 ]
 
 
@@ -479,6 +485,16 @@ class Store:
         rows = self._conn().execute("SELECT p.* FROM predictions p JOIN (SELECT job_id, MAX(id) m FROM predictions "
                                     "GROUP BY job_id) l ON p.id = l.m")
         return {r["job_id"]: dict(r) for r in rows}
+
+    def add_finished_fit(self, job_id: int, fit: dict) -> None:
+        with self._tx():
+            self._conn().execute("INSERT OR REPLACE INTO finished_fits(job_id, fit) VALUES (?,?)",
+                                 (job_id, json.dumps(fit)))
+
+    def finished_fits(self) -> list[dict]:
+        """In the order the jobs were submitted."""
+        rows = self._conn().execute("SELECT fit FROM finished_fits ORDER BY job_id")
+        return [json.loads(r["fit"]) for r in rows]
 
     def snapshot(self) -> dict[str, int]:
         """Row counts per table: used by tests to prove a refused request changed nothing."""
