@@ -156,18 +156,39 @@ def committed_audit(cluster, job_id: int) -> Counter:
     return kept
 
 
-def test_a_users_own_script_trains_across_three_nodes_every_sample_once(cluster, service):
+def test_a_users_own_script_trains_across_three_nodes_and_restarts_promptly_when_a_link_is_cut(cluster, service):
     """A ``command:`` job (dlsched.torch): each of its 3 workers runs in its bundle on its own node (its own IP),
-    and gloo connects them across the namespaces."""
+    and gloo connects them across the namespaces. A node's cable is cut: its peers cut their sockets to it
+    (train/peer_cut.py; gloo alone would wait out its 60 s timeout), their step fails, and the runtime restarts the
+    group from the checkpoint on the 2 nodes left; every sample is trained once per epoch."""
     from dlsched.train.data import committed_sample_ids
 
-    r = service.post("/jobs", json={"name": "script", "gpus": 3, "command": [
-        "python", "tests/torch/user_script.py", "--samples", "96", "--batch", "12", "--epochs", "2"]})
+    samples = 1200
+    r = service.post("/jobs", json={"name": "script", "gpus": 3, "min_gpus": 1, "max_gpus": 3, "command": [
+        "python", "tests/torch/user_script.py", "--samples", str(samples), "--batch", "12", "--epochs", "2",
+        "--step-s", "0.05", "--ckpt-every", "10"]})
     assert r.status_code == 201, r.text
     job = r.json()["id"]
+    wait_until(lambda: [r for r in steps(cluster, job) if r["step"] >= 12], 180, "12 steps on 3 workers")
+    ips = worker_ips(cluster, job)
+    assert sorted(ips.values()) == sorted(n.ip for n in cluster.nodes[1:]), ips
+    cut = next(n.index for n in cluster.nodes if n.ip == ips[max(ips)])   # not rank 0, not the runtime's node
+    cluster.link(cut, up=False)
+    cut_at = time.time()
+    try:
+        lost = wait_until(lambda: events(cluster, job, "worker_lost"), 120, "the restart on the nodes left")[0]
+        first = wait_until(lambda: next((r for r in steps(cluster, job) if r["workers"] == 2), None),
+                           RESUME_BOUND_S + 60, "a step on 2 workers")
+        assert first["time"] - cut_at < RESUME_BOUND_S, first["time"] - cut_at
+        assert lost["workers_lost"] == [max(ips)], lost
+    finally:
+        cluster.link(cut, up=True)
     wait_until(lambda: job_state(service, job)["state"] == "finished", 300, "the script job to finish")
-    assert sorted(worker_ips(cluster, job).values()) == sorted(n.ip for n in cluster.nodes[1:])
-    assert committed_sample_ids(job_dir(cluster, job)) == Counter({i: 2 for i in range(96)})
+    assert committed_sample_ids(job_dir(cluster, job)) == Counter({i: 2 for i in range(samples)})
+    cluster.kill_node(cut)           # Ray declared it dead: it rejoins as a new node, for the tests that follow
+    cluster.start_ray(cut)
+    name = cluster.nodes[cut].name
+    wait_until(lambda: node_health(service).get(name) == "up", 120, "the cut node back in the service's table")
 
 
 def test_a_job_trains_across_three_nodes_and_shrinks_on_a_killed_raylet_and_a_cut_link_then_grows_back(

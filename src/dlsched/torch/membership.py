@@ -11,16 +11,19 @@ import time
 import torch
 import torch.distributed as dist
 
+from dlsched.ray.host import RAY_NODE_IP_ENV
 from dlsched.train import storage
 from dlsched.train.data import record_path
 from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, SCRIPT_JOB, End, Plan, Ready, arrived_key, end_key, gate_key,
                                     group_prefix, plan_key, ready_key)
+from dlsched.train.peer_cut import CutWatch
 from dlsched.train.worker import PG_TIMEOUT, pick_backend, wait_key
 
 
 class GroupMembership:
     def __init__(self, session):
         self.s = session  # the state the group shares, and where the plan lands
+        self.cut: CutWatch | None = None   # this generation's, with peers on other nodes (Ray)
 
     def enter(self) -> None:
         """Say this worker is prepared, then join the first generation that names it."""
@@ -40,6 +43,8 @@ class GroupMembership:
         s = self.s
         for m in s.models:
             m._unwrap()
+        if self.cut is not None:
+            self.cut.__exit__(None, None, None)
         dist.destroy_process_group()
         s.generation += 1
         self.enter_next_plan()
@@ -67,6 +72,8 @@ class GroupMembership:
             torch.cuda.set_device(device)
         dist.init_process_group(backend, store=dist.PrefixStore(group_prefix(gen), s.store), rank=rank,
                                 world_size=world, timeout=PG_TIMEOUT)
+        if os.environ.get(RAY_NODE_IP_ENV):   # a peer's node may fall off the network: fail the step, not wait 60 s
+            self.cut = CutWatch(s.store, gen).__enter__()
         if plan.restore:
             s._load(storage.load(plan.restore, SCRIPT_JOB))
         else:
