@@ -25,7 +25,9 @@ Side by side, in the same run: Optimus alone (``perf.convergence.fit_curve`` on 
 its residual-bootstrap intervals from ``perf.predict``). Then the prior (``perf.prior``) at 10 % observed:
 none, the generic default, and fitted from the other curves' finished fits. Fit time: one prediction on a
 1 000-point curve (a dev curve interpolated to 1 000 points): target <= 50 ms.
-``--write-calibration`` writes ``perf/calibration.json`` from every dev curve (what the CLI uses).
+``--write-calibration`` writes ``perf/calibration.json`` from every dev curve (what the CLI uses), with two tables
+for a prediction with a same-task level: ``carried`` (the finals carried to the run's schedule) and ``levelled``
+(their plain mean, a job without a schedule), each's leave-one-curve-out coverage printed.
 
 Optimus δ-rule (issue 2). Convergence. Curves: the seed log (``gpu-training/resnet50-p100-v2_per_epoch_from_log.csv``, train loss vs
 cumulative steps) and the six Pollux apps (``pollux/traces/<app>/validation-<M0>.csv`` at the initial batch
@@ -414,7 +416,8 @@ def level_report(carried: dict, plain: dict) -> None:
         print(f"    {label:58s} " + " / ".join(pct(c).strip() for _, c, _, _ in cov)
               + "   width " + " / ".join(f"{w:.3f}" for _, _, w, _ in cov) + f"   (n={cov[0][3]} per fraction)")
     print("  (information: each curve's prefix, schedule and budget, the other curves' finished fits and finals; its own "
-          "errors never set its band)")
+          "errors never set its band. With one error per curve, a table from the same kind of errors covers the same "
+          "count whenever they are distinct (conformal ranks): its width, and the other table's coverage, tell them apart)")
 
 
 def optimus_curves() -> dict[str, pd.DataFrame]:

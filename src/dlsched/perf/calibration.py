@@ -44,8 +44,9 @@ class Calibration:
     # UNREACHABLE_LEVEL: how much further than predicted a run may still get (``curve_predict``'s floor);
     # None: the floor is the 80 % band's lower end
     reach: tuple[float, ...] | None = None
-    # the bands of predictions that weighed in a same-task level prior (``perf.prior``): their errors are of
-    # another size than the fit's alone, which the bands above are (and which that weighing uses); None: these
+    # the bands of predictions that weighed in a same-task level prior (``perf.prior``), the plain mean of the
+    # task's finals: their errors are of another size than the fit's alone, which the bands above are (and which
+    # that weighing uses); None: these
     levelled: "Calibration | None" = None
     # the same finished curves' fits, (α, drop or None, metric, decay) each: the prior a declared metric and
     # schedule get (``perf.prior``: pooled by metric kind and decay); None: ``prior`` for every run
