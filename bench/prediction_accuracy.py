@@ -25,7 +25,9 @@ Side by side, in the same run: Optimus alone (``perf.convergence.fit_curve`` on 
 its residual-bootstrap intervals from ``perf.predict``). Then the prior (``perf.prior``) at 10 % observed:
 none, the generic default, and fitted from the other curves' finished fits. Fit time: one prediction on a
 1 000-point curve (a dev curve interpolated to 1 000 points): target <= 50 ms.
-``--write-calibration`` writes ``perf/calibration.json`` from every dev curve (what the CLI uses).
+``--write-calibration`` writes ``perf/calibration.json`` from every dev curve (what the CLI uses), with two tables
+for a prediction with a same-task level: ``carried`` (the finals carried to the run's schedule) and ``levelled``
+(their plain mean, a job without a schedule), each's leave-one-curve-out coverage printed.
 
 Optimus δ-rule (issue 2). Convergence. Curves: the seed log (``gpu-training/resnet50-p100-v2_per_epoch_from_log.csv``, train loss vs
 cumulative steps) and the six Pollux apps (``pollux/traces/<app>/validation-<M0>.csv`` at the initial batch
@@ -207,19 +209,36 @@ def others(records: dict, name: str) -> list:
     return [r for n, rs in records.items() if n != name for r in rs]
 
 
-def loco_calibrations(curves, prior_of, cross_of) -> tuple[dict[str, Calibration], dict, dict]:
+def loco_calibrations(curves, prior_of, cross_of, plain_of) -> tuple[dict[str, Calibration], dict, dict, dict]:
     """Each curve's calibration from the other curves only. Two passes: the fit alone with the shape prior of
     the *other tasks* (``cross_of``: what a job of a new kind gets, and what the shipped bands serve) gives
     the main bands, which a level prior is also weighed against; the curves that have a same-task level
-    prior, predicted with it, give the ``levelled`` bands."""
+    prior, predicted with it, give the level bands: ``carried`` with the finals carried to the curve's
+    schedule (``prior_of``), ``levelled`` with their plain mean (``plain_of``: a job that declared none)."""
     blind = calibration_records(curves, cross_of)
     main = {c.name: calibrate(others(blind, c.name)) for c in curves}
     wide = ((-5.0, 5.0),) * len(CAL_FRACTIONS)
-    levelled = calibration_records([c for c in curves if prior_of(c).final is not None], prior_of,
-                                   lambda c: Calibration(CAL_FRACTIONS, main[c.name].final, wide,
-                                                         levelled=Calibration(CAL_FRACTIONS, wide, wide)))
-    return {c.name: dataclasses.replace(main[c.name], levelled=calibrate(others(levelled, c.name)))
-            for c in curves}, blind, levelled
+    with_level = [c for c in curves if prior_of(c).final is not None]
+    cal_of = lambda c: Calibration(CAL_FRACTIONS, main[c.name].final, wide,   # noqa: E731
+                                   levelled=Calibration(CAL_FRACTIONS, wide, wide))
+    carried, plain = calibration_records(with_level, prior_of, cal_of), calibration_records(with_level, plain_of, cal_of)
+    return {c.name: dataclasses.replace(main[c.name], levelled=calibrate(others(plain, c.name)),
+                                        carried=calibrate(others(carried, c.name)))
+            for c in curves}, blind, carried, plain
+
+
+def level_coverage(records: dict, table_records: dict) -> list[tuple[float, float, float, int]]:
+    """Per calibration fraction: (fraction, coverage, median log width, n) of the 80 % final-value band that
+    ``table_records`` of the *other* curves give each curve's errors in ``records`` (leave-one-curve-out)."""
+    hits = {f: [] for f in CAL_FRACTIONS}
+    for name, rs in records.items():
+        table = calibrate(others(table_records, name))
+        for f, err, *_ in rs:
+            lo, hi = table.final_band(f)
+            if math.isfinite(err):
+                hits[f].append((lo <= err <= hi, hi - lo))
+    return [(f, float(np.mean([h for h, _ in v])), float(np.median([w for _, w in v])), len(v))
+            for f, v in hits.items() if v]
 
 
 def without_level(p: CurvePrior | None) -> CurvePrior | None:
@@ -236,12 +255,13 @@ def full_fits(curves) -> dict:
     return fits
 
 
-def loco_prior(curves):
+def loco_prior(curves, carry: bool = True):
     """Each curve's prior from the other curves' full fits (its own finished fit never counts); the same task's
-    finals carried to the curve's schedule (``perf.prior``)."""
+    finals carried to the curve's schedule (``perf.prior``), or, ``carry=False``, their plain mean (a job that
+    declared no schedule)."""
     fits = full_fits(curves)
     return lambda c: prior_from_fits([f for n, f in fits.items() if n != c.name], {"decay": c.schedule.decay, **c.meta},
-                                     schedule=c.schedule)
+                                     schedule=c.schedule if carry else None)
 
 
 def cross_task_prior(curves):
@@ -284,7 +304,7 @@ def pct(v) -> str:
 def schedule_report(write_calibration: bool = False) -> None:
     curves = dev_curves()
     prior_of, cross_of = loco_prior(curves), cross_task_prior(curves)
-    cals, blind, records = loco_calibrations(curves, prior_of, cross_of)
+    cals, blind, carried, plain = loco_calibrations(curves, prior_of, cross_of, loco_prior(curves, carry=False))
     if write_calibration:
         # what the CLI ships: bands from every curve, and the prior from every curve's finished fit
         # (the records here used leave-one-out priors, close to what a new job's prior is)
@@ -293,7 +313,8 @@ def schedule_report(write_calibration: bool = False) -> None:
                    for f in full_fits(curves).values()]
         table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
                                     prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
-                                    levelled=calibrate([r for rs in records.values() for r in rs]),
+                                    levelled=calibrate([r for rs in plain.values() for r in rs]),
+                                    carried=calibrate([r for rs in carried.values() for r in rs]),
                                     fits=tuple(shipped))
         TABLE.write_text(table.to_json() + "\n")
         print(f"  wrote {TABLE}")
@@ -341,6 +362,7 @@ def schedule_report(write_calibration: bool = False) -> None:
           "other curves' finished fits: α/drop from all, the final level from those of the same dataset and metric; "
           "unreachable counts are of targets every run did reach; [brackets]: steps to the true curve's 95 % value "
           "given as a fixed --target)")
+    level_report(carried, plain)
     levelled = sum(prior_of(c).final is not None for c in curves)
     for label, d in ((f"without the same-task level ({levelled} of {len(curves)} curves have one): the fit and "
                       "α/drop prior from all other curves", bd),
@@ -379,6 +401,23 @@ def schedule_report(write_calibration: bool = False) -> None:
         line.append(f"{label} {pct(np.median(errs))}")
     print("  prior at 10 % observed, median final error: " + ", ".join(line))
     print(f"  fit time per 1 000-point curve: {1e3 * fit_time(curves):.1f} ms (<= 50 ms)")
+
+
+def level_report(carried: dict, plain: dict) -> None:
+    """Coverage of the final-value bands of a prediction with a same-task level, leave-one-curve-out, for the
+    two kinds of level the service gives (``Calibration.level_bands``), and each with the other's table."""
+    print(f"  80 % final-value bands with a same-task level ({len(carried)} curves), leave-one-curve-out, at "
+          + " / ".join(f"{int(100 * f)}" for f in CAL_FRACTIONS) + " % observed: coverage (70-90 %), median log width")
+    for label, recs, table in (("finals carried to the schedule, `carried` bands", carried, carried),
+                               ("plain mean of the finals (no schedule), `levelled` bands", plain, plain),
+                               ("[one table] carried level, plain-mean bands", carried, plain),
+                               ("[one table] plain-mean level, carried bands", plain, carried)):
+        cov = level_coverage(recs, table)
+        print(f"    {label:58s} " + " / ".join(pct(c).strip() for _, c, _, _ in cov)
+              + "   width " + " / ".join(f"{w:.3f}" for _, _, w, _ in cov) + f"   (n={cov[0][3]} per fraction)")
+    print("  (information: each curve's prefix, schedule and budget, the other curves' finished fits and finals; its own "
+          "errors never set its band. With one error per curve, a table from the same kind of errors covers the same "
+          "count whenever they are distinct (conformal ranks): its width, and the other table's coverage, tell them apart)")
 
 
 def optimus_curves() -> dict[str, pd.DataFrame]:

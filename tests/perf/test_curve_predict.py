@@ -314,3 +314,37 @@ def test_logged_crossing_interpolates_like_the_truth_and_says_never():
     y = np.array([4.0, 3.0, 2.0, 1.0, 0.5])   # running medians 3.5, 3, 2, 1, 0.75
     assert logged_crossing(x, y, 2.5) == pytest.approx(15.0)
     assert logged_crossing(x, y, 0.1) is None
+
+
+def test_a_level_carried_to_the_schedule_takes_the_carried_bands_and_a_plain_mean_the_levelled_ones():
+    """Two level tables (``Calibration.level_bands``): a carried level is several times more accurate than a plain
+    mean, so one table would be too wide for the first or too tight for the second. The choice follows what the
+    prior did (``final_carried``): a job without a schedule, or a finished run stored without its fit, gets a
+    plain mean. A table from before ``carried`` existed still loads and serves both from ``levelled``."""
+    import json
+
+    from dlsched.perf.calibration import from_dict
+
+    task = {"dataset": "text", "metric": "loss"}
+    runs = [AnnealingCurve(0.5, 1.0, 0.7, 0.4, parse_schedule(spec, B)) for spec in ("cosine", "step:500:0.1")]
+    fits = [FinishedFit(0.7, 0.4, dict(task), final=float(r.value([B])[0]), curve=r) for r in runs]
+    s = parse_schedule("cosine", B)
+    carried, plain = prior_from_fits(fits, task, schedule=s), prior_from_fits(fits, task)
+    partial = prior_from_fits([fits[0], dataclasses.replace(fits[1], curve=None)], task, schedule=s)
+    assert carried.final_carried and not plain.final_carried and not partial.final_carried
+    band = lambda w: ((-w, w),) * 2   # noqa: E731
+    cal = Calibration((0.1, 1.0), band(0.1), band(0.5), levelled=Calibration((0.1, 1.0), band(0.3), band(0.5)),
+                      carried=Calibration((0.1, 1.0), band(0.02), band(0.5)))
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("cosine", x)
+
+    def log_width(cal, prior):
+        p = predict_curve(x[:30], y[:30], s, prior=prior, calibration=cal)
+        lo, hi = p.final_value_interval_80
+        return np.log(hi / lo)
+
+    assert log_width(cal, carried) == pytest.approx(0.04)
+    assert log_width(cal, plain) == pytest.approx(0.6) == log_width(cal, partial)
+    old = from_dict({k: v for k, v in json.loads(cal.to_json()).items() if k != "carried"})
+    assert from_dict(json.loads(cal.to_json())) == cal and old.carried is None
+    assert log_width(old, carried) == pytest.approx(0.6)

@@ -38,6 +38,9 @@ class CurvePrior:
     weight: float = 3.0
     final: float | None = None          # where runs of the same task ended (lower-is-better); None: unknown
     final_sigma: float = math.inf       # its log spread
+    # every one of those finals carried to this run's schedule (``perf.prior``), not their plain mean: such a
+    # level is off by another amount, so its predictions take other bands (``Calibration.carried``)
+    final_carried: bool = False
     alpha_sigma: float = 0.5            # log spread of α among the finished runs it came from (a factor 1.65)
     drop_sigma: float = 0.2             # spread of c among them
 

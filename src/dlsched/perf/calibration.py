@@ -44,12 +44,16 @@ class Calibration:
     # UNREACHABLE_LEVEL: how much further than predicted a run may still get (``curve_predict``'s floor);
     # None: the floor is the 80 % band's lower end
     reach: tuple[float, ...] | None = None
-    # the bands of predictions that weighed in a same-task level prior (``perf.prior``): their errors are of
-    # another size than the fit's alone, which the bands above are (and which that weighing uses); None: these
+    # the bands of predictions that weighed in a same-task level prior (``perf.prior``), the plain mean of the
+    # task's finals: their errors are of another size than the fit's alone, which the bands above are (and which
+    # that weighing uses); None: these
     levelled: "Calibration | None" = None
     # the same finished curves' fits, (α, drop or None, metric, decay) each: the prior a declared metric and
     # schedule get (``perf.prior``: pooled by metric kind and decay); None: ``prior`` for every run
     fits: tuple[tuple, ...] | None = None
+    # ``levelled``'s counterpart for a level whose finals were carried to the run's schedule (``perf.prior``):
+    # several times tighter than a plain mean's, which stays in ``levelled`` (a job that declared no schedule)
+    carried: "Calibration | None" = None
 
     def _band(self, table, fraction: float) -> tuple[float, float]:
         f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
@@ -66,6 +70,12 @@ class Calibration:
         """Log-normal sigma of the fit-alone final value implied by its 80 % band at this fraction."""
         lo, hi = self.final_band(fraction)
         return max((hi - lo) / (2 * Z_80), 1e-3)
+
+    def level_bands(self, carried: bool) -> "Calibration":
+        """The bands of a prediction that weighed in a same-task level prior, by whether its finals were
+        carried to the run's schedule. A table written before ``carried`` existed serves both from ``levelled``:
+        those bands were calibrated on plain means, wider than a carried level needs (over-covering, not under)."""
+        return (self.carried if carried and self.carried is not None else self.levelled) or self
 
     def reach_log(self, fraction: float) -> float | None:
         """log(most the remaining improvement may exceed its prediction) at this fraction (``reach``)."""
@@ -86,7 +96,7 @@ class Calibration:
     def as_dict(self) -> dict:
         return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
                 "reach": self.reach, "levelled": None if self.levelled is None else self.levelled.as_dict(),
-                "fits": self.fits}
+                "fits": self.fits, "carried": None if self.carried is None else self.carried.as_dict()}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1)
@@ -141,7 +151,8 @@ def load_calibration(path: Path = TABLE) -> Calibration:
 
 
 def from_dict(d: dict) -> Calibration:
-    prior, reach, levelled, fits = d.get("prior"), d.get("reach"), d.get("levelled"), d.get("fits")
+    prior, reach, levelled, fits, carried = (d.get(k) for k in ("prior", "reach", "levelled", "fits", "carried"))
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
                        tuple(prior) if prior else None, tuple(reach) if reach else None,
-                       from_dict(levelled) if levelled else None, tuple(map(tuple, fits)) if fits else None)
+                       from_dict(levelled) if levelled else None, tuple(map(tuple, fits)) if fits else None,
+                       from_dict(carried) if carried else None)

@@ -209,7 +209,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     reach = cal.reach_log(frac)
     if prior is not None and prior.final is not None and x_now < B:
         curve = with_level_prior(grid, curve, x_now, prior, cal.fit_sigma(frac))
-        cal = cal.levelled or cal
+        cal = cal.level_bands(prior.final_carried)
     final = float(curve[-1])
     lo_f, hi_f = cal.final_band(frac)
     final_lo, final_hi = final * math.exp(lo_f), final * math.exp(hi_f)   # lower-is-better space

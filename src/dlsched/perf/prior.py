@@ -114,16 +114,18 @@ def transferred_final(f: FinishedFit, schedule: Schedule | None, drop: float) ->
 
 
 def level_prior(fits: list[FinishedFit], meta: dict, schedule: Schedule | None = None,
-                drop: float = 0.0) -> tuple[float, float] | None:
-    """(final value, log sigma) from the finished runs of the same task, each carried to ``schedule`` when
-    given (module doc), or None."""
-    same = [transferred_final(f, schedule, drop) for f in fits if math.isfinite(f.final) and f.final > 0
+                drop: float = 0.0) -> tuple[float, float, bool] | None:
+    """(final value, log sigma, whether every final was carried) from the finished runs of the same task, each
+    carried to ``schedule`` when given and its fit is known (module doc), or None."""
+    task = [f for f in fits if math.isfinite(f.final) and f.final > 0
             and all(meta.get(k) is not None and f.meta.get(k) == meta[k] for k in LEVEL_FIELDS)]
-    if len(same) < 2:
+    if len(task) < 2:
         return None
-    logs = np.log(same)
+    logs = np.log([transferred_final(f, schedule, drop) for f in task])
     spread = float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / len(logs))
-    return math.exp(float(logs.mean())), max(spread, LEVEL_SIGMA_MIN)
+    # a mix (some runs stored without their fit) is scored as a plain mean: the wider bands
+    carried = schedule is not None and all(f.curve is not None for f in task)
+    return math.exp(float(logs.mean())), max(spread, LEVEL_SIGMA_MIN), carried
 
 
 def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: CurvePrior = CurvePrior(),
@@ -144,6 +146,7 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     level = level_prior(fits, meta, schedule, drop)
     return CurvePrior(alpha, drop, weight=default.weight * min(2.0, 1.0 + 0.1 * matched),
                       final=None if level is None else level[0], final_sigma=math.inf if level is None else level[1],
+                      final_carried=level is not None and level[2],
                       alpha_sigma=alpha_sigma, drop_sigma=drop_sigma)
 
 
