@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections import Counter
 from typing import Callable, Mapping, Sequence
 
 from dlsched.backends.base import atomic_write_json
