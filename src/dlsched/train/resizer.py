@@ -45,10 +45,13 @@ class Resizer:
 
         ``drop`` names workers to replace (stragglers): they leave like scaled-in workers."""
         self.active = True
+        devices, generation = list(self.c.pool.devices), self.c.generation
         try:
             self._resize_now(ctl, list(drop))
         finally:
             self.active = False
+        if self.c.generation == generation and self.c.answers.get(generation) != ctl.generation:
+            self.c.pool.devices = devices   # not done (abandoned, stopped): the group keeps the devices it has
         self.c.standby_ready = sum(w in self.c.pool.seen for w in self.c.standby)
 
     def abandon(self, reason: str) -> None:
