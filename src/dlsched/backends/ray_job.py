@@ -49,7 +49,7 @@ class RayJob:
              where: Callable[[Sequence[Slot]], dict[str, int]]) -> None:
         """Same count, other nodes (``where``: slots -> node name -> count): reserve the newcomers' bundles where
         ``placement`` wants more, retire as many where it wants fewer (the runtime replaces the workers in them:
-        ``RayLauncher.granted``)."""
+        ``RayLauncher.revoked``)."""
         held = Counter(where(self.slots))
         want, excess = +(Counter(placement) - held), +(held - Counter(placement))
         count = min(sum(want.values()), sum(excess.values()))

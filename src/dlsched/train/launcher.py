@@ -35,7 +35,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Protocol
+from typing import Mapping, Protocol
 
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
@@ -75,8 +75,8 @@ class Launcher(Protocol):
 
     def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerHandle: ...
 
-    def granted(self, handle: WorkerHandle) -> bool:
-        """Is the worker's reservation still the job's? (No: the backend moved it; the worker must leave.)"""
+    def revoked(self, handles: Mapping[int, WorkerHandle]) -> list[int]:
+        """Those workers whose reservation is no longer the job's (the backend moved it): they must leave."""
         ...
 
     def room(self, count: int) -> int:
@@ -147,8 +147,8 @@ class LocalLauncher:
     def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerProcess:
         return WorkerProcess(argv, log_path, visible)
 
-    def granted(self, handle: WorkerHandle) -> bool:
-        return True   # this machine's GPUs: the job's device list says which (devices.keepers)
+    def revoked(self, handles: Mapping[int, WorkerHandle]) -> list[int]:
+        return []     # this machine's GPUs: the job's device list says which (devices.keepers)
 
     def room(self, count: int) -> int:
         return count  # a worker's GPU outlives its process here
@@ -339,9 +339,10 @@ class RayLauncher:
         self._publish()
         return handle
 
-    def granted(self, handle: RayWorker) -> bool:
-        """A worker whose bundle left the slot list (a move: the backend reserved its successor elsewhere)."""
-        return handle.slot in {s["group"] for s in self._slots()["slots"]}
+    def revoked(self, handles: Mapping[int, RayWorker]) -> list[int]:
+        """Workers whose bundle left the slot list (a move: the backend reserved their successors elsewhere)."""
+        granted = {s["group"] for s in self._slots()["slots"]}
+        return [w for w, h in handles.items() if h.slot not in granted]
 
     def room(self, count: int) -> int:
         return min(count, sum(s["group"] not in self.lost for s in self._slots()["slots"]))

@@ -106,7 +106,7 @@ class Resizer:
         if ctl.devices is not None:
             pool.devices = list(ctl.devices)
         old = list(c.wids)
-        drop = drop + pool.ungranted(old)   # a move on Ray: the backend reserved their successors elsewhere
+        drop = drop + pool.revoked(old)   # a move on Ray: the backend reserved their successors elsewhere
         keep = keepers([w for w in old if w not in drop], pool.device_of, pool.devices, workers)
         if keep == old and workers == len(old) and batch_size in (None, c.global_batch):
             c.answers[c.generation] = ctl.generation  # nothing to change: the group is what the request asks for

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Mapping
 
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
@@ -62,8 +63,8 @@ class ScriptLauncher:
             return subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, preexec_fn=_ignore_sigterm)
 
-    def granted(self, handle: subprocess.Popen) -> bool:
-        return True   # this machine's GPUs: the job's device list says which (devices.keepers)
+    def revoked(self, handles: Mapping[int, subprocess.Popen]) -> list[int]:
+        return []     # this machine's GPUs: the job's device list says which (devices.keepers)
 
     def room(self, count: int) -> int:
         return count  # a worker's GPU outlives its process here

@@ -48,9 +48,9 @@ class WorkerPool:
         lines = (self.dir / "logs" / f"worker-{wid}.log").read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else ""
 
-    def ungranted(self, wids: list[int]) -> list[int]:
+    def revoked(self, wids: list[int]) -> list[int]:
         """Those of ``wids`` whose reservation the backend took back (moved elsewhere): they leave."""
-        return [w for w in wids if not self.launcher.granted(self.procs[w])]
+        return self.launcher.revoked({w: self.procs[w] for w in wids})
 
     def dead(self, wids: list[int]) -> list[int]:
         """Those of ``wids`` that exited with an error."""
