@@ -63,7 +63,7 @@ def perfect_predictor_error(c, rng) -> float:
 def main() -> None:
     curves = dev_curves()
     prior_of, cross_of = pa.loco_prior(curves), pa.cross_task_prior(curves)
-    cals, _, _ = pa.loco_calibrations(curves, prior_of, cross_of)
+    cals, *_ = pa.loco_calibrations(curves, prior_of, cross_of, pa.loco_prior(curves, carry=False))
     rng = np.random.default_rng(0)
     rows, every = [], []
     for c in curves:
