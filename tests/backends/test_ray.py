@@ -369,11 +369,31 @@ def test_a_fenced_runtime_is_gone_not_failed(backend, tmp_path):
     try:
         backend.start(job)
         res = wait_state(backend, job, "gone")
-        assert "fenced" in res.error and not list(job.job_dir.glob("progress.jsonl"))
+        assert "fenced" in res.error and res.fenced and not list(job.job_dir.glob("progress.jsonl"))
     finally:
         os.close(held)
         backend.runtime = CONTRACT_RUNTIME
     assert wait_free(4) == 4
+
+
+
+def test_a_fenced_start_is_retried_without_spending_the_jobs_coordinator_losses(backend, tmp_path):
+    """A lost node's coordinator may hold the job folder a while after the job was re-queued (its guard ends it
+    once Ray tells its actor; slow under load). A fenced start is no coordinator loss: the job waits it out, then
+    trains, and its budget of resumes after lost coordinators (MAX_COORDINATOR_LOSSES) is not spent on it."""
+    from dlsched.train import fence
+
+    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
+        held = fence.acquire(svc.state_dir / "jobs" / "1")        # the first job's folder, held as a lost node's would be
+        try:
+            job = submit(c, name="mlp", entry="examples/mlp.py:make_job", gpus=1, params={"num_samples": 96})
+            assert job == 1
+            queued = lambda: [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "queued"]  # noqa: E731
+            _wait(lambda: [d for d in queued() if "fenced" in d], "a fenced start re-queued", 120)
+        finally:
+            os.close(held)
+        wait_job(c, job, lambda j: j["state"] == "finished", timeout=180, what="trained once the folder was free")
+        assert not [d for d in queued() if "coordinator_lost" in d], queued()
 
 
 def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:

@@ -169,7 +169,7 @@ def test_coordinator_sigkill_resumes_from_the_newest_valid_checkpoint(tmp_path):
 
 def test_a_job_that_loses_its_coordinator_every_time_fails_after_bounded_resumes(tmp_path):
     """The contract runtime SIGKILLs itself once past 64 samples, every run: 3 resumes, then one clear error."""
-    from dlsched.service.loop import MAX_COORDINATOR_LOSSES
+    from dlsched.service.coordinator_loss import MAX_COORDINATOR_LOSSES
     from tests.service.conftest import RUNTIME as CONTRACT, cluster
 
     svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=CONTRACT).start()

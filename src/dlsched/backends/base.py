@@ -44,6 +44,8 @@ class PollResult:
     error: str | None = None
     # node -> workers the job holds now, when that changed without the loop asking (workers lost with a node)
     nodes: Mapping[str, int] | None = None
+    # "gone" because an earlier coordinator still held the job folder (train/fence.py): nothing was touched
+    fenced: bool = False
 
 
 class Backend(Protocol):

@@ -296,7 +296,7 @@ class LocalBackend(Backend):
         if state != "failed" and (rc is None or rc < 0 or rc == fence.EXIT_FENCED or state == "stopped"):
             # killed from outside (SIGKILL, the OOM killer) or stopped: the job did not fail, its checkpoints stand
             how = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"ended ({state or 'no status'})"
-            return PollResult("gone", f"coordinator {how}")
+            return PollResult("gone", f"coordinator {how}", fenced=rc == fence.EXIT_FENCED)
         err = status.get("error") or (f"exit code {rc}" if rc is not None else "process ended") + output_tail(job_dir)
         return PollResult("failed", err)
 

@@ -295,7 +295,7 @@ class RayBackend(Backend):
             # had not yet ended it). Neither failed the job: the loop resumes it from its checkpoint, a bounded
             # number of times, as the local backend's poll does
             how = f"killed by signal {-rc}" if rc < 0 else "fenced: another coordinator still held the job folder"
-            return PollResult("gone", f"coordinator {how}")
+            return PollResult("gone", f"coordinator {how}", fenced=rc == fence.EXIT_FENCED)
         return PollResult("failed", status.get("error") or f"exit code {rc}{output_tail(job_dir)}")
 
     def attach(self, job_id: int, job_dir: Path) -> bool:

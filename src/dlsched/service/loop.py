@@ -17,6 +17,7 @@ from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_pol
 from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
+from dlsched.service.coordinator_loss import resume_or_fail
 from dlsched.service.abandoned_resize import return_to_held
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
@@ -33,7 +34,6 @@ from dlsched.spec import ClusterSpec, JobSpec, SpecError
 
 log = logging.getLogger("dlsched.service")
 
-MAX_COORDINATOR_LOSSES = 3   # resumes after a lost coordinator (killed, OOM, node lost) before the job fails
 
 
 @dataclass(frozen=True)
@@ -230,17 +230,7 @@ class LiveLoop:
         elif res.state == "failed":
             self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
         elif res.state == "gone":
-            # the coordinator was lost (SIGKILL, the OOM killer, its node): resume from the newest valid checkpoint,
-            # a bounded number of times, so a job that kills its coordinator every time ends with a clear error
-            lost = self.store.count_events(job.id, QUEUED, "coordinator_lost") + 1
-            why = res.error or "coordinator vanished"
-            if lost > MAX_COORDINATOR_LOSSES:
-                error = (f"{why}: coordinator lost {lost} times, gave up after {MAX_COORDINATOR_LOSSES} resumes "
-                         f"(see the job's output.log)")
-                self.store.transition(job.id, FAILED, now, {"error": error}, error=error)
-            else:
-                self.store.transition(job.id, QUEUED, now, {"reason": f"{why}: resume from checkpoint",
-                                                            "coordinator_lost": lost}, num_gpus=0, placement={})
+            resume_or_fail(self.store, job.id, res, now)
         else:
             if given_up is not None and job.state == RESCALING:   # a live job's only: an ended one's books are gone
                 job = return_to_held(self.store, self.backend, self.backoff, job, self.job_dir(job.id), given_up,

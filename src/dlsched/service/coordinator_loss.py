@@ -1,0 +1,25 @@
+"""A job whose coordinator is gone (SIGKILL, the OOM killer, its node lost) is resumed from its newest valid
+checkpoint a bounded number of times, so a job that kills its coordinator every time ends with a clear error."""
+from __future__ import annotations
+
+from dlsched.backends.base import PollResult
+from dlsched.service.store import FAILED, QUEUED, Store
+
+MAX_COORDINATOR_LOSSES = 3   # resumes after a lost coordinator (killed, OOM, node lost) before the job fails
+# starts refused because a lost node's coordinator still held the job folder until its guard (or, on NFS, its
+# lock lease) ended it: no loss, so counted apart; each waits fence.CLAIM_WAIT_S for the lock, so ~3 minutes
+MAX_FENCED_STARTS = 18
+
+
+def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float) -> None:
+    """Re-queue the job (its next start resumes from the checkpoint), or fail it once over its bound."""
+    key, limit = ("fenced", MAX_FENCED_STARTS) if gone.fenced else ("coordinator_lost", MAX_COORDINATOR_LOSSES)
+    count = store.count_events(job_id, QUEUED, key) + 1
+    why = gone.error or "coordinator vanished"
+    if count > limit:
+        what = "fenced" if gone.fenced else "coordinator lost"
+        error = f"{why}: {what} {count} times, gave up after {limit} resumes (see the job's output.log)"
+        store.transition(job_id, FAILED, now, {"error": error}, error=error)
+    else:
+        store.transition(job_id, QUEUED, now, {"reason": f"{why}: resume from checkpoint", key: count},
+                         num_gpus=0, placement={})
