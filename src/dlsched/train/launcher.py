@@ -33,6 +33,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Mapping, Protocol
@@ -41,7 +42,7 @@ from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
 from dlsched.ray.host import NAMESPACE, RAY_NODE_ENV, RAY_NODE_IP_ENV, actor_pid, exit_when_orphaned, host_actor
 from dlsched.train.protocol import WorkerEnv
-from dlsched.train.script import SCRIPT_WORKER_MODULE, ScriptLauncher
+from dlsched.train.script import SCRIPT_WORKER_MODULE, ignore_sigterm, resolve_command
 
 RAY_ADDRESS_ENV = "DLSCHED_RAY_ADDRESS"   # set by the Ray backend in the runtime's environment
 GPU_PER_WORKER_ENV = "DLSCHED_GPU_PER_WORKER"  # "1": this worker owns exactly the GPU(s) it sees (cuda:0)
@@ -138,20 +139,39 @@ class WorkerProcess:
         self._p.kill()
 
 
-class LocalLauncher:
-    """Every worker on this machine, forked from the (SIGTERM-shielded) forkserver the coordinator starts."""
+class OnThisMachine:
+    """What every launcher of workers on this machine answers alike."""
 
     store_host = "127.0.0.1"
     shrink_on_loss = False
-
-    def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerProcess:
-        return WorkerProcess(argv, log_path, visible)
 
     def revoked(self, handles: Mapping[int, WorkerHandle]) -> list[int]:
         return []     # this machine's GPUs: the job's device list says which (devices.keepers)
 
     def room(self, count: int) -> int:
         return count  # a worker's GPU outlives its process here
+
+
+class LocalLauncher(OnThisMachine):
+    """Every worker on this machine, forked from the (SIGTERM-shielded) forkserver the coordinator starts."""
+
+    def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerProcess:
+        return WorkerProcess(argv, log_path, visible)
+
+
+class ScriptLauncher(OnThisMachine):
+    """The user's script as each worker on this machine. ``start`` returns the Popen itself: it already is a
+    ``WorkerHandle``."""
+
+    def __init__(self, command: list[str]):
+        self.command = resolve_command(command)
+
+    def start(self, worker: WorkerEnv, log_path: Path, visible: str) -> subprocess.Popen:
+        env = {**os.environ, **worker.as_env(), "CUDA_VISIBLE_DEVICES": visible,
+               "PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH"))}
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, preexec_fn=ignore_sigterm)
 
 
 # ----------------------------------------------------------------------------- Ray (one actor per bundle)

@@ -1,6 +1,6 @@
 """Worker processes that run the user's own training script (``dlsched.torch``) instead of a ``make_job``.
 
-Each worker is the user's command (``python train.py --epochs 10``) in a subprocess on this machine; the
+Each worker is the user's command (``python train.py --epochs 10``) in a subprocess (``launcher.ScriptLauncher``); the
 coordinator's address and the worker's identity travel in its environment (``protocol.WorkerEnv``). It
 ignores SIGTERM like every worker (the coordinator turns a stop into a checkpoint at a step boundary).
 """
@@ -15,11 +15,9 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Mapping
 
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
-from dlsched.train.protocol import WorkerEnv
 
 
 SCRIPT_WORKER_MODULE = "dlsched.train.script"   # what a Ray bundle runs for a script worker (``main``)
@@ -43,31 +41,8 @@ def resolve_command(command: list[str]) -> list[str]:
     return list(command)
 
 
-def _ignore_sigterm() -> None:
+def ignore_sigterm() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-class ScriptLauncher:
-    """``start`` returns the Popen itself: it already is a ``launcher.WorkerHandle``."""
-
-    store_host = "127.0.0.1"
-    shrink_on_loss = False
-
-    def __init__(self, command: list[str]):
-        self.command = resolve_command(command)
-
-    def start(self, worker: WorkerEnv, log_path: Path, visible: str) -> subprocess.Popen:
-        env = {**os.environ, **worker.as_env(), "CUDA_VISIBLE_DEVICES": visible,
-               "PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH"))}
-        with open(log_path, "ab") as log:
-            return subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, preexec_fn=_ignore_sigterm)
-
-    def revoked(self, handles: Mapping[int, subprocess.Popen]) -> list[int]:
-        return []     # this machine's GPUs: the job's device list says which (devices.keepers)
-
-    def room(self, count: int) -> int:
-        return count  # a worker's GPU outlives its process here
 
 
 def main(argv: list[str]) -> None:
@@ -81,5 +56,5 @@ def main(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     env = {**os.environ, **json.loads(args.worker_env), "PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH"))}
-    _ignore_sigterm()   # a stop is a checkpoint at a step boundary, as for every worker
-    sys.exit(subprocess.call(resolve_command(command), env=env, stdin=subprocess.DEVNULL, preexec_fn=_ignore_sigterm))
+    ignore_sigterm()   # a stop is a checkpoint at a step boundary, as for every worker
+    sys.exit(subprocess.call(resolve_command(command), env=env, stdin=subprocess.DEVNULL, preexec_fn=ignore_sigterm))
