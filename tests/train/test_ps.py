@@ -181,27 +181,29 @@ def _embedding_run(d, mode: str, sparse: bool, params: dict) -> None:
 
 
 @pytest.mark.slow
-def test_sparse_push_pull_moves_only_touched_rows_and_trains_the_dense_parameters(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "ssp:2"])   # apart: each pair of runs under its own timeout
+def test_sparse_push_pull_moves_only_touched_rows_and_trains_the_dense_parameters(tmp_path, mode):
     from dlsched.train.job import build_job
     from dlsched.train.ps_runner import final_model
 
     params = {"num_samples": 256, "rows": 4000, "epochs": 2}
-    runs = (("dense", "sync", False), ("sparse", "sync", True), ("dense-ssp", "ssp:2", False), ("sparse-ssp", "ssp:2", True))
-    for name, mode, sparse in runs:
+    runs = (("dense", False), ("sparse", True))
+    for name, sparse in runs:
         _embedding_run(tmp_path / name, mode, sparse, params)
         _exactly_once(tmp_path / name, 256, 2)
-    models = {n: final_model(tmp_path / n, EMBEDDING, params, read_state(tmp_path / n)) for n in ("dense", "sparse")}
-    np.testing.assert_allclose(models["sparse"].weight.detach().numpy(), models["dense"].weight.detach().numpy(),
-                               atol=SPARSE_ATOL)
-    assert models["dense"].weight.abs().max() > 0.01        # it did train
     dense_loss = _final_loss(tmp_path / "dense")
-    assert abs(_final_loss(tmp_path / "sparse") - dense_loss) <= 1e-4 * max(dense_loss, 1.0)
-    dense_ssp = _final_loss(tmp_path / "dense-ssp")      # SSP's interleaving varies run to run: a tolerance
-    assert abs(_final_loss(tmp_path / "sparse-ssp") - dense_ssp) <= LOSS_TOLERANCE * dense_ssp
+    if mode == "sync":
+        models = {n: final_model(tmp_path / n, EMBEDDING, params, read_state(tmp_path / n)) for n, _ in runs}
+        np.testing.assert_allclose(models["sparse"].weight.detach().numpy(), models["dense"].weight.detach().numpy(),
+                                   atol=SPARSE_ATOL)
+        assert models["dense"].weight.abs().max() > 0.01        # it did train
+        assert abs(_final_loss(tmp_path / "sparse") - dense_loss) <= 1e-4 * max(dense_loss, 1.0)
+    else:                                                       # SSP's interleaving varies run to run: a tolerance
+        assert abs(_final_loss(tmp_path / "sparse") - dense_loss) <= LOSS_TOLERANCE * dense_loss
 
     job = build_job(EMBEDDING, params)
     table = 4000 * 4                                         # rows x classes values in the table
-    for name, _, sparse in runs:
+    for name, sparse in runs:
         for path in (tmp_path / name / "ps" / "records").glob("*.jsonl"):
             for rec in map(json.loads, path.read_text().splitlines()):
                 touched = len(np.unique(job.get_batch(torch.as_tensor(rec["ids"]))[0].numpy())) if rec["ids"] else 0
