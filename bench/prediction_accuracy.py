@@ -129,8 +129,6 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
     t, n = truth(c), prefix(c, frac)
     space = MetricSpace.of(c.metric, c.y)
     args = (c.x[:n], c.y[:n], c.schedule)
-    if prior is not None and PROG.get(c.name) is not None and prior.final is None:
-        prior = PROG[c.name](frac, prior)
     p = predict_curve(*args, metric=c.metric, target_fraction=IMPROVEMENT, prior=prior, calibration=cal)
     fixed = predict_curve(*args, metric=c.metric, target=float(space.up(t.target)), prior=prior, calibration=cal)
     final = float(space.down(p.final_value))
@@ -266,54 +264,7 @@ def loco_prior(curves, carry: bool = True):
                                      schedule=c.schedule if carry else None)
 
 
-PROG = {}
-
-
-def progress(c, frac) -> float:
-    y = MetricSpace.of(c.metric, c.y).down(c.y)
-    n = prefix(c, frac)
-    import os
-    if os.environ.get("X_PROG_WIN"):
-        from dlsched.perf.fit_window import fit_start
-        st = fit_start(c.x[:n], y[:n], c.schedule, 4)
-        return math.log(float(np.median(y[st:st + 3])) / float(np.median(y[max(0, n - 3):n])))
-    return math.log(float(np.max(y[:n])) / float(np.median(y[max(0, n - 3):n])))
-
-
 def cross_task_prior(curves):
-    import os
-    if os.environ.get("X_PROG"):
-        from dlsched.perf.prior import _weights, metric_kind, KIND_MIN, _spread, DROP_SIGMA_MIN
-        fits0 = full_fits(curves)
-        task0 = {c.name: c.meta.get("dataset") for c in curves}
-        byname = {c.name: c for c in curves}
-        floor = float(os.environ.get("X_PROG_MIN", "0.05"))
-        def make(c):
-            def f(frac, prior):
-                meta = {"decay": c.schedule.decay, **c.meta}
-                pool = [(n, g) for n, g in fits0.items() if task0[n] != task0[c.name] and math.isfinite(g.drop)]
-                kind = metric_kind(meta.get("metric"))
-                same = [(n, g) for n, g in pool if metric_kind(g.meta.get("metric")) == kind]
-                pool = same if len(same) >= KIND_MIN else pool
-                ks = np.array([g.drop / max(progress(byname[n], frac), floor) for n, g in pool])
-                w = _weights([g for _, g in pool], meta)
-                pr = max(progress(c, frac), floor)
-                drop = float(np.average(ks, weights=w)) * pr
-                sig = _spread(ks, w, prior.drop_sigma / pr, DROP_SIGMA_MIN / pr) * pr
-                if os.environ.get("X_PROG_CV"):
-                    cs = np.array([g.drop for _, g in pool])
-                    cv_c = math.sqrt(np.average((cs - np.average(cs, weights=w)) ** 2, weights=w)) / max(np.average(cs, weights=w), 1e-9)
-                    cv_k = math.sqrt(np.average((ks - np.average(ks, weights=w)) ** 2, weights=w)) / max(np.average(ks, weights=w), 1e-9)
-                    if cv_k >= cv_c:
-                        return prior
-                if os.environ.get("X_PROG_COMB"):
-                    s1, s2 = prior.drop_sigma, sig
-                    drop = (prior.drop / s1 ** 2 + drop / s2 ** 2) / (1 / s1 ** 2 + 1 / s2 ** 2)
-                    sig = min(s1, s2)
-                return dataclasses.replace(prior, drop=min(drop, 0.9), drop_sigma=sig)
-            return f
-        for c in curves:
-            PROG[c.name] = make(c)
     """Each curve's α/drop prior from the full fits of *other tasks* only (another dataset), no level: what a
     new kind of job gets from this development set, as on the independent check's curves."""
     fits = full_fits(curves)
