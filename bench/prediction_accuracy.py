@@ -129,20 +129,6 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
     t, n = truth(c), prefix(c, frac)
     space = MetricSpace.of(c.metric, c.y)
     args = (c.x[:n], c.y[:n], c.schedule)
-    if prior is not None and PROG.get(c.name) is not None and prior.final is None:
-        prior = PROG[c.name](frac, prior)
-    if prior is not None and TOTAL.get(c.name) is not None and prior.final is None:
-        from dlsched.perf.schedule import areas as _areas
-        first = predict_curve(*args, metric=c.metric, prior=prior, calibration=WIDE)
-        yy = space.down(c.y[:n])
-        if first.fitted is not None:
-            s1b = _areas(c.schedule, [c.schedule.budget])[0]
-            pb = float(first.fitted.constant_lr_value_at(s1b)[0])
-            now_fit = float(first.fitted.value([c.x[n - 1]])[0])
-            now_y = float(np.median(yy[max(0, n - 3):n]))
-            total = math.log(float(np.max(yy)) / now_y) + max(0.0, math.log(now_fit / pb) if pb > 0 else 0.0) \
-                - math.log(max(1 - first.fitted.c * float(_areas(c.schedule, [c.x[n - 1]])[1][0]), 1e-3))
-            prior = TOTAL[c.name](prior, max(total, 1e-3))
     p = predict_curve(*args, metric=c.metric, target_fraction=IMPROVEMENT, prior=prior, calibration=cal)
     fixed = predict_curve(*args, metric=c.metric, target=float(space.up(t.target)), prior=prior, calibration=cal)
     final = float(space.down(p.final_value))
@@ -278,82 +264,7 @@ def loco_prior(curves, carry: bool = True):
                                      schedule=c.schedule if carry else None)
 
 
-PROG = {}
-TOTAL = {}
-
-
-def total_progress(c) -> float:
-    """log(first-point max / end) of a finished run, with its drop's share taken out: the constant-LR progress."""
-    y = MetricSpace.of(c.metric, c.y).down(c.y)
-    return math.log(float(np.max(y)) / float(np.mean(y[-3:])))
-
-
-def progress(c, frac) -> float:
-    y = MetricSpace.of(c.metric, c.y).down(c.y)
-    n = prefix(c, frac)
-    import os
-    if os.environ.get("X_PROG_WIN"):
-        from dlsched.perf.fit_window import fit_start
-        st = fit_start(c.x[:n], y[:n], c.schedule, 4)
-        return math.log(float(np.median(y[st:st + 3])) / float(np.median(y[max(0, n - 3):n])))
-    return math.log(float(np.max(y[:n])) / float(np.median(y[max(0, n - 3):n])))
-
-
 def cross_task_prior(curves):
-    import os
-    if os.environ.get("X_TOTAL"):
-        from dlsched.perf.prior import _weights, metric_kind, KIND_MIN, _spread, DROP_SIGMA_MIN
-        fits1 = full_fits(curves)
-        task1 = {c.name: c.meta.get("dataset") for c in curves}
-        byname1 = {c.name: c for c in curves}
-        def make1(c):
-            meta = {"decay": c.schedule.decay, **c.meta}
-            pool = [(n, g) for n, g in fits1.items() if task1[n] != task1[c.name] and math.isfinite(g.drop)]
-            kind = metric_kind(meta.get("metric"))
-            same = [(n, g) for n, g in pool if metric_kind(g.meta.get("metric")) == kind]
-            pool = same if len(same) >= KIND_MIN else pool
-            # the finished run's constant-LR progress: total less what its own decay took (log(1/(1 - c)) at S2 = 1)
-            ks = np.array([g.drop / max(total_progress(byname1[n]) + math.log(max(1 - g.drop, 1e-3)), 1e-3) for n, g in pool])
-            w = _weights([g for _, g in pool], meta)
-            def f(prior, total):
-                drop = float(np.average(ks, weights=w)) * total
-                sig = _spread(ks, w, prior.drop_sigma / total, DROP_SIGMA_MIN / total) * total
-                return dataclasses.replace(prior, drop=min(drop, 0.9), drop_sigma=sig)
-            return f
-        for c in curves:
-            TOTAL[c.name] = make1(c)
-    if os.environ.get("X_PROG"):
-        from dlsched.perf.prior import _weights, metric_kind, KIND_MIN, _spread, DROP_SIGMA_MIN
-        fits0 = full_fits(curves)
-        task0 = {c.name: c.meta.get("dataset") for c in curves}
-        byname = {c.name: c for c in curves}
-        floor = float(os.environ.get("X_PROG_MIN", "0.05"))
-        def make(c):
-            def f(frac, prior):
-                meta = {"decay": c.schedule.decay, **c.meta}
-                pool = [(n, g) for n, g in fits0.items() if task0[n] != task0[c.name] and math.isfinite(g.drop)]
-                kind = metric_kind(meta.get("metric"))
-                same = [(n, g) for n, g in pool if metric_kind(g.meta.get("metric")) == kind]
-                pool = same if len(same) >= KIND_MIN else pool
-                ks = np.array([g.drop / max(progress(byname[n], frac), floor) for n, g in pool])
-                w = _weights([g for _, g in pool], meta)
-                pr = max(progress(c, frac), floor)
-                drop = float(np.average(ks, weights=w)) * pr
-                sig = _spread(ks, w, prior.drop_sigma / pr, DROP_SIGMA_MIN / pr) * pr
-                if os.environ.get("X_PROG_CV"):
-                    cs = np.array([g.drop for _, g in pool])
-                    cv_c = math.sqrt(np.average((cs - np.average(cs, weights=w)) ** 2, weights=w)) / max(np.average(cs, weights=w), 1e-9)
-                    cv_k = math.sqrt(np.average((ks - np.average(ks, weights=w)) ** 2, weights=w)) / max(np.average(ks, weights=w), 1e-9)
-                    if cv_k >= cv_c:
-                        return prior
-                if os.environ.get("X_PROG_COMB"):
-                    s1, s2 = prior.drop_sigma, sig
-                    drop = (prior.drop / s1 ** 2 + drop / s2 ** 2) / (1 / s1 ** 2 + 1 / s2 ** 2)
-                    sig = min(s1, s2)
-                return dataclasses.replace(prior, drop=min(drop, 0.9), drop_sigma=sig)
-            return f
-        for c in curves:
-            PROG[c.name] = make(c)
     """Each curve's α/drop prior from the full fits of *other tasks* only (another dataset), no level: what a
     new kind of job gets from this development set, as on the independent check's curves."""
     fits = full_fits(curves)

@@ -117,11 +117,6 @@ class _Problem:
         self.fixed = tuple(_dot(u, v) for u, v in ((a, a), (a, b), (b, b), (t, a), (t, b), (t, t)))
         self.rows = np.stack([a * a, a * b, b * b, t * a, t * b])   # the g- and g²-weighted sums' row factors
         self.prior = prior if prior is not None and prior.weight > 0 else None
-        import os, dataclasses
-        if self.prior is not None:
-            self.prior = dataclasses.replace(self.prior, weight=self.prior.weight * float(os.environ.get("X_PW", "1")),
-                                             drop_sigma=self.prior.drop_sigma * float(os.environ.get("X_DS", "1")),
-                                             alpha_sigma=self.prior.alpha_sigma * float(os.environ.get("X_AS", "1")))
 
     def solve(self, alphas, drops, offsets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(L0, A, penalised SSE), each of shape (α, s0, c), for every combination of the three grids."""
@@ -183,8 +178,7 @@ def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, gri
     # would otherwise spend c on curvature the power law misses, and predict a drop ten times too large.
     _, s2_end = areas(schedule, [schedule.budget])
     seen = max(float(s2.max()), 0.05 * max(float(s2_end[0]), 1e-3))
-    import os
-    belief = max(1.0, float(s2_end[0]) / seen) ** float(os.environ.get("X_BEXP", "2"))
+    belief = max(1.0, float(s2_end[0]) / seen) ** 2
     # c is only identified once the prefix has annealed; before that the prior alone sets it
     drops = DROPS if s2.max() > 1e-3 else np.array([prior.drop if prior is not None else 0.0])
     offsets = np.array(OFFSETS) * s1[0] / s1_ref

@@ -102,13 +102,7 @@ def _area_grid(schedule: Schedule, hi: float, momentum: float) -> tuple[np.ndarr
     eta = eta / peak
     h = g[1] - g[0]
     s1 = np.concatenate([[0.0], np.cumsum(0.5 * (eta[1:] + eta[:-1])) * h]) / B
-    import os
-    pw = float(os.environ.get("X_P", "1"))
-    if pw != 1 and (os.environ.get("X_PALL") or schedule.decay == "step"):
-        e = np.maximum(eta, 1e-12) ** pw
-        d = np.maximum.accumulate(e) - e
-    else:
-        d = np.maximum.accumulate(eta) - eta
+    d = np.maximum.accumulate(eta) - eta
     decay = math.exp(-h / max(momentum * B, 1e-12))
     m = lfilter([1.0], [1.0, -decay], np.concatenate([[d[0]], np.diff(d)]))
     s2 = d - m
