@@ -50,7 +50,7 @@ def serve(tmp_path: Path, fault: str | None) -> tuple[subprocess.Popen, httpx.Cl
                              "--state-dir", str(tmp_path / "state"), "--port", str(port), "--workdir", str(REPO)],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    if not wait_for_http(f"{url}/healthz", 90, proc):
+    if not wait_for_http(f"{url}/healthz", 180, proc):   # returns as soon as the process exits
         proc.kill()
         raise AssertionError(proc.stdout.read().decode()[-2000:])
     token = (tmp_path / "state" / "token").read_text().strip()

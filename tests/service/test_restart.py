@@ -26,7 +26,7 @@ def start_service(tmp_path, port):
                              "--state-dir", str(tmp_path / "state"), "--port", str(port)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    if wait_for_http(f"{url}/healthz", 60, proc):
+    if wait_for_http(f"{url}/healthz", 180, proc):   # its imports alone took over 60 s on a loaded box
         token = (tmp_path / "state" / "token").read_text().strip()   # generated 0600 on the first start
         return proc, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     proc.kill()
