@@ -716,8 +716,6 @@ def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(
         assert (svc.state_dir / "jobs" / str(job) / "status.json").exists()
 
 
-@pytest.mark.skip(reason="under CPU load (make test-stress on 272655d) the job's runtime itself was lost once and the job "
-                         "re-queued instead of training on: not yet understood, so it must not decide a landing")
 def test_service_on_ray_a_script_job_losing_a_workers_node_trains_on_and_finishes_every_sample_once(cluster, backend,
                                                                                                    tmp_path):
     """A dlsched.torch job on 3 slots (2 on one node, 1 on the other): the node with the lone worker (not the
