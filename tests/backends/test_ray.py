@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections import Counter
@@ -736,8 +737,10 @@ def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(
         assert (svc.state_dir / "jobs" / str(job) / "status.json").exists()
 
 
-@pytest.mark.skip(reason="under CPU load (make test-stress on 272655d) the job's runtime itself was lost once and the job "
-                         "re-queued instead of training on: not yet understood, so it must not decide a landing")
+SCRIPT_3_WORKERS = ["python", "tests/torch/user_script.py", "--samples", "480", "--batch", "12", "--epochs", "2",
+                    "--step-s", "0.05"]
+
+
 def test_service_on_ray_a_script_job_losing_a_workers_node_trains_on_and_finishes_every_sample_once(cluster, backend,
                                                                                                    tmp_path):
     """A dlsched.torch job on 3 slots (2 on one node, 1 on the other): the node with the lone worker (not the
@@ -749,9 +752,7 @@ def test_service_on_ray_a_script_job_losing_a_workers_node_trains_on_and_finishe
     victim = None
     with fifo_service_on_ray(backend, tmp_path) as (svc, c):
         try:
-            job = submit(c, name="script", gpus=3, command=[
-                "python", "tests/torch/user_script.py", "--samples", "480", "--batch", "12", "--epochs", "2",
-                "--step-s", "0.05"])
+            job = submit(c, name="script", gpus=3, command=SCRIPT_3_WORKERS)
             wait_job(c, job, lambda j: j["samples"] >= 12 * 5, timeout=120, what="5 steps")
             (victim,) = [n for n, k in backend.placement(job).items() if k == 1]
             c_.remove_node(nodes[victim])
@@ -765,4 +766,30 @@ def test_service_on_ray_a_script_job_losing_a_workers_node_trains_on_and_finishe
     job_dir = svc.state_dir / "jobs" / str(job)
     (lost,) = events(job_dir, "worker_lost")   # the script's survivors restart from the last checkpoint, 2 of them
     assert lost["restored_step"] > 0 and lost["workers_lost"] == [2], lost
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(480)})
+
+
+def test_service_on_ray_a_script_job_whose_workers_actor_dies_on_a_live_node_restarts_every_worker(cluster, backend,
+                                                                                                 tmp_path):
+    """A worker's actor killed while its node lives (Ray's OOM killer kills the actor's process; a crash): its bundle is
+    still the job's, so the restart from the checkpoint starts 3 workers again, the third in that bundle; before, the
+    bundle was taken for lost with a node and the job trained on 2 until it ended."""
+    from dlsched.train.data import committed_sample_ids
+
+    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
+        job = submit(c, name="script", gpus=3, command=SCRIPT_3_WORKERS)
+        wait_job(c, job, lambda j: j["samples"] >= 12 * 5, timeout=120, what="5 steps")
+        job_dir = svc.state_dir / "jobs" / str(job)
+        host = worker_hosts(job_dir)[2]
+        orphans = [host["pid"], *(p.pid for p in psutil.Process(host["pid"]).children())]   # with the user's script
+        os.kill(host["ppid"], signal.SIGKILL)   # worker 2's actor process, on a live node
+        _wait(lambda: not any(alive(p) for p in orphans), "worker 2's processes gone with its actor", timeout=30)
+        wait_job(c, job, lambda j: j["state"] == "finished", timeout=240, what="finished")
+        kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
+    assert "workers_lost" not in kinds and kinds.count("running") == 1, kinds   # the books never shrank
+    (lost,) = events(job_dir, "worker_lost")
+    assert lost["workers_lost"] == [2], lost
+    steps = [r for r in map(json.loads, (job_dir / "progress.jsonl").read_text().splitlines())
+             if "event" not in r and r["generation"] >= lost["new_generation"]]
+    assert steps and {r["workers"] for r in steps} == {3}, sorted({r["workers"] for r in steps})
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(480)})

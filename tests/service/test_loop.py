@@ -7,7 +7,7 @@ import pytest
 from dlsched.backends.base import PollResult
 from dlsched.backends.recording import RecordingBackend
 from dlsched.backends.local import LocalBackend
-from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, Policy, register
+from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, NodeView, Policy, register
 from dlsched.round import InvalidAllocation
 from dlsched.service.loop import LiveLoop
 from dlsched.service.store import FAILED, FINISHED, QUEUED, RUNNING, Store
@@ -232,6 +232,43 @@ def test_a_job_that_finishes_between_the_read_and_the_poll_keeps_its_last_steps(
     job = store.submit(load_job_spec(job_yaml("j", samples=320)))
     run_until(loop, store, lambda: store.get(job).state == FINISHED)
     assert store.get(job).samples == 320          # read after the poll said finished: nothing is left behind
+
+
+class LosesANodeAfterAPoll(RecordingBackend):
+    """Ray's live nodes when one dies just after the loop polled a job on it (its health checks failed meanwhile):
+    that poll saw the job whole; the next one finds the node dead and reports the job on the node left, once."""
+
+    def __init__(self):
+        super().__init__()
+        self.lose, self.lost, self.reported = False, False, False
+
+    def nodes(self):
+        return tuple(NodeView(n, 2) for n in (("n0",) if self.lost else ("n0", "n1")))
+
+    def poll(self, job_id, job_dir):
+        if self.lost and not self.reported:
+            self.reported = True
+            return PollResult("running", nodes={"n0": 2})
+        self.lost = self.lost or self.lose
+        return PollResult("running")
+
+
+def test_a_node_lost_between_the_poll_and_the_decision_leaves_the_job_on_it_training(tmp_path):
+    """The round decided on nodes read after its polls: a node that died in between was gone from the policy's view
+    while the job still held GPUs on it, so the job no longer fit and was preempted (stopped, re-queued) instead of
+    training on with the workers it has left."""
+    store = Store(tmp_path / "s.db")
+    backend = LosesANodeAfterAPoll()
+    loop = LiveLoop(store, backend, cluster("test-fifo", (2, 2)), tmp_path)
+    job = store.submit(load_job_spec(job_yaml("j", gpus=3)))
+    run_until(loop, store, lambda: store.get(job).state == RUNNING)
+    assert store.get(job).placement == {"n0": 2, "n1": 1}
+    backend.lose = True
+    loop.round()   # its poll sees the job whole; the node dies before the decision
+    loop.round()   # its poll finds the node dead: the job trains on in n0
+    assert ("stop", job) not in backend.calls, backend.calls
+    j = store.get(job)
+    assert (j.state, j.num_gpus, j.placement) == (RUNNING, 2, {"n0": 2})
 
 
 class WritesSteps(RecordingBackend):

@@ -20,12 +20,12 @@ def test_a_queued_job_cancelled_between_decide_and_act_is_stopped_and_the_rounds
     cancelled = threading.Event()
     decide = svc.loop.decide
 
-    def decide_then_cancel(jobs, now):   # both start in one round, and b is cancelled before that round acts
+    def decide_then_cancel(jobs, now, view):   # both start in one round, and b is cancelled before that round acts
         if cancelled.is_set():
-            return decide(jobs, now)
+            return decide(jobs, now, view)
         if len(ids) < 2 or {j.id for j in jobs} != set(ids.values()):
             return []   # both stay queued until the round sees both
-        actions = decide(jobs, now)
+        actions = decide(jobs, now, view)
         assert {int(a.job_id) for a in actions if isinstance(a, Start)} == set(ids.values()), actions
         assert c.post(f"/jobs/{ids['b']}/cancel").json()["state"] == "cancelled"
         cancelled.set()

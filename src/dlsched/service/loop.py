@@ -112,21 +112,25 @@ class LiveLoop:
     def round(self) -> RoundStats:
         now = self.clock()
         t0 = time.perf_counter()
+        # the nodes, read before the polls: a node that dies between them is seen by the next round's poll first
+        # (the job's books shrink onto the nodes left), never by the policy while a job still counts GPUs on it
+        # (it would no longer fit and be preempted instead of training on)
+        view = self._cluster_view(now)
         self.observe(now)
         t1 = time.perf_counter()
         jobs = self.store.jobs(states=ACTIVE)
-        self.watch_nodes(now, jobs)
-        actions = self.decide(jobs, now)
+        self.watch_nodes(now, jobs, view)
+        actions = self.decide(jobs, now, view)
         t2 = time.perf_counter()
         self.act(actions, {j.id: j for j in jobs}, now)
         t3 = time.perf_counter()
         self.publish_predictions(now)
         return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
-    def watch_nodes(self, now: float, jobs: list[JobRecord]) -> None:
-        """Refresh the node table (``dlsched nodes``); a node lost or back is an event."""
+    def watch_nodes(self, now: float, jobs: list[JobRecord], view: ClusterView) -> None:
+        """Refresh the node table (``dlsched nodes``) from the round's ``view``; a node lost or back is an event."""
         addresses = self.backend.addresses() or {n.name: "localhost" for n in self.cluster.nodes}
-        changes = self.nodes.update(self._cluster_view(now).nodes, addresses,
+        changes = self.nodes.update(view.nodes, addresses,
                                     [(j.id, j.placement) for j in jobs if j.num_gpus], now)
         for node, health in changes:
             self.store.event("node_lost" if health == LOST else "node_up", None, now, node=node)
@@ -135,11 +139,12 @@ class LiveLoop:
         live = self.backend.nodes()
         return ClusterView(live, now) if live is not None else cluster_view(self.cluster, now)
 
-    def decide(self, jobs: list[JobRecord], now: float) -> list[Action]:
-        """Snapshots -> one round (policy, check, placement: Optimus consolidation) -> the actions to take."""
+    def decide(self, jobs: list[JobRecord], now: float, view: ClusterView) -> list[Action]:
+        """Snapshots -> one round (policy, check, placement: Optimus consolidation) on the round's ``view`` -> the
+        actions to take."""
         eligible = [j for j in jobs if not j.cancel_requested]
         self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
-        view = without_held(self._cluster_view(now), jobs)   # slots processes may still use past their books
+        view = without_held(view, jobs)   # slots processes may still use past their books
         decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], view, consolidated)
         return clear_of_holds(decision, eligible, view)   # a shrink's slots are not free this round either
 

@@ -223,8 +223,8 @@ class RayWorker:
     """Handle on a worker running in a ``ProcessHost`` actor; ``poll`` costs no round trip (a local
     readiness check of the actor's ``wait`` result)."""
 
-    def __init__(self, launcher: "RayLauncher", actor, slot: str, wid: int, info_ref, exit_ref):
-        self._launcher, self._actor, self.slot, self.wid = launcher, actor, slot, wid
+    def __init__(self, launcher: "RayLauncher", actor, slot: str, node: str, wid: int, info_ref, exit_ref):
+        self._launcher, self._actor, self.slot, self.node, self.wid = launcher, actor, slot, node, wid
         self._info_ref, self._exit_ref = info_ref, exit_ref
         self._info: dict | None = None
         self._rc: int | None = None
@@ -259,7 +259,7 @@ class RayWorker:
             return self._ended(ray.get(self._exit_ref))
         except ray.exceptions.RayError:   # the actor died (killed, node lost, group removed)
             if not self._killed:   # not killed by the runtime: its bundle may be gone with its node
-                self._launcher.lost.add(self.slot)
+                self._launcher.died[self.slot] = self.node
             return self._ended(-signal.SIGKILL)
 
     def poll(self) -> int | None:
@@ -313,7 +313,7 @@ class RayLauncher:
         self._host_cls = host_actor(ray)
         self.store_host = node_ip or ray.util.get_node_ip_address()   # the TCPStore listens on every interface
         self._occupied: dict[str, RayWorker] = {}
-        self.lost: set[str] = set()   # bundles whose worker's actor died under it (node lost): never reused
+        self.died: dict[str, str] = {}   # bundle -> its node, for the workers whose actor died under them
         # No worker is forked here: keep the forkserver the coordinator starts from loading torch for nothing.
         _FORKSERVER.set_forkserver_preload([])
 
@@ -332,7 +332,8 @@ class RayLauncher:
         from ray.util.placement_group import get_placement_group
 
         spec = self._slots()
-        free = [s for s in spec["slots"] if s["group"] not in self._occupied and s["group"] not in self.lost]
+        lost = self.lost()
+        free = [s for s in spec["slots"] if s["group"] not in self._occupied and s["group"] not in lost]
         if not free:
             raise UserError(f"{self.job_dir / SLOTS_FILE}: no free bundle for another worker (generation "
                             f"{spec['generation']} has {len(spec['slots'])}, all in use): with Ray every worker, "
@@ -354,8 +355,9 @@ class RayLauncher:
         wid = int(argv[argv.index("--worker-id") + 1])
         info_ref = actor.launch.remote([sys.executable, "-m", "dlsched.train.launcher", "--ray-worker", module, *argv],
                                        env, os.getcwd(), str(log_path))
-        handle = RayWorker(self, actor, slot["group"], wid, info_ref, actor.wait.remote())
+        handle = RayWorker(self, actor, slot["group"], slot.get("node", ""), wid, info_ref, actor.wait.remote())
         self._occupied[slot["group"]] = handle
+        self.died.pop(slot["group"], None)
         self._publish()
         return handle
 
@@ -365,7 +367,16 @@ class RayLauncher:
         return [w for w, h in handles.items() if h.slot not in granted]
 
     def room(self, count: int) -> int:
-        return min(count, sum(s["group"] not in self.lost for s in self._slots()["slots"]))
+        lost = self.lost()
+        return min(count, sum(s["group"] not in lost for s in self._slots()["slots"]))
+
+    def lost(self) -> set[str]:
+        """The bundles whose worker's actor died under it on a node Ray no longer has: they went with the node, never
+        reused. An actor that died on a live node (the OOM killer, a crash) leaves its bundle the job's."""
+        if not self.died:
+            return set()
+        alive = {n["NodeID"] for n in self._ray.nodes() if n["Alive"]}
+        return {group for group, node in self.died.items() if node not in alive}
 
     def _vacate(self, handle: RayWorker) -> None:
         if self._occupied.get(handle.slot) is handle:
