@@ -281,6 +281,8 @@ class RayBackend(Backend):
             job.shrunk, held = False, self._where(job.slots)
         try:
             rc = self._ray.get(job.runner.returncode.remote(), timeout=10)
+        except self._ray.exceptions.GetTimeoutError:   # a slow answer (a loaded node) is no death: ask next round
+            return PollResult("running", nodes=held)
         except Exception:  # the actor died without its node dying: the runtime is gone with it
             self.stop(job_id)
             return PollResult("gone", "Ray actor of the job died")
