@@ -397,6 +397,27 @@ def test_a_fenced_start_is_retried_without_spending_the_jobs_coordinator_losses(
         assert not [d for d in queued() if "coordinator_lost" in d], queued()
 
 
+
+def test_a_start_whose_reservation_times_out_is_re_queued_and_starts_once_the_slots_are_free(backend, tmp_path):
+    """The round's view had the GPUs and the cluster did not (a node dying as the job was placed; here slots held
+    outside dlsched): the start's reservation times out and the job waits in the queue, not failed."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
+        outside = placement_group([{"gpu_slot": 1}] * 3, strategy="SPREAD")
+        assert ray.get(outside.ready(), timeout=60)
+        saved, backend.ready_timeout_s = backend.ready_timeout_s, 2.0
+        try:
+            job = submit(c, name="mlp", entry="examples/mlp.py:make_job", gpus=3, params={"num_samples": 96})
+            _wait(lambda: "start_unreserved" in [e["kind"] for e in c.get(f"/jobs/{job}/events").json()],
+                  "a timed-out start left queued", 120)
+            assert c.get(f"/jobs/{job}").json()["state"] == "queued"
+        finally:
+            backend.ready_timeout_s = saved
+            remove_placement_group(outside)
+        wait_job(c, job, lambda j: j["state"] == "finished", timeout=180, what="started once the slots were free")
+
+
 def _audit_resumed(job_dir: Path) -> tuple[Counter, int | None]:
     """Sample ids trained into the final model across a coordinator restart (node loss).
 

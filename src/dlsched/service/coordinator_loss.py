@@ -1,5 +1,6 @@
-"""A job whose coordinator is gone (SIGKILL, the OOM killer, its node lost) is resumed from its newest valid
-checkpoint a bounded number of times, so a job that kills its coordinator every time ends with a clear error."""
+"""A job whose coordinator is gone (SIGKILL, the OOM killer, its node lost), or never came (its reservation timed
+out), is re-queued a bounded number of times, so a job that loses its coordinator every time ends with a clear
+error; its next start resumes from the newest valid checkpoint."""
 from __future__ import annotations
 
 from dlsched.backends.base import PollResult
@@ -9,6 +10,10 @@ MAX_COORDINATOR_LOSSES = 3   # resumes after a lost coordinator (killed, OOM, no
 # starts refused because a lost node's coordinator still held the job folder until its guard (or, on NFS, its
 # lock lease) ended it: no loss, so counted apart; each waits fence.CLAIM_WAIT_S for the lock, so ~3 minutes
 MAX_FENCED_STARTS = 18
+# starts whose reservation timed out: the round's view had the GPUs, the cluster did not (a node dying as the job
+# was placed, slots held outside dlsched); the next round places it on what is left
+MAX_UNRESERVED_STARTS = 3
+UNRESERVED = "start_unreserved"   # the event of each
 
 
 def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float) -> None:
@@ -23,3 +28,12 @@ def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float) -> N
     else:
         store.transition(job_id, QUEUED, now, {"reason": f"{why}: resume from checkpoint", key: count},
                          num_gpus=0, placement={})
+
+
+def after_failed_start(store: Store, job_id: int, error: Exception, now: float) -> tuple[str, dict, dict]:
+    """The job's write for a start that raised: a reservation timeout leaves it queued (bounded; the event says so,
+    as queued -> queued is no transition), anything else fails it."""
+    if isinstance(error, TimeoutError) and store.count_events(job_id, UNRESERVED, "error") < MAX_UNRESERVED_STARTS:
+        store.event(UNRESERVED, job_id, now, error=str(error))
+        return QUEUED, {}, {"num_gpus": 0, "placement": {}}
+    return FAILED, {"reason": f"start failed: {error}"}, {"error": str(error)[:500]}

@@ -17,8 +17,8 @@ from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_pol
 from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
-from dlsched.service.coordinator_loss import resume_or_fail
 from dlsched.service.abandoned_resize import return_to_held
+from dlsched.service.coordinator_loss import after_failed_start, resume_or_fail
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
@@ -188,7 +188,8 @@ class LiveLoop:
                 kind = type(act).__name__.lower()
                 log.exception("job %s: %s failed", job.id, kind)
                 self.backend.stop(job.id, d)
-                writes.append((job.id, FAILED, {"reason": f"{kind} failed: {e}"}, {"error": str(e)[:500]}))
+                writes.append((job.id, *after_failed_start(self.store, job.id, e, now)) if kind == "start" else
+                              (job.id, FAILED, {"reason": f"{kind} failed: {e}"}, {"error": str(e)[:500]}))
         for job_id in record_round(self.store, writes, jobs, now):   # started for nothing: the others stand
             self.backend.stop(job_id, self.job_dir(job_id))
 
