@@ -74,3 +74,12 @@ def test_remaining_defaults_to_predicted_and_names_its_mode(tmp_path):
     assert '"remaining":"predicted"' in r.stdout.replace(" ", "")
     r = _cli("--workload", str(w), "--remaining", "noise:x")
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--remaining: bad value 'noise:x'" in r.stderr
+
+
+def test_a_pollux_workloads_number_names_the_bundled_trace(tmp_path):
+    r = _cli("-w", "3", "-p", "fifo", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "160 jobs from " in r.stderr and "pollux/workloads/workload-3.csv" in r.stderr
+    r = _cli("-w", "workload-9", "-p", "fifo")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+    assert "workload-9: no such workload file (or a Pollux workload's number: 1, 2, 3, 4)" in r.stderr

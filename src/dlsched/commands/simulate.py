@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
         ctx: typer.Context,
-        workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV, Philly CSV or Gavel TSV trace"),
+        workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV, Philly CSV or Gavel TSV trace; 1-4 (or workload-N) names the Pollux artifact's workload N"),
         policy: List[str] = typer.Option(["tiresias"], "--policy", "-p", help="registered policy name; repeatable"),
         nodes: int = typer.Option(16, help="nodes in a homogeneous cluster"),
         gpus_per_node: int = typer.Option(4, help="GPUs per node"),
@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"[yellow]assumed: {note}[/]")
         if not wl.jobs:
             raise UserError(f"{workload}: no jobs to simulate")
-        console.print(f"{len(wl.jobs)} jobs from {workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")
+        console.print(f"{len(wl.jobs)} jobs from {wl.source or workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")
         policies = [make_policy(p) for p in policy]
         if "placement" in given:
             own = [p.name for p in policies if p.places_own or p.placement is not None]

@@ -9,12 +9,14 @@ import csv
 import gzip
 import io
 import math
+import re
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from dlsched.errors import UserError
+from dlsched.paths import shared_data
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
@@ -212,11 +214,35 @@ def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[
     return Workload(_by_arrival(jobs), str(path), rows.skipped, assumed)
 
 
+def _pollux_workloads() -> Path | None:
+    try:
+        return shared_data() / "pollux" / "workloads"
+    except FileNotFoundError:
+        return None
+
+
+def _bundled_numbers() -> list[str]:
+    folder = _pollux_workloads()
+    names = sorted(folder.glob("workload-*.csv")) if folder else []
+    return [p.stem.removeprefix("workload-") for p in names]
+
+
+def bundled_workload(path: Path) -> Path:
+    """``3`` or ``workload-3`` names the Pollux artifact's workload 3 when no such file is here."""
+    m = re.fullmatch(r"(?:workload-)?(\d+)(?:\.csv)?", path.name)
+    folder = _pollux_workloads()
+    if path.exists() or path.parent != Path(".") or not m or folder is None:
+        return path
+    bundled = folder / f"workload-{m.group(1)}.csv"
+    return bundled if bundled.is_file() else path
+
+
 def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = None) -> Workload:
     """Pick the reader from the file: a Pollux or Philly CSV header, else Gavel's TSV."""
-    path = Path(path)
+    path = bundled_workload(Path(path))
     if not path.is_file():
-        raise UserError(f"{path}: {'is a directory, not a' if path.is_dir() else 'no such'} workload file")
+        raise UserError(f"{path}: {'is a directory, not a' if path.is_dir() else 'no such'} workload file "
+                        f"(or a Pollux workload's number: {', '.join(_bundled_numbers()) or 'none found'})")
     text = read_trace_text(path)   # read (and gunzipped) once: the header picks the reader, which parses it
     first = text.partition("\n")[0]
     header = {c.strip() for c in first.strip().split(",")}
