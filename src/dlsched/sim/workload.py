@@ -240,8 +240,10 @@ def bundled_workload(path: Path) -> Path:
 def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = None) -> Workload:
     """Pick the reader from the file: a Pollux or Philly CSV header, else Gavel's TSV."""
     path = bundled_workload(Path(path))
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, not a workload file")
     if not path.is_file():
-        raise UserError(f"{path}: {'is a directory, not a' if path.is_dir() else 'no such'} workload file "
+        raise UserError(f"{path}: no such workload file "
                         f"(or a Pollux workload's number: {', '.join(_bundled_numbers()) or 'none found'})")
     text = read_trace_text(path)   # read (and gunzipped) once: the header picks the reader, which parses it
     first = text.partition("\n")[0]
