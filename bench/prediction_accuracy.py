@@ -117,8 +117,9 @@ def prefix(c: DevCurve, frac: float) -> int:
     return max(4, int(np.searchsorted(c.x, frac * c.schedule.budget, side="right")))
 
 
-def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | None) -> dict:
-    """One prediction from ``frac`` of curve ``c``, scored against the truth (lower-is-better space).
+def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | None | str) -> dict:
+    """One prediction from ``frac`` of curve ``c``, scored against the truth (lower-is-better space). ``prior`` as
+    ``predict_curve`` takes it: "shipped" is the CLI's default (``cal``'s prior for the curve's metric and decay).
 
     Steps (the issue's "remaining steps to 95 % of the total improvement"): what a user running
     ``--target-fraction 0.95`` gets, i.e. the predictor's own 95 % point (from the first value to *its*

@@ -52,6 +52,10 @@ def load_curves(folder: Path) -> list[DevCurve]:
     return out
 
 
+def yn(hit) -> str:
+    return "-" if isinstance(hit, float) and np.isnan(hit) else "y" if hit else "n"
+
+
 def cov(d: pd.DataFrame, col: str) -> str:
     return pct(d[col].dropna().astype(float).mean())
 
@@ -64,10 +68,10 @@ def report(curves: list[DevCurve]) -> None:
     print(f"== held-out public curves: {len(curves)} completed runs, predicted as `dlsched predict curve` "
           "(shipped calibration and prior), schedule + budget given")
     print(f"  per curve at {' / '.join(f'{int(100 * f)}' for f in FRACTIONS)} % observed: final error, steps-to-95 % "
-          "error, final in its 80 % band (y/n), model   | Optimus alone: final / steps")
+          "error, truth in the 80 % band for final/steps (y/n/-), model   | Optimus alone: final / steps")
     for c in curves:
         g, o = df[df.curve == c.name], od[od.curve == c.name]
-        cells = "  ".join(f"{pct(r.final_err)} {pct(r.steps_err)} {'y' if r.final_cov else 'n'} {r.model[:4]}"
+        cells = "  ".join(f"{pct(r.final_err)} {pct(r.steps_err)} {yn(r.final_cov)}{yn(r.steps_cov)} {r.model[:4]}"
                           + (" UNREACHABLE" if r.unreachable else "") for r in g.itertuples())
         ocells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in o.itertuples())
         print(f"  {c.name:38s} {cells}   | {ocells}")
