@@ -28,7 +28,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prediction_accuracy import FRACTIONS, MIN_INTERVALS, evaluate, evaluate_optimus, pct, prefix  # noqa: E402
+from prediction_accuracy import FRACTIONS, MIN_INTERVALS, evaluate, evaluate_optimus, observed_beyond, pct  # noqa: E402
 
 from dev_set import DevCurve  # noqa: E402  (bench/curves, on the path prediction_accuracy sets)
 from dlsched.perf.calibration import load_calibration  # noqa: E402
@@ -75,8 +75,7 @@ def report(curves: list[DevCurve]) -> None:
                           + (" UNREACHABLE" if r.unreachable else "") for r in g.itertuples())
         ocells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in o.itertuples())
         print(f"  {c.name:38s} {cells}   | {ocells}")
-    beyond = [f"{c.name} at {int(100 * f)} % ({pct(c.x[prefix(c, f) - 1] / c.schedule.budget).strip()})"
-              for c in curves for f in FRACTIONS if c.x[prefix(c, f) - 1] > 1.2 * f * c.schedule.budget]
+    beyond = observed_beyond(curves)
     if beyond:   # the predictor needs >= 4 points; the CLI refuses fewer (exit 2), the bench observes 4
         print(f"  observed beyond the row's fraction (4 points minimum): {', '.join(beyond)}")
     print(f"  medians ({TARGETS}); steps scored where >= {MIN_INTERVALS} logging intervals remained")
