@@ -117,8 +117,9 @@ def prefix(c: DevCurve, frac: float) -> int:
     return max(4, int(np.searchsorted(c.x, frac * c.schedule.budget, side="right")))
 
 
-def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | None) -> dict:
-    """One prediction from ``frac`` of curve ``c``, scored against the truth (lower-is-better space).
+def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | None | str) -> dict:
+    """One prediction from ``frac`` of curve ``c``, scored against the truth (lower-is-better space). ``prior`` as
+    ``predict_curve`` takes it: "shipped" is the CLI's default (``cal``'s prior for the curve's metric and decay).
 
     Steps (the issue's "remaining steps to 95 % of the total improvement"): what a user running
     ``--target-fraction 0.95`` gets, i.e. the predictor's own 95 % point (from the first value to *its*
@@ -297,6 +298,13 @@ def fit_time(curves) -> float:
     return best
 
 
+def observed_beyond(curves) -> list[str]:
+    """The rows whose prefix reaches well past their fraction: a short curve, where the predictor's minimum of 4
+    points is more than the fraction (each is scored as that row)."""
+    return [f"{c.name} at {int(100 * f)} % ({pct(c.x[prefix(c, f) - 1] / c.schedule.budget).strip()})"
+            for c in curves for f in FRACTIONS if c.x[prefix(c, f) - 1] > 1.2 * f * c.schedule.budget]
+
+
 def pct(v) -> str:
     return "   n/a " if not np.isfinite(v) else f"{100 * v:6.1f}%"
 
@@ -341,8 +349,7 @@ def schedule_report(write_calibration: bool = False) -> None:
         ocells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in o.itertuples())
         xcells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in x.itertuples())
         print(f"  {name:24s} {cells}   | {ocells}   | {xcells}")
-    beyond = [f"{c.name} at {int(100 * f)} % ({pct(c.x[prefix(c, f) - 1] / c.schedule.budget).strip()})"
-              for c in curves for f in FRACTIONS if c.x[prefix(c, f) - 1] > 1.2 * f * c.schedule.budget]
+    beyond = observed_beyond(curves)
     if beyond:   # a short curve: the predictor's minimum of 4 points is more than the fraction (scored as that row)
         print(f"  observed beyond the row's fraction (the predictor needs >= 4 points): {', '.join(beyond)}")
     print(f"  {'':24s} {'schedule-aware':>40s} {'|':>30s} Optimus alone")
