@@ -231,6 +231,25 @@ def test_stop_kills_the_runtime_and_its_workers(backend, tmp_path):
     assert wait_free(4) == 4
 
 
+def test_a_poll_the_runtimes_actor_is_too_busy_to_answer_leaves_the_job_running(backend, tmp_path):
+    """A loaded node can leave the 10 s ``returncode`` call unanswered: the job is running, not dead. Both threads
+    of its host actor are held here (two ``wait`` calls, as a busy actor's would be), so the poll's call queues and
+    times out for real; before, any exception stopped the job and re-queued it as if its actor had died."""
+    job = launch(tmp_path, 12, 1, n_samples=10_000)
+    backend.start(job)
+    wait_progress(job.job_dir, 1)
+    runner = backend._jobs[12].runner
+    busy = [runner.wait.remote(), runner.wait.remote()]
+    res = backend.poll(12, job.job_dir)
+    assert res.state == "running" and backend.is_running(12), res
+    pid = json.loads((job.job_dir / "status.json").read_text())["pid"]
+    assert alive(pid)                                  # the poll stopped nothing
+    os.kill(pid, signal.SIGKILL)                       # frees the actor's threads: its process exits
+    assert ray.get(busy, timeout=30) == [-signal.SIGKILL] * 2
+    assert wait_state(backend, job, "gone").error == f"coordinator killed by signal {signal.SIGKILL}"
+    assert wait_free(4) == 4
+
+
 # ----------------------------------------------------------------------------- the service on both backends
 
 REPO = Path(__file__).resolve().parents[2]

@@ -116,10 +116,16 @@ def guard(cmd: list[str]) -> int:
     signal.signal(signal.SIGINT, stop)
     while True:
         try:
-            return child.wait(timeout=0.2)
+            rc = child.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             if os.getppid() != parent:
                 stop()
+            continue
+        if rc < 0:   # killed (the OOM killer, kill -9): die of the same signal, or exit(-9) reads as a failure, 247
+            if -rc != signal.SIGKILL:   # SIGKILL's action cannot be set (nor caught)
+                signal.signal(-rc, signal.SIG_DFL)
+            os.kill(os.getpid(), -rc)
+        return rc
 
 
 def guarded(cmd: list[str]) -> list[str]:
