@@ -348,3 +348,12 @@ def test_a_level_carried_to_the_schedule_takes_the_carried_bands_and_a_plain_mea
     old = from_dict({k: v for k, v in json.loads(cal.to_json()).items() if k != "carried"})
     assert from_dict(json.loads(cal.to_json())) == cal and old.carried is None
     assert log_width(old, carried) == pytest.approx(0.6)
+
+
+def test_an_accuracy_band_stays_within_0_and_100_percent():
+    # a run still near chance: its error is near 100 %, and the error band's multiplicative high end passes it
+    x = np.arange(1, 21) * 10.0
+    acc = 3.0 + 2.0 * np.log1p(x / 50.0)
+    p = predict_curve(x, acc, parse_schedule("cosine", budget=800), metric="accuracy")
+    lo, hi = p.final_value_interval_80
+    assert 0.0 <= lo <= p.final_value <= hi <= 100.0

@@ -213,6 +213,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     final = float(curve[-1])
     lo_f, hi_f = cal.final_band(frac)
     final_lo, final_hi = final * math.exp(lo_f), final * math.exp(hi_f)   # lower-is-better space
+    if metric == "accuracy":   # an error band is multiplicative: capped at 100 % error, never below 0 accuracy
+        final_hi = min(final_hi, space.top)
     goal = None
     if target_fraction is not None:
         goal = float(y[0] - target_fraction * (y[0] - final))
