@@ -8,7 +8,8 @@ contract other tools call; the JSON keys below only ever gain siblings).
 ``--json`` prints one object: model, final_value, final_value_interval_80, floor, target, target_step,
 steps_to_target (remaining x from the last observed point; null if unreachable), interval_80 (for
 steps_to_target), p_reach (the chance of reaching the target by the budget, from the calibrated final-value
-band), observed_until, budget, regime (the shipped prior's pool: from-scratch or fine-tune runs), and, when the log has wall-clock times, seconds_to_target and seconds_to_budget
+band), observed_until, budget, regime (the shipped prior's pool: from-scratch or fine-tune runs), and,
+when the log has wall-clock times, seconds_to_target and seconds_to_budget
 at the speed of the newest points. Exit codes: 0, 2 bad input (one line), 3 target unreachable (one line on
 stderr; with --json the object is still printed).
 """

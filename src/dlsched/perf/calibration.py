@@ -87,7 +87,8 @@ class Calibration:
         """The shape prior the development curves' fits give a run of this metric, schedule and regime (all of
         them without ``fits``; ``CurvePrior()`` before any calibration)."""
         if self.fits and metric is not None:
-            fits = [FinishedFit(a, math.nan if d is None else d, {"metric": m, "decay": k, "regime": r[0] if r else None})
+            fits = [FinishedFit(a, math.nan if d is None else d,
+                                {"metric": m, "decay": k, "regime": r[0] if r else None})
                     for a, d, m, k, *r in self.fits]
             p = prior_from_fits(fits, {"metric": metric, "decay": None if schedule is None else schedule.decay,
                                        "regime": regime})

@@ -184,7 +184,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default: the shipped one), or a function of the
     job's ``Schedule`` that makes one (the level prior carries finished runs' finals to it: ``perf.prior``);
-    ``regime`` the shipped prior's pool (``perf.curve_predict``). The annealing fit itself is ``out["fitted"]``: not JSON, callers take it out before storing."""
+    ``regime`` the shipped prior's pool (``perf.curve_predict``).
+    The annealing fit itself is ``out["fitted"]``: not JSON, callers take it out before storing."""
     whole = binned_curve(steps, losses)
     # Optimus alone starts at the slow start's end; the predictor gets every point and windows them itself
     # (warm-up first: a slow-start search run over a warm-up cut elsewhere, and the service's prediction was
