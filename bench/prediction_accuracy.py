@@ -75,7 +75,7 @@ from dlsched.perf.calibration import TABLE, Calibration, calibrate  # noqa: E402
 from dlsched.perf.convergence import LossCurve, fit_curve  # noqa: E402
 from dlsched.perf.curve_predict import MetricSpace, predict_curve  # noqa: E402
 from dlsched.perf.predict import remaining_steps  # noqa: E402
-from dlsched.perf.prior import finished_fit, prior_from_fits, regime_of  # noqa: E402
+from dlsched.perf.prior import finished_fit, has_law_shape, prior_from_fits, regime_of  # noqa: E402
 from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log  # noqa: E402
 from dlsched.perf.speed import fit_compute, fit_step_time, profiling_rows  # noqa: E402
 
@@ -319,9 +319,10 @@ def schedule_report(write_calibration: bool = False) -> None:
     if write_calibration:
         # what the CLI ships: bands from every curve, and the prior from every curve's finished fit
         # (the records here used leave-one-out priors, close to what a new job's prior is)
+        # (the table's fits serve only the shape prior: a run that over-fits is left out, ``perf.prior``)
         every = prior_from_fits(list(full_fits(curves).values()))
         shipped = [(f.alpha, f.drop if math.isfinite(f.drop) else None, f.meta["metric"], f.meta["decay"],
-                    regime_of(f.meta)) for f in full_fits(curves).values()]
+                    regime_of(f.meta)) for f in full_fits(curves).values() if has_law_shape(f)]
         table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
                                     prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
                                     levelled=calibrate([r for rs in plain.values() for r in rs]),

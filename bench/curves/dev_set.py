@@ -3,8 +3,9 @@
 * ``bench/curves/*.csv`` (``index.csv``): our own runs, ``make_dev_curves.py`` (digits held-out loss,
   character-GRU and character-transformer held-out loss) under every schedule family, and its fine-tune and
   over-fitting runs (digits 5-9 fine-tune accuracy, char-GRU fine-tune loss, breast-cancer over-fitting loss)
-  under four or five; the index names each run's model family, metric (the CSV column) and regime
-  (scratch | finetune).
+  under four or five; the index names each run's model family, metric (the CSV column), regime
+  (scratch | finetune) and whether it over-fits by design (``overfits``: the cancer runs; ``perf.prior``
+  pools no shape from them).
 * Every curve's ``meta`` carries its ``regime`` (``perf.prior``): the Pollux apps and the seed log are from-scratch runs.
 * The Pollux apps (``shared/data/pollux/traces/<app>/validation-<M0>.csv`` at the base batch, to the
   artifact's max_epochs; Apache-2.0). Schedules from the artifact's own training scripts (petuum/adaptdl,
@@ -67,7 +68,8 @@ def dev_curves() -> list[DevCurve]:
         if not (HERE / row.file).exists():  # not generated yet
             continue
         d = pd.read_csv(HERE / row.file)
-        meta = {"family": row.family, "dataset": row.task, "metric": row.metric, "regime": row.regime}
+        meta = {"family": row.family, "dataset": row.task, "metric": row.metric, "regime": row.regime,
+                "overfits": bool(row.overfits)}
         out.append(DevCurve(row.file.removesuffix(".csv"), d.step.to_numpy(float), d[row.metric].to_numpy(float),
                             row.metric, parse_schedule(row.schedule, float(row.budget)), meta))
     for app, spec in POLLUX_SCHEDULES.items():

@@ -32,8 +32,9 @@ happens here, deterministically (fixed seed, constant LR, ``pretrained``), nothi
   loss on the other 269, which bottoms (steps 130-320) and rises late (over-fitting). Regime ``scratch``: it
   is not pre-trained. Schedules: constant, step, cosine, onecycle, poly.
 
-``index.csv`` names each run's model ``family``, its ``metric`` (the CSV column the curve is) and its
-``regime`` (``scratch`` | ``finetune``: what ``dlsched predict curve --regime`` declares).
+``index.csv`` names each run's model ``family``, its ``metric`` (the CSV column the curve is), its
+``regime`` (``scratch`` | ``finetune``: what ``dlsched predict curve --regime`` declares) and whether its task
+``overfits`` by design (``cancer``: its fits set no shape prior, ``perf.prior``).
 
 Each CSV has step, loss, accuracy, lr (the LR the optimiser used at that step), wall_s (seconds since the
 run started) and train_loss (mean minibatch loss since the previous row). Seeds are fixed; bit-for-bit only on
@@ -324,6 +325,7 @@ class Task:
     schedules: tuple[str, ...]
     metric: str = "loss"        # the CSV column the curve is
     regime: str = "scratch"     # scratch | finetune (``dlsched predict curve --regime``)
+    overfits: bool = False      # built to over-fit: its fits are no shape the law has (``perf.prior``)
 
 
 # the first two tasks' runs predate the inverse-square-root family
@@ -333,7 +335,7 @@ TASKS = {"digits": Task(digits_task, 800, "mlp", OLD), "charlm": Task(charlm_tas
          "digitsft": Task(digitsft_task, 400, "mlp", ("constant", "step", "cosine", "linear", "wsd"), "accuracy",
                           "finetune"),
          "charft": Task(charft_task, 400, "gru", ("constant", "cosine", "linear", "wsd"), regime="finetune"),
-         "cancer": Task(cancer_task, 500, "mlp", ("constant", "step", "cosine", "onecycle", "poly"))}
+         "cancer": Task(cancer_task, 500, "mlp", ("constant", "step", "cosine", "onecycle", "poly"), overfits=True)}
 
 
 def train(opt, peak: float, batch, step_loss, steps: int, lr_at=lambda s: 1.0, evaluate=None) -> list[dict]:
@@ -380,7 +382,8 @@ def main() -> None:
                     w.writerows(rows)
                 print(f"{fname}: final loss {rows[-1]['loss']:.4f} acc {rows[-1]['accuracy']:.4f}", flush=True)
             index.append({"file": fname, "task": task, "schedule": SCHEDULES[name](t.budget), "budget": t.budget,
-                          "family": t.family, "metric": t.metric, "regime": t.regime})
+                          "family": t.family, "metric": t.metric, "regime": t.regime,
+                          "overfits": t.overfits})
     with open(OUT / "index.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(index[0]))
         w.writeheader()

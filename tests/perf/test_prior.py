@@ -1,8 +1,10 @@
-"""``perf.prior``: the shape prior's pool by regime (from-scratch or fine-tune runs), on a hand-made set of fits."""
+"""``perf.prior``: the shape prior's pool by regime (from-scratch or fine-tune runs) and without runs that
+over-fit, on a hand-made set of fits."""
 import pytest
 
+from dlsched.perf.annealing import CurvePrior
 from dlsched.perf.calibration import Calibration, from_dict
-from dlsched.perf.prior import KIND_MIN, FinishedFit, prior_from_fits, regime_of, shape_pool
+from dlsched.perf.prior import KIND_MIN, FinishedFit, has_law_shape, prior_from_fits, regime_of, shape_pool
 from dlsched.perf.schedule import parse_schedule
 
 SCRATCH = [FinishedFit(0.3, 0.05, {"dataset": d, "metric": "loss", "regime": "scratch"}) for d in "abc"]
@@ -56,3 +58,25 @@ def test_the_shipped_table_carries_each_fit_s_regime_and_reads_an_older_one_as_s
     old = from_dict(Calibration((0.1,), bands, bands, fits=tuple(f[:4] for f in fits)).as_dict())   # before regimes
     assert old.curve_prior("loss", cosine, "finetune").drop == pytest.approx(0.125)   # all six: scratch
     assert old.curve_prior("loss", cosine, "scratch").drop == pytest.approx(0.125)
+
+
+# three from-scratch loss runs that over-fitted (the dev set's cancer task): their fits describe no curve the law has
+OVERFIT = [FinishedFit(3.0, 0.6, {"dataset": "cancer", "metric": "loss", "regime": "scratch", "overfits": True},
+                       final=0.2) for _ in range(3)]
+
+
+def test_a_run_that_over_fits_sets_no_shape_number_and_does_not_count_toward_a_narrowing():
+    assert not any(map(has_law_shape, OVERFIT)) and all(map(has_law_shape, SCRATCH))
+    meta = {"dataset": "g", "metric": "loss", "regime": "scratch"}
+    assert shape_pool(SCRATCH + OVERFIT, meta, lambda f: True) == SCRATCH
+    p = prior_from_fits(SCRATCH + OVERFIT, meta)
+    assert p.alpha == pytest.approx(0.3) and p.drop == pytest.approx(0.05)
+    # two scratch runs left: the scratch narrowing is not made, the over-fitting ones do not make up the three
+    assert shape_pool(SCRATCH[:2] + OVERFIT + FINETUNE, meta, lambda f: True) == SCRATCH[:2] + FINETUNE
+
+
+def test_only_over_fitting_runs_give_the_default_shape_but_still_their_task_s_level():
+    p = prior_from_fits(OVERFIT, {"dataset": "cancer", "metric": "loss"})
+    default = CurvePrior()
+    assert (p.alpha, p.drop) == (default.alpha, default.drop)
+    assert p.final == pytest.approx(0.2)     # the level: where the task's runs ended

@@ -24,6 +24,13 @@ little in relative terms (the development set's fine-tune runs, ``docs/curve-pre
 are not a from-scratch run's, and pooled with them each regime's prior is biased toward the other's. A
 finished run that names no regime was trained from scratch (every curve before regimes existed was).
 
+Over-fitting: a finished run declared ``overfits`` (its held-out value bottoms and then rises: the development
+set's ``index.csv`` column) sets no shape number. The law is monotone in the LR's area, so such a run's fit
+describes a curve the law cannot have, and its α and drop would bias every run of its kind
+(``docs/curve-prediction.md``, "Fine-tune runs and the regime"). It still counts for its task's level, and its
+predictions still set the calibrated bands: a running job cannot know it will over-fit. A declared property,
+not a threshold on how far the end rises above the minimum: noise would move such a line.
+
 Level: finished jobs of the same task (``LEVEL_FIELDS``: dataset and metric) also say where a run ends. With
 two or more of them the prior carries their geometric mean final value and its predictive log spread
 (s·√(1 + 1/n), never below ``LEVEL_SIGMA_MIN``); ``perf.curve_predict`` weighs it against the fit's own
@@ -164,9 +171,9 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
 def shape_pool(fits: list[FinishedFit], meta: dict, counts) -> list[FinishedFit]:
     """The finished fits a shape number is pooled from (module doc): narrowed to the new run's metric kind, then
     to its regime, each narrowing kept only where at least ``KIND_MIN`` fits that ``counts`` remain; a narrowing
-    the new run's metadata does not name (no metric, no regime) is not made."""
+    the new run's metadata does not name (no metric, no regime) is not made. Runs that over-fit never enter."""
     kind, regime = metric_kind(meta.get("metric")), meta.get("regime")
-    pool = fits
+    pool = [f for f in fits if has_law_shape(f)]
     for same in (lambda f: kind is not None and metric_kind(f.meta.get("metric")) == kind,
                  lambda f: regime is not None and regime_of(f.meta) == regime):
         narrower = [f for f in pool if same(f)]
@@ -175,11 +182,18 @@ def shape_pool(fits: list[FinishedFit], meta: dict, counts) -> list[FinishedFit]
     return pool
 
 
+def has_law_shape(f: FinishedFit) -> bool:
+    """Whether a finished run may set a shape number: not one declared to over-fit (module doc)."""
+    return not f.meta.get("overfits")
+
+
 def _weights(fits: list[FinishedFit], meta: dict) -> np.ndarray:
     return np.array([4.0 ** sum(1 for k in FIELDS if k in meta and f.meta.get(k) == meta[k]) for f in fits])
 
 
 def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
+    if not fits:   # every finished run over-fitted
+        return default.alpha, default.alpha_sigma
     w = _weights(fits, meta)
     logs = np.log([max(f.alpha, 1e-3) for f in fits])
     return math.exp(float(np.average(logs, weights=w))), _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN)
