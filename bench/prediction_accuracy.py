@@ -3,7 +3,8 @@
 Run: PYTHONPATH=src python bench/prediction_accuracy.py [--write-calibration]
 
 Schedule-aware prediction (issue 14). Curves: the development set of real runs (``bench/curves/dev_set.py``:
-our digits / char-GRU / char-transformer runs under every schedule family, five Pollux apps with the schedules of their training
+our digits / char-GRU / char-transformer runs under every schedule family, fine-tune (digits 5-9 accuracy,
+char-GRU loss) and over-fitting (breast-cancer loss) runs under four or five, five Pollux apps with the schedules of their training
 scripts, the seed ResNet-50 log). Each curve is cut after 10 %, 25 %, 50 % of its budget; the predictor gets
 that prefix, the schedule and the budget (the information a user has), and predicts:
 
@@ -74,7 +75,7 @@ from dlsched.perf.calibration import TABLE, Calibration, calibrate  # noqa: E402
 from dlsched.perf.convergence import LossCurve, fit_curve  # noqa: E402
 from dlsched.perf.curve_predict import MetricSpace, predict_curve  # noqa: E402
 from dlsched.perf.predict import remaining_steps  # noqa: E402
-from dlsched.perf.prior import finished_fit, prior_from_fits  # noqa: E402
+from dlsched.perf.prior import finished_fit, has_law_shape, prior_from_fits, regime_of  # noqa: E402
 from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log  # noqa: E402
 from dlsched.perf.speed import fit_compute, fit_step_time, profiling_rows  # noqa: E402
 
@@ -130,8 +131,10 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
     t, n = truth(c), prefix(c, frac)
     space = MetricSpace.of(c.metric, c.y)
     args = (c.x[:n], c.y[:n], c.schedule)
-    p = predict_curve(*args, metric=c.metric, target_fraction=IMPROVEMENT, prior=prior, calibration=cal)
-    fixed = predict_curve(*args, metric=c.metric, target=float(space.up(t.target)), prior=prior, calibration=cal)
+    regime = c.meta.get("regime", "scratch")   # what the user declares (``--regime``): the shipped prior's pool
+    p = predict_curve(*args, metric=c.metric, target_fraction=IMPROVEMENT, prior=prior, calibration=cal, regime=regime)
+    fixed = predict_curve(*args, metric=c.metric, target=float(space.up(t.target)), prior=prior, calibration=cal,
+                          regime=regime)
     final = float(space.down(p.final_value))
     lo, hi = sorted(space.down(np.array(p.final_value_interval_80)))
     remaining = t.target_x - p.x_now
@@ -316,9 +319,10 @@ def schedule_report(write_calibration: bool = False) -> None:
     if write_calibration:
         # what the CLI ships: bands from every curve, and the prior from every curve's finished fit
         # (the records here used leave-one-out priors, close to what a new job's prior is)
+        # (the table's fits serve only the shape prior: a run that over-fits is left out, ``perf.prior``)
         every = prior_from_fits(list(full_fits(curves).values()))
-        shipped = [(f.alpha, f.drop if math.isfinite(f.drop) else None, f.meta["metric"], f.meta["decay"])
-                   for f in full_fits(curves).values()]
+        shipped = [(f.alpha, f.drop if math.isfinite(f.drop) else None, f.meta["metric"], f.meta["decay"],
+                    regime_of(f.meta)) for f in full_fits(curves).values() if has_law_shape(f)]
         table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
                                     prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
                                     levelled=calibrate([r for rs in plain.values() for r in rs]),

@@ -14,7 +14,8 @@ predicted as ``dlsched predict curve FILE --x x --y y --budget B --schedule S --
 --target-fraction 0.95`` would, i.e. the CLI's reader (``perf.curve_readers.read_curve``), its schedule
 (the logged LR column for ``lr-column``, else the spec), and ``predict_curve`` with the shipped
 ``perf/calibration.json`` and the shipped prior for the curve's metric and decay (the general case: no
-same-task level). The scoring (truth, the 95 % point, coverage, wrongly unreachable) and Optimus alone are
+same-task level), declared ``--regime`` as ``public_sources.csv``'s ``regime`` column says (finetune: the run
+started from pretrained weights, as its task note says; a manifest's own ``regime`` column wins). The scoring (truth, the 95 % point, coverage, wrongly unreachable) and Optimus alone are
 ``bench/prediction_accuracy.py``'s own ``evaluate`` and ``evaluate_optimus``.
 """
 from __future__ import annotations
@@ -39,16 +40,26 @@ DEFAULT_DIR = Path("/work/public_curves")
 TARGETS = "targets: final <= 5 %, steps <= 20 %, 80 % coverage 70-90 %, wrongly unreachable 0"
 
 
+SOURCES = Path(__file__).resolve().parent / "curves" / "public_sources.csv"
+
+
+def regimes() -> dict[str, str]:
+    """file -> the regime a user of that run would declare (``public_sources.csv``)."""
+    src = pd.read_csv(SOURCES, dtype=str, keep_default_na=False)
+    return dict(zip(src.file, src.regime)) if "regime" in src else {}
+
+
 def load_curves(folder: Path) -> list[DevCurve]:
     """The manifest's curves, read and scheduled as the CLI does (``commands/predict_curve._schedule``)."""
-    out = []
+    out, declared = [], regimes()
     for row in pd.read_csv(folder / "manifest.csv", dtype=str, keep_default_na=False).itertuples():
         logged = row.schedule == "lr-column"
         curve = read_curve(folder / row.file, x="x", y="y", lr_col="lr" if logged else None)
         budget = float(row.budget)
         schedule = Schedule.from_points(curve.lr_x, curve.lr, budget) if logged else parse_schedule(row.schedule, budget)
         out.append(DevCurve(Path(row.file).stem, curve.x, curve.y, row.metric, schedule,
-                            {"repo": row.repo, "task": row.task, "schedule": "lr-column" if logged else row.schedule}))
+                            {"repo": row.repo, "task": row.task, "schedule": "lr-column" if logged else row.schedule,
+                             "regime": getattr(row, "regime", "") or declared.get(row.file) or "scratch"}))
     return out
 
 
@@ -74,7 +85,7 @@ def report(curves: list[DevCurve]) -> None:
         cells = "  ".join(f"{pct(r.final_err)} {pct(r.steps_err)} {yn(r.final_cov)}{yn(r.steps_cov)} {r.model[:4]}"
                           + (" UNREACHABLE" if r.unreachable else "") for r in g.itertuples())
         ocells = " ".join(f"{pct(r.final_err)}/{pct(r.steps_err)}" for r in o.itertuples())
-        print(f"  {c.name:38s} {cells}   | {ocells}")
+        print(f"  {c.name:38s} {c.meta['regime'][:2]} {cells}   | {ocells}")
     beyond = observed_beyond(curves)
     if beyond:   # the predictor needs >= 4 points; the CLI refuses fewer (exit 2), the bench observes 4
         print(f"  observed beyond the row's fraction (4 points minimum): {', '.join(beyond)}")

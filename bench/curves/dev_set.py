@@ -1,7 +1,12 @@
 """The development set of real training curves with their known LR schedules and budgets.
 
 * ``bench/curves/*.csv`` (``index.csv``): our own runs, ``make_dev_curves.py`` (digits held-out loss,
-  character-GRU and character-transformer held-out loss) under every schedule family.
+  character-GRU and character-transformer held-out loss) under every schedule family, and its fine-tune and
+  over-fitting runs (digits 5-9 fine-tune accuracy, char-GRU fine-tune loss, breast-cancer over-fitting loss)
+  under four or five; the index names each run's model family, metric (the CSV column), regime
+  (scratch | finetune) and whether it over-fits by design (``overfits``: the cancer runs; ``perf.prior``
+  pools no shape from them).
+* Every curve's ``meta`` carries its ``regime`` (``perf.prior``): the Pollux apps and the seed log are from-scratch runs.
 * The Pollux apps (``shared/data/pollux/traces/<app>/validation-<M0>.csv`` at the base batch, to the
   artifact's max_epochs; Apache-2.0). Schedules from the artifact's own training scripts (petuum/adaptdl,
   branch osdi21-artifact, ``benchmark/models/<app>``): cifar10 ExponentialLR to 0.0133× over 100 epochs;
@@ -63,9 +68,10 @@ def dev_curves() -> list[DevCurve]:
         if not (HERE / row.file).exists():  # not generated yet
             continue
         d = pd.read_csv(HERE / row.file)
-        meta = {"family": {"digits": "mlp", "charlm": "gru", "tinylm": "transformer"}[row.task], "dataset": row.task, "metric": "loss"}
-        out.append(DevCurve(row.file.removesuffix(".csv"), d.step.to_numpy(float), d.loss.to_numpy(float), "loss",
-                            parse_schedule(row.schedule, float(row.budget)), meta))
+        meta = {"family": row.family, "dataset": row.task, "metric": row.metric, "regime": row.regime,
+                "overfits": bool(row.overfits)}
+        out.append(DevCurve(row.file.removesuffix(".csv"), d.step.to_numpy(float), d[row.metric].to_numpy(float),
+                            row.metric, parse_schedule(row.schedule, float(row.budget)), meta))
     for app, spec in POLLUX_SCHEDULES.items():
         c = pollux_app(app).loss_curve()
         x = c.step.to_numpy(float)
@@ -74,9 +80,9 @@ def dev_curves() -> list[DevCurve]:
         metric = POLLUX_METRIC.get(app, "error")
         out.append(DevCurve(f"pollux-{app}", x, c.loss.to_numpy(float), metric,
                             parse_schedule(spec(x, ipe), float(x[-1])),
-                            {"family": fam, "depth": depth, "dataset": data, "metric": metric}))
+                            {"family": fam, "depth": depth, "dataset": data, "metric": metric, "regime": "scratch"}))
     log = seed_log()
     x = log.steps_cum_assumed.to_numpy(float)
     out.append(DevCurve("seed-resnet50", x, log.train_loss.to_numpy(float), "loss", parse_schedule("constant", float(x[-1])),
-                        {"family": "resnet", "depth": 50, "dataset": "cifar10", "metric": "loss"}))
+                        {"family": "resnet", "depth": 50, "dataset": "cifar10", "metric": "loss", "regime": "scratch"}))
     return out

@@ -1,9 +1,9 @@
 """Generate the development set of REAL training curves for the schedule-aware predictor.
 
-Run: PYTHONPATH=src python bench/curves/make_dev_curves.py [FILE.csv ...]   (~6 minutes on one core; torch
+Run: PYTHONPATH=src python bench/curves/make_dev_curves.py [FILE.csv ...]   (~8 minutes on one core; torch
 CPU, 1 thread; names given: only those runs, the index is always rewritten)
 
-Two real tasks on data that installed packages ship, each trained once under every LR schedule family the
+Three real tasks on data that installed packages ship, each trained once under every LR schedule family the
 predictor knows (the schedule drives training through ``perf.schedule``, so the spec in ``index.csv`` is
 exactly the LR the run used):
 
@@ -16,16 +16,41 @@ exactly the LR the run used):
   ``xml``, ``logging``; PSF licence), AdamW, 600 steps; held-out loss on 96 fixed sequences every 10 steps.
   Also under the inverse-square-root schedule (linear warm-up, then sqrt(W/x)).
 
+Fine-tune and over-fitting runs (the tasks above train from scratch; users also fine-tune pretrained models,
+whose curves fall fast from a good start, improve little in relative terms and often over-fit). Pre-training
+happens here, deterministically (fixed seed, constant LR, ``pretrained``), nothing is downloaded:
+
+* ``digitsft``: the digits MLP pre-trained on digits 0-4 (300 steps), then fine-tuned with its whole 10-way
+  head on digits 5-9 (520 training images, 400 steps, SGD lr 0.01); curve = held-out **accuracy** on 376
+  images of digits 5-9 (``metric`` accuracy in the index): near 0 at step 10 (the 5-9 outputs were never
+  trained), past 90 % by step 80-90. Schedules: constant, step, cosine, linear, wsd.
+* ``charft``: the charlm GRU pre-trained on charlm's packages (400 steps), then fine-tuned on ``collections``
+  and ``concurrent`` (PSF licence; ~120 k characters, a vocabulary shared by both texts), Adam 1e-3, 400 steps;
+  curve = held-out loss. Schedules: constant, cosine, linear, wsd.
+* ``cancer``: scikit-learn's breast-cancer data (569 cases, BSD-3 licence), standardised; an MLP 30-256-256-2
+  far larger than the data needs, Adam 2e-4, trained from scratch on 300 cases, 500 steps; curve = held-out
+  loss on the other 269, which bottoms (steps 130-320) and rises late (over-fitting). Regime ``scratch``: it
+  is not pre-trained. Schedules: constant, step, cosine, onecycle, poly.
+
+``index.csv`` names each run's model ``family``, its ``metric`` (the CSV column the curve is), its
+``regime`` (``scratch`` | ``finetune``: what ``dlsched predict curve --regime`` declares) and whether its task
+``overfits`` by design (``cancer``: its fits set no shape prior, ``perf.prior``).
+
 Each CSV has step, loss, accuracy, lr (the LR the optimiser used at that step), wall_s (seconds since the
-run started) and train_loss (mean minibatch loss since the previous row). Seeds are fixed.
+run started) and train_loss (mean minibatch loss since the previous row). Seeds are fixed; bit-for-bit only on
+the same torch build and CPU: regenerated on another machine, charlm-constant ended 0.25 % off its committed
+CSV (the same with this script's version before its tasks shared one loop).
 """
 from __future__ import annotations
 
 import csv
+import functools
 import os
 import pathlib
 import sys
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -56,33 +81,48 @@ def inverse_sqrt_spec(B: int, W: int) -> str:
     return "points:" + ",".join(f"{x}={min(x / W, (W / x) ** 0.5) if x else 0:.4g}" for x in xs)
 
 
-def digits_task(seed: int):
+def _digits() -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's digits, scaled to [0, 1], in one fixed shuffled order."""
     from sklearn.datasets import load_digits
 
     X, y = load_digits(return_X_y=True)
-    rng = np.random.default_rng(0)
-    idx = rng.permutation(len(X))
-    X = torch.tensor(X[idx] / 16.0, dtype=torch.float32)
-    y = torch.tensor(y[idx])
-    tr, va = slice(0, 1400), slice(1400, None)
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
-    gen = torch.Generator().manual_seed(seed)
+    idx = np.random.default_rng(0).permutation(len(X))
+    return torch.tensor(X[idx] / 16.0, dtype=torch.float32), torch.tensor(y[idx])
+
+
+def _classifier_loop(model, Xtr, ytr, Xva, yva, batch_size: int, gen):
+    """(batch, step, evaluate) of a classifier on in-memory tensors: random training minibatches, the whole
+    held-out set evaluated (cross-entropy loss and accuracy)."""
 
     def batch():
-        i = torch.randint(0, 1400, (16,), generator=gen)
-        return X[tr][i], y[tr][i]
+        i = torch.randint(0, len(Xtr), (batch_size,), generator=gen)
+        return Xtr[i], ytr[i]
 
     def evaluate():
         with torch.no_grad():
-            out = model(X[va])
-            return float(torch.nn.functional.cross_entropy(out, y[va])), float((out.argmax(1) == y[va]).float().mean())
+            out = model(Xva)
+            return float(torch.nn.functional.cross_entropy(out, yva)), float((out.argmax(1) == yva).float().mean())
 
     def step(xb, yb):
         return torch.nn.functional.cross_entropy(model(xb), yb)
 
-    return model, opt, 0.02, batch, step, evaluate
+    return batch, step, evaluate
+
+
+def _mlp(*widths: int) -> torch.nn.Sequential:
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def digits_task(seed: int):
+    X, y = _digits()
+    torch.manual_seed(seed)
+    model = _mlp(64, 128, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    return (model, opt, 0.02, *_classifier_loop(model, X[:1400], y[:1400], X[1400:], y[1400:], 16,
+                                                torch.Generator().manual_seed(seed)))
 
 
 def _char_lm_loop(model, train, val, T: int, V: int, batch_size: int, val_windows: int, gen):
@@ -108,34 +148,49 @@ def _char_lm_loop(model, train, val, T: int, V: int, batch_size: int, val_window
     return batch, step, evaluate
 
 
-def charlm_task(seed: int):
+def _source_text(*packages, recursive: bool = False) -> str:
+    """The Python source of standard-library packages (PSF licence), in a fixed file order."""
+    text = ""
+    for pkg in packages:
+        root = pathlib.Path(pkg.__file__).parent
+        for f in sorted(root.rglob("*.py") if recursive else root.glob("*.py")):
+            text += f.read_text(encoding="utf-8", errors="replace")
+    return text
+
+
+def _charlm_text() -> str:
     import asyncio
     import email
     import http
     import json
 
-    text = ""
-    for pkg in (email, json, http, asyncio):
-        for f in sorted(pathlib.Path(pkg.__file__).parent.glob("*.py")):
-            text += f.read_text(encoding="utf-8", errors="replace")
+    return _source_text(email, json, http, asyncio)
+
+
+class CharGRU(torch.nn.Module):
+    def __init__(self, V: int):
+        super().__init__()
+        self.emb = torch.nn.Embedding(V, 32)
+        self.rnn = torch.nn.GRU(32, 96, batch_first=True)
+        self.head = torch.nn.Linear(96, V)
+
+    def forward(self, x):
+        return self.head(self.rnn(self.emb(x))[0])
+
+
+def _encoded(text: str, chars: list[str]) -> torch.Tensor:
+    return torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+
+
+def charlm_task(seed: int):
+    text = _charlm_text()
     chars = sorted(set(text))
-    data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    data = _encoded(text, chars)
     split = int(0.9 * len(data))
     train, val = data[:split], data[split:]
     V, T = len(chars), 48
     torch.manual_seed(seed)
-
-    class CharGRU(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = torch.nn.Embedding(V, 32)
-            self.rnn = torch.nn.GRU(32, 96, batch_first=True)
-            self.head = torch.nn.Linear(96, V)
-
-        def forward(self, x):
-            return self.head(self.rnn(self.emb(x))[0])
-
-    model = CharGRU()
+    model = CharGRU(V)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     return (model, opt, 3e-3, *_char_lm_loop(model, train, val, T, V, batch_size=32, val_windows=256,
                                              gen=torch.Generator().manual_seed(seed)))
@@ -148,12 +203,9 @@ def tinylm_task(seed: int):
     import unittest
     import xml
 
-    text = ""
-    for pkg in (unittest, xml, logging):
-        for f in sorted(pathlib.Path(pkg.__file__).parent.rglob("*.py")):
-            text += f.read_text(encoding="utf-8", errors="replace")
+    text = _source_text(unittest, xml, logging, recursive=True)
     chars = sorted(set(text))
-    data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    data = _encoded(text, chars)
     split = int(0.9 * len(data))
     train, val = data[:split], data[split:]
     V, T, D = len(chars), 48, 48
@@ -178,19 +230,120 @@ def tinylm_task(seed: int):
                                              gen=torch.Generator().manual_seed(seed)))
 
 
-TASKS = {"digits": (digits_task, 800), "charlm": (charlm_task, 800), "tinylm": (tinylm_task, 600)}
+@functools.cache
+def pretrained(task: str) -> dict:
+    """The pre-trained weights a fine-tune task starts from: trained here at a constant LR with seed 0, so every
+    schedule of the task fine-tunes the same model (a deep copy of the state; nothing is downloaded)."""
+    model, opt, peak, batch, step, _ = PRETRAIN[task](seed=0)
+    train(opt, peak, batch, step, PRETRAIN_STEPS[task])
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _digits_low(seed: int):
+    """Pre-training of ``digitsft``: the digits MLP on digits 0-4 only."""
+    X, y = _digits()
+    low = y < 5
+    torch.manual_seed(seed)
+    model = _mlp(64, 128, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    return (model, opt, 0.02, *_classifier_loop(model, X[low], y[low], X[low][:1], y[low][:1], 16,
+                                                torch.Generator().manual_seed(seed)))
+
+
+def digitsft_task(seed: int):
+    """Fine-tune the 0-4 MLP, whole 10-way head, on digits 5-9: 520 training images, the rest (376) held out."""
+    X, y = _digits()
+    high = y >= 5
+    Xh, yh = X[high], y[high]
+    model = _mlp(64, 128, 10)
+    model.load_state_dict(pretrained("digitsft"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return (model, opt, 0.01, *_classifier_loop(model, Xh[:520], yh[:520], Xh[520:], yh[520:], 16,
+                                                torch.Generator().manual_seed(seed)))
+
+
+def _charft_vocab() -> tuple[str, str, list[str]]:
+    """(pre-training text, fine-tuning text, the vocabulary of both): charlm's packages, then ``collections`` and
+    ``concurrent``."""
+    import collections
+    import concurrent
+
+    pre, ft = _charlm_text(), _source_text(collections, concurrent, recursive=True)
+    return pre, ft, sorted(set(pre + ft))
+
+
+def _charft_pre(seed: int):
+    """Pre-training of ``charft``: the char GRU on charlm's text, over both texts' vocabulary."""
+    pre, _, chars = _charft_vocab()
+    data = _encoded(pre, chars)
+    torch.manual_seed(seed)
+    model = CharGRU(len(chars))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    return (model, opt, 3e-3, *_char_lm_loop(model, data, data[:4096], 48, len(chars), batch_size=32,
+                                             val_windows=8, gen=torch.Generator().manual_seed(seed)))
+
+
+def charft_task(seed: int):
+    """Fine-tune the pre-trained GRU on ``collections`` + ``concurrent``: 80 % to train, 20 % held out."""
+    _, ft, chars = _charft_vocab()
+    data = _encoded(ft, chars)
+    split = int(0.8 * len(data))
+    model = CharGRU(len(chars))
+    model.load_state_dict(pretrained("charft"))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    return (model, opt, 1e-3, *_char_lm_loop(model, data[:split], data[split:], 48, len(chars), batch_size=32,
+                                             val_windows=256, gen=torch.Generator().manual_seed(seed)))
+
+
+def cancer_task(seed: int):
+    """Breast-cancer diagnosis from scratch with a model far too big for 300 training cases: it over-fits (at
+    Adam 2e-3 its held-out loss rose from step 50 on; 2e-4 puts the rise in the second half, as a user sees it)."""
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    idx = np.random.default_rng(0).permutation(len(X))
+    X, y = X[idx], y[idx]
+    mu, sd = X[:300].mean(0), X[:300].std(0) + 1e-9   # the training cases' statistics only
+    X = torch.tensor((X - mu) / sd, dtype=torch.float32)
+    y = torch.tensor(y)
+    torch.manual_seed(seed)
+    model = _mlp(30, 256, 256, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-4)
+    return (model, opt, 2e-4, *_classifier_loop(model, X[:300], y[:300], X[300:], y[300:], 16,
+                                                torch.Generator().manual_seed(seed)))
+
+
+PRETRAIN = {"digitsft": _digits_low, "charft": _charft_pre}
+PRETRAIN_STEPS = {"digitsft": 300, "charft": 400}
+
+
+@dataclass(frozen=True)
+class Task:
+    make: Callable
+    budget: int
+    family: str                 # the model's family (``perf.prior`` matches finished runs on it)
+    schedules: tuple[str, ...]
+    metric: str = "loss"        # the CSV column the curve is
+    regime: str = "scratch"     # scratch | finetune (``dlsched predict curve --regime``)
+    overfits: bool = False      # built to over-fit: its fits are no shape the law has (``perf.prior``)
+
+
 # the first two tasks' runs predate the inverse-square-root family
-FAMILIES = {"digits": [n for n in SCHEDULES if n != "invsqrt"], "charlm": [n for n in SCHEDULES if n != "invsqrt"],
-            "tinylm": list(SCHEDULES)}
+OLD = tuple(n for n in SCHEDULES if n != "invsqrt")
+TASKS = {"digits": Task(digits_task, 800, "mlp", OLD), "charlm": Task(charlm_task, 800, "gru", OLD),
+         "tinylm": Task(tinylm_task, 600, "transformer", tuple(SCHEDULES)),
+         "digitsft": Task(digitsft_task, 400, "mlp", ("constant", "step", "cosine", "linear", "wsd"), "accuracy",
+                          "finetune"),
+         "charft": Task(charft_task, 400, "gru", ("constant", "cosine", "linear", "wsd"), regime="finetune"),
+         "cancer": Task(cancer_task, 500, "mlp", ("constant", "step", "cosine", "onecycle", "poly"), overfits=True)}
 
 
-def run(task: str, sched_name: str) -> list[dict]:
-    make, budget = TASKS[task]
-    model, opt, peak, batch, step_loss, evaluate = make(seed=1)
-    sched = parse_schedule(SCHEDULES[sched_name](budget), budget)
+def train(opt, peak: float, batch, step_loss, steps: int, lr_at=lambda s: 1.0, evaluate=None) -> list[dict]:
+    """The one training loop (pre-training and every logged run): ``lr_at(step)`` relative to ``peak``; with
+    ``evaluate``, a row every ``EVERY`` steps."""
     rows, t0, acc_loss, n = [], time.perf_counter(), 0.0, 0
-    for s in range(budget):
-        lr = peak * float(sched.lr(s))
+    for s in range(steps):
+        lr = peak * float(lr_at(s))
         for g in opt.param_groups:
             g["lr"] = lr
         xb, yb = batch()
@@ -198,8 +351,8 @@ def run(task: str, sched_name: str) -> list[dict]:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        acc_loss, n = acc_loss + float(loss), n + 1
-        if (s + 1) % EVERY == 0:
+        acc_loss, n = acc_loss + float(loss.detach()), n + 1
+        if evaluate is not None and (s + 1) % EVERY == 0:
             vl, va = evaluate()
             rows.append({"step": s + 1, "loss": round(vl, 6), "accuracy": round(va, 6), "lr": f"{lr:.6g}",
                          "wall_s": round(time.perf_counter() - t0, 4), "train_loss": round(acc_loss / n, 6)})
@@ -207,13 +360,19 @@ def run(task: str, sched_name: str) -> list[dict]:
     return rows
 
 
+def run(task: str, sched_name: str) -> list[dict]:
+    t = TASKS[task]
+    model, opt, peak, batch, step_loss, evaluate = t.make(seed=1)
+    sched = parse_schedule(SCHEDULES[sched_name](t.budget), t.budget)
+    return train(opt, peak, batch, step_loss, t.budget, sched.lr, evaluate)
+
+
 def main() -> None:
     torch.set_num_threads(1)
     only = sys.argv[1:]
     index = []
-    for task, (_, budget) in TASKS.items():
-        for name in FAMILIES[task]:
-            spec = SCHEDULES[name]
+    for task, t in TASKS.items():
+        for name in t.schedules:
             fname = f"{task}-{name}.csv"
             if not only or fname in only:
                 rows = run(task, name)
@@ -222,7 +381,9 @@ def main() -> None:
                     w.writeheader()
                     w.writerows(rows)
                 print(f"{fname}: final loss {rows[-1]['loss']:.4f} acc {rows[-1]['accuracy']:.4f}", flush=True)
-            index.append({"file": fname, "task": task, "schedule": spec(budget), "budget": budget})
+            index.append({"file": fname, "task": task, "schedule": SCHEDULES[name](t.budget), "budget": t.budget,
+                          "family": t.family, "metric": t.metric, "regime": t.regime,
+                          "overfits": t.overfits})
     with open(OUT / "index.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(index[0]))
         w.writeheader()

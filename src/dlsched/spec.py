@@ -51,6 +51,11 @@ def _check_params(v: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"param {k}={x} is not finite")
         if isinstance(x, str) and (len(x) > 256 or any(c in x for c in "\x00\n\r")):
             raise ValueError(f"param {k} must be a single-line string of <= 256 characters")
+    if "regime" in v:   # the service reads it (the curve prior's pool): a typo must not pass for scratch
+        from dlsched.perf.prior import REGIMES
+
+        if v["regime"] not in REGIMES:
+            raise ValueError(f"param regime must be one of {', '.join(REGIMES)}, got {v['regime']!r}")
     return v
 
 

@@ -69,6 +69,7 @@ def test_the_chance_of_reaching_a_target_falls_as_the_target_passes_the_predicti
     (dict(y="nope"), "'nope'"), (dict(observed_until=15), "too few points"),
     (dict(budget=100.0, observed_until=None), "--budget"),
     (dict(target=float("nan")), "--target"), (dict(target=float("inf")), "--target"),   # were NaN/Infinity in JSON
+    (dict(regime="pretrained"), "--regime"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args, field):
     kw = dict(file=RUN, x="step", y="loss", budget=800.0, schedule="constant", observed_until=300.0, target=None,
@@ -77,6 +78,28 @@ def test_bad_input_is_one_line_naming_the_field(args, field):
     with pytest.raises(UserError) as e:
         run_curve(**kw)
     assert field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_regime_picks_the_shipped_prior_s_pool_and_is_in_the_json(capsys, monkeypatch):
+    """--regime reaches the predictor (the shipped prior's pool, ``perf.prior``) and the JSON names it; scratch
+    by default."""
+    import dlsched.perf.curve_predict as cp
+
+    seen = []
+    real = cp.predict_curve
+    monkeypatch.setattr(cp, "predict_curve", lambda *a, **k: seen.append(k["regime"]) or real(*a, **k))
+    args = (RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.95, "loss", None, None, True, None)
+    assert run_curve(*args) == 0
+    assert json.loads(capsys.readouterr().out)["regime"] == "scratch"
+    assert run_curve(*args, regime="finetune") == 0
+    assert json.loads(capsys.readouterr().out)["regime"] == "finetune"
+    assert seen == ["scratch", "finetune"]
+
+
+def test_a_bad_regime_is_one_line_and_exit_2():
+    r = cli(RUN, "--budget", "800", "--regime", "pretrained", "--json")
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "--regime" in r.stderr and "pretrained" in r.stderr, r.stderr
 
 
 def test_predict_and_predict_curve_name_a_bad_csv_row_by_the_same_line(tmp_path):

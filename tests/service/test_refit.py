@@ -286,3 +286,38 @@ def test_the_level_prior_carries_finished_finals_to_the_new_jobs_schedule(tmp_pa
     unaware, _ = predict(seen, 3000.0, 1, 32, 32 * 800, seen[-1]["samples"], prior=models.curve_prior(job))
     assert models.refit(job, seen, 3000.0).loss_fit["final"] == pytest.approx(unaware.loss_fit["final"], rel=1e-12)
     store.close()
+
+
+def test_the_service_passes_a_job_s_regime_to_the_curve_predictor(tmp_path, monkeypatch):
+    """A job's ``regime`` param reaches ``predict_curve`` (the shipped prior's pool, ``perf.prior``): scratch by
+    default; the finished fits it leaves carry it; a bad value is refused at submit, one line naming it."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dlsched.service import refit
+    from dlsched.service.job_models import JobModels, job_meta
+    from dlsched.service.store import Store
+    from dlsched.spec import JobSpec, SpecError, load_job_spec_file
+
+    seen = []
+    real = refit.predict_curve
+    monkeypatch.setattr(refit, "predict_curve", lambda *a, **k: seen.append(k["regime"]) or real(*a, **k))
+    d = pd.read_csv(Path(__file__).resolve().parents[2] / "bench" / "curves" / "charft-cosine.csv")
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples() if r.step <= 200]
+    store = Store(tmp_path / "s.db")
+    spec = lambda **p: JobSpec(name="ft", entry="examples/mlp.py:make_job", gpus=1, batch_size=32,  # noqa: E731
+                               total_samples=32 * 400, params={"schedule": "cosine:warmup=20", **p})
+    ft, plain = store.submit(spec(regime="finetune")), store.submit(spec())
+    models = JobModels(("slot",))
+    assert models.refit(store.get(ft), recs, 2000.0).loss_fit["model"] == "annealing"
+    models.refit(store.get(plain), recs, 2000.0)
+    assert seen == ["finetune", "scratch"]
+    assert job_meta(store.get(ft))["regime"] == "finetune" and job_meta(store.get(plain))["regime"] == "scratch"
+    store.close()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: ft\nentry: examples/mlp.py:make_job\ngpus: 1\nbatch_size: 32\nparams: {regime: pretrained}\n")
+    with pytest.raises(SpecError) as e:
+        load_job_spec_file(bad)
+    assert "regime" in str(e.value) and "pretrained" in str(e.value) and "\n" not in str(e.value)

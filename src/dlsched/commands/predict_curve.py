@@ -2,12 +2,14 @@
 contract other tools call; the JSON keys below only ever gain siblings).
 
     dlsched predict curve FILE --x step --y loss --budget N --schedule SPEC \\
-        [--observed-until S] [--target VALUE | --target-fraction 0.95] [--metric loss|accuracy|error] --json
+        [--observed-until S] [--target VALUE | --target-fraction 0.95] [--metric loss|accuracy|error] \\
+        [--regime scratch|finetune] --json
 
 ``--json`` prints one object: model, final_value, final_value_interval_80, floor, target, target_step,
 steps_to_target (remaining x from the last observed point; null if unreachable), interval_80 (for
 steps_to_target), p_reach (the chance of reaching the target by the budget, from the calibrated final-value
-band), observed_until, budget, and, when the log has wall-clock times, seconds_to_target and seconds_to_budget
+band), observed_until, budget, regime (the shipped prior's pool: from-scratch or fine-tune runs), and,
+when the log has wall-clock times, seconds_to_target and seconds_to_budget
 at the speed of the newest points. Exit codes: 0, 2 bad input (one line), 3 target unreachable (one line on
 stderr; with --json the object is still printed).
 """
@@ -53,14 +55,17 @@ def _schedule(spec: str | None, budget: float, curve):
 
 def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
               target: float | None, target_fraction: float | None, metric: str, lr_col: str | None,
-              time_col: str | None, as_json: bool, plot_path: Path | None) -> int:
+              time_col: str | None, as_json: bool, plot_path: Path | None, regime: str = "scratch") -> int:
     import numpy as np
 
     from dlsched.perf.curve_predict import METRICS, predict_curve
     from dlsched.perf.curve_readers import read_curve, seconds_per_x
+    from dlsched.perf.prior import REGIMES
 
     if metric not in METRICS:
         raise UserError(f"--metric: expected one of {', '.join(METRICS)}, got {metric!r}")
+    if regime not in REGIMES:
+        raise UserError(f"--regime: expected one of {', '.join(REGIMES)}, got {regime!r}")
     if target is not None and target_fraction is not None:
         raise UserError("--target and --target-fraction: give one, not both")
     if target is not None and not math.isfinite(target):
@@ -85,11 +90,12 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     sched = _schedule(schedule, budget, curve)
     try:
         pred = predict_curve(curve.x[keep], curve.y[keep], sched, metric=metric, target=target,
-                             target_fraction=target_fraction)
+                             target_fraction=target_fraction, regime=regime)
     except ValueError as e:
         raise UserError(f"{curve.source}: field {y!r}: {e}") from None
     out = pred.as_json()
     out["schedule"] = sched.spec
+    out["regime"] = regime
     if sched.spec == "lr-column":   # which column: it may have been found, not named (``logged_lr_column``)
         out["lr_column"] = curve.lr_name
     rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
@@ -117,7 +123,7 @@ def _render(out: dict, x: str, metric: str) -> None:
     con = Console()
     lo, hi = out["final_value_interval_80"]
     column = f" {out['lr_column']!r}" if out.get("lr_column") else ""
-    con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}{column}), observed to {x} {out['observed_until']:g} "
+    con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}{column}, {out['regime']}), observed to {x} {out['observed_until']:g} "
               f"of {out['budget']:g}")
     best = "ceiling" if metric == "accuracy" else "floor"   # the JSON's floor: for accuracy the highest reachable
     con.print(f"final {metric}: {out['final_value']:.4g}  (80 % interval {lo:.4g} – {hi:.4g}; {best} {out['floor']:.4g})")
@@ -177,9 +183,11 @@ def register(predict_app: typer.Typer) -> None:
         time_col: Optional[str] = typer.Option(None, "--time-col", help="column of wall-clock time (seconds or ISO-8601): gives the time to target"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object (the stable contract)"),
         plot_path: Optional[Path] = typer.Option(None, "--plot", help="write logged, observed and predicted curves here (PNG)"),
+        regime: str = typer.Option("scratch", "--regime", help="scratch (trained from random weights) | finetune "
+                                   "(from pretrained weights): the shipped prior pools the development runs of this regime"),
     ) -> None:
         """When will this run reach a target, and where will it end? Schedule-aware, with calibrated 80 % intervals."""
         code = run_curve(file, x, y, budget, schedule, observed_until, target, target_fraction, metric, lr_col,
-                         time_col, as_json, plot_path)
+                         time_col, as_json, plot_path, regime)
         if code:
             raise typer.Exit(code)

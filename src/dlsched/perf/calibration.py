@@ -48,8 +48,9 @@ class Calibration:
     # task's finals: their errors are of another size than the fit's alone, which the bands above are (and which
     # that weighing uses); None: these
     levelled: "Calibration | None" = None
-    # the same finished curves' fits, (α, drop or None, metric, decay) each: the prior a declared metric and
-    # schedule get (``perf.prior``: pooled by metric kind and decay); None: ``prior`` for every run
+    # the same finished curves' fits, (α, drop or None, metric, decay[, regime]) each: the prior a declared
+    # metric, schedule and regime get (``perf.prior``: pooled by metric kind and regime, weighed by decay); a fit
+    # without a regime (a table written before regimes) is a from-scratch run's; None: ``prior`` for every run
     fits: tuple[tuple, ...] | None = None
     # ``levelled``'s counterpart for a level whose finals were carried to the run's schedule (``perf.prior``):
     # several times tighter than a plain mean's, which stays in ``levelled`` (a job that declared no schedule)
@@ -81,12 +82,16 @@ class Calibration:
         """log(most the remaining improvement may exceed its prediction) at this fraction (``reach``)."""
         return None if self.reach is None else self._band(tuple((f, f) for f in self.reach), fraction)[0]
 
-    def curve_prior(self, metric: str | None = None, schedule: Schedule | None = None) -> CurvePrior:
-        """The shape prior the development curves' fits give a run of this metric and schedule (all of them
-        without ``fits``; ``CurvePrior()`` before any calibration)."""
+    def curve_prior(self, metric: str | None = None, schedule: Schedule | None = None,
+                    regime: str = "scratch") -> CurvePrior:
+        """The shape prior the development curves' fits give a run of this metric, schedule and regime (all of
+        them without ``fits``; ``CurvePrior()`` before any calibration)."""
         if self.fits and metric is not None:
-            fits = [FinishedFit(a, math.nan if d is None else d, {"metric": m, "decay": k}) for a, d, m, k in self.fits]
-            p = prior_from_fits(fits, {"metric": metric, "decay": None if schedule is None else schedule.decay})
+            fits = [FinishedFit(a, math.nan if d is None else d,
+                                {"metric": m, "decay": k, "regime": r[0] if r else None})
+                    for a, d, m, k, *r in self.fits]
+            p = prior_from_fits(fits, {"metric": metric, "decay": None if schedule is None else schedule.decay,
+                                       "regime": regime})
             return CurvePrior(p.alpha, p.drop, alpha_sigma=p.alpha_sigma, drop_sigma=p.drop_sigma)
         if not self.prior:
             return CurvePrior()

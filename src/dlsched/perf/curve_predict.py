@@ -37,6 +37,7 @@ from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
 from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise
 from dlsched.perf.fit_window import fit_start
+from dlsched.perf.prior import REGIMES
 from dlsched.perf.schedule import Schedule
 
 METRICS = ("loss", "error", "accuracy")
@@ -172,11 +173,12 @@ def with_level_prior(grid, curve, x_now: float, prior: CurvePrior, fit_sigma: fl
 
 def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target: float | None = None,
                   target_fraction: float | None = None, prior: CurvePrior | None | str = "shipped",
-                  calibration: Calibration | None = None) -> CurvePrediction:
+                  calibration: Calibration | None = None, regime: str = "scratch") -> CurvePrediction:
     """Predict the run's end from the observed (x, metric) prefix; see the module docstring.
 
     ``prior``: "shipped" (the development set's finished fits, ``calibration.json``), a ``CurvePrior`` (e.g.
-    ``perf.prior.prior_from_fits`` of this cluster's finished jobs) or None.
+    ``perf.prior.prior_from_fits`` of this cluster's finished jobs) or None. ``regime`` (``perf.prior.REGIMES``:
+    scratch or finetune) picks the shipped prior's pool; a given ``CurvePrior`` was made for its run already.
     ``target`` is in the metric's units; ``target_fraction`` instead asks for that fraction of the total
     improvement from the first observed value to the predicted final value.
     """
@@ -193,9 +195,11 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         i = int(np.argmax(y <= 0))
         raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}: "
                          f"{float(np.asarray(values, float)[ok][i]):g} at x = {x[i]:g}")
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {regime!r}")
     cal = calibration or load_calibration()
     if isinstance(prior, str):
-        prior = cal.curve_prior(metric, schedule)
+        prior = cal.curve_prior(metric, schedule, regime)
     B, x_now = schedule.budget, float(x[-1])
     start = fit_start(x, y, schedule, MIN_POINTS)   # past the warm-up and a slow start (``perf.fit_window``)
     name, fitted = choose_model(x[start:], y[start:], schedule, prior)

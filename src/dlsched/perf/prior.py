@@ -17,6 +17,20 @@ the held LR, an anneal works while the run is still moving, and the law's S2 doe
 field, not a partition, so runs of the same task under another schedule still count. Metric and schedule are
 what a user declares (``--metric``, ``--schedule``), not per-dataset constants.
 
+Regime: within the kind, the shape prior pools only the finished runs of the new job's regime (``REGIMES``: trained
+from scratch, or fine-tuned from pretrained weights, as the user declares: ``dlsched predict curve --regime``),
+again only once ``KIND_MIN`` of them remain. A fine-tune's curve falls fast from a good start and improves
+little in relative terms (the development set's fine-tune runs, ``docs/curve-prediction.md``): its α and drop
+are not a from-scratch run's, and pooled with them each regime's prior is biased toward the other's. A
+finished run that names no regime was trained from scratch (every curve before regimes existed was).
+
+Over-fitting: a finished run declared ``overfits`` (its held-out value bottoms and then rises: the development
+set's ``index.csv`` column) sets no shape number. The law is monotone in the LR's area, so such a run's fit
+describes a curve the law cannot have, and its α and drop would bias every run of its kind
+(``docs/curve-prediction.md``, "Fine-tune runs and the regime"). It still counts for its task's level, and its
+predictions still set the calibrated bands: a running job cannot know it will over-fit. A declared property,
+not a threshold on how far the end rises above the minimum: noise would move such a line.
+
 Level: finished jobs of the same task (``LEVEL_FIELDS``: dataset and metric) also say where a run ends. With
 two or more of them the prior carries their geometric mean final value and its predictive log spread
 (s·√(1 + 1/n), never below ``LEVEL_SIGMA_MIN``); ``perf.curve_predict`` weighs it against the fit's own
@@ -50,6 +64,12 @@ ALPHA_SIGMA_MIN, DROP_SIGMA_MIN = 0.2, 0.05   # same task, same metric: runs sti
 # finished runs of the new job's metric kind needed before the shape prior pools only them (module doc); fewer
 # would let one odd run set the prior
 KIND_MIN = 3
+REGIMES = ("scratch", "finetune")
+
+
+def regime_of(meta: dict) -> str:
+    """A finished run's regime (module doc): ``scratch`` unless its metadata names one."""
+    return meta.get("regime") or "scratch"
 
 
 def metric_kind(metric: str | None) -> str | None:
@@ -135,10 +155,8 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     if not fits:
         return default
     meta = meta or {}
-    kind = metric_kind(meta.get("metric"))
-    same_kind = [f for f in fits if kind is not None and metric_kind(f.meta.get("metric")) == kind]
-    alpha_fits = same_kind if len(same_kind) >= KIND_MIN else fits
-    drop_fits = same_kind if sum(math.isfinite(f.drop) for f in same_kind) >= KIND_MIN else fits
+    alpha_fits = shape_pool(fits, meta, lambda f: True)
+    drop_fits = shape_pool(fits, meta, lambda f: math.isfinite(f.drop))   # a run whose LR never fell has no drop
     alpha, alpha_sigma = _alpha_prior(alpha_fits, meta, default)
     drop, drop_sigma = _drop_prior(drop_fits, meta, default)
     w = _weights(fits, meta)
@@ -150,11 +168,32 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
                       alpha_sigma=alpha_sigma, drop_sigma=drop_sigma)
 
 
+def shape_pool(fits: list[FinishedFit], meta: dict, counts) -> list[FinishedFit]:
+    """The finished fits a shape number is pooled from (module doc): narrowed to the new run's metric kind, then
+    to its regime, each narrowing kept only where at least ``KIND_MIN`` fits that ``counts`` remain; a narrowing
+    the new run's metadata does not name (no metric, no regime) is not made. Runs that over-fit never enter."""
+    kind, regime = metric_kind(meta.get("metric")), meta.get("regime")
+    pool = [f for f in fits if has_law_shape(f)]
+    for same in (lambda f: kind is not None and metric_kind(f.meta.get("metric")) == kind,
+                 lambda f: regime is not None and regime_of(f.meta) == regime):
+        narrower = [f for f in pool if same(f)]
+        if sum(1 for f in narrower if counts(f)) >= KIND_MIN:
+            pool = narrower
+    return pool
+
+
+def has_law_shape(f: FinishedFit) -> bool:
+    """Whether a finished run may set a shape number: not one declared to over-fit (module doc)."""
+    return not f.meta.get("overfits")
+
+
 def _weights(fits: list[FinishedFit], meta: dict) -> np.ndarray:
     return np.array([4.0 ** sum(1 for k in FIELDS if k in meta and f.meta.get(k) == meta[k]) for f in fits])
 
 
 def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
+    if not fits:   # every finished run over-fitted
+        return default.alpha, default.alpha_sigma
     w = _weights(fits, meta)
     logs = np.log([max(f.alpha, 1e-3) for f in fits])
     return math.exp(float(np.average(logs, weights=w))), _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from dlsched.perf.prior import FinishedFit, fit_from_record, fit_record, prior_from_fits
+from dlsched.perf.prior import REGIMES, FinishedFit, fit_from_record, fit_record, prior_from_fits
 from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
@@ -46,11 +46,18 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
                else "no gradient noise reported: goodput = throughput"})
 
 
+def job_regime(job: JobRecord) -> str:
+    """The job's ``regime`` param (``perf.prior.REGIMES``; the spec checked it at submit); scratch by default."""
+    r = job.spec.params.get("regime")
+    return r if r in REGIMES else "scratch"
+
+
 def job_meta(job: JobRecord) -> dict:
-    """What ``perf.prior`` matches finished jobs on: the model (entry), its dataset and depth params, batch."""
+    """What ``perf.prior`` matches finished jobs on: the model (entry), its dataset and depth params, batch, and
+    the regime it pools by."""
     p = job.spec.params
     return {"family": job.spec.entry, "dataset": p.get("dataset"), "depth": p.get("depth"),
-            "batch": job.spec.batch_size, "metric": "loss"}
+            "batch": job.spec.batch_size, "metric": "loss", "regime": job_regime(job)}
 
 
 class JobModels:
@@ -117,7 +124,7 @@ class JobModels:
                                     gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
                                     speed=self._speeds.get(job.id), refit_speed=refit_speed,
                                     schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None,
-                                    prior=lambda sched: self.curve_prior(job, sched))
+                                    prior=lambda sched: self.curve_prior(job, sched), regime=job_regime(job))
         if pred.loss_fit and "alpha" in pred.loss_fit:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress[-3:] if isinstance(r.get("loss"), (int, float))]

@@ -9,7 +9,8 @@ single-worker measurement to separate compute from communication; until a job ha
 Completion is predicted from the work left over the job's wall-clock rate at its current allocation: the
 total work is ``total_samples`` (reported by the runtime, else the spec's hint), or, for a job that stops at
 a ``target_loss`` param, the step at which the schedule-aware loss prediction (``perf.curve_predict``, over
-the job's ``schedule`` param, a SPEC in steps; constant by default) reaches it.
+the job's ``schedule`` param, a SPEC in steps; constant by default) reaches it. The job's ``regime`` param
+(scratch, the default, or finetune: ``perf.prior.REGIMES``) picks the shipped curve prior's pool.
 """
 from __future__ import annotations
 
@@ -174,7 +175,7 @@ PriorArg = CurvePrior | Callable[[Schedule | None], CurvePrior | None] | None
 
 def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | None = None,
              schedule: str | Schedule | None = None, target_loss: float | None = None,
-             prior: PriorArg = None) -> dict | None:
+             prior: PriorArg = None, regime: str = "scratch") -> dict | None:
     """The Optimus fit (``beta0, beta1, beta2, scale, rmse``) and, when the job's step budget is known, the
     schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
     ``curve`` ([step, loss] from the first step fitted (past an LR warm-up, then a slow start:
@@ -182,7 +183,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     and, for a ``target_loss``, ``target_step`` (None: unreachable), and the annealing fit's ``alpha`` and ``drop`` (what a
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default: the shipped one), or a function of the
-    job's ``Schedule`` that makes one (the level prior carries finished runs' finals to it: ``perf.prior``).
+    job's ``Schedule`` that makes one (the level prior carries finished runs' finals to it: ``perf.prior``);
+    ``regime`` the shipped prior's pool (``perf.curve_predict``).
     The annealing fit itself is ``out["fitted"]``: not JSON, callers take it out before storing."""
     whole = binned_curve(steps, losses)
     # Optimus alone starts at the slow start's end; the predictor gets every point and windows them itself
@@ -207,7 +209,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         if callable(prior):   # the assumed constant of a job that named none is no schedule to carry finals to
             prior = prior(None if schedule is None else sched)
         try:
-            p = predict_curve(*whole, sched, target=target_loss, prior=prior or "shipped")
+            p = predict_curve(*whole, sched, target=target_loss, prior=prior or "shipped", regime=regime)
         except ValueError:
             return out
         grid = np.linspace(max(k[0], float(p.curve_x[0])), budget_steps, 121)   # from the first point fitted
@@ -257,7 +259,7 @@ def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> 
 def predict(progress: list[dict], now: float, current_workers: int, current_batch: int | None,
             total_hint: float | None, samples_done: float, target_loss: float | None = None,
             gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True,
-            schedule: str | None = None, prior: PriorArg = None):
+            schedule: str | None = None, prior: PriorArg = None, regime: str = "scratch"):
     """(Prediction, speed model or None) for one job from its stored progress records (its LR schedule: the
     ``schedule`` SPEC, else the logged LR where ``logged_schedule`` trusts it, else constant). ``refit_speed=False``
     keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
@@ -280,7 +282,7 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
     if schedule is None and budget:
         schedule = logged_schedule(recs, budget)
     loss_fit = fit_loss(steps, np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float),
-                        budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior)
+                        budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior, regime=regime)
     fitted = loss_fit.pop("fitted", None) if loss_fit else None
     total = total_hint
     if total is None and target_loss is not None and loss_fit and recs:

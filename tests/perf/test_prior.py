@@ -1,0 +1,82 @@
+"""``perf.prior``: the shape prior's pool by regime (from-scratch or fine-tune runs) and without runs that
+over-fit, on a hand-made set of fits."""
+import pytest
+
+from dlsched.perf.annealing import CurvePrior
+from dlsched.perf.calibration import Calibration, from_dict
+from dlsched.perf.prior import KIND_MIN, FinishedFit, has_law_shape, prior_from_fits, regime_of, shape_pool
+from dlsched.perf.schedule import parse_schedule
+
+SCRATCH = [FinishedFit(0.3, 0.05, {"dataset": d, "metric": "loss", "regime": "scratch"}) for d in "abc"]
+FINETUNE = [FinishedFit(1.5, 0.2, {"dataset": d, "metric": "loss", "regime": "finetune"}) for d in "def"]
+
+
+def test_the_shape_prior_narrows_to_the_run_s_regime_once_three_of_it_remain():
+    assert KIND_MIN == 3
+    ft = prior_from_fits(SCRATCH + FINETUNE, {"dataset": "g", "metric": "loss", "regime": "finetune"})
+    assert ft.alpha == pytest.approx(1.5) and ft.drop == pytest.approx(0.2)
+    sc = prior_from_fits(SCRATCH + FINETUNE, {"dataset": "g", "metric": "loss", "regime": "scratch"})
+    assert sc.alpha == pytest.approx(0.3) and sc.drop == pytest.approx(0.05)
+
+
+def test_two_runs_of_the_regime_keep_the_wider_pool():
+    few = prior_from_fits(SCRATCH + FINETUNE[:2], {"dataset": "g", "metric": "loss", "regime": "finetune"})
+    assert 0.3 < few.alpha < 1.5 and 0.05 < few.drop < 0.2
+    assert len(shape_pool(SCRATCH + FINETUNE[:2], {"metric": "loss", "regime": "finetune"}, lambda f: True)) == 5
+
+
+def test_the_metric_kind_narrows_first_and_the_regime_within_it():
+    """Fine-tune runs of another kind do not count toward the regime's three: the pool stays the kind's."""
+    acc = [FinishedFit(1.0, 0.5, {"dataset": d, "metric": "accuracy", "regime": "finetune"}) for d in "xyz"]
+    pool = shape_pool(SCRATCH + FINETUNE[:2] + acc, {"metric": "loss", "regime": "finetune"}, lambda f: True)
+    assert pool == SCRATCH + FINETUNE[:2]
+    assert shape_pool(SCRATCH + FINETUNE + acc, {"metric": "loss", "regime": "finetune"}, lambda f: True) == FINETUNE
+
+
+def test_a_drop_narrowing_counts_only_runs_whose_lr_fell():
+    flat = [FinishedFit(1.5, float("nan"), f.meta) for f in FINETUNE[:2]] + FINETUNE[2:]
+    p = prior_from_fits(SCRATCH + flat, {"dataset": "g", "metric": "loss", "regime": "finetune"})
+    assert p.alpha == pytest.approx(1.5)          # three fine-tune α
+    assert 0.05 < p.drop < 0.2                     # one fine-tune drop: pooled with the scratch runs'
+
+
+def test_no_regime_named_no_narrowing_and_an_unnamed_finished_run_is_from_scratch():
+    both = prior_from_fits(SCRATCH + FINETUNE, {"dataset": "g", "metric": "loss"})
+    assert 0.3 < both.alpha < 1.5
+    assert regime_of({}) == "scratch" and regime_of({"regime": "finetune"}) == "finetune"
+    bare = [FinishedFit(0.3, 0.05, {"dataset": d, "metric": "loss"}) for d in "abc"]
+    assert prior_from_fits(bare + FINETUNE, {"metric": "loss", "regime": "scratch"}).alpha == pytest.approx(0.3)
+
+
+def test_the_shipped_table_carries_each_fit_s_regime_and_reads_an_older_one_as_scratch():
+    bands = ((-0.1, 0.1),)
+    fits = ((0.3, 0.05, "loss", "anneal", "scratch"),) * 3 + ((1.5, 0.2, "loss", "anneal", "finetune"),) * 3
+    cal = Calibration((0.1,), bands, bands, fits=fits)
+    cosine = parse_schedule("cosine", 1000.0)
+    assert cal.curve_prior("loss", cosine, "finetune").drop == pytest.approx(0.2)
+    assert cal.curve_prior("loss", cosine).drop == pytest.approx(0.05)   # scratch by default
+    old = from_dict(Calibration((0.1,), bands, bands, fits=tuple(f[:4] for f in fits)).as_dict())   # before regimes
+    assert old.curve_prior("loss", cosine, "finetune").drop == pytest.approx(0.125)   # all six: scratch
+    assert old.curve_prior("loss", cosine, "scratch").drop == pytest.approx(0.125)
+
+
+# three from-scratch loss runs that over-fitted (the dev set's cancer task): their fits describe no curve the law has
+OVERFIT = [FinishedFit(3.0, 0.6, {"dataset": "cancer", "metric": "loss", "regime": "scratch", "overfits": True},
+                       final=0.2) for _ in range(3)]
+
+
+def test_a_run_that_over_fits_sets_no_shape_number_and_does_not_count_toward_a_narrowing():
+    assert not any(map(has_law_shape, OVERFIT)) and all(map(has_law_shape, SCRATCH))
+    meta = {"dataset": "g", "metric": "loss", "regime": "scratch"}
+    assert shape_pool(SCRATCH + OVERFIT, meta, lambda f: True) == SCRATCH
+    p = prior_from_fits(SCRATCH + OVERFIT, meta)
+    assert p.alpha == pytest.approx(0.3) and p.drop == pytest.approx(0.05)
+    # two scratch runs left: the scratch narrowing is not made, the over-fitting ones do not make up the three
+    assert shape_pool(SCRATCH[:2] + OVERFIT + FINETUNE, meta, lambda f: True) == SCRATCH[:2] + FINETUNE
+
+
+def test_only_over_fitting_runs_give_the_default_shape_but_still_their_task_s_level():
+    p = prior_from_fits(OVERFIT, {"dataset": "cancer", "metric": "loss"})
+    default = CurvePrior()
+    assert (p.alpha, p.drop) == (default.alpha, default.drop)
+    assert p.final == pytest.approx(0.2)     # the level: where the task's runs ended
