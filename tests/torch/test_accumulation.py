@@ -23,6 +23,7 @@ from tests.train.helpers import REPO, events, finish
 from tests.waiting import wait_until
 
 STEPS = 2 * SAMPLES // BATCH  # optimizer steps in 2 epochs
+SHARED_REF = pytest.mark.xdist_group("plain_ref")  # the users of plain_ref (tests/torch/conftest.py) share its run
 
 
 def test_every_rank_runs_the_same_count_of_non_empty_micro_batches():
@@ -73,19 +74,6 @@ def test_the_specs_max_local_batch_reaches_a_script_jobs_workers_and_is_refused_
 
 def _last_metrics(job_dir) -> dict:
     return events(job_dir, "metrics")[-1]["metrics"]
-
-
-# The plain 1-worker, 2-epoch run without accumulation that three tests compare against: it is read only, so it
-# is trained once per worker process (the group keeps its three users on one xdist worker). Checkpoints do not
-# change training (a save only), so the resize test's reference may be this checkpoint-free run.
-SHARED_REF = pytest.mark.xdist_group("accumulation_ref")
-
-
-@pytest.fixture(scope="module")
-def plain_ref(tmp_path_factory):
-    ref_dir = tmp_path_factory.mktemp("accumulation") / "ref"
-    finish(start_script(ref_dir, 1, "--epochs", "2", "--ckpt-every", "0"), timeout=300)
-    return ref_dir
 
 
 @pytest.mark.slow
