@@ -23,6 +23,7 @@ from tests.train.helpers import REPO, events, finish
 from tests.waiting import wait_until
 
 STEPS = 2 * SAMPLES // BATCH  # optimizer steps in 2 epochs
+SHARED_REF = pytest.mark.xdist_group("plain_ref")  # the users of plain_ref (tests/torch/conftest.py) share its run
 
 
 def test_every_rank_runs_the_same_count_of_non_empty_micro_batches():
@@ -76,12 +77,12 @@ def _last_metrics(job_dir) -> dict:
 
 
 @pytest.mark.slow
-def test_accumulated_micro_batches_match_one_batch_and_step_the_optimizer_once_per_global_batch(tmp_path):
+@SHARED_REF
+def test_accumulated_micro_batches_match_one_batch_and_step_the_optimizer_once_per_global_batch(tmp_path, plain_ref):
     """One worker, global batch 8 as 4 micro-batches of 2, through a GradScaler (loss x 2**10) and with
     zero_grad after the step: the same optimizer steps, LR sequence and (within float32 summation order)
     validation curve as the same script without accumulation."""
-    ref_dir, acc_dir = tmp_path / "ref", tmp_path / "acc"
-    finish(start_script(ref_dir, 1, "--epochs", "2", "--ckpt-every", "0"), timeout=300)
+    ref_dir, acc_dir = plain_ref, tmp_path / "acc"
     finish(start_script(acc_dir, 1, "--epochs", "2", "--ckpt-every", "0", "--max-local-batch", "2", "--scaler",
                         "--zero-grad-last", "--noise-every", "4"), timeout=300)
     ref, acc = steps(ref_dir), steps(acc_dir)
@@ -95,12 +96,12 @@ def test_accumulated_micro_batches_match_one_batch_and_step_the_optimizer_once_p
 
 
 @pytest.mark.slow
-def test_a_resize_while_accumulating_trains_every_sample_once_and_keeps_the_optimizer_pace(tmp_path):
+@SHARED_REF
+def test_a_resize_while_accumulating_trains_every_sample_once_and_keeps_the_optimizer_pace(tmp_path, plain_ref):
     """1 -> 3 -> 2 workers while each step accumulates (4 micro-batches of 2 on one worker; shares 3/3/2 as
     2 micro-batches each on three, unequal micro-batches weighted by their share; 4/4 as 2 each on two).
     A stop flag is obeyed only between optimizer steps, so no resize splits an accumulation."""
-    ref_dir, job_dir, slow = tmp_path / "ref", tmp_path / "elastic", tmp_path / "slow"
-    finish(start_script(ref_dir, 1, "--epochs", "2"), timeout=300)
+    ref_dir, job_dir, slow = plain_ref, tmp_path / "elastic", tmp_path / "slow"
     slow.touch()
     proc = start_script(job_dir, 1, "--epochs", "2", "--max-local-batch", "2", "--step-s", "0.1",
                         "--slow-file", str(slow), runtime_args=("--record-samples",))
@@ -146,14 +147,14 @@ def _one_cycle_lrs(total: int, lr: float = 0.01) -> list[float]:
 
 
 @pytest.mark.slow
-def test_sigkill_of_a_worker_mid_accumulation_resumes_from_the_checkpoint_exactly_once(tmp_path):
+@SHARED_REF
+def test_sigkill_of_a_worker_mid_accumulation_resumes_from_the_checkpoint_exactly_once(tmp_path, plain_ref):
     """3 workers, global batch 8 as shares 3/3/2 of 2 micro-batches each. Rank 1 stops after step 12's first
     micro-batch (its backward done, under no_sync) and is SIGKILLed there, holding half a step's gradient
     while the others wait in the all-reduce. The job resumes from its last checkpoint (step 10): every sample
     once per epoch, every optimizer step once (AdamW's own count), the OneCycleLR sequence continuing at the
     restored step, the same validation curve as a plain 1-worker run."""
-    ref_dir, job_dir, held = tmp_path / "ref", tmp_path / "job", tmp_path / "held"
-    finish(start_script(ref_dir, 1, "--epochs", "2", "--ckpt-every", "0"), timeout=300)
+    ref_dir, job_dir, held = plain_ref, tmp_path / "job", tmp_path / "held"
     proc = start_script(job_dir, 3, "--epochs", "2", "--max-local-batch", "2", "--ckpt-every", "5",
                         "--hold-file", str(held), "--hold-at-step", "12", runtime_args=("--record-samples",))
     victim = wait_until(lambda: held.exists() and int(held.read_text()) or proc.poll() is not None, timeout=120,
