@@ -206,3 +206,50 @@ def test_an_unwritable_plot_path_is_refused_before_the_fit(tmp_path, capsys):
         run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.95, "loss", None, None, True,
                   tmp_path / "missing" / "p.png")
     assert capsys.readouterr().out == ""   # the prediction printed, then a FileNotFoundError traceback, exit 1
+
+
+def test_text_logs_and_tsv_give_the_csv_s_curve_and_an_initial_evaluation_changes_no_prediction(tmp_path, capsys):
+    """Printed ``name:value`` lines (with an evaluation at step 0, before any LR, and a ``step:N/TOTAL``
+    budget), MLPerf ``:::MLLOG`` lines and a DAWNBench-style TSV in hours read as the CSV does. The step-0 point
+    once scaled the whole predicted curve by y / f(0) = 0 (final loss 4e-7)."""
+    d = pd.read_csv(RUN)
+    want = read_curve(RUN, time_col="wall_s")
+    lines = ["model: 4 layers, vocab=96", "step:0/800 val_loss:4.5900 train_time:0ms"]
+    for r in d.itertuples():
+        lines.append(f"step:{r.step}/800 train_loss:{r.train_loss:.6f} train_time:{r.wall_s * 1000:.0f}ms lr={r.lr:g}")
+        lines.append(f"step:{r.step}/800 val_loss:{r.loss:.6f} train_time:{r.wall_s * 1000:.0f}ms")
+    (tmp_path / "train.log").write_text("\n".join(lines))
+    text = read_curve(tmp_path / "train.log", y="val_loss", time_col="train_time")
+    assert text.budget == 800 and list(text.x) == [0, *want.x] and np.allclose(text.y[1:], want.y, rtol=1e-6)
+    assert np.allclose(text.time[1:], want.time, atol=1e-3) and text.lr_name == "lr"
+    mllog = [':::MLLOG {"key": "run_start", "value": null, "time_ms": 0, "metadata": {}}', "a line of the program's own"]
+    mllog += [':::MLLOG ' + json.dumps({"key": "eval_loss", "value": r.loss, "time_ms": 1e6 + r.wall_s * 1000,
+                                        "metadata": {"epoch_num": r.step, "file": "t.py"}}) for r in d.itertuples()]
+    (tmp_path / "result_0.txt").write_text("\n".join(mllog))
+    ml = read_curve(tmp_path / "result_0.txt", x="epoch_num", y="eval_loss")
+    assert (ml.x == want.x).all() and (ml.y == want.y).all() and np.allclose(np.diff(ml.time), np.diff(want.time))
+    d.assign(hours=d.wall_s / 3600).to_csv(tmp_path / "dawn.tsv", sep="\t", index=False)
+    tsv = read_curve(tmp_path / "dawn.tsv", time_col="hours")
+    assert (tsv.y == want.y).all() and np.allclose(tsv.time, want.time)
+
+    finals = []
+    for path, time_col in ((RUN, "wall_s"), (tmp_path / "train.log", "train_time")):
+        assert run_curve(path, "step", "val_loss" if path.suffix == ".log" else "loss", None if path.suffix == ".log"
+                         else 800, "step:400,600:0.1", 40, None, None, "loss", None, time_col, True, None) == 0
+        out = json.loads(capsys.readouterr().out)
+        finals.append(out["final_value"])
+        assert out["budget"] == 800 and out["seconds_to_budget"] > 0
+    # 5 points with step 0, 4 without: the newest fifth (at least 5) the curve is anchored on reached step 0
+    assert finals[1] == pytest.approx(finals[0], rel=1e-9) and finals[0] > 1.0, finals
+
+
+def test_a_text_log_without_pairs_and_a_broken_mllog_record_are_one_line(tmp_path):
+    (tmp_path / "notes.txt").write_text("nothing numeric here\n")
+    with pytest.raises(UserError, match="notes.txt: no :::MLLOG records or name:value pairs"):
+        read_curve(tmp_path / "notes.txt")
+    (tmp_path / "result.txt").write_text(':::MLLOG {"key": "eval_accuracy", "value": 0.1}\n:::MLLOG {"key": \n')
+    with pytest.raises(UserError, match="result.txt: line 2: not a valid :::MLLOG record"):
+        read_curve(tmp_path / "result.txt", y="eval_accuracy")
+    (tmp_path / "bin.log").write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(UserError, match="bin.log: not a text log"):
+        read_curve(tmp_path / "bin.log")

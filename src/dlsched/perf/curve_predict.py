@@ -38,7 +38,7 @@ from dlsched.perf.convergence import fit_curve
 from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise
 from dlsched.perf.fit_window import fit_start
 from dlsched.perf.prior import REGIMES
-from dlsched.perf.schedule import Schedule
+from dlsched.perf.schedule import Schedule, areas
 
 METRICS = ("loss", "error", "accuracy")
 HOLDOUT = 0.25
@@ -200,13 +200,22 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     cal = calibration or load_calibration()
     if isinstance(prior, str):
         prior = cal.curve_prior(metric, schedule, regime)
+    # points before any LR has been applied (x = 0: the initial evaluation) are outside the law's domain
+    # (S1 = 0): fitted by neither model, and never read by the anchor or the noise, which would scale the
+    # curve by y / f(0) = 0
+    lr_applied = areas(schedule, x)[0] > 0
+    trained = int(np.argmax(lr_applied)) if lr_applied.any() else len(x)
+    if len(x) - trained < MIN_POINTS:
+        raise ValueError(f"need at least {MIN_POINTS} observed points after training starts (no LR applied yet at "
+                         f"x <= {x[max(trained - 1, 0)]:g}), got {len(x) - trained}")
+    xs, ys = x[trained:], y[trained:]
     B, x_now = schedule.budget, float(x[-1])
-    start = fit_start(x, y, schedule, MIN_POINTS)   # past the warm-up and a slow start (``perf.fit_window``)
-    name, fitted = choose_model(x[start:], y[start:], schedule, prior)
+    start = fit_start(xs, ys, schedule, MIN_POINTS)   # past the warm-up and a slow start (``perf.fit_window``)
+    name, fitted = choose_model(xs[start:], ys[start:], schedule, prior)
     f = _as_function(fitted)
     # the curve from the first point fitted on: before it (a warm-up, a slow start) the law describes nothing
-    grid = np.unique(np.concatenate([np.linspace(float(x[start]), B, 1024), [x_now, B]]))
-    curve = f(np.maximum(grid, 1e-9)) * anchor(x, y, f)
+    grid = np.unique(np.concatenate([np.linspace(float(xs[start]), B, 1024), [x_now, B]]))
+    curve = f(np.maximum(grid, 1e-9)) * anchor(xs, ys, f)
     frac = min(1.0, x_now / B)
     # "never" rests on the fit alone: a level prior borrowed from other runs may sharpen the point and its band,
     # but a run unlike those runs (a schedule none of them had) must not be told its target is out of reach
@@ -236,7 +245,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         else:
             # when the logged value, smoothed by a 3-point median, first gets there (``perf.first_passage``)
             ahead = grid >= x_now
-            hit = first_passage(grid[ahead], curve[ahead], x, y, goal, logged_noise(x, y, f))
+            hit = first_passage(grid[ahead], curve[ahead], x, y, goal, logged_noise(xs, ys, f))
             target_step = B if hit is None else min(hit, B)
         steps = max(target_step - x_now, 0.0)
         lo_s, hi_s = cal.steps_band(frac)

@@ -6,11 +6,15 @@
   ``--y``/``--lr-col`` name scalar tags (``RUN/TAG`` for runs in subfolders), x is the event step, time the
   event wall time;
 * Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``);
+* TSV (``.tsv``), as CSV; DAWNBench's entries are TSV;
+* plain-text logs, any other name: MLPerf ``:::MLLOG`` lines, or printed ``name:value`` pairs
+  (``perf.text_logs``; a ``step:N/M`` total is the budget);
 * a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
   ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
   ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field).
 
-Empty, nan and ±inf cells are missing points; a time column may hold seconds or ISO-8601 timestamps. A budget
+Empty, nan and ±inf cells are missing points; a time column may hold seconds or ISO-8601 timestamps, or another
+unit its name says (``TIME_UNITS``: ``hours``, ``minutes``, ``*_ms``). A budget
 the log names is only returned in the units of ``x`` (steps, or HF's epochs).
 Every bad input is a ``UserError``: one line naming the file and the field, and a bad cell's row as the other
 readers name it (a CSV's "line N" with the header as line 1, ``perf.profile.csv_line``; else the Nth record read).
@@ -27,6 +31,7 @@ import pandas as pd
 
 from dlsched.errors import UserError
 from dlsched.perf.profile import csv_line, read_csv_text
+from dlsched.perf.text_logs import read_text_log
 from dlsched.train.files import read_json_lines
 
 
@@ -58,7 +63,7 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
             have = ", ".join(map(str, df.columns)) or "none"
             raise UserError(f"{src}: no column {col!r} for {name} (have: {have})")
     num = lambda c: pd.to_numeric(df[c], errors="coerce")  # noqa: E731
-    times = _seconds(df[time_col]) if time_col else None
+    times = _seconds(df[time_col], seconds_per_unit(time_col)) if time_col else None
     xs = num(x)
     for c in [x, y] + [c for c in (lr_col, time_col) if c]:
         raw = df[c].astype(str).str.strip()
@@ -88,10 +93,21 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
                      rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget, lr_col)
 
 
-def _seconds(col: pd.Series) -> pd.Series:
-    """A wall-clock column as seconds: numbers as they are, else ISO-8601 timestamps (W&B, MLflow, loggers'
+# a wall-clock column's unit, by its name's last word: DAWNBench logs ``hours``, MLPerf ``time_ms``
+TIME_UNITS = {"hours": 3600.0, "hour": 3600.0, "hrs": 3600.0, "h": 3600.0, "minutes": 60.0, "mins": 60.0,
+              "min": 60.0, "ms": 1e-3, "millis": 1e-3}
+
+
+def seconds_per_unit(column: str) -> float:
+    """1 for seconds and timestamps; else the unit the column's name ends with (``train_hours``, ``time_ms``)."""
+    last = str(column).rsplit("/", 1)[-1].lower().replace("-", "_").rsplit("_", 1)[-1]
+    return TIME_UNITS.get(last, 1.0)
+
+
+def _seconds(col: pd.Series, scale: float = 1.0) -> pd.Series:
+    """A wall-clock column as seconds: numbers times ``scale`` (their unit in seconds), else ISO-8601 timestamps (W&B, MLflow, loggers'
     ``asctime``) as seconds since the epoch, with naive times taken as UTC; unparseable cells NaN."""
-    secs = pd.to_numeric(col, errors="coerce")
+    secs = pd.to_numeric(col, errors="coerce") * scale
     text = col.notna() & secs.isna() & ~col.astype(str).str.strip().isin(["", "nan", "NaN", "None", "null"])
     if text.any():
         when = pd.to_datetime(col[text], errors="coerce", utc=True, format="ISO8601")
@@ -199,11 +215,16 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
             time_col = "time"
     elif path.suffix == ".json":
         df, budget = _read_trainer_state(path, x)
-    elif path.suffix == ".csv":
-        return _frame_to_curve(read_csv_text(path), src, x, y, lr_col, time_col, row_name=_csv_row)
+    elif path.suffix in (".csv", ".tsv"):
+        df = read_csv_text(path, sep="\t" if path.suffix == ".tsv" else ",")
+        return _frame_to_curve(df, src, x, y, lr_col, time_col, row_name=_csv_row)
     else:
-        raise UserError(f"{path}: unknown curve format {path.suffix!r} (use .csv, .jsonl, trainer_state.json, "
-                        "or TensorBoard events)")
+        df, budget = read_text_log(path, x)
+        if df.empty:
+            raise UserError(f"{path}: no :::MLLOG records or name:value pairs (use .csv, .tsv, .jsonl, "
+                            "trainer_state.json or TensorBoard events)")
+        if time_col is None and "time" in df.columns and y in df.columns:
+            time_col = "time"   # MLPerf's time_ms, or a logged time: the speed without a --time-col
     return _frame_to_curve(df, src, x, y, lr_col, time_col, budget)
 
 

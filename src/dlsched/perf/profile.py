@@ -83,13 +83,14 @@ def _read_clean_numeric_csv(path, columns, nonnegative, positive, optional, min_
     return df
 
 
-def read_csv_text(path: str | Path) -> pd.DataFrame:
+def read_csv_text(path: str | Path, sep: str = ",") -> pd.DataFrame:
     """A CSV as strings (empty cells kept as ""), header names stripped, blank lines dropped with each row keeping
     its label, so that ``csv_line(label)`` is its line in the file; a missing or unreadable file is a one-line
     ``UserError`` naming it. The first step of every checked reader."""
     path = Path(path)
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, skip_blank_lines=False)
+        df = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, skipinitialspace=True,
+                         skip_blank_lines=False)
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
     except pd.errors.EmptyDataError:
