@@ -357,3 +357,24 @@ def test_an_accuracy_band_stays_within_0_and_100_percent():
     p = predict_curve(x, acc, parse_schedule("cosine", budget=800), metric="accuracy")
     lo, hi = p.final_value_interval_80
     assert 0.0 <= lo <= p.final_value <= hi <= 100.0
+
+
+def test_a_sparse_log_s_three_points_are_predicted_with_the_calibration_s_widest_band():
+    """An evaluation every few epochs (MLPerf, DAWNBench) has 3 points at 25 %: refused before. Its band is the
+    earliest calibrated fraction's, not that of prefixes of 4 or more points; two points are still refused."""
+    import pandas as pd
+
+    from dlsched.perf.calibration import load_calibration
+    from tests.commands.test_predict_curve import RUN
+
+    d = pd.read_csv(RUN).iloc[9::10]   # charlm-step, one evaluation in 10: steps 100, 200, ... 800
+    s = parse_schedule("step:400,600:0.1", 800)
+    cal = load_calibration()
+    x, y = d.step.to_numpy(float), d.loss.to_numpy(float)
+    p = predict_curve(x[:3], y[:3], s)
+    lo, hi = cal.final_band(cal.fractions[0])
+    assert np.log(np.array(p.final_value_interval_80) / p.final_value) == pytest.approx([lo, hi])
+    assert cal.final_band(300 / 800) != (lo, hi)
+    assert 0.5 * y[-1] < p.final_value < y[2]
+    with pytest.raises(ValueError, match="need at least 3 observed points after training starts"):
+        predict_curve(np.array([0.0, *x[:2]]), np.array([4.6, *y[:2]]), s)

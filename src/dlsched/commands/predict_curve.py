@@ -58,7 +58,7 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
               time_col: str | None, as_json: bool, plot_path: Path | None, regime: str = "scratch") -> int:
     import numpy as np
 
-    from dlsched.perf.curve_predict import METRICS, predict_curve
+    from dlsched.perf.curve_predict import METRICS, MIN_POINTS, predict_curve
     from dlsched.perf.curve_readers import read_curve, seconds_per_x
     from dlsched.perf.prior import REGIMES
 
@@ -81,9 +81,10 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     if not (math.isfinite(budget) and budget > 0):
         raise UserError(f"--budget: must be > 0, got {budget}")
     keep = np.ones(len(curve.x), bool) if observed_until is None else curve.x <= observed_until
-    if keep.sum() < 4:
+    if keep.sum() < MIN_POINTS:
         raise UserError(f"{curve.source}: too few points to fit ({int(keep.sum())} with {x} <= "
-                        f"{observed_until if observed_until is not None else 'the end'}; need at least 4), field {y!r}")
+                        f"{observed_until if observed_until is not None else 'the end'}; need at least {MIN_POINTS}), "
+                        f"field {y!r}")
     if curve.x[keep][-1] > budget:
         raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
                         "use --observed-until to cut the curve")

@@ -42,7 +42,8 @@ from dlsched.perf.schedule import Schedule, areas
 
 METRICS = ("loss", "error", "accuracy")
 HOLDOUT = 0.25
-MIN_POINTS = 4
+MIN_POINTS = 3     # after training starts: the law's two linear terms and one residual; α and c from the prior
+DENSE_POINTS = 4   # the fewest the calibration's prefixes had (bench/prediction_accuracy.py)
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def choose_model(x, y, schedule: Schedule, prior: CurvePrior | None) -> tuple[st
     if not schedule.anneals_after(float(x[0])):
         fitters["optimus"] = lambda a, b: _optimus(a, b, schedule)
     if len(fitters) > 1:
-        cut = max(MIN_POINTS - 1, int(round(len(x) * (1 - HOLDOUT))))
+        cut = max(DENSE_POINTS - 1, int(round(len(x) * (1 - HOLDOUT))))   # 3 points: annealing, no holdout
         if cut < len(x):
             def score(fit):
                 try:
@@ -210,13 +211,16 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
                          f"x <= {x[max(trained - 1, 0)]:g}), got {len(x) - trained}")
     xs, ys = x[trained:], y[trained:]
     B, x_now = schedule.budget, float(x[-1])
-    start = fit_start(xs, ys, schedule, MIN_POINTS)   # past the warm-up and a slow start (``perf.fit_window``)
+    # past the warm-up and a slow start (``perf.fit_window``), while DENSE_POINTS remain (all of a sparse log's)
+    start = fit_start(xs, ys, schedule, min(DENSE_POINTS, len(xs)))
     name, fitted = choose_model(xs[start:], ys[start:], schedule, prior)
     f = _as_function(fitted)
     # the curve from the first point fitted on: before it (a warm-up, a slow start) the law describes nothing
     grid = np.unique(np.concatenate([np.linspace(float(xs[start]), B, 1024), [x_now, B]]))
     curve = f(np.maximum(grid, 1e-9)) * anchor(xs, ys, f)
-    frac = min(1.0, x_now / B)
+    # the calibration's row: the observed fraction, or with fewer than DENSE_POINTS points (a sparse evaluation
+    # log) its earliest, widest one: the bands were calibrated on prefixes of at least that many points
+    frac = min(1.0, x_now / B) if len(xs) >= DENSE_POINTS else min(x_now / B, cal.fractions[0])
     # "never" rests on the fit alone: a level prior borrowed from other runs may sharpen the point and its band,
     # but a run unlike those runs (a schedule none of them had) must not be told its target is out of reach
     reach = cal.reach_log(frac)
