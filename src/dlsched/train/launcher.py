@@ -85,6 +85,10 @@ class Launcher(Protocol):
         ...
 
 
+class NoFreeSlot(UserError):
+    """Every slot the backend granted the job holds a worker (or went with its node): none for another one."""
+
+
 def default_launcher() -> str:
     """``"ray"`` when started by the Ray backend (it exports the cluster address), else ``"local"``."""
     return "ray" if os.environ.get(RAY_ADDRESS_ENV) else "local"
@@ -335,7 +339,7 @@ class RayLauncher:
         lost = self.lost()
         free = [s for s in spec["slots"] if s["group"] not in self._occupied and s["group"] not in lost]
         if not free:
-            raise UserError(f"{self.job_dir / SLOTS_FILE}: no free bundle for another worker (generation "
+            raise NoFreeSlot(f"{self.job_dir / SLOTS_FILE}: no free bundle for another worker (generation "
                             f"{spec['generation']} has {len(spec['slots'])}, all in use): with Ray every worker, "
                             f"spares included (--standby), needs a bundle the scheduler granted")
         slot = free[0]
