@@ -53,8 +53,9 @@ def use(c: Coordinator, launcher) -> None:
 
 
 def abandoned(c: Coordinator) -> list[tuple]:
-    return [(r["reason"], r["control_generation"]) for r in map(json.loads, (c.dir / "progress.jsonl").read_text()
-                                                                   .splitlines()) if r.get("event") == "resize_abandoned"]
+    lines = (c.dir / "progress.jsonl").read_text().splitlines()
+    return [(r["reason"], r["control_generation"]) for r in map(json.loads, lines)
+            if r.get("event") == "resize_abandoned"]
 
 
 def test_a_rejoin_whose_newcomers_slots_the_backend_took_back_is_given_up_not_waited_on(coordinator):
