@@ -70,8 +70,9 @@ class WorkerHandle(Protocol):
 
 class Launcher(Protocol):
     store_host: str   # where the workers reach the coordinator's TCPStore
-    # a dead worker's slot died with it (its node was lost): the group shrinks onto the survivors and the
-    # scheduler re-plans; where the slot stays (this machine) the group restarts whole from the checkpoint
+    # a dead worker's slot may have died with it (its node was lost): the group shrinks onto the survivors, then
+    # grows back into the slots room() still counts (the scheduler re-plans the others); where the slot always
+    # stays (this machine) the group restarts whole from the checkpoint
     shrink_on_loss: bool
 
     def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerHandle: ...

@@ -56,7 +56,7 @@ class WorkerLoss:
         return None
 
     def _shrink_onto_survivors(self, dead: list[int]) -> bool:
-        """A worker died mid-step (its node was lost): the others carry on from the last step they all
+        """A worker died mid-step (its node was lost, its actor killed): the others carry on from the last step they all
         committed, in memory, as a smaller group - no restart, no checkpoint. False when that is not possible
         (no survivor, they disagree on the step, one died too): the caller recovers from the checkpoint."""
         c = self.c
