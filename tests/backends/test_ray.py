@@ -899,3 +899,20 @@ def test_service_on_ray_a_jobs_worker_lost_with_its_node_shrinks_the_books_and_n
     assert not events(job_dir, "rejoined") and not events(job_dir, "worker_lost")
     assert {r["workers"] for r in steps_since(job_dir, lost["new_generation"])} == {2}
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(480)})
+
+
+def test_a_new_workers_bundle_removed_before_the_slot_list_says_so_is_no_free_slot(cluster, backend, tmp_path):
+    """The backend removes a lost node's placement group, then rewrites ray-slots.json: a worker started in between
+    finds no group by that name. That is no free slot (a rejoin gives up, the job trains on), not a crash."""
+    from dlsched.train import launcher as launcher_mod
+
+    slots = {"generation": 2, "resources": {"CPU": 1, "gpu_slot": 1},
+             "slots": [{"group": "dlsched-removed-group", "bundle": 0, "node": "n1"}]}
+    (tmp_path / launcher_mod.SLOTS_FILE).write_text(json.dumps(slots))
+    try:
+        ray_launcher = launcher_mod.RayLauncher(tmp_path, cluster[0].address)
+        with pytest.raises(launcher_mod.NoFreeSlot, match="bundle dlsched-removed-group is gone"):
+            ray_launcher.start(["--worker-id", "0"], tmp_path / "worker-0.log", "")
+    finally:   # RayLauncher empties the forkserver's preload; this process's later local workers want torch in it
+        launcher_mod._FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])
+    assert not (tmp_path / launcher_mod.IN_USE_FILE).exists()   # no slot marked in use

@@ -344,13 +344,18 @@ class RayLauncher:
                             f"{spec['generation']} has {len(spec['slots'])}, all in use): with Ray every worker, "
                             f"spares included (--standby), needs a bundle the scheduler granted")
         slot = free[0]
+        try:
+            group = get_placement_group(slot["group"])
+        except ValueError:   # removed by the backend (its node lost) before it rewrote the slot list
+            raise NoFreeSlot(f"{self.job_dir / SLOTS_FILE}: bundle {slot['group']} is gone (its node was lost)") \
+                from None
         resources = dict(spec["resources"])
         gpus = resources.pop("GPU", 0)
         cpus = resources.pop("CPU", 0)
         actor = self._host_cls.options(
             num_cpus=cpus, num_gpus=gpus, resources=resources,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                get_placement_group(slot["group"]), placement_group_bundle_index=slot["bundle"]),
+                group, placement_group_bundle_index=slot["bundle"]),
         ).remote()
         env = {k: v for k, v in os.environ.items() if k.startswith("DLSCHED_") and k != RAY_ADDRESS_ENV}
         env["PYTHONPATH"] = pythonpath_with_src(os.environ.get("PYTHONPATH"))
