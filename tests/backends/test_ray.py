@@ -833,3 +833,86 @@ def test_service_on_ray_a_script_job_whose_workers_actor_dies_on_a_live_node_res
              if "event" not in r and r["generation"] >= lost["new_generation"]]
     assert steps and {r["workers"] for r in steps} == {3}, sorted({r["workers"] for r in steps})
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(480)})
+
+
+MLP_3_WORKERS = {"name": "mlp", "entry": "examples/mlp.py:make_job", "gpus": 3,
+                 "params": {"num_samples": 480, "batch_size": 12, "epochs": 2, "throttle_s": 0.4}}
+
+
+def steps_since(job_dir: Path, generation: int) -> list[dict]:
+    """The step records of ``generation`` and later ones."""
+    return [r for r in map(json.loads, (job_dir / "progress.jsonl").read_text().splitlines())
+            if "event" not in r and r["generation"] >= generation]
+
+
+def test_service_on_ray_a_jobs_worker_whose_actor_dies_on_a_live_node_rejoins_its_bundle(backend, tmp_path):
+    """A built-in job's worker's actor killed while its node lives (Ray's OOM killer, a crash): the survivors carry
+    on from memory (``shrunk``), then the job grows back into the bundle it still holds, stop-free like a resize
+    (``rejoined``); before, it trained on 2 workers until it ended. Never re-queued, every sample once per epoch."""
+    from dlsched.train.data import committed_sample_ids
+
+    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
+        job = submit(c, **MLP_3_WORKERS)
+        wait_job(c, job, lambda j: j["samples"] >= 12 * 5, timeout=120, what="5 steps")
+        job_dir = svc.state_dir / "jobs" / str(job)
+        host = worker_hosts(job_dir)[2]
+        os.kill(host["ppid"], signal.SIGKILL)   # worker 2's actor process, on a live node
+        shrunk = lambda: events(job_dir, "shrunk")  # noqa: E731
+        _wait(lambda: shrunk() and [r for r in steps_since(job_dir, shrunk()[0]["new_generation"] + 1)
+                                    if r["workers"] == 3], "back on 3 workers", timeout=120)
+        wait_job(c, job, lambda j: j["state"] == "finished", timeout=240, what="finished")
+        kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
+    assert "workers_lost" not in kinds and "job_rejoined" in kinds and kinds.count("running") == 1, kinds
+    (lost,) = shrunk()
+    assert lost["workers_lost"] == [2] and lost["workers"] == 2, lost
+    (rejoined,) = events(job_dir, "rejoined")
+    assert (rejoined["from_workers"], rejoined["workers"], rejoined["rejoins"]) == (2, 3, 1), rejoined
+    assert {r["workers"] for r in steps_since(job_dir, rejoined["generation"])} == {3}
+    assert not events(job_dir, "worker_lost") and not events(job_dir, "resize_abandoned")
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(480)})
+
+
+def test_service_on_ray_a_jobs_worker_lost_with_its_node_shrinks_the_books_and_never_rejoins(cluster, backend,
+                                                                                           tmp_path):
+    """The same job's lone worker lost with its node: its bundle went with the node, so the survivors carry on from
+    memory, the service's books shrink to 2 (``workers_lost``) and the job never tries to grow back into it."""
+    from dlsched.train.data import committed_sample_ids
+
+    c_, nodes = cluster
+    victim = None
+    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
+        try:
+            job = submit(c, **MLP_3_WORKERS)
+            wait_job(c, job, lambda j: j["samples"] >= 12 * 5, timeout=120, what="5 steps")
+            (victim,) = [n for n, k in backend.placement(job).items() if k == 1]
+            c_.remove_node(nodes[victim])
+            wait_job(c, job, lambda j: j["state"] == "finished", timeout=240, what="finished")
+            kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
+        finally:
+            if victim is not None:
+                nodes[victim] = c_.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": victim})
+                c_.wait_for_nodes()
+    assert "workers_lost" in kinds and kinds.count("running") == 1, kinds   # trained on: never re-queued
+    job_dir = svc.state_dir / "jobs" / str(job)
+    (lost,) = events(job_dir, "shrunk")
+    assert lost["workers_lost"] == [2] and lost["workers"] == 2, lost
+    assert not events(job_dir, "rejoined") and not events(job_dir, "worker_lost")
+    assert {r["workers"] for r in steps_since(job_dir, lost["new_generation"])} == {2}
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(480)})
+
+
+def test_a_new_workers_bundle_removed_before_the_slot_list_says_so_is_no_free_slot(cluster, backend, tmp_path):
+    """The backend removes a lost node's placement group, then rewrites ray-slots.json: a worker started in between
+    finds no group by that name. That is no free slot (a rejoin gives up, the job trains on), not a crash."""
+    from dlsched.train import launcher as launcher_mod
+
+    slots = {"generation": 2, "resources": {"CPU": 1, "gpu_slot": 1},
+             "slots": [{"group": "dlsched-removed-group", "bundle": 0, "node": "n1"}]}
+    (tmp_path / launcher_mod.SLOTS_FILE).write_text(json.dumps(slots))
+    try:
+        ray_launcher = launcher_mod.RayLauncher(tmp_path, cluster[0].address)
+        with pytest.raises(launcher_mod.NoFreeSlot, match="bundle dlsched-removed-group is gone"):
+            ray_launcher.start(["--worker-id", "0"], tmp_path / "worker-0.log", "")
+    finally:   # RayLauncher empties the forkserver's preload; this process's later local workers want torch in it
+        launcher_mod._FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])
+    assert not (tmp_path / launcher_mod.IN_USE_FILE).exists()   # no slot marked in use

@@ -70,3 +70,21 @@ def test_committed_ids_drop_what_a_killed_coordinator_trained_after_its_checkpoi
         json.dumps({"step": 2, "generation": 0}) + "\n" +
         json.dumps({"event": "resumed", "new_generation": 1, "restored_step": 1}) + '\n{"step": 3, "gen')
     assert committed_sample_ids(tmp_path) == Counter(range(6))
+
+
+def test_committed_ids_count_the_step_a_lost_peer_cut_once_across_a_shrink_and_a_rejoin(tmp_path):
+    """3 workers; worker 2 dies in step 3, after the survivors recorded it (before the all-reduce): they carry on
+    from step 2 as generation 1 and train step 3 again, then a newcomer rejoins (generation 2). Before, the cut
+    step's records of generation 0 counted too: its ids twice."""
+    (tmp_path / "samples").mkdir()
+    records = {0: [(0, 1, [0]), (0, 2, [3]), (0, 3, [6]), (1, 3, [6, 7]), (1, 4, [9, 10]), (2, 5, [12])],
+               1: [(0, 1, [1]), (0, 2, [4]), (0, 3, [7]), (1, 3, [8]), (1, 4, [11]), (2, 5, [13])],
+               2: [(0, 1, [2]), (0, 2, [5]), (0, 3, [8])],
+               3: [(2, 5, [14])]}
+    for w, recs in records.items():
+        (tmp_path / "samples" / f"worker-{w}.jsonl").write_text("".join(
+            json.dumps({"run": "r", "generation": g, "step": s, "ids": ids}) + "\n" for g, s, ids in recs))
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"event": "shrunk", "workers_lost": [2], "new_generation": 1, "step": 2, "workers": 2},
+        {"event": "rejoined", "generation": 2, "from_workers": 2, "workers": 3, "step": 4}]))
+    assert committed_sample_ids(tmp_path) == Counter(range(15))

@@ -145,19 +145,25 @@ def record_path(job_dir: Path, worker_id: int) -> Path:
     return Path(job_dir) / "samples" / f"worker-{worker_id}.jsonl"
 
 
+# the events after which a group went back to an earlier step -> the field naming that step
+ROLLBACKS = {"worker_lost": "restored_step", "resumed": "restored_step", "shrunk": "step"}
+
+
 def committed_sample_ids(job_dir: Path) -> Counter:
     """Multiset of sample ids trained into the final model, from the workers' sample records.
 
     Workers record ``{"generation", "step", "ids"}`` just before each step's all-reduce (only when the job
     runs with ``record_samples``). A restore from a checkpoint (a ``worker_lost`` event, or ``resumed`` when a
     new coordinator took the job over, each with ``new_generation`` and ``restored_step`` in progress.jsonl)
-    discards what earlier generations trained after that step. A step recorded twice in a run and generation
+    discards what earlier generations trained after that step; so does an in-memory shrink (``shrunk``, its
+    ``step`` the last one the survivors committed): the step the lost peer cut was recorded before its all-reduce
+    and never committed, and the smaller group trains it again. A step recorded twice in a run and generation
     counts as its last record (a script's loop that broke out mid-step retracts it with ``ids: []``). A torn
     last line (a kill mid-write) is skipped.
     """
     job_dir = Path(job_dir)
-    rollbacks = [(rec["new_generation"], rec["restored_step"]) for rec in read_json_lines(job_dir / "progress.jsonl")
-                 if rec.get("event") in ("worker_lost", "resumed")]
+    rollbacks = [(rec["new_generation"], rec[ROLLBACKS[rec["event"]]])
+                 for rec in read_json_lines(job_dir / "progress.jsonl") if rec.get("event") in ROLLBACKS]
     seen: Counter = Counter()
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
         last: dict[tuple, list[int]] = {}   # a step dropped before its optimizer step is recorded again, ids []

@@ -70,8 +70,9 @@ class WorkerHandle(Protocol):
 
 class Launcher(Protocol):
     store_host: str   # where the workers reach the coordinator's TCPStore
-    # a dead worker's slot died with it (its node was lost): the group shrinks onto the survivors and the
-    # scheduler re-plans; where the slot stays (this machine) the group restarts whole from the checkpoint
+    # a dead worker's slot may have died with it (its node was lost): the group shrinks onto the survivors, then
+    # grows back into the slots room() still counts (the scheduler re-plans the others); where the slot always
+    # stays (this machine) the group restarts whole from the checkpoint
     shrink_on_loss: bool
 
     def start(self, argv: list[str], log_path: Path, visible: str) -> WorkerHandle: ...
@@ -83,6 +84,10 @@ class Launcher(Protocol):
     def room(self, count: int) -> int:
         """How many of ``count`` workers it can start now (a restart after a loss)."""
         ...
+
+
+class NoFreeSlot(UserError):
+    """Every slot the backend granted the job holds a worker (or went with its node): none for another one."""
 
 
 def default_launcher() -> str:
@@ -335,17 +340,22 @@ class RayLauncher:
         lost = self.lost()
         free = [s for s in spec["slots"] if s["group"] not in self._occupied and s["group"] not in lost]
         if not free:
-            raise UserError(f"{self.job_dir / SLOTS_FILE}: no free bundle for another worker (generation "
+            raise NoFreeSlot(f"{self.job_dir / SLOTS_FILE}: no free bundle for another worker (generation "
                             f"{spec['generation']} has {len(spec['slots'])}, all in use): with Ray every worker, "
                             f"spares included (--standby), needs a bundle the scheduler granted")
         slot = free[0]
+        try:
+            group = get_placement_group(slot["group"])
+        except ValueError:   # removed by the backend (its node lost) before it rewrote the slot list
+            raise NoFreeSlot(f"{self.job_dir / SLOTS_FILE}: bundle {slot['group']} is gone (its node was lost)") \
+                from None
         resources = dict(spec["resources"])
         gpus = resources.pop("GPU", 0)
         cpus = resources.pop("CPU", 0)
         actor = self._host_cls.options(
             num_cpus=cpus, num_gpus=gpus, resources=resources,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                get_placement_group(slot["group"]), placement_group_bundle_index=slot["bundle"]),
+                group, placement_group_bundle_index=slot["bundle"]),
         ).remote()
         env = {k: v for k, v in os.environ.items() if k.startswith("DLSCHED_") and k != RAY_ADDRESS_ENV}
         env["PYTHONPATH"] = pythonpath_with_src(os.environ.get("PYTHONPATH"))

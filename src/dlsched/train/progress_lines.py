@@ -29,6 +29,10 @@ _EVENTS = {
     "straggler": lambda r: f"straggler worker(s) {r.get('workers')} replaced",
     "resumed": lambda r: f"resumed from step {r.get('step')} (generation {r.get('new_generation')})",
     "worker_lost": lambda r: f"worker(s) {r.get('workers_lost')} lost",
+    "shrunk": lambda r: f"worker(s) {r.get('workers_lost')} lost: {r.get('workers')} train on from step "
+                        f"{r.get('step')}",
+    "rejoined": lambda r: f"back to {r.get('workers')} worker(s) after worker(s) {r.get('workers_lost')} lost"
+                          + (f" in {r['stall_s']:.2f}s" if isinstance(r.get("stall_s"), (int, float)) else ""),
     "stopped": lambda r: f"stopped at step {r.get('step')}",
     "control_rejected": lambda r: f"control.json rejected: {r.get('error')}",
 }

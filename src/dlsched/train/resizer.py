@@ -2,6 +2,8 @@
 
 Newcomers are started and prepare while the old group keeps training; only when all are ready is the
 group stopped after one step, and the next generation published (keepers carry the state in memory).
+A rejoin (``worker_loss``: a shrunk group grows back into slots the backend still holds for it) takes the same
+path, answering no request of the scheduler's.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import time
 from dlsched.train.data import PartitionTable
 from dlsched.train.devices import free_devices, keepers
 from dlsched.train.files import Control, ControlWatch
+from dlsched.train.launcher import NoFreeSlot
 from dlsched.train.protocol import STOP_PREEMPT, STOP_RESIZE, End, end_key, ready_key, stop_key
 from dlsched.train.scaling import global_batch_after_resize
 
@@ -24,6 +27,7 @@ class Resizer:
         self.control = ControlWatch(coordinator.dir, lambda error: coordinator.progress.write(
             {"event": "control_rejected", "error": error, "time": time.time()}))
         self.active = False  # a resize is under way (straggler detection pauses)
+        self.rejoin: dict | None = None  # the rejoin under way: its event's extra fields
 
     def poll_control(self) -> None:
         ctl = self.control.poll()
@@ -40,16 +44,17 @@ class Resizer:
         """Swap stragglers for fresh workers, keeping the group's size."""
         self.resize(Control(len(self.c.wids), None, self.c.answers.get(self.c.generation, -1)), drop=drop)
 
-    def resize(self, ctl: Control, drop: list[int] = ()) -> None:
+    def resize(self, ctl: Control, drop: list[int] = (), rejoin: dict | None = None) -> None:
         """Stop-free resize and/or batch change: prepare newcomers first, then stop after one step.
 
-        ``drop`` names workers to replace (stragglers): they leave like scaled-in workers."""
-        self.active = True
+        ``drop`` names workers to replace (stragglers): they leave like scaled-in workers. ``rejoin``: the fields of
+        a ``rejoined`` event, for a group growing back after a loss (then no free slot abandons it, not the job)."""
+        self.active, self.rejoin = True, rejoin
         devices, generation = list(self.c.pool.devices), self.c.generation
         try:
             self._resize_now(ctl, list(drop))
         finally:
-            self.active = False
+            self.active, self.rejoin = False, None
         if self.c.generation == generation and self.c.answers.get(generation) != ctl.generation:
             self.c.pool.devices = devices   # not done (abandoned, stopped): the group keeps the devices it has
         self.c.standby_ready = sum(w in self.c.pool.seen for w in self.c.standby)
@@ -57,8 +62,12 @@ class Resizer:
     def abandon(self, reason: str) -> None:
         """The old group trains on at its size. ``control_generation`` names the request given up (the service
         hands the job back the GPUs it trains on only if no newer request came since)."""
+        if self.rejoin is not None:   # no request of the scheduler's: nothing for the service to give back
+            reason, generation = f"rejoin: {reason}", None
+        else:
+            generation = self.control.generation
         self.c.progress.write({"event": "resize_abandoned", "time": time.time(), "reason": reason,
-                               "control_generation": self.control.generation})
+                               "control_generation": generation})
 
     def _group_ended(self) -> bool:
         """The group finished training (its End says so, or a script's workers all exited 0 without one): the
@@ -90,6 +99,10 @@ class Resizer:
                 if pool.procs[w].poll() is not None:   # not retried here: the scheduler decides again
                     self.abandon(f"new worker {w} exited with {pool.procs[w].returncode}: {pool.log_tail(w)}")
                     return False
+            revoked = pool.revoked(wids)
+            if revoked:   # the backend took their slots back (a node lost as they start): they would never join
+                self.abandon(f"the backend took back the slots of new worker(s) {revoked}")
+                return False
             c._drain()
             if pool.dead(c.wids):
                 self.abandon(LOST)
@@ -118,7 +131,14 @@ class Resizer:
         for device in free_devices(pool.devices, held, workers - len(keep)):
             spare = next((w for w in c.standby if pool.device_of[w] == device), None)
             if spare is None:
-                new += pool.spawn(c.generation + 1, [device], workers)
+                try:
+                    new += pool.spawn(c.generation + 1, [device], workers)
+                except NoFreeSlot as e:
+                    if self.rejoin is None:
+                        raise   # the scheduler granted every worker a slot: the backend's books are wrong
+                    self.abandon(str(e))   # the slot went back to the backend since room() counted it
+                    pool.kill(new)
+                    return
             else:
                 c.standby.remove(spare)
                 new.append(spare)
@@ -167,6 +187,7 @@ class Resizer:
         c._publish(wids, step, table, gb, ramp, eloss, restore, answers=ctl.generation)
         pool.leaving += leaving  # they exit on their own; reaped without blocking the loop
         c.standby += pool.spawn(c.generation, c.o.standby - len(c.standby), workers)
-        c.pending_resize = {"event": "resized", "time": requested, "generation": c.generation,
-                            "from_workers": len(old), "workers": workers, "replaced": list(drop), "batch_size": gb,
-                            "step": step, "requested_at": requested, "stopped_at": stopped}
+        c.pending_resize = {"event": "resized" if self.rejoin is None else "rejoined", "time": requested,
+                            "generation": c.generation, "from_workers": len(old), "workers": workers,
+                            "replaced": list(drop), "batch_size": gb, "step": step, "requested_at": requested,
+                            "stopped_at": stopped, **(self.rejoin or {})}

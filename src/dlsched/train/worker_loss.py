@@ -1,5 +1,5 @@
-"""What the coordinator does when a worker dies: shrink onto the survivors in memory, else restart from
-the last checkpoint."""
+"""What the coordinator does when a worker dies: shrink onto the survivors in memory (and grow back into the
+slots the backend still holds for the job), else restart from the last checkpoint."""
 from __future__ import annotations
 
 import json
@@ -8,6 +8,7 @@ import time
 
 from dlsched.errors import JobFailed, UserError
 from dlsched.train.data import PartitionTable
+from dlsched.train.files import Control
 from dlsched.train.peer_cut import publish_lost
 from dlsched.train.protocol import GATE_RUN, Held, end_key, gate_key, survivor_key
 from dlsched.train.scaling import global_batch_after_resize
@@ -25,13 +26,17 @@ class WorkerLoss:
     def __init__(self, coordinator):
         self.c = coordinator  # publishes the plans, owns the group
         self.restarts = 0
+        self.rejoins = 0
 
     def handle(self, dead: list[int]) -> None:
         bad = [w for w in dead if self.c.pool.procs[w].returncode == BAD_INPUT]
         if bad:  # the same again on a restart: the job fails now, with the worker's line
             line = re.sub(r"^(\[rank\d+\]: )+", "", self.c.pool.log_tail(bad[0]))
             raise UserError(f"worker {bad[0]} exited {BAD_INPUT}: {line.removeprefix('dlsched.errors.UserError: ')}")
-        if not (self.c.launcher.shrink_on_loss and self._shrink_onto_survivors(dead)):
+        old = len(self.c.wids)
+        if self.c.launcher.shrink_on_loss and self._shrink_onto_survivors(dead):
+            self._rejoin(dead, old)
+        else:
             self._recover(dead)
 
     def _survivor_states(self, survivors: list[int]) -> dict[int, Held] | None:
@@ -51,7 +56,7 @@ class WorkerLoss:
         return None
 
     def _shrink_onto_survivors(self, dead: list[int]) -> bool:
-        """A worker died mid-step (its node was lost): the others carry on from the last step they all
+        """A worker died mid-step (its node was lost, its actor killed): the others carry on from the last step they all
         committed, in memory, as a smaller group - no restart, no checkpoint. False when that is not possible
         (no survivor, they disagree on the step, one died too): the caller recovers from the checkpoint."""
         c = self.c
@@ -78,6 +83,22 @@ class WorkerLoss:
                           "workers": len(survivors), "new_generation": c.generation, "step": step,
                           "lost_steps": max(0, lost_at - step), "batch_size": gb})
         return True
+
+    def _rejoin(self, dead: list[int], old: int) -> None:
+        """After a shrink, grow back into the slots the backend still holds for the job (under Ray the lost worker's
+        actor died on a live node - the OOM killer, a crash - and its bundle is still the job's), stop-free like a
+        resize, while the survivors train on. A slot lost with its node is not the job's any more: the scheduler
+        re-plans the job instead (the service's ``workers_lost``)."""
+        c = self.c
+        count = c.launcher.room(old)
+        if count <= len(c.wids):
+            return
+        self.rejoins += 1
+        if self.rejoins > c.o.max_restarts:   # a worker that keeps dying where it runs (out of memory)
+            raise JobFailed(f"workers {dead} died; gave up after {c.o.max_restarts} rejoins: "
+                            f"{c.pool.log_tail(dead[0])} (worker logs in {c.dir / 'logs'})")
+        c.resizer.resize(Control(count, None, c.answers.get(c.generation, -1)),
+                         rejoin={"workers_lost": dead, "rejoins": self.rejoins})
 
     def _recover(self, dead: list[int]) -> None:
         """A worker died: its peers' state is suspect mid-collective, so replace the group from the checkpoint."""
