@@ -777,6 +777,26 @@ def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(
         assert (svc.state_dir / "jobs" / str(job) / "status.json").exists()
 
 
+def run_losing_the_lone_workers_node(cluster, backend, tmp_path, **job_spec) -> tuple[Path, list[str]]:
+    """A 3-slot job placed 2 + 1 whose lone worker's node (not the runtime's) is removed after 5 steps; waits for
+    the finish and puts the node back. Returns the job's folder and the service's event kinds."""
+    c_, nodes = cluster
+    victim = None
+    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
+        try:
+            job = submit(c, **job_spec)
+            wait_job(c, job, lambda j: j["samples"] >= 12 * 5, timeout=120, what="5 steps")
+            (victim,) = [n for n, k in backend.placement(job).items() if k == 1]
+            c_.remove_node(nodes[victim])
+            wait_job(c, job, lambda j: j["state"] == "finished", timeout=240, what="finished")
+            kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
+        finally:
+            if victim is not None:
+                nodes[victim] = c_.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": victim})
+                c_.wait_for_nodes()
+    return svc.state_dir / "jobs" / str(job), kinds
+
+
 SCRIPT_3_WORKERS = ["python", "tests/torch/user_script.py", "--samples", "480", "--batch", "12", "--epochs", "2",
                     "--step-s", "0.05"]
 
@@ -788,22 +808,9 @@ def test_service_on_ray_a_script_job_losing_a_workers_node_trains_on_and_finishe
     bundles left (not 3: the lost one is never reused); the job finishes, every sample once per epoch."""
     from dlsched.train.data import committed_sample_ids
 
-    c_, nodes = cluster
-    victim = None
-    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
-        try:
-            job = submit(c, name="script", gpus=3, command=SCRIPT_3_WORKERS)
-            wait_job(c, job, lambda j: j["samples"] >= 12 * 5, timeout=120, what="5 steps")
-            (victim,) = [n for n, k in backend.placement(job).items() if k == 1]
-            c_.remove_node(nodes[victim])
-            wait_job(c, job, lambda j: j["state"] == "finished", timeout=240, what="finished")
-            kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
-        finally:
-            if victim is not None:
-                nodes[victim] = c_.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": victim})
-                c_.wait_for_nodes()
+    job_dir, kinds = run_losing_the_lone_workers_node(cluster, backend, tmp_path, name="script", gpus=3,
+                                                      command=SCRIPT_3_WORKERS)
     assert "workers_lost" in kinds and kinds.count("running") == 1, kinds   # trained on: never re-queued
-    job_dir = svc.state_dir / "jobs" / str(job)
     (lost,) = events(job_dir, "worker_lost")   # the script's survivors restart from the last checkpoint, 2 of them
     assert lost["restored_step"] > 0 and lost["workers_lost"] == [2], lost
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(480)})
@@ -878,22 +885,8 @@ def test_service_on_ray_a_jobs_worker_lost_with_its_node_shrinks_the_books_and_n
     memory, the service's books shrink to 2 (``workers_lost``) and the job never tries to grow back into it."""
     from dlsched.train.data import committed_sample_ids
 
-    c_, nodes = cluster
-    victim = None
-    with fifo_service_on_ray(backend, tmp_path) as (svc, c):
-        try:
-            job = submit(c, **MLP_3_WORKERS)
-            wait_job(c, job, lambda j: j["samples"] >= 12 * 5, timeout=120, what="5 steps")
-            (victim,) = [n for n, k in backend.placement(job).items() if k == 1]
-            c_.remove_node(nodes[victim])
-            wait_job(c, job, lambda j: j["state"] == "finished", timeout=240, what="finished")
-            kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
-        finally:
-            if victim is not None:
-                nodes[victim] = c_.add_node(num_cpus=1, resources={"gpu_slot": 2}, labels={"dlsched.io/node": victim})
-                c_.wait_for_nodes()
+    job_dir, kinds = run_losing_the_lone_workers_node(cluster, backend, tmp_path, **MLP_3_WORKERS)
     assert "workers_lost" in kinds and kinds.count("running") == 1, kinds   # trained on: never re-queued
-    job_dir = svc.state_dir / "jobs" / str(job)
     (lost,) = events(job_dir, "shrunk")
     assert lost["workers_lost"] == [2] and lost["workers"] == 2, lost
     assert not events(job_dir, "rejoined") and not events(job_dir, "worker_lost")
@@ -901,16 +894,25 @@ def test_service_on_ray_a_jobs_worker_lost_with_its_node_shrinks_the_books_and_n
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(480)})
 
 
-def test_a_new_workers_bundle_removed_before_the_slot_list_says_so_is_no_free_slot(cluster, backend, tmp_path):
-    """The backend removes a lost node's placement group, then rewrites ray-slots.json: a worker started in between
-    finds no group by that name. That is no free slot (a rejoin gives up, the job trains on), not a crash."""
+def test_a_bundle_on_a_lost_node_or_removed_before_the_slot_list_says_so_takes_no_worker(cluster, backend, tmp_path):
+    """A slot whose node Ray no longer has is lost (no room, its newcomer revoked) even when no worker's death was
+    seen there: the runtime killed it itself once its peers lost it. And the backend removes a lost node's placement
+    group before it rewrites ray-slots.json: a worker started in between finds no group by that name. That is no
+    free slot (a rejoin gives up, the job trains on), not a crash."""
+    from types import SimpleNamespace
+
     from dlsched.train import launcher as launcher_mod
 
+    live = next(n["NodeID"] for n in ray.nodes() if n["Alive"])
     slots = {"generation": 2, "resources": {"CPU": 1, "gpu_slot": 1},
-             "slots": [{"group": "dlsched-removed-group", "bundle": 0, "node": "n1"}]}
+             "slots": [{"group": "dlsched-removed-group", "bundle": 0, "node": live},
+                       {"group": "dlsched-lost-node-group", "bundle": 0, "node": "f" * 56}]}
     (tmp_path / launcher_mod.SLOTS_FILE).write_text(json.dumps(slots))
     try:
         ray_launcher = launcher_mod.RayLauncher(tmp_path, cluster[0].address)
+        assert ray_launcher.room(2) == 1
+        newcomers = {0: SimpleNamespace(slot="dlsched-removed-group"), 1: SimpleNamespace(slot="dlsched-lost-node-group")}
+        assert ray_launcher.revoked(newcomers) == [1]
         with pytest.raises(launcher_mod.NoFreeSlot, match="bundle dlsched-removed-group is gone"):
             ray_launcher.start(["--worker-id", "0"], tmp_path / "worker-0.log", "")
     finally:   # RayLauncher empties the forkserver's preload; this process's later local workers want torch in it

@@ -61,7 +61,8 @@ def abandoned(c: Coordinator) -> list[tuple]:
 def test_a_rejoin_whose_newcomers_slots_the_backend_took_back_is_given_up_not_waited_on(coordinator):
     use(coordinator, Idle(revoke=True))
     coordinator.worker_loss._rejoin([2], 1)
-    assert abandoned(coordinator) == [("rejoin: the backend took back the slots of new worker(s) [0]", None)]
+    assert abandoned(coordinator) == [
+        ("rejoin: the slots of new worker(s) [0] were taken back or lost with their node", None)]
     assert not coordinator.pool.procs and coordinator.generation == 0   # the newcomer went; the group trains on
 
 
@@ -80,3 +81,12 @@ def test_the_job_fails_after_max_restarts_rejoins(coordinator):
         coordinator.worker_loss._rejoin([2], 1)
     with pytest.raises(JobFailed, match=r"^workers \[2\] died; gave up after 3 rejoins: Killed \(worker logs in "):
         coordinator.worker_loss._rejoin([2], 1)
+
+
+def test_a_rejoin_whose_newcomers_never_get_ready_is_given_up_at_its_deadline(coordinator, monkeypatch):
+    """No scheduler's request stands behind a rejoin, so no scheduler's deadline gives it up: its own does."""
+    monkeypatch.setattr("dlsched.train.resizer.REJOIN_READY_S", 0.5)
+    use(coordinator, Idle(revoke=False))
+    coordinator.worker_loss._rejoin([2], 1)
+    assert abandoned(coordinator) == [("rejoin: new worker(s) not ready in 0.5 s", None)]
+    assert not coordinator.pool.procs and coordinator.generation == 0

@@ -29,12 +29,14 @@ The Ray hand-over, per job directory ``DIR``:
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Mapping, Protocol
 
@@ -48,6 +50,7 @@ RAY_ADDRESS_ENV = "DLSCHED_RAY_ADDRESS"   # set by the Ray backend in the runtim
 GPU_PER_WORKER_ENV = "DLSCHED_GPU_PER_WORKER"  # "1": this worker owns exactly the GPU(s) it sees (cuda:0)
 SLOTS_FILE = "ray-slots.json"
 IN_USE_FILE = "ray-workers.json"
+ALIVE_TTL_S = 1.0
 
 _FORKSERVER = multiprocessing.get_context("forkserver")
 _FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])  # torch imported once, not once per worker
@@ -319,6 +322,8 @@ class RayLauncher:
         self.store_host = node_ip or ray.util.get_node_ip_address()   # the TCPStore listens on every interface
         self._occupied: dict[str, RayWorker] = {}
         self.died: dict[str, str] = {}   # bundle -> its node, for the workers whose actor died under them
+        self._alive: set[str] = set()
+        self._alive_at = -math.inf
         # No worker is forked here: keep the forkserver the coordinator starts from loading torch for nothing.
         _FORKSERVER.set_forkserver_preload([])
 
@@ -372,21 +377,35 @@ class RayLauncher:
         return handle
 
     def revoked(self, handles: Mapping[int, RayWorker]) -> list[int]:
-        """Workers whose bundle left the slot list (a move: the backend reserved their successors elsewhere)."""
+        """Workers whose bundle left the slot list (a move: the backend reserved their successors elsewhere) or went
+        with its node (a worker started there would wait for it for good: bundles are pinned to their node)."""
         granted = {s["group"] for s in self._slots()["slots"]}
-        return [w for w, h in handles.items() if h.slot not in granted]
+        lost = self.lost()
+        return [w for w, h in handles.items() if h.slot not in granted or h.slot in lost]
 
     def room(self, count: int) -> int:
         lost = self.lost()
         return min(count, sum(s["group"] not in lost for s in self._slots()["slots"]))
 
     def lost(self) -> set[str]:
-        """The bundles whose worker's actor died under it on a node Ray no longer has: they went with the node, never
-        reused. An actor that died on a live node (the OOM killer, a crash) leaves its bundle the job's."""
-        if not self.died:
+        """The bundles gone with their node (the slot's node, or the one a worker's actor died on, is one Ray no longer
+        has): never reused. An actor that died on a live node (the OOM killer, a crash) leaves its bundle the job's.
+        The slot's own node counts too: a worker this runtime killed after its peers lost it (its raylet killed, Ray
+        not yet aware) recorded no death."""
+        slots = self._slots()["slots"]
+        if not self.died and not any(s.get("node") for s in slots):
             return set()
-        alive = {n["NodeID"] for n in self._ray.nodes() if n["Alive"]}
-        return {group for group, node in self.died.items() if node not in alive}
+        alive = self._alive_nodes()
+        return ({s["group"] for s in slots if s.get("node") and s["node"] not in alive}
+                | {group for group, node in self.died.items() if node not in alive})
+
+    def _alive_nodes(self) -> set[str]:
+        """Ray's live node ids, asked of the GCS at most once a second (a resize's wait polls every 20 ms)."""
+        now = time.monotonic()
+        if now - self._alive_at > ALIVE_TTL_S:
+            self._alive = {n["NodeID"] for n in self._ray.nodes() if n["Alive"]}
+            self._alive_at = now
+        return self._alive
 
     def _vacate(self, handle: RayWorker) -> None:
         if self._occupied.get(handle.slot) is handle:

@@ -19,6 +19,7 @@ from dlsched.train.scaling import global_batch_after_resize
 POLL_S = 0.02
 ENDED = "the job ended before its new workers joined"   # the scheduler's request is moot, not lost
 LOST = "a worker of the training group died"   # worker_loss takes the group over from here
+REJOIN_READY_S = 300.0   # a rejoin's newcomers must be ready by then (a worker start under load takes ~30 s)
 
 
 class Resizer:
@@ -84,6 +85,7 @@ class Resizer:
         False when one of them failed, a worker died, the job is being stopped or has ended, or a newer request
         came (the resize is abandoned)."""
         c, pool = self.c, self.c.pool
+        deadline = time.monotonic() + REJOIN_READY_S
         while not all(c.store.check([ready_key(w)]) for w in wids):
             if c.stop_requested:
                 self.abandon("stop requested")
@@ -100,8 +102,11 @@ class Resizer:
                     self.abandon(f"new worker {w} exited with {pool.procs[w].returncode}: {pool.log_tail(w)}")
                     return False
             revoked = pool.revoked(wids)
-            if revoked:   # the backend took their slots back (a node lost as they start): they would never join
-                self.abandon(f"the backend took back the slots of new worker(s) {revoked}")
+            if revoked:   # the backend took their slots back, or their node is lost: they would never join
+                self.abandon(f"the slots of new worker(s) {revoked} were taken back or lost with their node")
+                return False
+            if self.rejoin is not None and time.monotonic() > deadline:   # no scheduler's deadline gives it up
+                self.abandon(f"new worker(s) not ready in {REJOIN_READY_S:g} s")
                 return False
             c._drain()
             if pool.dead(c.wids):
