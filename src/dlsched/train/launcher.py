@@ -342,7 +342,7 @@ class RayLauncher:
         from ray.util.placement_group import get_placement_group
 
         spec = self._slots()
-        lost = self.lost()
+        lost = self.lost(spec["slots"])
         free = [s for s in spec["slots"] if s["group"] not in self._occupied and s["group"] not in lost]
         if not free:
             raise NoFreeSlot(f"{self.job_dir / SLOTS_FILE}: no free bundle for another worker (generation "
@@ -379,22 +379,20 @@ class RayLauncher:
     def revoked(self, handles: Mapping[int, RayWorker]) -> list[int]:
         """Workers whose bundle left the slot list (a move: the backend reserved their successors elsewhere) or went
         with its node (a worker started there would wait for it for good: bundles are pinned to their node)."""
-        granted = {s["group"] for s in self._slots()["slots"]}
-        lost = self.lost()
+        slots = self._slots()["slots"]
+        granted, lost = {s["group"] for s in slots}, self.lost(slots)
         return [w for w, h in handles.items() if h.slot not in granted or h.slot in lost]
 
     def room(self, count: int) -> int:
-        lost = self.lost()
-        return min(count, sum(s["group"] not in lost for s in self._slots()["slots"]))
+        slots = self._slots()["slots"]
+        lost = self.lost(slots)
+        return min(count, sum(s["group"] not in lost for s in slots))
 
-    def lost(self) -> set[str]:
+    def lost(self, slots: list[dict]) -> set[str]:
         """The bundles gone with their node (the slot's node, or the one a worker's actor died on, is one Ray no longer
         has): never reused. An actor that died on a live node (the OOM killer, a crash) leaves its bundle the job's.
         The slot's own node counts too: a worker this runtime killed after its peers lost it (its raylet killed, Ray
-        not yet aware) recorded no death."""
-        slots = self._slots()["slots"]
-        if not self.died and not any(s.get("node") for s in slots):
-            return set()
+        not yet aware) recorded no death. ``slots``: the slot list as just read (one read per caller)."""
         alive = self._alive_nodes()
         return ({s["group"] for s in slots if s.get("node") and s["node"] not in alive}
                 | {group for group, node in self.died.items() if node not in alive})
