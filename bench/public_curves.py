@@ -29,7 +29,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from prediction_accuracy import FRACTIONS, MIN_INTERVALS, evaluate, evaluate_optimus, observed_beyond, pct  # noqa: E402
+from prediction_accuracy import (FRACTIONS, MIN_INTERVALS, evaluate, evaluate_optimus, observed_beyond, pct,  # noqa: E402
+                                 unshifted)
 
 from dev_set import DevCurve  # noqa: E402  (bench/curves, on the path prediction_accuracy sets)
 from dlsched.perf.calibration import load_calibration  # noqa: E402
@@ -75,6 +76,7 @@ def report(curves: list[DevCurve]) -> None:
     cal = load_calibration()
     rows = [evaluate(c, f, cal, "shipped") for c in curves for f in FRACTIONS]   # "shipped": the CLI's default prior
     opt = [evaluate_optimus(c, f) for c in curves for f in FRACTIONS]
+    law = pd.DataFrame([evaluate(c, f, unshifted(cal), "shipped") for c in curves for f in FRACTIONS])
     df, od = pd.DataFrame(rows), pd.DataFrame(opt)
     print(f"== held-out public curves: {len(curves)} completed runs, predicted as `dlsched predict curve` "
           "(shipped calibration and prior), schedule + budget given")
@@ -91,9 +93,10 @@ def report(curves: list[DevCurve]) -> None:
         print(f"  observed beyond the row's fraction (4 points minimum): {', '.join(beyond)}")
     print(f"  medians ({TARGETS}); steps scored where >= {MIN_INTERVALS} logging intervals remained")
     for f in FRACTIONS:
-        s, o = df[df.observed == f], od[od.observed == f]
+        s, o, raw = df[df.observed == f], od[od.observed == f], law[law.observed == f]
         print(f"  after {int(100 * f):2d} %: final {pct(s.final_err.median())}  steps {pct(s.steps_err.median())} "
-              f"(n={s.steps_err.notna().sum()})  80 % coverage final {cov(s, 'final_cov')} steps {cov(s, 'steps_cov')}"
+              f"(n={s.steps_err.notna().sum()}; the law's own crossing {pct(raw.steps_err.median()).strip()}, "
+              f"coverage {cov(raw, 'steps_cov').strip()})  80 % coverage final {cov(s, 'final_cov')} steps {cov(s, 'steps_cov')}"
               f"  wrongly unreachable {int(s.unreachable.sum())}"
               f"   | Optimus alone: final {pct(o.final_err.median())}  steps {pct(o.steps_err.median())}"
               f"  coverage {cov(o, 'final_cov')}/{cov(o, 'steps_cov')}  unreachable {int(o.unreachable.sum())}")

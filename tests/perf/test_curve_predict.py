@@ -378,3 +378,30 @@ def test_a_sparse_log_s_three_points_are_predicted_with_the_calibration_s_widest
     assert 0.5 * y[-1] < p.final_value < y[2]
     with pytest.raises(ValueError, match="need at least 3 observed points after training starts"):
         predict_curve(np.array([0.0, *x[:2]]), np.array([4.6, *y[:2]]), s)
+
+
+def test_the_steps_point_is_the_calibrated_median_and_the_band_stays_on_the_law_s_crossing():
+    """``calibrate`` keeps the median of the steps errors per fraction; the point estimate of a crossing ahead
+    is the law's crossing times exp(that median), its 80 % band unchanged. A crossing already behind (a fact)
+    and one only at the budget (a bound) are not moved; a table without medians moves nothing."""
+    errors = [(0.1, e, e) for e in np.linspace(-0.5, 0.1, 19)] + [(0.5, e, e) for e in np.linspace(-0.3, 0.1, 19)]
+    cal = calibrate(errors)
+    assert cal.steps_median == pytest.approx((-0.2, -0.1))
+    assert cal.steps_shift(0.1) == pytest.approx(-0.2) and cal.steps_shift(0.9) == pytest.approx(-0.1)
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("cosine", x)
+    s = parse_schedule("cosine", B)
+    ahead = float(y[69])   # reached at x = 700, in the cosine's decay
+    law = predict_curve(x[:30], y[:30], s, target=ahead, prior=None, calibration=dataclasses.replace(cal, steps_median=None))
+    p = predict_curve(x[:30], y[:30], s, target=ahead, prior=None, calibration=cal)
+    assert law.steps_to_target > 0 and law.target_step < B
+    assert p.steps_to_target == pytest.approx(law.steps_to_target * np.exp(cal.steps_shift(0.3)))
+    assert p.target_step == pytest.approx(p.x_now + p.steps_to_target)
+    assert p.interval_80 == pytest.approx(law.interval_80)
+    assert p.interval_80[0] <= p.steps_to_target <= p.interval_80[1]
+    for kw in ({"target": float(y[9])}, {"target": p.final_value * 0.99}):   # behind; below the point: at the budget
+        moved, kept = (predict_curve(x[:30], y[:30], s, prior=None, calibration=c, **kw)
+                       for c in (cal, dataclasses.replace(cal, steps_median=None)))
+        assert (moved.target_step, moved.steps_to_target) == (kept.target_step, kept.steps_to_target)
+        assert kept.target_step in (B, pytest.approx(100.0, abs=10.0))
+    assert Calibration((0.1,), ((-1.0, 1.0),), ((-1.0, 1.0),)).steps_shift(0.1) == 0.0

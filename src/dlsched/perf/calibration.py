@@ -4,7 +4,9 @@ From a development set of finished curves (``bench/curves``, the Pollux apps, th
 is run after observing several fractions of each curve; each run gives log(true / predicted) for the final
 value and for the remaining steps to a target. The band at a fraction is the 10th–90th percentile of those
 errors (interpolated over log fraction), so an interval is ``point·exp(band)``: the shape errors the
-residual bootstrap cannot see (a decay the fit mis-sizes) are in it. ``bench/prediction_accuracy.py``
+residual bootstrap cannot see (a decay the fit mis-sizes) are in it. The steps' point estimate is moved to the
+median of those errors (``steps_shift``): the law's own crossing is late on the development curves (median
+log(true/predicted) about −0.1), and the band's centre is the calibrated prediction. ``bench/prediction_accuracy.py``
 checks coverage leave-one-curve-out; ``calibration.json`` holds the bands from every development curve and
 the prior their fits give (rewritten by ``bench/prediction_accuracy.py --write-calibration``).
 """
@@ -55,6 +57,9 @@ class Calibration:
     # ``levelled``'s counterpart for a level whose finals were carried to the run's schedule (``perf.prior``):
     # several times tighter than a plain mean's, which stays in ``levelled`` (a job that declared no schedule)
     carried: "Calibration | None" = None
+    # per fraction, the median of log(true/predicted remaining steps): the steps' point estimate is the raw
+    # crossing times exp(this), the centre of its band; None (a table written before it): 0
+    steps_median: tuple[float, ...] | None = None
 
     def _band(self, table, fraction: float) -> tuple[float, float]:
         f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
@@ -66,6 +71,12 @@ class Calibration:
 
     def steps_band(self, fraction: float) -> tuple[float, float]:
         return self._band(self.steps, fraction)
+
+    def steps_shift(self, fraction: float) -> float:
+        """log factor from the law's own crossing to the calibrated point estimate of the steps (``steps_median``)."""
+        if self.steps_median is None:
+            return 0.0
+        return self._band(tuple((m, m) for m in self.steps_median), fraction)[0]
 
     def fit_sigma(self, fraction: float) -> float:
         """Log-normal sigma of the fit-alone final value implied by its 80 % band at this fraction."""
@@ -101,7 +112,8 @@ class Calibration:
     def as_dict(self) -> dict:
         return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
                 "reach": self.reach, "levelled": None if self.levelled is None else self.levelled.as_dict(),
-                "fits": self.fits, "carried": None if self.carried is None else self.carried.as_dict()}
+                "fits": self.fits, "carried": None if self.carried is None else self.carried.as_dict(),
+                "steps_median": self.steps_median}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1)
@@ -125,21 +137,29 @@ def quantile_band(errors, level: float = LEVEL) -> tuple[float, float]:
 
 
 def calibrate(records, level: float = LEVEL) -> Calibration:
-    """``records``: (fraction, log final error, log steps error[, log remaining-improvement error]); nan where a
-    run had none."""
+    """``records``: (fraction, log final error, log steps error[, log remaining-improvement error[, log steps error
+    of a crossing predicted ahead, before the budget: the ones the median shift moves]]); nan where a run had none."""
     r = np.asarray(records, float)
     fr = tuple(sorted(set(r[:, 0].tolist())))
     final = _filled([quantile_band(r[r[:, 0] == f, 1], level) for f in fr])
     steps = _filled([quantile_band(r[r[:, 0] == f, 2], level) for f in fr])
+    moved = 4 if r.shape[1] > 4 else 2
+    medians = _filled([(_median(r[r[:, 0] == f, moved]),) * 2 for f in fr], start=(0.0, 0.0))
     # pooled with the earlier fractions' errors: more points do not make every curve's prediction better, and a
     # floor that rose faster than the worst late error would call a reached target unreachable
     reach = tuple(quantile_band(r[r[:, 0] <= f, 3], UNREACHABLE_LEVEL)[1] for f in fr) if r.shape[1] > 3 else None
-    return Calibration(fr, final, steps, reach=reach)
+    return Calibration(fr, final, steps, reach=reach, steps_median=tuple(m for m, _ in medians))
 
 
-def _filled(bands: list[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+def _median(errors) -> float:
+    e = errors[np.isfinite(errors)]
+    return float(np.median(e)) if len(e) else math.nan
+
+
+def _filled(bands: list[tuple[float, float]],
+            start: tuple[float, float] = UNCALIBRATED.steps[0]) -> tuple[tuple[float, float], ...]:
     """A fraction without errors (every target already reached there) takes the nearest earlier band."""
-    out, last = [], UNCALIBRATED.steps[0]
+    out, last = [], start
     for b in bands:
         last = b if all(map(math.isfinite, b)) else last
         out.append(last)
@@ -156,8 +176,9 @@ def load_calibration(path: Path = TABLE) -> Calibration:
 
 
 def from_dict(d: dict) -> Calibration:
-    prior, reach, levelled, fits, carried = (d.get(k) for k in ("prior", "reach", "levelled", "fits", "carried"))
+    prior, reach, levelled, fits, carried, median = (
+        d.get(k) for k in ("prior", "reach", "levelled", "fits", "carried", "steps_median"))
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
                        tuple(prior) if prior else None, tuple(reach) if reach else None,
                        from_dict(levelled) if levelled else None, tuple(map(tuple, fits)) if fits else None,
-                       from_dict(carried) if carried else None)
+                       from_dict(carried) if carried else None, tuple(median) if median else None)
