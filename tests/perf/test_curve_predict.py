@@ -5,7 +5,7 @@ import pytest
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Calibration, calibrate, quantile_band
-from dlsched.perf.curve_predict import predict_curve
+from dlsched.perf.curve_predict import anchor, predict_curve
 from dlsched.perf.first_passage import first_passage, logged_crossing, logged_noise
 from dlsched.perf.prior import FinishedFit, prior_from_fits
 from dlsched.perf.schedule import parse_schedule
@@ -405,3 +405,14 @@ def test_the_steps_point_is_the_calibrated_median_and_the_band_stays_on_the_law_
         assert (moved.target_step, moved.steps_to_target) == (kept.target_step, kept.steps_to_target)
         assert kept.target_step in (B, pytest.approx(100.0, abs=10.0))
     assert Calibration((0.1,), ((-1.0, 1.0),), ((-1.0, 1.0),)).steps_shift(0.1) == 0.0
+
+
+def test_a_short_prefix_is_anchored_on_its_newer_half_not_on_its_first_fast_falling_point():
+    """The anchor reads the newest fifth, at least 5 points: on a 5-point prefix that was every point, and a
+    first evaluation far above a fit that weighs the newest most scaled the whole curve to twice the fit."""
+    x = np.array([100.0, 200, 300, 400, 500])
+    y = np.array([0.09, 0.02, 0.016, 0.015, 0.012])
+    fit = lambda q: np.full_like(np.asarray(q, float), 0.015)  # noqa: E731
+    assert anchor(x, y, fit) == pytest.approx(np.mean(y[-3:]) / 0.015)
+    long = np.arange(10, 1001, 10.0)
+    assert anchor(long, np.full_like(long, 0.03), fit) == pytest.approx(2.0)   # 100 points: the last 20, as before

@@ -6,7 +6,7 @@ value and for the remaining steps to a target. The band at a fraction is the 10t
 errors (interpolated over log fraction), so an interval is ``point·exp(band)``: the shape errors the
 residual bootstrap cannot see (a decay the fit mis-sizes) are in it. The steps' point estimate is moved to the
 median of those errors (``steps_shift``): the law's own crossing is late on the development curves (median
-log(true/predicted) about −0.1), and the band's centre is the calibrated prediction. ``bench/prediction_accuracy.py``
+log(true/predicted) −0.1 to −0.3), and the band's centre is the calibrated prediction. ``bench/prediction_accuracy.py``
 checks coverage leave-one-curve-out; ``calibration.json`` holds the bands from every development curve and
 the prior their fits give (rewritten by ``bench/prediction_accuracy.py --write-calibration``).
 """

@@ -148,10 +148,12 @@ def choose_model(x, y, schedule: Schedule, prior: CurvePrior | None) -> tuple[st
 
 
 def anchor(x, y, f, tail: float = 0.2) -> float:
-    """Ratio of the newest points (the last fifth, at least 5) to the fit there: the prediction continues from
-    where the run *is* (a fit a few % off at the end would otherwise say a target is already reached, or
-    never); a fifth, not the last few, so that minibatch noise does not move the whole curve."""
-    k = min(len(x), max(5, int(round(tail * len(x)))))
+    """Ratio of the newest points (the last fifth, at least 5, at most the newer half) to the fit there: the
+    prediction continues from where the run *is* (a fit a few % off at the end would otherwise say a target is
+    already reached, or never); a fifth, not the last few, so that minibatch noise does not move the whole
+    curve; never the older half of a short prefix, whose first points a fast fall puts far above a fit that
+    weighs the newest most (a 5-point prefix was scaled by its first point to twice the fit)."""
+    k = min((len(x) + 1) // 2, max(5, int(round(tail * len(x)))))
     r = float(np.mean(y[-k:]) / np.mean(f(x[-k:])))
     return r if np.isfinite(r) and r > 0 else 1.0
 
