@@ -39,6 +39,14 @@ class Full(Idle):
         raise NoFreeSlot("ray-slots.json: no free bundle for another worker")
 
 
+class Stillborn(Idle):
+    """Newcomers whose actor dies before its process starts (a bundle on a node Ray has not yet declared dead):
+    gone with an error, no log file written."""
+
+    def start(self, argv, log_path, visible):
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+
+
 @pytest.fixture
 def coordinator(tmp_path):
     c = Coordinator(Options(job_dir=tmp_path, entry=MLP, workers=1))
@@ -90,3 +98,13 @@ def test_a_rejoin_whose_newcomers_never_get_ready_is_given_up_at_its_deadline(co
     coordinator.worker_loss._rejoin([2], 1)
     assert abandoned(coordinator) == [("rejoin: new worker(s) not ready in 0.5 s", None)]
     assert not coordinator.pool.procs and coordinator.generation == 0
+
+
+def test_a_rejoin_whose_newcomer_dies_before_it_wrote_a_log_is_given_up_and_the_job_trains_on(coordinator):
+    """Under the multi-node test's killed raylet, the rejoin's newcomer went to the lost node's bundle; its actor
+    died before the worker's log existed, and reading that log for the abandon's reason crashed the coordinator
+    (FileNotFoundError: the job failed instead of training on)."""
+    use(coordinator, Stillborn(revoke=False))
+    coordinator.worker_loss._rejoin([2], 1)
+    assert abandoned(coordinator) == [("rejoin: new worker 0 exited with 1: (no log: it never started)", None)]
+    assert coordinator.generation == 0

@@ -45,7 +45,12 @@ class WorkerPool:
         return wids
 
     def log_tail(self, wid: int) -> str:
-        lines = (self.dir / "logs" / f"worker-{wid}.log").read_text(errors="replace").strip().splitlines()
+        """The worker's last log line; a worker whose process never started (under Ray, its actor died first: its
+        node was lost) has none."""
+        try:
+            lines = (self.dir / "logs" / f"worker-{wid}.log").read_text(errors="replace").strip().splitlines()
+        except FileNotFoundError:
+            return "(no log: it never started)"
         return lines[-1] if lines else ""
 
     def revoked(self, wids: list[int]) -> list[int]:
