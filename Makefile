@@ -18,10 +18,11 @@ demo: $(STAMP)
 	$(BIN)/dlsched demo
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a silent pass.
-# Two workers (pytest-xdist): most tests wait on real processes, so two keep both cores busy; a module's tests
-# and all Ray tests stay on one worker each (groups in tests/conftest.py). TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+# Workers (pytest-xdist): most tests wait on real processes, so more workers than cores keep both busy; a file's
+# tests stay on one worker (--dist loadfile: all Ray tests are one file, tests/conftest.py). TEST_WORKERS=0 runs
+# in one process.
+TEST_WORKERS ?= 3
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 test: $(STAMP)
 	$(PYTEST); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc

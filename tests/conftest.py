@@ -1,31 +1,16 @@
-import re
-
 import pytest
 
 from dlsched.paths import shared_data
+
+
+# `make test` runs pytest-xdist with --dist loadfile: a file's tests run on one worker, so its module fixtures (a
+# service, a cluster) start once, and the tests that start a local Ray cluster (all in tests/backends/test_ray.py:
+# they share /tmp/ray and the host's ports) run one cluster at a time; the multi-node clusters are
+# tests/multinode/test_cluster.py's. (--dist loadgroup does not group under pytest 9.2: xdist 3.8 writes a test's
+# group into item._nodeid, which pytest 9.2 no longer reads, so every test was scheduled on its own.)
 
 
 @pytest.fixture(scope="session")
 def data_dir():
     """The real data shipped beside the repo (../shared/data)."""
     return shared_data()
-
-
-_RAY = re.compile(r"(^|_)ray(_|$)")
-
-
-def _group(item: pytest.Item) -> str:
-    if "multinode" in item.path.parts:
-        return "multinode"
-    if any(_RAY.search(n) for n in (item.path.stem, *item.fixturenames)):
-        return "ray"
-    return item.nodeid.split("::")[0]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n 2 --dist loadgroup`` (make test): a module's tests run on one worker, so its
-    module fixtures (a service, a cluster) start once; the tests that start a local Ray cluster run on one
-    worker, one cluster at a time (they share /tmp/ray and the host's ports). The multi-node clusters live in
-    network and mount namespaces of their own, so they are a group of their own."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))

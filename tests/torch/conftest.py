@@ -1,6 +1,6 @@
 """The plain 1-worker, 2-epoch run of user_script.py without accumulation that the resize, sigkill and accumulation
-tests compare against. It is read only, so it is trained once per test process; its users carry the
-``plain_ref`` xdist group so that under ``--dist loadgroup`` they share one worker (and this one run)."""
+tests compare against. It is read only, so it is trained once per test process (each xdist worker that runs one
+of its users: under ``--dist loadfile`` this file's and test_elastic_script.py's may land on two)."""
 from __future__ import annotations
 
 import pytest

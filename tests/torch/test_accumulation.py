@@ -23,7 +23,6 @@ from tests.train.helpers import REPO, events, finish
 from tests.waiting import wait_until
 
 STEPS = 2 * SAMPLES // BATCH  # optimizer steps in 2 epochs
-SHARED_REF = pytest.mark.xdist_group("plain_ref")  # the users of plain_ref (tests/torch/conftest.py) share its run
 
 
 def test_every_rank_runs_the_same_count_of_non_empty_micro_batches():
@@ -77,7 +76,6 @@ def _last_metrics(job_dir) -> dict:
 
 
 @pytest.mark.slow
-@SHARED_REF
 def test_accumulated_micro_batches_match_one_batch_and_step_the_optimizer_once_per_global_batch(tmp_path, plain_ref):
     """One worker, global batch 8 as 4 micro-batches of 2, through a GradScaler (loss x 2**10) and with
     zero_grad after the step: the same optimizer steps, LR sequence and (within float32 summation order)
@@ -96,7 +94,6 @@ def test_accumulated_micro_batches_match_one_batch_and_step_the_optimizer_once_p
 
 
 @pytest.mark.slow
-@SHARED_REF
 def test_a_resize_while_accumulating_trains_every_sample_once_and_keeps_the_optimizer_pace(tmp_path, plain_ref):
     """1 -> 3 -> 2 workers while each step accumulates (4 micro-batches of 2 on one worker; shares 3/3/2 as
     2 micro-batches each on three, unequal micro-batches weighted by their share; 4/4 as 2 each on two).
@@ -147,7 +144,6 @@ def _one_cycle_lrs(total: int, lr: float = 0.01) -> list[float]:
 
 
 @pytest.mark.slow
-@SHARED_REF
 def test_sigkill_of_a_worker_mid_accumulation_resumes_from_the_checkpoint_exactly_once(tmp_path, plain_ref):
     """3 workers, global batch 8 as shares 3/3/2 of 2 micro-batches each. Rank 1 stops after step 12's first
     micro-batch (its backward done, under no_sync) and is SIGKILLed there, holding half a step's gradient

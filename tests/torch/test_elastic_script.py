@@ -69,7 +69,6 @@ def resize_through(job_dir: Path, proc: subprocess.Popen, sizes: list[int]) -> N
             at_step += -at_step % (SAMPLES // BATCH) + 2  # next resize waits for the next epoch, to land mid-epoch
 
 
-@pytest.mark.xdist_group("plain_ref")   # plain_ref (tests/torch/conftest.py): trained once for its users
 def test_resize_1_3_2_mid_epoch_trains_every_sample_once_and_continues_adamw_onecycle(tmp_path, plain_ref):
     ref_dir, job_dir, slow = plain_ref, tmp_path / "elastic", tmp_path / "slow"
     slow.touch()
