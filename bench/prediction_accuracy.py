@@ -146,8 +146,8 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
            "final_width": (hi - lo) / final if final > 0 else math.nan,
            "final_log": math.log(t.final / final) if final > 0 else math.nan, "final_cov": lo <= t.final <= hi,
            "unreachable": fixed.steps_to_target is None, "steps_err": math.nan, "steps_log": math.nan,
-           "steps_cov": math.nan, "ahead_log": math.nan, "fixed_err": math.nan, "cross_err": math.nan, "grain": math.nan,
-           "goal_miss": math.nan, "said_reached": False}
+           "steps_cov": math.nan, "ahead_log": math.nan, "fixed_err": math.nan, "cross_err": math.nan,
+           "grain": math.nan, "goal_miss": math.nan, "said_reached": False}
     row["too_close"] = 0 < remaining < MIN_INTERVALS * t.resolution
     if remaining >= MIN_INTERVALS * t.resolution:
         row["steps_err"] = abs(p.steps_to_target / remaining - 1)
