@@ -283,6 +283,11 @@ class RayBackend(Backend):
             rc = self._ray.get(job.runner.returncode.remote(), timeout=10)
         except self._ray.exceptions.GetTimeoutError:   # a slow answer (a loaded node) is no death: ask next round
             return PollResult("running", nodes=held)
+        except self._ray.exceptions.ActorUnavailableError:
+            # no death either: Ray lost its connection to the actor (its node may be dying, not yet declared dead:
+            # reported as gone then, naming the node, by _check_nodes); read as a death, the loss said only that
+            # "the actor died" (tests/backends/test_ray.py's node-loss test, once under load)
+            return PollResult("running", nodes=held)
         except Exception:  # the actor died without its node dying: the runtime is gone with it
             self.stop(job_id)
             return PollResult("gone", "Ray actor of the job died")
