@@ -61,10 +61,13 @@ class Calibration:
     # crossing times exp(this), the centre of its band; None (a table written before it): 0
     steps_median: tuple[float, ...] | None = None
 
-    def _band(self, table, fraction: float) -> tuple[float, float]:
+    def _at(self, values, fraction: float) -> float:
+        """One value per fraction, interpolated over log fraction (clipped to the calibrated ones)."""
         f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
-        fx = np.log(self.fractions)
-        return (float(np.interp(f, fx, [b[0] for b in table])), float(np.interp(f, fx, [b[1] for b in table])))
+        return float(np.interp(f, np.log(self.fractions), values))
+
+    def _band(self, table, fraction: float) -> tuple[float, float]:
+        return self._at([b[0] for b in table], fraction), self._at([b[1] for b in table], fraction)
 
     def final_band(self, fraction: float) -> tuple[float, float]:
         return self._band(self.final, fraction)
@@ -76,7 +79,7 @@ class Calibration:
         """log factor from the law's own crossing to the calibrated point estimate of the steps (``steps_median``)."""
         if self.steps_median is None:
             return 0.0
-        return self._band(tuple((m, m) for m in self.steps_median), fraction)[0]
+        return self._at(self.steps_median, fraction)
 
     def fit_sigma(self, fraction: float) -> float:
         """Log-normal sigma of the fit-alone final value implied by its 80 % band at this fraction."""
@@ -91,7 +94,7 @@ class Calibration:
 
     def reach_log(self, fraction: float) -> float | None:
         """log(most the remaining improvement may exceed its prediction) at this fraction (``reach``)."""
-        return None if self.reach is None else self._band(tuple((f, f) for f in self.reach), fraction)[0]
+        return None if self.reach is None else self._at(self.reach, fraction)
 
     def curve_prior(self, metric: str | None = None, schedule: Schedule | None = None,
                     regime: str = "scratch") -> CurvePrior:
