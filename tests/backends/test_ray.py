@@ -250,6 +250,27 @@ def test_a_poll_the_runtimes_actor_is_too_busy_to_answer_leaves_the_job_running(
     assert wait_free(4) == 4
 
 
+def test_a_runtime_actor_killed_on_a_live_node_is_gone_at_once_as_the_actors_death(backend, tmp_path):
+    """Only a node whose raylet no longer answers holds an actor's death back (for Ray's node-death detection
+    time): the actor's own death on a live node re-queues the job on the first poll that sees it."""
+    job = launch(tmp_path, 13, 1, n_samples=10_000)
+    backend.start(job)
+    wait_progress(job.job_dir, 1)
+    runner = backend._jobs[13].runner
+    ray.kill(runner, no_restart=True)   # asynchronous: a call sent just after may still be answered
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(runner.returncode.remote(), timeout=30)
+        except ray.exceptions.RayActorError:   # Ray knows it is dead
+            break
+    else:
+        raise AssertionError("the killed actor still answers")
+    res = backend.poll(13, job.job_dir)
+    assert (res.state, res.error) == ("gone", "Ray actor of the job died"), res
+    assert wait_free(4) == 4
+
+
 # ----------------------------------------------------------------------------- the service on both backends
 
 REPO = Path(__file__).resolve().parents[2]
@@ -502,7 +523,12 @@ def test_service_on_ray_node_loss_resumes_the_real_runtime_elsewhere_exactly_onc
         wait_job(c, job, lambda j: j["samples"] >= 12 * 7, timeout=120, what="7 steps")
         (victim,) = backend.placement(job)                     # PACK: one node holds both workers
         status = json.loads((svc.state_dir / "jobs" / str(job) / "status.json").read_text())
+        victim_id = nodes[victim].node_id
+        assert backend.ray_nodes.raylet_answers(victim_id)
         c_.remove_node(nodes[victim])                          # the node dies: raylet and its workers go
+        # Ray may call the runtime's actor dead before its health checks call the node dead (under load, twice in
+        # three stress runs): the raylet's refusal is what holds the actor's death back until the node is named
+        assert not backend.ray_nodes.raylet_answers(victim_id)
         _wait(lambda: "queued" in [e["kind"] for e in c.get(f"/jobs/{job}/events").json()], "loss noticed")
         requeued = [e for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "queued"][-1]
         assert f"node {victim} lost" in json.dumps(requeued["detail"]), requeued   # the loss names its node

@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -62,6 +63,7 @@ from dlsched.train.launcher import IN_USE_FILE, RAY_ADDRESS_ENV, SLOTS_FILE
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 ACTOR_PREFIX = "dlsched-job-"
 STOP_GRACE_S = 10.0                     # the runtime checkpoints its current step before it goes
+NODE_DEATH_SLACK = 2.0                  # Ray's health checks run late on a loaded head: wait this many detections
 log = logging.getLogger("dlsched.backends.ray")
 
 
@@ -288,7 +290,9 @@ class RayBackend(Backend):
             # reported as gone then, naming the node, by _check_nodes); read as a death, the loss said only that
             # "the actor died" (tests/backends/test_ray.py's node-loss test, once under load)
             return PollResult("running", nodes=held)
-        except Exception:  # the actor died without its node dying: the runtime is gone with it
+        except Exception:  # the actor died: the runtime is gone with it
+            if self._node_may_be_dying(job):   # _check_nodes names the node once Ray declares it dead
+                return PollResult("running", nodes=held)
             self.stop(job_id)
             return PollResult("gone", "Ray actor of the job died")
         if rc is None:
@@ -304,6 +308,16 @@ class RayBackend(Backend):
             how = f"killed by signal {-rc}" if rc < 0 else "fenced: another coordinator still held the job folder"
             return PollResult("gone", f"coordinator {how}", fenced=rc == fence.EXIT_FENCED)
         return PollResult("failed", status.get("error") or f"exit code {rc}{output_tail(job_dir)}")
+
+    def _node_may_be_dying(self, job: RayJob) -> bool:
+        """Ray reports a lost node's actors dead before its health checks declare the node dead. An actor death
+        whose raylet no longer answers is held as running for up to Ray's detection time, so that the loss is
+        reported naming its node; with a live raylet it is the actor's own death, reported at once."""
+        if self.ray_nodes.raylet_answers(job.runner_node):
+            return False
+        now = time.monotonic()
+        job.runner_died_at = job.runner_died_at or now
+        return now - job.runner_died_at < NODE_DEATH_SLACK * self.ray_nodes.death_detection_s()
 
     def attach(self, job_id: int, job_dir: Path) -> bool:
         """Re-adopt a job started by an earlier service process: its detached actor and slots live on."""

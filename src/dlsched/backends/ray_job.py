@@ -29,6 +29,7 @@ class RayJob:
     retired: list[Slot] = field(default_factory=list)   # shrunk away, released once their worker has left
     lost: str | None = None           # name of the dead node that took the job down
     shrunk: bool = False              # lost workers with a node; the loop has not been told yet
+    runner_died_at: float | None = None   # monotonic time Ray first said the runtime's actor died
 
     @property
     def workers(self) -> int:
