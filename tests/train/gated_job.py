@@ -7,6 +7,9 @@ ready) or when the model is moved to its device at the start of a generation (``
 but it never joins the group). A waiting worker writes ``gate_dir/waiting-<ticket>`` first: the
 observable event a test waits for before acting. Only workers build models; the coordinator only
 calls ``make_job``, so it takes no ticket.
+
+``hold="pause"`` instead holds the run's progress, not its workers: every batch read waits while
+``gate_dir/pause`` exists, so a test can act between two steps however slowly the machine runs.
 """
 from __future__ import annotations
 
@@ -63,6 +66,12 @@ def make_job(gate_dir: str, free: int = 0, hold: str = "prepare", **params) -> "
     job = mlp.make_job(**params)
     gate_path = Path(gate_dir)
     gate_path.mkdir(parents=True, exist_ok=True)
+    if hold == "pause":
+        def paused_batch(ids):
+            while (gate_path / "pause").exists():
+                time.sleep(0.02)
+            return job.get_batch(ids)
+        return dataclasses.replace(job, get_batch=paused_batch)
 
     def make_model() -> nn.Module:
         gate = Gate(gate_path, free)

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,19 +17,24 @@ from .helpers import events, finish, start_job, step_losses, wait_for_event, wai
 
 pytestmark = pytest.mark.slow
 DATA = ["--param", "num_samples=960", "--param", "batch_size=12"]
+GATED = f"{Path(__file__).with_name('gated_job.py')}:make_job"
 
 
 def test_resize_2_4_1_3_within_one_epoch_is_exactly_once_and_smooth(tmp_path):
-    ref_dir, job_dir = tmp_path / "ref", tmp_path / "elastic"
+    ref_dir, job_dir, gate = tmp_path / "ref", tmp_path / "elastic", tmp_path / "gate"
     ref = start_job(ref_dir, 1, *DATA)
+    # the paused job waits between steps while the spares prepare: on a loaded machine their start-up took longer
+    # than the epoch's 80 throttled steps, and the job ended before its third resize (make test-stress)
     proc = start_job(job_dir, 2, *DATA, "--record-samples", "--standby", "2", "--param", "throttle_s=0.15",
-                     "--no-replace-stragglers")
+                     "--param", f"gate_dir={gate}", "--param", "hold=pause", "--no-replace-stragglers", entry=GATED)
     finish(ref)
     at_step = 4
     for generation, workers in enumerate([4, 1, 3], start=1):
         wait_for_step(job_dir, at_step, proc)
+        (gate / "pause").touch()
         wait_for_standby(job_dir, 2, proc)  # prepared spares: the resize then waits only for the broadcast
         write_control(job_dir, workers, None, generation)
+        (gate / "pause").unlink()
         wait_for_event(job_dir, "resized", generation, proc)  # control.json is a level, not a queue
         at_step = events(job_dir, "resized")[-1]["step"] + 3
     finish(proc)
