@@ -411,6 +411,7 @@ def test_a_fenced_runtime_is_gone_not_failed(backend, tmp_path):
         backend.start(job)
         res = wait_state(backend, job, "gone")
         assert "fenced" in res.error and res.fenced and not list(job.job_dir.glob("progress.jsonl"))
+        assert f"held by pid {os.getpid()}" in res.error, res.error   # the holder is named: here, this test
     finally:
         os.close(held)
         backend.runtime = CONTRACT_RUNTIME

@@ -40,7 +40,8 @@ def test_a_second_coordinator_leaves_a_held_folder_untouched(tmp_path, monkeypat
         before = sorted(p.name for p in tmp_path.iterdir())
         assert run.main(["--job-dir", str(tmp_path), "--entry", "examples/mlp.py:make_job", "--workers", "1"]) \
             == fence.EXIT_FENCED
-        assert "another coordinator holds this job folder" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "another coordinator holds this job folder" in err and f"held by pid {os.getpid()} (parent" in err, err
         assert sorted(p.name for p in tmp_path.iterdir()) == before == ["coordinator.lock"]
     finally:
         os.close(fd)

@@ -305,7 +305,8 @@ class RayBackend(Backend):
             # killed from outside, or fenced: the coordinator of a lost node still held the job folder (its guard
             # had not yet ended it). Neither failed the job: the loop resumes it from its checkpoint, a bounded
             # number of times, as the local backend's poll does
-            how = f"killed by signal {-rc}" if rc < 0 else "fenced: another coordinator still held the job folder"
+            how = f"killed by signal {-rc}" if rc < 0 else \
+                f"fenced: another coordinator still held the job folder{output_tail(job_dir)}"   # it names the holder
             return PollResult("gone", f"coordinator {how}", fenced=rc == fence.EXIT_FENCED)
         return PollResult("failed", status.get("error") or f"exit code {rc}{output_tail(job_dir)}")
 

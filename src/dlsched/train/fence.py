@@ -100,3 +100,17 @@ def holder(job_dir: str | Path, timeout_s: float = 10.0):
         if not is_held(job_dir) or time.monotonic() > deadline:
             return None
         time.sleep(0.05)
+
+
+def holder_line(job_dir: str | Path) -> str:
+    """Who holds the job folder, for the fenced coordinator's error: a lost node's coordinator outliving its guard
+    is what keeps a job from resuming, and only its pid and parent tell why."""
+    import psutil
+
+    p = holder(job_dir, timeout_s=1.0)
+    if p is None:
+        return "its holder is not on this machine (or just let go)"
+    try:
+        return f"held by pid {p.pid} (parent {p.ppid()}, {p.status()}): {' '.join(p.cmdline())[:200]}"
+    except psutil.Error:
+        return f"held by pid {p.pid}"

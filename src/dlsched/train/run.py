@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         lock = fence.claim(opts.job_dir)   # held until this process ends, however it ends
         if lock is None:
             print(f"error: {fence.lock_path(opts.job_dir)}: another coordinator holds this job folder; "
-                  f"leaving it alone", file=sys.stderr)
+                  f"leaving it alone ({fence.holder_line(opts.job_dir)})", file=sys.stderr)
             return fence.EXIT_FENCED
         if isinstance(opts, Options):   # another job's folder: resuming would load that job's checkpoint
             was, now = (read_status(opts.job_dir) or {}).get("program"), job_program(opts.entry, opts.command)
