@@ -28,7 +28,9 @@ How a job maps onto Ray
   hands the loop the job's new node map (``PollResult.nodes``), so the scheduler re-plans and grows it
   back when capacity returns. A job whose runtime died with the node is stopped, its reservation
   released and reported ``gone`` (the error names the node); the loop re-queues it and the next
-  start resumes from the checkpoint on the shared job directory.
+  start resumes from the checkpoint on the shared job directory. Ray may call a lost node's actors dead before
+  it calls the node dead: a runtime actor's death whose raylet no longer answers waits up to twice Ray's
+  node-death detection time, so the loss names its node; on a live raylet it is reported at once.
 * **A stale view** - when the loop names a dead node, or nodes Ray cannot give within
   ``pin_timeout_s``, Ray places the bundles itself rather than failing the job.
 
