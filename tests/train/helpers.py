@@ -12,6 +12,7 @@ from dlsched.train.files import read_progress
 
 REPO = Path(__file__).resolve().parents[2]
 MLP = f"{REPO / 'examples' / 'mlp.py'}:make_job"
+GATED = f"{Path(__file__).with_name('gated_job.py')}:make_job"   # the MLP with a test's gate (gated_job.py)
 
 
 def start_job(job_dir: Path, workers: int, *extra: str, entry: str = MLP, env: dict | None = None,

@@ -5,7 +5,6 @@ import json
 import os
 import signal
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,11 +12,10 @@ import pytest
 from dlsched.train.data import committed_sample_ids
 from dlsched.train.files import read_progress, write_control
 
-from .helpers import events, finish, start_job, step_losses, wait_for_event, wait_for_standby, wait_for_step
+from .helpers import GATED, events, finish, start_job, step_losses, wait_for_event, wait_for_standby, wait_for_step
 
 pytestmark = pytest.mark.slow
 DATA = ["--param", "num_samples=960", "--param", "batch_size=12"]
-GATED = f"{Path(__file__).with_name('gated_job.py')}:make_job"
 
 
 def test_resize_2_4_1_3_within_one_epoch_is_exactly_once_and_smooth(tmp_path):

@@ -20,10 +20,9 @@ from dlsched.train.files import read_progress, read_status, write_control
 from tests.waiting import wait_until
 from dlsched.train.preemption import sigterm_blocked
 
-from .helpers import events, finish, start_job, wait_for_step
+from .helpers import GATED, events, finish, start_job, wait_for_step
 
 pytestmark = pytest.mark.slow
-GATED = f"{Path(__file__).with_name('gated_job.py')}:make_job"
 STOP_S = 30  # bound on how long a stop may take (it takes well under a second when it works)
 # the resize tests' job: 200 steps of >= 0.3 s, so it still runs when its newcomer has spawned, imported torch and
 # prepared (or got stuck); the test then stops it. 20 steps (6 s) ended first under load (make test beside two
