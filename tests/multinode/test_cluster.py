@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.multinode.netns import NetnsCluster
@@ -111,6 +113,35 @@ def job_state(client, job_id: int) -> dict:
     assert j["state"] not in ("failed", "cancelled"), (j["state"], j.get("error"), [
         (e["kind"], e.get("detail")) for e in client.get(f"/jobs/{job_id}/events").json()][-12:])
     return j
+
+
+def job_story(cluster, client, job_id: int) -> str:
+    """What a timed-out wait shows: the service's last events for the job, the tail of its runtime's output (a
+    fenced coordinator names the folder's holder there) and which processes still run the job's coordinator."""
+    kinds = [(e["kind"], str(e.get("detail") or "")[:300]) for e in client.get(f"/jobs/{job_id}/events").json()][-8:]
+    try:
+        out = (job_dir(cluster, job_id) / "output.log").read_text(errors="replace").splitlines()[-15:]
+    except OSError:
+        out = []
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,stat,args"], capture_output=True, text=True).stdout.splitlines()
+    mine = re.compile(rf"dlsched\.train\.run .*/jobs/{job_id}( |$)")
+    holders = "\n  ".join(line[:240] for line in ps if mine.search(line)) or "none"
+    return f"events: {kinds}\noutput.log:\n  " + "\n  ".join(out) + f"\ncoordinator processes now:\n  {holders}"
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_job(cluster, client, job_id: int, pred, timeout: float, what: str):
+    """``wait_until`` on the job, failing with its story (events, output, live coordinators) instead of a bare timeout."""
+    try:
+        return wait_until(pred, timeout, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{job_story(cluster, client, job_id)}") from None
 
 
 def worker_ips(cluster, job_id: int) -> dict[int, str]:
@@ -268,10 +299,13 @@ def test_losing_the_node_of_rank_0_and_the_coordinator_resumes_from_the_shared_c
     ips = worker_ips(cluster, job)
     victim = next(n.index for n in cluster.nodes if n.ip == ips[min(ips)])
     assert victim != 0
+    coordinator = json.loads((job_dir(cluster, job) / "status.json").read_text())["pid"]
     cluster.kill_raylet(victim)
-    wait_until(lambda: "queued" in [e["kind"] for e in service.get(f"/jobs/{job}/events").json()], 120,
-               "the loss noticed: the job re-queued")
-    wait_until(lambda: job_state(service, job)["state"] == "finished", 300, "resumed and finished")
+    # Ray SIGKILLs the dead raylet's workers' children (the runtime's guard): the coordinator dies with its guard
+    wait_job(cluster, service, job, lambda: not alive(coordinator), 60, "the lost node's coordinator to end")
+    wait_job(cluster, service, job, lambda: "queued" in [e["kind"] for e in service.get(f"/jobs/{job}/events").json()],
+             120, "the loss noticed: the job re-queued")
+    wait_job(cluster, service, job, lambda: job_state(service, job)["state"] == "finished", 300, "resumed and finished")
     runs = [r["run"] for r in steps(cluster, job)]
     resumed = next(r for r in steps(cluster, job) if r["run"] != runs[0])
     assert resumed["step"] > 5, resumed                                # from the checkpoint, not from scratch

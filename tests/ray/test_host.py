@@ -19,3 +19,30 @@ def test_a_runtime_killed_by_a_signal_is_one_for_the_guards_parent_too(sig):
 
 def test_a_runtimes_exit_code_passes_through():
     assert _guarded("raise SystemExit(3)") == 3
+
+
+def test_a_runtime_dies_with_its_guard_even_when_the_guard_is_sigkilled(tmp_path):
+    """An actor's core worker that exits on its raylet's death SIGKILLs its children: the guard. The runtime, in its own
+    session, must not outlive it (a lost node's coordinator held its job folder for minutes and fenced the resume)."""
+    import psutil
+
+    from tests.waiting import wait_until
+
+    pid_file = tmp_path / "runtime.pid"
+    code = f"import os, time, pathlib; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(600)"
+    guard = subprocess.Popen([sys.executable, "-m", "dlsched.ray.host", "--guard", "--", sys.executable, "-c", code])
+    try:
+        runtime = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), 60, "the runtime's pid"))
+        assert psutil.Process(runtime).ppid() == guard.pid
+        guard.kill()
+        guard.wait(timeout=60)
+
+        def runtime_gone():
+            try:
+                return psutil.Process(runtime).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                return True
+
+        wait_until(runtime_gone, 30, "the runtime to die with its guard")
+    finally:
+        guard.kill()
