@@ -66,6 +66,9 @@ DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 ACTOR_PREFIX = "dlsched-job-"
 STOP_GRACE_S = 10.0                     # the runtime checkpoints its current step before it goes
 NODE_DEATH_SLACK = 2.0                  # Ray's health checks run late on a loaded head: wait this many detections
+# the runtime actor's first call: a fresh worker process importing Ray on a loaded node, not a reservation's wait
+# (a 20 s ready_timeout_s timed out here under make test-stress)
+LAUNCH_TIMEOUT_S = 120.0
 log = logging.getLogger("dlsched.backends.ray")
 
 
@@ -173,7 +176,7 @@ class RayBackend(Backend):
         cmd = self.command(launch)
         try:
             self._ray.get(runner.launch.remote(guarded(cmd), env, self.cwd, str(job_dir / "output.log")),
-                          timeout=self.ready_timeout_s)
+                          timeout=max(self.ready_timeout_s, LAUNCH_TIMEOUT_S))
         except Exception:
             self._ray.kill(runner, no_restart=True)
             self.reserver.release([s.group for s in slots])
