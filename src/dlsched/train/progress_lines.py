@@ -27,7 +27,9 @@ _EVENTS = {
     "resize_abandoned": lambda r: f"resize abandoned: {r.get('reason')}",
     "resize_failed": lambda r: f"resize failed: {r.get('error') or r.get('reason')}",
     "straggler": lambda r: f"straggler worker(s) {r.get('workers')} replaced",
-    "resumed": lambda r: f"resumed from step {r.get('step')} (generation {r.get('new_generation')})",
+    "resumed": lambda r: (f"resumed from the checkpoint of step {r.get('restored_step')}" if r.get("checkpoint")
+                          else "restarted from the beginning (no checkpoint)")
+                         + f" (generation {r.get('new_generation')})",
     "worker_lost": lambda r: f"worker(s) {r.get('workers_lost')} lost",
     "shrunk": lambda r: f"worker(s) {r.get('workers_lost')} lost: {r.get('workers')} train on from step "
                         f"{r.get('step')}",
