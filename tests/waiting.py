@@ -11,3 +11,13 @@ def wait_until(pred, timeout: float = 30.0, what: str = "condition", every: floa
             return v
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def process_alive(pid: int) -> bool:
+    """Running: a zombie waiting for its reaper counts as dead, and so does a pid gone between two looks."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -7,7 +7,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.waiting import wait_until
+from tests.waiting import process_alive, wait_until
 from dlsched.backends.base import Launch, read_progress
 from dlsched.backends.local import DEFAULT_RUNTIME, LocalBackend, assign_slots, gpu_devices, gpu_env, resize_slots
 from dlsched.spec import NodeSpec, load_job_spec
@@ -56,7 +56,7 @@ def test_stop_kills_the_process_group_and_start_resumes_from_checkpoint(tmp_path
     pid = json.loads((tmp_path / "launch.json").read_text())["pid"]
     wait_until(lambda: len(records(tmp_path)) >= 6)
     b.stop(1, tmp_path)
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not process_alive(pid)
     done = records(tmp_path)[-1]["samples"]
     b.start(Launch(1, spec(samples=4000, step_s=0.05, ckpt_every=2), tmp_path, 2, 32, generation=1))
     wait_until(lambda: len(records(tmp_path)) > 0 and records(tmp_path)[-1]["workers"] == 2)

@@ -25,6 +25,7 @@ from dlsched.backends.base import Launch  # noqa: E402
 from dlsched.backends.ray import RayBackend  # noqa: E402
 from dlsched.service.server import Service, free_port  # noqa: E402
 from tests.service.teardown import stop_service_and_jobs  # noqa: E402
+from tests.waiting import process_alive  # noqa: E402
 from dlsched.spec import ClusterSpec, JobSpec  # noqa: E402
 
 CONTRACT_RUNTIME = [sys.executable, str(Path(__file__).with_name("contract_runtime.py"))]
@@ -93,14 +94,6 @@ def wait_free(n, timeout=60.0):   # Ray frees placement groups slowly on a busy 
     while free_slots() != n and time.monotonic() < deadline:
         time.sleep(0.1)
     return free_slots()
-
-
-def alive(pid):
-    """Running (a zombie waiting for its reaper counts as dead)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_nodes_are_the_gpu_nodes_by_label(backend):
@@ -222,12 +215,12 @@ def test_stop_kills_the_runtime_and_its_workers(backend, tmp_path):
     wait_progress(job.job_dir, 1)
     status = json.loads((job.job_dir / "status.json").read_text())
     pids = [status["pid"], *status["worker_pids"]]
-    assert all(alive(p) for p in pids)
+    assert all(process_alive(p) for p in pids)
     backend.stop(7, job.job_dir)
     deadline = time.monotonic() + 10
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(alive(p) for p in pids)
+    assert not any(process_alive(p) for p in pids)
     assert wait_free(4) == 4
 
 
@@ -243,7 +236,7 @@ def test_a_poll_the_runtimes_actor_is_too_busy_to_answer_leaves_the_job_running(
     res = backend.poll(12, job.job_dir)
     assert res.state == "running" and backend.is_running(12), res
     pid = json.loads((job.job_dir / "status.json").read_text())["pid"]
-    assert alive(pid)                                  # the poll stopped nothing
+    assert process_alive(pid)                                  # the poll stopped nothing
     os.kill(pid, signal.SIGKILL)                       # frees the actor's threads: its process exits
     assert ray.get(busy, timeout=30) == [-signal.SIGKILL] * 2
     assert wait_state(backend, job, "gone").error == f"coordinator killed by signal {signal.SIGKILL}"
@@ -535,9 +528,9 @@ def test_service_on_ray_node_loss_resumes_the_real_runtime_elsewhere_exactly_onc
         assert f"node {victim} lost" in json.dumps(requeued["detail"]), requeued   # the loss names its node
         pids = [status["pid"], *status["worker_pids"]]         # no orphan keeps writing the job dir
         deadline = time.monotonic() + 10
-        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not [p for p in pids if alive(p)], [psutil.Process(p).cmdline() for p in pids if alive(p)]
+        assert not [p for p in pids if process_alive(p)], [psutil.Process(p).cmdline() for p in pids if process_alive(p)]
         wait_job(c, job, lambda j: j["state"] == "finished", timeout=150, what="resumed and finished")
         events = [(e["kind"], e["detail"]) for e in c.get(f"/jobs/{job}/events").json()]
         kinds = [k for k, _ in events]
@@ -857,7 +850,7 @@ def test_service_on_ray_a_script_job_whose_workers_actor_dies_on_a_live_node_res
         host = worker_hosts(job_dir)[2]
         orphans = [host["pid"], *(p.pid for p in psutil.Process(host["pid"]).children())]   # with the user's script
         os.kill(host["ppid"], signal.SIGKILL)   # worker 2's actor process, on a live node
-        _wait(lambda: not any(alive(p) for p in orphans), "worker 2's processes gone with its actor", timeout=30)
+        _wait(lambda: not any(process_alive(p) for p in orphans), "worker 2's processes gone with its actor", timeout=30)
         wait_job(c, job, lambda j: j["state"] == "finished", timeout=240, what="finished")
         kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
     assert "workers_lost" not in kinds and kinds.count("running") == 1, kinds   # the books never shrank

@@ -21,11 +21,10 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from tests.multinode.netns import NetnsCluster
-from tests.waiting import wait_until
+from tests.waiting import process_alive, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SERVE = [sys.executable, str(REPO / "tests" / "service" / "serve_for_tests.py")]
@@ -127,13 +126,6 @@ def job_story(cluster, client, job_id: int) -> str:
     mine = re.compile(rf"dlsched\.train\.run .*/jobs/{job_id}( |$)")
     holders = "\n  ".join(line[:240] for line in ps if mine.search(line)) or "none"
     return f"events: {kinds}\noutput.log:\n  " + "\n  ".join(out) + f"\ncoordinator processes now:\n  {holders}"
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def wait_job(cluster, client, job_id: int, pred, timeout: float, what: str):
@@ -302,7 +294,7 @@ def test_losing_the_node_of_rank_0_and_the_coordinator_resumes_from_the_shared_c
     coordinator = json.loads((job_dir(cluster, job) / "status.json").read_text())["pid"]
     cluster.kill_raylet(victim)
     # Ray SIGKILLs the dead raylet's workers' children (the runtime's guard): the coordinator dies with its guard
-    wait_job(cluster, service, job, lambda: not alive(coordinator), 60, "the lost node's coordinator to end")
+    wait_job(cluster, service, job, lambda: not process_alive(coordinator), 60, "the lost node's coordinator to end")
     wait_job(cluster, service, job, lambda: "queued" in [e["kind"] for e in service.get(f"/jobs/{job}/events").json()],
              120, "the loss noticed: the job re-queued")
     wait_job(cluster, service, job, lambda: job_state(service, job)["state"] == "finished", 300, "resumed and finished")

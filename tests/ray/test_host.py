@@ -26,7 +26,7 @@ def test_a_runtime_dies_with_its_guard_even_when_the_guard_is_sigkilled(tmp_path
     session, must not outlive it (a lost node's coordinator held its job folder for minutes and fenced the resume)."""
     import psutil
 
-    from tests.waiting import wait_until
+    from tests.waiting import process_alive, wait_until
 
     pid_file = tmp_path / "runtime.pid"
     code = f"import os, time, pathlib; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(600)"
@@ -37,12 +37,6 @@ def test_a_runtime_dies_with_its_guard_even_when_the_guard_is_sigkilled(tmp_path
         guard.kill()
         guard.wait(timeout=60)
 
-        def runtime_gone():
-            try:
-                return psutil.Process(runtime).status() == psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                return True
-
-        wait_until(runtime_gone, 30, "the runtime to die with its guard")
+        wait_until(lambda: not process_alive(runtime), 30, "the runtime to die with its guard")
     finally:
         guard.kill()

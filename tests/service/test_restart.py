@@ -144,7 +144,7 @@ def test_a_cancel_the_service_did_not_finish_before_it_went_is_done_after_the_re
     from dlsched.service.server import Service
     from tests.service.conftest import RUNTIME, cluster
     from tests.service.teardown import stop_service_and_jobs
-    from tests.waiting import wait_until
+    from tests.waiting import process_alive, wait_until
 
     svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
     try:
@@ -158,7 +158,7 @@ def test_a_cancel_the_service_did_not_finish_before_it_went_is_done_after_the_re
         svc.close()
     pid = read_status(tmp_path / "state" / "jobs" / str(job))["pid"]
     os.killpg(pid, signal.SIGTERM)         # the stop the old service had begun
-    wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 60,
+    wait_until(lambda: not process_alive(pid), 60,
                "the coordinator to exit")
     svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
     try:

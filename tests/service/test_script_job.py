@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from dlsched.paths import REPO_ROOT
@@ -17,7 +16,7 @@ from dlsched.spec import load_cluster_spec
 from tests.service.teardown import stop_service_and_jobs
 from tests.service import policies  # noqa: F401 - registers test-elastic
 from tests.service.test_cli import SERVE
-from tests.waiting import wait_until
+from tests.waiting import process_alive, wait_until
 
 
 @pytest.mark.slow
@@ -116,7 +115,7 @@ def test_a_script_that_ends_during_its_resize_finishes_and_says_the_resize_was_a
         wait_until(lambda: (gate / "worker-1.started").exists(), 120, "b's new worker started")
         (gate / "end").touch()     # the script ends while the newcomer still prepares ...
         first = json.loads((svc.jobs_dir / str(b) / "status.json").read_text())["worker_pids"][0]
-        wait_until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE,
+        wait_until(lambda: not process_alive(first),
                    60, "b's first worker exited")
         (gate / "release").touch()  # ... and only then joins: no End will ever come
         wait_until(lambda: job(b)["state"] in ("finished", "failed"), 120, "job b ended")
@@ -177,7 +176,7 @@ def test_a_resize_whose_new_worker_hangs_in_start_up_is_given_up_at_the_resize_t
         d = back[0]["detail"]
         assert d["gpus"] == 1 and d["placement"] == {"n0": 1} and "resize_timeout_s=4 s" in d["reason"], d
         assert d["no_grow_for_s"] > 0, d   # the backoff applies as after a crash
-        wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+        wait_until(lambda: not process_alive(pid),
                    60, "the hung newcomer killed")
         superseded = wait_until(lambda: [e for e in c.get(f"/jobs/{b}/events").json()
                                          if e["kind"] == "job_resize_abandoned"], 60, "the runtime's abandonment")
