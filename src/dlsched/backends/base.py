@@ -68,6 +68,11 @@ class Backend(Protocol):
         backend whose given-back slots stay reserved until their workers have left by itself (Ray) has none."""
         return None
 
+    def placement(self, job_id: int) -> dict[str, int] | None:
+        """node name -> workers the job holds now, where the backend chose other nodes than it was asked for (Ray,
+        given a node that died since the round's view); None: where it was asked."""
+        return None
+
     def nodes(self) -> tuple[NodeView, ...] | None:
         """The live nodes, where the backend knows them (Ray: a lost node vanishes); None: the declared cluster."""
         return None

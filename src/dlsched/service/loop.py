@@ -170,8 +170,11 @@ class LiveLoop:
                 elif isinstance(act, Start):
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self.models.note_change(job.id, "start", now, act.num_gpus)
-                    writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size},
-                                   {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
+                    # the books say where it runs: booked on a node that died since the view, the next round moved it
+                    placed = self.backend.placement(job.id) or act.nodes
+                    writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size,
+                                                     **({"placed": placed} if placed != act.nodes else {})},
+                                   {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
                 else:   # a shrink or move holds the slots it leaves until the new group steps (slot_holds)
                     releasing = held_after(job, act.nodes) or None
