@@ -40,3 +40,23 @@ def test_a_runtime_dies_with_its_guard_even_when_the_guard_is_sigkilled(tmp_path
         wait_until(lambda: not process_alive(runtime), 30, "the runtime to die with its guard")
     finally:
         guard.kill()
+
+
+def test_a_stopped_guard_waits_for_its_runtimes_checkpoint_past_three_seconds(tmp_path):
+    """A requested stop (SIGTERM) gives the runtime the grace its stopper allows (the backend's STOP_GRACE_S, by
+    SIGKILLing the guard when it is over): the guard's own 3 s killed a runtime still checkpointing."""
+    from tests.waiting import wait_until
+
+    ready, done = tmp_path / "ready", tmp_path / "checkpointed"
+    code = (f"import pathlib, signal, sys, time\n"
+            f"def bye(*_):\n    time.sleep(5); pathlib.Path({str(done)!r}).touch(); sys.exit(143)\n"
+            f"signal.signal(signal.SIGTERM, bye)\nsignal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGTERM}})\n"
+            f"pathlib.Path({str(ready)!r}).touch()\ntime.sleep(600)")   # as the runtime: unblocked once handled
+    guard = subprocess.Popen([sys.executable, "-m", "dlsched.ray.host", "--guard", "--", sys.executable, "-c", code])
+    try:
+        wait_until(ready.exists, 60, "the runtime's start")
+        guard.send_signal(signal.SIGTERM)
+        assert guard.wait(timeout=120) == 143
+        assert done.exists()
+    finally:
+        guard.kill()

@@ -15,6 +15,11 @@ RAY_NODE_ENV = "DLSCHED_RAY_NODE_ID"     # given to the hosted process: where it
 RAY_NODE_IP_ENV = "DLSCHED_RAY_NODE_IP"
 ACTOR_PID_ENV = "DLSCHED_RAY_ACTOR_PID"   # the hosted process's parent: gone -> it ends
 NAMESPACE = "dlsched"
+ORPHAN_GRACE_S = 3.0    # the guard's actor is gone (its node lost, or killed): nobody waits for a checkpoint
+# a requested stop: the runtime checkpoints its step first. Whoever stops the guard bounds this (ProcessHost.stop
+# SIGKILLs it after its grace, the backend's STOP_GRACE_S, and the runtime dies with it); the guard's own 3 s
+# cut every Ray stop short of that grace
+STOP_WAIT_S = 600.0
 
 
 def kill_process_group(pgid: int, grace_s: float = 3.0) -> None:
@@ -131,19 +136,36 @@ def guard(cmd: list[str]) -> int:
         child = subprocess.Popen(cmd, start_new_session=True,
                                  preexec_fn=_die_with(me) if sys.platform == "linux" else None)
 
-    def stop(*_):
-        kill_process_group(child.pid)
-        sys.exit(143)
+    kill_at: list[float] = []   # once stopping: when whatever is left of the runtime's group is SIGKILLed
+
+    def signal_group(sig: int) -> None:
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(*_, grace_s: float = STOP_WAIT_S) -> None:
+        # the wait is the loop's (a handler's child.wait() would deadlock on the one the loop is in)
+        if not kill_at:
+            signal_group(signal.SIGTERM)
+        kill_at[:] = [min([*kill_at, time.monotonic() + grace_s])]
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    orphaned = False
     while True:
         try:
             rc = child.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
-            if os.getppid() != parent:
-                stop()
+            if not orphaned and os.getppid() != parent:
+                orphaned = True
+                stop(grace_s=ORPHAN_GRACE_S)
+            if kill_at and time.monotonic() > kill_at[0]:
+                signal_group(signal.SIGKILL)
             continue
+        if kill_at:   # stopped: the runtime has gone; its helpers (a forkserver) go with it
+            signal_group(signal.SIGKILL)
+            sys.exit(143)
         if rc < 0:   # killed (the OOM killer, kill -9): die of the same signal, or exit(-9) reads as a failure, 247
             if -rc != signal.SIGKILL:   # SIGKILL's action cannot be set (nor caught)
                 signal.signal(-rc, signal.SIG_DFL)
