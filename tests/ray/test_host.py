@@ -3,7 +3,10 @@ import signal
 import subprocess
 import sys
 
+import psutil
 import pytest
+
+from tests.waiting import process_alive, wait_until
 
 
 def _guarded(code: str) -> int:
@@ -24,10 +27,6 @@ def test_a_runtimes_exit_code_passes_through():
 def test_a_runtime_dies_with_its_guard_even_when_the_guard_is_sigkilled(tmp_path):
     """An actor's core worker that exits on its raylet's death SIGKILLs its children: the guard. The runtime, in its own
     session, must not outlive it (a lost node's coordinator held its job folder for minutes and fenced the resume)."""
-    import psutil
-
-    from tests.waiting import process_alive, wait_until
-
     pid_file = tmp_path / "runtime.pid"
     code = f"import os, time, pathlib; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(600)"
     guard = subprocess.Popen([sys.executable, "-m", "dlsched.ray.host", "--guard", "--", sys.executable, "-c", code])
@@ -36,7 +35,6 @@ def test_a_runtime_dies_with_its_guard_even_when_the_guard_is_sigkilled(tmp_path
         assert psutil.Process(runtime).ppid() == guard.pid
         guard.kill()
         guard.wait(timeout=60)
-
         wait_until(lambda: not process_alive(runtime), 30, "the runtime to die with its guard")
     finally:
         guard.kill()
@@ -45,8 +43,6 @@ def test_a_runtime_dies_with_its_guard_even_when_the_guard_is_sigkilled(tmp_path
 def test_a_stopped_guard_waits_for_its_runtimes_checkpoint_past_three_seconds(tmp_path):
     """A requested stop (SIGTERM) gives the runtime the grace its stopper allows (the backend's STOP_GRACE_S, by
     SIGKILLing the guard when it is over): the guard's own 3 s killed a runtime still checkpointing."""
-    from tests.waiting import wait_until
-
     ready, done = tmp_path / "ready", tmp_path / "checkpointed"
     code = (f"import pathlib, signal, sys, time\n"
             f"def bye(*_):\n    time.sleep(5); pathlib.Path({str(done)!r}).touch(); sys.exit(143)\n"

@@ -152,13 +152,11 @@ def guard(cmd: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    orphaned = False
     while True:
         try:
             rc = child.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
-            if not orphaned and os.getppid() != parent:
-                orphaned = True
+            if os.getppid() != parent:   # again each pass: stop keeps the earliest deadline, signals once
                 stop(grace_s=ORPHAN_GRACE_S)
             if kill_at and time.monotonic() > kill_at[0]:
                 signal_group(signal.SIGKILL)
