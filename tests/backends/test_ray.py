@@ -22,7 +22,7 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from dlsched.backends.base import Launch  # noqa: E402
-from dlsched.backends.ray import RayBackend  # noqa: E402
+from dlsched.backends.ray import STOP_GRACE_S, RayBackend  # noqa: E402
 from dlsched.service.server import Service, free_port  # noqa: E402
 from tests.service.teardown import stop_service_and_jobs  # noqa: E402
 from tests.waiting import process_alive  # noqa: E402
@@ -216,7 +216,11 @@ def test_stop_kills_the_runtime_and_its_workers(backend, tmp_path):
     status = json.loads((job.job_dir / "status.json").read_text())
     pids = [status["pid"], *status["worker_pids"]]
     assert all(process_alive(p) for p in pids)
+    began = time.monotonic()
     backend.stop(7, job.job_dir)
+    # done once the runtime has checkpointed and gone; it took the whole grace while the guard's zombie kept its
+    # process group alive to killpg
+    assert time.monotonic() - began < STOP_GRACE_S
     deadline = time.monotonic() + 10
     while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)

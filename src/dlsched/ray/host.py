@@ -22,21 +22,9 @@ ORPHAN_GRACE_S = 3.0    # the guard's actor is gone (its node lost, or killed): 
 STOP_WAIT_S = 600.0
 
 
-def kill_process_group(pgid: int, grace_s: float = 3.0) -> None:
-    """SIGTERM a process group, SIGKILL whatever is left after ``grace_s``."""
+def signal_group(pgid: int, sig: int) -> None:
     try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
 
@@ -90,9 +78,17 @@ class ProcessHost:
         return None if self.proc is None else self.proc.poll()
 
     def stop(self, grace_s: float = 0.0) -> int | None:
-        """SIGTERM the process's group, SIGKILL after ``grace_s``; its exit code (None if never started)."""
+        """SIGTERM the process's group, SIGKILL after ``grace_s``; its exit code (None if never started).
+
+        Done when the process itself exits: an unreaped child is a zombie, which keeps its group alive to
+        ``killpg``, so waiting on the group made every stop take the whole grace (10 s per Ray stop)."""
         if self.proc is not None and self.proc.poll() is None:
-            kill_process_group(self.proc.pid, grace_s=grace_s)
+            signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+            signal_group(self.proc.pid, signal.SIGKILL)   # the leader's late helpers, or the leader past its grace
             self.proc.wait()
         return None if self.proc is None else self.proc.returncode
 
@@ -138,16 +134,10 @@ def guard(cmd: list[str]) -> int:
 
     kill_at: list[float] = []   # once stopping: when whatever is left of the runtime's group is SIGKILLed
 
-    def signal_group(sig: int) -> None:
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            pass
-
     def stop(*_, grace_s: float = STOP_WAIT_S) -> None:
         # the wait is the loop's (a handler's child.wait() would deadlock on the one the loop is in)
         if not kill_at:
-            signal_group(signal.SIGTERM)
+            signal_group(child.pid, signal.SIGTERM)
         kill_at[:] = [min([*kill_at, time.monotonic() + grace_s])]
 
     signal.signal(signal.SIGTERM, stop)
@@ -159,10 +149,10 @@ def guard(cmd: list[str]) -> int:
             if os.getppid() != parent:   # again each pass: stop keeps the earliest deadline, signals once
                 stop(grace_s=ORPHAN_GRACE_S)
             if kill_at and time.monotonic() > kill_at[0]:
-                signal_group(signal.SIGKILL)
+                signal_group(child.pid, signal.SIGKILL)
             continue
         if kill_at:   # stopped: the runtime has gone; its helpers (a forkserver) go with it
-            signal_group(signal.SIGKILL)
+            signal_group(child.pid, signal.SIGKILL)
             sys.exit(143)
         if rc < 0:   # killed (the OOM killer, kill -9): die of the same signal, or exit(-9) reads as a failure, 247
             if -rc != signal.SIGKILL:   # SIGKILL's action cannot be set (nor caught)
