@@ -32,7 +32,7 @@ from dlsched.paths import pythonpath_with_src
 from dlsched.spec import NodeSpec
 from dlsched.faults import fault_point
 from dlsched.train import fence
-from dlsched.train.preemption import sigterm_blocked
+from dlsched.train.preemption import signal_group, sigterm_blocked
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 
@@ -263,12 +263,12 @@ class LocalBackend(Backend):
         pid = proc.pid if proc else (ps.pid if ps else None)
         if pid is None:
             return
-        _signal_group(pid, signal.SIGTERM)
+        signal_group(pid, signal.SIGTERM)   # start_new_session=True: the coordinator leads its group
         deadline = time.monotonic() + self.stop_grace_s
         while time.monotonic() < deadline and _alive(proc, ps):
             time.sleep(0.05)
         if _alive(proc, ps):
-            _signal_group(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL)
         if proc:
             proc.wait()
 
@@ -361,10 +361,3 @@ def _alive(proc: subprocess.Popen | None, ps: psutil.Process | None) -> bool:
         except psutil.Error:
             return False
     return False
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)   # start_new_session=True: the coordinator leads its own group
-    except ProcessLookupError:
-        pass

@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+from dlsched.train.preemption import signal_group, sigterm_blocked
+
 RAY_NODE_ENV = "DLSCHED_RAY_NODE_ID"     # given to the hosted process: where it runs
 RAY_NODE_IP_ENV = "DLSCHED_RAY_NODE_IP"
 ACTOR_PID_ENV = "DLSCHED_RAY_ACTOR_PID"   # the hosted process's parent: gone -> it ends
@@ -20,13 +22,6 @@ ORPHAN_GRACE_S = 3.0    # the guard's actor is gone (its node lost, or killed): 
 # SIGKILLs it after its grace, the backend's STOP_GRACE_S, and the runtime dies with it); the guard's own 3 s
 # cut every Ray stop short of that grace
 STOP_WAIT_S = 600.0
-
-
-def signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def actor_pid() -> int:
@@ -124,8 +119,6 @@ def _die_with(parent: int):
 
 
 def guard(cmd: list[str]) -> int:
-    from dlsched.train.preemption import sigterm_blocked
-
     parent = os.getppid()
     me = os.getpid()
     with sigterm_blocked():   # as the local backend: a stop during the runtime's start-up waits for its handler

@@ -9,6 +9,7 @@ once the handler is in place. Deliberately free of heavy imports: ``run`` instal
 """
 from __future__ import annotations
 
+import os
 import signal
 from contextlib import contextmanager
 from typing import Iterator
@@ -29,6 +30,14 @@ def install() -> None:
 
 def requested() -> bool:
     return _requested
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """``sig`` to a process group (a stopper's preemption, or its SIGKILL after the grace), gone or not."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 @contextmanager
