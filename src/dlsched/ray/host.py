@@ -75,8 +75,8 @@ class ProcessHost:
     def stop(self, grace_s: float = 0.0) -> int | None:
         """SIGTERM the process's group, SIGKILL after ``grace_s``; its exit code (None if never started).
 
-        Done when the process itself exits: an unreaped child is a zombie, which keeps its group alive to
-        ``killpg``, so waiting on the group made every stop take the whole grace (10 s per Ray stop)."""
+        Waits on the process, not its group: nothing else reaps it, and a zombie keeps its group alive to
+        ``killpg`` (every stop then took the whole grace)."""
         if self.proc is not None and self.proc.poll() is None:
             signal_group(self.proc.pid, signal.SIGTERM)
             try:
