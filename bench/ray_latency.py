@@ -5,7 +5,9 @@
 2. resize pause: a running job is grown 1 -> 2 workers through the backend the loop uses; we print
    the time from the resize call to the first step with 2 workers, and the runtime's own ``pause_s``
    (request seen -> first step of the new generation) and ``stall_s`` (the part during which nobody
-   trained: stop flag -> first step of the new generation). No ``--standby``: on Ray every worker needs a
+   trained: stop flag -> first step of the new generation).
+3. stop: the same job stopped through the backend (a preemption or a cancel: the scheduling round waits on it),
+   from the call until it returns. No ``--standby``: on Ray every worker needs a
    bundle the scheduler granted, so the joining worker is started on demand on both backends.
 
 On Ray the workers run in their bundles (one actor per worker, ``dlsched.train.launcher.RayLauncher``):
@@ -89,7 +91,8 @@ def submit_to_first_step(kind: str, backend, tmp: Path) -> float:
         svc.close()
 
 
-def resize_pause(backend, tmp: Path, tag: str) -> tuple[float, float, float]:
+def resize_pause_and_stop(backend, tmp: Path, tag: str) -> tuple[float, float, float, float]:
+    """(resize call -> first 2-worker step, the runtime's pause_s, its stall_s, stop call -> returned)."""
     job_dir = tmp / f"resize-{tag}"
     spec = JobSpec.model_validate({**JOB, "gpus": 1})
     job = Launch(1, spec, job_dir, 1, None, {}, 1)
@@ -101,14 +104,17 @@ def resize_pause(backend, tmp: Path, tag: str) -> tuple[float, float, float]:
         backend.resize(replace(job, num_gpus=2, generation=2))
         t1 = first_step_time(job_dir, workers=2, after=t0)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            ev = [json.loads(x) for x in (job_dir / "progress.jsonl").read_text().splitlines() if '"resized"' in x]
-            if ev:
-                return t1 - t0, ev[-1]["pause_s"], ev[-1]["stall_s"]
+        while not (ev := [json.loads(x) for x in (job_dir / "progress.jsonl").read_text().splitlines()
+                          if '"resized"' in x]):
+            if time.monotonic() > deadline:
+                raise TimeoutError("no resized event")
             time.sleep(0.05)
-        raise TimeoutError("no resized event")
-    finally:
+    except BaseException:
         backend.stop(1, job_dir)
+        raise
+    t2 = time.monotonic()
+    backend.stop(1, job_dir)    # SIGTERM: the runtime checkpoints its step and exits; the call returns after
+    return t1 - t0, ev[-1]["pause_s"], ev[-1]["stall_s"], time.monotonic() - t2
 
 
 def main() -> None:
@@ -134,10 +140,8 @@ def main() -> None:
                     r = results[kind]
                     r.setdefault("submit", []).append(submit_to_first_step(kind, rb if kind == "ray" else None, tmp / str(i)))
                     be = rb if kind == "ray" else LocalBackend(runtime=RUNTIME, cwd=REPO)
-                    e2e, pause, stall = resize_pause(be, tmp / str(i), kind)
-                    r.setdefault("resize", []).append(e2e)
-                    r.setdefault("pause", []).append(pause)
-                    r.setdefault("stall", []).append(stall)
+                    for m, v in zip(("resize", "pause", "stall", "stop"), resize_pause_and_stop(be, tmp / str(i), kind)):
+                        r.setdefault(m, []).append(v)
         rb.stop_all()
     finally:
         ray.shutdown()
@@ -152,6 +156,8 @@ def main() -> None:
     print(f"  resize pause reported by the runtime (pause_s)   local {med['local']['pause']:6.2f} s   ray {med['ray']['pause']:6.2f} s")
     print(f"  of which training stood still (stall_s: stop flag -> first step at 2)   local {med['local']['stall']:6.2f} s   "
           f"ray {med['ray']['stall']:6.2f} s   (the rest: the joining worker starts while the old group trains on)")
+    print(f"  stop of a running job (SIGTERM, the runtime checkpoints its step and exits) until the call returns   "
+          f"local {med['local']['stop']:6.2f} s   ray {med['ray']['stop']:6.2f} s   (grace: local 10 s, ray STOP_GRACE_S 10 s)")
     print("  target: none stated in issue 8 (report the figures); the Ray - local difference is Ray's overhead")
 
 
