@@ -1,6 +1,7 @@
 """The live loop: placement, policy by registry name, start/resize/preempt/finish/fail with a real local backend."""
 import json
 import time
+from collections import Counter
 
 import pytest
 
@@ -457,3 +458,95 @@ def test_a_resize_the_runtime_abandons_returns_the_job_to_its_old_gpus_and_slots
         assert backend._slots[a] == {"n0": [0, 1]}
     finally:
         backend.stop_all()
+
+
+class KeepsItsFirstWorkers(RecordingBackend):
+    """Ray's books: a job's slots in its workers' rank order; a shrink keeps the first (the runtime keeps its oldest
+    workers), a grow adds the newcomers where asked, or on ``instead[node]`` (Ray placing them elsewhere: the node
+    asked for died since the round's view)."""
+
+    def __init__(self, instead=None):
+        super().__init__()
+        self.slots, self.instead = {}, dict(instead or {})
+
+    def start(self, launch):
+        super().start(launch)
+        self.slots[launch.job_id] = [n for n, k in launch.placement.items() for _ in range(k)]
+
+    def resize(self, launch):
+        super().resize(launch)
+        slots = self.slots[launch.job_id]
+        if launch.num_gpus < len(slots):
+            del slots[launch.num_gpus:]
+        else:
+            new = Counter(launch.placement) - Counter(slots)
+            slots += [self.instead.get(n, n) for n, k in new.items() for _ in range(k)]
+
+    def placement(self, job_id):
+        return dict(Counter(self.slots[job_id]))
+
+
+class Sized(Policy):
+    """Each job gets ``gpus[id]`` GPUs (test-only)."""
+
+    name = "test-sized"
+    gpus: dict = {}
+
+    def decide(self, jobs, c):
+        return Allocation({j.id: JobAllocation(Sized.gpus[int(j.id)]) for j in jobs if Sized.gpus.get(int(j.id))})
+
+
+if Sized.name not in _REGISTRY:
+    register(Sized.name)(Sized)
+
+
+def confirm(loop, job):
+    """The runtime's first step under ``job``'s newest request (the recording backend starts nothing)."""
+    loop.job_dir(job.id).mkdir(parents=True, exist_ok=True)
+    with open(loop.job_dir(job.id) / "progress.jsonl", "a") as f:
+        f.write(json.dumps({"time": 1.0, "step": 1, "samples": 32, "workers": job.num_gpus,
+                            "control_generation": job.generation}) + "\n")
+
+
+def test_a_shrink_after_a_grow_onto_an_earlier_node_keeps_the_worker_the_runtime_keeps(tmp_path):
+    """A job started on n1 grew onto n0; its shrink asked to keep n0 (the store had sorted the node map, and a shrink
+    keeps the first node's workers) while the runtime keeps its first worker, on n1: the books said n0 and showed n1
+    free under a worker that trained on."""
+    store = Store(tmp_path / "s.db")
+    backend = KeepsItsFirstWorkers()
+    loop = LiveLoop(store, backend, cluster("test-sized", (1, 1)), tmp_path)
+    b = store.submit(load_job_spec(job_yaml("b")))
+    a = store.submit(load_job_spec(job_yaml("a", max_gpus=2)))
+    Sized.gpus = {b: 1, a: 1}
+    loop.round()
+    assert (store.get(b).placement, store.get(a).placement) == ({"n0": 1}, {"n1": 1})
+    Sized.gpus = {a: 2}
+    store.request_cancel(b)
+    loop.round()
+    loop.round()
+    assert store.get(a).placement == backend.placement(a) == {"n1": 1, "n0": 1}
+    confirm(loop, store.get(a))
+    Sized.gpus = {a: 1}
+    loop.round()
+    job = store.get(a)
+    assert job.placement == backend.placement(a) == {"n1": 1}
+    assert job.releasing == {"n0": 1}
+    assert "placed" not in store.events(a)[-1]["detail"], "the round asked for another node than the runtime keeps"
+
+
+def test_a_grow_placed_elsewhere_than_asked_is_booked_where_its_newcomer_runs(tmp_path):
+    """Ray places a grow's newcomer on a live node when the one asked for died since the round's view: the books
+    named the dead node, and the node the newcomer trains on looked free."""
+    store = Store(tmp_path / "s.db")
+    backend = KeepsItsFirstWorkers(instead={"n1": "n2"})
+    loop = LiveLoop(store, backend, cluster("test-sized", (1, 1, 1)), tmp_path)
+    a = store.submit(load_job_spec(job_yaml("a", max_gpus=2)))
+    Sized.gpus = {a: 1}
+    loop.round()
+    assert store.get(a).placement == {"n0": 1}
+    Sized.gpus = {a: 2}
+    loop.round()
+    job = store.get(a)
+    assert job.placement == backend.placement(a) == {"n0": 1, "n2": 1}
+    (resize,) = [e for e in store.events(a) if e["kind"] == "rescaling"]
+    assert resize["detail"]["placed"] == {"n0": 1, "n2": 1}

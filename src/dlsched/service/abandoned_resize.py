@@ -30,6 +30,7 @@ def return_to_held(store: Store, backend: Backend, backoff: ResizeBackoff, job: 
     gen = job.generation + 1
     try:
         backend.resize(Launch(job.id, job.spec, job_dir, gpus, batch, placement, gen, hold_given_back=unconfirmed))
+        placement = backend.placement(job.id) or placement   # where its kept workers run (Ray: its first ones)
     except Exception:   # the store still records what trains; only the backend's books keep the target
         log.exception("job %s: giving back an abandoned resize's GPUs failed", job.id)
     store.record_allocation(job.id, now, gpus, batch, placement)

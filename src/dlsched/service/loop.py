@@ -177,15 +177,18 @@ class LiveLoop:
                                    {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
                                     "generation": gen, "job_dir": str(d)}))
                 else:   # a shrink or move holds the slots it leaves until the new group steps (slot_holds)
-                    releasing = held_after(job, act.nodes) or None
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
                                                hold_given_back=bool(extra_slots(job.placement, act.nodes))))
                     self.models.note_change(job.id, "resize", now, act.num_gpus)
+                    # Ray's shrink keeps the runtime's first workers wherever they run, not the nodes asked
+                    placed = self.backend.placement(job.id) or act.nodes
+                    releasing = held_after(job, placed) or None
                     writes.append((job.id, RESCALING,   # *_from: what a resize the runtime abandons returns to
                                    {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size,
                                     "placement_from": job.placement, "batch_from": job.batch_size,
+                                    **({"placed": placed} if placed != act.nodes else {}),
                                     **({"releasing": releasing} if releasing else {})},
-                                   {"num_gpus": act.num_gpus, "placement": act.nodes, "batch_size": act.batch_size,
+                                   {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
                                     "generation": gen, "training_gpus": job.held_gpus, "releasing": releasing}))
             except Exception as e:   # one job's launch failure must not stop the service
                 kind = type(act).__name__.lower()

@@ -154,7 +154,7 @@ class JobRecord:
     start_time: float | None
     end_time: float | None
     num_gpus: int
-    placement: dict[str, int]
+    placement: dict[str, int]          # node -> workers, nodes in the order of the workers' ranks
     batch_size: int | None
     generation: int
     attained_service: float
@@ -341,8 +341,8 @@ class Store:
     def _update(c: sqlite3.Connection, job_id: int, fields: dict[str, Any]) -> None:
         if not fields:
             return
-        if "placement" in fields:
-            fields["placement"] = json.dumps(dict(fields["placement"]), sort_keys=True)
+        if "placement" in fields:   # in the workers' rank order, unsorted: a shrink keeps the first (placement.resized)
+            fields["placement"] = json.dumps(dict(fields["placement"]))
         if "releasing" in fields:   # none (NULL) rather than an empty map
             fields["releasing"] = json.dumps(dict(fields["releasing"]), sort_keys=True) if fields["releasing"] else None
         cols = ", ".join(f"{k} = ?" for k in fields)
