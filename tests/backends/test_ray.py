@@ -634,6 +634,45 @@ def test_resize_joins_a_worker_on_the_other_node_and_lets_it_leave(backend, tmp_
     assert wait_free(4) == 4
 
 
+def test_the_service_books_a_shrink_after_a_grow_across_nodes_on_the_worker_ray_keeps(backend, tmp_path):
+    """A job on the node that sorts last, grown onto the other, then shrunk: Ray keeps the runtime's first worker.
+    The round asked for the node that sorts first (the store had sorted the node map by name), booked it, and the
+    node the kept worker trains on looked free once the shrink was confirmed."""
+    from dlsched.service.loop import LiveLoop
+    from dlsched.service.store import RUNNING, Store
+    from dlsched.spec import load_cluster_spec
+    from tests.service.policies import Sized
+
+    store = Store(tmp_path / "s.db")
+    loop = LiveLoop(store, backend, load_cluster_spec("nodes: [{name: n1, gpus: 2}, {name: n2, gpus: 2}]\n"
+                                                      "policy: test-sized"), tmp_path)
+    ids = [store.submit(JobSpec(name=f"j{i}", entry="contract.py:make_job", gpus=1, max_gpus=2,
+                                params={"n_samples": 10**6, "step_s": 0.05})) for i in range(4)]
+    Sized.gpus = dict.fromkeys(ids, 1)
+    try:
+        loop.round()
+        at = {j: store.get(j).placement for j in ids}
+        first, last = sorted({n for p in at.values() for n in p})
+        a = next(j for j in ids if at[j] == {last: 1})
+        gone = next(j for j in ids if at[j] == {first: 1})
+        Sized.gpus = {**{j: 1 for j in ids if j != gone}, a: 2}
+        store.request_cancel(gone)
+        def grown():
+            loop.round()
+            return (store.get(a).state, store.get(a).num_gpus) == (RUNNING, 2)
+        _wait(grown, "grow confirmed", timeout=120)
+        assert list(store.get(a).placement.items()) == list(backend.placement(a).items()) == [(last, 1), (first, 1)]
+        Sized.gpus[a] = 1
+        loop.round()
+        job = store.get(a)
+        assert job.placement == backend.placement(a) == {last: 1}, store.events(a)[-1]
+        assert job.releasing == {first: 1}
+    finally:
+        for j in ids:
+            backend.stop(j, loop.job_dir(j))
+    assert wait_free(4) == 4
+
+
 def test_a_move_at_the_same_count_replaces_the_worker_on_the_node_it_leaves(backend, tmp_path):
     """2 workers on n1 -> one on n1, one on n2: a new bundle on n2, the worker in n1's second bundle leaves
     (its bundle is given back once it has), the first trains on; every sample once."""

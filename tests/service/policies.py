@@ -41,6 +41,16 @@ class GreedyElastic(Policy):
                                                                for j in jobs if j.id == k)) for k, n in give.items()})
 
 
-for _p in (GreedyFifo, GreedyElastic):
+class Sized(Policy):
+    """Each job gets ``gpus[id]`` GPUs, set by the test (none when absent)."""
+
+    name = "test-sized"
+    gpus: dict[int, int] = {}
+
+    def decide(self, jobs, cluster):
+        return Allocation({j.id: JobAllocation(Sized.gpus[int(j.id)]) for j in jobs if Sized.gpus.get(int(j.id))})
+
+
+for _p in (GreedyFifo, GreedyElastic, Sized):
     if _p.name not in _REGISTRY:
         register(_p.name)(_p)

@@ -14,6 +14,7 @@ from dlsched.service.loop import LiveLoop
 from dlsched.service.store import FAILED, FINISHED, QUEUED, RUNNING, Store
 from dlsched.spec import load_job_spec
 from tests.service.conftest import RUNTIME, cluster, job_yaml
+from tests.service.policies import Sized
 
 
 class NewestFirst(Policy):
@@ -484,20 +485,6 @@ class KeepsItsFirstWorkers(RecordingBackend):
 
     def placement(self, job_id):
         return dict(Counter(self.slots[job_id]))
-
-
-class Sized(Policy):
-    """Each job gets ``gpus[id]`` GPUs (test-only)."""
-
-    name = "test-sized"
-    gpus: dict = {}
-
-    def decide(self, jobs, c):
-        return Allocation({j.id: JobAllocation(Sized.gpus[int(j.id)]) for j in jobs if Sized.gpus.get(int(j.id))})
-
-
-if Sized.name not in _REGISTRY:
-    register(Sized.name)(Sized)
 
 
 def confirm(loop, job):
