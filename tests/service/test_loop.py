@@ -59,6 +59,14 @@ def make_loop(tmp_path, policy, slots=(2, 2)):
     return LiveLoop(store, backend, cluster(policy, slots), tmp_path), store, backend
 
 
+def confirm(loop, job):
+    """The runtime's first step under ``job``'s newest request (the recording backend starts nothing)."""
+    loop.job_dir(job.id).mkdir(parents=True, exist_ok=True)
+    with open(loop.job_dir(job.id) / "progress.jsonl", "a") as f:
+        f.write(json.dumps({"time": 1.0, "step": 1, "samples": 32, "workers": job.num_gpus,
+                            "control_generation": job.generation}) + "\n")
+
+
 def test_policy_is_chosen_by_registry_name(tmp_path):
     loop, _, _ = make_loop(tmp_path, "test-elastic")
     assert loop.policy.name == "test-elastic"
@@ -206,10 +214,8 @@ def test_a_grow_onto_the_slots_a_shrink_of_the_same_round_gives_back_waits_until
     assert backend.calls == [("resize", a)] and sum(job.releasing.values()) == 2 and store.get(b).num_gpus == 1
     loop.round()
     assert backend.calls == [("resize", a)], "b grew onto slots a's larger group may still train on"
-    loop.job_dir(a).mkdir(parents=True)   # the recording backend starts nothing: the runtime's first step at 1
-    with open(loop.job_dir(a) / "progress.jsonl", "a") as f:
-        f.write(json.dumps({"time": 1.0, "step": 1, "samples": 32, "workers": 1,
-                            "control_generation": job.generation}) + "\n")
+    assert job.num_gpus == 1
+    confirm(loop, job)   # the runtime's first step at 1
     loop.round()
     assert store.get(a).releasing is None and backend.calls == [("resize", a), ("resize", b)]
     assert store.get(b).num_gpus == 3
@@ -485,14 +491,6 @@ class KeepsItsFirstWorkers(RecordingBackend):
 
     def placement(self, job_id):
         return dict(Counter(self.slots[job_id]))
-
-
-def confirm(loop, job):
-    """The runtime's first step under ``job``'s newest request (the recording backend starts nothing)."""
-    loop.job_dir(job.id).mkdir(parents=True, exist_ok=True)
-    with open(loop.job_dir(job.id) / "progress.jsonl", "a") as f:
-        f.write(json.dumps({"time": 1.0, "step": 1, "samples": 32, "workers": job.num_gpus,
-                            "control_generation": job.generation}) + "\n")
 
 
 def test_a_shrink_after_a_grow_onto_an_earlier_node_keeps_the_worker_the_runtime_keeps(tmp_path):
