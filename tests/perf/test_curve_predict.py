@@ -309,6 +309,35 @@ def test_a_target_the_log_already_passed_is_placed_where_the_log_got_there():
     assert p.target_step == pytest.approx(100.0, abs=10.0) and p.target_step < 300
 
 
+def test_a_target_the_log_already_reached_is_never_out_of_reach_even_where_the_fit_ends_above_it():
+    """A run that plateaus, then collapses at the end of its prefix (a fine-tune that finds the task late): the fit
+    ends above the value now, and its floor (the final band's low end) was above it too, so a target the log had
+    passed was called unreachable. The floor is at most the value now; the target is reached where the log got
+    there."""
+    x = np.arange(10, 211, 10.0)
+    y = np.where(x <= 140, 1.57 - 0.0012 * x, 1.4 * np.exp(-(x - 140) / 15.0))
+    now = float(np.median(y[-3:]))
+    p = predict_curve(x, y, parse_schedule("linear:warmup=400", 420.0), target=0.04, regime="finetune")
+    assert p.final_value > 0.04 > now   # the case: the fit's end above the target the log passed
+    assert p.floor <= now
+    assert p.steps_to_target == 0 and p.target_step == pytest.approx(194.0, abs=10.0)
+
+
+def test_no_target_is_out_of_reach_before_the_lr_peaks():
+    """A one-cycle run whose loss rises with the LR during the warm-up: before the peak the prefix has seen none of
+    the run's main phase, so the floor is 0 and a low target is put at the budget with its chance, not called
+    unreachable; once the run is past the peak and the fit has its descent, the same target is out of reach."""
+    s = parse_schedule("onecycle:pct=0.3", B)
+    assert s.peak_at() == pytest.approx(0.3 * B, abs=10.0)   # the cosine rise is within 0.1 % of its top from ~294
+    x = np.arange(25, 251, 25.0)
+    y = 1.7 + 0.4 * (x / 250) ** 2
+    early = predict_curve(x, y, s, target=0.3)
+    assert early.floor == 0 and early.target_step == B and early.p_reach < 0.5
+    x2 = np.arange(25, 501, 25.0)
+    late = predict_curve(x2, np.concatenate([y, 2.1 - 0.002 * (x2[len(x):] - 250)]), s, target=0.3)
+    assert late.floor > 0.3 and late.steps_to_target is None
+
+
 def test_logged_crossing_interpolates_like_the_truth_and_says_never():
     x = np.array([0.0, 10, 20, 30, 40])
     y = np.array([4.0, 3.0, 2.0, 1.0, 0.5])   # running medians 3.5, 3, 2, 1, 0.75

@@ -20,7 +20,10 @@ on the other scale than the data (93 for 0–1 data, 0.93 for data in %) is read
 Unreachable: a target is unreachable when even the ``floor`` misses it: the value now less the predicted
 remaining improvement stretched by the most the calibration allows at the stricter
 ``calibration.UNREACHABLE_LEVEL`` (``Calibration.reach``; never above the 80 % interval's low end: saying
-"never" to a run that gets there is the costlier error). In units of the remaining improvement, not of
+"never" to a run that gets there is the costlier error; nor above the value now: a target the log already
+reached is reached, even where the fit ends above it). Before the LR reaches its peak (a warm-up, a one-cycle's
+rise) the floor is 0: the prefix has seen none of the phase in which the run makes most of its progress, and a
+loss that rises with the LR says nothing of where it ends. In units of the remaining improvement, not of
 the value, because a run cannot fall further than it still has to go. A target reachable only below the
 point prediction is reported at the budget.
 """
@@ -242,6 +245,10 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     now = float(np.median(y[-3:]))
     floor = final_lo if reach is None or now <= final else \
         min(final_lo, max(0.0, now - (now - final) * math.exp(reach)))
+    # the run is already there: no prediction (a final above now: a rise, or a misfit) may put it out of reach
+    floor = min(floor, now)
+    if x_now < schedule.peak_at():
+        floor = 0.0   # the LR still rises to its peak: the prefix has seen none of the run's main phase
     target_step = steps = interval = None
     resolution = log_interval(x)
     if goal is not None and goal >= floor:

@@ -69,6 +69,12 @@ class Schedule:
         lr = self.lr(g)
         return bool(lr.min() < lr[0] * (1 - 1e-6))
 
+    def peak_at(self) -> float:
+        """The first x at which the LR reaches its peak over the budget: the end of a warm-up (0 without one)."""
+        g = np.linspace(0.0, self.budget, GRID)
+        lr = self.lr(g)
+        return float(g[np.argmax(lr >= (1 - 1e-3) * lr.max())])
+
     @classmethod
     def from_points(cls, xs, lrs, budget: float, spec: str = "lr-column") -> "Schedule":
         """A logged LR per row (piecewise linear between rows, flat beyond them)."""
