@@ -134,11 +134,14 @@ def _render(out: dict, x: str, metric: str) -> None:
         eta = "" if s is None else f", ~{s / 3600:.2f} h" if s >= 3600 else f", ~{s:.0f} s"
         p = 100 * out["p_reach"]
         chance = f"chance by the budget {'< 1' if 0 < p < 0.5 else f'{p:.0f}'} %"
-        if out["p_reach"] < 0.5:   # past the predicted final value: only a run that beats its prediction gets there
+        # past the predicted final value, in the metric's direction (not p_reach < 0.5: a calibrated band skewed toward
+        # worse finals puts the chance below one half for a target the predicted curve crosses)
+        beyond = out["target"] > out["final_value"] if metric == "accuracy" else out["target"] < out["final_value"]
+        if out["steps_to_target"] == 0:   # already there: where the log got there
+            con.print(f"target {out['target']:.4g}: already reached, at {x} {out['target_step']:g} of the log")
+        elif beyond:   # only a run that beats its prediction gets there
             con.print(f"target {out['target']:.4g}: beyond the predicted final value; reached by {x} "
                       f"{out['budget']:g} only if the run does better than predicted ({chance})")
-        elif out["steps_to_target"] == 0:   # already there: where the log got there
-            con.print(f"target {out['target']:.4g}: already reached, at {x} {out['target_step']:g} of the log")
         else:
             con.print(f"target {out['target']:.4g}: at {x} {out['target_step']:g}, {out['steps_to_target']:g} from now "
                       f"(80 % interval {a:g} – {b:g}{eta}; {chance})")
