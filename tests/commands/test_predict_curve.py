@@ -145,6 +145,16 @@ def test_the_lr_column_a_logger_writes_is_the_default_schedule(tmp_path, capsys)
         assert (out["schedule"], out["lr_column"]) == ("lr-column", name)
     d.assign(**{"lr-SGD": d.lr}).to_csv(tmp_path / "two.csv", index=False)   # two optimizers: not guessed
     assert read_curve(tmp_path / "two.csv").lr is None
+    # one optimizer's parameter groups: the shape most groups share. Ultralytics' pg0 (biases) is warmed up down
+    # from warmup_bias_lr while its weights' pg1/pg2 rise from 0; LearningRateMonitor's groups differ in scale only
+    bias = np.where(d.step <= 40, 0.1 - (0.1 - d.lr.max()) * d.step / 40, d.lr)
+    groups = {"ultralytics": ({"lr/pg0": bias, "lr/pg1": d.lr, "lr/pg2": d.lr}, "lr/pg1"),
+              "alike": ({"lr/pg0": d.lr, "lr/pg1": d.lr, "lr/pg2": d.lr}, "lr/pg0"),
+              "lightning": ({"lr-Adam/pg1": d.lr, "lr-Adam/pg2": 0.1 * d.lr}, "lr-Adam/pg1"),
+              "two optimizers": ({"lr-Adam/pg1": d.lr, "lr-SGD/pg1": d.lr}, None)}
+    for name, (cols, want) in groups.items():
+        d[["step", "loss"]].assign(**cols).to_csv(tmp_path / "groups.csv", index=False)
+        assert read_curve(tmp_path / "groups.csv").lr_name == want, name
     d[["step", "loss"]].to_csv(tmp_path / "none.csv", index=False)
     with pytest.raises(UserError, match="lr-column: .* has no LR values") as e:
         run_curve(tmp_path / "none.csv", "step", "loss", 800.0, "lr-column", 300.0, None, None, "loss", None, None,

@@ -32,7 +32,7 @@ SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant 
                  "steps:X=LR,... (piecewise constant) | points:X=LR,... (piecewise linear) | lr-column (the --lr-col "
                  "of every row, also rows past --observed-until). Warm-up is linear from 0; LR values are relative "
                  "(only the shape matters). Default: lr-column when --lr-col is given or the log has one LR column "
-                 "(lr, learning_rate, lr-<Optimizer>), else constant")
+                 "(lr, learning_rate, lr-<Optimizer>; of one optimizer's lr/pgN groups the shape most share), else constant")
 
 
 def _schedule(spec: str | None, budget: float, curve):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def _csv_row(i: int) -> str:
 
 def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | None, time_col: str | None,
                     budget: float | None = None, row_name=_record) -> CurveData:
-    lr_col = lr_col or logged_lr_column(df.columns)   # one default for every format
+    lr_col = lr_col or logged_lr_column(df)   # one default for every format
     for name, col in (("--x", x), ("--y", y), ("--lr-col", lr_col), ("--time-col", time_col)):
         if col is not None and col not in df.columns:
             have = ", ".join(map(str, df.columns)) or "none"
@@ -182,13 +183,34 @@ def _read_tensorboard(path: Path) -> pd.DataFrame:
     return wide.reset_index()
 
 
-def logged_lr_column(columns) -> str | None:
+PARAM_GROUP = re.compile(r"^(?P<lr>(?:.*/)?(?:lr|learning_rate|lr-[^/]+))/pg(?P<n>\d+)$")
+
+
+def _is_lr_name(name: str) -> bool:
+    last = name.rsplit("/", 1)[-1]
+    return last in ("lr", "learning_rate") or last.startswith("lr-")
+
+
+def logged_lr_column(df: pd.DataFrame) -> str | None:
     """The LR column a logger writes by default, when exactly one column is one: ``lr`` (timm's summary.csv,
     progress.jsonl, a TensorBoard tag), ``learning_rate`` (Hugging Face; ``train/learning_rate`` in its TensorBoard
-    logs), ``lr-<Optimizer>`` (Lightning's LearningRateMonitor). Two of them (two optimizers): the user names one."""
-    found = [c for c in map(str, columns)
-             if (c.rsplit("/", 1)[-1] in ("lr", "learning_rate")) or c.rsplit("/", 1)[-1].startswith("lr-")]
-    return found[0] if len(found) == 1 else None
+    logs), ``lr-<Optimizer>`` (Lightning's LearningRateMonitor). Two of them (two optimizers): the user names one.
+    One optimizer's parameter groups (Ultralytics' ``lr/pg0..2``, LearningRateMonitor's ``lr-<Optimizer>/pgN``)
+    count as one: the group whose shape most others share (Ultralytics' pg0 is the biases', warmed up *down* from
+    ``warmup_bias_lr``; its weights' pg1 and pg2 rise from 0), the lowest-numbered of a tie."""
+    names = list(map(str, df.columns))
+    found = [c for c in names if _is_lr_name(c)]
+    groups = {}
+    for c in names:
+        if (m := PARAM_GROUP.match(c)) and not found:
+            groups.setdefault(m["lr"], []).append((int(m["n"]), c))
+    if found or len(groups) != 1:
+        return found[0] if len(found) == 1 else None
+    cols = [c for _, c in sorted(next(iter(groups.values())))]
+    shapes = [pd.to_numeric(df[c], errors="coerce").to_numpy(float) for c in cols]
+    shapes = [v / np.nanmax(v) if np.nanmax(v) > 0 else v for v in shapes]
+    agree = [sum(np.nanmax(np.abs(a - b), initial=0.0) < 1e-3 for b in shapes) for a in shapes]
+    return cols[int(np.argmax(agree))]
 
 
 def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = None,
