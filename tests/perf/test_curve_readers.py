@@ -69,3 +69,25 @@ def test_tensorboard_runs_in_subfolders_are_columns_run_slash_tag(tmp_path):
     assert read_curve(tmp_path / "train", y="epoch_loss").y[0] == pytest.approx(2.0)
     with pytest.raises(UserError, match="train/epoch_loss, validation/epoch_loss"):
         read_curve(tmp_path, y="epoch_loss")
+
+
+def test_a_run_folder_is_read_as_its_framework_leaves_it(tmp_path):
+    """Ultralytics' run folder (results.csv, space-padded, the LR in lr/pgN groups) and a Hugging Face output folder
+    holding only checkpoints: the newest checkpoint's trainer_state.json (checkpoint-1000 after checkpoint-300, not
+    by name), whose log_history is the whole run's."""
+    yolo = tmp_path / "runs" / "detect" / "train"
+    yolo.mkdir(parents=True)
+    head = ["epoch", "metrics/mAP50-95(B)", "lr/pg0", "lr/pg1", "lr/pg2"]
+    rows = [[e, 0.1 + 0.02 * e, 0.01, 0.01 * min(e / 3, 1), 0.01 * min(e / 3, 1)] for e in range(1, 11)]
+    (yolo / "results.csv").write_text("\n".join(",".join(f"{v:>22}" for v in r) for r in [head] + rows) + "\n")
+    c = read_curve(yolo, x="epoch", y="metrics/mAP50-95(B)")
+    assert len(c.x) == 10 and c.lr_name == "lr/pg1"
+    hf = tmp_path / "out"
+    for step in (300, 1000):
+        (hf / f"checkpoint-{step}").mkdir(parents=True)
+        log = [{"step": s, "eval_loss": 2 - s / 1000, "learning_rate": 1e-4} for s in range(100, step + 1, 100)]
+        (hf / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"log_history": log, "max_steps": 1000}))
+    c = read_curve(hf, y="eval_loss")
+    assert c.x[-1] == 1000 and len(c.x) == 10 and c.budget == 1000
+    with pytest.raises(UserError, match="no progress.jsonl.*results.csv, checkpoint-N/trainer_state.json"):
+        read_curve(tmp_path / "runs")

@@ -175,7 +175,8 @@ def register(predict_app: typer.Typer) -> None:
     @predict_app.command("curve")
     def curve_cmd(
         file: Path = typer.Argument(..., help="curve log: CSV/TSV, progress.jsonl, trainer_state.json, TensorBoard events, a "
-                                            "text log (MLPerf :::MLLOG lines or name:value pairs) or a folder of them"),
+                                            "text log (MLPerf :::MLLOG lines or name:value pairs) or a folder of them (a run folder: Ultralytics', "
+                                            "a Hugging Face output folder's newest checkpoint)"),
         x: str = typer.Option("step", "--x", help="column (or tag) of the progress axis"),
         y: str = typer.Option("loss", "--y", help="column (or tag) of the metric"),
         budget: Optional[float] = typer.Option(None, "--budget", help="total x the run will train (default: from the log)"),

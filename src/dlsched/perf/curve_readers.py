@@ -6,6 +6,8 @@
   ``--y``/``--lr-col`` name scalar tags (``RUN/TAG`` for runs in subfolders), x is the event step, time the
   event wall time;
 * Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``);
+* a folder: the first of ``FOLDER_LOGS`` in it (Ultralytics' ``results.csv`` last), else the newest
+  ``checkpoint-N/trainer_state.json``, else its TensorBoard events;
 * TSV (``.tsv``), as CSV; DAWNBench's entries are TSV;
 * plain-text logs, any other name: MLPerf ``:::MLLOG`` lines, or printed ``name:value`` pairs
   (``perf.text_logs``; a ``step:N/M`` total is the budget);
@@ -213,6 +215,14 @@ def logged_lr_column(df: pd.DataFrame) -> str | None:
     return cols[int(np.argmax(agree))]
 
 
+FOLDER_LOGS = ("progress.jsonl", "trainer_state.json", "metrics.csv", "summary.csv", "results.csv")
+
+
+def _checkpoint_step(name: str) -> int:
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
 def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = None,
                time_col: str | None = None) -> CurveData:
     """The (x, y) points of ``path`` (format by name/content, see the module docstring), sorted by x."""
@@ -220,11 +230,15 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
     if not path.exists():
         raise UserError(f"{path}: file not found")
     if path.is_dir():
-        for name in ("progress.jsonl", "trainer_state.json", "metrics.csv", "summary.csv"):
-            if (path / name).exists():
-                return read_curve(path / name, x=x, y=y, lr_col=lr_col, time_col=time_col)
+        # Ultralytics' run folder holds results.csv; a Hugging Face output folder often only its checkpoints', of
+        # which the last holds the whole log_history
+        found = [path / n for n in FOLDER_LOGS if (path / n).exists()] + sorted(
+            path.glob("checkpoint-*/trainer_state.json"), key=lambda p: _checkpoint_step(p.parent.name))[::-1]
+        if found:
+            return read_curve(found[0], x=x, y=y, lr_col=lr_col, time_col=time_col)
         if not any(path.rglob("events.out.tfevents*")):
-            raise UserError(f"{path}: no progress.jsonl, trainer_state.json, metrics.csv or TensorBoard events inside")
+            raise UserError(f"{path}: no {', '.join(FOLDER_LOGS)}, checkpoint-N/trainer_state.json or TensorBoard "
+                            "events inside")
         df = _read_tensorboard(path)
         return _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col, time_col or "wall_time")
     src, budget = str(path), None
