@@ -338,6 +338,19 @@ def test_no_target_is_out_of_reach_before_the_lr_peaks():
     assert late.floor > 0.3 and late.steps_to_target is None
 
 
+def test_a_short_prefix_says_never_only_at_the_widest_reach():
+    """Five evaluations that fall to a plateau: the reach of the 25 % row was calibrated on dense prefixes, so with
+    fewer than ONSET_MIN points "never" takes the earliest (widest) row's; a target below the plateau is put at the
+    budget with its chance. With 8 points of the same curve it is out of reach again."""
+    s = parse_schedule("linear", 2000.0)
+    said = {}
+    for n in (5, 8):
+        x = np.arange(1, n + 1) * 100.0
+        said[n] = predict_curve(x, 0.02 + 0.3 * np.exp(-x / 60), s, target=0.012, regime="finetune")
+    assert said[5].target_step == 2000.0 and said[5].p_reach < 0.5 and said[5].floor < 0.012
+    assert said[8].steps_to_target is None and said[8].floor > 0.012
+
+
 def test_logged_crossing_interpolates_like_the_truth_and_says_never():
     x = np.array([0.0, 10, 20, 30, 40])
     y = np.array([4.0, 3.0, 2.0, 1.0, 0.5])   # running medians 3.5, 3, 2, 1, 0.75

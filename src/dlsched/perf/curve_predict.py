@@ -39,7 +39,7 @@ from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
 from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise
-from dlsched.perf.fit_window import fit_start
+from dlsched.perf.fit_window import ONSET_MIN, fit_start
 from dlsched.perf.prior import REGIMES
 from dlsched.perf.schedule import Schedule, areas
 
@@ -228,7 +228,9 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     frac = min(1.0, x_now / B) if len(xs) >= DENSE_POINTS else min(x_now / B, cal.fractions[0])
     # "never" rests on the fit alone: a level prior borrowed from other runs may sharpen the point and its band,
     # but a run unlike those runs (a schedule none of them had) must not be told its target is out of reach
-    reach = cal.reach_log(frac)
+    # and from a short prefix at the widest reach (the earliest fraction's): the reach per fraction was calibrated on
+    # dense prefixes, and fewer than ONSET_MIN points cannot show a curve's shape (a 4-point plateau, then 16x lower)
+    reach = cal.reach_log(frac if len(xs) >= ONSET_MIN else min(frac, cal.fractions[0]))
     if prior is not None and prior.final is not None and x_now < B:
         curve = with_level_prior(grid, curve, x_now, prior, cal.fit_sigma(frac))
         cal = cal.level_bands(prior.final_carried)
