@@ -209,9 +209,9 @@ def logged_lr_column(df: pd.DataFrame) -> str | None:
     if found or len(groups) != 1:
         return found[0] if len(found) == 1 else None
     cols = [c for _, c in sorted(next(iter(groups.values())))]
-    shapes = [pd.to_numeric(df[c], errors="coerce").to_numpy(float) for c in cols]
-    shapes = [v / np.nanmax(v) if np.nanmax(v) > 0 else v for v in shapes]
-    agree = [sum(np.nanmax(np.abs(a - b), initial=0.0) < 1e-3 for b in shapes) for a in shapes]
+    shapes = [pd.to_numeric(df[c], errors="coerce").fillna(0.0).to_numpy(float) for c in cols]
+    shapes = [v / v.max() if v.max() > 0 else v for v in shapes]
+    agree = [sum(np.abs(a - b).max(initial=0.0) < 1e-3 for b in shapes) for a in shapes]
     return cols[int(np.argmax(agree))]
 
 
