@@ -162,6 +162,23 @@ def test_the_lr_column_a_logger_writes_is_the_default_schedule(tmp_path, capsys)
     assert "\n" not in str(e.value)
 
 
+def test_a_log_that_numbers_the_first_finished_epoch_0_is_read_as_finished_epochs(tmp_path, capsys):
+    """Keras' CSVLogger (like timm's summary.csv and Lightning's epoch) writes the evaluation after the first epoch as
+    epoch 0. Read as is, that point is "before any training" (no LR applied: not fitted) and the run one epoch
+    short; with --x-from-zero the log predicts exactly as the same log numbered from 1, --observed-until included."""
+    d = pd.read_csv(RUN).iloc[1::2]   # every other evaluation: 40 "epochs"
+    for name, first in (("keras.csv", 0), ("counted.csv", 1)):
+        d.assign(epoch=np.arange(first, first + len(d)))[["epoch", "loss"]].to_csv(tmp_path / name, index=False)
+    answers = []
+    for name, observed, flag in (("keras.csv", 11, True), ("counted.csv", 12, False), ("keras.csv", 11, False)):
+        assert run_curve(tmp_path / name, "epoch", "loss", 40.0, "cosine", observed, None, 0.95, "loss", None, None,
+                         True, None, x_from_zero=flag) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    shifted, counted, as_is = answers
+    assert shifted.pop("x_from_zero") is True and shifted == counted and shifted["observed_until"] == 12
+    assert as_is["final_value"] != counted["final_value"]   # the case: read as is, the first point is "before training"
+
+
 def test_readers_give_the_same_curve_from_every_format(tmp_path):
     d = pd.read_csv(RUN)
     want = read_curve(RUN, lr_col="lr")

@@ -55,7 +55,10 @@ def _schedule(spec: str | None, budget: float, curve):
 
 def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
               target: float | None, target_fraction: float | None, metric: str, lr_col: str | None,
-              time_col: str | None, as_json: bool, plot_path: Path | None, regime: str = "scratch") -> int:
+              time_col: str | None, as_json: bool, plot_path: Path | None, regime: str = "scratch",
+              x_from_zero: bool = False) -> int:
+    import dataclasses
+
     import numpy as np
 
     from dlsched.perf.curve_predict import METRICS, MIN_POINTS, predict_curve
@@ -75,6 +78,9 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     if plot_path is not None:
         check_plot_path(plot_path)
     curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
+    if x_from_zero:   # the logger numbers the first finished epoch 0: x is read as finished epochs, its own + 1
+        curve = dataclasses.replace(curve, x=curve.x + 1, lr_x=None if curve.lr_x is None else curve.lr_x + 1)
+        observed_until = None if observed_until is None else observed_until + 1
     budget = budget if budget is not None else curve.budget
     if budget is None:
         raise UserError(f"--budget: required ({curve.source} does not name its budget in {x!r})")
@@ -97,6 +103,8 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     out = pred.as_json()
     out["schedule"] = sched.spec
     out["regime"] = regime
+    if x_from_zero:
+        out["x_from_zero"] = True
     if sched.spec == "lr-column":   # which column: it may have been found, not named (``logged_lr_column``)
         out["lr_column"] = curve.lr_name
     rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
@@ -191,9 +199,13 @@ def register(predict_app: typer.Typer) -> None:
         plot_path: Optional[Path] = typer.Option(None, "--plot", help="write logged, observed and predicted curves here (PNG)"),
         regime: str = typer.Option("scratch", "--regime", help="scratch (trained from random weights) | finetune "
                                    "(from pretrained weights): the shipped prior pools the development runs of this regime"),
+        x_from_zero: bool = typer.Option(False, "--x-from-zero", help="the log numbers the first finished epoch 0 "
+                                         "(Keras CSVLogger, timm summary.csv, Lightning's epoch, older Ultralytics): read "
+                                         "x + 1, finished epochs (--observed-until too); without it x = 0 is an "
+                                         "evaluation before any training"),
     ) -> None:
         """When will this run reach a target, and where will it end? Schedule-aware, with calibrated 80 % intervals."""
         code = run_curve(file, x, y, budget, schedule, observed_until, target, target_fraction, metric, lr_col,
-                         time_col, as_json, plot_path, regime)
+                         time_col, as_json, plot_path, regime, x_from_zero)
         if code:
             raise typer.Exit(code)
