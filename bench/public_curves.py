@@ -3,7 +3,8 @@
 Run: PYTHONPATH=src python bench/public_curves.py [--dir /work/public_curves]
 
 The curves are real, completed runs found in public GitHub repositories (YOLO results.csv, Lightning
-metrics.csv, Hugging Face model-card training tables, printed training logs). They are not committed: the
+metrics.csv, Hugging Face model-card training tables and trainer_state.json files, Keras CSVLogger logs, printed
+training logs). They are not committed: the
 project keeps what the search tools find for reading only. ``bench/curves/public_sources.csv`` lists where each
 one is (repository, path, commit, licence, schedule, budget, metric); the extracted curves live outside the
 repository, one CSV per curve (columns x, y and lr where logged) plus the folder's ``manifest.csv``. Without
