@@ -69,8 +69,9 @@ class Backend(Protocol):
         return None
 
     def placement(self, job_id: int) -> dict[str, int] | None:
-        """node name -> workers the job holds now, where the backend chose other nodes than it was asked for (Ray,
-        given a node that died since the round's view); None: where it was asked."""
+        """node name -> workers the job holds now, in its workers' rank order, where the backend decides that itself
+        (Ray: its slots, which differ from those asked for a node that died since the round's view, or a shrink, which
+        keeps the runtime's first workers wherever they run); None: where it was asked."""
         return None
 
     def nodes(self) -> tuple[NodeView, ...] | None:

@@ -185,12 +185,16 @@ def _read_tensorboard(path: Path) -> pd.DataFrame:
     return wide.reset_index()
 
 
-PARAM_GROUP = re.compile(r"^(?P<lr>(?:.*/)?(?:lr|learning_rate|lr-[^/]+))/pg(?P<n>\d+)$")
-
-
 def _is_lr_name(name: str) -> bool:
     last = name.rsplit("/", 1)[-1]
     return last in ("lr", "learning_rate") or last.startswith("lr-")
+
+
+def _param_group(name: str) -> tuple[str, int] | None:
+    """(the LR name, the group's number) of one parameter group's LR column (``lr/pg1``, ``lr-Adam/pg2``), else None."""
+    head, _, last = name.rpartition("/")
+    group = re.fullmatch(r"pg(\d+)", last)
+    return (head, int(group[1])) if group and _is_lr_name(head) else None
 
 
 def logged_lr_column(df: pd.DataFrame) -> str | None:
@@ -202,12 +206,14 @@ def logged_lr_column(df: pd.DataFrame) -> str | None:
     ``warmup_bias_lr``; its weights' pg1 and pg2 rise from 0), the lowest-numbered of a tie."""
     names = list(map(str, df.columns))
     found = [c for c in names if _is_lr_name(c)]
+    if found:
+        return found[0] if len(found) == 1 else None
     groups = {}
     for c in names:
-        if (m := PARAM_GROUP.match(c)) and not found:
-            groups.setdefault(m["lr"], []).append((int(m["n"]), c))
-    if found or len(groups) != 1:
-        return found[0] if len(found) == 1 else None
+        if (group := _param_group(c)) is not None:
+            groups.setdefault(group[0], []).append((group[1], c))
+    if len(groups) != 1:
+        return None
     cols = [c for _, c in sorted(next(iter(groups.values())))]
     shapes = [pd.to_numeric(df[c], errors="coerce").fillna(0.0).to_numpy(float) for c in cols]
     shapes = [v / v.max() if v.max() > 0 else v for v in shapes]
@@ -232,10 +238,10 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
     if path.is_dir():
         # Ultralytics' run folder holds results.csv; a Hugging Face output folder often only its checkpoints', of
         # which the last holds the whole log_history
-        found = [path / n for n in FOLDER_LOGS if (path / n).exists()] + sorted(
-            path.glob("checkpoint-*/trainer_state.json"), key=lambda p: _checkpoint_step(p.parent.name))[::-1]
-        if found:
-            return read_curve(found[0], x=x, y=y, lr_col=lr_col, time_col=time_col)
+        log = next((path / n for n in FOLDER_LOGS if (path / n).exists()), None) or max(
+            path.glob("checkpoint-*/trainer_state.json"), key=lambda p: _checkpoint_step(p.parent.name), default=None)
+        if log is not None:
+            return read_curve(log, x=x, y=y, lr_col=lr_col, time_col=time_col)
         if not any(path.rglob("events.out.tfevents*")):
             raise UserError(f"{path}: no {', '.join(FOLDER_LOGS)}, checkpoint-N/trainer_state.json or TensorBoard "
                             "events inside")
