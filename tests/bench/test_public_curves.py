@@ -50,3 +50,10 @@ def test_each_curve_reaches_the_predictor_as_the_cli_sends_it(folder, observed, 
         p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target_fraction=0.95, prior="shipped",
                           calibration=load_calibration())
         assert (p.model, p.final_value, p.steps_to_target) == (cli["model"], cli["final_value"], cli["steps_to_target"])
+
+
+def test_the_report_gives_the_final_error_in_the_metrics_own_units_and_the_fixed_target_steps(folder, capsys):
+    public_curves.report(public_curves.load_curves(folder))
+    medians = [line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("after")]
+    assert len(medians) == 3, medians
+    assert all("in the metric's own units" in m and "as a fixed --target" in m for m in medians), medians
