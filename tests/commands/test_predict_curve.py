@@ -298,3 +298,38 @@ def test_a_text_log_without_pairs_and_a_broken_mllog_record_are_one_line(tmp_pat
     (tmp_path / "bin.log").write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(UserError, match="bin.log: not a text log"):
         read_curve(tmp_path / "bin.log")
+
+
+def test_the_loggers_that_number_the_first_finished_epoch_0_are_read_as_finished_epochs_without_the_flag(tmp_path, capsys):
+    """Keras' CSVLogger, timm's summary.csv and Lightning's metrics.csv each write their row after an epoch, the first
+    as epoch 0: with --x epoch the log predicts as the same log numbered from 1 without --x-from-zero (the JSON says
+    why); --x-as-logged reads it as is. A CSV of no known logger is read as logged, with a note on how to choose."""
+    d = pd.read_csv(RUN).iloc[1::2]   # every other evaluation: 40 "epochs"
+    epochs = np.arange(len(d))
+    d.assign(epoch=epochs + 1)[["epoch", "loss"]].to_csv(tmp_path / "counted.csv", index=False)
+    logs = {"keras": pd.DataFrame({"epoch": epochs, "loss": d.train_loss, "val_loss": d.loss}),
+            "timm": pd.DataFrame({"epoch": epochs, "train_loss": d.train_loss, "eval_loss": d.loss}),
+            "lightning": pd.DataFrame({"epoch": epochs, "step": 10 * epochs + 9, "val_loss": d.loss})}
+    y = {"keras": "val_loss", "timm": "eval_loss", "lightning": "val_loss"}
+
+    def predict(name, y, flag=None, observed=11):   # the log's own numbering: epoch 11 from 0 is epoch 12 from 1
+        assert run_curve(tmp_path / name, "epoch", y, 40.0, "cosine", observed, None, 0.95, "loss", None, None, True,
+                         None, x_from_zero=flag) == 0
+        out = capsys.readouterr()
+        return json.loads(out.out), out.err
+
+    counted, _ = predict("counted.csv", "loss", observed=12)
+    for name, frame in logs.items():
+        frame.to_csv(tmp_path / f"{name}.csv", index=False)
+        got, err = predict(f"{name}.csv", y[name])
+        assert got.pop("x_from_zero") is True and "numbers the first finished epoch 0" in got.pop("x_from_zero_because")
+        assert got == counted and err == "", name
+        as_logged, _ = predict(f"{name}.csv", y[name], flag=False)
+        assert "x_from_zero" not in as_logged and as_logged["final_value"] != counted["final_value"], name
+    # the same columns numbered from 1 are never moved
+    logs["keras"].assign(epoch=epochs + 1).to_csv(tmp_path / "keras1.csv", index=False)
+    assert predict("keras1.csv", "val_loss", observed=12)[0] == counted
+    # a CSV of no known logger: as logged, and one line on stderr says how to choose
+    pd.DataFrame({"epoch": epochs, "loss": d.loss}).to_csv(tmp_path / "own.csv", index=False)
+    got, err = predict("own.csv", "loss")
+    assert "x_from_zero" not in got and err.count("\n") == 1 and "--x-from-zero" in err

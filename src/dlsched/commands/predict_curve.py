@@ -56,7 +56,7 @@ def _schedule(spec: str | None, budget: float, curve):
 def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
               target: float | None, target_fraction: float | None, metric: str, lr_col: str | None,
               time_col: str | None, as_json: bool, plot_path: Path | None, regime: str = "scratch",
-              x_from_zero: bool = False) -> int:
+              x_from_zero: bool | None = None) -> int:
     import dataclasses
 
     import numpy as np
@@ -78,6 +78,12 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     if plot_path is not None:
         check_plot_path(plot_path)
     curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
+    # None: as the log's own format says (``zero_based_epochs``); a user's CSV that starts at 0 is told how to choose
+    known = curve.epochs_from_zero
+    x_from_zero = known is not None if x_from_zero is None else x_from_zero
+    if not x_from_zero and known is None and "epoch" in x.lower() and float(np.min(curve.x)) == 0:
+        typer.echo(f"note: {x} starts at 0, read as an evaluation before any training (not fitted); if the log "
+                   "numbers the first finished epoch 0, pass --x-from-zero", err=True)
     if x_from_zero:   # the logger numbers the first finished epoch 0: x is read as finished epochs, its own + 1
         curve = dataclasses.replace(curve, x=curve.x + 1, lr_x=None if curve.lr_x is None else curve.lr_x + 1)
         observed_until = None if observed_until is None else observed_until + 1
@@ -105,6 +111,8 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     out["regime"] = regime
     if x_from_zero:
         out["x_from_zero"] = True
+        if known is not None:
+            out["x_from_zero_because"] = f"{known} numbers the first finished epoch 0"
     if sched.spec == "lr-column":   # which column: it may have been found, not named (``logged_lr_column``)
         out["lr_column"] = curve.lr_name
     rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
@@ -134,6 +142,9 @@ def _render(out: dict, x: str, metric: str) -> None:
     column = f" {out['lr_column']!r}" if out.get("lr_column") else ""
     con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}{column}, {out['regime']}), observed to {x} {out['observed_until']:g} "
               f"of {out['budget']:g}")
+    if out.get("x_from_zero"):
+        why = out.get("x_from_zero_because")
+        con.print(f"{x} read as finished epochs, the log's + 1" + (f" ({why})" if why else ""))
     best = "ceiling" if metric == "accuracy" else "floor"   # the JSON's floor: for accuracy the highest reachable
     con.print(f"final {metric}: {out['final_value']:.4g}  (80 % interval {lo:.4g} – {hi:.4g}; {best} {out['floor']:.4g})")
     if out["target"] is not None and out["steps_to_target"] is not None:
@@ -199,10 +210,11 @@ def register(predict_app: typer.Typer) -> None:
         plot_path: Optional[Path] = typer.Option(None, "--plot", help="write logged, observed and predicted curves here (PNG)"),
         regime: str = typer.Option("scratch", "--regime", help="scratch (trained from random weights) | finetune "
                                    "(from pretrained weights): the shipped prior pools the development runs of this regime"),
-        x_from_zero: bool = typer.Option(False, "--x-from-zero", help="the log numbers the first finished epoch 0 "
-                                         "(Keras CSVLogger, timm summary.csv, Lightning's epoch, older Ultralytics): read "
-                                         "x + 1, finished epochs (--observed-until too); without it x = 0 is an "
-                                         "evaluation before any training"),
+        x_from_zero: Optional[bool] = typer.Option(
+            None, "--x-from-zero/--x-as-logged", help="the log numbers the first finished epoch 0: read x + 1, "
+            "finished epochs (--observed-until too); --x-as-logged: x = 0 is an evaluation before any training. "
+            "Default: --x-from-zero for an epoch x in Keras' CSVLogger, timm's summary.csv and Lightning's "
+            "metrics.csv logs that start at 0 (older Ultralytics logs need the flag), else as logged"),
     ) -> None:
         """When will this run reach a target, and where will it end? Schedule-aware, with calibrated 80 % intervals."""
         code = run_curve(file, x, y, budget, schedule, observed_until, target, target_fraction, metric, lr_col,

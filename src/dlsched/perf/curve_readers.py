@@ -23,6 +23,7 @@ readers name it (a CSV's "line N" with the header as line 1, ``perf.profile.csv_
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -48,6 +49,9 @@ class CurveData:
     lr: np.ndarray | None = None
     budget: float | None = None             # from the log itself (HF max_steps, progress.jsonl budget)
     lr_name: str | None = None              # the column (tag) the LR came from: --lr-col, else ``logged_lr_column``
+    # the logger that wrote it, where x is its epoch, it numbers the first finished epoch 0 and the log starts
+    # there (``zero_based_epochs``): x + 1 counts finished epochs
+    epochs_from_zero: str | None = None
 
 
 def _record(i: int) -> str:
@@ -221,6 +225,22 @@ def logged_lr_column(df: pd.DataFrame) -> str | None:
     return cols[int(np.argmax(agree))]
 
 
+def zero_based_epochs(columns, x: str) -> str | None:
+    """The logger whose CSV this is, if it writes a row after each epoch numbered from 0 and ``x`` is that epoch:
+    Lightning's CSVLogger (``epoch`` beside ``step``), timm's ``summary.csv`` (``train_*`` and ``eval_*``), Keras'
+    ``CSVLogger`` (``epoch`` first, a metric beside its ``val_`` twin). None for any other log or x."""
+    cols = [str(c) for c in columns]
+    if x != "epoch" or "epoch" not in cols:
+        return None
+    if "step" in cols:
+        return "Lightning's metrics.csv"
+    if any(c.startswith("train_") for c in cols) and any(c.startswith("eval_") for c in cols):
+        return "timm's summary.csv"
+    if cols[0] == "epoch" and any(c.startswith("val_") and c[4:] in cols for c in cols):
+        return "Keras' CSVLogger"
+    return None
+
+
 FOLDER_LOGS = ("progress.jsonl", "trainer_state.json", "metrics.csv", "summary.csv", "results.csv")
 
 
@@ -259,7 +279,10 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         df, budget = _read_trainer_state(path, x)
     elif path.suffix in (".csv", ".tsv"):
         df = read_csv_text(path, sep="\t" if path.suffix == ".tsv" else ",")
-        return _frame_to_curve(df, src, x, y, lr_col, time_col, row_name=_csv_row)
+        curve = _frame_to_curve(df, src, x, y, lr_col, time_col, row_name=_csv_row)
+        logger = zero_based_epochs(df.columns, x)
+        starts_at_0 = logger is not None and pd.to_numeric(df[x], errors="coerce").min() == 0
+        return dataclasses.replace(curve, epochs_from_zero=logger) if starts_at_0 else curve
     else:
         df, budget = read_text_log(path, x)
         if df.empty:
