@@ -67,6 +67,8 @@ def test_tensorboard_runs_in_subfolders_are_columns_run_slash_tag(tmp_path):
     val = read_curve(tmp_path, y="validation/epoch_loss")
     assert val.y == pytest.approx([2.0 / (1 + e) + 0.1 for e in range(10)])
     assert read_curve(tmp_path / "train", y="epoch_loss").y[0] == pytest.approx(2.0)
+    # its step is the epoch from 0: the first point is after one epoch (``predict curve`` reads x + 1)
+    assert val.epochs_from_zero == "Keras' TensorBoard callback" and val.x[0] == 0
     with pytest.raises(UserError, match="train/epoch_loss, validation/epoch_loss"):
         read_curve(tmp_path, y="epoch_loss")
 

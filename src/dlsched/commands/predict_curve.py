@@ -214,7 +214,8 @@ def register(predict_app: typer.Typer) -> None:
             None, "--x-from-zero/--x-as-logged", help="the log numbers the first finished epoch 0: read x + 1, "
             "finished epochs (--observed-until too); --x-as-logged: x = 0 is an evaluation before any training. "
             "Default: --x-from-zero for an epoch x in Keras' CSVLogger, timm's summary.csv and Lightning's "
-            "metrics.csv logs that start at 0 (older Ultralytics logs need the flag), else as logged"),
+            "metrics.csv logs and a Keras TensorBoard epoch_* tag that start at 0 (older Ultralytics logs need the "
+            "flag), else as logged"),
     ) -> None:
         """When will this run reach a target, and where will it end? Schedule-aware, with calibrated 80 % intervals."""
         code = run_curve(file, x, y, budget, schedule, observed_until, target, target_fraction, metric, lr_col,

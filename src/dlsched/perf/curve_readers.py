@@ -241,6 +241,17 @@ def zero_based_epochs(columns, x: str) -> str | None:
     return None
 
 
+def keras_epoch_tag(y: str, x: str) -> str | None:
+    """Keras' TensorBoard callback logs its per-epoch scalars as ``epoch_<metric>`` at step = the epoch from 0."""
+    return "Keras' TensorBoard callback" if x == "step" and y.rsplit("/", 1)[-1].startswith("epoch_") else None
+
+
+def _from_zero(curve: CurveData, logger: str | None, xs: pd.Series) -> CurveData:
+    """``curve`` marked as ``logger``'s epochs from 0 where the log starts at 0 (one that starts later is as logged)."""
+    starts_at_0 = logger is not None and pd.to_numeric(xs, errors="coerce").min() == 0
+    return dataclasses.replace(curve, epochs_from_zero=logger) if starts_at_0 else curve
+
+
 FOLDER_LOGS = ("progress.jsonl", "trainer_state.json", "metrics.csv", "summary.csv", "results.csv")
 
 
@@ -266,10 +277,12 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
             raise UserError(f"{path}: no {', '.join(FOLDER_LOGS)}, checkpoint-N/trainer_state.json or TensorBoard "
                             "events inside")
         df = _read_tensorboard(path)
-        return _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col, time_col or "wall_time")
+        curve = _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col, time_col or "wall_time")
+        return _from_zero(curve, keras_epoch_tag(y, x), df[x])
     src, budget = str(path), None
     if "tfevents" in path.name:
-        return _frame_to_curve(_read_tensorboard(path), src, x, y, lr_col, time_col or "wall_time")
+        df = _read_tensorboard(path)
+        return _from_zero(_frame_to_curve(df, src, x, y, lr_col, time_col or "wall_time"), keras_epoch_tag(y, x), df[x])
     if path.suffix == ".jsonl":
         df, budget = _read_progress(path)
         budget = budget if x == "step" else None   # a step budget, meaningless on another x
@@ -280,9 +293,7 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
     elif path.suffix in (".csv", ".tsv"):
         df = read_csv_text(path, sep="\t" if path.suffix == ".tsv" else ",")
         curve = _frame_to_curve(df, src, x, y, lr_col, time_col, row_name=_csv_row)
-        logger = zero_based_epochs(df.columns, x)
-        starts_at_0 = logger is not None and pd.to_numeric(df[x], errors="coerce").min() == 0
-        return dataclasses.replace(curve, epochs_from_zero=logger) if starts_at_0 else curve
+        return _from_zero(curve, zero_based_epochs(df.columns, x), df[x])
     else:
         df, budget = read_text_log(path, x)
         if df.empty:
