@@ -333,3 +333,4 @@ def test_the_loggers_that_number_the_first_finished_epoch_0_are_read_as_finished
     pd.DataFrame({"epoch": epochs, "loss": d.loss}).to_csv(tmp_path / "own.csv", index=False)
     got, err = predict("own.csv", "loss")
     assert "x_from_zero" not in got and err.count("\n") == 1 and "--x-from-zero" in err
+    assert predict("own.csv", "loss", flag=False) == (got, "")   # the user chose: no note

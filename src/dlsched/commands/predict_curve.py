@@ -80,10 +80,11 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
     # None: as the log's own format says (``zero_based_epochs``); a user's CSV that starts at 0 is told how to choose
     known = curve.epochs_from_zero
-    x_from_zero = known is not None if x_from_zero is None else x_from_zero
-    if not x_from_zero and known is None and "epoch" in x.lower() and float(np.min(curve.x)) == 0:
-        typer.echo(f"note: {x} starts at 0, read as an evaluation before any training (not fitted); if the log "
-                   "numbers the first finished epoch 0, pass --x-from-zero", err=True)
+    if x_from_zero is None:
+        x_from_zero = known is not None
+        if known is None and "epoch" in x.lower() and float(np.min(curve.x)) == 0:
+            typer.echo(f"note: {x} starts at 0, read as an evaluation before any training (not fitted); if the "
+                       "log numbers the first finished epoch 0, pass --x-from-zero", err=True)
     if x_from_zero:   # the logger numbers the first finished epoch 0: x is read as finished epochs, its own + 1
         curve = dataclasses.replace(curve, x=curve.x + 1, lr_x=None if curve.lr_x is None else curve.lr_x + 1)
         observed_until = None if observed_until is None else observed_until + 1
