@@ -15,6 +15,8 @@
   ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
   ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field).
 
+An epoch x that its logger numbers from 0 (Keras' CSVLogger and TensorBoard ``epoch_*`` tags, timm, Lightning) is
+marked (``CurveData.epochs_from_zero``): ``predict curve`` reads it as finished epochs, x + 1.
 Empty, nan and ±inf cells are missing points; a time column may hold seconds or ISO-8601 timestamps, or another
 unit its name says (``TIME_UNITS``: ``hours``, ``minutes``, ``*_ms``). A budget
 the log names is only returned in the units of ``x`` (steps, or HF's epochs).
