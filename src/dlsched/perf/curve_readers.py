@@ -262,6 +262,13 @@ def _checkpoint_step(name: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+def _tensorboard_curve(path: Path, x: str, y: str, lr_col: str | None, time_col: str | None) -> CurveData:
+    """An event file's or a folder's scalars; the time is the event wall time unless ``time_col`` names a tag."""
+    df = _read_tensorboard(path)
+    curve = _frame_to_curve(df, str(path), x, y, lr_col, time_col or "wall_time")
+    return _from_zero(curve, keras_epoch_tag(y, x), df[x])
+
+
 def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = None,
                time_col: str | None = None) -> CurveData:
     """The (x, y) points of ``path`` (format by name/content, see the module docstring), sorted by x."""
@@ -278,13 +285,10 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         if not any(path.rglob("events.out.tfevents*")):
             raise UserError(f"{path}: no {', '.join(FOLDER_LOGS)}, checkpoint-N/trainer_state.json or TensorBoard "
                             "events inside")
-        df = _read_tensorboard(path)
-        curve = _frame_to_curve(df, str(path), "step" if x == "step" else x, y, lr_col, time_col or "wall_time")
-        return _from_zero(curve, keras_epoch_tag(y, x), df[x])
+        return _tensorboard_curve(path, x, y, lr_col, time_col)
     src, budget = str(path), None
     if "tfevents" in path.name:
-        df = _read_tensorboard(path)
-        return _from_zero(_frame_to_curve(df, src, x, y, lr_col, time_col or "wall_time"), keras_epoch_tag(y, x), df[x])
+        return _tensorboard_curve(path, x, y, lr_col, time_col)
     if path.suffix == ".jsonl":
         df, budget = _read_progress(path)
         budget = budget if x == "step" else None   # a step budget, meaningless on another x
