@@ -7,7 +7,8 @@ points at an existing demo report. Four figures per job, from the same predictio
 predicted at the job's current allocation relative to the JCT, of the finish the policy forecast gave at that
 moment (``service/forecast.py``: the policy rolled forward, side by side with the first), of the predicted
 remaining time, and of the remaining time the job actually held GPUs (the perf model's own error, without the
-policy's later preemptions).
+policy's later preemptions), that last one split into the error of the work still to do and of the speed
+(``service.run_report``: 1 + run_remaining_error = (1 + work_error) / (1 + speed_error)).
 """
 from __future__ import annotations
 
@@ -36,10 +37,10 @@ def main() -> None:
             raise SystemExit(f"demo failed (exit {rc})")
     t = pd.read_csv(report / "predicted_vs_actual.csv")
     cols = ["id", "name", "elastic", "resizes", "preemptions", "fraction_at_prediction", "jct_s", "jct_error",
-            "policy_jct_error", "remaining_error", "run_remaining_error"]
+            "policy_jct_error", "remaining_error", "run_remaining_error", "work_error", "speed_error"]
     print(t[[c for c in cols if c in t]].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    for col in ("jct_error", "policy_jct_error", "remaining_error", "run_remaining_error"):
-        v = t[col].dropna().abs()
+    for col in ("jct_error", "policy_jct_error", "remaining_error", "run_remaining_error", "work_error", "speed_error"):
+        v = t[col].dropna().abs() if col in t else pd.Series(dtype=float)
         print(f"mean |{col}| = {v.mean():.3f} (max {v.max():.3f}, {len(v)} jobs)")
     print("target: reported (Optimus: convergence estimate within ~15 %)")
 

@@ -27,6 +27,12 @@ def test_demo_runs_a_staggered_workload_and_writes_the_report(tmp_path):
     assert list(table["state"]) == ["finished"] * 3
     assert table.loc[0, "resizes"] >= 1                       # the elastic job was rescaled live
     assert table["jct_error"].notna().all() and (table["fraction_at_prediction"] >= 0.25).all()
+    # the perf model's miss split into work and speed: every job has a sample budget, so the work is known and
+    # the whole miss is the speed's
+    assert table["work_error"].abs().max() < 1e-9
+    split = (1 + table["work_error"]) / (1 + table["speed_error"]) - 1
+    assert split.to_numpy() == pytest.approx(table["run_remaining_error"].to_numpy(), abs=1e-9)
+    assert "speed_error" in (out / "report.md").read_text()
     assert "submitted job 3 (c)" in buf.getvalue() and "rescaling" in buf.getvalue()
 
 

@@ -47,8 +47,25 @@ def prediction_table(store: Store, at_fraction: float = 0.25) -> pd.DataFrame:
             run_left = _held_after(store.allocations(j.id), p["time"], j.end_time)
             row["actual_run_remaining_s"] = run_left
             row["run_remaining_error"] = (p["remaining_s"] - run_left) / run_left if run_left > 0 else None
+            row.update(_work_and_speed(p, j.samples, run_left))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _work_and_speed(p: dict, trained: float | None, run_left: float) -> dict:
+    """run_remaining_error split in two: 1 + run_remaining_error = (1 + work_error) / (1 + speed_error).
+    work_error: the samples still to train as predicted vs as trained (0 for a job with a sample budget);
+    speed_error: the samples/s the prediction assumed vs the rate the job trained at while it held GPUs after it
+    (a speed that changed later: a resize, or on one machine other jobs starting and ending beside it)."""
+    total, frac, remaining_s = p.get("total_samples"), p.get("fraction_done"), p.get("remaining_s")
+    if not (total and frac is not None and trained and remaining_s and run_left > 0):
+        return {}
+    done = frac * total
+    left, trained_left = total - done, trained - done
+    if left <= 0 or trained_left <= 0:
+        return {}
+    return {"work_error": left / trained_left - 1,
+            "speed_error": (left / remaining_s) / (trained_left / run_left) - 1}
 
 
 def _held_after(allocs: list[dict], t: float, end: float) -> float:
@@ -137,10 +154,15 @@ def write_report(store: Store, out: str | Path) -> pd.DataFrame:
              "predicted remaining time; run_remaining_error = the same against the time the job actually held GPUs "
              "after the prediction (the perf model's own error, without later preemptions); policy_jct_error = the "
              "same moment's policy forecast (the scheduling policy rolled forward on the fitted models, so later "
-             "rescales and preemptions of the jobs then known are in it) against the actual finish.", ""]
+             "rescales and preemptions of the jobs then known are in it) against the actual finish. "
+             "run_remaining_error splits into work_error (the samples still to train, predicted vs trained) and "
+             "speed_error (the samples/s predicted vs those trained while holding GPUs after the prediction): "
+             "1 + run_remaining_error = (1 + work_error) / (1 + speed_error). Where the GPUs are processes on one "
+             "machine (the local backend without GPUs), the jobs share its CPU cores, and a job's speed changes "
+             "whenever another one starts or ends.", ""]
     show = ["id", "name", "state", "elastic", "resizes", "preemptions", "jct_s", "fraction_at_prediction",
             "predicted_remaining_s", "actual_remaining_s", "jct_error", "policy_jct_error", "remaining_error",
-            "run_remaining_error"]
+            "run_remaining_error", "work_error", "speed_error"]
     t = table[[c for c in show if c in table.columns]]
     lines.append(t.to_markdown(index=False, floatfmt=".3f"))
     if "jct_error" in table and table["jct_error"].notna().any():
