@@ -4,12 +4,12 @@ Learning Rate Annealing"): L = L0 + A·S1^(−α) − C·S2 with S1, S2 the sche
 We use it in multiplicative form, L(x) = (L0 + A·(S1 + s0)^(−α))·(1 − c·S2), c in [0, 0.9]: the drop a decay brings
 is a fraction of the loss it anneals (scale-free, so one prior serves losses and error rates of any size,
 and a prediction never goes below 0). Fitted to *relative* residuals, because the metrics we judge by are
-relative and early losses are many times the late ones.
+relative and early losses are many times the late ones; the refits divide by √(fit·point), not the noisy point.
 
 Fit (why this one): for fixed (α, c, s0) the model is linear in (L0, A) ≥ 0 — a two-column non-negative
 least squares, solved in closed form for every c of the grid at once; (α, c, s0) come from a grid and α is
 refined by bounded scalar minimisation. Deterministic, no initial
-guess, a few ms for 1 000 points. Two Huber-reweighted refits follow (``HUBER_ROUNDS``).
+guess, a few ms for 1 000 points. Huber-reweighted refits follow (``HUBER_ROUNDS``), at least one.
 
 A prefix observed before any decay carries no information on c (S2 = 0 on every point), yet the decay is
 where the largest drop comes from: the ``CurvePrior`` supplies c then, and a soft belief in α; observed
@@ -110,10 +110,11 @@ class _Problem:
     in c whose coefficients are sums over the rows: those without g once per problem, those with g for a whole
     (α, s0) grid in one pass (``solve``)."""
 
-    def __init__(self, s1n, s2, y, w, prior: CurvePrior | None, drop_belief: float = 1.0):
+    def __init__(self, s1n, s2, y, w, prior: CurvePrior | None, drop_belief: float = 1.0, scale=None):
         self.s1n, self.n, self.drop_belief = s1n, len(y), drop_belief
         sw = np.sqrt(w / w.mean())
-        a, b, t = sw / y, sw * s2 / y, sw
+        scale = y if scale is None else scale
+        a, b, t = sw / scale, sw * s2 / scale, sw * y / scale
         self.fixed = tuple(_dot(u, v) for u, v in ((a, a), (a, b), (b, b), (t, a), (t, b), (t, t)))
         self.rows = np.stack([a * a, a * b, b * b, t * a, t * b])   # the g- and g²-weighted sums' row factors
         self.prior = prior if prior is not None and prior.weight > 0 else None
@@ -184,16 +185,21 @@ def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, gri
     offsets = np.array(OFFSETS) * s1[0] / s1_ref
     w = recency_weights(x)
     curve = _search(_Problem(s1 / s1_ref, s2, y, w, prior, belief), drops, offsets, grid, s1_ref, schedule)
-    for _ in range(HUBER_ROUNDS):
-        # Huber reweighting of the relative residuals: a spike (an evaluation glitch, a restart) would
-        # otherwise bend the whole extrapolation
-        r = curve.value(x) / y - 1
+    # the refits divide a residual by the geometric mean of the point and the first fit, not by the point: divided
+    # by the point, a point's weight grows as noise pulls it down and the fit sinks below a noisy curve (minibatch
+    # losses); (f − y)/√(f·y) ≈ log(f/y) weighs a point ×1.8 and one ÷1.8 alike, so a spike does not pull harder
+    # than a dip. The first fit's level does not matter (a common factor), only its shape
+    ref = np.sqrt(np.maximum(curve.value(x), 1e-12) * y)
+    for i in range(HUBER_ROUNDS):
+        # Huber reweighting: a spike (an evaluation glitch, a restart) would otherwise bend the whole extrapolation
+        r = (curve.value(x) - y) / ref
         # robust scale, never below 0.1 %: a deviation that small is no outlier, and an exact curve has none
         scale = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), 1e-3)
         h = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(r), 1e-12))
-        if h.min() == 1.0:
+        if i > 0 and h.min() == 1.0:
             break
-        curve = _search(_Problem(s1 / s1_ref, s2, y, w * h, prior, belief), drops, offsets, grid, s1_ref, schedule)
+        curve = _search(_Problem(s1 / s1_ref, s2, y, w * h, prior, belief, ref), drops, offsets, grid, s1_ref,
+                        schedule)
     return curve
 
 
