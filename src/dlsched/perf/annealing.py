@@ -104,9 +104,10 @@ def _dot(u, v) -> float:
 
 
 class _Problem:
-    """Relative residuals (pred − y)/y, row-weighted: for fixed (α, c, s0) the model is linear in (L0, A) ≥ 0.
+    """Relative residuals (pred − y)/d, row-weighted, d the divisor (``scale``: the points, or in a refit
+    √(first fit·point)): for fixed (α, c, s0) the model is linear in (L0, A) ≥ 0.
 
-    Rows: u1 = sw·(1 − c·S2)/y, u2 = g·u1 with g = (S1 + s0)^(−α), target sw. Every Gram entry is a quadratic
+    Rows: u1 = sw·(1 − c·S2)/d, u2 = g·u1 with g = (S1 + s0)^(−α), target sw·y/d. Every Gram entry is a quadratic
     in c whose coefficients are sums over the rows: those without g once per problem, those with g for a whole
     (α, s0) grid in one pass (``solve``)."""
 
