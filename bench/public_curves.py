@@ -97,7 +97,8 @@ def report(curves: list[DevCurve]) -> None:
         s, o, raw = df[df.observed == f], od[od.observed == f], law[law.observed == f]
         print(f"  after {int(100 * f):2d} %: final {pct(s.final_err.median())}"
               f" [in the metric's own units {pct(s.final_err_own.median()).strip()}]  steps {pct(s.steps_err.median())} "
-              f"(n={s.steps_err.notna().sum()}; the true curve's 95 % value as a fixed --target {pct(s.fixed_err.median()).strip()}; the law's own crossing {pct(raw.steps_err.median()).strip()}, "
+              f"(n={s.steps_err.notna().sum()}; the true curve's 95 % value as a fixed --target "
+              f"{pct(s.fixed_err.median()).strip()}; the law's own crossing {pct(raw.steps_err.median()).strip()}, "
               f"coverage {cov(raw, 'steps_cov').strip()})  80 % coverage final {cov(s, 'final_cov')} steps {cov(s, 'steps_cov')}"
               f"  wrongly unreachable {int(s.unreachable.sum())}"
               f"   | Optimus alone: final {pct(o.final_err.median())}  steps {pct(o.steps_err.median())}"

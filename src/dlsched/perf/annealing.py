@@ -104,18 +104,18 @@ def _dot(u, v) -> float:
 
 
 class _Problem:
-    """Relative residuals (pred − y)/d, row-weighted, d the divisor (``scale``: the points, or in a refit
+    """Relative residuals (pred − y)/d, row-weighted, d the ``divisor`` (the points, or in a refit
     √(first fit·point)): for fixed (α, c, s0) the model is linear in (L0, A) ≥ 0.
 
     Rows: u1 = sw·(1 − c·S2)/d, u2 = g·u1 with g = (S1 + s0)^(−α), target sw·y/d. Every Gram entry is a quadratic
     in c whose coefficients are sums over the rows: those without g once per problem, those with g for a whole
     (α, s0) grid in one pass (``solve``)."""
 
-    def __init__(self, s1n, s2, y, w, prior: CurvePrior | None, drop_belief: float = 1.0, scale=None):
+    def __init__(self, s1n, s2, y, w, prior: CurvePrior | None, drop_belief: float = 1.0, divisor=None):
         self.s1n, self.n, self.drop_belief = s1n, len(y), drop_belief
         sw = np.sqrt(w / w.mean())
-        scale = y if scale is None else scale
-        a, b, t = sw / scale, sw * s2 / scale, sw * y / scale
+        d = y if divisor is None else divisor
+        a, b, t = sw / d, sw * s2 / d, sw * y / d
         self.fixed = tuple(_dot(u, v) for u, v in ((a, a), (a, b), (b, b), (t, a), (t, b), (t, t)))
         self.rows = np.stack([a * a, a * b, b * b, t * a, t * b])   # the g- and g²-weighted sums' row factors
         self.prior = prior if prior is not None and prior.weight > 0 else None
@@ -190,16 +190,16 @@ def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, gri
     # by the point, a point's weight grows as noise pulls it down and the fit sinks below a noisy curve (minibatch
     # losses); (f − y)/√(f·y) ≈ log(f/y) weighs a point ×1.8 and one ÷1.8 alike, so a spike does not pull harder
     # than a dip. The first fit's level does not matter (a common factor), only its shape
-    ref = np.sqrt(np.maximum(curve.value(x), 1e-12) * y)
+    divisor = np.sqrt(np.maximum(curve.value(x), 1e-12) * y)
     for i in range(HUBER_ROUNDS):
         # Huber reweighting: a spike (an evaluation glitch, a restart) would otherwise bend the whole extrapolation
-        r = (curve.value(x) - y) / ref
+        r = (curve.value(x) - y) / divisor
         # robust scale, never below 0.1 %: a deviation that small is no outlier, and an exact curve has none
         scale = max(1.4826 * float(np.median(np.abs(r - np.median(r)))), 1e-3)
         h = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(r), 1e-12))
         if i > 0 and h.min() == 1.0:
             break
-        curve = _search(_Problem(s1 / s1_ref, s2, y, w * h, prior, belief, ref), drops, offsets, grid, s1_ref,
+        curve = _search(_Problem(s1 / s1_ref, s2, y, w * h, prior, belief, divisor), drops, offsets, grid, s1_ref,
                         schedule)
     return curve
 
