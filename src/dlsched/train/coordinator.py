@@ -16,8 +16,6 @@ group finishes the step it is in and checkpoints it. Every worker is pinned to i
 from __future__ import annotations
 
 import json
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import signal
 import time
@@ -30,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from dlsched.train import storage
-from dlsched.train import preemption
+from dlsched.train import preemption, worker_forkserver
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
 from dlsched.train.devices import job_devices
@@ -53,22 +51,6 @@ IDLE_POLL_S = 0.1  # the main loop between events: each pass wakes this process 
 
 
 EXIT_STOPPED = 128 + signal.SIGTERM  # stopped on request, checkpoint written: the shell's "terminated by SIGTERM"
-
-
-def _start_forkserver_shielded() -> None:
-    """Start the forkserver ignoring SIGTERM: it and the workers it forks inherit SIG_IGN (exec keeps it).
-
-    A backend stops a job by SIGTERM to its whole process group; only the coordinator must react (it
-    asks the workers to finish the step and checkpoint); a worker or forkserver killed mid-step would
-    lose the step. SIGTERM stays blocked meanwhile (a blocked signal is kept pending even while
-    ignored), so one arriving in this window reaches the coordinator's handler afterwards.
-    """
-    with preemption.sigterm_blocked():
-        handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            multiprocessing.forkserver.ensure_running()
-        finally:
-            signal.signal(signal.SIGTERM, handler)
 
 
 @dataclass
@@ -118,6 +100,8 @@ def planned_samples(job: TrainJob) -> int | None:
 class Coordinator:
     def __init__(self, opts: Options):
         self.o = opts
+        if opts.command is None and opts.launcher == "local":
+            worker_forkserver.start_shielded(fork=True)   # first: before this process has threads (the store's)
         self.dir = Path(opts.job_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.checkpoints = storage.for_job(self.dir, opts.checkpoint_uri)
@@ -262,7 +246,7 @@ class Coordinator:
         if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`
             return self._stopped(start.step, start.restore)
         if self.job is not None:
-            _start_forkserver_shielded()
+            worker_forkserver.start_shielded()
         # a resumed job numbers its generations after the last run's, and says where it resumed: the sample
         # records the last run wrote after that step are then known to be rolled back (committed_sample_ids)
         first = last_generation(self.dir) + 1
