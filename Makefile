@@ -19,10 +19,11 @@ demo: $(STAMP)
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a silent pass.
 # Workers (pytest-xdist): most tests wait on real processes, so more workers than cores keep both busy; a file's
-# tests stay on one worker (--dist loadfile: all Ray tests are one file, tests/conftest.py). TEST_WORKERS=0 runs
+# tests stay on one worker (--dist loadfile: all Ray tests are one file, tests/conftest.py), handed out in
+# collection order (--no-loadscope-reorder: tests/conftest.py puts the longest files first). TEST_WORKERS=0 runs
 # in one process.
 TEST_WORKERS ?= 3
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 test: $(STAMP)
 	$(PYTEST); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc

@@ -30,6 +30,7 @@ if __name__ == "__main__":
     lock = os.open(lock_path, os.O_RDONLY)   # stands for the job folder's lock the coordinator holds
     if mode == "thread":
         threading.Thread(target=threading.Event().wait, daemon=True).start()
+    print("written-before-the-fork", end=" ")   # stdout is a pipe: block-buffered, still unflushed
     worker_forkserver.start_shielded(fork=True)
     server = multiprocessing.forkserver._forkserver._forkserver_pid
     p = multiprocessing.get_context("forkserver").Process(target=report, args=(out,))
@@ -51,10 +52,12 @@ def run_probe(tmp_path: Path, mode: str) -> dict:
     lock = tmp_path / "job.lock"
     lock.write_text("")
     env = {**os.environ, "PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH"))}
+    env.pop("PYTHONUNBUFFERED", None)   # a coordinator's stdout (output.log) is block-buffered
     r = subprocess.run([sys.executable, str(probe), str(lock), mode, str(tmp_path / "worker.json")],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.stdout.count("written-before-the-fork") == 1, r.stdout   # no worker wrote it again
+    out = json.loads(r.stdout.strip().split("written-before-the-fork ", 1)[1])
     assert out["exitcode"] == 0
     assert out["worker"]["ppid"] == out["server"]      # the worker came from the server
     assert out["sigterm_ignored"]                      # a stop to the job's process group reaches the coordinator only

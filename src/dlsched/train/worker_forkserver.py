@@ -59,7 +59,9 @@ def _start_by_fork() -> None:
     listener.bind(address)
     os.chmod(address, 0o600)
     listener.listen()
-    alive_r, alive_w = os.pipe()   # the server exits once every holder of alive_w (this process, the workers) has
+    alive_r, alive_w = os.pipe()   # the server exits once every holder of alive_w (this process, its workers) exited
+    sys.stdout.flush()   # else every worker would write this process's unflushed output again when it exits
+    sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
         _serve(listener.fileno(), alive_r)
