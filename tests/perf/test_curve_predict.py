@@ -460,7 +460,6 @@ def test_a_short_prefix_is_anchored_on_its_newer_half_not_on_its_first_fast_fall
     assert anchor(long, np.full_like(long, 0.03), fit) == pytest.approx(2.0)   # 100 points: the last 20, as before
 
 
-
 def test_a_noisy_curve_is_fitted_through_its_middle_not_far_below_it():
     """Per-step minibatch losses scatter around the curve (here log-normally, σ = 0.35). Residuals divided by the
     noisy point weigh most the points noise pulled down, and the fit sank 14 % below the curve (the demo's

@@ -11,7 +11,7 @@ from pathlib import Path
 from dlsched.paths import pythonpath_with_src
 
 PROBE = r'''
-import json, multiprocessing, multiprocessing.forkserver, os, sys, threading
+import json, multiprocessing, multiprocessing.forkserver, os, sys, threading, time
 
 import torch  # noqa: F401  (a coordinator has torch loaded when it starts the server)
 
@@ -33,6 +33,12 @@ if __name__ == "__main__":
     print("written-before-the-fork", end=" ")   # stdout is a pipe: block-buffered, still unflushed
     worker_forkserver.start_shielded(fork=True)
     server = multiprocessing.forkserver._forkserver._forkserver_pid
+    if mode == "restart":   # the server died: the next start replaces it, still deaf to SIGTERM
+        os.kill(server, 9)
+        while open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+        worker_forkserver.start_shielded(fork=True)
+        server = multiprocessing.forkserver._forkserver._forkserver_pid
     p = multiprocessing.get_context("forkserver").Process(target=report, args=(out,))
     p.start()
     p.join()
@@ -72,4 +78,9 @@ def test_a_thread_free_coordinator_forks_the_server_itself_and_pays_no_second_to
 
 def test_a_coordinator_running_a_thread_spawns_the_server_as_multiprocessing_does(tmp_path):
     out = run_probe(tmp_path, "thread")
+    assert any("multiprocessing.forkserver" in part for part in out["server_cmdline"])
+
+
+def test_a_server_that_died_is_replaced_and_the_replacement_ignores_sigterm_too(tmp_path):
+    out = run_probe(tmp_path, "restart")
     assert any("multiprocessing.forkserver" in part for part in out["server_cmdline"])

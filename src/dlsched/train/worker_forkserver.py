@@ -31,9 +31,10 @@ from dlsched.train import preemption
 def start_shielded(fork: bool = False) -> None:
     """Start the forkserver (a no-op while one runs); ``fork``: by forking this process where that is safe."""
     with preemption.sigterm_blocked():
-        if fork and _fork_is_safe():
+        if fork and mp_forkserver._forkserver._forkserver_pid is None and _fork_is_safe():
             _start_by_fork()
             return
+        # one started already (restarted if it died) or none may be forked: multiprocessing's, SIGTERM ignored
         handler = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             mp_forkserver.ensure_running()
@@ -48,9 +49,6 @@ def _fork_is_safe() -> bool:
 
 def _start_by_fork() -> None:
     server = mp_forkserver._forkserver
-    if server._forkserver_pid is not None:
-        mp_forkserver.ensure_running()   # restarts a dead one, as multiprocessing would
-        return
     resource_tracker.ensure_running()
     for name in server._preload_modules:   # what the spawned server would import, imported here before the fork
         importlib.import_module(name)
