@@ -68,13 +68,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "curves"))
 
 from dev_set import DevCurve, dev_curves  # noqa: E402
 
 from dlsched.perf.annealing import CurvePrior, fit_annealing  # noqa: E402
-from dlsched.perf.calibration import TABLE, Calibration, calibrate  # noqa: E402
+from dlsched.perf.calibration import TABLE, Z_80, Calibration, calibrate  # noqa: E402
 from dlsched.perf.convergence import LossCurve, fit_curve  # noqa: E402
 from dlsched.perf.curve_predict import MetricSpace, predict_curve  # noqa: E402
 from dlsched.perf.predict import remaining_steps  # noqa: E402
@@ -172,6 +173,50 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
         if fixed.steps_to_target is not None:
             row["fixed_err"] = abs(fixed.steps_to_target / remaining - 1)
     return row
+
+
+REACH_SPOTS = 5   # targets per prediction, spread evenly across its final value's 80 % band
+
+
+def reach_rows(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | None | str) -> list[dict]:
+    """The chance by the budget (``p_reach``) of targets across the prediction's own 80 % final band, each against
+    whether the run's final value got there (lower-is-better space). "before": the chance as a normal centred on the
+    band's middle, which this predictor reported until the bands' medians were calibrated (a skewed band put the
+    chance of a target at the predicted final value near 16 %)."""
+    n, t = prefix(c, frac), truth(c)
+    space = MetricSpace.of(c.metric, c.y)
+    regime = c.meta.get("regime", "scratch")
+    p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, prior=prior, calibration=cal, regime=regime)
+    final = float(space.down(p.final_value))
+    lo, hi = sorted(math.log(float(space.down(v)) / final) for v in p.final_value_interval_80)
+    now = float(np.median(space.down(c.y[n - 3:n])))
+    rows = []
+    for u in np.linspace(lo, hi, REACH_SPOTS):
+        goal = final * math.exp(u)
+        if goal >= now:
+            continue   # already there: a chance of 1, not a prediction
+        q = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target=float(space.up(goal)), prior=prior,
+                          calibration=cal, regime=regime)
+        before = float(norm.cdf((u - (lo + hi) / 2) / max((hi - lo) / (2 * Z_80), 1e-6)))
+        rows.append({"observed": frac, "now": q.p_reach, "before": before, "reached": t.final <= goal})
+    return rows
+
+
+def reach_report(rows: list[dict], indent: str = "  ") -> None:
+    """Brier score of the chance by the budget, now and as it was reported before, and its reliability."""
+    d = pd.DataFrame(rows)
+    print(f"{indent}chance by the budget (p_reach) of {REACH_SPOTS} targets across each prediction's 80 % final band, "
+          "against whether the run got there: Brier score now / before (lower is better; 0.25 is a coin), and the "
+          "mean chance vs the share reached where the chance is < 1/3, 1/3-2/3, > 2/3")
+    for f, g in d.groupby("observed"):
+        cells = []
+        for a, b in ((0, 1 / 3), (1 / 3, 2 / 3), (2 / 3, 1.01)):
+            band = g[(g.now >= a) & (g.now < b)]
+            cells.append(f"{pct(band.now.mean()).strip()} vs {pct(band.reached.mean()).strip()} (n={len(band)})"
+                         if len(band) else "-")
+        brier = lambda col: float(((g[col] - g.reached) ** 2).mean())   # noqa: E731
+        print(f"{indent}  after {int(100 * f):2d} %: Brier {brier('now'):.3f} / {brier('before'):.3f} (n={len(g)});"
+              f" now: {'; '.join(cells)}")
 
 
 def evaluate_optimus(c: DevCurve, frac: float) -> dict:
@@ -409,6 +454,7 @@ def schedule_report(write_calibration: bool = False) -> None:
           "other curves' finished fits: α/drop from all, the final level from those of the same dataset and metric; "
           "unreachable counts are of targets every run did reach; [brackets]: steps to the true curve's 95 % value "
           "given as a fixed --target)")
+    reach_report([r for c in curves for f in FRACTIONS for r in reach_rows(c, f, cals[c.name], prior_of(c))])
     level_report(carried, plain)
     levelled = sum(prior_of(c).final is not None for c in curves)
     for label, d in ((f"without the same-task level ({levelled} of {len(curves)} curves have one): the fit and "

@@ -31,7 +31,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from prediction_accuracy import (FRACTIONS, MIN_INTERVALS, evaluate, evaluate_optimus, observed_beyond, pct,  # noqa: E402
-                                 unshifted)
+                                 reach_report, reach_rows, unshifted)
 
 from dev_set import DevCurve  # noqa: E402  (bench/curves, on the path prediction_accuracy sets)
 from dlsched.perf.calibration import load_calibration  # noqa: E402
@@ -106,6 +106,7 @@ def report(curves: list[DevCurve]) -> None:
     print("  (information: both sides see the same prefix; the schedule-aware side also gets the schedule and budget, "
           "and the shipped calibration and prior from the development set, none of whose curves is here; unreachable "
           "counts are of targets every run did reach)")
+    reach_report([r for c in curves for f in FRACTIONS for r in reach_rows(c, f, cal, "shipped")])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,8 +68,9 @@ def test_the_chance_of_reaching_a_target_falls_as_the_target_passes_the_predicti
     ("accuracy", 0.90, 0.9128, "at step 1244"), ("accuracy", 0.93, 0.9128, "beyond the predicted final value"),
 ])
 def test_the_text_says_beyond_the_final_value_only_for_a_target_past_it(capsys, metric, target, final, said):
-    """The calibrated final band may be skewed toward worse finals (a fine-tune's 25 % band: -11 % .. +101 %), so
-    the chance by the budget can fall under one half for a target the predicted curve crosses at step 1244: the
+    """The calibrated median of the final errors may lie above the prediction (runs that ended a little worse
+    than predicted), so the chance by the budget can fall under one half for a target the predicted curve crosses
+    at step 1244: the
     text gives that crossing and its chance, and says "beyond" only of a target past the predicted final value."""
     out = {"model": "annealing", "schedule": "lr-column", "regime": "finetune", "observed_until": 500.0,
            "budget": 2000.0, "final_value": final, "final_value_interval_80": [0.3, 0.68], "floor": 0.16,

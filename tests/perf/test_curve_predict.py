@@ -1,11 +1,12 @@
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
-from dlsched.perf.calibration import Calibration, calibrate, quantile_band
-from dlsched.perf.curve_predict import anchor, predict_curve
+from dlsched.perf.calibration import Calibration, calibrate, from_dict, quantile_band
+from dlsched.perf.curve_predict import anchor, predict_curve, reach_chance
 from dlsched.perf.first_passage import first_passage, logged_crossing, logged_noise
 from dlsched.perf.prior import FinishedFit, prior_from_fits
 from dlsched.perf.schedule import parse_schedule
@@ -148,7 +149,6 @@ def test_a_finished_fit_stored_as_json_carries_its_final_as_before():
     """``fit_record``/``fit_from_record``: what the service stores per finished job (its SQLite row) reads back
     into the same prior, a NaN drop and a missing fit included; a logged LR's knot per record is thinned to the
     areas' own resolution."""
-    import json
 
     from dlsched.perf.prior import fit_from_record, fit_record, transferred_final
     from dlsched.perf.schedule import GRID, Schedule
@@ -363,9 +363,7 @@ def test_a_level_carried_to_the_schedule_takes_the_carried_bands_and_a_plain_mea
     mean, so one table would be too wide for the first or too tight for the second. The choice follows what the
     prior did (``final_carried``): a job without a schedule, or a finished run stored without its fit, gets a
     plain mean. A table from before ``carried`` existed still loads and serves both from ``levelled``."""
-    import json
 
-    from dlsched.perf.calibration import from_dict
 
     task = {"dataset": "text", "metric": "loss"}
     runs = [AnnealingCurve(0.5, 1.0, 0.7, 0.4, parse_schedule(spec, B)) for spec in ("cosine", "step:500:0.1")]
@@ -447,6 +445,30 @@ def test_the_steps_point_is_the_calibrated_median_and_the_band_stays_on_the_law_
         assert (moved.target_step, moved.steps_to_target) == (kept.target_step, kept.steps_to_target)
         assert kept.target_step in (B, pytest.approx(100.0, abs=10.0))
     assert Calibration((0.1,), ((-1.0, 1.0),), ((-1.0, 1.0),)).steps_shift(0.1) == 0.0
+
+
+def test_the_chance_of_a_target_reads_the_calibrated_median_of_a_skewed_band():
+    """``calibrate`` keeps the median of the final errors per fraction; the chance by the budget is a split normal
+    through the band's ends and that median. On a band skewed toward worse finals (-0.1 .. +0.7 about a median of 0)
+    a target at the predicted final value has an even chance (a normal on the band's middle gave 16 %), and the
+    band's ends are its 10 % and 90 % points. A table without medians reads 0, kept inside the band."""
+    skewed = np.concatenate([np.linspace(-0.2, 0.0, 10), np.linspace(0.08, 1.0, 9)])
+    errors = [(f, e, 0.0) for f in (0.1, 0.5) for e in skewed]
+    cal = calibrate(errors)
+    assert cal.final_centre(0.1) == pytest.approx(0.0) and from_dict(json.loads(cal.to_json())) == cal
+    lo, hi = cal.final_band(0.3)
+    assert lo < -0.1 and hi > 0.5   # skewed: the middle is far above the median
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("cosine", x)
+    s = parse_schedule("cosine", B)
+    at = lambda target: predict_curve(x[:30], y[:30], s, target=target, prior=None, calibration=cal)   # noqa: E731
+    final = at(None).final_value
+    assert at(final).p_reach == pytest.approx(0.5, abs=1e-6)
+    assert at(final * np.exp(lo)).p_reach == pytest.approx(0.1, abs=1e-3)
+    assert at(final * np.exp(hi)).p_reach == pytest.approx(0.9, abs=1e-3)
+    assert reach_chance(1.0, 2.0, 1.0, -0.5, 0.0, 0.5) == pytest.approx(0.5)
+    old = Calibration((0.1,), ((-0.1, 0.7),), ((-1.0, 1.0),))
+    assert old.final_centre(0.1) == 0.0 and Calibration((0.1,), ((0.1, 0.7),), ((-1.0, 1.0),)).final_centre(0.1) == 0.1
 
 
 def test_a_short_prefix_is_anchored_on_its_newer_half_not_on_its_first_fast_falling_point():

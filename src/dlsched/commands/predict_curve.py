@@ -154,8 +154,9 @@ def _render(out: dict, x: str, metric: str) -> None:
         eta = "" if s is None else f", ~{s / 3600:.2f} h" if s >= 3600 else f", ~{s:.0f} s"
         p = 100 * out["p_reach"]
         chance = f"chance by the budget {'< 1' if 0 < p < 0.5 else f'{p:.0f}'} %"
-        # past the predicted final value, in the metric's direction (not p_reach < 0.5: a calibrated band skewed toward
-        # worse finals puts the chance below one half for a target the predicted curve crosses)
+        # past the predicted final value, in the metric's direction (not p_reach < 0.5: a calibrated median above the
+        # prediction, from runs that ended worse than predicted, puts the chance below one half for a target the
+        # predicted curve crosses)
         beyond = out["target"] > out["final_value"] if metric == "accuracy" else out["target"] < out["final_value"]
         if out["steps_to_target"] == 0:   # already there: where the log got there
             con.print(f"target {out['target']:.4g}: already reached, at {x} {out['target_step']:g} of the log")

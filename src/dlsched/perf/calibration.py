@@ -6,8 +6,9 @@ value and for the remaining steps to a target. The band at a fraction is the 10t
 errors (interpolated over log fraction), so an interval is ``point·exp(band)``: the shape errors the
 residual bootstrap cannot see (a decay the fit mis-sizes) are in it. The steps' point estimate is moved to the
 median of those errors (``steps_shift``): the law's own crossing is late on the development curves (median
-log(true/predicted) −0.1 to −0.3), and the band's centre is the calibrated prediction. ``bench/prediction_accuracy.py``
-checks coverage leave-one-curve-out; ``calibration.json`` holds the bands from every development curve and
+log(true/predicted) −0.1 to −0.3), and the band's centre is the calibrated prediction. The final errors'
+median is kept too (``final_median``): the bands are skewed, and the chance of reaching a target reads through
+it. ``bench/prediction_accuracy.py`` checks coverage leave-one-curve-out; ``calibration.json`` holds the bands from every development curve and
 the prior their fits give (rewritten by ``bench/prediction_accuracy.py --write-calibration``).
 """
 from __future__ import annotations
@@ -60,6 +61,10 @@ class Calibration:
     # per fraction, the median of log(true/predicted remaining steps): the steps' point estimate is the raw
     # crossing times exp(this), the centre of its band; None (a table written before it): 0
     steps_median: tuple[float, ...] | None = None
+    # per fraction, the median of log(true/predicted final): the bands are skewed (at 25 %: -0.09 .. +0.74 about a
+    # median of +0.03 on the development set), so the chance of a target is read through this, not the band's
+    # middle; None (a table written before it): 0
+    final_median: tuple[float, ...] | None = None
 
     def _at(self, values, fraction: float) -> float:
         """One value per fraction, interpolated over log fraction (clipped to the calibrated ones)."""
@@ -71,6 +76,11 @@ class Calibration:
 
     def final_band(self, fraction: float) -> tuple[float, float]:
         return self._band(self.final, fraction)
+
+    def final_centre(self, fraction: float) -> float:
+        """The median of log(true/predicted final) at this fraction (``final_median``), inside the final band."""
+        lo, hi = self.final_band(fraction)
+        return float(np.clip(0.0 if self.final_median is None else self._at(self.final_median, fraction), lo, hi))
 
     def steps_band(self, fraction: float) -> tuple[float, float]:
         return self._band(self.steps, fraction)
@@ -116,7 +126,7 @@ class Calibration:
         return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
                 "reach": self.reach, "levelled": None if self.levelled is None else self.levelled.as_dict(),
                 "fits": self.fits, "carried": None if self.carried is None else self.carried.as_dict(),
-                "steps_median": self.steps_median}
+                "steps_median": self.steps_median, "final_median": self.final_median}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1)
@@ -148,10 +158,12 @@ def calibrate(records, level: float = LEVEL) -> Calibration:
     steps = _filled([quantile_band(r[r[:, 0] == f, 2], level) for f in fr])
     moved = 4 if r.shape[1] > 4 else 2
     medians = _filled([(_median(r[r[:, 0] == f, moved]),) * 2 for f in fr], start=(0.0, 0.0))
+    final_medians = _filled([(_median(r[r[:, 0] == f, 1]),) * 2 for f in fr], start=(0.0, 0.0))
     # pooled with the earlier fractions' errors: more points do not make every curve's prediction better, and a
     # floor that rose faster than the worst late error would call a reached target unreachable
     reach = tuple(quantile_band(r[r[:, 0] <= f, 3], UNREACHABLE_LEVEL)[1] for f in fr) if r.shape[1] > 3 else None
-    return Calibration(fr, final, steps, reach=reach, steps_median=tuple(m for m, _ in medians))
+    return Calibration(fr, final, steps, reach=reach, steps_median=tuple(m for m, _ in medians),
+                       final_median=tuple(m for m, _ in final_medians))
 
 
 def _median(errors) -> float:
@@ -179,9 +191,10 @@ def load_calibration(path: Path = TABLE) -> Calibration:
 
 
 def from_dict(d: dict) -> Calibration:
-    prior, reach, levelled, fits, carried, median = (
-        d.get(k) for k in ("prior", "reach", "levelled", "fits", "carried", "steps_median"))
+    prior, reach, levelled, fits, carried, median, final_median = (
+        d.get(k) for k in ("prior", "reach", "levelled", "fits", "carried", "steps_median", "final_median"))
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
                        tuple(prior) if prior else None, tuple(reach) if reach else None,
                        from_dict(levelled) if levelled else None, tuple(map(tuple, fits)) if fits else None,
-                       from_dict(carried) if carried else None, tuple(median) if median else None)
+                       from_dict(carried) if carried else None, tuple(median) if median else None,
+                       tuple(final_median) if final_median else None)

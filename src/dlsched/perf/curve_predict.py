@@ -236,6 +236,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         cal = cal.level_bands(prior.final_carried)
     final = float(curve[-1])
     lo_f, hi_f = cal.final_band(frac)
+    mid_f = cal.final_centre(frac)
     final_lo, final_hi = final * math.exp(lo_f), final * math.exp(hi_f)   # lower-is-better space
     if metric == "accuracy":   # an error band is multiplicative: capped at 100 % error, never below 0 accuracy
         final_hi = min(final_hi, space.top)
@@ -275,19 +276,20 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         base = max(raw, resolution)
         interval = (min(steps, base * math.exp(lo_s)), min(B - x_now, max(steps, base * math.exp(hi_s))))
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
-    p_reach = None if goal is None else reach_chance(goal, now, final, lo_f, hi_f)
+    p_reach = None if goal is None else reach_chance(goal, now, final, lo_f, mid_f, hi_f)
     return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(floor)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
                            grid, np.asarray(space.up(curve), float),
                            fitted if isinstance(fitted, AnnealingCurve) else None, p_reach, resolution)
 
 
-def reach_chance(goal: float, now: float, final: float, lo: float, hi: float) -> float:
-    """P(final value <= goal) with log(true/predicted final) normal through the calibrated 80 % band (lo, hi);
-    1 once the run is there. Lower-is-better space."""
+def reach_chance(goal: float, now: float, final: float, lo: float, mid: float, hi: float) -> float:
+    """P(final value <= goal), log(true/predicted final) a split normal through the calibrated quantiles: the
+    10th (lo), the median (mid) and the 90th (hi); 1 once the run is there. Lower-is-better space."""
     if now <= goal:
         return 1.0
     if goal <= 0 or final <= 0:
         return 0.0
-    sigma = max((hi - lo) / (2 * Z_80), 1e-6)
-    return float(norm.cdf((math.log(goal / final) - (lo + hi) / 2) / sigma))
+    error = math.log(goal / final) - mid
+    sigma = max(((mid - lo) if error < 0 else (hi - mid)) / Z_80, 1e-6)   # each side its own spread
+    return float(norm.cdf(error / sigma))
