@@ -175,39 +175,44 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
     return row
 
 
-REACH_SPOTS = 5   # targets per prediction, spread evenly across its final value's 80 % band
+# targets per prediction: below the value now by these shares of the improvement so far (the band's own spread
+# would make the targets depend on the formula being scored)
+REACH_STEPS = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
 def reach_rows(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | None | str) -> list[dict]:
-    """The chance by the budget (``p_reach``) of targets across the prediction's own 80 % final band, each against
-    whether the run's final value got there (lower-is-better space). "before": the chance as a normal centred on the
-    band's middle, which this predictor reported until the bands' medians were calibrated (a skewed band put the
-    chance of a target at the predicted final value near 16 %)."""
+    """The chance by the budget (``p_reach``) of targets below the value now, each against whether the run's final
+    value got there (lower-is-better space). "a normal": the chance as a normal through the reported 80 % final
+    band, what a reader of the interval alone would take (the predictor's own formula before the bands' medians
+    were calibrated: a skewed band put a target at the predicted final value near 16 %)."""
     n, t = prefix(c, frac), truth(c)
     space = MetricSpace.of(c.metric, c.y)
+    y = space.down(c.y[:n])
+    now = float(np.median(y[-3:]))
+    if y[0] <= now:
+        return []   # no improvement yet to set targets by
     regime = c.meta.get("regime", "scratch")
-    p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, prior=prior, calibration=cal, regime=regime)
-    final = float(space.down(p.final_value))
-    lo, hi = sorted(math.log(float(space.down(v)) / final) for v in p.final_value_interval_80)
-    now = float(np.median(space.down(c.y[n - 3:n])))
     rows = []
-    for u in np.linspace(lo, hi, REACH_SPOTS):
-        goal = final * math.exp(u)
-        if goal >= now:
-            continue   # already there: a chance of 1, not a prediction
-        q = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target=float(space.up(goal)), prior=prior,
+    for k in REACH_STEPS:
+        goal = now - k * (y[0] - now)
+        if goal <= 0:
+            continue
+        p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target=float(space.up(goal)), prior=prior,
                           calibration=cal, regime=regime)
-        before = float(norm.cdf((u - (lo + hi) / 2) / max((hi - lo) / (2 * Z_80), 1e-6)))
-        rows.append({"observed": frac, "now": q.p_reach, "before": before, "reached": t.final <= goal})
+        final = float(space.down(p.final_value))
+        lo, hi = sorted(math.log(float(space.down(v)) / final) for v in p.final_value_interval_80)
+        normal = float(norm.cdf((math.log(goal / final) - (lo + hi) / 2) / max((hi - lo) / (2 * Z_80), 1e-6)))
+        rows.append({"observed": frac, "now": p.p_reach, "normal": normal, "reached": t.final <= goal})
     return rows
 
 
 def reach_report(rows: list[dict], indent: str = "  ") -> None:
-    """Brier score of the chance by the budget, now and as it was reported before, and its reliability."""
+    """Brier score of the chance by the budget, beside a normal through the reported band, and its reliability."""
     d = pd.DataFrame(rows)
-    print(f"{indent}chance by the budget (p_reach) of {REACH_SPOTS} targets across each prediction's 80 % final band, "
-          "against whether the run got there: Brier score now / before (lower is better; 0.25 is a coin), and the "
-          "mean chance vs the share reached where the chance is < 1/3, 1/3-2/3, > 2/3")
+    print(f"{indent}chance by the budget (p_reach) of targets below the value now by "
+          f"{'/'.join(f'{int(100 * k)}' for k in REACH_STEPS)} % of the improvement so far, against whether the run got "
+          "there: Brier score of p_reach / of a normal through the reported 80 % band (lower is better; 0.25 is a "
+          "coin), and p_reach's mean vs the share reached where it is < 1/3, 1/3-2/3, > 2/3")
     for f, g in d.groupby("observed"):
         cells = []
         for a, b in ((0, 1 / 3), (1 / 3, 2 / 3), (2 / 3, 1.01)):
@@ -215,7 +220,7 @@ def reach_report(rows: list[dict], indent: str = "  ") -> None:
             cells.append(f"{pct(band.now.mean()).strip()} vs {pct(band.reached.mean()).strip()} (n={len(band)})"
                          if len(band) else "-")
         brier = lambda col: float(((g[col] - g.reached) ** 2).mean())   # noqa: E731
-        print(f"{indent}  after {int(100 * f):2d} %: Brier {brier('now'):.3f} / {brier('before'):.3f} (n={len(g)});"
+        print(f"{indent}  {int(100 * f):2d} % observed: Brier {brier('now'):.3f} / {brier('normal'):.3f} (n={len(g)});"
               f" now: {'; '.join(cells)}")
 
 

@@ -54,6 +54,9 @@ def test_each_curve_reaches_the_predictor_as_the_cli_sends_it(folder, observed, 
 
 def test_the_report_gives_the_final_error_in_the_metrics_own_units_and_the_fixed_target_steps(folder, capsys):
     public_curves.report(public_curves.load_curves(folder))
-    medians = [line for line in capsys.readouterr().out.splitlines() if line.lstrip().startswith("after")]
+    out = capsys.readouterr().out
+    medians = [line for line in out.splitlines() if line.lstrip().startswith("after")]
     assert len(medians) == 3, medians
+    chances = [line for line in out.splitlines() if "% observed: Brier" in line]   # p_reach against the outcome
+    assert len(chances) == 3, out
     assert all("in the metric's own units" in m and "as a fixed --target" in m for m in medians), medians

@@ -401,7 +401,8 @@ def test_an_accuracy_band_stays_within_0_and_100_percent():
 
 def test_a_sparse_log_s_three_points_are_predicted_with_the_calibration_s_widest_band():
     """An evaluation every few epochs (MLPerf, DAWNBench) has 3 points at 25 %: refused before. Its band is the
-    earliest calibrated fraction's, not that of prefixes of 4 or more points; two points are still refused."""
+    earliest calibrated fraction's, not that of prefixes of 4 or more points, its upper end cut at the worst value
+    logged (that band reaches e^0.7 above the point, past the first loss); two points are still refused."""
     import pandas as pd
 
     from dlsched.perf.calibration import load_calibration
@@ -413,7 +414,9 @@ def test_a_sparse_log_s_three_points_are_predicted_with_the_calibration_s_widest
     x, y = d.step.to_numpy(float), d.loss.to_numpy(float)
     p = predict_curve(x[:3], y[:3], s)
     lo, hi = cal.final_band(cal.fractions[0])
-    assert np.log(np.array(p.final_value_interval_80) / p.final_value) == pytest.approx([lo, hi])
+    top = np.log(y[:3].max() / p.final_value)   # the band's upper end is cut at the worst value logged
+    assert hi > top and p.final_value_interval_80[1] == pytest.approx(y[:3].max())
+    assert np.log(p.final_value_interval_80[0] / p.final_value) == pytest.approx(lo)
     assert cal.final_band(300 / 800) != (lo, hi)
     assert 0.5 * y[-1] < p.final_value < y[2]
     with pytest.raises(ValueError, match="need at least 3 observed points after training starts"):
@@ -467,6 +470,9 @@ def test_the_chance_of_a_target_reads_the_calibrated_median_of_a_skewed_band():
     assert at(final * np.exp(lo)).p_reach == pytest.approx(0.1, abs=1e-3)
     assert at(final * np.exp(hi)).p_reach == pytest.approx(0.9, abs=1e-3)
     assert reach_chance(1.0, 2.0, 1.0, -0.5, 0.0, 0.5) == pytest.approx(0.5)
+    # cut at the worst value logged (the band's upper end is there): just below it, all but certain
+    assert reach_chance(1.0, 2.0, 1.0, -0.5, 0.0, 0.5, worst=1.2) > 0.5
+    assert reach_chance(1.199, 2.0, 1.0, -0.5, 0.0, 0.5, worst=1.2) == pytest.approx(1.0, abs=0.01)
     old = Calibration((0.1,), ((-0.1, 0.7),), ((-1.0, 1.0),))
     assert old.final_centre(0.1) == 0.0 and Calibration((0.1,), ((0.1, 0.7),), ((-1.0, 1.0),)).final_centre(0.1) == 0.1
 
