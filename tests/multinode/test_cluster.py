@@ -78,6 +78,22 @@ def service(cluster):
     client.close()
 
 
+@pytest.fixture(autouse=True)
+def whole_cluster(cluster, service):
+    """Each test starts with every GPU node up: one that failed mid-fault (a raylet killed and never rebooted)
+    fails there, not in the tests after it too."""
+    down = [n.index for n in cluster.nodes[1:] if cluster.raylet_pid(n.index) is None]
+    for i in down:              # rebooted as the tests reboot a node: it rejoins Ray as a new node
+        cluster.kill_node(i)
+        cluster.start_ray(i)
+    if down:
+        cluster.wait_nodes(len(cluster.nodes) - 1)
+        names = [cluster.nodes[i].name for i in down]
+        wait_until(lambda: all(node_health(service).get(n) == "up" for n in names), 120,
+                   f"{names} back in the service's table")
+    yield
+
+
 def job_dir(cluster, job_id: int) -> Path:
     return cluster.export / "jobs" / str(job_id)     # the host's view of the shared mount
 
@@ -192,14 +208,16 @@ def test_a_users_own_script_trains_across_three_nodes_and_restarts_promptly_when
         "--step-s", "0.05", "--ckpt-every", "10"]})
     assert r.status_code == 201, r.text
     job = r.json()["id"]
-    wait_until(lambda: [r for r in steps(cluster, job) if r["step"] >= 12], 180, "12 steps on 3 workers")
+    wait_job(cluster, service, job, lambda: [r for r in steps(cluster, job) if r["step"] >= 12], 180,
+             "12 steps on 3 workers")
     ips = worker_ips(cluster, job)
     assert sorted(ips.values()) == sorted(n.ip for n in cluster.nodes[1:]), ips
     cut = next(n.index for n in cluster.nodes if n.ip == ips[max(ips)])   # not rank 0, not the runtime's node
     cluster.link(cut, up=False)
     cut_at = time.time()
     try:
-        lost = wait_until(lambda: events(cluster, job, "worker_lost"), 120, "the restart on the nodes left")[0]
+        lost = wait_job(cluster, service, job, lambda: events(cluster, job, "worker_lost"), 120,
+                        "the restart on the nodes left")[0]
         first = wait_until(lambda: next((r for r in steps(cluster, job) if r["workers"] == 2), None),
                            RESUME_BOUND_S + 60, "a step on 2 workers")
         assert first["time"] - cut_at < RESUME_BOUND_S, first["time"] - cut_at
@@ -218,7 +236,8 @@ def test_a_job_trains_across_three_nodes_and_shrinks_on_a_killed_raylet_and_a_cu
         cluster, service):
     job = submit(service, name="mlp3", gpus=3, min_gpus=1, max_gpus=3,
                  params={"num_samples": SAMPLES, "epochs": EPOCHS, "batch_size": 12, "throttle_s": 0.1})
-    wait_until(lambda: any(r["workers"] == 3 for r in steps(cluster, job)), 180, "a step on 3 workers")
+    wait_job(cluster, service, job, lambda: any(r["workers"] == 3 for r in steps(cluster, job)), 180,
+             "a step on 3 workers")
     ips = worker_ips(cluster, job)
     assert len(ips) == 3 and len(set(ips.values())) == 3, ips          # three hosts, three addresses
     assert set(ips.values()) == {n.ip for n in cluster.nodes[1:]}
@@ -229,7 +248,8 @@ def test_a_job_trains_across_three_nodes_and_shrinks_on_a_killed_raylet_and_a_cu
     before = len(steps(cluster, job))
     cluster.kill_raylet(victim)
     killed_at = time.time()
-    shrunk = wait_until(lambda: events(cluster, job, "shrunk"), 120, "the shrink onto the survivors")[0]
+    shrunk = wait_job(cluster, service, job, lambda: events(cluster, job, "shrunk"), 120,
+                      "the shrink onto the survivors")[0]
     first = wait_until(lambda: next((r for r in steps(cluster, job)[before:] if r["workers"] == 2), None),
                        RESUME_BOUND_S + 60, "a step on the 2 survivors")
     assert first["time"] - killed_at < RESUME_BOUND_S, first["time"] - killed_at
@@ -252,7 +272,8 @@ def test_a_job_trains_across_three_nodes_and_shrinks_on_a_killed_raylet_and_a_cu
     cluster.link(cut, up=False)
     cut_at = time.time()
     try:
-        shrunk = wait_until(lambda: events(cluster, job, "shrunk")[1:], 120, "the shrink onto the last survivor")[0]
+        shrunk = wait_job(cluster, service, job, lambda: events(cluster, job, "shrunk")[1:], 120,
+                          "the shrink onto the last survivor")[0]
         first = wait_until(lambda: next((r for r in steps(cluster, job)[before:] if r["workers"] == 1), None),
                            RESUME_BOUND_S + 60, "a step on the survivor")
         assert first["time"] - cut_at < RESUME_BOUND_S, first["time"] - cut_at
@@ -286,8 +307,8 @@ def test_losing_the_node_of_rank_0_and_the_coordinator_resumes_from_the_shared_c
     samples = 960
     job = submit(service, name="rank0", gpus=3, min_gpus=1, max_gpus=3,
                  params={"num_samples": samples, "batch_size": 12, "throttle_s": 0.1})
-    wait_until(lambda: [r for r in steps(cluster, job) if r["workers"] == 3 and r["step"] >= 7], 180,
-               "7 steps on 3 workers (a checkpoint every 5)")
+    wait_job(cluster, service, job, lambda: [r for r in steps(cluster, job) if r["workers"] == 3 and r["step"] >= 7],
+             180, "7 steps on 3 workers (a checkpoint every 5)")
     ips = worker_ips(cluster, job)
     victim = next(n.index for n in cluster.nodes if n.ip == ips[min(ips)])
     assert victim != 0
