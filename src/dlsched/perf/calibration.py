@@ -8,8 +8,9 @@ residual bootstrap cannot see (a decay the fit mis-sizes) are in it. The steps' 
 median of those errors (``steps_shift``): the law's own crossing is late on the development curves (median
 log(true/predicted) −0.1 to −0.3), and the band's centre is the calibrated prediction. The final errors'
 median is kept too (``final_median``): the bands are skewed, and the chance of reaching a target reads through
-it. ``bench/prediction_accuracy.py`` checks coverage leave-one-curve-out; ``calibration.json`` holds the bands from every development curve and
-the prior their fits give (rewritten by ``bench/prediction_accuracy.py --write-calibration``).
+it. ``bench/prediction_accuracy.py`` checks coverage leave-one-curve-out; ``calibration.json`` holds the bands
+from every development curve and the prior their fits give (rewritten by ``bench/prediction_accuracy.py
+--write-calibration``).
 """
 from __future__ import annotations
 
