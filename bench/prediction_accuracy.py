@@ -209,9 +209,9 @@ def reach_rows(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | N
 def reach_report(rows: list[dict], indent: str = "  ") -> None:
     """Brier score of the chance by the budget, beside a normal through the reported band, and its reliability."""
     d = pd.DataFrame(rows)
-    print(f"{indent}chance by the budget (p_reach) of targets below the value now by "
-          f"{'/'.join(f'{int(100 * k)}' for k in REACH_STEPS)} % of the improvement so far, against whether the run got "
-          "there: Brier score of p_reach / of a normal through the reported 80 % band (lower is better; 0.25 is a "
+    shares = "/".join(f"{int(100 * k)}" for k in REACH_STEPS)
+    print(f"{indent}chance by the budget (p_reach) of targets below the value now by {shares} % of the improvement "
+          "so far, against whether the run got there: Brier score of p_reach / of a normal through the reported 80 % band (lower is better; 0.25 is a "
           "coin), and p_reach's mean vs the share reached where it is < 1/3, 1/3-2/3, > 2/3")
     for f, g in d.groupby("observed"):
         cells = []
