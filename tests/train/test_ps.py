@@ -212,3 +212,36 @@ def test_sparse_push_pull_moves_only_touched_rows_and_trains_the_dense_parameter
                 else:                                        # exactly the rows the batch read, every column of each
                     assert rec["rows"] == touched and rec["pushed"] == rec["pulled"] == 4 * touched, rec
                     assert rec["pushed"] < table / 10
+
+
+
+def test_the_ranks_never_collect_garbage_they_inherit(tmp_path):
+    """Seen in a suite run: a forked rank's collector destroyed a master TCPStore left as garbage by an earlier
+    in-process test, and its destructor joined the store's server thread, which the forked copy does not have: the
+    rank hung for good. The supervisor collects its garbage before it forks, where its threads run. Here a cycle is
+    garbage when the ranks are forked (the supervisor's collector off, each rank's collecting at once: the timing of
+    a long-lived process); its finalizer must run once, in the supervisor."""
+    script = f'''
+import gc, os, sys
+from dlsched.train.ps import SyncMode
+from dlsched.train.ps_runner import PSOptions, PSRunner
+class Inherited:
+    def __del__(self):
+        with open(sys.argv[2], "a") as f:
+            f.write("supervisor\\n" if os.getpid() == SUPERVISOR else "rank\\n")
+SUPERVISOR = os.getpid()
+gc.disable()
+os.register_at_fork(after_in_child=lambda: (gc.enable(), gc.set_threshold(1, 1, 1)))
+cycle = {{"garbage": Inherited()}}
+cycle["self"] = cycle
+del cycle
+opts = PSOptions(sys.argv[1], {MLP!r}, {{"num_samples": 64}}, workers=2, servers=1, mode=SyncMode.parse("sync"),
+                 batch_size=16, ckpt_every=2)
+sys.exit(PSRunner(opts).run())
+'''
+    said = tmp_path / "collected"
+    p = subprocess.run([sys.executable, "-c", script, str(tmp_path / "job"), str(said)], capture_output=True,
+                       text=True, timeout=240)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert said.read_text().splitlines() == ["supervisor"]
+    _exactly_once(tmp_path / "job", 64, 1)

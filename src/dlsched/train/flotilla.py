@@ -14,11 +14,9 @@ from __future__ import annotations
 import datetime
 import importlib
 import importlib.util
-import math
 import multiprocessing as mp
 import os
 import queue
-import sys
 import time
 import uuid
 import zlib
@@ -33,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.errors import UserError
 from dlsched.train.files import atomic_file
+from dlsched.train.forking import inheriting_no_garbage
 
 # fork: workers start in milliseconds instead of re-importing torch (CPU only; no CUDA context exists yet).
 CTX = mp.get_context("fork")
@@ -421,8 +420,9 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
                     m, MemberRank(consumer, r, g, rdzv, ranks[r]), ring, first, steps, val, conv, str(ckpt_dir), reports,
                     stop, max_batches)))
                 consumer += 1
-    for p in producers + procs:
-        p.start()
+    with inheriting_no_garbage():
+        for p in producers + procs:
+            p.start()
     n_members = sum(len(g) for g in groups)
     converged: set[str] = set()
     finished: set[str] = set()
