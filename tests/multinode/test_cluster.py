@@ -83,14 +83,8 @@ def whole_cluster(cluster, service):
     """Each test starts with every GPU node up: one that failed mid-fault (a raylet killed and never rebooted)
     fails there, not in the tests after it too."""
     down = [n.index for n in cluster.nodes[1:] if cluster.raylet_pid(n.index) is None]
-    for i in down:              # rebooted as the tests reboot a node: it rejoins Ray as a new node
-        cluster.kill_node(i)
-        cluster.start_ray(i)
     if down:
-        cluster.wait_nodes(len(cluster.nodes) - 1)
-        names = [cluster.nodes[i].name for i in down]
-        wait_until(lambda: all(node_health(service).get(n) == "up" for n in names), 120,
-                   f"{names} back in the service's table")
+        reboot(cluster, service, down)
     yield
 
 
@@ -162,6 +156,17 @@ def node_health(client) -> dict[str, str]:
     return {n["name"]: n["health"] for n in client.get("/nodes").json()["nodes"]}
 
 
+def reboot(cluster, service, nodes: list[int]) -> None:
+    """Power-cycles ``nodes`` (every process killed, Ray started again: each rejoins as a new Ray node), until the
+    service's node table has them up."""
+    for i in nodes:
+        cluster.kill_node(i)
+        cluster.start_ray(i)
+    names = [cluster.nodes[i].name for i in nodes]
+    wait_until(lambda: all(node_health(service).get(n) == "up" for n in names), 120,
+               f"{names} back in the service's table")
+
+
 def dlsched_nodes(cluster, client) -> str:
     """``dlsched nodes`` as an operator runs it, against the service on node 0."""
     env = {**os.environ, "DLSCHED_SERVER": str(client.base_url).rstrip("/"),
@@ -226,10 +231,7 @@ def test_a_users_own_script_trains_across_three_nodes_and_restarts_promptly_when
         cluster.link(cut, up=True)
     wait_until(lambda: job_state(service, job)["state"] == "finished", 300, "the script job to finish")
     assert committed_sample_ids(job_dir(cluster, job)) == Counter({i: 2 for i in range(samples)})
-    cluster.kill_node(cut)           # Ray declared it dead: it rejoins as a new node, for the tests that follow
-    cluster.start_ray(cut)
-    name = cluster.nodes[cut].name
-    wait_until(lambda: node_health(service).get(name) == "up", 120, "the cut node back in the service's table")
+    reboot(cluster, service, [cut])   # Ray declared it dead: it rejoins as a new node, for the tests that follow
 
 
 def test_a_job_trains_across_three_nodes_and_shrinks_on_a_killed_raylet_and_a_cut_link_then_grows_back(
@@ -286,11 +288,8 @@ def test_a_job_trains_across_three_nodes_and_shrinks_on_a_killed_raylet_and_a_cu
     assert not events(cluster, job, "worker_lost")
     assert json.loads((job_dir(cluster, job) / "status.json").read_text())["pid"] == status["pid"]
 
-    for node in (victim, cut):       # reboots: the killed node, and the cut one (Ray declared it dead: its
-        cluster.kill_node(node)      # raylet exits when it hears so) rejoin as new Ray nodes
-        cluster.start_ray(node)
-    wait_until(lambda: node_health(service).get(name) == "up" and node_health(service).get(cut_name) == "up", 120,
-               "both nodes back in the service's table")
+    # the killed node, and the cut one (Ray declared it dead: its raylet exits when it hears so)
+    reboot(cluster, service, [victim, cut])
     # the job may end first on a loaded machine (two shrinks and two reboots outlast its steps): say so, not a timeout
     wait_until(lambda: [r for r in events(cluster, job, "resized") if r["workers"] == 3]
                or job_state(service, job)["state"] == "finished", 240, "grown back to 3")

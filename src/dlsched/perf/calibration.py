@@ -158,13 +158,17 @@ def calibrate(records, level: float = LEVEL) -> Calibration:
     final = _filled([quantile_band(r[r[:, 0] == f, 1], level) for f in fr])
     steps = _filled([quantile_band(r[r[:, 0] == f, 2], level) for f in fr])
     moved = 4 if r.shape[1] > 4 else 2
-    medians = _filled([(_median(r[r[:, 0] == f, moved]),) * 2 for f in fr], start=(0.0, 0.0))
-    final_medians = _filled([(_median(r[r[:, 0] == f, 1]),) * 2 for f in fr], start=(0.0, 0.0))
     # pooled with the earlier fractions' errors: more points do not make every curve's prediction better, and a
     # floor that rose faster than the worst late error would call a reached target unreachable
     reach = tuple(quantile_band(r[r[:, 0] <= f, 3], UNREACHABLE_LEVEL)[1] for f in fr) if r.shape[1] > 3 else None
-    return Calibration(fr, final, steps, reach=reach, steps_median=tuple(m for m, _ in medians),
-                       final_median=tuple(m for m, _ in final_medians))
+    return Calibration(fr, final, steps, reach=reach, steps_median=_medians(r, fr, moved),
+                       final_median=_medians(r, fr, 1))
+
+
+def _medians(r: np.ndarray, fractions, column: int) -> tuple[float, ...]:
+    """Per fraction, the median of a column's finite errors (a fraction without any takes the one before, 0 first)."""
+    filled = _filled([(_median(r[r[:, 0] == f, column]),) * 2 for f in fractions], start=(0.0, 0.0))
+    return tuple(m for m, _ in filled)
 
 
 def _median(errors) -> float:
