@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
-from scipy.stats import norm
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Z_80, Calibration, load_calibration
@@ -301,7 +301,7 @@ def reach_chance(goal: float, now: float, final: float, lo: float, mid: float, h
     def below(value: float) -> float:
         error = math.log(value / final) - mid
         sigma = max(((mid - lo) if error < 0 else (hi - mid)) / Z_80, 1e-6)   # each side its own spread
-        return float(norm.cdf(error / sigma))
+        return NormalDist().cdf(error / sigma)
 
     cut = below(worst)   # worst > goal here: the run is not there yet, and nothing logged is worse than worst
     return below(goal) / cut if cut > 0 else 0.0

@@ -15,14 +15,17 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from scipy.spatial import Delaunay
 
 from dlsched.errors import UserError
 from dlsched.perf.efficiency import GradientNoise, progress_gain
 from dlsched.perf.profile import POLLUX_APPS, PolluxApp, pollux_app
+
+if TYPE_CHECKING:
+    from scipy.spatial import Delaunay
 
 ND_MAX_NODES = 16       # the artifact clamps the node count at 16 before interpolating (simulator/applications.py)
 
@@ -73,6 +76,7 @@ class StepTimes:
         xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
         df = self._placements.groupby(xs)[xs + ys].mean()
         df = pd.concat([df, self._scalability], ignore_index=True)
+        from scipy.spatial import Delaunay   # here: ~0.4 s to import, and most processes never triangulate
         tri = Delaunay(df[xs].to_numpy(float))
         return tri, tri.transform, df[ys].to_numpy(float)
 

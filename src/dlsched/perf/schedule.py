@@ -23,7 +23,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import lfilter
 
 GRID = 4096           # evaluation points over [0, budget] for the areas: < 1 ms, smooth enough for any spec
 MOMENTUM = 0.01       # annealing memory τ as a fraction of the budget (Tissue et al. 2024 use λ = 0.999 per step)
@@ -110,6 +109,7 @@ def _area_grid(schedule: Schedule, hi: float, momentum: float) -> tuple[np.ndarr
     s1 = np.concatenate([[0.0], np.cumsum(0.5 * (eta[1:] + eta[:-1])) * h]) / B
     d = np.maximum.accumulate(eta) - eta
     decay = math.exp(-h / max(momentum * B, 1e-12))
+    from scipy.signal import lfilter   # here: scipy.signal imports scipy.stats, ~0.7 s of every CLI and service start
     m = lfilter([1.0], [1.0, -decay], np.concatenate([[d[0]], np.diff(d)]))
     s2 = d - m
     for a in (g, s1, s2):
