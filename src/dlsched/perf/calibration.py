@@ -167,8 +167,8 @@ def calibrate(records, level: float = LEVEL) -> Calibration:
 
 def _medians(r: np.ndarray, fractions, column: int) -> tuple[float, ...]:
     """Per fraction, the median of a column's finite errors (a fraction without any takes the one before, 0 first)."""
-    filled = _filled([(_median(r[r[:, 0] == f, column]),) * 2 for f in fractions], start=(0.0, 0.0))
-    return tuple(m for m, _ in filled)
+    filled = _filled([(_median(r[r[:, 0] == f, column]),) for f in fractions], start=(0.0,))
+    return tuple(m for (m,) in filled)
 
 
 def _median(errors) -> float:
@@ -176,9 +176,9 @@ def _median(errors) -> float:
     return float(np.median(e)) if len(e) else math.nan
 
 
-def _filled(bands: list[tuple[float, float]],
-            start: tuple[float, float] = UNCALIBRATED.steps[0]) -> tuple[tuple[float, float], ...]:
-    """A fraction without errors (every target already reached there) takes the nearest earlier band."""
+def _filled(bands: list[tuple[float, ...]],
+            start: tuple[float, ...] = UNCALIBRATED.steps[0]) -> tuple[tuple[float, ...], ...]:
+    """A fraction without errors (every target already reached there) takes the nearest earlier band (or value)."""
     out, last = [], start
     for b in bands:
         last = b if all(map(math.isfinite, b)) else last

@@ -109,7 +109,7 @@ def _area_grid(schedule: Schedule, hi: float, momentum: float) -> tuple[np.ndarr
     s1 = np.concatenate([[0.0], np.cumsum(0.5 * (eta[1:] + eta[:-1])) * h]) / B
     d = np.maximum.accumulate(eta) - eta
     decay = math.exp(-h / max(momentum * B, 1e-12))
-    from scipy.signal import lfilter   # here: scipy.signal imports scipy.stats, ~0.7 s of every CLI and service start
+    from scipy.signal import lfilter   # here: it imports scipy.stats, ~0.7 s a process pays only once it fits a curve
     m = lfilter([1.0], [1.0, -decay], np.concatenate([[d[0]], np.diff(d)]))
     s2 = d - m
     for a in (g, s1, s2):
