@@ -17,6 +17,7 @@ from dlsched.train.data import record_path
 from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, SCRIPT_JOB, End, Plan, Ready, arrived_key, end_key, gate_key,
                                     group_prefix, plan_key, ready_key)
 from dlsched.train.peer_cut import CutWatch
+from dlsched.train.polling import Backoff
 from dlsched.train.worker import PG_TIMEOUT, pick_backend, wait_key
 
 
@@ -98,12 +99,13 @@ class GroupMembership:
         """Every rank arrives before c10d's uninterruptible rendezvous; False when the generation is cancelled."""
         s = self.s
         s.store.add(arrived_key(gen), 1)
+        backoff = Backoff()
         while s.store.add(arrived_key(gen), 0) < world:
             if s.store.check([gate_key(gen)]) and s.store.get(gate_key(gen)) == GATE_CANCEL.encode():
                 return False
             if os.getppid() != s.parent:
                 s._exit(3)
-            time.sleep(0.002)
+            backoff.sleep()
         return True
 
     def _cancelled(self, plan: Plan) -> None:

@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.errors import UserError
 from dlsched.train.files import atomic_file
-from dlsched.train.forking import inheriting_no_garbage
+from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
 
 # fork: workers start in milliseconds instead of re-importing torch (CPU only; no CUDA context exists yet).
 CTX = mp.get_context("fork")
@@ -420,6 +420,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
                     m, MemberRank(consumer, r, g, rdzv, ranks[r]), ring, first, steps, val, conv, str(ckpt_dir), reports,
                     stop, max_batches)))
                 consumer += 1
+    load_lazy_training_modules()
     with inheriting_no_garbage():
         for p in producers + procs:
             p.start()

@@ -43,6 +43,7 @@ from typing import Mapping, Protocol
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
 from dlsched.ray.host import NAMESPACE, RAY_NODE_ENV, RAY_NODE_IP_ENV, actor_pid, exit_when_orphaned, host_actor
+from dlsched.train.forking import LAZY_TRAINING_MODULES
 from dlsched.train.protocol import WorkerEnv
 from dlsched.train.script import SCRIPT_WORKER_MODULE, ignore_sigterm, resolve_command
 
@@ -53,7 +54,8 @@ IN_USE_FILE = "ray-workers.json"
 ALIVE_TTL_S = 1.0
 
 _FORKSERVER = multiprocessing.get_context("forkserver")
-_FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])  # torch imported once, not once per worker
+# torch and what a worker imports lazily, imported once, not once per worker
+_FORKSERVER.set_forkserver_preload(["dlsched.train.worker", *LAZY_TRAINING_MODULES])
 
 
 class WorkerHandle(Protocol):

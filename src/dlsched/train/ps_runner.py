@@ -34,7 +34,7 @@ import torch.distributed as dist
 from dlsched.errors import UserError
 from dlsched.train import preemption
 from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
-from dlsched.train.forking import inheriting_no_garbage
+from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
@@ -182,6 +182,7 @@ class PSRunner:
         this supervisor hosts for it (None: rank 0 hosts it)."""
         if self.launcher is None:
             ctx = mp.get_context("fork")  # no re-import of torch and the job per process
+            load_lazy_training_modules()
             with inheriting_no_garbage():
                 return gen, [_ForkedRank(ctx, rank, gen) for rank in range(gen.servers + gen.workers)], None
         host = self.launcher.store_host

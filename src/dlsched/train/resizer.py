@@ -13,6 +13,7 @@ from dlsched.train.data import PartitionTable
 from dlsched.train.devices import free_devices, keepers
 from dlsched.train.files import Control, ControlWatch
 from dlsched.train.launcher import NoFreeSlot
+from dlsched.train.polling import Backoff
 from dlsched.train.protocol import STOP_PREEMPT, STOP_RESIZE, End, end_key, ready_key, stop_key
 from dlsched.train.scaling import global_batch_after_resize
 
@@ -154,6 +155,7 @@ class Resizer:
         stopped = time.time()
         # no worker may stay (the job moved to other GPUs): the state goes through a checkpoint instead of memory
         c.store.set(stop_key(gen), STOP_RESIZE if keep else STOP_PREEMPT)
+        backoff = Backoff()
         while not c.store.check([end_key(gen)]):
             if c.stop_requested:  # preempted meanwhile: this step's end becomes the stop (checkpointed)
                 c.store.compare_set(stop_key(gen), STOP_RESIZE, STOP_PREEMPT)
@@ -166,7 +168,7 @@ class Resizer:
                 self.abandon(ENDED)
                 pool.kill(new)
                 return
-            time.sleep(0.001)
+            backoff.sleep()
         end = End.from_json(c.store.get(end_key(gen)))
         if end.finished or (end.preempted and c.stop_requested):
             if end.finished:

@@ -30,6 +30,7 @@ from dlsched.train.data import PartitionTable, record_path, split_global_batch
 from dlsched.train.devices import collective_backend
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.peer_cut import CutWatch
+from dlsched.train.polling import Backoff
 from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, STOP_PREEMPT, End, Held, Plan, Ready,
                                     arrived_key, end_key, gate_key, group_prefix, plan_key, ready_key, stop_key,
                                     survivor_key)
@@ -41,10 +42,11 @@ PG_TIMEOUT = timedelta(seconds=60)
 
 def wait_key(store: dist.TCPStore, key: str, parent: int) -> bytes:
     """Block until ``key`` exists; exit quietly if the coordinator (our parent) is gone."""
+    backoff = Backoff()
     while not store.check([key]):
         if os.getppid() != parent:
             sys.exit(3)
-        time.sleep(0.005)
+        backoff.sleep()
     return store.get(key)
 
 
@@ -148,12 +150,13 @@ class Worker:
         on a missing rank; False when the coordinator cancels the generation meanwhile."""
         arrived, gate = arrived_key(gen), gate_key(gen)
         self.store.add(arrived, 1)
+        backoff = Backoff()
         while self.store.add(arrived, 0) < world:
             if self.store.check([gate]) and self.store.get(gate) == GATE_CANCEL.encode():
                 return False
             if os.getppid() != self.parent:
                 sys.exit(3)
-            time.sleep(0.002)
+            backoff.sleep()
         return True
 
     def _cancelled(self, plan: Plan, rank: int) -> bool:
