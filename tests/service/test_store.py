@@ -126,3 +126,14 @@ def test_acknowledged_submission_survives_sigkill(tmp_path):
     assert len(acked) == 20
     s = Store(db)
     assert [j.id for j in s.jobs()] == acked
+
+
+def test_the_latest_prediction_is_the_newest_of_the_jobs_own_decoded(tmp_path):
+    s = Store(tmp_path / "s.db")
+    a, b = s.submit(SPEC), s.submit(SPEC)
+    assert s.latest_prediction(a) is None
+    for t in range(3):
+        s.add_prediction(a, float(t), 0.1 * t, 100.0, 9.0, 10.0 + t, {"final": t})
+    s.add_prediction(b, 5.0, 0.5, 100.0, 1.0, 6.0, None)
+    assert s.latest_prediction(a) == s.predictions(a)[-1]
+    assert s.latest_prediction(a)["loss_fit"] == {"final": 2} and s.latest_prediction(b)["loss_fit"] is None

@@ -243,8 +243,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         job = store.get(job_id)
         d = job.public()
         d["allocations"] = store.allocations(job_id)
-        preds = store.predictions(job_id)
-        d["prediction"] = preds[-1] if preds else None
+        d["prediction"] = store.latest_prediction(job_id)
         d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
         if job.spec.kind == "ensemble":
             d["ensemble"] = ensemble_of(store, job_id)

@@ -127,8 +127,7 @@ def job_detail(store: Store, job_id: int) -> dict:
     members and flotillas."""
     rec = store.get(job_id)
     prog = [p for p in store.progress(job_id) if p.get("loss") is not None and p.get("step") is not None]
-    preds = store.predictions(job_id)
-    prediction = preds[-1] if preds else None
+    prediction = store.latest_prediction(job_id)
     start, finish = shown_times(rec, prediction, store.forecasts().get(job_id))
     stride = max(1, math.ceil(len(prog) / MAX_CURVE_POINTS))
     points = prog[::stride] + (prog[-1:] if prog and prog[::stride][-1]["step"] != prog[-1]["step"] else [])

@@ -11,6 +11,7 @@ from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
+from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.store import RESCALING, JobRecord, Store
 
 SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
@@ -70,6 +71,7 @@ class JobModels:
         self._speeds: dict[int, ThroughputModel] = {}
         self._speed_fits: dict[int, tuple[frozenset, float]] = {}   # (configurations seen, when) of the fit
         self._seen_progress: dict[int, int] = {}                    # progress rows at the last refit
+        self._progress: dict[int, ProgressHistory] = {}             # what the store holds, read once
         self._rates: dict[int, float] = {}           # observed samples/s
         self._totals: dict[int, float] = {}          # predicted total samples (target-loss jobs)
         self._views: dict[int, tuple] = {}           # (record, speed, restart_s, JobView) of the last snapshot
@@ -85,8 +87,8 @@ class JobModels:
             self._finished.append(last)
             if self._store is not None:
                 self._store.add_finished_fit(job_id, fit_record(last))
-        for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._rates, self._totals,
-                        self._views, self._changed_at):
+        for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._progress, self._rates,
+                        self._totals, self._views, self._changed_at):
             per_job.pop(job_id, None)
 
     def curve_prior(self, job: JobRecord, schedule: Schedule | None = None):
@@ -110,13 +112,21 @@ class JobModels:
         """Copies of (speed models, observed rates, predicted totals) for the forecast thread."""
         return dict(self._speeds), dict(self._rates), dict(self._totals)
 
-    def refit(self, job: JobRecord, progress: list[dict], now: float) -> refit.Prediction | None:
+    def progress(self, job_id: int, store: Store) -> ProgressHistory:
+        """The job's stored progress: the rows read before, and those stored since."""
+        history = self._progress.setdefault(job_id, ProgressHistory())
+        history.extend(store.progress(job_id, after_id=history.last_id))
+        return history
+
+    def refit(self, job: JobRecord, progress: ProgressHistory | list[dict], now: float) -> refit.Prediction | None:
         """Refit the job's models on its stored progress; None when nothing new arrived since the last refit."""
         if len(progress) == self._seen_progress.get(job.id):
             return None
         self._seen_progress[job.id] = len(progress)
+        if not isinstance(progress, ProgressHistory):
+            progress = ProgressHistory.of(progress)
         target = job.spec.params.get("target_loss")
-        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in progress[-refit.RECENT:])
+        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in progress.tail(refit.RECENT))
         last = self._speed_fits.get(job.id)
         refit_speed = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
         pred, speed = refit.predict(progress, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,
@@ -127,7 +137,7 @@ class JobModels:
                                     prior=lambda sched: self.curve_prior(job, sched), regime=job_regime(job))
         if pred.loss_fit and "alpha" in pred.loss_fit:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
-            losses = [r["loss"] for r in progress[-3:] if isinstance(r.get("loss"), (int, float))]
+            losses = [r["loss"] for r in progress.tail(3) if isinstance(r.get("loss"), (int, float))]
             self._last_fits[job.id] = FinishedFit(pred.loss_fit["alpha"], pred.loss_fit["drop"], job_meta(job),
                                                   float(np.median(losses)) if losses else math.nan, pred.fitted)
         if refit_speed:

@@ -301,7 +301,7 @@ class LiveLoop:
         store transaction: fits are CPU-heavy, and SQLite's write lock must never wait on them (a busy machine
         held it past the 30 s busy timeout, and submissions and the forecast failed with 'database is locked')."""
         for job_id, job in self._to_refit.items():
-            pred = self.models.refit(job, self.store.progress(job_id), now)
+            pred = self.models.refit(job, self.models.progress(job_id, self.store), now)
             if pred is not None:
                 self._pending[job_id] = (now, pred)
         for job_id, finished in self._ended:

@@ -28,6 +28,7 @@ from dlsched.perf.curve_predict import predict_curve
 from dlsched.perf.fit_window import convex_onset
 from dlsched.perf.schedule import Schedule, parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
+from dlsched.service.progress_history import ProgressHistory
 
 RECENT = 200          # the newest measurements describe the job as it runs now
 CURVE_BINS = 120      # loss points a curve fit sees at most (means over equal step ranges)
@@ -156,15 +157,16 @@ def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) 
     return (np.bincount(which, k, bins)[keep] / n[keep], np.bincount(which, l, bins)[keep] / n[keep])
 
 
-def logged_schedule(recs: list[dict], budget: float) -> Schedule | None:
+def logged_schedule(recs: ProgressHistory | list[dict], budget: float) -> Schedule | None:
     """The job's own logged LR as its schedule (flat after the last step), where it tells the schedule: every
     record has one and the batch never changed (linear scaling moves the LR with the batch, which is no
     annealing)."""
-    lrs = [r.get("lr") for r in recs]
-    if not recs or any(v is None for v in lrs) or len({r.get("batch_size") for r in recs}) != 1:
+    h = recs if isinstance(recs, ProgressHistory) else ProgressHistory.of(recs)
+    lrs, batches = h.column("lr"), h.column("batch_size")
+    if not len(h) or np.isnan(lrs).any() or len(np.unique(batches)) != 1:   # NaNs are one value to np.unique
         return None
     try:
-        return Schedule.from_points([r.get("step") or 0 for r in recs], lrs, budget)
+        return Schedule.from_points(np.nan_to_num(h.column("step")), lrs, budget)
     except ValueError:
         return None
 
@@ -256,7 +258,7 @@ def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> 
     return gap > max(min_gap_s, 10 * float(np.median(steps)))
 
 
-def predict(progress: list[dict], now: float, current_workers: int, current_batch: int | None,
+def predict(progress: ProgressHistory | list[dict], now: float, current_workers: int, current_batch: int | None,
             total_hint: float | None, samples_done: float, target_loss: float | None = None,
             gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True,
             schedule: str | None = None, prior: PriorArg = None, regime: str = "scratch"):
@@ -264,28 +266,29 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
     ``schedule`` SPEC, else the logged LR where ``logged_schedule`` trusts it, else constant). ``refit_speed=False``
     keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
     and its fit costs tens of ms, while the rest of this is cheap enough for every round."""
-    recs = [p for p in progress if p.get("samples") is not None]
-    recent = recs[-RECENT:]
+    history = progress if isinstance(progress, ProgressHistory) else ProgressHistory.of(progress)
+    history = history.where(~np.isnan(history.column("samples")))
+    recent = history.tail(RECENT)
     if refit_speed or speed is None:
         speed = fit_speed(np.array([p.get("workers") or 0 for p in recent], float),
                           np.array([p.get("batch_size") or 0 for p in recent], float),
                           np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
     speed = with_reported_noise(speed, recent)
-    steps = np.array([p.get("step") or 0 for p in recs], float)
-    batch = current_batch or (recs[-1].get("batch_size") if recs else None) or 1
+    steps = np.nan_to_num(history.column("step"))
+    batch = current_batch or (recent[-1].get("batch_size") if recent else None) or 1
     # the step budget: the samples still to train at the current batch after the last step
-    budget = steps[-1] + max(0.0, total_hint - samples_done) / batch if total_hint and recs else None
-    if budget is None and target_loss is not None and recs and schedule in (None, "constant"):
+    budget = steps[-1] + max(0.0, total_hint - samples_done) / batch if total_hint and recent else None
+    if budget is None and target_loss is not None and recent and schedule in (None, "constant"):
         # a convergence rule at constant LR has no budget; the law in S1 ∝ step does not depend on the
         # horizon, so look 10x the steps so far ahead for the target
         budget = 10.0 * max(steps[-1], 1.0)
     if schedule is None and budget:
-        schedule = logged_schedule(recs, budget)
-    loss_fit = fit_loss(steps, np.array([p["loss"] if p.get("loss") is not None else math.nan for p in recs], float),
+        schedule = logged_schedule(history, budget)
+    loss_fit = fit_loss(steps, history.column("loss"),
                         budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior, regime=regime)
     fitted = loss_fit.pop("fitted", None) if loss_fit else None
     total = total_hint
-    if total is None and target_loss is not None and loss_fit and recs:
+    if total is None and target_loss is not None and loss_fit and recent:
         # convergence rule: steps until the schedule-aware fit reaches the target (Optimus without a budget),
         # at the current batch
         end = loss_fit.get("target_step") if "model" in loss_fit else \
@@ -294,8 +297,8 @@ def predict(progress: list[dict], now: float, current_workers: int, current_batc
             total = samples_done + max(0.0, end - steps[-1]) * batch
     frac = min(1.0, samples_done / total) if total else None
     remaining_s = finish = rate = None
-    if total and (speed is not None or recs):
-        rate = observed_rate(recs) or (speed.throughput(max(current_workers, 1), 1, current_batch or 0) if speed else 0)
+    if total and (speed is not None or recent):
+        rate = observed_rate(recent) or (speed.throughput(max(current_workers, 1), 1, current_batch or 0) if speed else 0)
         if rate > 0:
             remaining_s = max(0.0, total - samples_done) / rate
             finish = now + remaining_s if current_workers > 0 else None

@@ -118,6 +118,10 @@ MIGRATIONS: list[str] = [
 ]
 
 
+def _prediction(row: sqlite3.Row) -> dict:
+    return dict(row) | {"loss_fit": json.loads(row["loss_fit"]) if row["loss_fit"] else None}
+
+
 def _number(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
@@ -406,11 +410,13 @@ class Store:
                   *_noise(s.get("grad_noise"))) for s in records])
             self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
 
-    def progress(self, job_id: int) -> list[dict]:
+    def progress(self, job_id: int, after_id: int | None = None) -> list[dict]:
+        """The job's progress rows; with ``after_id``, those stored after that row, each with its ``id``
+        (``service.progress_history`` reads only what is new)."""
         return [dict(r) for r in self._conn().execute(
-            "SELECT time, step, epoch, samples, loss, samples_per_s, workers, batch_size, lr, grad_sqr, grad_var, "
-            "noise_batch FROM progress "
-            "WHERE job_id = ? ORDER BY id", (job_id,))]
+            f"SELECT {'' if after_id is None else 'id, '}time, step, epoch, samples, loss, samples_per_s, workers, "
+            "batch_size, lr, grad_sqr, grad_var, noise_batch FROM progress WHERE job_id = ? AND id > ? ORDER BY id",
+            (job_id, after_id or 0))]
 
     def event(self, kind: str, job_id: int | None = None, now: float | None = None, **detail: Any) -> None:
         with self._tx():
@@ -478,8 +484,14 @@ class Store:
         return {r["job_id"]: dict(r) for r in self._conn().execute("SELECT * FROM forecasts")}
 
     def predictions(self, job_id: int) -> list[dict]:
-        rows = self._conn().execute("SELECT * FROM predictions WHERE job_id = ? ORDER BY id", (job_id,))
-        return [dict(r) | {"loss_fit": json.loads(r["loss_fit"]) if r["loss_fit"] else None} for r in rows]
+        return [_prediction(r) for r in self._conn().execute("SELECT * FROM predictions WHERE job_id = ? ORDER BY id",
+                                                             (job_id,))]
+
+    def latest_prediction(self, job_id: int) -> dict | None:
+        """The newest of ``predictions``: a job that ran for days has a refit for every round it trained."""
+        row = self._conn().execute("SELECT * FROM predictions WHERE job_id = ? ORDER BY id DESC LIMIT 1",
+                                   (job_id,)).fetchone()
+        return None if row is None else _prediction(row)
 
     def latest_predictions(self) -> dict[int, dict]:
         rows = self._conn().execute("SELECT p.* FROM predictions p JOIN (SELECT job_id, MAX(id) m FROM predictions "
