@@ -21,7 +21,7 @@ from dlsched.service.limits import DEFAULT_MAX_BODY
 from dlsched.service.loop import LiveLoop, LoopThread
 from dlsched.service.private_files import private_dir, private_jobs_dir
 from dlsched.service.store import Store
-from dlsched.spec import SpecError, ClusterSpec, JobSpec
+from dlsched.spec import ClusterSpec, JobSpec
 
 DEFAULT_PORT = 8642
 
