@@ -37,7 +37,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_predictions(tmp_path):
     old = s.predictions(7)[0]
     assert (old["predicted_finish"], old["forecast_time"], old["policy_finish"]) == (10.0, None, None)
     s.add_prediction(7, 2.0, 0.5, 100.0, 8.0, 10.0, None, forecast_time=2.0, predicted_start=1.5, policy_finish=12.0)
-    assert s.latest_predictions()[7]["policy_finish"] == 12.0
+    assert s.latest_prediction(7)["policy_finish"] == 12.0   # no job 7 row: latest_predictions lists jobs
 
 
 def test_a_version_6_store_is_migrated_and_starts_with_no_finished_fits(tmp_path):
@@ -150,3 +150,13 @@ def test_only_the_newest_prediction_of_a_job_keeps_its_curve(tmp_path):
     old, empty, new = s.predictions(a)
     assert old["loss_fit"] == {"model": "annealing", "final": 1} and empty["loss_fit"] is None
     assert new["loss_fit"] == fit(3) and s.latest_prediction(b)["loss_fit"] == fit(9)
+
+
+def test_the_latest_predictions_are_each_jobs_newest_and_only_of_jobs_with_one(tmp_path):
+    s = Store(tmp_path / "s.db")
+    a, b, none = s.submit(SPEC), s.submit(SPEC), s.submit(SPEC)
+    for t, job in enumerate((a, b, a, b, a)):
+        s.add_prediction(job, float(t), 0.1 * t, 100.0, 9.0, 10.0 + t, None)
+    latest = s.latest_predictions()
+    assert sorted(latest) == [a, b] and none not in latest
+    assert latest[a]["time"] == 4.0 and latest[b]["time"] == 3.0

@@ -468,7 +468,8 @@ class Store:
         job trains, and 121 curve points were about 93 % of a row (about 200 MB a day of a job at 2 s rounds)."""
         with self._tx():
             for sql, args in (("UPDATE predictions SET loss_fit = json_remove(loss_fit, '$.curve') WHERE id = "
-                               "(SELECT MAX(id) FROM predictions WHERE job_id = ?) AND loss_fit IS NOT NULL", (job_id,)),
+                               "(SELECT MAX(id) FROM predictions WHERE job_id = ?) AND loss_fit IS NOT NULL",
+                               (job_id,)),
                               ("INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, "
                                "predicted_finish, loss_fit, forecast_time, predicted_start, policy_finish) "
                                "VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -499,8 +500,9 @@ class Store:
             "SELECT * FROM predictions WHERE job_id = ? ORDER BY id DESC LIMIT 1", (job_id,))), None)
 
     def latest_predictions(self) -> dict[int, dict]:
-        rows = self._conn().execute("SELECT p.* FROM predictions p JOIN (SELECT job_id, MAX(id) m FROM predictions "
-                                    "GROUP BY job_id) l ON p.id = l.m")
+        # one index seek per job: a GROUP BY over every prediction took 0.16 s at 10^6 rows (a day of 25 jobs)
+        rows = self._conn().execute("SELECT * FROM predictions WHERE id IN (SELECT (SELECT MAX(id) FROM predictions "
+                                    "WHERE job_id = j.id) FROM jobs j)")
         return {r["job_id"]: dict(r) for r in rows}
 
     def add_finished_fit(self, job_id: int, fit: dict) -> None:
