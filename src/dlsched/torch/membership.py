@@ -14,11 +14,10 @@ import torch.distributed as dist
 from dlsched.ray.host import RAY_NODE_IP_ENV
 from dlsched.train import storage
 from dlsched.train.data import record_path
-from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, SCRIPT_JOB, End, Plan, Ready, arrived_key, end_key, gate_key,
-                                    group_prefix, plan_key, ready_key)
+from dlsched.train.protocol import (GATE_RUN, SCRIPT_JOB, End, Plan, Ready, end_key, gate_key, group_prefix, plan_key,
+                                    ready_key)
 from dlsched.train.peer_cut import CutWatch
-from dlsched.train.polling import Backoff
-from dlsched.train.worker import PG_TIMEOUT, pick_backend, wait_key
+from dlsched.train.worker import PG_TIMEOUT, gather_ranks, pick_backend, wait_key
 
 
 class GroupMembership:
@@ -66,7 +65,7 @@ class GroupMembership:
         gen, rank, world = plan.generation, plan.wids.index(s.wid), len(plan.wids)
         started = time.perf_counter()
         s.plan, s.rank, s.world = plan, rank, world
-        if not self._gather(gen, world):
+        if not gather_ranks(s.store, gen, world, s.parent, orphaned=s._exit):
             self._cancelled(plan)
         backend, device = pick_backend(plan.devices)
         if backend == "nccl":
@@ -94,19 +93,6 @@ class GroupMembership:
             path = record_path(s.job_dir, s.wid)
             path.parent.mkdir(parents=True, exist_ok=True)
             s.record = open(path, "a", buffering=1)
-
-    def _gather(self, gen: int, world: int) -> bool:
-        """Every rank arrives before c10d's uninterruptible rendezvous; False when the generation is cancelled."""
-        s = self.s
-        s.store.add(arrived_key(gen), 1)
-        backoff = Backoff()
-        while s.store.add(arrived_key(gen), 0) < world:
-            if s.store.check([gate_key(gen)]) and s.store.get(gate_key(gen)) == GATE_CANCEL.encode():
-                return False
-            if os.getppid() != s.parent:
-                s._exit(3)
-            backoff.sleep()
-        return True
 
     def _cancelled(self, plan: Plan) -> None:
         """Stopped before this generation's first step: rank 0 saves the state carried over in memory."""

@@ -50,6 +50,22 @@ def wait_key(store: dist.TCPStore, key: str, parent: int) -> bytes:
     return store.get(key)
 
 
+def gather_ranks(store: dist.TCPStore, gen: int, world: int, parent: int, orphaned=sys.exit) -> bool:
+    """Arrive, then wait until every rank of generation ``gen`` arrived, so that c10d's rendezvous (which cannot be
+    interrupted) never waits on a missing rank; False when the coordinator cancels the generation meanwhile.
+    ``orphaned(3)`` when the coordinator (our parent) is gone."""
+    arrived, gate = arrived_key(gen), gate_key(gen)
+    store.add(arrived, 1)
+    backoff = Backoff()
+    while store.add(arrived, 0) < world:
+        if store.check([gate]) and store.get(gate) == GATE_CANCEL.encode():
+            return False
+        if os.getppid() != parent:
+            orphaned(3)
+        backoff.sleep()
+    return True
+
+
 def fault_slowdown(worker_id: int) -> float:
     """Fault injection for straggler tests and demos: DLSCHED_FAULT_SLOW_WORKER="wid:seconds" slows one worker."""
     spec = os.environ.get("DLSCHED_FAULT_SLOW_WORKER", "")
@@ -125,7 +141,7 @@ class Worker:
         t_join = time.perf_counter()
         backend, self.device = pick_backend(plan.devices)
         self.model.to(self.device)
-        if not self._gather(gen, world):
+        if not gather_ranks(self.store, gen, world, self.parent):
             return self._cancelled(plan, rank)
         dist.init_process_group(backend, store=dist.PrefixStore(group_prefix(gen), self.store),
                                 rank=rank, world_size=world, timeout=PG_TIMEOUT)
@@ -144,20 +160,6 @@ class Worker:
                 return self._train(plan, rank, world)
         finally:
             dist.destroy_process_group()
-
-    def _gather(self, gen: int, world: int) -> bool:
-        """Wait until every rank arrived, so that c10d's rendezvous (which cannot be interrupted) never waits
-        on a missing rank; False when the coordinator cancels the generation meanwhile."""
-        arrived, gate = arrived_key(gen), gate_key(gen)
-        self.store.add(arrived, 1)
-        backoff = Backoff()
-        while self.store.add(arrived, 0) < world:
-            if self.store.check([gate]) and self.store.get(gate) == GATE_CANCEL.encode():
-                return False
-            if os.getppid() != self.parent:
-                sys.exit(3)
-            backoff.sleep()
-        return True
 
     def _cancelled(self, plan: Plan, rank: int) -> bool:
         """The job stops before this generation's first step: rank 0 checkpoints the state carried over from
