@@ -122,6 +122,17 @@ def _prediction(row: sqlite3.Row) -> dict:
     return dict(row) | {"loss_fit": json.loads(row["loss_fit"]) if row["loss_fit"] else None}
 
 
+def _insert_prediction(c: sqlite3.Connection, job_id: int, values: tuple) -> None:
+    """A job's new prediction (``values``: time .. policy_finish); its previous one loses its ``loss_fit``'s
+    ``curve``. The loop stores one every round the job trains, and 121 curve points were about 93 % of a row (about
+    200 MB a day of a job at 2 s rounds); only the newest curve is read."""
+    c.execute("UPDATE predictions SET loss_fit = json_remove(loss_fit, '$.curve') WHERE id = "
+              "(SELECT MAX(id) FROM predictions WHERE job_id = ?) AND loss_fit IS NOT NULL", (job_id,))
+    c.execute("INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, predicted_finish, "
+              "loss_fit, forecast_time, predicted_start, policy_finish) VALUES (?,?,?,?,?,?,?,?,?,?)",
+              (job_id, *values))
+
+
 def _number(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
@@ -463,20 +474,11 @@ class Store:
                        forecast_time: float | None = None, predicted_start: float | None = None,
                        policy_finish: float | None = None) -> None:
         """``remaining_s``/``predicted_finish``: at the job's current allocation. ``forecast_time`` (when the
-        policy forecast was made), ``predicted_start`` and ``policy_finish``: the policy rolled forward.
-        Only the newest prediction of a job keeps its ``loss_fit``'s ``curve``: the loop stores one every round the
-        job trains, and 121 curve points were about 93 % of a row (about 200 MB a day of a job at 2 s rounds)."""
+        policy forecast was made), ``predicted_start`` and ``policy_finish``: the policy rolled forward."""
         with self._tx():
-            for sql, args in (("UPDATE predictions SET loss_fit = json_remove(loss_fit, '$.curve') WHERE id = "
-                               "(SELECT MAX(id) FROM predictions WHERE job_id = ?) AND loss_fit IS NOT NULL",
-                               (job_id,)),
-                              ("INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, "
-                               "predicted_finish, loss_fit, forecast_time, predicted_start, policy_finish) "
-                               "VALUES (?,?,?,?,?,?,?,?,?,?)",
-                               (job_id, now, fraction_done, total_samples, remaining_s, predicted_finish,
-                                json.dumps(loss_fit) if loss_fit else None, forecast_time, predicted_start,
-                                policy_finish))):
-                self._conn().execute(sql, args)
+            _insert_prediction(self._conn(), job_id, (now, fraction_done, total_samples, remaining_s, predicted_finish,
+                                                      json.dumps(loss_fit) if loss_fit else None, forecast_time,
+                                                      predicted_start, policy_finish))
 
     def set_forecast(self, now: float, times: Mapping[int, tuple[float | None, float | None]]) -> None:
         """Replace the current policy forecast: (start, finish) per active job. A snapshot, not a history (the
