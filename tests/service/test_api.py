@@ -43,7 +43,14 @@ def test_submit_list_show_logs_events_predictions(client):
     logs = client.get(f"/jobs/{jid}/logs")
     assert "start:" in logs.text and int(logs.headers["x-next-offset"]) == len(logs.content)
     assert client.get(f"/jobs/{jid}/logs", params={"offset": logs.headers["x-next-offset"]}).text == ""
-    assert client.get(f"/jobs/{jid}/progress").json()[-1]["samples"] == 640
+    rows = client.get(f"/jobs/{jid}/progress").json()
+    assert rows[-1]["samples"] == 640 and "id" not in rows[0]
+    followed = client.get(f"/jobs/{jid}/progress", params={"after": 0}).json()
+    assert [dict(r, id=None) for r in followed] == [dict(r, id=None) for r in rows]
+    assert client.get(f"/jobs/{jid}/progress", params={"after": followed[-2]["id"]}).json() == followed[-1:]
+    drawn = client.get(f"/jobs/{jid}/progress", params={"points": 2}).json()
+    assert 2 <= len(drawn) <= 3 and drawn[0] == rows[0] and drawn[-1] == rows[-1]
+    assert client.get(f"/jobs/{jid}/progress", params={"points": 0}).status_code == 422
     assert client.get("/cluster").json()["nodes"][0]["gpus"] == 2
 
 

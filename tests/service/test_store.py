@@ -108,6 +108,21 @@ def test_progress_and_offset_advance_together(tmp_path):
     assert rec.progress_offset == 120 and rec.samples == 32 and s.progress(j)[0]["loss"] == 2.0
 
 
+def test_a_drawn_curve_reads_evenly_spaced_rows_with_a_loss_and_the_newest(tmp_path):
+    s = Store(tmp_path / "s.db")
+    j, other = s.submit(SPEC), s.submit(SPEC)
+    rows = [{"time": float(i), "step": i, "samples": 32 * i, "loss": None if i % 3 == 0 else 1.0 / i}
+            for i in range(1, 1001)]
+    s.add_progress(other, rows[:10], 10)
+    s.add_progress(j, rows, 1000)
+    with_loss = [r for r in s.progress(j) if r["loss"] is not None]
+    drawn = s.progress(j, loss_points=100)
+    assert [r["step"] for r in drawn] == [r["step"] for r in with_loss[::7]] + [1000]   # 667 rows: every 7th
+    assert drawn[0] == with_loss[0] and drawn[-1] == with_loss[-1]
+    assert s.progress(j, loss_points=10_000) == with_loss
+    assert s.progress(s.submit(SPEC), loss_points=100) == []
+
+
 def test_acknowledged_submission_survives_sigkill(tmp_path):
     """A writer killed with SIGKILL right after the id is returned: the row must be there on reopen."""
     db = tmp_path / "s.db"

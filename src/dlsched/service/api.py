@@ -31,7 +31,7 @@ from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
-                                    Limit, Offset)
+                                    Limit, Offset, OptionalAfter, OptionalLimit)
 from dlsched.service.nodes import LOST
 from dlsched.service.resize_limits import resize_refusal
 from dlsched.service.store import ACTIVE, TERMINAL, ResizeRefused, Store, TransitionError, UnknownJob
@@ -304,9 +304,11 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         return store.predictions(job_id)
 
     @api.get("/jobs/{job_id}/progress")
-    def progress(job_id: JobId) -> list[dict]:
+    def progress(job_id: JobId, after: OptionalAfter = None, points: OptionalLimit = None) -> list[dict]:
+        """The job's progress rows; ``after``: those stored after row ``after``, each with its ``id`` (to follow a
+        job); ``points``: at most that many of those with a step and a loss, evenly spaced, and the newest (to draw)."""
         store.get(job_id)
-        return store.progress(job_id)
+        return store.progress(job_id, after_id=after, loss_points=points)
 
     @api.get("/jobs/{job_id}/logs")
     def logs(job_id: JobId, offset: Offset = 0, tail: int | None = None, worker: int | None = None) -> PlainTextResponse:

@@ -126,13 +126,11 @@ def job_detail(store: Store, job_id: int) -> dict:
     """One job: record, loss curve (down-sampled), fitted convergence curve, allocations, events; an ensemble's
     members and flotillas."""
     rec = store.get(job_id)
-    prog = [p for p in store.progress(job_id) if p.get("loss") is not None and p.get("step") is not None]
     prediction = store.latest_prediction(job_id)
     start, finish = shown_times(rec, prediction, store.forecasts().get(job_id))
-    stride = max(1, math.ceil(len(prog) / MAX_CURVE_POINTS))
-    points = prog[::stride] + (prog[-1:] if prog and prog[::stride][-1]["step"] != prog[-1]["step"] else [])
     curve = [{"step": p["step"], "loss": _clean(p["loss"]), "time": p["time"], "samples": p["samples"],
-              "workers": p["workers"], "noise_scale": _noise_scale(p)} for p in points]
+              "workers": p["workers"], "noise_scale": _noise_scale(p)}
+             for p in store.progress(job_id, loss_points=MAX_CURVE_POINTS)]
     return {"job": json.loads(json.dumps(rec.public(), default=str)), "curve": curve, "fit": loss_fit_of(prediction),
             "prediction": prediction, "predicted_start": _clean(start), "predicted_finish": _clean(finish),
             "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200),

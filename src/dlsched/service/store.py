@@ -10,6 +10,7 @@ Schema changes are append-only migrations recorded in ``schema_version``.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -131,6 +132,27 @@ def _insert_prediction(c: sqlite3.Connection, job_id: int, values: tuple) -> Non
     c.execute("INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, predicted_finish, "
               "loss_fit, forecast_time, predicted_start, policy_finish) VALUES (?,?,?,?,?,?,?,?,?,?)",
               (job_id, *values))
+
+
+PROGRESS_COLUMNS = ("time, step, epoch, samples, loss, samples_per_s, workers, batch_size, lr, grad_sqr, grad_var, "
+                    "noise_batch")
+
+
+def _progress_rows(c: sqlite3.Connection, job_id: int, after_id: int | None,
+                   loss_points: int | None) -> list[dict]:
+    """``Store.progress``."""
+    columns = PROGRESS_COLUMNS if after_id is None else "id, " + PROGRESS_COLUMNS
+    if loss_points is None:
+        return [dict(r) for r in c.execute(f"SELECT {columns} FROM progress WHERE job_id = ? AND id > ? ORDER BY id",
+                                           (job_id, after_id or 0))]
+    # Pick the ids first and read only their rows: reading a day's 100 000 rows (one a step) to draw 400 points
+    # took 0.37 s of every 3 s dashboard refresh, the ids alone about 0.05 s.
+    ids = [r[0] for r in c.execute("SELECT id FROM progress WHERE job_id = ? AND id > ? AND step IS NOT NULL "
+                                   "AND loss IS NOT NULL ORDER BY id", (job_id, after_id or 0))]
+    picked = ids[::max(1, math.ceil(len(ids) / max(loss_points, 1)))]
+    picked += ids[-1:] if ids and picked[-1] != ids[-1] else []
+    return [dict(r) for r in c.execute(f"SELECT {columns} FROM progress WHERE id IN ({','.join('?' * len(picked))}) "
+                                       "ORDER BY id", picked)]
 
 
 def _number(x: Any) -> float | None:
@@ -421,13 +443,11 @@ class Store:
                   *_noise(s.get("grad_noise"))) for s in records])
             self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
 
-    def progress(self, job_id: int, after_id: int | None = None) -> list[dict]:
+    def progress(self, job_id: int, after_id: int | None = None, loss_points: int | None = None) -> list[dict]:
         """The job's progress rows; with ``after_id``, those stored after that row, each with its ``id``
-        (``service.progress_history`` reads only what is new)."""
-        return [dict(r) for r in self._conn().execute(
-            f"SELECT {'' if after_id is None else 'id, '}time, step, epoch, samples, loss, samples_per_s, workers, "
-            "batch_size, lr, grad_sqr, grad_var, noise_batch FROM progress WHERE job_id = ? AND id > ? ORDER BY id",
-            (job_id, after_id or 0))]
+        (``service.progress_history`` reads only what is new); with ``loss_points``, every k-th of the rows that carry
+        a step and a loss, at most that many, and the newest (a curve to draw)."""
+        return _progress_rows(self._conn(), job_id, after_id, loss_points)
 
     def event(self, kind: str, job_id: int | None = None, now: float | None = None, **detail: Any) -> None:
         with self._tx():
