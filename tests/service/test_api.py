@@ -40,6 +40,10 @@ def test_submit_list_show_logs_events_predictions(client):
     preds = client.get(f"/jobs/{jid}/predictions").json()
     assert preds and preds[-1]["total_samples"] == 640
     assert any(p["predicted_finish"] for p in preds)
+    paged = client.get(f"/jobs/{jid}/predictions", params={"limit": 1}).json()
+    for _ in preds[1:]:
+        paged += client.get(f"/jobs/{jid}/predictions", params={"after": paged[-1]["id"], "limit": 1}).json()
+    assert paged == preds
     logs = client.get(f"/jobs/{jid}/logs")
     assert "start:" in logs.text and int(logs.headers["x-next-offset"]) == len(logs.content)
     assert client.get(f"/jobs/{jid}/logs", params={"offset": logs.headers["x-next-offset"]}).text == ""

@@ -299,9 +299,11 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         return store.events(after_id=after, limit=min(limit, MAX_EVENTS_PAGE))
 
     @api.get("/jobs/{job_id}/predictions")
-    def predictions(job_id: JobId) -> list[dict]:
+    def predictions(job_id: JobId, after: After = 0, limit: OptionalLimit = None) -> list[dict]:
+        """The job's refits (one a round it trained) after row ``after``, at most ``limit``: each carries its
+        ``id`` to page on."""
         store.get(job_id)
-        return store.predictions(job_id)
+        return store.predictions(job_id, after_id=after, limit=limit)
 
     @api.get("/jobs/{job_id}/progress")
     def progress(job_id: JobId, after: OptionalAfter = None, points: OptionalLimit = None) -> list[dict]:

@@ -512,9 +512,11 @@ class Store:
     def forecasts(self) -> dict[int, dict]:
         return {r["job_id"]: dict(r) for r in self._conn().execute("SELECT * FROM forecasts")}
 
-    def predictions(self, job_id: int) -> list[dict]:
-        return [_prediction(r) for r in self._conn().execute("SELECT * FROM predictions WHERE job_id = ? ORDER BY id",
-                                                             (job_id,))]
+    def predictions(self, job_id: int, after_id: int = 0, limit: int | None = None) -> list[dict]:
+        """The job's refits, oldest first: those stored after row ``after_id``, at most ``limit`` of them."""
+        return [_prediction(r) for r in self._conn().execute(
+            "SELECT * FROM predictions WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (job_id, after_id, -1 if limit is None else limit))]
 
     def latest_prediction(self, job_id: int) -> dict | None:
         """The newest of ``predictions``: a job that ran for days has a refit for every round it trained."""
