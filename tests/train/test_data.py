@@ -72,6 +72,21 @@ def test_committed_ids_drop_what_a_killed_coordinator_trained_after_its_checkpoi
     assert committed_sample_ids(tmp_path) == Counter(range(6))
 
 
+def test_committed_ids_keep_a_checkpointed_step_whose_progress_line_died_with_the_coordinator(tmp_path):
+    """Rank 0 checkpointed step 2 and queued its progress; its node's loss took the coordinator before the line was
+    written. The resumed run restored step 2: its ids count once, though no progress line names it."""
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "worker-0.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in [{"run": "a", "generation": 0, "step": 1, "ids": [0, 1]},
+                                         {"run": "a", "generation": 0, "step": 2, "ids": [2, 3]},
+                                         {"run": "a", "generation": 0, "step": 3, "ids": [4, 5]},
+                                         {"run": "b", "generation": 1, "step": 3, "ids": [4, 5]}]) + "\n")
+    (tmp_path / "progress.jsonl").write_text(
+        json.dumps({"run": "a", "step": 1, "generation": 0}) + "\n" +
+        json.dumps({"event": "resumed", "new_generation": 1, "restored_step": 2}) + "\n")
+    assert committed_sample_ids(tmp_path) == Counter(range(6))
+
+
 def test_committed_ids_count_the_step_a_lost_peer_cut_once_across_a_shrink_and_a_rejoin(tmp_path):
     """3 workers; worker 2 dies in step 3, after the survivors recorded it (before the all-reduce): they carry on
     from step 2 as generation 1 and train step 3 again, then a newcomer rejoins (generation 2). Before, the cut
