@@ -80,3 +80,26 @@ def test_only_over_fitting_runs_give_the_default_shape_but_still_their_task_s_le
     default = CurvePrior()
     assert (p.alpha, p.drop) == (default.alpha, default.drop)
     assert p.final == pytest.approx(0.2)     # the level: where the task's runs ended
+
+
+def test_a_few_runs_of_other_tasks_that_agree_do_not_narrow_the_shape_below_the_default():
+    """The demo: four finished jobs of other tasks, α within ±0.3, gave a spread at the same-task floor (0.2) and
+    held a fifth task's fit to α 0.6 where its points said 2. The default's spread counts as runs too."""
+    meta = {"family": "cifar.py", "metric": "loss", "batch": 64}
+    others = [FinishedFit(a, 0.05, {"family": f"job{i}.py", "metric": "loss", "batch": 64})
+              for i, a in enumerate((0.63, 0.53, 0.80, 0.70))]
+    default = CurvePrior(alpha_sigma=0.76, drop_sigma=0.2)
+    p = prior_from_fits(others, meta, default=default)
+    assert 0.4 < p.alpha_sigma < 0.76 and p.drop_sigma > 0.1   # 0.2 and 0.05 before
+    # runs of the same task (dataset and metric named and equal) may narrow it to the same-task floor
+    same = [FinishedFit(f.alpha, f.drop, {**f.meta, "dataset": "cifar10"}) for f in others]
+    assert prior_from_fits(same, {**meta, "dataset": "cifar10"}, default=default).alpha_sigma == pytest.approx(0.2)
+
+
+def test_a_field_neither_run_names_is_not_shared():
+    """A new job without a dataset shares none with a finished one without a dataset: that run must not outweigh
+    one that names its dataset (both are of other families)."""
+    meta = {"family": "new.py", "dataset": None, "metric": "loss"}
+    unnamed = FinishedFit(0.5, 0.05, {"family": "a.py", "dataset": None, "metric": "loss"})
+    named = FinishedFit(2.0, 0.05, {"family": "b.py", "dataset": "imagenet", "metric": "loss"})
+    assert prior_from_fits([unnamed, named], meta).alpha == pytest.approx(1.0)   # the geometric mean: equal weights

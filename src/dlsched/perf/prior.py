@@ -4,8 +4,14 @@ depth and GPU type; we do the same on whatever metadata the jobs carry: model fa
 Each finished job contributes its fitted exponent α and its annealing drop c (``AnnealingCurve``: the
 fraction of the loss a full decay removes; none from a run whose LR never fell). The prior for a new job is their kernel-weighted mean in
 log space, a finished job weighing 4^(number of metadata fields it shares with the new one: ``FIELDS``): same family and
-dataset dominate, everything else still counts. The prior's weight in points grows with how many finished
-jobs matched, so it stays a hint the new job's own points soon outweigh.
+dataset dominate, everything else still counts; a field the new job does not name (no dataset param) is shared
+with no one. The prior's weight in points grows with how many finished jobs matched, so it stays a hint the new
+job's own points soon outweigh.
+
+Spread: how sure the prior is of α and c is the finished runs' kernel-weighted spread. Runs of the new job's task
+(``shares_task``) may narrow it to the same-task floors. Runs of other tasks only measure how the numbers vary
+across tasks, and two or three of them can agree by chance: there the ``default``'s spread (the service passes the
+shipped development prior's) is pooled in as ``CROSS_TASK_RUNS`` runs more, the conjugate update of a variance.
 
 Kind: the shape prior pools only finished runs of the new job's metric kind (``metric_kind``: a loss, or an
 error rate / accuracy) once ``KIND_MIN`` of them carry the number, and all runs before that. Cross-entropy has a
@@ -64,6 +70,9 @@ ALPHA_SIGMA_MIN, DROP_SIGMA_MIN = 0.2, 0.05   # same task, same metric: runs sti
 # finished runs of the new job's metric kind needed before the shape prior pools only them (module doc); fewer
 # would let one odd run set the prior
 KIND_MIN = 3
+# how many runs' worth ``default``'s spread counts beside a pool of other tasks' runs (module doc): the shipped
+# spreads, from about 20 effective development runs, barely move; two or three cluster jobs cannot halve them
+CROSS_TASK_RUNS = 2.0
 REGIMES = ("scratch", "finetune")
 
 
@@ -137,8 +146,7 @@ def level_prior(fits: list[FinishedFit], meta: dict, schedule: Schedule | None =
                 drop: float = 0.0) -> tuple[float, float, bool] | None:
     """(final value, log sigma, whether every final was carried) from the finished runs of the same task, each
     carried to ``schedule`` when given and its fit is known (module doc), or None."""
-    task = [f for f in fits if math.isfinite(f.final) and f.final > 0
-            and all(meta.get(k) is not None and f.meta.get(k) == meta[k] for k in LEVEL_FIELDS)]
+    task = [f for f in fits if math.isfinite(f.final) and f.final > 0 and shares_task(f, meta)]
     if len(task) < 2:
         return None
     logs = np.log([transferred_final(f, schedule, drop) for f in task])
@@ -157,8 +165,11 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     meta = meta or {}
     alpha_fits = shape_pool(fits, meta, lambda f: True)
     drop_fits = shape_pool(fits, meta, lambda f: math.isfinite(f.drop))   # a run whose LR never fell has no drop
-    alpha, alpha_sigma = _alpha_prior(alpha_fits, meta, default)
-    drop, drop_sigma = _drop_prior(drop_fits, meta, default)
+    # runs of other tasks only: their spread is how α and c vary across tasks, and a few such runs that happen to
+    # agree say little about that; ``default``'s spread counts as CROSS_TASK_RUNS runs more (module doc)
+    prior_runs = 0.0 if any(shares_task(f, meta) for f in fits) else CROSS_TASK_RUNS
+    alpha, alpha_sigma = _alpha_prior(alpha_fits, meta, default, prior_runs)
+    drop, drop_sigma = _drop_prior(drop_fits, meta, default, prior_runs)
     w = _weights(fits, meta)
     matched = float(w.sum() / w.max())  # effective number of equally relevant finished jobs
     level = level_prior(fits, meta, schedule, drop)
@@ -188,33 +199,42 @@ def has_law_shape(f: FinishedFit) -> bool:
 
 
 def _weights(fits: list[FinishedFit], meta: dict) -> np.ndarray:
-    return np.array([4.0 ** sum(1 for k in FIELDS if k in meta and f.meta.get(k) == meta[k]) for f in fits])
+    # a field neither run names is unknown, not shared: two jobs without a dataset param are not of one dataset
+    return np.array([4.0 ** sum(1 for k in FIELDS if meta.get(k) is not None and f.meta.get(k) == meta[k])
+                     for f in fits])
 
 
-def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
+def shares_task(f: FinishedFit, meta: dict) -> bool:
+    """Whether finished run ``f`` is of the new run's task: the same dataset and metric, both named."""
+    return all(meta.get(k) is not None and f.meta.get(k) == meta[k] for k in LEVEL_FIELDS)
+
+
+def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior, prior_runs: float) -> tuple[float, float]:
     if not fits:   # every finished run over-fitted
         return default.alpha, default.alpha_sigma
     w = _weights(fits, meta)
     logs = np.log([max(f.alpha, 1e-3) for f in fits])
-    return math.exp(float(np.average(logs, weights=w))), _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN)
+    return math.exp(float(np.average(logs, weights=w))), _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN, prior_runs)
 
 
-def _drop_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
+def _drop_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior, prior_runs: float) -> tuple[float, float]:
     seen = [f for f in fits if math.isfinite(f.drop)]
     if not seen:
         return default.drop, default.drop_sigma
     w = _weights(seen, meta)
     # drop ratios can be 0: average them plainly, a log would make one zero dominate
     drops = np.array([f.drop for f in seen])
-    return float(np.average(drops, weights=w)), _spread(drops, w, default.drop_sigma, DROP_SIGMA_MIN)
+    return float(np.average(drops, weights=w)), _spread(drops, w, default.drop_sigma, DROP_SIGMA_MIN, prior_runs)
 
 
-def _spread(values, weights, default: float, floor: float) -> float:
+def _spread(values, weights, default: float, floor: float, prior_runs: float = 0.0) -> float:
     """Kernel-weighted standard deviation of the finished fits' values (their effective count corrected, as
-    ddof=1 does), never below ``floor``; ``default`` from fewer than two effective runs."""
+    ddof=1 does), pooled with ``default`` as ``prior_runs`` runs more (the conjugate update of a variance), never
+    below ``floor``; ``default`` from fewer than two effective runs."""
     w = np.asarray(weights, float)
     n_eff = w.sum() ** 2 / (w ** 2).sum()
     if len(values) < 2 or n_eff < 2:
         return default
     var = float(np.average((values - np.average(values, weights=w)) ** 2, weights=w)) * n_eff / (n_eff - 1)
+    var = (n_eff * var + prior_runs * default ** 2) / (n_eff + prior_runs)
     return max(math.sqrt(var), floor)

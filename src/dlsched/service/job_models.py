@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from dlsched.perf.calibration import load_calibration
 from dlsched.perf.prior import REGIMES, FinishedFit, fit_from_record, fit_record, prior_from_fits
 from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
@@ -94,8 +95,12 @@ class JobModels:
     def curve_prior(self, job: JobRecord, schedule: Schedule | None = None):
         """``perf.prior`` from the jobs that finished here, leaning on those of the same entry, dataset and
         batch, their finals carried to ``schedule`` (the job's) where their fits are known; None (the shipped
-        prior) until one has finished."""
-        return prior_from_fits(self._finished, job_meta(job), schedule=schedule) if self._finished else None
+        prior) until one has finished. The shipped prior is their default: what finished jobs of other tasks
+        cannot narrow (``perf.prior``)."""
+        if not self._finished:
+            return None
+        shipped = load_calibration().curve_prior("loss", schedule, job_regime(job))
+        return prior_from_fits(self._finished, job_meta(job), default=shipped, schedule=schedule)
 
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while none of the record, its speed model and the measured resize
