@@ -120,6 +120,9 @@ def test_a_drawn_curve_reads_evenly_spaced_rows_with_a_loss_and_the_newest(tmp_p
     assert [r["step"] for r in drawn] == [r["step"] for r in with_loss[::7]] + [1000]   # 667 rows: every 7th
     assert drawn[0] == with_loss[0] and drawn[-1] == with_loss[-1]
     assert s.progress(j, loss_points=10_000) == with_loss
+    many = [{"time": float(i), "step": i, "samples": i, "loss": 1.0} for i in range(40_000)]
+    s.add_progress(other, many, 40_010)
+    assert len(s.progress(other, loss_points=10**6)) == 40_007   # every row with a loss: past SQLite's 32 766 parameters
     assert s.progress(s.submit(SPEC), loss_points=100) == []
 
 

@@ -134,14 +134,14 @@ def _insert_prediction(c: sqlite3.Connection, job_id: int, values: tuple) -> Non
               (job_id, *values))
 
 
-PROGRESS_COLUMNS = ("time, step, epoch, samples, loss, samples_per_s, workers, batch_size, lr, grad_sqr, grad_var, "
+_PROGRESS_COLUMNS = ("time, step, epoch, samples, loss, samples_per_s, workers, batch_size, lr, grad_sqr, grad_var, "
                     "noise_batch")
 
 
 def _progress_rows(c: sqlite3.Connection, job_id: int, after_id: int | None,
                    loss_points: int | None) -> list[dict]:
     """``Store.progress``."""
-    columns = PROGRESS_COLUMNS if after_id is None else "id, " + PROGRESS_COLUMNS
+    columns = _PROGRESS_COLUMNS if after_id is None else "id, " + _PROGRESS_COLUMNS
     if loss_points is None:
         return [dict(r) for r in c.execute(f"SELECT {columns} FROM progress WHERE job_id = ? AND id > ? ORDER BY id",
                                            (job_id, after_id or 0))]
@@ -151,8 +151,9 @@ def _progress_rows(c: sqlite3.Connection, job_id: int, after_id: int | None,
                                    "AND loss IS NOT NULL ORDER BY id", (job_id, after_id or 0))]
     picked = ids[::max(1, math.ceil(len(ids) / max(loss_points, 1)))]
     picked += ids[-1:] if ids and picked[-1] != ids[-1] else []
-    return [dict(r) for r in c.execute(f"SELECT {columns} FROM progress WHERE id IN ({','.join('?' * len(picked))}) "
-                                       "ORDER BY id", picked)]
+    # one JSON parameter, not one a row: SQLite takes at most 32 766 (``?points=`` may ask for every row)
+    return [dict(r) for r in c.execute(f"SELECT {columns} FROM progress WHERE id IN (SELECT value FROM json_each(?)) "
+                                       "ORDER BY id", (json.dumps(picked),))]
 
 
 def _number(x: Any) -> float | None:
