@@ -101,6 +101,9 @@ def test_refit_predicts_the_loss_to_the_budget_with_the_job_schedule():
     x0, y0 = fit["curve"][0]   # the curve starts where the fit does (after a slow start), at the loss measured there
     assert abs(y0 / np.interp(x0, d.step, d.train_loss) - 1) < 0.3
     assert fit["final"] < d.train_loss[d.step <= 400].iloc[-3:].mean()
+    # the drawn curve's own RMSE on the points it covers: closer than their mean (a flat line) is
+    covered = d.train_loss[(d.step >= x0) & (d.step <= 400)]
+    assert 0 < fit["curve_rmse"] < 0.5 * covered.std()
     pred, _ = predict(recs[:20], 2000.0, 1, 32, None, 32 * 200, target_loss=1.9)
     assert pred.loss_fit["target_step"] is not None and pred.total_samples >= 32 * 200
     # a resumed job repeats steps: the last record of each step counts, and the points are bounded

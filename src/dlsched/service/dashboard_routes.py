@@ -45,7 +45,7 @@ def loss_fit_of(prediction: dict | None) -> dict | None:
         return None
     out = {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]}
     if fit.get("curve"):  # the schedule-aware prediction to the job's budget (service.refit.fit_loss)
-        out.update(model=fit["model"], curve=fit["curve"])
+        out.update({k: fit.get(k) for k in ("model", "curve", "final", "final_80", "alpha", "drop", "curve_rmse")})
     return out
 
 

@@ -91,7 +91,7 @@ class Prediction:
     total_samples: float | None
     remaining_s: float | None
     predicted_finish: float | None
-    loss_fit: dict | None            # {"beta0", "beta1", "beta2", "scale", "rmse"}: LossCurve fields + fit RMSE
+    loss_fit: dict | None            # {"beta0", "beta1", "beta2", "scale", "rmse"}: LossCurve fields + fit RMSE (fit_loss)
     rate: float | None = None        # samples/s the remaining time assumes (observed wall-clock, else modelled)
     fitted: AnnealingCurve | None = None   # the annealing fit behind loss_fit: a finished job's, ``perf.prior``'s
 
@@ -178,10 +178,12 @@ PriorArg = CurvePrior | Callable[[Schedule | None], CurvePrior | None] | None
 def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | None = None,
              schedule: str | Schedule | None = None, target_loss: float | None = None,
              prior: PriorArg = None, regime: str = "scratch") -> dict | None:
-    """The Optimus fit (``beta0, beta1, beta2, scale, rmse``) and, when the job's step budget is known, the
+    """The Optimus fit (``beta0, beta1, beta2, scale, rmse``: the RMSE of the loss normalised by ``scale``) and,
+    when the job's step budget is known, the
     schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
     ``curve`` ([step, loss] from the first step fitted (past an LR warm-up, then a slow start:
-    ``perf.fit_window``) to the budget), ``final``, ``final_80``
+    ``perf.fit_window``) to the budget), ``curve_rmse`` (its RMSE on the points it covers, in loss units),
+    ``final``, ``final_80``
     and, for a ``target_loss``, ``target_step`` (None: unreachable), and the annealing fit's ``alpha`` and ``drop`` (what a
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default: the shipped one), or a function of the
@@ -215,9 +217,13 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         except ValueError:
             return out
         grid = np.linspace(max(k[0], float(p.curve_x[0])), budget_steps, 121)   # from the first point fitted
+        # how far the drawn curve is from the points it covers, in loss units (the Optimus fit's ``rmse`` is not
+        # this curve's)
+        seen = (whole[0] >= grid[0]) & (whole[0] <= p.x_now)
+        gap = np.interp(whole[0][seen], p.curve_x, p.curve_y) - whole[1][seen]
         out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80),
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
-                   target_step=p.target_step)
+                   target_step=p.target_step, curve_rmse=float(np.sqrt(np.mean(gap ** 2))) if gap.size else None)
         if p.fitted is not None:
             out.update(alpha=p.fitted.alpha, drop=p.fitted.c, fitted=p.fitted)
     return out

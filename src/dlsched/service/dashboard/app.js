@@ -171,7 +171,7 @@ async function jobPage(view, id) {
     ["fraction done", j.fraction_done == null ? "–" : (100 * j.fraction_done).toFixed(1) + "%"], ["submitted", rel(j.submit_time, now)],
     ["started", rel(j.start_time, now)], ["ended", j.end_time ? rel(j.end_time, now) : "–"],
     ["predicted start", rel(d.predicted_start, now)], ["predicted finish", rel(d.predicted_finish, now)],
-    ["convergence fit", fit ? `β = (${fit.beta.map((b) => b.toExponential(3)).join(", ")}), RMSE ${fit.rmse.toPrecision(3)} (loss units; fitted by the service's online refit)` : "not enough points"],
+    ["convergence fit", fitText(fit)],
     ["error", `<span class="error">${esc(j.error || "")}</span>`]];
   const allocs = d.allocations.map((a) => `<tr><td>${fmtClock(a.time)}</td><td class="num">${a.num_gpus}</td><td class="num">${a.batch_size ?? "–"}</td><td>${esc(JSON.stringify(a.placement))}</td></tr>`).join("");
   const events = d.events.map((e) => `<tr><td>${fmtClock(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(JSON.stringify(e.detail))}</td></tr>`).join("");
@@ -184,6 +184,17 @@ async function jobPage(view, id) {
   document.getElementById("loss-chart").appendChild(lineChart(series, { xLabel: "step", yLabel: "loss" }));
   if (noise.length) document.getElementById("noise-chart").appendChild(lineChart([{ label: "reported tr(Σ)/|G|² (samples)", kind: "line", colour: "#059669", points: noise }], { xLabel: "step", yLabel: "noise scale" }));
   return !["finished", "failed", "cancelled"].includes(j.state);
+}
+
+// the row describes the curve drawn: the schedule-aware prediction to the budget when the job has one, else Optimus
+function fitText(fit) {
+  if (!fit) return "not enough points";
+  // the Optimus fit is of the loss normalised by ``scale`` (perf.convergence): its RMSE times scale is in loss units
+  const optimus = `Optimus β = (${fit.beta.map((b) => b.toExponential(3)).join(", ")}), RMSE ${(fit.rmse * fit.scale).toPrecision(3)}`;
+  if (!fit.curve) return `${optimus} (loss units; fitted by the service's online refit)`;
+  const band = fit.final_80 ? ` (80 %: ${fmtNum(fit.final_80[0])}–${fmtNum(fit.final_80[1])})` : "";
+  const shape = fit.alpha == null ? "" : `, α ${fmtNum(fit.alpha)}, drop ${fmtNum(fit.drop)}`;
+  return `${esc(fit.model)}: final ${fmtNum(fit.final)}${band} at the budget${shape}; RMSE ${fmtNum(fit.curve_rmse)} on the points it covers (loss units)`;
 }
 
 function ensembleSection(ens) {
