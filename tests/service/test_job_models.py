@@ -1,7 +1,7 @@
 """service/job_models.py: the live loop's per-job models; here, the prior a new job's curve starts from."""
 from dlsched.perf.calibration import load_calibration
 from dlsched.perf.prior import FinishedFit, fit_record
-from dlsched.service.job_models import JobModels
+from dlsched.service.job_models import JobModels, job_meta
 from dlsched.service.store import Store
 from dlsched.spec import JobSpec
 
@@ -19,4 +19,19 @@ def test_finished_jobs_of_other_tasks_that_agree_do_not_narrow_the_shape_prior_t
     prior = JobModels(("slot",), store).curve_prior(job)
     assert 0.6 <= prior.alpha <= 0.62
     assert prior.alpha_sigma > 0.5 * shipped.alpha_sigma
+    store.close()
+
+
+def test_command_jobs_of_one_script_share_a_family_whatever_their_arguments(tmp_path):
+    """A command job names no entry and takes no params: its script is its family, so a finished run of the same
+    script leads the new one's prior (before, every command job's family was None, shared with no one)."""
+    store = Store(tmp_path / "s.db")
+    for command, alpha in ((["python", "train.py", "--epochs", "3"], 2.0), (["python", "-m", "other.train"], 0.5)):
+        done = store.submit(JobSpec(name="done", command=command, gpus=1))
+        meta = job_meta(store.get(done))
+        store.add_finished_fit(done, fit_record(FinishedFit(alpha, 0.05, meta)))
+    assert meta["family"] == "other.train"
+    job = store.get(store.submit(JobSpec(name="new", command=["python", "train.py", "--epochs", "9"], gpus=1)))
+    assert job_meta(job)["family"] == "train.py"
+    assert JobModels(("slot",), store).curve_prior(job).alpha > 1.3   # 1.0, the plain geometric mean, before
     store.close()
