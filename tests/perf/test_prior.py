@@ -103,3 +103,14 @@ def test_a_field_neither_run_names_is_not_shared():
     unnamed = FinishedFit(0.5, 0.05, {"family": "a.py", "dataset": None, "metric": "loss"})
     named = FinishedFit(2.0, 0.05, {"family": "b.py", "dataset": "imagenet", "metric": "loss"})
     assert prior_from_fits([unnamed, named], meta).alpha == pytest.approx(1.0)   # the geometric mean: equal weights
+
+
+def test_a_same_task_run_that_over_fits_does_not_narrow_the_other_tasks_spread():
+    """The spread is of the pool a shape number comes from: a run of the new job's task that over-fitted is not in
+    it, so the others are still other tasks only."""
+    meta = {"family": "cifar.py", "dataset": "cifar10", "metric": "loss"}
+    others = [FinishedFit(a, 0.05, {"family": f"job{i}.py", "dataset": f"d{i}", "metric": "loss"})
+              for i, a in enumerate((0.63, 0.53, 0.80))]
+    overfit = FinishedFit(3.0, 0.05, {**meta, "overfits": True})
+    p = prior_from_fits(others + [overfit], meta, default=CurvePrior(alpha_sigma=0.76, drop_sigma=0.2))
+    assert p.alpha_sigma > 0.4 and p.drop_sigma > 0.1

@@ -6,7 +6,6 @@ a person would look for; a screenshot of the overview is saved (``DLSCHED_SCREEN
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil

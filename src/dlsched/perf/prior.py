@@ -165,11 +165,8 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     meta = meta or {}
     alpha_fits = shape_pool(fits, meta, lambda f: True)
     drop_fits = shape_pool(fits, meta, lambda f: math.isfinite(f.drop))   # a run whose LR never fell has no drop
-    # runs of other tasks only: their spread is how α and c vary across tasks, and a few such runs that happen to
-    # agree say little about that; ``default``'s spread counts as CROSS_TASK_RUNS runs more (module doc)
-    prior_runs = 0.0 if any(shares_task(f, meta) for f in fits) else CROSS_TASK_RUNS
-    alpha, alpha_sigma = _alpha_prior(alpha_fits, meta, default, prior_runs)
-    drop, drop_sigma = _drop_prior(drop_fits, meta, default, prior_runs)
+    alpha, alpha_sigma = _alpha_prior(alpha_fits, meta, default)
+    drop, drop_sigma = _drop_prior(drop_fits, meta, default)
     w = _weights(fits, meta)
     matched = float(w.sum() / w.max())  # effective number of equally relevant finished jobs
     level = level_prior(fits, meta, schedule, drop)
@@ -209,22 +206,31 @@ def shares_task(f: FinishedFit, meta: dict) -> bool:
     return all(meta.get(k) is not None and f.meta.get(k) == meta[k] for k in LEVEL_FIELDS)
 
 
-def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior, prior_runs: float) -> tuple[float, float]:
+def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
     if not fits:   # every finished run over-fitted
         return default.alpha, default.alpha_sigma
     w = _weights(fits, meta)
     logs = np.log([max(f.alpha, 1e-3) for f in fits])
-    return math.exp(float(np.average(logs, weights=w))), _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN, prior_runs)
+    return math.exp(float(np.average(logs, weights=w))), _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN,
+                                                                  _cross_task_runs(fits, meta))
 
 
-def _drop_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior, prior_runs: float) -> tuple[float, float]:
+def _drop_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
     seen = [f for f in fits if math.isfinite(f.drop)]
     if not seen:
         return default.drop, default.drop_sigma
     w = _weights(seen, meta)
     # drop ratios can be 0: average them plainly, a log would make one zero dominate
     drops = np.array([f.drop for f in seen])
-    return float(np.average(drops, weights=w)), _spread(drops, w, default.drop_sigma, DROP_SIGMA_MIN, prior_runs)
+    return float(np.average(drops, weights=w)), _spread(drops, w, default.drop_sigma, DROP_SIGMA_MIN,
+                                                      _cross_task_runs(seen, meta))
+
+
+def _cross_task_runs(pool: list[FinishedFit], meta: dict) -> float:
+    """How many runs' worth ``default``'s spread counts beside the fits a shape number is pooled from (module doc):
+    none beside a run of the new one's task; ``CROSS_TASK_RUNS`` beside runs of other tasks only, whose spread is
+    how the number varies across tasks, which a few of them that happen to agree say little about."""
+    return 0.0 if any(shares_task(f, meta) for f in pool) else CROSS_TASK_RUNS
 
 
 def _spread(values, weights, default: float, floor: float, prior_runs: float = 0.0) -> float:
