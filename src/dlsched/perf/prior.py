@@ -70,8 +70,9 @@ ALPHA_SIGMA_MIN, DROP_SIGMA_MIN = 0.2, 0.05   # same task, same metric: runs sti
 # finished runs of the new job's metric kind needed before the shape prior pools only them (module doc); fewer
 # would let one odd run set the prior
 KIND_MIN = 3
-# how many runs' worth ``default``'s spread counts beside a pool of other tasks' runs (module doc): the shipped
-# spreads, from about 20 effective development runs, barely move; two or three cluster jobs cannot halve them
+# how many runs' worth ``default``'s spread counts beside a pool of other tasks' runs (module doc): two or three
+# cluster jobs cannot halve it; the shipped spreads, from about 20 effective development runs, move little (α's)
+# or, where they sat at the floor, a little wider (a loss curve's drop: 0.05 -> 0.07)
 CROSS_TASK_RUNS = 2.0
 REGIMES = ("scratch", "finetune")
 
@@ -195,15 +196,19 @@ def has_law_shape(f: FinishedFit) -> bool:
     return not f.meta.get("overfits")
 
 
+def _shared(f: FinishedFit, meta: dict, field: str) -> bool:
+    """Whether ``f`` and the new run name the same ``field``: one neither names is unknown, not shared (two jobs
+    without a dataset param are not of one dataset)."""
+    return meta.get(field) is not None and f.meta.get(field) == meta[field]
+
+
 def _weights(fits: list[FinishedFit], meta: dict) -> np.ndarray:
-    # a field neither run names is unknown, not shared: two jobs without a dataset param are not of one dataset
-    return np.array([4.0 ** sum(1 for k in FIELDS if meta.get(k) is not None and f.meta.get(k) == meta[k])
-                     for f in fits])
+    return np.array([4.0 ** sum(_shared(f, meta, k) for k in FIELDS) for f in fits])
 
 
 def shares_task(f: FinishedFit, meta: dict) -> bool:
     """Whether finished run ``f`` is of the new run's task: the same dataset and metric, both named."""
-    return all(meta.get(k) is not None and f.meta.get(k) == meta[k] for k in LEVEL_FIELDS)
+    return all(_shared(f, meta, k) for k in LEVEL_FIELDS)
 
 
 def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
