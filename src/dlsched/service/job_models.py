@@ -58,19 +58,19 @@ def job_meta(job: JobRecord) -> dict:
     """What ``perf.prior`` matches finished jobs on: the model (entry, or the script a command runs), its dataset
     and depth params, batch, and the regime it pools by."""
     p, spec = job.spec.params, job.spec
-    return {"family": spec.entry or command_script(spec.command or []) or None, "dataset": p.get("dataset"),
+    return {"family": spec.entry or command_script(spec.command), "dataset": p.get("dataset"),
             "depth": p.get("depth"), "batch": spec.batch_size, "metric": "loss", "regime": job_regime(job)}
 
 
 def command_script(command: list[str]) -> str:
     """The script a command job runs (``train.py``, or the module after ``-m``; else the program): what two runs of
-    one model share, whatever their arguments."""
+    one model share, whatever their arguments. A spec without an entry has a non-empty command (``spec.JobSpec``)."""
     for i, arg in enumerate(command):
         if arg == "-m" and i + 1 < len(command):
             return command[i + 1]
         if arg.endswith(".py"):
             return arg
-    return command[0] if command else ""
+    return command[0]
 
 
 class JobModels:
