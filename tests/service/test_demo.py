@@ -15,8 +15,11 @@ def test_demo_runs_a_staggered_workload_and_writes_the_report(tmp_path):
                                            "policy: test-elastic\ninterval_s: 0.3\n")
     for name, mx in (("a", 3), ("b", 1), ("c", 2)):
         (tmp_path / f"{name}.yaml").write_text(job_yaml(name, max_gpus=mx, samples=2400 if name == "a" else 960, step_s=0.06))
+    # b and c wait for a's first step: a exec'd runtime can take seconds to start on a busy machine, and a job
+    # that starts after its neighbours arrived is placed once, never rescaled
     (tmp_path / "workload.yaml").write_text("cluster: cluster.yaml\njobs:\n  - {at: 0, spec: a.yaml}\n"
-                                            "  - {at: 1.5, spec: b.yaml}\n  - {at: 3, spec: c.yaml}\n")
+                                            "  - {at: 1.5, spec: b.yaml, after_first_step_of: a}\n"
+                                            "  - {at: 3, spec: c.yaml, after_first_step_of: a}\n")
     out = tmp_path / "report"
     buf = io.StringIO()
     rc = run_demo(tmp_path / "workload.yaml", out, 120, RUNTIME, None, tmp_path, Console(file=buf, width=150))
@@ -34,6 +37,23 @@ def test_demo_runs_a_staggered_workload_and_writes_the_report(tmp_path):
     assert split.to_numpy() == pytest.approx(table["run_remaining_error"].to_numpy(), abs=1e-9)
     assert "speed_error" in (out / "report.md").read_text()
     assert "submitted job 3 (c)" in buf.getvalue() and "rescaling" in buf.getvalue()
+
+
+@pytest.mark.parametrize("after", ["c", "b", "nobody"])
+def test_an_arrival_can_wait_only_for_a_job_that_arrives_before_it(tmp_path, after):
+    """Waiting on a later job, on itself or on a name the workload lacks would hold the arrival until --timeout."""
+    from dlsched.errors import UserError
+
+    for name in "abc":
+        (tmp_path / f"{name}.yaml").write_text(job_yaml(name))
+    (tmp_path / "cluster.yaml").write_text("nodes: [{name: n0, gpus: 1}]\npolicy: test-fifo\n")
+    (tmp_path / "workload.yaml").write_text("cluster: cluster.yaml\njobs:\n  - {at: 0, spec: a.yaml}\n"
+                                            f"  - {{at: 1, spec: b.yaml, after_first_step_of: {after}}}\n"
+                                            "  - {at: 2, spec: c.yaml}\n")
+    with pytest.raises(UserError, match=f"after_first_step_of '{after}' \\(b.yaml\\): expected the name of a job "
+                                        "that arrives earlier \\(a\\)"):
+        run_demo(tmp_path / "workload.yaml", tmp_path / "out", 60, RUNTIME, None, tmp_path, Console(file=io.StringIO()))
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("timeout", [-1.0, 0.0, float("nan")])

@@ -27,6 +27,9 @@ class Arrival(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     at: Annotated[float, Field(ge=0, le=3600)]
     spec: str
+    # the name of an earlier job of the workload: this one is also held until that job has trained a step (or
+    # ended), so a job that must be running when this one arrives is, however slowly this machine starts it
+    after_first_step_of: Optional[str] = None
 
 
 class Workload(BaseModel):
@@ -62,9 +65,13 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
     cluster = load_cluster_spec_file(base / wl.cluster)
     if policy:
         cluster = cluster.model_copy(update={"policy": policy})
-    arrivals = sorted(((a.at, base / a.spec) for a in wl.jobs), key=lambda x: x[0])
-    for _, f in arrivals:
-        load_job_spec_file(f)            # refuse a bad workload before starting anything
+    arrivals = sorted(((a.at, base / a.spec, a.after_first_step_of) for a in wl.jobs), key=lambda x: x[0])
+    earlier: set[str] = set()
+    for _, f, after in arrivals:
+        if after is not None and after not in earlier:
+            raise UserError(f"{workload_path}: after_first_step_of {after!r} ({f.name}): expected the name of a job "
+                            f"that arrives earlier ({', '.join(sorted(earlier)) or 'none does'})")
+        earlier.add(load_job_spec_file(f).name)   # refuse a bad workload before starting anything
     if state.exists():
         shutil.rmtree(state)
     svc = Service(cluster, state, port=free_port(), runtime=runtime, workdir=workdir).start()
@@ -82,12 +89,15 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
         jobs = client.get("/jobs")
         return jobs, Group(jobs_table(jobs, f"dlsched demo: {human_duration(time.time() - t0)}", console.width), Text("\n".join(recent[-10:])))
 
+    def stepped(name: str) -> bool:
+        return any(j["name"] == name and (j["samples"] > 0 or j["state"] in TERMINAL) for j in client.get("/jobs"))
+
     def step(live) -> bool:
         """One refresh: due submissions, new events, display; True once everything has ended."""
         nonlocal last_event, timed_out
         now = time.time() - t0
-        while pending and pending[0][0] <= now:
-            at, f = pending.pop(0)
+        while pending and pending[0][0] <= now and (pending[0][2] is None or stepped(pending[0][2])):
+            at, f, _ = pending.pop(0)
             r = client.submit(f.read_bytes(), "json" if f.suffix == ".json" else "yaml")
             note(f"{now:6.1f}s  submitted job {r['id']} ({r['name']}) from {f.name}")
         for e in client.get("/events", params={"after": last_event}):
