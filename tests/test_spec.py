@@ -55,6 +55,18 @@ def test_rigid_spec_is_not_elastic():
     ("name: a\nentry: m:f\nparams: {lr: .inf}", "param lr=inf is not finite"),
     ("name: a\nentry: m:f\nparams: {lr: [1, 2]}", "param lr must be a number, bool or string"),
     ("name: a\nentry: m:f\nparams: {'bad key': 1}", "is not an identifier"),
+    # prediction facts: the service's predictions read them, so a typo must not pass for "none given"
+    ("name: a\ncommand: [python, t.py]\nprediction: {schedule: cosin}", "field prediction.schedule: Value error, "
+     "schedule 'cosin': unknown"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {schedule: 'step:30:0'}", "field prediction.schedule"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {schedule: lr-column}", "lr-column is what a job without a "
+     "schedule gets"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {regime: fine}", "field prediction.regime: Value error, "
+     "regime must be one of scratch, finetune, got 'fine'"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {target_loss: .nan}", "field prediction.target_loss: Input "
+     "should be a finite number"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {target_los: 1}", "field prediction.target_los: Extra inputs"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {depth: 0}", "field prediction.depth"),
     ("- 1\n- 2", "expected a mapping of fields, got list"),
     ("name: [unclosed", "invalid YAML"),
 ])

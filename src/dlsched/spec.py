@@ -85,6 +85,41 @@ class AutoscaleSpec(_Strict):
         return self
 
 
+class PredictionFacts(_Strict):
+    """What the service's predictions know of a run beyond the progress it reports (``service.job_models``):
+    any job may state them, and a command job, which takes no params, only here. An entry job's params of
+    the same names are read where this leaves one out."""
+
+    # the LR schedule over the run in its steps (``dlsched predict curve --schedule``'s SPEC); else the LR
+    # the runtime logs (and plans, ``dlsched.torch``)
+    schedule: Annotated[str, Field(min_length=1, max_length=400)] | None = None
+    target_loss: float | None = None     # the predicted time to reach this loss (the run's own rule ends it)
+    dataset: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None   # finished runs of the same task
+    depth: Annotated[int, Field(ge=1, le=100_000)] | None = None         # lead a new run's prior
+    regime: str | None = None            # the shipped prior's pool (``perf.prior.REGIMES``)
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule_ok(cls, v: str | None) -> str | None:
+        from dlsched.perf.schedule import parse_schedule
+
+        if v is not None and v.strip() == "lr-column":
+            raise ValueError("lr-column is what a job without a schedule gets (the LR its runtime logs): leave "
+                             "schedule out")
+        if v is not None:
+            parse_schedule(v, 1e15)   # the grammar; a warm-up past the budget is only known once it is
+        return v
+
+    @field_validator("regime")
+    @classmethod
+    def _regime_ok(cls, v: str | None) -> str | None:
+        from dlsched.perf.prior import REGIMES
+
+        if v is not None and v not in REGIMES:
+            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {v!r}")
+        return v
+
+
 class JobSpec(_Strict):
     """One training job as a user submits it.
 
@@ -119,6 +154,7 @@ class JobSpec(_Strict):
     autoscale: AutoscaleSpec | None = None
     # where checkpoints live: a path or fsspec URI (dlsched.train.storage); None = the job folder's ckpt/
     checkpoint_uri: Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^\x00\n\r]*$")] | None = None
+    prediction: PredictionFacts | None = None
 
     @field_validator("params")
     @classmethod

@@ -35,3 +35,35 @@ def test_command_jobs_of_one_script_share_a_family_whatever_their_arguments(tmp_
     assert job_meta(job)["family"] == "train.py"
     assert JobModels(("slot",), store).curve_prior(job).alpha > 1.3   # 1.0, the plain geometric mean, before
     store.close()
+
+
+def test_a_command_job_states_its_schedule_target_and_task_in_its_specs_prediction(tmp_path):
+    """A command job takes no params, where an entry job states its schedule, target loss and dataset: without
+    ``prediction`` its service fit assumed the logged LR carries on flat (no drop at the milestones still to
+    come) and it had no time to a target. Real curve: charlm-step (LR x0.1 at steps 400 and 600 of 800)."""
+    import numpy as np
+    import pandas as pd
+
+    from dlsched.paths import REPO_ROOT
+
+    d = pd.read_csv(REPO_ROOT / "bench" / "curves" / "charlm-step.csv")
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss, "lr": r.lr,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples()]
+    seen = [r for r in recs if r["step"] <= 300]
+    target = float(d.loss.iloc[-1]) * 1.02          # reached near the end, after the last milestone
+    store = Store(tmp_path / "s.db")
+    command = ["python", "train.py"]
+    stated = JobSpec(name="lm", command=command, gpus=1, batch_size=32, total_samples=32 * 800,
+                     prediction={"schedule": "step:400,600:0.1", "target_loss": target, "dataset": "stdlib",
+                                 "depth": 2})
+    bare = JobSpec(name="lm", command=command, gpus=1, batch_size=32, total_samples=32 * 800)
+    job, plain = store.get(store.submit(stated)), store.get(store.submit(bare))
+    assert job_meta(job) | {"family": None} == {"family": None, "dataset": "stdlib", "depth": 2, "batch": 32,
+                                                  "metric": "loss", "regime": "scratch"}
+    fit = JobModels(("slot",)).refit(job, seen, 2000.0).loss_fit
+    flat = JobModels(("slot",)).refit(plain, seen, 2000.0).loss_fit
+    truth = float(np.median(d.loss.iloc[-3:]))
+    assert abs(fit["final"] / truth - 1) < 0.05 < abs(flat["final"] / truth - 1)
+    reached = float(d.step[d.loss <= target].min())   # 420, just after the first milestone
+    assert abs(fit["target_step"] / reached - 1) < 0.25 and flat["target_step"] is None, (fit, flat)
+    store.close()

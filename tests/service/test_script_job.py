@@ -70,6 +70,34 @@ def test_a_script_that_is_not_there_is_refused_at_submit_in_one_line(tmp_path):
         stop_service_and_jobs(svc)
 
 
+def test_a_script_job_states_its_schedule_and_target_loss_on_the_command_line(tmp_path):
+    """``--schedule`` and ``--target-loss`` become the spec's ``prediction`` (a command job has no params to carry
+    them); a schedule that does not parse is refused in one line before anything is stored."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "train.py").write_text("print('ok')\n")
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 1}]\npolicy: fifo\ninterval_s: 0.5")
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=tmp_path / "work").start()
+    env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SERVE), *args], capture_output=True, text=True, env=env, timeout=60)
+
+    try:
+        r = cli("submit", "--schedule", "cosin", "--", "python", "train.py")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "field prediction.schedule: Value error, schedule 'cosin': unknown" in r.stderr
+        assert svc.store.count() == 0
+        r = cli("submit", "--schedule", "cosine:warmup=50", "--target-loss", "1.5", "--", "python", "train.py")
+        assert r.returncode == 0 and r.stdout.strip() == "submitted job 1 (train)", r.stderr
+        assert svc.store.get(1).spec.prediction.model_dump(exclude_none=True) == {"schedule": "cosine:warmup=50",
+                                                                                  "target_loss": 1.5}
+        r = cli("submit", "--target-loss", "1.5", str(REPO_ROOT / "examples" / "demo" / "jobs" / "mlp-wide.yaml"))
+        assert r.returncode == 2 and "--target-loss 1.5: for a script after '--'; a spec file sets " \
+            "prediction.target_loss" in r.stderr
+    finally:
+        stop_service_and_jobs(svc)
+
+
 @contextmanager
 def growing_script_job(tmp_path: Path, script: str, settings: str = "", slots: int = 2):
     """Jobs a (all GPUs but one) and b (1..2 GPUs) of ``tests/service/SCRIPT --gate DIR`` on one node of ``slots``

@@ -365,6 +365,10 @@ def register(app: typer.Typer) -> None:
                min_gpus: Optional[int] = typer.Option(None, "--min-gpus", help="a script job: elastic from"),
                max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="a script job: elastic up to"),
                param: list[str] = typer.Option([], "--param", "-P", help="override a spec file's param: KEY=VALUE (repeatable)"),
+               schedule: Optional[str] = typer.Option(None, "--schedule", help="a script job: its LR schedule in "
+                                                      "steps, for predictions (SPEC of `predict curve`; default: the LR it logs)"),
+               target_loss: Optional[float] = typer.Option(None, "--target-loss", help="a script job: predict when "
+                                                           "it reaches this loss"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
         """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the service."""
         from dlsched.spec import load_job_spec, to_json
@@ -380,13 +384,18 @@ def register(app: typer.Typer) -> None:
                    "gpus": gpus if gpus is not None else (min_gpus or 1)}
             doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus), ("user", _current_user()))
                         if v is not None})
+            facts = {k: v for k, v in (("schedule", schedule), ("target_loss", target_loss)) if v is not None}
+            if facts:
+                doc["prediction"] = facts
             specs = [load_job_spec(json.dumps(doc), "command line", "json")]
         else:
             if not files:
                 raise UserError("give job spec files, or a script after '--' (dlsched submit -- python train.py)")
-            for flag, value in (("--min-gpus", min_gpus), ("--max-gpus", max_gpus)):
+            for flag, value, field in (("--min-gpus", min_gpus, "min_gpus"), ("--max-gpus", max_gpus, "max_gpus"),
+                                       ("--schedule", schedule, "prediction.schedule"),
+                                       ("--target-loss", target_loss, "prediction.target_loss")):
                 if value is not None:   # were ignored for a spec file
-                    raise UserError(f"{flag} {value}: for a script after '--'; a spec file sets min_gpus/max_gpus")
+                    raise UserError(f"{flag} {value}: for a script after '--'; a spec file sets {field}")
             if name and len(files) > 1:
                 raise UserError("--name: applies to one spec file, got several")
             # one clear line for a bad file before any network traffic; the service then checks the entry and

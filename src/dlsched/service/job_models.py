@@ -48,18 +48,25 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
                else "no gradient noise reported: goodput = throughput"})
 
 
+def job_fact(job: JobRecord, name: str):
+    """A fact of ``spec.PredictionFacts`` the job states: in its spec's ``prediction``, else (an entry job) the
+    param of that name; None when neither has it."""
+    stated = getattr(job.spec.prediction, name, None)
+    return stated if stated is not None else job.spec.params.get(name)
+
+
 def job_regime(job: JobRecord) -> str:
-    """The job's ``regime`` param (``perf.prior.REGIMES``; the spec checked it at submit); scratch by default."""
-    r = job.spec.params.get("regime")
+    """The job's regime (``perf.prior.REGIMES``; the spec checked it at submit); scratch by default."""
+    r = job_fact(job, "regime")
     return r if r in REGIMES else "scratch"
 
 
 def job_meta(job: JobRecord) -> dict:
     """What ``perf.prior`` matches finished jobs on: the model (entry, or the script a command runs), its dataset
-    and depth params, batch, and the regime it pools by."""
-    p, spec = job.spec.params, job.spec
-    return {"family": spec.entry or command_script(spec.command), "dataset": p.get("dataset"),
-            "depth": p.get("depth"), "batch": spec.batch_size, "metric": "loss", "regime": job_regime(job)}
+    and depth, batch, and the regime it pools by."""
+    spec = job.spec
+    return {"family": spec.entry or command_script(spec.command), "dataset": job_fact(job, "dataset"),
+            "depth": job_fact(job, "depth"), "batch": spec.batch_size, "metric": "loss", "regime": job_regime(job)}
 
 
 def command_script(command: list[str]) -> str:
@@ -141,7 +148,7 @@ class JobModels:
         self._seen_progress[job.id] = len(progress)
         if not isinstance(progress, ProgressHistory):
             progress = ProgressHistory.of(progress)
-        target = job.spec.params.get("target_loss")
+        target = job_fact(job, "target_loss")
         configs = frozenset((p.get("workers"), p.get("batch_size")) for p in progress.tail(refit.RECENT))
         last = self._speed_fits.get(job.id)
         refit_speed = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
@@ -149,7 +156,7 @@ class JobModels:
                                     target_loss=float(target) if isinstance(target, (int, float)) else None,
                                     gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
                                     speed=self._speeds.get(job.id), refit_speed=refit_speed,
-                                    schedule=sched if isinstance(sched := job.spec.params.get("schedule"), str) else None,
+                                    schedule=sched if isinstance(sched := job_fact(job, "schedule"), str) else None,
                                     prior=lambda sched: self.curve_prior(job, sched), regime=job_regime(job))
         if pred.loss_fit and "alpha" in pred.loss_fit:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
