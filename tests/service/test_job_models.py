@@ -67,3 +67,33 @@ def test_a_command_job_states_its_schedule_target_and_task_in_its_specs_predicti
     reached = float(d.step[d.loss <= target].min())   # 420, just after the first milestone
     assert abs(fit["target_step"] / reached - 1) < 0.25 and flat["target_step"] is None, (fit, flat)
     store.close()
+
+
+def test_the_runtimes_lr_plan_carries_a_command_jobs_schedule_past_its_last_step(tmp_path):
+    """A command job that states no schedule: its fit used the logged LR, flat after the last step, so a one-cycle
+    run a quarter through was predicted to end without its anneal. With the runtime's plan (``lr_plan.json``: the
+    LR its schedulers will set, at the batch it trains at) the anneal is known. Real curve: charlm-onecycle."""
+    import numpy as np
+    import pandas as pd
+
+    from dlsched.paths import REPO_ROOT
+
+    d = pd.read_csv(REPO_ROOT / "bench" / "curves" / "charlm-onecycle.csv")
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss, "lr": r.lr,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples()]
+    budget = int(d.step.iloc[-1])
+    now = budget // 4
+    seen = [r for r in recs if r["step"] <= now]
+    ahead = d[d.step > now]
+    plan = {"step": now, "batch_size": 32, "steps": ahead.step.tolist(), "lr": ahead.lr.tolist()}
+    store = Store(tmp_path / "s.db")
+    job = store.get(store.submit(JobSpec(name="lm", command=["python", "train.py"], gpus=1, batch_size=32,
+                                         total_samples=32 * budget)))
+    planned = JobModels(("slot",)).refit(job, seen, 2000.0, lr_plan=plan).loss_fit
+    flat = JobModels(("slot",)).refit(job, seen, 2000.0).loss_fit
+    other_batch = JobModels(("slot",)).refit(job, seen, 2000.0, lr_plan=dict(plan, batch_size=64)).loss_fit
+    truth = float(np.median(d.loss.iloc[-3:]))
+    # -4.3 % (the CLI's --schedule lr-column on the whole column says the same) against -13.6 %: flat at the peak
+    assert abs(planned["final"] / truth - 1) < 0.05 < abs(flat["final"] / truth - 1), (planned["final"], flat["final"], truth)
+    assert other_batch["final"] == flat["final"]      # a plan made at another batch is not this run's LR
+    store.close()

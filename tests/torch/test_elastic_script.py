@@ -169,6 +169,20 @@ def test_a_smaller_batch_keeps_a_per_step_schedule_within_its_steps_and_every_sa
     assert recs[-1]["lr"] < 0.05 * max(r["lr"] for r in recs)    # annealed to the schedule's end
 
 
+def test_the_runtime_plans_the_scripts_lr_to_the_end_of_its_budget(tmp_path):
+    """Rank 0 writes lr_plan.json at its third step: the LR the script's OneCycleLR then set at every later step,
+    to the budget's last (2 epochs of 60), the annealing included, as the step records logged it."""
+    job_dir = tmp_path / "job"
+    proc = start_script(job_dir, 2, "--epochs", "2")
+    finish(proc, timeout=300)
+    plan = json.loads((job_dir / "lr_plan.json").read_text())
+    logged = {r["step"]: r["lr"] for r in steps(job_dir)}
+    assert plan["step"] == 3 and plan["batch_size"] == BATCH and plan["steps"][-1] == max(logged) == 2 * SAMPLES // BATCH
+    assert plan["steps"] == list(range(4, max(logged) + 1))         # 117 steps: every one a knot
+    assert plan["lr"] == pytest.approx([logged[x] for x in plan["steps"]], rel=1e-9)
+    assert min(plan["lr"]) < 0.05 * max(plan["lr"])
+
+
 def test_the_script_runs_standalone_with_one_worker_and_a_quiet_terminal(tmp_path):
     """``python train.py`` outside the scheduler: one worker, no job folder, every epoch trained; the terminal
     gets the events and every 50th step, not a line per step (even when each step reports extra metrics)."""

@@ -1,7 +1,8 @@
 import pytest
 
 from dlsched.errors import UserError
-from dlsched.train.files import atomic_file, atomic_write_json, read_control, read_progress, read_status, write_control
+from dlsched.train.files import (atomic_file, atomic_write_json, read_control, read_lr_plan, read_progress, read_status,
+                                 write_control)
 
 
 def test_control_round_trip_and_validation(tmp_path):
@@ -81,3 +82,23 @@ def test_a_rejection_names_the_content_it_is_remembered_by(tmp_path):
         watch.poll()
         watch.poll()
     assert len(heard) == 4 and "workers" in heard[0] and "not JSON" in heard[1] and "not JSON" in heard[2]
+
+
+@pytest.mark.parametrize("bad", [
+    {"step": 3, "batch_size": 8, "steps": [4, 5], "lr": [0.1]},            # one LR short
+    {"step": 3, "batch_size": 8, "steps": [5, 4], "lr": [0.1, 0.1]},       # steps not increasing
+    {"step": 5, "batch_size": 8, "steps": [4, 6], "lr": [0.1, 0.1]},       # a step not after the plan's
+    {"step": 3, "batch_size": 8, "steps": [4, 5], "lr": [0.1, -1]},        # a negative LR
+    {"step": 3, "batch_size": 8, "steps": [4, "5"], "lr": [0.1, 0.1]},     # a string
+    {"step": 3, "steps": [4, 5], "lr": [0.1, 0.1]},                        # no batch
+    [1, 2],
+])
+def test_an_lr_plan_that_is_not_well_formed_is_no_plan(tmp_path, bad):
+    """The service reads the runtime's lr_plan.json every round: a bad one must be ignored, never raise."""
+    assert read_lr_plan(tmp_path) is None                                   # none written
+    atomic_write_json(tmp_path / "lr_plan.json", {"step": 3, "batch_size": 8, "steps": [4, 5], "lr": [0.1, 0.01]})
+    assert read_lr_plan(tmp_path)["lr"] == [0.1, 0.01]
+    atomic_write_json(tmp_path / "lr_plan.json", bad)
+    assert read_lr_plan(tmp_path) is None
+    (tmp_path / "lr_plan.json").write_text('{"step": 3, "batch_size": 8, "steps": [4, 5], "lr": [0.1, NaN]}')
+    assert read_lr_plan(tmp_path) is None

@@ -141,8 +141,10 @@ class JobModels:
         history.extend(store.progress(job_id, after_id=history.last_id))
         return history
 
-    def refit(self, job: JobRecord, progress: ProgressHistory | list[dict], now: float) -> refit.Prediction | None:
-        """Refit the job's models on its stored progress; None when nothing new arrived since the last refit."""
+    def refit(self, job: JobRecord, progress: ProgressHistory | list[dict], now: float,
+              lr_plan: dict | None = None) -> refit.Prediction | None:
+        """Refit the job's models on its stored progress (and its runtime's ``lr_plan``, ``train.files``); None
+        when nothing new arrived since the last refit."""
         if len(progress) == self._seen_progress.get(job.id):
             return None
         self._seen_progress[job.id] = len(progress)
@@ -157,7 +159,8 @@ class JobModels:
                                     gpu_types=self.gpu_types, max_local_batch=job.spec.max_local_batch,
                                     speed=self._speeds.get(job.id), refit_speed=refit_speed,
                                     schedule=sched if isinstance(sched := job_fact(job, "schedule"), str) else None,
-                                    prior=lambda sched: self.curve_prior(job, sched), regime=job_regime(job))
+                                    prior=lambda sched: self.curve_prior(job, sched), regime=job_regime(job),
+                                    lr_plan=lr_plan)
         if pred.loss_fit and "alpha" in pred.loss_fit:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress.tail(3) if isinstance(r.get("loss"), (int, float))]

@@ -157,16 +157,20 @@ def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) 
     return (np.bincount(which, k, bins)[keep] / n[keep], np.bincount(which, l, bins)[keep] / n[keep])
 
 
-def logged_schedule(recs: ProgressHistory | list[dict], budget: float) -> Schedule | None:
-    """The job's own logged LR as its schedule (flat after the last step), where it tells the schedule: every
-    record has one and the batch never changed (linear scaling moves the LR with the batch, which is no
-    annealing)."""
+def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dict | None = None) -> Schedule | None:
+    """The job's own logged LR as its schedule, where it tells the schedule: every record has one and the batch
+    never changed (linear scaling moves the LR with the batch, which is no annealing). After the last step, the
+    runtime's ``plan`` of its schedulers' LR (``dlsched.torch.lr_plan``, made at the same batch), else flat."""
     h = recs if isinstance(recs, ProgressHistory) else ProgressHistory.of(recs)
-    lrs, batches = h.column("lr"), h.column("batch_size")
+    steps, lrs, batches = np.nan_to_num(h.column("step")), h.column("lr"), h.column("batch_size")
     if not len(h) or np.isnan(lrs).any() or len(np.unique(batches)) != 1:   # NaNs are one value to np.unique
         return None
+    if plan is not None and plan["batch_size"] == batches[0]:
+        past = steps <= plan["step"]
+        steps = np.concatenate([steps[past], plan["steps"]])
+        lrs = np.concatenate([lrs[past], plan["lr"]])
     try:
-        return Schedule.from_points(np.nan_to_num(h.column("step")), lrs, budget)
+        return Schedule.from_points(steps, lrs, budget)
     except ValueError:
         return None
 
@@ -267,9 +271,11 @@ def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> 
 def predict(progress: ProgressHistory | list[dict], now: float, current_workers: int, current_batch: int | None,
             total_hint: float | None, samples_done: float, target_loss: float | None = None,
             gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True,
-            schedule: str | None = None, prior: PriorArg = None, regime: str = "scratch"):
+            schedule: str | None = None, prior: PriorArg = None, regime: str = "scratch",
+            lr_plan: dict | None = None):
     """(Prediction, speed model or None) for one job from its stored progress records (its LR schedule: the
-    ``schedule`` SPEC, else the logged LR where ``logged_schedule`` trusts it, else constant). ``refit_speed=False``
+    ``schedule`` SPEC, else the logged LR and the runtime's ``lr_plan`` where ``logged_schedule`` trusts them, else
+    constant). ``refit_speed=False``
     keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
     and its fit costs tens of ms, while the rest of this is cheap enough for every round."""
     history = progress if isinstance(progress, ProgressHistory) else ProgressHistory.of(progress)
@@ -289,7 +295,7 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         # horizon, so look 10x the steps so far ahead for the target
         budget = 10.0 * max(steps[-1], 1.0)
     if schedule is None and budget:
-        schedule = logged_schedule(history, budget)
+        schedule = logged_schedule(history, budget, lr_plan)
     loss_fit = fit_loss(steps, history.column("loss"),
                         budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior, regime=regime)
     fitted = loss_fit.pop("fitted", None) if loss_fit else None

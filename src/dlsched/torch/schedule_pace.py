@@ -68,6 +68,10 @@ def _paced_class(cls: type) -> type:
     return _paced_classes[cls]
 
 
+def pace_of(scheduler: LRScheduler) -> SchedulePace | None:
+    return _paces.get(scheduler)
+
+
 def pace_schedulers(objects, session) -> None:
     """Pace every LR scheduler among ``objects`` (the session's registered state)."""
     for obj in objects:

@@ -38,6 +38,7 @@ from dlsched.torch.membership import GroupMembership
 from dlsched.torch.noise import GradientNoiseEstimator
 from dlsched.torch.outbox import ProgressOutbox
 from dlsched.torch.registry import StateRegistry
+from dlsched.torch.lr_plan import LrPlanner
 from dlsched.torch.schedule_pace import pace_schedulers
 from dlsched.torch.step_record import StepRecords
 from dlsched.torch.step_scalars import StepScalars
@@ -82,6 +83,7 @@ class Session:
         self.setup_s: float | None = None
         self.record = None
         self.step_records = StepRecords()
+        self.lr_planner = LrPlanner()
         self.last_boundary = time.perf_counter()
         self.watch = FlagWatch(env.store, self) if env else None
         self.cadence = SyncCadence()
@@ -238,6 +240,8 @@ class Session:
             self.cadence.observe(wall)
             self.epoch_loss.add(self.metrics.get("loss"), step_open["n"], self.step)
             self._emit(self.step_records.build(self, step_open["n"], wall, reduced[5:]))
+            if self.job_dir is not None:
+                self.lr_planner.after_step(self)
         if self.adaptive is not None:
             self.adaptive.at_boundary(self, int(reduced[2]), wall)
         if self.job_dir is not None and self.ckpt_every and self.step % self.ckpt_every == 0 and self.rank == 0:

@@ -206,6 +206,21 @@ def job_program(entry: str | None, command: list[str] | None) -> str:
     return f"{'-m ' if module else ''}{script}"
 
 
+def read_lr_plan(job_dir: Path) -> dict | None:
+    """DIR/lr_plan.json (``dlsched.torch.lr_plan``) when it is there and well formed: ``step`` and ``batch_size``
+    numbers, ``steps`` increasing past ``step``, one finite ``lr`` >= 0 per step; else None."""
+    try:
+        plan = json.loads((Path(job_dir) / "lr_plan.json").read_text())
+        x, lr, at = plan["steps"], plan["lr"], float(plan["step"])
+        float(plan["batch_size"])
+        ok = (isinstance(x, list) and isinstance(lr, list) and 0 < len(x) == len(lr)
+              and all(isinstance(v, (int, float)) for v in x + lr) and at < x[0]
+              and all(a < b for a, b in zip(x, x[1:])) and all(0 <= v < float("inf") for v in lr))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return plan if ok else None
+
+
 def read_status(job_dir: Path) -> dict | None:
     """DIR/status.json, or None while it does not exist yet or cannot be read."""
     try:
