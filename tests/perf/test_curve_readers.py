@@ -93,3 +93,31 @@ def test_a_run_folder_is_read_as_its_framework_leaves_it(tmp_path):
     assert c.x[-1] == 1000 and len(c.x) == 10 and c.budget == 1000
     with pytest.raises(UserError, match="no progress.jsonl.*results.csv, checkpoint-N/trainer_state.json"):
         read_curve(tmp_path / "runs")
+
+
+def test_a_running_jobs_folder_reads_its_runtimes_lr_plan_as_the_lr_still_to_come(tmp_path):
+    """``predict curve DIR/progress.jsonl`` of a job a quarter through its one-cycle run: the logged LR stops at
+    the last step, so lr-column held the peak LR to the end. The runtime's lr_plan.json beside it (the LR its
+    schedulers will set, at the batch it trains at) gives the rest. Real curve: charlm-onecycle, 200 of 800 steps."""
+    import pandas as pd
+
+    from dlsched.paths import REPO_ROOT
+    from dlsched.train.files import atomic_write_json
+
+    d = pd.read_csv(REPO_ROOT / "bench" / "curves" / "charlm-onecycle.csv")
+    seen, ahead = d[d.step <= 200], d[d.step > 200]
+    with open(tmp_path / "progress.jsonl", "w") as f:
+        for r in seen.itertuples():
+            f.write(json.dumps({"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * int(r.step),
+                                "total_samples": 32 * 800, "batch_size": 32, "loss": r.loss, "lr": r.lr}) + "\n")
+    c = read_curve(tmp_path / "progress.jsonl")
+    assert c.budget == 800 and c.lr_x[-1] == 200                          # no plan: the LR ends where the log does
+    atomic_write_json(tmp_path / "lr_plan.json", {"step": 200, "batch_size": 32, "steps": ahead.step.tolist(),
+                                                  "lr": ahead.lr.tolist()})
+    planned = read_curve(tmp_path / "progress.jsonl")
+    whole = read_curve(REPO_ROOT / "bench" / "curves" / "charlm-onecycle.csv", lr_col="lr")
+    assert planned.lr_x.tolist() == whole.lr_x.tolist() and planned.lr.tolist() == whole.lr.tolist()
+    assert planned.x.tolist() == seen.step.tolist()                      # the plan adds no metric points
+    atomic_write_json(tmp_path / "lr_plan.json", {"step": 200, "batch_size": 64, "steps": ahead.step.tolist(),
+                                                  "lr": ahead.lr.tolist()})
+    assert read_curve(tmp_path / "progress.jsonl").lr_x[-1] == 200         # made at another batch: not this run's

@@ -13,7 +13,8 @@
   (``perf.text_logs``; a ``step:N/M`` total is the budget);
 * a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
   ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
-  ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field).
+  ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field; a running job's
+  ``lr_plan.json`` beside it adds the LR still to come, ``dlsched.torch.lr_plan``).
 
 An epoch x that its logger numbers from 0 (Keras' CSVLogger and TensorBoard ``epoch_*`` tags, timm, Lightning) is
 marked (``CurveData.epochs_from_zero``): ``predict curve`` reads it as finished epochs, x + 1.
@@ -38,7 +39,7 @@ import pandas as pd
 from dlsched.errors import UserError
 from dlsched.perf.profile import csv_line, read_csv_text
 from dlsched.perf.text_logs import read_text_log
-from dlsched.train.files import read_json_lines
+from dlsched.train.files import read_json_lines, read_lr_plan
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,19 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
             budget = r["step"] + max(0, r["total_samples"] - r["samples"]) / r["batch_size"]
         recs.append(flat)
     return pd.DataFrame(recs), budget
+
+
+def _with_lr_plan(df: pd.DataFrame, job_dir: Path) -> pd.DataFrame:
+    """A running job's step records and, as rows with an LR and no metric, its runtime's plan of the LR still to
+    come (``lr_plan.json`` beside them, made at the batch it trains at): what ``--schedule lr-column`` reads."""
+    plan = read_lr_plan(job_dir)
+    if plan is None or not {"step", "lr", "batch_size"} <= set(df.columns):
+        return df
+    trained = df.dropna(subset=["step", "batch_size"])
+    if trained.empty or trained.batch_size.iloc[-1] != plan["batch_size"]:
+        return df
+    ahead = [(s, lr) for s, lr in zip(plan["steps"], plan["lr"]) if s > trained.step.max()]
+    return pd.concat([df, pd.DataFrame(ahead, columns=["step", "lr"])], ignore_index=True) if ahead else df
 
 
 def _read_tensorboard(path: Path) -> pd.DataFrame:
@@ -292,6 +306,8 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
     if path.suffix == ".jsonl":
         df, budget = _read_progress(path)
         budget = budget if x == "step" else None   # a step budget, meaningless on another x
+        if x == "step":
+            df = _with_lr_plan(df, path.parent)
         if time_col is None and "time" in df.columns:
             time_col = "time"
     elif path.suffix == ".json":
