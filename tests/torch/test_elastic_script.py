@@ -183,6 +183,21 @@ def test_the_runtime_plans_the_scripts_lr_to_the_end_of_its_budget(tmp_path):
     assert min(plan["lr"]) < 0.05 * max(plan["lr"])
 
 
+def test_an_epoch_schedulers_plan_is_written_once_it_has_stepped_and_holds_each_epochs_lr(tmp_path):
+    """A StepLR stepped after each epoch: its pace is known at the first step after epoch 0's end; the plan holds
+    each later epoch's LR from its first step to its last, as logged."""
+    job_dir = tmp_path / "job"
+    proc = start_script(job_dir, 1, "--epochs", "3", "--epoch-schedule")
+    finish(proc, timeout=300)
+    plan = json.loads((job_dir / "lr_plan.json").read_text())
+    logged = {r["step"]: r["lr"] for r in steps(job_dir)}
+    per_epoch = SAMPLES // BATCH
+    assert plan["step"] == per_epoch + 1 and plan["steps"][-1] == max(logged) == 3 * per_epoch
+    assert plan["steps"] == [2 * per_epoch, 2 * per_epoch + 1, 3 * per_epoch]   # epoch 1's last, epoch 2's ends
+    assert plan["lr"] == pytest.approx([logged[x] for x in plan["steps"]], rel=1e-9)
+    assert plan["lr"] == pytest.approx([0.005, 0.0025, 0.0025])
+
+
 def test_the_script_runs_standalone_with_one_worker_and_a_quiet_terminal(tmp_path):
     """``python train.py`` outside the scheduler: one worker, no job folder, every epoch trained; the terminal
     gets the events and every 50th step, not a line per step (even when each step reports extra metrics)."""

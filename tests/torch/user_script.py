@@ -34,6 +34,7 @@ ap.add_argument("--max-steps", type=int, default=0, help="break out of the loade
 ap.add_argument("--batch-norm", action="store_true", help="a BatchNorm1d after the first layer")
 ap.add_argument("--hold-file", default="", help="rank 1 writes its pid here and waits to be killed ...")
 ap.add_argument("--hold-at-step", type=int, default=0, help="... after this step's first micro-batch (once: the file)")
+ap.add_argument("--epoch-schedule", action="store_true", help="StepLR halving the LR, stepped after each epoch")
 args = ap.parse_args()
 
 
@@ -68,7 +69,10 @@ if args.autoscale:  # --max-local-batch m: accumulate past micro-batches of m (A
     loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, args.max_local_batch or 32),
                                 gradient_accumulation=bool(args.max_local_batch))
 steps = args.epochs * -(-args.samples // args.batch)
-scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps)
+if args.epoch_schedule:
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+else:
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps)
 
 for epoch in dt.remaining_epochs(args.epochs):
     loader_batches = 0  # what the loader yielded this epoch: micro-batches where it accumulates
@@ -87,7 +91,8 @@ for epoch in dt.remaining_epochs(args.epochs):
         else:
             loss.backward()
             optimizer.step()
-        scheduler.step()
+        if not args.epoch_schedule:
+            scheduler.step()
         if args.zero_grad_last:
             optimizer.zero_grad()
         dt.report(loss=loss.item(), **({"lr": scheduler.get_last_lr()[0]} if args.report_lr else {}))
@@ -101,3 +106,5 @@ for epoch in dt.remaining_epochs(args.epochs):
         dt.report(val_mse=nn.functional.mse_loss(model(x).squeeze(1), y).item(), optimizer_steps=len(optimizer_steps),
                   loader_batches=loader_batches, accumulating=float(loader.accumulating),
                   **({"adam_steps": state["step"]} if "step" in state else {}))
+    if args.epoch_schedule:
+        scheduler.step()

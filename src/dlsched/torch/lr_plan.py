@@ -1,8 +1,9 @@
 """The LR a script's own schedulers will set over the rest of its budget, found by stepping copies of them on a
 stand-in optimizer: the service's loss prediction then knows the decay still to come (``service.refit``) without
-the user stating the schedule. Written as ``DIR/lr_plan.json`` by rank 0 at a process's third step, once the
-schedulers' pace is known (``schedule_pace``). Only schedulers stepped once per training step are planned: an
-epoch scheduler, ``ReduceLROnPlateau`` (it follows a metric) or a run without an epoch budget gets no plan."""
+the user stating the schedule. Written as ``DIR/lr_plan.json`` by rank 0 once per process, once the schedulers'
+pace is known (``schedule_pace``): stepped once per training step, or once after each epoch. Schedulers stepped
+every few steps, a mix of both kinds, ``ReduceLROnPlateau`` (it follows a metric) or a run without an epoch budget
+get no plan."""
 from __future__ import annotations
 
 import copy
@@ -68,50 +69,88 @@ def knots(lrs: np.ndarray) -> np.ndarray:
 
 
 class LrPlanner:
-    """Writes the session's plan once per process."""
+    """Writes the session's plan once per process, once its schedulers' pace is known: from its third step for
+    schedulers stepped in every step, from the first step after an epoch's end for epoch schedulers."""
 
     def __init__(self):
         self.steps_seen = 0
+        self.first_epoch: int | None = None
         self.done = False
 
     def after_step(self, s) -> None:
         self.steps_seen += 1
         if self.done or self.steps_seen < PLAN_AT_STEP:
             return
-        self.done = True
         try:
-            plan = self.plan(s)
+            plan = self._plan_when_known(s)
         except Exception:   # a scheduler the copy cannot step: no plan (the service uses the logged LR), training goes on
             log.warning("no LR plan: the schedulers could not be stepped on a copy", exc_info=True)
+            self.done = True
             return
         if plan is not None:
             atomic_write_json(s.job_dir / "lr_plan.json", plan)
 
+    def _plan_when_known(self, s) -> dict | None:
+        found = self.schedulers(s)
+        if self.first_epoch is None and s.table is not None:
+            self.first_epoch = s.table.epoch
+        if found is None and s.table is not None and s.table.epoch < self.first_epoch + 2:
+            return None                   # not known yet: an epoch scheduler is first stepped at the epoch's end
+        self.done = True
+        return self.plan(s, *found) if found else None
+
     @staticmethod
-    def plan(s) -> dict | None:
-        """``{"step", "batch_size", "steps", "lr"}``: the LR (after the LR rule for the batch now) at session
-        steps after ``step``, to the end of the epoch budget; None where the schedulers cannot be planned."""
-        table, optimizers = s.table, s.registry.optimizers()
-        if table is None or not s.epochs or not optimizers:
-            return None
+    def schedulers(s) -> tuple | None:
+        """(optimizer, its outermost schedulers, stepped after each epoch?) once every one of them was stepped in
+        this process, all per step or all per epoch; () when there is nothing to plan; None while unknown."""
+        optimizers = s.registry.optimizers()
+        if s.table is None or not s.epochs or not optimizers:
+            return ()
         opt = optimizers[0]
-        schedulers = [o for o in s.objects.values() if isinstance(o, LRScheduler) and o.optimizer is opt]
-        inner = {id(c) for x in schedulers for c in getattr(x, "_schedulers", ())}   # a SequentialLR steps its own
-        schedulers = [x for x in schedulers if id(x) not in inner]
-        if not schedulers or any(isinstance(x, ReduceLROnPlateau) for x in schedulers):
+        found = [o for o in s.objects.values() if isinstance(o, LRScheduler) and o.optimizer is opt]
+        inner = {id(c) for x in found for c in getattr(x, "_schedulers", ())}   # a SequentialLR steps its own
+        found = [x for x in found if id(x) not in inner]
+        if not found or any(isinstance(x, ReduceLROnPlateau) for x in found):
+            return ()
+        paces = [pace_of(x) for x in found]
+        if any(p is None for p in paces):
+            return ()
+        kinds = {(p.last_step is not None and p.every_step, p.after_epochs) for p in paces}
+        if kinds == {(True, False)}:
+            return opt, found, False
+        if kinds == {(False, True)}:
+            return opt, found, True
+        if any(p.after_epochs or p.last_step is not None for p in paces):
+            return ()                     # mixed, or stepped every few steps: not planned
+        return None
+
+    @staticmethod
+    def plan(s, opt, schedulers: list[LRScheduler], after_epochs: bool) -> dict | None:
+        """``{"step", "batch_size", "steps", "lr"}``: the LR (after the LR rule for the batch now) at session
+        steps after ``step``, to the end of the epoch budget; None beyond ``MAX_STEPS``."""
+        table, batch = s.table, s.global_batch
+        if after_epochs:   # one LR an epoch: the epoch now's, then each later one's, at its first and last step
+            left = s.epochs - table.epoch
+            lrs = planned_lrs(opt, schedulers, left) * s.factor.at(s.step)
+            per_epoch = math.ceil(table.num_samples / batch)
+            start = s.step - math.ceil(table.consumed / batch)    # this epoch's first step is start + 1
+            x = [start + e * per_epoch + k for e in range(len(lrs)) for k in sorted({1, per_epoch})]
+            lr = [float(v) for v in lrs for _ in sorted({1, per_epoch})]
+            keep = [i for i, v in enumerate(x) if v > s.step]
+            x, lr = [x[i] for i in keep], [lr[i] for i in keep]
+        else:
+            reference = s._reference()
+            per_epoch = math.ceil(table.num_samples / reference)
+            done = table.epoch * per_epoch + (per_epoch * table.consumed) // table.num_samples
+            left = s.epochs * per_epoch - done
+            if left > MAX_STEPS:
+                return None
+            lrs = planned_lrs(opt, schedulers, left) * s.factor.at(s.step)
+            at = knots(lrs)
+            # reference-batch step i comes after i·B₀/B steps at the batch B now (the pace counts samples)
+            x = (s.step + 1 + at * reference / batch).tolist()
+            lr = [float(v) for v in lrs[at]]
+        if not x:
             return None
-        paces = [pace_of(x) for x in schedulers]
-        if any(p is None or p.last_step is None or not p.every_step for p in paces):
-            return None
-        reference = s._reference()
-        per_epoch = math.ceil(table.num_samples / reference)
-        done = table.epoch * per_epoch + (per_epoch * table.consumed) // table.num_samples
-        left = s.epochs * per_epoch - done
-        if not 0 < left <= MAX_STEPS:
-            return None
-        lrs = planned_lrs(opt, schedulers, left) * s.factor.at(s.step)
-        at = knots(lrs)
-        # reference-batch step i comes after i·B₀/B steps at the batch B now (the pace counts samples)
-        x = s.step + 1 + at * reference / s.global_batch
-        return {"time": time.time(), "step": s.step, "batch_size": s.global_batch,
-                "steps": [round(float(v), 3) for v in x], "lr": [float(v) for v in lrs[at]]}
+        return {"time": time.time(), "step": s.step, "batch_size": batch, "steps": [round(float(v), 3) for v in x],
+                "lr": lr}

@@ -28,11 +28,13 @@ class SchedulePace:
         self.base: int | None = None      # the scheduler's count before this process's first paced step
         self.last_step: int | None = None  # the session's step at the previous call
         self.every_step = True
+        self.after_epochs = False         # stepped after an epoch's loop, outside any step
 
     def due(self, scheduler: LRScheduler) -> int:
         """How many of the scheduler's own steps this ``step()`` call takes."""
         s, table = self.session, self.session.table
         if s.open is None or table is None:
+            self.after_epochs = True
             return 1                      # after the epoch's loop: an epoch scheduler
         if self.last_step is not None and s.step - self.last_step != 1:
             self.every_step = False       # not once per training step: the script's own count
