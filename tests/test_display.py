@@ -25,3 +25,15 @@ def test_an_empty_dropped_column_is_not_mentioned():
     rows = [[1, "running", "-"], [2, "queued", "a" * 60]]
     assert "not shown" in render(make_table(cols, rows, width=40), 40)
     assert "not shown" not in render(make_table(cols, rows[:1], width=12), 12)
+
+
+def test_json_output_shows_every_time_of_a_job_and_its_prediction_as_iso_8601():
+    """``dlsched show``: the prediction's target_time, forecast_time and policy_finish were raw POSIX seconds."""
+    from dlsched.display import with_iso_times
+
+    shown = with_iso_times({"submit_time": 0, "prediction": {"forecast_time": 60, "policy_finish": 120.5,
+                                                             "loss_fit": {"target_time": 3600, "target_step": 400}}})
+    p = shown["prediction"]
+    assert shown["submit_time"] == "1970-01-01T00:00:00+00:00" and p["forecast_time"] == "1970-01-01T00:01:00+00:00"
+    assert p["policy_finish"].startswith("1970-01-01T00:02:00") and p["loss_fit"]["target_time"] == "1970-01-01T01:00:00+00:00"
+    assert p["loss_fit"]["target_step"] == 400

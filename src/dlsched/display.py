@@ -18,7 +18,8 @@ from rich.text import Text
 
 # fields that hold POSIX times anywhere in the API's answers; shown as ISO 8601 in --json output
 TIME_FIELDS = frozenset({"time", "submit_time", "start_time", "end_time", "predicted_start", "predicted_finish",
-                         "made_at", "last_seen", "since"})
+                         "made_at", "last_seen", "since", "target_time", "forecast_time",
+                         "policy_finish"})
 
 
 @dataclass(frozen=True)

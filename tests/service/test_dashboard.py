@@ -109,8 +109,10 @@ def live_service(tmp_path_factory, data_dir):
         specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 80000, 0.1), ("mlp-b", 1, 80000, 0.1), ("waiting", 4, 80, 0.05)]
         ids = {}
         for name, gpus, n, step in specs:
+            # resnet-a states a target loss: its fit row says when the run reaches it
+            facts = {"prediction": {"target_loss": 0.05}} if name == "resnet-a" else {}
             r = c.post("/jobs", json={"name": name, "entry": "contract.py:make_job", "gpus": gpus,
-                                      "params": {"n_samples": n, "step_s": step}, "total_samples": n},
+                                      "params": {"n_samples": n, "step_s": step}, "total_samples": n, **facts},
                        headers={"content-type": "application/json"})
             assert r.status_code == 201, r.text
             ids[name] = r.json()["id"]
@@ -173,6 +175,8 @@ def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
     else:   # the row describes the curve drawn, not the Optimus fit beside it
         assert re.search(r"(annealing|optimus): final [\d.]+ \(80 %: [\d.]+–[\d.]+\) at the budget.*RMSE [\d.]+ on the "
                          r"points it covers", dom), dom[dom.index("convergence fit"):][:400]
+        assert re.search(r"points it covers \(loss units\); target loss 0.0500 (not reached by the budget|at step [\d,]+ .*, chance \d+ % by the budget)",
+                         dom), dom[dom.index("convergence fit"):][:600]
     assert "running" in dom[dom.index('id="events"'):]
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
     _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['resnet-a']}", tmp, f"--screenshot={shots / 'dashboard-job.png'}",

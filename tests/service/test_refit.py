@@ -324,3 +324,24 @@ def test_the_service_passes_a_job_s_regime_to_the_curve_predictor(tmp_path, monk
     with pytest.raises(SpecError) as e:
         load_job_spec_file(bad)
     assert "regime" in str(e.value) and "pretrained" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_target_loss_gets_the_step_and_the_time_the_run_reaches_it():
+    """The time to a target (``dlsched show``, the dashboard's fit row): the schedule-aware fit's step, at the rate
+    the job trains now; a target below where the budget ends is no step and no time. Real curve: charlm-step."""
+    import pandas as pd
+
+    from dlsched.paths import REPO_ROOT
+
+    d = pd.read_csv(REPO_ROOT / "bench" / "curves" / "charlm-step.csv")
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples() if r.step <= 300]
+    target = float(d.loss.iloc[-1]) * 1.02
+    pred, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 300, target_loss=target, schedule="step:400,600:0.1")
+    fit = pred.loss_fit
+    assert fit["target_loss"] == target and 300 < fit["target_step"] < 800 and 0.5 < fit["target_chance"] <= 1
+    assert fit["target_time"] == pytest.approx(2000.0 + (fit["target_step"] - 300) * 32 / pred.rate)
+    low, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 300, target_loss=0.5, schedule="step:400,600:0.1")
+    assert low.loss_fit["target_step"] is None and low.loss_fit["target_time"] is None
+    queued, _ = predict(recs, 2000.0, 0, 32, 32 * 800, 32 * 300, target_loss=target, schedule="step:400,600:0.1")
+    assert queued.loss_fit["target_step"] == fit["target_step"] and queued.loss_fit["target_time"] is None

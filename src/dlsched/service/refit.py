@@ -227,7 +227,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         gap = np.interp(whole[0][seen], p.curve_x, p.curve_y) - whole[1][seen]
         out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80),
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
-                   target_step=p.target_step, curve_rmse=float(np.sqrt(np.mean(gap ** 2))) if gap.size else None)
+                   target_step=p.target_step, target_chance=p.p_reach, curve_rmse=float(np.sqrt(np.mean(gap ** 2))) if gap.size else None)
         if p.fitted is not None:
             out.update(alpha=p.fitted.alpha, drop=p.fitted.c, fitted=p.fitted)
     return out
@@ -314,4 +314,10 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         if rate > 0:
             remaining_s = max(0.0, total - samples_done) / rate
             finish = now + remaining_s if current_workers > 0 else None
+    if loss_fit is not None and target_loss is not None and "target_step" in loss_fit:
+        # when the run reaches its target at the rate it trains now (None: not by the budget, or not training)
+        at = loss_fit["target_step"]
+        ahead = rate or observed_rate(recent)
+        loss_fit.update(target_loss=target_loss, target_time=now + max(0.0, at - steps[-1]) * batch / ahead
+                        if at is not None and ahead and current_workers > 0 else None)
     return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted), speed

@@ -194,7 +194,17 @@ function fitText(fit) {
   if (!fit.curve) return `${optimus} (loss units; fitted by the service's online refit)`;
   const band = fit.final_80 ? ` (80 %: ${fmtNum(fit.final_80[0])}–${fmtNum(fit.final_80[1])})` : "";
   const shape = fit.alpha == null ? "" : `, α ${fmtNum(fit.alpha)}, drop ${fmtNum(fit.drop)}`;
-  return `${esc(fit.model)}: final ${fmtNum(fit.final)}${band} at the budget${shape}; RMSE ${fmtNum(fit.curve_rmse)} on the points it covers (loss units)`;
+  return `${esc(fit.model)}: final ${fmtNum(fit.final)}${band} at the budget${shape}; RMSE ${fmtNum(fit.curve_rmse)} on the points it covers (loss units)${targetText(fit)}`;
+}
+
+// the job's target_loss (spec prediction or param): the step the fit reaches it at, when at today's rate, and the
+// chance it does by the budget (a target inside the 80 % band but past the point prediction: "at the budget")
+function targetText(fit) {
+  if (fit.target_loss == null) return "";
+  if (fit.target_step == null) return `; target loss ${fmtNum(fit.target_loss)} not reached by the budget`;
+  const when = fit.target_time == null ? "" : ` ≈ ${rel(fit.target_time, Date.now() / 1000)}`;
+  const chance = fit.target_chance == null ? "" : `, chance ${Math.round(100 * fit.target_chance)} % by the budget`;
+  return `; target loss ${fmtNum(fit.target_loss)} at step ${Math.round(fit.target_step).toLocaleString()}${when}${chance}`;
 }
 
 function ensembleSection(ens) {
