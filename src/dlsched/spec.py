@@ -52,11 +52,15 @@ def _check_params(v: dict[str, Any]) -> dict[str, Any]:
         if isinstance(x, str) and (len(x) > 256 or any(c in x for c in "\x00\n\r")):
             raise ValueError(f"param {k} must be a single-line string of <= 256 characters")
     if "regime" in v:   # the service reads it (the curve prior's pool): a typo must not pass for scratch
-        from dlsched.perf.prior import REGIMES
-
-        if v["regime"] not in REGIMES:
-            raise ValueError(f"param regime must be one of {', '.join(REGIMES)}, got {v['regime']!r}")
+        _check_regime(v["regime"], "param regime")
     return v
+
+
+def _check_regime(value: Any, what: str) -> None:
+    from dlsched.perf.prior import REGIMES
+
+    if value not in REGIMES:
+        raise ValueError(f"{what} must be one of {', '.join(REGIMES)}, got {value!r}")
 
 
 class SpecError(UserError):
@@ -113,10 +117,8 @@ class PredictionFacts(_Strict):
     @field_validator("regime")
     @classmethod
     def _regime_ok(cls, v: str | None) -> str | None:
-        from dlsched.perf.prior import REGIMES
-
-        if v is not None and v not in REGIMES:
-            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {v!r}")
+        if v is not None:
+            _check_regime(v, "regime")
         return v
 
 

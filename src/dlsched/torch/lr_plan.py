@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-from dlsched.torch.schedule_pace import pace_of
+from dlsched.torch.schedule_pace import pace_of, reference_steps
 from dlsched.train.files import atomic_write_json
 
 log = logging.getLogger("dlsched.torch")
@@ -134,15 +134,14 @@ class LrPlanner:
             lrs = planned_lrs(opt, schedulers, left) * s.factor.at(s.step)
             per_epoch = math.ceil(table.num_samples / batch)
             start = s.step - math.ceil(table.consumed / batch)    # this epoch's first step is start + 1
-            x = [start + e * per_epoch + k for e in range(len(lrs)) for k in sorted({1, per_epoch})]
-            lr = [float(v) for v in lrs for _ in sorted({1, per_epoch})]
+            ends = sorted({1, per_epoch})
+            x = [start + e * per_epoch + k for e in range(len(lrs)) for k in ends]
+            lr = [float(v) for v in lrs for _ in ends]
             keep = [i for i, v in enumerate(x) if v > s.step]
             x, lr = [x[i] for i in keep], [lr[i] for i in keep]
         else:
             reference = s._reference()
-            per_epoch = math.ceil(table.num_samples / reference)
-            done = table.epoch * per_epoch + (per_epoch * table.consumed) // table.num_samples
-            left = s.epochs * per_epoch - done
+            left = s.epochs * math.ceil(table.num_samples / reference) - reference_steps(table, reference, table.consumed)
             if left > MAX_STEPS:
                 return None
             lrs = planned_lrs(opt, schedulers, left) * s.factor.at(s.step)

@@ -41,11 +41,17 @@ class SchedulePace:
         self.last_step = s.step
         if not self.every_step:
             return 1
-        per_epoch = math.ceil(table.num_samples / s._reference())
-        count = lambda done: table.epoch * per_epoch + (per_epoch * done) // table.num_samples  # noqa: E731
+        reference = s._reference()
         if self.base is None:
-            self.base = scheduler.last_epoch - count(table.consumed - s.open["n"])
-        return max(0, self.base + count(table.consumed) - scheduler.last_epoch)
+            self.base = scheduler.last_epoch - reference_steps(table, reference, table.consumed - s.open["n"])
+        return max(0, self.base + reference_steps(table, reference, table.consumed) - scheduler.last_epoch)
+
+
+def reference_steps(table, reference: int, done: int) -> int:
+    """Steps at the ``reference`` batch the run has taken after ``done`` of the epoch now's samples: all of each
+    earlier epoch's ``L = ceil(N/B₀)``, and ``floor(L·done/N)`` of this one's."""
+    per_epoch = math.ceil(table.num_samples / reference)
+    return table.epoch * per_epoch + (per_epoch * done) // table.num_samples
 
 
 _paces: WeakKeyDictionary = WeakKeyDictionary()
