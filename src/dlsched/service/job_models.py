@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+# the fit's first schedule-area filter imports scipy.signal (and scipy.stats): ~0.8 s of CPU that held one
+# scheduling round for 2.6 s on a busy machine, so the service pays it when it loads, not in a round
+import scipy.signal  # noqa: F401
 
 from dlsched.perf.calibration import load_calibration
 from dlsched.perf.prior import REGIMES, FinishedFit, fit_from_record, fit_record, prior_from_fits

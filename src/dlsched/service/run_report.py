@@ -2,7 +2,7 @@
 fits. Used by ``dlsched demo`` (``demo-report/``) and ``bench/service_prediction_error.py``.
 
 Prediction error is measured the way Optimus reports it, at a fixed point of progress: the first prediction
-made once a job is >= 25 % done, compared with when the job actually finished.
+made once a job is >= 25 % done (and before it ended), compared with when the job actually finished.
 """
 from __future__ import annotations
 
@@ -24,8 +24,10 @@ def prediction_table(store: Store, at_fraction: float = 0.25) -> pd.DataFrame:
     """One row per job: actual JCT, prediction made at ``at_fraction`` done, and its relative errors."""
     rows = []
     for j in store.jobs():
+        # a refit stored as the job ended (done 1.0, remaining 0) predicts nothing: it scored a perfect jct_error
         preds = [p for p in store.predictions(j.id) if p["fraction_done"] is not None
-                 and p["fraction_done"] >= at_fraction and p["predicted_finish"] is not None]
+                 and at_fraction <= p["fraction_done"] < 1 and p["predicted_finish"] is not None
+                 and (j.end_time is None or p["time"] < j.end_time)]
         p = preds[0] if preds else None
         row = {"id": j.id, "name": j.name, "state": j.state, "gpus_requested": j.spec.gpus, "elastic": j.spec.elastic,
                "submit_time": j.submit_time, "start_time": j.start_time, "end_time": j.end_time,
