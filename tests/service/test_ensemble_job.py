@@ -1,6 +1,8 @@
 """An ensemble (``kind: ensemble``) as a job of the running service, next to two ordinary jobs: the policy gives it a
 share, FLEET plans flotillas inside it, the share grows when the other jobs finish, and every member converges.
 Real service, real SQLite, real runtime processes (tiny CNNs, few steps)."""
+import time
+
 import httpx
 import pytest
 
@@ -61,7 +63,17 @@ def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_memb
         def plans():
             return [e["detail"] for e in c.get(f"/jobs/{ens}/events").json() if e["kind"] == "job_flotillas"]
 
-        wait_until(lambda: plans(), 300, "the ensemble's first flotillas")
+        def seen() -> list:
+            """What a failed wait shows: every job, the ensemble's events and the end of its log."""
+            return ([(j["name"], j["state"], j["num_gpus"], j["error"]) for j in c.get("/jobs").json()]
+                    + [(round(e["time"] - t0, 1), e["kind"], e["detail"]) for e in c.get(f"/jobs/{ens}/events").json()]
+                    + [c.get(f"/jobs/{ens}/logs").text[-3000:]])
+
+        t0 = time.time()
+        try:
+            wait_until(lambda: plans(), 300, "the ensemble's first flotillas")
+        except AssertionError as e:
+            raise AssertionError([str(e)] + seen()) from None
         assert plans()[0]["share"] == 2                         # 4 slots - 1 - 1 for the ordinary jobs
         assert sum(sum(f["members"].values()) for f in plans()[0]["flotillas"]) <= 2
         shown = c.get(f"/jobs/{ens}").json()["ensemble"]
