@@ -1,9 +1,11 @@
 """An ensemble (``kind: ensemble``) as a job of the running service, next to two ordinary jobs: the policy gives it a
 share, FLEET plans flotillas inside it, the share grows when the other jobs finish, and every member converges.
 Real service, real SQLite, real runtime processes (tiny CNNs, few steps)."""
+import json
 import time
 
 import httpx
+import psutil
 import pytest
 
 from dlsched.paths import REPO_ROOT
@@ -64,14 +66,20 @@ def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_memb
             return [e["detail"] for e in c.get(f"/jobs/{ens}/events").json() if e["kind"] == "job_flotillas"]
 
         def seen() -> list:
-            """What a failed wait shows: every job, the ensemble's events and the end of its log."""
+            """What a failed wait shows: every job, the ensemble's events, the end of its log and its processes."""
+            try:
+                runtime = psutil.Process(json.loads((tmp_path / "state" / "jobs" / str(ens) / "status.json").read_text())["pid"])
+                procs = [(p.pid, p.status(), p.cpu_times()[:2], " ".join(p.cmdline())[-80:])
+                         for p in [runtime, *runtime.children(recursive=True)]]
+            except (OSError, ValueError, KeyError, psutil.Error) as e:
+                procs = [repr(e)]
             return ([(j["name"], j["state"], j["num_gpus"], j["error"]) for j in c.get("/jobs").json()]
                     + [(round(e["time"] - t0, 1), e["kind"], e["detail"]) for e in c.get(f"/jobs/{ens}/events").json()]
-                    + [c.get(f"/jobs/{ens}/logs").text[-3000:]])
+                    + [c.get(f"/jobs/{ens}/logs").text[-3000:]] + procs)
 
         t0 = time.time()
-        try:
-            wait_until(lambda: plans(), 300, "the ensemble's first flotillas")
+        try:   # within the test's 300 s (pytest-timeout), so that a miss shows what the job was doing
+            wait_until(lambda: plans(), 200, "the ensemble's first flotillas")
         except AssertionError as e:
             raise AssertionError([str(e)] + seen()) from None
         assert plans()[0]["share"] == 2                         # 4 slots - 1 - 1 for the ordinary jobs

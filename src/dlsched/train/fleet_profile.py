@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.policy.fleet import ModelProfile
 from dlsched.train.files import atomic_write_json
+from dlsched.train.forking import LAZY_TRAINING_MODULES
 from dlsched.train.flotilla import MemberSpec, _build, bind_device, cifar_train_transform
 
 CACHE_FILE = "fleet_profiles.json"
@@ -34,6 +35,9 @@ PROFILE_TIMEOUT_S = 600.0   # one r(g) measurement: a few steps, seconds on a bu
 # Ranks start from a forkserver, not a fork of the caller: a fork copies the caller's threads' locks and a
 # used OpenMP pool (the service's, the pipeline measurement's), and a forked rank hung in a full test run.
 _CTX = mp.get_context("forkserver")
+# this module (torch with it) and what a rank's first optimizer imports (torch._dynamo, ~2 s of CPU), loaded once in
+# the server, not once per rank: six measurements paid it six times, 20 s before an ensemble's first flotillas
+_CTX.set_forkserver_preload([__name__, *LAZY_TRAINING_MODULES])
 
 
 @dataclass(frozen=True)
