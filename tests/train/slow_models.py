@@ -17,3 +17,15 @@ class SlowWideCNN(WideCNN):
         if self.training:
             time.sleep(self.step_s)
         return super().forward(x)
+
+
+class StallingCNN(WideCNN):
+    """Hangs in its constructor (a profiling rank that never reports), every time or only while ``marker`` does not
+    exist yet (it then creates it: the measurement's second attempt goes through)."""
+
+    def __init__(self, marker: str = "", **kw) -> None:
+        if not marker or not Path(marker).exists():
+            if marker:
+                Path(marker).touch()
+            time.sleep(3600)
+        super().__init__(**kw)

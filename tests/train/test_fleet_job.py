@@ -13,6 +13,7 @@ from dlsched.paths import REPO_ROOT
 from dlsched.policy.fleet import FleetPlan, Flotilla
 from dlsched.train.files import read_progress, read_status, write_control
 from dlsched.train.fleet_job import Share, _Contract, assign_cores, assign_devices, train_ensemble
+from dlsched.train import fleet_profile
 from dlsched.train.fleet_profile import CACHE_FILE, profile_member
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
 from dlsched.train.protocol import EventRecord, Status, StepRecord, is_step
@@ -37,6 +38,26 @@ def test_profiles_are_measured_on_each_slot_count_then_cached_and_say_what_was_m
     assert len(cached) == cores
     again = profile_member(spec, 16, (3, 32, 32), max_gpus=cores, steps=2, scratch=tmp_path)
     assert again.profile.rates == p.profile.rates[:cores]          # from the cache: no new run, same numbers
+
+
+SLOW = REPO_ROOT / "tests" / "train" / "slow_models.py"
+
+
+def test_a_profiling_rank_that_stalls_is_measured_again_and_the_last_stall_fails_in_one_line(tmp_path, monkeypatch,
+                                                                                                capfd):
+    """A rank hung with ~1 s of CPU in a full test run, and its ensemble waited on it (600 s then) past its test's
+    timeout."""
+    monkeypatch.setattr(fleet_profile, "RANK_STALL_S", 12.0)   # the attempt that goes through has 13 s
+    once = MemberSpec("once", f"{SLOW}:StallingCNN", {"marker": str(tmp_path / "stalled"), "width": 4})
+    assert fleet_profile.measure_rate(once, 16, (3, 32, 32), 1, (), 2, tmp_path) > 0
+    assert (tmp_path / "stalled").exists()
+    err = capfd.readouterr().err
+    assert "profiling once on 1 rank(s) gave no rate in 13 s: measuring again" in err
+    monkeypatch.setattr(fleet_profile, "ATTEMPTS", 1)
+    always = MemberSpec("always", f"{SLOW}:StallingCNN", {"width": 4})
+    with pytest.raises(RuntimeError, match=r"^profiling always on 1 rank\(s\) gave no rate in 13 s; gave up after 1 "
+                                           r"attempt\(s\)$"):
+        fleet_profile.measure_rate(always, 16, (3, 32, 32), 1, (), 2, tmp_path)
 
 
 def test_planned_cores_and_devices_become_concrete_assignments():

@@ -8,12 +8,14 @@ devices or cores) is *modelled* -- linear from the largest measured g -- and the
 from __future__ import annotations
 
 import datetime
+import faulthandler
 import hashlib
 import json
 import multiprocessing as mp
 import os
 import platform
 import queue
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,7 +33,11 @@ from dlsched.train.forking import LAZY_TRAINING_MODULES
 from dlsched.train.flotilla import MemberSpec, _build, bind_device, cifar_train_transform
 
 CACHE_FILE = "fleet_profiles.json"
-PROFILE_TIMEOUT_S = 600.0   # one r(g) measurement: a few steps, seconds on a busy machine; never wait forever
+# one r(g) measurement is a few steps: seconds, under a minute on a busy machine. A rank still running after
+# RANK_STALL_S writes its stack to the job's log and the measurement starts again, once: a rank hung with ~1 s of
+# CPU in a full test run, and the ensemble waited on it until its test timed out
+RANK_STALL_S = 90.0
+ATTEMPTS = 2
 # Ranks start from a forkserver, not a fork of the caller: a fork copies the caller's threads' locks and a
 # used OpenMP pool (the service's, the pipeline measurement's), and a forked rank hung in a full test run.
 _CTX = mp.get_context("forkserver")
@@ -78,7 +84,8 @@ def _load_cache(path: Path) -> dict:
 
 
 def _rank_main(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int, rank: int, world: int,
-               rendezvous: str, device: str, out: "mp.Queue") -> None:
+               rendezvous: str, device: str, out: "mp.Queue", stall_s: float) -> None:
+    faulthandler.dump_traceback_later(stall_s)   # stderr: the runtime's, i.e. the job's output.log
     torch.set_num_threads(1)
     dev = bind_device(device)
     if world > 1:
@@ -109,14 +116,27 @@ def _rank_main(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int,
 def measure_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, devices: Sequence[str],
                  steps: int = 4, scratch: Path | None = None) -> float:
     """r(g) from a real run of g forked ranks (one device each when ``devices`` are given)."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return _measure_once(spec, batch, shape, g, devices, steps, scratch)
+        except TimeoutError as e:
+            if attempt == ATTEMPTS:
+                raise RuntimeError(f"{e}; gave up after {ATTEMPTS} attempt(s)") from None
+            print(f"{e}: measuring again (its ranks' stacks are above)", file=sys.stderr, flush=True)
+    raise AssertionError("unreachable")
+
+
+def _measure_once(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, devices: Sequence[str],
+                  steps: int, scratch: Path | None) -> float:
     out = _CTX.Queue()
     rdzv = str((scratch or Path("/tmp")) / f".profile.{os.getpid()}.{uuid.uuid4().hex}")
     procs = [_CTX.Process(target=_rank_main, daemon=True,
-                         args=(spec, batch, shape, steps, r, g, rdzv, devices[r] if devices else "cpu", out))
+                         args=(spec, batch, shape, steps, r, g, rdzv, devices[r] if devices else "cpu", out, RANK_STALL_S))
              for r in range(g)]
     for p in procs:
         p.start()
-    deadline = time.monotonic() + PROFILE_TIMEOUT_S
+    wait_s = 1.1 * RANK_STALL_S   # past the ranks' own stack dump
+    deadline = time.monotonic() + wait_s
     try:
         while True:
             try:
@@ -127,13 +147,14 @@ def measure_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, d
                     raise RuntimeError(f"profiling {spec.name} on {g} rank(s) failed: exit codes "
                                        f"{[p.exitcode for p in procs]}") from None
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"profiling {spec.name} on {g} rank(s) gave no rate in "
-                                       f"{PROFILE_TIMEOUT_S:.0f} s") from None
+                    raise TimeoutError(f"profiling {spec.name} on {g} rank(s) gave no rate in "
+                                       f"{wait_s:.0f} s") from None
     finally:
         for p in procs:
-            p.join(timeout=30)
+            p.join(timeout=0 if time.monotonic() > deadline else 30)
             if p.is_alive():
                 p.kill()
+                p.join()
         Path(rdzv).unlink(missing_ok=True)
     return float(rate)
 
