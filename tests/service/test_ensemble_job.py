@@ -1,7 +1,6 @@
 """An ensemble (``kind: ensemble``) as a job of the running service, next to two ordinary jobs: the policy gives it a
 share, FLEET plans flotillas inside it, the share grows when the other jobs finish, and every member converges.
 Real service, real SQLite, real runtime processes (tiny CNNs, few steps)."""
-import json
 import time
 
 import httpx
@@ -11,6 +10,7 @@ import pytest
 from dlsched.paths import REPO_ROOT
 from dlsched.service.fleet_status import summary
 from dlsched.service.server import Service, free_port
+from dlsched.train.files import read_status
 from dlsched.spec import load_cluster_spec
 from tests.service import policies  # noqa: F401  (test-elastic: min for everyone, the rest to the oldest)
 from tests.service.teardown import stop_service_and_jobs
@@ -68,10 +68,10 @@ def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_memb
         def seen() -> list:
             """What a failed wait shows: every job, the ensemble's events, the end of its log and its processes."""
             try:
-                runtime = psutil.Process(json.loads((tmp_path / "state" / "jobs" / str(ens) / "status.json").read_text())["pid"])
+                runtime = psutil.Process(read_status(tmp_path / "state" / "jobs" / str(ens))["pid"])
                 procs = [(p.pid, p.status(), p.cpu_times()[:2], " ".join(p.cmdline())[-80:])
                          for p in [runtime, *runtime.children(recursive=True)]]
-            except (OSError, ValueError, KeyError, psutil.Error) as e:
+            except (TypeError, KeyError, psutil.Error) as e:   # no status.json yet: None
                 procs = [repr(e)]
             return ([(j["name"], j["state"], j["num_gpus"], j["error"]) for j in c.get("/jobs").json()]
                     + [(round(e["time"] - t0, 1), e["kind"], e["detail"]) for e in c.get(f"/jobs/{ens}/events").json()]
@@ -90,9 +90,8 @@ def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_memb
         gate.touch()                                            # the ordinary jobs finish; the share grows
         try:
             wait_until(lambda: any(p["share"] == 4 for p in plans()), 180, "a re-plan inside the grown share")
-        except AssertionError:
-            raise AssertionError([(j["name"], j["state"], j["num_gpus"], j["error"]) for j in c.get("/jobs").json()]
-                                 + [c.get(f"/jobs/{ens}").json()["allocations"]] + [plans()]
+        except AssertionError as e:
+            raise AssertionError([str(e)] + seen() + [c.get(f"/jobs/{ens}").json()["allocations"]]
                                  + [e for e in c.get("/events").json()][-30:]) from None
 
         def states():
