@@ -1,6 +1,7 @@
 """train/forking.py: a forked child never collects the garbage it inherits (it ran in a fresh interpreter: a test
 process holds garbage of its own), and a worker forked from the local forkserver inherits what a trainer imports
-lazily."""
+lazily and the modules of every user of the forkserver (the launcher's worker, FLEET's profiling rank), whichever
+was imported last."""
 import json
 import subprocess
 import sys
@@ -38,15 +39,18 @@ def test_garbage_is_collected_before_the_fork_and_never_in_the_child(tmp_path):
 
 
 WORKER_INHERITS = '''
-import json, multiprocessing, sys
-import dlsched.train.launcher  # noqa: F401  (sets the forkserver's preload, as a coordinator's import does)
-from dlsched.train import worker_forkserver
-def report(q):
-    q.put({"preloaded": [m for m in LAZY if m in sys.modules]})
+import importlib, json, multiprocessing, sys
+from dlsched.train.forking import LAZY_TRAINING_MODULES as LAZY
+# what each user has its forkserver preload: the launcher its workers' module, FLEET's profiling its own
+PRELOADS = {"dlsched.train.launcher": "dlsched.train.worker", "dlsched.train.fleet_profile": "dlsched.train.fleet_profile"}
+def report(q):   # a spawned server's child imports this file again as __mp_main__: nothing above imports a user
+    q.put({"preloaded": [m for m in [*LAZY, *sorted(PRELOADS.values())] if m in sys.modules]})
 if __name__ == "__main__":
-    from dlsched.train.forking import LAZY_TRAINING_MODULES as LAZY
     assert not [m for m in LAZY if m in sys.modules], "imported before the server starts: the test would prove nothing"
-    worker_forkserver.start_shielded(fork=True)
+    for name in sys.argv[2:]:   # each adds to the forkserver's preload as it is imported, as a coordinator's does
+        importlib.import_module(name)
+    from dlsched.train import worker_forkserver
+    worker_forkserver.start_shielded(fork=sys.argv[1] == "fork")   # fork: the server has what this process has
     ctx = multiprocessing.get_context("forkserver")
     q = ctx.Queue()
     p = ctx.Process(target=report, args=(q,))
@@ -56,10 +60,18 @@ if __name__ == "__main__":
 '''
 
 
-def test_a_forked_worker_inherits_what_its_first_optimizer_would_import(tmp_path):
+def test_a_forked_worker_inherits_what_its_first_optimizer_would_import_and_every_user_module(tmp_path):
     from dlsched.train.forking import LAZY_TRAINING_MODULES
     probe = tmp_path / "probe.py"
     probe.write_text(WORKER_INHERITS)
-    out = subprocess.run([sys.executable, str(probe)], check=True, timeout=120, capture_output=True, text=True)
-    assert json.loads(out.stdout.splitlines()[-1]) == {"preloaded": list(LAZY_TRAINING_MODULES)}
+    out = subprocess.run([sys.executable, str(probe), "fork", "dlsched.train.launcher"], check=True, timeout=120,
+                         capture_output=True, text=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == {"preloaded": [*LAZY_TRAINING_MODULES, "dlsched.train.worker"]}
+    # a server started afresh imports only its preload list: every user's module is on it, whichever came last
+    users = ["dlsched.train.fleet_profile", "dlsched.train.launcher"]
+    for order in (users, users[::-1]):   # each setting the list, the one imported last won
+        out = subprocess.run([sys.executable, str(probe), "spawn", *order], check=True, timeout=120,
+                             capture_output=True, text=True)
+        preloaded = [*LAZY_TRAINING_MODULES, "dlsched.train.fleet_profile", "dlsched.train.worker"]
+        assert json.loads(out.stdout.splitlines()[-1]) == {"preloaded": preloaded}, order
     assert "torch._dynamo" in LAZY_TRAINING_MODULES   # torch.optim.Optimizer.__init__ imports it (torch/_compile.py)

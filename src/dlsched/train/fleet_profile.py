@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dlsched.policy.fleet import ModelProfile
 from dlsched.train.files import atomic_write_json
-from dlsched.train.forking import LAZY_TRAINING_MODULES
+from dlsched.train.forking import preload_in_forkserver
 from dlsched.train.flotilla import MemberSpec, _build, bind_device, cifar_train_transform
 
 CACHE_FILE = "fleet_profiles.json"
@@ -43,7 +43,7 @@ ATTEMPTS = 2
 _CTX = mp.get_context("forkserver")
 # this module (torch with it) and what a rank's first optimizer imports (torch._dynamo, ~2 s of CPU), loaded once in
 # the server, not once per rank: six measurements paid it six times, 20 s before an ensemble's first flotillas
-_CTX.set_forkserver_preload([__name__, *LAZY_TRAINING_MODULES])
+preload_in_forkserver(__name__)
 
 
 @dataclass(frozen=True)

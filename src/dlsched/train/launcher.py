@@ -43,7 +43,7 @@ from typing import Mapping, Protocol
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
 from dlsched.ray.host import NAMESPACE, RAY_NODE_ENV, RAY_NODE_IP_ENV, actor_pid, exit_when_orphaned, host_actor
-from dlsched.train.forking import LAZY_TRAINING_MODULES
+from dlsched.train.forking import preload_in_forkserver, preload_nothing_in_forkserver
 from dlsched.train.protocol import WorkerEnv
 from dlsched.train.script import SCRIPT_WORKER_MODULE, ignore_sigterm, resolve_command
 
@@ -55,7 +55,7 @@ ALIVE_TTL_S = 1.0
 
 _FORKSERVER = multiprocessing.get_context("forkserver")
 # torch and what a worker imports lazily, imported once, not once per worker
-_FORKSERVER.set_forkserver_preload(["dlsched.train.worker", *LAZY_TRAINING_MODULES])
+preload_in_forkserver("dlsched.train.worker")
 
 
 class WorkerHandle(Protocol):
@@ -327,7 +327,7 @@ class RayLauncher:
         self._alive: set[str] = set()
         self._alive_at = -math.inf
         # No worker is forked here: keep the forkserver the coordinator starts from loading torch for nothing.
-        _FORKSERVER.set_forkserver_preload([])
+        preload_nothing_in_forkserver()
 
     def _slots(self) -> dict:
         path = self.job_dir / SLOTS_FILE
