@@ -345,3 +345,39 @@ def test_a_target_loss_gets_the_step_and_the_time_the_run_reaches_it():
     assert low.loss_fit["target_step"] is None and low.loss_fit["target_time"] is None
     queued, _ = predict(recs, 2000.0, 0, 32, 32 * 800, 32 * 300, target_loss=target, schedule="step:400,600:0.1")
     assert queued.loss_fit["target_step"] == fit["target_step"] and queued.loss_fit["target_time"] is None
+
+
+def test_a_batch_change_keeps_the_prediction_of_the_samples_trained():
+    """Real curve (charlm-cosine, batch 32, cosine): the same run reported as if its batch doubled at step 200 (each
+    later step trains two of its steps' samples at twice the LR, the linear rule's factor 2, and the runtime's plan
+    was made at the new batch). The prediction over samples is the fixed-batch run's, its curve and target in the
+    job's own steps; over steps it bent at the change and the LR was flat (final 14 % low, target 20 % early)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    d = pd.read_csv(Path(__file__).resolve().parents[2] / "bench" / "curves" / "charlm-cosine.csv")
+
+    def rec(r, step, batch, factor):
+        return {"time": 1000 + r.wall_s, "step": step, "samples": 32 * int(r.step), "loss": r.train_loss,
+                "lr": r.lr * factor, "lr_factor": factor, "samples_per_s": 100.0, "workers": 1, "batch_size": batch}
+
+    seen, ahead = d[d.step <= 400], d[d.step > 400]
+    fixed = [rec(r, int(r.step), 32, 1.0) for r in seen.itertuples()]
+    doubled = [rec(r, int(r.step), 32, 1.0) if r.step <= 200 else rec(r, 200 + (int(r.step) - 200) // 2, 64, 2.0)
+               for r in seen.itertuples()]
+    plan_fixed = {"step": 400, "batch_size": 32, "steps": ahead.step.tolist(), "lr": ahead.lr.tolist()}
+    plan_doubled = {"step": 300, "batch_size": 64, "samples": 32 * 400, "lr_factor": 2.0,
+                    "steps": (300 + (ahead.step - 400) / 2).tolist(), "lr": (2 * ahead.lr).tolist()}
+    a, _ = predict(fixed, 2000.0, 1, 32, 32 * 800, 32 * 400, lr_plan=plan_fixed, target_loss=1.6)
+    b, _ = predict(doubled, 2000.0, 1, 64, 32 * 800, 32 * 400, lr_plan=plan_doubled, target_loss=1.6)
+    assert b.loss_fit["final"] == pytest.approx(a.loss_fit["final"], rel=1e-9)
+    assert abs(a.loss_fit["final"] / d.train_loss.iloc[-3:].mean() - 1) < 0.05
+    assert b.loss_fit["curve"][-1][0] == pytest.approx(500)                # 300 steps, then 400·32/64 to the budget
+    assert b.loss_fit["target_step"] == pytest.approx(300 + (a.loss_fit["target_step"] - 400) / 2)
+    assert b.total_samples == a.total_samples == 32 * 800
+    # a runtime that does not say its LR rule's factor: no schedule from the LR it logged (constant), still over samples
+    plain = [{k: v for k, v in r.items() if k != "lr_factor"} for r in doubled]
+    c, _ = predict(plain, 2000.0, 1, 64, 32 * 800, 32 * 400, lr_plan=plan_doubled)
+    flat, _ = predict(plain, 2000.0, 1, 64, 32 * 800, 32 * 400, schedule="constant")
+    assert c.loss_fit["curve"][-1][0] == pytest.approx(500) and c.loss_fit["final"] == flat.loss_fit["final"]

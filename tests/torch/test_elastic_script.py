@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from dlsched.service.progress_axis import ProgressAxis
+from dlsched.service.progress_history import ProgressHistory
+from dlsched.service.refit import logged_schedule
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_progress, write_control
+from dlsched.train.files import read_lr_plan, read_progress, write_control
 from tests.train.helpers import REPO, events, finish, wait_for_event, wait_for_step
 
 pytestmark = pytest.mark.slow
@@ -149,6 +152,23 @@ def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
         paced.step()
     assert recs[-1]["lr"] == pytest.approx(paced.get_last_lr()[0] * 2 ** 0.5, rel=1e-6)
     assert recs[-1]["lr"] < 0.05 * max(r["lr"] for r in recs)
+    # each record says the rule's factor in its LR, and the plan (made at step 3, before the change) its samples: the
+    # service reads the script's schedule over samples / the first batch, OneCycleLR's own steps, to the budget's end
+    assert [r["lr_factor"] for r in recs] == pytest.approx([1.0] * changed + [2 ** 0.5] * (len(recs) - changed))
+    plan = read_lr_plan(job_dir)
+    assert (plan["step"], plan["samples"], plan["lr_factor"]) == (3, 3 * BATCH, 1.0)
+    history = ProgressHistory.of(recs[:changed + 2])
+    axis = ProgressAxis.of(history)
+    budget = SAMPLES / BATCH
+    schedule = logged_schedule(history, budget, plan, axis)
+    reference = torch.optim.lr_scheduler.OneCycleLR(
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.01), max_lr=0.01, total_steps=int(budget))
+    want = []
+    for _ in range(int(budget)):
+        want.append(reference.get_last_lr()[0])   # step x's LR: after x - 1 of the schedule's steps
+        reference.optimizer.step()
+        reference.step()
+    assert [schedule.lr(x) for x in range(1, int(budget) + 1)] == pytest.approx(want, rel=1e-6)
 
 
 def test_a_smaller_batch_keeps_a_per_step_schedule_within_its_steps_and_every_sample_once(tmp_path):

@@ -102,3 +102,19 @@ def test_an_lr_plan_that_is_not_well_formed_is_no_plan(tmp_path, bad):
     assert read_lr_plan(tmp_path) is None
     (tmp_path / "lr_plan.json").write_text('{"step": 3, "batch_size": 8, "steps": [4, 5], "lr": [0.1, NaN]}')
     assert read_lr_plan(tmp_path) is None
+
+
+@pytest.mark.parametrize("place, kept", [
+    ({"samples": 24, "lr_factor": 1.5}, True),
+    ({"samples": 24, "lr_factor": 0}, False),        # no factor divides an LR
+    ({"samples": -1, "lr_factor": 1.0}, False),
+    ({"samples": "24", "lr_factor": 1.0}, False),
+    ({"samples": 24}, False),                        # one without the other places nothing
+    ({}, False),                                     # an older runtime's plan
+])
+def test_a_plans_samples_and_lr_factor_are_kept_only_together_and_well_formed(tmp_path, place, kept):
+    """They place the plan at another batch (``service.progress_axis``); without them it is still a plan at its own."""
+    atomic_write_json(tmp_path / "lr_plan.json", {"step": 3, "batch_size": 8, "steps": [4, 5], "lr": [0.1, 0.01], **place})
+    plan = read_lr_plan(tmp_path)
+    assert plan["lr"] == [0.1, 0.01]
+    assert ("samples" in plan and "lr_factor" in plan) == kept and ("samples" in plan or "lr_factor" in plan) == kept

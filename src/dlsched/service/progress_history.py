@@ -3,7 +3,7 @@
 
 The live loop refits a job every round it trained. Read whole from the store and walked record by record, a day
 at one step a second (100 000 rows) cost about 0.5 s of SQLite rows turned into dicts and 0.35 s of per-record
-Python in the refit, per job and 2 s round. The columns cost 12 floats a row, and a round reads only its new rows.
+Python in the refit, per job and 2 s round. The columns cost 13 floats a row, and a round reads only its new rows.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Iterable
 
 import numpy as np
 
-FIELDS = ("time", "step", "epoch", "samples", "loss", "samples_per_s", "workers", "batch_size", "lr", "grad_sqr",
-          "grad_var", "noise_batch")
+FIELDS = ("time", "step", "epoch", "samples", "loss", "samples_per_s", "workers", "batch_size", "lr", "lr_factor",
+          "grad_sqr", "grad_var", "noise_batch")
 INTEGER_FIELDS = frozenset({"step", "epoch", "workers", "batch_size", "noise_batch"})
 
 

@@ -9,7 +9,8 @@ single-worker measurement to separate compute from communication; until a job ha
 Completion is predicted from the work left over the job's wall-clock rate at its current allocation: the
 total work is ``total_samples`` (reported by the runtime, else the spec's hint), or, for a job that stops at
 a ``target_loss`` param, the step at which the schedule-aware loss prediction (``perf.curve_predict``, over
-the job's ``schedule`` param, a SPEC in steps; constant by default) reaches it. The job's ``regime`` param
+the job's ``schedule`` param, a SPEC in steps; constant by default) reaches it. A job whose batch changed is fitted
+over samples / its first batch (``service.progress_axis``), its SPEC in that batch's steps. The job's ``regime`` param
 (scratch, the default, or finetune: ``perf.prior.REGIMES``) picks the shipped curve prior's pool.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dlsched.perf.curve_predict import predict_curve
 from dlsched.perf.fit_window import convex_onset
 from dlsched.perf.schedule import Schedule, parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
+from dlsched.service.progress_axis import ProgressAxis
 from dlsched.service.progress_history import ProgressHistory
 
 RECENT = 200          # the newest measurements describe the job as it runs now
@@ -157,20 +159,36 @@ def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) 
     return (np.bincount(which, k, bins)[keep] / n[keep], np.bincount(which, l, bins)[keep] / n[keep])
 
 
-def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dict | None = None) -> Schedule | None:
-    """The job's own logged LR as its schedule, where it tells the schedule: every record has one and the batch
-    never changed (linear scaling moves the LR with the batch, which is no annealing). After the last step, the
-    runtime's ``plan`` of its schedulers' LR (``dlsched.torch.lr_plan``, made at the same batch), else flat."""
+def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dict | None = None,
+                    axis: ProgressAxis | None = None) -> Schedule | None:
+    """The job's own logged LR as its schedule, where it tells the schedule: every record has one. After the last
+    step, the runtime's ``plan`` of its schedulers' LR (``dlsched.torch.lr_plan``), else flat. While the batch never
+    changed, in steps, the plan made at that batch; after a change, over ``axis`` (``service.progress_axis``), the
+    LR over its LR rule's factor (linear scaling moves the LR with the batch, which is no annealing), so every
+    record must say that factor, and the plan its samples."""
     h = recs if isinstance(recs, ProgressHistory) else ProgressHistory.of(recs)
     steps, lrs, batches = np.nan_to_num(h.column("step")), h.column("lr"), h.column("batch_size")
-    if not len(h) or np.isnan(lrs).any() or len(np.unique(batches)) != 1:   # NaNs are one value to np.unique
+    if not len(h) or np.isnan(lrs).any():
         return None
-    if plan is not None and plan["batch_size"] == batches[0]:
-        past = steps <= plan["step"]
-        steps = np.concatenate([steps[past], plan["steps"]])
-        lrs = np.concatenate([lrs[past], plan["lr"]])
+    planned = None   # (x of the plan's step, x and LR of the steps it plans)
+    if axis is None:
+        if len(np.unique(batches)) != 1:   # NaNs are one value to np.unique
+            return None
+        xs = steps
+        if plan is not None and plan["batch_size"] == batches[0]:
+            planned = plan["step"], np.asarray(plan["steps"], float), np.asarray(plan["lr"], float)
+    else:
+        factors = h.column("lr_factor")
+        if not np.all(factors > 0):   # NaN: a runtime that does not say it
+            return None
+        xs, lrs = axis.x(h.column("samples")), lrs / factors
+        if plan is not None and (plan_x := axis.plan_x(plan)) is not None:
+            planned = plan["samples"] / axis.unit, plan_x, np.asarray(plan["lr"], float) / plan["lr_factor"]
+    if planned is not None:
+        past = xs <= planned[0]
+        xs, lrs = np.concatenate([xs[past], planned[1]]), np.concatenate([lrs[past], planned[2]])
     try:
-        return Schedule.from_points(steps, lrs, budget)
+        return Schedule.from_points(xs, lrs, budget)
     except ValueError:
         return None
 
@@ -233,6 +251,18 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     return out
 
 
+def in_steps(fit: dict, axis: ProgressAxis) -> dict:
+    """A ``fit_loss`` made over ``axis``'s x with its curve and target at the job's steps (what it logs and draws);
+    the Optimus terms stay per x."""
+    out = dict(fit)
+    if fit.get("curve"):
+        curve = np.asarray(fit["curve"], float)
+        out["curve"] = [[float(a), float(b)] for a, b in zip(axis.steps(curve[:, 0]), curve[:, 1])]
+    if fit.get("target_step") is not None:
+        out["target_step"] = float(axis.steps(fit["target_step"]))
+    return out
+
+
 def loss_curve(fit: dict) -> LossCurve:
     return LossCurve(fit["beta0"], fit["beta1"], fit["beta2"], fit["scale"])
 
@@ -286,27 +316,30 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
                           np.array([p.get("batch_size") or 0 for p in recent], float),
                           np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
     speed = with_reported_noise(speed, recent)
-    steps = np.nan_to_num(history.column("step"))
     batch = current_batch or (recent[-1].get("batch_size") if recent else None) or 1
-    # the step budget: the samples still to train at the current batch after the last step
-    budget = steps[-1] + max(0.0, total_hint - samples_done) / batch if total_hint and recent else None
+    # the curve's x: the step, or once the batch changed the samples over the first batch (``service.progress_axis``,
+    # where a SPEC's steps are that batch's); samples_per_x: the samples one x trains from now on
+    axis = ProgressAxis.of(history)
+    xs = np.nan_to_num(history.column("step")) if axis is None else axis.x(history.column("samples"))
+    samples_per_x = batch if axis is None else axis.unit
+    # the budget: the samples still to train after the last step
+    budget = xs[-1] + max(0.0, total_hint - samples_done) / samples_per_x if total_hint and recent else None
     if budget is None and target_loss is not None and recent and schedule in (None, "constant"):
         # a convergence rule at constant LR has no budget; the law in S1 ∝ step does not depend on the
         # horizon, so look 10x the steps so far ahead for the target
-        budget = 10.0 * max(steps[-1], 1.0)
+        budget = 10.0 * max(xs[-1], 1.0)
     if schedule is None and budget:
-        schedule = logged_schedule(history, budget, lr_plan)
-    loss_fit = fit_loss(steps, history.column("loss"),
+        schedule = logged_schedule(history, budget, lr_plan, axis)
+    loss_fit = fit_loss(xs, history.column("loss"),
                         budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior, regime=regime)
     fitted = loss_fit.pop("fitted", None) if loss_fit else None
     total = total_hint
     if total is None and target_loss is not None and loss_fit and recent:
-        # convergence rule: steps until the schedule-aware fit reaches the target (Optimus without a budget),
-        # at the current batch
+        # convergence rule: the samples until the schedule-aware fit reaches the target (Optimus without a budget)
         end = loss_fit.get("target_step") if "model" in loss_fit else \
             loss_curve(loss_fit).steps_to_loss(target_loss / loss_fit["scale"])
         if end is not None and math.isfinite(end):
-            total = samples_done + max(0.0, end - steps[-1]) * batch
+            total = samples_done + max(0.0, end - xs[-1]) * samples_per_x
     frac = min(1.0, samples_done / total) if total else None
     remaining_s = finish = rate = None
     if total and (speed is not None or recent):
@@ -318,6 +351,8 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         # when the run reaches its target at the rate it trains now (None: not by the budget, or not training)
         at = loss_fit["target_step"]
         ahead = rate or observed_rate(recent)
-        loss_fit.update(target_loss=target_loss, target_time=now + max(0.0, at - steps[-1]) * batch / ahead
+        loss_fit.update(target_loss=target_loss, target_time=now + max(0.0, at - xs[-1]) * samples_per_x / ahead
                         if at is not None and ahead and current_workers > 0 else None)
+    if axis is not None and loss_fit is not None:
+        loss_fit = in_steps(loss_fit, axis)
     return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted), speed

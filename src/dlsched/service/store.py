@@ -116,6 +116,11 @@ MIGRATIONS: list[str] = [
     """
     CREATE TABLE finished_fits (job_id INTEGER PRIMARY KEY, fit TEXT NOT NULL);
     """,
+    # 8: the LR rule's factor in a step's LR: across batch changes the schedule is the LR over it
+    # (``service.progress_axis``)
+    """
+    ALTER TABLE progress ADD COLUMN lr_factor REAL;
+    """,
 ]
 
 
@@ -134,8 +139,8 @@ def _insert_prediction(c: sqlite3.Connection, job_id: int, values: tuple) -> Non
               (job_id, *values))
 
 
-_PROGRESS_COLUMNS = ("time, step, epoch, samples, loss, samples_per_s, workers, batch_size, lr, grad_sqr, grad_var, "
-                    "noise_batch")
+_PROGRESS_COLUMNS = ("time, step, epoch, samples, loss, samples_per_s, workers, batch_size, lr, lr_factor, grad_sqr, "
+                    "grad_var, noise_batch")
 
 
 def _progress_rows(c: sqlite3.Connection, job_id: int, after_id: int | None,
@@ -438,10 +443,10 @@ class Store:
         with self._tx():
             c.executemany(
                 "INSERT INTO progress(job_id, time, step, epoch, samples, loss, samples_per_s, workers, batch_size, "
-                "lr, grad_sqr, grad_var, noise_batch) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "lr, lr_factor, grad_sqr, grad_var, noise_batch) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(job_id, s.get("time"), s.get("step"), s.get("epoch"), s.get("samples"), s.get("loss"),
                   s.get("samples_per_s"), s.get("workers"), s.get("batch_size"), _number(s.get("lr")),
-                  *_noise(s.get("grad_noise"))) for s in records])
+                  _number(s.get("lr_factor")), *_noise(s.get("grad_noise"))) for s in records])
             self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
 
     def progress(self, job_id: int, after_id: int | None = None, loss_points: int | None = None) -> list[dict]:

@@ -38,6 +38,7 @@ class LrControl:
         for g in optimizer.param_groups:
             g["lr"] = g["lr"] * f
         s.step_lr = float(optimizer.param_groups[0]["lr"])
+        s.step_lr_factor = f
         for m in s.models:
             m._measure_before_step(s)
         s.scalars.before_optimizer_step(s)  # after the measurement: the local |g|² is final

@@ -126,12 +126,13 @@ class LrPlanner:
 
     @staticmethod
     def plan(s, opt, schedulers: list[LRScheduler], after_epochs: bool) -> dict | None:
-        """``{"step", "batch_size", "steps", "lr"}``: the LR (after the LR rule for the batch now) at session
-        steps after ``step``, to the end of the epoch budget; None beyond ``MAX_STEPS``."""
-        table, batch = s.table, s.global_batch
+        """``{"step", "batch_size", "samples", "lr_factor", "steps", "lr"}``: the LR (after the LR rule's
+        ``lr_factor`` for the batch now) at session steps after ``step`` (``samples`` trained by its end), to the end
+        of the epoch budget; None beyond ``MAX_STEPS``."""
+        table, batch, factor = s.table, s.global_batch, s.factor.at(s.step)
         if after_epochs:   # one LR an epoch: the epoch now's, then each later one's, at its first and last step
             left = s.epochs - table.epoch
-            lrs = planned_lrs(opt, schedulers, left) * s.factor.at(s.step)
+            lrs = planned_lrs(opt, schedulers, left) * factor
             per_epoch = math.ceil(table.num_samples / batch)
             start = s.step - math.ceil(table.consumed / batch)    # this epoch's first step is start + 1
             ends = sorted({1, per_epoch})
@@ -144,12 +145,14 @@ class LrPlanner:
             left = s.epochs * math.ceil(table.num_samples / reference) - reference_steps(table, reference, table.consumed)
             if left > MAX_STEPS:
                 return None
-            lrs = planned_lrs(opt, schedulers, left) * s.factor.at(s.step)
+            lrs = planned_lrs(opt, schedulers, left) * factor
             at = knots(lrs)
             # reference-batch step i comes after i·B₀/B steps at the batch B now (the pace counts samples)
             x = (s.step + 1 + at * reference / batch).tolist()
             lr = [float(v) for v in lrs[at]]
         if not x:
             return None
-        return {"time": time.time(), "step": s.step, "batch_size": batch, "steps": [round(float(v), 3) for v in x],
-                "lr": lr}
+        # samples: the pace counts them, so the plan in samples holds at any later batch (``service.progress_axis``)
+        return {"time": time.time(), "step": s.step, "batch_size": batch,
+                "samples": table.epoch * table.num_samples + table.consumed, "lr_factor": factor,
+                "steps": [round(float(v), 3) for v in x], "lr": lr}

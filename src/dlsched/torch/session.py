@@ -80,6 +80,7 @@ class Session:
         self.noise = GradientNoiseEstimator()
         self.factor = LrFactor()
         self.step_lr: float | None = None
+        self.step_lr_factor: float | None = None   # the LR rule's share of step_lr: the schedule's LR is the rest
         self.setup_s: float | None = None
         self.record = None
         self.step_records = StepRecords()

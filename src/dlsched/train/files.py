@@ -208,7 +208,9 @@ def job_program(entry: str | None, command: list[str] | None) -> str:
 
 def read_lr_plan(job_dir: Path) -> dict | None:
     """DIR/lr_plan.json (``dlsched.torch.lr_plan``) when it is there and well formed: ``step`` and ``batch_size``
-    numbers, ``steps`` increasing past ``step``, one finite ``lr`` >= 0 per step; else None."""
+    numbers, ``steps`` increasing past ``step``, one finite ``lr`` >= 0 per step; else None. ``samples`` (>= 0) and
+    ``lr_factor`` (> 0), which place it at another batch, are dropped unless both are well formed (older runtimes
+    write neither)."""
     try:
         plan = json.loads((Path(job_dir) / "lr_plan.json").read_text())
         x, lr, at = plan["steps"], plan["lr"], float(plan["step"])
@@ -218,7 +220,17 @@ def read_lr_plan(job_dir: Path) -> dict | None:
               and all(a < b for a, b in zip(x, x[1:])) and all(0 <= v < float("inf") for v in lr))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return plan if ok else None
+    if not ok:
+        return None
+    samples, factor = plan.get("samples"), plan.get("lr_factor")
+    if not (_number(samples) and 0 <= samples < float("inf") and _number(factor) and 0 < factor < float("inf")):
+        plan.pop("samples", None)
+        plan.pop("lr_factor", None)
+    return plan
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def read_status(job_dir: Path) -> dict | None:

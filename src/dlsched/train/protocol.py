@@ -172,11 +172,12 @@ class StepRecord(_Record):
     """One line of DIR/progress.jsonl per optimizer step (extra fields: the user's ``report()`` metrics).
 
     ``samples`` counts samples trained in all epochs so far; ``total_samples`` is the job's budget
-    (samples per epoch x epochs), null when it may end sooner; ``lr`` is the LR the step used;
-    ``grad_noise`` is null when the job measures none; ``control_generation`` is the control.json request the group
-    that took the step was formed for (-1: none yet; absent from runtimes that do not say): a group that trains on
-    while a newer request's newcomers prepare tags the older one, so a step under a request proves the group that
-    answers it trains, on its slots and at its size."""
+    (samples per epoch x epochs), null when it may end sooner; ``lr`` is the LR the step used, ``lr_factor`` the LR
+    rule's factor for its batch (``lr`` over it: the schedule's LR); ``grad_noise`` is null when the job measures
+    none; ``control_generation`` is the control.json request the group that took the step was formed for (-1: none
+    yet; absent from runtimes that do not say): a group that trains on while a newer request's newcomers prepare
+    tags the older one, so a step under a request proves the group that answers it trains, on its slots and at its
+    size."""
 
     time: float
     step: int
@@ -188,6 +189,7 @@ class StepRecord(_Record):
     workers: int
     batch_size: int
     lr: float | None = None
+    lr_factor: float | None = None
     per_worker_samples_per_s: list[float] = []
     partition_offsets: list[int] | None = None
     total_samples: int | None = None
