@@ -335,3 +335,43 @@ def test_the_loggers_that_number_the_first_finished_epoch_0_are_read_as_finished
     got, err = predict("own.csv", "loss")
     assert "x_from_zero" not in got and err.count("\n") == 1 and "--x-from-zero" in err
     assert predict("own.csv", "loss", flag=False) == (got, "")   # the user chose: no note
+
+
+def test_a_job_whose_batch_changed_is_predicted_over_its_samples_as_the_same_run_at_one_batch(tmp_path, capsys):
+    """Real curve (charlm-step, 200 of 800 steps at batch 32) written as a job's progress.jsonl whose batch
+    doubled at step 100 (the linear rule's lr_factor 2; the runtime's plan made at the new batch, with its samples).
+    Over samples with its logged LR and plan, the prediction is the one-batch run's; over steps it would bend at the
+    change, and the CLI says so."""
+    from dlsched.train.files import atomic_write_json
+
+    d = pd.read_csv(RUN)
+    seen, ahead = d[d.step <= 200], d[d.step > 200]
+    one, two = tmp_path / "one", tmp_path / "two"
+    for folder, doubled in ((one, False), (two, True)):
+        folder.mkdir()
+        with open(folder / "progress.jsonl", "w") as f:
+            for r in seen.itertuples():
+                later = doubled and r.step > 100
+                f.write(json.dumps({"time": 1000 + r.wall_s, "samples": 32 * int(r.step), "total_samples": 32 * 800,
+                                    "step": 100 + (int(r.step) - 100) // 2 if later else int(r.step),
+                                    "batch_size": 64 if later else 32, "loss": r.loss,
+                                    "lr": r.lr * (2 if later else 1), "lr_factor": 2 if later else 1}) + "\n")
+        step, batch, factor = (150, 64, 2) if doubled else (200, 32, 1)
+        atomic_write_json(folder / "lr_plan.json", {
+            "step": step, "batch_size": batch, "samples": 32 * 200, "lr_factor": factor,
+            "steps": (step + (ahead.step - 200) * 32 / batch).tolist(), "lr": (factor * ahead.lr).tolist()})
+    answers = []
+    for folder in (one, two):
+        assert run_curve(folder / "progress.jsonl", "samples", "loss", None, "lr-column", None, None, 0.95, "loss",
+                         None, None, True, None) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    assert answers[1]["final_value"] == pytest.approx(answers[0]["final_value"], rel=1e-9)
+    assert answers[1]["target_step"] == pytest.approx(answers[0]["target_step"], rel=1e-9)
+    assert answers[0]["budget"] == 32 * 800
+    whole = read_curve(RUN, lr_col="lr")
+    over_samples = read_curve(two / "progress.jsonl", x="samples")
+    assert over_samples.lr.tolist() == pytest.approx(whole.lr.tolist()) and over_samples.lr_x.tolist() == pytest.approx(
+        (32 * whole.lr_x).tolist())
+    over_steps = read_curve(two / "progress.jsonl")
+    assert "the batch changed (32, 64)" in over_steps.note and "--x samples" in over_steps.note
+    assert read_curve(one / "progress.jsonl").note is None

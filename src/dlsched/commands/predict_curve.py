@@ -78,6 +78,8 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     if plot_path is not None:
         check_plot_path(plot_path)
     curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
+    if curve.note:
+        typer.echo(f"note: {curve.note}", err=True)
     # None: as the log's own format says (``zero_based_epochs``); a user's CSV that starts at 0 is told how to choose
     known = curve.epochs_from_zero
     if x_from_zero is None:

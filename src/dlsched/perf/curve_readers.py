@@ -13,8 +13,11 @@
   (``perf.text_logs``; a ``step:N/M`` total is the budget);
 * a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
   ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
-  ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field; a running job's
-  ``lr_plan.json`` beside it adds the LR still to come, ``dlsched.torch.lr_plan``).
+  ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field, the samples budget
+  its ``total_samples``; its ``lr`` is the schedule's, the logged LR over the LR rule's ``lr_factor`` where a
+  record says it; a running job's ``lr_plan.json`` beside it adds the LR still to come,
+  ``dlsched.torch.lr_plan``). A job whose batch changed is read over ``--x samples`` (a step at twice the batch
+  trains twice the samples): over steps, the curve bends at every change (``CurveData.note`` says so).
 
 An epoch x that its logger numbers from 0 (Keras' CSVLogger and TensorBoard ``epoch_*`` tags, timm, Lightning) is
 marked (``CurveData.epochs_from_zero``): ``predict curve`` reads it as finished epochs, x + 1.
@@ -55,6 +58,7 @@ class CurveData:
     # the logger that wrote it, where x is its epoch, it numbers the first finished epoch 0 and the log starts
     # there (``zero_based_epochs``): x + 1 counts finished epochs
     epochs_from_zero: str | None = None
+    note: str | None = None                 # what the reader saw that the user should know (one line)
 
 
 def _record(i: int) -> str:
@@ -140,8 +144,9 @@ def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]
     return pd.DataFrame([h for h in hist if isinstance(h, dict)]), budget
 
 
-def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
-    recs, budget = [], None
+def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Step records and ``metrics`` events as rows; the budget per x it is known in (step, samples)."""
+    recs, budget = [], {}
     # a torn last line is a run still writing: skipped without a warning (stderr is the one error line)
     for r in read_json_lines(path, warn_torn=False):
         # step records, and "metrics" events (a report() outside a step, e.g. an evaluation); other events skip
@@ -150,27 +155,39 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, float | None]:
         flat = {k: v for k, v in r.items() if not isinstance(v, (dict, list)) and k != "event"}
         if isinstance(r.get("metrics"), dict):
             flat.update({k: v for k, v in r["metrics"].items() if not isinstance(v, (dict, list))})
+        if isinstance(r.get("lr"), (int, float)) and isinstance(r.get("lr_factor"), (int, float)) and r["lr_factor"] > 0:
+            flat["lr"] = r["lr"] / r["lr_factor"]
         if isinstance(r.get("budget"), (int, float)):
-            budget = float(r["budget"])
+            budget["step"] = float(r["budget"])
         elif "event" not in r and all(isinstance(r.get(k), (int, float)) for k in ("total_samples", "samples", "step")) \
                 and r.get("batch_size"):
             # train.protocol.StepRecord: the samples still to train at the current batch, after this step
-            budget = r["step"] + max(0, r["total_samples"] - r["samples"]) / r["batch_size"]
+            budget["step"] = r["step"] + max(0, r["total_samples"] - r["samples"]) / r["batch_size"]
+            budget["samples"] = float(r["total_samples"])
         recs.append(flat)
     return pd.DataFrame(recs), budget
 
 
-def _with_lr_plan(df: pd.DataFrame, job_dir: Path) -> pd.DataFrame:
+def _with_lr_plan(df: pd.DataFrame, job_dir: Path, x: str) -> pd.DataFrame:
     """A running job's step records and, as rows with an LR and no metric, its runtime's plan of the LR still to
-    come (``lr_plan.json`` beside them, made at the batch it trains at): what ``--schedule lr-column`` reads."""
+    come (``lr_plan.json`` beside them): what ``--schedule lr-column`` reads. Over steps, a plan made at the batch
+    it trains at; over samples, one that says its samples (the schedulers' pace counts them: it holds at any
+    batch). Its LR over its ``lr_factor`` where it says it, as the records' is."""
     plan = read_lr_plan(job_dir)
-    if plan is None or not {"step", "lr", "batch_size"} <= set(df.columns):
+    if plan is None or not {"step", "lr", "batch_size", x} <= set(df.columns):
         return df
-    trained = df.dropna(subset=["step", "batch_size"])
-    if trained.empty or trained.batch_size.iloc[-1] != plan["batch_size"]:
+    trained = df.dropna(subset=["step", "batch_size", x])
+    if trained.empty:
         return df
-    ahead = [(s, lr) for s, lr in zip(plan["steps"], plan["lr"]) if s > trained.step.max()]
-    return pd.concat([df, pd.DataFrame(ahead, columns=["step", "lr"])], ignore_index=True) if ahead else df
+    steps, lrs = np.asarray(plan["steps"], float), np.asarray(plan["lr"], float) / plan.get("lr_factor", 1.0)
+    if x == "step" and trained.batch_size.iloc[-1] == plan["batch_size"]:
+        at = steps
+    elif x == "samples" and "samples" in plan:
+        at = plan["samples"] + (steps - plan["step"]) * plan["batch_size"]
+    else:
+        return df
+    ahead = [(a, lr) for a, lr in zip(at, lrs) if a > trained[x].max()]
+    return pd.concat([df, pd.DataFrame(ahead, columns=[x, "lr"])], ignore_index=True) if ahead else df
 
 
 def _read_tensorboard(path: Path) -> pd.DataFrame:
@@ -304,12 +321,16 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
     if "tfevents" in path.name:
         return _tensorboard_curve(path, x, y, lr_col, time_col)
     if path.suffix == ".jsonl":
-        df, budget = _read_progress(path)
-        budget = budget if x == "step" else None   # a step budget, meaningless on another x
-        if x == "step":
-            df = _with_lr_plan(df, path.parent)
+        df, budgets = _read_progress(path)
+        budget = budgets.get(x)
+        df = _with_lr_plan(df, path.parent, x)
         if time_col is None and "time" in df.columns:
             time_col = "time"
+        batches = df["batch_size"].dropna().unique() if "batch_size" in df.columns else []
+        if x == "step" and len(batches) > 1:
+            note = (f"the batch changed ({', '.join(f'{b:g}' for b in batches)}): a step is not one amount of "
+                    "training here, so the curve bends at each change; --x samples reads it over the samples trained")
+            return dataclasses.replace(_frame_to_curve(df, src, x, y, lr_col, time_col, budget), note=note)
     elif path.suffix == ".json":
         df, budget = _read_trainer_state(path, x)
     elif path.suffix in (".csv", ".tsv"):
