@@ -29,3 +29,14 @@ class StallingCNN(WideCNN):
                 Path(marker).touch()
             time.sleep(3600)
         super().__init__(**kw)
+
+
+class TeardownHangingCNN(WideCNN):
+    """Its rank's process-group teardown never returns (a rank waiting on a FileStore's file that was removed,
+    DeepSpeed #7941): built inside the profiling rank, it replaces that rank's ``destroy_process_group``."""
+
+    def __init__(self, **kw) -> None:
+        import torch.distributed as dist
+
+        dist.destroy_process_group = lambda *a, **k: time.sleep(3600)
+        super().__init__(**kw)

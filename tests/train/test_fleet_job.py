@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,17 @@ def test_a_profiling_rank_that_stalls_is_measured_again_and_the_last_stall_fails
     with pytest.raises(RuntimeError, match=r"^profiling always on 1 rank\(s\) gave no rate in 13 s; gave up after 1 "
                                            r"attempt\(s\)$"):
         fleet_profile.measure_rate(always, 16, (3, 32, 32), 1, (), 2, tmp_path)
+
+
+def test_a_rank_stuck_in_its_teardown_still_gives_its_rate_and_is_killed(tmp_path, monkeypatch):
+    """Rank 0 sends the rate before the process group's teardown, which can hang; the parent then waits TEARDOWN_S
+    for the ranks, not the stall limit (the rate came after the teardown: every attempt timed out)."""
+    monkeypatch.setattr(fleet_profile, "RANK_STALL_S", 40.0)
+    monkeypatch.setattr(fleet_profile, "TEARDOWN_S", 2.0)
+    spec = MemberSpec("stuck", f"{SLOW}:TeardownHangingCNN", {"width": 4})
+    started = time.monotonic()
+    assert fleet_profile.measure_rate(spec, 16, (3, 32, 32), 2, (), 2, tmp_path) > 0
+    assert time.monotonic() - started < 40.0
 
 
 def test_planned_cores_and_devices_become_concrete_assignments():

@@ -38,6 +38,7 @@ CACHE_FILE = "fleet_profiles.json"
 # CPU in a full test run, and the ensemble waited on it until its test timed out
 RANK_STALL_S = 90.0
 ATTEMPTS = 2
+TEARDOWN_S = 10.0   # after the rate, how long a rank may take to leave before it is killed
 # Ranks start from a forkserver, not a fork of the caller: a fork copies the caller's threads' locks and a
 # used OpenMP pool (the service's, the pipeline measurement's), and a forked rank hung in a full test run.
 _CTX = mp.get_context("forkserver")
@@ -108,9 +109,10 @@ def _rank_main(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int,
         torch.cuda.synchronize(dev)
     if world > 1:
         dist.barrier()
-        dist.destroy_process_group()
-    if rank == 0:
+    if rank == 0:   # before the teardown, which can hang (a FileStore waited on after its file went, DeepSpeed #7941)
         out.put(world * batch * steps / (time.perf_counter() - t0))
+    if world > 1:
+        dist.destroy_process_group()
 
 
 def measure_rate(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, devices: Sequence[str],
@@ -150,8 +152,8 @@ def _measure_once(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, 
                     raise TimeoutError(f"profiling {spec.name} on {g} rank(s) gave no rate in "
                                        f"{wait_s:.0f} s") from None
     finally:
-        for p in procs:
-            p.join(timeout=0 if time.monotonic() > deadline else 30)
+        for p in procs:   # past the rate, a rank has only its teardown left: a few seconds, else it is stuck there
+            p.join(timeout=0 if time.monotonic() > deadline else TEARDOWN_S)
             if p.is_alive():
                 p.kill()
                 p.join()
