@@ -42,7 +42,7 @@ import pandas as pd
 from dlsched.errors import UserError
 from dlsched.perf.profile import csv_line, read_csv_text
 from dlsched.perf.text_logs import read_text_log
-from dlsched.train.files import read_json_lines, read_lr_plan
+from dlsched.train.files import planned_samples, planned_schedule_lr, read_json_lines, read_lr_plan
 
 
 @dataclass(frozen=True)
@@ -179,14 +179,13 @@ def _with_lr_plan(df: pd.DataFrame, job_dir: Path, x: str) -> pd.DataFrame:
     trained = df.dropna(subset=["step", "batch_size", x])
     if trained.empty:
         return df
-    steps, lrs = np.asarray(plan["steps"], float), np.asarray(plan["lr"], float) / plan.get("lr_factor", 1.0)
     if x == "step" and trained.batch_size.iloc[-1] == plan["batch_size"]:
-        at = steps
+        at = plan["steps"]
     elif x == "samples" and "samples" in plan:
-        at = plan["samples"] + (steps - plan["step"]) * plan["batch_size"]
+        at = planned_samples(plan)
     else:
         return df
-    ahead = [(a, lr) for a, lr in zip(at, lrs) if a > trained[x].max()]
+    ahead = [(a, lr) for a, lr in zip(at, planned_schedule_lr(plan)) if a > trained[x].max()]
     return pd.concat([df, pd.DataFrame(ahead, columns=[x, "lr"])], ignore_index=True) if ahead else df
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlsched.service.progress_history import ProgressHistory
+from dlsched.train.files import planned_samples
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,7 @@ class ProgressAxis:
         return np.where(x > x_now, ahead, np.interp(x, self.past_x, self.past_steps))
 
     def plan_x(self, plan: dict) -> np.ndarray | None:
-        """The x of an LR plan's steps (``dlsched.torch.lr_plan``: made at its ``batch_size``, the samples trained
-        by its ``step``); None for a plan that does not say its samples."""
-        if "samples" not in plan:
-            return None
-        planned = np.asarray(plan["steps"], float)
-        return (plan["samples"] + (planned - plan["step"]) * plan["batch_size"]) / self.unit
+        """The x of an LR plan's steps (``train.files.planned_samples``); None for a plan that does not say its
+        samples."""
+        samples = planned_samples(plan)
+        return None if samples is None else self.x(samples)

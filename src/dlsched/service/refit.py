@@ -31,6 +31,7 @@ from dlsched.perf.schedule import Schedule, parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
 from dlsched.service.progress_axis import ProgressAxis
 from dlsched.service.progress_history import ProgressHistory
+from dlsched.train.files import planned_schedule_lr
 
 RECENT = 200          # the newest measurements describe the job as it runs now
 CURVE_BINS = 120      # loss points a curve fit sees at most (means over equal step ranges)
@@ -183,7 +184,7 @@ def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dic
             return None
         xs, lrs = axis.x(h.column("samples")), lrs / factors
         if plan is not None and (plan_x := axis.plan_x(plan)) is not None:
-            planned = plan["samples"] / axis.unit, plan_x, np.asarray(plan["lr"], float) / plan["lr_factor"]
+            planned = axis.x(plan["samples"]), plan_x, np.asarray(planned_schedule_lr(plan))
     if planned is not None:
         past = xs <= planned[0]
         xs, lrs = np.concatenate([xs[past], planned[1]]), np.concatenate([lrs[past], planned[2]])

@@ -154,5 +154,5 @@ class LrPlanner:
             return None
         # samples: the pace counts them, so the plan in samples holds at any later batch (``service.progress_axis``)
         return {"time": time.time(), "step": s.step, "batch_size": batch,
-                "samples": table.epoch * table.num_samples + table.consumed, "lr_factor": factor,
+                "samples": table.trained, "lr_factor": factor,
                 "steps": [round(float(v), 3) for v in x], "lr": lr}

@@ -27,7 +27,7 @@ class StepRecords:
         setup_s, s.setup_s = s.setup_s, None
         per_worker = [k / max(t, 1e-9) for k, t in zip(s.local_batches, times)] if times else []
         return {"time": time.time(), "step": s.step, **self._context,
-                "samples": table.epoch * table.num_samples + table.consumed, "loss": metrics.pop("loss", None),
+                "samples": table.trained, "loss": metrics.pop("loss", None),
                 "samples_per_s": n / max(wall, 1e-9), "lr": s.step_lr, "lr_factor": s.step_lr_factor,
                 "per_worker_samples_per_s": per_worker,
                 "table": list(table.offsets), "setup_s": setup_s, "metrics": metrics}

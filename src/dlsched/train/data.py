@@ -56,6 +56,11 @@ class PartitionTable:
         return sum(self.offsets)
 
     @property
+    def trained(self) -> int:
+        """Samples trained in every epoch so far (a step record's ``samples``)."""
+        return self.epoch * self.num_samples + self.consumed
+
+    @property
     def remaining(self) -> int:
         return self.num_samples - self.consumed
 

@@ -233,6 +233,20 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def planned_samples(plan: dict) -> list[float] | None:
+    """The samples trained by the end of each of a ``read_lr_plan`` plan's steps (at its ``batch_size`` from the
+    ``samples`` of its ``step``): where it lies at any batch, the schedulers' pace counting samples; None for a
+    plan that does not say its samples."""
+    if "samples" not in plan:
+        return None
+    return [plan["samples"] + (x - plan["step"]) * plan["batch_size"] for x in plan["steps"]]
+
+
+def planned_schedule_lr(plan: dict) -> list[float]:
+    """A plan's LR over its LR rule's ``lr_factor`` (1 where it does not say it): the schedule's LR."""
+    return [v / plan.get("lr_factor", 1.0) for v in plan["lr"]]
+
+
 def read_status(job_dir: Path) -> dict | None:
     """DIR/status.json, or None while it does not exist yet or cannot be read."""
     try:

@@ -244,7 +244,7 @@ class Worker:
                 times = reduced[3:]
                 self.store.queue_push(PROGRESS_QUEUE, json.dumps({
                     "time": time.time(), "step": step, "epoch": table.epoch, "generation": gen,
-                    "samples": table.epoch * table.num_samples + table.consumed, "loss": step_loss,
+                    "samples": table.trained, "loss": step_loss,
                     "samples_per_s": n_total / wall, "workers": world, "batch_size": global_batch,
                     "lr": self.optimizer.param_groups[0]["lr"],
                     "per_worker_samples_per_s": [len(s) / max(t, 1e-9) for s, t in zip(shares, times)],
