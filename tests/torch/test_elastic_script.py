@@ -136,8 +136,8 @@ def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
     # OneCycleLR's own value, recovered from the step before and after, is scaled by sqrt(2) at the new batch
     sched_lr = torch.optim.lr_scheduler.OneCycleLR(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.01),
                                                    max_lr=0.01, total_steps=SAMPLES // BATCH)
-    lrs = []
-    for _ in range(len(recs)):
+    lrs = []   # step k's LR (k from 1): after k - 1 of the schedule's steps
+    for _ in range(SAMPLES // BATCH):
         lrs.append(sched_lr.get_last_lr()[0])
         sched_lr.optimizer.step()
         sched_lr.step()
@@ -159,16 +159,8 @@ def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
     assert (plan["step"], plan["samples"], plan["lr_factor"]) == (3, 3 * BATCH, 1.0)
     history = ProgressHistory.of(recs[:changed + 2])
     axis = ProgressAxis.of(history)
-    budget = SAMPLES / BATCH
-    schedule = logged_schedule(history, budget, plan, axis)
-    reference = torch.optim.lr_scheduler.OneCycleLR(
-        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.01), max_lr=0.01, total_steps=int(budget))
-    want = []
-    for _ in range(int(budget)):
-        want.append(reference.get_last_lr()[0])   # step x's LR: after x - 1 of the schedule's steps
-        reference.optimizer.step()
-        reference.step()
-    assert [schedule.lr(x) for x in range(1, int(budget) + 1)] == pytest.approx(want, rel=1e-6)
+    schedule = logged_schedule(history, SAMPLES / BATCH, plan, axis)
+    assert [schedule.lr(x) for x in range(1, SAMPLES // BATCH + 1)] == pytest.approx(lrs, rel=1e-6)
 
 
 def test_a_smaller_batch_keeps_a_per_step_schedule_within_its_steps_and_every_sample_once(tmp_path):

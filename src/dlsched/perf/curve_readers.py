@@ -316,7 +316,7 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
             raise UserError(f"{path}: no {', '.join(FOLDER_LOGS)}, checkpoint-N/trainer_state.json or TensorBoard "
                             "events inside")
         return _tensorboard_curve(path, x, y, lr_col, time_col)
-    src, budget = str(path), None
+    src, budget, note = str(path), None, None
     if "tfevents" in path.name:
         return _tensorboard_curve(path, x, y, lr_col, time_col)
     if path.suffix == ".jsonl":
@@ -329,7 +329,6 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         if x == "step" and len(batches) > 1:
             note = (f"the batch changed ({', '.join(f'{b:g}' for b in batches)}): a step is not one amount of "
                     "training here, so the curve bends at each change; --x samples reads it over the samples trained")
-            return dataclasses.replace(_frame_to_curve(df, src, x, y, lr_col, time_col, budget), note=note)
     elif path.suffix == ".json":
         df, budget = _read_trainer_state(path, x)
     elif path.suffix in (".csv", ".tsv"):
@@ -343,7 +342,7 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
                             "trainer_state.json or TensorBoard events)")
         if time_col is None and "time" in df.columns and y in df.columns:
             time_col = "time"   # MLPerf's time_ms, or a logged time: the speed without a --time-col
-    return _frame_to_curve(df, src, x, y, lr_col, time_col, budget)
+    return dataclasses.replace(_frame_to_curve(df, src, x, y, lr_col, time_col, budget), note=note)
 
 
 def seconds_per_x(curve: CurveData, window: int = 20) -> float | None:
