@@ -138,6 +138,8 @@ def test_serve_without_options_runs_on_this_machine_and_a_busy_port_is_one_line(
         token = (tmp_path / "state" / "token").read_text().strip()     # generated 0600 on the first start
         nodes = httpx.get(f"http://127.0.0.1:{port}/cluster", headers={"Authorization": f"Bearer {token}"}).json()["nodes"]
         assert len(nodes) == 1 and nodes[0]["gpus"] >= 1
+        n, kind = nodes[0]["gpus"], ("CPU slot" if nodes[0]["gpu_type"] == "slot" else f"{nodes[0]['gpu_type']} GPU")
+        assert f"cluster this machine, {n} {kind}{'' if n == 1 else 's'}, policy " in proc.stdout.readline()
         again = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--port", str(port),
                                 "--state-dir", str(tmp_path / "other")], capture_output=True, text=True, timeout=60)
         assert again.returncode == 2 and again.stdout == ""

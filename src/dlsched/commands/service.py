@@ -345,7 +345,8 @@ def register(app: typer.Typer) -> None:
         auth = "no authentication (--no-auth)" if svc.token is None else \
             f"token in {token_file or ('$DLSCHED_TOKEN' if token else svc.token_file)}"
         slots = sum(n.gpus for n in spec.nodes)
-        where = f"{cluster}" if cluster else f"this machine, {slots} {spec.nodes[0].gpu_type} slot(s)"
+        kind = "CPU slot" if spec.nodes[0].gpu_type == "slot" else f"{spec.nodes[0].gpu_type} GPU"   # local_cluster_spec
+        where = f"{cluster}" if cluster else f"this machine, {slots} {kind}{'' if slots == 1 else 's'}"
         print(f"dlsched service: API {svc.url}  dashboard {svc.url}/dashboard/\n"
               f"  cluster {where}, policy {spec.policy}, state in {state_dir}, {auth}", flush=True)
         # uvicorn re-raises the signal it stopped on after its shutdown: SIGTERM killed the process before anything
