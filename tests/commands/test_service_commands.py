@@ -208,7 +208,7 @@ def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
         kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
         assert "resize_requested" in kinds
         # the job's batch range bounds a resize's batch: a batch above max_batch_size was held (only the global MAX_BATCH bounded it)
-        r = cli("resize", str(job), "--workers", "2", "--batch", "65", svc=svc)
+        r = cli("resize", str(job), "--gpus", "2", "--batch-size", "65", svc=svc)   # submit's and the spec's names
         assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
         assert "batch_size: 65 is above the job's max_batch_size=64 (its spec allows 16..64)" in r.stderr, r.stderr
         assert c.get(f"/jobs/{job}").json()["requested_batch"] == 64

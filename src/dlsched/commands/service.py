@@ -491,8 +491,10 @@ def register(app: typer.Typer) -> None:
             fail("; ".join(ended))
 
     @app.command()
-    def resize(job_id: int, workers: int = typer.Option(..., "--workers", "-n", help="workers (GPU slots) to hold the job at"),
-               batch: Optional[int] = typer.Option(None, "--batch", help="global batch size to hold it at"),
+    def resize(job_id: int, workers: int = typer.Option(..., "--workers", "--gpus", "-n",
+                                                        help="workers (GPU slots) to hold the job at; --gpus as in submit"),
+               batch: Optional[int] = typer.Option(None, "--batch", "--batch-size",
+                                                   help="global batch size to hold it at (the spec's batch_size)"),
                server: Optional[str] = SERVER_OPT) -> None:
         """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus and
         min_batch_size..max_batch_size (its batch_size where no range); the next round applies it."""
