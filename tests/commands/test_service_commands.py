@@ -1,6 +1,7 @@
 """The operator's commands as a user runs them (separate processes, piped at 80 columns) against a real service."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -72,6 +73,7 @@ def test_every_table_fits_80_columns_without_cutting_a_cell_and_every_json_parse
     assert json.loads(cli("history", "--state", "cancelled", "--json", svc=svc).stdout)[0]["id"] == ids[2]
     listed = cli("events", svc=svc).stdout          # checkpoints are summarised, not listed one by one
     assert "checkpoint event(s) not shown" in listed and " job_checkpoint " not in listed
+    assert '"time": "20' in listed and not re.search(r'"time": \d', listed), listed   # ISO like --json's, not epoch
     assert " job_checkpoint " in cli("events", "--all", svc=svc, columns=200).stdout
     events = json.loads(cli("events", "--json", "--type", "finished", svc=svc).stdout)
     assert events and all(e["kind"] == "finished" for e in events)
