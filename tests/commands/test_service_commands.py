@@ -67,6 +67,14 @@ def test_every_table_fits_80_columns_without_cutting_a_cell_and_every_json_parse
 
     jobs = json.loads(cli("status", "--json", svc=svc).stdout)
     assert [j["id"] for j in jobs] == ids
+    assert [j["id"] for j in json.loads(cli("status", str(ids[2]), str(ids[0]), "--json", svc=svc).stdout)] == \
+        [ids[0], ids[2]]                                  # like squeue -j: only the jobs named
+    one = cli("status", str(ids[1]), svc=svc).stdout
+    assert "long-running-job" in one and "quick-job" not in one, one
+    r = cli("status", "999", svc=svc)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", "error: job 999: no such job\n"), r
+    r = cli("status", str(ids[0]), "--active", svc=svc)
+    assert r.returncode == 2 and r.stderr == f"error: job {ids[0]}: not queued or running (--active)\n", r
     assert jobs[0]["end_time"].endswith("+00:00") and "T" in jobs[0]["submit_time"]   # ISO 8601, not epoch floats
     hist = json.loads(cli("history", "--json", svc=svc).stdout)
     assert {j["state"] for j in hist} == {"finished", "cancelled"}

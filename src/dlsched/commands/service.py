@@ -15,7 +15,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import httpx
 import typer
@@ -134,13 +134,13 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     return rows
 
 
-def watch_piped(client: "Client", query: dict, interval: float, wide: bool) -> None:
-    """``status -w`` into a pipe or file, like ``kubectl get -w``: the table once, then each job whose state,
-    GPUs, batch or reason changed, as it changes (progress alone is not news), until interrupted."""
+def watch_piped(fetch: Callable[[], list[dict]], interval: float, wide: bool) -> None:
+    """``status -w`` into a pipe or file, like ``kubectl get -w``: the table of ``fetch()``'s jobs once, then each
+    job whose state, GPUs, batch or reason changed, as it changes (progress alone is not news), until interrupted."""
     seen: dict[str, tuple] = {}
     try:
         while True:
-            rows = job_rows(client.get("/jobs", params=query))
+            rows = job_rows(fetch())
             now = {r[0]: (r[2], r[3], r[4], r[10]) for r in rows}   # ID -> STATE, GPUS, BATCH, REASON
             changed = [r for r in rows if seen.get(r[0]) != now[r[0]]]
             if changed:
@@ -149,6 +149,17 @@ def watch_piped(client: "Client", query: dict, interval: float, wide: bool) -> N
             time.sleep(interval)
     except KeyboardInterrupt:
         pass
+
+
+def only_jobs(jobs: list[dict], ids: list[int] | None, all_jobs: bool) -> list[dict]:
+    """``jobs`` cut to ``ids`` (all where none); an id the service does not list is one line naming it."""
+    if not ids:
+        return jobs
+    listed = {j["id"] for j in jobs}
+    missing = [i for i in ids if i not in listed]
+    if missing:
+        raise UserError(f"job {missing[0]}: " + ("no such job" if all_jobs else "not queued or running (--active)"))
+    return [j for j in jobs if j["id"] in set(ids)]
 
 
 def print_jobs(rows: list[list[str]], title: str | None, wide: bool) -> None:
@@ -413,7 +424,8 @@ def register(app: typer.Typer) -> None:
             print_json(out)
 
     @app.command()
-    def status(server: Optional[str] = SERVER_OPT, watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C (piped: print each change)"),
+    def status(job_ids: Optional[list[int]] = typer.Argument(None, help="only these jobs (like squeue -j)"),
+               server: Optional[str] = SERVER_OPT, watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C (piped: print each change)"),
                interval: float = typer.Option(1.0, help="--watch refresh (s)"),
                all_jobs: bool = typer.Option(True, "--all/--active", help="include ended jobs"),
                as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
@@ -422,22 +434,26 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--interval {interval}: expected a positive number of seconds")
         client = Client(server)
         query = {} if all_jobs else {"state": "queued,running,rescaling"}
+
+        def fetch() -> list[dict]:
+            return only_jobs(client.get("/jobs", params=query), job_ids, all_jobs)
+
         if as_json:
-            print_json(client.get("/jobs", params=query))
+            print_json(fetch())
             return
         if not watch:
-            print_jobs(job_rows(client.get("/jobs", params=query)), "dlsched jobs", wide)
+            print_jobs(job_rows(fetch()), "dlsched jobs", wide)
             return
         from rich.console import Console
         from rich.live import Live
 
         con = Console()
         if not con.is_terminal:   # piped, Live drew once at exit (nothing when killed): print what changes instead
-            return watch_piped(client, query, interval, wide)
+            return watch_piped(fetch, interval, wide)
         with Live(console=con, refresh_per_second=4) as live:
             try:
                 while True:
-                    live.update(jobs_table(client.get("/jobs", params=query), width=con.width, wide=wide))
+                    live.update(jobs_table(fetch(), width=con.width, wide=wide))
                     time.sleep(interval)
             except KeyboardInterrupt:
                 pass
