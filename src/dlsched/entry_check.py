@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dlsched.errors import UserError
+from dlsched.numbers import is_number
 from dlsched.spec import SpecError
 
 
@@ -122,7 +123,7 @@ def _simple_type(node: ast.expr | None) -> tuple[str, ...] | None:
 
 def _fits(value: Any, *names: str) -> bool:
     kinds = {"int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-             "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+             "float": is_number,
              "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str), "None": lambda v: v is None}
     return any(kinds[n](value) for n in names)
 

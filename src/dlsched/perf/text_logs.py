@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from dlsched.errors import UserError
+from dlsched.numbers import is_number
 
 MLLOG_PREFIX = ":::MLLOG"
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -46,11 +47,11 @@ def _mllog_rows(path: Path, lines: list[str]) -> pd.DataFrame:
         except json.JSONDecodeError as e:
             raise UserError(f"{path}: line {n}: not a valid {MLLOG_PREFIX} record ({e.msg})") from None
         value = event.get("value") if isinstance(event, dict) else None
-        if not _is_number(value) or not isinstance(event.get("key"), str):
+        if not is_number(value) or not isinstance(event.get("key"), str):
             continue   # run_start, submission info, hyper-parameters given as strings
         meta = event.get("metadata") if isinstance(event.get("metadata"), dict) else {}
-        row = {k: v for k, v in meta.items() if _is_number(v)}
-        if _is_number(event.get("time_ms")):
+        row = {k: v for k, v in meta.items() if is_number(v)}
+        if is_number(event.get("time_ms")):
             row["time"] = event["time_ms"] / 1000.0
         row[event["key"]] = value
         rows.append(row)
@@ -70,7 +71,3 @@ def _pair_rows(lines: list[str], x: str) -> tuple[pd.DataFrame, float | None]:
         if row:
             rows.append(row)
     return pd.DataFrame(rows), budget
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)

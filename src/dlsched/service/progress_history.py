@@ -12,6 +12,8 @@ from typing import Iterable
 
 import numpy as np
 
+from dlsched.numbers import is_number
+
 FIELDS = ("time", "step", "epoch", "samples", "loss", "samples_per_s", "workers", "batch_size", "lr", "lr_factor",
           "grad_sqr", "grad_var", "noise_batch")
 INTEGER_FIELDS = frozenset({"step", "epoch", "workers", "batch_size", "noise_batch"})
@@ -59,7 +61,7 @@ class ProgressHistory:
 
 
 def _number(v) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+    return float(v) if is_number(v) else math.nan
 
 
 def _value(field: str, v: float):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from dlsched.numbers import is_number
 from dlsched.service.private_files import private_file, tighten
 from dlsched.spec import JobSpec
 
@@ -162,7 +163,7 @@ def _progress_rows(c: sqlite3.Connection, job_id: int, after_id: int | None,
 
 
 def _number(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+    return float(x) if is_number(x) else None
 
 
 def _noise(noise: Any) -> tuple[float | None, float | None, int | None]:

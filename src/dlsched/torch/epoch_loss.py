@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from dlsched.numbers import is_number
+
 
 class EpochLoss:
     def __init__(self, sums: list[float] | None = None):
@@ -19,8 +21,7 @@ class EpochLoss:
 
     def add(self, loss, samples: int, step: int) -> None:
         """Step ``step``'s reported loss (None or not a finite number: not counted)."""
-        number = isinstance(loss, (int, float)) and not isinstance(loss, bool)
-        if step == self.last_step or not number or not math.isfinite(loss):
+        if step == self.last_step or not is_number(loss) or not math.isfinite(loss):
             return
         self.total, self.samples, self.last_step = self.total + float(loss) * samples, self.samples + samples, step
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
 from dlsched.errors import UserError
+from dlsched.numbers import is_number
 
 log = logging.getLogger("dlsched.train")
 
@@ -223,14 +224,10 @@ def read_lr_plan(job_dir: Path) -> dict | None:
     if not ok:
         return None
     samples, factor = plan.get("samples"), plan.get("lr_factor")
-    if not (_number(samples) and 0 <= samples < float("inf") and _number(factor) and 0 < factor < float("inf")):
+    if not (is_number(samples) and 0 <= samples < float("inf") and is_number(factor) and 0 < factor < float("inf")):
         plan.pop("samples", None)
         plan.pop("lr_factor", None)
     return plan
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def planned_samples(plan: dict) -> list[float] | None:

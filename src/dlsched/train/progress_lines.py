@@ -9,6 +9,7 @@ import time
 from typing import IO
 
 from dlsched.display import human_duration
+from dlsched.numbers import is_number
 from dlsched.perf.efficiency import GradientNoise
 
 _EVENTS = {
@@ -41,7 +42,7 @@ _EVENTS = {
 
 
 def _num(x) -> str:
-    return f"{x:.4g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
+    return f"{x:.4g}" if is_number(x) else "-"
 
 
 def step_line(r: dict) -> str:
