@@ -82,6 +82,19 @@ def test_overview_shows_who_holds_which_gpus(tmp_path):
     assert (detail["predicted_start"], detail["predicted_finish"], detail["fit"]) == (65.0, 90.0, None)
 
 
+
+def test_the_job_page_gets_an_optimus_fit_drawn_at_the_steps_where_the_batch_changed(tmp_path):
+    """The page draws the Optimus terms over steps; a job whose batch changed was fitted per reference step, so the
+    service sends the curve at its steps (``refit.in_steps``) and the page draws that instead."""
+    store = Store(tmp_path / "db.sqlite")
+    a = store.submit(JobSpec(name="alpha", entry="x.py:make_job", gpus=1), now=0.0)
+    fit = {"beta0": 0.01, "beta1": 0.7, "beta2": 0.07, "scale": 1.4, "rmse": 0.01}
+    store.add_prediction(a, 1.0, None, None, None, None, fit | {"optimus_steps": [[1.0, 2.0], [9.0, 1.5]]})
+    assert job_detail(store, a)["fit"]["optimus_steps"] == [[1.0, 2.0], [9.0, 1.5]]
+    store.add_prediction(a, 2.0, None, None, None, None, fit)   # one batch: the page draws the terms over steps
+    assert "optimus_steps" not in job_detail(store, a)["fit"]
+
+
 # ----------------------------------------------------------------------------- in the browser
 
 def _chromium(url: str, tmp: Path, *extra: str, budget_ms: int = 4000) -> str:

@@ -381,3 +381,24 @@ def test_a_batch_change_keeps_the_prediction_of_the_samples_trained():
     c, _ = predict(plain, 2000.0, 1, 64, 32 * 800, 32 * 400, lr_plan=plan_doubled)
     flat, _ = predict(plain, 2000.0, 1, 64, 32 * 800, 32 * 400, schedule="constant")
     assert c.loss_fit["curve"][-1][0] == pytest.approx(500) and c.loss_fit["final"] == flat.loss_fit["final"]
+
+
+def test_an_optimus_fit_without_a_budget_is_drawn_at_the_steps_of_a_job_whose_batch_changed():
+    """No budget: only the Optimus terms, fitted per reference step (samples over the first batch). The dashboard and
+    the report drew them over the job's steps, so after the batch doubled the drawn curve ran at half the pace of
+    the points; ``optimus_steps`` is the fit at the job's own steps."""
+    from dlsched.service.refit import loss_curve
+
+    recs = records(1, 32, 0.1, n=40) + records(1, 64, 0.1, n=40, t0=4.0, s0=32 * 40, k0=40)
+    for r in recs:   # the loss of the samples trained, as a batch change leaves it
+        x = r["samples"] / 32
+        r["loss"] = 1.0 / (0.01 * x + 0.5) + 0.1
+    pred, _ = predict(recs, now=9.0, current_workers=1, current_batch=64, total_hint=None, samples_done=recs[-1]["samples"])
+    fit = pred.loss_fit
+    assert "curve" not in fit and fit["optimus_steps"][0][0] == 1
+    k, drawn = np.array(fit["optimus_steps"]).T
+    assert k[-1] == pytest.approx(80 + (1.6 * 120 + 1 - 120) / 2)     # to 1.6 times its x, a step per 2 x from now
+    at = np.interp([20, 60, 80], k, drawn)
+    truth = [1.0 / (0.01 * x + 0.5) + 0.1 for x in (20, 80, 120)]      # x at steps 20, 60, 80
+    assert at == pytest.approx(truth, rel=0.01)
+    assert abs(loss_curve(fit).raw_loss(80) - truth[2]) > 0.05         # the terms over steps: far off at step 80

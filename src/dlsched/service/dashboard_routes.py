@@ -44,6 +44,8 @@ def loss_fit_of(prediction: dict | None) -> dict | None:
     if fit is None or "beta0" not in fit:     # none yet, or stored by an older service version
         return None
     out = {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]}
+    if fit.get("optimus_steps"):   # a job whose batch changed: the terms are per reference step (refit.in_steps)
+        out["optimus_steps"] = fit["optimus_steps"]
     if fit.get("curve"):  # the schedule-aware prediction to the job's budget (service.refit.fit_loss)
         out.update({k: fit.get(k) for k in ("model", "curve", "final", "final_80", "alpha", "drop", "curve_rmse",
                                             "target_loss", "target_step", "target_time", "target_chance")})

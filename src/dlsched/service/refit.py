@@ -252,13 +252,19 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     return out
 
 
-def in_steps(fit: dict, axis: ProgressAxis) -> dict:
-    """A ``fit_loss`` made over ``axis``'s x with its curve and target at the job's steps (what it logs and draws);
-    the Optimus terms stay per x."""
+OPTIMUS_DRAWN_AHEAD = 1.6   # how far past the last x an Optimus fit without a budget is drawn (the dashboard's own reach)
+
+
+def in_steps(fit: dict, axis: ProgressAxis, x_last: float) -> dict:
+    """A ``fit_loss`` made over ``axis``'s x with its curve and target at the job's steps (what it logs and draws).
+    The Optimus terms stay per x: without a budget's curve, ``optimus_steps`` draws them at the job's steps."""
     out = dict(fit)
     if fit.get("curve"):
         curve = np.asarray(fit["curve"], float)
         out["curve"] = [[float(a), float(b)] for a, b in zip(axis.steps(curve[:, 0]), curve[:, 1])]
+    else:
+        xs = np.linspace(axis.past_x[0], OPTIMUS_DRAWN_AHEAD * x_last + 1, 121)   # steps before the first: unknown
+        out["optimus_steps"] = [[float(a), float(b)] for a, b in zip(axis.steps(xs), loss_curve(fit).raw_loss(xs))]
     if fit.get("target_step") is not None:
         out["target_step"] = float(axis.steps(fit["target_step"]))
     return out
@@ -355,5 +361,5 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         loss_fit.update(target_loss=target_loss, target_time=now + max(0.0, at - xs[-1]) * samples_per_x / ahead
                         if at is not None and ahead and current_workers > 0 else None)
     if axis is not None and loss_fit is not None:
-        loss_fit = in_steps(loss_fit, axis)
+        loss_fit = in_steps(loss_fit, axis, float(xs[-1]))
     return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted), speed

@@ -126,9 +126,13 @@ def loss_fits(store: Store, path: Path) -> None:
             pts = np.array(fits[-1]["curve"])
             ax.plot(pts[:, 0], pts[:, 1], "-", label=f"{fits[-1]['model']} fit + prediction to the budget")
         elif fits and len(k):
-            curve = loss_curve(fits[-1])
-            kk = np.linspace(k.min(), k.max(), 200)
-            ax.plot(kk, curve.raw_loss(kk), "-", label=f"Optimus fit (rmse {fits[-1]['rmse']:.3g}, normalised)")
+            if fits[-1].get("optimus_steps"):   # the batch changed: the terms are per reference step (refit.in_steps)
+                kk, ll = np.array(fits[-1]["optimus_steps"]).T
+                kk, ll = kk[kk <= k.max()], ll[kk <= k.max()]
+            else:
+                kk = np.linspace(k.min(), k.max(), 200)
+                ll = loss_curve(fits[-1]).raw_loss(kk)
+            ax.plot(kk, ll, "-", label=f"Optimus fit (rmse {fits[-1]['rmse']:.3g}, normalised)")
         ax.set_title(f"job {j.id} {j.name}", fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylabel("loss")

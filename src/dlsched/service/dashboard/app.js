@@ -161,9 +161,13 @@ async function jobPage(view, id) {
   if (fit && fit.curve) {
     series.push({ label: `fitted ${fit.model} curve + prediction to the budget`, kind: "line", colour: "#dc2626", points: fit.curve });
   } else if (fit) {
-    const last = Math.max(...d.curve.map((c) => c.step)), [b0, b1, b2] = fit.beta, pts = [];
+    const last = Math.max(...d.curve.map((c) => c.step)), [b0, b1, b2] = fit.beta;
     const end = last * 1.6 + 1;
-    for (let i = 0; i <= 120; i++) { const k = (end * i) / 120; pts.push([k, fit.scale * (1 / (b0 * k + b1) + b2)]); }
+    let pts = fit.optimus_steps;   // drawn by the service where the batch changed: its terms are not per step
+    if (!pts) {
+      pts = [];
+      for (let i = 0; i <= 120; i++) { const k = (end * i) / 120; pts.push([k, fit.scale * (1 / (b0 * k + b1) + b2)]); }
+    }
     series.push({ label: "fitted Optimus curve 1/(β0·k+β1)+β2", kind: "line", colour: "#dc2626", points: pts });
   }
   const kv = [["state", `<span class="state ${j.state}">${j.state}</span>`], [j.spec.command ? "command" : "entry", esc(j.spec.command ? j.spec.command.join(" ") : j.spec.entry)], ["GPUs held / requested", `${j.num_gpus} / ${j.spec.gpus}`],
