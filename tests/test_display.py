@@ -1,6 +1,6 @@
 from rich.console import Console
 
-from dlsched.display import Column, make_table
+from dlsched.display import Column, make_table, readable_numbers
 
 
 def render(table, width: int) -> str:
@@ -37,3 +37,11 @@ def test_json_output_shows_every_time_of_a_job_and_its_prediction_as_iso_8601():
     assert shown["submit_time"] == "1970-01-01T00:00:00+00:00" and p["forecast_time"] == "1970-01-01T00:01:00+00:00"
     assert p["policy_finish"].startswith("1970-01-01T00:02:00") and p["loss_fit"]["target_time"] == "1970-01-01T01:00:00+00:00"
     assert p["loss_fit"]["target_step"] == 400
+
+
+def test_readable_numbers_keep_four_significant_digits_and_every_whole_unit():
+    detail = {"mean_loss": 0.9764092975012859, "rate": 14918.039354368873, "samples": 1437.0, "lr": 1.5e-05,
+              "flotillas": [{"rate": 123.456, "members": {"m": 1}}], "ok": True, "gap": -0.000123456}
+    assert readable_numbers(detail) == {"mean_loss": 0.9764, "rate": 14918.0, "samples": 1437.0, "lr": 1.5e-05,
+                                        "flotillas": [{"rate": 123.5, "members": {"m": 1}}], "ok": True,
+                                        "gap": -0.0001235}

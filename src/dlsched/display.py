@@ -61,6 +61,18 @@ def local_clock(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%H:%M:%S")
 
 
+def readable_numbers(obj: Any, digits: int = 4) -> Any:
+    """A copy with each fractional float to ``digits`` significant digits, or to its units where it is larger:
+    a person reads 0.9764 and 14918.0, not 0.9764092975012859 and 14918.039354368873 (``--json`` keeps them)."""
+    if isinstance(obj, dict):
+        return {k: readable_numbers(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [readable_numbers(x, digits) for x in obj]
+    if isinstance(obj, float) and math.isfinite(obj) and obj != 0 and not obj.is_integer():
+        return round(obj, max(0, digits - 1 - math.floor(math.log10(abs(obj)))))
+    return obj
+
+
 def with_iso_times(obj: Any) -> Any:
     """A copy of an API answer with every known time field as ISO 8601 (UTC)."""
     if isinstance(obj, dict):

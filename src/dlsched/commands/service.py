@@ -22,7 +22,7 @@ import typer
 import yaml
 from rich.markup import escape
 
-from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, table, with_iso_times
+from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, readable_numbers, table, with_iso_times
 from dlsched.errors import UserError
 from dlsched.service.fleet_status import summary
 from dlsched.service.store import ACTIVE, TERMINAL
@@ -227,7 +227,7 @@ NOISY_EVENTS = frozenset({"job_checkpoint"})   # the runtime's "checkpoint", as 
 
 def event_rows(rows: list[dict]) -> list[list[str]]:
     return [[local_clock(e["time"]), str(e["job_id"]) if e["job_id"] is not None else "-", e["kind"],
-             escape(json.dumps(with_iso_times(e["detail"]), separators=(", ", ": ")))] for e in rows]
+             escape(json.dumps(readable_numbers(with_iso_times(e["detail"])), separators=(", ", ": ")))] for e in rows]
 
 
 def filter_events(rows: list[dict], kinds: list[str], since: float | None, with_noisy: bool) -> tuple[list[dict], dict]:
