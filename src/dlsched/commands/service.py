@@ -22,7 +22,8 @@ import typer
 import yaml
 from rich.markup import escape
 
-from dlsched.display import Column, fail, human_duration, local_clock, make_table, print_json, readable_numbers, table, with_iso_times
+from dlsched.display import (Column, fail, human_duration, local_clock, make_table, print_json, readable_numbers, table,
+                             with_iso_times)
 from dlsched.errors import UserError
 from dlsched.service.fleet_status import summary
 from dlsched.service.store import ACTIVE, TERMINAL
@@ -153,13 +154,10 @@ def watch_piped(fetch: Callable[[], list[dict]], interval: float, wide: bool) ->
 
 def only_jobs(jobs: list[dict], ids: list[int] | None, all_jobs: bool) -> list[dict]:
     """``jobs`` cut to ``ids`` (all where none); an id the service does not list is one line naming it."""
-    if not ids:
-        return jobs
-    listed = {j["id"] for j in jobs}
-    missing = [i for i in ids if i not in listed]
+    missing = [i for i in ids or [] if i not in {j["id"] for j in jobs}]
     if missing:
         raise UserError(f"job {missing[0]}: " + ("no such job" if all_jobs else "not queued or running (--active)"))
-    return [j for j in jobs if j["id"] in set(ids)]
+    return [j for j in jobs if not ids or j["id"] in ids]
 
 
 def print_jobs(rows: list[list[str]], title: str | None, wide: bool) -> None:
@@ -435,14 +433,16 @@ def register(app: typer.Typer) -> None:
         client = Client(server)
         query = {} if all_jobs else {"state": "queued,running,rescaling"}
 
-        def fetch() -> list[dict]:
-            return only_jobs(client.get("/jobs", params=query), job_ids, all_jobs)
+        jobs = only_jobs(client.get("/jobs", params=query), job_ids, all_jobs)   # an id not listed: one line, once
+
+        def fetch() -> list[dict]:   # -w: a job named that ended under --active leaves the table, not the watch
+            return [j for j in client.get("/jobs", params=query) if not job_ids or j["id"] in job_ids]
 
         if as_json:
-            print_json(fetch())
+            print_json(jobs)
             return
         if not watch:
-            print_jobs(job_rows(fetch()), "dlsched jobs", wide)
+            print_jobs(job_rows(jobs), "dlsched jobs", wide)
             return
         from rich.console import Console
         from rich.live import Live
