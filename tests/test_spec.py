@@ -47,8 +47,11 @@ def test_rigid_spec_is_not_elastic():
     ("name: a\nentry: m:f\nmax_gpu: 2", "field max_gpu: Extra inputs are not permitted (got 2); did you mean 'max_gpus'?"),
     ("name: a b\nentry: m:f", "field name: String should match pattern"),
     ("name: a\nentry: 'rm -rf /; x:y'", "field entry"),
-    ("name: a\nentry: m:f\ngpus: 2\nmax_gpus: 1", "must lie in [min_gpus=2, max_gpus=1]"),
-    ("name: a\nentry: m:f\nmin_gpus: 3\nmax_gpus: 1", "field (top level): Value error, min_gpus=3 > max_gpus=1"),
+    # the bound given, not "must lie in [min_gpus=2, max_gpus=1]" of a min_gpus the user never gave
+    ("name: a\nentry: m:f\ngpus: 2\nmax_gpus: 1", "job.yaml: gpus=2 is above max_gpus=1"),
+    ("name: a\nentry: m:f\ngpus: 1\nmin_gpus: 2", "job.yaml: gpus=1 is below min_gpus=2"),
+    # a rule across fields names them: was "field (top level): Value error, min_gpus=3 > max_gpus=1"
+    ("name: a\nentry: m:f\nmin_gpus: 3\nmax_gpus: 1", "job.yaml: min_gpus=3 > max_gpus=1"),
     ("name: a\nentry: m:f\ngpus: 4\nmin_gpus: 1\nmax_gpus: 2", "gpus=4 must lie in [min_gpus=1, max_gpus=2]"),
     ("name: a\nentry: m:f\nmin_batch_size: 64", "min_batch_size and max_batch_size go together"),
     ("name: a\nentry: m:f\nmin_batch_size: 64\nmax_batch_size: 32", "min_batch_size=64 > max_batch_size=32"),
@@ -56,12 +59,12 @@ def test_rigid_spec_is_not_elastic():
     ("name: a\nentry: m:f\nparams: {lr: [1, 2]}", "param lr must be a number, bool or string"),
     ("name: a\nentry: m:f\nparams: {'bad key': 1}", "is not an identifier"),
     # prediction facts: the service's predictions read them, so a typo must not pass for "none given"
-    ("name: a\ncommand: [python, t.py]\nprediction: {schedule: cosin}", "field prediction.schedule: Value error, "
+    ("name: a\ncommand: [python, t.py]\nprediction: {schedule: cosin}", "field prediction.schedule: "
      "schedule 'cosin': unknown"),
     ("name: a\ncommand: [python, t.py]\nprediction: {schedule: 'step:30:0'}", "field prediction.schedule"),
     ("name: a\ncommand: [python, t.py]\nprediction: {schedule: lr-column}", "lr-column is what a job without a "
      "schedule gets"),
-    ("name: a\ncommand: [python, t.py]\nprediction: {regime: fine}", "field prediction.regime: Value error, "
+    ("name: a\ncommand: [python, t.py]\nprediction: {regime: fine}", "field prediction.regime: "
      "regime must be one of scratch, finetune, got 'fine'"),
     ("name: a\ncommand: [python, t.py]\nprediction: {target_loss: .nan}", "field prediction.target_loss: Input "
      "should be a finite number"),

@@ -173,8 +173,10 @@ class JobSpec(_Strict):
         # an inverted range said "gpus=3 must lie in [min_gpus=3, max_gpus=1]", of a gpus the user never gave
         if self.min_gpus is not None and self.max_gpus is not None and lo > hi:
             raise ValueError(f"min_gpus={lo} > max_gpus={hi}")
-        if not lo <= self.gpus <= hi:
-            raise ValueError(f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
+        if not lo <= self.gpus <= hi:   # the bound given, not one derived from gpus itself
+            raise ValueError(f"gpus={self.gpus} is above max_gpus={hi}" if self.gpus > hi and self.min_gpus is None else
+                             f"gpus={self.gpus} is below min_gpus={lo}" if self.max_gpus is None else
+                             f"gpus={self.gpus} must lie in [min_gpus={lo}, max_gpus={hi}]")
         if self.strategy == "allreduce" and (self.servers is not None or self.sync != "sync" or self.sparse):
             raise ValueError("servers, sync and sparse are parameter-server fields: set strategy: ps")
         if self.checkpoint_uri is not None and (self.strategy != "allreduce" or self.kind != "train"):
@@ -250,7 +252,8 @@ _SHORT = reprlib.Repr()   # Python 3.11's Repr takes no keyword arguments
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 2, 60, 60, 40
 
 
-def _one_line(err: ValidationError, source: str, model: type[BaseModel]) -> str:
+def one_line(err: ValidationError, source: str, model: type[BaseModel]) -> str:
+    """A document's validation error as the one line a user gets: the field, what is wrong, the value given."""
     errors = err.errors(include_url=False)
     # a misspelt field is the cause of the "Field required" beside it, which pydantic lists first
     e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
@@ -259,8 +262,10 @@ def _one_line(err: ValidationError, source: str, model: type[BaseModel]) -> str:
     if len(value) > 60:
         value = value[:57] + "..."
     more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    msg = e["msg"].replace("\n", " ")
-    got = "" if e["type"] in ("missing",) or e["loc"] == () else f" (got {value})"
+    msg = e["msg"].replace("\n", " ").removeprefix("Value error, ")   # pydantic's name for our own ValueError
+    if e["loc"] == ():   # a rule across fields (a range): its message names them
+        return f"{source}: {msg}{more}"
+    got = "" if e["type"] in ("missing",) else f" (got {value})"
     return f"{source}: field {where}: {msg}{got}{_did_you_mean(e, errors, model)}{more}"
 
 
@@ -289,7 +294,7 @@ def _validate(model: type[BaseModel], doc: Any, source: str):
     try:
         return model.model_validate(doc, strict=True)
     except ValidationError as e:
-        raise SpecError(_one_line(e, source, model)) from None
+        raise SpecError(one_line(e, source, model)) from None
 
 
 def load_job_spec(data: bytes | str, source: str = "job spec", fmt: str | None = None) -> JobSpec:

@@ -27,8 +27,8 @@ def test_example_spec_is_valid():
 
 @pytest.mark.parametrize("body, message", [
     ("models: []\n", "field models: List should have at least 1 item"),
-    ("models:\n  - {name: a, model: 'm.py:A', lr: -1}\n", "field models.0.lr: Input should be greater than 0, got -1"),
-    ("models:\n  - {name: a, model: 'm.py:A'}\nbatch_size: '64'\n", "field batch_size: Input should be a valid integer, got '64'"),
+    ("models:\n  - {name: a, model: 'm.py:A', lr: -1}\n", "field models.0.lr: Input should be greater than 0 (got -1)"),
+    ("models:\n  - {name: a, model: 'm.py:A'}\nbatch_size: '64'\n", "field batch_size: Input should be a valid integer (got '64')"),
     ("models:\n  - {name: a, model: 'm.py:A'}\n  - {name: a, model: 'm.py:B'}\n", "repeated: a"),
     ("models:\n  - {name: a, model: 'm.py:A', colour: red}\n", "field models.0.colour: Extra inputs are not permitted"),
     ("models: [\n", "line 2: invalid YAML"),

@@ -85,7 +85,7 @@ def test_a_script_job_states_its_schedule_and_target_loss_on_the_command_line(tm
     try:
         r = cli("submit", "--schedule", "cosin", "--", "python", "train.py")
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert "field prediction.schedule: Value error, schedule 'cosin': unknown" in r.stderr
+        assert "field prediction.schedule: schedule 'cosin': unknown" in r.stderr
         assert svc.store.count() == 0
         r = cli("submit", "--schedule", "cosine:warmup=50", "--target-loss", "1.5", "--", "python", "train.py")
         assert r.returncode == 0 and r.stdout.strip() == "submitted job 1 (train)", r.stderr

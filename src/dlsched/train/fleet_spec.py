@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from dlsched.documents import read_yaml_file
 from dlsched.errors import UserError
+from dlsched.spec import one_line
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
 
 
@@ -117,10 +118,7 @@ def load_spec(path: Path) -> EnsembleSpec:
     try:
         return EnsembleSpec.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        value = f", got {err['input']!r}" if "input" in err and not isinstance(err["input"], dict) else ""
-        raise UserError(f"{path}: field {field}: {err['msg']}{value}") from None
+        raise UserError(one_line(e, str(path), EnsembleSpec)) from None
 
 
 def load_data(spec: EnsembleSpec, base_dir: Path) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
