@@ -11,6 +11,7 @@ Usage: python contract_runtime.py --job-dir D --entry X --workers N [--batch-siz
 
 ``abandon_grows=K``: the first K grows are given up as a real runtime gives up one whose new workers never
 join (a ``resize_abandoned`` event naming the control generation; the old workers train on).
+``hold=PATH``: no step while PATH exists (a test keeps the job running across what it does, whatever the load).
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ def main() -> int:
     params = dict(p.split("=", 1) for p in a.param)
     n_samples, step_s = int(params.get("n_samples", 400)), float(params.get("step_s", 0.05))
     abandon_grows = int(params.get("abandon_grows", 0))
+    hold = Path(params["hold"]) if params.get("hold") else None
     if n_samples < 1:
         print(f"contract runtime: n_samples={n_samples} must be >= 1", file=sys.stderr)
         return 3
@@ -89,6 +91,8 @@ def main() -> int:
             _atomic(d / "status.json", {"state": "running", "pid": os.getpid(), "workers": workers,
                                         "error": None, "worker_pids": [p.pid for p in procs]})
         time.sleep(step_s)
+        while hold is not None and hold.exists():
+            time.sleep(0.05)
         ids = list(range(state["offset"], min(state["offset"] + batch, n_samples)))
         with open(log_path, "a") as f:
             f.write(" ".join(map(str, ids)) + "\n")

@@ -380,20 +380,47 @@ def test_an_abandoned_grow_gives_back_the_gpus_reserved_for_it_and_the_job_train
     assert wait_free(4) == 4
 
 
-def test_service_restart_reattaches_the_running_job(make_service):
+def test_service_restart_reattaches_the_running_job(make_service, tmp_path):
     svc, c = make_service("test-fifo")
-    a = submit(c, name="long", gpus=2, params={"n_samples": 400, "step_s": 0.05})
+    hold = tmp_path / "hold"   # the job's 25 steps take ~1 s: held, it still runs when the new service looks
+    a = submit(c, name="long", gpus=2, params={"n_samples": 400, "step_s": 0.05, "hold": str(hold)})
     wait_job(c, a, lambda j: j["state"] == "running" and j["samples"] > 0, what="running with progress")
+    hold.touch()
     job_dir = svc.state_dir / "jobs" / str(a)
     pid = json.loads((job_dir / "status.json").read_text())["pid"]
     make_service.close(svc)
     svc2, c2 = make_service("test-fifo")                   # same state dir, fresh service and loop
+    _wait(lambda: any(e["kind"] == "reattached" for e in c2.get(f"/jobs/{a}/events").json()), "the job reattached",
+          timeout=120)
+    hold.unlink()
     wait_job(c2, a, lambda j: j["state"] == "finished", what="finished after restart")
     kinds = [e["kind"] for e in c2.get(f"/jobs/{a}/events").json()]
     assert "reattached" in kinds and kinds.count("running") == 1       # adopted, never restarted
     assert json.loads((job_dir / "status.json").read_text())["pid"] == pid
     assert sorted(samples_seen(job_dir)) == list(range(400))
 
+
+def test_a_job_that_finished_while_no_service_ran_is_recorded_once_and_frees_its_slots(make_service, request, tmp_path):
+    """On Ray its detached placement groups outlived the service: the restarted one read the job finished from its
+    folder and never removed them, so its 2 slots stayed reserved for good (the next test found 2 of 4 free)."""
+    svc, c = make_service("test-fifo")
+    hold = tmp_path / "hold"
+    hold.touch()
+    a = submit(c, name="short", gpus=2, params={"n_samples": 64, "step_s": 0.05, "hold": str(hold)})
+    wait_job(c, a, lambda j: j["state"] == "running", what="running")
+    job_dir = svc.state_dir / "jobs" / str(a)
+    make_service.close(svc)
+    hold.unlink()
+    _wait(lambda: json.loads((job_dir / "status.json").read_text())["state"] == "finished",
+          "the job finished with no service")
+    pid = json.loads((job_dir / "status.json").read_text())["pid"]
+    _wait(lambda: not process_alive(pid), "its coordinator exited")   # else the new service adopts it still running
+    svc2, c2 = make_service("test-fifo")
+    wait_job(c2, a, lambda j: j["state"] == "finished", what="recorded finished after the restart")
+    assert [e["kind"] for e in c2.get(f"/jobs/{a}/events").json()].count("finished") == 1
+    assert sorted(samples_seen(job_dir)) == list(range(64))
+    if request.node.callspec.params["make_service"] == "ray":
+        assert wait_free(4) == 4
 
 def test_a_fenced_runtime_is_gone_not_failed(backend, tmp_path):
     """A coordinator that finds its job folder held (a lost node's coordinator its guard has not ended yet) exits

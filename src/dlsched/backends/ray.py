@@ -326,7 +326,10 @@ class RayBackend(Backend):
         return now - job.runner_died_at < NODE_DEATH_SLACK * self.ray_nodes.death_detection_s()
 
     def attach(self, job_id: int, job_dir: Path) -> bool:
-        """Re-adopt a job started by an earlier service process: its detached actor and slots live on."""
+        """Re-adopt a job started by an earlier service process: its detached actor and slots live on. A runtime
+        that ended while no service watched is adopted too: ``poll`` reports how it ended and frees its slots,
+        which nothing else would (detached groups outlive every service). Where its actor is gone, its groups are
+        removed here."""
         from ray.util.placement_group import get_placement_group, placement_group_table
 
         if job_id in self._jobs:
@@ -335,8 +338,11 @@ class RayBackend(Backend):
             info = json.loads((Path(job_dir) / "launch.json").read_text())
             if info.get("backend") != "ray":
                 return False
-            runner = self._ray.get_actor(info["actor"], namespace=NAMESPACE)
-            if self._ray.get(runner.returncode.remote(), timeout=10) is not None:
+            try:
+                runner = self._ray.get_actor(info["actor"], namespace=NAMESPACE)
+                self._ray.get(runner.returncode.remote(), timeout=10)
+            except (ValueError, self._ray.exceptions.ActorDiedError):   # no such actor, or it died
+                self._remove_groups(Path(job_dir))
                 return False
             spec = json.loads((Path(job_dir) / SLOTS_FILE).read_text())
 
@@ -357,6 +363,26 @@ class RayBackend(Backend):
         self._jobs[job_id] = RayJob(job_id, Path(job_dir), int(spec["generation"]), slots, runner, runner_node,
                                      retired=retired)
         return True
+
+    def _remove_groups(self, job_dir: Path) -> None:
+        """The placement groups a job folder's slot file names (its slots, retired ones too), where they exist."""
+        from ray.util.placement_group import get_placement_group
+
+        try:
+            spec = json.loads((job_dir / SLOTS_FILE).read_text())
+            names = [s["group"] for s in spec["slots"]] + list(spec.get("retired", []))
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        groups = []
+        for name in names:
+            try:
+                groups.append(get_placement_group(name))
+            except (ValueError, KeyError):   # removed already
+                pass
+        if groups:
+            log.warning("job folder %s: its runner actor is gone; removing its %d placement group(s)", job_dir,
+                        len(groups))
+            self.reserver.release(groups)
 
     def _where(self, slots: Sequence[Slot]) -> dict[str, int]:
         names = {**self._known_alive, **self.ray_nodes.names()}
