@@ -12,6 +12,7 @@ Usage: python contract_runtime.py --job-dir D --entry X --workers N [--batch-siz
 ``abandon_grows=K``: the first K grows are given up as a real runtime gives up one whose new workers never
 join (a ``resize_abandoned`` event naming the control generation; the old workers train on).
 ``hold=PATH``: no step while PATH exists (a test keeps the job running across what it does, whatever the load).
+``fail=1``: after its last step the job fails (status.json ``failed``, exit 1) instead of finishing.
 """
 from __future__ import annotations
 
@@ -108,6 +109,10 @@ def main() -> int:
         t_last = now
     for p in procs:
         p.kill()
+    if params.get("fail") == "1":
+        _atomic(d / "status.json", {"state": "failed", "pid": os.getpid(), "workers": workers,
+                                    "error": "contract runtime: failed as asked (fail=1)"})
+        return 1
     with open(prog, "a") as f:
         f.write(json.dumps({"event": "finished", "time": time.time()}) + "\n")
     _atomic(d / "status.json", {"state": "finished", "pid": os.getpid(), "workers": workers, "error": None})
