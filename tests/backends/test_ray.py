@@ -23,6 +23,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from dlsched.backends.base import Launch  # noqa: E402
 from dlsched.backends.ray import STOP_GRACE_S, RayBackend  # noqa: E402
+from dlsched.ray.host import NAMESPACE  # noqa: E402
 from dlsched.service.server import Service, free_port  # noqa: E402
 from tests.service.teardown import stop_service_and_jobs  # noqa: E402
 from tests.waiting import process_alive  # noqa: E402
@@ -419,6 +420,8 @@ def test_a_job_that_ended_while_no_service_ran_is_recorded_once_and_frees_its_sl
           f"the job {outcome} with no service")
     pid = json.loads((job_dir / "status.json").read_text())["pid"]
     _wait(lambda: not process_alive(pid), "its coordinator exited")   # else the new service adopts it still running
+    if request.node.callspec.params["make_service"] == "ray" and outcome == "failed":   # its runner actor gone too
+        ray.kill(ray.get_actor(json.loads((job_dir / "launch.json").read_text())["actor"], namespace=NAMESPACE), no_restart=True)
     svc2, c2 = make_service("test-fifo")
     deadline = time.monotonic() + 120
     while c2.get(f"/jobs/{a}").json()["state"] != outcome:

@@ -275,8 +275,10 @@ class RayBackend(Backend):
         and the runtime resumes from its checkpoint) or when this service never started it."""
         self._check_nodes()
         job = self._jobs.get(job_id)
-        if job is None and not self.attach(job_id, job_dir):
+        if job is None and not self.attach(job_id, job_dir):   # its runner actor is gone: its folder says how it ended
             status = read_status(job_dir) or {}
+            if status.get("state") == "failed":   # as the local backend's: a failure stands, it is not run again
+                return PollResult("failed", status.get("error") or "failed" + output_tail(job_dir))
             return PollResult("finished") if status.get("state") == "finished" else PollResult("gone")
         job = self._jobs[job_id]
         if job.lost:
