@@ -165,3 +165,12 @@ def output_tail(job_dir: Path, n: int = 1) -> str:
     except OSError:
         return ""
     return (": " + " | ".join(lines[-n:])[:300]) if lines else ""
+
+
+def ended_unwatched(job_dir: Path) -> PollResult:
+    """A job no live process of this service's backend runs: how its folder says it ended. A failure stands (it
+    is not run again); 'gone' (resumed from its checkpoint) where it neither finished nor failed."""
+    status = read_status(job_dir) or {}
+    if status.get("state") == "failed":
+        return PollResult("failed", status.get("error") or "failed" + output_tail(job_dir))
+    return PollResult("finished" if status.get("state") == "finished" else "gone")

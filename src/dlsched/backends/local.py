@@ -26,8 +26,8 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, output_tail, read_status,
-                                   runtime_command, write_control)
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched, output_tail,
+                                   read_status, runtime_command, write_control)
 from dlsched.paths import pythonpath_with_src
 from dlsched.spec import NodeSpec
 from dlsched.faults import fault_point
@@ -276,12 +276,7 @@ class LocalBackend(Backend):
     def poll(self, job_id: int, job_dir: Path) -> PollResult:
         proc, ps = self._procs.get(job_id), self._attached.get(job_id)
         if proc is None and ps is None and not self.attach(job_id, job_dir):
-            status = read_status(job_dir) or {}
-            if status.get("state") == "finished":
-                return PollResult("finished")
-            if status.get("state") == "failed":   # it failed while no service watched: was re-queued and run again
-                return PollResult("failed", status.get("error") or "failed" + output_tail(job_dir))
-            return PollResult("gone")
+            return ended_unwatched(job_dir)   # its failure while no service watched once read as gone: run again
         proc, ps = self._procs.get(job_id), self._attached.get(job_id)
         if _alive(proc, ps):
             return PollResult("running")

@@ -50,9 +50,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, output_tail, read_status,
-                                   runtime_command, write_control)
-from dlsched.backends.ray_job import RayJob
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched, output_tail,
+                                   read_status, runtime_command, write_control)
+from dlsched.backends.ray_job import RayJob, slot_file_groups
 from dlsched.backends.ray_nodes import RayNodes
 from dlsched.backends.ray_slots import Slot, SlotReserver
 from dlsched.paths import pythonpath_with_src
@@ -275,11 +275,8 @@ class RayBackend(Backend):
         and the runtime resumes from its checkpoint) or when this service never started it."""
         self._check_nodes()
         job = self._jobs.get(job_id)
-        if job is None and not self.attach(job_id, job_dir):   # its runner actor is gone: its folder says how it ended
-            status = read_status(job_dir) or {}
-            if status.get("state") == "failed":   # as the local backend's: a failure stands, it is not run again
-                return PollResult("failed", status.get("error") or "failed" + output_tail(job_dir))
-            return PollResult("finished") if status.get("state") == "finished" else PollResult("gone")
+        if job is None and not self.attach(job_id, job_dir):   # its runner actor is gone
+            return ended_unwatched(job_dir)
         job = self._jobs[job_id]
         if job.lost:
             self._jobs.pop(job_id)
@@ -343,8 +340,9 @@ class RayBackend(Backend):
             try:
                 runner = self._ray.get_actor(info["actor"], namespace=NAMESPACE)
                 self._ray.get(runner.returncode.remote(), timeout=10)
-            except (ValueError, self._ray.exceptions.ActorDiedError):   # no such actor, or it died
-                self._remove_groups(Path(job_dir))
+            except (ValueError, self._ray.exceptions.ActorDiedError):   # no such actor, or it died: free its groups
+                if self.reserver.release_named(slot_file_groups(Path(job_dir))):
+                    log.warning("job %s: its runner actor is gone; its placement groups removed", job_id)
                 return False
             spec = json.loads((Path(job_dir) / SLOTS_FILE).read_text())
 
@@ -365,26 +363,6 @@ class RayBackend(Backend):
         self._jobs[job_id] = RayJob(job_id, Path(job_dir), int(spec["generation"]), slots, runner, runner_node,
                                      retired=retired)
         return True
-
-    def _remove_groups(self, job_dir: Path) -> None:
-        """The placement groups a job folder's slot file names (its slots, retired ones too), where they exist."""
-        from ray.util.placement_group import get_placement_group
-
-        try:
-            spec = json.loads((job_dir / SLOTS_FILE).read_text())
-            names = [s["group"] for s in spec["slots"]] + list(spec.get("retired", []))
-        except (OSError, ValueError, KeyError, TypeError):
-            return
-        groups = []
-        for name in names:
-            try:
-                groups.append(get_placement_group(name))
-            except (ValueError, KeyError):   # removed already
-                pass
-        if groups:
-            log.warning("job folder %s: its runner actor is gone; removing its %d placement group(s)", job_dir,
-                        len(groups))
-            self.reserver.release(groups)
 
     def _where(self, slots: Sequence[Slot]) -> dict[str, int]:
         names = {**self._known_alive, **self.ray_nodes.names()}

@@ -15,6 +15,15 @@ from dlsched.train.launcher import IN_USE_FILE, SLOTS_FILE
 log = logging.getLogger("dlsched.backends.ray")
 
 
+def slot_file_groups(job_dir: Path) -> list[str]:
+    """The placement groups a job folder's slot file names (held and retired); none where it has no valid one."""
+    try:
+        spec = json.loads((job_dir / SLOTS_FILE).read_text())
+        return [s["group"] for s in spec["slots"]] + list(spec.get("retired", []))
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
 @dataclass
 class RayJob:
     """One job on Ray: its slots (held and retired), runtime actor and what the loop has not been told yet."""

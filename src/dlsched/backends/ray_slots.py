@@ -136,6 +136,19 @@ class SlotReserver:
             slots += got
         return slots
 
+    def release_named(self, names: list[str]) -> int:
+        """Release the groups of these names that still exist (a service's predecessor reserved them); how many."""
+        from ray.util.placement_group import get_placement_group
+
+        groups = []
+        for name in names:
+            try:
+                groups.append(get_placement_group(name))
+            except (ValueError, KeyError):   # removed already
+                pass
+        self.release(groups)
+        return len(groups)
+
     def release(self, groups: list, wait_s: float = 2.0) -> None:
         """Remove groups and wait (briefly) until Ray has taken their resources back: a new group asked
         for before that is retried by Ray only after a back-off (~0.5 s), which would stretch a resize."""
