@@ -75,7 +75,9 @@ def resize_through(job_dir: Path, proc: subprocess.Popen, sizes: list[int]) -> N
 def test_resize_1_3_2_mid_epoch_trains_every_sample_once_and_continues_adamw_onecycle(tmp_path, plain_ref):
     ref_dir, job_dir, slow = plain_ref, tmp_path / "elastic", tmp_path / "slow"
     slow.touch()
-    proc = start_script(job_dir, 1, "--epochs", "2", "--step-s", "0.3", "--slow-file", str(slow),
+    # 0.6 s steps while resizing: the grow asked at step 3 has ~34 s to land before the epoch's end (at 0.3 s it once
+    # took the 17 s there were under load, three newcomers importing torch, and landed on step 60)
+    proc = start_script(job_dir, 1, "--epochs", "2", "--step-s", "0.6", "--slow-file", str(slow),
                         runtime_args=("--record-samples",))
     resize_through(job_dir, proc, [3, 2])
     slow.unlink()
