@@ -19,6 +19,7 @@ import pytest
 from tests.service import policies  # noqa: F401  (registers test-fifo)
 from tests.service.teardown import stop_service_and_jobs
 from tests.waiting import wait_until
+from dlsched.display import TIME_FIELDS
 from dlsched.service.dashboard_routes import gantt_intervals, job_detail, load_reports, overview
 from dlsched.service.server import Service, free_port
 from dlsched.service.store import Store
@@ -194,6 +195,22 @@ def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
     _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['resnet-a']}", tmp, f"--screenshot={shots / 'dashboard-job.png'}",
               "--window-size=1400,1000")
+
+
+def test_the_job_page_lists_events_as_readable_fields(live_service):
+    """An event's detail reads as key=value pairs, its times as clock times: not raw JSON with POSIX floats."""
+    svc, ids, tmp = live_service
+    dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['quick']}", tmp, "--dump-dom")
+    events = dom[dom.index('id="events"'):]
+    assert "name=quick, gpus=1" in events and "&quot;" not in events, events[:1500]
+    finished = re.search(r"<td>job_finished</td><td>([^<]*)</td>", events).group(1)
+    assert re.fullmatch(r"time=\d\d:\d\d:\d\d", finished), finished
+
+
+def test_the_dashboard_formats_the_same_time_fields_as_the_cli():
+    js = (Path(__file__).parents[2] / "src/dlsched/service/dashboard/app.js").read_text()
+    listed = re.search(r"const TIME_FIELDS = new Set\(\[(.*?)\]\)", js, re.S).group(1)
+    assert set(re.findall(r'"(\w+)"', listed)) == TIME_FIELDS
 
 
 def test_reports_page_compares_policies_from_dlsched_simulate(live_service):

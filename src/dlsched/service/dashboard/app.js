@@ -22,6 +22,16 @@ function fmtDur(s) {
 }
 const fmtClock = (t) => (t == null ? "?" : new Date(t * 1000).toLocaleTimeString([], { hour12: false }));
 const rel = (t, now) => (t == null ? "?" : `${fmtClock(t)} <span class="muted">(${t >= now ? "in " : ""}${fmtDur(Math.abs(t - now))}${t < now ? " ago" : ""})</span>`);
+// the detail fields that are POSIX times: dlsched.display.TIME_FIELDS (tests/service/test_dashboard.py keeps them equal)
+const TIME_FIELDS = new Set(["time", "submit_time", "start_time", "end_time", "predicted_start", "predicted_finish",
+  "made_at", "last_seen", "since", "target_time", "forecast_time", "policy_finish"]);
+// an event's detail as "key=value" pairs: times as clock times, fractions to 4 digits (the API keeps full values)
+function fmtDetail(detail) {
+  const value = (k, v) => (typeof v === "number" && TIME_FIELDS.has(k) ? fmtClock(v)
+    : typeof v === "number" && !Number.isInteger(v) ? String(Number(v.toPrecision(4)))
+    : v !== null && typeof v === "object" ? JSON.stringify(v) : String(v));
+  return Object.entries(detail || {}).map(([k, v]) => `${k}=${value(k, v)}`).join(", ");
+}
 function colour(id) { const h = (Number(id) * 137.508) % 360; return `hsl(${h.toFixed(0)} 62% 48%)`; }
 
 async function api(path) {
@@ -178,7 +188,7 @@ async function jobPage(view, id) {
     ["convergence fit", fitText(fit)],
     ["error", `<span class="error">${esc(j.error || "")}</span>`]];
   const allocs = d.allocations.map((a) => `<tr><td>${fmtClock(a.time)}</td><td class="num">${a.num_gpus}</td><td class="num">${a.batch_size ?? "–"}</td><td>${esc(JSON.stringify(a.placement))}</td></tr>`).join("");
-  const events = d.events.map((e) => `<tr><td>${fmtClock(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(JSON.stringify(e.detail))}</td></tr>`).join("");
+  const events = d.events.map((e) => `<tr><td>${fmtClock(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(fmtDetail(e.detail))}</td></tr>`).join("");
   view.innerHTML = `<section><h2 id="job-title">Job ${j.id} — ${esc(j.name)}</h2><table class="kv">${kv.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("")}</table></section>
     ${ensembleSection(d.ensemble)}
     <section><h2>Loss curve and fitted convergence curve</h2><div id="loss-chart"></div></section>
