@@ -19,6 +19,7 @@ import pytest
 from tests.service import policies  # noqa: F401  (registers test-fifo)
 from tests.service.teardown import stop_service_and_jobs
 from tests.waiting import wait_until
+from dlsched.commands.service import job_rows
 from dlsched.display import TIME_FIELDS
 from dlsched.service.dashboard_routes import gantt_intervals, job_detail, load_reports, overview
 from dlsched.service.server import Service, free_port
@@ -261,8 +262,10 @@ def test_job_page_shows_an_ensembles_members_and_flotillas(live_service):
     jid = store.submit(JobSpec(name="sweep", entry="examples/ensemble/ensemble_job.py:from_yaml", kind="ensemble",
                                gpus=64))
     try:
-        store.event("job_profiled", jid, profiles=[{"member": m} for m in ("cnn-a", "cnn-b", "mlp-c")])
-        store.event("job_flotillas", jid, flotillas=[{"members": {"cnn-a": 1, "cnn-b": 2}}], share=3, waiting=["mlp-c"])
+        store.event("job_profiled", jid, profiles=[{"member": m} for m in ("cnn-a", "cnn-b", "mlp-c")],
+                    max_samples={"cnn-a": 1000, "cnn-b": 1000, "mlp-c": 500})
+        store.event("job_flotillas", jid, flotillas=[{"members": {"cnn-a": 1, "cnn-b": 2}}], share=3, waiting=["mlp-c"],
+                    samples_done={"cnn-a": 300, "cnn-b": 200, "mlp-c": 0})
         store.event("job_member_converged", jid, member="mlp-c", reason="max_epochs")
         ens = job_detail(store, jid)["ensemble"]
         assert ens["members"] == {"cnn-a": "training", "cnn-b": "training", "mlp-c": "stopped at max_epochs"}
@@ -270,5 +273,9 @@ def test_job_page_shows_an_ensembles_members_and_flotillas(live_service):
         section = dom[dom.index('id="ensemble"'):dom.index('id="loss-chart"')]
         assert "share 3 slots" in section and "cnn-a × 1, cnn-b × 2" in section
         assert "<td>mlp-c</td><td>stopped at max_epochs</td>" in section
+        # 300 + 200 of 2 x 1000, and mlp-c's 500 (it left): 40 % of the work its members could do
+        assert "<td>fraction done</td><td>40.0%</td>" in dom
+        listed = {j["id"]: j for j in httpx.get(f"{svc.url}/jobs", headers=svc.headers).json()}[jid]
+        assert listed["fraction_done"] == 0.4 and job_rows([listed])[0][5] == "40.0%"     # `dlsched status`'s DONE
     finally:
         store.request_cancel(jid)

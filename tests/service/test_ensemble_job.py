@@ -8,6 +8,7 @@ import psutil
 import pytest
 
 from dlsched.paths import REPO_ROOT
+from dlsched.commands.service import job_rows
 from dlsched.service.fleet_status import summary
 from dlsched.service.server import Service, free_port
 from dlsched.train.files import read_status
@@ -101,6 +102,7 @@ def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_memb
         assert [jobs[i]["state"] for i in (*ordinary, ens)] == ["finished"] * 3, [(j["name"], j["error"]) for j in jobs.values()]
         shown = c.get(f"/jobs/{ens}").json()
         assert set(shown["ensemble"]["members"].values()) == {"stopped at max_epochs"}
+        assert shown["fraction_done"] == 1.0 and job_rows([shown])[0][5] == "100.0%"   # `dlsched status`'s DONE
         grants = [a["num_gpus"] for a in shown["allocations"]]
         assert grants[0] == 2 and 4 in grants                  # each ordinary job's slot went to the ensemble
         assert c.get(f"/jobs/{ens}/logs").status_code == 200

@@ -235,6 +235,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
             if j.spec.kind == "ensemble":
                 d["ensemble"] = ensemble_of(store, j.id)
+                d["fraction_done"] = d["ensemble"]["fraction_done"]
             out.append(d)
         return out
 
@@ -247,6 +248,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
         if job.spec.kind == "ensemble":
             d["ensemble"] = ensemble_of(store, job_id)
+            d["fraction_done"] = d["ensemble"]["fraction_done"]
         return d
 
     @api.post("/jobs/{job_id}/cancel")

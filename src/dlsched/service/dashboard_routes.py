@@ -101,7 +101,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
         queue.append({"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
                       "gpus": j.held_gpus, "target_gpus": j.num_gpus if j.held_gpus != j.num_gpus else None,
                       "requested": j.spec.gpus, "batch_size": j.batch_size,
-                      "fraction_done": _clean(j.samples / j.total_samples) if j.total_samples else None,
+                      "fraction_done": (ensemble_of(store, j.id)["fraction_done"] if j.spec.kind == "ensemble"
+                                        else _clean(j.samples / j.total_samples) if j.total_samples else None),
                       "loss": _clean(j.last_loss), "samples_per_s": _clean(j.samples_per_s),
                       "predicted_start": _clean(start), "predicted_finish": _clean(finish)})
     counts: dict[str, int] = {}
@@ -134,10 +135,14 @@ def job_detail(store: Store, job_id: int) -> dict:
     curve = [{"step": p["step"], "loss": _clean(p["loss"]), "time": p["time"], "samples": p["samples"],
               "workers": p["workers"], "noise_scale": _noise_scale(p)}
              for p in store.progress(job_id, loss_points=MAX_CURVE_POINTS)]
-    return {"job": json.loads(json.dumps(rec.public(), default=str)), "curve": curve, "fit": loss_fit_of(prediction),
+    job = json.loads(json.dumps(rec.public(), default=str))
+    ensemble = ensemble_of(store, job_id) if rec.spec.kind == "ensemble" else None
+    if ensemble:
+        job["fraction_done"] = ensemble["fraction_done"]
+    return {"job": job, "curve": curve, "fit": loss_fit_of(prediction),
             "prediction": prediction, "predicted_start": _clean(start), "predicted_finish": _clean(finish),
             "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200),
-            "ensemble": ensemble_of(store, job_id) if rec.spec.kind == "ensemble" else None}
+            "ensemble": ensemble}
 
 
 def load_reports(reports_dir: Path | None) -> list[dict]:

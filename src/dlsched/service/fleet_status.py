@@ -14,16 +14,23 @@ LEFT = ("converged", STOPPED)
 
 def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
     """``{"members": {name: "training"|"waiting"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
-    "share": slots}`` from a job's events, oldest first."""
+    "share": slots, "fraction_done": f}`` from a job's events, oldest first. ``fraction_done``: of the samples every
+    member would train to its epoch cap, those trained by the last plan, a member that left counted whole (it has
+    no work left); None before the runtime profiled its members, 1 once the job finished."""
     members: dict[str, str] = {}
     flotillas: list[dict] = []
     share = None
+    cap: dict[str, float] = {}
+    done: dict[str, float] = {}
+    ended = False
     for e in events:
         d = e["detail"]
         if e["kind"] == "job_profiled":
             members.update({p["member"]: members.get(p["member"], "waiting") for p in d.get("profiles", [])})
+            cap = {k: float(v) for k, v in d.get("max_samples", {}).items()}
         elif e["kind"] == "job_flotillas":
             flotillas, share = d.get("flotillas", []), d.get("share")
+            done.update({k: float(v) for k, v in d.get("samples_done", {}).items()})
             running = {m for f in flotillas for m in f.get("members", {})}
             for m in running | set(d.get("waiting", [])):
                 if members.get(m) not in LEFT:
@@ -32,7 +39,11 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
             members[d["member"]] = STOPPED if d.get("reason") == "max_epochs" else "converged"
         elif e["kind"] in ("job_finished", "job_stopped"):
             flotillas = []
-    return {"members": members, "flotillas": flotillas, "share": share}
+            ended = e["kind"] == "job_finished"
+    total = sum(cap.values())
+    trained = sum(c if members.get(m) in LEFT else min(c, done.get(m, 0.0)) for m, c in cap.items())
+    fraction = 1.0 if ended else trained / total if total > 0 else None
+    return {"members": members, "flotillas": flotillas, "share": share, "fraction_done": fraction}
 
 
 # the events ensemble_status reads: a job list asks per ensemble, so its checkpoints and the rest stay unread

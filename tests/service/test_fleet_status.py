@@ -1,0 +1,24 @@
+"""An ensemble job's progress as the service shows it (service/fleet_status), from hand-made FLEET events."""
+from __future__ import annotations
+
+from dlsched.service.fleet_status import ensemble_status
+
+
+def _event(kind: str, **detail) -> dict:
+    return {"kind": kind, "time": 0.0, "detail": detail}
+
+
+PROFILED = _event("job_profiled", profiles=[{"member": "a"}, {"member": "b"}], max_samples={"a": 800, "b": 200})
+
+
+def test_an_ensemble_has_no_fraction_done_before_its_members_are_profiled():
+    assert ensemble_status([])["fraction_done"] is None
+
+
+def test_an_ensembles_fraction_done_counts_each_plans_samples_and_a_member_that_left_whole():
+    plan = _event("job_flotillas", flotillas=[{"members": {"a": 1, "b": 1}}], share=2, samples_done={"a": 200, "b": 50})
+    assert ensemble_status([PROFILED, plan])["fraction_done"] == 0.25           # 250 of 1000
+    left = _event("job_member_converged", member="b", reason="patience")
+    assert ensemble_status([PROFILED, plan, left])["fraction_done"] == 0.4      # b's 200 are all done: it left
+    assert ensemble_status([PROFILED, plan, left, _event("job_finished")])["fraction_done"] == 1.0
+    assert ensemble_status([PROFILED, plan, _event("job_stopped")])["fraction_done"] == 0.25   # stopped, not done
