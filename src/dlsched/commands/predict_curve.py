@@ -207,7 +207,7 @@ def register(predict_app: typer.Typer) -> None:
         observed_until: Optional[float] = typer.Option(None, "--observed-until", help="use only points with x <= this"),
         target: Optional[float] = typer.Option(None, "--target", help="metric value to reach, in the metric's units (accuracy: 0-1 or %, either is read on the data's scale)"),
         target_fraction: Optional[float] = typer.Option(None, "--target-fraction", help="fraction of the total improvement (first value -> predicted final)"),
-        metric: str = typer.Option("loss", "--metric", help="loss | error (lower is better) | accuracy (higher; 0-1 or %)"),
+        metric: str = typer.Option("loss", "--metric", help="loss | error (lower is better) | accuracy (higher; 0-1 or %). An error or accuracy takes the shape prior of image, speech and recommendation runs, which an LR decay improves a lot: for a language model's token accuracy, predict its loss"),
         lr_col: Optional[str] = typer.Option(None, "--lr-col", help="column (or tag) of the logged LR"),
         time_col: Optional[str] = typer.Option(None, "--time-col", help="column of wall-clock time (seconds or ISO-8601): gives the time to target"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object (the stable contract)"),

@@ -1,0 +1,77 @@
+"""The same runs predicted as the accuracy a researcher watches, not the loss the development set scores.
+
+Run: PYTHONPATH=src python bench/declared_accuracy.py
+
+Every run of ``bench/curves`` (``make_dev_curves.py``) logs held-out accuracy beside its loss; ``prediction_accuracy``
+scores the loss of all but the digits fine-tunes. Here each run is cut after 10 / 25 / 50 % of its budget and
+predicted as ``dlsched predict curve --metric accuracy --schedule SPEC --budget N --regime R`` does (shipped prior,
+``perf/calibration.json``), against the mean of its last 3 logged accuracies: the final's error in accuracy units
+(as ``final_value`` reports it) and as an error rate (the space the models fit), and whether the 80 % band holds the
+truth. Beside it, the same run's loss predicted the same way: the information both sides have is the same (the
+prefix, the schedule and the budget; neither the run's own end).
+
+The issue's target (median final error <= 5 %) is printed beside each figure.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dlsched.perf.curve_predict import predict_curve
+from dlsched.perf.schedule import parse_schedule
+
+CURVES = Path(__file__).resolve().parent / "curves"
+FRACTIONS = (0.10, 0.25, 0.50)
+
+
+def runs() -> list:
+    """The index rows of the runs that log accuracy and do not over-fit by design."""
+    return [r for r in pd.read_csv(CURVES / "index.csv").itertuples()
+            if "accuracy" in pd.read_csv(CURVES / r.file, nrows=0).columns and not r.overfits]
+
+
+def run_rows(r) -> list[dict]:
+    """One row per fraction of run ``r`` (an index row): its accuracy and its loss predicted from the points up to that
+    fraction of the budget, as ``--observed-until`` cuts them."""
+    d = pd.read_csv(CURVES / r.file)
+    schedule = parse_schedule(r.schedule, float(r.budget))
+    x = d.step.to_numpy(float)
+    out = []
+    for f in FRACTIONS:
+        n = max(4, int(np.searchsorted(x, f * r.budget, side="right")))
+        row = {"curve": r.file.removesuffix(".csv"), "source": r.task, "observed": f}
+        for metric in ("accuracy", "loss"):
+            y = d[metric].to_numpy(float)
+            true = float(np.mean(y[-3:]))
+            p = predict_curve(x[:n], y[:n], schedule, metric=metric, regime=r.regime)
+            lo, hi = p.final_value_interval_80
+            row[f"{metric}_err"] = abs(p.final_value / true - 1)
+            row[f"{metric}_cov"] = lo <= true <= hi
+            row[f"{metric}_predicted"], row[f"{metric}_true"] = p.final_value, true
+            if metric == "accuracy":
+                row["error_err"] = abs((1 - p.final_value) / (1 - true) - 1)
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    d = pd.DataFrame([row for r in runs() for row in run_rows(r)])
+    print(f"== declared accuracy: {d.curve.nunique()} development runs (over-fitting ones left out), shipped prior, "
+          "schedule + budget given; final value error, median (target <= 5 %), and 80 % coverage (70-90 %)")
+    print("  source      observed  accuracy units  as error rate  coverage |  the same runs' loss  coverage")
+    for (source, f), g in d.groupby(["source", "observed"], sort=False):
+        print(f"  {source:<11} {int(100 * f):>6} %  {100 * g.accuracy_err.median():12.1f} %  {100 * g.error_err.median():11.1f} %"
+              f"  {100 * g.accuracy_cov.mean():6.0f} % | {100 * g.loss_err.median():17.1f} %  {100 * g.loss_cov.mean():6.0f} %")
+    for f, g in d.groupby("observed"):
+        print(f"  all         {int(100 * f):>6} %  {100 * g.accuracy_err.median():12.1f} %  {100 * g.error_err.median():11.1f} %"
+              f"  {100 * g.accuracy_cov.mean():6.0f} % | {100 * g.loss_err.median():17.1f} %  {100 * g.loss_cov.mean():6.0f} %"
+              "   (targets: <= 5 %, 70-90 %)")
+    worst = d.sort_values("error_err", ascending=False).head(5)
+    print("  largest misses (as error rate): " + "; ".join(
+        f"{w.curve} at {int(100 * w.observed)} %: {w.accuracy_predicted:.3f} for {w.accuracy_true:.3f}" for w in worst.itertuples()))
+
+
+if __name__ == "__main__":
+    main()
