@@ -70,6 +70,10 @@ def test_rigid_spec_is_not_elastic():
      "should be a finite number"),
     ("name: a\ncommand: [python, t.py]\nprediction: {target_los: 1}", "field prediction.target_los: Extra inputs"),
     ("name: a\ncommand: [python, t.py]\nprediction: {depth: 0}", "field prediction.depth"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {target: {metric: val_acc, value: 0.9, kind: acc}}",
+     "field prediction.target.kind: Input should be 'loss', 'error' or 'accuracy' (got 'acc')"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {target: {metric: val_acc, kind: accuracy}}",
+     "field prediction.target.value: Field required"),
     ("- 1\n- 2", "expected a mapping of fields, got list"),
     ("name: [unclosed", "invalid YAML"),
 ])

@@ -89,6 +89,15 @@ class AutoscaleSpec(_Strict):
         return self
 
 
+class MetricTarget(_Strict):
+    """A value of a metric the script reports between steps (``dlsched.torch``'s ``report``, e.g. after each
+    evaluation) that the service predicts the time to, from the schedule-aware fit of that metric's points."""
+
+    metric: Annotated[str, Field(pattern=NAME_PATTERN)]   # the name it reports, e.g. val_accuracy
+    value: float
+    kind: Literal["loss", "error", "accuracy"]             # accuracy: higher is better, 0-1 or %
+
+
 class PredictionFacts(_Strict):
     """What the service's predictions know of a run beyond the progress it reports (``service.job_models``):
     any job may state them, and a command job, which takes no params, only here. An entry job's params of
@@ -98,6 +107,7 @@ class PredictionFacts(_Strict):
     # the runtime logs (and plans, ``dlsched.torch``)
     schedule: Annotated[str, Field(min_length=1, max_length=400)] | None = None
     target_loss: float | None = None     # the predicted time to reach this loss (the run's own rule ends it)
+    target: MetricTarget | None = None   # and to this value of a reported metric (an accuracy, ...)
     dataset: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None   # finished runs of the same task
     depth: Annotated[int, Field(ge=1, le=100_000)] | None = None         # lead a new run's prior
     regime: str | None = None            # the shipped prior's pool (``perf.prior.REGIMES``)

@@ -208,6 +208,28 @@ def test_the_job_page_lists_events_as_readable_fields(live_service):
     assert re.fullmatch(r"time=\d\d:\d\d:\d\d", finished), finished
 
 
+def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
+    """A job's ``prediction.target`` (service.metric_target): its fit row names the metric, the step it reaches the
+    target at, the chance, and the metric's predicted final value with its band."""
+    svc, _, tmp = live_service
+    store = svc.store
+    jid = store.submit(JobSpec(name="evals", command=["python", "t.py"], gpus=64, prediction={
+        "target": {"metric": "val_accuracy", "value": 0.97, "kind": "accuracy"}}))   # never placed on 4 slots
+    try:
+        fit = {"beta0": 0.01, "beta1": 0.7, "beta2": 0.07, "scale": 1.4, "rmse": 0.01, "model": "annealing",
+               "curve": [[10.0, 2.0], [800.0, 0.1]], "final": 0.1, "final_80": [0.08, 0.12], "alpha": 0.5,
+               "drop": 0.1, "curve_rmse": 0.01,
+               "metric_target": {"metric": "val_accuracy", "kind": "accuracy", "target": 0.97, "final": 0.9823,
+                                 "final_80": [0.9609, 0.9842], "target_step": 347.7, "target_chance": 0.8,
+                                 "points": 30, "target_time": None}}
+        store.add_prediction(jid, 1.0, 0.375, 25600.0, None, None, fit)
+        dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{jid}", tmp, "--dump-dom")
+        assert ("target val_accuracy 0.970 at step 348, chance 80 % by the budget (val_accuracy predicted 0.9823 at "
+                "the budget, 80 %: 0.9609–0.9842)") in dom, dom[dom.index("convergence fit"):][:800]
+    finally:
+        store.request_cancel(jid)
+
+
 def test_the_dashboard_formats_the_same_time_fields_as_the_cli():
     js = (Path(__file__).parents[2] / "src/dlsched/service/dashboard/app.js").read_text()
     listed = re.search(r"const TIME_FIELDS = new Set\(\[(.*?)\]\)", js, re.S).group(1)

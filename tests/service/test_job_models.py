@@ -97,3 +97,43 @@ def test_the_runtimes_lr_plan_carries_a_command_jobs_schedule_past_its_last_step
     assert abs(planned["final"] / truth - 1) < 0.05 < abs(flat["final"] / truth - 1), (planned["final"], flat["final"], truth)
     assert other_batch["final"] == flat["final"]      # a plan made at another batch is not this run's LR
     store.close()
+
+
+def test_a_stated_accuracy_target_is_predicted_from_the_metric_the_script_reports(tmp_path):
+    """``prediction.target``: the time to a value of a metric the script reports between steps (``job_metrics``
+    events: an evaluation's accuracy), from the schedule-aware fit of those points over the loss fit's schedule and
+    budget. Real curve: digits-step (LR x0.1 at steps 400 and 600 of 800), evaluated every 10 steps, seen to 300."""
+    import numpy as np
+    import pandas as pd
+
+    from dlsched.paths import REPO_ROOT
+
+    d = pd.read_csv(REPO_ROOT / "bench" / "curves" / "digits-step.csv")
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss, "lr": r.lr,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples() if r.step <= 300]
+    evals = [{"kind": "job_metrics", "detail": {"step": int(r.step), "epoch": 0, "metrics": {"val_accuracy": r.accuracy}}}
+             for r in d.itertuples() if r.step <= 300]
+    store = Store(tmp_path / "s.db")
+
+    def fit(value: float, schedule: str | None = "step:400,600:0.1") -> dict:
+        facts = {"target": {"metric": "val_accuracy", "value": value, "kind": "accuracy"}}
+        jid = store.submit(JobSpec(name="mlp", command=["python", "train.py"], gpus=1, batch_size=32,
+                                   total_samples=32 * 800, prediction=facts | ({"schedule": schedule} if schedule else {})))
+        store.add_progress(jid, recs, 1, samples=recs[-1]["samples"])     # 300 of its 800 steps trained
+        return JobModels(("slot",)).refit(store.get(jid), recs, 2000.0, metric_events=evals).loss_fit["metric_target"]
+
+    truth = float(d.accuracy.iloc[-3:].mean())                 # 0.981
+    smooth = d.accuracy.rolling(3, center=True, min_periods=1).median()
+    reached = float(d.step[smooth >= 0.97].min())              # 310
+    got = fit(0.97)
+    assert (got["metric"], got["kind"], got["target"], got["points"]) == ("val_accuracy", "accuracy", 0.97, 30)
+    assert abs(got["final"] / truth - 1) < 0.005 and got["final_80"][0] <= truth <= got["final_80"][1], got
+    assert abs(got["target_step"] / reached - 1) < 0.25 and got["target_chance"] > 0.5, got
+    never = fit(0.999)                   # above the 80 % band's top: at best at the budget, and unlikely
+    assert never["target_step"] in (None, 800.0) and never["target_chance"] < 0.1, never
+    # without the job's metric events (none reported yet) there is nothing to predict the target from
+    job = store.get(store.submit(JobSpec(name="mlp", command=["python", "train.py"], gpus=1, batch_size=32,
+                                         total_samples=32 * 800, prediction={"target": {
+                                             "metric": "val_accuracy", "value": 0.97, "kind": "accuracy"}})))
+    assert "metric_target" not in JobModels(("slot",)).refit(job, recs, 2000.0).loss_fit
+    store.close()

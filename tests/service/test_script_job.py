@@ -98,6 +98,48 @@ def test_a_script_job_states_its_schedule_and_target_loss_on_the_command_line(tm
         stop_service_and_jobs(svc)
 
 
+def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service(tmp_path):
+    """``submit --target val_mse=V --metric loss -- python script``: the service predicts when the metric the script
+    reports after each epoch (``job_metrics`` events) reaches V. Real processes: the service, its runtime and the
+    script's worker. V above every value the run logs is reached already: at a logged step, for sure."""
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 1}]\npolicy: fifo\ninterval_s: 0.3")
+    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SERVE), *args], capture_output=True, text=True, env=env, timeout=60)
+
+    try:
+        for flags, error in ((["--target", "val_mse=1e9"], "--target val_mse=1e9: say what val_mse is: --metric"),
+                             (["--target", "val_mse", "--metric", "loss"], "--target val_mse: expected METRIC=VALUE"),
+                             (["--target", "val_mse=big", "--metric", "loss"], "'big' is not a number"),
+                             (["--target", "val_mse=1", "--metric", "mse"], "field prediction.target.kind: Input should "
+                                                                            "be 'loss', 'error' or 'accuracy' (got 'mse')")):
+            r = cli("submit", *flags, "--", "python", "tests/torch/user_script.py")
+            assert r.returncode == 2 and r.stderr.count("\n") == 1 and error in r.stderr, (flags, r.stderr)
+        assert svc.store.count() == 0
+        r = cli("submit", "--target", "val_mse=1e9", "--metric", "loss", "--", "python", "tests/torch/user_script.py",
+                "--epochs", "6", "--samples", "48")
+        assert r.returncode == 0 and r.stdout.strip() == "submitted job 1 (user_script)", r.stderr
+        assert svc.store.get(1).spec.prediction.target.model_dump() == {"metric": "val_mse", "value": 1e9, "kind": "loss"}
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+
+        def predicted() -> dict | None:
+            fits = [p["loss_fit"] for p in c.get("/jobs/1/predictions").json() if p["loss_fit"]]
+            return next((f["metric_target"] for f in reversed(fits) if "metric_target" in f), None)
+        wait_until(lambda: predicted() or c.get("/jobs/1").json()["state"] in ("finished", "failed"), 300,
+                   "a prediction of job 1's val_mse target")
+        got = predicted()
+        assert got is not None, (c.get("/jobs/1").json(), c.get("/jobs/1/events").json()[-5:])
+        evals = [e["detail"] for e in c.get("/jobs/1/events").json() if e["kind"] == "job_metrics"]
+        assert (got["metric"], got["kind"], got["target"]) == ("val_mse", "loss", 1e9) and got["points"] >= 3
+        assert got["target_chance"] == 1.0 and got["target_step"] in {float(e["step"]) for e in evals}, (got, evals)
+        assert 0 < got["final"] and got["final_80"][0] <= got["final"] <= got["final_80"][1]
+        c.close()
+    finally:
+        stop_service_and_jobs(svc)
+
+
 @contextmanager
 def growing_script_job(tmp_path: Path, script: str, settings: str = "", slots: int = 2):
     """Jobs a (all GPUs but one) and b (1..2 GPUs) of ``tests/service/SCRIPT --gate DIR`` on one node of ``slots``

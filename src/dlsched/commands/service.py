@@ -152,6 +152,25 @@ def watch_piped(fetch: Callable[[], list[dict]], interval: float, wide: bool) ->
         pass
 
 
+def metric_target(target: str | None, kind: str | None) -> dict | None:
+    """``submit --target METRIC=VALUE --metric KIND`` as the spec's ``prediction.target`` (the spec checks the name,
+    the number and the kind)."""
+    if target is None:
+        if kind is not None:
+            raise UserError(f"--metric {kind}: the kind of a --target METRIC=VALUE, which is not given")
+        return None
+    name, eq, value = target.rpartition("=")
+    if not eq or not name:
+        raise UserError(f"--target {target}: expected METRIC=VALUE (val_accuracy=0.93)")
+    if kind is None:
+        raise UserError(f"--target {target}: say what {name} is: --metric accuracy (higher is better) | error | loss")
+    try:
+        number = float(value)
+    except ValueError:
+        raise UserError(f"--target {target}: {value!r} is not a number") from None
+    return {"metric": name, "value": number, "kind": kind}
+
+
 def only_jobs(jobs: list[dict], ids: list[int] | None, all_jobs: bool) -> list[dict]:
     """``jobs`` cut to ``ids`` (all where none); an id the service does not list is one line naming it."""
     missing = [i for i in ids or [] if i not in {j["id"] for j in jobs}]
@@ -379,6 +398,10 @@ def register(app: typer.Typer) -> None:
                                                       "steps, for predictions (SPEC of `predict curve`; default: the LR it logs)"),
                target_loss: Optional[float] = typer.Option(None, "--target-loss", help="a script job: predict when "
                                                            "it reaches this loss"),
+               target: Optional[str] = typer.Option(None, "--target", help="a script job: predict when a metric it "
+                                                    "reports between steps reaches a value: METRIC=VALUE (val_accuracy=0.93)"),
+               metric: Optional[str] = typer.Option(None, "--metric", help="--target's kind: accuracy (higher is "
+                                                    "better) | error | loss"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
         """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the service."""
         from dlsched.spec import load_job_spec, to_json
@@ -394,7 +417,8 @@ def register(app: typer.Typer) -> None:
                    "gpus": gpus if gpus is not None else (min_gpus or 1)}
             doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus), ("user", _current_user()))
                         if v is not None})
-            facts = {k: v for k, v in (("schedule", schedule), ("target_loss", target_loss)) if v is not None}
+            facts = {k: v for k, v in (("schedule", schedule), ("target_loss", target_loss),
+                                       ("target", metric_target(target, metric))) if v is not None}
             if facts:
                 doc["prediction"] = facts
             specs = [load_job_spec(json.dumps(doc), "command line", "json")]
@@ -403,7 +427,8 @@ def register(app: typer.Typer) -> None:
                 raise UserError("give job spec files, or a script after '--' (dlsched submit -- python train.py)")
             for flag, value, field in (("--min-gpus", min_gpus, "min_gpus"), ("--max-gpus", max_gpus, "max_gpus"),
                                        ("--schedule", schedule, "prediction.schedule"),
-                                       ("--target-loss", target_loss, "prediction.target_loss")):
+                                       ("--target-loss", target_loss, "prediction.target_loss"),
+                                       ("--target", target, "prediction.target"), ("--metric", metric, "prediction.target.kind")):
                 if value is not None:   # were ignored for a spec file
                     raise UserError(f"{flag} {value}: for a script after '--'; a spec file sets {field}")
             if name and len(files) > 1:

@@ -15,6 +15,7 @@ from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
+from dlsched.service.metric_target import reported
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.store import RESCALING, JobRecord, Store
 
@@ -145,9 +146,10 @@ class JobModels:
         return history
 
     def refit(self, job: JobRecord, progress: ProgressHistory | list[dict], now: float,
-              lr_plan: dict | None = None) -> refit.Prediction | None:
-        """Refit the job's models on its stored progress (and its runtime's ``lr_plan``, ``train.files``); None
-        when nothing new arrived since the last refit."""
+              lr_plan: dict | None = None, metric_events: list[dict] | None = None) -> refit.Prediction | None:
+        """Refit the job's models on its stored progress (and its runtime's ``lr_plan``, ``train.files``, and the
+        ``job_metrics`` events its stated ``target`` reads: ``service.metric_target``); None when nothing new
+        arrived since the last refit."""
         if len(progress) == self._seen_progress.get(job.id):
             return None
         self._seen_progress[job.id] = len(progress)
@@ -163,7 +165,8 @@ class JobModels:
                                     speed=self._speeds.get(job.id), refit_speed=refit_speed,
                                     schedule=sched if isinstance(sched := job_fact(job, "schedule"), str) else None,
                                     prior=lambda sched: self.curve_prior(job, sched), regime=job_regime(job),
-                                    lr_plan=lr_plan)
+                                    lr_plan=lr_plan, target=(stated := getattr(job.spec.prediction, "target", None)),
+                                    metric_points=reported(metric_events or [], stated.metric) if stated else None)
         if pred.loss_fit and "alpha" in pred.loss_fit:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress.tail(3) if isinstance(r.get("loss"), (int, float))]

@@ -31,6 +31,7 @@ from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, he
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
+from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.train.files import read_lr_plan
 
 log = logging.getLogger("dlsched.service")
@@ -302,8 +303,10 @@ class LiveLoop:
         store transaction: fits are CPU-heavy, and SQLite's write lock must never wait on them (a busy machine
         held it past the 30 s busy timeout, and submissions and the forecast failed with 'database is locked')."""
         for job_id, job in self._to_refit.items():
+            stated = getattr(job.spec.prediction, "target", None)
             pred = self.models.refit(job, self.models.progress(job_id, self.store), now,
-                                     read_lr_plan(self.job_dir(job_id)))
+                                     read_lr_plan(self.job_dir(job_id)),
+                                     self.store.events(job_id, limit=100_000, kinds=(METRICS_EVENT,)) if stated else None)
             if pred is not None:
                 self._pending[job_id] = (now, pred)
         for job_id, finished in self._ended:

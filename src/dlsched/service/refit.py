@@ -29,8 +29,10 @@ from dlsched.perf.curve_predict import predict_curve
 from dlsched.perf.fit_window import convex_onset
 from dlsched.perf.schedule import Schedule, parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
+from dlsched.service.metric_target import predict_target
 from dlsched.service.progress_axis import ProgressAxis
 from dlsched.service.progress_history import ProgressHistory
+from dlsched.spec import MetricTarget
 from dlsched.train.files import planned_schedule_lr
 
 RECENT = 200          # the newest measurements describe the job as it runs now
@@ -267,7 +269,25 @@ def in_steps(fit: dict, axis: ProgressAxis, x_last: float) -> dict:
         out["optimus_steps"] = [[float(a), float(b)] for a, b in zip(axis.steps(xs), loss_curve(fit).raw_loss(xs))]
     if fit.get("target_step") is not None:
         out["target_step"] = float(axis.steps(fit["target_step"]))
+    if (reached := fit.get("metric_target")) and reached["target_step"] is not None:
+        out["metric_target"] = reached | {"target_step": float(axis.steps(reached["target_step"]))}
     return out
+
+
+def _metric_target(target: MetricTarget, points: tuple[np.ndarray, np.ndarray], history: ProgressHistory,
+                   axis: ProgressAxis | None, schedule: str | Schedule | None, budget: float, regime: str) -> dict | None:
+    """``metric_target.predict_target`` over the loss fit's x: the steps, or once the batch changed the axis's x of
+    the samples trained by each reported step (read off the progress)."""
+    steps, values = points
+    x = steps
+    if axis is not None:
+        logged = np.nan_to_num(history.column("step"))
+        x = axis.x(np.interp(steps, logged, history.column("samples")))
+    try:
+        sched = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule or "constant", float(budget))
+    except ValueError:
+        return None
+    return predict_target(target, x, values, sched, regime)
 
 
 def loss_curve(fit: dict) -> LossCurve:
@@ -309,10 +329,12 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
             total_hint: float | None, samples_done: float, target_loss: float | None = None,
             gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True,
             schedule: str | None = None, prior: PriorArg = None, regime: str = "scratch",
-            lr_plan: dict | None = None):
+            lr_plan: dict | None = None, target: MetricTarget | None = None,
+            metric_points: tuple[np.ndarray, np.ndarray] | None = None):
     """(Prediction, speed model or None) for one job from its stored progress records (its LR schedule: the
     ``schedule`` SPEC, else the logged LR and the runtime's ``lr_plan`` where ``logged_schedule`` trusts them, else
-    constant). ``refit_speed=False``
+    constant). ``target``: a reported metric's value, predicted from ``metric_points`` (its (steps, values)) over the
+    same x, schedule and budget (``service.metric_target``), as the loss fit's ``metric_target``. ``refit_speed=False``
     keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
     and its fit costs tens of ms, while the rest of this is cheap enough for every round."""
     history = progress if isinstance(progress, ProgressHistory) else ProgressHistory.of(progress)
@@ -360,6 +382,14 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         ahead = rate or observed_rate(recent)
         loss_fit.update(target_loss=target_loss, target_time=now + max(0.0, at - xs[-1]) * samples_per_x / ahead
                         if at is not None and ahead and current_workers > 0 else None)
+    if loss_fit is not None and target is not None and metric_points is not None and budget:
+        ahead = rate or observed_rate(recent)
+        reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime)
+        if reached is not None:
+            at = reached["target_step"]
+            reached["target_time"] = (now + max(0.0, at - xs[-1]) * samples_per_x / ahead
+                                      if at is not None and ahead and current_workers > 0 else None)
+            loss_fit["metric_target"] = reached
     if axis is not None and loss_fit is not None:
         loss_fit = in_steps(loss_fit, axis, float(xs[-1]))
     return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted), speed

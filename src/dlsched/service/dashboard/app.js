@@ -211,14 +211,19 @@ function fitText(fit) {
   return `${esc(fit.model)}: final ${fmtNum(fit.final)}${band} at the budget${shape}; RMSE ${fmtNum(fit.curve_rmse)} on the points it covers (loss units)${targetText(fit)}`;
 }
 
-// the job's target_loss (spec prediction or param): the step the fit reaches it at, when at today's rate, and the
-// chance it does by the budget (a target inside the 80 % band but past the point prediction: "at the budget")
+// the job's target_loss (spec prediction or param) and its target of a reported metric: the step the fit reaches
+// each at, when at today's rate, and the chance it does by the budget (a target inside the 80 % band but past the
+// point prediction: "at the budget")
 function targetText(fit) {
-  if (fit.target_loss == null) return "";
-  if (fit.target_step == null) return `; target loss ${fmtNum(fit.target_loss)} not reached by the budget`;
-  const when = fit.target_time == null ? "" : ` ≈ ${rel(fit.target_time, Date.now() / 1000)}`;
-  const chance = fit.target_chance == null ? "" : `, chance ${Math.round(100 * fit.target_chance)} % by the budget`;
-  return `; target loss ${fmtNum(fit.target_loss)} at step ${Math.round(fit.target_step).toLocaleString()}${when}${chance}`;
+  const m = fit.metric_target;
+  return (fit.target_loss == null ? "" : reachText("target loss", fit.target_loss, fit))
+    + (m ? reachText(`target ${esc(m.metric)}`, m.target, m) + ` (${esc(m.metric)} predicted ${fmtNum(m.final, 4)} at the budget, 80 %: ${fmtNum(m.final_80[0], 4)}–${fmtNum(m.final_80[1], 4)})` : "");
+}
+function reachText(label, value, t) {
+  if (t.target_step == null) return `; ${label} ${fmtNum(value)} not reached by the budget`;
+  const when = t.target_time == null ? "" : ` ≈ ${rel(t.target_time, Date.now() / 1000)}`;
+  const chance = t.target_chance == null ? "" : `, chance ${Math.round(100 * t.target_chance)} % by the budget`;
+  return `; ${label} ${fmtNum(value)} at step ${Math.round(t.target_step).toLocaleString()}${when}${chance}`;
 }
 
 function ensembleSection(ens) {

@@ -1,0 +1,46 @@
+"""When a job reaches a stated value of a metric its script reports between steps (``spec.MetricTarget``: an
+evaluation's accuracy, ...): the schedule-aware fit (``perf.curve_predict``, as ``dlsched predict curve`` makes it)
+of that metric's points, on the x, schedule and budget of the job's loss fit (``service.refit``)."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from dlsched.numbers import is_number
+from dlsched.perf.curve_predict import predict_curve
+from dlsched.perf.schedule import Schedule
+from dlsched.spec import MetricTarget
+
+# the runtime's event for a metric reported outside a step (``dlsched.torch``'s ``report``), as the service stores it
+METRICS_EVENT = "job_metrics"
+MIN_POINTS = 3   # the predictor's fewest (``curve_predict.MIN_POINTS``)
+
+
+def reported(events: Iterable[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of ``metric`` in a job's ``job_metrics`` events, oldest first; a step reported twice keeps
+    its last value (an evaluation repeated after a restart)."""
+    at: dict[float, float] = {}
+    for e in events:
+        d = e["detail"]
+        value, step = (d.get("metrics") or {}).get(metric), d.get("step")
+        if is_number(value) and is_number(step) and np.isfinite(value):
+            at[float(step)] = float(value)
+    steps = np.array(sorted(at))
+    return steps, np.array([at[s] for s in steps])
+
+
+def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule,
+                   regime: str) -> dict | None:
+    """``{"metric", "kind", "target", "final", "final_80", "target_step", "target_chance", "points"}`` (x in the loss
+    fit's units; ``target_step`` None: not by the budget), or None with fewer than ``MIN_POINTS`` points, or points
+    the predictor refuses (a value it cannot model, such as an error of 0)."""
+    if len(x) < MIN_POINTS:
+        return None
+    try:
+        p = predict_curve(x, values, schedule, metric=target.kind, target=target.value, regime=regime)
+    except ValueError:
+        return None
+    return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value,
+            "final_80": list(p.final_value_interval_80), "target_step": p.target_step, "target_chance": p.p_reach,
+            "points": len(x)}
