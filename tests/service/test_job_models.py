@@ -1,4 +1,6 @@
 """service/job_models.py: the live loop's per-job models; here, the prior a new job's curve starts from."""
+import pytest
+
 from dlsched.perf.calibration import load_calibration
 from dlsched.perf.prior import FinishedFit, fit_record
 from dlsched.service.job_models import JobModels, job_meta
@@ -103,7 +105,6 @@ def test_a_stated_accuracy_target_is_predicted_from_the_metric_the_script_report
     """``prediction.target``: the time to a value of a metric the script reports between steps (``job_metrics``
     events: an evaluation's accuracy), from the schedule-aware fit of those points over the loss fit's schedule and
     budget. Real curve: digits-step (LR x0.1 at steps 400 and 600 of 800), evaluated every 10 steps, seen to 300."""
-    import numpy as np
     import pandas as pd
 
     from dlsched.paths import REPO_ROOT
@@ -137,3 +138,41 @@ def test_a_stated_accuracy_target_is_predicted_from_the_metric_the_script_report
                                              "metric": "val_accuracy", "value": 0.97, "kind": "accuracy"}})))
     assert "metric_target" not in JobModels(("slot",)).refit(job, recs, 2000.0).loss_fit
     store.close()
+
+
+def test_a_metric_target_of_a_job_whose_batch_doubled_is_fitted_over_its_samples_and_told_in_its_steps(tmp_path):
+    """After a batch change the loss fit's x is the samples over the first batch (``service.progress_axis``): the
+    metric's evaluations, logged at steps, are placed there by the samples trained at each, and the target's step
+    goes back to the job's steps. Real curve: digits-step's evaluations, the batch doubled at step 150 (a step after
+    it trains 64 samples), seen to 300 reference steps: the same prediction as at one batch, told in the job's steps."""
+    import pandas as pd
+
+    from dlsched.paths import REPO_ROOT
+
+    d = pd.read_csv(REPO_ROOT / "bench" / "curves" / "digits-step.csv")
+    seen = d[d.step <= 300]
+
+    def job_step(ref: float) -> float:     # the job's step at a reference (batch-32) step
+        return ref if ref <= 150 else 150 + (ref - 150) / 2
+
+    def fit(doubled: bool) -> dict:
+        step = job_step if doubled else (lambda ref: ref)
+        recs = [{"time": 1000 + r.wall_s, "step": step(r.step), "samples": 32 * r.step, "loss": r.loss, "lr": r.lr,
+                 "lr_factor": 1.0, "samples_per_s": 100.0, "workers": 1,
+                 "batch_size": 64 if doubled and r.step > 150 else 32} for r in seen.itertuples()]
+        evals = [{"kind": "job_metrics", "detail": {"step": step(r.step), "metrics": {"val_accuracy": r.accuracy}}}
+                 for r in seen.itertuples()]
+        store = Store(tmp_path / f"{doubled}.db")
+        jid = store.submit(JobSpec(name="mlp", command=["python", "train.py"], gpus=1, batch_size=32,
+                                   total_samples=32 * 800, prediction={
+                                       "schedule": "step:400,600:0.1",
+                                       "target": {"metric": "val_accuracy", "value": 0.97, "kind": "accuracy"}}))
+        store.add_progress(jid, recs, 1, samples=recs[-1]["samples"])
+        got = JobModels(("slot",)).refit(store.get(jid), recs, 2000.0, metric_events=evals).loss_fit["metric_target"]
+        store.close()
+        return got
+
+    one, doubled = fit(False), fit(True)
+    assert doubled["points"] == one["points"] == 30
+    assert doubled["final"] == pytest.approx(one["final"], rel=1e-6)
+    assert doubled["target_step"] == pytest.approx(job_step(one["target_step"]), rel=1e-6), (one, doubled)
