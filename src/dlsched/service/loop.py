@@ -22,6 +22,7 @@ from dlsched.service.coordinator_loss import after_failed_start, resume_or_fail
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
+from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
@@ -31,7 +32,6 @@ from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, he
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
-from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.train.files import read_lr_plan
 
 log = logging.getLogger("dlsched.service")

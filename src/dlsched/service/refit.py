@@ -376,20 +376,18 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         if rate > 0:
             remaining_s = max(0.0, total - samples_done) / rate
             finish = now + remaining_s if current_workers > 0 else None
+    ahead = rate or observed_rate(recent)
+
+    def time_at(x: float | None) -> float | None:
+        """When the run gets to ``x`` at the rate it trains now (None: not by the budget, or not training)."""
+        return now + max(0.0, x - xs[-1]) * samples_per_x / ahead if x is not None and ahead and current_workers > 0 \
+            else None
     if loss_fit is not None and target_loss is not None and "target_step" in loss_fit:
-        # when the run reaches its target at the rate it trains now (None: not by the budget, or not training)
-        at = loss_fit["target_step"]
-        ahead = rate or observed_rate(recent)
-        loss_fit.update(target_loss=target_loss, target_time=now + max(0.0, at - xs[-1]) * samples_per_x / ahead
-                        if at is not None and ahead and current_workers > 0 else None)
+        loss_fit.update(target_loss=target_loss, target_time=time_at(loss_fit["target_step"]))
     if loss_fit is not None and target is not None and metric_points is not None and budget:
-        ahead = rate or observed_rate(recent)
         reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime)
         if reached is not None:
-            at = reached["target_step"]
-            reached["target_time"] = (now + max(0.0, at - xs[-1]) * samples_per_x / ahead
-                                      if at is not None and ahead and current_workers > 0 else None)
-            loss_fit["metric_target"] = reached
+            loss_fit["metric_target"] = reached | {"target_time": time_at(reached["target_step"])}
     if axis is not None and loss_fit is not None:
         loss_fit = in_steps(loss_fit, axis, float(xs[-1]))
     return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted), speed
