@@ -135,6 +135,10 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
         assert (got["metric"], got["kind"], got["target"]) == ("val_mse", "loss", 1e9) and got["points"] >= 3
         assert got["target_chance"] == 1.0 and got["target_step"] in {float(e["step"]) for e in evals}, (got, evals)
         assert 0 < got["final"] and got["final_80"][0] <= got["final"] <= got["final_80"][1]
+        shown = c.get("/jobs/1").json()      # `dlsched show`, and `dlsched status`'s TARGET while the job runs
+        last = shown["prediction"]["loss_fit"]["metric_target"]
+        assert shown["target"] == {"metric": "val_mse", "value": 1e9, "step": last["target_step"],
+                                   "time": last["target_time"], "chance": 1.0}
         c.close()
     finally:
         stop_service_and_jobs(svc)

@@ -75,7 +75,7 @@ class Client:
 JOB_COLUMNS = [Column("ID", "right"), Column("NAME"), Column("STATE"), Column("GPUS", "right"),
                Column("BATCH", "right", drop_rank=2), Column("DONE", "right"), Column("LOSS", "right", drop_rank=1),
                Column("SAMPLES/S", "right", drop_rank=3), Column("FINISH"), Column("LEFT", "right", drop_rank=2),
-               Column("REASON", drop_rank=1)]
+               Column("REASON", drop_rank=1), Column("TARGET", drop_rank=3)]
 
 
 NODE_COLUMNS = [Column("NODE"), Column("ADDRESS"), Column("SLOTS", "right"), Column("USED", "right"),
@@ -120,6 +120,18 @@ def _gpus_cell(j: dict) -> str:
     return f"{j['num_gpus']}->{target}" if target is not None and target != j["num_gpus"] else str(j["num_gpus"])
 
 
+def _target_cell(j: dict) -> str:
+    """A live job's stated target (``prediction.target`` or ``target_loss``): when it gets there at today's rate (the
+    step while it does not train), and the chance it does by the budget."""
+    t = j.get("target")
+    if not t:
+        return "-"
+    when = ("not by the budget" if t["step"] is None else local_clock(t["time"]) if t.get("time") is not None
+            else f"step {t['step']:,.0f}")
+    chance = f" ({100 * t['chance']:.0f} %)" if t.get("chance") is not None else ""
+    return escape(f"{t['metric']} {t['value']:g}: {when}{chance}")
+
+
 def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     now = time.time() if now is None else now
     rows = []
@@ -131,7 +143,7 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
-                     _finish_cell(j), _left_cell(j, now), escape(_reason(j))])
+                     _finish_cell(j), _left_cell(j, now), escape(_reason(j)), _target_cell(j)])
     return rows
 
 

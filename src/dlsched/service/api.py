@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.policy.base import NodeView
-from dlsched.service.finish_times import shown_times
+from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
                                     Limit, Offset, OptionalAfter, OptionalLimit)
@@ -233,6 +233,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         for j in store.jobs(states=states):
             d = j.public()
             d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
+            d["target"] = stated_target(preds.get(j.id)) if j.state in ACTIVE else None
             if j.spec.kind == "ensemble":
                 d["ensemble"] = ensemble_of(store, j.id)
                 d["fraction_done"] = d["ensemble"]["fraction_done"]
@@ -246,6 +247,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         d["allocations"] = store.allocations(job_id)
         d["prediction"] = store.latest_prediction(job_id)
         d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
+        d["target"] = stated_target(d["prediction"])
         if job.spec.kind == "ensemble":
             d["ensemble"] = ensemble_of(store, job_id)
             d["fraction_done"] = d["ensemble"]["fraction_done"]

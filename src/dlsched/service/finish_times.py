@@ -1,6 +1,9 @@
-"""When does a job start and finish: the one answer the API and the dashboard show, read from stored rows (the
-loop's latest prediction and the current policy forecast); nothing is computed on the read path."""
+"""When does a job start and finish, and reach its stated target: the one answer the API and the dashboard show,
+read from stored rows (the loop's latest prediction and the current policy forecast); nothing is computed on the read
+path but a parse of the stored fit."""
 from __future__ import annotations
+
+import json
 
 from dlsched.service.store import RESCALING, RUNNING, JobRecord
 
@@ -23,3 +26,21 @@ def shown_times(job: JobRecord, prediction: dict | None, forecast: dict | None) 
     running = job.state in (RUNNING, RESCALING)
     start, finish = expected_times(prediction, forecast, running)
     return (job.start_time if running else start), finish
+
+
+def stated_target(prediction: dict | None) -> dict | None:
+    """``{"metric", "value", "step", "time", "chance"}`` of the job's stated target from its latest prediction row: a
+    reported metric's (``prediction.target``, ``service.metric_target``), else its ``target_loss``; None before the
+    loop predicted one. ``step``/``time`` None: not by the budget (``time`` also while it does not train)."""
+    fit = (prediction or {}).get("loss_fit")
+    if isinstance(fit, str):
+        fit = json.loads(fit)
+    if not fit:
+        return None
+    if (m := fit.get("metric_target")) is not None:
+        return {"metric": m["metric"], "value": m["target"], "step": m["target_step"], "time": m.get("target_time"),
+                "chance": m.get("target_chance")}
+    if fit.get("target_loss") is not None:
+        return {"metric": "loss", "value": fit["target_loss"], "step": fit.get("target_step"),
+                "time": fit.get("target_time"), "chance": fit.get("target_chance")}
+    return None
