@@ -18,6 +18,7 @@ from dlsched.service.forecast import RESIZE_S
 from dlsched.service.metric_target import reported
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.store import RESCALING, JobRecord, Store
+from dlsched.spec import MetricTarget
 
 SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
 
@@ -57,6 +58,12 @@ def job_fact(job: JobRecord, name: str):
     param of that name; None when neither has it."""
     stated = getattr(job.spec.prediction, name, None)
     return stated if stated is not None else job.spec.params.get(name)
+
+
+def metric_target_of(job: JobRecord) -> MetricTarget | None:
+    """The reported metric's target the job states (``spec.PredictionFacts.target``; only there: a param of that name
+    is no checked target)."""
+    return getattr(job.spec.prediction, "target", None)
 
 
 def job_regime(job: JobRecord) -> str:
@@ -165,7 +172,7 @@ class JobModels:
                                     speed=self._speeds.get(job.id), refit_speed=refit_speed,
                                     schedule=sched if isinstance(sched := job_fact(job, "schedule"), str) else None,
                                     prior=lambda sched: self.curve_prior(job, sched), regime=job_regime(job),
-                                    lr_plan=lr_plan, target=(stated := getattr(job.spec.prediction, "target", None)),
+                                    lr_plan=lr_plan, target=(stated := metric_target_of(job)),
                                     metric_points=reported(metric_events or [], stated.metric) if stated else None)
         if pred.loss_fit and "alpha" in pred.loss_fit:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)

@@ -21,7 +21,7 @@ from dlsched.service.abandoned_resize import return_to_held
 from dlsched.service.coordinator_loss import after_failed_start, resume_or_fail
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
-from dlsched.service.job_models import JobModels
+from dlsched.service.job_models import JobModels, metric_target_of
 from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
@@ -303,10 +303,10 @@ class LiveLoop:
         store transaction: fits are CPU-heavy, and SQLite's write lock must never wait on them (a busy machine
         held it past the 30 s busy timeout, and submissions and the forecast failed with 'database is locked')."""
         for job_id, job in self._to_refit.items():
-            stated = getattr(job.spec.prediction, "target", None)
             pred = self.models.refit(job, self.models.progress(job_id, self.store), now,
                                      read_lr_plan(self.job_dir(job_id)),
-                                     self.store.events(job_id, limit=100_000, kinds=(METRICS_EVENT,)) if stated else None)
+                                     self.store.events(job_id, limit=100_000, kinds=(METRICS_EVENT,))
+                                     if metric_target_of(job) else None)
             if pred is not None:
                 self._pending[job_id] = (now, pred)
         for job_id, finished in self._ended:

@@ -8,13 +8,12 @@ from typing import Iterable
 import numpy as np
 
 from dlsched.numbers import is_number
-from dlsched.perf.curve_predict import predict_curve
+from dlsched.perf.curve_predict import MIN_POINTS, predict_curve
 from dlsched.perf.schedule import Schedule
 from dlsched.spec import MetricTarget
 
 # the runtime's event for a metric reported outside a step (``dlsched.torch``'s ``report``), as the service stores it
 METRICS_EVENT = "job_metrics"
-MIN_POINTS = 3   # the predictor's fewest (``curve_predict.MIN_POINTS``)
 
 
 def reported(events: Iterable[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
