@@ -90,8 +90,8 @@ class AutoscaleSpec(_Strict):
 
 
 class MetricTarget(_Strict):
-    """A value of a metric the script reports between steps (``dlsched.torch``'s ``report``, e.g. after each
-    evaluation) that the service predicts the time to, from the schedule-aware fit of that metric's points."""
+    """A value of a metric the script reports (``dlsched.torch``'s ``report``: after each evaluation, or inside every
+    step) that the service predicts the time to, from the schedule-aware fit of that metric's points."""
 
     metric: Annotated[str, Field(pattern=NAME_PATTERN)]   # the name it reports, e.g. val_accuracy
     value: float

@@ -112,7 +112,7 @@ def test_a_stated_accuracy_target_is_predicted_from_the_metric_the_script_report
     d = pd.read_csv(REPO_ROOT / "bench" / "curves" / "digits-step.csv")
     recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss, "lr": r.lr,
              "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples() if r.step <= 300]
-    evals = [{"kind": "job_metrics", "detail": {"step": int(r.step), "epoch": 0, "metrics": {"val_accuracy": r.accuracy}}}
+    evals = [{"step": int(r.step), "epoch": 0, "metrics": {"val_accuracy": r.accuracy}}
              for r in d.itertuples() if r.step <= 300]
     store = Store(tmp_path / "s.db")
 
@@ -121,7 +121,10 @@ def test_a_stated_accuracy_target_is_predicted_from_the_metric_the_script_report
         jid = store.submit(JobSpec(name="mlp", command=["python", "train.py"], gpus=1, batch_size=32,
                                    total_samples=32 * 800, prediction=facts | ({"schedule": schedule} if schedule else {})))
         store.add_progress(jid, recs, 1, samples=recs[-1]["samples"])     # 300 of its 800 steps trained
-        return JobModels(("slot",)).refit(store.get(jid), recs, 2000.0, metric_events=evals).loss_fit["metric_target"]
+        for e in evals:
+            store.event("job_metrics", jid, **e)
+        return JobModels(("slot",)).refit(store.get(jid), recs, 2000.0, metric_values=store.metric_values(
+            jid, "val_accuracy", "job_metrics")).loss_fit["metric_target"]
 
     truth = float(d.accuracy.iloc[-3:].mean())                 # 0.981
     smooth = d.accuracy.rolling(3, center=True, min_periods=1).median()
@@ -160,15 +163,14 @@ def test_a_metric_target_of_a_job_whose_batch_doubled_is_fitted_over_its_samples
         recs = [{"time": 1000 + r.wall_s, "step": step(r.step), "samples": 32 * r.step, "loss": r.loss, "lr": r.lr,
                  "lr_factor": 1.0, "samples_per_s": 100.0, "workers": 1,
                  "batch_size": 64 if doubled and r.step > 150 else 32} for r in seen.itertuples()]
-        evals = [{"kind": "job_metrics", "detail": {"step": step(r.step), "metrics": {"val_accuracy": r.accuracy}}}
-                 for r in seen.itertuples()]
+        evals = [(step(r.step), r.accuracy) for r in seen.itertuples()]
         store = Store(tmp_path / f"{doubled}.db")
         jid = store.submit(JobSpec(name="mlp", command=["python", "train.py"], gpus=1, batch_size=32,
                                    total_samples=32 * 800, prediction={
                                        "schedule": "step:400,600:0.1",
                                        "target": {"metric": "val_accuracy", "value": 0.97, "kind": "accuracy"}}))
         store.add_progress(jid, recs, 1, samples=recs[-1]["samples"])
-        got = JobModels(("slot",)).refit(store.get(jid), recs, 2000.0, metric_events=evals).loss_fit["metric_target"]
+        got = JobModels(("slot",)).refit(store.get(jid), recs, 2000.0, metric_values=evals).loss_fit["metric_target"]
         store.close()
         return got
 

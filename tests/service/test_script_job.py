@@ -99,10 +99,11 @@ def test_a_script_job_states_its_schedule_and_target_loss_on_the_command_line(tm
 
 
 def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service(tmp_path):
-    """``submit --target val_mse=V --metric loss -- python script``: the service predicts when the metric the script
-    reports after each epoch (``job_metrics`` events) reaches V. Real processes: the service, its runtime and the
-    script's worker. V above every value the run logs is reached already: at a logged step, for sure."""
-    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 1}]\npolicy: fifo\ninterval_s: 0.3")
+    """``submit --target METRIC=V --metric loss -- python script``: the service predicts when a metric the script
+    reports reaches V, one reported after each epoch (``val_mse``: ``job_metrics`` events) or inside every step
+    (``train_mae``: on the step's record). Real processes: the service, its runtime and each script's worker. V above
+    every value the run logs is reached already: at a logged step, for sure."""
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: fifo\ninterval_s: 0.3")
     svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
     env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url)
 
@@ -118,23 +119,31 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
             r = cli("submit", *flags, "--", "python", "tests/torch/user_script.py")
             assert r.returncode == 2 and r.stderr.count("\n") == 1 and error in r.stderr, (flags, r.stderr)
         assert svc.store.count() == 0
-        r = cli("submit", "--target", "val_mse=1e9", "--metric", "loss", "--", "python", "tests/torch/user_script.py",
-                "--epochs", "6", "--samples", "48")
-        assert r.returncode == 0 and r.stdout.strip() == "submitted job 1 (user_script)", r.stderr
-        assert svc.store.get(1).spec.prediction.target.model_dump() == {"metric": "val_mse", "value": 1e9, "kind": "loss"}
+        for job_id, metric in ((1, "val_mse"), (2, "train_mae")):
+            r = cli("submit", "--target", f"{metric}=1e9", "--metric", "loss", "--", "python",
+                    "tests/torch/user_script.py", "--epochs", "6", "--samples", "48", "--report-mae")
+            assert r.returncode == 0 and r.stdout.strip() == f"submitted job {job_id} (user_script)", r.stderr
+            assert svc.store.get(job_id).spec.prediction.target.model_dump() == {"metric": metric, "value": 1e9,
+                                                                                 "kind": "loss"}
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
 
-        def predicted() -> dict | None:
-            fits = [p["loss_fit"] for p in c.get("/jobs/1/predictions").json() if p["loss_fit"]]
+        def predicted(job_id: int) -> dict | None:
+            fits = [p["loss_fit"] for p in c.get(f"/jobs/{job_id}/predictions").json() if p["loss_fit"]]
             return next((f["metric_target"] for f in reversed(fits) if "metric_target" in f), None)
-        wait_until(lambda: predicted() or c.get("/jobs/1").json()["state"] in ("finished", "failed"), 300,
-                   "a prediction of job 1's val_mse target")
-        got = predicted()
-        assert got is not None, (c.get("/jobs/1").json(), c.get("/jobs/1/events").json()[-5:])
-        evals = [e["detail"] for e in c.get("/jobs/1/events").json() if e["kind"] == "job_metrics"]
-        assert (got["metric"], got["kind"], got["target"]) == ("val_mse", "loss", 1e9) and got["points"] >= 3
-        assert got["target_chance"] == 1.0 and got["target_step"] in {float(e["step"]) for e in evals}, (got, evals)
-        assert 0 < got["final"] and got["final_80"][0] <= got["final"] <= got["final_80"][1]
+
+        for job_id, metric in ((1, "val_mse"), (2, "train_mae")):
+            wait_until(lambda: predicted(job_id) or c.get(f"/jobs/{job_id}").json()["state"] in ("finished", "failed"),
+                       300, f"a prediction of job {job_id}'s {metric} target")
+            got = predicted(job_id)
+            assert got is not None, (c.get(f"/jobs/{job_id}").json(), c.get(f"/jobs/{job_id}/events").json()[-5:])
+            # the steps the metric was reported at: the evaluations' events, or the steps stored with it
+            logged = {float(step) for step, _ in svc.store.metric_values(job_id, metric, "job_metrics")}
+            evals = {float(e["detail"]["step"]) for e in c.get(f"/jobs/{job_id}/events").json()
+                     if e["kind"] == "job_metrics"}
+            assert logged == evals if metric == "val_mse" else len(logged) > 2 * len(evals), (sorted(logged), evals)
+            assert (got["metric"], got["kind"], got["target"]) == (metric, "loss", 1e9) and got["points"] >= 3
+            assert got["target_chance"] == 1.0 and got["target_step"] in logged, (got, sorted(logged))
+            assert 0 < got["final"] and got["final_80"][0] <= got["final"] <= got["final_80"][1]
         shown = c.get("/jobs/1").json()      # `dlsched show`, and `dlsched status`'s TARGET while the job runs
         last = shown["prediction"]["loss_fit"]["metric_target"]
         assert shown["target"] == {"metric": "val_mse", "value": 1e9, "step": last["target_step"],

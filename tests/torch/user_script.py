@@ -27,6 +27,7 @@ ap.add_argument("--label-noise", type=float, default=0.1)
 ap.add_argument("--autoscale", type=int, default=0, help="opt in to the adaptive batch, up to this global batch")
 ap.add_argument("--noise-every", type=int, default=None, help="ElasticDataParallel's noise_every")
 ap.add_argument("--report-lr", action="store_true", help="report the scheduler's LR with every step's loss")
+ap.add_argument("--report-mae", action="store_true", help="report the batch's train_mae with every step's loss")
 ap.add_argument("--max-local-batch", type=int, default=None, help="accumulate a larger local share (no_sync)")
 ap.add_argument("--scaler", action="store_true", help="step through a GradScaler (loss scaled by 2**10)")
 ap.add_argument("--zero-grad-last", action="store_true", help="zero_grad after the step, not before the forward")
@@ -82,7 +83,8 @@ for epoch in dt.remaining_epochs(args.epochs):
         loader_batches += 1
         if not args.zero_grad_last:
             optimizer.zero_grad()
-        loss = nn.functional.mse_loss(model(xb).squeeze(1), yb)
+        out = model(xb).squeeze(1)
+        loss = nn.functional.mse_loss(out, yb)
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
@@ -95,7 +97,8 @@ for epoch in dt.remaining_epochs(args.epochs):
             scheduler.step()
         if args.zero_grad_last:
             optimizer.zero_grad()
-        dt.report(loss=loss.item(), **({"lr": scheduler.get_last_lr()[0]} if args.report_lr else {}))
+        dt.report(loss=loss.item(), **({"lr": scheduler.get_last_lr()[0]} if args.report_lr else {}),
+                  **({"train_mae": (out - yb).abs().mean().item()} if args.report_mae else {}))
         if (args.hold_file and loader.accumulating and dt.rank() == 1 and not os.path.exists(args.hold_file)
                 and dt.current_session().step + 1 == args.hold_at_step):
             hold(args.hold_file)

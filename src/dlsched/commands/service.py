@@ -411,7 +411,7 @@ def register(app: typer.Typer) -> None:
                target_loss: Optional[float] = typer.Option(None, "--target-loss", help="a script job: predict when "
                                                            "it reaches this loss"),
                target: Optional[str] = typer.Option(None, "--target", help="a script job: predict when a metric it "
-                                                    "reports between steps reaches a value: METRIC=VALUE (val_accuracy=0.93)"),
+                                                    "reports reaches a value: METRIC=VALUE (val_accuracy=0.93)"),
                metric: Optional[str] = typer.Option(None, "--metric", help="--target's kind: accuracy (higher is "
                                                     "better) | error | loss"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:

@@ -153,10 +153,11 @@ class JobModels:
         return history
 
     def refit(self, job: JobRecord, progress: ProgressHistory | list[dict], now: float,
-              lr_plan: dict | None = None, metric_events: list[dict] | None = None) -> refit.Prediction | None:
+              lr_plan: dict | None = None,
+              metric_values: list[tuple[float, float]] | None = None) -> refit.Prediction | None:
         """Refit the job's models on its stored progress (and its runtime's ``lr_plan``, ``train.files``, and the
-        ``job_metrics`` events its stated ``target`` reads: ``service.metric_target``); None when nothing new
-        arrived since the last refit."""
+        (step, value) reports of the metric its stated ``target`` names: ``Store.metric_values``); None when nothing
+        new arrived since the last refit."""
         if len(progress) == self._seen_progress.get(job.id):
             return None
         self._seen_progress[job.id] = len(progress)
@@ -173,7 +174,7 @@ class JobModels:
                                     schedule=sched if isinstance(sched := job_fact(job, "schedule"), str) else None,
                                     prior=lambda sched: self.curve_prior(job, sched), regime=job_regime(job),
                                     lr_plan=lr_plan, target=(stated := metric_target_of(job)),
-                                    metric_points=reported(metric_events or [], stated.metric) if stated else None)
+                                    metric_points=reported(metric_values or []) if stated else None)
         if pred.loss_fit and "alpha" in pred.loss_fit:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress.tail(3) if isinstance(r.get("loss"), (int, float))]

@@ -303,10 +303,10 @@ class LiveLoop:
         store transaction: fits are CPU-heavy, and SQLite's write lock must never wait on them (a busy machine
         held it past the 30 s busy timeout, and submissions and the forecast failed with 'database is locked')."""
         for job_id, job in self._to_refit.items():
+            stated = metric_target_of(job)
             pred = self.models.refit(job, self.models.progress(job_id, self.store), now,
                                      read_lr_plan(self.job_dir(job_id)),
-                                     self.store.events(job_id, limit=100_000, kinds=(METRICS_EVENT,))
-                                     if metric_target_of(job) else None)
+                                     self.store.metric_values(job_id, stated.metric, METRICS_EVENT) if stated else None)
             if pred is not None:
                 self._pending[job_id] = (now, pred)
         for job_id, finished in self._ended:

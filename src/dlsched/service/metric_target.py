@@ -1,30 +1,25 @@
-"""When a job reaches a stated value of a metric its script reports between steps (``spec.MetricTarget``: an
-evaluation's accuracy, ...): the schedule-aware fit (``perf.curve_predict``, as ``dlsched predict curve`` makes it)
-of that metric's points, on the x, schedule and budget of the job's loss fit (``service.refit``)."""
+"""When a job reaches a stated value of a metric its script reports (``spec.MetricTarget``: an evaluation's accuracy
+between steps, a training accuracy inside them, ...): the schedule-aware fit (``perf.curve_predict``, as ``dlsched
+predict curve`` makes it) of that metric's points, on the x, schedule and budget of the job's loss fit
+(``service.refit``)."""
 from __future__ import annotations
 
 from typing import Iterable
 
 import numpy as np
 
-from dlsched.numbers import is_number
 from dlsched.perf.curve_predict import MIN_POINTS, predict_curve
 from dlsched.perf.schedule import Schedule
 from dlsched.spec import MetricTarget
 
-# the runtime's event for a metric reported outside a step (``dlsched.torch``'s ``report``), as the service stores it
+# the runtime's event for a metric reported between steps (``dlsched.torch``'s ``report``), as the service stores it
 METRICS_EVENT = "job_metrics"
 
 
-def reported(events: Iterable[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
-    """(steps, values) of ``metric`` in a job's ``job_metrics`` events, oldest first; a step reported twice keeps
-    its last value (an evaluation repeated after a restart)."""
-    at: dict[float, float] = {}
-    for e in events:
-        d = e["detail"]
-        value, step = (d.get("metrics") or {}).get(metric), d.get("step")
-        if is_number(value) and is_number(step) and np.isfinite(value):
-            at[float(step)] = float(value)
+def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values), ascending, of a metric's reports (``Store.metric_values``); a step reported twice keeps its
+    last value (an evaluation repeated after a restart, or one after the step that also reported it)."""
+    at = dict(values)
     steps = np.array(sorted(at))
     return steps, np.array([at[s] for s in steps])
 

@@ -277,8 +277,9 @@ def in_steps(fit: dict, axis: ProgressAxis, x_last: float) -> dict:
 def _metric_target(target: MetricTarget, points: tuple[np.ndarray, np.ndarray], history: ProgressHistory,
                    axis: ProgressAxis | None, schedule: str | Schedule | None, budget: float, regime: str) -> dict | None:
     """``metric_target.predict_target`` over the loss fit's x: the steps, or once the batch changed the axis's x of
-    the samples trained by each reported step (read off the progress)."""
-    steps, values = points
+    the samples trained by each reported step (read off the progress). Binned as the loss is: a metric reported
+    inside every step is as many points as the loss, and as noisy."""
+    steps, values = binned_curve(*points)
     x = steps
     if axis is not None:
         logged = np.nan_to_num(history.column("step"))

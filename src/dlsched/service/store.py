@@ -122,6 +122,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE progress ADD COLUMN lr_factor REAL;
     """,
+    # 9: the metrics a script reports inside a step besides its loss (``dlsched.torch.report``; a training accuracy),
+    # as a JSON object of numbers: a stated target of one is predicted from them (``service.metric_target``)
+    """
+    ALTER TABLE progress ADD COLUMN metrics TEXT;
+    """,
 ]
 
 
@@ -164,6 +169,13 @@ def _progress_rows(c: sqlite3.Connection, job_id: int, after_id: int | None,
 
 def _number(x: Any) -> float | None:
     return float(x) if is_number(x) else None
+
+
+def _step_metrics(metrics: Any) -> str | None:
+    """A step record's reported metrics as stored (migration 9): its finite numbers; None when it has none."""
+    kept = {k: float(v) for k, v in metrics.items() if is_number(v) and math.isfinite(v)} \
+        if isinstance(metrics, dict) else {}
+    return json.dumps(kept) if kept else None
 
 
 def _noise(noise: Any) -> tuple[float | None, float | None, int | None]:
@@ -444,10 +456,11 @@ class Store:
         with self._tx():
             c.executemany(
                 "INSERT INTO progress(job_id, time, step, epoch, samples, loss, samples_per_s, workers, batch_size, "
-                "lr, lr_factor, grad_sqr, grad_var, noise_batch) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "lr, lr_factor, grad_sqr, grad_var, noise_batch, metrics) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(job_id, s.get("time"), s.get("step"), s.get("epoch"), s.get("samples"), s.get("loss"),
                   s.get("samples_per_s"), s.get("workers"), s.get("batch_size"), _number(s.get("lr")),
-                  _number(s.get("lr_factor")), *_noise(s.get("grad_noise"))) for s in records])
+                  _number(s.get("lr_factor")), *_noise(s.get("grad_noise")), _step_metrics(s.get("metrics")))
+                 for s in records])
             self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
 
     def progress(self, job_id: int, after_id: int | None = None, loss_points: int | None = None) -> list[dict]:
@@ -476,6 +489,20 @@ class Store:
             q, args = q + f" AND kind IN ({','.join('?' * len(kinds))})", args + kinds
         q, args = q + " ORDER BY id LIMIT ?", args + [limit]
         return [dict(r) | {"detail": json.loads(r["detail"])} for r in self._conn().execute(q, args)]
+
+    def metric_values(self, job_id: int, metric: str, event_kind: str) -> list[tuple[float, float]]:
+        """(step, value) of every report of ``metric`` by the job: inside a step (its progress rows' ``metrics``),
+        then between steps (its ``event_kind`` events' ``metrics``: an evaluation, made after the step it names);
+        each in the order stored. The finite numbers only."""
+        q = ("SELECT p.step, j.value FROM progress p, json_each(p.metrics) j WHERE p.job_id = ? "
+             "AND p.metrics IS NOT NULL AND j.key = ? AND p.step IS NOT NULL ORDER BY p.id")
+        inside = self._conn().execute(q, (job_id, metric)).fetchall()
+        # in Python: an event's detail may hold a NaN, which SQLite's JSON functions refuse
+        between = [(e["detail"].get("step"), (e["detail"].get("metrics") or {}).get(metric))
+                   for e in self.events(job_id, limit=1_000_000, kinds=(event_kind,))
+                   if isinstance(e["detail"].get("metrics"), dict)]
+        return [(float(step), float(v)) for step, v in inside + between
+                if is_number(step) and is_number(v) and math.isfinite(v)]
 
     def last_event(self, job_id: int, kind: str, came_from: str) -> dict | None:
         """The detail of a job's newest ``kind`` transition out of state ``came_from``, None if none."""
