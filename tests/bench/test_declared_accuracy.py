@@ -25,3 +25,14 @@ def test_the_bench_row_is_what_the_cli_prints_for_the_same_prefix():
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["final_value"] == pytest.approx(row["accuracy_predicted"], rel=1e-9)
     assert {r.task for r in da.runs()} == {"digits", "charlm", "tinylm", "digitsft", "charft"}   # not the over-fitting runs
+
+
+def test_the_learnt_prior_never_sees_the_runs_own_fit_and_beats_the_shipped_one_on_a_language_model():
+    tiny = [r for r in da.runs() if r.task == "tinylm"]
+    run = next(r for r in tiny if r.file == "tinylm-cosine.csv")
+    fits = da.accuracy_fits(tiny)
+    with_own = da.run_rows(run, fits)
+    without = da.run_rows(run, {k: v for k, v in fits.items() if k != run.file})
+    assert [r["learnt_accuracy_predicted"] for r in with_own] == [r["learnt_accuracy_predicted"] for r in without]
+    at_25 = next(r for r in with_own if r["observed"] == 0.25)
+    assert at_25["learnt_accuracy_err"] < at_25["accuracy_err"], at_25

@@ -33,6 +33,16 @@ def test_the_metric_kind_narrows_first_and_the_regime_within_it():
     assert shape_pool(SCRATCH + FINETUNE + acc, {"metric": "loss", "regime": "finetune"}, lambda f: True) == FINETUNE
 
 
+def test_a_named_metric_s_declared_kind_sets_its_pool():
+    """A service job's target names the metric its script reports (``val_mse``) and declares its kind: a loss-kind
+    target pools with the loss runs, an accuracy-kind one with the error rates, whatever the name."""
+    acc = [FinishedFit(1.0, 0.5, {"dataset": d, "metric": "accuracy"}) for d in "xyz"]
+    assert shape_pool(SCRATCH + acc, {"metric": "val_mse", "kind": "loss"}, lambda f: True) == SCRATCH
+    assert shape_pool(SCRATCH + acc, {"metric": "val_top1", "kind": "accuracy"}, lambda f: True) == acc
+    named = [FinishedFit(0.3, 0.05, {"dataset": d, "metric": "val_mse", "kind": "loss"}) for d in "abc"]
+    assert shape_pool(named + acc, {"metric": "loss"}, lambda f: True) == named
+
+
 def test_a_drop_narrowing_counts_only_runs_whose_lr_fell():
     flat = [FinishedFit(1.5, float("nan"), f.meta) for f in FINETUNE[:2]] + FINETUNE[2:]
     p = prior_from_fits(SCRATCH + flat, {"dataset": "g", "metric": "loss", "regime": "finetune"})

@@ -13,7 +13,7 @@ Spread: how sure the prior is of α and c is the finished runs' kernel-weighted 
 across tasks, and two or three of them can agree by chance: there the ``default``'s spread (the service passes the
 shipped development prior's) is pooled in as ``CROSS_TASK_RUNS`` runs more, the conjugate update of a variance.
 
-Kind: the shape prior pools only finished runs of the new job's metric kind (``metric_kind``: a loss, or an
+Kind: the shape prior pools only finished runs of the new job's metric kind (``kind_of``: a loss, or an
 error rate / accuracy) once ``KIND_MIN`` of them carry the number, and all runs before that. Cross-entropy has a
 large irreducible part an LR decay cannot remove (a full decay takes ~5 % off a language model's loss), whereas
 an error rate falls proportionally much more (20–75 % on the Pollux vision apps): pooled, one kind's drop is
@@ -85,6 +85,12 @@ def regime_of(meta: dict) -> str:
 def metric_kind(metric: str | None) -> str | None:
     """``loss`` or ``error`` (accuracy is modelled as its error); None when not declared."""
     return None if metric is None else "loss" if metric == "loss" else "error"
+
+
+def kind_of(meta: dict) -> str | None:
+    """A run's metric kind (``metric_kind``): of its declared ``kind`` where the ``metric`` is a name a script
+    reports (a service job's stated target: ``val_accuracy`` of kind accuracy), else of its ``metric``."""
+    return metric_kind(meta.get("kind") or meta.get("metric"))
 
 
 @dataclass(frozen=True)
@@ -181,9 +187,9 @@ def shape_pool(fits: list[FinishedFit], meta: dict, counts) -> list[FinishedFit]
     """The finished fits a shape number is pooled from (module doc): narrowed to the new run's metric kind, then
     to its regime, each narrowing kept only where at least ``KIND_MIN`` fits that ``counts`` remain; a narrowing
     the new run's metadata does not name (no metric, no regime) is not made. Runs that over-fit never enter."""
-    kind, regime = metric_kind(meta.get("metric")), meta.get("regime")
+    kind, regime = kind_of(meta), meta.get("regime")
     pool = [f for f in fits if has_law_shape(f)]
-    for same in (lambda f: kind is not None and metric_kind(f.meta.get("metric")) == kind,
+    for same in (lambda f: kind is not None and kind_of(f.meta) == kind,
                  lambda f: regime is not None and regime_of(f.meta) == regime):
         narrower = [f for f in pool if same(f)]
         if sum(1 for f in narrower if counts(f)) >= KIND_MIN:

@@ -10,12 +10,13 @@ import numpy as np
 import scipy.signal  # noqa: F401
 
 from dlsched.perf.calibration import load_calibration
-from dlsched.perf.prior import REGIMES, FinishedFit, fit_from_record, fit_record, prior_from_fits
+from dlsched.perf.prior import (REGIMES, FinishedFit, finished_fit, fit_from_record, fit_record, kind_of,
+                                metric_kind, prior_from_fits)
 from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
-from dlsched.service.metric_target import reported
+from dlsched.service.metric_target import ended_at, reported, target_meta
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.store import RESCALING, JobRecord, Store
 from dlsched.spec import MetricTarget
@@ -107,29 +108,35 @@ class JobModels:
         self._views: dict[int, tuple] = {}           # (record, speed, restart_s, JobView) of the last snapshot
         self._changed_at: dict[int, tuple[str, float, int]] = {}    # (start|resize, when, workers) not yet seen
         self._last_fits: dict[int, FinishedFit] = {}  # the newest annealing fit of each running job
+        self._last_target_fits: dict[int, FinishedFit] = {}   # ... and of the metric it states a target of
         # of jobs that finished here: the prior of new ones
         self._finished: list[FinishedFit] = [fit_from_record(d) for d in store.finished_fits()] if store else []
         self.restart_s = RESIZE_S    # the loop's median measured resize pause, set every round
 
     def forget(self, job_id: int, finished: bool = False) -> None:
-        last = self._last_fits.pop(job_id, None)
+        last, target = self._last_fits.pop(job_id, None), self._last_target_fits.pop(job_id, None)
         if finished and last is not None:
-            self._finished.append(last)
+            self._finished += [last] + ([target] if target is not None else [])
             if self._store is not None:
-                self._store.add_finished_fit(job_id, fit_record(last))
+                self._store.add_finished_fit(job_id, fit_record(last), None if target is None else fit_record(target))
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._progress, self._rates,
                         self._totals, self._views, self._changed_at):
             per_job.pop(job_id, None)
 
-    def curve_prior(self, job: JobRecord, schedule: Schedule | None = None):
-        """``perf.prior`` from the jobs that finished here, leaning on those of the same entry, dataset and
-        batch, their finals carried to ``schedule`` (the job's) where their fits are known; None (the shipped
-        prior) until one has finished. The shipped prior is their default: what finished jobs of other tasks
-        cannot narrow (``perf.prior``)."""
-        if not self._finished:
+    def curve_prior(self, job: JobRecord, schedule: Schedule | None = None, target: MetricTarget | None = None):
+        """``perf.prior`` of the job's loss, or of its stated ``target``'s metric, from the jobs that finished here
+        with a fit of that kind (``perf.prior.kind_of``), leaning on those of the same entry, dataset, batch and
+        metric, their finals carried to ``schedule`` (the job's) where their fits are known; None (the shipped
+        prior) until one has finished. The shipped prior of the kind is their default: what finished jobs of other
+        tasks cannot narrow (``perf.prior``)."""
+        kind = "loss" if target is None else target.kind
+        fits = [f for f in self._finished if kind_of(f.meta) == metric_kind(kind)]
+        if not fits:
             return None
-        shipped = load_calibration().curve_prior("loss", schedule, job_regime(job))
-        return prior_from_fits(self._finished, job_meta(job), default=shipped, schedule=schedule)
+        shipped = load_calibration().curve_prior(kind, schedule, job_regime(job))
+        meta = job_meta(job) if target is None else target_meta(job_meta(job), target)
+        return prior_from_fits(fits, meta | {"decay": None if schedule is None else schedule.decay},
+                               default=shipped, schedule=schedule)
 
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while none of the record, its speed model and the measured resize
@@ -174,12 +181,16 @@ class JobModels:
                                     schedule=sched if isinstance(sched := job_fact(job, "schedule"), str) else None,
                                     prior=lambda sched: self.curve_prior(job, sched), regime=job_regime(job),
                                     lr_plan=lr_plan, target=(stated := metric_target_of(job)),
-                                    metric_points=reported(metric_values or []) if stated else None)
-        if pred.loss_fit and "alpha" in pred.loss_fit:
+                                    metric_points=(points := reported(metric_values or [])) if stated else None,
+                                    metric_prior=lambda sched: self.curve_prior(job, sched, stated))
+        if pred.fitted is not None:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress.tail(3) if isinstance(r.get("loss"), (int, float))]
-            self._last_fits[job.id] = FinishedFit(pred.loss_fit["alpha"], pred.loss_fit["drop"], job_meta(job),
-                                                  float(np.median(losses)) if losses else math.nan, pred.fitted)
+            self._last_fits[job.id] = finished_fit(pred.fitted, job_meta(job),
+                                                   float(np.median(losses)) if losses else math.nan)
+        if pred.target_fitted is not None:
+            self._last_target_fits[job.id] = finished_fit(pred.target_fitted, target_meta(job_meta(job), stated),
+                                                          ended_at(stated, points[1]))
         if refit_speed:
             self._speed_fits[job.id] = (configs, now)
         if speed is not None:

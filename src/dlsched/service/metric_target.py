@@ -4,11 +4,13 @@ predict curve`` makes it) of that metric's points, on the x, schedule and budget
 (``service.refit``)."""
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import numpy as np
 
-from dlsched.perf.curve_predict import MIN_POINTS, predict_curve
+from dlsched.perf.annealing import CurvePrior
+from dlsched.perf.curve_predict import MIN_POINTS, MetricSpace, predict_curve
 from dlsched.perf.schedule import Schedule
 from dlsched.spec import MetricTarget
 
@@ -24,17 +26,33 @@ def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndar
     return steps, np.array([at[s] for s in steps])
 
 
-def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule,
-                   regime: str) -> dict | None:
-    """``{"metric", "kind", "target", "final", "final_80", "target_step", "target_chance", "points"}`` (x in the loss
-    fit's units; ``target_step`` None: not by the budget), or None with fewer than ``MIN_POINTS`` points, or points
-    the predictor refuses (a value it cannot model, such as an error of 0)."""
+def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule, regime: str,
+                   prior: CurvePrior | None = None) -> dict | None:
+    """``{"metric", "kind", "target", "final", "final_80", "target_step", "target_chance", "points", "fitted"}`` (x in
+    the loss fit's units; ``target_step`` None: not by the budget; ``fitted``: the annealing fit, not JSON, or None),
+    or None with fewer than ``MIN_POINTS`` points, or points the predictor refuses (a value it cannot model, such as
+    an error of 0). ``prior``: from the finished jobs' fits of such targets (``service.job_models``); None: the
+    shipped prior of the target's kind."""
     if len(x) < MIN_POINTS:
         return None
     try:
-        p = predict_curve(x, values, schedule, metric=target.kind, target=target.value, regime=regime)
+        p = predict_curve(x, values, schedule, metric=target.kind, target=target.value, regime=regime,
+                          prior="shipped" if prior is None else prior)
     except ValueError:
         return None
     return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value,
             "final_80": list(p.final_value_interval_80), "target_step": p.target_step, "target_chance": p.p_reach,
-            "points": len(x)}
+            "points": len(x), "fitted": p.fitted}
+
+
+def target_meta(meta: dict, target: MetricTarget) -> dict:
+    """A job's ``perf.prior`` metadata (``service.job_models.job_meta``) as its stated target's: the metric it names,
+    of the target's kind (``perf.prior.kind_of``)."""
+    return meta | {"metric": target.metric, "kind": target.kind}
+
+
+def ended_at(target: MetricTarget, values: np.ndarray) -> float:
+    """Where a target's metric is, as a finished fit keeps it (``perf.prior.FinishedFit.final``): the median of its
+    last 3 reports, in the lower-is-better space its fit is in."""
+    values = np.asarray(values, float)
+    return float(np.median(MetricSpace.of(target.kind, values).down(values[-3:]))) if len(values) else math.nan

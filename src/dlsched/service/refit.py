@@ -99,6 +99,7 @@ class Prediction:
     loss_fit: dict | None            # {"beta0", "beta1", "beta2", "scale", "rmse"}: LossCurve fields + fit RMSE (fit_loss)
     rate: float | None = None        # samples/s the remaining time assumes (observed wall-clock, else modelled)
     fitted: AnnealingCurve | None = None   # the annealing fit behind loss_fit: a finished job's, ``perf.prior``'s
+    target_fitted: AnnealingCurve | None = None   # the same of its metric target's fit (loss_fit's metric_target)
 
 
 def fit_linear_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarray) -> LinearSpeed | None:
@@ -275,7 +276,8 @@ def in_steps(fit: dict, axis: ProgressAxis, x_last: float) -> dict:
 
 
 def _metric_target(target: MetricTarget, points: tuple[np.ndarray, np.ndarray], history: ProgressHistory,
-                   axis: ProgressAxis | None, schedule: str | Schedule | None, budget: float, regime: str) -> dict | None:
+                   axis: ProgressAxis | None, schedule: str | Schedule | None, budget: float, regime: str,
+                   prior: PriorArg) -> dict | None:
     """``metric_target.predict_target`` over the loss fit's x: the steps, or once the batch changed the axis's x of
     the samples trained by each reported step (read off the progress). Binned as the loss is: a metric reported
     inside every step is as many points as the loss, and as noisy."""
@@ -288,7 +290,7 @@ def _metric_target(target: MetricTarget, points: tuple[np.ndarray, np.ndarray], 
         sched = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule or "constant", float(budget))
     except ValueError:
         return None
-    return predict_target(target, x, values, sched, regime)
+    return predict_target(target, x, values, sched, regime, prior(sched) if callable(prior) else prior)
 
 
 def loss_curve(fit: dict) -> LossCurve:
@@ -331,11 +333,12 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
             gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True,
             schedule: str | None = None, prior: PriorArg = None, regime: str = "scratch",
             lr_plan: dict | None = None, target: MetricTarget | None = None,
-            metric_points: tuple[np.ndarray, np.ndarray] | None = None):
+            metric_points: tuple[np.ndarray, np.ndarray] | None = None, metric_prior: PriorArg = None):
     """(Prediction, speed model or None) for one job from its stored progress records (its LR schedule: the
     ``schedule`` SPEC, else the logged LR and the runtime's ``lr_plan`` where ``logged_schedule`` trusts them, else
     constant). ``target``: a reported metric's value, predicted from ``metric_points`` (its (steps, values)) over the
-    same x, schedule and budget (``service.metric_target``), as the loss fit's ``metric_target``. ``refit_speed=False``
+    same x, schedule and budget (``service.metric_target``; ``metric_prior`` as ``prior`` is to the loss), as the
+    loss fit's ``metric_target``. ``refit_speed=False``
     keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
     and its fit costs tens of ms, while the rest of this is cheap enough for every round."""
     history = progress if isinstance(progress, ProgressHistory) else ProgressHistory.of(progress)
@@ -385,10 +388,12 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
             else None
     if loss_fit is not None and target_loss is not None and "target_step" in loss_fit:
         loss_fit.update(target_loss=target_loss, target_time=time_at(loss_fit["target_step"]))
+    target_fitted = None
     if loss_fit is not None and target is not None and metric_points is not None and budget:
-        reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime)
+        reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime, metric_prior)
         if reached is not None:
+            target_fitted = reached.pop("fitted")
             loss_fit["metric_target"] = reached | {"target_time": time_at(reached["target_step"])}
     if axis is not None and loss_fit is not None:
         loss_fit = in_steps(loss_fit, axis, float(xs[-1]))
-    return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted), speed
+    return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted, target_fitted), speed

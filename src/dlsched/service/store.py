@@ -127,6 +127,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE progress ADD COLUMN metrics TEXT;
     """,
+    # 10: beside 7, the fit of the metric a finished job stated a target of (``spec.MetricTarget``): the prior of a
+    # new job's target (``service.job_models``)
+    """
+    CREATE TABLE finished_target_fits (job_id INTEGER PRIMARY KEY, fit TEXT NOT NULL);
+    """,
 ]
 
 
@@ -563,14 +568,19 @@ class Store:
                                     "WHERE job_id = j.id) FROM jobs j)")
         return {r["job_id"]: dict(r) for r in rows}
 
-    def add_finished_fit(self, job_id: int, fit: dict) -> None:
+    def add_finished_fit(self, job_id: int, fit: dict, target: dict | None = None) -> None:
+        """A finished job's loss fit and, where it stated one, its target metric's (``perf.prior.fit_record``)."""
         with self._tx():
             self._conn().execute("INSERT OR REPLACE INTO finished_fits(job_id, fit) VALUES (?,?)",
                                  (job_id, json.dumps(fit)))
+            if target is not None:
+                self._conn().execute("INSERT OR REPLACE INTO finished_target_fits(job_id, fit) VALUES (?,?)",
+                                     (job_id, json.dumps(target)))
 
     def finished_fits(self) -> list[dict]:
-        """In the order the jobs were submitted."""
-        rows = self._conn().execute("SELECT fit FROM finished_fits ORDER BY job_id")
+        """The loss fits, then the target metrics' fits, each in the order the jobs were submitted."""
+        rows = self._conn().execute("SELECT fit FROM finished_fits ORDER BY job_id").fetchall() + \
+            self._conn().execute("SELECT fit FROM finished_target_fits ORDER BY job_id").fetchall()
         return [json.loads(r["fit"]) for r in rows]
 
     def snapshot(self) -> dict[str, int]:
