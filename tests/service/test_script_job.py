@@ -148,6 +148,13 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
         last = shown["prediction"]["loss_fit"]["metric_target"]
         assert shown["target"] == {"metric": "val_mse", "value": 1e9, "step": last["target_step"],
                                    "time": last["target_time"], "chance": 1.0}
+        # once they finish, each leaves its target's fit for the prior of new jobs' targets (service.job_models)
+        wait_until(lambda: all(c.get(f"/jobs/{i}").json()["state"] in ("finished", "failed") for i in (1, 2)), 300,
+                   "jobs 1 and 2 to end")
+        assert [c.get(f"/jobs/{i}").json()["state"] for i in (1, 2)] == ["finished"] * 2
+        wait_until(lambda: len(svc.store.finished_fits()) == 4, 60, "the finished jobs' fits")
+        kept = [f["meta"] for f in svc.store.finished_fits() if "kind" in f["meta"]]
+        assert [(m["metric"], m["kind"]) for m in kept] == [("val_mse", "loss"), ("train_mae", "loss")], kept
         c.close()
     finally:
         stop_service_and_jobs(svc)
