@@ -3,12 +3,13 @@ contract other tools call; the JSON keys below only ever gain siblings).
 
     dlsched predict curve FILE --x step --y loss --budget N --schedule SPEC \\
         [--observed-until S] [--target VALUE | --target-fraction 0.95] [--metric loss|accuracy|error] \\
-        [--regime scratch|finetune] --json
+        [--regime scratch|finetune] [--like DONE ...] --json
 
 ``--json`` prints one object: model, final_value, final_value_interval_80, floor, target, target_step,
 steps_to_target (remaining x from the last observed point; null if unreachable), interval_80 (for
 steps_to_target), p_reach (the chance of reaching the target by the budget, from the calibrated final-value
-band), observed_until, budget, regime (the shipped prior's pool: from-scratch or fine-tune runs), and,
+band), observed_until, budget, regime (the shipped prior's pool: from-scratch or fine-tune runs), like_runs (with
+--like: the finished runs the prior came from), and,
 when the log has wall-clock times, seconds_to_target and seconds_to_budget
 at the speed of the newest points. Exit codes: 0, 2 bad input (one line), 3 target unreachable (one line on
 stderr; with --json the object is still printed).
@@ -56,11 +57,12 @@ def _schedule(spec: str | None, budget: float, curve):
 def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
               target: float | None, target_fraction: float | None, metric: str, lr_col: str | None,
               time_col: str | None, as_json: bool, plot_path: Path | None, regime: str = "scratch",
-              x_from_zero: bool | None = None) -> int:
+              x_from_zero: bool | None = None, like: list[Path] | None = None) -> int:
     import dataclasses
 
     import numpy as np
 
+    from dlsched.commands.like_runs import finished_run, like_prior
     from dlsched.perf.curve_predict import METRICS, MIN_POINTS, predict_curve
     from dlsched.perf.curve_readers import read_curve, seconds_per_x
     from dlsched.perf.prior import REGIMES
@@ -87,8 +89,10 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
         if known is None and "epoch" in x.lower() and float(np.min(curve.x)) == 0:
             typer.echo(f"note: {x} starts at 0, read as an evaluation before any training (not fitted); if the "
                        "log numbers the first finished epoch 0, pass --x-from-zero", err=True)
-    if x_from_zero:   # the logger numbers the first finished epoch 0: x is read as finished epochs, its own + 1
-        curve = dataclasses.replace(curve, x=curve.x + 1, lr_x=None if curve.lr_x is None else curve.lr_x + 1)
+    def shift(c):   # the logger numbers the first finished epoch 0: x is read as finished epochs, its own + 1
+        return dataclasses.replace(c, x=c.x + 1, lr_x=None if c.lr_x is None else c.lr_x + 1) if x_from_zero else c
+    curve = shift(curve)
+    if x_from_zero:
         observed_until = None if observed_until is None else observed_until + 1
     budget = budget if budget is not None else curve.budget
     if budget is None:
@@ -104,14 +108,22 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
         raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
                         "use --observed-until to cut the curve")
     sched = _schedule(schedule, budget, curve)
+    prior = "shipped"
+    if like:   # each finished run's own LR where it logs one, else the SPEC at its own budget
+        fits = [finished_run(f, x, y, lr_col, metric, regime,
+                             lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift)
+                for f in like]
+        prior = like_prior(fits, metric, regime, sched)
     try:
         pred = predict_curve(curve.x[keep], curve.y[keep], sched, metric=metric, target=target,
-                             target_fraction=target_fraction, regime=regime)
+                             target_fraction=target_fraction, regime=regime, prior=prior)
     except ValueError as e:
         raise UserError(f"{curve.source}: field {y!r}: {e}") from None
     out = pred.as_json()
     out["schedule"] = sched.spec
     out["regime"] = regime
+    if like:
+        out["like_runs"] = len(like)
     if x_from_zero:
         out["x_from_zero"] = True
         if known is not None:
@@ -207,7 +219,7 @@ def register(predict_app: typer.Typer) -> None:
         observed_until: Optional[float] = typer.Option(None, "--observed-until", help="use only points with x <= this"),
         target: Optional[float] = typer.Option(None, "--target", help="metric value to reach, in the metric's units (accuracy: 0-1 or %, either is read on the data's scale)"),
         target_fraction: Optional[float] = typer.Option(None, "--target-fraction", help="fraction of the total improvement (first value -> predicted final)"),
-        metric: str = typer.Option("loss", "--metric", help="loss | error (lower is better) | accuracy (higher; 0-1 or %). An error or accuracy takes the shape prior of image, speech and recommendation runs, which an LR decay improves a lot: for a language model's token accuracy, predict its loss"),
+        metric: str = typer.Option("loss", "--metric", help="loss | error (lower is better) | accuracy (higher; 0-1 or %). An error or accuracy takes the shape prior of image, speech and recommendation runs, which an LR decay improves a lot: for a language model's token accuracy, predict its loss, or give finished runs with --like"),
         lr_col: Optional[str] = typer.Option(None, "--lr-col", help="column (or tag) of the logged LR"),
         time_col: Optional[str] = typer.Option(None, "--time-col", help="column of wall-clock time (seconds or ISO-8601): gives the time to target"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object (the stable contract)"),
@@ -220,9 +232,13 @@ def register(predict_app: typer.Typer) -> None:
             "Default: --x-from-zero for an epoch x in Keras' CSVLogger, timm's summary.csv and Lightning's "
             "metrics.csv logs and a Keras TensorBoard epoch_* tag that start at 0 (older Ultralytics logs need the "
             "flag), else as logged"),
+        like: Optional[list[Path]] = typer.Option(
+            None, "--like", metavar="DONE", help="a finished run of the same task (repeat for more), read with the same --x, --y and "
+            "--lr-col, under its own logged LR, else --schedule at its last x: its fit sets the shape prior, and two "
+            "or more set where this run ends (their finals carried to --schedule)"),
     ) -> None:
         """When will this run reach a target, and where will it end? Schedule-aware, with calibrated 80 % intervals."""
         code = run_curve(file, x, y, budget, schedule, observed_until, target, target_fraction, metric, lr_col,
-                         time_col, as_json, plot_path, regime, x_from_zero)
+                         time_col, as_json, plot_path, regime, x_from_zero, like)
         if code:
             raise typer.Exit(code)

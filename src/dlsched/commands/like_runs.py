@@ -1,0 +1,52 @@
+"""``dlsched predict curve FILE --like DONE ...``: finished runs of the run's task, read as FILE is read, give its prior
+(``perf.prior``): their fits' shape, and with two or more their finals carried to its schedule as its level; what a
+service job gets from the jobs that finished on the cluster (``service.job_models.curve_prior``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from dlsched.errors import UserError
+from dlsched.perf.annealing import CurvePrior, fit_annealing
+from dlsched.perf.calibration import load_calibration
+from dlsched.perf.curve_predict import MetricSpace
+from dlsched.perf.curve_readers import CurveData, read_curve
+from dlsched.perf.prior import FinishedFit, finished_fit, prior_from_fits
+from dlsched.perf.schedule import Schedule
+
+# the finished runs and the new one are of one task by the user's word: one dataset and metric for ``perf.prior``
+TASK = "like"
+
+
+def finished_run(file: Path, x: str, y: str, lr_col: str | None, metric: str, regime: str,
+                 schedule_of: Callable[[CurveData, float], Schedule],
+                 shift: Callable[[CurveData], CurveData]) -> FinishedFit:
+    """One ``--like`` run's fit on all its points (``shift``: as FILE's x is read) and where it ended (the median of
+    its last 3 values, lower-is-better). Its schedule: ``schedule_of`` its curve and budget (its log's, else its
+    last x)."""
+    try:
+        curve = shift(read_curve(file, x=x, y=y, lr_col=lr_col))
+    except UserError as e:   # its line names the file: say it is a --like run's
+        raise UserError(f"--like {e}") from None
+    budget = curve.budget if curve.budget is not None else float(curve.x[-1])
+    schedule = schedule_of(curve, budget)
+    ok = np.isfinite(curve.x) & np.isfinite(curve.y)
+    xs, values = curve.x[ok], curve.y[ok]
+    down = MetricSpace.of(metric, values).down(values)
+    try:
+        if np.any(down <= 0):
+            raise ValueError(f"a value leaves no positive {'error' if metric == 'accuracy' else metric}")
+        fit = fit_annealing(xs, down, schedule, None)
+    except ValueError as e:
+        raise UserError(f"--like {file}: field {y!r}: {e}") from None
+    return finished_fit(fit, {"dataset": TASK, "metric": metric, "regime": regime},
+                        float(np.median(down[-3:])))
+
+
+def like_prior(fits: list[FinishedFit], metric: str, regime: str, schedule: Schedule) -> CurvePrior:
+    """The new run's prior from the finished runs, the shipped prior of its metric and regime their default."""
+    shipped = load_calibration().curve_prior(metric, schedule, regime)
+    return prior_from_fits(fits, {"dataset": TASK, "metric": metric, "regime": regime, "decay": schedule.decay},
+                           default=shipped, schedule=schedule)
