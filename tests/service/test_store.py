@@ -58,6 +58,27 @@ def test_a_version_6_store_is_migrated_and_starts_with_no_finished_fits(tmp_path
     assert Store(db).finished_fits() == [{"alpha": 0.6, "drop": 0.1}]
 
 
+def test_a_version_8_store_is_migrated_its_steps_carry_no_metrics_and_its_fits_no_targets(tmp_path):
+    """Migrations 9 and 10 (a step's reported metrics; a finished job's target fit): a store from before them keeps
+    its progress rows, which report no metric, and its loss fits, beside which none of a target is kept."""
+    db = tmp_path / "s.db"
+    c = sqlite3.connect(db)
+    c.executescript(";".join(MIGRATIONS[:8]) + "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                    "INSERT INTO schema_version VALUES (1),(2),(3),(4),(5),(6),(7),(8);"
+                    "INSERT INTO jobs(name, spec, state, submit_time) VALUES ('j', '{}', 'finished', 1.0);"
+                    "INSERT INTO progress(job_id, time, step, samples, loss) VALUES (1, 1.0, 1, 8, 2.0);"
+                    """INSERT INTO finished_fits(job_id, fit) VALUES (1, '{"alpha": 0.5, "drop": null}');""")
+    c.close()
+    s = Store(db)
+    assert s.schema_version == len(MIGRATIONS) >= 10
+    assert [r["loss"] for r in s.progress(1)] == [2.0] and s.metric_values(1, "acc", "job_metrics") == []
+    assert s.finished_fits() == [{"alpha": 0.5, "drop": None}]
+    s.add_finished_fit(2, {"alpha": 0.6, "drop": 0.1}, {"alpha": 0.7, "drop": 0.3, "meta": {"kind": "accuracy"}})
+    s.close()
+    assert Store(db).finished_fits() == [{"alpha": 0.5, "drop": None}, {"alpha": 0.6, "drop": 0.1},
+                                         {"alpha": 0.7, "drop": 0.3, "meta": {"kind": "accuracy"}}]
+
+
 def test_a_newer_schema_is_refused(tmp_path):
     db = tmp_path / "s.db"
     Store(db).close()
