@@ -210,7 +210,8 @@ def test_the_job_page_lists_events_as_readable_fields(live_service):
 
 def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
     """A job's ``prediction.target`` (service.metric_target): its fit row names the metric, the step it reaches the
-    target at, the chance, and the metric's predicted final value with its band."""
+    target at, the chance, and the metric's predicted final value with its band; a chart draws the metric as
+    reported, its predicted curve to the budget and the target's level."""
     svc, _, tmp = live_service
     store = svc.store
     jid = store.submit(JobSpec(name="evals", command=["python", "t.py"], gpus=64, prediction={
@@ -221,11 +222,23 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
                "drop": 0.1, "curve_rmse": 0.01,
                "metric_target": {"metric": "val_accuracy", "kind": "accuracy", "target": 0.97, "final": 0.9823,
                                  "final_80": [0.9609, 0.9842], "target_step": 347.7, "target_chance": 0.8,
-                                 "points": 30, "target_time": None}}
+                                 "points": 30, "target_time": None,
+                                 "curve": [[10.0 + 790 * i / 120, 0.9823 - 0.3 * (1 - i / 120) ** 3] for i in range(121)]}}
+        for step in range(10, 310, 10):       # evaluations between steps, and an accuracy reported inside steps 1..5
+            store.event("job_metrics", jid, step=step, epoch=0, metrics={"val_accuracy": 0.68 + step / 1000})
+        store.add_progress(jid, [{"time": 1.0, "step": k, "samples": 32 * k, "loss": 2.0,
+                                  "metrics": {"val_accuracy": 0.5}} for k in range(1, 6)], 1)
         store.add_prediction(jid, 1.0, 0.375, 25600.0, None, None, fit)
         dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{jid}", tmp, "--dump-dom")
         assert ("target val_accuracy 0.970 at step 348, chance 80 % by the budget (val_accuracy predicted 0.9823 at "
                 "the budget, 80 %: 0.9609–0.9842)") in dom, dom[dom.index("convergence fit"):][:800]
+        assert "Target: val_accuracy 0.97<" in dom
+        chart = dom[dom.index('id="target-chart"'):dom.index('id="noise-chart"')]
+        reported = chart[chart.index('data-label="reported val_accuracy"'):chart.index('data-label="predicted')]
+        assert reported.count("<circle") == 35, reported[:500]
+        assert re.search(r'data-label="predicted val_accuracy to the budget"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){120}"',
+                         chart), chart[:1500]
+        assert re.search(r'data-label="target 0.97"><path d="M[\d.]+,([\d.]+)L[\d.]+,\1"', chart), chart[-800:]
     finally:
         store.request_cancel(jid)
 

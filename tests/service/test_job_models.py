@@ -178,6 +178,10 @@ def test_a_metric_target_of_a_job_whose_batch_doubled_is_fitted_over_its_samples
     assert doubled["points"] == one["points"] == 30
     assert doubled["final"] == pytest.approx(one["final"], rel=1e-6)
     assert doubled["target_step"] == pytest.approx(job_step(one["target_step"]), rel=1e-6), (one, doubled)
+    # the drawn curve too, to the budget: in the job's steps (batch 64 after step 150 -> 150 + 650 / 2 = 475)
+    assert [p[1] for p in doubled["curve"]] == pytest.approx([p[1] for p in one["curve"]], rel=1e-6)
+    assert [p[0] for p in doubled["curve"]] == pytest.approx([job_step(p[0]) for p in one["curve"]], rel=1e-6)
+    assert one["curve"][-1][0] == 800.0 and doubled["curve"][-1][0] == pytest.approx(475.0)
 
 
 def test_a_targets_prior_is_learnt_from_the_finished_jobs_that_stated_one(tmp_path):

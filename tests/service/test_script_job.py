@@ -144,6 +144,10 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
             assert (got["metric"], got["kind"], got["target"]) == (metric, "loss", 1e9) and got["points"] >= 3
             assert got["target_chance"] == 1.0 and got["target_step"] in logged, (got, sorted(logged))
             assert 0 < got["final"] and got["final_80"][0] <= got["final"] <= got["final_80"][1]
+            # the dashboard's chart of it: the reports, and the predicted curve to the job's budget (36 steps)
+            drawn = c.get(f"/dashboard/api/jobs/{job_id}").json()
+            assert {p[0] for p in drawn["target"]["points"]} == logged and drawn["target"]["value"] == 1e9
+            assert drawn["prediction"]["loss_fit"]["metric_target"]["curve"][-1][0] == 36.0
         shown = c.get("/jobs/1").json()      # `dlsched show`, and `dlsched status`'s TARGET while the job runs
         last = shown["prediction"]["loss_fit"]["metric_target"]
         assert shown["target"] == {"metric": "val_mse", "value": 1e9, "step": last["target_step"],

@@ -205,13 +205,15 @@ def test_the_latest_prediction_is_the_newest_of_the_jobs_own_decoded(tmp_path):
 def test_only_the_newest_prediction_of_a_job_keeps_its_curve(tmp_path):
     s = Store(tmp_path / "s.db")
     a, b = s.submit(SPEC), s.submit(SPEC)
-    fit = lambda t: {"model": "annealing", "final": t, "curve": [[0, 2.0], [100, 1.0 + t]]}   # noqa: E731
+    fit = lambda t: {"model": "annealing", "final": t, "curve": [[0, 2.0], [100, 1.0 + t]],   # noqa: E731
+                     "metric_target": {"metric": "acc", "final": t, "curve": [[0, 0.1], [100, 0.9]]}}
     s.add_prediction(a, 1.0, 0.1, 100.0, 9.0, 10.0, fit(1))
     s.add_prediction(b, 1.5, 0.1, 100.0, 9.0, 10.5, fit(9))
     s.add_prediction(a, 2.0, 0.2, 100.0, 8.0, 10.0, None)
     s.add_prediction(a, 3.0, 0.3, 100.0, 7.0, 10.0, fit(3))
     old, empty, new = s.predictions(a)
-    assert old["loss_fit"] == {"model": "annealing", "final": 1} and empty["loss_fit"] is None
+    assert old["loss_fit"] == {"model": "annealing", "final": 1, "metric_target": {"metric": "acc", "final": 1}}
+    assert empty["loss_fit"] is None
     assert new["loss_fit"] == fit(3) and s.latest_prediction(b)["loss_fit"] == fit(9)
 
 

@@ -26,6 +26,8 @@ from dlsched.perf.efficiency import GradientNoise
 from dlsched.policy.base import NodeView
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.finish_times import shown_times
+from dlsched.service.job_models import metric_target_of
+from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.service.limits import JobId
 from dlsched.service.store import ACTIVE, TERMINAL, Store, UnknownJob
 
@@ -144,7 +146,20 @@ def job_detail(store: Store, job_id: int) -> dict:
     return {"job": job, "curve": curve, "fit": loss_fit_of(prediction),
             "prediction": prediction, "predicted_start": _clean(start), "predicted_finish": _clean(finish),
             "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200),
-            "ensemble": ensemble}
+            "ensemble": ensemble, "target": target_series(store, rec)}
+
+
+def target_series(store: Store, rec) -> dict | None:
+    """The metric a job states a target of (``spec.MetricTarget``) as reported, [step, value] (every k-th report, at
+    most ``MAX_CURVE_POINTS``, and the newest), with the target; None for a job that states none."""
+    target = metric_target_of(rec)
+    if target is None:
+        return None
+    reports = store.metric_values(rec.id, target.metric, METRICS_EVENT)
+    shown = reports[::max(1, math.ceil(len(reports) / MAX_CURVE_POINTS))]
+    shown += reports[-1:] if reports and shown[-1] != reports[-1] else []
+    return {"metric": target.metric, "value": target.value, "kind": target.kind,
+            "points": sorted([float(s), float(v)] for s, v in shown)}
 
 
 def load_reports(reports_dir: Path | None) -> list[dict]:

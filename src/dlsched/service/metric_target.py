@@ -16,6 +16,7 @@ from dlsched.spec import MetricTarget
 
 # the runtime's event for a metric reported between steps (``dlsched.torch``'s ``report``), as the service stores it
 METRICS_EVENT = "job_metrics"
+CURVE_POINTS = 121   # as the loss fit's drawn curve (``service.refit.fit_loss``)
 
 
 def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -28,8 +29,9 @@ def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndar
 
 def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule, regime: str,
                    prior: CurvePrior | None = None) -> dict | None:
-    """``{"metric", "kind", "target", "final", "final_80", "target_step", "target_chance", "points", "fitted"}`` (x in
-    the loss fit's units; ``target_step`` None: not by the budget; ``fitted``: the annealing fit, not JSON, or None),
+    """``{"metric", "kind", "target", "final", "final_80", "target_step", "target_chance", "points", "curve",
+    "fitted"}`` (x in the loss fit's units; ``target_step`` None: not by the budget; ``curve``: [x, value] from the
+    first point fitted to the budget, drawn as the loss fit's is; ``fitted``: the annealing fit, not JSON, or None),
     or None with fewer than ``MIN_POINTS`` points, or points the predictor refuses (a value it cannot model, such as
     an error of 0). ``prior``: from the finished jobs' fits of such targets (``service.job_models``); None: the
     shipped prior of the target's kind."""
@@ -40,9 +42,11 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
                           prior="shipped" if prior is None else prior)
     except ValueError:
         return None
+    grid = np.linspace(max(float(x[0]), float(p.curve_x[0])), schedule.budget, CURVE_POINTS)
     return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value,
             "final_80": list(p.final_value_interval_80), "target_step": p.target_step, "target_chance": p.p_reach,
-            "points": len(x), "fitted": p.fitted}
+            "points": len(x), "curve": [[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
+            "fitted": p.fitted}
 
 
 def target_meta(meta: dict, target: MetricTarget) -> dict:

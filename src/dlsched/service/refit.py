@@ -270,8 +270,11 @@ def in_steps(fit: dict, axis: ProgressAxis, x_last: float) -> dict:
         out["optimus_steps"] = [[float(a), float(b)] for a, b in zip(axis.steps(xs), loss_curve(fit).raw_loss(xs))]
     if fit.get("target_step") is not None:
         out["target_step"] = float(axis.steps(fit["target_step"]))
-    if (reached := fit.get("metric_target")) and reached["target_step"] is not None:
-        out["metric_target"] = reached | {"target_step": float(axis.steps(reached["target_step"]))}
+    if reached := fit.get("metric_target"):
+        curve = np.asarray(reached["curve"], float)
+        out["metric_target"] = reached | {
+            "curve": [[float(a), float(b)] for a, b in zip(axis.steps(curve[:, 0]), curve[:, 1])],
+            "target_step": None if reached["target_step"] is None else float(axis.steps(reached["target_step"]))}
     return out
 
 

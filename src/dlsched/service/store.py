@@ -141,9 +141,9 @@ def _prediction(row: sqlite3.Row) -> dict:
 
 def _insert_prediction(c: sqlite3.Connection, job_id: int, values: tuple) -> None:
     """A job's new prediction (``values``: time .. policy_finish); its previous one loses its ``loss_fit``'s
-    ``curve``. The loop stores one every round the job trains, and 121 curve points were about 93 % of a row (about
-    200 MB a day of a job at 2 s rounds); only the newest curve is read."""
-    c.execute("UPDATE predictions SET loss_fit = json_remove(loss_fit, '$.curve') WHERE id = "
+    ``curve`` (and its metric target's). The loop stores one every round the job trains, and 121 curve points were
+    about 93 % of a row (about 200 MB a day of a job at 2 s rounds); only the newest curve is read."""
+    c.execute("UPDATE predictions SET loss_fit = json_remove(loss_fit, '$.curve', '$.metric_target.curve') WHERE id = "
               "(SELECT MAX(id) FROM predictions WHERE job_id = ?) AND loss_fit IS NOT NULL", (job_id,))
     c.execute("INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, predicted_finish, "
               "loss_fit, forecast_time, predicted_start, policy_finish) VALUES (?,?,?,?,?,?,?,?,?,?)",

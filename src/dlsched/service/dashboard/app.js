@@ -192,12 +192,24 @@ async function jobPage(view, id) {
   view.innerHTML = `<section><h2 id="job-title">Job ${j.id} — ${esc(j.name)}</h2><table class="kv">${kv.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("")}</table></section>
     ${ensembleSection(d.ensemble)}
     <section><h2>Loss curve and fitted convergence curve</h2><div id="loss-chart"></div></section>
+    ${d.target ? `<section><h2>Target: ${esc(d.target.metric)} ${esc(String(d.target.value))}</h2><div id="target-chart"></div></section>` : ""}
     <section><h2>Gradient noise scale</h2><div id="noise-chart">${noise.length ? "" : '<p class="muted">none reported (a dlsched.torch job reports it; without it the goodput policy uses throughput)</p>'}</div></section>
     <div class="grid"><section><h2>Allocations</h2><div class="scroll"><table id="allocations"><thead><tr><th>time</th><th class="num">GPUs</th><th class="num">batch</th><th>placement</th></tr></thead><tbody>${allocs}</tbody></table></div></section>
     <section><h2>Events</h2><div class="scroll"><table id="events"><thead><tr><th>time</th><th>kind</th><th>detail</th></tr></thead><tbody>${events}</tbody></table></div></section></div>`;
   document.getElementById("loss-chart").appendChild(lineChart(series, { xLabel: "step", yLabel: "loss" }));
+  if (d.target) document.getElementById("target-chart").appendChild(targetChart(d.target, fit && fit.metric_target));
   if (noise.length) document.getElementById("noise-chart").appendChild(lineChart([{ label: "reported tr(Σ)/|G|² (samples)", kind: "line", colour: "#059669", points: noise }], { xLabel: "step", yLabel: "noise scale" }));
   return !["finished", "failed", "cancelled"].includes(j.state);
+}
+
+// a stated target's metric as reported, its predicted curve to the budget (service.metric_target), the target's level
+// (as the user stated it)
+function targetChart(t, predicted) {
+  const series = [{ label: `reported ${t.metric}`, kind: "dots", colour: "#2563eb", points: t.points }];
+  if (predicted && predicted.curve) series.push({ label: `predicted ${t.metric} to the budget`, kind: "line", colour: "#dc2626", points: predicted.curve });
+  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
+  if (xs.length) series.push({ label: `target ${t.value}`, kind: "line", colour: "#059669", dash: "6 4", points: [[Math.min(...xs), t.value], [Math.max(...xs), t.value]] });
+  return lineChart(series, { xLabel: "step", yLabel: t.metric });
 }
 
 // the row describes the curve drawn: the schedule-aware prediction to the budget when the job has one, else Optimus
