@@ -43,10 +43,10 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     except ValueError:
         return None
     grid = np.linspace(max(float(x[0]), float(p.curve_x[0])), schedule.budget, CURVE_POINTS)
+    drawn = np.interp(grid, p.curve_x, p.curve_y)
     return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value,
             "final_80": list(p.final_value_interval_80), "target_step": p.target_step, "target_chance": p.p_reach,
-            "points": len(x), "curve": [[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
-            "fitted": p.fitted}
+            "points": len(x), "curve": [[float(a), float(b)] for a, b in zip(grid, drawn)], "fitted": p.fitted}
 
 
 def target_meta(meta: dict, target: MetricTarget) -> dict:
