@@ -94,6 +94,21 @@ def test_a_script_job_states_its_schedule_and_target_loss_on_the_command_line(tm
         r = cli("submit", "--target-loss", "1.5", str(REPO_ROOT / "examples" / "demo" / "jobs" / "mlp-wide.yaml"))
         assert r.returncode == 2 and "--target-loss 1.5: for a script after '--'; a spec file sets " \
             "prediction.target_loss" in r.stderr
+        # what finished jobs it is like (the prior's task and pool): the dataset, the model's depth, the regime
+        r = cli("submit", "--dataset", "tinyshakespeare", "--depth", "6", "--regime", "finetune", "--", "python",
+                "train.py")
+        assert r.returncode == 0 and r.stdout.strip() == "submitted job 2 (train)", r.stderr
+        assert svc.store.get(2).spec.prediction.model_dump(exclude_none=True) == {
+            "dataset": "tinyshakespeare", "depth": 6, "regime": "finetune"}
+        for flags, said in ((["--regime", "pretrained"], "field prediction.regime: "),
+                            (["--dataset", "a b"], "field prediction.dataset: "),
+                            (["--depth", "0"], "field prediction.depth: ")):
+            r = cli("submit", *flags, "--", "python", "train.py")
+            assert r.returncode == 2 and r.stderr.count("\n") == 1 and said in r.stderr, (flags, r.stderr)
+        r = cli("submit", "--dataset", "x", str(REPO_ROOT / "examples" / "demo" / "jobs" / "mlp-wide.yaml"))
+        assert r.returncode == 2 and "--dataset x: for a script after '--'; a spec file sets prediction.dataset" \
+            in r.stderr
+        assert svc.store.count() == 2
     finally:
         stop_service_and_jobs(svc)
 

@@ -414,6 +414,13 @@ def register(app: typer.Typer) -> None:
                                                     "reports reaches a value: METRIC=VALUE (val_accuracy=0.93)"),
                metric: Optional[str] = typer.Option(None, "--metric", help="--target's kind: accuracy (higher is "
                                                     "better) | error | loss"),
+               dataset: Optional[str] = typer.Option(None, "--dataset", help="a script job: what it trains on; jobs "
+                                                     "of the same dataset that finished here set where its loss and "
+                                                     "target end"),
+               depth: Optional[int] = typer.Option(None, "--depth", help="a script job: its model's depth (its "
+                                                   "prior leans on finished jobs of the same)"),
+               regime: Optional[str] = typer.Option(None, "--regime", help="a script job: scratch (from random "
+                                                    "weights) | finetune (from pretrained): the prior's pool"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
         """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the service."""
         from dlsched.spec import load_job_spec, to_json
@@ -430,7 +437,8 @@ def register(app: typer.Typer) -> None:
             doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus), ("user", _current_user()))
                         if v is not None})
             facts = {k: v for k, v in (("schedule", schedule), ("target_loss", target_loss),
-                                       ("target", metric_target(target, metric))) if v is not None}
+                                       ("target", metric_target(target, metric)), ("dataset", dataset),
+                                       ("depth", depth), ("regime", regime)) if v is not None}
             if facts:
                 doc["prediction"] = facts
             specs = [load_job_spec(json.dumps(doc), "command line", "json")]
@@ -440,7 +448,9 @@ def register(app: typer.Typer) -> None:
             for flag, value, field in (("--min-gpus", min_gpus, "min_gpus"), ("--max-gpus", max_gpus, "max_gpus"),
                                        ("--schedule", schedule, "prediction.schedule"),
                                        ("--target-loss", target_loss, "prediction.target_loss"),
-                                       ("--target", target, "prediction.target"), ("--metric", metric, "prediction.target.kind")):
+                                       ("--target", target, "prediction.target"), ("--metric", metric, "prediction.target.kind"),
+                                       ("--dataset", dataset, "prediction.dataset"), ("--depth", depth, "prediction.depth"),
+                                       ("--regime", regime, "prediction.regime")):
                 if value is not None:   # were ignored for a spec file
                     raise UserError(f"{flag} {value}: for a script after '--'; a spec file sets {field}")
             if name and len(files) > 1:
