@@ -217,6 +217,19 @@ def test_only_the_newest_prediction_of_a_job_keeps_its_curve(tmp_path):
     assert new["loss_fit"] == fit(3) and s.latest_prediction(b)["loss_fit"] == fit(9)
 
 
+def test_a_nan_in_a_fit_is_stored_as_null_and_the_next_prediction_still_lands(tmp_path):
+    """A fit that holds a NaN or inf (a diverged metric's band, say) was stored as JSON's NaN, and the next
+    prediction's ``json_remove`` of its curve raised "malformed JSON" in the loop."""
+    s = Store(tmp_path / "s.db")
+    j = s.submit(SPEC)
+    s.add_prediction(j, 1.0, 0.1, 100.0, 9.0, 10.0, {"final": float("nan"), "curve": [[0, float("inf")]],
+                                                     "metric_target": {"final_80": [0.1, float("-inf")]}})
+    s.add_prediction(j, 2.0, 0.2, 100.0, 8.0, 10.0, {"final": 1.0})
+    old, new = s.predictions(j)
+    assert old["loss_fit"] == {"final": None, "metric_target": {"final_80": [0.1, None]}}
+    assert new["loss_fit"] == {"final": 1.0}
+
+
 def test_the_latest_predictions_are_each_jobs_newest_and_only_of_jobs_with_one(tmp_path):
     s = Store(tmp_path / "s.db")
     a, b, none = s.submit(SPEC), s.submit(SPEC), s.submit(SPEC)

@@ -15,7 +15,6 @@ import dataclasses
 import hmac
 import ipaddress
 import json
-import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dlsched.numbers import finite
 from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.fleet_status import ensemble_of
@@ -55,17 +55,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _finite(x: Any) -> Any:
-    """``x`` with every NaN/inf float as None, at any depth."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
-
-
 class FiniteJSON(JSONResponse):
     """JSON has no NaN/inf: a diverging job's (a NaN loss or reported metric, in its record and its events) go as
     null. They made every response that carried one a 500: the job's events, the service's, its dashboard page."""
@@ -74,7 +63,7 @@ class FiniteJSON(JSONResponse):
         try:
             return super().render(content)
         except ValueError:  # rare: the walk is paid only then
-            return super().render(_finite(content))
+            return super().render(finite(content))
 
 
 def _error(status: int, msg: str) -> JSONResponse:

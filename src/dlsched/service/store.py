@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from dlsched.numbers import is_number
+from dlsched.numbers import finite, is_number
 from dlsched.service.private_files import private_file, tighten
 from dlsched.spec import JobSpec
 
@@ -533,10 +533,12 @@ class Store:
                        forecast_time: float | None = None, predicted_start: float | None = None,
                        policy_finish: float | None = None) -> None:
         """``remaining_s``/``predicted_finish``: at the job's current allocation. ``forecast_time`` (when the
-        policy forecast was made), ``predicted_start`` and ``policy_finish``: the policy rolled forward."""
+        policy forecast was made), ``predicted_start`` and ``policy_finish``: the policy rolled forward. A NaN or
+        inf in ``loss_fit`` is stored as null: the next prediction's ``json_remove`` would find it malformed."""
         with self._tx():
             _insert_prediction(self._conn(), job_id, (now, fraction_done, total_samples, remaining_s, predicted_finish,
-                                                      json.dumps(loss_fit) if loss_fit else None, forecast_time,
+                                                      json.dumps(finite(loss_fit)) if loss_fit else None,
+                                                      forecast_time,
                                                       predicted_start, policy_finish))
 
     def set_forecast(self, now: float, times: Mapping[int, tuple[float | None, float | None]]) -> None:
