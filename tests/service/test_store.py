@@ -131,8 +131,8 @@ def test_progress_and_offset_advance_together(tmp_path):
 
 def test_a_metrics_values_are_read_from_its_steps_and_then_its_evaluations_numbers_only(tmp_path):
     """``Store.metric_values``: a metric reported inside a step rides on the step's record (migration 9 keeps its
-    numbers); one reported between steps is an event. A NaN, a bool, a string or another job's report is not read,
-    and an event whose detail holds a NaN (SQLite's JSON functions refuse it) does not break the read."""
+    numbers); one reported between steps is an event. A NaN, a bool, a string or another job's report is not read;
+    an event's NaN is stored as null (SQLite's JSON functions would call the detail malformed)."""
     s = Store(tmp_path / "s.db")
     j, other = s.submit(SPEC), s.submit(SPEC)
     steps = [{"time": 1.0, "step": 1, "samples": 8, "loss": 2.0, "metrics": {"acc": 0.25, "note": "x"}},
@@ -145,6 +145,7 @@ def test_a_metrics_values_are_read_from_its_steps_and_then_its_evaluations_numbe
     s.event("job_metrics", j, step=4, epoch=0, metrics={"loss_only": 1.0})
     s.event("job_metrics", other, step=4, epoch=0, metrics={"acc": 0.1})
     assert s.metric_values(j, "acc", "job_metrics") == [(1.0, 0.25), (3.0, 0.5), (3.0, 0.75)]
+    assert s.events(j, kinds=("job_metrics",))[0]["detail"]["metrics"]["val_loss"] is None   # stored as null
     assert s.metric_values(j, "flag", "job_metrics") == [] and s.metric_values(j, "note", "job_metrics") == []
     assert s.metric_values(j, "loss_only", "job_metrics") == [(4.0, 1.0)]
     assert [r["loss"] for r in s.progress(j)] == [2.0, 1.9, 1.8, 1.7]   # the API's rows are as before

@@ -480,8 +480,9 @@ class Store:
 
     @staticmethod
     def _event(c: sqlite3.Connection, now: float, job_id: int | None, kind: str, detail: dict) -> None:
+        # NaN/inf as null, as the API shows them: SQLite's JSON functions call a detail that holds one malformed
         c.execute("INSERT INTO events(time, job_id, kind, detail) VALUES (?,?,?,?)",
-                  (now, job_id, kind, json.dumps(detail, default=str)))
+                  (now, job_id, kind, json.dumps(finite(detail), default=str)))
 
     def events(self, job_id: int | None = None, after_id: int = 0, limit: int = 1000,
                kinds: Iterable[str] | None = None) -> list[dict]:
@@ -502,7 +503,7 @@ class Store:
         q = ("SELECT p.step, j.value FROM progress p, json_each(p.metrics) j WHERE p.job_id = ? "
              "AND p.metrics IS NOT NULL AND j.key = ? AND p.step IS NOT NULL ORDER BY p.id")
         inside = self._conn().execute(q, (job_id, metric)).fetchall()
-        # in Python: an event's detail may hold a NaN, which SQLite's JSON functions refuse
+        # in Python: an event an older dlsched stored may hold a NaN, which SQLite's JSON functions refuse
         between = [(e["detail"].get("step"), (e["detail"].get("metrics") or {}).get(metric))
                    for e in self.events(job_id, limit=1_000_000, kinds=(event_kind,))
                    if isinstance(e["detail"].get("metrics"), dict)]
