@@ -183,6 +183,26 @@ def _step_metrics(metrics: Any) -> str | None:
     return json.dumps(kept) if kept else None
 
 
+def _metric_values(c: sqlite3.Connection, job_id: int, metric: str, event_kind: str) -> list[tuple[float, float]]:
+    """``Store.metric_values``."""
+    inside = c.execute("SELECT p.step, j.value FROM progress p, json_each(p.metrics) j WHERE p.job_id = ? "
+                       "AND p.metrics IS NOT NULL AND j.key = ? AND p.step IS NOT NULL ORDER BY p.id",
+                       (job_id, metric)).fetchall()
+    # in Python: an event an older dlsched stored may hold a NaN, which SQLite's JSON functions refuse
+    details = [json.loads(r[0]) for r in c.execute("SELECT detail FROM events WHERE job_id = ? AND kind = ? "
+                                                    "ORDER BY id", (job_id, event_kind))]
+    between = [(d.get("step"), d["metrics"].get(metric)) for d in details if isinstance(d.get("metrics"), dict)]
+    return [(float(step), float(v)) for step, v in inside + between
+            if is_number(step) and is_number(v) and math.isfinite(v)]
+
+
+def _add_finished_fit(c: sqlite3.Connection, job_id: int, fit: dict, target: dict | None) -> None:
+    """``Store.add_finished_fit``."""
+    c.execute("INSERT OR REPLACE INTO finished_fits(job_id, fit) VALUES (?,?)", (job_id, json.dumps(fit)))
+    if target is not None:
+        c.execute("INSERT OR REPLACE INTO finished_target_fits(job_id, fit) VALUES (?,?)", (job_id, json.dumps(target)))
+
+
 def _noise(noise: Any) -> tuple[float | None, float | None, int | None]:
     """(grad_sqr, grad_var, noise_batch) of a step record's ``grad_noise`` (protocol.GradientNoiseRecord)."""
     if not isinstance(noise, dict):
@@ -500,15 +520,7 @@ class Store:
         """(step, value) of every report of ``metric`` by the job: inside a step (its progress rows' ``metrics``),
         then between steps (its ``event_kind`` events' ``metrics``: an evaluation, made after the step it names);
         each in the order stored. The finite numbers only."""
-        q = ("SELECT p.step, j.value FROM progress p, json_each(p.metrics) j WHERE p.job_id = ? "
-             "AND p.metrics IS NOT NULL AND j.key = ? AND p.step IS NOT NULL ORDER BY p.id")
-        inside = self._conn().execute(q, (job_id, metric)).fetchall()
-        # in Python: an event an older dlsched stored may hold a NaN, which SQLite's JSON functions refuse
-        between = [(e["detail"].get("step"), (e["detail"].get("metrics") or {}).get(metric))
-                   for e in self.events(job_id, limit=1_000_000, kinds=(event_kind,))
-                   if isinstance(e["detail"].get("metrics"), dict)]
-        return [(float(step), float(v)) for step, v in inside + between
-                if is_number(step) and is_number(v) and math.isfinite(v)]
+        return _metric_values(self._conn(), job_id, metric, event_kind)
 
     def last_event(self, job_id: int, kind: str, came_from: str) -> dict | None:
         """The detail of a job's newest ``kind`` transition out of state ``came_from``, None if none."""
@@ -574,17 +586,12 @@ class Store:
     def add_finished_fit(self, job_id: int, fit: dict, target: dict | None = None) -> None:
         """A finished job's loss fit and, where it stated one, its target metric's (``perf.prior.fit_record``)."""
         with self._tx():
-            self._conn().execute("INSERT OR REPLACE INTO finished_fits(job_id, fit) VALUES (?,?)",
-                                 (job_id, json.dumps(fit)))
-            if target is not None:
-                self._conn().execute("INSERT OR REPLACE INTO finished_target_fits(job_id, fit) VALUES (?,?)",
-                                     (job_id, json.dumps(target)))
+            _add_finished_fit(self._conn(), job_id, fit, target)
 
     def finished_fits(self) -> list[dict]:
         """The loss fits, then the target metrics' fits, each in the order the jobs were submitted."""
-        rows = self._conn().execute("SELECT fit FROM finished_fits ORDER BY job_id").fetchall() + \
-            self._conn().execute("SELECT fit FROM finished_target_fits ORDER BY job_id").fetchall()
-        return [json.loads(r["fit"]) for r in rows]
+        return [json.loads(r["fit"]) for table in ("finished_fits", "finished_target_fits")
+                for r in self._conn().execute(f"SELECT fit FROM {table} ORDER BY job_id")]
 
     def snapshot(self) -> dict[str, int]:
         """Row counts per table: used by tests to prove a refused request changed nothing."""
