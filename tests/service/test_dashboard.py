@@ -211,7 +211,7 @@ def test_the_job_page_lists_events_as_readable_fields(live_service):
 def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
     """A job's ``prediction.target`` (service.metric_target): its fit row names the metric, the step it reaches the
     target at, the chance, and the metric's predicted final value with its band; a chart draws the metric as
-    reported, its predicted curve to the budget and the target's level."""
+    reported, its predicted curve to the budget and the target's level; the overview's queue names it."""
     svc, _, tmp = live_service
     store = svc.store
     jid = store.submit(JobSpec(name="evals", command=["python", "t.py"], gpus=64, prediction={
@@ -239,6 +239,10 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         assert re.search(r'data-label="predicted val_accuracy to the budget"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){120}"',
                          chart), chart[:1500]
         assert re.search(r'data-label="target 0.97"><path d="M[\d.]+,([\d.]+)L[\d.]+,\1"', chart), chart[-800:]
+        # the overview's queue says it too, as `dlsched status`'s TARGET does (no time while it does not train)
+        queue = _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, "--dump-dom")
+        row = re.search(rf'<tr data-job="{jid}">(.*?)</tr>', queue, re.S).group(1)
+        assert '<td class="target">val_accuracy 0.97: step 348 (80 %)</td>' in row, row
     finally:
         store.request_cancel(jid)
 

@@ -25,7 +25,7 @@ from fastapi.responses import FileResponse, RedirectResponse
 from dlsched.perf.efficiency import GradientNoise
 from dlsched.policy.base import NodeView
 from dlsched.service.fleet_status import ensemble_of
-from dlsched.service.finish_times import shown_times
+from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.job_models import metric_target_of
 from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.service.limits import JobId
@@ -108,7 +108,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
                       "fraction_done": (ensemble_of(store, j.id)["fraction_done"] if j.spec.kind == "ensemble"
                                         else _clean(j.samples / j.total_samples) if j.total_samples else None),
                       "loss": _clean(j.last_loss), "samples_per_s": _clean(j.samples_per_s),
-                      "predicted_start": _clean(start), "predicted_finish": _clean(finish)})
+                      "predicted_start": _clean(start), "predicted_finish": _clean(finish),
+                      "target": stated_target(preds.get(j.id))})
     counts: dict[str, int] = {}
     for j in jobs:
         counts[j.state] = counts.get(j.state, 0) + 1

@@ -149,14 +149,14 @@ async function overviewPage(view) {
       <td class="num">${j.gpus}/${j.requested}</td><td class="num">${j.batch_size ?? "–"}</td>
       <td>${j.fraction_done == null ? "–" : `<span class="bar"><i style="width:${(100 * Math.min(1, j.fraction_done)).toFixed(1)}%"></i></span> ${(100 * j.fraction_done).toFixed(0)}%`}</td>
       <td class="num">${fmtNum(j.loss)}</td><td class="num">${fmtNum(j.samples_per_s)}</td>
-      <td>${rel(j.predicted_start, now)}</td><td>${rel(j.predicted_finish, now)}</td></tr>`).join("");
+      <td>${rel(j.predicted_start, now)}</td><td>${rel(j.predicted_finish, now)}</td><td class="target">${targetCell(j.target, now)}</td></tr>`).join("");
   const recent = d.recent.map((j) => `<tr><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span></td>
       <td>${fmtClock(j.submit_time)}</td><td>${fmtClock(j.end_time)}</td><td class="num">${j.start_time && j.end_time ? fmtDur(j.end_time - j.submit_time) : "–"}</td><td class="error">${esc(j.error || "")}</td></tr>`).join("");
   view.innerHTML = `
     <section><div class="counts" id="counts"><span><b>${d.total_jobs}</b> jobs</span>${counts}<span><b>${used}/${total}</b> GPUs busy</span></div></section>
     <section id="cluster"><h2>Cluster — nodes × GPUs, who holds what</h2>${nodes || '<p class="muted">no nodes</p>'}</section>
     <section><h2>Queue <span class="muted">(${d.queue.length} active; predicted start/finish under the policy forecast)</span></h2>
-      <div class="scroll"><table id="queue"><thead><tr><th>id</th><th>name</th><th>state</th><th class="num">GPUs</th><th class="num">batch</th><th>progress</th><th class="num">loss</th><th class="num">samples/s</th><th>predicted start</th><th>predicted finish</th></tr></thead><tbody>${q}</tbody></table></div></section>
+      <div class="scroll"><table id="queue"><thead><tr><th>id</th><th>name</th><th>state</th><th class="num">GPUs</th><th class="num">batch</th><th>progress</th><th class="num">loss</th><th class="num">samples/s</th><th>predicted start</th><th>predicted finish</th><th>stated target</th></tr></thead><tbody>${q}</tbody></table></div></section>
     <section><h2>Allocation timeline <span class="muted">(${d.gantt_jobs} of ${d.gantt_total_jobs} jobs; bar height ∝ GPUs)</span></h2><div id="gantt" class="scroll"></div></section>
     <section><h2>Recently ended</h2><div class="scroll"><table id="recent"><thead><tr><th>id</th><th>name</th><th>state</th><th>submitted</th><th>ended</th><th class="num">JCT</th><th>error</th></tr></thead><tbody>${recent}</tbody></table></div></section>`;
   document.getElementById("gantt").appendChild(gantt(d.gantt, now));
@@ -231,6 +231,13 @@ function targetText(fit) {
   return (fit.target_loss == null ? "" : reachText("target loss", fit.target_loss, fit))
     + (m ? reachText(`target ${esc(m.metric)}`, m.target, m) + ` (${esc(m.metric)} predicted ${fmtNum(m.final, 4)} at the budget, 80 %: ${fmtNum(m.final_80[0], 4)}–${fmtNum(m.final_80[1], 4)})` : "");
 }
+// a live job's stated target in the queue (service.finish_times.stated_target), as `dlsched status`'s TARGET says it
+function targetCell(t, now) {
+  if (!t) return "–";
+  const when = t.step == null ? "not by the budget" : t.time != null ? rel(t.time, now) : `step ${Math.round(t.step).toLocaleString()}`;
+  return `${esc(t.metric)} ${t.value}: ${when}${t.chance == null ? "" : ` (${Math.round(100 * t.chance)} %)`}`;
+}
+
 function reachText(label, value, t) {
   if (t.target_step == null) return `; ${label} ${fmtNum(value)} not reached by the budget`;
   const when = t.target_time == null ? "" : ` ≈ ${rel(t.target_time, Date.now() / 1000)}`;
