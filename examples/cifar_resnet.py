@@ -67,11 +67,12 @@ def main() -> None:
         for images, labels in loader:
             images, labels = images.to(device), labels.to(device)
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(images), labels)
+            logits = model(images)
+            loss = F.cross_entropy(logits, labels)
             loss.backward()
             optimizer.step()
             scheduler.step()
-            dt.report(loss=loss.item())  # dlsched
+            dt.report(loss=loss.item(), train_accuracy=(logits.argmax(1) == labels).float().mean().item())  # dlsched
         model.eval()
         correct = total = 0
         with torch.no_grad():
