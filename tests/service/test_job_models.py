@@ -124,7 +124,7 @@ def test_a_stated_accuracy_target_is_predicted_from_the_metric_the_script_report
         for e in evals:
             store.event("job_metrics", jid, **e)
         return JobModels(("slot",)).refit(store.get(jid), recs, 2000.0, metric_values=store.metric_values(
-            jid, "val_accuracy", "job_metrics")).loss_fit["metric_target"]
+            jid, "val_accuracy", "job_metrics").values).loss_fit["metric_target"]
 
     truth = float(d.accuracy.iloc[-3:].mean())                 # 0.981
     smooth = d.accuracy.rolling(3, center=True, min_periods=1).median()
@@ -208,8 +208,8 @@ def test_a_targets_prior_is_learnt_from_the_finished_jobs_that_stated_one(tmp_pa
                  "samples_per_s": 100.0, "workers": 1, "batch_size": 16, "metrics": {"token_accuracy": r.accuracy}}
                 for r in d.itertuples()]
         store.add_progress(jid, recs, 1, samples=recs[-1]["samples"])
-        got = models.refit(store.get(jid), recs, 2000.0, metric_values=store.metric_values(
-            jid, "token_accuracy", "job_metrics")).loss_fit["metric_target"]
+        got = models.refit(store.get(jid), recs, 2000.0, metric_values=models.metric_values(
+            jid, "token_accuracy", store)).loss_fit["metric_target"]
         if until is None:
             models.forget(jid, finished=True)
         return got

@@ -152,7 +152,7 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
             got = predicted(job_id)
             assert got is not None, (c.get(f"/jobs/{job_id}").json(), c.get(f"/jobs/{job_id}/events").json()[-5:])
             # the steps the metric was reported at: the evaluations' events, or the steps stored with it
-            logged = {float(step) for step, _ in svc.store.metric_values(job_id, metric, "job_metrics")}
+            logged = {float(step) for step, _ in svc.store.metric_values(job_id, metric, "job_metrics").values}
             evals = {float(e["detail"]["step"]) for e in c.get(f"/jobs/{job_id}/events").json()
                      if e["kind"] == "job_metrics"}
             assert logged == evals if metric == "val_mse" else len(logged) > 2 * len(evals), (sorted(logged), evals)

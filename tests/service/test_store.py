@@ -71,7 +71,7 @@ def test_a_version_8_store_is_migrated_its_steps_carry_no_metrics_and_its_fits_n
     c.close()
     s = Store(db)
     assert s.schema_version == len(MIGRATIONS) >= 10
-    assert [r["loss"] for r in s.progress(1)] == [2.0] and s.metric_values(1, "acc", "job_metrics") == []
+    assert [r["loss"] for r in s.progress(1)] == [2.0] and s.metric_values(1, "acc", "job_metrics").values == []
     assert s.finished_fits() == [{"alpha": 0.5, "drop": None}]
     s.add_finished_fit(2, {"alpha": 0.6, "drop": 0.1}, {"alpha": 0.7, "drop": 0.3, "meta": {"kind": "accuracy"}})
     s.close()
@@ -144,11 +144,19 @@ def test_a_metrics_values_are_read_from_its_steps_and_then_its_evaluations_numbe
     s.event("job_metrics", j, step=3, epoch=0, metrics={"acc": 0.75, "val_loss": float("nan")})
     s.event("job_metrics", j, step=4, epoch=0, metrics={"loss_only": 1.0})
     s.event("job_metrics", other, step=4, epoch=0, metrics={"acc": 0.1})
-    assert s.metric_values(j, "acc", "job_metrics") == [(1.0, 0.25), (3.0, 0.5), (3.0, 0.75)]
+    got = s.metric_values(j, "acc", "job_metrics")
+    assert got.values == [(1.0, 0.25), (3.0, 0.5), (3.0, 0.75)] and got.inside == ((1.0, 0.25), (3.0, 0.5))
+    # read on from where it left: only what was stored since
+    s.add_progress(j, [{"time": 5.0, "step": 5, "samples": 40, "loss": 1.6, "metrics": {"acc": 0.6}}], 120)
+    s.event("job_metrics", j, step=5, epoch=0, metrics={"acc": 0.8})
+    more = s.metric_values(j, "acc", "job_metrics", after=got.seen)
+    assert (more.inside, more.between) == (((5.0, 0.6),), ((5.0, 0.8),)) and more.seen > got.seen
+    assert s.metric_values(j, "acc", "job_metrics", after=more.seen).values == []
+    assert s.metric_values(j, "acc", "job_metrics", points=2).inside == ((1.0, 0.25), (5.0, 0.6))   # k-th + newest
     assert s.events(j, kinds=("job_metrics",))[0]["detail"]["metrics"]["val_loss"] is None   # stored as null
-    assert s.metric_values(j, "flag", "job_metrics") == [] and s.metric_values(j, "note", "job_metrics") == []
-    assert s.metric_values(j, "loss_only", "job_metrics") == [(4.0, 1.0)]
-    assert [r["loss"] for r in s.progress(j)] == [2.0, 1.9, 1.8, 1.7]   # the API's rows are as before
+    assert s.metric_values(j, "flag", "job_metrics").values == [] == s.metric_values(j, "note", "job_metrics").values
+    assert s.metric_values(j, "loss_only", "job_metrics").values == [(4.0, 1.0)]
+    assert [r["loss"] for r in s.progress(j)] == [2.0, 1.9, 1.8, 1.7, 1.6]   # the API's rows are as before
     assert "metrics" not in s.progress(j)[0]
 
 

@@ -151,16 +151,16 @@ def job_detail(store: Store, job_id: int) -> dict:
 
 
 def target_series(store: Store, rec) -> dict | None:
-    """The metric a job states a target of (``spec.MetricTarget``) as reported, [step, value] (every k-th report, at
-    most ``MAX_CURVE_POINTS``, and the newest), with the target; None for a job that states none."""
+    """The metric a job states a target of (``spec.MetricTarget``) as reported, [step, value] (of its steps' and of its
+    evaluations' reports every k-th, at most ``MAX_CURVE_POINTS`` each), with the target; None for a job that states
+    none."""
     target = metric_target_of(rec)
     if target is None:
         return None
-    reports = store.metric_values(rec.id, target.metric, METRICS_EVENT)
-    shown = reports[::max(1, math.ceil(len(reports) / MAX_CURVE_POINTS))]
-    shown += reports[-1:] if reports and shown[-1] != reports[-1] else []
+    reports = store.metric_values(rec.id, target.metric, METRICS_EVENT, points=MAX_CURVE_POINTS)
+    evaluations = reports.between[::max(1, math.ceil(len(reports.between) / MAX_CURVE_POINTS))]
     return {"metric": target.metric, "value": target.value, "kind": target.kind,
-            "points": sorted([float(s), float(v)] for s, v in shown)}
+            "points": sorted([s, v] for s, v in reports.inside + evaluations)}
 
 
 def load_reports(reports_dir: Path | None) -> list[dict]:

@@ -22,7 +22,6 @@ from dlsched.service.coordinator_loss import after_failed_start, resume_or_fail
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels, metric_target_of
-from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
@@ -306,7 +305,7 @@ class LiveLoop:
             stated = metric_target_of(job)
             pred = self.models.refit(job, self.models.progress(job_id, self.store), now,
                                      read_lr_plan(self.job_dir(job_id)),
-                                     self.store.metric_values(job_id, stated.metric, METRICS_EVENT) if stated else None)
+                                     self.models.metric_values(job_id, stated.metric, self.store) if stated else None)
             if pred is not None:
                 self._pending[job_id] = (now, pred)
         for job_id, finished in self._ended:

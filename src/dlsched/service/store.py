@@ -183,17 +183,42 @@ def _step_metrics(metrics: Any) -> str | None:
     return json.dumps(kept) if kept else None
 
 
-def _metric_values(c: sqlite3.Connection, job_id: int, metric: str, event_kind: str) -> list[tuple[float, float]]:
+@dataclass(frozen=True)
+class MetricReports:
+    """A metric's reports by a job (``Store.metric_values``): (step, value) inside steps (on its progress rows) and
+    between them (its evaluation events), each in the order stored; ``seen``: the last (progress id, event id) read,
+    from which a later read goes on."""
+
+    inside: tuple[tuple[float, float], ...]
+    between: tuple[tuple[float, float], ...]
+    seen: tuple[int, int]
+
+    @property
+    def values(self) -> list[tuple[float, float]]:
+        """Inside, then between: an evaluation, made after the step it names, is the later report of that step."""
+        return list(self.inside + self.between)
+
+
+def _metric_values(c: sqlite3.Connection, job_id: int, metric: str, event_kind: str, after: tuple[int, int],
+                   points: int | None) -> MetricReports:
     """``Store.metric_values``."""
-    inside = c.execute("SELECT p.step, j.value FROM progress p, json_each(p.metrics) j WHERE p.job_id = ? "
-                       "AND p.metrics IS NOT NULL AND j.key = ? AND p.step IS NOT NULL ORDER BY p.id",
-                       (job_id, metric)).fetchall()
+    ids = [r[0] for r in c.execute("SELECT id FROM progress WHERE job_id = ? AND id > ? AND metrics IS NOT NULL "
+                                   "ORDER BY id", (job_id, after[0]))]
+    last = ids[-1] if ids else after[0]
+    if points:   # every k-th row that reports metrics, and the newest (a curve to draw)
+        ids = ids[::max(1, math.ceil(len(ids) / points))] + ids[-1:]
+    # one JSON parameter, not one a row (``_progress_rows``)
+    inside = c.execute("SELECT p.step, j.value FROM progress p, json_each(p.metrics) j WHERE p.id IN (SELECT value "
+                       "FROM json_each(?)) AND j.key = ? AND p.step IS NOT NULL ORDER BY p.id",
+                       (json.dumps(sorted(set(ids))), metric)).fetchall()
     # in Python: an event an older dlsched stored may hold a NaN, which SQLite's JSON functions refuse
-    details = [json.loads(r[0]) for r in c.execute("SELECT detail FROM events WHERE job_id = ? AND kind = ? "
-                                                    "ORDER BY id", (job_id, event_kind))]
+    rows = c.execute("SELECT id, detail FROM events WHERE job_id = ? AND kind = ? AND id > ? ORDER BY id",
+                     (job_id, event_kind, after[1])).fetchall()
+    details = [json.loads(r[1]) for r in rows]
     between = [(d.get("step"), d["metrics"].get(metric)) for d in details if isinstance(d.get("metrics"), dict)]
-    return [(float(step), float(v)) for step, v in inside + between
-            if is_number(step) and is_number(v) and math.isfinite(v)]
+    kept = [[(float(step), float(v)) for step, v in part if is_number(step) and is_number(v) and math.isfinite(v)]
+            for part in (inside, between)]
+    return MetricReports(tuple(kept[0]), tuple(kept[1]), (last, rows[-1][0] if rows else after[1]))
 
 
 def _add_finished_fit(c: sqlite3.Connection, job_id: int, fit: dict, target: dict | None) -> None:
@@ -516,11 +541,12 @@ class Store:
         q, args = q + " ORDER BY id LIMIT ?", args + [limit]
         return [dict(r) | {"detail": json.loads(r["detail"])} for r in self._conn().execute(q, args)]
 
-    def metric_values(self, job_id: int, metric: str, event_kind: str) -> list[tuple[float, float]]:
-        """(step, value) of every report of ``metric`` by the job: inside a step (its progress rows' ``metrics``),
-        then between steps (its ``event_kind`` events' ``metrics``: an evaluation, made after the step it names);
-        each in the order stored. The finite numbers only."""
-        return _metric_values(self._conn(), job_id, metric, event_kind)
+    def metric_values(self, job_id: int, metric: str, event_kind: str, after: tuple[int, int] = (0, 0),
+                      points: int | None = None) -> MetricReports:
+        """The job's reports of ``metric``: inside a step (its progress rows' ``metrics``) and between steps (its
+        ``event_kind`` events' ``metrics``); those stored after ``after`` (a ``MetricReports.seen``); with ``points``,
+        of the rows that report metrics every k-th, at most that many, and the newest. The finite numbers only."""
+        return _metric_values(self._conn(), job_id, metric, event_kind, after, points)
 
     def last_event(self, job_id: int, kind: str, came_from: str) -> dict | None:
         """The detail of a job's newest ``kind`` transition out of state ``came_from``, None if none."""
