@@ -397,6 +397,12 @@ def test_finished_runs_of_the_task_given_with_like_set_the_prior(capsys):
     assert lo <= truth <= hi
 
 
+def test_the_run_itself_given_with_like_is_refused(capsys):
+    run = REPO / "bench" / "curves" / "tinylm-onecycle.csv"
+    with pytest.raises(UserError, match=r"^--like .*tinylm-onecycle.csv: is the run predicted; give finished runs"):
+        run_curve(run, "step", "accuracy", 600, None, 150, None, None, "accuracy", None, None, True, None, like=[run])
+
+
 @pytest.mark.parametrize("content,said", [
     (None, "--like {f}: file not found"),
     ("epoch,accuracy\n1,0.5\n2,0.6\n3,0.7\n", "--like {f}: no column 'step'"),

@@ -109,6 +109,8 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
                         "use --observed-until to cut the curve")
     sched = _schedule(schedule, budget, curve)
     prior = "shipped"
+    if like and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()), None)) is not None:
+        raise UserError(f"--like {same}: is the run predicted; give finished runs of its task")
     if like:   # each finished run's own LR where it logs one, else the SPEC at its own budget
         fits = [finished_run(f, x, y, lr_col, metric, regime,
                              lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift)
