@@ -535,3 +535,26 @@ def test_a_grow_placed_elsewhere_than_asked_is_booked_where_its_newcomer_runs(tm
     assert job.placement == backend.placement(a) == {"n0": 1, "n2": 1}
     (resize,) = [e for e in store.events(a) if e["kind"] == "rescaling"]
     assert resize["detail"]["placed"] == {"n0": 1, "n2": 1}
+
+
+def test_a_jobs_failing_prediction_is_said_once_and_every_job_is_still_scheduled(tmp_path):
+    """A fit that raises (an injected fault in one job's refit) was the whole round's exception: no job was started,
+    resized or finished while that job's progress kept arriving. It is now the job's ``prediction_failed`` event,
+    once, and the round goes on."""
+    loop, store, backend = make_loop(tmp_path, "test-fifo", slots=(1, 1))
+    a = store.submit(load_job_spec(job_yaml("a", samples=640)))
+    refit = loop.models.refit
+
+    def fails_for_a(job, *args, **kwargs):
+        if job.id == a:
+            raise FloatingPointError("injected: a fit that overflowed")
+        return refit(job, *args, **kwargs)
+
+    loop.models.refit = fails_for_a
+    run_until(loop, store, lambda: store.get(a).state == RUNNING and store.get(a).samples > 0)
+    b = store.submit(load_job_spec(job_yaml("b", samples=320)))
+    run_until(loop, store, lambda: store.get(a).state == FINISHED and store.get(b).state == FINISHED, timeout=60)
+    failed = [e["detail"] for e in store.events(a) if e["kind"] == "prediction_failed"]
+    assert failed == [{"error": "FloatingPointError: injected: a fit that overflowed"}]
+    assert store.predictions(b) and not store.predictions(a)
+    backend.stop_all()

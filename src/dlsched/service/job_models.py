@@ -2,6 +2,7 @@
 snapshot, the pending start/resize timing), in one place, so an ended job is dropped by one ``forget``."""
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -20,6 +21,8 @@ from dlsched.service.metric_target import METRICS_EVENT, ended_at, reported, tar
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.store import RESCALING, JobRecord, Store
 from dlsched.spec import MetricTarget
+
+log = logging.getLogger("dlsched.service")
 
 SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
 
@@ -111,6 +114,7 @@ class JobModels:
         self._last_target_fits: dict[int, FinishedFit] = {}   # ... and of the metric it states a target of
         # that metric's reports read so far: {step: value} inside steps, and between them; the ids read to
         self._reports: dict[int, tuple[dict[float, float], dict[float, float], tuple[int, int]]] = {}
+        self._failed_fits: set[int] = set()           # jobs whose fit raised: said once
         # of jobs that finished here: the prior of new ones
         self._finished: list[FinishedFit] = [fit_from_record(d) for d in store.finished_fits()] if store else []
         self.restart_s = RESIZE_S    # the loop's median measured resize pause, set every round
@@ -124,6 +128,7 @@ class JobModels:
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._progress, self._rates,
                         self._totals, self._views, self._changed_at, self._reports):
             per_job.pop(job_id, None)
+        self._failed_fits.discard(job_id)
 
     def curve_prior(self, job: JobRecord, schedule: Schedule | None = None, target: MetricTarget | None = None):
         """``perf.prior`` of the job's loss, or of its stated ``target``'s metric, from the jobs that finished here
@@ -160,6 +165,22 @@ class JobModels:
         history = self._progress.setdefault(job_id, ProgressHistory())
         history.extend(store.progress(job_id, after_id=history.last_id))
         return history
+
+    def refit_stored(self, job: JobRecord, store: Store, now: float, lr_plan: dict | None) -> refit.Prediction | None:
+        """``refit`` on what ``store`` holds of the job (its progress, and the reports of the metric it states a
+        target of). A fit that raises is the job's alone: said once (the log and a ``prediction_failed`` event),
+        None; the job is scheduled on its last prediction, and its next progress tries again. It was the whole
+        round's exception: no job was started, resized or finished while that job's progress kept arriving."""
+        stated = metric_target_of(job)
+        try:
+            return self.refit(job, self.progress(job.id, store), now, lr_plan,
+                              self.metric_values(job.id, stated.metric, store) if stated else None)
+        except Exception as e:
+            if job.id not in self._failed_fits:
+                self._failed_fits.add(job.id)
+                log.exception("job %s: its prediction failed; it keeps its last one", job.id)
+                store.event("prediction_failed", job.id, now, error=f"{type(e).__name__}: {e}"[:500])
+            return None
 
     def metric_values(self, job_id: int, metric: str, store: Store) -> list[tuple[float, float]]:
         """(step, value) of the job's reports of ``metric`` (``Store.metric_values``: a step reported twice keeps

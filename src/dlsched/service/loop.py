@@ -21,7 +21,7 @@ from dlsched.service.abandoned_resize import return_to_held
 from dlsched.service.coordinator_loss import after_failed_start, resume_or_fail
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
-from dlsched.service.job_models import JobModels, metric_target_of
+from dlsched.service.job_models import JobModels
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
@@ -302,10 +302,7 @@ class LiveLoop:
         store transaction: fits are CPU-heavy, and SQLite's write lock must never wait on them (a busy machine
         held it past the 30 s busy timeout, and submissions and the forecast failed with 'database is locked')."""
         for job_id, job in self._to_refit.items():
-            stated = metric_target_of(job)
-            pred = self.models.refit(job, self.models.progress(job_id, self.store), now,
-                                     read_lr_plan(self.job_dir(job_id)),
-                                     self.models.metric_values(job_id, stated.metric, self.store) if stated else None)
+            pred = self.models.refit_stored(job, self.store, now, read_lr_plan(self.job_dir(job_id)))
             if pred is not None:
                 self._pending[job_id] = (now, pred)
         for job_id, finished in self._ended:
