@@ -77,7 +77,9 @@ def test_policy_is_chosen_by_registry_name(tmp_path):
 def test_elastic_job_shrinks_for_an_arrival_and_grows_back(tmp_path):
     loop, store, backend = make_loop(tmp_path, "test-elastic")
     try:
-        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=4, samples=2000, epochs=2, step_s=0.04)))
+        # a's work outlasts b's start-up and run on a loaded machine (with 2000 samples an epoch, a once finished
+        # on the 2 GPUs it shrank to before b ended: allocations 4, 2, 0)
+        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=4, samples=8000, epochs=2, step_s=0.04)))
         run_until(loop, store, lambda: store.get(a).num_gpus == 4 and store.get(a).samples > 0)
         b = store.submit(load_job_spec(job_yaml("b", gpus=2, samples=320)))
         loop.round()   # a's slots are held until it trains on 2 (slot_holds): b waits for them
@@ -92,8 +94,8 @@ def test_elastic_job_shrinks_for_an_arrival_and_grows_back(tmp_path):
         assert kinds.count("rescaling") >= 2 and kinds[-1] == "finished"
         delay = loop.forecaster.typical_delay
         assert delay("resize", -1.0) >= 0 and delay("start", -1.0) > 0
-        assert store.get(a).samples == 4000 and store.get(a).attained_service > 0
-        assert store.predictions(a)[-1]["total_samples"] == 4000
+        assert store.get(a).samples == 16000 and store.get(a).attained_service > 0
+        assert store.predictions(a)[-1]["total_samples"] == 16000
     finally:
         backend.stop_all()
 
