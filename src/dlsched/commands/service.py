@@ -427,6 +427,10 @@ def register(app: typer.Typer) -> None:
         from dlsched.train.script import script_name
 
         files = files or []
+        # (flag, field of the spec's prediction, value): what a script job states on the command line
+        stated = (("--schedule", "schedule", schedule), ("--target-loss", "target_loss", target_loss),
+                  ("--target", "target", target), ("--metric", "target.kind", metric), ("--dataset", "dataset", dataset),
+                  ("--depth", "depth", depth), ("--regime", "regime", regime))
         if "--" in sys.argv:  # everything after it is the script's command line
             if param:   # was dropped without a word: the job ran with the script's defaults
                 raise UserError(f"--param {param[0]}: a script job takes its settings as the script's own arguments "
@@ -436,21 +440,17 @@ def register(app: typer.Typer) -> None:
                    "gpus": gpus if gpus is not None else (min_gpus or 1)}
             doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus), ("user", _current_user()))
                         if v is not None})
-            facts = {k: v for k, v in (("schedule", schedule), ("target_loss", target_loss),
-                                       ("target", metric_target(target, metric)), ("dataset", dataset),
-                                       ("depth", depth), ("regime", regime)) if v is not None}
+            facts = {field: metric_target(target, metric) if field == "target" else value
+                     for _, field, value in stated if field != "target.kind"}
+            facts = {k: v for k, v in facts.items() if v is not None}
             if facts:
                 doc["prediction"] = facts
             specs = [load_job_spec(json.dumps(doc), "command line", "json")]
         else:
             if not files:
                 raise UserError("give job spec files, or a script after '--' (dlsched submit -- python train.py)")
-            for flag, value, field in (("--min-gpus", min_gpus, "min_gpus"), ("--max-gpus", max_gpus, "max_gpus"),
-                                       ("--schedule", schedule, "prediction.schedule"),
-                                       ("--target-loss", target_loss, "prediction.target_loss"),
-                                       ("--target", target, "prediction.target"), ("--metric", metric, "prediction.target.kind"),
-                                       ("--dataset", dataset, "prediction.dataset"), ("--depth", depth, "prediction.depth"),
-                                       ("--regime", regime, "prediction.regime")):
+            for flag, field, value in (("--min-gpus", "min_gpus", min_gpus), ("--max-gpus", "max_gpus", max_gpus),
+                                       *((f, f"prediction.{field}", v) for f, field, v in stated)):
                 if value is not None:   # were ignored for a spec file
                     raise UserError(f"{flag} {value}: for a script after '--'; a spec file sets {field}")
             if name and len(files) > 1:
