@@ -173,7 +173,10 @@ class JobModels:
         round's exception: no job was started, resized or finished while that job's progress kept arriving."""
         stated = metric_target_of(job)
         try:
-            return self.refit(job, self.progress(job.id, store), now, lr_plan,
+            progress = self.progress(job.id, store)
+            if not self._news(job.id, progress):   # the metric's reports are read only for a refit
+                return None
+            return self.refit(job, progress, now, lr_plan,
                               self.metric_values(job.id, stated.metric, store) if stated else None)
         except Exception as e:
             if job.id not in self._failed_fits:
@@ -181,6 +184,10 @@ class JobModels:
                 log.exception("job %s: its prediction failed; it keeps its last one", job.id)
                 store.event("prediction_failed", job.id, now, error=f"{type(e).__name__}: {e}"[:500])
             return None
+
+    def _news(self, job_id: int, progress) -> bool:
+        """Whether progress arrived since the job's last refit."""
+        return len(progress) != self._seen_progress.get(job_id)
 
     def metric_values(self, job_id: int, metric: str, store: Store) -> list[tuple[float, float]]:
         """(step, value) of the job's reports of ``metric`` (``Store.metric_values``: a step reported twice keeps
@@ -199,7 +206,7 @@ class JobModels:
         """Refit the job's models on its stored progress (and its runtime's ``lr_plan``, ``train.files``, and the
         (step, value) reports of the metric its stated ``target`` names: ``Store.metric_values``); None when nothing
         new arrived since the last refit."""
-        if len(progress) == self._seen_progress.get(job.id):
+        if not self._news(job.id, progress):
             return None
         self._seen_progress[job.id] = len(progress)
         if not isinstance(progress, ProgressHistory):
