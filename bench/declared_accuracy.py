@@ -5,7 +5,8 @@ Run: PYTHONPATH=src python bench/declared_accuracy.py
 Every run of ``bench/curves`` (``make_dev_curves.py``) logs held-out accuracy beside its loss; ``prediction_accuracy``
 scores the loss of all but the digits fine-tunes. Here each run is cut after 10 / 25 / 50 % of its budget and
 predicted as ``dlsched predict curve --metric accuracy --schedule SPEC --budget N --regime R`` does (shipped prior,
-``perf/calibration.json``), against the mean of its last 3 logged accuracies: the final's error in accuracy units
+``perf/calibration.json``, with the run's own task's fits left out: ``Calibration.without_task``; the table
+pools every development run's loss and accuracy fits), against the mean of its last 3 logged accuracies: the final's error in accuracy units
 (as ``final_value`` reports it) and as an error rate (the space the models fit), and whether the 80 % band holds the
 truth. Beside it, the same run's loss predicted the same way: the information both sides have is the same (the
 prefix, the schedule and the budget; neither the run's own end).
@@ -63,9 +64,10 @@ def run_rows(r, fits: dict[str, FinishedFit] | None = None) -> list[dict]:
     d = pd.read_csv(CURVES / r.file)
     schedule = parse_schedule(r.schedule, float(r.budget))
     x = d.step.to_numpy(float)
+    cal = load_calibration().without_task(r.task)
     priors = {"": "shipped"}
     if fits is not None:
-        shipped, m = load_calibration().curve_prior("accuracy", schedule, r.regime), meta(r) | {"decay": schedule.decay}
+        shipped, m = cal.curve_prior("accuracy", schedule, r.regime), meta(r) | {"decay": schedule.decay}
         others = [f for name, f in fits.items() if name != r.file]
         priors["learnt_"] = prior_from_fits(others, m, default=shipped, schedule=schedule)
         # other tasks set no level (``perf.prior``)
@@ -77,7 +79,7 @@ def run_rows(r, fits: dict[str, FinishedFit] | None = None) -> list[dict]:
         for metric, pool, prior in [("loss", "", "shipped")] + [("accuracy", k, p) for k, p in priors.items()]:
             y = d[metric].to_numpy(float)
             true = float(np.mean(y[-3:]))
-            p = predict_curve(x[:n], y[:n], schedule, metric=metric, regime=r.regime, prior=prior)
+            p = predict_curve(x[:n], y[:n], schedule, metric=metric, regime=r.regime, prior=prior, calibration=cal)
             lo, hi = p.final_value_interval_80
             row[f"{pool}{metric}_err"] = abs(p.final_value / true - 1)
             row[f"{pool}{metric}_cov"] = lo <= true <= hi

@@ -400,7 +400,8 @@ def schedule_report(write_calibration: bool = False) -> None:
         # (the table's fits serve only the shape prior: a run that over-fits is left out, ``perf.prior``)
         every = prior_from_fits(list(full_fits(curves).values()))
         shipped = [(f.alpha, f.drop if math.isfinite(f.drop) else None, f.meta["metric"], f.meta["decay"],
-                    regime_of(f.meta)) for f in full_fits(curves).values() if has_law_shape(f)]
+                    regime_of(f.meta), f.meta["dataset"]) for f in full_fits(curves).values()
+                   if has_law_shape(f)]
         table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
                                     prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
                                     levelled=calibrate([r for rs in plain.values() for r in rs]),

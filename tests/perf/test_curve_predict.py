@@ -120,6 +120,17 @@ def test_the_shipped_prior_follows_the_declared_metric():
     assert cal.curve_prior() == CurvePrior(0.4, 0.2)
 
 
+def test_a_shipped_table_without_a_task_pools_no_fit_of_that_task():
+    bands = ((-0.1, 0.1),)
+    fits = ((1.0, 0.5, "error", "step", "scratch", "vision"),) * 3 + ((0.3, 0.05, "error", "step", "scratch", "lm"),) * 3
+    cal = Calibration((0.1,), bands, bands, fits=fits)
+    step = parse_schedule("step:300:0.1", B)
+    assert cal.without_task("lm").curve_prior("error", step).drop == pytest.approx(0.5)
+    assert cal.without_task("vision").curve_prior("error", step).drop == pytest.approx(0.05)
+    assert 0.05 < cal.curve_prior("error", step).drop < 0.5
+    assert from_dict(json.loads(cal.to_json())).without_task("lm").fits == fits[:3]   # the label survives the file
+
+
 def test_a_level_prior_comes_only_from_finished_runs_of_the_same_task():
     task = {"dataset": "text", "metric": "loss"}
     fits = [FinishedFit(0.3, 0.1, dict(task), final=1.5), FinishedFit(0.3, 0.1, dict(task), final=1.7),

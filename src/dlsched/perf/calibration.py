@@ -14,6 +14,7 @@ from every development curve and the prior their fits give (rewritten by ``bench
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -52,9 +53,10 @@ class Calibration:
     # task's finals: their errors are of another size than the fit's alone, which the bands above are (and which
     # that weighing uses); None: these
     levelled: "Calibration | None" = None
-    # the same finished curves' fits, (α, drop or None, metric, decay[, regime]) each: the prior a declared
+    # the same finished curves' fits, (α, drop or None, metric, decay[, regime[, task]]) each: the prior a declared
     # metric, schedule and regime get (``perf.prior``: pooled by metric kind and regime, weighed by decay); a fit
-    # without a regime (a table written before regimes) is a from-scratch run's; None: ``prior`` for every run
+    # without a regime (a table written before regimes) is a from-scratch run's; the task (the run's dataset) only
+    # lets a benchmark leave a run's own task out; None: ``prior`` for every run
     fits: tuple[tuple, ...] | None = None
     # ``levelled``'s counterpart for a level whose finals were carried to the run's schedule (``perf.prior``):
     # several times tighter than a plain mean's, which stays in ``levelled`` (a job that declared no schedule)
@@ -113,8 +115,8 @@ class Calibration:
         them without ``fits``; ``CurvePrior()`` before any calibration)."""
         if self.fits and metric is not None:
             fits = [FinishedFit(a, math.nan if d is None else d,
-                                {"metric": m, "decay": k, "regime": r[0] if r else None})
-                    for a, d, m, k, *r in self.fits]
+                                {"metric": m, "decay": k, "regime": rest[0] if rest else None})
+                    for a, d, m, k, *rest in self.fits]
             p = prior_from_fits(fits, {"metric": metric, "decay": None if schedule is None else schedule.decay,
                                        "regime": regime})
             return CurvePrior(p.alpha, p.drop, alpha_sigma=p.alpha_sigma, drop_sigma=p.drop_sigma)
@@ -122,6 +124,13 @@ class Calibration:
             return CurvePrior()
         a, d, *spread = self.prior
         return CurvePrior(a, d, **dict(zip(("alpha_sigma", "drop_sigma"), spread)))
+
+    def without_task(self, task: str) -> "Calibration":
+        """This table with the fits of ``task``'s runs left out: the shipped prior a run of that task would get had
+        the development set never held it (a benchmark's leave-one-task-out)."""
+        if not self.fits:
+            return self
+        return dataclasses.replace(self, fits=tuple(f for f in self.fits if len(f) < 6 or f[5] != task))
 
     def as_dict(self) -> dict:
         return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
