@@ -2,8 +2,9 @@
 evaluate every few epochs), predicted at 10 / 25 / 50 % with the shipped calibration and prior, as the CLI
 would. Side by side: the predictor's minimum of 3 points after training starts (a prefix with fewer than 4
 takes the calibration's widest band) against waiting for 4 points (the minimum before). Both sides see the
-same thinned prefix, schedule and budget. The dev rows use the shipped calibration, which was made from
-these curves (dense): the public rows are the held-out ones.
+same thinned prefix, schedule and budget. The dev rows use the shipped calibration, whose bands were made from
+these curves (dense), with the prior of the other tasks' fits (``Calibration.without_task``): the public rows are
+the held-out ones.
 
     PYTHONPATH=src python bench/sparse_logs.py [--points 12] [--dir /work/public_curves]
 """
@@ -42,7 +43,8 @@ def scores(curves, least: int) -> pd.DataFrame:
             n = max(least, int(np.searchsorted(c.x, f * c.schedule.budget, side="right")))
             pa.prefix = lambda _c, _f, n=n: n   # the bench's own scoring, on this prefix
             try:
-                r = pa.evaluate(c, f, cal, "shipped")
+                # the shipped prior without the curve's own task's fits (a dev curve's are in the table)
+                r = pa.evaluate(c, f, cal.without_task(c.meta.get("dataset")), "shipped")
             except ValueError:   # fewer than 3 points after training starts
                 continue
             rows.append({**r, "beyond": c.x[n - 1] > f * c.schedule.budget * (1 + 1e-9)})
