@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.numbers import finite
@@ -32,6 +33,7 @@ from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
                                     Limit, Offset, OptionalAfter, OptionalLimit)
+from dlsched.service.metrics import ServiceCollector, allocated_slots, metrics_registry
 from dlsched.service.nodes import LOST
 from dlsched.service.resize_limits import resize_refusal
 from dlsched.service.store import ACTIVE, TERMINAL, ResizeRefused, Store, TransitionError, UnknownJob
@@ -340,12 +342,16 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         rows = node_table() if node_table else ()
         return {"nodes": [dataclasses.asdict(r) for r in rows]}
 
+    registry = metrics_registry(ServiceCollector(store, cluster, node_table, loop_thread))
+
+    @api.get("/metrics")
+    def metrics() -> Response:
+        """Prometheus metrics (``service/metrics.py``); scraped with the token, as every route but health."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
     @api.get("/cluster")
     def cluster_info() -> dict:
-        used: dict[str, int] = {}   # allocated: a rescaling job's target, as the scheduler counts (never double-given)
-        for j in store.jobs(states=("running", "rescaling")):
-            for node, n in j.placement.items():
-                used[node] = used.get(node, 0) + n
+        used = allocated_slots(store.jobs(states=("running", "rescaling")))
         nodes = [] if cluster is None else [n.model_dump() | {"used": used.get(n.name, 0)} for n in cluster.nodes]
         stats = getattr(loop_thread, "last_stats", None)
         return {"policy": cluster.policy if cluster else None, "nodes": nodes,

@@ -338,6 +338,7 @@ class LoopThread(threading.Thread):
         self.interval_s = interval_s
         self.stopping = threading.Event()
         self.rounds = 0
+        self.failed_rounds = 0
         self.last_stats: RoundStats | None = None
 
     def run(self) -> None:
@@ -354,6 +355,7 @@ class LoopThread(threading.Thread):
                 self.last_stats = self.loop.round()
                 self.rounds += 1
             except Exception:
+                self.failed_rounds += 1
                 log.exception("scheduling round failed")
             self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
         forecaster.join(timeout=FORECAST_BUDGET_S + 5)

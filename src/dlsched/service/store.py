@@ -626,6 +626,13 @@ class Store:
                 for t in ("jobs", "allocations", "progress", "events", "predictions")}
 
 
+def event_counts(store: Store, after_id: int = 0) -> tuple[dict[str, int], int]:
+    """The store's events after row ``after_id`` counted by kind, and the last row counted (to read on from)."""
+    rows = store._conn().execute("SELECT kind, COUNT(*), MAX(id) FROM events WHERE id > ? GROUP BY kind",
+                                 (after_id,)).fetchall()
+    return {r[0]: r[1] for r in rows}, max((r[2] for r in rows), default=after_id)
+
+
 class _Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``); nests as a no-op inside an open transaction."""
 

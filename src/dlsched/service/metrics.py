@@ -1,0 +1,144 @@
+"""Prometheus metrics of the service (``GET /metrics``, text exposition format), read from the store at scrape time.
+
+What an operator graphs and alerts on: jobs per state, the cluster's slots and those allocated (per node, with
+its health), each active job's slots, speed, progress and predicted finish, the scheduling rounds (how many,
+how many raised, how long the last one took), and the scheduler's events by kind (starts, resizes, preemptions,
+failures). Times are Unix timestamps (``time() - dlsched_job_submit_timestamp_seconds`` is a queue wait in
+PromQL), durations seconds. A job's labels are its id and name, for active jobs only: finished ones leave the
+per-job series, so the series stay as many as the live queue. The events table only grows, so its counts are
+read on from the last row counted (the first scrape reads it whole: 0.35 s at 10^6 events).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from dlsched import __version__
+from dlsched.service.finish_times import shown_times
+from dlsched.service.nodes import UP, NodeStatus
+from dlsched.service.store import ACTIVE, RESCALING, RUNNING, TERMINAL, JobRecord, Store, event_counts
+from dlsched.spec import ClusterSpec
+
+JOB_LABELS = ["job", "name"]
+
+
+def allocated_slots(jobs: Iterable[JobRecord]) -> dict[str, int]:
+    """Slots per node the scheduler has given running jobs (a rescaling job's target: it never double-gives)."""
+    used: dict[str, int] = {}
+    for j in jobs:
+        if j.state in (RUNNING, RESCALING):
+            for node, n in j.placement.items():
+                used[node] = used.get(node, 0) + n
+    return used
+
+
+class ServiceCollector:
+    """A ``prometheus_client`` collector over the service's store, its cluster and its scheduling loop."""
+
+    def __init__(self, store: Store, cluster: ClusterSpec | None = None,
+                 node_table: Callable[[], Iterable[NodeStatus]] | None = None, loop_thread=None):
+        self.store, self.cluster, self.node_table, self.loop_thread = store, cluster, node_table, loop_thread
+        self._events: dict[str, int] = {}
+        self._events_seen = 0
+        self._lock = threading.Lock()   # two scrapes at once must not count the same events twice
+
+    def collect(self):
+        jobs = self.store.jobs()
+        yield from self._jobs(jobs)
+        yield from self._nodes(jobs)
+        yield from self._active(j for j in jobs if j.state in ACTIVE)
+        yield from self._rounds()
+        yield self._event_counts()
+        info = GaugeMetricFamily("dlsched_build_info", "The service's version and policy", labels=["version", "policy"])
+        info.add_metric([__version__, self.cluster.policy if self.cluster else ""], 1)
+        yield info
+
+    def _jobs(self, jobs: list[JobRecord]):
+        by_state = dict.fromkeys(ACTIVE + TERMINAL, 0)
+        for j in jobs:
+            by_state[j.state] = by_state.get(j.state, 0) + 1
+        g = GaugeMetricFamily("dlsched_jobs", "Jobs in each state", labels=["state"])
+        for state, n in by_state.items():
+            g.add_metric([state], n)
+        yield g
+
+    def _nodes(self, jobs: list[JobRecord]):
+        # the nodes as the loop last saw them (health too), else as declared; allocated from the same read of the
+        # jobs as every other series (the node table's own count is a round behind them)
+        rows = list(self.node_table()) if self.node_table else []
+        used = allocated_slots(jobs)
+        nodes = ([(r.name, r.gpu_type, r.slots, used.get(r.name, 0), r.health == UP) for r in rows] if rows else
+                 [(n.name, n.gpu_type, n.gpus, used.get(n.name, 0), True)
+                  for n in (self.cluster.nodes if self.cluster else ())])
+        slots = GaugeMetricFamily("dlsched_node_slots", "GPU slots of the node", labels=["node", "gpu_type"])
+        allocated = GaugeMetricFamily("dlsched_node_slots_allocated", "Slots the scheduler has given jobs",
+                                      labels=["node"])
+        up = GaugeMetricFamily("dlsched_node_up", "1 while the node is up, 0 once lost", labels=["node"])
+        for name, gpu_type, n, used, alive in nodes:
+            slots.add_metric([name, gpu_type], n)
+            allocated.add_metric([name], used)
+            up.add_metric([name], int(alive))
+        yield from (slots, allocated, up)
+        yield GaugeMetricFamily("dlsched_cluster_slots", "GPU slots of the nodes that are up",
+                                value=sum(n for _, _, n, _, alive in nodes if alive))
+        yield GaugeMetricFamily("dlsched_cluster_slots_allocated", "Slots the scheduler has given jobs",
+                                value=sum(used for *_, used, _ in nodes))
+
+    def _active(self, jobs: Iterable[JobRecord]):
+        preds, forecasts = self.store.latest_predictions(), self.store.forecasts()
+        families = {
+            "gpus": GaugeMetricFamily("dlsched_job_gpus", "Slots the job trains on", labels=JOB_LABELS),
+            "speed": GaugeMetricFamily("dlsched_job_samples_per_second", "The job's last reported speed",
+                                       labels=JOB_LABELS),
+            "done": GaugeMetricFamily("dlsched_job_progress_ratio", "Samples trained / the job's total (0-1)",
+                                      labels=JOB_LABELS),
+            "loss": GaugeMetricFamily("dlsched_job_loss", "The job's last reported loss", labels=JOB_LABELS),
+            "submit": GaugeMetricFamily("dlsched_job_submit_timestamp_seconds", "When the job was submitted",
+                                        labels=JOB_LABELS),
+            "finish": GaugeMetricFamily("dlsched_job_predicted_finish_timestamp_seconds",
+                                        "The finish the service predicts (as `dlsched status` shows)",
+                                        labels=JOB_LABELS),
+        }
+        for j in jobs:
+            labels = [str(j.id), j.name]
+            _, finish = shown_times(j, preds.get(j.id), forecasts.get(j.id))
+            values = {"gpus": j.held_gpus, "speed": j.samples_per_s, "loss": j.last_loss, "submit": j.submit_time,
+                      "done": j.samples / j.total_samples if j.total_samples else None, "finish": finish}
+            for key, value in values.items():
+                if value is not None:
+                    families[key].add_metric(labels, value)
+        yield from families.values()
+
+    def _rounds(self):
+        t = self.loop_thread
+        if t is None:   # an API without a loop (tests, tools): no round series rather than zeros that look alive
+            return
+        yield CounterMetricFamily("dlsched_rounds", "Scheduling rounds run", value=t.rounds)
+        yield CounterMetricFamily("dlsched_round_failures", "Scheduling rounds that raised (logged)",
+                                  value=t.failed_rounds)
+        stats = t.last_stats
+        if stats is not None:
+            last = GaugeMetricFamily("dlsched_last_round_seconds", "The last round's time, by phase", labels=["phase"])
+            for phase in ("decide", "act", "observe", "predict"):
+                last.add_metric([phase], getattr(stats, f"{phase}_s"))
+            yield last
+
+    def _event_counts(self) -> CounterMetricFamily:
+        with self._lock:
+            counts, self._events_seen = event_counts(self.store, after_id=self._events_seen)
+            for kind, n in counts.items():
+                self._events[kind] = self._events.get(kind, 0) + n
+            c = CounterMetricFamily("dlsched_events", "Scheduler events by kind (`dlsched events`)", labels=["kind"])
+            for kind, n in sorted(self._events.items()):
+                c.add_metric([kind], n)
+        return c
+
+
+def metrics_registry(collector: ServiceCollector) -> CollectorRegistry:
+    """A registry of its own (not the process-global one: a process may serve several stores, as tests do)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry

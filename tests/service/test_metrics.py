@@ -1,0 +1,72 @@
+"""``GET /metrics``: Prometheus's text format over real HTTP, from a real service scheduling real job processes."""
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.service.conftest import job_yaml
+from tests.waiting import wait_until
+
+YAML = {"content-type": "application/yaml"}
+
+
+def scrape(client) -> dict[tuple, float]:
+    """{(sample name, (label, value) pairs sorted): value} of one scrape, as Prometheus would parse it."""
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version="), r.text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(r.text) for s in family.samples}
+
+
+def test_metrics_count_jobs_slots_rounds_and_events_and_follow_a_job_until_it_ends(service, client):
+    long = client.post("/jobs", content=job_yaml("long", samples=10**6, step_s=0.05), headers=YAML).json()["id"]
+    short = client.post("/jobs", content=job_yaml("short", samples=64), headers=YAML).json()["id"]
+    m = wait_until(lambda: (s := scrape(client))[("dlsched_jobs", (("state", "finished"),))] == 1
+                   and s[("dlsched_jobs", (("state", "running"),))] == 1 and s, timeout=60, what="short done, long running")
+    job = (("job", str(long)), ("name", "long"))
+    assert m[("dlsched_job_gpus", job)] == 1 and m[("dlsched_job_submit_timestamp_seconds", job)] > 0
+    assert not any(dict(labels).get("job") == str(short) for _, labels in m)   # an ended job leaves the per-job series
+    assert m[("dlsched_jobs", (("state", "queued"),))] == 0 == m[("dlsched_jobs", (("state", "failed"),))]
+    assert m[("dlsched_cluster_slots", ())] == 4 and m[("dlsched_cluster_slots_allocated", ())] == 1
+    assert {labels: v for (name, labels), v in m.items() if name == "dlsched_node_up"} == {
+        (("node", "n0"),): 1, (("node", "n1"),): 1}
+    assert m[("dlsched_node_slots", (("gpu_type", "slot"), ("node", "n0")))] == 2
+    assert m[("dlsched_rounds_total", ())] > 0 and m[("dlsched_round_failures_total", ())] == 0
+    assert m[("dlsched_last_round_seconds", (("phase", "decide"),))] >= 0
+    assert m[("dlsched_build_info", (("policy", "test-fifo"), ("version", "0.1.0")))] == 1
+    events = {"submitted": 2, "finished": 1}
+    for kind, n in events.items():
+        assert m[("dlsched_events_total", (("kind", kind),))] == n, kind
+    # counted on from the last scrape: each event once, however often Prometheus scrapes
+    wait_until(lambda: scrape(client).get(("dlsched_job_progress_ratio", job), 0) > 0, timeout=60, what="long's progress")
+    assert all(scrape(client)[("dlsched_events_total", (("kind", k),))] == n for k, n in events.items())
+
+    client.post(f"/jobs/{long}/cancel")
+    m = wait_until(lambda: (s := scrape(client))[("dlsched_jobs", (("state", "cancelled"),))] == 1 and s, timeout=60,
+                   what="long cancelled")
+    assert not any(name.startswith("dlsched_job_") for name, _ in m)
+    assert m[("dlsched_cluster_slots_allocated", ())] == 0 and m[("dlsched_events_total", (("kind", "submitted"),))] == 2
+
+
+def test_metrics_need_the_token(service):
+    assert httpx.get(f"{service.url}/metrics").status_code == 401
+
+
+def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_no_round_series(tmp_path):
+    from prometheus_client import generate_latest
+
+    from dlsched.service.metrics import ServiceCollector, metrics_registry
+    from dlsched.service.nodes import LOST, UP, NodeStatus
+    from dlsched.service.store import Store
+    from dlsched.spec import load_job_spec
+    from tests.service.conftest import cluster
+
+    store = Store(tmp_path / "state.db")
+    store.submit(load_job_spec(job_yaml("queued"), "spec"))
+    table = [NodeStatus("n0", "10.0.0.1", 2, 0, "slot", UP, 0.0, ()), NodeStatus("n1", "10.0.0.2", 2, 0, "slot", LOST, 0.0, ())]
+    text = generate_latest(metrics_registry(ServiceCollector(store, cluster(), lambda: table))).decode()
+    m = {(s.name, tuple(sorted(s.labels.items()))): s.value
+         for family in text_string_to_metric_families(text) for s in family.samples}
+    assert m[("dlsched_node_up", (("node", "n1"),))] == 0 and m[("dlsched_node_up", (("node", "n0"),))] == 1
+    assert m[("dlsched_cluster_slots", ())] == 2 and m[("dlsched_jobs", (("state", "queued"),))] == 1
+    assert m[("dlsched_job_submit_timestamp_seconds", (("job", "1"), ("name", "queued")))] > 0
+    assert not any(name.startswith("dlsched_round") for name, _ in m)
+    store.close()
