@@ -19,7 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from dlsched import __version__
 from dlsched.service.finish_times import shown_times
 from dlsched.service.nodes import UP, NodeStatus
-from dlsched.service.store import ACTIVE, RESCALING, RUNNING, TERMINAL, JobRecord, Store, event_counts
+from dlsched.service.store import (ACTIVE, RESCALING, RUNNING, TERMINAL, JobRecord, Store, event_counts,
+                                   job_counts)
 from dlsched.spec import ClusterSpec
 
 JOB_LABELS = ["job", "name"]
@@ -46,24 +47,21 @@ class ServiceCollector:
         self._lock = threading.Lock()   # two scrapes at once must not count the same events twice
 
     def collect(self):
-        jobs = self.store.jobs()
-        yield from self._jobs(jobs)
-        yield from self._nodes(jobs)
-        yield from self._active(j for j in jobs if j.state in ACTIVE)
+        yield self._jobs()
+        active = self.store.jobs(states=ACTIVE)   # the ended ones are counted in SQL, never decoded
+        yield from self._nodes(active)
+        yield from self._active(active)
         yield from self._rounds()
         yield self._event_counts()
         info = GaugeMetricFamily("dlsched_build_info", "The service's version and policy", labels=["version", "policy"])
         info.add_metric([__version__, self.cluster.policy if self.cluster else ""], 1)
         yield info
 
-    def _jobs(self, jobs: list[JobRecord]):
-        by_state = dict.fromkeys(ACTIVE + TERMINAL, 0)
-        for j in jobs:
-            by_state[j.state] = by_state.get(j.state, 0) + 1
+    def _jobs(self) -> GaugeMetricFamily:
         g = GaugeMetricFamily("dlsched_jobs", "Jobs in each state", labels=["state"])
-        for state, n in by_state.items():
+        for state, n in (dict.fromkeys(ACTIVE + TERMINAL, 0) | job_counts(self.store)).items():
             g.add_metric([state], n)
-        yield g
+        return g
 
     def _nodes(self, jobs: list[JobRecord]):
         # the nodes as the loop last saw them (health too), else as declared; allocated from the same read of the
@@ -87,7 +85,7 @@ class ServiceCollector:
         yield GaugeMetricFamily("dlsched_cluster_slots_allocated", "Slots the scheduler has given jobs",
                                 value=sum(used for *_, used, _ in nodes))
 
-    def _active(self, jobs: Iterable[JobRecord]):
+    def _active(self, jobs: list[JobRecord]):
         preds, forecasts = self.store.latest_predictions(), self.store.forecasts()
         families = {
             "gpus": GaugeMetricFamily("dlsched_job_gpus", "Slots the job trains on", labels=JOB_LABELS),

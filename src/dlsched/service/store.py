@@ -626,6 +626,11 @@ class Store:
                 for t in ("jobs", "allocations", "progress", "events", "predictions")}
 
 
+def job_counts(store: Store) -> dict[str, int]:
+    """Jobs per state (the states with none left out)."""
+    return dict(store._conn().execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
+
+
 def event_counts(store: Store, after_id: int = 0) -> tuple[dict[str, int], int]:
     """The store's events after row ``after_id`` counted by kind, and the last row counted (to read on from)."""
     rows = store._conn().execute("SELECT kind, COUNT(*), MAX(id) FROM events WHERE id > ? GROUP BY kind",
