@@ -24,6 +24,7 @@ def test_metrics_count_jobs_slots_rounds_and_events_and_follow_a_job_until_it_en
     job = (("job", str(long)), ("name", "long"))
     assert m[("dlsched_job_gpus", job)] == 1 and m[("dlsched_job_submit_timestamp_seconds", job)] > 0
     assert not any(dict(labels).get("job") == str(short) for _, labels in m)   # an ended job leaves the per-job series
+    assert not any(name.startswith("dlsched_job_target") for name, _ in m)     # no target stated: no series
     assert m[("dlsched_jobs", (("state", "queued"),))] == 0 == m[("dlsched_jobs", (("state", "failed"),))]
     assert m[("dlsched_cluster_slots", ())] == 4 and m[("dlsched_cluster_slots_allocated", ())] == 1
     assert {labels: v for (name, labels), v in m.items() if name == "dlsched_node_up"} == {
@@ -61,6 +62,9 @@ def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_
 
     store = Store(tmp_path / "state.db")
     store.submit(load_job_spec(job_yaml("queued"), "spec"))
+    # its latest refit says where its stated target stands (service/metric_target.py stores it so)
+    aim = {"metric": "val_accuracy", "target": 0.93, "target_step": 900.0, "target_time": 2e9, "target_chance": 0.7}
+    store.add_prediction(1, 1e9, 0.1, 1000.0, None, None, {"model": "annealing", "metric_target": aim})
     table = [NodeStatus("n0", "10.0.0.1", 2, 0, "slot", UP, 0.0, ()), NodeStatus("n1", "10.0.0.2", 2, 0, "slot", LOST, 0.0, ())]
     text = generate_latest(metrics_registry(ServiceCollector(store, cluster(), lambda: table))).decode()
     m = {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -68,5 +72,8 @@ def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_
     assert m[("dlsched_node_up", (("node", "n1"),))] == 0 and m[("dlsched_node_up", (("node", "n0"),))] == 1
     assert m[("dlsched_cluster_slots", ())] == 2 and m[("dlsched_jobs", (("state", "queued"),))] == 1
     assert m[("dlsched_job_submit_timestamp_seconds", (("job", "1"), ("name", "queued")))] > 0
+    aimed = (("job", "1"), ("metric", "val_accuracy"), ("name", "queued"))
+    assert (m[("dlsched_job_target", aimed)], m[("dlsched_job_target_chance", aimed)],
+            m[("dlsched_job_target_predicted_timestamp_seconds", aimed)]) == (0.93, 0.7, 2e9)
     assert not any(name.startswith("dlsched_round") for name, _ in m)
     store.close()

@@ -3,7 +3,7 @@
 What an operator graphs and alerts on: jobs per state, the cluster's slots and those allocated (per node, with
 its health), each active job's slots, speed, progress and predicted finish, the scheduling rounds (how many,
 how many raised, how long the last one took), and the scheduler's events by kind (starts, resizes, preemptions,
-failures). Times are Unix timestamps (``time() - dlsched_job_submit_timestamp_seconds`` is a queue wait in
+failures), and a stated target's chance by the budget and predicted time. Times are Unix timestamps (``time() - dlsched_job_submit_timestamp_seconds`` is a queue wait in
 PromQL), durations seconds. A job's labels are its id and name, for active jobs only: finished ones leave the
 per-job series, so the series stay as many as the live queue. The events table only grows, so its counts are
 read on from the last row counted (the first scrape reads it whole: 0.35 s at 10^6 events).
@@ -17,13 +17,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from dlsched import __version__
-from dlsched.service.finish_times import shown_times
+from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.nodes import UP, NodeStatus
 from dlsched.service.store import (ACTIVE, RESCALING, RUNNING, TERMINAL, JobRecord, Store, event_counts,
                                    job_counts)
 from dlsched.spec import ClusterSpec
 
 JOB_LABELS = ["job", "name"]
+TARGET_LABELS = [*JOB_LABELS, "metric"]
 
 
 def allocated_slots(jobs: Iterable[JobRecord]) -> dict[str, int]:
@@ -100,15 +101,25 @@ class ServiceCollector:
                                         "The finish the service predicts (as `dlsched status` shows)",
                                         labels=JOB_LABELS),
         }
+        # a stated target (`submit --target` / `--target-loss`): its value, the chance by the budget, and when
+        targets = {
+            "value": GaugeMetricFamily("dlsched_job_target", "The target the job states", labels=TARGET_LABELS),
+            "chance": GaugeMetricFamily("dlsched_job_target_chance", "Chance the job reaches its target by its budget",
+                                        labels=TARGET_LABELS),
+            "time": GaugeMetricFamily("dlsched_job_target_predicted_timestamp_seconds",
+                                      "When the job is predicted to reach its target at today's rate (none: not by "
+                                      "the budget)", labels=TARGET_LABELS),
+        }
         for j in jobs:
             labels = [str(j.id), j.name]
             _, finish = shown_times(j, preds.get(j.id), forecasts.get(j.id))
             values = {"gpus": j.held_gpus, "speed": j.samples_per_s, "loss": j.last_loss, "submit": j.submit_time,
                       "done": j.samples / j.total_samples if j.total_samples else None, "finish": finish}
-            for key, value in values.items():
-                if value is not None:
-                    families[key].add_metric(labels, value)
+            _add(families, labels, values)
+            if (target := stated_target(preds.get(j.id))) is not None:
+                _add(targets, labels + [target["metric"]], target)
         yield from families.values()
+        yield from targets.values()
 
     def _rounds(self):
         t = self.loop_thread
@@ -133,6 +144,13 @@ class ServiceCollector:
             for kind, n in sorted(self._events.items()):
                 c.add_metric([kind], n)
         return c
+
+
+def _add(families: dict[str, GaugeMetricFamily], labels: list[str], values: dict) -> None:
+    """One sample per family whose value is known (a missing series, not a made-up 0)."""
+    for key, family in families.items():
+        if values.get(key) is not None:
+            family.add_metric(labels, values[key])
 
 
 def metrics_registry(collector: ServiceCollector) -> CollectorRegistry:
