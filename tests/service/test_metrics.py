@@ -77,3 +77,35 @@ def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_
             m[("dlsched_job_target_predicted_timestamp_seconds", aimed)]) == (0.93, 0.7, 2e9)
     assert not any(name.startswith("dlsched_round") for name, _ in m)
     store.close()
+
+
+def test_the_example_alert_rules_read_only_metrics_the_service_exports(tmp_path):
+    """examples/monitoring: both files parse, and every dlsched_* name an alert reads is in a scrape (a renamed
+    metric would leave an alert that never fires)."""
+    import re
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import yaml
+    from prometheus_client import generate_latest
+
+    from dlsched.service.loop import RoundStats
+    from dlsched.service.metrics import ServiceCollector, metrics_registry
+    from dlsched.service.store import Store
+    from dlsched.spec import load_job_spec
+    from tests.service.conftest import cluster
+
+    folder = Path(__file__).resolve().parents[2] / "examples" / "monitoring"
+    config = yaml.safe_load((folder / "prometheus.yml").read_text())
+    assert config["scrape_configs"][0]["metrics_path"] == "/metrics" and config["rule_files"] == ["alerts.yml"]
+    exprs = [r["expr"] for g in yaml.safe_load((folder / "alerts.yml").read_text())["groups"] for r in g["rules"]]
+    store = Store(tmp_path / "state.db")
+    store.submit(load_job_spec(job_yaml("aimed"), "spec"))
+    store.add_prediction(1, 1e9, 0.1, 1000.0, None, None, {"metric_target": {
+        "metric": "val_accuracy", "target": 0.9, "target_step": None, "target_chance": 0.1}})
+    loop = SimpleNamespace(rounds=1, failed_rounds=0, last_stats=RoundStats(0.0, 0.1, 0.1, 0.1, 1, ()))
+    text = generate_latest(metrics_registry(ServiceCollector(store, cluster(), loop_thread=loop))).decode()
+    exported = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    read = {name for e in exprs for name in re.findall(r"\bdlsched_\w+", e)}
+    assert read and read <= exported, read - exported
+    store.close()
