@@ -13,7 +13,6 @@ Usage: PYTHONPATH=src python bench/dashboard_load.py
 from __future__ import annotations
 
 import random
-import re
 import shutil
 import statistics
 import subprocess

@@ -23,7 +23,6 @@ import prediction_accuracy as pa  # noqa: E402
 from dev_set import dev_curves  # noqa: E402
 from public_curves import load_curves  # noqa: E402
 
-import dlsched.perf.curve_predict as cp  # noqa: E402
 from dlsched.perf.calibration import load_calibration  # noqa: E402
 
 FRACTIONS = (0.1, 0.25, 0.5)
