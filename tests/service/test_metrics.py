@@ -32,6 +32,8 @@ def test_metrics_count_jobs_slots_rounds_and_events_and_follow_a_job_until_it_en
     assert m[("dlsched_node_slots", (("gpu_type", "slot"), ("node", "n0")))] == 2
     assert m[("dlsched_rounds_total", ())] > 0 and m[("dlsched_round_failures_total", ())] == 0
     assert m[("dlsched_last_round_seconds", (("phase", "decide"),))] >= 0
+    assert m[("dlsched_round_duration_seconds_count", ())] >= m[("dlsched_rounds_total", ())] - 1   # read one after the other
+    assert m[("dlsched_round_duration_seconds_bucket", (("le", "+Inf"),))] == m[("dlsched_round_duration_seconds_count", ())]
     assert m[("dlsched_build_info", (("policy", "test-fifo"), ("version", "0.1.0")))] == 1
     events = {"submitted": 2, "finished": 1}
     for kind, n in events.items():
@@ -103,7 +105,9 @@ def test_the_example_alert_rules_read_only_metrics_the_service_exports(tmp_path)
     store.submit(load_job_spec(job_yaml("aimed"), "spec"))
     store.add_prediction(1, 1e9, 0.1, 1000.0, None, None, {"metric_target": {
         "metric": "val_accuracy", "target": 0.9, "target_step": None, "target_chance": 0.1}})
-    loop = SimpleNamespace(rounds=1, failed_rounds=0, last_stats=RoundStats(0.0, 0.1, 0.1, 0.1, 1, ()))
+    from prometheus_client import Histogram
+    loop = SimpleNamespace(rounds=1, failed_rounds=0, last_stats=RoundStats(0.0, 0.1, 0.1, 0.1, 1, ()),
+                           round_seconds=Histogram("dlsched_round_duration_seconds", "rounds", registry=None))
     text = generate_latest(metrics_registry(ServiceCollector(store, cluster(), loop_thread=loop))).decode()
     exported = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
     read = {name for e in exprs for name in re.findall(r"\bdlsched_\w+", e)}

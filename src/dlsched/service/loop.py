@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from prometheus_client import Histogram
+
 from dlsched.backends.base import Backend, Launch, read_progress
 from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_policy
@@ -340,6 +342,9 @@ class LoopThread(threading.Thread):
         self.rounds = 0
         self.failed_rounds = 0
         self.last_stats: RoundStats | None = None
+        # every round's wall time, raised ones too (``service/metrics.py`` exports it; registered nowhere else)
+        self.round_seconds = Histogram("dlsched_round_duration_seconds", "Wall time of each scheduling round",
+                                       registry=None)
 
     def run(self) -> None:
         try:
@@ -357,6 +362,7 @@ class LoopThread(threading.Thread):
             except Exception:
                 self.failed_rounds += 1
                 log.exception("scheduling round failed")
+            self.round_seconds.observe(time.monotonic() - t0)
             self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
         forecaster.join(timeout=FORECAST_BUDGET_S + 5)
         self.loop.store.close()

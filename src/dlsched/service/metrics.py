@@ -2,7 +2,7 @@
 
 What an operator graphs and alerts on: jobs per state; the cluster's slots and those allocated, per node with its
 health; each active job's slots, speed, progress and predicted finish, and its stated target's chance by the
-budget and predicted time; the scheduling rounds (how many, how many raised, how long the last one took); and the
+budget and predicted time; the scheduling rounds (how many, how many raised, a histogram of their wall time, the last one's phases); and the
 scheduler's events by kind (starts, resizes, preemptions, failures). Times are Unix timestamps (``time() -
 dlsched_job_submit_timestamp_seconds`` is a queue wait in PromQL), durations seconds. A job's labels are its id
 and name, for active jobs only: an ended job leaves the per-job series, so they stay as many as the live queue.
@@ -129,6 +129,7 @@ class ServiceCollector:
         yield CounterMetricFamily("dlsched_rounds", "Scheduling rounds run", value=t.rounds)
         yield CounterMetricFamily("dlsched_round_failures", "Scheduling rounds that raised (logged)",
                                   value=t.failed_rounds)
+        yield from t.round_seconds.collect()
         stats = t.last_stats
         if stats is not None:
             last = GaugeMetricFamily("dlsched_last_round_seconds", "The last round's time, by phase", labels=["phase"])
