@@ -151,17 +151,22 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
                        300, f"a prediction of job {job_id}'s {metric} target")
             got = predicted(job_id)
             assert got is not None, (c.get(f"/jobs/{job_id}").json(), c.get(f"/jobs/{job_id}/events").json()[-5:])
-            # the steps the metric was reported at: the evaluations' events, or the steps stored with it
-            logged = {float(step) for step, _ in svc.store.metric_values(job_id, metric, "job_metrics").values}
+            # the steps the metric was reported at: the evaluations' events, or the steps stored with it. The job
+            # trains on meanwhile: a read between two of the store's holds the first's steps and none past the second's
+            def reported() -> set[float]:
+                return {float(step) for step, _ in svc.store.metric_values(job_id, metric, "job_metrics").values}
+            logged = reported()
             evals = {float(e["detail"]["step"]) for e in c.get(f"/jobs/{job_id}/events").json()
                      if e["kind"] == "job_metrics"}
-            assert logged == evals if metric == "val_mse" else len(logged) > 2 * len(evals), (sorted(logged), evals)
+            assert logged <= evals <= reported() if metric == "val_mse" else len(logged) > 2 * len(evals), \
+                (sorted(logged), evals)
             assert (got["metric"], got["kind"], got["target"]) == (metric, "loss", 1e9) and got["points"] >= 3
             assert got["target_chance"] == 1.0 and got["target_step"] in logged, (got, sorted(logged))
             assert 0 < got["final"] and got["final_80"][0] <= got["final"] <= got["final_80"][1]
             # the dashboard's chart of it: the reports, and the predicted curve to the job's budget (36 steps)
             drawn = c.get(f"/dashboard/api/jobs/{job_id}").json()
-            assert {p[0] for p in drawn["target"]["points"]} == logged and drawn["target"]["value"] == 1e9
+            assert logged <= {p[0] for p in drawn["target"]["points"]} <= reported(), (drawn["target"], sorted(logged))
+            assert drawn["target"]["value"] == 1e9
             assert drawn["prediction"]["loss_fit"]["metric_target"]["curve"][-1][0] == 36.0
         shown = c.get("/jobs/1").json()      # `dlsched show`, and `dlsched status`'s TARGET while the job runs
         last = shown["prediction"]["loss_fit"]["metric_target"]
