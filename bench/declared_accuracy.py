@@ -5,10 +5,10 @@ Run: PYTHONPATH=src python bench/declared_accuracy.py
 Every run of ``bench/curves`` (``make_dev_curves.py``) logs held-out accuracy beside its loss; ``prediction_accuracy``
 scores the loss of all but the digits fine-tunes. Here each run is cut after 10 / 25 / 50 % of its budget and
 predicted as ``dlsched predict curve --metric accuracy --schedule SPEC --budget N --regime R`` does (shipped prior,
-``perf/calibration.json``, with the run's own task's fits left out: ``Calibration.without_task``; the table
-pools every development run's loss and accuracy fits), against the mean of its last 3 logged accuracies: the final's error in accuracy units
-(as ``final_value`` reports it) and as an error rate (the space the models fit), and whether the 80 % band holds the
-truth. Beside it, the same run's loss predicted the same way: the information both sides have is the same (the
+``perf/calibration.json``, with the run's own task's fits left out: ``Calibration.without_task``; the table holds
+the fits of every development curve ``prediction_accuracy`` scores), against the mean of its last 3 logged
+accuracies: the final's error in accuracy units (as ``final_value`` reports it) and as an error rate (the space the
+models fit), and whether the 80 % band holds the truth. Beside it, the same run's loss predicted the same way: the information both sides have is the same (the
 prefix, the schedule and the budget; neither the run's own end).
 
 Then what the service does once jobs stating such a target have finished (``service.job_models.curve_prior``): each run

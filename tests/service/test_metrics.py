@@ -1,19 +1,39 @@
 """``GET /metrics``: Prometheus's text format over real HTTP, from a real service scheduling real job processes."""
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
 import httpx
+import yaml
+from prometheus_client import Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dlsched.policy.base import NodeView
+from dlsched.service.loop import RoundStats
+from dlsched.service.metrics import ServiceCollector, metrics_registry
+from dlsched.service.store import Store
+from dlsched.spec import load_job_spec
 from tests.service.conftest import job_yaml
 from tests.waiting import wait_until
 
 YAML = {"content-type": "application/yaml"}
+NODES = (NodeView("n0", 2, "slot"), NodeView("n1", 2, "slot"))
+
+
+def samples(text: str) -> dict[tuple, float]:
+    """{(sample name, (label, value) pairs sorted): value} of an exposition, as Prometheus would parse it."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def scrape(client) -> dict[tuple, float]:
-    """{(sample name, (label, value) pairs sorted): value} of one scrape, as Prometheus would parse it."""
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version="), r.text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(r.text) for s in family.samples}
+    return samples(r.text)
+
+
+def collected(collector: ServiceCollector) -> dict[tuple, float]:
+    return samples(generate_latest(metrics_registry(collector)).decode())
 
 
 def test_metrics_count_jobs_slots_rounds_and_events_and_follow_a_job_until_it_ends(service, client):
@@ -54,23 +74,12 @@ def test_metrics_need_the_token(service):
 
 
 def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_no_round_series(tmp_path):
-    from prometheus_client import generate_latest
-
-    from dlsched.service.metrics import ServiceCollector, metrics_registry
-    from dlsched.service.nodes import LOST, UP, NodeStatus
-    from dlsched.service.store import Store
-    from dlsched.spec import load_job_spec
-    from tests.service.conftest import cluster
-
     store = Store(tmp_path / "state.db")
     store.submit(load_job_spec(job_yaml("queued"), "spec"))
     # its latest refit says where its stated target stands (service/metric_target.py stores it so)
     aim = {"metric": "val_accuracy", "target": 0.93, "target_step": 900.0, "target_time": 2e9, "target_chance": 0.7}
     store.add_prediction(1, 1e9, 0.1, 1000.0, None, None, {"model": "annealing", "metric_target": aim})
-    table = [NodeStatus("n0", "10.0.0.1", 2, 0, "slot", UP, 0.0, ()), NodeStatus("n1", "10.0.0.2", 2, 0, "slot", LOST, 0.0, ())]
-    text = generate_latest(metrics_registry(ServiceCollector(store, cluster(), lambda: table))).decode()
-    m = {(s.name, tuple(sorted(s.labels.items()))): s.value
-         for family in text_string_to_metric_families(text) for s in family.samples}
+    m = collected(ServiceCollector(store, lambda: NODES, lost=lambda: frozenset({"n1"})))
     assert m[("dlsched_node_up", (("node", "n1"),))] == 0 and m[("dlsched_node_up", (("node", "n0"),))] == 1
     assert m[("dlsched_cluster_slots", ())] == 2 and m[("dlsched_jobs", (("state", "queued"),))] == 1
     assert m[("dlsched_job_submit_timestamp_seconds", (("job", "1"), ("name", "queued")))] > 0
@@ -84,19 +93,6 @@ def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_
 def test_the_example_alert_rules_read_only_metrics_the_service_exports(tmp_path):
     """examples/monitoring: both files parse, and every dlsched_* name an alert reads is in a scrape (a renamed
     metric would leave an alert that never fires)."""
-    import re
-    from pathlib import Path
-    from types import SimpleNamespace
-
-    import yaml
-    from prometheus_client import generate_latest
-
-    from dlsched.service.loop import RoundStats
-    from dlsched.service.metrics import ServiceCollector, metrics_registry
-    from dlsched.service.store import Store
-    from dlsched.spec import load_job_spec
-    from tests.service.conftest import cluster
-
     folder = Path(__file__).resolve().parents[2] / "examples" / "monitoring"
     config = yaml.safe_load((folder / "prometheus.yml").read_text())
     assert config["scrape_configs"][0]["metrics_path"] == "/metrics" and config["rule_files"] == ["alerts.yml"]
@@ -105,11 +101,9 @@ def test_the_example_alert_rules_read_only_metrics_the_service_exports(tmp_path)
     store.submit(load_job_spec(job_yaml("aimed"), "spec"))
     store.add_prediction(1, 1e9, 0.1, 1000.0, None, None, {"metric_target": {
         "metric": "val_accuracy", "target": 0.9, "target_step": None, "target_chance": 0.1}})
-    from prometheus_client import Histogram
     loop = SimpleNamespace(rounds=1, failed_rounds=0, last_stats=RoundStats(0.0, 0.1, 0.1, 0.1, 1, ()),
                            round_seconds=Histogram("dlsched_round_duration_seconds", "rounds", registry=None))
-    text = generate_latest(metrics_registry(ServiceCollector(store, cluster(), loop_thread=loop))).decode()
-    exported = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    exported = {name for name, _ in collected(ServiceCollector(store, lambda: NODES, loop_thread=loop))}
     read = {name for e in exprs for name in re.findall(r"\bdlsched_\w+", e)}
     assert read and read <= exported, read - exported
     store.close()

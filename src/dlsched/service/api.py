@@ -342,8 +342,6 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         rows = node_table() if node_table else ()
         return {"nodes": [dataclasses.asdict(r) for r in rows]}
 
-    registry = metrics_registry(ServiceCollector(store, cluster, node_table, loop_thread))
-
     @api.get("/metrics")
     def metrics() -> Response:
         """Prometheus metrics (``service/metrics.py``); scraped with the token, as every route but health."""
@@ -361,7 +359,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     from dlsched.service.dashboard_routes import make_dashboard_router
     from dlsched.service.loop import cluster_view
 
-    def dashboard_nodes():
+    def dashboard_nodes():   # the nodes as the loop last saw them, else as declared (the dashboard's and /metrics')
         rows = node_table() if node_table else ()
         if rows:
             return tuple(NodeView(r.name, r.slots, r.gpu_type) for r in rows)
@@ -369,6 +367,9 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     def lost_nodes():
         return frozenset(r.name for r in (node_table() if node_table else ()) if r.health == LOST)
+
+    registry = metrics_registry(ServiceCollector(store, dashboard_nodes, lost_nodes, loop_thread,
+                                                 cluster.policy if cluster else ""))
 
     api.include_router(make_dashboard_router(store, dashboard_nodes, Path(state_dir) / "reports" if state_dir else None,
                                              lost=lost_nodes))

@@ -2,27 +2,26 @@
 
 What an operator graphs and alerts on: jobs per state; the cluster's slots and those allocated, per node with its
 health; each active job's slots, speed, progress and predicted finish, and its stated target's chance by the
-budget and predicted time; the scheduling rounds (how many, how many raised, a histogram of their wall time, the last one's phases); and the
-scheduler's events by kind (starts, resizes, preemptions, failures). Times are Unix timestamps (``time() -
-dlsched_job_submit_timestamp_seconds`` is a queue wait in PromQL), durations seconds. A job's labels are its id
-and name, for active jobs only: an ended job leaves the per-job series, so they stay as many as the live queue.
-The events table only grows, so its counts are read on from the last row counted (the first scrape reads it
-whole).
+budget and predicted time; the scheduling rounds (how many, how many raised, a histogram of their wall time, the
+last one's phases); and the scheduler's events by kind (starts, resizes, preemptions, failures). Times are Unix
+timestamps (``time() - dlsched_job_submit_timestamp_seconds`` is a queue wait in PromQL), durations seconds. A
+job's labels are its id and name, for active jobs only: an ended job leaves the per-job series, so they stay as
+many as the live queue. The events table only grows, so its counts are read on from the last row counted (the
+first scrape reads it whole).
 """
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from dlsched import __version__
+from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times, stated_target
-from dlsched.service.nodes import UP, NodeStatus
 from dlsched.service.store import (ACTIVE, RESCALING, RUNNING, TERMINAL, JobRecord, Store, event_counts,
                                    job_counts)
-from dlsched.spec import ClusterSpec
 
 JOB_LABELS = ["job", "name"]
 TARGET_LABELS = [*JOB_LABELS, "metric"]
@@ -41,9 +40,10 @@ def allocated_slots(jobs: Iterable[JobRecord]) -> dict[str, int]:
 class ServiceCollector:
     """A ``prometheus_client`` collector over the service's store, its cluster and its scheduling loop."""
 
-    def __init__(self, store: Store, cluster: ClusterSpec | None = None,
-                 node_table: Callable[[], Iterable[NodeStatus]] | None = None, loop_thread=None):
-        self.store, self.cluster, self.node_table, self.loop_thread = store, cluster, node_table, loop_thread
+    def __init__(self, store: Store, nodes: Callable[[], Sequence[NodeView]],
+                 lost: Callable[[], frozenset[str]] = frozenset, loop_thread=None, policy: str = ""):
+        """``nodes``/``lost``: the cluster's nodes and the names of the lost ones, as the dashboard gets them."""
+        self.store, self.nodes, self.lost, self.loop_thread, self.policy = store, nodes, lost, loop_thread, policy
         self._events: dict[str, int] = {}
         self._events_seen = 0
         self._lock = threading.Lock()   # two scrapes at once must not count the same events twice
@@ -56,7 +56,7 @@ class ServiceCollector:
         yield from self._rounds()
         yield self._event_counts()
         info = GaugeMetricFamily("dlsched_build_info", "The service's version and policy", labels=["version", "policy"])
-        info.add_metric([__version__, self.cluster.policy if self.cluster else ""], 1)
+        info.add_metric([__version__, self.policy], 1)
         yield info
 
     def _jobs(self) -> GaugeMetricFamily:
@@ -66,13 +66,10 @@ class ServiceCollector:
         return g
 
     def _nodes(self, jobs: list[JobRecord]):
-        # the nodes as the loop last saw them (health too), else as declared; allocated from the same read of the
-        # jobs as every other series (the node table's own count is a round behind them)
-        rows = list(self.node_table()) if self.node_table else []
-        used = allocated_slots(jobs)
-        nodes = ([(r.name, r.gpu_type, r.slots, used.get(r.name, 0), r.health == UP) for r in rows] if rows else
-                 [(n.name, n.gpu_type, n.gpus, used.get(n.name, 0), True)
-                  for n in (self.cluster.nodes if self.cluster else ())])
+        # allocated from the same read of the jobs as every other series (the node table's own count is a round
+        # behind them)
+        used, lost = allocated_slots(jobs), self.lost()
+        nodes = [(n.name, n.gpu_type, n.num_gpus, used.get(n.name, 0), n.name not in lost) for n in self.nodes()]
         slots = GaugeMetricFamily("dlsched_node_slots", "GPU slots of the node", labels=["node", "gpu_type"])
         allocated = GaugeMetricFamily("dlsched_node_slots_allocated", "Slots the scheduler has given jobs",
                                       labels=["node"])
