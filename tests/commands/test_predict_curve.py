@@ -397,6 +397,30 @@ def test_finished_runs_of_the_task_given_with_like_set_the_prior(capsys):
     assert lo <= truth <= hi
 
 
+def test_like_runs_logged_in_percent_carry_their_level_to_a_run_logged_as_a_fraction(tmp_path, capsys):
+    """A finished run's accuracy in % and the new run's as a fraction (or the reverse) are one level: the answer is
+    the one all-fraction logs give, on the run's own scale (the % runs' errors were read as 100x the run's)."""
+    curves = REPO / "bench" / "curves"
+
+    def percent(name):
+        d = pd.read_csv(curves / f"{name}.csv")
+        d["accuracy"] = 100 * d.accuracy
+        d.to_csv(path := tmp_path / f"{name}.csv", index=False)
+        return path
+
+    def final(run, like, target):
+        assert run_curve(run, "step", "accuracy", 600, "onecycle:pct=0.3", 150, target, None, "accuracy", None, None,
+                         True, None, like=like) == 0
+        return json.loads(capsys.readouterr().out)
+
+    fraction = final(curves / "tinylm-onecycle.csv", [curves / "tinylm-cosine.csv", curves / "tinylm-step.csv"], 0.42)
+    mixed = final(curves / "tinylm-onecycle.csv", [percent("tinylm-cosine"), curves / "tinylm-step.csv"], 0.42)
+    in_percent = final(percent("tinylm-onecycle"), [curves / "tinylm-cosine.csv", curves / "tinylm-step.csv"], 42)
+    assert mixed["final_value"] == pytest.approx(fraction["final_value"], rel=1e-9)
+    assert in_percent["final_value"] == pytest.approx(100 * fraction["final_value"], rel=1e-6)
+    assert in_percent["steps_to_target"] == pytest.approx(fraction["steps_to_target"], rel=1e-6)
+
+
 def test_the_run_itself_given_with_like_is_refused(capsys):
     run = REPO / "bench" / "curves" / "tinylm-onecycle.csv"
     with pytest.raises(UserError, match=r"^--like .*tinylm-onecycle.csv: is the run predicted; give finished runs"):

@@ -184,6 +184,32 @@ def test_a_metric_target_of_a_job_whose_batch_doubled_is_fitted_over_its_samples
     assert one["curve"][-1][0] == 800.0 and doubled["curve"][-1][0] == pytest.approx(475.0)
 
 
+def token_accuracy_job(models: JobModels, store: Store, name: str, until: int | None = None,
+                       scale: float = 1.0) -> dict:
+    """A tinylm run (``bench/curves``) as a service job stating a token-accuracy target, reported times ``scale``
+    (100: in %), refitted by ``models`` on its progress to step ``until`` (None: all of it, then finished)."""
+    import pandas as pd
+
+    from dlsched.paths import REPO_ROOT
+
+    index = pd.read_csv(REPO_ROOT / "bench" / "curves" / "index.csv").set_index("file")
+    d = pd.read_csv(REPO_ROOT / "bench" / "curves" / f"{name}.csv")
+    d = d[d.step <= until] if until else d
+    spec = JobSpec(name=name, command=["python", "tinylm.py"], gpus=1, batch_size=16, total_samples=16 * 600,
+                   prediction={"schedule": index.loc[f"{name}.csv", "schedule"], "dataset": "tinyshakespeare",
+                               "target": {"metric": "token_accuracy", "value": 0.5, "kind": "accuracy"}})
+    jid = store.submit(spec)
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 16 * r.step, "loss": r.loss, "lr": r.lr,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 16, "metrics": {"token_accuracy": scale * r.accuracy}}
+            for r in d.itertuples()]
+    store.add_progress(jid, recs, 1, samples=recs[-1]["samples"])
+    got = models.refit(store.get(jid), recs, 2000.0, metric_values=models.metric_values(
+        jid, "token_accuracy", store)).loss_fit["metric_target"]
+    if until is None:
+        models.forget(jid, finished=True)
+    return got
+
+
 def test_a_targets_prior_is_learnt_from_the_finished_jobs_that_stated_one(tmp_path):
     """A finished job leaves its stated target's fit beside its loss fit (``finished_target_fits``); a new job's
     target of that kind is predicted with a prior from them (``JobModels.curve_prior``), kept across a restart. Real
@@ -194,34 +220,38 @@ def test_a_targets_prior_is_learnt_from_the_finished_jobs_that_stated_one(tmp_pa
 
     from dlsched.paths import REPO_ROOT
 
-    index = pd.read_csv(REPO_ROOT / "bench" / "curves" / "index.csv").set_index("file")
     store = Store(tmp_path / "s.db")
-
-    def run(models: JobModels, name: str, until: int | None = None) -> dict:
-        d = pd.read_csv(REPO_ROOT / "bench" / "curves" / f"{name}.csv")
-        d = d[d.step <= until] if until else d
-        spec = JobSpec(name=name, command=["python", "tinylm.py"], gpus=1, batch_size=16, total_samples=16 * 600,
-                       prediction={"schedule": index.loc[f"{name}.csv", "schedule"], "dataset": "tinyshakespeare",
-                                   "target": {"metric": "token_accuracy", "value": 0.5, "kind": "accuracy"}})
-        jid = store.submit(spec)
-        recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 16 * r.step, "loss": r.loss, "lr": r.lr,
-                 "samples_per_s": 100.0, "workers": 1, "batch_size": 16, "metrics": {"token_accuracy": r.accuracy}}
-                for r in d.itertuples()]
-        store.add_progress(jid, recs, 1, samples=recs[-1]["samples"])
-        got = models.refit(store.get(jid), recs, 2000.0, metric_values=models.metric_values(
-            jid, "token_accuracy", store)).loss_fit["metric_target"]
-        if until is None:
-            models.forget(jid, finished=True)
-        return got
-
     cluster = JobModels(("slot",), store)
     for name in ("tinylm-cosine", "tinylm-step"):
-        run(cluster, name)
+        token_accuracy_job(cluster, store, name)
     kept = [f for f in store.finished_fits() if f["meta"].get("kind") == "accuracy"]
     assert [f["meta"]["metric"] for f in kept] == ["token_accuracy"] * 2 and len(store.finished_fits()) == 4
     truth = float(pd.read_csv(REPO_ROOT / "bench" / "curves" / "tinylm-onecycle.csv").accuracy.iloc[-3:].mean())
-    learnt = run(JobModels(("slot",), store), "tinylm-onecycle", until=150)     # a restarted service reads them back
-    shipped = run(JobModels(("slot",)), "tinylm-onecycle", until=150)           # no finished jobs: the shipped prior
+    learnt = token_accuracy_job(JobModels(("slot",), store), store, "tinylm-onecycle", until=150)   # after a restart
+    shipped = token_accuracy_job(JobModels(("slot",)), store, "tinylm-onecycle", until=150)   # the shipped prior
     assert abs(learnt["final"] / truth - 1) < 0.05 < 0.2 < abs(shipped["final"] / truth - 1), (learnt, shipped, truth)
     assert learnt["final_80"][0] <= truth <= learnt["final_80"][1]
     store.close()
+
+
+def test_finished_jobs_reporting_accuracy_in_percent_and_as_a_fraction_are_one_level(tmp_path):
+    """One finished job reports its token accuracy in %, the other as a fraction: their finals are kept in fractions,
+    so a new job's level is theirs whichever way it reports (in their own units the two were averaged 100x apart).
+    A store whose % final was kept before (migration 11) reads it in fractions too."""
+    def predicted(scales: tuple[float, float], scale: float, folder: str) -> dict:
+        store = Store(tmp_path / folder / "s.db")
+        cluster = JobModels(("slot",), store)
+        for name, s in zip(("tinylm-cosine", "tinylm-step"), scales):
+            token_accuracy_job(cluster, store, name, scale=s)
+        got = token_accuracy_job(JobModels(("slot",), store), store, "tinylm-onecycle", until=150, scale=scale)
+        store.close()
+        return got
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir(), (tmp_path / "c").mkdir()
+    fraction = predicted((1.0, 1.0), 1.0, "a")
+    mixed = predicted((100.0, 1.0), 1.0, "b")
+    in_percent = predicted((100.0, 1.0), 100.0, "c")
+    assert mixed["final"] == pytest.approx(fraction["final"], rel=1e-6)
+    assert in_percent["final"] == pytest.approx(100 * fraction["final"], rel=1e-6)
+    assert [v / 100 for v in in_percent["final_80"]] == pytest.approx(fraction["final_80"], rel=1e-6)
+    assert in_percent["curve"][-1][1] == pytest.approx(100 * fraction["curve"][-1][1], rel=1e-6)

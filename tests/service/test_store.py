@@ -58,6 +58,34 @@ def test_a_version_6_store_is_migrated_and_starts_with_no_finished_fits(tmp_path
     assert Store(db).finished_fits() == [{"alpha": 0.6, "drop": 0.1}]
 
 
+def test_a_version_10_stores_accuracy_final_kept_in_percent_is_read_in_fractions(tmp_path):
+    """Migration 11: a finished accuracy target's fit is kept in fractions (``service.metric_target.reported_scale``).
+    One a job reporting in % kept before (its error above 1) becomes a fraction, its curve's level with it; a
+    fraction, a loss and an error stay as they were."""
+    import json
+
+    db = tmp_path / "s.db"
+    c = sqlite3.connect(db)
+    curve = {"l0": 20.0, "a": 40.0, "alpha": 0.5, "c": 0.3, "s0": 0.0, "schedule": {}}
+    fits = [{"alpha": 0.5, "drop": 0.3, "meta": {"kind": "accuracy"}, "final": 24.0, "curve": curve},
+            {"alpha": 0.5, "drop": 0.3, "meta": {"kind": "accuracy"}, "final": 0.24, "curve": None},
+            {"alpha": 0.5, "drop": None, "meta": {"kind": "accuracy"}, "final": 57.5, "curve": None},
+            {"alpha": 0.5, "drop": 0.3, "meta": {"kind": "error"}, "final": 24.0, "curve": curve}]
+    c.executescript(";".join(MIGRATIONS[:10]) + "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                    "INSERT INTO schema_version VALUES (1),(2),(3),(4),(5),(6),(7),(8),(9),(10);")
+    c.executemany("INSERT INTO finished_target_fits(job_id, fit) VALUES (?, ?)",
+                  [(i, json.dumps(f)) for i, f in enumerate(fits, 1)])
+    c.commit()
+    c.close()
+    s = Store(db)
+    assert s.schema_version == len(MIGRATIONS) >= 11
+    got = s.finished_fits()
+    assert [f["final"] for f in got] == pytest.approx([0.24, 0.24, 0.575, 24.0])
+    assert (got[0]["curve"]["l0"], got[0]["curve"]["a"], got[0]["curve"]["c"]) == pytest.approx((0.2, 0.4, 0.3))
+    assert got[2]["curve"] is None and got[3]["curve"] == curve
+    s.close()
+
+
 def test_a_version_8_store_is_migrated_its_steps_carry_no_metrics_and_its_fits_no_targets(tmp_path):
     """Migrations 9 and 10 (a step's reported metrics; a finished job's target fit): a store from before them keeps
     its progress rows, which report no metric, and its loss fits, beside which none of a target is kept."""

@@ -22,10 +22,11 @@ TASK = "like"
 
 def finished_run(file: Path, x: str, y: str, lr_col: str | None, metric: str, regime: str,
                  schedule_of: Callable[[CurveData, float], Schedule],
-                 shift: Callable[[CurveData], CurveData]) -> FinishedFit:
+                 shift: Callable[[CurveData], CurveData], top: float = 1.0) -> FinishedFit:
     """One ``--like`` run's fit on all its points (``shift``: as FILE's x is read) and where it ended (the median of
-    its last 3 values, lower-is-better). Its schedule: ``schedule_of`` its curve and budget (its log's, else its
-    last x)."""
+    its last 3 values, lower-is-better), on FILE's accuracy scale ``top`` (``MetricSpace.top``: a run logged in %
+    beside one logged as a fraction). Its schedule: ``schedule_of`` its curve and budget (its log's, else its last
+    x)."""
     try:
         curve = shift(read_curve(file, x=x, y=y, lr_col=lr_col))
     except UserError as e:   # its line names the file: say it is a --like run's
@@ -34,7 +35,8 @@ def finished_run(file: Path, x: str, y: str, lr_col: str | None, metric: str, re
     schedule = schedule_of(curve, budget)
     ok = np.isfinite(curve.x) & np.isfinite(curve.y)
     xs, values = curve.x[ok], curve.y[ok]
-    down = MetricSpace.of(metric, values).down(values)
+    space = MetricSpace.of(metric, values)
+    down = space.down(values)
     try:
         if np.any(down <= 0):
             raise ValueError(f"a value leaves no positive {'error' if metric == 'accuracy' else metric}")
@@ -42,7 +44,7 @@ def finished_run(file: Path, x: str, y: str, lr_col: str | None, metric: str, re
     except ValueError as e:
         raise UserError(f"--like {file}: field {y!r}: {e}") from None
     return finished_fit(fit, {"dataset": TASK, "metric": metric, "regime": regime},
-                        float(np.median(down[-3:])))
+                        float(np.median(down[-3:])) * top / space.top)
 
 
 def like_prior(fits: list[FinishedFit], metric: str, regime: str, schedule: Schedule) -> CurvePrior:

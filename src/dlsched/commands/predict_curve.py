@@ -63,7 +63,7 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     import numpy as np
 
     from dlsched.commands.like_runs import finished_run, like_prior
-    from dlsched.perf.curve_predict import METRICS, MIN_POINTS, predict_curve
+    from dlsched.perf.curve_predict import METRICS, MIN_POINTS, MetricSpace, predict_curve
     from dlsched.perf.curve_readers import read_curve, seconds_per_x
     from dlsched.perf.prior import REGIMES
 
@@ -112,8 +112,9 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     if like and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()), None)) is not None:
         raise UserError(f"--like {same}: is the run predicted; give finished runs of its task")
     if like:   # each finished run's own LR where it logs one, else the SPEC at its own budget
+        top = MetricSpace.of(metric, curve.y[keep]).top
         fits = [finished_run(f, x, y, lr_col, metric, regime,
-                             lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift)
+                             lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift, top)
                 for f in like]
         prior = like_prior(fits, metric, regime, sched)
     try:

@@ -100,7 +100,9 @@ class FinishedFit:
     alpha: float
     drop: float
     meta: dict = field(default_factory=dict)
-    final: float = math.nan     # the value it ended at, lower-is-better space; nan: not known
+    # the value it ended at, lower-is-better, on the scale of the runs it is a prior for (the service keeps an
+    # accuracy's error as a fraction, ``service.metric_target.reported_scale``); nan: not known
+    final: float = math.nan
     curve: AnnealingCurve | None = None   # its full fit: carries ``final`` to another schedule (module doc)
 
 

@@ -30,23 +30,33 @@ def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndar
 def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule, regime: str,
                    prior: CurvePrior | None = None) -> dict | None:
     """``{"metric", "kind", "target", "final", "final_80", "target_step", "target_chance", "points", "curve",
-    "fitted"}`` (x in the loss fit's units; ``target_step`` None: not by the budget; ``curve``: [x, value] from the
-    first point fitted to the budget, drawn as the loss fit's is; ``fitted``: the annealing fit, not JSON, or None),
-    or None with fewer than ``MIN_POINTS`` points, or points the predictor refuses (a value it cannot model, such as
-    an error of 0). ``prior``: from the finished jobs' fits of such targets (``service.job_models``); None: the
-    shipped prior of the target's kind."""
+    "fitted"}`` (x in the loss fit's units; values in the job's own, an accuracy in % or as a fraction as it
+    reports it; ``target_step`` None: not by the budget; ``curve``: [x, value] from the first point fitted to the
+    budget, drawn as the loss fit's is; ``fitted``: the annealing fit, in fractions (``reported_scale``), not JSON,
+    or None), or None with fewer than ``MIN_POINTS`` points, or points the predictor refuses (a value it cannot
+    model, such as an error of 0). ``prior``: from the finished jobs' fits of such targets
+    (``service.job_models``); None: the shipped prior of the target's kind."""
     if len(x) < MIN_POINTS:
         return None
-    try:
-        p = predict_curve(x, values, schedule, metric=target.kind, target=target.value, regime=regime,
-                          prior="shipped" if prior is None else prior)
+    scale = reported_scale(target, values)
+    try:   # in fractions: the finished jobs' finals the prior carries are (``ended_at``); the target's 93 reads 0.93
+        p = predict_curve(x, np.asarray(values, float) / scale, schedule, metric=target.kind, target=target.value,
+                          regime=regime, prior="shipped" if prior is None else prior)
     except ValueError:
         return None
     grid = np.linspace(max(float(x[0]), float(p.curve_x[0])), schedule.budget, CURVE_POINTS)
-    drawn = np.interp(grid, p.curve_x, p.curve_y)
-    return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value,
-            "final_80": list(p.final_value_interval_80), "target_step": p.target_step, "target_chance": p.p_reach,
-            "points": len(x), "curve": [[float(a), float(b)] for a, b in zip(grid, drawn)], "fitted": p.fitted}
+    drawn = np.interp(grid, p.curve_x, p.curve_y) * scale
+    return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value * scale,
+            "final_80": [v * scale for v in p.final_value_interval_80], "target_step": p.target_step,
+            "target_chance": p.p_reach, "points": len(x), "curve": [[float(a), float(b)] for a, b in zip(grid, drawn)],
+            "fitted": p.fitted}
+
+
+def reported_scale(target: MetricTarget, values) -> float:
+    """100 for an accuracy the job reports in %, else 1. A target's fit, and the final its finished fit keeps, are
+    in fractions, so that jobs reporting either way pool as one level (``perf.prior.level_prior``): in their own
+    units one job's 0.24 error and another's 24 were averaged as two runs 100x apart."""
+    return MetricSpace.of(target.kind, values).top if len(values) else 1.0
 
 
 def target_meta(meta: dict, target: MetricTarget) -> dict:
@@ -57,6 +67,8 @@ def target_meta(meta: dict, target: MetricTarget) -> dict:
 
 def ended_at(target: MetricTarget, values: np.ndarray) -> float:
     """Where a target's metric is, as a finished fit keeps it (``perf.prior.FinishedFit.final``): the median of its
-    last 3 reports, in the lower-is-better space its fit is in."""
-    values = np.asarray(values, float)
-    return float(np.median(MetricSpace.of(target.kind, values).down(values[-3:]))) if len(values) else math.nan
+    last 3 reports, in the lower-is-better space its fit is in (an accuracy's error as a fraction)."""
+    if not len(values):
+        return math.nan
+    values = np.asarray(values, float) / reported_scale(target, values)
+    return float(np.median(MetricSpace.of(target.kind, values).down(values[-3:])))

@@ -132,6 +132,17 @@ MIGRATIONS: list[str] = [
     """
     CREATE TABLE finished_target_fits (job_id INTEGER PRIMARY KEY, fit TEXT NOT NULL);
     """,
+    # 11: an accuracy target's finished fit in fractions (``service.metric_target.reported_scale``), as a job
+    # reporting in % kept it in % before: an error above 1 can only be in %. (One in % below 1, an accuracy over
+    # 99 %, cannot be told apart and stays.) Its curve first, while its final still says so
+    """
+    UPDATE finished_target_fits SET fit = json_set(fit, '$.curve.l0', json_extract(fit, '$.curve.l0') / 100.0,
+                                                   '$.curve.a', json_extract(fit, '$.curve.a') / 100.0)
+     WHERE json_extract(fit, '$.meta.kind') = 'accuracy' AND json_extract(fit, '$.final') > 1
+       AND json_type(fit, '$.curve') = 'object';
+    UPDATE finished_target_fits SET fit = json_set(fit, '$.final', json_extract(fit, '$.final') / 100.0)
+     WHERE json_extract(fit, '$.meta.kind') = 'accuracy' AND json_extract(fit, '$.final') > 1;
+    """,
 ]
 
 
