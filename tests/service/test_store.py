@@ -7,7 +7,7 @@ import pytest
 
 from dlsched.service.store import (CANCELLED, FINISHED, MIGRATIONS, QUEUED, RESCALING, RUNNING, Store,
                                    TransitionError, UnknownJob)
-from dlsched.spec import load_job_spec
+from dlsched.spec import JobSpec, load_job_spec
 
 SPEC = load_job_spec("name: j\nentry: m:make_job\ngpus: 2")
 
@@ -214,7 +214,7 @@ def test_acknowledged_submission_survives_sigkill(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal, sys
         from dlsched.service.store import Store
-        from dlsched.spec import load_job_spec
+        from dlsched.spec import JobSpec, load_job_spec
         s = Store({str(db)!r})
         for i in range(20):
             print(s.submit(load_job_spec("name: j\\nentry: m:f")), flush=True)
@@ -275,3 +275,18 @@ def test_the_latest_predictions_are_each_jobs_newest_and_only_of_jobs_with_one(t
     latest = s.latest_predictions()
     assert sorted(latest) == [a, b] and none not in latest
     assert latest[a]["time"] == 4.0 and latest[b]["time"] == 3.0
+
+
+def test_latest_predictions_of_the_named_jobs_are_their_newest_rows(tmp_path):
+    """/metrics reads the active jobs' newest predictions only (``Store.latest_predictions(job_ids)``)."""
+    s = Store(tmp_path / "s.db")
+    jobs = [s.submit(JobSpec(name=f"j{i}", entry="m.py:f", gpus=1)) for i in range(3)]
+    for job in jobs:
+        for t in (1.0, 2.0):
+            s.add_prediction(job, t, 0.5, 100.0, 10.0 * job + t, 20.0, None)
+    every = s.latest_predictions()
+    assert sorted(every) == jobs and [every[j]["remaining_s"] for j in jobs] == [10.0 * j + 2.0 for j in jobs]
+    named = s.latest_predictions([jobs[2], jobs[0]])
+    assert named == {j: every[j] for j in (jobs[0], jobs[2])}
+    assert s.latest_predictions([]) == {} and s.latest_predictions(iter([99])) == {}
+    s.close()

@@ -85,7 +85,7 @@ class ServiceCollector:
                                 value=sum(used for *_, used, _ in nodes))
 
     def _active(self, jobs: list[JobRecord]):
-        preds, forecasts = self.store.latest_predictions(), self.store.forecasts()
+        preds, forecasts = self.store.latest_predictions(j.id for j in jobs), self.store.forecasts()
         families = {
             "gpus": GaugeMetricFamily("dlsched_job_gpus", "Slots the job trains on", labels=JOB_LABELS),
             "speed": GaugeMetricFamily("dlsched_job_samples_per_second", "The job's last reported speed",
