@@ -43,6 +43,7 @@ def test_metrics_count_jobs_slots_rounds_and_events_and_follow_a_job_until_it_en
                    and s[("dlsched_jobs", (("state", "running"),))] == 1 and s, timeout=60, what="short done, long running")
     job = (("job", str(long)), ("name", "long"))
     assert m[("dlsched_job_gpus", job)] == 1 and m[("dlsched_job_submit_timestamp_seconds", job)] > 0
+    assert m[("dlsched_job_state", (*job, ("state", "running")))] == 1
     assert not any(dict(labels).get("job") == str(short) for _, labels in m)   # an ended job leaves the per-job series
     assert not any(name.startswith("dlsched_job_target") for name, _ in m)     # no target stated: no series
     assert m[("dlsched_jobs", (("state", "queued"),))] == 0 == m[("dlsched_jobs", (("state", "failed"),))]
@@ -83,6 +84,8 @@ def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_
     assert m[("dlsched_node_up", (("node", "n1"),))] == 0 and m[("dlsched_node_up", (("node", "n0"),))] == 1
     assert m[("dlsched_cluster_slots", ())] == 2 and m[("dlsched_jobs", (("state", "queued"),))] == 1
     assert m[("dlsched_job_submit_timestamp_seconds", (("job", "1"), ("name", "queued")))] > 0
+    assert [labels for name, labels in m if name == "dlsched_job_state"] == [(("job", "1"), ("name", "queued"),
+                                                                              ("state", "queued"))]
     aimed = (("job", "1"), ("metric", "val_accuracy"), ("name", "queued"))
     assert (m[("dlsched_job_target", aimed)], m[("dlsched_job_target_chance", aimed)],
             m[("dlsched_job_target_predicted_timestamp_seconds", aimed)]) == (0.93, 0.7, 2e9)

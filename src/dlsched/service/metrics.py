@@ -1,7 +1,7 @@
 """Prometheus metrics of the service (``GET /metrics``, text exposition format), read from the store at scrape time.
 
 What an operator graphs and alerts on: jobs per state; the cluster's slots and those allocated, per node with its
-health; each active job's slots, speed, progress and predicted finish, and its stated target's chance by the
+health; each active job's state, slots, speed, progress and predicted finish, and its stated target's chance by the
 budget and predicted time; the scheduling rounds (how many, how many raised, a histogram of their wall time, the
 last one's phases); and the scheduler's events by kind (starts, resizes, preemptions, failures). Times are Unix
 timestamps (``time() - dlsched_job_submit_timestamp_seconds`` is a queue wait in PromQL), durations seconds. A
@@ -108,14 +108,19 @@ class ServiceCollector:
                                       "When the job is predicted to reach its target at today's rate (none: not by "
                                       "the budget)", labels=TARGET_LABELS),
         }
+        # the job's state as a label (kube-state-metrics' phase): `count by (state)` of the live queue, or a queued
+        # job's wait joined on (job) with the submit time
+        state = GaugeMetricFamily("dlsched_job_state", "1, labelled with the job's state", labels=[*JOB_LABELS, "state"])
         for j in jobs:
             labels = [str(j.id), j.name]
+            state.add_metric([*labels, j.state], 1)
             _, finish = shown_times(j, preds.get(j.id), forecasts.get(j.id))
             values = {"gpus": j.held_gpus, "speed": j.samples_per_s, "loss": j.last_loss, "submit": j.submit_time,
                       "done": j.samples / j.total_samples if j.total_samples else None, "finish": finish}
             _add(families, labels, values)
             if (target := stated_target(preds.get(j.id))) is not None:
                 _add(targets, labels + [target["metric"]], target)
+        yield state
         yield from families.values()
         yield from targets.values()
 
