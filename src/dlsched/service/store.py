@@ -617,13 +617,10 @@ class Store:
     def latest_predictions(self, job_ids: Iterable[int] | None = None) -> dict[int, dict]:
         """Each job's newest prediction row; of ``job_ids`` only, when given (a scrape of the active jobs)."""
         # one index seek per job: a GROUP BY over every prediction took 0.16 s at 10^6 rows (a day of 25 jobs)
-        if job_ids is None:
-            ids = "SELECT id FROM jobs"
-        else:
-            ids = "SELECT value AS id FROM json_each(?)"
-        sql = (f"SELECT * FROM predictions WHERE id IN (SELECT (SELECT MAX(id) FROM predictions WHERE job_id = j.id) "
-               f"FROM ({ids}) j)")
-        rows = self._conn().execute(sql, () if job_ids is None else (json.dumps([int(i) for i in job_ids]),))
+        rows = self._conn().execute(
+            "SELECT * FROM predictions WHERE id IN (SELECT (SELECT MAX(id) FROM predictions WHERE job_id = j.id) "
+            f"FROM ({'SELECT id FROM jobs' if job_ids is None else 'SELECT value AS id FROM json_each(?)'}) j)",
+            () if job_ids is None else (json.dumps([int(i) for i in job_ids]),))
         return {r["job_id"]: dict(r) for r in rows}
 
     def add_finished_fit(self, job_id: int, fit: dict, target: dict | None = None) -> None:
