@@ -20,6 +20,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -34,6 +35,9 @@ Z_80 = 1.2816  # the standard normal's 90 % point: a central 80 % band is ±Z_80
 # band: the 2.5 % one-sided quantile, which with fewer than 39 development errors lies beyond the largest one
 # seen (``quantile_band`` then adds 1 in log units: a run may go e times further than the worst seen).
 UNREACHABLE_LEVEL = 0.95
+# the fewest errors of a cluster's own finished jobs at a fraction that replace the development set's band there:
+# with 9 the conformal 80 % band's ends are the smallest and largest error, both finite (``quantile_band``)
+OWN_ERRORS_MIN = 9
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,28 @@ class Calibration:
             return CurvePrior()
         a, d, *spread = self.prior
         return CurvePrior(a, d, **dict(zip(("alpha_sigma", "drop_sigma"), spread)))
+
+    def with_own_errors(self, errors: Mapping[float, Sequence[float]]) -> "Calibration":
+        """This table with the final-value band and median of each fraction at which ``errors`` (log(true/predicted
+        final) of a cluster's own finished jobs, by the fraction each prediction was made at) hold
+        ``OWN_ERRORS_MIN`` or more: what a service measured of its own predictions stands for the development
+        set's, in the levelled and carried tables too (a job's error is of the prediction it got, whatever its
+        prior). The steps' bands and the unreachable floor stay the development set's."""
+        own = {f: e for f, e in ((f, [v for v in errors.get(f, ()) if math.isfinite(v)]) for f in self.fractions)
+               if len(e) >= OWN_ERRORS_MIN}
+        if not own:
+            return self
+
+        def replaced(table: "Calibration | None") -> "Calibration | None":
+            if table is None:
+                return None
+            at = table.fractions
+            medians = table.final_median or (0.0,) * len(at)
+            bands = tuple(quantile_band(own[f]) if f in own else b for f, b in zip(at, table.final))
+            centres = tuple(float(np.median(own[f])) if f in own else m for f, m in zip(at, medians))
+            return dataclasses.replace(table, final=bands, final_median=centres)
+
+        return dataclasses.replace(replaced(self), levelled=replaced(self.levelled), carried=replaced(self.carried))
 
     def without_task(self, task: str) -> "Calibration":
         """This table with the fits of ``task``'s runs left out: the shipped prior a run of that task would get had

@@ -23,6 +23,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior
+from dlsched.perf.calibration import Calibration
 from dlsched.perf.convergence import LossCurve, fit_curve
 from dlsched.perf.efficiency import GradientNoise, efficiency
 from dlsched.perf.curve_predict import predict_curve
@@ -203,7 +204,7 @@ PriorArg = CurvePrior | Callable[[Schedule | None], CurvePrior | None] | None
 
 def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | None = None,
              schedule: str | Schedule | None = None, target_loss: float | None = None,
-             prior: PriorArg = None, regime: str = "scratch") -> dict | None:
+             prior: PriorArg = None, regime: str = "scratch", calibration: Calibration | None = None) -> dict | None:
     """The Optimus fit (``beta0, beta1, beta2, scale, rmse``: the RMSE of the loss normalised by ``scale``) and,
     when the job's step budget is known, the
     schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
@@ -214,7 +215,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default: the shipped one), or a function of the
     job's ``Schedule`` that makes one (the level prior carries finished runs' finals to it: ``perf.prior``);
-    ``regime`` the shipped prior's pool (``perf.curve_predict``).
+    ``regime`` the shipped prior's pool (``perf.curve_predict``); ``calibration`` its bands (default: the shipped
+    table; the service's: ``service.own_calibration``).
     The annealing fit itself is ``out["fitted"]``: not JSON, callers take it out before storing."""
     whole = binned_curve(steps, losses)
     # Optimus alone starts at the slow start's end; the predictor gets every point and windows them itself
@@ -239,7 +241,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         if callable(prior):   # the assumed constant of a job that named none is no schedule to carry finals to
             prior = prior(None if schedule is None else sched)
         try:
-            p = predict_curve(*whole, sched, target=target_loss, prior=prior or "shipped", regime=regime)
+            p = predict_curve(*whole, sched, target=target_loss, prior=prior or "shipped", regime=regime,
+                              calibration=calibration)
         except ValueError:
             return out
         grid = np.linspace(max(k[0], float(p.curve_x[0])), budget_steps, 121)   # from the first point fitted
@@ -336,7 +339,8 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
             gpu_types: tuple[str, ...] = (), max_local_batch: int | None = None, speed=None, refit_speed: bool = True,
             schedule: str | None = None, prior: PriorArg = None, regime: str = "scratch",
             lr_plan: dict | None = None, target: MetricTarget | None = None,
-            metric_points: tuple[np.ndarray, np.ndarray] | None = None, metric_prior: PriorArg = None):
+            metric_points: tuple[np.ndarray, np.ndarray] | None = None, metric_prior: PriorArg = None,
+            calibration: Calibration | None = None):
     """(Prediction, speed model or None) for one job from its stored progress records (its LR schedule: the
     ``schedule`` SPEC, else the logged LR and the runtime's ``lr_plan`` where ``logged_schedule`` trusts them, else
     constant). ``target``: a reported metric's value, predicted from ``metric_points`` (its (steps, values)) over the
@@ -367,7 +371,8 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
     if schedule is None and budget:
         schedule = logged_schedule(history, budget, lr_plan, axis)
     loss_fit = fit_loss(xs, history.column("loss"),
-                        budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior, regime=regime)
+                        budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior, regime=regime,
+                        calibration=calibration)
     fitted = loss_fit.pop("fitted", None) if loss_fit else None
     total = total_hint
     if total is None and target_loss is not None and loss_fit and recent:

@@ -652,6 +652,14 @@ def event_counts(store: Store, after_id: int = 0) -> tuple[dict[str, int], int]:
     return {r[0]: r[1] for r in rows}, max((r[2] for r in rows), default=after_id)
 
 
+def predicted_final_by(store: Store, job_id: int, lo: float, hi: float) -> float | None:
+    """The final loss of the job's newest prediction made with ``lo`` <= its fraction done <= ``hi``, if any."""
+    row = store._conn().execute(
+        "SELECT json_extract(loss_fit, '$.final') FROM predictions WHERE job_id = ? AND fraction_done BETWEEN ? AND ? "
+        "AND json_type(loss_fit, '$.final') IN ('real', 'integer') ORDER BY id DESC LIMIT 1", (job_id, lo, hi)).fetchone()
+    return None if row is None else float(row[0])
+
+
 class _Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``); nests as a no-op inside an open transaction."""
 

@@ -1,0 +1,83 @@
+"""service/own_calibration.py: the bands of a cluster's loss predictions, from how far its own finished jobs ended
+from what the service predicted for them. Real curves (bench/curves), refitted as the live loop refits and stores
+them (``JobModels.refit``, ``Store.add_prediction``)."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dlsched.paths import REPO_ROOT
+from dlsched.perf.calibration import OWN_ERRORS_MIN, load_calibration, quantile_band
+from dlsched.service.job_models import JobModels
+from dlsched.service.store import Store
+from dlsched.spec import JobSpec
+
+CURVES = REPO_ROOT / "bench" / "curves"
+INDEX = pd.read_csv(CURVES / "index.csv").set_index("file")
+BATCH = 16
+
+
+def run_job(models: JobModels, store: Store, name: str, until: float = 1.0, ended: bool = True) -> dict:
+    """The run as a service job of its schedule and budget, refitted and its prediction stored at 10, 25, 50, 75 %
+    and ``until`` of its budget; then ended (finished) when ``ended``. Its last stored loss fit."""
+    row = INDEX.loc[f"{name}.csv"]
+    d = pd.read_csv(CURVES / f"{name}.csv")
+    budget = int(row.budget)
+    jid = store.submit(JobSpec(name=name, command=["python", "train.py"], gpus=1, batch_size=BATCH,
+                               total_samples=BATCH * budget, prediction={"schedule": row.schedule}))
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": BATCH * int(r.step), "loss": r.loss,
+             "lr": r.lr, "samples_per_s": 100.0, "workers": 1, "batch_size": BATCH} for r in d.itertuples()]
+    fit = None
+    for share in sorted({0.1, 0.25, 0.5, 0.75, until}):
+        if share > until:
+            break
+        seen = [r for r in recs if r["step"] <= share * budget]
+        store.add_progress(jid, seen[-1:], 1, samples=seen[-1]["samples"])
+        pred = models.refit(store.get(jid), seen, 2000.0 + share)
+        store.add_prediction(jid, 2000.0 + share, pred.fraction_done, pred.total_samples, pred.remaining_s,
+                             pred.predicted_finish, pred.loss_fit)
+        fit = pred.loss_fit
+    if ended:
+        models.forget(jid, finished=True)
+    return fit
+
+
+def test_once_enough_jobs_ran_to_their_budget_the_loss_bands_are_their_own_errors(tmp_path):
+    """Nine charlm runs finish: each leaves log(true / predicted final) of the predictions made at 10, 25, 50 and
+    75 % (true: its last 3 losses' median); the tenth job's band at 25 % is their conformal band, also after a
+    restart. A job that stopped short of its budget, or one still running, adds no error."""
+    store = Store(tmp_path / "s.db")
+    models = JobModels(("slot",), store)
+    names = [f.removesuffix(".csv") for f in INDEX.index if f.startswith("charlm-")]
+    assert len(names) == OWN_ERRORS_MIN
+    shipped = load_calibration()
+    for name in names[:-1]:
+        run_job(models, store, name)
+    assert models.calibration() == shipped   # 8 errors per fraction: the development set's bands still
+    run_job(models, store, "tinylm-step", until=0.5)      # stopped at half its budget: no error
+    run_job(models, store, "tinylm-cosine", ended=False)  # still running
+    assert models.calibration() == shipped
+    last = run_job(models, store, names[-1])
+
+    records = [d for d in store.finished_fits() if d.get("final_errors")]
+    assert len(records) == OWN_ERRORS_MIN and all(set(d["final_errors"]) == {"0.1", "0.25", "0.5", "0.75"}
+                                                   for d in records)
+    d = pd.read_csv(CURVES / f"{names[-1]}.csv")
+    truth = float(np.median(d.loss.iloc[-3:]))
+    at_75 = [p for p in store.predictions(store.jobs()[-1].id) if p["fraction_done"] <= 0.75][-1]["loss_fit"]["final"]
+    assert records[-1]["final_errors"]["0.75"] == pytest.approx(math.log(truth / at_75))
+    assert last["final"] > 0
+
+    errors = [d["final_errors"]["0.25"] for d in records]
+    own = quantile_band(errors)
+    for cal in (models.calibration(), JobModels(("slot",), store).calibration()):   # read back after a restart
+        assert cal.final_band(0.25) == pytest.approx(own) and cal.final_band(0.25) != shipped.final_band(0.25)
+        assert cal.final_centre(0.25) == pytest.approx(float(np.clip(np.median(errors), *own)))
+        assert cal.steps_band(0.25) == shipped.steps_band(0.25)
+        assert cal.levelled.final_band(0.25) == pytest.approx(own)
+
+    fit = run_job(JobModels(("slot",), store), store, "tinylm-linear", until=0.25, ended=False)
+    lo, hi = fit["final_80"]
+    assert (math.log(lo / fit["final"]), math.log(hi / fit["final"])) == pytest.approx(own, abs=1e-9)
+    store.close()
