@@ -18,23 +18,32 @@ INDEX = pd.read_csv(CURVES / "index.csv").set_index("file")
 BATCH = 16
 
 
-def run_job(models: JobModels, store: Store, name: str, until: float = 1.0, ended: bool = True) -> dict:
+def run_job(models: JobModels, store: Store, name: str, until: float = 1.0, ended: bool = True,
+            accuracy_scale: float | None = None) -> dict:
     """The run as a service job of its schedule and budget, refitted and its prediction stored at 10, 25, 50, 75 %
-    and ``until`` of its budget; then ended (finished) when ``ended``. Its last stored loss fit."""
+    and ``until`` of its budget; then ended (finished) when ``ended``. Its last stored loss fit. With
+    ``accuracy_scale`` (1, or 100: in %) it states a target of its token accuracy, reported inside each step."""
     row = INDEX.loc[f"{name}.csv"]
     d = pd.read_csv(CURVES / f"{name}.csv")
     budget = int(row.budget)
+    facts = {"schedule": row.schedule}
+    if accuracy_scale:
+        facts["target"] = {"metric": "token_accuracy", "value": 0.5, "kind": "accuracy"}
     jid = store.submit(JobSpec(name=name, command=["python", "train.py"], gpus=1, batch_size=BATCH,
-                               total_samples=BATCH * budget, prediction={"schedule": row.schedule}))
+                               total_samples=BATCH * budget, prediction=facts))
     recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": BATCH * int(r.step), "loss": r.loss,
-             "lr": r.lr, "samples_per_s": 100.0, "workers": 1, "batch_size": BATCH} for r in d.itertuples()]
+             "lr": r.lr, "samples_per_s": 100.0, "workers": 1, "batch_size": BATCH}
+            | ({"metrics": {"token_accuracy": accuracy_scale * r.accuracy}} if accuracy_scale else {})
+            for r in d.itertuples()]
     fit = None
     for share in sorted({0.1, 0.25, 0.5, 0.75, until}):
         if share > until:
             break
         seen = [r for r in recs if r["step"] <= share * budget]
-        store.add_progress(jid, seen[-1:], 1, samples=seen[-1]["samples"])
-        pred = models.refit(store.get(jid), seen, 2000.0 + share)
+        store.add_progress(jid, [r for r in seen if r["step"] > store.get(jid).samples / BATCH], 1,
+                           samples=seen[-1]["samples"])
+        values = models.metric_values(jid, "token_accuracy", store) if accuracy_scale else None
+        pred = models.refit(store.get(jid), seen, 2000.0 + share, metric_values=values)
         store.add_prediction(jid, 2000.0 + share, pred.fraction_done, pred.total_samples, pred.remaining_s,
                              pred.predicted_finish, pred.loss_fit)
         fit = pred.loss_fit
@@ -54,10 +63,10 @@ def test_once_enough_jobs_ran_to_their_budget_the_loss_bands_are_their_own_error
     shipped = load_calibration()
     for name in names[:-1]:
         run_job(models, store, name)
-    assert models.calibration() == shipped   # 8 errors per fraction: the development set's bands still
+    assert models.bands.of("loss") == shipped   # 8 errors per fraction: the development set's bands still
     run_job(models, store, "tinylm-step", until=0.5)      # stopped at half its budget: no error
     run_job(models, store, "tinylm-cosine", ended=False)  # still running
-    assert models.calibration() == shipped
+    assert models.bands.of("loss") == shipped
     last = run_job(models, store, names[-1])
 
     records = [d for d in store.finished_fits() if d.get("final_errors")]
@@ -71,7 +80,7 @@ def test_once_enough_jobs_ran_to_their_budget_the_loss_bands_are_their_own_error
 
     errors = [d["final_errors"]["0.25"] for d in records]
     own = quantile_band(errors)
-    for cal in (models.calibration(), JobModels(("slot",), store).calibration()):   # read back after a restart
+    for cal in (models.bands.of("loss"), JobModels(("slot",), store).bands.of("loss")):   # read back after a restart
         assert cal.final_band(0.25) == pytest.approx(own) and cal.final_band(0.25) != shipped.final_band(0.25)
         assert cal.final_centre(0.25) == pytest.approx(float(np.clip(np.median(errors), *own)))
         assert cal.steps_band(0.25) == shipped.steps_band(0.25)
@@ -80,4 +89,37 @@ def test_once_enough_jobs_ran_to_their_budget_the_loss_bands_are_their_own_error
     fit = run_job(JobModels(("slot",), store), store, "tinylm-linear", until=0.25, ended=False)
     lo, hi = fit["final_80"]
     assert (math.log(lo / fit["final"]), math.log(hi / fit["final"])) == pytest.approx(own, abs=1e-9)
+    store.close()
+
+
+def test_a_stated_accuracy_targets_bands_are_the_finished_jobs_own_in_percent_or_as_a_fraction(tmp_path):
+    """The same for a stated target's metric: nine tinylm runs state a token-accuracy target and finish, some
+    reporting it in %; their errors (in the fit's space: the error as a fraction) are those of the same runs all
+    reported as fractions, and the tenth job's band is theirs. The loss bands of those jobs are the loss's own."""
+    names = [f.removesuffix(".csv") for f in INDEX.index if f.startswith("tinylm-")]
+    assert len(names) > OWN_ERRORS_MIN
+
+    def finish(folder: str, scales) -> tuple[JobModels, Store, list[dict]]:
+        store = Store(tmp_path / folder / "s.db")
+        models = JobModels(("slot",), store)
+        for name, scale in zip(names[:OWN_ERRORS_MIN], scales):
+            run_job(models, store, name, accuracy_scale=scale)
+        return models, store, [d for d in store.finished_fits() if d["meta"].get("kind") == "accuracy"]
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    _, plain, fractions = finish("a", [1.0] * OWN_ERRORS_MIN)
+    models, store, mixed = finish("b", [100.0, 1.0, 100.0] * 3)
+    assert [set(d["final_errors"]) for d in mixed] == [{"0.1", "0.25", "0.5", "0.75"}] * OWN_ERRORS_MIN
+    for a, b in zip(fractions, mixed):
+        assert a["final_errors"] == pytest.approx(b["final_errors"], abs=1e-4)   # the fit's own tolerance
+    errors = [d["final_errors"]["0.25"] for d in mixed]
+    own, shipped = quantile_band(errors), load_calibration()
+    assert models.bands.of("error").final_band(0.25) == pytest.approx(own) != shipped.final_band(0.25)
+    assert models.bands.of("loss").final_band(0.25) == pytest.approx(
+        quantile_band([d["final_errors"]["0.25"] for d in store.finished_fits() if d["meta"].get("metric") == "loss"
+                       and "kind" not in d["meta"]]))
+    job = run_job(models, store, names[-1], until=0.25, ended=False, accuracy_scale=100.0)["metric_target"]
+    error, least = 1 - job["final"] / 100, 1 - job["final_80"][1] / 100
+    assert math.log(least / error) == pytest.approx(own[0], abs=1e-9)
+    plain.close()
     store.close()

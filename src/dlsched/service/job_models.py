@@ -10,15 +10,15 @@ import numpy as np
 # scheduling round for 2.6 s on a busy machine, so the service pays it when it loads, not in a round
 import scipy.signal  # noqa: F401
 
-from dlsched.perf.calibration import Calibration, load_calibration
+from dlsched.perf.calibration import load_calibration
 from dlsched.perf.prior import (REGIMES, FinishedFit, finished_fit, fit_from_record, fit_record, kind_of,
                                 metric_kind, prior_from_fits)
 from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
-from dlsched.service.metric_target import METRICS_EVENT, ended_at, reported, target_meta
-from dlsched.service.own_calibration import final_errors, own_errors
+from dlsched.service.metric_target import METRICS_EVENT, ended_at, fit_space, reported, target_meta
+from dlsched.service.own_calibration import LOSS_FINAL, TARGET_FINAL, OwnBands, final_errors
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.store import RESCALING, JobRecord, Store
 from dlsched.spec import MetricTarget
@@ -119,9 +119,8 @@ class JobModels:
         # of jobs that finished here: the prior of new ones
         records = store.finished_fits() if store else []
         self._finished: list[FinishedFit] = [fit_from_record(d) for d in records]
-        # how far the jobs that ran to their budget here ended from the final loss predicted for them: the bands
-        self._own_errors = own_errors(records)
-        self._calibration: Calibration | None = None   # the shipped table with those, made once per finished job
+        # how far the jobs that ran to their budget here ended from the final values predicted for them: the bands
+        self.bands = OwnBands(records)
         self.restart_s = RESIZE_S    # the loop's median measured resize pause, set every round
 
     def forget(self, job_id: int, finished: bool = False) -> None:
@@ -129,23 +128,34 @@ class JobModels:
         if finished and last is not None:
             self._finished += [last] + ([target] if target is not None else [])
             if self._store is not None:
-                errors = final_errors(self._store, self._store.get(job_id), last.final, load_calibration().fractions)
-                for f, e in errors.items():
-                    self._own_errors.setdefault(float(f), []).append(e)
-                self._calibration = None
-                self._store.add_finished_fit(job_id, fit_record(last) | ({"final_errors": errors} if errors else {}),
-                                             None if target is None else fit_record(target))
+                self._store.add_finished_fit(job_id, *self._with_errors(self._store.get(job_id), last, target))
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._progress, self._rates,
                         self._totals, self._views, self._changed_at, self._reports):
             per_job.pop(job_id, None)
         self._failed_fits.discard(job_id)
 
-    def calibration(self) -> Calibration:
-        """The loss predictions' bands: the shipped table's, with this cluster's own where enough jobs finished
-        (``service.own_calibration``)."""
-        if self._calibration is None:
-            self._calibration = load_calibration().with_own_errors(self._own_errors)
-        return self._calibration
+    def _with_errors(self, job: JobRecord | None, last: FinishedFit, target: FinishedFit | None):
+        """The finished job's loss and target records, each with its final-value errors (``own_calibration``),
+        which its kind's bands take in from now on."""
+        out = []
+        for fit, path, down in ((last, LOSS_FINAL, float),
+                                (target, TARGET_FINAL, self._target_space(job))):
+            if fit is None:
+                out.append(None)
+                continue
+            errors = final_errors(self._store, job, fit.final, path, down) if down is not None else {}
+            self.bands.add(kind_of(fit.meta), errors)
+            out.append(fit_record(fit) | ({"final_errors": errors} if errors else {}))
+        return out
+
+    def _target_space(self, job: JobRecord | None):
+        """The stated target's predicted values -> its fit's space (``metric_target.fit_space``), from its reports."""
+        stated = None if job is None else metric_target_of(job)
+        if stated is None or job.id not in self._reports:
+            return None
+        inside, between, _ = self._reports[job.id]
+        values = [*inside.values(), *between.values()]
+        return fit_space(stated, values) if values else None
 
     def curve_prior(self, job: JobRecord, schedule: Schedule | None = None, target: MetricTarget | None = None):
         """``perf.prior`` of the job's loss, or of its stated ``target``'s metric, from the jobs that finished here
@@ -241,7 +251,7 @@ class JobModels:
                                     lr_plan=lr_plan, target=(stated := metric_target_of(job)),
                                     metric_points=(points := reported(metric_values or [])) if stated else None,
                                     metric_prior=lambda sched: self.curve_prior(job, sched, stated),
-                                    calibration=self.calibration())
+                                    bands=self.bands.of)
         if pred.fitted is not None:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress.tail(3) if isinstance(r.get("loss"), (int, float))]

@@ -5,11 +5,12 @@ predict curve`` makes it) of that metric's points, on the x, schedule and budget
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
 from dlsched.perf.annealing import CurvePrior
+from dlsched.perf.calibration import Calibration
 from dlsched.perf.curve_predict import MIN_POINTS, MetricSpace, predict_curve
 from dlsched.perf.schedule import Schedule
 from dlsched.spec import MetricTarget
@@ -28,20 +29,21 @@ def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndar
 
 
 def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule, regime: str,
-                   prior: CurvePrior | None = None) -> dict | None:
+                   prior: CurvePrior | None = None, calibration: Calibration | None = None) -> dict | None:
     """``{"metric", "kind", "target", "final", "final_80", "target_step", "target_chance", "points", "curve",
     "fitted"}`` (x in the loss fit's units; values in the job's own, an accuracy in % or as a fraction as it
     reports it; ``target_step`` None: not by the budget; ``curve``: [x, value] from the first point fitted to the
     budget, drawn as the loss fit's is; ``fitted``: the annealing fit, in fractions (``reported_scale``), not JSON,
     or None), or None with fewer than ``MIN_POINTS`` points, or points the predictor refuses (a value it cannot
     model, such as an error of 0). ``prior``: from the finished jobs' fits of such targets
-    (``service.job_models``); None: the shipped prior of the target's kind."""
+    (``service.job_models``); None: the shipped prior of the target's kind. ``calibration``: the bands (None: the
+    shipped table; the service's: ``service.own_calibration``)."""
     if len(x) < MIN_POINTS:
         return None
     scale = reported_scale(target, values)
     try:   # in fractions: the finished jobs' finals the prior carries are (``ended_at``); the target's 93 reads 0.93
         p = predict_curve(x, np.asarray(values, float) / scale, schedule, metric=target.kind, target=target.value,
-                          regime=regime, prior="shipped" if prior is None else prior)
+                          regime=regime, prior="shipped" if prior is None else prior, calibration=calibration)
     except ValueError:
         return None
     grid = np.linspace(max(float(x[0]), float(p.curve_x[0])), schedule.budget, CURVE_POINTS)
@@ -65,10 +67,17 @@ def target_meta(meta: dict, target: MetricTarget) -> dict:
     return meta | {"metric": target.metric, "kind": target.kind}
 
 
+def fit_space(target: MetricTarget, values) -> Callable[[float], float]:
+    """A value of the target's metric in the job's units (``values``: its reports) -> the lower-is-better space its
+    fit and finished fit are in (an accuracy's error as a fraction)."""
+    scale, space = reported_scale(target, values), MetricSpace(target.kind)
+    return lambda v: float(space.down(v / scale))
+
+
 def ended_at(target: MetricTarget, values: np.ndarray) -> float:
     """Where a target's metric is, as a finished fit keeps it (``perf.prior.FinishedFit.final``): the median of its
-    last 3 reports, in the lower-is-better space its fit is in (an accuracy's error as a fraction)."""
+    last 3 reports, in its fit's space (``fit_space``)."""
     if not len(values):
         return math.nan
-    values = np.asarray(values, float) / reported_scale(target, values)
-    return float(np.median(MetricSpace.of(target.kind, values).down(values[-3:])))
+    down = fit_space(target, values)
+    return float(np.median([down(v) for v in np.asarray(values, float)[-3:]]))

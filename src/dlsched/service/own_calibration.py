@@ -1,39 +1,57 @@
 """The final-value bands of a cluster's own predictions: how far each job that ran to its budget ended from the
-final loss the service predicted for it at each calibrated fraction (``perf.calibration``), kept beside its
-finished fit (``Store.add_finished_fit``, the record's ``final_errors``). Once ``OWN_ERRORS_MIN`` jobs have an
-error at a fraction, the bands there are theirs (``Calibration.with_own_errors``): a cluster whose workloads the
-development set's curves do not resemble gets bands as wide as its own misses, and one they do, bands as narrow.
-Only the loss's: a stated target's metric keeps the development set's bands.
+final value the service predicted for it at each calibrated fraction (``perf.calibration``), of its loss and of the
+metric it stated a target of, kept beside its finished fits (``Store.add_finished_fit``, the records'
+``final_errors``). Once ``OWN_ERRORS_MIN`` jobs have an error of a metric kind at a fraction, the bands of that kind
+there are theirs (``Calibration.with_own_errors``): a cluster whose workloads the development set's curves do not
+resemble gets bands as wide as its own misses, and one they do, bands as narrow.
 """
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Callable, Iterable
 
+from dlsched.perf.calibration import Calibration, load_calibration
+from dlsched.perf.prior import kind_of
 from dlsched.service.store import JobRecord, Store, predicted_final_by
 
 RAN_TO_BUDGET = 0.99   # a job that stopped well before its total (the script's own early stop) ended elsewhere
+LOSS_FINAL = "$.final"                  # where a stored prediction keeps its final loss
+TARGET_FINAL = "$.metric_target.final"  # ... and its stated target's final value, in the job's units
 
 
-def final_errors(store: Store, job: JobRecord | None, ended_at: float, fractions: Iterable[float]) -> dict[str, float]:
-    """{fraction: log(ended_at / predicted final)} of the newest prediction made at each fraction of the job's
-    samples, and past half of it (a job first predicted at 30 % says nothing of 10 %); {} for a job that did not
-    run to its budget. Keys are strings: the record is JSON."""
+def final_errors(store: Store, job: JobRecord | None, ended_at: float, path: str = LOSS_FINAL,
+                 down: Callable[[float], float] = float) -> dict[str, float]:
+    """{fraction: log(ended_at / predicted final)} of the newest prediction made at each calibrated fraction of the
+    job's samples, and past half of it (a job first predicted at 30 % says nothing of 10 %); {} for a job that did
+    not run to its budget. ``down``: a stored prediction's value in the space ``ended_at`` is in. Keys are
+    strings: the record is JSON."""
     if (job is None or not job.total_samples or job.samples < RAN_TO_BUDGET * job.total_samples
             or not (math.isfinite(ended_at) and ended_at > 0)):
         return {}
     out = {}
-    for f in fractions:
-        predicted = predicted_final_by(store, job.id, f / 2, f)
-        if predicted is not None and predicted > 0:
-            out[repr(float(f))] = math.log(ended_at / predicted)
+    for f in load_calibration().fractions:
+        predicted = predicted_final_by(store, job.id, f / 2, f, path)
+        if predicted is not None and (value := down(predicted)) > 0:
+            out[repr(float(f))] = math.log(ended_at / value)
     return out
 
 
-def own_errors(records: Iterable[dict]) -> dict[float, list[float]]:
-    """{fraction: [log error, ...]} of the finished fits' records (``final_errors``), as ``with_own_errors`` reads."""
-    out: dict[float, list[float]] = {}
-    for d in records:
-        for f, e in (d.get("final_errors") or {}).items():
-            out.setdefault(float(f), []).append(float(e))
-    return out
+class OwnBands:
+    """The errors of the finished jobs' records by metric kind (``perf.prior.kind_of``), and the bands they give."""
+
+    def __init__(self, records: Iterable[dict] = ()):
+        self._errors: dict[str | None, dict[float, list[float]]] = {}
+        self._tables: dict[str | None, Calibration] = {}
+        for d in records:
+            self.add(kind_of(d.get("meta") or {}), d.get("final_errors") or {})
+
+    def add(self, kind: str | None, errors: dict[str, float]) -> None:
+        for f, e in errors.items():
+            self._errors.setdefault(kind, {}).setdefault(float(f), []).append(float(e))
+        self._tables.pop(kind, None)
+
+    def of(self, kind: str | None) -> Calibration:
+        """The shipped table, with this cluster's own bands of ``kind`` where enough jobs finished."""
+        if kind not in self._tables:
+            self._tables[kind] = load_calibration().with_own_errors(self._errors.get(kind, {}))
+        return self._tables[kind]

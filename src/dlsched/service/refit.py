@@ -28,6 +28,7 @@ from dlsched.perf.convergence import LossCurve, fit_curve
 from dlsched.perf.efficiency import GradientNoise, efficiency
 from dlsched.perf.curve_predict import predict_curve
 from dlsched.perf.fit_window import convex_onset
+from dlsched.perf.prior import metric_kind
 from dlsched.perf.schedule import Schedule, parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
 from dlsched.service.metric_target import predict_target
@@ -283,7 +284,7 @@ def in_steps(fit: dict, axis: ProgressAxis, x_last: float) -> dict:
 
 def _metric_target(target: MetricTarget, points: tuple[np.ndarray, np.ndarray], history: ProgressHistory,
                    axis: ProgressAxis | None, schedule: str | Schedule | None, budget: float, regime: str,
-                   prior: PriorArg) -> dict | None:
+                   prior: PriorArg, calibration: Calibration | None = None) -> dict | None:
     """``metric_target.predict_target`` over the loss fit's x: the steps, or once the batch changed the axis's x of
     the samples trained by each reported step (read off the progress). Binned as the loss is: a metric reported
     inside every step is as many points as the loss, and as noisy."""
@@ -296,7 +297,7 @@ def _metric_target(target: MetricTarget, points: tuple[np.ndarray, np.ndarray], 
         sched = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule or "constant", float(budget))
     except ValueError:
         return None
-    return predict_target(target, x, values, sched, regime, prior(sched) if callable(prior) else prior)
+    return predict_target(target, x, values, sched, regime, prior(sched) if callable(prior) else prior, calibration)
 
 
 def loss_curve(fit: dict) -> LossCurve:
@@ -340,11 +341,12 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
             schedule: str | None = None, prior: PriorArg = None, regime: str = "scratch",
             lr_plan: dict | None = None, target: MetricTarget | None = None,
             metric_points: tuple[np.ndarray, np.ndarray] | None = None, metric_prior: PriorArg = None,
-            calibration: Calibration | None = None):
+            bands: Callable[[str | None], Calibration] | None = None):
     """(Prediction, speed model or None) for one job from its stored progress records (its LR schedule: the
     ``schedule`` SPEC, else the logged LR and the runtime's ``lr_plan`` where ``logged_schedule`` trusts them, else
     constant). ``target``: a reported metric's value, predicted from ``metric_points`` (its (steps, values)) over the
-    same x, schedule and budget (``service.metric_target``; ``metric_prior`` as ``prior`` is to the loss), as the
+    same x, schedule and budget (``service.metric_target``; ``metric_prior`` as ``prior`` is to the loss; ``bands``
+    the bands of a metric kind, default the shipped table's: ``service.own_calibration``), as the
     loss fit's ``metric_target``. ``refit_speed=False``
     keeps ``speed`` (the caller's last fit): the speed model only learns something new from a new configuration,
     and its fit costs tens of ms, while the rest of this is cheap enough for every round."""
@@ -372,7 +374,7 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         schedule = logged_schedule(history, budget, lr_plan, axis)
     loss_fit = fit_loss(xs, history.column("loss"),
                         budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior, regime=regime,
-                        calibration=calibration)
+                        calibration=None if bands is None else bands("loss"))
     fitted = loss_fit.pop("fitted", None) if loss_fit else None
     total = total_hint
     if total is None and target_loss is not None and loss_fit and recent:
@@ -398,7 +400,8 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         loss_fit.update(target_loss=target_loss, target_time=time_at(loss_fit["target_step"]))
     target_fitted = None
     if loss_fit is not None and target is not None and metric_points is not None and budget:
-        reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime, metric_prior)
+        reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime, metric_prior,
+                                 None if bands is None else bands(metric_kind(target.kind)))
         if reached is not None:
             target_fitted = reached.pop("fitted")
             loss_fit["metric_target"] = reached | {"target_time": time_at(reached["target_step"])}

@@ -652,11 +652,13 @@ def event_counts(store: Store, after_id: int = 0) -> tuple[dict[str, int], int]:
     return {r[0]: r[1] for r in rows}, max((r[2] for r in rows), default=after_id)
 
 
-def predicted_final_by(store: Store, job_id: int, lo: float, hi: float) -> float | None:
-    """The final loss of the job's newest prediction made with ``lo`` <= its fraction done <= ``hi``, if any."""
+def predicted_final_by(store: Store, job_id: int, lo: float, hi: float, path: str = "$.final") -> float | None:
+    """The number at JSON ``path`` of the loss fit of the job's newest prediction made with ``lo`` <= its fraction
+    done <= ``hi`` and holding one there, if any (``service.own_calibration``)."""
     row = store._conn().execute(
-        "SELECT json_extract(loss_fit, '$.final') FROM predictions WHERE job_id = ? AND fraction_done BETWEEN ? AND ? "
-        "AND json_type(loss_fit, '$.final') IN ('real', 'integer') ORDER BY id DESC LIMIT 1", (job_id, lo, hi)).fetchone()
+        "SELECT json_extract(loss_fit, ?) FROM predictions WHERE job_id = ? AND fraction_done BETWEEN ? AND ? "
+        "AND json_type(loss_fit, ?) IN ('real', 'integer') ORDER BY id DESC LIMIT 1",
+        (path, job_id, lo, hi, path)).fetchone()
     return None if row is None else float(row[0])
 
 
