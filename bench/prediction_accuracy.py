@@ -504,7 +504,7 @@ def schedule_report(write_calibration: bool = False) -> None:
 
 def level_report(carried: dict, plain: dict) -> None:
     """Coverage of the final-value bands of a prediction with a same-task level, leave-one-curve-out, for the
-    two kinds of level the service gives (``Calibration.level_bands``), and each with the other's table."""
+    two kinds of level the service gives (``Calibration.level_table``), and each with the other's table."""
     print(f"  80 % final-value bands with a same-task level ({len(carried)} curves), leave-one-curve-out, at "
           + " / ".join(f"{int(100 * f)}" for f in CAL_FRACTIONS) + " % observed: coverage (70-90 %), median log width")
     for label, recs, table in (("finals carried to the schedule, `carried` bands", carried, carried),

@@ -1,4 +1,5 @@
 """perf/calibration.py: the bands a cluster's own errors give (``Calibration.with_own_errors``)."""
+import dataclasses
 import math
 
 import pytest
@@ -8,13 +9,24 @@ from dlsched.perf.calibration import OWN_ERRORS_MIN, load_calibration, quantile_
 
 def test_own_errors_replace_a_fractions_band_only_once_there_are_enough_of_them():
     shipped = load_calibration()
-    few = {0.1: [0.5] * (OWN_ERRORS_MIN - 1) + [math.nan, math.inf]}   # non-finite errors do not count
+    few = {"fit": {0.1: [0.5] * (OWN_ERRORS_MIN - 1) + [math.nan, math.inf]}}   # non-finite errors do not count
     assert shipped.with_own_errors(few) == shipped
     errors = [0.05 * i - 0.2 for i in range(OWN_ERRORS_MIN)]
-    own = shipped.with_own_errors({0.25: errors, 0.5: errors[:-1], 0.33: errors})   # 0.33: not a calibrated fraction
+    # 0.33: not a calibrated fraction
+    own = shipped.with_own_errors({"fit": {0.25: errors, 0.5: errors[:-1], 0.33: errors}, "carried": {0.5: errors}})
     assert own.final_band(0.25) == quantile_band(errors) == (min(errors), max(errors))
     assert own.final_band(0.5) == shipped.final_band(0.5) and own.final_band(0.1) == shipped.final_band(0.1)
     assert own.steps == shipped.steps and own.reach == shipped.reach and own.fits == shipped.fits
     assert own.final_centre(0.25) == pytest.approx(sorted(errors)[OWN_ERRORS_MIN // 2])
-    for table in (own.levelled, own.carried):
-        assert table.final_band(0.25) == quantile_band(errors)
+    # each table its own errors: a level's bands are not the fit alone's
+    assert own.table("carried").final_band(0.5) == quantile_band(errors) != shipped.table("carried").final_band(0.5)
+    assert own.table("carried").final_band(0.25) == shipped.table("carried").final_band(0.25)
+    assert own.table("levelled") == shipped.table("levelled")
+
+
+def test_a_level_table_is_named_by_what_the_table_holds():
+    shipped = load_calibration()
+    assert (shipped.level_table(True), shipped.level_table(False)) == ("carried", "levelled")
+    assert shipped.table("carried") is shipped.carried and shipped.table("fit") is shipped
+    bare = dataclasses.replace(shipped, levelled=None, carried=None)
+    assert bare.level_table(True) == "fit" and bare.table("carried") is bare

@@ -370,7 +370,7 @@ def test_logged_crossing_interpolates_like_the_truth_and_says_never():
 
 
 def test_a_level_carried_to_the_schedule_takes_the_carried_bands_and_a_plain_mean_the_levelled_ones():
-    """Two level tables (``Calibration.level_bands``): a carried level is several times more accurate than a plain
+    """Two level tables (``Calibration.level_table``): a carried level is several times more accurate than a plain
     mean, so one table would be too wide for the first or too tight for the second. The choice follows what the
     prior did (``final_carried``): a job without a schedule, or a finished run stored without its fit, gets a
     plain mean. A table from before ``carried`` existed still loads and serves both from ``levelled``."""

@@ -70,21 +70,22 @@ def test_once_enough_jobs_ran_to_their_budget_the_loss_bands_are_their_own_error
     last = run_job(models, store, names[-1])
 
     records = [d for d in store.finished_fits() if d.get("final_errors")]
-    assert len(records) == OWN_ERRORS_MIN and all(set(d["final_errors"]) == {"0.1", "0.25", "0.5", "0.75"}
-                                                   for d in records)
+    # no dataset declared: no same-task level, every band the fit alone's
+    assert len(records) == OWN_ERRORS_MIN and all([(f, t) for f, t, _ in d["final_errors"]] == [
+        (0.1, "fit"), (0.25, "fit"), (0.5, "fit"), (0.75, "fit")] for d in records)
     d = pd.read_csv(CURVES / f"{names[-1]}.csv")
     truth = float(np.median(d.loss.iloc[-3:]))
     at_75 = [p for p in store.predictions(store.jobs()[-1].id) if p["fraction_done"] <= 0.75][-1]["loss_fit"]["final"]
-    assert records[-1]["final_errors"]["0.75"] == pytest.approx(math.log(truth / at_75))
-    assert last["final"] > 0
+    assert records[-1]["final_errors"][3][2] == pytest.approx(math.log(truth / at_75))
+    assert last["final"] > 0 and last["bands"] == "fit"
 
-    errors = [d["final_errors"]["0.25"] for d in records]
+    errors = [d["final_errors"][1][2] for d in records]
     own = quantile_band(errors)
     for cal in (models.bands.of("loss"), JobModels(("slot",), store).bands.of("loss")):   # read back after a restart
         assert cal.final_band(0.25) == pytest.approx(own) and cal.final_band(0.25) != shipped.final_band(0.25)
         assert cal.final_centre(0.25) == pytest.approx(float(np.clip(np.median(errors), *own)))
         assert cal.steps_band(0.25) == shipped.steps_band(0.25)
-        assert cal.levelled.final_band(0.25) == pytest.approx(own)
+        assert cal.levelled == shipped.levelled and cal.carried == shipped.carried   # no level: none of theirs
 
     fit = run_job(JobModels(("slot",), store), store, "tinylm-linear", until=0.25, ended=False)
     lo, hi = fit["final_80"]
@@ -109,14 +110,14 @@ def test_a_stated_accuracy_targets_bands_are_the_finished_jobs_own_in_percent_or
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     _, plain, fractions = finish("a", [1.0] * OWN_ERRORS_MIN)
     models, store, mixed = finish("b", [100.0, 1.0, 100.0] * 3)
-    assert [set(d["final_errors"]) for d in mixed] == [{"0.1", "0.25", "0.5", "0.75"}] * OWN_ERRORS_MIN
-    for a, b in zip(fractions, mixed):
-        assert a["final_errors"] == pytest.approx(b["final_errors"], abs=1e-4)   # the fit's own tolerance
-    errors = [d["final_errors"]["0.25"] for d in mixed]
+    assert [[f for f, *_ in d["final_errors"]] for d in mixed] == [[0.1, 0.25, 0.5, 0.75]] * OWN_ERRORS_MIN
+    for a, b in zip(fractions, mixed):   # to the fit's own tolerance
+        assert [e for *_, e in a["final_errors"]] == pytest.approx([e for *_, e in b["final_errors"]], abs=1e-4)
+    errors = [d["final_errors"][1][2] for d in mixed]
     own, shipped = quantile_band(errors), load_calibration()
     assert models.bands.of("error").final_band(0.25) == pytest.approx(own) != shipped.final_band(0.25)
     assert models.bands.of("loss").final_band(0.25) == pytest.approx(
-        quantile_band([d["final_errors"]["0.25"] for d in store.finished_fits() if d["meta"].get("metric") == "loss"
+        quantile_band([d["final_errors"][1][2] for d in store.finished_fits() if d["meta"].get("metric") == "loss"
                        and "kind" not in d["meta"]]))
     job = run_job(models, store, names[-1], until=0.25, ended=False, accuracy_scale=100.0)["metric_target"]
     error, least = 1 - job["final"] / 100, 1 - job["final_80"][1] / 100

@@ -38,6 +38,7 @@ UNREACHABLE_LEVEL = 0.95
 # the fewest errors of a cluster's own finished jobs at a fraction that replace the development set's band there:
 # with 9 the conformal 80 % band's ends are the smallest and largest error, both finite (``quantile_band``)
 OWN_ERRORS_MIN = 9
+TABLES = ("fit", "levelled", "carried")   # a prediction's bands: the fit alone's, or a same-task level's (below)
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,16 @@ class Calibration:
         lo, hi = self.final_band(fraction)
         return max((hi - lo) / (2 * Z_80), 1e-3)
 
-    def level_bands(self, carried: bool) -> "Calibration":
-        """The bands of a prediction that weighed in a same-task level prior, by whether its finals were
-        carried to the run's schedule. A table written before ``carried`` existed serves both from ``levelled``:
-        those bands were calibrated on plain means, wider than a carried level needs (over-covering, not under)."""
-        return (self.carried if carried and self.carried is not None else self.levelled) or self
+    def level_table(self, carried: bool) -> str:
+        """The table (``TABLES``) of a prediction that weighed in a same-task level prior, by whether its finals
+        were carried to the run's schedule. A table written before ``carried`` existed serves both from
+        ``levelled``: those bands were calibrated on plain means, wider than a carried level needs (over-covering,
+        not under)."""
+        return "carried" if carried and self.carried is not None else "levelled" if self.levelled is not None else "fit"
+
+    def table(self, name: str) -> "Calibration":
+        """The bands of table ``name`` (``TABLES``): this one's for "fit" (or a table it does not hold)."""
+        return {"levelled": self.levelled, "carried": self.carried}.get(name) or self
 
     def reach_log(self, fraction: float) -> float | None:
         """log(most the remaining improvement may exceed its prediction) at this fraction (``reach``)."""
@@ -129,27 +135,27 @@ class Calibration:
         a, d, *spread = self.prior
         return CurvePrior(a, d, **dict(zip(("alpha_sigma", "drop_sigma"), spread)))
 
-    def with_own_errors(self, errors: Mapping[float, Sequence[float]]) -> "Calibration":
-        """This table with the final-value band and median of each fraction at which ``errors`` (log(true/predicted
-        final) of a cluster's own finished jobs, by the fraction each prediction was made at) hold
-        ``OWN_ERRORS_MIN`` or more: what a service measured of its own predictions stands for the development
-        set's, in the levelled and carried tables too (a job's error is of the prediction it got, whatever its
-        prior). The steps' bands and the unreachable floor stay the development set's."""
-        own = {f: e for f, e in ((f, [v for v in errors.get(f, ()) if math.isfinite(v)]) for f in self.fractions)
-               if len(e) >= OWN_ERRORS_MIN}
-        if not own:
-            return self
-
-        def replaced(table: "Calibration | None") -> "Calibration | None":
-            if table is None:
-                return None
+    def with_own_errors(self, errors: Mapping[str, Mapping[float, Sequence[float]]]) -> "Calibration":
+        """This table with the final-value band and median of each fraction at which ``errors`` — log(true/predicted
+        final) of a cluster's own finished jobs, by the table (``TABLES``) the prediction's band came from and the
+        fraction it was made at — hold ``OWN_ERRORS_MIN`` or more: what a service measured of its own predictions
+        stands for the development set's. By table, as the development set's are: a prediction from a level of
+        the same task's finished jobs misses by several times less than one from the fit alone. The steps'
+        bands and the unreachable floor stay the development set's."""
+        def replaced(table: "Calibration | None", by_fraction) -> "Calibration | None":
+            own = {f: e for f in table.fractions if len(e := [v for v in by_fraction.get(f, ()) if math.isfinite(v)])
+                   >= OWN_ERRORS_MIN} if table is not None else {}
+            if not own:
+                return table
             at = table.fractions
             medians = table.final_median or (0.0,) * len(at)
             bands = tuple(quantile_band(own[f]) if f in own else b for f, b in zip(at, table.final))
             centres = tuple(float(np.median(own[f])) if f in own else m for f, m in zip(at, medians))
             return dataclasses.replace(table, final=bands, final_median=centres)
 
-        return dataclasses.replace(replaced(self), levelled=replaced(self.levelled), carried=replaced(self.carried))
+        return dataclasses.replace(replaced(self, errors.get("fit", {})),
+                                   levelled=replaced(self.levelled, errors.get("levelled", {})),
+                                   carried=replaced(self.carried, errors.get("carried", {})))
 
     def without_task(self, task: str) -> "Calibration":
         """This table with the fits of ``task``'s runs left out: the shipped prior a run of that task would get had

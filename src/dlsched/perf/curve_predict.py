@@ -101,6 +101,7 @@ class CurvePrediction:
     fitted: AnnealingCurve | None = None   # the annealing fit (its α and c feed ``perf.prior``); None: Optimus
     p_reach: float | None = None        # chance the run reaches the target by the budget (calibrated final band)
     resolution: float = 0.0             # the log's interval: the steps band scales max(steps, this)
+    bands: str = "fit"                  # the calibration table the bands came from (``Calibration.TABLES``)
 
     @property
     def reachable(self) -> bool:
@@ -231,9 +232,11 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     # and from a short prefix at the widest reach (the earliest fraction's): the reach per fraction was calibrated on
     # dense prefixes, and fewer than ONSET_MIN points cannot show a curve's shape (a 4-point plateau, then 16x lower)
     reach = cal.reach_log(frac if len(xs) >= ONSET_MIN else min(frac, cal.fractions[0]))
+    bands = "fit"
     if prior is not None and prior.final is not None and x_now < B:
         curve = with_level_prior(grid, curve, x_now, prior, cal.fit_sigma(frac))
-        cal = cal.level_bands(prior.final_carried)
+        bands = cal.level_table(prior.final_carried)
+        cal = cal.table(bands)
     final = float(curve[-1])
     lo_f, hi_f = cal.final_band(frac)
     mid_f = cal.final_centre(frac)
@@ -285,7 +288,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(floor)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
                            grid, np.asarray(space.up(curve), float),
-                           fitted if isinstance(fitted, AnnealingCurve) else None, p_reach, resolution)
+                           fitted if isinstance(fitted, AnnealingCurve) else None, p_reach, resolution, bands)
 
 
 def reach_chance(goal: float, now: float, final: float, lo: float, mid: float, hi: float,

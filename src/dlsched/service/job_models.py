@@ -18,7 +18,7 @@ from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.metric_target import METRICS_EVENT, ended_at, fit_space, reported, target_meta
-from dlsched.service.own_calibration import LOSS_FINAL, TARGET_FINAL, OwnBands, final_errors
+from dlsched.service.own_calibration import LOSS_FIT, TARGET_FIT, OwnBands, final_errors
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.store import RESCALING, JobRecord, Store
 from dlsched.spec import MetricTarget
@@ -138,12 +138,11 @@ class JobModels:
         """The finished job's loss and target records, each with its final-value errors (``own_calibration``),
         which its kind's bands take in from now on."""
         out = []
-        for fit, path, down in ((last, LOSS_FINAL, float),
-                                (target, TARGET_FINAL, self._target_space(job))):
+        for fit, path, down in ((last, LOSS_FIT, float), (target, TARGET_FIT, self._target_space(job))):
             if fit is None:
                 out.append(None)
                 continue
-            errors = final_errors(self._store, job, fit.final, path, down) if down is not None else {}
+            errors = final_errors(self._store, job, fit.final, path, down) if down is not None else []
             self.bands.add(kind_of(fit.meta), errors)
             out.append(fit_record(fit) | ({"final_errors": errors} if errors else {}))
         return out

@@ -3,7 +3,9 @@ final value the service predicted for it at each calibrated fraction (``perf.cal
 metric it stated a target of, kept beside its finished fits (``Store.add_finished_fit``, the records'
 ``final_errors``). Once ``OWN_ERRORS_MIN`` jobs have an error of a metric kind at a fraction, the bands of that kind
 there are theirs (``Calibration.with_own_errors``): a cluster whose workloads the development set's curves do not
-resemble gets bands as wide as its own misses, and one they do, bands as narrow.
+resemble gets bands as wide as its own misses, and one they do, bands as narrow. By calibration table, as the shipped
+bands are: a prediction from a same-task level misses by several times less than one from the fit alone, and one
+pool of both over-covered with bands several times as wide as the shipped ones (docs/curve-prediction.md).
 """
 from __future__ import annotations
 
@@ -15,24 +17,24 @@ from dlsched.perf.prior import kind_of
 from dlsched.service.store import JobRecord, Store, predicted_final_by
 
 RAN_TO_BUDGET = 0.99   # a job that stopped well before its total (the script's own early stop) ended elsewhere
-LOSS_FINAL = "$.final"                  # where a stored prediction keeps its final loss
-TARGET_FINAL = "$.metric_target.final"  # ... and its stated target's final value, in the job's units
+LOSS_FIT = "$"                  # where a stored prediction keeps its loss fit (``final``, ``bands``)
+TARGET_FIT = "$.metric_target"  # ... and its stated target's, in the job's units
 
 
-def final_errors(store: Store, job: JobRecord | None, ended_at: float, path: str = LOSS_FINAL,
-                 down: Callable[[float], float] = float) -> dict[str, float]:
-    """{fraction: log(ended_at / predicted final)} of the newest prediction made at each calibrated fraction of the
-    job's samples, and past half of it (a job first predicted at 30 % says nothing of 10 %); {} for a job that did
-    not run to its budget. ``down``: a stored prediction's value in the space ``ended_at`` is in. Keys are
-    strings: the record is JSON."""
+def final_errors(store: Store, job: JobRecord | None, ended_at: float, fit: str = LOSS_FIT,
+                 down: Callable[[float], float] = float) -> list[list]:
+    """[fraction, table, log(ended_at / predicted final)] of the newest prediction made at each calibrated fraction
+    of the job's samples, and past half of it (a job first predicted at 30 % says nothing of 10 %); table: the
+    calibration table its band came from (``perf.calibration.TABLES``). [] for a job that did not run to its budget.
+    ``down``: a stored prediction's value in the space ``ended_at`` is in."""
     if (job is None or not job.total_samples or job.samples < RAN_TO_BUDGET * job.total_samples
             or not (math.isfinite(ended_at) and ended_at > 0)):
-        return {}
-    out = {}
+        return []
+    out = []
     for f in load_calibration().fractions:
-        predicted = predicted_final_by(store, job.id, f / 2, f, path)
-        if predicted is not None and (value := down(predicted)) > 0:
-            out[repr(float(f))] = math.log(ended_at / value)
+        made = predicted_final_by(store, job.id, f / 2, f, fit)
+        if made is not None and (value := down(made[0])) > 0:
+            out.append([float(f), made[1], math.log(ended_at / value)])
     return out
 
 
@@ -40,14 +42,14 @@ class OwnBands:
     """The errors of the finished jobs' records by metric kind (``perf.prior.kind_of``), and the bands they give."""
 
     def __init__(self, records: Iterable[dict] = ()):
-        self._errors: dict[str | None, dict[float, list[float]]] = {}
+        self._errors: dict[str | None, dict[str, dict[float, list[float]]]] = {}
         self._tables: dict[str | None, Calibration] = {}
         for d in records:
-            self.add(kind_of(d.get("meta") or {}), d.get("final_errors") or {})
+            self.add(kind_of(d.get("meta") or {}), d.get("final_errors") or [])
 
-    def add(self, kind: str | None, errors: dict[str, float]) -> None:
-        for f, e in errors.items():
-            self._errors.setdefault(kind, {}).setdefault(float(f), []).append(float(e))
+    def add(self, kind: str | None, errors: list[list]) -> None:
+        for f, table, e in errors:
+            self._errors.setdefault(kind, {}).setdefault(table, {}).setdefault(float(f), []).append(float(e))
         self._tables.pop(kind, None)
 
     def of(self, kind: str | None) -> Calibration:

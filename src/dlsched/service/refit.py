@@ -251,7 +251,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         # this curve's)
         seen = (whole[0] >= grid[0]) & (whole[0] <= p.x_now)
         gap = np.interp(whole[0][seen], p.curve_x, p.curve_y) - whole[1][seen]
-        out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80),
+        out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80), bands=p.bands,
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
                    target_step=p.target_step, target_chance=p.p_reach, curve_rmse=float(np.sqrt(np.mean(gap ** 2))) if gap.size else None)
         if p.fitted is not None:

@@ -652,14 +652,15 @@ def event_counts(store: Store, after_id: int = 0) -> tuple[dict[str, int], int]:
     return {r[0]: r[1] for r in rows}, max((r[2] for r in rows), default=after_id)
 
 
-def predicted_final_by(store: Store, job_id: int, lo: float, hi: float, path: str = "$.final") -> float | None:
-    """The number at JSON ``path`` of the loss fit of the job's newest prediction made with ``lo`` <= its fraction
-    done <= ``hi`` and holding one there, if any (``service.own_calibration``)."""
+def predicted_final_by(store: Store, job_id: int, lo: float, hi: float, fit: str = "$") -> tuple[float, str] | None:
+    """(final, bands) of the fit at JSON path ``fit`` in the loss fit (``$``: itself; ``$.metric_target``) of the
+    job's newest prediction made with ``lo`` <= its fraction done <= ``hi`` and holding a final there, if any
+    (``service.own_calibration``); bands "fit" where the prediction did not say."""
     row = store._conn().execute(
-        "SELECT json_extract(loss_fit, ?) FROM predictions WHERE job_id = ? AND fraction_done BETWEEN ? AND ? "
-        "AND json_type(loss_fit, ?) IN ('real', 'integer') ORDER BY id DESC LIMIT 1",
-        (path, job_id, lo, hi, path)).fetchone()
-    return None if row is None else float(row[0])
+        "SELECT json_extract(loss_fit, ?), json_extract(loss_fit, ?) FROM predictions WHERE job_id = ? AND "
+        "fraction_done BETWEEN ? AND ? AND json_type(loss_fit, ?) IN ('real', 'integer') ORDER BY id DESC LIMIT 1",
+        (f"{fit}.final", f"{fit}.bands", job_id, lo, hi, f"{fit}.final")).fetchone()
+    return None if row is None else (float(row[0]), row[1] or "fit")
 
 
 class _Transaction:
