@@ -110,3 +110,23 @@ def test_the_example_alert_rules_read_only_metrics_the_service_exports(tmp_path)
     read = {name for e in exprs for name in re.findall(r"\bdlsched_\w+", e)}
     assert read and read <= exported, read - exported
     store.close()
+
+
+def test_the_own_bands_errors_are_counted_per_pool(tmp_path):
+    """dlsched_own_band_errors: how many finished jobs' errors each pool of the cluster's own bands holds
+    (service/own_calibration.py), so an operator sees when a fraction's band became the cluster's own."""
+    from dlsched.service.job_models import JobModels
+
+    store = Store(tmp_path / "state.db")
+    models = JobModels(("slot",), store)
+    models.bands.add("loss", [[0.1, "fit", 0.2], [0.25, "carried", -0.1]])
+    models.bands.add("loss", [[0.1, "fit", 0.1]])
+    models.bands.add("error", [[0.5, "fit", 0.3]])
+    loop = SimpleNamespace(rounds=1, failed_rounds=0, last_stats=None, loop=SimpleNamespace(models=models),
+                           round_seconds=Histogram("dlsched_round_duration_seconds", "rounds", registry=None))
+    m = collected(ServiceCollector(store, lambda: NODES, loop_thread=loop))
+    assert {labels: v for (name, labels), v in m.items() if name == "dlsched_own_band_errors"} == {
+        (("fraction", "0.1"), ("kind", "loss"), ("table", "fit")): 2,
+        (("fraction", "0.25"), ("kind", "loss"), ("table", "carried")): 1,
+        (("fraction", "0.5"), ("kind", "error"), ("table", "fit")): 1}
+    store.close()

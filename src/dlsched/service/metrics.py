@@ -3,11 +3,11 @@
 What an operator graphs and alerts on: jobs per state; the cluster's slots and those allocated, per node with its
 health; each active job's state, slots, speed, progress and predicted finish, and its stated target's chance by the
 budget and predicted time; the scheduling rounds (how many, how many raised, a histogram of their wall time, the
-last one's phases); and the scheduler's events by kind (starts, resizes, preemptions, failures). Times are Unix
-timestamps (``time() - dlsched_job_submit_timestamp_seconds`` is a queue wait in PromQL), durations seconds. A
-job's labels are its id and name, for active jobs only: an ended job leaves the per-job series, so they stay as
-many as the live queue. The events table only grows, so its counts are read on from the last row counted (the
-first scrape reads it whole).
+last one's phases) and the errors the cluster's own bands are made of; and the scheduler's events by kind (starts,
+resizes, preemptions, failures). Times are Unix timestamps (``time() - dlsched_job_submit_timestamp_seconds`` is a
+queue wait in PromQL), durations seconds. A job's labels are its id and name, for active jobs only: an ended job
+leaves the per-job series, so they stay as many as the live queue. The events table only grows, so its counts are
+read on from the last row counted (the first scrape reads it whole).
 """
 from __future__ import annotations
 
@@ -132,6 +132,13 @@ class ServiceCollector:
         yield CounterMetricFamily("dlsched_round_failures", "Scheduling rounds that raised (logged)",
                                   value=t.failed_rounds)
         yield from t.round_seconds.collect()
+        if (models := getattr(getattr(t, "loop", None), "models", None)) is not None:
+            own = GaugeMetricFamily("dlsched_own_band_errors", "Final-value errors kept of the jobs that ran to "
+                                    "their budget here, per pool; 9 at a fraction make its band the cluster's own "
+                                    "(service/own_calibration.py)", labels=["kind", "table", "fraction"])
+            for (kind, table, f), n in sorted(models.bands.counts().items(), key=str):
+                own.add_metric([str(kind), table, f"{f:g}"], n)
+            yield own
         stats = t.last_stats
         if stats is not None:
             last = GaugeMetricFamily("dlsched_last_round_seconds", "The last round's time, by phase", labels=["phase"])

@@ -10,6 +10,7 @@ pool of both over-covered with bands several times as wide as the shipped ones (
 from __future__ import annotations
 
 import math
+import threading
 from typing import Callable, Iterable
 
 from dlsched.perf.calibration import Calibration, load_calibration
@@ -44,13 +45,21 @@ class OwnBands:
     def __init__(self, records: Iterable[dict] = ()):
         self._errors: dict[str | None, dict[str, dict[float, list[float]]]] = {}
         self._tables: dict[str | None, Calibration] = {}
+        self._lock = threading.Lock()   # the loop adds while a /metrics scrape counts
         for d in records:
             self.add(kind_of(d.get("meta") or {}), d.get("final_errors") or [])
 
     def add(self, kind: str | None, errors: list[list]) -> None:
-        for f, table, e in errors:
-            self._errors.setdefault(kind, {}).setdefault(table, {}).setdefault(float(f), []).append(float(e))
-        self._tables.pop(kind, None)
+        with self._lock:
+            for f, table, e in errors:
+                self._errors.setdefault(kind, {}).setdefault(table, {}).setdefault(float(f), []).append(float(e))
+            self._tables.pop(kind, None)
+
+    def counts(self) -> dict[tuple[str | None, str, float], int]:
+        """{(kind, table, fraction): errors kept}: a pool with ``OWN_ERRORS_MIN`` sets its band."""
+        with self._lock:
+            return {(kind, table, f): len(e) for kind, tables in self._errors.items()
+                    for table, by_fraction in tables.items() for f, e in by_fraction.items()}
 
     def of(self, kind: str | None) -> Calibration:
         """The shipped table, with this cluster's own bands of ``kind`` where enough jobs finished."""
