@@ -143,8 +143,10 @@ class Calibration:
         the same task's finished jobs misses by several times less than one from the fit alone. The steps'
         bands and the unreachable floor stay the development set's."""
         def replaced(table: "Calibration | None", by_fraction) -> "Calibration | None":
-            own = {f: e for f in table.fractions if len(e := [v for v in by_fraction.get(f, ()) if math.isfinite(v)])
-                   >= OWN_ERRORS_MIN} if table is not None else {}
+            if table is None:
+                return None
+            finite = {f: [v for v in by_fraction.get(f, ()) if math.isfinite(v)] for f in table.fractions}
+            own = {f: e for f, e in finite.items() if len(e) >= OWN_ERRORS_MIN}
             if not own:
                 return table
             at = table.fractions

@@ -54,6 +54,7 @@ class ServiceCollector:
         yield from self._nodes(active)
         yield from self._active(active)
         yield from self._rounds()
+        yield from self._own_bands()
         yield self._event_counts()
         info = GaugeMetricFamily("dlsched_build_info", "The service's version and policy", labels=["version", "policy"])
         info.add_metric([__version__, self.policy], 1)
@@ -132,19 +133,24 @@ class ServiceCollector:
         yield CounterMetricFamily("dlsched_round_failures", "Scheduling rounds that raised (logged)",
                                   value=t.failed_rounds)
         yield from t.round_seconds.collect()
-        if (models := getattr(getattr(t, "loop", None), "models", None)) is not None:
-            own = GaugeMetricFamily("dlsched_own_band_errors", "Final-value errors kept of the jobs that ran to "
-                                    "their budget here, per pool; 9 at a fraction make its band the cluster's own "
-                                    "(service/own_calibration.py)", labels=["kind", "table", "fraction"])
-            for (kind, table, f), n in sorted(models.bands.counts().items(), key=str):
-                own.add_metric([str(kind), table, f"{f:g}"], n)
-            yield own
         stats = t.last_stats
         if stats is not None:
             last = GaugeMetricFamily("dlsched_last_round_seconds", "The last round's time, by phase", labels=["phase"])
             for phase in ("decide", "act", "observe", "predict"):
                 last.add_metric([phase], getattr(stats, f"{phase}_s"))
             yield last
+
+    def _own_bands(self):
+        """The errors each pool of the cluster's own bands holds (the loop's ``JobModels.bands``)."""
+        models = getattr(getattr(self.loop_thread, "loop", None), "models", None)
+        if models is None:   # no loop: no finished jobs' errors to count
+            return
+        own = GaugeMetricFamily("dlsched_own_band_errors", "Final-value errors kept of the jobs that ran to their "
+                                "budget here, per pool; 9 at a fraction make its band the cluster's own "
+                                "(service/own_calibration.py)", labels=["kind", "table", "fraction"])
+        for (kind, table, f), n in sorted(models.bands.counts().items(), key=str):
+            own.add_metric([str(kind), table, f"{f:g}"], n)
+        yield own
 
     def _event_counts(self) -> CounterMetricFamily:
         with self._lock:
