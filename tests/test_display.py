@@ -32,8 +32,12 @@ def test_json_output_shows_every_time_of_a_job_and_its_prediction_as_iso_8601():
     from dlsched.display import with_iso_times
 
     shown = with_iso_times({"submit_time": 0, "prediction": {"forecast_time": 60, "policy_finish": 120.5,
-                                                             "loss_fit": {"target_time": 3600, "target_step": 400}}})
+                                                             "loss_fit": {"target_time": 3600, "target_step": 400,
+                                                                          "target_time_80": [3000, 4200],
+                                                                          "target_step_80": [350, 480]}}})
     p = shown["prediction"]
+    assert p["loss_fit"]["target_time_80"] == ["1970-01-01T00:50:00+00:00", "1970-01-01T01:10:00+00:00"]
+    assert p["loss_fit"]["target_step_80"] == [350, 480]   # steps, not times
     assert shown["submit_time"] == "1970-01-01T00:00:00+00:00" and p["forecast_time"] == "1970-01-01T00:01:00+00:00"
     assert p["policy_finish"].startswith("1970-01-01T00:02:00") and p["loss_fit"]["target_time"] == "1970-01-01T01:00:00+00:00"
     assert p["loss_fit"]["target_step"] == 400

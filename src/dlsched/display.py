@@ -21,7 +21,7 @@ from dlsched.numbers import is_number
 # fields that hold POSIX times anywhere in the API's answers; shown as ISO 8601 in --json output
 TIME_FIELDS = frozenset({"time", "submit_time", "start_time", "end_time", "predicted_start", "predicted_finish",
                          "made_at", "last_seen", "since", "target_time", "forecast_time",
-                         "policy_finish"})
+                         "policy_finish", "target_time_80", "time_80"})   # the last two: [early, late] bands
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,7 @@ def with_iso_times(obj: Any) -> Any:
     """A copy of an API answer with every known time field as ISO 8601 (UTC)."""
     if isinstance(obj, dict):
         return {k: (iso(v) if k in TIME_FIELDS and is_number(v)
+                    else [iso(t) for t in v] if k in TIME_FIELDS and isinstance(v, list) and all(map(is_number, v))
                     else with_iso_times(v)) for k, v in obj.items()}
     if isinstance(obj, list):
         return [with_iso_times(x) for x in obj]

@@ -221,7 +221,8 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
                "curve": [[10.0, 2.0], [800.0, 0.1]], "final": 0.1, "final_80": [0.08, 0.12], "alpha": 0.5,
                "drop": 0.1, "curve_rmse": 0.01,
                "metric_target": {"metric": "val_accuracy", "kind": "accuracy", "target": 0.97, "final": 0.9823,
-                                 "final_80": [0.9609, 0.9842], "target_step": 347.7, "target_chance": 0.8,
+                                 "final_80": [0.9609, 0.9842], "target_step": 347.7,
+                                 "target_step_80": [320.2, 401.9], "target_chance": 0.8,
                                  "points": 30, "target_time": None,
                                  "curve": [[10.0 + 790 * i / 120, 0.9823 - 0.3 * (1 - i / 120) ** 3] for i in range(121)]}}
         for step in range(10, 310, 10):       # evaluations between steps, and an accuracy reported inside steps 1..5
@@ -230,8 +231,8 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
                                   "metrics": {"val_accuracy": 0.5}} for k in range(1, 6)], 1)
         store.add_prediction(jid, 1.0, 0.375, 25600.0, None, None, fit)
         dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{jid}", tmp, "--dump-dom")
-        assert ("target val_accuracy 0.970 at step 348, chance 80 % by the budget (val_accuracy predicted 0.9823 at "
-                "the budget, 80 %: 0.9609–0.9842)") in dom, dom[dom.index("convergence fit"):][:800]
+        assert ("target val_accuracy 0.970 at step 348 [320–402], chance 80 % by the budget (val_accuracy predicted "
+                "0.9823 at the budget, 80 %: 0.9609–0.9842)") in dom, dom[dom.index("convergence fit"):][:800]
         assert "Target: val_accuracy 0.97<" in dom
         chart = dom[dom.index('id="target-chart"'):dom.index('id="noise-chart"')]
         reported = chart[chart.index('data-label="reported val_accuracy"'):chart.index('data-label="predicted')]
@@ -242,7 +243,7 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         # the overview's queue says it too, as `dlsched status`'s TARGET does (no time while it does not train)
         queue = _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, "--dump-dom")
         row = re.search(rf'<tr data-job="{jid}">(.*?)</tr>', queue, re.S).group(1)
-        assert '<td class="target">val_accuracy 0.97: step 348 (80 %)</td>' in row, row
+        assert '<td class="target">val_accuracy 0.97: step 348 [320–402] (80 %)</td>' in row, row
     finally:
         store.request_cancel(jid)
 

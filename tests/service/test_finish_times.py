@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from dlsched.commands.service import job_rows
 from dlsched.service.finish_times import stated_target
 
 METRIC = {"metric": "val_accuracy", "kind": "accuracy", "target": 0.93, "final": 0.95, "final_80": [0.9, 0.96],
-          "target_step": 4200.0, "target_chance": 0.8, "points": 12, "target_time": 1_800_000_000.0}
+          "target_step": 4200.0, "target_step_80": [3900.0, 4800.0], "target_chance": 0.8, "points": 12,
+          "target_time": 1_800_000_000.0, "target_time_80": [1_799_999_000.0, 1_800_002_000.0]}
 
 
 def test_the_stated_target_is_the_metrics_else_the_losss_else_none():
@@ -15,19 +17,26 @@ def test_the_stated_target_is_the_metrics_else_the_losss_else_none():
     assert stated_target({"loss_fit": json.dumps({"beta0": 1.0})}) is None            # a fit, no target stated
     loss = {"target_loss": 1.8, "target_step": None, "target_time": None, "target_chance": 0.03}
     assert stated_target({"loss_fit": json.dumps(loss)}) == {"metric": "loss", "value": 1.8, "step": None,
-                                                             "time": None, "chance": 0.03}
+                                                             "time": None, "chance": 0.03, "step_80": None,
+                                                             "time_80": None}
     both = {"loss_fit": loss | {"metric_target": METRIC}}                           # a row read back as a dict
     assert stated_target(both) == {"metric": "val_accuracy", "value": 0.93, "step": 4200.0, "time": 1_800_000_000.0,
-                                   "chance": 0.8}
+                                   "chance": 0.8, "step_80": [3900.0, 4800.0],
+                                   "time_80": [1_799_999_000.0, 1_800_002_000.0]}
 
 
 def test_status_shows_when_a_running_job_reaches_its_target_and_the_chance():
     job = {"id": 3, "name": "lm", "state": "running", "num_gpus": 1, "batch_size": 32, "fraction_done": 0.4,
            "last_loss": 2.0, "samples_per_s": 100.0, "predicted_finish": None}
     at = stated_target({"loss_fit": {"metric_target": METRIC}})
-    assert job_rows([job | {"target": at}])[0][11].startswith("val_accuracy 0.93: ") \
-        and job_rows([job | {"target": at}])[0][11].endswith(" (80 %)")
-    assert job_rows([job | {"target": at | {"time": None}}])[0][11] == "val_accuracy 0.93: step 4,200 (80 %)"
+    clock = lambda t: datetime.fromtimestamp(t).strftime("%H:%M:%S")   # noqa: E731  (the reader's local time)
+    assert job_rows([job | {"target": at}])[0][11] == \
+        f"val_accuracy 0.93: {clock(1_800_000_000)} [{clock(1_799_999_000)}–{clock(1_800_002_000)}] (80 %)"
+    # not training: the step, and its band in steps
+    assert job_rows([job | {"target": at | {"time": None, "time_80": None}}])[0][11] == \
+        "val_accuracy 0.93: step 4,200 [3,900–4,800] (80 %)"
+    assert job_rows([job | {"target": at | {"time": None, "step_80": None}}])[0][11] == \
+        "val_accuracy 0.93: step 4,200 (80 %)"   # a target the log already crossed has no band
     assert job_rows([job | {"target": at | {"step": None, "time": None, "chance": 0.03}}])[0][11] == \
         "val_accuracy 0.93: not by the budget (3 %)"
     assert job_rows([job | {"target": None}])[0][11] == "-"

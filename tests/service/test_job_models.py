@@ -178,6 +178,7 @@ def test_a_metric_target_of_a_job_whose_batch_doubled_is_fitted_over_its_samples
     assert doubled["points"] == one["points"] == 30
     assert doubled["final"] == pytest.approx(one["final"], rel=1e-6)
     assert doubled["target_step"] == pytest.approx(job_step(one["target_step"]), rel=1e-6), (one, doubled)
+    assert doubled["target_step_80"] == pytest.approx([job_step(x) for x in one["target_step_80"]], rel=1e-6)
     # the drawn curve too, to the budget: in the job's steps (batch 64 after step 150 -> 150 + 650 / 2 = 475)
     assert [p[1] for p in doubled["curve"]] == pytest.approx([p[1] for p in one["curve"]], rel=1e-6)
     assert [p[0] for p in doubled["curve"]] == pytest.approx([job_step(p[0]) for p in one["curve"]], rel=1e-6)

@@ -78,7 +78,8 @@ def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_
     store = Store(tmp_path / "state.db")
     store.submit(load_job_spec(job_yaml("queued"), "spec"))
     # its latest refit says where its stated target stands (service/metric_target.py stores it so)
-    aim = {"metric": "val_accuracy", "target": 0.93, "target_step": 900.0, "target_time": 2e9, "target_chance": 0.7}
+    aim = {"metric": "val_accuracy", "target": 0.93, "target_step": 900.0, "target_time": 2e9, "target_chance": 0.7,
+           "target_step_80": [800.0, 1100.0], "target_time_80": [2e9 - 600, 2e9 + 1200]}
     store.add_prediction(1, 1e9, 0.1, 1000.0, None, None, {"model": "annealing", "metric_target": aim})
     m = collected(ServiceCollector(store, lambda: NODES, lost=lambda: frozenset({"n1"})))
     assert m[("dlsched_node_up", (("node", "n1"),))] == 0 and m[("dlsched_node_up", (("node", "n0"),))] == 1
@@ -89,6 +90,8 @@ def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_
     aimed = (("job", "1"), ("metric", "val_accuracy"), ("name", "queued"))
     assert (m[("dlsched_job_target", aimed)], m[("dlsched_job_target_chance", aimed)],
             m[("dlsched_job_target_predicted_timestamp_seconds", aimed)]) == (0.93, 0.7, 2e9)
+    assert (m[("dlsched_job_target_early_timestamp_seconds", aimed)],
+            m[("dlsched_job_target_late_timestamp_seconds", aimed)]) == (2e9 - 600, 2e9 + 1200)   # its 80 % band
     assert not any(name.startswith("dlsched_round") for name, _ in m)
     store.close()
 

@@ -341,10 +341,21 @@ def test_a_target_loss_gets_the_step_and_the_time_the_run_reaches_it():
     fit = pred.loss_fit
     assert fit["target_loss"] == target and 300 < fit["target_step"] < 800 and 0.5 < fit["target_chance"] <= 1
     assert fit["target_time"] == pytest.approx(2000.0 + (fit["target_step"] - 300) * 32 / pred.rate)
+    # its 80 % band, as `predict curve`'s interval_80 of the steps from now, and the times of its ends
+    early, late = fit["target_step_80"]
+    assert 300 < early < fit["target_step"] < late <= 800
+    assert fit["target_time_80"] == pytest.approx([2000.0 + (x - 300) * 32 / pred.rate for x in (early, late)])
     low, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 300, target_loss=0.5, schedule="step:400,600:0.1")
     assert low.loss_fit["target_step"] is None and low.loss_fit["target_time"] is None
+    assert low.loss_fit["target_step_80"] is None and low.loss_fit["target_time_80"] is None
     queued, _ = predict(recs, 2000.0, 0, 32, 32 * 800, 32 * 300, target_loss=target, schedule="step:400,600:0.1")
     assert queued.loss_fit["target_step"] == fit["target_step"] and queued.loss_fit["target_time"] is None
+    assert queued.loss_fit["target_step_80"] == fit["target_step_80"] and queued.loss_fit["target_time_80"] is None
+    # a target the run already got to: a fact, no band
+    passed, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 300, target_loss=float(d.loss.iloc[0]),
+                        schedule="step:400,600:0.1")
+    assert passed.loss_fit["target_step"] <= 300 and passed.loss_fit["target_step_80"] is None
+    assert passed.loss_fit["target_time_80"] is None
 
 
 def test_a_batch_change_keeps_the_prediction_of_the_samples_trained():
@@ -375,6 +386,7 @@ def test_a_batch_change_keeps_the_prediction_of_the_samples_trained():
     assert abs(a.loss_fit["final"] / d.train_loss.iloc[-3:].mean() - 1) < 0.05
     assert b.loss_fit["curve"][-1][0] == pytest.approx(500)                # 300 steps, then 400·32/64 to the budget
     assert b.loss_fit["target_step"] == pytest.approx(300 + (a.loss_fit["target_step"] - 400) / 2)
+    assert b.loss_fit["target_step_80"] == pytest.approx([300 + (x - 400) / 2 for x in a.loss_fit["target_step_80"]])
     assert b.total_samples == a.total_samples == 32 * 800
     # a runtime that does not say its LR rule's factor: no schedule from the LR it logged (constant), still over samples
     plain = [{k: v for k, v in r.items() if k != "lr_factor"} for r in doubled]

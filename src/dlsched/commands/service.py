@@ -122,12 +122,18 @@ def _gpus_cell(j: dict) -> str:
 
 def _target_cell(j: dict) -> str:
     """A live job's stated target (``prediction.target`` or ``target_loss``): when it gets there at today's rate (the
-    step while it does not train), and the chance it does by the budget."""
+    step while it does not train), its 80 % band in brackets, and the chance it does by the budget."""
     t = j.get("target")
     if not t:
         return "-"
-    when = ("not by the budget" if t["step"] is None else local_clock(t["time"]) if t.get("time") is not None
-            else f"step {t['step']:,.0f}")
+    if t["step"] is None:
+        when = "not by the budget"
+    elif t.get("time") is not None:
+        band = t.get("time_80")
+        when = local_clock(t["time"]) + ("" if band is None else f" [{local_clock(band[0])}–{local_clock(band[1])}]")
+    else:
+        band = t.get("step_80")
+        when = f"step {t['step']:,.0f}" + ("" if band is None else f" [{band[0]:,.0f}–{band[1]:,.0f}]")
     chance = f" ({100 * t['chance']:.0f} %)" if t.get("chance") is not None else ""
     return escape(f"{t['metric']} {t['value']:g}: {when}{chance}")
 

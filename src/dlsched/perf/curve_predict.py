@@ -107,6 +107,14 @@ class CurvePrediction:
     def reachable(self) -> bool:
         return self.target is None or self.target_step is not None
 
+    @property
+    def target_step_80(self) -> list[float] | None:
+        """The x where the target is reached, its 80 % band (``interval_80`` from now); None when the target is not
+        ahead: unreachable, or a crossing the log already made (a fact, no band)."""
+        if self.interval_80 is None or self.target_step is None or self.target_step <= self.x_now:
+            return None
+        return [self.x_now + self.interval_80[0], self.x_now + self.interval_80[1]]
+
     def as_json(self) -> dict:
         r = lambda v: None if v is None or not math.isfinite(v) else float(v)  # noqa: E731  (JSON has no NaN)
         return {"model": self.model, "observed_until": self.x_now, "budget": self.budget,

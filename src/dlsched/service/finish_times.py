@@ -29,18 +29,22 @@ def shown_times(job: JobRecord, prediction: dict | None, forecast: dict | None) 
 
 
 def stated_target(prediction: dict | None) -> dict | None:
-    """``{"metric", "value", "step", "time", "chance"}`` of the job's stated target from its latest prediction row: a
-    reported metric's (``prediction.target``, ``service.metric_target``), else its ``target_loss``; None before the
-    loop predicted one. ``step``/``time`` None: not by the budget (``time`` also while it does not train)."""
+    """``{"metric", "value", "step", "time", "chance", "step_80", "time_80"}`` of the job's stated target from its
+    latest prediction row: a reported metric's (``prediction.target``, ``service.metric_target``), else its
+    ``target_loss``; None before the loop predicted one. ``step``/``time`` None: not by the budget (``time`` also
+    while it does not train); ``step_80``/``time_80``: their 80 % bands, None unless the target is ahead."""
     fit = (prediction or {}).get("loss_fit")
     if isinstance(fit, str):
         fit = json.loads(fit)
     if not fit:
         return None
     if (m := fit.get("metric_target")) is not None:
-        return {"metric": m["metric"], "value": m["target"], "step": m["target_step"], "time": m.get("target_time"),
-                "chance": m.get("target_chance")}
+        return {"metric": m["metric"], "value": m["target"]} | _reach(m)
     if fit.get("target_loss") is not None:
-        return {"metric": "loss", "value": fit["target_loss"], "step": fit.get("target_step"),
-                "time": fit.get("target_time"), "chance": fit.get("target_chance")}
+        return {"metric": "loss", "value": fit["target_loss"]} | _reach(fit)
     return None
+
+
+def _reach(fit: dict) -> dict:
+    return {"step": fit.get("target_step"), "time": fit.get("target_time"), "chance": fit.get("target_chance"),
+            "step_80": fit.get("target_step_80"), "time_80": fit.get("target_time_80")}

@@ -2,7 +2,7 @@
 
 What an operator graphs and alerts on: jobs per state; the cluster's slots and those allocated, per node with its
 health; each active job's state, slots, speed, progress and predicted finish, and its stated target's chance by the
-budget and predicted time; the scheduling rounds (how many, how many raised, a histogram of their wall time, the
+budget and predicted time with its 80 % band; the scheduling rounds (how many, how many raised, a histogram of their wall time, the
 last one's phases) and the errors the cluster's own bands are made of; and the scheduler's events by kind (starts,
 resizes, preemptions, failures). Times are Unix timestamps (``time() - dlsched_job_submit_timestamp_seconds`` is a
 queue wait in PromQL), durations seconds. A job's labels are its id and name, for active jobs only: an ended job
@@ -108,6 +108,12 @@ class ServiceCollector:
             "time": GaugeMetricFamily("dlsched_job_target_predicted_timestamp_seconds",
                                       "When the job is predicted to reach its target at today's rate (none: not by "
                                       "the budget)", labels=TARGET_LABELS),
+            "early": GaugeMetricFamily("dlsched_job_target_early_timestamp_seconds",
+                                       "The early end of the 80 % band of when the job reaches its target",
+                                       labels=TARGET_LABELS),
+            "late": GaugeMetricFamily("dlsched_job_target_late_timestamp_seconds",
+                                      "The late end of the 80 % band of when the job reaches its target",
+                                      labels=TARGET_LABELS),
         }
         # the job's state as a label (kube-state-metrics' phase): `count by (state)` of the live queue, or a queued
         # job's wait joined on (job) with the submit time
@@ -120,7 +126,8 @@ class ServiceCollector:
                       "done": j.samples / j.total_samples if j.total_samples else None, "finish": finish}
             _add(families, labels, values)
             if (target := stated_target(preds.get(j.id))) is not None:
-                _add(targets, labels + [target["metric"]], target)
+                band = target["time_80"] or (None, None)
+                _add(targets, labels + [target["metric"]], target | {"early": band[0], "late": band[1]})
         yield state
         yield from families.values()
         yield from targets.values()

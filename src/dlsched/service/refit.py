@@ -212,7 +212,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     ``curve`` ([step, loss] from the first step fitted (past an LR warm-up, then a slow start:
     ``perf.fit_window``) to the budget), ``curve_rmse`` (its RMSE on the points it covers, in loss units),
     ``final``, ``final_80``
-    and, for a ``target_loss``, ``target_step`` (None: unreachable), and the annealing fit's ``alpha`` and ``drop`` (what a
+    and, for a ``target_loss``, ``target_step`` (None: unreachable) and ``target_step_80`` (its 80 % band; None
+    unless ahead), and the annealing fit's ``alpha`` and ``drop`` (what a
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default: the shipped one), or a function of the
     job's ``Schedule`` that makes one (the level prior carries finished runs' finals to it: ``perf.prior``);
@@ -253,7 +254,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         gap = np.interp(whole[0][seen], p.curve_x, p.curve_y) - whole[1][seen]
         out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80), bands=p.bands,
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
-                   target_step=p.target_step, target_chance=p.p_reach, curve_rmse=float(np.sqrt(np.mean(gap ** 2))) if gap.size else None)
+                   target_step=p.target_step, target_step_80=p.target_step_80, target_chance=p.p_reach,
+                   curve_rmse=float(np.sqrt(np.mean(gap ** 2))) if gap.size else None)
         if p.fitted is not None:
             out.update(alpha=p.fitted.alpha, drop=p.fitted.c, fitted=p.fitted)
     return out
@@ -272,14 +274,23 @@ def in_steps(fit: dict, axis: ProgressAxis, x_last: float) -> dict:
     else:
         xs = np.linspace(axis.past_x[0], OPTIMUS_DRAWN_AHEAD * x_last + 1, 121)   # steps before the first: unknown
         out["optimus_steps"] = [[float(a), float(b)] for a, b in zip(axis.steps(xs), loss_curve(fit).raw_loss(xs))]
-    if fit.get("target_step") is not None:
-        out["target_step"] = float(axis.steps(fit["target_step"]))
+    out.update({k: _steps_of(fit[k], axis) for k in TARGET_X if k in fit})
     if reached := fit.get("metric_target"):
         curve = np.asarray(reached["curve"], float)
         out["metric_target"] = reached | {
             "curve": [[float(a), float(b)] for a, b in zip(axis.steps(curve[:, 0]), curve[:, 1])],
-            "target_step": None if reached["target_step"] is None else float(axis.steps(reached["target_step"]))}
+            **{k: _steps_of(reached[k], axis) for k in TARGET_X if k in reached}}
     return out
+
+
+TARGET_X = ("target_step", "target_step_80")   # a fit's x of its target, and the band of it
+
+
+def _steps_of(x: float | list | None, axis: ProgressAxis) -> float | list | None:
+    """An x (or a band of them) at the job's steps; None stays None."""
+    if x is None:
+        return None
+    return [float(v) for v in axis.steps(np.asarray(x, float))] if isinstance(x, list) else float(axis.steps(x))
 
 
 def _metric_target(target: MetricTarget, points: tuple[np.ndarray, np.ndarray], history: ProgressHistory,
@@ -396,15 +407,21 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         """When the run gets to ``x`` at the rate it trains now (None: not by the budget, or not training)."""
         return now + max(0.0, x - xs[-1]) * samples_per_x / ahead if x is not None and ahead and current_workers > 0 \
             else None
+    def times_at(fit: dict) -> dict:
+        """When the run gets to its target (``target_time``) and the 80 % band of that (``target_time_80``)."""
+        band = fit.get("target_step_80")
+        times = None if band is None else [time_at(x) for x in band]
+        return {"target_time": time_at(fit["target_step"]),
+                "target_time_80": None if times is None or None in times else times}
     if loss_fit is not None and target_loss is not None and "target_step" in loss_fit:
-        loss_fit.update(target_loss=target_loss, target_time=time_at(loss_fit["target_step"]))
+        loss_fit.update(target_loss=target_loss, **times_at(loss_fit))
     target_fitted = None
     if loss_fit is not None and target is not None and metric_points is not None and budget:
         reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime, metric_prior,
                                  None if bands is None else bands(metric_kind(target.kind)))
         if reached is not None:
             target_fitted = reached.pop("fitted")
-            loss_fit["metric_target"] = reached | {"target_time": time_at(reached["target_step"])}
+            loss_fit["metric_target"] = reached | times_at(reached)
     if axis is not None and loss_fit is not None:
         loss_fit = in_steps(loss_fit, axis, float(xs[-1]))
     return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted, target_fitted), speed

@@ -24,10 +24,11 @@ const fmtClock = (t) => (t == null ? "?" : new Date(t * 1000).toLocaleTimeString
 const rel = (t, now) => (t == null ? "?" : `${fmtClock(t)} <span class="muted">(${t >= now ? "in " : ""}${fmtDur(Math.abs(t - now))}${t < now ? " ago" : ""})</span>`);
 // the detail fields that are POSIX times: dlsched.display.TIME_FIELDS (tests/service/test_dashboard.py keeps them equal)
 const TIME_FIELDS = new Set(["time", "submit_time", "start_time", "end_time", "predicted_start", "predicted_finish",
-  "made_at", "last_seen", "since", "target_time", "forecast_time", "policy_finish"]);
+  "made_at", "last_seen", "since", "target_time", "forecast_time", "policy_finish", "target_time_80", "time_80"]);
 // an event's detail as "key=value" pairs: times as clock times, fractions to 4 digits (the API keeps full values)
 function fmtDetail(detail) {
   const value = (k, v) => (typeof v === "number" && TIME_FIELDS.has(k) ? fmtClock(v)
+    : Array.isArray(v) && TIME_FIELDS.has(k) ? v.map(fmtClock).join("–")
     : typeof v === "number" && !Number.isInteger(v) ? String(Number(v.toPrecision(4)))
     : v !== null && typeof v === "object" ? JSON.stringify(v) : String(v));
   return Object.entries(detail || {}).map(([k, v]) => `${k}=${value(k, v)}`).join(", ");
@@ -232,17 +233,22 @@ function targetText(fit) {
     + (m ? reachText(`target ${esc(m.metric)}`, m.target, m) + ` (${esc(m.metric)} predicted ${fmtNum(m.final, 4)} at the budget, 80 %: ${fmtNum(m.final_80[0], 4)}–${fmtNum(m.final_80[1], 4)})` : "");
 }
 // a live job's stated target in the queue (service.finish_times.stated_target), as `dlsched status`'s TARGET says it
+// [early, late]: the 80 % band of when a target is reached, as clock times, else as steps
+const timeBand = (b) => (b == null ? "" : ` [${fmtClock(b[0])}–${fmtClock(b[1])}]`);
+const stepBand = (b) => (b == null ? "" : ` [${Math.round(b[0]).toLocaleString()}–${Math.round(b[1]).toLocaleString()}]`);
 function targetCell(t, now) {
   if (!t) return "–";
-  const when = t.step == null ? "not by the budget" : t.time != null ? rel(t.time, now) : `step ${Math.round(t.step).toLocaleString()}`;
+  const when = t.step == null ? "not by the budget" : t.time != null ? rel(t.time, now) + timeBand(t.time_80)
+    : `step ${Math.round(t.step).toLocaleString()}${stepBand(t.step_80)}`;
   return `${esc(t.metric)} ${t.value}: ${when}${t.chance == null ? "" : ` (${Math.round(100 * t.chance)} %)`}`;
 }
 
 function reachText(label, value, t) {
   if (t.target_step == null) return `; ${label} ${fmtNum(value)} not reached by the budget`;
   const when = t.target_time == null ? "" : ` ≈ ${rel(t.target_time, Date.now() / 1000)}`;
+  const band = t.target_time_80 != null ? timeBand(t.target_time_80) : stepBand(t.target_step_80);   // 80 %
   const chance = t.target_chance == null ? "" : `, chance ${Math.round(100 * t.target_chance)} % by the budget`;
-  return `; ${label} ${fmtNum(value)} at step ${Math.round(t.target_step).toLocaleString()}${when}${chance}`;
+  return `; ${label} ${fmtNum(value)} at step ${Math.round(t.target_step).toLocaleString()}${when}${band}${chance}`;
 }
 
 function ensembleSection(ens) {
