@@ -104,12 +104,51 @@ def truth(c: DevCurve) -> Truth:
     y = MetricSpace.of(c.metric, c.y).down(c.y)
     final = float(np.mean(y[-3:]))
     target = float(y[0] - IMPROVEMENT * (y[0] - final))
+    return Truth(final, target, crossing(c, target), float(np.median(np.diff(c.x))))
+
+
+def crossing(c: DevCurve, level: float) -> float:
+    """Where the run's 3-point running median first got to ``level`` (lower-is-better space)."""
+    y = MetricSpace.of(c.metric, c.y).down(c.y)
     smooth = pd.Series(y).rolling(3, center=True, min_periods=1).median().to_numpy()
-    i = int(np.flatnonzero(smooth <= target)[0])
-    x = float(c.x[i])
+    i = int(np.flatnonzero(smooth <= level)[0])
     if i > 0 and smooth[i - 1] > smooth[i]:
-        x = float(np.interp(target, [smooth[i], smooth[i - 1]], [c.x[i], c.x[i - 1]]))
-    return Truth(final, target, x, float(np.median(np.diff(c.x))))
+        return float(np.interp(level, [smooth[i], smooth[i - 1]], [c.x[i], c.x[i - 1]]))
+    return float(c.x[i])
+
+
+# stated targets (``--target``, a job's target loss or metric): the values these shares of the way from a run's
+# first value to its final one, which it reached; fixed before the prediction, unlike --target-fraction's goal
+STATED_SHARES = (0.5, 0.8, 0.9, 0.95, 0.99)
+
+
+def stated_targets(c: DevCurve, frac: float) -> list[tuple[float, float, float]]:
+    """(share, level, remaining) of each stated target still at least ``MIN_INTERVALS`` logging intervals ahead of
+    the prefix (lower-is-better space; remaining: x from the last observed point to the run's crossing)."""
+    t, n = truth(c), prefix(c, frac)
+    y0 = float(MetricSpace.of(c.metric, c.y).down(c.y[:1])[0])
+    out = []
+    for share in STATED_SHARES:
+        level = y0 - share * (y0 - t.final)
+        remaining = crossing(c, level) - float(c.x[n - 1])
+        if remaining >= MIN_INTERVALS * t.resolution:
+            out.append((share, level, remaining))
+    return out
+
+
+def stated_records(c: DevCurve, frac: float, cal: Calibration, prior) -> list[tuple]:
+    """Calibration records of the stated targets (``calibrate``'s last two columns): log(true / predicted steps),
+    and the same where the crossing is predicted ahead, before the budget (what the median shift moves)."""
+    n, space, out = prefix(c, frac), MetricSpace.of(c.metric, c.y), []
+    for _, level, remaining in stated_targets(c, frac):
+        p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target=float(space.up(level)), prior=prior,
+                          calibration=cal, regime=c.meta.get("regime", "scratch"))
+        if p.steps_to_target is None:
+            continue
+        err = math.log(remaining / max(p.steps_to_target, p.resolution, 1e-9 * c.schedule.budget))
+        ahead = err if 0 < p.steps_to_target and p.target_step < c.schedule.budget else math.nan
+        out.append((frac, math.nan, math.nan, math.nan, math.nan, err, ahead))
+    return out
 
 
 # Steps are scored only where the run still had at least this many logging intervals to go: the truth's
@@ -257,12 +296,14 @@ def evaluate_optimus(c: DevCurve, frac: float) -> dict:
 
 
 def calibration_records(curves, prior_of, cal_of=lambda c: WIDE) -> dict[str, list]:
-    """Per curve: (fraction, log final error, log steps error) of the predictor with uncalibrated intervals
+    """Per curve: ``calibrate``'s records (fraction, log final error, log steps error, ...; the stated targets' rows
+    after) of the predictor with uncalibrated intervals
     (``cal_of(c)`` may carry the fit-alone bands a level prior is weighed against)."""
     out = {}
     for c in curves:
-        out[c.name] = [(f, r["final_log"], r["steps_log"], r["reach_log"], r["ahead_log"]) for f in CAL_FRACTIONS
-                       for r in [evaluate(c, f, cal_of(c), prior_of(c))]]
+        out[c.name] = [(f, r["final_log"], r["steps_log"], r["reach_log"], r["ahead_log"], math.nan, math.nan)
+                       for f in CAL_FRACTIONS for r in [evaluate(c, f, cal_of(c), prior_of(c))]]
+        out[c.name] += [r for f in CAL_FRACTIONS for r in stated_records(c, f, cal_of(c), prior_of(c))]
     return out
 
 
@@ -320,7 +361,7 @@ def level_coverage(records: dict, table_records: dict) -> list[tuple[float, floa
 def unshifted(cal: Calibration) -> Calibration:
     """``cal`` without the steps' median shift (``Calibration.steps_shift``): the law's own crossing."""
     sub = {k: unshifted(v) for k in ("levelled", "carried") if (v := getattr(cal, k)) is not None}
-    return dataclasses.replace(cal, steps_median=None, **sub)
+    return dataclasses.replace(cal, steps_median=None, stated_steps_median=None, **sub)
 
 
 def without_level(p: CurvePrior | None) -> CurvePrior | None:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
-from dlsched.perf.calibration import Calibration, calibrate, from_dict, quantile_band
+from dlsched.perf.calibration import Calibration, calibrate, from_dict, load_calibration, quantile_band
 from dlsched.perf.curve_predict import anchor, predict_curve, reach_chance
 from dlsched.perf.first_passage import first_passage, logged_crossing, logged_noise
 from dlsched.perf.prior import FinishedFit, prior_from_fits
@@ -459,6 +459,31 @@ def test_the_steps_point_is_the_calibrated_median_and_the_band_stays_on_the_law_
         assert (moved.target_step, moved.steps_to_target) == (kept.target_step, kept.steps_to_target)
         assert kept.target_step in (B, pytest.approx(100.0, abs=10.0))
     assert Calibration((0.1,), ((-1.0, 1.0),), ((-1.0, 1.0),)).steps_shift(0.1) == 0.0
+
+
+def test_a_stated_target_takes_the_stated_steps_band_and_a_share_of_the_improvement_the_other():
+    """``calibrate``'s last two record columns are the steps errors of stated targets (a fixed value: ``--target``, a
+    job's target): their own band and median; a ``--target-fraction`` goal keeps the other (it moves with the
+    predicted final, and misses by more). A table without them serves both from the one band."""
+    share = [(0.1, 0.0, e, np.nan, e, np.nan, np.nan) for e in np.linspace(-1.0, 0.2, 19)]
+    stated = [(0.1, np.nan, np.nan, np.nan, np.nan, e, e) for e in np.linspace(-0.3, 0.3, 19)]
+    cal = calibrate(share + stated)
+    assert cal.steps_band(0.1) == pytest.approx(quantile_band(np.linspace(-1.0, 0.2, 19)))
+    assert cal.steps_band(0.1, stated=True) == pytest.approx(quantile_band(np.linspace(-0.3, 0.3, 19)))
+    assert (cal.steps_shift(0.1), cal.steps_shift(0.1, stated=True)) == pytest.approx((-0.4, 0.0))
+    assert from_dict(json.loads(cal.to_json())) == cal
+    x = np.arange(10, 1001, 10.0)
+    y = law_curve("cosine", x)
+    s = parse_schedule("cosine", B)
+    goal = predict_curve(x[:30], y[:30], s, target_fraction=0.95, prior=None, calibration=cal)
+    fixed = predict_curve(x[:30], y[:30], s, target=goal.target, prior=None, calibration=cal)
+    raw = goal.steps_to_target / np.exp(cal.steps_shift(0.3))   # the law's crossing, the same for both
+    assert fixed.steps_to_target == pytest.approx(raw) and fixed.interval_80 == pytest.approx(
+        [raw * np.exp(b) for b in cal.steps_band(0.3, stated=True)])
+    assert goal.interval_80 == pytest.approx([raw * np.exp(b) for b in cal.steps_band(0.3)])
+    old = dataclasses.replace(cal, stated_steps=None, stated_steps_median=None)
+    assert old.steps_band(0.1, stated=True) == old.steps_band(0.1) and old.steps_shift(0.1, stated=True) == -0.4
+    assert "stated_steps" in json.loads(load_calibration().to_json())   # the shipped table has them
 
 
 def test_the_chance_of_a_target_reads_the_calibrated_median_of_a_skewed_band():

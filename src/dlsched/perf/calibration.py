@@ -8,8 +8,9 @@ residual bootstrap cannot see (a decay the fit mis-sizes) are in it. The steps' 
 median of those errors (``steps_shift``): the law's own crossing is late on the development curves (median
 log(true/predicted) −0.1 to −0.3), and the band's centre is the calibrated prediction. The final errors'
 median is kept too (``final_median``): the bands are skewed, and the chance of reaching a target reads through
-it. ``bench/prediction_accuracy.py`` checks coverage leave-one-curve-out; ``calibration.json`` holds the bands
-from every development curve and the prior their fits give (rewritten by ``bench/prediction_accuracy.py
+it. A stated target (a fixed value) has steps errors of its own (``stated_steps``). ``bench/prediction_accuracy.py``
+checks coverage leave-one-curve-out (``bench/target_bands.py`` for stated targets); ``calibration.json`` holds the
+bands from every development curve and the prior their fits give (rewritten by ``bench/prediction_accuracy.py
 --write-calibration``).
 """
 from __future__ import annotations
@@ -73,6 +74,11 @@ class Calibration:
     # median of +0.03 on the development set), so the chance of a target is read through this, not the band's
     # middle; None (a table written before it): 0
     final_median: tuple[float, ...] | None = None
+    # ``steps`` and ``steps_median`` of a stated target (``--target``, a job's target loss or metric): a fixed value,
+    # not the predictor's own share of its predicted improvement (``--target-fraction``), whose goal moves with the
+    # predicted final and misses by more (bench/target_bands.py); None (a table written before them): those
+    stated_steps: tuple[tuple[float, float], ...] | None = None
+    stated_steps_median: tuple[float, ...] | None = None
 
     def _at(self, values, fraction: float) -> float:
         """One value per fraction, interpolated over log fraction (clipped to the calibrated ones)."""
@@ -90,14 +96,15 @@ class Calibration:
         lo, hi = self.final_band(fraction)
         return float(np.clip(0.0 if self.final_median is None else self._at(self.final_median, fraction), lo, hi))
 
-    def steps_band(self, fraction: float) -> tuple[float, float]:
-        return self._band(self.steps, fraction)
+    def steps_band(self, fraction: float, stated: bool = False) -> tuple[float, float]:
+        """The steps' band to a share of the predicted improvement, or (``stated``) to a stated value."""
+        return self._band(self.stated_steps if stated and self.stated_steps else self.steps, fraction)
 
-    def steps_shift(self, fraction: float) -> float:
-        """log factor from the law's own crossing to the calibrated point estimate of the steps (``steps_median``)."""
-        if self.steps_median is None:
-            return 0.0
-        return self._at(self.steps_median, fraction)
+    def steps_shift(self, fraction: float, stated: bool = False) -> float:
+        """log factor from the law's own crossing to the calibrated point estimate of the steps (``steps_median``;
+        ``stated``: ``stated_steps_median``)."""
+        median = self.stated_steps_median if stated and self.stated_steps else self.steps_median
+        return 0.0 if median is None else self._at(median, fraction)
 
     def fit_sigma(self, fraction: float) -> float:
         """Log-normal sigma of the fit-alone final value implied by its 80 % band at this fraction."""
@@ -170,7 +177,8 @@ class Calibration:
         return {"fractions": self.fractions, "final": self.final, "steps": self.steps, "prior": self.prior,
                 "reach": self.reach, "levelled": None if self.levelled is None else self.levelled.as_dict(),
                 "fits": self.fits, "carried": None if self.carried is None else self.carried.as_dict(),
-                "steps_median": self.steps_median, "final_median": self.final_median}
+                "steps_median": self.steps_median, "final_median": self.final_median,
+                "stated_steps": self.stated_steps, "stated_steps_median": self.stated_steps_median}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1)
@@ -195,7 +203,8 @@ def quantile_band(errors, level: float = LEVEL) -> tuple[float, float]:
 
 def calibrate(records, level: float = LEVEL) -> Calibration:
     """``records``: (fraction, log final error, log steps error[, log remaining-improvement error[, log steps error
-    of a crossing predicted ahead, before the budget: the ones the median shift moves]]); nan where a run had none."""
+    of a crossing predicted ahead, before the budget: the ones the median shift moves[, the same two of a stated
+    target]]]); nan where a run had none."""
     r = np.asarray(records, float)
     fr = tuple(sorted(set(r[:, 0].tolist())))
     final = _filled([quantile_band(r[r[:, 0] == f, 1], level) for f in fr])
@@ -204,8 +213,12 @@ def calibrate(records, level: float = LEVEL) -> Calibration:
     # pooled with the earlier fractions' errors: more points do not make every curve's prediction better, and a
     # floor that rose faster than the worst late error would call a reached target unreachable
     reach = tuple(quantile_band(r[r[:, 0] <= f, 3], UNREACHABLE_LEVEL)[1] for f in fr) if r.shape[1] > 3 else None
+    stated = {}
+    if r.shape[1] > 6:
+        stated = {"stated_steps": _filled([quantile_band(r[r[:, 0] == f, 5], level) for f in fr]),
+                  "stated_steps_median": _medians(r, fr, 6)}
     return Calibration(fr, final, steps, reach=reach, steps_median=_medians(r, fr, moved),
-                       final_median=_medians(r, fr, 1))
+                       final_median=_medians(r, fr, 1), **stated)
 
 
 def _medians(r: np.ndarray, fractions, column: int) -> tuple[float, ...]:
@@ -239,10 +252,12 @@ def load_calibration(path: Path = TABLE) -> Calibration:
 
 
 def from_dict(d: dict) -> Calibration:
-    prior, reach, levelled, fits, carried, median, final_median = (
-        d.get(k) for k in ("prior", "reach", "levelled", "fits", "carried", "steps_median", "final_median"))
+    prior, reach, levelled, fits, carried, median, final_median, stated, stated_median = (
+        d.get(k) for k in ("prior", "reach", "levelled", "fits", "carried", "steps_median", "final_median",
+                           "stated_steps", "stated_steps_median"))
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
                        tuple(prior) if prior else None, tuple(reach) if reach else None,
                        from_dict(levelled) if levelled else None, tuple(map(tuple, fits)) if fits else None,
                        from_dict(carried) if carried else None, tuple(median) if median else None,
-                       tuple(final_median) if final_median else None)
+                       tuple(final_median) if final_median else None, tuple(map(tuple, stated)) if stated else None,
+                       tuple(stated_median) if stated_median else None)

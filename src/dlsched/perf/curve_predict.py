@@ -280,12 +280,13 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
             hit = first_passage(grid[ahead], curve[ahead], x, y, goal, logged_noise(xs, ys, f))
             target_step = B if hit is None else min(hit, B)
         raw = max(target_step - x_now, 0.0)
-        lo_s, hi_s = cal.steps_band(frac)
+        stated = target_fraction is None   # a value the user stated, not a share of the predicted improvement
+        lo_s, hi_s = cal.steps_band(frac, stated)
         # the point is the calibrated median (``Calibration.steps_shift``) of a crossing ahead; a crossing
         # behind (a fact) and "only at the budget" (a bound) stay as they are
         steps = raw
         if 0.0 < raw and target_step < B:
-            steps = min(raw * math.exp(cal.steps_shift(frac)), B - x_now)
+            steps = min(raw * math.exp(cal.steps_shift(frac, stated)), B - x_now)
             target_step = x_now + steps
         # the band scales the law's crossing from at least one logging interval: a crossing is known no finer, and
         # no factor widens a 0 ("already there") the run may still be far from (as 0, it made the bands' ends e^20)
