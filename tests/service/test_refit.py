@@ -356,6 +356,10 @@ def test_a_target_loss_gets_the_step_and_the_time_the_run_reaches_it():
                         schedule="step:400,600:0.1")
     assert passed.loss_fit["target_step"] <= 300 and passed.loss_fit["target_step_80"] is None
     assert passed.loss_fit["target_time_80"] is None
+    # one past the predicted final value but not out of reach: at the budget (a bound), no band either
+    bound, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 300, target_loss=fit["final"] * 0.97,
+                       schedule="step:400,600:0.1")
+    assert bound.loss_fit["target_step"] == 800 and bound.loss_fit["target_step_80"] is None
 
 
 def test_a_batch_change_keeps_the_prediction_of_the_samples_trained():

@@ -109,9 +109,10 @@ class CurvePrediction:
 
     @property
     def target_step_80(self) -> list[float] | None:
-        """The x where the target is reached, its 80 % band (``interval_80`` from now); None when the target is not
-        ahead: unreachable, or a crossing the log already made (a fact, no band)."""
-        if self.interval_80 is None or self.target_step is None or self.target_step <= self.x_now:
+        """The x where the target is reached, its 80 % band (``interval_80`` from now); None unless the predicted
+        curve crosses it ahead, before the budget: not for a crossing the log already made (a fact), one only at the
+        budget (a bound: the run must beat its prediction) or none."""
+        if self.interval_80 is None or self.target_step is None or not self.x_now < self.target_step < self.budget:
             return None
         return [self.x_now + self.interval_80[0], self.x_now + self.interval_80[1]]
 
