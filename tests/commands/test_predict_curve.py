@@ -45,6 +45,9 @@ def test_accuracy_target_with_lr_column_and_time(capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["schedule"] == "lr-column" and out["target"] == pytest.approx(0.5)
     assert out["seconds_to_target"] is not None and out["seconds_to_budget"] > 0
+    lo, hi = out["seconds_to_target_interval_80"]   # the steps' band at the same speed
+    rate = out["seconds_to_budget"] / (out["budget"] - out["observed_until"])
+    assert lo <= out["seconds_to_target"] <= hi and [lo, hi] == pytest.approx([rate * v for v in out["interval_80"]])
 
 
 def test_the_chance_of_reaching_a_target_falls_as_the_target_passes_the_prediction(capsys):
@@ -64,8 +67,8 @@ def test_the_chance_of_reaching_a_target_falls_as_the_target_passes_the_predicti
 
 
 @pytest.mark.parametrize("metric,target,final,said", [
-    ("loss", 0.3476, 0.3357, "at step 1244"), ("loss", 0.30, 0.3357, "beyond the predicted final value"),
-    ("accuracy", 0.90, 0.9128, "at step 1244"), ("accuracy", 0.93, 0.9128, "beyond the predicted final value"),
+    ("loss", 0.3476, 0.3357, "at step 1,244"), ("loss", 0.30, 0.3357, "beyond the predicted final value"),
+    ("accuracy", 0.90, 0.9128, "at step 1,244"), ("accuracy", 0.93, 0.9128, "beyond the predicted final value"),
 ])
 def test_the_text_says_beyond_the_final_value_only_for_a_target_past_it(capsys, metric, target, final, said):
     """The calibrated median of the final errors may lie above the prediction (runs that ended a little worse
@@ -80,6 +83,17 @@ def test_the_text_says_beyond_the_final_value_only_for_a_target_past_it(capsys, 
     text = " ".join(capsys.readouterr().out.split())
     assert said in text and "chance by the budget 21 %" in text, text
     assert ("beyond" in text) == (said.startswith("beyond")), text
+
+
+def test_the_text_gives_the_crossing_as_a_person_reads_it_and_its_band_in_time(capsys):
+    out = {"model": "annealing", "schedule": "cosine", "regime": "scratch", "observed_until": 500.0,
+           "budget": 20000.0, "final_value": 0.3, "final_value_interval_80": [0.28, 0.33], "floor": 0.16,
+           "target": 0.32, "target_step": 12344.31, "steps_to_target": 11844.31, "interval_80": [61.42, 15000.0],
+           "p_reach": 0.9, "seconds_to_target": 5400.0, "seconds_to_target_interval_80": [28.0, 6840.0]}
+    _render(out, "step", "loss")
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("target 0.32: at step 12,344, 11,844 from now (80 % interval 61.4 – 15,000; in ~1h 30m, 28s – 1h 54m; "
+            "chance by the budget 90 %)") in text, text
 
 
 @pytest.mark.parametrize("args,field", [

@@ -10,7 +10,7 @@ steps_to_target (remaining x from the last observed point; null if unreachable),
 steps_to_target), p_reach (the chance of reaching the target by the budget, from the calibrated final-value
 band), observed_until, budget, regime (the shipped prior's pool: from-scratch or fine-tune runs), like_runs (with
 --like: the finished runs the prior came from), and,
-when the log has wall-clock times, seconds_to_target and seconds_to_budget
+when the log has wall-clock times, seconds_to_target (and seconds_to_target_interval_80) and seconds_to_budget
 at the speed of the newest points. Exit codes: 0, 2 bad input (one line), 3 target unreachable (one line on
 stderr; with --json the object is still printed).
 """
@@ -24,6 +24,7 @@ from typing import Optional
 import typer
 
 from dlsched.commands.plot_file import check_plot_path, save_figure
+from dlsched.display import human_duration
 from dlsched.errors import UserError
 
 UNREACHABLE_EXIT = 3
@@ -138,6 +139,8 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     if rate is not None:
         out["seconds_to_budget"] = rate * (budget - pred.x_now)
         out["seconds_to_target"] = None if pred.steps_to_target is None else rate * pred.steps_to_target
+        out["seconds_to_target_interval_80"] = None if pred.interval_80 is None else \
+            [rate * v for v in pred.interval_80]
     if as_json:
         print(json.dumps(out))
     else:
@@ -168,7 +171,8 @@ def _render(out: dict, x: str, metric: str) -> None:
     if out["target"] is not None and out["steps_to_target"] is not None:
         a, b = out["interval_80"]
         s = out.get("seconds_to_target")
-        eta = "" if s is None else f", ~{s / 3600:.2f} h" if s >= 3600 else f", ~{s:.0f} s"
+        eta = "" if s is None else \
+            f"; in ~{human_duration(s)}, " + " – ".join(map(human_duration, out["seconds_to_target_interval_80"]))
         p = 100 * out["p_reach"]
         chance = f"chance by the budget {'< 1' if 0 < p < 0.5 else f'{p:.0f}'} %"
         # past the predicted final value, in the metric's direction (not p_reach < 0.5: a calibrated median above the
@@ -181,8 +185,13 @@ def _render(out: dict, x: str, metric: str) -> None:
             con.print(f"target {out['target']:.4g}: beyond the predicted final value; reached by {x} "
                       f"{out['budget']:g} only if the run does better than predicted ({chance})")
         else:
-            con.print(f"target {out['target']:.4g}: at {x} {out['target_step']:g}, {out['steps_to_target']:g} from now "
-                      f"(80 % interval {a:g} – {b:g}{eta}; {chance})")
+            con.print(f"target {out['target']:.4g}: at {x} {_x(out['target_step'])}, {_x(out['steps_to_target'])} from "
+                      f"now (80 % interval {_x(a)} – {_x(b)}{eta}; {chance})")
+
+
+def _x(v: float) -> str:
+    """An x as a person reads it: whole from 100 up (12,345), else 3 significant digits (an epoch's 2.75)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def _plot(curve, keep, pred, out: Path, x: str, y: str, quiet: bool = False) -> None:
