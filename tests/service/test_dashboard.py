@@ -240,6 +240,11 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         assert re.search(r'data-label="predicted val_accuracy to the budget"><path d="M[\d.]+,[\d.]+(L[\d.]+,[\d.]+){120}"',
                          chart), chart[:1500]
         assert re.search(r'data-label="target 0.97"><path d="M[\d.]+,([\d.]+)L[\d.]+,\1"', chart), chart[-800:]
+        # and the 80 % band of the step it gets there at, on the target's level: steps 320 to 402 of the chart's 1..800
+        band = re.search(r'data-label="80 % band of when it gets there"><path d="M([\d.]+),([\d.]+)L([\d.]+),\2"', chart)
+        assert band, chart[-1200:]
+        x_of = lambda step: 56 + (step - 1) / 799 * (760 - 56 - 16)   # noqa: E731  (lineChart's margins)
+        assert (float(band.group(1)), float(band.group(3))) == pytest.approx((x_of(320.2), x_of(401.9)), abs=0.1)
         # the overview's queue says it too, as `dlsched status`'s TARGET does (no time while it does not train)
         queue = _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, "--dump-dom")
         row = re.search(rf'<tr data-job="{jid}">(.*?)</tr>', queue, re.S).group(1)

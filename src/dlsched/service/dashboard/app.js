@@ -56,7 +56,7 @@ function ticks(lo, hi, n = 5) {
 }
 
 // ---------------------------------------------------------------- charts
-// Line/scatter chart: series = [{points: [[x, y]], colour, kind: "dots"|"line", label}]
+// Line/scatter chart: series = [{points: [[x, y]], colour, kind: "dots"|"line", label, width?, dash?}]
 function lineChart(series, { width = 760, height = 300, xLabel = "", yLabel = "" } = {}) {
   const svg = el("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
   const m = { l: 56, r: 16, t: 14, b: 40 };
@@ -77,7 +77,7 @@ function lineChart(series, { width = 760, height = 300, xLabel = "", yLabel = ""
   series.forEach((s, i) => {
     const g = el("g", { class: "series", "data-label": s.label }, svg);
     if (s.kind === "line") {
-      el("path", { d: s.points.map((p, j) => `${j ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(""), fill: "none", stroke: s.colour, "stroke-width": 2, "stroke-dasharray": s.dash || "" }, g);
+      el("path", { d: s.points.map((p, j) => `${j ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(""), fill: "none", stroke: s.colour, "stroke-width": s.width || 2, "stroke-dasharray": s.dash || "" }, g);
     } else {
       for (const p of s.points) el("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5, fill: s.colour }, g);
     }
@@ -210,6 +210,9 @@ function targetChart(t, predicted) {
   if (predicted && predicted.curve) series.push({ label: `predicted ${t.metric} to the budget`, kind: "line", colour: "#dc2626", points: predicted.curve });
   const xs = series.flatMap((s) => s.points.map((p) => p[0]));
   if (xs.length) series.push({ label: `target ${t.value}`, kind: "line", colour: "#059669", dash: "6 4", points: [[Math.min(...xs), t.value], [Math.max(...xs), t.value]] });
+  // where the run gets there: the 80 % band of the step, on the target's level (none once reached, or only at the budget)
+  const band = predicted && predicted.target_step_80;
+  if (band) series.push({ label: "80 % band of when it gets there", kind: "line", colour: "#f59e0b", width: 8, points: [[band[0], t.value], [band[1], t.value]] });
   return lineChart(series, { xLabel: "step", yLabel: t.metric });
 }
 
