@@ -245,6 +245,9 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         assert band, chart[-1200:]
         x_of = lambda step: 56 + (step - 1) / 799 * (760 - 56 - 16)   # noqa: E731  (lineChart's margins)
         assert (float(band.group(1)), float(band.group(3))) == pytest.approx((x_of(320.2), x_of(401.9)), abs=0.1)
+        # a rising accuracy fills the chart's top: its legend goes to the bottom corner, clear of the target's level
+        legend = [float(y) for y in re.findall(r'<rect x="[\d.]+" y="([\d.]+)" width="10" height="10"', chart)]
+        assert len(legend) == 4 and min(legend) > 150, legend
         # the overview's queue says it too, as `dlsched status`'s TARGET does (no time while it does not train)
         queue = _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, "--dump-dom")
         row = re.search(rf'<tr data-job="{jid}">(.*?)</tr>', queue, re.S).group(1)

@@ -74,6 +74,12 @@ function lineChart(series, { width = 760, height = 300, xLabel = "", yLabel = ""
   for (const v of ticks(y0, y1)) { el("line", { x1: m.l - 4, x2: m.l, y1: Y(v), y2: Y(v) }, ax); svgText(ax, m.l - 6, Y(v) + 4, fmtNum(v), { "text-anchor": "end" }); }
   svgText(svg, (m.l + width - m.r) / 2, height - 6, xLabel, { "text-anchor": "middle" });
   svgText(svg, 12, m.t + (height - m.t - m.b) / 2, yLabel, { transform: `rotate(-90 12 ${m.t + (height - m.t - m.b) / 2})`, "text-anchor": "middle" });
+  // the legend goes in the right-hand corner the data leave emptier (a rising accuracy fills the top, a loss the bottom)
+  // as wide as its longest label (about 6.5 px a character at the page's font), so that none runs off the chart
+  const legendW = Math.max(250, 24 + 6.5 * Math.max(...series.map((s) => s.label.length)));
+  const legendH = series.length * 16, inBox = (top) => pts.filter((p) => X(p[0]) >= width - m.r - legendW
+    && Y(p[1]) >= top && Y(p[1]) <= top + legendH).length;
+  const legendTop = inBox(m.t) <= inBox(height - m.b - legendH - 4) ? m.t : height - m.b - legendH - 4;
   series.forEach((s, i) => {
     const g = el("g", { class: "series", "data-label": s.label }, svg);
     if (s.kind === "line") {
@@ -81,8 +87,8 @@ function lineChart(series, { width = 760, height = 300, xLabel = "", yLabel = ""
     } else {
       for (const p of s.points) el("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.5, fill: s.colour }, g);
     }
-    el("rect", { x: width - m.r - 250, y: m.t + i * 16, width: 10, height: 10, fill: s.colour }, svg);
-    svgText(svg, width - m.r - 235, m.t + i * 16 + 9, s.label);
+    el("rect", { x: width - m.r - legendW, y: legendTop + i * 16, width: 10, height: 10, fill: s.colour }, svg);
+    svgText(svg, width - m.r - legendW + 15, legendTop + i * 16 + 9, s.label);
   });
   return svg;
 }
