@@ -356,6 +356,10 @@ def test_a_target_loss_gets_the_step_and_the_time_the_run_reaches_it():
                         schedule="step:400,600:0.1")
     assert passed.loss_fit["target_step"] <= 300 and passed.loss_fit["target_step_80"] is None
     assert passed.loss_fit["target_time_80"] is None
+    # and its time is when the log got there, not when this prediction was made (2000)
+    assert passed.loss_fit["target_time"] == pytest.approx(
+        np.interp(passed.loss_fit["target_step"], [r["step"] for r in recs], [r["time"] for r in recs]))
+    assert passed.loss_fit["target_time"] < 1000 + float(d.wall_s[d.step <= 300].iloc[-1])
     # one past the predicted final value but not out of reach: at the budget (a bound), no band either
     bound, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 300, target_loss=fit["final"] * 0.97,
                        schedule="step:400,600:0.1")

@@ -403,10 +403,18 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
             finish = now + remaining_s if current_workers > 0 else None
     ahead = rate or observed_rate(recent)
 
+    logged = history.column("time")
+
     def time_at(x: float | None) -> float | None:
-        """When the run gets to ``x`` at the rate it trains now (None: not by the budget, or not training)."""
-        return now + max(0.0, x - xs[-1]) * samples_per_x / ahead if x is not None and ahead and current_workers > 0 \
-            else None
+        """When the run gets to ``x`` at the rate it trains now (None: not by the budget, or not training); an ``x``
+        the run already passed, when its log got there (a fact, also while it waits)."""
+        if x is None:
+            return None
+        if x <= xs[-1]:
+            seen = np.isfinite(logged)
+            return float(np.interp(x, xs[seen], logged[seen])) if seen.any() else now
+        return now + (x - xs[-1]) * samples_per_x / ahead if ahead and current_workers > 0 else None
+
     def times_at(fit: dict) -> dict:
         """When the run gets to its target (``target_time``) and the 80 % band of that (``target_time_80``)."""
         band = fit.get("target_step_80")
