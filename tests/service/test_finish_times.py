@@ -18,11 +18,11 @@ def test_the_stated_target_is_the_metrics_else_the_losss_else_none():
     loss = {"target_loss": 1.8, "target_step": None, "target_time": None, "target_chance": 0.03}
     assert stated_target({"loss_fit": json.dumps(loss)}) == {"metric": "loss", "value": 1.8, "step": None,
                                                              "time": None, "chance": 0.03, "step_80": None,
-                                                             "time_80": None}
+                                                             "time_80": None, "reached": False}
     both = {"loss_fit": loss | {"metric_target": METRIC}}                           # a row read back as a dict
     assert stated_target(both) == {"metric": "val_accuracy", "value": 0.93, "step": 4200.0, "time": 1_800_000_000.0,
                                    "chance": 0.8, "step_80": [3900.0, 4800.0],
-                                   "time_80": [1_799_999_000.0, 1_800_002_000.0]}
+                                   "time_80": [1_799_999_000.0, 1_800_002_000.0], "reached": False}
 
 
 def test_status_shows_when_a_running_job_reaches_its_target_and_the_chance():

@@ -355,6 +355,7 @@ def test_a_target_loss_gets_the_step_and_the_time_the_run_reaches_it():
     passed, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 300, target_loss=float(d.loss.iloc[0]),
                         schedule="step:400,600:0.1")
     assert passed.loss_fit["target_step"] <= 300 and passed.loss_fit["target_step_80"] is None
+    assert passed.loss_fit["target_reached"] and not fit["target_reached"] and not low.loss_fit["target_reached"]
     assert passed.loss_fit["target_time_80"] is None
     # and its time is when the log got there, not when this prediction was made (2000)
     assert passed.loss_fit["target_time"] == pytest.approx(

@@ -171,11 +171,18 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
         shown = c.get("/jobs/1").json()      # `dlsched show`, and `dlsched status`'s TARGET while the job runs
         last = shown["prediction"]["loss_fit"]["metric_target"]
         assert shown["target"] == {"metric": "val_mse", "value": 1e9, "step": last["target_step"],
-                                   "time": last["target_time"], "chance": 1.0, "step_80": None, "time_80": None}
+                                   "time": last["target_time"], "chance": 1.0, "step_80": None, "time_80": None,
+                                   "reached": True}
         # once they finish, each leaves its target's fit for the prior of new jobs' targets (service.job_models)
         wait_until(lambda: all(c.get(f"/jobs/{i}").json()["state"] in ("finished", "failed") for i in (1, 2)), 300,
                    "jobs 1 and 2 to end")
         assert [c.get(f"/jobs/{i}").json()["state"] for i in (1, 2)] == ["finished"] * 2
+        # each target of 1e9 was reached at its first prediction: one target_reached event each, where and when
+        told = {i: [e["detail"] for e in c.get(f"/jobs/{i}/events").json() if e["kind"] == "target_reached"]
+                for i in (1, 2)}
+        assert {i: [(d["metric"], d["value"]) for d in told[i]] for i in told} == \
+            {1: [("val_mse", 1e9)], 2: [("train_mae", 1e9)]}, told
+        assert all(d["step"] is not None and d["time"] is not None for ds in told.values() for d in ds), told
         wait_until(lambda: len(svc.store.finished_fits()) == 4, 60, "the finished jobs' fits")
         kept = [f["meta"] for f in svc.store.finished_fits() if "kind" in f["meta"]]
         assert [(m["metric"], m["kind"]) for m in kept] == [("val_mse", "loss"), ("train_mae", "loss")], kept

@@ -108,6 +108,11 @@ class CurvePrediction:
         return self.target is None or self.target_step is not None
 
     @property
+    def reached(self) -> bool:
+        """The log already got to the target (a fact: ``target_step`` is where)."""
+        return self.target_step is not None and self.target_step <= self.x_now
+
+    @property
     def target_step_80(self) -> list[float] | None:
         """The x where the target is reached, its 80 % band (``interval_80`` from now); None unless the predicted
         curve crosses it ahead, before the budget: not for a crossing the log already made (a fact), one only at the

@@ -29,10 +29,11 @@ def shown_times(job: JobRecord, prediction: dict | None, forecast: dict | None) 
 
 
 def stated_target(prediction: dict | None) -> dict | None:
-    """``{"metric", "value", "step", "time", "chance", "step_80", "time_80"}`` of the job's stated target from its
-    latest prediction row: a reported metric's (``prediction.target``, ``service.metric_target``), else its
+    """``{"metric", "value", "step", "time", "chance", "step_80", "time_80", "reached"}`` of the job's stated target
+    from its latest prediction row: a reported metric's (``prediction.target``, ``service.metric_target``), else its
     ``target_loss``; None before the loop predicted one. ``step``/``time`` None: not by the budget (``time`` also
-    while it does not train); ``step_80``/``time_80``: their 80 % bands, None unless the target is ahead."""
+    while it does not train); ``step_80``/``time_80``: their 80 % bands, None unless the target is ahead;
+    ``reached``: the job's log got there (``step``/``time``: where and when)."""
     fit = (prediction or {}).get("loss_fit")
     if isinstance(fit, str):
         fit = json.loads(fit)
@@ -47,4 +48,5 @@ def stated_target(prediction: dict | None) -> dict | None:
 
 def _reach(fit: dict) -> dict:
     return {"step": fit.get("target_step"), "time": fit.get("target_time"), "chance": fit.get("target_chance"),
-            "step_80": fit.get("target_step_80"), "time_80": fit.get("target_time_80")}
+            "step_80": fit.get("target_step_80"), "time_80": fit.get("target_time_80"),
+            "reached": bool(fit.get("target_reached"))}

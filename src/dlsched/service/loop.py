@@ -32,6 +32,7 @@ from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, he
                                         waits_for_hold, without_held)
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
+from dlsched.service.target_events import TargetReached
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
 from dlsched.train.files import read_lr_plan
 
@@ -74,6 +75,7 @@ class LiveLoop:
         self.nodes = NodeWatch(cluster_view(cluster, 0.0).nodes)
         self._last_now: float | None = None
         self._pending: dict[int, tuple] = {}               # refits of this round: (time, Prediction)
+        self.reached = TargetReached(store)                # each job's target_reached event, once
         self._to_refit: dict[int, JobRecord] = {}          # jobs whose progress arrived this pass
         self._ended: list[tuple[int, bool]] = []           # (job, finished) that ended this pass
         self._bad_fields: set[tuple[int, str]] = set()     # (job, field) a malformed_progress event named
@@ -328,6 +330,7 @@ class LiveLoop:
                               "policy_finish": f.finish[str(job_id)]}
                 self.store.add_prediction(job_id, t, pred.fraction_done, pred.total_samples,
                                           pred.remaining_s, pred.predicted_finish, pred.loss_fit, **fields)
+                self.reached.check(job_id, t, pred.loss_fit)
         self._pending.clear()
 
 

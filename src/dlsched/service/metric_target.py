@@ -30,10 +30,10 @@ def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndar
 
 def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule, regime: str,
                    prior: CurvePrior | None = None, calibration: Calibration | None = None) -> dict | None:
-    """``{"metric", "kind", "target", "final", "final_80", "bands", "target_step", "target_step_80", "target_chance",
-    "points", "curve", "fitted"}`` (x in the loss fit's units; values in the job's own, an accuracy in % or as a
-    fraction as it reports it; ``target_step`` None: not by the budget; ``target_step_80`` its 80 % band, None
-    unless ahead (``CurvePrediction.target_step_80``); ``curve``: [x, value] from the first point fitted to the
+    """``{"metric", "kind", "target", "final", "final_80", "bands", "target_step", "target_step_80", "target_reached",
+    "target_chance", "points", "curve", "fitted"}`` (x in the loss fit's units; values in the job's own, an accuracy
+    in % or as a fraction as it reports it; ``target_step`` None: not by the budget; ``target_step_80`` its 80 %
+    band, None unless ahead (``CurvePrediction.target_step_80``); ``target_reached``: the log got there; ``curve``: [x, value] from the first point fitted to the
     budget, drawn as the loss fit's is; ``fitted``: the annealing fit, in fractions (``reported_scale``), not JSON,
     or None), or None with fewer than ``MIN_POINTS`` points, or points the predictor refuses (a value it cannot
     model, such as an error of 0). ``prior``: from the finished jobs' fits of such targets
@@ -51,7 +51,8 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     drawn = np.interp(grid, p.curve_x, p.curve_y) * scale
     return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value * scale,
             "final_80": [v * scale for v in p.final_value_interval_80], "bands": p.bands, "target_step": p.target_step,
-            "target_step_80": p.target_step_80, "target_chance": p.p_reach, "points": len(x),
+            "target_step_80": p.target_step_80, "target_reached": p.reached, "target_chance": p.p_reach,
+            "points": len(x),
             "curve": [[float(a), float(b)] for a, b in zip(grid, drawn)], "fitted": p.fitted}
 
 

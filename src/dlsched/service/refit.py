@@ -212,8 +212,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     ``curve`` ([step, loss] from the first step fitted (past an LR warm-up, then a slow start:
     ``perf.fit_window``) to the budget), ``curve_rmse`` (its RMSE on the points it covers, in loss units),
     ``final``, ``final_80``
-    and, for a ``target_loss``, ``target_step`` (None: unreachable) and ``target_step_80`` (its 80 % band; None
-    unless ahead), and the annealing fit's ``alpha`` and ``drop`` (what a
+    and, for a ``target_loss``, ``target_step`` (None: unreachable), ``target_step_80`` (its 80 % band; None
+    unless ahead) and ``target_reached`` (the log got there), and the annealing fit's ``alpha`` and ``drop`` (what a
     finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default: the shipped one), or a function of the
     job's ``Schedule`` that makes one (the level prior carries finished runs' finals to it: ``perf.prior``);
@@ -254,7 +254,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         gap = np.interp(whole[0][seen], p.curve_x, p.curve_y) - whole[1][seen]
         out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80), bands=p.bands,
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
-                   target_step=p.target_step, target_step_80=p.target_step_80, target_chance=p.p_reach,
+                   target_step=p.target_step, target_step_80=p.target_step_80, target_reached=p.reached,
+                   target_chance=p.p_reach,
                    curve_rmse=float(np.sqrt(np.mean(gap ** 2))) if gap.size else None)
         if p.fitted is not None:
             out.update(alpha=p.fitted.alpha, drop=p.fitted.c, fitted=p.fitted)
