@@ -30,3 +30,20 @@ def test_a_level_table_is_named_by_what_the_table_holds():
     assert shipped.table("carried") is shipped.carried and shipped.table("fit") is shipped
     bare = dataclasses.replace(shipped, levelled=None, carried=None)
     assert bare.level_table(True) == "fit" and bare.table("carried") is bare
+
+
+def test_own_steps_errors_replace_a_stated_targets_band_and_shift_and_nothing_else():
+    shipped = load_calibration()
+    errors = [0.1 * i - 0.3 for i in range(OWN_ERRORS_MIN)]
+    assert shipped.with_own_errors({}, {"fit": {0.25: errors[:-1]}}) == shipped   # 8: not yet
+    own = shipped.with_own_errors({}, {"fit": {0.25: errors}, "carried": {0.5: errors}})
+    assert own.steps_band(0.25, stated=True) == quantile_band(errors)
+    assert own.steps_shift(0.25, stated=True) == pytest.approx(errors[OWN_ERRORS_MIN // 2])
+    assert own.steps_band(0.1, stated=True) == shipped.steps_band(0.1, stated=True)
+    assert own.table("carried").steps_band(0.5, stated=True) == quantile_band(errors)
+    assert (own.steps, own.final, own.steps_median) == (shipped.steps, shipped.final, shipped.steps_median)
+    # a table written before stated targets had a band of their own: the others' elsewhere
+    old = dataclasses.replace(shipped, stated_steps=None, stated_steps_median=None)
+    mine = old.with_own_errors({}, {"fit": {0.25: errors}})
+    assert mine.steps_band(0.25, stated=True) == quantile_band(errors)
+    assert mine.steps_band(0.5, stated=True) == shipped.steps_band(0.5)

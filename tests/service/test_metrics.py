@@ -124,7 +124,7 @@ def test_the_own_bands_errors_are_counted_per_pool(tmp_path):
     models = JobModels(("slot",), store)
     models.bands.add("loss", [[0.1, "fit", 0.2], [0.25, "carried", -0.1]])
     models.bands.add("loss", [[0.1, "fit", 0.1]])
-    models.bands.add("error", [[0.5, "fit", 0.3]])
+    models.bands.add("error", [[0.5, "fit", 0.3]], [[0.25, "fit", -0.2]])   # and a stated target's steps error
     loop = SimpleNamespace(rounds=1, failed_rounds=0, last_stats=None, loop=SimpleNamespace(models=models),
                            round_seconds=Histogram("dlsched_round_duration_seconds", "rounds", registry=None))
     m = collected(ServiceCollector(store, lambda: NODES, loop_thread=loop))
@@ -132,4 +132,6 @@ def test_the_own_bands_errors_are_counted_per_pool(tmp_path):
         (("fraction", "0.1"), ("kind", "loss"), ("table", "fit")): 2,
         (("fraction", "0.25"), ("kind", "loss"), ("table", "carried")): 1,
         (("fraction", "0.5"), ("kind", "error"), ("table", "fit")): 1}
+    assert {labels: v for (name, labels), v in m.items() if name == "dlsched_own_steps_band_errors"} == {
+        (("fraction", "0.25"), ("kind", "error"), ("table", "fit")): 1}
     store.close()

@@ -19,14 +19,18 @@ BATCH = 16
 
 
 def run_job(models: JobModels, store: Store, name: str, until: float = 1.0, ended: bool = True,
-            accuracy_scale: float | None = None) -> dict:
+            accuracy_scale: float | None = None, target_share: float | None = None) -> dict:
     """The run as a service job of its schedule and budget, refitted and its prediction stored at 10, 25, 50, 75 %
     and ``until`` of its budget; then ended (finished) when ``ended``. Its last stored loss fit. With
-    ``accuracy_scale`` (1, or 100: in %) it states a target of its token accuracy, reported inside each step."""
+    ``accuracy_scale`` (1, or 100: in %) it states a target of its token accuracy, reported inside each step; with
+    ``target_share`` a target loss that share of the way from its first loss to its last 3's median."""
     row = INDEX.loc[f"{name}.csv"]
     d = pd.read_csv(CURVES / f"{name}.csv")
     budget = int(row.budget)
     facts = {"schedule": row.schedule}
+    if target_share is not None:
+        first, last = float(d.loss.iloc[0]), float(np.median(d.loss.iloc[-3:]))
+        facts["target_loss"] = first - target_share * (first - last)
     if accuracy_scale:
         facts["target"] = {"metric": "token_accuracy", "value": 0.5, "kind": "accuracy"}
     jid = store.submit(JobSpec(name=name, command=["python", "train.py"], gpus=1, batch_size=BATCH,
@@ -90,6 +94,45 @@ def test_once_enough_jobs_ran_to_their_budget_the_loss_bands_are_their_own_error
     fit = run_job(JobModels(("slot",), store), store, "tinylm-linear", until=0.25, ended=False)
     lo, hi = fit["final_80"]
     assert (math.log(lo / fit["final"]), math.log(hi / fit["final"])) == pytest.approx(own, abs=1e-9)
+    store.close()
+
+
+def test_once_enough_jobs_reached_their_stated_target_its_steps_band_is_their_own(tmp_path):
+    """Nine charlm runs each state a target loss 90 % of the way from their first loss to their last and finish:
+    each leaves log(true / the law's predicted steps) of the predictions that saw the crossing ahead at 10, 25, 50
+    and 75 % (true: where its binned losses' 3-point median got there). Where nine have one, a stated target's
+    steps band and median shift are theirs, also after a restart; elsewhere, and for --target-fraction's band, the
+    development set's stay."""
+    store = Store(tmp_path / "s.db")
+    models = JobModels(("slot",), store)
+    names = [f.removesuffix(".csv") for f in INDEX.index if f.startswith("charlm-")]
+    for name in names:
+        run_job(models, store, name, target_share=0.9)
+    shipped = load_calibration()
+    errors: dict[float, list[float]] = {}
+    for d in store.finished_fits():
+        for f, table, e in d.get("steps_errors", []):
+            assert table == "fit"   # no dataset declared: no level
+            errors.setdefault(f, []).append(e)
+    assert sorted(f for f, e in errors.items() if len(e) >= OWN_ERRORS_MIN) == [0.25, 0.5], \
+        {f: len(e) for f, e in errors.items()}
+    # one of them by hand: the 25 % prediction of the last run against where its log got to the target
+    job = store.jobs()[-1]
+    d = pd.read_csv(CURVES / f"{names[-1]}.csv")
+    made = [p["loss_fit"] for p in store.predictions(job.id) if p["fraction_done"] <= 0.25][-1]
+    goal = job.spec.prediction.target_loss
+    from dlsched.perf.first_passage import logged_crossing
+    from dlsched.service.refit import binned_curve
+    true = logged_crossing(*binned_curve(d.step.to_numpy(float), d.loss.to_numpy(float)), goal)
+    mine = next(e for f, _, e in store.finished_fits()[-1]["steps_errors"] if f == 0.25)   # the last job's record
+    seen = made["observed_until"]
+    assert mine == pytest.approx(math.log((true - seen) / (made["target_step_law"] - seen)))
+    for cal in (models.bands.of("loss"), JobModels(("slot",), store).bands.of("loss")):   # and after a restart
+        for f in (0.25, 0.5):
+            assert cal.steps_band(f, stated=True) == pytest.approx(quantile_band(errors[f]))
+            assert cal.steps_shift(f, stated=True) == pytest.approx(float(np.median(errors[f])))
+        assert cal.steps_band(0.1, stated=True) == shipped.steps_band(0.1, stated=True)
+        assert cal.steps_band(0.25) == shipped.steps_band(0.25)   # --target-fraction's
     store.close()
 
 

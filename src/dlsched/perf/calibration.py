@@ -142,29 +142,43 @@ class Calibration:
         a, d, *spread = self.prior
         return CurvePrior(a, d, **dict(zip(("alpha_sigma", "drop_sigma"), spread)))
 
-    def with_own_errors(self, errors: Mapping[str, Mapping[float, Sequence[float]]]) -> "Calibration":
+    def with_own_errors(self, errors: Mapping[str, Mapping[float, Sequence[float]]],
+                        steps: Mapping[str, Mapping[float, Sequence[float]]] | None = None) -> "Calibration":
         """This table with the final-value band and median of each fraction at which ``errors`` — log(true/predicted
         final) of a cluster's own finished jobs, by the table (``TABLES``) the prediction's band came from and the
         fraction it was made at — hold ``OWN_ERRORS_MIN`` or more: what a service measured of its own predictions
         stands for the development set's. By table, as the development set's are: a prediction from a level of
-        the same task's finished jobs misses by several times less than one from the fit alone. The steps'
-        bands and the unreachable floor stay the development set's."""
-        def replaced(table: "Calibration | None", by_fraction) -> "Calibration | None":
+        the same task's finished jobs misses by several times less than one from the fit alone. ``steps``, the
+        same of log(true/the law's predicted steps) to stated targets, makes a stated target's steps band and
+        median (``stated_steps``) theirs likewise. The other steps' bands and the unreachable floor stay the
+        development set's."""
+        def own(table: "Calibration", by_fraction) -> dict[float, list[float]]:
+            finite = {f: [v for v in by_fraction.get(f, ()) if math.isfinite(v)] for f in table.fractions}
+            return {f: e for f, e in finite.items() if len(e) >= OWN_ERRORS_MIN}
+
+        def pooled(table, own_errors, bands, medians) -> tuple[tuple, tuple]:
+            medians = medians or (0.0,) * len(table.fractions)
+            return (tuple(quantile_band(own_errors[f]) if f in own_errors else b
+                          for f, b in zip(table.fractions, bands)),
+                    tuple(float(np.median(own_errors[f])) if f in own_errors else m
+                          for f, m in zip(table.fractions, medians)))
+
+        def replaced(table: "Calibration | None", name: str) -> "Calibration | None":
             if table is None:
                 return None
-            finite = {f: [v for v in by_fraction.get(f, ()) if math.isfinite(v)] for f in table.fractions}
-            own = {f: e for f, e in finite.items() if len(e) >= OWN_ERRORS_MIN}
-            if not own:
-                return table
-            at = table.fractions
-            medians = table.final_median or (0.0,) * len(at)
-            bands = tuple(quantile_band(own[f]) if f in own else b for f, b in zip(at, table.final))
-            centres = tuple(float(np.median(own[f])) if f in own else m for f, m in zip(at, medians))
-            return dataclasses.replace(table, final=bands, final_median=centres)
+            final, stated = own(table, errors.get(name, {})), own(table, (steps or {}).get(name, {}))
+            out = table
+            if final:
+                bands, centres = pooled(table, final, table.final, table.final_median)
+                out = dataclasses.replace(out, final=bands, final_median=centres)
+            if stated:
+                bands, centres = pooled(table, stated, table.stated_steps or table.steps,
+                                        table.stated_steps_median or table.steps_median)
+                out = dataclasses.replace(out, stated_steps=bands, stated_steps_median=centres)
+            return out
 
-        return dataclasses.replace(replaced(self, errors.get("fit", {})),
-                                   levelled=replaced(self.levelled, errors.get("levelled", {})),
-                                   carried=replaced(self.carried, errors.get("carried", {})))
+        return dataclasses.replace(replaced(self, "fit"), levelled=replaced(self.levelled, "levelled"),
+                                   carried=replaced(self.carried, "carried"))
 
     def without_task(self, task: str) -> "Calibration":
         """This table with the fits of ``task``'s runs left out: the shipped prior a run of that task would get had

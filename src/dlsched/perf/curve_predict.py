@@ -102,6 +102,7 @@ class CurvePrediction:
     p_reach: float | None = None        # chance the run reaches the target by the budget (calibrated final band)
     resolution: float = 0.0             # the log's interval: the steps band scales max(steps, this)
     bands: str = "fit"                  # the calibration table the bands came from (``Calibration.TABLES``)
+    law_step: float | None = None       # the law's own crossing, before the calibrated shift: ahead, before the budget
 
     @property
     def reachable(self) -> bool:
@@ -274,7 +275,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     floor = min(floor, now)
     if x_now < schedule.peak_at():
         floor = 0.0   # the LR still rises to its peak: the prefix has seen none of the run's main phase
-    target_step = steps = interval = None
+    target_step = steps = interval = law_step = None
     resolution = log_interval(x)
     if goal is not None and goal >= floor:
         if now <= goal:   # already there: where the log got there (a fact, not a prediction), 0 steps from now
@@ -292,6 +293,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         # behind (a fact) and "only at the budget" (a bound) stay as they are
         steps = raw
         if 0.0 < raw and target_step < B:
+            law_step = target_step
             steps = min(raw * math.exp(cal.steps_shift(frac, stated)), B - x_now)
             target_step = x_now + steps
         # the band scales the law's crossing from at least one logging interval: a crossing is known no finer, and
@@ -303,7 +305,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(floor)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
                            grid, np.asarray(space.up(curve), float),
-                           fitted if isinstance(fitted, AnnealingCurve) else None, p_reach, resolution, bands)
+                           fitted if isinstance(fitted, AnnealingCurve) else None, p_reach, resolution, bands,
+                           law_step)
 
 
 def reach_chance(goal: float, now: float, final: float, lo: float, mid: float, hi: float,

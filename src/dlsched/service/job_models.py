@@ -11,14 +11,15 @@ import numpy as np
 import scipy.signal  # noqa: F401
 
 from dlsched.perf.calibration import load_calibration
+from dlsched.perf.first_passage import logged_crossing
 from dlsched.perf.prior import (REGIMES, FinishedFit, finished_fit, fit_from_record, fit_record, kind_of,
                                 metric_kind, prior_from_fits)
 from dlsched.perf.schedule import Schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
-from dlsched.service.metric_target import METRICS_EVENT, ended_at, fit_space, reported, target_meta
-from dlsched.service.own_calibration import LOSS_FIT, TARGET_FIT, OwnBands, final_errors
+from dlsched.service.metric_target import METRICS_EVENT, ended_at, fit_space, reached_at, reported, target_meta
+from dlsched.service.own_calibration import LOSS_FIT, TARGET_FIT, OwnBands, final_errors, steps_errors
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.store import RESCALING, JobRecord, Store
 from dlsched.spec import MetricTarget
@@ -135,17 +136,39 @@ class JobModels:
         self._failed_fits.discard(job_id)
 
     def _with_errors(self, job: JobRecord | None, last: FinishedFit, target: FinishedFit | None):
-        """The finished job's loss and target records, each with its final-value errors (``own_calibration``),
-        which its kind's bands take in from now on."""
+        """The finished job's loss and target records, each with its final-value errors and the steps errors of its
+        stated target (``own_calibration``), which its kind's bands take in from now on."""
         out = []
-        for fit, path, down in ((last, LOSS_FIT, float), (target, TARGET_FIT, self._target_space(job))):
+        for fit, path, down, reached in ((last, LOSS_FIT, float, self._loss_reached(job)),
+                                         (target, TARGET_FIT, self._target_space(job), self._target_reached(job))):
             if fit is None:
                 out.append(None)
                 continue
             errors = final_errors(self._store, job, fit.final, path, down) if down is not None else []
-            self.bands.add(kind_of(fit.meta), errors)
-            out.append(fit_record(fit) | ({"final_errors": errors} if errors else {}))
+            steps = steps_errors(self._store, job, reached, path)
+            self.bands.add(kind_of(fit.meta), errors, steps)
+            out.append(fit_record(fit) | ({"final_errors": errors} if errors else {})
+                       | ({"steps_errors": steps} if steps else {}))
         return out
+
+    def _loss_reached(self, job: JobRecord | None) -> float | None:
+        """The step the job's loss got to its stated ``target_loss`` (binned as fitted; None: never, or none)."""
+        target = None if job is None else job_fact(job, "target_loss")
+        if not isinstance(target, (int, float)) or self._store is None:
+            return None
+        history = self.progress(job.id, self._store)
+        if not len(history):
+            return None
+        return logged_crossing(*refit.binned_curve(history.column("step"), history.column("loss")), float(target))
+
+    def _target_reached(self, job: JobRecord | None) -> float | None:
+        """The step the job's reports of its stated target's metric got there (None: never, or none)."""
+        stated = None if job is None else metric_target_of(job)
+        if stated is None or job.id not in self._reports:
+            return None
+        inside, between, _ = self._reports[job.id]
+        steps, values = reported((inside | between).items())
+        return reached_at(stated, *refit.binned_curve(steps, values)) if len(values) else None
 
     def _target_space(self, job: JobRecord | None):
         """The stated target's predicted values -> its fit's space (``metric_target.fit_space``), from its reports."""

@@ -12,6 +12,7 @@ import numpy as np
 from dlsched.perf.annealing import CurvePrior
 from dlsched.perf.calibration import Calibration
 from dlsched.perf.curve_predict import MIN_POINTS, MetricSpace, predict_curve
+from dlsched.perf.first_passage import logged_crossing
 from dlsched.perf.schedule import Schedule
 from dlsched.spec import MetricTarget
 
@@ -31,9 +32,10 @@ def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndar
 def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule, regime: str,
                    prior: CurvePrior | None = None, calibration: Calibration | None = None) -> dict | None:
     """``{"metric", "kind", "target", "final", "final_80", "bands", "target_step", "target_step_80", "target_reached",
-    "target_chance", "points", "curve", "fitted"}`` (x in the loss fit's units; values in the job's own, an accuracy
+    "target_chance", "observed_until", "target_step_law", "points", "curve", "fitted"}`` (x in the loss fit's units; values in the job's own, an accuracy
     in % or as a fraction as it reports it; ``target_step`` None: not by the budget; ``target_step_80`` its 80 %
-    band, None unless ahead (``CurvePrediction.target_step_80``); ``target_reached``: the log got there; ``curve``: [x, value] from the first point fitted to the
+    band, None unless ahead (``CurvePrediction.target_step_80``); ``target_reached``: the log got there;
+    ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s; ``curve``: [x, value] from the first point fitted to the
     budget, drawn as the loss fit's is; ``fitted``: the annealing fit, in fractions (``reported_scale``), not JSON,
     or None), or None with fewer than ``MIN_POINTS`` points, or points the predictor refuses (a value it cannot
     model, such as an error of 0). ``prior``: from the finished jobs' fits of such targets
@@ -52,8 +54,18 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value * scale,
             "final_80": [v * scale for v in p.final_value_interval_80], "bands": p.bands, "target_step": p.target_step,
             "target_step_80": p.target_step_80, "target_reached": p.reached, "target_chance": p.p_reach,
-            "points": len(x),
+            "observed_until": p.x_now, "target_step_law": p.law_step, "points": len(x),
             "curve": [[float(a), float(b)] for a, b in zip(grid, drawn)], "fitted": p.fitted}
+
+
+def reached_at(target: MetricTarget, x: np.ndarray, values: np.ndarray) -> float | None:
+    """The x where the job's reports of its target's metric first got there, as a 3-point median
+    (``perf.first_passage.logged_crossing``, the truth the calibration's crossings are); None if they never did."""
+    if not len(values):
+        return None
+    down, scale = fit_space(target, values), reported_scale(target, values)
+    goal = MetricSpace.of(target.kind, np.asarray(values, float) / scale).target(target.value)
+    return logged_crossing(x, [down(v) for v in values], float(MetricSpace(target.kind).down(goal)))
 
 
 def reported_scale(target: MetricTarget, values) -> float:

@@ -152,12 +152,14 @@ class ServiceCollector:
         models = getattr(getattr(self.loop_thread, "loop", None), "models", None)
         if models is None:   # no loop: no finished jobs' errors to count
             return
-        own = GaugeMetricFamily("dlsched_own_band_errors", "Final-value errors kept of the jobs that ran to their "
-                                "budget here, per pool; 9 at a fraction make its band the cluster's own "
-                                "(service/own_calibration.py)", labels=["kind", "table", "fraction"])
-        for (kind, table, f), n in sorted(models.bands.counts().items(), key=str):
-            own.add_metric([str(kind), table, f"{f:g}"], n)
-        yield own
+        for steps, name, what in ((False, "dlsched_own_band_errors", "Final-value errors"),
+                                  (True, "dlsched_own_steps_band_errors", "Errors of the steps to a stated target")):
+            own = GaugeMetricFamily(name, f"{what} kept of the jobs that ran to their budget here, per pool; 9 at a "
+                                    "fraction make its band the cluster's own (service/own_calibration.py)",
+                                    labels=["kind", "table", "fraction"])
+            for (kind, table, f), n in sorted(models.bands.counts(steps).items(), key=str):
+                own.add_metric([str(kind), table, f"{f:g}"], n)
+            yield own
 
     def _event_counts(self) -> CounterMetricFamily:
         with self._lock:

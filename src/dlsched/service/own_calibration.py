@@ -1,11 +1,13 @@
-"""The final-value bands of a cluster's own predictions: how far each job that ran to its budget ended from the
+"""The bands of a cluster's own predictions: how far each job that ran to its budget ended from the
 final value the service predicted for it at each calibrated fraction (``perf.calibration``), of its loss and of the
 metric it stated a target of, kept beside its finished fits (``Store.add_finished_fit``, the records'
 ``final_errors``). Once ``OWN_ERRORS_MIN`` jobs have an error of a metric kind at a fraction, the bands of that kind
 there are theirs (``Calibration.with_own_errors``): a cluster whose workloads the development set's curves do not
 resemble gets bands as wide as its own misses, and one they do, bands as narrow. By calibration table, as the shipped
 bands are: a prediction from a same-task level misses by several times less than one from the fit alone, and one
-pool of both over-covered with bands several times as wide as the shipped ones (docs/curve-prediction.md).
+pool of both over-covered with bands several times as wide as the shipped ones (docs/curve-prediction.md). A stated
+target's steps band likewise: how far from the law's predicted crossing a job's log got to its target
+(``steps_errors``).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Callable, Iterable
 
 from dlsched.perf.calibration import Calibration, load_calibration
 from dlsched.perf.prior import kind_of
-from dlsched.service.store import JobRecord, Store, predicted_final_by
+from dlsched.service.store import JobRecord, Store, predicted_crossing_by, predicted_final_by
 
 RAN_TO_BUDGET = 0.99   # a job that stopped well before its total (the script's own early stop) ended elsewhere
 LOSS_FIT = "$"                  # where a stored prediction keeps its loss fit (``final``, ``bands``)
@@ -39,30 +41,51 @@ def final_errors(store: Store, job: JobRecord | None, ended_at: float, fit: str 
     return out
 
 
+def steps_errors(store: Store, job: JobRecord | None, reached_at: float | None, fit: str = LOSS_FIT) -> list[list]:
+    """[fraction, table, log(true / the law's predicted steps to the stated target)] of the newest prediction made at
+    each calibrated fraction of the job's samples (and past half of it) whose law crossed the target ahead of it,
+    before the budget (``store.predicted_crossing_by``): the predictions whose band the service showed.
+    ``reached_at``: the step the job's log got there (``perf.first_passage.logged_crossing``); [] for a job that
+    never did, or did not run to its budget."""
+    if (reached_at is None or job is None or not job.total_samples
+            or job.samples < RAN_TO_BUDGET * job.total_samples):
+        return []
+    out = []
+    for f in load_calibration().fractions:
+        made = predicted_crossing_by(store, job.id, f / 2, f, fit)
+        if made is not None and made[1] > made[0] and reached_at > made[0]:
+            out.append([float(f), made[2], math.log((reached_at - made[0]) / (made[1] - made[0]))])
+    return out
+
+
 class OwnBands:
     """The errors of the finished jobs' records by metric kind (``perf.prior.kind_of``), and the bands they give."""
 
     def __init__(self, records: Iterable[dict] = ()):
         self._errors: dict[str | None, dict[str, dict[float, list[float]]]] = {}
+        self._steps: dict[str | None, dict[str, dict[float, list[float]]]] = {}   # of stated targets' steps
         self._tables: dict[str | None, Calibration] = {}
         self._lock = threading.Lock()   # the loop adds while a /metrics scrape counts
         for d in records:
-            self.add(kind_of(d.get("meta") or {}), d.get("final_errors") or [])
+            self.add(kind_of(d.get("meta") or {}), d.get("final_errors") or [], d.get("steps_errors") or [])
 
-    def add(self, kind: str | None, errors: list[list]) -> None:
+    def add(self, kind: str | None, errors: list[list], steps: list[list] = ()) -> None:
         with self._lock:
-            for f, table, e in errors:
-                self._errors.setdefault(kind, {}).setdefault(table, {}).setdefault(float(f), []).append(float(e))
+            for pool, new in ((self._errors, errors), (self._steps, steps)):
+                for f, table, e in new:
+                    pool.setdefault(kind, {}).setdefault(table, {}).setdefault(float(f), []).append(float(e))
             self._tables.pop(kind, None)
 
-    def counts(self) -> dict[tuple[str | None, str, float], int]:
-        """{(kind, table, fraction): errors kept}: a pool with ``OWN_ERRORS_MIN`` sets its band."""
+    def counts(self, steps: bool = False) -> dict[tuple[str | None, str, float], int]:
+        """{(kind, table, fraction): errors kept} of the final value (``steps``: of a stated target's steps): a pool
+        with ``OWN_ERRORS_MIN`` sets its band."""
         with self._lock:
-            return {(kind, table, f): len(e) for kind, tables in self._errors.items()
+            return {(kind, table, f): len(e) for kind, tables in (self._steps if steps else self._errors).items()
                     for table, by_fraction in tables.items() for f, e in by_fraction.items()}
 
     def of(self, kind: str | None) -> Calibration:
         """The shipped table, with this cluster's own bands of ``kind`` where enough jobs finished."""
         if kind not in self._tables:
-            self._tables[kind] = load_calibration().with_own_errors(self._errors.get(kind, {}))
+            self._tables[kind] = load_calibration().with_own_errors(self._errors.get(kind, {}),
+                                                                    self._steps.get(kind, {}))
         return self._tables[kind]

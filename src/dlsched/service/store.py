@@ -663,6 +663,20 @@ def predicted_final_by(store: Store, job_id: int, lo: float, hi: float, fit: str
     return None if row is None else (float(row[0]), row[1] or "fit")
 
 
+def predicted_crossing_by(store: Store, job_id: int, lo: float, hi: float,
+                          fit: str = "$") -> tuple[float, float, str] | None:
+    """(observed_until, target_step_law, bands) of the fit at JSON path ``fit`` (as ``predicted_final_by``) of the
+    job's newest prediction made with ``lo`` <= its fraction done <= ``hi`` that holds a law's crossing of the stated
+    target ahead of it, before the budget (``refit.fit_loss``), if any."""
+    row = store._conn().execute(
+        "SELECT json_extract(loss_fit, ?), json_extract(loss_fit, ?), json_extract(loss_fit, ?) FROM predictions "
+        "WHERE job_id = ? AND fraction_done BETWEEN ? AND ? AND json_type(loss_fit, ?) IN ('real', 'integer') AND "
+        "json_type(loss_fit, ?) IN ('real', 'integer') ORDER BY id DESC LIMIT 1",
+        (f"{fit}.observed_until", f"{fit}.target_step_law", f"{fit}.bands", job_id, lo, hi,
+         f"{fit}.target_step_law", f"{fit}.observed_until")).fetchone()
+    return None if row is None else (float(row[0]), float(row[1]), row[2] or "fit")
+
+
 class _Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``); nests as a no-op inside an open transaction."""
 
