@@ -32,15 +32,15 @@ def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndar
 def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule, regime: str,
                    prior: CurvePrior | None = None, calibration: Calibration | None = None) -> dict | None:
     """``{"metric", "kind", "target", "final", "final_80", "bands", "target_step", "target_step_80", "target_reached",
-    "target_chance", "observed_until", "target_step_law", "points", "curve", "fitted"}`` (x in the loss fit's units; values in the job's own, an accuracy
-    in % or as a fraction as it reports it; ``target_step`` None: not by the budget; ``target_step_80`` its 80 %
-    band, None unless ahead (``CurvePrediction.target_step_80``); ``target_reached``: the log got there;
-    ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s; ``curve``: [x, value] from the first point fitted to the
-    budget, drawn as the loss fit's is; ``fitted``: the annealing fit, in fractions (``reported_scale``), not JSON,
-    or None), or None with fewer than ``MIN_POINTS`` points, or points the predictor refuses (a value it cannot
-    model, such as an error of 0). ``prior``: from the finished jobs' fits of such targets
-    (``service.job_models``); None: the shipped prior of the target's kind. ``calibration``: the bands (None: the
-    shipped table; the service's: ``service.own_calibration``)."""
+    "target_chance", "observed_until", "target_step_law", "points", "curve", "fitted"}`` (x in the loss fit's units;
+    values in the job's own, an accuracy in % or as a fraction as it reports it; ``target_step`` None: not by the
+    budget; ``target_step_80`` its 80 % band, None unless ahead (``CurvePrediction.target_step_80``);
+    ``target_reached``: the log got there; ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s;
+    ``curve``: [x, value] from the first point fitted to the budget, drawn as the loss fit's is; ``fitted``: the
+    annealing fit, in fractions (``reported_scale``), not JSON, or None), or None with fewer than ``MIN_POINTS``
+    points, or points the predictor refuses (a value it cannot model, such as an error of 0). ``prior``: from the
+    finished jobs' fits of such targets (``service.job_models``); None: the shipped prior of the target's kind.
+    ``calibration``: the bands (None: the shipped table; the service's: ``service.own_calibration``)."""
     if len(x) < MIN_POINTS:
         return None
     scale = reported_scale(target, values)

@@ -215,8 +215,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     and, for a ``target_loss``, ``target_step`` (None: unreachable), ``target_step_80`` (its 80 % band; None
     unless ahead), ``target_reached`` (the log got there) and ``target_step_law`` (the law's own crossing, before the
     calibrated shift: what the cluster's own steps bands are measured against, ``service.own_calibration``), from
-    ``observed_until`` (the last x fitted), and the annealing fit's ``alpha`` and ``drop`` (what a
-    finished job gives ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
+    ``observed_until`` (the last x fitted), and the annealing fit's ``alpha`` and ``drop`` (what a finished job gives
+    ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
     constant); ``prior`` a ``CurvePrior`` from finished jobs (default: the shipped one), or a function of the
     job's ``Schedule`` that makes one (the level prior carries finished runs' finals to it: ``perf.prior``);
     ``regime`` the shipped prior's pool (``perf.curve_predict``); ``calibration`` its bands (default: the shipped
