@@ -216,6 +216,8 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
     store = svc.store
     jid = store.submit(JobSpec(name="evals", command=["python", "t.py"], gpus=64, prediction={
         "target": {"metric": "val_accuracy", "value": 0.97, "kind": "accuracy"}}))   # never placed on 4 slots
+    there = store.submit(JobSpec(name="there", command=["python", "t.py"], gpus=64, prediction={
+        "target": {"metric": "val_accuracy", "value": 0.9, "kind": "accuracy"}}))     # one its log got to
     try:
         fit = {"beta0": 0.01, "beta1": 0.7, "beta2": 0.07, "scale": 1.4, "rmse": 0.01, "model": "annealing",
                "curve": [[10.0, 2.0], [800.0, 0.1]], "final": 0.1, "final_80": [0.08, 0.12], "alpha": 0.5,
@@ -248,12 +250,19 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         # a rising accuracy fills the chart's top: its legend goes to the bottom corner, clear of the target's level
         legend = [float(y) for y in re.findall(r'<rect x="[\d.]+" y="([\d.]+)" width="10" height="10"', chart)]
         assert len(legend) == 4 and min(legend) > 150, legend
-        # the overview's queue says it too, as `dlsched status`'s TARGET does (no time while it does not train)
+        # the overview's queue says it too, as `dlsched status`'s TARGET does (no time while it does not train); a
+        # target the log already got to says so
+        store.add_prediction(there, 1.0, 0.5, 25600.0, None, None, fit | {"metric_target": fit["metric_target"] | {
+            "target": 0.9, "target_step": 120.0, "target_step_80": None, "target_reached": True,
+            "target_chance": 1.0}})
         queue = _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, "--dump-dom")
         row = re.search(rf'<tr data-job="{jid}">(.*?)</tr>', queue, re.S).group(1)
         assert '<td class="target">val_accuracy 0.97: step 348 [320–402] (80 %)</td>' in row, row
+        row = re.search(rf'<tr data-job="{there}">(.*?)</tr>', queue, re.S).group(1)
+        assert '<td class="target">val_accuracy 0.9: reached step 120</td>' in row, row
     finally:
         store.request_cancel(jid)
+        store.request_cancel(there)
 
 
 def test_the_dashboard_formats_the_same_time_fields_as_the_cli():

@@ -40,3 +40,8 @@ def test_status_shows_when_a_running_job_reaches_its_target_and_the_chance():
     assert job_rows([job | {"target": at | {"step": None, "time": None, "chance": 0.03}}])[0][11] == \
         "val_accuracy 0.93: not by the budget (3 %)"
     assert job_rows([job | {"target": None}])[0][11] == "-"
+    # once the log got there: when (where, while it waits), and no chance
+    assert job_rows([job | {"target": at | {"reached": True}}])[0][11] == \
+        f"val_accuracy 0.93: reached {clock(1_800_000_000)}"
+    assert job_rows([job | {"target": at | {"reached": True, "time": None}}])[0][11] == \
+        "val_accuracy 0.93: reached step 4,200"

@@ -122,10 +122,14 @@ def _gpus_cell(j: dict) -> str:
 
 def _target_cell(j: dict) -> str:
     """A live job's stated target (``prediction.target`` or ``target_loss``): when it gets there at today's rate (the
-    step while it does not train), its 80 % band in brackets, and the chance it does by the budget."""
+    step while it does not train), its 80 % band in brackets, and the chance it does by the budget; once reached,
+    when."""
     t = j.get("target")
     if not t:
         return "-"
+    if t.get("reached"):   # a fact: where (when) the log got there; no chance to give
+        at = local_clock(t["time"]) if t.get("time") is not None else f"step {t['step']:,.0f}"
+        return escape(f"{t['metric']} {t['value']:g}: reached {at}")
     if t["step"] is None:
         when = "not by the budget"
     elif t.get("time") is not None:

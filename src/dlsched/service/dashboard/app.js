@@ -247,6 +247,7 @@ const timeBand = (b) => (b == null ? "" : ` [${fmtClock(b[0])}–${fmtClock(b[1]
 const stepBand = (b) => (b == null ? "" : ` [${Math.round(b[0]).toLocaleString()}–${Math.round(b[1]).toLocaleString()}]`);
 function targetCell(t, now) {
   if (!t) return "–";
+  if (t.reached) return `${esc(t.metric)} ${t.value}: reached ${t.time != null ? rel(t.time, now) : `step ${Math.round(t.step).toLocaleString()}`}`;
   const when = t.step == null ? "not by the budget" : t.time != null ? rel(t.time, now) + timeBand(t.time_80)
     : `step ${Math.round(t.step).toLocaleString()}${stepBand(t.step_80)}`;
   return `${esc(t.metric)} ${t.value}: ${when}${t.chance == null ? "" : ` (${Math.round(100 * t.chance)} %)`}`;
