@@ -16,7 +16,6 @@ import weakref
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 

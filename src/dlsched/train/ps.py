@@ -361,7 +361,7 @@ class _Worker:
 
     def _async_round(self, r: int) -> None:
         start, end = round_range(self.gen, self.job, r)
-        b, P, key = self.gen.local_batch, self.gen.servers, f"claim/{self.gen.number}/{r}"
+        b, key = self.gen.local_batch, f"claim/{self.gen.number}/{r}"
         clock = 0
         while True:
             claimed = self.store.add(key, b)  # atomic: this worker alone trains positions claimed-b .. claimed

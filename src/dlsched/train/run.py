@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     except JobFailed as e:   # the job's code, not the runtime: its traceback is in the worker's log, not here
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except Exception as e:  # noqa: BLE001 - the backend reads status.json; the log keeps the trace
+    except Exception:  # noqa: BLE001 - the backend reads status.json; the log keeps the trace
         traceback.print_exc()
         return 1
 
