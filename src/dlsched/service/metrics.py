@@ -2,12 +2,12 @@
 
 What an operator graphs and alerts on: jobs per state; the cluster's slots and those allocated, per node with its
 health; each active job's state, slots, speed, progress and predicted finish, and its stated target's chance by the
-budget and predicted time with its 80 % band; the scheduling rounds (how many, how many raised, a histogram of their wall time, the
-last one's phases) and the errors the cluster's own bands are made of; and the scheduler's events by kind (starts,
-resizes, preemptions, failures). Times are Unix timestamps (``time() - dlsched_job_submit_timestamp_seconds`` is a
-queue wait in PromQL), durations seconds. A job's labels are its id and name, for active jobs only: an ended job
-leaves the per-job series, so they stay as many as the live queue. The events table only grows, so its counts are
-read on from the last row counted (the first scrape reads it whole).
+budget and predicted time with its 80 % band; the scheduling rounds (how many, how many raised, a histogram of
+their wall time, the last one's phases) and the errors the cluster's own bands are made of; and the scheduler's
+events by kind (starts, resizes, preemptions, failures). Times are Unix timestamps (``time() -
+dlsched_job_submit_timestamp_seconds`` is a queue wait in PromQL), durations seconds. A job's labels are its id and
+name, for active jobs only: an ended job leaves the per-job series, so they stay as many as the live queue. The
+events table only grows, so its counts are read on from the last row counted (the first scrape reads it whole).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 from dlsched.perf.calibration import Calibration, load_calibration
 from dlsched.perf.prior import kind_of
-from dlsched.service.store import JobRecord, Store, predicted_crossing_by, predicted_final_by
+from dlsched.service.store import JobRecord, Store, newest_fit_numbers
 
 RAN_TO_BUDGET = 0.99   # a job that stopped well before its total (the script's own early stop) ended elsewhere
 LOSS_FIT = "$"                  # where a stored prediction keeps its loss fit (``final``, ``bands``)
@@ -30,31 +30,40 @@ def final_errors(store: Store, job: JobRecord | None, ended_at: float, fit: str 
     of the job's samples, and past half of it (a job first predicted at 30 % says nothing of 10 %); table: the
     calibration table its band came from (``perf.calibration.TABLES``). [] for a job that did not run to its budget.
     ``down``: a stored prediction's value in the space ``ended_at`` is in."""
-    if (job is None or not job.total_samples or job.samples < RAN_TO_BUDGET * job.total_samples
-            or not (math.isfinite(ended_at) and ended_at > 0)):
+    if not (math.isfinite(ended_at) and ended_at > 0):
         return []
-    out = []
-    for f in load_calibration().fractions:
-        made = predicted_final_by(store, job.id, f / 2, f, fit)
-        if made is not None and (value := down(made[0])) > 0:
-            out.append([float(f), made[1], math.log(ended_at / value)])
-    return out
+
+    def error(final: float) -> float | None:
+        value = down(final)
+        return math.log(ended_at / value) if value > 0 else None
+    return _by_fraction(store, job, fit, ("final",), error)
 
 
 def steps_errors(store: Store, job: JobRecord | None, reached_at: float | None, fit: str = LOSS_FIT) -> list[list]:
     """[fraction, table, log(true / the law's predicted steps to the stated target)] of the newest prediction made at
     each calibrated fraction of the job's samples (and past half of it) whose law crossed the target ahead of it,
-    before the budget (``store.predicted_crossing_by``): the predictions whose band the service showed.
+    before the budget (``refit.fit_loss``'s ``target_step_law``): the predictions whose band the service showed.
     ``reached_at``: the step the job's log got there (``perf.first_passage.logged_crossing``); [] for a job that
     never did, or did not run to its budget."""
-    if (reached_at is None or job is None or not job.total_samples
-            or job.samples < RAN_TO_BUDGET * job.total_samples):
+    if reached_at is None:
+        return []
+
+    def error(seen: float, law: float) -> float | None:
+        return math.log((reached_at - seen) / (law - seen)) if law > seen and reached_at > seen else None
+    return _by_fraction(store, job, fit, ("observed_until", "target_step_law"), error)
+
+
+def _by_fraction(store: Store, job: JobRecord | None, fit: str, names: tuple[str, ...],
+                 error: Callable[..., float | None]) -> list[list]:
+    """[fraction, table, error(*the numbers ``names``)] of the newest prediction holding them made at each calibrated
+    fraction of a job that ran to its budget (``store.newest_fit_numbers``); none where ``error`` says None."""
+    if job is None or not job.total_samples or job.samples < RAN_TO_BUDGET * job.total_samples:
         return []
     out = []
     for f in load_calibration().fractions:
-        made = predicted_crossing_by(store, job.id, f / 2, f, fit)
-        if made is not None and made[1] > made[0] and reached_at > made[0]:
-            out.append([float(f), made[2], math.log((reached_at - made[0]) / (made[1] - made[0]))])
+        made = newest_fit_numbers(store, job.id, f / 2, f, fit, names)
+        if made is not None and (e := error(*made[0])) is not None:
+            out.append([float(f), made[1], e])
     return out
 
 

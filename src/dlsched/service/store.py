@@ -652,29 +652,18 @@ def event_counts(store: Store, after_id: int = 0) -> tuple[dict[str, int], int]:
     return {r[0]: r[1] for r in rows}, max((r[2] for r in rows), default=after_id)
 
 
-def predicted_final_by(store: Store, job_id: int, lo: float, hi: float, fit: str = "$") -> tuple[float, str] | None:
-    """(final, bands) of the fit at JSON path ``fit`` in the loss fit (``$``: itself; ``$.metric_target``) of the
-    job's newest prediction made with ``lo`` <= its fraction done <= ``hi`` and holding a final there, if any
-    (``service.own_calibration``); bands "fit" where the prediction did not say."""
+def newest_fit_numbers(store: Store, job_id: int, lo: float, hi: float, fit: str,
+                       names: tuple[str, ...]) -> tuple[list[float], str] | None:
+    """(the numbers ``names``, bands) of the fit at JSON path ``fit`` in the loss fit (``$``: itself;
+    ``$.metric_target``) of the job's newest prediction made with ``lo`` <= its fraction done <= ``hi`` that holds
+    every one of them, if any (``service.own_calibration``); bands "fit" where the prediction did not say."""
+    paths = [f"{fit}.{n}" for n in names]
+    held = " AND ".join(["json_type(loss_fit, ?) IN ('real', 'integer')"] * len(paths))
     row = store._conn().execute(
-        "SELECT json_extract(loss_fit, ?), json_extract(loss_fit, ?) FROM predictions WHERE job_id = ? AND "
-        "fraction_done BETWEEN ? AND ? AND json_type(loss_fit, ?) IN ('real', 'integer') ORDER BY id DESC LIMIT 1",
-        (f"{fit}.final", f"{fit}.bands", job_id, lo, hi, f"{fit}.final")).fetchone()
-    return None if row is None else (float(row[0]), row[1] or "fit")
-
-
-def predicted_crossing_by(store: Store, job_id: int, lo: float, hi: float,
-                          fit: str = "$") -> tuple[float, float, str] | None:
-    """(observed_until, target_step_law, bands) of the fit at JSON path ``fit`` (as ``predicted_final_by``) of the
-    job's newest prediction made with ``lo`` <= its fraction done <= ``hi`` that holds a law's crossing of the stated
-    target ahead of it, before the budget (``refit.fit_loss``), if any."""
-    row = store._conn().execute(
-        "SELECT json_extract(loss_fit, ?), json_extract(loss_fit, ?), json_extract(loss_fit, ?) FROM predictions "
-        "WHERE job_id = ? AND fraction_done BETWEEN ? AND ? AND json_type(loss_fit, ?) IN ('real', 'integer') AND "
-        "json_type(loss_fit, ?) IN ('real', 'integer') ORDER BY id DESC LIMIT 1",
-        (f"{fit}.observed_until", f"{fit}.target_step_law", f"{fit}.bands", job_id, lo, hi,
-         f"{fit}.target_step_law", f"{fit}.observed_until")).fetchone()
-    return None if row is None else (float(row[0]), float(row[1]), row[2] or "fit")
+        f"SELECT {', '.join(['json_extract(loss_fit, ?)'] * (len(paths) + 1))} FROM predictions WHERE job_id = ? "
+        f"AND fraction_done BETWEEN ? AND ? AND {held} ORDER BY id DESC LIMIT 1",
+        (*paths, f"{fit}.bands", job_id, lo, hi, *paths)).fetchone()
+    return None if row is None else ([float(v) for v in row[:-1]], row[-1] or "fit")
 
 
 class _Transaction:
