@@ -163,21 +163,23 @@ class JobModels:
 
     def _target_reached(self, job: JobRecord | None) -> float | None:
         """The step the job's reports of its stated target's metric got there (None: never, or none)."""
+        reports = self._target_reports(job)
+        return None if reports is None else reached_at(reports[0], *refit.binned_curve(*reports[1:]))
+
+    def _target_space(self, job: JobRecord | None):
+        """The stated target's predicted values -> its fit's space (``metric_target.fit_space``), from its reports."""
+        reports = self._target_reports(job)
+        return None if reports is None else fit_space(reports[0], reports[2])
+
+    def _target_reports(self, job: JobRecord | None) -> tuple[MetricTarget, np.ndarray, np.ndarray] | None:
+        """(stated target, steps, values) of the job's reports read so far, as its refits fitted them (a step reported
+        inside a step and between steps: the later); None without a stated target or a report."""
         stated = None if job is None else metric_target_of(job)
         if stated is None or job.id not in self._reports:
             return None
         inside, between, _ = self._reports[job.id]
         steps, values = reported((inside | between).items())
-        return reached_at(stated, *refit.binned_curve(steps, values)) if len(values) else None
-
-    def _target_space(self, job: JobRecord | None):
-        """The stated target's predicted values -> its fit's space (``metric_target.fit_space``), from its reports."""
-        stated = None if job is None else metric_target_of(job)
-        if stated is None or job.id not in self._reports:
-            return None
-        inside, between, _ = self._reports[job.id]
-        values = [*inside.values(), *between.values()]
-        return fit_space(stated, values) if values else None
+        return (stated, steps, values) if len(values) else None
 
     def curve_prior(self, job: JobRecord, schedule: Schedule | None = None, target: MetricTarget | None = None):
         """``perf.prior`` of the job's loss, or of its stated ``target``'s metric, from the jobs that finished here
