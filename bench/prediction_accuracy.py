@@ -77,7 +77,7 @@ from dev_set import DevCurve, dev_curves  # noqa: E402
 from dlsched.perf.annealing import CurvePrior, fit_annealing  # noqa: E402
 from dlsched.perf.calibration import TABLE, Z_80, Calibration, calibrate  # noqa: E402
 from dlsched.perf.convergence import LossCurve, fit_curve  # noqa: E402
-from dlsched.perf.curve_predict import MetricSpace, predict_curve  # noqa: E402
+from dlsched.perf.curve_predict import CurvePrediction, MetricSpace, predict_curve  # noqa: E402
 from dlsched.perf.predict import remaining_steps  # noqa: E402
 from dlsched.perf.prior import finished_fit, has_law_shape, prior_from_fits, regime_of  # noqa: E402
 from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log  # noqa: E402
@@ -122,27 +122,30 @@ def crossing(c: DevCurve, level: float) -> float:
 STATED_SHARES = (0.5, 0.8, 0.9, 0.95, 0.99)
 
 
-def stated_targets(c: DevCurve, frac: float) -> list[tuple[float, float, float]]:
-    """(share, level, remaining) of each stated target still at least ``MIN_INTERVALS`` logging intervals ahead of
-    the prefix (lower-is-better space; remaining: x from the last observed point to the run's crossing)."""
+def stated_predictions(c: DevCurve, frac: float, cal: Calibration,
+                       prior) -> list[tuple[float, float, CurvePrediction]]:
+    """(share, remaining, prediction) of each stated target still at least ``MIN_INTERVALS`` logging intervals ahead
+    of the prefix (remaining: x from the last observed point to the run's crossing), predicted as ``predict curve
+    --target VALUE`` would from ``frac`` of the curve."""
     t, n = truth(c), prefix(c, frac)
-    y0 = float(MetricSpace.of(c.metric, c.y).down(c.y[:1])[0])
+    space = MetricSpace.of(c.metric, c.y)
+    y0 = float(space.down(c.y[:1])[0])
     out = []
     for share in STATED_SHARES:
-        level = y0 - share * (y0 - t.final)
+        level = y0 - share * (y0 - t.final)   # lower-is-better space
         remaining = crossing(c, level) - float(c.x[n - 1])
         if remaining >= MIN_INTERVALS * t.resolution:
-            out.append((share, level, remaining))
+            p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target=float(space.up(level)),
+                              prior=prior, calibration=cal, regime=c.meta.get("regime", "scratch"))
+            out.append((share, remaining, p))
     return out
 
 
 def stated_records(c: DevCurve, frac: float, cal: Calibration, prior) -> list[tuple]:
     """Calibration records of the stated targets (``calibrate``'s last two columns): log(true / predicted steps),
     and the same where the crossing is predicted ahead, before the budget (what the median shift moves)."""
-    n, space, out = prefix(c, frac), MetricSpace.of(c.metric, c.y), []
-    for _, level, remaining in stated_targets(c, frac):
-        p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target=float(space.up(level)), prior=prior,
-                          calibration=cal, regime=c.meta.get("regime", "scratch"))
+    out = []
+    for _, remaining, p in stated_predictions(c, frac, cal, prior):
         if p.steps_to_target is None:
             continue
         err = math.log(remaining / max(p.steps_to_target, p.resolution, 1e-9 * c.schedule.budget))

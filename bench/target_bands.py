@@ -28,13 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "curves"))
 import prediction_accuracy as pa  # noqa: E402
 from dev_set import DevCurve, dev_curves  # noqa: E402
 
-from dlsched.perf.curve_predict import MetricSpace, predict_curve  # noqa: E402
 
 def rows(c: DevCurve, frac: float, cal, prior, arm: str) -> list[dict]:
-    n, space, out = pa.prefix(c, frac), MetricSpace.of(c.metric, c.y), []
-    for share, level, remaining in pa.stated_targets(c, frac):
-        p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target=float(space.up(level)), prior=prior,
-                          calibration=cal, regime=c.meta.get("regime", "scratch"))
+    out = []
+    for share, remaining, p in pa.stated_predictions(c, frac, cal, prior):
         band = p.interval_80
         out.append({"arm": arm, "curve": c.name, "observed": frac, "share": share,
                     "unreachable": p.steps_to_target is None,
