@@ -180,6 +180,24 @@ def test_pinned_nodes_that_are_busy_fall_back_to_where_ray_has_gpus(backend, tmp
     assert wait_free(4) == 4
 
 
+def test_a_placement_on_a_dead_node_with_no_free_slots_left_fails_at_once(backend, tmp_path):
+    """A round's view read before Ray declared a node dead places onto it: where the live nodes lack the slots, the
+    reservation waited out ``ready_timeout_s`` (60 s in a service) inside the round for slots the view made up."""
+    first = launch(tmp_path, 12, 4, {"n1": 2, "n2": 2}, n_samples=20_000)
+    backend.start(first)
+    saved, backend.ready_timeout_s = backend.ready_timeout_s, 600.0
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match=r"names dead node\(s\) \['gone'\] and Ray has 0 x gpu_slot free"):
+            backend.start(launch(tmp_path, 13, 1, {"gone": 1}))
+        assert time.monotonic() - t0 < 60        # not the 600 s wait
+        assert not backend.is_running(13)
+    finally:
+        backend.ready_timeout_s = saved
+        backend.stop(12, first.job_dir)
+    assert wait_free(4) == 4
+
+
 def test_impossible_request_times_out_and_holds_nothing(backend, tmp_path):
     saved, backend.ready_timeout_s = backend.ready_timeout_s, 1.0
     try:

@@ -281,6 +281,77 @@ def test_a_node_lost_between_the_poll_and_the_decision_leaves_the_job_on_it_trai
     assert (j.state, j.num_gpus, j.placement) == (RUNNING, 2, {"n0": 2})
 
 
+class LosesANodeBeforeAPoll(RecordingBackend):
+    """Ray's live nodes when one dies after the round read them and before its poll: that poll finds the node dead
+    and reports the job on the nodes left, while the round's view still lists the dead node, free."""
+
+    def __init__(self):
+        super().__init__()
+        self.lose, self.lost = False, False
+
+    def nodes(self):
+        listed = tuple(NodeView(n, 1) for n in (("n0", "n1") if self.lost else ("n0", "n1", "n2")))
+        self.lost = self.lost or self.lose     # it dies now, after the view was read
+        return listed
+
+    def poll(self, job_id, job_dir):
+        if self.lost and not getattr(self, "reported", False):
+            self.reported = True
+            return PollResult("running", nodes={"n0": 1, "n1": 1})
+        return PollResult("running")
+
+
+def test_a_node_lost_between_the_view_and_the_poll_is_not_grown_onto_in_that_round(tmp_path):
+    """The round's view, read before its polls, still listed the node whose loss its poll found: with the job's books
+    shrunk off it, the node looked free and the policy grew the job back onto it. The grow's reservation on a dead
+    node waited out Ray's 60 s placement timeout inside the round (the multinode killed-raylet test's node table went
+    stale for 60 s, once under load)."""
+    store = Store(tmp_path / "s.db")
+    backend = LosesANodeBeforeAPoll()
+    loop = LiveLoop(store, backend, cluster("test-elastic", (1, 1, 1)), tmp_path)
+    job = store.submit(load_job_spec(job_yaml("j", gpus=3, max_gpus=3, extra="min_gpus: 1\n")))
+    run_until(loop, store, lambda: store.get(job).num_gpus == 3)
+    assert store.get(job).state == RUNNING
+    backend.lose, backend.calls = True, []
+    loop.round()   # the view lists n2; the poll finds it dead: the job is booked on n0 and n1
+    j = store.get(job)
+    assert (j.state, j.num_gpus, j.placement) == (RUNNING, 2, {"n0": 1, "n1": 1})
+    assert backend.calls == [], backend.calls      # no grow back onto the dead node
+    for _ in range(3):
+        loop.round()    # later views lack it: the job trains on at 2
+    assert backend.calls == [] and store.get(job).num_gpus == 2, backend.calls
+
+
+class CannotReserveAGrow(RecordingBackend):
+    """Ray's grow when the slots the round's view counted are not there (a node declared dead since): its reservation
+    times out and nothing changes."""
+
+    def resize(self, launch):
+        super().resize(launch)
+        raise TimeoutError(f"job {launch.job_id}: Ray could not reserve 1 x gpu_slot in 60 s")
+
+
+def test_a_grow_whose_reservation_times_out_leaves_the_job_training_at_its_size(tmp_path):
+    """A grow's reservation timeout failed the job and stopped its runtime, though the grow had changed nothing."""
+    store = Store(tmp_path / "s.db")
+    backend = CannotReserveAGrow()
+    loop = LiveLoop(store, backend, cluster("test-elastic", (1, 1)), tmp_path)
+    job = store.submit(load_job_spec(job_yaml("j", gpus=2, max_gpus=2, extra="min_gpus: 1\n")))
+    first = store.submit(load_job_spec(job_yaml("first", gpus=1)))
+    store.update(first, submit_time=store.get(job).submit_time - 1)     # older: the elastic one starts on 1 GPU
+    run_until(loop, store, lambda: store.get(job).state == RUNNING and store.get(first).state == RUNNING)
+    assert store.get(job).num_gpus == 1
+    store.transition(first, "cancelled", time.time())                   # its GPU is free: the policy grows the job
+    loop.round()
+    j = store.get(job)
+    assert (j.state, j.num_gpus) == (RUNNING, 1), (j.state, j.num_gpus, j.error)
+    assert ("stop", job) not in backend.calls and backend.calls.count(("resize", job)) == 1, backend.calls
+    (unreserved,) = [e for e in store.events(job) if e["kind"] == "grow_unreserved"]
+    assert unreserved["detail"]["gpus"] == 2 and unreserved["detail"]["no_grow_for_s"] > 0
+    loop.round()
+    assert backend.calls.count(("resize", job)) == 1, backend.calls     # no retry before the wait is over
+
+
 class PlacesWhereItCan(RecordingBackend):
     """Ray's start given a node that died since the round's view: it places the job on a node alive."""
 

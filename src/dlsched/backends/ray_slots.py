@@ -98,6 +98,7 @@ class SlotReserver:
                 spread: bool, avoid: set[str] = frozenset()) -> list[Slot]:
         """``count`` new slots: pinned where ``placement`` says (node name -> workers), the rest where Ray's
         strategy puts them. All or nothing: on failure nothing stays reserved."""
+        import ray
         from ray.util.placement_group import get_placement_group
 
         names = [slot_name(job_id, generation, i) for i in range(count)]
@@ -108,10 +109,15 @@ class SlotReserver:
                 pass
         node_ids = {name: nid for nid, name in self.node_names().items()}     # one GCS query per reservation
         if placement and not set(placement) <= set(node_ids):
-            # The loop placed onto a node Ray has lost (its view comes from the cluster declaration):
-            # let Ray find the GPUs among live nodes rather than fail the job.
+            # The loop placed onto a node Ray has lost since the round's view: let Ray find the GPUs among live
+            # nodes rather than fail the job, where they are free; else no wait for slots the view made up
+            dead = sorted(set(placement) - set(node_ids))
+            free = int(ray.available_resources().get(self.gpu_resource, 0))
+            if free < count:   # the view counted the dead node's slots: the next round places it on what is left
+                raise TimeoutError(f"job {job_id}: placement {dict(placement)} names dead node(s) {dead} and Ray "
+                                   f"has {free} x {self.gpu_resource} free of the {count} asked")
             log.warning("job %s: placement %s names dead node(s) %s; letting Ray place it", job_id,
-                        dict(placement), sorted(set(placement) - set(node_ids)))
+                        dict(placement), dead)
             placement = None
         pins = [node_ids[name] for name, n in sorted((placement or {}).items()) for _ in range(n)]
         if len(pins) > count:

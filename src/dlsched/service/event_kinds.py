@@ -7,6 +7,7 @@ from dlsched.train.protocol import EVENTS
 
 # the service's own: a submission, each state a job enters, the requests and what the loop saw
 SERVICE_EVENTS = ("submitted", *ACTIVE, *TERMINAL, "cancel_requested", "resize_requested", "workers_lost",
-                  "reattached", "service_started", "node_lost", "node_up", "prediction_failed", "target_reached")
+                  "reattached", "service_started", "node_lost", "node_up", "prediction_failed", "target_reached",
+                  "start_unreserved", "grow_unreserved")
 # a runtime event of the job's progress file is stored as job_<event>; the backend's reader adds malformed_progress
 EVENT_KINDS = SERVICE_EVENTS + tuple(f"job_{e}" for e in (*EVENTS, "malformed_progress"))

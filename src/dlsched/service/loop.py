@@ -20,7 +20,8 @@ from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
 from dlsched.service.abandoned_resize import return_to_held
-from dlsched.service.coordinator_loss import after_failed_start, resume_or_fail
+from dlsched.service.coordinator_loss import resume_or_fail
+from dlsched.service.failed_actions import after_failed_action
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_models import JobModels
@@ -196,11 +197,8 @@ class LiveLoop:
                                    {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
                                     "generation": gen, "training_gpus": job.held_gpus, "releasing": releasing}))
             except Exception as e:   # one job's launch failure must not stop the service
-                kind = type(act).__name__.lower()
-                log.exception("job %s: %s failed", job.id, kind)
-                self.backend.stop(job.id, d)
-                writes.append((job.id, *after_failed_start(self.store, job.id, e, now)) if kind == "start" else
-                              (job.id, FAILED, {"reason": f"{kind} failed: {e}"}, {"error": str(e)[:500]}))
+                log.exception("job %s: %s failed", job.id, type(act).__name__.lower())
+                writes += after_failed_action(self.store, self.backend, self.backoff, job, act, d, e, now)
         for job_id in record_round(self.store, writes, jobs, now):   # started for nothing: the others stand
             self.backend.stop(job_id, self.job_dir(job_id))
 
@@ -260,7 +258,10 @@ class LiveLoop:
 
     def _shrunk_by_loss(self, job: JobRecord, nodes: dict[str, int], now: float) -> None:
         gpus = sum(nodes.values())
-        self.store.update(job.id, num_gpus=gpus, placement=nodes, training_gpus=min(job.held_gpus, gpus))
+        # the lost slots are held (``releasing``) until a step confirms the shrink: this round's view, read before
+        # the poll that found their node dead, may list it free, and a grow onto it would wait out a reservation
+        self.store.update(job.id, num_gpus=gpus, placement=nodes, training_gpus=min(job.held_gpus, gpus),
+                          releasing=held_after(job, nodes) or None)
         self.store.record_allocation(job.id, now, gpus, job.batch_size, nodes)
         self.store.event("workers_lost", job.id, now, gpus_from=job.num_gpus, gpus=gpus,
                          lost={n: k - nodes.get(n, 0) for n, k in job.placement.items() if k > nodes.get(n, 0)})

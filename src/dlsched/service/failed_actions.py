@@ -1,0 +1,33 @@
+"""What a scheduling round records for an action that raised: one job's failure never stops the service.
+
+A grow whose reservation timed out changed nothing (a backend's grow is all or nothing: the Ray backend reserves
+every newcomer's slot before it touches the job): the job trains on at its size, with a ``grow_unreserved`` event,
+and grows again only after a wait (``resize_backoff``). Before, it was stopped and failed: a round's view that still
+listed a node Ray had just declared dead cost the job its life. A start whose reservation timed out stays queued
+(``coordinator_loss.after_failed_start``); anything else fails the job."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from dlsched.backends.base import Backend
+from dlsched.round import Action, Resize
+from dlsched.service.coordinator_loss import after_failed_start
+from dlsched.service.resize_backoff import ResizeBackoff
+from dlsched.service.store import FAILED, JobRecord, Store
+
+GROW_UNRESERVED = "grow_unreserved"   # the event of a grow given up for want of slots
+
+
+def after_failed_action(store: Store, backend: Backend, backoff: ResizeBackoff, job: JobRecord, act: Action,
+                        job_dir: Path, error: Exception, now: float) -> list[tuple[int, str, dict, dict]]:
+    """The round's writes for ``act`` on ``job`` that raised ``error`` (none: the job stands as it was)."""
+    if isinstance(act, Resize) and act.num_gpus > job.num_gpus and isinstance(error, TimeoutError):
+        wait = backoff.abandoned(job.id, now)
+        store.event(GROW_UNRESERVED, job.id, now, gpus_from=job.num_gpus, gpus=act.num_gpus, error=str(error),
+                    no_grow_for_s=wait)
+        return []
+    backend.stop(job.id, job_dir)
+    kind = type(act).__name__.lower()
+    if kind == "start":
+        return [(job.id, *after_failed_start(store, job.id, error, now))]
+    return [(job.id, FAILED, {"reason": f"{kind} failed: {error}"}, {"error": str(error)[:500]})]
