@@ -1,7 +1,7 @@
 """Sparse evaluation logs: each dev and public curve thinned to about N evaluations (MLPerf and DAWNBench
 evaluate every few epochs), predicted at 10 / 25 / 50 % with the shipped calibration and prior, as the CLI
-would. Side by side: the predictor's minimum of 3 points after training starts (a prefix with fewer than 4
-takes the calibration's widest band) against waiting for 4 points (the minimum before). Both sides see the
+would. Side by side: the predictor's minimum of 2 points after training starts (a prefix with fewer than 4
+takes the calibration's widest band) against waiting for 3 points (the minimum before). Both sides see the
 same thinned prefix, schedule and budget. The dev rows use the shipped calibration, whose bands were made from
 these curves (dense), with the prior of the other tasks' fits (``Calibration.without_task``): the public rows are
 the held-out ones.
@@ -26,6 +26,7 @@ from public_curves import load_curves  # noqa: E402
 from dlsched.perf.calibration import load_calibration  # noqa: E402
 
 FRACTIONS = (0.1, 0.25, 0.5)
+LEASTS = (3, 2)
 
 
 def thinned(c, points: int):
@@ -44,7 +45,7 @@ def scores(curves, least: int) -> pd.DataFrame:
             try:
                 # the shipped prior without the curve's own task's fits (a dev curve's are in the table)
                 r = pa.evaluate(c, f, cal.without_task(c.meta.get("dataset")), "shipped")
-            except ValueError:   # fewer than 3 points after training starts
+            except ValueError:   # fewer than 2 points after training starts
                 continue
             rows.append({**r, "beyond": c.x[n - 1] > f * c.schedule.budget * (1 + 1e-9)})
     return pd.DataFrame(rows)
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
     print("  (beyond: rows observed past their fraction to reach the minimum; steps scored where >= 3 intervals remain)")
     for name, curves in sets.items():
         curves = [thinned(c, a.points) for c in curves]
-        for least in (4, 3):
+        for least in LEASTS:
             d = scores(curves, least)
             for f, g in d.groupby("observed"):
                 steps = g.steps_err.dropna()

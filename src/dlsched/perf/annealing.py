@@ -171,8 +171,8 @@ def fit_annealing(x, y, schedule: Schedule, prior: CurvePrior | None = None, gri
     s1, s2 = areas(schedule, x)
     ok = s1 > 0
     x, s1, s2, y = x[ok], s1[ok], s2[ok], y[ok]
-    if len(y) < 3:
-        raise ValueError(f"need at least 3 points after x = 0 to fit, got {len(y)}")
+    if len(y) < 2:
+        raise ValueError(f"need at least 2 points after x = 0 to fit, got {len(y)}")
     # Normalise S1 so the design columns are O(1): A absorbs the scale, α keeps its meaning.
     s1_ref = float(s1[-1])
     # The prefix's information on c grows with the square of the annealing it has seen (∂L/∂c = −S2·L), so

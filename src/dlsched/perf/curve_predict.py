@@ -45,7 +45,7 @@ from dlsched.perf.schedule import Schedule, areas
 
 METRICS = ("loss", "error", "accuracy")
 HOLDOUT = 0.25
-MIN_POINTS = 3     # after training starts: the law's two linear terms and one residual; α and c from the prior
+MIN_POINTS = 2     # after training starts: the law's two linear terms (through both); α and c from the prior
 DENSE_POINTS = 4   # the fewest the calibration's prefixes had (bench/prediction_accuracy.py)
 
 
