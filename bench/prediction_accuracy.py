@@ -79,6 +79,7 @@ from dlsched.perf.calibration import TABLE, Z_80, Calibration, calibrate  # noqa
 from dlsched.perf.convergence import LossCurve, fit_curve  # noqa: E402
 from dlsched.perf.curve_predict import CurvePrediction, MetricSpace, predict_curve  # noqa: E402
 from dlsched.perf.predict import remaining_steps  # noqa: E402
+from dlsched.perf.one_point import relative_shape  # noqa: E402
 from dlsched.perf.prior import finished_fit, has_law_shape, prior_from_fits, regime_of  # noqa: E402
 from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log  # noqa: E402
 from dlsched.perf.speed import fit_compute, fit_step_time, profiling_rows  # noqa: E402
@@ -158,6 +159,41 @@ def stated_records(c: DevCurve, frac: float, cal: Calibration, prior) -> list[tu
 # crossing is a 3-point running median's, known to about one interval, so a remaining of one or two
 # intervals would score the logging grid, not the predictor (those rows are counted in the report).
 MIN_INTERVALS = 3
+
+
+def thinned(c: DevCurve, points: int) -> DevCurve:
+    """``c`` logged about ``points`` times (MLPerf and DAWNBench evaluate every few epochs)."""
+    k = max(1, len(c.x) // points)
+    keep = np.arange(k - 1, len(c.x), k)
+    return dataclasses.replace(c, x=c.x[keep], y=c.y[keep])
+
+
+ONE_POINT_THINNINGS = (6, 8, 10, 12, 16)   # evaluations per run whose first one is a one-point prediction's prefix
+
+
+def one_point_rows(curves, cal: Calibration) -> pd.DataFrame:
+    """One row per prediction from a curve's first evaluation at each thinning, with the shapes of the other tasks'
+    fits only (``cal.without_task``): its task, log(true/predicted) of the final value (``final``) and of the
+    remaining steps to ``--target-fraction 0.95``'s goal where at least ``MIN_INTERVALS`` remained (``steps``),
+    and the log of the band's cap over the point (the worst value logged, ``cap``)."""
+    rows = []
+    for points in ONE_POINT_THINNINGS:
+        for c in curves:
+            t = thinned(c, points)
+            try:
+                p = predict_curve(t.x[:1], t.y[:1], t.schedule, metric=t.metric, target_fraction=IMPROVEMENT,
+                                  calibration=cal.without_task(t.meta.get("dataset")),
+                                  regime=t.meta.get("regime", "scratch"))
+            except ValueError:   # no finished run's shape to carry, or the first evaluation before training
+                continue
+            space, truth_t = MetricSpace.of(t.metric, t.y), truth(t)
+            pred = float(space.down(p.final_value))
+            remaining = truth_t.target_x - float(t.x[0])
+            ahead = remaining >= MIN_INTERVALS * truth_t.resolution and p.steps_to_target
+            rows.append({"task": t.meta.get("dataset"), "final": math.log(truth_t.final / pred),
+                         "steps": math.log(remaining / p.steps_to_target) if ahead else math.nan,
+                         "cap": math.log(max(float(space.down(t.y[0])), pred) / pred)})
+    return pd.DataFrame(rows)
 
 
 def prefix(c: DevCurve, frac: float) -> int:
@@ -444,13 +480,17 @@ def schedule_report(write_calibration: bool = False) -> None:
         # (the table's fits serve only the shape prior: a run that over-fits is left out, ``perf.prior``)
         every = prior_from_fits(list(full_fits(curves).values()))
         shipped = [(f.alpha, f.drop if math.isfinite(f.drop) else None, f.meta["metric"], f.meta["decay"],
-                    regime_of(f.meta), f.meta["dataset"]) for f in full_fits(curves).values()
-                   if has_law_shape(f)]
+                    regime_of(f.meta), f.meta["dataset"],
+                    *(v if math.isfinite(v) else None for v in relative_shape(f.curve)))
+                   for f in full_fits(curves).values() if has_law_shape(f)]
         table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
                                     prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
                                     levelled=calibrate([r for rs in plain.values() for r in rs]),
                                     carried=calibrate([r for rs in carried.values() for r in rs]),
                                     fits=tuple(shipped))
+        one = one_point_rows(curves, table)
+        table = dataclasses.replace(table, one_point=tuple(float(v) for v in (
+            *np.quantile(one.final, [0.1, 0.9]), *np.quantile(one.steps.dropna(), [0.1, 0.9]))))
         TABLE.write_text(table.to_json() + "\n")
         print(f"  wrote {TABLE}")
     rows, opt, curve_only, cross, oracle, law, new_task = [], [], [], [], [], [], []

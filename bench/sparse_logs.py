@@ -11,7 +11,6 @@ the held-out ones.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -26,13 +25,8 @@ from public_curves import load_curves  # noqa: E402
 from dlsched.perf.calibration import load_calibration  # noqa: E402
 
 FRACTIONS = (0.1, 0.25, 0.5)
-LEASTS = (3, 2)
-
-
-def thinned(c, points: int):
-    k = max(1, len(c.x) // points)
-    keep = np.arange(k - 1, len(c.x), k)
-    return dataclasses.replace(c, x=c.x[keep], y=c.y[keep])
+thinned = pa.thinned
+LEASTS = (3, 2, 1)
 
 
 def scores(curves, least: int) -> pd.DataFrame:
@@ -49,6 +43,24 @@ def scores(curves, least: int) -> pd.DataFrame:
                 continue
             rows.append({**r, "beyond": c.x[n - 1] > f * c.schedule.budget * (1 + 1e-9)})
     return pd.DataFrame(rows)
+
+
+def one_point_held_out(curves) -> str:
+    """Coverage of the one-point bands with a task held out of them too (``Calibration.one_point`` pools every task's
+    errors, so the dev rows above are in-sample for it): each task's predictions against the 10-90 % percentiles
+    of the other tasks' errors."""
+    d = pa.one_point_rows(curves, load_calibration())
+    final, steps = [], []
+    for task, mine in d.groupby("task"):
+        other = d[d.task != task]
+        lo, hi = np.quantile(other.final, [0.1, 0.9])
+        s_lo, s_hi = np.quantile(other.steps.dropna(), [0.1, 0.9])
+        final += list((mine.final >= lo) & (mine.final <= np.minimum(hi, mine.cap)))
+        steps += list(mine.steps.dropna().between(s_lo, s_hi))
+    return (f"one point, bands leave-one-task-out ({len(d)} predictions, {d.task.nunique()} tasks): coverage final "
+            f"{100 * np.mean(final):.1f} %, steps {100 * np.mean(steps):.1f} % (n={len(steps)}); median error final "
+            f"{100 * np.median(np.abs(np.expm1(d.final))):.1f} %, steps "
+            f"{100 * np.median(np.abs(np.expm1(d.steps.dropna()))):.1f} %")
 
 
 def main(argv=None) -> int:
@@ -72,6 +84,7 @@ def main(argv=None) -> int:
                       f"final {100 * g.final_err.median():5.1f} %  coverage {100 * g.final_cov.mean():3.0f} %  "
                       f"steps {100 * steps.median() if len(steps) else float('nan'):5.1f} % (n={len(steps)})  "
                       f"unreachable {int(g.unreachable.sum())}")
+    print("  " + one_point_held_out(sets["dev"]))
     return 0
 
 

@@ -99,7 +99,7 @@ def test_the_text_gives_the_crossing_as_a_person_reads_it_and_its_band_in_time(c
 @pytest.mark.parametrize("args,field", [
     (dict(schedule="cosine:warmup=x"), "--schedule"), (dict(metric="auc"), "--metric"),
     (dict(budget=-1.0), "--budget"), (dict(target=0.5, target_fraction=0.9), "--target"),
-    (dict(y="nope"), "'nope'"), (dict(observed_until=15), "too few points"),
+    (dict(y="nope"), "'nope'"), (dict(observed_until=5), "no point to predict from"),
     (dict(budget=100.0, observed_until=None), "--budget"),
     (dict(target=float("nan")), "--target"), (dict(target=float("inf")), "--target"),   # were NaN/Infinity in JSON
     (dict(regime="pretrained"), "--regime"),
@@ -127,6 +127,18 @@ def test_the_regime_picks_the_shipped_prior_s_pool_and_is_in_the_json(capsys, mo
     assert run_curve(*args, regime="finetune") == 0
     assert json.loads(capsys.readouterr().out)["regime"] == "finetune"
     assert seen == ["scratch", "finetune"]
+
+
+def test_one_observed_point_is_answered_from_the_finished_runs_shapes_and_says_so(capsys):
+    """The first evaluation of a run that evaluates every few epochs: the CLI answered "too few points"."""
+    args = (RUN, "step", "loss", 800, "step:400,600:0.1", 15, None, 0.95, "loss", None, None)
+    assert run_curve(*args, True, None) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "prior" and out["observed_until"] == 10 and out["floor"] == 0
+    assert out["final_value_interval_80"][0] < out["final_value"] < out["final_value_interval_80"][1]
+    assert run_curve(*args, False, None) == 0
+    assert "one point after training starts: the finished runs' curves carried through it" in \
+        " ".join(capsys.readouterr().out.split())
 
 
 def test_a_bad_regime_is_one_line_and_exit_2():

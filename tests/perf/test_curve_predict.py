@@ -414,8 +414,7 @@ def test_an_accuracy_band_stays_within_0_and_100_percent():
 def test_a_sparse_log_s_two_or_three_points_are_predicted_with_the_calibration_s_widest_band(points):
     """An evaluation every few epochs (MLPerf, DAWNBench) has 1-3 points at 10-25 %: refused before. Its band is the
     earliest calibrated fraction's, not that of prefixes of 4 or more points, its upper end cut at the worst value
-    logged (that band reaches e^0.7 above the point, past the first loss); one point after training starts is
-    still refused (``bench/sparse_logs.py``: from one point the shape prior alone missed the final by half)."""
+    logged (that band reaches e^0.7 above the point, past the first loss)."""
     import pandas as pd
 
     from dlsched.perf.calibration import load_calibration
@@ -432,8 +431,37 @@ def test_a_sparse_log_s_two_or_three_points_are_predicted_with_the_calibration_s
     assert np.log(p.final_value_interval_80[0] / p.final_value) == pytest.approx(lo)
     assert cal.final_band(100 * points / 800) != (lo, hi)
     assert 0.9 * y[-1] < p.final_value < y[points - 1]     # the decays still to come: below the last point
+
+
+def test_one_point_is_predicted_from_the_finished_runs_shapes_with_the_one_point_bands_and_nothing_unreachable():
+    """MLPerf's first evaluation comes at about 10 % of the run: one point, refused before. The finished runs' shapes
+    carried through it give the curve (``perf.one_point``), the calibration's one-point percentiles its bands; one
+    point never calls a target unreachable. Without a finished run's shape (an uncalibrated table) it is refused, as
+    is a log with no point after training starts."""
+    import pandas as pd
+
+    from dlsched.perf.calibration import UNCALIBRATED, load_calibration
+    from tests.commands.test_predict_curve import RUN
+
+    d = pd.read_csv(RUN).iloc[9::10]   # charlm-step, one evaluation in 10: steps 100, 200, ... 800
+    s = parse_schedule("step:400,600:0.1", 800)
+    cal = load_calibration().without_task("charlm")
+    x, y = d.step.to_numpy(float), d.loss.to_numpy(float)
+    p = predict_curve(np.array([0.0, x[0]]), np.array([4.6, y[0]]), s, target_fraction=0.95, calibration=cal)
+    (lo, hi), (steps_lo, steps_hi) = cal.one_point_bands()
+    assert p.model == "prior" and p.floor == 0 and p.reachable
+    assert np.log(p.final_value_interval_80[0] / p.final_value) == pytest.approx(lo)
+    assert p.final_value_interval_80[1] == pytest.approx(min(p.final_value * np.exp(hi), 4.6))
+    assert 0.5 * y[-1] < p.final_value < y[0]               # below the point, by the decays still to come
+    assert p.target == pytest.approx(4.6 - 0.95 * (4.6 - p.final_value)) and 0 < p.steps_to_target < 700
+    assert p.interval_80[0] == pytest.approx(p.steps_to_target * np.exp(steps_lo))
+    assert 0 < p.p_reach < 1
+    unreachable = predict_curve(x[:1], y[:1], s, target=0.01, calibration=cal)
+    assert unreachable.reachable and unreachable.target_step == 800 and unreachable.p_reach < 0.05
     with pytest.raises(ValueError, match="need at least 2 observed points after training starts"):
-        predict_curve(np.array([0.0, *x[:1]]), np.array([4.6, *y[:1]]), s)
+        predict_curve(x[:1], y[:1], s, calibration=UNCALIBRATED)
+    with pytest.raises(ValueError, match="need at least 2 observed points after training starts"):
+        predict_curve(np.array([0.0]), np.array([4.6]), s)
 
 
 def test_the_steps_point_is_the_calibrated_median_and_the_band_stays_on_the_law_s_crossing():

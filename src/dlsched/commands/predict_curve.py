@@ -64,7 +64,7 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     import numpy as np
 
     from dlsched.commands.like_runs import finished_run, like_prior
-    from dlsched.perf.curve_predict import METRICS, MIN_POINTS, MetricSpace, predict_curve
+    from dlsched.perf.curve_predict import METRICS, MetricSpace, predict_curve
     from dlsched.perf.curve_readers import read_curve, seconds_per_x
     from dlsched.perf.prior import REGIMES
 
@@ -101,10 +101,8 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     if not (math.isfinite(budget) and budget > 0):
         raise UserError(f"--budget: must be > 0, got {budget}")
     keep = np.ones(len(curve.x), bool) if observed_until is None else curve.x <= observed_until
-    if keep.sum() < MIN_POINTS:
-        raise UserError(f"{curve.source}: too few points to fit ({int(keep.sum())} with {x} <= "
-                        f"{observed_until if observed_until is not None else 'the end'}; need at least {MIN_POINTS}), "
-                        f"field {y!r}")
+    if keep.sum() == 0:   # one point is predicted from finished runs' shapes (perf/one_point.py)
+        raise UserError(f"{curve.source}: no point to predict from (none with {x} <= {observed_until}), field {y!r}")
     if curve.x[keep][-1] > budget:
         raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
                         "use --observed-until to cut the curve")
@@ -163,6 +161,9 @@ def _render(out: dict, x: str, metric: str) -> None:
     column = f" {out['lr_column']!r}" if out.get("lr_column") else ""
     con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}{column}, {out['regime']}), observed to {x} {out['observed_until']:g} "
               f"of {out['budget']:g}")
+    if out["model"] == "prior":
+        con.print("one point after training starts: the finished runs' curves carried through it "
+                  "(wide bands; a second point fits the run's own)")
     if out.get("x_from_zero"):
         why = out.get("x_from_zero_because")
         con.print(f"{x} read as finished epochs, the log's + 1" + (f" ({why})" if why else ""))

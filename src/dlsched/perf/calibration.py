@@ -36,6 +36,8 @@ Z_80 = 1.2816  # the standard normal's 90 % point: a central 80 % band is ±Z_80
 # band: the 2.5 % one-sided quantile, which with fewer than 39 development errors lies beyond the largest one
 # seen (``quantile_band`` then adds 1 in log units: a run may go e times further than the worst seen).
 UNREACHABLE_LEVEL = 0.95
+# a table written before ``one_point``: bands about as wide as the development set's (a tenth to twice the final)
+ONE_POINT = (-2.3, 0.7, -1.6, 1.6)
 # the fewest errors of a cluster's own finished jobs at a fraction that replace the development set's band there:
 # with 9 the conformal 80 % band's ends are the smallest and largest error, both finite (``quantile_band``)
 OWN_ERRORS_MIN = 9
@@ -59,7 +61,8 @@ class Calibration:
     # task's finals: their errors are of another size than the fit's alone, which the bands above are (and which
     # that weighing uses); None: these
     levelled: "Calibration | None" = None
-    # the same finished curves' fits, (α, drop or None, metric, decay[, regime[, task]]) each: the prior a declared
+    # the same finished curves' fits, (α, drop or None, metric, decay[, regime[, task[, L0 / A_u, s0 / S1(budget)]]])
+    # each (the last two: its shape in shares of its budget's LR area, ``perf.one_point``): the prior a declared
     # metric, schedule and regime get (``perf.prior``: pooled by metric kind and regime, weighed by decay); a fit
     # without a regime (a table written before regimes) is a from-scratch run's; the task (the run's dataset) only
     # lets a benchmark leave a run's own task out; None: ``prior`` for every run
@@ -79,6 +82,10 @@ class Calibration:
     # predicted final and misses by more (bench/target_bands.py); None (a table written before them): those
     stated_steps: tuple[tuple[float, float], ...] | None = None
     stated_steps_median: tuple[float, ...] | None = None
+    # the 10th and 90th percentiles of log(true/predicted final), then of the remaining steps to --target-fraction
+    # 0.95's goal, of predictions from one point after training starts (``perf.one_point``), leave-one-task-out on
+    # the development curves thinned to a few evaluations; None (a table written before them): ``ONE_POINT``
+    one_point: tuple[float, float, float, float] | None = None
 
     def _at(self, values, fraction: float) -> float:
         """One value per fraction, interpolated over log fraction (clipped to the calibrated ones)."""
@@ -87,6 +94,11 @@ class Calibration:
 
     def _band(self, table, fraction: float) -> tuple[float, float]:
         return self._at([b[0] for b in table], fraction), self._at([b[1] for b in table], fraction)
+
+    def one_point_bands(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(final band, steps band), in log(true/predicted), of a prediction from one point (``one_point``)."""
+        lo, hi, steps_lo, steps_hi = self.one_point or ONE_POINT
+        return (lo, hi), (steps_lo, steps_hi)
 
     def final_band(self, fraction: float) -> tuple[float, float]:
         return self._band(self.final, fraction)
@@ -131,11 +143,8 @@ class Calibration:
         """The shape prior the development curves' fits give a run of this metric, schedule and regime (all of
         them without ``fits``; ``CurvePrior()`` before any calibration)."""
         if self.fits and metric is not None:
-            fits = [FinishedFit(a, math.nan if d is None else d,
-                                {"metric": m, "decay": k, "regime": rest[0] if rest else None})
-                    for a, d, m, k, *rest in self.fits]
-            p = prior_from_fits(fits, {"metric": metric, "decay": None if schedule is None else schedule.decay,
-                                       "regime": regime})
+            p = prior_from_fits(self.finished_fits(), {"metric": metric, "regime": regime,
+                                                       "decay": None if schedule is None else schedule.decay})
             return CurvePrior(p.alpha, p.drop, alpha_sigma=p.alpha_sigma, drop_sigma=p.drop_sigma)
         if not self.prior:
             return CurvePrior()
@@ -180,6 +189,14 @@ class Calibration:
         return dataclasses.replace(replaced(self, "fit"), levelled=replaced(self.levelled, "levelled"),
                                    carried=replaced(self.carried, "carried"))
 
+    def finished_fits(self) -> list[FinishedFit]:
+        """``fits`` as ``perf.prior`` pools them; a fit's relative shape (``perf.one_point``) in its meta."""
+        return [FinishedFit(a, math.nan if d is None else d,
+                            {"metric": m, "decay": k, "regime": rest[0] if rest else None,
+                             "relative_shape": tuple(math.inf if v is None else v for v in rest[2:4])
+                             if len(rest) >= 4 else None})
+                for a, d, m, k, *rest in self.fits or ()]
+
     def without_task(self, task: str) -> "Calibration":
         """This table with the fits of ``task``'s runs left out: the shipped prior a run of that task would get had
         the development set never held it (a benchmark's leave-one-task-out)."""
@@ -192,7 +209,8 @@ class Calibration:
                 "reach": self.reach, "levelled": None if self.levelled is None else self.levelled.as_dict(),
                 "fits": self.fits, "carried": None if self.carried is None else self.carried.as_dict(),
                 "steps_median": self.steps_median, "final_median": self.final_median,
-                "stated_steps": self.stated_steps, "stated_steps_median": self.stated_steps_median}
+                "stated_steps": self.stated_steps, "stated_steps_median": self.stated_steps_median,
+                "one_point": self.one_point}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1)
@@ -272,12 +290,12 @@ def load_calibration(path: Path = TABLE) -> Calibration:
 
 
 def from_dict(d: dict) -> Calibration:
-    prior, reach, levelled, fits, carried, median, final_median, stated, stated_median = (
+    prior, reach, levelled, fits, carried, median, final_median, stated, stated_median, one_point = (
         d.get(k) for k in ("prior", "reach", "levelled", "fits", "carried", "steps_median", "final_median",
-                           "stated_steps", "stated_steps_median"))
+                           "stated_steps", "stated_steps_median", "one_point"))
     return Calibration(tuple(d["fractions"]), tuple(map(tuple, d["final"])), tuple(map(tuple, d["steps"])),
                        tuple(prior) if prior else None, tuple(reach) if reach else None,
                        from_dict(levelled) if levelled else None, tuple(map(tuple, fits)) if fits else None,
                        from_dict(carried) if carried else None, tuple(median) if median else None,
                        tuple(final_median) if final_median else None, tuple(map(tuple, stated)) if stated else None,
-                       tuple(stated_median) if stated_median else None)
+                       tuple(stated_median) if stated_median else None, tuple(one_point) if one_point else None)

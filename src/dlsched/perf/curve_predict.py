@@ -40,12 +40,14 @@ from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
 from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise
 from dlsched.perf.fit_window import ONSET_MIN, fit_start
+from dlsched.perf.one_point import members, weighted_quantile
 from dlsched.perf.prior import REGIMES
 from dlsched.perf.schedule import Schedule, areas
 
 METRICS = ("loss", "error", "accuracy")
 HOLDOUT = 0.25
 MIN_POINTS = 2     # after training starts: the law's two linear terms (through both); α and c from the prior
+MIN_MEMBERS = 3    # finished runs whose shapes a one-point prediction carries (``perf.one_point``)
 DENSE_POINTS = 4   # the fewest the calibration's prefixes had (bench/prediction_accuracy.py)
 
 
@@ -209,8 +211,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     y = space.down(values)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
-    if len(x) < MIN_POINTS:
-        raise ValueError(f"need at least {MIN_POINTS} observed points, got {len(x)}")
+    if len(x) == 0:
+        raise ValueError("no observed points")
     if np.any(np.diff(x) <= 0):
         raise ValueError("x must increase")
     if np.any(y <= 0):   # the models are relative (log-space): name the point that leaves nothing to model
@@ -227,9 +229,13 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     # curve by y / f(0) = 0
     lr_applied = areas(schedule, x)[0] > 0
     trained = int(np.argmax(lr_applied)) if lr_applied.any() else len(x)
+    if len(x) - trained == 1 and (one := one_point_prediction(x, y, space, schedule, cal, metric, regime, target,
+                                                               target_fraction, prior)) is not None:
+        return one
     if len(x) - trained < MIN_POINTS:
+        one = "" if len(x) == trained else " (one takes the finished runs' shapes, and this calibration has none)"
         raise ValueError(f"need at least {MIN_POINTS} observed points after training starts (no LR applied yet at "
-                         f"x <= {x[max(trained - 1, 0)]:g}), got {len(x) - trained}")
+                         f"x <= {x[max(trained - 1, 0)]:g}), got {len(x) - trained}{one}")
     xs, ys = x[trained:], y[trained:]
     B, x_now = schedule.budget, float(x[-1])
     # past the warm-up and a slow start (``perf.fit_window``), while DENSE_POINTS remain (all of a sparse log's)
@@ -307,6 +313,47 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
                            grid, np.asarray(space.up(curve), float),
                            fitted if isinstance(fitted, AnnealingCurve) else None, p_reach, resolution, bands,
                            law_step)
+
+
+def one_point_prediction(x, y, space: "MetricSpace", schedule: Schedule, cal: Calibration, metric: str, regime: str,
+                         target: float | None, target_fraction: float | None,
+                         prior: CurvePrior | None) -> CurvePrediction | None:
+    """The prediction from one point after training starts (``perf.one_point``: the weighted median of the finished
+    runs' shapes through it, the calibration's one-point bands); None where fewer than ``MIN_MEMBERS`` finished runs
+    have a shape to carry. ``y`` lower-is-better."""
+    x1, y1, B = float(x[-1]), float(y[-1]), schedule.budget
+    meta = {"metric": metric, "regime": regime, "decay": schedule.decay}
+    curves, w = members(cal.finished_fits(), meta, schedule, x1, y1, (prior or CurvePrior()).drop)
+    if len(curves) < MIN_MEMBERS or x1 >= B:
+        return None
+    grid = np.unique(np.concatenate([np.linspace(x1, B, 1024), [B]]))
+    lines = np.array([c.value(grid) for c in curves])
+    logs = np.log(lines[:, -1])
+    curve = lines[int(np.argmin(np.abs(logs - weighted_quantile(logs, w, 0.5))))]
+    (lo_f, hi_f), (lo_s, hi_s) = cal.one_point_bands()
+    if prior is not None and prior.final is not None:   # a same-task level (--like, the service's finished jobs)
+        curve = with_level_prior(grid, curve, x1, prior, (hi_f - lo_f) / (2 * Z_80))
+    final, worst = float(curve[-1]), max(float(np.max(y)), float(curve[-1]))
+    final_lo, final_hi = final * math.exp(lo_f), min(final * math.exp(hi_f), worst)
+    if metric == "accuracy":
+        final_hi = min(final_hi, space.top)
+    goal = float(y[0] - target_fraction * (y[0] - final)) if target_fraction is not None else \
+        None if target is None else float(space.down(space.target(target)))
+    target_step = steps = interval = None
+    if goal is not None:
+        if y1 <= goal:   # already there: where the log got there
+            crossed = logged_crossing(x, y, goal)
+            target_step, steps, interval = x1 if crossed is None else min(crossed, x1), 0.0, (0.0, 0.0)
+        else:   # the budget where the curve never gets there: one point cannot tell a target unreachable
+            target_step = float(grid[np.argmax(curve <= goal)]) if (curve <= goal).any() else B
+            steps = target_step - x1
+            base = max(steps, log_interval(x))
+            interval = (min(steps, base * math.exp(lo_s)), min(B - x1, max(steps, base * math.exp(hi_s))))
+    p_reach = None if goal is None else reach_chance(goal, y1, final, lo_f, 0.0, hi_f, worst)
+    lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
+    return CurvePrediction("prior", x1, B, float(space.up(final)), (lo_v, hi_v), float(space.up(0.0)),
+                           None if goal is None else float(space.up(goal)), target_step, steps, interval,
+                           grid, np.asarray(space.up(curve), float), None, p_reach, log_interval(x), "one_point")
 
 
 def reach_chance(goal: float, now: float, final: float, lo: float, mid: float, hi: float,

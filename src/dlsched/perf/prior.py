@@ -176,7 +176,7 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     drop_fits = shape_pool(fits, meta, lambda f: math.isfinite(f.drop))   # a run whose LR never fell has no drop
     alpha, alpha_sigma = _alpha_prior(alpha_fits, meta, default)
     drop, drop_sigma = _drop_prior(drop_fits, meta, default)
-    w = _weights(fits, meta)
+    w = kernel_weights(fits, meta)
     matched = float(w.sum() / w.max())  # effective number of equally relevant finished jobs
     level = level_prior(fits, meta, schedule, drop)
     return CurvePrior(alpha, drop, weight=default.weight * min(2.0, 1.0 + 0.1 * matched),
@@ -210,7 +210,7 @@ def _shared(f: FinishedFit, meta: dict, field: str) -> bool:
     return meta.get(field) is not None and f.meta.get(field) == meta[field]
 
 
-def _weights(fits: list[FinishedFit], meta: dict) -> np.ndarray:
+def kernel_weights(fits: list[FinishedFit], meta: dict) -> np.ndarray:
     return np.array([4.0 ** sum(_shared(f, meta, k) for k in FIELDS) for f in fits])
 
 
@@ -222,7 +222,7 @@ def shares_task(f: FinishedFit, meta: dict) -> bool:
 def _alpha_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tuple[float, float]:
     if not fits:   # every finished run over-fitted
         return default.alpha, default.alpha_sigma
-    w = _weights(fits, meta)
+    w = kernel_weights(fits, meta)
     logs = np.log([max(f.alpha, 1e-3) for f in fits])
     return math.exp(float(np.average(logs, weights=w))), _spread(logs, w, default.alpha_sigma, ALPHA_SIGMA_MIN,
                                                                   _cross_task_runs(fits, meta))
@@ -232,7 +232,7 @@ def _drop_prior(fits: list[FinishedFit], meta: dict, default: CurvePrior) -> tup
     seen = [f for f in fits if math.isfinite(f.drop)]
     if not seen:
         return default.drop, default.drop_sigma
-    w = _weights(seen, meta)
+    w = kernel_weights(seen, meta)
     # drop ratios can be 0: average them plainly, a log would make one zero dominate
     drops = np.array([f.drop for f in seen])
     return float(np.average(drops, weights=w)), _spread(drops, w, default.drop_sigma, DROP_SIGMA_MIN,
