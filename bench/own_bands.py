@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import tempfile
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from dlsched.service.store import Store
 from dlsched.spec import JobSpec
 
 CURVES = Path(__file__).resolve().parent / "curves"
+sys.path.insert(0, str(CURVES))
+from replay import progress_records  # noqa: E402
 FRACTIONS = (0.10, 0.25, 0.50, 0.75)
 SCORED = (0.10, 0.25, 0.50)
 BATCH = 16
@@ -50,9 +53,7 @@ def run_job(models: JobModels, store: Store, run) -> dict[float, tuple]:
              "target_loss": stated_loss(d)}
     jid = store.submit(JobSpec(name=run.task, command=["python", f"{run.family}.py"], gpus=1, batch_size=BATCH,
                                total_samples=BATCH * int(run.budget), prediction=facts))
-    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": BATCH * int(r.step), "loss": r.loss,
-             "lr": r.lr, "samples_per_s": 100.0, "workers": 1, "batch_size": BATCH,
-             "metrics": {"val_accuracy": r.accuracy}} for r in d.itertuples()]
+    recs = progress_records(d, BATCH, "val_accuracy")
     told, done = {}, 0
     for share in (*FRACTIONS, 1.0):
         seen = [r for r in recs if r["step"] <= share * run.budget]

@@ -1,4 +1,6 @@
 """service/job_models.py: the live loop's per-job models; here, the prior a new job's curve starts from."""
+import sys
+
 import pytest
 
 from dlsched.perf.calibration import load_calibration
@@ -200,9 +202,10 @@ def token_accuracy_job(models: JobModels, store: Store, name: str, until: int | 
                    prediction={"schedule": index.loc[f"{name}.csv", "schedule"], "dataset": "tinyshakespeare",
                                "target": {"metric": "token_accuracy", "value": 0.5, "kind": "accuracy"}})
     jid = store.submit(spec)
-    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 16 * r.step, "loss": r.loss, "lr": r.lr,
-             "samples_per_s": 100.0, "workers": 1, "batch_size": 16, "metrics": {"token_accuracy": scale * r.accuracy}}
-            for r in d.itertuples()]
+    sys.path.insert(0, str(REPO_ROOT / "bench" / "curves"))
+    from replay import progress_records
+
+    recs = progress_records(d, 16, "token_accuracy", scale)
     store.add_progress(jid, recs, 1, samples=recs[-1]["samples"])
     got = models.refit(store.get(jid), recs, 2000.0, metric_values=models.metric_values(
         jid, "token_accuracy", store)).loss_fit["metric_target"]

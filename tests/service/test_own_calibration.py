@@ -2,6 +2,7 @@
 from what the service predicted for them. Real curves (bench/curves), refitted as the live loop refits and stores
 them (``JobModels.refit``, ``Store.add_prediction``)."""
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,8 @@ from dlsched.service.store import Store
 from dlsched.spec import JobSpec
 
 CURVES = REPO_ROOT / "bench" / "curves"
+sys.path.insert(0, str(CURVES))
+from replay import progress_records  # noqa: E402
 INDEX = pd.read_csv(CURVES / "index.csv").set_index("file")
 BATCH = 16
 
@@ -35,10 +38,7 @@ def run_job(models: JobModels, store: Store, name: str, until: float = 1.0, ende
         facts["target"] = {"metric": "token_accuracy", "value": 0.5, "kind": "accuracy"}
     jid = store.submit(JobSpec(name=name, command=["python", "train.py"], gpus=1, batch_size=BATCH,
                                total_samples=BATCH * budget, prediction=facts))
-    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": BATCH * int(r.step), "loss": r.loss,
-             "lr": r.lr, "samples_per_s": 100.0, "workers": 1, "batch_size": BATCH}
-            | ({"metrics": {"token_accuracy": accuracy_scale * r.accuracy}} if accuracy_scale else {})
-            for r in d.itertuples()]
+    recs = progress_records(d, BATCH, "token_accuracy" if accuracy_scale else None, accuracy_scale or 1.0)
     fit = None
     for share in sorted({0.1, 0.25, 0.5, 0.75, until}):
         if share > until:
