@@ -80,7 +80,7 @@ from dlsched.perf.convergence import LossCurve, fit_curve  # noqa: E402
 from dlsched.perf.curve_predict import CurvePrediction, MetricSpace, predict_curve  # noqa: E402
 from dlsched.perf.predict import remaining_steps  # noqa: E402
 from dlsched.perf.one_point import relative_shape  # noqa: E402
-from dlsched.perf.prior import finished_fit, has_law_shape, prior_from_fits, regime_of  # noqa: E402
+from dlsched.perf.prior import finished_fit, has_law_shape, metric_kind, prior_from_fits, regime_of  # noqa: E402
 from dlsched.perf.profile import POLLUX_APPS, h100_throughput, pollux_app, seed_log  # noqa: E402
 from dlsched.perf.speed import fit_compute, fit_step_time, profiling_rows  # noqa: E402
 
@@ -190,7 +190,8 @@ def one_point_rows(curves, cal: Calibration) -> pd.DataFrame:
             pred = float(space.down(p.final_value))
             remaining = truth_t.target_x - float(t.x[0])
             ahead = remaining >= MIN_INTERVALS * truth_t.resolution and p.steps_to_target
-            rows.append({"task": t.meta.get("dataset"), "final": math.log(truth_t.final / pred),
+            rows.append({"task": t.meta.get("dataset"), "kind": metric_kind(t.metric),
+                         "final": math.log(truth_t.final / pred),
                          "steps": math.log(remaining / p.steps_to_target) if ahead else math.nan,
                          "cap": math.log(max(float(space.down(t.y[0])), pred) / pred)})
     return pd.DataFrame(rows)

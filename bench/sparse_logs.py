@@ -50,17 +50,22 @@ def one_point_held_out(curves) -> str:
     errors, so the dev rows above are in-sample for it): each task's predictions against the 10-90 % percentiles
     of the other tasks' errors."""
     d = pa.one_point_rows(curves, load_calibration())
-    final, steps = [], []
+    parts = []
     for task, mine in d.groupby("task"):
         other = d[d.task != task]
         lo, hi = np.quantile(other.final, [0.1, 0.9])
         s_lo, s_hi = np.quantile(other.steps.dropna(), [0.1, 0.9])
-        final += list((mine.final >= lo) & (mine.final <= np.minimum(hi, mine.cap)))
-        steps += list(mine.steps.dropna().between(s_lo, s_hi))
-    return (f"one point, bands leave-one-task-out ({len(d)} predictions, {d.task.nunique()} tasks): coverage final "
-            f"{100 * np.mean(final):.1f} %, steps {100 * np.mean(steps):.1f} % (n={len(steps)}); median error final "
-            f"{100 * np.median(np.abs(np.expm1(d.final))):.1f} %, steps "
-            f"{100 * np.median(np.abs(np.expm1(d.steps.dropna()))):.1f} %")
+        parts.append(mine.assign(final_in=(mine.final >= lo) & (mine.final <= np.minimum(hi, mine.cap)),
+                                 steps_in=mine.steps.between(s_lo, s_hi).where(mine.steps.notna())))
+    d = pd.concat(parts)
+    lines = []
+    for name, g in [("all", d), *d.groupby("kind")]:
+        steps = g.steps.dropna()
+        lines.append(f"one point [{name}], bands leave-one-task-out ({len(g)} predictions, {g.task.nunique()} tasks): "
+                     f"coverage final {100 * g.final_in.mean():.1f} %, steps {100 * g.steps_in.dropna().mean():.1f} % "
+                     f"(n={len(steps)}); median error final {100 * np.median(np.abs(np.expm1(g.final))):.1f} %, "
+                     f"steps {100 * np.median(np.abs(np.expm1(steps))) if len(steps) else float('nan'):.1f} %")
+    return "\n  ".join(lines)
 
 
 def main(argv=None) -> int:
