@@ -137,6 +137,11 @@ def test_a_stated_accuracy_target_is_predicted_from_the_metric_the_script_report
     assert abs(got["target_step"] / reached - 1) < 0.25 and got["target_chance"] > 0.5, got
     never = fit(0.999)                   # above the 80 % band's top: at best at the budget, and unlikely
     assert never["target_step"] in (None, 800.0) and never["target_chance"] < 0.1, never
+    evals = evals[:1]                    # its first evaluation only: the finished runs' shapes through it
+    first = fit(0.97)
+    assert first["points"] == 1 and first["bands"] == "one_point", first
+    assert first["final_80"][0] < first["final"] < first["final_80"][1] and 0 < first["target_chance"] < 1, first
+    assert evals[0]["metrics"]["val_accuracy"] < first["final"] and first["target_step"] > 10, first
     # without the job's metric events (none reported yet) there is nothing to predict the target from
     job = store.get(store.submit(JobSpec(name="mlp", command=["python", "train.py"], gpus=1, batch_size=32,
                                          total_samples=32 * 800, prediction={"target": {

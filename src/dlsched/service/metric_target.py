@@ -11,7 +11,7 @@ import numpy as np
 
 from dlsched.perf.annealing import CurvePrior
 from dlsched.perf.calibration import Calibration
-from dlsched.perf.curve_predict import MIN_POINTS, MetricSpace, predict_curve
+from dlsched.perf.curve_predict import MetricSpace, predict_curve
 from dlsched.perf.first_passage import logged_crossing
 from dlsched.perf.schedule import Schedule
 from dlsched.spec import MetricTarget
@@ -37,11 +37,12 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     budget; ``target_step_80`` its 80 % band, None unless ahead (``CurvePrediction.target_step_80``);
     ``target_reached``: the log got there; ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s;
     ``curve``: [x, value] from the first point fitted to the budget, drawn as the loss fit's is; ``fitted``: the
-    annealing fit, in fractions (``reported_scale``), not JSON, or None), or None with fewer than ``MIN_POINTS``
-    points, or points the predictor refuses (a value it cannot model, such as an error of 0). ``prior``: from the
+    annealing fit, in fractions (``reported_scale``), not JSON, or None), or None without points, or points the
+    predictor refuses (a value it cannot model, such as an error of 0). One point (a first evaluation) is predicted
+    from the finished runs' shapes (``perf.one_point``). ``prior``: from the
     finished jobs' fits of such targets (``service.job_models``); None: the shipped prior of the target's kind.
     ``calibration``: the bands (None: the shipped table; the service's: ``service.own_calibration``)."""
-    if len(x) < MIN_POINTS:
+    if not len(x):
         return None
     scale = reported_scale(target, values)
     try:   # in fractions: the finished jobs' finals the prior carries are (``ended_at``); the target's 93 reads 0.93
