@@ -40,7 +40,7 @@ from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
 from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise
 from dlsched.perf.fit_window import ONSET_MIN, fit_start
-from dlsched.perf.one_point import members, weighted_quantile
+from dlsched.perf.one_point import members
 from dlsched.perf.prior import REGIMES
 from dlsched.perf.schedule import Schedule, areas
 
@@ -329,7 +329,7 @@ def one_point_prediction(x, y, space: "MetricSpace", schedule: Schedule, cal: Ca
     grid = np.unique(np.concatenate([np.linspace(x1, B, 1024), [B]]))
     lines = np.array([c.value(grid) for c in curves])
     logs = np.log(lines[:, -1])
-    curve = lines[int(np.argmin(np.abs(logs - weighted_quantile(logs, w, 0.5))))]
+    curve = lines[int(np.argmin(np.abs(logs - np.quantile(logs, 0.5, weights=w, method="inverted_cdf"))))]
     (lo_f, hi_f), (lo_s, hi_s) = cal.one_point_bands()
     if prior is not None and prior.final is not None:   # a same-task level (--like, the service's finished jobs)
         curve = with_level_prior(grid, curve, x1, prior, (hi_f - lo_f) / (2 * Z_80))

@@ -22,6 +22,7 @@ from dlsched.perf.annealing import AnnealingCurve
 from dlsched.perf.prior import FinishedFit, kernel_weights, shape_pool
 from dlsched.perf.schedule import Schedule, areas
 
+
 def relative_shape(curve: AnnealingCurve) -> tuple[float, float]:
     """(L0 / A_u, s0 / S1(budget)) of a fitted law: its shape with the LR area in shares of its budget's."""
     s1_end = float(areas(curve.schedule, [curve.schedule.budget])[0][0])
@@ -56,10 +57,3 @@ def members(fits: list[FinishedFit], meta: dict, schedule: Schedule, x1: float, 
     out = [(m, w) for f, w in zip(pool, kernel_weights(pool, meta) if pool else [])
            if (m := member(f, schedule, x1, y1, drop)) is not None]
     return [m for m, _ in out], np.array([w for _, w in out], float)
-
-
-def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    order = np.argsort(values)
-    v, w = values[order], weights[order]
-    cum = (np.cumsum(w) - 0.5 * w) / w.sum()
-    return float(np.interp(q, cum, v))
