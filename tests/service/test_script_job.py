@@ -160,7 +160,8 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
                      if e["kind"] == "job_metrics"}
             assert logged <= evals <= reported() if metric == "val_mse" else len(logged) > 2 * len(evals), \
                 (sorted(logged), evals)
-            assert (got["metric"], got["kind"], got["target"]) == (metric, "loss", 1e9) and got["points"] >= 3
+            # from its first report on (one point: the finished runs' shapes through it, ``perf.one_point``)
+            assert (got["metric"], got["kind"], got["target"]) == (metric, "loss", 1e9) and got["points"] >= 1
             assert got["target_chance"] == 1.0 and got["target_step"] in logged, (got, sorted(logged))
             assert 0 < got["final"] and got["final_80"][0] <= got["final"] <= got["final_80"][1]
             # the dashboard's chart of it: the reports, and the predicted curve to the job's budget (36 steps)
