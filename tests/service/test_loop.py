@@ -335,13 +335,16 @@ def test_a_grow_whose_reservation_times_out_leaves_the_job_training_at_its_size(
     """A grow's reservation timeout failed the job and stopped its runtime, though the grow had changed nothing."""
     store = Store(tmp_path / "s.db")
     backend = CannotReserveAGrow()
-    loop = LiveLoop(store, backend, cluster("test-elastic", (1, 1)), tmp_path)
+    frozen: list[float] = []   # the loop's clock, held still from the grow on: no back-off wait runs out meanwhile
+    loop = LiveLoop(store, backend, cluster("test-elastic", (1, 1)), tmp_path,
+                    clock=lambda: frozen[0] if frozen else time.time())
     job = store.submit(load_job_spec(job_yaml("j", gpus=2, max_gpus=2, extra="min_gpus: 1\n")))
     first = store.submit(load_job_spec(job_yaml("first", gpus=1)))
     store.update(first, submit_time=store.get(job).submit_time - 1)     # older: the elastic one starts on 1 GPU
     run_until(loop, store, lambda: store.get(job).state == RUNNING and store.get(first).state == RUNNING)
     assert store.get(job).num_gpus == 1
     store.transition(first, "cancelled", time.time())                   # its GPU is free: the policy grows the job
+    frozen.append(time.time())
     loop.round()
     j = store.get(job)
     assert (j.state, j.num_gpus) == (RUNNING, 1), (j.state, j.num_gpus, j.error)
