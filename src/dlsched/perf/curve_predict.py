@@ -261,19 +261,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     final = float(curve[-1])
     lo_f, hi_f = cal.final_band(frac)
     mid_f = cal.final_centre(frac)
-    final_lo, final_hi = final * math.exp(lo_f), final * math.exp(hi_f)   # lower-is-better space
-    if metric == "accuracy":   # an error band is multiplicative: capped at 100 % error, never below 0 accuracy
-        final_hi = min(final_hi, space.top)
-    # no worse than the worst value logged: the 10 % band reaches e^0.7 above the point, past a sparse log's first
-    # value, and none of the 75 development and public runs ended above its worst logged value at 10, 25 or 50 %
-    # observed (layoutlmv3's collapse included)
-    worst = max(float(np.max(y)), final)
-    final_hi = min(final_hi, worst)
-    goal = None
-    if target_fraction is not None:
-        goal = float(y[0] - target_fraction * (y[0] - final))
-    elif target is not None:
-        goal = float(space.down(space.target(target)))
+    final_lo, final_hi, worst = final_interval(final, lo_f, hi_f, y, metric, space)
+    goal = goal_of(y, final, target, target_fraction, space)
     now = float(np.median(y[-3:]))
     floor = final_lo if reach is None or now <= final else \
         min(final_lo, max(0.0, now - (now - final) * math.exp(reach)))
@@ -285,8 +274,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     resolution = log_interval(x)
     if goal is not None and goal >= floor:
         if now <= goal:   # already there: where the log got there (a fact, not a prediction), 0 steps from now
-            crossed = logged_crossing(x, y, goal)
-            target_step = x_now if crossed is None else min(crossed, x_now)
+            target_step = logged_reach(x, y, goal)
         else:
             # when the logged value, smoothed by a 3-point median, first gets there (``perf.first_passage``)
             ahead = grid >= x_now
@@ -302,10 +290,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
             law_step = target_step
             steps = min(raw * math.exp(cal.steps_shift(frac, stated)), B - x_now)
             target_step = x_now + steps
-        # the band scales the law's crossing from at least one logging interval: a crossing is known no finer, and
-        # no factor widens a 0 ("already there") the run may still be far from (as 0, it made the bands' ends e^20)
-        base = max(raw, resolution)
-        interval = (min(steps, base * math.exp(lo_s)), min(B - x_now, max(steps, base * math.exp(hi_s))))
+        interval = steps_interval(steps, raw, resolution, (lo_s, hi_s), B - x_now)
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
     p_reach = None if goal is None else reach_chance(goal, now, final, lo_f, mid_f, hi_f, worst)
     return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(floor)),
@@ -315,6 +300,42 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
                            law_step)
 
 
+def final_interval(final: float, lo: float, hi: float, y, metric: str,
+                   space: "MetricSpace") -> tuple[float, float, float]:
+    """(low end, high end of the final value's band ``final`` · e^[lo, hi], the worst value logged), lower-is-better.
+    An error band is multiplicative: capped at 100 % error, never below 0 accuracy. No worse than the worst value
+    logged: the 10 % band reaches e^0.7 above the point, past a sparse log's first value, and none of the 75
+    development and public runs ended above its worst logged value at 10, 25 or 50 % observed (layoutlmv3's collapse
+    included)."""
+    worst = max(float(np.max(y)), final)
+    high = min(final * math.exp(hi), worst)
+    return final * math.exp(lo), min(high, space.top) if metric == "accuracy" else high, worst
+
+
+def goal_of(y, final: float, target: float | None, target_fraction: float | None,
+            space: "MetricSpace") -> float | None:
+    """The target in the lower-is-better space: ``target_fraction`` of the improvement from the first value to
+    ``final``, or the stated ``target``; None without either."""
+    if target_fraction is not None:
+        return float(y[0] - target_fraction * (y[0] - final))
+    return None if target is None else float(space.down(space.target(target)))
+
+
+def logged_reach(x, y, goal: float) -> float:
+    """Where the log got to ``goal`` it is at now (a fact, not a prediction): its smoothed crossing, or the last x."""
+    crossed = logged_crossing(x, y, goal)
+    return float(x[-1]) if crossed is None else min(crossed, float(x[-1]))
+
+
+def steps_interval(steps: float, raw: float, resolution: float, band: tuple[float, float],
+                   room: float) -> tuple[float, float]:
+    """The 80 % band of ``steps``: the log band scales the raw crossing from at least one logging interval (a crossing
+    is known no finer, and no factor widens a 0, "already there", the run may still be far from: as 0, it made the
+    bands' ends e^20), never past the budget (``room`` from now) and always around ``steps``."""
+    base = max(raw, resolution)
+    return min(steps, base * math.exp(band[0])), min(room, max(steps, base * math.exp(band[1])))
+
+
 def one_point_prediction(x, y, space: "MetricSpace", schedule: Schedule, cal: Calibration, metric: str, regime: str,
                          target: float | None, target_fraction: float | None,
                          prior: CurvePrior | None) -> CurvePrediction | None:
@@ -322,9 +343,11 @@ def one_point_prediction(x, y, space: "MetricSpace", schedule: Schedule, cal: Ca
     runs' shapes through it, the calibration's one-point bands); None where fewer than ``MIN_MEMBERS`` finished runs
     have a shape to carry. ``y`` lower-is-better."""
     x1, y1, B = float(x[-1]), float(y[-1]), schedule.budget
+    if x1 >= B:
+        return None
     meta = {"metric": metric, "regime": regime, "decay": schedule.decay}
     curves, w = members(cal.finished_fits(), meta, schedule, x1, y1, (prior or CurvePrior()).drop)
-    if len(curves) < MIN_MEMBERS or x1 >= B:
+    if len(curves) < MIN_MEMBERS:
         return None
     grid = np.unique(np.concatenate([np.linspace(x1, B, 1024), [B]]))
     lines = np.array([c.value(grid) for c in curves])
@@ -333,27 +356,23 @@ def one_point_prediction(x, y, space: "MetricSpace", schedule: Schedule, cal: Ca
     (lo_f, hi_f), (lo_s, hi_s) = cal.one_point_bands()
     if prior is not None and prior.final is not None:   # a same-task level (--like, the service's finished jobs)
         curve = with_level_prior(grid, curve, x1, prior, (hi_f - lo_f) / (2 * Z_80))
-    final, worst = float(curve[-1]), max(float(np.max(y)), float(curve[-1]))
-    final_lo, final_hi = final * math.exp(lo_f), min(final * math.exp(hi_f), worst)
-    if metric == "accuracy":
-        final_hi = min(final_hi, space.top)
-    goal = float(y[0] - target_fraction * (y[0] - final)) if target_fraction is not None else \
-        None if target is None else float(space.down(space.target(target)))
+    final = float(curve[-1])
+    final_lo, final_hi, worst = final_interval(final, lo_f, hi_f, y, metric, space)
+    goal = goal_of(y, final, target, target_fraction, space)
     target_step = steps = interval = None
+    resolution = log_interval(x)
     if goal is not None:
         if y1 <= goal:   # already there: where the log got there
-            crossed = logged_crossing(x, y, goal)
-            target_step, steps, interval = x1 if crossed is None else min(crossed, x1), 0.0, (0.0, 0.0)
+            target_step, steps, interval = logged_reach(x, y, goal), 0.0, (0.0, 0.0)
         else:   # the budget where the curve never gets there: one point cannot tell a target unreachable
             target_step = float(grid[np.argmax(curve <= goal)]) if (curve <= goal).any() else B
             steps = target_step - x1
-            base = max(steps, log_interval(x))
-            interval = (min(steps, base * math.exp(lo_s)), min(B - x1, max(steps, base * math.exp(hi_s))))
+            interval = steps_interval(steps, steps, resolution, (lo_s, hi_s), B - x1)
     p_reach = None if goal is None else reach_chance(goal, y1, final, lo_f, 0.0, hi_f, worst)
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
     return CurvePrediction("prior", x1, B, float(space.up(final)), (lo_v, hi_v), float(space.up(0.0)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
-                           grid, np.asarray(space.up(curve), float), None, p_reach, log_interval(x), "one_point")
+                           grid, np.asarray(space.up(curve), float), None, p_reach, resolution, "one_point")
 
 
 def reach_chance(goal: float, now: float, final: float, lo: float, mid: float, hi: float,
