@@ -190,11 +190,11 @@ class Calibration:
                                    carried=replaced(self.carried, "carried"))
 
     def finished_fits(self) -> list[FinishedFit]:
-        """``fits`` as ``perf.prior`` pools them; a fit's relative shape (``perf.one_point``) in its meta."""
+        """``fits`` as ``perf.prior`` pools them, with their relative shapes (``perf.one_point``)."""
         return [FinishedFit(a, math.nan if d is None else d,
-                            {"metric": m, "decay": k, "regime": rest[0] if rest else None,
-                             "relative_shape": tuple(math.inf if v is None else v for v in rest[2:4])
-                             if len(rest) >= 4 else None})
+                            {"metric": m, "decay": k, "regime": rest[0] if rest else None},
+                            relative_shape=tuple(math.inf if v is None else v for v in rest[2:4])
+                            if len(rest) >= 4 else None)
                 for a, d, m, k, *rest in self.fits or ()]
 
     def without_task(self, task: str) -> "Calibration":

@@ -31,10 +31,9 @@ def relative_shape(curve: AnnealingCurve) -> tuple[float, float]:
 
 
 def member(f: FinishedFit, schedule: Schedule, x1: float, y1: float, drop: float) -> AnnealingCurve | None:
-    """Finished run ``f``'s shape on ``schedule``, through (x1, y1); None without a shape or where it has no curve."""
-    shape = f.meta.get("relative_shape")
-    if shape is None and f.curve is not None:
-        shape = relative_shape(f.curve)
+    """Finished run ``f``'s shape on ``schedule``, through (x1, y1); None without a shape (no fit, no relative
+    shape) or where the shape has no positive value at x1."""
+    shape = f.relative_shape or (None if f.curve is None else relative_shape(f.curve))
     if shape is None:
         return None
     ratio, offset = shape
@@ -54,6 +53,6 @@ def members(fits: list[FinishedFit], meta: dict, schedule: Schedule, x1: float, 
             drop: float) -> tuple[list[AnnealingCurve], np.ndarray]:
     """The members (module doc) of the finished runs ``perf.prior`` pools for a run of ``meta``, and their weights."""
     pool = shape_pool(fits, meta, lambda f: True)
-    out = [(m, w) for f, w in zip(pool, kernel_weights(pool, meta) if pool else [])
+    out = [(m, w) for f, w in zip(pool, kernel_weights(pool, meta))
            if (m := member(f, schedule, x1, y1, drop)) is not None]
     return [m for m, _ in out], np.array([w for _, w in out], float)

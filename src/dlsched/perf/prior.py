@@ -104,6 +104,8 @@ class FinishedFit:
     # accuracy's error as a fraction, ``service.metric_target.reported_scale``); nan: not known
     final: float = math.nan
     curve: AnnealingCurve | None = None   # its full fit: carries ``final`` to another schedule (module doc)
+    # its fit's shape in shares of its budget's LR area where the fit itself is not kept (``perf.one_point``)
+    relative_shape: tuple[float, float] | None = None
 
 
 def finished_fit(curve: AnnealingCurve, meta: dict | None = None, final: float = math.nan) -> FinishedFit:

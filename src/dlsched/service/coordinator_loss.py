@@ -4,6 +4,7 @@ error; its next start resumes from the newest valid checkpoint."""
 from __future__ import annotations
 
 from dlsched.backends.base import PollResult
+from dlsched.service.event_kinds import START_UNRESERVED
 from dlsched.service.store import FAILED, QUEUED, Store
 
 MAX_COORDINATOR_LOSSES = 3   # resumes after a lost coordinator (killed, OOM, node lost) before the job fails
@@ -13,7 +14,6 @@ MAX_FENCED_STARTS = 18
 # starts whose reservation timed out: the round's view had the GPUs, the cluster did not (a node dying as the job
 # was placed, slots held outside dlsched); the next round places it on what is left
 MAX_UNRESERVED_STARTS = 3
-UNRESERVED = "start_unreserved"   # the event of each
 
 
 def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float) -> None:
@@ -33,7 +33,8 @@ def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float) -> N
 def after_failed_start(store: Store, job_id: int, error: Exception, now: float) -> tuple[str, dict, dict]:
     """The job's write for a start that raised: a reservation timeout leaves it queued (bounded; the event says so,
     as queued -> queued is no transition), anything else fails it."""
-    if isinstance(error, TimeoutError) and store.count_events(job_id, UNRESERVED, "error") < MAX_UNRESERVED_STARTS:
-        store.event(UNRESERVED, job_id, now, error=str(error))
+    if isinstance(error, TimeoutError) and \
+            store.count_events(job_id, START_UNRESERVED, "error") < MAX_UNRESERVED_STARTS:
+        store.event(START_UNRESERVED, job_id, now, error=str(error))
         return QUEUED, {}, {"num_gpus": 0, "placement": {}}
     return FAILED, {"reason": f"start failed: {error}"}, {"error": str(error)[:500]}

@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlsched.backends.base import Backend
-from dlsched.round import Action, Resize
+from dlsched.round import Action, Resize, Start
 from dlsched.service.coordinator_loss import after_failed_start
+from dlsched.service.event_kinds import GROW_UNRESERVED
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.store import FAILED, JobRecord, Store
-
-GROW_UNRESERVED = "grow_unreserved"   # the event of a grow given up for want of slots
 
 
 def after_failed_action(store: Store, backend: Backend, backoff: ResizeBackoff, job: JobRecord, act: Action,
@@ -27,7 +26,6 @@ def after_failed_action(store: Store, backend: Backend, backoff: ResizeBackoff, 
                     no_grow_for_s=wait)
         return []
     backend.stop(job.id, job_dir)
-    kind = type(act).__name__.lower()
-    if kind == "start":
+    if isinstance(act, Start):
         return [(job.id, *after_failed_start(store, job.id, error, now))]
-    return [(job.id, FAILED, {"reason": f"{kind} failed: {error}"}, {"error": str(error)[:500]})]
+    return [(job.id, FAILED, {"reason": f"{type(act).__name__.lower()} failed: {error}"}, {"error": str(error)[:500]})]
