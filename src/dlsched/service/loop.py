@@ -264,7 +264,7 @@ class LiveLoop:
                           releasing=held_after(job, nodes) or None)
         self.store.record_allocation(job.id, now, gpus, job.batch_size, nodes)
         self.store.event("workers_lost", job.id, now, gpus_from=job.num_gpus, gpus=gpus,
-                         lost={n: k - nodes.get(n, 0) for n, k in job.placement.items() if k > nodes.get(n, 0)})
+                         lost=extra_slots(job.placement, nodes))
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
         records, offset = read_progress(self.job_dir(job.id), job.progress_offset)
