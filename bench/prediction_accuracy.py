@@ -75,7 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "curves"))
 from dev_set import DevCurve, dev_curves  # noqa: E402
 
 from dlsched.perf.annealing import CurvePrior, fit_annealing  # noqa: E402
-from dlsched.perf.calibration import TABLE, Z_80, Calibration, calibrate  # noqa: E402
+from dlsched.perf.calibration import TABLE, Z_80, Calibration, calibrate, load_calibration  # noqa: E402
 from dlsched.perf.convergence import LossCurve, fit_curve  # noqa: E402
 from dlsched.perf.curve_predict import CurvePrediction, MetricSpace, predict_curve  # noqa: E402
 from dlsched.perf.predict import remaining_steps  # noqa: E402
@@ -405,7 +405,7 @@ def unshifted(cal: Calibration) -> Calibration:
 
 
 def without_level(p: CurvePrior | None) -> CurvePrior | None:
-    return None if p is None else dataclasses.replace(p, final=None, final_sigma=math.inf)
+    return None if p is None else dataclasses.replace(p, final=None, final_sigma=math.inf, level_curves=())
 
 
 def full_fits(curves) -> dict:
@@ -584,7 +584,60 @@ def schedule_report(write_calibration: bool = False) -> None:
         errs = [evaluate(c, 0.10, cals[c.name], prior_for(c))["final_err"] for c in curves]
         line.append(f"{label} {pct(np.median(errs))}")
     print("  prior at 10 % observed, median final error: " + ", ".join(line))
+    narrowing_report(curves, df, cals, prior_of)
     print(f"  fit time per 1 000-point curve: {1e3 * fit_time(curves):.1f} ms (<= 50 ms)")
+
+
+def first_trained(c: DevCurve) -> int:
+    """The index of the curve's first point after any LR was applied (an evaluation at x = 0 comes before it)."""
+    return int(np.argmax(c.x > 0))
+
+
+def early_row(c: DevCurve, points: int, cal: Calibration, prior: CurvePrior | None) -> dict | None:
+    """A prediction from the curve's first ``points`` points after training starts (0: before any, from the same
+    task's finished runs carried to its schedule; 1: their shapes through the point), scored as ``evaluate``
+    scores a final and the steps to the true 95 % value given as a fixed ``--target``; None where the predictor has
+    nothing to predict from."""
+    t, n = truth(c), first_trained(c) + points
+    space = MetricSpace.of(c.metric, c.y)
+    try:
+        p = predict_curve(c.x[:n], c.y[:n], c.schedule, metric=c.metric, target=float(space.up(t.target)),
+                          prior=prior, calibration=cal, regime=c.meta.get("regime", "scratch"), scale=space.top)
+    except ValueError:
+        return None
+    final = float(space.down(p.final_value))
+    lo, hi = sorted(space.down(np.array(p.final_value_interval_80)))
+    remaining = t.target_x - p.x_now
+    ahead = p.steps_to_target is not None and remaining >= MIN_INTERVALS * t.resolution
+    return {"curve": c.name, "final_err": abs(final / t.final - 1), "final_cov": lo <= t.final <= hi,
+            "final_width": (hi - lo) / final, "model": p.model,
+            "fixed_err": abs(p.steps_to_target / remaining - 1) if ahead else math.nan,
+            "fixed_cov": p.interval_80[0] <= remaining <= p.interval_80[1] if ahead else math.nan}
+
+
+def narrowing_report(curves, df: pd.DataFrame, cals: dict, prior_of) -> None:
+    """Item 5 of issue 14: the prediction a new job starts with, before its first point, and how its final-value band
+    narrows as points arrive; on the curves whose task has two or more other finished runs (a level prior)."""
+    levelled = [c for c in curves if len(prior_of(c).level_curves) >= 2]
+    shipped = load_calibration()
+    names = {c.name for c in levelled}
+    print(f"  before the first point and as points arrive ({len(levelled)} curves with 2+ finished runs of their task, "
+          "leave-one-curve-out; steps: to the true 95 % value as a fixed --target, from the last point):")
+    for label, rows in (("0 points (the task's runs carried to the schedule)", [early_row(c, 0, cals[c.name], prior_of(c))
+                                                                                 for c in levelled]),
+                        # the shapes the one-point prediction carries: the shipped fits of the other tasks
+                        ("1 point (the shipped runs' shapes through it, the level)",
+                         [early_row(c, 1, dataclasses.replace(cals[c.name], fits=shipped.without_task(
+                             c.meta.get("dataset")).fits, one_point=shipped.one_point), prior_of(c)) for c in levelled]),
+                        *((f"{int(100 * f)} % observed", df[(df.observed == f) & df.curve.isin(names)]) for f in FRACTIONS)):
+        d = pd.DataFrame([r for r in rows if r is not None]) if isinstance(rows, list) else rows
+        steps_cov = d.fixed_cov.dropna().astype(float).mean() if "fixed_cov" in d else math.nan
+        print(f"    {label:52s} final error {pct(d.final_err.median())}, 80 % band {pct(d.final_width.median())} of the "
+              f"value wide, covers {pct(d.final_cov.mean())}; steps {pct(d.fixed_err.median())}"
+              + (f", covered {pct(steps_cov)}" if math.isfinite(steps_cov) else "")
+              + f" (n={len(d)}, steps n={d.fixed_err.notna().sum()})")
+    print("  (information: the curve's schedule and budget, and its task's other runs' fits and finals; none of its own "
+          "points at 0)")
 
 
 def level_report(carried: dict, plain: dict) -> None:

@@ -466,3 +466,26 @@ def test_a_like_run_that_cannot_be_read_or_fitted_is_one_line_naming_it(tmp_path
             "600", "--like", f)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
     assert said.format(f=f) in r.stderr, r.stderr
+
+
+def test_before_the_first_point_two_like_runs_predict_the_run(capsys):
+    """``--observed-until 0``: no point of the run yet. Two or more finished runs of its task (``--like``) predict it:
+    their curves carried to its schedule (real curves: charlm's cosine run from its step, constant and WSD runs, within
+    3 % of where it ended, the band around it, and the step its loss got to 1.7 inside the steps band); one run is not
+    enough, and that is one line."""
+    curves = REPO / "bench" / "curves"
+    run = pd.read_csv(curves / "charlm-cosine.csv")
+    truth = float(run.loss.iloc[-3:].mean())
+    reached = float(run.step[run.loss.rolling(3, center=True, min_periods=1).median() <= 1.7].iloc[0])
+    like = [curves / f"charlm-{s}.csv" for s in ("step", "constant", "wsd")]
+    assert run_curve(curves / "charlm-cosine.csv", "step", "loss", 800, "cosine:warmup=30", 0, 1.7, None, "loss", None,
+                     None, True, None, like=like) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["model"], out["bands"], out["observed_until"], out["like_runs"]) == ("prior", "task_runs", 0.0, 3)
+    assert abs(out["final_value"] / truth - 1) < 0.03
+    lo, hi = out["final_value_interval_80"]
+    assert lo <= truth <= hi
+    assert out["interval_80"][0] <= reached <= out["interval_80"][1]
+    r = cli(curves / "charlm-cosine.csv", "--budget", "800", "--observed-until", "0", "--like", like[0])
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert "no point to predict from (none with step <= 0.0)" in r.stderr and "(--like)" in r.stderr

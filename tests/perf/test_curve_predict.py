@@ -565,3 +565,35 @@ def test_a_noisy_curve_is_fitted_through_its_middle_not_far_below_it():
     ratios = [np.median(fit_annealing(x, true * np.exp(np.random.default_rng(seed).normal(0, 0.35, len(x))), s,
                                       CurvePrior(weight=0.0)).value(x) / true) for seed in range(6)]
     assert np.mean(ratios) > 0.91
+
+
+def test_before_the_first_point_the_tasks_finished_runs_carried_to_its_schedule_predict_it():
+    """Issue 14's prior before the first point: two finished runs of the task (one at a constant LR, one stepped), each
+    carried to the new run's cosine by its own law, give its curve (their geometric mean), its final (the level
+    prior's) and the time to a target, with bands that contain the run's truth; one point predicts the same, from
+    there. Without two such runs there is nothing to predict from."""
+    from dlsched.perf.prior import finished_fit
+
+    def done(spec, scale):
+        law = dataclasses.replace(AnnealingCurve(0.5, 1.0, 0.7, 0.4, parse_schedule(spec, B)), l0=0.5 * scale,
+                                  a=scale)
+        return finished_fit(law, {"dataset": "d", "metric": "loss"}, float(law.value([B])[0]))
+    runs = [done("constant", 1.0), done("step:500,800:0.1", 1.04)]
+    s = parse_schedule("cosine", B)
+    prior = prior_from_fits(runs, {"dataset": "d", "metric": "loss"}, schedule=s)
+    truth = AnnealingCurve(0.51, 1.02, 0.7, 0.4, s)
+    x = np.arange(10, 1001, 10.0)
+    y = truth.value(x)
+    target = float(y[59])   # reached at x = 600
+    p = predict_curve([], [], s, target=target, prior=prior)
+    assert (p.model, p.bands, p.x_now, p.floor) == ("prior", "task_runs", 0.0, 0.0) and p.reachable
+    assert p.final_value == pytest.approx(prior.final, rel=1e-9)
+    assert p.final_value_interval_80[0] < y[-1] < p.final_value_interval_80[1]
+    assert p.interval_80[0] <= 600 <= p.interval_80[1] and abs(p.target_step / 600 - 1) < 0.1
+    one = predict_curve(x[:1], y[:1], s, target=target, prior=prior)
+    assert (one.model, one.bands, one.x_now) == ("prior", "task_runs", 10.0)
+    assert one.final_value == pytest.approx(p.final_value) and one.target_step == pytest.approx(p.target_step, abs=1)
+    lone = prior_from_fits(runs[:1], {"dataset": "d", "metric": "loss"}, schedule=s)
+    with pytest.raises(ValueError, match=r"need at least 2 observed points after training starts, got 0 \(or two "
+                                         "finished runs of its task\\)"):
+        predict_curve([], [], s, target=target, prior=lone)

@@ -9,7 +9,8 @@ contract other tools call; the JSON keys below only ever gain siblings).
 steps_to_target (remaining x from the last observed point; null if unreachable), interval_80 (for
 steps_to_target), p_reach (the chance of reaching the target by the budget, from the calibrated final-value
 band), observed_until, budget, regime (the shipped prior's pool: from-scratch or fine-tune runs), like_runs (with
---like: the finished runs the prior came from), and,
+--like: the finished runs the prior came from), bands (what the bands come from: fit, levelled, carried, one_point,
+task_runs: the --like runs alone, before the run's first point or from one), and,
 when the log has wall-clock times, seconds_to_target (and seconds_to_target_interval_80) and seconds_to_budget
 at the speed of the newest points. Exit codes: 0, 2 bad input (one line), 3 target unreachable (one line on
 stderr; with --json the object is still printed).
@@ -101,9 +102,10 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     if not (math.isfinite(budget) and budget > 0):
         raise UserError(f"--budget: must be > 0, got {budget}")
     keep = np.ones(len(curve.x), bool) if observed_until is None else curve.x <= observed_until
-    if keep.sum() == 0:   # one point is predicted from finished runs' shapes (perf/one_point.py)
-        raise UserError(f"{curve.source}: no point to predict from (none with {x} <= {observed_until}), field {y!r}")
-    if curve.x[keep][-1] > budget:
+    if keep.sum() == 0 and len(like or ()) < 2:   # none: the task's finished runs alone (perf/curve_predict.py)
+        raise UserError(f"{curve.source}: no point to predict from (none with {x} <= {observed_until}), field {y!r}; "
+                        "two or more finished runs of its task (--like) predict it before its first")
+    if keep.any() and curve.x[keep][-1] > budget:
         raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
                         "use --observed-until to cut the curve")
     sched = _schedule(schedule, budget, curve)
@@ -111,14 +113,15 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
     if like and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()), None)) is not None:
         raise UserError(f"--like {same}: is the run predicted; give finished runs of its task")
     if like:   # each finished run's own LR where it logs one, else the SPEC at its own budget
-        top = MetricSpace.of(metric, curve.y[keep]).top
+        top = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y).top
         fits = [finished_run(f, x, y, lr_col, metric, regime,
                              lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift, top)
                 for f in like]
         prior = like_prior(fits, metric, regime, sched)
     try:
         pred = predict_curve(curve.x[keep], curve.y[keep], sched, metric=metric, target=target,
-                             target_fraction=target_fraction, regime=regime, prior=prior)
+                             target_fraction=target_fraction, regime=regime, prior=prior,
+                             scale=MetricSpace.of(metric, curve.y).top)
     except ValueError as e:
         raise UserError(f"{curve.source}: field {y!r}: {e}") from None
     out = pred.as_json()
@@ -161,7 +164,10 @@ def _render(out: dict, x: str, metric: str) -> None:
     column = f" {out['lr_column']!r}" if out.get("lr_column") else ""
     con.print(f"model [bold]{out['model']}[/] (schedule {out['schedule']}{column}, {out['regime']}), observed to {x} {out['observed_until']:g} "
               f"of {out['budget']:g}")
-    if out["model"] == "prior":
+    if out.get("bands") == "task_runs":
+        con.print(f"{'before the first point' if out['observed_until'] <= 0 else 'from one point'}: where the task's "
+                  "finished runs (--like) would have gone under this schedule (a second point fits the run's own)")
+    elif out["model"] == "prior":
         con.print("one point after training starts: the finished runs' curves carried through it "
                   "(wide bands; a second point fits the run's own)")
     if out.get("x_from_zero"):

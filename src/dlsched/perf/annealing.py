@@ -41,6 +41,9 @@ class CurvePrior:
     # every one of those finals carried to this run's schedule (``perf.prior``), not their plain mean: such a
     # level is off by another amount, so its predictions take other bands (``Calibration.carried``)
     final_carried: bool = False
+    # those runs' curves carried to this run's schedule (``perf.prior.carried_curve``): a prediction before its first
+    # point (``perf.curve_predict``)
+    level_curves: tuple["AnnealingCurve", ...] = ()
     alpha_sigma: float = 0.5            # log spread of α among the finished runs it came from (a factor 1.65)
     drop_sigma: float = 0.2             # spread of c among them
 

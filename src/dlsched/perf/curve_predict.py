@@ -62,7 +62,8 @@ class MetricSpace:
     def of(cls, metric: str, values) -> "MetricSpace":
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
-        top = 100.0 if metric == "accuracy" and np.nanmax(values) > 1.0 else 1.0
+        values = np.asarray(values, float)
+        top = 100.0 if metric == "accuracy" and values.size and np.nanmax(values) > 1.0 else 1.0
         return cls(metric, top)
 
     def down(self, v):
@@ -88,7 +89,7 @@ class MetricSpace:
 
 @dataclass(frozen=True)
 class CurvePrediction:
-    model: str                          # "annealing" | "optimus"
+    model: str                          # "annealing" | "optimus" | "prior" (finished runs: from 0 or 1 point)
     x_now: float
     budget: float
     final_value: float                  # predicted metric at the budget
@@ -131,7 +132,7 @@ class CurvePrediction:
                 "floor": r(self.floor), "target": r(self.target), "target_step": r(self.target_step),
                 "steps_to_target": r(self.steps_to_target),
                 "interval_80": None if self.interval_80 is None else [r(v) for v in self.interval_80],
-                "p_reach": r(self.p_reach)}
+                "p_reach": r(self.p_reach), "bands": self.bands}
 
 
 def _optimus(x, y, schedule: Schedule):
@@ -197,22 +198,24 @@ def with_level_prior(grid, curve, x_now: float, prior: CurvePrior, fit_sigma: fl
 
 def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target: float | None = None,
                   target_fraction: float | None = None, prior: CurvePrior | None | str = "shipped",
-                  calibration: Calibration | None = None, regime: str = "scratch") -> CurvePrediction:
+                  calibration: Calibration | None = None, regime: str = "scratch",
+                  scale: float | None = None) -> CurvePrediction:
     """Predict the run's end from the observed (x, metric) prefix; see the module docstring.
 
     ``prior``: "shipped" (the development set's finished fits, ``calibration.json``), a ``CurvePrior`` (e.g.
     ``perf.prior.prior_from_fits`` of this cluster's finished jobs) or None. ``regime`` (``perf.prior.REGIMES``:
     scratch or finetune) picks the shipped prior's pool; a given ``CurvePrior`` was made for its run already.
     ``target`` is in the metric's units; ``target_fraction`` instead asks for that fraction of the total
-    improvement from the first observed value to the predicted final value.
+    improvement from the first observed value to the predicted final value. ``scale``: an accuracy's top (1 or
+    100) where no point tells it (a prediction before the first point).
     """
     x = np.asarray(x, float)
     space = MetricSpace.of(metric, values)
+    if not len(x) and scale is not None:
+        space = MetricSpace(metric, scale)
     y = space.down(values)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
-    if len(x) == 0:
-        raise ValueError("no observed points")
     if np.any(np.diff(x) <= 0):
         raise ValueError("x must increase")
     if np.any(y <= 0):   # the models are relative (log-space): name the point that leaves nothing to model
@@ -229,13 +232,21 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     # curve by y / f(0) = 0
     lr_applied = areas(schedule, x)[0] > 0
     trained = int(np.argmax(lr_applied)) if lr_applied.any() else len(x)
+    # before the first point, or from one: the task's finished runs where two or more are known, else (one point)
+    # other runs' shapes through it (bench/prediction_accuracy.py: from one point, the task's runs alone missed the
+    # final and the steps several times less than the shapes through the point with their level)
+    if len(x) - trained <= 1 and (alone := task_runs_prediction(x, y, space, schedule, metric, target,
+                                                                target_fraction, prior)) is not None:
+        return alone
     if len(x) - trained == 1 and (one := one_point_prediction(x, y, space, schedule, cal, metric, regime, target,
                                                                target_fraction, prior)) is not None:
         return one
     if len(x) - trained < MIN_POINTS:
-        one = "" if len(x) == trained else " (one takes the finished runs' shapes, and this calibration has none)"
-        raise ValueError(f"need at least {MIN_POINTS} observed points after training starts (no LR applied yet at "
-                         f"x <= {x[max(trained - 1, 0)]:g}), got {len(x) - trained}{one}")
+        one = " (or two finished runs of its task)" if len(x) == trained else \
+            " (one takes the finished runs' shapes, and this calibration has none)"
+        before = f" (no LR applied yet at x <= {x[trained - 1]:g})" if trained else ""
+        raise ValueError(f"need at least {MIN_POINTS} observed points after training starts{before}, "
+                         f"got {len(x) - trained}{one}")
     xs, ys = x[trained:], y[trained:]
     B, x_now = schedule.budget, float(x[-1])
     # past the warm-up and a slow start (``perf.fit_window``), while DENSE_POINTS remain (all of a sparse log's)
@@ -373,6 +384,52 @@ def one_point_prediction(x, y, space: "MetricSpace", schedule: Schedule, cal: Ca
     return CurvePrediction("prior", x1, B, float(space.up(final)), (lo_v, hi_v), float(space.up(0.0)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
                            grid, np.asarray(space.up(curve), float), None, p_reach, resolution, "one_point")
+
+
+def task_runs_prediction(x, y, space: "MetricSpace", schedule: Schedule, metric: str, target: float | None,
+                         target_fraction: float | None, prior: CurvePrior | None) -> CurvePrediction | None:
+    """The prediction from the run's task's finished runs alone, before its first point after training starts or
+    from one: each run on its schedule (``CurvePrior.level_curves``), their geometric mean the curve (its end is the
+    level prior's final) from the last x; the final band the level's predictive log spread; a target's steps band
+    where that curve moved to the band's ends crosses it. None without two such runs. ``y`` lower-is-better: an
+    evaluation before training, a first point, or none; the goal of ``target_fraction`` is from the first value (the
+    curve's first, without one). Never unreachable (floor 0): no point shows where the run flattens; ``p_reach``
+    says how likely."""
+    if prior is None or prior.final is None or len(prior.level_curves) < 2:
+        return None
+    B = schedule.budget
+    x0 = float(x[-1]) if len(x) else 0.0
+    if x0 >= B:
+        return None
+    # from the LR's peak (the finished runs' fits start past a warm-up: ``perf.fit_window``), at most a tenth in
+    # (a one-cycle's rise), never at the law's pole at S1 = 0
+    start = max(x0, min(schedule.peak_at(), 0.1 * B), 0.01 * B)
+    grid = np.unique(np.concatenate([np.linspace(start, B, 1024), [B]]))
+    lines = [v for c in prior.level_curves if np.all(np.isfinite(v := c.value(grid))) and np.all(v > 0)]
+    if len(lines) < 2:
+        return None
+    curve = np.exp(np.mean(np.log(lines), axis=0))
+    final, z = float(curve[-1]), Z_80 * prior.final_sigma
+    final_lo, final_hi = final * math.exp(-z), final * math.exp(z)
+    first = float(y[0]) if len(y) else float(curve[0])   # the improvement from the evaluation before training
+    now = float(y[-1]) if len(y) else first
+    goal = goal_of(np.array([first]), final, target, target_fraction, space)
+
+    def crossing(factor: float) -> float:   # where the curve times ``factor`` gets to the goal; the budget if never
+        hit = curve * factor <= goal
+        return float(grid[np.argmax(hit)]) if hit.any() else B
+    target_step = steps = interval = None
+    if goal is not None:
+        there = now <= goal
+        target_step = logged_reach(x, y, goal) if there else crossing(1.0)
+        steps = 0.0 if there else target_step - x0
+        interval = (0.0, 0.0) if there else (crossing(math.exp(-z)) - x0, crossing(math.exp(z)) - x0)
+    p_reach = None if goal is None else reach_chance(goal, now, final, -z, 0.0, z)
+    lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(min(final_hi, space.top) if metric == "accuracy"
+                                                                     else final_hi))))
+    return CurvePrediction("prior", x0, B, float(space.up(final)), (lo_v, hi_v), float(space.up(0.0)),
+                           None if goal is None else float(space.up(goal)), target_step, steps, interval,
+                           grid, np.asarray(space.up(curve), float), None, p_reach, log_interval(x), "task_runs")
 
 
 def reach_chance(goal: float, now: float, final: float, lo: float, mid: float, hi: float,

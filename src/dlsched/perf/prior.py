@@ -142,28 +142,40 @@ def fit_from_record(d: dict) -> FinishedFit:
     return FinishedFit(float(d["alpha"]), nan(d.get("drop")), dict(d.get("meta") or {}), nan(d.get("final")), curve)
 
 
-def transferred_final(f: FinishedFit, schedule: Schedule | None, drop: float) -> float:
-    """Where finished run ``f`` would have ended under ``schedule`` (module doc): its final as it is without a
-    schedule or a fit; ``drop`` stands in for its c where its own LR never fell (its fit could not see c)."""
-    if schedule is None or f.curve is None:
-        return f.final
+def carried_curve(f: FinishedFit, schedule: Schedule, drop: float) -> AnnealingCurve | None:
+    """Finished run ``f``'s law on ``schedule``, scaled by its final over its law's own end (module doc): the curve
+    it would have followed there; None without a fit, a final, or a positive end. ``drop`` stands in for its c where
+    its own LR never fell (its fit could not see c)."""
+    if f.curve is None or not (math.isfinite(f.final) and f.final > 0):
+        return None
     own = float(f.curve.value([f.curve.schedule.budget])[0])
     moved = dataclasses.replace(f.curve, schedule=schedule, c=f.drop if math.isfinite(f.drop) else drop)
-    ratio = float(moved.value([schedule.budget])[0]) / own
-    return f.final * ratio if own > 0 and math.isfinite(ratio) and ratio > 0 else f.final
+    end = float(moved.value([schedule.budget])[0])
+    if not (own > 0 and math.isfinite(end) and end > 0):
+        return None
+    k = f.final / own
+    return dataclasses.replace(moved, l0=moved.l0 * k, a=moved.a * k)
+
+
+def transferred_final(f: FinishedFit, schedule: Schedule | None, drop: float) -> float:
+    """Where finished run ``f`` would have ended under ``schedule`` (``carried_curve``'s end): its final as it is
+    without a schedule or a fit."""
+    carried = None if schedule is None else carried_curve(f, schedule, drop)
+    return f.final if carried is None else float(carried.value([schedule.budget])[0])
 
 
 def level_prior(fits: list[FinishedFit], meta: dict, schedule: Schedule | None = None,
-                drop: float = 0.0) -> tuple[float, float, bool] | None:
-    """(final value, log sigma, whether every final was carried) from the finished runs of the same task, each
-    carried to ``schedule`` when given and its fit is known (module doc), or None."""
+                drop: float = 0.0) -> tuple[float, float, tuple[AnnealingCurve, ...]] | None:
+    """(final value, log sigma, the runs' ``carried_curve``s: empty unless every final was carried) from the finished
+    runs of the same task, each carried to ``schedule`` when given and its fit is known (module doc), or None."""
     task = [f for f in fits if math.isfinite(f.final) and f.final > 0 and shares_task(f, meta)]
     if len(task) < 2:
         return None
-    logs = np.log([transferred_final(f, schedule, drop) for f in task])
+    curves = [None if schedule is None else carried_curve(f, schedule, drop) for f in task]
+    logs = np.log([f.final if c is None else float(c.value([schedule.budget])[0]) for f, c in zip(task, curves)])
     spread = float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / len(logs))
     # a mix (some runs stored without their fit) is scored as a plain mean: the wider bands
-    carried = schedule is not None and all(f.curve is not None for f in task)
+    carried = () if None in curves else tuple(curves)
     return math.exp(float(logs.mean())), max(spread, LEVEL_SIGMA_MIN), carried
 
 
@@ -183,7 +195,8 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
     level = level_prior(fits, meta, schedule, drop)
     return CurvePrior(alpha, drop, weight=default.weight * min(2.0, 1.0 + 0.1 * matched),
                       final=None if level is None else level[0], final_sigma=math.inf if level is None else level[1],
-                      final_carried=level is not None and level[2],
+                      final_carried=level is not None and bool(level[2]),
+                      level_curves=() if level is None else level[2],
                       alpha_sigma=alpha_sigma, drop_sigma=drop_sigma)
 
 
