@@ -625,8 +625,9 @@ def narrowing_report(curves, df: pd.DataFrame, cals: dict, prior_of) -> None:
           "leave-one-curve-out; steps: to the true 95 % value as a fixed --target, from the last point):")
     for label, rows in (("0 points (the task's runs carried to the schedule)", [early_row(c, 0, cals[c.name], prior_of(c))
                                                                                  for c in levelled]),
-                        # the shapes the one-point prediction carries: the shipped fits of the other tasks
-                        ("1 point (the shipped runs' shapes through it, the level)",
+                        # with 2+ runs of the task, one point is predicted from them too (the one-point shapes, the
+                        # shipped fits of the other tasks, are the fallback without)
+                        ("1 point (the same, from there)",
                          [early_row(c, 1, dataclasses.replace(cals[c.name], fits=shipped.without_task(
                              c.meta.get("dataset")).fits, one_point=shipped.one_point), prior_of(c)) for c in levelled]),
                         *((f"{int(100 * f)} % observed", df[(df.observed == f) & df.curve.isin(names)]) for f in FRACTIONS)):

@@ -291,6 +291,62 @@ def test_the_level_prior_carries_finished_finals_to_the_new_jobs_schedule(tmp_pa
     store.close()
 
 
+def test_a_job_is_predicted_from_its_first_loss_report_by_its_task_s_finished_runs(tmp_path):
+    """A job showed no curve until its fourth loss step. Two charlm runs finished here (cosine, step); a new one at a
+    constant LR is predicted from its first report by those runs carried to its schedule (``bands`` task_runs:
+    7.5 % under where the real run ended, inside the band, which two runs make wide), from its second by the law through its points, with
+    the Optimus terms from its fourth. A job that reports only its stated target's metric, no loss, is predicted
+    too."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dlsched.service.job_models import JobModels
+    from dlsched.service.store import Store
+    from dlsched.spec import JobSpec, MetricTarget
+
+    curves = Path(__file__).resolve().parents[2] / "bench" / "curves"
+
+    def run(name: str) -> tuple[list[dict], pd.DataFrame]:
+        d = pd.read_csv(curves / f"charlm-{name}.csv")
+        return [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss,
+                 "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples()], d
+
+    def spec(**params) -> JobSpec:
+        return JobSpec(name="lm", entry="examples/mlp.py:make_job", gpus=1, batch_size=32, total_samples=32 * 800,
+                       params={"dataset": "charlm", **params})
+
+    store = Store(tmp_path / "s.db")
+    models = JobModels(("slot",), store)
+    for name, sched in (("cosine", "cosine:warmup=40"), ("step", "step:400,600:0.1")):
+        recs, _ = run(name)
+        j = store.submit(spec(schedule=sched))
+        store.update(j, samples=recs[-1]["samples"])
+        models.refit(store.get(j), recs, 3000.0)
+        models.forget(j, finished=True)
+    recs, d = run("constant")
+    truth = float(d.loss.iloc[-3:].mean())
+    new = store.submit(spec(schedule="constant"))
+
+    def refit(n: int) -> dict:
+        store.update(new, samples=recs[n - 1]["samples"])
+        return models.refit(store.get(new), recs[:n], 3000.0).loss_fit
+    fits = {n: refit(n) for n in (1, 2, 4)}
+    first = fits[1]
+    assert (first["model"], first["bands"]) == ("prior", "task_runs") and "beta0" not in first
+    assert abs(first["final"] / truth - 1) < 0.1 and first["final_80"][0] <= truth <= first["final_80"][1]
+    assert first["curve"][-1][0] == 800
+    assert fits[2]["model"] == "annealing" and "beta0" not in fits[2]
+    assert "beta0" in fits[4] and fits[4]["curve"][-1][0] == 800
+    # only the target's metric reported: no loss fit, the target still predicted
+    bare = [{k: v for k, v in r.items() if k != "loss"} for r in recs[:40]]
+    pred, _ = predict(bare, 3000.0, 1, 32, 32 * 800, bare[-1]["samples"], schedule="constant",
+                      target=MetricTarget(metric="val_accuracy", value=0.5, kind="accuracy"),
+                      metric_points=(d.step.to_numpy(float)[:40:10], d.accuracy.to_numpy(float)[:40:10]))
+    assert set(pred.loss_fit) == {"metric_target"} and pred.loss_fit["metric_target"]["final"] > 0.4
+    store.close()
+
+
 def test_the_service_passes_a_job_s_regime_to_the_curve_predictor(tmp_path, monkeypatch):
     """A job's ``regime`` param reaches ``predict_curve`` (the shipped prior's pool, ``perf.prior``): scratch by
     default; the finished fits it leaves carry it; a bad value is refused at submit, one line naming it."""

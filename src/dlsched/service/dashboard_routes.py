@@ -41,15 +41,17 @@ HIGHER_IS_BETTER = re.compile(r"util|finished|throughput|goodput|accuracy", re.I
 # ----------------------------------------------------------------------------- convergence fit
 
 def loss_fit_of(prediction: dict | None) -> dict | None:
-    """The Optimus curve l(k) = 1/(b0 k + b1) + b2 the loop fitted last (``service.refit``); None before it has."""
+    """The fits the loop made last (``service.refit``): the Optimus curve l(k) = 1/(b0 k + b1) + b2 from 4 loss points,
+    the schedule-aware prediction to the budget, the stated target's; None before any."""
     fit = (prediction or {}).get("loss_fit")
-    if fit is None or "beta0" not in fit:     # none yet, or stored by an older service version
+    if not fit or not ("beta0" in fit or fit.get("curve") or fit.get("metric_target")):   # or an older version's
         return None
-    out = {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]}
+    out = {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]} \
+        if "beta0" in fit else {}
     if fit.get("optimus_steps"):   # a job whose batch changed: the terms are per reference step (refit.in_steps)
         out["optimus_steps"] = fit["optimus_steps"]
     if fit.get("curve"):  # the schedule-aware prediction to the job's budget (service.refit.fit_loss)
-        out.update({k: fit.get(k) for k in ("model", "curve", "final", "final_80", "alpha", "drop", "curve_rmse",
+        out.update({k: fit.get(k) for k in ("model", "bands", "curve", "final", "final_80", "alpha", "drop", "curve_rmse",
                                             "target_loss", "target_step", "target_time", "target_chance")})
     if fit.get("metric_target"):   # the stated target of a reported metric (service.metric_target)
         out["metric_target"] = fit["metric_target"]

@@ -228,28 +228,29 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     # not the CLI's)
     onset = convex_onset(*whole)
     k, l = whole[0][onset:], whole[1][onset:]
-    if len(k) < 4 or np.ptp(k) == 0:
-        return None
-    try:
-        fit = fit_curve(k, l)
-    except ValueError:
-        return None
-    c = fit.curve
-    out = {"beta0": c.beta0, "beta1": c.beta1, "beta2": c.beta2, "scale": c.scale, "rmse": fit.rmse}
-    if budget_steps and budget_steps >= k[-1]:
+    out: dict = {}
+    if len(k) >= 4 and np.ptp(k) > 0:   # Optimus' three terms; the schedule-aware prediction answers from fewer
+        try:
+            fit = fit_curve(k, l)
+            c = fit.curve
+            out = {"beta0": c.beta0, "beta1": c.beta1, "beta2": c.beta2, "scale": c.scale, "rmse": fit.rmse}
+        except ValueError:
+            pass
+    if budget_steps and budget_steps >= (k[-1] if len(k) else 0.0):
         try:
             sched = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule or "constant",
                                                                                    float(budget_steps))
         except ValueError:
-            return out
+            return out or None
         if callable(prior):   # the assumed constant of a job that named none is no schedule to carry finals to
             prior = prior(None if schedule is None else sched)
-        try:
+        try:   # from 0 points (its task's finished runs), 1 (their shapes) or 2 (the law through them) on
             p = predict_curve(*whole, sched, target=target_loss, prior=prior or "shipped", regime=regime,
                               calibration=calibration)
         except ValueError:
-            return out
-        grid = np.linspace(max(k[0], float(p.curve_x[0])), budget_steps, 121)   # from the first point fitted
+            return out or None
+        # from the first point fitted
+        grid = np.linspace(max(k[0], float(p.curve_x[0])) if len(k) else float(p.curve_x[0]), budget_steps, 121)
         # how far the drawn curve is from the points it covers, in loss units (the Optimus fit's ``rmse`` is not
         # this curve's)
         seen = (whole[0] >= grid[0]) & (whole[0] <= p.x_now)
@@ -261,7 +262,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
                    curve_rmse=float(np.sqrt(np.mean(gap ** 2))) if gap.size else None)
         if p.fitted is not None:
             out.update(alpha=p.fitted.alpha, drop=p.fitted.c, fitted=p.fitted)
-    return out
+    return out or None
 
 
 OPTIMUS_DRAWN_AHEAD = 1.6   # how far past the last x an Optimus fit without a budget is drawn (the dashboard's own reach)
@@ -274,7 +275,7 @@ def in_steps(fit: dict, axis: ProgressAxis, x_last: float) -> dict:
     if fit.get("curve"):
         curve = np.asarray(fit["curve"], float)
         out["curve"] = [[float(a), float(b)] for a, b in zip(axis.steps(curve[:, 0]), curve[:, 1])]
-    else:
+    elif "beta0" in fit:
         xs = np.linspace(axis.past_x[0], OPTIMUS_DRAWN_AHEAD * x_last + 1, 121)   # steps before the first: unknown
         out["optimus_steps"] = [[float(a), float(b)] for a, b in zip(axis.steps(xs), loss_curve(fit).raw_loss(xs))]
     out.update({k: _steps_of(fit[k], axis) for k in TARGET_X if k in fit})
@@ -428,12 +429,12 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
     if loss_fit is not None and target_loss is not None and "target_step" in loss_fit:
         loss_fit.update(target_loss=target_loss, **times_at(loss_fit))
     target_fitted = None
-    if loss_fit is not None and target is not None and metric_points is not None and budget:
+    if target is not None and metric_points is not None and budget:   # also for a job that reports no loss
         reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime, metric_prior,
                                  None if bands is None else bands(metric_kind(target.kind)))
         if reached is not None:
             target_fitted = reached.pop("fitted")
-            loss_fit["metric_target"] = reached | times_at(reached)
+            loss_fit = (loss_fit or {}) | {"metric_target": reached | times_at(reached)}
     if axis is not None and loss_fit is not None:
         loss_fit = in_steps(loss_fit, axis, float(xs[-1]))
     return Prediction(frac, total, remaining_s, finish, loss_fit, rate or None, fitted, target_fitted), speed

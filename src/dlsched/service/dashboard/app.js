@@ -177,7 +177,7 @@ async function jobPage(view, id) {
   const series = [{ label: "measured loss", kind: "dots", colour: "#2563eb", points: d.curve.map((c) => [c.step, c.loss]) }];
   if (fit && fit.curve) {
     series.push({ label: `fitted ${fit.model} curve + prediction to the budget`, kind: "line", colour: "#dc2626", points: fit.curve });
-  } else if (fit) {
+  } else if (fit && fit.beta) {
     const last = Math.max(...d.curve.map((c) => c.step)), [b0, b1, b2] = fit.beta;
     const end = last * 1.6 + 1;
     let pts = fit.optimus_steps;   // drawn by the service where the batch changed: its terms are not per step
@@ -225,12 +225,14 @@ function targetChart(t, predicted) {
 // the row describes the curve drawn: the schedule-aware prediction to the budget when the job has one, else Optimus
 function fitText(fit) {
   if (!fit) return "not enough points";
+  if (!fit.curve && !fit.beta) return `no loss fit${targetText(fit)}`;   // a job that reports only its target's metric
   // the Optimus fit is of the loss normalised by ``scale`` (perf.convergence): its RMSE times scale is in loss units
-  const optimus = `Optimus β = (${fit.beta.map((b) => b.toExponential(3)).join(", ")}), RMSE ${(fit.rmse * fit.scale).toPrecision(3)}`;
-  if (!fit.curve) return `${optimus} (loss units; fitted by the service's online refit)`;
+  if (!fit.curve) return `Optimus β = (${fit.beta.map((b) => b.toExponential(3)).join(", ")}), RMSE ${(fit.rmse * fit.scale).toPrecision(3)} (loss units; fitted by the service's online refit)`;
   const band = fit.final_80 ? ` (80 %: ${fmtNum(fit.final_80[0])}–${fmtNum(fit.final_80[1])})` : "";
   const shape = fit.alpha == null ? "" : `, α ${fmtNum(fit.alpha)}, drop ${fmtNum(fit.drop)}`;
-  return `${esc(fit.model)}: final ${fmtNum(fit.final)}${band} at the budget${shape}; RMSE ${fmtNum(fit.curve_rmse)} on the points it covers (loss units)${targetText(fit)}`;
+  // before the job's first loss, or from one: where its task's finished runs went under its schedule (no RMSE yet)
+  const basis = fit.bands === "task_runs" ? " (its task's finished runs, carried to its schedule)" : fit.curve_rmse == null ? "" : `; RMSE ${fmtNum(fit.curve_rmse)} on the points it covers (loss units)`;
+  return `${esc(fit.model)}: final ${fmtNum(fit.final)}${band} at the budget${shape}${basis}${targetText(fit)}`;
 }
 
 // the job's target_loss (spec prediction or param) and its target of a reported metric: the step the fit reaches
