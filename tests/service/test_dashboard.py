@@ -265,6 +265,41 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         store.request_cancel(there)
 
 
+def test_the_job_page_draws_a_prediction_made_before_any_optimus_terms(live_service):
+    """A job predicted from its first loss report (its task's finished runs: no Optimus terms yet) has its curve drawn
+    and described as theirs; one that reports only its target's metric says it has no loss fit and gives the target.
+    The page read the Optimus terms of every fit, and a fit without them left the job page blank."""
+    svc, _, tmp = live_service
+    store = svc.store
+    first = store.submit(JobSpec(name="first", command=["python", "t.py"], gpus=64))   # never placed on 4 slots
+    metric_only = store.submit(JobSpec(name="evals", command=["python", "t.py"], gpus=64, prediction={
+        "target": {"metric": "val_accuracy", "value": 0.97, "kind": "accuracy"}}))
+    try:
+        store.add_progress(first, [{"time": 1.0, "step": 10, "samples": 320, "loss": 4.3}], 1)
+        store.add_prediction(first, 1.0, 0.0125, 25600.0, None, None, {
+            "model": "prior", "bands": "task_runs", "curve": [[10.0 + 790 * i / 120, 1.34 + 3 * (1 - i / 120) ** 4]
+                                                              for i in range(121)],
+            "final": 1.34, "final_80": [1.2, 1.5], "curve_rmse": None, "observed_until": 10.0})
+        dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{first}", tmp, "--dump-dom")
+        row = dom[dom.index("convergence fit"):][:600]
+        assert re.search(r"prior: final 1\.34\d* \(80 %: 1\.2\d*–1\.5\d*\) at the budget \(its task's finished runs, "
+                         r"carried to its schedule\)", row), row
+        chart = dom[dom.index('id="loss-chart"'):]
+        assert re.search(r'data-label="fitted prior curve \+ prediction to the budget"><path d="M[\d.]+,[\d.]+'
+                         r'(L[\d.]+,[\d.]+){120}"', chart), chart[:1500]
+        store.add_progress(metric_only, [{"time": 1.0, "step": k, "samples": 32 * k} for k in range(1, 6)], 1)
+        store.add_prediction(metric_only, 1.0, 0.375, 25600.0, None, None, {"metric_target": {
+            "metric": "val_accuracy", "kind": "accuracy", "target": 0.97, "final": 0.9823, "final_80": [0.9609, 0.9842],
+            "target_step": 347.7, "target_step_80": [320.2, 401.9], "target_chance": 0.8, "points": 3,
+            "target_time": None, "curve": [[10.0, 0.7], [800.0, 0.9823]]}})
+        dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{metric_only}", tmp, "--dump-dom")
+        row = dom[dom.index("convergence fit"):][:600]
+        assert "no loss fit" in row and "target val_accuracy 0.970 at step 348 [320–402]" in row, row
+    finally:
+        store.request_cancel(first)
+        store.request_cancel(metric_only)
+
+
 def test_the_dashboard_formats_the_same_time_fields_as_the_cli():
     js = (Path(__file__).parents[2] / "src/dlsched/service/dashboard/app.js").read_text()
     listed = re.search(r"const TIME_FIELDS = new Set\(\[(.*?)\]\)", js, re.S).group(1)
