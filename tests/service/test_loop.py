@@ -634,3 +634,54 @@ def test_a_jobs_failing_prediction_is_said_once_and_every_job_is_still_scheduled
     assert failed == [{"error": "FloatingPointError: injected: a fit that overflowed"}]
     assert store.predictions(b) and not store.predictions(a)
     backend.stop_all()
+
+
+def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts(tmp_path):
+    """Issue 14's prior before the first point, in the service: two charlm jobs finished here (their fits in the
+    store); a third, queued behind a job holding every GPU, gets a prediction before its first step: its loss carried
+    from those jobs to its own schedule and budget, and its stated target's step. A job of another dataset, and one
+    that declares no schedule (nothing to carry the jobs to), get none."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dlsched.service.job_models import JobModels
+    from dlsched.spec import JobSpec
+
+    curves = Path(__file__).resolve().parents[2] / "bench" / "curves"
+    store = Store(tmp_path / "s.db")
+    models = JobModels(("slot",), store)
+
+    def spec(gpus=1, **params) -> JobSpec:
+        return JobSpec(name="lm", entry="x.py:make_job", gpus=gpus, batch_size=32, total_samples=32 * 800,
+                       params={"dataset": "charlm", **params})
+    for name, sched in (("step", "step:400,600:0.1"), ("wsd", "wsd:warmdown=160")):
+        d = pd.read_csv(curves / f"charlm-{name}.csv")
+        j = store.submit(spec(schedule=sched))
+        store.update(j, samples=32 * 800)
+        models.refit(store.get(j), [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step,
+                                     "loss": r.loss, "samples_per_s": 100.0, "workers": 1, "batch_size": 32}
+                                    for r in d.itertuples()], 3000.0)
+        models.forget(j, finished=True)
+        store.transition(j, RUNNING, 1.0)
+        store.transition(j, FINISHED, 2.0)
+    truth = pd.read_csv(curves / "charlm-cosine.csv").loss.iloc[-3:].mean()
+    backend = RecordingBackend()
+    loop = LiveLoop(store, backend, cluster("test-fifo", (2, 2)), tmp_path)   # reads the finished fits back
+    big = store.submit(spec(gpus=4, schedule="constant"))
+    queued = store.submit(spec(schedule="cosine:warmup=30", target_loss=1.7))
+    other = store.submit(JobSpec(name="lm", entry="x.py:make_job", gpus=1, batch_size=32, total_samples=32 * 800,
+                                 params={"dataset": "tinylm", "schedule": "cosine"}))
+    undeclared = store.submit(spec())
+    more = [store.submit(spec(schedule="cosine")) for _ in range(9)]
+    loop.round()
+    assert store.get(big).state == RUNNING and store.get(queued).state == QUEUED
+    # a long queue: a few a round (big and queued were two of them), the rest the rounds after
+    assert sum(bool(store.predictions(j)) for j in more) == 8 - 2
+    fit = store.predictions(queued)[-1]["loss_fit"]
+    assert (fit["model"], fit["bands"], fit["curve"][-1][0]) == ("prior", "task_runs", 800.0)
+    assert fit["final_80"][0] <= truth <= fit["final_80"][1] and abs(fit["final"] / truth - 1) < 0.05
+    assert fit["target_loss"] == 1.7 and 0 < fit["target_step"] < 800 and fit["target_time"] is None
+    assert store.predictions(other) == [] and store.predictions(undeclared) == []
+    loop.round()   # made once per pool of finished jobs
+    assert len(store.predictions(queued)) == 1 and all(len(store.predictions(j)) == 1 for j in more)

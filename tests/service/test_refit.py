@@ -479,3 +479,42 @@ def test_an_optimus_fit_without_a_budget_is_drawn_at_the_steps_of_a_job_whose_ba
     truth = [1.0 / (0.01 * x + 0.5) + 0.1 for x in (20, 80, 120)]      # x at steps 20, 60, 80
     assert at == pytest.approx(truth, rel=0.01)
     assert abs(loss_curve(fit).raw_loss(80) - truth[2]) > 0.05         # the terms over steps: far off at step 80
+
+
+def test_a_queued_job_s_stated_target_is_predicted_from_its_task_s_finished_targets(tmp_path):
+    """``prediction_before_start`` of a job stating ``val_accuracy >= 0.55`` (in %: 55) on charlm under a cosine: the
+    finished targets of two charlm jobs (step, WSD; fits in fractions, as the service keeps them) carried to it give
+    its accuracy at the budget, on the job's own scale, and the step it gets there; no loss prior, no loss fit."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dlsched.perf.annealing import fit_annealing
+    from dlsched.perf.calibration import load_calibration
+    from dlsched.perf.prior import finished_fit, prior_from_fits
+    from dlsched.perf.schedule import parse_schedule
+    from dlsched.service.job_models import prediction_before_start
+    from dlsched.service.store import Store
+    from dlsched.spec import JobSpec
+
+    curves = Path(__file__).resolve().parents[2] / "bench" / "curves"
+    meta = {"dataset": "charlm", "metric": "val_accuracy", "kind": "accuracy"}
+    fits = []
+    for name, sched in (("step", "step:400,600:0.1"), ("wsd", "wsd:warmdown=160")):
+        d = pd.read_csv(curves / f"charlm-{name}.csv")
+        error = 1 - d.accuracy.to_numpy(float)
+        fits.append(finished_fit(fit_annealing(d.step.to_numpy(float), error, parse_schedule(sched, 800), None), meta,
+                                 float(np.median(error[-3:]))))
+    truth = 100 * pd.read_csv(curves / "charlm-cosine.csv").accuracy.iloc[-3:].mean()
+    store = Store(tmp_path / "s.db")
+    job = store.get(store.submit(JobSpec(name="lm", entry="x.py:make_job", gpus=1, batch_size=32,
+                                         total_samples=32 * 800, prediction={
+        "schedule": "cosine:warmup=30", "dataset": "charlm",
+        "target": {"metric": "val_accuracy", "value": 55, "kind": "accuracy"}})))
+    pred = prediction_before_start(job, lambda s: None,
+                                   lambda s: prior_from_fits(fits, meta, schedule=s), lambda kind: load_calibration())
+    m = pred.loss_fit["metric_target"]
+    assert set(pred.loss_fit) == {"metric_target"} and m["bands"] == "task_runs" and pred.fraction_done == 0.0
+    assert abs(m["final"] / truth - 1) < 0.03 and m["final_80"][0] <= truth <= m["final_80"][1]
+    assert 0 < m["target_step"] < 800 and m["curve"][-1] == [800.0, pytest.approx(m["final"])]
+    store.close()

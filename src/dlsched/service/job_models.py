@@ -14,18 +14,22 @@ from dlsched.perf.calibration import load_calibration
 from dlsched.perf.first_passage import logged_crossing
 from dlsched.perf.prior import (REGIMES, FinishedFit, finished_fit, fit_from_record, fit_record, kind_of,
                                 metric_kind, prior_from_fits)
-from dlsched.perf.schedule import Schedule
+from dlsched.perf.schedule import Schedule, parse_schedule
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
-from dlsched.service.metric_target import METRICS_EVENT, ended_at, fit_space, reached_at, reported, target_meta
+from dlsched.service.metric_target import (METRICS_EVENT, ended_at, fit_space, predict_target, reached_at, reported,
+                                           target_meta)
 from dlsched.service.own_calibration import LOSS_FIT, TARGET_FIT, OwnBands, final_errors, steps_errors
 from dlsched.service.progress_history import ProgressHistory
-from dlsched.service.store import RESCALING, JobRecord, Store
+from dlsched.service.store import QUEUED, RESCALING, JobRecord, Store
 from dlsched.spec import MetricTarget
 
 log = logging.getLogger("dlsched.service")
 
+# a queued job's prediction costs a prior and a curve (~10 ms): a round over a long queue makes a few, the next ones
+# the rounds after (one job finishing would otherwise remake every queued job's in one round)
+QUEUED_PREDICTIONS_PER_ROUND = 8
 SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
 
 
@@ -97,6 +101,35 @@ def command_script(command: list[str]) -> str:
     return command[0]
 
 
+def prediction_before_start(job: JobRecord, prior_of, target_prior_of, bands) -> refit.Prediction | None:
+    """A queued job's prediction before its first step: where its task's finished jobs went under its schedule
+    (``perf.curve_predict.task_runs_prediction``: issue 14's prior before the first point), of its loss and of its
+    stated target's metric. It needs the job's step budget (its samples over its batch: a SPEC's steps are that
+    batch's), its declared schedule (each finished job is carried to it) and two finished jobs of its task; None
+    without them. ``prior_of`` / ``target_prior_of``: the prior of the loss / of the target for a schedule (``JobModels.
+    curve_prior``); ``bands``: a metric kind's calibration."""
+    spec, batch = job_fact(job, "schedule"), job.batch_size or job.spec.batch_size
+    if not (job.total_samples and batch and isinstance(spec, str)):
+        return None
+    budget = job.total_samples / batch
+    try:
+        schedule = parse_schedule(spec, budget)
+    except ValueError:
+        return None
+    target_loss, stated = job_fact(job, "target_loss"), metric_target_of(job)
+    fit = refit.fit_loss(np.empty(0), np.empty(0), budget_steps=budget, schedule=schedule, prior=prior_of(schedule),
+                         target_loss=float(target_loss) if isinstance(target_loss, (int, float)) else None,
+                         regime=job_regime(job), calibration=bands("loss")) or {}
+    fit.pop("fitted", None)
+    if stated is not None and (reached := predict_target(stated, np.empty(0), np.empty(0), schedule, job_regime(job),
+                                                         target_prior_of(schedule), bands(metric_kind(stated.kind)))):
+        reached.pop("fitted")
+        fit["metric_target"] = reached | {"target_time": None, "target_time_80": None}   # not training: no clock time
+    if isinstance(target_loss, (int, float)) and "model" in fit:
+        fit.update(target_loss=float(target_loss), target_time=None, target_time_80=None)
+    return refit.Prediction(0.0, float(job.total_samples), None, None, fit) if fit else None
+
+
 class JobModels:
     """Per-job models and caches of the live loop, keyed by job id. With a ``store`` the finished jobs' fits
     (the prior of new ones) are kept there and read back on a restart."""
@@ -117,6 +150,7 @@ class JobModels:
         # that metric's reports read so far: {step: value} inside steps, and between them; the ids read to
         self._reports: dict[int, tuple[dict[float, float], dict[float, float], tuple[int, int]]] = {}
         self._failed_fits: set[int] = set()           # jobs whose fit raised: said once
+        self._queued_pool: dict[int, int] = {}        # finished jobs known when a queued job was last predicted
         # of jobs that finished here: the prior of new ones
         records = store.finished_fits() if store else []
         self._finished: list[FinishedFit] = [fit_from_record(d) for d in records]
@@ -131,7 +165,7 @@ class JobModels:
             if self._store is not None:
                 self._store.add_finished_fit(job_id, *self._with_errors(self._store.get(job_id), last, target))
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._progress, self._rates,
-                        self._totals, self._views, self._changed_at, self._reports):
+                        self._totals, self._views, self._changed_at, self._reports, self._queued_pool):
             per_job.pop(job_id, None)
         self._failed_fits.discard(job_id)
 
@@ -195,6 +229,25 @@ class JobModels:
         meta = job_meta(job) if target is None else target_meta(job_meta(job), target)
         return prior_from_fits(fits, meta | {"decay": None if schedule is None else schedule.decay},
                                default=shipped, schedule=schedule)
+
+    def predict_queued(self, jobs: list[JobRecord]) -> dict[int, refit.Prediction]:
+        """``prediction_before_start`` of the queued jobs that never trained, oldest first, at most
+        ``QUEUED_PREDICTIONS_PER_ROUND``; each made again only once another job finished here (the pool its prior comes
+        from changed)."""
+        out = {}
+        for job in jobs:
+            if len(out) == QUEUED_PREDICTIONS_PER_ROUND:
+                break
+            if job.state != QUEUED or job.samples or self._queued_pool.get(job.id) == len(self._finished):
+                continue
+            self._queued_pool[job.id] = len(self._finished)
+            stated = metric_target_of(job)
+            pred = prediction_before_start(job, lambda s: self.curve_prior(job, s),
+                                           lambda s: None if stated is None else self.curve_prior(job, s, stated),
+                                           self.bands.of)
+            if pred is not None:
+                out[job.id] = pred
+        return out
 
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while none of the record, its speed model and the measured resize

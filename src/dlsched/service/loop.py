@@ -310,6 +310,8 @@ class LiveLoop:
             pred = self.models.refit_stored(job, self.store, now, read_lr_plan(self.job_dir(job_id)))
             if pred is not None:
                 self._pending[job_id] = (now, pred)
+        for job_id, pred in self.models.predict_queued(self.store.jobs(states=(QUEUED,))).items():   # from the pool
+            self._pending.setdefault(job_id, (now, pred))
         for job_id, finished in self._ended:
             self.models.forget(job_id, finished=finished)
             self.backoff.forget(job_id)

@@ -37,20 +37,20 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     budget; ``target_step_80`` its 80 % band, None unless ahead (``CurvePrediction.target_step_80``);
     ``target_reached``: the log got there; ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s;
     ``curve``: [x, value] from the first point fitted to the budget, drawn as the loss fit's is; ``fitted``: the
-    annealing fit, in fractions (``reported_scale``), not JSON, or None), or None without points, or points the
-    predictor refuses (a value it cannot model, such as an error of 0). One point (a first evaluation) is predicted
-    from the finished runs' shapes (``perf.one_point``). ``prior``: from the
+    annealing fit, in fractions (``reported_scale``), not JSON, or None), or None where the predictor refuses (a value
+    it cannot model, such as an error of 0; no point and fewer than two finished runs of the task). No point, or one
+    (a first evaluation), is predicted from the task's finished runs, one without two of them from other runs' shapes
+    (``perf.curve_predict``). ``prior``: from the
     finished jobs' fits of such targets (``service.job_models``); None: the shipped prior of the target's kind.
     ``calibration``: the bands (None: the shipped table; the service's: ``service.own_calibration``)."""
-    if not len(x):
-        return None
     scale = reported_scale(target, values)
     try:   # in fractions: the finished jobs' finals the prior carries are (``ended_at``); the target's 93 reads 0.93
         p = predict_curve(x, np.asarray(values, float) / scale, schedule, metric=target.kind, target=target.value,
                           regime=regime, prior="shipped" if prior is None else prior, calibration=calibration)
     except ValueError:
         return None
-    grid = np.linspace(max(float(x[0]), float(p.curve_x[0])), schedule.budget, CURVE_POINTS)
+    grid = np.linspace(max(float(x[0]), float(p.curve_x[0])) if len(x) else float(p.curve_x[0]), schedule.budget,
+                       CURVE_POINTS)
     drawn = np.interp(grid, p.curve_x, p.curve_y) * scale
     return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value * scale,
             "final_80": [v * scale for v in p.final_value_interval_80], "bands": p.bands, "target_step": p.target_step,
@@ -73,7 +73,9 @@ def reported_scale(target: MetricTarget, values) -> float:
     """100 for an accuracy the job reports in %, else 1. A target's fit, and the final its finished fit keeps, are
     in fractions, so that jobs reporting either way pool as one level (``perf.prior.level_prior``): in their own
     units one job's 0.24 error and another's 24 were averaged as two runs 100x apart."""
-    return MetricSpace.of(target.kind, values).top if len(values) else 1.0
+    if not len(values):   # none yet (a prediction before the first): as the target is stated, 93 in %
+        return 100.0 if target.kind == "accuracy" and target.value > 1.0 else 1.0
+    return MetricSpace.of(target.kind, values).top
 
 
 def target_meta(meta: dict, target: MetricTarget) -> dict:
