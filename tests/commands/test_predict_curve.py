@@ -489,3 +489,11 @@ def test_before_the_first_point_two_like_runs_predict_the_run(capsys):
     r = cli(curves / "charlm-cosine.csv", "--budget", "800", "--observed-until", "0", "--like", like[0])
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
     assert "no point to predict from (none with step <= 0.0)" in r.stderr and "(--like)" in r.stderr
+    # no log at all (the run has not started): the same answer, FILE left out
+    r = cli("--budget", "800", "--schedule", "cosine:warmup=30", "--target", "1.7", "--json",
+            *(a for f in like for a in ("--like", f)))
+    assert r.returncode == 0 and json.loads(r.stdout)["final_value"] == pytest.approx(out["final_value"]), r.stderr
+    for args, said in ((("--budget", "800", "--like", like[0]), "FILE: required (the run's log), unless two or more"),
+                       (("--like", like[0], "--like", like[1]), "--budget: required (the run has no log")):
+        r = cli(*args)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr

@@ -5,6 +5,8 @@ contract other tools call; the JSON keys below only ever gain siblings).
         [--observed-until S] [--target VALUE | --target-fraction 0.95] [--metric loss|accuracy|error] \\
         [--regime scratch|finetune] [--like DONE ...] --json
 
+FILE may be left out before the run starts: two or more ``--like`` runs and ``--budget`` predict it then.
+
 ``--json`` prints one object: model, final_value, final_value_interval_80, floor, target, target_step,
 steps_to_target (remaining x from the last observed point; null if unreachable), interval_80 (for
 steps_to_target), p_reach (the chance of reaching the target by the budget, from the calibrated final-value
@@ -56,7 +58,7 @@ def _schedule(spec: str | None, budget: float, curve):
         raise UserError(f"--schedule: {e}") from None
 
 
-def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
+def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
               target: float | None, target_fraction: float | None, metric: str, lr_col: str | None,
               time_col: str | None, as_json: bool, plot_path: Path | None, regime: str = "scratch",
               x_from_zero: bool | None = None, like: list[Path] | None = None) -> int:
@@ -66,7 +68,7 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
 
     from dlsched.commands.like_runs import finished_run, like_prior
     from dlsched.perf.curve_predict import METRICS, MetricSpace, predict_curve
-    from dlsched.perf.curve_readers import read_curve, seconds_per_x
+    from dlsched.perf.curve_readers import CurveData, read_curve, seconds_per_x
     from dlsched.perf.prior import REGIMES
 
     if metric not in METRICS:
@@ -81,14 +83,22 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
         raise UserError(f"--target-fraction: must be in (0, 1], got {target_fraction}")
     if plot_path is not None:
         check_plot_path(plot_path)
-    curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
+    if file is None:   # before the run starts: its task's finished runs alone
+        if len(like or ()) < 2:
+            raise UserError("FILE: required (the run's log), unless two or more finished runs of its task (--like) "
+                            "predict it before it starts")
+        if budget is None:
+            raise UserError("--budget: required (the run has no log to read it from)")
+        curve = CurveData("the run (not started)", np.empty(0), np.empty(0))
+    else:
+        curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
     if curve.note:
         typer.echo(f"note: {curve.note}", err=True)
     # None: as the log's own format says (``zero_based_epochs``); a user's CSV that starts at 0 is told how to choose
     known = curve.epochs_from_zero
     if x_from_zero is None:
         x_from_zero = known is not None
-        if known is None and "epoch" in x.lower() and float(np.min(curve.x)) == 0:
+        if known is None and "epoch" in x.lower() and len(curve.x) and float(np.min(curve.x)) == 0:
             typer.echo(f"note: {x} starts at 0, read as an evaluation before any training (not fitted); if the "
                        "log numbers the first finished epoch 0, pass --x-from-zero", err=True)
     def shift(c):   # the logger numbers the first finished epoch 0: x is read as finished epochs, its own + 1
@@ -110,18 +120,20 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
                         "use --observed-until to cut the curve")
     sched = _schedule(schedule, budget, curve)
     prior = "shipped"
-    if like and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()), None)) is not None:
+    if like and file is not None and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()),
+                                                   None)) is not None:
         raise UserError(f"--like {same}: is the run predicted; give finished runs of its task")
+    # an accuracy's scale (0-1 or %): the run's points, else its log's, else (no log) the first --like run's
+    scale = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y if len(curve.y) else
+                           _like_values(like[0], x, y, lr_col) if like else curve.y).top
     if like:   # each finished run's own LR where it logs one, else the SPEC at its own budget
-        top = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y).top
         fits = [finished_run(f, x, y, lr_col, metric, regime,
-                             lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift, top)
+                             lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift, scale)
                 for f in like]
         prior = like_prior(fits, metric, regime, sched)
     try:
         pred = predict_curve(curve.x[keep], curve.y[keep], sched, metric=metric, target=target,
-                             target_fraction=target_fraction, regime=regime, prior=prior,
-                             scale=MetricSpace.of(metric, curve.y).top)
+                             target_fraction=target_fraction, regime=regime, prior=prior, scale=scale)
     except ValueError as e:
         raise UserError(f"{curve.source}: field {y!r}: {e}") from None
     out = pred.as_json()
@@ -154,6 +166,16 @@ def run_curve(file: Path, x: str, y: str, budget: float | None, schedule: str | 
                    "the calibrated errors allow)", err=True)
         return UNREACHABLE_EXIT
     return 0
+
+
+def _like_values(file: Path, x: str, y: str, lr_col: str | None):
+    """A ``--like`` run's values (its accuracy's scale stands for a run with no log yet)."""
+    from dlsched.perf.curve_readers import read_curve
+
+    try:
+        return read_curve(file, x=x, y=y, lr_col=lr_col).y
+    except UserError as e:   # its line names the file: say it is a --like run's
+        raise UserError(f"--like {e}") from None
 
 
 def _render(out: dict, x: str, metric: str) -> None:
@@ -228,9 +250,9 @@ def _plot(curve, keep, pred, out: Path, x: str, y: str, quiet: bool = False) -> 
 def register(predict_app: typer.Typer) -> None:
     @predict_app.command("curve")
     def curve_cmd(
-        file: Path = typer.Argument(..., help="curve log: CSV/TSV, progress.jsonl, trainer_state.json, TensorBoard events, a "
-                                            "text log (MLPerf :::MLLOG lines or name:value pairs) or a folder of them (a run folder: Ultralytics', "
-                                            "a Hugging Face output folder's newest checkpoint)"),
+        file: Optional[Path] = typer.Argument(None, help="curve log: CSV/TSV, progress.jsonl, trainer_state.json, TensorBoard events, a "
+                                              "text log (MLPerf :::MLLOG lines or name:value pairs) or a folder of them (a run folder: Ultralytics', "
+                                              "a Hugging Face output folder's newest checkpoint); none before the run starts, with two or more --like runs and --budget"),
         x: str = typer.Option("step", "--x", help="column (or tag) of the progress axis"),
         y: str = typer.Option("loss", "--y", help="column (or tag) of the metric"),
         budget: Optional[float] = typer.Option(None, "--budget", help="total x the run will train (default: from the log)"),
