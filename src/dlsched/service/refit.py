@@ -98,7 +98,7 @@ class Prediction:
     total_samples: float | None
     remaining_s: float | None
     predicted_finish: float | None
-    loss_fit: dict | None            # {"beta0", "beta1", "beta2", "scale", "rmse"}: LossCurve fields + fit RMSE (fit_loss)
+    loss_fit: dict | None            # fit_loss's, and a stated target's (``metric_target``); None: neither yet
     rate: float | None = None        # samples/s the remaining time assumes (observed wall-clock, else modelled)
     fitted: AnnealingCurve | None = None   # the annealing fit behind loss_fit: a finished job's, ``perf.prior``'s
     target_fitted: AnnealingCurve | None = None   # the same of its metric target's fit (loss_fit's metric_target)
@@ -206,9 +206,9 @@ PriorArg = CurvePrior | Callable[[Schedule | None], CurvePrior | None] | None
 def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | None = None,
              schedule: str | Schedule | None = None, target_loss: float | None = None,
              prior: PriorArg = None, regime: str = "scratch", calibration: Calibration | None = None) -> dict | None:
-    """The Optimus fit (``beta0, beta1, beta2, scale, rmse``: the RMSE of the loss normalised by ``scale``) and,
-    when the job's step budget is known, the
-    schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
+    """The Optimus fit from 4 points (``beta0, beta1, beta2, scale, rmse``: the RMSE of the loss normalised by
+    ``scale``) and, when the job's step budget is known, from any number of points (none: its task's finished runs)
+    the schedule-aware prediction (``perf.curve_predict``, the one the CLI and the simulator use): ``model``,
     ``curve`` ([step, loss] from the first step fitted (past an LR warm-up, then a slow start:
     ``perf.fit_window``) to the budget), ``curve_rmse`` (its RMSE on the points it covers, in loss units),
     ``final``, ``final_80``
