@@ -494,6 +494,8 @@ def test_before_the_first_point_two_like_runs_predict_the_run(capsys):
             *(a for f in like for a in ("--like", f)))
     assert r.returncode == 0 and json.loads(r.stdout)["final_value"] == pytest.approx(out["final_value"]), r.stderr
     for args, said in ((("--budget", "800", "--like", like[0]), "FILE: required (the run's log), unless two or more"),
-                       (("--like", like[0], "--like", like[1]), "--budget: required (the run has no log")):
+                       (("--like", like[0], "--like", like[1]), "--budget: required (the run has no log"),
+                       (("--like", like[0], "--like", like[1], "--budget", "800", "--schedule", "lr-column"),
+                        "--schedule lr-column: the run has no log to read its LR from")):
         r = cli(*args)
         assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr

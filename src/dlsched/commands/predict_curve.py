@@ -89,6 +89,8 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
                             "predict it before it starts")
         if budget is None:
             raise UserError("--budget: required (the run has no log to read it from)")
+        if schedule == "lr-column":
+            raise UserError("--schedule lr-column: the run has no log to read its LR from; give its schedule as a SPEC")
         curve = CurveData("the run (not started)", np.empty(0), np.empty(0))
     else:
         curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
