@@ -676,8 +676,8 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
     more = [store.submit(spec(schedule="cosine")) for _ in range(9)]
     loop.round()
     assert store.get(big).state == RUNNING and store.get(queued).state == QUEUED
-    # a long queue: a few a round (big and queued were two of them), the rest the rounds after
-    assert sum(bool(store.predictions(j)) for j in more) == 8 - 2
+    # a long queue: a few tried a round (big, queued, other and undeclared were four of them), the rest after
+    assert sum(bool(store.predictions(j)) for j in more) == 8 - 4
     fit = store.predictions(queued)[-1]["loss_fit"]
     assert (fit["model"], fit["bands"], fit["curve"][-1][0]) == ("prior", "task_runs", 800.0)
     assert fit["final_80"][0] <= truth <= fit["final_80"][1] and abs(fit["final"] / truth - 1) < 0.05
@@ -685,3 +685,4 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
     assert store.predictions(other) == [] and store.predictions(undeclared) == []
     loop.round()   # made once per pool of finished jobs
     assert len(store.predictions(queued)) == 1 and all(len(store.predictions(j)) == 1 for j in more)
+    assert store.predictions(other) == [] and store.predictions(undeclared) == []

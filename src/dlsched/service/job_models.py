@@ -232,14 +232,15 @@ class JobModels:
 
     def predict_queued(self, jobs: list[JobRecord]) -> dict[int, refit.Prediction]:
         """``prediction_before_start`` of the queued jobs that never trained, oldest first, at most
-        ``QUEUED_PREDICTIONS_PER_ROUND``; each made again only once another job finished here (the pool its prior comes
-        from changed)."""
-        out = {}
+        ``QUEUED_PREDICTIONS_PER_ROUND`` tried a round; each tried again only once another job finished here (the pool
+        its prior comes from changed)."""
+        out, tried = {}, 0
         for job in jobs:
-            if len(out) == QUEUED_PREDICTIONS_PER_ROUND:
-                break
             if job.state != QUEUED or job.samples or self._queued_pool.get(job.id) == len(self._finished):
                 continue
+            if tried == QUEUED_PREDICTIONS_PER_ROUND:   # tries, not predictions: one that finds no task runs costs too
+                break
+            tried += 1
             self._queued_pool[job.id] = len(self._finished)
             stated = metric_target_of(job)
             pred = prediction_before_start(job, lambda s: self.curve_prior(job, s),
