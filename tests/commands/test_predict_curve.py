@@ -490,9 +490,14 @@ def test_before_the_first_point_two_like_runs_predict_the_run(capsys):
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
     assert "no point to predict from (none with step <= 0.0)" in r.stderr and "(--like)" in r.stderr
     # no log at all (the run has not started): the same answer, FILE left out
-    r = cli("--budget", "800", "--schedule", "cosine:warmup=30", "--target", "1.7", "--json",
+    r = cli("--budget", "800", "--schedule", "cosine:warmup=30", "--target", "1.7", "--json", "--time-col", "wall_s",
             *(a for f in like for a in ("--like", f)))
     assert r.returncode == 0 and json.loads(r.stdout)["final_value"] == pytest.approx(out["final_value"]), r.stderr
+    # the time to it at the finished runs' speed (the run has none of its own yet): their median seconds per step
+    timed = json.loads(r.stdout)
+    speeds = [np.ptp(d.wall_s.to_numpy()[-20:]) / np.ptp(d.step.to_numpy()[-20:]) for d in map(pd.read_csv, like)]
+    assert timed["seconds_from"] == "like_runs" and "seconds_from" not in out
+    assert timed["seconds_to_budget"] == pytest.approx(800 * np.median(speeds), rel=1e-9)
     for args, said in ((("--budget", "800", "--like", like[0]), "FILE: required (the run's log), unless two or more"),
                        (("--like", like[0], "--like", like[1]), "--budget: required (the run has no log"),
                        (("--like", like[0], "--like", like[1], "--budget", "800", "--schedule", "lr-column"),

@@ -14,7 +14,8 @@ band), observed_until, budget, regime (the shipped prior's pool: from-scratch or
 --like: the finished runs the prior came from), bands (what the bands come from: fit, levelled, carried, one_point,
 task_runs: the --like runs alone, before the run's first point or from one), and,
 when the log has wall-clock times, seconds_to_target (and seconds_to_target_interval_80) and seconds_to_budget
-at the speed of the newest points. Exit codes: 0, 2 bad input (one line), 3 target unreachable (one line on
+at the speed of the newest points (a run with no timed point yet: at the --like runs' median speed, and
+seconds_from: like_runs). Exit codes: 0, 2 bad input (one line), 3 target unreachable (one line on
 stderr; with --json the object is still printed).
 """
 from __future__ import annotations
@@ -127,7 +128,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
         raise UserError(f"--like {same}: is the run predicted; give finished runs of its task")
     # an accuracy's scale (0-1 or %): the run's points, else its log's, else (no log) the first --like run's
     scale = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y if len(curve.y) else
-                           _like_values(like[0], x, y, lr_col) if like else curve.y).top
+                           _like_curve(like[0], x, y, lr_col).y if like else curve.y).top
     if like:   # each finished run's own LR where it logs one, else the SPEC at its own budget
         fits = [finished_run(f, x, y, lr_col, metric, regime,
                              lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift, scale)
@@ -151,6 +152,11 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
         out["lr_column"] = curve.lr_name
     rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
                                      None if curve.time is None else curve.time[keep]))
+    if rate is None and like and time_col:   # no timed points of its own yet: the --like runs' median speed
+        rates = [r for f in like if (r := seconds_per_x(_like_curve(f, x, y, lr_col, time_col))) is not None]
+        if rates:
+            rate = float(np.median(rates))
+            out["seconds_from"] = "like_runs"
     if rate is not None:
         out["seconds_to_budget"] = rate * (budget - pred.x_now)
         out["seconds_to_target"] = None if pred.steps_to_target is None else rate * pred.steps_to_target
@@ -170,12 +176,12 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     return 0
 
 
-def _like_values(file: Path, x: str, y: str, lr_col: str | None):
-    """A ``--like`` run's values (its accuracy's scale stands for a run with no log yet)."""
+def _like_curve(file: Path, x: str, y: str, lr_col: str | None, time_col: str | None = None):
+    """A ``--like`` run's log (its accuracy's scale and its speed stand for a run with no log yet)."""
     from dlsched.perf.curve_readers import read_curve
 
     try:
-        return read_curve(file, x=x, y=y, lr_col=lr_col).y
+        return read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
     except UserError as e:   # its line names the file: say it is a --like run's
         raise UserError(f"--like {e}") from None
 
@@ -203,7 +209,8 @@ def _render(out: dict, x: str, metric: str) -> None:
         a, b = out["interval_80"]
         s = out.get("seconds_to_target")
         eta = "" if s is None else \
-            f"; in ~{human_duration(s)}, " + " – ".join(map(human_duration, out["seconds_to_target_interval_80"]))
+            f"; in ~{human_duration(s)}, " + " – ".join(map(human_duration, out["seconds_to_target_interval_80"])) \
+            + (" at the --like runs' speed" if out.get("seconds_from") == "like_runs" else "")
         p = 100 * out["p_reach"]
         chance = f"chance by the budget {'< 1' if 0 < p < 0.5 else f'{p:.0f}'} %"
         # past the predicted final value, in the metric's direction (not p_reach < 0.5: a calibrated median above the
