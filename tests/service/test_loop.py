@@ -686,3 +686,8 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
     loop.round()   # made once per pool of finished jobs
     assert len(store.predictions(queued)) == 1 and all(len(store.predictions(j)) == 1 for j in more)
     assert store.predictions(other) == [] and store.predictions(undeclared) == []
+    # a prediction that raises is that job's alone: the round still schedules
+    late = store.submit(spec(schedule="cosine"))
+    loop.models.bands.of = lambda kind: 1 / 0
+    stats = loop.round()
+    assert store.predictions(late) == [] and stats.active_jobs >= 2

@@ -243,9 +243,13 @@ class JobModels:
             tried += 1
             self._queued_pool[job.id] = len(self._finished)
             stated = metric_target_of(job)
-            pred = prediction_before_start(job, lambda s: self.curve_prior(job, s),
-                                           lambda s: None if stated is None else self.curve_prior(job, s, stated),
-                                           self.bands.of)
+            try:   # the job's alone, as a refit's: never the round's (it would start, resize and finish nothing)
+                pred = prediction_before_start(job, lambda s: self.curve_prior(job, s),
+                                               lambda s: None if stated is None else self.curve_prior(job, s, stated),
+                                               self.bands.of)
+            except Exception:
+                log.exception("job %s: its prediction before its start failed", job.id)
+                continue
             if pred is not None:
                 out[job.id] = pred
         return out
