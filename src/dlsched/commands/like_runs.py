@@ -20,17 +20,23 @@ from dlsched.perf.schedule import Schedule
 TASK = "like"
 
 
-def finished_run(file: Path, x: str, y: str, lr_col: str | None, metric: str, regime: str,
-                 schedule_of: Callable[[CurveData, float], Schedule],
-                 shift: Callable[[CurveData], CurveData], top: float = 1.0) -> FinishedFit:
-    """One ``--like`` run's fit on all its points (``shift``: as FILE's x is read) and where it ended (the median of
-    its last 3 values, lower-is-better), on FILE's accuracy scale ``top`` (``MetricSpace.top``: a run logged in %
-    beside one logged as a fraction). Its schedule: ``schedule_of`` its curve and budget (its log's, else its last
-    x)."""
+def read_like_run(file: Path, x: str, y: str, lr_col: str | None, time_col: str | None = None) -> CurveData:
+    """One ``--like`` run's log, read as FILE is read (``time_col``: its wall-clock times too, the speed of a run that
+    has none of its own yet)."""
     try:
-        curve = shift(read_curve(file, x=x, y=y, lr_col=lr_col))
+        return read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
     except UserError as e:   # its line names the file: say it is a --like run's
         raise UserError(f"--like {e}") from None
+
+
+def finished_run(file: Path, log: CurveData, y: str, metric: str, regime: str,
+                 schedule_of: Callable[[CurveData, float], Schedule],
+                 shift: Callable[[CurveData], CurveData], top: float = 1.0) -> FinishedFit:
+    """One ``--like`` run's fit on all the points of its ``log`` (``read_like_run``; ``shift``: as FILE's x is read)
+    and where it ended (the median of its last 3 values, lower-is-better), on FILE's accuracy scale ``top``
+    (``MetricSpace.top``: a run logged in % beside one logged as a fraction). Its schedule: ``schedule_of`` its curve
+    and budget (its log's, else its last x)."""
+    curve = shift(log)
     budget = curve.budget if curve.budget is not None else float(curve.x[-1])
     schedule = schedule_of(curve, budget)
     ok = np.isfinite(curve.x) & np.isfinite(curve.y)

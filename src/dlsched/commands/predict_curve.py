@@ -67,7 +67,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
 
     import numpy as np
 
-    from dlsched.commands.like_runs import finished_run, like_prior
+    from dlsched.commands.like_runs import finished_run, like_prior, read_like_run
     from dlsched.perf.curve_predict import METRICS, MetricSpace, predict_curve
     from dlsched.perf.curve_readers import CurveData, read_curve, seconds_per_x
     from dlsched.perf.prior import REGIMES
@@ -126,13 +126,17 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     if like and file is not None and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()),
                                                    None)) is not None:
         raise UserError(f"--like {same}: is the run predicted; give finished runs of its task")
+    rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
+                                     None if curve.time is None else curve.time[keep]))
+    # each --like run read once; with its times where the run has no timed point of its own yet (their speed is its)
+    logs = [read_like_run(f, x, y, lr_col, time_col if rate is None else None) for f in like or ()]
     # an accuracy's scale (0-1 or %): the run's points, else its log's, else (no log) the first --like run's
     scale = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y if len(curve.y) else
-                           _like_curve(like[0], x, y, lr_col).y if like else curve.y).top
+                           logs[0].y if logs else curve.y).top
     if like:   # each finished run's own LR where it logs one, else the SPEC at its own budget
-        fits = [finished_run(f, x, y, lr_col, metric, regime,
+        fits = [finished_run(f, log, y, metric, regime,
                              lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift, scale)
-                for f in like]
+                for f, log in zip(like, logs)]
         prior = like_prior(fits, metric, regime, sched)
     try:
         pred = predict_curve(curve.x[keep], curve.y[keep], sched, metric=metric, target=target,
@@ -150,10 +154,8 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
             out["x_from_zero_because"] = f"{known} numbers the first finished epoch 0"
     if sched.spec == "lr-column":   # which column: it may have been found, not named (``logged_lr_column``)
         out["lr_column"] = curve.lr_name
-    rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
-                                     None if curve.time is None else curve.time[keep]))
     if rate is None and like and time_col:   # no timed points of its own yet: the --like runs' median speed
-        rates = [r for f in like if (r := seconds_per_x(_like_curve(f, x, y, lr_col, time_col))) is not None]
+        rates = [r for log in logs if (r := seconds_per_x(log)) is not None]
         if rates:
             rate = float(np.median(rates))
             out["seconds_from"] = "like_runs"
@@ -174,16 +176,6 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
                    "the calibrated errors allow)", err=True)
         return UNREACHABLE_EXIT
     return 0
-
-
-def _like_curve(file: Path, x: str, y: str, lr_col: str | None, time_col: str | None = None):
-    """A ``--like`` run's log (its accuracy's scale and its speed stand for a run with no log yet)."""
-    from dlsched.perf.curve_readers import read_curve
-
-    try:
-        return read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
-    except UserError as e:   # its line names the file: say it is a --like run's
-        raise UserError(f"--like {e}") from None
 
 
 def _render(out: dict, x: str, metric: str) -> None:

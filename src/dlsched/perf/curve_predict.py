@@ -339,6 +339,13 @@ def logged_reach(x, y, goal: float) -> float:
     return float(x[-1]) if crossed is None else min(crossed, float(x[-1]))
 
 
+def curve_reach(grid, curve, goal: float) -> float:
+    """The first x of ``grid`` where the predicted ``curve`` is at or below ``goal``; the grid's end (the budget) if
+    never."""
+    hit = curve <= goal
+    return float(grid[np.argmax(hit)] if hit.any() else grid[-1])
+
+
 def steps_interval(steps: float, raw: float, resolution: float, band: tuple[float, float],
                    room: float) -> tuple[float, float]:
     """The 80 % band of ``steps``: the log band scales the raw crossing from at least one logging interval (a crossing
@@ -377,7 +384,7 @@ def one_point_prediction(x, y, space: "MetricSpace", schedule: Schedule, cal: Ca
         if y1 <= goal:   # already there: where the log got there
             target_step, steps, interval = logged_reach(x, y, goal), 0.0, (0.0, 0.0)
         else:   # the budget where the curve never gets there: one point cannot tell a target unreachable
-            target_step = float(grid[np.argmax(curve <= goal)]) if (curve <= goal).any() else B
+            target_step = curve_reach(grid, curve, goal)
             steps = target_step - x1
             interval = steps_interval(steps, steps, resolution, (lo_s, hi_s), B - x1)
     p_reach = None if goal is None else reach_chance(goal, y1, final, lo_f, 0.0, hi_f, worst)
@@ -416,16 +423,14 @@ def task_runs_prediction(x, y, space: "MetricSpace", schedule: Schedule, metric:
     first = float(y[0]) if len(y) else float(curve[0])   # the improvement from the evaluation before training
     now = float(y[-1]) if len(y) else first
     goal = goal_of(np.array([first]), final, target, target_fraction, space)
-
-    def crossing(factor: float) -> float:   # where the curve times ``factor`` gets to the goal; the budget if never
-        hit = curve * factor <= goal
-        return float(grid[np.argmax(hit)]) if hit.any() else B
     target_step = steps = interval = None
     if goal is not None:
         there = now <= goal
-        target_step = logged_reach(x, y, goal) if there else crossing(1.0)
+        target_step = logged_reach(x, y, goal) if there else curve_reach(grid, curve, goal)
         steps = 0.0 if there else target_step - x0
-        interval = (0.0, 0.0) if there else (crossing(math.exp(-z)) - x0, crossing(math.exp(z)) - x0)
+        # where the curve moved to the band's ends gets there
+        interval = (0.0, 0.0) if there else (curve_reach(grid, curve * math.exp(-z), goal) - x0,
+                                             curve_reach(grid, curve * math.exp(z), goal) - x0)
     p_reach = None if goal is None else reach_chance(goal, now, final, -z, 0.0, z)
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(min(final_hi, space.top) if metric == "accuracy"
                                                                      else final_hi))))
