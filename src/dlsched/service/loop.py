@@ -130,6 +130,8 @@ class LiveLoop:
         t2 = time.perf_counter()
         self.act(actions, {j.id: j for j in jobs}, now)
         t3 = time.perf_counter()
+        for job_id, pred in self.models.predict_queued(jobs).items():   # the queued ones, from the finished jobs
+            self._pending.setdefault(job_id, (now, pred))
         self.publish_predictions(now)
         return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
@@ -310,8 +312,6 @@ class LiveLoop:
             pred = self.models.refit_stored(job, self.store, now, read_lr_plan(self.job_dir(job_id)))
             if pred is not None:
                 self._pending[job_id] = (now, pred)
-        for job_id, pred in self.models.predict_queued(self.store.jobs(states=(QUEUED,))).items():   # from the pool
-            self._pending.setdefault(job_id, (now, pred))
         for job_id, finished in self._ended:
             self.models.forget(job_id, finished=finished)
             self.backoff.forget(job_id)
