@@ -162,6 +162,26 @@ def test_predict_and_predict_curve_name_a_bad_csv_row_by_the_same_line(tmp_path)
     assert said == [f"{p}: line 5, field 'loss': expected a number, got 'abc'"] * 2
 
 
+def test_a_logged_lr_that_ends_before_the_budget_is_said_to_be_held_there(tmp_path, capsys):
+    """A run still training logs its LR only so far: the rest of an LR column is its last value held (a step decay
+    still to come unseen), and the output says so; a SPEC or the whole log says nothing."""
+    d = pd.read_csv(RUN)[["step", "loss", "lr"]]
+    d[d.step <= 300].to_csv(tmp_path / "live.csv", index=False)
+    assert run_curve(tmp_path / "live.csv", "step", "loss", 800.0, None, None, None, None, "loss", None, None, True,
+                     None) == 0
+    held = json.loads(capsys.readouterr().out)
+    assert (held["schedule"], held["lr_held_from"]) == ("lr-column", 300.0)
+    run_curve(tmp_path / "live.csv", "step", "loss", 800.0, None, None, None, None, "loss", None, None, False, None)
+    assert "LR: logged to step 300 of 800, then held at its last value" in " ".join(capsys.readouterr().out.split())
+    run_curve(tmp_path / "live.csv", "step", "loss", 800.0, "step:400,600:0.1", None, None, None, "loss", None, None,
+              True, None)
+    told = json.loads(capsys.readouterr().out)
+    ended = d.loss.iloc[-1]   # the decays the log had not seen: the SPEC that has them lands nearer where it ended
+    assert "lr_held_from" not in told and abs(told["final_value"] - ended) < abs(held["final_value"] - ended)
+    run_curve(RUN, "step", "loss", 800.0, None, 300.0, None, None, "loss", None, None, True, None)
+    assert "lr_held_from" not in json.loads(capsys.readouterr().out)   # the whole log: its LR is the plan
+
+
 def test_the_lr_column_a_logger_writes_is_the_default_schedule(tmp_path, capsys):
     d = pd.read_csv(RUN)[["step", "loss", "lr"]]
     for name in ("lr", "learning_rate", "lr-AdamW"):   # timm, Hugging Face, Lightning's LearningRateMonitor

@@ -36,7 +36,7 @@ UNREACHABLE_EXIT = 3
 SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant | step:M1,M2:F | cosine[:warmup=W] | "
                  "onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | poly:power=P[:warmup=W] | linear[:warmup=W] | "
                  "steps:X=LR,... (piecewise constant) | points:X=LR,... (piecewise linear) | lr-column (the --lr-col "
-                 "of every row, also rows past --observed-until). Warm-up is linear from 0; LR values are relative "
+                 "of every row, also rows past --observed-until; its last value held past the log's end). Warm-up is linear from 0; LR values are relative "
                  "(only the shape matters). Default: lr-column when --lr-col is given or the log has one LR column "
                  "(lr, learning_rate, lr-<Optimizer>; of one optimizer's lr/pgN groups the shape most share), else constant")
 
@@ -57,6 +57,16 @@ def _schedule(spec: str | None, budget: float, curve):
         return parse_schedule(spec, budget)
     except ValueError as e:
         raise UserError(f"--schedule: {e}") from None
+
+
+def lr_held_from(lr_x, budget: float) -> float | None:
+    """The last x of a logged LR that ends more than one logging interval before the budget (a run still training):
+    ``Schedule.from_points`` holds its last value from there on, a decay still to come unseen."""
+    import numpy as np
+
+    xs = np.unique(np.asarray(lr_x, float))
+    interval = float(np.median(np.diff(xs))) if len(xs) > 1 else 0.0
+    return float(xs[-1]) if len(xs) and budget - xs[-1] > interval else None
 
 
 def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
@@ -154,6 +164,8 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
             out["x_from_zero_because"] = f"{known} numbers the first finished epoch 0"
     if sched.spec == "lr-column":   # which column: it may have been found, not named (``logged_lr_column``)
         out["lr_column"] = curve.lr_name
+        if (held := lr_held_from(curve.lr_x, budget)) is not None:
+            out["lr_held_from"] = held
     if rate is None and like and time_col:   # no timed points of its own yet: the --like runs' median speed
         rates = [r for log in logs if (r := seconds_per_x(log)) is not None]
         if rates:
@@ -192,6 +204,9 @@ def _render(out: dict, x: str, metric: str) -> None:
     elif out["model"] == "prior":
         con.print("one point after training starts: the finished runs' curves carried through it "
                   "(wide bands; a second point fits the run's own)")
+    if out.get("lr_held_from") is not None:
+        con.print(f"LR: logged to {x} {_x(out['lr_held_from'])} of {out['budget']:g}, then held at its last value "
+                  "(if it still decays, give the schedule with --schedule SPEC)")
     if out.get("x_from_zero"):
         why = out.get("x_from_zero_because")
         con.print(f"{x} read as finished epochs, the log's + 1" + (f" ({why})" if why else ""))
