@@ -162,24 +162,34 @@ def test_predict_and_predict_curve_name_a_bad_csv_row_by_the_same_line(tmp_path)
     assert said == [f"{p}: line 5, field 'loss': expected a number, got 'abc'"] * 2
 
 
-def test_a_logged_lr_that_ends_before_the_budget_is_said_to_be_held_there(tmp_path, capsys):
-    """A run still training logs its LR only so far: the rest of an LR column is its last value held (a step decay
-    still to come unseen), and the output says so; a SPEC or the whole log says nothing."""
+def test_a_logged_lr_that_ends_before_the_budget_goes_on_as_its_family_or_is_said_to_be_held(tmp_path, capsys):
+    """A run still training logs its LR only so far. A decay it has logged goes on as the family it follows
+    (a cosine run cut at step 300 of 600); an LR flat so far is held at its last value (a step decay still to come
+    unseen), and the output says which; a SPEC or the whole log says nothing."""
+    cosine = pd.read_csv(REPO / "bench" / "curves" / "tinylm-cosine.csv")[["step", "loss", "lr"]]
+    cosine[cosine.step <= 300].to_csv(tmp_path / "cosine.csv", index=False)
+    assert run_curve(tmp_path / "cosine.csv", "step", "loss", 600.0, None, None, None, None, "loss", None, None, True,
+                     None) == 0
+    went_on = json.loads(capsys.readouterr().out)
+    assert went_on["lr_logged_until"] == 300 and went_on["lr_continued_as"].startswith("cosine:warmup=")
+    run_curve(tmp_path / "cosine.csv", "step", "loss", 600.0, None, None, None, None, "loss", None, None, False, None)
+    assert "LR: logged to step 300 of 600, then as cosine:warmup=" in " ".join(capsys.readouterr().out.split())
+
     d = pd.read_csv(RUN)[["step", "loss", "lr"]]
     d[d.step <= 300].to_csv(tmp_path / "live.csv", index=False)
     assert run_curve(tmp_path / "live.csv", "step", "loss", 800.0, None, None, None, None, "loss", None, None, True,
                      None) == 0
     held = json.loads(capsys.readouterr().out)
-    assert (held["schedule"], held["lr_held_from"]) == ("lr-column", 300.0)
+    assert (held["schedule"], held["lr_logged_until"], held["lr_continued_as"]) == ("lr-column", 300.0, None)
     run_curve(tmp_path / "live.csv", "step", "loss", 800.0, None, None, None, None, "loss", None, None, False, None)
     assert "LR: logged to step 300 of 800, then held at its last value" in " ".join(capsys.readouterr().out.split())
     run_curve(tmp_path / "live.csv", "step", "loss", 800.0, "step:400,600:0.1", None, None, None, "loss", None, None,
               True, None)
     told = json.loads(capsys.readouterr().out)
     ended = d.loss.iloc[-1]   # the decays the log had not seen: the SPEC that has them lands nearer where it ended
-    assert "lr_held_from" not in told and abs(told["final_value"] - ended) < abs(held["final_value"] - ended)
+    assert "lr_logged_until" not in told and abs(told["final_value"] - ended) < abs(held["final_value"] - ended)
     run_curve(RUN, "step", "loss", 800.0, None, 300.0, None, None, "loss", None, None, True, None)
-    assert "lr_held_from" not in json.loads(capsys.readouterr().out)   # the whole log: its LR is the plan
+    assert "lr_logged_until" not in json.loads(capsys.readouterr().out)   # the whole log: its LR is the plan
 
 
 def test_the_lr_column_a_logger_writes_is_the_default_schedule(tmp_path, capsys):

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,20 @@ def test_the_fit_starts_where_the_warm_up_ends_while_enough_points_remain():
     short = x[x <= 120]                         # three points past the warm-up: fewer than four, keep them all
     assert fit_start(short, 1 / short, s) == 0
     assert warmup_end(x, parse_schedule("constant", B)) == 0
+
+
+def test_a_logged_warm_up_ends_at_the_point_nearest_its_peak_not_the_first_after_it():
+    """A run's logged LR meets its peak between two logging points (charlm-cosine: 0.975 of it at step 40, the warm-up
+    ends at 41): the point at 40 is past the warm-up as a SPEC's `warmup=40` puts it. The first point at the peak
+    itself was step 50: one point fewer of four or five after a 10 % prefix's warm-up (bench/live_lr.py)."""
+    import pandas as pd
+
+    from dlsched.perf.schedule import Schedule
+
+    d = pd.read_csv(Path(__file__).resolve().parents[2] / "bench" / "curves" / "charlm-cosine.csv")
+    logged = Schedule.from_points(d.step, d.lr, 800.0)
+    x = d.step.to_numpy(float)
+    assert x[warmup_end(x, logged)] == x[warmup_end(x, parse_schedule("cosine:warmup=40", 800.0))] == 40
 
 
 def test_a_slow_start_after_the_warm_up_is_left_out_too():

@@ -34,15 +34,18 @@ from dlsched.errors import UserError
 UNREACHABLE_EXIT = 3
 
 SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant | step:M1,M2:F | cosine[:warmup=W] | "
-                 "onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | poly:power=P[:warmup=W] | linear[:warmup=W] | "
-                 "steps:X=LR,... (piecewise constant) | points:X=LR,... (piecewise linear) | lr-column (the --lr-col "
-                 "of every row, also rows past --observed-until; its last value held past the log's end). Warm-up is linear from 0; LR values are relative "
-                 "(only the shape matters). Default: lr-column when --lr-col is given or the log has one LR column "
-                 "(lr, learning_rate, lr-<Optimizer>; of one optimizer's lr/pgN groups the shape most share), else constant")
+                 'onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | poly:power=P[:warmup=W] | linear[:warmup=W] | '
+                 'steps:X=LR,... (piecewise constant) | points:X=LR,... (piecewise linear) | lr-column (the --lr-col of '
+                 "every row, also rows past --observed-until; past the log's end, the family its logged decay follows, "
+                 'else its last value). Warm-up is linear from 0; LR values are relative (only the shape matters). '
+                 'Default: lr-column when --lr-col is given or the log has one LR column (lr, learning_rate, '
+                 "lr-<Optimizer>; of one optimizer's lr/pgN groups the shape most share), else constant")
 
 
 def _schedule(spec: str | None, budget: float, curve):
-    from dlsched.perf.schedule import Schedule, parse_schedule
+    """The run's schedule over the budget, and with ``lr-column`` the family its logged LR goes on as (or None)."""
+    from dlsched.perf.lr_continuation import logged_lr_schedule
+    from dlsched.perf.schedule import parse_schedule
 
     if spec is None:
         spec = "lr-column" if curve.lr is not None else "constant"
@@ -50,23 +53,13 @@ def _schedule(spec: str | None, budget: float, curve):
         if curve.lr is None or len(curve.lr) == 0:
             raise UserError(f"--schedule lr-column: {curve.source} has no LR values (name the column with --lr-col)")
         try:
-            return Schedule.from_points(curve.lr_x, curve.lr, budget)
+            return logged_lr_schedule(curve.lr_x, curve.lr, budget)
         except ValueError as e:
             raise UserError(f"--lr-col {curve.lr_name!r}: {e}") from None
     try:
-        return parse_schedule(spec, budget)
+        return parse_schedule(spec, budget), None
     except ValueError as e:
         raise UserError(f"--schedule: {e}") from None
-
-
-def lr_held_from(lr_x, budget: float) -> float | None:
-    """The last x of a logged LR that ends more than one logging interval before the budget (a run still training):
-    ``Schedule.from_points`` holds its last value from there on, a decay still to come unseen."""
-    import numpy as np
-
-    xs = np.unique(np.asarray(lr_x, float))
-    interval = float(np.median(np.diff(xs))) if len(xs) > 1 else 0.0
-    return float(xs[-1]) if len(xs) and budget - xs[-1] > interval else None
 
 
 def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
@@ -78,6 +71,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     import numpy as np
 
     from dlsched.commands.like_runs import finished_run, like_prior, read_like_run
+    from dlsched.perf.lr_continuation import lr_held_from
     from dlsched.perf.curve_predict import METRICS, MetricSpace, predict_curve
     from dlsched.perf.curve_readers import CurveData, read_curve, seconds_per_x
     from dlsched.perf.prior import REGIMES
@@ -131,7 +125,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     if keep.any() and curve.x[keep][-1] > budget:
         raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
                         "use --observed-until to cut the curve")
-    sched = _schedule(schedule, budget, curve)
+    sched, continued = _schedule(schedule, budget, curve)
     prior = "shipped"
     if like and file is not None and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()),
                                                    None)) is not None:
@@ -145,7 +139,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
                            logs[0].y if logs else curve.y).top
     if like:   # each finished run's own LR where it logs one, else the SPEC at its own budget
         fits = [finished_run(f, log, y, metric, regime,
-                             lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c), shift, scale)
+                             lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c)[0], shift, scale)
                 for f, log in zip(like, logs)]
         prior = like_prior(fits, metric, regime, sched)
     try:
@@ -164,8 +158,9 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
             out["x_from_zero_because"] = f"{known} numbers the first finished epoch 0"
     if sched.spec == "lr-column":   # which column: it may have been found, not named (``logged_lr_column``)
         out["lr_column"] = curve.lr_name
-        if (held := lr_held_from(curve.lr_x, budget)) is not None:
-            out["lr_held_from"] = held
+        if (logged_until := lr_held_from(curve.lr_x, budget)) is not None:   # a run still training
+            out["lr_logged_until"] = logged_until
+            out["lr_continued_as"] = None if continued is None else continued.spec   # None: held at its last value
     if rate is None and like and time_col:   # no timed points of its own yet: the --like runs' median speed
         rates = [r for log in logs if (r := seconds_per_x(log)) is not None]
         if rates:
@@ -204,9 +199,10 @@ def _render(out: dict, x: str, metric: str) -> None:
     elif out["model"] == "prior":
         con.print("one point after training starts: the finished runs' curves carried through it "
                   "(wide bands; a second point fits the run's own)")
-    if out.get("lr_held_from") is not None:
-        con.print(f"LR: logged to {x} {_x(out['lr_held_from'])} of {out['budget']:g}, then held at its last value "
-                  "(if it still decays, give the schedule with --schedule SPEC)")
+    if out.get("lr_logged_until") is not None:
+        rest = f"then as {out['lr_continued_as']} (its logged decay follows it)" if out["lr_continued_as"] else \
+            "then held at its last value (if it still decays, give the schedule with --schedule SPEC)"
+        con.print(f"LR: logged to {x} {_x(out['lr_logged_until'])} of {out['budget']:g}, {rest}")
     if out.get("x_from_zero"):
         why = out.get("x_from_zero_because")
         con.print(f"{x} read as finished epochs, the log's + 1" + (f" ({why})" if why else ""))

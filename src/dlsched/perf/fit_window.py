@@ -7,7 +7,7 @@ initialisation) and a slow start (a plateau at the initial loss, then an acceler
 those points, the convex law spends its exponent on them: it bends toward a fast saturation and extrapolates
 a floor far too high (measured in ``docs/curve-prediction.md``: "Fit window").
 
-``fit_start`` skips the warm-up (the points before the LR first reaches its peak), then a slow start in what
+``fit_start`` skips the warm-up (the points before the LR first reaches 95 % of its peak), then a slow start in what
 remains (``convex_onset``), each only while at least ``min_points`` points stay to fit. The LR areas still
 count from x = 0: only the fit's rows change, not the law.
 """
@@ -20,6 +20,9 @@ from dlsched.perf.schedule import Schedule
 
 ONSET_SPAN = 1 / 2    # the part of the observed steps in which a slow start may end
 ONSET_MIN = 8         # fewer points than this: no slow start is looked for (one noisy point would decide it)
+# a logged LR meets its peak between two points: the one just before it is past the warm-up, as a SPEC's
+# round warm-up keeps it (docs/curve-prediction.md: "A run still training")
+WARM = 0.95
 
 
 def convex_onset(k: np.ndarray, l: np.ndarray) -> int:
@@ -40,11 +43,11 @@ def convex_onset(k: np.ndarray, l: np.ndarray) -> int:
 
 
 def warmup_end(x: np.ndarray, schedule: Schedule) -> int:
-    """Index of the first point at which the LR has reached its peak over the budget (0 without a warm-up;
+    """Index of the first point at which the LR has reached ``WARM`` of its peak over the budget (0 without a warm-up;
     ``len(x)`` when the prefix ends before the peak)."""
     x = np.asarray(x, float)
     peak = float(np.max(schedule.lr(np.linspace(0.0, schedule.budget, 4096))))
-    at = np.flatnonzero(schedule.lr(x) >= (1 - 1e-3) * peak)
+    at = np.flatnonzero(schedule.lr(x) >= WARM * peak)
     return int(at[0]) if len(at) else len(x)
 
 

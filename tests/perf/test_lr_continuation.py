@@ -1,0 +1,45 @@
+"""The rest of a logged LR (``perf.lr_continuation``), on the LR the development runs logged (``bench/curves``): each
+cut where the run was still training, its continuation against what it went on to log."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dlsched.perf.lr_continuation import continuation, logged_lr_schedule, lr_held_from
+
+CURVES = Path(__file__).resolve().parents[2] / "bench" / "curves"
+
+
+def logged(name: str, share: float):
+    d = pd.read_csv(CURVES / f"{name}.csv")
+    x, lr = d.step.to_numpy(float), d.lr.to_numpy(float)
+    return x, lr, x <= share * x[-1], float(x[-1])
+
+
+@pytest.mark.parametrize("name, share, family", [
+    ("charlm-cosine", 0.1, "cosine"), ("tinylm-cosine", 0.5, "cosine"), ("digits-linear", 0.25, "linear"),
+    ("charlm-poly", 0.25, "poly"), ("tinylm-wsd", 0.9, "wsd"), ("charlm-onecycle", 0.5, "cosine")])
+def test_a_logged_decay_goes_on_as_its_family_to_within_a_percent_of_its_peak(name, share, family):
+    x, lr, seen, budget = logged(name, share)
+    schedule, found = logged_lr_schedule(x[seen], lr[seen], budget)
+    assert found is not None and found.spec.split(":")[0] == family, found
+    assert np.max(np.abs(schedule.lr(x[~seen]) - lr[~seen])) < 0.01 * lr.max()   # what the run then logged
+    assert np.array_equal(schedule.lr(x[seen]), lr[seen])                          # the log itself is kept
+
+
+@pytest.mark.parametrize("name, share", [
+    ("charlm-constant", 0.5), ("tinylm-wsd", 0.5),   # flat since the peak: nothing tells what comes
+    ("charlm-step", 0.6), ("tinylm-invsqrt", 0.5),   # a cut, an inverse square root: no family follows them
+    ("charlm-cosine", 0.04)])                        # still warming up
+def test_a_log_no_family_follows_is_held_at_its_last_value(name, share):
+    x, lr, seen, budget = logged(name, share)
+    assert continuation(x[seen], lr[seen], budget) is None
+    schedule, found = logged_lr_schedule(x[seen], lr[seen], budget)
+    assert found is None and schedule.lr(budget) == lr[seen][-1]
+
+
+def test_a_log_that_reaches_the_budget_is_its_own_schedule():
+    x, lr, _, budget = logged("charlm-cosine", 1.0)
+    assert lr_held_from(x, budget) is None and logged_lr_schedule(x, lr, budget)[1] is None
+    assert lr_held_from(x[:-2], budget) == x[-3]   # two logging intervals short: a run still training
