@@ -163,6 +163,25 @@ def test_the_logged_lr_is_the_schedule_unless_the_batch_moved_it():
     assert logged_schedule([dict(r, lr=None) for r in recs], 200) is None
 
 
+def test_a_logged_decay_without_a_plan_goes_on_as_its_family():
+    """A script whose LR no torch scheduler plans (no ``lr_plan``) logs a cosine decay up to step 100 of 200: the
+    rest of its schedule is that cosine (perf.lr_continuation), where it was held at the LR of step 100."""
+    import torch
+
+    from dlsched.service.refit import logged_schedule
+
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=200)
+    recs = []
+    for step in range(1, 101):
+        opt.step()
+        cosine.step()
+        recs.append({"step": step, "lr": cosine.get_last_lr()[0], "batch_size": 32})
+    sched = logged_schedule(recs, 200)
+    for step in (150, 190):
+        assert sched.lr(step) == pytest.approx(0.05 * (1 + np.cos(np.pi * step / 200)), abs=1e-3)
+
+
 def test_a_snapshot_follows_the_measured_resize_pause(tmp_path):
     from dlsched.service.job_models import JobModels
     from dlsched.service.store import Store

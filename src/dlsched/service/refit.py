@@ -28,6 +28,7 @@ from dlsched.perf.convergence import LossCurve, fit_curve
 from dlsched.perf.efficiency import GradientNoise, efficiency
 from dlsched.perf.curve_predict import predict_curve
 from dlsched.perf.fit_window import convex_onset
+from dlsched.perf.lr_continuation import logged_lr_schedule
 from dlsched.perf.prior import metric_kind
 from dlsched.perf.schedule import Schedule, parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
@@ -168,7 +169,8 @@ def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) 
 def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dict | None = None,
                     axis: ProgressAxis | None = None) -> Schedule | None:
     """The job's own logged LR as its schedule, where it tells the schedule: every record has one. After the last
-    step, the runtime's ``plan`` of its schedulers' LR (``dlsched.torch.lr_plan``), else flat. While the batch never
+    step, the runtime's ``plan`` of its schedulers' LR (``dlsched.torch.lr_plan``), else the family its logged decay
+    follows, else flat. While the batch never
     changed, in steps, the plan made at that batch; after a change, over ``axis`` (``service.progress_axis``), the
     LR over its LR rule's factor (linear scaling moves the LR with the batch, which is no annealing), so every
     record must say that factor, and the plan its samples."""
@@ -190,11 +192,12 @@ def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dic
         xs, lrs = axis.x(h.column("samples")), lrs / factors
         if plan is not None and (plan_x := axis.plan_x(plan)) is not None:
             planned = axis.x(plan["samples"]), plan_x, np.asarray(planned_schedule_lr(plan))
-    if planned is not None:
-        past = xs <= planned[0]
-        xs, lrs = np.concatenate([xs[past], planned[1]]), np.concatenate([lrs[past], planned[2]])
     try:
-        return Schedule.from_points(xs, lrs, budget)
+        if planned is None:   # no plan: the family its logged decay follows, else its last value (perf.lr_continuation)
+            return logged_lr_schedule(xs, lrs, budget)[0]
+        past = xs <= planned[0]
+        return Schedule.from_points(np.concatenate([xs[past], planned[1]]), np.concatenate([lrs[past], planned[2]]),
+                                    budget)
     except ValueError:
         return None
 
