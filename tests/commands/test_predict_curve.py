@@ -192,6 +192,24 @@ def test_a_logged_lr_that_ends_before_the_budget_goes_on_as_its_family_or_is_sai
     assert "lr_logged_until" not in json.loads(capsys.readouterr().out)   # the whole log: its LR is the plan
 
 
+@pytest.mark.slow
+def test_a_hugging_face_run_half_way_gets_the_rest_of_its_cosine_from_its_logged_lr(tmp_path):
+    """"When will my run hit 93 %?" asked of a Trainer's trainer_state.json half-way: the budget is its max_steps,
+    the schedule its logged learning_rate, which goes on as the cosine it follows; the command as a user types it."""
+    d = pd.read_csv(REPO / "bench" / "curves" / "tinylm-cosine.csv")
+    history = [r for s, row in d[d.step <= 300].iterrows() for r in (
+        {"step": int(row.step), "loss": row.train_loss, "learning_rate": row.lr},
+        {"step": int(row.step), "eval_loss": row.loss, "eval_accuracy": row.accuracy})]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 300, "max_steps": 600,
+                                                             "log_history": history}))
+    r = cli(tmp_path / "trainer_state.json", "--y", "eval_accuracy", "--metric", "accuracy", "--target", "0.42",
+            "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["budget"], out["lr_column"], out["lr_logged_until"]) == (600, "learning_rate", 300)
+    assert out["lr_continued_as"].startswith("cosine:") and out["steps_to_target"] > 0
+
+
 def test_the_lr_column_a_logger_writes_is_the_default_schedule(tmp_path, capsys):
     d = pd.read_csv(RUN)[["step", "loss", "lr"]]
     for name in ("lr", "learning_rate", "lr-AdamW"):   # timm, Hugging Face, Lightning's LearningRateMonitor
