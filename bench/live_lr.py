@@ -71,7 +71,8 @@ def main() -> None:
               + "   LR ahead " + " / ".join(f"{g[k + '_lr'].median():.3f}" for k in COLUMNS))
         print(f"             the {len(fam)} continued as a family: final "
               + " / ".join(pa.pct(fam[k].median()) for k in COLUMNS)
-              + "   LR ahead " + " / ".join(f"{fam[k + '_lr'].median():.3f}" for k in COLUMNS))
+              + "   LR ahead " + " / ".join(f"{fam[k + '_lr'].median():.3f}" for k in COLUMNS)
+              + "   (target: continued = whole log, LR ahead <= 0.01)")
     print("  (the rest are held because their log shows no decay yet, or one no family follows: step cuts, "
           "inverse square root)")
     for name, g in df.groupby("curve", sort=False):

@@ -71,9 +71,9 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     import numpy as np
 
     from dlsched.commands.like_runs import finished_run, like_prior, read_like_run
-    from dlsched.perf.lr_continuation import lr_held_from
     from dlsched.perf.curve_predict import METRICS, MetricSpace, predict_curve
     from dlsched.perf.curve_readers import CurveData, read_curve, seconds_per_x
+    from dlsched.perf.lr_continuation import lr_held_from
     from dlsched.perf.prior import REGIMES
 
     if metric not in METRICS:
