@@ -43,3 +43,24 @@ def test_a_log_that_reaches_the_budget_is_its_own_schedule():
     x, lr, _, budget = logged("charlm-cosine", 1.0)
     assert lr_held_from(x, budget) is None and logged_lr_schedule(x, lr, budget)[1] is None
     assert lr_held_from(x[:-2], budget) == x[-3]   # two logging intervals short: a run still training
+
+
+def test_a_scheduler_stepped_per_epoch_and_logged_per_step_goes_on_as_its_family():
+    """torch's CosineAnnealingLR stepped once an epoch, its LR logged every step (Lightning's LearningRateMonitor
+    with a per-epoch scheduler): a staircase, whose each first row lies on the cosine."""
+    import torch
+
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=90)
+    x, lr = [], []
+    for epoch in range(90):
+        for i in range(50):
+            x.append(epoch * 50 + i + 1)
+            lr.append(opt.param_groups[0]["lr"])
+        opt.step()
+        cosine.step()
+    x, lr = np.array(x, float), np.array(lr)
+    seen = x <= 0.25 * 4500
+    schedule, found = logged_lr_schedule(x[seen], lr[seen], 4500.0)
+    assert found is not None and found.spec.startswith("cosine"), found
+    assert np.max(np.abs(schedule.lr(x[~seen]) - lr[~seen])) < 0.01 * lr.max()   # within one epoch's step
