@@ -43,11 +43,11 @@ def logged_lr(c) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def main() -> None:
-    curves = [c for c in dev_curves() if logged_lr(c) is not None]
+    logs = {c.name: (c, log) for c in dev_curves() if (log := logged_lr(c)) is not None}
+    curves = [c for c, _ in logs.values()]
     cal, cross_of = load_calibration(), pa.cross_task_prior(curves)
     rows = []
-    for c in curves:
-        x, lr = logged_lr(c)
+    for c, (x, lr) in logs.values():
         for frac in pa.FRACTIONS:
             n = pa.prefix(c, frac)
             seen = x <= c.x[n - 1]

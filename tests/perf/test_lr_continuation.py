@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlsched.perf.lr_continuation import continuation, logged_lr_schedule, lr_held_from
+from dlsched.perf.lr_continuation import continuation, logged_lr_schedule, lr_logged_until
 
 CURVES = Path(__file__).resolve().parents[2] / "bench" / "curves"
 
@@ -41,8 +41,8 @@ def test_a_log_no_family_follows_is_held_at_its_last_value(name, share):
 
 def test_a_log_that_reaches_the_budget_is_its_own_schedule():
     x, lr, _, budget = logged("charlm-cosine", 1.0)
-    assert lr_held_from(x, budget) is None and logged_lr_schedule(x, lr, budget)[1] is None
-    assert lr_held_from(x[:-2], budget) == x[-3]   # two logging intervals short: a run still training
+    assert lr_logged_until(x, budget) is None and logged_lr_schedule(x, lr, budget)[1] is None
+    assert lr_logged_until(x[:-2], budget) == x[-3]   # two logging intervals short: a run still training
 
 
 def test_a_scheduler_stepped_per_epoch_and_logged_per_step_goes_on_as_its_family():

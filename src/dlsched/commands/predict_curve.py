@@ -73,7 +73,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     from dlsched.commands.like_runs import finished_run, like_prior, read_like_run
     from dlsched.perf.curve_predict import METRICS, MetricSpace, predict_curve
     from dlsched.perf.curve_readers import CurveData, read_curve, seconds_per_x
-    from dlsched.perf.lr_continuation import lr_held_from
+    from dlsched.perf.lr_continuation import lr_logged_until
     from dlsched.perf.prior import REGIMES
 
     if metric not in METRICS:
@@ -158,7 +158,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
             out["x_from_zero_because"] = f"{known} numbers the first finished epoch 0"
     if sched.spec == "lr-column":   # which column: it may have been found, not named (``logged_lr_column``)
         out["lr_column"] = curve.lr_name
-        if (logged_until := lr_held_from(curve.lr_x, budget)) is not None:   # a run still training
+        if (logged_until := lr_logged_until(curve.lr_x, budget)) is not None:   # a run still training
             out["lr_logged_until"] = logged_until
             out["lr_continued_as"] = None if continued is None else continued.spec   # None: held at its last value
     if rate is None and like and time_col:   # no timed points of its own yet: the --like runs' median speed

@@ -24,7 +24,7 @@ class Continuation:
     misfit: float    # RMS misfit over the logged decay, a share of the peak
 
 
-def lr_held_from(xs, budget: float) -> float | None:
+def lr_logged_until(xs, budget: float) -> float | None:
     """The last x of a logged LR that ends more than one logging interval before the budget (a run still
     training), else None."""
     xs = np.unique(np.asarray(xs, float))
@@ -59,7 +59,7 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
 def logged_lr_schedule(xs, lrs, budget: float) -> tuple[Schedule, Continuation | None]:
     """The logged LR as a schedule (``Schedule.from_points``), continued past its last x by the family it follows."""
     xs, lrs = np.asarray(xs, float), np.asarray(lrs, float)
-    found = continuation(xs, lrs, budget) if lr_held_from(xs, budget) is not None else None
+    found = continuation(xs, lrs, budget) if lr_logged_until(xs, budget) is not None else None
     if found is not None:
         rest = parse_schedule(found.spec, budget)
         beyond = np.asarray(rest.xs) > xs.max()
@@ -77,11 +77,11 @@ def _spec(family: str, warmup: float, extra: float) -> str:
 def _fit(family: str, x, y, budget: float, warm: tuple[float, float], last: float):
     """(spec, scale, RMS misfit) of the family's best warm-up (and power, or WSD decay start) on the decay logged."""
     lo_w, hi_w = warm
-    bounds = {"poly": [(0.2, 5.0)], "wsd": [(hi_w, last)]}.get(family, [])
+    extra_range = {"poly": (0.2, 5.0), "wsd": (hi_w, last)}.get(family)   # its second parameter, if it has one
 
     def shaped(p):
         w = float(np.clip(p[0], lo_w, hi_w))
-        extra = float(np.clip(p[1], *bounds[0])) if bounds else 0.0
+        extra = float(np.clip(p[1], *extra_range)) if extra_range else 0.0
         if family == "wsd":   # the decay starts at ``extra``: warm-up and stable phase before it
             extra = budget - max(extra, w)
         try:
@@ -92,9 +92,9 @@ def _fit(family: str, x, y, budget: float, warm: tuple[float, float], last: floa
         scale = float(s @ y / (s @ s)) if s @ s > 0 else 0.0
         return spec, scale, float(np.sqrt(np.mean((scale * s - y) ** 2)))
 
-    starts = [[w, e] for w in np.linspace(lo_w, hi_w, 3) for e in
-              (np.geomspace(*bounds[0], 7) if family == "poly" else np.linspace(*bounds[0], 7) if bounds else [0.0])]
-    best = min(starts, key=lambda p: shaped(p)[2])
-    res = minimize(lambda p: shaped(p)[2], best if bounds else best[:1], method="Nelder-Mead",
+    grid = np.geomspace if family == "poly" else np.linspace
+    extras = [[e] for e in grid(*extra_range, 7)] if extra_range else [[]]
+    best = min(([w, *e] for w in np.linspace(lo_w, hi_w, 3) for e in extras), key=lambda p: shaped(p)[2])
+    res = minimize(lambda p: shaped(p)[2], best, method="Nelder-Mead",
                    options={"xatol": 1e-3 * max(budget, 1.0), "fatol": 1e-7, "maxiter": 200})
-    return shaped(list(res.x) + [0.0])
+    return shaped(res.x)

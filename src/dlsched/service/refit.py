@@ -170,10 +170,9 @@ def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dic
                     axis: ProgressAxis | None = None) -> Schedule | None:
     """The job's own logged LR as its schedule, where it tells the schedule: every record has one. After the last
     step, the runtime's ``plan`` of its schedulers' LR (``dlsched.torch.lr_plan``), else the family its logged decay
-    follows, else flat. While the batch never
-    changed, in steps, the plan made at that batch; after a change, over ``axis`` (``service.progress_axis``), the
-    LR over its LR rule's factor (linear scaling moves the LR with the batch, which is no annealing), so every
-    record must say that factor, and the plan its samples."""
+    follows, else flat. While the batch never changed, in steps, the plan made at that batch; after a change, over
+    ``axis`` (``service.progress_axis``), the LR over its LR rule's factor (linear scaling moves the LR with the
+    batch, which is no annealing), so every record must say that factor, and the plan its samples."""
     h = recs if isinstance(recs, ProgressHistory) else ProgressHistory.of(recs)
     steps, lrs, batches = np.nan_to_num(h.column("step")), h.column("lr"), h.column("batch_size")
     if not len(h) or np.isnan(lrs).any():
