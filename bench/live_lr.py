@@ -73,8 +73,8 @@ def main() -> None:
               + " / ".join(pa.pct(fam[k].median()) for k in COLUMNS)
               + "   LR ahead " + " / ".join(f"{fam[k + '_lr'].median():.3f}" for k in COLUMNS)
               + "   (target: continued = whole log, LR ahead <= 0.01)")
-    print("  (the rest are held because their log shows no decay yet, or one no family follows: step cuts, "
-          "inverse square root)")
+    print("  (the rest are held because their log shows no decay yet, too little of one to tell its family, or one "
+          "no family follows: step cuts)")
     for name, g in df.groupby("curve", sort=False):
         print(f"    {name:20s} " + "  ".join(f"{r.continued_as:32s}" for r in g.itertuples()))
 

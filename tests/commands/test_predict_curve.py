@@ -98,6 +98,7 @@ def test_the_text_gives_the_crossing_as_a_person_reads_it_and_its_band_in_time(c
 
 @pytest.mark.parametrize("args,field", [
     (dict(schedule="cosine:warmup=x"), "--schedule"), (dict(metric="auc"), "--metric"),
+    (dict(schedule="cosine:min=1.5"), "min"), (dict(schedule="exp:gamma=2"), "gamma"),
     (dict(budget=-1.0), "--budget"), (dict(target=0.5, target_fraction=0.9), "--target"),
     (dict(y="nope"), "'nope'"), (dict(observed_until=5), "no point to predict from"),
     (dict(budget=100.0, observed_until=None), "--budget"),

@@ -19,7 +19,8 @@ def logged(name: str, share: float):
 
 @pytest.mark.parametrize("name, share, family", [
     ("charlm-cosine", 0.1, "cosine"), ("tinylm-cosine", 0.5, "cosine"), ("digits-linear", 0.25, "linear"),
-    ("charlm-poly", 0.25, "poly"), ("tinylm-wsd", 0.9, "wsd"), ("charlm-onecycle", 0.5, "cosine")])
+    ("charlm-poly", 0.25, "poly"), ("tinylm-wsd", 0.9, "wsd"), ("charlm-onecycle", 0.5, "cosine"),
+    ("tinylm-invsqrt", 0.25, "invsqrt")])
 def test_a_logged_decay_goes_on_as_its_family_to_within_a_percent_of_its_peak(name, share, family):
     x, lr, seen, budget = logged(name, share)
     schedule, found = logged_lr_schedule(x[seen], lr[seen], budget)
@@ -30,7 +31,8 @@ def test_a_logged_decay_goes_on_as_its_family_to_within_a_percent_of_its_peak(na
 
 @pytest.mark.parametrize("name, share", [
     ("charlm-constant", 0.5), ("tinylm-wsd", 0.5),   # flat since the peak: nothing tells what comes
-    ("charlm-step", 0.6), ("tinylm-invsqrt", 0.5),   # a cut, an inverse square root: no family follows them
+    ("charlm-step", 0.6),                            # a cut: nothing tells where the next one comes
+    ("tinylm-invsqrt", 0.1),                         # 3 rows of decay: fewer than a family with 3 parameters needs
     ("charlm-cosine", 0.04)])                        # still warming up
 def test_a_log_no_family_follows_is_held_at_its_last_value(name, share):
     x, lr, seen, budget = logged(name, share)
@@ -64,3 +66,39 @@ def test_a_scheduler_stepped_per_epoch_and_logged_per_step_goes_on_as_its_family
     schedule, found = logged_lr_schedule(x[seen], lr[seen], 4500.0)
     assert found is not None and found.spec.startswith("cosine"), found
     assert np.max(np.abs(schedule.lr(x[~seen]) - lr[~seen])) < np.pi / 180 * lr.max()   # one epoch's drop at most
+
+
+def _scheduled(make, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(step, LR) of a real torch scheduler stepped every step, each row the LR its step trained with."""
+    import torch
+
+    opt = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=3e-4)
+    sched, lr = make(opt), []
+    for _ in range(steps):
+        lr.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return np.arange(1, steps + 1, dtype=float), np.array(lr)
+
+
+def _warm_then(decay, warmup: int):
+    return lambda s: s / warmup if s < warmup else decay(s)
+
+
+@pytest.mark.parametrize("family, make", [
+    ("cosine", lambda o: __import__("torch").optim.lr_scheduler.CosineAnnealingLR(o, T_max=1000, eta_min=3e-5)),
+    ("linear", lambda o: __import__("torch").optim.lr_scheduler.LinearLR(o, 1.0, 0.05, total_iters=1000)),
+    ("exp", lambda o: __import__("torch").optim.lr_scheduler.ExponentialLR(o, gamma=0.997)),
+    ("invsqrt", lambda o: __import__("torch").optim.lr_scheduler.LambdaLR(   # fairseq's inverse_sqrt
+        o, _warm_then(lambda s: (100 / s) ** 0.5, 100))),
+    ("cosine", lambda o: __import__("torch").optim.lr_scheduler.LambdaLR(    # a warm-up, then a cosine to 10 %
+        o, _warm_then(lambda s: 0.1 + 0.45 * (1 + np.cos(np.pi * (s - 50) / 950)), 50)))])
+def test_a_schedulers_floor_rate_or_inverse_square_root_goes_on_as_it_does(family, make):
+    """torch schedulers users run whose decay ends above 0 (eta_min, end_factor), or never ends (exponential, inverse
+    square root), logged every 10 steps and cut at a quarter of a 1 000-step budget: held before."""
+    x, lr = _scheduled(make, 1000)
+    x, lr = x[9::10], lr[9::10]
+    seen = x <= 250
+    schedule, found = logged_lr_schedule(x[seen], lr[seen], 1000.0)
+    assert found is not None and found.spec.split(":")[0] == family, found
+    assert np.max(np.abs(schedule.lr(x[~seen]) - lr[~seen])) < 0.01 * lr.max()

@@ -25,7 +25,42 @@ def test_every_spec_family_parses_to_its_shape():
     assert pts.lr(7.5) == pytest.approx(0.05) and pts.lr(50) == 0
 
 
+def _torch_lrs(make, steps: int) -> np.ndarray:
+    """The LR a torch scheduler gives each of ``steps`` steps (stepped once a step), relative to the optimizer's."""
+    import torch
+
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    sched, lrs = make(opt), []
+    for _ in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return np.array(lrs)
+
+
+def test_floors_inverse_square_root_and_exponential_are_the_schedulers_users_run():
+    import torch.optim.lr_scheduler as S
+
+    B, x = 200, np.arange(200)
+    cos_min = _torch_lrs(lambda o: S.CosineAnnealingLR(o, T_max=B, eta_min=0.1), B)
+    assert np.allclose(parse_schedule("cosine:min=0.1", B).lr(x), cos_min, atol=1e-4)
+    linear_to = _torch_lrs(lambda o: S.LinearLR(o, start_factor=1.0, end_factor=0.2, total_iters=B), B)
+    assert np.allclose(parse_schedule("linear:min=0.2", B).lr(x), linear_to, atol=1e-4)
+    expo = _torch_lrs(lambda o: S.ExponentialLR(o, gamma=0.98), B)
+    assert np.allclose(parse_schedule("exp:gamma=0.98", B).lr(x), expo, rtol=1e-3)
+    # fairseq's inverse_sqrt and Hugging Face's get_inverse_sqrt_schedule: linear warm-up, then sqrt(T / (x - W + T))
+    W, T = 20, 50
+    rsqrt = _torch_lrs(lambda o: S.LambdaLR(o, lambda s: s / W if s < W else (T / (s - W + T)) ** 0.5), B)
+    assert np.allclose(parse_schedule(f"invsqrt:warmup={W}:timescale={T}", B).lr(x), rsqrt, atol=1e-4)
+    assert parse_schedule(f"invsqrt:warmup={W}", B).lr(80) == pytest.approx((W / 80) ** 0.5, abs=1e-4)
+    assert parse_schedule("exp:gamma=0.5:every=10:warmup=10", B).lr(30) == pytest.approx(0.25, abs=1e-3)
+    wsd = parse_schedule("wsd:warmdown=20:min=0.1", B)
+    assert np.allclose(wsd.lr([0, 180, 190, 200]), [1, 1, 0.55, 0.1])
+
+
 @pytest.mark.parametrize("spec", ["cosine:warmup", "step:30,20:0.1", "poly:warmup=5", "wsd:warmup=5",
+                                  "cosine:min=1", "invsqrt", "invsqrt:min=0.1", "exp:gamma=1.5", "exp:gamma=0",
+                                  "exp:gamma=0.9:every=0",
                                   "onecycle:pct=2", "steps:a=1", "bogus", "cosine:warmup=200",
                                   "points:0=0,10=inf", "steps:0=nan", "step:30:inf", "step:nan:0.1", "step:0,30:0.1"])
 def test_a_bad_spec_is_one_line_naming_the_spec(spec):

@@ -3,6 +3,7 @@ a CSV, TensorBoard): past the log's end, the SPEC family its logged decay follow
 after a warm-up), where one follows it to print precision; else its last value, held."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,12 @@ from dlsched.perf.schedule import Schedule, parse_schedule
 # logged LR is exact up to its printing (6 significant digits: 1e-5), while the nearest wrong family of a cosine,
 # linear or poly decay is off by >= 1 % of the peak once 10 % of the decay is logged (tests/perf/test_lr_continuation)
 TOLERANCE = 0.002
-FAMILIES = ("cosine", "linear", "poly", "wsd")   # fewest free parameters first
+# a simpler family whose LR ahead is within this share of the peak of the closest family's is taken: a log a step off
+# its scheduler's fits a richer family a little closer (linear as poly:power=0.998, cosine with a floor of 0.003)
+AHEAD = 0.01
+# the families a logged decay is matched against, fewest free parameters first (a linear decay is also a poly of
+# power 1 and a WSD; a cosine is a cosine to a min of 0): each is a warm-up W and at most one more parameter
+FAMILIES = ("cosine", "linear", "invsqrt", "poly", "wsd", "exp", "cosine-min", "linear-min")
 
 
 @dataclass(frozen=True)
@@ -39,21 +45,36 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
     xs, lrs = np.asarray(xs, float)[order], np.asarray(lrs, float)[order]
     # where each LR was set: a scheduler stepped per epoch and logged per step holds each value for an epoch, and
     # the family passes through the first row of each (a staircase's RMS misfit is ~1/3 of an epoch's drop)
+    interval = float(np.median(np.diff(xs))) if len(xs) > 1 else 0.0
     changed = np.r_[True, np.diff(lrs) != 0]
     xs, lrs = xs[changed], lrs[changed]
     peak = int(np.argmax(lrs))
     if lrs[peak] <= 0:
         return None
-    after = slice(peak, None)                      # the warm-up's own shape does not matter past the log
-    x, y = xs[after], lrs[after] / lrs[peak]
-    if len(x) < 3 or np.sqrt(np.mean((y - 1) ** 2)) <= TOLERANCE:
-        return None                                # flat since the peak: holding it is what the log says
-    w_lo = xs[peak - 1] if peak > 0 else 0.0       # the decay starts between the last rising point and the peak
-    for family in FAMILIES:   # the first that follows it: a linear decay is also a poly of power 1 and a WSD
-        spec, scale, misfit = _fit(family, x, y, budget, (w_lo, xs[peak]), x[-1])
-        if misfit <= TOLERANCE:
-            return Continuation(spec, scale * lrs[peak], misfit)
-    return None
+    x, y = xs[peak + 1:], lrs[peak + 1:] / lrs[peak]   # the warm-up's own shape does not matter past the log
+    if len(x) < 3:
+        return None          # flat since the peak (its rows fold into one), or too little decay to tell a family
+    # the decay starts between the last rising row and one logging interval past the peak: a log whose x is a step
+    # ahead of its scheduler's (the LR a step trained with, logged after it) shows its last warm-up row as its peak;
+    # which of the two the peak row is, is not known, so the families are fitted to the rows after it
+    warm = (xs[peak - 1] if peak > 0 else 0.0, xs[peak] + interval)
+    # the family's peak is the logged one, or above it by as much as a ramp rises over the interval after it
+    peaks = (1 - TOLERANCE, (warm[1] / xs[peak] if xs[peak] > 0 else 1) + TOLERANCE)
+    fits = []
+    for family in FAMILIES:
+        if len(x) >= 3 + (_extra(family, warm[1], x[-1], budget) is not None):   # a row more than its parameters
+            spec, scale, misfit = _fit(family, x, y, budget, warm, peaks)
+            if misfit <= TOLERANCE:
+                fits.append(Continuation(spec, scale * lrs[peak], misfit))
+    if not fits:
+        return None
+    ahead = np.linspace(x[-1], budget, 256)
+
+    def lr_ahead(f: Continuation) -> np.ndarray:
+        return f.scale * parse_schedule(f.spec, budget).lr(ahead)
+
+    closest = lr_ahead(min(fits, key=lambda f: f.misfit))
+    return next(f for f in fits if np.max(np.abs(lr_ahead(f) - closest)) <= AHEAD * lrs[peak])
 
 
 def logged_lr_schedule(xs, lrs, budget: float) -> tuple[Schedule, Continuation | None]:
@@ -69,32 +90,53 @@ def logged_lr_schedule(xs, lrs, budget: float) -> tuple[Schedule, Continuation |
 
 
 def _spec(family: str, warmup: float, extra: float) -> str:
-    warm = f"warmup={warmup:.6g}" if warmup > 0 else ""
-    part = {"cosine": [], "linear": [], "poly": [f"power={extra:.4g}"], "wsd": [f"warmdown={extra:.6g}"]}[family]
-    return ":".join([family, *part, *filter(None, [warm])])
+    name, _, variant = family.partition("-")
+    part = {"poly": f"power={extra:.4g}", "invsqrt": f"timescale={extra:.6g}", "wsd": f"warmdown={extra:.6g}",
+            "exp": f"gamma={extra:.8g}", "min": f"min={extra:.4g}"}.get(variant or name)
+    return ":".join([name, *filter(None, [part]), *([f"warmup={warmup:.6g}"] if warmup > 0 else [])])
 
 
-def _fit(family: str, x, y, budget: float, warm: tuple[float, float], last: float):
-    """(spec, scale, RMS misfit) of the family's best warm-up (and power, or WSD decay start) on the decay logged."""
-    lo_w, hi_w = warm
-    extra_range = {"poly": (0.2, 5.0), "wsd": (hi_w, last)}.get(family)   # its second parameter, if it has one
+@dataclass(frozen=True)
+class _Extra:
+    """A family's parameter beside its warm-up: searched over [lo, hi] (on a log scale where ``log``)."""
+    lo: float
+    hi: float
+    log: bool
 
-    def shaped(p):
-        w = float(np.clip(p[0], lo_w, hi_w))
-        extra = float(np.clip(p[1], *extra_range)) if extra_range else 0.0
-        if family == "wsd":   # the decay starts at ``extra``: warm-up and stable phase before it
-            extra = budget - max(extra, w)
+    def at(self, u: float) -> float:
+        u = float(np.clip(u, 0.0, 1.0))
+        return self.lo * (self.hi / self.lo) ** u if self.log else self.lo + u * (self.hi - self.lo)
+
+
+def _extra(family: str, warm_end: float, last: float, budget: float) -> tuple[_Extra, Callable] | None:
+    """The family's parameter beside its warm-up and how it becomes the SPEC's value (of it and the warm-up)."""
+    return {"poly": (_Extra(0.2, 5.0, True), lambda v, w: v),                           # its power
+            # its timescale (free: the log's x may be a step off the scheduler's, which shifts the decay)
+            "invsqrt": (_Extra(max(warm_end, budget / 100) / 10, 10 * budget, True), lambda v, w: v),
+            "wsd": (_Extra(warm_end, max(last, warm_end), False), lambda v, w: budget - max(v, w)),   # decay start
+            # its half-life, from a tenth of the decay logged to 100 budgets (the SPEC's gamma is per unit of x)
+            "exp": (_Extra(max(last - warm_end, 1e-9) / 10, 100 * budget, True), lambda v, w: 0.5 ** (1 / v)),
+            "cosine-min": (_Extra(0.0, 0.9, False), lambda v, w: v),                  # its floor, a share of the peak
+            "linear-min": (_Extra(0.0, 0.9, False), lambda v, w: v)}.get(family)
+
+
+def _fit(family: str, x, y, budget: float, warm: tuple[float, float], peaks: tuple[float, float]):
+    """(spec, scale, RMS misfit) of the family's best warm-up (and its other parameter) on the decay logged, its peak
+    (``scale``) within ``peaks``. Both are searched on [0, 1]: a grid, then Nelder-Mead from its best."""
+    extra = _extra(family, warm[1], x[-1], budget)
+
+    def shaped(u):
+        w = warm[0] + float(np.clip(u[0], 0.0, 1.0)) * (warm[1] - warm[0])
         try:
-            spec = _spec(family, w, extra)
+            spec = _spec(family, w, extra[1](extra[0].at(u[1]), w) if extra else 0.0)
             s = parse_schedule(spec, budget).lr(x)
         except ValueError:
             return None, 0.0, np.inf
-        scale = float(s @ y / (s @ s)) if s @ s > 0 else 0.0
+        scale = float(np.clip(s @ y / (s @ s), *peaks)) if s @ s > 0 else 0.0
         return spec, scale, float(np.sqrt(np.mean((scale * s - y) ** 2)))
 
-    grid = np.geomspace if family == "poly" else np.linspace
-    extras = [[e] for e in grid(*extra_range, 7)] if extra_range else [[]]
-    best = min(([w, *e] for w in np.linspace(lo_w, hi_w, 3) for e in extras), key=lambda p: shaped(p)[2])
-    res = minimize(lambda p: shaped(p)[2], best, method="Nelder-Mead",
-                   options={"xatol": 1e-3 * max(budget, 1.0), "fatol": 1e-7, "maxiter": 200})
+    grid = np.linspace(0.0, 1.0, 5)
+    best = min(([w, *e] for w in grid for e in ([[v] for v in grid] if extra else [[]])), key=lambda u: shaped(u)[2])
+    res = minimize(lambda u: shaped(u)[2], best, method="Nelder-Mead", bounds=[(0.0, 1.0)] * len(best),
+                   options={"xatol": 1e-5, "fatol": 1e-8, "maxiter": 400})
     return shaped(res.x)

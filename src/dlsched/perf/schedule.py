@@ -10,6 +10,11 @@ SPEC grammar (units are the curve's x, e.g. steps or epochs; LR values are relat
 * ``wsd:warmdown=N[:warmup=W]``    warm-up, stable, linear decay to 0 over the last N
 * ``poly:power=P[:warmup=W]``      (1 − t)^P after the warm-up
 * ``linear[:warmup=W]``            linear decay to 0 after the warm-up
+* ``...:min=M``                    cosine, linear, poly and wsd decay to M × the peak instead of 0 (torch ``eta_min``,
+                                   timm ``min_lr``, Hugging Face ``cosine_with_min_lr``/``lr_end``)
+* ``invsqrt:warmup=W[:timescale=T]``  peak at W, then sqrt(T / (x − W + T)), T = W unless given (fairseq's sqrt(W / x),
+                                   Hugging Face ``inverse_sqrt``)
+* ``exp:gamma=G[:every=E][:warmup=W]``  × G every E of x after the warm-up (torch ``ExponentialLR``; smooth)
 * ``steps:0=0.01,5=0.1,95=0.01``   piecewise constant: the LR from each x on
 * ``points:0=0,15=0.1,30=0.005``   piecewise linear between the points (flat after the last)
 * ``lr-column``                    the LR of every row of the curve file (``Schedule.from_points``)
@@ -28,7 +33,8 @@ GRID = 4096           # evaluation points over [0, budget] for the areas: < 1 ms
 MOMENTUM = 0.01       # annealing memory τ as a fraction of the budget (Tissue et al. 2024 use λ = 0.999 per step)
 
 SPEC_HELP = ("constant | step:M1,M2:F | cosine[:warmup=W] | onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | "
-             "poly:power=P[:warmup=W] | linear[:warmup=W] | steps:X=LR,... | points:X=LR,... | lr-column")
+             "poly:power=P[:warmup=W] | linear[:warmup=W] | invsqrt:warmup=W[:timescale=T] | exp:gamma=G[:every=E][:warmup=W] | "
+             "steps:X=LR,... | points:X=LR,... | lr-column; cosine, linear, poly and wsd take :min=M")
 
 
 @dataclass(frozen=True)
@@ -155,6 +161,14 @@ def _warm(W: float, B: float, spec: str) -> list[tuple[float, float]]:
     return [(0.0, 0.0), (W, 1.0)] if W > 0 else [(0.0, 1.0)]
 
 
+def _floored(shape: np.ndarray, kv: dict[str, float], spec: str) -> np.ndarray:
+    """A decay from 1 to 0 lifted to end at ``min`` (a share of the peak) instead."""
+    floor = kv.get("min", 0.0)
+    if floor >= 1:
+        raise ValueError(f"schedule {spec!r}: min is a share of the peak LR and must be < 1, got {floor:g}")
+    return floor + (1 - floor) * shape
+
+
 def parse_schedule(spec: str, budget: float) -> Schedule:
     """The ``Schedule`` a SPEC names over [0, ``budget``] (``lr-column`` is built with ``Schedule.from_points``)."""
     if not (math.isfinite(budget) and budget > 0):
@@ -181,26 +195,32 @@ def parse_schedule(spec: str, budget: float) -> Schedule:
         if name == "steps" and xs[0] > 0:
             xs, lrs = [0.0] + xs, [lrs[0]] + lrs
         return Schedule(spec, B, tuple(xs), tuple(lrs), stepwise=name == "steps")
-    if name in ("cosine", "linear", "poly"):
-        kv = _kv(parts, spec, ("warmup", "power") if name == "poly" else ("warmup",))
-        if name == "poly" and "power" not in kv:
-            raise ValueError(f"schedule {spec!r}: poly needs power=P")
+    if name in ("cosine", "linear", "poly", "invsqrt", "exp"):
+        kv = _kv(parts, spec, {"poly": ("power", "warmup", "min"), "invsqrt": ("warmup", "timescale"),
+                               "exp": ("gamma", "every", "warmup")}.get(name, ("warmup", "min")))
+        for key in {"poly": ("power",), "invsqrt": ("warmup",), "exp": ("gamma",)}.get(name, ()):
+            if not kv.get(key):
+                raise ValueError(f"schedule {spec!r}: {name} needs {key}=… > 0")
+        if name == "exp" and not (kv["gamma"] <= 1 and kv.get("every", 1.0) > 0):
+            raise ValueError(f"schedule {spec!r}: exp needs 0 < gamma <= 1 and every > 0")
         knots = _warm(kv.get("warmup", 0.0), B, spec)
         W = knots[-1][0]
         t = np.linspace(0, 1, n)[1:]
-        shape = {"cosine": 0.5 * (1 + np.cos(np.pi * t)), "linear": 1 - t,
-                 "poly": (1 - t) ** kv.get("power", 1.0)}[name]
-        xs = [k[0] for k in knots] + list(W + t * (B - W))
-        return Schedule(spec, B, tuple(xs), tuple([k[1] for k in knots] + list(shape)))
+        x = W + t * (B - W)
+        shape = {"cosine": lambda: 0.5 * (1 + np.cos(np.pi * t)), "linear": lambda: 1 - t,
+                 "poly": lambda: (1 - t) ** kv["power"], "invsqrt": lambda: np.sqrt(kv.get("timescale", W) / (x - W + kv.get("timescale", W))),
+                 "exp": lambda: kv["gamma"] ** ((x - W) / kv.get("every", 1.0))}[name]()
+        lrs = [k[1] for k in knots] + list(_floored(shape, kv, spec))
+        return Schedule(spec, B, tuple([k[0] for k in knots] + list(x)), tuple(lrs))
     if name == "wsd":
-        kv = _kv(parts, spec, ("warmdown", "warmup"))
+        kv = _kv(parts, spec, ("warmdown", "warmup", "min"))
         if "warmdown" not in kv:
             raise ValueError(f"schedule {spec!r}: wsd needs warmdown=N")
         knots = _warm(kv.get("warmup", 0.0), B, spec)
         start = B - kv["warmdown"]
         if start < knots[-1][0]:
             raise ValueError(f"schedule {spec!r}: warm-up and warmdown={kv['warmdown']:g} overlap within budget {B:g}")
-        knots += [(start, 1.0), (B, 0.0)]
+        knots += [(start, 1.0), (B, float(_floored(np.zeros(1), kv, spec)[0]))]
         xs, lrs = zip(*sorted(dict(knots).items()))
         return Schedule(spec, B, tuple(xs), tuple(lrs))
     if name == "onecycle":
