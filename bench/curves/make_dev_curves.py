@@ -72,6 +72,9 @@ SCHEDULES = {  # name -> spec as a function of the budget
     "invsqrt": lambda B: inverse_sqrt_spec(B, B // 20),
     # ImageNet's 30/60-of-90-epochs placement: a prefix past the first cut must predict the second
     "multistep": lambda B: f"step:{B // 3},{2 * B // 3}:0.1",
+    # a cosine to a floor (torch eta_min, timm min_lr), and an exponential decay per "epoch" of B / 50 steps
+    "cosmin": lambda B: f"cosine:min=0.1:warmup={B // 20}",
+    "exp": lambda B: f"exp:gamma=0.9:every={B // 50}:warmup={B // 20}",
 }
 
 
@@ -328,9 +331,9 @@ class Task:
     overfits: bool = False      # built to over-fit: its fits are no shape the law has (``perf.prior``)
 
 
-# the first two tasks' runs predate the inverse-square-root family
-OLD = tuple(n for n in SCHEDULES if n != "invsqrt")
-TASKS = {"digits": Task(digits_task, 800, "mlp", OLD), "charlm": Task(charlm_task, 800, "gru", OLD),
+# the first two tasks' runs predate the inverse-square-root family, digits' the floor and the exponential too
+OLD = tuple(n for n in SCHEDULES if n not in ("invsqrt", "cosmin", "exp"))
+TASKS = {"digits": Task(digits_task, 800, "mlp", OLD), "charlm": Task(charlm_task, 800, "gru", OLD + ("cosmin", "exp")),
          "tinylm": Task(tinylm_task, 600, "transformer", tuple(SCHEDULES)),
          "digitsft": Task(digitsft_task, 400, "mlp", ("constant", "step", "cosine", "linear", "wsd"), "accuracy",
                           "finetune"),
@@ -377,7 +380,7 @@ def main() -> None:
             if not only or fname in only:
                 rows = run(task, name)
                 with open(OUT / fname, "w", newline="") as f:
-                    w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                    w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
                     w.writeheader()
                     w.writerows(rows)
                 print(f"{fname}: final loss {rows[-1]['loss']:.4f} acc {rows[-1]['accuracy']:.4f}", flush=True)
@@ -385,7 +388,7 @@ def main() -> None:
                           "family": t.family, "metric": t.metric, "regime": t.regime,
                           "overfits": t.overfits})
     with open(OUT / "index.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(index[0]))
+        w = csv.DictWriter(f, fieldnames=list(index[0]), lineterminator="\n")
         w.writeheader()
         w.writerows(index)
 

@@ -20,7 +20,7 @@ def logged(name: str, share: float):
 @pytest.mark.parametrize("name, share, family", [
     ("charlm-cosine", 0.1, "cosine"), ("tinylm-cosine", 0.5, "cosine"), ("digits-linear", 0.25, "linear"),
     ("charlm-poly", 0.25, "poly"), ("tinylm-wsd", 0.9, "wsd"), ("charlm-onecycle", 0.5, "cosine"),
-    ("tinylm-invsqrt", 0.25, "invsqrt")])
+    ("tinylm-invsqrt", 0.25, "invsqrt"), ("charlm-cosmin", 0.5, "cosine"), ("tinylm-exp", 0.25, "exp")])
 def test_a_logged_decay_goes_on_as_its_family_to_within_a_percent_of_its_peak(name, share, family):
     x, lr, seen, budget = logged(name, share)
     schedule, found = logged_lr_schedule(x[seen], lr[seen], budget)

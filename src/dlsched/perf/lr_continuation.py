@@ -62,7 +62,7 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
     peaks = (1 - TOLERANCE, (warm[1] / xs[peak] if xs[peak] > 0 else 1) + TOLERANCE)
     fits = []
     for family in FAMILIES:
-        if len(x) >= 3 + (_extra(family, warm[1], x[-1], budget) is not None):   # a row more than its parameters
+        if len(x) >= 3 + (_extra(family, warm[1], x, y, budget) is not None):   # a row more than its parameters
             spec, scale, misfit = _fit(family, x, y, budget, warm, peaks)
             if misfit <= TOLERANCE:
                 fits.append(Continuation(spec, scale * lrs[peak], misfit))
@@ -108,14 +108,18 @@ class _Extra:
         return self.lo * (self.hi / self.lo) ** u if self.log else self.lo + u * (self.hi - self.lo)
 
 
-def _extra(family: str, warm_end: float, last: float, budget: float) -> tuple[_Extra, Callable] | None:
-    """The family's parameter beside its warm-up and how it becomes the SPEC's value (of it and the warm-up)."""
+def _extra(family: str, warm_end: float, x, y, budget: float) -> tuple[_Extra, Callable] | None:
+    """The family's parameter beside its warm-up and how it becomes the SPEC's value (of it and the warm-up), for a
+    decay logged at ``x`` (``y``, a share of its peak)."""
+    last = float(x[-1])
+    slope = np.polyfit(x, np.log(np.maximum(y, 1e-12)), 1)[0] if family == "exp" else -1.0
+    halflife = np.log(2) / -slope if slope < 0 else 100 * budget
     return {"poly": (_Extra(0.2, 5.0, True), lambda v, w: v),                           # its power
             # its timescale (free: the log's x may be a step off the scheduler's, which shifts the decay)
             "invsqrt": (_Extra(max(warm_end, budget / 100) / 10, 10 * budget, True), lambda v, w: v),
             "wsd": (_Extra(warm_end, max(last, warm_end), False), lambda v, w: budget - max(v, w)),   # decay start
-            # its half-life, from a tenth of the decay logged to 100 budgets (the SPEC's gamma is per unit of x)
-            "exp": (_Extra(max(last - warm_end, 1e-9) / 10, 100 * budget, True), lambda v, w: 0.5 ** (1 / v)),
+            # its half-life, within 3x of the log-LR's own slope's (the SPEC's gamma is per unit of x)
+            "exp": (_Extra(halflife / 3, 3 * halflife, True), lambda v, w: 0.5 ** (1 / v)),
             "cosine-min": (_Extra(0.0, 0.9, False), lambda v, w: v),                  # its floor, a share of the peak
             "linear-min": (_Extra(0.0, 0.9, False), lambda v, w: v)}.get(family)
 
@@ -123,7 +127,7 @@ def _extra(family: str, warm_end: float, last: float, budget: float) -> tuple[_E
 def _fit(family: str, x, y, budget: float, warm: tuple[float, float], peaks: tuple[float, float]):
     """(spec, scale, RMS misfit) of the family's best warm-up (and its other parameter) on the decay logged, its peak
     (``scale``) within ``peaks``. Both are searched on [0, 1]: a grid, then Nelder-Mead from its best."""
-    extra = _extra(family, warm[1], x[-1], budget)
+    extra = _extra(family, warm[1], x, y, budget)
 
     def shaped(u):
         w = warm[0] + float(np.clip(u[0], 0.0, 1.0)) * (warm[1] - warm[0])
@@ -135,7 +139,7 @@ def _fit(family: str, x, y, budget: float, warm: tuple[float, float], peaks: tup
         scale = float(np.clip(s @ y / (s @ s), *peaks)) if s @ s > 0 else 0.0
         return spec, scale, float(np.sqrt(np.mean((scale * s - y) ** 2)))
 
-    grid = np.linspace(0.0, 1.0, 5)
+    grid = np.linspace(0.0, 1.0, 9)
     best = min(([w, *e] for w in grid for e in ([[v] for v in grid] if extra else [[]])), key=lambda u: shaped(u)[2])
     res = minimize(lambda u: shaped(u)[2], best, method="Nelder-Mead", bounds=[(0.0, 1.0)] * len(best),
                    options={"xatol": 1e-5, "fatol": 1e-8, "maxiter": 400})
