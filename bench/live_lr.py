@@ -73,6 +73,10 @@ def main() -> None:
               + " / ".join(pa.pct(fam[k].median()) for k in COLUMNS)
               + "   LR ahead " + " / ".join(f"{fam[k + '_lr'].median():.3f}" for k in COLUMNS)
               + "   (target: continued = whole log, LR ahead <= 0.01)")
+        gain = fam.held - fam.continued
+        print(f"             run by run, continued against held: better on {int((gain > 1e-4).sum())}, worse on "
+              f"{int((gain < -1e-4).sum())} (by at most {pa.pct(max(-gain.min(), 0.0))} of the final, "
+              f"{', '.join(fam[gain < -1e-4].curve)})")
     print("  (the rest are held because their log shows no decay yet, too little of one to tell its family, or one "
           "no family follows: step cuts)")
     for name, g in df.groupby("curve", sort=False):
