@@ -1,6 +1,6 @@
 """The rest of a logged LR. A run still training has logged its LR only so far (a Hugging Face ``trainer_state.json``,
-a CSV, TensorBoard): past the log's end, the SPEC family its logged decay follows (cosine, linear, poly, WSD, each
-after a warm-up), where one follows it to print precision; else its last value, held."""
+a CSV, TensorBoard): past the log's end, the SPEC family its logged decay follows (``FAMILIES``, each after a
+warm-up), where one follows it to print precision; else its last value, held."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -40,7 +40,7 @@ def lr_logged_until(xs, budget: float) -> float | None:
 
 def continuation(xs, lrs, budget: float) -> Continuation | None:
     """The family the logged LR's decay follows, or None: no decay logged yet (a warm-up, a stable phase: nothing
-    tells what comes), or none of the families within ``TOLERANCE`` (a step cut, an inverse square root)."""
+    tells what comes), too little of one, or none of the families within ``TOLERANCE`` (a step cut)."""
     order = np.argsort(np.asarray(xs, float), kind="stable")
     xs, lrs = np.asarray(xs, float)[order], np.asarray(lrs, float)[order]
     # where each LR was set: a scheduler stepped per epoch and logged per step holds each value for an epoch, and
