@@ -190,7 +190,7 @@ def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
     else:   # the row describes the curve drawn, not the Optimus fit beside it
         assert re.search(r"(annealing|optimus): final [\d.]+ \(80 %: [\d.]+–[\d.]+\) at the budget.*RMSE [\d.]+ on the "
                          r"points it covers", dom), dom[dom.index("convergence fit"):][:400]
-        assert re.search(r"points it covers \(loss units\); target loss 0.0500 (not reached by the budget|at step [\d,]+ .*, chance \d+ % by the budget)",
+        assert re.search(r"points it covers \(loss units\); LR [^;]+; target loss 0.0500 (not reached by the budget|at step [\d,]+ .*, chance \d+ % by the budget)",
                          dom), dom[dom.index("convergence fit"):][:600]
     assert "running" in dom[dom.index('id="events"'):]
     shots = Path(os.environ.get("DLSCHED_SCREENSHOT_DIR", tmp))
@@ -279,11 +279,12 @@ def test_the_job_page_draws_a_prediction_made_before_any_optimus_terms(live_serv
         store.add_prediction(first, 1.0, 0.0125, 25600.0, None, None, {
             "model": "prior", "bands": "task_runs", "curve": [[10.0 + 790 * i / 120, 1.34 + 3 * (1 - i / 120) ** 4]
                                                               for i in range(121)],
-            "final": 1.34, "final_80": [1.2, 1.5], "curve_rmse": None, "observed_until": 10.0})
+            "final": 1.34, "final_80": [1.2, 1.5], "curve_rmse": None, "observed_until": 10.0,
+            "lr": "cosine:warmup=40 (declared)"})
         dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{first}", tmp, "--dump-dom")
         row = dom[dom.index("convergence fit"):][:600]
         assert re.search(r"prior: final 1\.34\d* \(80 %: 1\.2\d*–1\.5\d*\) at the budget \(its task's finished runs, "
-                         r"carried to its schedule\)", row), row
+                         r"carried to its schedule\); LR cosine:warmup=40 \(declared\)", row), row
         chart = dom[dom.index('id="loss-chart"'):]
         assert re.search(r'data-label="fitted prior curve \+ prediction to the budget"><path d="M[\d.]+,[\d.]+'
                          r'(L[\d.]+,[\d.]+){120}"', chart), chart[:1500]

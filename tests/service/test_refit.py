@@ -98,6 +98,7 @@ def test_refit_predicts_the_loss_to_the_budget_with_the_job_schedule():
     pred, _ = predict(recs, 2000.0, 1, 32, 32 * 800, 32 * 400, schedule="cosine:warmup=40")
     fit = pred.loss_fit
     assert fit["model"] == "annealing" and fit["curve"][-1][0] == 800
+    assert fit["lr"] == "cosine:warmup=40 (declared)"   # what the prediction assumed, for the dashboard to say
     x0, y0 = fit["curve"][0]   # the curve starts where the fit does (after a slow start), at the loss measured there
     assert abs(y0 / np.interp(x0, d.step, d.train_loss) - 1) < 0.3
     assert fit["final"] < d.train_loss[d.step <= 400].iloc[-3:].mean()
@@ -159,6 +160,8 @@ def test_the_logged_lr_is_the_schedule_unless_the_batch_moved_it():
     recs = [{"step": s, "lr": 0.1 if s < 50 else 0.01, "batch_size": 32} for s in range(1, 80)]
     sched = logged_schedule(recs, 200)
     assert sched is not None and sched.lr(60) == 0.01 and sched.lr(150) == 0.01
+    assert sched.spec == "reported to step 79, then held at its last value"   # a cut: no family follows it
+    assert logged_schedule(recs, 79).spec == "reported"                        # its whole budget
     assert logged_schedule(recs[:40] + [dict(r, batch_size=64) for r in recs[40:]], 200) is None
     assert logged_schedule([dict(r, lr=None) for r in recs], 200) is None
 
@@ -178,6 +181,7 @@ def test_a_logged_decay_without_a_plan_goes_on_as_its_family():
         cosine.step()
         recs.append({"step": step, "lr": cosine.get_last_lr()[0], "batch_size": 32})
     sched = logged_schedule(recs, 200)
+    assert sched.spec.startswith("reported to step 100, then as cosine"), sched.spec
     for step in (150, 190):
         assert sched.lr(step) == pytest.approx(0.05 * (1 + np.cos(np.pi * step / 200)), abs=1e-3)
 
@@ -477,6 +481,10 @@ def test_a_batch_change_keeps_the_prediction_of_the_samples_trained():
     c, _ = predict(plain, 2000.0, 1, 64, 32 * 800, 32 * 400, lr_plan=plan_doubled)
     flat, _ = predict(plain, 2000.0, 1, 64, 32 * 800, 32 * 400, schedule="constant")
     assert c.loss_fit["curve"][-1][0] == pytest.approx(500) and c.loss_fit["final"] == flat.loss_fit["final"]
+    assert (a.loss_fit["lr"], b.loss_fit["lr"]) == ("reported, then its schedulers' plan",) * 2
+    assert c.loss_fit["lr"] == "constant (none declared, none reported)"
+    held, _ = predict(fixed, 2000.0, 1, 32, 32 * 800, 32 * 400)   # no plan: the family its reported decay follows
+    assert held.loss_fit["lr"].startswith("reported to step 400, then as cosine:"), held.loss_fit["lr"]
 
 
 def test_an_optimus_fit_without_a_budget_is_drawn_at_the_steps_of_a_job_whose_batch_changed():

@@ -121,6 +121,8 @@ def prediction_before_start(job: JobRecord, prior_of, target_prior_of, bands) ->
                          target_loss=float(target_loss) if isinstance(target_loss, (int, float)) else None,
                          regime=job_regime(job), calibration=bands("loss")) or {}
     fit.pop("fitted", None)
+    if "curve" in fit:
+        fit["lr"] = f"{spec} (declared)"
     if stated is not None and (reached := predict_target(stated, np.empty(0), np.empty(0), schedule, job_regime(job),
                                                          target_prior_of(schedule), bands(metric_kind(stated.kind)))):
         reached.pop("fitted")

@@ -16,7 +16,7 @@ over samples / its first batch (``service.progress_axis``), its SPEC in that bat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -28,7 +28,7 @@ from dlsched.perf.convergence import LossCurve, fit_curve
 from dlsched.perf.efficiency import GradientNoise, efficiency
 from dlsched.perf.curve_predict import predict_curve
 from dlsched.perf.fit_window import convex_onset
-from dlsched.perf.lr_continuation import logged_lr_schedule
+from dlsched.perf.lr_continuation import logged_lr_schedule, lr_logged_until
 from dlsched.perf.prior import metric_kind
 from dlsched.perf.schedule import Schedule, parse_schedule
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
@@ -193,10 +193,15 @@ def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dic
             planned = axis.x(plan["samples"]), plan_x, np.asarray(planned_schedule_lr(plan))
     try:
         if planned is None:   # no plan: the family its logged decay follows, else its last value (perf.lr_continuation)
-            return logged_lr_schedule(xs, lrs, budget)[0]
+            schedule, found = logged_lr_schedule(xs, lrs, budget)
+            if (until := lr_logged_until(xs, budget)) is None:
+                return replace(schedule, spec="reported")
+            at = f"step {until:,.0f}" if axis is None else f"{until:,.0f} steps of its first batch"
+            return replace(schedule, spec=f"reported to {at}, then "
+                           + (f"as {found.spec}" if found else "held at its last value"))
         past = xs <= planned[0]
         return Schedule.from_points(np.concatenate([xs[past], planned[1]]), np.concatenate([lrs[past], planned[2]]),
-                                    budget)
+                                    budget, spec="reported, then its schedulers' plan")
     except ValueError:
         return None
 
@@ -388,11 +393,15 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         # a convergence rule at constant LR has no budget; the law in S1 ∝ step does not depend on the
         # horizon, so look 10x the steps so far ahead for the target
         budget = 10.0 * max(xs[-1], 1.0)
+    lr = f"{schedule} (declared)" if schedule else None
     if schedule is None and budget:
         schedule = logged_schedule(history, budget, lr_plan, axis)
+        lr = None if schedule is None else schedule.spec
     loss_fit = fit_loss(xs, history.column("loss"),
                         budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior, regime=regime,
                         calibration=None if bands is None else bands("loss"))
+    if loss_fit is not None and "curve" in loss_fit:   # the LR the prediction assumed, and where it comes from
+        loss_fit["lr"] = lr or "constant (none declared, none reported)"
     fitted = loss_fit.pop("fitted", None) if loss_fit else None
     total = total_hint
     if total is None and target_loss is not None and loss_fit and recent:

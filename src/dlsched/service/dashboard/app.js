@@ -232,7 +232,8 @@ function fitText(fit) {
   const shape = fit.alpha == null ? "" : `, α ${fmtNum(fit.alpha)}, drop ${fmtNum(fit.drop)}`;
   // before the job's first loss, or from one: where its task's finished runs went under its schedule (no RMSE yet)
   const basis = fit.bands === "task_runs" ? " (its task's finished runs, carried to its schedule)" : fit.curve_rmse == null ? "" : `; RMSE ${fmtNum(fit.curve_rmse)} on the points it covers (loss units)`;
-  return `${esc(fit.model)}: final ${fmtNum(fit.final)}${band} at the budget${shape}${basis}${targetText(fit)}`;
+  const lr = fit.lr ? `; LR ${esc(fit.lr)}` : "";   // the schedule it assumed, and where that comes from
+  return `${esc(fit.model)}: final ${fmtNum(fit.final)}${band} at the budget${shape}${basis}${lr}${targetText(fit)}`;
 }
 
 // the job's target_loss (spec prediction or param) and its target of a reported metric: the step the fit reaches
