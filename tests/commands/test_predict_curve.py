@@ -553,3 +553,21 @@ def test_before_the_first_point_two_like_runs_predict_the_run(capsys):
                         "--schedule lr-column: the run has no log to read its LR from")):
         r = cli(*args)
         assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr
+
+
+def test_a_run_that_names_no_schedule_and_logs_no_lr_runs_as_its_like_runs_logged_theirs():
+    """No --schedule and no LR in the run's log: the LR its --like runs logged, where they share one shape over their
+    budgets (one recipe, any length: charlm's and tinylm's cosines both warm up for 5 % of theirs), stretched to its
+    budget: what giving it as a SPEC predicts. Runs whose shapes differ leave it constant, and a note says so."""
+    curves = REPO / "bench" / "curves"
+    cosines = [curves / "charlm-cosine.csv", curves / "tinylm-cosine.csv"]
+    base = ("--budget", "1000", "--target", "1.7", "--json", *(a for f in cosines for a in ("--like", f)))
+    r = cli(*base)
+    assert r.returncode == 0, r.stderr
+    own, spec = json.loads(r.stdout), json.loads(cli(*base, "--schedule", "cosine:warmup=50").stdout)
+    assert own["schedule"] == "as the --like runs' logged LR"
+    assert own["final_value"] == pytest.approx(spec["final_value"], rel=0.01)
+    assert own["target_step"] == pytest.approx(spec["target_step"], rel=0.05)
+    r = cli("--budget", "800", "--json", "--like", cosines[0], "--like", curves / "charlm-step.csv")
+    assert r.returncode == 0 and json.loads(r.stdout)["schedule"] == "constant"
+    assert "the --like runs' logged LRs differ in shape: the run's is taken as constant" in r.stderr, r.stderr

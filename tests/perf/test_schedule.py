@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dlsched.perf.schedule import Schedule, areas, parse_schedule
+from dlsched.perf.schedule import Schedule, areas, parse_schedule, shared_shape, stretched
 
 
 def test_every_spec_family_parses_to_its_shape():
@@ -89,3 +89,12 @@ def test_decay_tells_cuts_by_factors_from_gradual_annealing():
     assert parse_schedule("steps:0=0.3,10=1,60=0.3", B).decay == "step"   # warm-up steps up, then a cut
     for spec in ("cosine:warmup=10", "onecycle", "wsd:warmdown=20", "linear", "steps:0=1,10=0.96,20=0.92"):
         assert parse_schedule(spec, B).decay == "anneal", spec
+
+
+def test_runs_of_one_recipe_share_a_shape_whatever_their_length_and_it_stretches_to_a_budget():
+    a, b = parse_schedule("cosine:warmup=40", 800), parse_schedule("cosine:warmup=30", 600)
+    assert shared_shape([a, b]) is a and shared_shape([a, parse_schedule("step:400,600:0.1", 800)]) is None
+    assert shared_shape([a, parse_schedule("cosine:warmup=40:min=0.1", 800)]) is None   # a floor is another recipe
+    long = stretched(a, 1000, "as a")
+    assert (long.spec, long.budget) == ("as a", 1000)
+    assert np.allclose(long.lr([0, 50, 525, 1000]), a.lr([0, 40, 420, 800]))

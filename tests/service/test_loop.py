@@ -640,7 +640,8 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
     """Issue 14's prior before the first point, in the service: two charlm jobs finished here (their fits in the
     store); a third, queued behind a job holding every GPU, gets a prediction before its first step: its loss carried
     from those jobs to its own schedule and budget, and its stated target's step. A job of another dataset, and one
-    that declares no schedule (nothing to carry the jobs to), get none."""
+    that declares no schedule while its task's finished jobs ran different ones (nothing to carry them to), get none;
+    once two ran one recipe, a job declaring none is predicted under it."""
     from pathlib import Path
 
     import pandas as pd
@@ -686,6 +687,27 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
     loop.round()   # made once per pool of finished jobs
     assert len(store.predictions(queued)) == 1 and all(len(store.predictions(j)) == 1 for j in more)
     assert store.predictions(other) == [] and store.predictions(undeclared) == []
+    # two more finished jobs of its model ran one recipe (a cosine, declared over 800 steps and 400): a job that
+    # declares none is predicted under that shape over its own budget, as if it had declared it, and says so
+    for budget in (800, 400):
+        d = pd.read_csv(curves / "charlm-cosine.csv")
+        j = store.submit(JobSpec(name="lm", entry="x.py:make_job", gpus=1, batch_size=32, total_samples=32 * budget,
+                                 params={"dataset": "charlm", "schedule": f"cosine:warmup={budget // 20}"}))
+        store.update(j, samples=32 * budget)
+        loop.models.refit(store.get(j), [{"time": 1000 + r.wall_s, "step": int(r.step) * budget // 800,
+                                          "samples": 32 * r.step * budget // 800, "loss": r.loss,
+                                          "samples_per_s": 100.0, "workers": 1, "batch_size": 32}
+                                         for r in d.itertuples()], 3000.0)
+        loop.models.forget(j, finished=True)
+    undeclared_too, declared = store.submit(spec()), store.submit(spec(schedule="cosine:warmup=40"))
+    assert loop.models.task_schedule(store.get(undeclared_too)) is not None
+    for _ in range(10):   # a few queued jobs tried a round, oldest first: the earlier ones are tried again first
+        loop.round()
+        if store.predictions(undeclared_too) and store.predictions(declared):
+            break
+    got, want = (store.predictions(j)[-1]["loss_fit"] for j in (undeclared_too, declared))
+    assert got["lr"] == "as its task's finished jobs ran (none declared)" and want["lr"] == "cosine:warmup=40 (declared)"
+    assert got["final"] == pytest.approx(want["final"], rel=1e-3)
     # a prediction that raises is that job's alone: the round still schedules
     late = store.submit(spec(schedule="cosine"))
     loop.models.bands.of = lambda kind: 1 / 0

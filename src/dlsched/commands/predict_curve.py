@@ -41,7 +41,8 @@ SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant 
                  "every row, also rows past --observed-until; past the log's end, the family its logged decay follows, "
                  'else its last value). Warm-up is linear from 0; LR values are relative (only the shape matters). '
                  'Default: lr-column when --lr-col is given or the log has one LR column (lr, learning_rate, '
-                 "lr-<Optimizer>; of one optimizer's lr/pgN groups the shape most share), else constant")
+                 "lr-<Optimizer>; of one optimizer's lr/pgN groups the shape most share), else the LR the --like runs "
+                 "logged where they share one shape (stretched to the budget), else constant")
 
 
 def _schedule(spec: str | None, budget: float, curve):
@@ -77,6 +78,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     from dlsched.perf.curve_readers import CurveData, read_curve, seconds_per_x
     from dlsched.perf.lr_continuation import lr_logged_until
     from dlsched.perf.prior import REGIMES
+    from dlsched.perf.schedule import shared_shape, stretched
 
     if metric not in METRICS:
         raise UserError(f"--metric: expected one of {', '.join(METRICS)}, got {metric!r}")
@@ -127,7 +129,6 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     if keep.any() and curve.x[keep][-1] > budget:
         raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
                         "use --observed-until to cut the curve")
-    sched, continued = _schedule(schedule, budget, curve)
     prior = "shipped"
     if like and file is not None and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()),
                                                    None)) is not None:
@@ -139,10 +140,18 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     # an accuracy's scale (0-1 or %): the run's points, else its log's, else (no log) the first --like run's
     scale = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y if len(curve.y) else
                            logs[0].y if logs else curve.y).top
-    if like:   # each finished run's own LR where it logs one, else the SPEC at its own budget
-        fits = [finished_run(f, log, y, metric, regime,
-                             lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c)[0], shift, scale)
-                for f, log in zip(like, logs)]
+    fits = [finished_run(f, log, y, metric, regime,   # each one's own LR where it logs one, else the SPEC at its budget
+                         lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c)[0], shift, scale)
+            for f, log in zip(like or (), logs)]
+    sched, continued = _schedule(schedule, budget, curve)
+    # none given, none logged: the LR the --like runs logged, where they share one shape (one recipe), over its budget
+    if schedule is None and curve.lr is None and logs and all(log.lr is not None for log in logs):
+        if (shared := shared_shape([f.curve.schedule for f in fits])) is not None:
+            sched = stretched(shared, budget, "as the --like runs' logged LR")
+        else:
+            typer.echo("note: the --like runs' logged LRs differ in shape: the run's is taken as constant (give it "
+                       "with --schedule SPEC)", err=True)
+    if like:
         prior = like_prior(fits, metric, regime, sched)
     try:
         pred = predict_curve(curve.x[keep], curve.y[keep], sched, metric=metric, target=target,

@@ -90,6 +90,25 @@ class Schedule:
         return cls(spec, float(budget), tuple(xs[order]), tuple(lrs[order]))
 
 
+SHARED = 0.02   # RMS gap, a share of the peak, within which runs' LR shapes over their budgets are one schedule
+
+
+def stretched(schedule: Schedule, budget: float, spec: str) -> Schedule:
+    """The schedule's shape over another budget: every x scaled by ``budget / schedule.budget`` (a warm-up too)."""
+    k = float(budget) / schedule.budget
+    return Schedule(spec, float(budget), tuple(x * k for x in schedule.xs), schedule.lrs, schedule.stepwise)
+
+
+def shared_shape(schedules: list[Schedule]) -> Schedule | None:
+    """The first schedule when every one has its shape over its own budget (the LR relative to its peak, RMS gap
+    within ``SHARED`` of the first's: the runs of one recipe, whatever their length), else None."""
+    if not schedules:
+        return None
+    t = np.linspace(0.0, 1.0, GRID)
+    shapes = [s.lr(t * s.budget) / (max(s.lrs) or 1.0) for s in schedules]
+    return schedules[0] if all(np.sqrt(np.mean((a - shapes[0]) ** 2)) <= SHARED for a in shapes[1:]) else None
+
+
 def areas(schedule: Schedule, x, momentum: float = MOMENTUM) -> tuple[np.ndarray, np.ndarray]:
     """(S1, S2) at ``x`` on a grid over [0, budget] with the LR scaled to peak 1 (Tissue et al. 2024).
 

@@ -13,8 +13,8 @@ import scipy.signal  # noqa: F401
 from dlsched.perf.calibration import load_calibration
 from dlsched.perf.first_passage import logged_crossing
 from dlsched.perf.prior import (REGIMES, FinishedFit, finished_fit, fit_from_record, fit_record, kind_of,
-                                metric_kind, prior_from_fits)
-from dlsched.perf.schedule import Schedule, parse_schedule
+                                metric_kind, prior_from_fits, shares_task)
+from dlsched.perf.schedule import Schedule, parse_schedule, shared_shape, stretched
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
 from dlsched.service.forecast import RESIZE_S
@@ -101,19 +101,22 @@ def command_script(command: list[str]) -> str:
     return command[0]
 
 
-def prediction_before_start(job: JobRecord, prior_of, target_prior_of, bands) -> refit.Prediction | None:
+def prediction_before_start(job: JobRecord, prior_of, target_prior_of, bands,
+                            task_schedule: Schedule | None = None) -> refit.Prediction | None:
     """A queued job's prediction before its first step: where its task's finished jobs went under its schedule
     (``perf.curve_predict.task_runs_prediction``: issue 14's prior before the first point), of its loss and of its
     stated target's metric. It needs the job's step budget (its samples over its batch: a SPEC's steps are that
-    batch's), its declared schedule (each finished job is carried to it) and two finished jobs of its task; None
+    batch's), its schedule (each finished job is carried to it: its declared one, else ``task_schedule``, the shape its
+    task's finished jobs of its model share, stretched to its budget) and two finished jobs of its task; None
     without them. ``prior_of`` / ``target_prior_of``: the prior of the loss / of the target for a schedule (``JobModels.
     curve_prior``); ``bands``: a metric kind's calibration."""
     spec, batch = job_fact(job, "schedule"), job.batch_size or job.spec.batch_size
-    if not (job.total_samples and batch and isinstance(spec, str)):
+    if not (job.total_samples and batch and (isinstance(spec, str) or task_schedule is not None)):
         return None
     budget = job.total_samples / batch
     try:
-        schedule = parse_schedule(spec, budget)
+        schedule = parse_schedule(spec, budget) if isinstance(spec, str) else \
+            stretched(task_schedule, budget, "as its task's finished jobs ran")
     except ValueError:
         return None
     target_loss, stated = job_fact(job, "target_loss"), metric_target_of(job)
@@ -122,7 +125,7 @@ def prediction_before_start(job: JobRecord, prior_of, target_prior_of, bands) ->
                          regime=job_regime(job), calibration=bands("loss")) or {}
     fit.pop("fitted", None)
     if "curve" in fit:
-        fit["lr"] = f"{spec} (declared)"
+        fit["lr"] = f"{spec} (declared)" if isinstance(spec, str) else f"{schedule.spec} (none declared)"
     if stated is not None and (reached := predict_target(stated, np.empty(0), np.empty(0), schedule, job_regime(job),
                                                          target_prior_of(schedule), bands(metric_kind(stated.kind)))):
         reached.pop("fitted")
@@ -232,6 +235,16 @@ class JobModels:
         return prior_from_fits(fits, meta | {"decay": None if schedule is None else schedule.decay},
                                default=shipped, schedule=schedule)
 
+    def task_schedule(self, job: JobRecord) -> Schedule | None:
+        """The LR shape the last finished job of the job's task and model ran under (declared or reported), where
+        another such job shares it over its budget (``perf.schedule.shared_shape``: one recipe, run twice), else None."""
+        meta = job_meta(job)
+        runs = [f.curve.schedule for f in self._finished if f.curve is not None and shares_task(f, meta)
+                and kind_of(f.meta) == metric_kind("loss") and f.meta.get("family") == meta["family"]]
+        if len(runs) < 2:
+            return None
+        return runs[-1] if any(shared_shape([runs[-1], r]) is not None for r in runs[:-1]) else None
+
     def predict_queued(self, jobs: list[JobRecord]) -> dict[int, refit.Prediction]:
         """``prediction_before_start`` of the queued jobs that never trained, oldest first, at most
         ``QUEUED_PREDICTIONS_PER_ROUND`` tried a round; each tried again only once another job finished here (the pool
@@ -248,7 +261,7 @@ class JobModels:
             try:   # the job's alone, as a refit's: never the round's (it would start, resize and finish nothing)
                 pred = prediction_before_start(job, lambda s: self.curve_prior(job, s),
                                                lambda s: None if stated is None else self.curve_prior(job, s, stated),
-                                               self.bands.of)
+                                               self.bands.of, self.task_schedule(job))
             except Exception:
                 log.exception("job %s: its prediction before its start failed", job.id)
                 continue
