@@ -102,3 +102,24 @@ def test_a_schedulers_floor_rate_or_inverse_square_root_goes_on_as_it_does(famil
     schedule, found = logged_lr_schedule(x[seen], lr[seen], 1000.0)
     assert found is not None and found.spec.split(":")[0] == family, found
     assert np.max(np.abs(schedule.lr(x[~seen]) - lr[~seen])) < 0.01 * lr.max()
+
+
+
+def test_a_long_per_step_log_is_matched_on_a_sample_of_its_rows(monkeypatch):
+    """100 000 steps logged one by one (float32, as a logger writes them): each family is fitted to at most ``ROWS``
+    of them, spread evenly (all of them took 19 s), and the cosine is found with where its warm-up ended."""
+    import dlsched.perf.lr_continuation as module
+
+    x, budget, warmup = np.arange(1, 100_001, dtype=float), 200_000.0, 2000.0
+    lr = np.where(x < warmup, x / warmup, 0.5 * (1 + np.cos(np.pi * (x - warmup) / (budget - warmup)))) * 3e-4
+    lr = lr.astype(np.float32).astype(float)
+    rows, fit = [], module._fit
+
+    def counted(family, x, *args):
+        rows.append(len(x))
+        return fit(family, x, *args)
+    monkeypatch.setattr(module, "_fit", counted)
+    found = continuation(x, lr, budget)
+    assert rows and max(rows) <= module.ROWS
+    assert found is not None and found.spec.startswith("cosine:warmup=")
+    assert abs(float(found.spec.split("=")[1]) - warmup) < 1
