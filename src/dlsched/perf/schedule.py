@@ -33,8 +33,9 @@ GRID = 4096           # evaluation points over [0, budget] for the areas: < 1 ms
 MOMENTUM = 0.01       # annealing memory τ as a fraction of the budget (Tissue et al. 2024 use λ = 0.999 per step)
 
 SPEC_HELP = ("constant | step:M1,M2:F | cosine[:warmup=W] | onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | "
-             "poly:power=P[:warmup=W] | linear[:warmup=W] | invsqrt:warmup=W[:timescale=T] | exp:gamma=G[:every=E][:warmup=W] | "
-             "steps:X=LR,... | points:X=LR,... | lr-column; cosine, linear, poly and wsd take :min=M")
+             "poly:power=P[:warmup=W] | linear[:warmup=W] | invsqrt:warmup=W[:timescale=T] | "
+             "exp:gamma=G[:every=E][:warmup=W] | steps:X=LR,... | points:X=LR,... | lr-column; "
+             "cosine, linear, poly and wsd take :min=M")
 
 
 @dataclass(frozen=True)
@@ -180,12 +181,12 @@ def _warm(W: float, B: float, spec: str) -> list[tuple[float, float]]:
     return [(0.0, 0.0), (W, 1.0)] if W > 0 else [(0.0, 1.0)]
 
 
-def _floored(shape: np.ndarray, kv: dict[str, float], spec: str) -> np.ndarray:
-    """A decay from 1 to 0 lifted to end at ``min`` (a share of the peak) instead."""
+def _floor(kv: dict[str, float], spec: str) -> float:
+    """Where a decay ends, a share of the peak (``min``; 0 unless given)."""
     floor = kv.get("min", 0.0)
     if floor >= 1:
         raise ValueError(f"schedule {spec!r}: min is a share of the peak LR and must be < 1, got {floor:g}")
-    return floor + (1 - floor) * shape
+    return floor
 
 
 def parse_schedule(spec: str, budget: float) -> Schedule:
@@ -225,11 +226,12 @@ def parse_schedule(spec: str, budget: float) -> Schedule:
         knots = _warm(kv.get("warmup", 0.0), B, spec)
         W = knots[-1][0]
         t = np.linspace(0, 1, n)[1:]
-        x = W + t * (B - W)
+        x, T = W + t * (B - W), kv.get("timescale", W)
         shape = {"cosine": lambda: 0.5 * (1 + np.cos(np.pi * t)), "linear": lambda: 1 - t,
-                 "poly": lambda: (1 - t) ** kv["power"], "invsqrt": lambda: np.sqrt(kv.get("timescale", W) / (x - W + kv.get("timescale", W))),
+                 "poly": lambda: (1 - t) ** kv["power"], "invsqrt": lambda: np.sqrt(T / (x - W + T)),
                  "exp": lambda: kv["gamma"] ** ((x - W) / kv.get("every", 1.0))}[name]()
-        lrs = [k[1] for k in knots] + list(_floored(shape, kv, spec))
+        floor = _floor(kv, spec)
+        lrs = [k[1] for k in knots] + list(floor + (1 - floor) * shape)
         return Schedule(spec, B, tuple([k[0] for k in knots] + list(x)), tuple(lrs))
     if name == "wsd":
         kv = _kv(parts, spec, ("warmdown", "warmup", "min"))
@@ -239,7 +241,7 @@ def parse_schedule(spec: str, budget: float) -> Schedule:
         start = B - kv["warmdown"]
         if start < knots[-1][0]:
             raise ValueError(f"schedule {spec!r}: warm-up and warmdown={kv['warmdown']:g} overlap within budget {B:g}")
-        knots += [(start, 1.0), (B, float(_floored(np.zeros(1), kv, spec)[0]))]
+        knots += [(start, 1.0), (B, _floor(kv, spec))]
         xs, lrs = zip(*sorted(dict(knots).items()))
         return Schedule(spec, B, tuple(xs), tuple(lrs))
     if name == "onecycle":
