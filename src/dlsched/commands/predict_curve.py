@@ -37,8 +37,8 @@ SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant 
                  'onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | poly:power=P[:warmup=W] | linear[:warmup=W] | '
                  'invsqrt:warmup=W[:timescale=T] (sqrt(T/(x-W+T)), T=W unless given) | '
                  'exp:gamma=G[:every=E][:warmup=W] (x G every E) | steps:X=LR,... (piecewise constant) | '
-                 'points:X=LR,... (piecewise linear); cosine, '
-                 'linear, poly and wsd take :min=M (decay to M x the peak, not 0) | lr-column (the --lr-col of '
+                 'points:X=LR,... (piecewise linear); cosine, linear, poly and wsd take :min=M (decay to M x the '
+                 'peak, not 0) | lr-column (the --lr-col of '
                  "every row, also rows past --observed-until; past the log's end, the family its logged decay follows, "
                  'else its last value). Warm-up is linear from 0; LR values are relative (only the shape matters). '
                  'Default: lr-column when --lr-col is given or the log has one LR column (lr, learning_rate, '
