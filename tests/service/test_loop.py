@@ -708,6 +708,13 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
     got, want = (store.predictions(j)[-1]["loss_fit"] for j in (undeclared_too, declared))
     assert got["lr"] == "as its task's finished jobs ran (none declared)" and want["lr"] == "cosine:warmup=40 (declared)"
     assert got["final"] == pytest.approx(want["final"], rel=1e-3)
+    # the same once it runs and reports no LR: under that shape, not a constant LR
+    d = pd.read_csv(curves / "charlm-cosine.csv")
+    seen = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples() if r.step <= 200]
+    running = [loop.models.refit(store.get(j), seen, 4000.0).loss_fit for j in (undeclared_too, declared)]
+    assert running[0]["lr"] == "as its task's finished jobs ran (none declared, none reported)"
+    assert running[0]["final"] == pytest.approx(running[1]["final"], rel=1e-3)
     # a prediction that raises is that job's alone: the round still schedules
     late = store.submit(spec(schedule="cosine"))
     loop.models.bands.of = lambda kind: 1 / 0

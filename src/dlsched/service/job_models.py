@@ -348,7 +348,7 @@ class JobModels:
                                     lr_plan=lr_plan, target=(stated := metric_target_of(job)),
                                     metric_points=(points := reported(metric_values or [])) if stated else None,
                                     metric_prior=lambda sched: self.curve_prior(job, sched, stated),
-                                    bands=self.bands.of)
+                                    bands=self.bands.of, task_schedule=self.task_schedule(job))
         if pred.fitted is not None:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress.tail(3) if isinstance(r.get("loss"), (int, float))]

@@ -30,7 +30,7 @@ from dlsched.perf.curve_predict import predict_curve
 from dlsched.perf.fit_window import convex_onset
 from dlsched.perf.lr_continuation import logged_lr_schedule, lr_logged_until
 from dlsched.perf.prior import metric_kind
-from dlsched.perf.schedule import Schedule, parse_schedule
+from dlsched.perf.schedule import Schedule, parse_schedule, stretched
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
 from dlsched.service.metric_target import predict_target
 from dlsched.service.progress_axis import ProgressAxis
@@ -364,10 +364,11 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
             schedule: str | None = None, prior: PriorArg = None, regime: str = "scratch",
             lr_plan: dict | None = None, target: MetricTarget | None = None,
             metric_points: tuple[np.ndarray, np.ndarray] | None = None, metric_prior: PriorArg = None,
-            bands: Callable[[str | None], Calibration] | None = None):
+            bands: Callable[[str | None], Calibration] | None = None, task_schedule: Schedule | None = None):
     """(Prediction, speed model or None) for one job from its stored progress records (its LR schedule: the
     ``schedule`` SPEC, else the logged LR and the runtime's ``lr_plan`` where ``logged_schedule`` trusts them, else
-    constant). ``target``: a reported metric's value, predicted from ``metric_points`` (its (steps, values)) over the
+    ``task_schedule`` (the shape its task's finished jobs ran: ``JobModels.task_schedule``) stretched to the budget,
+    else constant). ``target``: a reported metric's value, predicted from ``metric_points`` (its (steps, values)) over the
     same x, schedule and budget (``service.metric_target``; ``metric_prior`` as ``prior`` is to the loss; ``bands``
     the bands of a metric kind, default the shipped table's: ``service.own_calibration``), as the
     loss fit's ``metric_target``. ``refit_speed=False``
@@ -396,6 +397,8 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
     lr = f"{schedule} (declared)" if schedule else None
     if schedule is None and budget:
         schedule = logged_schedule(history, budget, lr_plan, axis)
+        if schedule is None and task_schedule is not None:
+            schedule = stretched(task_schedule, budget, "as its task's finished jobs ran (none declared, none reported)")
         lr = None if schedule is None else schedule.spec
     loss_fit = fit_loss(xs, history.column("loss"),
                         budget_steps=budget, schedule=schedule, target_loss=target_loss, prior=prior, regime=regime,
