@@ -322,6 +322,32 @@ def test_json_with_a_plot_prints_only_the_json_object(tmp_path, capsys):
     assert code == 0 and KEYS <= set(json.loads(out)) and (tmp_path / "p.png").stat().st_size > 0
 
 
+def test_the_plot_draws_the_lr_the_prediction_assumed_past_the_logs_end(tmp_path):
+    """A cosine run logged to step 300 of 800: the plot's second axis is its LR as the prediction took it, the log
+    and then the cosine its logged decay follows, as a share of the peak."""
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+
+    from dlsched.commands.predict_curve import _figure, _schedule
+    from dlsched.perf.curve_predict import predict_curve
+    from dlsched.perf.curve_readers import read_curve
+
+    curve = read_curve(REPO / "bench" / "curves" / "charlm-cosine.csv", x="step", y="loss")
+    keep = curve.x <= 300
+    cut = dataclasses.replace(curve, lr_x=curve.lr_x[curve.lr_x <= 300], lr=curve.lr[curve.lr_x <= 300])
+    schedule, continued = _schedule(None, 800.0, cut)
+    assert continued is not None and continued.spec.startswith("cosine")
+    fig = _figure(curve, keep, predict_curve(curve.x[keep], curve.y[keep], schedule), "step", "loss", schedule,
+                  "logged to step 300, then cosine")
+    (line,) = fig.axes[1].get_lines()
+    xs, share = line.get_data()
+    assert line.get_label() == "LR: logged to step 300, then cosine" and xs[-1] == 800
+    assert np.allclose(share, schedule.lr(xs) / schedule.lr(xs).max()) and share[-1] < 0.01   # decayed, not held
+    assert line.get_label() in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    plt.close(fig)
+
+
 def test_an_unwritable_plot_path_is_refused_before_the_fit(tmp_path, capsys):
     with pytest.raises(UserError, match="--plot .*missing' does not exist"):
         run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.95, "loss", None, None, True,

@@ -188,7 +188,10 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     else:
         _render(out, x, metric)
     if plot_path is not None:
-        _plot(curve, keep, pred, plot_path, x, y, quiet=as_json)
+        until = out.get("lr_logged_until")
+        label = sched.spec if until is None else \
+            f"logged to {x} {until:g}, then {out['lr_continued_as'] or 'held'}"
+        _plot(curve, keep, pred, plot_path, x, y, sched, label, quiet=as_json)
     if not pred.reachable:
         typer.echo(f"target {pred.target:g} is unreachable within the budget {budget:g}: the fitted floor is "
                    f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the {'highest' if metric == 'accuracy' else 'lowest'} "
@@ -247,13 +250,31 @@ def _x(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
-def _plot(curve, keep, pred, out: Path, x: str, y: str, quiet: bool = False) -> None:
+def _plot(curve, keep, pred, out: Path, x: str, y: str, schedule, lr_label: str, quiet: bool = False) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = _figure(curve, keep, pred, x, y, schedule, lr_label)
+    save_figure(fig, out, dpi=100)
+    plt.close(fig)
+    if not quiet:   # with --json, stdout is the one JSON object
+        print(f"plot written to {out}")
+
+
+def _figure(curve, keep, pred, x: str, y: str, schedule, lr_label: str):
+    """The log, the prediction with its final's band, and on a second axis the LR the prediction assumed (a share of
+    its peak: a logged LR continued or held past the log's end shows where it was), ``lr_label`` saying which."""
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
+    lr_ax = ax.twinx()
+    g = np.linspace(0.0, schedule.budget, 400)
+    lr = schedule.lr(g)
+    lr_ax.plot(g, lr / (lr.max() or 1.0), ":", color="tab:purple", lw=1, label=f"LR: {lr_label}"[:70])
+    lr_ax.set(ylabel="LR, share of its peak", ylim=(0, 1.05))
     ax.plot(curve.x, curve.y, "o", ms=3, color="0.6", label="logged")
     ax.plot(curve.x[keep], curve.y[keep], "o", ms=3, label="observed (fitted)")
     ax.plot(pred.curve_x, pred.curve_y, "-", label=f"predicted ({pred.model})")
@@ -263,12 +284,11 @@ def _plot(curve, keep, pred, out: Path, x: str, y: str, quiet: bool = False) -> 
     if pred.target is not None:
         ax.axhline(pred.target, ls="--", color="grey", label="target")
     ax.set(xlabel=x, ylabel=y)
-    ax.legend()
+    lines = ax.get_legend_handles_labels()
+    extra = lr_ax.get_legend_handles_labels()
+    ax.legend(lines[0] + extra[0], lines[1] + extra[1], fontsize=8)
     fig.tight_layout()
-    save_figure(fig, out, dpi=100)
-    plt.close(fig)
-    if not quiet:   # with --json, stdout is the one JSON object
-        print(f"plot written to {out}")
+    return fig
 
 
 def register(predict_app: typer.Typer) -> None:
@@ -288,7 +308,7 @@ def register(predict_app: typer.Typer) -> None:
         lr_col: Optional[str] = typer.Option(None, "--lr-col", help="column (or tag) of the logged LR"),
         time_col: Optional[str] = typer.Option(None, "--time-col", help="column of wall-clock time (seconds or ISO-8601): gives the time to target"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object (the stable contract)"),
-        plot_path: Optional[Path] = typer.Option(None, "--plot", help="write logged, observed and predicted curves here (PNG)"),
+        plot_path: Optional[Path] = typer.Option(None, "--plot", help="write logged, observed and predicted curves and the LR the prediction assumed here (PNG)"),
         regime: str = typer.Option("scratch", "--regime", help="scratch (trained from random weights) | finetune "
                                    "(from pretrained weights): the shipped prior pools the development runs of this regime"),
         x_from_zero: Optional[bool] = typer.Option(
