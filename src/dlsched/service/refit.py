@@ -397,7 +397,7 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
     lr = f"{schedule} (declared)" if schedule else None
     if schedule is None and budget:
         schedule = logged_schedule(history, budget, lr_plan, axis)
-        if schedule is None and task_schedule is not None:
+        if schedule is None and task_schedule is not None and total_hint:   # a budget of its own, not 10x so far
             schedule = stretched(task_schedule, budget, "as its task's finished jobs ran (none declared, none reported)")
         lr = None if schedule is None else schedule.spec
     loss_fit = fit_loss(xs, history.column("loss"),
