@@ -156,6 +156,8 @@ class JobModels:
         self._reports: dict[int, tuple[dict[float, float], dict[float, float], tuple[int, int]]] = {}
         self._failed_fits: set[int] = set()           # jobs whose fit raised: said once
         self._queued_pool: dict[int, int] = {}        # finished jobs known when a queued job was last predicted
+        # per job: (finished jobs known, the task's shared schedule then): it changes only when one finishes
+        self._task_schedules: dict[int, tuple[int, Schedule | None]] = {}
         # of jobs that finished here: the prior of new ones
         records = store.finished_fits() if store else []
         self._finished: list[FinishedFit] = [fit_from_record(d) for d in records]
@@ -170,7 +172,8 @@ class JobModels:
             if self._store is not None:
                 self._store.add_finished_fit(job_id, *self._with_errors(self._store.get(job_id), last, target))
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._progress, self._rates,
-                        self._totals, self._views, self._changed_at, self._reports, self._queued_pool):
+                        self._totals, self._views, self._changed_at, self._reports, self._queued_pool,
+                        self._task_schedules):
             per_job.pop(job_id, None)
         self._failed_fits.discard(job_id)
 
@@ -238,12 +241,14 @@ class JobModels:
     def task_schedule(self, job: JobRecord) -> Schedule | None:
         """The LR shape the last finished job of the job's task and model ran under (declared or reported), where
         another such job shares it over its budget (``perf.schedule.shared_shape``: one recipe, run twice), else None."""
-        meta = job_meta(job)
-        runs = [f.curve.schedule for f in self._finished if f.curve is not None and shares_task(f, meta)
-                and kind_of(f.meta) == metric_kind("loss") and f.meta.get("family") == meta["family"]]
-        if len(runs) < 2:
-            return None
-        return runs[-1] if any(shared_shape([runs[-1], r]) is not None for r in runs[:-1]) else None
+        known = self._task_schedules.get(job.id)
+        if known is None or known[0] != len(self._finished):
+            meta = job_meta(job)
+            runs = [f.curve.schedule for f in self._finished if f.curve is not None and shares_task(f, meta)
+                    and kind_of(f.meta) == metric_kind("loss") and f.meta.get("family") == meta["family"]]
+            shared = len(runs) >= 2 and any(shared_shape([runs[-1], r]) is not None for r in runs[:-1])
+            known = self._task_schedules[job.id] = (len(self._finished), runs[-1] if shared else None)
+        return known[1]
 
     def predict_queued(self, jobs: list[JobRecord]) -> dict[int, refit.Prediction]:
         """``prediction_before_start`` of the queued jobs that never trained, oldest first, at most
@@ -348,7 +353,8 @@ class JobModels:
                                     lr_plan=lr_plan, target=(stated := metric_target_of(job)),
                                     metric_points=(points := reported(metric_values or [])) if stated else None,
                                     metric_prior=lambda sched: self.curve_prior(job, sched, stated),
-                                    bands=self.bands.of, task_schedule=self.task_schedule(job))
+                                    bands=self.bands.of,
+                                    task_schedule=None if isinstance(sched, str) else self.task_schedule(job))
         if pred.fitted is not None:
             # the loss it is at, as a 3-point median: where it ended once it finishes (the level prior)
             losses = [r["loss"] for r in progress.tail(3) if isinstance(r.get("loss"), (int, float))]
