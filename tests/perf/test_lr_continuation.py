@@ -123,3 +123,25 @@ def test_a_long_per_step_log_is_matched_on_a_sample_of_its_rows(monkeypatch):
     assert rows and max(rows) <= module.ROWS
     assert found is not None and found.spec.startswith("cosine:warmup=")
     assert abs(float(found.spec.split("=")[1]) - warmup) < 1
+
+
+@pytest.mark.parametrize("t_mult, cut, spec", [(1, 250, "sgdr:t0=200"), (2, 350, "sgdr:t0=100:mult=2"),
+                                                (2, 250, None)])   # one restart of growing cycles: their growth unseen
+def test_a_log_that_restarted_goes_on_restarting(t_mult, cut, spec):
+    """torch's CosineAnnealingWarmRestarts logged every 10 steps: once a restart shows (two, where the cycles grow),
+    its cycles go on; its highest row was a later cycle's first, whose decay alone a poly followed before."""
+    import torch
+
+    x, lr = _scheduled(lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
+        o, T_0=200 // t_mult, T_mult=t_mult), 1000)
+    x, lr = x[9::10], lr[9::10]
+    seen = x <= cut
+    schedule, found = logged_lr_schedule(x[seen], lr[seen], 1000.0)
+    if spec is None:
+        assert found is None
+        return
+    name, t0, *mult = spec.split(":")
+    got = dict(p.split("=") for p in found.spec.split(":")[1:])
+    assert found.spec.startswith(name) and abs(float(got["t0"]) - float(t0[3:])) < 1 and got.get("mult") == \
+        (mult[0][5:] if mult else None), found
+    assert np.max(np.abs(schedule.lr(x[~seen]) - lr[~seen])) < 0.01 * lr.max()

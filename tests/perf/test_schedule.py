@@ -38,7 +38,7 @@ def _torch_lrs(make, steps: int) -> np.ndarray:
     return np.array(lrs)
 
 
-def test_floors_inverse_square_root_and_exponential_are_the_schedulers_users_run():
+def test_floors_inverse_square_root_exponential_and_restarts_are_the_schedulers_users_run():
     import torch.optim.lr_scheduler as S
 
     B, x = 200, np.arange(200)
@@ -54,13 +54,15 @@ def test_floors_inverse_square_root_and_exponential_are_the_schedulers_users_run
     assert np.allclose(parse_schedule(f"invsqrt:warmup={W}:timescale={T}", B).lr(x), rsqrt, atol=1e-4)
     assert parse_schedule(f"invsqrt:warmup={W}", B).lr(80) == pytest.approx((W / 80) ** 0.5, abs=1e-4)
     assert parse_schedule("exp:gamma=0.5:every=10:warmup=10", B).lr(30) == pytest.approx(0.25, abs=1e-3)
+    sgdr = _torch_lrs(lambda o: S.CosineAnnealingWarmRestarts(o, T_0=30, T_mult=2, eta_min=0.1), B)
+    assert np.allclose(parse_schedule("sgdr:t0=30:mult=2:min=0.1", B).lr(x), sgdr, atol=1e-3)
     wsd = parse_schedule("wsd:warmdown=20:min=0.1", B)
     assert np.allclose(wsd.lr([0, 180, 190, 200]), [1, 1, 0.55, 0.1])
 
 
 @pytest.mark.parametrize("spec", ["cosine:warmup", "step:30,20:0.1", "poly:warmup=5", "wsd:warmup=5",
                                   "cosine:min=1", "invsqrt", "invsqrt:min=0.1", "exp:gamma=1.5", "exp:gamma=0",
-                                  "exp:gamma=0.9:every=0",
+                                  "exp:gamma=0.9:every=0", "sgdr", "sgdr:t0=10:mult=0.5", "sgdr:t0=0.001",
                                   "onecycle:pct=2", "steps:a=1", "bogus", "cosine:warmup=200",
                                   "points:0=0,10=inf", "steps:0=nan", "step:30:inf", "step:nan:0.1", "step:0,30:0.1"])
 def test_a_bad_spec_is_one_line_naming_the_spec(spec):

@@ -36,8 +36,9 @@ UNREACHABLE_EXIT = 3
 SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant | step:M1,M2:F | cosine[:warmup=W] | "
                  'onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | poly:power=P[:warmup=W] | linear[:warmup=W] | '
                  'invsqrt:warmup=W[:timescale=T] (sqrt(T/(x-W+T)), T=W unless given) | '
-                 'exp:gamma=G[:every=E][:warmup=W] (x G every E) | steps:X=LR,... (piecewise constant) | '
-                 'points:X=LR,... (piecewise linear); cosine, linear, poly and wsd take :min=M (decay to M x the '
+                 'exp:gamma=G[:every=E][:warmup=W] (x G every E) | sgdr:t0=T[:mult=M][:warmup=W] (cosine cycles '
+                 'of T, T*M, ..., each restarting at the peak) | steps:X=LR,... (piecewise constant) | '
+                 'points:X=LR,... (piecewise linear); cosine, linear, poly, wsd and sgdr take :min=M (decay to M x the '
                  'peak, not 0) | lr-column (the --lr-col of '
                  "every row, also rows past --observed-until; past the log's end, the family its logged decay follows, "
                  'else its last value). Warm-up is linear from 0; LR values are relative (only the shape matters). '

@@ -1,6 +1,6 @@
 """The rest of a logged LR. A run still training has logged its LR only so far (a Hugging Face ``trainer_state.json``,
 a CSV, TensorBoard): past the log's end, the SPEC family its logged decay follows (``FAMILIES``, each after a
-warm-up), where one follows it to print precision; else its last value, held."""
+warm-up; SGDR where it restarted), where one follows it to print precision; else its last value, held."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -49,9 +49,13 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
     interval = float(np.median(np.diff(xs))) if len(xs) > 1 else 0.0
     changed = np.r_[True, np.diff(lrs) != 0]
     xs, lrs = xs[changed], lrs[changed]
-    peak = int(np.argmax(lrs))
-    if lrs[peak] <= 0:
+    if not lrs.max() > 0:
         return None
+    # restarts (SGDR, a cosine with hard restarts): rows back near the peak after the LR fell below most of it; a log
+    # that restarted is fitted from its first cycle's top (its highest row may be a later cycle's first)
+    near = lrs >= 0.9 * lrs.max()
+    restart = [i for i in range(1, len(lrs)) if near[i] and lrs[i - 1] < 0.8 * lrs[i] and near[:i].any()]
+    peak = int(np.argmax(near)) if restart else int(np.argmax(lrs))
     x, y = xs[peak + 1:], lrs[peak + 1:] / lrs[peak]   # the warm-up's own shape does not matter past the log
     if len(x) < 3:
         return None          # flat since the peak (its rows fold into one), or too little decay to tell a family
@@ -64,10 +68,11 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
     warm = (xs[peak - 1] if peak > 0 else 0.0, xs[peak] + interval)
     # the family's peak is the logged one, or above it by as much as a ramp rises over the interval after it
     peaks = (1 - TOLERANCE, (warm[1] / xs[peak] if xs[peak] > 0 else 1) + TOLERANCE)
+    restarts = [(xs[i - 1], xs[i]) for i in restart]   # each between two rows
     fits = []
-    for family in FAMILIES:
-        if len(x) >= 3 + (_extra(family, warm[1], x, y, budget) is not None):   # a row more than its parameters
-            spec, scale, misfit = _fit(family, x, y, budget, warm, peaks)
+    for family in [_cycles(restarts, warm)] if restarts else FAMILIES:   # only cycles restart
+        if len(x) >= 3 + (_extra(family, warm, x, y, budget, restarts) is not None):   # a row more than its parameters
+            spec, scale, misfit = _fit(family, x, y, budget, warm, peaks, restarts)
             if misfit <= TOLERANCE:
                 fits.append(Continuation(spec, scale * lrs[peak], misfit))
     if not fits:
@@ -93,10 +98,22 @@ def logged_lr_schedule(xs, lrs, budget: float) -> tuple[Schedule, Continuation |
     return Schedule.from_points(xs, lrs, budget), found
 
 
+def _cycles(restarts: list[tuple[float, float]], warm: tuple[float, float]) -> str:
+    """The SGDR family of a log that restarted, ``sgdr-M``: M its cycles' growth (torch's integer ``T_mult``) from its
+    first two cycles where two restarts show, else 1."""
+    if len(restarts) < 2:
+        return "sgdr-1"
+    first, second = np.mean(restarts[0]) - np.mean(warm), np.mean(restarts[1]) - np.mean(restarts[0])
+    return f"sgdr-{max(1, round(second / first))}"
+
+
 def _spec(family: str, warmup: float, extra: float) -> str:
     name, _, variant = family.partition("-")
-    part = {"poly": f"power={extra:.4g}", "invsqrt": f"timescale={extra:.6g}", "wsd": f"warmdown={extra:.6g}",
-            "exp": f"gamma={extra:.8g}", "min": f"min={extra:.4g}"}.get(variant or name)
+    if name == "sgdr":
+        part = f"t0={extra:.6g}" + (f":mult={variant}" if variant != "1" else "")
+    else:
+        part = {"poly": f"power={extra:.4g}", "invsqrt": f"timescale={extra:.6g}", "wsd": f"warmdown={extra:.6g}",
+                "exp": f"gamma={extra:.8g}", "min": f"min={extra:.4g}"}.get(variant or name)
     return ":".join([name, *filter(None, [part]), *([f"warmup={warmup:.6g}"] if warmup > 0 else [])])
 
 
@@ -112,10 +129,13 @@ class _Extra:
         return self.lo * (self.hi / self.lo) ** u if self.log else self.lo + u * (self.hi - self.lo)
 
 
-def _extra(family: str, warm_end: float, x, y, budget: float) -> tuple[_Extra, Callable] | None:
+def _extra(family: str, warm: tuple[float, float], x, y, budget: float,
+           restarts: list[tuple[float, float]] = ()) -> tuple[_Extra, Callable] | None:
     """The family's parameter beside its warm-up and how it becomes the SPEC's value (of it and the warm-up), for a
-    decay logged at ``x`` (``y``, a share of its peak)."""
-    last = float(x[-1])
+    decay logged at ``x`` (``y``, a share of its peak) that restarted between each pair of ``restarts``."""
+    if family.startswith("sgdr"):   # its first cycle: from the warm-up's end to the first restart
+        return _Extra(max(restarts[0][0] - warm[1], 1e-9), restarts[0][1] - warm[0], False), lambda v, w: v
+    warm_end, last = warm[1], float(x[-1])
     slope = np.polyfit(x, np.log(np.maximum(y, 1e-12)), 1)[0] if family == "exp" else -1.0
     halflife = np.log(2) / -slope if slope < 0 else 100 * budget
     return {"poly": (_Extra(0.2, 5.0, True), lambda v, w: v),                           # its power
@@ -128,10 +148,11 @@ def _extra(family: str, warm_end: float, x, y, budget: float) -> tuple[_Extra, C
             "linear-min": (_Extra(0.0, 0.9, False), lambda v, w: v)}.get(family)
 
 
-def _fit(family: str, x, y, budget: float, warm: tuple[float, float], peaks: tuple[float, float]):
+def _fit(family: str, x, y, budget: float, warm: tuple[float, float], peaks: tuple[float, float],
+         restarts: list[tuple[float, float]] = ()):
     """(spec, scale, RMS misfit) of the family's best warm-up (and its other parameter) on the decay logged, its peak
     (``scale``) within ``peaks``. Both are searched on [0, 1]: a grid, then Nelder-Mead from its best."""
-    extra = _extra(family, warm[1], x, y, budget)
+    extra = _extra(family, warm, x, y, budget, restarts)
 
     def shaped(u):
         w = warm[0] + float(np.clip(u[0], 0.0, 1.0)) * (warm[1] - warm[0])

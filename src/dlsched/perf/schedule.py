@@ -10,11 +10,14 @@ SPEC grammar (units are the curve's x, e.g. steps or epochs; LR values are relat
 * ``wsd:warmdown=N[:warmup=W]``    warm-up, stable, linear decay to 0 over the last N
 * ``poly:power=P[:warmup=W]``      (1 − t)^P after the warm-up
 * ``linear[:warmup=W]``            linear decay to 0 after the warm-up
-* ``...:min=M``                    cosine, linear, poly and wsd decay to M × the peak instead of 0 (torch ``eta_min``,
-                                   timm ``min_lr``, Hugging Face ``cosine_with_min_lr``/``lr_end``)
-* ``invsqrt:warmup=W[:timescale=T]``  peak at W, then sqrt(T / (x − W + T)), T = W unless given (fairseq's sqrt(W / x),
-                                   Hugging Face ``inverse_sqrt``)
+* ``...:min=M``                    cosine, linear, poly, wsd and sgdr end at M × the peak instead of 0 (torch
+                                   ``eta_min``, timm ``min_lr``, Hugging Face ``cosine_with_min_lr``/``lr_end``)
+* ``invsqrt:warmup=W[:timescale=T]``  peak at W, then sqrt(T / (x − W + T)), T = W unless given (fairseq's
+                                   sqrt(W / x), Hugging Face ``inverse_sqrt``)
 * ``exp:gamma=G[:every=E][:warmup=W]``  × G every E of x after the warm-up (torch ``ExponentialLR``; smooth)
+* ``sgdr:t0=T[:mult=M][:warmup=W]``  cosine cycles of T, T·M, ... each restarting at the peak (torch
+                                   ``CosineAnnealingWarmRestarts``; Hugging Face's N hard restarts:
+                                   T = (budget − W) / N)
 * ``steps:0=0.01,5=0.1,95=0.01``   piecewise constant: the LR from each x on
 * ``points:0=0,15=0.1,30=0.005``   piecewise linear between the points (flat after the last)
 * ``lr-column``                    the LR of every row of the curve file (``Schedule.from_points``)
@@ -29,13 +32,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+CYCLES = 10_000       # restarts an sgdr SPEC may have within its budget
 GRID = 4096           # evaluation points over [0, budget] for the areas: < 1 ms, smooth enough for any spec
 MOMENTUM = 0.01       # annealing memory τ as a fraction of the budget (Tissue et al. 2024 use λ = 0.999 per step)
 
 SPEC_HELP = ("constant | step:M1,M2:F | cosine[:warmup=W] | onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | "
              "poly:power=P[:warmup=W] | linear[:warmup=W] | invsqrt:warmup=W[:timescale=T] | "
-             "exp:gamma=G[:every=E][:warmup=W] | steps:X=LR,... | points:X=LR,... | lr-column; "
-             "cosine, linear, poly and wsd take :min=M")
+             "exp:gamma=G[:every=E][:warmup=W] | sgdr:t0=T[:mult=M][:warmup=W] | steps:X=LR,... | "
+             "points:X=LR,... | lr-column; "
+             "cosine, linear, poly, wsd and sgdr take :min=M")
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,24 @@ def parse_schedule(spec: str, budget: float) -> Schedule:
             raise ValueError(f"schedule {spec!r}: warm-up and warmdown={kv['warmdown']:g} overlap within budget {B:g}")
         knots += [(start, 1.0), (B, _floor(kv, spec))]
         xs, lrs = zip(*sorted(dict(knots).items()))
+        return Schedule(spec, B, tuple(xs), tuple(lrs))
+    if name == "sgdr":
+        kv = _kv(parts, spec, ("t0", "mult", "min", "warmup"))
+        t0, mult = kv.get("t0", 0.0), kv.get("mult", 1.0)
+        if not (t0 > 0 and mult >= 1):
+            raise ValueError(f"schedule {spec!r}: sgdr needs t0=… > 0 and mult >= 1")
+        knots = _warm(kv.get("warmup", 0.0), B, spec)
+        starts = [knots[-1][0]]
+        while starts[-1] < B and len(starts) <= CYCLES:
+            starts.append(starts[-1] + t0 * mult ** (len(starts) - 1))
+        if len(starts) > CYCLES:
+            raise ValueError(f"schedule {spec!r}: more than {CYCLES} cycles within budget {B:g}")
+        floor, t = _floor(kv, spec), np.linspace(0, 1, 64)
+        xs, lrs = [k[0] for k in knots[:-1]], [k[1] for k in knots[:-1]]
+        for a, b in zip(starts, starts[1:]):   # each cycle a half cosine from the peak to the floor, then a restart
+            x = a + t * (b - a)
+            xs += list(x[:-1]) + [b - 1e-6 * (b - a)]
+            lrs += list(floor + (1 - floor) * 0.5 * (1 + np.cos(np.pi * t)))
         return Schedule(spec, B, tuple(xs), tuple(lrs))
     if name == "onecycle":
         p = _kv(parts, spec, ("pct",)).get("pct", 0.3)
