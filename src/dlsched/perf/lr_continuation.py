@@ -44,9 +44,9 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
     tells what comes), too little of one, or none of the families within ``TOLERANCE`` (a step cut)."""
     order = np.argsort(np.asarray(xs, float), kind="stable")
     xs, lrs = np.asarray(xs, float)[order], np.asarray(lrs, float)[order]
+    interval = float(np.median(np.diff(xs))) if len(xs) > 1 else 0.0
     # where each LR was set: a scheduler stepped per epoch and logged per step holds each value for an epoch, and
     # the family passes through the first row of each (a staircase's RMS misfit is ~1/3 of an epoch's drop)
-    interval = float(np.median(np.diff(xs))) if len(xs) > 1 else 0.0
     changed = np.r_[True, np.diff(lrs) != 0]
     xs, lrs = xs[changed], lrs[changed]
     if not lrs.max() > 0:
@@ -54,8 +54,8 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
     # restarts (SGDR, a cosine with hard restarts): rows back near the peak after the LR fell below most of it; a log
     # that restarted is fitted from its first cycle's top (its highest row may be a later cycle's first)
     near = lrs >= 0.9 * lrs.max()
-    restart = [i for i in range(1, len(lrs)) if near[i] and lrs[i - 1] < 0.8 * lrs[i] and near[:i].any()]
-    peak = int(np.argmax(near)) if restart else int(np.argmax(lrs))
+    restart = np.flatnonzero(near[1:] & (lrs[:-1] < 0.8 * lrs[1:]) & np.logical_or.accumulate(near)[:-1]) + 1
+    peak = int(np.argmax(near)) if len(restart) else int(np.argmax(lrs))
     x, y = xs[peak + 1:], lrs[peak + 1:] / lrs[peak]   # the warm-up's own shape does not matter past the log
     if len(x) < 3:
         return None          # flat since the peak (its rows fold into one), or too little decay to tell a family
@@ -71,8 +71,9 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
     restarts = [(xs[i - 1], xs[i]) for i in restart]   # each between two rows
     fits = []
     for family in [_cycles(restarts, warm)] if restarts else FAMILIES:   # only cycles restart
-        if len(x) >= 3 + (_extra(family, warm, x, y, budget, restarts) is not None):   # a row more than its parameters
-            spec, scale, misfit = _fit(family, x, y, budget, warm, peaks, restarts)
+        extra = _extra(family, warm, x, y, budget, restarts)
+        if len(x) >= 3 + (extra is not None):   # a row more than its parameters
+            spec, scale, misfit = _fit(family, x, y, budget, warm, peaks, extra)
             if misfit <= TOLERANCE:
                 fits.append(Continuation(spec, scale * lrs[peak], misfit))
     if not fits:
@@ -149,10 +150,10 @@ def _extra(family: str, warm: tuple[float, float], x, y, budget: float,
 
 
 def _fit(family: str, x, y, budget: float, warm: tuple[float, float], peaks: tuple[float, float],
-         restarts: list[tuple[float, float]] = ()):
-    """(spec, scale, RMS misfit) of the family's best warm-up (and its other parameter) on the decay logged, its peak
-    (``scale``) within ``peaks``. Both are searched on [0, 1]: a grid, then Nelder-Mead from its best."""
-    extra = _extra(family, warm, x, y, budget, restarts)
+         extra: tuple[_Extra, Callable] | None):
+    """(spec, scale, RMS misfit) of the family's best warm-up (and its other parameter, ``_extra``) on the decay
+    logged, its peak (``scale``) within ``peaks``. Both are searched on [0, 1]: a grid, then Nelder-Mead from its
+    best."""
 
     def shaped(u):
         w = warm[0] + float(np.clip(u[0], 0.0, 1.0)) * (warm[1] - warm[0])
