@@ -11,6 +11,11 @@ Scored: the median error of the predicted final value, and the largest error of 
 Information: each side sees the same prefix, budget and prior (α/drop from the other tasks' finished fits, no level;
 bands from the shipped calibration); only where the schedule comes from differs.
 
+Then the runs with a recipe's other run (``curves/reruns/``: the same SPEC at 0.8x the budget, another seed: what a
+team re-running a recipe has, `--like` or the service's finished jobs of the task): the logged LR so far, then that
+run's logged LR stretched to the budget where the log so far follows it (``recipe``), against continued; and every
+other recipe of the task's as the wrong one given: how often the log so far passes for it, and what that costs.
+
 Run: PYTHONPATH=src python bench/live_lr.py
 """
 from __future__ import annotations
@@ -34,12 +39,28 @@ from dlsched.perf.schedule import Schedule  # noqa: E402
 
 
 COLUMNS = ("whole", "continued", "held", "spec")
+RECIPE = "the recipe's other run"
 
 
-def logged_lr(c) -> tuple[np.ndarray, np.ndarray] | None:
-    path = HERE / f"{c.name}.csv"
+def logged_lr(c, folder: Path = HERE) -> tuple[np.ndarray, np.ndarray] | None:
+    path = folder / f"{c.name}.csv"
     d = pd.read_csv(path) if path.exists() else None
     return None if d is None or "lr" not in d else (d.step.to_numpy(float), d.lr.to_numpy(float))
+
+
+def reruns() -> dict[str, Schedule]:
+    """Each rerun's logged LR over its own budget, by run name."""
+    index = pd.read_csv(HERE / "reruns" / "index.csv")
+    out = {}
+    for r in index.itertuples():
+        d = pd.read_csv(HERE / "reruns" / r.file)
+        out[r.file.removesuffix(".csv")] = Schedule.from_points(d.step, d.lr, float(r.budget), spec=RECIPE)
+    return out
+
+
+def final_err(c, frac: float, sched: Schedule, cal, cross_of) -> float:
+    run = dataclasses.replace(c, schedule=sched)
+    return pa.evaluate(run, frac, cal, cross_of(run))["final_err"]
 
 
 def main() -> None:
@@ -81,6 +102,59 @@ def main() -> None:
           "no family follows: step cuts)")
     for name, g in df.groupby("curve", sort=False):
         print(f"    {name:20s} " + "  ".join(f"{r.continued_as:32s}" for r in g.itertuples()))
+    recipes(logs, df, cal, cross_of)
+
+
+def recipes(logs: dict, df: pd.DataFrame, cal, cross_of) -> None:
+    """The logged LR continued as a recipe's other run where the log so far follows it, and the wrong recipe."""
+    others = reruns()
+    rows, wrong = [], []
+    for name, recipe in others.items():
+        c, (x, lr) = logs[name]
+        task = name.partition("-")[0]
+        for frac in pa.FRACTIONS:
+            seen = x <= c.x[pa.prefix(c, frac) - 1]
+            sched, found = logged_lr_schedule(x[seen], lr[seen], c.schedule.budget, recipe)
+            row = df[(df.curve == name) & (df.observed == frac)].iloc[0].to_dict()
+            row["recipe"] = final_err(c, frac, sched, cal, cross_of) if found and found.spec == RECIPE \
+                else row["continued"]
+            row["matched"] = bool(found and found.spec == RECIPE)
+            row["recipe_lr"] = float(np.max(np.abs(sched.lr(x[~seen]) / sched.lr(x).max() - lr[~seen] / lr.max()),
+                                            initial=0.0))
+            rows.append(row)
+            for other, theirs in others.items():   # another recipe of the task's, given as this run's
+                if other != name and other.startswith(task + "-"):
+                    s2, f2 = logged_lr_schedule(x[seen], lr[seen], c.schedule.budget, theirs)
+                    if f2 is not None and f2.spec == RECIPE:
+                        wrong.append({"observed": frac, "curve": name, "given": other, "continued": row["continued"],
+                                      "wrong": final_err(c, frac, s2, cal, cross_of),
+                                      "same_future": float(np.max(np.abs(s2.lr(x[~seen]) - sched.lr(x[~seen])))
+                                                           / lr.max()) < 0.01})
+    d, w = pd.DataFrame(rows), pd.DataFrame(wrong)
+    print(f"== a recipe's other run (curves/reruns/: {len(others)} runs, 0.8x the budget, another seed): the log so "
+          "far, then that run's logged LR stretched to the budget, where the log follows it")
+    print("  median final error: whole log / recipe / continued / held / SPEC, and the LR ahead (share of the peak)")
+    for frac, g in d.groupby("observed"):
+        keys = ("whole", "recipe", "continued", "held", "spec")
+        gain = g.continued - g.recipe
+        print(f"  after {frac:.0%}: {int(g.matched.sum())} of {len(g)} logs follow their recipe: final "
+              + " / ".join(pa.pct(g[k].median()) for k in keys) + "   LR ahead "
+              + " / ".join(f"{g[k + '_lr'].median():.3f}" for k in keys)
+              + f"   run by run against continued: better on {int((gain > 1e-4).sum())}, worse on "
+              f"{int((gain < -1e-4).sum())}" + (f" (by at most {pa.pct(-gain.min())}: "
+                                                f"{', '.join(g[gain < -1e-4].curve)})" if (gain < -1e-4).any() else ""))
+    n_other = sum(1 for a in others for b in others if a != b and a.partition("-")[0] == b.partition("-")[0])
+    print(f"  another recipe of the task's given instead ({n_other} pairs per fraction): taken where the log so far "
+          "passes for it")
+    for frac in pa.FRACTIONS:
+        g = w[w.observed == frac] if len(w) else w
+        g = g[~g.same_future] if len(g) else g
+        cost = g.wrong - g.continued if len(g) else pd.Series(dtype=float)
+        print(f"  after {frac:.0%}: taken {len(g)} times with another LR ahead"
+              + (f": median final error then {pa.pct(g.wrong.median())} against continued "
+                 f"{pa.pct(g.continued.median())}; worse on {int((cost > 1e-4).sum())}, better on "
+                 f"{int((cost < -1e-4).sum())} (worst by {pa.pct(max(cost.max(), 0.0))}: "
+                 f"{g.loc[cost.idxmax(), 'curve']} given {g.loc[cost.idxmax(), 'given']})" if len(g) else ""))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 Run: PYTHONPATH=src python bench/curves/make_dev_curves.py [FILE.csv ...]   (~8 minutes on one core; torch
 CPU, 1 thread; names given: only those runs, the index is always rewritten)
+     PYTHONPATH=src python bench/curves/make_dev_curves.py --reruns   (``reruns/``: ``tinylm`` and ``charlm`` again under
+     each of their schedules, at 0.8x the budget and another seed: a recipe's other run, ``bench/live_lr.py``)
 
 Three real tasks on data that installed packages ship, each trained once under every LR schedule family the
 predictor knows (the schedule drives training through ``perf.schedule``, so the spec in ``index.csv`` is
@@ -363,27 +365,52 @@ def train(opt, peak: float, batch, step_loss, steps: int, lr_at=lambda s: 1.0, e
     return rows
 
 
-def run(task: str, sched_name: str) -> list[dict]:
+# a recipe's other run (``--reruns``): the same schedule SPEC at this share of the budget, another seed
+RERUN_BUDGET, RERUN_SEED, RERUN_TASKS = 0.8, 2, ("tinylm", "charlm")
+
+
+def run(task: str, sched_name: str, budget: int | None = None, seed: int = 1) -> list[dict]:
     t = TASKS[task]
-    model, opt, peak, batch, step_loss, evaluate = t.make(seed=1)
-    sched = parse_schedule(SCHEDULES[sched_name](t.budget), t.budget)
-    return train(opt, peak, batch, step_loss, t.budget, sched.lr, evaluate)
+    budget = budget or t.budget
+    model, opt, peak, batch, step_loss, evaluate = t.make(seed=seed)
+    sched = parse_schedule(SCHEDULES[sched_name](budget), budget)
+    return train(opt, peak, batch, step_loss, budget, sched.lr, evaluate)
+
+
+def write_rows(path: pathlib.Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    print(f"{path.name}: final loss {rows[-1]['loss']:.4f} acc {rows[-1]['accuracy']:.4f}", flush=True)
+
+
+def reruns() -> None:
+    (OUT / "reruns").mkdir(exist_ok=True)
+    index = []
+    for task in RERUN_TASKS:
+        budget = int(TASKS[task].budget * RERUN_BUDGET)
+        for name in TASKS[task].schedules:
+            write_rows(OUT / "reruns" / f"{task}-{name}.csv", run(task, name, budget, RERUN_SEED))
+            index.append({"file": f"{task}-{name}.csv", "task": task, "schedule": SCHEDULES[name](budget),
+                          "budget": budget, "seed": RERUN_SEED})
+    with open(OUT / "reruns" / "index.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(index[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(index)
 
 
 def main() -> None:
     torch.set_num_threads(1)
+    if sys.argv[1:] == ["--reruns"]:
+        return reruns()
     only = sys.argv[1:]
     index = []
     for task, t in TASKS.items():
         for name in t.schedules:
             fname = f"{task}-{name}.csv"
             if not only or fname in only:
-                rows = run(task, name)
-                with open(OUT / fname, "w", newline="") as f:
-                    w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-                    w.writeheader()
-                    w.writerows(rows)
-                print(f"{fname}: final loss {rows[-1]['loss']:.4f} acc {rows[-1]['accuracy']:.4f}", flush=True)
+                write_rows(OUT / fname, run(task, name))
             index.append({"file": fname, "task": task, "schedule": SCHEDULES[name](t.budget), "budget": t.budget,
                           "family": t.family, "metric": t.metric, "regime": t.regime,
                           "overfits": t.overfits})

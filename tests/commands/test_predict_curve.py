@@ -193,6 +193,32 @@ def test_a_logged_lr_that_ends_before_the_budget_goes_on_as_its_family_or_is_sai
     assert "lr_logged_until" not in json.loads(capsys.readouterr().out)   # the whole log: its LR is the plan
 
 
+def test_a_logged_lr_that_follows_its_like_runs_goes_on_as_theirs_cuts_to_come_included(tmp_path, capsys):
+    """charlm-step logged to step 300 of 800 (cuts at 400 and 600 to come, none yet): held without more. With a
+    finished run of its recipe (--like: bench/curves/reruns, 0.8x the budget, another seed) the LR goes on as that run
+    logged its own, stretched: the prediction its whole logged LR gives. A --like run it departs from is said so."""
+    d = pd.read_csv(RUN)[["step", "loss", "lr"]]
+    d[d.step <= 300].to_csv(tmp_path / "live.csv", index=False)
+    reruns = REPO / "bench" / "curves" / "reruns"
+
+    def predict(file, observed_until=None, like=(), as_json=True):
+        assert run_curve(file, "step", "loss", 800.0, None, observed_until, None, None, "loss", None, None, as_json,
+                         None, like=list(like)) == 0
+        out = capsys.readouterr()
+        return (json.loads(out.out) if as_json else " ".join(out.out.split())), out.err
+
+    ran, _ = predict(tmp_path / "live.csv", like=[reruns / "charlm-step.csv"])
+    known, _ = predict(RUN, 300.0, like=[reruns / "charlm-step.csv"])   # the whole log's LR: its future known
+    assert (ran["lr_logged_until"], ran["lr_continued_as"]) == (300.0, "the --like runs' logged LR")
+    assert ran["final_value"] == pytest.approx(known["final_value"], rel=0.005)
+    text, _ = predict(tmp_path / "live.csv", like=[reruns / "charlm-step.csv"], as_json=False)
+    assert "then as the --like runs' logged LR (its log so far follows theirs)" in text
+    other, note = predict(tmp_path / "live.csv", like=[reruns / "charlm-cosine.csv"])
+    assert other["lr_continued_as"] is None
+    assert "note: the run's logged LR does not follow the --like runs' so far: past its log it goes on as its " \
+           "last value" in note
+
+
 @pytest.mark.slow
 def test_a_hugging_face_run_half_way_gets_the_rest_of_its_cosine_from_its_logged_lr(tmp_path):
     """"When will my run hit 93 %?" asked of a Trainer's trainer_state.json half-way: the budget is its max_steps,

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from dlsched.perf.lr_continuation import continuation, logged_lr_schedule, lr_logged_until
+from dlsched.perf.schedule import Schedule
 
 CURVES = Path(__file__).resolve().parents[2] / "bench" / "curves"
 
@@ -145,3 +146,37 @@ def test_a_log_that_restarted_goes_on_restarting(t_mult, cut, spec):
     assert found.spec.startswith(name) and abs(float(got["t0"]) - float(t0[3:])) < 1 and got.get("mult") == \
         (mult[0][5:] if mult else None), found
     assert np.max(np.abs(schedule.lr(x[~seen]) - lr[~seen])) < 0.01 * lr.max()
+
+
+def recipe(name: str, scale: float = 1.0) -> Schedule:
+    """The LR a recipe's other run logged (``bench/curves/reruns``: 0.8x the budget, another seed)."""
+    d, index = pd.read_csv(CURVES / "reruns" / f"{name}.csv"), pd.read_csv(CURVES / "reruns" / "index.csv")
+    budget = float(index.set_index("file").loc[f"{name}.csv", "budget"])
+    return Schedule.from_points(d.step, scale * d.lr, budget, spec="its recipe's other run")
+
+
+@pytest.mark.parametrize("name, share", [("tinylm-step", 0.4), ("tinylm-multistep", 0.2), ("charlm-wsd", 0.5),
+                                         ("tinylm-steps", 0.5)])
+def test_a_log_that_follows_its_recipe_goes_on_as_the_recipes_other_run_did_cuts_to_come_included(name, share):
+    """A step schedule before its cuts, a WSD in its stable phase: no family can tell what comes, the recipe's
+    other run (a shorter one, another seed, its LR logged at another scale) does: it cut, then ran at the new LR."""
+    x, lr, seen, budget = logged(name, share)
+    assert continuation(x[seen], lr[seen], budget) is None   # held without it
+    schedule, found = logged_lr_schedule(x[seen], lr[seen], budget, recipe(name, scale=3.0))
+    assert found is not None and found.spec == "its recipe's other run"
+    assert found.scale == pytest.approx(1 / 3, rel=1e-6)
+    # what the run then logged, except within a logging interval of a cut (the rows each run logged it between)
+    gap = np.abs(schedule.lr(x[~seen]) - lr[~seen]) / lr.max()
+    cut = np.abs(np.diff(lr, prepend=lr[0])) > 0.05 * lr.max()
+    near = np.convolve(cut, np.ones(3), mode="same")[~seen] > 0
+    assert np.max(gap[~near], initial=0.0) < 0.01 and near.sum() <= 3 * cut[~seen].sum()
+    assert np.array_equal(schedule.lr(x[seen]), lr[seen])
+
+
+def test_a_log_that_departs_from_the_recipe_given_goes_on_as_its_own():
+    """A cosine's log given a step recipe: past its first rows they part, and the cosine goes on as its family."""
+    x, lr, seen, budget = logged("tinylm-cosine", 0.4)
+    schedule, found = logged_lr_schedule(x[seen], lr[seen], budget, recipe("tinylm-step"))
+    assert found is not None and found.spec.startswith("cosine")
+    x, lr, seen, budget = logged("tinylm-step", 0.6)   # past its first cut, a constant recipe does not follow
+    assert logged_lr_schedule(x[seen], lr[seen], budget, recipe("tinylm-constant"))[1] is None

@@ -545,3 +545,37 @@ def test_a_queued_job_s_stated_target_is_predicted_from_its_task_s_finished_targ
     assert abs(m["final"] / truth - 1) < 0.03 and m["final_80"][0] <= truth <= m["final_80"][1]
     assert 0 < m["target_step"] < 800 and m["curve"][-1] == [800.0, pytest.approx(m["final"])]
     store.close()
+
+
+def test_a_job_reporting_its_lr_goes_on_as_its_tasks_finished_jobs_ran_where_its_log_so_far_follows_theirs():
+    """Real curves: charlm-step reported to step 300 (its cuts at 400 and 600 still to come), no plan, none declared.
+    Its task's finished jobs ran the recipe (bench/curves/reruns: 0.8x the budget, another seed): past its log, the
+    job's LR goes on as theirs, cuts included, and the prediction is the one its whole reported LR gives; without
+    them the LR is held and the final loss misses the cuts' drop. A recipe its log departs from is not taken."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from dlsched.perf.schedule import Schedule
+
+    curves = Path(__file__).resolve().parents[2] / "bench" / "curves"
+    d = pd.read_csv(curves / "charlm-step.csv")
+    recs = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * int(r.step), "loss": r.loss, "lr": r.lr,
+             "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples() if r.step <= 300]
+    ahead = d[d.step > 300]
+    whole = {"step": 300, "batch_size": 32, "steps": ahead.step.tolist(), "lr": ahead.lr.tolist()}
+
+    def recipe(name):
+        r = pd.read_csv(curves / "reruns" / f"charlm-{name}.csv")
+        return Schedule.from_points(r.step, r.lr, 640.0)
+
+    args = (recs, 2000.0, 1, 32, 32 * 800, 32 * 300)
+    known = predict(*args, lr_plan=whole)[0].loss_fit
+    ran = predict(*args, task_schedule=recipe("step"))[0].loss_fit
+    held = predict(*args)[0].loss_fit
+    other = predict(*args, task_schedule=recipe("cosine"))[0].loss_fit
+    assert ran["lr"] == "reported to step 300, then as its task's finished jobs ran"
+    assert held["lr"] == other["lr"] == "reported to step 300, then held at its last value"
+    truth = d.loss.iloc[-3:].mean()
+    assert abs(ran["final"] / known["final"] - 1) < 0.005
+    assert abs(ran["final"] / truth - 1) < abs(held["final"] / truth - 1) / 2

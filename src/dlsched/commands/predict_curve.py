@@ -40,15 +40,20 @@ SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant 
                  'of T, T*M, ..., each restarting at the peak) | steps:X=LR,... (piecewise constant) | '
                  'points:X=LR,... (piecewise linear); cosine, linear, poly, wsd and sgdr take :min=M (decay to M x the '
                  'peak, not 0) | lr-column (the --lr-col of '
-                 "every row, also rows past --observed-until; past the log's end, the family its logged decay follows, "
-                 'else its last value). Warm-up is linear from 0; LR values are relative (only the shape matters). '
+                 "every row, also rows past --observed-until; past the log's end, the --like runs' logged LR where the "
+                 "log so far follows theirs, else the family its logged decay follows, else its last value). Warm-up "
+                 'is linear from 0; LR values are relative (only the shape matters). '
                  'Default: lr-column when --lr-col is given or the log has one LR column (lr, learning_rate, '
                  "lr-<Optimizer>; of one optimizer's lr/pgN groups the shape most share), else the LR the --like runs "
                  "logged where they share one shape (stretched to the budget), else constant")
 
 
-def _schedule(spec: str | None, budget: float, curve):
-    """The run's schedule over the budget, and with ``lr-column`` the family its logged LR goes on as (or None)."""
+LIKE_LR = "the --like runs' logged LR"   # where a run's LR comes from past its log: its recipe's other runs
+
+
+def _schedule(spec: str | None, budget: float, curve, recipe=None):
+    """The run's schedule over the budget, and with ``lr-column`` what its logged LR goes on as (or None): the
+    ``recipe`` (the --like runs' shared shape) where the log so far follows it, else the family its decay follows."""
     from dlsched.perf.lr_continuation import logged_lr_schedule
     from dlsched.perf.schedule import parse_schedule
 
@@ -58,7 +63,7 @@ def _schedule(spec: str | None, budget: float, curve):
         if curve.lr is None or len(curve.lr) == 0:
             raise UserError(f"--schedule lr-column: {curve.source} has no LR values (name the column with --lr-col)")
         try:
-            return logged_lr_schedule(curve.lr_x, curve.lr, budget)
+            return logged_lr_schedule(curve.lr_x, curve.lr, budget, recipe)
         except ValueError as e:
             raise UserError(f"--lr-col {curve.lr_name!r}: {e}") from None
     try:
@@ -145,14 +150,21 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     fits = [finished_run(f, log, y, metric, regime,   # each one's own LR where it logs one, else the SPEC at its budget
                          lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c)[0], shift, scale)
             for f, log in zip(like or (), logs)]
-    sched, continued = _schedule(schedule, budget, curve)
-    # none given, none logged: the LR the --like runs logged, where they share one shape (one recipe), over its budget
-    if schedule is None and curve.lr is None and logs and all(log.lr is not None for log in logs):
+    # one recipe: the LR the --like runs logged, where they share one shape, stretched to this run's budget
+    recipe = None
+    if logs and all(log.lr is not None for log in logs):
         if (shared := shared_shape([f.curve.schedule for f in fits])) is not None:
-            sched = stretched(shared, budget, "as the --like runs' logged LR")
-        else:
+            recipe = stretched(shared, budget, LIKE_LR)
+        elif schedule is None and curve.lr is None:
             typer.echo("note: the --like runs' logged LRs differ in shape: the run's is taken as constant (give it "
                        "with --schedule SPEC)", err=True)
+    sched, continued = _schedule(schedule, budget, curve, recipe if schedule in (None, "lr-column") else None)
+    if schedule is None and curve.lr is None and recipe is not None:   # none given, none logged: the recipe's
+        sched = dataclasses.replace(recipe, spec=f"as {LIKE_LR}")
+    elif recipe is not None and sched.spec == "lr-column" and lr_logged_until(curve.lr_x, budget) is not None \
+            and (continued is None or continued.spec != LIKE_LR):
+        typer.echo("note: the run's logged LR does not follow the --like runs' so far: past its log it goes on as "
+                   f"{continued.spec if continued else 'its last value'}", err=True)
     if like:
         prior = like_prior(fits, metric, regime, sched)
     try:
@@ -216,8 +228,9 @@ def _render(out: dict, x: str, metric: str) -> None:
         con.print("one point after training starts: the finished runs' curves carried through it "
                   "(wide bands; a second point fits the run's own)")
     if out.get("lr_logged_until") is not None:
-        rest = f"then as {out['lr_continued_as']} (its logged decay follows it)" if out["lr_continued_as"] else \
-            "then held at its last value (if it still decays, give the schedule with --schedule SPEC)"
+        rest = "then held at its last value (if it still decays, give the schedule with --schedule SPEC)" \
+            if not out["lr_continued_as"] else f"then as {LIKE_LR} (its log so far follows theirs)" \
+            if out["lr_continued_as"] == LIKE_LR else f"then as {out['lr_continued_as']} (its logged decay follows it)"
         con.print(f"LR: logged to {x} {_x(out['lr_logged_until'])} of {out['budget']:g}, {rest}")
     if out.get("x_from_zero"):
         why = out.get("x_from_zero_because")

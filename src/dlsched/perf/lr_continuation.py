@@ -1,6 +1,7 @@
 """The rest of a logged LR. A run still training has logged its LR only so far (a Hugging Face ``trainer_state.json``,
-a CSV, TensorBoard): past the log's end, the SPEC family its logged decay follows (``FAMILIES``, each after a
-warm-up; SGDR where it restarted), where one follows it to print precision; else its last value, held."""
+a CSV, TensorBoard): past the log's end, its recipe's (the LR finished runs of it ran, where the log so far follows
+it), else the SPEC family its logged decay follows (``FAMILIES``, each after a warm-up; SGDR where it restarted),
+where one follows it to print precision; else its last value, held."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from dlsched.perf.schedule import Schedule, parse_schedule
+from dlsched.perf.schedule import GRID, SHARED, Schedule, parse_schedule, stretched
 
 # RMS misfit over the logged decay, a share of the peak, below which a family is taken to be the run's schedule: a
 # logged LR is exact up to its printing (6 significant digits: 1e-5), while the nearest wrong family of a cosine,
@@ -19,6 +20,7 @@ TOLERANCE = 0.002
 # its scheduler's fits a richer family a little closer (linear as poly:power=0.998, cosine with a floor of 0.003)
 AHEAD = 0.01
 ROWS = 512   # the decay rows a family is fitted to, at most
+RECIPE_SLACK = 0.05   # the most, a share of the budget, a logged row may sit from where its recipe ran its LR
 # the families a logged decay is matched against, fewest free parameters first (a linear decay is also a poly of
 # power 1 and a WSD; a cosine is a cosine to a min of 0): each is a warm-up W and at most one more parameter
 FAMILIES = ("cosine", "linear", "invsqrt", "poly", "wsd", "exp", "cosine-min", "linear-min")
@@ -87,16 +89,49 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
     return next(f for f in fits if np.max(np.abs(lr_ahead(f) - closest)) <= AHEAD * lrs[peak])
 
 
-def logged_lr_schedule(xs, lrs, budget: float) -> tuple[Schedule, Continuation | None]:
-    """The logged LR as a schedule (``Schedule.from_points``), continued past its last x by the family it follows."""
+def logged_lr_schedule(xs, lrs, budget: float, recipe: Schedule | None = None) -> tuple[Schedule, Continuation | None]:
+    """The logged LR as a schedule (``Schedule.from_points``), continued past its last x as ``recipe`` goes on
+    (``recipe_continuation``: its ``spec`` says where it comes from), else by the family its decay follows."""
     xs, lrs = np.asarray(xs, float), np.asarray(lrs, float)
-    found = continuation(xs, lrs, budget) if lr_logged_until(xs, budget) is not None else None
+    if lr_logged_until(xs, budget) is None:
+        return Schedule.from_points(xs, lrs, budget), None
+    by_recipe = None if recipe is None else recipe_continuation(xs, lrs, budget, recipe)
+    found = by_recipe or continuation(xs, lrs, budget)
     if found is not None:
-        rest = parse_schedule(found.spec, budget)
-        beyond = np.asarray(rest.xs) > xs.max()
-        xs = np.concatenate([xs, np.asarray(rest.xs)[beyond]])
-        lrs = np.concatenate([lrs, found.scale * np.asarray(rest.lrs)[beyond]])
+        rest = stretched(recipe, budget, recipe.spec) if by_recipe else parse_schedule(found.spec, budget)
+        # past the log on a grid as fine as the areas': a stepwise recipe's cut stays a cut
+        ahead = np.union1d(np.linspace(0.0, budget, GRID), rest.xs)
+        ahead = ahead[ahead > xs.max()]
+        xs, lrs = np.concatenate([xs, ahead]), np.concatenate([lrs, found.scale * rest.lr(ahead)])
     return Schedule.from_points(xs, lrs, budget), found
+
+
+def recipe_continuation(xs, lrs, budget: float, recipe: Schedule) -> Continuation | None:
+    """``recipe`` (the LR finished runs of the run's recipe ran: ``schedule.shared_shape``) stretched to the budget,
+    where the logged LR so far follows it within ``SHARED`` of its peak (RMS, scaled to the log), else None. The runs
+    of a recipe know what a log cannot show: a step schedule's cuts to come, a WSD's decay."""
+    xs, lrs = np.asarray(xs, float), np.asarray(lrs, float)
+    shape = stretched(recipe, budget, recipe.spec)
+    # rows before the recipe's first knot are not compared: a logged LR's first row is where its log starts, not its
+    # LR from 0 (a warm-up's first row at step 10 of 600 is a third of its peak, another run's at 12.5 of 600 half)
+    xs, lrs = xs[xs >= shape.xs[0]], lrs[xs >= shape.xs[0]]
+    ref = shape.lr(xs)
+    if not np.any(ref > 0):
+        return None
+    scale = float(np.median(lrs[ref > 0] / ref[ref > 0]))   # robust to a row logged across a cut
+    peak = scale * max(shape.lrs)
+    if not peak > 0:
+        return None
+    # a row follows the recipe where its LR is one the recipe ran within a logging interval of it (the log's or the
+    # recipe's, a logged LR's rows stretched; a stepwise SPEC's knots are its cuts, no rows): runs of one recipe log a
+    # cut at rows up to an interval apart (another budget, another logging step); at most RECIPE_SLACK of the budget
+    rows = np.diff(np.asarray(recipe.xs)) * budget / recipe.budget if not recipe.stepwise else np.zeros(0)
+    interval = min(max(float(np.median(np.diff(xs))) if len(xs) > 1 else 0.0,
+                       float(np.median(rows)) if len(rows) else 0.0), RECIPE_SLACK * budget)
+    window = scale * shape.lr(xs[:, None] + interval * np.linspace(-1.0, 1.0, 9))
+    gap = np.maximum(window.min(axis=1) - lrs, 0.0) + np.maximum(lrs - window.max(axis=1), 0.0)
+    misfit = float(np.sqrt(np.mean(gap ** 2))) / peak
+    return Continuation(recipe.spec, scale, misfit) if misfit <= SHARED else None
 
 
 def _cycles(restarts: list[tuple[float, float]], warm: tuple[float, float]) -> str:

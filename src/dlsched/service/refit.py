@@ -167,10 +167,11 @@ def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) 
 
 
 def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dict | None = None,
-                    axis: ProgressAxis | None = None) -> Schedule | None:
+                    axis: ProgressAxis | None = None, recipe: Schedule | None = None) -> Schedule | None:
     """The job's own logged LR as its schedule, where it tells the schedule: every record has one. After the last
-    step, the runtime's ``plan`` of its schedulers' LR (``dlsched.torch.lr_plan``), else the family its logged decay
-    follows, else flat. While the batch never changed, in steps, the plan made at that batch; after a change, over
+    step, the runtime's ``plan`` of its schedulers' LR (``dlsched.torch.lr_plan``), else ``recipe`` (the shape its
+    task's finished jobs ran: ``JobModels.task_schedule``) where the log so far follows it, else the family its logged
+    decay follows, else flat. While the batch never changed, in steps, the plan made at that batch; after a change, over
     ``axis`` (``service.progress_axis``), the LR over its LR rule's factor (linear scaling moves the LR with the
     batch, which is no annealing), so every record must say that factor, and the plan its samples."""
     h = recs if isinstance(recs, ProgressHistory) else ProgressHistory.of(recs)
@@ -192,8 +193,9 @@ def logged_schedule(recs: ProgressHistory | list[dict], budget: float, plan: dic
         if plan is not None and (plan_x := axis.plan_x(plan)) is not None:
             planned = axis.x(plan["samples"]), plan_x, np.asarray(planned_schedule_lr(plan))
     try:
-        if planned is None:   # no plan: the family its logged decay follows, else its last value (perf.lr_continuation)
-            schedule, found = logged_lr_schedule(xs, lrs, budget)
+        if planned is None:   # no plan: its recipe's, the family its logged decay follows, else its last value
+            schedule, found = logged_lr_schedule(xs, lrs, budget, None if recipe is None else
+                                                 replace(recipe, spec="its task's finished jobs ran"))
             if (until := lr_logged_until(xs, budget)) is None:
                 return replace(schedule, spec="reported")
             at = f"step {until:,.0f}" if axis is None else f"{until:,.0f} steps of its first batch"
@@ -396,7 +398,7 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         budget = 10.0 * max(xs[-1], 1.0)
     lr = f"{schedule} (declared)" if schedule else None
     if schedule is None and budget:
-        schedule = logged_schedule(history, budget, lr_plan, axis)
+        schedule = logged_schedule(history, budget, lr_plan, axis, task_schedule if total_hint else None)
         if schedule is None and task_schedule is not None and total_hint:   # a budget of its own, not 10x so far
             schedule = stretched(task_schedule, budget, "as its task's finished jobs ran (none declared, none reported)")
         lr = None if schedule is None else schedule.spec
