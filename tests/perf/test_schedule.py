@@ -100,3 +100,30 @@ def test_runs_of_one_recipe_share_a_shape_whatever_their_length_and_it_stretches
     long = stretched(a, 1000, "as a")
     assert (long.spec, long.budget) == ("as a", 1000)
     assert np.allclose(long.lr([0, 50, 525, 1000]), a.lr([0, 40, 420, 800]))
+@pytest.mark.parametrize("name", ["charlm-multistep", "charlm-steps", "tinylm-steps", "tinylm-invsqrt", "digitsft-cosine"])
+def test_the_logged_lr_of_one_recipe_at_another_budget_and_logging_is_one_shape_and_other_recipes_are_not(name):
+    """Real logs (bench/curves, every 10 steps): a recipe's other run (reruns/: 0.8x the budget) logs its cuts and its
+    warm-up at rows up to an interval apart, and its first row is not its LR from 0 (compared point by point, 4 of 23
+    such pairs were "other recipes"); the same logs of the task's other schedules stay apart."""
+    import pandas as pd
+    from pathlib import Path
+
+    curves = Path(__file__).resolve().parents[2] / "bench" / "curves"
+
+    def logged(path, budget):
+        d = pd.read_csv(path)
+        return Schedule.from_points(d.step, d.lr, budget)
+
+    index = pd.read_csv(curves / "index.csv").set_index("file")
+    task = name.partition("-")[0]
+    run = logged(curves / f"{name}.csv", float(index.loc[f"{name}.csv", "budget"]))
+    other = curves / "reruns" / f"{name}.csv"
+    if other.exists():
+        assert shared_shape([run, logged(other, 0.8 * index.loc[f"{name}.csv", "budget"])]) is run
+    else:   # the same SPEC at another budget: digits' cosine over 800 steps, the fine-tune's over 400
+        assert shared_shape([run, logged(curves / "digits-cosine.csv", 800.0)]) is run
+    for f, row in index.iterrows():
+        if row.task == task and f != f"{name}.csv":
+            assert shared_shape([run, logged(curves / f, float(row.budget))]) is None, f
+
+

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from dlsched.perf.schedule import GRID, SHARED, Schedule, parse_schedule, stretched
+from dlsched.perf.schedule import GRID, SHARED, Schedule, logging_slack, outside, parse_schedule, stretched
 
 # RMS misfit over the logged decay, a share of the peak, below which a family is taken to be the run's schedule: a
 # logged LR is exact up to its printing (6 significant digits: 1e-5), while the nearest wrong family of a cosine,
@@ -20,7 +20,6 @@ TOLERANCE = 0.002
 # its scheduler's fits a richer family a little closer (linear as poly:power=0.998, cosine with a floor of 0.003)
 AHEAD = 0.01
 ROWS = 512   # the decay rows a family is fitted to, at most
-RECIPE_SLACK = 0.05   # the most, a share of the budget, a logged row may sit from where its recipe ran its LR
 # the families a logged decay is matched against, fewest free parameters first (a linear decay is also a poly of
 # power 1 and a WSD; a cosine is a cosine to a min of 0): each is a warm-up W and at most one more parameter
 FAMILIES = ("cosine", "linear", "invsqrt", "poly", "wsd", "exp", "cosine-min", "linear-min")
@@ -116,20 +115,15 @@ def recipe_continuation(xs, lrs, budget: float, recipe: Schedule) -> Continuatio
     # LR from 0 (a warm-up's first row at step 10 of 600 is a third of its peak, another run's at 12.5 of 600 half)
     xs, lrs = xs[xs >= shape.xs[0]], lrs[xs >= shape.xs[0]]
     ref = shape.lr(xs)
-    if not np.any(ref > 0):
+    if not len(xs) or not np.any(ref > 0):
         return None
     scale = float(np.median(lrs[ref > 0] / ref[ref > 0]))   # robust to a row logged across a cut
     peak = scale * max(shape.lrs)
     if not peak > 0:
         return None
-    # a row follows the recipe where its LR is one the recipe ran within a logging interval of it (the log's or the
-    # recipe's, a logged LR's rows stretched; a stepwise SPEC's knots are its cuts, no rows): runs of one recipe log a
-    # cut at rows up to an interval apart (another budget, another logging step); at most RECIPE_SLACK of the budget
-    rows = np.diff(np.asarray(recipe.xs)) * budget / recipe.budget if not recipe.stepwise else np.zeros(0)
-    interval = min(max(float(np.median(np.diff(xs))) if len(xs) > 1 else 0.0,
-                       float(np.median(rows)) if len(rows) else 0.0), RECIPE_SLACK * budget)
-    window = scale * shape.lr(xs[:, None] + interval * np.linspace(-1.0, 1.0, 9))
-    gap = np.maximum(window.min(axis=1) - lrs, 0.0) + np.maximum(lrs - window.max(axis=1), 0.0)
+    # a row follows the recipe where its LR is one the recipe ran within a logging interval of it (``outside``)
+    interval = logging_slack(Schedule.from_points(xs, lrs, budget), shape, budget)
+    gap = scale * outside(lrs / scale, xs, shape, interval)
     misfit = float(np.sqrt(np.mean(gap ** 2))) / peak
     return Continuation(recipe.spec, scale, misfit) if misfit <= SHARED else None
 

@@ -97,6 +97,7 @@ class Schedule:
 
 
 SHARED = 0.02   # RMS gap, a share of the peak, within which runs' LR shapes over their budgets are one schedule
+SLACK = 0.05    # the most, a share of the budget, two runs of one recipe may log one change of LR apart
 
 
 def stretched(schedule: Schedule, budget: float, spec: str) -> Schedule:
@@ -106,13 +107,45 @@ def stretched(schedule: Schedule, budget: float, spec: str) -> Schedule:
 
 
 def shared_shape(schedules: list[Schedule]) -> Schedule | None:
-    """The first schedule when every one has its shape over its own budget (the LR relative to its peak, RMS gap
-    within ``SHARED`` of the first's: the runs of one recipe, whatever their length), else None."""
+    """The first schedule when every one has its shape over its own budget (``shape_gap`` within ``SHARED`` of the
+    first's: the runs of one recipe, whatever their length and logging), else None."""
     if not schedules:
         return None
+    return schedules[0] if all(shape_gap(schedules[0], s) <= SHARED for s in schedules[1:]) else None
+
+
+def shape_gap(a: Schedule, b: Schedule) -> float:
+    """How far two schedules' shapes (each over its budget, relative to its peak) lie apart: the RMS of how far each
+    one's LR lies from what the other ran within a logging interval of it (``outside``), the larger way round, from
+    the later of their first knots (a logged LR's first row is where its log starts, not its LR from 0)."""
+    a, b = _relative(a), _relative(b)
     t = np.linspace(0.0, 1.0, GRID)
-    shapes = [s.lr(t * s.budget) / (max(s.lrs) or 1.0) for s in schedules]
-    return schedules[0] if all(np.sqrt(np.mean((a - shapes[0]) ** 2)) <= SHARED for a in shapes[1:]) else None
+    t = t[t >= max(a.xs[0], b.xs[0])]
+    h = logging_slack(a, b, 1.0)
+    return max(float(np.sqrt(np.mean(outside(p.lr(t), t, q, h) ** 2))) for p, q in ((a, b), (b, a)))
+
+
+def logging_slack(a: Schedule, b: Schedule, budget: float) -> float:
+    """How far apart, in x over ``budget``, runs of one recipe may log one change of LR: the wider spacing of the two
+    logs' rows (a stepwise SPEC has none: its knots are its cuts), at most ``SLACK`` of the budget."""
+    def spacing(s: Schedule) -> float:
+        d = np.diff(np.asarray(s.xs))
+        return 0.0 if s.stepwise or not len(d) else float(np.median(d)) / s.budget
+    return min(max(spacing(a), spacing(b)), SLACK) * budget
+
+
+def outside(lr, x, schedule: Schedule, halfwidth: float) -> np.ndarray:
+    """How far each ``lr`` (at ``x``) lies outside the range of LRs ``schedule`` runs within ``halfwidth`` of its x:
+    runs of one recipe log a cut, or a warm-up's rise, at rows up to a logging interval apart."""
+    window = schedule.lr(np.asarray(x, float)[:, None] + halfwidth * np.linspace(-1.0, 1.0, 9))
+    lr = np.asarray(lr, float)
+    return np.maximum(window.min(axis=1) - lr, 0.0) + np.maximum(lr - window.max(axis=1), 0.0)
+
+
+def _relative(s: Schedule) -> Schedule:
+    """The schedule over a budget of 1, its peak 1."""
+    peak = max(s.lrs) or 1.0
+    return Schedule(s.spec, 1.0, tuple(x / s.budget for x in s.xs), tuple(v / peak for v in s.lrs), s.stepwise)
 
 
 def areas(schedule: Schedule, x, momentum: float = MOMENTUM) -> tuple[np.ndarray, np.ndarray]:
