@@ -715,6 +715,12 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
     running = [loop.models.refit(store.get(j), seen, 4000.0).loss_fit for j in (undeclared_too, declared)]
     assert running[0]["lr"] == "as its task's finished jobs ran (none declared, none reported)"
     assert running[0]["final"] == pytest.approx(running[1]["final"], rel=1e-3)
+    # and once it reports its LR so far, which follows theirs: past its reports, as they ran (perf.lr_continuation)
+    reporting = [{"time": 1000 + r.wall_s, "step": int(r.step), "samples": 32 * r.step, "loss": r.loss, "lr": r.lr,
+                  "samples_per_s": 100.0, "workers": 1, "batch_size": 32} for r in d.itertuples() if r.step <= 210]
+    fit = loop.models.refit(store.get(undeclared_too), reporting, 4100.0).loss_fit
+    assert fit["lr"] == "reported to step 210, then as its task's finished jobs ran"
+    assert fit["final"] == pytest.approx(running[1]["final"], rel=0.01)
     # a prediction that raises is that job's alone: the round still schedules
     late = store.submit(spec(schedule="cosine"))
     loop.models.bands.of = lambda kind: 1 / 0
