@@ -237,6 +237,28 @@ def test_a_hugging_face_run_half_way_gets_the_rest_of_its_cosine_from_its_logged
     assert out["lr_continued_as"].startswith("cosine:") and out["steps_to_target"] > 0
 
 
+def test_a_like_run_whose_log_ends_before_its_own_budget_is_said_to(tmp_path, capsys):
+    """--like asks for finished runs; a trainer_state.json names its max_steps, so one that stops half-way (a run
+    still training, or an early stop) is said to, in one line, and taken as ended there; a CSV names no budget."""
+    d = pd.read_csv(REPO / "bench" / "curves" / "tinylm-cosine.csv")
+
+    def state(until):
+        history = [{"step": int(r.step), "loss": r.loss, "learning_rate": r.lr} for r in d.itertuples()
+                   if r.step <= until]
+        path = tmp_path / f"state-{until}" / "trainer_state.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"global_step": until, "max_steps": 600, "log_history": history}))
+        return path
+
+    done, half = state(600), state(300)
+    for like, said in ((done, False), (half, True)):
+        assert run_curve(RUN, "step", "loss", 800.0, None, 300.0, None, 0.95, "loss", None, None, True, None,
+                         like=[like]) == 0
+        err = capsys.readouterr().err
+        assert (f"note: --like {half} ends at step 300 of its budget 600 (still training, or stopped early)" in err) \
+            is said, err
+
+
 def test_the_lr_column_a_logger_writes_is_the_default_schedule(tmp_path, capsys):
     d = pd.read_csv(RUN)[["step", "loss", "lr"]]
     for name in ("lr", "learning_rate", "lr-AdamW"):   # timm, Hugging Face, Lightning's LearningRateMonitor

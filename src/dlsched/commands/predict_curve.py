@@ -144,6 +144,10 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
                                      None if curve.time is None else curve.time[keep]))
     # each --like run read once; with its times where the run has no timed point of its own yet (their speed is its)
     logs = [read_like_run(f, x, y, lr_col, time_col if rate is None else None) for f in like or ()]
+    for f, log in zip(like or (), logs):   # a finished run, by the option's word; its log's own budget can say not
+        if log.budget is not None and len(log.x) and lr_logged_until(log.x, log.budget) is not None:
+            typer.echo(f"note: --like {f} ends at {x} {log.x[-1]:g} of its budget {log.budget:g} (still training, "
+                       "or stopped early): taken as ended there", err=True)
     # an accuracy's scale (0-1 or %): the run's points, else its log's, else (no log) the first --like run's
     scale = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y if len(curve.y) else
                            logs[0].y if logs else curve.y).top
