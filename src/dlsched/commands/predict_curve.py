@@ -232,9 +232,13 @@ def _render(out: dict, x: str, metric: str) -> None:
         con.print("one point after training starts: the finished runs' curves carried through it "
                   "(wide bands; a second point fits the run's own)")
     if out.get("lr_logged_until") is not None:
-        rest = "then held at its last value (if it still decays, give the schedule with --schedule SPEC)" \
-            if not out["lr_continued_as"] else f"then as {LIKE_LR} (its log so far follows theirs)" \
-            if out["lr_continued_as"] == LIKE_LR else f"then as {out['lr_continued_as']} (its logged decay follows it)"
+        went_on = out["lr_continued_as"]
+        if went_on is None:
+            rest = "then held at its last value (if it still decays, give the schedule with --schedule SPEC)"
+        elif went_on == LIKE_LR:
+            rest = f"then as {LIKE_LR} (its log so far follows theirs)"
+        else:
+            rest = f"then as {went_on} (its logged decay follows it)"
         con.print(f"LR: logged to {x} {_x(out['lr_logged_until'])} of {out['budget']:g}, {rest}")
     if out.get("x_from_zero"):
         why = out.get("x_from_zero_because")
