@@ -127,14 +127,16 @@ def test_a_long_per_step_log_is_matched_on_a_sample_of_its_rows(monkeypatch):
 
 
 @pytest.mark.parametrize("t_mult, cut, spec", [(1, 250, "sgdr:t0=200"), (2, 350, "sgdr:t0=100:mult=2"),
-                                                (2, 250, None)])   # one restart of growing cycles: their growth unseen
+                                                (2, 250, "sgdr:t0=100:mult=2"), (3, 200, "sgdr:t0=66.67:mult=3"),
+                                                (2, 110, None)])   # 1 row of the second cycle: its growth unseen
 def test_a_log_that_restarted_goes_on_restarting(t_mult, cut, spec):
-    """torch's CosineAnnealingWarmRestarts logged every 10 steps: once a restart shows (two, where the cycles grow),
-    its cycles go on; its highest row was a later cycle's first, whose decay alone a poly followed before."""
+    """torch's CosineAnnealingWarmRestarts logged every 10 steps: once a restart shows, its cycles go on, their growth
+    (T_mult) from the first two cycles, or from the second's decay so far where one restart shows; its highest row
+    was a later cycle's first, whose decay alone a poly followed before."""
     import torch
 
     x, lr = _scheduled(lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(
-        o, T_0=200 // t_mult, T_mult=t_mult), 1000)
+        o, T_0=200 // t_mult, T_mult=t_mult), 1000)   # T_0 66 for T_mult 3: restarts at 66, 264, 858
     x, lr = x[9::10], lr[9::10]
     seen = x <= cut
     schedule, found = logged_lr_schedule(x[seen], lr[seen], 1000.0)

@@ -71,7 +71,7 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
     peaks = (1 - TOLERANCE, (warm[1] / xs[peak] if xs[peak] > 0 else 1) + TOLERANCE)
     restarts = [(xs[i - 1], xs[i]) for i in restart]   # each between two rows
     fits = []
-    for family in [_cycles(restarts, warm)] if restarts else FAMILIES:   # only cycles restart
+    for family in _cycles(restarts, warm) if restarts else FAMILIES:   # only cycles restart
         extra = _extra(family, warm, x, y, budget, restarts)
         if len(x) >= 3 + (extra is not None):   # a row more than its parameters
             spec, scale, misfit = _fit(family, x, y, budget, warm, peaks, extra)
@@ -85,7 +85,9 @@ def continuation(xs, lrs, budget: float) -> Continuation | None:
         return f.scale * parse_schedule(f.spec, budget).lr(ahead)
 
     closest = lr_ahead(min(fits, key=lambda f: f.misfit))
-    return next(f for f in fits if np.max(np.abs(lr_ahead(f) - closest)) <= AHEAD * lrs[peak])
+    agree = [f for f in fits if np.max(np.abs(lr_ahead(f) - closest)) <= AHEAD * lrs[peak]]
+    # cycles whose growth the log cannot tell yet (a second cycle too short so far) restart at other x: held
+    return None if restarts and len(agree) < len(fits) else agree[0]
 
 
 def logged_lr_schedule(xs, lrs, budget: float, recipe: Schedule | None = None) -> tuple[Schedule, Continuation | None]:
@@ -128,13 +130,13 @@ def recipe_continuation(xs, lrs, budget: float, recipe: Schedule) -> Continuatio
     return Continuation(recipe.spec, scale, misfit) if misfit <= SHARED else None
 
 
-def _cycles(restarts: list[tuple[float, float]], warm: tuple[float, float]) -> str:
-    """The SGDR family of a log that restarted, ``sgdr-M``: M its cycles' growth (torch's integer ``T_mult``) from its
-    first two cycles where two restarts show, else 1."""
+def _cycles(restarts: list[tuple[float, float]], warm: tuple[float, float]) -> list[str]:
+    """The SGDR families of a log that restarted, ``sgdr-M``: M its cycles' growth (torch's integer ``T_mult``) from
+    its first two cycles where two restarts show, else each M the second cycle's decay so far may tell (1 to 3)."""
     if len(restarts) < 2:
-        return "sgdr-1"
+        return ["sgdr-1", "sgdr-2", "sgdr-3"]
     first, second = np.mean(restarts[0]) - np.mean(warm), np.mean(restarts[1]) - np.mean(restarts[0])
-    return f"sgdr-{max(1, round(second / first))}"
+    return [f"sgdr-{max(1, round(second / first))}"]
 
 
 def _spec(family: str, warmup: float, extra: float) -> str:
