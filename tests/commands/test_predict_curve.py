@@ -645,3 +645,14 @@ def test_a_run_that_names_no_schedule_and_logs_no_lr_runs_as_its_like_runs_logge
     r = cli("--budget", "800", "--json", "--like", cosines[0], "--like", curves / "charlm-step.csv")
     assert r.returncode == 0 and json.loads(r.stdout)["schedule"] == "constant"
     assert "the --like runs' logged LRs differ in shape: the run's is taken as constant" in r.stderr, r.stderr
+
+
+def test_an_lr_column_of_zeros_is_one_line_naming_the_run_it_is_in(tmp_path):
+    """An LR logged as 0 on every row (a frozen model's, a logger's mistake) gives no shape: one line naming the
+    column, and for a --like run the run too (it read as 'need at least 2 points after x = 0', naming neither)."""
+    d = pd.read_csv(RUN)[["step", "loss"]].assign(lr=0.0)
+    d.to_csv(tmp_path / "zeros.csv", index=False)
+    for args, said in (((tmp_path / "zeros.csv",), "error: --lr-col 'lr': lr column: needs finite values >= 0, one"),
+                       ((RUN, "--like", tmp_path / "zeros.csv"), f"error: --like {tmp_path / 'zeros.csv'}: --lr-col")):
+        r = cli(*args, "--budget", "800", "--json")
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr

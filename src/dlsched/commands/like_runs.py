@@ -38,7 +38,10 @@ def finished_run(file: Path, log: CurveData, y: str, metric: str, regime: str,
     and budget (its log's, else its last x)."""
     curve = shift(log)
     budget = curve.budget if curve.budget is not None else float(curve.x[-1])
-    schedule = schedule_of(curve, budget)
+    try:
+        schedule = schedule_of(curve, budget)
+    except UserError as e:   # its line names the option: say which --like run
+        raise UserError(f"--like {file}: {e}") from None
     ok = np.isfinite(curve.x) & np.isfinite(curve.y)
     xs, values = curve.x[ok], curve.y[ok]
     space = MetricSpace.of(metric, values)

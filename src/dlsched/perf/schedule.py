@@ -90,8 +90,8 @@ class Schedule:
     def from_points(cls, xs, lrs, budget: float, spec: str = "lr-column") -> "Schedule":
         """A logged LR per row (piecewise linear between rows, flat beyond them)."""
         xs, lrs = np.asarray(xs, float), np.asarray(lrs, float)
-        if len(xs) == 0 or not np.all(np.isfinite(lrs)) or np.any(lrs < 0):
-            raise ValueError("lr column: needs finite values >= 0")
+        if len(xs) == 0 or not np.all(np.isfinite(lrs)) or np.any(lrs < 0) or not np.any(lrs > 0):
+            raise ValueError("lr column: needs finite values >= 0, one of them > 0")
         order = np.argsort(xs, kind="stable")
         return cls(spec, float(budget), tuple(xs[order]), tuple(lrs[order]))
 
