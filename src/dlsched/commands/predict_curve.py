@@ -162,6 +162,10 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
         elif schedule is None and curve.lr is None:
             typer.echo("note: the --like runs' logged LRs differ in shape: the run's is taken as constant (give it "
                        "with --schedule SPEC)", err=True)
+        elif schedule in (None, "lr-column") and curve.lr is not None and \
+                lr_logged_until(curve.lr_x, budget) is not None:
+            typer.echo("note: the --like runs' logged LRs differ in shape: past its log, the run's LR goes on as its "
+                       "own decay does, or is held", err=True)
     sched, continued = _schedule(schedule, budget, curve, recipe if schedule in (None, "lr-column") else None)
     if schedule is None and curve.lr is None and recipe is not None:   # none given, none logged: the recipe's
         sched = dataclasses.replace(recipe, spec=f"as {LIKE_LR}")
