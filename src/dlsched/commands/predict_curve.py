@@ -297,7 +297,8 @@ def _figure(curve, keep, pred, x: str, y: str, schedule, lr_label: str):
 
     fig, ax = plt.subplots(figsize=(7, 4))
     lr_ax = ax.twinx()
-    g = np.linspace(0.0, schedule.budget, 400)
+    # from its first knot: before a log's first row its LR is unknown (a SPEC's first knot is 0)
+    g = np.linspace(min(schedule.xs[0], schedule.budget), schedule.budget, 400)
     lr = schedule.lr(g)
     lr_ax.plot(g, lr / (lr.max() or 1.0), ":", color="tab:purple", lw=1, label=f"LR: {lr_label}"[:70])
     lr_ax.set(ylabel="LR, share of its peak", ylim=(0, 1.05))
