@@ -156,8 +156,10 @@ class JobModels:
         self._reports: dict[int, tuple[dict[float, float], dict[float, float], tuple[int, int]]] = {}
         self._failed_fits: set[int] = set()           # jobs whose fit raised: said once
         self._queued_pool: dict[int, int] = {}        # finished jobs known when a queued job was last predicted
-        # per job: (finished jobs known, the task's shared schedule then): it changes only when one finishes
-        self._task_schedules: dict[int, tuple[int, Schedule | None]] = {}
+        # per task and model (dataset, metric, family): (finished jobs known, its shared schedule then): it changes
+        # only when a job finishes, and is the same for every job of the task (a sweep's 100 finished jobs of other
+        # shapes cost ~0.1 s to compare, once, not once per queued job)
+        self._task_schedules: dict[str, tuple[int, Schedule | None]] = {}
         # of jobs that finished here: the prior of new ones
         records = store.finished_fits() if store else []
         self._finished: list[FinishedFit] = [fit_from_record(d) for d in records]
@@ -172,8 +174,7 @@ class JobModels:
             if self._store is not None:
                 self._store.add_finished_fit(job_id, *self._with_errors(self._store.get(job_id), last, target))
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._progress, self._rates,
-                        self._totals, self._views, self._changed_at, self._reports, self._queued_pool,
-                        self._task_schedules):
+                        self._totals, self._views, self._changed_at, self._reports, self._queued_pool):
             per_job.pop(job_id, None)
         self._failed_fits.discard(job_id)
 
@@ -241,13 +242,14 @@ class JobModels:
     def task_schedule(self, job: JobRecord) -> Schedule | None:
         """The LR shape the last finished job of the job's task and model ran under (declared or reported), where
         another such job shares it over its budget (``perf.schedule.shared_shape``: one recipe, run twice), else None."""
-        known = self._task_schedules.get(job.id)
+        meta = job_meta(job)
+        key = repr((meta["dataset"], meta["metric"], meta["family"]))   # a dataset param may be a mapping
+        known = self._task_schedules.get(key)
         if known is None or known[0] != len(self._finished):
-            meta = job_meta(job)
             runs = [f.curve.schedule for f in self._finished if f.curve is not None and shares_task(f, meta)
                     and kind_of(f.meta) == metric_kind("loss") and f.meta.get("family") == meta["family"]]
             shared = len(runs) >= 2 and any(shared_shape([runs[-1], r]) is not None for r in runs[:-1])
-            known = self._task_schedules[job.id] = (len(self._finished), runs[-1] if shared else None)
+            known = self._task_schedules[key] = (len(self._finished), runs[-1] if shared else None)
         return known[1]
 
     def predict_queued(self, jobs: list[JobRecord]) -> dict[int, refit.Prediction]:
