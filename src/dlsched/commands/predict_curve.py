@@ -154,6 +154,8 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     fits = [finished_run(f, log, y, metric, regime,   # each one's own LR where it logs one, else the SPEC at its budget
                          lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c)[0], shift, scale)
             for f, log in zip(like or (), logs)]
+    # where the run's logged LR ends, where that is before the budget (a run still training); None: to its end, or none
+    logged_until = None if curve.lr is None else lr_logged_until(curve.lr_x, budget)
     # one recipe: the LR the --like runs logged, where they share one shape, stretched to this run's budget
     recipe = None
     if logs and all(log.lr is not None for log in logs):
@@ -162,14 +164,13 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
         elif schedule is None and curve.lr is None:
             typer.echo("note: the --like runs' logged LRs differ in shape: the run's is taken as constant (give it "
                        "with --schedule SPEC)", err=True)
-        elif schedule in (None, "lr-column") and curve.lr is not None and \
-                lr_logged_until(curve.lr_x, budget) is not None:
+        elif schedule in (None, "lr-column") and logged_until is not None:
             typer.echo("note: the --like runs' logged LRs differ in shape: past its log, the run's LR goes on as its "
                        "own decay does, or is held", err=True)
     sched, continued = _schedule(schedule, budget, curve, recipe if schedule in (None, "lr-column") else None)
     if schedule is None and curve.lr is None and recipe is not None:   # none given, none logged: the recipe's
         sched = dataclasses.replace(recipe, spec=f"as {LIKE_LR}")
-    elif recipe is not None and sched.spec == "lr-column" and lr_logged_until(curve.lr_x, budget) is not None \
+    elif recipe is not None and sched.spec == "lr-column" and logged_until is not None \
             and (continued is None or continued.spec != LIKE_LR):
         typer.echo("note: the run's logged LR does not follow the --like runs' so far: past its log it goes on as "
                    f"{continued.spec if continued else 'its last value'}", err=True)
@@ -191,7 +192,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
             out["x_from_zero_because"] = f"{known} numbers the first finished epoch 0"
     if sched.spec == "lr-column":   # which column: it may have been found, not named (``logged_lr_column``)
         out["lr_column"] = curve.lr_name
-        if (logged_until := lr_logged_until(curve.lr_x, budget)) is not None:   # a run still training
+        if logged_until is not None:   # a run still training
             out["lr_logged_until"] = logged_until
             out["lr_continued_as"] = None if continued is None else continued.spec   # None: held at its last value
     if rate is None and like and time_col:   # no timed points of its own yet: the --like runs' median speed
