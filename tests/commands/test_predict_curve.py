@@ -398,6 +398,28 @@ def test_the_plot_draws_the_lr_the_prediction_assumed_past_the_logs_end(tmp_path
     plt.close(fig)
 
 
+def test_the_plot_tells_the_warm_up_points_left_out_of_the_fit_from_the_fitted_ones():
+    """charlm-cosine warms up over its first 40 steps: the law is fitted from the peak on, and the points before it
+    were labelled "observed (fitted)" with the rest."""
+    import matplotlib.pyplot as plt
+
+    from dlsched.commands.predict_curve import _figure
+    from dlsched.perf.curve_predict import predict_curve
+    from dlsched.perf.curve_readers import read_curve
+    from dlsched.perf.schedule import parse_schedule
+
+    curve = read_curve(REPO / "bench" / "curves" / "charlm-cosine.csv", x="step", y="loss")
+    schedule = parse_schedule("cosine:warmup=40", 800.0)
+    keep = curve.x <= 300
+    pred = predict_curve(curve.x[keep], curve.y[keep], schedule)
+    fig = _figure(curve, keep, pred, "step", "loss", schedule, "cosine:warmup=40")
+    lines = {line.get_label(): line.get_xdata() for line in fig.axes[0].get_lines()}
+    fitted, early = lines["observed (fitted)"], lines["observed, not fitted (warm-up, slow start)"]
+    assert fitted.min() == pred.curve_x[0] >= 40 and fitted.max() == 300 and early.max() < 40
+    assert len(fitted) + len(early) == keep.sum()
+    plt.close(fig)
+
+
 def test_an_unwritable_plot_path_is_refused_before_the_fit(tmp_path, capsys):
     with pytest.raises(UserError, match="--plot .*missing' does not exist"):
         run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.95, "loss", None, None, True,

@@ -304,7 +304,14 @@ def _figure(curve, keep, pred, x: str, y: str, schedule, lr_label: str):
     lr_ax.plot(g, lr / (lr.max() or 1.0), ":", color="tab:purple", lw=1, label=f"LR: {lr_label}"[:70])
     lr_ax.set(ylabel="LR, share of its peak", ylim=(0, 1.05))
     ax.plot(curve.x, curve.y, "o", ms=3, color="0.6", label="logged")
-    ax.plot(curve.x[keep], curve.y[keep], "o", ms=3, label="observed (fitted)")
+    if pred.model == "prior":   # finished runs carried through the point(s): nothing of this log is fitted
+        ax.plot(curve.x[keep], curve.y[keep], "o", ms=3, label="observed")
+    else:   # the law was fitted from its curve's first x on: past a warm-up and a slow start (``perf.fit_window``)
+        fitted = keep & (curve.x >= pred.curve_x[0])
+        ax.plot(curve.x[fitted], curve.y[fitted], "o", ms=3, label="observed (fitted)")
+        if (early := keep & ~fitted).any():
+            ax.plot(curve.x[early], curve.y[early], "o", ms=3, mfc="none",
+                    label="observed, not fitted (warm-up, slow start)")
     ax.plot(pred.curve_x, pred.curve_y, "-", label=f"predicted ({pred.model})")
     lo, hi = pred.final_value_interval_80
     ax.errorbar([pred.budget], [pred.final_value], yerr=[[pred.final_value - lo], [hi - pred.final_value]], fmt="s",
