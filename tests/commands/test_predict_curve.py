@@ -680,3 +680,24 @@ def test_an_lr_column_of_zeros_is_one_line_naming_the_run_it_is_in(tmp_path):
                        ((RUN, "--like", tmp_path / "zeros.csv"), f"error: --like {tmp_path / 'zeros.csv'}: --lr-col")):
         r = cli(*args, "--budget", "800", "--json")
         assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and said in r.stderr, r.stderr
+
+
+def test_an_accuracy_column_named_so_is_predicted_as_an_accuracy_without_metric(capsys, tmp_path):
+    """Without --metric, charlm-step's `accuracy` column was read as a loss: every target 'already reached'. Its name
+    says accuracy now, and a rising column whose name says nothing is said so on stderr."""
+    args = (800, "step:400,600:0.1", 300, None, 0.95)
+    assert run_curve(RUN, "step", "accuracy", *args, "accuracy", None, None, True, None) == 0
+    told = json.loads(capsys.readouterr().out)
+    assert run_curve(RUN, "step", "accuracy", *args, None, None, None, True, None) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == told and told["metric"] == "accuracy" and told["steps_to_target"] > 0
+    assert err == "note: --metric accuracy, from the column's name 'accuracy' (give --metric to choose)\n"
+    pd.read_csv(RUN).rename(columns={"accuracy": "val_metric"}).to_csv(tmp_path / "run.csv", index=False)
+    assert run_curve(tmp_path / "run.csv", "step", "val_metric", *args, None, None, None, True, None) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["metric"] == "loss" and err == (
+        "note: val_metric rises over the log, read as a loss (lower is better): if higher is better, give --metric "
+        "accuracy\n")
+    assert run_curve(RUN, "step", "loss", *args, None, None, None, True, None) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["metric"] == "loss" and err == ""

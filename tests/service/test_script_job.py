@@ -126,7 +126,7 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
         return subprocess.run([sys.executable, str(SERVE), *args], capture_output=True, text=True, env=env, timeout=60)
 
     try:
-        for flags, error in ((["--target", "val_mse=1e9"], "--target val_mse=1e9: say what val_mse is: --metric"),
+        for flags, error in ((["--target", "val_score=1e9"], "--target val_score=1e9: say what val_score is: --metric"),
                              (["--target", "val_mse", "--metric", "loss"], "--target val_mse: expected METRIC=VALUE"),
                              (["--target", "val_mse=big", "--metric", "loss"], "'big' is not a number"),
                              (["--target", "val_mse=1", "--metric", "mse"], "field prediction.target.kind: Input should "
@@ -134,10 +134,12 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
             r = cli("submit", *flags, "--", "python", "tests/torch/user_script.py")
             assert r.returncode == 2 and r.stderr.count("\n") == 1 and error in r.stderr, (flags, r.stderr)
         assert svc.store.count() == 0
-        for job_id, metric in ((1, "val_mse"), (2, "train_mae")):
-            r = cli("submit", "--target", f"{metric}=1e9", "--metric", "loss", "--", "python",
+        for job_id, metric, kind in ((1, "val_mse", ["--metric", "loss"]), (2, "train_mae", [])):   # as its name says
+            r = cli("submit", "--target", f"{metric}=1e9", *kind, "--", "python",
                     "tests/torch/user_script.py", "--epochs", "6", "--samples", "48", "--report-mae")
             assert r.returncode == 0 and r.stdout.strip() == f"submitted job {job_id} (user_script)", r.stderr
+            assert r.stderr == ("" if kind else "note: --metric loss, from the metric's name 'train_mae' (give --metric "
+                                "to choose)\n")
             assert svc.store.get(job_id).spec.prediction.target.model_dump() == {"metric": metric, "value": 1e9,
                                                                                  "kind": "loss"}
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)

@@ -73,7 +73,7 @@ def _schedule(spec: str | None, budget: float, curve, recipe=None):
 
 
 def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule: str | None, observed_until: float | None,
-              target: float | None, target_fraction: float | None, metric: str, lr_col: str | None,
+              target: float | None, target_fraction: float | None, metric: str | None, lr_col: str | None,
               time_col: str | None, as_json: bool, plot_path: Path | None, regime: str = "scratch",
               x_from_zero: bool | None = None, like: list[Path] | None = None) -> int:
     import dataclasses
@@ -87,7 +87,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     from dlsched.perf.prior import REGIMES
     from dlsched.perf.schedule import shared_shape, stretched
 
-    if metric not in METRICS:
+    if metric is not None and metric not in METRICS:
         raise UserError(f"--metric: expected one of {', '.join(METRICS)}, got {metric!r}")
     if regime not in REGIMES:
         raise UserError(f"--regime: expected one of {', '.join(REGIMES)}, got {regime!r}")
@@ -112,6 +112,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
         curve = read_curve(file, x=x, y=y, lr_col=lr_col, time_col=time_col)
     if curve.note:
         typer.echo(f"note: {curve.note}", err=True)
+    metric = _metric(metric, y, curve.y if file is not None else None)
     # None: as the log's own format says (``zero_based_epochs``); a user's CSV that starts at 0 is told how to choose
     known = curve.epochs_from_zero
     if x_from_zero is None:
@@ -182,6 +183,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     except ValueError as e:
         raise UserError(f"{curve.source}: field {y!r}: {e}") from None
     out = pred.as_json()
+    out["metric"] = metric
     out["schedule"] = sched.spec
     out["regime"] = regime
     if like:
@@ -220,6 +222,24 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
                    "the calibrated errors allow)", err=True)
         return UNREACHABLE_EXIT
     return 0
+
+
+def _metric(given: str | None, y: str, values) -> str:
+    """``--metric`` as given, else as the column's name says (``perf.metric_names``), else a loss; a log that goes the
+    other way over its points than the metric improves is said so (an accuracy read as a loss is "reached" at once)."""
+    from dlsched.perf.metric_names import against_the_grain, metric_from_name
+
+    metric = given or metric_from_name(y) or "loss"
+    if given is None and metric != "loss":
+        typer.echo(f"note: --metric {metric}, from the column's name {y!r} (give --metric to choose)", err=True)
+    if values is not None and against_the_grain(values, metric):
+        if metric == "accuracy":
+            typer.echo(f"note: {y} falls over the log, read as an accuracy (higher is better): if lower is better, "
+                       "give --metric loss or --metric error", err=True)
+        else:
+            typer.echo(f"note: {y} rises over the log, read as {'a loss' if metric == 'loss' else 'an error'} "
+                       "(lower is better): if higher is better, give --metric accuracy", err=True)
+    return metric
 
 
 def _render(out: dict, x: str, metric: str) -> None:
@@ -339,7 +359,7 @@ def register(predict_app: typer.Typer) -> None:
         observed_until: Optional[float] = typer.Option(None, "--observed-until", help="use only points with x <= this"),
         target: Optional[float] = typer.Option(None, "--target", help="metric value to reach, in the metric's units (accuracy: 0-1 or %, either is read on the data's scale)"),
         target_fraction: Optional[float] = typer.Option(None, "--target-fraction", help="fraction of the total improvement (first value -> predicted final)"),
-        metric: str = typer.Option("loss", "--metric", help="loss | error (lower is better) | accuracy (higher; 0-1 or %). An error or accuracy takes the shape prior of image, speech and recommendation runs, which an LR decay improves a lot: for a language model's token accuracy, predict its loss, or give finished runs with --like"),
+        metric: Optional[str] = typer.Option(None, "--metric", help="loss | error (lower is better) | accuracy (higher; 0-1 or %); default: as the --y column's name says (acc, top1, mAP, f1: accuracy; err, wer: error), else loss. An error or accuracy takes the shape prior of image, speech and recommendation runs, which an LR decay improves a lot: for a language model's token accuracy, predict its loss, or give finished runs with --like"),
         lr_col: Optional[str] = typer.Option(None, "--lr-col", help="column (or tag) of the logged LR"),
         time_col: Optional[str] = typer.Option(None, "--time-col", help="column of wall-clock time (seconds or ISO-8601): gives the time to target"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object (the stable contract)"),

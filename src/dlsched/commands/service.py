@@ -184,8 +184,13 @@ def metric_target(target: str | None, kind: str | None) -> dict | None:
     name, eq, value = target.rpartition("=")
     if not eq or not name:
         raise UserError(f"--target {target}: expected METRIC=VALUE (val_accuracy=0.93)")
-    if kind is None:
-        raise UserError(f"--target {target}: say what {name} is: --metric accuracy (higher is better) | error | loss")
+    if kind is None:   # as its name says (``perf.metric_names``), where it does
+        from dlsched.perf.metric_names import metric_from_name
+
+        if (kind := metric_from_name(name)) is None:
+            raise UserError(f"--target {target}: say what {name} is: --metric accuracy (higher is better) | error | "
+                            "loss")
+        typer.echo(f"note: --metric {kind}, from the metric's name {name!r} (give --metric to choose)", err=True)
     try:
         number = float(value)
     except ValueError:
@@ -423,7 +428,8 @@ def register(app: typer.Typer) -> None:
                target: Optional[str] = typer.Option(None, "--target", help="a script job: predict when a metric it "
                                                     "reports reaches a value: METRIC=VALUE (val_accuracy=0.93)"),
                metric: Optional[str] = typer.Option(None, "--metric", help="--target's kind: accuracy (higher is "
-                                                    "better) | error | loss"),
+                                                    "better) | error | loss; default: as METRIC's name says (acc, top1, "
+                                                    "mAP, f1: accuracy; err, wer: error; loss, mse: loss)"),
                dataset: Optional[str] = typer.Option(None, "--dataset", help="a script job: what it trains on; jobs "
                                                      "of the same dataset that finished here set where its loss and "
                                                      "target end"),
