@@ -701,3 +701,9 @@ def test_an_accuracy_column_named_so_is_predicted_as_an_accuracy_without_metric(
     assert run_curve(RUN, "step", "loss", *args, None, None, None, True, None) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["metric"] == "loss" and err == ""
+
+
+def test_an_lr_column_none_of_whose_rows_has_an_x_says_so_not_to_name_it(tmp_path):
+    (tmp_path / "m.csv").write_text("epoch,lr,val_loss\n0,,2.0\n,0.1,\n1,,1.5\n,0.1,\n2,,1.2\n3,,1.1\n")
+    with pytest.raises(UserError, match="no row of its LR column 'lr' has a value of the --x column"):
+        run_curve(tmp_path / "m.csv", "epoch", "val_loss", 10, None, None, None, None, None, None, None, True, None)

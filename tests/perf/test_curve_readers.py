@@ -1,5 +1,6 @@
 """``perf.curve_readers``: the logs people have, as they write them (QA regressions)."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,3 +122,43 @@ def test_a_running_jobs_folder_reads_its_runtimes_lr_plan_as_the_lr_still_to_com
     atomic_write_json(tmp_path / "lr_plan.json", {"step": 200, "batch_size": 64, "steps": ahead.step.tolist(),
                                                   "lr": ahead.lr.tolist()})
     assert read_curve(tmp_path / "progress.jsonl").lr_x[-1] == 200         # made at another batch: not this run's
+
+
+def test_lightnings_lr_rows_are_read_at_the_epoch_their_step_falls_in_and_its_newest_version_is_the_run(tmp_path):
+    """LearningRateMonitor writes ``lr-SGD`` on rows with a step and no epoch: over ``--x epoch`` the LR column had no
+    row ("no LR values (name the column with --lr-col)", where it was named). A real run (charlm-step, 40 steps an
+    epoch) written as Lightning does: validation at each epoch's last step, the LR every 10 steps."""
+    import pandas as pd
+
+    run = pd.read_csv(Path(__file__).resolve().parents[2] / "bench" / "curves" / "charlm-step.csv")
+    val = run[run.step % 40 == 0]
+    rows = [{"epoch": s // 40 - 1, "step": s - 1, "val_loss": v} for s, v in zip(val.step, val.loss)]
+    rows += [{"step": s - 1, "lr-SGD": lr} for s, lr in zip(run.step, run.lr)]
+    logs = tmp_path / "lightning_logs"
+    for version, frame in (("version_2", pd.DataFrame(rows[:3])), ("version_10", pd.DataFrame(rows))):
+        (logs / version).mkdir(parents=True)
+        frame.sort_values("step").to_csv(logs / version / "metrics.csv", index=False)
+    c = read_curve(logs, x="epoch", y="val_loss")   # the logger's folder: version_10, the newest, not version_2
+    assert len(c.x) == len(val) and c.lr_name == "lr-SGD" and c.epochs_from_zero == "Lightning's metrics.csv"
+    assert c.lr_x == pytest.approx(run.step / 40 - 1) and c.lr == pytest.approx(run.lr)
+
+
+def test_a_trainers_epoch_budget_is_where_max_steps_falls(tmp_path):
+    """The Trainer stops at max_steps and rounds num_train_epochs up: 800 steps of 39 an epoch are 20.5 epochs."""
+    hist = [{"step": s, "epoch": s / 39, "eval_loss": 2 - s / 1000} for s in range(50, 450, 50)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": hist, "max_steps": 800,
+                                                             "num_train_epochs": 21}))
+    assert read_curve(tmp_path / "trainer_state.json", x="epoch", y="eval_loss").budget == pytest.approx(800 / 39)
+
+
+def test_a_text_log_that_prints_its_code_first_has_the_columns_of_its_curve_lines(tmp_path):
+    """modded-nanogpt's logs start with the script's source and nvidia-smi: their `nc = 10` and `CUDA Version: 12.4`
+    were columns a wrong --y listed beside the curve's."""
+    code = ["import torch", "nc = 10", "bs = 64  # batch", "| NVIDIA-SMI 550.54  Driver Version: 550.54  CUDA Version: 12.4 |"]
+    curve = [f"step:{s}/800 val_loss:{2 - s / 1000:.4f} train_time:{s * 30}ms step_avg:30.00ms" for s in range(0, 801, 100)]
+    (tmp_path / "log.txt").write_text("\n".join(code + curve))
+    with pytest.raises(UserError, match=r"have: step, val_loss, train_time, step_avg\)$"):
+        read_curve(tmp_path / "log.txt", y="nope")
+    assert read_curve(tmp_path / "log.txt", y="val_loss").budget == 800
+    with pytest.raises(UserError, match="no column 'epoch' for --x .*nc, bs"):   # a wrong --x: every name there is
+        read_curve(tmp_path / "log.txt", x="epoch", y="val_loss")

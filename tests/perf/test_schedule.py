@@ -93,6 +93,30 @@ def test_decay_tells_cuts_by_factors_from_gradual_annealing():
         assert parse_schedule(spec, B).decay == "anneal", spec
 
 
+def test_a_logged_lr_is_a_step_schedule_where_it_is_a_staircase_of_cuts():
+    """A logged LR was read as annealed whatever it was: a StepLR logged every 50 steps took the annealing prior, and
+    predicted a Lightning run's final accuracy 2 points above its own SPEC's (0.981 vs 0.961)."""
+    import torch
+
+    def logged(scheduler, epochs=20, rows=5, **kw):
+        opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+        sched, xs, lrs = scheduler(opt, **kw), [], []
+        for e in range(epochs):
+            for r in range(rows):
+                xs.append(e * rows + r)
+                lrs.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return Schedule.from_points(xs, lrs, epochs * rows).decay
+
+    lr = torch.optim.lr_scheduler
+    assert logged(lr.MultiStepLR, milestones=[10, 15], gamma=0.1) == "step"
+    assert logged(lr.StepLR, step_size=5, gamma=0.5) == "step"
+    assert logged(lr.CosineAnnealingLR, T_max=20) == "anneal"   # per epoch: a staircase of small falls
+    assert logged(lr.CosineAnnealingLR, T_max=100, rows=1, epochs=100) == "anneal"
+    assert logged(lr.LinearLR, start_factor=1.0, end_factor=0.0, total_iters=20) == "anneal"   # its last falls are big
+
+
 def test_runs_of_one_recipe_share_a_shape_whatever_their_length_and_it_stretches_to_a_budget():
     a, b = parse_schedule("cosine:warmup=40", 800), parse_schedule("cosine:warmup=30", 600)
     assert shared_shape([a, b]) is a and shared_shape([a, parse_schedule("step:400,600:0.1", 800)]) is None

@@ -60,6 +60,9 @@ def _schedule(spec: str | None, budget: float, curve, recipe=None):
     if spec is None:
         spec = "lr-column" if curve.lr is not None else "constant"
     if spec == "lr-column":
+        if curve.lr_name is not None and (curve.lr is None or len(curve.lr) == 0):
+            raise UserError(f"--schedule lr-column: {curve.source}: no row of its LR column {curve.lr_name!r} has a "
+                            "value of the --x column (give the schedule with --schedule SPEC)")
         if curve.lr is None or len(curve.lr) == 0:
             raise UserError(f"--schedule lr-column: {curve.source} has no LR values (name the column with --lr-col)")
         try:

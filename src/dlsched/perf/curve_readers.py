@@ -5,9 +5,10 @@
 * TensorBoard event files (a file or a folder), via ``tbparse`` or else ``tensorboard``'s own reader;
   ``--y``/``--lr-col`` name scalar tags (``RUN/TAG`` for runs in subfolders), x is the event step, time the
   event wall time;
-* Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``);
+* Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``, over epochs where it falls);
 * a folder: the first of ``FOLDER_LOGS`` in it (Ultralytics' ``results.csv`` last), else the newest
-  ``checkpoint-N/trainer_state.json``, else its TensorBoard events;
+  ``checkpoint-N/trainer_state.json``, else Lightning's newest ``version_N/metrics.csv``, else its TensorBoard
+  events;
 * TSV (``.tsv``), as CSV; DAWNBench's entries are TSV;
 * plain-text logs, any other name: MLPerf ``:::MLLOG`` lines, or printed ``name:value`` pairs
   (``perf.text_logs``; a ``step:N/M`` total is the budget);
@@ -99,12 +100,26 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         raise UserError(f"{src}: no rows with finite {x!r} and {y!r}")
     lr_x = lr = None
     if lr_col:
-        lrs = pd.DataFrame({"x": xs, "lr": num(lr_col)}).dropna().groupby("x", sort=True).last().reset_index()
+        lr_at = xs
+        if x != "step" and "step" in df.columns and (xs.isna() & num(lr_col).notna()).any():
+            # Lightning's LearningRateMonitor rows carry a step and no epoch: placed where the metric's rows put it
+            lr_at = xs.fillna(_x_at_step(num("step"), xs, num(y).notna()))
+        lrs = pd.DataFrame({"x": lr_at, "lr": num(lr_col)}).dropna().groupby("x", sort=True).last().reset_index()
         if (lrs.lr < 0).any():
             raise UserError(f"{src}: field {lr_col!r}: learning rates must be >= 0")
         lr_x, lr = lrs.x.to_numpy(float), lrs.lr.to_numpy(float)
     return CurveData(src, rows.x.to_numpy(float), rows.y.to_numpy(float),
                      rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget, lr_col)
+
+
+def _x_at_step(steps: pd.Series, xs: pd.Series, metric_rows: pd.Series) -> pd.Series:
+    """x at every step, by a line through the (step, x) of the metric's own rows (an epoch counts steps at one
+    pace); NaN where fewer than two steps of them say it."""
+    both = metric_rows & steps.notna() & xs.notna()
+    if steps[both].nunique() < 2:
+        return pd.Series(np.nan, index=steps.index)
+    slope, intercept = np.polyfit(steps[both].astype(float), xs[both].astype(float), 1)
+    return steps * slope + intercept
 
 
 # a wall-clock column's unit, by its name's last word: DAWNBench logs ``hours``, MLPerf ``time_ms``
@@ -141,7 +156,16 @@ def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]
     # the budget in the units of --x: max_steps for step, num_train_epochs for epoch, else none known
     budget = doc.get({"step": "max_steps", "epoch": "num_train_epochs"}.get(x, ""))
     budget = float(budget) if isinstance(budget, (int, float)) and budget > 0 else None
-    return pd.DataFrame([h for h in hist if isinstance(h, dict)]), budget
+    df = pd.DataFrame([h for h in hist if isinstance(h, dict)])
+    steps = doc.get("max_steps")
+    if x == "epoch" and budget is not None and isinstance(steps, (int, float)) and steps > 0 \
+            and {"epoch", "step"} <= set(df.columns):
+        # the Trainer stops at max_steps, and rounds num_train_epochs up to whole epochs: the budget is where
+        # max_steps falls at the log's epochs per step (800 steps of 39: 20.5 epochs, not 21)
+        last = df.dropna(subset=["epoch", "step"]).iloc[-1] if df[["epoch", "step"]].notna().all(axis=1).any() else None
+        if last is not None and last["step"] > 0:
+            budget = min(budget, float(last["epoch"]) * steps / float(last["step"]))
+    return df, budget
 
 
 def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
@@ -287,8 +311,9 @@ def _from_zero(curve: CurveData, logger: str | None, xs: pd.Series) -> CurveData
 FOLDER_LOGS = ("progress.jsonl", "trainer_state.json", "metrics.csv", "summary.csv", "results.csv")
 
 
-def _checkpoint_step(name: str) -> int:
-    tail = name.rsplit("-", 1)[-1]
+def _numbered(name: str) -> int:
+    """The number a folder's name ends with (``checkpoint-500``, ``version_3``); -1 if none."""
+    tail = re.split(r"[-_]", name)[-1]
     return int(tail) if tail.isdigit() else -1
 
 
@@ -309,7 +334,9 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         # Ultralytics' run folder holds results.csv; a Hugging Face output folder often only its checkpoints', of
         # which the last holds the whole log_history
         log = next((path / n for n in FOLDER_LOGS if (path / n).exists()), None) or max(
-            path.glob("checkpoint-*/trainer_state.json"), key=lambda p: _checkpoint_step(p.parent.name), default=None)
+            path.glob("checkpoint-*/trainer_state.json"), key=lambda p: _numbered(p.parent.name), default=None)
+        if log is None:   # Lightning's logger folder: its newest version_N (the run it logged last)
+            log = max(path.glob("version_*/metrics.csv"), key=lambda p: _numbered(p.parent.name), default=None)
         if log is not None:
             return read_curve(log, x=x, y=y, lr_col=lr_col, time_col=time_col)
         if not any(path.rglob("events.out.tfevents*")):

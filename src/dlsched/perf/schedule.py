@@ -71,8 +71,16 @@ class Schedule:
         if not self.anneals:
             return "none"
         lrs = np.asarray(self.lrs)
+        if not self.stepwise:
+            # a logged LR: a staircase (each level over several rows, every fall between levels a cut) is a step
+            # schedule sampled at its logging interval, as `StepLR` logged per 50 steps is
+            levels = lrs[np.r_[True, ~np.isclose(lrs[1:], lrs[:-1], rtol=1e-6, atol=0.0)]]
+            falls = levels[1:] / np.maximum(levels[:-1], 1e-12 * lrs.max())
+            falls = falls[falls < 1]
+            staircase = len(levels) <= len(lrs) / 2 and len(falls) > 0 and falls.max() < 0.6
+            return "step" if staircase else "anneal"
         cuts = lrs[1:] / np.maximum(lrs[:-1], 1e-12 * lrs.max())
-        return "step" if self.stepwise and cuts.min() < 0.6 else "anneal"
+        return "step" if cuts.min() < 0.6 else "anneal"
 
     def anneals_after(self, x: float) -> bool:
         """Whether the LR falls anywhere after ``x`` (a decay still to come that a prefix cannot show)."""

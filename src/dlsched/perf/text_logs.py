@@ -5,7 +5,8 @@
   ...) and ``time`` (``time_ms`` in seconds). Other lines are the program's own output and are skipped.
 * Printed ``name:value`` / ``name=value`` pairs, any number per line (``step:125/1770 val_loss:3.91
   train_time:41230ms``). ``N/M`` is a count and its total: the total is the budget when that name is ``--x``.
-  A value in ``ms`` reads in seconds. Lines without a pair are skipped.
+  A value in ``ms`` reads in seconds. Lines without a pair are skipped, and so are those without ``--x`` where
+  any line has it.
 """
 from __future__ import annotations
 
@@ -70,4 +71,8 @@ def _pair_rows(lines: list[str], x: str) -> tuple[pd.DataFrame, float | None]:
                 budget = float(total)
         if row:
             rows.append(row)
+    # a log that prints its code and setup first (modded-nanogpt's) has pairs in them too: only lines that give x
+    # are the curve's, where any line does (else all, so that a wrong --x is told the names there are)
+    if any(x in r for r in rows):
+        rows = [r for r in rows if x in r]
     return pd.DataFrame(rows), budget
