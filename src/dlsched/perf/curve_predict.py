@@ -39,7 +39,7 @@ from scipy.stats import t as student_t
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
-from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise
+from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise, value_grain
 from dlsched.perf.fit_window import ONSET_MIN, fit_start
 from dlsched.perf.one_point import members
 from dlsched.perf.prior import REGIMES
@@ -276,8 +276,10 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     final_lo, final_hi, worst = final_interval(final, lo_f, hi_f, y, metric, space)
     goal = goal_of(y, final, target, target_fraction, space)
     now = float(np.median(y[-3:]))
+    # the remaining improvement the reach scales is at least one step of the log's values: a flat stretch of a
+    # metric that moves a sample at a time is no evidence its improvement ended
     floor = final_lo if reach is None or now <= final else \
-        min(final_lo, max(0.0, now - (now - final) * math.exp(reach)))
+        min(final_lo, max(0.0, now - (now - final + value_grain(y)) * math.exp(reach)))
     # the run is already there: no prediction (a final above now: a rise, or a misfit) may put it out of reach
     floor = min(floor, now)
     if x_now < schedule.peak_at():

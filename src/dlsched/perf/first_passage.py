@@ -26,6 +26,15 @@ def log_interval(x) -> float:
     return float(np.median(np.diff(np.asarray(x, float)[-k:]))) if len(x) > 1 else 0.0
 
 
+def value_grain(y) -> float:
+    """The step a quantized log's values move by: a metric of a small evaluation set by one sample (1/171 of an
+    accuracy), sitting flat between such steps; a loss logged to 4 decimals by 1e-4. A log is quantized where a
+    value repeats; else (every value its own) 0: the gaps of a smooth curve are its slope, not a grain."""
+    y = np.asarray(y, float)
+    distinct = np.unique(y)
+    return float(np.diff(distinct).min()) if 1 < len(distinct) < len(y) else 0.0
+
+
 def logged_noise(x, y, f) -> float:
     """Relative noise of the logged values around the fit ``f``, from the newest fifth (at least 5 points):
     1.4826·MAD of the relative residuals (robust to a spike), capped at 0.5."""
