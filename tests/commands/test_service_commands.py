@@ -461,3 +461,13 @@ def test_every_event_the_code_stores_is_a_type_events_accepts():
     found.pop("job_autoscale", None)   # the autoscale engine's own log (autoscale.jsonl), not progress.jsonl
     assert {"submitted", "node_lost", "node_up", "job_resumed", "job_checkpoint"} <= set(found), found
     assert {k: where for k, where in found.items() if k not in EVENT_KINDS} == {}
+
+
+def test_an_events_detail_shows_a_workers_brackets_as_they_are():
+    """`events` printed a failed job's `[rank0]: RuntimeError ...` as `\\[rank0]: ...`: rich's markup escaping, for a
+    table the lines never went through (`--json` and `history` showed `[rank0]`)."""
+    from dlsched.commands.service import event_rows
+
+    error = "workers {6: 1} died: [rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:51330"
+    [row] = event_rows([{"time": 0.0, "job_id": 8, "kind": "failed", "detail": {"error": error}}])
+    assert row[1:] == ["8", "failed", json.dumps({"error": error})]

@@ -214,16 +214,21 @@ def test_an_epoch_schedulers_plan_is_written_once_it_has_stepped_and_holds_each_
 
 def test_the_script_runs_standalone_with_one_worker_and_a_quiet_terminal(tmp_path):
     """``python train.py`` outside the scheduler: one worker, no job folder, every epoch trained; the terminal
-    gets the events and every 50th step, not a line per step (even when each step reports extra metrics)."""
+    gets the events (epoch_end with its mean_loss) and the steps at a cadence: each of the first 10, every 10th to
+    100, every 50th after, and each epoch's last, not a line per step (even when each step reports extra metrics).
+    Only every 50th step was shown (a 34-step run never showed its loss or LR), and epoch_end lost its mean_loss."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DLSCHED")}
     env["PYTHONPATH"] = str(REPO / "src")
-    r = subprocess.run([sys.executable, SCRIPT, "--samples", "400", "--batch", "4", "--epochs", "2", "--report-lr"],
+    r = subprocess.run([sys.executable, SCRIPT, "--samples", "380", "--batch", "4", "--epochs", "2", "--report-lr"],
                        cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     shown = [json.loads(line.split(" ", 1)[1]) for line in r.stdout.splitlines() if line.startswith("dlsched: ")]
-    assert [e["epoch"] for e in shown if e.get("event") == "epoch_end"] == [0, 1]
+    epoch_ends = [e for e in shown if e.get("event") == "epoch_end"]
+    assert [e["epoch"] for e in epoch_ends] == [0, 1] and all(e["mean_loss"] > 0 for e in epoch_ends), epoch_ends
     assert [e for e in shown if "val_mse" in (e.get("metrics") or {})], shown
-    step_lines = [e["step"] for e in shown if "event" not in e]
-    assert step_lines and all(s % 50 == 0 for s in step_lines) and max(step_lines) <= 200, step_lines
+    step_lines = {e["step"]: e for e in shown if "event" not in e}
+    wanted = {*range(1, 11), *range(20, 100, 10), 95, 100, 150, 190}   # 95 and 190: each epoch's last
+    assert wanted <= set(step_lines) and len(step_lines) < 40, sorted(step_lines)   # a line 10 s apart at most too
+    assert all(step_lines[s]["loss"] > 0 and step_lines[s]["lr"] > 0 for s in (95, 190)), step_lines
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())   # nothing written where it ran

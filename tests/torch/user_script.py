@@ -36,6 +36,10 @@ ap.add_argument("--batch-norm", action="store_true", help="a BatchNorm1d after t
 ap.add_argument("--hold-file", default="", help="rank 1 writes its pid here and waits to be killed ...")
 ap.add_argument("--hold-at-step", type=int, default=0, help="... after this step's first micro-batch (once: the file)")
 ap.add_argument("--epoch-schedule", action="store_true", help="StepLR halving the LR, stepped after each epoch")
+ap.add_argument("--fail-at-step", type=int, default=0, help="rank 0 raises in this step, once: ...")
+ap.add_argument("--fail-once-file", default="", help="... this file, made then, says it did")
+ap.add_argument("--rank1-breaks-at-epoch", type=int, default=-1,
+                help="rank 1 alone breaks out of remaining_epochs after this epoch's evaluation")
 args = ap.parse_args()
 
 
@@ -102,6 +106,10 @@ for epoch in dt.remaining_epochs(args.epochs):
         if (args.hold_file and loader.accumulating and dt.rank() == 1 and not os.path.exists(args.hold_file)
                 and dt.current_session().step + 1 == args.hold_at_step):
             hold(args.hold_file)
+        if (args.fail_at_step and dt.rank() == 0 and dt.current_session().step + 1 == args.fail_at_step
+                and not os.path.exists(args.fail_once_file)):
+            open(args.fail_once_file, "w").close()
+            raise RuntimeError(f"a failure in step {args.fail_at_step}")
         if args.step_s and (not args.slow_file or os.path.exists(args.slow_file)):
             time.sleep(args.step_s)
     with torch.no_grad():
@@ -109,5 +117,7 @@ for epoch in dt.remaining_epochs(args.epochs):
         dt.report(val_mse=nn.functional.mse_loss(model(x).squeeze(1), y).item(), optimizer_steps=len(optimizer_steps),
                   loader_batches=loader_batches, accumulating=float(loader.accumulating),
                   **({"adam_steps": state["step"]} if "step" in state else {}))
+    if dt.rank() == 1 and epoch == args.rank1_breaks_at_epoch:
+        break
     if args.epoch_schedule:
         scheduler.step()

@@ -14,3 +14,11 @@ def test_a_resume_names_the_step_it_restored_or_says_it_started_over():
                        "checkpoint": "/j/ckpt/step-10"}, None) == "resumed from the checkpoint of step 10 (generation 2)"
     assert event_line({"event": "resumed", "new_generation": 1, "restored_step": 0, "checkpoint": None},
                       None) == "restarted from the beginning (no checkpoint) (generation 1)"
+
+
+def test_an_lr_rule_line_says_the_factor_the_rule_and_the_batches():
+    """It printed a bare `lr_rule`, no detail, before the resize it went with."""
+    assert event_line({"event": "lr_rule", "rule": "linear", "from_batch": 32, "to_batch": 64, "factor": 2.0,
+                       "ramp_steps": 8}, None) == "LR x2 (linear rule, batch 32 -> 64, over 8 steps)"
+    assert event_line({"event": "lr_rule", "rule": "sqrt", "from_batch": 32, "to_batch": 128, "factor": 2.0,
+                       "ramp_steps": 0}, None) == "LR x2 (sqrt rule, batch 32 -> 128)"   # at once

@@ -265,13 +265,13 @@ def _current_user() -> str | None:
     return user if re.match(NAME_PATTERN, user) else None
 
 
-EVENT_COLUMNS = [Column("TIME"), Column("JOB", "right"), Column("EVENT"), Column("DETAIL", drop_rank=1)]
 NOISY_EVENTS = frozenset({"job_checkpoint"})   # the runtime's "checkpoint", as the loop stores it
 
 
 def event_rows(rows: list[dict]) -> list[list[str]]:
+    """Plain lines' cells, not a rich table's: no markup escaping (it printed a worker's ``[rank0]`` as ``\\[rank0]``)."""
     return [[local_clock(e["time"]), str(e["job_id"]) if e["job_id"] is not None else "-", e["kind"],
-             escape(json.dumps(readable_numbers(with_iso_times(e["detail"])), separators=(", ", ": ")))] for e in rows]
+             json.dumps(readable_numbers(with_iso_times(e["detail"])), separators=(", ", ": "))] for e in rows]
 
 
 def filter_events(rows: list[dict], kinds: list[str], since: float | None, with_noisy: bool) -> tuple[list[dict], dict]:

@@ -12,12 +12,11 @@ import threading
 import time
 from collections import deque
 
+from dlsched.torch.terminal_echo import TerminalEcho
 from dlsched.train.protocol import PROGRESS_QUEUE
 from dlsched.train.store_client import connect_store
 
 FLUSH_S = 0.25  # step records reach progress.jsonl at most about this late
-SHOWN_STANDALONE = ("event", "step", "epoch", "loss", "lr", "metrics", "from_batch", "to_batch", "goodput",
-                    "efficiency", "rule", "factor")
 
 
 class ProgressOutbox:
@@ -25,6 +24,7 @@ class ProgressOutbox:
         self.records: deque[dict] = deque()  # not yet pushed; append/popleft are atomic across threads
         self.flushed = time.perf_counter()
         self.store = connect_store(store_address) if store_address else None  # None: standalone
+        self.terminal = TerminalEcho() if self.store is None else None
         self.lock = threading.Lock()  # one push at a time: the coordinator gets the records in emit order
         self.due = threading.Event()
         self.closed = False
@@ -32,13 +32,12 @@ class ProgressOutbox:
             self.thread = threading.Thread(target=self._run, name="dlsched-progress", daemon=True)
             self.thread.start()
             atexit.register(self.close)  # a thread still inside the store client at interpreter exit aborts it
+        else:
+            atexit.register(self.terminal.flush)  # the run's last step, when no event followed it
 
     def emit(self, record: dict) -> None:
-        if self.store is None:  # standalone: the user's terminal, every event and every 50th step
-            if "event" not in record and record["step"] % 50:   # a step's extra metrics (lr, ...) too
-                return
-            shown = {k: v for k, v in record.items() if k in SHOWN_STANDALONE}
-            print("dlsched:", json.dumps(shown), flush=True)
+        if self.terminal is not None:
+            self.terminal.emit(record)
             return
         self.records.append(record)
         if "event" in record or time.perf_counter() - self.flushed >= FLUSH_S:
@@ -47,7 +46,9 @@ class ProgressOutbox:
 
     def flush(self) -> None:
         """Push every record emitted so far before returning."""
-        if self.store is not None:
+        if self.terminal is not None:
+            self.terminal.flush()
+        else:
             with self.lock:
                 self._push()
 

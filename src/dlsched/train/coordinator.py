@@ -32,10 +32,12 @@ from dlsched.train import preemption, worker_forkserver
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.data import PartitionTable
 from dlsched.train.devices import job_devices
-from dlsched.train.files import ProgressLog, job_program, last_generation, read_status, write_status
+from dlsched.train.files import (ProgressLog, job_program, last_generation, read_progress, read_status,
+                                 write_status)
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
+from dlsched.train.replayed_records import ReplayedRecords
 from dlsched.train.script_output import ScriptOutput
 from dlsched.train.resizer import Resizer
 from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready, end_key,
@@ -131,6 +133,7 @@ class Coordinator:
         self.stragglers: list[int] = []
         self.standby_ready = 0
         self.plan: Plan | None = None
+        self.replays = ReplayedRecords()
 
     @property
     def stop_requested(self) -> bool:
@@ -230,7 +233,8 @@ class Coordinator:
                     self.stragglers = slow
                     self.progress.write({"event": "straggler", "time": time.time(), "workers": slow,
                                          "ewma": [round(self.detector.ewma[w], 3) for w in slow]})
-        self.progress.write(rec)   # echoed as a human line to output.log: what `dlsched logs -f` shows
+        if self.replays.keep(rec):   # a restart's replayed evaluation or epoch end is recorded once
+            self.progress.write(rec)   # echoed as a human line to output.log: what `dlsched logs -f` shows
 
     # -- main loop ----------------------------------------------------------------------------------
     def run(self) -> int:
@@ -252,6 +256,7 @@ class Coordinator:
         first = last_generation(self.dir) + 1
         self.generation = first - 1
         if first > 0:
+            self.replays = ReplayedRecords.from_log(read_progress(self.dir), start.step)
             self.progress.write({"event": "resumed", "time": time.time(), "new_generation": first,
                                  "restored_step": start.step, "checkpoint": str(start.restore) if start.restore else None})
         wids = self.pool.spawn(first, self.o.workers, self.o.workers)

@@ -25,6 +25,9 @@ _EVENTS = {
                             f"goodput {_num(r.get('from_goodput'))} -> {_num(r.get('goodput'))} "
                             f"(samples/s {_num(r.get('throughput'))}, efficiency {_num(r.get('efficiency'))}, "
                             f"noise scale {_num(r.get('noise_scale'))})",
+    "lr_rule": lambda r: f"LR x{_num(r.get('factor'))} ({r.get('rule')} rule, batch {r.get('from_batch')} -> "
+                         f"{r.get('to_batch')}" + (f", over {r['ramp_steps']} steps" if r.get("ramp_steps") else "")
+                         + ")",
     "resize_abandoned": lambda r: f"resize abandoned: {r.get('reason')}",
     "resize_failed": lambda r: f"resize failed: {r.get('error') or r.get('reason')}",
     "straggler": lambda r: f"straggler worker(s) {r.get('workers')} replaced",

@@ -20,6 +20,17 @@ BAD_INPUT = 2  # a worker's exit code for bad input: a script's UserError (dlsch
 # process died) or once they cut them (peer_cut: its node fell off the network); the process-group timeout
 # bounds a peer neither closed nor cut
 SURVIVOR_WAIT_S = PG_TIMEOUT.total_seconds() + 15
+# a script error at start-up hits every rank alike, each exiting on its own within moments of the first (a loaded
+# machine's torch teardown takes seconds); a peer inside a collective exits once the dead one's sockets close
+SETTLE_S = 10.0
+RESTART_SETTLE_S = 0.5   # a make_job survivor waits for the next plan, never exits: a restart waits no longer
+RANK_PREFIX = re.compile(r"^(\[rank\d+\]: )+")   # torch's prefix on a failing rank's traceback lines
+
+
+def script_error(code: int | None) -> bool:
+    """An exit of the worker's own (an uncaught exception exits 1), not a signal's: a kill, the OOM killer, a lost
+    node (negative; a Ray script worker's child killed by one exits 128 + N or 256 - N)."""
+    return code is not None and 0 < code < 128
 
 
 class WorkerLoss:
@@ -29,15 +40,66 @@ class WorkerLoss:
         self.rejoins = 0
 
     def handle(self, dead: list[int]) -> None:
+        self._fail_on_a_loop_left_early(dead)
         bad = [w for w in dead if self.c.pool.procs[w].returncode == BAD_INPUT]
         if bad:  # the same again on a restart: the job fails now, with the worker's line
-            line = re.sub(r"^(\[rank\d+\]: )+", "", self.c.pool.log_tail(bad[0]))
+            line = self._last_line(bad[0])
             raise UserError(f"worker {bad[0]} exited {BAD_INPUT}: {line.removeprefix('dlsched.errors.UserError: ')}")
+        if not self._trained():
+            self._fail_on_a_start_up_error()
         old = len(self.c.wids)
         if self.c.launcher.shrink_on_loss and self._shrink_onto_survivors(dead):
             self._rejoin(dead, old)
         else:
             self._recover(dead)
+
+    def _last_line(self, wid: int) -> str:
+        return RANK_PREFIX.sub("", self.c.pool.log_tail(wid))
+
+    def _trained(self) -> bool:
+        """Whether the job ever completed a step: in this run, or before the checkpoint it resumed from."""
+        return self.c.last_report is not None or (self.c.plan is not None and self.c.plan.step > 0)
+
+    def _settled(self, wait_s: float) -> dict[int, int]:
+        """The group's workers that exited with an error, once every one has exited or a signal killed one (a
+        restart case either way), at most ``wait_s`` on: the loss names every worker that died, not the first."""
+        c = self.c
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not c.stop_requested:
+            codes = [c.pool.procs[w].poll() for w in c.wids]
+            if all(code is not None for code in codes) or any(code is not None and code < 0 for code in codes):
+                break
+            time.sleep(POLL_S)
+        return {w: c.pool.procs[w].returncode for w in c.wids if c.pool.procs[w].poll() not in (None, 0)}
+
+    def _fail_on_a_start_up_error(self) -> None:
+        """Every worker exited with an error of its script's before the job's first step (a typo, a missing file):
+        a restart runs the same code on the same input, so the job fails now, with the first worker's line. A
+        signal (a kill, a lost node), or a worker still alive, is restarted as before."""
+        c = self.c
+        errors = self._settled(SETTLE_S)
+        if len(errors) == len(c.wids) and all(map(script_error, errors.values())):
+            first = min(errors)
+            raise JobFailed(f"workers {errors} died before the job's first step, not restarted (a restart would fail "
+                            f"the same way): {self._last_line(first)} (worker logs in {c.dir / 'logs'})")
+
+    def _fail_on_a_loop_left_early(self, dead: list[int]) -> None:
+        """A worker of the group exited 0 (its script left ``remaining_epochs``) while its generation had not ended
+        and a peer still trained: that peer's next collective failed without it. A restart replays the same
+        divergence, so the job fails now, naming the worker that left."""
+        c = self.c
+        left = [w for w in c.wids if c.pool.procs[w].poll() == 0]
+        if not left or c.store.check([end_key(c.generation)]):
+            return
+        rank = {w: c.wids.index(w) for w in c.wids}
+        ended = ", ".join(f"worker {w} (rank {rank[w]})" for w in left)
+        at = f" after step {c.last_report['step']}" if c.last_report else ""
+        died = ", ".join(f"worker {d} (rank {rank[d]}, exit {c.pool.procs[d].returncode})" for d in dead)
+        loops = "its loop" if len(left) == 1 else "their loops"
+        raise JobFailed(f"{ended} ended {loops} (exit 0){at} while the other ranks still trained; {died} then failed "
+                        f"at the next all-reduce without it. Every rank must leave dt.remaining_epochs at the same "
+                        f"point: break out of it on all ranks or on none (docs/porting.md). Not restarted "
+                        f"(worker logs in {c.dir / 'logs'})")
 
     def _survivor_states(self, survivors: list[int]) -> dict[int, Held] | None:
         """Each survivor's report of the state it holds, once all reported; None if one died too, the
@@ -106,17 +168,19 @@ class WorkerLoss:
         self.restarts += 1
         lost_at = c.last_report["step"] if c.last_report else 0
         errors = {w: c.pool.procs[w].returncode for w in dead}
+        errors = dict(sorted({**errors, **self._settled(RESTART_SETTLE_S)}.items()))
         if self.restarts > c.o.max_restarts:
             raise JobFailed(f"workers {errors} died; gave up after {c.o.max_restarts} restarts: "
-                            f"{c.pool.log_tail(dead[0])} (worker logs in {c.dir / 'logs'})")
+                            f"{self._last_line(dead[0])} (worker logs in {c.dir / 'logs'})")
         old = len(c.wids)
         c.pool.kill(list(c.pool.procs))
         count = c.launcher.room(old)   # under Ray a dead worker's bundle may have gone with its node
         if not count:
-            raise JobFailed(f"workers {errors} died and left no slot to restart in: {c.pool.log_tail(dead[0])}")
+            raise JobFailed(f"workers {errors} died and left no slot to restart in: {self._last_line(dead[0])}")
         c.pending_resize = None
         c._drain()
         start = c._initial_state()
+        c.replays.restored(start.step)   # after the drain: the dead group's records are in
         gb, ramp = start.global_batch, start.ramp
         if gb is not None and count != old:   # fewer workers: the batch rule a shrink follows
             gb = global_batch_after_resize(c.o.batch_mode, gb, old, count)
