@@ -14,6 +14,7 @@ def test_first_start_generates_a_private_token_and_reuses_it(tmp_path):
     svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME)
     f = tmp_path / "state" / "token"
     assert stat.S_IMODE(f.stat().st_mode) == 0o600 and len(svc.token) >= 32
+    svc.close()             # one service per state folder (service/state_lock.py)
     assert Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).token == svc.token
     assert Service(cluster(), tmp_path / "state2", port=free_port(), runtime=RUNTIME).token != svc.token
     assert Service(cluster(), tmp_path / "s3", port=free_port(), runtime=RUNTIME, auth=False).token is None
@@ -76,13 +77,14 @@ def test_a_new_state_folder_is_private_and_an_existing_one_keeps_its_mode_with_a
         state = tmp_path / "new" / "state"
         assert _mode(state) == 0o700 and _mode(state / "jobs") == 0o700
         assert {f.name: _mode(f) for f in state.iterdir() if f.is_file()} == {
-            "token": 0o600, "dlsched.db": 0o600, "dlsched.db-wal": 0o600, "dlsched.db-shm": 0o600}
+            "token": 0o600, "dlsched.db": 0o600, "dlsched.db-wal": 0o600, "dlsched.db-shm": 0o600, "serve.lock": 0o600}
 
         cwd = tmp_path / "cwd"             # the user's working directory, as dlsched serve --state-dir . sees it
         cwd.mkdir(mode=0o755)
         monkeypatch.chdir(cwd)
         earlier = Service(cluster(), ".", port=free_port(), runtime=RUNTIME, auth=False)
         earlier.store.submit(load_job_spec("name: kept\nentry: x.py:make_job"))
+        earlier.close()                    # one service per state folder (service/state_lock.py)
         for f in cwd.glob("dlsched.db*"):
             f.chmod(0o644)                 # as an earlier dlsched left its database
         caplog.clear()
@@ -90,22 +92,24 @@ def test_a_new_state_folder_is_private_and_an_existing_one_keeps_its_mode_with_a
             svc = Service(cluster(), ".", port=free_port(), runtime=RUNTIME, auth=False)
         assert _mode(cwd) == 0o755                                                     # not chmod-ed
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert warnings == ["--state-dir .: an existing folder with mode 0755, left as it is; other users may read in "
-                            "it, and it will hold the service's database and token; run: chmod 700 ., or choose a new "
-                            "folder"]
+        # the folder made absolute (the job folders stored in it must not depend on the working directory)
+        assert warnings == [f"--state-dir {cwd}: an existing folder with mode 0755, left as it is; other users may "
+                            f"read in it, and it will hold the service's database and token; run: chmod 700 {cwd}, or "
+                            "choose a new folder"]
         assert {_mode(f) for f in cwd.glob("dlsched.db*")} == {0o600} and _mode(cwd / "jobs") == 0o700
         assert [j.name for j in svc.store.jobs()] == ["kept"]                          # nothing lost
         assert sqlite3.connect(cwd / "dlsched.db").execute("SELECT COUNT(*) FROM jobs").fetchone() == (1,)
+        svc.close()
 
         cwd.chmod(0o777)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="dlsched.service"):
-            Service(cluster(), cwd, port=free_port(), runtime=RUNTIME, auth=False)
+            Service(cluster(), cwd, port=free_port(), runtime=RUNTIME, auth=False).close()
         assert _mode(cwd) == 0o777 and "mode 0777" in caplog.text and "may write in it" in caplog.text
         cwd.chmod(0o700)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="dlsched.service"):
-            Service(cluster(), cwd, port=free_port(), runtime=RUNTIME, auth=False)
+            Service(cluster(), cwd, port=free_port(), runtime=RUNTIME, auth=False).close()
         assert not caplog.records                                                      # a private folder: no noise
         # serve --token-file NEW/token creates the folder before the service: private too, not the umask's 0755
         load_or_create_token(tmp_path / "tok" / "token")

@@ -61,6 +61,18 @@ def test_serve_refuses_an_unknown_backend_in_one_line():
     assert out.stderr.strip() == "error: --backend 'bogus': expected 'local' or 'ray'"
 
 
+def test_serve_checks_its_policy_before_it_creates_the_state_folder_and_names_where_it_came_from(tmp_path):
+    """``--policy nosuch`` was refused as a "cluster spec" error after NEW/ (its database, token and jobs/) was made."""
+    (tmp_path / "cluster.yaml").write_text("nodes: [{name: n0, gpus: 1}]\npolicy: nosuch2\n")
+    for args, where in [(["--policy", "nosuch"], "--policy nosuch"),
+                        (["--cluster", str(tmp_path / "cluster.yaml")], f"--cluster {tmp_path / 'cluster.yaml'}: field policy")]:
+        out = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--state-dir", str(tmp_path / "NEW"), *args,
+                              "--port", str(free_port())], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert out.stderr.startswith(f"error: {where}: unknown policy 'nosuch"), out.stderr
+        assert not (tmp_path / "NEW").exists()
+
+
 def test_submit_applies_the_service_limits_before_sending(service, tmp_path):
     """The 60 KB file that segfaulted ``dlsched submit`` (deep nesting), an alias bomb, duplicate keys, a huge
     file: one line each, exit 2, nothing sent."""

@@ -168,3 +168,44 @@ def test_a_cancel_the_service_did_not_finish_before_it_went_is_done_after_the_re
         assert state == "cancelled"
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_time_trained_while_the_service_was_down_counts_and_a_job_ended_then_ends_when_its_folder_says(tmp_path):
+    """A job that finished while no service watched got the restart's time as its end_time and the run_time of the
+    last round seen before the service went; a job re-attached after the restart left the downtime out of its
+    run_time and GPU time (``history``'s RAN and GPU-TIME)."""
+    import json
+
+    from dlsched.service.server import Service
+    from tests.service.conftest import RUNTIME, cluster
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        short = c.post("/jobs", content=job_yaml("short", samples=3200, step_s=0.04), headers=YAML).json()["id"]
+        long = c.post("/jobs", content=job_yaml("long", samples=10**6, step_s=0.05), headers=YAML).json()["id"]
+        wait_until(lambda: all(c.get(f"/jobs/{j}").json()["samples"] > 0 for j in (short, long)), 60, "first steps")
+    finally:
+        svc.close()             # the service goes; both coordinators train on
+    folder = tmp_path / "state" / "jobs" / str(short)
+    wait_until(lambda: (read_status(folder) or {}).get("state") == "finished", 60, "the short job to end unwatched")
+    ended = json.loads((folder / "progress.jsonl").read_text().splitlines()[-1])
+    assert ended["event"] == "finished"
+    time.sleep(1.0)
+    restarted = time.time()
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = wait_until(lambda: (j := c.get(f"/jobs/{short}").json())["state"] == "finished" and j, 60, "recorded")
+        assert abs(job["end_time"] - ended["time"]) < 0.5 and job["end_time"] < restarted, (job, ended)
+        assert abs(job["run_time"] - (job["end_time"] - job["start_time"])) < 0.5, job
+        assert job["attained_service"] == pytest.approx(job["run_time"])          # 1 GPU all along
+        svc.thread.stop()       # the loop's last round counted up to now
+        svc.thread.join(timeout=30)
+        job = c.get(f"/jobs/{long}").json()
+        assert job["state"] == "running" and job["run_time"] > restarted - job["start_time"], job
+        assert job["attained_service"] == pytest.approx(job["run_time"])
+    finally:
+        stop_service_and_jobs(svc)

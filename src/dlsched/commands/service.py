@@ -366,27 +366,35 @@ def register(app: typer.Typer) -> None:
               gpu_resource: str = typer.Option("GPU", help="Ray resource one worker needs (--backend ray)")) -> None:
         """Run the scheduler service (API + live loop + dashboard) in the foreground."""
         from dlsched.backends.make import make_backend
+        from dlsched.policy.base import make_policy
         from dlsched.service.auth import check_token, load_or_create_token
         from dlsched.service.server import Service
         from dlsched.spec import load_cluster_spec_file
 
         from dlsched.train.storage import job_folder
 
-        state_dir = job_folder(state_dir, "--state-dir")
-        jobs_dir = job_folder(jobs_dir, "--jobs-dir") if jobs_dir is not None else None
+        # absolute: each job's folder is stored, and a restart from another working directory must find it
+        state_dir = job_folder(state_dir, "--state-dir").absolute()
+        jobs_dir = job_folder(jobs_dir, "--jobs-dir").absolute() if jobs_dir is not None else None
         if not 1 <= port <= 65535:
             raise UserError(f"--port {port}: expected 1..65535")
         if backend and backend not in ("local", "ray"):
             raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
         spec = load_cluster_spec_file(cluster) if cluster else local_cluster_spec()
-        if not port_is_free(host, port):   # after the options: a bad option is reported as itself
-            raise UserError(f"--port {port}: {host}:{port} is already in use (another dlsched serve?); "
-                            f"choose another with --port")
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         if policy:
             spec = spec.model_copy(update={"policy": policy})
         if backend:
             spec = spec.model_copy(update={"backend": backend})
+        # every option is checked before anything is created (the state folder, its database, token and jobs/)
+        try:
+            scheduler = make_policy(spec.policy, **dict(spec.policy_args))
+        except (ValueError, TypeError) as e:   # an unknown name, arguments it does not take
+            where = f"--policy {policy}" if policy else f"--cluster {cluster}: field policy" if cluster else "policy"
+            raise UserError(f"{where}: {e}") from None
+        if not port_is_free(host, port):   # after the options: a bad option is reported as itself
+            raise UserError(f"--port {port}: {host}:{port} is already in use (another dlsched serve?); "
+                            f"choose another with --port")
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
         be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
         token = None
@@ -395,7 +403,7 @@ def register(app: typer.Typer) -> None:
         elif os.environ.get("DLSCHED_TOKEN") and not no_auth:
             token = check_token(os.environ["DLSCHED_TOKEN"], "$DLSCHED_TOKEN")
         svc = Service(spec, state_dir, host=host, port=port, token=token, runtime=rt, workdir=workdir, backend=be,
-                      auth=not no_auth, token_file=token_file, extra_hosts=tuple(allow_host),
+                      policy=scheduler, auth=not no_auth, token_file=token_file, extra_hosts=tuple(allow_host),
                       entry_roots=tuple(entry_root), entry_modules=tuple(entry_module), jobs_dir=jobs_dir)
         auth = "no authentication (--no-auth)" if svc.token is None else \
             f"token in {token_file or ('$DLSCHED_TOKEN' if token else svc.token_file)}"

@@ -31,6 +31,7 @@ from dlsched.numbers import finite
 from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.fleet_status import ensemble_of
+from dlsched.service.job_folders import job_folder
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
                                     Limit, Offset, OptionalAfter, OptionalLimit)
 from dlsched.service.metrics import ServiceCollector, allocated_slots, metrics_registry
@@ -311,14 +312,14 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     def logs(job_id: JobId, offset: Offset = 0, tail: int | None = None, worker: int | None = None) -> PlainTextResponse:
         """The job's output (or worker ``worker``'s) from byte ``offset``, or its last ``tail`` lines;
         ``X-Next-Offset`` tells ``logs -f`` where to continue."""
-        store.get(job_id)
+        job = store.get(job_id)
         if worker is not None and not 0 <= worker < MAX_WORKER_ID:
             return _error(422, f"worker: expected 0..{MAX_WORKER_ID - 1}, got {worker}")
         if tail is not None and not 0 <= tail <= MAX_TAIL_LINES:
             return _error(422, f"tail: expected 0..{MAX_TAIL_LINES}, got {tail}")
         text, nxt = b"", max(0, min(offset, 1 << 62))
         if jobs_root is not None:
-            job_dir = jobs_root / str(job_id)
+            job_dir = job_folder(job, jobs_root)   # where it ran, whatever --jobs-dir is now
             path = job_dir / "output.log" if worker is None else job_dir / "logs" / f"worker-{worker}.log"
             try:
                 with open(path, "rb") as f:

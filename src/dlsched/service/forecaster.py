@@ -15,6 +15,7 @@ from dlsched.policy.base import ClusterView, Policy
 from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
 from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast, with_members
 from dlsched.service.job_models import JobModels, job_view
+from dlsched.service.off_cluster import hold_out
 from dlsched.service.store import ACTIVE, Store
 
 log = logging.getLogger("dlsched.service")
@@ -71,17 +72,18 @@ class Forecaster:
     def _refresh(self, now: float, budget_s: float | None) -> Forecast:
         t0 = time.perf_counter()
         speeds, rates, totals = self.models.forecast_inputs()
+        # a job placed on a node the cluster lacks is left out (``off_cluster``), its GPUs on the others taken
+        jobs, cluster, _ = hold_out(self.cluster_view(now), [j for j in self.store.jobs(states=ACTIVE)
+                                                             if not j.cancel_requested])
         views = []
-        for j in self.store.jobs(states=ACTIVE):
-            if j.cancel_requested:
-                continue
+        for j in jobs:
             v = job_view(j, speeds.get(j.id), self.typical_delay("resize", RESIZE_S))
             if v.kind == "ensemble":
                 v = with_members(v, members_left(self.store.events(j.id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS), now))
             elif v.remaining_samples is None and j.id in totals:
                 v = dataclasses.replace(v, remaining_samples=max(0.0, totals[j.id] - j.samples))
             views.append(v)
-        f = forecast(views, self.cluster_view(now), self.policy, now,
+        f = forecast(views, cluster, self.policy, now,
                      observed={str(k): r for k, r in rates.items()}, step_s=self.step_s, budget_s=budget_s,
                      start_s=self.typical_delay("start", START_S), resize_s=self.typical_delay("resize", RESIZE_S))
         self.store.set_forecast(now, {int(k): (f.start[k], f.finish[k]) for k in f.finish})

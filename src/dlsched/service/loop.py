@@ -20,12 +20,15 @@ from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
 from dlsched.service.abandoned_resize import return_to_held
+from dlsched.service.accounting import since_counted
 from dlsched.service.coordinator_loss import resume_or_fail
 from dlsched.service.failed_actions import after_failed_action
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
+from dlsched.service.job_folders import job_folder
 from dlsched.service.job_models import JobModels
 from dlsched.service.nodes import LOST, NodeWatch
+from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import record_round
@@ -65,8 +68,9 @@ class LiveLoop:
         self.store = store
         self.backend = backend
         self.cluster = cluster
-        self.state_dir = Path(state_dir)
-        self.jobs_dir = Path(jobs_dir) if jobs_dir is not None else self.state_dir / "jobs"   # job folders
+        self.state_dir = Path(state_dir).absolute()
+        # where jobs never started get their folder; a started one keeps its own (``job_folders``)
+        self.jobs_dir = Path(jobs_dir).absolute() if jobs_dir is not None else self.state_dir / "jobs"
         self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
         self.clock = clock
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
@@ -84,6 +88,7 @@ class LiveLoop:
         self._confirmed: list[int] = []                    # jobs whose held slots the store released this pass
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
         self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
+        self.held_out = HeldOut()                          # jobs placed on nodes the round's view lacks
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -103,14 +108,17 @@ class LiveLoop:
         except (UserError, ValueError) as e:
             raise SpecError(f"{source}: policy {self.cluster.policy}: {e}") from None
 
-    def job_dir(self, job_id: int) -> Path:
-        return self.jobs_dir / str(job_id)
+    def job_dir(self, job: JobRecord | int) -> Path:
+        """The job's folder: the one it was started in, else a new one under ``jobs_dir`` (``job_folders``)."""
+        return job_folder(job if isinstance(job, JobRecord) else self.store.get(job), self.jobs_dir)
 
     # -- restart -----------------------------------------------------------------------------------
     def recover(self) -> None:
-        """Re-attach live coordinators; re-queue the rest (``service/recovery.py``)."""
+        """Re-attach live coordinators; re-queue the rest (``service/recovery.py``), and those placed on nodes the
+        cluster declaration no longer has (where the backend has no live view of its own: Ray's decides each round)."""
         now = self.clock()
-        recovery.recover(self.store, self.backend, self.job_dir, self._ingest, now)
+        recovery.recover(self.store, self.backend, self.job_dir, self._ingest, now, known_nodes=None
+                         if self.backend.nodes() is not None else {n.name for n in self.cluster.nodes})
         self.store.event("service_started", None, now, policy=self.cluster.policy,
                          gpus=sum(self.capacity.values()))
 
@@ -153,6 +161,7 @@ class LiveLoop:
         eligible = [j for j in jobs if not j.cancel_requested]
         self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
         view = without_held(view, jobs)   # slots processes may still use past their books
+        eligible, view = self.held_out(view, eligible)   # placed on a node the view lacks: left as it is
         decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], view, consolidated)
         return clear_of_holds(decision, eligible, view)   # a shrink's slots are not free this round either
 
@@ -169,7 +178,7 @@ class LiveLoop:
             if isinstance(act, Resize) and (waits_for_hold(job, act.nodes) or act.num_gpus > job.num_gpus and
                                             self.backoff.holds(job.id, now)):
                 continue   # its GPUs stay free this round: the policy asks again once the wait (or hold) is over
-            d = self.job_dir(job.id)
+            d = self.job_dir(job)
             gen = job.generation + 1
             try:
                 if isinstance(act, Preempt):
@@ -183,7 +192,7 @@ class LiveLoop:
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size,
                                                      **({"placed": placed} if placed != act.nodes else {})},
                                    {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
-                                    "generation": gen, "job_dir": str(d)}))
+                                    "generation": gen, "job_dir": str(d), "accounted_until": now}))
                 else:   # a shrink or move holds the slots it leaves until the new group steps (slot_holds)
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
                                                hold_given_back=bool(extra_slots(job.placement, act.nodes))))
@@ -215,11 +224,10 @@ class LiveLoop:
     # -- observation -------------------------------------------------------------------------------
     def observe(self, now: float) -> None:
         """Cancellations, progress ingestion, process state, GPU-service accounting, prediction refit."""
-        dt = 0.0 if self._last_now is None else max(0.0, now - self._last_now)
-        self._last_now = now
+        last, self._last_now = self._last_now, now
         running = self.store.jobs(states=(RUNNING, RESCALING))
         for job in [j for j in running if j.cancel_requested]:
-            self.backend.stop(job.id, self.job_dir(job.id))      # slow (grace period): outside any transaction
+            self.backend.stop(job.id, self.job_dir(job))      # slow (grace period): outside any transaction
             with self.store.batch():
                 self._ingest(job, now)
                 self._given_up.pop(job.id, None)
@@ -228,15 +236,16 @@ class LiveLoop:
             self._ended.append((job.id, False))
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
             for job in [j for j in running if not j.cancel_requested]:
-                self._observe_one(job, now, dt)
+                self._observe_one(job, now, last)
         release_confirmed(self.backend, self.job_dir, self._confirmed)   # after the store's commit, never before
         self._refit(now)
 
-    def _observe_one(self, job: JobRecord, now: float, dt: float) -> None:
-        d = self.job_dir(job.id)
-        held = job.held_gpus     # through the interval behind: a resize confirmed only now did not train before
+    def _observe_one(self, job: JobRecord, now: float, last: float | None) -> None:
+        """``last``: the loop's previous observation; the time counted is since the job's own (``accounting``)."""
+        d = self.job_dir(job)
+        counted = since_counted(job, now, last)   # at the GPUs held before: a resize confirmed only now did not train
         job = self._ingest(job, now)
-        self.store.update(job.id, attained_service=job.attained_service + dt * held, run_time=job.run_time + dt)
+        self.store.update(job.id, **counted)
         res = self.backend.poll(job.id, d)
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
@@ -250,7 +259,7 @@ class LiveLoop:
             resume_or_fail(self.store, job.id, res, now)
         else:
             if given_up is not None and job.state == RESCALING:   # a live job's only: an ended one's books are gone
-                job = return_to_held(self.store, self.backend, self.backoff, job, self.job_dir(job.id), given_up,
+                job = return_to_held(self.store, self.backend, self.backoff, job, d, given_up,
                                      now, unconfirmed=runtime_gave_up is None)
             if res.nodes is not None:   # workers lost with their node: the job trains on the rest; re-plan
                 self._shrunk_by_loss(job, dict(res.nodes), now)
@@ -269,7 +278,7 @@ class LiveLoop:
                          lost=extra_slots(job.placement, nodes))
 
     def _ingest(self, job: JobRecord, now: float) -> JobRecord:
-        records, offset = read_progress(self.job_dir(job.id), job.progress_offset)
+        records, offset = read_progress(self.job_dir(job), job.progress_offset)
         if not records:
             return job
         samples = [r for r in records if "event" not in r]
@@ -309,7 +318,7 @@ class LiveLoop:
         store transaction: fits are CPU-heavy, and SQLite's write lock must never wait on them (a busy machine
         held it past the 30 s busy timeout, and submissions and the forecast failed with 'database is locked')."""
         for job_id, job in self._to_refit.items():
-            pred = self.models.refit_stored(job, self.store, now, read_lr_plan(self.job_dir(job_id)))
+            pred = self.models.refit_stored(job, self.store, now, read_lr_plan(self.job_dir(job)))
             if pred is not None:
                 self._pending[job_id] = (now, pred)
         for job_id, finished in self._ended:

@@ -13,7 +13,8 @@ import uvicorn
 from dlsched.backends.make import make_backend
 from dlsched.entry_check import check_entry, check_script
 from dlsched.errors import UserError
-from dlsched.policy.base import Policy
+from dlsched.policy.base import Policy, make_policy
+from dlsched.service import state_lock
 from dlsched.service.api import allowed_hosts, create_app, is_loopback
 from dlsched.service.auth import TOKEN_FILE_NAME, check_token, load_or_create_token
 from dlsched.service.entries import EntryRules
@@ -65,38 +66,54 @@ class Service:
                  jobs_dir: str | Path | None = None):
         if not auth and not is_loopback(host):
             raise UserError(f"--host {host}: --no-auth is for a loopback bind only; beyond it every request needs a token")
+        if token and auth:
+            token = check_token(token, "token")
+        if policy is None:   # checked before anything is created: a refused start leaves no state folder behind
+            try:
+                policy = make_policy(cluster.policy, **dict(cluster.policy_args))
+            except (ValueError, TypeError) as e:   # an unknown name, arguments it does not take
+                raise UserError(f"cluster spec: policy: {e}") from None
+        # absolute: the job folders stored for each job must not depend on the working directory (job_folders.py)
+        state_dir = Path(state_dir).absolute()
         # the database, the token and (by default) the job folders: a new folder this user's only, an existing one
         # (the user's own choice, e.g. --state-dir .) left as it is, with a warning where it is loose
         self.state_dir = private_dir(state_dir, "--state-dir")
-        self.jobs_dir = Path(jobs_dir) if jobs_dir is not None else private_jobs_dir(self.state_dir / "jobs")
+        self._lock = state_lock.hold(self.state_dir)   # one service per state folder, for its whole life
+        try:
+            self._open(cluster, token, runtime, workdir, policy, backend, auth, token_file, jobs_dir)
+            self.host, self.port = host, port
+            self.thread = LoopThread(self.loop, cluster.interval_s)
+            self.workdir = Path(workdir) if workdir is not None else Path.cwd()
+            # job code only from the allowed job directories / modules (entries.py); never from the state directory
+            self.entries = EntryRules.make(self.workdir, tuple(entry_roots), tuple(entry_modules),
+                                           forbidden=(self.state_dir, self.jobs_dir))
+            # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
+            self.check_entries = runtime is None
+            app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
+                             jobs_dir=self.jobs_dir, loop_thread=self.thread, validate=self.validate,
+                             hosts=allowed_hosts(host, extra_hosts), node_table=lambda: self.loop.nodes.table)
+            self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                                        access_log=False, limit_concurrency=256, timeout_keep_alive=5))
+        except BaseException:
+            state_lock.release(self._lock)
+            raise
+        self._uv_thread: threading.Thread | None = None
+
+    def _open(self, cluster: ClusterSpec, token: str | None, runtime, workdir, policy: Policy, backend, auth: bool,
+              token_file, jobs_dir) -> None:
+        """The token, the store, the backend and the loop, under the state folder's lock."""
+        self.jobs_dir = Path(jobs_dir).absolute() if jobs_dir is not None else \
+            private_jobs_dir(self.state_dir / "jobs")
         self.token_file = Path(token_file) if token_file else self.state_dir / TOKEN_FILE_NAME
         if not auth:
             self.token = None
         elif token:
-            self.token = check_token(token, "token")
+            self.token = token
         else:
             self.token = load_or_create_token(self.token_file)
-        self.host, self.port = host, port
         self.store = Store(self.state_dir / "dlsched.db")
         self.backend = backend or make_backend(cluster, runtime=runtime, workdir=workdir)
-        try:
-            self.loop = LiveLoop(self.store, self.backend, cluster, self.state_dir, policy=policy,
-                                 jobs_dir=self.jobs_dir)
-        except ValueError as e:   # unknown policy name
-            raise UserError(f"cluster spec: policy: {e}") from None
-        self.thread = LoopThread(self.loop, cluster.interval_s)
-        self.workdir = Path(workdir) if workdir is not None else Path.cwd()
-        # job code only from the allowed job directories / modules (entries.py); never from the state directory
-        self.entries = EntryRules.make(self.workdir, tuple(entry_roots), tuple(entry_modules),
-                                       forbidden=(self.state_dir, self.jobs_dir))
-        # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
-        self.check_entries = runtime is None
-        app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body, jobs_dir=self.jobs_dir,
-                         loop_thread=self.thread, validate=self.validate, hosts=allowed_hosts(host, extra_hosts),
-                         node_table=lambda: self.loop.nodes.table)
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                                    access_log=False, limit_concurrency=256, timeout_keep_alive=5))
-        self._uv_thread: threading.Thread | None = None
+        self.loop = LiveLoop(self.store, self.backend, cluster, self.state_dir, policy=policy, jobs_dir=self.jobs_dir)
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time checks: an allowed entry point (``entries.py``, before any file is read), the cluster and
@@ -151,6 +168,9 @@ class Service:
         if self.thread.is_alive():
             self.thread.join(timeout=30)
         self.backend.shutdown()
+        if not self.thread.is_alive():   # a loop still running keeps the store: no second service on it yet
+            state_lock.release(self._lock)
+            self._lock = None
 
 
 logging.getLogger("dlsched.service").addHandler(logging.NullHandler())

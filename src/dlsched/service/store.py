@@ -143,6 +143,11 @@ MIGRATIONS: list[str] = [
     UPDATE finished_target_fits SET fit = json_set(fit, '$.final', json_extract(fit, '$.final') / 100.0)
      WHERE json_extract(fit, '$.meta.kind') = 'accuracy' AND json_extract(fit, '$.final') > 1;
     """,
+    # 12: the time through which a running job's run_time and attained_service are counted: a service that was down
+    # counts the time its jobs trained meanwhile (their next round, or ``recovery`` from what the job folder says)
+    """
+    ALTER TABLE jobs ADD COLUMN accounted_until REAL;
+    """,
 ]
 
 
@@ -288,6 +293,7 @@ class JobRecord:
     requested_batch: int | None = None
     training_gpus: int | None = None    # what the runtime trains on while rescaling to num_gpus
     releasing: dict[str, int] | None = None   # slots past placement its processes may still use (slot_holds.py)
+    accounted_until: float | None = None   # run_time/attained_service count the time it ran up to here
 
     @property
     def held_gpus(self) -> int:
@@ -295,7 +301,7 @@ class JobRecord:
         return self.training_gpus if self.state == RESCALING and self.training_gpus is not None else self.num_gpus
 
     def public(self) -> dict[str, Any]:
-        skip = ("spec", "progress_offset", "training_gpus", "releasing")
+        skip = ("spec", "progress_offset", "training_gpus", "releasing", "accounted_until")
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
         # num_gpus as held, the scheduler's reservation beside it while a resize is pending
         d["num_gpus"], d["target_gpus"] = self.held_gpus, self.num_gpus if self.state == RESCALING else None

@@ -237,7 +237,7 @@ class PSRunner:
             del store  # the generation's group is gone
             state = read_state(self.job_dir)
             if lost == STOPPED:
-                self.progress.write({"event": "stopped", "round": len(state["round_generation"])})
+                self.progress.write({"event": "stopped", "round": len(state["round_generation"]), "time": time.time()})
                 write_status(self.job_dir, "stopped", os.getpid(), gen.workers)
                 return STOPPED
             if lost:
@@ -273,7 +273,7 @@ class PSRunner:
         loss = final_loss(self.job_dir, self.opts.entry, self.opts.params, state)
         steps = math.ceil(state["samples"] / state["global_batch"])  # global batches trained into the model
         self.progress.write({"event": "finished", "step": steps, "round": len(state["round_generation"]),
-                             "final_loss": loss})
+                             "final_loss": loss, "time": time.time()})   # when it ended (service/recovery.py)
         print(f"parameter server ({state['sync']}, {state['servers']} servers): final loss over the dataset {loss:.4f}")
         write_status(self.job_dir, "finished", os.getpid(), state["workers"], final_loss=loss)
         return 0

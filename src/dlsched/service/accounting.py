@@ -1,0 +1,32 @@
+"""A running job's ``run_time`` and ``attained_service`` (GPU-seconds held: ``dlsched history``'s GPU-TIME): counted
+up to the store's ``accounted_until``, so time the job trained while no service watched it counts too.
+
+The loop counted each round's interval since its own previous round: a restarted service's first round counted
+nothing, and a job that finished while the service was down kept the ``run_time`` of the last round seen before
+it went (its ``end_time`` the moment the restart noticed). Now each round counts from the job's ``accounted_until``
+(``since_counted``); ``recovery`` counts a job that ended unwatched up to when its folder says it ended
+(``counted_until``)."""
+from __future__ import annotations
+
+from dlsched.service.store import JobRecord
+
+
+def since_counted(job: JobRecord, now: float, last: float | None) -> dict:
+    """The store fields that count ``job``'s time from its ``accounted_until`` (else the loop's previous round
+    ``last``; a store from before that column) to ``now``, at the GPUs it trained on (``held_gpus``)."""
+    since = job.accounted_until if job.accounted_until is not None else last
+    dt = 0.0 if since is None else max(0.0, now - since)
+    return {"attained_service": job.attained_service + dt * job.held_gpus, "run_time": job.run_time + dt,
+            "accounted_until": now if since is None else max(now, since)}
+
+
+def counted_until(job: JobRecord, until: float | None, now: float) -> dict:
+    """The store fields that count the time ``job`` ran unwatched, from where the last service stopped counting
+    (``accounted_until``) to ``until`` (at most ``now``); none where either is unknown (a store from before that
+    column: its last service's count stands)."""
+    if job.accounted_until is None or until is None:
+        return {}
+    until = min(max(until, job.accounted_until), now)
+    gap = until - job.accounted_until
+    return {"run_time": job.run_time + gap, "attained_service": job.attained_service + gap * job.held_gpus,
+            "accounted_until": until}
