@@ -28,3 +28,14 @@ def test_hostile_yaml_files_are_one_line(tmp_path):
         with pytest.raises(UserError, match=needle) as e:
             read_yaml_file(tmp_path / name)
         assert str(e.value).startswith(str(tmp_path / name))
+
+
+def test_plain_shows_numpy_scalars_as_the_numbers_they_hold():
+    """`must be > 0, got np.float64(-1.0)`: a value read through pandas/numpy, shown with repr in a user's message."""
+    import numpy as np
+
+    from dlsched.errors import plain
+
+    assert repr(plain(np.float64(-1.0))) == "-1.0" and repr(plain(np.int64(-3))) == "-3"
+    assert repr(plain((np.float64(0.5), [np.int32(2)], {"a": np.bool_(True)}))) == "(0.5, [2], {'a': True})"
+    assert plain("x") == "x" and plain(None) is None and plain(np.arange(2)).tolist() == [0, 1]

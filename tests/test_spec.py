@@ -74,6 +74,20 @@ def test_rigid_spec_is_not_elastic():
      "field prediction.target.kind: Input should be 'loss', 'error' or 'accuracy' (got 'acc')"),
     ("name: a\ncommand: [python, t.py]\nprediction: {target: {metric: val_acc, kind: accuracy}}",
      "field prediction.target.value: Field required"),
+    # a target out of its metric's range was accepted: an accuracy of 150, a loss of -3
+    ("name: a\ncommand: [python, t.py]\nprediction: {target: {metric: val_accuracy, value: 150, kind: accuracy}}",
+     "field prediction.target.value: an accuracy target must lie in 0-1 (a fraction) or 0-100 (%) (got 150)"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {target: {metric: val_accuracy, value: -0.1, kind: accuracy}}",
+     "field prediction.target.value: an accuracy target must lie in 0-1"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {target: {metric: val_loss, value: 0, kind: loss}}",
+     "field prediction.target.value: a loss target must be > 0 (got 0)"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {target: {metric: wer, value: -2, kind: error}}",
+     "field prediction.target.value: an error target must be > 0 (got -2)"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {target_loss: -3}",
+     "field prediction.target_loss: Input should be greater than 0 (got -3)"),
+    ("name: a\ncommand: [python, t.py]\nprediction: {target_loss: 0}", "field prediction.target_loss: Input should "
+     "be greater than 0 (got 0)"),
+    ("name: a\nentry: m:f\nparams: {target_loss: -1.5}", "param target_loss=-1.5 must be > 0"),
     ("- 1\n- 2", "expected a mapping of fields, got list"),
     ("name: [unclosed", "invalid YAML"),
 ])
@@ -83,6 +97,16 @@ def test_bad_specs_are_refused_with_one_line(text, needle):
     msg = str(e.value)
     assert needle in msg and "\n" not in msg and msg.startswith("job.yaml: ")
     assert isinstance(e.value, UserError)
+
+
+@pytest.mark.parametrize("target", ["{metric: val_accuracy, value: 0.93, kind: accuracy}",
+                                    "{metric: val_accuracy, value: 93, kind: accuracy}",
+                                    "{metric: top1, value: 100, kind: accuracy}", "{metric: top1, value: 0, kind: accuracy}",
+                                    "{metric: wer, value: 12.5, kind: error}", "{metric: val_loss, value: 0.01, kind: loss}"])
+def test_targets_in_their_metrics_range_are_accepted(target):
+    spec = load_job_spec(f"name: a\ncommand: [python, t.py]\nprediction: {{target: {target}, target_loss: 0.2}}")
+    assert spec.prediction.target.value >= 0 and spec.prediction.target_loss == 0.2
+    assert load_job_spec(to_json(spec), fmt="json") == spec
 
 
 def test_non_utf8_and_oversized_bodies():

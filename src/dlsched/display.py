@@ -121,7 +121,8 @@ def make_table(columns: Sequence[Column], rows: Iterable[Sequence[Any]], title: 
     cells = [[_as_text(c) for c in r] for r in rows]   # markup parsed once, for measuring and for drawing
     keep = fit_columns(columns, cells, width, wide)
     # a dropped column may hold what the reader came for (a failed job's reason): say which, and how to see it
-    hidden = [c.header for i, c in enumerate(columns) if i not in keep and any(r[i].plain.strip("- ") for r in cells)]
+    hidden = [" ".join(c.header.split()) for i, c in enumerate(columns)   # a header broken over lines: one line here
+              if i not in keep and any(r[i].plain.strip("- ") for r in cells)]
     caption = f"not shown at {width} columns: {', '.join(hidden)} ({show_all})" if hidden else None
     t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False, title_justify="left",
               caption=caption, caption_justify="left")

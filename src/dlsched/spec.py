@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from dlsched.documents import MAX_DOCUMENT_BYTES, DocumentError, load_document
 from dlsched.errors import UserError
@@ -94,8 +95,21 @@ class MetricTarget(_Strict):
     step) that the service predicts the time to, from the schedule-aware fit of that metric's points."""
 
     metric: Annotated[str, Field(pattern=NAME_PATTERN)]   # the name it reports, e.g. val_accuracy
-    value: float
+    # before value: value's range depends on it (a field validator sees only the fields above it)
     kind: Literal["loss", "error", "accuracy"]             # accuracy: higher is better, 0-1 or %
+    value: float
+
+    @field_validator("value")
+    @classmethod
+    def _value_in_range(cls, v: float, info: ValidationInfo) -> float:
+        """An accuracy lies in 0-1 (a fraction) or 0-100 (%); a loss or an error the fit can reach is above 0 (the
+        curve models work in log space: 0 is never reached, and below it is no loss at all)."""
+        kind = info.data.get("kind")
+        if kind == "accuracy" and not 0.0 <= v <= 100.0:
+            raise ValueError("an accuracy target must lie in 0-1 (a fraction) or 0-100 (%)")
+        if kind in ("loss", "error") and not v > 0.0:
+            raise ValueError(f"{'a loss' if kind == 'loss' else 'an error'} target must be > 0")
+        return v
 
 
 class PredictionFacts(_Strict):
@@ -106,7 +120,8 @@ class PredictionFacts(_Strict):
     # the LR schedule over the run in its steps (``dlsched predict curve --schedule``'s SPEC); else the LR
     # the runtime logs (and plans, ``dlsched.torch``)
     schedule: Annotated[str, Field(min_length=1, max_length=400)] | None = None
-    target_loss: float | None = None     # the predicted time to reach this loss (the run's own rule ends it)
+    # the predicted time to reach this loss (the run's own rule ends it); > 0, as ``predict --target-loss``
+    target_loss: Annotated[float, Field(gt=0)] | None = None
     target: MetricTarget | None = None   # and to this value of a reported metric (an accuracy, ...)
     dataset: Annotated[str, Field(pattern=NAME_PATTERN)] | None = None   # finished runs of the same task
     depth: Annotated[int, Field(ge=1, le=100_000)] | None = None         # lead a new run's prior
@@ -171,6 +186,9 @@ class JobSpec(_Strict):
     @field_validator("params")
     @classmethod
     def _params_ok(cls, v: dict[str, Any]) -> dict[str, Any]:
+        target = v.get("target_loss")   # the service reads it as prediction.target_loss where that is not given
+        if isinstance(target, (int, float)) and not isinstance(target, bool) and not target > 0:
+            raise ValueError(f"param target_loss={target} must be > 0 (as prediction.target_loss)")
         return _check_params(v)
 
     @model_validator(mode="after")
@@ -309,6 +327,11 @@ def _validate(model: type[BaseModel], doc: Any, source: str):
 
 def load_job_spec(data: bytes | str, source: str = "job spec", fmt: str | None = None) -> JobSpec:
     return _validate(JobSpec, parse_document(data, source, fmt), source)
+
+
+def job_spec_from(doc: Any, source: str = "job spec") -> JobSpec:
+    """A job spec from a parsed document (one of a batch's, ``parse_document``'s output)."""
+    return _validate(JobSpec, doc, source)
 
 
 def load_cluster_spec(data: bytes | str, source: str = "cluster spec", fmt: str | None = None) -> ClusterSpec:

@@ -45,7 +45,41 @@ def test_cli_bad_spec_exits_2_with_one_line(tmp_path):
     f = tmp_path / "spec.yaml"
     f.write_text("models:\n  - {name: a, model: 'nomodule:A'}\n")
     r = _cli("run", str(f), "--no-live", "--output", str(tmp_path / "out"))
-    assert r.returncode == 2 and r.stderr.strip().startswith("error: model 'nomodule:A': cannot import nomodule")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: {f}: field models[0].model: 'nomodule:A': cannot import nomodule"), r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_the_file_lacks_names_the_spec_field_and_file_and_leaves_no_report_folder(tmp_path):
+    """`model 'models.py:NoSuch': models.py has no NoSuch` named neither the field nor the file read, and came after
+    the report folder (an empty ens-report/) was made."""
+    f = tmp_path / "spec.yaml"
+    (tmp_path / "models.py").write_text((MODELS).read_text())
+    f.write_text("output: ens-report\nmodels:\n  - {name: a, model: 'models.py:TinyCNN'}\n"
+                 "  - {name: b, model: 'models.py:NoSuch'}\n")
+    run_dir = tmp_path / "cwd"
+    run_dir.mkdir()
+    r = _cli("run", str(f), "--no-live", cwd=run_dir)
+    assert r.returncode == 2 and r.stdout == "", r
+    assert r.stderr == f"error: {f}: field models[1].model: 'models.py:NoSuch': {tmp_path / 'models.py'} has no NoSuch\n"
+    assert list(run_dir.iterdir()) == []
+
+
+def test_base_dir_is_where_model_files_resolve(tmp_path):
+    """`ensemble run` resolved models from the spec's folder whatever its base_dir said. A relative base_dir is from
+    the working directory, as the service's runtime (its cwd, --workdir) and its entry check resolve it."""
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "models.py").write_text(MODELS.read_text())
+    f = tmp_path / "specs" / "spec.yaml"
+    for base_dir in ("lib", str(tmp_path / "lib")):
+        f.write_text(f"base_dir: {base_dir}\nmodels:\n  - {{name: a, model: 'models.py:Missing'}}\n")
+        r = _cli("run", str(f), "--no-live", cwd=tmp_path)
+        assert r.returncode == 2 and f"{tmp_path / 'lib' / 'models.py'} has no Missing" in r.stderr, r.stderr
+    f.write_text("models:\n  - {name: a, model: 'models.py:Missing'}\n")   # none: the spec's folder
+    assert load_spec(f).base(f) == tmp_path / "specs"
+    r = _cli("run", str(f), "--no-live", cwd=tmp_path)
+    assert r.returncode == 2 and f"file {tmp_path / 'specs' / 'models.py'} not found" in r.stderr, r.stderr
 
 
 @pytest.mark.slow

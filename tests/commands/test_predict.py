@@ -1,6 +1,7 @@
 """``dlsched predict``: a few runs of the real CLI in a subprocess (exit codes, output, plot), and the input
 checks in-process (each CLI start costs seconds on a loaded 2-core machine)."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -165,3 +166,65 @@ def test_json_with_a_plot_prints_only_the_json_object(tmp_path):
 def test_a_bad_batch_names_the_batch_option():
     r = run(EXAMPLES / "resnet50_allreduce.yaml", "--batch", "0")
     assert r.returncode == 2 and r.stderr == "error: --batch: must be > 0, got 0\n"   # named --global-batch
+
+
+def test_the_command_lines_target_replaces_the_files():
+    """`--target-loss 0.01` on a file with `target: {delta: ...}` was "give either a target loss or a delta, not
+    both", exit 2: the flag, which the help says predicts the time to this loss "instead", overrides the file."""
+    by = {}
+    for target in ("0.3", "0.2", "0.17"):   # the last point is 0.2361: 0.3 is behind it
+        r = run(EXAMPLES / "resnet50_allreduce.yaml", "--target-loss", target, "--json")
+        assert r.returncode == 0, r.stderr
+        by[target] = json.loads(r.stdout)["remaining_steps"]
+    assert by["0.3"] == 0 < by["0.2"] < by["0.17"] < math.inf
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--target-loss", "0.01")   # below the fitted floor
+    assert r.returncode == 0 and "remaining steps: never (the fitted loss levels off at 0.14" in r.stdout, r
+    assert "above the target 0.01)" in r.stdout and "inf" not in r.stdout
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--delta", "0.001", "--target-loss", "0.2")
+    assert r.returncode == 2 and r.stderr == "error: --delta and --target-loss: give one, not both\n", r
+
+
+def test_a_target_loss_and_delta_in_the_file_is_one_line_naming_its_field(tmp_path):
+    p = tmp_path / "obs.yaml"
+    p.write_text("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: 1.5}\n  - {step: 3, loss: 1.2}\n"
+                 "target: {delta: 0.001, loss: 0.5}\n")
+    r = run(p)
+    assert r.returncode == 2 and r.stderr == f"error: {p}: field 'target': give either a loss or a delta, not both\n"
+    assert run(p, "--target-loss", "1.0").returncode == 0    # the command line's target settles it
+
+
+def test_a_rising_loss_is_said_not_converged_on_stderr(tmp_path):
+    """A loss going 1, 2, 3, 4 was `remaining steps: 0 (80 % interval 0 - 11,431)`: converged, without a word."""
+    p = tmp_path / "up.yaml"
+    p.write_text("losses:\n" + "".join(f"  - {{step: {k}, loss: {k}}}\n" for k in (1, 2, 3, 4)))
+    for args in ((), ("--json",)):
+        r = run(p, *args)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr == (f"warning: {p}: the loss rises over the points (1 at step 1 to 4 at step 4): not "
+                            "converged; the fitted curve only falls, so its remaining steps are no prediction\n"), r
+    assert "warning" not in run(EXAMPLES / "resnet50_allreduce.yaml", "--json").stderr
+
+
+@pytest.mark.parametrize("body, expect", [
+    ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: -1.0}\n  - {step: 3, loss: 1}\n",
+     "losses entry 2, field 'loss': must be > 0, got -1.0"),
+    ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: -1}\n  - {step: 3, loss: 1}\n",
+     "losses entry 2, field 'loss': must be > 0, got -1"),
+    ("losses:\n  - {step: 1, loss: 2}\n  - {step: -2, loss: 1.5}\n  - {step: 3, loss: 1}\n",
+     "losses entry 2, field 'step': must be >= 0, got -2"),
+    ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: 1.5}\n  - {step: 3, loss: 1}\n"
+     "speed: {samples: [{num_gpus: 1, num_nodes: 1, local_batch: -3, step_time: 0.1}]}\n",
+     "speed.samples entry 1, field 'local_batch': must be > 0, got -3"),
+])
+def test_a_yaml_number_is_printed_as_written_not_as_a_numpy_repr(tmp_path, body, expect):
+    """`must be > 0, got np.float64(-1.0)`: the value came out of a pandas frame as a numpy scalar."""
+    p = tmp_path / "obs.yaml"
+    p.write_text(body)
+    with pytest.raises(UserError) as e:
+        load_observations(p)
+    assert str(e.value) == f"{p}: {expect}"
+
+
+def test_option_values_are_printed_as_numbers():
+    r = run(EXAMPLES / "resnet50_allreduce.yaml", "--target-loss", "-1")
+    assert r.returncode == 2 and r.stderr == "error: --target-loss: must be > 0, got -1\n", r

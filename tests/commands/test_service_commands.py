@@ -471,3 +471,121 @@ def test_an_events_detail_shows_a_workers_brackets_as_they_are():
     error = "workers {6: 1} died: [rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:51330"
     [row] = event_rows([{"time": 0.0, "job_id": 8, "kind": "failed", "detail": {"error": error}}])
     assert row[1:] == ["8", "failed", json.dumps({"error": error})]
+
+
+def test_submitting_several_files_is_all_or_nothing_and_a_refusal_names_the_file(tmp_path):
+    """`submit good.yaml bad.yaml` submitted good, then failed on bad with `POST /jobs: HTTP 422: request body: ...`:
+    what only the service checks (the entry exists and lies in an allowed folder, the params are its function's,
+    the cluster holds the GPUs) left the files before it submitted, and a rerun submitted them twice. Rounds an hour
+    apart with the real runtime's checks: the jobs are stored, never started."""
+    svc = Service(cluster(slots=(2,), interval=3600), tmp_path / "state", port=free_port(), workdir=REPO).start()
+    try:
+        good = tmp_path / "good.yaml"
+        good.write_text("name: good1\nentry: examples/mlp.py:make_job\ngpus: 1\nparams: {num_samples: 64}\n")
+        (tmp_path / "bad").mkdir()
+        (tmp_path / "outside.py").write_text("def make_job(**kw):\n    pass\n")
+        bad = tmp_path / "bad" / "missing.yaml"
+        cases = [("entry: examples/nosuch.py:make_job", "field entry: 'examples/nosuch.py' not found"),
+                 (f"entry: {tmp_path / 'outside.py'}:make_job", "is outside the allowed job directories"),
+                 ("entry: examples/mlp.py:make_job\nparams: {num_sampels: 64}",
+                  "field params.num_sampels: make_job() has no parameter 'num_sampels'; did you mean 'num_samples'?"),
+                 ("entry: examples/mlp.py:make_job\ngpus: 3", "field gpus: needs 3 GPUs, the cluster has 2")]
+        for body, line in cases:
+            bad.write_text(f"name: bad1\n{body}\n")
+            for args in ((str(good), str(bad)), (str(bad), str(good)), (str(good), str(bad), "--json")):
+                r = cli("submit", *args, svc=svc)
+                assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, (args, r)
+                assert r.stderr.startswith(f"error: {bad}: field ") and line in r.stderr, (args, r.stderr)
+                assert "HTTP" not in r.stderr and "request body" not in r.stderr and "jobs[" not in r.stderr
+            assert svc.store.count() == 0, body          # none of them: good1 was submitted before
+        r = cli("submit", str(bad), svc=svc)             # one file: named too
+        assert r.returncode == 2 and r.stderr.startswith(f"error: {bad}: field gpus: needs 3 GPUs"), r.stderr
+
+        bad.write_text("name: bad1\nentry: examples/mlp.py:make_job\nparams: {num_samples: 64}\n")   # fixed
+        r = cli("submit", str(good), str(bad), svc=svc)
+        assert r.returncode == 0 and r.stdout == "submitted job 1 (good1)\nsubmitted job 2 (bad1)\n", r
+        assert [(j.id, j.name) for j in svc.store.jobs()] == [(1, "good1"), (2, "bad1")]   # once each
+        r = cli("submit", str(good), "--json", svc=svc)
+        assert r.returncode == 0 and json.loads(r.stdout) == [{"id": 3, "name": "good1", "state": "queued"}], r
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_cancel_gives_every_id_its_line_and_the_api_says_the_same_of_an_ended_job(tmp_path):
+    """`cancel 1 999` (1 finished) printed only 999's error and lost 1's; `cancel 11 999` cancelled 11 and then
+    failed. `DELETE /jobs/1` on the finished job answered 200 where the CLI said it is an error (exit 1)."""
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        yaml_type = {"content-type": "application/yaml"}
+        done = c.post("/jobs", content=job_yaml("done", samples=64), headers=yaml_type).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{done}").json()["state"] == "finished", 90, "the quick job to finish")
+        runs = c.post("/jobs", content=job_yaml("runs", gpus=2, samples=10**6, step_s=0.05),
+                      headers=yaml_type).json()["id"]
+        waits = c.post("/jobs", content=job_yaml("waits", samples=10**6), headers=yaml_type).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{runs}").json()["state"] == "running", 60, "the 2-slot job to run")
+        assert c.get(f"/jobs/{waits}").json()["state"] == "queued"
+
+        # the API: an ended job has nothing to cancel (409, one line), by either route; an unknown one is a 404
+        for method, path in (("DELETE", f"/jobs/{done}"), ("POST", f"/jobs/{done}/cancel")):
+            r = c.request(method, path)
+            assert (r.status_code, r.json()) == (409, {"error": f"job {done} already finished; nothing to cancel"})
+        assert c.delete("/jobs/999").status_code == 404
+        assert c.get(f"/jobs/{done}").json()["cancel_requested"] is False
+
+        def cancel(*ids: int) -> subprocess.CompletedProcess:   # stdout and stderr as one stream: the lines' order
+            return subprocess.run([sys.executable, str(SERVE), "cancel", *map(str, ids), "--server", svc.url],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=90, cwd=REPO,
+                                  env=dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), COLUMNS="80"))
+
+        r = cancel(done, 999)
+        assert (r.returncode, r.stdout) == (2, f"error: job {done} already finished; nothing to cancel\n"
+                                               "error: job 999: no such job\n"), r
+        r = cancel(done)
+        assert (r.returncode, r.stdout) == (1, f"error: job {done} already finished; nothing to cancel\n"), r
+        r = cancel(999, waits, done, runs)   # the others are cancelled all the same, each said in order
+        assert r.stdout == ("error: job 999: no such job\n"
+                            f"job {waits}: cancelled\n"
+                            f"error: job {done} already finished; nothing to cancel\n"
+                            f"job {runs}: cancel requested (running)\n"), r
+        assert r.returncode == 2
+        assert c.get(f"/jobs/{waits}").json()["state"] == "cancelled"
+        wait_until(lambda: c.get(f"/jobs/{runs}").json()["state"] == "cancelled", 60, "the running job to stop")
+        r = cancel(runs)
+        assert (r.returncode, r.stdout) == (1, f"error: job {runs} already cancelled; nothing to cancel\n"), r
+        c.close()
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_events_follow_says_once_per_job_that_its_checkpoints_are_left_out(tmp_path):
+    """`events -f` printed `(job 1: N checkpoint event(s) not shown; --all lists them)` again at every poll that
+    brought a new checkpoint (every second, for a job checkpointing every 0.25 s)."""
+    import time
+
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    follow = None
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("ckpts", samples=10**6, step_s=0.05),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        kinds = lambda: [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]   # noqa: E731
+        wait_until(lambda: "job_checkpoint" in kinds(), 60, "a first checkpoint event")
+        follow = subprocess.Popen([sys.executable, str(SERVE), "events", "-f", "--server", svc.url],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                  env=dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), COLUMNS="200"))
+        seen = kinds().count("job_checkpoint")
+        time.sleep(4.5)   # 4 polls or more, each bringing new checkpoints
+        assert kinds().count("job_checkpoint") >= seen + 4
+        follow.terminate()
+        out, err = follow.communicate(timeout=30)
+        notes = [ln for ln in out.splitlines() if "checkpoint event(s) not shown" in ln]
+        assert len(notes) == 1 and notes[0].startswith(f"(job {job}: "), out + err
+        assert notes[0].endswith("not shown; later ones are left out too; --all lists them)"), notes
+        assert " submitted " in out and " job_checkpoint " not in out, out
+        c.close()
+    finally:
+        if follow is not None and follow.poll() is None:
+            follow.kill()
+            follow.wait(timeout=30)
+        stop_service_and_jobs(svc)

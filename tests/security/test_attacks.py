@@ -6,6 +6,7 @@ takes milliseconds; before the fix an alias bomb froze /healthz 4.4 s and answer
 attack is tried up to 3 times, keeping its fastest answer and its fastest slowest /healthz probe, so a descheduled
 test process is not read as a slow service (a blocked event loop is slow on every try). /healthz: the median probe
 during all attacks stays under 100 ms, and in the best try none is over 1 s."""
+import json
 import socket
 import statistics
 import threading
@@ -124,6 +125,31 @@ def test_absolute_path_and_traversal_outside_the_job_folder_are_refused(target):
     (tmp / "jobs" / "link.py").symlink_to(evil)           # a symlink inside the root pointing out of it
     refused(svc, 422, "POST", "/jobs", "outside the allowed job directories", content=spec("link.py:make_job"),
             headers=YAML)
+    nothing_ran(svc, tmp)
+
+
+def test_a_batch_is_held_to_the_same_rules_and_stores_nothing_when_one_spec_is_refused(target):
+    """``POST /jobs/batch`` checks each spec as ``POST /jobs`` does (entry confinement, content type, token, limits);
+    an allowed spec beside a refused one is not stored either."""
+    svc, tmp = target
+    ok = {"name": "x", "entry": "ok.py:make_job", "gpus": 1}
+    for entry, needle in ((f"{tmp / 'outside' / 'evil.py'}:make_job", "outside the allowed job directories"),
+                          ("../outside/evil.py:make_job", "contains '..'"), ("os:system", "not an allowed job module")):
+        body = json.dumps({"jobs": [ok, dict(ok, entry=entry, params={"command": f"id > {tmp / 'F'}"})]})
+        msg = refused(svc, 422, "POST", "/jobs/batch", needle, content=body, headers=JSON)
+        assert msg.startswith("jobs[1]: field entry:"), msg
+    evil_cmd = {"name": "x", "command": ["bash", "-c", f"id > {tmp / 'F'}"]}
+    refused(svc, 422, "POST", "/jobs/batch", "jobs[0]: field command:", content=json.dumps({"jobs": [evil_cmd, ok]}),
+            headers=JSON)
+    body = json.dumps({"jobs": [ok]})
+    refused(svc, 415, "POST", "/jobs/batch", "'text/plain' is not one of", content=body,
+            headers={"content-type": "text/plain"})
+    refused(svc, 403, "POST", "/jobs/batch", "cross-origin", content=body, headers={**JSON, "origin": "null"})
+    refused(svc, 422, "POST", "/jobs/batch", "YAML aliases", headers=YAML,
+            content="jobs: &a [{name: x, entry: 'ok.py:make_job'}]\nb: *a\n")
+    refused(svc, 413, "POST", "/jobs/batch", "limit is", content=b"x" * (2 << 20), headers=YAML)
+    with httpx.Client(base_url=svc.url, timeout=10) as anon:
+        assert anon.post("/jobs/batch", content=body, headers=JSON).status_code == 401
     nothing_ran(svc, tmp)
 
 

@@ -131,3 +131,39 @@ def test_seeded_fuzz_of_the_api_never_answers_5xx(quiet_service):
     assert fives == 0 and fours >= REQUESTS // 2
     assert health.status_code == 200 and svc._uv_thread.is_alive() and svc.thread.is_alive()
     assert sorted(stored) == sorted(accepted)            # every 201 stored once, nothing else
+
+
+def test_seeded_fuzz_of_batches_stores_all_of_an_accepted_one_and_nothing_of_a_refused_one(quiet_service):
+    """``POST /jobs/batch`` with 1-6 specs, valid, mutated and hostile mixed (after the fuzz above: it counts the
+    whole store). Never a 5xx; a 201 stores every spec of its batch, in order, and any 4xx stores none."""
+    svc = quiet_service
+    rng = random.Random(SEED + 1)
+    outcomes = {201: 0, 422: 0}
+    with httpx.Client(base_url=svc.url, headers={"authorization": f"Bearer {svc.token}"}, timeout=10) as c:
+        for i in range(150):
+            docs = []
+            for _ in range(rng.randrange(1, 7)):
+                pick = rng.random()
+                if pick < 0.6:
+                    docs.append(dict(GOOD, name=f"b{rng.randrange(10**6)}"))
+                else:
+                    raw = (mutated_spec if pick < 0.9 else hostile_document)(rng)
+                    try:
+                        docs.append(json.loads(raw))
+                    except (ValueError, UnicodeDecodeError, RecursionError):
+                        docs.append(raw.decode("latin-1"))   # a string where a spec should be
+            before = svc.store.count()
+            r = c.post("/jobs/batch", content=json.dumps({"jobs": docs}), headers={"content-type": "application/json"})
+            assert r.status_code < 500, (i, r.status_code, r.text[:300])
+            outcomes[r.status_code] = outcomes.get(r.status_code, 0) + 1
+            if r.status_code == 201:
+                ids = [j["id"] for j in r.json()["jobs"]]
+                assert [svc.store.get(j).name for j in ids] == [d["name"] for d in docs]
+                assert svc.store.count() == before + len(docs)
+            else:
+                assert svc.store.count() == before, (i, r.text[:300])
+                body = r.json()
+                assert "\n" not in body["error"] and (r.status_code != 422 or "index" not in body
+                                                      or body["error"].startswith(f"jobs[{body['index']}]: "))
+    print(f"\nbatch fuzz: {outcomes}")
+    assert outcomes[201] >= 10 and outcomes[422] >= 10

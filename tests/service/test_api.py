@@ -79,6 +79,39 @@ def test_cancel_queued_and_running(client):
     j = wait_state(client, big, ("cancelled",))
     assert j["num_gpus"] == 0 and 0 < j["samples"] < 100000
     assert client.post("/jobs/9999/cancel").json() == {"error": "no job 9999"}
+    # an ended job has nothing to cancel: 409 by either route, as `dlsched cancel` (exit 1) says it
+    for r in (client.post(f"/jobs/{waiting}/cancel"), client.delete(f"/jobs/{big}")):
+        assert r.status_code == 409 and r.json()["error"].endswith("already cancelled; nothing to cancel"), r.text
+
+
+def test_a_batch_is_stored_all_or_none_and_a_refusal_names_its_place(client):
+    """``POST /jobs/batch``: every spec checked before any is stored; the first refused is ``jobs[i]`` with its index."""
+    good = {"name": "g", "entry": "x.py:make_job", "gpus": 1, "params": {"samples": 10**6}}
+    batch = lambda *jobs: json.dumps({"jobs": list(jobs)})   # noqa: E731
+    post = lambda body, ctype="application/json": client.post("/jobs/batch", content=body,   # noqa: E731
+                                                              headers={"content-type": ctype})
+    for bad, index, needle in ((dict(good, gpus=5), 1, "jobs[1]: field gpus: needs 5 GPUs, the cluster has 4"),
+                               (dict(good, entry="os:system"), 1, "jobs[1]: field entry: 'os:system' imports module"),
+                               (dict(good, gpus="2"), 1, "jobs[1]: field gpus: Input should be a valid integer")):
+        r = post(batch(good, bad, good))
+        assert r.status_code == 422 and r.json()["index"] == index and r.json()["error"].startswith(needle), r.text
+    r = post(batch(dict(good, gpus=9), good))
+    assert r.status_code == 422 and r.json()["index"] == 0 and r.json()["error"].startswith("jobs[0]: ")
+    assert client.get("/jobs").json() == []                       # none of them
+    for body, needle in (("[]", "expected a mapping with one field, jobs"), ('{"jobs": []}', "expected 1..100"),
+                         (json.dumps({"jobs": [good] * 101}), "got 101"), ('{"jobs": [1]}', "jobs[0]: expected a mapping"),
+                         (json.dumps({"jobs": [good], "x": 1}), "expected a mapping with one field")):
+        r = post(body)
+        assert r.status_code == 422 and needle in r.json()["error"], r.text
+    assert post(batch(good), "text/plain").status_code == 415
+    assert client.get("/jobs").json() == []
+    r = post(f"jobs:\n  - {{name: a, entry: 'x.py:make_job', params: {{samples: {10**6}}}}}\n  - {{name: b, "
+             f"entry: 'x.py:make_job', gpus: 2, params: {{samples: {10**6}}}}}\n", "application/yaml")
+    assert r.status_code == 201, r.text
+    assert r.json() == {"jobs": [{"id": 1, "name": "a", "state": "queued"}, {"id": 2, "name": "b", "state": "queued"}]}
+    assert [(j["id"], j["name"], j["spec"]["gpus"]) for j in client.get("/jobs").json()] == [(1, "a", 1), (2, "b", 2)]
+    kinds = [e["kind"] for e in client.get("/events").json() if e["job_id"] is not None]
+    assert kinds.count("submitted") == 2
 
 
 def _fuzz_bodies(n, rng):

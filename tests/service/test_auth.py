@@ -40,6 +40,26 @@ def test_weak_or_exposed_tokens_are_refused(tmp_path, monkeypatch):
         client_token()
 
 
+def test_a_directory_given_as_the_token_file_is_called_a_directory(tmp_path, monkeypatch):
+    """`--token-file DIR` said "token file is readable by others (mode 0755); run: chmod 600": wrong advice."""
+    d = tmp_path / "tokens"
+    d.mkdir(mode=0o755)
+    line = f"{d}: is a directory, not a token file; give a file's path (e.g. {d / 'token'})"
+    for call in (lambda: read_token_file(d), lambda: load_or_create_token(d),
+                 lambda: Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME, token_file=d)):
+        with pytest.raises(UserError) as e:
+            call()
+        assert str(e.value) == line
+    monkeypatch.delenv("DLSCHED_TOKEN", raising=False)
+    monkeypatch.setenv("DLSCHED_TOKEN_FILE", str(d))
+    with pytest.raises(UserError, match="is a directory, not a token file"):
+        client_token()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(UserError, match="is not a regular file"):   # was a read that never returned
+        read_token_file(fifo)
+
+
 def test_the_client_finds_the_token(tmp_path, monkeypatch):
     monkeypatch.delenv("DLSCHED_TOKEN", raising=False)
     monkeypatch.delenv("DLSCHED_TOKEN_FILE", raising=False)

@@ -145,7 +145,9 @@ def test_cancel_queued_is_immediate_running_is_flagged(tmp_path):
     assert s.request_cancel(a).state == CANCELLED
     rb = s.request_cancel(b)
     assert rb.state == RUNNING and rb.cancel_requested
-    s.request_cancel(a)     # cancelling twice is harmless
+    assert s.request_cancel(b).cancel_requested   # asking a running job twice is harmless
+    with pytest.raises(TransitionError, match=f"job {a} already cancelled; nothing to cancel"):
+        s.request_cancel(a)     # an ended job has nothing to cancel (the API's 409)
     assert s.get(a).state == CANCELLED
 
 

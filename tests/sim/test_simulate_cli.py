@@ -83,3 +83,16 @@ def test_a_pollux_workloads_number_names_the_bundled_trace(tmp_path):
     r = _cli("-w", "workload-9", "-p", "fifo")
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
     assert "workload-9: no such workload file (or a Pollux workload's number: 1, 2, 3, 4)" in r.stderr
+
+
+def test_the_table_is_titled_with_the_workload_read_and_wide_shows_every_column():
+    """`-w 2` titled its table "2, 16 nodes ..."; `--wide` was "No such option" though the 80-column table said
+    "not shown at 80 columns: ..." (now: "--wide shows all", as the other table commands say)."""
+    r = _cli("-w", "2", "-p", "fifo", "--horizon", "3600", columns=80)
+    assert r.returncode == 0, r.stderr
+    titles = [ln for ln in r.stdout.splitlines() if ", 16 nodes / 64 GPUs (remaining work" in ln]
+    assert [t.split(",")[0] for t in titles] == ["workload-2.csv"], r.stdout
+    assert "not shown at 80 columns: p50 JCT (s), " in r.stdout and "(--wide shows all)" in r.stdout, r.stdout
+    wide = _cli("-w", "2", "-p", "fifo", "--horizon", "3600", "--wide", columns=80)
+    assert wide.returncode == 0, wide.stderr
+    assert "not shown" not in wide.stdout and "p50 JCT" in wide.stdout and "remaining" in wide.stdout, wide.stdout

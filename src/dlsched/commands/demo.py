@@ -48,7 +48,7 @@ def load_workload(path: Path) -> Workload:
 
 def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str] | None, policy: str | None,
              workdir: Path, console: Console) -> int:
-    from dlsched.commands.service import TERMINAL, Client, jobs_table
+    from dlsched.commands.service import TERMINAL, Client, ServiceError, jobs_table
     from dlsched.display import human_duration
     from dlsched.service.run_report import write_report
     from dlsched.service.server import Service, free_port
@@ -116,7 +116,11 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
             timed_out = True
             for j in jobs:
                 if j["state"] not in TERMINAL:
-                    client.request("POST", f"/jobs/{j['id']}/cancel")
+                    try:
+                        client.request("POST", f"/jobs/{j['id']}/cancel")
+                    except ServiceError as e:   # it ended since it was listed: nothing to cancel
+                        if e.status != 409:
+                            raise
             time.sleep(2 * cluster.interval_s + 1)
             return True
         return False

@@ -85,7 +85,8 @@ def plot_flotillas(report, names: list[str], path: Path) -> None:
 def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/ensemble/spec.yaml)"),
         output: Path = typer.Option(None, help="report folder (default: the spec's 'output')"),
         live: bool = typer.Option(True, help="live progress table"),
-        as_json: bool = typer.Option(False, "--json", help="print report.json on stdout instead of the summary table")) -> None:
+        as_json: bool = typer.Option(False, "--json", help="print report.json on stdout instead of the summary table"),
+        wide: bool = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width")) -> None:
     """Train every model of the ensemble to convergence with shared preprocessing and flotilla re-formation."""
     from rich.console import Console
     from rich.live import Live
@@ -94,12 +95,18 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     from dlsched.train.fleet_spec import load_data, load_spec
 
     spec = load_spec(spec_file)
-    base = spec_file.resolve().parent
+    base = spec.base(spec_file)   # its base_dir, as the service's runtime reads it; else the spec's folder
+    members = spec.members(base)
+    # the models and the data before the report folder: a bad spec leaves no empty folder behind
+    spec.check_models(base, str(spec_file))
+    data, val = load_data(spec, base)
     # a relative 'output' is under the working directory, never beside the spec (that may be the source tree)
     out = output or Path(spec.output)
-    out.mkdir(parents=True, exist_ok=True)
-    data, val = load_data(spec, base)
-    members = spec.members(base)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        where = f"--output {str(out)!r}" if output else f"{spec_file}: field output: {spec.output!r}"
+        raise UserError(f"{where}: cannot create folder: {e.strerror}") from None
     table = _LiveTable([m.name for m in members])
     console = Console()
     t0 = time.time()
@@ -140,7 +147,7 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
         print(json.dumps(report_doc, indent=2))
         return
     display_table(cols, rows, title=f"ensemble {spec.name}: done in {human_duration(time.time() - t0)} "
-                                    f"(profiling included)", out=console)
+                                    f"(profiling included)", out=console, wide=wide, show_all="--wide shows all")
     console.print(f"report: {out / 'report.json'}, plot: {out / 'flotillas.png'}")
 
 

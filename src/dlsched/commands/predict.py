@@ -186,6 +186,15 @@ def load_observations(path: Path) -> Observations:
     raise UserError(f"{path}: unknown input type {path.suffix!r} (use .yaml, .yml or .csv)")
 
 
+def loss_rises(losses) -> bool:
+    """The loss ended higher than it started over the points (the median of the last 3 over that of the first 3,
+    ``perf.metric_names.against_the_grain``; the last point over the first for 3 points): diverging, or a metric
+    that is no loss. The Optimus curve only falls, so its fit of such points is flat and says converged."""
+    from dlsched.perf.metric_names import against_the_grain
+
+    return against_the_grain(losses, "loss") if len(losses) > 3 else bool(losses[-1] > losses[0])
+
+
 # ----------------------------------------------------------------------------------------------- model
 @dataclass
 class Report:
@@ -275,7 +284,7 @@ def report_dict(obs: Observations, rep: Report) -> dict:
             "unit": rep.unit, "speed_model_error": rep.speed_error, "configurations": rows}
 
 
-def render(obs: Observations, rep: Report) -> None:
+def render(obs: Observations, rep: Report, wide: bool = False) -> None:
     from rich.console import Console
 
     from dlsched.display import Column, human_duration, table
@@ -285,7 +294,12 @@ def render(obs: Observations, rep: Report) -> None:
     con.print(f"[bold]{obs.source}[/]: {len(obs.steps)} loss points up to step {rep.k_now:g}; "
               f"fit l(k)=1/({c.beta0:.4g}·k+{c.beta1:.4g})+{c.beta2:.4g} (normalised by {c.scale:.4g}), RMSE {rep.fit.rmse:.4f}")
     s = rep.steps
-    con.print(f"remaining steps: {s.value:,.0f}  (80 % interval {s.low:,.0f} – {s.high:,.0f}, residual bootstrap)")
+    if math.isfinite(s.value):
+        con.print(f"remaining steps: {s.value:,.0f}  (80 % interval {s.low:,.0f} – {_when(s.high, '{:,.0f}'.format)}, "
+                  "residual bootstrap)")
+    else:   # was "inf (80 % interval inf – inf)"
+        above = f", above the target {obs.target_loss:g}" if obs.target_loss is not None else ""
+        con.print(f"remaining steps: never (the fitted loss levels off at {c.beta2 * c.scale:.4g}{above})")
     if not rep.rows:
         con.print("no speed samples: give some to predict time per configuration")
         return
@@ -307,7 +321,7 @@ def render(obs: Observations, rep: Report) -> None:
         mark = "[bold green]best[/]" if r is best else ""
         rows.append(cfg + [_when(r.seconds.value, human_duration),
                            f"{_when(r.seconds.low, human_duration)} – {_when(r.seconds.high, human_duration)}", mark])
-    table(cols, rows, title=title, out=con)
+    table(cols, rows, title=title, out=con, wide=wide, show_all="--wide shows all")
 
 
 def _when(seconds: float, fmt) -> str:
@@ -368,31 +382,44 @@ def register(app: typer.Typer) -> None:
         file: Path = typer.Argument(..., help="YAML or CSV of observed losses and speed samples"),
         plot_path: Optional[Path] = typer.Option(None, "--plot", help="write observed vs fitted loss and time vs #workers here (PNG)"),
         gpus: int = typer.Option(8, "--gpus", min=1, help="resource budget: GPUs (all-reduce) or PS + workers (parameter server)"),
-        delta: Optional[float] = typer.Option(None, "--delta", help="converged when the normalised loss drops less than this per epoch"),
-        target_loss: Optional[float] = typer.Option(None, "--target-loss", help="predict the time to this (raw) loss instead"),
+        delta: Optional[float] = typer.Option(None, "--delta", help="converged when the normalised loss drops less than this per epoch (replaces the file's target)"),
+        target_loss: Optional[float] = typer.Option(None, "--target-loss", help="predict the time to this (raw) loss instead (replaces the file's target)"),
         steps_per_epoch: Optional[float] = typer.Option(None, "--steps-per-epoch", help="default: median step spacing"),
         batch: Optional[int] = typer.Option(None, "--batch", help="global batch size M of the job"),
         gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs per node the configurations are laid out on (default: the YAML speed section's, else 4)"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout instead of the table"),
+        wide: bool = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width"),
     ) -> None:
         """Predict a job's remaining training time per configuration (Optimus convergence + speed models)."""
         if plot_path is not None:
             check_plot_path(plot_path)
+        if delta is not None and target_loss is not None:
+            raise UserError("--delta and --target-loss: give one, not both")
         obs = load_observations(file)
         for name, flag, value in (("delta", "--delta", delta), ("target_loss", "--target-loss", target_loss),
                                   ("steps_per_epoch", "--steps-per-epoch", steps_per_epoch),
                                   ("global_batch", "--batch", batch), ("gpus_per_node", "--gpus-per-node", gpus_per_node)):
             if value is not None:
-                if value <= 0:
-                    raise UserError(f"{flag}: must be > 0, got {value}")
+                if not value > 0:
+                    raise UserError(f"{flag}: must be > 0, got {value:g}")
                 setattr(obs, name, value)
-        if obs.delta is not None and obs.target_loss is not None:
-            raise UserError(f"{obs.source}: give either a target loss or a delta, not both")
+        # the command line's target is the one predicted: it replaces the file's target (a delta or a loss)
+        if target_loss is not None:
+            obs.delta = None
+        if delta is not None:
+            obs.target_loss = None
+        if obs.delta is not None and obs.target_loss is not None:   # the file's, neither flag given
+            raise UserError(f"{obs.source}: field 'target': give either a loss or a delta, not both")
+        if loss_rises(obs.losses):   # the fit of a rising loss is flat: "remaining steps: 0" read as converged
+            first, last = obs.losses[0], obs.losses[-1]
+            typer.echo(f"warning: {obs.source}: the loss rises over the points ({first:g} at step {obs.steps[0]:g} "
+                       f"to {last:g} at step {obs.steps[-1]:g}): not converged; the fitted curve only falls, so its "
+                       "remaining steps are no prediction", err=True)
         rep = predict(obs, gpus)
         if as_json:
             print(json.dumps(report_dict(obs, rep), indent=2, allow_nan=False))
         else:
-            render(obs, rep)
+            render(obs, rep, wide)
         if plot_path is not None:
             plot(obs, rep, plot_path)
             if not as_json:   # stdout is then the one JSON object

@@ -22,7 +22,7 @@ import typer
 import yaml
 from rich.markup import escape
 
-from dlsched.display import (Column, fail, human_duration, local_clock, make_table, print_json, readable_numbers, table,
+from dlsched.display import (Column, human_duration, local_clock, make_table, print_json, readable_numbers, table,
                              with_iso_times)
 from dlsched.errors import UserError
 from dlsched.service.fleet_status import summary
@@ -33,8 +33,16 @@ STATE_STYLE = {"queued": "yellow", "running": "green", "rescaling": "cyan", "fin
                "cancelled": "magenta"}
 
 
+class ServiceError(UserError):
+    """The service answered with an error: ``status``, and its JSON answer (``{"error": ..., ...}``) in ``answer``."""
+
+    def __init__(self, message: str, status: int, answer: dict):
+        super().__init__(message)
+        self.status, self.answer = status, answer
+
+
 class Client:
-    """Thin HTTP client; every failure becomes one ``UserError`` line."""
+    """Thin HTTP client; every failure becomes one ``UserError`` line (``ServiceError`` where the service answered)."""
 
     def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 10.0):
         from dlsched.service.auth import client_token
@@ -56,12 +64,14 @@ class Client:
             raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` running?)") from None
         if r.status_code >= 400:
             try:
-                msg = r.json().get("error", r.text)
+                answer = r.json()
             except ValueError:
-                msg = r.text
+                answer = None
+            answer = answer if isinstance(answer, dict) else {"error": r.text}
             hint = (" (the token is in the service's STATE_DIR/token: set DLSCHED_TOKEN_FILE to it)"
                     if r.status_code == 401 else "")
-            raise UserError(f"{method} {path}: HTTP {r.status_code}: {msg}{hint}")
+            raise ServiceError(f"{method} {path}: HTTP {r.status_code}: {answer.get('error', r.text)}{hint}",
+                               r.status_code, answer)
         return r
 
     def get(self, path: str, **kw):
@@ -70,6 +80,21 @@ class Client:
     def submit(self, body: bytes, fmt: str) -> dict:
         ctype = "application/json" if fmt == "json" else "application/yaml"
         return self.request("POST", "/jobs", content=body, headers={"content-type": ctype}).json()
+
+    def submit_all(self, specs: list, sources: list[str]) -> list[dict]:
+        """Submit ``specs`` all or none (``POST /jobs/batch``): the service checks every one before it stores any. A
+        spec it refuses is one line naming its ``sources`` entry (the file), as the CLI's own checks name it."""
+        from dlsched.spec import to_json
+
+        body = '{"jobs": [' + ", ".join(to_json(s) for s in specs) + "]}"
+        try:
+            r = self.request("POST", "/jobs/batch", content=body.encode(), headers={"content-type": "application/json"})
+        except ServiceError as e:
+            i = e.answer.get("index")
+            if e.status != 422 or type(i) is not int or not 0 <= i < len(sources):
+                raise
+            raise UserError(f"{sources[i]}: {str(e.answer.get('error', '')).removeprefix(f'jobs[{i}]: ')}") from None
+        return r.json()["jobs"]
 
 
 JOB_COLUMNS = [Column("ID", "right"), Column("NAME"), Column("STATE"), Column("GPUS", "right"),
@@ -446,8 +471,9 @@ def register(app: typer.Typer) -> None:
                regime: Optional[str] = typer.Option(None, "--regime", help="a script job: scratch (from random "
                                                     "weights) | finetune (from pretrained): the prior's pool"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
-        """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the service."""
-        from dlsched.spec import load_job_spec, to_json
+        """Submit jobs (like sbatch / kubectl apply, or ray job submit -- python x.py); checked here, then by the
+        service. Several files are all or none: one refused (named in the error) submits none of them."""
+        from dlsched.spec import load_job_spec
         from dlsched.train.script import script_name
 
         files = files or []
@@ -470,6 +496,7 @@ def register(app: typer.Typer) -> None:
             if facts:
                 doc["prediction"] = facts
             specs = [load_job_spec(json.dumps(doc), "command line", "json")]
+            sources = ["command line"]
         else:
             if not files:
                 raise UserError("give job spec files, or a script after '--' (dlsched submit -- python train.py)")
@@ -482,15 +509,15 @@ def register(app: typer.Typer) -> None:
             # one clear line for a bad file before any network traffic; the service then checks the entry and
             # params against its own working directory and runtime
             specs = [spec_with_overrides(Path(f), name, gpus, param) for f in files]
-        client = Client(server)
-        out = []
-        for spec in specs:
-            r = client.submit(to_json(spec).encode(), "json")
-            out.append(r)
-            if not as_json:
-                print(f"submitted job {r['id']} ({r['name']})")
+            sources = list(files)
+        # all or none: a file only the service can refuse (its entry missing or outside the allowed directories, a
+        # param its function lacks, more GPUs than the cluster) leaves none of the others submitted
+        out = Client(server).submit_all(specs, sources)
         if as_json:
             print_json(out)
+        else:
+            for r in out:
+                print(f"submitted job {r['id']} ({r['name']})")
 
     @app.command()
     def status(job_ids: Optional[list[int]] = typer.Argument(None, help="only these jobs (like squeue -j)"),
@@ -564,18 +591,25 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def cancel(job_ids: list[int] = typer.Argument(...), server: Optional[str] = SERVER_OPT) -> None:
-        """Cancel jobs (like scancel / kubectl delete). A job that already ended is an error (exit 1)."""
+        """Cancel jobs (like scancel / kubectl delete). Every id gets its line, in order (the cancelled on stdout, the
+        refused on stderr), and each job is cancelled whatever became of the others. A job that already ended is an
+        error (exit 1; the API answers 409), an unknown id too (exit 2, which wins over 1)."""
         client = Client(server)
-        ended = []
+        code = 0
         for j in job_ids:
-            before = client.get(f"/jobs/{j}")["state"]
-            if before in TERMINAL:
-                ended.append(f"job {j} already {before}; nothing to cancel")
+            try:
+                r = client.request("POST", f"/jobs/{j}/cancel").json()
+            except ServiceError as e:
+                if e.status not in (404, 409):   # the service or the token: the same for every id
+                    raise
+                print(f"error: job {j}: no such job" if e.status == 404 else f"error: {e.answer.get('error')}",
+                      file=sys.stderr, flush=True)
+                code = max(code, 2 if e.status == 404 else 1)
                 continue
-            r = client.request("POST", f"/jobs/{j}/cancel").json()
-            print(f"job {j}: {'cancelled' if r['state'] == 'cancelled' else 'cancel requested (' + r['state'] + ')'}")
-        if ended:
-            fail("; ".join(ended))
+            state = "cancelled" if r["state"] == "cancelled" else f"cancel requested ({r['state']})"
+            print(f"job {j}: {state}", flush=True)
+        if code:
+            raise typer.Exit(code)
 
     @app.command()
     def resize(job_id: int, workers: int = typer.Option(..., "--workers", "--gpus", "-n",
@@ -628,13 +662,13 @@ def register(app: typer.Typer) -> None:
                 print(f"job {job_id} was {job['state']} before it started: it has no output", file=sys.stderr)
 
     @app.command()
-    def nodes(server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
+    def nodes(server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
         """Nodes (like sinfo): address, GPU slots and those in use, health (up / lost), the jobs on each."""
         rows = Client(server).get("/nodes")["nodes"]
         if as_json:
             print_json(rows)
         else:
-            table(NODE_COLUMNS, node_rows(rows), title="dlsched nodes")
+            table(NODE_COLUMNS, node_rows(rows), title="dlsched nodes", wide=wide, show_all=SHOW_ALL)
 
     @app.command()
     def events(job_id: Optional[int] = typer.Argument(None, help="only this job's events"),
@@ -657,6 +691,7 @@ def register(app: typer.Typer) -> None:
         path = f"/jobs/{jid}/events" if jid is not None else "/events"
         after_ts = parse_since(since)
         last = 0
+        summarised: set = set()   # -f: jobs whose left-out checkpoints were said once (not again at every poll)
         while True:
             rows = client.get(path, params={"after": last})
             if rows:
@@ -669,7 +704,12 @@ def register(app: typer.Typer) -> None:
                 for r in event_rows(shown):
                     print("  ".join(r))
                 for j, n in sorted(hidden.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-                    print(f"(job {j if j is not None else '-'}: {n} checkpoint event(s) not shown; --all lists them)")
+                    if j in summarised:
+                        continue
+                    more = "; later ones are left out too" if follow else ""
+                    print(f"(job {j if j is not None else '-'}: {n} checkpoint event(s) not shown{more}; "
+                          "--all lists them)")
+                    summarised.add(j)
             sys.stdout.flush()
             if not follow:
                 return

@@ -68,6 +68,7 @@ def register(app: typer.Typer) -> None:
         report: Optional[Path] = typer.Option(None, help="write CSVs, plots and report.md to this folder"),
         as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout (progress on stderr)"),
         as_csv: bool = typer.Option(False, "--csv", help="the comparison as CSV on stdout (progress on stderr)"),
+        wide: bool = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width"),
     ) -> None:
         """Simulate scheduling policies on a workload trace and print a comparison table."""
         from rich.console import Console
@@ -77,7 +78,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.sim.engine import PLACEMENTS, bad_knob, run
         from dlsched.sim.comparison import print_summary, summary_frame, write_report
         from dlsched.sim.remaining import parse_remaining
-        from dlsched.sim.workload import read_workload
+        from dlsched.sim.workload import bundled_workload, read_workload
 
         if as_json and as_csv:
             raise UserError("--json and --csv: choose one")
@@ -163,13 +164,15 @@ def register(app: typer.Typer) -> None:
                                    gpu_speed=speeds, horizon=horizon, placement=placement,
                                    on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
         frame = summary_frame(results, horizon).assign(remaining=str(mode))   # the information the policies had
-        title = f"{workload.name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs (remaining work: {mode})"
+        # the file read: `-w 2` titled its table "2, 16 nodes ..."
+        title = (f"{bundled_workload(workload).name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs "
+                 f"(remaining work: {mode})")
         if as_json:
             print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
         elif as_csv:
             print(frame.drop(columns=["jobs"], errors="ignore").to_csv(index=False), end="")
         else:
-            print_summary(frame, title=title)
+            print_summary(frame, title=title, wide=wide)
         if report:
             try:
                 files = write_report(results, report, horizon, summary=frame, title=title)

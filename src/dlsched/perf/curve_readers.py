@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dlsched.errors import UserError
+from dlsched.errors import UserError, plain
 from dlsched.perf.profile import csv_line, read_csv_text
 from dlsched.perf.text_logs import read_text_log
 from dlsched.train.files import planned_samples, planned_schedule_lr, read_json_lines, read_lr_plan
@@ -87,7 +87,7 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             what = "seconds or an ISO-8601 time" if c == time_col else "a number"
-            raise UserError(f"{src}: {row_name(df.index[i])}, field {c!r}: expected {what}, got {df[c].iloc[i]!r}")
+            raise UserError(f"{src}: {row_name(df.index[i])}, field {c!r}: expected {what}, got {plain(df[c].iloc[i])!r}")
     # ±inf is a logged overflow (AMP's skipped steps log inf as often as nan): a missing point like nan
     finite = lambda s: s.where(np.isfinite(s.astype(float)))  # noqa: E731
     rows = pd.DataFrame({"x": finite(xs), "y": finite(num(y))})

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlsched.errors import plain
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ def progress_gain(noise: GradientNoise, batch, base_batch: float):
     """
     scale = np.asarray(batch, dtype=float) / float(base_batch)
     if np.any(scale <= 0):
-        raise ValueError(f"batch and base_batch must be > 0, got batch={batch!r}, base_batch={base_batch!r}")
+        raise ValueError(f"batch and base_batch must be > 0, got batch={plain(batch)!r}, "
+                         f"base_batch={plain(base_batch)!r}")
     denom = noise.var / scale + noise.sqr
     gain = np.where(denom > 0, (noise.var + noise.sqr) / np.where(denom > 0, denom, 1.0), 1.0)
     return float(gain) if np.ndim(gain) == 0 else gain

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from dlsched.errors import UserError
+from dlsched.errors import UserError, plain
 from dlsched.paths import shared_data
 
 POLLUX_APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
@@ -120,14 +120,15 @@ def check_numeric_frame(df: pd.DataFrame, source: str, columns: Iterable[str], *
             bad |= vals.isna()
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            got = "nothing" if pd.isna(raw.iloc[i]) or str(raw.iloc[i]).strip() == "" else repr(raw.iloc[i])
+            got = "nothing" if pd.isna(raw.iloc[i]) or str(raw.iloc[i]).strip() == "" else repr(plain(raw.iloc[i]))
             raise UserError(f"{source}: {row_word} {line_of(out.index[i])}, field {c!r}: expected a number, got {got}")
         for name, ok, what in ((nonnegative, vals >= 0, "must be >= 0"), (positive, vals > 0, "must be > 0")):
             if c in name:
                 neg = ~ok & vals.notna()
                 if neg.any():
                     i = int(np.flatnonzero(neg.to_numpy())[0])
-                    raise UserError(f"{source}: {row_word} {line_of(out.index[i])}, field {c!r}: {what}, got {raw.iloc[i]!r}")
+                    raise UserError(f"{source}: {row_word} {line_of(out.index[i])}, field {c!r}: {what}, "
+                                    f"got {plain(raw.iloc[i])!r}")
         out[c] = vals.astype(float)
     if len(out) < min_rows:
         raise UserError(f"{source}: needs at least {min_rows} rows, got {len(out)}")

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from dlsched.errors import plain
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 
 # /work/shared/data/h100/preprocess_cpu.csv: cifar_crop_flip_norm, images/s on one core.
@@ -48,7 +49,7 @@ class ModelProfile:
 
     def __post_init__(self) -> None:
         if not self.rates or any(r <= 0 for r in self.rates):
-            raise ValueError(f"model {self.name!r}: rates must be positive, got {self.rates}")
+            raise ValueError(f"model {self.name!r}: rates must be positive, got {plain(self.rates)}")
 
     @property
     def max_gpus(self) -> int:

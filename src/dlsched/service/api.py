@@ -6,7 +6,13 @@ a ``Host`` the service does not answer to (DNS rebinding) and a foreign ``Origin
 API from the user's browser) get 403; every route but health and the dashboard's static files needs
 ``Authorization: Bearer <token>`` unless the service runs with ``--no-auth`` (401); bodies over
 ``max_body`` bytes are refused before they are read in full (413). Specs are parsed and validated off the
-event loop within ``PARSE_TIMEOUT_S``; every error is ``{"error": "<one line>"}`` with a 4xx status.
+event loop within ``PARSE_TIMEOUT_S`` (each of a batch's); every error is ``{"error": "<one line>"}`` with a 4xx
+status.
+
+Submissions: ``POST /jobs`` takes one spec; ``POST /jobs/batch`` takes ``{"jobs": [spec, ...]}`` all or none (every
+spec checked before any is stored; a refusal names ``jobs[i]`` and carries ``"index"``), as ``dlsched submit`` sends
+its files. Cancelling (``POST /jobs/{id}/cancel``, ``DELETE /jobs/{id}``) a job that already ended is a 409, as
+``dlsched cancel`` says it (exit 1).
 """
 from __future__ import annotations
 
@@ -31,14 +37,19 @@ from dlsched.numbers import finite
 from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.fleet_status import ensemble_of
+<<<<<<< HEAD
 from dlsched.service.job_folders import job_folder
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
                                     Limit, Offset, OptionalAfter, OptionalLimit)
+=======
+from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_BATCH_JOBS, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S,
+                                    After, JobId, Limit, Offset, OptionalAfter, OptionalLimit)
+>>>>>>> 6d64692530cbdc81bd119c20f977eaec42989354
 from dlsched.service.metrics import ServiceCollector, allocated_slots, metrics_registry
 from dlsched.service.nodes import LOST
 from dlsched.service.resize_limits import resize_refusal
 from dlsched.service.store import ACTIVE, TERMINAL, ResizeRefused, Store, TransitionError, UnknownJob
-from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, load_job_spec
+from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, job_spec_from, load_job_spec, parse_document
 
 MAX_LOG_CHUNK = 1 << 20
 MAX_TAIL_LINES = 100_000
@@ -69,8 +80,17 @@ class FiniteJSON(JSONResponse):
             return super().render(finite(content))
 
 
-def _error(status: int, msg: str) -> JSONResponse:
-    return JSONResponse({"error": " ".join(str(msg).split())[:500]}, status_code=status)
+def _error(status: int, msg: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": " ".join(str(msg).split())[:500], **extra}, status_code=status)
+
+
+class BatchRefused(Exception):
+    """A spec of ``POST /jobs/batch`` that does not pass: ``index``, its place in the list; ``message`` names it
+    ``jobs[index]``. None of the batch was stored."""
+
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index = index
 
 
 def _public(path: str) -> bool:
@@ -176,6 +196,43 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             validate(spec, "request body")
         return spec
 
+    def read_batch(body: bytes, fmt: str | None) -> list:
+        """``{jobs: [spec, ...]}`` -> the documents, 1..MAX_BATCH_JOBS of them (validated by ``read_batch_specs``)."""
+        doc = parse_document(body, "request body", fmt)
+        jobs = doc.get("jobs") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict) or set(doc) != {"jobs"} or not isinstance(jobs, list):
+            raise SpecError("request body: expected a mapping with one field, jobs: a list of job specs")
+        if not 1 <= len(jobs) <= MAX_BATCH_JOBS:
+            raise SpecError(f"request body: field jobs: expected 1..{MAX_BATCH_JOBS} job specs, got {len(jobs)}")
+        return jobs
+
+    def read_batch_specs(docs: list) -> list:
+        """Every spec of a batch parsed and checked as ``POST /jobs`` checks one; the first that fails names its
+        place (``BatchRefused``)."""
+        specs = []
+        for i, doc in enumerate(docs):
+            where = f"jobs[{i}]"
+            try:
+                spec = job_spec_from(doc, where)
+                if validate is not None:
+                    validate(spec, where)
+            except SpecError as e:
+                raise BatchRefused(i, str(e)) from None
+            specs.append(spec)
+        return specs
+
+    async def off_loop(fn, args: tuple, timeout_s: float):
+        """``fn(*args)`` off the event loop (health and the other routes keep answering), bounded in time."""
+        work = asyncio.get_running_loop().run_in_executor(parser, fn, *args)
+        return await asyncio.wait_for(work, timeout_s)
+
+    def body_format(request: Request) -> str | JSONResponse:
+        """"json" or "yaml" from the content type (``documents.load_document``'s ``fmt``); a 415 for any other."""
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in JSON_TYPES + YAML_TYPES:
+            return _error(415, f"content type {ctype[:60]!r} is not one of {', '.join(JSON_TYPES + YAML_TYPES)}")
+        return "json" if ctype in JSON_TYPES else "yaml"
+
     @api.exception_handler(StarletteHTTPException)
     async def _http(_req, exc: StarletteHTTPException):
         return _error(exc.status_code, exc.detail)
@@ -194,25 +251,52 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     async def _bad_spec(_req, exc: SpecError):
         return _error(422, str(exc))
 
+    @api.exception_handler(BatchRefused)
+    async def _bad_batch(_req, exc: BatchRefused):
+        return _error(422, str(exc), index=exc.index)
+
+    @api.exception_handler(TransitionError)
+    async def _ended(_req, exc: TransitionError):
+        return _error(409, str(exc))
+
     @api.get("/healthz")
     def healthz() -> dict:
         return {"ok": True, "rounds": getattr(loop_thread, "rounds", None)}
 
     @api.post("/jobs", status_code=201)
     async def submit(request: Request) -> JSONResponse:
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype not in JSON_TYPES + YAML_TYPES:
-            return _error(415, f"content type {ctype[:60]!r} is not one of {', '.join(JSON_TYPES + YAML_TYPES)}")
+        fmt = body_format(request)
+        if isinstance(fmt, JSONResponse):
+            return fmt
         body = await request.body()
-        # off the event loop (health and the other routes keep answering) and bounded in time
-        work = asyncio.get_running_loop().run_in_executor(parser, read_spec, body,
-                                                          "json" if ctype in JSON_TYPES else None)
         try:
-            spec = await asyncio.wait_for(work, PARSE_TIMEOUT_S)
+            spec = await off_loop(read_spec, (body, fmt), PARSE_TIMEOUT_S)
         except asyncio.TimeoutError:
             return _error(422, f"request body: not read within {PARSE_TIMEOUT_S:g} s; send a simpler spec")
         job_id = await run_in_threadpool(store.submit, spec)
         return JSONResponse({"id": job_id, "name": spec.name, "state": "queued"}, status_code=201)
+
+    @api.post("/jobs/batch", status_code=201)
+    async def submit_batch(request: Request) -> JSONResponse:
+        """``{"jobs": [spec, ...]}``: all or none. Every spec is checked as ``POST /jobs`` checks one before any is
+        stored, then all are stored in one transaction; the first that fails is a 422 naming it (``jobs[i]: ...``,
+        and ``"index": i``), and nothing is stored. Answers ``{"jobs": [{"id", "name", "state"}, ...]}`` in order."""
+        fmt = body_format(request)
+        if isinstance(fmt, JSONResponse):
+            return fmt
+        body = await request.body()
+        try:
+            docs = await off_loop(read_batch, (body, fmt), PARSE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return _error(422, f"request body: not read within {PARSE_TIMEOUT_S:g} s; send simpler specs")
+        try:
+            specs = await off_loop(read_batch_specs, (docs,), PARSE_TIMEOUT_S * len(docs))
+        except asyncio.TimeoutError:
+            return _error(422, f"request body: {len(docs)} specs not checked within {PARSE_TIMEOUT_S:g} s each; "
+                               "send simpler specs")
+        ids = await run_in_threadpool(store.submit_many, specs)
+        return JSONResponse({"jobs": [{"id": i, "name": s.name, "state": "queued"} for i, s in zip(ids, specs)]},
+                            status_code=201)
 
     @api.get("/jobs")
     def list_jobs(state: str | None = None, all: bool = True) -> list[dict]:
@@ -247,6 +331,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     @api.post("/jobs/{job_id}/cancel")
     def cancel(job_id: JobId) -> dict:
+        """A queued job is cancelled at once (``state``: cancelled), a running one stops at the next round
+        (``cancel_requested``: true). A job that had already ended is a 409 (``dlsched cancel``: exit 1)."""
         j = store.request_cancel(job_id)
         return {"id": j.id, "state": j.state, "cancel_requested": j.cancel_requested}
 
@@ -283,6 +369,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     @api.delete("/jobs/{job_id}")
     def delete(job_id: JobId) -> dict:
+        """The same as ``POST /jobs/{id}/cancel`` (the record stays: ``history`` lists it)."""
         return cancel(job_id)
 
     @api.get("/jobs/{job_id}/events")

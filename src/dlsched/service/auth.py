@@ -33,6 +33,11 @@ def read_token_file(path: str | Path) -> str:
     path = Path(path)
     try:
         st = path.stat()
+        if stat.S_ISDIR(st.st_mode):   # its mode (0755) was reported as a loose token file's
+            raise UserError(f"{path}: is a directory, not a token file; give a file's path (e.g. "
+                            f"{path / TOKEN_FILE_NAME})")
+        if not stat.S_ISREG(st.st_mode):   # a FIFO would block the read
+            raise UserError(f"{path}: is not a regular file; a token file holds the token on one line")
         if st.st_uid != os.geteuid():
             raise UserError(f"{path}: token file is owned by uid {st.st_uid}, not by this user ({os.geteuid()})")
         if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):

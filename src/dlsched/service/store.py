@@ -400,7 +400,7 @@ class Store:
         return job_id
 
     def submit_many(self, specs: list[JobSpec], now: float | None = None) -> list[int]:
-        """Many submissions in one transaction (bulk loads, benchmarks)."""
+        """Many submissions in one transaction, all or none (``POST /jobs/batch``, bulk loads, benchmarks)."""
         with self._tx():
             return [self.submit(s, now) for s in specs]
 
@@ -472,16 +472,17 @@ class Store:
         c.execute(f"UPDATE jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
     def request_cancel(self, job_id: int, now: float | None = None) -> JobRecord:
-        """Queued jobs are cancelled at once; running ones are flagged for the loop, which stops them."""
+        """Queued jobs are cancelled at once; running ones are flagged for the loop, which stops them (asking again
+        is harmless). A job that already ended has nothing to cancel: ``TransitionError``, read on the row written."""
         now = self.clock() if now is None else now
         c = self._conn()
         with self._tx():
-            row = self._job_row(c, job_id, "state")
+            row = _live_row(c, job_id, "state", "job {id} already {state}; nothing to cancel")
             if row["state"] == QUEUED:
                 c.execute("UPDATE jobs SET state = ?, end_time = ?, cancel_requested = 1 WHERE id = ?",
                           (CANCELLED, now, job_id))
                 self._event(c, now, job_id, CANCELLED, {"from": QUEUED})
-            elif row["state"] in ACTIVE:
+            else:   # running or rescaling
                 c.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
                 self._event(c, now, job_id, "cancel_requested", {})
         return self.get(job_id)
@@ -494,9 +495,8 @@ class Store:
         now = self.clock() if now is None else now
         c = self._conn()
         with self._tx():
-            job = _decode(self._job_row(c, job_id, "*"), self._records)
-            if job.state in TERMINAL:
-                raise TransitionError(f"job {job_id} is {job.state}; only queued or running jobs can be resized")
+            job = _decode(_live_row(c, job_id, "*", "job {id} is {state}; only queued or running jobs can be resized"),
+                          self._records)
             why = refuse(job.spec) if refuse is not None else None
             if why:
                 raise ResizeRefused(why)
@@ -670,6 +670,16 @@ def newest_fit_numbers(store: Store, job_id: int, lo: float, hi: float, fit: str
         f"AND fraction_done BETWEEN ? AND ? AND {held} ORDER BY id DESC LIMIT 1",
         (*paths, f"{fit}.bands", job_id, lo, hi, *paths)).fetchone()
     return None if row is None else ([float(v) for v in row[:-1]], row[-1] or "fit")
+
+
+def _live_row(c: sqlite3.Connection, job_id: int, columns: str, ended: str) -> sqlite3.Row:
+    """The ``columns`` (``state`` among them) of a job that has not ended (``UnknownJob`` if there is none); one that
+    has is a ``TransitionError``, ``ended`` formatted with its ``id`` and ``state``. Read inside the caller's
+    transaction, on the row it writes."""
+    row = Store._job_row(c, job_id, columns)
+    if row["state"] in TERMINAL:
+        raise TransitionError(ended.format(id=job_id, state=row["state"]))
+    return row
 
 
 class _Transaction:

@@ -40,7 +40,7 @@ def print_summary(frame: pd.DataFrame, title: str = "simulation", wide: bool = F
     for _, row in frame.iterrows():
         rows.append([f"{row[k]:.1%}" if k == "gpu_utilisation" else f"{row[k]:,.2f}" if k == "avg_jct"
                      else f"{row[k]:,.0f}" if isinstance(row[k], float) else str(row[k]) for k in keys])
-    table(cols, rows, title=title, wide=wide)
+    table(cols, rows, title=title, wide=wide, show_all="--wide shows all")
 
 
 def markdown_report(summary: pd.DataFrame, title: str = "dlsched simulation") -> str:

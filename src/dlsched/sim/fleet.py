@@ -22,7 +22,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from dlsched.errors import UserError
+from dlsched.errors import UserError, plain
 from dlsched.policy.base import ClusterView
 from dlsched.policy.fleet import SEED_EPS, Flotilla, ModelProfile, Preprocessing, flotilla_rate, plan_fleet, producer_core_pool
 
@@ -60,7 +60,7 @@ def h100_profiles(path: Path, max_gpus: int = 4, dataset: str = "cifar10", comm:
     for i, row in df[df["dataset"] == dataset].iterrows():
         step = float(row["step_ms_median"]) / 1e3
         if not step > 0:
-            raise UserError(f"{path}: row {i + 2}: step_ms_median must be > 0, got {row['step_ms_median']!r}")
+            raise UserError(f"{path}: row {i + 2}: step_ms_median must be > 0, got {plain(row['step_ms_median'])!r}")
         if row["model"] not in PARAMS:
             continue
         b = int(row["batch_size"])

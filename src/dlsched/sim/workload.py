@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dlsched.errors import UserError
+from dlsched.errors import UserError, plain
 from dlsched.paths import shared_data
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
@@ -55,7 +55,7 @@ class _Rows:
         self.path, self.skip_bad, self.skipped = path, skip_bad, []
 
     def bad(self, line: int, fld: str, value: object, why: str) -> None:
-        msg = f"{self.path}:{line}: field {fld!r} = {value!r}: {why}"
+        msg = f"{self.path}:{line}: field {fld!r} = {plain(value)!r}: {why}"
         if not self.skip_bad:
             raise UserError(msg)
         self.skipped.append(msg)

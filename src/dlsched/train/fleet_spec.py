@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from dlsched.documents import read_yaml_file
 from dlsched.errors import UserError
 from dlsched.spec import one_line
-from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
+from dlsched.train.flotilla import Convergence, MemberSpec, load_model_class, synthetic_images
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,9 @@ class EnsembleSpec(_Strict):
     slots: int = Field(4, ge=1, le=62)              # worker slots ("GPUs") of this machine for the greedy
     rate_tolerance: float = Field(0.9, ge=0, lt=1)   # the greedy's eps
     output: str = "ensemble-report"
-    base_dir: str | None = None   # where relative model files and data resolve (from_yaml: the YAML's folder)
+    # where relative model files and data resolve; itself relative to the working directory (the service's --workdir,
+    # as its entry check resolves it). Not given: the YAML's folder (``from_yaml``, ``dlsched ensemble run``)
+    base_dir: str | None = None
 
     @model_validator(mode="after")
     def _unique_names(self) -> "EnsembleSpec":
@@ -102,6 +104,16 @@ class EnsembleSpec(_Strict):
 
     def convergence_rule(self) -> Convergence:
         return Convergence(self.convergence.patience, self.convergence.min_delta, self.convergence.max_epochs)
+
+    def base(self, spec_file: Path) -> Path:
+        """Where relative model files and data resolve: ``base_dir`` where given, else ``spec_file``'s folder."""
+        return Path(self.base_dir).resolve() if self.base_dir else Path(spec_file).resolve().parent
+
+    def check_models(self, base_dir: Path, source: str) -> None:
+        """Import every model class once, before anything is written or trained: a bad one is one line naming
+        ``source``, the field (``models[i].model``), the value and the file read."""
+        for i, m in enumerate(self.models):
+            load_model_class(m.model, base_dir, where=f"{source}: field models[{i}].model")
 
 
 def from_yaml(path: str) -> EnsembleSpec:

@@ -202,29 +202,37 @@ def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, s
 
 # ---------------------------------------------------------------- models and members
 
-def load_model_class(ref: str, base_dir: Path | None = None) -> type:
-    """``package.module:Class`` or ``path/to/file.py:Class`` (relative to ``base_dir``)."""
+def load_model_class(ref: str, base_dir: Path | None = None, where: str | None = None) -> type:
+    """``package.module:Class`` or ``path/to/file.py:Class`` (relative to ``base_dir``). A bad one is a ``UserError``
+    that begins with ``where`` (the file and field naming it: ``spec.yaml: field models[0].model``) and names the
+    file it read."""
     mod_name, _, cls_name = ref.partition(":")
+    what = f"{where}: {ref!r}" if where else f"model {ref!r}"
     if not cls_name:
-        raise UserError(f"model {ref!r}: expected 'module:Class' or 'file.py:Class'")
+        raise UserError(f"{what}: expected 'module:Class' or 'file.py:Class'")
     if mod_name.endswith(".py"):
         path = Path(mod_name)
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         if not path.is_file():
-            raise UserError(f"model {ref!r}: file {path} not found")
+            raise UserError(f"{what}: file {path} not found")
         spec = importlib.util.spec_from_file_location(f"_ensemble_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        try:
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        except Exception as e:  # noqa: BLE001 - the user's file: its own error, as one line
+            raise UserError(f"{what}: cannot import {path}: {type(e).__name__}: {e}") from None
+        source = str(path)
     else:
         try:
             module = importlib.import_module(mod_name)
         except ImportError as e:
-            raise UserError(f"model {ref!r}: cannot import {mod_name}: {e}") from None
+            raise UserError(f"{what}: cannot import {mod_name}: {e}") from None
+        source = getattr(module, "__file__", None) or mod_name
     try:
         return getattr(module, cls_name)
     except AttributeError:
-        raise UserError(f"model {ref!r}: {mod_name} has no {cls_name}") from None
+        raise UserError(f"{what}: {source} has no {cls_name}") from None
 
 
 @dataclass(frozen=True)
