@@ -37,14 +37,9 @@ from dlsched.numbers import finite
 from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.fleet_status import ensemble_of
-<<<<<<< HEAD
 from dlsched.service.job_folders import job_folder
-from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId,
-                                    Limit, Offset, OptionalAfter, OptionalLimit)
-=======
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_BATCH_JOBS, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S,
                                     After, JobId, Limit, Offset, OptionalAfter, OptionalLimit)
->>>>>>> 6d64692530cbdc81bd119c20f977eaec42989354
 from dlsched.service.metrics import ServiceCollector, allocated_slots, metrics_registry
 from dlsched.service.nodes import LOST
 from dlsched.service.resize_limits import resize_refusal
