@@ -96,3 +96,64 @@ def test_the_diff_names_each_kind_of_change():
 def test_policy_defaults_need_no_lookup():
     assert (Overbook.rigid, Overbook.event_driven) == (False, False)
     assert Overbook().validate(_view("1"), ClusterView((NodeView("n0", 2),), 0.0)) is None
+
+
+def _held(i: str, gpus: int, current: int | None, held: int | None, lo: int = 16, hi: int = 256, **kw) -> JobView:
+    """A job whose spec allows batches lo..hi (its batch 32), at ``current``; ``held``: an operator's `dlsched resize
+    --batch` (the live view then narrows the range and the batch to it, ``service.job_models.job_view``)."""
+    b, blo, bhi = (held, held, held) if held is not None else (32, lo, hi)
+    return JobView(id=i, submit_time=float(len(i)), requested_gpus=gpus or 1, batch_size=b, min_batch_size=blo,
+                   max_batch_size=bhi, current_batch_size=current, placement={"n0": gpus} if gpus else {},
+                   remaining_samples=1e6, **kw)
+
+
+@pytest.mark.parametrize("name", ["tiresias", "fifo", "srtf"])
+def test_a_held_batch_is_what_the_job_runs_at_under_a_policy_that_chooses_no_batch(name):
+    """Tester's report: under tiresias `resize 18 -n 2 --batch 128` (queued) started it at its last batch, 64, and
+    `resize 18 -n 3 --batch 256` (running) resized it to 3 workers at 64: the current batch won over the held one."""
+    from dlsched.policy import make_policy
+
+    cluster = ClusterView((NodeView("n0", 8),), 0.0)
+    jobs = [_held("queued", 0, current=64, held=128), _held("running", 2, current=64, held=256),
+            _held("free", 2, current=64, held=None), _held("new", 0, current=None, held=None)]
+    got = {a.job_id: a for a in schedule(make_policy(name), jobs, cluster).actions}
+    assert got["queued"] == Start("queued", 1, 128, got["queued"].nodes)
+    assert isinstance(got["running"], Resize) and (got["running"].num_gpus, got["running"].batch_size) == (2, 256)
+    assert "free" not in got                          # its current batch is inside its range: kept, no change
+    assert got["new"].batch_size == 32
+
+
+def test_a_batch_the_policy_chose_wins_over_the_held_one():
+    jobs = [_held("a", 1, current=64, held=128)]
+    assert diff(jobs, Allocation({"a": JobAllocation(1, batch_size=96)}), {"a": {"n0": 1}}) == (
+        Resize("a", 1, 96, {"n0": 1}),)
+    assert diff(jobs, Allocation({"a": JobAllocation(1)}), {"a": {"n0": 1}}) == (Resize("a", 1, 128, {"n0": 1}),)
+
+
+def test_kept_batch():
+    assert _held("a", 1, current=64, held=None).kept_batch == 64        # inside the spec's range
+    assert _held("a", 1, current=64, held=128).kept_batch == 128        # the operator's
+    assert _held("a", 1, current=None, held=None).kept_batch == 32      # not run yet: the spec's
+    assert JobView(id="a", submit_time=0.0, requested_gpus=1, current_batch_size=500, min_batch_size=16,
+                   max_batch_size=256).kept_batch == 256                # no batch asked: the current one, in range
+    assert JobView(id="a", submit_time=0.0, requested_gpus=1, current_batch_size=48).kept_batch == 48   # no range
+
+
+def test_the_forecast_runs_a_held_batch_as_the_round_does():
+    """A running job at batch 64 held at 128, whose samples/s are its batch: it finishes at the held batch's rate."""
+    from dataclasses import dataclass
+
+    from dlsched.policy import make_policy
+
+    @dataclass(frozen=True)
+    class PerBatch:
+        def throughput(self, num_gpus, num_nodes, global_batch, gpu_type=None):
+            return float(global_batch)
+
+        def efficiency(self, global_batch):
+            return 1.0
+
+    job = JobView(**{**_held("a", 1, current=64, held=128).__dict__, "remaining_samples": 12800.0,
+                     "speed": PerBatch(), "attrs": {}})
+    f = forecast([job], ClusterView((NodeView("n0", 1),), 0.0), make_policy("tiresias"), 0.0, resize_s=2.0)
+    assert f.finish["a"] == pytest.approx(2.0 + 12800 / 128)

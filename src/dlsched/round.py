@@ -75,7 +75,8 @@ def check(allocation: Allocation, jobs: Sequence[JobView], cluster: ClusterView,
 
 def diff(jobs: Sequence[JobView], allocation: Allocation, placement: Mapping[str, NodeMap]) -> tuple[Action, ...]:
     """The actions from each job's current (GPUs, batch, nodes) to the decided ones. A job given no batch size
-    keeps its current one (else the user's)."""
+    runs at ``JobView.kept_batch``: its current one while its batch range admits it, else the one it asks for (an
+    operator's held batch, under every policy that chooses no batch)."""
     out: list[Action] = []
     for j in jobs:
         a = allocation.jobs.get(j.id)
@@ -85,7 +86,7 @@ def diff(jobs: Sequence[JobView], allocation: Allocation, placement: Mapping[str
             if cur:
                 out.append(Preempt(j.id))
             continue
-        batch = (a.batch_size if a.batch_size else None) or j.current_batch_size or j.batch_size
+        batch = a.batch_size or j.kept_batch
         nodes = placement.get(j.id, {})
         moved = list(nodes.items()) != list(j.placement.items())   # order matters: step-time traces depend on it
         if cur == 0:

@@ -203,6 +203,42 @@ def _healthy(port: int) -> bool:
         return False
 
 
+def test_a_held_batch_is_what_the_job_runs_at_under_a_policy_that_chooses_no_batch(tmp_path):
+    """The tester's report under tiresias: `resize 18 -n 2 --batch 128` on a queued job said 'held at 2 worker(s),
+    batch 128 (queued)' and the job started at 2 workers and batch 64; `resize 18 -n 3 --batch 256` resized it to 3
+    workers at 64 ('requested_batch': 256, 'batch_size': 64). Here the contract runtime's own step records say the
+    batch it trains at."""
+    svc = Service(cluster(policy="tiresias", slots=(2, 2)), tmp_path / "state", port=free_port(),
+                  runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        yaml = {"content-type": "application/yaml"}
+        big = c.post("/jobs", content=job_yaml("big", gpus=4, samples=10**6, step_s=0.05), headers=yaml).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{big}").json()["state"] == "running", 60, "the 4-slot job runs")
+        job = c.post("/jobs", content=job_yaml("ranged", gpus=1, max_gpus=3, samples=10**6, step_s=0.05,
+                                               extra="min_batch_size: 16\nmax_batch_size: 64\n"),
+                     headers=yaml).json()["id"]
+        r = cli("resize", str(job), "-n", "2", "--batch", "64", svc=svc)
+        assert r.returncode == 0 and r.stdout.strip() == f"job {job}: held at 2 worker(s), batch 64 (queued)", r
+        c.post(f"/jobs/{big}/cancel")
+
+        def trains_at(workers, batch):
+            rows = c.get(f"/jobs/{job}/progress").json()
+            return any(p["workers"] == workers and p["batch_size"] == batch for p in rows)
+
+        wait_until(lambda: trains_at(2, 64), 60, "the job trains at 2 workers and the held batch 64")
+        running = [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "running"]
+        assert running[0]["gpus"] == 2 and running[0]["batch_size"] == 64, running
+        r = cli("resize", str(job), "-n", "3", "--batch", "16", svc=svc)
+        assert r.returncode == 0 and r.stdout.strip() == f"job {job}: held at 3 worker(s), batch 16 (running)", r
+        wait_until(lambda: trains_at(3, 16), 60, "the job trains at 3 workers and the held batch 16")
+        shown = c.get(f"/jobs/{job}").json()
+        assert (shown["requested_batch"], shown["batch_size"]) == (16, 16), shown
+        c.close()
+    finally:
+        stop_service_and_jobs(svc)
+
+
 def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
     svc = Service(cluster(policy="test-elastic", slots=(2, 2)), tmp_path / "state", port=free_port(),
                   runtime=RUNTIME).start()

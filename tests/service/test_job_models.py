@@ -264,3 +264,33 @@ def test_finished_jobs_reporting_accuracy_in_percent_and_as_a_fraction_are_one_l
     assert in_percent["final"] == pytest.approx(100 * fraction["final"], rel=1e-6)
     assert [v / 100 for v in in_percent["final_80"]] == pytest.approx(fraction["final_80"], rel=1e-6)
     assert in_percent["curve"][-1][1] == pytest.approx(100 * fraction["curve"][-1][1], rel=1e-6)
+
+
+def test_the_view_says_when_a_start_was_decided_and_when_its_first_step_came(tmp_path):
+    """What ``policy.restart_hold`` reads: the decision's time from the round that started or resized the job, its
+    first step at that size from the job's own records (a leftover line of the group before, or a step tagged for
+    an older request, is not it); nothing once another generation runs (a resize given up: ``return_to_held``)."""
+    from dataclasses import replace
+
+    from dlsched.service.store import RUNNING
+
+    store = Store(tmp_path / "s.db")
+    queued = store.get(store.submit(JobSpec(name="a", entry="x.py:make_job", gpus=2, batch_size=32)))
+    job = replace(queued, state=RUNNING, num_gpus=2, placement={"n0": 2}, generation=1)
+    models = JobModels(("slot",), store)
+    assert "changed_at" not in models.snapshot(job).attrs
+    models.note_change(job.id, "start", 100.0, 1)
+    assert {k: models.snapshot(job).attrs[k] for k in ("changed_at", "settled_at")} == {"changed_at": 100.0,
+                                                                                         "settled_at": None}
+    assert "changed_at" not in models.snapshot(queued).attrs                  # not running: nothing to hold
+    assert models.change_delay(job, [{"time": 99.0, "step": 7, "workers": 2},                 # before the decision
+                                     {"time": 101.0, "step": 8, "workers": 2, "control_generation": 0}],
+                               102.0) is None   # measured a 0 s pause before
+    assert models.snapshot(job).attrs["settled_at"] is None
+    assert models.change_delay(job, [{"time": 103.5, "step": 9, "workers": 2}], 104.0) == ("start", 3.5)
+    assert models.change_delay(job, [{"time": 105.0, "step": 10, "workers": 2}], 106.0) is None   # measured once
+    assert models.snapshot(job).attrs["settled_at"] == 103.5
+    assert "changed_at" not in models.snapshot(replace(job, generation=2)).attrs
+    models.forget(job.id)
+    assert "changed_at" not in models.snapshot(job).attrs
+    store.close()

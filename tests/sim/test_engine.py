@@ -205,3 +205,35 @@ def test_trace_job_on_a_node_bigger_than_its_traces_is_refused_before_the_run(da
         run(spec, "fifo", ClusterView.homogeneous(2, 8))
     r = run([job("d", 0, 6, 100)], "fifo", ClusterView.homogeneous(1, 8))   # duration jobs know no traces
     assert r.summary()["finished"] == 1
+
+
+class _HoldProbe(Policy):
+    """Gives every job its request; records what ``policy.restart_hold`` reads of each running job."""
+
+    name = "hold-probe"
+
+    def __init__(self):
+        self.seen = []
+
+    def decide(self, jobs, cluster):
+        from dlsched.policy.restart_hold import settling
+
+        self.seen.append((cluster.now, {j.id: (j.attrs.get("changed_at"), j.attrs.get("settled_at"),
+                                              settling(j, cluster.now)) for j in jobs if j.is_running}))
+        return Allocation({j.id: JobAllocation(j.requested_gpus) for j in jobs})
+
+
+def test_a_job_pays_its_restart_by_the_next_decision_at_the_published_clock():
+    """The simulator tells a policy when a running job last (re)started and when its pause ends; at the published
+    60 s clock and 30 s restart a job started at one decision has paid by the next, so ``restart_hold`` never binds
+    there (the published figures are those without it)."""
+    probe = _HoldProbe()
+    Simulator([job("a", 0, 1, 1000)], probe, ClusterView.homogeneous(1, 1),
+              SimConfig(interval=60, restart_penalty=30, horizon=300)).run()
+    assert probe.seen[1:4] == [(120.0, {"a": (60.0, 90.0, False)}), (180.0, {"a": (60.0, 90.0, False)}),
+                               (240.0, {"a": (60.0, 90.0, False)})]
+    probe = _HoldProbe()   # a faster clock: held through its pause and as long again
+    Simulator([job("a", 0, 1, 1000)], probe, ClusterView.homogeneous(1, 1),
+              SimConfig(interval=20, restart_penalty=30, horizon=140)).run()
+    assert [(t, s["a"][2]) for t, s in probe.seen[1:]] == [(40.0, True), (60.0, True), (80.0, False), (100.0, False),
+                                                            (120.0, False), (140.0, False)]   # started at 20

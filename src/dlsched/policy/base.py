@@ -102,6 +102,18 @@ class JobView:
     def is_running(self) -> bool:
         return self.num_gpus > 0
 
+    @property
+    def kept_batch(self) -> int | None:
+        """The global batch the job runs at where a policy chooses none (``JobAllocation.batch_size`` None): its
+        current one while its batch range [``min_batch_size``, ``max_batch_size``] admits it, else ``batch_size``,
+        the batch it asks for (an operator's held batch narrows the range to itself: ``dlsched resize --batch``)."""
+        cur, lo, hi = self.current_batch_size, self.min_batch_size, self.max_batch_size
+        if cur is not None and (lo is None or cur >= lo) and (hi is None or cur <= hi):
+            return cur
+        if self.batch_size is not None or cur is None:
+            return self.batch_size
+        return min(max(cur, lo if lo is not None else cur), hi if hi is not None else cur)
+
 
 @dataclass(frozen=True)
 class JobAllocation:

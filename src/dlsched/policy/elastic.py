@@ -26,13 +26,16 @@ Choices documented here:
   its current value (its pause when regrown or resumed).
 * ``budget_run_clock`` (``goodput``'s default): Pollux's restart budget ages a job by the time it has held GPUs,
   for jobs whose time left is predicted.
+* A running job that has not yet trained as long as its last (re)start paused it is held where it is, and a job
+  without a speed model does not take its GPUs (``restart_hold``; driver-supplied ``attrs["changed_at"]`` /
+  ``["settled_at"]``).
 * Heterogeneity (Gavel's idea): jobs are offered first to the GPU type where their speed-up over their slowest type
   is largest, up to that type's capacity; the DP then runs per type, and leftovers spill to the other types.
   When no job's speed model tells the types apart, the cluster is one pool and ``gpu_type`` is left to the driver.
 * Throughput at g GPUs assumes a packed placement: ceil(g / GPUs-per-node) nodes.
 * For g beyond 16 the curve is evaluated at node multiples and geometric points and linearly interpolated between
   (throughput is smooth in g); the batch for the chosen g is then evaluated exactly.
-* A job without a speed model is rigid: it runs at its requested GPUs and batch or waits.
+* A job without a speed model is rigid: it runs at its requested GPUs and batch or waits (placed before the DP, FIFO).
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ from dlsched.policy.dp import solve
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
 from dlsched.policy.release_horizon import charge_release, release_horizons
+from dlsched.policy.restart_hold import held_gpus, held_here, settling
 from dlsched.policy.value_curve import MEMO_SIZE, NEG_INF, JobCurve, ValueCurves, ValueFn, throughput_value
 
 RUN_TIME_OFFSET = 3600.0   # s added to the run time when it stands in for remaining time (Tiresias' 1 h)
@@ -186,7 +190,7 @@ class ElasticPolicy(Policy):
         running = True
         running_here = cur_type == gpu_type
         bonus = self._stay_bonus(job, gc, now, aging) if running_here else 0.0
-        if running and (not job.preemptible or math.isinf(bonus)):
+        if running and (not job.preemptible or math.isinf(bonus) or held_here(job, rng.g_min, rng.g_max, now)):
             keep = np.full_like(u, NEG_INF)
             if running_here and gc < len(u):
                 keep[gc] = u[gc]
@@ -308,7 +312,8 @@ class ElasticPolicy(Policy):
 
         result: dict[str, JobAllocation] = {}
         free = dict(capacity)
-        self._place_rigid(rigid, ranges, free, result, report_type=not pooled)
+        place_rigid(rigid, ranges, free, result, not pooled, type_of, cluster.now,
+                    held_gpus(elastic, ranges, type_of, cluster.now))
         remaining = [j for j in elastic]
         # Gavel-style: offer jobs to types in order of their relative speed-up, then let leftovers spill.
         for pass_ in range(2 if hetero else 1):
@@ -325,7 +330,7 @@ class ElasticPolicy(Policy):
                 for job, g in zip(cands, sol.gpus):
                     if g > 0:
                         result[job.id] = self._allocation(job, ranges[job.id], int(g), t, node_size[t],
-                                                          raws[job.id, t], None if pooled else t)
+                                                          raws[job.id, t], None if pooled else t, cluster.now)
                         free[t] -= int(g)
                 remaining = [j for j in remaining if j.id not in result]
         return Allocation(result)
@@ -367,7 +372,7 @@ class ElasticPolicy(Policy):
         return job.remaining_samples * job.speed.efficiency(b)
 
     def _allocation(self, job: JobView, rng: BatchRange, g: int, gpu_type: str, node_size: int,
-                    raw: JobCurve, report_type: str | None) -> JobAllocation:
+                    raw: JobCurve, report_type: str | None, now: float) -> JobAllocation:
         if raw.batches[g] > 0:
             value, b = raw.values[g], int(raw.batches[g])
         else:
@@ -375,20 +380,29 @@ class ElasticPolicy(Policy):
         cb = job.current_batch_size
         if cb is not None and job.placement and rng.fits(g, cb) and job.num_gpus == g:
             kept = self.value(job.speed, g, math.ceil(g / node_size), cb, gpu_type)
-            if value <= kept * (1 + self.hysteresis):
+            if value <= kept * (1 + self.hysteresis) or settling(job, now):   # held: its batch too (restart_hold)
                 b = cb
         return JobAllocation(g, batch_size=None if rng.batch_free else b, gpu_type=report_type)
 
-    def _place_rigid(self, rigid: Iterable[JobView], ranges, free, result, report_type: bool) -> None:
-        """Jobs without a speed model run at their requested size (FIFO) on the type with most free GPUs."""
-        for job in rigid:
-            rng = ranges[job.id]
-            g = min(max(job.requested_gpus, rng.g_min), rng.g_max)
-            t = max(sorted(free), key=lambda t: free[t])
-            if free[t] >= g:
-                b = job.batch_size if job.batch_size is not None else (None if rng.batch_free else rng.b_max)
-                result[job.id] = JobAllocation(g, batch_size=b, gpu_type=t if report_type else None)
-                free[t] -= g
+
+def place_rigid(rigid: Iterable[JobView], ranges, free: dict[str, int], result: dict, report_type: bool,
+                type_of: dict[str, str], now: float, held: dict[str, int]) -> None:
+    """Jobs without a speed model run at their requested size (FIFO) on the type with most free GPUs, before the DP:
+    first those still paying their last (re)start, where they run (``restart_hold``); the others only on GPUs that
+    ``held`` (per type: the DP's jobs held where they run) leaves. A newcomer with no speed model yet took the
+    GPUs of jobs that had just started: they restarted with no step made, and the newcomer, judged by the DP once its
+    first steps gave it a speed model, was pre-empted in turn (docs/policies.md)."""
+    rigid = list(rigid)
+    keep = {j.id for j in rigid if held_here(j, ranges[j.id].g_min, ranges[j.id].g_max, now)}
+    for job in sorted(rigid, key=lambda j: j.id not in keep):   # stable: FIFO within each
+        rng = ranges[job.id]
+        g = min(max(job.requested_gpus, rng.g_min), rng.g_max)
+        here = type_of.get(next(iter(job.placement))) if job.id in keep else None
+        t = here if here in free else max(sorted(free), key=lambda t: free[t] - held.get(t, 0))
+        if free[t] - (0 if job.id in keep else held.get(t, 0)) >= g:
+            b = job.batch_size if job.batch_size is not None else (None if rng.batch_free else rng.b_max)
+            result[job.id] = JobAllocation(g, batch_size=b, gpu_type=t if report_type else None)
+            free[t] -= g
 
 
 @register("elastic")

@@ -273,7 +273,7 @@ class FleetPolicy(Policy):
             return ModelProfile(job.id, tuple(float(r) for r in job.attrs["fleet_rates"]))  # type: ignore[union-attr]
         top = max(1, min(m, job.max_gpus or job.requested_gpus or 1))
         if job.speed is not None:
-            batch = job.current_batch_size or job.batch_size or 1
+            batch = job.kept_batch or 1
             rates = tuple(max(job.speed.throughput(g, 1, batch), 1e-9) for g in range(1, top + 1))
             return ModelProfile(job.id, rates)
         return ModelProfile(job.id, tuple(float(g) for g in range(1, top + 1)))

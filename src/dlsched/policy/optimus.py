@@ -39,7 +39,7 @@ class OptimusPolicy(Policy):
         if n + 1 > cap or job.speed is None:
             return 0.0
         work = job.remaining_samples if job.remaining_samples is not None else 1.0
-        batch = job.current_batch_size or job.batch_size or 1
+        batch = job.kept_batch or 1
         f0 = job.speed.throughput(n, math.ceil(n / gpus_per_node), batch)
         f1 = job.speed.throughput(n + 1, math.ceil((n + 1) / gpus_per_node), batch)
         if f1 <= 0:

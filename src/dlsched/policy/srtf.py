@@ -13,7 +13,7 @@ def remaining_time(job: JobView, gpus_per_node: int) -> float:
     if job.remaining_samples is None or job.speed is None:
         return math.inf
     n = job.requested_gpus
-    batch = job.current_batch_size or job.batch_size or 1
+    batch = job.kept_batch or 1
     rate = job.speed.throughput(n, math.ceil(n / gpus_per_node), batch)
     return job.remaining_samples / rate if rate > 0 else math.inf
 

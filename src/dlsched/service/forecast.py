@@ -52,6 +52,7 @@ class _State:
     finish: float | None = None
     snap: tuple | None = None             # (state key, JobView) of the last decision
     members: EnsembleProgress | None = None   # an ensemble's still-training members
+    changed: tuple[float, float] | None = None   # (when, pause) of its last forecast start or resize: restart_hold
 
 
 def with_members(view: JobView, members: Sequence[tuple[str, Sequence[float], float]]) -> JobView:
@@ -79,13 +80,16 @@ def _snapshot(s: _State) -> JobView:
     """The job as the policy sees it now; a waiting job's view does not change, so it is rebuilt only on change.
     An ensemble asks for no more GPUs than its still-training members can use."""
     left = len(s.members.remaining) if s.members is not None else 0
-    key = (s.left, s.batch, s.attained, s.run_time, tuple(s.nodes.items()), left)
+    key = (s.left, s.batch, s.attained, s.run_time, tuple(s.nodes.items()), left, s.changed)
     if s.snap is None or s.snap[0] != key:
         view = s.view
         if s.members is not None:
             useful = sum(m.profile.max_gpus for m in s.members.remaining)
             view = dataclasses.replace(view, requested_gpus=min(view.requested_gpus, useful), min_gpus=min(view.min_gpus, useful),
                                        max_gpus=min(view.max_gpus or useful, useful))
+        if s.changed is not None:   # its own change, not the live one the view was made with
+            view = dataclasses.replace(view, attrs={**view.attrs, "changed_at": s.changed[0],
+                                                    "settled_at": s.changed[0] + s.changed[1]})
         s.snap = (key, dataclasses.replace(view, placement=s.nodes, current_batch_size=s.batch,
                                            remaining_samples=s.left, attained_service=s.attained, run_time=s.run_time))
     return s.snap[1]
@@ -157,10 +161,12 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
                 s.pause = resize_s
             elif isinstance(a, Preempt):
                 s.pause = 0.0
+            if isinstance(a, (Start, Resize)):   # what restart_hold reads of it from now on
+                s.changed = (t, s.pause)
         for s in active:
             a = decision.allocation.jobs.get(s.view.id)
             n = a.num_gpus if a else 0
-            b = (a.batch_size if a and a.batch_size else None) or s.batch or s.view.batch_size
+            b = (a.batch_size if a and a.batch_size else None) or _snapshot(s).kept_batch   # as round.diff
             nodes = decision.nodes(s.view.id) if n > 0 else {}
             if (n, b, dict(nodes)) != (s.gpus, s.batch, dict(s.nodes)) or s.rate is None:
                 s.rate = rate_for(s.view, n, len(nodes), b, observed.get(s.view.id))

@@ -71,13 +71,13 @@ class Forecaster:
 
     def _refresh(self, now: float, budget_s: float | None) -> Forecast:
         t0 = time.perf_counter()
-        speeds, rates, totals = self.models.forecast_inputs()
+        speeds, rates, totals, changes = self.models.forecast_inputs()
         # a job placed on a node the cluster lacks is left out (``off_cluster``), its GPUs on the others taken
         jobs, cluster, _ = hold_out(self.cluster_view(now), [j for j in self.store.jobs(states=ACTIVE)
                                                              if not j.cancel_requested])
         views = []
         for j in jobs:
-            v = job_view(j, speeds.get(j.id), self.typical_delay("resize", RESIZE_S))
+            v = job_view(j, speeds.get(j.id), self.typical_delay("resize", RESIZE_S), changes.get(j.id))
             if v.kind == "ensemble":
                 v = with_members(v, members_left(self.store.events(j.id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS), now))
             elif v.remaining_samples is None and j.id in totals:

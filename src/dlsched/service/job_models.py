@@ -22,6 +22,7 @@ from dlsched.service.metric_target import (METRICS_EVENT, ended_at, fit_space, p
                                            target_meta)
 from dlsched.service.own_calibration import LOSS_FIT, TARGET_FIT, OwnBands, final_errors, steps_errors
 from dlsched.service.progress_history import ProgressHistory
+from dlsched.service.slot_holds import answers
 from dlsched.service.store import QUEUED, RESCALING, JobRecord, Store
 from dlsched.spec import MetricTarget
 
@@ -33,8 +34,11 @@ QUEUED_PREDICTIONS_PER_ROUND = 8
 SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
 
 
-def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = RESIZE_S) -> JobView:
-    """The policy's view of a stored job; ``restart_s``: the resize pause measured here (policies weigh it)."""
+def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = RESIZE_S,
+             change: tuple[int, float, float | None, str] | None = None) -> JobView:
+    """The policy's view of a stored job; ``restart_s``: the resize pause measured here (policies weigh it);
+    ``change``: (generation, decided at, first step at or None, kind) of its last start or resize (``JobModels.
+    note_change``), which ``policy.restart_hold`` reads while it is the job's current generation."""
     s = job.spec
     lo, hi = s.gpu_range
     blo, bhi = s.min_batch_size, s.max_batch_size
@@ -59,6 +63,8 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
                "state": job.state, "restart_s": restart_s,
                # starts and resizes after the first start, as the simulator counts them (Pollux's restart budget)
                "restarts": max(job.generation - 1, 0),
+               **({"changed_at": change[1], "settled_at": change[2]}
+                  if change is not None and change[0] == job.generation and job.num_gpus else {}),
                "efficiency": "reported gradient noise" if isinstance(speed, refit.NoisySpeed)
                else "no gradient noise reported: goodput = throughput"})
 
@@ -148,8 +154,10 @@ class JobModels:
         self._progress: dict[int, ProgressHistory] = {}             # what the store holds, read once
         self._rates: dict[int, float] = {}           # observed samples/s
         self._totals: dict[int, float] = {}          # predicted total samples (target-loss jobs)
-        self._views: dict[int, tuple] = {}           # (record, speed, restart_s, JobView) of the last snapshot
-        self._changed_at: dict[int, tuple[str, float, int]] = {}    # (start|resize, when, workers) not yet seen
+        self._views: dict[int, tuple] = {}           # (record, speed, restart_s, change, JobView) of the last one
+        # (generation, when, first step at its size or None, start|resize) of the last start or resize decided here:
+        # its measured delay, and what policy.restart_hold reads
+        self._changes: dict[int, tuple[int, float, float | None, str]] = {}
         self._last_fits: dict[int, FinishedFit] = {}  # the newest annealing fit of each running job
         self._last_target_fits: dict[int, FinishedFit] = {}   # ... and of the metric it states a target of
         # that metric's reports read so far: {step: value} inside steps, and between them; the ids read to
@@ -174,7 +182,7 @@ class JobModels:
             if self._store is not None:
                 self._store.add_finished_fit(job_id, *self._with_errors(self._store.get(job_id), last, target))
         for per_job in (self._speeds, self._speed_fits, self._seen_progress, self._progress, self._rates,
-                        self._totals, self._views, self._changed_at, self._reports, self._queued_pool):
+                        self._totals, self._views, self._changes, self._reports, self._queued_pool):
             per_job.pop(job_id, None)
         self._failed_fits.discard(job_id)
 
@@ -279,17 +287,17 @@ class JobModels:
     def snapshot(self, job: JobRecord) -> JobView:
         """The policy's view of a job; reused while none of the record, its speed model and the measured resize
         pause changed."""
-        speed = self._speeds.get(job.id)
+        speed, change = self._speeds.get(job.id), self._changes.get(job.id)
         hit = self._views.get(job.id)
-        if hit is not None and hit[0] is job and hit[1] is speed and hit[2] == self.restart_s:
-            return hit[3]
-        view = job_view(job, speed, self.restart_s)
-        self._views[job.id] = (job, speed, self.restart_s, view)
+        if hit is not None and hit[0] is job and hit[1] is speed and hit[2] == self.restart_s and hit[3] == change:
+            return hit[4]
+        view = job_view(job, speed, self.restart_s, change)
+        self._views[job.id] = (job, speed, self.restart_s, change, view)
         return view
 
-    def forecast_inputs(self) -> tuple[dict[int, ThroughputModel], dict[int, float], dict[int, float]]:
-        """Copies of (speed models, observed rates, predicted totals) for the forecast thread."""
-        return dict(self._speeds), dict(self._rates), dict(self._totals)
+    def forecast_inputs(self) -> tuple[dict[int, ThroughputModel], dict[int, float], dict[int, float], dict]:
+        """Copies of (speed models, observed rates, predicted totals, last changes) for the forecast thread."""
+        return dict(self._speeds), dict(self._rates), dict(self._totals), dict(self._changes)
 
     def progress(self, job_id: int, store: Store) -> ProgressHistory:
         """The job's stored progress: the rows read before, and those stored since."""
@@ -375,17 +383,25 @@ class JobModels:
             self._totals[job.id] = pred.total_samples
         return pred
 
-    def note_change(self, job_id: int, kind: str, now: float, workers: int) -> None:
-        """A start or resize to ``workers`` was decided at ``now``: its delay is measured at the first step."""
-        self._changed_at[job_id] = (kind, now, workers)
+    def note_change(self, job_id: int, kind: str, now: float, generation: int) -> None:
+        """A start or resize (the job's ``generation`` from now) was decided at ``now``: its delay is measured at
+        its first step, and until then and as long again the policy holds the job (``policy.restart_hold``)."""
+        self._changes[job_id] = (generation, now, None, kind)
 
-    def change_delay(self, job_id: int, records: list[dict]) -> tuple[str, float] | None:
-        """(start|resize, seconds from the decision to the first step at the new size) once ``records`` hold it."""
-        changed = self._changed_at.get(job_id)
-        if not changed:
+    def change_delay(self, job: JobRecord, records: list[dict], now: float) -> tuple[str, float] | None:
+        """(start|resize, seconds from the decision to the first step at the new size) once ``records`` hold it: a
+        step of ``job``'s current request (``slot_holds.answers``) at its size, written after the decision (``now``
+        for a record without a time). Before, any record at the new worker count was it: a leftover line of the
+        group before (a restart's, a move's, a batch change's) measured a pause of 0 s, which pulled the median
+        restart cost the policies weigh down. A job whose generation moved on without a decision here (a resize
+        given up) measures nothing."""
+        change = self._changes.get(job.id)
+        if change is None or change[2] is not None or change[0] != job.generation:
             return None
-        first = next((r for r in records if r.get("workers") == changed[2] and r.get("time")), None)
+        first = next((r for r in records if r.get("workers", job.num_gpus) == job.num_gpus and answers(job, r)
+                      and r.get("time", now) >= change[1]), None)
         if first is None:
             return None
-        del self._changed_at[job_id]
-        return changed[0], max(0.0, first["time"] - changed[1])
+        at = float(first.get("time", now))
+        self._changes[job.id] = (*change[:2], at, change[3])
+        return change[3], at - change[1]

@@ -186,7 +186,7 @@ class LiveLoop:
                     writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
                 elif isinstance(act, Start):
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
-                    self.models.note_change(job.id, "start", now, act.num_gpus)
+                    self.models.note_change(job.id, "start", now, gen)
                     # the books say where it runs: booked on a node that died since the view, the next round moved it
                     placed = self.backend.placement(job.id) or act.nodes
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size,
@@ -196,7 +196,7 @@ class LiveLoop:
                 else:   # a shrink or move holds the slots it leaves until the new group steps (slot_holds)
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
                                                hold_given_back=bool(extra_slots(job.placement, act.nodes))))
-                    self.models.note_change(job.id, "resize", now, act.num_gpus)
+                    self.models.note_change(job.id, "resize", now, gen)
                     # Ray's shrink keeps the runtime's first workers wherever they run, not the nodes asked
                     placed = self.backend.placement(job.id) or act.nodes
                     releasing = held_after(job, placed) or None
@@ -283,7 +283,7 @@ class LiveLoop:
             return job
         samples = [r for r in records if "event" not in r]
         fields: dict = {}
-        delay = self.models.change_delay(job.id, samples)
+        delay = self.models.change_delay(job, samples, now)
         if delay is not None:
             self.forecaster.record_delay(*delay)
         if samples:

@@ -12,7 +12,10 @@ so that our average JCTs can be compared with its published ones:
 * progress of a trace job = statistical gain / seconds per step; epoch boundaries are crossed at whole seconds
   (the peer rounds the time to reach one); the job completes at the end of its last epoch, mid-interval, and its
   GPUs stay idle until the next decision;
-* JCT = completion time − submission time.
+* JCT = completion time − submission time;
+* a running job's view says when its node map last changed and when that restart's pause ends
+  (``attrs["changed_at"]`` / ``["settled_at"]``, what ``policy.restart_hold`` reads; at the 60 s clock and 30 s
+  penalty a job has paid by the next decision, so the hold never binds in the published runs).
 
 Duration-driven jobs (Philly, Gavel) are advanced lazily: their finish time is known from their rate, so stretches
 of time in which nothing arrives or finishes are skipped when the policy says its decision only changes on such
@@ -176,7 +179,7 @@ class Simulator:
             speed = TraceThroughput(app, job.epoch, self.gpus_per_node, self.gpu_speed)
             attrs = {"app": app.name, "epoch": job.epoch, "progress": job.progress,
                      "target_progress": app.target_progress, "restart_s": self.cfg.restart_penalty,
-                     "restarts": max(job.restarts, 0)}
+                     "restarts": max(job.restarts, 0), **job.hold_attrs()}
             return JobView(
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
                 batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,
@@ -191,13 +194,13 @@ class Simulator:
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=min(job.spec.requested_gpus, useful),
                 max_gpus=useful, attained_service=job.attained, run_time=job.run_time, placement=job.nodes,
                 remaining_samples=job.remaining(self.remaining, self.t), speed=speed, kind="ensemble",
-                attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty})
+                attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty, **job.hold_attrs()})
         return JobView(
             id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
             max_gpus=job.spec.requested_gpus, attained_service=job.attained, run_time=job.run_time,
             placement=job.nodes, remaining_samples=job.remaining(self.remaining, self.t),
             speed=LinearThroughput(job.spec.requested_gpus, self.gpu_speed),
-            attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty})
+            attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty, **job.hold_attrs()})
 
     # --- state changes --------------------------------------------------------------------------
     def _set_nodes(self, job: SimJob, nodes: Mapping[str, int]) -> None:
@@ -229,6 +232,7 @@ class Simulator:
             if nodes:
                 # an ensemble's members pay their own restarts when FLEET re-plans them on the new share
                 job.rescale_left = self.cfg.restart_penalty if job.ensemble is None else 0.0
+                job.changed = (self.t, job.rescale_left)
                 job.restarts += 1
                 if job.start is None:
                     job.start = self.t

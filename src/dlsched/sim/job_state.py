@@ -15,7 +15,7 @@ class SimJob:
     __slots__ = ("spec", "idx", "app", "batch", "nodes", "ptuple", "ngpus", "speed", "split", "epoch", "progress",
                  "rescale_left", "attained", "run_time", "finish", "start", "restarts", "work_left", "last_t",
                  "version", "noise", "max_gpus", "view", "steps", "history", "rate_key", "predicted_rate",
-                 "ensemble")
+                 "ensemble", "changed")
 
     def __init__(self, spec: WorkloadJob, idx: int, app: TraceApp | None, noise: float):
         self.spec, self.idx, self.app = spec, idx, app
@@ -33,6 +33,7 @@ class SimJob:
         self.finish: float | None = None
         self.start: float | None = None
         self.restarts = -1
+        self.changed: tuple[float, float] | None = None   # (when its node map last changed, the pause it cost)
         self.ensemble = spec.ensemble.progress() if spec.ensemble is not None else None
         self.work_left = spec.duration if self.lazy else None
         self.last_t = 0.0
@@ -51,6 +52,12 @@ class SimJob:
             # (TraceThroughput), so Optimus and elastic-gpu-only stop there as before.
             by_batch = app.max_batch_size // app.min_local_bsz
             self.max_gpus = max(1, min(by_batch, app.max_gpus or by_batch))
+
+    def hold_attrs(self) -> dict:
+        """What ``policy.restart_hold`` reads of a running job: when its last (re)start was and when its pause ends."""
+        if not self.ngpus or self.changed is None:
+            return {}
+        return {"changed_at": self.changed[0], "settled_at": self.changed[0] + self.changed[1]}
 
     @property
     def lazy(self) -> bool:
