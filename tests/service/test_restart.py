@@ -199,8 +199,15 @@ def test_time_trained_while_the_service_was_down_counts_and_a_job_ended_then_end
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         job = wait_until(lambda: (j := c.get(f"/jobs/{short}").json())["state"] == "finished" and j, 60, "recorded")
-        assert abs(job["end_time"] - ended["time"]) < 0.5 and job["end_time"] < restarted, (job, ended)
-        assert abs(job["run_time"] - (job["end_time"] - job["start_time"])) < 0.5, job
+        # when its folder says: its last record, or its final status.json's write if later (a loaded machine's
+        # teardown may put seconds between them); never when the restart noticed
+        written = (folder / "status.json").stat().st_mtime
+        assert ended["time"] - 0.01 <= job["end_time"] <= max(ended["time"], written) + 0.01, (job, ended, written)
+        assert job["end_time"] < restarted, (job, restarted)
+        # counted to that end, the time it trained unwatched included (it stopped at the last round seen); the first
+        # round's count starts within a round of its start, which a loaded machine may delay
+        assert job["run_time"] >= ended["time"] - job["start_time"] - 2.0, (job, ended)
+        assert job["run_time"] <= job["end_time"] - job["start_time"] + 2.0, job
         assert job["attained_service"] == pytest.approx(job["run_time"])          # 1 GPU all along
         svc.thread.stop()       # the loop's last round counted up to now
         svc.thread.join(timeout=30)
