@@ -72,13 +72,7 @@ class Schedule:
             return "none"
         lrs = np.asarray(self.lrs)
         if not self.stepwise:
-            # a logged LR: a staircase (each level over several rows, every fall between levels a cut) is a step
-            # schedule sampled at its logging interval, as `StepLR` logged per 50 steps is
-            levels = lrs[np.r_[True, ~np.isclose(lrs[1:], lrs[:-1], rtol=1e-6, atol=0.0)]]
-            falls = levels[1:] / np.maximum(levels[:-1], 1e-12 * lrs.max())
-            falls = falls[falls < 1]
-            staircase = len(levels) <= len(lrs) / 2 and len(falls) > 0 and falls.max() < 0.6
-            return "step" if staircase else "anneal"
+            return "step" if _staircase(np.asarray(self.xs, float), lrs, self.budget) else "anneal"
         cuts = lrs[1:] / np.maximum(lrs[:-1], 1e-12 * lrs.max())
         return "step" if cuts.min() < 0.6 else "anneal"
 
@@ -102,6 +96,21 @@ class Schedule:
             raise ValueError("lr column: needs finite values >= 0, one of them > 0")
         order = np.argsort(xs, kind="stable")
         return cls(spec, float(budget), tuple(xs[order]), tuple(lrs[order]))
+
+
+def _staircase(xs: np.ndarray, lrs: np.ndarray, budget: float) -> bool:
+    """A logged LR that is a step schedule sampled (``StepLR`` logged every 50 steps): it holds each level over
+    several rows, and every fall from one held level to the next is a cut (< 0.6x) within ``SLACK`` of the budget
+    (one logging interval; a continuation samples that interval finer). A WSD's or a cosine's fall is gradual."""
+    flat = np.isclose(lrs[1:], lrs[:-1], rtol=1e-6, atol=0.0)
+    runs = []   # (first x, last x, level) of each run of 2+ rows at one value
+    for i in np.flatnonzero(flat):
+        if runs and runs[-1][1] == xs[i]:
+            runs[-1] = (runs[-1][0], xs[i + 1], runs[-1][2])
+        else:
+            runs.append((xs[i], xs[i + 1], lrs[i]))
+    falls = [(b[2] / max(a[2], 1e-12 * lrs.max()), b[0] - a[1]) for a, b in zip(runs, runs[1:]) if b[2] < a[2]]
+    return bool(falls) and all(ratio < 0.6 and span <= SLACK * budget for ratio, span in falls)
 
 
 SHARED = 0.02   # RMS gap, a share of the peak, within which runs' LR shapes over their budgets are one schedule

@@ -23,7 +23,6 @@ SURVIVOR_WAIT_S = PG_TIMEOUT.total_seconds() + 15
 # a script error at start-up hits every rank alike, each exiting on its own within moments of the first (a loaded
 # machine's torch teardown takes seconds); a peer inside a collective exits once the dead one's sockets close
 SETTLE_S = 10.0
-RESTART_SETTLE_S = 0.5   # a make_job survivor waits for the next plan, never exits: a restart waits no longer
 RANK_PREFIX = re.compile(r"^(\[rank\d+\]: )+")   # torch's prefix on a failing rank's traceback lines
 
 
@@ -167,8 +166,9 @@ class WorkerLoss:
         c = self.c
         self.restarts += 1
         lost_at = c.last_report["step"] if c.last_report else 0
+        # the workers lost, not the peers their loss then failed at the next collective (a node's loss: [2], not
+        # [0, 2]); a start-up error, which fails every worker alike, is named whole by _fail_on_a_start_up_error
         errors = {w: c.pool.procs[w].returncode for w in dead}
-        errors = dict(sorted({**errors, **self._settled(RESTART_SETTLE_S)}.items()))
         if self.restarts > c.o.max_restarts:
             raise JobFailed(f"workers {errors} died; gave up after {c.o.max_restarts} restarts: "
                             f"{self._last_line(dead[0])} (worker logs in {c.dir / 'logs'})")
