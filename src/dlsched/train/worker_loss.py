@@ -61,7 +61,7 @@ class WorkerLoss:
 
     def _settled(self, wait_s: float) -> dict[int, int]:
         """The group's workers that exited with an error, once every one has exited or a signal killed one (a
-        restart case either way), at most ``wait_s`` on: the loss names every worker that died, not the first."""
+        restart case either way), at most ``wait_s`` on: a start-up error names every worker it failed, not the first."""
         c = self.c
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and not c.stop_requested:
