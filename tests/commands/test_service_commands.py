@@ -374,10 +374,7 @@ def test_status_watch_into_a_file_prints_each_change_as_it_happens(tmp_path):
         states = [ln.split()[2] for ln in text.splitlines() if ln.split()[:2] == [str(job), "watched"]]
         assert states[-1] == "finished" and len(states) == len(set(states)), text
     finally:
-        if watch is not None:
-            watch.terminate()
-            watch.wait(timeout=30)
-        stop_service_and_jobs(svc)
+        stop_service_and_jobs(svc, watch)
 
 
 def test_logs_of_a_queued_job_says_so_and_follow_waits_for_it_to_start(tmp_path):
@@ -418,10 +415,7 @@ def test_logs_of_a_queued_job_says_so_and_follow_waits_for_it_to_start(tmp_path)
         assert len(said) == 1, said
         c.close()
     finally:
-        if follow is not None and follow.poll() is None:
-            follow.kill()
-            follow.wait(timeout=30)
-        stop_service_and_jobs(svc)
+        stop_service_and_jobs(svc, follow)
 
 
 def test_events_of_an_unknown_type_is_one_line_listing_the_types(tmp_path):
@@ -458,10 +452,7 @@ def test_following_a_job_cancelled_while_queued_says_it_never_started(tmp_path):
         assert follow.returncode == 0 and out == "", (out, err)
         assert err.splitlines()[-1] == f"job {ids[1]} was cancelled before it started: it has no output", err
     finally:
-        if follow is not None and follow.poll() is None:
-            follow.kill()
-            follow.wait(timeout=30)
-        stop_service_and_jobs(svc)
+        stop_service_and_jobs(svc, follow)
 
 
 def test_events_of_two_different_jobs_is_one_line_before_any_request():
@@ -621,7 +612,4 @@ def test_events_follow_says_once_per_job_that_its_checkpoints_are_left_out(tmp_p
         assert " submitted " in out and " job_checkpoint " not in out, out
         c.close()
     finally:
-        if follow is not None and follow.poll() is None:
-            follow.kill()
-            follow.wait(timeout=30)
-        stop_service_and_jobs(svc)
+        stop_service_and_jobs(svc, follow)
