@@ -177,7 +177,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                validate=None, hosts: frozenset[str] | None = None, node_table=None,
                jobs_dir: str | Path | None = None) -> Any:
     """The ASGI application. ``token=None`` means no authentication (``--no-auth``, loopback binds only: see
-    ``Service``); ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``);
+    ``Service``); ``validate(spec, source, batch)`` is the scheduler's submit-time check (raises ``SpecError``;
+    ``batch``: the specs of the same ``POST /jobs/batch`` before it);
     ``hosts``: see ``allowed_hosts``; ``node_table()``: the loop's ``NodeStatus`` rows (``/nodes``, the
     dashboard's lost-node marks)."""
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None,
@@ -210,7 +211,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             try:
                 spec = job_spec_from(doc, where)
                 if validate is not None:
-                    validate(spec, where)
+                    validate(spec, where, tuple(specs))
             except SpecError as e:
                 raise BatchRefused(i, str(e)) from None
             specs.append(spec)
