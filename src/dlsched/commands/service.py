@@ -44,8 +44,14 @@ class ServiceError(UserError):
 class Client:
     """Thin HTTP client; every failure becomes one ``UserError`` line (``ServiceError`` where the service answered)."""
 
-    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 10.0):
+    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 10.0,
+                 write_timeout: float | None = None):
         from dlsched.service.auth import client_token
+        from dlsched.service.store import BUSY_TIMEOUT_S
+
+        # a write waits up to BUSY_TIMEOUT_S for the database's lock, then answers 503 (nothing stored): a client
+        # that gave up at 10 s said "cannot reach" while the job was stored after all, and a retry submitted it twice
+        self.write_timeout = write_timeout if write_timeout is not None else max(timeout, BUSY_TIMEOUT_S + 15)
 
         self.base = (server or os.environ.get("DLSCHED_SERVER") or DEFAULT_SERVER).rstrip("/")
         token = token or client_token()
@@ -56,10 +62,19 @@ class Client:
             raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
 
     def request(self, method: str, path: str, **kw) -> httpx.Response:
+        if method != "GET":
+            kw.setdefault("timeout", httpx.Timeout(self.http.timeout.connect, read=self.write_timeout,
+                                                   write=self.write_timeout, pool=self.http.timeout.pool))
         try:
             r = self.http.request(method, path, **kw)
         except httpx.InvalidURL as e:
             raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
+        except (httpx.ReadTimeout, httpx.WriteTimeout) as e:
+            if method == "GET":
+                raise UserError(f"the dlsched service at {self.base} did not answer {method} {path}: {e}") from None
+            raise UserError(f"the dlsched service at {self.base} did not answer {method} {path} within "
+                            f"{self.write_timeout:g} s: it may have carried it out; check `dlsched status` before "
+                            "retrying") from None
         except httpx.HTTPError as e:
             raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` running?)") from None
         if r.status_code >= 400:

@@ -330,6 +330,26 @@ def _decode(row: sqlite3.Row, cache: dict[int, tuple[tuple, JobRecord]]) -> JobR
     return rec
 
 
+# how long a write waits for SQLite's write lock (held by the loop's round, or by another process: an sqlite3 shell,
+# a backup tool) before it fails; ``unavailable`` says so, and a client waits longer than this for a write's answer
+BUSY_TIMEOUT_S = 30.0
+
+
+def unavailable(e: sqlite3.OperationalError) -> str:
+    """One line for a write the database refused (the transaction was rolled back: nothing changed)."""
+    text = str(e)
+    if "locked" in text or "busy" in text:
+        why = (f"the service's database stayed locked for {BUSY_TIMEOUT_S:g} s (another process holds it: an sqlite3 "
+               "shell, a backup?)")
+    elif "full" in text:
+        why = "the disk of the service's state folder is full"
+    elif "readonly" in text or "read-only" in text:
+        why = "the service's database is read-only (its state folder or file)"
+    else:
+        why = f"the service's database failed ({text})"
+    return f"{why}; nothing was changed: retry when it is fixed"
+
+
 class Store:
     """Thread-safe access to the service database (one connection per thread)."""
 
@@ -348,7 +368,7 @@ class Store:
     def _conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None:
-            c = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            c = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             c.row_factory = sqlite3.Row
             c.execute("PRAGMA journal_mode=WAL")
             c.execute("PRAGMA synchronous=FULL")     # acknowledged == durable, even on power loss
@@ -696,6 +716,22 @@ class _Transaction:
         return self.conn
 
     def __exit__(self, exc_type, exc, tb):
-        if self.outer:
-            self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if not self.outer:
+            return False
+        try:
+            if exc_type is None:
+                self.conn.execute("COMMIT")
+                return False
+        except sqlite3.Error:
+            # a failed COMMIT (a full disk, an I/O error) may leave the transaction open, and with it the write lock
+            # on this thread's connection: every later write of the service would wait on it
+            self._rollback()
+            raise
+        self._rollback()
         return False
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled back already (SQLITE_FULL inside the transaction): a second ROLLBACK would raise
+        # and hide the error that caused it
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
