@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -166,9 +167,11 @@ def test_a_stopped_service_says_its_jobs_keep_running_and_how_to_take_them_up(tm
     process was killed by the signal uvicorn re-raises, before the service closed."""
     port, state = free_port(), tmp_path / "state"
     (tmp_path / "cluster.yaml").write_text("nodes: [{name: n0, gpus: 1}]\npolicy: test-fifo\ninterval_s: 0.2\n")
-    proc = subprocess.Popen([sys.executable, str(SERVE), "serve", "--port", str(port), "--state-dir", str(state),
-                             "-c", str(tmp_path / "cluster.yaml"), "--runtime", " ".join(RUNTIME),
-                             "--workdir", str(tmp_path)], cwd=tmp_path, stdout=subprocess.PIPE,
+    args = ["serve", "--port", str(port), "--state-dir", str(state), "-c", "cluster.yaml", "--runtime",
+            " ".join(RUNTIME), "--workdir", str(tmp_path)]
+    # the restart named is the command that ran: `--state-dir S` alone scheduled onto this machine, not cluster.yaml
+    restart = ["dlsched", *args]
+    proc = subprocess.Popen([sys.executable, str(SERVE), *args], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     launch = state / "jobs" / "1" / "launch.json"
     try:
@@ -182,7 +185,7 @@ def test_a_stopped_service_says_its_jobs_keep_running_and_how_to_take_them_up(tm
         out, err = proc.communicate(timeout=90)
         assert proc.returncode == code, err[-2000:]
         assert out.splitlines()[-1] == (f"dlsched service stopped; job(s) 1 keep running; job(s) 2 stay queued: "
-                                        f"`dlsched serve --state-dir {state}` takes them up again "
+                                        f"`{shlex.join(restart)}` takes them up again "
                                         "(cancel them there to stop them)"), out + err[-2000:]
         os.kill(json.loads(launch.read_text())["pid"], 0)   # the job did keep running
     finally:

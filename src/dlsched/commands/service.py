@@ -356,14 +356,19 @@ def local_cluster_spec():
     return ClusterSpec.model_validate({"nodes": [{"name": name, "gpus": gpus, "gpu_type": gpu_type}]})
 
 
-def stopped_note(active: list, state_dir: str) -> str:
-    """What a stopped service leaves: its jobs run on and a restart re-attaches them (Ctrl-C said nothing)."""
+def stopped_note(active: list, state_dir: str, argv: list[str] | None = None) -> str:
+    """What a stopped service leaves: its jobs run on and a restart re-attaches them (Ctrl-C said nothing).
+
+    The restart named is the command that ran (``argv``, from ``serve`` on): it said ``dlsched serve --state-dir S``
+    alone, and a service restarted so scheduled onto this machine instead of the ``--cluster`` file, stopping every
+    job placed on a node the file declared (off_cluster.py), under the default policy and workdir."""
     if not active:
         return "dlsched service stopped"
     running = ", ".join(str(j.id) for j in active if j.state != "queued")
     queued = ", ".join(str(j.id) for j in active if j.state == "queued")
     left = "; ".join(x for x in (running and f"job(s) {running} keep running", queued and f"job(s) {queued} stay queued") if x)
-    return (f"dlsched service stopped; {left}: `dlsched serve --state-dir {state_dir}` takes them up again "
+    args = argv[argv.index("serve"):] if argv and "serve" in argv else ["serve", "--state-dir", str(state_dir)]
+    return (f"dlsched service stopped; {left}: `{shlex.join(['dlsched', *args])}` takes them up again "
             "(cancel them there to stop them)")
 
 
@@ -459,7 +464,7 @@ def register(app: typer.Typer) -> None:
         try:
             svc.run()
         finally:
-            print(stopped_note(svc.store.jobs(states=ACTIVE), state_dir), flush=True)
+            print(stopped_note(svc.store.jobs(states=ACTIVE), state_dir, sys.argv), flush=True)
 
     @app.command()
     def submit(files: list[str] = typer.Argument(None, help="job spec files (YAML or JSON), or after '--' a "
