@@ -151,6 +151,8 @@ def _reason(j: dict) -> str:
         return j.get("error") or "cancelled by request"
     if j["state"] == "queued":
         return "waiting for GPUs"
+    if j.get("stalled_since"):   # its processes live, its steps stopped (service/stalls.py)
+        return f"no progress since {local_clock(j['stalled_since'])}"
     return ""
 
 

@@ -148,6 +148,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN accounted_until REAL;
     """,
+    # 13: when the loop last read new progress of a running job (or started or resized it), and since when a job whose
+    # processes live has made none past the cluster's stall_after_s (``service.stalls``)
+    """
+    ALTER TABLE jobs ADD COLUMN progressed_at REAL;
+    ALTER TABLE jobs ADD COLUMN stalled_since REAL;
+    """,
 ]
 
 
@@ -294,6 +300,8 @@ class JobRecord:
     training_gpus: int | None = None    # what the runtime trains on while rescaling to num_gpus
     releasing: dict[str, int] | None = None   # slots past placement its processes may still use (slot_holds.py)
     accounted_until: float | None = None   # run_time/attained_service count the time it ran up to here
+    progressed_at: float | None = None     # when its last new progress was read (or it started or resized)
+    stalled_since: float | None = None     # its processes live, no progress since then (service/stalls.py)
 
     @property
     def held_gpus(self) -> int:
@@ -301,7 +309,7 @@ class JobRecord:
         return self.training_gpus if self.state == RESCALING and self.training_gpus is not None else self.num_gpus
 
     def public(self) -> dict[str, Any]:
-        skip = ("spec", "progress_offset", "training_gpus", "releasing", "accounted_until")
+        skip = ("spec", "progress_offset", "training_gpus", "releasing", "accounted_until", "progressed_at")
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
         # num_gpus as held, the scheduler's reservation beside it while a resize is pending
         d["num_gpus"], d["target_gpus"] = self.held_gpus, self.num_gpus if self.state == RESCALING else None
