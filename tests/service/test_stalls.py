@@ -30,10 +30,12 @@ def test_a_job_alive_without_progress_is_marked_stalled_and_unmarked_when_it_ste
         stalled = [e for e in c.get(f"/jobs/{jid}/events").json() if e["kind"] == "stalled"]
         assert stalled[-1]["detail"]["since"] == job["stalled_since"] and stalled[-1]["detail"]["quiet_s"] >= 2.0
         assert _reason(job).startswith("no progress since ")
+        assert f'dlsched_job_stalled_since_timestamp_seconds{{job="{jid}",name="hangs"}}' in c.get("/metrics").text
         os.kill(pid, signal.SIGCONT)
         job = wait_until(lambda: (j := c.get(f"/jobs/{jid}").json())["stalled_since"] is None and j, 60, "progress")
         kinds = [e["kind"] for e in c.get(f"/jobs/{jid}/events").json()]
         assert kinds.index("progressing") > kinds.index("stalled") and _reason(job) == ""
+        assert "dlsched_job_stalled_since_timestamp_seconds{" not in c.get("/metrics").text
     finally:
         if pid is not None:
             os.kill(pid, signal.SIGCONT)
