@@ -374,6 +374,38 @@ def stopped_note(active: list, state_dir: str, argv: list[str] | None = None) ->
             "(cancel them there to stop them)")
 
 
+def reach_url(host: str, port: int) -> str:
+    """The URL a client uses for a service bound to ``host``: this machine's name for a bind to every interface
+    (``http://0.0.0.0:P`` reaches nothing from another host), an IPv6 address in brackets (RFC 3986 3.2.2)."""
+    import socket
+
+    name = socket.gethostname() if host in ("0.0.0.0", "::", "") else f"[{host}]" if ":" in host else host
+    return f"http://{name}:{port}"
+
+
+def started_note(host: str, port: int, token_from: str | Path | None, what: str) -> str:
+    """What ``serve`` prints at start: where to reach it and how a client or a browser authenticates (the dashboard
+    needs ``?token=``: the printed URL alone showed only 'HTTP 401'), and, bound beyond loopback, that the token
+    crosses the network in clear. Never the token itself: the output goes to logs others may read."""
+    from dlsched.service.api import is_loopback
+
+    url = reach_url(host, port)
+    auth = "no authentication (--no-auth)" if token_from is None else f"token in {token_from}"
+    lines = [f"dlsched service: API {url}  dashboard {url}/dashboard/", f"  {what}, {auth}"]
+    if token_from is None:
+        lines.append(f"  clients: export DLSCHED_SERVER={url}")
+    elif token_from == "$DLSCHED_TOKEN":
+        lines.append(f"  clients: export DLSCHED_SERVER={url} DLSCHED_TOKEN=<the same token>; the dashboard: "
+                     f"{url}/dashboard/?token=<the token>")
+    else:
+        lines.append(f"  clients: export DLSCHED_SERVER={url} DLSCHED_TOKEN_FILE={token_from}; the dashboard: "
+                     f"{url}/dashboard/?token=<the token in {token_from}>")
+    if not is_loopback(host):
+        lines.append(f"  bound to {host} over plain HTTP: the token crosses the network in clear; beyond a trusted "
+                     "network put TLS in front (a reverse proxy) or reach it through an SSH tunnel (docs/security.md)")
+    return "\n".join(lines)
+
+
 def port_is_free(host: str, port: int) -> bool:
     import socket
 
@@ -452,13 +484,12 @@ def register(app: typer.Typer) -> None:
         svc = Service(spec, state_dir, host=host, port=port, token=token, runtime=rt, workdir=workdir, backend=be,
                       policy=scheduler, auth=not no_auth, token_file=token_file, extra_hosts=tuple(allow_host),
                       entry_roots=tuple(entry_root), entry_modules=tuple(entry_module), jobs_dir=jobs_dir)
-        auth = "no authentication (--no-auth)" if svc.token is None else \
-            f"token in {token_file or ('$DLSCHED_TOKEN' if token else svc.token_file)}"
+        token_from = None if svc.token is None else token_file or ("$DLSCHED_TOKEN" if token else svc.token_file)
         slots = sum(n.gpus for n in spec.nodes)
         kind = "CPU slot" if spec.nodes[0].gpu_type == "slot" else f"{spec.nodes[0].gpu_type} GPU"   # local_cluster_spec
         where = f"{cluster}" if cluster else f"this machine, {slots} {kind}{'' if slots == 1 else 's'}"
-        print(f"dlsched service: API {svc.url}  dashboard {svc.url}/dashboard/\n"
-              f"  cluster {where}, policy {spec.policy}, state in {state_dir}, {auth}", flush=True)
+        print(started_note(host, port, token_from, f"cluster {where}, policy {spec.policy}, state in {state_dir}"),
+              flush=True)
         # uvicorn re-raises the signal it stopped on after its shutdown: SIGTERM killed the process before anything
         # below ran, and a re-raised SIGINT's KeyboardInterrupt was once seen lost under load (exit 0, not 130)
         for stop in (signal.SIGTERM, signal.SIGINT):

@@ -38,6 +38,8 @@ function colour(id) { const h = (Number(id) * 137.508) % 360; return `hsl(${h.to
 
 async function api(path) {
   const r = await fetch(path, { headers: TOKEN ? { Authorization: "Bearer " + TOKEN } : {} });
+  // opened as the URL serve prints, without ?token=: say how to open it (a bare "HTTP 401" said nothing)
+  if (r.status === 401) throw new Error(`${path}: HTTP 401: ${TOKEN ? "the token given is not the service's" : "this page needs the service's token"}: open ${location.pathname}?token=TOKEN, TOKEN being what the token file named by \`dlsched serve\` at its start holds (STATE_DIR/token)`);
   if (!r.ok) throw new Error(`${path}: HTTP ${r.status} ${(await r.text()).slice(0, 200)}`);
   return r.json();
 }
