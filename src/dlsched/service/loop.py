@@ -23,6 +23,7 @@ from dlsched.service.abandoned_resize import return_to_held
 from dlsched.service.accounting import since_counted
 from dlsched.service.coordinator_loss import resume_or_fail
 from dlsched.service.failed_actions import after_failed_action
+from dlsched.service.failure_log import RepeatedFailures
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_folders import job_folder
@@ -374,14 +375,16 @@ class LoopThread(threading.Thread):
         forecaster = threading.Thread(target=self.loop.forecaster.run, args=(self.stopping, self.loop.clock),
                                       name="dlsched-forecast", daemon=True)
         forecaster.start()
+        failures = RepeatedFailures("scheduling round", log)   # a lasting cause: one traceback, not one a round
         while not self.stopping.is_set():
             t0 = time.monotonic()
             try:
                 self.last_stats = self.loop.round()
                 self.rounds += 1
-            except Exception:
+                failures.succeeded()
+            except Exception as e:
                 self.failed_rounds += 1
-                log.exception("scheduling round failed")
+                failures.failed(e)
             self.round_seconds.observe(time.monotonic() - t0)
             self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
         forecaster.join(timeout=FORECAST_BUDGET_S + 5)
