@@ -40,3 +40,25 @@ def test_a_job_alive_without_progress_is_marked_stalled_and_unmarked_when_it_ste
         if pid is not None:
             os.kill(pid, signal.SIGCONT)
         stop_service_and_jobs(svc)
+
+
+def test_a_wall_clock_stepped_forward_does_not_mark_running_jobs_stalled(tmp_path):
+    """NTP stepping the clock (or a VM resumed) an hour forward made every running job an hour quiet at once."""
+    from dlsched.service.stalls import StallWatch
+    from dlsched.service.store import RUNNING, Store
+    from dlsched.spec import load_job_spec
+
+    store = Store(tmp_path / "s.db")
+    jid = store.submit(load_job_spec(job_yaml("j"), "spec"), now=1000.0)
+    store.transition(jid, RUNNING, 1000.0)
+    store.update(jid, progressed_at=1000.0)
+    mono = [0.0]
+    watch = StallWatch(60.0, store, monotonic=lambda: mono[0])
+    watch.check(store.get(jid), 1001.0)
+    mono[0] = 2.0
+    watch.check(store.get(jid), 1002.0 + 3600)   # the wall clock jumped; 2 s passed
+    assert store.get(jid).stalled_since is None
+    mono[0] = 61.5
+    watch.check(store.get(jid), 1061.5 + 3600)   # and now it has been quiet past stall_after_s
+    assert store.get(jid).stalled_since == 1000.0
+    assert [e["kind"] for e in store.events(jid)][-1] == "stalled"

@@ -11,9 +11,14 @@ stops nothing; it says so, as Kubernetes marks a pod whose liveness probe fails 
 * progress again clears it, with one ``progressing`` event saying for how long it was stalled.
 
 The time is counted on the loop's clock (``progressed_at`` is when the loop read the progress, not the job's own
-record times), so a job's clock or a slow shared mount cannot make it look stalled or alive.
+record times), so a job's clock or a slow shared mount cannot make it look stalled or alive; and on this process's
+monotonic clock too, so a wall clock stepped forward (NTP, a VM resumed) past ``stall_after_s`` does not mark every
+running job stalled at once.
 """
 from __future__ import annotations
+
+import time
+from typing import Callable
 
 from dlsched.service.store import RUNNING, JobRecord, Store
 
@@ -21,11 +26,13 @@ STALLED, PROGRESSING = "stalled", "progressing"
 
 
 class StallWatch:
-    def __init__(self, after_s: float, store: Store):
-        self.after_s, self.store = after_s, store
+    def __init__(self, after_s: float, store: Store, monotonic: Callable[[], float] = time.monotonic):
+        self.after_s, self.store, self.monotonic = after_s, store, monotonic
+        self._seen: dict[int, float] = {}   # job -> monotonic time of its last progress (or first look) here
 
     def progressed(self, job: JobRecord, now: float) -> dict:
         """The fields to store with a job's new progress (it read some this round); a stalled job is so no more."""
+        self._seen[job.id] = self.monotonic()
         if job.stalled_since is not None:
             self.store.event(PROGRESSING, job.id, now, stalled_s=round(now - job.stalled_since, 1))
         return {"progressed_at": now, "stalled_since": None}
@@ -38,8 +45,8 @@ class StallWatch:
         if job.progressed_at is None:   # started before the store kept it: counted from now
             self.store.update(job.id, progressed_at=now)
             return
-        quiet = now - job.progressed_at
-        if quiet > self.after_s:
+        quiet, seen = now - job.progressed_at, self._seen.setdefault(job.id, self.monotonic())
+        if quiet > self.after_s and self.monotonic() - seen > self.after_s:
             self.store.update(job.id, stalled_since=job.progressed_at)
             self.store.event(STALLED, job.id, now, since=job.progressed_at, quiet_s=round(quiet, 1),
                              samples=job.samples, stall_after_s=self.after_s)
