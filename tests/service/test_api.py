@@ -367,3 +367,30 @@ def test_a_write_the_service_does_not_answer_is_said_to_maybe_have_been_done(tmp
     assert str(e.value) == (f"the dlsched service at {client.base} did not answer POST /jobs within 0.3 s: it may "
                             "have carried it out; check `dlsched status` before retrying")
     assert Client(client.base, "t" * 20).write_timeout > BUSY_TIMEOUT_S   # it outwaits the lock's 503
+
+
+def test_a_service_killed_before_it_answers_a_write_is_said_to_maybe_have_done_it(tmp_path):
+    """`serve` killed -9 between storing a submission and answering it: the client said 'cannot reach the service (is
+    it running?)', and the user submitted the job again."""
+    import socket
+    import threading
+
+    from dlsched.commands.service import Client
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def die_on_the_request():   # takes the request, then goes without a word, as a killed process does
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.close()
+
+        threading.Thread(target=die_on_the_request, daemon=True).start()
+        client = Client(f"http://127.0.0.1:{listener.getsockname()[1]}", "t" * 20)
+        with pytest.raises(UserError) as e:
+            client.submit(job_yaml("a").encode(), "yaml")
+    assert str(e.value).startswith(f"the dlsched service at {client.base} did not answer POST /jobs (")
+    assert str(e.value).endswith("): it may have carried it out; check `dlsched status` before retrying")
+    with pytest.raises(UserError, match=r"^cannot reach the dlsched service at .*is `dlsched serve` running"):
+        client.submit(job_yaml("a").encode(), "yaml")   # nothing listens now: never sent

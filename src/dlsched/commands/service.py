@@ -69,12 +69,17 @@ class Client:
             r = self.http.request(method, path, **kw)
         except httpx.InvalidURL as e:
             raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
-        except (httpx.ReadTimeout, httpx.WriteTimeout) as e:
-            if method == "GET":
-                raise UserError(f"the dlsched service at {self.base} did not answer {method} {path}: {e}") from None
-            raise UserError(f"the dlsched service at {self.base} did not answer {method} {path} within "
-                            f"{self.write_timeout:g} s: it may have carried it out; check `dlsched status` before "
-                            "retrying") from None
+        except httpx.TransportError as e:
+            # sent, unanswered: timed out, or the service died before answering (kill -9 mid-submit); a write may
+            # have been stored: "cannot reach" sent the user to submit the job a second time
+            if isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)):   # never sent
+                raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` "
+                                "running?)") from None
+            if method != "GET":
+                waited = f" within {self.write_timeout:g} s" if isinstance(e, httpx.TimeoutException) else f" ({e})"
+                raise UserError(f"the dlsched service at {self.base} did not answer {method} {path}{waited}: it may "
+                                "have carried it out; check `dlsched status` before retrying") from None
+            raise UserError(f"the dlsched service at {self.base} did not answer {method} {path}: {e}") from None
         except httpx.HTTPError as e:
             raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` running?)") from None
         if r.status_code >= 400:
