@@ -58,3 +58,15 @@ def test_a_link_or_a_relative_path_is_the_location_it_names(tmp_path):
     rules.check("runs/x/sub", [("job 7", "runs/x")])         # a save prunes its own folder only
     rules.check("s3://bucket/run-8", [("job 7", "s3://bucket/run-7")])
     rules.check(None, [("job 7", "runs/x")])
+
+
+def test_a_uri_with_a_password_is_refused_without_echoing_it(tmp_path):
+    """ftp://user:secret@host/... went into the stored spec (shown by `dlsched show`, events, the dashboard) and onto
+    the runtime's command line (every local user's `ps`)."""
+    rules = CheckpointRules.make(tmp_path, forbidden=())
+    with pytest.raises(SpecError) as e:
+        rules.check("ftp://bob:hunter2@files.lab/ckpts/j", [], "j.yaml")
+    assert str(e.value) == ("j.yaml: field checkpoint_uri: 'ftp://bob:***@files.lab/ckpts/j' carries a password, "
+                            "which `dlsched show` and `ps` would show to others; give the storage driver's "
+                            "credentials in its environment or config file")
+    rules.check("ftp://bob@files.lab/ckpts/j", [])   # a user name alone is no secret

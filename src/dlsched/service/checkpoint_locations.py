@@ -14,12 +14,17 @@ So a submission's ``checkpoint_uri`` is refused (one line naming the field and v
   same location: a save lists and prunes its own folder, not the folders under it.
 
 A relative path resolves from the runtime's working directory (``--workdir``), where the coordinator resolves it.
+
+A URI carrying a password (``ftp://user:secret@host/...``, which fsspec takes from the URL) is refused too: the spec is
+shown to every token holder (``dlsched show``, events, the dashboard) and the runtime gets it on its command line,
+which every local user reads in ``ps``. A driver's credentials belong in its environment or config file.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+from urllib.parse import urlsplit
 
 from dlsched.spec import SpecError
 
@@ -53,10 +58,14 @@ class CheckpointRules:
         not yet ended (``job 3``) and of the batch's earlier specs (``jobs[0]``)."""
         if uri is None:
             return
-        key = location_key(uri, self.workdir)
+        def refuse(why: str, shown: str = uri) -> None:
+            raise SpecError(f"{source}: field checkpoint_uri: {shown[:120]!r} {why}")
 
-        def refuse(why: str) -> None:
-            raise SpecError(f"{source}: field checkpoint_uri: {uri[:120]!r} {why}")
+        parts = urlsplit(uri) if "://" in uri else None
+        if parts is not None and parts.password is not None:   # never echoed back: the refusal is logged and shown
+            refuse("carries a password, which `dlsched show` and `ps` would show to others; give the storage "
+                   "driver's credentials in its environment or config file", uri.replace(parts.password, "***"))
+        key = location_key(uri, self.workdir)
 
         if "://" not in key:
             for root in self.forbidden:
