@@ -260,6 +260,8 @@ class ClusterSpec(_Strict):
     interval_s: Annotated[float, Field(ge=0.05, le=3600)] = 2.0
     # a grow not done by then is given up (service/resize_deadline.py): model building and data loading included
     resize_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0
+    # seconds a running job may make no progress before the service marks it stalled (service/stalls.py)
+    stall_after_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0
     backend: Literal["local", "ray"] = "local"
 
     @field_validator("policy_args")

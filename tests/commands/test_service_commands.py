@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -144,12 +145,18 @@ def test_serve_without_options_runs_on_this_machine_and_a_busy_port_is_one_line(
     try:
         first = proc.stdout.readline()
         assert f"API http://127.0.0.1:{port}" in first and f"dashboard http://127.0.0.1:{port}/dashboard/" in first
+        second, third = proc.stdout.readline(), proc.stdout.readline()
+        token_file = tmp_path / "state" / "token"
+        # how a client and a browser authenticate: the printed dashboard URL alone showed 'HTTP 401'
+        assert third.strip() == (f"clients: export DLSCHED_SERVER=http://127.0.0.1:{port} DLSCHED_TOKEN_FILE="
+                                 f"{token_file}; the dashboard: http://127.0.0.1:{port}/dashboard/?token=<the token in "
+                                 f"{token_file}>")
         wait_until(lambda: _healthy(port), 60, "service answers /healthz")
         token = (tmp_path / "state" / "token").read_text().strip()     # generated 0600 on the first start
         nodes = httpx.get(f"http://127.0.0.1:{port}/cluster", headers={"Authorization": f"Bearer {token}"}).json()["nodes"]
         assert len(nodes) == 1 and nodes[0]["gpus"] >= 1
         n, kind = nodes[0]["gpus"], ("CPU slot" if nodes[0]["gpu_type"] == "slot" else f"{nodes[0]['gpu_type']} GPU")
-        assert f"cluster this machine, {n} {kind}{'' if n == 1 else 's'}, policy " in proc.stdout.readline()
+        assert f"cluster this machine, {n} {kind}{'' if n == 1 else 's'}, policy " in second
         again = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--port", str(port),
                                 "--state-dir", str(tmp_path / "other")], capture_output=True, text=True, timeout=60)
         assert again.returncode == 2 and again.stdout == ""
@@ -166,9 +173,11 @@ def test_a_stopped_service_says_its_jobs_keep_running_and_how_to_take_them_up(tm
     process was killed by the signal uvicorn re-raises, before the service closed."""
     port, state = free_port(), tmp_path / "state"
     (tmp_path / "cluster.yaml").write_text("nodes: [{name: n0, gpus: 1}]\npolicy: test-fifo\ninterval_s: 0.2\n")
-    proc = subprocess.Popen([sys.executable, str(SERVE), "serve", "--port", str(port), "--state-dir", str(state),
-                             "-c", str(tmp_path / "cluster.yaml"), "--runtime", " ".join(RUNTIME),
-                             "--workdir", str(tmp_path)], cwd=tmp_path, stdout=subprocess.PIPE,
+    args = ["serve", "--port", str(port), "--state-dir", str(state), "-c", "cluster.yaml", "--runtime",
+            " ".join(RUNTIME), "--workdir", str(tmp_path)]
+    # the restart named is the command that ran: `--state-dir S` alone scheduled onto this machine, not cluster.yaml
+    restart = ["dlsched", *args]
+    proc = subprocess.Popen([sys.executable, str(SERVE), *args], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     launch = state / "jobs" / "1" / "launch.json"
     try:
@@ -182,7 +191,7 @@ def test_a_stopped_service_says_its_jobs_keep_running_and_how_to_take_them_up(tm
         out, err = proc.communicate(timeout=90)
         assert proc.returncode == code, err[-2000:]
         assert out.splitlines()[-1] == (f"dlsched service stopped; job(s) 1 keep running; job(s) 2 stay queued: "
-                                        f"`dlsched serve --state-dir {state}` takes them up again "
+                                        f"`{shlex.join(restart)}` takes them up again "
                                         "(cancel them there to stop them)"), out + err[-2000:]
         os.kill(json.loads(launch.read_text())["pid"], 0)   # the job did keep running
     finally:
@@ -613,3 +622,21 @@ def test_events_follow_says_once_per_job_that_its_checkpoints_are_left_out(tmp_p
         c.close()
     finally:
         stop_service_and_jobs(svc, follow)
+
+
+def test_serve_bound_beyond_loopback_names_a_reachable_url_and_says_the_token_travels_in_clear():
+    """Bound to 0.0.0.0, serve printed http://0.0.0.0:P (which reaches nothing from another host) and nothing about
+    the token crossing the network in plain HTTP; an IPv6 address was printed without brackets (not a URL)."""
+    import socket
+
+    from dlsched.commands.service import started_note
+
+    note = started_note("0.0.0.0", 8642, "/srv/dlsched/token", "cluster c.yaml").splitlines()
+    host = socket.gethostname()
+    assert note[0] == f"dlsched service: API http://{host}:8642  dashboard http://{host}:8642/dashboard/"
+    assert note[-1] == ("  bound to 0.0.0.0 over plain HTTP: the token crosses the network in clear; beyond a trusted "
+                        "network put TLS in front (a reverse proxy) or reach it through an SSH tunnel "
+                        "(docs/security.md)")
+    v6 = started_note("::1", 8642, None, "cluster c.yaml").splitlines()
+    assert v6 == ["dlsched service: API http://[::1]:8642  dashboard http://[::1]:8642/dashboard/",
+                  "  cluster c.yaml, no authentication (--no-auth)", "  clients: export DLSCHED_SERVER=http://[::1]:8642"]

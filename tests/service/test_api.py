@@ -317,3 +317,80 @@ def test_a_resize_outside_the_jobs_own_batch_range_is_a_422_naming_the_field_and
         r = client.post(f"/jobs/{job}/resize", json={"workers": 1, "batch_size": batch})
         assert r.status_code == 200 and r.json()["requested_batch"] == batch, r.text
         assert client.get(f"/jobs/{job}").json()["requested_batch"] == batch
+
+
+def test_a_database_locked_past_the_busy_timeout_is_a_503_and_nothing_is_stored(tmp_path, monkeypatch):
+    """An sqlite3 shell (or a backup tool) holding the write lock: a submission waited 30 s, then answered a bare 500
+    'Internal Server Error', and the CLI, which had given up at 10 s, said the service could not be reached (the job
+    might have been stored; a retry could submit it twice)."""
+    import sqlite3
+
+    from dlsched.commands.service import Client
+    from dlsched.service import store as store_module
+
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.5)
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        holder = sqlite3.connect(svc.state_dir / "dlsched.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")   # what `sqlite3 dlsched.db` + BEGIN, or a locking backup, holds
+        with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30) as c:
+            r = c.post("/jobs", content=job_yaml("a"), headers=YAML)
+            assert r.status_code == 503 and r.headers["retry-after"] == "10"
+            assert r.json()["error"] == ("the service's database stayed locked for 0.5 s (another process holds it: an "
+                                         "sqlite3 shell, a backup?); nothing was changed: retry when it is fixed")
+            holder.execute("ROLLBACK")
+            assert c.get("/jobs").json() == []                     # nothing was stored
+            assert c.post("/jobs", content=job_yaml("a"), headers=YAML).status_code == 201   # and it writes again
+        holder.execute("BEGIN IMMEDIATE")
+        client = Client(svc.url, svc.token)
+        with pytest.raises(UserError, match=r"HTTP 503: the service's database stayed locked for 0.5 s"):
+            client.submit(job_yaml("b").encode(), "yaml")
+        holder.execute("ROLLBACK")
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_a_write_the_service_does_not_answer_is_said_to_maybe_have_been_done(tmp_path):
+    """A submission the service took but did not answer in time may be stored: 'cannot reach the service' sent the
+    user to submit it again."""
+    import socket
+
+    from dlsched.commands.service import Client
+    from dlsched.service.store import BUSY_TIMEOUT_S
+
+    with socket.socket() as listener:   # a service that accepts the connection and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        client = Client(f"http://127.0.0.1:{listener.getsockname()[1]}", "t" * 20, write_timeout=0.3)
+        with pytest.raises(UserError) as e:
+            client.submit(job_yaml("a").encode(), "yaml")
+    assert str(e.value) == (f"the dlsched service at {client.base} did not answer POST /jobs within 0.3 s: it may "
+                            "have carried it out; check `dlsched status` before retrying")
+    assert Client(client.base, "t" * 20).write_timeout > BUSY_TIMEOUT_S   # it outwaits the lock's 503
+
+
+def test_a_service_killed_before_it_answers_a_write_is_said_to_maybe_have_done_it(tmp_path):
+    """`serve` killed -9 between storing a submission and answering it: the client said 'cannot reach the service (is
+    it running?)', and the user submitted the job again."""
+    import socket
+    import threading
+
+    from dlsched.commands.service import Client
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def die_on_the_request():   # takes the request, then goes without a word, as a killed process does
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.close()
+
+        threading.Thread(target=die_on_the_request, daemon=True).start()
+        client = Client(f"http://127.0.0.1:{listener.getsockname()[1]}", "t" * 20)
+        with pytest.raises(UserError) as e:
+            client.submit(job_yaml("a").encode(), "yaml")
+    assert str(e.value).startswith(f"the dlsched service at {client.base} did not answer POST /jobs (")
+    assert str(e.value).endswith("): it may have carried it out; check `dlsched status` before retrying")
+    with pytest.raises(UserError, match=r"^cannot reach the dlsched service at .*is `dlsched serve` running"):
+        client.submit(job_yaml("a").encode(), "yaml")   # nothing listens now: never sent

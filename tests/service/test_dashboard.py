@@ -343,6 +343,10 @@ def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):
         assert r.status_code == 200 and r.json()["nodes"][0]["name"] == "n1"
         dom = _chromium(f"{svc.url}/dashboard/?token={token}", tmp_path, "--dump-dom")
         assert 'data-node="n1"' in dom and "load-error" not in dom
+        # opened as serve's start line prints it: the page says how to give the token (it said only 'HTTP 401')
+        dom = _chromium(f"{svc.url}/dashboard/", tmp_path, "--dump-dom")
+        assert ("this page needs the service's token: open /dashboard/?token=TOKEN, TOKEN being what the token file "
+                "named by `dlsched serve` at its start holds (STATE_DIR/token)") in dom
     finally:
         stop_service_and_jobs(svc)
 

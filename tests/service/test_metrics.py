@@ -107,6 +107,7 @@ def test_the_example_alert_rules_read_only_metrics_the_service_exports(tmp_path)
     store.submit(load_job_spec(job_yaml("aimed"), "spec"))
     store.add_prediction(1, 1e9, 0.1, 1000.0, None, None, {"metric_target": {
         "metric": "val_accuracy", "target": 0.9, "target_step": None, "target_chance": 0.1}})
+    store.update(1, stalled_since=1e9)   # a series present only while a job is stalled (service/stalls.py)
     loop = SimpleNamespace(rounds=1, failed_rounds=0, last_stats=RoundStats(0.0, 0.1, 0.1, 0.1, 1, ()),
                            round_seconds=Histogram("dlsched_round_duration_seconds", "rounds", registry=None))
     exported = {name for name, _ in collected(ServiceCollector(store, lambda: NODES, loop_thread=loop))}

@@ -292,3 +292,19 @@ def test_latest_predictions_of_the_named_jobs_are_their_newest_rows(tmp_path):
     assert named == {j: every[j] for j in (jobs[0], jobs[2])}
     assert s.latest_predictions([]) == {} and s.latest_predictions(iter([99])) == {}
     s.close()
+
+
+def test_a_full_database_says_so_and_leaves_no_transaction_open(tmp_path):
+    """SQLite rolls a transaction back itself on a full disk: the store's own ROLLBACK then raised 'cannot rollback -
+    no transaction is active', and the service's log named that instead of the full disk."""
+    s = Store(tmp_path / "s.db")
+    c = s._conn()
+    c.execute(f"PRAGMA max_page_count = {c.execute('PRAGMA page_count').fetchone()[0]}")   # a disk with no room
+    with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+        for _ in range(1000):
+            s.submit(SPEC)
+    assert not c.in_transaction
+    before = s.count()
+    c.execute("PRAGMA max_page_count = 1000000")   # room again: the same connection writes on
+    s.submit(SPEC)
+    assert s.count() == before + 1

@@ -44,8 +44,14 @@ class ServiceError(UserError):
 class Client:
     """Thin HTTP client; every failure becomes one ``UserError`` line (``ServiceError`` where the service answered)."""
 
-    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 10.0):
+    def __init__(self, server: str | None = None, token: str | None = None, timeout: float = 10.0,
+                 write_timeout: float | None = None):
         from dlsched.service.auth import client_token
+        from dlsched.service.store import BUSY_TIMEOUT_S
+
+        # a write waits up to BUSY_TIMEOUT_S for the database's lock, then answers 503 (nothing stored): a client
+        # that gave up at 10 s said "cannot reach" while the job was stored after all, and a retry submitted it twice
+        self.write_timeout = write_timeout if write_timeout is not None else max(timeout, BUSY_TIMEOUT_S + 15)
 
         self.base = (server or os.environ.get("DLSCHED_SERVER") or DEFAULT_SERVER).rstrip("/")
         token = token or client_token()
@@ -56,10 +62,24 @@ class Client:
             raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
 
     def request(self, method: str, path: str, **kw) -> httpx.Response:
+        if method != "GET":
+            kw.setdefault("timeout", httpx.Timeout(self.http.timeout.connect, read=self.write_timeout,
+                                                   write=self.write_timeout, pool=self.http.timeout.pool))
         try:
             r = self.http.request(method, path, **kw)
         except httpx.InvalidURL as e:
             raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
+        except httpx.TransportError as e:
+            # sent, unanswered: timed out, or the service died before answering (kill -9 mid-submit); a write may
+            # have been stored: "cannot reach" sent the user to submit the job a second time
+            if isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)):   # never sent
+                raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` "
+                                "running?)") from None
+            if method != "GET":
+                waited = f" within {self.write_timeout:g} s" if isinstance(e, httpx.TimeoutException) else f" ({e})"
+                raise UserError(f"the dlsched service at {self.base} did not answer {method} {path}{waited}: it may "
+                                "have carried it out; check `dlsched status` before retrying") from None
+            raise UserError(f"the dlsched service at {self.base} did not answer {method} {path}: {e}") from None
         except httpx.HTTPError as e:
             raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` running?)") from None
         if r.status_code >= 400:
@@ -136,6 +156,8 @@ def _reason(j: dict) -> str:
         return j.get("error") or "cancelled by request"
     if j["state"] == "queued":
         return "waiting for GPUs"
+    if j.get("stalled_since"):   # its processes live, its steps stopped (service/stalls.py)
+        return f"no progress since {local_clock(j['stalled_since'])}"
     return ""
 
 
@@ -341,15 +363,52 @@ def local_cluster_spec():
     return ClusterSpec.model_validate({"nodes": [{"name": name, "gpus": gpus, "gpu_type": gpu_type}]})
 
 
-def stopped_note(active: list, state_dir: str) -> str:
-    """What a stopped service leaves: its jobs run on and a restart re-attaches them (Ctrl-C said nothing)."""
+def stopped_note(active: list, state_dir: str, argv: list[str] | None = None) -> str:
+    """What a stopped service leaves: its jobs run on and a restart re-attaches them (Ctrl-C said nothing).
+
+    The restart named is the command that ran (``argv``, from ``serve`` on): it said ``dlsched serve --state-dir S``
+    alone, and a service restarted so scheduled onto this machine instead of the ``--cluster`` file, stopping every
+    job placed on a node the file declared (off_cluster.py), under the default policy and workdir."""
     if not active:
         return "dlsched service stopped"
     running = ", ".join(str(j.id) for j in active if j.state != "queued")
     queued = ", ".join(str(j.id) for j in active if j.state == "queued")
     left = "; ".join(x for x in (running and f"job(s) {running} keep running", queued and f"job(s) {queued} stay queued") if x)
-    return (f"dlsched service stopped; {left}: `dlsched serve --state-dir {state_dir}` takes them up again "
+    args = argv[argv.index("serve"):] if argv and "serve" in argv else ["serve", "--state-dir", str(state_dir)]
+    return (f"dlsched service stopped; {left}: `{shlex.join(['dlsched', *args])}` takes them up again "
             "(cancel them there to stop them)")
+
+
+def reach_url(host: str, port: int) -> str:
+    """The URL a client uses for a service bound to ``host``: this machine's name for a bind to every interface
+    (``http://0.0.0.0:P`` reaches nothing from another host), an IPv6 address in brackets (RFC 3986 3.2.2)."""
+    import socket
+
+    name = socket.gethostname() if host in ("0.0.0.0", "::", "") else f"[{host}]" if ":" in host else host
+    return f"http://{name}:{port}"
+
+
+def started_note(host: str, port: int, token_from: str | Path | None, what: str) -> str:
+    """What ``serve`` prints at start: where to reach it and how a client or a browser authenticates (the dashboard
+    needs ``?token=``: the printed URL alone showed only 'HTTP 401'), and, bound beyond loopback, that the token
+    crosses the network in clear. Never the token itself: the output goes to logs others may read."""
+    from dlsched.service.api import is_loopback
+
+    url = reach_url(host, port)
+    auth = "no authentication (--no-auth)" if token_from is None else f"token in {token_from}"
+    lines = [f"dlsched service: API {url}  dashboard {url}/dashboard/", f"  {what}, {auth}"]
+    if token_from is None:
+        lines.append(f"  clients: export DLSCHED_SERVER={url}")
+    elif token_from == "$DLSCHED_TOKEN":
+        lines.append(f"  clients: export DLSCHED_SERVER={url} DLSCHED_TOKEN=<the same token>; the dashboard: "
+                     f"{url}/dashboard/?token=<the token>")
+    else:
+        lines.append(f"  clients: export DLSCHED_SERVER={url} DLSCHED_TOKEN_FILE={token_from}; the dashboard: "
+                     f"{url}/dashboard/?token=<the token in {token_from}>")
+    if not is_loopback(host):
+        lines.append(f"  bound to {host} over plain HTTP: the token crosses the network in clear; beyond a trusted "
+                     "network put TLS in front (a reverse proxy) or reach it through an SSH tunnel (docs/security.md)")
+    return "\n".join(lines)
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -430,13 +489,12 @@ def register(app: typer.Typer) -> None:
         svc = Service(spec, state_dir, host=host, port=port, token=token, runtime=rt, workdir=workdir, backend=be,
                       policy=scheduler, auth=not no_auth, token_file=token_file, extra_hosts=tuple(allow_host),
                       entry_roots=tuple(entry_root), entry_modules=tuple(entry_module), jobs_dir=jobs_dir)
-        auth = "no authentication (--no-auth)" if svc.token is None else \
-            f"token in {token_file or ('$DLSCHED_TOKEN' if token else svc.token_file)}"
+        token_from = None if svc.token is None else token_file or ("$DLSCHED_TOKEN" if token else svc.token_file)
         slots = sum(n.gpus for n in spec.nodes)
         kind = "CPU slot" if spec.nodes[0].gpu_type == "slot" else f"{spec.nodes[0].gpu_type} GPU"   # local_cluster_spec
         where = f"{cluster}" if cluster else f"this machine, {slots} {kind}{'' if slots == 1 else 's'}"
-        print(f"dlsched service: API {svc.url}  dashboard {svc.url}/dashboard/\n"
-              f"  cluster {where}, policy {spec.policy}, state in {state_dir}, {auth}", flush=True)
+        print(started_note(host, port, token_from, f"cluster {where}, policy {spec.policy}, state in {state_dir}"),
+              flush=True)
         # uvicorn re-raises the signal it stopped on after its shutdown: SIGTERM killed the process before anything
         # below ran, and a re-raised SIGINT's KeyboardInterrupt was once seen lost under load (exit 0, not 130)
         for stop in (signal.SIGTERM, signal.SIGINT):
@@ -444,7 +502,7 @@ def register(app: typer.Typer) -> None:
         try:
             svc.run()
         finally:
-            print(stopped_note(svc.store.jobs(states=ACTIVE), state_dir), flush=True)
+            print(stopped_note(svc.store.jobs(states=ACTIVE), state_dir, sys.argv), flush=True)
 
     @app.command()
     def submit(files: list[str] = typer.Argument(None, help="job spec files (YAML or JSON), or after '--' a "

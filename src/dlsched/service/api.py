@@ -21,6 +21,8 @@ import dataclasses
 import hmac
 import ipaddress
 import json
+import logging
+import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,9 +45,11 @@ from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_BATCH_JOBS, MAX_EVENTS
 from dlsched.service.metrics import ServiceCollector, allocated_slots, metrics_registry
 from dlsched.service.nodes import LOST
 from dlsched.service.resize_limits import resize_refusal
-from dlsched.service.store import ACTIVE, TERMINAL, ResizeRefused, Store, TransitionError, UnknownJob
+from dlsched.service.store import (ACTIVE, TERMINAL, ResizeRefused, Store, TransitionError, UnknownJob,
+                                   unavailable)
 from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, job_spec_from, load_job_spec, parse_document
 
+log = logging.getLogger("dlsched.service")
 MAX_LOG_CHUNK = 1 << 20
 MAX_TAIL_LINES = 100_000
 MAX_WORKER_ID = 1 << 16
@@ -177,7 +181,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                validate=None, hosts: frozenset[str] | None = None, node_table=None,
                jobs_dir: str | Path | None = None) -> Any:
     """The ASGI application. ``token=None`` means no authentication (``--no-auth``, loopback binds only: see
-    ``Service``); ``validate(spec, source)`` is the scheduler's submit-time check (raises ``SpecError``);
+    ``Service``); ``validate(spec, source, batch)`` is the scheduler's submit-time check (raises ``SpecError``;
+    ``batch``: the specs of the same ``POST /jobs/batch`` before it);
     ``hosts``: see ``allowed_hosts``; ``node_table()``: the loop's ``NodeStatus`` rows (``/nodes``, the
     dashboard's lost-node marks)."""
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None,
@@ -210,7 +215,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             try:
                 spec = job_spec_from(doc, where)
                 if validate is not None:
-                    validate(spec, where)
+                    validate(spec, where, tuple(specs))
             except SpecError as e:
                 raise BatchRefused(i, str(e)) from None
             specs.append(spec)
@@ -249,6 +254,15 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     @api.exception_handler(BatchRefused)
     async def _bad_batch(_req, exc: BatchRefused):
         return _error(422, str(exc), index=exc.index)
+
+    @api.exception_handler(sqlite3.OperationalError)
+    async def _store_down(_req, exc: sqlite3.OperationalError):
+        # locked past the busy timeout, a full disk, a read-only folder: a 500 with no body said nothing, and a
+        # client could not tell whether its submission was stored (it was not: the transaction rolled back)
+        log.warning("API request refused: %s", exc)
+        response = _error(503, unavailable(exc))
+        response.headers["Retry-After"] = "10"
+        return response
 
     @api.exception_handler(TransitionError)
     async def _ended(_req, exc: TransitionError):

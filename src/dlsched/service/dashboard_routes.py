@@ -111,7 +111,7 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
                                         else _clean(j.samples / j.total_samples) if j.total_samples else None),
                       "loss": _clean(j.last_loss), "samples_per_s": _clean(j.samples_per_s),
                       "predicted_start": _clean(start), "predicted_finish": _clean(finish),
-                      "target": stated_target(preds.get(j.id))})
+                      "target": stated_target(preds.get(j.id)), "stalled_since": j.stalled_since})
     counts: dict[str, int] = {}
     for j in jobs:
         counts[j.state] = counts.get(j.state, 0) + 1

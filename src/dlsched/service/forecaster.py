@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 from dlsched.policy.base import ClusterView, Policy
+from dlsched.service.failure_log import RepeatedFailures
 from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
 from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast, with_members
 from dlsched.service.job_models import JobModels, job_view
@@ -42,6 +43,7 @@ class Forecaster:
         self.took: float | None = None        # wall seconds of the last forecast
         self._lock = threading.Lock()
         self._delays = {k: collections.deque(maxlen=DELAYS_KEPT) for k in ("start", "resize")}
+        self.failures = RepeatedFailures("policy forecast", log)   # inline and in its thread: one log of them
 
     def record_delay(self, kind: str, seconds: float) -> None:
         self._delays[kind].append(seconds)
@@ -64,8 +66,9 @@ class Forecaster:
             return
         try:
             self._refresh(now, budget_s=2 * INLINE_FORECAST_S)
-        except Exception:
-            log.exception("policy forecast failed")
+            self.failures.succeeded()
+        except Exception as e:
+            self.failures.failed(e)
         finally:
             self._lock.release()
 
@@ -99,7 +102,8 @@ class Forecaster:
             t0 = time.perf_counter()
             try:
                 self.refresh(clock())
-            except Exception:
-                log.exception("policy forecast failed")
+                self.failures.succeeded()
+            except Exception as e:
+                self.failures.failed(e)
             took = time.perf_counter() - t0
         self.store.close()

@@ -23,6 +23,7 @@ from dlsched.service.abandoned_resize import return_to_held
 from dlsched.service.accounting import since_counted
 from dlsched.service.coordinator_loss import resume_or_fail
 from dlsched.service.failed_actions import after_failed_action
+from dlsched.service.failure_log import RepeatedFailures
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_folders import job_folder
@@ -34,6 +35,7 @@ from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import record_round
 from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, release_confirmed, released,
                                         waits_for_hold, without_held)
+from dlsched.service.stalls import StallWatch
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.service.target_events import TargetReached
@@ -57,6 +59,14 @@ class RoundStats:
 
 def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
     return ClusterView(tuple(NodeView(n.name, n.gpus, n.gpu_type, n.cpus) for n in spec.nodes), now)
+
+
+def act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
+    """Preemptions (stopped: their slots are free), then resizes shrinking first, then starts. A shrink's slots
+    stay held until it is confirmed (``clear_of_holds`` keeps the round's starts and grows off them)."""
+    if isinstance(act, Resize):
+        return 1, act.num_gpus - jobs[int(act.job_id)].num_gpus
+    return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0
 
 
 class LiveLoop:
@@ -88,6 +98,7 @@ class LiveLoop:
         self._confirmed: list[int] = []                    # jobs whose held slots the store released this pass
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
         self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
+        self.stalls = StallWatch(cluster.stall_after_s, store)   # alive but no progress: said, never acted on
         self.held_out = HeldOut()                          # jobs placed on nodes the round's view lacks
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
@@ -171,7 +182,7 @@ class LiveLoop:
         ``LocalBackend.start`` adopts a live coordinator of the same job instead of starting a second one, so that is
         safe."""
         writes = []
-        for act in sorted(actions, key=lambda a: self._act_order(a, jobs)):
+        for act in sorted(actions, key=lambda a: act_order(a, jobs)):
             job = jobs[int(act.job_id)]
             if isinstance(act, Move):   # same GPUs and batch elsewhere: the processes move as in a resize
                 act = Resize(act.job_id, job.num_gpus, job.batch_size, act.nodes, moved=True)
@@ -192,7 +203,8 @@ class LiveLoop:
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size,
                                                      **({"placed": placed} if placed != act.nodes else {})},
                                    {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
-                                    "generation": gen, "job_dir": str(d), "accounted_until": now}))
+                                    "generation": gen, "job_dir": str(d), "accounted_until": now,
+                                    "progressed_at": now}))
                 else:   # a shrink or move holds the slots it leaves until the new group steps (slot_holds)
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
                                                hold_given_back=bool(extra_slots(job.placement, act.nodes))))
@@ -212,14 +224,6 @@ class LiveLoop:
                 writes += after_failed_action(self.store, self.backend, self.backoff, job, act, d, e, now)
         for job_id in record_round(self.store, writes, jobs, now):   # started for nothing: the others stand
             self.backend.stop(job_id, self.job_dir(job_id))
-
-    @staticmethod
-    def _act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
-        """Preemptions (stopped: their slots are free), then resizes shrinking first, then starts. A shrink's slots
-        stay held until it is confirmed (``clear_of_holds`` keeps the round's starts and grows off them)."""
-        if isinstance(act, Resize):
-            return 1, act.num_gpus - jobs[int(act.job_id)].num_gpus
-        return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0
 
     # -- observation -------------------------------------------------------------------------------
     def observe(self, now: float) -> None:
@@ -263,6 +267,7 @@ class LiveLoop:
                                      now, unconfirmed=runtime_gave_up is None)
             if res.nodes is not None:   # workers lost with their node: the job trains on the rest; re-plan
                 self._shrunk_by_loss(job, dict(res.nodes), now)
+            self.stalls.check(job, now)
             return
         self.store.record_allocation(job.id, now, 0, job.batch_size, {})
         self._ended.append((job.id, res.state == "finished"))
@@ -289,7 +294,8 @@ class LiveLoop:
         if samples:
             last = samples[-1]
             fields = {"samples": float(last.get("samples") or job.samples),
-                      "last_loss": last.get("loss"), "samples_per_s": last.get("samples_per_s")}
+                      "last_loss": last.get("loss"), "samples_per_s": last.get("samples_per_s"),
+                      **self.stalls.progressed(job, now)}
             if last.get("total_samples"):
                 fields["total_samples"] = float(last["total_samples"])
             if job.state == RESCALING and last.get("workers") == job.num_gpus and answers(job, last):
@@ -369,14 +375,16 @@ class LoopThread(threading.Thread):
         forecaster = threading.Thread(target=self.loop.forecaster.run, args=(self.stopping, self.loop.clock),
                                       name="dlsched-forecast", daemon=True)
         forecaster.start()
+        failures = RepeatedFailures("scheduling round", log)   # a lasting cause: one traceback, not one a round
         while not self.stopping.is_set():
             t0 = time.monotonic()
             try:
                 self.last_stats = self.loop.round()
                 self.rounds += 1
-            except Exception:
+                failures.succeeded()
+            except Exception as e:
                 self.failed_rounds += 1
-                log.exception("scheduling round failed")
+                failures.failed(e)
             self.round_seconds.observe(time.monotonic() - t0)
             self.stopping.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
         forecaster.join(timeout=FORECAST_BUDGET_S + 5)

@@ -99,6 +99,9 @@ class ServiceCollector:
             "finish": GaugeMetricFamily("dlsched_job_predicted_finish_timestamp_seconds",
                                         "The finish the service predicts (as `dlsched status` shows)",
                                         labels=JOB_LABELS),
+            "stalled": GaugeMetricFamily("dlsched_job_stalled_since_timestamp_seconds",
+                                         "Since when the job, its processes alive, has made no progress (stall_after_s;"
+                                         " absent while it progresses)", labels=JOB_LABELS),
         }
         # a stated target (`submit --target` / `--target-loss`): its value, the chance by the budget, and when
         targets = {
@@ -123,7 +126,8 @@ class ServiceCollector:
             state.add_metric([*labels, j.state], 1)
             _, finish = shown_times(j, preds.get(j.id), forecasts.get(j.id))
             values = {"gpus": j.held_gpus, "speed": j.samples_per_s, "loss": j.last_loss, "submit": j.submit_time,
-                      "done": j.samples / j.total_samples if j.total_samples else None, "finish": finish}
+                      "done": j.samples / j.total_samples if j.total_samples else None, "finish": finish,
+                      "stalled": j.stalled_since}
             _add(families, labels, values)
             if (target := stated_target(preds.get(j.id))) is not None:
                 band = target["time_80"] or (None, None)

@@ -17,11 +17,12 @@ from dlsched.policy.base import Policy, make_policy
 from dlsched.service import state_lock
 from dlsched.service.api import allowed_hosts, create_app, is_loopback
 from dlsched.service.auth import TOKEN_FILE_NAME, check_token, load_or_create_token
+from dlsched.service.checkpoint_locations import CheckpointRules
 from dlsched.service.entries import EntryRules
 from dlsched.service.limits import DEFAULT_MAX_BODY
 from dlsched.service.loop import LiveLoop, LoopThread
 from dlsched.service.private_files import private_dir, private_jobs_dir
-from dlsched.service.store import Store
+from dlsched.service.store import ACTIVE, Store
 from dlsched.spec import ClusterSpec, JobSpec
 
 DEFAULT_PORT = 8642
@@ -87,6 +88,8 @@ class Service:
             # job code only from the allowed job directories / modules (entries.py); never from the state directory
             self.entries = EntryRules.make(self.workdir, tuple(entry_roots), tuple(entry_modules),
                                            forbidden=(self.state_dir, self.jobs_dir))
+            # a job's checkpoints: never in the service's folders, never where a live job keeps its own
+            self.checkpoints = CheckpointRules.make(self.workdir, forbidden=(self.state_dir, self.jobs_dir))
             # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
             self.check_entries = runtime is None
             app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
@@ -115,8 +118,9 @@ class Service:
         self.backend = backend or make_backend(cluster, runtime=runtime, workdir=workdir)
         self.loop = LiveLoop(self.store, self.backend, cluster, self.state_dir, policy=policy, jobs_dir=self.jobs_dir)
 
-    def validate(self, spec: JobSpec, source: str = "job spec") -> None:
-        """Submit-time checks: an allowed entry point (``entries.py``, before any file is read), the cluster and
+    def validate(self, spec: JobSpec, source: str = "job spec", batch: tuple[JobSpec, ...] = ()) -> None:
+        """Submit-time checks: an allowed entry point (``entries.py``, before any file is read), a checkpoint location
+        of its own (``checkpoint_locations.py``; ``batch``: the specs of the same batch before it), the cluster and
         policy can run it, and its entry exists and takes its params."""
         entry, command = spec.entry, spec.command
         if entry:
@@ -125,6 +129,11 @@ class Service:
             self.entries.check_command(command, source)
         if spec.kind == "ensemble":
             self.entries.check_ensemble(spec.params, source)
+        if spec.checkpoint_uri is not None:
+            taken = [(f"job {j.id}", j.spec.checkpoint_uri) for j in self.store.jobs(states=ACTIVE)
+                     if j.spec.checkpoint_uri] + [(f"jobs[{i}]", s.checkpoint_uri) for i, s in enumerate(batch)
+                                                  if s.checkpoint_uri]
+            self.checkpoints.check(spec.checkpoint_uri, taken, source)
         self.loop.validate(spec, source)
         if self.check_entries and spec.kind == "train" and entry:
             check_entry(entry, spec.params, self.workdir, source)

@@ -148,6 +148,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN accounted_until REAL;
     """,
+    # 13: when the loop last read new progress of a running job (or started or resized it), and since when a job whose
+    # processes live has made none past the cluster's stall_after_s (``service.stalls``)
+    """
+    ALTER TABLE jobs ADD COLUMN progressed_at REAL;
+    ALTER TABLE jobs ADD COLUMN stalled_since REAL;
+    """,
 ]
 
 
@@ -294,6 +300,8 @@ class JobRecord:
     training_gpus: int | None = None    # what the runtime trains on while rescaling to num_gpus
     releasing: dict[str, int] | None = None   # slots past placement its processes may still use (slot_holds.py)
     accounted_until: float | None = None   # run_time/attained_service count the time it ran up to here
+    progressed_at: float | None = None     # when its last new progress was read (or it started or resized)
+    stalled_since: float | None = None     # its processes live, no progress since then (service/stalls.py)
 
     @property
     def held_gpus(self) -> int:
@@ -301,7 +309,7 @@ class JobRecord:
         return self.training_gpus if self.state == RESCALING and self.training_gpus is not None else self.num_gpus
 
     def public(self) -> dict[str, Any]:
-        skip = ("spec", "progress_offset", "training_gpus", "releasing", "accounted_until")
+        skip = ("spec", "progress_offset", "training_gpus", "releasing", "accounted_until", "progressed_at")
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
         # num_gpus as held, the scheduler's reservation beside it while a resize is pending
         d["num_gpus"], d["target_gpus"] = self.held_gpus, self.num_gpus if self.state == RESCALING else None
@@ -330,6 +338,26 @@ def _decode(row: sqlite3.Row, cache: dict[int, tuple[tuple, JobRecord]]) -> JobR
     return rec
 
 
+# how long a write waits for SQLite's write lock (held by the loop's round, or by another process: an sqlite3 shell,
+# a backup tool) before it fails; ``unavailable`` says so, and a client waits longer than this for a write's answer
+BUSY_TIMEOUT_S = 30.0
+
+
+def unavailable(e: sqlite3.OperationalError) -> str:
+    """One line for a write the database refused (the transaction was rolled back: nothing changed)."""
+    text = str(e)
+    if "locked" in text or "busy" in text:
+        why = (f"the service's database stayed locked for {BUSY_TIMEOUT_S:g} s (another process holds it: an sqlite3 "
+               "shell, a backup?)")
+    elif "full" in text:
+        why = "the disk of the service's state folder is full"
+    elif "readonly" in text or "read-only" in text:
+        why = "the service's database is read-only (its state folder or file)"
+    else:
+        why = f"the service's database failed ({text})"
+    return f"{why}; nothing was changed: retry when it is fixed"
+
+
 class Store:
     """Thread-safe access to the service database (one connection per thread)."""
 
@@ -348,7 +376,7 @@ class Store:
     def _conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None:
-            c = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            c = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
             c.row_factory = sqlite3.Row
             c.execute("PRAGMA journal_mode=WAL")
             c.execute("PRAGMA synchronous=FULL")     # acknowledged == durable, even on power loss
@@ -696,6 +724,22 @@ class _Transaction:
         return self.conn
 
     def __exit__(self, exc_type, exc, tb):
-        if self.outer:
-            self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if not self.outer:
+            return False
+        try:
+            if exc_type is None:
+                self.conn.execute("COMMIT")
+                return False
+        except sqlite3.Error:
+            # a failed COMMIT (a full disk, an I/O error) may leave the transaction open, and with it the write lock
+            # on this thread's connection: every later write of the service would wait on it
+            self._rollback()
+            raise
+        self._rollback()
         return False
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled back already (SQLITE_FULL inside the transaction): a second ROLLBACK would raise
+        # and hide the error that caused it
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")

@@ -24,7 +24,8 @@ const fmtClock = (t) => (t == null ? "?" : new Date(t * 1000).toLocaleTimeString
 const rel = (t, now) => (t == null ? "?" : `${fmtClock(t)} <span class="muted">(${t >= now ? "in " : ""}${fmtDur(Math.abs(t - now))}${t < now ? " ago" : ""})</span>`);
 // the detail fields that are POSIX times: dlsched.display.TIME_FIELDS (tests/service/test_dashboard.py keeps them equal)
 const TIME_FIELDS = new Set(["time", "submit_time", "start_time", "end_time", "predicted_start", "predicted_finish",
-  "made_at", "last_seen", "since", "target_time", "forecast_time", "policy_finish", "target_time_80", "time_80"]);
+  "made_at", "last_seen", "since", "target_time", "forecast_time", "stalled_since", "policy_finish", "target_time_80",
+  "time_80"]);
 // an event's detail as "key=value" pairs: times as clock times, fractions to 4 digits (the API keeps full values)
 function fmtDetail(detail) {
   const value = (k, v) => (typeof v === "number" && TIME_FIELDS.has(k) ? fmtClock(v)
@@ -37,6 +38,8 @@ function colour(id) { const h = (Number(id) * 137.508) % 360; return `hsl(${h.to
 
 async function api(path) {
   const r = await fetch(path, { headers: TOKEN ? { Authorization: "Bearer " + TOKEN } : {} });
+  // opened as the URL serve prints, without ?token=: say how to open it (a bare "HTTP 401" said nothing)
+  if (r.status === 401) throw new Error(`${path}: HTTP 401: ${TOKEN ? "the token given is not the service's" : "this page needs the service's token"}: open ${location.pathname}?token=TOKEN, TOKEN being what the token file named by \`dlsched serve\` at its start holds (STATE_DIR/token)`);
   if (!r.ok) throw new Error(`${path}: HTTP ${r.status} ${(await r.text()).slice(0, 200)}`);
   return r.json();
 }
@@ -152,7 +155,9 @@ async function overviewPage(view) {
     return `<div class="node${n.lost ? " lost" : ""}" data-node="${esc(n.name)}"><span class="label">${esc(n.name)}${mark} <span class="muted">${esc(n.gpu_type)}</span></span><div class="gpus">${cells.join("")}</div></div>`;
   }).join("");
   const used = d.nodes.reduce((s, n) => s + n.holders.reduce((a, h) => a + h.gpus, 0), 0), total = d.nodes.reduce((s, n) => s + n.gpus, 0);
-  const q = d.queue.map((j) => `<tr data-job="${j.id}"><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span></td>
+  // a job alive without progress past stall_after_s (service/stalls.py) says so beside its state
+  const stalled = (j) => (j.stalled_since ? ` <span class="error stalled" title="no progress since ${fmtClock(j.stalled_since)}">stalled</span>` : "");
+  const q = d.queue.map((j) => `<tr data-job="${j.id}"><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span>${stalled(j)}</td>
       <td class="num">${j.gpus}/${j.requested}</td><td class="num">${j.batch_size ?? "–"}</td>
       <td>${j.fraction_done == null ? "–" : `<span class="bar"><i style="width:${(100 * Math.min(1, j.fraction_done)).toFixed(1)}%"></i></span> ${(100 * j.fraction_done).toFixed(0)}%`}</td>
       <td class="num">${fmtNum(j.loss)}</td><td class="num">${fmtNum(j.samples_per_s)}</td>
@@ -194,6 +199,7 @@ async function jobPage(view, id) {
     ["predicted start", rel(d.predicted_start, now)], ["predicted finish", rel(d.predicted_finish, now)],
     ["convergence fit", fitText(fit)],
     ["error", `<span class="error">${esc(j.error || "")}</span>`]];
+  if (j.stalled_since) kv.splice(1, 0, ["stalled", `<span class="error">no progress since ${rel(j.stalled_since, now)}; its processes live</span>`]);
   const allocs = d.allocations.map((a) => `<tr><td>${fmtClock(a.time)}</td><td class="num">${a.num_gpus}</td><td class="num">${a.batch_size ?? "–"}</td><td>${esc(JSON.stringify(a.placement))}</td></tr>`).join("");
   const events = d.events.map((e) => `<tr><td>${fmtClock(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(fmtDetail(e.detail))}</td></tr>`).join("");
   view.innerHTML = `<section><h2 id="job-title">Job ${j.id} — ${esc(j.name)}</h2><table class="kv">${kv.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("")}</table></section>

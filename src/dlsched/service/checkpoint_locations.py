@@ -1,0 +1,78 @@
+"""Where a submitted job may keep its checkpoints (``checkpoint_uri``): a location of its own.
+
+A run resumes from the newest checkpoint of its job name it finds at its location, and prunes all but the newest
+two there (``train/storage.py``). A location shared with a live job is therefore silent corruption: a second job
+named like the first resumed from the first's weights, and both pruned and overwrote each other's steps, so the
+first resumed from the second's state at its next restart (or failed on a foreign checkpoint). Any token holder
+could do it to any job: ``checkpoint_uri: STATE_DIR/jobs/3/ckpt``.
+
+So a submission's ``checkpoint_uri`` is refused (one line naming the field and value) when it
+
+* is a path (or ``file://`` URI) inside the service's state directory or jobs directory: the database, the token
+  and every job's folder live there;
+* is the location of a job not yet ended (its ``checkpoint_uri``), or of another spec of the same batch. Only the
+  same location: a save lists and prunes its own folder, not the folders under it.
+
+A relative path resolves from the runtime's working directory (``--workdir``), where the coordinator resolves it.
+
+A URI carrying a password (``ftp://user:secret@host/...``, which fsspec takes from the URL) is refused too: the spec is
+shown to every token holder (``dlsched show``, events, the dashboard) and the runtime gets it on its command line,
+which every local user reads in ``ps``. A driver's credentials belong in its environment or config file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+from urllib.parse import urlsplit
+
+from dlsched.spec import SpecError
+
+
+def location_key(uri: str, workdir: Path) -> str:
+    """``uri`` in a comparable form: a local path (plain or ``file://``) absolute with symlinks resolved (a link to
+    another job's folder is that folder); any other URI as ``protocol://path`` without a trailing slash."""
+    if "://" not in uri:
+        return str((workdir / uri).resolve())
+    protocol, _, rest = uri.partition("://")
+    if protocol.lower() == "file":
+        return str(Path("/" + rest.lstrip("/")).resolve())
+    return f"{protocol.lower()}://{rest.rstrip('/')}"
+
+
+def inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+@dataclass(frozen=True)
+class CheckpointRules:
+    workdir: Path                    # where a relative checkpoint_uri resolves (the runtime's working directory)
+    forbidden: tuple[Path, ...]      # the service's own folders: the state directory, the jobs directory
+
+    @classmethod
+    def make(cls, workdir: str | Path, forbidden: tuple[str | Path, ...]) -> "CheckpointRules":
+        return cls(Path(workdir).resolve(), tuple(Path(f).resolve() for f in forbidden))
+
+    def check(self, uri: str | None, taken: Iterable[tuple[str, str]], source: str = "job spec") -> None:
+        """Raise ``SpecError`` unless ``uri`` is a location of its own; ``taken``: (who, checkpoint_uri) of the jobs
+        not yet ended (``job 3``) and of the batch's earlier specs (``jobs[0]``)."""
+        if uri is None:
+            return
+        def refuse(why: str, shown: str = uri) -> None:
+            raise SpecError(f"{source}: field checkpoint_uri: {shown[:120]!r} {why}")
+
+        parts = urlsplit(uri) if "://" in uri else None
+        if parts is not None and parts.password is not None:   # never echoed back: the refusal is logged and shown
+            refuse("carries a password, which `dlsched show` and `ps` would show to others; give the storage "
+                   "driver's credentials in its environment or config file", uri.replace(parts.password, "***"))
+        key = location_key(uri, self.workdir)
+
+        if "://" not in key:
+            for root in self.forbidden:
+                if inside(Path(key), root):
+                    refuse(f"lies in the service's folder {root} (its database, token and every job's folder); "
+                           "give the job a location of its own")
+        for who, other in taken:
+            if key == location_key(other, self.workdir):
+                refuse(f"is where {who} keeps its checkpoints, and it has not ended: a job resumes from and "
+                       "prunes what it finds there; give each job a location of its own")

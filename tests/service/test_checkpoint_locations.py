@@ -1,0 +1,72 @@
+"""A submitted job's checkpoint_uri is a location of its own (``service.checkpoint_locations``): never the service's
+folders, never where a job not yet ended keeps its checkpoints. Before, any token holder could point a job at
+``STATE_DIR/jobs/N/ckpt``: named like job N, it resumed from N's weights, and the two pruned and overwrote each other's
+checkpoints there."""
+import json
+
+import pytest
+
+from dlsched.service.checkpoint_locations import CheckpointRules
+from dlsched.spec import SpecError
+from tests.service.conftest import job_yaml
+
+YAML = {"content-type": "application/yaml"}
+
+
+def test_a_job_cannot_keep_checkpoints_in_another_jobs_folder_or_where_a_live_job_keeps_its_own(client, service,
+                                                                                                 tmp_path):
+    own = tmp_path / "ckpts" / "a"
+    first = client.post("/jobs", content=job_yaml("a", gpus=4, extra=f"checkpoint_uri: {own}\n"), headers=YAML)
+    assert first.status_code == 201
+    a = first.json()["id"]
+
+    same = client.post("/jobs", content=job_yaml("a", extra=f"checkpoint_uri: file://{own}/\n"), headers=YAML)
+    assert same.status_code == 422
+    assert same.json()["error"] == (f"request body: field checkpoint_uri: 'file://{own}/' is where job {a} keeps its "
+                                    "checkpoints, and it has not ended: a job resumes from and prunes what it finds "
+                                    "there; give each job a location of its own")
+    victim = service.jobs_dir / str(a) / "ckpt"
+    into = client.post("/jobs", content=job_yaml("b", extra=f"checkpoint_uri: {victim}\n"), headers=YAML)
+    assert into.status_code == 422 and into.json()["error"].startswith(f"request body: field checkpoint_uri: "
+                                                                        f"'{victim}' lies in the service's folder")
+    state = client.post("/jobs", content=job_yaml("b", extra=f"checkpoint_uri: {service.state_dir}\n"), headers=YAML)
+    assert state.status_code == 422 and "lies in the service's folder" in state.json()["error"]
+
+    spec = {"name": "c", "entry": "x.py:make_job", "gpus": 1, "checkpoint_uri": str(tmp_path / "ckpts" / "c")}
+    batch = client.post("/jobs/batch", content=json.dumps({"jobs": [spec, spec]}),
+                        headers={"content-type": "application/json"})
+    assert batch.status_code == 422 and batch.json()["index"] == 1
+    assert "is where jobs[0] keeps its checkpoints" in batch.json()["error"]
+    assert [j["id"] for j in client.get("/jobs").json()] == [a]   # none of the refused was stored
+
+    assert client.post(f"/jobs/{a}/cancel").json()["state"] == "cancelled"   # queued: it ends at once
+    again = client.post("/jobs", content=job_yaml("a2", gpus=4, extra=f"checkpoint_uri: {own}\n"), headers=YAML)
+    assert again.status_code == 201   # a location is free again once its job has ended
+
+
+def test_a_link_or_a_relative_path_is_the_location_it_names(tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "state" / "jobs" / "3" / "ckpt").mkdir(parents=True)
+    (tmp_path / "work" / "mine").symlink_to(tmp_path / "state" / "jobs" / "3" / "ckpt")
+    rules = CheckpointRules.make(tmp_path / "work", forbidden=(tmp_path / "state",))
+    with pytest.raises(SpecError, match=r"^j.yaml: field checkpoint_uri: 'mine' lies in the service's folder"):
+        rules.check("mine", [], "j.yaml")
+    with pytest.raises(SpecError, match="is where job 7 keeps its checkpoints"):
+        rules.check("runs/x", [("job 7", str(tmp_path / "work" / "runs" / "x/"))])
+    with pytest.raises(SpecError, match="is where job 7 keeps its checkpoints"):
+        rules.check("s3://bucket/run-7/", [("job 7", "S3://bucket/run-7")])
+    rules.check("runs/x/sub", [("job 7", "runs/x")])         # a save prunes its own folder only
+    rules.check("s3://bucket/run-8", [("job 7", "s3://bucket/run-7")])
+    rules.check(None, [("job 7", "runs/x")])
+
+
+def test_a_uri_with_a_password_is_refused_without_echoing_it(tmp_path):
+    """ftp://user:secret@host/... went into the stored spec (shown by `dlsched show`, events, the dashboard) and onto
+    the runtime's command line (every local user's `ps`)."""
+    rules = CheckpointRules.make(tmp_path, forbidden=())
+    with pytest.raises(SpecError) as e:
+        rules.check("ftp://bob:hunter2@files.lab/ckpts/j", [], "j.yaml")
+    assert str(e.value) == ("j.yaml: field checkpoint_uri: 'ftp://bob:***@files.lab/ckpts/j' carries a password, "
+                            "which `dlsched show` and `ps` would show to others; give the storage driver's "
+                            "credentials in its environment or config file")
+    rules.check("ftp://bob@files.lab/ckpts/j", [])   # a user name alone is no secret
