@@ -131,6 +131,9 @@ class Generation:
     ckpt_servers: int = 0  # servers that wrote the checkpoint to restore (another count: re-sharded on load)
     sparse: bool = False  # push/pull only the embedding rows each batch reads (``ps_sparse``)
     store_host: str | None = None  # None: rank 0 hosts the TCPStore on loopback (forked group); else the supervisor does, there
+    # global sample position where ``first_round`` starts: the committed rounds before it may have had another
+    # global batch (a control.json batch change), so r x round size would skip or repeat samples
+    first_position: int = 0
 
     @property
     def local_batch(self) -> int:
@@ -143,12 +146,21 @@ def total_samples(job) -> int:
 
 def round_range(gen: Generation, job, r: int) -> tuple[int, int]:
     """Global sample positions (epoch-major: position g is sample order[g % N] of epoch g // N) of round r."""
+    return round_span(gen, total_samples(job), r)
+
+
+def round_span(gen: Generation, total: int, r: int) -> tuple[int, int]:
+    """Round r's positions of ``total``, counted on from where this generation starts (``first_position``) at
+    its own global batch."""
     size = gen.round_batches * gen.global_batch
-    return r * size, min((r + 1) * size, total_samples(job))
+    start = gen.first_position + (r - gen.first_round) * size
+    return start, min(start + size, total)
 
 
 def num_rounds(gen: Generation, job) -> int:
-    return math.ceil(total_samples(job) / (gen.round_batches * gen.global_batch))
+    """Rounds of the whole run: those committed before this generation plus the ones left at its batch."""
+    left = max(0, total_samples(job) - gen.first_position)
+    return gen.first_round + math.ceil(left / (gen.round_batches * gen.global_batch))
 
 
 def sample_ids(job, start: int, end: int) -> np.ndarray:

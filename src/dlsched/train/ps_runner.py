@@ -38,7 +38,7 @@ from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modu
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
-from dlsched.train.ps import Generation, SyncMode, num_rounds, records_path, restore_flat, run_rank
+from dlsched.train.ps import Generation, SyncMode, num_rounds, records_path, restore_flat, round_span, run_rank
 
 STOPPED = 143
 
@@ -121,6 +121,9 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     now = time.time()
     recs = _round_records(job_dir, gen.number, gen.workers, r)
     samples = sum(len(x["ids"]) for x in recs)
+    start, end = round_span(gen, state["total_samples"], r)
+    state["steps"] = committed_steps(state) + math.ceil((end - start) / gen.global_batch)
+    state["position"] = end
     done_samples = state.get("samples", 0) + samples
     state["samples"] = done_samples
     elapsed = max(now - state.get("last_commit", now), 1e-9)
@@ -130,7 +133,7 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     job_samples = state["num_samples"]
     log = ProgressLog(job_dir, echo=HumanProgress())   # the round's step line, also as a human line in the job's log
     log.write({
-        "time": now, "step": (r + 1) * gen.round_batches, "round": r, "epoch": (done_samples - 1) // job_samples,
+        "time": now, "step": state["steps"], "round": r, "epoch": (done_samples - 1) // job_samples,
         "samples": done_samples, "loss": sum(x["loss_sum"] for x in recs) / max(samples, 1),
         "samples_per_s": samples / elapsed, "workers": gen.workers, "servers": gen.servers, "sync": str(gen.mode),
         "batch_size": gen.global_batch, "generation": gen.number, "total_samples": state["total_samples"],
@@ -157,10 +160,20 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     return r + 1 < rounds and not resize
 
 
+def committed_position(state: dict) -> int:
+    """Global sample position the committed rounds reached (state files before it was kept: their samples)."""
+    return state.get("position", state["samples"])
+
+
+def committed_steps(state: dict) -> int:
+    """Global batches the committed rounds trained, each round at its own batch."""
+    return state.get("steps", math.ceil(state["samples"] / state["global_batch"]))
+
+
 def _fresh_state(opts: PSOptions, job) -> dict:
     return {"servers": opts.servers, "sync": str(opts.mode), "workers": opts.workers,
             "global_batch": opts.batch_size or job.batch_size, "round_batches": opts.ckpt_every,
-            "round_generation": [], "generation": -1, "control_generation": -1, "samples": 0,
+            "round_generation": [], "generation": -1, "control_generation": -1, "samples": 0, "position": 0, "steps": 0,
             "num_samples": job.num_samples, "total_samples": job.num_samples * job.epochs, "restarts": 0}
 
 
@@ -216,7 +229,8 @@ class PSRunner:
         return Generation(self.opts.entry, self.opts.params, self.opts.servers, state["workers"], self.opts.mode,
                           state["global_batch"], state["round_batches"], state["generation"] + 1,
                           len(state["round_generation"]), str(self.job_dir), _free_port(), self.opts.throttle,
-                          state.get("ckpt_servers", state["servers"]), sparse=self.opts.sparse)
+                          state.get("ckpt_servers", state["servers"]), sparse=self.opts.sparse,
+                          first_position=committed_position(state))
 
     def run(self) -> int:
         state = self._state()
@@ -271,8 +285,7 @@ class PSRunner:
     def _finish(self) -> int:
         state = read_state(self.job_dir)
         loss = final_loss(self.job_dir, self.opts.entry, self.opts.params, state)
-        steps = math.ceil(state["samples"] / state["global_batch"])  # global batches trained into the model
-        self.progress.write({"event": "finished", "step": steps, "round": len(state["round_generation"]),
+        self.progress.write({"event": "finished", "step": committed_steps(state), "round": len(state["round_generation"]),
                              "final_loss": loss, "time": time.time()})   # when it ended (service/recovery.py)
         print(f"parameter server ({state['sync']}, {state['servers']} servers): final loss over the dataset {loss:.4f}")
         write_status(self.job_dir, "finished", os.getpid(), state["workers"], final_loss=loss)
