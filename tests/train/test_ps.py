@@ -17,7 +17,7 @@ from dlsched.train.ps import SyncMode, paa_assign
 from dlsched.train.ps_runner import PSOptions, PSRunner, committed_samples, read_state, staleness_gaps
 
 from ..waiting import wait_until
-from .helpers import MLP, REPO, finish, start_job, step_losses
+from .helpers import GATED, MLP, REPO, finish, start_job, step_losses
 
 # SSP and async apply each worker's half batch as its own update: another trajectory than sync SGD, so they
 # are compared by the trained model's loss over the whole dataset, within this relative tolerance.
@@ -53,9 +53,9 @@ def test_a_script_with_strategy_ps_is_refused_in_one_line_naming_the_make_job_fo
     assert "\n" not in str(e.value)
 
 
-def _train_cli(job_dir, *args, params=("num_samples=256",)):
+def _train_cli(job_dir, *args, params=("num_samples=256",), entry=MLP):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    cmd = [sys.executable, "-m", "dlsched.cli", "train", MLP, "--job-dir", str(job_dir), "--strategy", "ps", *args]
+    cmd = [sys.executable, "-m", "dlsched.cli", "train", entry, "--job-dir", str(job_dir), "--strategy", "ps", *args]
     for p in params:
         cmd += ["--param", p]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -131,6 +131,32 @@ def test_worker_sigkill_replays_the_uncommitted_round_exactly_once(tmp_path):
     assert len(lost) == 1 and lost[0]["new_generation"] == 1
     _exactly_once(d, 256, 3)
     assert read_state(d)["round_generation"][-1] == 1   # the rest ran in the replacement generation
+
+
+@pytest.mark.slow
+def test_sigterm_to_dlsched_train_stops_the_ps_job_and_its_ranks_and_a_rerun_resumes(tmp_path):
+    """Seen: `dlsched train --strategy ps` runs the supervisor in-process, where no SIGTERM handler was installed: a
+    `kill PID` ended it at once (exit -15, no `stopped`, status "running") while its forked ranks trained on alone.
+    The gated job's ranks wait at their first batch while gate/pause exists: the stop lands mid-round, surely."""
+    d, gate = tmp_path / "job", tmp_path / "gate"
+    gate.mkdir()
+    (gate / "pause").touch()
+    params = ("num_samples=64", f"gate_dir={gate}", "hold=pause")
+    proc = _train_cli(d, "--servers", "1", "--workers", "2", "--sync", "ssp:1", "--ckpt-every", "2", entry=GATED,
+                      params=params)
+    wait_until(lambda: (read_status(d) or {}).get("worker_pids"), 120, "the ranks started")
+    ranks = read_status(d)["server_pids"] + read_status(d)["worker_pids"]
+    os.kill(proc.pid, signal.SIGTERM)   # the supervisor alone, as `kill PID` does
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out
+    assert read_status(d)["state"] == "stopped" and [r for r in read_progress(d) if r.get("event") == "stopped"]
+    for pid in ranks:                  # killed and reaped by the supervisor: none trains on
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    (gate / "pause").unlink()
+    finish(_train_cli(d, "--servers", "1", "--workers", "2", "--sync", "ssp:1", "--ckpt-every", "2", entry=GATED,
+                      params=params), timeout=240)
+    _exactly_once(d, 64, 1)
 
 
 @pytest.mark.slow

@@ -233,6 +233,9 @@ class PSRunner:
                           first_position=committed_position(state))
 
     def run(self) -> int:
+        # `dlsched train` runs this in-process, past run.py's own install: without it a SIGTERM killed the
+        # supervisor alone and its forked ranks trained on unsupervised (status "running", no "stopped")
+        preemption.install()
         state = self._state()
         while True:
             gen = self._generation(state)
