@@ -75,3 +75,20 @@ def test_train_on_a_finished_jobs_folder_says_so(tmp_path):
         f"error: {tmp_path / 'job'}: its job trains {script}, not {REPO / 'examples' / 'mlp.py'}; give this one "
         "another --job-dir\n"), other.stdout + other.stderr[-1000:]
     assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] == "finished"   # its record kept
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "ps"])
+def test_a_spec_trains_at_its_lr_at_its_batch_size_as_the_service_does(tmp_path, strategy):
+    """The service passes a spec's batch_size as the batch its lr is given at (--reference-batch-size);
+    `dlsched train --spec` did not, so a spec with lr 0.05 at batch_size 64 trained at 0.2 (mlp's own batch is 16),
+    and a ps job ignored the reference batch under the service too."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(json.dumps({"name": "s", "entry": "examples/mlp.py:make_job", "batch_size": 64,
+                                "params": {"lr": 0.05, "num_samples": 128}, "strategy": strategy,
+                                "gpus": 2 if strategy == "ps" else 1}))
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--spec", str(spec), "--job-dir",
+                        str(tmp_path / "job")], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stdout[-1000:] + r.stderr[-1000:]
+    steps = [x for x in map(json.loads, (tmp_path / "job" / "progress.jsonl").read_text().splitlines())
+             if "event" not in x]
+    assert steps and {(x["batch_size"], x["lr"]) for x in steps} == {(64, 0.05)}, steps

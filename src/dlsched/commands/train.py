@@ -50,6 +50,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.train.storage import job_folder
 
         script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
+        reference_batch = None
         # typer hands the words before '--' and after it over as one list: an entry before a script was taken
         # as the command's program ("'x.py:make_job' not found on PATH")
         if script and entry and len(entry) > len(sys.argv) - sys.argv.index("--") - 1:
@@ -62,6 +63,7 @@ def register(app: typer.Typer) -> None:
             script = js.command is not None
             entry = list(js.command) if script else [js.entry]
             param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
+            reference_batch = js.batch_size   # the spec's lr is the LR at its batch_size, as under the service
             max_local_batch = js.max_local_batch if script else None  # a make_job job's limit is its TrainJob's
             strategy, servers, sync, sparse = js.strategy, js.num_servers or 1, js.sync, js.sparse
             checkpoint_uri = js.checkpoint_uri or checkpoint_uri
@@ -101,6 +103,8 @@ def register(app: typer.Typer) -> None:
             argv += ["--entry", entry[0]]
         if batch_size is not None:   # `if batch_size:` dropped --batch-size 0: trained at the script's batch, exit 0
             argv += ["--batch-size", str(batch_size)]
+        if reference_batch is not None:
+            argv += ["--reference-batch-size", str(reference_batch)]
         if checkpoint_uri:
             argv += ["--checkpoint-uri", checkpoint_uri]
         if max_local_batch is not None:

@@ -134,6 +134,7 @@ class Generation:
     # global sample position where ``first_round`` starts: the committed rounds before it may have had another
     # global batch (a control.json batch change), so r x round size would skip or repeat samples
     first_position: int = 0
+    reference_batch: int | None = None  # the global batch the job's lr is given at (the spec's); None = the job's
 
     @property
     def local_batch(self) -> int:
@@ -233,6 +234,13 @@ def restore_flat(job_dir: Path, job, servers: int, r: int) -> tuple[torch.Tensor
     return flat, momentum, version
 
 
+def server_lr(gen: Generation, job) -> float:
+    """The servers' SGD learning rate: the job's lr, given at the reference batch, scaled linearly to the batch of
+    one update (as the all-reduce runtime's LR rule): the global batch in sync, one worker's batch in SSP/async."""
+    batch = gen.global_batch if gen.mode.staleness is None else gen.local_batch
+    return job.lr * batch / (gen.reference_batch or job.batch_size)
+
+
 def _exchange_shards(shards: list[torch.Tensor], own: int | None, shard: torch.Tensor | None) -> list[torch.Tensor]:
     """Every server broadcasts its shard to all ranks (collectives need every rank, sized per server)."""
     out = []
@@ -248,8 +256,7 @@ class _Server:
         self.rank, self.gen, self.job, self.shards = rank, gen, job, shards
         self.shard = torch.nn.Parameter(shard)
         # sync: one update per global batch M; SSP/async: one per worker batch (linear LR scaling either way)
-        batch = gen.global_batch if gen.mode.staleness is None else gen.local_batch
-        self.opt = torch.optim.SGD([self.shard], lr=job.lr * batch / job.batch_size, momentum=job.momentum,
+        self.opt = torch.optim.SGD([self.shard], lr=server_lr(gen, job), momentum=job.momentum,
                                    weight_decay=job.weight_decay)
         self.version = 0
         if gen.first_round > 0:

@@ -38,7 +38,8 @@ from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modu
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
-from dlsched.train.ps import Generation, SyncMode, num_rounds, records_path, restore_flat, round_span, run_rank
+from dlsched.train.ps import (Generation, SyncMode, num_rounds, records_path, restore_flat, round_span, run_rank,
+                              server_lr)
 
 STOPPED = 143
 
@@ -57,6 +58,7 @@ class PSOptions:
     throttle: dict = field(default_factory=dict)  # worker index (str) -> extra seconds per step
     sparse: bool = False  # push/pull only the embedding rows each batch reads
     launcher: str = field(default_factory=default_launcher)  # "local" (forked here) or "ray" (a bundle per rank)
+    reference_batch: int | None = None  # the global batch the job's lr is given at (the spec's); None = the job's
 
 
 def _state_path(job_dir: Path) -> Path:
@@ -136,7 +138,8 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
         "time": now, "step": state["steps"], "round": r, "epoch": (done_samples - 1) // job_samples,
         "samples": done_samples, "loss": sum(x["loss_sum"] for x in recs) / max(samples, 1),
         "samples_per_s": samples / elapsed, "workers": gen.workers, "servers": gen.servers, "sync": str(gen.mode),
-        "batch_size": gen.global_batch, "generation": gen.number, "total_samples": state["total_samples"],
+        "batch_size": gen.global_batch, "lr": state.get("lr"), "generation": gen.number,
+        "total_samples": state["total_samples"],
         # the request this generation answers: one that resizes ends it right after it is read (below), one that
         # changes nothing the ps runtime acts on (a move: its ranks use no GPU) is answered as it stands
         "control_generation": state["control_generation"], "strategy": "ps"})
@@ -230,7 +233,7 @@ class PSRunner:
                           state["global_batch"], state["round_batches"], state["generation"] + 1,
                           len(state["round_generation"]), str(self.job_dir), _free_port(), self.opts.throttle,
                           state.get("ckpt_servers", state["servers"]), sparse=self.opts.sparse,
-                          first_position=committed_position(state))
+                          first_position=committed_position(state), reference_batch=self.opts.reference_batch)
 
     def run(self) -> int:
         # `dlsched train` runs this in-process, past run.py's own install: without it a SIGTERM killed the
@@ -242,6 +245,7 @@ class PSRunner:
             if gen.first_round >= num_rounds(gen, self.job):
                 return self._finish()
             state["generation"] = gen.number
+            state["lr"] = server_lr(gen, self.job)   # for the step records (commit_round)
             atomic_write_json(_state_path(self.job_dir), state)
             gen, procs, store = self._start_ranks(gen)
             write_status(self.job_dir, "running", os.getpid(), gen.workers, servers=gen.servers, generation=gen.number,

@@ -64,18 +64,19 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
         raise UserError(f"--checkpoint-uri {a.checkpoint_uri!r}: a non-empty path or URI, for an all-reduce job only")
     if a.ckpt_every < 0:   # -1 checkpointed on every step (step % -1 == 0)
         raise UserError(f"--ckpt-every {a.ckpt_every}: must be >= 0 (0 = never)")
-    if a.strategy == "ps":
-        return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
-                         servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
-                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts, sparse=a.sparse)
-    if a.workers < 1:
-        raise UserError(f"--workers {a.workers}: must be >= 1")
-    if a.strategy == "fleet":
-        return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
     for flag, value in (("--batch-size", a.batch_size), ("--reference-batch-size", a.reference_batch_size),
                         ("--max-local-batch", a.max_local_batch)):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
+    if a.strategy == "ps":
+        return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
+                         servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
+                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts, sparse=a.sparse,
+                         reference_batch=a.reference_batch_size)
+    if a.workers < 1:
+        raise UserError(f"--workers {a.workers}: must be >= 1")
+    if a.strategy == "fleet":
+        return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
     if a.max_local_batch is not None and command is None:
         raise UserError(f"--max-local-batch {a.max_local_batch}: for a script after '--' (a make_job job sets "
                         "TrainJob.max_local_batch)")
