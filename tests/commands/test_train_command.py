@@ -92,3 +92,29 @@ def test_a_spec_trains_at_its_lr_at_its_batch_size_as_the_service_does(tmp_path,
     steps = [x for x in map(json.loads, (tmp_path / "job" / "progress.jsonl").read_text().splitlines())
              if "event" not in x]
     assert steps and {(x["batch_size"], x["lr"]) for x in steps} == {(64, 0.05)}, steps
+
+
+@pytest.mark.parametrize("args, line", [
+    # each was ignored without a word: an all-reduce job trained dense, a ps job started no spare, ...
+    (("--sparse",), "error: --sparse: a parameter-server option, not for --strategy allreduce; add --strategy ps"),
+    (("--sync", "ssp:2"), "error: --sync ssp:2: a parameter-server option, not for --strategy allreduce; add "
+                          "--strategy ps"),
+    (("--servers", "2"), "error: --servers 2: a parameter-server option, not for --strategy allreduce; add "
+                         "--strategy ps"),
+    (("--strategy", "ps", "--standby", "2"), "error: --standby 2: not for --strategy ps (a ps job adds workers at a "
+                                             "round boundary, no spare prepared)"),
+    (("--strategy", "ps", "--batch-mode", "fixed-local"), "error: --batch-mode fixed-local: not for --strategy ps (a "
+                                                          "ps job keeps its global batch and splits it over its workers)"),
+    (("--strategy", "ps", "--ckpt-every", "0"), "error: --ckpt-every 0: not for --strategy ps (a ps job commits a "
+                                                "round every N global batches; give N >= 1)"),   # was 10, unsaid
+    (("--strategy", "ps", "--batch-size", "-4"), "error: --batch-size -4: must be >= 1"),   # was a traceback
+    (("--strategy", "ps", "--batch-size", "0"), "error: --batch-size 0: must be >= 1"),   # was the job's batch
+    (("--max-workers", "4"), "error: --max-workers 4: an autoscale option; add --autoscale (or drop it)"),
+    (("--autoscale", "--sparse"), "error: --sparse: a parameter-server option, not for --strategy allreduce; add "
+                                  "--strategy ps"),
+])
+def test_an_option_the_strategy_has_no_use_for_is_refused_in_one_line(tmp_path, args, line):
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "examples/mlp.py:make_job", "--job-dir",
+                        str(tmp_path / "job"), *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-500:]
+    assert not (tmp_path / "job" / "logs").exists() and not (tmp_path / "job" / "ps").exists()   # nothing started

@@ -68,23 +68,44 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
                         ("--max-local-batch", a.max_local_batch)):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
+    if a.max_local_batch is not None and command is None:
+        raise UserError(f"--max-local-batch {a.max_local_batch}: for a script after '--' (a make_job job sets "
+                        "TrainJob.max_local_batch)")
+    _refuse_other_strategies_options(a)
     if a.strategy == "ps":
         return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
                          servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
-                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts, sparse=a.sparse,
+                         ckpt_every=a.ckpt_every, max_restarts=a.max_restarts, sparse=a.sparse,
                          reference_batch=a.reference_batch_size)
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
     if a.strategy == "fleet":
         return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
-    if a.max_local_batch is not None and command is None:
-        raise UserError(f"--max-local-batch {a.max_local_batch}: for a script after '--' (a make_job job sets "
-                        "TrainJob.max_local_batch)")
     return Options(job_dir=a.job_dir, entry=a.entry, command=command, workers=a.workers, batch_size=a.batch_size, reference_batch=a.reference_batch_size,
                    params=parse_params(a.param), batch_mode=BatchMode(a.batch_mode), ckpt_every=a.ckpt_every,
                    threads=a.threads, record_samples=a.record_samples, checkpoint_uri=a.checkpoint_uri,
                    standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers,
                    max_local_batch=a.max_local_batch)
+
+
+def _refuse_other_strategies_options(a: argparse.Namespace) -> None:
+    """An option the chosen strategy has no use for was ignored without a word (``--sparse`` on an all-reduce job
+    trained dense, ``--standby 2`` on a ps job started no spare): one line naming it, as the job spec refuses."""
+    if a.strategy != "ps":
+        for flag, value, given in (("--servers", a.servers, a.servers != 1), ("--sync", a.sync, a.sync != "sync"),
+                                   ("--sparse", "", a.sparse)):
+            if given:
+                raise UserError(f"{flag} {value}".strip() + f": a parameter-server option, not for --strategy "
+                                f"{a.strategy}; add --strategy ps")
+        return
+    for flag, value, given, why in (
+            ("--standby", a.standby, a.standby != 0, "a ps job adds workers at a round boundary, no spare prepared"),
+            ("--batch-mode", a.batch_mode, a.batch_mode != BatchMode.FIXED_GLOBAL.value,
+             "a ps job keeps its global batch and splits it over its workers"),
+            ("--ckpt-every", a.ckpt_every, a.ckpt_every == 0, "a ps job commits a round every N global batches; "
+             "give N >= 1")):
+        if given:
+            raise UserError(f"{flag} {value}: not for --strategy ps ({why})")
 
 
 def main(argv: list[str] | None = None) -> int:
