@@ -21,6 +21,7 @@ import math
 import multiprocessing as mp
 import os
 import socket
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dlsched.errors import UserError
+from dlsched.errors import JobFailed, UserError
 from dlsched.train import preemption
 from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
 from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
@@ -81,11 +82,26 @@ def read_generation(job_dir: Path, number: int) -> Generation:
     return Generation(**{**fields, "mode": SyncMode.parse(fields["mode"])})
 
 
+def rank_log(job_dir: Path, rank: int) -> Path:
+    return Path(job_dir) / "logs" / f"ps-rank-{rank}.log"
+
+
+def _run_logged(rank: int, gen: Generation) -> None:
+    """A forked rank's body with its stderr in its log: a failing rank's traceback, and its peers' (failing at their
+    next collective), went to the terminal, ~50 lines per restart. stdout stays: rank 0 echoes the step lines."""
+    fd = os.open(rank_log(Path(gen.job_dir), rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(fd, f"{GENERATION_MARK}{gen.number}\n".encode())   # a last line from an earlier generation is no cause
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)
+    run_rank(rank, gen, commit_round)
+
+
 class _ForkedRank:
     """A rank forked from this supervisor, seen as a ``launcher.WorkerHandle``."""
 
     def __init__(self, ctx, rank: int, gen: Generation):
-        self._p = ctx.Process(target=run_rank, args=(rank, gen, commit_round), daemon=True)
+        self._p = ctx.Process(target=_run_logged, args=(rank, gen), daemon=True)
         self._p.start()
         self.pid = self._p.pid
 
@@ -196,6 +212,7 @@ class PSRunner:
     def _start_ranks(self, gen: Generation) -> tuple[Generation, list, object]:
         """The generation's P + W processes (servers first), the generation as started, and the TCPStore
         this supervisor hosts for it (None: rank 0 hosts it)."""
+        (self.job_dir / "logs").mkdir(exist_ok=True)
         if self.launcher is None:
             ctx = mp.get_context("fork")  # no re-import of torch and the job per process
             load_lazy_training_modules()
@@ -205,10 +222,9 @@ class PSRunner:
         store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=120))
         gen = replace(gen, port=store.port, store_host=host)
         atomic_write_json(generation_path(self.job_dir, gen.number), {**asdict(gen), "mode": str(gen.mode)})
-        (self.job_dir / "logs").mkdir(exist_ok=True)
         ranks = [self.launcher.start(["--job-dir", str(self.job_dir), "--worker-id", str(rank),
                                       "--generation", str(gen.number)],
-                                     self.job_dir / "logs" / f"ps-rank-{rank}.log", "", module="dlsched.train.ps_process")
+                                     rank_log(self.job_dir, rank), "", module="dlsched.train.ps_process")
                  for rank in range(gen.servers + gen.workers)]
         return gen, ranks, store
 
@@ -258,16 +274,23 @@ class PSRunner:
             del store  # the generation's group is gone
             state = read_state(self.job_dir)
             if lost == STOPPED:
-                self.progress.write({"event": "stopped", "round": len(state["round_generation"]), "time": time.time()})
+                self.progress.write({"event": "stopped", "round": len(state["round_generation"]),
+                                     "step": committed_steps(state), "time": time.time()})
                 write_status(self.job_dir, "stopped", os.getpid(), gen.workers)
                 return STOPPED
             if lost:
                 state["restarts"] += 1
+                lost, cause = _lost_ranks(self.job_dir, lost)
                 self.progress.write({"event": "worker_lost", "exit_codes": lost, "new_generation": gen.number + 1,
-                                     "restored_round": len(state["round_generation"])})
+                                     "servers_lost": [r for r in lost if r < gen.servers],
+                                     "workers_lost": [r - gen.servers for r in lost if r >= gen.servers],
+                                     "restored_round": len(state["round_generation"]),
+                                     "restored_step": committed_steps(state), "error": cause})
                 if state["restarts"] > self.opts.max_restarts:
-                    write_status(self.job_dir, "failed", os.getpid(), gen.workers, f"processes lost: {lost}")
-                    return 1
+                    error = (f"{_ranks(lost, gen.servers)} died; gave up after {self.opts.max_restarts} restarts: "
+                             f"{cause} (rank logs in {self.job_dir / 'logs'})")
+                    write_status(self.job_dir, "failed", os.getpid(), gen.workers, error)
+                    raise JobFailed(error)
             elif state["workers"] != gen.workers or state["global_batch"] != gen.global_batch:
                 self.progress.write({"event": "resized", "from_workers": gen.workers, "workers": state["workers"],
                                      "batch_size": state["global_batch"], "round": len(state["round_generation"])})
@@ -297,6 +320,36 @@ class PSRunner:
         print(f"parameter server ({state['sync']}, {state['servers']} servers): final loss over the dataset {loss:.4f}")
         write_status(self.job_dir, "finished", os.getpid(), state["workers"], final_loss=loss)
         return 0
+
+
+def _ranks(lost: dict, servers: int) -> str:
+    return ", ".join(f"server {r}" if r < servers else f"worker {r - servers}" for r in sorted(lost))
+
+
+# a rank whose peer died fails at its next exchange with gloo's transport error, naming no cause of its own
+PEER_LOST = "gloo/transport/tcp"
+GENERATION_MARK = "--- dlsched ps generation "
+
+
+def _last_lines(job_dir: Path, lost: dict) -> dict:
+    """{rank: what ended it}: a signal, else its log's last line in this generation."""
+    out = {}
+    for r, code in sorted(lost.items()):
+        try:
+            tail = [x for x in rank_log(job_dir, r).read_text(errors="replace").splitlines() if x.strip()]
+        except OSError:
+            tail = []
+        last = tail[-1] if tail and not tail[-1].startswith(GENERATION_MARK) else f"exit {code}"
+        out[r] = f"killed by signal {-code}" if code < 0 else last
+    return out
+
+
+def _lost_ranks(job_dir: Path, lost: dict) -> tuple[dict, str]:
+    """The ranks lost, not the peers their loss then failed at the next exchange (all, where none is told apart),
+    and the first one's cause."""
+    lines = _last_lines(job_dir, lost)
+    own = {r: lost[r] for r, x in lines.items() if PEER_LOST not in x} or lost
+    return own, lines[min(own)]
 
 
 def final_model(job_dir: Path, entry: str, params: dict, state: dict) -> torch.nn.Module:
