@@ -118,3 +118,28 @@ def test_an_option_the_strategy_has_no_use_for_is_refused_in_one_line(tmp_path, 
                         str(tmp_path / "job"), *args], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-500:]
     assert not (tmp_path / "job" / "logs").exists() and not (tmp_path / "job" / "ps").exists()   # nothing started
+
+
+def test_a_ps_folder_is_refused_to_another_job_and_to_all_reduce_and_a_finished_one_says_so(tmp_path):
+    """A ps run on an all-reduce job's folder (or the reverse) started over in it, mixing both runs' records; another
+    entry on a ps folder failed 4 times over a 'foreign checkpoint'; a finished ps job run again logged a second
+    `finished`."""
+    def train(entry, *args):
+        return subprocess.run([sys.executable, "-m", "dlsched.cli", "train", entry, "--job-dir", str(tmp_path / "job"),
+                               "--param", "num_samples=64", *args], capture_output=True, text=True, timeout=300,
+                              cwd=REPO)
+
+    first = train("examples/mlp.py:make_job", "--strategy", "ps")
+    assert first.returncode == 0, first.stdout[-1000:] + first.stderr[-1000:]
+    again = train("examples/mlp.py:make_job", "--strategy", "ps")
+    assert again.returncode == 0 and f"{tmp_path / 'job'}: already finished at step 4; nothing to train" in again.stdout
+    events = [json.loads(x).get("event") for x in (tmp_path / "job" / "progress.jsonl").read_text().splitlines()]
+    assert events.count("finished") == 1
+    other = train("examples/mlp.py:make_job")
+    assert other.returncode == 2 and other.stderr == (f"error: {tmp_path / 'job'}: its job trains with --strategy ps, "
+                                                      "not allreduce; give this one another --job-dir\n"), other.stderr
+    another = train("examples/embedding.py:make_job", "--strategy", "ps")
+    assert another.returncode == 2 and another.stderr == (
+        f"error: {tmp_path / 'job'}: its job trains examples/mlp.py:make_job, not examples/embedding.py:make_job; "
+        "give this one another --job-dir\n"), another.stderr
+    assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] == "finished"   # its record kept

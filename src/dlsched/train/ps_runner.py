@@ -34,7 +34,8 @@ import torch.distributed as dist
 
 from dlsched.errors import JobFailed, UserError
 from dlsched.train import preemption
-from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
+from dlsched.train.files import (ControlWatch, ProgressLog, atomic_write_json, job_program, read_status,
+                                 write_status)
 from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
@@ -228,6 +229,11 @@ class PSRunner:
                  for rank in range(gen.servers + gen.workers)]
         return gen, ranks, store
 
+    def _status(self, state: str, workers: int, error: str | None = None, **extra) -> None:
+        # program and strategy: what this folder trains, so another job or an all-reduce run is refused on it
+        write_status(self.job_dir, state, os.getpid(), workers, error, program=job_program(self.opts.entry, None),
+                     strategy="ps", **extra)
+
     def _state(self) -> dict:
         state = read_state(self.job_dir)
         if state is None:
@@ -256,6 +262,9 @@ class PSRunner:
         # supervisor alone and its forked ranks trained on unsupervised (status "running", no "stopped")
         preemption.install()
         state = self._state()
+        if (read_status(self.job_dir) or {}).get("state") == "finished":   # wrote a second `finished`, a new loss
+            print(f"{self.job_dir}: already finished at step {committed_steps(state)}; nothing to train", flush=True)
+            return 0
         while True:
             gen = self._generation(state)
             if gen.first_round >= num_rounds(gen, self.job):
@@ -264,7 +273,7 @@ class PSRunner:
             state["lr"] = server_lr(gen, self.job)   # for the step records (commit_round)
             atomic_write_json(_state_path(self.job_dir), state)
             gen, procs, store = self._start_ranks(gen)
-            write_status(self.job_dir, "running", os.getpid(), gen.workers, servers=gen.servers, generation=gen.number,
+            self._status("running", gen.workers, servers=gen.servers, generation=gen.number,
                          server_pids=[p.pid for p in procs[:gen.servers]],
                          worker_pids=[p.pid for p in procs[gen.servers:]])
             lost = self._wait(procs)
@@ -276,7 +285,7 @@ class PSRunner:
             if lost == STOPPED:
                 self.progress.write({"event": "stopped", "round": len(state["round_generation"]),
                                      "step": committed_steps(state), "time": time.time()})
-                write_status(self.job_dir, "stopped", os.getpid(), gen.workers)
+                self._status("stopped", gen.workers)
                 return STOPPED
             if lost:
                 state["restarts"] += 1
@@ -289,7 +298,7 @@ class PSRunner:
                 if state["restarts"] > self.opts.max_restarts:
                     error = (f"{_ranks(lost, gen.servers)} died; gave up after {self.opts.max_restarts} restarts: "
                              f"{cause} (rank logs in {self.job_dir / 'logs'})")
-                    write_status(self.job_dir, "failed", os.getpid(), gen.workers, error)
+                    self._status("failed", gen.workers, error)
                     raise JobFailed(error)
             elif state["workers"] != gen.workers or state["global_batch"] != gen.global_batch:
                 self.progress.write({"event": "resized", "from_workers": gen.workers, "workers": state["workers"],
@@ -318,7 +327,7 @@ class PSRunner:
         self.progress.write({"event": "finished", "step": committed_steps(state), "round": len(state["round_generation"]),
                              "final_loss": loss, "time": time.time()})   # when it ended (service/recovery.py)
         print(f"parameter server ({state['sync']}, {state['servers']} servers): final loss over the dataset {loss:.4f}")
-        write_status(self.job_dir, "finished", os.getpid(), state["workers"], final_loss=loss)
+        self._status("finished", state["workers"], final_loss=loss)
         return 0
 
 

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import traceback
+from pathlib import Path
 
 from dlsched.errors import JobFailed, UserError
 from dlsched.train import fence, storage
@@ -108,6 +109,15 @@ def _refuse_other_strategies_options(a: argparse.Namespace) -> None:
             raise UserError(f"{flag} {value}: not for --strategy ps ({why})")
 
 
+def _folder_strategy(job_dir) -> str | None:
+    """How the folder's job trains: its status says (a ps run's, or any run's with a program: all-reduce's), or
+    a ps run's state file does (runs before status.json named it); None for a folder no run has trained in."""
+    status = read_status(job_dir) or {}
+    if status.get("strategy") or (Path(job_dir) / "ps" / "state.json").exists():
+        return status.get("strategy") or "ps"
+    return "allreduce" if status.get("program") else None
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
@@ -116,11 +126,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {fence.lock_path(opts.job_dir)}: another coordinator holds this job folder; "
                   f"leaving it alone ({fence.holder_line(opts.job_dir)})", file=sys.stderr)
             return fence.EXIT_FENCED
-        if isinstance(opts, Options):   # another job's folder: resuming would load that job's checkpoint
-            was, now = (read_status(opts.job_dir) or {}).get("program"), job_program(opts.entry, opts.command)
+        if isinstance(opts, (Options, PSOptions)):   # another job's folder: resuming would load that job's checkpoint
+            status = read_status(opts.job_dir) or {}
+            was, now = status.get("program"), job_program(opts.entry, getattr(opts, "command", None))
             if was is not None and was != now:   # status.json stays as it is: that job's record
                 print(f"error: {opts.job_dir}: its job trains {was}, not {now}; give this one another --job-dir",
                       file=sys.stderr)
+                return 2
+            # the same job under the other strategy started over in the folder, mixing its records into the first's
+            strategy = "ps" if isinstance(opts, PSOptions) else "allreduce"
+            was_strategy = _folder_strategy(opts.job_dir)
+            if was_strategy is not None and was_strategy != strategy:
+                print(f"error: {opts.job_dir}: its job trains with --strategy {was_strategy}, not {strategy}; give "
+                      "this one another --job-dir", file=sys.stderr)
                 return 2
         if isinstance(opts, FleetOptions):
             from dlsched.train.fleet_job import run_job   # FLEET's runtime (no ensemble job, no import)
