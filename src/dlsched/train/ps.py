@@ -350,7 +350,8 @@ class _Worker:
         return _local_grad(self.job, self.model, ids, batch)
 
     def _record(self, **rec) -> None:
-        self.records.write(json.dumps({"worker": self.w, **rec}) + "\n")
+        # ``done``: when the batch was applied (wall clock), so a round's throughput can leave out start-up
+        self.records.write(json.dumps({"worker": self.w, **rec, "done": time.time()}) + "\n")
         self.records.flush()
 
     def run_round(self, r: int) -> None:

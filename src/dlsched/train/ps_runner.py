@@ -145,7 +145,12 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     state["position"] = end
     done_samples = state.get("samples", 0) + samples
     state["samples"] = done_samples
-    elapsed = max(now - state.get("last_commit", now), 1e-9)
+    since = state.get("last_commit", now)
+    if r == gen.first_round and recs and all("done" in x for x in recs):
+        # a generation's first round: from its first batch, not from before its processes started and joined
+        # (the round's rate came out ~40x low on every start, resize and restart)
+        since = max(since, min(x["done"] - x["time"] for x in recs))
+    elapsed = max(now - since, 1e-9)
     per_worker = Counter()
     for x in recs:
         per_worker[x.get("worker", 0)] += len(x["ids"])
