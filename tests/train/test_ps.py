@@ -222,6 +222,7 @@ def test_a_batch_size_change_trains_on_from_the_committed_sample_and_counts_its_
     assert PSRunner(opts).run() == 0
     _exactly_once(d, 128, 1)
     steps = [r for r in read_progress(d) if "round" in r and "event" not in r]
+    assert [len(r["per_worker_samples_per_s"]) for r in steps] == [2, 2, 2]
     # round 0: 4 batches of 8 (32 samples); then 96 samples in rounds of 4 batches of 16
     assert [(r["step"], r["samples"], r["batch_size"]) for r in steps] == [(4, 32, 8), (8, 96, 16), (10, 128, 16)]
     assert [r["step"] for r in read_progress(d) if r.get("event") == "finished"] == [10]
@@ -251,6 +252,21 @@ def test_the_first_rounds_throughput_leaves_out_the_ranks_start_up(tmp_path):
     first = [r for r in read_progress(d) if r.get("round") == 0 and "event" not in r][0]
     # 32 samples over the start-up alone is 6.4/s: the round itself (two batches of a tiny MLP) is far faster
     assert first["samples"] == 32 and first["samples_per_s"] > 32 / SLOW_START_S, first
+
+
+@pytest.mark.slow
+def test_a_request_for_no_worker_beside_the_servers_is_rejected_once(tmp_path):
+    """Seen: control.json workers=1 for a 1-server job (no slot left for a worker) was ignored without a word."""
+    d = tmp_path / "job"
+    d.mkdir()
+    write_control(d, workers=1, batch_size=None, generation=0)
+    opts = PSOptions(d, MLP, {"num_samples": 64}, workers=1, servers=1, mode=SyncMode.parse("sync"), batch_size=8,
+                     ckpt_every=2)
+    assert PSRunner(opts).run() == 0
+    rejected = [r for r in read_progress(d) if r.get("event") == "control_rejected"]
+    assert [r["error"] for r in rejected] == ["workers=1: a ps job's slots hold its 1 server(s) and at least one worker"]
+    assert {r["workers"] for r in read_progress(d) if "round" in r and "event" not in r} == {1}
+    _exactly_once(d, 64, 1)
 
 
 @pytest.mark.slow

@@ -159,7 +159,9 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     log.write({
         "time": now, "step": state["steps"], "round": r, "epoch": (done_samples - 1) // job_samples,
         "samples": done_samples, "loss": sum(x["loss_sum"] for x in recs) / max(samples, 1),
-        "samples_per_s": samples / elapsed, "workers": gen.workers, "servers": gen.servers, "sync": str(gen.mode),
+        "samples_per_s": samples / elapsed,
+        "per_worker_samples_per_s": [per_worker[w] / elapsed for w in range(gen.workers)], "workers": gen.workers,
+        "servers": gen.servers, "sync": str(gen.mode),
         "batch_size": gen.global_batch, "lr": state.get("lr"), "generation": gen.number,
         "total_samples": state["total_samples"],
         # the request this generation answers: one that resizes ends it right after it is read (below), one that
@@ -169,15 +171,20 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     watch = ControlWatch(job_dir, lambda error: log.write({"event": "control_rejected", "error": error, "time": now}),
                          state["control_generation"], state.get("rejected_control"))
     control = watch.poll()
+    if control is not None and control.workers <= gen.servers:   # was ignored without a word
+        if state.get("rejected_generation") != control.generation:   # once, not at every round while it stands
+            log.write({"event": "control_rejected", "time": now, "error": f"workers={control.workers}: a ps job's "
+                       f"slots hold its {gen.servers} server(s) and at least one worker"})
+        state["rejected_generation"], control = control.generation, None
     log.close()
     state["rejected_control"] = watch.rejected_digest
     fresh = control is not None
     # control.json counts the job's slots, as the scheduler does: servers + workers
     workers = control.workers - gen.servers if fresh else gen.workers
-    resize = fresh and workers != gen.workers and workers >= 1
+    resize = fresh and workers != gen.workers
     if fresh:
         state["control_generation"] = control.generation
-        state["workers"] = workers if workers >= 1 else gen.workers
+        state["workers"] = workers
         if control.batch_size:
             state["global_batch"] = control.batch_size
             resize = resize or control.batch_size != gen.global_batch
