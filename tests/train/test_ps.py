@@ -269,6 +269,18 @@ def test_a_request_for_no_worker_beside_the_servers_is_rejected_once(tmp_path):
     _exactly_once(d, 64, 1)
 
 
+def test_the_staleness_audit_counts_committed_rounds_only(tmp_path):
+    """Generation 0 committed round 0 and was lost in round 1, which generation 1 replayed: gen 0's round-1 records
+    (here a gap of 5) were counted although no sample of them is in the model."""
+    (tmp_path / "ps" / "records").mkdir(parents=True)
+    (tmp_path / "ps" / "state.json").write_text(json.dumps({"round_generation": [0, 1]}))
+    rec = {"worker": 0, "ids": [1], "loss_sum": 0.0}
+    for g, rows in ((0, [(0, 1, 1), (1, 6, 1)]), (1, [(1, 2, 1)])):
+        (tmp_path / "ps" / "records" / f"gen-{g:04d}-worker-000.jsonl").write_text(
+            "".join(json.dumps({**rec, "round": r, "clock": c, "slowest": s}) + "\n" for r, c, s in rows))
+    assert sorted(staleness_gaps(tmp_path).tolist()) == [0, 1]
+
+
 @pytest.mark.slow
 def test_server_count_changes_through_the_checkpoint(tmp_path):
     d = tmp_path / "job"

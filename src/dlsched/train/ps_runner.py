@@ -414,8 +414,10 @@ def staleness_gaps(job_dir: Path) -> np.ndarray:
     """clock − slowest active clock at each SSP/async reply, over every committed record."""
     state = read_state(job_dir)
     gaps = []
-    for g in sorted(set(state["round_generation"])):
+    rounds = state["round_generation"]
+    for g in sorted(set(rounds)):
         for path in sorted((Path(job_dir) / "ps" / "records").glob(f"gen-{g:04d}-worker-*.jsonl")):
+            # a generation lost mid-round left records of a round the next one replayed: not committed, not counted
             gaps += [rec["clock"] - rec["slowest"] for rec in map(json.loads, path.read_text().splitlines())
-                     if "clock" in rec]
+                     if "clock" in rec and rec["round"] < len(rounds) and rounds[rec["round"]] == g]
     return np.asarray(gaps)
