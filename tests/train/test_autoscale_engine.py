@@ -36,6 +36,19 @@ def test_engine_waits_for_its_resize_and_skips_warmup_steps():
     assert made[1]["pairs"][0]["efficiency"] == pytest.approx(0.9)
 
 
+def test_engine_decides_again_after_the_runtime_abandons_its_resize():
+    eng = AutoscaleEngine(AutoscaleConfig(every_steps=2, warmup_steps=0,
+                                          schedule=ScheduleConfig(spawn_size=1, max_workers=4, min_consecutive_passes=1,
+                                                                  min_batches_for_staying=0)))
+    made = []
+    for step in range(1, 7):
+        if step == 3:   # the new worker exited in start-up: the group trains on at 1
+            eng.event({"event": "resize_abandoned", "reason": "a new worker exited in start-up"})
+        eng.observe(_rec(step, 1, 100.0))
+        made.append(eng.decide(_rec(step, 1, 100.0)))
+    assert [(d["step"], d["target"]) for d in made if d] == [(2, 2), (4, 2)]   # old: [(2, 2)], stuck after it
+
+
 @pytest.mark.slow
 def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_path):
     # examples/embedding.py with a step cost that does not depend on the host's load: 5 ms of per-sample compute

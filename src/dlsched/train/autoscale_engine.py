@@ -64,6 +64,12 @@ class AutoscaleEngine:
         if rec.get("samples_per_s"):
             self.cost_past += n * rec["batch_size"] / rec["samples_per_s"] * self.cfg.price_per_worker_s
 
+    def event(self, rec: dict) -> None:
+        """A resize the runtime gave up (``resize_abandoned``) will never reach the pending count: without this the
+        engine waited for it, and decided nothing more for the rest of the run."""
+        if rec.get("event") == "resize_abandoned":
+            self.pending = None
+
     def decide(self, rec: dict) -> dict | None:
         """Every K measured steps at the current count: the schedule's target, with its numbers."""
         measured = self.since_change - self.cfg.warmup_steps
@@ -119,6 +125,7 @@ def run_autoscaled(runtime_cmd: list[str], job_dir: Path, cfg: AutoscaleConfig,
                 seen += len(records)
                 for rec in records:
                     if "event" in rec or "workers" not in rec:
+                        engine.event(rec)
                         continue
                     engine.observe(rec)
                     decision = engine.decide(rec)
