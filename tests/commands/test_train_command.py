@@ -75,3 +75,71 @@ def test_train_on_a_finished_jobs_folder_says_so(tmp_path):
         f"error: {tmp_path / 'job'}: its job trains {script}, not {REPO / 'examples' / 'mlp.py'}; give this one "
         "another --job-dir\n"), other.stdout + other.stderr[-1000:]
     assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] == "finished"   # its record kept
+
+
+@pytest.mark.parametrize("strategy", ["allreduce", "ps"])
+def test_a_spec_trains_at_its_lr_at_its_batch_size_as_the_service_does(tmp_path, strategy):
+    """The service passes a spec's batch_size as the batch its lr is given at (--reference-batch-size);
+    `dlsched train --spec` did not, so a spec with lr 0.05 at batch_size 64 trained at 0.2 (mlp's own batch is 16),
+    and a ps job ignored the reference batch under the service too."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(json.dumps({"name": "s", "entry": "examples/mlp.py:make_job", "batch_size": 64,
+                                "params": {"lr": 0.05, "num_samples": 128}, "strategy": strategy,
+                                "gpus": 2 if strategy == "ps" else 1}))
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--spec", str(spec), "--job-dir",
+                        str(tmp_path / "job")], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stdout[-1000:] + r.stderr[-1000:]
+    steps = [x for x in map(json.loads, (tmp_path / "job" / "progress.jsonl").read_text().splitlines())
+             if "event" not in x]
+    assert steps and {(x["batch_size"], x["lr"]) for x in steps} == {(64, 0.05)}, steps
+
+
+@pytest.mark.parametrize("args, line", [
+    # each was ignored without a word: an all-reduce job trained dense, a ps job started no spare, ...
+    (("--sparse",), "error: --sparse: a parameter-server option, not for --strategy allreduce; add --strategy ps"),
+    (("--sync", "ssp:2"), "error: --sync ssp:2: a parameter-server option, not for --strategy allreduce; add "
+                          "--strategy ps"),
+    (("--servers", "2"), "error: --servers 2: a parameter-server option, not for --strategy allreduce; add "
+                         "--strategy ps"),
+    (("--strategy", "ps", "--standby", "2"), "error: --standby 2: not for --strategy ps (a ps job adds workers at a "
+                                             "round boundary, no spare prepared)"),
+    (("--strategy", "ps", "--batch-mode", "fixed-local"), "error: --batch-mode fixed-local: not for --strategy ps (a "
+                                                          "ps job keeps its global batch and splits it over its workers)"),
+    (("--strategy", "ps", "--ckpt-every", "0"), "error: --ckpt-every 0: not for --strategy ps (a ps job commits a "
+                                                "round every N global batches; give N >= 1)"),   # was 10, unsaid
+    (("--strategy", "ps", "--batch-size", "-4"), "error: --batch-size -4: must be >= 1"),   # was a traceback
+    (("--strategy", "ps", "--batch-size", "0"), "error: --batch-size 0: must be >= 1"),   # was the job's batch
+    (("--max-workers", "4"), "error: --max-workers 4: an autoscale option; add --autoscale (or drop it)"),
+    (("--autoscale", "--sparse"), "error: --sparse: a parameter-server option, not for --strategy allreduce; add "
+                                  "--strategy ps"),
+])
+def test_an_option_the_strategy_has_no_use_for_is_refused_in_one_line(tmp_path, args, line):
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "examples/mlp.py:make_job", "--job-dir",
+                        str(tmp_path / "job"), *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-500:]
+    assert not (tmp_path / "job" / "logs").exists() and not (tmp_path / "job" / "ps").exists()   # nothing started
+
+
+def test_a_ps_folder_is_refused_to_another_job_and_to_all_reduce_and_a_finished_one_says_so(tmp_path):
+    """A ps run on an all-reduce job's folder (or the reverse) started over in it, mixing both runs' records; another
+    entry on a ps folder failed 4 times over a 'foreign checkpoint'; a finished ps job run again logged a second
+    `finished`."""
+    def train(entry, *args):
+        return subprocess.run([sys.executable, "-m", "dlsched.cli", "train", entry, "--job-dir", str(tmp_path / "job"),
+                               "--param", "num_samples=64", *args], capture_output=True, text=True, timeout=300,
+                              cwd=REPO)
+
+    first = train("examples/mlp.py:make_job", "--strategy", "ps")
+    assert first.returncode == 0, first.stdout[-1000:] + first.stderr[-1000:]
+    again = train("examples/mlp.py:make_job", "--strategy", "ps")
+    assert again.returncode == 0 and f"{tmp_path / 'job'}: already finished at step 4; nothing to train" in again.stdout
+    events = [json.loads(x).get("event") for x in (tmp_path / "job" / "progress.jsonl").read_text().splitlines()]
+    assert events.count("finished") == 1
+    other = train("examples/mlp.py:make_job")
+    assert other.returncode == 2 and other.stderr == (f"error: {tmp_path / 'job'}: its job trains with --strategy ps, "
+                                                      "not allreduce; give this one another --job-dir\n"), other.stderr
+    another = train("examples/embedding.py:make_job", "--strategy", "ps")
+    assert another.returncode == 2 and another.stderr == (
+        f"error: {tmp_path / 'job'}: its job trains examples/mlp.py:make_job, not examples/embedding.py:make_job; "
+        "give this one another --job-dir\n"), another.stderr
+    assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] == "finished"   # its record kept

@@ -36,6 +36,19 @@ def test_engine_waits_for_its_resize_and_skips_warmup_steps():
     assert made[1]["pairs"][0]["efficiency"] == pytest.approx(0.9)
 
 
+def test_engine_decides_again_after_the_runtime_abandons_its_resize():
+    eng = AutoscaleEngine(AutoscaleConfig(every_steps=2, warmup_steps=0,
+                                          schedule=ScheduleConfig(spawn_size=1, max_workers=4, min_consecutive_passes=1,
+                                                                  min_batches_for_staying=0)))
+    made = []
+    for step in range(1, 7):
+        if step == 3:   # the new worker exited in start-up: the group trains on at 1
+            eng.event({"event": "resize_abandoned", "reason": "a new worker exited in start-up"})
+        eng.observe(_rec(step, 1, 100.0))
+        made.append(eng.decide(_rec(step, 1, 100.0)))
+    assert [(d["step"], d["target"]) for d in made if d] == [(2, 2), (4, 2)]   # old: [(2, 2)], stuck after it
+
+
 @pytest.mark.slow
 def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_path):
     # examples/embedding.py with a step cost that does not depend on the host's load: 5 ms of per-sample compute
@@ -96,3 +109,40 @@ def test_utility_below_cost_keeps_the_count_although_efficiency_holds():
     assert last["cheap"]["action"] == "grow" and last["cheap"]["pairs"][0]["passes_utility"]
     assert last["dear"]["pairs"][0]["passes_efficiency"] and not last["dear"]["pairs"][0]["passes_utility"]
     assert last["dear"]["action"] == "shrink"  # s = 0.5 >= S, but finishing sooner is worth less than the workers
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_autoscaled_train_stops_its_runtime(tmp_path):
+    """Seen: `kill PID` of `dlsched train --autoscale` killed the engine alone (exit -15) and left its runtime training
+    on, unsteered and unstoppable from there. The job is long (>= 5 min of throttled steps), the stop takes seconds."""
+    import signal
+
+    from dlsched.train.files import read_status
+    from tests.waiting import wait_until
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    d = tmp_path / "job"
+    proc = subprocess.Popen([sys.executable, "-m", "dlsched.cli", "train", f"{REPO / 'examples' / 'mlp.py'}:make_job",
+                             "--job-dir", str(d), "--autoscale", "--autoscale-every", "1000", "--param",
+                             "num_samples=100000", "--param", "throttle_s=0.05"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_until(lambda: any("event" not in r for r in read_progress(d)), 120, "a first step")
+        runtime = read_status(d)["pid"]
+        os.kill(proc.pid, signal.SIGTERM)   # the engine alone, as `kill PID` does
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        try:   # whatever is left of the group (the runtime, where the engine died without it)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 143, out
+    assert read_status(d)["state"] == "stopped" and not _alive(runtime)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -6,6 +6,11 @@ from pathlib import Path
 import typer
 
 
+# the engine's options: given without --autoscale they were ignored without a word
+AUTOSCALE = {"--autoscale-every": 20, "--spawn-size": 1, "--max-workers": 8, "--threshold": 0.1,
+                      "--price-per-worker-hour": 1.0, "--utility": ""}
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
@@ -26,13 +31,15 @@ def register(app: typer.Typer) -> None:
         sync: str = typer.Option("sync", help="ps: sync, ssp:<staleness> or async"),
         sparse: bool = typer.Option(False, help="ps: push/pull only the embedding rows each batch reads"),
         autoscale: bool = typer.Option(False, help="size the job itself by Or et al.'s rules (all-reduce, no scheduler)"),
-        autoscale_every: int = typer.Option(20, help="autoscale: decide every K steps"),
-        spawn_size: int = typer.Option(1, help="autoscale: workers added or removed per decision (N)"),
-        max_workers: int = typer.Option(8, help="autoscale: never more workers than this"),
-        threshold: float = typer.Option(0.1, help="autoscale: scaling-efficiency threshold S"),
-        price_per_worker_hour: float = typer.Option(1.0, help="autoscale: cost of a worker-hour (utility units)"),
-        utility: str = typer.Option("", help="autoscale: VALUE:SECONDS, worth VALUE now and 0 at SECONDS (linear); "
-                                    "empty = efficiency alone"),
+        autoscale_every: int = typer.Option(AUTOSCALE["--autoscale-every"], help="autoscale: decide every K steps"),
+        spawn_size: int = typer.Option(AUTOSCALE["--spawn-size"],
+                                       help="autoscale: workers added or removed per decision (N)"),
+        max_workers: int = typer.Option(AUTOSCALE["--max-workers"], help="autoscale: never more workers than this"),
+        threshold: float = typer.Option(AUTOSCALE["--threshold"], help="autoscale: scaling-efficiency threshold S"),
+        price_per_worker_hour: float = typer.Option(AUTOSCALE["--price-per-worker-hour"],
+                                                    help="autoscale: cost of a worker-hour (utility units)"),
+        utility: str = typer.Option(AUTOSCALE["--utility"], help="autoscale: VALUE:SECONDS, worth VALUE now and 0 "
+                                    "at SECONDS (linear); empty = efficiency alone"),
         checkpoint_uri: str = typer.Option(None, "--checkpoint-uri", help="checkpoint location: a path or fsspec "
                                            "URI (file://, s3://... with its driver); default JOB_DIR/ckpt"),
         spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): entry, params, gpus, batch_size, "
@@ -50,6 +57,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.train.storage import job_folder
 
         script = "--" in sys.argv  # like torchrun: the rest of the line is the script's command
+        reference_batch = None
         # typer hands the words before '--' and after it over as one list: an entry before a script was taken
         # as the command's program ("'x.py:make_job' not found on PATH")
         if script and entry and len(entry) > len(sys.argv) - sys.argv.index("--") - 1:
@@ -62,6 +70,7 @@ def register(app: typer.Typer) -> None:
             script = js.command is not None
             entry = list(js.command) if script else [js.entry]
             param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
+            reference_batch = js.batch_size   # the spec's lr is the LR at its batch_size, as under the service
             max_local_batch = js.max_local_batch if script else None  # a make_job job's limit is its TrainJob's
             strategy, servers, sync, sparse = js.strategy, js.num_servers or 1, js.sync, js.sparse
             checkpoint_uri = js.checkpoint_uri or checkpoint_uri
@@ -101,6 +110,8 @@ def register(app: typer.Typer) -> None:
             argv += ["--entry", entry[0]]
         if batch_size is not None:   # `if batch_size:` dropped --batch-size 0: trained at the script's batch, exit 0
             argv += ["--batch-size", str(batch_size)]
+        if reference_batch is not None:
+            argv += ["--reference-batch-size", str(reference_batch)]
         if checkpoint_uri:
             argv += ["--checkpoint-uri", checkpoint_uri]
         if max_local_batch is not None:
@@ -109,6 +120,11 @@ def register(app: typer.Typer) -> None:
             argv += ["--param", p]
         if script:
             argv += ["--", *entry]
+        given = {"--autoscale-every": autoscale_every, "--spawn-size": spawn_size, "--max-workers": max_workers,
+                 "--threshold": threshold, "--price-per-worker-hour": price_per_worker_hour, "--utility": utility}
+        for flag, value in given.items():
+            if not autoscale and value != AUTOSCALE[flag]:
+                raise UserError(f"{flag} {value}: an autoscale option; add --autoscale (or drop it)")
         if autoscale:
             raise typer.Exit(_autoscaled(argv, job_dir, strategy, autoscale_every, spawn_size, workers, max_workers,
                                          threshold, price_per_worker_hour, utility))

@@ -13,6 +13,7 @@ rests on, is one line of DIR/autoscale.jsonl and of the log.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ import numpy as np
 
 from dlsched.train.autoscale import (DEFAULT_PRICE, LinearUtility, ScheduleConfig, next_worker_count,
                                      passes_utility, scaling_efficiency)
+from dlsched.train import preemption
 from dlsched.train.files import read_control, read_progress, write_control
 
 WARMUP_STEPS = 2
@@ -62,6 +64,12 @@ class AutoscaleEngine:
         if rec.get("samples_per_s"):
             self.cost_past += n * rec["batch_size"] / rec["samples_per_s"] * self.cfg.price_per_worker_s
 
+    def event(self, rec: dict) -> None:
+        """A resize the runtime gave up (``resize_abandoned``) will never reach the pending count: without this the
+        engine waited for it, and decided nothing more for the rest of the run."""
+        if rec.get("event") == "resize_abandoned":
+            self.pending = None
+
     def decide(self, rec: dict) -> dict | None:
         """Every K measured steps at the current count: the schedule's target, with its numbers."""
         measured = self.since_change - self.cfg.warmup_steps
@@ -100,16 +108,24 @@ def run_autoscaled(runtime_cmd: list[str], job_dir: Path, cfg: AutoscaleConfig,
     engine = AutoscaleEngine(cfg)
     control = read_control(job_dir)
     generation = control.generation if control else 0
-    proc = subprocess.Popen(runtime_cmd)
-    seen = 0
+    # a SIGTERM to this process alone (`kill PID` of `dlsched train --autoscale`) killed it and left the runtime
+    # training on, unsteered: it is passed on to the runtime, which stops at its next safe point (exit 143)
+    preemption.install()
+    with preemption.sigterm_blocked():   # the runtime's start-up holds a stop until its handler is in (runtime.md)
+        proc = subprocess.Popen(runtime_cmd)
+    seen, forwarded = 0, False
     try:
         with open(job_dir / "autoscale.jsonl", "a", buffering=1) as out:
             while True:
+                if preemption.requested() and not forwarded:
+                    proc.send_signal(signal.SIGTERM)
+                    forwarded = True
                 running = proc.poll() is None
                 records = read_progress(job_dir)[seen:]
                 seen += len(records)
                 for rec in records:
                     if "event" in rec or "workers" not in rec:
+                        engine.event(rec)
                         continue
                     engine.observe(rec)
                     decision = engine.decide(rec)
@@ -117,7 +133,7 @@ def run_autoscaled(runtime_cmd: list[str], job_dir: Path, cfg: AutoscaleConfig,
                         continue
                     out.write(json.dumps(decision) + "\n")
                     log(_describe(decision))
-                    if decision["target"] != decision["workers"] and running:
+                    if decision["target"] != decision["workers"] and running and not forwarded:
                         generation += 1
                         write_control(job_dir, decision["target"], None, generation)
                 if not running:

@@ -34,7 +34,7 @@ _EVENTS = {
     "resumed": lambda r: (f"resumed from the checkpoint of step {r.get('restored_step')}" if r.get("checkpoint")
                           else "restarted from the beginning (no checkpoint)")
                          + f" (generation {r.get('new_generation')})",
-    "worker_lost": lambda r: f"worker(s) {r.get('workers_lost')} lost",
+    "worker_lost": lambda r: _lost(r) + " lost",
     "shrunk": lambda r: f"worker(s) {r.get('workers_lost')} lost: {r.get('workers')} train on from step "
                         f"{r.get('step')}",
     "rejoined": lambda r: f"back to {r.get('workers')} worker(s) after worker(s) {r.get('workers_lost')} lost"
@@ -42,6 +42,14 @@ _EVENTS = {
     "stopped": lambda r: f"stopped at step {r.get('step')}",
     "control_rejected": lambda r: f"control.json rejected: {r.get('error')}",
 }
+
+
+def _lost(r: dict) -> str:
+    """'worker(s) [1]'; a ps job's loss may be of servers too: 'server(s) [0]', 'server(s) [0] and worker(s) [1]'."""
+    parts = [f"server(s) {r['servers_lost']}"] if r.get("servers_lost") else []
+    if r.get("workers_lost") or not parts:
+        parts.append(f"worker(s) {r.get('workers_lost')}")
+    return " and ".join(parts)
 
 
 def _num(x) -> str:

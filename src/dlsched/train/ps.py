@@ -131,6 +131,10 @@ class Generation:
     ckpt_servers: int = 0  # servers that wrote the checkpoint to restore (another count: re-sharded on load)
     sparse: bool = False  # push/pull only the embedding rows each batch reads (``ps_sparse``)
     store_host: str | None = None  # None: rank 0 hosts the TCPStore on loopback (forked group); else the supervisor does, there
+    # global sample position where ``first_round`` starts: the committed rounds before it may have had another
+    # global batch (a control.json batch change), so r x round size would skip or repeat samples
+    first_position: int = 0
+    reference_batch: int | None = None  # the global batch the job's lr is given at (the spec's); None = the job's
 
     @property
     def local_batch(self) -> int:
@@ -143,12 +147,21 @@ def total_samples(job) -> int:
 
 def round_range(gen: Generation, job, r: int) -> tuple[int, int]:
     """Global sample positions (epoch-major: position g is sample order[g % N] of epoch g // N) of round r."""
+    return round_span(gen, total_samples(job), r)
+
+
+def round_span(gen: Generation, total: int, r: int) -> tuple[int, int]:
+    """Round r's positions of ``total``, counted on from where this generation starts (``first_position``) at
+    its own global batch."""
     size = gen.round_batches * gen.global_batch
-    return r * size, min((r + 1) * size, total_samples(job))
+    start = gen.first_position + (r - gen.first_round) * size
+    return start, min(start + size, total)
 
 
 def num_rounds(gen: Generation, job) -> int:
-    return math.ceil(total_samples(job) / (gen.round_batches * gen.global_batch))
+    """Rounds of the whole run: those committed before this generation plus the ones left at its batch."""
+    left = max(0, total_samples(job) - gen.first_position)
+    return gen.first_round + math.ceil(left / (gen.round_batches * gen.global_batch))
 
 
 def sample_ids(job, start: int, end: int) -> np.ndarray:
@@ -221,6 +234,13 @@ def restore_flat(job_dir: Path, job, servers: int, r: int) -> tuple[torch.Tensor
     return flat, momentum, version
 
 
+def server_lr(gen: Generation, job) -> float:
+    """The servers' SGD learning rate: the job's lr, given at the reference batch, scaled linearly to the batch of
+    one update (as the all-reduce runtime's LR rule): the global batch in sync, one worker's batch in SSP/async."""
+    batch = gen.global_batch if gen.mode.staleness is None else gen.local_batch
+    return job.lr * batch / (gen.reference_batch or job.batch_size)
+
+
 def _exchange_shards(shards: list[torch.Tensor], own: int | None, shard: torch.Tensor | None) -> list[torch.Tensor]:
     """Every server broadcasts its shard to all ranks (collectives need every rank, sized per server)."""
     out = []
@@ -236,8 +256,7 @@ class _Server:
         self.rank, self.gen, self.job, self.shards = rank, gen, job, shards
         self.shard = torch.nn.Parameter(shard)
         # sync: one update per global batch M; SSP/async: one per worker batch (linear LR scaling either way)
-        batch = gen.global_batch if gen.mode.staleness is None else gen.local_batch
-        self.opt = torch.optim.SGD([self.shard], lr=job.lr * batch / job.batch_size, momentum=job.momentum,
+        self.opt = torch.optim.SGD([self.shard], lr=server_lr(gen, job), momentum=job.momentum,
                                    weight_decay=job.weight_decay)
         self.version = 0
         if gen.first_round > 0:
@@ -331,7 +350,8 @@ class _Worker:
         return _local_grad(self.job, self.model, ids, batch)
 
     def _record(self, **rec) -> None:
-        self.records.write(json.dumps({"worker": self.w, **rec}) + "\n")
+        # ``done``: when the batch was applied (wall clock), so a round's throughput can leave out start-up
+        self.records.write(json.dumps({"worker": self.w, **rec, "done": time.time()}) + "\n")
         self.records.flush()
 
     def run_round(self, r: int) -> None:

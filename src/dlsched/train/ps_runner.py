@@ -21,6 +21,7 @@ import math
 import multiprocessing as mp
 import os
 import socket
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
@@ -31,14 +32,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dlsched.errors import UserError
+from dlsched.errors import JobFailed, UserError
 from dlsched.train import preemption
-from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
+from dlsched.train.files import (ControlWatch, ProgressLog, atomic_write_json, job_program, read_status,
+                                 write_status)
 from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
-from dlsched.train.ps import Generation, SyncMode, num_rounds, records_path, restore_flat, run_rank
+from dlsched.train.ps import (Generation, SyncMode, num_rounds, records_path, restore_flat, round_span, run_rank,
+                              server_lr)
 
 STOPPED = 143
 
@@ -57,6 +60,7 @@ class PSOptions:
     throttle: dict = field(default_factory=dict)  # worker index (str) -> extra seconds per step
     sparse: bool = False  # push/pull only the embedding rows each batch reads
     launcher: str = field(default_factory=default_launcher)  # "local" (forked here) or "ray" (a bundle per rank)
+    reference_batch: int | None = None  # the global batch the job's lr is given at (the spec's); None = the job's
 
 
 def _state_path(job_dir: Path) -> Path:
@@ -79,11 +83,26 @@ def read_generation(job_dir: Path, number: int) -> Generation:
     return Generation(**{**fields, "mode": SyncMode.parse(fields["mode"])})
 
 
+def rank_log(job_dir: Path, rank: int) -> Path:
+    return Path(job_dir) / "logs" / f"ps-rank-{rank}.log"
+
+
+def _run_logged(rank: int, gen: Generation) -> None:
+    """A forked rank's body with its stderr in its log: a failing rank's traceback, and its peers' (failing at their
+    next collective), went to the terminal, ~50 lines per restart. stdout stays: rank 0 echoes the step lines."""
+    fd = os.open(rank_log(Path(gen.job_dir), rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(fd, f"{GENERATION_MARK}{gen.number}\n".encode())   # a last line from an earlier generation is no cause
+    sys.stderr.flush()
+    os.dup2(fd, 2)
+    os.close(fd)
+    run_rank(rank, gen, commit_round)
+
+
 class _ForkedRank:
     """A rank forked from this supervisor, seen as a ``launcher.WorkerHandle``."""
 
     def __init__(self, ctx, rank: int, gen: Generation):
-        self._p = ctx.Process(target=run_rank, args=(rank, gen, commit_round), daemon=True)
+        self._p = ctx.Process(target=_run_logged, args=(rank, gen), daemon=True)
         self._p.start()
         self.pid = self._p.pid
 
@@ -121,19 +140,30 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     now = time.time()
     recs = _round_records(job_dir, gen.number, gen.workers, r)
     samples = sum(len(x["ids"]) for x in recs)
+    start, end = round_span(gen, state["total_samples"], r)
+    state["steps"] = committed_steps(state) + math.ceil((end - start) / gen.global_batch)
+    state["position"] = end
     done_samples = state.get("samples", 0) + samples
     state["samples"] = done_samples
-    elapsed = max(now - state.get("last_commit", now), 1e-9)
+    since = state.get("last_commit", now)
+    if r == gen.first_round and recs and all("done" in x for x in recs):
+        # a generation's first round: from its first batch, not from before its processes started and joined
+        # (the round's rate came out ~40x low on every start, resize and restart)
+        since = max(since, min(x["done"] - x["time"] for x in recs))
+    elapsed = max(now - since, 1e-9)
     per_worker = Counter()
     for x in recs:
         per_worker[x.get("worker", 0)] += len(x["ids"])
     job_samples = state["num_samples"]
     log = ProgressLog(job_dir, echo=HumanProgress())   # the round's step line, also as a human line in the job's log
     log.write({
-        "time": now, "step": (r + 1) * gen.round_batches, "round": r, "epoch": (done_samples - 1) // job_samples,
+        "time": now, "step": state["steps"], "round": r, "epoch": (done_samples - 1) // job_samples,
         "samples": done_samples, "loss": sum(x["loss_sum"] for x in recs) / max(samples, 1),
-        "samples_per_s": samples / elapsed, "workers": gen.workers, "servers": gen.servers, "sync": str(gen.mode),
-        "batch_size": gen.global_batch, "generation": gen.number, "total_samples": state["total_samples"],
+        "samples_per_s": samples / elapsed,
+        "per_worker_samples_per_s": [per_worker[w] / elapsed for w in range(gen.workers)], "workers": gen.workers,
+        "servers": gen.servers, "sync": str(gen.mode),
+        "batch_size": gen.global_batch, "lr": state.get("lr"), "generation": gen.number,
+        "total_samples": state["total_samples"],
         # the request this generation answers: one that resizes ends it right after it is read (below), one that
         # changes nothing the ps runtime acts on (a move: its ranks use no GPU) is answered as it stands
         "control_generation": state["control_generation"], "strategy": "ps"})
@@ -141,15 +171,20 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     watch = ControlWatch(job_dir, lambda error: log.write({"event": "control_rejected", "error": error, "time": now}),
                          state["control_generation"], state.get("rejected_control"))
     control = watch.poll()
+    if control is not None and control.workers <= gen.servers:   # was ignored without a word
+        if state.get("rejected_generation") != control.generation:   # once, not at every round while it stands
+            log.write({"event": "control_rejected", "time": now, "error": f"workers={control.workers}: a ps job's "
+                       f"slots hold its {gen.servers} server(s) and at least one worker"})
+        state["rejected_generation"], control = control.generation, None
     log.close()
     state["rejected_control"] = watch.rejected_digest
     fresh = control is not None
     # control.json counts the job's slots, as the scheduler does: servers + workers
     workers = control.workers - gen.servers if fresh else gen.workers
-    resize = fresh and workers != gen.workers and workers >= 1
+    resize = fresh and workers != gen.workers
     if fresh:
         state["control_generation"] = control.generation
-        state["workers"] = workers if workers >= 1 else gen.workers
+        state["workers"] = workers
         if control.batch_size:
             state["global_batch"] = control.batch_size
             resize = resize or control.batch_size != gen.global_batch
@@ -157,10 +192,20 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
     return r + 1 < rounds and not resize
 
 
+def committed_position(state: dict) -> int:
+    """Global sample position the committed rounds reached (state files before it was kept: their samples)."""
+    return state.get("position", state["samples"])
+
+
+def committed_steps(state: dict) -> int:
+    """Global batches the committed rounds trained, each round at its own batch."""
+    return state.get("steps", math.ceil(state["samples"] / state["global_batch"]))
+
+
 def _fresh_state(opts: PSOptions, job) -> dict:
     return {"servers": opts.servers, "sync": str(opts.mode), "workers": opts.workers,
             "global_batch": opts.batch_size or job.batch_size, "round_batches": opts.ckpt_every,
-            "round_generation": [], "generation": -1, "control_generation": -1, "samples": 0,
+            "round_generation": [], "generation": -1, "control_generation": -1, "samples": 0, "position": 0, "steps": 0,
             "num_samples": job.num_samples, "total_samples": job.num_samples * job.epochs, "restarts": 0}
 
 
@@ -180,6 +225,7 @@ class PSRunner:
     def _start_ranks(self, gen: Generation) -> tuple[Generation, list, object]:
         """The generation's P + W processes (servers first), the generation as started, and the TCPStore
         this supervisor hosts for it (None: rank 0 hosts it)."""
+        (self.job_dir / "logs").mkdir(exist_ok=True)
         if self.launcher is None:
             ctx = mp.get_context("fork")  # no re-import of torch and the job per process
             load_lazy_training_modules()
@@ -189,12 +235,16 @@ class PSRunner:
         store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=120))
         gen = replace(gen, port=store.port, store_host=host)
         atomic_write_json(generation_path(self.job_dir, gen.number), {**asdict(gen), "mode": str(gen.mode)})
-        (self.job_dir / "logs").mkdir(exist_ok=True)
         ranks = [self.launcher.start(["--job-dir", str(self.job_dir), "--worker-id", str(rank),
                                       "--generation", str(gen.number)],
-                                     self.job_dir / "logs" / f"ps-rank-{rank}.log", "", module="dlsched.train.ps_process")
+                                     rank_log(self.job_dir, rank), "", module="dlsched.train.ps_process")
                  for rank in range(gen.servers + gen.workers)]
         return gen, ranks, store
+
+    def _status(self, state: str, workers: int, error: str | None = None, **extra) -> None:
+        # program and strategy: what this folder trains, so another job or an all-reduce run is refused on it
+        write_status(self.job_dir, state, os.getpid(), workers, error, program=job_program(self.opts.entry, None),
+                     strategy="ps", **extra)
 
     def _state(self) -> dict:
         state = read_state(self.job_dir)
@@ -216,18 +266,26 @@ class PSRunner:
         return Generation(self.opts.entry, self.opts.params, self.opts.servers, state["workers"], self.opts.mode,
                           state["global_batch"], state["round_batches"], state["generation"] + 1,
                           len(state["round_generation"]), str(self.job_dir), _free_port(), self.opts.throttle,
-                          state.get("ckpt_servers", state["servers"]), sparse=self.opts.sparse)
+                          state.get("ckpt_servers", state["servers"]), sparse=self.opts.sparse,
+                          first_position=committed_position(state), reference_batch=self.opts.reference_batch)
 
     def run(self) -> int:
+        # `dlsched train` runs this in-process, past run.py's own install: without it a SIGTERM killed the
+        # supervisor alone and its forked ranks trained on unsupervised (status "running", no "stopped")
+        preemption.install()
         state = self._state()
+        if (read_status(self.job_dir) or {}).get("state") == "finished":   # wrote a second `finished`, a new loss
+            print(f"{self.job_dir}: already finished at step {committed_steps(state)}; nothing to train", flush=True)
+            return 0
         while True:
             gen = self._generation(state)
             if gen.first_round >= num_rounds(gen, self.job):
                 return self._finish()
             state["generation"] = gen.number
+            state["lr"] = server_lr(gen, self.job)   # for the step records (commit_round)
             atomic_write_json(_state_path(self.job_dir), state)
             gen, procs, store = self._start_ranks(gen)
-            write_status(self.job_dir, "running", os.getpid(), gen.workers, servers=gen.servers, generation=gen.number,
+            self._status("running", gen.workers, servers=gen.servers, generation=gen.number,
                          server_pids=[p.pid for p in procs[:gen.servers]],
                          worker_pids=[p.pid for p in procs[gen.servers:]])
             lost = self._wait(procs)
@@ -237,16 +295,23 @@ class PSRunner:
             del store  # the generation's group is gone
             state = read_state(self.job_dir)
             if lost == STOPPED:
-                self.progress.write({"event": "stopped", "round": len(state["round_generation"]), "time": time.time()})
-                write_status(self.job_dir, "stopped", os.getpid(), gen.workers)
+                self.progress.write({"event": "stopped", "round": len(state["round_generation"]),
+                                     "step": committed_steps(state), "time": time.time()})
+                self._status("stopped", gen.workers)
                 return STOPPED
             if lost:
                 state["restarts"] += 1
+                lost, cause = _lost_ranks(self.job_dir, lost)
                 self.progress.write({"event": "worker_lost", "exit_codes": lost, "new_generation": gen.number + 1,
-                                     "restored_round": len(state["round_generation"])})
+                                     "servers_lost": [r for r in lost if r < gen.servers],
+                                     "workers_lost": [r - gen.servers for r in lost if r >= gen.servers],
+                                     "restored_round": len(state["round_generation"]),
+                                     "restored_step": committed_steps(state), "error": cause})
                 if state["restarts"] > self.opts.max_restarts:
-                    write_status(self.job_dir, "failed", os.getpid(), gen.workers, f"processes lost: {lost}")
-                    return 1
+                    error = (f"{_ranks(lost, gen.servers)} died; gave up after {self.opts.max_restarts} restarts: "
+                             f"{cause} (rank logs in {self.job_dir / 'logs'})")
+                    self._status("failed", gen.workers, error)
+                    raise JobFailed(error)
             elif state["workers"] != gen.workers or state["global_batch"] != gen.global_batch:
                 self.progress.write({"event": "resized", "from_workers": gen.workers, "workers": state["workers"],
                                      "batch_size": state["global_batch"], "round": len(state["round_generation"])})
@@ -271,12 +336,41 @@ class PSRunner:
     def _finish(self) -> int:
         state = read_state(self.job_dir)
         loss = final_loss(self.job_dir, self.opts.entry, self.opts.params, state)
-        steps = math.ceil(state["samples"] / state["global_batch"])  # global batches trained into the model
-        self.progress.write({"event": "finished", "step": steps, "round": len(state["round_generation"]),
+        self.progress.write({"event": "finished", "step": committed_steps(state), "round": len(state["round_generation"]),
                              "final_loss": loss, "time": time.time()})   # when it ended (service/recovery.py)
         print(f"parameter server ({state['sync']}, {state['servers']} servers): final loss over the dataset {loss:.4f}")
-        write_status(self.job_dir, "finished", os.getpid(), state["workers"], final_loss=loss)
+        self._status("finished", state["workers"], final_loss=loss)
         return 0
+
+
+def _ranks(lost: dict, servers: int) -> str:
+    return ", ".join(f"server {r}" if r < servers else f"worker {r - servers}" for r in sorted(lost))
+
+
+# a rank whose peer died fails at its next exchange with gloo's transport error, naming no cause of its own
+PEER_LOST = "gloo/transport/tcp"
+GENERATION_MARK = "--- dlsched ps generation "
+
+
+def _last_lines(job_dir: Path, lost: dict) -> dict:
+    """{rank: what ended it}: a signal, else its log's last line in this generation."""
+    out = {}
+    for r, code in sorted(lost.items()):
+        try:
+            tail = [x for x in rank_log(job_dir, r).read_text(errors="replace").splitlines() if x.strip()]
+        except OSError:
+            tail = []
+        last = tail[-1] if tail and not tail[-1].startswith(GENERATION_MARK) else f"exit {code}"
+        out[r] = f"killed by signal {-code}" if code < 0 else last
+    return out
+
+
+def _lost_ranks(job_dir: Path, lost: dict) -> tuple[dict, str]:
+    """The ranks lost, not the peers their loss then failed at the next exchange (all, where none is told apart),
+    and the first one's cause."""
+    lines = _last_lines(job_dir, lost)
+    own = {r: lost[r] for r, x in lines.items() if PEER_LOST not in x} or lost
+    return own, lines[min(own)]
 
 
 def final_model(job_dir: Path, entry: str, params: dict, state: dict) -> torch.nn.Module:
@@ -320,8 +414,10 @@ def staleness_gaps(job_dir: Path) -> np.ndarray:
     """clock − slowest active clock at each SSP/async reply, over every committed record."""
     state = read_state(job_dir)
     gaps = []
-    for g in sorted(set(state["round_generation"])):
+    rounds = state["round_generation"]
+    for g in sorted(set(rounds)):
         for path in sorted((Path(job_dir) / "ps" / "records").glob(f"gen-{g:04d}-worker-*.jsonl")):
+            # a generation lost mid-round left records of a round the next one replayed: not committed, not counted
             gaps += [rec["clock"] - rec["slowest"] for rec in map(json.loads, path.read_text().splitlines())
-                     if "clock" in rec]
+                     if "clock" in rec and rec["round"] < len(rounds) and rounds[rec["round"]] == g]
     return np.asarray(gaps)

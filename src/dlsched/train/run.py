@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import traceback
+from pathlib import Path
 
 from dlsched.errors import JobFailed, UserError
 from dlsched.train import fence, storage
@@ -64,14 +65,6 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
         raise UserError(f"--checkpoint-uri {a.checkpoint_uri!r}: a non-empty path or URI, for an all-reduce job only")
     if a.ckpt_every < 0:   # -1 checkpointed on every step (step % -1 == 0)
         raise UserError(f"--ckpt-every {a.ckpt_every}: must be >= 0 (0 = never)")
-    if a.strategy == "ps":
-        return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
-                         servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
-                         ckpt_every=a.ckpt_every or 10, max_restarts=a.max_restarts, sparse=a.sparse)
-    if a.workers < 1:
-        raise UserError(f"--workers {a.workers}: must be >= 1")
-    if a.strategy == "fleet":
-        return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
     for flag, value in (("--batch-size", a.batch_size), ("--reference-batch-size", a.reference_batch_size),
                         ("--max-local-batch", a.max_local_batch)):
         if value is not None and value < 1:
@@ -79,11 +72,50 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
     if a.max_local_batch is not None and command is None:
         raise UserError(f"--max-local-batch {a.max_local_batch}: for a script after '--' (a make_job job sets "
                         "TrainJob.max_local_batch)")
+    _refuse_other_strategies_options(a)
+    if a.strategy == "ps":
+        return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
+                         servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
+                         ckpt_every=a.ckpt_every, max_restarts=a.max_restarts, sparse=a.sparse,
+                         reference_batch=a.reference_batch_size)
+    if a.workers < 1:
+        raise UserError(f"--workers {a.workers}: must be >= 1")
+    if a.strategy == "fleet":
+        return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
     return Options(job_dir=a.job_dir, entry=a.entry, command=command, workers=a.workers, batch_size=a.batch_size, reference_batch=a.reference_batch_size,
                    params=parse_params(a.param), batch_mode=BatchMode(a.batch_mode), ckpt_every=a.ckpt_every,
                    threads=a.threads, record_samples=a.record_samples, checkpoint_uri=a.checkpoint_uri,
                    standby=a.standby, max_restarts=a.max_restarts, replace_stragglers=not a.no_replace_stragglers,
                    max_local_batch=a.max_local_batch)
+
+
+def _refuse_other_strategies_options(a: argparse.Namespace) -> None:
+    """An option the chosen strategy has no use for was ignored without a word (``--sparse`` on an all-reduce job
+    trained dense, ``--standby 2`` on a ps job started no spare): one line naming it, as the job spec refuses."""
+    if a.strategy != "ps":
+        for flag, value, given in (("--servers", a.servers, a.servers != 1), ("--sync", a.sync, a.sync != "sync"),
+                                   ("--sparse", "", a.sparse)):
+            if given:
+                raise UserError(f"{flag} {value}".strip() + f": a parameter-server option, not for --strategy "
+                                f"{a.strategy}; add --strategy ps")
+        return
+    for flag, value, given, why in (
+            ("--standby", a.standby, a.standby != 0, "a ps job adds workers at a round boundary, no spare prepared"),
+            ("--batch-mode", a.batch_mode, a.batch_mode != BatchMode.FIXED_GLOBAL.value,
+             "a ps job keeps its global batch and splits it over its workers"),
+            ("--ckpt-every", a.ckpt_every, a.ckpt_every == 0, "a ps job commits a round every N global batches; "
+             "give N >= 1")):
+        if given:
+            raise UserError(f"{flag} {value}: not for --strategy ps ({why})")
+
+
+def _folder_strategy(job_dir) -> str | None:
+    """How the folder's job trains: its status says (a ps run's, or any run's with a program: all-reduce's), or
+    a ps run's state file does (runs before status.json named it); None for a folder no run has trained in."""
+    status = read_status(job_dir) or {}
+    if status.get("strategy") or (Path(job_dir) / "ps" / "state.json").exists():
+        return status.get("strategy") or "ps"
+    return "allreduce" if status.get("program") else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,11 +126,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {fence.lock_path(opts.job_dir)}: another coordinator holds this job folder; "
                   f"leaving it alone ({fence.holder_line(opts.job_dir)})", file=sys.stderr)
             return fence.EXIT_FENCED
-        if isinstance(opts, Options):   # another job's folder: resuming would load that job's checkpoint
-            was, now = (read_status(opts.job_dir) or {}).get("program"), job_program(opts.entry, opts.command)
+        if isinstance(opts, (Options, PSOptions)):   # another job's folder: resuming would load that job's checkpoint
+            status = read_status(opts.job_dir) or {}
+            was, now = status.get("program"), job_program(opts.entry, getattr(opts, "command", None))
             if was is not None and was != now:   # status.json stays as it is: that job's record
                 print(f"error: {opts.job_dir}: its job trains {was}, not {now}; give this one another --job-dir",
                       file=sys.stderr)
+                return 2
+            # the same job under the other strategy started over in the folder, mixing its records into the first's
+            strategy = "ps" if isinstance(opts, PSOptions) else "allreduce"
+            was_strategy = _folder_strategy(opts.job_dir)
+            if was_strategy is not None and was_strategy != strategy:
+                print(f"error: {opts.job_dir}: its job trains with --strategy {was_strategy}, not {strategy}; give "
+                      "this one another --job-dir", file=sys.stderr)
                 return 2
         if isinstance(opts, FleetOptions):
             from dlsched.train.fleet_job import run_job   # FLEET's runtime (no ensemble job, no import)
