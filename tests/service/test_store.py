@@ -308,3 +308,22 @@ def test_a_full_database_says_so_and_leaves_no_transaction_open(tmp_path):
     c.execute("PRAGMA max_page_count = 1000000")   # room again: the same connection writes on
     s.submit(SPEC)
     assert s.count() == before + 1
+
+
+def test_a_jobs_predictions_are_kept_one_a_minute_or_one_a_percent_and_the_newest_always(tmp_path):
+    """The loop stores a prediction every round a job trains (2 s): about 600 bytes each, 26 MB a day of one job,
+    never pruned. The history keeps one a minute or one per 1 % of progress; the newest is always the last made."""
+    s = Store(tmp_path / "s.db")
+    slow, fast, blind = s.submit(SPEC), s.submit(SPEC), s.submit(SPEC)
+    for r in range(900):   # half an hour of 2 s rounds
+        t = 2.0 * r
+        s.add_prediction(slow, t, r / 1e5, 100.0, 9.0, 10.0, {"final": r, "curve": [[0, 1.0]]})
+        s.add_prediction(fast, t, r / 900, 100.0, 9.0, 10.0, {"final": r})
+        s.add_prediction(blind, t, None, None, None, None, None)
+        assert s.latest_prediction(slow)["loss_fit"] == {"final": r, "curve": [[0, 1.0]]}
+    kept = s.predictions(slow)
+    assert 30 <= len(kept) <= 32 and all(b["time"] - a["time"] >= 60 for a, b in zip(kept[:-2], kept[1:-1]))
+    assert [p for p in kept if "curve" in p["loss_fit"]] == [kept[-1]]
+    done = [p["fraction_done"] for p in s.predictions(fast)]
+    assert 95 <= len(done) <= 101 and all(b - a >= 0.01 - 1e-9 for a, b in zip(done[:-2], done[1:-1]))
+    assert 30 <= len(s.predictions(blind)) <= 32

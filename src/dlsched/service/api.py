@@ -392,8 +392,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     @api.get("/jobs/{job_id}/predictions")
     def predictions(job_id: JobId, after: After = 0, limit: OptionalLimit = None) -> list[dict]:
-        """The job's refits (one a round it trained) after row ``after``, at most ``limit``: each carries its
-        ``id`` to page on."""
+        """The job's refits after row ``after``, at most ``limit``: one a minute or per 1 % of its progress, and
+        the newest (``store.KEEP_EVERY_S``); each carries its ``id`` to page on."""
         store.get(job_id)
         return store.predictions(job_id, after_id=after, limit=limit)
 

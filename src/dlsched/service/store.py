@@ -161,12 +161,32 @@ def _prediction(row: sqlite3.Row) -> dict:
     return dict(row) | {"loss_fit": json.loads(row["loss_fit"]) if row["loss_fit"] else None}
 
 
+# A job's history of predictions keeps one per minute or per 1 % of its progress, whichever comes first: the loop
+# stores one every round the job trains, about 600 bytes at 2 s rounds, 26 MB a day of one job, never pruned. Its
+# readers (the run report's predicted-vs-actual, own_calibration's fraction bands) need no finer grid.
+KEEP_EVERY_S = 60.0
+KEEP_EVERY_FRACTION = 0.01
+
+
+def _superseded(newest: sqlite3.Row, before: sqlite3.Row) -> bool:
+    """Whether the newest row is within a minute and 1 % of progress of the one before it: the next replaces it."""
+    if newest["time"] - before["time"] >= KEEP_EVERY_S:
+        return False
+    done, was = newest["fraction_done"], before["fraction_done"]
+    return (done is None) == (was is None) and (done is None or abs(done - was) < KEEP_EVERY_FRACTION)
+
+
 def _insert_prediction(c: sqlite3.Connection, job_id: int, values: tuple) -> None:
-    """A job's new prediction (``values``: time .. policy_finish); its previous one loses its ``loss_fit``'s
-    ``curve`` (and its metric target's). The loop stores one every round the job trains, and 121 curve points were
-    about 93 % of a row (about 200 MB a day of a job at 2 s rounds); only the newest curve is read."""
-    c.execute("UPDATE predictions SET loss_fit = json_remove(loss_fit, '$.curve', '$.metric_target.curve') WHERE id = "
-              "(SELECT MAX(id) FROM predictions WHERE job_id = ?) AND loss_fit IS NOT NULL", (job_id,))
+    """A job's new prediction (``values``: time .. policy_finish). Its previous one is replaced where superseded,
+    else it stays and loses its ``loss_fit``'s ``curve`` (and its metric target's): 121 curve points were about
+    93 % of a row, and only the newest curve is read."""
+    last = c.execute("SELECT id, time, fraction_done FROM predictions WHERE job_id = ? ORDER BY id DESC LIMIT 2",
+                     (job_id,)).fetchall()
+    if len(last) == 2 and _superseded(*last):
+        c.execute("DELETE FROM predictions WHERE id = ?", (last[0]["id"],))
+    elif last:
+        c.execute("UPDATE predictions SET loss_fit = json_remove(loss_fit, '$.curve', '$.metric_target.curve') "
+                  "WHERE id = ? AND loss_fit IS NOT NULL", (last[0]["id"],))
     c.execute("INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, predicted_finish, "
               "loss_fit, forecast_time, predicted_start, policy_finish) VALUES (?,?,?,?,?,?,?,?,?,?)",
               (job_id, *values))
