@@ -114,3 +114,27 @@ def test_philly_submit_times_do_not_depend_on_the_machine_time_zone(tmp_path, mo
     monkeypatch.delenv("TZ")
     time.tzset()
     assert gaps == [7200.0, 7200.0]
+
+
+def test_own_trace_odd_rows_are_one_line_each(tmp_path):
+    """A cluster's own Philly-style trace: a zero duration became 1 s without a word, a short row read
+    "field 'num_gpus' = None", and a gpu_type or job_id column was dropped silently."""
+    p = tmp_path / "mine.csv"
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2024-01-01 00:00:00,0,2,0,prod\n"
+                 "2024-01-01 00:01:00,3600\n2024-01-01 00:02:00,-5,1,-5,prod\n2024-01-01 00:03:00,60,1,60,prod\n")
+    with pytest.raises(UserError, match=r"^\S*mine.csv:2: field 'duration' = '0': must be > 0$"):
+        read_workload(p)
+    w = read_workload(p, skip_bad=True)
+    assert [j.duration for j in w.jobs] == [60.0]
+    assert w.skipped[1].endswith(":3: field 'fields' = 2: expected 5 comma-separated fields (num_gpus missing)")
+    assert w.skipped[2].endswith(":4: field 'duration' = '-5': must be > 0") and len(w.skipped) == 3
+    assert w.assumed == []
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster,gpu_type,job_id\n"
+                 "2024-01-01 00:00:00,100,1,100,prod,a100,j1\n")
+    assert read_workload(p).assumed == [f"{p}: column(s) gpu_type, job_id not read: not part of the Philly format "
+                                        f"(timestamp, duration, num_gpus, gpu_time, cluster)"]
+    p.write_text("name,time,application,num_replicas,batch_size,gpu_type\na,0,cifar10,1,128,v100\nb,5,cifar10\n")
+    w = read_workload(p, skip_bad=True)
+    assert [j.id for j in w.jobs] == ["a"] and "gpu_type" in w.assumed[0] and "Pollux format" in w.assumed[0]
+    assert w.skipped == [f"{p}:3: field 'fields' = 3: expected 6 comma-separated fields (num_replicas, batch_size "
+                         f"missing)"]

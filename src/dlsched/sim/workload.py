@@ -20,6 +20,7 @@ from dlsched.paths import shared_data
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
+PHILLY_READ = PHILLY_COLUMNS[:3]   # gpu_time is duration x num_gpus; the virtual cluster is not modelled
 GAVEL_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
                 "scale_factor", "priority_weight", "SLO", "arrival_time")
 
@@ -61,15 +62,31 @@ class _Rows:
         self.skipped.append(msg)
 
 
-def _ragged(rows: _Rows, line: int, row: dict, header: list[str]) -> bool:
-    """A row with more fields than the header (csv puts the extra ones under None): a bad row, never truncated."""
-    if None not in row:
+def _ragged(rows: _Rows, line: int, row: dict, header: list[str], required: tuple[str, ...] = ()) -> bool:
+    """A row with more fields than the header (csv puts the extra ones under None): a bad row, never truncated. A
+    row short of a required field (csv gives it None) is one too, named as such: it read "field 'num_gpus' = None:
+    not a valid integer", a Python value the file never held."""
+    if None in row:
+        rows.bad(line, "fields", len(header) + len(row[None]), f"expected {len(header)} comma-separated fields")
+        return True
+    missing = [c for c in required if row.get(c) is None]
+    if not missing:
         return False
-    rows.bad(line, "fields", len(header) + len(row[None]), f"expected {len(header)} comma-separated fields")
+    rows.bad(line, "fields", sum(v is not None for v in row.values()),
+             f"expected {len(header)} comma-separated fields ({', '.join(missing)} missing)")
     return True
 
 
-def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float | None = None):
+def _unread_columns(path: Path, header: list[str] | None, own: tuple[str, ...], reader: str) -> list[str]:
+    """A note for header columns the reader does not read (a ``gpu_type`` or ``job_id`` added to a trace of one's own
+    cluster was dropped without a word; the simulator has no per-job GPU type or id column)."""
+    extra = [c for c in header or [] if c and c not in own]
+    return [f"{path}: column(s) {', '.join(extra)} not read: not part of the {reader} format ({', '.join(own)})"] if extra \
+        else []
+
+
+def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float | None = None,
+         above: float | None = None):
     raw = row.get(fld)
     try:
         value = kind(raw)
@@ -80,6 +97,9 @@ def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float
         return None
     if minimum is not None and value < minimum:
         rows.bad(line, fld, raw, f"must be >= {minimum}")
+        return None
+    if above is not None and value <= above:
+        rows.bad(line, fld, raw, f"must be > {above}")
         return None
     return value
 
@@ -120,7 +140,7 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
     rows, jobs, seen = _Rows(path, skip_bad), [], set()
     reader = _open_csv(path, POLLUX_COLUMNS, text)
     for line, row in enumerate(reader, start=2):
-        if _ragged(rows, line, row, reader.fieldnames):
+        if _ragged(rows, line, row, reader.fieldnames, POLLUX_COLUMNS):
             continue
         name = (row.get("name") or "").strip()
         if not name:
@@ -145,7 +165,8 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
             continue
         seen.add(name)
         jobs.append(WorkloadJob(name, t, n, app=app, batch_size=b))
-    return Workload(_by_arrival(jobs), str(path), rows.skipped)
+    return Workload(_by_arrival(jobs), str(path), rows.skipped,
+                    _unread_columns(path, reader.fieldnames, POLLUX_COLUMNS, "Pollux"))
 
 
 def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = None, *,
@@ -156,7 +177,7 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
     rows, raw = _Rows(path, skip_bad), []
     reader = _open_csv(path, PHILLY_COLUMNS, text)
     for line, row in enumerate(reader, start=2):
-        if _ragged(rows, line, row, reader.fieldnames):
+        if _ragged(rows, line, row, reader.fieldnames, PHILLY_READ):
             continue
         try:
             ts = datetime.fromisoformat((row.get("timestamp") or "").strip())
@@ -166,18 +187,21 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
         except ValueError:
             rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS)")
             continue
-        d = _num(rows, line, row, "duration", float, 0)
+        # a zero duration became 1 s without a word (Philly's own shortest job is 1 s)
+        d = _num(rows, line, row, "duration", float, above=0)
         if d is None:
             continue
         g = _num(rows, line, row, "num_gpus", int, 1)
         if g is None:
             continue
-        raw.append((ts, line, max(d, 1.0), g))
+        raw.append((ts, line, d, g))
         if limit and len(raw) >= limit:
             break
     t0 = min((r[0] for r in raw), default=0.0)
     jobs = [WorkloadJob(f"philly-{line}", ts - t0, g, duration=d) for ts, line, d, g in raw]
-    return Workload(_by_arrival(jobs), str(path), rows.skipped)
+    # gpu_time and cluster are the format's own columns: not read, but no surprise to a Philly trace's user
+    return Workload(_by_arrival(jobs), str(path), rows.skipped,
+                    _unread_columns(path, reader.fieldnames, PHILLY_COLUMNS, "Philly"))
 
 
 def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[str, float] | None = None, *,
