@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.policy.base import ClusterView, make_policy, policy_names
         from dlsched.sim.engine import PLACEMENTS, bad_knob, run
         from dlsched.sim.comparison import print_summary, summary_frame, write_report
-        from dlsched.sim.remaining import parse_remaining
+        from dlsched.sim.remaining import mode_label, parse_remaining
         from dlsched.sim.workload import bundled_workload, read_workload
 
         if as_json and as_csv:
@@ -143,6 +143,9 @@ def register(app: typer.Typer) -> None:
         if len(cluster.gpu_types) > 1 and unsped:   # a heterogeneous cluster whose types all ran alike, silently
             wl.assumed.append(f"--gpu-speed gives no factor for GPU type(s) {', '.join(unsped)}: they run at 1.0 "
                               f"(the traced GPU's speed)")
+        told, note = mode_label(mode, wl.jobs)
+        if note:
+            wl.assumed.append(note)
         for note in wl.assumed:
             console.print(f"[yellow]assumed: {note}[/]")
         if not wl.jobs:
@@ -163,10 +166,10 @@ def register(app: typer.Typer) -> None:
                                    remaining=mode, seed=seed,
                                    gpu_speed=speeds, horizon=horizon, placement=placement,
                                    on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
-        frame = summary_frame(results, horizon).assign(remaining=str(mode))   # the information the policies had
+        frame = summary_frame(results, horizon).assign(remaining=told)   # the information the policies had
         # the file read: `-w 2` titled its table "2, 16 nodes ..."
         title = (f"{bundled_workload(workload).name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs "
-                 f"(remaining work: {mode})")
+                 f"(remaining work: {told})")
         if as_json:
             print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
         elif as_csv:
