@@ -106,3 +106,14 @@ def test_the_table_is_titled_with_the_workload_read_and_wide_shows_every_column(
     wide = _cli("-w", "2", "-p", "fifo", "--horizon", "3600", "--wide", columns=80)
     assert wide.returncode == 0, wide.stderr
     assert "not shown" not in wide.stdout and "p50 JCT" in wide.stdout and "remaining" in wide.stdout, wide.stdout
+
+
+def test_progress_is_plain_lines_when_stderr_is_no_terminal(tmp_path):
+    """Piped (a script, a CI log), the rich bar never drew: the full Philly trace ran for minutes without a word."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    r = _cli("--workload", str(w), "-p", "srtf", "-p", "fifo", "--csv")
+    assert r.returncode == 0, r.stderr
+    done = [ln for ln in r.stderr.splitlines() if " jobs finished, simulated " in ln]
+    assert [ln.split(",")[0] for ln in done] == ["srtf: 3/3 jobs finished", "fifo: 3/3 jobs finished"], r.stderr
+    assert "jobs finished" not in r.stdout

@@ -43,6 +43,30 @@ def parse_speeds(spec: str | None) -> dict[str, float]:
     return out
 
 
+class ProgressLines:
+    """Progress as plain lines, for a stream that is no terminal: one every ``every_s`` seconds of wall clock and
+    one when the policy's run ends, with the simulated time reached and the wall time taken."""
+
+    def __init__(self, policy: str, stream, every_s: float = 30.0):
+        import time
+
+        self.policy, self.stream, self.every_s = policy, stream, every_s
+        self.clock = time.monotonic
+        self.started = self.last = self.clock()
+
+    def _line(self, t: float, done: int, total: int) -> None:
+        print(f"{self.policy}: {done}/{total} jobs finished, simulated {t / 3600:,.1f} h, "
+              f"{self.clock() - self.started:,.0f} s", file=self.stream, flush=True)
+
+    def __call__(self, t: float, done: int, total: int) -> None:
+        if self.clock() - self.last >= self.every_s:
+            self.last = self.clock()
+            self._line(t, done, total)
+
+    def done(self, t: float, done: int, total: int) -> None:
+        self._line(t, done, total)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
@@ -162,10 +186,15 @@ def register(app: typer.Typer) -> None:
                       TimeElapsedColumn(), console=console, transient=True) as bar:
             for pol in policies:
                 task = bar.add_task(pol.name, total=len(wl.jobs))
+                # piped (a script, a CI log), the bar never draws: a long trace ran minutes without a word
+                lines = None if console.is_terminal else ProgressLines(pol.name, console.file)
                 results.append(run(wl, pol, cluster, interval=interval, restart_penalty=restart_penalty,
                                    remaining=mode, seed=seed,
                                    gpu_speed=speeds, horizon=horizon, placement=placement,
-                                   on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
+                                   on_progress=lines or (lambda t, done, total, task=task:
+                                                         bar.update(task, completed=done))))
+                if lines:
+                    lines.done(results[-1].end_time, int(results[-1].jobs.finish.notna().sum()), len(wl.jobs))
         frame = summary_frame(results, horizon).assign(remaining=told)   # the information the policies had
         # the file read: `-w 2` titled its table "2, 16 nodes ..."
         title = (f"{bundled_workload(workload).name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs "
