@@ -89,7 +89,8 @@ def register(app: typer.Typer) -> None:
         horizon: Optional[float] = typer.Option(None, help="stop at this simulated time (s)"),
         limit: Optional[int] = typer.Option(None, help="read only the first N rows of a Philly trace"),
         skip_bad: bool = typer.Option(False, "--skip-bad", help="skip bad trace rows (counted and reported)"),
-        report: Optional[Path] = typer.Option(None, help="write CSVs, plots and report.md to this folder"),
+        report: Optional[Path] = typer.Option(None, help="write CSVs (summary, per job, per decision), plots and "
+                                              "report.md (which defines each column) to this folder"),
         as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout (progress on stderr)"),
         as_csv: bool = typer.Option(False, "--csv", help="the comparison as CSV on stdout (progress on stderr)"),
         wide: bool = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width"),

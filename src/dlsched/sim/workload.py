@@ -81,8 +81,9 @@ def _unread_columns(path: Path, header: list[str] | None, own: tuple[str, ...], 
     """A note for header columns the reader does not read (a ``gpu_type`` or ``job_id`` added to a trace of one's own
     cluster was dropped without a word; the simulator has no per-job GPU type or id column)."""
     extra = [c for c in header or [] if c and c not in own]
-    return [f"{path}: column(s) {', '.join(extra)} not read: not part of the {reader} format ({', '.join(own)})"] if extra \
-        else []
+    if not extra:
+        return []
+    return [f"{path}: column(s) {', '.join(extra)} not read: not part of the {reader} format ({', '.join(own)})"]
 
 
 def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float | None = None,
