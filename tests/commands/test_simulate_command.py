@@ -42,6 +42,9 @@ def _assert_one_line_error(tmp_path, monkeypatch, capsys, args, expected):
     (("--remaining", "noise:inf"), "--remaining: bad value 'noise:inf'"),    # was accepted
     (("--node-spec", "2x4:a:b"), "--node-spec: bad entry '2x4:a:b'"),        # was a GPU type 'a:b'
     (("--node-spec", "2x4:v100/x"), "--node-spec: bad entry '2x4:v100/x'"),  # --gpu-speed could not name it
+    # was "gpu_speed: entry a100=2.0 needs a GPU type of the cluster", printed after the run had begun
+    (("--gpu-speed", "a100=2"), "--gpu-speed: 'a100' is not a GPU type of the cluster (generic); --node-spec names"),
+    (("--node-spec", "1x4:v100", "--gpu-speed", "v100=2,k80/ncf=1"), "--gpu-speed: 'k80' is not a GPU type"),
 ])
 def test_bad_option_value_is_one_line_naming_it(tmp_path, monkeypatch, capsys, args, expected):
     _assert_one_line_error(tmp_path, monkeypatch, capsys, args, expected)

@@ -164,6 +164,11 @@ def register(app: typer.Typer) -> None:
             console.print(f"[yellow]skipped {len(wl.skipped)} bad row(s); first: {wl.skipped[0]}"
                           f"{' (all in the report folder: skipped.txt)' if report and len(wl.skipped) > 1 else ''}[/]")
         speeds = parse_speeds(gpu_speed)
+        strange = [k for k in speeds if k.partition("/")[0] not in cluster.gpu_types]
+        if strange:   # the engine's own check named "gpu_speed: entry a100=2.0", after the run had begun
+            raise UserError(f"--gpu-speed: {strange[0].partition('/')[0]!r} is not a GPU type of the cluster "
+                            f"({', '.join(cluster.gpu_types)}); --node-spec names them, e.g. 8x4:"
+                            f"{strange[0].partition('/')[0]}")
         unsped = [t for t in cluster.gpu_types if t not in speeds and not any(k.startswith(f"{t}/") for k in speeds)]
         if len(cluster.gpu_types) > 1 and unsped:   # a heterogeneous cluster whose types all ran alike, silently
             wl.assumed.append(f"--gpu-speed gives no factor for GPU type(s) {', '.join(unsped)}: they run at 1.0 "
