@@ -138,3 +138,17 @@ def test_own_trace_odd_rows_are_one_line_each(tmp_path):
     assert [j.id for j in w.jobs] == ["a"] and "gpu_type" in w.assumed[0] and "Pollux format" in w.assumed[0]
     assert w.skipped == [f"{p}:3: field 'fields' = 3: expected 6 comma-separated fields (num_replicas, batch_size "
                          f"missing)"]
+
+
+def test_a_three_column_trace_with_unix_seconds_is_read(tmp_path):
+    """A cluster's own trace of what the Philly reader reads (timestamp, duration, num_gpus) was an 'unrecognised
+    workload header' without the unread gpu_time and cluster columns, and a Unix-time timestamp a bad row."""
+    p = tmp_path / "mine.csv"
+    p.write_text("timestamp,duration,num_gpus\n1704067800,100,1\n2024-01-01 00:00:00,50,2\n1704067260.5,7,1\n")
+    w = read_workload(p)
+    assert [(j.submit_time, j.duration, j.requested_gpus) for j in w.jobs] == [(0.0, 50.0, 2), (60.5, 7.0, 1),
+                                                                                (600.0, 100.0, 1)]
+    assert w.assumed == [] and len(read_workload(p, limit=1).jobs) == 1
+    p.write_text("timestamp,duration,num_gpus\nnan,100,1\n")
+    with pytest.raises(UserError, match=r"mine.csv:2: field 'timestamp' = 'nan': not a date-time"):
+        read_workload(p)

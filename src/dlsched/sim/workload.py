@@ -20,7 +20,9 @@ from dlsched.paths import shared_data
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
-PHILLY_READ = PHILLY_COLUMNS[:3]   # gpu_time is duration x num_gpus; the virtual cluster is not modelled
+# the columns read, and all a trace of one's own needs: gpu_time is duration x num_gpus, and the virtual cluster is
+# not modelled (both were required, so a three-column trace was an "unrecognised workload header")
+PHILLY_READ = PHILLY_COLUMNS[:3]
 GAVEL_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
                 "scale_factor", "priority_weight", "SLO", "arrival_time")
 
@@ -170,23 +172,37 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
                     _unread_columns(path, reader.fieldnames, POLLUX_COLUMNS, "Pollux"))
 
 
+def _instant(text: str) -> float | None:
+    """Seconds of a timestamp: a date-time (ISO 8601) or a number of seconds (a Unix time, what many clusters log;
+    it was a bad row). None when it is neither."""
+    try:
+        value = float(text)
+        return value if math.isfinite(value) else None
+    except ValueError:
+        pass
+    try:
+        ts = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    # naive times are UTC: .timestamp() would read them in the machine's zone, whose DST changes shift every later
+    # submission by an hour (the trace spans 2017's end of US daylight time)
+    return (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).timestamp()
+
+
 def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = None, *,
                 text: str | None = None) -> Workload:
-    """``timestamp,duration,num_gpus,gpu_time,cluster`` (shared/data/philly/philly.csv); submit times are seconds
-    after the earliest timestamp; each job runs ``duration`` seconds on ``num_gpus`` GPUs."""
+    """``timestamp,duration,num_gpus,gpu_time,cluster`` (shared/data/philly/philly.csv; a trace of one's own needs
+    only the first three); submit times are seconds after the earliest timestamp; each job runs ``duration``
+    seconds on ``num_gpus`` GPUs."""
     path = Path(path)
     rows, raw = _Rows(path, skip_bad), []
-    reader = _open_csv(path, PHILLY_COLUMNS, text)
+    reader = _open_csv(path, PHILLY_READ, text)
     for line, row in enumerate(reader, start=2):
         if _ragged(rows, line, row, reader.fieldnames, PHILLY_READ):
             continue
-        try:
-            ts = datetime.fromisoformat((row.get("timestamp") or "").strip())
-            # naive times are UTC: .timestamp() would read them in the machine's zone, whose DST changes shift
-            # every later submission by an hour (the trace spans 2017's end of US daylight time)
-            ts = (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).timestamp()
-        except ValueError:
-            rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS)")
+        ts = _instant(row.get("timestamp") or "")
+        if ts is None:
+            rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS) or seconds")
             continue
         # a zero duration became 1 s without a word (Philly's own shortest job is 1 s)
         d = _num(rows, line, row, "duration", float, above=0)
@@ -273,7 +289,7 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
     text = read_trace_text(path)   # read (and gunzipped) once: the header picks the reader, which parses it
     first = text.partition("\n")[0]
     header = {c.strip() for c in first.strip().split(",")}
-    if limit is not None and not (set(PHILLY_COLUMNS) <= header and not set(POLLUX_COLUMNS) <= header):
+    if limit is not None and not (set(PHILLY_READ) <= header and not set(POLLUX_COLUMNS) <= header):
         raise UserError(f"limit: {limit} (first rows) applies to a Philly trace only; {path} is not one")
     if set(POLLUX_COLUMNS) <= header:
         from dlsched.perf.pollux import load_app
@@ -283,12 +299,13 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
             return load_app(app).init_batch_size, load_app(app).max_batch_size
 
         return read_pollux(path, skip_bad, known_apps=set(POLLUX_APPS), text=text, batch_range=batch_range)
-    if set(PHILLY_COLUMNS) <= header:
+    if set(PHILLY_READ) <= header:
         return read_philly(path, skip_bad, limit, text=text)
     if first.count("\t") == len(GAVEL_FIELDS) - 1:
         return read_gavel(path, skip_bad, text=text)
     raise UserError(f"{path}:1: unrecognised workload header {first.strip()[:80]!r}; expected Pollux CSV "
-                    f"({','.join(POLLUX_COLUMNS)}), Philly CSV ({','.join(PHILLY_COLUMNS)}) or Gavel TSV")
+                    f"({','.join(POLLUX_COLUMNS)}), Philly CSV ({','.join(PHILLY_READ)}[,gpu_time,cluster]) or "
+                    f"Gavel TSV")
 
 
 def _by_arrival(jobs: list[WorkloadJob]) -> list[WorkloadJob]:
