@@ -207,3 +207,20 @@ def test_skip_bad_writes_every_skipped_row_to_the_report_folder(tmp_path, monkey
     assert e.value.code == 0 and "skipped 2 bad row(s)" in said and "skipped.txt" in said, said
     lines = (out / "skipped.txt").read_text().splitlines()
     assert len(lines) == 2 and any("requests 128 GPUs" in line for line in lines), lines
+
+
+def test_fleet_on_ordinary_jobs_says_what_it_gives_them(tmp_path, monkeypatch, capsys):
+    """fleet plans ensembles: an ordinary job gets at most one node's GPUs. On Pollux workload 1 its row read
+    like the others' (29.5 % GPU util, 32-GPU imagenet jobs on 4 GPUs for 200 000 s) and nothing said why."""
+    w = tmp_path / "w.csv"
+    w.write_text("timestamp,duration,num_gpus\n0,1000,8\n")
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "-p", "fleet", "-p", "fifo", "--nodes", "2", "--json",
+                          "--report", str(tmp_path / "rep"))
+    assert code == 0 and ("fleet plans ensembles (FLEET, MLSys'20): a job that is not one is a flotilla member on at "
+                          "most one node's GPUs, whatever it requests") in " ".join(err.split()), err
+    assert "fifo plans" not in err
+    import csv
+
+    most = {p: max(int(r["gpus_allocated"]) for r in csv.DictReader(open(tmp_path / "rep" / f"timeline-{p}.csv")))
+            for p in ("fleet", "fifo")}
+    assert most == {"fleet": 4, "fifo": 8}   # what the line says: one node's 4 GPUs, not the 8 requested

@@ -184,6 +184,9 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{workload}: no jobs to simulate")
         console.print(f"{len(wl.jobs)} jobs from {wl.source or workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")
         policies = [make_policy(p) for p in policy]
+        for pol in policies:
+            if pol.ordinary_jobs and any(j.ensemble is None for j in wl.jobs):   # its row reads like the others'
+                console.print(f"[yellow]{pol.name} {pol.ordinary_jobs}[/]")
         if "placement" in given:
             own = [p.name for p in policies if p.places_own or p.placement is not None]
             if own:   # they place their own jobs: the option changes nothing for them, say so
