@@ -89,7 +89,8 @@ def register(app: typer.Typer) -> None:
                                       "(oracle x log-normal error)"),
         seed: int = typer.Option(0, help="seed of the noise:SIGMA error"),
         horizon: Optional[float] = typer.Option(None, help="stop at this simulated time (s)"),
-        limit: Optional[int] = typer.Option(None, help="read only the first N rows of a Philly trace"),
+        limit: Optional[int] = typer.Option(None, help="read only the first N rows of a Philly trace, in file order "
+                                            "(philly.csv is not in submission order: --horizon cuts by time)"),
         skip_bad: bool = typer.Option(False, "--skip-bad", help="skip bad trace rows (counted and reported)"),
         report: Optional[Path] = typer.Option(None, help="write CSVs (summary, per job, per decision), plots and "
                                               "report.md (which defines each column) to this folder"),
