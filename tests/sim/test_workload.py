@@ -152,3 +152,18 @@ def test_a_three_column_trace_with_unix_seconds_is_read(tmp_path):
     p.write_text("timestamp,duration,num_gpus\nnan,100,1\n")
     with pytest.raises(UserError, match=r"mine.csv:2: field 'timestamp' = 'nan': not a date-time"):
         read_workload(p)
+
+
+def test_a_spreadsheets_quoted_header_is_read_and_a_bad_row_after_a_blank_line_is_named_by_its_line(tmp_path):
+    """A quoted header ("timestamp","duration",... with CRLF, as a spreadsheet saves it) was an 'unrecognised
+    workload header'; a bad row after a blank line was named by its row count (line 4 for the file's line 5)."""
+    p = tmp_path / "mine.csv"
+    p.write_bytes(b'\xef\xbb\xbf"timestamp","duration","num_gpus"\r\n"2024-01-01 00:00:00","100","2"\r\n\r\n'
+                  b'"2024-01-01 00:01:00","50","1"\r\n')
+    assert [(j.submit_time, j.duration) for j in read_workload(p).jobs] == [(0.0, 100.0), (60.0, 50.0)]
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,128\n\nb,0,cifar10,1,128\n,,,,\n")
+    with pytest.raises(UserError, match=r"mine.csv:5: field 'name' = '': empty"):
+        read_workload(p)
+    p.write_text("timestamp,duration,num_gpus\n2024-01-01 00:00:00,100,2\n\n\n2024-01-01 00:01:00,-1,1\n")
+    with pytest.raises(UserError, match=r"mine.csv:5: field 'duration' = '-1'"):
+        read_workload(p)

@@ -142,7 +142,8 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
     path = Path(path)
     rows, jobs, seen = _Rows(path, skip_bad), [], set()
     reader = _open_csv(path, POLLUX_COLUMNS, text)
-    for line, row in enumerate(reader, start=2):
+    for row in reader:
+        line = reader.line_num   # the file's line: counting rows named the wrong one after a blank line
         if _ragged(rows, line, row, reader.fieldnames, POLLUX_COLUMNS):
             continue
         name = (row.get("name") or "").strip()
@@ -197,7 +198,8 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
     path = Path(path)
     rows, raw = _Rows(path, skip_bad), []
     reader = _open_csv(path, PHILLY_READ, text)
-    for line, row in enumerate(reader, start=2):
+    for row in reader:
+        line = reader.line_num   # the file's line: counting rows named the wrong one after a blank line
         if _ragged(rows, line, row, reader.fieldnames, PHILLY_READ):
             continue
         ts = _instant(row.get("timestamp") or "")
@@ -288,7 +290,8 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
                         f"(or a Pollux workload's number: {', '.join(_bundled_numbers()) or 'none found'})")
     text = read_trace_text(path)   # read (and gunzipped) once: the header picks the reader, which parses it
     first = text.partition("\n")[0]
-    header = {c.strip() for c in first.strip().split(",")}
+    # parsed as CSV: a quoted header ("timestamp","duration",... from a spreadsheet or QUOTE_ALL) was unrecognised
+    header = {c.strip() for c in next(csv.reader([first]), [])}
     if limit is not None and not (set(PHILLY_READ) <= header and not set(POLLUX_COLUMNS) <= header):
         raise UserError(f"limit: {limit} (first rows) applies to a Philly trace only; {path} is not one")
     if set(POLLUX_COLUMNS) <= header:
