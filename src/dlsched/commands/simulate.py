@@ -71,8 +71,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
         ctx: typer.Context,
-        workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV (name,time,application,num_replicas,batch_size), "
-                                      "Philly-style CSV (timestamp,duration,num_gpus) or Gavel TSV trace; 1-4 (or "
+        workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV (name,time,application,"
+                                      "num_replicas,batch_size), Philly-style CSV (timestamp,duration,num_gpus) or Gavel TSV trace; 1-4 (or "
                                       "workload-N) names the Pollux artifact's workload N"),
         policy: List[str] = typer.Option(["tiresias"], "--policy", "-p", help="registered policy name; repeatable"),
         nodes: int = typer.Option(16, help="nodes in a homogeneous cluster"),
@@ -186,8 +186,9 @@ def register(app: typer.Typer) -> None:
         console.print(f"{len(wl.jobs)} jobs from {wl.source or workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")
         policies = [make_policy(p) for p in policy]
         for pol in policies:
-            if pol.ordinary_jobs and any(j.ensemble is None for j in wl.jobs):   # its row reads like the others'
-                console.print(f"[yellow]{pol.name} {pol.ordinary_jobs}[/]")
+            caveat = getattr(pol, "ordinary_jobs", None)   # a plugin policy need not subclass Policy
+            if caveat and any(j.ensemble is None for j in wl.jobs):   # its row reads like the others'
+                console.print(f"[yellow]{pol.name} {caveat}[/]")
         if "placement" in given:
             own = [p.name for p in policies if p.places_own or p.placement is not None]
             if own:   # they place their own jobs: the option changes nothing for them, say so
