@@ -51,3 +51,32 @@ def test_the_comparison_at_80_columns_folds_no_policy_name_or_number(monkeypatch
     for r in results:   # each policy's row whole on one line, its numbers beside it
         row = next(x for x in rows if x and x[0] == r.policy)
         assert row[1] == str(len(r.finished)) and f"{100 * r.gpu_utilisation():.1f}%" in row
+
+
+def test_every_summary_figure_follows_its_written_definition_from_the_report_files(tmp_path):
+    """The table's columns were defined nowhere a user could read, and GPU util could not be checked by hand (it
+    differs from sum(gpu_seconds) / (GPUs x makespan)). report.md now defines each column, and every figure of
+    summary.csv is recomputed here from jobs-<policy>.csv and timeline-<policy>.csv as written there."""
+    import pandas as pd
+
+    from dlsched.sim.comparison import DEFINITIONS, write_report
+
+    jobs = [job("a", 0, 2, 100), job("b", 5, 2, 300), job("c", 130, 1, 40), job("d", 131, 4, 10)]
+    results = [run(jobs, p, ClusterView.homogeneous(2, 2), interval=60, restart_penalty=30) for p in ("fifo", "srtf")]
+    write_report(results, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert all(f"**{h}**" in md for h in ("avg JCT (s)", "makespan (s)", "avg queue (s)", "GPU util (%)"))
+    assert all(d in md for d in DEFINITIONS.values() if d != DEFINITIONS["remaining"])
+    summary = pd.read_csv(tmp_path / "summary.csv").set_index("policy")
+    for r in results:
+        j = pd.read_csv(tmp_path / f"jobs-{r.policy}.csv")
+        tl = pd.read_csv(tmp_path / f"timeline-{r.policy}.csv")
+        s = summary.loc[r.policy]
+        f = j[j.finish.notna()]
+        assert s.avg_jct == pytest.approx((f.finish - f.submit).mean())
+        assert s.p99_jct == pytest.approx(np.percentile(f.finish - f.submit, 99))
+        assert s.makespan == pytest.approx(f.finish.max() - j.submit.min())
+        assert s.avg_queue_delay == pytest.approx((f.start - f.submit).mean())
+        held = (tl.gpus_allocated.iloc[:-1].to_numpy() * np.diff(tl.time)).sum()
+        span = tl.time.iloc[-1] - max(tl.time.iloc[0], j.submit.min())
+        assert s.gpu_utilisation == pytest.approx(held / (4 * span))

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -67,11 +68,20 @@ def test_undecodable_trace_is_one_line(tmp_path):
 
 
 def test_remaining_defaults_to_predicted_and_names_its_mode(tmp_path):
+    """A duration-only trace (Philly, one's own) has no epochs to predict from: its jobs are told nothing, and the
+    table said "predicted" over an SRTF that ran as FIFO. The label and a note say so; trace jobs stay "predicted"."""
     w = tmp_path / "w.csv"
     w.write_text(PHILLY)
     r = _cli("--workload", str(w), "-p", "srtf", "--cluster-gpus", "2", "--gpus-per-node", "2", "--json")
     assert r.returncode == 0, r.stderr
-    assert '"remaining":"predicted"' in r.stdout.replace(" ", "")
+    assert json.loads(r.stdout)[0]["remaining"] == "predicted; none for 3/3 jobs"
+    assert "assumed: 3 of 3 jobs are duration-only or ensembles" in " ".join(r.stderr.split())
+    r = _cli("--workload", str(w), "-p", "srtf", "--cluster-gpus", "2", "--gpus-per-node", "2", "--json",
+             "--remaining", "oracle")
+    assert json.loads(r.stdout)[0]["remaining"] == "oracle" and "assumed" not in r.stderr
+    w.write_text("name,time,application,num_replicas,batch_size\nj1,0,ncf,1,256\n")
+    r = _cli("--workload", str(w), "-p", "srtf", "--json")
+    assert json.loads(r.stdout)[0]["remaining"] == "predicted" and "assumed" not in r.stderr, r.stderr
     r = _cli("--workload", str(w), "--remaining", "noise:x")
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--remaining: bad value 'noise:x'" in r.stderr
 
@@ -96,3 +106,14 @@ def test_the_table_is_titled_with_the_workload_read_and_wide_shows_every_column(
     wide = _cli("-w", "2", "-p", "fifo", "--horizon", "3600", "--wide", columns=80)
     assert wide.returncode == 0, wide.stderr
     assert "not shown" not in wide.stdout and "p50 JCT" in wide.stdout and "remaining" in wide.stdout, wide.stdout
+
+
+def test_progress_is_plain_lines_when_stderr_is_no_terminal(tmp_path):
+    """Piped (a script, a CI log), the rich bar never drew: the full Philly trace ran for minutes without a word."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    r = _cli("--workload", str(w), "-p", "srtf", "-p", "fifo", "--csv")
+    assert r.returncode == 0, r.stderr
+    done = [ln for ln in r.stderr.splitlines() if " jobs finished, simulated " in ln]
+    assert [ln.split(",")[0] for ln in done] == ["srtf: 3/3 jobs finished", "fifo: 3/3 jobs finished"], r.stderr
+    assert "jobs finished" not in r.stdout

@@ -114,3 +114,56 @@ def test_philly_submit_times_do_not_depend_on_the_machine_time_zone(tmp_path, mo
     monkeypatch.delenv("TZ")
     time.tzset()
     assert gaps == [7200.0, 7200.0]
+
+
+def test_own_trace_odd_rows_are_one_line_each(tmp_path):
+    """A cluster's own Philly-style trace: a zero duration became 1 s without a word, a short row read
+    "field 'num_gpus' = None", and a gpu_type or job_id column was dropped silently."""
+    p = tmp_path / "mine.csv"
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2024-01-01 00:00:00,0,2,0,prod\n"
+                 "2024-01-01 00:01:00,3600\n2024-01-01 00:02:00,-5,1,-5,prod\n2024-01-01 00:03:00,60,1,60,prod\n")
+    with pytest.raises(UserError, match=r"^\S*mine.csv:2: field 'duration' = '0': must be > 0$"):
+        read_workload(p)
+    w = read_workload(p, skip_bad=True)
+    assert [j.duration for j in w.jobs] == [60.0]
+    assert w.skipped[1].endswith(":3: field 'fields' = 2: expected 5 comma-separated fields (num_gpus missing)")
+    assert w.skipped[2].endswith(":4: field 'duration' = '-5': must be > 0") and len(w.skipped) == 3
+    assert w.assumed == []
+    p.write_text("timestamp,duration,num_gpus,gpu_time,cluster,gpu_type,job_id\n"
+                 "2024-01-01 00:00:00,100,1,100,prod,a100,j1\n")
+    assert read_workload(p).assumed == [f"{p}: column(s) gpu_type, job_id not read: not part of the Philly format "
+                                        f"(timestamp, duration, num_gpus, gpu_time, cluster)"]
+    p.write_text("name,time,application,num_replicas,batch_size,gpu_type\na,0,cifar10,1,128,v100\nb,5,cifar10\n")
+    w = read_workload(p, skip_bad=True)
+    assert [j.id for j in w.jobs] == ["a"] and "gpu_type" in w.assumed[0] and "Pollux format" in w.assumed[0]
+    assert w.skipped == [f"{p}:3: field 'fields' = 3: expected 6 comma-separated fields (num_replicas, batch_size "
+                         f"missing)"]
+
+
+def test_a_three_column_trace_with_unix_seconds_is_read(tmp_path):
+    """A cluster's own trace of what the Philly reader reads (timestamp, duration, num_gpus) was an 'unrecognised
+    workload header' without the unread gpu_time and cluster columns, and a Unix-time timestamp a bad row."""
+    p = tmp_path / "mine.csv"
+    p.write_text("timestamp,duration,num_gpus\n1704067800,100,1\n2024-01-01 00:00:00,50,2\n1704067260.5,7,1\n")
+    w = read_workload(p)
+    assert [(j.submit_time, j.duration, j.requested_gpus) for j in w.jobs] == [(0.0, 50.0, 2), (60.5, 7.0, 1),
+                                                                                (600.0, 100.0, 1)]
+    assert w.assumed == [] and len(read_workload(p, limit=1).jobs) == 1
+    p.write_text("timestamp,duration,num_gpus\nnan,100,1\n")
+    with pytest.raises(UserError, match=r"mine.csv:2: field 'timestamp' = 'nan': not a date-time"):
+        read_workload(p)
+
+
+def test_a_spreadsheets_quoted_header_is_read_and_a_bad_row_after_a_blank_line_is_named_by_its_line(tmp_path):
+    """A quoted header ("timestamp","duration",... with CRLF, as a spreadsheet saves it) was an 'unrecognised
+    workload header'; a bad row after a blank line was named by its row count (line 4 for the file's line 5)."""
+    p = tmp_path / "mine.csv"
+    p.write_bytes(b'\xef\xbb\xbf"timestamp","duration","num_gpus"\r\n"2024-01-01 00:00:00","100","2"\r\n\r\n'
+                  b'"2024-01-01 00:01:00","50","1"\r\n')
+    assert [(j.submit_time, j.duration) for j in read_workload(p).jobs] == [(0.0, 100.0), (60.0, 50.0)]
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,128\n\nb,0,cifar10,1,128\n,,,,\n")
+    with pytest.raises(UserError, match=r"mine.csv:5: field 'name' = '': empty"):
+        read_workload(p)
+    p.write_text("timestamp,duration,num_gpus\n2024-01-01 00:00:00,100,2\n\n\n2024-01-01 00:01:00,-1,1\n")
+    with pytest.raises(UserError, match=r"mine.csv:5: field 'duration' = '-1'"):
+        read_workload(p)

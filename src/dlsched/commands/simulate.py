@@ -43,11 +43,37 @@ def parse_speeds(spec: str | None) -> dict[str, float]:
     return out
 
 
+class ProgressLines:
+    """Progress as plain lines, for a stream that is no terminal: one every ``every_s`` seconds of wall clock and
+    one when the policy's run ends, with the simulated time reached and the wall time taken."""
+
+    def __init__(self, policy: str, stream, every_s: float = 30.0):
+        import time
+
+        self.policy, self.stream, self.every_s = policy, stream, every_s
+        self.clock = time.monotonic
+        self.started = self.last = self.clock()
+
+    def _line(self, t: float, done: int, total: int) -> None:
+        print(f"{self.policy}: {done}/{total} jobs finished, simulated {t / 3600:,.1f} h, "
+              f"{self.clock() - self.started:,.0f} s", file=self.stream, flush=True)
+
+    def __call__(self, t: float, done: int, total: int) -> None:
+        if self.clock() - self.last >= self.every_s:
+            self.last = self.clock()
+            self._line(t, done, total)
+
+    def done(self, t: float, done: int, total: int) -> None:
+        self._line(t, done, total)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
         ctx: typer.Context,
-        workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV, Philly CSV or Gavel TSV trace; 1-4 (or workload-N) names the Pollux artifact's workload N"),
+        workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV (name,time,application,"
+                                      "num_replicas,batch_size), Philly-style CSV (timestamp,duration,num_gpus) or Gavel TSV trace; 1-4 (or "
+                                      "workload-N) names the Pollux artifact's workload N"),
         policy: List[str] = typer.Option(["tiresias"], "--policy", "-p", help="registered policy name; repeatable"),
         nodes: int = typer.Option(16, help="nodes in a homogeneous cluster"),
         gpus_per_node: int = typer.Option(4, help="GPUs per node"),
@@ -63,9 +89,11 @@ def register(app: typer.Typer) -> None:
                                       "(oracle x log-normal error)"),
         seed: int = typer.Option(0, help="seed of the noise:SIGMA error"),
         horizon: Optional[float] = typer.Option(None, help="stop at this simulated time (s)"),
-        limit: Optional[int] = typer.Option(None, help="read only the first N rows of a Philly trace"),
+        limit: Optional[int] = typer.Option(None, help="read only the first N rows of a Philly trace, in file order "
+                                            "(philly.csv is not in submission order: --horizon cuts by time)"),
         skip_bad: bool = typer.Option(False, "--skip-bad", help="skip bad trace rows (counted and reported)"),
-        report: Optional[Path] = typer.Option(None, help="write CSVs, plots and report.md to this folder"),
+        report: Optional[Path] = typer.Option(None, help="write CSVs (summary, per job, per decision), plots and "
+                                              "report.md (which defines each column) to this folder"),
         as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout (progress on stderr)"),
         as_csv: bool = typer.Option(False, "--csv", help="the comparison as CSV on stdout (progress on stderr)"),
         wide: bool = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width"),
@@ -77,7 +105,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.policy.base import ClusterView, make_policy, policy_names
         from dlsched.sim.engine import PLACEMENTS, bad_knob, run
         from dlsched.sim.comparison import print_summary, summary_frame, write_report
-        from dlsched.sim.remaining import parse_remaining
+        from dlsched.sim.remaining import mode_label, parse_remaining
         from dlsched.sim.workload import bundled_workload, read_workload
 
         if as_json and as_csv:
@@ -139,16 +167,28 @@ def register(app: typer.Typer) -> None:
             console.print(f"[yellow]skipped {len(wl.skipped)} bad row(s); first: {wl.skipped[0]}"
                           f"{' (all in the report folder: skipped.txt)' if report and len(wl.skipped) > 1 else ''}[/]")
         speeds = parse_speeds(gpu_speed)
+        strange = [k for k in speeds if k.partition("/")[0] not in cluster.gpu_types]
+        if strange:   # the engine's own check named "gpu_speed: entry a100=2.0", after the run had begun
+            raise UserError(f"--gpu-speed: {strange[0].partition('/')[0]!r} is not a GPU type of the cluster "
+                            f"({', '.join(cluster.gpu_types)}); --node-spec names them, e.g. 8x4:"
+                            f"{strange[0].partition('/')[0]}")
         unsped = [t for t in cluster.gpu_types if t not in speeds and not any(k.startswith(f"{t}/") for k in speeds)]
         if len(cluster.gpu_types) > 1 and unsped:   # a heterogeneous cluster whose types all ran alike, silently
             wl.assumed.append(f"--gpu-speed gives no factor for GPU type(s) {', '.join(unsped)}: they run at 1.0 "
                               f"(the traced GPU's speed)")
+        told, note = mode_label(mode, wl.jobs)
+        if note:
+            wl.assumed.append(note)
         for note in wl.assumed:
             console.print(f"[yellow]assumed: {note}[/]")
         if not wl.jobs:
             raise UserError(f"{workload}: no jobs to simulate")
         console.print(f"{len(wl.jobs)} jobs from {wl.source or workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")
         policies = [make_policy(p) for p in policy]
+        for pol in policies:
+            caveat = getattr(pol, "ordinary_jobs", None)   # a plugin policy need not subclass Policy
+            if caveat and any(j.ensemble is None for j in wl.jobs):   # its row reads like the others'
+                console.print(f"[yellow]{pol.name} {caveat}[/]")
         if "placement" in given:
             own = [p.name for p in policies if p.places_own or p.placement is not None]
             if own:   # they place their own jobs: the option changes nothing for them, say so
@@ -159,14 +199,19 @@ def register(app: typer.Typer) -> None:
                       TimeElapsedColumn(), console=console, transient=True) as bar:
             for pol in policies:
                 task = bar.add_task(pol.name, total=len(wl.jobs))
+                # piped (a script, a CI log), the bar never draws: a long trace ran minutes without a word
+                lines = None if console.is_terminal else ProgressLines(pol.name, console.file)
                 results.append(run(wl, pol, cluster, interval=interval, restart_penalty=restart_penalty,
                                    remaining=mode, seed=seed,
                                    gpu_speed=speeds, horizon=horizon, placement=placement,
-                                   on_progress=lambda t, done, total, task=task: bar.update(task, completed=done)))
-        frame = summary_frame(results, horizon).assign(remaining=str(mode))   # the information the policies had
+                                   on_progress=lines or (lambda t, done, total, task=task:
+                                                         bar.update(task, completed=done))))
+                if lines:
+                    lines.done(results[-1].end_time, int(results[-1].jobs.finish.notna().sum()), len(wl.jobs))
+        frame = summary_frame(results, horizon).assign(remaining=told)   # the information the policies had
         # the file read: `-w 2` titled its table "2, 16 nodes ..."
         title = (f"{bundled_workload(workload).name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs "
-                 f"(remaining work: {mode})")
+                 f"(remaining work: {told})")
         if as_json:
             print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
         elif as_csv:

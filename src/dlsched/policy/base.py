@@ -164,6 +164,8 @@ class Policy(Protocol):
     resize_in_place: bool = True  # a resized job keeps the GPUs it holds (placement.resized); False: placed afresh
     placement: Callable | None = None  # (GPUs, free per node) -> node map for jobs it does not place; None: the driver's
     places_own: bool = False     # decide() names the nodes of every job it runs: a driver's placement has no effect
+    # what it does with a job that is not an ensemble, when that is not what the job asks (a comparison says it)
+    ordinary_jobs: str | None = None
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation: ...
 

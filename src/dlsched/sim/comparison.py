@@ -13,6 +13,37 @@ COLUMNS = [("policy", "policy"), ("finished", "finished"), ("avg_jct", "avg JCT 
            ("p99_jct", "p99 JCT (s)"), ("makespan", "makespan (s)"), ("avg_queue_delay", "avg queue (s)"),
            ("gpu_utilisation", "GPU util"), ("restarts", "restarts")]
 
+# What each column means, as the engine computes it (sim/metrics.py): report.md carries these, so a number can be
+# checked by hand from jobs-<policy>.csv (the table's columns were defined nowhere a user could read)
+DEFINITIONS = {
+    "finished": "jobs completed (by --horizon, when given); `jobs` in summary.csv counts every job simulated",
+    "avg_jct": "mean of finish - submit over the finished jobs (JCT)",
+    "p50_jct": "median JCT of the finished jobs (numpy percentile, linear interpolation)",
+    "p99_jct": "99th percentile JCT of the finished jobs (numpy percentile, linear interpolation)",
+    "makespan": "last finish - first submit (finished jobs)",
+    "avg_queue_delay": "mean of start - submit over the finished jobs: the wait until the first start (a "
+                       "preempted job's later waits are not in it)",
+    "gpu_utilisation": "GPU-seconds held / (cluster GPUs x span), from timeline-<policy>.csv: a decision's "
+                       "allocation (gpus_allocated) holds until the next decision (a finished job's GPUs count until then, restart pauses too) and the span runs "
+                       "from the later of the first arrival and the first decision to the last decision; so it can "
+                       "differ slightly from sum(gpu_seconds) / (GPUs x makespan)",
+    "restarts": "node-map changes after a job's first start, summed over jobs (each costs --restart-penalty s)",
+    "remaining": "what the policies were told of each job's remaining work (oracle / predicted / none / "
+                 "noise:SIGMA; 'none for N/M jobs': jobs the predictor has nothing to predict from)",
+}
+JOB_COLUMNS = {
+    "id": "the trace's job name (Philly: philly-LINE, the file's line)",
+    "submit": "submission time (s; Philly: after the trace's earliest timestamp)",
+    "start": "first start (s); empty if it never ran",
+    "finish": "completion (s); empty if unfinished by --horizon",
+    "gpus": "GPUs the trace requested (an elastic policy may give more or fewer: gpu_seconds is what it held)",
+    "restarts": "node-map changes after its first start",
+    "gpu_seconds": "GPU-seconds it held, restart pauses included",
+    "app": "its Pollux application (empty for a duration-only job)",
+    "jct": "finish - submit",
+    "queue_delay": "start - submit",
+}
+
 
 def summary_frame(results: Sequence[SimResult], horizon: float | None = None) -> pd.DataFrame:
     rows = []
@@ -48,7 +79,13 @@ def markdown_report(summary: pd.DataFrame, title: str = "dlsched simulation") ->
     if "gpu_utilisation" in frame:
         frame["gpu_utilisation"] = (100 * frame["gpu_utilisation"]).round(1)
     frame = frame.rename(columns=dict(COLUMNS) | {"gpu_utilisation": "GPU util (%)"})
-    return "\n".join([f"# {title}", "", frame.to_markdown(index=False, floatfmt=",.1f"), "",
+    headers = dict(COLUMNS) | {"gpu_utilisation": "GPU util (%)"}
+    defined = [f"- **{headers.get(k, k)}**: {DEFINITIONS[k]}" for k in summary if k in DEFINITIONS]
+    jobs = [f"- `{k}`: {v}" for k, v in JOB_COLUMNS.items()]
+    return "\n".join([f"# {title}", "", frame.to_markdown(index=False, floatfmt=",.1f"), "", "## Columns", "",
+                      *defined, "", "## jobs-&lt;policy&gt;.csv (one row per job, times in s)", "", *jobs, "",
+                      "timeline-&lt;policy&gt;.csv: one row per decision: time, gpus_allocated (held until the next "
+                      "row), active and finished jobs.", "",
                       "![JCT CDF](jct_cdf.png)", "", "![GPU allocation](gpu_allocation.png)", ""])
 
 
@@ -66,7 +103,8 @@ def plot_allocation(ax, r: SimResult) -> None:
 
 def write_report(results: Sequence[SimResult], out: str | Path, horizon: float | None = None,
                  summary: pd.DataFrame | None = None, title: str = "dlsched simulation") -> list[Path]:
-    """Write summary.csv, jobs-<policy>.csv, jct_cdf.png, gpu_allocation.png and report.md under ``out``.
+    """Write summary.csv, jobs-<policy>.csv, timeline-<policy>.csv, jct_cdf.png, gpu_allocation.png and report.md
+    (the table and what each column means) under ``out``.
     ``summary``: the comparison as printed (default ``summary_frame(results, horizon)``), so that the files carry
     every column of the printed table (the remaining-work mode the CLI adds included)."""
     import matplotlib
@@ -82,6 +120,10 @@ def write_report(results: Sequence[SimResult], out: str | Path, horizon: float |
     for r in results:
         p = out / f"jobs-{r.policy}.csv"
         r.jobs.to_csv(p, index=False)
+        written.append(p)
+    for r in results:   # GPU util is computed from it: without it no one could check that figure by hand
+        p = out / f"timeline-{r.policy}.csv"
+        r.timeline.to_csv(p, index=False)
         written.append(p)
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:

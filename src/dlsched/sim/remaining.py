@@ -112,3 +112,16 @@ def predict_remaining(obs: Observation, rate: float | None) -> float | None:
     if not rate or obs.throughput <= 0:
         return left / obs.efficiency
     return left / rate * obs.throughput
+
+
+def mode_label(mode: RemainingMode, jobs) -> tuple[str, str | None]:
+    """What the policies were told, as the comparison names it, and a note when that is less than the mode says:
+    ``predicted`` predicts only trace jobs (they declare epochs); a duration-only or ensemble job is told nothing,
+    so SRTF on the Philly trace ran as FIFO under a table that read "predicted". ``jobs``: ``WorkloadJob``s."""
+    blind = sum(j.app is None for j in jobs)
+    if mode.kind != "predicted" or not blind:
+        return str(mode), None
+    return (f"predicted; none for {blind}/{len(jobs)} jobs",
+            f"{blind} of {len(jobs)} jobs are duration-only or ensembles: --remaining predicted has no epochs of "
+            f"theirs to predict from, so policies are told no remaining work for them (as --remaining none); "
+            f"oracle or noise:SIGMA tells them")

@@ -20,6 +20,9 @@ from dlsched.paths import shared_data
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
+# the columns read, and all a trace of one's own needs: gpu_time is duration x num_gpus, and the virtual cluster is
+# not modelled (both were required, so a three-column trace was an "unrecognised workload header")
+PHILLY_READ = PHILLY_COLUMNS[:3]
 GAVEL_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
                 "scale_factor", "priority_weight", "SLO", "arrival_time")
 
@@ -61,15 +64,32 @@ class _Rows:
         self.skipped.append(msg)
 
 
-def _ragged(rows: _Rows, line: int, row: dict, header: list[str]) -> bool:
-    """A row with more fields than the header (csv puts the extra ones under None): a bad row, never truncated."""
-    if None not in row:
+def _ragged(rows: _Rows, line: int, row: dict, header: list[str], required: tuple[str, ...] = ()) -> bool:
+    """A row with more fields than the header (csv puts the extra ones under None): a bad row, never truncated. A
+    row short of a required field (csv gives it None) is one too, named as such: it read "field 'num_gpus' = None:
+    not a valid integer", a Python value the file never held."""
+    if None in row:
+        rows.bad(line, "fields", len(header) + len(row[None]), f"expected {len(header)} comma-separated fields")
+        return True
+    missing = [c for c in required if row.get(c) is None]
+    if not missing:
         return False
-    rows.bad(line, "fields", len(header) + len(row[None]), f"expected {len(header)} comma-separated fields")
+    rows.bad(line, "fields", sum(v is not None for v in row.values()),
+             f"expected {len(header)} comma-separated fields ({', '.join(missing)} missing)")
     return True
 
 
-def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float | None = None):
+def _unread_columns(path: Path, header: list[str] | None, own: tuple[str, ...], reader: str) -> list[str]:
+    """A note for header columns the reader does not read (a ``gpu_type`` or ``job_id`` added to a trace of one's own
+    cluster was dropped without a word; the simulator has no per-job GPU type or id column)."""
+    extra = [c for c in header or [] if c and c not in own]
+    if not extra:
+        return []
+    return [f"{path}: column(s) {', '.join(extra)} not read: not part of the {reader} format ({', '.join(own)})"]
+
+
+def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float | None = None,
+         above: float | None = None):
     raw = row.get(fld)
     try:
         value = kind(raw)
@@ -80,6 +100,9 @@ def _num(rows: _Rows, line: int, row: dict, fld: str, kind=float, minimum: float
         return None
     if minimum is not None and value < minimum:
         rows.bad(line, fld, raw, f"must be >= {minimum}")
+        return None
+    if above is not None and value <= above:
+        rows.bad(line, fld, raw, f"must be > {above}")
         return None
     return value
 
@@ -119,8 +142,9 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
     path = Path(path)
     rows, jobs, seen = _Rows(path, skip_bad), [], set()
     reader = _open_csv(path, POLLUX_COLUMNS, text)
-    for line, row in enumerate(reader, start=2):
-        if _ragged(rows, line, row, reader.fieldnames):
+    for row in reader:
+        line = reader.line_num   # the file's line: counting rows named the wrong one after a blank line
+        if _ragged(rows, line, row, reader.fieldnames, POLLUX_COLUMNS):
             continue
         name = (row.get("name") or "").strip()
         if not name:
@@ -145,39 +169,58 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
             continue
         seen.add(name)
         jobs.append(WorkloadJob(name, t, n, app=app, batch_size=b))
-    return Workload(_by_arrival(jobs), str(path), rows.skipped)
+    return Workload(_by_arrival(jobs), str(path), rows.skipped,
+                    _unread_columns(path, reader.fieldnames, POLLUX_COLUMNS, "Pollux"))
+
+
+def _instant(text: str) -> float | None:
+    """Seconds of a timestamp: a date-time (ISO 8601) or a number of seconds (a Unix time, what many clusters log;
+    it was a bad row). None when it is neither."""
+    try:
+        value = float(text)
+        return value if math.isfinite(value) else None
+    except ValueError:
+        pass
+    try:
+        ts = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    # naive times are UTC: .timestamp() would read them in the machine's zone, whose DST changes shift every later
+    # submission by an hour (the trace spans 2017's end of US daylight time)
+    return (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = None, *,
                 text: str | None = None) -> Workload:
-    """``timestamp,duration,num_gpus,gpu_time,cluster`` (shared/data/philly/philly.csv); submit times are seconds
-    after the earliest timestamp; each job runs ``duration`` seconds on ``num_gpus`` GPUs."""
+    """``timestamp,duration,num_gpus,gpu_time,cluster`` (shared/data/philly/philly.csv; a trace of one's own needs
+    only the first three); submit times are seconds after the earliest timestamp; each job runs ``duration``
+    seconds on ``num_gpus`` GPUs."""
     path = Path(path)
     rows, raw = _Rows(path, skip_bad), []
-    reader = _open_csv(path, PHILLY_COLUMNS, text)
-    for line, row in enumerate(reader, start=2):
-        if _ragged(rows, line, row, reader.fieldnames):
+    reader = _open_csv(path, PHILLY_READ, text)
+    for row in reader:
+        line = reader.line_num   # the file's line: counting rows named the wrong one after a blank line
+        if _ragged(rows, line, row, reader.fieldnames, PHILLY_READ):
             continue
-        try:
-            ts = datetime.fromisoformat((row.get("timestamp") or "").strip())
-            # naive times are UTC: .timestamp() would read them in the machine's zone, whose DST changes shift
-            # every later submission by an hour (the trace spans 2017's end of US daylight time)
-            ts = (ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)).timestamp()
-        except ValueError:
-            rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS)")
+        ts = _instant(row.get("timestamp") or "")
+        if ts is None:
+            rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS) or seconds")
             continue
-        d = _num(rows, line, row, "duration", float, 0)
+        # a zero duration became 1 s without a word (Philly's own shortest job is 1 s)
+        d = _num(rows, line, row, "duration", float, above=0)
         if d is None:
             continue
         g = _num(rows, line, row, "num_gpus", int, 1)
         if g is None:
             continue
-        raw.append((ts, line, max(d, 1.0), g))
+        raw.append((ts, line, d, g))
         if limit and len(raw) >= limit:
             break
     t0 = min((r[0] for r in raw), default=0.0)
     jobs = [WorkloadJob(f"philly-{line}", ts - t0, g, duration=d) for ts, line, d, g in raw]
-    return Workload(_by_arrival(jobs), str(path), rows.skipped)
+    # gpu_time and cluster are the format's own columns: not read, but no surprise to a Philly trace's user
+    return Workload(_by_arrival(jobs), str(path), rows.skipped,
+                    _unread_columns(path, reader.fieldnames, PHILLY_COLUMNS, "Philly"))
 
 
 def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[str, float] | None = None, *,
@@ -247,8 +290,9 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
                         f"(or a Pollux workload's number: {', '.join(_bundled_numbers()) or 'none found'})")
     text = read_trace_text(path)   # read (and gunzipped) once: the header picks the reader, which parses it
     first = text.partition("\n")[0]
-    header = {c.strip() for c in first.strip().split(",")}
-    if limit is not None and not (set(PHILLY_COLUMNS) <= header and not set(POLLUX_COLUMNS) <= header):
+    # parsed as CSV: a quoted header ("timestamp","duration",... from a spreadsheet or QUOTE_ALL) was unrecognised
+    header = {c.strip() for c in next(csv.reader([first]), [])}
+    if limit is not None and not (set(PHILLY_READ) <= header and not set(POLLUX_COLUMNS) <= header):
         raise UserError(f"limit: {limit} (first rows) applies to a Philly trace only; {path} is not one")
     if set(POLLUX_COLUMNS) <= header:
         from dlsched.perf.pollux import load_app
@@ -258,12 +302,13 @@ def read_workload(path: str | Path, skip_bad: bool = False, limit: int | None = 
             return load_app(app).init_batch_size, load_app(app).max_batch_size
 
         return read_pollux(path, skip_bad, known_apps=set(POLLUX_APPS), text=text, batch_range=batch_range)
-    if set(PHILLY_COLUMNS) <= header:
+    if set(PHILLY_READ) <= header:
         return read_philly(path, skip_bad, limit, text=text)
     if first.count("\t") == len(GAVEL_FIELDS) - 1:
         return read_gavel(path, skip_bad, text=text)
     raise UserError(f"{path}:1: unrecognised workload header {first.strip()[:80]!r}; expected Pollux CSV "
-                    f"({','.join(POLLUX_COLUMNS)}), Philly CSV ({','.join(PHILLY_COLUMNS)}) or Gavel TSV")
+                    f"({','.join(POLLUX_COLUMNS)}), Philly CSV ({','.join(PHILLY_READ)}[,gpu_time,cluster]) or "
+                    f"Gavel TSV")
 
 
 def _by_arrival(jobs: list[WorkloadJob]) -> list[WorkloadJob]:
