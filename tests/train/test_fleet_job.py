@@ -181,3 +181,40 @@ def test_a_step_names_the_request_and_share_its_flotillas_were_planned_on(tmp_pa
     assert (step()["control_generation"], step()["workers"]) == (2, 2), "a step of the flotillas planned on 2"
     io.event({"event": "flotillas", "flotillas": [], "share": 1})   # re-planned on it
     assert (step()["control_generation"], step()["workers"]) == (3, 1)
+
+
+RECORDING = REPO_ROOT / "tests" / "train" / "recording_models.py"
+
+
+@pytest.mark.slow
+def test_members_regrouped_at_different_steps_each_see_every_sample_once_per_epoch(tmp_path):
+    """Members stop at different steps (a flotilla's members are up to a ring's length apart; members of different
+    flotillas anywhere). Re-formed into one flotilla, the one behind used to start at the leader's batch: it
+    skipped batches and its epochs mixed two shuffles, some samples twice and some never."""
+    from dlsched.train.flotilla import CTX, run_flotillas
+    from tests.train.recording_models import id_images
+
+    data, val = id_images(64), id_images(16)
+    batch, steps_per_epoch = 8, 8
+    logs = {n: tmp_path / f"{n}.log" for n in ("a", "b")}
+    members = [MemberSpec(n, f"{RECORDING}:RecordingMLP", {"log": str(logs[n])}) for n in ("a", "b")]
+    for m in members:   # profiled (and cached) first: the profile's random batches are not training
+        profile_member(m, batch, (3, 8, 8), max_gpus=1, scratch=tmp_path)
+        logs[m.name].unlink(missing_ok=True)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    conv = Convergence(patience=100, min_delta=0.0, max_epochs=2)
+    for m, steps in zip(members, (3, 5)):   # a stopped at step 3, b at step 5
+        run_flotillas([[m]], data, val, batch, conv, ckpt, CTX.Queue(), max_batches=steps)
+    (ckpt / "fleet_state.json").write_text(json.dumps({"converged": {}, "progress": {"a": 3, "b": 5}}))
+    plans = []
+    report, done = train_ensemble(members, data, val, batch, conv, ckpt, share=lambda: Share(2), eps=0.99,
+                                  on_plan=plans.append)
+    assert done and report.epochs == {"a": 2, "b": 2}
+    assert sorted(plans[0]["flotillas"][0]["members"]) == ["a", "b"]        # one shared stream for both
+    for name, log in logs.items():
+        steps = [list(map(int, line.split())) for line in log.read_text().splitlines()]
+        assert len(steps) == 2 * steps_per_epoch, name                       # no batch trained twice or skipped
+        for e in range(2):
+            seen = sorted(i for s in steps[e * steps_per_epoch: (e + 1) * steps_per_epoch] for i in s)
+            assert seen == list(range(64)), (name, e)                          # every sample once per epoch

@@ -147,7 +147,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
         converged, runs = run_flotillas(
             groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores, devices=devices,
-            start_batch=[max(progress[m.name] for m in g) for g in groups], on_report=relay,
+            start_batch=[min(progress[m.name] for m in g) for g in groups], on_report=relay,
             should_stop=lambda: stop_requested() or share() != grant)
         report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s) for r in runs]
         remaining = [n for n in remaining if n not in converged]

@@ -317,6 +317,9 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
         saved = torch.load(ckpt, weights_only=False)
         net.load_state_dict(saved["model"]), opt.load_state_dict(saved["opt"])
         state = saved["state"]
+    if state["step"] < start_batch:
+        raise RuntimeError(f"{spec.name}: its stream starts at batch {start_batch}, past its step {state['step']}: "
+                           "it would skip batches")
     model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else net
     val_x, val_y = eval_transform(val[0]).to(device), val[1].to(device)
     index, status, t0, seen = start_batch, "training", time.perf_counter(), 0
@@ -325,6 +328,13 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
             if _agree(stop.is_set() or (max_batches is not None and seen >= max_batches), world):
                 status = "paused"
                 break
+            if index < state["step"]:
+                # Trained on in an earlier flotilla: pass it by until the stream reaches this member's own step, so
+                # its epochs stay the stream's epochs (each a shuffle of every sample) and no batch is trained twice.
+                ring.wait_slot(index)
+                ring.release(index, worker.consumer)
+                index, t0 = index + 1, time.perf_counter()
+                continue
             x, y = ring.get(index)
             model.train()
             # rank r of g trains on rows r::g of the shared slot: a view on CPU (no copy), one transfer on a GPU
@@ -402,8 +412,11 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
 
     ``cores[i]``: the CPU cores of flotilla i's pipeline, one producer process pinned to each (default: one
     unpinned producer). ``devices[name]``: the device of each of the member's ranks (default CPU).
-    Returns when a member converges, when ``should_stop()`` turns true (a new share, a SIGTERM) -- every member is
-    then paused at its next step and checkpointed -- or when all members stopped (``max_batches`` each)."""
+    ``start_batch`` (per flotilla): the first batch of its stream, at most the step each member checkpointed; a
+    member further on passes the batches before its step by (``train_ensemble`` starts a stream at its members'
+    lowest step). Returns when a member converges, when ``should_stop()`` turns true (a new share, a SIGTERM) --
+    every member is then paused at its next step and checkpointed -- or when all members stopped (``max_batches``
+    each)."""
     warm_up_torch()
     stop = CTX.Event()
     steps = len(data[0]) // batch
