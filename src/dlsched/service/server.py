@@ -11,7 +11,7 @@ from pathlib import Path
 import uvicorn
 
 from dlsched.backends.make import make_backend
-from dlsched.entry_check import check_entry, check_script
+from dlsched.entry_check import check_ensemble, check_entry, check_script
 from dlsched.errors import UserError
 from dlsched.policy.base import Policy, make_policy
 from dlsched.service import state_lock
@@ -130,6 +130,8 @@ class Service:
             check_entry(entry, spec.params, self.workdir, source)
         if self.check_entries and command:
             check_script(command, self.workdir, source)
+        if self.check_entries and spec.kind == "ensemble":
+            check_ensemble(spec.params, self.workdir, source)
 
     @property
     def url(self) -> str:
