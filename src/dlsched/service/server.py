@@ -11,7 +11,8 @@ from pathlib import Path
 import uvicorn
 
 from dlsched.backends.make import make_backend
-from dlsched.entry_check import check_ensemble, check_entry, check_script
+from dlsched.ensemble_check import check_ensemble
+from dlsched.entry_check import check_entry, check_script
 from dlsched.errors import UserError
 from dlsched.policy.base import Policy, make_policy
 from dlsched.service import state_lock
