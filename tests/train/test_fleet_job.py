@@ -41,6 +41,14 @@ def test_profiles_are_measured_on_each_slot_count_then_cached_and_say_what_was_m
     assert again.profile.rates == p.profile.rates[:cores]          # from the cache: no new run, same numbers
 
 
+def test_a_model_of_fewer_than_ten_classes_is_profiled(tmp_path):
+    """Profiling trained on random targets 0..9: a 2-class member failed ("Target 3 is out of bounds") and with it
+    the whole ensemble, before training started."""
+    spec = MemberSpec("binary", f"{MODELS}:TinyCNN", {"width": 4, "classes": 2})
+    p = profile_member(spec, 16, (3, 32, 32), max_gpus=1, steps=2, scratch=tmp_path)
+    assert p.measured == (True,) and p.profile.rates[0] > 0
+
+
 SLOW = REPO_ROOT / "tests" / "train" / "slow_models.py"
 
 
