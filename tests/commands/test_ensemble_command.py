@@ -25,6 +25,17 @@ def test_example_spec_is_valid():
     assert len(spec.models) == 4 and spec.convergence.patience == 2
 
 
+def test_the_data_sets_augmentation_is_the_specs(tmp_path):
+    from dlsched.train.flotilla import Augment
+
+    f = tmp_path / "spec.yaml"
+    f.write_text("dataset: {kind: npz, path: d.npz, augment: {crop_padding: 0, flip: false}}\n"
+                 "models:\n  - {name: a, model: 'm.py:A'}\n")
+    assert load_spec(f).augment() == Augment(crop_padding=0, flip=False)
+    f.write_text("models:\n  - {name: a, model: 'm.py:A'}\n")
+    assert load_spec(f).augment() == Augment(crop_padding=4, flip=True)    # CIFAR's by default
+
+
 @pytest.mark.parametrize("body, message", [
     ("models: []\n", "field models: List should have at least 1 item"),
     ("models:\n  - {name: a, model: 'm.py:A', lr: -1}\n", "field models.0.lr: Input should be greater than 0 (got -1)"),

@@ -124,7 +124,7 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
 
         report, _ = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), out / "checkpoints",
                                    share=lambda: Share(spec.slots), eps=spec.rate_tolerance, seed=spec.dataset.seed,
-                                   on_report=on_report, on_plan=on_plan)
+                                   on_report=on_report, on_plan=on_plan, augment=spec.augment())
     names = [m.name for m in members]
     plot_flotillas(report, names, out / "flotillas.png")
     cols = [Column("model"), Column("outcome"), Column("time to converge", "right"), Column("epochs", "right"),

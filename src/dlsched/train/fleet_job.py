@@ -25,7 +25,7 @@ from dlsched.train import preemption
 from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
-from dlsched.train.flotilla import CTX, LEFT, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
+from dlsched.train.flotilla import CTX, LEFT, Augment, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
 
 STATE_FILE = "fleet_state.json"   # converged members and each member's batch index, for a resumed run
 
@@ -95,7 +95,8 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
                    stop_requested: Callable[[], bool] = lambda: False,
                    on_report: Callable[[tuple], None] | None = None,
                    on_plan: Callable[[dict], None] | None = None,
-                   on_event: Callable[[dict], None] | None = None) -> tuple[EnsembleReport, bool]:
+                   on_event: Callable[[dict], None] | None = None,
+                   augment: Augment = Augment()) -> tuple[EnsembleReport, bool]:
     """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged)."""
     for m in members:   # a bad model reference is one clear line here, not a failed profiling process
         _build(m)
@@ -106,7 +107,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     shape = tuple(data[0].shape[1:])
     grant = share()
     cpus = sorted(os.sched_getaffinity(0))
-    report.preprocess_per_core = preprocessing_rate(data[0], batch)
+    report.preprocess_per_core = preprocessing_rate(data[0], batch, augment=augment)
     for m in members:
         report.profiles[m.name] = profile_member(m, batch, shape, m.max_workers, grant.devices, scratch=ckpt_dir)
     per_epoch = len(data[0]) // batch * batch   # samples a member trains per epoch (one shared batch a step)
@@ -147,7 +148,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
         converged, runs = run_flotillas(
             groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores, devices=devices,
-            start_batch=[min(progress[m.name] for m in g) for g in groups], on_report=relay,
+            start_batch=[min(progress[m.name] for m in g) for g in groups], on_report=relay, augment=augment,
             should_stop=lambda: stop_requested() or share() != grant)
         report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s) for r in runs]
         remaining = [n for n in remaining if n not in converged]
@@ -232,7 +233,8 @@ def run_job(opts: FleetOptions) -> int:
     data, val = load_data(spec, base)
     _, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
                              share=io.share, eps=spec.rate_tolerance, seed=spec.dataset.seed,
-                             stop_requested=preemption.requested, on_report=io.report, on_event=io.event)
+                             stop_requested=preemption.requested, on_report=io.report, on_event=io.event,
+                             augment=spec.augment())
     if done:
         io.event({"event": "finished", "step": sum(io.steps.values())})
         io.status("finished")

@@ -22,7 +22,7 @@ from dlsched.spec import one_line
 if TYPE_CHECKING:   # the runtime's: the service validates a spec at submission without loading torch
     import torch
 
-    from dlsched.train.flotilla import Convergence, MemberSpec
+    from dlsched.train.flotilla import Augment, Convergence, MemberSpec
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,13 @@ class ModelEntry(_Strict):
     max_workers: int = Field(1, ge=1, le=16)   # data-parallel workers the FLEET greedy may give it
 
 
+class AugmentEntry(_Strict):
+    """The training augmentation (``flotilla.Augment``); default CIFAR's. Validation images are never augmented."""
+
+    crop_padding: int = Field(4, ge=0, le=64)   # pad, then crop back at a random offset; 0 = no crop
+    flip: bool = True                            # random horizontal flip
+
+
 class DatasetEntry(_Strict):
     """``synthetic``: generated CIFAR-shaped images; ``npz``: a file with x_train, y_train, x_val, y_val (uint8 NCHW)."""
 
@@ -67,6 +74,7 @@ class DatasetEntry(_Strict):
     classes: int = Field(10, ge=2, le=100_000)
     image_size: int = Field(32, ge=8, le=512)
     seed: int = 0
+    augment: AugmentEntry = AugmentEntry()
 
     @model_validator(mode="after")
     def _path_for_npz(self) -> "DatasetEntry":
@@ -108,6 +116,11 @@ class EnsembleSpec(_Strict):
         from dlsched.train.flotilla import MemberSpec
 
         return [MemberSpec(m.name, m.model, dict(m.kwargs), m.lr, str(base_dir), m.max_epochs, m.max_workers) for m in self.models]
+
+    def augment(self) -> Augment:
+        from dlsched.train.flotilla import Augment
+
+        return Augment(self.dataset.augment.crop_padding, self.dataset.augment.flip)
 
     def convergence_rule(self) -> Convergence:
         from dlsched.train.flotilla import Convergence

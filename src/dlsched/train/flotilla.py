@@ -103,8 +103,19 @@ class Normalize:
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
-def cifar_train_transform(size: int) -> Compose:
-    return Compose([RandomCrop(size, 4), RandomHorizontalFlip(), ToFloat(), Normalize(CIFAR_MEAN, CIFAR_STD)])
+@dataclass(frozen=True)
+class Augment:
+    """The training augmentation: CIFAR's (pad-4 random crop, horizontal flip) unless the data set says otherwise
+    (a pad-4 crop of an 8 x 8 digit and a mirrored digit are no longer the digit)."""
+
+    crop_padding: int = 4     # 0: no random crop
+    flip: bool = True
+
+
+def cifar_train_transform(size: int, augment: Augment = Augment()) -> Compose:
+    crop = [RandomCrop(size, augment.crop_padding)] if augment.crop_padding > 0 else []
+    flip = [RandomHorizontalFlip()] if augment.flip else []
+    return Compose([*crop, *flip, ToFloat(), Normalize(CIFAR_MEAN, CIFAR_STD)])
 
 
 def eval_transform(images: torch.Tensor) -> torch.Tensor:
@@ -174,7 +185,7 @@ class BatchRing:
 
 
 def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, seed: int, start_batch: int = 0,
-                  cores: Sequence[int] = (), part: int = 0, parts: int = 1) -> None:
+                  cores: Sequence[int] = (), part: int = 0, parts: int = 1, augment: Augment = Augment()) -> None:
     """Preprocess batches ``start_batch + part``, ``+ parts``, ... in random epoch order with the CIFAR transforms,
     each written once into the ring. ``cores``: the CPU cores the planner gave this producer (affinity); one
     torch thread, so the process never uses more than the cores it was given."""
@@ -182,7 +193,7 @@ def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, s
         os.sched_setaffinity(0, set(cores))
     torch.set_num_threads(1)
     cpu0 = time.process_time()
-    transform = cifar_train_transform(images.shape[-1])
+    transform = cifar_train_transform(images.shape[-1], augment)
     n, b = len(images), ring.batch
     per_epoch = n // b
     index, epoch, order = start_batch + part, -1, None
@@ -406,7 +417,8 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
                   cores: Sequence[Sequence[int]] | None = None,
                   devices: Mapping[str, Sequence[str]] | None = None,
                   should_stop: Callable[[], bool] | None = None,
-                  on_report: Callable[[tuple], None] | None = None) -> tuple[set[str], list[FlotillaRun]]:
+                  on_report: Callable[[tuple], None] | None = None,
+                  augment: Augment = Augment()) -> tuple[set[str], list[FlotillaRun]]:
     """Run flotillas side by side, each with one shared pipeline and, per member, ``workers[name]`` (default 1)
     data-parallel processes.
 
@@ -431,7 +443,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         rings.append(ring)
         for part, core in enumerate(pinned):
             producers.append(CTX.Process(target=producer_main, daemon=True, args=(
-                ring, data[0], data[1], seed + 1000 * gi, first, core, part, len(pinned))))
+                ring, data[0], data[1], seed + 1000 * gi, first, core, part, len(pinned), augment)))
         consumer = 0
         for m, g in zip(members, gpus):
             rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
