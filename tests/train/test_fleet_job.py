@@ -197,8 +197,9 @@ RECORDING = REPO_ROOT / "tests" / "train" / "recording_models.py"
 @pytest.mark.slow
 def test_members_regrouped_at_different_steps_each_see_every_sample_once_per_epoch(tmp_path):
     """Members stop at different steps (a flotilla's members are up to a ring's length apart; members of different
-    flotillas anywhere). Re-formed into one flotilla, the one behind used to start at the leader's batch: it
-    skipped batches and its epochs mixed two shuffles, some samples twice and some never."""
+    flotillas, or one that waited, anywhere). Re-formed into one flotilla, the one behind used to start at the
+    leader's batch: it skipped batches and its epochs mixed two shuffles, some samples twice and some never; and a
+    member re-formed mid-epoch into another flotilla went on in that flotilla's shuffle of the epoch."""
     from dlsched.train.flotilla import CTX, run_flotillas
     from tests.train.recording_models import id_images
 
@@ -211,18 +212,19 @@ def test_members_regrouped_at_different_steps_each_see_every_sample_once_per_epo
         logs[m.name].unlink(missing_ok=True)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    conv = Convergence(patience=100, min_delta=0.0, max_epochs=2)
-    for m, steps in zip(members, (3, 5)):   # a stopped at step 3, b at step 5
-        run_flotillas([[m]], data, val, batch, conv, ckpt, CTX.Queue(), max_batches=steps)
-    (ckpt / "fleet_state.json").write_text(json.dumps({"converged": {}, "progress": {"a": 3, "b": 5}}))
+    conv = Convergence(patience=100, min_delta=0.0, max_epochs=4)
+    # a stopped 3 steps into its first epoch in the second of two flotillas, b 5 steps into its third epoch
+    run_flotillas([[members[1]], [members[0]]], data, val, batch, conv, ckpt, CTX.Queue(), max_batches=3)
+    run_flotillas([[members[1]]], data, val, batch, conv, ckpt, CTX.Queue(), start_batch=3, max_batches=18)
+    (ckpt / "fleet_state.json").write_text(json.dumps({"converged": {}, "progress": {"a": 3, "b": 21}}))
     plans = []
     report, done = train_ensemble(members, data, val, batch, conv, ckpt, share=lambda: Share(2), eps=0.99,
                                   on_plan=plans.append)
-    assert done and report.epochs == {"a": 2, "b": 2}
+    assert done and report.epochs == {"a": 4, "b": 4}
     assert sorted(plans[0]["flotillas"][0]["members"]) == ["a", "b"]        # one shared stream for both
     for name, log in logs.items():
         steps = [list(map(int, line.split())) for line in log.read_text().splitlines()]
-        assert len(steps) == 2 * steps_per_epoch, name                       # no batch trained twice or skipped
-        for e in range(2):
+        assert len(steps) == 4 * steps_per_epoch, name                       # no batch trained twice or skipped
+        for e in range(4):
             seen = sorted(i for s in steps[e * steps_per_epoch: (e + 1) * steps_per_epoch] for i in s)
             assert seen == list(range(64)), (name, e)                          # every sample once per epoch

@@ -146,6 +146,8 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
             on_plan(record)
         groups = [[by_name[n] for n in f.gpus] for f in plan.flotillas]
         workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
+        # a stream starts at its members' lowest step: one further on waits for the stream to reach its own (it
+        # idles meanwhile) since a member's epoch must be one shuffle of every sample, never part of two
         converged, runs = run_flotillas(
             groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores, devices=devices,
             start_batch=[min(progress[m.name] for m in g) for g in groups], on_report=relay, augment=augment,

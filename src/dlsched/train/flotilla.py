@@ -443,7 +443,9 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         rings.append(ring)
         for part, core in enumerate(pinned):
             producers.append(CTX.Process(target=producer_main, daemon=True, args=(
-                ring, data[0], data[1], seed + 1000 * gi, first, core, part, len(pinned), augment)))
+                # one order of batches whatever the flotilla: a member re-formed mid-epoch into another goes on
+                # with the epoch's same shuffle (a seed per flotilla gave it part of another shuffle)
+                ring, data[0], data[1], seed, first, core, part, len(pinned), augment)))
         consumer = 0
         for m, g in zip(members, gpus):
             rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
