@@ -80,6 +80,13 @@ def members_left(events: Iterable[dict], now: float) -> tuple[tuple[str, tuple[f
                  for name, r in rates.items() if name not in gone and name in cap)
 
 
+def useful_slots(store: "Store", job_id: int) -> int | None:
+    """The slots an ensemble's still-training members can use (each its ``max_workers``: its profile's length);
+    None before the runtime profiled them."""
+    left = members_left(store.events(job_id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS), now=0.0)
+    return sum(len(rates) for _, rates, _ in left) or None
+
+
 def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
     return ensemble_status(store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS))
 

@@ -26,7 +26,8 @@ from dlsched.service.failed_actions import after_failed_action
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_folders import job_folder
-from dlsched.service.job_models import JobModels
+from dlsched.service.fleet_status import useful_slots
+from dlsched.service.job_models import JobModels, capped_to_members
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
@@ -57,6 +58,13 @@ class RoundStats:
 
 def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
     return ClusterView(tuple(NodeView(n.name, n.gpus, n.gpu_type, n.cpus) for n in spec.nodes), now)
+
+
+def policy_views(models: JobModels, store: Store, jobs: list[JobRecord]) -> list[JobView]:
+    """The jobs as the policy sees them; an ensemble capped to what its still-training members can use, so a
+    member that left frees its slots for the other jobs (the forecast rolls ensembles forward the same way)."""
+    return [capped_to_members(models.snapshot(j), useful_slots(store, j.id)) if j.spec.kind == "ensemble"
+            else models.snapshot(j) for j in jobs]
 
 
 class LiveLoop:
@@ -162,7 +170,7 @@ class LiveLoop:
         self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
         view = without_held(view, jobs)   # slots processes may still use past their books
         eligible, view = self.held_out(view, eligible)   # placed on a node the view lacks: left as it is
-        decision = schedule(self.policy, [self.models.snapshot(j) for j in eligible], view, consolidated)
+        decision = schedule(self.policy, policy_views(self.models, self.store, eligible), view, consolidated)
         return clear_of_holds(decision, eligible, view)   # a shrink's slots are not free this round either
 
     def act(self, actions: list[Action], jobs: Mapping[int, JobRecord], now: float) -> None:
