@@ -22,3 +22,11 @@ def test_an_ensembles_fraction_done_counts_each_plans_samples_and_a_member_that_
     assert ensemble_status([PROFILED, plan, left])["fraction_done"] == 0.4      # b's 200 are all done: it left
     assert ensemble_status([PROFILED, plan, left, _event("job_finished")])["fraction_done"] == 1.0
     assert ensemble_status([PROFILED, plan, _event("job_stopped")])["fraction_done"] == 0.25   # stopped, not done
+
+
+def test_each_member_that_left_has_its_epochs_and_best_accuracy():
+    """A service job's per-model results were only in its events; `dlsched show` and the dashboard had the states."""
+    plan = _event("job_flotillas", flotillas=[{"members": {"a": 1, "b": 1}}], share=2, samples_done={})
+    left = _event("job_member_converged", member="b", epoch=3, best_acc=0.97, reason="max_epochs")
+    shown = ensemble_status([PROFILED, plan, left])
+    assert shown["results"] == {"b": {"epochs": 3, "best_acc": 0.97, "left": "stopped at max_epochs"}}

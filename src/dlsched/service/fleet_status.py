@@ -14,7 +14,9 @@ LEFT = ("converged", STOPPED)
 
 def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
     """``{"members": {name: "training"|"waiting"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
-    "share": slots, "fraction_done": f}`` from a job's events, oldest first. ``fraction_done``: of the samples every
+    "share": slots, "fraction_done": f, "results": {name: {"epochs", "best_acc", "left"}}}`` from a job's events,
+    oldest first; ``results`` has each member that left: its epochs, best validation accuracy and why it left (what
+    ``dlsched ensemble run`` puts in its report; only the events had it for a service job). ``fraction_done``: of the samples every
     member would train to its epoch cap, those trained by the last plan, a member that left counted whole (it has
     no work left); None before the runtime profiled its members, 1 once the job finished."""
     members: dict[str, str] = {}
@@ -22,6 +24,7 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
     share = None
     cap: dict[str, float] = {}
     done: dict[str, float] = {}
+    results: dict[str, dict] = {}
     ended = False
     for e in events:
         d = e["detail"]
@@ -37,13 +40,15 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
                     members[m] = "training" if m in running else "waiting"
         elif e["kind"] == "job_member_converged":
             members[d["member"]] = STOPPED if d.get("reason") == "max_epochs" else "converged"
+            results[d["member"]] = {"epochs": d.get("epoch"), "best_acc": d.get("best_acc"), "left": members[d["member"]]}
         elif e["kind"] in ("job_finished", "job_stopped"):
             flotillas = []
             ended = e["kind"] == "job_finished"
     total = sum(cap.values())
     trained = sum(c if members.get(m) in LEFT else min(c, done.get(m, 0.0)) for m, c in cap.items())
     fraction = 1.0 if ended else trained / total if total > 0 else None
-    return {"members": members, "flotillas": flotillas, "share": share, "fraction_done": fraction}
+    return {"members": members, "flotillas": flotillas, "share": share, "fraction_done": fraction,
+            "results": {m: results[m] for m in members if m in results}}
 
 
 # the events ensemble_status reads: a job list asks per ensemble, so its checkpoints and the rest stay unread
