@@ -1,7 +1,7 @@
 """An ensemble job's progress as the service shows it (service/fleet_status), from hand-made FLEET events."""
 from __future__ import annotations
 
-from dlsched.service.fleet_status import ensemble_status
+from dlsched.service.fleet_status import ensemble_status, summary
 
 
 def _event(kind: str, **detail) -> dict:
@@ -30,3 +30,9 @@ def test_each_member_that_left_has_its_epochs_and_best_accuracy():
     left = _event("job_member_converged", member="b", epoch=3, best_acc=0.97, reason="max_epochs")
     shown = ensemble_status([PROFILED, plan, left])
     assert shown["results"] == {"b": {"epochs": 3, "best_acc": 0.97, "left": "stopped at max_epochs"}}
+
+
+def test_an_ensemble_not_yet_profiled_says_so_in_its_summary():
+    """`dlsched status` showed "0/0 converged" under an ensemble still profiling, or one that failed before."""
+    assert summary(ensemble_status([])) == "no member profiled"
+    assert summary(ensemble_status([PROFILED])) == "0/2 converged"

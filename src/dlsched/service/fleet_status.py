@@ -99,6 +99,8 @@ def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
 def summary(ens: dict[str, Any]) -> str:
     """One line for tables: "3/8 converged, 1 stopped at max_epochs, flotillas a+b | c"."""
     m = ens["members"]
+    if not m:   # "0/0 converged" read as an ensemble of no models
+        return "no member profiled"
     done = sum(1 for s in m.values() if s == "converged")
     stopped = sum(1 for s in m.values() if s == STOPPED)
     fl = " | ".join("+".join(f"{d}:{g}" for d, g in f["members"].items()) for f in ens["flotillas"])
