@@ -36,3 +36,12 @@ def test_an_ensemble_not_yet_profiled_says_so_in_its_summary():
     """`dlsched status` showed "0/0 converged" under an ensemble still profiling, or one that failed before."""
     assert summary(ensemble_status([])) == "no member profiled"
     assert summary(ensemble_status([PROFILED])) == "0/2 converged"
+
+
+def test_members_of_a_stopped_ensemble_are_not_shown_training():
+    """A cancelled ensemble still showed its members 'training'."""
+    plan = _event("job_flotillas", flotillas=[{"members": {"a": 1}}], share=1, waiting=["b"], samples_done={})
+    stopped = ensemble_status([PROFILED, plan, _event("job_stopped")])
+    assert stopped["members"] == {"a": "stopped", "b": "stopped"}
+    again = ensemble_status([PROFILED, plan, _event("job_stopped"), plan])     # resumed: the next plan says
+    assert again["members"] == {"a": "training", "b": "waiting"}

@@ -13,7 +13,7 @@ LEFT = ("converged", STOPPED)
 
 
 def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
-    """``{"members": {name: "training"|"waiting"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
+    """``{"members": {name: "training"|"waiting"|"stopped"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
     "share": slots, "fraction_done": f, "results": {name: {"epochs", "best_acc", "left"}}}`` from a job's events,
     oldest first; ``results`` has each member that left: its epochs, best validation accuracy and why it left (what
     ``dlsched ensemble run`` puts in its report; only the events had it for a service job). ``fraction_done``: of the samples every
@@ -44,6 +44,8 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
         elif e["kind"] in ("job_finished", "job_stopped"):
             flotillas = []
             ended = e["kind"] == "job_finished"
+            # checkpointed (a cancel, a preemption): no longer training until a next plan says so
+            members.update({m: "stopped" for m, st in members.items() if st not in LEFT})
     total = sum(cap.values())
     trained = sum(c if members.get(m) in LEFT else min(c, done.get(m, 0.0)) for m, c in cap.items())
     fraction = 1.0 if ended else trained / total if total > 0 else None
