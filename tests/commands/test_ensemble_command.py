@@ -139,6 +139,14 @@ models:
     assert (tmp_path / "out" / "flotillas.png").stat().st_size > 1000
     assert (tmp_path / "out" / "checkpoints" / "a.best.pt").exists()
     assert json.loads(r.stdout) == rep    # --json prints the report itself
+    # run again into the same folder: every member left in the first run (its checkpoints say so). This crashed
+    # with KeyError 'a' after training, and no report.json was written.
+    again = _cli("run", str(f), "--no-live", cwd=run_dir)
+    assert again.returncode == 0, again.stderr
+    assert "earlier run" in again.stdout
+    rep2 = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert rep2["outcome"] == rep["outcome"] and rep2["epochs"] == rep["epochs"] and rep2["best_acc"] == rep["best_acc"]
+    assert rep2["finish_s"] == {"a": None, "b": None} and rep2["flotillas"] == []
 
 
 def test_ensemble_simulate_prints_the_three_methods():

@@ -37,7 +37,8 @@ LEAVE_LABEL = {"converged": "converged", "max_epochs": "stopped at max_epochs"}
 class EnsembleReport:
     epochs: dict[str, int] = field(default_factory=dict)
     best_acc: dict[str, float] = field(default_factory=dict)
-    finish_s: dict[str, float] = field(default_factory=dict)
+    finish_s: dict[str, float] = field(default_factory=dict)   # members that left in this run
+    left: dict[str, str] = field(default_factory=dict)         # why each member left: "converged" | "max_epochs"
     flotillas: list[FlotillaRun] = field(default_factory=list)
     profiles: dict[str, MeasuredProfile] = field(default_factory=dict)
     preprocess_per_core: float = 0.0
@@ -128,6 +129,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         if status in LEFT and msg[4] is None:
             report.epochs[name], report.best_acc[name] = epoch, msg[5]
             report.finish_s[name] = time.time() - t0
+            report.left[name] = status
             state["converged"][name] = {"epoch": epoch, "best_acc": msg[5], "reason": status}
             emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5], "reason": status})
         if on_report:
@@ -159,6 +161,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     for name, done in state["converged"].items():
         report.epochs.setdefault(name, done["epoch"])
         report.best_acc.setdefault(name, done["best_acc"])
+        report.left.setdefault(name, done.get("reason", "converged"))   # in an earlier run into the same folder
     return report, not remaining
 
 
