@@ -13,7 +13,7 @@ import pytest
 from dlsched.paths import REPO_ROOT
 from dlsched.policy.fleet import FleetPlan, Flotilla
 from dlsched.train.files import read_progress, read_status, write_control
-from dlsched.train.fleet_job import Share, _Contract, assign_cores, assign_devices, train_ensemble
+from dlsched.train.fleet_job import Share, _Contract, assign_cores, assign_devices, stream_places, train_ensemble
 from dlsched.train import fleet_profile
 from dlsched.train.fleet_profile import CACHE_FILE, profile_member
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
@@ -194,6 +194,16 @@ def test_a_step_names_the_request_and_share_its_flotillas_were_planned_on(tmp_pa
 RECORDING = REPO_ROOT / "tests" / "train" / "recording_models.py"
 
 
+def test_a_member_at_an_epochs_start_joins_the_stream_in_the_furthest_members_epoch():
+    # lin mid-epoch 15 (280 batches an epoch), deep and mlp never trained: they take epoch 15 of the stream as
+    # their first, so lin waits 112 batches for them, not 4312
+    assert stream_places({"lin": 4312, "deep": 0, "mlp": 0}, {}, 280) == (4200, {"lin": 0, "deep": 4200, "mlp": 4200})
+    # mid-epoch members keep their shifts whatever the gap: each is inside one shuffle
+    assert stream_places({"a": 3, "b": 21}, {"a": 8}, 8) == (11, {"a": 8, "b": 0})
+    # one at an epoch's start never goes back to a stream epoch it trained
+    assert stream_places({"a": 16, "b": 0}, {"b": 40}, 8) == (40, {"a": 24, "b": 40})
+
+
 @pytest.mark.slow
 def test_members_regrouped_at_different_steps_each_see_every_sample_once_per_epoch(tmp_path):
     """Members stop at different steps (a flotilla's members are up to a ring's length apart; members of different
@@ -205,8 +215,8 @@ def test_members_regrouped_at_different_steps_each_see_every_sample_once_per_epo
 
     data, val = id_images(64), id_images(16)
     batch, steps_per_epoch = 8, 8
-    logs = {n: tmp_path / f"{n}.log" for n in ("a", "b")}
-    members = [MemberSpec(n, f"{RECORDING}:RecordingMLP", {"log": str(logs[n])}) for n in ("a", "b")]
+    logs = {n: tmp_path / f"{n}.log" for n in ("a", "b", "c")}
+    members = [MemberSpec(n, f"{RECORDING}:RecordingMLP", {"log": str(logs[n])}) for n in ("a", "b", "c")]
     for m in members:   # profiled (and cached) first: the profile's random batches are not training
         profile_member(m, batch, (3, 8, 8), max_gpus=1, scratch=tmp_path)
         logs[m.name].unlink(missing_ok=True)
@@ -216,12 +226,13 @@ def test_members_regrouped_at_different_steps_each_see_every_sample_once_per_epo
     # a stopped 3 steps into its first epoch in the second of two flotillas, b 5 steps into its third epoch
     run_flotillas([[members[1]], [members[0]]], data, val, batch, conv, ckpt, CTX.Queue(), max_batches=3)
     run_flotillas([[members[1]]], data, val, batch, conv, ckpt, CTX.Queue(), start_batch=3, max_batches=18)
-    (ckpt / "fleet_state.json").write_text(json.dumps({"converged": {}, "progress": {"a": 3, "b": 21}}))
+    # c never trained (it waited): it joins at an epoch's start
+    (ckpt / "fleet_state.json").write_text(json.dumps({"converged": {}, "progress": {"a": 3, "b": 21, "c": 0}}))
     plans = []
-    report, done = train_ensemble(members, data, val, batch, conv, ckpt, share=lambda: Share(2), eps=0.99,
+    report, done = train_ensemble(members, data, val, batch, conv, ckpt, share=lambda: Share(3), eps=0.99,
                                   on_plan=plans.append)
-    assert done and report.epochs == {"a": 4, "b": 4}
-    assert sorted(plans[0]["flotillas"][0]["members"]) == ["a", "b"]        # one shared stream for both
+    assert done and report.epochs == {"a": 4, "b": 4, "c": 4}
+    assert sorted(plans[0]["flotillas"][0]["members"]) == ["a", "b", "c"]   # one shared stream for all
     for name, log in logs.items():
         steps = [list(map(int, line.split())) for line in log.read_text().splitlines()]
         assert len(steps) == 4 * steps_per_epoch, name                       # no batch trained twice or skipped

@@ -84,6 +84,21 @@ def plan_record(plan: FleetPlan, cores: Sequence[Sequence[int]], devices: Mappin
                            "devices": {d: list(devices[d]) for d in f.gpus}} for f, c in zip(plan.flotillas, cores)]}
 
 
+def stream_places(steps: Mapping[str, int], shifts: Mapping[str, int], per_epoch: int) -> tuple[int, dict[str, int]]:
+    """Where a flotilla's shared stream starts, and each member's shift (it trains the stream's batch ``step +
+    shift``), for members resuming at ``steps`` with the ``shifts`` they had. A member's epochs must be whole
+    epochs of the stream (one shuffle of every sample), so a shift is a multiple of ``per_epoch`` and a member
+    mid-epoch keeps its own; one at an epoch's start (a member that waited, one paused at its epoch's end) may
+    take any later epoch of the stream: it takes the furthest member's epoch, so that the member furthest on waits
+    for the others less than an epoch, not for the whole gap between them."""
+    places = {m: steps[m] + shifts.get(m, 0) for m in steps}
+    mid = [p for m, p in places.items() if steps[m] % per_epoch]
+    epoch = max(mid or places.values()) // per_epoch
+    shift = {m: max(shifts.get(m, 0), epoch * per_epoch - steps[m]) if steps[m] % per_epoch == 0 else shifts.get(m, 0)
+             for m in steps}
+    return min(steps[m] + shift[m] for m in steps), shift
+
+
 def _load_state(ckpt_dir: Path) -> dict:
     try:
         return json.loads((ckpt_dir / STATE_FILE).read_text())
@@ -122,6 +137,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     t0 = time.time()
     remaining = [m.name for m in members if m.name not in state["converged"]]
     progress = {m.name: int(state["progress"].get(m.name, 0)) for m in members}
+    shifts = {m.name: int(state.get("shift", {}).get(m.name, 0)) for m in members}
 
     def relay(msg: tuple) -> None:
         name, status, epoch, step = msg[:4]
@@ -148,15 +164,17 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
             on_plan(record)
         groups = [[by_name[n] for n in f.gpus] for f in plan.flotillas]
         workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
-        # a stream starts at its members' lowest step: one further on waits for the stream to reach its own (it
-        # idles meanwhile) since a member's epoch must be one shuffle of every sample, never part of two
+        places = [stream_places({m.name: progress[m.name] for m in g}, shifts, len(data[0]) // batch) for g in groups]
+        shifts.update({m: k for _, shift in places for m, k in shift.items()})
+        # a member further on in its stream waits for the stream to reach it (it idles meanwhile): a member's
+        # epoch must be one shuffle of every sample, never part of two
         converged, runs = run_flotillas(
             groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores, devices=devices,
-            start_batch=[min(progress[m.name] for m in g) for g in groups], on_report=relay, augment=augment,
+            start_batch=[start for start, _ in places], shift=shifts, on_report=relay, augment=augment,
             should_stop=lambda: stop_requested() or share() != grant)
         report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s) for r in runs]
         remaining = [n for n in remaining if n not in converged]
-        state["progress"] = progress
+        state["progress"], state["shift"] = progress, shifts
         atomic_write_json(ckpt_dir / STATE_FILE, state)
     for name, done in state["converged"].items():
         report.epochs.setdefault(name, done["epoch"])

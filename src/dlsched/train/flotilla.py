@@ -307,7 +307,7 @@ def _agree(flag: bool, world: int) -> bool:
 
 def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_batch: int, steps_per_epoch: int,
                 val: tuple[torch.Tensor, torch.Tensor], conv: Convergence, ckpt_dir: str, reports: "mp.Queue",
-                stop: "mp.synchronize.Event", max_batches: int | None = None) -> None:
+                stop: "mp.synchronize.Event", max_batches: int | None = None, shift: int = 0) -> None:
     """Train one member (or one data-parallel rank of it) on the shared batches until it converges (leaves), is
     stopped (re-formation) or has run ``max_batches``. Rank r of g trains on rows r::g of each shared batch (a view)
     and gradients are averaged with DDP over gloo; rank 0 validates, checkpoints and reports."""
@@ -328,9 +328,10 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
         saved = torch.load(ckpt, weights_only=False)
         net.load_state_dict(saved["model"]), opt.load_state_dict(saved["opt"])
         state = saved["state"]
-    if state["step"] < start_batch:
-        raise RuntimeError(f"{spec.name}: its stream starts at batch {start_batch}, past its step {state['step']}: "
-                           "it would skip batches")
+    # its step k trains the stream's batch k + shift, whole epochs apart: its epochs are the stream's epochs
+    if shift % steps_per_epoch or state["step"] + shift < start_batch:
+        raise RuntimeError(f"{spec.name}: step {state['step']} shifted by {shift} is not in a stream of "
+                           f"{steps_per_epoch} batches an epoch from batch {start_batch}: it would skip batches")
     model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else net
     val_x, val_y = eval_transform(val[0]).to(device), val[1].to(device)
     index, status, t0, seen = start_batch, "training", time.perf_counter(), 0
@@ -339,9 +340,9 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
             if _agree(stop.is_set() or (max_batches is not None and seen >= max_batches), world):
                 status = "paused"
                 break
-            if index < state["step"]:
-                # Trained on in an earlier flotilla: pass it by until the stream reaches this member's own step, so
-                # its epochs stay the stream's epochs (each a shuffle of every sample) and no batch is trained twice.
+            if index < state["step"] + shift:
+                # Before this member's place: pass it by until the stream reaches it, so that its epochs stay the
+                # stream's epochs (each a shuffle of every sample) and no sample is trained twice or skipped.
                 ring.wait_slot(index)
                 ring.release(index, worker.consumer)
                 index, t0 = index + 1, time.perf_counter()
@@ -418,15 +419,15 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
                   devices: Mapping[str, Sequence[str]] | None = None,
                   should_stop: Callable[[], bool] | None = None,
                   on_report: Callable[[tuple], None] | None = None,
-                  augment: Augment = Augment()) -> tuple[set[str], list[FlotillaRun]]:
+                  augment: Augment = Augment(), shift: Mapping[str, int] | None = None) -> tuple[set[str], list[FlotillaRun]]:
     """Run flotillas side by side, each with one shared pipeline and, per member, ``workers[name]`` (default 1)
     data-parallel processes.
 
     ``cores[i]``: the CPU cores of flotilla i's pipeline, one producer process pinned to each (default: one
     unpinned producer). ``devices[name]``: the device of each of the member's ranks (default CPU).
-    ``start_batch`` (per flotilla): the first batch of its stream, at most the step each member checkpointed; a
-    member further on passes the batches before its step by (``train_ensemble`` starts a stream at its members'
-    lowest step). Returns when a member converges, when ``should_stop()`` turns true (a new share, a SIGTERM) --
+    ``start_batch`` (per flotilla): the first batch of its stream; ``shift[name]``: whole epochs between a member's
+    step and the stream's batch it trains (default 0; ``fleet_job.stream_places`` chooses both). A member passes
+    the batches before its own by. Returns when a member converges, when ``should_stop()`` turns true (a new share, a SIGTERM) --
     every member is then paused at its next step and checkpointed -- or when all members stopped (``max_batches``
     each)."""
     warm_up_torch()
@@ -453,7 +454,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
             for r in range(g):
                 procs.append(CTX.Process(target=member_main, daemon=True, args=(
                     m, MemberRank(consumer, r, g, rdzv, ranks[r]), ring, first, steps, val, conv, str(ckpt_dir), reports,
-                    stop, max_batches)))
+                    stop, max_batches, (shift or {}).get(m.name, 0))))
                 consumer += 1
     load_lazy_training_modules()
     with inheriting_no_garbage():
