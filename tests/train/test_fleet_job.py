@@ -112,6 +112,24 @@ def test_members_converge_leave_with_checkpoints_and_the_rest_are_re_formed(tmp_
     assert [e["member"] for e in events if e["event"] == "member_converged"] == ["tiny", "mlp"]
 
 
+@pytest.mark.slow
+def test_a_new_share_that_leaves_the_plan_as_it_is_re_forms_nothing(tmp_path):
+    """A shrink that takes only slots no member uses (the service's, once a member left) stopped every member,
+    checkpointed and restarted them; with a DDP member that cost 30 s of teardown. It is now answered by recording
+    the same plan on the new share."""
+    data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
+    # 32 steps of >= 0.05 s: the share changes after its 10th (its first report), well before its end
+    members = [MemberSpec("solo", f"{SLOW}:SlowWideCNN", {"width": 4, "step_s": 0.05}, max_epochs=4)]
+    seen, events = [], []
+    report, done = train_ensemble(members, data, val, 32, Convergence(patience=100, min_delta=0.0, max_epochs=4),
+                                  tmp_path, share=lambda: Share(3 if seen else 4), eps=0.99,
+                                  on_report=seen.append, on_event=events.append)
+    assert done and report.epochs == {"solo": 4}
+    assert len(report.flotillas) == 1                                           # one run: never re-formed
+    plans = [e for e in events if e["event"] == "flotillas"]
+    assert [p["share"] for p in plans] == [4, 3] and plans[0]["flotillas"] == plans[1]["flotillas"]
+
+
 ENSEMBLE_YAML = """name: contract
 dataset: {kind: synthetic, train: 512, val: 64}
 batch_size: 32

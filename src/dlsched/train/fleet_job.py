@@ -151,14 +151,31 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         if on_report:
             on_report(msg)
 
-    while remaining and not stop_requested():
-        grant = share()
+    def planned(grant: Share) -> tuple[FleetPlan, list[list[int]], dict[str, list[str]], dict]:
         profiles = [report.profiles[n].profile for n in remaining]
         profiles = [type(p)(p.name, p.rates[: max(1, grant.slots)]) for p in profiles]
         plan = plan_fleet(profiles, {"share": grant.slots}, cpu_pool=len(cpus), pre=pre, eps=eps)
         cores = assign_cores(plan, cpus)
         devices = assign_devices(plan, share=grant)
-        record = plan_record(plan, cores, devices, grant)
+        return plan, cores, devices, plan_record(plan, cores, devices, grant)
+
+    def replan(running: dict) -> bool:
+        """A new share re-forms the flotillas only where it changes their plan: a shrink that takes only slots they
+        do not use (a member left) is answered by recording the same plan on it, not by stopping every member
+        (a re-formation costs a checkpoint and new processes; a DDP rank's teardown has taken 30 s)."""
+        now = share()
+        if now == running["grant"]:
+            return False
+        record = planned(now)[3]
+        if {**record, "share": None} != {**running["record"], "share": None}:
+            return True
+        running.update(grant=now, record=record)
+        emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
+        return False
+
+    while remaining and not stop_requested():
+        grant = share()
+        plan, cores, devices, record = planned(grant)
         emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
         if on_plan:
             on_plan(record)
@@ -171,7 +188,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         converged, runs = run_flotillas(
             groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores, devices=devices,
             start_batch=[start for start, _ in places], shift=shifts, on_report=relay, augment=augment,
-            should_stop=lambda: stop_requested() or share() != grant)
+            should_stop=lambda running={"grant": grant, "record": record}: stop_requested() or replan(running))
         report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s) for r in runs]
         remaining = [n for n in remaining if n not in converged]
         state["progress"], state["shift"] = progress, shifts
