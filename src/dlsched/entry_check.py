@@ -41,6 +41,8 @@ def _signature(tree: ast.Module, func: str) -> ast.arguments | None:
             return node.args
         if isinstance(node, ast.ClassDef) and node.name == func:
             init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+            if init is None and (node.bases or node.decorator_list):
+                return None   # inherited or generated (a dataclass): its parameters are not in this file
             if init is None:
                 return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
                                      kwarg=None, defaults=[])
@@ -64,26 +66,28 @@ def check_script(command: list[str], workdir: str | Path, source: str = "job spe
                         f"(relative paths resolve under {workdir})")
 
 
-def check_entry(entry: str, params: dict[str, Any], workdir: str | Path, source: str = "job spec") -> None:
-    """Raise ``SpecError`` (one line) when ``entry`` cannot be found or ``params`` do not fit its signature."""
+def check_entry(entry: str, params: dict[str, Any], workdir: str | Path, source: str = "job spec",
+                field: str = "entry", params_field: str = "params") -> None:
+    """Raise ``SpecError`` (one line) when ``entry`` cannot be found or ``params`` do not fit its signature
+    (``field``, ``params_field``: what the line calls them, e.g. an ensemble's ``models[2].model``)."""
     workdir = Path(workdir)
     target, func = entry.rsplit(":", 1)
     path = entry_file(entry, workdir)
     if path is None:
-        raise SpecError(f"{source}: field entry: {target!r} not found (relative paths resolve under {workdir})")
+        raise SpecError(f"{source}: field {field}: {target!r} not found (relative paths resolve under {workdir})")
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError) as e:
-        raise SpecError(f"{source}: field entry: {path} does not compile: {getattr(e, 'msg', e)} "
+        raise SpecError(f"{source}: field {field}: {path} does not compile: {getattr(e, 'msg', e)} "
                         f"(line {getattr(e, 'lineno', '?')})") from None
     except OSError as e:
-        raise SpecError(f"{source}: field entry: cannot read {path}: {e.strerror}") from None
+        raise SpecError(f"{source}: field {field}: cannot read {path}: {e.strerror}") from None
     try:
         args = _signature(tree, func)
     except LookupError:
         defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         hint = difflib.get_close_matches(func, defined, n=1)
-        raise SpecError(f"{source}: field entry: {target} defines no {func!r}"
+        raise SpecError(f"{source}: field {field}: {target} defines no {func!r}"
                         + (f"; did you mean {hint[0]!r}?" if hint else "")) from None
     if args is None or args.kwarg is not None:
         return
@@ -91,18 +95,18 @@ def check_entry(entry: str, params: dict[str, Any], workdir: str | Path, source:
     for name in params:
         if name not in accepted:
             hint = difflib.get_close_matches(name, accepted, n=1)
-            raise SpecError(f"{source}: field params.{name}: {func}() has no parameter {name!r}"
+            raise SpecError(f"{source}: field {params_field}.{name}: {func}() has no parameter {name!r}"
                             + (f"; did you mean {hint[0]!r}?" if hint else f" (it takes: {', '.join(accepted) or 'none'})"))
     annotated = {a.arg: a.annotation for a in args.args + args.kwonlyargs}
     for name, value in params.items():
         want = _simple_type(annotated.get(name))
         if want is not None and not _fits(value, *want):
-            raise SpecError(f"{source}: field params.{name}: {func}() takes {' or '.join(want)}, got {value!r:.60}")
+            raise SpecError(f"{source}: field {params_field}.{name}: {func}() takes {' or '.join(want)}, got {value!r:.60}")
     required = [a.arg for a in args.args[:len(args.args) - len(args.defaults)]]
     required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
     missing = [n for n in required if n not in params]
     if missing:
-        raise SpecError(f"{source}: field params: {func}() needs {', '.join(missing)}")
+        raise SpecError(f"{source}: field {params_field}: {func}() needs {', '.join(missing)}")
 
 
 _SIMPLE = ("int", "float", "bool", "str")

@@ -25,6 +25,17 @@ def test_example_spec_is_valid():
     assert len(spec.models) == 4 and spec.convergence.patience == 2
 
 
+def test_the_data_sets_augmentation_is_the_specs(tmp_path):
+    from dlsched.train.flotilla import Augment
+
+    f = tmp_path / "spec.yaml"
+    f.write_text("dataset: {kind: npz, path: d.npz, augment: {crop_padding: 0, flip: false}}\n"
+                 "models:\n  - {name: a, model: 'm.py:A'}\n")
+    assert load_spec(f).augment() == Augment(crop_padding=0, flip=False)
+    f.write_text("models:\n  - {name: a, model: 'm.py:A'}\n")
+    assert load_spec(f).augment() == Augment(crop_padding=4, flip=True)    # CIFAR's by default
+
+
 @pytest.mark.parametrize("body, message", [
     ("models: []\n", "field models: List should have at least 1 item"),
     ("models:\n  - {name: a, model: 'm.py:A', lr: -1}\n", "field models.0.lr: Input should be greater than 0 (got -1)"),
@@ -32,6 +43,8 @@ def test_example_spec_is_valid():
     ("models:\n  - {name: a, model: 'm.py:A'}\n  - {name: a, model: 'm.py:B'}\n", "repeated: a"),
     ("models:\n  - {name: a, model: 'm.py:A', colour: red}\n", "field models.0.colour: Extra inputs are not permitted"),
     ("models: [\n", "line 2: invalid YAML"),
+    ("models:\n  - {name: a, model: 'm.py:A'}\nbatch_size: 300\ndataset: {train: 200}\n",
+     "field batch_size: 300 is more than the 200 samples of dataset.train: an epoch would have no step"),
 ])
 def test_bad_spec_is_one_line_naming_file_and_field(tmp_path, body, message):
     f = tmp_path / "spec.yaml"
@@ -63,6 +76,20 @@ def test_a_model_the_file_lacks_names_the_spec_field_and_file_and_leaves_no_repo
     assert r.returncode == 2 and r.stdout == "", r
     assert r.stderr == f"error: {f}: field models[1].model: 'models.py:NoSuch': {tmp_path / 'models.py'} has no NoSuch\n"
     assert list(run_dir.iterdir()) == []
+
+
+def test_a_batch_larger_than_the_npz_training_set_is_one_line_not_a_failed_member(tmp_path):
+    """An epoch of 0 steps: the members died on it after profiling ("a member process failed"), and a service
+    job of it held its slot for the profiling first."""
+    import numpy as np
+
+    x = np.zeros((100, 3, 8, 8), dtype=np.uint8)
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=np.zeros(100), x_val=x[:20], y_val=np.zeros(20))
+    f = tmp_path / "spec.yaml"
+    f.write_text(f"dataset: {{kind: npz, path: d.npz}}\nbatch_size: 128\nmodels:\n  - {{name: a, model: '{MODELS}:MLPHead'}}\n")
+    r = _cli("run", str(f), "--no-live", "--output", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stderr == (f"error: batch_size 128 is more than the 100 samples of x_train in "
+                                              f"{tmp_path / 'd.npz'}: an epoch would have no step\n"), r.stderr
 
 
 def test_base_dir_is_where_model_files_resolve(tmp_path):
@@ -112,6 +139,14 @@ models:
     assert (tmp_path / "out" / "flotillas.png").stat().st_size > 1000
     assert (tmp_path / "out" / "checkpoints" / "a.best.pt").exists()
     assert json.loads(r.stdout) == rep    # --json prints the report itself
+    # run again into the same folder: every member left in the first run (its checkpoints say so). This crashed
+    # with KeyError 'a' after training, and no report.json was written.
+    again = _cli("run", str(f), "--no-live", cwd=run_dir)
+    assert again.returncode == 0, again.stderr
+    assert "earlier run" in again.stdout
+    rep2 = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert rep2["outcome"] == rep["outcome"] and rep2["epochs"] == rep["epochs"] and rep2["best_acc"] == rep["best_acc"]
+    assert rep2["finish_s"] == {"a": None, "b": None} and rep2["flotillas"] == []
 
 
 def test_ensemble_simulate_prints_the_three_methods():

@@ -24,7 +24,7 @@ convergence: {patience: 100, min_delta: 0.0, max_epochs: 4}
 rate_tolerance: 0.99
 models:
   - {name: tiny4, model: "%(m)s:TinyCNN", kwargs: {width: 4}, max_workers: 2}
-  - {name: wide, model: "%(slow)s:SlowWideCNN", kwargs: {width: 4, step_s: 0.1}, max_workers: 2, max_epochs: 20}
+  - {name: wide, model: "%(slow)s:SlowWideCNN", kwargs: {width: 4, step_s: 0.1}, max_workers: 4, max_epochs: 20}
   - {name: strided, model: "%(m)s:StridedCNN", kwargs: {width: 4}}
   - {name: mlp, model: "%(m)s:MLPHead", kwargs: {hidden: 16}, max_epochs: 2}
 """
@@ -47,7 +47,8 @@ params: {{gate: {gate}, num_samples: 320, epochs: 1}}
 @pytest.mark.slow
 def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_member_converges(tmp_path, monkeypatch):
     monkeypatch.setenv("DLSCHED_PROFILE_CACHE", str(tmp_path / "cache"))
-    # wide takes >= 20 epochs x 12 steps x 0.1 s: it is still training when the ordinary jobs have finished
+    # wide takes >= 20 epochs x 12 steps x 0.1 s: it is still training when the ordinary jobs have finished, and it
+    # alone can use the 4 slots (max_workers 4; the policy sees an ensemble capped to what its members can use)
     (tmp_path / "ens.yaml").write_text(ENSEMBLE % {"m": REPO_ROOT / "examples" / "ensemble" / "models.py",
                                                    "slow": REPO_ROOT / "tests" / "train" / "slow_models.py"})
     gate = tmp_path / "gate"

@@ -1,7 +1,7 @@
 """An ensemble job's progress as the service shows it (service/fleet_status), from hand-made FLEET events."""
 from __future__ import annotations
 
-from dlsched.service.fleet_status import ensemble_status
+from dlsched.service.fleet_status import ensemble_status, summary
 
 
 def _event(kind: str, **detail) -> dict:
@@ -22,3 +22,26 @@ def test_an_ensembles_fraction_done_counts_each_plans_samples_and_a_member_that_
     assert ensemble_status([PROFILED, plan, left])["fraction_done"] == 0.4      # b's 200 are all done: it left
     assert ensemble_status([PROFILED, plan, left, _event("job_finished")])["fraction_done"] == 1.0
     assert ensemble_status([PROFILED, plan, _event("job_stopped")])["fraction_done"] == 0.25   # stopped, not done
+
+
+def test_each_member_that_left_has_its_epochs_and_best_accuracy():
+    """A service job's per-model results were only in its events; `dlsched show` and the dashboard had the states."""
+    plan = _event("job_flotillas", flotillas=[{"members": {"a": 1, "b": 1}}], share=2, samples_done={})
+    left = _event("job_member_converged", member="b", epoch=3, best_acc=0.97, reason="max_epochs")
+    shown = ensemble_status([PROFILED, plan, left])
+    assert shown["results"] == {"b": {"epochs": 3, "best_acc": 0.97, "left": "stopped at max_epochs"}}
+
+
+def test_an_ensemble_not_yet_profiled_says_so_in_its_summary():
+    """`dlsched status` showed "0/0 converged" under an ensemble still profiling, or one that failed before."""
+    assert summary(ensemble_status([])) == "no member profiled"
+    assert summary(ensemble_status([PROFILED])) == "0/2 converged"
+
+
+def test_members_of_a_stopped_ensemble_are_not_shown_training():
+    """A cancelled ensemble still showed its members 'training'."""
+    plan = _event("job_flotillas", flotillas=[{"members": {"a": 1}}], share=1, waiting=["b"], samples_done={})
+    stopped = ensemble_status([PROFILED, plan, _event("job_stopped")])
+    assert stopped["members"] == {"a": "stopped", "b": "stopped"}
+    again = ensemble_status([PROFILED, plan, _event("job_stopped"), plan])     # resumed: the next plan says
+    assert again["members"] == {"a": "training", "b": "waiting"}

@@ -13,7 +13,7 @@ import pytest
 from dlsched.paths import REPO_ROOT
 from dlsched.policy.fleet import FleetPlan, Flotilla
 from dlsched.train.files import read_progress, read_status, write_control
-from dlsched.train.fleet_job import Share, _Contract, assign_cores, assign_devices, train_ensemble
+from dlsched.train.fleet_job import Share, _Contract, assign_cores, assign_devices, stream_places, train_ensemble
 from dlsched.train import fleet_profile
 from dlsched.train.fleet_profile import CACHE_FILE, profile_member
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
@@ -39,6 +39,14 @@ def test_profiles_are_measured_on_each_slot_count_then_cached_and_say_what_was_m
     assert len(cached) == cores
     again = profile_member(spec, 16, (3, 32, 32), max_gpus=cores, steps=2, scratch=tmp_path)
     assert again.profile.rates == p.profile.rates[:cores]          # from the cache: no new run, same numbers
+
+
+def test_a_model_of_fewer_than_ten_classes_is_profiled(tmp_path):
+    """Profiling trained on random targets 0..9: a 2-class member failed ("Target 3 is out of bounds") and with it
+    the whole ensemble, before training started."""
+    spec = MemberSpec("binary", f"{MODELS}:TinyCNN", {"width": 4, "classes": 2})
+    p = profile_member(spec, 16, (3, 32, 32), max_gpus=1, steps=2, scratch=tmp_path)
+    assert p.measured == (True,) and p.profile.rates[0] > 0
 
 
 SLOW = REPO_ROOT / "tests" / "train" / "slow_models.py"
@@ -102,6 +110,24 @@ def test_members_converge_leave_with_checkpoints_and_the_rest_are_re_formed(tmp_
     assert max(report.best_acc.values()) > 0.3      # 10 classes: learned something from the shared batches
     assert all(f.producer_cpu_s > 0 for f in report.flotillas)
     assert [e["member"] for e in events if e["event"] == "member_converged"] == ["tiny", "mlp"]
+
+
+@pytest.mark.slow
+def test_a_new_share_that_leaves_the_plan_as_it_is_re_forms_nothing(tmp_path):
+    """A shrink that takes only slots no member uses (the service's, once a member left) stopped every member,
+    checkpointed and restarted them; with a DDP member that cost 30 s of teardown. It is now answered by recording
+    the same plan on the new share."""
+    data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
+    # 32 steps of >= 0.05 s: the share changes after its 10th (its first report), well before its end
+    members = [MemberSpec("solo", f"{SLOW}:SlowWideCNN", {"width": 4, "step_s": 0.05}, max_epochs=4)]
+    seen, events = [], []
+    report, done = train_ensemble(members, data, val, 32, Convergence(patience=100, min_delta=0.0, max_epochs=4),
+                                  tmp_path, share=lambda: Share(3 if seen else 4), eps=0.99,
+                                  on_report=seen.append, on_event=events.append)
+    assert done and report.epochs == {"solo": 4}
+    assert len(report.flotillas) == 1                                           # one run: never re-formed
+    plans = [e for e in events if e["event"] == "flotillas"]
+    assert [p["share"] for p in plans] == [4, 3] and plans[0]["flotillas"] == plans[1]["flotillas"]
 
 
 ENSEMBLE_YAML = """name: contract
@@ -181,3 +207,53 @@ def test_a_step_names_the_request_and_share_its_flotillas_were_planned_on(tmp_pa
     assert (step()["control_generation"], step()["workers"]) == (2, 2), "a step of the flotillas planned on 2"
     io.event({"event": "flotillas", "flotillas": [], "share": 1})   # re-planned on it
     assert (step()["control_generation"], step()["workers"]) == (3, 1)
+
+
+RECORDING = REPO_ROOT / "tests" / "train" / "recording_models.py"
+
+
+def test_a_member_at_an_epochs_start_joins_the_stream_in_the_furthest_members_epoch():
+    # lin mid-epoch 15 (280 batches an epoch), deep and mlp never trained: they take epoch 15 of the stream as
+    # their first, so lin waits 112 batches for them, not 4312
+    assert stream_places({"lin": 4312, "deep": 0, "mlp": 0}, {}, 280) == (4200, {"lin": 0, "deep": 4200, "mlp": 4200})
+    # mid-epoch members keep their shifts whatever the gap: each is inside one shuffle
+    assert stream_places({"a": 3, "b": 21}, {"a": 8}, 8) == (11, {"a": 8, "b": 0})
+    # one at an epoch's start never goes back to a stream epoch it trained
+    assert stream_places({"a": 16, "b": 0}, {"b": 40}, 8) == (40, {"a": 24, "b": 40})
+
+
+@pytest.mark.slow
+def test_members_regrouped_at_different_steps_each_see_every_sample_once_per_epoch(tmp_path):
+    """Members stop at different steps (a flotilla's members are up to a ring's length apart; members of different
+    flotillas, or one that waited, anywhere). Re-formed into one flotilla, the one behind used to start at the
+    leader's batch: it skipped batches and its epochs mixed two shuffles, some samples twice and some never; and a
+    member re-formed mid-epoch into another flotilla went on in that flotilla's shuffle of the epoch."""
+    from dlsched.train.flotilla import CTX, run_flotillas
+    from tests.train.recording_models import id_images
+
+    data, val = id_images(64), id_images(16)
+    batch, steps_per_epoch = 8, 8
+    logs = {n: tmp_path / f"{n}.log" for n in ("a", "b", "c")}
+    members = [MemberSpec(n, f"{RECORDING}:RecordingMLP", {"log": str(logs[n])}) for n in ("a", "b", "c")]
+    for m in members:   # profiled (and cached) first: the profile's random batches are not training
+        profile_member(m, batch, (3, 8, 8), max_gpus=1, scratch=tmp_path)
+        logs[m.name].unlink(missing_ok=True)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    conv = Convergence(patience=100, min_delta=0.0, max_epochs=4)
+    # a stopped 3 steps into its first epoch in the second of two flotillas, b 5 steps into its third epoch
+    run_flotillas([[members[1]], [members[0]]], data, val, batch, conv, ckpt, CTX.Queue(), max_batches=3)
+    run_flotillas([[members[1]]], data, val, batch, conv, ckpt, CTX.Queue(), start_batch=3, max_batches=18)
+    # c never trained (it waited): it joins at an epoch's start
+    (ckpt / "fleet_state.json").write_text(json.dumps({"converged": {}, "progress": {"a": 3, "b": 21, "c": 0}}))
+    plans = []
+    report, done = train_ensemble(members, data, val, batch, conv, ckpt, share=lambda: Share(3), eps=0.99,
+                                  on_plan=plans.append)
+    assert done and report.epochs == {"a": 4, "b": 4, "c": 4}
+    assert sorted(plans[0]["flotillas"][0]["members"]) == ["a", "b", "c"]   # one shared stream for all
+    for name, log in logs.items():
+        steps = [list(map(int, line.split())) for line in log.read_text().splitlines()]
+        assert len(steps) == 4 * steps_per_epoch, name                       # no batch trained twice or skipped
+        for e in range(4):
+            seen = sorted(i for s in steps[e * steps_per_epoch: (e + 1) * steps_per_epoch] for i in s)
+            assert seen == list(range(64)), (name, e)                          # every sample once per epoch

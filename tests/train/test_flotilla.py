@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from dlsched.errors import UserError
+from tests.waiting import wait_until
 from dlsched.train.flotilla import (
-    CTX, BatchRing, Convergence, MemberSpec, RandomCrop, RandomHorizontalFlip, cifar_train_transform,
-    load_model_class, run_flotillas, synthetic_images,
+    CTX, Augment, BatchRing, Convergence, MemberSpec, RandomCrop, RandomHorizontalFlip, cifar_train_transform,
+    eval_transform, load_model_class, producer_main, run_flotillas, synthetic_images,
 )
 
 MODELS = Path(__file__).resolve().parents[2] / "examples" / "ensemble" / "models.py"
@@ -31,6 +32,28 @@ def test_transforms_crop_pad_and_flip_like_torchvision():
     assert flips == {img[0, 0, 0].item(), img[0, 0, -1].item()}
     out = cifar_train_transform(32)(synthetic_images(1)[0][0], g)
     assert out.dtype == torch.float32 and out.shape == (3, 32, 32) and -3 < out.mean() < 3
+
+
+def test_the_shared_pipeline_augments_as_the_data_set_says():
+    """Every data set got CIFAR's pad-4 crop and flip: on 8 x 8 digits (a shift of half the image, mirrored digits)
+    a linear model reached 0.24 validation accuracy instead of 0.97."""
+    images, labels = synthetic_images(16, size=8)
+    ring = BatchRing(slots=1, batch=16, shape=(3, 8, 8), consumers=1)
+    producer = threading.Thread(target=producer_main, args=(ring, images, labels, 0), daemon=True,
+                                kwargs={"augment": Augment(crop_padding=0, flip=False)})
+    producer.start()
+    wait_until(lambda: ring.seq[0] == 0 or not producer.is_alive(), timeout=60, what="the producer's first batch")
+    assert ring.seq[0] == 0, "the producer died"
+    x, y = ring.get(0)
+    clean = eval_transform(images)
+    # batch 0 is a shuffle of all 16 images, each exactly as validation sees it
+    assert sorted(int(torch.argmin(((clean - row) ** 2).flatten(1).sum(1))) for row in x) == list(range(16))
+    assert all(torch.allclose(row, clean[int(torch.argmin(((clean - row) ** 2).flatten(1).sum(1)))]) for row in x)
+    ring.leave(0)
+    producer.join(timeout=30)
+    g = torch.Generator().manual_seed(0)
+    default = cifar_train_transform(8)
+    assert any(not torch.allclose(default(im, g), c) for im, c in zip(images, clean))   # CIFAR's, unless told
 
 
 def test_consumer_reads_the_producers_memory_in_place():

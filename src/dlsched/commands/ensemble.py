@@ -124,20 +124,25 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
 
         report, _ = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), out / "checkpoints",
                                    share=lambda: Share(spec.slots), eps=spec.rate_tolerance, seed=spec.dataset.seed,
-                                   on_report=on_report, on_plan=on_plan)
+                                   on_report=on_report, on_plan=on_plan, augment=spec.augment())
     names = [m.name for m in members]
     plot_flotillas(report, names, out / "flotillas.png")
+    # a member that left in an earlier run into this folder (resumed from its checkpoints) has no time in this one
+    outcome = {n: STOPPED if report.left.get(n) == "max_epochs" else report.left.get(n, table.rows[n]["status"])
+               for n in names}
+    finish = {n: report.finish_s.get(n) for n in names}
     cols = [Column("model"), Column("outcome"), Column("time to converge", "right"), Column("epochs", "right"),
             Column("best val acc", "right"), Column("profiled samples/s", "right", 1), Column("checkpoint", drop_rank=2)]
-    rows = [[n, table.rows[n]["status"], human_duration(report.finish_s[n]), str(report.epochs[n]),
+    rows = [[n, outcome[n], "earlier run" if finish[n] is None else human_duration(finish[n]), str(report.epochs[n]),
              f"{report.best_acc[n]:.3f}", f"{report.rates[n]:.0f}", str(out / "checkpoints" / f"{n}.best.pt")]
             for n in names]
     report_doc = {
-        "name": spec.name, "outcome": {n: table.rows[n]["status"] for n in names},
-        "finish_s": report.finish_s, "epochs": report.epochs, "best_acc": report.best_acc,
+        "name": spec.name, "outcome": outcome,
+        "finish_s": finish, "epochs": report.epochs, "best_acc": report.best_acc,
         "profiled_samples_per_s": report.rates, "plans": plans,
         "profiles": [p.as_record() for p in report.profiles.values()],
-        "note": "times in seconds since training started (after profiling)",
+        "note": "times in seconds since training started (after profiling); null: left in an earlier run into "
+                "this folder",
         "flotillas": [{"members": list(f.members), "workers": list(f.workers), "start": f.start, "end": f.end,
                        "producer_cpu_s": f.producer_cpu_s}
                       for f in report.flotillas],

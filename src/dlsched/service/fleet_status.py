@@ -13,8 +13,10 @@ LEFT = ("converged", STOPPED)
 
 
 def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
-    """``{"members": {name: "training"|"waiting"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
-    "share": slots, "fraction_done": f}`` from a job's events, oldest first. ``fraction_done``: of the samples every
+    """``{"members": {name: "training"|"waiting"|"stopped"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
+    "share": slots, "fraction_done": f, "results": {name: {"epochs", "best_acc", "left"}}}`` from a job's events,
+    oldest first; ``results`` has each member that left: its epochs, best validation accuracy and why it left (what
+    ``dlsched ensemble run`` puts in its report; only the events had it for a service job). ``fraction_done``: of the samples every
     member would train to its epoch cap, those trained by the last plan, a member that left counted whole (it has
     no work left); None before the runtime profiled its members, 1 once the job finished."""
     members: dict[str, str] = {}
@@ -22,6 +24,7 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
     share = None
     cap: dict[str, float] = {}
     done: dict[str, float] = {}
+    results: dict[str, dict] = {}
     ended = False
     for e in events:
         d = e["detail"]
@@ -37,13 +40,17 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
                     members[m] = "training" if m in running else "waiting"
         elif e["kind"] == "job_member_converged":
             members[d["member"]] = STOPPED if d.get("reason") == "max_epochs" else "converged"
+            results[d["member"]] = {"epochs": d.get("epoch"), "best_acc": d.get("best_acc"), "left": members[d["member"]]}
         elif e["kind"] in ("job_finished", "job_stopped"):
             flotillas = []
             ended = e["kind"] == "job_finished"
+            # checkpointed (a cancel, a preemption): no longer training until a next plan says so
+            members.update({m: "stopped" for m, st in members.items() if st not in LEFT})
     total = sum(cap.values())
     trained = sum(c if members.get(m) in LEFT else min(c, done.get(m, 0.0)) for m, c in cap.items())
     fraction = 1.0 if ended else trained / total if total > 0 else None
-    return {"members": members, "flotillas": flotillas, "share": share, "fraction_done": fraction}
+    return {"members": members, "flotillas": flotillas, "share": share, "fraction_done": fraction,
+            "results": {m: results[m] for m in members if m in results}}
 
 
 # the events ensemble_status reads: a job list asks per ensemble, so its checkpoints and the rest stay unread
@@ -80,6 +87,16 @@ def members_left(events: Iterable[dict], now: float) -> tuple[tuple[str, tuple[f
                  for name, r in rates.items() if name not in gone and name in cap)
 
 
+def useful_slots(store: "Store", job_id: int) -> int | None:
+    """The slots an ensemble's still-training members can use (each its ``max_workers``: its profile's length), at
+    least 1 (the last member's end is the job's: no grow, no preemption while it finishes); None before the
+    runtime profiled them."""
+    events = store.events(job_id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS)
+    if not any(e["kind"] == "job_profiled" for e in events):
+        return None
+    return max(1, sum(len(rates) for _, rates, _ in members_left(events, now=0.0)))
+
+
 def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
     return ensemble_status(store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS))
 
@@ -87,6 +104,8 @@ def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
 def summary(ens: dict[str, Any]) -> str:
     """One line for tables: "3/8 converged, 1 stopped at max_epochs, flotillas a+b | c"."""
     m = ens["members"]
+    if not m:   # "0/0 converged" read as an ensemble of no models
+        return "no member profiled"
     done = sum(1 for s in m.values() if s == "converged")
     stopped = sum(1 for s in m.values() if s == STOPPED)
     fl = " | ".join("+".join(f"{d}:{g}" for d, g in f["members"].items()) for f in ens["flotillas"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import uvicorn
 
 from dlsched.backends.make import make_backend
+from dlsched.ensemble_check import check_ensemble
 from dlsched.entry_check import check_entry, check_script
 from dlsched.errors import UserError
 from dlsched.policy.base import Policy, make_policy
@@ -139,6 +140,8 @@ class Service:
             check_entry(entry, spec.params, self.workdir, source)
         if self.check_entries and command:
             check_script(command, self.workdir, source)
+        if self.check_entries and spec.kind == "ensemble":
+            check_ensemble(spec.params, self.workdir, source)
 
     @property
     def url(self) -> str:

@@ -25,7 +25,7 @@ from dlsched.train import preemption
 from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
-from dlsched.train.flotilla import CTX, LEFT, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
+from dlsched.train.flotilla import CTX, LEFT, Augment, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
 
 STATE_FILE = "fleet_state.json"   # converged members and each member's batch index, for a resumed run
 
@@ -37,7 +37,8 @@ LEAVE_LABEL = {"converged": "converged", "max_epochs": "stopped at max_epochs"}
 class EnsembleReport:
     epochs: dict[str, int] = field(default_factory=dict)
     best_acc: dict[str, float] = field(default_factory=dict)
-    finish_s: dict[str, float] = field(default_factory=dict)
+    finish_s: dict[str, float] = field(default_factory=dict)   # members that left in this run
+    left: dict[str, str] = field(default_factory=dict)         # why each member left: "converged" | "max_epochs"
     flotillas: list[FlotillaRun] = field(default_factory=list)
     profiles: dict[str, MeasuredProfile] = field(default_factory=dict)
     preprocess_per_core: float = 0.0
@@ -83,6 +84,21 @@ def plan_record(plan: FleetPlan, cores: Sequence[Sequence[int]], devices: Mappin
                            "devices": {d: list(devices[d]) for d in f.gpus}} for f, c in zip(plan.flotillas, cores)]}
 
 
+def stream_places(steps: Mapping[str, int], shifts: Mapping[str, int], per_epoch: int) -> tuple[int, dict[str, int]]:
+    """Where a flotilla's shared stream starts, and each member's shift (it trains the stream's batch ``step +
+    shift``), for members resuming at ``steps`` with the ``shifts`` they had. A member's epochs must be whole
+    epochs of the stream (one shuffle of every sample), so a shift is a multiple of ``per_epoch`` and a member
+    mid-epoch keeps its own; one at an epoch's start (a member that waited, one paused at its epoch's end) may
+    take any later epoch of the stream: it takes the furthest member's epoch, so that the member furthest on waits
+    for the others less than an epoch, not for the whole gap between them."""
+    places = {m: steps[m] + shifts.get(m, 0) for m in steps}
+    mid = [p for m, p in places.items() if steps[m] % per_epoch]
+    epoch = max(mid or places.values()) // per_epoch
+    shift = {m: max(shifts.get(m, 0), epoch * per_epoch - steps[m]) if steps[m] % per_epoch == 0 else shifts.get(m, 0)
+             for m in steps}
+    return min(steps[m] + shift[m] for m in steps), shift
+
+
 def _load_state(ckpt_dir: Path) -> dict:
     try:
         return json.loads((ckpt_dir / STATE_FILE).read_text())
@@ -95,7 +111,8 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
                    stop_requested: Callable[[], bool] = lambda: False,
                    on_report: Callable[[tuple], None] | None = None,
                    on_plan: Callable[[dict], None] | None = None,
-                   on_event: Callable[[dict], None] | None = None) -> tuple[EnsembleReport, bool]:
+                   on_event: Callable[[dict], None] | None = None,
+                   augment: Augment = Augment()) -> tuple[EnsembleReport, bool]:
     """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged)."""
     for m in members:   # a bad model reference is one clear line here, not a failed profiling process
         _build(m)
@@ -106,7 +123,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     shape = tuple(data[0].shape[1:])
     grant = share()
     cpus = sorted(os.sched_getaffinity(0))
-    report.preprocess_per_core = preprocessing_rate(data[0], batch)
+    report.preprocess_per_core = preprocessing_rate(data[0], batch, augment=augment)
     for m in members:
         report.profiles[m.name] = profile_member(m, batch, shape, m.max_workers, grant.devices, scratch=ckpt_dir)
     per_epoch = len(data[0]) // batch * batch   # samples a member trains per epoch (one shared batch a step)
@@ -120,6 +137,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     t0 = time.time()
     remaining = [m.name for m in members if m.name not in state["converged"]]
     progress = {m.name: int(state["progress"].get(m.name, 0)) for m in members}
+    shifts = {m.name: int(state.get("shift", {}).get(m.name, 0)) for m in members}
 
     def relay(msg: tuple) -> None:
         name, status, epoch, step = msg[:4]
@@ -127,35 +145,58 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         if status in LEFT and msg[4] is None:
             report.epochs[name], report.best_acc[name] = epoch, msg[5]
             report.finish_s[name] = time.time() - t0
+            report.left[name] = status
             state["converged"][name] = {"epoch": epoch, "best_acc": msg[5], "reason": status}
             emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5], "reason": status})
         if on_report:
             on_report(msg)
 
-    while remaining and not stop_requested():
-        grant = share()
+    def planned(grant: Share) -> tuple[FleetPlan, list[list[int]], dict[str, list[str]], dict]:
         profiles = [report.profiles[n].profile for n in remaining]
         profiles = [type(p)(p.name, p.rates[: max(1, grant.slots)]) for p in profiles]
         plan = plan_fleet(profiles, {"share": grant.slots}, cpu_pool=len(cpus), pre=pre, eps=eps)
         cores = assign_cores(plan, cpus)
         devices = assign_devices(plan, share=grant)
-        record = plan_record(plan, cores, devices, grant)
+        return plan, cores, devices, plan_record(plan, cores, devices, grant)
+
+    def replan(running: dict) -> bool:
+        """A new share re-forms the flotillas only where it changes their plan: a shrink that takes only slots they
+        do not use (a member left) is answered by recording the same plan on it, not by stopping every member
+        (a re-formation costs a checkpoint and new processes; a DDP rank's teardown has taken 30 s)."""
+        now = share()
+        if now == running["grant"]:
+            return False
+        record = planned(now)[3]
+        if {**record, "share": None} != {**running["record"], "share": None}:
+            return True
+        running.update(grant=now, record=record)
+        emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
+        return False
+
+    while remaining and not stop_requested():
+        grant = share()
+        plan, cores, devices, record = planned(grant)
         emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
         if on_plan:
             on_plan(record)
         groups = [[by_name[n] for n in f.gpus] for f in plan.flotillas]
         workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
+        places = [stream_places({m.name: progress[m.name] for m in g}, shifts, len(data[0]) // batch) for g in groups]
+        shifts.update({m: k for _, shift in places for m, k in shift.items()})
+        # a member further on in its stream waits for the stream to reach it (it idles meanwhile): a member's
+        # epoch must be one shuffle of every sample, never part of two
         converged, runs = run_flotillas(
             groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores, devices=devices,
-            start_batch=[max(progress[m.name] for m in g) for g in groups], on_report=relay,
-            should_stop=lambda: stop_requested() or share() != grant)
+            start_batch=[start for start, _ in places], shift=shifts, on_report=relay, augment=augment,
+            should_stop=lambda running={"grant": grant, "record": record}: stop_requested() or replan(running))
         report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s) for r in runs]
         remaining = [n for n in remaining if n not in converged]
-        state["progress"] = progress
+        state["progress"], state["shift"] = progress, shifts
         atomic_write_json(ckpt_dir / STATE_FILE, state)
     for name, done in state["converged"].items():
         report.epochs.setdefault(name, done["epoch"])
         report.best_acc.setdefault(name, done["best_acc"])
+        report.left.setdefault(name, done.get("reason", "converged"))   # in an earlier run into the same folder
     return report, not remaining
 
 
@@ -232,7 +273,8 @@ def run_job(opts: FleetOptions) -> int:
     data, val = load_data(spec, base)
     _, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
                              share=io.share, eps=spec.rate_tolerance, seed=spec.dataset.seed,
-                             stop_requested=preemption.requested, on_report=io.report, on_event=io.event)
+                             stop_requested=preemption.requested, on_report=io.report, on_event=io.event,
+                             augment=spec.augment())
     if done:
         io.event({"event": "finished", "step": sum(io.steps.values())})
         io.status("finished")

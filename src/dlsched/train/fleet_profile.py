@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from dlsched.policy.fleet import ModelProfile
 from dlsched.train.files import atomic_write_json
 from dlsched.train.forking import preload_in_forkserver
-from dlsched.train.flotilla import MemberSpec, _build, bind_device, cifar_train_transform
+from dlsched.train.flotilla import Augment, MemberSpec, _build, bind_device, cifar_train_transform
 
 CACHE_FILE = "fleet_profiles.json"
 # one r(g) measurement is a few steps: seconds, under a minute on a busy machine. A rank still running after
@@ -95,7 +95,9 @@ def _rank_main(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int,
     net, opt = _build(spec)
     net.to(dev)
     model = DistributedDataParallel(net, device_ids=[dev.index] if dev.type == "cuda" else None) if world > 1 else net
-    x, y = torch.randn(batch, *shape, device=dev), torch.randint(0, 10, (batch,), device=dev)
+    # class 0: a valid target for a model of any number of classes (random 0..9 failed a 2-class model's
+    # profiling); the step's time does not depend on the targets' values
+    x, y = torch.randn(batch, *shape, device=dev), torch.zeros(batch, dtype=torch.long, device=dev)
     for i in range(steps + 1):           # step 0 warms up (allocations, gloo buckets)
         if i == 1:
             if world > 1:
@@ -192,12 +194,12 @@ def profile_member(spec: MemberSpec, batch: int, shape: tuple[int, ...], max_gpu
     return MeasuredProfile(ModelProfile(spec.name, tuple(rates)), tuple(measured), note)
 
 
-def preprocessing_rate(images: torch.Tensor, batch: int, batches: int = 2) -> float:
+def preprocessing_rate(images: torch.Tensor, batch: int, batches: int = 2, augment: Augment = Augment()) -> float:
     """The shared pipeline's images/s on one core: the CIFAR transforms on real images, one thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        transform = cifar_train_transform(images.shape[-1])
+        transform = cifar_train_transform(images.shape[-1], augment)
         g = torch.Generator().manual_seed(0)
         n = min(len(images), batch * batches)
         transform(images[0], g)

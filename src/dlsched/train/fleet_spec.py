@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dlsched.documents import read_yaml_file
 from dlsched.errors import UserError
 from dlsched.spec import one_line
-from dlsched.train.flotilla import Convergence, MemberSpec, load_model_class, synthetic_images
+
+if TYPE_CHECKING:   # the runtime's: the service validates a spec at submission without loading torch
+    import torch
+
+    from dlsched.train.flotilla import Augment, Convergence, MemberSpec
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,13 @@ class ModelEntry(_Strict):
     max_workers: int = Field(1, ge=1, le=16)   # data-parallel workers the FLEET greedy may give it
 
 
+class AugmentEntry(_Strict):
+    """The training augmentation (``flotilla.Augment``); default CIFAR's. Validation images are never augmented."""
+
+    crop_padding: int = Field(4, ge=0, le=64)   # pad, then crop back at a random offset; 0 = no crop
+    flip: bool = True                            # random horizontal flip
+
+
 class DatasetEntry(_Strict):
     """``synthetic``: generated CIFAR-shaped images; ``npz``: a file with x_train, y_train, x_val, y_val (uint8 NCHW)."""
 
@@ -65,6 +74,7 @@ class DatasetEntry(_Strict):
     classes: int = Field(10, ge=2, le=100_000)
     image_size: int = Field(32, ge=8, le=512)
     seed: int = 0
+    augment: AugmentEntry = AugmentEntry()
 
     @model_validator(mode="after")
     def _path_for_npz(self) -> "DatasetEntry":
@@ -97,12 +107,24 @@ class EnsembleSpec(_Strict):
         names = [m.name for m in self.models]
         if dup := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"model names must be unique, repeated: {', '.join(dup)}")
+        if self.dataset.kind == "synthetic" and self.batch_size > self.dataset.train:
+            raise ValueError(f"field batch_size: {self.batch_size} is more than the {self.dataset.train} samples of "
+                             "dataset.train: an epoch would have no step")
         return self
 
     def members(self, base_dir: Path) -> list[MemberSpec]:
+        from dlsched.train.flotilla import MemberSpec
+
         return [MemberSpec(m.name, m.model, dict(m.kwargs), m.lr, str(base_dir), m.max_epochs, m.max_workers) for m in self.models]
 
+    def augment(self) -> Augment:
+        from dlsched.train.flotilla import Augment
+
+        return Augment(self.dataset.augment.crop_padding, self.dataset.augment.flip)
+
     def convergence_rule(self) -> Convergence:
+        from dlsched.train.flotilla import Convergence
+
         return Convergence(self.convergence.patience, self.convergence.min_delta, self.convergence.max_epochs)
 
     def base(self, spec_file: Path) -> Path:
@@ -112,6 +134,8 @@ class EnsembleSpec(_Strict):
     def check_models(self, base_dir: Path, source: str) -> None:
         """Import every model class once, before anything is written or trained: a bad one is one line naming
         ``source``, the field (``models[i].model``), the value and the file read."""
+        from dlsched.train.flotilla import load_model_class
+
         for i, m in enumerate(self.models):
             load_model_class(m.model, base_dir, where=f"{source}: field models[{i}].model")
 
@@ -134,6 +158,11 @@ def load_spec(path: Path) -> EnsembleSpec:
 
 
 def load_data(spec: EnsembleSpec, base_dir: Path) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    import numpy as np
+    import torch
+
+    from dlsched.train.flotilla import synthetic_images
+
     d = spec.dataset
     if d.kind == "synthetic":
         return (synthetic_images(d.train, d.classes, d.image_size, d.seed),
@@ -149,5 +178,8 @@ def load_data(spec: EnsembleSpec, base_dir: Path) -> tuple[tuple[torch.Tensor, t
     for k in ("x_train", "x_val"):
         if arrays[k].dtype != np.uint8 or arrays[k].ndim != 4 or arrays[k].shape[1] != 3:
             raise UserError(f"{path}: {k} must be uint8 N x 3 x H x W, got {arrays[k].dtype} {arrays[k].shape}")
+    if len(arrays["x_train"]) < spec.batch_size:   # an epoch of no step: the members never finished one (it hung)
+        raise UserError(f"batch_size {spec.batch_size} is more than the {len(arrays['x_train'])} samples of x_train in "
+                        f"{path}: an epoch would have no step")
     t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
     return (t["x_train"], t["y_train"].long()), (t["x_val"], t["y_val"].long())

@@ -103,8 +103,19 @@ class Normalize:
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
-def cifar_train_transform(size: int) -> Compose:
-    return Compose([RandomCrop(size, 4), RandomHorizontalFlip(), ToFloat(), Normalize(CIFAR_MEAN, CIFAR_STD)])
+@dataclass(frozen=True)
+class Augment:
+    """The training augmentation: CIFAR's (pad-4 random crop, horizontal flip) unless the data set says otherwise
+    (a pad-4 crop of an 8 x 8 digit and a mirrored digit are no longer the digit)."""
+
+    crop_padding: int = 4     # 0: no random crop
+    flip: bool = True
+
+
+def cifar_train_transform(size: int, augment: Augment = Augment()) -> Compose:
+    crop = [RandomCrop(size, augment.crop_padding)] if augment.crop_padding > 0 else []
+    flip = [RandomHorizontalFlip()] if augment.flip else []
+    return Compose([*crop, *flip, ToFloat(), Normalize(CIFAR_MEAN, CIFAR_STD)])
 
 
 def eval_transform(images: torch.Tensor) -> torch.Tensor:
@@ -174,7 +185,7 @@ class BatchRing:
 
 
 def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, seed: int, start_batch: int = 0,
-                  cores: Sequence[int] = (), part: int = 0, parts: int = 1) -> None:
+                  cores: Sequence[int] = (), part: int = 0, parts: int = 1, augment: Augment = Augment()) -> None:
     """Preprocess batches ``start_batch + part``, ``+ parts``, ... in random epoch order with the CIFAR transforms,
     each written once into the ring. ``cores``: the CPU cores the planner gave this producer (affinity); one
     torch thread, so the process never uses more than the cores it was given."""
@@ -182,7 +193,7 @@ def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, s
         os.sched_setaffinity(0, set(cores))
     torch.set_num_threads(1)
     cpu0 = time.process_time()
-    transform = cifar_train_transform(images.shape[-1])
+    transform = cifar_train_transform(images.shape[-1], augment)
     n, b = len(images), ring.batch
     per_epoch = n // b
     index, epoch, order = start_batch + part, -1, None
@@ -296,7 +307,7 @@ def _agree(flag: bool, world: int) -> bool:
 
 def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_batch: int, steps_per_epoch: int,
                 val: tuple[torch.Tensor, torch.Tensor], conv: Convergence, ckpt_dir: str, reports: "mp.Queue",
-                stop: "mp.synchronize.Event", max_batches: int | None = None) -> None:
+                stop: "mp.synchronize.Event", max_batches: int | None = None, shift: int = 0) -> None:
     """Train one member (or one data-parallel rank of it) on the shared batches until it converges (leaves), is
     stopped (re-formation) or has run ``max_batches``. Rank r of g trains on rows r::g of each shared batch (a view)
     and gradients are averaged with DDP over gloo; rank 0 validates, checkpoints and reports."""
@@ -317,6 +328,10 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
         saved = torch.load(ckpt, weights_only=False)
         net.load_state_dict(saved["model"]), opt.load_state_dict(saved["opt"])
         state = saved["state"]
+    # its step k trains the stream's batch k + shift, whole epochs apart: its epochs are the stream's epochs
+    if shift % steps_per_epoch or state["step"] + shift < start_batch:
+        raise RuntimeError(f"{spec.name}: step {state['step']} shifted by {shift} is not in a stream of "
+                           f"{steps_per_epoch} batches an epoch from batch {start_batch}: it would skip batches")
     model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None) if world > 1 else net
     val_x, val_y = eval_transform(val[0]).to(device), val[1].to(device)
     index, status, t0, seen = start_batch, "training", time.perf_counter(), 0
@@ -325,6 +340,13 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
             if _agree(stop.is_set() or (max_batches is not None and seen >= max_batches), world):
                 status = "paused"
                 break
+            if index < state["step"] + shift:
+                # Before this member's place: pass it by until the stream reaches it, so that its epochs stay the
+                # stream's epochs (each a shuffle of every sample) and no sample is trained twice or skipped.
+                ring.wait_slot(index)
+                ring.release(index, worker.consumer)
+                index, t0 = index + 1, time.perf_counter()
+                continue
             x, y = ring.get(index)
             model.train()
             # rank r of g trains on rows r::g of the shared slot: a view on CPU (no copy), one transfer on a GPU
@@ -396,14 +418,18 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
                   cores: Sequence[Sequence[int]] | None = None,
                   devices: Mapping[str, Sequence[str]] | None = None,
                   should_stop: Callable[[], bool] | None = None,
-                  on_report: Callable[[tuple], None] | None = None) -> tuple[set[str], list[FlotillaRun]]:
+                  on_report: Callable[[tuple], None] | None = None,
+                  augment: Augment = Augment(), shift: Mapping[str, int] | None = None) -> tuple[set[str], list[FlotillaRun]]:
     """Run flotillas side by side, each with one shared pipeline and, per member, ``workers[name]`` (default 1)
     data-parallel processes.
 
     ``cores[i]``: the CPU cores of flotilla i's pipeline, one producer process pinned to each (default: one
     unpinned producer). ``devices[name]``: the device of each of the member's ranks (default CPU).
-    Returns when a member converges, when ``should_stop()`` turns true (a new share, a SIGTERM) -- every member is
-    then paused at its next step and checkpointed -- or when all members stopped (``max_batches`` each)."""
+    ``start_batch`` (per flotilla): the first batch of its stream; ``shift[name]``: whole epochs between a member's
+    step and the stream's batch it trains (default 0; ``fleet_job.stream_places`` chooses both). A member passes
+    the batches before its own by. Returns when a member converges, when ``should_stop()`` turns true (a new share, a SIGTERM) --
+    every member is then paused at its next step and checkpointed -- or when all members stopped (``max_batches``
+    each)."""
     warm_up_torch()
     stop = CTX.Event()
     steps = len(data[0]) // batch
@@ -418,7 +444,9 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         rings.append(ring)
         for part, core in enumerate(pinned):
             producers.append(CTX.Process(target=producer_main, daemon=True, args=(
-                ring, data[0], data[1], seed + 1000 * gi, first, core, part, len(pinned))))
+                # one order of batches whatever the flotilla: a member re-formed mid-epoch into another goes on
+                # with the epoch's same shuffle (a seed per flotilla gave it part of another shuffle)
+                ring, data[0], data[1], seed, first, core, part, len(pinned), augment)))
         consumer = 0
         for m, g in zip(members, gpus):
             rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
@@ -426,7 +454,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
             for r in range(g):
                 procs.append(CTX.Process(target=member_main, daemon=True, args=(
                     m, MemberRank(consumer, r, g, rdzv, ranks[r]), ring, first, steps, val, conv, str(ckpt_dir), reports,
-                    stop, max_batches)))
+                    stop, max_batches, (shift or {}).get(m.name, 0))))
                 consumer += 1
     load_lazy_training_modules()
     with inheriting_no_garbage():

@@ -1,0 +1,65 @@
+"""A bad ensemble YAML is refused at submission with one line naming the file, the field and the value: it used
+to be accepted, hold a slot while its members were profiled (tens of seconds) and then fail. Real service, real
+HTTP, real files; the service imports no model code (the model files are read with ``ast``)."""
+import httpx
+import pytest
+
+from dlsched.service.server import Service, free_port
+from dlsched.spec import load_cluster_spec
+from tests.service.teardown import stop_service_and_jobs
+
+MODELS = """from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, hidden: int = 8):
+        super().__init__()
+
+class Wider(Mlp):
+    pass
+"""
+ENSEMBLE = """name: e
+dataset: {kind: synthetic, train: 128, val: 32}
+batch_size: %(batch)s
+models:
+  - {name: a, model: "models.py:Mlp", kwargs: {hidden: 4}}
+  - {name: b, model: "models.py:Wider", kwargs: {anything: 1}}
+  - {name: c, model: "%(model)s"%(extra)s}
+"""
+JOB = "name: ens\nkind: ensemble\nentry: dlsched.train.fleet_spec:from_yaml\nparams: {path: ens.yaml}\ngpus: 1\n"
+
+
+@pytest.fixture()
+def client(tmp_path):
+    svc = Service(load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: fifo\ninterval_s: 0.2"), tmp_path / "state",
+                  port=free_port(), workdir=tmp_path).start()
+    try:
+        with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30) as c:
+            yield c
+    finally:
+        stop_service_and_jobs(svc)
+
+
+@pytest.mark.parametrize("model, extra, batch, line", [
+    ("models.py:Nope", "", 32, "ens.yaml: field models[2].model: models.py defines no 'Nope'"),
+    ("models.py:Mlp", ", kwargs: {hiden: 2}", 32,
+     "ens.yaml: field models[2].kwargs.hiden: Mlp() has no parameter 'hiden'; did you mean 'hidden'?"),
+    ("missing.py:Mlp", "", 32, "ens.yaml: field models[2].model: 'missing.py' not found"),
+    ("models.py:Mlp", ", lrr: 1", 32, "ens.yaml: field models.2.lrr: Extra inputs are not permitted (got 1)"),
+    ("models.py:Mlp", ", max_workers: 40", 32, "ens.yaml: field models.2.max_workers: Input should be less than or equal to 16 (got 40)"),
+    ("models.py:Mlp", "", 500, "ens.yaml: field batch_size: 500 is more than the 128 samples of dataset.train"),
+])
+def test_a_bad_ensemble_is_one_line_at_submit_and_no_job(client, tmp_path, model, extra, batch, line):
+    (tmp_path / "models.py").write_text(MODELS)
+    (tmp_path / "ens.yaml").write_text(ENSEMBLE % {"model": model, "extra": extra, "batch": batch})
+    r = client.post("/jobs", content=JOB, headers={"content-type": "application/yaml"})
+    assert r.status_code == 422, r.text
+    assert line in r.json()["error"] and "\n" not in r.json()["error"]
+    assert client.get("/jobs").json() == []
+
+
+def test_a_good_ensemble_is_accepted(client, tmp_path):
+    (tmp_path / "models.py").write_text(MODELS)
+    (tmp_path / "ens.yaml").write_text(ENSEMBLE % {"model": "models.py:Mlp", "extra": "", "batch": 32})
+    r = client.post("/jobs", content=JOB, headers={"content-type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    client.post(f"/jobs/{r.json()['id']}/cancel")
