@@ -87,16 +87,6 @@ def members_left(events: Iterable[dict], now: float) -> tuple[tuple[str, tuple[f
                  for name, r in rates.items() if name not in gone and name in cap)
 
 
-def useful_slots(store: "Store", job_id: int) -> int | None:
-    """The slots an ensemble's still-training members can use (each its ``max_workers``: its profile's length), at
-    least 1 (the last member's end is the job's: no grow, no preemption while it finishes); None before the
-    runtime profiled them."""
-    events = store.events(job_id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS)
-    if not any(e["kind"] == "job_profiled" for e in events):
-        return None
-    return max(1, sum(len(rates) for _, rates, _ in members_left(events, now=0.0)))
-
-
 def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
     return ensemble_status(store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS))
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from dlsched.policy.base import ClusterView, JobView, NodeView, Policy
-from dlsched.policy.fleet import ModelProfile
+from dlsched.policy.fleet import ModelProfile, Preprocessing
 from dlsched.policy.placement import consolidated
 from dlsched.round import Preempt, Resize, Start, schedule
+from dlsched.sim.ensemble_job import EnsembleThroughput
 from dlsched.sim.fleet import EnsembleProgress, Member, fleet_planner
 
 
@@ -64,6 +65,13 @@ def with_members(view: JobView, members: Sequence[tuple[str, Sequence[float], fl
                                attrs={**view.attrs, "members": tuple(members)})
 
 
+def members_speed(profiles: Sequence[ModelProfile]) -> EnsembleThroughput:
+    """An ensemble's speed model from its still-training members' profiles: their summed samples/s of the FLEET plan
+    on g slots of one pool (as the forecast and the runtime plan them; producer cores not limiting), so a policy sees
+    the speed-up the flotillas would get, whichever members ran last (``sim.ensemble_job``: the simulator's)."""
+    return EnsembleThroughput(tuple(profiles), Preprocessing(), max(1, sum(p.max_gpus for p in profiles)))
+
+
 def _members(view: JobView) -> EnsembleProgress | None:
     members = view.attrs.get("members") if view.kind == "ensemble" else None
     if not members:
@@ -78,7 +86,7 @@ def _slots(gpus: int) -> ClusterView:
 
 def _snapshot(s: _State) -> JobView:
     """The job as the policy sees it now; a waiting job's view does not change, so it is rebuilt only on change.
-    An ensemble asks for no more GPUs than its still-training members can use."""
+    An ensemble asks for no more GPUs than its still-training members can use, at the speed their profiles give."""
     left = len(s.members.remaining) if s.members is not None else 0
     key = (s.left, s.batch, s.attained, s.run_time, tuple(s.nodes.items()), left, s.changed)
     if s.snap is None or s.snap[0] != key:
@@ -86,7 +94,9 @@ def _snapshot(s: _State) -> JobView:
         if s.members is not None:
             useful = sum(m.profile.max_gpus for m in s.members.remaining)
             view = dataclasses.replace(view, requested_gpus=min(view.requested_gpus, useful), min_gpus=min(view.min_gpus, useful),
-                                       max_gpus=min(view.max_gpus or useful, useful))
+                                       max_gpus=min(view.max_gpus or useful, useful),
+                                       speed=members_speed([m.profile for m in s.members.remaining])
+                                       if s.members.remaining else view.speed)
         if s.changed is not None:   # its own change, not the live one the view was made with
             view = dataclasses.replace(view, attrs={**view.attrs, "changed_at": s.changed[0],
                                                     "settled_at": s.changed[0] + s.changed[1]})

@@ -12,9 +12,9 @@ import time
 from typing import Callable
 
 from dlsched.policy.base import ClusterView, Policy
+from dlsched.service.ensemble_view import ensemble_view_of
 from dlsched.service.failure_log import RepeatedFailures
-from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
-from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast, with_members
+from dlsched.service.forecast import RESIZE_S, START_S, Forecast, forecast
 from dlsched.service.job_models import JobModels, job_view
 from dlsched.service.off_cluster import hold_out
 from dlsched.service.store import ACTIVE, Store
@@ -82,7 +82,7 @@ class Forecaster:
         for j in jobs:
             v = job_view(j, speeds.get(j.id), self.typical_delay("resize", RESIZE_S), changes.get(j.id))
             if v.kind == "ensemble":
-                v = with_members(v, members_left(self.store.events(j.id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS), now))
+                v = ensemble_view_of(self.store, j.id, v, now)
             elif v.remaining_samples is None and j.id in totals:
                 v = dataclasses.replace(v, remaining_samples=max(0.0, totals[j.id] - j.samples))
             views.append(v)

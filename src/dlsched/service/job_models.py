@@ -2,7 +2,6 @@
 snapshot, the pending start/resize timing), in one place, so an ended job is dropped by one ``forget``."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 
@@ -68,15 +67,6 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
                   if change is not None and change[0] == job.generation and job.num_gpus else {}),
                "efficiency": "reported gradient noise" if isinstance(speed, refit.NoisySpeed)
                else "no gradient noise reported: goodput = throughput"})
-
-
-def capped_to_members(view: JobView, useful: int | None) -> JobView:
-    """An ensemble asks for no more GPUs than its still-training members can use (``useful``), as the forecast
-    rolls it forward: the slots of members that left go to the other jobs."""
-    if useful is None:
-        return view
-    return dataclasses.replace(view, requested_gpus=min(view.requested_gpus, useful),
-                               min_gpus=min(view.min_gpus, useful), max_gpus=min(view.max_gpus or useful, useful))
 
 
 def job_fact(job: JobRecord, name: str):

@@ -22,13 +22,13 @@ from dlsched.service import recovery
 from dlsched.service.abandoned_resize import return_to_held
 from dlsched.service.accounting import since_counted
 from dlsched.service.coordinator_loss import resume_or_fail
+from dlsched.service.ensemble_view import ensemble_view_of
 from dlsched.service.failed_actions import after_failed_action
 from dlsched.service.failure_log import RepeatedFailures
-from dlsched.service.fleet_status import useful_slots
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
 from dlsched.service.job_folders import job_folder
-from dlsched.service.job_models import JobModels, capped_to_members
+from dlsched.service.job_models import JobModels
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
@@ -70,10 +70,11 @@ def act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
     return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0
 
 
-def policy_views(models: JobModels, store: Store, jobs: list[JobRecord]) -> list[JobView]:
-    """The jobs as the policy sees them; an ensemble capped to what its still-training members can use, so a
-    member that left frees its slots for the other jobs (the forecast rolls ensembles forward the same way)."""
-    return [capped_to_members(models.snapshot(j), useful_slots(store, j.id)) if j.spec.kind == "ensemble"
+def policy_views(models: JobModels, store: Store, jobs: list[JobRecord], now: float) -> list[JobView]:
+    """The jobs as the policy sees them; an ensemble as its members' profiles give it (``ensemble_view``: capped to
+    what its still-training members can use, so a member that left frees its slots for the other jobs, at their
+    speed), as the forecast rolls it forward."""
+    return [ensemble_view_of(store, j.id, models.snapshot(j), now) if j.spec.kind == "ensemble"
             else models.snapshot(j) for j in jobs]
 
 
@@ -181,7 +182,7 @@ class LiveLoop:
         self.models.restart_s = self.forecaster.typical_delay("resize", RESIZE_S)
         view = without_held(view, jobs)   # slots processes may still use past their books
         eligible, view = self.held_out(view, eligible)   # placed on a node the view lacks: left as it is
-        decision = schedule(self.policy, policy_views(self.models, self.store, eligible), view, consolidated)
+        decision = schedule(self.policy, policy_views(self.models, self.store, eligible, now), view, consolidated)
         return clear_of_holds(decision, eligible, view)   # a shrink's slots are not free this round either
 
     def act(self, actions: list[Action], jobs: Mapping[int, JobRecord], now: float) -> None:

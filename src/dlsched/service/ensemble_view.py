@@ -1,0 +1,45 @@
+"""The policy's view of an ensemble job, from its members' profiles: what the forecast rolls forward, so the live
+policy and the forecast see one ensemble. Its speed is its still-training members' FLEET plan on g slots
+(``forecast.members_speed``), never a fit of the total samples/s it reported: that total depends on which members
+happened to run (its linear member alone ~28k samples/s on 1 slot, a 3-member flotilla ~6.5k/s on 3), and the
+elastic policy, seeing a speed curve that flipped with it, resized one job 13 times in 2 minutes."""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from dlsched.policy.base import JobView
+from dlsched.policy.fleet import ModelProfile
+from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
+from dlsched.service.forecast import members_speed, with_members
+
+if TYPE_CHECKING:
+    from dlsched.service.store import Store
+
+
+def capped_to_members(view: JobView, useful: int) -> JobView:
+    """An ensemble asks for no more GPUs than its still-training members can use (``useful``), as the forecast
+    rolls it forward: the slots of members that left go to the other jobs."""
+    return dataclasses.replace(view, requested_gpus=min(view.requested_gpus, useful),
+                               min_gpus=min(view.min_gpus, useful), max_gpus=min(view.max_gpus or useful, useful))
+
+
+def ensemble_view(view: JobView, events: list[dict], now: float) -> JobView:
+    """``view`` of an ensemble job with its members from its events (oldest first; ``fleet_status.
+    MEMBER_WORK_EVENTS``) at ``now``: capped to the slots its still-training members can use (each its
+    ``max_workers``: its profile's length; at least 1, the last member's end is the job's: no grow, no preemption
+    while it finishes), at the speed their profiles give, their samples left its remaining work. Unchanged before
+    the runtime profiled its members (it trains nothing before)."""
+    if not any(e["kind"] == "job_profiled" for e in events):
+        return view
+    members = members_left(events, now)
+    view = capped_to_members(view, max(1, sum(len(rates) for _, rates, _ in members)))
+    if not members:
+        return view
+    speed = members_speed([ModelProfile(name, tuple(rates)) for name, rates, _ in members])
+    return with_members(dataclasses.replace(view, speed=speed), members)
+
+
+def ensemble_view_of(store: "Store", job_id: int, view: JobView, now: float) -> JobView:
+    """``ensemble_view`` from the job's events in ``store``."""
+    return ensemble_view(view, store.events(job_id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS), now)

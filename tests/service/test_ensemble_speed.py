@@ -1,0 +1,74 @@
+"""The elastic policy's view of an ensemble job's speed comes from its members' profiles (as the forecast rolls it
+forward), not from the total samples/s of whichever members ran last. Under `serve` an ensemble was resized 13 times in
+about 2 minutes: its linear member alone reported ~28k samples/s on 1 slot, a 3-member flotilla ~6.5k/s on 3, and
+the speed fitted to that swung between "grows linearly" and "3 slots are 4x slower" every round. Real loop, real
+SQLite, the real elastic policy; the runtime's progress is written by hand (deterministic)."""
+import json
+
+from dlsched.backends.base import PollResult
+from dlsched.backends.recording import RecordingBackend
+from dlsched.service.loop import LiveLoop
+from dlsched.service.store import Store
+from dlsched.spec import load_job_spec
+from tests.service.conftest import cluster
+
+ENSEMBLE = ("name: ens\nkind: ensemble\nentry: dlsched.train.fleet_spec:from_yaml\nparams: {path: ens.yaml}\n"
+            "gpus: 1\nmin_gpus: 1\nmax_gpus: 4\nbatch_size: 32\n")
+# each member one worker (max_workers 1): the ensemble can use 3 slots
+PROFILES = [{"member": "linear", "rates": [28000.0]}, {"member": "cnn_a", "rates": [2300.0]},
+            {"member": "cnn_b", "rates": [2200.0]}]
+ROWS = 40
+CAPS = {"linear": 1e9, "cnn_a": 1e9, "cnn_b": 1e9}   # far from done: no member leaves in the test
+
+
+class FleetRuntime(RecordingBackend):
+    """What a FLEET runtime writes: its members' profiles once, then before every poll a plan for its share and 250
+    steps (more than a refit's window) at the summed rate of the members that plan runs: the linear member alone
+    on 1 slot, a flotilla of all three (held back by the slowest) on more."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock, self.launches, self.step = clock, {}, 0
+
+    def start(self, launch):
+        super().start(launch)
+        self.launches[launch.job_id] = launch
+
+    def resize(self, launch):
+        super().resize(launch)
+        self.launches[launch.job_id] = launch
+
+    def poll(self, job_id, job_dir):
+        launch, t = self.launches[job_id], self.clock()
+        one = launch.num_gpus == 1
+        rate, members = (28000.0, ["linear"]) if one else (6500.0, ["linear", "cnn_a", "cnn_b"])
+        rows = [] if self.step else [{"event": "profiled", "time": t, "profiles": PROFILES, "max_samples": CAPS}]
+        rows.append({"event": "flotillas", "time": t, "share": launch.num_gpus, "samples_done": {},
+                     "flotillas": [{"members": {m: 1 for m in members}, "rate": rate / len(members)}]})
+        for _ in range(ROWS):
+            self.step += 1
+            rows.append({"time": t + 0.001 * self.step, "step": self.step, "epoch": 0, "samples": 32 * self.step,
+                         "loss": 1.0, "samples_per_s": rate, "workers": launch.num_gpus, "batch_size": 32,
+                         "total_samples": None, "member": members[self.step % len(members)],
+                         "generation": launch.generation, "control_generation": launch.generation})
+        job_dir.mkdir(parents=True, exist_ok=True)
+        with open(job_dir / "progress.jsonl", "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        return PollResult("running")
+
+
+def test_an_ensemble_is_not_resized_back_and_forth_by_which_members_ran_last(tmp_path):
+    t = [0.0]
+    store = Store(tmp_path / "s.db")
+    backend = FleetRuntime(lambda: t[0])
+    loop = LiveLoop(store, backend, cluster("elastic", (4,)), tmp_path, clock=lambda: t[0])
+    job = store.submit(load_job_spec(ENSEMBLE), now=0.0)
+    sizes = []
+    for i in range(40):   # a round every 10 s: every start or resize has long paid its pause (restart_hold)
+        t[0] = 10.0 * i
+        loop.round()
+        sizes.append(store.get(job).num_gpus)
+    resizes = [c for c in backend.calls if c[0] == "resize"]
+    # its members can use 3 slots and their profiles say 3 run faster than 1: it grows once and stays
+    assert len(resizes) <= 1, sizes
+    assert sizes[-4:] == [3] * 4, sizes
