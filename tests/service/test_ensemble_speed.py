@@ -72,3 +72,26 @@ def test_an_ensemble_is_not_resized_back_and_forth_by_which_members_ran_last(tmp
     # its members can use 3 slots and their profiles say 3 run faster than 1: it grows once and stays
     assert len(resizes) <= 1, sizes
     assert sizes[-4:] == [3] * 4, sizes
+
+
+def events(flotilla_members, converged=()):
+    """A job's member events: the profiles, one plan running ``flotilla_members``, the members that left."""
+    out = [{"kind": "job_profiled", "time": 0.0, "detail": {"profiles": PROFILES, "max_samples": CAPS}},
+           {"kind": "job_flotillas", "time": 1.0,
+            "detail": {"flotillas": [{"members": {m: 1 for m in flotilla_members}, "rate": 1000.0}]}}]
+    return out + [{"kind": "job_member_converged", "time": 2.0, "detail": {"member": m}} for m in converged]
+
+
+def test_the_ensembles_speed_is_its_still_training_members_plan_whichever_ran_last():
+    from dlsched.policy.base import JobView
+    from dlsched.service.ensemble_view import ensemble_view
+
+    view = JobView(id="1", submit_time=0.0, requested_gpus=1, batch_size=32, min_gpus=1, max_gpus=4, kind="ensemble")
+    alone, flotilla = (ensemble_view(view, events(m), now=2.0) for m in (["linear"], ["linear", "cnn_a", "cnn_b"]))
+    assert alone.speed == flotilla.speed and alone.max_gpus == 3
+    # 1 slot: the linear member alone; 3: it, and the two CNNs matched in a flotilla of their own
+    assert alone.speed.throughput(1, 1, 32) == 28000.0
+    assert alone.speed.throughput(3, 1, 32) == 28000.0 + 2 * 2200.0
+    left = ensemble_view(view, events(["linear"], converged=["linear"]), now=2.0)
+    assert left.max_gpus == 2 and left.speed.throughput(2, 1, 32) == 2 * 2200.0
+    assert ensemble_view(view, events([])[:0], now=2.0) is view   # not profiled yet: as the job's record gives it
