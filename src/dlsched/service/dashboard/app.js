@@ -4,7 +4,12 @@
 "use strict";
 
 const params = new URLSearchParams(location.search);
-if (params.get("token")) sessionStorage.setItem("dlsched-token", params.get("token"));
+if (params.get("token")) {
+  sessionStorage.setItem("dlsched-token", params.get("token"));
+  // out of the address bar, the browser's history and the Referer of the page's requests from here on
+  params.delete("token");
+  history.replaceState(null, "", location.pathname + (params.toString() ? `?${params}` : "") + location.hash);
+}
 const TOKEN = sessionStorage.getItem("dlsched-token");
 const REFRESH_MS = 3000;
 const SVGNS = "http://www.w3.org/2000/svg";
