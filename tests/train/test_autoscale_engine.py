@@ -68,7 +68,6 @@ def test_autoscaling_grows_while_efficiency_holds_and_stops_below_threshold(tmp_
     assert "autoscale step" in out.stdout and len(decisions) >= 2
     assert decisions[0]["action"] == "grow" and decisions[0]["workers"] == 1  # one count tried: scale out by N
     for d in decisions[1:]:
-        last = d["pairs"][-1]
         if d["action"] == "grow" and str(d["target"]) not in map(str, d["throughput"]):
             # a step out to a count never tried rests on efficiency that held at every step so far (a grow back
             # to a tried count is the schedule re-measuring one with too few batches before it settles below it)
