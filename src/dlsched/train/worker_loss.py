@@ -90,6 +90,9 @@ class WorkerLoss:
         left = [w for w in c.wids if c.pool.procs[w].poll() == 0]
         if not left or c.store.check([end_key(c.generation)]):
             return
+        report = c.last_report or {}
+        if report.get("total_samples") and report.get("samples", 0) >= report["total_samples"]:
+            return   # every sample trained: a rank leaving its loop is the run's end (a grow's newcomer joined then)
         rank = {w: c.wids.index(w) for w in c.wids}
         ended = ", ".join(f"worker {w} (rank {rank[w]})" for w in left)
         at = f" after step {c.last_report['step']}" if c.last_report else ""
