@@ -5,23 +5,15 @@ happened to run (its linear member alone ~28k samples/s on 1 slot, a 3-member fl
 elastic policy, seeing a speed curve that flipped with it, resized one job 13 times in 2 minutes."""
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from dlsched.policy.base import JobView
 from dlsched.policy.fleet import ModelProfile
 from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
-from dlsched.service.forecast import members_speed, with_members
+from dlsched.service.forecast import on_members, with_members
 
 if TYPE_CHECKING:
     from dlsched.service.store import Store
-
-
-def capped_to_members(view: JobView, useful: int) -> JobView:
-    """An ensemble asks for no more GPUs than its still-training members can use (``useful``), as the forecast
-    rolls it forward: the slots of members that left go to the other jobs."""
-    return dataclasses.replace(view, requested_gpus=min(view.requested_gpus, useful),
-                               min_gpus=min(view.min_gpus, useful), max_gpus=min(view.max_gpus or useful, useful))
 
 
 def ensemble_view(view: JobView, events: list[dict], now: float) -> JobView:
@@ -33,11 +25,8 @@ def ensemble_view(view: JobView, events: list[dict], now: float) -> JobView:
     if not any(e["kind"] == "job_profiled" for e in events):
         return view
     members = members_left(events, now)
-    view = capped_to_members(view, max(1, sum(len(rates) for _, rates, _ in members)))
-    if not members:
-        return view
-    speed = members_speed([ModelProfile(name, tuple(rates)) for name, rates, _ in members])
-    return with_members(dataclasses.replace(view, speed=speed), members)
+    view = on_members(view, [ModelProfile(name, tuple(rates)) for name, rates, _ in members], at_least=1)
+    return with_members(view, members) if members else view
 
 
 def ensemble_view_of(store: "Store", job_id: int, view: JobView, now: float) -> JobView:

@@ -72,6 +72,16 @@ def members_speed(profiles: Sequence[ModelProfile]) -> EnsembleThroughput:
     return EnsembleThroughput(tuple(profiles), Preprocessing(), max(1, sum(p.max_gpus for p in profiles)))
 
 
+def on_members(view: JobView, profiles: Sequence[ModelProfile], at_least: int = 0) -> JobView:
+    """An ensemble as its still-training members' ``profiles`` give it: asking for no more GPUs than they can use
+    (each its ``max_gpus``; at least ``at_least``), so the slots of members that left go to the other jobs, at the
+    speed of their FLEET plan (``members_speed``) where any is left."""
+    useful = max(at_least, sum(p.max_gpus for p in profiles))
+    view = dataclasses.replace(view, requested_gpus=min(view.requested_gpus, useful),
+                               min_gpus=min(view.min_gpus, useful), max_gpus=min(view.max_gpus or useful, useful))
+    return dataclasses.replace(view, speed=members_speed(profiles)) if profiles else view
+
+
 def _members(view: JobView) -> EnsembleProgress | None:
     members = view.attrs.get("members") if view.kind == "ensemble" else None
     if not members:
@@ -92,11 +102,7 @@ def _snapshot(s: _State) -> JobView:
     if s.snap is None or s.snap[0] != key:
         view = s.view
         if s.members is not None:
-            useful = sum(m.profile.max_gpus for m in s.members.remaining)
-            view = dataclasses.replace(view, requested_gpus=min(view.requested_gpus, useful), min_gpus=min(view.min_gpus, useful),
-                                       max_gpus=min(view.max_gpus or useful, useful),
-                                       speed=members_speed([m.profile for m in s.members.remaining])
-                                       if s.members.remaining else view.speed)
+            view = on_members(view, [m.profile for m in s.members.remaining])
         if s.changed is not None:   # its own change, not the live one the view was made with
             view = dataclasses.replace(view, attrs={**view.attrs, "changed_at": s.changed[0],
                                                     "settled_at": s.changed[0] + s.changed[1]})
