@@ -1,4 +1,6 @@
 """The one scheduling round: its diff, and the same check of a policy's answer in all three drivers."""
+import dataclasses
+
 import pytest
 
 from dlsched.backends.recording import RecordingBackend
@@ -153,7 +155,7 @@ def test_the_forecast_runs_a_held_batch_as_the_round_does():
         def efficiency(self, global_batch):
             return 1.0
 
-    job = JobView(**{**_held("a", 1, current=64, held=128).__dict__, "remaining_samples": 12800.0,
-                     "speed": PerBatch(), "attrs": {}})
+    job = dataclasses.replace(_held("a", 1, current=64, held=128), remaining_samples=12800.0, speed=PerBatch(),
+                              attrs={})
     f = forecast([job], ClusterView((NodeView("n0", 1),), 0.0), make_policy("tiresias"), 0.0, resize_s=2.0)
     assert f.finish["a"] == pytest.approx(2.0 + 12800 / 128)

@@ -1,6 +1,6 @@
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -229,8 +229,7 @@ def test_gpu_only_runs_a_batch_above_the_per_gpu_limit_on_fewer_gpus_by_accumula
 
 
 def running(j, gpus, batch, node="node0"):
-    return JobView(**{**j.__dict__, "placement": {node: gpus}, "current_batch_size": batch,
-                      "attrs": dict(j.attrs)})
+    return replace(j, placement={node: gpus}, current_batch_size=batch, attrs=dict(j.attrs))
 
 
 def test_hysteresis_keeps_a_running_job_unless_the_gain_is_at_least_5_percent():
@@ -257,7 +256,7 @@ def test_hysteresis_blocks_a_small_rebalance_between_two_jobs():
 
 def test_non_preemptible_running_job_keeps_its_gpus():
     cluster = ClusterView.homogeneous(1, 4)
-    stuck = JobView(**{**running(job(0), 1, 64).__dict__, "preemptible": False, "attrs": {}})
+    stuck = replace(running(job(0), 1, 64), preemptible=False, attrs={})
     alloc = make_policy("elastic").decide((stuck, job(1, StepProfile(allreduce=0.0))), cluster)
     assert alloc.gpus("j0") == 1 and alloc.gpus("j1") == 3
 
@@ -338,7 +337,7 @@ def test_a_job_about_to_finish_is_not_rescaled():
 
 def test_pinned_jobs_that_no_longer_fit_do_not_block_the_others():
     small = ClusterView.homogeneous(1, 2)          # the cluster lost a node: 3 pinned GPUs no longer fit
-    pinned = JobView(**{**running(job(0), 3, 96).__dict__, "preemptible": False, "attrs": {}})
+    pinned = replace(running(job(0), 3, 96), preemptible=False, attrs={})
     alloc = make_policy("elastic").decide((pinned, job(1)), small)
     assert alloc.gpus("j1") >= 1 and alloc.total_gpus <= 2
 
@@ -527,14 +526,14 @@ def test_restart_budget_on_the_run_clock_does_not_count_time_spent_waiting():
     # submitted an hour ago but started 5 s ago: on the submit clock its restarts are nearly free, on the run clock
     # it is young (it still needs 7x to move); only for a job whose time left is predicted
     speed = StepProfile(allreduce=0.0)
-    waited = JobView(**{**running(job(0, speed, requested_gpus=1, attrs={"restart_s": 30.0, "restarts": 0}), 1,
-                                  64).__dict__, "run_time": 5.0, "remaining_samples": 1e9})
+    waited = replace(running(job(0, speed, requested_gpus=1, attrs={"restart_s": 30.0, "restarts": 0}), 1, 64),
+                     run_time=5.0, remaining_samples=1e9)
     cluster = ClusterView.homogeneous(1, 4, now=3600.0)
     assert make_policy("goodput", urgency=0.0, budget_run_clock=False).decide((waited,), cluster).gpus("j0") == 4
     assert make_policy("goodput", urgency=0.0).decide((waited,), cluster).gpus("j0") == 1
-    ran = JobView(**{**waited.__dict__, "run_time": 3600.0})
+    ran = replace(waited, run_time=3600.0)
     assert make_policy("goodput", urgency=0.0).decide((ran,), cluster).gpus("j0") == 4
-    unknown = JobView(**{**waited.__dict__, "remaining_samples": None})     # no prediction: the submit clock
+    unknown = replace(waited, remaining_samples=None)     # no prediction: the submit clock
     assert make_policy("goodput", urgency=0.0).decide((unknown,), cluster).gpus("j0") == 4
 
 
@@ -575,7 +574,7 @@ def test_release_horizon_preempts_for_a_waiting_job_only_when_capacity_is_not_ab
 
     def shrink_case(e_left, s_left=1600.0):
         long_, ending, short = jobs(e_left, s_left)
-        wide = running(JobView(**{**long_.__dict__, "max_gpus": 2}), 2, 256)
+        wide = running(replace(long_, max_gpus=2), 2, 256)
         return wide, ending, short
 
     assert make_policy("goodput", release_horizon=True).decide(shrink_case(40.0), three).gpus("j0") == 2

@@ -6,7 +6,7 @@ times in 30 s at the same step (each time before its first step), a 3-GPU job pr
 ``test_the_reported_churn_*`` replays it on hand-made jobs with the live service's physics (a change pauses a job
 PAUSE s before its first step; a job has no speed model until its first step, so the DP's rigid path places it
 first), deterministically."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -82,11 +82,11 @@ def test_a_newcomer_without_a_speed_model_waits_for_the_held_jobs_gpus():
     """The DP's rigid path placed a job with no speed model yet first, ahead of the running jobs: it took the GPUs
     of jobs that had just started (restarted with no step made)."""
     four = ClusterView((NodeView("n0", 2), NodeView("n1", 2)), 0.0)
-    a = JobView(**{**view("a", 0, lo=1, hi=3).__dict__, "placement": {"n0": 2, "n1": 1},
-                   "attrs": {"restart_s": 2.0, "changed_at": 10.0, "settled_at": None}})
+    a = replace(view("a", 0, lo=1, hi=3), placement={"n0": 2, "n1": 1},
+                attrs={"restart_s": 2.0, "changed_at": 10.0, "settled_at": None})
     new = view("new", 0, lo=2, hi=2, speed=None, submit=5.0)
     assert make_policy("elastic").decide((a, new), at(12.0, four)).gpus("new") == 0
-    a_paid = JobView(**{**a.__dict__, "attrs": {"restart_s": 2.0, "changed_at": 10.0, "settled_at": 13.0}})
+    a_paid = replace(a, attrs={"restart_s": 2.0, "changed_at": 10.0, "settled_at": 13.0})
     alloc = make_policy("elastic").decide((a_paid, new), at(16.0, four))
     assert alloc.gpus("new") == 2 and alloc.gpus("a") <= 2
     # one without a speed model that is itself still starting keeps its GPUs against an older one without
