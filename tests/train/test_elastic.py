@@ -151,3 +151,25 @@ def test_sigterm_checkpoints_the_current_step_and_resume_redoes_none(tmp_path):
     assert steps == list(range(1, 41)), "resumed at the SIGTERM step: no step redone, none skipped"
     assert committed_sample_ids(job_dir) == Counter(range(480))
     assert {r["total_samples"] for r in read_progress(job_dir) if "event" not in r} == {480}
+
+
+def test_a_rerun_with_another_batch_size_resumes_at_it_with_the_lr_ramped(tmp_path):
+    """``dlsched train --batch-size B`` on a stopped job's folder: was trained on at the checkpoint's batch, B
+    silently dropped."""
+    job_dir = tmp_path / "job"
+    args = ("--param", "num_samples=480", "--param", "batch_size=12", "--param", "lr=0.04", "--ckpt-every", "7",
+            "--record-samples")
+    proc = start_job(job_dir, 1, *args, "--param", "throttle_s=0.05", new_session=True)
+    wait_for_step(job_dir, 5, proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=30)
+    at = events(job_dir, "stopped")[0]["step"]
+
+    finish(start_job(job_dir, 1, *args, "--batch-size", "24"))
+    resumed = events(job_dir, "resumed")
+    assert [(e["restored_step"], e["from_batch_size"], e["batch_size"]) for e in resumed] == [(at, 12, 24)]
+    rows = {r["step"]: r for r in read_progress(job_dir) if "event" not in r}
+    assert rows[at]["batch_size"] == 12 and rows[at + 1]["batch_size"] == 24
+    # the batch rule's ramp (linear: x2 over 8 steps) from the LR of the last step before the stop
+    assert [rows[at + 1 + i]["lr"] for i in range(9)] == pytest.approx([0.04 * (1 + i / 8) for i in range(8)] + [0.08])
+    assert committed_sample_ids(job_dir) == Counter(range(480))

@@ -14,6 +14,9 @@ def test_a_resume_names_the_step_it_restored_or_says_it_started_over():
                        "checkpoint": "/j/ckpt/step-10"}, None) == "resumed from the checkpoint of step 10 (generation 2)"
     assert event_line({"event": "resumed", "new_generation": 1, "restored_step": 0, "checkpoint": None},
                       None) == "restarted from the beginning (no checkpoint) (generation 1)"
+    assert event_line({"event": "resumed", "new_generation": 1, "restored_step": 10, "checkpoint": "/j/ckpt/step-10",
+                       "batch_size": 64, "from_batch_size": 32}, None) == \
+        "resumed from the checkpoint of step 10 (generation 1) at batch 64 (the checkpoint's: 32)"
 
 
 def test_an_lr_rule_line_says_the_factor_the_rule_and_the_batches():

@@ -155,9 +155,14 @@ def test_sigterm_to_dlsched_train_stops_the_ps_job_and_its_ranks_and_a_rerun_res
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     (gate / "pause").unlink()
-    finish(_train_cli(d, "--servers", "1", "--workers", "2", "--sync", "ssp:1", "--ckpt-every", "2", entry=GATED,
-                      params=params), timeout=240)
+    before = max([r["step"] for r in read_progress(d) if "event" not in r] + [0])
+    # a re-run's --batch-size applies (it trained on at the earlier run's batch)
+    rerun = _train_cli(d, "--servers", "1", "--workers", "2", "--sync", "ssp:1", "--ckpt-every", "2", "--batch-size",
+                       "32", entry=GATED, params=params)
+    out, _ = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0 and "with batch 32 (the earlier run's: 16)" in out, out
     _exactly_once(d, 64, 1)
+    assert {r["batch_size"] for r in read_progress(d) if "event" not in r and r["step"] > before} == {32}
 
 
 @pytest.mark.slow

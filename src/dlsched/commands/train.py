@@ -19,7 +19,8 @@ def register(app: typer.Typer) -> None:
         job_dir: str = typer.Option(None, "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/): a "
                                     "path or file:// URI; default for a script: dlsched-runs/<script>-<time>"),
         workers: int = typer.Option(1, help="worker processes"),
-        batch_size: int = typer.Option(None, help="global batch (default: the job's)"),
+        batch_size: int = typer.Option(None, help="global batch (default: the job's); a re-run of a stopped job "
+                                                  "resumes at it"),
         max_local_batch: int = typer.Option(None, "--max-local-batch", help="a script's: the most samples per "
                                             "forward/backward (ElasticDataLoader's default; past it, accumulated)"),
         param: list[str] = typer.Option([], help="job parameter key=value (repeatable)"),

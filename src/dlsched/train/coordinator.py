@@ -15,6 +15,7 @@ group finishes the step it is in and checkpoints it. Every worker is pinned to i
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -198,6 +199,17 @@ class Coordinator:
         return StartState(latest, state["step"], table and PartitionTable.from_snapshot(table), state["global_batch"],
                           ramp and LrRamp(**ramp), tuple(state["epoch_loss"]), state["finished"])
 
+    def _asked_batch(self, start: StartState) -> StartState:
+        """A resumed run at the batch its command asks for (``--batch-size``: the user's re-run, a backend's launch);
+        the checkpoint's batch was kept and the request silently dropped. The LR follows as on a resize: a ramp from
+        the last step's LR by the batch rule. Only at the run's start: a worker loss later restores the batch the
+        group trained at (a control.json request may have changed it since)."""
+        gb = self.o.batch_size
+        if start.restore is None or not gb or start.global_batch in (None, gb):
+            return start
+        ramp = start.ramp and start.ramp.rescaled(start.ramp.lr(start.step - 1), start.global_batch, gb, start.step)
+        return dataclasses.replace(start, global_batch=gb, ramp=ramp)
+
     # -- reports ------------------------------------------------------------------------------------
     def _drain(self) -> None:
         while self.store.queue_len(PROGRESS_QUEUE) > 0:
@@ -239,7 +251,8 @@ class Coordinator:
     # -- main loop ----------------------------------------------------------------------------------
     def run(self) -> int:
         preemption.install()  # already done by ``run`` before its imports; here for in-process callers
-        start = self._initial_state()
+        checkpointed = self._initial_state()
+        start = self._asked_batch(checkpointed)
         # a script that ended on its own (an early stop: no checkpoint says finished) is a finished job too
         ended = self.job is None and (read_status(self.dir) or {}).get("state") == "finished"
         if start.finished or ended:   # `dlsched train` on a finished job's folder printed nothing at all, exit 0
@@ -258,7 +271,8 @@ class Coordinator:
         if first > 0:
             self.replays = ReplayedRecords.from_log(read_progress(self.dir), start.step)
             self.progress.write({"event": "resumed", "time": time.time(), "new_generation": first,
-                                 "restored_step": start.step, "checkpoint": str(start.restore) if start.restore else None})
+                                 "restored_step": start.step, "checkpoint": str(start.restore) if start.restore else None,
+                                 "batch_size": start.global_batch, "from_batch_size": checkpointed.global_batch})
         wids = self.pool.spawn(first, self.o.workers, self.o.workers)
         self.standby = self.pool.spawn(first, self.o.standby, self.o.workers)
         self._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)

@@ -33,7 +33,9 @@ _EVENTS = {
     "straggler": lambda r: f"straggler worker(s) {r.get('workers')} replaced",
     "resumed": lambda r: (f"resumed from the checkpoint of step {r.get('restored_step')}" if r.get("checkpoint")
                           else "restarted from the beginning (no checkpoint)")
-                         + f" (generation {r.get('new_generation')})",
+                         + f" (generation {r.get('new_generation')})"
+                         + (f" at batch {r['batch_size']} (the checkpoint's: {r['from_batch_size']})"
+                            if r.get("from_batch_size") not in (None, r.get("batch_size")) else ""),
     "worker_lost": lambda r: _lost(r) + " lost",
     "shrunk": lambda r: f"worker(s) {r.get('workers_lost')} lost: {r.get('workers')} train on from step "
                         f"{r.get('step')}",

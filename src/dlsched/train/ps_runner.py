@@ -257,6 +257,11 @@ class PSRunner:
                                      "servers": self.opts.servers, "round": len(state["round_generation"])})
                 state["servers"] = self.opts.servers
             state["workers"] = self.opts.workers
+            asked = self.opts.batch_size
+            if asked and asked != state["global_batch"]:   # was silently trained on at the earlier run's batch
+                print(f"{self.job_dir}: resuming at step {committed_steps(state)} with batch {asked} (the earlier "
+                      f"run's: {state['global_batch']})", flush=True)
+                state["steps"], state["global_batch"] = committed_steps(state), asked
         state["sync"] = str(self.opts.mode)
         state["last_commit"] = time.time()
         atomic_write_json(_state_path(self.job_dir), state)
