@@ -224,3 +224,11 @@ def test_fleet_on_ordinary_jobs_says_what_it_gives_them(tmp_path, monkeypatch, c
     most = {p: max(int(r["gpus_allocated"]) for r in csv.DictReader(open(tmp_path / "rep" / f"timeline-{p}.csv")))
             for p in ("fleet", "fifo")}
     assert most == {"fleet": 4, "fifo": 8}   # what the line says: one node's 4 GPUs, not the 8 requested
+
+
+def test_node_spec_names_every_node_apart():
+    """Types named like another type plus an index ('a' and 'a1') gave two nodes the name 'a10'."""
+    from dlsched.commands.simulate import parse_nodes
+
+    cluster = parse_nodes("1x4:a1,11x4:a")
+    assert len({n.name for n in cluster.nodes}) == 12 and cluster.total_gpus == 48

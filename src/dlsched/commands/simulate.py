@@ -24,7 +24,8 @@ def parse_nodes(spec: str) -> "ClusterView":
         except ValueError:
             raise UserError(f"--node-spec: bad entry {part!r}; expected NODESxGPUS[:TYPE] (TYPE without ':', '/', '=' or "
                             f"spaces), e.g. 8x4:v100") from None
-        nodes += [NodeView(f"{gpu_type or 'node'}{len(nodes) + i}", gpus, gpu_type or "generic") for i in range(count)]
+        # TYPE-INDEX: TYPE+INDEX named two nodes alike (1x4:a1,11x4:a: both "a10"), and their GPUs were counted as one
+        nodes += [NodeView(f"{gpu_type or 'node'}-{len(nodes) + i}", gpus, gpu_type or "generic") for i in range(count)]
     return ClusterView(tuple(nodes))
 
 
