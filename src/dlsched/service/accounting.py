@@ -11,11 +11,17 @@ from __future__ import annotations
 from dlsched.service.store import JobRecord
 
 
-def since_counted(job: JobRecord, now: float, last: float | None) -> dict:
+def since_counted(job: JobRecord, now: float, last: float | None, elapsed: float | None = None) -> dict:
     """The store fields that count ``job``'s time from its ``accounted_until`` (else the loop's previous round
-    ``last``; a store from before that column) to ``now``, at the GPUs it trained on (``held_gpus``)."""
+    ``last``; a store from before that column) to ``now``, at the GPUs it trained on (``held_gpus``).
+
+    ``elapsed``: the time this process saw pass since ``last`` (its monotonic clock). Where the job was counted up to
+    that round or later, at most that is counted: a wall clock stepped forward (NTP, a VM resumed, whose processes
+    were stopped too) charged every running job the jump, and Tiresias demoted them all for it."""
     since = job.accounted_until if job.accounted_until is not None else last
     dt = 0.0 if since is None else max(0.0, now - since)
+    if elapsed is not None and last is not None and since is not None and since >= last:
+        dt = min(dt, max(0.0, elapsed - (since - last)))
     return {"attained_service": job.attained_service + dt * job.held_gpus, "run_time": job.run_time + dt,
             "accounted_until": now if since is None else max(now, since)}
 

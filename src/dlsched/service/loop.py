@@ -83,7 +83,7 @@ class LiveLoop:
 
     def __init__(self, store: Store, backend: Backend, cluster: ClusterSpec, state_dir: str | Path,
                  policy: Policy | None = None, clock=time.time, forecast_every_s: float = FORECAST_EVERY_S,
-                 jobs_dir: str | Path | None = None):
+                 jobs_dir: str | Path | None = None, monotonic=None):
         self.store = store
         self.backend = backend
         self.cluster = cluster
@@ -92,6 +92,10 @@ class LiveLoop:
         self.jobs_dir = Path(jobs_dir).absolute() if jobs_dir is not None else self.state_dir / "jobs"
         self.policy = policy or make_policy(cluster.policy, **dict(cluster.policy_args))
         self.clock = clock
+        # how much time really passed between rounds (``accounting``): the wall clock can jump; a test's own clock
+        # cannot, and is both
+        self.monotonic = monotonic or (time.monotonic if clock is time.time else clock)
+        self._last_mono: float | None = None
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.models = JobModels(tuple(sorted({n.gpu_type for n in cluster.nodes})), store)
         self.forecaster = Forecaster(store, self.policy, self.models, self._cluster_view,
@@ -238,6 +242,8 @@ class LiveLoop:
     def observe(self, now: float) -> None:
         """Cancellations, progress ingestion, process state, GPU-service accounting, prediction refit."""
         last, self._last_now = self._last_now, now
+        mono, self._last_mono = self._last_mono, self.monotonic()
+        elapsed = None if mono is None else self._last_mono - mono
         running = self.store.jobs(states=(RUNNING, RESCALING))
         for job in [j for j in running if j.cancel_requested]:
             self.backend.stop(job.id, self.job_dir(job))      # slow (grace period): outside any transaction
@@ -249,14 +255,15 @@ class LiveLoop:
             self._ended.append((job.id, False))
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
             for job in [j for j in running if not j.cancel_requested]:
-                self._observe_one(job, now, last)
+                self._observe_one(job, now, last, elapsed)
         release_confirmed(self.backend, self.job_dir, self._confirmed)   # after the store's commit, never before
         self._refit(now)
 
-    def _observe_one(self, job: JobRecord, now: float, last: float | None) -> None:
-        """``last``: the loop's previous observation; the time counted is since the job's own (``accounting``)."""
+    def _observe_one(self, job: JobRecord, now: float, last: float | None, elapsed: float | None) -> None:
+        """``last``: the loop's previous observation, ``elapsed`` the time seen to pass since; the time counted is
+        since the job's own (``accounting``)."""
         d = self.job_dir(job)
-        counted = since_counted(job, now, last)   # at the GPUs held before: a resize confirmed only now did not train
+        counted = since_counted(job, now, last, elapsed)   # at the GPUs held before: a resize confirmed only now did not train
         job = self._ingest(job, now)
         self.store.update(job.id, **counted)
         res = self.backend.poll(job.id, d)

@@ -1,0 +1,31 @@
+"""GPU-time accounting across rounds: what a running job is charged when the wall clock jumps."""
+import pytest
+
+from dlsched.backends.recording import RecordingBackend
+from dlsched.service.loop import LiveLoop
+from dlsched.service.store import RUNNING, Store
+from dlsched.spec import load_job_spec
+from tests.service.conftest import cluster, job_yaml
+
+
+def test_a_wall_clock_stepped_forward_charges_the_time_that_passed_not_the_jump(tmp_path):
+    """An NTP step (or a resumed VM) of an hour between two rounds charged every running job an hour of GPU time."""
+    wall, mono = [1000.0], [50.0]
+    store = Store(tmp_path / "s.db")
+    loop = LiveLoop(store, RecordingBackend(), cluster("test-fifo", (2,)), tmp_path, clock=lambda: wall[0],
+                    monotonic=lambda: mono[0])
+    a = store.submit(load_job_spec(job_yaml("a", gpus=2)), now=wall[0])
+    loop.round()
+    assert store.get(a).state == RUNNING
+    wall[0] += 10.0
+    mono[0] += 10.0
+    loop.round()
+    assert (store.get(a).run_time, store.get(a).attained_service) == pytest.approx((10.0, 20.0))
+    wall[0] += 3600.0 + 10.0      # the clock jumps an hour while 10 s pass
+    mono[0] += 10.0
+    loop.round()
+    assert (store.get(a).run_time, store.get(a).attained_service) == pytest.approx((20.0, 40.0))
+    wall[0] += 10.0
+    mono[0] += 10.0
+    loop.round()
+    assert store.get(a).run_time == pytest.approx(30.0) and store.get(a).accounted_until == wall[0]
