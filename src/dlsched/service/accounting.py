@@ -8,7 +8,25 @@ it went (its ``end_time`` the moment the restart noticed). Now each round counts
 (``counted_until``)."""
 from __future__ import annotations
 
+from typing import Callable
+
 from dlsched.service.store import JobRecord
+
+
+class RoundGap:
+    """The loop's previous round: its wall time, and the time this process saw pass since (``monotonic``)."""
+
+    def __init__(self, monotonic: Callable[[], float]):
+        self.monotonic = monotonic
+        self.last_wall: float | None = None
+        self.last_mono: float | None = None
+
+    def since_last(self, now: float) -> tuple[float | None, float | None]:
+        """(the previous round's wall time, the monotonic seconds since it); None, None at the first round."""
+        mono = self.monotonic()
+        gap = (self.last_wall, None if self.last_mono is None else mono - self.last_mono)
+        self.last_wall, self.last_mono = now, mono
+        return gap
 
 
 def since_counted(job: JobRecord, now: float, last: float | None, elapsed: float | None = None) -> dict:

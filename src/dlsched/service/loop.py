@@ -20,7 +20,7 @@ from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
 from dlsched.service.abandoned_resize import return_to_held
-from dlsched.service.accounting import since_counted
+from dlsched.service.accounting import RoundGap, since_counted
 from dlsched.service.coordinator_loss import resume_or_fail
 from dlsched.service.ensemble_view import ensemble_view_of
 from dlsched.service.failed_actions import after_failed_action
@@ -94,14 +94,12 @@ class LiveLoop:
         self.clock = clock
         # how much time really passed between rounds (``accounting``): the wall clock can jump; a test's own clock
         # cannot, and is both
-        self.monotonic = monotonic or (time.monotonic if clock is time.time else clock)
-        self._last_mono: float | None = None
+        self.round_gap = RoundGap(monotonic or (time.monotonic if clock is time.time else clock))
         self.capacity = {n.name: n.gpus for n in cluster.nodes}
         self.models = JobModels(tuple(sorted({n.gpu_type for n in cluster.nodes})), store)
         self.forecaster = Forecaster(store, self.policy, self.models, self._cluster_view,
                                      step_s=max(10.0, 5 * cluster.interval_s), every_s=forecast_every_s)
         self.nodes = NodeWatch(cluster_view(cluster, 0.0).nodes)
-        self._last_now: float | None = None
         self._pending: dict[int, tuple] = {}               # refits of this round: (time, Prediction)
         self.reached = TargetReached(store)                # each job's target_reached event, once
         self._to_refit: dict[int, JobRecord] = {}          # jobs whose progress arrived this pass
@@ -241,9 +239,7 @@ class LiveLoop:
     # -- observation -------------------------------------------------------------------------------
     def observe(self, now: float) -> None:
         """Cancellations, progress ingestion, process state, GPU-service accounting, prediction refit."""
-        last, self._last_now = self._last_now, now
-        mono, self._last_mono = self._last_mono, self.monotonic()
-        elapsed = None if mono is None else self._last_mono - mono
+        last, elapsed = self.round_gap.since_last(now)
         running = self.store.jobs(states=(RUNNING, RESCALING))
         for job in [j for j in running if j.cancel_requested]:
             self.backend.stop(job.id, self.job_dir(job))      # slow (grace period): outside any transaction
