@@ -173,3 +173,18 @@ def test_a_rerun_with_another_batch_size_resumes_at_it_with_the_lr_ramped(tmp_pa
     # the batch rule's ramp (linear: x2 over 8 steps) from the LR of the last step before the stop
     assert [rows[at + 1 + i]["lr"] for i in range(9)] == pytest.approx([0.04 * (1 + i / 8) for i in range(8)] + [0.08])
     assert committed_sample_ids(job_dir) == Counter(range(480))
+
+
+def test_a_finished_job_re_run_with_more_epochs_trains_only_the_new_ones(tmp_path):
+    """It said "already finished; nothing to train": more epochs meant starting over in a new folder."""
+    job_dir = tmp_path / "job"
+    data = ("--param", "num_samples=96", "--param", "batch_size=12", "--record-samples")
+    finish(start_job(job_dir, 2, *data, "--param", "epochs=1"))
+    finish(start_job(job_dir, 2, *data, "--param", "epochs=3"))
+    assert [e["epoch"] for e in events(job_dir, "epoch_end")] == [0, 1, 2]
+    steps = [(r["step"], r["epoch"]) for r in read_progress(job_dir) if "event" not in r]
+    assert steps == [(s, (s - 1) // 8) for s in range(1, 25)], "epochs 1 and 2 after epoch 0, no step again"
+    assert committed_sample_ids(job_dir) == Counter({i: 3 for i in range(96)})
+    proc = start_job(job_dir, 2, *data, "--param", "epochs=3")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "already finished at step 24" in out and "--param epochs=N over 3" in out, out

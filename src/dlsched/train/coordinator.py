@@ -196,8 +196,19 @@ class Coordinator:
             return StartState(None, 0, PartitionTable.fresh(self.job.num_samples, self.job.seed, 0), gb, ramp,
                               (0.0, 0), False)
         table, ramp = state["table"], state["ramp"]
-        return StartState(latest, state["step"], table and PartitionTable.from_snapshot(table), state["global_batch"],
-                          ramp and LrRamp(**ramp), tuple(state["epoch_loss"]), state["finished"])
+        table = table and PartitionTable.from_snapshot(table)
+        if state["finished"] and self._trains_on(table):   # more epochs than it ended at: the next one, from its start
+            return StartState(latest, state["step"], table.next_epoch(), state["global_batch"], ramp and LrRamp(**ramp),
+                              (0.0, 0), False)
+        return StartState(latest, state["step"], table, state["global_batch"], ramp and LrRamp(**ramp),
+                          tuple(state["epoch_loss"]), state["finished"])
+
+    def _trains_on(self, table: PartitionTable | None) -> bool:
+        """A finished job re-run with more epochs (``--param epochs=N``) trains on from where it ended: it said
+        "already finished; nothing to train", and more epochs meant starting over in a new folder. One that ended at
+        its ``target_loss`` has reached what it was for."""
+        job = self.job
+        return job is not None and table is not None and job.target_loss is None and table.epoch + 1 < job.epochs
 
     def _asked_batch(self, start: StartState) -> StartState:
         """A resumed run at the batch its command asks for (``--batch-size``: the user's re-run, a backend's launch);
@@ -257,7 +268,9 @@ class Coordinator:
         ended = self.job is None and (read_status(self.dir) or {}).get("state") == "finished"
         if start.finished or ended:   # `dlsched train` on a finished job's folder printed nothing at all, exit 0
             at = f" at step {start.step} ({start.restore})" if start.finished else " (the script ended on its own)"
-            print(f"{self.dir}: already finished{at}; nothing to train", flush=True)
+            more = (f" (--param epochs=N over {start.table.epoch + 1} trains on)"
+                    if self.job is not None and self.job.target_loss is None and start.table is not None else "")
+            print(f"{self.dir}: already finished{at}; nothing to train{more}", flush=True)
             self._status("finished")
             return 0
         if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`
