@@ -15,7 +15,6 @@ group finishes the step it is in and checkpoints it. Every worker is pinned to i
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -31,7 +30,6 @@ import torch.distributed as dist
 from dlsched.train import storage
 from dlsched.train import preemption, worker_forkserver
 from dlsched.train.autoscale import StragglerDetector
-from dlsched.train.data import PartitionTable
 from dlsched.train.devices import job_devices
 from dlsched.train.files import (ProgressLog, job_program, last_generation, read_progress, read_status,
                                  write_status)
@@ -43,7 +41,8 @@ from dlsched.train.script_output import ScriptOutput
 from dlsched.train.resizer import Resizer
 from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready, end_key,
                                     gate_key, plan_key, ready_key, stop_key)
-from dlsched.train.scaling import BatchMode, LrRamp, local_batch_sizes
+from dlsched.train.scaling import BatchMode, local_batch_sizes
+from dlsched.train.start_state import StartState, at_asked_batch, fresh_start, resumed_start
 from dlsched.train.worker_loss import WorkerLoss
 from dlsched.train.worker_pool import WorkerPool
 
@@ -80,19 +79,6 @@ class Options:
         if self.launcher == "ray":
             # a replacement needs a bundle while the straggler still holds its own; the scheduler granted no spare
             self.replace_stragglers = False
-
-
-@dataclass(frozen=True)
-class StartState:
-    """Where a group starts: fresh, or the latest checkpoint (``restore``, a path or URI) in its storage."""
-
-    restore: str | None
-    step: int
-    table: PartitionTable | None  # None: a script's fresh start (its loader builds the table)
-    global_batch: int | None  # None: the script's own batch
-    ramp: LrRamp | None  # None: a script applies its own LR rule
-    epoch_loss: tuple[float, int]
-    finished: bool
 
 
 def planned_samples(job: TrainJob) -> int | None:
@@ -185,41 +171,9 @@ class Coordinator:
         for path, error in skipped:
             self.progress.write({"event": "checkpoint_skipped", "time": time.time(), "checkpoint": str(path),
                                  "error": error})
-        if latest is None and self.job is None:
-            return StartState(None, 0, None, self.o.batch_size, None, (0.0, 0), False)
         if latest is None:
-            gb = self.o.batch_size or self.job.batch_size
-            if self.o.batch_mode == BatchMode.FIXED_LOCAL and not self.o.batch_size:
-                gb = self.job.batch_size * self.o.workers
-            reference = self.o.reference_batch or self.job.batch_size  # the batch the job's lr is given at
-            ramp = LrRamp(base_lr=self.job.lr * gb / reference)
-            return StartState(None, 0, PartitionTable.fresh(self.job.num_samples, self.job.seed, 0), gb, ramp,
-                              (0.0, 0), False)
-        table, ramp = state["table"], state["ramp"]
-        table = table and PartitionTable.from_snapshot(table)
-        if state["finished"] and self._trains_on(table):   # more epochs than it ended at: the next one, from its start
-            return StartState(latest, state["step"], table.next_epoch(), state["global_batch"], ramp and LrRamp(**ramp),
-                              (0.0, 0), False)
-        return StartState(latest, state["step"], table, state["global_batch"], ramp and LrRamp(**ramp),
-                          tuple(state["epoch_loss"]), state["finished"])
-
-    def _trains_on(self, table: PartitionTable | None) -> bool:
-        """A finished job re-run with more epochs (``--param epochs=N``) trains on from where it ended: it said
-        "already finished; nothing to train", and more epochs meant starting over in a new folder. One that ended at
-        its ``target_loss`` has reached what it was for."""
-        job = self.job
-        return job is not None and table is not None and job.target_loss is None and table.epoch + 1 < job.epochs
-
-    def _asked_batch(self, start: StartState) -> StartState:
-        """A resumed run at the batch its command asks for (``--batch-size``: the user's re-run, a backend's launch);
-        the checkpoint's batch was kept and the request silently dropped. The LR follows as on a resize: a ramp from
-        the last step's LR by the batch rule. Only at the run's start: a worker loss later restores the batch the
-        group trained at (a control.json request may have changed it since)."""
-        gb = self.o.batch_size
-        if start.restore is None or not gb or start.global_batch in (None, gb):
-            return start
-        ramp = start.ramp and start.ramp.rescaled(start.ramp.lr(start.step - 1), start.global_batch, gb, start.step)
-        return dataclasses.replace(start, global_batch=gb, ramp=ramp)
+            return fresh_start(self.job, self.o.batch_size, self.o.batch_mode, self.o.workers, self.o.reference_batch)
+        return resumed_start(latest, state, self.job)
 
     # -- reports ------------------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -263,13 +217,13 @@ class Coordinator:
     def run(self) -> int:
         preemption.install()  # already done by ``run`` before its imports; here for in-process callers
         checkpointed = self._initial_state()
-        start = self._asked_batch(checkpointed)
+        start = at_asked_batch(checkpointed, self.o.batch_size)
         # a script that ended on its own (an early stop: no checkpoint says finished) is a finished job too
         ended = self.job is None and (read_status(self.dir) or {}).get("state") == "finished"
         if start.finished or ended:   # `dlsched train` on a finished job's folder printed nothing at all, exit 0
             at = f" at step {start.step} ({start.restore})" if start.finished else " (the script ended on its own)"
             more = (f" (--param epochs=N over {start.table.epoch + 1} trains on)"
-                    if self.job is not None and self.job.target_loss is None and start.table is not None else "")
+                    if start.finished and self.job is not None and self.job.target_loss is None else "")
             print(f"{self.dir}: already finished{at}; nothing to train{more}", flush=True)
             self._status("finished")
             return 0
