@@ -18,6 +18,7 @@ from dlsched.service.refit import logged_schedule
 from dlsched.train.data import committed_sample_ids
 from dlsched.train.files import read_lr_plan, read_progress, write_control
 from tests.train.helpers import REPO, events, finish, wait_for_event, wait_for_step
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 SCRIPT = str(Path(__file__).with_name("user_script.py"))
@@ -232,3 +233,23 @@ def test_the_script_runs_standalone_with_one_worker_and_a_quiet_terminal(tmp_pat
     assert wanted <= set(step_lines) and len(step_lines) < 40, sorted(step_lines)   # a line 10 s apart at most too
     assert all(step_lines[s]["loss"] > 0 and step_lines[s]["lr"] > 0 for s in (95, 190)), step_lines
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())   # nothing written where it ran
+
+
+def test_a_grow_at_an_epochs_last_step_waits_for_the_evaluation_every_rank_runs(tmp_path):
+    """A regroup at the epoch's last step put the newcomer in the next epoch's training while the group's ranks ran
+    the epoch's evaluation, whose all_reduce then met the newcomer's gradient all-reduce (a DDP forward syncing
+    BatchNorm buffers did the same). The group now regroups where its ranks draw their next batch."""
+    job_dir, waiting = tmp_path / "job", tmp_path / "flag-waited"
+    proc = start_script(job_dir, 1, "--epochs", "2", "--eval-all-reduce", "--flag-lands-at-epoch-end", str(waiting),
+                        runtime_args=("--record-samples", "--standby", "1"))
+    wait_until(lambda: waiting.exists() or proc.poll() is not None, 120, "epoch 0's second-last step")
+    write_control(job_dir, 2, None, 1)   # asked only now: an earlier step would have seen the flag
+    finish(proc, timeout=300)
+
+    resized = events(job_dir, "resized")
+    assert [(e["from_workers"], e["workers"], e["step"]) for e in resized] == [(1, 2, SAMPLES // BATCH)]
+    assert not events(job_dir, "worker_lost") and not events(job_dir, "shrunk")
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})
+    evaluations = [r["metrics"] for r in events(job_dir, "metrics") if "val_sse" in r["metrics"]]
+    assert len(evaluations) == 2, evaluations        # epoch 0's by the group of one, epoch 1's by the two
+    assert [r["workers"] for r in steps(job_dir)][SAMPLES // BATCH] == 2

@@ -40,6 +40,11 @@ ap.add_argument("--fail-at-step", type=int, default=0, help="rank 0 raises in th
 ap.add_argument("--fail-once-file", default="", help="... this file, made then, says it did")
 ap.add_argument("--rank1-breaks-at-epoch", type=int, default=-1,
                 help="rank 1 alone breaks out of remaining_epochs after this epoch's evaluation")
+ap.add_argument("--flag-lands-at-epoch-end", default="",
+                help="rank 0 waits in epoch 0's second-last step for the coordinator's stop flag, which then comes with "
+                     "the epoch's last step (a resize lands there); once: this file, made then, says it did")
+ap.add_argument("--eval-all-reduce", action="store_true",
+                help="the evaluation sums its squared error over the ranks (dist.all_reduce), as DDP scripts do")
 args = ap.parse_args()
 
 
@@ -112,6 +117,17 @@ for epoch in dt.remaining_epochs(args.epochs):
             raise RuntimeError(f"a failure in step {args.fail_at_step}")
         if args.step_s and (not args.slow_file or os.path.exists(args.slow_file)):
             time.sleep(args.step_s)
+        session = dt.current_session()   # the next batch (drawn with the flag rank 0 sees then) is the epoch's last
+        if (args.flag_lands_at_epoch_end and epoch == 0 and dt.rank() == 0 and session.table.remaining == args.batch
+                and not os.path.exists(args.flag_lands_at_epoch_end)):
+            open(args.flag_lands_at_epoch_end, "w").close()
+            while not session.watch.flag(session.generation):
+                time.sleep(0.05)
+    if args.eval_all_reduce:   # every rank's share of the data, summed: all ranks of the group must be here
+        with torch.no_grad():
+            sse = torch.tensor([nn.functional.mse_loss(model(x).squeeze(1), y, reduction="sum").item()])
+        torch.distributed.all_reduce(sse)
+        dt.report(val_sse=sse.item() / dt.world_size())
     with torch.no_grad():
         state = optimizer.state[next(model.parameters())]  # AdamW's count moves with the job's state
         dt.report(val_mse=nn.functional.mse_loss(model(x).squeeze(1), y).item(), optimizer_steps=len(optimizer_steps),

@@ -90,6 +90,7 @@ class ElasticDataLoader:
             s.boundary()
             if s.table.done:
                 return
+            s.membership.draw()   # a regroup the epoch's last step asked for, after the evaluation
             if layout != s.layout or batches is None:
                 plan = self._plan(s)
                 shares, layout = iter(plan), s.layout

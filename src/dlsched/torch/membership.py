@@ -24,6 +24,7 @@ class GroupMembership:
     def __init__(self, session):
         self.s = session  # the state the group shares, and where the plan lands
         self.cut: CutWatch | None = None   # this generation's, with peers on other nodes (Ray)
+        self.due = False   # a step's boundary asked for a regroup, left for the rank's next batch (``draw``)
 
     def enter(self) -> None:
         """Say this worker is prepared, then join the first generation that names it."""
@@ -38,9 +39,21 @@ class GroupMembership:
         plan = Plan.from_json(wait_key(s.store, plan_key(s.generation), s.parent))
         return (plan.wids.index(s.wid) if s.wid in plan.wids else -1), len(plan.wids)
 
+    def draw(self) -> None:
+        """Before a rank draws its next batch: the regroup a step's boundary asked for (``due``), if any."""
+        if self.due:
+            self.due = False
+            self.regroup()
+
     def regroup(self) -> None:
-        """A resize: leave this generation's group and join the next one (or exit, if scaled in)."""
+        """A resize: rank 0 hands the state over (the End), every rank leaves this generation's group and joins the
+        next one (or exits, if scaled in)."""
         s = self.s
+        if s.rank == 0:
+            s._flush()
+            s.store.set(end_key(s.generation), End(
+                finished=False, step=s.step, table=s.table.snapshot() if s.table else None,
+                epoch_loss=s.epoch_loss.sums(), lr=s.step_lr).to_json())
         for m in s.models:
             m._unwrap()
         if self.cut is not None:

@@ -256,12 +256,12 @@ class Session:
                 self.store.set(end_key(self.generation), End(finished=False, preempted=True, step=self.step).to_json())
             self._exit()
         if flag > 0:
-            if self.rank == 0:
-                self._flush()
-                self.store.set(end_key(self.generation), End(
-                    finished=False, step=self.step, table=self.table.snapshot() if self.table else None,
-                    epoch_loss=self.epoch_loss.sums(), lr=self.step_lr).to_json())
-            self.membership.regroup()
+            # after an epoch's last step the script evaluates, every rank of this group together (a DDP forward
+            # syncs buffers, an all_reduce sums the accuracy): a newcomer joining there started the next epoch and
+            # met them in another collective. The group regroups where a rank draws its next batch.
+            self.membership.due = True
+            if self.table is None or not self.table.done:
+                self.membership.draw()
         self.last_boundary = time.perf_counter()
 
     # -- epochs and reports ----------------------------------------------------------------------------
