@@ -237,3 +237,23 @@ def test_a_job_pays_its_restart_by_the_next_decision_at_the_published_clock():
               SimConfig(interval=20, restart_penalty=30, horizon=140)).run()
     assert [(t, s["a"][2]) for t, s in probe.seen[1:]] == [(40.0, True), (60.0, True), (80.0, False), (100.0, False),
                                                             (120.0, False), (140.0, False)]   # started at 20
+
+
+def test_strict_fifo_skips_the_rounds_an_arrival_behind_a_waiting_job_cannot_change():
+    """An overloaded cluster's queue was sorted and diffed again at every arrival; the answers are the same."""
+    from dlsched.policy.fifo import FifoPolicy
+
+    class Counted(FifoPolicy):
+        def __init__(self, queues_behind: bool):
+            super().__init__()
+            self.arrival_queues_behind, self.calls = queues_behind, 0
+
+        def decide(self, jobs, cluster):
+            self.calls += 1
+            return super().decide(jobs, cluster)
+
+    jobs = [job(f"j{i}", 5 * i, 1 + i % 4, 200 + 37 * (i % 7)) for i in range(60)]   # 4 GPUs: a queue builds
+    skipping, deciding = Counted(True), Counted(False)
+    assert jcts(jobs, skipping, nodes=1, gpus_per_node=4) == jcts(jobs, deciding, nodes=1, gpus_per_node=4)
+    assert skipping.calls < 0.7 * deciding.calls, (skipping.calls, deciding.calls)
+    assert make_policy("fifo", backfill=True).arrival_queues_behind is False   # a newcomer may fit now: it decides

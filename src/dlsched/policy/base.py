@@ -161,6 +161,8 @@ class Policy(Protocol):
     name: str
     rigid: bool = False          # everyone fits -> everyone gets exactly their request, running jobs keep nodes
     event_driven: bool = False   # the decision changes only when a job arrives or finishes
+    # a job that arrives while another waits changes no decision: it queues behind (strict FIFO)
+    arrival_queues_behind: bool = False
     resize_in_place: bool = True  # a resized job keeps the GPUs it holds (placement.resized); False: placed afresh
     placement: Callable | None = None  # (GPUs, free per node) -> node map for jobs it does not place; None: the driver's
     places_own: bool = False     # decide() names the nodes of every job it runs: a driver's placement has no effect

@@ -15,6 +15,7 @@ class FifoPolicy(Policy):
 
     def __init__(self, backfill: bool = False):
         self.backfill = backfill
+        self.arrival_queues_behind = not backfill   # blocked at the first job that does not fit: the newest waits
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
         # Running jobs first (non-preemptive), then the queue by submission time (stable: input order on ties).
