@@ -379,3 +379,16 @@ sys.exit(PSRunner(opts).run())
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert said.read_text().splitlines() == ["supervisor"]
     _exactly_once(tmp_path / "job", 64, 1)
+
+
+@pytest.mark.slow
+def test_a_finished_ps_job_re_run_with_more_epochs_trains_only_the_new_ones(tmp_path):
+    """It said "already finished; nothing to train" (and a stopped one re-run with more epochs cut its rounds at
+    the first run's total while counting them to the new one)."""
+    d = tmp_path / "job"
+    finish(_train_cli(d, "--workers", "2", params=("num_samples=64", "epochs=1")), timeout=240)
+    finish(_train_cli(d, "--workers", "2", params=("num_samples=64", "epochs=2")), timeout=240)
+    _exactly_once(d, 64, 2)
+    again = _train_cli(d, "--workers", "2", params=("num_samples=64", "epochs=2"))
+    out, _ = again.communicate(timeout=240)
+    assert again.returncode == 0 and "already finished at step 8; nothing to train" in out, out

@@ -41,7 +41,7 @@ from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.ps import (Generation, SyncMode, num_rounds, records_path, restore_flat, round_span, run_rank,
-                              server_lr)
+                              server_lr, total_samples)
 
 STOPPED = 143
 
@@ -257,6 +257,7 @@ class PSRunner:
                                      "servers": self.opts.servers, "round": len(state["round_generation"])})
                 state["servers"] = self.opts.servers
             state["workers"] = self.opts.workers
+            state["total_samples"] = total_samples(self.job)   # a re-run with more epochs trains them
             asked = self.opts.batch_size
             if asked and asked != state["global_batch"]:   # was silently trained on at the earlier run's batch
                 print(f"{self.job_dir}: resuming at step {committed_steps(state)} with batch {asked} (the earlier "
@@ -279,8 +280,10 @@ class PSRunner:
         # supervisor alone and its forked ranks trained on unsupervised (status "running", no "stopped")
         preemption.install()
         state = self._state()
-        if (read_status(self.job_dir) or {}).get("state") == "finished":   # wrote a second `finished`, a new loss
-            print(f"{self.job_dir}: already finished at step {committed_steps(state)}; nothing to train", flush=True)
+        if ((read_status(self.job_dir) or {}).get("state") == "finished"   # wrote a second `finished`, a new loss
+                and committed_position(state) >= state["total_samples"]):
+            print(f"{self.job_dir}: already finished at step {committed_steps(state)}; nothing to train (--param "
+                  f"epochs=N over {self.job.epochs} trains on)", flush=True)
             return 0
         while True:
             gen = self._generation(state)
