@@ -707,3 +707,16 @@ def test_an_lr_column_none_of_whose_rows_has_an_x_says_so_not_to_name_it(tmp_pat
     (tmp_path / "m.csv").write_text("epoch,lr,val_loss\n0,,2.0\n,0.1,\n1,,1.5\n,0.1,\n2,,1.2\n3,,1.1\n")
     with pytest.raises(UserError, match="no row of its LR column 'lr' has a value of the --x column"):
         run_curve(tmp_path / "m.csv", "epoch", "val_loss", 10, None, None, None, None, None, None, None, True, None)
+
+
+def test_a_log_that_goes_on_past_the_budget_says_so(capsys, tmp_path):
+    """A researcher's --budget 30 (epochs) against a log over steps to 1200, asked from its first point: a prediction
+    over 30 steps and no word. A log past the budget now says its budget is in --x's units; one within it says nothing."""
+    steps = np.arange(20, 1220, 20)
+    pd.DataFrame({"step": steps, "val_acc": 95 - 70 * np.exp(-steps / 200)}).to_csv(tmp_path / "run.csv", index=False)
+    for budget, noted in ((30, True), (1200, False)):
+        assert run_curve(tmp_path / "run.csv", "step", "val_acc", budget, "constant", 20, 93, None, "accuracy", None,
+                         None, True, None) == 0
+        err = capsys.readouterr().err
+        said = "note: " + f"{tmp_path / 'run.csv'} goes on to step 1200, past the --budget 30: the budget is in step"
+        assert (said in err) == noted, err

@@ -140,6 +140,9 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     if keep.any() and curve.x[keep][-1] > budget:
         raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
                         "use --observed-until to cut the curve")
+    if len(curve.x) and curve.x[-1] > budget:   # the run logged past its budget: more likely a budget in other units
+        typer.echo(f"note: {curve.source} goes on to {x} {curve.x[-1]:g}, past the --budget {budget:g}: the budget is "
+                   f"in {x} (the --x column)", err=True)
     prior = "shipped"
     if like and file is not None and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()),
                                                    None)) is not None:
