@@ -74,6 +74,25 @@ def test_tensorboard_runs_in_subfolders_are_columns_run_slash_tag(tmp_path):
         read_curve(tmp_path, y="epoch_loss")
 
 
+def test_a_job_folders_epoch_is_the_one_it_trains_in_and_its_budget_its_epochs(tmp_path):
+    # dlsched train's make_job records: 1797 samples an epoch at batch 32 (57 steps), 8 epochs. --x epoch read the
+    # last record of epoch 0, after one epoch of training, as an evaluation before any (not fitted), every later
+    # point an epoch early, and asked for --budget
+    recs, samples = [], 0
+    for step in range(1, 457):
+        samples = min(samples + 32, 1797 * ((step - 1) // 57 + 1))
+        recs.append({"time": step * 0.01, "step": step, "epoch": (step - 1) // 57, "samples": samples,
+                     "loss": 2.3 - step / 1000, "batch_size": 32, "lr": 0.02, "total_samples": 8 * 1797})
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    c = read_curve(tmp_path, x="epoch")
+    assert c.epochs_from_zero == "dlsched's progress.jsonl" and c.x[0] == 0 and c.budget == 8
+    assert c.y[0] == pytest.approx(2.3 - 57 / 1000)   # the last step of epoch 0
+    assert read_curve(tmp_path).epochs_from_zero is None   # over steps: as logged
+    # a script's records say their epochs
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps({**r, "epochs": 8}) + "\n" for r in recs[:60]))
+    assert read_curve(tmp_path, x="epoch").budget == 8
+
+
 def test_a_run_folder_is_read_as_its_framework_leaves_it(tmp_path):
     """Ultralytics' run folder (results.csv, space-padded, the LR in lr/pgN groups) and a Hugging Face output folder
     holding only checkpoints: the newest checkpoint's trainer_state.json (checkpoint-1000 after checkpoint-300, not

@@ -375,8 +375,8 @@ def register(predict_app: typer.Typer) -> None:
         x_from_zero: Optional[bool] = typer.Option(
             None, "--x-from-zero/--x-as-logged", help="the log numbers the first finished epoch 0: read x + 1, "
             "finished epochs (--observed-until too); --x-as-logged: x = 0 is an evaluation before any training. "
-            "Default: --x-from-zero for an epoch x in Keras' CSVLogger, timm's summary.csv and Lightning's "
-            "metrics.csv logs and a Keras TensorBoard epoch_* tag that start at 0 (older Ultralytics logs need the "
+            "Default: --x-from-zero for an epoch x in Keras' CSVLogger, timm's summary.csv, Lightning's "
+            "metrics.csv and dlsched's progress.jsonl logs and a Keras TensorBoard epoch_* tag that start at 0 (older Ultralytics logs need the "
             "flag), else as logged"),
         like: Optional[list[Path]] = typer.Option(
             None, "--like", metavar="DONE", help="a finished run of the same task (repeat for more), read with the same --x, --y and "

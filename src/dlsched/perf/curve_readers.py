@@ -15,7 +15,8 @@
 * a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
   ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
   ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field, the samples budget
-  its ``total_samples``; its ``lr`` is the schedule's, the logged LR over the LR rule's ``lr_factor`` where a
+  its ``total_samples``, the epoch budget its ``epochs``; a record's ``epoch`` is the one it trains in, from 0;
+  its ``lr`` is the schedule's, the logged LR over the LR rule's ``lr_factor`` where a
   record says it; a running job's ``lr_plan.json`` beside it adds the LR still to come,
   ``dlsched.torch.lr_plan``). A job whose batch changed is read over ``--x samples`` (a step at twice the batch
   trains twice the samples): over steps, the curve bends at every change (``CurveData.note`` says so).
@@ -169,8 +170,9 @@ def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]
 
 
 def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Step records and ``metrics`` events as rows; the budget per x it is known in (step, samples)."""
-    recs, budget = [], {}
+    """Step records and ``metrics`` events as rows; the budget per x it is known in (step, samples, and epoch: the
+    job's ``epochs``, else its samples over those of its first epoch, once it ended)."""
+    recs, budget, first_epoch = [], {}, 0
     # a torn last line is a run still writing: skipped without a warning (stderr is the one error line)
     for r in read_json_lines(path, warn_torn=False):
         # step records, and "metrics" events (a report() outside a step, e.g. an evaluation); other events skip
@@ -188,6 +190,12 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
             # train.protocol.StepRecord: the samples still to train at the current batch, after this step
             budget["step"] = r["step"] + max(0, r["total_samples"] - r["samples"]) / r["batch_size"]
             budget["samples"] = float(r["total_samples"])
+            if isinstance(r.get("epochs"), (int, float)) and r["epochs"] > 0:   # a script's (``dlsched.torch``)
+                budget["epoch"] = float(r["epochs"])
+            elif r.get("epoch") == 0:   # a make_job's: its samples per epoch, where the first epoch ends
+                first_epoch = r["samples"]
+            elif first_epoch:
+                budget["epoch"] = round(r["total_samples"] / first_epoch, 6)
         recs.append(flat)
     return pd.DataFrame(recs), budget
 
@@ -369,7 +377,9 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
                             "trainer_state.json or TensorBoard events)")
         if time_col is None and "time" in df.columns and y in df.columns:
             time_col = "time"   # MLPerf's time_ms, or a logged time: the speed without a --time-col
-    return dataclasses.replace(_frame_to_curve(df, src, x, y, lr_col, time_col, budget), note=note)
+    curve = dataclasses.replace(_frame_to_curve(df, src, x, y, lr_col, time_col, budget), note=note)
+    # a record's epoch is the one it trains in, from 0: the last of epoch 0 is after one finished epoch
+    return _from_zero(curve, "dlsched's progress.jsonl", df[x]) if path.suffix == ".jsonl" and x == "epoch" else curve
 
 
 def seconds_per_x(curve: CurveData, window: int = 20) -> float | None:
