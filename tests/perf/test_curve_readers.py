@@ -83,13 +83,19 @@ def test_a_job_folders_epoch_is_the_one_it_trains_in_and_its_budget_its_epochs(t
         samples = min(samples + 32, 1797 * ((step - 1) // 57 + 1))
         recs.append({"time": step * 0.01, "step": step, "epoch": (step - 1) // 57, "samples": samples,
                      "loss": 2.3 - step / 1000, "batch_size": 32, "lr": 0.02, "total_samples": 8 * 1797})
+        if step % 57 == 0:   # each epoch's mean loss: asked for as --y mean_loss, it was "no column"
+            recs.append({"event": "epoch_end", "epoch": step // 57 - 1, "mean_loss": 2.0 - step / 1000,
+                         "time": step * 0.01})
     (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     c = read_curve(tmp_path, x="epoch")
     assert c.epochs_from_zero == "dlsched's progress.jsonl" and c.x[0] == 0 and c.budget == 8
     assert c.y[0] == pytest.approx(2.3 - 57 / 1000)   # the last step of epoch 0
+    epochs = read_curve(tmp_path, x="epoch", y="mean_loss")
+    assert list(epochs.x) == list(range(8)) and epochs.y[0] == pytest.approx(2.0 - 57 / 1000)
+    assert list(read_curve(tmp_path, y="mean_loss").x) == list(range(57, 457, 57))   # the step each epoch ended at
     assert read_curve(tmp_path).epochs_from_zero is None   # over steps: as logged
     # a script's records say their epochs
-    (tmp_path / "progress.jsonl").write_text("".join(json.dumps({**r, "epochs": 8}) + "\n" for r in recs[:60]))
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps({**r, "epochs": 8}) + "\n" for r in recs[:61]))
     assert read_curve(tmp_path, x="epoch").budget == 8
 
 

@@ -13,7 +13,8 @@
 * plain-text logs, any other name: MLPerf ``:::MLLOG`` lines, or printed ``name:value`` pairs
   (``perf.text_logs``; a ``step:N/M`` total is the budget);
 * a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
-  ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
+  ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations, ``epoch_end`` events
+  each epoch's ``mean_loss``; the step budget is
   ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field, the samples budget
   its ``total_samples``, the epoch budget its ``epochs``; a record's ``epoch`` is the one it trains in, from 0;
   its ``lr`` is the schedule's, the logged LR over the LR rule's ``lr_factor`` where a
@@ -170,15 +171,20 @@ def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]
 
 
 def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Step records and ``metrics`` events as rows; the budget per x it is known in (step, samples, and epoch: the
+    """Step records, ``metrics`` and ``epoch_end`` events as rows; the budget per x it is known in (step, samples, and epoch: the
     job's ``epochs``, else its samples over those of its first epoch, once it ended)."""
-    recs, budget, first_epoch = [], {}, 0
+    recs, budget, first_epoch, at = [], {}, 0, {}
     # a torn last line is a run still writing: skipped without a warning (stderr is the one error line)
     for r in read_json_lines(path, warn_torn=False):
-        # step records, and "metrics" events (a report() outside a step, e.g. an evaluation); other events skip
-        if not isinstance(r, dict) or r.get("event", "metrics") != "metrics":
+        # step records, "metrics" events (a report() outside a step, e.g. an evaluation) and "epoch_end" events (the
+        # epoch's mean_loss, at the step and samples it ended at); other events skip
+        if not isinstance(r, dict) or r.get("event", "metrics") not in ("metrics", "epoch_end"):
             continue
         flat = {k: v for k, v in r.items() if not isinstance(v, (dict, list)) and k != "event"}
+        if r.get("event") == "epoch_end":
+            flat = {**at, **flat}
+        elif "event" not in r:
+            at = {k: r[k] for k in ("step", "samples") if k in r}
         if isinstance(r.get("metrics"), dict):
             flat.update({k: v for k, v in r["metrics"].items() if not isinstance(v, (dict, list))})
         if isinstance(r.get("lr"), (int, float)) and isinstance(r.get("lr_factor"), (int, float)) and r["lr_factor"] > 0:
