@@ -99,6 +99,17 @@ def test_a_job_folders_epoch_is_the_one_it_trains_in_and_its_budget_its_epochs(t
     assert read_curve(tmp_path, x="epoch").budget == 8
 
 
+def test_a_csv_whose_logger_wrote_its_header_again_after_a_restart_is_read_through_it(tmp_path):
+    # a script that opens its log in append mode and writes the header at every start: the resumed run's rows
+    # follow a second header line, which was "line 4, field 'step': expected a number, got 'step'" (exit 2)
+    (tmp_path / "log.csv").write_text("step,acc\n10,0.5\n20,0.6\nstep,acc\n20,0.61\n30,0.7\n40,x\n")
+    with pytest.raises(UserError, match="line 7, field 'acc'"):   # later lines keep their numbers
+        read_curve(tmp_path / "log.csv", y="acc")
+    (tmp_path / "log.csv").write_text("step,acc\n10,0.5\n20,0.6\nstep,acc\n20,0.61\n30,0.7\n")
+    c = read_curve(tmp_path / "log.csv", y="acc")
+    assert list(c.x) == [10, 20, 30] and c.y == pytest.approx([0.5, 0.61, 0.7])   # the resumed run's step 20
+
+
 def test_a_run_folder_is_read_as_its_framework_leaves_it(tmp_path):
     """Ultralytics' run folder (results.csv, space-padded, the LR in lr/pgN groups) and a Hugging Face output folder
     holding only checkpoints: the newest checkpoint's trainer_state.json (checkpoint-1000 after checkpoint-300, not
