@@ -110,6 +110,33 @@ def test_a_csv_whose_logger_wrote_its_header_again_after_a_restart_is_read_throu
     assert list(c.x) == [10, 20, 30] and c.y == pytest.approx([0.5, 0.61, 0.7])   # the resumed run's step 20
 
 
+def test_a_resumed_runs_speed_is_read_within_each_run_never_across_its_stop(tmp_path):
+    # a run at 1 s a step crashed at step 400 and resumed an hour later from its step-280 checkpoint: its newest
+    # 20 points span the stop, and the speed was 10.8 s a step (seconds_to_budget 7 553 for 700 steps)
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    t0, t1 = 1.7e9, 1.7e9 + 400 + 3600 - 280
+    with SummaryWriter(str(tmp_path / "tb")) as w:
+        for s in range(20, 420, 20):
+            w.add_scalar("val/acc", 0.5, s, walltime=t0 + s)
+    with SummaryWriter(str(tmp_path / "tb"), filename_suffix=".resumed") as w:
+        for s in range(300, 520, 20):
+            w.add_scalar("val/acc", 0.6, s, walltime=t1 + s)
+    c = read_curve(tmp_path / "tb", y="val/acc")
+    assert c.y[c.x >= 300] == pytest.approx(0.6) and c.y[c.x < 300] == pytest.approx(0.5)   # the newest writing
+    assert c.time[c.x == 300][0] == pytest.approx(t1 + 300) and seconds_per_x(c) == pytest.approx(1.0)
+    # a CSV the resumed run appended to: its x goes back where it starts
+    rows = [(s, t0 + s) for s in range(20, 420, 20)] + [(s, t1 + s) for s in range(300, 520, 20)]
+    (tmp_path / "log.csv").write_text("step,acc,t\n" + "".join(f"{s},0.5,{t}\n" for s, t in rows))
+    assert seconds_per_x(read_curve(tmp_path / "log.csv", y="acc", time_col="t")) == pytest.approx(1.0)
+    # a job folder's records name their coordinator run
+    recs = [{"step": s, "loss": 1.0, "time": t0 + s, "run": "a"} for s in range(1, 41)] + \
+        [{"step": s, "loss": 1.0, "time": t1 + s, "run": "b"} for s in range(41, 51)]
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert seconds_per_x(read_curve(tmp_path / "progress.jsonl")) == pytest.approx(1.0)
+
+
 def test_a_run_folder_is_read_as_its_framework_leaves_it(tmp_path):
     """Ultralytics' run folder (results.csv, space-padded, the LR in lr/pgN groups) and a Hugging Face output folder
     holding only checkpoints: the newest checkpoint's trainer_state.json (checkpoint-1000 after checkpoint-300, not

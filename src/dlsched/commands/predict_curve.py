@@ -148,7 +148,8 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
                                                    None)) is not None:
         raise UserError(f"--like {same}: is the run predicted; give finished runs of its task")
     rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
-                                     None if curve.time is None else curve.time[keep]))
+                                     None if curve.time is None else curve.time[keep],
+                                     session=None if curve.session is None else curve.session[keep]))
     # each --like run read once; with its times where the run has no timed point of its own yet (their speed is its)
     logs = [read_like_run(f, x, y, lr_col, time_col if rate is None else None) for f in like or ()]
     for f, log in zip(like or (), logs):   # a finished run, by the option's word; its log's own budget can say not
