@@ -96,6 +96,17 @@ def test_the_text_gives_the_crossing_as_a_person_reads_it_and_its_band_in_time(c
             "chance by the budget 90 %)") in text, text
 
 
+def test_the_text_gives_where_the_log_reached_a_target_as_a_person_reads_it(capsys):
+    # a digits run's 93 % reached at an interpolated step: "at step 374.667 of the log", the crossing ahead "at step 530"
+    out = {"model": "annealing", "schedule": "lr-column", "regime": "scratch", "observed_until": 600.0,
+           "budget": 1200.0, "final_value": 97.17, "final_value_interval_80": [95.68, 97.53], "floor": 100.0,
+           "target": 93.0, "target_step": 374.6666838, "steps_to_target": 0.0, "interval_80": [0.0, 46.3],
+           "p_reach": 1.0}
+    _render(out, "step", "accuracy")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "target 93: already reached, at step 375 of the log" in text, text
+
+
 @pytest.mark.parametrize("args,field", [
     (dict(schedule="cosine:warmup=x"), "--schedule"), (dict(metric="auc"), "--metric"),
     (dict(schedule="cosine:min=1.5"), "min"), (dict(schedule="exp:gamma=2"), "gamma"),

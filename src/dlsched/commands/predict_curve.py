@@ -290,7 +290,7 @@ def _render(out: dict, x: str, metric: str) -> None:
         # predicted curve crosses)
         beyond = out["target"] > out["final_value"] if metric == "accuracy" else out["target"] < out["final_value"]
         if out["steps_to_target"] == 0:   # already there: where the log got there
-            con.print(f"target {out['target']:.4g}: already reached, at {x} {out['target_step']:g} of the log")
+            con.print(f"target {out['target']:.4g}: already reached, at {x} {_x(out['target_step'])} of the log")
         elif beyond:   # only a run that beats its prediction gets there
             con.print(f"target {out['target']:.4g}: beyond the predicted final value; reached by {x} "
                       f"{out['budget']:g} only if the run does better than predicted ({chance})")
