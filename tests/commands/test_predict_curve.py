@@ -96,6 +96,17 @@ def test_the_text_gives_the_crossing_as_a_person_reads_it_and_its_band_in_time(c
             "chance by the budget 90 %)") in text, text
 
 
+def test_the_text_gives_where_the_log_reached_a_target_as_a_person_reads_it(capsys):
+    # a digits run's 93 % reached at an interpolated step: "at step 374.667 of the log", the crossing ahead "at step 530"
+    out = {"model": "annealing", "schedule": "lr-column", "regime": "scratch", "observed_until": 600.0,
+           "budget": 1200.0, "final_value": 97.17, "final_value_interval_80": [95.68, 97.53], "floor": 100.0,
+           "target": 93.0, "target_step": 374.6666838, "steps_to_target": 0.0, "interval_80": [0.0, 46.3],
+           "p_reach": 1.0}
+    _render(out, "step", "accuracy")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "target 93: already reached, at step 375 of the log" in text, text
+
+
 @pytest.mark.parametrize("args,field", [
     (dict(schedule="cosine:warmup=x"), "--schedule"), (dict(metric="auc"), "--metric"),
     (dict(schedule="cosine:min=1.5"), "min"), (dict(schedule="exp:gamma=2"), "gamma"),
@@ -707,3 +718,16 @@ def test_an_lr_column_none_of_whose_rows_has_an_x_says_so_not_to_name_it(tmp_pat
     (tmp_path / "m.csv").write_text("epoch,lr,val_loss\n0,,2.0\n,0.1,\n1,,1.5\n,0.1,\n2,,1.2\n3,,1.1\n")
     with pytest.raises(UserError, match="no row of its LR column 'lr' has a value of the --x column"):
         run_curve(tmp_path / "m.csv", "epoch", "val_loss", 10, None, None, None, None, None, None, None, True, None)
+
+
+def test_a_log_that_goes_on_past_the_budget_says_so(capsys, tmp_path):
+    """A researcher's --budget 30 (epochs) against a log over steps to 1200, asked from its first point: a prediction
+    over 30 steps and no word. A log past the budget now says its budget is in --x's units; one within it says nothing."""
+    steps = np.arange(20, 1220, 20)
+    pd.DataFrame({"step": steps, "val_acc": 95 - 70 * np.exp(-steps / 200)}).to_csv(tmp_path / "run.csv", index=False)
+    for budget, noted in ((30, True), (1200, False)):
+        assert run_curve(tmp_path / "run.csv", "step", "val_acc", budget, "constant", 20, 93, None, "accuracy", None,
+                         None, True, None) == 0
+        err = capsys.readouterr().err
+        said = "note: " + f"{tmp_path / 'run.csv'} goes on to step 1200, past the --budget 30: the budget is in step"
+        assert (said in err) == noted, err

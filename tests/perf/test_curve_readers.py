@@ -74,6 +74,69 @@ def test_tensorboard_runs_in_subfolders_are_columns_run_slash_tag(tmp_path):
         read_curve(tmp_path, y="epoch_loss")
 
 
+def test_a_job_folders_epoch_is_the_one_it_trains_in_and_its_budget_its_epochs(tmp_path):
+    # dlsched train's make_job records: 1797 samples an epoch at batch 32 (57 steps), 8 epochs. --x epoch read the
+    # last record of epoch 0, after one epoch of training, as an evaluation before any (not fitted), every later
+    # point an epoch early, and asked for --budget
+    recs, samples = [], 0
+    for step in range(1, 457):
+        samples = min(samples + 32, 1797 * ((step - 1) // 57 + 1))
+        recs.append({"time": step * 0.01, "step": step, "epoch": (step - 1) // 57, "samples": samples,
+                     "loss": 2.3 - step / 1000, "batch_size": 32, "lr": 0.02, "total_samples": 8 * 1797})
+        if step % 57 == 0:   # each epoch's mean loss: asked for as --y mean_loss, it was "no column"
+            recs.append({"event": "epoch_end", "epoch": step // 57 - 1, "mean_loss": 2.0 - step / 1000,
+                         "time": step * 0.01})
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    c = read_curve(tmp_path, x="epoch")
+    assert c.epochs_from_zero == "dlsched's progress.jsonl" and c.x[0] == 0 and c.budget == 8
+    assert c.y[0] == pytest.approx(2.3 - 57 / 1000)   # the last step of epoch 0
+    epochs = read_curve(tmp_path, x="epoch", y="mean_loss")
+    assert list(epochs.x) == list(range(8)) and epochs.y[0] == pytest.approx(2.0 - 57 / 1000)
+    assert list(read_curve(tmp_path, y="mean_loss").x) == list(range(57, 457, 57))   # the step each epoch ended at
+    assert read_curve(tmp_path).epochs_from_zero is None   # over steps: as logged
+    # a script's records say their epochs
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps({**r, "epochs": 8}) + "\n" for r in recs[:61]))
+    assert read_curve(tmp_path, x="epoch").budget == 8
+
+
+def test_a_csv_whose_logger_wrote_its_header_again_after_a_restart_is_read_through_it(tmp_path):
+    # a script that opens its log in append mode and writes the header at every start: the resumed run's rows
+    # follow a second header line, which was "line 4, field 'step': expected a number, got 'step'" (exit 2)
+    (tmp_path / "log.csv").write_text("step,acc\n10,0.5\n20,0.6\nstep,acc\n20,0.61\n30,0.7\n40,x\n")
+    with pytest.raises(UserError, match="line 7, field 'acc'"):   # later lines keep their numbers
+        read_curve(tmp_path / "log.csv", y="acc")
+    (tmp_path / "log.csv").write_text("step,acc\n10,0.5\n20,0.6\nstep,acc\n20,0.61\n30,0.7\n")
+    c = read_curve(tmp_path / "log.csv", y="acc")
+    assert list(c.x) == [10, 20, 30] and c.y == pytest.approx([0.5, 0.61, 0.7])   # the resumed run's step 20
+
+
+def test_a_resumed_runs_speed_is_read_within_each_run_never_across_its_stop(tmp_path):
+    # a run at 1 s a step crashed at step 400 and resumed an hour later from its step-280 checkpoint: its newest
+    # 20 points span the stop, and the speed was 10.8 s a step (seconds_to_budget 7 553 for 700 steps)
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    t0, t1 = 1.7e9, 1.7e9 + 400 + 3600 - 280
+    with SummaryWriter(str(tmp_path / "tb")) as w:
+        for s in range(20, 420, 20):
+            w.add_scalar("val/acc", 0.5, s, walltime=t0 + s)
+    with SummaryWriter(str(tmp_path / "tb"), filename_suffix=".resumed") as w:
+        for s in range(300, 520, 20):
+            w.add_scalar("val/acc", 0.6, s, walltime=t1 + s)
+    c = read_curve(tmp_path / "tb", y="val/acc")
+    assert c.y[c.x >= 300] == pytest.approx(0.6) and c.y[c.x < 300] == pytest.approx(0.5)   # the newest writing
+    assert c.time[c.x == 300][0] == pytest.approx(t1 + 300) and seconds_per_x(c) == pytest.approx(1.0)
+    # a CSV the resumed run appended to: its x goes back where it starts
+    rows = [(s, t0 + s) for s in range(20, 420, 20)] + [(s, t1 + s) for s in range(300, 520, 20)]
+    (tmp_path / "log.csv").write_text("step,acc,t\n" + "".join(f"{s},0.5,{t}\n" for s, t in rows))
+    assert seconds_per_x(read_curve(tmp_path / "log.csv", y="acc", time_col="t")) == pytest.approx(1.0)
+    # a job folder's records name their coordinator run
+    recs = [{"step": s, "loss": 1.0, "time": t0 + s, "run": "a"} for s in range(1, 41)] + \
+        [{"step": s, "loss": 1.0, "time": t1 + s, "run": "b"} for s in range(41, 51)]
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert seconds_per_x(read_curve(tmp_path / "progress.jsonl")) == pytest.approx(1.0)
+
+
 def test_a_run_folder_is_read_as_its_framework_leaves_it(tmp_path):
     """Ultralytics' run folder (results.csv, space-padded, the LR in lr/pgN groups) and a Hugging Face output folder
     holding only checkpoints: the newest checkpoint's trainer_state.json (checkpoint-1000 after checkpoint-300, not

@@ -140,12 +140,16 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     if keep.any() and curve.x[keep][-1] > budget:
         raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
                         "use --observed-until to cut the curve")
+    if len(curve.x) and curve.x[-1] > budget:   # the run logged past its budget: more likely a budget in other units
+        typer.echo(f"note: {curve.source} goes on to {x} {curve.x[-1]:g}, past the --budget {budget:g}: the budget is "
+                   f"in {x} (the --x column)", err=True)
     prior = "shipped"
     if like and file is not None and (same := next((f for f in like if Path(f).resolve() == Path(file).resolve()),
                                                    None)) is not None:
         raise UserError(f"--like {same}: is the run predicted; give finished runs of its task")
     rate = seconds_per_x(type(curve)(curve.source, curve.x[keep], curve.y[keep],
-                                     None if curve.time is None else curve.time[keep]))
+                                     None if curve.time is None else curve.time[keep],
+                                     session=None if curve.session is None else curve.session[keep]))
     # each --like run read once; with its times where the run has no timed point of its own yet (their speed is its)
     logs = [read_like_run(f, x, y, lr_col, time_col if rate is None else None) for f in like or ()]
     for f, log in zip(like or (), logs):   # a finished run, by the option's word; its log's own budget can say not
@@ -286,7 +290,7 @@ def _render(out: dict, x: str, metric: str) -> None:
         # predicted curve crosses)
         beyond = out["target"] > out["final_value"] if metric == "accuracy" else out["target"] < out["final_value"]
         if out["steps_to_target"] == 0:   # already there: where the log got there
-            con.print(f"target {out['target']:.4g}: already reached, at {x} {out['target_step']:g} of the log")
+            con.print(f"target {out['target']:.4g}: already reached, at {x} {_x(out['target_step'])} of the log")
         elif beyond:   # only a run that beats its prediction gets there
             con.print(f"target {out['target']:.4g}: beyond the predicted final value; reached by {x} "
                       f"{out['budget']:g} only if the run does better than predicted ({chance})")
@@ -372,8 +376,8 @@ def register(predict_app: typer.Typer) -> None:
         x_from_zero: Optional[bool] = typer.Option(
             None, "--x-from-zero/--x-as-logged", help="the log numbers the first finished epoch 0: read x + 1, "
             "finished epochs (--observed-until too); --x-as-logged: x = 0 is an evaluation before any training. "
-            "Default: --x-from-zero for an epoch x in Keras' CSVLogger, timm's summary.csv and Lightning's "
-            "metrics.csv logs and a Keras TensorBoard epoch_* tag that start at 0 (older Ultralytics logs need the "
+            "Default: --x-from-zero for an epoch x in Keras' CSVLogger, timm's summary.csv, Lightning's "
+            "metrics.csv and dlsched's progress.jsonl logs and a Keras TensorBoard epoch_* tag that start at 0 (older Ultralytics logs need the "
             "flag), else as logged"),
         like: Optional[list[Path]] = typer.Option(
             None, "--like", metavar="DONE", help="a finished run of the same task (repeat for more), read with the same --x, --y and "

@@ -13,9 +13,11 @@
 * plain-text logs, any other name: MLPerf ``:::MLLOG`` lines, or printed ``name:value`` pairs
   (``perf.text_logs``; a ``step:N/M`` total is the budget);
 * a job folder's ``progress.jsonl`` (``dlsched.train.protocol.StepRecord``: one record per step with
-  ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations; the step budget is
+  ``loss``, ``lr``, ``time``, the user's ``metrics``; ``metrics`` events add evaluations, ``epoch_end`` events
+  each epoch's ``mean_loss``; the step budget is
   ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field, the samples budget
-  its ``total_samples``; its ``lr`` is the schedule's, the logged LR over the LR rule's ``lr_factor`` where a
+  its ``total_samples``, the epoch budget its ``epochs``; a record's ``epoch`` is the one it trains in, from 0;
+  its ``lr`` is the schedule's, the logged LR over the LR rule's ``lr_factor`` where a
   record says it; a running job's ``lr_plan.json`` beside it adds the LR still to come,
   ``dlsched.torch.lr_plan``). A job whose batch changed is read over ``--x samples`` (a step at twice the batch
   trains twice the samples): over steps, the curve bends at every change (``CurveData.note`` says so).
@@ -60,6 +62,9 @@ class CurveData:
     # there (``zero_based_epochs``): x + 1 counts finished epochs
     epochs_from_zero: str | None = None
     note: str | None = None                 # what the reader saw that the user should know (one line)
+    # per point of (x, y), the run that wrote it: a restart (a new event file, a new coordinator run, a CSV's x
+    # going back) starts another; the speed is read within one, never across a stop
+    session: np.ndarray | None = None
 
 
 def _record(i: int) -> str:
@@ -71,7 +76,7 @@ def _csv_row(i: int) -> str:
 
 
 def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | None, time_col: str | None,
-                    budget: float | None = None, row_name=_record) -> CurveData:
+                    budget: float | None = None, row_name=_record, writer: str | None = None) -> CurveData:
     lr_col = lr_col or logged_lr_column(df)   # one default for every format
     for name, col in (("--x", x), ("--y", y), ("--lr-col", lr_col), ("--time-col", time_col)):
         if col is not None and col not in df.columns:
@@ -93,6 +98,9 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
     rows = pd.DataFrame({"x": finite(xs), "y": finite(num(y))})
     if time_col:
         rows["t"] = times
+        # the writer where the log names it, else a new run wherever x goes back (a resumed run logs again)
+        back = xs < xs.ffill().shift()
+        rows["run"] = pd.factorize(df[writer])[0] if writer in df.columns else back.cumsum().to_numpy()
     rows = rows[rows.x.notna() & rows.y.notna()]
     # Lightning logs a metric at epoch end and step level under the same step: the last row per x wins
     rows = rows.groupby("x", sort=True).last().reset_index()
@@ -109,7 +117,8 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
             raise UserError(f"{src}: field {lr_col!r}: learning rates must be >= 0")
         lr_x, lr = lrs.x.to_numpy(float), lrs.lr.to_numpy(float)
     return CurveData(src, rows.x.to_numpy(float), rows.y.to_numpy(float),
-                     rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget, lr_col)
+                     rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget, lr_col,
+                     session=rows.run.to_numpy() if time_col else None)
 
 
 def _x_at_step(steps: pd.Series, xs: pd.Series, metric_rows: pd.Series) -> pd.Series:
@@ -169,14 +178,20 @@ def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]
 
 
 def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Step records and ``metrics`` events as rows; the budget per x it is known in (step, samples)."""
-    recs, budget = [], {}
+    """Step records, ``metrics`` and ``epoch_end`` events as rows; the budget per x it is known in (step, samples, and epoch: the
+    job's ``epochs``, else its samples over those of its first epoch, once it ended)."""
+    recs, budget, first_epoch, at = [], {}, 0, {}
     # a torn last line is a run still writing: skipped without a warning (stderr is the one error line)
     for r in read_json_lines(path, warn_torn=False):
-        # step records, and "metrics" events (a report() outside a step, e.g. an evaluation); other events skip
-        if not isinstance(r, dict) or r.get("event", "metrics") != "metrics":
+        # step records, "metrics" events (a report() outside a step, e.g. an evaluation) and "epoch_end" events (the
+        # epoch's mean_loss, at the step and samples it ended at); other events skip
+        if not isinstance(r, dict) or r.get("event", "metrics") not in ("metrics", "epoch_end"):
             continue
         flat = {k: v for k, v in r.items() if not isinstance(v, (dict, list)) and k != "event"}
+        if r.get("event") == "epoch_end":
+            flat = {**at, **flat}
+        elif "event" not in r:
+            at = {k: r[k] for k in ("step", "samples") if k in r}
         if isinstance(r.get("metrics"), dict):
             flat.update({k: v for k, v in r["metrics"].items() if not isinstance(v, (dict, list))})
         if isinstance(r.get("lr"), (int, float)) and isinstance(r.get("lr_factor"), (int, float)) and r["lr_factor"] > 0:
@@ -188,6 +203,12 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
             # train.protocol.StepRecord: the samples still to train at the current batch, after this step
             budget["step"] = r["step"] + max(0, r["total_samples"] - r["samples"]) / r["batch_size"]
             budget["samples"] = float(r["total_samples"])
+            if isinstance(r.get("epochs"), (int, float)) and r["epochs"] > 0:   # a script's (``dlsched.torch``)
+                budget["epoch"] = float(r["epochs"])
+            elif r.get("epoch") == 0:   # a make_job's: its samples per epoch, where the first epoch ends
+                first_epoch = r["samples"]
+            elif first_epoch:
+                budget["epoch"] = round(r["total_samples"] / first_epoch, 6)
         recs.append(flat)
     return pd.DataFrame(recs), budget
 
@@ -229,19 +250,24 @@ def _read_tensorboard(path: Path) -> pd.DataFrame:
             raise UserError(f"{path}: reading TensorBoard logs needs the 'tbparse' or 'tensorboard' package "
                             "(pip install tbparse)") from None
         rows = []
-        for f in [path] if path.is_file() else sorted(path.rglob("*tfevents*")):
+        for n, f in enumerate([path] if path.is_file() else sorted(path.rglob("*tfevents*"))):
             acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
             acc.Reload()
             d = "" if path.is_file() or f.parent == path else f.parent.relative_to(path).as_posix()
-            rows += [(e.step, e.wall_time, d, tag, e.value) for tag in acc.Tags().get("scalars", [])
+            rows += [(e.step, e.wall_time, d, tag, e.value, n) for tag in acc.Tags().get("scalars", [])
                      for e in acc.Scalars(tag)]
-        long = pd.DataFrame(rows, columns=["step", "wall_time", "run", "tag", "value"])
+        long = pd.DataFrame(rows, columns=["step", "wall_time", "run", "tag", "value", "event_file"])
         run = long["run"]
     if long.empty:
         raise UserError(f"{path}: no scalar events")
     long = long.assign(tag=[f"{r}/{t}" if r else t for r, t in zip(run, long["tag"])])
+    # a resumed run's new event file logs the steps after its checkpoint again: a step's newest writing is its
+    # value, its time and its writer
+    long = long.sort_values("wall_time", kind="stable")
     wide = long.pivot_table(index="step", columns="tag", values="value", aggfunc="last")
-    wide["wall_time"] = long.groupby("step").wall_time.min()
+    wide["wall_time"] = long.groupby("step").wall_time.last()
+    if "event_file" in long:
+        wide["event_file"] = long.groupby("step").event_file.last()
     return wide.reset_index()
 
 
@@ -320,7 +346,7 @@ def _numbered(name: str) -> int:
 def _tensorboard_curve(path: Path, x: str, y: str, lr_col: str | None, time_col: str | None) -> CurveData:
     """An event file's or a folder's scalars; the time is the event wall time unless ``time_col`` names a tag."""
     df = _read_tensorboard(path)
-    curve = _frame_to_curve(df, str(path), x, y, lr_col, time_col or "wall_time")
+    curve = _frame_to_curve(df, str(path), x, y, lr_col, time_col or "wall_time", writer="event_file")
     return _from_zero(curve, keras_epoch_tag(y, x), df[x])
 
 
@@ -369,16 +395,23 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
                             "trainer_state.json or TensorBoard events)")
         if time_col is None and "time" in df.columns and y in df.columns:
             time_col = "time"   # MLPerf's time_ms, or a logged time: the speed without a --time-col
-    return dataclasses.replace(_frame_to_curve(df, src, x, y, lr_col, time_col, budget), note=note)
+    curve = dataclasses.replace(_frame_to_curve(df, src, x, y, lr_col, time_col, budget, writer="run"), note=note)
+    # a record's epoch is the one it trains in, from 0: the last of epoch 0 is after one finished epoch
+    return _from_zero(curve, "dlsched's progress.jsonl", df[x]) if path.suffix == ".jsonl" and x == "epoch" else curve
 
 
 def seconds_per_x(curve: CurveData, window: int = 20) -> float | None:
-    """Wall-clock seconds per unit of x over the newest ``window`` points (the speed as the job runs now)."""
+    """Wall-clock seconds per unit of x over the newest ``window`` points (the speed as the job runs now), between
+    points of one ``session``: the time between a run's last point and its restart's first is no training (a run
+    at 1 s a step, resumed after an hour's stop, read 11 s a step)."""
     if curve.time is None or len(curve.x) < 2:
         return None
-    x, t = curve.x[-window:], curve.time[-window:]
-    ok = np.isfinite(t)
-    if ok.sum() < 2 or np.ptp(x[ok]) <= 0:
+    ok = np.isfinite(curve.time[-window:])
+    x, t = curve.x[-window:][ok], curve.time[-window:][ok]
+    run = np.zeros(len(x)) if curve.session is None else curve.session[-window:][ok]
+    same = run[1:] == run[:-1]
+    dx = float(np.diff(x)[same].sum())
+    if dx <= 0:
         return None
-    rate = float(np.ptp(t[ok]) / np.ptp(x[ok]))
+    rate = float(np.diff(t)[same].sum()) / dx
     return rate if math.isfinite(rate) and rate > 0 else None

@@ -84,9 +84,10 @@ def _read_clean_numeric_csv(path, columns, nonnegative, positive, optional, min_
 
 
 def read_csv_text(path: str | Path, sep: str = ",") -> pd.DataFrame:
-    """A CSV as strings (empty cells kept as ""), header names stripped, blank lines dropped with each row keeping
-    its label, so that ``csv_line(label)`` is its line in the file; a missing or unreadable file is a one-line
-    ``UserError`` naming it. The first step of every checked reader."""
+    """A CSV as strings (empty cells kept as ""), header names stripped, blank lines and the header written again
+    (a logger that appends to its file after a restart) dropped with each row keeping its label, so that
+    ``csv_line(label)`` is its line in the file; a missing or unreadable file is a one-line ``UserError`` naming it.
+    The first step of every checked reader."""
     path = Path(path)
     try:
         df = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, skipinitialspace=True,
@@ -99,8 +100,10 @@ def read_csv_text(path: str | Path, sep: str = ",") -> pd.DataFrame:
         raise UserError(f"{path}: not a readable CSV ({str(e).splitlines()[0]})") from None
     df.columns = [c.strip() for c in df.columns]
     # a line with no value (pandas would skip a blank one and shift every later row's number)
-    blank = df.fillna("").apply(lambda col: col.str.strip() == "").all(axis=1)
-    return df[~blank]
+    cells = df.fillna("").apply(lambda col: col.str.strip())
+    blank = (cells == "").all(axis=1)
+    header = (cells == pd.Series(df.columns, index=df.columns)).all(axis=1)
+    return df[~blank & ~header]
 
 
 def check_numeric_frame(df: pd.DataFrame, source: str, columns: Iterable[str], *, nonnegative: Iterable[str] = (),
