@@ -151,3 +151,13 @@ def test_the_logged_lr_of_one_recipe_at_another_budget_and_logging_is_one_shape_
             assert shared_shape([run, logged(curves / f, float(row.budget))]) is None, f
 
 
+
+
+def test_a_span_may_be_a_share_of_the_budget():
+    """warmup=0.05 meant as Hugging Face's warmup_ratio was a warm-up of 0.05 steps, silently: W% says it."""
+    x = np.linspace(0, 1200, 97)
+    assert np.allclose(parse_schedule("cosine:warmup=5%", 1200).lr(x), parse_schedule("cosine:warmup=60", 1200).lr(x))
+    assert np.allclose(parse_schedule("wsd:warmdown=20%:warmup=1%", 1200).lr(x),
+                       parse_schedule("wsd:warmdown=240:warmup=12", 1200).lr(x))
+    with pytest.raises(ValueError, match="gamma must be a number, got '5%'"):   # not a span of x
+        parse_schedule("exp:gamma=5%", 1200)

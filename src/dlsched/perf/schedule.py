@@ -22,7 +22,8 @@ SPEC grammar (units are the curve's x, e.g. steps or epochs; LR values are relat
 * ``points:0=0,15=0.1,30=0.005``   piecewise linear between the points (flat after the last)
 * ``lr-column``                    the LR of every row of the curve file (``Schedule.from_points``)
 
-Warm-up is linear from 0. Malformed specs raise ``ValueError`` with one line naming the part at fault.
+Warm-up is linear from 0. A span of x (warmup, warmdown, timescale, every, t0) may be a share of the budget:
+``cosine:warmup=5%``. Malformed specs raise ``ValueError`` with one line naming the part at fault.
 """
 from __future__ import annotations
 
@@ -34,13 +35,14 @@ import numpy as np
 
 CYCLES = 10_000       # restarts an sgdr SPEC may have within its budget
 GRID = 4096           # evaluation points over [0, budget] for the areas: < 1 ms, smooth enough for any spec
+LENGTHS = frozenset({"warmup", "warmdown", "timescale", "every", "t0"})   # spans of x: W, or W% of the budget
 MOMENTUM = 0.01       # annealing memory τ as a fraction of the budget (Tissue et al. 2024 use λ = 0.999 per step)
 
 SPEC_HELP = ("constant | step:M1,M2:F | cosine[:warmup=W] | onecycle[:pct=P] | wsd:warmdown=N[:warmup=W] | "
              "poly:power=P[:warmup=W] | linear[:warmup=W] | invsqrt:warmup=W[:timescale=T] | "
              "exp:gamma=G[:every=E][:warmup=W] | sgdr:t0=T[:mult=M][:warmup=W] | steps:X=LR,... | "
              "points:X=LR,... | lr-column; "
-             "cosine, linear, poly, wsd and sgdr take :min=M")
+             "cosine, linear, poly, wsd and sgdr take :min=M; a span of x may be a % of the budget (warmup=5%)")
 
 
 @dataclass(frozen=True)
@@ -199,16 +201,20 @@ def _area_grid(schedule: Schedule, hi: float, momentum: float) -> tuple[np.ndarr
 
 
 # ----------------------------------------------------------------------------------------------- parsing
-def _kv(parts: list[str], spec: str, allowed: tuple[str, ...]) -> dict[str, float]:
+def _kv(parts: list[str], spec: str, allowed: tuple[str, ...], budget: float) -> dict[str, float]:
     out = {}
     for p in parts:
         key, eq, val = p.partition("=")
         if not eq or key not in allowed:
             raise ValueError(f"schedule {spec!r}: unknown part {p!r} (expected {', '.join(k + '=…' for k in allowed)})")
+        # a length in x may be a share of the budget (warmup=5%): a warmup_ratio of 0.05 written as warmup=0.05
+        # was 0.05 steps, silently
+        share = key in LENGTHS and val.strip().endswith("%")
         try:
-            out[key] = float(val)
+            out[key] = float(val.strip()[:-1]) / 100 * budget if share else float(val)
         except ValueError:
-            raise ValueError(f"schedule {spec!r}: {key} must be a number, got {val!r}") from None
+            raise ValueError(f"schedule {spec!r}: {key} must be a number{' or a % of the budget' * (key in LENGTHS)}, "
+                             f"got {val!r}") from None
         if not math.isfinite(out[key]) or out[key] < 0:
             raise ValueError(f"schedule {spec!r}: {key} must be >= 0, got {val!r}")
     return out
@@ -272,7 +278,7 @@ def parse_schedule(spec: str, budget: float) -> Schedule:
         return Schedule(spec, B, tuple(xs), tuple(lrs), stepwise=name == "steps")
     if name in ("cosine", "linear", "poly", "invsqrt", "exp"):
         kv = _kv(parts, spec, {"poly": ("power", "warmup", "min"), "invsqrt": ("warmup", "timescale"),
-                               "exp": ("gamma", "every", "warmup")}.get(name, ("warmup", "min")))
+                               "exp": ("gamma", "every", "warmup")}.get(name, ("warmup", "min")), B)
         for key in {"poly": ("power",), "invsqrt": ("warmup",), "exp": ("gamma",)}.get(name, ()):
             if not kv.get(key):
                 raise ValueError(f"schedule {spec!r}: {name} needs {key}=… > 0")
@@ -289,7 +295,7 @@ def parse_schedule(spec: str, budget: float) -> Schedule:
         lrs = [k[1] for k in knots] + list(floor + (1 - floor) * shape)
         return Schedule(spec, B, tuple([k[0] for k in knots] + list(x)), tuple(lrs))
     if name == "wsd":
-        kv = _kv(parts, spec, ("warmdown", "warmup", "min"))
+        kv = _kv(parts, spec, ("warmdown", "warmup", "min"), B)
         if "warmdown" not in kv:
             raise ValueError(f"schedule {spec!r}: wsd needs warmdown=N")
         knots = _warm(kv.get("warmup", 0.0), B, spec)
@@ -300,7 +306,7 @@ def parse_schedule(spec: str, budget: float) -> Schedule:
         xs, lrs = zip(*sorted(dict(knots).items()))
         return Schedule(spec, B, tuple(xs), tuple(lrs))
     if name == "sgdr":
-        kv = _kv(parts, spec, ("t0", "mult", "min", "warmup"))
+        kv = _kv(parts, spec, ("t0", "mult", "min", "warmup"), B)
         t0, mult = kv.get("t0", 0.0), kv.get("mult", 1.0)
         if not (t0 > 0 and mult >= 1):
             raise ValueError(f"schedule {spec!r}: sgdr needs t0=… > 0 and mult >= 1")
@@ -318,7 +324,7 @@ def parse_schedule(spec: str, budget: float) -> Schedule:
             lrs += list(floor + (1 - floor) * 0.5 * (1 + np.cos(np.pi * t)))
         return Schedule(spec, B, tuple(xs), tuple(lrs))
     if name == "onecycle":
-        p = _kv(parts, spec, ("pct",)).get("pct", 0.3)
+        p = _kv(parts, spec, ("pct",), B).get("pct", 0.3)
         if not 0 < p < 1:
             raise ValueError(f"schedule {spec!r}: pct must be in (0, 1), got {p:g}")
         lo, end = 1 / 25, 1 / 25 / 1e4
