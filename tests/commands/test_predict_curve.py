@@ -731,3 +731,13 @@ def test_a_log_that_goes_on_past_the_budget_says_so(capsys, tmp_path):
         err = capsys.readouterr().err
         said = "note: " + f"{tmp_path / 'run.csv'} goes on to step 1200, past the --budget 30: the budget is in step"
         assert (said in err) == noted, err
+
+
+def test_an_error_target_below_1_on_error_logged_in_percent_says_how_it_was_read(tmp_path):
+    """--target 0.07 on an error column in % was read as 0.07 % without a word (an accuracy target is rescaled)."""
+    f = tmp_path / "run.csv"
+    f.write_text("step,val_error\n" + "".join(f"{s},{80 / (1 + s / 50) + 5:.3f}\n" for s in range(10, 410, 10)))
+    r = cli(f, "--x", "step", "--y", "val_error", "--metric", "error", "--budget", "800", "--target", "0.07",
+            "--json")
+    assert "note: --target 0.07 on val_error logged in % (up to 71.667): read as 0.07 %; for 7 % give --target 7" \
+        in r.stderr, r.stderr

@@ -42,7 +42,8 @@ SCHEDULE_HELP = ("LR schedule over [0, budget] in the curve's x units: constant 
                  'peak, not 0) | lr-column (the --lr-col of '
                  "every row, also rows past --observed-until; past the log's end, the --like runs' logged LR where the "
                  "log so far follows theirs, else the family its logged decay follows, else its last value). Warm-up "
-                 'is linear from 0; LR values are relative (only the shape matters). '
+                 'is linear from 0; a span of x may be a % of the budget (warmup=5%); LR values are relative (only the '
+                 'shape matters). '
                  'Default: lr-column when --lr-col is given or the log has one LR column (lr, learning_rate, '
                  "lr-<Optimizer>; of one optimizer's lr/pgN groups the shape most share), else the LR the --like runs "
                  "logged where they share one shape (stretched to the budget), else constant")
@@ -140,6 +141,11 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     if keep.any() and curve.x[keep][-1] > budget:
         raise UserError(f"--budget: {budget:g} is before the last observed {x} ({curve.x[keep][-1]:g}); "
                         "use --observed-until to cut the curve")
+    if metric == "error" and target is not None and 0 < target < 1 and len(curve.y) and np.nanmax(curve.y) > 1:
+        # an accuracy target is read on the data's scale; an error's is not: 0.07 % and 7 % are both errors one
+        # may want, so it says how it read it
+        typer.echo(f"note: --target {target:g} on {y} logged in % (up to {np.nanmax(curve.y):g}): read as "
+                   f"{target:g} %; for {100 * target:g} % give --target {100 * target:g}", err=True)
     if len(curve.x) and curve.x[-1] > budget:   # the run logged past its budget: more likely a budget in other units
         typer.echo(f"note: {curve.source} goes on to {x} {curve.x[-1]:g}, past the --budget {budget:g}: the budget is "
                    f"in {x} (the --x column)", err=True)
