@@ -232,3 +232,30 @@ def test_the_script_runs_standalone_with_one_worker_and_a_quiet_terminal(tmp_pat
     assert wanted <= set(step_lines) and len(step_lines) < 40, sorted(step_lines)   # a line 10 s apart at most too
     assert all(step_lines[s]["loss"] > 0 and step_lines[s]["lr"] > 0 for s in (95, 190)), step_lines
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())   # nothing written where it ran
+
+
+def test_a_rerun_with_another_batch_size_resumes_the_script_at_it_with_the_rule_and_the_pace(tmp_path):
+    """``--batch-size`` on a re-run of a stopped script's folder: was dropped (a script's checkpoint holds no batch),
+    exit 0, the loader's batch kept and the resumed event's batches null."""
+    job_dir, slow = tmp_path / "job", tmp_path / "slow"
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow),
+                        runtime_args=("--record-samples",))
+    wait_for_step(job_dir, 5, proc, timeout=120)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    at = events(job_dir, "stopped")[0]["step"]
+    slow.unlink()
+    out, _ = start_script(job_dir, 1, "--epochs", "1", runtime_args=("--record-samples", "--batch-size",
+                                                                       str(2 * BATCH))).communicate(timeout=300)
+    assert f"at batch {2 * BATCH} (the checkpoint's: {BATCH})" in out, out
+    resumed = events(job_dir, "resumed")[0]
+    assert (resumed["restored_step"], resumed["from_batch_size"], resumed["batch_size"]) == (at, BATCH, 2 * BATCH)
+    rows = {r["step"]: r for r in steps(job_dir)}
+    assert rows[at]["batch_size"] == BATCH and rows[at + 1]["batch_size"] == 2 * BATCH
+    assert [(e["rule"], e["to_batch"]) for e in events(job_dir, "lr_rule")] == [("sqrt", 2 * BATCH)]
+    assert rows[at + 1]["lr_factor"] == pytest.approx(2 ** 0.5)
+    assert committed_sample_ids(job_dir) == Counter(range(SAMPLES))
+    # paced by samples: OneCycleLR reaches its end with the epoch, not half-way through it
+    assert max(rows) == at + -(-(SAMPLES - at * BATCH) // (2 * BATCH))
+    assert rows[max(rows)]["lr"] < 0.05 * max(r["lr"] for r in rows.values())

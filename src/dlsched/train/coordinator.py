@@ -100,6 +100,11 @@ def planned_samples(job: TrainJob) -> int | None:
     return None if job.target_loss is not None else job.num_samples * job.epochs
 
 
+def logged_batch(log: list[dict], step: int) -> int | None:
+    """The batch ``step`` trained at, by its last record: a script's checkpoint holds none (its loader's)."""
+    return next((r.get("batch_size") for r in reversed(log) if "event" not in r and r.get("step") == step), None)
+
+
 class Coordinator:
     def __init__(self, opts: Options):
         self.o = opts
@@ -205,8 +210,9 @@ class Coordinator:
         the last step's LR by the batch rule. Only at the run's start: a worker loss later restores the batch the
         group trained at (a control.json request may have changed it since)."""
         gb = self.o.batch_size
-        if start.restore is None or not gb or start.global_batch in (None, gb):
+        if start.restore is None or not gb or start.global_batch == gb:
             return start
+        # a script's checkpoint (global_batch None: its loader's) has no ramp: its session applies the rule
         ramp = start.ramp and start.ramp.rescaled(start.ramp.lr(start.step - 1), start.global_batch, gb, start.step)
         return dataclasses.replace(start, global_batch=gb, ramp=ramp)
 
@@ -269,10 +275,12 @@ class Coordinator:
         first = last_generation(self.dir) + 1
         self.generation = first - 1
         if first > 0:
-            self.replays = ReplayedRecords.from_log(read_progress(self.dir), start.step)
+            log = read_progress(self.dir)
+            self.replays = ReplayedRecords.from_log(log, start.step)
+            was = checkpointed.global_batch or logged_batch(log, start.step)
             self.progress.write({"event": "resumed", "time": time.time(), "new_generation": first,
                                  "restored_step": start.step, "checkpoint": str(start.restore) if start.restore else None,
-                                 "batch_size": start.global_batch, "from_batch_size": checkpointed.global_batch})
+                                 "batch_size": start.global_batch or was, "from_batch_size": was})
         wids = self.pool.spawn(first, self.o.workers, self.o.workers)
         self.standby = self.pool.spawn(first, self.o.standby, self.o.workers)
         self._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)
