@@ -259,3 +259,16 @@ def test_a_rerun_with_another_batch_size_resumes_the_script_at_it_with_the_rule_
     # paced by samples: OneCycleLR reaches its end with the epoch, not half-way through it
     assert max(rows) == at + -(-(SAMPLES - at * BATCH) // (2 * BATCH))
     assert rows[max(rows)]["lr"] < 0.05 * max(r["lr"] for r in rows.values())
+
+
+def test_a_sigterm_stops_a_script_after_the_step_it_lands_in(tmp_path):
+    """Rank 0 read the stop flag as a step began: a SIGTERM early in a step waited for the next one too, two slow
+    steps, past the local backend's 10 s grace (a cancelled job trained on, then was SIGKILLed without its stop)."""
+    job_dir = tmp_path / "job"
+    proc = start_script(job_dir, 2, "--epochs", "1", "--backward-s", "3")
+    wait_for_step(job_dir, 2, proc, timeout=120)
+    landed = max(r["step"] for r in steps(job_dir)) + 1   # the step under way: it began as the last one committed
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert events(job_dir, "stopped")[0]["step"] == landed, out

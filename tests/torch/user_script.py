@@ -21,6 +21,7 @@ ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
 ap.add_argument("--lr", type=float, default=0.01)
 ap.add_argument("--step-s", type=float, default=0.0)
+ap.add_argument("--backward-s", type=float, default=0.0, help="sleep before each optimizer step (a long backward)")
 ap.add_argument("--slow-file", default="", help="sleep --step-s per step only while this file exists")
 ap.add_argument("--ckpt-every", type=int, default=5)
 ap.add_argument("--label-noise", type=float, default=0.1)
@@ -96,6 +97,7 @@ for epoch in dt.remaining_epochs(args.epochs):
             scaler.update()
         else:
             loss.backward()
+            time.sleep(args.backward_s)
             optimizer.step()
         if not args.epoch_schedule:
             scheduler.step()
