@@ -272,3 +272,21 @@ def test_a_sigterm_stops_a_script_after_the_step_it_lands_in(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, out
     assert events(job_dir, "stopped")[0]["step"] == landed, out
+
+
+def test_ctrl_c_stops_a_script_job_like_sigterm(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group): each worker died with a KeyboardInterrupt traceback, no
+    checkpoint of the step, status.json left 'running'."""
+    job_dir = tmp_path / "job"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir), "--workers", "2", "--threads", "1",
+           "--", "python", SCRIPT, "--samples", str(SAMPLES), "--batch", str(BATCH), "--epochs", "1", "--step-s", "0.2"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    wait_for_step(job_dir, 3, proc, timeout=120)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and "KeyboardInterrupt" not in out, out
+    stopped = events(job_dir, "stopped")
+    assert len(stopped) == 1 and stopped[0]["checkpoint"], out
+    assert json.loads((job_dir / "status.json").read_text())["state"] == "stopped"
