@@ -242,7 +242,7 @@ def test_a_grow_at_an_epochs_last_step_waits_for_the_evaluation_every_rank_runs(
     job_dir, waiting = tmp_path / "job", tmp_path / "flag-waited"
     proc = start_script(job_dir, 1, "--epochs", "2", "--eval-all-reduce", "--flag-lands-at-epoch-end", str(waiting),
                         runtime_args=("--record-samples", "--standby", "1"))
-    wait_until(lambda: waiting.exists() or proc.poll() is not None, 120, "epoch 0's second-last step")
+    wait_until(lambda: waiting.exists() or proc.poll() is not None, 120, "epoch 0's last step")
     write_control(job_dir, 2, None, 1)   # asked only now: an earlier step would have seen the flag
     finish(proc, timeout=300)
 
@@ -253,3 +253,61 @@ def test_a_grow_at_an_epochs_last_step_waits_for_the_evaluation_every_rank_runs(
     evaluations = [r["metrics"] for r in events(job_dir, "metrics") if "val_sse" in r["metrics"]]
     assert len(evaluations) == 2, evaluations        # epoch 0's by the group of one, epoch 1's by the two
     assert [r["workers"] for r in steps(job_dir)][SAMPLES // BATCH] == 2
+
+
+def test_a_rerun_with_another_batch_size_resumes_the_script_at_it_with_the_rule_and_the_pace(tmp_path):
+    """``--batch-size`` on a re-run of a stopped script's folder: was dropped (a script's checkpoint holds no batch),
+    exit 0, the loader's batch kept and the resumed event's batches null."""
+    job_dir, slow = tmp_path / "job", tmp_path / "slow"
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow),
+                        runtime_args=("--record-samples",))
+    wait_for_step(job_dir, 5, proc, timeout=120)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    at = events(job_dir, "stopped")[0]["step"]
+    slow.unlink()
+    out, _ = start_script(job_dir, 1, "--epochs", "1", runtime_args=("--record-samples", "--batch-size",
+                                                                       str(2 * BATCH))).communicate(timeout=300)
+    assert f"at batch {2 * BATCH} (the checkpoint's: {BATCH})" in out, out
+    resumed = events(job_dir, "resumed")[0]
+    assert (resumed["restored_step"], resumed["from_batch_size"], resumed["batch_size"]) == (at, BATCH, 2 * BATCH)
+    rows = {r["step"]: r for r in steps(job_dir)}
+    assert rows[at]["batch_size"] == BATCH and rows[at + 1]["batch_size"] == 2 * BATCH
+    assert [(e["rule"], e["to_batch"]) for e in events(job_dir, "lr_rule")] == [("sqrt", 2 * BATCH)]
+    assert rows[at + 1]["lr_factor"] == pytest.approx(2 ** 0.5)
+    assert committed_sample_ids(job_dir) == Counter(range(SAMPLES))
+    # paced by samples: OneCycleLR reaches its end with the epoch, not half-way through it
+    assert max(rows) == at + -(-(SAMPLES - at * BATCH) // (2 * BATCH))
+    assert rows[max(rows)]["lr"] < 0.05 * max(r["lr"] for r in rows.values())
+
+
+def test_a_sigterm_stops_a_script_after_the_step_it_lands_in(tmp_path):
+    """Rank 0 read the stop flag as a step began: a SIGTERM early in a step waited for the next one too, two slow
+    steps, past the local backend's 10 s grace (a cancelled job trained on, then was SIGKILLed without its stop)."""
+    job_dir = tmp_path / "job"
+    proc = start_script(job_dir, 2, "--epochs", "1", "--backward-s", "3")
+    wait_for_step(job_dir, 2, proc, timeout=120)
+    landed = max(r["step"] for r in steps(job_dir)) + 1   # the step under way: it began as the last one committed
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert events(job_dir, "stopped")[0]["step"] == landed, out
+
+
+def test_ctrl_c_stops_a_script_job_like_sigterm(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group): each worker died with a KeyboardInterrupt traceback, no
+    checkpoint of the step, status.json left 'running'."""
+    job_dir = tmp_path / "job"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir), "--workers", "2", "--threads", "1",
+           "--", "python", SCRIPT, "--samples", str(SAMPLES), "--batch", str(BATCH), "--epochs", "1", "--step-s", "0.2"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    wait_for_step(job_dir, 3, proc, timeout=120)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and "KeyboardInterrupt" not in out, out
+    stopped = events(job_dir, "stopped")
+    assert len(stopped) == 1 and stopped[0]["checkpoint"], out
+    assert json.loads((job_dir / "status.json").read_text())["state"] == "stopped"

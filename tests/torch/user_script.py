@@ -21,6 +21,7 @@ ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
 ap.add_argument("--lr", type=float, default=0.01)
 ap.add_argument("--step-s", type=float, default=0.0)
+ap.add_argument("--backward-s", type=float, default=0.0, help="sleep before each optimizer step (a long backward)")
 ap.add_argument("--slow-file", default="", help="sleep --step-s per step only while this file exists")
 ap.add_argument("--ckpt-every", type=int, default=5)
 ap.add_argument("--label-noise", type=float, default=0.1)
@@ -41,8 +42,8 @@ ap.add_argument("--fail-once-file", default="", help="... this file, made then, 
 ap.add_argument("--rank1-breaks-at-epoch", type=int, default=-1,
                 help="rank 1 alone breaks out of remaining_epochs after this epoch's evaluation")
 ap.add_argument("--flag-lands-at-epoch-end", default="",
-                help="rank 0 waits in epoch 0's second-last step for the coordinator's stop flag, which then comes with "
-                     "the epoch's last step (a resize lands there); once: this file, made then, says it did")
+                help="rank 0 (alone in its group) waits in epoch 0's last step for the coordinator's stop flag, so a "
+                     "resize lands there; once: this file, made then, says it did")
 ap.add_argument("--eval-all-reduce", action="store_true",
                 help="the evaluation sums its squared error over the ranks (dist.all_reduce), as DDP scripts do")
 args = ap.parse_args()
@@ -101,6 +102,7 @@ for epoch in dt.remaining_epochs(args.epochs):
             scaler.update()
         else:
             loss.backward()
+            time.sleep(args.backward_s)
             optimizer.step()
         if not args.epoch_schedule:
             scheduler.step()
@@ -117,8 +119,8 @@ for epoch in dt.remaining_epochs(args.epochs):
             raise RuntimeError(f"a failure in step {args.fail_at_step}")
         if args.step_s and (not args.slow_file or os.path.exists(args.slow_file)):
             time.sleep(args.step_s)
-        session = dt.current_session()   # the next batch (drawn with the flag rank 0 sees then) is the epoch's last
-        if (args.flag_lands_at_epoch_end and epoch == 0 and dt.rank() == 0 and session.table.remaining == args.batch
+        session = dt.current_session()   # one worker reads the flag as its step's boundary commits it
+        if (args.flag_lands_at_epoch_end and epoch == 0 and dt.rank() == 0 and session.table.done
                 and not os.path.exists(args.flag_lands_at_epoch_end)):
             open(args.flag_lands_at_epoch_end, "w").close()
             while not session.watch.flag(session.generation):

@@ -188,3 +188,23 @@ def test_a_finished_job_re_run_with_more_epochs_trains_only_the_new_ones(tmp_pat
     proc = start_job(job_dir, 2, *data, "--param", "epochs=3")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "already finished at step 24" in out and "--param epochs=N over 3" in out, out
+
+
+def test_a_rerun_trains_at_its_own_workers_not_the_last_runs_control_request(tmp_path):
+    """control.json outlives the run that answered it: a re-run with ``--workers 2`` read the last run's request
+    (1 worker) as new and shrank to it a few steps in."""
+    job_dir = tmp_path / "job"
+    args = ("--param", "num_samples=480", "--param", "batch_size=12", "--ckpt-every", "5", "--record-samples")
+    proc = start_job(job_dir, 2, *args, "--param", "throttle_s=0.05", new_session=True)
+    wait_for_step(job_dir, 3, proc)
+    write_control(job_dir, 1, None, 1)
+    wait_for_event(job_dir, "resized", 1, proc)
+    wait_for_step(job_dir, events(job_dir, "resized")[0]["step"] + 2, proc)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=30)
+    at = events(job_dir, "stopped")[0]["step"]
+
+    finish(start_job(job_dir, 2, *args))
+    assert len(events(job_dir, "resized")) == 1, "the answered request was applied again"
+    assert {r["workers"] for r in read_progress(job_dir) if "event" not in r and r["step"] > at} == {2}
+    assert committed_sample_ids(job_dir) == Counter(range(480))

@@ -25,3 +25,33 @@ def test_an_lr_rule_line_says_the_factor_the_rule_and_the_batches():
                        "ramp_steps": 8}, None) == "LR x2 (linear rule, batch 32 -> 64, over 8 steps)"
     assert event_line({"event": "lr_rule", "rule": "sqrt", "from_batch": 32, "to_batch": 128, "factor": 2.0,
                        "ramp_steps": 0}, None) == "LR x2 (sqrt rule, batch 32 -> 128)"   # at once
+
+
+def test_a_worker_loss_says_why_and_where_the_group_restarts():
+    """The line said only 'worker(s) [1] lost', and the steps after it went back to an earlier one unexplained."""
+    assert event_line({"event": "worker_lost", "workers_lost": [1], "exit_codes": [-9], "restored_step": 20,
+                       "lost_steps": 8, "checkpoint": "/j/ckpt/step-000000020.ckpt"}, None) == \
+        "worker(s) [1] lost (killed by signal 9): restarting from the checkpoint of step 20, 8 step(s) to redo"
+    assert event_line({"event": "worker_lost", "workers_lost": [0], "exit_codes": [1], "restored_step": 0,
+                       "lost_steps": 3, "checkpoint": None}, None) == \
+        "worker(s) [0] lost (exit 1): restarting from the beginning, 3 step(s) to redo"
+    assert event_line({"event": "worker_lost", "exit_codes": [0], "servers_lost": [0], "workers_lost": [],
+                       "restored_step": 6}, None) == "server(s) [0] lost: restarting from step 6"
+
+
+def test_a_step_with_an_evaluation_is_shown_however_soon_it_follows_the_last_line():
+    """An evaluation every N steps inside the loop rides on that step's record: the step lines' throttle hid it
+    unless that step happened to print."""
+    import io
+
+    from dlsched.train.progress_lines import HumanProgress
+
+    out = io.StringIO()
+    show = HumanProgress(out, every_s=3600)
+    step = {"epoch": 0, "loss": 1.0, "samples_per_s": 5.0, "workers": 2, "batch_size": 8, "samples": 8}
+    for k in range(1, 7):
+        evaluation = {"val_accuracy": 0.5} if k % 3 == 0 else {}
+        show({**step, "step": k, "metrics": {"train_accuracy": 0.4, **evaluation}})
+    lines = out.getvalue().splitlines()
+    assert [line.split()[2] for line in lines] == ["1", "3", "6"], lines   # the first, then each evaluation
+    assert all("val_accuracy 0.5" in line for line in lines[1:])

@@ -195,8 +195,7 @@ class Session:
         if self.env is not None and os.getppid() != self.parent:
             self._exit(3)  # the coordinator is gone (killed): an orphan must not keep training
         sync = self.cadence.due(self.step + 1, self.world)
-        flag = self.watch.flag(self.generation) if sync and self.watch is not None and self.rank == 0 else 0.0
-        self.open = {"flag": flag, "started": time.perf_counter(), "n": n, "share": len(mine), "sync": sync,
+        self.open = {"started": time.perf_counter(), "n": n, "share": len(mine), "sync": sync,
                      "measure": sync and self.cadence.measures()}
         self.record_open_step(mine)   # before the all-reduce: a step that never commits is rolled back with it
 
@@ -211,8 +210,8 @@ class Session:
         next sync step and whether it measures (rank 0's), compute seconds per rank (to the optimizer step, when
         ``step_scalars`` starts the all-reduce there)] for a sync step's all-reduce."""
         out = [0.0] * (5 + self.world)  # a list: one worker syncs every step, and tensor writes are slow Python
-        if step_open is not None:
-            out[0] = step_open["flag"]
+        if step_open is not None:   # the flag as the step ends (read as it began, a stop waited for a second step)
+            out[0] = self.watch.flag(self.generation) if self.watch is not None and self.rank == 0 else 0.0
             out[5 + self.rank] = time.perf_counter() - step_open["started"]
         if self.rank == 0:
             out[3], out[4] = self.cadence.plan(next((m.noise_every for m in self.models if m.noise_every), None),

@@ -29,7 +29,9 @@ class SyncCadence:
 
     def gap(self, every: int | None) -> int:
         """Rank 0's choice of steps to the next sync step: the model's ``noise_every``, else ~SYNC_S apart."""
-        return every or min(MAX_SYNC_GAP, max(1, int(SYNC_S / max(self.step_s, 1e-6))))
+        if every or not self.step_s:   # no step timed yet (the first sync step plans before it is): the next one
+            return every or 1          # (was MAX_SYNC_GAP: 3 s steps kept a stop and the noise 16 steps, 48 s, away)
+        return min(MAX_SYNC_GAP, max(1, int(SYNC_S / self.step_s)))
 
     def plan(self, every: int | None, measured: int) -> tuple[int, float]:
         """Rank 0's choice of the next sync step: steps to it, and 1.0 when it measures (every one with the

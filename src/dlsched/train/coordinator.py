@@ -86,6 +86,11 @@ def planned_samples(job: TrainJob) -> int | None:
     return None if job.target_loss is not None else job.num_samples * job.epochs
 
 
+def logged_batch(log: list[dict], step: int) -> int | None:
+    """The batch ``step`` trained at, by its last record: a script's checkpoint holds none (its loader's)."""
+    return next((r.get("batch_size") for r in reversed(log) if "event" not in r and r.get("step") == step), None)
+
+
 class Coordinator:
     def __init__(self, opts: Options):
         self.o = opts
@@ -236,10 +241,12 @@ class Coordinator:
         first = last_generation(self.dir) + 1
         self.generation = first - 1
         if first > 0:
-            self.replays = ReplayedRecords.from_log(read_progress(self.dir), start.step)
+            log = read_progress(self.dir)
+            self.replays = ReplayedRecords.from_log(log, start.step)
+            was = checkpointed.global_batch or logged_batch(log, start.step)
             self.progress.write({"event": "resumed", "time": time.time(), "new_generation": first,
                                  "restored_step": start.step, "checkpoint": str(start.restore) if start.restore else None,
-                                 "batch_size": start.global_batch, "from_batch_size": checkpointed.global_batch})
+                                 "batch_size": start.global_batch or was, "from_batch_size": was})
         wids = self.pool.spawn(first, self.o.workers, self.o.workers)
         self.standby = self.pool.spawn(first, self.o.standby, self.o.workers)
         self._publish(wids, start.step, start.table, start.global_batch, start.ramp, start.epoch_loss, start.restore)

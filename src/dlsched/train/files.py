@@ -176,6 +176,13 @@ def read_progress(job_dir: Path) -> list[dict]:
     return read_json_lines(Path(job_dir) / "progress.jsonl")
 
 
+def answered_control(job_dir: Path) -> int:
+    """The highest control.json generation an earlier run of the job answered or gave up (-1: none). The file is a
+    level and outlives the run: a re-run applied the last run's request again, over its own ``--workers``."""
+    gens = [r.get("control_generation") for r in read_progress(job_dir)]
+    return max((g for g in gens if isinstance(g, int) and not isinstance(g, bool)), default=-1)
+
+
 def last_generation(job_dir: Path) -> int:
     """The highest coordinator generation an earlier run of the job published (-1: none): in status.json, or
     on a step record if that run was killed before its status said so."""

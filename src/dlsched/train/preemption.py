@@ -22,9 +22,20 @@ def _on_sigterm(signum, frame) -> None:
     _requested = True
 
 
+def _on_sigint(signum, frame) -> None:
+    """Ctrl-C in ``dlsched train``'s terminal: a stop like SIGTERM's (it left a traceback per worker, no checkpoint
+    and status.json 'running'); a second one interrupts at once."""
+    if _requested:
+        raise KeyboardInterrupt
+    _on_sigterm(signum, frame)
+
+
 def install() -> None:
-    """Record SIGTERM instead of dying of it, then let through one that arrived while it was blocked."""
+    """Record SIGTERM (and Ctrl-C's SIGINT, unless ignored: a background job's) instead of dying of it, then let
+    through one that arrived while it was blocked."""
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _on_sigint)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 

@@ -36,7 +36,7 @@ _EVENTS = {
                          + f" (generation {r.get('new_generation')})"
                          + (f" at batch {r['batch_size']} (the checkpoint's: {r['from_batch_size']})"
                             if r.get("from_batch_size") not in (None, r.get("batch_size")) else ""),
-    "worker_lost": lambda r: _lost(r) + " lost",
+    "worker_lost": lambda r: _lost(r) + " lost" + _restart(r),
     "shrunk": lambda r: f"worker(s) {r.get('workers_lost')} lost: {r.get('workers')} train on from step "
                         f"{r.get('step')}",
     "rejoined": lambda r: f"back to {r.get('workers')} worker(s) after worker(s) {r.get('workers_lost')} lost"
@@ -52,6 +52,16 @@ def _lost(r: dict) -> str:
     if r.get("workers_lost") or not parts:
         parts.append(f"worker(s) {r.get('workers_lost')}")
     return " and ".join(parts)
+
+
+def _restart(r: dict) -> str:
+    """Where the group restarts: the step records that follow go back to it (was: the line said only 'lost')."""
+    if "checkpoint" not in r:   # a ps job's: its committed step (its exit_codes name ranks)
+        return f": restarting from step {r['restored_step']}" if "restored_step" in r else ""
+    codes = ", ".join(f"killed by signal {-c}" if c < 0 else f"exit {c}" for c in r.get("exit_codes") or [])
+    where = (f"the checkpoint of step {r.get('restored_step')}" if r.get("checkpoint") else "the beginning")
+    redo = f", {r['lost_steps']} step(s) to redo" if r.get("lost_steps") else ""
+    return (f" ({codes})" if codes else "") + f": restarting from {where}{redo}"
 
 
 def _num(x) -> str:
@@ -91,6 +101,7 @@ class HumanProgress:
         self.every_s, self.checkpoint_every_s = every_s, checkpoint_every_s
         self.last_step_at = self.last_checkpoint_at = -1e9
         self.started = time.time()
+        self.step_keys: set[str] = set()   # the metrics the last step record carried
         self.bar = None
         if getattr(self.stream, "isatty", lambda: False)():
             from rich.console import Console
@@ -118,15 +129,25 @@ class HumanProgress:
             else:
                 self._print(line)
             return
+        evaluated = self._evaluated(rec)
         if self.bar is not None:
             self.bar.update(self.task, completed=rec.get("samples") or 0, total=rec.get("total_samples"),
                             description=f"step {rec.get('step')} loss {_num(rec.get('loss'))} "
                                         f"{_num(rec.get('samples_per_s'))} samples/s x{rec.get('workers')}")
+            if evaluated:
+                self.bar.console.print(step_line(rec))
             return
         now = time.monotonic()
-        if now - self.last_step_at >= self.every_s:
+        if now - self.last_step_at >= self.every_s or evaluated:
             self.last_step_at = now
             self._print(step_line(rec))
+
+    def _evaluated(self, rec: dict) -> bool:
+        """The step carries a metric the step before it did not (an evaluation every N steps inside the loop): its
+        line is shown, not throttled away (only a step that happened to print showed its val_accuracy)."""
+        keys = set(rec.get("metrics") or {})
+        new, self.step_keys = keys - self.step_keys, keys
+        return bool(new)
 
     def output(self, line: str) -> None:
         """A line of the script's own output, as it is (no stamp, no markup)."""

@@ -2,7 +2,7 @@
 
 Each worker is the user's command (``python train.py --epochs 10``) in a subprocess (``launcher.ScriptLauncher``); the
 coordinator's address and the worker's identity travel in its environment (``protocol.WorkerEnv``). It
-ignores SIGTERM like every worker (the coordinator turns a stop into a checkpoint at a step boundary).
+ignores SIGTERM (and SIGINT) like every worker (the coordinator turns a stop into a checkpoint at a step boundary).
 """
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def resolve_command(command: list[str]) -> list[str]:
 
 
 def ignore_sigterm() -> None:
+    """A worker ignores SIGTERM and Ctrl-C's SIGINT (its process group's): the coordinator stops it at a step."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def main(argv: list[str]) -> None:

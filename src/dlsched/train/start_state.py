@@ -56,8 +56,9 @@ def at_asked_batch(start: StartState, batch_size: int | None) -> StartState:
     the checkpoint's batch was kept and the request silently dropped. The LR follows as on a resize: a ramp from
     the last step's LR by the batch rule. Only at the run's start: a worker loss later restores the batch the
     group trained at (a control.json request may have changed it since)."""
-    if start.restore is None or not batch_size or start.global_batch in (None, batch_size):
+    if start.restore is None or not batch_size or start.global_batch == batch_size:
         return start
+    # a script's checkpoint (global_batch None: its loader's) has no ramp: its session applies the LR rule
     ramp = start.ramp and start.ramp.rescaled(start.ramp.lr(start.step - 1), start.global_batch, batch_size,
                                               start.step)
     return dataclasses.replace(start, global_batch=batch_size, ramp=ramp)

@@ -74,6 +74,7 @@ def _serve(listener_fd: int, alive_r: int) -> None:
     code = 0
     try:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the workers it forks too: Ctrl-C is the coordinator's
         keep = sorted({0, 1, 2, listener_fd, alive_r})
         for low, high in zip(keep, keep[1:] + [os.sysconf("SC_OPEN_MAX")]):
             os.closerange(low + 1, high)   # the job's lock among them: a worker must never hold it
