@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
             if not script:
                 raise UserError("--job-dir: required with an entry")
             job_dir = Path("dlsched-runs") / f"{script_name(entry)}-{time.strftime('%Y%m%d-%H%M%S')}"
-            print(f"job folder: {job_dir}")
+            print(f"job folder: {job_dir} (a stopped run resumes with --job-dir {job_dir})")
         argv = ["--job-dir", str(job_dir), "--workers", str(workers), "--batch-mode", batch_mode,
                 "--ckpt-every", str(ckpt_every), "--standby", str(standby), "--strategy", strategy,
                 "--servers", str(servers), "--sync", sync]
