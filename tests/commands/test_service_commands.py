@@ -285,6 +285,37 @@ def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
         stop_service_and_jobs(svc)
 
 
+def test_a_resize_hold_is_shown_in_status_and_released_back_to_the_policy(tmp_path):
+    # a `dlsched resize` held the job for good: no command gave it back to the policy, and status showed no reason
+    svc = Service(cluster(policy="test-elastic", slots=(2, 2)), tmp_path / "state", port=free_port(),
+                  runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("elastic", gpus=1, max_gpus=4, samples=10**6, step_s=0.05),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 4, 60, "the elastic job grows to 4")
+        assert cli("resize", str(job), "-n", "1", svc=svc).returncode == 0
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 1, 60, "the job shrinks to the held 1")
+        r = cli("status", "--wide", svc=svc, columns=200)
+        assert r.returncode == 0 and "held at 1 by resize" in r.stdout, r.stdout
+        r = cli("resize", str(job), "--release", "-n", "2", svc=svc)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--release alone" in r.stderr, r
+        r = cli("resize", str(job), "--release", svc=svc)
+        assert r.returncode == 0 and r.stdout.strip() == f"job {job}: released, the policy sizes it (running)", r
+        assert c.get(f"/jobs/{job}").json()["requested_workers"] is None
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 4, 60, "the policy grows the job to 4 again")
+        assert "held at" not in cli("status", "--wide", svc=svc, columns=200).stdout
+        released = [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "resize_released"]
+        assert released == [{"workers": 1, "batch_size": None}], released
+        c.post(f"/jobs/{job}/cancel")
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "cancelled", 60, "cancelled")
+        r = cli("resize", str(job), "--release", svc=svc)
+        assert r.returncode == 2 and "only queued or running jobs can be resized" in r.stderr, r
+        c.close()
+    finally:
+        stop_service_and_jobs(svc)
+
+
 def test_logs_follow_shows_loss_lines_within_5s_of_their_step(tmp_path):
     import re
     import threading

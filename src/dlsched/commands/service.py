@@ -154,11 +154,13 @@ def _reason(j: dict) -> str:
         return j.get("error") or "failed"
     if j["state"] == "cancelled":
         return j.get("error") or "cancelled by request"
+    # an operator's hold outlives the incident it was set for: say it, or the policy seems not to size the job
+    held = (f"held at {j['requested_workers']} by resize" if j.get("requested_workers") is not None else "")
     if j["state"] == "queued":
-        return "waiting for GPUs"
+        return f"{held}; waiting for GPUs" if held else "waiting for GPUs"
     if j.get("stalled_since"):   # its processes live, its steps stopped (service/stalls.py)
         return f"no progress since {local_clock(j['stalled_since'])}"
-    return ""
+    return held
 
 
 def _gpus_cell(j: dict) -> str:
@@ -670,13 +672,21 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code)
 
     @app.command()
-    def resize(job_id: int, workers: int = typer.Option(..., "--workers", "--gpus", "-n",
+    def resize(job_id: int, workers: Optional[int] = typer.Option(None, "--workers", "--gpus", "-n",
                                                         help="workers (GPU slots) to hold the job at; --gpus as in submit"),
                batch: Optional[int] = typer.Option(None, "--batch", "--batch-size",
                                                    help="global batch size to hold it at (the spec's batch_size)"),
+               release: bool = typer.Option(False, "--release", help="end the hold: the policy sizes the job again"),
                server: Optional[str] = SERVER_OPT) -> None:
         """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus and
-        min_batch_size..max_batch_size (its batch_size where no range); the next round applies it."""
+        min_batch_size..max_batch_size (its batch_size where no range); the next round applies it. The job stays
+        held there (status's REASON says so) until `resize --release`."""
+        if release == (workers is not None) or (release and batch is not None):
+            raise UserError("resize: give --workers N (and --batch B) to hold the job, or --release alone")
+        if release:
+            r = Client(server).request("DELETE", f"/jobs/{job_id}/resize").json()
+            print(f"job {job_id}: released, the policy sizes it ({r['state']})")
+            return
         body = {"workers": workers} | ({"batch_size": batch} if batch is not None else {})
         r = Client(server).request("POST", f"/jobs/{job_id}/resize", json=body).json()
         print(f"job {job_id}: held at {r['requested_workers']} worker(s)"

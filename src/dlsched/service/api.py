@@ -376,6 +376,12 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         return JSONResponse({"id": j.id, "state": j.state, "requested_workers": j.requested_workers,
                              "requested_batch": j.requested_batch})
 
+    @api.delete("/jobs/{job_id}/resize")
+    def release_resize(job_id: JobId) -> dict:
+        """Release a ``resize`` hold: the policy sizes the job again from the next round on."""
+        j = store.request_resize(job_id, None, None)   # an ended job: 409, as for a resize
+        return {"id": j.id, "state": j.state, "requested_workers": None, "requested_batch": None}
+
     @api.delete("/jobs/{job_id}")
     def delete(job_id: JobId) -> dict:
         """The same as ``POST /jobs/{id}/cancel`` (the record stays: ``history`` lists it)."""
