@@ -167,6 +167,18 @@ def test_serve_without_options_runs_on_this_machine_and_a_busy_port_is_one_line(
         proc.wait(timeout=60)
 
 
+@pytest.mark.parametrize("host, why", [("192.0.2.1", "Cannot assign requested address"),   # TEST-NET: no host's
+                                       ("no-such-host.invalid", "")])
+def test_a_host_this_machine_lacks_is_named_as_the_host_not_a_busy_port(tmp_path, host, why):
+    # it said "--port P: ... is already in use (another dlsched serve?)": the operator went hunting for a process
+    port = free_port()
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--host", host, "--port", str(port),
+                        "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
+    assert r.stderr.startswith(f"error: --host {host}: cannot listen on {host}:{port} (" + why), r.stderr
+    assert "in use" not in r.stderr and not (tmp_path / "state").exists()
+
+
 @pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_stopped_service_says_its_jobs_keep_running_and_how_to_take_them_up(tmp_path, stop, code):
     """Ctrl-C or SIGTERM ended `serve` without a word, its jobs still running on the machine; on SIGTERM the

@@ -413,16 +413,26 @@ def started_note(host: str, port: int, token_from: str | Path | None, what: str)
     return "\n".join(lines)
 
 
-def port_is_free(host: str, port: int) -> bool:
+def bind_refusal(host: str, port: int) -> str | None:
+    """Why ``serve`` cannot listen on ``host:port`` (one line naming the option at fault), None when it can. Only a
+    busy port is the port's fault: an address this machine lacks, or a name that does not resolve, was reported as
+    'already in use (another dlsched serve?)'."""
+    import errno
     import socket
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
-            return False
-    return True
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return (f"--port {port}: {host}:{port} is already in use (another dlsched serve?); "
+                        f"choose another with --port")
+            if e.errno == errno.EACCES:
+                return f"--port {port}: binding {host}:{port} is not permitted (ports below 1024 need root)"
+            why = e.strerror or str(e)
+            return f"--host {host}: cannot listen on {host}:{port} ({why}); expected an address of this machine"
+    return None
 
 
 def register(app: typer.Typer) -> None:
@@ -477,9 +487,8 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError) as e:   # an unknown name, arguments it does not take
             where = f"--policy {policy}" if policy else f"--cluster {cluster}: field policy" if cluster else "policy"
             raise UserError(f"{where}: {e}") from None
-        if not port_is_free(host, port):   # after the options: a bad option is reported as itself
-            raise UserError(f"--port {port}: {host}:{port} is already in use (another dlsched serve?); "
-                            f"choose another with --port")
+        if why := bind_refusal(host, port):   # after the options: a bad option is reported as itself
+            raise UserError(why)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
         be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
