@@ -179,6 +179,21 @@ def test_a_host_this_machine_lacks_is_named_as_the_host_not_a_busy_port(tmp_path
     assert "in use" not in r.stderr and not (tmp_path / "state").exists()
 
 
+@pytest.mark.parametrize("under", ["", "/jobs"])
+def test_a_jobs_dir_that_cannot_hold_folders_is_refused_at_start(tmp_path, under):
+    # a file as --jobs-dir started the service; every job submitted then failed at its start (NotADirectoryError,
+    # a traceback in the service's log)
+    (tmp_path / "notes.txt").write_text("x")
+    jobs = tmp_path / "notes.txt"
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--port", str(free_port()), "--state-dir",
+                        str(tmp_path / "state"), "--jobs-dir", f"{jobs}{under}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
+    named = "" if not under else f"{str(jobs)!r} "
+    assert r.stderr.strip() == f"error: --jobs-dir {str(jobs) + under!r}: {named}exists and is not a folder", r.stderr
+    assert not (tmp_path / "state").exists()
+
+
 @pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_stopped_service_says_its_jobs_keep_running_and_how_to_take_them_up(tmp_path, stop, code):
     """Ctrl-C or SIGTERM ended `serve` without a word, its jobs still running on the machine; on SIGTERM the

@@ -464,6 +464,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.backends.make import make_backend
         from dlsched.policy.base import make_policy
         from dlsched.service.auth import check_token, load_or_create_token
+        from dlsched.service.job_folders import check_jobs_dir
         from dlsched.service.server import Service
         from dlsched.spec import load_cluster_spec_file
 
@@ -472,6 +473,8 @@ def register(app: typer.Typer) -> None:
         # absolute: each job's folder is stored, and a restart from another working directory must find it
         state_dir = job_folder(state_dir, "--state-dir").absolute()
         jobs_dir = job_folder(jobs_dir, "--jobs-dir").absolute() if jobs_dir is not None else None
+        if jobs_dir is not None:
+            check_jobs_dir(jobs_dir)
         if not 1 <= port <= 65535:
             raise UserError(f"--port {port}: expected 1..65535")
         if backend and backend not in ("local", "ray"):
