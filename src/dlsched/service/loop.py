@@ -140,7 +140,7 @@ class LiveLoop:
         cluster declaration no longer has (where the backend has no live view of its own: Ray's decides each round)."""
         now = self.clock()
         recovery.recover(self.store, self.backend, self.job_dir, self._ingest, now, known_nodes=None
-                         if self.backend.nodes() is not None else {n.name for n in self.cluster.nodes})
+                         if self.backend.nodes() is not None else {n.name: n.gpus for n in self.cluster.nodes})
         self.store.event("service_started", None, now, policy=self.cluster.policy,
                          gpus=sum(self.capacity.values()))
 
