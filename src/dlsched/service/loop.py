@@ -372,6 +372,7 @@ class LoopThread(threading.Thread):
         self.loop = loop
         self.interval_s = interval_s
         self.stopping = threading.Event()
+        self.recovered = threading.Event()   # the API answers after it (``api.after_recovery``)
         self.rounds = 0
         self.failed_rounds = 0
         self.last_stats: RoundStats | None = None
@@ -384,6 +385,8 @@ class LoopThread(threading.Thread):
             self.loop.recover()
         except Exception:
             log.exception("recovery after restart failed; scheduling continues with the store as it is")
+        finally:
+            self.recovered.set()
         forecaster = threading.Thread(target=self.loop.forecaster.run, args=(self.stopping, self.loop.clock),
                                       name="dlsched-forecast", daemon=True)
         forecaster.start()
