@@ -133,6 +133,12 @@ def test_submit_overrides_and_a_misspelled_param_gets_did_you_mean_at_submit(tmp
         assert job["spec"]["params"] == {"num_samples": 64, "lr": 0.01}
         r = cli("submit", str(spec), "--param", "num_samples", svc=svc)
         assert r.returncode == 2 and "expected key=value" in r.stderr
+        # an empty --name (a shell variable left unset) was the file's name, exit 0
+        for args in ([str(spec)], ["--", "python", "examples/mlp.py"]):
+            r = cli("submit", "--name", "", *args, svc=svc)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1 and "field name" in r.stderr, r
+            assert "(got '')" in r.stderr, r.stderr
+        assert svc.store.count() == 1
     finally:
         stop_service_and_jobs(svc)
 

@@ -287,7 +287,7 @@ def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: 
 
     spec = load_job_spec_file(path)
     update: dict = {}
-    if name:
+    if name is not None:   # --name "$UNSET" submitted under the file's name without a word: the spec checks it
         update["name"] = name
     if gpus is not None:
         update["gpus"] = gpus
@@ -558,7 +558,7 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"--param {param[0]}: a script job takes its settings as the script's own arguments "
                                 "after '--' (-- python train.py --epochs 2)")
             # --gpus 0 was `0 or min_gpus or 1`: a 1-GPU job, exit 0; it is the spec's range error now
-            doc = {"name": name or script_name(files), "command": files,
+            doc = {"name": script_name(files) if name is None else name, "command": files,
                    "gpus": gpus if gpus is not None else (min_gpus or 1)}
             doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus), ("user", _current_user()))
                         if v is not None})
@@ -576,7 +576,7 @@ def register(app: typer.Typer) -> None:
                                        *((f, f"prediction.{field}", v) for f, field, v in stated)):
                 if value is not None:   # were ignored for a spec file
                     raise UserError(f"{flag} {value}: for a script after '--'; a spec file sets {field}")
-            if name and len(files) > 1:
+            if name is not None and len(files) > 1:
                 raise UserError("--name: applies to one spec file, got several")
             # one clear line for a bad file before any network traffic; the service then checks the entry and
             # params against its own working directory and runtime
