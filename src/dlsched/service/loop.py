@@ -246,7 +246,8 @@ class LiveLoop:
             with self.store.batch():
                 self._ingest(job, now)
                 self._given_up.pop(job.id, None)
-                self.store.transition(job.id, CANCELLED, now)
+                # its time since the last round counts, as a finished job's does: `history` showed GPU-TIME short of RAN
+                self.store.transition(job.id, CANCELLED, now, **since_counted(job, now, last, elapsed))
                 self.store.record_allocation(job.id, now, 0, job.batch_size, {})
             self._ended.append((job.id, False))
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
