@@ -133,6 +133,12 @@ def test_submit_overrides_and_a_misspelled_param_gets_did_you_mean_at_submit(tmp
         assert job["spec"]["params"] == {"num_samples": 64, "lr": 0.01}
         r = cli("submit", str(spec), "--param", "num_samples", svc=svc)
         assert r.returncode == 2 and "expected key=value" in r.stderr
+        # an empty --name (a shell variable left unset) was the file's name, exit 0
+        for args in ([str(spec)], ["--", "python", "examples/mlp.py"]):
+            r = cli("submit", "--name", "", *args, svc=svc)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1 and "field name" in r.stderr, r
+            assert "(got '')" in r.stderr, r.stderr
+        assert svc.store.count() == 1
     finally:
         stop_service_and_jobs(svc)
 
@@ -165,6 +171,33 @@ def test_serve_without_options_runs_on_this_machine_and_a_busy_port_is_one_line(
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("host, why", [("192.0.2.1", "Cannot assign requested address"),   # TEST-NET: no host's
+                                       ("no-such-host.invalid", "")])
+def test_a_host_this_machine_lacks_is_named_as_the_host_not_a_busy_port(tmp_path, host, why):
+    # it said "--port P: ... is already in use (another dlsched serve?)": the operator went hunting for a process
+    port = free_port()
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--host", host, "--port", str(port),
+                        "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
+    assert r.stderr.startswith(f"error: --host {host}: cannot listen on {host}:{port} (" + why), r.stderr
+    assert "in use" not in r.stderr and not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("under", ["", "/jobs"])
+def test_a_jobs_dir_that_cannot_hold_folders_is_refused_at_start(tmp_path, under):
+    # a file as --jobs-dir started the service; every job submitted then failed at its start (NotADirectoryError,
+    # a traceback in the service's log)
+    (tmp_path / "notes.txt").write_text("x")
+    jobs = tmp_path / "notes.txt"
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--port", str(free_port()), "--state-dir",
+                        str(tmp_path / "state"), "--jobs-dir", f"{jobs}{under}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
+    named = "" if not under else f"{str(jobs)!r} "
+    assert r.stderr.strip() == f"error: --jobs-dir {str(jobs) + under!r}: {named}exists and is not a folder", r.stderr
+    assert not (tmp_path / "state").exists()
 
 
 @pytest.mark.parametrize("stop, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -280,6 +313,37 @@ def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
         assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r
         assert "workers: 3 is above the job's max_gpus=2 (its spec allows 1..2)" in r.stderr, r.stderr
         assert c.get(f"/jobs/{small}").json()["requested_workers"] is None
+        c.close()
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_a_resize_hold_is_shown_in_status_and_released_back_to_the_policy(tmp_path):
+    # a `dlsched resize` held the job for good: no command gave it back to the policy, and status showed no reason
+    svc = Service(cluster(policy="test-elastic", slots=(2, 2)), tmp_path / "state", port=free_port(),
+                  runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("elastic", gpus=1, max_gpus=4, samples=10**6, step_s=0.05),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 4, 60, "the elastic job grows to 4")
+        assert cli("resize", str(job), "-n", "1", svc=svc).returncode == 0
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 1, 60, "the job shrinks to the held 1")
+        r = cli("status", "--wide", svc=svc, columns=200)
+        assert r.returncode == 0 and "held at 1 by resize" in r.stdout, r.stdout
+        r = cli("resize", str(job), "--release", "-n", "2", svc=svc)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--release alone" in r.stderr, r
+        r = cli("resize", str(job), "--release", svc=svc)
+        assert r.returncode == 0 and r.stdout.strip() == f"job {job}: released, the policy sizes it (running)", r
+        assert c.get(f"/jobs/{job}").json()["requested_workers"] is None
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 4, 60, "the policy grows the job to 4 again")
+        assert "held at" not in cli("status", "--wide", svc=svc, columns=200).stdout
+        released = [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "resize_released"]
+        assert released == [{"workers": 1, "batch_size": None}], released
+        c.post(f"/jobs/{job}/cancel")
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "cancelled", 60, "cancelled")
+        r = cli("resize", str(job), "--release", svc=svc)
+        assert r.returncode == 2 and "only queued or running jobs can be resized" in r.stderr, r
         c.close()
     finally:
         stop_service_and_jobs(svc)

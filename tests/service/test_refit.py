@@ -579,3 +579,17 @@ def test_a_job_reporting_its_lr_goes_on_as_its_tasks_finished_jobs_ran_where_its
     truth = d.loss.iloc[-3:].mean()
     assert abs(ran["final"] / known["final"] - 1) < 0.005
     assert abs(ran["final"] / truth - 1) < abs(held["final"] / truth - 1) / 2
+
+
+def test_the_speed_fit_remembers_a_configuration_the_job_left():
+    # an elastic job measured slow at 4 workers (its steps contend), shrank back to 1 and trained 200 more steps
+    # there: the fit saw only those, extrapolated 4 workers as ideal again, and the policy grew the job into the same
+    # slow 4 and shrank it again, every ~10 s for its whole run (a live elastic service, two jobs on 6 slots)
+    slow4 = 64 / (true_step(4, 64) * 6)
+    recs = records(1, 64, true_step(1, 64), n=50)
+    recs += records(4, 64, 64 / slow4, n=60, t0=recs[-1]["time"], s0=recs[-1]["samples"], k0=50)
+    recs += records(1, 64, true_step(1, 64), n=300, t0=recs[-1]["time"], s0=recs[-1]["samples"], k0=110)
+    _, speed = predict(recs, now=recs[-1]["time"], current_workers=1, current_batch=64, total_hint=10**7,
+                       samples_done=recs[-1]["samples"])
+    assert speed.throughput(4, 1, 64) == pytest.approx(slow4, rel=0.25)
+    assert speed.throughput(4, 1, 64) < speed.throughput(1, 1, 64)

@@ -216,3 +216,41 @@ def test_time_trained_while_the_service_was_down_counts_and_a_job_ended_then_end
         assert job["attained_service"] == pytest.approx(job["run_time"])
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_requests_wait_for_the_restarts_recovery_then_see_what_it_decided(tmp_path):
+    """The API answered while the restart's recovery ran: `status` showed a job that had ended meanwhile as running
+    (LEFT -23s), and a cancel sent then was recorded before recovery's own events. The recovery here is held up on
+    the database's write lock (another process's transaction), so it lasts as long as the test needs."""
+    import sqlite3
+
+    from dlsched.service.server import Service
+    from tests.service.conftest import RUNTIME, cluster
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("long", samples=10**6, step_s=0.05), headers=YAML).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["samples"] > 0, 60, "the job's first steps")
+    finally:
+        svc.close()             # the service goes; the job's coordinator trains on
+    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME)
+    holder = sqlite3.connect(tmp_path / "state" / "dlsched.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")   # recovery's first write waits for this
+    try:
+        svc.start()
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        assert c.get("/healthz").status_code == 200
+        r = c.get("/jobs")
+        assert r.status_code == 503 and "taking up its jobs after a restart" in r.json()["error"], r.text
+        assert not svc.thread.recovered.is_set()
+        holder.execute("ROLLBACK")
+        wait_until(lambda: c.get("/jobs").status_code == 200, 60, "the API once recovery is done")
+        kinds = [e["kind"] for e in c.get(f"/jobs/{job}/events").json()]
+        assert "reattached" in kinds, kinds
+        assert c.post(f"/jobs/{job}/cancel").status_code == 200
+    finally:
+        holder.close()
+        stop_service_and_jobs(svc)

@@ -5,6 +5,8 @@ real job processes (the contract runtime): exactly one coordinator per job, noth
   coordinator was started from step 0 in the new, empty folder, the first one training on, orphaned);
 * a cluster file that no longer declares a node a running job sits on: the job is stopped at a checkpoint and
   resumes on the nodes declared (every scheduling round crashed with ``KeyError: 'n0'`` before);
+* or declares it with fewer slots than its running jobs hold there: the newer jobs are stopped at a checkpoint and
+  re-queued (every round failed on the over-subscribed node before);
 * a second `serve` on a state folder in use is refused (two loops scheduled the whole cluster on one store).
 """
 import json
@@ -140,6 +142,36 @@ def test_a_restart_with_a_cluster_without_a_jobs_node_resumes_it_on_the_nodes_de
         log = (tmp_path / "small.log").read_text()
         assert "scheduling round failed" not in log and "policy forecast failed" not in log, log[-3000:]
         assert log.count("which the cluster declaration no longer has") == 2, log[-3000:]
+    finally:
+        for p in procs:
+            stop(p)
+        kill_jobs(jobs_dir)
+
+
+def test_a_restart_with_fewer_slots_on_a_jobs_node_requeues_it_and_rounds_run(tmp_path):
+    # n0 declared with 1 slot where a running job held 2: every round and forecast failed ("allocation
+    # over-subscribes nodes: ['n0']"), `nodes` showed 2 used of 1, and no queued job ever started
+    jobs_dir = tmp_path / "state" / "jobs"
+    proc, c = start(tmp_path, "nodes: [{name: n0, gpus: 2}]\npolicy: tiresias\ninterval_s: 0.2\n")
+    procs = [proc]
+    try:
+        wide = c.post("/jobs", content=job_yaml("wide", gpus=2, samples=10**6, step_s=0.05), headers=YAML).json()["id"]
+        wait_until(lambda: (jobs_dir / str(wide) / "ckpt" / "latest.json").exists(), 60, "the job checkpointed")
+        pid = coordinator(jobs_dir / str(wide))
+        stop(proc)
+
+        proc, c = start(tmp_path, "nodes: [{name: n0, gpus: 1}, {name: n1, gpus: 2}]\npolicy: tiresias\n"
+                                  "interval_s: 0.2\n", name="fewer")
+        procs.append(proc)
+        small = c.post("/jobs", content=job_yaml("small", samples=10**6, step_s=0.05), headers=YAML).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{small}").json()["state"] == "running", 60, "a new job starts: rounds run")
+        queued = [e for e in c.get(f"/jobs/{wide}/events").json() if e["kind"] == "queued"]
+        assert len(queued) == 1 and "declared with fewer slots" in queued[0]["detail"]["reason"], queued
+        assert queued[0]["detail"]["nodes"] == ["n0"] and not process_alive(pid)
+        wait_until(lambda: all(n["used"] <= n["slots"] for n in c.get("/nodes").json()["nodes"])
+                   and c.get(f"/jobs/{wide}").json()["state"] == "running", 60, "the job resumed within the slots")
+        log = (tmp_path / "fewer.log").read_text()
+        assert "scheduling round failed" not in log and "policy forecast failed" not in log, log[-3000:]
     finally:
         for p in procs:
             stop(p)

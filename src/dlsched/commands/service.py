@@ -154,11 +154,13 @@ def _reason(j: dict) -> str:
         return j.get("error") or "failed"
     if j["state"] == "cancelled":
         return j.get("error") or "cancelled by request"
+    # an operator's hold outlives the incident it was set for: say it, or the policy seems not to size the job
+    held = (f"held at {j['requested_workers']} by resize" if j.get("requested_workers") is not None else "")
     if j["state"] == "queued":
-        return "waiting for GPUs"
+        return f"{held}; waiting for GPUs" if held else "waiting for GPUs"
     if j.get("stalled_since"):   # its processes live, its steps stopped (service/stalls.py)
         return f"no progress since {local_clock(j['stalled_since'])}"
-    return ""
+    return held
 
 
 def _gpus_cell(j: dict) -> str:
@@ -285,7 +287,7 @@ def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: 
 
     spec = load_job_spec_file(path)
     update: dict = {}
-    if name:
+    if name is not None:   # --name "$UNSET" submitted under the file's name without a word: the spec checks it
         update["name"] = name
     if gpus is not None:
         update["gpus"] = gpus
@@ -411,16 +413,26 @@ def started_note(host: str, port: int, token_from: str | Path | None, what: str)
     return "\n".join(lines)
 
 
-def port_is_free(host: str, port: int) -> bool:
+def bind_refusal(host: str, port: int) -> str | None:
+    """Why ``serve`` cannot listen on ``host:port`` (one line naming the option at fault), None when it can. Only a
+    busy port is the port's fault: an address this machine lacks, or a name that does not resolve, was reported as
+    'already in use (another dlsched serve?)'."""
+    import errno
     import socket
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
-            return False
-    return True
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return (f"--port {port}: {host}:{port} is already in use (another dlsched serve?); "
+                        f"choose another with --port")
+            if e.errno == errno.EACCES:
+                return f"--port {port}: binding {host}:{port} is not permitted (ports below 1024 need root)"
+            why = e.strerror or str(e)
+            return f"--host {host}: cannot listen on {host}:{port} ({why}); expected an address of this machine"
+    return None
 
 
 def register(app: typer.Typer) -> None:
@@ -452,6 +464,7 @@ def register(app: typer.Typer) -> None:
         from dlsched.backends.make import make_backend
         from dlsched.policy.base import make_policy
         from dlsched.service.auth import check_token, load_or_create_token
+        from dlsched.service.job_folders import check_jobs_dir
         from dlsched.service.server import Service
         from dlsched.spec import load_cluster_spec_file
 
@@ -460,6 +473,8 @@ def register(app: typer.Typer) -> None:
         # absolute: each job's folder is stored, and a restart from another working directory must find it
         state_dir = job_folder(state_dir, "--state-dir").absolute()
         jobs_dir = job_folder(jobs_dir, "--jobs-dir").absolute() if jobs_dir is not None else None
+        if jobs_dir is not None:
+            check_jobs_dir(jobs_dir)
         if not 1 <= port <= 65535:
             raise UserError(f"--port {port}: expected 1..65535")
         if backend and backend not in ("local", "ray"):
@@ -475,9 +490,8 @@ def register(app: typer.Typer) -> None:
         except (ValueError, TypeError) as e:   # an unknown name, arguments it does not take
             where = f"--policy {policy}" if policy else f"--cluster {cluster}: field policy" if cluster else "policy"
             raise UserError(f"{where}: {e}") from None
-        if not port_is_free(host, port):   # after the options: a bad option is reported as itself
-            raise UserError(f"--port {port}: {host}:{port} is already in use (another dlsched serve?); "
-                            f"choose another with --port")
+        if why := bind_refusal(host, port):   # after the options: a bad option is reported as itself
+            raise UserError(why)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
         be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
@@ -544,7 +558,7 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"--param {param[0]}: a script job takes its settings as the script's own arguments "
                                 "after '--' (-- python train.py --epochs 2)")
             # --gpus 0 was `0 or min_gpus or 1`: a 1-GPU job, exit 0; it is the spec's range error now
-            doc = {"name": name or script_name(files), "command": files,
+            doc = {"name": script_name(files) if name is None else name, "command": files,
                    "gpus": gpus if gpus is not None else (min_gpus or 1)}
             doc.update({k: v for k, v in (("min_gpus", min_gpus), ("max_gpus", max_gpus), ("user", _current_user()))
                         if v is not None})
@@ -562,7 +576,7 @@ def register(app: typer.Typer) -> None:
                                        *((f, f"prediction.{field}", v) for f, field, v in stated)):
                 if value is not None:   # were ignored for a spec file
                     raise UserError(f"{flag} {value}: for a script after '--'; a spec file sets {field}")
-            if name and len(files) > 1:
+            if name is not None and len(files) > 1:
                 raise UserError("--name: applies to one spec file, got several")
             # one clear line for a bad file before any network traffic; the service then checks the entry and
             # params against its own working directory and runtime
@@ -670,13 +684,21 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code)
 
     @app.command()
-    def resize(job_id: int, workers: int = typer.Option(..., "--workers", "--gpus", "-n",
+    def resize(job_id: int, workers: Optional[int] = typer.Option(None, "--workers", "--gpus", "-n",
                                                         help="workers (GPU slots) to hold the job at; --gpus as in submit"),
                batch: Optional[int] = typer.Option(None, "--batch", "--batch-size",
                                                    help="global batch size to hold it at (the spec's batch_size)"),
+               release: bool = typer.Option(False, "--release", help="end the hold: the policy sizes the job again"),
                server: Optional[str] = SERVER_OPT) -> None:
         """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus and
-        min_batch_size..max_batch_size (its batch_size where no range); the next round applies it."""
+        min_batch_size..max_batch_size (its batch_size where no range); the next round applies it. The job stays
+        held there (status's REASON says so) until `resize --release`."""
+        if release == (workers is not None) or (release and batch is not None):
+            raise UserError("resize: give --workers N (and --batch B) to hold the job, or --release alone")
+        if release:
+            r = Client(server).request("DELETE", f"/jobs/{job_id}/resize").json()
+            print(f"job {job_id}: released, the policy sizes it ({r['state']})")
+            return
         body = {"workers": workers} | ({"batch_size": batch} if batch is not None else {})
         r = Client(server).request("POST", f"/jobs/{job_id}/resize", json=body).json()
         print(f"job {job_id}: held at {r['requested_workers']} worker(s)"

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -51,6 +51,7 @@ from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, job_spec_f
 
 log = logging.getLogger("dlsched.service")
 MAX_LOG_CHUNK = 1 << 20
+RECOVERY_WAIT_S = 5.0   # a request waits this long for a restart's recovery, then 503 (a client's GET gives up at 10)
 MAX_TAIL_LINES = 100_000
 MAX_WORKER_ID = 1 << 16
 JSON_TYPES = ("application/json",)
@@ -185,8 +186,20 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     ``batch``: the specs of the same ``POST /jobs/batch`` before it);
     ``hosts``: see ``allowed_hosts``; ``node_table()``: the loop's ``NodeStatus`` rows (``/nodes``, the
     dashboard's lost-node marks)."""
+    recovered = getattr(loop_thread, "recovered", None)
+
+    async def after_recovery(request: Request) -> None:
+        """Every route but the public ones waits for the restart's recovery (``service/recovery.py``), then 503.
+        Answered during it, `status` showed a job that had ended meanwhile as running (LEFT -23s) and one on a node
+        since removed, and a cancel sent then was recorded before the recovery's events, as 'requested before it'."""
+        if recovered is None or recovered.is_set() or _public(request.url.path):
+            return
+        if not await run_in_threadpool(recovered.wait, RECOVERY_WAIT_S):
+            raise StarletteHTTPException(503, "the service is still taking up its jobs after a restart (re-attaching "
+                                              "them, stopping those on nodes it no longer has); retry in a moment")
+
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None,
-                  default_response_class=FiniteJSON)
+                  default_response_class=FiniteJSON, dependencies=[Depends(after_recovery)])
     jobs_root = Path(jobs_dir) if jobs_dir is not None else Path(state_dir) / "jobs" if state_dir else None
     parser = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="dlsched-parse")
 
@@ -375,6 +388,12 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             return _error(409, str(e))
         return JSONResponse({"id": j.id, "state": j.state, "requested_workers": j.requested_workers,
                              "requested_batch": j.requested_batch})
+
+    @api.delete("/jobs/{job_id}/resize")
+    def release_resize(job_id: JobId) -> dict:
+        """Release a ``resize`` hold: the policy sizes the job again from the next round on."""
+        j = store.request_resize(job_id, None, None)   # an ended job: 409, as for a resize
+        return {"id": j.id, "state": j.state, "requested_workers": None, "requested_batch": None}
 
     @api.delete("/jobs/{job_id}")
     def delete(job_id: JobId) -> dict:

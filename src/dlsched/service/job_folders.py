@@ -10,8 +10,10 @@ working directory of the service that reads it.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from dlsched.errors import UserError
 from dlsched.service.store import JobRecord
 
 
@@ -27,3 +29,17 @@ def job_folder(job: JobRecord, jobs_dir: Path) -> Path:
         return default
     stored = Path(job.job_dir).absolute()
     return default if stored != default and not stored.exists() and default.exists() else stored
+
+
+def check_jobs_dir(path: Path, what: str = "--jobs-dir") -> None:
+    """A one-line ``UserError`` unless ``path`` can hold job folders: a folder this user may write in, or one it may
+    create (its nearest existing parent is such a folder). Checked at ``serve``'s start, creating nothing: a file, or
+    a folder on a read-only mount, started the service, and every job then failed at its start with a traceback."""
+    at = Path(path)
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if not at.is_dir():
+        raise UserError(f"{what} {str(path)!r}: {'' if at == path else repr(str(at)) + ' '}exists and is not a folder")
+    if not os.access(at, os.W_OK | os.X_OK):
+        raise UserError(f"{what} {str(path)!r}: this user may not {'write in' if at == path else 'create'} it "
+                        f"({str(at)!r} is not writable)")

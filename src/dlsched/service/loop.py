@@ -140,7 +140,7 @@ class LiveLoop:
         cluster declaration no longer has (where the backend has no live view of its own: Ray's decides each round)."""
         now = self.clock()
         recovery.recover(self.store, self.backend, self.job_dir, self._ingest, now, known_nodes=None
-                         if self.backend.nodes() is not None else {n.name for n in self.cluster.nodes})
+                         if self.backend.nodes() is not None else {n.name: n.gpus for n in self.cluster.nodes})
         self.store.event("service_started", None, now, policy=self.cluster.policy,
                          gpus=sum(self.capacity.values()))
 
@@ -246,7 +246,8 @@ class LiveLoop:
             with self.store.batch():
                 self._ingest(job, now)
                 self._given_up.pop(job.id, None)
-                self.store.transition(job.id, CANCELLED, now)
+                # its time since the last round counts, as a finished job's does: `history` showed GPU-TIME short of RAN
+                self.store.transition(job.id, CANCELLED, now, **since_counted(job, now, last, elapsed))
                 self.store.record_allocation(job.id, now, 0, job.batch_size, {})
             self._ended.append((job.id, False))
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
@@ -372,6 +373,7 @@ class LoopThread(threading.Thread):
         self.loop = loop
         self.interval_s = interval_s
         self.stopping = threading.Event()
+        self.recovered = threading.Event()   # the API answers after it (``api.after_recovery``)
         self.rounds = 0
         self.failed_rounds = 0
         self.last_stats: RoundStats | None = None
@@ -384,6 +386,8 @@ class LoopThread(threading.Thread):
             self.loop.recover()
         except Exception:
             log.exception("recovery after restart failed; scheduling continues with the store as it is")
+        finally:
+            self.recovered.set()
         forecaster = threading.Thread(target=self.loop.forecaster.run, args=(self.stopping, self.loop.clock),
                                       name="dlsched-forecast", daemon=True)
         forecaster.start()

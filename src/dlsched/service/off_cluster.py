@@ -4,8 +4,9 @@ A service restarted with a cluster file that no longer declares a node a running
 scheduling round and every forecast (``KeyError: 'n0'`` in the policies' per-node counts): new jobs stayed queued
 for good, without a word at startup. Two rules:
 
-* at a restart (``recovery``), a re-attached job placed on a node the declaration lacks is stopped at a checkpoint
-  and re-queued: it resumes on the nodes there are. The ``queued`` event and the service's log name the nodes;
+* at a restart (``recovery``), a re-attached job placed on a node the declaration lacks, or on one it now gives fewer
+  slots than the jobs re-attached before it and this one hold there (``over_booked``), is stopped at a checkpoint
+  and re-queued: it resumes where there are slots. The ``queued`` event and the service's log name the nodes;
 * no round or forecast ever hands a policy such a job (``hold_out``): it is left as it is for that round (its GPUs
   on the nodes the view has stay taken), and the log says so once. With the Ray backend the view is the live nodes,
   and a job's books name a lost node until the next poll shrinks them (``LiveLoop.round``'s order); with the local
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from dlsched.policy.base import ClusterView
 from dlsched.service.store import JobRecord
@@ -26,6 +27,13 @@ log = logging.getLogger("dlsched.service")
 def unknown_nodes(job: JobRecord, known: Iterable[str]) -> list[str]:
     """The nodes of ``job``'s placement not in ``known``, in name order."""
     return sorted(set(job.placement) - set(known))
+
+
+def over_booked(job: JobRecord, slots: Mapping[str, int], used: Mapping[str, int]) -> list[str]:
+    """The nodes where ``job``'s workers and those of the jobs kept before it (``used``) exceed the slots the
+    declaration gives now, in name order: a restart with fewer slots on a node than its jobs held there failed every
+    round and forecast (``allocation over-subscribes nodes``), and no queued job ever started."""
+    return sorted(n for n, k in job.placement.items() if n in slots and used.get(n, 0) + k > slots[n])
 
 
 def hold_out(view: ClusterView, jobs: Sequence[JobRecord]) -> tuple[list[JobRecord], ClusterView, dict[int, list[str]]]:

@@ -5,8 +5,9 @@ store first, so a SIGKILL between any two steps of the loop is recovered here.
 Each job is looked for in its own folder (``job_folders``: the one it was started in), never in the current
 ``--jobs-dir``'s: a restart with another one started a second coordinator of a running job in a new, empty folder.
 
-A re-attached job placed on a node the cluster no longer declares (``known_nodes``) is stopped at a checkpoint and
-re-queued (``off_cluster``): it resumes on the nodes there are.
+A re-attached job placed on a node the cluster no longer declares (``known_nodes``), or on one declared with fewer
+slots than the jobs re-attached before it and this one hold there, is stopped at a checkpoint and re-queued
+(``off_cluster``): it resumes where there are slots.
 
 A re-attached job's backend books come back from its job folder (the local backend's launch.json), the slots held
 back from a grow given up (``slot_holds``) with them; the store says whether that hold still stands: the service
@@ -22,11 +23,11 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Callable, Collection
+from typing import Callable, Mapping
 
 from dlsched.backends.base import Backend
 from dlsched.service.accounting import counted_until
-from dlsched.service.off_cluster import unknown_nodes
+from dlsched.service.off_cluster import over_booked, unknown_nodes
 from dlsched.service.store import CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord, Store
 from dlsched.train.files import read_status
 
@@ -36,9 +37,11 @@ TAIL_BYTES = 64 << 10   # the end of progress.jsonl read for its newest time
 
 def recover(store: Store, backend: Backend, job_dir: Callable[[JobRecord], Path],
             ingest: Callable[[JobRecord, float], JobRecord], now: float,
-            known_nodes: Collection[str] | None = None) -> None:
+            known_nodes: Mapping[str, int] | None = None) -> None:
     """``ingest`` reads a job's last progress before it is re-queued (what it wrote before the restart);
-    ``known_nodes``: the nodes the cluster declares (None: the backend's live view decides, each round)."""
+    ``known_nodes``: the nodes the cluster declares and their slots (None: the backend's live view decides, each
+    round)."""
+    used: dict[str, int] = {}   # slots of the jobs re-attached so far, per node: the older keep theirs
     for job in store.jobs(states=(QUEUED,)):
         if job.cancel_requested:   # left queued with a cancel pending by an earlier service (see below)
             store.transition(job.id, CANCELLED, now, {"reason": "service restart: cancel requested before it"})
@@ -48,9 +51,12 @@ def recover(store: Store, backend: Backend, job_dir: Callable[[JobRecord], Path]
             store.update(job.id, job_dir=str(d))
         if backend.attach(job.id, d):
             off = unknown_nodes(job, known_nodes) if known_nodes is not None and job.num_gpus else []
-            if off:
-                _stop_off_cluster(store, backend, job, d, off, ingest, now)
+            over = over_booked(job, known_nodes, used) if known_nodes is not None and not off else []
+            if off or over:
+                _stop_off_cluster(store, backend, job, d, off, over, ingest, now)
                 continue
+            for node, k in job.placement.items():
+                used[node] = used.get(node, 0) + k
             if not job.releasing:
                 backend.release(job.id, d)
             store.event("reattached", job.id, now)
@@ -86,18 +92,25 @@ def _ended_unwatched(store: Store, backend: Backend, job: JobRecord, d: Path, no
         store.record_allocation(job.id, now, 0, job.batch_size, {})
 
 
-def _stop_off_cluster(store: Store, backend: Backend, job: JobRecord, d: Path, off: list[str],
+def _stop_off_cluster(store: Store, backend: Backend, job: JobRecord, d: Path, off: list[str], over: list[str],
                       ingest: Callable[[JobRecord, float], JobRecord], now: float) -> None:
-    """A live job on nodes the cluster no longer declares: stopped at a checkpoint (the backend's stop: SIGTERM,
-    the runtime checkpoints and exits), its last steps read, re-queued to resume on the nodes there are."""
-    nodes = ", ".join(off)
-    log.warning("job %d runs on node(s) %s, which the cluster declaration no longer has: stopping it at a "
-                "checkpoint; it is re-queued and resumes on the nodes declared", job.id, nodes)
+    """A live job on nodes the cluster no longer declares (``off``), or declares with too few slots for it
+    (``over``): stopped at a checkpoint (the backend's stop: SIGTERM, the runtime checkpoints and exits), its last
+    steps read, re-queued to resume where there are slots."""
+    if off:
+        why = f"node(s) {', '.join(off)} not in the cluster any more"
+        log.warning("job %d runs on node(s) %s, which the cluster declaration no longer has: stopping it at a "
+                    "checkpoint; it is re-queued and resumes on the nodes declared", job.id, ", ".join(off))
+    else:
+        why = f"node(s) {', '.join(over)} declared with fewer slots than its workers there"
+        log.warning("job %d runs on node(s) %s, which the cluster declaration now gives fewer slots than its "
+                    "workers (and older jobs') there: stopping it at a checkpoint; it is re-queued and resumes "
+                    "where there are slots", job.id, ", ".join(over))
     backend.stop(job.id, d)
     job = ingest(job, now)
     _ended_unwatched(store, backend, job, d, now,
-                     f"service restart: node(s) {nodes} not in the cluster any more; stopped at a checkpoint, "
-                     f"resumes on the nodes declared", nodes=off)
+                     f"service restart: {why}; stopped at a checkpoint, resumes on the nodes declared",
+                     nodes=off or over)
 
 
 def ended_at(job_dir: Path, now: float) -> float | None:

@@ -39,6 +39,11 @@ from dlsched.spec import MetricTarget
 from dlsched.train.files import planned_schedule_lr
 
 RECENT = 200          # the newest measurements describe the job as it runs now
+# The speed fit's sample: the newest SPEED_PER_CONFIG of each (workers, batch) configuration, of the SPEED_CONFIGS
+# newest, among the newest SPEED_LOOKBACK. The newest RECENT alone forgot a configuration the job left: 200 steps
+# after an elastic job shrank from 4 workers back to 1, the fit saw only 1-worker steps, extrapolated 4 workers as
+# ideal again, and the policy grew it into the same slow 4, then shrank it, every ~10 s for the whole run.
+SPEED_PER_CONFIG, SPEED_CONFIGS, SPEED_LOOKBACK = 100, 8, 20_000
 CURVE_BINS = 120      # loss points a curve fit sees at most (means over equal step ranges)
 
 
@@ -118,6 +123,25 @@ def fit_linear_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np
     if a <= 0 and b <= 0:
         return None
     return LinearSpeed(float(a), float(b), float(c), int(np.median(bs)))
+
+
+def speed_sample(history: ProgressHistory) -> list[dict]:
+    """The records the speed model is fitted on (``SPEED_PER_CONFIG`` above), in their order."""
+    n = len(history)
+    start = max(0, n - SPEED_LOOKBACK)
+    w = np.nan_to_num(history.column("workers")[start:], nan=-1.0)
+    b = np.nan_to_num(history.column("batch_size")[start:], nan=-1.0)
+    newest_first = np.stack([w, b], axis=1)[::-1]
+    _, first, group = np.unique(newest_first, axis=0, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    order = np.argsort(group, kind="stable")        # each configuration's records, newest first
+    bounds = np.flatnonzero(np.diff(group[order])) + 1
+    rank = np.empty(len(group), int)
+    rank[order] = np.arange(len(group)) - np.repeat(np.r_[0, bounds], np.diff(np.r_[0, bounds, len(group)]))
+    keep = (rank < SPEED_PER_CONFIG) & np.isin(group, np.argsort(first)[:SPEED_CONFIGS])
+    mask = np.zeros(n, bool)
+    mask[start:] = keep[::-1]
+    return history.where(mask).tail(n)
 
 
 def fit_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarray, gpu_types: tuple[str, ...],
@@ -380,9 +404,10 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
     history = history.where(~np.isnan(history.column("samples")))
     recent = history.tail(RECENT)
     if refit_speed or speed is None:
-        speed = fit_speed(np.array([p.get("workers") or 0 for p in recent], float),
-                          np.array([p.get("batch_size") or 0 for p in recent], float),
-                          np.array([p.get("samples_per_s") or 0.0 for p in recent], float), gpu_types, max_local_batch)
+        sample = speed_sample(history)
+        speed = fit_speed(np.array([p.get("workers") or 0 for p in sample], float),
+                          np.array([p.get("batch_size") or 0 for p in sample], float),
+                          np.array([p.get("samples_per_s") or 0.0 for p in sample], float), gpu_types, max_local_batch)
     speed = with_reported_noise(speed, recent)
     batch = current_batch or (recent[-1].get("batch_size") if recent else None) or 1
     # the curve's x: the step, or once the batch changed the samples over the first batch (``service.progress_axis``,

@@ -157,6 +157,15 @@ MIGRATIONS: list[str] = [
 ]
 
 
+def _resize_event(job: JobRecord, workers: int | None, batch_size: int | None) -> tuple[str, dict] | None:
+    """The event of a ``request_resize``: a hold asked for, or one released (what it held); releasing none, none."""
+    if workers is not None:
+        return "resize_requested", {"workers": workers, "batch_size": batch_size}
+    if job.requested_workers is not None:
+        return "resize_released", {"workers": job.requested_workers, "batch_size": job.requested_batch}
+    return None
+
+
 def _prediction(row: sqlite3.Row) -> dict:
     return dict(row) | {"loss_fit": json.loads(row["loss_fit"]) if row["loss_fit"] else None}
 
@@ -535,9 +544,10 @@ class Store:
                 self._event(c, now, job_id, "cancel_requested", {})
         return self.get(job_id)
 
-    def request_resize(self, job_id: int, workers: int, batch_size: int | None, now: float | None = None,
+    def request_resize(self, job_id: int, workers: int | None, batch_size: int | None, now: float | None = None,
                        refuse: Callable[[JobSpec], str | None] | None = None) -> JobRecord:
         """Hold the job at ``workers`` (and ``batch_size``) from the next round on; the loop applies it.
+        ``workers`` None releases the hold: the policy sizes the job again (a hold had no other way out).
 
         ``refuse(spec)``: why the job's own spec forbids it (``ResizeRefused``), checked on the one row read."""
         now = self.clock() if now is None else now
@@ -548,9 +558,11 @@ class Store:
             why = refuse(job.spec) if refuse is not None else None
             if why:
                 raise ResizeRefused(why)
+            batch_size = batch_size if workers is not None else None
             c.execute("UPDATE jobs SET requested_workers = ?, requested_batch = ? WHERE id = ?",
                       (workers, batch_size, job_id))
-            self._event(c, now, job_id, "resize_requested", {"workers": workers, "batch_size": batch_size})
+            if (event := _resize_event(job, workers, batch_size)) is not None:
+                self._event(c, now, job_id, *event)
         return replace(job, requested_workers=workers, requested_batch=batch_size)
 
     # -- allocations, progress, events, predictions -------------------------------------------------
