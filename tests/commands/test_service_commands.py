@@ -704,3 +704,43 @@ def test_serve_bound_beyond_loopback_names_a_reachable_url_and_says_the_token_tr
     v6 = started_note("::1", 8642, None, "cluster c.yaml").splitlines()
     assert v6 == ["dlsched service: API http://[::1]:8642  dashboard http://[::1]:8642/dashboard/",
                   "  cluster c.yaml, no authentication (--no-auth)", "  clients: export DLSCHED_SERVER=http://[::1]:8642"]
+
+
+def test_the_cli_waits_for_a_restarting_service_that_says_retry_after(tmp_path):
+    """A restarting service answers 503 + Retry-After until its recovery is done (``api.after_recovery``): the first
+    `dlsched status` after a restart failed with it. A stand-in server answers so twice, then the jobs."""
+    import http.server
+    import threading
+
+    seen = []
+
+    class Restarting(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.path)
+            busy = len(seen) <= 2
+            body = json.dumps({"error": "still taking up its jobs"} if busy else []).encode()
+            self.send_response(503 if busy else 200)
+            if busy:
+                self.send_header("Retry-After", "1")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Restarting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        token = tmp_path / "token"
+        token.write_text("t" * 32)
+        token.chmod(0o600)
+        env = {**os.environ, "DLSCHED_TOKEN_FILE": str(token), "PYTHONPATH": str(REPO / "src")}
+        r = subprocess.run([sys.executable, "-m", "dlsched.cli", "status", "--server",
+                            f"http://127.0.0.1:{server.server_port}"], env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert len(seen) >= 3 and all(p.startswith("/jobs") for p in seen), seen
+    finally:
+        server.shutdown()

@@ -29,6 +29,7 @@ from dlsched.service.fleet_status import summary
 from dlsched.service.store import ACTIVE, TERMINAL
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
+RECOVERY_RETRY_S = 120.0   # how long the CLI waits for a restarting service to take up its jobs (503 + Retry-After)
 STATE_STYLE = {"queued": "yellow", "running": "green", "rescaling": "cyan", "finished": "blue", "failed": "red",
                "cancelled": "magenta"}
 
@@ -67,6 +68,12 @@ class Client:
                                                    write=self.write_timeout, pool=self.http.timeout.pool))
         try:
             r = self.http.request(method, path, **kw)
+            # a restarting service answers 503 + Retry-After before doing anything (``api.after_recovery``): waited
+            # for here, as a user would, not an error on the first `dlsched status` after a restart
+            give_up = time.monotonic() + RECOVERY_RETRY_S
+            while r.status_code == 503 and "retry-after" in r.headers and time.monotonic() < give_up:
+                time.sleep(1.0)
+                r = self.http.request(method, path, **kw)
         except httpx.InvalidURL as e:
             raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
         except httpx.TransportError as e:

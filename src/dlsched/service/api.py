@@ -196,7 +196,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             return
         if not await run_in_threadpool(recovered.wait, RECOVERY_WAIT_S):
             raise StarletteHTTPException(503, "the service is still taking up its jobs after a restart (re-attaching "
-                                              "them, stopping those on nodes it no longer has); retry in a moment")
+                                              "them, stopping those on nodes it no longer has); retry in a moment",
+                                         headers={"Retry-After": "1"})   # nothing was done: the CLI retries
 
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None,
                   default_response_class=FiniteJSON, dependencies=[Depends(after_recovery)])
@@ -248,7 +249,9 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     @api.exception_handler(StarletteHTTPException)
     async def _http(_req, exc: StarletteHTTPException):
-        return _error(exc.status_code, exc.detail)
+        answer = _error(exc.status_code, exc.detail)
+        answer.headers.update(exc.headers or {})
+        return answer
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(_req, exc: RequestValidationError):
