@@ -36,6 +36,7 @@ from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import record_round
 from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, release_confirmed, released,
                                         waits_for_hold, without_held)
+from dlsched.service.retention import Retention
 from dlsched.service.stalls import StallWatch
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
                                    Store)
@@ -110,6 +111,7 @@ class LiveLoop:
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
         self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
         self.stalls = StallWatch(cluster.stall_after_s, store)   # alive but no progress: said, never acted on
+        self.retention = Retention(store, cluster.retain_ended_days)   # an ended job's step rows do not stay for good
         self.held_out = HeldOut()                          # jobs placed on nodes the round's view lacks
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
@@ -163,6 +165,7 @@ class LiveLoop:
         for job_id, pred in self.models.predict_queued(jobs).items():   # the queued ones, from the finished jobs
             self._pending.setdefault(job_id, (now, pred))
         self.publish_predictions(now)
+        self.retention.maybe_purge(now)
         return RoundStats(now, t2 - t1, t3 - t2, t1 - t0, len(jobs), tuple(actions), time.perf_counter() - t3)
 
     def watch_nodes(self, now: float, jobs: list[JobRecord], view: ClusterView) -> None:

@@ -706,6 +706,15 @@ class Store:
                 for t in ("jobs", "allocations", "progress", "events", "predictions")}
 
 
+def purge_ended(store: Store, before: float) -> dict[str, int]:
+    """Delete the step rows, events and predictions of the jobs that ended before ``before``; their job rows
+    (history: times, GPU time, outcome), allocations and finished fits stay. Rows deleted, per table."""
+    ended = "SELECT id FROM jobs WHERE state IN (" + ",".join("?" * len(TERMINAL)) + ") AND end_time < ?"
+    with store.batch():
+        return {t: store._conn().execute(f"DELETE FROM {t} WHERE job_id IN ({ended})", (*TERMINAL, before)).rowcount
+                for t in ("progress", "events", "predictions")}
+
+
 def job_counts(store: Store) -> dict[str, int]:
     """Jobs per state (the states with none left out)."""
     return dict(store._conn().execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
