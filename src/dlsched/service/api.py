@@ -324,7 +324,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                             status_code=201)
 
     @api.get("/jobs")
-    def list_jobs(state: str | None = None, all: bool = True) -> list[dict]:
+    def list_jobs(state: str | None = None) -> list[dict]:
         states = state.split(",") if state else None
         unknown = [x for x in states or [] if x not in ACTIVE + TERMINAL]
         if unknown:   # a typo answered [] with 200: "no such jobs"
