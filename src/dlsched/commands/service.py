@@ -300,6 +300,12 @@ def spec_with_overrides(path: Path, name: str | None, gpus: int | None, params: 
         update["gpus"] = gpus
     if params:
         update["params"] = {**spec.params, **parse_params(params)}
+        # total_samples written as num_samples x epochs follows an override of either: it stayed the file's, and the
+        # queue's forecast planned the old amount of work until the job's runtime reported the real total
+        old, new = (tuple(p.get(k) for k in ("num_samples", "epochs")) for p in (spec.params, update["params"]))
+        if (new != old and all(isinstance(v, int) and not isinstance(v, bool) for v in (*old, *new))
+                and spec.total_samples == old[0] * old[1]):
+            update["total_samples"] = new[0] * new[1]
     if spec.user is None:
         update["user"] = _current_user()
     if not update:
