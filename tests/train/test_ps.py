@@ -392,3 +392,14 @@ def test_a_finished_ps_job_re_run_with_more_epochs_trains_only_the_new_ones(tmp_
     again = _train_cli(d, "--workers", "2", params=("num_samples=64", "epochs=2"))
     out, _ = again.communicate(timeout=240)
     assert again.returncode == 0 and "already finished at step 8; nothing to train" in out, out
+
+
+def test_a_rank_that_failed_at_the_store_of_a_killed_rank_0_is_not_reported_lost(tmp_path):
+    """A stress run reported a killed server 0 with worker 0 beside it: the worker's last line was the TCPStore's
+    (rank 0 hosts it), not gloo's transport error."""
+    from dlsched.train.ps_runner import _lost_ranks, rank_log
+
+    rank_log(tmp_path, 1).parent.mkdir(parents=True)
+    rank_log(tmp_path, 1).write_text("--- dlsched ps generation 0\nTraceback (most recent call last):\n"
+                                     "torch.distributed.DistNetworkError: failed to recv, got 0 bytes\n")
+    assert _lost_ranks(tmp_path, {0: -9, 1: 1}) == ({0: -9}, "killed by signal 9")

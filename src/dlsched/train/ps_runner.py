@@ -355,8 +355,11 @@ def _ranks(lost: dict, servers: int) -> str:
     return ", ".join(f"server {r}" if r < servers else f"worker {r - servers}" for r in sorted(lost))
 
 
-# a rank whose peer died fails at its next exchange with gloo's transport error, naming no cause of its own
-PEER_LOST = "gloo/transport/tcp"
+# a rank whose peer died fails at its next exchange with gloo's transport error, naming no cause of its own; or at
+# its next store request, when the peer was rank 0, which hosts the generation's TCPStore (a stress run: a killed
+# server 0 was reported with worker 0, whose last line was the store's, not gloo's)
+PEER_LOST = ("gloo/transport/tcp", "Connection reset by peer", "Connection closed by peer", "Broken pipe",
+             "failed to recv", "DistNetworkError", "TCPStore")
 GENERATION_MARK = "--- dlsched ps generation "
 
 
@@ -377,7 +380,7 @@ def _lost_ranks(job_dir: Path, lost: dict) -> tuple[dict, str]:
     """The ranks lost, not the peers their loss then failed at the next exchange (all, where none is told apart),
     and the first one's cause."""
     lines = _last_lines(job_dir, lost)
-    own = {r: lost[r] for r, x in lines.items() if PEER_LOST not in x} or lost
+    own = {r: lost[r] for r, x in lines.items() if not any(m in x for m in PEER_LOST)} or lost
     return own, lines[min(own)]
 
 
