@@ -311,3 +311,22 @@ def test_ctrl_c_stops_a_script_job_like_sigterm(tmp_path):
     stopped = events(job_dir, "stopped")
     assert len(stopped) == 1 and stopped[0]["checkpoint"], out
     assert json.loads((job_dir / "status.json").read_text())["state"] == "stopped"
+
+
+def test_a_stop_in_an_epochs_last_step_resumes_into_that_epochs_evaluation(tmp_path):
+    """A SIGTERM in the epoch's last step checkpointed it before the code after the loader ran; the re-run went
+    straight to the next epoch, and epoch 0's evaluation was never made."""
+    job_dir, waiting = tmp_path / "job", tmp_path / "flag-waited"
+    proc = start_script(job_dir, 1, "--epochs", "2", "--flag-lands-at-epoch-end", str(waiting),
+                        runtime_args=("--record-samples",))
+    wait_until(lambda: waiting.exists() or proc.poll() is not None, 120, "epoch 0's last step")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM and events(job_dir, "stopped")[0]["step"] == SAMPLES // BATCH, out
+    assert not [r for r in events(job_dir, "metrics") if "val_mse" in r["metrics"]], "stopped before the evaluation"
+
+    finish(start_script(job_dir, 1, "--epochs", "2", runtime_args=("--record-samples",)), timeout=300)
+    evaluated = [(r["epoch"], r["step"]) for r in events(job_dir, "metrics") if "val_mse" in r["metrics"]]
+    assert evaluated == [(0, SAMPLES // BATCH), (1, 2 * SAMPLES // BATCH)], evaluated
+    assert [e["epoch"] for e in events(job_dir, "epoch_end")] == [0, 1]
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})

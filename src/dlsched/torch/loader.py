@@ -157,8 +157,9 @@ def remaining_epochs(epochs: int) -> Iterator[int]:
     s = current_session()
     s.epochs = int(epochs)
     s.join()
-    if s.table is not None and s.table.done:  # resumed from the last step of an epoch
-        s.next_epoch()
+    # resumed from an epoch's last step (a stop there, or a checkpoint): that epoch again, whose loader has no batch
+    # left, so the code after it (an evaluation) runs; it was skipped, and a stop there lost the epoch's evaluation
+    # (a replayed one is recorded once: ``train.replayed_records``)
     while s.epoch < epochs:
         yield s.epoch
         s.next_epoch()
