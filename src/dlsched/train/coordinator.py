@@ -31,8 +31,8 @@ from dlsched.train import storage
 from dlsched.train import preemption, worker_forkserver
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.devices import job_devices
-from dlsched.train.files import (ProgressLog, job_program, last_generation, read_progress, read_status,
-                                 write_status)
+from dlsched.train.files import (ProgressLog, answered_control, job_program, last_generation, read_progress,
+                                 read_status, write_status)
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
@@ -238,10 +238,11 @@ class Coordinator:
             worker_forkserver.start_shielded()
         # a resumed job numbers its generations after the last run's, and says where it resumed: the sample
         # records the last run wrote after that step are then known to be rolled back (committed_sample_ids)
-        first = last_generation(self.dir) + 1
+        log = read_progress(self.dir)   # once: a long job's log is large, and three readers want it
+        self.resizer.control.generation = answered_control(log)
+        first = last_generation(self.dir, log) + 1
         self.generation = first - 1
         if first > 0:
-            log = read_progress(self.dir)
             self.replays = ReplayedRecords.from_log(log, start.step)
             was = checkpointed.global_batch or logged_batch(log, start.step)
             self.progress.write({"event": "resumed", "time": time.time(), "new_generation": first,

@@ -176,19 +176,21 @@ def read_progress(job_dir: Path) -> list[dict]:
     return read_json_lines(Path(job_dir) / "progress.jsonl")
 
 
-def answered_control(job_dir: Path) -> int:
-    """The highest control.json generation an earlier run of the job answered or gave up (-1: none). The file is a
-    level and outlives the run: a re-run applied the last run's request again, over its own ``--workers``."""
-    gens = [r.get("control_generation") for r in read_progress(job_dir)]
-    return max((g for g in gens if isinstance(g, int) and not isinstance(g, bool)), default=-1)
+def answered_control(log: list[dict]) -> int:
+    """The highest control.json generation an earlier run of the job answered or gave up (-1: none), from its
+    progress records (``read_progress``). The file is a level and outlives the run: a re-run applied the last run's
+    request again, over its own ``--workers``."""
+    return _highest(r.get("control_generation") for r in log)
 
 
-def last_generation(job_dir: Path) -> int:
+def last_generation(job_dir: Path, log: list[dict]) -> int:
     """The highest coordinator generation an earlier run of the job published (-1: none): in status.json, or
-    on a step record if that run was killed before its status said so."""
-    status = read_status(job_dir) or {}
-    gens = [r.get("generation") for r in read_progress(job_dir)] + [status.get("generation")]
-    return max((g for g in gens if isinstance(g, int) and not isinstance(g, bool)), default=-1)
+    on a step record (``log``: its progress records) if that run was killed before its status said so."""
+    return _highest([r.get("generation") for r in log] + [(read_status(job_dir) or {}).get("generation")])
+
+
+def _highest(values) -> int:
+    return max((g for g in values if isinstance(g, int) and not isinstance(g, bool)), default=-1)
 
 
 def control_bytes(job_dir: Path) -> bytes | None:

@@ -11,7 +11,7 @@ import time
 
 from dlsched.train.data import PartitionTable
 from dlsched.train.devices import free_devices, keepers
-from dlsched.train.files import Control, ControlWatch, answered_control
+from dlsched.train.files import Control, ControlWatch
 from dlsched.train.launcher import NoFreeSlot
 from dlsched.train.polling import Backoff
 from dlsched.train.protocol import STOP_PREEMPT, STOP_RESIZE, End, end_key, ready_key, stop_key
@@ -26,8 +26,9 @@ REJOIN_READY_S = 300.0   # a rejoin's newcomers must be ready by then (a worker 
 class Resizer:
     def __init__(self, coordinator):
         self.c = coordinator  # publishes the plans, owns the group
+        # its generation starts past what earlier runs answered: ``Coordinator.run`` sets it from the job's log
         self.control = ControlWatch(coordinator.dir, lambda error: coordinator.progress.write(
-            {"event": "control_rejected", "error": error, "time": time.time()}), answered_control(coordinator.dir))
+            {"event": "control_rejected", "error": error, "time": time.time()}))
         self.active = False  # a resize is under way (straggler detection pauses)
         self.rejoin: dict | None = None  # the rejoin under way: its event's extra fields
 
