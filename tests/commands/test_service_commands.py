@@ -709,49 +709,22 @@ def test_serve_bound_beyond_loopback_names_a_reachable_url_and_says_the_token_tr
 def test_the_cli_waits_for_a_restarting_service_that_says_retry_after(tmp_path):
     """A restarting service answers 503 + Retry-After until its recovery is done (``api.after_recovery``): the first
     `dlsched status` after a restart failed with it. A stand-in server answers so twice, then the jobs."""
-    import http.server
-    import threading
+    from tests.standin_server import standin_server
 
     seen = []
 
-    class Restarting(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            seen.append(self.path)
-            busy = len(seen) <= 2
-            body = json.dumps({"error": "still taking up its jobs"} if busy else []).encode()
-            self.send_response(503 if busy else 200)
-            if busy:
-                self.send_header("Retry-After", "1")
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def restarting(path, headers):
+        seen.append(path)
+        if len(seen) <= 2:
+            return 503, "application/json", b'{"error": "still taking up its jobs"}', {"Retry-After": "1"}
+        return 200, "application/json", b"[]", {}
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Restarting)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        token = tmp_path / "token"
-        token.write_text("t" * 32)
-        token.chmod(0o600)
-        env = {**os.environ, "DLSCHED_TOKEN_FILE": str(token), "PYTHONPATH": str(REPO / "src")}
-        r = subprocess.run([sys.executable, "-m", "dlsched.cli", "status", "--server",
-                            f"http://127.0.0.1:{server.server_port}"], env=env, capture_output=True, text=True,
-                           timeout=120)
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert len(seen) >= 3 and all(p.startswith("/jobs") for p in seen), seen
-    finally:
-        server.shutdown()
-
-
-def test_an_override_of_epochs_or_num_samples_carries_to_a_total_samples_written_as_their_product():
-    """--param epochs=1 on a spec with total_samples = num_samples x epochs left the file's total (the forecast
-    planned twice the work until the job started)."""
-    from dlsched.commands.service import spec_with_overrides
-
-    path = REPO / "examples" / "demo" / "jobs" / "resnet20.yaml"   # num_samples 1536, epochs 2, total_samples 3072
-    assert spec_with_overrides(path, None, None, ["epochs=1"]).total_samples == 1536
-    assert spec_with_overrides(path, None, None, ["num_samples=512", "epochs=3"]).total_samples == 1536
-    assert spec_with_overrides(path, None, None, ["lr=0.1"]).total_samples == 3072
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    env = {**os.environ, "DLSCHED_TOKEN_FILE": str(token), "PYTHONPATH": str(REPO / "src")}
+    with standin_server(restarting) as base:
+        r = subprocess.run([sys.executable, "-m", "dlsched.cli", "status", "--server", base], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(seen) >= 3 and all(p.startswith("/jobs") for p in seen), seen

@@ -382,37 +382,20 @@ def test_the_token_leaves_the_address_bar_once_the_page_has_it(tmp_path):
     """The page kept ?token= in the address bar, so in the browser's history and bookmarks and in the Referer of
     every request it made. It keeps the token for the tab (sessionStorage) and replaces the URL without it. The
     real page in a real browser, served by a stand-in that records what the page's API requests carry."""
-    import http.server
-    import threading
-
     from dlsched.service.dashboard_routes import STATIC_DIR
+    from tests.standin_server import standin_server
 
     seen = []
 
-    class Recorder(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            if self.path.startswith("/dashboard/api/"):
-                seen.append((self.headers.get("Authorization"), self.headers.get("Referer")))
-                body, status, kind = b'{"detail": "recorded"}', 401, "application/json"
-            else:
-                name = "index.html" if self.path.split("?")[0] == "/dashboard/" else self.path.rsplit("/", 1)[-1]
-                body, status = (STATIC_DIR / name).read_bytes(), 200
-                kind = {"js": "text/javascript", "css": "text/css"}.get(name.rsplit(".", 1)[-1], "text/html")
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def record(path, headers):
+        if path.startswith("/dashboard/api/"):
+            seen.append((headers.get("Authorization"), headers.get("Referer")))
+            return 401, "application/json", b'{"detail": "recorded"}', {}
+        name = "index.html" if path.split("?")[0] == "/dashboard/" else path.rsplit("/", 1)[-1]
+        kind = {"js": "text/javascript", "css": "text/css"}.get(name.rsplit(".", 1)[-1], "text/html")
+        return 200, kind, (STATIC_DIR / name).read_bytes(), {}
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}/dashboard/"
+    with standin_server(record) as base:
+        url = f"{base}/dashboard/"
         _chromium(f"{url}?token=s3cret#/job/7", tmp_path, "--dump-dom")
-    finally:
-        server.shutdown()
-        server.server_close()
     assert seen and seen[0] == ("Bearer s3cret", url), seen   # the token sent, the URL without it (a Referer has no #)
