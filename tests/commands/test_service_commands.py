@@ -728,3 +728,14 @@ def test_the_cli_waits_for_a_restarting_service_that_says_retry_after(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(seen) >= 3 and all(p.startswith("/jobs") for p in seen), seen
+
+
+def test_an_override_of_epochs_or_num_samples_carries_to_a_total_samples_written_as_their_product():
+    """--param epochs=1 on a spec with total_samples = num_samples x epochs left the file's total (the forecast
+    planned twice the work until the job started)."""
+    from dlsched.commands.service import spec_with_overrides
+
+    path = REPO / "examples" / "demo" / "jobs" / "resnet20.yaml"   # num_samples 1536, epochs 2, total_samples 3072
+    assert spec_with_overrides(path, None, None, ["epochs=1"]).total_samples == 1536
+    assert spec_with_overrides(path, None, None, ["num_samples=512", "epochs=3"]).total_samples == 1536
+    assert spec_with_overrides(path, None, None, ["lr=0.1"]).total_samples == 3072
