@@ -10,6 +10,7 @@ from dlsched.backends.recording import RecordingBackend
 from dlsched.backends.local import LocalBackend
 from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, NodeView, Policy, register
 from dlsched.round import InvalidAllocation
+from dlsched.service.job_models import job_view
 from dlsched.service.loop import LiveLoop
 from dlsched.service.store import FAILED, FINISHED, QUEUED, RUNNING, Store
 from dlsched.spec import load_job_spec
@@ -242,6 +243,28 @@ def test_a_job_that_finishes_between_the_read_and_the_poll_keeps_its_last_steps(
     job = store.submit(load_job_spec(job_yaml("j", samples=320)))
     run_until(loop, store, lambda: store.get(job).state == FINISHED)
     assert store.get(job).samples == 320          # read after the poll said finished: nothing is left behind
+
+
+def test_a_job_that_trained_every_sample_is_neither_grown_nor_preempted_while_it_exits(tmp_path):
+    """Between its last step and its exit (its evaluation, last checkpoint) a job's process still runs: a round
+    there gave it every free GPU (live: a grow it never made, held one round while others queued)."""
+    store = Store(tmp_path / "s.db")
+    backend = RecordingBackend()
+    loop = LiveLoop(store, backend, cluster("test-elastic", (2, 2)), tmp_path)
+    job = store.submit(load_job_spec(job_yaml("j", gpus=1, max_gpus=4, samples=320)))
+    loop.round()
+    assert store.get(job).num_gpus == 4
+    backend.calls.clear()
+    j = store.get(job)
+    confirm(loop, j)
+    with open(loop.job_dir(job) / "progress.jsonl", "a") as f:   # its last step, trained on 4 GPUs
+        f.write(json.dumps({"time": 2.0, "step": 10, "samples": 320, "total_samples": 320, "workers": 4,
+                            "control_generation": j.generation}) + "\n")
+    store.update(job, num_gpus=2, placement={"n0": 2})   # as if it had shrunk: the round would grow it back
+    loop.round()
+    assert store.get(job).num_gpus == 2 and backend.calls == [], backend.calls
+    view = job_view(store.get(job), None)
+    assert view.max_gpus == view.min_gpus == 2 and not view.preemptible
 
 
 class LosesANodeAfterAPoll(RecordingBackend):

@@ -53,12 +53,18 @@ def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = R
         # a grow past its deadline (service/slot_holds.py)
         hi = max(lo, min(hi, job.num_gpus))
     remaining = max(0.0, job.total_samples - job.samples) if job.total_samples else None
+    preemptible = s.preemptible
+    if remaining == 0 and job.num_gpus:
+        # trained every sample: it evaluates, checkpoints and exits on its own; a grow given to it now (live, one
+        # round's) would wait out a resize it never makes while others queue, a preemption would lose that last work
+        lo = hi = job.num_gpus
+        preemptible = False
     return JobView(
         id=str(job.id), submit_time=job.submit_time, requested_gpus=max(lo, min(s.gpus, hi)), batch_size=batch,
         min_batch_size=blo, max_batch_size=bhi, max_local_batch=s.max_local_batch,
         max_gpus=hi, min_gpus=lo, attained_service=job.attained_service, run_time=job.run_time,
         placement=job.placement, current_batch_size=job.batch_size, remaining_samples=remaining,
-        speed=speed, kind=s.kind, preemptible=s.preemptible,
+        speed=speed, kind=s.kind, preemptible=preemptible,
         attrs={"name": job.name, "elastic": s.elastic, "samples_done": job.samples, "loss": job.last_loss,
                "state": job.state, "restart_s": restart_s,
                # starts and resizes after the first start, as the simulator counts them (Pollux's restart budget)
