@@ -109,6 +109,9 @@ def test_a_spec_trains_at_its_lr_at_its_batch_size_as_the_service_does(tmp_path,
                                                 "round every N global batches; give N >= 1)"),   # was 10, unsaid
     (("--strategy", "ps", "--batch-size", "-4"), "error: --batch-size -4: must be >= 1"),   # was a traceback
     (("--strategy", "ps", "--batch-size", "0"), "error: --batch-size 0: must be >= 1"),   # was the job's batch
+    (("--strategy", "ps", "--record-samples"), "error: --record-samples: not for --strategy ps (a ps job records "
+                                               "each batch's samples in ps/records/)"),
+    (("--max-restarts", "-1"), "error: --max-restarts -1: must be >= 0"),
     (("--max-workers", "4"), "error: --max-workers 4: an autoscale option; add --autoscale (or drop it)"),
     (("--autoscale", "--sparse"), "error: --sparse: a parameter-server option, not for --strategy allreduce; add "
                                   "--strategy ps"),
@@ -143,3 +146,15 @@ def test_a_ps_folder_is_refused_to_another_job_and_to_all_reduce_and_a_finished_
         f"error: {tmp_path / 'job'}: its job trains examples/mlp.py:make_job, not examples/embedding.py:make_job; "
         "give this one another --job-dir\n"), another.stderr
     assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] == "finished"   # its record kept
+
+
+def test_train_passes_the_runtimes_audit_and_recovery_options_on(tmp_path):
+    """`dlsched train` had no --record-samples, --max-restarts, --no-replace-stragglers or --threads: documented
+    runtime options a user reached only through `python -m dlsched.train.run`."""
+    job = tmp_path / "job"
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "examples/mlp.py:make_job", "--job-dir",
+                        str(job), "--param", "num_samples=128", "--param", "epochs=1", "--batch-size", "32",
+                        "--record-samples", "--max-restarts", "0", "--no-replace-stragglers", "--threads", "1"],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert any((job / "samples").iterdir())   # the per-step sample ids, written only with --record-samples

@@ -41,6 +41,13 @@ def register(app: typer.Typer) -> None:
                                                     help="autoscale: cost of a worker-hour (utility units)"),
         utility: str = typer.Option(AUTOSCALE["--utility"], help="autoscale: VALUE:SECONDS, worth VALUE now and 0 "
                                     "at SECONDS (linear); empty = efficiency alone"),
+        max_restarts: int = typer.Option(3, "--max-restarts", help="worker-loss recoveries (from the last "
+                                         "checkpoint) before the job fails"),
+        replace_stragglers: bool = typer.Option(True, "--replace-stragglers/--no-replace-stragglers",
+                                                help="all-reduce: replace a worker the EWMA rule flags as slow"),
+        threads: int = typer.Option(0, help="torch threads per worker (0 = CPU cores // workers)"),
+        record_samples: bool = typer.Option(False, "--record-samples", help="all-reduce: write each step's sample "
+                                            "ids to JOB_DIR/samples/ (an exactly-once audit)"),
         checkpoint_uri: str = typer.Option(None, "--checkpoint-uri", help="checkpoint location: a path or fsspec "
                                            "URI (file://, s3://... with its driver); default JOB_DIR/ckpt"),
         spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): entry, params, gpus, batch_size, "
@@ -107,6 +114,13 @@ def register(app: typer.Typer) -> None:
                 "--servers", str(servers), "--sync", sync]
         if sparse:
             argv += ["--sparse"]
+        if max_restarts != 3:
+            argv += ["--max-restarts", str(max_restarts)]
+        for flag, given in (("--no-replace-stragglers", not replace_stragglers), ("--record-samples", record_samples)):
+            if given:
+                argv += [flag]
+        if threads:
+            argv += ["--threads", str(threads)]
         if not script:
             argv += ["--entry", entry[0]]
         if batch_size is not None:   # `if batch_size:` dropped --batch-size 0: trained at the script's batch, exit 0

@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
         raise UserError("--strategy ps: a script after '--' is not supported; give the make_job form (FILE.py:make_job)")
     if a.checkpoint_uri is not None and (a.strategy != "allreduce" or not a.checkpoint_uri):
         raise UserError(f"--checkpoint-uri {a.checkpoint_uri!r}: a non-empty path or URI, for an all-reduce job only")
+    if a.max_restarts < 0 or a.threads < 0:
+        flag, value = ("--max-restarts", a.max_restarts) if a.max_restarts < 0 else ("--threads", a.threads)
+        raise UserError(f"{flag} {value}: must be >= 0")
     if a.ckpt_every < 0:   # -1 checkpointed on every step (step % -1 == 0)
         raise UserError(f"--ckpt-every {a.ckpt_every}: must be >= 0 (0 = never)")
     for flag, value in (("--batch-size", a.batch_size), ("--reference-batch-size", a.reference_batch_size),
@@ -104,9 +107,12 @@ def _refuse_other_strategies_options(a: argparse.Namespace) -> None:
             ("--batch-mode", a.batch_mode, a.batch_mode != BatchMode.FIXED_GLOBAL.value,
              "a ps job keeps its global batch and splits it over its workers"),
             ("--ckpt-every", a.ckpt_every, a.ckpt_every == 0, "a ps job commits a round every N global batches; "
-             "give N >= 1")):
+             "give N >= 1"),
+            ("--record-samples", "", a.record_samples, "a ps job records each batch's samples in ps/records/"),
+            ("--no-replace-stragglers", "", a.no_replace_stragglers, "a ps job replaces no straggler"),
+            ("--threads", a.threads, a.threads != 0, "a ps rank sets its own torch threads")):
         if given:
-            raise UserError(f"{flag} {value}: not for --strategy ps ({why})")
+            raise UserError(f"{flag} {value}".strip() + f": not for --strategy ps ({why})")
 
 
 def _folder_strategy(job_dir) -> str | None:
