@@ -593,3 +593,23 @@ def test_the_speed_fit_remembers_a_configuration_the_job_left():
                        samples_done=recs[-1]["samples"])
     assert speed.throughput(4, 1, 64) == pytest.approx(slow4, rel=0.25)
     assert speed.throughput(4, 1, 64) < speed.throughput(1, 1, 64)
+
+
+def test_the_speed_sample_keeps_the_newest_records_of_each_of_the_newest_configurations():
+    """``SPEED_PER_CONFIG`` newest records per (workers, batch), of the ``SPEED_CONFIGS`` newest configurations,
+    in log order; a record without workers is a configuration of its own."""
+    from dlsched.service.progress_history import ProgressHistory
+    from dlsched.service.refit import SPEED_CONFIGS, SPEED_PER_CONFIG, speed_sample
+
+    configs = [(w, 32) for w in range(1, SPEED_CONFIGS + 2)] + [(None, 32)]   # the first is the oldest: dropped
+    recs = [{"step": i, **({"workers": w} if w else {}), "batch_size": b}
+            for i, (w, b) in enumerate(c for c in configs for _ in range(SPEED_PER_CONFIG + 5))]
+    kept = speed_sample(ProgressHistory.of(recs))
+    steps = [r["step"] for r in kept]
+    assert steps == sorted(steps) and len(kept) == SPEED_CONFIGS * SPEED_PER_CONFIG
+    by = {}
+    for r in kept:
+        by.setdefault(r.get("workers"), []).append(r["step"])
+    assert 1 not in by and 2 not in by and None in by    # the newest SPEED_CONFIGS: 3 .. SPEED_CONFIGS+1 and None
+    per = SPEED_PER_CONFIG + 5
+    assert by[3] == list(range(3 * per - SPEED_PER_CONFIG, 3 * per))   # each one's newest

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 from scipy.optimize import nnls
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior
@@ -129,16 +130,10 @@ def speed_sample(history: ProgressHistory) -> list[dict]:
     """The records the speed model is fitted on (``SPEED_PER_CONFIG`` above), in their order."""
     n = len(history)
     start = max(0, n - SPEED_LOOKBACK)
-    w = np.nan_to_num(history.column("workers")[start:], nan=-1.0)
-    b = np.nan_to_num(history.column("batch_size")[start:], nan=-1.0)
-    newest_first = np.stack([w, b], axis=1)[::-1]
-    _, first, group = np.unique(newest_first, axis=0, return_index=True, return_inverse=True)
-    group = group.reshape(-1)
-    order = np.argsort(group, kind="stable")        # each configuration's records, newest first
-    bounds = np.flatnonzero(np.diff(group[order])) + 1
-    rank = np.empty(len(group), int)
-    rank[order] = np.arange(len(group)) - np.repeat(np.r_[0, bounds], np.diff(np.r_[0, bounds, len(group)]))
-    keep = (rank < SPEED_PER_CONFIG) & np.isin(group, np.argsort(first)[:SPEED_CONFIGS])
+    newest_first = pd.DataFrame({"w": history.column("workers")[start:][::-1],
+                                 "b": history.column("batch_size")[start:][::-1]})
+    by_config = newest_first.groupby(["w", "b"], sort=False, dropna=False)   # configurations newest first
+    keep = ((by_config.cumcount() < SPEED_PER_CONFIG) & (by_config.ngroup() < SPEED_CONFIGS)).to_numpy()
     mask = np.zeros(n, bool)
     mask[start:] = keep[::-1]
     return history.where(mask).tail(n)
