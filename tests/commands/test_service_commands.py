@@ -728,6 +728,7 @@ def test_the_cli_waits_for_a_restarting_service_that_says_retry_after(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(seen) >= 3 and all(p.startswith("/jobs") for p in seen), seen
+    assert r.stderr == "GET /jobs: HTTP 503: still taking up its jobs; retrying for up to 120 s\n"   # said once
 
 
 def test_an_override_of_epochs_or_num_samples_carries_to_a_total_samples_written_as_their_product():

@@ -319,12 +319,15 @@ def test_a_resize_outside_the_jobs_own_batch_range_is_a_422_naming_the_field_and
         assert client.get(f"/jobs/{job}").json()["requested_batch"] == batch
 
 
-def test_a_database_locked_past_the_busy_timeout_is_a_503_and_nothing_is_stored(tmp_path, monkeypatch):
+def test_a_database_locked_past_the_busy_timeout_is_a_503_and_nothing_is_stored(tmp_path, monkeypatch, capsys):
     """An sqlite3 shell (or a backup tool) holding the write lock: a submission waited 30 s, then answered a bare 500
     'Internal Server Error', and the CLI, which had given up at 10 s, said the service could not be reached (the job
     might have been stored; a retry could submit it twice)."""
+    import logging
     import sqlite3
+    import threading
 
+    from dlsched.commands import service as service_commands
     from dlsched.commands.service import Client
     from dlsched.service import store as store_module
 
@@ -341,10 +344,30 @@ def test_a_database_locked_past_the_busy_timeout_is_a_503_and_nothing_is_stored(
             holder.execute("ROLLBACK")
             assert c.get("/jobs").json() == []                     # nothing was stored
             assert c.post("/jobs", content=job_yaml("a"), headers=YAML).status_code == 201   # and it writes again
+        # the CLI says it retries, and its retry stores the job once the lock is gone, once
+        refused = threading.Event()
+
+        class Refusals(logging.Handler):
+            def emit(self, record):
+                if record.getMessage().startswith("API request refused"):
+                    refused.set()
+
+        handler = Refusals()
+        logging.getLogger("dlsched.service").addHandler(handler)
         holder.execute("BEGIN IMMEDIATE")
-        client = Client(svc.url, svc.token)
+        client, answers = Client(svc.url, svc.token), []
+        submit = threading.Thread(target=lambda: answers.append(client.submit(job_yaml("b").encode(), "yaml")))
+        submit.start()
+        assert refused.wait(60)
+        holder.execute("ROLLBACK")
+        submit.join(60)
+        logging.getLogger("dlsched.service").removeHandler(handler)
+        assert answers and [j["name"] for j in client.http.get("/jobs").json()] == ["a", "b"]
+        assert "HTTP 503: the service's database stayed locked for 0.5 s" in capsys.readouterr().err
+        holder.execute("BEGIN IMMEDIATE")   # past RETRY_S: one line
+        monkeypatch.setattr(service_commands, "RETRY_S", 0.0)
         with pytest.raises(UserError, match=r"HTTP 503: the service's database stayed locked for 0.5 s"):
-            client.submit(job_yaml("b").encode(), "yaml")
+            client.submit(job_yaml("c").encode(), "yaml")
         holder.execute("ROLLBACK")
     finally:
         stop_service_and_jobs(svc)

@@ -29,7 +29,9 @@ from dlsched.service.fleet_status import summary
 from dlsched.service.store import ACTIVE, TERMINAL
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
-RECOVERY_RETRY_S = 120.0   # how long the CLI waits for a restarting service to take up its jobs (503 + Retry-After)
+# how long the CLI retries a 503 + Retry-After (nothing was done): a restarting service taking up its jobs, a
+# database another process holds locked
+RETRY_S = 120.0
 STATE_STYLE = {"queued": "yellow", "running": "green", "rescaling": "cyan", "finished": "blue", "failed": "red",
                "cancelled": "magenta"}
 
@@ -40,6 +42,15 @@ class ServiceError(UserError):
     def __init__(self, message: str, status: int, answer: dict):
         super().__init__(message)
         self.status, self.answer = status, answer
+
+
+def _answer(r: httpx.Response) -> dict:
+    """An error answer's JSON object; its text as ``error`` where it is none."""
+    try:
+        answer = r.json()
+    except ValueError:
+        answer = None
+    return answer if isinstance(answer, dict) else {"error": r.text}
 
 
 class Client:
@@ -70,7 +81,11 @@ class Client:
             r = self.http.request(method, path, **kw)
             # a restarting service answers 503 + Retry-After before doing anything (``api.after_recovery``): waited
             # for here, as a user would, not an error on the first `dlsched status` after a restart
-            give_up = time.monotonic() + RECOVERY_RETRY_S
+            give_up = time.monotonic() + RETRY_S
+            if r.status_code == 503 and "retry-after" in r.headers:
+                # said: a locked database's retries waited 2.5 min without a word
+                print(f"{method} {path}: HTTP 503: {_answer(r).get('error', r.text)}; retrying for up to "
+                      f"{RETRY_S:g} s", file=sys.stderr, flush=True)
             while r.status_code == 503 and "retry-after" in r.headers and time.monotonic() < give_up:
                 time.sleep(1.0)
                 r = self.http.request(method, path, **kw)
@@ -90,11 +105,7 @@ class Client:
         except httpx.HTTPError as e:
             raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` running?)") from None
         if r.status_code >= 400:
-            try:
-                answer = r.json()
-            except ValueError:
-                answer = None
-            answer = answer if isinstance(answer, dict) else {"error": r.text}
+            answer = _answer(r)
             hint = (" (the token is in the service's STATE_DIR/token: set DLSCHED_TOKEN_FILE to it)"
                     if r.status_code == 401 else "")
             raise ServiceError(f"{method} {path}: HTTP {r.status_code}: {answer.get('error', r.text)}{hint}",
