@@ -167,3 +167,16 @@ def test_a_spreadsheets_quoted_header_is_read_and_a_bad_row_after_a_blank_line_i
     p.write_text("timestamp,duration,num_gpus\n2024-01-01 00:00:00,100,2\n\n\n2024-01-01 00:01:00,-1,1\n")
     with pytest.raises(UserError, match=r"mine.csv:5: field 'duration' = '-1'"):
         read_workload(p)
+
+
+def test_a_unix_time_in_milliseconds_is_a_bad_row_naming_the_unit(tmp_path):
+    """An export's Unix time in ms (a Java or Prometheus clock) was read as seconds: the second of two jobs a
+    minute apart came 60 000 s after the first, and the run said nothing (makespan 60 230 s, GPU util 0.3 %)."""
+    p = tmp_path / "mine.csv"
+    p.write_text("timestamp,duration,num_gpus\n1710068400000,100,2\n1710068460000,200,4\n")
+    with pytest.raises(UserError, match=r"^\S*mine.csv:2: field 'timestamp' = '1710068400000': past year 9999 as "
+                                        r"seconds; as milliseconds since 1970 it is 2024-03-10T11:00:00\+00:00"):
+        read_workload(p)
+    p.write_text("timestamp,duration,num_gpus\n1710068400000000000,100,2\n253402300799,100,2\n")
+    w = read_workload(p, skip_bad=True)
+    assert "as nanoseconds since 1970 it is 2024-03-10T11:00:00" in w.skipped[0] and len(w.jobs) == 1

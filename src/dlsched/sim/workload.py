@@ -173,6 +173,20 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
                     _unread_columns(path, reader.fieldnames, POLLUX_COLUMNS, "Pollux"))
 
 
+# the last second a date-time can name: a number beyond it is no time in seconds
+_LAST_SECOND = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
+
+
+def _unit_hint(value: float) -> str:
+    """Why a number of seconds past year 9999 is refused: an export in ms, us or ns since 1970 (a Java or
+    Prometheus clock) read as seconds put the next job years after the first, the run silently wrong."""
+    for unit, per_s in (("milliseconds", 1e3), ("microseconds", 1e6), ("nanoseconds", 1e9)):
+        if abs(value) / per_s <= _LAST_SECOND:
+            when = datetime.fromtimestamp(value / per_s, timezone.utc).isoformat(timespec="seconds")
+            return f"past year 9999 as seconds; as {unit} since 1970 it is {when}: give seconds or a date-time"
+    return "past year 9999 as seconds"
+
+
 def _instant(text: str) -> float | None:
     """Seconds of a timestamp: a date-time (ISO 8601) or a number of seconds (a Unix time, what many clusters log;
     it was a bad row). None when it is neither."""
@@ -205,6 +219,9 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
         ts = _instant(row.get("timestamp") or "")
         if ts is None:
             rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS) or seconds")
+            continue
+        if abs(ts) > _LAST_SECOND:
+            rows.bad(line, "timestamp", row.get("timestamp"), _unit_hint(ts))
             continue
         # a zero duration became 1 s without a word (Philly's own shortest job is 1 s)
         d = _num(rows, line, row, "duration", float, above=0)
