@@ -180,3 +180,14 @@ def test_a_unix_time_in_milliseconds_is_a_bad_row_naming_the_unit(tmp_path):
     p.write_text("timestamp,duration,num_gpus\n1710068400000000000,100,2\n253402300799,100,2\n")
     w = read_workload(p, skip_bad=True)
     assert "as nanoseconds since 1970 it is 2024-03-10T11:00:00" in w.skipped[0] and len(w.jobs) == 1
+
+
+def test_a_line_of_spaces_is_a_blank_line(tmp_path):
+    """An export's blank line holding spaces or a tab was a bad row ("expected 3 comma-separated fields"), while an
+    empty one was skipped; a bad row after it is still named by its own line."""
+    p = tmp_path / "mine.csv"
+    p.write_text("timestamp,duration,num_gpus\n1000,100,2\n   \n\t\n1030,200,4\n")
+    assert [(j.submit_time, j.duration) for j in read_workload(p).jobs] == [(0.0, 100.0), (30.0, 200.0)]
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,128\n  \nb,x,cifar10,1,128\n")
+    with pytest.raises(UserError, match=r"mine.csv:4: field 'time' = 'x'"):
+        read_workload(p)

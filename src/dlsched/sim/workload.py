@@ -126,7 +126,9 @@ def read_trace_text(path: Path) -> str:
 
 
 def _open_csv(path: Path, required: tuple[str, ...], text: str | None) -> csv.DictReader:
-    reader = csv.DictReader((read_trace_text(path) if text is None else text).splitlines())
+    # a line of spaces is a blank line, as csv skips an empty one (it was a bad row "expected 3 fields")
+    lines = (read_trace_text(path) if text is None else text).splitlines()
+    reader = csv.DictReader([line if line.strip() else "" for line in lines])
     if reader.fieldnames:   # "name, time, ..." is the same header (read_workload picks the reader that way)
         reader.fieldnames = [c.strip() for c in reader.fieldnames]
     missing = [c for c in required if c not in (reader.fieldnames or [])]
