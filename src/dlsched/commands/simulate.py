@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
     def simulate(
         ctx: typer.Context,
         workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV (name,time,application,"
-                                      "num_replicas,batch_size), Philly-style CSV (timestamp,duration,num_gpus) or Gavel TSV trace; 1-4 (or "
+                                      "num_replicas,batch_size), Philly-style CSV (timestamp,duration,num_gpus[,job_id]) or Gavel TSV trace; 1-4 (or "
                                       "workload-N) names the Pollux artifact's workload N"),
         policy: List[str] = typer.Option(["tiresias"], "--policy", "-p", help="registered policy name; repeatable"),
         nodes: int = typer.Option(16, help="nodes in a homogeneous cluster"),

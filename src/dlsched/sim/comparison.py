@@ -32,7 +32,8 @@ DEFINITIONS = {
                  "noise:SIGMA; 'none for N/M jobs': jobs the predictor has nothing to predict from)",
 }
 JOB_COLUMNS = {
-    "id": "the trace's job name (Philly: philly-LINE, the file's line)",
+    "id": "the trace's job name (Philly-style: its job_id, jobid, id or name column, else philly-LINE, the file's "
+          "line)",
     "submit": "submission time (s; Philly: after the trace's earliest timestamp)",
     "start": "first start (s); empty if it never ran",
     "finish": "completion (s); empty if unfinished by --horizon",

@@ -23,6 +23,9 @@ PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 # the columns read, and all a trace of one's own needs: gpu_time is duration x num_gpus, and the virtual cluster is
 # not modelled (both were required, so a three-column trace was an "unrecognised workload header")
 PHILLY_READ = PHILLY_COLUMNS[:3]
+# a trace of one's own may name its jobs (the first of these columns it has): the reports carry that name, and a
+# job exported twice is a bad row; without one a job is philly-LINE (the ids were dropped, a duplicate ran twice)
+PHILLY_IDS = ("job_id", "jobid", "id", "name")
 GAVEL_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
                 "scale_factor", "priority_weight", "SLO", "arrival_time")
 
@@ -209,15 +212,25 @@ def _instant(text: str) -> float | None:
 def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = None, *,
                 text: str | None = None) -> Workload:
     """``timestamp,duration,num_gpus,gpu_time,cluster`` (shared/data/philly/philly.csv; a trace of one's own needs
-    only the first three); submit times are seconds after the earliest timestamp; each job runs ``duration``
-    seconds on ``num_gpus`` GPUs."""
+    only the first three, and may name its jobs: ``PHILLY_IDS``); submit times are seconds after the earliest
+    timestamp; each job runs ``duration`` seconds on ``num_gpus`` GPUs."""
     path = Path(path)
-    rows, raw = _Rows(path, skip_bad), []
+    rows, raw, seen = _Rows(path, skip_bad), [], {}
     reader = _open_csv(path, PHILLY_READ, text)
+    id_col = next((c for c in PHILLY_IDS if c in reader.fieldnames), None)
     for row in reader:
         line = reader.line_num   # the file's line: counting rows named the wrong one after a blank line
-        if _ragged(rows, line, row, reader.fieldnames, PHILLY_READ):
+        if _ragged(rows, line, row, reader.fieldnames, PHILLY_READ + ((id_col,) if id_col else ())):
             continue
+        name = f"philly-{line}"
+        if id_col:
+            name = row[id_col].strip()
+            if not name:
+                rows.bad(line, id_col, row[id_col], "empty")
+                continue
+            if name in seen:
+                rows.bad(line, id_col, name, f"duplicate job id (first on line {seen[name]})")
+                continue
         ts = _instant(row.get("timestamp") or "")
         if ts is None:
             rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS) or seconds")
@@ -232,14 +245,16 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
         g = _num(rows, line, row, "num_gpus", int, 1)
         if g is None:
             continue
-        raw.append((ts, line, d, g))
+        seen[name] = line
+        raw.append((ts, name, d, g))
         if limit and len(raw) >= limit:
             break
     t0 = min((r[0] for r in raw), default=0.0)
-    jobs = [WorkloadJob(f"philly-{line}", ts - t0, g, duration=d) for ts, line, d, g in raw]
+    jobs = [WorkloadJob(name, ts - t0, g, duration=d) for ts, name, d, g in raw]
     # gpu_time and cluster are the format's own columns: not read, but no surprise to a Philly trace's user
     return Workload(_by_arrival(jobs), str(path), rows.skipped,
-                    _unread_columns(path, reader.fieldnames, PHILLY_COLUMNS, "Philly"))
+                    _unread_columns(path, reader.fieldnames, PHILLY_COLUMNS + ((id_col,) if id_col else ()),
+                                    "Philly"))
 
 
 def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[str, float] | None = None, *,
