@@ -209,7 +209,10 @@ def register(app: typer.Typer) -> None:
                                                          bar.update(task, completed=done))))
                 if lines:
                     lines.done(results[-1].end_time, int(results[-1].jobs.finish.notna().sum()), len(wl.jobs))
-        frame = summary_frame(results, horizon).assign(remaining=told)   # the information the policies had
+        # the information each policy had: FIFO's row read "oracle" as if it had been informed (a plugin policy need
+        # not subclass Policy)
+        frame = summary_frame(results, horizon).assign(remaining=[
+            told if getattr(p, "reads_remaining", True) else "none (not read)" for p in policies])
         # the file read: `-w 2` titled its table "2, 16 nodes ..."
         title = (f"{bundled_workload(workload).name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs "
                  f"(remaining work: {told})")

@@ -28,8 +28,9 @@ DEFINITIONS = {
                        "from the later of the first arrival and the first decision to the last decision; so it can "
                        "differ slightly from sum(gpu_seconds) / (GPUs x makespan)",
     "restarts": "node-map changes after a job's first start, summed over jobs (each costs --restart-penalty s)",
-    "remaining": "what the policies were told of each job's remaining work (oracle / predicted / none / "
-                 "noise:SIGMA; 'none for N/M jobs': jobs the predictor has nothing to predict from)",
+    "remaining": "what the policy knew of each job's remaining work (oracle / predicted / none / noise:SIGMA; "
+                 "'none for N/M jobs': jobs the predictor has nothing to predict from; 'none (not read)': the "
+                 "policy orders jobs without it, e.g. FIFO by submission, Tiresias by attained service)",
 }
 JOB_COLUMNS = {
     "id": "the trace's job name (Philly-style: its job_id, jobid, id or name column, else philly-LINE, the file's "
