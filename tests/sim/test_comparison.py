@@ -80,3 +80,16 @@ def test_every_summary_figure_follows_its_written_definition_from_the_report_fil
         held = (tl.gpus_allocated.iloc[:-1].to_numpy() * np.diff(tl.time)).sum()
         span = tl.time.iloc[-1] - max(tl.time.iloc[0], j.submit.min())
         assert s.gpu_utilisation == pytest.approx(held / (4 * span))
+
+
+def test_the_jct_cdf_counts_every_job_so_unfinished_ones_keep_it_below_one():
+    """The CDF was over finished jobs only: with --horizon, a policy that finished one short job of three drew a
+    curve reaching 1.0 at 10 s, above one that finished all three."""
+    from dlsched.sim.comparison import jct_cdf
+
+    jobs = [job("a", 0, 1, 10), job("b", 0, 1, 500), job("c", 0, 1, 500)]
+    r = run(jobs, "fifo", ClusterView.homogeneous(1, 1), interval=10, restart_penalty=0, horizon=100)
+    x, y = jct_cdf(r)
+    assert list(x) == [20.0] and list(y) == pytest.approx([1 / 3])
+    full = run(jobs, "fifo", ClusterView.homogeneous(1, 1), interval=10, restart_penalty=0)
+    assert list(jct_cdf(full)[1]) == pytest.approx([1 / 3, 2 / 3, 1.0])
