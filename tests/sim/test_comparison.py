@@ -67,6 +67,8 @@ def test_every_summary_figure_follows_its_written_definition_from_the_report_fil
     md = (tmp_path / "report.md").read_text()
     assert all(f"**{h}**" in md for h in ("avg JCT (s)", "makespan (s)", "avg queue (s)", "GPU util (%)"))
     assert all(d in md for d in DEFINITIONS.values() if d != DEFINITIONS["remaining"])
+    # summary.csv's keys carry no units: 0.7 of gpu_utilisation read as 0.7 % beside the report's "GPU util (%)"
+    assert "gpu_utilisation a fraction, 0.7 = 70 %" in md and "avg_queue_delay in s" in md
     summary = pd.read_csv(tmp_path / "summary.csv").set_index("policy")
     for r in results:
         j = pd.read_csv(tmp_path / f"jobs-{r.policy}.csv")

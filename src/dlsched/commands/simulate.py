@@ -95,8 +95,10 @@ def register(app: typer.Typer) -> None:
         skip_bad: bool = typer.Option(False, "--skip-bad", help="skip bad trace rows (counted and reported)"),
         report: Optional[Path] = typer.Option(None, help="write CSVs (summary, per job, per decision), plots and "
                                               "report.md (which defines each column) to this folder"),
-        as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout (progress on stderr)"),
-        as_csv: bool = typer.Option(False, "--csv", help="the comparison as CSV on stdout (progress on stderr)"),
+        as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout: times in s, "
+                                     "gpu_utilisation a fraction (progress on stderr)"),
+        as_csv: bool = typer.Option(False, "--csv", help="the comparison as CSV on stdout, units as --json "
+                                    "(progress on stderr)"),
         wide: bool = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width"),
     ) -> None:
         """Simulate scheduling policies on a workload trace and print a comparison table."""

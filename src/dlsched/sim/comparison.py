@@ -46,6 +46,10 @@ JOB_COLUMNS = {
     "queue_delay": "start - submit",
 }
 
+# summary.csv, --json and --csv carry the keys, not the headers: their units were stated nowhere (0.7 read as 0.7 %)
+MACHINE_UNITS = ("summary.csv (and `simulate --json` / `--csv`) has these columns under their keys (avg_jct, p50_jct, "
+                 "p99_jct, makespan, avg_queue_delay in s; gpu_utilisation a fraction, 0.7 = 70 %).")
+
 
 def summary_frame(results: Sequence[SimResult], horizon: float | None = None) -> pd.DataFrame:
     rows = []
@@ -85,7 +89,8 @@ def markdown_report(summary: pd.DataFrame, title: str = "dlsched simulation") ->
     defined = [f"- **{headers.get(k, k)}**: {DEFINITIONS[k]}" for k in summary if k in DEFINITIONS]
     jobs = [f"- `{k}`: {v}" for k, v in JOB_COLUMNS.items()]
     return "\n".join([f"# {title}", "", frame.to_markdown(index=False, floatfmt=",.1f"), "", "## Columns", "",
-                      *defined, "", "## jobs-&lt;policy&gt;.csv (one row per job, times in s)", "", *jobs, "",
+                      *defined, "", MACHINE_UNITS, "", "## jobs-&lt;policy&gt;.csv (one row per job, times in s)", "",
+                      *jobs, "",
                       "timeline-&lt;policy&gt;.csv: one row per decision: time, gpus_allocated (held until the next "
                       "row), active and finished jobs.", "",
                       "![JCT CDF](jct_cdf.png)", "", "![GPU allocation](gpu_allocation.png)", ""])
