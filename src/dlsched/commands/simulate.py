@@ -212,12 +212,13 @@ def register(app: typer.Typer) -> None:
                 if lines:
                     lines.done(results[-1].end_time, int(results[-1].jobs.finish.notna().sum()), len(wl.jobs))
         # the information each policy had: FIFO's row read "oracle" as if it had been informed (a plugin policy need
-        # not subclass Policy)
+        # not subclass Policy); the title names them too, as the column is the first a narrow terminal drops
+        blind = [p.name for p in policies if not getattr(p, "reads_remaining", True)]
         frame = summary_frame(results, horizon).assign(remaining=[
-            told if getattr(p, "reads_remaining", True) else "none (not read)" for p in policies])
+            "none (not read)" if p.name in blind else told for p in policies])
         # the file read: `-w 2` titled its table "2, 16 nodes ..."
         title = (f"{bundled_workload(workload).name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs "
-                 f"(remaining work: {told})")
+                 f"(remaining work: {told}{'; not read by ' + ', '.join(blind) if blind else ''})")
         if as_json:
             print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
         elif as_csv:
