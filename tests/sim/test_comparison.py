@@ -89,9 +89,9 @@ def test_the_jct_cdf_counts_every_job_so_unfinished_ones_keep_it_below_one():
     curve reaching 1.0 at 10 s, above one that finished all three."""
     from dlsched.sim.comparison import jct_cdf
 
-    jobs = [job("a", 0, 1, 10), job("b", 0, 1, 500), job("c", 0, 1, 500)]
+    jobs = [job("a", 0, 1, 10), job("b", 0, 1, 500), job("c", 0, 1, 500), job("late", 5000, 1, 10)]
     r = run(jobs, "fifo", ClusterView.homogeneous(1, 1), interval=10, restart_penalty=0, horizon=100)
-    x, y = jct_cdf(r)
+    x, y = jct_cdf(r)   # "late" arrives after the horizon: it could not have finished
     assert list(x) == [20.0] and list(y) == pytest.approx([1 / 3])
     full = run(jobs, "fifo", ClusterView.homogeneous(1, 1), interval=10, restart_penalty=0)
-    assert list(jct_cdf(full)[1]) == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert list(jct_cdf(full)[1]) == pytest.approx([1 / 4, 2 / 4, 3 / 4, 1.0])
