@@ -180,6 +180,10 @@ def test_a_unix_time_in_milliseconds_is_a_bad_row_naming_the_unit(tmp_path):
     p.write_text("timestamp,duration,num_gpus\n1710068400000000000,100,2\n253402300799,100,2\n")
     w = read_workload(p, skip_bad=True)
     assert "as nanoseconds since 1970 it is 2024-03-10T11:00:00" in w.skipped[0] and len(w.jobs) == 1
+    p.write_text("timestamp,duration,num_gpus\n20240310100000,100,2\n")   # YYYYMMDDHHMMSS: no unit to suggest
+    with pytest.raises(UserError, match=r"'20240310100000': past year 9999 as seconds; give seconds since 1970 or a "
+                                        r"date-time \(YYYY-MM-DD HH:MM:SS\)$"):
+        read_workload(p)
 
 
 def test_a_line_of_spaces_is_a_blank_line(tmp_path):

@@ -187,9 +187,11 @@ def _unit_hint(value: float) -> str:
     Prometheus clock) read as seconds put the next job years after the first, the run silently wrong."""
     for unit, per_s in (("milliseconds", 1e3), ("microseconds", 1e6), ("nanoseconds", 1e9)):
         if abs(value) / per_s <= _LAST_SECOND:
-            when = datetime.fromtimestamp(value / per_s, timezone.utc).isoformat(timespec="seconds")
-            return f"past year 9999 as seconds; as {unit} since 1970 it is {when}: give seconds or a date-time"
-    return "past year 9999 as seconds"
+            when = datetime.fromtimestamp(value / per_s, timezone.utc)
+            if 1990 <= when.year <= 2100:   # else no clock of these (20240310100000 is no ms count)
+                return (f"past year 9999 as seconds; as {unit} since 1970 it is "
+                        f"{when.isoformat(timespec='seconds')}: give seconds or a date-time")
+    return "past year 9999 as seconds; give seconds since 1970 or a date-time (YYYY-MM-DD HH:MM:SS)"
 
 
 def _instant(text: str) -> float | None:
