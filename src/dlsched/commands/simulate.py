@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
 
         from dlsched.policy.base import ClusterView, make_policy, policy_names
         from dlsched.sim.engine import PLACEMENTS, bad_knob, run
-        from dlsched.sim.comparison import print_summary, summary_frame, write_report
+        from dlsched.sim.comparison import print_summary, stale_report_files, summary_frame, write_report
         from dlsched.sim.remaining import mode_label, parse_remaining
         from dlsched.sim.workload import bundled_workload, read_workload
 
@@ -227,6 +227,14 @@ def register(app: typer.Typer) -> None:
             print_summary(frame, title=title, wide=wide)
         if report:
             try:
+                # an earlier report's files this run will not write: removed, not left to pass for this run's
+                ours = [report / f"{kind}-{r.policy}.csv" for r in results for kind in ("jobs", "timeline")]
+                stale = stale_report_files(report, ours + ([report / "skipped.txt"] if wl.skipped else []), known)
+                for p in stale:
+                    p.unlink()
+                if stale:
+                    console.print(f"[yellow]removed {len(stale)} file(s) of an earlier report in {report}: "
+                                  f"{', '.join(p.name for p in stale)}[/]")
                 files = write_report(results, report, horizon, summary=frame, title=title)
                 if wl.skipped:   # the console names only the first
                     (report / "skipped.txt").write_text("".join(f"{line}\n" for line in wl.skipped))

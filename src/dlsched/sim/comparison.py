@@ -116,6 +116,18 @@ def plot_allocation(ax, r: SimResult) -> None:
     ax.set_title(f"{r.policy}: GPUs allocated (dashed: cluster size)", fontsize=9, loc="left")
 
 
+def stale_report_files(out: Path, written: Sequence[Path], policies: Sequence[str]) -> list[Path]:
+    """Files an earlier report left in ``out`` that this one did not write: per-policy CSVs of policies not run now,
+    a skipped.txt of rows this run did not skip. They sat beside the new report.md as if they were its (a script
+    reading jobs-*.csv mixed two runs). Only names a report writes (``policies``: every registered name), and only
+    where a report.md is."""
+    if not (out / "report.md").is_file():
+        return []
+    mine = [out / f"{kind}-{p}.csv" for p in policies for kind in ("jobs", "timeline")] + [out / "skipped.txt"]
+    keep = {p.resolve() for p in written}
+    return sorted(p for p in mine if p.is_file() and p.resolve() not in keep)
+
+
 def write_report(results: Sequence[SimResult], out: str | Path, horizon: float | None = None,
                  summary: pd.DataFrame | None = None, title: str = "dlsched simulation") -> list[Path]:
     """Write summary.csv, jobs-<policy>.csv, timeline-<policy>.csv, jct_cdf.png, gpu_allocation.png and report.md
