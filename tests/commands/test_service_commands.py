@@ -740,3 +740,31 @@ def test_an_override_of_epochs_or_num_samples_carries_to_a_total_samples_written
     assert spec_with_overrides(path, None, None, ["epochs=1"]).total_samples == 1536
     assert spec_with_overrides(path, None, None, ["num_samples=512", "epochs=3"]).total_samples == 1536
     assert spec_with_overrides(path, None, None, ["lr=0.1"]).total_samples == 3072
+
+
+def test_a_queued_jobs_forecast_start_is_in_status_and_its_moves_are_no_news_to_watch(capsys):
+    """The service forecast a queued job's start (the API's predicted_start, the README's "predicted start and
+    finish times (status, ...)"), but status said only "waiting for GPUs" (found queueing three jobs on a 2-slot
+    service: w6 predicted_start 02:19:53 in --json, nothing in the table)."""
+    from datetime import datetime
+
+    from dlsched.commands.service import job_rows, watch_piped
+
+    at = datetime(2026, 12, 6, 2, 19, 53).timestamp()
+    queued = {"id": 6, "name": "w6", "state": "queued", "num_gpus": 0, "batch_size": 64, "fraction_done": 0.0,
+              "last_loss": None, "samples_per_s": None, "predicted_start": at, "predicted_finish": None}
+    assert job_rows([queued])[0][10] == "waiting for GPUs; starts ~02:19:53"
+    assert job_rows([queued | {"predicted_start": None}])[0][10] == "waiting for GPUs"
+    running = queued | {"state": "running", "num_gpus": 2, "start_time": at}
+    assert job_rows([running])[0][10] == ""
+    answers = iter([[queued], [queued | {"predicted_start": at + 5}], [running]])
+
+    def fetch():
+        try:
+            return next(answers)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+
+    watch_piped(fetch, 0.0, wide=True)
+    out = capsys.readouterr().out
+    assert out.count("w6") == 2 and "starts ~02:19:53" in out and "02:19:58" not in out, out

@@ -106,9 +106,9 @@ def test_report_files_carry_the_printed_table(tmp_path, monkeypatch, capsys):
     printed = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     written = list(csv.DictReader((tmp_path / "rep" / "summary.csv").open()))
     assert [{k: v for k, v in row.items() if k != "jobs"} for row in written] == printed
-    assert printed[0]["remaining"] == "oracle"
+    assert [row["remaining"] for row in printed] == ["none (not read)", "oracle"]   # FIFO reads none
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert md.startswith("# w.csv, 1 nodes / 4 GPUs (remaining work: oracle)") and "| oracle" in md
+    assert md.startswith("# w.csv, 1 nodes / 4 GPUs (remaining work: oracle; not read by fifo)") and "| oracle" in md
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -232,3 +232,21 @@ def test_node_spec_names_every_node_apart():
 
     cluster = parse_nodes("1x4:a1,11x4:a")
     assert len({n.name for n in cluster.nodes}) == 12 and cluster.total_gpus == 48
+
+
+def test_a_report_folder_reused_keeps_no_file_of_the_earlier_report(tmp_path, monkeypatch, capsys):
+    """A second run into the same --report folder with fewer policies (and no bad rows) left the first run's
+    jobs-srtf.csv, timeline-srtf.csv and skipped.txt beside the new report.md, as if they were its."""
+    w, rep = tmp_path / "w.csv", tmp_path / "rep"
+    w.write_text(PHILLY + "2017-10-09 07:01:00,0,1,0,x\n")
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "-p", "fifo", "-p", "srtf", "--skip-bad",
+                          "--report", str(rep))
+    assert code == 0 and (rep / "jobs-srtf.csv").is_file() and (rep / "skipped.txt").is_file(), err
+    (rep / "jobs-mine.csv").write_text("not the report's\n")
+    w.write_text(PHILLY)
+    code, err = _simulate(monkeypatch, capsys, "-w", str(w), "-p", "fifo", "--csv", "--report", str(rep))
+    assert code == 0, err
+    assert sorted(p.name for p in rep.iterdir()) == ["gpu_allocation.png", "jct_cdf.png", "jobs-fifo.csv",
+                                                     "jobs-mine.csv", "report.md", "summary.csv",
+                                                     "timeline-fifo.csv"]
+    assert "removed 3 file(s) of an earlier report" in " ".join(err.split())

@@ -29,3 +29,24 @@ def test_cluster_view_totals():
 def test_unknown_policy_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         make_policy("nope")
+
+
+def test_a_policy_that_says_it_reads_no_remaining_work_decides_the_same_without_it():
+    """``reads_remaining = False`` labels a policy's comparison row "none (not read)": it must hold. Three queued
+    jobs on too few GPUs, told remaining work in the reverse of submission order, then nothing."""
+    from dataclasses import replace
+
+    from dlsched.policy.base import ClusterView, JobView, make_policy, policy_names
+    from dlsched.sim.throughput import LinearThroughput
+
+    cluster = ClusterView.homogeneous(1, 4)
+    told = tuple(JobView(f"j{i}", submit_time=i, requested_gpus=2, remaining_samples=1000.0 * (3 - i),
+                         speed=LinearThroughput(2, {})) for i in range(3))
+    blind = tuple(replace(j, remaining_samples=None) for j in told)
+    silent = [n for n in policy_names() if not getattr(make_policy(n), "reads_remaining", True)]
+    assert {"fifo", "tiresias", "fleet"} <= set(silent)
+    for name in silent:
+        p = make_policy(name)
+        assert p.decide(told, cluster) == p.decide(blind, cluster), name
+    srtf = make_policy("srtf")
+    assert srtf.reads_remaining and srtf.decide(told, cluster) != srtf.decide(blind, cluster)

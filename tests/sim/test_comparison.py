@@ -67,6 +67,8 @@ def test_every_summary_figure_follows_its_written_definition_from_the_report_fil
     md = (tmp_path / "report.md").read_text()
     assert all(f"**{h}**" in md for h in ("avg JCT (s)", "makespan (s)", "avg queue (s)", "GPU util (%)"))
     assert all(d in md for d in DEFINITIONS.values() if d != DEFINITIONS["remaining"])
+    # summary.csv's keys carry no units: 0.7 of gpu_utilisation read as 0.7 % beside the report's "GPU util (%)"
+    assert "gpu_utilisation a fraction, 0.7 = 70 %" in md and "avg_queue_delay in s" in md
     summary = pd.read_csv(tmp_path / "summary.csv").set_index("policy")
     for r in results:
         j = pd.read_csv(tmp_path / f"jobs-{r.policy}.csv")
@@ -80,3 +82,16 @@ def test_every_summary_figure_follows_its_written_definition_from_the_report_fil
         held = (tl.gpus_allocated.iloc[:-1].to_numpy() * np.diff(tl.time)).sum()
         span = tl.time.iloc[-1] - max(tl.time.iloc[0], j.submit.min())
         assert s.gpu_utilisation == pytest.approx(held / (4 * span))
+
+
+def test_the_jct_cdf_counts_every_job_so_unfinished_ones_keep_it_below_one():
+    """The CDF was over finished jobs only: with --horizon, a policy that finished one short job of three drew a
+    curve reaching 1.0 at 10 s, above one that finished all three."""
+    from dlsched.sim.comparison import jct_cdf
+
+    jobs = [job("a", 0, 1, 10), job("b", 0, 1, 500), job("c", 0, 1, 500), job("late", 5000, 1, 10)]
+    r = run(jobs, "fifo", ClusterView.homogeneous(1, 1), interval=10, restart_penalty=0, horizon=100)
+    x, y = jct_cdf(r)   # "late" arrives after the horizon: it could not have finished
+    assert list(x) == [20.0] and list(y) == pytest.approx([1 / 3])
+    full = run(jobs, "fifo", ClusterView.homogeneous(1, 1), interval=10, restart_penalty=0)
+    assert list(jct_cdf(full)[1]) == pytest.approx([1 / 4, 2 / 4, 3 / 4, 1.0])

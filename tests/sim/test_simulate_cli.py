@@ -117,3 +117,18 @@ def test_progress_is_plain_lines_when_stderr_is_no_terminal(tmp_path):
     done = [ln for ln in r.stderr.splitlines() if " jobs finished, simulated " in ln]
     assert [ln.split(",")[0] for ln in done] == ["srtf: 3/3 jobs finished", "fifo: 3/3 jobs finished"], r.stderr
     assert "jobs finished" not in r.stdout
+
+
+def test_a_policy_that_reads_no_remaining_work_is_not_labelled_with_the_mode(tmp_path):
+    """`--remaining oracle` labelled every row "oracle": FIFO and Tiresias, which never read remaining work, read as
+    if they had been told it, beside an SRTF that was."""
+    w = tmp_path / "w.csv"
+    w.write_text(PHILLY)
+    r = _cli("--workload", str(w), "-p", "fifo", "-p", "tiresias", "-p", "srtf", "--cluster-gpus", "2",
+             "--gpus-per-node", "2", "--remaining", "oracle", "--json", "--report", str(tmp_path / "rep"))
+    assert r.returncode == 0, r.stderr
+    assert [x["remaining"] for x in json.loads(r.stdout)] == ["none (not read)", "none (not read)", "oracle"]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "'none (not read)': the policy orders jobs without it" in md
+    # the title too: a narrow terminal drops the column first
+    assert md.startswith("# w.csv, 1 nodes / 2 GPUs (remaining work: oracle; not read by fifo, tiresias)\n"), md

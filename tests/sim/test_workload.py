@@ -131,8 +131,8 @@ def test_own_trace_odd_rows_are_one_line_each(tmp_path):
     assert w.assumed == []
     p.write_text("timestamp,duration,num_gpus,gpu_time,cluster,gpu_type,job_id\n"
                  "2024-01-01 00:00:00,100,1,100,prod,a100,j1\n")
-    assert read_workload(p).assumed == [f"{p}: column(s) gpu_type, job_id not read: not part of the Philly format "
-                                        f"(timestamp, duration, num_gpus, gpu_time, cluster)"]
+    assert read_workload(p).assumed == [f"{p}: column(s) gpu_type not read: not part of the Philly format "
+                                        f"(timestamp, duration, num_gpus, gpu_time, cluster, job_id)"]
     p.write_text("name,time,application,num_replicas,batch_size,gpu_type\na,0,cifar10,1,128,v100\nb,5,cifar10\n")
     w = read_workload(p, skip_bad=True)
     assert [j.id for j in w.jobs] == ["a"] and "gpu_type" in w.assumed[0] and "Pollux format" in w.assumed[0]
@@ -167,3 +167,50 @@ def test_a_spreadsheets_quoted_header_is_read_and_a_bad_row_after_a_blank_line_i
     p.write_text("timestamp,duration,num_gpus\n2024-01-01 00:00:00,100,2\n\n\n2024-01-01 00:01:00,-1,1\n")
     with pytest.raises(UserError, match=r"mine.csv:5: field 'duration' = '-1'"):
         read_workload(p)
+
+
+def test_a_unix_time_in_milliseconds_is_a_bad_row_naming_the_unit(tmp_path):
+    """An export's Unix time in ms (a Java or Prometheus clock) was read as seconds: the second of two jobs a
+    minute apart came 60 000 s after the first, and the run said nothing (makespan 60 230 s, GPU util 0.3 %)."""
+    p = tmp_path / "mine.csv"
+    p.write_text("timestamp,duration,num_gpus\n1710068400000,100,2\n1710068460000,200,4\n")
+    with pytest.raises(UserError, match=r"^\S*mine.csv:2: field 'timestamp' = '1710068400000': past year 9999 as "
+                                        r"seconds; as milliseconds since 1970 it is 2024-03-10T11:00:00\+00:00"):
+        read_workload(p)
+    p.write_text("timestamp,duration,num_gpus\n1710068400000000000,100,2\n253402300799,100,2\n")
+    w = read_workload(p, skip_bad=True)
+    assert "as nanoseconds since 1970 it is 2024-03-10T11:00:00" in w.skipped[0] and len(w.jobs) == 1
+    p.write_text("timestamp,duration,num_gpus\n20240310100000,100,2\n")   # YYYYMMDDHHMMSS: no unit to suggest
+    with pytest.raises(UserError, match=r"'20240310100000': past year 9999 as seconds; give seconds since 1970 or a "
+                                        r"date-time \(YYYY-MM-DD HH:MM:SS\)$"):
+        read_workload(p)
+
+
+def test_a_line_of_spaces_is_a_blank_line(tmp_path):
+    """An export's blank line holding spaces or a tab was a bad row ("expected 3 comma-separated fields"), while an
+    empty one was skipped; a bad row after it is still named by its own line."""
+    p = tmp_path / "mine.csv"
+    p.write_text("timestamp,duration,num_gpus\n1000,100,2\n   \n\t\n1030,200,4\n")
+    assert [(j.submit_time, j.duration) for j in read_workload(p).jobs] == [(0.0, 100.0), (30.0, 200.0)]
+    p.write_text("name,time,application,num_replicas,batch_size\na,0,cifar10,1,128\n  \nb,x,cifar10,1,128\n")
+    with pytest.raises(UserError, match=r"mine.csv:4: field 'time' = 'x'"):
+        read_workload(p)
+
+
+def test_own_trace_job_ids_name_the_jobs_and_a_repeated_one_is_a_bad_row(tmp_path):
+    """A scheduler export's job_id column was dropped ("not read"): the reports named jobs philly-LINE, and a job
+    exported twice (a requeue) was simulated twice without a word."""
+    p = tmp_path / "mine.csv"
+    p.write_text("job_id,user,timestamp,duration,num_gpus\nj1,al,1000,100,2\nj2,bo,1030,50,1\n\nj1,al,1100,100,2\n")
+    with pytest.raises(UserError, match=r"^\S*mine.csv:5: field 'job_id' = 'j1': duplicate job id \(first on line "
+                                        r"2\)$"):
+        read_workload(p)
+    w = read_workload(p, skip_bad=True)
+    assert [j.id for j in w.jobs] == ["j1", "j2"] and len(w.skipped) == 1
+    assert w.assumed == [f"{p}: column(s) user not read: not part of the Philly format (timestamp, duration, "
+                         f"num_gpus, gpu_time, cluster, job_id)"]
+    p.write_text("timestamp,duration,num_gpus,name\n1000,100,2, \n")
+    with pytest.raises(UserError, match=r"mine.csv:2: field 'name' = ' ': empty"):
+        read_workload(p)
+    p.write_text("timestamp,duration,num_gpus\n1000,100,2\n1000,100,2\n")
+    assert [j.id for j in read_workload(p).jobs] == ["philly-2", "philly-3"]

@@ -181,6 +181,13 @@ def _reason(j: dict) -> str:
     return held
 
 
+def _reason_cell(j: dict) -> str:
+    """The reason, and for a queued job the forecast's start: the service computed it (the API and dashboard show
+    it) but the table said only "waiting for GPUs", so an operator could not see when the queue moves."""
+    start = j.get("predicted_start") if j["state"] == "queued" else None
+    return _reason(j) + (f"; starts ~{local_clock(start)}" if start else "")
+
+
 def _gpus_cell(j: dict) -> str:
     """The GPUs a job trains on; while it rescales, the target too (``4->2``)."""
     target = j.get("target_gpus")
@@ -220,7 +227,7 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
                      f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
-                     _finish_cell(j), _left_cell(j, now), escape(_reason(j)), _target_cell(j)])
+                     _finish_cell(j), _left_cell(j, now), escape(_reason_cell(j)), _target_cell(j)])
     return rows
 
 
@@ -230,8 +237,10 @@ def watch_piped(fetch: Callable[[], list[dict]], interval: float, wide: bool) ->
     seen: dict[str, tuple] = {}
     try:
         while True:
-            rows = job_rows(fetch())
-            now = {r[0]: (r[2], r[3], r[4], r[10]) for r in rows}   # ID -> STATE, GPUS, BATCH, REASON
+            jobs = fetch()
+            rows = job_rows(jobs)
+            # ID -> STATE, GPUS, BATCH, REASON; a queued job's forecast start moves each round: not news either
+            now = {r[0]: (r[2], r[3], r[4], _reason(j)) for r, j in zip(rows, jobs)}
             changed = [r for r in rows if seen.get(r[0]) != now[r[0]]]
             if changed:
                 print_jobs(changed, "dlsched jobs" if not seen else None, wide)

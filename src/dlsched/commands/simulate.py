@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
     def simulate(
         ctx: typer.Context,
         workload: Path = typer.Option(..., "--workload", "-w", help="Pollux/Sia CSV (name,time,application,"
-                                      "num_replicas,batch_size), Philly-style CSV (timestamp,duration,num_gpus) or Gavel TSV trace; 1-4 (or "
+                                      "num_replicas,batch_size), Philly-style CSV (timestamp,duration,num_gpus[,job_id]) or Gavel TSV trace; 1-4 (or "
                                       "workload-N) names the Pollux artifact's workload N"),
         policy: List[str] = typer.Option(["tiresias"], "--policy", "-p", help="registered policy name; repeatable"),
         nodes: int = typer.Option(16, help="nodes in a homogeneous cluster"),
@@ -95,8 +95,10 @@ def register(app: typer.Typer) -> None:
         skip_bad: bool = typer.Option(False, "--skip-bad", help="skip bad trace rows (counted and reported)"),
         report: Optional[Path] = typer.Option(None, help="write CSVs (summary, per job, per decision), plots and "
                                               "report.md (which defines each column) to this folder"),
-        as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout (progress on stderr)"),
-        as_csv: bool = typer.Option(False, "--csv", help="the comparison as CSV on stdout (progress on stderr)"),
+        as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout: times in s, "
+                                     "gpu_utilisation a fraction (progress on stderr)"),
+        as_csv: bool = typer.Option(False, "--csv", help="the comparison as CSV on stdout, units as --json "
+                                    "(progress on stderr)"),
         wide: bool = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width"),
     ) -> None:
         """Simulate scheduling policies on a workload trace and print a comparison table."""
@@ -105,7 +107,7 @@ def register(app: typer.Typer) -> None:
 
         from dlsched.policy.base import ClusterView, make_policy, policy_names
         from dlsched.sim.engine import PLACEMENTS, bad_knob, run
-        from dlsched.sim.comparison import print_summary, summary_frame, write_report
+        from dlsched.sim.comparison import print_summary, stale_report_files, summary_frame, write_report
         from dlsched.sim.remaining import mode_label, parse_remaining
         from dlsched.sim.workload import bundled_workload, read_workload
 
@@ -209,10 +211,14 @@ def register(app: typer.Typer) -> None:
                                                          bar.update(task, completed=done))))
                 if lines:
                     lines.done(results[-1].end_time, int(results[-1].jobs.finish.notna().sum()), len(wl.jobs))
-        frame = summary_frame(results, horizon).assign(remaining=told)   # the information the policies had
+        # the information each policy had: FIFO's row read "oracle" as if it had been informed (a plugin policy need
+        # not subclass Policy); the title names them too, as the column is the first a narrow terminal drops
+        blind = [p.name for p in policies if not getattr(p, "reads_remaining", True)]
+        frame = summary_frame(results, horizon).assign(remaining=[
+            "none (not read)" if p.name in blind else told for p in policies])
         # the file read: `-w 2` titled its table "2, 16 nodes ..."
         title = (f"{bundled_workload(workload).name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs "
-                 f"(remaining work: {told})")
+                 f"(remaining work: {told}{'; not read by ' + ', '.join(blind) if blind else ''})")
         if as_json:
             print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
         elif as_csv:
@@ -221,6 +227,14 @@ def register(app: typer.Typer) -> None:
             print_summary(frame, title=title, wide=wide)
         if report:
             try:
+                # an earlier report's files this run will not write: removed, not left to pass for this run's
+                ours = [report / f"{kind}-{r.policy}.csv" for r in results for kind in ("jobs", "timeline")]
+                stale = stale_report_files(report, ours + ([report / "skipped.txt"] if wl.skipped else []), known)
+                for p in stale:
+                    p.unlink()
+                if stale:
+                    console.print(f"[yellow]removed {len(stale)} file(s) of an earlier report in {report}: "
+                                  f"{', '.join(p.name for p in stale)}[/]")
                 files = write_report(results, report, horizon, summary=frame, title=title)
                 if wl.skipped:   # the console names only the first
                     (report / "skipped.txt").write_text("".join(f"{line}\n" for line in wl.skipped))

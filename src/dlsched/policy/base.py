@@ -168,6 +168,7 @@ class Policy(Protocol):
     places_own: bool = False     # decide() names the nodes of every job it runs: a driver's placement has no effect
     # what it does with a job that is not an ensemble, when that is not what the job asks (a comparison says it)
     ordinary_jobs: str | None = None
+    reads_remaining: bool = True  # decide() reads JobView.remaining_samples (a comparison says when it does not)
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation: ...
 

@@ -12,6 +12,7 @@ class FifoPolicy(Policy):
     rigid = True          # everyone fits -> everyone runs with their request
     places_own = True     # grant_in_order places (most free first, the peer's Tiresias placement)
     event_driven = True   # the decision changes only when a job arrives or finishes
+    reads_remaining = False   # submission order only
 
     def __init__(self, backfill: bool = False):
         self.backfill = backfill

@@ -253,6 +253,7 @@ class FleetPolicy(Policy):
 
     name = "fleet"
     places_own = True   # assign_gpus places every member
+    reads_remaining = False   # plans on rates and submission order
     # _profile stops at one node: on Pollux workload 1 (64 GPUs) it held 29.5 % of them, imagenet jobs asking 32
     # GPUs ran 200 000 s on 4
     ordinary_jobs = ("plans ensembles (FLEET, MLSys'20): a job that is not one is a flotilla member on at most "

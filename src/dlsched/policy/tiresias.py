@@ -19,6 +19,7 @@ class TiresiasPolicy(Policy):
     rigid = True
     places_own = True     # grant_in_order places (most free first, the peer's Tiresias placement)
     event_driven = False   # queues change as service accrues
+    reads_remaining = False   # attained service only
 
     def __init__(self, thresholds: tuple[float, ...] = (3600.0 * 16,)):
         self.thresholds = tuple(sorted(thresholds))

@@ -28,11 +28,13 @@ DEFINITIONS = {
                        "from the later of the first arrival and the first decision to the last decision; so it can "
                        "differ slightly from sum(gpu_seconds) / (GPUs x makespan)",
     "restarts": "node-map changes after a job's first start, summed over jobs (each costs --restart-penalty s)",
-    "remaining": "what the policies were told of each job's remaining work (oracle / predicted / none / "
-                 "noise:SIGMA; 'none for N/M jobs': jobs the predictor has nothing to predict from)",
+    "remaining": "what the policy knew of each job's remaining work (oracle / predicted / none / noise:SIGMA; "
+                 "'none for N/M jobs': jobs the predictor has nothing to predict from; 'none (not read)': the "
+                 "policy orders jobs without it, e.g. FIFO by submission, Tiresias by attained service)",
 }
 JOB_COLUMNS = {
-    "id": "the trace's job name (Philly: philly-LINE, the file's line)",
+    "id": "the trace's job name (Philly-style: its job_id, jobid, id or name column, else philly-LINE, the file's "
+          "line)",
     "submit": "submission time (s; Philly: after the trace's earliest timestamp)",
     "start": "first start (s); empty if it never ran",
     "finish": "completion (s); empty if unfinished by --horizon",
@@ -43,6 +45,10 @@ JOB_COLUMNS = {
     "jct": "finish - submit",
     "queue_delay": "start - submit",
 }
+
+# summary.csv, --json and --csv carry the keys, not the headers: their units were stated nowhere (0.7 read as 0.7 %)
+MACHINE_UNITS = ("summary.csv (and `simulate --json` / `--csv`) has these columns under their keys (avg_jct, p50_jct, "
+                 "p99_jct, makespan, avg_queue_delay in s; gpu_utilisation a fraction, 0.7 = 70 %).")
 
 
 def summary_frame(results: Sequence[SimResult], horizon: float | None = None) -> pd.DataFrame:
@@ -83,10 +89,19 @@ def markdown_report(summary: pd.DataFrame, title: str = "dlsched simulation") ->
     defined = [f"- **{headers.get(k, k)}**: {DEFINITIONS[k]}" for k in summary if k in DEFINITIONS]
     jobs = [f"- `{k}`: {v}" for k, v in JOB_COLUMNS.items()]
     return "\n".join([f"# {title}", "", frame.to_markdown(index=False, floatfmt=",.1f"), "", "## Columns", "",
-                      *defined, "", "## jobs-&lt;policy&gt;.csv (one row per job, times in s)", "", *jobs, "",
+                      *defined, "", MACHINE_UNITS, "", "## jobs-&lt;policy&gt;.csv (one row per job, times in s)", "",
+                      *jobs, "",
                       "timeline-&lt;policy&gt;.csv: one row per decision: time, gpus_allocated (held until the next "
                       "row), active and finished jobs.", "",
                       "![JCT CDF](jct_cdf.png)", "", "![GPU allocation](gpu_allocation.png)", ""])
+
+
+def jct_cdf(r: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    """The JCT CDF's points: finished jobs' JCTs, sorted, and the share of all jobs submitted by the run's end done by
+    each. Over the finished ones only, a policy that finished a third of its jobs by --horizon (the short ones)
+    reached 1.0 first; jobs submitted after the horizon could not have finished, so they do not count."""
+    jct = np.sort(r.finished.jct.to_numpy())
+    return jct, np.arange(1, len(jct) + 1) / max(int((r.jobs.submit <= r.end_time).sum()), 1)
 
 
 def plot_allocation(ax, r: SimResult) -> None:
@@ -99,6 +114,18 @@ def plot_allocation(ax, r: SimResult) -> None:
     ax.set_ylim(0, r.total_gpus * 1.05 or 1)
     ax.set_ylabel("GPUs")
     ax.set_title(f"{r.policy}: GPUs allocated (dashed: cluster size)", fontsize=9, loc="left")
+
+
+def stale_report_files(out: Path, written: Sequence[Path], policies: Sequence[str]) -> list[Path]:
+    """Files an earlier report left in ``out`` that this one did not write: per-policy CSVs of policies not run now,
+    a skipped.txt of rows this run did not skip. They sat beside the new report.md as if they were its (a script
+    reading jobs-*.csv mixed two runs). Only names a report writes (``policies``: every registered name), and only
+    where a report.md is."""
+    if not (out / "report.md").is_file():
+        return []
+    mine = [out / f"{kind}-{p}.csv" for p in policies for kind in ("jobs", "timeline")] + [out / "skipped.txt"]
+    keep = {p.resolve() for p in written}
+    return sorted(p for p in mine if p.is_file() and p.resolve() not in keep)
 
 
 def write_report(results: Sequence[SimResult], out: str | Path, horizon: float | None = None,
@@ -127,9 +154,9 @@ def write_report(results: Sequence[SimResult], out: str | Path, horizon: float |
         written.append(p)
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:
-        jct = np.sort(r.finished.jct.to_numpy())
-        ax.step(jct, np.arange(1, len(jct) + 1) / max(len(jct), 1), where="post", label=r.policy)
-    ax.set(xscale="log", xlabel="job completion time (s)", ylabel="fraction of jobs", title="JCT CDF")
+        ax.step(*jct_cdf(r), where="post", label=r.policy)
+    ax.set(xscale="log", xlabel="job completion time (s)", ylabel="fraction of jobs submitted finished within it",
+           title="JCT CDF (unfinished jobs: the gap below 1)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "jct_cdf.png", dpi=120)

@@ -23,6 +23,9 @@ PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 # the columns read, and all a trace of one's own needs: gpu_time is duration x num_gpus, and the virtual cluster is
 # not modelled (both were required, so a three-column trace was an "unrecognised workload header")
 PHILLY_READ = PHILLY_COLUMNS[:3]
+# a trace of one's own may name its jobs (the first of these columns it has): the reports carry that name, and a
+# job exported twice is a bad row; without one a job is philly-LINE (the ids were dropped, a duplicate ran twice)
+PHILLY_IDS = ("job_id", "jobid", "id", "name")
 GAVEL_FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir", "total_steps",
                 "scale_factor", "priority_weight", "SLO", "arrival_time")
 
@@ -126,7 +129,9 @@ def read_trace_text(path: Path) -> str:
 
 
 def _open_csv(path: Path, required: tuple[str, ...], text: str | None) -> csv.DictReader:
-    reader = csv.DictReader((read_trace_text(path) if text is None else text).splitlines())
+    # a line of spaces is a blank line, as csv skips an empty one (it was a bad row "expected 3 fields")
+    lines = (read_trace_text(path) if text is None else text).splitlines()
+    reader = csv.DictReader([line if line.strip() else "" for line in lines])
     if reader.fieldnames:   # "name, time, ..." is the same header (read_workload picks the reader that way)
         reader.fieldnames = [c.strip() for c in reader.fieldnames]
     missing = [c for c in required if c not in (reader.fieldnames or [])]
@@ -173,6 +178,22 @@ def read_pollux(path: str | Path, skip_bad: bool = False, known_apps: set[str] |
                     _unread_columns(path, reader.fieldnames, POLLUX_COLUMNS, "Pollux"))
 
 
+# the last second a date-time can name: a number beyond it is no time in seconds
+_LAST_SECOND = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
+
+
+def _unit_hint(value: float) -> str:
+    """Why a number of seconds past year 9999 is refused: an export in ms, us or ns since 1970 (a Java or
+    Prometheus clock) read as seconds put the next job years after the first, the run silently wrong."""
+    for unit, per_s in (("milliseconds", 1e3), ("microseconds", 1e6), ("nanoseconds", 1e9)):
+        if abs(value) / per_s <= _LAST_SECOND:
+            when = datetime.fromtimestamp(value / per_s, timezone.utc)
+            if 1990 <= when.year <= 2100:   # else no clock of these (20240310100000 is no ms count)
+                return (f"past year 9999 as seconds; as {unit} since 1970 it is "
+                        f"{when.isoformat(timespec='seconds')}: give seconds or a date-time")
+    return "past year 9999 as seconds; give seconds since 1970 or a date-time (YYYY-MM-DD HH:MM:SS)"
+
+
 def _instant(text: str) -> float | None:
     """Seconds of a timestamp: a date-time (ISO 8601) or a number of seconds (a Unix time, what many clusters log;
     it was a bad row). None when it is neither."""
@@ -193,18 +214,31 @@ def _instant(text: str) -> float | None:
 def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = None, *,
                 text: str | None = None) -> Workload:
     """``timestamp,duration,num_gpus,gpu_time,cluster`` (shared/data/philly/philly.csv; a trace of one's own needs
-    only the first three); submit times are seconds after the earliest timestamp; each job runs ``duration``
-    seconds on ``num_gpus`` GPUs."""
+    only the first three, and may name its jobs: ``PHILLY_IDS``); submit times are seconds after the earliest
+    timestamp; each job runs ``duration`` seconds on ``num_gpus`` GPUs."""
     path = Path(path)
-    rows, raw = _Rows(path, skip_bad), []
+    rows, raw, seen = _Rows(path, skip_bad), [], {}
     reader = _open_csv(path, PHILLY_READ, text)
+    id_col = next((c for c in PHILLY_IDS if c in reader.fieldnames), None)
     for row in reader:
         line = reader.line_num   # the file's line: counting rows named the wrong one after a blank line
-        if _ragged(rows, line, row, reader.fieldnames, PHILLY_READ):
+        if _ragged(rows, line, row, reader.fieldnames, PHILLY_READ + ((id_col,) if id_col else ())):
             continue
+        name = f"philly-{line}"
+        if id_col:
+            name = row[id_col].strip()
+            if not name:
+                rows.bad(line, id_col, row[id_col], "empty")
+                continue
+            if name in seen:
+                rows.bad(line, id_col, name, f"duplicate job id (first on line {seen[name]})")
+                continue
         ts = _instant(row.get("timestamp") or "")
         if ts is None:
             rows.bad(line, "timestamp", row.get("timestamp"), "not a date-time (YYYY-MM-DD HH:MM:SS) or seconds")
+            continue
+        if abs(ts) > _LAST_SECOND:
+            rows.bad(line, "timestamp", row.get("timestamp"), _unit_hint(ts))
             continue
         # a zero duration became 1 s without a word (Philly's own shortest job is 1 s)
         d = _num(rows, line, row, "duration", float, above=0)
@@ -213,14 +247,16 @@ def read_philly(path: str | Path, skip_bad: bool = False, limit: int | None = No
         g = _num(rows, line, row, "num_gpus", int, 1)
         if g is None:
             continue
-        raw.append((ts, line, d, g))
+        seen[name] = line
+        raw.append((ts, name, d, g))
         if limit and len(raw) >= limit:
             break
     t0 = min((r[0] for r in raw), default=0.0)
-    jobs = [WorkloadJob(f"philly-{line}", ts - t0, g, duration=d) for ts, line, d, g in raw]
+    jobs = [WorkloadJob(name, ts - t0, g, duration=d) for ts, name, d, g in raw]
     # gpu_time and cluster are the format's own columns: not read, but no surprise to a Philly trace's user
     return Workload(_by_arrival(jobs), str(path), rows.skipped,
-                    _unread_columns(path, reader.fieldnames, PHILLY_COLUMNS, "Philly"))
+                    _unread_columns(path, reader.fieldnames, PHILLY_COLUMNS + ((id_col,) if id_col else ()),
+                                    "Philly"))
 
 
 def read_gavel(path: str | Path, skip_bad: bool = False, steps_per_second: dict[str, float] | None = None, *,
