@@ -403,3 +403,21 @@ def test_a_rank_that_failed_at_the_store_of_a_killed_rank_0_is_not_reported_lost
     rank_log(tmp_path, 1).write_text("--- dlsched ps generation 0\nTraceback (most recent call last):\n"
                                      "torch.distributed.DistNetworkError: failed to recv, got 0 bytes\n")
     assert _lost_ranks(tmp_path, {0: -9, 1: 1}) == ({0: -9}, "killed by signal 9")
+
+
+def test_max_restarts_bounds_each_run_not_the_jobs_whole_life(tmp_path):
+    """Seen: a ps job that lost a worker twice, was stopped and re-run, failed at the re-run's second loss with 'gave
+    up after 3 restarts' (state.json kept counting across runs; all-reduce counts per run). The poisoned sample
+    fails every generation at the same point, so the losses come without a kill."""
+    d = tmp_path / "job"
+    args = ("--entry", MLP, "--strategy", "ps", "--servers", "1", "--ckpt-every", "2",
+            "--param", "num_samples=64", "--param", "poison_sample=40")
+
+    def run(max_restarts: int) -> list[dict]:
+        proc = start_job(d, 1, *args, "--max-restarts", str(max_restarts))
+        out, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 1 and f"gave up after {max_restarts} restarts" in out, out
+        return [r for r in read_progress(d) if r.get("event") == "worker_lost"]
+
+    assert len(run(1)) == 2
+    assert len(run(1)) == 2 + 2   # the re-run restarts once too, then gives up at its own second loss

@@ -257,6 +257,7 @@ class PSRunner:
                                      "servers": self.opts.servers, "round": len(state["round_generation"])})
                 state["servers"] = self.opts.servers
             state["workers"] = self.opts.workers
+            state["restarts"] = 0   # --max-restarts bounds this run's losses, as all-reduce's (was: the job's, ever)
             state["total_samples"] = total_samples(self.job)   # a re-run with more epochs trains them
             asked = self.opts.batch_size
             if asked and asked != state["global_batch"]:   # was silently trained on at the earlier run's batch
