@@ -294,10 +294,16 @@ def test_server_count_changes_through_the_checkpoint(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the whole run dies; a re-run with 3 servers re-shards round r
     proc.wait()
     committed = len(read_state(d)["round_generation"])
-    finish(_train_cli(d, "--servers", "3", "--workers", "2", "--sync", "sync", "--ckpt-every", "2",
-                      params=("num_samples=256", "epochs=2", "throttle_s=0.01")), timeout=240)
+    steps = read_state(d)["steps"]
+    rerun = _train_cli(d, "--servers", "3", "--workers", "2", "--sync", "sync", "--ckpt-every", "2",
+                       params=("num_samples=256", "epochs=2", "throttle_s=0.01"))
+    out, _ = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0, out
     changed = [r for r in read_progress(d) if r.get("event") == "servers_changed"]
     assert changed == [{**changed[0], "from_servers": 1, "servers": 3, "round": committed}]
+    # the re-run says where it goes on and why its shards differ (was: the bare word 'servers_changed', no resume)
+    assert "servers 1 -> 3: the committed round's parameters re-sharded" in out, out
+    assert f"resumed from the checkpoint of step {steps} (generation 1)" in out, out
     _exactly_once(d, 256, 2)
     assert _final_loss(d) < 1.3  # ln 4 = 1.39 untrained: the restored parameters kept training
 
