@@ -111,9 +111,11 @@ def run_autoscaled(runtime_cmd: list[str], job_dir: Path, cfg: AutoscaleConfig,
     # a SIGTERM to this process alone (`kill PID` of `dlsched train --autoscale`) killed it and left the runtime
     # training on, unsteered: it is passed on to the runtime, which stops at its next safe point (exit 143)
     preemption.install()
+    # this run's records only: a re-run replayed the earlier runs' steps, deciding on their rates (another host load,
+    # other workers) and resizing the new runtime from them at its first poll
+    seen, forwarded = len(read_progress(job_dir)), False
     with preemption.sigterm_blocked():   # the runtime's start-up holds a stop until its handler is in (runtime.md)
         proc = subprocess.Popen(runtime_cmd)
-    seen, forwarded = 0, False
     try:
         with open(job_dir / "autoscale.jsonl", "a", buffering=1) as out:
             while True:
