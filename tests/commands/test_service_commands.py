@@ -739,3 +739,11 @@ def test_an_override_of_epochs_or_num_samples_carries_to_a_total_samples_written
     assert spec_with_overrides(path, None, None, ["epochs=1"]).total_samples == 1536
     assert spec_with_overrides(path, None, None, ["num_samples=512", "epochs=3"]).total_samples == 1536
     assert spec_with_overrides(path, None, None, ["lr=0.1"]).total_samples == 3072
+
+
+def test_a_finished_job_shows_no_resize_hold_as_its_reason():
+    """Seen: a ps job resized by hand to 2 slots finished, and status said 'held at 2 by resize' beside it."""
+    from dlsched.commands.service import _reason
+
+    assert _reason({"state": "finished", "requested_workers": 2}) == ""
+    assert _reason({"state": "running", "requested_workers": 2}) == "held at 2 by resize"
