@@ -768,3 +768,11 @@ def test_a_queued_jobs_forecast_start_is_in_status_and_its_moves_are_no_news_to_
     watch_piped(fetch, 0.0, wide=True)
     out = capsys.readouterr().out
     assert out.count("w6") == 2 and "starts ~02:19:53" in out and "02:19:58" not in out, out
+
+
+def test_a_finished_job_shows_no_resize_hold_as_its_reason():
+    """Seen: a ps job resized by hand to 2 slots finished, and status said 'held at 2 by resize' beside it."""
+    from dlsched.commands.service import _reason
+
+    assert _reason({"state": "finished", "requested_workers": 2}) == ""
+    assert _reason({"state": "running", "requested_workers": 2}) == "held at 2 by resize"

@@ -123,6 +123,23 @@ def test_an_option_the_strategy_has_no_use_for_is_refused_in_one_line(tmp_path, 
     assert not (tmp_path / "job" / "logs").exists() and not (tmp_path / "job" / "ps").exists()   # nothing started
 
 
+@pytest.mark.parametrize("args, line", [
+    # was taken: the first decision divided by the 0 s and the run ended in a ZeroDivisionError traceback
+    (("--utility", "5:0"), "error: --utility '5:0': VALUE and SECONDS must be > 0 (worth VALUE now, 0 at SECONDS)"),
+    (("--utility", "-5:10"), "error: --utility '-5:10': VALUE and SECONDS must be > 0 (worth VALUE now, 0 at "
+                             "SECONDS)"),
+    # was "out of range", not saying against what
+    (("--workers", "4", "--max-workers", "2"), "error: --max-workers 2: must be >= --workers (4)"),
+    (("--threshold", "2"), "error: --threshold 2.0: must be in [0, 1]"),
+])
+def test_an_autoscale_option_out_of_its_range_is_one_line_saying_the_range(tmp_path, args, line):
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "examples/mlp.py:make_job", "--job-dir",
+                        str(tmp_path / "job"), "--autoscale", *args], capture_output=True, text=True, timeout=120,
+                       cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip() == line, r.stderr[-500:]
+    assert not (tmp_path / "job" / "logs").exists()   # nothing started
+
+
 def test_a_ps_folder_is_refused_to_another_job_and_to_all_reduce_and_a_finished_one_says_so(tmp_path):
     """A ps run on an all-reduce job's folder (or the reverse) started over in it, mixing both runs' records; another
     entry on a ps folder failed 4 times over a 'foreign checkpoint'; a finished ps job run again logged a second

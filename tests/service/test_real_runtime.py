@@ -87,3 +87,24 @@ def test_parameter_server_job_under_the_service(tmp_path):
         job = c.get(f"/jobs/{a}").json()
         assert job["state"] == "finished" and job["samples"] == 512, job
         assert c.get(f"/jobs/{a}").json()["allocations"][0]["num_gpus"] == 3
+
+
+@pytest.mark.slow
+def test_a_parameter_server_job_resized_by_hand_is_running_at_its_new_size(tmp_path):
+    """Seen: a ps job resized from 3 slots to 2 trained at 1 server + 1 worker but stayed 'rescaling' until it ended:
+    its step records count workers (1), its books count slots (2), and the loop waited for a step at 2."""
+    spec = PS_JOB.replace("gpus: 3", "gpus: 3\nmin_gpus: 2\nmax_gpus: 3").replace("epochs: 2", "epochs: 200")
+    spec = spec.replace("total_samples: 512\n", "")   # long enough to outlast the resize; cancelled below
+    with _service(tmp_path, "nodes: [{name: n0, gpus: 3}]\npolicy: fifo\ninterval_s: 0.5") as c:
+        a = c.post("/jobs", content=spec, headers={"content-type": "application/yaml"}).json()["id"]
+        end = time.monotonic() + 150
+        while time.monotonic() < end and c.get(f"/jobs/{a}").json()["samples"] == 0:
+            time.sleep(0.2)
+        assert c.post(f"/jobs/{a}/resize", json={"workers": 2}).status_code == 200
+        while time.monotonic() < end:
+            job = c.get(f"/jobs/{a}").json()
+            if (job["state"], job["num_gpus"]) == ("running", 2) or job["state"] in ("finished", "failed"):
+                break
+            time.sleep(0.3)
+        assert (job["state"], job["num_gpus"]) == ("running", 2), job
+        c.delete(f"/jobs/{a}")

@@ -145,3 +145,26 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+@pytest.mark.slow
+def test_a_re_run_decides_on_its_own_steps_not_the_earlier_runs(tmp_path):
+    """Seen: a stopped autoscaled job re-run (another throttle) logged 'autoscale step 7: grow 1 -> 2 workers (1 workers
+    76/s)' at its start: the engine read progress.jsonl from its first line, decided on the first run's steps and
+    rates, and resized the new runtime from them."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    d = tmp_path / "job"
+
+    def train(epochs: int) -> list[dict]:
+        r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", f"{REPO / 'examples' / 'mlp.py'}:make_job",
+                            "--job-dir", str(d), "--autoscale", "--autoscale-every", "3", "--max-workers", "1",
+                            "--param", "num_samples=256", "--param", f"epochs={epochs}"],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        return [json.loads(x) for x in (d / "autoscale.jsonl").read_text().splitlines()]
+
+    first = train(1)
+    last_step = max(r["step"] for r in read_progress(d) if "event" not in r)
+    assert first and all(x["step"] <= last_step for x in first)
+    again = train(2)[len(first):]   # the re-run trains the second epoch, from the first's last step
+    assert again and all(x["step"] > last_step for x in again), (last_step, [x["step"] for x in again])

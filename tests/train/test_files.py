@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from dlsched.errors import UserError
@@ -118,3 +120,20 @@ def test_a_plans_samples_and_lr_factor_are_kept_only_together_and_well_formed(tm
     plan = read_lr_plan(tmp_path)
     assert plan["lr"] == [0.1, 0.01]
     assert ("samples" in plan and "lr_factor" in plan) == kept and ("samples" in plan or "lr_factor" in plan) == kept
+
+
+def test_the_progress_tail_reads_only_what_was_appended_since_its_last_read(tmp_path):
+    """The autoscale engine re-read and re-parsed the whole progress.jsonl at every 0.2 s poll (0.4 s at 50 000 steps:
+    a core of a 2-core host, slowing the throughput it measures); it now reads the bytes appended since."""
+    from dlsched.train.files import ProgressTail
+
+    log = tmp_path / "progress.jsonl"
+    log.write_text("".join(json.dumps({"step": i}) + "\n" for i in range(3)))
+    tail = ProgressTail(tmp_path, from_end=True)
+    assert tail.read() == [] and tail.offset == log.stat().st_size   # the earlier run's records are not news
+    with open(log, "a") as f:
+        f.write(json.dumps({"step": 3}) + "\n" + '{"step": ')   # a record, and one being written
+    assert tail.read() == [{"step": 3}]
+    with open(log, "a") as f:
+        f.write("4}\n")
+    assert tail.read() == [{"step": 4}] and tail.read() == []

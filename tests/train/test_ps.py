@@ -294,10 +294,16 @@ def test_server_count_changes_through_the_checkpoint(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)  # the whole run dies; a re-run with 3 servers re-shards round r
     proc.wait()
     committed = len(read_state(d)["round_generation"])
-    finish(_train_cli(d, "--servers", "3", "--workers", "2", "--sync", "sync", "--ckpt-every", "2",
-                      params=("num_samples=256", "epochs=2", "throttle_s=0.01")), timeout=240)
+    steps = read_state(d)["steps"]
+    rerun = _train_cli(d, "--servers", "3", "--workers", "2", "--sync", "sync", "--ckpt-every", "2",
+                       params=("num_samples=256", "epochs=2", "throttle_s=0.01"))
+    out, _ = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0, out
     changed = [r for r in read_progress(d) if r.get("event") == "servers_changed"]
     assert changed == [{**changed[0], "from_servers": 1, "servers": 3, "round": committed}]
+    # the re-run says where it goes on and why its shards differ (was: the bare word 'servers_changed', no resume)
+    assert "servers 1 -> 3: the committed round's parameters re-sharded" in out, out
+    assert f"resumed from the checkpoint of step {steps} (generation 1)" in out, out
     _exactly_once(d, 256, 2)
     assert _final_loss(d) < 1.3  # ln 4 = 1.39 untrained: the restored parameters kept training
 
@@ -403,3 +409,21 @@ def test_a_rank_that_failed_at_the_store_of_a_killed_rank_0_is_not_reported_lost
     rank_log(tmp_path, 1).write_text("--- dlsched ps generation 0\nTraceback (most recent call last):\n"
                                      "torch.distributed.DistNetworkError: failed to recv, got 0 bytes\n")
     assert _lost_ranks(tmp_path, {0: -9, 1: 1}) == ({0: -9}, "killed by signal 9")
+
+
+def test_max_restarts_bounds_each_run_not_the_jobs_whole_life(tmp_path):
+    """Seen: a ps job that lost a worker twice, was stopped and re-run, failed at the re-run's second loss with 'gave
+    up after 3 restarts' (state.json kept counting across runs; all-reduce counts per run). The poisoned sample
+    fails every generation at the same point, so the losses come without a kill."""
+    d = tmp_path / "job"
+    args = ("--entry", MLP, "--strategy", "ps", "--servers", "1", "--ckpt-every", "2",
+            "--param", "num_samples=64", "--param", "poison_sample=40")
+
+    def run(max_restarts: int) -> list[dict]:
+        proc = start_job(d, 1, *args, "--max-restarts", str(max_restarts))
+        out, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 1 and f"gave up after {max_restarts} restarts" in out, out
+        return [r for r in read_progress(d) if r.get("event") == "worker_lost"]
+
+    assert len(run(1)) == 2
+    assert len(run(1)) == 2 + 2   # the re-run restarts once too, then gives up at its own second loss

@@ -172,6 +172,8 @@ def _reason(j: dict) -> str:
         return j.get("error") or "failed"
     if j["state"] == "cancelled":
         return j.get("error") or "cancelled by request"
+    if j["state"] in TERMINAL:   # a finished job showed 'held at 2 by resize': nothing holds an ended job
+        return ""
     # an operator's hold outlives the incident it was set for: say it, or the policy seems not to size the job
     held = (f"held at {j['requested_workers']} by resize" if j.get("requested_workers") is not None else "")
     if j["state"] == "queued":

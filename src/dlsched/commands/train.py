@@ -155,18 +155,24 @@ def _autoscaled(argv, job_dir, strategy, every, spawn, workers, max_workers, thr
 
     if strategy != "allreduce":
         raise UserError(f"--strategy {strategy}: --autoscale sizes all-reduce jobs (Or et al.'s engine)")
-    for name, value, ok in (("--autoscale-every", every, every >= 1), ("--spawn-size", spawn, spawn >= 1),
-                            ("--max-workers", max_workers, max_workers >= workers),
-                            ("--threshold", threshold, 0 <= threshold <= 1), ("--price-per-worker-hour", price, price >= 0)):
+    # each says what it must be ("out of range" did not: --max-workers 2 with --workers 4 read as a bad 2)
+    for name, value, ok, must in (("--autoscale-every", every, every >= 1, ">= 1"),
+                                  ("--spawn-size", spawn, spawn >= 1, ">= 1"),
+                                  ("--max-workers", max_workers, max_workers >= workers, f">= --workers ({workers})"),
+                                  ("--threshold", threshold, 0 <= threshold <= 1, "in [0, 1]"),
+                                  ("--price-per-worker-hour", price, price >= 0, ">= 0")):
         if not ok:
-            raise UserError(f"{name} {value}: out of range")
+            raise UserError(f"{name} {value}: must be {must}")
     curve = None
     if utility:
         try:
             value, seconds = (float(x) for x in utility.split(":"))
-            curve = LinearUtility(value, seconds)
         except ValueError:
             raise UserError(f"--utility {utility!r}: expected VALUE:SECONDS, e.g. 10:3600") from None
+        # as the spec's utility_value/utility_seconds: 5:0 was taken, and the first decision divided by the 0 s
+        if not (value > 0 and seconds > 0):
+            raise UserError(f"--utility {utility!r}: VALUE and SECONDS must be > 0 (worth VALUE now, 0 at SECONDS)")
+        curve = LinearUtility(value, seconds)
     cfg = AutoscaleConfig(every, ScheduleConfig(spawn_size=spawn, min_workers=1, max_workers=max_workers,
                                                 threshold=threshold, min_consecutive_passes=1,
                                                 min_batches_for_staying=0),

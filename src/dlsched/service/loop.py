@@ -34,8 +34,8 @@ from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import record_round
-from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, release_confirmed, released,
-                                        waits_for_hold, without_held)
+from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, in_slots, release_confirmed,
+                                        released, waits_for_hold, without_held)
 from dlsched.service.retention import Retention
 from dlsched.service.stalls import StallWatch
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
@@ -302,7 +302,7 @@ class LiveLoop:
         records, offset = read_progress(self.job_dir(job), job.progress_offset)
         if not records:
             return job
-        samples = [r for r in records if "event" not in r]
+        samples = [in_slots(r) for r in records if "event" not in r]
         fields: dict = {}
         delay = self.models.change_delay(job, samples, now)
         if delay is not None:

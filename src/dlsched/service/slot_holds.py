@@ -51,6 +51,16 @@ def waits_for_hold(job: JobRecord, placement: Mapping[str, int]) -> bool:
     return bool(job.releasing) and bool(extra_slots(placement, job.placement))
 
 
+def in_slots(sample: dict) -> dict:
+    """Step record ``sample`` with ``workers`` counting the slots its group holds, as the books do: a parameter-server
+    job's records count its workers, and its servers hold slots too (a ps job resized to 2 slots trained at 1 worker,
+    never matched its books, and showed ``rescaling`` till it ended; its speed was fitted per worker, sized per slot)."""
+    servers = sample.get("servers")
+    if isinstance(servers, int) and isinstance(sample.get("workers"), int):
+        return {**sample, "workers": sample["workers"] + servers}
+    return sample
+
+
 def answers(job: JobRecord, sample: dict) -> bool:
     """Whether step record ``sample`` is of a group formed for ``job``'s newest control request or a later one. The
     torch runtime tags each step with the request its group was formed for (``control_generation``): a last step of

@@ -25,7 +25,7 @@ import numpy as np
 from dlsched.train.autoscale import (DEFAULT_PRICE, LinearUtility, ScheduleConfig, next_worker_count,
                                      passes_utility, scaling_efficiency)
 from dlsched.train import preemption
-from dlsched.train.files import read_control, read_progress, write_control
+from dlsched.train.files import ProgressTail, read_control, write_control
 
 WARMUP_STEPS = 2
 
@@ -111,9 +111,11 @@ def run_autoscaled(runtime_cmd: list[str], job_dir: Path, cfg: AutoscaleConfig,
     # a SIGTERM to this process alone (`kill PID` of `dlsched train --autoscale`) killed it and left the runtime
     # training on, unsteered: it is passed on to the runtime, which stops at its next safe point (exit 143)
     preemption.install()
+    # this run's records only: a re-run replayed the earlier runs' steps, deciding on their rates (another host load,
+    # other workers) and resizing the new runtime from them at its first poll
+    tail, forwarded = ProgressTail(job_dir, from_end=True), False
     with preemption.sigterm_blocked():   # the runtime's start-up holds a stop until its handler is in (runtime.md)
         proc = subprocess.Popen(runtime_cmd)
-    seen, forwarded = 0, False
     try:
         with open(job_dir / "autoscale.jsonl", "a", buffering=1) as out:
             while True:
@@ -121,8 +123,7 @@ def run_autoscaled(runtime_cmd: list[str], job_dir: Path, cfg: AutoscaleConfig,
                     proc.send_signal(signal.SIGTERM)
                     forwarded = True
                 running = proc.poll() is None
-                records = read_progress(job_dir)[seen:]
-                seen += len(records)
+                records = tail.read()
                 for rec in records:
                     if "event" in rec or "workers" not in rec:
                         engine.event(rec)

@@ -176,6 +176,38 @@ def read_progress(job_dir: Path) -> list[dict]:
     return read_json_lines(Path(job_dir) / "progress.jsonl")
 
 
+class ProgressTail:
+    """The records appended to DIR/progress.jsonl since the last ``read`` (complete lines only; a torn or malformed
+    line is skipped). A reader that polls a live job: re-reading the whole log at each poll took 0.4 s at 50 000
+    steps, a core of a 2-core host at 5 polls a second. ``from_end`` starts past the records already there."""
+
+    def __init__(self, job_dir: Path, from_end: bool = False):
+        self.path, self.offset = Path(job_dir) / "progress.jsonl", 0
+        if from_end:
+            self.read()
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        out = []
+        for line in chunk[: end + 1].splitlines():
+            try:
+                rec = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+
 def answered_control(log: list[dict]) -> int:
     """The highest control.json generation an earlier run of the job answered or gave up (-1: none), from its
     progress records (``read_progress``). The file is a level and outlives the run: a re-run applied the last run's

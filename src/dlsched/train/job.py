@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -77,7 +78,17 @@ def load_entry(entry: str) -> Callable[..., TrainJob]:
 
 
 def build_job(entry: str, params: dict[str, Any]) -> TrainJob:
-    job = load_entry(entry)(**params)
+    make_job = load_entry(entry)
+    try:
+        job = make_job(**params)
+    except Exception as e:   # e.g. --param num_samples=-5: was a 15-line traceback; one line, its params and where
+        frames = traceback.extract_tb(e.__traceback__)
+        source = getattr(getattr(make_job, "__code__", None), "co_filename", None)
+        own = [f for f in frames if f.filename == source]   # the job file's line, not the library's it called
+        where = (own or frames)[-1]
+        given = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        raise UserError(f"--entry {entry!r}: make_job({given}) raised {type(e).__name__}: {e} "
+                        f"({where.filename}:{where.lineno})") from e
     if not isinstance(job, TrainJob):
         raise UserError(f"--entry {entry!r}: make_job returned {type(job).__name__}, expected dlsched.train.job.TrainJob")
     if job.num_samples <= 0:

@@ -42,6 +42,9 @@ _EVENTS = {
     "rejoined": lambda r: f"back to {r.get('workers')} worker(s) after worker(s) {r.get('workers_lost')} lost"
                           + (f" in {r['stall_s']:.2f}s" if isinstance(r.get("stall_s"), (int, float)) else ""),
     "stopped": lambda r: f"stopped at step {r.get('step')}",
+    "servers_changed": lambda r: f"servers {r.get('from_servers')} -> {r.get('servers')}: the committed round's "
+                                 f"parameters re-sharded",   # was the bare word 'servers_changed'
+
     "control_rejected": lambda r: f"control.json rejected: {r.get('error')}",
 }
 

@@ -257,6 +257,7 @@ class PSRunner:
                                      "servers": self.opts.servers, "round": len(state["round_generation"])})
                 state["servers"] = self.opts.servers
             state["workers"] = self.opts.workers
+            state["restarts"] = 0   # --max-restarts bounds this run's losses, as all-reduce's (was: the job's, ever)
             state["total_samples"] = total_samples(self.job)   # a re-run with more epochs trains them
             asked = self.opts.batch_size
             if asked and asked != state["global_batch"]:   # was silently trained on at the earlier run's batch
@@ -285,6 +286,10 @@ class PSRunner:
             print(f"{self.job_dir}: already finished at step {committed_steps(state)}; nothing to train (--param "
                   f"epochs=N over {self.job.epochs} trains on)", flush=True)
             return 0
+        if state["round_generation"]:   # a re-run said nothing of where it went on (all-reduce's says it)
+            self.progress.write({"event": "resumed", "time": time.time(), "new_generation": state["generation"] + 1,
+                                 "restored_step": committed_steps(state), "strategy": "ps",
+                                 "checkpoint": f"round {len(state['round_generation']) - 1}"})
         while True:
             gen = self._generation(state)
             if gen.first_round >= num_rounds(gen, self.job):
