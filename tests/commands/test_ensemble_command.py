@@ -133,6 +133,7 @@ models:
     assert rep["outcome"] == {"a": "stopped at max_epochs", "b": "stopped at max_epochs"}   # patience 5 never ran out
     assert [sorted(f["members"]) for f in rep["plans"][0]["flotillas"]] == [["a", "b"]]
     assert {p["member"] for p in rep["profiles"]} == {"a", "b"}
+    assert all(Path(rep["best_checkpoint"][m]).is_file() for m in ("a", "b"))   # each model's best weights, by path
     # re-formed after a converged: 8 steps an epoch > the ring's 4 slots + 1, so b cannot also finish its 2nd
     # epoch before a's convergence pauses it, however the processes are scheduled
     assert [f["members"] for f in rep["flotillas"]][1] == ["b"]

@@ -27,9 +27,11 @@ def test_an_ensembles_fraction_done_counts_each_plans_samples_and_a_member_that_
 def test_each_member_that_left_has_its_epochs_and_best_accuracy():
     """A service job's per-model results were only in its events; `dlsched show` and the dashboard had the states."""
     plan = _event("job_flotillas", flotillas=[{"members": {"a": 1, "b": 1}}], share=2, samples_done={})
-    left = _event("job_member_converged", member="b", epoch=3, best_acc=0.97, reason="max_epochs")
+    left = _event("job_member_converged", member="b", epoch=3, best_acc=0.97, reason="max_epochs",
+                  best_checkpoint="/jobs/1/ckpt/b.best.pt")
     shown = ensemble_status([PROFILED, plan, left])
-    assert shown["results"] == {"b": {"epochs": 3, "best_acc": 0.97, "left": "stopped at max_epochs"}}
+    assert shown["results"] == {"b": {"epochs": 3, "best_acc": 0.97, "left": "stopped at max_epochs",
+                                      "best_checkpoint": "/jobs/1/ckpt/b.best.pt"}}   # where its weights are
 
 
 def test_an_ensemble_not_yet_profiled_says_so_in_its_summary():

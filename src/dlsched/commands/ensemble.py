@@ -139,6 +139,7 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     report_doc = {
         "name": spec.name, "outcome": outcome,
         "finish_s": finish, "epochs": report.epochs, "best_acc": report.best_acc,
+        "best_checkpoint": {n: str((out / "checkpoints" / f"{n}.best.pt").resolve()) for n in names},
         "profiled_samples_per_s": report.rates, "plans": plans,
         "profiles": [p.as_record() for p in report.profiles.values()],
         "note": "times in seconds since training started (after profiling); null: left in an earlier run into "

@@ -14,9 +14,10 @@ LEFT = ("converged", STOPPED)
 
 def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
     """``{"members": {name: "training"|"waiting"|"stopped"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
-    "share": slots, "fraction_done": f, "results": {name: {"epochs", "best_acc", "left"}}}`` from a job's events,
-    oldest first; ``results`` has each member that left: its epochs, best validation accuracy and why it left (what
-    ``dlsched ensemble run`` puts in its report; only the events had it for a service job). ``fraction_done``: of the samples every
+    "share": slots, "fraction_done": f, "results": {name: {"epochs", "best_acc", "left", "best_checkpoint"}}}`` from a
+    job's events, oldest first; ``results`` has each member that left: its epochs, best validation accuracy, why it
+    left and the file of its best weights (null from a runtime that did not say): what ``dlsched ensemble run`` puts
+    in its report; only the events had it for a service job. ``fraction_done``: of the samples every
     member would train to its epoch cap, those trained by the last plan, a member that left counted whole (it has
     no work left); None before the runtime profiled its members, 1 once the job finished."""
     members: dict[str, str] = {}
@@ -40,7 +41,8 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
                     members[m] = "training" if m in running else "waiting"
         elif e["kind"] == "job_member_converged":
             members[d["member"]] = STOPPED if d.get("reason") == "max_epochs" else "converged"
-            results[d["member"]] = {"epochs": d.get("epoch"), "best_acc": d.get("best_acc"), "left": members[d["member"]]}
+            results[d["member"]] = {"epochs": d.get("epoch"), "best_acc": d.get("best_acc"), "left": members[d["member"]],
+                                    "best_checkpoint": d.get("best_checkpoint")}
         elif e["kind"] in ("job_finished", "job_stopped"):
             flotillas = []
             ended = e["kind"] == "job_finished"

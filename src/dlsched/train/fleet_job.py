@@ -26,6 +26,7 @@ from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, wr
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
 from dlsched.train.flotilla import CTX, LEFT, Augment, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
+from dlsched.train.progress_lines import HumanProgress
 
 STATE_FILE = "fleet_state.json"   # converged members and each member's batch index, for a resumed run
 
@@ -147,7 +148,9 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
             report.finish_s[name] = time.time() - t0
             report.left[name] = status
             state["converged"][name] = {"epoch": epoch, "best_acc": msg[5], "reason": status}
-            emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5], "reason": status})
+            best = (ckpt_dir / f"{name}.best.pt").resolve()   # where the user finds the member's result
+            emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5], "reason": status,
+                  **({"best_checkpoint": str(best)} if best.exists() else {})})
         if on_report:
             on_report(msg)
 
@@ -206,7 +209,7 @@ class _Contract:
     def __init__(self, job_dir: Path, slots: int, batch: int, names: Sequence[str]) -> None:
         self.dir, self.batch = job_dir, batch
         self.granted = Share(slots, _visible_devices())
-        self.log = ProgressLog(job_dir)
+        self.log = ProgressLog(job_dir, echo=HumanProgress())   # output.log: what `dlsched logs` shows
         self.control = ControlWatch(job_dir, lambda error: self.event({"event": "control_rejected", "error": error}))
         self.steps = {n: 0 for n in names}
         self.rates: dict[str, float] = {}
