@@ -100,6 +100,17 @@ def test_shared_flotilla_delivers_the_same_batches_to_every_member(tmp_path):
     assert final == {"a": 12, "b": 12, "c": 12} and run.producer_cpu_s > 0
 
 
+def test_a_member_that_fails_is_named_with_its_error(tmp_path):
+    """The job's error said only "a member process failed (flotillas [['ok', 'bad']])": which member and why were
+    in a traceback in the log (here a head of 4 classes on labels of 10: IndexError in the loss)."""
+    data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
+    members = [MemberSpec("ok", f"{MODELS}:MLPHead", {"hidden": 8}),
+               MemberSpec("bad", f"{MODELS}:MLPHead", {"hidden": 8, "classes": 4})]
+    conv = Convergence(patience=10**6, max_epochs=10**6)
+    with pytest.raises(RuntimeError, match=r"^member bad failed: IndexError: Target \d+ is out of bounds"):
+        run_flotillas([members], data, val, 32, conv, tmp_path, CTX.Queue(), max_batches=12)
+
+
 @pytest.mark.slow
 def test_a_data_parallel_member_splits_each_shared_batch_over_its_workers(tmp_path):
     data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
