@@ -406,6 +406,13 @@ def _train_member(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_b
         reports.put((spec.name, status, state["epoch"], state["step"], None, state["best"], None))
     if world > 1:
         dist.destroy_process_group()
+        # Leave without freeing the DDP model: its Reducer's process group, destroyed with the GIL held, waits on
+        # gloo's work thread, which waits for the GIL to free a finished all-reduce's tensors (py-spy: a rank hung
+        # there until run_flotillas killed it 30 s later, the ensemble holding its slots meanwhile). The reports
+        # are flushed first; the checkpoint is written.
+        reports.close()
+        reports.join_thread()
+        os._exit(0)
 
 
 # ---------------------------------------------------------------- flotillas
