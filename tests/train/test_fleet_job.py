@@ -183,7 +183,9 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=120) == 143, proc.stdout.read().decode()[-2000:]
         assert read_status(job)["state"] == "stopped"
-        assert any(r.get("event") == "stopped" for r in read_progress(job))
+        stops = [r for r in read_progress(job) if r.get("event") == "stopped"]
+        # where the stop left each member still training (b had left): the service's DONE of a stopped ensemble
+        assert len(stops) == 1 and list(stops[0]["samples_done"]) == ["a"] and stops[0]["samples_done"]["a"] > 0
         # resumed with a new share: b stays converged, a continues from its checkpoint and finishes
         before = len(read_progress(job))
         write_control(job, 2, None, 2)

@@ -43,6 +43,7 @@ class EnsembleReport:
     flotillas: list[FlotillaRun] = field(default_factory=list)
     profiles: dict[str, MeasuredProfile] = field(default_factory=dict)
     preprocess_per_core: float = 0.0
+    steps: dict[str, int] = field(default_factory=dict)        # each member's steps when the run ended
 
     @property
     def rates(self) -> dict[str, float]:
@@ -196,6 +197,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         remaining = [n for n in remaining if n not in converged]
         state["progress"], state["shift"] = progress, shifts
         atomic_write_json(ckpt_dir / STATE_FILE, state)
+    report.steps = dict(progress)
     for name, done in state["converged"].items():
         report.epochs.setdefault(name, done["epoch"])
         report.best_acc.setdefault(name, done["best_acc"])
@@ -274,7 +276,7 @@ def run_job(opts: FleetOptions) -> int:
     io.members.update({n: LEAVE_LABEL[d.get("reason", "converged")] for n, d in _load_state(ckpt)["converged"].items()})
     io.status("running")
     data, val = load_data(spec, base)
-    _, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
+    report, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
                              share=io.share, eps=spec.rate_tolerance, seed=spec.dataset.seed,
                              stop_requested=preemption.requested, on_report=io.report, on_event=io.event,
                              augment=spec.augment())
@@ -282,6 +284,8 @@ def run_job(opts: FleetOptions) -> int:
         io.event({"event": "finished", "step": sum(io.steps.values())})
         io.status("finished")
         return 0
-    io.event({"event": "stopped", "step": sum(io.steps.values()), "checkpoint": str(ckpt)})
+    # where each member still training stands (a cancelled ensemble showed 0 % done: the last plan's count)
+    io.event({"event": "stopped", "step": sum(io.steps.values()), "checkpoint": str(ckpt),
+              "samples_done": {n: k * spec.batch_size for n, k in report.steps.items() if n not in report.left}})
     io.status("stopped")
     return 143
