@@ -29,3 +29,6 @@ def check_ensemble(params: dict[str, Any], workdir: str | Path, source: str = "j
     base = Path(workdir) / spec.base_dir if spec.base_dir else yaml_file.parent
     for i, m in enumerate(spec.models):
         check_entry(m.model, dict(m.kwargs), base, f"{source}: {path}", f"models[{i}].model", f"models[{i}].kwargs")
+    data = spec.dataset.path
+    if spec.dataset.kind == "npz" and data and not (base / data).is_file():   # as load_data resolves it
+        raise SpecError(f"{source}: {path}: field dataset.path: {data!r} not found (relative paths resolve under {base})")

@@ -133,6 +133,7 @@ models:
     assert rep["outcome"] == {"a": "stopped at max_epochs", "b": "stopped at max_epochs"}   # patience 5 never ran out
     assert [sorted(f["members"]) for f in rep["plans"][0]["flotillas"]] == [["a", "b"]]
     assert {p["member"] for p in rep["profiles"]} == {"a", "b"}
+    assert all(Path(rep["best_checkpoint"][m]).is_file() for m in ("a", "b"))   # each model's best weights, by path
     # re-formed after a converged: 8 steps an epoch > the ring's 4 slots + 1, so b cannot also finish its 2nd
     # epoch before a's convergence pauses it, however the processes are scheduled
     assert [f["members"] for f in rep["flotillas"]][1] == ["b"]
@@ -162,3 +163,44 @@ def test_ensemble_simulate_json_parses_and_its_table_fits_80_columns():
     assert table.returncode == 0 and "…" not in table.stdout and "FLEET speed-up" in table.stdout, table.stderr
     rows = json.loads(subprocess.run(args + ["--json"], capture_output=True, text=True, env=env, timeout=120).stdout)
     assert [r["method"] for r in rows] == ["FLEET", "separately", "homogeneous sharing"] and rows[0]["fleet_speedup"] == 1
+
+
+def test_ctrl_c_stops_every_member_at_a_checkpoint(tmp_path):
+    """Ctrl-C killed every member process (a KeyboardInterrupt traceback each) and lost what they had trained since
+    the last re-formation: a member's checkpoint is written only when it pauses or leaves."""
+    import signal
+    import time
+
+    import torch
+
+    slow = ROOT / "tests" / "train" / "slow_models.py"
+    f = tmp_path / "spec.yaml"
+    f.write_text(f"""name: stop
+dataset: {{kind: synthetic, train: 256, val: 32}}
+batch_size: 32
+convergence: {{patience: 100, min_delta: 0.0, max_epochs: 200}}
+slots: 1
+output: {tmp_path / "out"}
+models:
+  - {{name: a, model: "{slow}:SlowWideCNN", kwargs: {{width: 4, step_s: 0.05}}}}
+""")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200", DLSCHED_PROFILE_CACHE=str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "dlsched.cli", "ensemble", "run", str(f), "--no-live"]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        best = tmp_path / "out" / "checkpoints" / "a.best.pt"   # written at its first epoch's end: it trains
+        deadline = time.monotonic() + 120
+        while not best.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert best.exists(), proc.communicate(timeout=30)
+        os.killpg(proc.pid, signal.SIGINT)                         # Ctrl-C in its terminal: its whole group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and "the same command resumes" in err
+    state = torch.load(tmp_path / "out" / "checkpoints" / "a.pt", weights_only=False)["state"]
+    assert state["epoch"] >= 1 and state["step"] >= 8           # what it trained is kept

@@ -57,6 +57,33 @@ def test_a_bad_ensemble_is_one_line_at_submit_and_no_job(client, tmp_path, model
     assert client.get("/jobs").json() == []
 
 
+@pytest.mark.parametrize("job, line", [
+    (JOB.replace("{path:", "{pth:"), "field params.pth: from_yaml() has no parameter 'pth'; did you mean 'path'?"),
+    (JOB.replace("fleet_spec:from_yaml", "fleet_spec:from_yml"), "field entry: dlsched.train.fleet_spec defines no "
+                                                                "'from_yml'; did you mean 'from_yaml'?"),
+])
+def test_an_ensemble_jobs_entry_and_params_are_checked_at_submit(client, tmp_path, job, line):
+    """Only a train job's entry was checked against its params: an ensemble with `params: {pth: ...}` was accepted,
+    started, and failed with "TypeError: from_yaml() got an unexpected keyword argument 'pth'"."""
+    (tmp_path / "models.py").write_text(MODELS)
+    (tmp_path / "ens.yaml").write_text(ENSEMBLE % {"model": "models.py:Mlp", "extra": "", "batch": 32})
+    r = client.post("/jobs", content=job, headers={"content-type": "application/yaml"})
+    assert r.status_code == 422, r.text
+    assert line in r.json()["error"] and "\n" not in r.json()["error"]
+    assert client.get("/jobs").json() == []
+
+
+def test_an_ensembles_missing_npz_data_set_is_refused_at_submit(client, tmp_path):
+    """It was accepted, held a slot while loading, and failed: "/nope.npz: cannot read npz data set"."""
+    (tmp_path / "models.py").write_text(MODELS)
+    (tmp_path / "ens.yaml").write_text((ENSEMBLE % {"model": "models.py:Mlp", "extra": "", "batch": 32}).replace(
+        "{kind: synthetic, train: 128, val: 32}", "{kind: npz, path: data/missing.npz}"))
+    r = client.post("/jobs", content=JOB, headers={"content-type": "application/yaml"})
+    assert r.status_code == 422, r.text
+    assert "ens.yaml: field dataset.path: 'data/missing.npz' not found" in r.json()["error"]
+    assert client.get("/jobs").json() == []
+
+
 def test_a_good_ensemble_is_accepted(client, tmp_path):
     (tmp_path / "models.py").write_text(MODELS)
     (tmp_path / "ens.yaml").write_text(ENSEMBLE % {"model": "models.py:Mlp", "extra": "", "batch": 32})

@@ -24,12 +24,27 @@ def test_an_ensembles_fraction_done_counts_each_plans_samples_and_a_member_that_
     assert ensemble_status([PROFILED, plan, _event("job_stopped")])["fraction_done"] == 0.25   # stopped, not done
 
 
+def test_a_running_ensembles_fraction_done_moves_between_plans_and_a_stop_says_where_it_left_each_member():
+    """DONE stood at the last plan's count for as long as the flotillas trained (0 % for minutes, then a jump), and
+    a cancelled ensemble whose members had trained showed 0 %."""
+    plan = {**_event("job_flotillas", flotillas=[{"members": {"a": 1, "b": 1}, "rate": 10.0}], share=2,
+                     samples_done={"a": 0, "b": 0}), "time": 100.0}
+    assert ensemble_status([PROFILED, plan], now=100.0)["fraction_done"] == 0.0
+    assert ensemble_status([PROFILED, plan], now=110.0)["fraction_done"] == 0.2       # 100 + 100 of 1000
+    assert ensemble_status([PROFILED, plan], now=200.0)["fraction_done"] == 1.0       # each capped at its epochs
+    stopped = {**_event("job_stopped", samples_done={"a": 300, "b": 50}), "time": 120.0}
+    for now in (120.0, 500.0):                     # stopped: what the stop says, however long ago
+        assert ensemble_status([PROFILED, plan, stopped], now=now)["fraction_done"] == 0.35
+
+
 def test_each_member_that_left_has_its_epochs_and_best_accuracy():
     """A service job's per-model results were only in its events; `dlsched show` and the dashboard had the states."""
     plan = _event("job_flotillas", flotillas=[{"members": {"a": 1, "b": 1}}], share=2, samples_done={})
-    left = _event("job_member_converged", member="b", epoch=3, best_acc=0.97, reason="max_epochs")
+    left = _event("job_member_converged", member="b", epoch=3, best_acc=0.97, reason="max_epochs",
+                  best_checkpoint="/jobs/1/ckpt/b.best.pt")
     shown = ensemble_status([PROFILED, plan, left])
-    assert shown["results"] == {"b": {"epochs": 3, "best_acc": 0.97, "left": "stopped at max_epochs"}}
+    assert shown["results"] == {"b": {"epochs": 3, "best_acc": 0.97, "left": "stopped at max_epochs",
+                                      "best_checkpoint": "/jobs/1/ckpt/b.best.pt"}}   # where its weights are
 
 
 def test_an_ensemble_not_yet_profiled_says_so_in_its_summary():

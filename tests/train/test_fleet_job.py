@@ -110,6 +110,23 @@ def test_members_converge_leave_with_checkpoints_and_the_rest_are_re_formed(tmp_
     assert max(report.best_acc.values()) > 0.3      # 10 classes: learned something from the shared batches
     assert all(f.producer_cpu_s > 0 for f in report.flotillas)
     assert [e["member"] for e in events if e["event"] == "member_converged"] == ["tiny", "mlp"]
+    # each departure names the file of its best weights (the user had to know the runtime's folder layout)
+    assert [e["best_checkpoint"] for e in events if e["event"] == "member_converged"] == \
+        [str((tmp_path / f"{m}.best.pt").resolve()) for m in ("tiny", "mlp")]
+
+
+def test_the_job_folder_echoes_an_ensembles_records_as_the_lines_dlsched_logs_shows(tmp_path, capsys, monkeypatch):
+    """An ensemble job's output.log held only the service's start line: `dlsched logs -f` showed no step, no plan
+    and no result (the coordinator of every other job echoes its records there)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    io = _Contract(tmp_path, 2, 8, ["m"])
+    io.event({"event": "flotillas", "share": 2, "waiting": [], "flotillas": [{"members": {"m": 2}}]})
+    io.report(("m", "training", 0, 1, 0.5, None, 10.0))
+    io.event({"event": "member_converged", "member": "m", "epoch": 3, "best_acc": 0.75, "reason": "converged",
+              "best_checkpoint": "/j/ckpt/m.best.pt"})
+    out = capsys.readouterr().out
+    assert "planned on 2 slot(s): flotillas m:2" in out and "member m step 1 epoch 0 loss 0.5" in out
+    assert "member m converged at epoch 3: best val acc 0.75, weights /j/ckpt/m.best.pt" in out
 
 
 @pytest.mark.slow
@@ -166,7 +183,9 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=120) == 143, proc.stdout.read().decode()[-2000:]
         assert read_status(job)["state"] == "stopped"
-        assert any(r.get("event") == "stopped" for r in read_progress(job))
+        stops = [r for r in read_progress(job) if r.get("event") == "stopped"]
+        # where the stop left each member still training (b had left): the service's DONE of a stopped ensemble
+        assert len(stops) == 1 and list(stops[0]["samples_done"]) == ["a"] and stops[0]["samples_done"]["a"] > 0
         # resumed with a new share: b stays converged, a continues from its checkpoint and finishes
         before = len(read_progress(job))
         write_control(job, 2, None, 2)

@@ -14,6 +14,7 @@ from dlsched.train.flotilla import (
 )
 
 MODELS = Path(__file__).resolve().parents[2] / "examples" / "ensemble" / "models.py"
+RECORDING = Path(__file__).resolve().parent / "recording_models.py"
 
 
 def _read_slot_ptr(ring, index, out):
@@ -98,6 +99,34 @@ def test_shared_flotilla_delivers_the_same_batches_to_every_member(tmp_path):
     _, (run,) = run_flotillas([members], data, val, 32, conv, tmp_path, CTX.Queue(), max_batches=12, on_report=got.append)
     final = {m[0]: m[3] for m in got if m[4] is None}
     assert final == {"a": 12, "b": 12, "c": 12} and run.producer_cpu_s > 0
+
+
+def test_a_member_that_fails_is_named_with_its_error(tmp_path):
+    """The job's error said only "a member process failed (flotillas [['ok', 'bad']])": which member and why were
+    in a traceback in the log (here a head of 4 classes on labels of 10: IndexError in the loss)."""
+    data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
+    members = [MemberSpec("ok", f"{MODELS}:MLPHead", {"hidden": 8}),
+               MemberSpec("bad", f"{MODELS}:MLPHead", {"hidden": 8, "classes": 4})]
+    conv = Convergence(patience=10**6, max_epochs=10**6)
+    with pytest.raises(RuntimeError, match=r"^member bad failed: IndexError: Target \d+ is out of bounds"):
+        run_flotillas([members], data, val, 32, conv, tmp_path, CTX.Queue(), max_batches=12)
+
+
+def test_a_data_parallel_members_ranks_leave_without_freeing_their_model(tmp_path):
+    """A DDP rank that freed its model on the way out could deadlock: the Reducer's gloo process group, destroyed
+    with the GIL held, waits on gloo's work thread, which waits for the GIL (py-spy of a rank hung 30 s until
+    run_flotillas killed it; the service's ensemble held its slots meanwhile, e.g. after its last member left). The
+    hang is a race; what the test can see is that the ranks no longer free the model: they report, checkpoint and
+    leave."""
+    data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
+    marker = tmp_path / "freed"
+    members = [MemberSpec("dp", f"{RECORDING}:FreedMLP", {"marker": str(marker)})]
+    got = []
+    _, (run,) = run_flotillas([members], data, val, 32, Convergence(patience=10**6, max_epochs=10**6), tmp_path,
+                              CTX.Queue(), max_batches=4, workers={"dp": 2}, on_report=got.append)
+    assert run.workers == (2,) and {m[0]: m[3] for m in got if m[4] is None} == {"dp": 4}
+    assert (tmp_path / "dp.pt").is_file()
+    assert not list(tmp_path.glob("freed.*")), "a rank freed its DDP model on the way out"
 
 
 @pytest.mark.slow

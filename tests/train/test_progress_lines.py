@@ -1,5 +1,5 @@
 """Human lines for progress records."""
-from dlsched.train.progress_lines import event_line
+from dlsched.train.progress_lines import event_line, step_line
 
 
 def test_an_epoch_end_without_a_mean_loss_says_no_placeholder():
@@ -55,3 +55,20 @@ def test_a_step_with_an_evaluation_is_shown_however_soon_it_follows_the_last_lin
     lines = out.getvalue().splitlines()
     assert [line.split()[2] for line in lines] == ["1", "3", "6"], lines   # the first, then each evaluation
     assert all("val_accuracy 0.5" in line for line in lines[1:])
+
+
+def test_an_ensembles_events_and_steps_say_which_member_what_plan_and_where_its_weights_are():
+    """`dlsched logs` of an ensemble printed bare `profiled`, `flotillas`, `member_converged` and steps of no member."""
+    assert event_line({"event": "profiled", "profiles": [{"member": "a", "rates": [367.7, 911.1]},
+                                                         {"member": "b", "rates": [1500.0]}]}, None) \
+        == "profiled (samples/s on 1 slot): a 367.7, b 1500"
+    assert event_line({"event": "flotillas", "share": 3, "waiting": ["c"],
+                       "flotillas": [{"members": {"a": 2}}, {"members": {"b": 1}}]}, None) \
+        == "planned on 3 slot(s): flotillas a:2 | b:1; waiting c"
+    assert event_line({"event": "member_converged", "member": "a", "epoch": 7, "best_acc": 0.9922, "reason": "converged",
+                       "best_checkpoint": "/j/ckpt/a.best.pt"}, None) \
+        == "member a converged at epoch 7: best val acc 0.9922, weights /j/ckpt/a.best.pt"
+    assert event_line({"event": "member_converged", "member": "b", "epoch": 3, "best_acc": 0.5, "reason": "max_epochs"},
+                      None) == "member b stopped at max_epochs at epoch 3: best val acc 0.5"
+    assert step_line({"step": 12, "epoch": 1, "loss": 0.5, "samples_per_s": 100.0, "workers": 2, "batch_size": 32,
+                      "samples": 384, "member": "a"}).startswith("member a step 12 epoch 1 loss 0.5")

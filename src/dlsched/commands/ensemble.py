@@ -91,6 +91,7 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     from rich.console import Console
     from rich.live import Live
 
+    from dlsched.train import preemption
     from dlsched.train.fleet_job import Share, train_ensemble
     from dlsched.train.fleet_spec import load_data, load_spec
 
@@ -122,9 +123,17 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
             if lv is not None:
                 lv.update(table.render())
 
-        report, _ = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), out / "checkpoints",
-                                   share=lambda: Share(spec.slots), eps=spec.rate_tolerance, seed=spec.dataset.seed,
-                                   on_report=on_report, on_plan=on_plan, augment=spec.augment())
+        # Ctrl-C (or SIGTERM) stops at the members' next step, each checkpointed, as in `dlsched train`: it killed
+        # every member process (a traceback each) and lost what they trained since the last re-formation
+        preemption.install()
+        report, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(),
+                                      out / "checkpoints", share=lambda: Share(spec.slots), eps=spec.rate_tolerance,
+                                      seed=spec.dataset.seed, stop_requested=preemption.requested,
+                                      on_report=on_report, on_plan=on_plan, augment=spec.augment())
+    if not done:
+        Console(stderr=True).print(f"stopped: every member still training checkpointed in {out / 'checkpoints'}; "
+                                   "the same command resumes there", soft_wrap=True)
+        raise typer.Exit(143)
     names = [m.name for m in members]
     plot_flotillas(report, names, out / "flotillas.png")
     # a member that left in an earlier run into this folder (resumed from its checkpoints) has no time in this one
@@ -139,6 +148,7 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     report_doc = {
         "name": spec.name, "outcome": outcome,
         "finish_s": finish, "epochs": report.epochs, "best_acc": report.best_acc,
+        "best_checkpoint": {n: str((out / "checkpoints" / f"{n}.best.pt").resolve()) for n in names},
         "profiled_samples_per_s": report.rates, "plans": plans,
         "profiles": [p.as_record() for p in report.profiles.values()],
         "note": "times in seconds since training started (after profiling); null: left in an earlier run into "

@@ -2,6 +2,7 @@
 events the FLEET runtime reported through ``progress.jsonl`` (``flotillas``, ``member_converged``)."""
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:   # the CLI imports ``summary``: no store (sqlite) at every ``dlsched`` start
@@ -12,19 +13,24 @@ STOPPED = "stopped at max_epochs"     # left at its epoch cap, not converged
 LEFT = ("converged", STOPPED)
 
 
-def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
+def ensemble_status(events: Iterable[dict], now: float | None = None) -> dict[str, Any]:
     """``{"members": {name: "training"|"waiting"|"stopped"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
-    "share": slots, "fraction_done": f, "results": {name: {"epochs", "best_acc", "left"}}}`` from a job's events,
-    oldest first; ``results`` has each member that left: its epochs, best validation accuracy and why it left (what
-    ``dlsched ensemble run`` puts in its report; only the events had it for a service job). ``fraction_done``: of the samples every
-    member would train to its epoch cap, those trained by the last plan, a member that left counted whole (it has
-    no work left); None before the runtime profiled its members, 1 once the job finished."""
+    "share": slots, "fraction_done": f, "results": {name: {"epochs", "best_acc", "left", "best_checkpoint"}}}`` from a
+    job's events, oldest first; ``results`` has each member that left: its epochs, best validation accuracy, why it
+    left and the file of its best weights (null from a runtime that did not say): what ``dlsched ensemble run`` puts
+    in its report; only the events had it for a service job. ``fraction_done``: of the samples every
+    member would train to its epoch cap, those trained by the last plan (or by a stop, which says), a member that
+    left counted whole (it has no work left), and at ``now`` what the running flotillas trained since their plan at
+    their rate, as ``members_left`` counts it (the plan's alone stood still between plans: 0 % for minutes, then a
+    jump); None before the runtime profiled its members, 1 once the job finished."""
     members: dict[str, str] = {}
     flotillas: list[dict] = []
     share = None
     cap: dict[str, float] = {}
     done: dict[str, float] = {}
     results: dict[str, dict] = {}
+    speed: dict[str, float] = {}
+    planned_at = now
     ended = False
     for e in events:
         d = e["detail"]
@@ -34,20 +40,26 @@ def ensemble_status(events: Iterable[dict]) -> dict[str, Any]:
         elif e["kind"] == "job_flotillas":
             flotillas, share = d.get("flotillas", []), d.get("share")
             done.update({k: float(v) for k, v in d.get("samples_done", {}).items()})
+            speed = {m: float(f.get("rate") or 0.0) for f in flotillas for m in f.get("members", {})}
+            planned_at = float(e["time"])
             running = {m for f in flotillas for m in f.get("members", {})}
             for m in running | set(d.get("waiting", [])):
                 if members.get(m) not in LEFT:
                     members[m] = "training" if m in running else "waiting"
         elif e["kind"] == "job_member_converged":
             members[d["member"]] = STOPPED if d.get("reason") == "max_epochs" else "converged"
-            results[d["member"]] = {"epochs": d.get("epoch"), "best_acc": d.get("best_acc"), "left": members[d["member"]]}
+            results[d["member"]] = {"epochs": d.get("epoch"), "best_acc": d.get("best_acc"), "left": members[d["member"]],
+                                    "best_checkpoint": d.get("best_checkpoint")}
         elif e["kind"] in ("job_finished", "job_stopped"):
-            flotillas = []
+            flotillas, speed = [], {}
+            done.update({k: float(v) for k, v in d.get("samples_done", {}).items()})   # where the stop left each
             ended = e["kind"] == "job_finished"
             # checkpointed (a cancel, a preemption): no longer training until a next plan says so
             members.update({m: "stopped" for m, st in members.items() if st not in LEFT})
     total = sum(cap.values())
-    trained = sum(c if members.get(m) in LEFT else min(c, done.get(m, 0.0)) for m, c in cap.items())
+    since = max(0.0, now - planned_at) if now is not None and planned_at is not None else 0.0
+    trained = sum(c if members.get(m) in LEFT else min(c, done.get(m, 0.0) + speed.get(m, 0.0) * since)
+                  for m, c in cap.items())
     fraction = 1.0 if ended else trained / total if total > 0 else None
     return {"members": members, "flotillas": flotillas, "share": share, "fraction_done": fraction,
             "results": {m: results[m] for m in members if m in results}}
@@ -88,7 +100,7 @@ def members_left(events: Iterable[dict], now: float) -> tuple[tuple[str, tuple[f
 
 
 def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
-    return ensemble_status(store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS))
+    return ensemble_status(store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS), now=time.time())
 
 
 def summary(ens: dict[str, Any]) -> str:

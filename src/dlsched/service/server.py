@@ -136,7 +136,7 @@ class Service:
                                                   if s.checkpoint_uri]
             self.checkpoints.check(spec.checkpoint_uri, taken, source)
         self.loop.validate(spec, source)
-        if self.check_entries and spec.kind == "train" and entry:
+        if self.check_entries and spec.kind in ("train", "ensemble") and entry:   # an ensemble's loader takes params too
             check_entry(entry, spec.params, self.workdir, source)
         if self.check_entries and command:
             check_script(command, self.workdir, source)

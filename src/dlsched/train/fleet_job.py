@@ -26,6 +26,7 @@ from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, wr
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
 from dlsched.train.flotilla import CTX, LEFT, Augment, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
+from dlsched.train.progress_lines import HumanProgress
 
 STATE_FILE = "fleet_state.json"   # converged members and each member's batch index, for a resumed run
 
@@ -42,6 +43,7 @@ class EnsembleReport:
     flotillas: list[FlotillaRun] = field(default_factory=list)
     profiles: dict[str, MeasuredProfile] = field(default_factory=dict)
     preprocess_per_core: float = 0.0
+    steps: dict[str, int] = field(default_factory=dict)        # each member's steps when the run ended
 
     @property
     def rates(self) -> dict[str, float]:
@@ -147,7 +149,9 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
             report.finish_s[name] = time.time() - t0
             report.left[name] = status
             state["converged"][name] = {"epoch": epoch, "best_acc": msg[5], "reason": status}
-            emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5], "reason": status})
+            best = (ckpt_dir / f"{name}.best.pt").resolve()   # where the user finds the member's result
+            emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5], "reason": status,
+                  **({"best_checkpoint": str(best)} if best.exists() else {})})
         if on_report:
             on_report(msg)
 
@@ -193,6 +197,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         remaining = [n for n in remaining if n not in converged]
         state["progress"], state["shift"] = progress, shifts
         atomic_write_json(ckpt_dir / STATE_FILE, state)
+    report.steps = dict(progress)
     for name, done in state["converged"].items():
         report.epochs.setdefault(name, done["epoch"])
         report.best_acc.setdefault(name, done["best_acc"])
@@ -206,7 +211,7 @@ class _Contract:
     def __init__(self, job_dir: Path, slots: int, batch: int, names: Sequence[str]) -> None:
         self.dir, self.batch = job_dir, batch
         self.granted = Share(slots, _visible_devices())
-        self.log = ProgressLog(job_dir)
+        self.log = ProgressLog(job_dir, echo=HumanProgress())   # output.log: what `dlsched logs` shows
         self.control = ControlWatch(job_dir, lambda error: self.event({"event": "control_rejected", "error": error}))
         self.steps = {n: 0 for n in names}
         self.rates: dict[str, float] = {}
@@ -271,7 +276,7 @@ def run_job(opts: FleetOptions) -> int:
     io.members.update({n: LEAVE_LABEL[d.get("reason", "converged")] for n, d in _load_state(ckpt)["converged"].items()})
     io.status("running")
     data, val = load_data(spec, base)
-    _, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
+    report, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
                              share=io.share, eps=spec.rate_tolerance, seed=spec.dataset.seed,
                              stop_requested=preemption.requested, on_report=io.report, on_event=io.event,
                              augment=spec.augment())
@@ -279,6 +284,8 @@ def run_job(opts: FleetOptions) -> int:
         io.event({"event": "finished", "step": sum(io.steps.values())})
         io.status("finished")
         return 0
-    io.event({"event": "stopped", "step": sum(io.steps.values()), "checkpoint": str(ckpt)})
+    # where each member still training stands (a cancelled ensemble showed 0 % done: the last plan's count)
+    io.event({"event": "stopped", "step": sum(io.steps.values()), "checkpoint": str(ckpt),
+              "samples_done": {n: k * spec.batch_size for n, k in report.steps.items() if n not in report.left}})
     io.status("stopped")
     return 143

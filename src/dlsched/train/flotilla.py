@@ -305,9 +305,25 @@ def _agree(flag: bool, world: int) -> bool:
     return bool(t.item())
 
 
+FAILED = "failed"   # a member process's report of the exception that ends it: (name, FAILED, "Type: message")
+
+
 def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_batch: int, steps_per_epoch: int,
                 val: tuple[torch.Tensor, torch.Tensor], conv: Convergence, ckpt_dir: str, reports: "mp.Queue",
                 stop: "mp.synchronize.Event", max_batches: int | None = None, shift: int = 0) -> None:
+    """``_train_member``; an exception is reported first (the job's error then names the member and the cause, not
+    only that a process failed), then raised (its traceback goes to the log, the process exits 1)."""
+    try:
+        _train_member(spec, worker, ring, start_batch, steps_per_epoch, val, conv, ckpt_dir, reports, stop,
+                      max_batches, shift)
+    except Exception as e:
+        reports.put((spec.name, FAILED, f"{type(e).__name__}: {e}".splitlines()[0]))
+        raise
+
+
+def _train_member(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_batch: int, steps_per_epoch: int,
+                  val: tuple[torch.Tensor, torch.Tensor], conv: Convergence, ckpt_dir: str, reports: "mp.Queue",
+                  stop: "mp.synchronize.Event", max_batches: int | None = None, shift: int = 0) -> None:
     """Train one member (or one data-parallel rank of it) on the shared batches until it converges (leaves), is
     stopped (re-formation) or has run ``max_batches``. Rank r of g trains on rows r::g of each shared batch (a view)
     and gradients are averaged with DDP over gloo; rank 0 validates, checkpoints and reports."""
@@ -390,9 +406,29 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
         reports.put((spec.name, status, state["epoch"], state["step"], None, state["best"], None))
     if world > 1:
         dist.destroy_process_group()
+        # Leave without freeing the DDP model: its Reducer's process group, destroyed with the GIL held, waits on
+        # gloo's work thread, which waits for the GIL to free a finished all-reduce's tensors (py-spy: a rank hung
+        # there until run_flotillas killed it 30 s later, the ensemble holding its slots meanwhile). The reports
+        # are flushed first; the checkpoint is written.
+        reports.close()
+        reports.join_thread()
+        os._exit(0)
 
 
 # ---------------------------------------------------------------- flotillas
+
+def _failure(reports: "mp.Queue", wait_s: float = 2.0) -> tuple | None:
+    """The first failure a member reported among the reports still queued (its process exited as it sent it)."""
+    deadline = time.monotonic() + wait_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            msg = reports.get(timeout=left)
+        except queue.Empty:
+            return None
+        if msg[1] == FAILED:
+            return msg
+    return None
+
 
 @dataclass(frozen=True)
 class FlotillaRun:
@@ -473,12 +509,15 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
             next_check = time.monotonic() + 0.2
             if should_stop():
                 stop.set()
+        if msg is None and any(p.exitcode not in (None, 0) for p in procs + producers):
+            msg = _failure(reports) or (None, FAILED, None)   # its report may be still in the pipe
+        if msg is not None and msg[1] == FAILED:
+            stop.set()
+            for p in procs + producers:
+                p.kill()
+            raise RuntimeError(f"member {msg[0]} failed: {msg[2]}" if msg[0] else
+                               f"a member process failed (flotillas {[[m.name for m in g] for g in groups]})")
         if msg is None:
-            if any(p.exitcode not in (None, 0) for p in procs + producers):
-                stop.set()
-                for p in procs + producers:
-                    p.kill()
-                raise RuntimeError(f"a member process failed (flotillas {[[m.name for m in g] for g in groups]})")
             continue
         if on_report:
             on_report(msg)

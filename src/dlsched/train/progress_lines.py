@@ -46,6 +46,16 @@ _EVENTS = {
                                  f"parameters re-sharded",   # was the bare word 'servers_changed'
 
     "control_rejected": lambda r: f"control.json rejected: {r.get('error')}",
+    # a FLEET ensemble's (train/fleet_job.py): were bare kind names, and its steps named no member
+    "profiled": lambda r: "profiled (samples/s on 1 slot): " + ", ".join(
+        f"{p.get('member')} {_num((p.get('rates') or [None])[0])}" for p in r.get("profiles") or []),
+    "flotillas": lambda r: f"planned on {r.get('share')} slot(s): flotillas " + (" | ".join(
+        "+".join(f"{m}:{g}" for m, g in (f.get("members") or {}).items()) for f in r.get("flotillas") or []) or "none")
+                           + (f"; waiting {', '.join(r['waiting'])}" if r.get("waiting") else ""),
+    "member_converged": lambda r: f"member {r.get('member')} "
+                                  + ("stopped at max_epochs" if r.get("reason") == "max_epochs" else "converged")
+                                  + f" at epoch {r.get('epoch')}: best val acc {_num(r.get('best_acc'))}"
+                                  + (f", weights {r['best_checkpoint']}" if r.get("best_checkpoint") else ""),
 }
 
 
@@ -80,7 +90,8 @@ def step_line(r: dict) -> str:
     if noise and noise.get("sqr", 0) > 0:
         shown["noise_scale"] = GradientNoise(noise["sqr"], noise["var"]).noise_scale(noise["reference_batch"])
     extra = "".join(f" {k} {_num(v)}" for k, v in shown.items() if v is not None)
-    return (f"step {r.get('step')} epoch {r.get('epoch')} loss {_num(r.get('loss'))} "
+    member = f"member {r['member']} " if r.get("member") else ""   # an ensemble's: steps of all its members
+    return (f"{member}step {r.get('step')} epoch {r.get('epoch')} loss {_num(r.get('loss'))} "
             f"samples/s {_num(r.get('samples_per_s'))} workers {r.get('workers')} batch {r.get('batch_size')}"
             f"{extra} samples {int(r.get('samples') or 0)}{pct}")
 
