@@ -250,3 +250,11 @@ def test_a_report_folder_reused_keeps_no_file_of_the_earlier_report(tmp_path, mo
                                                      "jobs-mine.csv", "report.md", "summary.csv",
                                                      "timeline-fifo.csv"]
     assert "removed 3 file(s) of an earlier report" in " ".join(err.split())
+
+
+def test_the_cluster_is_counted_in_singular_and_plural():
+    from dlsched.commands.simulate import _nodes
+    from dlsched.policy.base import ClusterView, NodeView
+
+    assert _nodes(ClusterView((NodeView("n0", 1),))) == "1 node / 1 GPU"
+    assert _nodes(ClusterView((NodeView("n0", 4), NodeView("n1", 4)))) == "2 nodes / 8 GPUs"

@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"[yellow]assumed: {note}[/]")
         if not wl.jobs:
             raise UserError(f"{workload}: no jobs to simulate")
-        console.print(f"{len(wl.jobs)} jobs from {wl.source or workload} on {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs")
+        console.print(f"{len(wl.jobs)} jobs from {wl.source or workload} on {_nodes(cluster)}")
         policies = [make_policy(p) for p in policy]
         for pol in policies:
             caveat = getattr(pol, "ordinary_jobs", None)   # a plugin policy need not subclass Policy
@@ -217,7 +217,7 @@ def register(app: typer.Typer) -> None:
         frame = summary_frame(results, horizon).assign(remaining=[
             "none (not read)" if p.name in blind else told for p in policies])
         # the file read: `-w 2` titled its table "2, 16 nodes ..."
-        title = (f"{bundled_workload(workload).name}, {len(cluster.nodes)} nodes / {cluster.total_gpus} GPUs "
+        title = (f"{bundled_workload(workload).name}, {_nodes(cluster)} "
                  f"(remaining work: {told}{'; not read by ' + ', '.join(blind) if blind else ''})")
         if as_json:
             print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
@@ -242,3 +242,9 @@ def register(app: typer.Typer) -> None:
             except OSError as e:
                 raise UserError(f"--report: cannot write {e.filename or report}: {e.strerror}") from None
             console.print(f"report: {', '.join(str(f) for f in files)}")
+
+
+def _nodes(cluster) -> str:
+    """'1 node / 4 GPUs', '16 nodes / 64 GPUs' (a one-node run said '1 nodes')."""
+    n = len(cluster.nodes)
+    return f"{n} node{'s' if n != 1 else ''} / {cluster.total_gpus} GPU{'s' if cluster.total_gpus != 1 else ''}"
