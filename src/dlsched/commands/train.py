@@ -114,6 +114,14 @@ def register(app: typer.Typer) -> None:
                 "--servers", str(servers), "--sync", sync]
         if sparse:
             argv += ["--sparse"]
+        # the runtime takes these from any job (a backend's runtime command carries them for every job); asked
+        # of `dlsched train` for a ps job they would do nothing: one line
+        for flag, value, given, why in (
+                ("--record-samples", "", record_samples, "a ps job records each batch's samples in ps/records/"),
+                ("--no-replace-stragglers", "", not replace_stragglers, "a ps job replaces no straggler"),
+                ("--threads", threads, threads != 0, "a ps rank runs one torch thread")):
+            if given and strategy == "ps":
+                raise UserError(f"{flag} {value}".strip() + f": not for --strategy ps ({why})")
         if max_restarts != 3:
             argv += ["--max-restarts", str(max_restarts)]
         for flag, given in (("--no-replace-stragglers", not replace_stragglers), ("--record-samples", record_samples)):

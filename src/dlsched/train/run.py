@@ -107,10 +107,7 @@ def _refuse_other_strategies_options(a: argparse.Namespace) -> None:
             ("--batch-mode", a.batch_mode, a.batch_mode != BatchMode.FIXED_GLOBAL.value,
              "a ps job keeps its global batch and splits it over its workers"),
             ("--ckpt-every", a.ckpt_every, a.ckpt_every == 0, "a ps job commits a round every N global batches; "
-             "give N >= 1"),
-            ("--record-samples", "", a.record_samples, "a ps job records each batch's samples in ps/records/"),
-            ("--no-replace-stragglers", "", a.no_replace_stragglers, "a ps job replaces no straggler"),
-            ("--threads", a.threads, a.threads != 0, "a ps rank sets its own torch threads")):
+             "give N >= 1")):
         if given:
             raise UserError(f"{flag} {value}".strip() + f": not for --strategy ps ({why})")
 
