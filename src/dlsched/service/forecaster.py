@@ -80,7 +80,8 @@ class Forecaster:
                                                              if not j.cancel_requested])
         views = []
         for j in jobs:
-            v = job_view(j, speeds.get(j.id), self.typical_delay("resize", RESIZE_S), changes.get(j.id))
+            speed = speeds.get(j.id) or (self.models.task_speeds.of(j.spec) if not j.samples else None)
+            v = job_view(j, speed, self.typical_delay("resize", RESIZE_S), changes.get(j.id))
             if v.kind == "ensemble":
                 v = ensemble_view_of(self.store, j.id, v, now)
             elif v.remaining_samples is None and j.id in totals:

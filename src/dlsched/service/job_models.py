@@ -24,6 +24,7 @@ from dlsched.service.own_calibration import LOSS_FIT, TARGET_FIT, OwnBands, fina
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.slot_holds import answers
 from dlsched.service.store import QUEUED, RESCALING, JobRecord, Store
+from dlsched.service.task_speeds import TaskSpeeds
 from dlsched.spec import MetricTarget
 
 log = logging.getLogger("dlsched.service")
@@ -169,6 +170,7 @@ class JobModels:
         # that metric's reports read so far: {step: value} inside steps, and between them; the ids read to
         self._reports: dict[int, tuple[dict[float, float], dict[float, float], tuple[int, int]]] = {}
         self._failed_fits: set[int] = set()           # jobs whose fit raised: said once
+        self.task_speeds = TaskSpeeds()               # a queued job's speed in the forecast (``task_speeds``)
         self._queued_pool: dict[int, int] = {}        # finished jobs known when a queued job was last predicted
         # per task and model (dataset, metric, family): (finished jobs known, its shared schedule then): it changes
         # only when a job finishes, and is the same for every job of the task (a sweep's 100 finished jobs of other
@@ -183,6 +185,8 @@ class JobModels:
 
     def forget(self, job_id: int, finished: bool = False) -> None:
         last, target = self._last_fits.pop(job_id, None), self._last_target_fits.pop(job_id, None)
+        if finished and self._store is not None and (job := self._store.get(job_id)) is not None:
+            self.task_speeds.finished(job.spec, self._speeds.get(job_id))
         if finished and last is not None:
             self._finished += [last] + ([target] if target is not None else [])
             if self._store is not None:
