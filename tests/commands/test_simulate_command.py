@@ -108,7 +108,7 @@ def test_report_files_carry_the_printed_table(tmp_path, monkeypatch, capsys):
     assert [{k: v for k, v in row.items() if k != "jobs"} for row in written] == printed
     assert [row["remaining"] for row in printed] == ["none (not read)", "oracle"]   # FIFO reads none
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert md.startswith("# w.csv, 1 nodes / 4 GPUs (remaining work: oracle; not read by fifo)") and "| oracle" in md
+    assert md.startswith("# w.csv, 1 node / 4 GPUs (remaining work: oracle; not read by fifo)") and "| oracle" in md
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -257,3 +257,32 @@ def test_strict_fifo_skips_the_rounds_an_arrival_behind_a_waiting_job_cannot_cha
     assert jcts(jobs, skipping, nodes=1, gpus_per_node=4) == jcts(jobs, deciding, nodes=1, gpus_per_node=4)
     assert skipping.calls < 0.7 * deciding.calls, (skipping.calls, deciding.calls)
     assert make_policy("fifo", backfill=True).arrival_queues_behind is False   # a newcomer may fit now: it decides
+
+
+def test_strict_fifo_is_shown_only_the_head_of_its_queue_and_decides_the_same(data_dir):
+    """The simulator passes a strict FIFO the running jobs and the head of the queue (``queue_window_gpus``): an
+    overloaded queue of thousands was viewed and sorted at every completion. Same jobs, same times, as a FIFO shown
+    every queued job; the window is what it was shown."""
+    import random
+
+    from dlsched.policy.fifo import FifoPolicy
+
+    class ShownEverything(FifoPolicy):
+        def queue_window_gpus(self, cluster):
+            return None
+
+    class Counting(FifoPolicy):
+        shown = 0
+
+        def decide(self, jobs, cluster):
+            Counting.shown = max(Counting.shown, sum(not j.is_running for j in jobs))
+            return super().decide(jobs, cluster)
+
+    rng = random.Random(3)   # ~4x the cluster's capacity, ties in submit time included
+    jobs = [job(f"j{i}", float(rng.choice(range(0, 4000, 40))), rng.choice((1, 1, 2, 4, 8)), rng.uniform(50, 900))
+            for i in range(400)]
+    cluster = ClusterView.homogeneous(2, 4)
+    every = run(jobs, ShownEverything(), cluster, interval=60.0).jobs
+    head = run(jobs, Counting(), cluster, interval=60.0).jobs
+    assert every.equals(head)
+    assert 0 < Counting.shown <= 9    # at most 8 GPUs' worth and the one past them; the queue held hundreds

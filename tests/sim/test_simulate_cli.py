@@ -131,4 +131,4 @@ def test_a_policy_that_reads_no_remaining_work_is_not_labelled_with_the_mode(tmp
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "'none (not read)': the policy orders jobs without it" in md
     # the title too: a narrow terminal drops the column first
-    assert md.startswith("# w.csv, 1 nodes / 2 GPUs (remaining work: oracle; not read by fifo, tiresias)\n"), md
+    assert md.startswith("# w.csv, 1 node / 2 GPUs (remaining work: oracle; not read by fifo, tiresias)\n"), md

@@ -172,6 +172,12 @@ class Policy(Protocol):
 
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation: ...
 
+    def queue_window_gpus(self, cluster: ClusterView) -> int | None:
+        """The queued jobs a decision can depend on, besides every running one: in submission order, those asking
+        for at most this many GPUs together, and the next; None (the default): every queued job. A driver may pass
+        only those (the simulator does)."""
+        return None
+
     def validate(self, job: JobView, cluster: ClusterView) -> None:
         """Submit-time check: raise UserError (one line: job, field, value) if ``job`` can never run here."""
 

@@ -18,6 +18,11 @@ class FifoPolicy(Policy):
         self.backfill = backfill
         self.arrival_queues_behind = not backfill   # blocked at the first job that does not fit: the newest waits
 
+    def queue_window_gpus(self, cluster: ClusterView) -> int | None:
+        # strict: the queue is granted in order until one does not fit in the GPUs the running jobs leave, at most
+        # all of them; what waits behind that one changes nothing. Backfilling may reach any job
+        return None if self.backfill else cluster.total_gpus
+
     def decide(self, jobs: tuple[JobView, ...], cluster: ClusterView) -> Allocation:
         # Running jobs first (non-preemptive), then the queue by submission time (stable: input order on ties).
         order = sorted(jobs, key=lambda j: (not j.is_running, j.submit_time))

@@ -87,6 +87,21 @@ def bad_knob(**values: float | None) -> tuple[str, float, str] | None:
 PLACEMENTS = {"most-free": most_free_first, "consolidated": consolidated, "best-fit": best_fit}
 
 
+def check_jobs(jobs: list[SimJob], cluster: ClusterView) -> None:
+    """Each job runs here: its kind, its batch within its traces', its GPUs within the cluster's; trace nodes."""
+    for j in jobs:
+        if j.lazy and not j.spec.duration:
+            raise UserError(f"job {j.spec.id}: neither an application, a duration nor ensemble members")
+        if j.app is not None and j.spec.batch_size is not None and not (
+                j.app.init_batch_size <= j.spec.batch_size <= j.app.max_batch_size):
+            raise UserError(f"job {j.spec.id}: field batch_size={j.spec.batch_size} is outside the batch sizes "
+                            f"{j.app.init_batch_size}..{j.app.max_batch_size} the {j.app.name} traces validate")
+        if j.spec.requested_gpus > cluster.total_gpus:
+            raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has "
+                            f"{cluster.total_gpus} (simulate --skip-bad skips such jobs)")
+    check_trace_nodes(jobs, cluster)
+
+
 def check_trace_nodes(jobs: Iterable[SimJob], cluster: ClusterView) -> None:
     """A trace-driven job's step time is known only for nodes of at most as many GPUs as its traces measured per
     node (4 in the Pollux traces): a bigger node is a UserError before the run, not a ValueError in its middle."""
@@ -118,17 +133,7 @@ class Simulator:
         self.jobs = [SimJob(s, i, load_app(s.app) if s.app else None, float(noise[i])) for i, s in enumerate(specs)]
         self.jobs.sort(key=lambda j: j.spec.submit_time)   # stable: input order on ties
         self._by_idx = {j.idx: j for j in self.jobs}
-        for j in self.jobs:
-            if j.lazy and not j.spec.duration:
-                raise UserError(f"job {j.spec.id}: neither an application, a duration nor ensemble members")
-            if j.app is not None and j.spec.batch_size is not None and not (
-                    j.app.init_batch_size <= j.spec.batch_size <= j.app.max_batch_size):
-                raise UserError(f"job {j.spec.id}: field batch_size={j.spec.batch_size} is outside the batch sizes "
-                                f"{j.app.init_batch_size}..{j.app.max_batch_size} the {j.app.name} traces validate")
-            if j.spec.requested_gpus > cluster.total_gpus:
-                raise UserError(f"job {j.spec.id}: requests {j.spec.requested_gpus} GPUs, the cluster has "
-                                f"{cluster.total_gpus} (simulate --skip-bad skips such jobs)")
-        check_trace_nodes(self.jobs, cluster)
+        check_jobs(self.jobs, cluster)
         self.node_type = {n.name: n.gpu_type for n in cluster.nodes}
         for key, factor in config.gpu_speed.items():
             gpu_type, per_app, app = key.partition("/")
@@ -149,6 +154,7 @@ class Simulator:
         self.requested = 0          # GPUs requested by active jobs
         self.stepped_active = 0     # active trace-driven and ensemble jobs (advanced every interval)
         self.short = 0              # running jobs holding fewer/more GPUs than requested
+        self.running: dict[int, SimJob] = {}   # by idx, the jobs holding GPUs
         self.waiting = 0            # active jobs the last decision left without GPUs
         validate_at_submit(self.policy, self.jobs, self._make_view, ClusterView(self.cluster.nodes, 0.0))
 
@@ -210,6 +216,9 @@ class Simulator:
         app = job.app.name if job.app is not None else None
         job.speed = min((speed_factor(self.cfg.gpu_speed, self.node_type[n], app) for n in nodes), default=1.0)
         self.short += bool(job.ngpus) and job.ngpus != req
+        self.running.pop(job.idx, None)
+        if job.ngpus:
+            self.running[job.idx] = job
 
     def _reallocate(self, job: SimJob, nodes: Mapping[str, int], batch: int | None, changed: bool | None = None) -> None:
         """Give ``job`` these nodes (and batch size); a changed node map costs a restart."""
@@ -262,12 +271,15 @@ class Simulator:
         self.waiting = 0
         if self._fast_path():
             return True
-        active = list(self.active.values())
+        cluster = ClusterView(self.cluster.nodes, self.t)
+        # a strict FIFO queue of tens of thousands (the Philly trace, overloaded) was viewed, sorted and diffed at
+        # every completion, for the few at its head that can start: the others are neither shown nor visited
+        window = self.policy.queue_window_gpus(cluster)
+        active = queue_window(self.active.values(), self.running, window)
         for j in active:
-            if j.lazy and j.ngpus:
+            if j.ngpus and j.lazy:
                 j.sync_lazy(self.t)
-        decision = schedule(self.policy, [self._view(j) for j in active], ClusterView(self.cluster.nodes, self.t),
-                            self.strategy)
+        decision = schedule(self.policy, [self._view(j) for j in active], cluster, self.strategy)
         # any change of node map (order included) is a restart; a batch-only resize is not
         moved = {a.job_id for a in decision.actions if not isinstance(a, Resize) or a.moved}
         # Release first, then grant, so that the free-GPU bookkeeping never goes negative midway.
@@ -281,8 +293,9 @@ class Simulator:
             batch = a.batch_size if a else None
             if j.spec.id in moved or batch is not None or j.app is not None:
                 self._reallocate(j, decision.nodes(j.spec.id), batch, j.spec.id in moved)
-            self.waiting += not j.ngpus
+        self.waiting = len(self.active) - len(self.running)
         return False
+
 
     # --- main loop ------------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -361,6 +374,22 @@ def validate_at_submit(policy: Policy, jobs, view_of: Callable[[SimJob], JobView
         return
     for j in jobs:
         policy.validate(view_of(j), cluster)
+
+
+def queue_window(active: Iterable[SimJob], running: Mapping[int, SimJob], gpus: int | None) -> list[SimJob]:
+    """The ``running`` jobs, and the queued ones of ``active`` (in submission order) asking for at most ``gpus``
+    together and the next (``Policy.queue_window_gpus``; None: every one), in submission order; an ensemble's ask
+    counts as none (it may ask for fewer than its spec: kept)."""
+    if gpus is None:
+        return list(active)
+    queued, asked = [], 0
+    for j in active:
+        if asked > gpus:
+            break
+        if not j.ngpus:
+            queued.append(j)
+            asked += j.spec.requested_gpus if j.ensemble is None else 0
+    return sorted([*running.values(), *queued], key=lambda j: (j.spec.submit_time, j.idx))   # as admitted
 
 
 def run(workload, policy: str | Policy, cluster: ClusterView | None = None, *, nodes: int = 16,
