@@ -427,3 +427,18 @@ def test_max_restarts_bounds_each_run_not_the_jobs_whole_life(tmp_path):
 
     assert len(run(1)) == 2
     assert len(run(1)) == 2 + 2   # the re-run restarts once too, then gives up at its own second loss
+
+
+def test_a_commit_reads_only_the_records_appended_since_the_last_one(tmp_path):
+    """Each round's commit re-read the generation's whole record files (0.14 s a worker at 25 000 records, training
+    stalled at every round); the bytes read before are not read again (here: overwritten, and never parsed)."""
+    from dlsched.train.ps import records_path
+    from dlsched.train.ps_runner import _round_records
+
+    path = records_path(tmp_path, 0, 0)
+    path.parent.mkdir(parents=True)
+    first = json.dumps({"round": 0, "ids": [1, 2]}) + "\n"
+    path.write_text(first)
+    assert _round_records(tmp_path, 0, 1, 0) == [{"round": 0, "ids": [1, 2]}]
+    path.write_text("x" * (len(first) - 1) + "\n" + json.dumps({"round": 1, "ids": [3]}) + "\n")
+    assert _round_records(tmp_path, 0, 1, 1) == [{"round": 1, "ids": [3]}]

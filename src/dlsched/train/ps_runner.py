@@ -123,12 +123,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# records file -> bytes already read by this process (rank 0, which commits its generation's rounds in order)
+_records_read: dict[Path, int] = {}
+
+
 def _round_records(job_dir: Path, generation: int, workers: int, r: int) -> list[dict]:
+    """Round r's records: at its commit (quiescent) they are what the workers appended since the last commit. Each
+    commit re-read the generation's whole files: 0.14 s a worker at 25 000 records, every round, training stalled."""
     out = []
     for w in range(workers):
         path = records_path(job_dir, generation, w)
-        if path.exists():
-            out += [rec for rec in map(json.loads, path.read_text().splitlines()) if rec["round"] == r]
+        try:
+            with open(path, "rb") as f:
+                f.seek(_records_read.get(path, 0))
+                chunk = f.read()
+        except FileNotFoundError:
+            continue
+        end = chunk.rfind(b"\n") + 1
+        _records_read[path] = _records_read.get(path, 0) + end
+        out += [rec for rec in map(json.loads, chunk[:end].splitlines()) if rec["round"] == r]
     return out
 
 
