@@ -20,7 +20,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import signal
 import socket
 import sys
 import time
@@ -40,6 +39,7 @@ from dlsched.train.files import (ControlWatch, ProgressLog, atomic_write_json, j
 from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
+from dlsched.train.parent_death import die_with
 from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.ps import (Generation, SyncMode, num_rounds, records_path, restore_flat, round_span, run_rank,
                               server_lr, total_samples)
@@ -88,27 +88,12 @@ def rank_log(job_dir: Path, rank: int) -> Path:
     return Path(job_dir) / "logs" / f"ps-rank-{rank}.log"
 
 
-def _die_with(supervisor: int) -> None:
-    """SIGKILL this forked rank when the supervisor dies, however it dies: a SIGKILLed ``dlsched train --strategy ps``
-    left its ranks training on as orphans, committing rounds into the folder a re-run's ranks then wrote too (the
-    all-reduce workers watch their parent; rank 0 hosts the ps store, so nothing told them). Linux's prctl."""
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        return   # no fate-sharing: the rank runs as before
-    if os.getppid() != supervisor:   # it died before prctl took hold
-        os._exit(137)
-
-
-PR_SET_PDEATHSIG = 1   # prctl(2)
-
-
 def _run_logged(rank: int, gen: Generation, supervisor: int) -> None:
     """A forked rank's body with its stderr in its log: a failing rank's traceback, and its peers' (failing at their
     next collective), went to the terminal, ~50 lines per restart. stdout stays: rank 0 echoes the step lines."""
-    _die_with(supervisor)
+    # a SIGKILLed `dlsched train --strategy ps` left its ranks training on as orphans, committing rounds into the
+    # folder a re-run's ranks then wrote too (all-reduce workers watch their parent; rank 0 hosts the ps store)
+    die_with(supervisor)
     fd = os.open(rank_log(Path(gen.job_dir), rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.write(fd, f"{GENERATION_MARK}{gen.number}\n".encode())   # a last line from an earlier generation is no cause
     sys.stderr.flush()
