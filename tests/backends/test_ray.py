@@ -27,6 +27,7 @@ from dlsched.ray.host import NAMESPACE  # noqa: E402
 from dlsched.service.server import Service, free_port  # noqa: E402
 from tests.service.teardown import stop_service_and_jobs  # noqa: E402
 from tests.waiting import process_alive  # noqa: E402
+from dlsched.errors import UserError  # noqa: E402
 from dlsched.spec import ClusterSpec, JobSpec  # noqa: E402
 
 CONTRACT_RUNTIME = [sys.executable, str(Path(__file__).with_name("contract_runtime.py"))]
@@ -109,6 +110,27 @@ def test_cluster_declaration_is_generated_from_the_ray_nodes(backend):
 
     spec = ClusterSpec.model_validate(yaml.safe_load(cluster_spec_yaml(backend, policy="test-fifo")))
     assert spec.backend == "ray" and [(n.name, n.gpus) for n in spec.nodes] == [("n1", 2), ("n2", 2)]
+
+
+def test_a_cluster_declaration_for_a_resource_no_node_has_names_the_ones_they_have(backend):
+    """Seen: cluster-spec on docs/ray.md §5's cluster (nodes with gpu_slot) said only "no node with resource 'GPU'"."""
+    import dataclasses
+
+    from dlsched.backends.ray import cluster_spec_yaml
+    from dlsched.backends.ray_nodes import RayNodes
+
+    @dataclasses.dataclass
+    class Asking:   # the real cluster, seen through another --gpu-resource
+        ray_nodes: RayNodes
+        gpu_resource: str = "GPU"
+
+        def nodes(self):
+            return self.ray_nodes.views()
+
+    with pytest.raises(UserError) as e:
+        cluster_spec_yaml(Asking(RayNodes(ray, "GPU")))
+    assert str(e.value) == ("the Ray cluster has no node with resource 'GPU'; its nodes have gpu_slot: --gpu-resource "
+                            "names the one a worker needs")
 
 
 def test_job_runs_where_the_policy_placed_it_and_releases_its_gpus(backend, tmp_path):

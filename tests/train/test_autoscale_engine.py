@@ -168,3 +168,30 @@ def test_a_re_run_decides_on_its_own_steps_not_the_earlier_runs(tmp_path):
     assert first and all(x["step"] <= last_step for x in first)
     again = train(2)[len(first):]   # the re-run trains the second epoch, from the first's last step
     assert again and all(x["step"] > last_step for x in again), (last_step, [x["step"] for x in again])
+
+
+@pytest.mark.slow
+def test_a_sigkilled_engine_takes_its_runtime_with_it(tmp_path):
+    """Seen: `kill -9` of `dlsched train --autoscale` left its runtime training on, orphaned (parent 1) and unsteered."""
+    import signal
+
+    from dlsched.train.files import read_status
+    from tests.waiting import wait_until
+
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    d = tmp_path / "job"
+    proc = subprocess.Popen([sys.executable, "-m", "dlsched.cli", "train", f"{REPO / 'examples' / 'mlp.py'}:make_job",
+                             "--job-dir", str(d), "--autoscale", "--autoscale-every", "1000", "--param",
+                             "num_samples=100000", "--param", "throttle_s=0.05"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until(lambda: any("event" not in r for r in read_progress(d)), 120, "a first step")
+        runtime = read_status(d)["pid"]
+        os.kill(proc.pid, signal.SIGKILL)   # the engine alone
+        proc.wait(timeout=60)
+        wait_until(lambda: not _alive(runtime), 60, "the runtime ended with its engine")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

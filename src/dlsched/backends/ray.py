@@ -405,8 +405,11 @@ def cluster_spec_yaml(backend: RayBackend, policy: str = "fifo", interval_s: flo
     import yaml
 
     nodes = [{"name": n.name, "gpus": n.num_gpus, "gpu_type": n.gpu_type, "cpus": n.num_cpus} for n in backend.nodes()]
-    if not nodes:
-        raise UserError(f"the Ray cluster has no node with resource {backend.gpu_resource!r}")
+    if not nodes:   # docs/ray.md §5's fake nodes carry gpu_slot: the bare line did not say --gpu-resource names it
+        others = backend.ray_nodes.custom_resources()
+        raise UserError(f"the Ray cluster has no node with resource {backend.gpu_resource!r}"
+                        + (f"; its nodes have {', '.join(others)}: --gpu-resource names the one a worker needs"
+                           if others else ""))
     return yaml.safe_dump({"backend": "ray", "policy": policy, "interval_s": interval_s, "nodes": nodes}, sort_keys=False)
 
 

@@ -38,6 +38,12 @@ class RayNodes:
                 out.append(NodeView(self.name(n), gpus, gpu_type, int(res.get("CPU", 0))))
         return tuple(sorted(out, key=lambda v: v.name))
 
+    def custom_resources(self) -> list[str]:
+        """The resources live nodes declare beyond Ray's own (CPU, GPU, memory, node:..., accelerator_type:...)."""
+        own = ("CPU", "GPU", "memory", "object_store_memory")
+        return sorted({r for n in self.alive().values() for r in n.get("Resources", {})
+                       if r not in own and not r.startswith(("node:", "accelerator_type:"))})
+
     def raylet_answers(self, node_id: str, timeout_s: float = 1.0) -> bool:
         """Whether the node's raylet accepts a connection: a killed raylet's port refuses at once, long before
         Ray's health checks declare its node dead."""

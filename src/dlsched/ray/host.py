@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+from dlsched.train.parent_death import preexec_dying_with
 from dlsched.train.preemption import signal_group, sigterm_blocked
 
 RAY_NODE_ENV = "DLSCHED_RAY_NODE_ID"     # given to the hosted process: where it runs
@@ -96,34 +97,15 @@ def host_actor(ray, **options):
 # ----------------------------------------------------------------------------- the guard
 # `python -m dlsched.ray.host --guard -- CMD...`: starts CMD in its own session and kills that whole process
 # group when told to stop or when its parent (the actor) disappears - a lost node, where nobody cleans up.
-PR_SET_PDEATHSIG = 1   # prctl(2)
-
-
-def _die_with(parent: int):
-    """For the runtime, run between fork and exec: SIGKILL when ``parent`` (the guard) dies, however it dies.
-
-    An actor's core worker that exits because its raylet died SIGKILLs its own children (Ray's
-    ``kill_child_processes_on_worker_exit``): the guard, before it can end the runtime in its own session, which
-    then lived on holding the job folder (tests/multinode's rank-0 node loss: "fenced 19 times")."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)   # loaded here: nothing is imported in the forked child
-
-    def set_parent_death_signal() -> None:
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            os._exit(126)            # no fate-sharing, no runtime: the start fails visibly
-        if os.getppid() != parent:   # the guard died before prctl took hold
-            os._exit(137)
-
-    return set_parent_death_signal
-
-
 def guard(cmd: list[str]) -> int:
     parent = os.getppid()
     me = os.getpid()
+    # the runtime dies with the guard: an actor's core worker whose raylet died SIGKILLs its children (Ray's
+    # kill_child_processes_on_worker_exit), the guard first, and the runtime lived on holding the job folder
+    # (tests/multinode's rank-0 node loss: "fenced 19 times"); 126 where prctl fails: the start fails visibly
     with sigterm_blocked():   # as the local backend: a stop during the runtime's start-up waits for its handler
         child = subprocess.Popen(cmd, start_new_session=True,
-                                 preexec_fn=_die_with(me) if sys.platform == "linux" else None)
+                                 preexec_fn=preexec_dying_with(me, failed_code=126))
 
     kill_at: list[float] = []   # once stopping: when whatever is left of the runtime's group is SIGKILLed
 

@@ -13,6 +13,7 @@ rests on, is one line of DIR/autoscale.jsonl and of the log.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -25,6 +26,7 @@ import numpy as np
 from dlsched.train.autoscale import (DEFAULT_PRICE, LinearUtility, ScheduleConfig, next_worker_count,
                                      passes_utility, scaling_efficiency)
 from dlsched.train import preemption
+from dlsched.train.parent_death import preexec_dying_with
 from dlsched.train.files import ProgressTail, read_control, write_control
 
 WARMUP_STEPS = 2
@@ -115,7 +117,8 @@ def run_autoscaled(runtime_cmd: list[str], job_dir: Path, cfg: AutoscaleConfig,
     # other workers) and resizing the new runtime from them at its first poll
     tail, forwarded = ProgressTail(job_dir, from_end=True), False
     with preemption.sigterm_blocked():   # the runtime's start-up holds a stop until its handler is in (runtime.md)
-        proc = subprocess.Popen(runtime_cmd)
+        # dies with this engine: a SIGKILLed engine left its runtime training on, unsteered and orphaned
+        proc = subprocess.Popen(runtime_cmd, preexec_fn=preexec_dying_with(os.getpid()))
     try:
         with open(job_dir / "autoscale.jsonl", "a", buffering=1) as out:
             while True:
