@@ -125,7 +125,7 @@ def test_the_job_folder_echoes_an_ensembles_records_as_the_lines_dlsched_logs_sh
     io.event({"event": "member_converged", "member": "m", "epoch": 3, "best_acc": 0.75, "reason": "converged",
               "best_checkpoint": "/j/ckpt/m.best.pt"})
     out = capsys.readouterr().out
-    assert "planned on 2 slot(s): flotillas m:2" in out and "member m step 1 epoch 0 loss 0.5" in out
+    assert "planned on 2 slot(s): flotillas m:2" in out and "member m step 1 epoch 0 loss 0.5 | ensemble: step 1" in out
     assert "member m converged at epoch 3: best val acc 0.75, weights /j/ckpt/m.best.pt" in out
 
 

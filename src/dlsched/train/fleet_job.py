@@ -251,7 +251,7 @@ class _Contract:
         answers, planned = self.planned
         self.log.write({"time": time.time(), "step": total, "epoch": epoch, "samples": total * self.batch,
                         "loss": loss, "samples_per_s": sum(self.rates.values()), "workers": planned.slots,
-                        "batch_size": self.batch, "total_samples": None, "member": name,
+                        "batch_size": self.batch, "total_samples": None, "member": name, "member_step": step,
                         "generation": self.control.generation, "control_generation": answers})
 
     def status(self, state: str, error: str | None = None) -> None:
