@@ -410,6 +410,10 @@ def _train_member(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_b
                         _save_atomic({"model": net.state_dict(), "acc": acc, "epoch": state["epoch"]}, Path(ckpt_dir) / f"{spec.name}.best.pt")
                     else:
                         state["bad"] += 1
+                    # each epoch's end is a checkpoint (before its report, which the runtime then records as the
+                    # member's place): only a pause wrote one, so a SIGKILLed runtime lost all since the last plan
+                    _save_atomic({"model": {k: v.detach().cpu() for k, v in net.state_dict().items()},
+                                  "opt": opt.state_dict(), "state": state}, ckpt)
                 done = state["bad"] >= conv.patience or state["epoch"] >= (spec.max_epochs or conv.max_epochs)
                 if _agree(rank == 0 and done, world):
                     # patience ran out: converged; else the epoch cap stopped it first (only rank 0 reports it)
