@@ -363,13 +363,16 @@ def test_job_page_shows_an_ensembles_members_and_flotillas(live_service):
                     max_samples={"cnn-a": 1000, "cnn-b": 1000, "mlp-c": 500})
         store.event("job_flotillas", jid, flotillas=[{"members": {"cnn-a": 1, "cnn-b": 2}}], share=3, waiting=["mlp-c"],
                     samples_done={"cnn-a": 300, "cnn-b": 200, "mlp-c": 0})
-        store.event("job_member_converged", jid, member="mlp-c", reason="max_epochs")
+        store.event("job_member_converged", jid, member="mlp-c", reason="max_epochs", epoch=4, best_acc=0.8125,
+                    best_checkpoint="/jobs/9/ckpt/mlp-c.best.pt")
         ens = job_detail(store, jid)["ensemble"]
         assert ens["members"] == {"cnn-a": "training", "cnn-b": "training", "mlp-c": "stopped at max_epochs"}
         dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{jid}", tmp, "--dump-dom")
         section = dom[dom.index('id="ensemble"'):dom.index('id="loss-chart"')]
         assert "share 3 slots" in section and "cnn-a × 1, cnn-b × 2" in section
-        assert "<td>mlp-c</td><td>stopped at max_epochs</td>" in section
+        # a member that left: its epochs, best validation accuracy and weights (the page had its state only)
+        assert ('<td>mlp-c</td><td>stopped at max_epochs</td><td class="num">4</td><td class="num">0.8125</td>'
+                "<td>/jobs/9/ckpt/mlp-c.best.pt</td>") in section
         # 300 + 200 of 2 x 1000, and mlp-c's 500 (it left): 40 % of the work its members could do
         assert "<td>fraction done</td><td>40.0%</td>" in dom
         listed = {j["id"]: j for j in httpx.get(f"{svc.url}/jobs", headers=svc.headers).json()}[jid]

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 from dlsched.train import fence, run
+from tests.waiting import wait_until
 
 
 def test_one_holder_at_a_time_and_death_releases_it(tmp_path):
@@ -45,3 +46,38 @@ def test_a_second_coordinator_leaves_a_held_folder_untouched(tmp_path, monkeypat
         assert sorted(p.name for p in tmp_path.iterdir()) == before == ["coordinator.lock"]
     finally:
         os.close(fd)
+
+
+CLAIM_AND_FORK = """
+import multiprocessing as mp, sys, time
+from dlsched.train import fence
+assert fence.claim(sys.argv[1]) is not None
+child = mp.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
+child.start()
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_process_the_coordinator_forks_does_not_hold_the_lock(tmp_path):
+    """FLEET's members and producers are forked: each held the lock, so after the runtime was SIGKILLed the lock
+    stayed held and the service adopted an orphaned member as the job's coordinator."""
+    import psutil
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    coordinator = subprocess.Popen([sys.executable, "-c", CLAIM_AND_FORK, str(tmp_path)], stdout=subprocess.PIPE,
+                                   text=True, env=env)
+    forked = None
+    try:
+        forked = psutil.Process(int(coordinator.stdout.readline()))
+        lock = str(fence.lock_path(tmp_path).resolve())
+        # the child closes it as it starts running (right after the fork: the pid may be printed before)
+        wait_until(lambda: not [f for f in forked.open_files() if f.path == lock], 30)
+        coordinator.kill()
+        coordinator.wait()
+        assert forked.is_running() and not fence.is_held(tmp_path)   # the coordinator's death freed the folder
+    finally:
+        coordinator.kill()
+        coordinator.wait()
+        if forked is not None:
+            forked.kill()

@@ -125,7 +125,7 @@ def test_the_job_folder_echoes_an_ensembles_records_as_the_lines_dlsched_logs_sh
     io.event({"event": "member_converged", "member": "m", "epoch": 3, "best_acc": 0.75, "reason": "converged",
               "best_checkpoint": "/j/ckpt/m.best.pt"})
     out = capsys.readouterr().out
-    assert "planned on 2 slot(s): flotillas m:2" in out and "member m step 1 epoch 0 loss 0.5" in out
+    assert "planned on 2 slot(s): flotillas m:2" in out and "member m step 1 epoch 0 loss 0.5 | ensemble: step 1" in out
     assert "member m converged at epoch 3: best val acc 0.75, weights /j/ckpt/m.best.pt" in out
 
 
@@ -276,3 +276,49 @@ def test_members_regrouped_at_different_steps_each_see_every_sample_once_per_epo
         for e in range(4):
             seen = sorted(i for s in steps[e * steps_per_epoch: (e + 1) * steps_per_epoch] for i in s)
             assert seen == list(range(64)), (name, e)                          # every sample once per epoch
+
+
+ONE_SLOW_MEMBER = """name: crash
+dataset: {kind: synthetic, train: 256, val: 32}
+batch_size: 32
+convergence: {patience: 1000, min_delta: 0.0, max_epochs: 1000}
+models:
+  - {name: a, model: "%s:SlowWideCNN", kwargs: {width: 4, step_s: 0.05}}
+"""
+
+
+def test_a_sigkilled_runtime_resumes_each_member_from_its_last_epochs_end(tmp_path):
+    """A member checkpointed only when it paused or left: a runtime SIGKILLed (OOM, a lost node) retrained everything
+    since the last re-formation (a whole run, for a member never re-formed)."""
+    spec = tmp_path / "ens.yaml"
+    spec.write_text(ONE_SLOW_MEMBER % (Path(__file__).parent / "slow_models.py"))
+    job = tmp_path / "job"
+    cmd = [sys.executable, "-m", "dlsched.train.run", "--strategy", "fleet", "--job-dir", str(job), "--entry",
+           "dlsched.train.fleet_spec:from_yaml", "--workers", "1", "--param", f"path={spec}"]
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
+    state = job / "ckpt" / "fleet_state.json"
+
+    def saved_step() -> int:
+        try:
+            return json.loads(state.read_text())["progress"]["a"]
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    procs = []
+    try:
+        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        wait_until(lambda: saved_step() >= 16, 120, "two epochs checkpointed")   # 8 steps an epoch
+        procs[0].kill()                                        # the runtime alone: its member dies with it
+        procs[0].wait()
+        done_before = saved_step()
+        before = len(read_progress(job))
+        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        first = wait_until(lambda: [r for r in read_progress(job)[before:] if is_step(r)], 120, "a step of the rerun")[0]
+        assert first["member_step"] > done_before >= 16, (first, done_before)   # went on from its checkpoint
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()

@@ -143,3 +143,45 @@ def test_a_data_parallel_member_splits_each_shared_batch_over_its_workers(tmp_pa
     # DDP kept the two ranks identical; the checkpoint (rank 0) loads into a fresh model.
     cls = load_model_class(f"{MODELS}:MLPHead")
     cls(hidden=8).load_state_dict(torch.load(tmp_path / "dp.pt", weights_only=False)["model"])
+
+
+RUN_A_FLOTILLA = """
+import sys
+from dlsched.train.flotilla import CTX, Convergence, MemberSpec, run_flotillas, synthetic_images
+member = MemberSpec("slow", sys.argv[1] + ":SlowWideCNN", {"width": 4, "step_s": 0.05})
+run_flotillas([[member]], synthetic_images(256, seed=0), synthetic_images(32, seed=1), 32,
+              Convergence(patience=10**6, max_epochs=10**6), sys.argv[2], CTX.Queue(), on_report=print)
+"""
+
+
+def test_members_and_producers_die_with_the_process_that_forked_them(tmp_path):
+    """A SIGKILLed ensemble runtime's members trained on as orphans, writing the checkpoints that the restarted
+    runtime then resumed from (a member went to epoch 21 of its 20)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    slow = Path(__file__).resolve().parent / "slow_models.py"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    runtime = subprocess.Popen([sys.executable, "-c", RUN_A_FLOTILLA, str(slow), str(tmp_path)], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    forked = []
+    try:
+        assert runtime.stdout.readline()                   # a member's first report: it trains
+        forked = psutil.Process(runtime.pid).children()
+        assert len(forked) == 2                            # the member and the producer
+        os.kill(runtime.pid, signal.SIGKILL)
+        runtime.wait()
+        gone, alive = psutil.wait_procs(forked, timeout=30)
+        assert not alive, f"orphans still running: {alive}"
+    finally:
+        runtime.kill()
+        runtime.wait()
+        for p in forked:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass

@@ -70,5 +70,7 @@ def test_an_ensembles_events_and_steps_say_which_member_what_plan_and_where_its_
         == "member a converged at epoch 7: best val acc 0.9922, weights /j/ckpt/a.best.pt"
     assert event_line({"event": "member_converged", "member": "b", "epoch": 3, "best_acc": 0.5, "reason": "max_epochs"},
                       None) == "member b stopped at max_epochs at epoch 3: best val acc 0.5"
+    # the member's own step (the record's step counts every member's: "member a step 990" was the ensemble's)
     assert step_line({"step": 12, "epoch": 1, "loss": 0.5, "samples_per_s": 100.0, "workers": 2, "batch_size": 32,
-                      "samples": 384, "member": "a"}).startswith("member a step 12 epoch 1 loss 0.5")
+                      "samples": 384, "member": "a", "member_step": 5}) == \
+        "member a step 5 epoch 1 loss 0.5 | ensemble: step 12 samples/s 100 workers 2 batch 32 samples 384"

@@ -722,7 +722,8 @@ def register(app: typer.Typer) -> None:
     def resize(job_id: int, workers: Optional[int] = typer.Option(None, "--workers", "--gpus", "-n",
                                                         help="workers (GPU slots) to hold the job at; --gpus as in submit"),
                batch: Optional[int] = typer.Option(None, "--batch", "--batch-size",
-                                                   help="global batch size to hold it at (the spec's batch_size)"),
+                                                   help="global batch size to hold it at (the spec's batch_size; "
+                                                        "not an ensemble's: its YAML's)"),
                release: bool = typer.Option(False, "--release", help="end the hold: the policy sizes the job again"),
                server: Optional[str] = SERVER_OPT) -> None:
         """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus and

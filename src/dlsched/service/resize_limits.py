@@ -28,6 +28,9 @@ def batch_refusal(spec: JobSpec, batch: int | None) -> str | None:
     A spec with no batch field at all declares no range (a script's loader picks its batch): any batch is its own."""
     if batch is None:
         return None
+    if spec.kind == "ensemble":   # was held and shown at the batch while FLEET trained at the YAML's
+        return (f"batch_size: {batch}: an ensemble trains at its ensemble YAML's batch_size; resize it by its "
+                "workers only")
     if spec.min_batch_size is not None and spec.max_batch_size is not None:
         return _outside("batch_size", batch, spec.min_batch_size, spec.max_batch_size,
                         "min_batch_size", "max_batch_size")

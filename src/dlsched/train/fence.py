@@ -11,7 +11,9 @@ the service lives to record the launch. The kernel drops the lock when the last 
 * a coordinator started by hand on a folder another one holds exits at once with ``EXIT_FENCED``, before it
   touches any file there.
 
-Workers never hold it: the descriptor is not inheritable past the coordinator.
+Workers never hold it: the descriptor is not inheritable past an exec, and a process the coordinator forks (FLEET's
+members and producers) closes its copy (a SIGKILLed ensemble runtime's orphaned member held the lock, and the
+service adopted it as the job's coordinator).
 """
 from __future__ import annotations
 
@@ -58,6 +60,23 @@ def is_held(job_dir: str | Path) -> bool:
         os.close(fd)
 
 
+def _not_in_forked_children(fd: int) -> int:
+    """``fd``, closed in every child this process forks from now on while it still is the lock (its number may have
+    been reused by then: a test process claims and closes)."""
+    lock = os.fstat(fd)
+
+    def close() -> None:
+        try:
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino) == (lock.st_dev, lock.st_ino):
+                os.close(fd)
+        except OSError:
+            pass
+
+    os.register_at_fork(after_in_child=close)
+    return fd
+
+
 def claim(job_dir: str | Path, wait_s: float | None = None) -> int | None:
     """In the coordinator, first thing: the lock its backend passed down, else the lock taken now; None when
     another coordinator still holds the folder after ``wait_s`` (default ``CLAIM_WAIT_S``), and the caller must
@@ -68,13 +87,13 @@ def claim(job_dir: str | Path, wait_s: float | None = None) -> int | None:
         try:
             if os.path.samestat(os.fstat(fd), os.stat(lock_path(job_dir))):
                 os.set_inheritable(fd, False)   # workers and helpers never hold it
-                return fd
+                return _not_in_forked_children(fd)
         except OSError:
             pass
     deadline = time.monotonic() + (CLAIM_WAIT_S if wait_s is None else wait_s)
     while (fd := acquire(job_dir)) is None and time.monotonic() < deadline:
         time.sleep(0.1)
-    return fd
+    return fd if fd is None else _not_in_forked_children(fd)
 
 
 def holder(job_dir: str | Path, timeout_s: float = 10.0):

@@ -140,6 +140,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     remaining = [m.name for m in members if m.name not in state["converged"]]
     progress = {m.name: int(state["progress"].get(m.name, 0)) for m in members}
     shifts = {m.name: int(state.get("shift", {}).get(m.name, 0)) for m in members}
+    saved = dict(progress)   # each member's step as its checkpoint has it: where a restarted run resumes it
 
     def relay(msg: tuple) -> None:
         name, status, epoch, step = msg[:4]
@@ -152,6 +153,9 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
             best = (ckpt_dir / f"{name}.best.pt").resolve()   # where the user finds the member's result
             emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5], "reason": status,
                   **({"best_checkpoint": str(best)} if best.exists() else {})})
+        if msg[4] is None or (msg[5] is not None and msg[5] >= 0):   # its last report or an epoch's end: checkpointed
+            saved[name] = step
+            atomic_write_json(ckpt_dir / STATE_FILE, {**state, "progress": saved, "shift": shifts})
         if on_report:
             on_report(msg)
 
@@ -251,7 +255,7 @@ class _Contract:
         answers, planned = self.planned
         self.log.write({"time": time.time(), "step": total, "epoch": epoch, "samples": total * self.batch,
                         "loss": loss, "samples_per_s": sum(self.rates.values()), "workers": planned.slots,
-                        "batch_size": self.batch, "total_samples": None, "member": name,
+                        "batch_size": self.batch, "total_samples": None, "member": name, "member_step": step,
                         "generation": self.control.generation, "control_generation": answers})
 
     def status(self, state: str, error: str | None = None) -> None:

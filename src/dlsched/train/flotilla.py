@@ -17,6 +17,8 @@ import importlib.util
 import multiprocessing as mp
 import os
 import queue
+import signal
+import sys
 import time
 import uuid
 import zlib
@@ -184,11 +186,30 @@ class BatchRing:
             self.cond.notify_all()
 
 
+PR_SET_PDEATHSIG = 1   # prctl(2)
+
+
+def share_fate(parent: int | None) -> None:
+    """In a forked member or producer, first thing: die with ``parent`` (the runtime, ``dlsched ensemble run``),
+    however it dies. A SIGKILLed runtime's members trained on as orphans, writing the checkpoints the restarted
+    runtime resumed from (a member went to epoch 21 of 20)."""
+    if parent is None:
+        return
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:   # it died before prctl took hold
+        os._exit(137)
+
+
 def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, seed: int, start_batch: int = 0,
-                  cores: Sequence[int] = (), part: int = 0, parts: int = 1, augment: Augment = Augment()) -> None:
+                  cores: Sequence[int] = (), part: int = 0, parts: int = 1, augment: Augment = Augment(),
+                  parent: int | None = None) -> None:
     """Preprocess batches ``start_batch + part``, ``+ parts``, ... in random epoch order with the CIFAR transforms,
     each written once into the ring. ``cores``: the CPU cores the planner gave this producer (affinity); one
     torch thread, so the process never uses more than the cores it was given."""
+    share_fate(parent)
     if cores:
         os.sched_setaffinity(0, set(cores))
     torch.set_num_threads(1)
@@ -310,9 +331,11 @@ FAILED = "failed"   # a member process's report of the exception that ends it: (
 
 def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_batch: int, steps_per_epoch: int,
                 val: tuple[torch.Tensor, torch.Tensor], conv: Convergence, ckpt_dir: str, reports: "mp.Queue",
-                stop: "mp.synchronize.Event", max_batches: int | None = None, shift: int = 0) -> None:
-    """``_train_member``; an exception is reported first (the job's error then names the member and the cause, not
+                stop: "mp.synchronize.Event", max_batches: int | None = None, shift: int = 0,
+                parent: int | None = None) -> None:
+    """``_train_member`` (dying with ``parent``: ``share_fate``); an exception is reported first (the job's error then names the member and the cause, not
     only that a process failed), then raised (its traceback goes to the log, the process exits 1)."""
+    share_fate(parent)
     try:
         _train_member(spec, worker, ring, start_batch, steps_per_epoch, val, conv, ckpt_dir, reports, stop,
                       max_batches, shift)
@@ -387,6 +410,10 @@ def _train_member(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_b
                         _save_atomic({"model": net.state_dict(), "acc": acc, "epoch": state["epoch"]}, Path(ckpt_dir) / f"{spec.name}.best.pt")
                     else:
                         state["bad"] += 1
+                    # each epoch's end is a checkpoint (before its report, which the runtime then records as the
+                    # member's place): only a pause wrote one, so a SIGKILLed runtime lost all since the last plan
+                    _save_atomic({"model": {k: v.detach().cpu() for k, v in net.state_dict().items()},
+                                  "opt": opt.state_dict(), "state": state}, ckpt)
                 done = state["bad"] >= conv.patience or state["epoch"] >= (spec.max_epochs or conv.max_epochs)
                 if _agree(rank == 0 and done, world):
                     # patience ran out: converged; else the epoch cap stopped it first (only rank 0 reports it)
@@ -482,7 +509,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
             producers.append(CTX.Process(target=producer_main, daemon=True, args=(
                 # one order of batches whatever the flotilla: a member re-formed mid-epoch into another goes on
                 # with the epoch's same shuffle (a seed per flotilla gave it part of another shuffle)
-                ring, data[0], data[1], seed, first, core, part, len(pinned), augment)))
+                ring, data[0], data[1], seed, first, core, part, len(pinned), augment, os.getpid())))
         consumer = 0
         for m, g in zip(members, gpus):
             rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
@@ -490,7 +517,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
             for r in range(g):
                 procs.append(CTX.Process(target=member_main, daemon=True, args=(
                     m, MemberRank(consumer, r, g, rdzv, ranks[r]), ring, first, steps, val, conv, str(ckpt_dir), reports,
-                    stop, max_batches, (shift or {}).get(m.name, 0))))
+                    stop, max_batches, (shift or {}).get(m.name, 0), os.getpid())))
                 consumer += 1
     load_lazy_training_modules()
     with inheriting_no_garbage():

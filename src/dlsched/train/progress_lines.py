@@ -90,8 +90,11 @@ def step_line(r: dict) -> str:
     if noise and noise.get("sqr", 0) > 0:
         shown["noise_scale"] = GradientNoise(noise["sqr"], noise["var"]).noise_scale(noise["reference_batch"])
     extra = "".join(f" {k} {_num(v)}" for k, v in shown.items() if v is not None)
-    member = f"member {r['member']} " if r.get("member") else ""   # an ensemble's: steps of all its members
-    return (f"{member}step {r.get('step')} epoch {r.get('epoch')} loss {_num(r.get('loss'))} "
+    if r.get("member"):   # an ensemble's: the member's own step, epoch and loss; the rest counts all its members
+        return (f"member {r['member']} step {r.get('member_step', '-')} epoch {r.get('epoch')} loss "
+                f"{_num(r.get('loss'))} | ensemble: step {r.get('step')} samples/s {_num(r.get('samples_per_s'))} "
+                f"workers {r.get('workers')} batch {r.get('batch_size')} samples {int(r.get('samples') or 0)}")
+    return (f"step {r.get('step')} epoch {r.get('epoch')} loss {_num(r.get('loss'))} "
             f"samples/s {_num(r.get('samples_per_s'))} workers {r.get('workers')} batch {r.get('batch_size')}"
             f"{extra} samples {int(r.get('samples') or 0)}{pct}")
 
