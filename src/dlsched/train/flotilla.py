@@ -17,8 +17,6 @@ import importlib.util
 import multiprocessing as mp
 import os
 import queue
-import signal
-import sys
 import time
 import uuid
 import zlib
@@ -34,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from dlsched.errors import UserError
 from dlsched.train.files import atomic_file
 from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
+from dlsched.train.parent_death import die_with
 
 # fork: workers start in milliseconds instead of re-importing torch (CPU only; no CUDA context exists yet).
 CTX = mp.get_context("fork")
@@ -186,21 +185,12 @@ class BatchRing:
             self.cond.notify_all()
 
 
-PR_SET_PDEATHSIG = 1   # prctl(2)
-
-
 def share_fate(parent: int | None) -> None:
     """In a forked member or producer, first thing: die with ``parent`` (the runtime, ``dlsched ensemble run``),
     however it dies. A SIGKILLed runtime's members trained on as orphans, writing the checkpoints the restarted
     runtime resumed from (a member went to epoch 21 of 20)."""
-    if parent is None:
-        return
-    if sys.platform == "linux":
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:   # it died before prctl took hold
-        os._exit(137)
+    if parent is not None:
+        die_with(parent)
 
 
 def producer_main(ring: BatchRing, images: torch.Tensor, labels: torch.Tensor, seed: int, start_batch: int = 0,
