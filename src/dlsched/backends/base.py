@@ -16,7 +16,7 @@ from typing import Literal, Mapping, Protocol
 
 from dlsched.policy.base import NodeView
 from dlsched.spec import JobSpec
-from dlsched.train.files import atomic_write_json, read_status, write_control  # noqa: F401  (one implementation, re-exported)
+from dlsched.train.files import appended_lines, atomic_write_json, read_status, write_control  # noqa: F401  (one implementation, re-exported)
 
 ProcState = Literal["running", "finished", "failed", "gone"]
 
@@ -103,18 +103,9 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
     the read is reported as one ``malformed_progress`` record naming it: a string there raised in every scheduling
     round, so the service stopped ending, starting and observing every job.
     """
-    path = Path(job_dir) / "progress.jsonl"
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            chunk = f.read(max_bytes)
-    except FileNotFoundError:
-        return [], offset
-    end = chunk.rfind(b"\n")
-    if end < 0:
-        return [], offset
+    lines, end = appended_lines(Path(job_dir) / "progress.jsonl", offset, max_bytes)
     records, bad_field = [], None
-    for i, line in enumerate(chunk[: end + 1].splitlines()):
+    for line in lines:
         if not line.strip():
             continue
         try:
@@ -129,7 +120,7 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
                          "value": repr(rec[bad[0]])[:80], "step": rec.get("step") if "step" not in bad else None}
         rec.update(dict.fromkeys(bad))
         records.append(rec)
-    return records + ([bad_field] if bad_field else []), offset + end + 1
+    return records + ([bad_field] if bad_field else []), end
 
 
 def runtime_command(runtime: list[str], launch: Launch) -> list[str]:

@@ -34,8 +34,8 @@ import torch.distributed as dist
 
 from dlsched.errors import JobFailed, UserError
 from dlsched.train import preemption
-from dlsched.train.files import (ControlWatch, ProgressLog, atomic_write_json, job_program, read_status,
-                                 write_status)
+from dlsched.train.files import (ControlWatch, ProgressLog, appended_lines, atomic_write_json, job_program,
+                                 read_status, write_status)
 from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
@@ -137,15 +137,8 @@ def _round_records(job_dir: Path, generation: int, workers: int, r: int) -> list
     out = []
     for w in range(workers):
         path = records_path(job_dir, generation, w)
-        try:
-            with open(path, "rb") as f:
-                f.seek(_records_read.get(path, 0))
-                chunk = f.read()
-        except FileNotFoundError:
-            continue
-        end = chunk.rfind(b"\n") + 1
-        _records_read[path] = _records_read.get(path, 0) + end
-        out += [rec for rec in map(json.loads, chunk[:end].splitlines()) if rec["round"] == r]
+        lines, _records_read[path] = appended_lines(path, _records_read.get(path, 0))
+        out += [rec for rec in map(json.loads, lines) if rec["round"] == r]
     return out
 
 
