@@ -175,3 +175,26 @@ def test_train_passes_the_runtimes_audit_and_recovery_options_on(tmp_path):
                        capture_output=True, text=True, timeout=300, cwd=REPO)
     assert r.returncode == 0, r.stderr[-800:]
     assert any((job / "samples").iterdir())   # the per-step sample ids, written only with --record-samples
+
+
+def test_a_spec_takes_param_workers_and_batch_overrides_and_refuses_the_options_it_sets(tmp_path):
+    """`dlsched train --spec job.yaml --workers 2` trained at the spec's gpus without a word; --param and
+    --batch-size were dropped the same way. They override the spec as `dlsched submit`'s do; an option the spec
+    sets that is no override (--strategy, --sync, ...) is one line."""
+    from dlsched.train.files import read_progress
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: m\nentry: examples/mlp.py:make_job\ngpus: 1\nbatch_size: 32\n"
+                    "params: {num_samples: 256, epochs: 1}\n")
+    base = [sys.executable, "-m", "dlsched.cli", "train", "--spec", str(spec)]
+    r = subprocess.run([*base, "--strategy", "ps", "--job-dir", str(tmp_path / "no")], capture_output=True,
+                       text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip() == (f"error: --strategy and --spec {spec}: the spec sets it; give it "
+                                                      "in the spec, or drop --spec"), r.stderr
+    job = tmp_path / "job"
+    r = subprocess.run([*base, "--workers", "2", "--param", "num_samples=128", "--batch-size", "64", "--job-dir",
+                        str(job)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-800:]
+    steps = [s for s in read_progress(job) if "event" not in s]
+    assert {s["workers"] for s in steps} == {2} and {s["batch_size"] for s in steps} == {64}
+    assert steps[-1]["samples"] == 128

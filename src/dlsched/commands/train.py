@@ -11,9 +11,16 @@ AUTOSCALE = {"--autoscale-every": 20, "--spawn-size": 1, "--max-workers": 8, "--
                       "--price-per-worker-hour": 1.0, "--utility": ""}
 
 
+# the options a --spec sets (its entry or command, params, gpus, batch_size, max_local_batch, strategy, servers, sync,
+# sparse, autoscale)
+SPEC_SETS = ("param", "workers", "batch_size", "max_local_batch", "strategy", "servers", "sync", "sparse",
+             "autoscale", *(flag[2:].replace("-", "_") for flag in AUTOSCALE))
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
+        ctx: typer.Context,
         entry: list[str] = typer.Argument(None, help="path/to/job.py:make_job or module:make_job; or after '--' "
                                           "your own dlsched.torch script: -- python train.py --epochs 10"),
         job_dir: str = typer.Option(None, "--job-dir", help="job folder (control.json, progress.jsonl, ckpt/): a "
@@ -50,8 +57,9 @@ def register(app: typer.Typer) -> None:
                                             "ids to JOB_DIR/samples/ (an exactly-once audit)"),
         checkpoint_uri: str = typer.Option(None, "--checkpoint-uri", help="checkpoint location: a path or fsspec "
                                            "URI (file://, s3://... with its driver); default JOB_DIR/ckpt"),
-        spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): entry, params, gpus, batch_size, "
-                                  "max_local_batch, strategy/servers/sync and autoscale replace the options above"),
+        spec: Path = typer.Option(None, "--spec", help="a job spec (YAML/JSON): its entry, params, gpus, batch_size, "
+                                  "max_local_batch, strategy/servers/sync and autoscale; --param, --workers and "
+                                  "--batch-size override its own, the other options it sets are refused beside it"),
     ) -> None:
         """Train a job with elastic all-reduce workers or a parameter server (--strategy ps); resize via control.json."""
         import sys
@@ -72,17 +80,27 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{entry[0]!r} and a script after '--': give one (an entry file.py:make_job, or the "
                             "script: dlsched train -- python x.py)")
         if spec is not None:
-            from dlsched.spec import load_job_spec_file
+            from dlsched.commands.service import spec_with_overrides
 
-            js = load_job_spec_file(spec)
+            # an option the spec sets, typed beside it, was dropped without a word (--workers 5 trained at the spec's
+            # gpus): --param, --workers and --batch-size override it as `dlsched submit`'s do, the others are refused
+            typed = {name for name in SPEC_SETS if getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+                     not in ("DEFAULT", "DEFAULT_MAP")}   # typer vendors its own click: the source by name
+            refused = sorted(typed - {"param", "workers", "batch_size"})
+            if refused or entry:
+                flag = "--" + refused[0].replace("_", "-") if refused else repr(" ".join(entry))
+                raise UserError(f"{flag} and --spec {spec}: the spec sets it; give it in the spec, or drop --spec")
+            js = spec_with_overrides(spec, None, None, param)
             script = js.command is not None
             entry = list(js.command) if script else [js.entry]
-            param, batch_size = [f"{k}={v}" for k, v in js.params.items()], js.batch_size
+            param = [f"{k}={v}" for k, v in js.params.items()]
+            batch_size = batch_size if "batch_size" in typed else js.batch_size
             reference_batch = js.batch_size   # the spec's lr is the LR at its batch_size, as under the service
             max_local_batch = js.max_local_batch if script else None  # a make_job job's limit is its TrainJob's
             strategy, servers, sync, sparse = js.strategy, js.num_servers or 1, js.sync, js.sparse
             checkpoint_uri = js.checkpoint_uri or checkpoint_uri
-            workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
+            if "workers" not in typed:
+                workers = js.gpus - js.num_servers  # the spec's gpus are slots: a ps job's servers hold some
             if js.autoscale is not None:
                 a = js.autoscale
                 autoscale, autoscale_every, spawn_size, max_workers = True, a.every_steps, a.spawn_size, a.max_workers
