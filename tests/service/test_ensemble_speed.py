@@ -95,3 +95,30 @@ def test_the_ensembles_speed_is_its_still_training_members_plan_whichever_ran_la
     left = ensemble_view(view, events(["linear"], converged=["linear"]), now=2.0)
     assert left.max_gpus == 2 and left.speed.throughput(2, 1, 32) == 2 * 2200.0
     assert ensemble_view(view, events([])[:0], now=2.0) is view   # not profiled yet: as the job's record gives it
+
+
+class ProfilingFleetRuntime(FleetRuntime):
+    """``FleetRuntime`` whose first PROFILE_S go to profiling its members: nothing is written meanwhile."""
+
+    PROFILE_S = 30.0
+
+    def poll(self, job_id, job_dir):
+        if self.clock() < self.PROFILE_S:
+            return PollResult("running")
+        return super().poll(job_id, job_dir)
+
+
+def test_an_ensemble_grows_once_it_has_profiled_not_a_profiling_time_later(tmp_path):
+    """The restart hold (``policy.restart_hold``) counted the start's pause from the decision to the first step, and
+    an ensemble's first 30 s go to profiling its members, which a resize does not repeat: it was held on 1 slot for
+    30 s more while 3 were idle (found running an ensemble alone on an idle 3-slot service)."""
+    t = [0.0]
+    store = Store(tmp_path / "s.db")
+    loop = LiveLoop(store, ProfilingFleetRuntime(lambda: t[0]), cluster("elastic", (4,)), tmp_path, clock=lambda: t[0])
+    job = store.submit(load_job_spec(ENSEMBLE), now=0.0)
+    sizes = {}
+    for i in range(26):   # a round every 2 s to 50 s: profiled at 30
+        t[0] = 2.0 * i
+        loop.round()
+        sizes[t[0]] = store.get(job).num_gpus
+    assert sizes[28.0] == 1 and sizes[40.0] == 3, sizes

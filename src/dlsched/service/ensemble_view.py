@@ -5,6 +5,7 @@ happened to run (its linear member alone ~28k samples/s on 1 slot, a 3-member fl
 elastic policy, seeing a speed curve that flipped with it, resized one job 13 times in 2 minutes."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dlsched.policy.base import JobView
@@ -22,8 +23,14 @@ def ensemble_view(view: JobView, events: list[dict], now: float) -> JobView:
     ``max_workers``: its profile's length; at least 1, the last member's end is the job's: no grow, no preemption
     while it finishes), at the speed their profiles give, their samples left its remaining work. Unchanged before
     the runtime profiled its members (it trains nothing before)."""
-    if not any(e["kind"] == "job_profiled" for e in events):
+    profiled = [float(e["time"]) for e in events if e["kind"] == "job_profiled"]
+    if not profiled:
         return view
+    changed = view.attrs.get("changed_at")
+    if changed is not None and changed < profiled[-1]:
+        # its (re)start's pause included profiling its members, which a resize does not repeat (the profiles are
+        # cached): counted in, the restart hold kept a 3-slot ensemble on 1 slot for as long again as it profiled
+        view = replace(view, attrs={**view.attrs, "changed_at": profiled[-1]})
     members = members_left(events, now)
     view = on_members(view, [ModelProfile(name, tuple(rates)) for name, rates, _ in members], at_least=1)
     return with_members(view, members) if members else view
