@@ -24,7 +24,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from dlsched.backends.base import Launch, read_status  # noqa: E402
 from dlsched.backends.ray import STOP_GRACE_S, RayBackend  # noqa: E402
 from dlsched.ray.host import NAMESPACE  # noqa: E402
-from dlsched.service.server import Service, free_port  # noqa: E402
+from dlsched.service.server import Service  # noqa: E402
 from tests.service.teardown import stop_service_and_jobs  # noqa: E402
 from tests.waiting import process_alive  # noqa: E402
 from dlsched.errors import UserError  # noqa: E402
@@ -326,7 +326,7 @@ def make_service(request, backend, tmp_path):
 
         spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in nodes], policy=policy, interval_s=interval_s,
                            backend=request.param)
-        svc = Service(spec, tmp_path / "state", port=free_port(), runtime=CONTRACT_RUNTIME, workdir=REPO,
+        svc = Service(spec, tmp_path / "state", port=0, runtime=CONTRACT_RUNTIME, workdir=REPO,
                       backend=backend if request.param == "ray" else None).start()
         made.append(svc)
         return svc, httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
@@ -575,7 +575,7 @@ def fifo_service_on_ray(backend, tmp_path, runtime=REAL_RUNTIME, policy="test-fi
     backend.runtime = runtime
     spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy=policy,
                        interval_s=0.3, backend="ray")
-    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend, **service_args).start()
+    svc = Service(spec, tmp_path / "state", port=0, workdir=REPO, backend=backend, **service_args).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
     try:
         yield svc, c
@@ -592,7 +592,7 @@ def test_service_on_ray_node_loss_resumes_the_real_runtime_elsewhere_exactly_onc
     backend.runtime = REAL_RUNTIME
     spec = ClusterSpec(nodes=[{"name": n, "gpus": 2} for n in ("n1", "n2")], policy="test-fifo",
                        interval_s=0.3, backend="ray")
-    svc = Service(spec, tmp_path / "state", port=free_port(), workdir=REPO, backend=backend).start()
+    svc = Service(spec, tmp_path / "state", port=0, workdir=REPO, backend=backend).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
     try:
         job = submit(c, name="mlp", entry="examples/mlp.py:make_job", gpus=2,

@@ -37,7 +37,7 @@ def no_cut_cells(text: str) -> bool:
 @pytest.fixture
 def busy_service(tmp_path):
     """A service with one finished, one failed-by-cancel and one long-running job."""
-    svc = Service(cluster(slots=(2, 2)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(slots=(2, 2)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
     names = ["quick-job-with-a-rather-long-name", "long-running-job", "to-be-cancelled"]
     ids = [c.post("/jobs", content=job_yaml(names[0], samples=64),
@@ -112,7 +112,7 @@ def test_cancelled_jobs_show_their_reason_and_cancelling_an_ended_job_is_an_erro
 
 
 def test_submit_overrides_and_a_misspelled_param_gets_did_you_mean_at_submit(tmp_path):
-    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), workdir=REPO).start()   # real runtime
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, workdir=REPO).start()   # real runtime
     try:
         spec = tmp_path / "mlp.yaml"
         spec.write_text("name: mlp\nentry: examples/mlp.py:make_job\ngpus: 1\nparams: {num_sampels: 64}\n")
@@ -144,13 +144,14 @@ def test_submit_overrides_and_a_misspelled_param_gets_did_you_mean_at_submit(tmp
 
 
 def test_serve_without_options_runs_on_this_machine_and_a_busy_port_is_one_line(tmp_path):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "dlsched.cli", "serve", "--port", str(port),
+    # --port 0: the OS picks one, and the first line names it (it was refused: '--port 0: expected 1..65535')
+    proc = subprocess.Popen([sys.executable, "-m", "dlsched.cli", "serve", "--port", "0",
                              "--state-dir", str(tmp_path / "state")], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         first = proc.stdout.readline()
-        assert f"API http://127.0.0.1:{port}" in first and f"dashboard http://127.0.0.1:{port}/dashboard/" in first
+        port = int(re.search(r"API http://127\.0\.0\.1:(\d+) ", first).group(1))
+        assert port > 0 and f"API http://127.0.0.1:{port}" in first and f"dashboard http://127.0.0.1:{port}/dashboard/" in first
         second, third = proc.stdout.readline(), proc.stdout.readline()
         token_file = tmp_path / "state" / "token"
         # how a client and a browser authenticate: the printed dashboard URL alone showed 'HTTP 401'
@@ -250,7 +251,7 @@ def test_a_held_batch_is_what_the_job_runs_at_under_a_policy_that_chooses_no_bat
     batch 128 (queued)' and the job started at 2 workers and batch 64; `resize 18 -n 3 --batch 256` resized it to 3
     workers at 64 ('requested_batch': 256, 'batch_size': 64). Here the contract runtime's own step records say the
     batch it trains at."""
-    svc = Service(cluster(policy="tiresias", slots=(2, 2)), tmp_path / "state", port=free_port(),
+    svc = Service(cluster(policy="tiresias", slots=(2, 2)), tmp_path / "state", port=0,
                   runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
@@ -282,7 +283,7 @@ def test_a_held_batch_is_what_the_job_runs_at_under_a_policy_that_chooses_no_bat
 
 
 def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
-    svc = Service(cluster(policy="test-elastic", slots=(2, 2)), tmp_path / "state", port=free_port(),
+    svc = Service(cluster(policy="test-elastic", slots=(2, 2)), tmp_path / "state", port=0,
                   runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
@@ -320,7 +321,7 @@ def test_resize_by_hand_holds_a_running_job_at_the_asked_size(tmp_path):
 
 def test_a_resize_hold_is_shown_in_status_and_released_back_to_the_policy(tmp_path):
     # a `dlsched resize` held the job for good: no command gave it back to the policy, and status showed no reason
-    svc = Service(cluster(policy="test-elastic", slots=(2, 2)), tmp_path / "state", port=free_port(),
+    svc = Service(cluster(policy="test-elastic", slots=(2, 2)), tmp_path / "state", port=0,
                   runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
@@ -354,7 +355,7 @@ def test_logs_follow_shows_loss_lines_within_5s_of_their_step(tmp_path):
     import threading
     import time
 
-    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), workdir=REPO).start()   # real runtime
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, workdir=REPO).start()   # real runtime
     try:
         spec = tmp_path / "mlp.yaml"
         spec.write_text("name: mlp\nentry: examples/mlp.py:make_job\ngpus: 1\nbatch_size: 16\n"
@@ -396,7 +397,7 @@ def test_submit_of_a_script_refuses_what_it_used_to_drop_and_records_the_user(tm
     `--min-gpus` with a spec file ignored, all with exit 0; a script job recorded no user (history -u missed it)."""
     import getpass
 
-    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url, COLUMNS="200")
 
     def submit(*args: str) -> subprocess.CompletedProcess:   # no --server at the end: it would be the script's
@@ -427,7 +428,7 @@ def test_status_watch_into_a_file_prints_each_change_as_it_happens(tmp_path):
     all when it was killed; it prints the table once, then each job whose state changed."""
     from tests.waiting import wait_until
 
-    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     out = tmp_path / "watch.txt"
     env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), COLUMNS="120")
     watch = None
@@ -455,7 +456,7 @@ def test_logs_of_a_queued_job_says_so_and_follow_waits_for_it_to_start(tmp_path)
     word. The job stays queued for certain: the one it waits behind holds both of the cluster's slots."""
     import threading
 
-    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     follow = None
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
@@ -493,7 +494,7 @@ def test_logs_of_a_queued_job_says_so_and_follow_waits_for_it_to_start(tmp_path)
 
 def test_events_of_an_unknown_type_is_one_line_listing_the_types(tmp_path):
     """`events -t bogus` printed nothing, exit 0: the same as a real type with no events yet."""
-    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         job = httpx.post(f"{svc.url}/jobs", content=job_yaml("j", samples=10**6), headers=svc.headers
                          | {"content-type": "application/yaml"}).json()["id"]
@@ -509,7 +510,7 @@ def test_events_of_an_unknown_type_is_one_line_listing_the_types(tmp_path):
 
 def test_following_a_job_cancelled_while_queued_says_it_never_started(tmp_path):
     """`logs -f` of a queued job that was then cancelled ended with no output at all, exit 0."""
-    svc = Service(cluster(slots=(1,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(slots=(1,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     follow = None
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
@@ -578,7 +579,7 @@ def test_submitting_several_files_is_all_or_nothing_and_a_refusal_names_the_file
     what only the service checks (the entry exists and lies in an allowed folder, the params are its function's,
     the cluster holds the GPUs) left the files before it submitted, and a rerun submitted them twice. Rounds an hour
     apart with the real runtime's checks: the jobs are stored, never started."""
-    svc = Service(cluster(slots=(2,), interval=3600), tmp_path / "state", port=free_port(), workdir=REPO).start()
+    svc = Service(cluster(slots=(2,), interval=3600), tmp_path / "state", port=0, workdir=REPO).start()
     try:
         good = tmp_path / "good.yaml"
         good.write_text("name: good1\nentry: examples/mlp.py:make_job\ngpus: 1\nparams: {num_samples: 64}\n")
@@ -614,7 +615,7 @@ def test_submitting_several_files_is_all_or_nothing_and_a_refusal_names_the_file
 def test_cancel_gives_every_id_its_line_and_the_api_says_the_same_of_an_ended_job(tmp_path):
     """`cancel 1 999` (1 finished) printed only 999's error and lost 1's; `cancel 11 999` cancelled 11 and then
     failed. `DELETE /jobs/1` on the finished job answered 200 where the CLI said it is an error (exit 1)."""
-    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         yaml_type = {"content-type": "application/yaml"}
@@ -663,7 +664,7 @@ def test_events_follow_says_once_per_job_that_its_checkpoints_are_left_out(tmp_p
     brought a new checkpoint (every second, for a job checkpointing every 0.25 s)."""
     import time
 
-    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     follow = None
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)

@@ -1,7 +1,7 @@
 import httpx
 import pytest
 
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from tests.service.conftest import RUNTIME, cluster
 from tests.service.teardown import stop_service_and_jobs
 
@@ -17,7 +17,7 @@ def target(tmp_path_factory):
     (tmp / "jobs" / "ok.py").write_text("def make_job(**kw):\n    pass\n")
     (tmp / "outside").mkdir()
     (tmp / "outside" / "evil.py").write_text(EVIL)
-    svc = Service(cluster(), tmp / "state", port=free_port(), runtime=RUNTIME, workdir=tmp / "jobs").start()
+    svc = Service(cluster(), tmp / "state", port=0, runtime=RUNTIME, workdir=tmp / "jobs").start()
     yield svc, tmp
     stop_service_and_jobs(svc)
 

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from tests.service.conftest import RUNTIME, cluster
 from tests.service.teardown import stop_service_and_jobs
 
@@ -92,7 +92,7 @@ def request(rng: random.Random, token: str) -> dict:
 @pytest.fixture(scope="module")
 def quiet_service(tmp_path_factory):
     """Scheduling rounds an hour apart: accepted jobs are stored, never started (the fuzz stays fast)."""
-    svc = Service(cluster(interval=3600), tmp_path_factory.mktemp("fuzz") / "state", port=free_port(),
+    svc = Service(cluster(interval=3600), tmp_path_factory.mktemp("fuzz") / "state", port=0,
                   runtime=RUNTIME).start()
     yield svc
     stop_service_and_jobs(svc)

@@ -5,7 +5,7 @@ import httpx
 import pytest
 
 from tests.service import policies  # noqa: F401  (registers test-fifo / test-elastic)
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from dlsched.spec import load_cluster_spec
 from tests.service.teardown import stop_service_and_jobs
 
@@ -27,7 +27,7 @@ def cluster(policy="test-fifo", slots=(2, 2), interval=0.2):
 @pytest.fixture
 def service(tmp_path):
     """A real service (uvicorn on a free loopback port, SQLite in tmp_path, local backend running the contract job)."""
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
     yield svc
     stop_service_and_jobs(svc)
 

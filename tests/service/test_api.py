@@ -158,7 +158,7 @@ def _fuzz_bodies(n, rng):
 def test_the_service_forecasts_when_a_waiting_job_starts(tmp_path):
     """The loop thread's forecast thread rolls the policy forward: the waiting job's predicted start is the
     running job's forecast finish, served by GET /jobs."""
-    svc = Service(cluster(), tmp_path / "f", port=free_port(), runtime=RUNTIME)
+    svc = Service(cluster(), tmp_path / "f", port=0, runtime=RUNTIME)
     svc.loop.forecaster.every_s = 0.3
     svc.start()
     try:
@@ -206,7 +206,7 @@ def test_jobs_that_can_never_run_are_refused_at_submit(service, client, tmp_path
     r = client.post("/jobs", content=job_yaml("huge", gpus=5), headers=YAML)
     assert r.status_code == 422 and r.json()["error"] == "request body: field gpus: needs 5 GPUs, the cluster has 4"
     assert service.store.count() == 0
-    svc = Service(cluster("elastic"), tmp_path / "e", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster("elastic"), tmp_path / "e", port=0, runtime=RUNTIME).start()
     try:
         bad = "name: nobatch\nentry: x.py:make_job\ngpus: 1\nmax_gpus: 2\nmax_local_batch: 8\nmin_batch_size: 64\nmax_batch_size: 64\n"
         r = httpx.post(f"{svc.url}/jobs", content=bad, headers=YAML | svc.headers)
@@ -238,7 +238,7 @@ def test_burst_of_500_submissions_all_stored(service, client):
 
 def test_non_loopback_bind_needs_a_token(tmp_path):
     with pytest.raises(UserError, match="--no-auth is for a loopback bind only"):
-        Service(cluster(), tmp_path / "s", host="0.0.0.0", port=free_port(), runtime=RUNTIME, auth=False)
+        Service(cluster(), tmp_path / "s", host="0.0.0.0", port=0, runtime=RUNTIME, auth=False)
     token = "s3cret-token-0123456789"
     svc = Service(cluster(), tmp_path / "s", host="0.0.0.0", port=free_port("0.0.0.0"), token=token,
                   runtime=RUNTIME).start()
@@ -332,7 +332,7 @@ def test_a_database_locked_past_the_busy_timeout_is_a_503_and_nothing_is_stored(
     from dlsched.service import store as store_module
 
     monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.5)
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         holder = sqlite3.connect(svc.state_dir / "dlsched.db", isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")   # what `sqlite3 dlsched.db` + BEGIN, or a locking backup, holds

@@ -6,18 +6,18 @@ import pytest
 
 from dlsched.errors import UserError
 from dlsched.service.auth import client_token, load_or_create_token, read_token_file
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from tests.service.conftest import RUNTIME, cluster
 
 
 def test_first_start_generates_a_private_token_and_reuses_it(tmp_path):
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME)
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME)
     f = tmp_path / "state" / "token"
     assert stat.S_IMODE(f.stat().st_mode) == 0o600 and len(svc.token) >= 32
     svc.close()             # one service per state folder (service/state_lock.py)
-    assert Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).token == svc.token
-    assert Service(cluster(), tmp_path / "state2", port=free_port(), runtime=RUNTIME).token != svc.token
-    assert Service(cluster(), tmp_path / "s3", port=free_port(), runtime=RUNTIME, auth=False).token is None
+    assert Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).token == svc.token
+    assert Service(cluster(), tmp_path / "state2", port=0, runtime=RUNTIME).token != svc.token
+    assert Service(cluster(), tmp_path / "s3", port=0, runtime=RUNTIME, auth=False).token is None
 
 
 def test_weak_or_exposed_tokens_are_refused(tmp_path, monkeypatch):
@@ -27,14 +27,14 @@ def test_weak_or_exposed_tokens_are_refused(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"readable by others \(mode 0644\); run: chmod 600"):
         read_token_file(f)
     with pytest.raises(UserError, match="readable by others"):
-        Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME, token_file=f)
+        Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME, token_file=f)
     f.chmod(0o600)
     assert load_or_create_token(f) == "x" * 40
     f.write_text("x")
     with pytest.raises(UserError, match="token is 1 characters, need at least 16"):
         read_token_file(f)
     with pytest.raises(UserError, match="token is 1 characters"):
-        Service(cluster(), tmp_path / "s", host="0.0.0.0", port=free_port(), runtime=RUNTIME, token="x")
+        Service(cluster(), tmp_path / "s", host="0.0.0.0", port=0, runtime=RUNTIME, token="x")
     monkeypatch.setenv("DLSCHED_TOKEN", "short")
     with pytest.raises(UserError, match=r"\$DLSCHED_TOKEN: token is 5 characters"):
         client_token()
@@ -46,7 +46,7 @@ def test_a_directory_given_as_the_token_file_is_called_a_directory(tmp_path, mon
     d.mkdir(mode=0o755)
     line = f"{d}: is a directory, not a token file; give a file's path (e.g. {d / 'token'})"
     for call in (lambda: read_token_file(d), lambda: load_or_create_token(d),
-                 lambda: Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME, token_file=d)):
+                 lambda: Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME, token_file=d)):
         with pytest.raises(UserError) as e:
             call()
         assert str(e.value) == line
@@ -92,7 +92,7 @@ def test_a_new_state_folder_is_private_and_an_existing_one_keeps_its_mode_with_a
 
     old = os.umask(0o022)   # the usual umask, whatever the test runner's
     try:
-        svc = Service(cluster(), tmp_path / "new" / "state", port=free_port(), runtime=RUNTIME).start()
+        svc = Service(cluster(), tmp_path / "new" / "state", port=0, runtime=RUNTIME).start()
         stop_service_and_jobs(svc)
         state = tmp_path / "new" / "state"
         assert _mode(state) == 0o700 and _mode(state / "jobs") == 0o700
@@ -102,14 +102,14 @@ def test_a_new_state_folder_is_private_and_an_existing_one_keeps_its_mode_with_a
         cwd = tmp_path / "cwd"             # the user's working directory, as dlsched serve --state-dir . sees it
         cwd.mkdir(mode=0o755)
         monkeypatch.chdir(cwd)
-        earlier = Service(cluster(), ".", port=free_port(), runtime=RUNTIME, auth=False)
+        earlier = Service(cluster(), ".", port=0, runtime=RUNTIME, auth=False)
         earlier.store.submit(load_job_spec("name: kept\nentry: x.py:make_job"))
         earlier.close()                    # one service per state folder (service/state_lock.py)
         for f in cwd.glob("dlsched.db*"):
             f.chmod(0o644)                 # as an earlier dlsched left its database
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="dlsched.service"):
-            svc = Service(cluster(), ".", port=free_port(), runtime=RUNTIME, auth=False)
+            svc = Service(cluster(), ".", port=0, runtime=RUNTIME, auth=False)
         assert _mode(cwd) == 0o755                                                     # not chmod-ed
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         # the folder made absolute (the job folders stored in it must not depend on the working directory)
@@ -124,12 +124,12 @@ def test_a_new_state_folder_is_private_and_an_existing_one_keeps_its_mode_with_a
         cwd.chmod(0o777)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="dlsched.service"):
-            Service(cluster(), cwd, port=free_port(), runtime=RUNTIME, auth=False).close()
+            Service(cluster(), cwd, port=0, runtime=RUNTIME, auth=False).close()
         assert _mode(cwd) == 0o777 and "mode 0777" in caplog.text and "may write in it" in caplog.text
         cwd.chmod(0o700)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="dlsched.service"):
-            Service(cluster(), cwd, port=free_port(), runtime=RUNTIME, auth=False).close()
+            Service(cluster(), cwd, port=0, runtime=RUNTIME, auth=False).close()
         assert not caplog.records                                                      # a private folder: no noise
         # serve --token-file NEW/token creates the folder before the service: private too, not the umask's 0755
         load_or_create_token(tmp_path / "tok" / "token")

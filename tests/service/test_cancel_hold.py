@@ -3,7 +3,7 @@ import threading
 
 import httpx
 
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from tests.service.conftest import RUNTIME, cluster, job_yaml
 from tests.service.teardown import stop_service_and_jobs
 from tests.waiting import wait_until
@@ -13,7 +13,7 @@ def test_a_cancel_between_observe_and_decide_gives_no_job_the_cancelled_jobs_slo
     """A cancel that arrived after the round's observe (which stops cancelled jobs) but before its decide (which
     leaves them out) made their GPUs look free: the other job grew onto slots the cancelled job still trained on
     (slot 2 of a 2-slot node), and kept them after it stopped."""
-    svc = Service(cluster("test-elastic", slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster("test-elastic", slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     c = httpx.Client(base_url=svc.url, headers={**svc.headers, "content-type": "application/yaml"}, timeout=30)
     armed, cancelled_mid_round = threading.Event(), threading.Event()
     observe = svc.loop.observe

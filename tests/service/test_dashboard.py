@@ -22,7 +22,7 @@ from tests.waiting import wait_until
 from dlsched.commands.service import job_rows
 from dlsched.display import TIME_FIELDS
 from dlsched.service.dashboard_routes import gantt_intervals, job_detail, load_reports, overview
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from dlsched.service.store import Store
 from dlsched.spec import ClusterSpec, JobSpec
 
@@ -118,7 +118,7 @@ def live_service(tmp_path_factory, data_dir):
     tmp = tmp_path_factory.mktemp("dash")
     cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 2}, {"name": "n2", "gpus": 2}],
                           policy=POLICY, interval_s=0.2)
-    svc = Service(cluster, tmp / "state", port=free_port(), runtime=CONTRACT_RUNTIME).start()
+    svc = Service(cluster, tmp / "state", port=0, runtime=CONTRACT_RUNTIME).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10)
     try:
         specs = [("quick", 1, 60, 0.03), ("resnet-a", 2, 80000, 0.1), ("mlp-b", 1, 80000, 0.1), ("waiting", 4, 80, 0.05)]
@@ -333,7 +333,7 @@ def test_report_images_stay_inside_the_reports_folder(live_service):
 def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):
     cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 1}], policy=POLICY, interval_s=0.5)
     token = "t" * 32
-    svc = Service(cluster, tmp_path / "state", port=free_port(), token=token, runtime=CONTRACT_RUNTIME).start()
+    svc = Service(cluster, tmp_path / "state", port=0, token=token, runtime=CONTRACT_RUNTIME).start()
     try:
         assert httpx.get(f"{svc.url}/dashboard/").status_code == 200
         assert httpx.get(f"{svc.url}/dashboard/static/app.js").status_code == 200

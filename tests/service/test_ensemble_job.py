@@ -10,7 +10,7 @@ import pytest
 from dlsched.paths import REPO_ROOT
 from dlsched.commands.service import job_rows
 from dlsched.service.fleet_status import summary
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from dlsched.train.files import read_status
 from dlsched.spec import load_cluster_spec
 from tests.service import policies  # noqa: F401  (test-elastic: min for everyone, the rest to the oldest)
@@ -53,7 +53,7 @@ def test_ensemble_job_shares_the_cluster_grows_when_others_finish_and_every_memb
                                                    "slow": REPO_ROOT / "tests" / "train" / "slow_models.py"})
     gate = tmp_path / "gate"
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 4}]\npolicy: test-elastic\ninterval_s: 0.3")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT,
+    svc = Service(cluster, tmp_path / "state", port=0, workdir=REPO_ROOT,
                   entry_roots=(REPO_ROOT, tmp_path)).start()     # the ensemble YAML is job code: allowed here
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from dlsched.paths import REPO_ROOT
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from dlsched.spec import load_cluster_spec
 from tests.service import policies  # noqa: F401  (test-elastic: min for everyone, the rest to the oldest)
 from tests.service.teardown import stop_service_and_jobs
@@ -37,7 +37,7 @@ def test_members_that_leave_free_their_slots_for_another_tenant(tmp_path, monkey
     (tmp_path / "ens.yaml").write_text(ENSEMBLE % {"m": REPO_ROOT / "examples" / "ensemble" / "models.py",
                                                    "slow": REPO_ROOT / "tests" / "train" / "slow_models.py"})
     svc = Service(load_cluster_spec("nodes: [{name: n0, gpus: 4}]\npolicy: test-elastic\ninterval_s: 0.3"),
-                  tmp_path / "state", port=free_port(), workdir=REPO_ROOT, entry_roots=(REPO_ROOT, tmp_path)).start()
+                  tmp_path / "state", port=0, workdir=REPO_ROOT, entry_roots=(REPO_ROOT, tmp_path)).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         post = {"content-type": "application/yaml"}

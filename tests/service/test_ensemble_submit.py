@@ -4,7 +4,7 @@ HTTP, real files; the service imports no model code (the model files are read wi
 import httpx
 import pytest
 
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from dlsched.spec import load_cluster_spec
 from tests.service.teardown import stop_service_and_jobs
 
@@ -31,7 +31,7 @@ JOB = "name: ens\nkind: ensemble\nentry: dlsched.train.fleet_spec:from_yaml\npar
 @pytest.fixture()
 def client(tmp_path):
     svc = Service(load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: fifo\ninterval_s: 0.2"), tmp_path / "state",
-                  port=free_port(), workdir=tmp_path).start()
+                  port=0, workdir=tmp_path).start()
     try:
         with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30) as c:
             yield c

@@ -5,7 +5,7 @@ import logging
 import sqlite3
 
 from dlsched.service.failure_log import RepeatedFailures
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from tests.service.conftest import RUNTIME, cluster
 from tests.service.teardown import stop_service_and_jobs
 from tests.waiting import wait_until
@@ -16,7 +16,7 @@ def test_a_database_locked_for_many_rounds_logs_one_traceback_and_its_recovery(t
 
     monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.05)
     caplog.set_level(logging.INFO, logger="dlsched.service")
-    svc = Service(cluster(interval=0.05), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(interval=0.05), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         wait_until(lambda: svc.thread.rounds > 0, 60, "a first round")
         holder = sqlite3.connect(svc.state_dir / "dlsched.db", isolation_level=None)

@@ -127,7 +127,7 @@ def test_service_killed_as_each_coordinator_starts_never_runs_two(tmp_path):
 def test_coordinator_sigkill_resumes_from_the_newest_valid_checkpoint(tmp_path):
     samples = 96
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: fifo\ninterval_s: 0.2")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), runtime=RUNTIME, workdir=REPO).start()
+    svc = Service(cluster, tmp_path / "state", port=0, runtime=RUNTIME, workdir=REPO).start()
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "open").touch()
@@ -172,7 +172,7 @@ def test_a_job_that_loses_its_coordinator_every_time_fails_after_bounded_resumes
     from dlsched.service.coordinator_loss import MAX_COORDINATOR_LOSSES
     from tests.service.conftest import RUNTIME as CONTRACT, cluster
 
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=CONTRACT).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=CONTRACT).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         spec = "name: oom\nentry: x.py:make_job\ngpus: 1\nparams: {samples: 640, step_s: 0.02, kill_at: 64, ckpt_every: 1}\n"

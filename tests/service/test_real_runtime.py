@@ -10,7 +10,7 @@ import pytest
 
 from tests.service.teardown import stop_service_and_jobs
 from dlsched.paths import REPO_ROOT
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from dlsched.spec import load_cluster_spec
 
 ELASTIC = """name: elastic
@@ -36,7 +36,7 @@ params: {num_samples: 800, epochs: 1, throttle_s: 0.01}
 @contextmanager
 def _service(tmp_path, cluster_yaml: str):
     """A real service on a free port (the real runtime under the local backend) and a client of it."""
-    svc = Service(load_cluster_spec(cluster_yaml), tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    svc = Service(load_cluster_spec(cluster_yaml), tmp_path / "state", port=0, workdir=REPO_ROOT).start()
     try:
         yield httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
     finally:

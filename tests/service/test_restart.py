@@ -116,7 +116,7 @@ def test_a_job_that_failed_while_the_service_was_down_stays_failed(tmp_path):
     from tests.service.teardown import stop_service_and_jobs
     from tests.waiting import wait_until
 
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         job = c.post("/jobs", content=job_yaml("doomed", samples=10**6, step_s=0.1).replace(
@@ -126,7 +126,7 @@ def test_a_job_that_failed_while_the_service_was_down_stays_failed(tmp_path):
         svc.close()             # the service goes; the job's coordinator keeps running, then fails
     folder = tmp_path / "state" / "jobs" / str(job)
     wait_until(lambda: (read_status(folder) or {}).get("state") == "failed", 60, "the job to fail unwatched")
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         record = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["state"] in ("failed", "finished", "cancelled")
@@ -146,7 +146,7 @@ def test_a_cancel_the_service_did_not_finish_before_it_went_is_done_after_the_re
     from tests.service.teardown import stop_service_and_jobs
     from tests.waiting import process_alive, wait_until
 
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         job = c.post("/jobs", content=job_yaml("doomed", samples=10**6, step_s=0.1), headers=YAML).json()["id"]
@@ -160,7 +160,7 @@ def test_a_cancel_the_service_did_not_finish_before_it_went_is_done_after_the_re
     os.killpg(pid, signal.SIGTERM)         # the stop the old service had begun
     wait_until(lambda: not process_alive(pid), 60,
                "the coordinator to exit")
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         state = wait_until(lambda: (s := c.get(f"/jobs/{job}").json()["state"]) in ("cancelled", "failed", "finished")
@@ -181,7 +181,7 @@ def test_time_trained_while_the_service_was_down_counts_and_a_job_ended_then_end
     from tests.service.teardown import stop_service_and_jobs
     from tests.waiting import wait_until
 
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         short = c.post("/jobs", content=job_yaml("short", samples=3200, step_s=0.04), headers=YAML).json()["id"]
@@ -195,7 +195,7 @@ def test_time_trained_while_the_service_was_down_counts_and_a_job_ended_then_end
     assert ended["event"] == "finished"
     time.sleep(1.0)
     restarted = time.time()
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         job = wait_until(lambda: (j := c.get(f"/jobs/{short}").json())["state"] == "finished" and j, 60, "recorded")
@@ -229,14 +229,14 @@ def test_requests_wait_for_the_restarts_recovery_then_see_what_it_decided(tmp_pa
     from tests.service.teardown import stop_service_and_jobs
     from tests.waiting import wait_until
 
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
         job = c.post("/jobs", content=job_yaml("long", samples=10**6, step_s=0.05), headers=YAML).json()["id"]
         wait_until(lambda: c.get(f"/jobs/{job}").json()["samples"] > 0, 60, "the job's first steps")
     finally:
         svc.close()             # the service goes; the job's coordinator trains on
-    svc = Service(cluster(), tmp_path / "state", port=free_port(), runtime=RUNTIME)
+    svc = Service(cluster(), tmp_path / "state", port=0, runtime=RUNTIME)
     holder = sqlite3.connect(tmp_path / "state" / "dlsched.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")   # recovery's first write waits for this
     try:

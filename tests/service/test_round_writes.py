@@ -4,7 +4,7 @@ import threading
 import httpx
 
 from dlsched.round import Start
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from tests.service.conftest import RUNTIME, cluster, job_yaml
 from tests.service.teardown import stop_service_and_jobs
 from tests.waiting import wait_until
@@ -14,7 +14,7 @@ def test_a_queued_job_cancelled_between_decide_and_act_is_stopped_and_the_rounds
     """The API cancels a queued job at once; the round that had already decided to start it launched its processes,
     then its cancelled -> running write was refused, which rolled back every write of the round and left the
     cancelled job training on a slot the scheduler counted as free."""
-    svc = Service(cluster("test-fifo", slots=(2,)), tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(cluster("test-fifo", slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
     c = httpx.Client(base_url=svc.url, headers={**svc.headers, "content-type": "application/yaml"}, timeout=30)
     ids: dict[str, int] = {}
     cancelled = threading.Event()

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from dlsched.paths import REPO_ROOT
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from dlsched.spec import load_cluster_spec
 from tests.service.teardown import stop_service_and_jobs
 from tests.service import policies  # noqa: F401 - registers test-elastic
@@ -22,7 +22,7 @@ from tests.waiting import process_alive, wait_until
 @pytest.mark.slow
 def test_submit_a_script_its_reported_metrics_reach_logs_and_its_noise_the_dashboard(tmp_path):
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: goodput\ninterval_s: 0.5")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    svc = Service(cluster, tmp_path / "state", port=0, workdir=REPO_ROOT).start()
     env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), COLUMNS="200")
 
     def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -53,7 +53,7 @@ def test_a_script_that_is_not_there_is_refused_at_submit_in_one_line(tmp_path):
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "train.py").write_text("print('ok')\n")
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 1}]\npolicy: fifo\ninterval_s: 0.5")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=tmp_path / "work").start()
+    svc = Service(cluster, tmp_path / "state", port=0, workdir=tmp_path / "work").start()
     env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url)
 
     def cli(*args: str) -> subprocess.CompletedProcess:   # --server would land after '--', in the script's args
@@ -76,7 +76,7 @@ def test_a_script_job_states_its_schedule_and_target_loss_on_the_command_line(tm
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "train.py").write_text("print('ok')\n")
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 1}]\npolicy: fifo\ninterval_s: 0.5")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=tmp_path / "work").start()
+    svc = Service(cluster, tmp_path / "state", port=0, workdir=tmp_path / "work").start()
     env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
@@ -119,7 +119,7 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
     (``train_mae``: on the step's record). Real processes: the service, its runtime and each script's worker. V above
     every value the run logs is reached already: at a logged step, for sure."""
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: fifo\ninterval_s: 0.3")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    svc = Service(cluster, tmp_path / "state", port=0, workdir=REPO_ROOT).start()
     env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
@@ -206,7 +206,7 @@ def growing_script_job(tmp_path: Path, script: str, settings: str = "", slots: i
     (gates["a"] / "release").touch()
     cluster = load_cluster_spec(f"nodes: [{{name: n0, gpus: {slots}}}]\npolicy: test-elastic\ninterval_s: 0.3\n"
                                 f"{settings}")
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+    svc = Service(cluster, tmp_path / "state", port=0, workdir=REPO_ROOT).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
 
     def submit(name: str, gpus: str) -> int:

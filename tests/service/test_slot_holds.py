@@ -10,7 +10,7 @@ from dlsched.backends.local import LocalBackend
 from dlsched.backends.recording import RecordingBackend
 from dlsched.paths import REPO_ROOT
 from dlsched.service.loop import LiveLoop
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from dlsched.policy.base import Allocation, JobAllocation
 from dlsched.service.store import QUEUED, RESCALING, RUNNING, Store
 from dlsched.spec import load_cluster_spec, load_job_spec
@@ -33,7 +33,7 @@ def test_a_shrinks_slot_waits_for_the_smaller_groups_first_step_across_a_service
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic\ninterval_s: 0.3")
 
     def serve() -> tuple[Service, httpx.Client]:
-        svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT).start()
+        svc = Service(cluster, tmp_path / "state", port=0, workdir=REPO_ROOT).start()
         return svc, httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
 
     svc, c = serve()
@@ -131,7 +131,7 @@ def test_a_grow_that_moves_the_job_keeps_the_slot_its_old_group_trains_on_until_
     cluster = load_cluster_spec("nodes: [{name: n0, gpus: 2, gpu_type: h100}, {name: n1, gpus: 2, gpu_type: h100}]\n"
                                 "policy: test-elastic\ninterval_s: 0.3\nresize_timeout_s: 3600")
     backend = LocalBackend(cwd=REPO_ROOT, nodes=cluster.nodes, cuda_count=lambda: 4)   # n0: devices 0-1, n1: 2-3
-    svc = Service(cluster, tmp_path / "state", port=free_port(), workdir=REPO_ROOT, backend=backend).start()
+    svc = Service(cluster, tmp_path / "state", port=0, workdir=REPO_ROOT, backend=backend).start()
     c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
     gate = tmp_path / "gate"
 

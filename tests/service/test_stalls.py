@@ -7,7 +7,7 @@ import signal
 import httpx
 
 from dlsched.commands.service import _reason
-from dlsched.service.server import Service, free_port
+from dlsched.service.server import Service
 from tests.service.conftest import RUNTIME, cluster, job_yaml
 from tests.service.teardown import stop_service_and_jobs
 from tests.waiting import wait_until
@@ -15,7 +15,7 @@ from tests.waiting import wait_until
 
 def test_a_job_alive_without_progress_is_marked_stalled_and_unmarked_when_it_steps_again(tmp_path):
     spec = cluster(slots=(1,)).model_copy(update={"stall_after_s": 2.0})
-    svc = Service(spec, tmp_path / "state", port=free_port(), runtime=RUNTIME).start()
+    svc = Service(spec, tmp_path / "state", port=0, runtime=RUNTIME).start()
     pid = None
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)

@@ -480,7 +480,7 @@ def register(app: typer.Typer) -> None:
               jobs_dir: Optional[str] = typer.Option(None, help="job folders, a path or file:// URI every node "
                                                      "reaches (a shared mount; docs/storage.md); default STATE_DIR/jobs"),
               host: str = typer.Option("127.0.0.1", help="bind address; non-loopback needs a token"),
-              port: int = typer.Option(8642, help="API and dashboard port"),
+              port: int = typer.Option(8642, help="API and dashboard port (0: one the OS picks, printed at the start)"),
               token_file: Optional[Path] = typer.Option(None, help="bearer token file, created 0600 if absent "
                                                         "(else $DLSCHED_TOKEN, else STATE_DIR/token)"),
               no_auth: bool = typer.Option(False, "--no-auth", help="no token (single-user laptop; loopback only)"),
@@ -510,8 +510,8 @@ def register(app: typer.Typer) -> None:
         jobs_dir = job_folder(jobs_dir, "--jobs-dir").absolute() if jobs_dir is not None else None
         if jobs_dir is not None:
             check_jobs_dir(jobs_dir)
-        if not 1 <= port <= 65535:
-            raise UserError(f"--port {port}: expected 1..65535")
+        if not 0 <= port <= 65535:
+            raise UserError(f"--port {port}: expected 1..65535, or 0 for one the OS picks")
         if backend and backend not in ("local", "ray"):
             raise UserError(f"--backend {backend!r}: expected 'local' or 'ray'")
         spec = load_cluster_spec_file(cluster) if cluster else local_cluster_spec()
@@ -542,7 +542,7 @@ def register(app: typer.Typer) -> None:
         slots = sum(n.gpus for n in spec.nodes)
         kind = "CPU slot" if spec.nodes[0].gpu_type == "slot" else f"{spec.nodes[0].gpu_type} GPU"   # local_cluster_spec
         where = f"{cluster}" if cluster else f"this machine, {slots} {kind}{'' if slots == 1 else 's'}"
-        print(started_note(host, port, token_from, f"cluster {where}, policy {spec.policy}, state in {state_dir}"),
+        print(started_note(host, svc.port, token_from, f"cluster {where}, policy {spec.policy}, state in {state_dir}"),
               flush=True)
         # uvicorn re-raises the signal it stopped on after its shutdown: SIGTERM killed the process before anything
         # below ran, and a re-raised SIGINT's KeyboardInterrupt was once seen lost under load (exit 0, not 130)

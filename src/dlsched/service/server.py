@@ -83,7 +83,11 @@ class Service:
         self._lock = state_lock.hold(self.state_dir)   # one service per state folder, for its whole life
         try:
             self._open(cluster, token, runtime, workdir, policy, backend, auth, token_file, jobs_dir)
-            self.host, self.port = host, port
+            self.host, self.port, self._sockets = host, port, None
+            if port == 0:   # the OS picks a free one (several services side by side, tests): bound now to know it
+                sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+                sock.bind((host, 0))
+                self.port, self._sockets = sock.getsockname()[1], [sock]
             self.thread = LoopThread(self.loop, cluster.interval_s)
             self.workdir = Path(workdir) if workdir is not None else Path.cwd()
             # job code only from the allowed job directories / modules (entries.py); never from the state directory
@@ -156,14 +160,15 @@ class Service:
         """Foreground: loop thread + uvicorn until SIGINT/SIGTERM (uvicorn handles the signals)."""
         self.thread.start()
         try:
-            self.server.run()
+            self.server.run(sockets=self._sockets)
         finally:
             self.close()
 
     def start(self) -> "Service":
         """Background (tests): returns once the API answers."""
         self.thread.start()
-        self._uv_thread = threading.Thread(target=self.server.run, name="dlsched-api", daemon=True)
+        self._uv_thread = threading.Thread(target=self.server.run, kwargs={"sockets": self._sockets}, name="dlsched-api",
+                                           daemon=True)
         self._uv_thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:
@@ -176,6 +181,8 @@ class Service:
         self.server.should_exit = True
         if self._uv_thread is not None:
             self._uv_thread.join(timeout=10)
+        for sock in self._sockets or ():
+            sock.close()
         self.thread.stop()
         if self.thread.is_alive():
             self.thread.join(timeout=30)
