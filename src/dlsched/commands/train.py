@@ -32,7 +32,8 @@ def register(app: typer.Typer) -> None:
                                             "forward/backward (ElasticDataLoader's default; past it, accumulated)"),
         param: list[str] = typer.Option([], help="job parameter key=value (repeatable)"),
         batch_mode: str = typer.Option("fixed-global", help="fixed-global or fixed-local"),
-        ckpt_every: int = typer.Option(20, help="checkpoint interval in steps (0 = never)"),
+        ckpt_every: int = typer.Option(20, help="checkpoint interval in steps (0 = never); ps: global batches per "
+                                       "committed round (>= 1)"),
         standby: int = typer.Option(0, help="prepared spare workers for instant scale-out"),
         strategy: str = typer.Option("allreduce", help="allreduce or ps (parameter server)"),
         servers: int = typer.Option(1, help="ps: parameter-server processes (fixed per run)"),
