@@ -89,9 +89,11 @@ STEP_NUMBERS = ("time", "step", "epoch", "samples", "total_samples", "loss", "sa
 
 
 def _bad_numbers(rec: dict) -> list[str]:
-    """The fields of a step record that are present but not a number (NaN/inf loss stays: a diverging job)."""
+    """The fields of a step record that are present but not a number (NaN/inf loss stays: a diverging job), or an
+    integer past SQLite's 64 bits (``"step": 1e23`` written as digits raised OverflowError in every round)."""
     return [k for k in STEP_NUMBERS if rec.get(k) is not None
-            and (isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)))]
+            and (isinstance(rec[k], bool) or not isinstance(rec[k], (int, float))
+                 or isinstance(rec[k], int) and not -(1 << 63) <= rec[k] < 1 << 63)]
 
 
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:
