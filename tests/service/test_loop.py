@@ -524,6 +524,31 @@ def test_a_jobs_forged_progress_record_does_not_stop_the_scheduler(service, clie
     assert "running" in kinds and "cancelled" in kinds, kinds
 
 
+def test_a_status_file_that_is_not_an_object_does_not_stop_the_scheduler(service, client):
+    """Job code may write status.json. A list there, read when the coordinator died, raised AttributeError in every
+    round from then on (the poll found it again each time): no job started or ended. Now it reads as no status (the
+    killed job resumes, as one killed without a status)."""
+    import json
+    import os
+    import signal
+
+    from tests.waiting import wait_until
+
+    post = {"content-type": "application/yaml"}
+    first = client.post("/jobs", content=job_yaml("long", samples=10**6, step_s=0.05), headers=post).json()["id"]
+    wait_until(lambda: client.get(f"/jobs/{first}").json()["samples"] > 0, 60, "the long job's first steps")
+    folder = service.loop.job_dir(first)
+    pid = json.loads((folder / "status.json").read_text())["pid"]
+    os.kill(pid, signal.SIGSTOP)     # it must not rewrite the file before it dies
+    (folder / "forged").write_text("[1]")
+    os.replace(folder / "forged", folder / "status.json")
+    os.kill(pid, signal.SIGKILL)
+    second = client.post("/jobs", content=job_yaml("short", samples=64), headers=post).json()["id"]
+    wait_until(lambda: client.get(f"/jobs/{second}").json()["state"] == "finished", 60, "the second job to finish")
+    client.post(f"/jobs/{first}/cancel")
+    wait_until(lambda: client.get(f"/jobs/{first}").json()["state"] == "cancelled", 60, "the long job to be cancelled")
+
+
 def test_a_rescaling_job_shows_and_is_charged_the_gpus_it_trains_on_until_the_resize_is_confirmed(tmp_path):
     """The store's num_gpus jumps to the target at the resize (the scheduler reserves it, so no GPU is given
     twice), and status showed it, and attained service charged it, before the runtime trained at that size."""
