@@ -99,7 +99,8 @@ def _bad_numbers(rec: dict) -> list[str]:
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:
     """New complete lines of ``progress.jsonl`` from byte ``offset``; returns (records, new offset).
 
-    A partial last line is left for the next read. A line that is not a JSON object is returned as an
+    A partial last line is left for the next read; one longer than ``max_bytes`` is skipped (reported as below,
+    its rest too: job code writes it, and waiting for its end stalled the job's progress for good). A line that is not a JSON object is returned as an
     ``{"event": "malformed_progress", ...}`` record so that the loop logs it instead of dropping it silently.
     A step record's field that is not a number (``STEP_NUMBERS``) is read as absent, and the first such field of
     the read is reported as one ``malformed_progress`` record naming it: a string there raised in every scheduling
@@ -113,6 +114,9 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
     except FileNotFoundError:
         return [], offset
     end = chunk.rfind(b"\n")
+    if end < 0 and len(chunk) == max_bytes:   # one line longer than a read: waiting for its end read it again forever
+        return [{"event": "malformed_progress", "offset": offset, "line": f"a line over {max_bytes} bytes, skipped"}], \
+            offset + len(chunk)
     if end < 0:
         return [], offset
     records, bad_field = [], None
