@@ -381,6 +381,27 @@ def test_job_page_shows_an_ensembles_members_and_flotillas(live_service):
         store.request_cancel(jid)
 
 
+def test_an_ensembles_job_written_fields_are_shown_as_text_not_markup(live_service):
+    """The members table and flotillas come from the job's progress events, which job code writes: an epoch, a
+    flotilla's slot count or the share given as markup ran in the page of every token holder who opened the job
+    (and could read the token from its sessionStorage)."""
+    svc, ids, tmp = live_service
+    store = svc.store
+    jid = store.submit(JobSpec(name="sweep", entry="examples/ensemble/ensemble_job.py:from_yaml", kind="ensemble",
+                               gpus=64))
+    mark = '<img src="x" id="{}">'
+    try:
+        store.event("job_profiled", jid, profiles=[{"member": "a"}, {"member": "b"}], max_samples={"a": 10, "b": 10})
+        store.event("job_flotillas", jid, flotillas=[{"members": {"a": mark.format("g")}}], share=mark.format("share"))
+        store.event("job_member_converged", jid, member="b", epoch=mark.format("epochs"))
+        dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{jid}", tmp, "--dump-dom")
+        assert 'id="members"' in dom
+        for where in ("g", "share", "epochs"):
+            assert mark.format(where) not in dom and f'&lt;img src="x" id="{where}"&gt;' in dom, where
+    finally:
+        store.request_cancel(jid)
+
+
 def test_the_token_leaves_the_address_bar_once_the_page_has_it(tmp_path):
     """The page kept ?token= in the address bar, so in the browser's history and bookmarks and in the Referer of
     every request it made. It keeps the token for the tab (sessionStorage) and replaces the URL without it. The
