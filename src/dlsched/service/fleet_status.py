@@ -33,8 +33,8 @@ def well_formed(e: dict) -> bool:
     if kind == "job_flotillas":
         fl = d.get("flotillas", [])
         return (isinstance(fl, list) and _counts(d.get("samples_done", {})) and isinstance(d.get("waiting", []), list)
-                and all(isinstance(f, dict) and _counts(f.get("members", {})) and (f.get("rate") is None
-                                                                                   or _number(f["rate"])) for f in fl)
+                and all(isinstance(f, dict) and _counts(f.get("members", {}))
+                        and (f.get("rate") is None or _number(f["rate"])) for f in fl)
                 and all(isinstance(m, str) for m in d.get("waiting", [])))
     if kind == "job_member_converged":
         return isinstance(d.get("member"), str)
