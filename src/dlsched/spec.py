@@ -180,7 +180,9 @@ class JobSpec(_Strict):
     sparse: bool = False  # ps: push/pull only the embedding rows each batch reads
     autoscale: AutoscaleSpec | None = None
     # where checkpoints live: a path or fsspec URI (dlsched.train.storage); None = the job folder's ckpt/
-    checkpoint_uri: Annotated[str, Field(min_length=1, max_length=1000, pattern=r"^[^\x00\n\r]*$")] | None = None
+    # not "-...": the runtime is given it as an argument, and "--entry=x" there is an option (the job failed to start)
+    checkpoint_uri: Annotated[str, Field(min_length=1, max_length=1000,
+                                         pattern=r"^[^\x00\n\r-][^\x00\n\r]*$")] | None = None
     prediction: PredictionFacts | None = None
 
     @field_validator("params")

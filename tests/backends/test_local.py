@@ -219,3 +219,18 @@ def test_resized_jobs_give_every_worker_its_own_gpu_and_never_share_one(tmp_path
         assert sorted(books) == [("a", 0), ("b", 0), ("b", 1)]                    # nothing held twice
     finally:
         b.stop_all()
+
+
+def test_a_progress_line_longer_than_a_read_is_skipped_not_waited_for(tmp_path):
+    """Job code writes progress.jsonl: a line over the read's size with no end in it was left "for the next read",
+    which read the same bytes again, so the job's progress stalled for good. It is skipped and reported."""
+    from dlsched.backends.base import read_progress
+
+    (tmp_path / "progress.jsonl").write_bytes(b'{"step": 1}\n' + b"x" * 5000 + b'\n{"step": 2}\n')
+    records, offset = [], 0
+    for _ in range(10):   # before: every read from offset 12 on gave nothing and the same offset
+        got, offset = read_progress(tmp_path, offset, max_bytes=1000)
+        records += got
+    seen = [r.get("step") for r in records if "event" not in r]
+    assert seen == [1, 2] and offset == (tmp_path / "progress.jsonl").stat().st_size, records
+    assert any(r.get("event") == "malformed_progress" for r in records)

@@ -70,3 +70,10 @@ def test_a_uri_with_a_password_is_refused_without_echoing_it(tmp_path):
                             "which `dlsched show` and `ps` would show to others; give the storage driver's "
                             "credentials in its environment or config file")
     rules.check("ftp://bob@files.lab/ckpts/j", [])   # a user name alone is no secret
+
+
+def test_a_location_that_reads_as_an_option_is_refused_at_submission(client):
+    """The runtime gets checkpoint_uri as an argument: '--entry=os:system' was stored, then the runtime read it as an
+    option and the job failed at its start ('--checkpoint-uri: expected one argument')."""
+    answer = client.post("/jobs", content=job_yaml("a", extra="checkpoint_uri: --entry=os:system\n"), headers=YAML)
+    assert answer.status_code == 422 and "checkpoint_uri" in answer.json()["error"], answer.text

@@ -6,6 +6,7 @@ a person would look for; a screenshot of the overview is saved (``DLSCHED_SCREEN
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ from dlsched.commands.service import job_rows
 from dlsched.display import TIME_FIELDS
 from dlsched.service.dashboard_routes import gantt_intervals, job_detail, load_reports, overview
 from dlsched.service.server import Service
-from dlsched.service.store import Store
+from dlsched.service.store import Store, TransitionError
 from dlsched.spec import ClusterSpec, JobSpec
 
 CONTRACT_RUNTIME = [sys.executable, str(Path(__file__).parents[1] / "backends" / "contract_runtime.py")]
@@ -378,7 +379,30 @@ def test_job_page_shows_an_ensembles_members_and_flotillas(live_service):
         listed = {j["id"]: j for j in httpx.get(f"{svc.url}/jobs", headers=svc.headers).json()}[jid]
         assert listed["fraction_done"] == 0.4 and job_rows([listed])[0][5] == "40.0%"     # `dlsched status`'s DONE
     finally:
-        store.request_cancel(jid)
+        with contextlib.suppress(TransitionError):   # placed meanwhile: the contract runtime refuses --strategy fleet
+            store.request_cancel(jid)
+
+
+def test_an_ensembles_job_written_fields_are_shown_as_text_not_markup(live_service):
+    """The members table and flotillas come from the job's progress events, which job code writes: an epoch, a
+    flotilla's slot count or the share given as markup ran in the page of every token holder who opened the job
+    (and could read the token from its sessionStorage)."""
+    svc, ids, tmp = live_service
+    store = svc.store
+    jid = store.submit(JobSpec(name="sweep", entry="examples/ensemble/ensemble_job.py:from_yaml", kind="ensemble",
+                               gpus=64))
+    mark = '<img src="x" id="{}">'
+    try:
+        store.event("job_profiled", jid, profiles=[{"member": "a"}, {"member": "b"}], max_samples={"a": 10, "b": 10})
+        store.event("job_flotillas", jid, flotillas=[{"members": {"a": 1}}], share=mark.format("share"))
+        store.event("job_member_converged", jid, member="b", epoch=mark.format("epochs"))
+        dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{jid}", tmp, "--dump-dom")
+        assert 'id="members"' in dom
+        for where in ("share", "epochs"):   # a flotilla's slot count must be a number (fleet_status.well_formed)
+            assert mark.format(where) not in dom and f'&lt;img src="x" id="{where}"&gt;' in dom, where
+    finally:
+        with contextlib.suppress(TransitionError):   # placed meanwhile: the contract runtime refuses --strategy fleet
+            store.request_cancel(jid)
 
 
 def test_the_token_leaves_the_address_bar_once_the_page_has_it(tmp_path):

@@ -60,3 +60,23 @@ def test_members_of_a_stopped_ensemble_are_not_shown_training():
     assert stopped["members"] == {"a": "stopped", "b": "stopped"}
     again = ensemble_status([PROFILED, plan, _event("job_stopped"), plan])     # resumed: the next plan says
     assert again["members"] == {"a": "training", "b": "waiting"}
+
+
+def test_events_job_code_forged_are_skipped_not_raised():
+    """Job code writes these events (progress.jsonl): a member_converged without a member, a profile without one, a
+    flotilla list given as text raised in every `GET /jobs` (a 500 for every client), job page and forecast."""
+    from dlsched.service.fleet_status import ensemble_status, members_left
+
+    def ev(kind, **d):
+        return {"kind": kind, "detail": d, "time": 0.0}
+
+    good = [ev("job_profiled", profiles=[{"member": "a", "rates": [10.0]}], max_samples={"a": 100}),
+            ev("job_flotillas", flotillas=[{"members": {"a": 1}, "rate": 10.0}], share=1, samples_done={"a": 50})]
+    forged = [ev("job_member_converged"), ev("job_profiled", profiles=[{}]), ev("job_flotillas", flotillas="x"),
+              ev("job_flotillas", samples_done={"a": "x"}), ev("job_profiled", max_samples=[1]),
+              ev("job_profiled", profiles=[{"member": "a", "rates": ["x"]}]), ev("job_stopped", samples_done=[2]),
+              ev("job_flotillas", flotillas=[{"members": {"a": "<b>"}}])]
+    events = good[:1] + forged + good[1:]
+    assert ensemble_status(events, 0.0)["members"] == {"a": "training"}
+    assert ensemble_status(events, 0.0)["fraction_done"] == 0.5
+    assert members_left(events, 0.0) == (("a", (10.0,), 50.0),)

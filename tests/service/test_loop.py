@@ -490,6 +490,65 @@ def test_a_non_number_in_a_jobs_progress_does_not_stop_the_scheduler(service, cl
     assert all(r["loss"] is None or isinstance(r["loss"], float) for r in service.store.progress(first))
 
 
+@pytest.mark.parametrize("forged", [
+    '{"event": "eval", "job_id": 7, "now": 3, "kind": "val"}',    # keys Store.event took as its own arguments
+    '{"step": 99999999999999999999999, "samples": 32, "loss": 1.0, "workers": 1, "time": 1.0}',   # past SQLite's int
+])
+def test_a_jobs_forged_progress_record_does_not_stop_the_scheduler(service, client, forged):
+    """Job code writes progress.jsonl. An event record carrying a ``job_id`` key raised TypeError in every round (all
+    running jobs are observed in one transaction): no job started, ended or progressed again; so did an integer past
+    64 bits (OverflowError from SQLite). Now the scheduler goes on: the keys are the event's detail, the integer is
+    read as absent."""
+    import json
+    import os
+    import signal
+
+    from tests.waiting import wait_until
+
+    post = {"content-type": "application/yaml"}
+    first = client.post("/jobs", content=job_yaml("long", samples=10**6, step_s=0.05), headers=post).json()["id"]
+    wait_until(lambda: client.get(f"/jobs/{first}").json()["samples"] > 0, 60, "the long job's first steps")
+    folder = service.loop.job_dir(first)
+    pid = json.loads((folder / "status.json").read_text())["pid"]
+    os.kill(pid, signal.SIGSTOP)     # so the forged record stays the newest one
+    try:
+        with open(folder / "progress.jsonl", "a") as f:
+            f.write(forged + "\n")
+        second = client.post("/jobs", content=job_yaml("short", samples=64), headers=post).json()["id"]
+        wait_until(lambda: client.get(f"/jobs/{second}").json()["state"] == "finished", 60, "the second job to finish")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    client.post(f"/jobs/{first}/cancel")
+    wait_until(lambda: client.get(f"/jobs/{first}").json()["state"] == "cancelled", 60, "the long job to be cancelled")
+    kinds = [e["kind"] for e in client.get(f"/jobs/{first}/events").json()]
+    assert "running" in kinds and "cancelled" in kinds, kinds
+
+
+def test_a_status_file_that_is_not_an_object_does_not_stop_the_scheduler(service, client):
+    """Job code may write status.json. A list there, read when the coordinator died, raised AttributeError in every
+    round from then on (the poll found it again each time): no job started or ended. Now it reads as no status (the
+    killed job resumes, as one killed without a status)."""
+    import json
+    import os
+    import signal
+
+    from tests.waiting import wait_until
+
+    post = {"content-type": "application/yaml"}
+    first = client.post("/jobs", content=job_yaml("long", samples=10**6, step_s=0.05), headers=post).json()["id"]
+    wait_until(lambda: client.get(f"/jobs/{first}").json()["samples"] > 0, 60, "the long job's first steps")
+    folder = service.loop.job_dir(first)
+    pid = json.loads((folder / "status.json").read_text())["pid"]
+    os.kill(pid, signal.SIGSTOP)     # it must not rewrite the file before it dies
+    (folder / "forged").write_text("[1]")
+    os.replace(folder / "forged", folder / "status.json")
+    os.kill(pid, signal.SIGKILL)
+    second = client.post("/jobs", content=job_yaml("short", samples=64), headers=post).json()["id"]
+    wait_until(lambda: client.get(f"/jobs/{second}").json()["state"] == "finished", 60, "the second job to finish")
+    client.post(f"/jobs/{first}/cancel")
+    wait_until(lambda: client.get(f"/jobs/{first}").json()["state"] == "cancelled", 60, "the long job to be cancelled")
+
+
 def test_a_rescaling_job_shows_and_is_charged_the_gpus_it_trains_on_until_the_resize_is_confirmed(tmp_path):
     """The store's num_gpus jumps to the target at the resize (the scheduler reserves it, so no GPU is given
     twice), and status showed it, and attained service charged it, before the runtime trained at that size."""

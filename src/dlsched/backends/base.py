@@ -89,21 +89,29 @@ STEP_NUMBERS = ("time", "step", "epoch", "samples", "total_samples", "loss", "sa
 
 
 def _bad_numbers(rec: dict) -> list[str]:
-    """The fields of a step record that are present but not a number (NaN/inf loss stays: a diverging job)."""
+    """The fields of a step record that are present but not a number (NaN/inf loss stays: a diverging job), or an
+    integer past SQLite's 64 bits (``"step": 1e23`` written as digits raised OverflowError in every round)."""
     return [k for k in STEP_NUMBERS if rec.get(k) is not None
-            and (isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)))]
+            and (isinstance(rec[k], bool) or not isinstance(rec[k], (int, float))
+                 or isinstance(rec[k], int) and not -(1 << 63) <= rec[k] < 1 << 63)]
 
 
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:
     """New complete lines of ``progress.jsonl`` from byte ``offset``; returns (records, new offset).
 
-    A partial last line is left for the next read. A line that is not a JSON object is returned as an
+    A partial last line is left for the next read; one longer than ``max_bytes`` is skipped (reported as below,
+    its rest too: job code writes it, and waiting for its end stalled the job's progress for good). A line that is not a JSON object is returned as an
     ``{"event": "malformed_progress", ...}`` record so that the loop logs it instead of dropping it silently.
     A step record's field that is not a number (``STEP_NUMBERS``) is read as absent, and the first such field of
     the read is reported as one ``malformed_progress`` record naming it: a string there raised in every scheduling
     round, so the service stopped ending, starting and observing every job.
     """
-    lines, end = appended_lines(Path(job_dir) / "progress.jsonl", offset, max_bytes)
+    path = Path(job_dir) / "progress.jsonl"
+    lines, end = appended_lines(path, offset, max_bytes)
+    if end == offset and max_bytes > 0 and path.exists() and path.stat().st_size - offset >= max_bytes:
+        # one line longer than a read: waiting for its end read it again forever
+        return [{"event": "malformed_progress", "offset": offset, "line": f"a line over {max_bytes} bytes, skipped"}], \
+            offset + max_bytes
     records, bad_field = [], None
     for line in lines:
         if not line.strip():

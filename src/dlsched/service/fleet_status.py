@@ -13,6 +13,34 @@ STOPPED = "stopped at max_epochs"     # left at its epoch cap, not converged
 LEFT = ("converged", STOPPED)
 
 
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _counts(x) -> bool:
+    return isinstance(x, dict) and all(_number(v) for v in x.values())
+
+
+def well_formed(e: dict) -> bool:
+    """Whether an event read here has the shape the FLEET runtime writes. Job code writes them (progress.jsonl): a
+    profile without a member, or a flotilla list that is text, raised in every job list, job page and forecast."""
+    d, kind = e["detail"], e["kind"]
+    if kind == "job_profiled":
+        return (isinstance(d.get("profiles", []), list) and _counts(d.get("max_samples", {}))
+                and all(isinstance(p, dict) and isinstance(p.get("member"), str)
+                        and (isinstance(p.get("rates", []), list) and all(map(_number, p.get("rates", []))))
+                        for p in d.get("profiles", [])))
+    if kind == "job_flotillas":
+        fl = d.get("flotillas", [])
+        return (isinstance(fl, list) and _counts(d.get("samples_done", {})) and isinstance(d.get("waiting", []), list)
+                and all(isinstance(f, dict) and _counts(f.get("members", {}))
+                        and (f.get("rate") is None or _number(f["rate"])) for f in fl)
+                and all(isinstance(m, str) for m in d.get("waiting", [])))
+    if kind == "job_member_converged":
+        return isinstance(d.get("member"), str)
+    return _counts(d.get("samples_done", {}))
+
+
 def ensemble_status(events: Iterable[dict], now: float | None = None) -> dict[str, Any]:
     """``{"members": {name: "training"|"waiting"|"stopped"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
     "share": slots, "fraction_done": f, "results": {name: {"epochs", "best_acc", "left", "best_checkpoint"}}}`` from a
@@ -32,7 +60,7 @@ def ensemble_status(events: Iterable[dict], now: float | None = None) -> dict[st
     speed: dict[str, float] = {}
     planned_at = now
     ended = False
-    for e in events:
+    for e in filter(well_formed, events):
         d = e["detail"]
         if e["kind"] == "job_profiled":
             members.update({p["member"]: members.get(p["member"], "waiting") for p in d.get("profiles", [])})
@@ -83,14 +111,14 @@ def members_left(events: Iterable[dict], now: float) -> tuple[tuple[str, tuple[f
     speed: dict[str, float] = {}
     gone: set[str] = set()
     planned_at = now
-    for e in events:
+    for e in filter(well_formed, events):
         d = e["detail"]
         if e["kind"] == "job_profiled":
-            rates = {p["member"]: tuple(float(r) for r in p["rates"]) for p in d.get("profiles", [])}
+            rates = {p["member"]: tuple(float(r) for r in p["rates"]) for p in d.get("profiles", []) if "rates" in p}
             cap = {k: float(v) for k, v in d.get("max_samples", {}).items()}
         elif e["kind"] == "job_flotillas":
             done = {k: float(v) for k, v in d.get("samples_done", {}).items()}
-            speed = {m: float(f["rate"]) for f in d.get("flotillas", []) for m in f.get("members", {})}
+            speed = {m: float(f.get("rate") or 0.0) for f in d.get("flotillas", []) for m in f.get("members", {})}
             planned_at = float(e["time"])
         elif e["kind"] == "job_member_converged":
             gone.add(d["member"])

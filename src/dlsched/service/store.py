@@ -596,7 +596,8 @@ class Store:
         a step and a loss, at most that many, and the newest (a curve to draw)."""
         return _progress_rows(self._conn(), job_id, after_id, loss_points)
 
-    def event(self, kind: str, job_id: int | None = None, now: float | None = None, **detail: Any) -> None:
+    def event(self, kind: str, job_id: int | None = None, now: float | None = None, /, **detail: Any) -> None:
+        # positional-only: a job's own progress event carries any keys into ``detail`` ({"job_id": 7} raised, every round)
         with self._tx():
             self._event(self._conn(), self.clock() if now is None else now, job_id, kind, detail)
 

@@ -23,5 +23,5 @@ class TargetReached:
             return
         self._told.add(job_id)
         if not self.store.events(job_id, kinds=[TARGET_REACHED], limit=1):
-            self.store.event(TARGET_REACHED, job_id, now=now, metric=target["metric"], value=target["value"],
+            self.store.event(TARGET_REACHED, job_id, now, metric=target["metric"], value=target["value"],
                              step=target["step"], time=target["time"])

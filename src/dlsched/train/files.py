@@ -290,8 +290,14 @@ def planned_schedule_lr(plan: dict) -> list[float]:
 
 
 def read_status(job_dir: Path) -> dict | None:
-    """DIR/status.json, or None while it does not exist yet or cannot be read."""
+    """DIR/status.json, or None while it does not exist yet or cannot be read, or is not an object (job code may
+    write it: a list there raised in every scheduling round); an ``error`` that is not text is given as text."""
     try:
-        return json.loads((Path(job_dir) / "status.json").read_text())
+        status = json.loads((Path(job_dir) / "status.json").read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(status, dict):
+        return None
+    if status.get("error") is not None and not isinstance(status["error"], str):
+        status["error"] = json.dumps(status["error"], default=str)[:500]
+    return status

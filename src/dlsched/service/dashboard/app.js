@@ -280,11 +280,12 @@ function ensembleSection(ens) {
   // a member that left: its epochs, best validation accuracy and weights file (the page showed its state only)
   const members = Object.entries(ens.members).map(([m, st]) => {
     const r = (ens.results || {})[m] || {};
-    return `<tr><td>${esc(m)}</td><td>${esc(st)}</td><td class="num">${r.epochs ?? "–"}</td>`
+    // every value here is from the job's own progress events (job code writes them): escaped, numbers included
+    return `<tr><td>${esc(m)}</td><td>${esc(st)}</td><td class="num">${esc(r.epochs ?? "–")}</td>`
       + `<td class="num">${r.best_acc == null ? "–" : fmtNum(r.best_acc, 4)}</td><td>${esc(r.best_checkpoint ?? "–")}</td></tr>`;
   }).join("");
-  const flot = ens.flotillas.map((f, i) => `<li>flotilla ${i + 1}: ${Object.entries(f.members).map(([m, g]) => `${esc(m)} × ${g}`).join(", ")}</li>`).join("");
-  return `<section id="ensemble"><h2>Ensemble <span class="muted">(share ${ens.share ?? "–"} slots)</span></h2>
+  const flot = ens.flotillas.map((f, i) => `<li>flotilla ${i + 1}: ${Object.entries(f.members).map(([m, g]) => `${esc(m)} × ${esc(g)}`).join(", ")}</li>`).join("");
+  return `<section id="ensemble"><h2>Ensemble <span class="muted">(share ${esc(ens.share ?? "–")} slots)</span></h2>
     <div class="grid"><div><table id="members"><thead><tr><th>member</th><th>state</th><th class="num">epochs</th><th class="num">best val acc</th><th>best weights</th></tr></thead><tbody>${members}</tbody></table></div>
     <div><ul id="flotillas">${flot || '<li class="muted">no flotilla running</li>'}</ul></div></div></section>`;
 }
