@@ -225,3 +225,21 @@ def test_a_text_log_that_prints_its_code_first_has_the_columns_of_its_curve_line
     assert read_curve(tmp_path / "log.txt", y="val_loss").budget == 800
     with pytest.raises(UserError, match="no column 'epoch' for --x .*nc, bs"):   # a wrong --x: every name there is
         read_curve(tmp_path / "log.txt", x="epoch", y="val_loss")
+
+
+def test_a_csv_whose_epoch_0_is_an_evaluation_before_training_is_read_as_logged(tmp_path):
+    """A user's CSV with ``epoch`` beside ``step`` and an evaluation before training at step 0, epoch 0 was taken
+    for Lightning's metrics.csv and read x + 1: the pre-training value became "1 finished epoch", every epoch one
+    late, and the output named a logger that never wrote it. Found predicting a digits MLP's own log. The real run
+    (charlm-step, 40 steps an epoch) logged per epoch at step 40 * epoch; Lightning's layout still reads from 0."""
+    import pandas as pd
+
+    run = pd.read_csv(Path(__file__).resolve().parents[2] / "bench" / "curves" / "charlm-step.csv")
+    val = run[run.step % 40 == 0]
+    own = pd.DataFrame({"step": [0, *val.step], "epoch": [0, *(val.step // 40)], "val_loss": [4.2, *val.loss]})
+    own.to_csv(tmp_path / "own.csv", index=False)
+    c = read_curve(tmp_path / "own.csv", x="epoch", y="val_loss")
+    assert c.epochs_from_zero is None and c.x[0] == 0 and c.x[-1] == val.step.max() // 40
+    lightning = pd.DataFrame({"step": val.step - 1, "epoch": val.step // 40 - 1, "val_loss": val.loss})
+    lightning.to_csv(tmp_path / "metrics.csv", index=False)
+    assert read_curve(tmp_path / "metrics.csv", x="epoch", y="val_loss").epochs_from_zero == "Lightning's metrics.csv"

@@ -323,6 +323,15 @@ def zero_based_epochs(columns, x: str) -> str | None:
     return None
 
 
+def _epoch_0_is_before_training(df) -> bool:
+    """A CSV with ``epoch`` beside ``step`` whose epoch-0 rows are all at step 0, the next epoch's well after:
+    an evaluation before any training (a user's own log), not Lightning's first epoch, whose rows end at its
+    last step (a one-step epoch, epoch 1 at step 1, stays Lightning's)."""
+    epoch, step = (pd.to_numeric(df[c], errors="coerce") for c in ("epoch", "step"))
+    first, second = step[epoch == 0].dropna(), step[epoch == 1].dropna()
+    return len(first) > 0 and bool((first == 0).all()) and len(second) > 0 and second.min() > 1
+
+
 def keras_epoch_tag(y: str, x: str) -> str | None:
     """Keras' TensorBoard callback logs its per-epoch scalars as ``epoch_<metric>`` at step = the epoch from 0."""
     return "Keras' TensorBoard callback" if x == "step" and y.rsplit("/", 1)[-1].startswith("epoch_") else None
@@ -387,7 +396,10 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
     elif path.suffix in (".csv", ".tsv"):
         df = read_csv_text(path, sep="\t" if path.suffix == ".tsv" else ",")
         curve = _frame_to_curve(df, src, x, y, lr_col, time_col, row_name=_csv_row)
-        return _from_zero(curve, zero_based_epochs(df.columns, x), df[x])
+        logger = zero_based_epochs(df.columns, x)
+        if logger == "Lightning's metrics.csv" and _epoch_0_is_before_training(df):
+            logger = None
+        return _from_zero(curve, logger, df[x])
     else:
         df, budget = read_text_log(path, x)
         if df.empty:
