@@ -417,3 +417,11 @@ def test_a_service_killed_before_it_answers_a_write_is_said_to_maybe_have_done_i
     assert str(e.value).endswith("): it may have carried it out; check `dlsched status` before retrying")
     with pytest.raises(UserError, match=r"^cannot reach the dlsched service at .*is `dlsched serve` running"):
         client.submit(job_yaml("a").encode(), "yaml")   # nothing listens now: never sent
+
+
+def test_the_service_keeps_an_idle_connection_open_past_its_clients_own_expiry():
+    """Both closed an idle connection at 5 s: under load a client's next request went out on a connection the
+    service was closing, and a POST met 'Connection reset by peer' (a stress run's slot-holds test)."""
+    from dlsched.service.server import KEEP_ALIVE_S
+
+    assert KEEP_ALIVE_S > httpx.Limits().keepalive_expiry

@@ -29,6 +29,9 @@ from dlsched.spec import ClusterSpec, JobSpec
 DEFAULT_PORT = 8642
 
 
+KEEP_ALIVE_S = 20
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -100,8 +103,11 @@ class Service:
             app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
                              jobs_dir=self.jobs_dir, loop_thread=self.thread, validate=self.validate,
                              hosts=allowed_hosts(host, extra_hosts), node_table=lambda: self.loop.nodes.table)
+            # an idle connection is kept past the clients' own expiry (httpx's 5 s): closed at the same 5 s, a client's
+            # next request went out on it as it closed and met a reset (a POST under load: ReadError, ECONNRESET)
             self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                                        access_log=False, limit_concurrency=256, timeout_keep_alive=5))
+                                                        access_log=False, limit_concurrency=256,
+                                                        timeout_keep_alive=KEEP_ALIVE_S))
         except BaseException:
             state_lock.release(self._lock)
             raise
