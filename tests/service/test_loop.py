@@ -459,10 +459,9 @@ def test_refits_never_hold_the_stores_write_lock(tmp_path):
     assert not any(locked)
 
 
-def test_a_non_number_in_a_jobs_progress_does_not_stop_the_scheduler(service, client):
-    """Job code computes a step record's total_samples (make_job's epochs x num_samples): params {epochs: "abc"}
-    made it a string, float() raised in every round, and the service stopped ending, starting and observing every
-    job (a finished job stayed 'running' at 79.7%). The field is read as absent, named once in an event."""
+def scheduler_goes_on_past(service, client, lines: str) -> int:
+    """A long job's newest progress records are ``lines`` (its process stopped, so they stay the newest, as a job
+    that writes only those): a second job still runs to its end and the first is cancelled; the first's id."""
     import json
     import os
     import signal
@@ -474,17 +473,25 @@ def test_a_non_number_in_a_jobs_progress_does_not_stop_the_scheduler(service, cl
     wait_until(lambda: client.get(f"/jobs/{first}").json()["samples"] > 0, 60, "the long job's first steps")
     folder = service.loop.job_dir(first)
     pid = json.loads((folder / "status.json").read_text())["pid"]
-    os.kill(pid, signal.SIGSTOP)     # so the bad records stay the newest ones, as a job that writes only those
+    os.kill(pid, signal.SIGSTOP)
     try:
-        bad = '{"step": 1, "samples": 32, "total_samples": "abcabc", "loss": "x", "workers": 1, "time": 1.0}\n'
         with open(folder / "progress.jsonl", "a") as f:
-            f.write(bad + bad)
+            f.write(lines)
         second = client.post("/jobs", content=job_yaml("short", samples=64), headers=post).json()["id"]
         wait_until(lambda: client.get(f"/jobs/{second}").json()["state"] == "finished", 60, "the second job to finish")
     finally:
         os.kill(pid, signal.SIGCONT)
     client.post(f"/jobs/{first}/cancel")
     wait_until(lambda: client.get(f"/jobs/{first}").json()["state"] == "cancelled", 60, "the long job to be cancelled")
+    return first
+
+
+def test_a_non_number_in_a_jobs_progress_does_not_stop_the_scheduler(service, client):
+    """Job code computes a step record's total_samples (make_job's epochs x num_samples): params {epochs: "abc"}
+    made it a string, float() raised in every round, and the service stopped ending, starting and observing every
+    job (a finished job stayed 'running' at 79.7%). The field is read as absent, named once in an event."""
+    bad = '{"step": 1, "samples": 32, "total_samples": "abcabc", "loss": "x", "workers": 1, "time": 1.0}\n'
+    first = scheduler_goes_on_past(service, client, bad + bad)
     events = [e for e in client.get(f"/jobs/{first}/events").json() if e["kind"] == "job_malformed_progress"]
     assert [e["detail"]["field"] for e in events] == ["total_samples"], events
     assert all(r["loss"] is None or isinstance(r["loss"], float) for r in service.store.progress(first))
@@ -499,27 +506,7 @@ def test_a_jobs_forged_progress_record_does_not_stop_the_scheduler(service, clie
     running jobs are observed in one transaction): no job started, ended or progressed again; so did an integer past
     64 bits (OverflowError from SQLite). Now the scheduler goes on: the keys are the event's detail, the integer is
     read as absent."""
-    import json
-    import os
-    import signal
-
-    from tests.waiting import wait_until
-
-    post = {"content-type": "application/yaml"}
-    first = client.post("/jobs", content=job_yaml("long", samples=10**6, step_s=0.05), headers=post).json()["id"]
-    wait_until(lambda: client.get(f"/jobs/{first}").json()["samples"] > 0, 60, "the long job's first steps")
-    folder = service.loop.job_dir(first)
-    pid = json.loads((folder / "status.json").read_text())["pid"]
-    os.kill(pid, signal.SIGSTOP)     # so the forged record stays the newest one
-    try:
-        with open(folder / "progress.jsonl", "a") as f:
-            f.write(forged + "\n")
-        second = client.post("/jobs", content=job_yaml("short", samples=64), headers=post).json()["id"]
-        wait_until(lambda: client.get(f"/jobs/{second}").json()["state"] == "finished", 60, "the second job to finish")
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    client.post(f"/jobs/{first}/cancel")
-    wait_until(lambda: client.get(f"/jobs/{first}").json()["state"] == "cancelled", 60, "the long job to be cancelled")
+    first = scheduler_goes_on_past(service, client, forged + "\n")
     kinds = [e["kind"] for e in client.get(f"/jobs/{first}/events").json()]
     assert "running" in kinds and "cancelled" in kinds, kinds
 
