@@ -112,6 +112,9 @@ def test_a_spec_trains_at_its_lr_at_its_batch_size_as_the_service_does(tmp_path,
     (("--strategy", "ps", "--record-samples"), "error: --record-samples: not for --strategy ps (a ps job records "
                                                "each batch's samples in ps/records/)"),
     (("--max-restarts", "-1"), "error: --max-restarts -1: must be >= 0"),
+    # was trained dense without a word: the MLP has no embedding table
+    (("--strategy", "ps", "--sparse"), "error: --sparse: examples/mlp.py:make_job's model has no embedding table "
+                                       "(nn.Embedding or EmbeddingBag), whose rows alone would travel; drop --sparse"),
     (("--max-workers", "4"), "error: --max-workers 4: an autoscale option; add --autoscale (or drop it)"),
     (("--autoscale", "--sparse"), "error: --sparse: a parameter-server option, not for --strategy allreduce; add "
                                   "--strategy ps"),

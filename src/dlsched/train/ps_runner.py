@@ -43,6 +43,7 @@ from dlsched.train.parent_death import die_with
 from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.ps import (Generation, SyncMode, num_rounds, records_path, restore_flat, round_span, run_rank,
                               server_lr, total_samples)
+from dlsched.train.ps_sparse import TABLES
 
 STOPPED = 143
 
@@ -219,6 +220,17 @@ def _fresh_state(opts: PSOptions, job) -> dict:
             "num_samples": job.num_samples, "total_samples": job.num_samples * job.epochs, "restarts": 0}
 
 
+def has_embedding_table(job) -> bool:
+    """Whether the job's model has a table ``--sparse`` sends by rows; built on the meta device (no memory: a
+    sparse model's tables are its bulk), True where it cannot be built there."""
+    try:
+        with torch.device("meta"):
+            model = job.make_model()
+    except Exception:
+        return True
+    return any(isinstance(m, TABLES) for m in model.modules())
+
+
 class PSRunner:
     def __init__(self, opts: PSOptions):
         if opts.workers < 1 or opts.servers < 1:
@@ -227,6 +239,9 @@ class PSRunner:
             raise UserError(f"ckpt_every={opts.ckpt_every}: a parameter-server round needs >= 1 global batch")
         self.opts = opts
         self.job = build_job(opts.entry, opts.params)
+        if opts.sparse and not has_embedding_table(self.job):   # trained dense without a word
+            raise UserError(f"--sparse: {opts.entry}'s model has no embedding table (nn.Embedding or EmbeddingBag), "
+                            "whose rows alone would travel; drop --sparse")
         self.job_dir = Path(opts.job_dir)
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.progress = ProgressLog(self.job_dir, echo=HumanProgress())
