@@ -9,6 +9,7 @@ import pytest
 from dlsched.service.checkpoint_locations import CheckpointRules
 from dlsched.spec import SpecError
 from tests.service.conftest import job_yaml
+from tests.waiting import wait_until
 
 YAML = {"content-type": "application/yaml"}
 
@@ -39,7 +40,9 @@ def test_a_job_cannot_keep_checkpoints_in_another_jobs_folder_or_where_a_live_jo
     assert "is where jobs[0] keeps its checkpoints" in batch.json()["error"]
     assert [j["id"] for j in client.get("/jobs").json()] == [a]   # none of the refused was stored
 
-    assert client.post(f"/jobs/{a}/cancel").json()["state"] == "cancelled"   # queued: it ends at once
+    # queued, it ends at once; started meanwhile (a loaded machine: the loop's round came first), once stopped
+    client.post(f"/jobs/{a}/cancel")
+    wait_until(lambda: client.get(f"/jobs/{a}").json()["state"] == "cancelled", 60, "job a cancelled")
     again = client.post("/jobs", content=job_yaml("a2", gpus=4, extra=f"checkpoint_uri: {own}\n"), headers=YAML)
     assert again.status_code == 201   # a location is free again once its job has ended
 
