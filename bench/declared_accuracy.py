@@ -8,7 +8,9 @@ predicted as ``dlsched predict curve --metric accuracy --schedule SPEC --budget 
 ``perf/calibration.json``, with the run's own task's fits left out: ``Calibration.without_task``; the table holds
 the fits of every development curve ``prediction_accuracy`` scores), against the mean of its last 3 logged
 accuracies: the final's error in accuracy units (as ``final_value`` reports it) and as an error rate (the space the
-models fit), and whether the 80 % band holds the truth. Beside it, the same run's loss predicted the same way: the information both sides have is the same (the
+models fit), and whether the 80 % band holds the truth. The accuracy's bands are the shipped table's for its kind
+(``Calibration.error_kind``) rebuilt without the run (``prediction_accuracy.loco_calibrations``: the shipped one holds
+the run's own errors). Beside it, the same run's loss predicted the same way: the information both sides have is the same (the
 prefix, the schedule and the budget; neither the run's own end).
 
 Then what the service does once jobs stating such a target have finished (``service.job_models.curve_prior``): each run
@@ -19,16 +21,22 @@ The issue's target (median final error <= 5 %) is printed beside each figure.
 """
 from __future__ import annotations
 
+import dataclasses
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from dlsched.perf.annealing import fit_annealing
-from dlsched.perf.calibration import load_calibration
+from dlsched.perf.calibration import Calibration, load_calibration
 from dlsched.perf.curve_predict import MetricSpace, predict_curve
-from dlsched.perf.prior import FinishedFit, finished_fit, prior_from_fits
+from dlsched.perf.prior import FinishedFit, finished_fit, metric_kind, prior_from_fits
 from dlsched.perf.schedule import parse_schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import prediction_accuracy as pa  # noqa: E402
+from dev_set import dev_curves  # noqa: E402  (bench/curves, on the path prediction_accuracy sets)
 
 CURVES = Path(__file__).resolve().parent / "curves"
 FRACTIONS = (0.10, 0.25, 0.50)
@@ -57,14 +65,26 @@ def accuracy_fits(rs: list) -> dict[str, FinishedFit]:
     return fits
 
 
-def run_rows(r, fits: dict[str, FinishedFit] | None = None) -> list[dict]:
+def accuracy_bands() -> dict[str, Calibration]:
+    """Each run's accuracy bands from the other accuracy and error curves only, by its index file name."""
+    curves = dev_curves(with_accuracy=True)
+    cals = pa.loco_calibrations([c for c in curves if metric_kind(c.metric) == "error"], pa.loco_prior(curves),
+                                pa.cross_task_prior(curves), pa.loco_prior(curves, carry=False))[0]
+    return {f"{name.removesuffix('-accuracy')}.csv": cal for name, cal in cals.items()}
+
+
+def run_rows(r, fits: dict[str, FinishedFit] | None = None, bands: dict[str, Calibration] | None = None,
+             without_task: bool = True) -> list[dict]:
     """One row per fraction of run ``r`` (an index row): its accuracy and its loss predicted from the points up to that
     fraction of the budget, as ``--observed-until`` cuts them; with the other runs' ``fits``, its accuracy also with
-    a prior from them (``learnt``) and from those of other tasks (``cross``) (module doc)."""
+    a prior from them (``learnt``) and from those of other tasks (``cross``); with ``bands``, its accuracy's bands
+    without its own errors; ``without_task=False``: the shipped prior whole, as the CLI has it (module doc)."""
     d = pd.read_csv(CURVES / r.file)
     schedule = parse_schedule(r.schedule, float(r.budget))
     x = d.step.to_numpy(float)
-    cal = load_calibration().without_task(r.task)
+    cal = load_calibration().without_task(r.task) if without_task else load_calibration()
+    if bands is not None:
+        cal = dataclasses.replace(cal, error_kind=bands[r.file])
     priors = {"": "shipped"}
     if fits is not None:
         shipped, m = cal.curve_prior("accuracy", schedule, r.regime), meta(r) | {"decay": schedule.decay}
@@ -91,8 +111,8 @@ def run_rows(r, fits: dict[str, FinishedFit] | None = None) -> list[dict]:
 
 
 def main() -> None:
-    fits = accuracy_fits(runs())
-    d = pd.DataFrame([row for r in runs() for row in run_rows(r, fits)])
+    fits, bands = accuracy_fits(runs()), accuracy_bands()
+    d = pd.DataFrame([row for r in runs() for row in run_rows(r, fits, bands)])
     print(f"== declared accuracy: {d.curve.nunique()} development runs (over-fitting ones left out), shipped prior, "
           "schedule + budget given; final value error, median (target <= 5 %), and 80 % coverage (70-90 %)")
     print("  source      observed  accuracy units  as error rate  coverage |  the same runs' loss  coverage")

@@ -112,7 +112,10 @@ def crossing(c: DevCurve, level: float) -> float:
     """Where the run's 3-point running median first got to ``level`` (lower-is-better space)."""
     y = MetricSpace.of(c.metric, c.y).down(c.y)
     smooth = pd.Series(y).rolling(3, center=True, min_periods=1).median().to_numpy()
-    i = int(np.flatnonzero(smooth <= level)[0])
+    below = np.flatnonzero(smooth <= level)
+    if not len(below):   # a noisy end whose median stays above its last 3 points' mean: it got there at its end
+        return float(c.x[-1])
+    i = int(below[0])
     if i > 0 and smooth[i - 1] > smooth[i]:
         return float(np.interp(level, [smooth[i], smooth[i - 1]], [c.x[i], c.x[i - 1]]))
     return float(c.x[i])
@@ -352,11 +355,24 @@ def others(records: dict, name: str) -> list:
 
 
 def loco_calibrations(curves, prior_of, cross_of, plain_of) -> tuple[dict[str, Calibration], dict, dict, dict]:
+    """Each curve's calibration from the other curves of its metric kind only (loss, or accuracy and error:
+    ``Calibration.error_kind``); the records of all, merged."""
+    out = ({}, {}, {}, {})
+    for kind in ("loss", "error"):
+        part = loco_kind_calibrations([c for c in curves if metric_kind(c.metric) == kind], prior_of, cross_of, plain_of)
+        for whole, piece in zip(out, part):
+            whole.update(piece)
+    return out
+
+
+def loco_kind_calibrations(curves, prior_of, cross_of, plain_of) -> tuple[dict[str, Calibration], dict, dict, dict]:
     """Each curve's calibration from the other curves only. Two passes: the fit alone with the shape prior of
     the *other tasks* (``cross_of``: what a job of a new kind gets, and what the shipped bands serve) gives
     the main bands, which a level prior is also weighed against; the curves that have a same-task level
     prior, predicted with it, give the level bands: ``carried`` with the finals carried to the curve's
     schedule (``prior_of``), ``levelled`` with their plain mean (``plain_of``: a job that declared none)."""
+    if not curves:
+        return {}, {}, {}, {}
     blind = calibration_records(curves, cross_of)
     main = {c.name: calibrate(others(blind, c.name)) for c in curves}
     wide = ((-5.0, 5.0),) * len(CAL_FRACTIONS)
@@ -372,9 +388,9 @@ def loco_calibrations(curves, prior_of, cross_of, plain_of) -> tuple[dict[str, C
 def other_task_shifts(curves, cals: dict, blind: dict, carried: dict, plain: dict) -> dict[str, Calibration]:
     """``cals`` with each table's steps median (``Calibration.steps_shift``) from the *other tasks'* curves only
     (another dataset): the shift of a job of a new kind; the bands stay leave-one-curve-out."""
-    task = {c.name: c.meta.get("dataset") for c in curves}
-    def median(records, name):
-        rs = [r for n, rs in records.items() if task[n] != task[name] for r in rs]
+    task = {c.name: (c.meta.get("dataset"), metric_kind(c.metric)) for c in curves}
+    def median(records, name):   # of the same metric kind (its own table)
+        rs = [r for n, rs in records.items() if task[n][0] != task[name][0] and task[n][1] == task[name][1] for r in rs]
         return calibrate(rs).steps_median if rs else None
     out = {}
     for name, cal in cals.items():
@@ -472,7 +488,7 @@ def pct(v) -> str:
 
 
 def schedule_report(write_calibration: bool = False) -> None:
-    curves = dev_curves()
+    curves = dev_curves(with_accuracy=True)
     prior_of, cross_of = loco_prior(curves), cross_task_prior(curves)
     cals, blind, carried, plain = loco_calibrations(curves, prior_of, cross_of, loco_prior(curves, carry=False))
     if write_calibration:
@@ -484,11 +500,13 @@ def schedule_report(write_calibration: bool = False) -> None:
                     regime_of(f.meta), f.meta["dataset"],
                     *(v if math.isfinite(v) else None for v in relative_shape(f.curve)))
                    for f in full_fits(curves).values() if has_law_shape(f)]
-        table = dataclasses.replace(calibrate([r for rs in blind.values() for r in rs]),
-                                    prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
-                                    levelled=calibrate([r for rs in plain.values() for r in rs]),
-                                    carried=calibrate([r for rs in carried.values() for r in rs]),
-                                    fits=tuple(shipped))
+        kind = {c.name: metric_kind(c.metric) for c in curves}
+
+        def pooled(k: str) -> Calibration:   # the bands of one metric kind, from its curves' records
+            of = lambda records: [r for n, rs in records.items() if kind[n] == k for r in rs]  # noqa: E731
+            return dataclasses.replace(calibrate(of(blind)), levelled=calibrate(of(plain)), carried=calibrate(of(carried)))
+        table = dataclasses.replace(pooled("loss"), prior=(every.alpha, every.drop, every.alpha_sigma, every.drop_sigma),
+                                    fits=tuple(shipped), error_kind=pooled("error"))
         one = one_point_rows(curves, table)
         table = dataclasses.replace(table, one_point=tuple(float(v) for v in (
             *np.quantile(one.final, [0.1, 0.9]), *np.quantile(one.steps.dropna(), [0.1, 0.9]))))
@@ -541,6 +559,16 @@ def schedule_report(write_calibration: bool = False) -> None:
               f"   | Optimus: final {pct(o.final_err.median())} steps {pct(o.steps_err.median())} [{pct(o.fixed_err.median())}]"
               f" cov {pct(o.final_cov.mean())}/{cov(o)}"
               f" unreachable {int(o.unreachable.sum())}")
+    kinds = df.curve.map({c.name: metric_kind(c.metric) for c in curves})
+    for kind, label in (("loss", "loss curves"), ("error", "accuracy and error curves (their own bands)")):
+        k = df[kinds == kind]
+        print(f"  {label}, {k.curve.nunique()} of them:")
+        for f in FRACTIONS:
+            s = k[k.observed == f]
+            print(f"    after {int(100 * f):2d} %: median final error {pct(s.final_err.median())}"
+                  f" [own units {pct(s.final_err_own.median()).strip()}]  steps-to-95 % {pct(s.steps_err.median())}"
+                  f" (n={s.steps_err.notna().sum()})  80 % coverage final {pct(s.final_cov.mean())} steps {cov(s)}"
+                  f"  wrongly unreachable {int(s.unreachable.sum())}")
     print("  (information: both sides see the same prefix; schedule-aware also gets the schedule and budget and the "
           "other curves' finished fits: α/drop from all, the final level from those of the same dataset and metric; "
           "unreachable counts are of targets every run did reach; [brackets]: steps to the true curve's 95 % value "

@@ -13,6 +13,9 @@
   imagenet ×0.1 at epochs 30 and 60; deepspeech2 ÷1.1 per epoch; ncf MultiStepLR [4, 7] ×0.2 (10 epochs);
   yolov3 2 warm-up epochs then cosine. The LR changes once per epoch (x = iterations at the base batch).
   bert (2 epochs) has too few points.
+* With ``with_accuracy``, also the held-out accuracy every one of our loss runs logged beside its loss
+  (``<run>-accuracy``, metric accuracy): the curves the error-metric bands are calibrated on
+  (``Calibration.error_kind``); the Pollux error rates and the digits fine-tunes are the others.
 * The seed study's ResNet-50 log (``gpu-training/resnet50-p100-v2_per_epoch_from_log.csv``, train loss):
   its regime keeps LR 0.1 until epoch 81, so the 70 logged epochs ran at constant LR.
 """
@@ -61,8 +64,8 @@ POLLUX_META = {"cifar10": ("resnet", 18, "cifar10"), "imagenet": ("resnet", 50, 
 POLLUX_METRIC = {"yolov3": "loss"}
 
 
-def dev_curves() -> list[DevCurve]:
-    out = []
+def dev_curves(with_accuracy: bool = False) -> list[DevCurve]:
+    out, accuracy = [], []
     idx = pd.read_csv(HERE / "index.csv")
     for row in idx.itertuples():
         if not (HERE / row.file).exists():  # not generated yet
@@ -70,8 +73,11 @@ def dev_curves() -> list[DevCurve]:
         d = pd.read_csv(HERE / row.file)
         meta = {"family": row.family, "dataset": row.task, "metric": row.metric, "regime": row.regime,
                 "overfits": bool(row.overfits)}
-        out.append(DevCurve(row.file.removesuffix(".csv"), d.step.to_numpy(float), d[row.metric].to_numpy(float),
-                            row.metric, parse_schedule(row.schedule, float(row.budget)), meta))
+        name, schedule = row.file.removesuffix(".csv"), parse_schedule(row.schedule, float(row.budget))
+        out.append(DevCurve(name, d.step.to_numpy(float), d[row.metric].to_numpy(float), row.metric, schedule, meta))
+        if with_accuracy and row.metric == "loss" and "accuracy" in d:
+            accuracy.append(DevCurve(f"{name}-accuracy", d.step.to_numpy(float), d.accuracy.to_numpy(float),
+                                     "accuracy", schedule, {**meta, "metric": "accuracy"}))
     for app, spec in POLLUX_SCHEDULES.items():
         c = pollux_app(app).loss_curve()
         x = c.step.to_numpy(float)
@@ -85,4 +91,4 @@ def dev_curves() -> list[DevCurve]:
     x = log.steps_cum_assumed.to_numpy(float)
     out.append(DevCurve("seed-resnet50", x, log.train_loss.to_numpy(float), "loss", parse_schedule("constant", float(x[-1])),
                         {"family": "resnet", "depth": 50, "dataset": "cifar10", "metric": "loss", "regime": "scratch"}))
-    return out
+    return out + accuracy

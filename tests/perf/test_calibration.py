@@ -1,10 +1,14 @@
-"""perf/calibration.py: the bands a cluster's own errors give (``Calibration.with_own_errors``)."""
+"""perf/calibration.py: the bands a cluster's own errors give (``Calibration.with_own_errors``), and each metric kind's."""
 import dataclasses
+import json
 import math
 
+import numpy as np
 import pytest
 
-from dlsched.perf.calibration import OWN_ERRORS_MIN, load_calibration, quantile_band
+from dlsched.perf.calibration import OWN_ERRORS_MIN, from_dict, load_calibration, quantile_band
+from dlsched.perf.curve_predict import predict_curve
+from dlsched.perf.schedule import parse_schedule
 
 
 def test_own_errors_replace_a_fractions_band_only_once_there_are_enough_of_them():
@@ -47,3 +51,29 @@ def test_own_steps_errors_replace_a_stated_targets_band_and_shift_and_nothing_el
     mine = old.with_own_errors({}, {"fit": {0.25: errors}})
     assert mine.steps_band(0.25, stated=True) == quantile_band(errors)
     assert mine.steps_band(0.5, stated=True) == shipped.steps_band(0.5)
+
+
+def test_an_accuracy_or_error_gets_its_kinds_bands_and_a_loss_the_loss_ones():
+    shipped = load_calibration()
+    assert shipped.error_kind is not None   # calibration.json holds both kinds (bench/prediction_accuracy.py)
+    for metric in ("loss", None):
+        assert shipped.for_metric(metric) is shipped
+    errors = shipped.for_metric("accuracy")
+    assert errors == shipped.for_metric("error") and errors.final == shipped.error_kind.final != shipped.final
+    # the shape fits, prior and one-point bands are the whole table's; the bands are the kind's
+    assert (errors.fits, errors.prior, errors.one_point) == (shipped.fits, shipped.prior, shipped.one_point)
+    assert errors.table("carried") is shipped.error_kind.carried and errors.for_metric("accuracy") is errors
+    assert from_dict(json.loads(shipped.to_json())) == shipped
+    # a table written before the kinds had tables of their own serves every metric
+    assert dataclasses.replace(shipped, error_kind=None).for_metric("accuracy").final == shipped.final
+
+
+def test_a_prediction_of_an_accuracy_uses_the_error_bands():
+    x = np.arange(10, 401, 10.0)
+    acc = 0.98 - 0.5 * (x / 10) ** -0.7
+    s = parse_schedule("cosine", 1000)
+    shipped = load_calibration()
+    p = predict_curve(x, acc, s, metric="accuracy", prior=None)
+    q = predict_curve(x, acc, s, metric="accuracy", prior=None, calibration=dataclasses.replace(shipped, error_kind=None))
+    r = predict_curve(x, acc, s, metric="accuracy", prior=None, calibration=shipped.for_metric("accuracy"))
+    assert p.final_value_interval_80 == r.final_value_interval_80 != q.final_value_interval_80

@@ -593,6 +593,10 @@ def test_before_the_first_point_the_tasks_finished_runs_carried_to_its_schedule_
     one = predict_curve(x[:1], y[:1], s, target=target, prior=prior)
     assert (one.model, one.bands, one.x_now) == ("prior", "task_runs", 10.0)
     assert one.final_value == pytest.approx(p.final_value) and one.target_step == pytest.approx(p.target_step, abs=1)
+    # a target the carried curve starts below (it starts at a tenth of the budget): ahead, never "reached" by a log
+    # that has no point (it raised IndexError)
+    early = predict_curve([], [], s, target=float(p.curve_y[0]) * 1.01, prior=prior)
+    assert early.target_step == pytest.approx(float(p.curve_x[0])) and early.steps_to_target > 0 and not early.reached
     lone = prior_from_fits(runs[:1], {"dataset": "d", "metric": "loss"}, schedule=s)
     with pytest.raises(ValueError, match=r"need at least 2 observed points after training starts, got 0 \(or two "
                                          "finished runs of its task\\)"):

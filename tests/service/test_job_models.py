@@ -223,8 +223,8 @@ def test_a_targets_prior_is_learnt_from_the_finished_jobs_that_stated_one(tmp_pa
     """A finished job leaves its stated target's fit beside its loss fit (``finished_target_fits``); a new job's
     target of that kind is predicted with a prior from them (``JobModels.curve_prior``), kept across a restart. Real
     curves: tinylm's next-token accuracy under a cosine and a step schedule finished; the one-cycle run, seen to 25 %,
-    is predicted from them within 5 %, where the shipped prior (the Pollux vision runs' error drops) is 20 % or more
-    off (bench/declared_accuracy.py)."""
+    is predicted from them within 5 %, closer than from the shipped prior (which holds the development runs'
+    accuracies, tinylm's among them; 20 % or more off before, from the Pollux vision runs' error drops)."""
     import pandas as pd
 
     from dlsched.paths import REPO_ROOT
@@ -238,7 +238,7 @@ def test_a_targets_prior_is_learnt_from_the_finished_jobs_that_stated_one(tmp_pa
     truth = float(pd.read_csv(REPO_ROOT / "bench" / "curves" / "tinylm-onecycle.csv").accuracy.iloc[-3:].mean())
     learnt = token_accuracy_job(JobModels(("slot",), store), store, "tinylm-onecycle", until=150)   # after a restart
     shipped = token_accuracy_job(JobModels(("slot",)), store, "tinylm-onecycle", until=150)   # the shipped prior
-    assert abs(learnt["final"] / truth - 1) < 0.05 < 0.2 < abs(shipped["final"] / truth - 1), (learnt, shipped, truth)
+    assert abs(learnt["final"] / truth - 1) < min(0.05, abs(shipped["final"] / truth - 1)), (learnt, shipped, truth)
     assert learnt["final_80"][0] <= truth <= learnt["final_80"][1]
     store.close()
 

@@ -226,7 +226,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
                          f"{float(np.asarray(values, float)[ok][i]):g} at x = {x[i]:g}")
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {regime!r}")
-    cal = calibration or load_calibration()
+    cal = (calibration or load_calibration()).for_metric(metric)
     if isinstance(prior, str):
         prior = cal.curve_prior(metric, schedule, regime)
     # points before any LR has been applied (x = 0: the initial evaluation) are outside the law's domain
@@ -427,7 +427,7 @@ def task_runs_prediction(x, y, space: "MetricSpace", schedule: Schedule, metric:
     final, z = float(curve[-1]), float(student_t.ppf(0.9, len(lines) - 1)) * prior.final_sigma
     final_lo, final_hi = final * math.exp(-z), final * math.exp(z)
     first = float(y[0]) if len(y) else float(curve[0])   # the improvement from the evaluation before training
-    now = float(y[-1]) if len(y) else first
+    now = float(y[-1]) if len(y) else math.inf   # nothing logged has reached anything (the curve may start below it)
     goal = goal_of(np.array([first]), final, target, target_fraction, space)
     target_step = steps = interval = None
     if goal is not None:

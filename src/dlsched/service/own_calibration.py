@@ -93,8 +93,9 @@ class OwnBands:
                     for table, by_fraction in tables.items() for f, e in by_fraction.items()}
 
     def of(self, kind: str | None) -> Calibration:
-        """The shipped table, with this cluster's own bands of ``kind`` where enough jobs finished."""
+        """The shipped table of ``kind`` (``Calibration.for_metric``), with this cluster's own bands where enough jobs
+        finished."""
         if kind not in self._tables:
-            self._tables[kind] = load_calibration().with_own_errors(self._errors.get(kind, {}),
+            self._tables[kind] = load_calibration().for_metric(kind).with_own_errors(self._errors.get(kind, {}),
                                                                     self._steps.get(kind, {}))
         return self._tables[kind]
