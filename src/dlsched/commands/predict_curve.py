@@ -295,8 +295,11 @@ def _render(out: dict, x: str, metric: str) -> None:
         # prediction, from runs that ended worse than predicted, puts the chance below one half for a target the
         # predicted curve crosses)
         beyond = out["target"] > out["final_value"] if metric == "accuracy" else out["target"] < out["final_value"]
-        if out["steps_to_target"] == 0:   # already there: where the log got there
+        if out["steps_to_target"] == 0 and out["p_reach"] == 1:   # already there: where the log got there
             con.print(f"target {out['target']:.4g}: already reached, at {x} {_x(out['target_step'])} of the log")
+        elif out["steps_to_target"] == 0:   # the newest point got there, its running median not yet
+            con.print(f"target {out['target']:.4g}: at the newest point, {x} {_x(out['target_step'])}, if the next "
+                      f"evaluation stays there (the log's running median is not there yet; {chance})")
         elif beyond:   # only a run that beats its prediction gets there
             con.print(f"target {out['target']:.4g}: beyond the predicted final value; reached by {x} "
                       f"{out['budget']:g} only if the run does better than predicted ({chance})")
