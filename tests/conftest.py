@@ -1,6 +1,14 @@
+import signal
+
 import pytest
 
 from dlsched.paths import shared_data
+
+# A suite started in the background by a non-interactive shell (`make test &`) inherits SIGINT ignored, and so does
+# every process a test starts (an ignored signal survives exec): the Ctrl-C tests' runtimes then rightly ignore Ctrl-C,
+# as a background job's, and trained to the end (exit 0). A test stands in for a terminal's foreground job.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # `make test` runs pytest-xdist with --dist loadfile: a file's tests run on one worker, so its module fixtures (a
