@@ -42,6 +42,7 @@ import pandas as pd
 from dlsched.perf.calibration import load_calibration
 from dlsched.perf.curve_predict import MetricSpace, predict_curve
 from dlsched.perf.curve_readers import read_curve
+from dlsched.perf.first_passage import logged_crossing
 from dlsched.perf.schedule import Schedule, parse_schedule
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "curves" / "holdout"
@@ -80,19 +81,6 @@ def load_runs(folder: Path) -> list[Run]:
     return out
 
 
-def smooth_crossing(x, y_down, level: float) -> float | None:
-    """First x where the centred 3-point running median (two points at the ends) of the lower-is-better values gets
-    to ``level``, interpolated from the point before as ``bench/prediction_accuracy.py``'s truth is (None: never)."""
-    s = pd.Series(y_down).rolling(3, center=True, min_periods=1).median().to_numpy()
-    hit = np.flatnonzero(s <= level)
-    if not len(hit):
-        return None
-    i = int(hit[0])
-    if i > 0 and s[i - 1] > s[i]:
-        return float(np.interp(level, [s[i], s[i - 1]], [x[i], x[i - 1]]))
-    return float(x[i])
-
-
 def stated_targets(r: Run) -> list[float]:
     """Accuracy: the values SHARES of the way from the first logged value to the final (last-3 mean), each rounded
     down to 0.01 (what a user states: "0.93"), distinct. Loss: the true curve's 95 % value (first value less 95 %
@@ -123,8 +111,8 @@ def score(r: Run, frac: float, cal) -> tuple[dict, list[dict]]:
         t = {**base, "target": target, "unreachable": fixed.steps_to_target is None, "p_reach": fixed.p_reach,
              "steps_pred": p.steps_to_target, "steps_true": math.nan, "steps_err": math.nan, "steps_cov": math.nan,
              "skip": "", "seen": False}
-        cross = smooth_crossing(r.x, space.down(r.y), down(target))     # the whole run's (the truth)
-        seen = smooth_crossing(xp, space.down(yp), down(target))        # what the user's prefix shows
+        cross = logged_crossing(r.x, space.down(r.y), down(target))     # the whole run's (the truth)
+        seen = logged_crossing(xp, space.down(yp), down(target))        # what the user's prefix shows
         if cross is None:
             t["skip"] = "never reached"
         elif seen is not None:
