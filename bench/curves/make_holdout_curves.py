@@ -39,6 +39,9 @@ import torch
 
 from dlsched.perf.schedule import parse_schedule
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from make_dev_curves import _classifier_loop, _source_text  # noqa: E402  (the development set's own pieces)
+
 OUT = pathlib.Path(__file__).resolve().parent / "holdout"
 
 # placements deliberately not the dev set's (its step cuts are 1/2, 3/4; warm-ups B/20; wsd warm-down B/5)
@@ -57,24 +60,6 @@ SKLEARN = "BSD-3-Clause (bundled with scikit-learn; a copy of a UCI dataset, CC 
 PSF = "PSF-2.0 (Python standard-library source)"
 
 
-def _classifier(model, Xtr, ytr, Xva, yva, batch_size: int, gen):
-    """(batch, loss_of_batch, evaluate): random minibatches; the whole held-out set evaluated."""
-
-    def batch():
-        i = torch.randint(0, len(Xtr), (batch_size,), generator=gen)
-        return Xtr[i], ytr[i]
-
-    def loss(xb, yb):
-        return torch.nn.functional.cross_entropy(model(xb), yb)
-
-    def evaluate():
-        with torch.no_grad():
-            out = model(Xva)
-            return float(torch.nn.functional.cross_entropy(out, yva)), float((out.argmax(1) == yva).float().mean())
-
-    return batch, loss, evaluate
-
-
 def digitscnn(seed: int):
     from sklearn.datasets import load_digits
 
@@ -88,7 +73,7 @@ def digitscnn(seed: int):
         torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Flatten(), torch.nn.Linear(64, 10))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    return model, opt, 3e-3, *_classifier(model, X[:1297], y[:1297], X[1297:], y[1297:], 32,
+    return model, opt, 3e-3, *_classifier_loop(model, X[:1297], y[:1297], X[1297:], y[1297:], 32,
                                           torch.Generator().manual_seed(seed))
 
 
@@ -104,20 +89,8 @@ def cancerlin(seed: int):
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(30, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.02)
-    return model, opt, 0.02, *_classifier(model, X[:369], y[:369], X[369:], y[369:], 8,
+    return model, opt, 0.02, *_classifier_loop(model, X[:369], y[:369], X[369:], y[369:], 8,
                                           torch.Generator().manual_seed(seed))
-
-
-def _stdlib_text() -> str:
-    import importlib
-    import multiprocessing
-    import urllib
-
-    text = ""
-    for pkg in (urllib, importlib, multiprocessing):
-        for f in sorted(pathlib.Path(pkg.__file__).parent.rglob("*.py")):
-            text += f.read_text(encoding="utf-8", errors="replace")
-    return text
 
 
 class CharLSTM(torch.nn.Module):
@@ -132,7 +105,11 @@ class CharLSTM(torch.nn.Module):
 
 
 def charlstm(seed: int):
-    text = _stdlib_text()
+    import importlib
+    import multiprocessing
+    import urllib
+
+    text = _source_text(urllib, importlib, multiprocessing, recursive=True)
     chars = sorted(set(text))
     lookup = {c: i for i, c in enumerate(chars)}
     data = torch.tensor([lookup[c] for c in text], dtype=torch.long)
