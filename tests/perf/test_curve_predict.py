@@ -626,3 +626,17 @@ def test_a_target_the_logs_running_median_got_to_is_reached_though_the_value_now
     p = predict_curve(x, acc, parse_schedule("step:600,900:0.1", 1200.0), metric="accuracy", target=0.93)
     assert p.reached and p.steps_to_target == 0 and p.p_reach == 1.0
     assert p.target_step == pytest.approx(317.3, abs=0.1)
+
+
+def test_before_the_lrs_peak_the_final_band_is_the_earliest_fractions():
+    """A one-cycle run seen to 25 %, still rising to its peak at 30 %, has seen none of its main phase: its band is the
+    earliest (widest) calibrated fraction's, not the 25 % one, set on runs past their peak (a hold-out run's 25 % band
+    missed its final by 3x and gave a target it reached a chance under 1 %). Past the peak the observed fraction's."""
+    x = np.arange(10, 1001, 10.0)
+    cal = Calibration((0.1, 0.5), ((-1.0, 1.0), (-0.1, 0.1)), ((-1.0, 1.0), (-0.1, 0.1)))
+    rising = parse_schedule("onecycle:pct=0.3", B)
+    p = predict_curve(x[:25], law_curve("onecycle:pct=0.3", x)[:25], rising, calibration=cal, prior=None)
+    lo, hi = p.final_value_interval_80
+    assert hi / p.final_value == pytest.approx(np.e, rel=1e-6) and p.floor == 0
+    past = predict_curve(x[:25], law_curve("cosine", x)[:25], parse_schedule("cosine", B), calibration=cal, prior=None)
+    assert past.final_value_interval_80[1] / past.final_value < np.exp(0.9)

@@ -272,8 +272,12 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         bands = cal.level_table(prior.final_carried)
         cal = cal.table(bands)
     final = float(curve[-1])
-    lo_f, hi_f = cal.final_band(frac)
-    mid_f = cal.final_centre(frac)
+    # the fit alone before the LR's peak: the earliest, widest row's final band, as for a sparse log (the prefix has seen
+    # none of the run's main phase, as the floor below says; a one-cycle's rise at 25 % took the 25 % band, set on runs
+    # past their peak, and said "< 1 %" of a target the run reached). A level's tables hold such runs at their fraction
+    band_frac = min(frac, cal.fractions[0]) if bands == "fit" and x_now < schedule.peak_at() else frac
+    lo_f, hi_f = cal.final_band(band_frac)
+    mid_f = cal.final_centre(band_frac)
     final_lo, final_hi, worst = final_interval(final, lo_f, hi_f, y, metric, space)
     goal = goal_of(y, final, target, target_fraction, space)
     now = float(np.median(y[-3:]))
