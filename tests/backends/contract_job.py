@@ -6,7 +6,8 @@ the emulated step time, so tests exercise start/resize/stop/resume/progress with
 process group. Params: ``samples`` (dataset size), ``epochs``, ``step_s`` (seconds per step on 1 worker),
 ``fail_at`` (samples after which it crashes), ``kill_at`` (samples after which it SIGKILLs itself, as the
 OOM killer would), ``ckpt_every`` (steps), ``flood`` (``metrics`` events written before the first step, as a
-script reporting between steps in a loop would) and ``big_event`` (bytes of one event's field, written with them).
+script reporting between steps in a loop would) and ``big_event`` (bytes of one event's field, written with them), ``first_step_s`` (seconds its first step takes: a large
+model's build or a slow data load).
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def main() -> int:
         err = x[i] @ w - y[i]
         loss = float(np.mean(err ** 2))
         w -= 0.01 * 2 * x[i].T @ err / batch
-        time.sleep(step_s / workers)
+        time.sleep(step_s / workers + (float(params.get("first_step_s", 0)) if step == 0 else 0))
         step += 1
         samples = min(total, samples + batch)
         if samples > kill_at:

@@ -111,7 +111,8 @@ class LiveLoop:
         self._confirmed: list[int] = []                    # jobs whose held slots the store released this pass
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
         self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
-        self.stalls = StallWatch(cluster.stall_after_s, store)   # alive but no progress: said, never acted on
+        # alive but no progress: said, never acted on
+        self.stalls = StallWatch(cluster.stall_after_s, store, first_step_s=cluster.first_step_after_s)
         self.retention = Retention(store, cluster.retain_ended_days)   # an ended job's step rows do not stay for good
         self.held_out = HeldOut()                          # jobs placed on nodes the round's view lacks
 
@@ -213,6 +214,7 @@ class LiveLoop:
                 elif isinstance(act, Start):
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self.models.note_change(job.id, "start", now, gen)
+                    self.stalls.started(job.id)
                     # the books say where it runs: booked on a node that died since the view, the next round moved it
                     placed = self.backend.placement(job.id) or act.nodes
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size,
