@@ -279,7 +279,7 @@ class LiveLoop:
         elif res.state == "failed":
             self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
         elif res.state == "gone":
-            resume_or_fail(self.store, job.id, res, now)
+            resume_or_fail(self.store, job.id, res, now, d)
         else:
             if given_up is not None and job.state == RESCALING:   # a live job's only: an ended one's books are gone
                 job = return_to_held(self.store, self.backend, self.backoff, job, d, given_up,
