@@ -812,8 +812,13 @@ def register(app: typer.Typer) -> None:
                since: Optional[str] = typer.Option(None, "--since", help="30m, 2h, 1d or an ISO date"),
                follow: bool = typer.Option(False, "--follow", "-f", help="keep printing new events"),
                everything: bool = typer.Option(False, "--all", help="list checkpoint events one by one too"),
+               limit: int = typer.Option(100, "--limit", "-n", help="the newest this many (0: every one, from the "
+                                         "first)"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
-        """Scheduler events: submissions, starts, resizes, preemptions, completions (checkpoints summarised)."""
+        """Scheduler events: submissions, starts, resizes, preemptions, completions (checkpoints summarised); the
+        newest --limit, then (-f) each new one."""
+        from dlsched.commands.event_lists import every_event, newest_events
+        from dlsched.commands.job_lists import note_unshown
         from dlsched.service.event_kinds import EVENT_KINDS
 
         unknown = [k for k in kind if k not in EVENT_KINDS]
@@ -821,14 +826,25 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--type {unknown[0]!r}: not an event type; expected one of {', '.join(EVENT_KINDS)}")
         if job is not None and job_id is not None and job != job_id:   # the positional one was dropped unsaid
             raise UserError(f"job {job_id} and --job {job}: give one job")
+        if limit < 0:
+            raise UserError(f"--limit {limit}: expected 0 (all) or a positive number of events")
         client = Client(server)
         jid = job if job is not None else job_id
         path = f"/jobs/{jid}/events" if jid is not None else "/events"
         after_ts = parse_since(since)
+        query = {"kind": ",".join(kind)} if kind else {}   # the newest of those kinds, not of every kind
+        if limit:
+            rows, older = newest_events(client, path, query, limit,
+                                        lambda e: bool(filter_events([e], kind, after_ts, everything or as_json)[0]),
+                                        after_ts)
+            note_unshown(older, "events", "--limit 0 lists them all")
+        else:
+            rows = every_event(client, path, query)
         last = 0
         summarised: set = set()   # -f: jobs whose left-out checkpoints were said once (not again at every poll)
         while True:
-            rows = client.get(path, params={"after": last})
+            if rows is None:
+                rows = client.get(path, params={"after": last, **query})
             if rows:
                 last = rows[-1]["id"]
             shown, hidden = filter_events(rows, kind, after_ts, everything or as_json)
@@ -848,4 +864,5 @@ def register(app: typer.Typer) -> None:
             sys.stdout.flush()
             if not follow:
                 return
+            rows = None
             time.sleep(1.0)

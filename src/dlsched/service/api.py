@@ -42,6 +42,8 @@ from dlsched.numbers import finite
 from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.fleet_status import ensemble_of
+from dlsched.service.event_kinds import EVENT_KINDS
+from dlsched.service.event_pages import newest_events
 from dlsched.service.job_folders import job_folder
 from dlsched.service.job_pages import DEFAULT_JOBS_PAGE, MAX_IDS, job_page
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_BATCH_JOBS, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S,
@@ -421,14 +423,33 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         """The same as ``POST /jobs/{id}/cancel`` (the record stays: ``history`` lists it)."""
         return cancel(job_id)
 
+    def event_page(response: Response, job_id: int | None, after: int, limit: int, tail: int | None,
+                   before: int | None, kind: str | None):
+        """Events after ``after``, oldest first (at most ``limit``); or, with ``tail``, the newest ``tail`` below
+        ``before`` (``event_pages.py``), ``X-Next-Before`` naming the next older page's ``before``."""
+        kinds = kind.split(",") if kind else None
+        unknown = [k for k in kinds or [] if k not in EVENT_KINDS]
+        if unknown:   # a typo answered [] with 200: "no such events"
+            return _error(422, f"kind: {unknown[0][:40]!r} is not an event kind (`dlsched events --help`)")
+        if tail is None:
+            if before is not None:
+                return _error(422, "before: pages back from the newest events; give tail too")
+            return store.events(job_id, after_id=after, limit=min(limit, MAX_EVENTS_PAGE), kinds=kinds)
+        page, older = newest_events(store, min(tail, MAX_EVENTS_PAGE), job_id, before, kinds, after)
+        if older is not None:
+            response.headers["X-Next-Before"] = str(older)
+        return page
+
     @api.get("/jobs/{job_id}/events")
-    def job_events(job_id: JobId, after: After = 0) -> list[dict]:
+    def job_events(job_id: JobId, response: Response, after: After = 0, limit: Limit = 1000,
+                   tail: OptionalLimit = None, before: OptionalAfter = None, kind: str | None = None) -> list[dict]:
         store.get(job_id)
-        return store.events(job_id, after_id=after)
+        return event_page(response, job_id, after, limit, tail, before, kind)
 
     @api.get("/events")
-    def events(after: After = 0, limit: Limit = 1000) -> list[dict]:
-        return store.events(after_id=after, limit=min(limit, MAX_EVENTS_PAGE))
+    def events(response: Response, after: After = 0, limit: Limit = 1000, tail: OptionalLimit = None,
+               before: OptionalAfter = None, kind: str | None = None) -> list[dict]:
+        return event_page(response, None, after, limit, tail, before, kind)
 
     @api.get("/jobs/{job_id}/predictions")
     def predictions(job_id: JobId, after: After = 0, limit: OptionalLimit = None) -> list[dict]:
