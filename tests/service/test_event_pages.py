@@ -2,6 +2,7 @@
 printed the 1 000 oldest events it ever stored and nothing since, and ``-f`` paged through all of them first."""
 import json
 
+from tests.service.conftest import job_yaml
 from tests.service.test_cli import cli
 from tests.service.test_job_pages import ENDED, months_of_jobs
 from tests.waiting import wait_until
@@ -40,3 +41,16 @@ def test_the_newest_events_are_shown_and_older_pages_reached(service, client):
     r = cli("events", service=service)
     assert r.returncode == 0 and f"  {last}  finished" in r.stdout and "  2  submitted" not in r.stdout
     assert len(r.stdout.splitlines()) == 100
+
+
+def test_the_dashboards_job_page_lists_a_long_jobs_newest_events(service, client):
+    """It listed a job's first 200: a job that had checkpointed for an hour showed none of its resizes or its end."""
+    jid = client.post("/jobs", content=job_yaml("long", samples=10**6, step_s=0.05),
+                      headers={"content-type": "application/yaml"}).json()["id"]
+    wait_until(lambda: client.get(f"/jobs/{jid}").json()["state"] == "running", 60, "the job to run")
+    for step in range(300):   # an hour of checkpoints, as the runtime writes them
+        service.store.event("job_checkpoint", jid, None, step=step)
+    client.post(f"/jobs/{jid}/cancel")
+    wait_until(lambda: client.get(f"/jobs/{jid}").json()["state"] == "cancelled", 60, "the job cancelled")
+    kinds = [e["kind"] for e in client.get(f"/dashboard/api/jobs/{jid}").json()["events"]]
+    assert len(kinds) == 200 and kinds[-1] == "cancelled" and "submitted" not in kinds

@@ -24,6 +24,7 @@ from fastapi.responses import FileResponse, RedirectResponse
 
 from dlsched.perf.efficiency import GradientNoise
 from dlsched.policy.base import NodeView
+from dlsched.service.event_pages import newest_events
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.job_models import metric_target_of
@@ -146,7 +147,7 @@ def job_detail(store: Store, job_id: int) -> dict:
         job["fraction_done"] = ensemble["fraction_done"]
     return {"job": job, "curve": curve, "fit": loss_fit_of(prediction),
             "prediction": prediction, "predicted_start": _clean(start), "predicted_finish": _clean(finish),
-            "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200),
+            "allocations": store.allocations(job_id), "events": newest_events(store, 200, job_id)[0],
             "ensemble": ensemble, "target": target_series(store, rec)}
 
 
