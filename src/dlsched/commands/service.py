@@ -782,8 +782,9 @@ def register(app: typer.Typer) -> None:
             printed |= bool(r.text)
             offset = int(r.headers.get("X-Next-Offset", 0))
             if not follow:
-                break
-            if not r.text:
+                if not r.text:   # to the end as it is now: a log over a read (1 MiB) printed its first MiB only
+                    break
+            elif not r.text:
                 if client.get(f"/jobs/{job_id}")["state"] in TERMINAL:
                     rest = client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset}).text
                     sys.stdout.write(rest)
