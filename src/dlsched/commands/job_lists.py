@@ -31,8 +31,9 @@ def filtered_newest(client, params: dict, keep: Callable[[dict], bool], limit: i
     not apply), in id order, and whether older ones were left unread."""
     jobs: list[dict] = []
     before = None
+    page = min(MAX_JOBS_PAGE, max(limit, 100)) if limit else MAX_JOBS_PAGE   # more pages where the filters drop some
     while True:
-        r = client.request("GET", "/jobs", params={**params, "limit": MAX_JOBS_PAGE,
+        r = client.request("GET", "/jobs", params={**params, "limit": page,
                                                    **({"before": before} if before is not None else {})})
         jobs = [j for j in r.json() if keep(j)] + jobs
         before = r.headers.get("x-next-before")
