@@ -74,9 +74,10 @@ def test_a_slow_first_step_is_not_a_stall_but_a_hang_before_it_is_after_first_st
                                                        ).replace("step_s: 0.05", f"step_s: 0.05, first_step_s: {s}"),
                              headers={"content-type": "application/yaml"}).json()["id"]
                       for name, s in (("slow", 4), ("hung", 10**6)))
-        job = wait_until(lambda: (j := c.get(f"/jobs/{slow}").json())["samples"] > 0 and j, 60, "its first step")
-        assert job["stalled_since"] is None   # 4 s > stall_after_s, < first_step_after_s
-        assert "stalled" not in [e["kind"] for e in c.get(f"/jobs/{slow}/events").json()]
+        wait_until(lambda: c.get(f"/jobs/{slow}").json()["samples"] > 0, 60, "its first step")
+        # 4 s > stall_after_s, < first_step_after_s: not stalled before it (after it, a loaded host may pause 1 s)
+        assert [e for e in c.get(f"/jobs/{slow}/events").json()
+                if e["kind"] == "stalled" and e["detail"]["samples"] == 0] == []
         job = wait_until(lambda: (j := c.get(f"/jobs/{hung}").json())["stalled_since"] and j, 60, "the hung job's mark")
         stalled = [e for e in c.get(f"/jobs/{hung}/events").json() if e["kind"] == "stalled"]
         assert job["samples"] == 0 and stalled[0]["detail"]["quiet_s"] >= 8.0
