@@ -264,6 +264,8 @@ class ClusterSpec(_Strict):
     resize_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0
     # seconds a running job may make no progress before the service marks it stalled (service/stalls.py)
     stall_after_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0
+    # the same before a job's first step since it started or resumed (a model built, data loaded, a checkpoint read)
+    first_step_after_s: Annotated[float, Field(gt=0, le=86_400)] = 3600.0
     # days an ended job keeps its step rows, events and predictions (service/retention.py); None: for good
     retain_ended_days: Annotated[float, Field(gt=0, le=36_500)] | None = None
     backend: Literal["local", "ray"] = "local"

@@ -5,7 +5,9 @@ ONE process; ``--workers`` only scales
 the emulated step time, so tests exercise start/resize/stop/resume/progress without the cost of a real
 process group. Params: ``samples`` (dataset size), ``epochs``, ``step_s`` (seconds per step on 1 worker),
 ``fail_at`` (samples after which it crashes), ``kill_at`` (samples after which it SIGKILLs itself, as the
-OOM killer would), ``ckpt_every`` (steps).
+OOM killer would), ``ckpt_every`` (steps), ``flood`` (``metrics`` events written before the first step, as a
+script reporting between steps in a loop would) and ``big_event`` (bytes of one event's field, written with them), ``first_step_s`` (seconds its first step takes: a large
+model's build or a slow data load).
 """
 from __future__ import annotations
 
@@ -70,6 +72,10 @@ def main() -> int:
         _atomic(ck, {"w": w.tolist(), "step": step, "samples": samples})
         emit({"event": "checkpoint", "step": step, "time": time.time()})
 
+    for i in range(int(params.get("flood", 0))):
+        emit({"event": "metrics", "step": 0, "epoch": 0, "metrics": {"val_loss": 1.0 / (i + 1)}, "time": time.time()})
+    if int(params.get("big_event", 0)):
+        emit({"event": "epoch_end", "epoch": 0, "mean_loss": 1.5, "notes": "x" * int(params["big_event"])})
     while samples < total and not stop["now"]:
         try:
             ctl = json.loads((d / "control.json").read_text())
@@ -85,7 +91,7 @@ def main() -> int:
         err = x[i] @ w - y[i]
         loss = float(np.mean(err ** 2))
         w -= 0.01 * 2 * x[i].T @ err / batch
-        time.sleep(step_s / workers)
+        time.sleep(step_s / workers + (float(params.get("first_step_s", 0)) if step == 0 else 0))
         step += 1
         samples = min(total, samples + batch)
         if samples > kill_at:

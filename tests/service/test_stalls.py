@@ -62,3 +62,25 @@ def test_a_wall_clock_stepped_forward_does_not_mark_running_jobs_stalled(tmp_pat
     watch.check(store.get(jid), 1061.5 + 3600)   # and now it has been quiet past stall_after_s
     assert store.get(jid).stalled_since == 1000.0
     assert [e["kind"] for e in store.events(jid)][-1] == "stalled"
+
+
+def test_a_slow_first_step_is_not_a_stall_but_a_hang_before_it_is_after_first_step_after_s(tmp_path):
+    """A job whose first step (a large model built, its data loaded) took longer than stall_after_s was marked stalled."""
+    spec = cluster(slots=(1, 1)).model_copy(update={"stall_after_s": 1.0, "first_step_after_s": 8.0})
+    svc = Service(spec, tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        slow, hung = (c.post("/jobs", content=job_yaml(name, samples=10**6, step_s=0.05,
+                                                       ).replace("step_s: 0.05", f"step_s: 0.05, first_step_s: {s}"),
+                             headers={"content-type": "application/yaml"}).json()["id"]
+                      for name, s in (("slow", 4), ("hung", 10**6)))
+        wait_until(lambda: c.get(f"/jobs/{slow}").json()["samples"] > 0, 60, "its first step")
+        # 4 s > stall_after_s, < first_step_after_s: not stalled before it (after it, a loaded host may pause 1 s)
+        assert [e for e in c.get(f"/jobs/{slow}/events").json()
+                if e["kind"] == "stalled" and e["detail"]["samples"] == 0] == []
+        job = wait_until(lambda: (j := c.get(f"/jobs/{hung}").json())["stalled_since"] and j, 60, "the hung job's mark")
+        stalled = [e for e in c.get(f"/jobs/{hung}/events").json() if e["kind"] == "stalled"]
+        assert job["samples"] == 0 and stalled[0]["detail"]["quiet_s"] >= 8.0
+        assert stalled[0]["detail"]["stall_after_s"] == 8.0   # the allowance it was held to
+    finally:
+        stop_service_and_jobs(svc)

@@ -631,18 +631,31 @@ def register(app: typer.Typer) -> None:
                server: Optional[str] = SERVER_OPT, watch: bool = typer.Option(False, "--watch", "-w", help="refresh until Ctrl-C (piped: print each change)"),
                interval: float = typer.Option(1.0, help="--watch refresh (s)"),
                all_jobs: bool = typer.Option(True, "--all/--active", help="include ended jobs"),
+               limit: int = typer.Option(50, "--limit", "-n", help="ended jobs shown, the newest (0: all; "
+                                         "`history` lists them with their outcome)"),
                as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
-        """Jobs with state, GPUs, progress and predicted finish (like squeue / kubectl get [-w])."""
+        """Jobs with state, GPUs, progress and predicted finish (like squeue / kubectl get [-w]): every active job,
+        and the newest --limit ended ones."""
+        from dlsched.commands.job_lists import newest_jobs, note_unshown
+
         if watch and not (interval > 0 and math.isfinite(interval)):   # -1 and nan were a sleep() traceback
             raise UserError(f"--interval {interval}: expected a positive number of seconds")
+        if limit < 0:
+            raise UserError(f"--limit {limit}: expected 0 (all) or a positive number of ended jobs")
         client = Client(server)
-        query = {} if all_jobs else {"state": "queued,running,rescaling"}
+        ids = {"id": ",".join(map(str, job_ids))} if job_ids else {}
 
-        jobs = only_jobs(client.get("/jobs", params=query), job_ids, all_jobs)   # an id not listed: one line, once
+        def fetch() -> tuple[list[dict], int]:   # -w: a job named that ended under --active leaves the table, not the watch
+            active, _ = newest_jobs(client, {**ids, "state": ",".join(ACTIVE)})
+            if not all_jobs:
+                return active, 0
+            ended, older = newest_jobs(client, {**ids, "state": ",".join(TERMINAL)}, 0 if job_ids else limit)
+            # read after the active ones: a job that ended between the two reads is listed once, as ended
+            return sorted({j["id"]: j for j in active + ended}.values(), key=lambda j: j["id"]), older
 
-        def fetch() -> list[dict]:   # -w: a job named that ended under --active leaves the table, not the watch
-            return [j for j in client.get("/jobs", params=query) if not job_ids or j["id"] in job_ids]
-
+        jobs, older = fetch()
+        jobs = only_jobs(jobs, job_ids, all_jobs)   # an id not listed: one line, once
+        note_unshown(older, "ended jobs", "--limit 0 shows them all (`dlsched history` lists them too)")
         if as_json:
             print_json(jobs)
             return
@@ -654,11 +667,11 @@ def register(app: typer.Typer) -> None:
 
         con = Console()
         if not con.is_terminal:   # piped, Live drew once at exit (nothing when killed): print what changes instead
-            return watch_piped(fetch, interval, wide)
+            return watch_piped(lambda: fetch()[0], interval, wide)
         with Live(console=con, refresh_per_second=4) as live:
             try:
                 while True:
-                    live.update(jobs_table(fetch(), width=con.width, wide=wide))
+                    live.update(jobs_table(fetch()[0], width=con.width, wide=wide))
                     time.sleep(interval)
             except KeyboardInterrupt:
                 pass
@@ -667,16 +680,22 @@ def register(app: typer.Typer) -> None:
     def history(state: Optional[str] = typer.Option(None, "--state", help="finished, failed, cancelled (comma-separated)"),
                 since: Optional[str] = typer.Option(None, "--since", help="ended after: 30m, 2h, 1d or an ISO date"),
                 user: Optional[str] = typer.Option(None, "--user", "-u", help="submitted by this user"),
+                limit: int = typer.Option(100, "--limit", "-n", help="the newest this many (0: all)"),
                 server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
-        """Ended jobs with their outcome and durations (like sacct)."""
+        """Ended jobs with their outcome and durations (like sacct), the newest --limit."""
+        from dlsched.commands.job_lists import filtered_newest, note_unshown
+
         states = state.split(",") if state else list(TERMINAL)
         bad = [s for s in states if s not in TERMINAL]
         if bad:
             raise UserError(f"--state {bad[0]!r}: expected one of {', '.join(TERMINAL)}")
+        if limit < 0:
+            raise UserError(f"--limit {limit}: expected 0 (all) or a positive number of jobs")
         after = parse_since(since)
-        jobs = [j for j in Client(server).get("/jobs", params={"state": ",".join(states)})
-                if (after is None or (j.get("end_time") or 0) >= after)
-                and (user is None or j.get("spec", {}).get("user") == user)]
+        jobs, older = filtered_newest(Client(server), {"state": ",".join(states)},
+                                      lambda j: (after is None or (j.get("end_time") or 0) >= after)
+                                      and (user is None or j.get("spec", {}).get("user") == user), limit)
+        note_unshown(older, "jobs", "--limit 0 lists them all")
         if as_json:
             print_json(jobs)
             return
@@ -763,8 +782,9 @@ def register(app: typer.Typer) -> None:
             printed |= bool(r.text)
             offset = int(r.headers.get("X-Next-Offset", 0))
             if not follow:
-                break
-            if not r.text:
+                if not r.text:   # to the end as it is now: a log over a read (1 MiB) printed its first MiB only
+                    break
+            elif not r.text:
                 if client.get(f"/jobs/{job_id}")["state"] in TERMINAL:
                     rest = client.request("GET", f"/jobs/{job_id}/logs", params=query | {"offset": offset}).text
                     sys.stdout.write(rest)
@@ -793,8 +813,13 @@ def register(app: typer.Typer) -> None:
                since: Optional[str] = typer.Option(None, "--since", help="30m, 2h, 1d or an ISO date"),
                follow: bool = typer.Option(False, "--follow", "-f", help="keep printing new events"),
                everything: bool = typer.Option(False, "--all", help="list checkpoint events one by one too"),
+               limit: int = typer.Option(100, "--limit", "-n", help="the newest this many (0: every one, from the "
+                                         "first)"),
                server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT) -> None:
-        """Scheduler events: submissions, starts, resizes, preemptions, completions (checkpoints summarised)."""
+        """Scheduler events: submissions, starts, resizes, preemptions, completions (checkpoints summarised); the
+        newest --limit, then (-f) each new one."""
+        from dlsched.commands.event_lists import every_event, newest_events
+        from dlsched.commands.job_lists import note_unshown
         from dlsched.service.event_kinds import EVENT_KINDS
 
         unknown = [k for k in kind if k not in EVENT_KINDS]
@@ -802,14 +827,25 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--type {unknown[0]!r}: not an event type; expected one of {', '.join(EVENT_KINDS)}")
         if job is not None and job_id is not None and job != job_id:   # the positional one was dropped unsaid
             raise UserError(f"job {job_id} and --job {job}: give one job")
+        if limit < 0:
+            raise UserError(f"--limit {limit}: expected 0 (all) or a positive number of events")
         client = Client(server)
         jid = job if job is not None else job_id
         path = f"/jobs/{jid}/events" if jid is not None else "/events"
         after_ts = parse_since(since)
+        query = {"kind": ",".join(kind)} if kind else {}   # the newest of those kinds, not of every kind
+        if limit:
+            rows, older = newest_events(client, path, query, limit,
+                                        lambda e: bool(filter_events([e], kind, after_ts, everything or as_json)[0]),
+                                        after_ts)
+            note_unshown(older, "events", "--limit 0 lists them all")
+        else:
+            rows = every_event(client, path, query)
         last = 0
         summarised: set = set()   # -f: jobs whose left-out checkpoints were said once (not again at every poll)
         while True:
-            rows = client.get(path, params={"after": last})
+            if rows is None:
+                rows = client.get(path, params={"after": last, **query})
             if rows:
                 last = rows[-1]["id"]
             shown, hidden = filter_events(rows, kind, after_ts, everything or as_json)
@@ -829,4 +865,5 @@ def register(app: typer.Typer) -> None:
             sys.stdout.flush()
             if not follow:
                 return
+            rows = None
             time.sleep(1.0)

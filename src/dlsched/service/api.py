@@ -13,6 +13,9 @@ Submissions: ``POST /jobs`` takes one spec; ``POST /jobs/batch`` takes ``{"jobs"
 spec checked before any is stored; a refusal names ``jobs[i]`` and carries ``"index"``), as ``dlsched submit`` sends
 its files. Cancelling (``POST /jobs/{id}/cancel``, ``DELETE /jobs/{id}``) a job that already ended is a 409, as
 ``dlsched cancel`` says it (exit 1).
+
+Listing: ``GET /jobs`` answers the newest ``limit`` matching jobs (default 500), ``X-Next-Before`` pages to older ones
+(``job_pages.py``, ``docs/api.md``): a months-old store's every job was 14 MB and 11 s an answer.
 """
 from __future__ import annotations
 
@@ -39,9 +42,12 @@ from dlsched.numbers import finite
 from dlsched.policy.base import NodeView
 from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.fleet_status import ensemble_of
+from dlsched.service.event_kinds import EVENT_KINDS
+from dlsched.service.event_pages import newest_events
 from dlsched.service.job_folders import job_folder
+from dlsched.service.job_pages import DEFAULT_JOBS_PAGE, MAX_IDS, job_page
 from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_BATCH_JOBS, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S,
-                                    After, JobId, Limit, Offset, OptionalAfter, OptionalLimit)
+                                    MAX_ID, After, JobId, Limit, Offset, OptionalAfter, OptionalLimit)
 from dlsched.service.metrics import ServiceCollector, allocated_slots, metrics_registry
 from dlsched.service.nodes import LOST
 from dlsched.service.resize_limits import resize_refusal
@@ -324,14 +330,28 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                             status_code=201)
 
     @api.get("/jobs")
-    def list_jobs(state: str | None = None) -> list[dict]:
+    def list_jobs(response: Response, state: str | None = None, id: str | None = None,
+                  limit: Limit = DEFAULT_JOBS_PAGE, before: OptionalAfter = None) -> list[dict]:
+        """The newest ``limit`` jobs (``job_pages.py``; at most ``MAX_JOBS_PAGE``) of ``state`` and ``id`` (both
+        comma-separated) below id ``before``, in id order; ``X-Next-Before`` names the next older page's ``before``
+        (absent on the last page), ``X-Total-Count`` counts every match."""
         states = state.split(",") if state else None
         unknown = [x for x in states or [] if x not in ACTIVE + TERMINAL]
         if unknown:   # a typo answered [] with 200: "no such jobs"
             return _error(422, f"state: {unknown[0][:40]!r} is not one of {', '.join(ACTIVE + TERMINAL)}")
-        preds, forecasts = store.latest_predictions(), store.forecasts()
+        ids = id.split(",") if id else None
+        bad = [x for x in ids or [] if not (x.isascii() and x.isdigit() and int(x) <= MAX_ID)]
+        if bad or len(ids or ()) > MAX_IDS:
+            return _error(422, f"id: {bad[0][:40]!r} is not a job id" if bad else
+                               f"id: {len(ids)} ids, expected at most {MAX_IDS} (ask in several requests)")
+        page = job_page(store, states, ids and [int(x) for x in ids], limit, before)
+        if page.next_before is not None:
+            response.headers["X-Next-Before"] = str(page.next_before)
+        response.headers["X-Total-Count"] = str(page.total)
+        preds = store.latest_predictions([j.id for j in page.jobs])
+        forecasts = store.forecasts()
         out = []
-        for j in store.jobs(states=states):
+        for j in page.jobs:
             d = j.public()
             d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
             d["target"] = stated_target(preds.get(j.id)) if j.state in ACTIVE else None
@@ -403,14 +423,33 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         """The same as ``POST /jobs/{id}/cancel`` (the record stays: ``history`` lists it)."""
         return cancel(job_id)
 
+    def event_page(response: Response, job_id: int | None, after: int, limit: int, tail: int | None,
+                   before: int | None, kind: str | None):
+        """Events after ``after``, oldest first (at most ``limit``); or, with ``tail``, the newest ``tail`` below
+        ``before`` (``event_pages.py``), ``X-Next-Before`` naming the next older page's ``before``."""
+        kinds = kind.split(",") if kind else None
+        unknown = [k for k in kinds or [] if k not in EVENT_KINDS]
+        if unknown:   # a typo answered [] with 200: "no such events"
+            return _error(422, f"kind: {unknown[0][:40]!r} is not an event kind (`dlsched events --help`)")
+        if tail is None:
+            if before is not None:
+                return _error(422, "before: pages back from the newest events; give tail too")
+            return store.events(job_id, after_id=after, limit=min(limit, MAX_EVENTS_PAGE), kinds=kinds)
+        page, older = newest_events(store, min(tail, MAX_EVENTS_PAGE), job_id, before, kinds, after)
+        if older is not None:
+            response.headers["X-Next-Before"] = str(older)
+        return page
+
     @api.get("/jobs/{job_id}/events")
-    def job_events(job_id: JobId, after: After = 0) -> list[dict]:
+    def job_events(job_id: JobId, response: Response, after: After = 0, limit: Limit = 1000,
+                   tail: OptionalLimit = None, before: OptionalAfter = None, kind: str | None = None) -> list[dict]:
         store.get(job_id)
-        return store.events(job_id, after_id=after)
+        return event_page(response, job_id, after, limit, tail, before, kind)
 
     @api.get("/events")
-    def events(after: After = 0, limit: Limit = 1000) -> list[dict]:
-        return store.events(after_id=after, limit=min(limit, MAX_EVENTS_PAGE))
+    def events(response: Response, after: After = 0, limit: Limit = 1000, tail: OptionalLimit = None,
+               before: OptionalAfter = None, kind: str | None = None) -> list[dict]:
+        return event_page(response, None, after, limit, tail, before, kind)
 
     @api.get("/jobs/{job_id}/predictions")
     def predictions(job_id: JobId, after: After = 0, limit: OptionalLimit = None) -> list[dict]:

@@ -3,7 +3,10 @@ out), is re-queued a bounded number of times, so a job that loses its coordinato
 error; its next start resumes from the newest valid checkpoint."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from dlsched.backends.base import PollResult
+from dlsched.service.ended_status import KILLED, settle_status
 from dlsched.service.event_kinds import START_UNRESERVED
 from dlsched.service.store import FAILED, QUEUED, Store
 
@@ -16,8 +19,9 @@ MAX_FENCED_STARTS = 18
 MAX_UNRESERVED_STARTS = 3
 
 
-def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float) -> None:
-    """Re-queue the job (its next start resumes from the checkpoint), or fail it once over its bound."""
+def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float, job_dir: Path | None = None) -> None:
+    """Re-queue the job (its next start resumes from the checkpoint), or fail it once over its bound; its folder's
+    status.json, left ``running`` by the coordinator that died, then says which (``ended_status.py``)."""
     key, limit = ("fenced", MAX_FENCED_STARTS) if gone.fenced else ("coordinator_lost", MAX_COORDINATOR_LOSSES)
     count = store.count_events(job_id, QUEUED, key) + 1
     why = gone.error or "coordinator vanished"
@@ -25,9 +29,13 @@ def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float) -> N
         what = "fenced" if gone.fenced else "coordinator lost"
         error = f"{why}: {what} {count} times, gave up after {limit} resumes (see the job's output.log)"
         store.transition(job_id, FAILED, now, {"error": error}, error=error)
+        state, said = FAILED, error
     else:
         store.transition(job_id, QUEUED, now, {"reason": f"{why}: resume from checkpoint", key: count},
                          num_gpus=0, placement={})
+        state, said = KILLED, f"{why}; the service re-queued the job: its next start resumes from its last checkpoint"
+    if job_dir is not None and not gone.fenced:   # a fenced start's folder is the live holder's
+        settle_status(job_dir, state, said)
 
 
 def after_failed_start(store: Store, job_id: int, error: Exception, now: float) -> tuple[str, dict, dict]:

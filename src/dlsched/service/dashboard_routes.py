@@ -24,12 +24,14 @@ from fastapi.responses import FileResponse, RedirectResponse
 
 from dlsched.perf.efficiency import GradientNoise
 from dlsched.policy.base import NodeView
+from dlsched.service.event_pages import newest_events
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.finish_times import shown_times, stated_target
 from dlsched.service.job_models import metric_target_of
 from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.service.limits import JobId
-from dlsched.service.store import ACTIVE, TERMINAL, Store, UnknownJob
+from dlsched.service.job_pages import job_page, newest_allocations, recently_ended
+from dlsched.service.store import ACTIVE, Store, UnknownJob, job_counts
 
 STATIC_DIR = Path(__file__).with_name("dashboard")
 STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
@@ -93,9 +95,9 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
              lost: frozenset[str] = frozenset()) -> dict:
     """Cluster (who holds what), queue with predicted start/finish, Gantt and counts, in one answer."""
     now = time.time() if now is None else now
-    jobs = store.jobs()
-    preds = store.latest_predictions()
-    active = [j for j in jobs if j.state in ACTIVE]
+    # the active jobs, counts and the newest few ended: a store of months of jobs is never read whole
+    active = store.jobs(states=ACTIVE)
+    preds = store.latest_predictions([j.id for j in active])
     holders: dict[str, list[dict]] = {n.name: [] for n in nodes}
     for j in active:
         for node, g in j.placement.items():
@@ -112,25 +114,22 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
                       "loss": _clean(j.last_loss), "samples_per_s": _clean(j.samples_per_s),
                       "predicted_start": _clean(start), "predicted_finish": _clean(finish),
                       "target": stated_target(preds.get(j.id)), "stalled_since": j.stalled_since})
-    counts: dict[str, int] = {}
-    for j in jobs:
-        counts[j.state] = counts.get(j.state, 0) + 1
-    all_allocs = store.allocations()
-    with_allocs = {a["job_id"] for a in all_allocs}
-    keep = set(sorted(with_allocs, reverse=True)[:MAX_GANTT_JOBS])
-    allocs = [a for a in all_allocs if a["job_id"] in keep]
-    names = {j.id: j.name for j in jobs}
-    intervals = gantt_intervals(allocs, {j.id: j.end_time for j in jobs}, now)
+    counts = job_counts(store)
+    allocs, with_allocs = newest_allocations(store, MAX_GANTT_JOBS)
+    keep = {a["job_id"] for a in allocs}
+    drawn = job_page(store, ids=keep, limit=len(keep)).jobs if keep else []
+    intervals = gantt_intervals(allocs, {j.id: j.end_time for j in drawn}, now)
+    names = {j.id: j.name for j in drawn}
     for iv in intervals:
         iv["name"] = names.get(iv["job_id"], str(iv["job_id"]))
     finished = [{"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
                  "start_time": j.start_time, "end_time": j.end_time, "error": j.error}
-                for j in sorted((j for j in jobs if j.state in TERMINAL), key=lambda j: -(j.end_time or 0))[:50]]
-    return {"now": now, "counts": counts, "total_jobs": len(jobs),
+                for j in recently_ended(store, 50)]
+    return {"now": now, "counts": counts, "total_jobs": sum(counts.values()),
             "nodes": [{"name": n.name, "gpus": n.num_gpus, "gpu_type": n.gpu_type, "holders": holders.get(n.name, []),
                        "lost": n.name in lost} for n in nodes],
             "queue": queue, "recent": finished, "gantt": intervals, "gantt_jobs": len(keep),
-            "gantt_total_jobs": len(with_allocs)}
+            "gantt_total_jobs": with_allocs}
 
 
 def job_detail(store: Store, job_id: int) -> dict:
@@ -148,7 +147,7 @@ def job_detail(store: Store, job_id: int) -> dict:
         job["fraction_done"] = ensemble["fraction_done"]
     return {"job": job, "curve": curve, "fit": loss_fit_of(prediction),
             "prediction": prediction, "predicted_start": _clean(start), "predicted_finish": _clean(finish),
-            "allocations": store.allocations(job_id), "events": store.events(job_id=job_id, limit=200),
+            "allocations": store.allocations(job_id), "events": newest_events(store, 200, job_id)[0],
             "ensemble": ensemble, "target": target_series(store, rec)}
 
 

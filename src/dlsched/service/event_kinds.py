@@ -2,6 +2,7 @@
 --type`` checks a filter against, so a typo is an error naming the valid kinds, not an empty list."""
 from __future__ import annotations
 
+from dlsched.service.job_events import EVENTS_DROPPED
 from dlsched.service.retention import PURGED
 from dlsched.service.stalls import PROGRESSING, STALLED
 from dlsched.service.store import ACTIVE, TERMINAL
@@ -13,6 +14,6 @@ START_UNRESERVED, GROW_UNRESERVED = "start_unreserved", "grow_unreserved"
 SERVICE_EVENTS = ("submitted", *ACTIVE, *TERMINAL, "cancel_requested", "resize_requested", "resize_released",
                   "workers_lost", "reattached", "service_started", "node_lost", "node_up", "prediction_failed",
                   "target_reached", PURGED,
-                  START_UNRESERVED, GROW_UNRESERVED, STALLED, PROGRESSING)
+                  START_UNRESERVED, GROW_UNRESERVED, STALLED, PROGRESSING, EVENTS_DROPPED)
 # a runtime event of the job's progress file is stored as job_<event>; the backend's reader adds malformed_progress
 EVENT_KINDS = SERVICE_EVENTS + tuple(f"job_{e}" for e in (*EVENTS, "malformed_progress"))

@@ -27,6 +27,7 @@ from dlsched.service.failed_actions import after_failed_action
 from dlsched.service.failure_log import RepeatedFailures
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Forecaster
+from dlsched.service.job_events import JobEvents
 from dlsched.service.job_folders import job_folder
 from dlsched.service.job_models import JobModels
 from dlsched.service.nodes import LOST, NodeWatch
@@ -105,12 +106,13 @@ class LiveLoop:
         self.reached = TargetReached(store)                # each job's target_reached event, once
         self._to_refit: dict[int, JobRecord] = {}          # jobs whose progress arrived this pass
         self._ended: list[tuple[int, bool]] = []           # (job, finished) that ended this pass
-        self._bad_fields: set[tuple[int, str]] = set()     # (job, field) a malformed_progress event named
+        self.job_events = JobEvents(store)   # what a job's processes write, bounded
         self._given_up: dict[int, str] = {}                # job -> why the runtime abandoned its current resize
         self._confirmed: list[int] = []                    # jobs whose held slots the store released this pass
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
         self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
-        self.stalls = StallWatch(cluster.stall_after_s, store)   # alive but no progress: said, never acted on
+        # alive but no progress: said, never acted on
+        self.stalls = StallWatch(cluster.stall_after_s, store, first_step_s=cluster.first_step_after_s)
         self.retention = Retention(store, cluster.retain_ended_days)   # an ended job's step rows do not stay for good
         self.held_out = HeldOut()                          # jobs placed on nodes the round's view lacks
 
@@ -212,6 +214,7 @@ class LiveLoop:
                 elif isinstance(act, Start):
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self.models.note_change(job.id, "start", now, gen)
+                    self.stalls.started(job.id)
                     # the books say where it runs: booked on a node that died since the view, the next round moved it
                     placed = self.backend.placement(job.id) or act.nodes
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size,
@@ -276,7 +279,7 @@ class LiveLoop:
         elif res.state == "failed":
             self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
         elif res.state == "gone":
-            resume_or_fail(self.store, job.id, res, now)
+            resume_or_fail(self.store, job.id, res, now, d)
         else:
             if given_up is not None and job.state == RESCALING:   # a live job's only: an ended one's books are gone
                 job = return_to_held(self.store, self.backend, self.backoff, job, d, given_up,
@@ -321,16 +324,12 @@ class LiveLoop:
                 fields["releasing"] = None
                 self._confirmed.append(job.id)
         self.store.add_progress(job.id, samples, offset, **fields)
-        for r in records:
-            if "event" in r:
-                if "field" in r and r["event"] == "malformed_progress":   # once per job and field, not every read
-                    if (job.id, r["field"]) in self._bad_fields:
-                        continue
-                    self._bad_fields.add((job.id, r["field"]))
-                self.store.event(f"job_{r['event']}", job.id, now, **{k: v for k, v in r.items() if k != "event"})
-                # an older request's abandonment is moot: a newer one stands (generation is this loop's to change)
-                if r["event"] == "resize_abandoned" and r.get("control_generation") == job.generation:
-                    self._given_up[job.id] = str(r.get("reason"))
+        events = [r for r in records if "event" in r]
+        self.job_events.store_read(job.id, events, now)   # bounded (``job_events.py``); the loop reads them all
+        for r in events:
+            # an older request's abandonment is moot: a newer one stands (generation is this loop's to change)
+            if r["event"] == "resize_abandoned" and r.get("control_generation") == job.generation:
+                self._given_up[job.id] = str(r.get("reason"))
         job = self.store.get(job.id)
         self._to_refit[job.id] = job
         return job
@@ -344,6 +343,7 @@ class LiveLoop:
             if pred is not None:
                 self._pending[job_id] = (now, pred)
         for job_id, finished in self._ended:
+            self.job_events.forget(job_id, now)
             self.models.forget(job_id, finished=finished)
             self.backoff.forget(job_id)
         self._to_refit, self._ended = {}, []

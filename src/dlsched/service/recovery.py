@@ -27,6 +27,7 @@ from typing import Callable, Mapping
 
 from dlsched.backends.base import Backend
 from dlsched.service.accounting import counted_until
+from dlsched.service.ended_status import KILLED, settle_status
 from dlsched.service.off_cluster import over_booked, unknown_nodes
 from dlsched.service.store import CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord, Store
 from dlsched.train.files import read_status
@@ -90,6 +91,7 @@ def _ended_unwatched(store: Store, backend: Backend, job: JobRecord, d: Path, no
         store.transition(job.id, QUEUED, now, {"reason": requeue_reason, **detail}, num_gpus=0, placement={},
                          **counted_until(job, end, now))
         store.record_allocation(job.id, now, 0, job.batch_size, {})
+        settle_status(d, KILLED, f"{requeue_reason}: its coordinator had ended without a word while no service watched")
 
 
 def _stop_off_cluster(store: Store, backend: Backend, job: JobRecord, d: Path, off: list[str], over: list[str],

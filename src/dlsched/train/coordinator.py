@@ -31,12 +31,12 @@ from dlsched.train import storage
 from dlsched.train import preemption, worker_forkserver
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.devices import job_devices
-from dlsched.train.files import (ProgressLog, answered_control, job_program, last_generation, read_progress,
-                                 read_status, write_status)
+from dlsched.train.files import ProgressLog, job_program, read_status, write_status
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.replayed_records import ReplayedRecords
+from dlsched.train.resume_log import read_resume_log
 from dlsched.train.script_output import ScriptOutput
 from dlsched.train.resizer import Resizer
 from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready, end_key,
@@ -84,11 +84,6 @@ class Options:
 def planned_samples(job: TrainJob) -> int | None:
     """Samples the job will train on: per epoch x epochs; None under a convergence rule (it may end sooner)."""
     return None if job.target_loss is not None else job.num_samples * job.epochs
-
-
-def logged_batch(log: list[dict], step: int) -> int | None:
-    """The batch ``step`` trained at, by its last record: a script's checkpoint holds none (its loader's)."""
-    return next((r.get("batch_size") for r in reversed(log) if "event" not in r and r.get("step") == step), None)
 
 
 class Coordinator:
@@ -238,13 +233,13 @@ class Coordinator:
             worker_forkserver.start_shielded()
         # a resumed job numbers its generations after the last run's, and says where it resumed: the sample
         # records the last run wrote after that step are then known to be rolled back (committed_sample_ids)
-        log = read_progress(self.dir)   # once: a long job's log is large, and three readers want it
-        self.resizer.control.generation = answered_control(log)
-        first = last_generation(self.dir, log) + 1
+        earlier = read_resume_log(self.dir, start.step)   # one pass, none of it kept: a long job's log is gigabytes
+        self.resizer.control.generation = earlier.answered
+        first = earlier.generation + 1
         self.generation = first - 1
         if first > 0:
-            self.replays = ReplayedRecords.from_log(log, start.step)
-            was = checkpointed.global_batch or logged_batch(log, start.step)
+            self.replays = earlier.replays
+            was = checkpointed.global_batch or earlier.batch
             self.progress.write({"event": "resumed", "time": time.time(), "new_generation": first,
                                  "restored_step": start.step, "checkpoint": str(start.restore) if start.restore else None,
                                  "batch_size": start.global_batch or was, "from_batch_size": was})

@@ -118,24 +118,30 @@ def read_json_lines(path: Path, warn_torn: bool = True) -> list[dict]:
     """The records of a JSON-lines file written by a process that may have been killed mid-line: a torn last
     line is skipped with a warning (``warn_torn``: readers of a live file, whose last line is usually being
     written, skip it silently); a bad line anywhere else is a ``UserError`` naming the file and line."""
+    return list(iter_json_lines(path, warn_torn))
+
+
+def iter_json_lines(path: Path, warn_torn: bool = True) -> Iterator:
+    """``read_json_lines`` one record at a time: a months-long job's progress.jsonl is gigabytes, and its records as
+    a list several times that."""
     path = Path(path)
     try:
-        lines = path.read_bytes().splitlines()
+        f = open(path, "rb")
     except FileNotFoundError:
-        return []
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except ValueError as e:
-            if n == len(lines):
-                if warn_torn:
-                    log.warning("%s: ignoring its torn last line %d (a writer was killed mid-line)", path, n)
+        return
+    torn = None   # (line number, error) of a bad line: an error unless it is the last
+    with f:
+        for n, line in enumerate(f, 1):
+            if torn is not None:
+                raise UserError(f"{path}:{torn[0]}: unreadable record ({torn[1]})")
+            if not line.strip():
                 continue
-            raise UserError(f"{path}:{n}: unreadable record ({e})") from None
-    return out
+            try:
+                yield json.loads(line)
+            except ValueError as e:
+                torn = (n, e)
+    if torn is not None and warn_torn:
+        log.warning("%s: ignoring its torn last line %d (a writer was killed mid-line)", path, torn[0])
 
 
 class ControlWatch:
@@ -210,23 +216,6 @@ class ProgressTail:
             if isinstance(rec, dict):
                 out.append(rec)
         return out
-
-
-def answered_control(log: list[dict]) -> int:
-    """The highest control.json generation an earlier run of the job answered or gave up (-1: none), from its
-    progress records (``read_progress``). The file is a level and outlives the run: a re-run applied the last run's
-    request again, over its own ``--workers``."""
-    return _highest(r.get("control_generation") for r in log)
-
-
-def last_generation(job_dir: Path, log: list[dict]) -> int:
-    """The highest coordinator generation an earlier run of the job published (-1: none): in status.json, or
-    on a step record (``log``: its progress records) if that run was killed before its status said so."""
-    return _highest([r.get("generation") for r in log] + [(read_status(job_dir) or {}).get("generation")])
-
-
-def _highest(values) -> int:
-    return max((g for g in values if isinstance(g, int) and not isinstance(g, bool)), default=-1)
 
 
 def control_bytes(job_dir: Path) -> bytes | None:

@@ -147,9 +147,9 @@ class Control(_Record):
 
 
 class Status(_Record):
-    """DIR/status.json, written by the coordinator."""
+    """DIR/status.json, written by the coordinator (``killed``: by the service, for one that died saying ``running``)."""
 
-    state: Literal["running", "finished", "failed", "stopped"]
+    state: Literal["running", "finished", "failed", "stopped", "killed"]
     pid: int
     workers: int
     error: str | None = None
