@@ -64,6 +64,15 @@ def test_submit_list_show_logs_events_predictions(client):
     drawn = client.get(f"/jobs/{jid}/progress", params={"points": 2}).json()
     assert 2 <= len(drawn) <= 3 and drawn[0] == rows[0] and drawn[-1] == rows[-1]
     assert client.get(f"/jobs/{jid}/progress", params={"points": 0}).status_code == 422
+    # a page at a time: a job that ran for months has a row a step, all of them were one answer
+    first = client.get(f"/jobs/{jid}/progress", params={"limit": 2})
+    assert first.json() == rows[:2] and first.headers["x-next-after"] == str(followed[1]["id"])
+    paged, after = first.json(), first.headers.get("x-next-after")
+    while after is not None:
+        page = client.get(f"/jobs/{jid}/progress", params={"after": after, "limit": 2})
+        paged += [{k: v for k, v in r.items() if k != "id"} for r in page.json()]
+        after = page.headers.get("x-next-after")
+    assert paged == rows and "x-next-after" not in client.get(f"/jobs/{jid}/progress").headers
     assert client.get("/cluster").json()["nodes"][0]["gpus"] == 2
 
 

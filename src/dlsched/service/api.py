@@ -46,8 +46,9 @@ from dlsched.service.event_kinds import EVENT_KINDS
 from dlsched.service.event_pages import newest_events
 from dlsched.service.job_folders import job_folder
 from dlsched.service.job_pages import DEFAULT_JOBS_PAGE, MAX_IDS, job_page
-from dlsched.service.limits import (DEFAULT_MAX_BODY, MAX_BATCH_JOBS, MAX_EVENTS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S,
-                                    MAX_ID, After, JobId, Limit, Offset, OptionalAfter, OptionalLimit)
+from dlsched.service.limits import (DEFAULT_MAX_BODY, DEFAULT_PROGRESS_PAGE, MAX_BATCH_JOBS, MAX_EVENTS_PAGE, MAX_ID,
+                                    MAX_PROGRESS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId, Limit, Offset,
+                                    OptionalAfter, OptionalLimit)
 from dlsched.service.metrics import ServiceCollector, allocated_slots, metrics_registry
 from dlsched.service.nodes import LOST
 from dlsched.service.resize_limits import resize_refusal
@@ -459,11 +460,23 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         return store.predictions(job_id, after_id=after, limit=limit)
 
     @api.get("/jobs/{job_id}/progress")
-    def progress(job_id: JobId, after: OptionalAfter = None, points: OptionalLimit = None) -> list[dict]:
-        """The job's progress rows; ``after``: those stored after row ``after``, each with its ``id`` (to follow a
-        job); ``points``: at most that many of those with a step and a loss, evenly spaced, and the newest (to draw)."""
+    def progress(job_id: JobId, response: Response, after: OptionalAfter = None, points: OptionalLimit = None,
+                 limit: Limit = DEFAULT_PROGRESS_PAGE) -> list[dict]:
+        """The job's progress rows, the first ``limit`` (at most ``MAX_PROGRESS_PAGE``; ``X-Next-After`` names the next
+        page's ``after`` when more remain); ``after``: those stored after row ``after``, each with its ``id`` (to follow
+        a job); ``points``: at most that many of those with a step and a loss, evenly spaced, and the newest (to draw)."""
         store.get(job_id)
-        return store.progress(job_id, after_id=after, loss_points=points)
+        if points is not None:
+            return store.progress(job_id, after_id=after, loss_points=points)
+        # a page: a job that ran for months has a row a step (millions), all of them one answer
+        limit = min(limit, MAX_PROGRESS_PAGE)
+        rows = store.progress(job_id, after_id=after if after is not None else 0, limit=limit + 1)
+        if len(rows) > limit:
+            rows = rows[:limit]
+            response.headers["X-Next-After"] = str(rows[-1]["id"])
+        if after is None:   # as before: rows without their ids unless followed
+            rows = [{k: v for k, v in r.items() if k != "id"} for r in rows]
+        return rows
 
     @api.get("/jobs/{job_id}/logs")
     def logs(job_id: JobId, offset: Offset = 0, tail: int | None = None, worker: int | None = None) -> PlainTextResponse:

@@ -15,6 +15,8 @@ DEFAULT_MAX_BODY = MAX_DOCUMENT_BYTES
 PARSE_TIMEOUT_S = 2.0               # parsing + validating one spec (well under 10 ms when within the limits)
 PARSE_THREADS = 2                   # specs parsed at once; more wait their turn (and their timeout)
 MAX_EVENTS_PAGE = 10_000
+# GET /jobs/{id}/progress: rows a page (a job has one a step), by default and at most
+DEFAULT_PROGRESS_PAGE, MAX_PROGRESS_PAGE = 10_000, 50_000
 MAX_BATCH_JOBS = 100                # specs one POST /jobs/batch may carry (each parsed within PARSE_TIMEOUT_S)
 
 JobId = Annotated[int, Path(ge=0, le=MAX_ID)]
