@@ -354,3 +354,16 @@ def test_a_members_head_narrower_than_the_labels_fails_in_one_line_before_anythi
     assert done.returncode == 2 and line in done.stderr, done.stderr[-2000:]
     assert line in read_status(job)["error"] and read_status(job)["state"] == "failed"
     assert not (job / "progress.jsonl").exists() or not [r for r in read_progress(job) if r.get("event") == "profiled"]
+
+
+def test_an_ensembles_samples_per_s_counts_only_the_members_training_now(tmp_path, monkeypatch):
+    """A member re-planned to wait kept its last rate in the step records' samples_per_s (status's SAMPLES/S)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    io = _Contract(tmp_path, 2, 8, ["a", "b"])
+    io.event({"event": "flotillas", "share": 2, "waiting": [], "flotillas": [{"members": {"a": 1}}, {"members": {"b": 1}}]})
+    io.report(("a", "training", 0, 10, 0.5, None, 100.0))
+    io.report(("b", "training", 0, 10, 0.5, None, 50.0))
+    io.event({"event": "flotillas", "share": 1, "waiting": ["b"], "flotillas": [{"members": {"a": 1}}]})
+    io.report(("a", "training", 0, 20, 0.4, None, 90.0))
+    steps = [r for r in read_progress(tmp_path) if is_step(r)]
+    assert [r["samples_per_s"] for r in steps] == [100.0, 150.0, 90.0]

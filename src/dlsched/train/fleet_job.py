@@ -237,6 +237,8 @@ class _Contract:
         if e.get("event") == "flotillas":   # planned on the share read last: the old flotillas have stopped
             self.flotillas, self.planned = e["flotillas"], (self.control.generation, self.granted)
             running = {d for f in e["flotillas"] for d in f["members"]}
+            # a member left waiting trains nothing now: its last rate stayed in the ensemble's samples/s
+            self.rates = {d: r for d, r in self.rates.items() if d in running}
             self.members.update({d: "training" if d in running else "waiting"
                                  for d, s in self.members.items() if s not in LEAVE_LABEL.values()})
         if e.get("event") == "member_converged":
