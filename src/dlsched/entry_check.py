@@ -58,6 +58,16 @@ def _signature(tree: ast.Module, func: str) -> ast.arguments | None:
     raise LookupError(func)
 
 
+def constructor_arguments(entry: str, workdir: Path) -> ast.arguments | None:
+    """The parameters ``entry`` (``file.py:Class``, ``module:func``) takes, read with ``ast``; None where they cannot
+    be read from its file (not found, not compiling, inherited or aliased: ``check_entry`` says which)."""
+    path = entry_file(entry, workdir)
+    try:
+        return None if path is None else _signature(ast.parse(path.read_bytes(), filename=str(path)), entry.rsplit(":", 1)[1])
+    except (SyntaxError, ValueError, OSError, LookupError):
+        return None
+
+
 def check_script(command: list[str], workdir: str | Path, source: str = "job spec") -> None:
     """Raise ``SpecError`` (one line) when a command job's script (``python SCRIPT [args]``, already held to the
     entry rules) is not a file where the runtime runs it: such a job was accepted and failed when it started."""

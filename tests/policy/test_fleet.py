@@ -157,3 +157,13 @@ def test_jobs_without_a_fleet_profile_are_still_scheduled_in_the_shared_simulato
     jobs = [WorkloadJob(f"j{i}", 60.0 * i, 1 + i % 3, duration=600.0) for i in range(6)]
     res = run(jobs, "fleet", ClusterView.homogeneous(2, 4), interval=60.0, horizon=10_000)
     assert res.jobs.finish.notna().all()
+
+
+def test_an_anchor_gets_no_gpu_its_profile_says_slows_it():
+    """A member profiled on this 2-core host at 75.09 samples/s on 1 worker and 56.56 on 2 was planned on 2 (the
+    tie-break on GPUs used): its own profile said it would train slower."""
+    wide = ModelProfile("wide", (75.09, 56.56))
+    assert create_flotilla([wide], free_gpus=2) == {"wide": 1}
+    assert create_flotilla([ModelProfile("dip", (50.0, 40.0, 120.0))], free_gpus=3) == {"dip": 3}   # faster on 3
+    plan = plan_fleet([wide], {"share": 2}, cpu_pool=2)
+    assert [f.gpus for f in plan.flotillas] == [{"wide": 1}] and plan.flotillas[0].rate == 75.09

@@ -90,3 +90,51 @@ def test_a_good_ensemble_is_accepted(client, tmp_path):
     r = client.post("/jobs", content=JOB, headers={"content-type": "application/yaml"})
     assert r.status_code == 201, r.text
     client.post(f"/jobs/{r.json()['id']}/cancel")
+
+
+HEADS = """from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, hidden: int = 8, classes: int = 10):
+        super().__init__()
+
+class Fixed(nn.Module):   # its head's width is in no parameter: the runtime's check
+    def __init__(self):
+        super().__init__()
+"""
+HEADS_ENSEMBLE = """name: e
+dataset: %(data)s
+batch_size: 16
+models:
+  - {name: fine, model: "models.py:Net", kwargs: {classes: 20}}
+  - {name: narrow, model: "models.py:%(model)s"%(extra)s}
+"""
+
+
+@pytest.mark.parametrize("data, model, extra, line", [
+    ("{kind: synthetic, train: 128, val: 32, classes: 20}", "Net", "", "ens.yaml: field models[1].kwargs.classes: "
+     "Net has 10 classes (its default), but dataset.classes is 20: give kwargs: {classes: 20}"),
+    ("{kind: synthetic, train: 128, val: 32, classes: 20}", "Net", ", kwargs: {classes: 5}",
+     "ens.yaml: field models[1].kwargs.classes: Net has 5 classes, but dataset.classes is 20"),
+    ("{kind: npz, path: d.npz}", "Net", "", "ens.yaml: field models[1].kwargs.classes: Net has 10 classes (its "
+     "default), but d.npz's labels go to 12: give kwargs: {classes: 13}"),
+])
+def test_a_models_head_narrower_than_the_datas_labels_is_one_line_at_submit(client, tmp_path, data, model, extra, line):
+    """It was accepted, profiled, and failed when the member first trained, after the others had trained:
+    "RuntimeError: member tiny failed: IndexError: Target 15 is out of bounds"."""
+    import numpy as np
+
+    np.savez(tmp_path / "d.npz", x_train=np.zeros((64, 3, 8, 8), np.uint8), y_train=np.arange(64) % 13,
+             x_val=np.zeros((16, 3, 8, 8), np.uint8), y_val=np.arange(16) % 4)
+    (tmp_path / "models.py").write_text(HEADS)
+    (tmp_path / "ens.yaml").write_text(HEADS_ENSEMBLE % {"data": data, "model": model, "extra": extra})
+    r = client.post("/jobs", content=JOB, headers={"content-type": "application/yaml"})
+    assert r.status_code == 422, r.text
+    assert line in r.json()["error"] and "\n" not in r.json()["error"]
+    assert client.get("/jobs").json() == []
+    # wide enough, or a head no parameter declares (the runtime checks that one before profiling): accepted
+    for ok in (("Net", ", kwargs: {classes: 20}"), ("Fixed", "")):
+        (tmp_path / "ens.yaml").write_text(HEADS_ENSEMBLE % {"data": data, "model": ok[0], "extra": ok[1]})
+        r = client.post("/jobs", content=JOB, headers={"content-type": "application/yaml"})
+        assert r.status_code == 201, r.text
+        client.post(f"/jobs/{r.json()['id']}/cancel")

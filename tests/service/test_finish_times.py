@@ -45,3 +45,13 @@ def test_status_shows_when_a_running_job_reaches_its_target_and_the_chance():
         f"val_accuracy 0.93: reached {clock(1_800_000_000)}"
     assert job_rows([job | {"target": at | {"reached": True, "time": None}}])[0][11] == \
         "val_accuracy 0.93: reached step 4,200"
+
+
+def test_a_live_job_past_its_predicted_finish_is_overdue_never_a_negative_time_left():
+    """`status` showed ``LEFT -0s`` (and -23s) for a job still training past its forecast finish."""
+    job = {"id": 3, "name": "lm", "state": "running", "num_gpus": 1, "batch_size": 32, "fraction_done": 0.9,
+           "last_loss": 2.0, "samples_per_s": 100.0}
+    now = 1_800_000_000.0
+    left = [job_rows([job | {"predicted_finish": now + d}], now)[0][9] for d in (95.0, 0.2, -0.2, -23.0)]
+    assert left == ["1m 35s", "overdue", "overdue", "overdue"]
+    assert job_rows([job | {"state": "finished", "predicted_finish": now - 5}], now)[0][9] == "-"

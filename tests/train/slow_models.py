@@ -40,3 +40,20 @@ class TeardownHangingCNN(WideCNN):
 
         dist.destroy_process_group = lambda *a, **k: time.sleep(3600)
         super().__init__(**kw)
+
+
+class ProfiledFastCNN(WideCNN):
+    """Untimed for its first ``fast_steps`` training steps in a process, then ``step_s`` a step: its profile (five
+    steps in processes of their own) runs far faster than it trains, as a profile taken on a quiet machine does
+    next to one training on a busy one."""
+
+    def __init__(self, step_s: float = 0.2, fast_steps: int = 8, **kw) -> None:
+        super().__init__(**kw)
+        self.step_s, self.fast_steps, self.steps = step_s, fast_steps, 0
+
+    def forward(self, x):
+        if self.training:
+            self.steps += 1
+            if self.steps > self.fast_steps:
+                time.sleep(self.step_s)
+        return super().forward(x)

@@ -322,3 +322,48 @@ def test_a_sigkilled_runtime_resumes_each_member_from_its_last_epochs_end(tmp_pa
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+NARROW = """from torch import nn
+
+class Fixed(nn.Module):   # a 10-wide head no constructor parameter declares: the submit check cannot read it
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(3, 10))
+
+    def forward(self, x):
+        return self.net(x)
+"""
+
+
+def test_a_members_head_narrower_than_the_labels_fails_in_one_line_before_anything_is_profiled(tmp_path):
+    """It failed when the member first trained, after every member's profiling and the other members' training:
+    "RuntimeError: member tiny failed: IndexError: Target 15 is out of bounds"."""
+    (tmp_path / "models.py").write_text(NARROW)
+    spec = tmp_path / "ens.yaml"
+    spec.write_text("dataset: {kind: synthetic, train: 64, val: 16, classes: 20}\nbatch_size: 16\nmodels:\n"
+                    f"  - {{name: tiny, model: \"{MODELS}:TinyCNN\", kwargs: {{width: 4, classes: 20}}}}\n"
+                    "  - {name: fixed, model: \"models.py:Fixed\"}\n")
+    job = tmp_path / "job"
+    done = subprocess.run([sys.executable, "-m", "dlsched.train.run", "--strategy", "fleet", "--job-dir", str(job),
+                           "--entry", "dlsched.train.fleet_spec:from_yaml", "--workers", "1", "--param",
+                           f"path={spec}"], env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src")),
+                          capture_output=True, text=True, timeout=120)
+    line = ("field models[1] (fixed, models.py:Fixed): its output has 10 classes, but the data's labels go to 19 "
+            "(20 classes)")
+    assert done.returncode == 2 and line in done.stderr, done.stderr[-2000:]
+    assert line in read_status(job)["error"] and read_status(job)["state"] == "failed"
+    assert not (job / "progress.jsonl").exists() or not [r for r in read_progress(job) if r.get("event") == "profiled"]
+
+
+def test_an_ensembles_samples_per_s_counts_only_the_members_training_now(tmp_path, monkeypatch):
+    """A member re-planned to wait kept its last rate in the step records' samples_per_s (status's SAMPLES/S)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    io = _Contract(tmp_path, 2, 8, ["a", "b"])
+    io.event({"event": "flotillas", "share": 2, "waiting": [], "flotillas": [{"members": {"a": 1}}, {"members": {"b": 1}}]})
+    io.report(("a", "training", 0, 10, 0.5, None, 100.0))
+    io.report(("b", "training", 0, 10, 0.5, None, 50.0))
+    io.event({"event": "flotillas", "share": 1, "waiting": ["b"], "flotillas": [{"members": {"a": 1}}]})
+    io.report(("a", "training", 0, 20, 0.4, None, 90.0))
+    steps = [r for r in read_progress(tmp_path) if is_step(r)]
+    assert [r["samples_per_s"] for r in steps] == [100.0, 150.0, 90.0]

@@ -85,7 +85,8 @@ class Backend(Protocol):
 
 # a step record's numeric fields, as the loop, the store and the refit read them; job code computes some of them
 # (total_samples = a make_job's epochs x num_samples: params: {epochs: "abc"} made it a 1 500-character string)
-STEP_NUMBERS = ("time", "step", "epoch", "samples", "total_samples", "loss", "samples_per_s", "workers", "batch_size")
+STEP_NUMBERS = ("time", "step", "epoch", "samples", "total_samples", "loss", "samples_per_s", "workers", "batch_size",
+                "member_step")
 
 
 def _bad_numbers(rec: dict) -> list[str]:

@@ -163,8 +163,11 @@ def _finish_cell(j: dict) -> str:
 
 
 def _left_cell(j: dict, now: float) -> str:
+    """Time to the predicted finish; a live job past it is ``overdue`` (``-0s`` read as a job that had ended)."""
     ts = j.get("predicted_finish")
-    return human_duration(ts - now) if ts and j["state"] not in TERMINAL else "-"
+    if not ts or j["state"] in TERMINAL:
+        return "-"
+    return human_duration(ts - now) if ts - now >= 0.5 else "overdue"
 
 
 def _reason(j: dict) -> str:

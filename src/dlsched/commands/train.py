@@ -52,7 +52,8 @@ def register(app: typer.Typer) -> None:
         max_restarts: int = typer.Option(3, "--max-restarts", help="worker-loss recoveries (from the last "
                                          "checkpoint) before the job fails"),
         replace_stragglers: bool = typer.Option(True, "--replace-stragglers/--no-replace-stragglers",
-                                                help="all-reduce: replace a worker the EWMA rule flags as slow"),
+                                                help="replace a worker the EWMA rule flags as slow (all-reduce; ps sync and "
+                                                "SSP, at a round's end: docs/ps.md)"),
         threads: int = typer.Option(0, help="torch threads per worker (0 = CPU cores // workers)"),
         record_samples: bool = typer.Option(False, "--record-samples", help="all-reduce: write each step's sample "
                                             "ids to JOB_DIR/samples/ (an exactly-once audit)"),
@@ -137,7 +138,6 @@ def register(app: typer.Typer) -> None:
         # of `dlsched train` for a ps job they would do nothing: one line
         for flag, value, given, why in (
                 ("--record-samples", "", record_samples, "a ps job records each batch's samples in ps/records/"),
-                ("--no-replace-stragglers", "", not replace_stragglers, "a ps job replaces no straggler"),
                 ("--threads", threads, threads != 0, "a ps rank runs one torch thread")):
             if given and strategy == "ps":
                 raise UserError(f"{flag} {value}".strip() + f": not for --strategy ps ({why})")

@@ -17,6 +17,8 @@ Choices the slides leave open (each tested in tests/policy/test_fleet.py):
 * ``eps = 0.10``: the example needs eps in [0.05, 0.20) (DNN4's 105 vs 100 must match, DNN2's 80 vs 100 must not);
   0.10 is the middle of that range.
 * ties between anchors (DNN2 and DNN3 both 80 on one GPU) go to submission order;
+* an anchor takes only GPU counts its profile says run it faster than any fewer (rule #2's tie-break on GPUs used
+  gave a member profiled at 75 img/s on 1 GPU and 57 on 2 both GPUs; the spare one goes to the next flotilla);
 * a model that matches no anchor is not dropped: it waits and anchors a later flotilla;
 * leftover GPUs are not idle: further flotillas are formed from the still-waiting models until GPUs, preprocessing
   cores or models run out; when nobody waits, the GPUs still free go one at a time to a flotilla's slowest member
@@ -129,6 +131,10 @@ def create_flotilla(profiles: Sequence[ModelProfile], free_gpus: int, eps: float
     for a in anchors:
         for ga in range(1, min(a.max_gpus, free_gpus) + 1):
             target = a.rate(ga)
+            if ga > 1 and target <= max(a.rate(g) for g in range(1, ga)):
+                # a GPU its profile says slows it (a 2-worker member profiled at 56.56 samples/s, 75.09 on one)
+                # won it by the tie-break on GPUs used: not a GPU the flotilla can use
+                continue
             need = {p.name: g for p in profiles if p is not a
                     and (g := matching_gpus(p, target, eps, free_gpus)) is not None}
             chosen, free = {a.name: ga}, free_gpus - ga

@@ -12,17 +12,19 @@ from dlsched.policy.base import JobView
 from dlsched.policy.fleet import ModelProfile
 from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
 from dlsched.service.forecast import on_members, with_members
+from dlsched.service.member_progress import Measured, member_progress
 
 if TYPE_CHECKING:
     from dlsched.service.store import Store
 
 
-def ensemble_view(view: JobView, events: list[dict], now: float) -> JobView:
+def ensemble_view(view: JobView, events: list[dict], now: float, measured: dict[str, Measured] | None = None) -> JobView:
     """``view`` of an ensemble job with its members from its events (oldest first; ``fleet_status.
     MEMBER_WORK_EVENTS``) at ``now``: capped to the slots its still-training members can use (each its
     ``max_workers``: its profile's length; at least 1, the last member's end is the job's: no grow, no preemption
     while it finishes), at the speed their profiles give, their samples left its remaining work. Unchanged before
-    the runtime profiled its members (it trains nothing before)."""
+    the runtime profiled its members (it trains nothing before). ``measured``: the running members' measured
+    progress (``member_progress``), which sets where they stand and their speed once they have some."""
     profiled = [float(e["time"]) for e in events if e["kind"] == "job_profiled"]
     if not profiled:
         return view
@@ -31,11 +33,12 @@ def ensemble_view(view: JobView, events: list[dict], now: float) -> JobView:
         # its (re)start's pause included profiling its members, which a resize does not repeat (the profiles are
         # cached): counted in, the restart hold kept a 3-slot ensemble on 1 slot for as long again as it profiled
         view = replace(view, attrs={**view.attrs, "changed_at": profiled[-1]})
-    members = members_left(events, now)
+    members = members_left(events, now, measured)
     view = on_members(view, [ModelProfile(name, tuple(rates)) for name, rates, _ in members], at_least=1)
     return with_members(view, members) if members else view
 
 
 def ensemble_view_of(store: "Store", job_id: int, view: JobView, now: float) -> JobView:
     """``ensemble_view`` from the job's events in ``store``."""
-    return ensemble_view(view, store.events(job_id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS), now)
+    events = store.events(job_id, limit=1_000_000, kinds=MEMBER_WORK_EVENTS)
+    return ensemble_view(view, events, now, member_progress(store, job_id, events))

@@ -3,9 +3,10 @@ events the FLEET runtime reported through ``progress.jsonl`` (``flotillas``, ``m
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:   # the CLI imports ``summary``: no store (sqlite) at every ``dlsched`` start
+    from dlsched.service.member_progress import Measured
     from dlsched.service.store import Store
 
 
@@ -41,7 +42,28 @@ def well_formed(e: dict) -> bool:
     return _counts(d.get("samples_done", {}))
 
 
-def ensemble_status(events: Iterable[dict], now: float | None = None) -> dict[str, Any]:
+def _trained(name: str, plan_done: float, speed: Mapping[str, float], since: float, now: float | None,
+             measured: Mapping[str, "Measured"]) -> float:
+    """A member's samples at ``now``: as measured where it reported steps in its running flotilla, else its plan's
+    count gone on at the flotilla's profiled rate."""
+    m = measured.get(name) if name in speed else None
+    return m.at(now) if m is not None and now is not None else plan_done + speed.get(name, 0.0) * since
+
+
+def _rates(name: str, rates: tuple[float, ...], speed: Mapping[str, float],
+           measured: Mapping[str, "Measured"]) -> tuple[float, ...]:
+    """A member's profiled samples/s on 1..m slots, scaled by its measured over its flotilla's profiled rate once it
+    has one: the profiles give the shape, the measurement the level (``forecast.rate_for`` does so for a job's
+    speed model)."""
+    m = measured.get(name)
+    planned = speed.get(name, 0.0)
+    if m is None or m.rate is None or planned <= 0:
+        return rates
+    return tuple(r * m.rate / planned for r in rates)
+
+
+def ensemble_status(events: Iterable[dict], now: float | None = None,
+                    measured: Mapping[str, "Measured"] | None = None) -> dict[str, Any]:
     """``{"members": {name: "training"|"waiting"|"stopped"|"converged"|"stopped at max_epochs"}, "flotillas": [...],
     "share": slots, "fraction_done": f, "results": {name: {"epochs", "best_acc", "left", "best_checkpoint"}}}`` from a
     job's events, oldest first; ``results`` has each member that left: its epochs, best validation accuracy, why it
@@ -50,7 +72,9 @@ def ensemble_status(events: Iterable[dict], now: float | None = None) -> dict[st
     member would train to its epoch cap, those trained by the last plan (or by a stop, which says), a member that
     left counted whole (it has no work left), and at ``now`` what the running flotillas trained since their plan at
     their rate, as ``members_left`` counts it (the plan's alone stood still between plans: 0 % for minutes, then a
-    jump); None before the runtime profiled its members, 1 once the job finished."""
+    jump); a member of the running flotillas that has reported steps since (``measured``: ``member_progress``) is
+    counted where it stands, gone on at its measured rate; None before the runtime profiled its members, 1 once the
+    job finished."""
     members: dict[str, str] = {}
     flotillas: list[dict] = []
     share = None
@@ -86,7 +110,7 @@ def ensemble_status(events: Iterable[dict], now: float | None = None) -> dict[st
             members.update({m: "stopped" for m, st in members.items() if st not in LEFT})
     total = sum(cap.values())
     since = max(0.0, now - planned_at) if now is not None and planned_at is not None else 0.0
-    trained = sum(c if members.get(m) in LEFT else min(c, done.get(m, 0.0) + speed.get(m, 0.0) * since)
+    trained = sum(c if members.get(m) in LEFT else min(c, _trained(m, done.get(m, 0.0), speed, since, now, measured or {}))
                   for m, c in cap.items())
     fraction = 1.0 if ended else trained / total if total > 0 else None
     return {"members": members, "flotillas": flotillas, "share": share, "fraction_done": fraction,
@@ -101,10 +125,12 @@ ENSEMBLE_EVENTS = ("job_profiled", "job_flotillas", "job_member_converged", "job
 MEMBER_WORK_EVENTS = ("job_profiled", "job_flotillas", "job_member_converged")
 
 
-def members_left(events: Iterable[dict], now: float) -> tuple[tuple[str, tuple[float, ...], float], ...]:
-    """Each still-training member as (name, profiled samples/s on 1..m slots, samples left to its epoch cap), from
-    a job's events, oldest first; what it trained since the last plan is taken at its flotilla's rate (a member
-    that stops early by patience leaves sooner). Empty before the runtime profiled its members."""
+def members_left(events: Iterable[dict], now: float,
+                 measured: Mapping[str, "Measured"] | None = None) -> tuple[tuple[str, tuple[float, ...], float], ...]:
+    """Each still-training member as (name, samples/s on 1..m slots, samples left to its epoch cap), from a job's
+    events, oldest first: its profiled rates and what it trained since the last plan at its flotilla's rate, or, once
+    it reported steps in its running flotilla (``measured``), where it stands and its rates scaled to its measured
+    rate (a member that stops early by patience leaves sooner). Empty before the runtime profiled its members."""
     rates: dict[str, tuple[float, ...]] = {}
     cap: dict[str, float] = {}
     done: dict[str, float] = {}
@@ -122,13 +148,17 @@ def members_left(events: Iterable[dict], now: float) -> tuple[tuple[str, tuple[f
             planned_at = float(e["time"])
         elif e["kind"] == "job_member_converged":
             gone.add(d["member"])
-    since = max(0.0, now - planned_at)
-    return tuple((name, r, max(1.0, cap[name] - done.get(name, 0.0) - speed.get(name, 0.0) * since))
+    since, measured = max(0.0, now - planned_at), measured or {}
+    return tuple((name, _rates(name, r, speed, measured),
+                  max(1.0, cap[name] - _trained(name, done.get(name, 0.0), speed, since, now, measured)))
                  for name, r in rates.items() if name not in gone and name in cap)
 
 
 def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
-    return ensemble_status(store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS), now=time.time())
+    from dlsched.service.member_progress import member_progress
+
+    events = store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS)
+    return ensemble_status(events, now=time.time(), measured=member_progress(store, job_id, events))
 
 
 def summary(ens: dict[str, Any]) -> str:

@@ -154,6 +154,13 @@ MIGRATIONS: list[str] = [
     ALTER TABLE jobs ADD COLUMN progressed_at REAL;
     ALTER TABLE jobs ADD COLUMN stalled_since REAL;
     """,
+    # 14: an ensemble's step rows name the member that took the step and its own step count: its measured progress
+    # and samples/s (``service.member_progress``); its status and forecast followed its profiles alone before
+    """
+    ALTER TABLE progress ADD COLUMN member TEXT;
+    ALTER TABLE progress ADD COLUMN member_step INTEGER;
+    CREATE INDEX progress_member ON progress(job_id, time) WHERE member IS NOT NULL;
+    """,
 ]
 
 
@@ -277,6 +284,14 @@ def _add_finished_fit(c: sqlite3.Connection, job_id: int, fit: dict, target: dic
     c.execute("INSERT OR REPLACE INTO finished_fits(job_id, fit) VALUES (?,?)", (job_id, json.dumps(fit)))
     if target is not None:
         c.execute("INSERT OR REPLACE INTO finished_target_fits(job_id, fit) VALUES (?,?)", (job_id, json.dumps(target)))
+
+
+def _member(rec: dict) -> tuple[str | None, int | None]:
+    """(member, member_step) of an ensemble's step record (``train.fleet_job``); None where job code wrote no name
+    (or a long one) or no whole step count (``backends.base.STEP_NUMBERS`` kept it within 64 bits)."""
+    name, step = rec.get("member"), rec.get("member_step")
+    ok = isinstance(name, str) and 0 < len(name) <= 64
+    return (name if ok else None), (step if ok and isinstance(step, int) and not isinstance(step, bool) else None)
 
 
 def _noise(noise: Any) -> tuple[float | None, float | None, int | None]:
@@ -583,11 +598,12 @@ class Store:
         with self._tx():
             c.executemany(
                 "INSERT INTO progress(job_id, time, step, epoch, samples, loss, samples_per_s, workers, batch_size, "
-                "lr, lr_factor, grad_sqr, grad_var, noise_batch, metrics) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "lr, lr_factor, grad_sqr, grad_var, noise_batch, metrics, member, member_step) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(job_id, s.get("time"), s.get("step"), s.get("epoch"), s.get("samples"), s.get("loss"),
                   s.get("samples_per_s"), s.get("workers"), s.get("batch_size"), _number(s.get("lr")),
-                  _number(s.get("lr_factor")), *_noise(s.get("grad_noise")), _step_metrics(s.get("metrics")))
-                 for s in records])
+                  _number(s.get("lr_factor")), *_noise(s.get("grad_noise")), _step_metrics(s.get("metrics")),
+                  *_member(s)) for s in records])
             self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
 
     def progress(self, job_id: int, after_id: int | None = None, loss_points: int | None = None,
@@ -741,6 +757,18 @@ def newest_fit_numbers(store: Store, job_id: int, lo: float, hi: float, fit: str
         f"AND fraction_done BETWEEN ? AND ? AND {held} ORDER BY id DESC LIMIT 1",
         (*paths, f"{fit}.bands", job_id, lo, hi, *paths)).fetchone()
     return None if row is None else ([float(v) for v in row[:-1]], row[-1] or "fit")
+
+
+def member_reports(store: Store, job_id: int, since: float) -> dict[str, tuple[dict, dict]]:
+    """member -> (its first, its newest) step row stored from ``since`` on (the runtime's clock), each ``time``,
+    ``member_step`` and ``batch_size``: what ``service.member_progress`` measures an ensemble's members by."""
+    c = store._conn()
+    ends = c.execute("SELECT member, MIN(id), MAX(id) FROM progress WHERE job_id = ? AND member IS NOT NULL "
+                     "AND time >= ? AND member_step IS NOT NULL GROUP BY member", (job_id, since)).fetchall()
+    ids = [i for r in ends for i in r[1:]]
+    rows = {r["id"]: dict(r) for r in c.execute("SELECT id, time, member_step, batch_size FROM progress WHERE id IN "
+                                                "(SELECT value FROM json_each(?))", (json.dumps(ids),))}
+    return {r[0]: (rows[r[1]], rows[r[2]]) for r in ends}
 
 
 def _live_row(c: sqlite3.Connection, job_id: int, columns: str, ended: str) -> sqlite3.Row:

@@ -26,6 +26,7 @@ from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, wr
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
 from dlsched.train.flotilla import CTX, LEFT, Augment, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
+from dlsched.train.member_heads import check_heads
 from dlsched.train.progress_lines import HumanProgress
 
 STATE_FILE = "fleet_state.json"   # converged members and each member's batch index, for a resumed run
@@ -118,6 +119,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged)."""
     for m in members:   # a bad model reference is one clear line here, not a failed profiling process
         _build(m)
+    check_heads(members, data, val)   # a head too narrow for the labels: one line, not a crash deep in training
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     emit = on_event or (lambda e: None)
     state = _load_state(ckpt_dir)
@@ -235,6 +237,8 @@ class _Contract:
         if e.get("event") == "flotillas":   # planned on the share read last: the old flotillas have stopped
             self.flotillas, self.planned = e["flotillas"], (self.control.generation, self.granted)
             running = {d for f in e["flotillas"] for d in f["members"]}
+            # a member left waiting trains nothing now: its last rate stayed in the ensemble's samples/s
+            self.rates = {d: r for d, r in self.rates.items() if d in running}
             self.members.update({d: "training" if d in running else "waiting"
                                  for d, s in self.members.items() if s not in LEAVE_LABEL.values()})
         if e.get("event") == "member_converged":

@@ -30,7 +30,9 @@ _EVENTS = {
                          + ")",
     "resize_abandoned": lambda r: f"resize abandoned: {r.get('reason')}",
     "resize_failed": lambda r: f"resize failed: {r.get('error') or r.get('reason')}",
-    "straggler": lambda r: f"straggler worker(s) {r.get('workers')} replaced",
+    # a ps job's worker slow again after its replacement is kept (``train.ps_stragglers``): not "replaced"
+    "straggler": lambda r: f"straggler worker(s) {r.get('workers')} "
+                           + ("replaced" if r.get("replaced", True) else f"kept: {r.get('reason')}"),
     "resumed": lambda r: (f"resumed from the checkpoint of step {r.get('restored_step')}" if r.get("checkpoint")
                           else "restarted from the beginning (no checkpoint)")
                          + f" (generation {r.get('new_generation')})"

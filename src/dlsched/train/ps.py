@@ -135,6 +135,7 @@ class Generation:
     # global batch (a control.json batch change), so r x round size would skip or repeat samples
     first_position: int = 0
     reference_batch: int | None = None  # the global batch the job's lr is given at (the spec's); None = the job's
+    replace_stragglers: bool = True  # sync/SSP: end the generation at a round whose commit flags one (``ps_stragglers``)
 
     @property
     def local_batch(self) -> int:
@@ -329,7 +330,10 @@ class _Worker:
     def __init__(self, w: int, gen: Generation, job, model, shards: list[torch.Tensor], store):
         self.w, self.gen, self.job, self.model, self.shards, self.store = w, gen, job, model, shards, store
         self.flat = _flat_params(model)
-        self.throttle_s = float(gen.throttle.get(str(w), 0.0)) + job.throttle_s
+        # "w": this worker's slot in every generation; "w@g": its process in generation g alone (a replacement is not)
+        self.throttle_s = float(gen.throttle.get(str(w), 0.0)) + float(gen.throttle.get(f"{w}@{gen.number}", 0.0)) \
+            + job.throttle_s
+        self.compute_s = 0.0   # seconds computing since the last record: a straggler's own time, not its peers' waits
         path = records_path(Path(gen.job_dir), gen.number, w)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.records = open(path, "a")
@@ -343,16 +347,21 @@ class _Worker:
         torch.nn.utils.vector_to_parameters(self.flat, self.model.parameters())
 
     def _grad(self, ids: np.ndarray, batch=None) -> tuple[torch.Tensor, float]:
-        if self.throttle_s:
-            time.sleep(self.throttle_s)
-        if len(ids) == 0:
-            return torch.zeros_like(self.flat), 0.0
-        return _local_grad(self.job, self.model, ids, batch)
+        t0 = time.perf_counter()
+        try:
+            if self.throttle_s:
+                time.sleep(self.throttle_s)
+            if len(ids) == 0:
+                return torch.zeros_like(self.flat), 0.0
+            return _local_grad(self.job, self.model, ids, batch)
+        finally:
+            self.compute_s += time.perf_counter() - t0
 
     def _record(self, **rec) -> None:
         # ``done``: when the batch was applied (wall clock), so a round's throughput can leave out start-up
-        self.records.write(json.dumps({"worker": self.w, **rec, "done": time.time()}) + "\n")
+        self.records.write(json.dumps({"worker": self.w, **rec, "compute": self.compute_s, "done": time.time()}) + "\n")
         self.records.flush()
+        self.compute_s = 0.0
 
     def run_round(self, r: int) -> None:
         if self.gen.mode.staleness is None:

@@ -44,6 +44,7 @@ from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.ps import (Generation, SyncMode, num_rounds, records_path, restore_flat, round_span, run_rank,
                               server_lr, total_samples)
 from dlsched.train.ps_sparse import TABLES
+from dlsched.train.ps_stragglers import flag, needs_replacing, round_rates
 
 STOPPED = 143
 
@@ -63,6 +64,7 @@ class PSOptions:
     sparse: bool = False  # push/pull only the embedding rows each batch reads
     launcher: str = field(default_factory=default_launcher)  # "local" (forked here) or "ray" (a bundle per rank)
     reference_batch: int | None = None  # the global batch the job's lr is given at (the spec's); None = the job's
+    replace_stragglers: bool = True  # sync/SSP: replace a worker computing at under half the median's speed
 
 
 def _state_path(job_dir: Path) -> Path:
@@ -187,6 +189,7 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
             log.write({"event": "control_rejected", "time": now, "error": f"workers={control.workers}: a ps job's "
                        f"slots hold its {gen.servers} server(s) and at least one worker"})
         state["rejected_generation"], control = control.generation, None
+    slow = _stragglers(log, state, gen, recs, now)
     log.close()
     state["rejected_control"] = watch.rejected_digest
     fresh = control is not None
@@ -200,7 +203,22 @@ def commit_round(job_dir: Path, gen: Generation, r: int, rounds: int) -> bool:
             state["global_batch"] = control.batch_size
             resize = resize or control.batch_size != gen.global_batch
     atomic_write_json(_state_path(job_dir), state)
-    return r + 1 < rounds and not resize
+    return r + 1 < rounds and not resize and not slow
+
+
+def _stragglers(log: ProgressLog, state: dict, gen: Generation, recs: list[dict], now: float) -> bool:
+    """Whether this commit ends the generation to replace a straggler (``ps_stragglers``); each decision is a
+    ``straggler`` event."""
+    if not gen.replace_stragglers or not needs_replacing(gen.mode.staleness, gen.workers):
+        return False
+    fresh, again, ewma = flag(state, gen.number, round_rates(recs, gen.workers))
+    if again:
+        log.write({"event": "straggler", "time": now, "workers": again, "ewma": [ewma[w] for w in again],
+                   "replaced": False, "reason": "slow again after its replacement: its slot, not its process; kept"})
+    if fresh:
+        log.write({"event": "straggler", "time": now, "workers": fresh, "ewma": [ewma[w] for w in fresh],
+                   "replaced": True, "new_generation": gen.number + 1})
+    return bool(fresh)
 
 
 def committed_position(state: dict) -> int:
@@ -299,7 +317,8 @@ class PSRunner:
                           state["global_batch"], state["round_batches"], state["generation"] + 1,
                           len(state["round_generation"]), str(self.job_dir), _free_port(), self.opts.throttle,
                           state.get("ckpt_servers", state["servers"]), sparse=self.opts.sparse,
-                          first_position=committed_position(state), reference_batch=self.opts.reference_batch)
+                          first_position=committed_position(state), reference_batch=self.opts.reference_batch,
+                          replace_stragglers=self.opts.replace_stragglers)
 
     def run(self) -> int:
         # `dlsched train` runs this in-process, past run.py's own install: without it a SIGTERM killed the

@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
         return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
                          servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
                          ckpt_every=a.ckpt_every, max_restarts=a.max_restarts, sparse=a.sparse,
-                         reference_batch=a.reference_batch_size)
+                         reference_batch=a.reference_batch_size, replace_stragglers=not a.no_replace_stragglers)
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
     if a.strategy == "fleet":
