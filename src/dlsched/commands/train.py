@@ -69,7 +69,6 @@ def register(app: typer.Typer) -> None:
 
         from dlsched.entry_check import check_entry, parse_params
         from dlsched.errors import UserError
-        from dlsched.train.run import main
         from dlsched.train.scaling import BatchMode
         from dlsched.train.script import script_name
         from dlsched.train.storage import job_folder
@@ -170,6 +169,8 @@ def register(app: typer.Typer) -> None:
         if autoscale:
             raise typer.Exit(_autoscaled(argv, job_dir, strategy, autoscale_every, spawn_size, workers, max_workers,
                                          threshold, price_per_worker_hour, utility))
+        from dlsched.train.run import main  # torch: loaded once the options are checked (a refusal was 1.5 s)
+
         raise typer.Exit(main(argv))  # run.main already printed a bad-input error as one line
 
 

@@ -19,8 +19,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from dlsched.errors import UserError
 from dlsched.train.files import atomic_file
 
@@ -35,6 +33,8 @@ def checkpoint_path(ckpt_dir: Path, step: int) -> Path:
 
 def encode_checkpoint(job_name: str, step: int, state: dict[str, Any]) -> bytes:
     """The checkpoint file's bytes: header line + ``torch.save`` payload (see the module doc)."""
+    import torch  # here, not at the top: the service and the CLI's checks reach this module and never need torch
+
     buf = io.BytesIO()
     torch.save(state, buf)
     payload = buf.getvalue()
@@ -90,4 +90,6 @@ def decode_checkpoint(blob: bytes, where: str, job_name: str) -> dict[str, Any]:
         raise UserError(f"{where}: foreign checkpoint, field job={header.get('job')!r} but this job is {job_name!r}")
     if len(payload) != header.get("bytes") or hashlib.sha256(payload).hexdigest() != header.get("sha256"):
         raise TornCheckpoint(f"{where}: torn checkpoint ({len(payload)} of {header['bytes']} payload bytes, or hash mismatch)")
+    import torch
+
     return torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")  # restores on a GPU-less worker too

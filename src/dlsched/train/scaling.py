@@ -14,8 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # an annotation only: `dlsched train` checks its --batch-mode with this module before torch loads
+    import torch
 
 COMPENSATION_STEPS = 8  # T in Lin et al. "works well in practice"
 
