@@ -9,7 +9,6 @@ import pytest
 
 from dlsched.errors import UserError
 from dlsched.train.fleet_spec import load_spec
-from tests.train.helpers import sigint_as_in_a_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "examples" / "ensemble" / "models.py"
@@ -188,7 +187,7 @@ models:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200", DLSCHED_PROFILE_CACHE=str(tmp_path / "cache"))
     cmd = [sys.executable, "-m", "dlsched.cli", "ensemble", "run", str(f), "--no-live"]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=sigint_as_in_a_terminal)
+                            text=True)
     try:
         best = tmp_path / "out" / "checkpoints" / "a.best.pt"   # written at its first epoch's end: it trains
         deadline = time.monotonic() + 120

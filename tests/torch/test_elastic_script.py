@@ -17,7 +17,7 @@ from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.refit import logged_schedule
 from dlsched.train.data import committed_sample_ids
 from dlsched.train.files import read_lr_plan, read_progress, write_control
-from tests.train.helpers import REPO, events, finish, sigint_as_in_a_terminal, wait_for_event, wait_for_step
+from tests.train.helpers import REPO, events, finish, wait_for_event, wait_for_step
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -303,7 +303,7 @@ def test_ctrl_c_stops_a_script_job_like_sigterm(tmp_path):
     cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir), "--workers", "2", "--threads", "1",
            "--", "python", SCRIPT, "--samples", str(SAMPLES), "--batch", str(BATCH), "--epochs", "1", "--step-s", "0.2"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=sigint_as_in_a_terminal)
+                            start_new_session=True)
     wait_for_step(job_dir, 3, proc, timeout=120)
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=120)

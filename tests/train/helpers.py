@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,13 +24,6 @@ def start_job(job_dir: Path, workers: int, *extra: str, entry: str = MLP, env: d
            "--workers", str(workers), "--threads", "1", *extra]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=new_session)
-
-
-def sigint_as_in_a_terminal() -> None:
-    """``preexec_fn`` of a child a test sends Ctrl-C: SIGINT at its default, as a terminal's foreground job has it. A
-    suite started in the background of a script (``cmd &``) inherits SIGINT ignored, which the runtime rightly keeps
-    (train/preemption.py): the Ctrl-C tests failed there, after their timeouts."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def step_losses(job_dir: Path) -> list[float]:
