@@ -1,10 +1,10 @@
 """An ensemble's members as measured: where each member of the running flotillas stands and its samples/s, from the
 step records the FLEET runtime writes for it (``member``, ``member_step``; ``store.member_reports``).
 
-The flotillas are planned on profiles from short runs, which miss under load: a 2-worker member profiled at 911
-samples/s trained at 506-525, and the status, taking the profiled rate, showed ``LEFT -0s`` for 20 s while it still
-trained. Ordinary jobs' DONE and speed are their measured progress; an ensemble's members' are too once they have
-reported some since their flotillas were planned (``fleet_status``)."""
+The flotillas are planned on profiles from short runs, which miss under load (the status, taking a profiled rate
+~1.8x too high, showed ``LEFT -0s`` while the member still trained). Ordinary jobs' DONE and speed are their measured
+progress; an ensemble's members' are too once they have reported some since their flotillas were planned
+(``fleet_status``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,10 +1,8 @@
 """Stragglers of a parameter-server job: which worker to replace at a round's commit.
 
-Whether one matters depends on the mode. Measured (3 workers + 1 server, examples/mlp.py, batch 48, worker 1 slowed
-by 0.05 s a batch; 2 shared cores): sync 4898 -> 794 samples/s (0.16x: every step waits for its gradient), ssp:2
-7013 -> 994 (0.14x: the others are held within 2 pushes of it), async 4924 -> 4342 (0.88x: it claims fewer batches
-from the cursor and holds no one back). So sync and SSP jobs replace a straggler, as all-reduce ones do; an async
-job has none to replace.
+Whether one matters depends on the mode (measured in docs/ps.md): a sync step waits for every gradient and SSP holds
+the others within its staleness of the slowest, so sync and SSP jobs replace a straggler, as all-reduce ones do; an
+async worker claims fewer batches from the cursor and holds no one back, so an async job has none to replace.
 
 The rule is all-reduce's (``autoscale.StragglerDetector``: an EWMA of each worker's speed over the median) taken per
 round, not per step: each worker's samples over the seconds it computed in the round (its records' ``compute``:
