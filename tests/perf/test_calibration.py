@@ -77,3 +77,12 @@ def test_a_prediction_of_an_accuracy_uses_the_error_bands():
     q = predict_curve(x, acc, s, metric="accuracy", prior=None, calibration=dataclasses.replace(shipped, error_kind=None))
     r = predict_curve(x, acc, s, metric="accuracy", prior=None, calibration=shipped.for_metric("accuracy"))
     assert p.final_value_interval_80 == r.final_value_interval_80 != q.final_value_interval_80
+
+
+def test_the_error_tables_crossings_are_moved_as_the_loss_curves_are():
+    shipped = load_calibration()
+    errors = shipped.for_metric("accuracy")
+    assert (errors.steps_median, errors.stated_steps_median) == (shipped.steps_median, shipped.stated_steps_median)
+    assert errors.table("carried").steps_median == shipped.carried.steps_median
+    moved = dataclasses.replace(shipped, steps_median=(0.5,) * 4).with_shifts_of(shipped)
+    assert moved.steps_median == shipped.steps_median and moved.final == shipped.final

@@ -100,6 +100,15 @@ class Calibration:
             return self
         return dataclasses.replace(self.error_kind, prior=self.prior, fits=self.fits, one_point=self.one_point)
 
+    def with_shifts_of(self, other: "Calibration") -> "Calibration":
+        """These bands with ``other``'s steps shifts (``steps_median``, ``stated_steps_median``), table by table: the
+        error-metric table's crossings are moved as the loss curves' are (its own shifts rest on the few error curves
+        with a crossing still ahead late in the run, and flip sign between its tables)."""
+        sub = {k: mine.with_shifts_of(theirs) for k in ("levelled", "carried")
+               if (mine := getattr(self, k)) is not None and (theirs := getattr(other, k)) is not None}
+        return dataclasses.replace(self, steps_median=other.steps_median, stated_steps_median=other.stated_steps_median,
+                                   **sub)
+
     def _at(self, values, fraction: float) -> float:
         """One value per fraction, interpolated over log fraction (clipped to the calibrated ones)."""
         f = np.log(np.clip(fraction, self.fractions[0], self.fractions[-1]))
