@@ -179,7 +179,9 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         write_control(job, 3, None, 1)                         # the scheduler grows the share: FLEET re-plans
         wait_until(lambda: plans()[-1]["share"] == 3, 120)
         assert sum(sum(f["members"].values()) for f in plans()[-1]["flotillas"]) <= 3
-        wait_until(lambda: (read_status(job) or {}).get("members", {}).get("b") == "stopped at max_epochs", 180)
+        # and a has taken a step: on a loaded host its flotilla may start only as b's ends (a stopped at 0 samples)
+        wait_until(lambda: (read_status(job) or {}).get("members", {}).get("b") == "stopped at max_epochs"
+                   and any(r.get("member") == "a" and "event" not in r for r in read_progress(job)), 180)
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=120) == 143, proc.stdout.read().decode()[-2000:]
         assert read_status(job)["state"] == "stopped"
