@@ -251,9 +251,10 @@ function fitText(fit) {
 // each at, when at today's rate, and the chance it does by the budget (a target inside the 80 % band but past the
 // point prediction: "at the budget")
 function targetText(fit) {
-  const m = fit.metric_target;
+  const m = fit.metric_target, none = fit.metric_target_missing;   // none: why this refit could not predict it
   return (fit.target_loss == null ? "" : reachText("target loss", fit.target_loss, fit))
-    + (m ? reachText(`target ${esc(m.metric)}`, m.target, m) + ` (${esc(m.metric)} predicted ${fmtNum(m.final, 4)} at the budget, 80 %: ${fmtNum(m.final_80[0], 4)}–${fmtNum(m.final_80[1], 4)})` : "");
+    + (m ? reachText(`target ${esc(m.metric)}`, m.target, m) + ` (${esc(m.metric)} predicted ${fmtNum(m.final, 4)} at the budget, 80 %: ${fmtNum(m.final_80[0], 4)}–${fmtNum(m.final_80[1], 4)})` : "")
+    + (none ? `; target ${esc(none.metric)} ${fmtNum(none.target)}: no prediction this refit (${esc(none.why)})` : "");
 }
 // a live job's stated target in the queue (service.finish_times.stated_target), as `dlsched status`'s TARGET says it
 // [early, late]: the 80 % band of when a target is reached, as clock times, else as steps
