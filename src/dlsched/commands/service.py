@@ -686,7 +686,7 @@ def register(app: typer.Typer) -> None:
                 limit: int = typer.Option(100, "--limit", "-n", help="the newest this many (0: all)"),
                 server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
         """Ended jobs with their outcome and durations (like sacct), the newest --limit."""
-        from dlsched.commands.job_lists import filtered_newest, note_unshown
+        from dlsched.commands.job_lists import newest_jobs, note_unshown
 
         states = state.split(",") if state else list(TERMINAL)
         bad = [s for s in states if s not in TERMINAL]
@@ -695,9 +695,10 @@ def register(app: typer.Typer) -> None:
         if limit < 0:
             raise UserError(f"--limit {limit}: expected 0 (all) or a positive number of jobs")
         after = parse_since(since)
-        jobs, older = filtered_newest(Client(server), {"state": ",".join(states)},
-                                      lambda j: (after is None or (j.get("end_time") or 0) >= after)
-                                      and (user is None or j.get("spec", {}).get("user") == user), limit)
+        keep = None if after is None and user is None else \
+            lambda j: ((after is None or (j.get("end_time") or 0) >= after)
+                       and (user is None or j.get("spec", {}).get("user") == user))
+        jobs, older = newest_jobs(Client(server), {"state": ",".join(states)}, limit, keep)   # keep None: a count
         note_unshown(older, "jobs", "--limit 0 lists them all")
         if as_json:
             print_json(jobs)
