@@ -221,6 +221,14 @@ def _target_cell(j: dict) -> str:
     return escape(f"{t['metric']} {t['value']:g}: {when}{chance}")
 
 
+def _loss_cell(j: dict) -> str:
+    """The job's newest loss; an ensemble's: its best member's (``service.member_losses``), said so as the dashboard
+    says it."""
+    if j.get("last_loss") is None:
+        return "-"
+    return ("best " if j.get("ensemble") else "") + f"{j['last_loss']:.4g}"
+
+
 def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     now = time.time() if now is None else now
     rows = []
@@ -230,7 +238,7 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
         name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
         rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", _gpus_cell(j),
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
-                     f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
+                     _loss_cell(j),
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
                      _finish_cell(j), _left_cell(j, now), escape(_reason_cell(j)), _target_cell(j)])
     return rows

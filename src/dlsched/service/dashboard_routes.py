@@ -114,8 +114,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
                       "requested": j.spec.gpus, "batch_size": j.batch_size,
                       "fraction_done": (ensemble_of(store, j.id)["fraction_done"] if j.spec.kind == "ensemble"
                                         else _clean(j.samples / j.total_samples) if j.total_samples else None),
-                      "loss": _clean(j.last_loss), "samples_per_s": _clean(j.samples_per_s),
-                      "predicted_start": _clean(start), "predicted_finish": _clean(finish),
+                      "loss": _clean(j.last_loss), "ensemble": j.spec.kind == "ensemble",   # its loss: the best member's
+                      "samples_per_s": _clean(j.samples_per_s), "predicted_start": _clean(start), "predicted_finish": _clean(finish),
                       "target": stated_target(preds.get(j.id)), "stalled_since": j.stalled_since})
     counts = job_counts(store)
     allocs, with_allocs = newest_allocations(store, MAX_GANTT_JOBS)

@@ -165,7 +165,7 @@ async function overviewPage(view) {
   const q = d.queue.map((j) => `<tr data-job="${j.id}"><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span>${stalled(j)}</td>
       <td class="num">${j.gpus}/${j.requested}</td><td class="num">${j.batch_size ?? "–"}</td>
       <td>${j.fraction_done == null ? "–" : `<span class="bar"><i style="width:${(100 * Math.min(1, j.fraction_done)).toFixed(1)}%"></i></span> ${(100 * j.fraction_done).toFixed(0)}%`}</td>
-      <td class="num">${fmtNum(j.loss)}</td><td class="num">${fmtNum(j.samples_per_s)}</td>
+      <td class="num"${j.ensemble ? ' title="the lowest newest loss of its members"' : ""}>${j.ensemble && j.loss != null ? "best " : ""}${fmtNum(j.loss)}</td><td class="num">${fmtNum(j.samples_per_s)}</td>
       <td>${rel(j.predicted_start, now)}</td><td>${rel(j.predicted_finish, now)}</td><td class="target">${targetCell(j.target, now)}</td></tr>`).join("");
   const recent = d.recent.map((j) => `<tr><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span></td>
       <td>${fmtClock(j.submit_time)}</td><td>${fmtClock(j.end_time)}</td><td class="num">${j.start_time && j.end_time ? fmtDur(j.end_time - j.submit_time) : "–"}</td><td class="error">${esc(j.error || "")}</td></tr>`).join("");
