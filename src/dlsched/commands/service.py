@@ -284,6 +284,8 @@ def metric_target(target: str | None, kind: str | None) -> dict | None:
         number = float(value)
     except ValueError:
         raise UserError(f"--target {target}: {value!r} is not a number") from None
+    if not math.isfinite(number):   # was "command line: NaN is not a number JSON allows", naming no option
+        raise UserError(f"--target {target}: {value!r} is not a finite number")
     return {"metric": name, "value": number, "kind": kind}
 
 
