@@ -367,6 +367,9 @@ def test_logged_crossing_interpolates_like_the_truth_and_says_never():
     y = np.array([4.0, 3.0, 2.0, 1.0, 0.5])   # running medians 3.5, 3, 2, 1, 0.75
     assert logged_crossing(x, y, 2.5) == pytest.approx(15.0)
     assert logged_crossing(x, y, 0.1) is None
+    # two points (a second evaluation): each end's 2-point mean, as at the ends of a longer log; numpy raised
+    assert logged_crossing([6.0, 12.0], [1.0, 0.8], 0.95) == pytest.approx(6.0)
+    assert logged_crossing([6.0, 12.0], [1.0, 0.8], 0.5) is None
 
 
 def test_a_level_carried_to_the_schedule_takes_the_carried_bands_and_a_plain_mean_the_levelled_ones():
