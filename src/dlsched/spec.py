@@ -90,6 +90,22 @@ class AutoscaleSpec(_Strict):
         return self
 
 
+# An accuracy target above 1 is a percentage (93: 93 %, on fraction or % data alike); one under this many % is
+# more likely a slip (1.5 for 0.15, 9.3 for 93) than a target: read as 1.5 %, it was "already reached" on any log
+# in fractions. Such a target is given as a fraction (0.015), which reads the same on either scale.
+LOWEST_PERCENT_TARGET = 10.0
+
+
+def accuracy_target_slip(value: float, top: float | None = None) -> str | None:
+    """Why an accuracy target ``value`` is refused (None: it is not) on data whose scale ``top`` is 100 (in %: its
+    own units, taken as given), 1 (fractions) or None (not known yet: a job's, before its first report)."""
+    if top == 100.0 or not 1.0 < value < LOWEST_PERCENT_TARGET:
+        return None
+    return (f"an accuracy target above 1 is read as a percentage ({value:g} %), and one under "
+            f"{LOWEST_PERCENT_TARGET:g} % is more likely a slip: give {value / 100:g} for {value:g} %, "
+            f"or a fraction such as 0.93")
+
+
 class MetricTarget(_Strict):
     """A value of a metric the script reports (``dlsched.torch``'s ``report``: after each evaluation, or inside every
     step) that the service predicts the time to, from the schedule-aware fit of that metric's points."""
@@ -107,6 +123,9 @@ class MetricTarget(_Strict):
         kind = info.data.get("kind")
         if kind == "accuracy" and not 0.0 <= v <= 100.0:
             raise ValueError("an accuracy target must lie in 0-1 (a fraction) or 0-100 (%)")
+        # only where it is stated (a stored job's spec is read back as it was accepted)
+        if kind == "accuracy" and (info.context or {}).get("stated") and (why := accuracy_target_slip(v)):
+            raise ValueError(why)
         if kind in ("loss", "error") and not v > 0.0:
             raise ValueError(f"{'a loss' if kind == 'loss' else 'an error'} target must be > 0")
         return v
@@ -324,11 +343,14 @@ def parse_document(data: bytes | str, source: str, fmt: str | None = None) -> An
         raise SpecError(str(e)) from None
 
 
+STATED = {"stated": True}   # validation of what a user states now, as opposed to a stored spec read back
+
+
 def _validate(model: type[BaseModel], doc: Any, source: str):
     if not isinstance(doc, dict):
         raise SpecError(f"{source}: expected a mapping of fields, got {type(doc).__name__}")
     try:
-        return model.model_validate(doc, strict=True)
+        return model.model_validate(doc, strict=True, context=STATED)
     except ValidationError as e:
         raise SpecError(one_line(e, source, model)) from None
 

@@ -769,3 +769,24 @@ def test_an_accuracy_target_out_of_range_names_the_option_and_its_value(tmp_path
             run_curve(tmp_path / "acc.csv", "step", "acc", 200, "constant", None, target, None, "accuracy", None,
                       None, True, None)
         assert str(e.value) == f"--target {read}: accuracy target must be in 0–1 or 0–100 %, got {read}"
+
+
+def test_an_accuracy_target_between_1_and_10_on_a_fraction_log_is_refused_and_a_percent_is_said_how_read(
+        tmp_path, capsys):
+    """`--target 1.5` on an accuracy logged as fractions was read as 1.5 % and answered "already reached" without a
+    word: one line now names the option and value. A percent is read as one (93: 0.93), and said so on stderr; on a
+    log in %, 1.5 is in its own units and taken as given."""
+    step = np.arange(10, 101, 10)
+    pd.DataFrame({"step": step, "acc": 0.9 - 0.5 / step}).to_csv(tmp_path / "acc.csv", index=False)
+    args = ("step", "acc", 200, "constant", None)
+    with pytest.raises(UserError) as e:
+        run_curve(tmp_path / "acc.csv", *args, 1.5, None, "accuracy", None, None, True, None)
+    assert str(e.value).startswith("--target 1.5: an accuracy target above 1 is read as a percentage (1.5 %)")
+    assert "give 0.015 for 1.5 %" in str(e.value) and "\n" not in str(e.value)
+    run_curve(tmp_path / "acc.csv", *args, 89, None, "accuracy", None, None, True, None)
+    out = capsys.readouterr()
+    assert json.loads(out.out)["target"] == pytest.approx(0.89)
+    assert "note: --target 89 read as 0.89: acc is logged as a fraction" in out.err
+    pd.DataFrame({"step": step, "acc": 90 - 50 / step}).to_csv(tmp_path / "pct.csv", index=False)
+    assert run_curve(tmp_path / "pct.csv", *args, 1.5, None, "accuracy", None, None, True, None) == 0
+    assert json.loads(capsys.readouterr().out)["target"] == 1.5

@@ -789,3 +789,27 @@ def test_submit_target_that_is_not_a_finite_number_names_the_option_and_value():
             metric_target(f"val_accuracy={value}", "accuracy")
         assert str(e.value) == f"--target val_accuracy={value}: {value!r} is not a finite number"
     assert metric_target("val_accuracy=0.93", "accuracy") == {"metric": "val_accuracy", "value": 0.93, "kind": "accuracy"}
+
+
+def test_submit_target_out_of_range_names_the_option_and_value_not_the_spec_field():
+    """`submit --target val_accuracy=-1` said "field prediction.target.value: ...", a field the user never typed; and
+    `--target val_accuracy=1.5` was taken as 1.5 %, "reached" on any job reporting fractions (as `predict curve`
+    refuses it). A stated spec refuses the slip too; a stored one read back keeps it."""
+    from dlsched.commands.service import metric_target
+    from dlsched.errors import UserError
+    from dlsched.spec import JobSpec, SpecError, load_job_spec
+
+    with pytest.raises(UserError) as e:
+        metric_target("val_accuracy=-1", "accuracy")
+    assert str(e.value) == "--target val_accuracy=-1: an accuracy target must lie in 0-1 (a fraction) or 0-100 (%)"
+    with pytest.raises(UserError) as e:
+        metric_target("val_accuracy=1.5", "accuracy")
+    assert str(e.value).startswith("--target val_accuracy=1.5: an accuracy target above 1 is read as a percentage")
+    assert metric_target("val_accuracy=93", "accuracy")["value"] == 93
+    assert metric_target("val_loss=1.5", "loss")["value"] == 1.5   # a loss's 1.5 is a loss
+    doc = {"name": "j", "command": ["python", "t.py"], "prediction": {"target": {
+        "metric": "acc", "kind": "accuracy", "value": 1.5}}}
+    with pytest.raises(SpecError) as e:
+        load_job_spec(json.dumps(doc), "j.yaml", "json")
+    assert str(e.value).startswith("j.yaml: field prediction.target.value: an accuracy target above 1 is read as")
+    assert JobSpec.model_validate_json(json.dumps(doc)).prediction.target.value == 1.5

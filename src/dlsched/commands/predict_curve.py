@@ -30,6 +30,7 @@ import typer
 from dlsched.commands.plot_file import check_plot_path, save_figure
 from dlsched.display import human_duration
 from dlsched.errors import UserError
+from dlsched.spec import accuracy_target_slip
 
 UNREACHABLE_EXIT = 3
 
@@ -166,10 +167,16 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     scale = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y if len(curve.y) else
                            logs[0].y if logs else curve.y).top
     if target is not None:   # out of range on the data's scale: the option, not the log's column, is what to fix
+        # 1.5 on a log in fractions read as 1.5 %, "already reached" without a word (as submit --target refuses it)
+        if metric == "accuracy" and (why := accuracy_target_slip(target, scale)):
+            raise UserError(f"--target {target:g}: {why}")
         try:
-            MetricSpace(metric, scale).target(target)
+            read = MetricSpace(metric, scale).target(target)
         except ValueError as e:
             raise UserError(f"--target {target:g}: {e}") from None
+        if read != target:   # how it was read, where that is not as given
+            typer.echo(f"note: --target {target:g} read as {read:g}: {y} is logged "
+                       f"{'in %' if scale == 100.0 else 'as a fraction'}", err=True)
     fits = [finished_run(f, log, y, metric, regime,   # each one's own LR where it logs one, else the SPEC at its budget
                          lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c)[0], shift, scale)
             for f, log in zip(like or (), logs)]
@@ -382,7 +389,7 @@ def register(predict_app: typer.Typer) -> None:
         budget: Optional[float] = typer.Option(None, "--budget", help="total x the run will train (default: from the log)"),
         schedule: Optional[str] = typer.Option(None, "--schedule", help=SCHEDULE_HELP),
         observed_until: Optional[float] = typer.Option(None, "--observed-until", help="use only points with x <= this"),
-        target: Optional[float] = typer.Option(None, "--target", help="metric value to reach, in the metric's units (accuracy: 0-1 or %, either is read on the data's scale)"),
+        target: Optional[float] = typer.Option(None, "--target", help="metric value to reach, in the metric's units (accuracy: 0-1 or %, either is read on the data's scale; 1-10 on 0-1 data is refused as a likely slip)"),
         target_fraction: Optional[float] = typer.Option(None, "--target-fraction", help="fraction of the total improvement (first value -> predicted final)"),
         metric: Optional[str] = typer.Option(None, "--metric", help="loss | error (lower is better) | accuracy (higher; 0-1 or %); default: as the --y column's name says (acc, top1, mAP, f1: accuracy; err, wer: error), else loss. An error or accuracy takes the shape prior of image, speech and recommendation runs, which an LR decay improves a lot: for a language model's token accuracy, predict its loss, or give finished runs with --like"),
         lr_col: Optional[str] = typer.Option(None, "--lr-col", help="column (or tag) of the logged LR"),

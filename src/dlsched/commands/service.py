@@ -286,6 +286,15 @@ def metric_target(target: str | None, kind: str | None) -> dict | None:
         raise UserError(f"--target {target}: {value!r} is not a number") from None
     if not math.isfinite(number):   # was "command line: NaN is not a number JSON allows", naming no option
         raise UserError(f"--target {target}: {value!r} is not a finite number")
+    from pydantic import ValidationError
+
+    from dlsched.spec import STATED, MetricTarget
+
+    try:   # the spec's rules, said of the option (was "field prediction.target.value: ...", a field not typed)
+        MetricTarget.model_validate({"metric": name, "kind": kind, "value": number}, context=STATED)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        raise UserError(f"--target {target}: {first['msg'].removeprefix('Value error, ')}") from None
     return {"metric": name, "value": number, "kind": kind}
 
 
@@ -579,7 +588,8 @@ def register(app: typer.Typer) -> None:
                target_loss: Optional[float] = typer.Option(None, "--target-loss", help="a script job: predict when "
                                                            "it reaches this loss"),
                target: Optional[str] = typer.Option(None, "--target", help="a script job: predict when a metric it "
-                                                    "reports reaches a value: METRIC=VALUE (val_accuracy=0.93)"),
+                                                    "reports reaches a value: METRIC=VALUE (val_accuracy=0.93; an "
+                                                    "accuracy in 0-1 or 10-100 %)"),
                metric: Optional[str] = typer.Option(None, "--metric", help="--target's kind: accuracy (higher is "
                                                     "better) | error | loss; default: as METRIC's name says (acc, top1, "
                                                     "mAP, f1: accuracy; err, wer: error; loss, mse: loss)"),
