@@ -219,6 +219,8 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         "target": {"metric": "val_accuracy", "value": 0.97, "kind": "accuracy"}}))   # never placed on 4 slots
     there = store.submit(JobSpec(name="there", command=["python", "t.py"], gpus=64, prediction={
         "target": {"metric": "val_accuracy", "value": 0.9, "kind": "accuracy"}}))     # one its log got to
+    waiting = store.submit(JobSpec(name="waiting", command=["python", "t.py"], gpus=64, prediction={
+        "target": {"metric": "val_accuracy", "value": 0.95, "kind": "accuracy"}}))    # one not predicted yet
     try:
         fit = {"beta0": 0.01, "beta1": 0.7, "beta2": 0.07, "scale": 1.4, "rmse": 0.01, "model": "annealing",
                "curve": [[10.0, 2.0], [800.0, 0.1]], "final": 0.1, "final_80": [0.08, 0.12], "alpha": 0.5,
@@ -261,9 +263,12 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         assert '<td class="target">val_accuracy 0.97: step 348 [320–402] (80 %)</td>' in row, row
         row = re.search(rf'<tr data-job="{there}">(.*?)</tr>', queue, re.S).group(1)
         assert '<td class="target">val_accuracy 0.9: reached step 120</td>' in row, row
+        row = re.search(rf'<tr data-job="{waiting}">(.*?)</tr>', queue, re.S).group(1)   # was "–"
+        assert '<span title="no refit yet">val_accuracy 0.95: no prediction yet</span></td>' in row, row
     finally:
         store.request_cancel(jid)
         store.request_cancel(there)
+        store.request_cancel(waiting)
 
 
 def test_the_job_page_draws_a_prediction_made_before_any_optimus_terms(live_service):

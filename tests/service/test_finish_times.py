@@ -55,3 +55,36 @@ def test_a_live_job_past_its_predicted_finish_is_overdue_never_a_negative_time_l
     left = [job_rows([job | {"predicted_finish": now + d}], now)[0][9] for d in (95.0, 0.2, -0.2, -23.0)]
     assert left == ["1m 35s", "overdue", "overdue", "overdue"]
     assert job_rows([job | {"state": "finished", "predicted_finish": now - 5}], now)[0][9] == "-"
+
+
+def test_status_says_a_stated_target_is_not_predicted_yet_and_show_says_why(client, service):
+    """A job stating `--target val_accuracy=0.93` showed "-" in `dlsched status`'s TARGET until the target could be
+    predicted, though its newest row says why it cannot yet (``metric_target_missing``), as the dashboard does: the
+    API lists it as ``target_pending`` (``target`` stays None: no step a reader could take for "not by the
+    budget"), before the first refit too, and beside a target loss that is predicted."""
+    from dlsched.spec import JobSpec
+
+    store = service.store   # never placed on 2 x 2 slots: its rows are the ones written here
+    jid = store.submit(JobSpec(name="evals", command=["python", "t.py"], gpus=64, prediction={
+        "target_loss": 1.8, "target": {"metric": "val_accuracy", "value": 0.93, "kind": "accuracy"}}))
+    try:
+        listed = client.get("/jobs").json()[0]
+        assert listed["target"] is None and listed["target_pending"] == {"metric": "val_accuracy", "value": 0.93,
+                                                                          "why": None}
+        assert job_rows([listed])[0][11] == "val_accuracy 0.93: no prediction yet"
+        why = "no point and fewer than two finished runs of the task"
+        store.add_prediction(jid, 1.0, 0.1, 25600.0, None, None, {"metric_target_missing": {
+            "metric": "val_accuracy", "target": 0.93, "why": why}})
+        shown = client.get(f"/jobs/{jid}").json()
+        assert shown["target"] is None and shown["target_pending"]["why"] == why
+        assert job_rows([client.get("/jobs").json()[0]])[0][11] == "val_accuracy 0.93: no prediction yet"
+        store.add_prediction(jid, 2.0, 0.1, 25600.0, None, None, {
+            "target_loss": 1.8, "target_step": None, "target_time": None, "target_chance": 0.03,
+            "metric_target_missing": {"metric": "val_accuracy", "target": 0.93, "why": why}})
+        assert job_rows([client.get("/jobs").json()[0]])[0][11] == \
+            "loss 1.8: not by the budget (3 %); val_accuracy 0.93: no prediction yet"
+        store.add_prediction(jid, 3.0, 0.1, 25600.0, None, None, {"metric_target": METRIC})
+        listed = client.get("/jobs").json()[0]
+        assert listed["target_pending"] is None and listed["target"]["step"] == 4200.0
+    finally:
+        store.request_cancel(jid)

@@ -203,9 +203,16 @@ def _target_cell(j: dict) -> str:
     """A live job's stated target (``prediction.target`` or ``target_loss``): when it gets there at today's rate (the
     step while it does not train), its 80 % band in brackets, and the chance it does by the budget; once reached,
     when."""
-    t = j.get("target")
+    t, pending = j.get("target"), j.get("target_pending")
+    # a stated target of a reported metric not predicted yet (the why: `dlsched show ID`'s target_pending); beside
+    # a target loss that is (``finish_times.pending_target``)
+    waiting = None if not pending else escape(f"{pending['metric']} {pending['value']:g}: no prediction yet")
     if not t:
-        return "-"
+        return waiting or "-"
+    return _reach_cell(t) + ("" if waiting is None else f"; {waiting}")
+
+
+def _reach_cell(t: dict) -> str:
     if t.get("reached"):   # a fact: where (when) the log got there; no chance to give
         at = local_clock(t["time"]) if t.get("time") is not None else f"step {t['step']:,.0f}"
         return escape(f"{t['metric']} {t['value']:g}: reached {at}")

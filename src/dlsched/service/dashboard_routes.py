@@ -26,7 +26,7 @@ from dlsched.perf.efficiency import GradientNoise
 from dlsched.policy.base import NodeView
 from dlsched.service.event_pages import newest_events
 from dlsched.service.fleet_status import ensemble_of
-from dlsched.service.finish_times import shown_times, stated_target
+from dlsched.service.finish_times import pending_target, shown_times, stated_target
 from dlsched.service.job_models import metric_target_of
 from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.service.limits import JobId
@@ -116,7 +116,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
                                         else _clean(j.samples / j.total_samples) if j.total_samples else None),
                       "loss": _clean(j.last_loss), "ensemble": j.spec.kind == "ensemble",   # its loss: the best member's
                       "samples_per_s": _clean(j.samples_per_s), "predicted_start": _clean(start), "predicted_finish": _clean(finish),
-                      "target": stated_target(preds.get(j.id)), "stalled_since": j.stalled_since})
+                      "target": stated_target(preds.get(j.id)), "target_pending": pending_target(j, preds.get(j.id)),
+                      "stalled_since": j.stalled_since})
     counts = job_counts(store)
     allocs, with_allocs = newest_allocations(store, MAX_GANTT_JOBS)
     keep = {a["job_id"] for a in allocs}

@@ -46,6 +46,25 @@ def stated_target(prediction: dict | None) -> dict | None:
     return None
 
 
+def pending_target(job: JobRecord, prediction: dict | None) -> dict | None:
+    """``{"metric", "value", "why"}`` of a reported metric's target the job states (``spec.PredictionFacts.target``,
+    as ``job_models.metric_target_of`` reads it) that its latest
+    prediction row has no prediction of: ``why`` the refit's one line (``metric_target_missing``), None before the
+    first refit; None when there is nothing pending. ``stated_target`` is then None or the ``target_loss`` (as
+    before: a reader of ``target`` sees no step it could read as "not by the budget"), and ``dlsched status``
+    showed "-" for a target the job states."""
+    if (stated := getattr(job.spec.prediction, "target", None)) is None:
+        return None
+    fit = (prediction or {}).get("loss_fit")
+    if isinstance(fit, str):
+        fit = json.loads(fit)
+    fit = fit or {}
+    if fit.get("metric_target") is not None:
+        return None
+    why = (fit.get("metric_target_missing") or {}).get("why")
+    return {"metric": stated.metric, "value": stated.value, "why": why}
+
+
 def _reach(fit: dict) -> dict:
     return {"step": fit.get("target_step"), "time": fit.get("target_time"), "chance": fit.get("target_chance"),
             "step_80": fit.get("target_step_80"), "time_80": fit.get("target_time_80"),

@@ -166,7 +166,7 @@ async function overviewPage(view) {
       <td class="num">${j.gpus}/${j.requested}</td><td class="num">${j.batch_size ?? "–"}</td>
       <td>${j.fraction_done == null ? "–" : `<span class="bar"><i style="width:${(100 * Math.min(1, j.fraction_done)).toFixed(1)}%"></i></span> ${(100 * j.fraction_done).toFixed(0)}%`}</td>
       <td class="num"${j.ensemble ? ' title="the lowest newest loss of its members"' : ""}>${j.ensemble && j.loss != null ? "best " : ""}${fmtNum(j.loss)}</td><td class="num">${fmtNum(j.samples_per_s)}</td>
-      <td>${rel(j.predicted_start, now)}</td><td>${rel(j.predicted_finish, now)}</td><td class="target">${targetCell(j.target, now)}</td></tr>`).join("");
+      <td>${rel(j.predicted_start, now)}</td><td>${rel(j.predicted_finish, now)}</td><td class="target">${targetCell(j.target, now, j.target_pending)}</td></tr>`).join("");
   const recent = d.recent.map((j) => `<tr><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span></td>
       <td>${fmtClock(j.submit_time)}</td><td>${fmtClock(j.end_time)}</td><td class="num">${j.start_time && j.end_time ? fmtDur(j.end_time - j.submit_time) : "–"}</td><td class="error">${esc(j.error || "")}</td></tr>`).join("");
   view.innerHTML = `
@@ -260,8 +260,14 @@ function targetText(fit) {
 // [early, late]: the 80 % band of when a target is reached, as clock times, else as steps
 const timeBand = (b) => (b == null ? "" : ` [${fmtClock(b[0])}–${fmtClock(b[1])}]`);
 const stepBand = (b) => (b == null ? "" : ` [${Math.round(b[0]).toLocaleString()}–${Math.round(b[1]).toLocaleString()}]`);
-function targetCell(t, now) {
-  if (!t) return "–";
+// a stated target of a reported metric with no prediction yet (pending: service.finish_times.pending_target): says
+// so, with why in its tooltip, beside a target loss that has one
+function targetCell(t, now, pending) {
+  const waiting = pending ? `<span title="${esc(pending.why ?? "no refit yet")}">${esc(pending.metric)} ${pending.value}: no prediction yet</span>` : "";
+  if (!t) return waiting || "–";
+  return reachCell(t, now) + (waiting ? `; ${waiting}` : "");
+}
+function reachCell(t, now) {
   if (t.reached) return `${esc(t.metric)} ${t.value}: reached ${t.time != null ? rel(t.time, now) : `step ${Math.round(t.step).toLocaleString()}`}`;
   const when = t.step == null ? "not by the budget" : t.time != null ? rel(t.time, now) + timeBand(t.time_80)
     : `step ${Math.round(t.step).toLocaleString()}${stepBand(t.step_80)}`;
