@@ -78,3 +78,22 @@ def test_an_out_folder_whose_state_is_not_a_demos_is_left_alone(tmp_path):
     with pytest.raises(UserError, match="is not a dlsched state folder"):
         run_demo(tmp_path / "no-workload.yaml", tmp_path / "project", 60, RUNTIME, None, tmp_path, Console(file=io.StringIO()))
     assert mine.read_text() == "mine"
+
+
+def test_the_closing_summary_keeps_each_job_on_one_line_of_an_80_column_terminal():
+    """`make demo`'s last table was pandas' text, soft-wrapped at 80 columns: each row's last three cells on a line of
+    their own, under the wrong headers. It is fitted as the other tables are, naming the columns it leaves out."""
+    from dlsched.commands.demo import print_summary
+
+    report = pd.DataFrame({"id": [1, 2], "name": ["mlp-wide", "resnet20"], "state": ["finished", "finished"],
+                           "jct_s": [39.963, 315.825], "resizes": [0, 5], "preemptions": [0, 1],
+                           "jct_error": [-0.153, float("nan")], "policy_jct_error": [-0.153, float("nan")],
+                           "remaining_error": [-0.218, float("nan")], "run_remaining_error": [-0.218, float("nan")]})
+    out = Console(width=80, file=io.StringIO(), record=True)
+    print_summary(report, out)
+    lines = out.export_text().splitlines()
+    assert lines[0].split() == ["id", "name", "state", "jct_s", "resizes", "preemptions", "jct_error"]
+    assert lines[2].split() == ["1", "mlp-wide", "finished", "39.963", "0", "0", "-0.153"]
+    assert lines[3].split() == ["2", "resnet20", "finished", "315.825", "5", "1", "-"]   # no prediction at 25 %
+    assert " ".join(lines[4:]).split() == ("not shown at 80 columns: policy_jct_error, remaining_error, "
+                                           "run_remaining_error (report.md has every column)").split()

@@ -14,6 +14,7 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.text import Text
 
 from dlsched.documents import read_yaml_file
@@ -149,10 +150,29 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
     ok = (table["state"] == "finished").all() and not timed_out
     console.print(f"\n{'[green]all jobs finished' if ok else '[red]not all jobs finished'}[/] in {elapsed:.0f}s; "
                   f"report in {out}/ (report.md, predicted_vs_actual.csv, allocation_gantt.png, loss_fits.png)")
-    cols = [c for c in ("id", "name", "state", "jct_s", "resizes", "preemptions", "jct_error", "policy_jct_error",
-                        "remaining_error", "run_remaining_error") if c in table]
-    console.print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print_summary(table, console)
     return 0 if ok else 1
+
+
+# the report's columns (report.md defines them), the least read dropped first on a narrow terminal: pandas' text was
+# soft-wrapped at 80 columns, each row's last three cells on a line of their own under the wrong headers
+SUMMARY = (("id", 0), ("name", 0), ("state", 0), ("jct_s", 0), ("resizes", 0), ("preemptions", 1),
+           ("jct_error", 0), ("policy_jct_error", 2), ("remaining_error", 3), ("run_remaining_error", 3))
+
+
+def print_summary(report, out: Console) -> None:
+    """The report's table, one row a job, fitted to ``out``'s width (``display.table``; report.md has every column)."""
+    from dlsched.display import Column, table
+
+    cols = [(c, rank) for c, rank in SUMMARY if c in report]
+    def cell(v) -> str:   # a job with no prediction at 25 % has no errors: "-", as the other tables say it
+        if isinstance(v, float):
+            return f"{v:.3f}" if math.isfinite(v) else "-"
+        return escape(str(v))
+
+    rows = [[cell(v) for v in r] for r in report[[c for c, _ in cols]].itertuples(index=False)]
+    table([Column(c, "left" if c in ("name", "state") else "right", rank) for c, rank in cols], rows, out=out,
+          show_all="report.md has every column")
 
 
 def register(app: typer.Typer) -> None:
