@@ -52,4 +52,4 @@ bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info report demo-report
+	rm -rf $(VENV) build *.egg-info src/*.egg-info report demo-report ensemble-report

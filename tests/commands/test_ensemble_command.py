@@ -204,3 +204,18 @@ models:
     assert "Traceback" not in err and "the same command resumes" in err
     state = torch.load(tmp_path / "out" / "checkpoints" / "a.pt", weights_only=False)["state"]
     assert state["epoch"] >= 1 and state["step"] >= 8           # what it trained is kept
+
+
+def test_the_live_tables_best_val_acc_is_the_kept_checkpoints_as_the_closing_tables():
+    """A member whose next epoch gained less than min_delta (0.9922 -> 0.9961, min_delta 0.005) showed 0.996 live and
+    0.992 in the closing table and report.json: the live table took the highest seen, the member keeps (and reports)
+    the epoch it checkpointed as its best."""
+    from dlsched.commands.ensemble import _LiveTable
+
+    view = _LiveTable(["tiny"], min_delta=0.005)
+    for epoch, acc in ((1, 0.9), (2, 0.9921875), (3, 0.99609375)):   # (name, status, epoch, step, loss, acc, rate)
+        view.update(("tiny", "training", epoch, 32 * epoch, 0.1, acc, 1000.0))
+        view.update(("tiny", "training", epoch, 32 * epoch + 10, 0.1, None, 1000.0))   # a step's: no acc
+    assert view.rows["tiny"]["acc"] == 0.9921875
+    view.update(("tiny", "converged", 3, 96, None, 0.9921875, None))   # its last report: its best, as it kept it
+    assert view.rows["tiny"]["acc"] == 0.9921875 and view.rows["tiny"]["status"] == "converged"
