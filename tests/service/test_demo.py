@@ -1,5 +1,6 @@
 """``dlsched demo`` end to end on a tiny workload (contract-following job, test policy): live run + report."""
 import io
+import re
 
 import pandas as pd
 import pytest
@@ -39,6 +40,9 @@ def test_demo_runs_a_staggered_workload_and_writes_the_report(tmp_path):
     assert split.to_numpy() == pytest.approx(table["run_remaining_error"].to_numpy(), abs=1e-9)
     assert "speed_error" in (out / "report.md").read_text()
     assert "submitted job 3 (c)" in buf.getvalue() and "rescaling" in buf.getvalue()
+    # each event's detail as `dlsched events` prints it (was Python's repr: {'gpus': 1, ...}), none: nothing after
+    assert re.search(r'job 1 -> running \{"gpus": \d, "batch_size": 32\}\n', buf.getvalue()), buf.getvalue()[:1500]
+    assert re.search(r"job \d -> finished\n", buf.getvalue()), buf.getvalue()[-1500:]
 
 
 @pytest.mark.parametrize("after", ["c", "b", "nobody"])

@@ -3,6 +3,7 @@ submit a staggered mix of real PyTorch jobs over HTTP, show them being scheduled
 ``demo-report/`` (predicted vs actual completion, allocation Gantt chart, loss fits)."""
 from __future__ import annotations
 
+import json
 import math
 import shlex
 import shutil
@@ -105,7 +106,8 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
             last_event = e["id"]
             if e["kind"] in ("running", "rescaling", "queued", "finished", "failed", "cancelled", "reattached"):
                 d = {k: v for k, v in e["detail"].items() if k in ("gpus", "gpus_from", "batch_size", "reason", "error")}
-                note(f"{e['time'] - t0:6.1f}s  job {e['job_id']} -> {e['kind']} {d if d else ''}")
+                # as `dlsched events` prints a detail (JSON; was Python's repr, and a trailing space with none)
+                note(f"{e['time'] - t0:6.1f}s  job {e['job_id']} -> {e['kind']}" + (f" {json.dumps(d)}" if d else ""))
         jobs, renderable = view()
         if live is not None:
             live.update(renderable)
