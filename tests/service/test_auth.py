@@ -136,3 +136,15 @@ def test_a_new_state_folder_is_private_and_an_existing_one_keeps_its_mode_with_a
         assert _mode(tmp_path / "tok") == 0o700
     finally:
         os.umask(old)
+
+
+def test_a_token_file_not_there_yet_says_serve_writes_it_as_it_starts(tmp_path, monkeypatch):
+    """The README's tour exports DLSCHED_TOKEN_FILE=/tmp/dlsched-tour/token and submits in a second terminal; typed
+    before `serve` was up (it took over 6 s on a loaded machine) it said only 'No such file or directory'."""
+    monkeypatch.delenv("DLSCHED_TOKEN", raising=False)
+    monkeypatch.setenv("DLSCHED_TOKEN_FILE", str(tmp_path / "state" / "token"))
+    with pytest.raises(UserError) as e:
+        client_token()
+    assert str(e.value) == (f"{tmp_path / 'state' / 'token'}: cannot read token: No such file or directory "
+                            "(`dlsched serve` writes it into its state folder as it starts: is it running, or still "
+                            "starting?)")

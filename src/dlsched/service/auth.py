@@ -44,6 +44,9 @@ def read_token_file(path: str | Path) -> str:
             raise UserError(f"{path}: token file is readable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
                             f"run: chmod 600 {path}")
         return check_token(path.read_text(), str(path))
+    except FileNotFoundError as e:   # the README's tour: a client typed in the second terminal before serve was up
+        raise UserError(f"{path}: cannot read token: {e.strerror} (`dlsched serve` writes it into its state folder "
+                        "as it starts: is it running, or still starting?)") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read token: {e.strerror}") from None
 
