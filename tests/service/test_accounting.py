@@ -1,4 +1,6 @@
 """GPU-time accounting across rounds: what a running job is charged when the wall clock jumps."""
+import time
+
 import pytest
 
 from dlsched.backends.recording import RecordingBackend
@@ -54,3 +56,35 @@ def test_a_cancelled_job_is_charged_up_to_its_stop_like_a_finished_one(tmp_path)
     assert job.state == CANCELLED and job.end_time == wall[0]
     assert (job.run_time, job.attained_service) == pytest.approx((17.0, 34.0))
     assert job.run_time == pytest.approx(job.end_time - job.start_time)
+
+
+def test_a_job_started_after_a_slow_stop_is_charged_from_its_start_not_from_before_the_stop(tmp_path):
+    """A round stopped a cancelled job (the runtime finishes its step: seconds), then started the job queued behind
+    it stamped with the round's start: its start_time and GPU time began before the slot was free (8 s before it
+    was even submitted, seen with a real job queued behind two cancelled ones)."""
+    import httpx
+
+    from dlsched.service.server import Service
+    from dlsched.train.files import read_status
+    from tests.service.conftest import RUNTIME
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import process_alive, wait_until
+
+    svc = Service(cluster(slots=(1,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        yaml = {"content-type": "application/yaml"}
+        slow = c.post("/jobs", content=job_yaml("slow", samples=10**6, step_s=2.0), headers=yaml).json()["id"]
+        queued = c.post("/jobs", content=job_yaml("next", samples=10**6), headers=yaml).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{slow}").json()["samples"] > 0, 60, "the slow job's first step")
+        pid = read_status(tmp_path / "state" / "jobs" / str(slow))["pid"]
+        c.post(f"/jobs/{slow}/cancel")      # its stop waits for the step under way (up to 2 s) to end
+        wait_until(lambda: not process_alive(pid), 30, "the slow job's runtime to exit")
+        stopped = (tmp_path / "state" / "jobs" / str(slow) / "ckpt" / "latest.json").stat().st_mtime
+        job = wait_until(lambda: (j := c.get(f"/jobs/{queued}").json())["state"] == "running" and j, 30,
+                         "the queued job to start")
+        assert job["start_time"] >= stopped, (job["start_time"], stopped)
+        alloc = c.get(f"/jobs/{queued}").json()
+        assert alloc["attained_service"] <= time.time() - stopped, alloc
+    finally:
+        stop_service_and_jobs(svc)

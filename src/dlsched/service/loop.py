@@ -212,16 +212,19 @@ class LiveLoop:
                     self.backend.stop(job.id, d)
                     writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
                 elif isinstance(act, Start):
+                    # the round's `now` precedes its stops (a cancel's or a preemption's grace: seconds): a start
+                    # stamped with it was charged GPU time, and began, before its slots were free
+                    at = self.clock()
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
-                    self.models.note_change(job.id, "start", now, gen)
+                    self.models.note_change(job.id, "start", at, gen)
                     self.stalls.started(job.id)
                     # the books say where it runs: booked on a node that died since the view, the next round moved it
                     placed = self.backend.placement(job.id) or act.nodes
                     writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size,
                                                      **({"placed": placed} if placed != act.nodes else {})},
                                    {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
-                                    "generation": gen, "job_dir": str(d), "accounted_until": now,
-                                    "progressed_at": now}))
+                                    "generation": gen, "job_dir": str(d), "accounted_until": at,
+                                    "progressed_at": at}, at))
                 else:   # a shrink or move holds the slots it leaves until the new group steps (slot_holds)
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
                                                hold_given_back=bool(extra_slots(job.placement, act.nodes))))

@@ -8,20 +8,21 @@ from typing import Any, Mapping
 
 from dlsched.service.store import CANCELLED, FAILED, JobRecord, Store
 
-# (job id, new state, event detail, fields to update)
-Write = tuple[int, str, dict[str, Any], dict[str, Any]]
+# (job id, new state, event detail, fields to update[, when: a start's own time, else the round's])
+Write = tuple[Any, ...]
 
 
 def record_round(store: Store, writes: list[Write], jobs: Mapping[int, JobRecord], now: float) -> list[int]:
     """Apply ``writes``; the ids of the jobs cancelled since the round read them, whose writes were skipped."""
     withdrawn = []
     with store.batch():
-        for job_id, state, detail, fields in writes:
+        for job_id, state, detail, fields, *when in writes:
             if store.get(job_id).state == CANCELLED:
                 withdrawn.append(job_id)
                 continue
-            store.transition(job_id, state, now, detail, **fields)
+            at = when[0] if when else now
+            store.transition(job_id, state, at, detail, **fields)
             gpus = fields.get("num_gpus", 0) if state != FAILED else 0
-            store.record_allocation(job_id, now, gpus, fields.get("batch_size", jobs[job_id].batch_size),
+            store.record_allocation(job_id, at, gpus, fields.get("batch_size", jobs[job_id].batch_size),
                                     dict(fields.get("placement", {})))
     return withdrawn
