@@ -94,11 +94,43 @@ def parse_control(raw: bytes, path: Path) -> Control:
     return Control(obj["workers"], bs, obj["generation"], None if devices is None else tuple(devices))
 
 
+def drop_torn_tail(path: Path) -> None:
+    """End ``path`` with a newline, cutting off a torn last line (its writer was killed mid-record, or the disk
+    filled): the next record appended to it made the two one bad line mid-file, which every later resume refused.
+    Only the runtime holding the job folder's lock appends, a line at a time, so no live writer is mid-line here."""
+    try:
+        with open(path, "rb+") as f:
+            end = f.seek(0, os.SEEK_END)
+            pos = end
+            while pos > 0:
+                f.seek(max(0, pos - 65536))
+                chunk = f.read(pos - max(0, pos - 65536))
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    pos = pos - len(chunk) + nl + 1
+                    break
+                pos -= len(chunk)
+            if pos < end:
+                f.seek(pos)
+                try:
+                    if end - pos > 1 << 22:   # longer than the service reads a line
+                        raise ValueError
+                    json.loads(f.read())   # whole, but for its newline (a hand's edit): kept
+                    f.write(b"\n")
+                except ValueError:
+                    log.warning("%s: dropping its torn last line (%d bytes; a writer was killed mid-line)", path,
+                                end - pos)
+                    f.truncate(pos)
+    except FileNotFoundError:
+        pass
+
+
 class ProgressLog:
     """Appends one JSON object per line to DIR/progress.jsonl (flushed per line so tailers see it)."""
 
     def __init__(self, job_dir: Path, echo: Callable[[dict], None] | None = None):
         self.path = Path(job_dir) / "progress.jsonl"
+        drop_torn_tail(self.path)
         self._f = open(self.path, "a", buffering=1)
         self.echo = echo   # e.g. train.progress_lines.HumanProgress: the same records as human lines on stdout
 
