@@ -74,6 +74,11 @@ class Backend(Protocol):
         keeps the runtime's first workers wherever they run); None: where it was asked."""
         return None
 
+    def booked(self, job_id: int) -> dict[str, int] | None:
+        """node name -> slots the backend's own books give the job (a re-attached job's come back from its folder);
+        None where it keeps none."""
+        return self.placement(job_id)
+
     def nodes(self) -> tuple[NodeView, ...] | None:
         """The live nodes, where the backend knows them (Ray: a lost node vanishes); None: the declared cluster."""
         return None

@@ -222,6 +222,7 @@ class LocalBackend(Backend):
                 devices = slot_devices(slots, self.devices)
             self._record_slots(job_id, Path(job_dir))
         write_control(Path(job_dir), num_gpus, launch.batch_size, launch.generation, devices=devices)
+        fault_point("resize-sent")
 
     def _hold_back(self, job_id: int, before: Mapping[str, Sequence[int]], after: Mapping[str, Sequence[int]]) -> None:
         """Book the slots ``before`` has and ``after`` lacks to no job (added to what the job holds back already)."""
@@ -319,6 +320,9 @@ class LocalBackend(Backend):
         if info.get("before"):
             self._before[job_id] = info["before"]
         return True
+
+    def booked(self, job_id: int) -> dict[str, int] | None:
+        return _counts(self._slots[job_id]) if self._slots.get(job_id) else None
 
     def shutdown(self) -> None:
         """Leave coordinators running (a restarted service re-attaches); just forget them."""
