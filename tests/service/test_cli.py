@@ -74,6 +74,17 @@ def test_a_server_that_is_not_dlsched_is_said_so_not_read_as_no_such_job(tmp_pat
         other.wait()
 
 
+def test_serve_on_a_damaged_database_says_so_in_one_line(tmp_path):
+    """A truncated or overwritten dlsched.db (a disk fault, a bad copy) was a 79-line traceback, exit 1."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "dlsched.db").write_bytes(b"not sqlite " * 1000)
+    (state / "dlsched.db").chmod(0o600)
+    r = cli("serve", "--state-dir", str(state), "--port", "0")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"{state / 'dlsched.db'}: the service's database is damaged (file is not a database)" in r.stderr
+
+
 def test_serve_refuses_an_unknown_backend_in_one_line():
     cluster = Path(__file__).resolve().parents[2] / "examples" / "demo" / "cluster.yaml"
     out = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--cluster", str(cluster), "--backend", "bogus"],
