@@ -88,3 +88,29 @@ def test_a_job_started_after_a_slow_stop_is_charged_from_its_start_not_from_befo
         assert alloc["attained_service"] <= time.time() - stopped, alloc
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_a_job_noticed_ended_a_round_late_is_charged_up_to_its_end_not_to_the_round(tmp_path):
+    """The round that found a job ended charged it GPU time up to that round: up to an interval, more on a loaded
+    box or a locked store (a 2-GPU job: 5 s after its runtime's end seen, and 9 s under a 30 s lock)."""
+    import httpx
+
+    from dlsched.service.server import Service
+    from dlsched.train.files import read_status
+    from tests.service.conftest import RUNTIME
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(slots=(2,), interval=4.0), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("short", gpus=2, samples=320), headers={"content-type": "application/yaml"}
+                     ).json()["id"]
+        rec = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["state"] == "finished" and j, 60, "the job to end")
+        ended = (tmp_path / "state" / "jobs" / str(job) / "status.json").stat().st_mtime
+        assert read_status(tmp_path / "state" / "jobs" / str(job))["state"] == "finished"
+        assert rec["end_time"] <= ended + 0.05, (rec["end_time"], ended)
+        assert rec["run_time"] == pytest.approx(rec["end_time"] - rec["start_time"], abs=0.05)
+        assert rec["attained_service"] == pytest.approx(2 * rec["run_time"])
+    finally:
+        stop_service_and_jobs(svc)

@@ -20,7 +20,7 @@ from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
 from dlsched.service.abandoned_resize import return_to_held
-from dlsched.service.accounting import RoundGap, since_counted
+from dlsched.service.accounting import RoundGap, counted_to_end, since_counted
 from dlsched.service.coordinator_loss import resume_or_fail
 from dlsched.service.ensemble_view import ensemble_view_of
 from dlsched.service.failed_actions import after_failed_action
@@ -70,6 +70,15 @@ def act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
     if isinstance(act, Resize):
         return 1, act.num_gpus - jobs[int(act.job_id)].num_gpus
     return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0
+
+
+def count_to_end(store: Store, before: JobRecord, counted: dict, state: str, job_dir: Path, now: float) -> float:
+    """When a job that ``state`` says ended did (its folder says: ``recovery.ended_at``), its time counted only up to
+    then, not to this poll, which came late (``accounting.counted_to_end``); ``now`` for a job still running."""
+    end = recovery.ended_at(job_dir, now) if state in ("finished", "failed") else None
+    ended = counted_to_end(before, counted, end, now)
+    store.update(before.id, **ended)
+    return ended.get("accounted_until", now)
 
 
 def policy_views(models: JobModels, store: Store, jobs: list[JobRecord], now: float) -> list[JobView]:
@@ -268,19 +277,20 @@ class LiveLoop:
     def _observe_one(self, job: JobRecord, now: float, last: float | None, elapsed: float | None) -> None:
         """``last``: the loop's previous observation, ``elapsed`` the time seen to pass since; the time counted is
         since the job's own (``accounting``)."""
-        d = self.job_dir(job)
+        d, before = self.job_dir(job), job
         counted = since_counted(job, now, last, elapsed)   # at the GPUs held before: a resize confirmed only now did not train
         job = self._ingest(job, now)
         self.store.update(job.id, **counted)
         res = self.backend.poll(job.id, d)
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
+        until = count_to_end(self.store, before, counted, res.state, d, now)
         runtime_gave_up = self._given_up.pop(job.id, None)   # its newcomers went; past the deadline, unconfirmed
         given_up = runtime_gave_up or self.deadline.overdue(job, now)
         if res.state == "finished":
-            self.store.transition(job.id, FINISHED, now)
+            self.store.transition(job.id, FINISHED, now, end_time=until)
         elif res.state == "failed":
-            self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
+            self.store.transition(job.id, FAILED, now, {"error": res.error}, end_time=until, error=(res.error or "")[:500])
         elif res.state == "gone":
             resume_or_fail(self.store, job.id, res, now, d)
         else:
@@ -291,7 +301,7 @@ class LiveLoop:
                 self._shrunk_by_loss(job, dict(res.nodes), now)
             self.stalls.check(job, now)
             return
-        self.store.record_allocation(job.id, now, 0, job.batch_size, {})
+        self.store.record_allocation(job.id, until, 0, job.batch_size, {})
         self._ended.append((job.id, res.state == "finished"))
 
     def _shrunk_by_loss(self, job: JobRecord, nodes: dict[str, int], now: float) -> None:
