@@ -31,7 +31,7 @@ from dlsched.service.ended_status import KILLED, settle_status
 from dlsched.service.lost_resize import record_lost_resize
 from dlsched.service.off_cluster import over_booked, unknown_nodes
 from dlsched.service.store import CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord, Store
-from dlsched.train.files import read_status
+from dlsched.train.files import open_regular, read_status
 
 log = logging.getLogger("dlsched.service")
 TAIL_BYTES = 64 << 10   # the end of progress.jsonl read for its newest time
@@ -124,7 +124,7 @@ def ended_at(job_dir: Path, now: float) -> float | None:
     folder records neither. Never later than ``now``."""
     times = []
     try:
-        with open(Path(job_dir) / "progress.jsonl", "rb") as f:
+        with open_regular(Path(job_dir) / "progress.jsonl") as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - TAIL_BYTES))
             for line in reversed(f.read().splitlines()):
