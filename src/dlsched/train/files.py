@@ -99,7 +99,7 @@ def parse_control(raw: bytes, path: Path) -> Control:
 def drop_torn_tail(path: Path) -> None:
     """End ``path`` with a newline, cutting off a torn last line (its writer was killed mid-record, or the disk
     filled): the next record appended to it made the two one bad line mid-file, which every later resume refused.
-    Only the runtime holding the job folder's lock appends, a line at a time, so no live writer is mid-line here."""
+    For the runtime that holds the job folder's lock, at its start: no other writer is live then."""
     try:
         with open(path, "rb+") as f:
             end = f.seek(0, os.SEEK_END)
@@ -130,9 +130,12 @@ def drop_torn_tail(path: Path) -> None:
 class ProgressLog:
     """Appends one JSON object per line to DIR/progress.jsonl (flushed per line so tailers see it)."""
 
-    def __init__(self, job_dir: Path, echo: Callable[[dict], None] | None = None):
+    def __init__(self, job_dir: Path, echo: Callable[[dict], None] | None = None, first: bool = False):
+        """``first``: the runtime's own log, opened at its start (it holds the folder's lock): an earlier run's torn
+        last line is cut off (``drop_torn_tail``); a rank appending beside a live writer leaves the file as it is."""
         self.path = Path(job_dir) / "progress.jsonl"
-        drop_torn_tail(self.path)
+        if first:
+            drop_torn_tail(self.path)
         self._f = open(self.path, "a", buffering=1)
         self.echo = echo   # e.g. train.progress_lines.HumanProgress: the same records as human lines on stdout
 
