@@ -114,3 +114,32 @@ def test_a_job_noticed_ended_a_round_late_is_charged_up_to_its_end_not_to_the_ro
         assert rec["attained_service"] == pytest.approx(2 * rec["run_time"])
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_a_cancelled_job_ends_when_its_stop_does_not_before_it(tmp_path):
+    """A cancelled job was ended at the start of the round that stopped it: the stop (its runtime finishing the
+    step under way) took seconds more, in which it still held its GPUs: its end_time came 6 s before its runtime's
+    own 'stopped' record (seen on a real service) and that time was not counted."""
+    import httpx
+
+    from dlsched.service.server import Service
+    from dlsched.train.files import read_status
+    from tests.service.conftest import RUNTIME
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import process_alive, wait_until
+
+    svc = Service(cluster(slots=(1,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("slow", samples=10**6, step_s=2.0),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["samples"] > 0, 60, "the job's first step")
+        pid = read_status(tmp_path / "state" / "jobs" / str(job))["pid"]
+        c.post(f"/jobs/{job}/cancel")      # its stop waits for the step under way (up to 2 s) to end
+        wait_until(lambda: not process_alive(pid), 30, "the runtime to exit")
+        stopped = (tmp_path / "state" / "jobs" / str(job) / "ckpt" / "latest.json").stat().st_mtime
+        rec = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["state"] == "cancelled" and j, 30, "the end")
+        assert rec["end_time"] >= stopped, (rec["end_time"], stopped)
+        assert rec["run_time"] == pytest.approx(rec["end_time"] - rec["start_time"], abs=0.05)
+    finally:
+        stop_service_and_jobs(svc)

@@ -28,6 +28,11 @@ class RoundGap:
         self.last_wall, self.last_mono = now, mono
         return gap
 
+    def since_round(self, elapsed: float | None) -> float | None:
+        """``elapsed`` (``since_last``'s, at this round's start) plus the time seen to pass since: a cancel's stop
+        takes seconds, and its job is counted to the stop's end."""
+        return None if elapsed is None or self.last_mono is None else elapsed + self.monotonic() - self.last_mono
+
 
 def since_counted(job: JobRecord, now: float, last: float | None, elapsed: float | None = None) -> dict:
     """The store fields that count ``job``'s time from its ``accounted_until`` (else the loop's previous round

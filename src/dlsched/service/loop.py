@@ -261,12 +261,13 @@ class LiveLoop:
         running = self.store.jobs(states=(RUNNING, RESCALING))
         for job in [j for j in running if j.cancel_requested]:
             self.backend.stop(job.id, self.job_dir(job))      # slow (grace period): outside any transaction
-            with self.store.batch():
-                self._ingest(job, now)
+            with self.store.batch():   # ended `at` the stop's end: it held its GPUs through the stop's grace
+                self._ingest(job, at := self.clock())
                 self._given_up.pop(job.id, None)
                 # its time since the last round counts, as a finished job's does: `history` showed GPU-TIME short of RAN
-                self.store.transition(job.id, CANCELLED, now, **since_counted(job, now, last, elapsed))
-                self.store.record_allocation(job.id, now, 0, job.batch_size, {})
+                self.store.transition(job.id, CANCELLED, at,
+                                      **since_counted(job, at, last, self.round_gap.since_round(elapsed)))
+                self.store.record_allocation(job.id, at, 0, job.batch_size, {})
             self._ended.append((job.id, False))
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
             for job in [j for j in running if not j.cancel_requested]:
