@@ -143,3 +143,30 @@ def test_a_cancelled_job_ends_when_its_stop_does_not_before_it(tmp_path):
         assert rec["run_time"] == pytest.approx(rec["end_time"] - rec["start_time"], abs=0.05)
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_a_job_whose_runtime_finished_before_its_cancel_was_carried_out_ends_finished(tmp_path):
+    """A cancel that came after the runtime had finished, before the round that would have seen it, stopped the
+    (ended) job and recorded it cancelled, every sample trained (seen on a real service: job_finished 09:14:36,
+    cancel_requested and cancelled 09:14:37, samples 45000 of 45000)."""
+    import httpx
+
+    from dlsched.service.server import Service
+    from dlsched.train.files import read_status
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.service.conftest import RUNTIME
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(slots=(1,), interval=4.0), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("short", samples=320), headers={"content-type": "application/yaml"}
+                     ).json()["id"]
+        folder = tmp_path / "state" / "jobs" / str(job)
+        wait_until(lambda: (read_status(folder) or {}).get("state") == "finished", 60, "the runtime to finish")
+        c.post(f"/jobs/{job}/cancel")
+        rec = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["state"] in ("finished", "cancelled") and j, 30,
+                         "the job to end")
+        assert rec["state"] == "finished" and rec["samples"] == rec["total_samples"], rec
+    finally:
+        stop_service_and_jobs(svc)

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from prometheus_client import Histogram
 
@@ -70,6 +70,12 @@ def act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
     if isinstance(act, Resize):
         return 1, act.num_gpus - jobs[int(act.job_id)].num_gpus
     return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0
+
+
+def cancel_now(backend: Backend, job_dir: Callable[[JobRecord], Path], running: list[JobRecord]) -> list[JobRecord]:
+    """The ``running`` jobs whose cancel is to be carried out: not one whose runtime finished before it (all of it
+    trained: it was recorded cancelled, and ``history`` sent its user to run it again); that one ends finished."""
+    return [j for j in running if j.cancel_requested and backend.poll(j.id, job_dir(j)).state != "finished"]
 
 
 def count_to_end(store: Store, before: JobRecord, counted: dict, state: str, job_dir: Path, now: float) -> float:
@@ -259,7 +265,7 @@ class LiveLoop:
         """Cancellations, progress ingestion, process state, GPU-service accounting, prediction refit."""
         last, elapsed = self.round_gap.since_last(now)
         running = self.store.jobs(states=(RUNNING, RESCALING))
-        for job in [j for j in running if j.cancel_requested]:
+        for job in (cancelling := cancel_now(self.backend, self.job_dir, running)):
             self.backend.stop(job.id, self.job_dir(job))      # slow (grace period): outside any transaction
             with self.store.batch():   # ended `at` the stop's end: it held its GPUs through the stop's grace
                 self._ingest(job, at := self.clock())
@@ -270,7 +276,7 @@ class LiveLoop:
                 self.store.record_allocation(job.id, at, 0, job.batch_size, {})
             self._ended.append((job.id, False))
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
-            for job in [j for j in running if not j.cancel_requested]:
+            for job in [j for j in running if j not in cancelling]:
                 self._observe_one(job, now, last, elapsed)
         release_confirmed(self.backend, self.job_dir, self._confirmed)   # after the store's commit, never before
         self._refit(now)
