@@ -222,8 +222,7 @@ class LiveLoop:
             if isinstance(act, Resize) and (waits_for_hold(job, act.nodes) or act.num_gpus > job.num_gpus and
                                             self.backoff.holds(job.id, now)):
                 continue   # its GPUs stay free this round: the policy asks again once the wait (or hold) is over
-            d = self.job_dir(job)
-            gen = job.generation + 1
+            d, gen = self.job_dir(job), job.generation + 1
             try:
                 if isinstance(act, Preempt):
                     self.backend.stop(job.id, d)
@@ -286,8 +285,8 @@ class LiveLoop:
     def _observe_one(self, job: JobRecord, now: float, last: float | None, elapsed: float | None) -> None:
         """``last``: the loop's previous observation, ``elapsed`` the time seen to pass since; the time counted is
         since the job's own (``accounting``)."""
-        d, before = self.job_dir(job), job
-        counted = since_counted(job, now, last, elapsed)   # at the GPUs held before: a resize confirmed only now did not train
+        # counted at the GPUs held before: a resize confirmed only now did not train
+        d, before, counted = self.job_dir(job), job, since_counted(job, now, last, elapsed)
         job = self._ingest(job, now)
         self.store.update(job.id, **counted)
         res = self.backend.poll(job.id, d)
