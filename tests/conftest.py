@@ -12,10 +12,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 # `make test` runs pytest-xdist with --dist loadfile: a file's tests run on one worker, so its module fixtures (a
-# service, a cluster) start once, and the tests that start a local Ray cluster (all in tests/backends/test_ray.py:
-# they share /tmp/ray and the host's ports) run one cluster at a time; the multi-node clusters are
-# tests/multinode/test_cluster.py's. (--dist loadgroup does not group under pytest 9.2: xdist 3.8 writes a test's
-# group into item._nodeid, which pytest 9.2 no longer reads, so every test was scheduled on its own.)
+# service, a cluster) start once. The local Ray cluster is a module fixture (tests/backends/conftest.py) of three
+# files, tests/backends/test_ray*.py, so they run on three workers at once, a cluster each with its own session
+# folder and ports (only the autoscaler monitor's metrics port is fixed: a second cluster's monitor logs it taken and
+# runs on); as one file they were the suite's critical path (~950 s on one worker under load). The
+# multi-node clusters are tests/multinode/test_cluster.py's. (--dist loadgroup does not group under pytest 9.2:
+# xdist 3.8 writes a test's group into item._nodeid, which pytest 9.2 no longer reads, so every test was scheduled
+# on its own.)
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +35,8 @@ def data_dir():
 # tests' --durations in a full run, longest first (the rest follow in collection order, the short ones filling
 # in at the end); re-derive them from such a run when files grow. Test order within a file is kept.
 LONGEST_FILES_FIRST = tuple(f"tests/{f}.py" for f in (
-    "backends/test_ray", "torch/test_elastic_script", "multinode/test_cluster", "torch/test_accumulation",
+    "backends/test_ray_node_loss", "backends/test_ray_service", "backends/test_ray", "torch/test_elastic_script",
+    "multinode/test_cluster", "torch/test_accumulation",
     "service/test_script_job", "train/test_elastic", "train/test_fleet_job", "train/test_ps",
     "service/test_restart_options", "torch/test_loader", "commands/test_ensemble_command",
     "train/test_autoscale_engine", "torch/test_noise", "train/test_worker_loss", "commands/test_service_commands",
