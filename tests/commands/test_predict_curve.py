@@ -92,8 +92,9 @@ def test_the_text_gives_the_crossing_as_a_person_reads_it_and_its_band_in_time(c
            "p_reach": 0.9, "seconds_to_target": 5400.0, "seconds_to_target_interval_80": [28.0, 6840.0]}
     _render(out, "step", "loss")
     text = " ".join(capsys.readouterr().out.split())
-    assert ("target 0.32: at step 12,344, 11,844 from now (80 % interval 61.4 – 15,000; in ~1h 30m, 28s – 1h 54m; "
-            "chance by the budget 90 %)") in text, text
+    # the band as steps first, then from now: "at step 12,344, ... (80 % interval 61.4 – 15,000" read as steps
+    assert ("target 0.32: at step 12,344, 11,844 from now (80 % interval: step 561 – 15,500, 61.4 – 15,000 from now; "
+            "in ~1h 30m, 28s – 1h 54m; chance by the budget 90 %)") in text, text
 
 
 def test_the_text_gives_where_the_log_reached_a_target_as_a_person_reads_it(capsys):
@@ -385,6 +386,7 @@ def test_an_unreachable_accuracy_names_the_highest_it_can_reach(tmp_path, capsys
                      True, None)
     out, err = capsys.readouterr()
     assert code == 3 and "highest" in err and "lowest" not in err and json.loads(out)["steps_to_target"] is None
+    assert "the fitted ceiling is" in err and "floor" not in err, err   # its one line said "floor" of a ceiling
     run_curve(tmp_path / "acc.csv", "step", "acc", 2000, "constant", None, 0.999, None, "accuracy", None, None,
               False, None)
     assert "ceiling" in capsys.readouterr().out   # the text said "floor" of a bound above the prediction
@@ -755,3 +757,15 @@ def test_an_error_target_below_1_on_error_logged_in_percent_says_how_it_was_read
             "--json")
     assert "note: --target 0.07 on val_error logged in % (up to 71.667): read as 0.07 %; for 7 % give --target 7" \
         in r.stderr, r.stderr
+
+
+def test_an_accuracy_target_out_of_range_names_the_option_and_its_value(tmp_path, capsys):
+    """Bad input names the field: `--target -1` on an accuracy log said "FILE: field 'acc': accuracy target must be
+    in 0–1 or 0–100 %, got -1", the log's column, as if the log were at fault."""
+    step = np.arange(10, 101, 10)
+    pd.DataFrame({"step": step, "acc": 0.9 - 0.5 / step}).to_csv(tmp_path / "acc.csv", index=False)
+    for target, read in ((-1.0, "-1"), (101.0, "101")):
+        with pytest.raises(UserError) as e:
+            run_curve(tmp_path / "acc.csv", "step", "acc", 200, "constant", None, target, None, "accuracy", None,
+                      None, True, None)
+        assert str(e.value) == f"--target {read}: accuracy target must be in 0–1 or 0–100 %, got {read}"

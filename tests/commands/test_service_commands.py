@@ -777,3 +777,15 @@ def test_a_finished_job_shows_no_resize_hold_as_its_reason():
 
     assert _reason({"state": "finished", "requested_workers": 2}) == ""
     assert _reason({"state": "running", "requested_workers": 2}) == "held at 2 by resize"
+
+
+def test_submit_target_that_is_not_a_finite_number_names_the_option_and_value():
+    """`submit --target val_accuracy=nan` said "command line: NaN is not a number JSON allows": no option named."""
+    from dlsched.commands.service import metric_target
+    from dlsched.errors import UserError
+
+    for value in ("nan", "inf", "-inf"):
+        with pytest.raises(UserError) as e:
+            metric_target(f"val_accuracy={value}", "accuracy")
+        assert str(e.value) == f"--target val_accuracy={value}: {value!r} is not a finite number"
+    assert metric_target("val_accuracy=0.93", "accuracy") == {"metric": "val_accuracy", "value": 0.93, "kind": "accuracy"}

@@ -367,6 +367,9 @@ def test_logged_crossing_interpolates_like_the_truth_and_says_never():
     y = np.array([4.0, 3.0, 2.0, 1.0, 0.5])   # running medians 3.5, 3, 2, 1, 0.75
     assert logged_crossing(x, y, 2.5) == pytest.approx(15.0)
     assert logged_crossing(x, y, 0.1) is None
+    # two points (a second evaluation): each end's 2-point mean, as at the ends of a longer log; numpy raised
+    assert logged_crossing([6.0, 12.0], [1.0, 0.8], 0.95) == pytest.approx(6.0)
+    assert logged_crossing([6.0, 12.0], [1.0, 0.8], 0.5) is None
 
 
 def test_a_level_carried_to_the_schedule_takes_the_carried_bands_and_a_plain_mean_the_levelled_ones():
@@ -640,3 +643,16 @@ def test_before_the_lrs_peak_the_final_band_is_the_earliest_fractions():
     assert hi / p.final_value == pytest.approx(np.e, rel=1e-6) and p.floor == 0
     past = predict_curve(x[:25], law_curve("cosine", x)[:25], parse_schedule("cosine", B), calibration=cal, prior=None)
     assert past.final_value_interval_80[1] / past.final_value < np.exp(0.9)
+
+
+def test_a_level_prior_above_the_fits_final_keeps_an_accuracys_predicted_curve_rising():
+    """The shift toward the prior's level is in log space; its progress was linear: a digits error curve fitted from
+    0.22 toward 0.0025 and levelled to 0.02 rose to 0.53 before it fell (accuracy predicted 78 % -> 47 % -> 98 %)."""
+    x = np.arange(10, 801, 10.0)
+    err = 0.9 * np.exp(-x / 40) + 0.004 * (x / 800) ** -0.5
+    s = parse_schedule("cosine:warmup=40", 800)
+    p = predict_curve(x[:8], 1 - err[:8], s, metric="accuracy",
+                      prior=CurvePrior(0.6, 0.3, final=0.02, final_sigma=0.05))
+    ahead = p.curve_y[p.curve_x >= x[7]]
+    assert np.all(np.diff(ahead) >= -1e-12), ahead.min()
+    assert p.final_value == pytest.approx(0.98, abs=0.01)

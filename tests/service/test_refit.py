@@ -613,3 +613,26 @@ def test_the_speed_sample_keeps_the_newest_records_of_each_of_the_newest_configu
     assert 1 not in by and 2 not in by and None in by    # the newest SPEED_CONFIGS: 3 .. SPEED_CONFIGS+1 and None
     per = SPEED_PER_CONFIG + 5
     assert by[3] == list(range(3 * per - SPEED_PER_CONFIG, 3 * per))   # each one's newest
+
+
+def test_a_stated_target_is_predicted_from_its_second_report_and_a_refit_that_cannot_says_why():
+    """The newest prediction row is what the dashboard and ``dlsched show`` read. From exactly two reports of the
+    target's metric (a second evaluation) ``first_passage.logged_crossing`` raised numpy's 'window shape cannot be
+    larger than input array shape', and the refit stored a row without the target's prediction and without a word
+    on it: the target the row before had predicted was gone until the third report. A value the predictor cannot
+    model (an accuracy of 100 %: no error left) is still refused, and the row says so: the metric, the target and
+    the predictor's reason."""
+    from dlsched.spec import MetricTarget
+
+    recs = records(1, 8, 0.1, n=12)
+    for steps, values in (([6.0], [0.5]), ([6.0, 12.0], [0.5, 0.6]), ([6.0, 12.0], [0.5, 1.0])):
+        pred, _ = predict(recs, 10.0, 1, 8, 8 * 36, recs[-1]["samples"], schedule="cosine",
+                          target=MetricTarget(metric="val_acc", value=0.3, kind="accuracy"),
+                          metric_points=(np.array(steps), np.array(values)))
+        if values[-1] < 1:
+            got = pred.loss_fit["metric_target"]
+            assert got["points"] == len(steps) and got["target_reached"] and "metric_target_missing" not in pred.loss_fit
+        else:
+            assert "metric_target" not in pred.loss_fit
+            assert pred.loss_fit["metric_target_missing"] == {
+                "metric": "val_acc", "target": 0.3, "why": "accuracy values must leave a positive error: 1 at x = 12"}

@@ -180,6 +180,12 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
         wait_until(lambda: all(c.get(f"/jobs/{i}").json()["state"] in ("finished", "failed") for i in (1, 2)), 300,
                    "jobs 1 and 2 to end")
         assert [c.get(f"/jobs/{i}").json()["state"] for i in (1, 2)] == ["finished"] * 2
+        # from its first prediction on, every row holds the target's (the newest row is what the dashboard and
+        # `show` read): the second evaluation's refit raised inside the predictor and stored a row without it
+        for i in (1, 2):
+            fits = [p["loss_fit"] or {} for p in c.get(f"/jobs/{i}/predictions").json()]
+            first = next(n for n, f in enumerate(fits) if "metric_target" in f)
+            assert all("metric_target" in f for f in fits[first:]), [sorted(f) for f in fits]
         # each target of 1e9 was reached at its first prediction: one target_reached event each, where and when
         told = {i: [e["detail"] for e in c.get(f"/jobs/{i}/events").json() if e["kind"] == "target_reached"]
                 for i in (1, 2)}

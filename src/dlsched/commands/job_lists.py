@@ -9,38 +9,27 @@ from typing import Callable
 from dlsched.service.job_pages import MAX_JOBS_PAGE
 
 
-def newest_jobs(client, params: dict, limit: int = 0) -> tuple[list[dict], int]:
-    """The newest ``limit`` jobs matching ``params`` (every one where 0), in id order, and how many older ones
-    match beyond them."""
+def newest_jobs(client, params: dict, limit: int = 0,
+                keep: Callable[[dict], bool] | None = None) -> tuple[list[dict], int | bool]:
+    """The newest ``limit`` jobs (every one where 0) matching ``params`` and, where given, ``keep`` (a filter the
+    service does not apply), in id order; and the older ones that match left out: their count, or where ``keep``
+    filters (the service cannot count them) whether any were left unread."""
     jobs: list[dict] = []
     before = None
     while True:
-        want = MAX_JOBS_PAGE if not limit else min(MAX_JOBS_PAGE, limit - len(jobs))
+        # exactly the jobs still wanted, or with ``keep`` whole pages (it drops some of each)
+        want = MAX_JOBS_PAGE if not limit else min(MAX_JOBS_PAGE, max(limit, 100) if keep else limit - len(jobs))
         r = client.request("GET", "/jobs", params={**params, "limit": want,
                                                    **({"before": before} if before is not None else {})})
-        page = r.json()
-        jobs = page + jobs
-        total = int(r.headers.get("x-total-count", len(jobs)))
+        jobs = [j for j in r.json() if keep is None or keep(j)] + jobs
         before = r.headers.get("x-next-before")
         if before is None or (limit and len(jobs) >= limit):
-            return jobs, max(0, total - len(jobs)) if before is not None else 0
-
-
-def filtered_newest(client, params: dict, keep: Callable[[dict], bool], limit: int) -> tuple[list[dict], bool]:
-    """The newest ``limit`` (all where 0) jobs matching ``params`` that ``keep`` keeps (filters the service does
-    not apply), in id order, and whether older ones were left unread."""
-    jobs: list[dict] = []
-    before = None
-    page = min(MAX_JOBS_PAGE, max(limit, 100)) if limit else MAX_JOBS_PAGE   # more pages where the filters drop some
-    while True:
-        r = client.request("GET", "/jobs", params={**params, "limit": page,
-                                                   **({"before": before} if before is not None else {})})
-        jobs = [j for j in r.json() if keep(j)] + jobs
-        before = r.headers.get("x-next-before")
-        if limit and len(jobs) >= limit:
-            return jobs[-limit:], len(jobs) > limit or before is not None
-        if before is None:
-            return jobs, False
+            break
+    shown = jobs[-limit:] if limit else jobs
+    if keep is not None:
+        return shown, len(jobs) > len(shown) or before is not None
+    total = int(r.headers.get("x-total-count", len(jobs)))
+    return shown, max(0, total - len(shown)) if before is not None else 0
 
 
 def note_unshown(count: int | bool, what: str, hint: str) -> None:

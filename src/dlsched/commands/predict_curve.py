@@ -165,6 +165,11 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     # an accuracy's scale (0-1 or %): the run's points, else its log's, else (no log) the first --like run's
     scale = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y if len(curve.y) else
                            logs[0].y if logs else curve.y).top
+    if target is not None:   # out of range on the data's scale: the option, not the log's column, is what to fix
+        try:
+            MetricSpace(metric, scale).target(target)
+        except ValueError as e:
+            raise UserError(f"--target {target:g}: {e}") from None
     fits = [finished_run(f, log, y, metric, regime,   # each one's own LR where it logs one, else the SPEC at its budget
                          lambda c, b: _schedule(schedule if c.lr is None else "lr-column", b, c)[0], shift, scale)
             for f, log in zip(like or (), logs)]
@@ -230,7 +235,9 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
             f"logged to {x} {until:g}, then {out['lr_continued_as'] or 'held'}"
         _plot(curve, keep, pred, plot_path, x, y, sched, label, quiet=as_json)
     if not pred.reachable:
-        typer.echo(f"target {pred.target:g} is unreachable within the budget {budget:g}: the fitted floor is "
+        # an accuracy's bound is a ceiling, as the text above says it (the JSON's ``floor``)
+        bound = "ceiling" if metric == "accuracy" else "floor"
+        typer.echo(f"target {pred.target:g} is unreachable within the budget {budget:g}: the fitted {bound} is "
                    f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the {'highest' if metric == 'accuracy' else 'lowest'} "
                    "the calibrated errors allow)", err=True)
         return UNREACHABLE_EXIT
@@ -304,8 +311,10 @@ def _render(out: dict, x: str, metric: str) -> None:
             con.print(f"target {out['target']:.4g}: beyond the predicted final value; reached by {x} "
                       f"{out['budget']:g} only if the run does better than predicted ({chance})")
         else:
+            # the band as the x it names, then as x from now: "at step 268 (80 % interval 16.4 – 157" read as steps
+            now = out["observed_until"]
             con.print(f"target {out['target']:.4g}: at {x} {_x(out['target_step'])}, {_x(out['steps_to_target'])} from "
-                      f"now (80 % interval {_x(a)} – {_x(b)}{eta}; {chance})")
+                      f"now (80 % interval: {x} {_x(now + a)} – {_x(now + b)}, {_x(a)} – {_x(b)} from now{eta}; {chance})")
 
 
 def _x(v: float) -> str:

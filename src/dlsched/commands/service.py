@@ -221,6 +221,14 @@ def _target_cell(j: dict) -> str:
     return escape(f"{t['metric']} {t['value']:g}: {when}{chance}")
 
 
+def _loss_cell(j: dict) -> str:
+    """The job's newest loss; an ensemble's: its best member's (``service.member_losses``), said so as the dashboard
+    says it."""
+    if j.get("last_loss") is None:
+        return "-"
+    return ("best " if j.get("ensemble") else "") + f"{j['last_loss']:.4g}"
+
+
 def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
     now = time.time() if now is None else now
     rows = []
@@ -230,7 +238,7 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
         name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
         rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", _gpus_cell(j),
                      str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
-                     f"{j['last_loss']:.4g}" if j.get("last_loss") is not None else "-",
+                     _loss_cell(j),
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
                      _finish_cell(j), _left_cell(j, now), escape(_reason_cell(j)), _target_cell(j)])
     return rows
@@ -276,6 +284,8 @@ def metric_target(target: str | None, kind: str | None) -> dict | None:
         number = float(value)
     except ValueError:
         raise UserError(f"--target {target}: {value!r} is not a number") from None
+    if not math.isfinite(number):   # was "command line: NaN is not a number JSON allows", naming no option
+        raise UserError(f"--target {target}: {value!r} is not a finite number")
     return {"metric": name, "value": number, "kind": kind}
 
 
@@ -686,7 +696,7 @@ def register(app: typer.Typer) -> None:
                 limit: int = typer.Option(100, "--limit", "-n", help="the newest this many (0: all)"),
                 server: Optional[str] = SERVER_OPT, as_json: bool = JSON_OPT, wide: bool = WIDE_OPT) -> None:
         """Ended jobs with their outcome and durations (like sacct), the newest --limit."""
-        from dlsched.commands.job_lists import filtered_newest, note_unshown
+        from dlsched.commands.job_lists import newest_jobs, note_unshown
 
         states = state.split(",") if state else list(TERMINAL)
         bad = [s for s in states if s not in TERMINAL]
@@ -695,9 +705,10 @@ def register(app: typer.Typer) -> None:
         if limit < 0:
             raise UserError(f"--limit {limit}: expected 0 (all) or a positive number of jobs")
         after = parse_since(since)
-        jobs, older = filtered_newest(Client(server), {"state": ",".join(states)},
-                                      lambda j: (after is None or (j.get("end_time") or 0) >= after)
-                                      and (user is None or j.get("spec", {}).get("user") == user), limit)
+        keep = None if after is None and user is None else \
+            lambda j: ((after is None or (j.get("end_time") or 0) >= after)
+                       and (user is None or j.get("spec", {}).get("user") == user))
+        jobs, older = newest_jobs(Client(server), {"state": ",".join(states)}, limit, keep)   # keep None: a count
         note_unshown(older, "jobs", "--limit 0 lists them all")
         if as_json:
             print_json(jobs)

@@ -190,9 +190,12 @@ def with_level_prior(grid, curve, x_now: float, prior: CurvePrior, fit_sigma: fl
     w_fit = fit_sigma ** -2 / (fit_sigma ** -2 + prior.final_sigma ** -2)
     now = float(np.interp(x_now, grid, curve))
     shift = (1 - w_fit) * math.log(prior.final / float(curve[-1]))
-    span = now - float(curve[-1])
-    if abs(span) > 1e-12 * abs(now):
-        progress = np.clip((now - curve) / span, 0.0, 1.0)
+    span = math.log(now / float(curve[-1]))
+    if abs(span) > 1e-12:
+        # progress in log space, as the shift is: the curve becomes now·(curve/now)^(1 − shift/span), as monotone
+        # as the fit's. Linear progress under a log shift raised a digits error curve predicted from 0.22 to 0.0025,
+        # levelled to 0.02, to 0.53 before it fell (an accuracy predicted to drop from 78 % to 47 %)
+        progress = np.clip(np.log(now / curve) / span, 0.0, 1.0)
     else:   # a flat prediction: by the share of the remaining x
         progress = np.clip((grid - x_now) / (grid[-1] - x_now), 0.0, 1.0)
     return curve * np.exp(shift * np.where(grid >= x_now, progress, 0.0))

@@ -52,7 +52,10 @@ def logged_crossing(x, y, goal: float) -> float | None:
     if len(y) < 2:
         return float(x[0]) if len(y) and y[0] <= goal else None
     ends = [(y[0] + y[1]) / 2], [(y[-2] + y[-1]) / 2]
-    med = np.concatenate([ends[0], np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1), ends[1]])
+    # two points: their mean at each (no window of 3 fits: numpy raised, and the service stored a refit without its
+    # stated target's prediction whenever a second evaluation came in)
+    inner = np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1) if len(y) > 2 else np.empty(0)
+    med = np.concatenate([ends[0], inner, ends[1]])
     hits = np.flatnonzero(med <= goal)
     if not len(hits):
         return None

@@ -462,20 +462,22 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
     @api.get("/jobs/{job_id}/progress")
     def progress(job_id: JobId, response: Response, after: OptionalAfter = None, points: OptionalLimit = None,
                  limit: Limit = DEFAULT_PROGRESS_PAGE) -> list[dict]:
-        """The job's progress rows, the first ``limit`` (at most ``MAX_PROGRESS_PAGE``; ``X-Next-After`` names the next
-        page's ``after`` when more remain); ``after``: those stored after row ``after``, each with its ``id`` (to follow
-        a job); ``points``: at most that many of those with a step and a loss, evenly spaced, and the newest (to draw)."""
+        """The job's progress rows, each with its ``id``, the first ``limit`` (at most ``MAX_PROGRESS_PAGE``;
+        ``X-Next-After`` names the next page's ``after`` when more remain); ``after``: those stored after row ``after``
+        (to follow a job); ``points``: at most that many of those with a step and a loss, evenly spaced, and the newest
+        (to draw)."""
         store.get(job_id)
+        # every row with its id, whichever way it was asked for: a first page's rows had none, the next page's had,
+        # so a client that read the first page could not follow on from a row of it (its last row's id was only in
+        # the header) and one row read two ways compared unequal
         if points is not None:
-            return store.progress(job_id, after_id=after, loss_points=points)
+            return store.progress(job_id, after_id=after or 0, loss_points=points)
         # a page: a job that ran for months has a row a step (millions), all of them one answer
         limit = min(limit, MAX_PROGRESS_PAGE)
-        rows = store.progress(job_id, after_id=after if after is not None else 0, limit=limit + 1)
+        rows = store.progress(job_id, after_id=after or 0, limit=limit + 1)
         if len(rows) > limit:
             rows = rows[:limit]
             response.headers["X-Next-After"] = str(rows[-1]["id"])
-        if after is None:   # as before: rows without their ids unless followed
-            rows = [{k: v for k, v in r.items() if k != "id"} for r in rows]
         return rows
 
     @api.get("/jobs/{job_id}/logs")

@@ -46,7 +46,8 @@ def loss_fit_of(prediction: dict | None) -> dict | None:
     """The fits the loop made last (``service.refit``): the Optimus curve l(k) = 1/(b0 k + b1) + b2 from 4 loss points,
     the schedule-aware prediction to the budget, the stated target's; None before any."""
     fit = (prediction or {}).get("loss_fit")
-    if not fit or not ("beta0" in fit or fit.get("curve") or fit.get("metric_target")):   # or an older version's
+    if not fit or not ("beta0" in fit or fit.get("curve") or fit.get("metric_target")
+                       or fit.get("metric_target_missing")):   # or an older version's
         return None
     out = {"beta": [fit["beta0"], fit["beta1"], fit["beta2"]], "scale": fit["scale"], "rmse": fit["rmse"]} \
         if "beta0" in fit else {}
@@ -57,6 +58,8 @@ def loss_fit_of(prediction: dict | None) -> dict | None:
                                             "target_loss", "target_step", "target_time", "target_chance", "lr")})
     if fit.get("metric_target"):   # the stated target of a reported metric (service.metric_target)
         out["metric_target"] = fit["metric_target"]
+    if fit.get("metric_target_missing"):   # ... or why this refit has none (service.metric_target.missing)
+        out["metric_target_missing"] = fit["metric_target_missing"]
     return out
 
 
@@ -111,8 +114,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
                       "requested": j.spec.gpus, "batch_size": j.batch_size,
                       "fraction_done": (ensemble_of(store, j.id)["fraction_done"] if j.spec.kind == "ensemble"
                                         else _clean(j.samples / j.total_samples) if j.total_samples else None),
-                      "loss": _clean(j.last_loss), "samples_per_s": _clean(j.samples_per_s),
-                      "predicted_start": _clean(start), "predicted_finish": _clean(finish),
+                      "loss": _clean(j.last_loss), "ensemble": j.spec.kind == "ensemble",   # its loss: the best member's
+                      "samples_per_s": _clean(j.samples_per_s), "predicted_start": _clean(start), "predicted_finish": _clean(finish),
                       "target": stated_target(preds.get(j.id)), "stalled_since": j.stalled_since})
     counts = job_counts(store)
     allocs, with_allocs = newest_allocations(store, MAX_GANTT_JOBS)

@@ -139,8 +139,13 @@ def prediction_before_start(job: JobRecord, prior_of, target_prior_of, bands,
     fit.pop("fitted", None)
     if "curve" in fit:
         fit["lr"] = f"{spec} (declared)" if isinstance(spec, str) else f"{schedule.spec} (none declared)"
-    if stated is not None and (reached := predict_target(stated, np.empty(0), np.empty(0), schedule, job_regime(job),
-                                                         target_prior_of(schedule), bands(metric_kind(stated.kind)))):
+    try:
+        reached = None if stated is None else predict_target(stated, np.empty(0), np.empty(0), schedule,
+                                                             job_regime(job), target_prior_of(schedule),
+                                                             bands(metric_kind(stated.kind)))
+    except ValueError:   # before its first report: nothing to say until it trains
+        reached = None
+    if reached is not None:
         reached.pop("fitted")
         fit["metric_target"] = reached | {"target_time": None, "target_time_80": None}   # not training: no clock time
     if isinstance(target_loss, (int, float)) and "model" in fit:

@@ -30,6 +30,7 @@ from dlsched.service.forecaster import FORECAST_BUDGET_S, FORECAST_EVERY_S, Fore
 from dlsched.service.job_events import JobEvents
 from dlsched.service.job_folders import job_folder
 from dlsched.service.job_models import JobModels
+from dlsched.service.member_losses import MemberLosses
 from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
@@ -115,6 +116,7 @@ class LiveLoop:
         self.stalls = StallWatch(cluster.stall_after_s, store, first_step_s=cluster.first_step_after_s)
         self.retention = Retention(store, cluster.retain_ended_days)   # an ended job's step rows do not stay for good
         self.held_out = HeldOut()                          # jobs placed on nodes the round's view lacks
+        self.member_losses = MemberLosses(store)           # an ensemble's LOSS: its best member's newest
 
     def validate(self, spec: JobSpec, source: str = "job spec") -> None:
         """Submit-time check against this cluster and policy, so a job that can never run is refused with one
@@ -312,8 +314,9 @@ class LiveLoop:
             self.forecaster.record_delay(*delay)
         if samples:
             last = samples[-1]
-            fields = {"samples": float(last.get("samples") or job.samples),
-                      "last_loss": last.get("loss"), "samples_per_s": last.get("samples_per_s"),
+            fields = {"samples": float(last.get("samples") or job.samples),   # an ensemble's loss: its best member's
+                      "last_loss": self.member_losses.best(job.id, samples, last.get("loss")),
+                      "samples_per_s": last.get("samples_per_s"),
                       **self.stalls.progressed(job, now)}
             if last.get("total_samples"):
                 fields["total_samples"] = float(last["total_samples"])
@@ -345,6 +348,7 @@ class LiveLoop:
         for job_id, finished in self._ended:
             self.job_events.forget(job_id, now)
             self.models.forget(job_id, finished=finished)
+            self.member_losses.forget(job_id)
             self.backoff.forget(job_id)
         self._to_refit, self._ended = {}, []
 

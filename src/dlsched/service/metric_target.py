@@ -37,18 +37,17 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     budget; ``target_step_80`` its 80 % band, None unless ahead (``CurvePrediction.target_step_80``);
     ``target_reached``: the log got there; ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s;
     ``curve``: [x, value] from the first point fitted to the budget, drawn as the loss fit's is; ``fitted``: the
-    annealing fit, in fractions (``reported_scale``), not JSON, or None), or None where the predictor refuses (a value
-    it cannot model, such as an error of 0; no point and fewer than two finished runs of the task). No point, or one
+    annealing fit, in fractions (``reported_scale``), not JSON). Raises ValueError, saying why, where the predictor
+    refuses (a value it cannot model, such as an error of 0; no point and fewer than two finished runs of the task):
+    the refit stores why as its row's ``metric_target_missing`` (``missing``). No point, or one
     (a first evaluation), is predicted from the task's finished runs, one without two of them from other runs' shapes
     (``perf.curve_predict``). ``prior``: from the
     finished jobs' fits of such targets (``service.job_models``); None: the shipped prior of the target's kind.
     ``calibration``: the bands (None: the shipped table; the service's: ``service.own_calibration``)."""
     scale = reported_scale(target, values)
-    try:   # in fractions: the finished jobs' finals the prior carries are (``ended_at``); the target's 93 reads 0.93
-        p = predict_curve(x, np.asarray(values, float) / scale, schedule, metric=target.kind, target=target.value,
-                          regime=regime, prior="shipped" if prior is None else prior, calibration=calibration)
-    except ValueError:
-        return None
+    # in fractions: the finished jobs' finals the prior carries are (``ended_at``); the target's 93 reads 0.93
+    p = predict_curve(x, np.asarray(values, float) / scale, schedule, metric=target.kind, target=target.value,
+                      regime=regime, prior="shipped" if prior is None else prior, calibration=calibration)
     grid = np.linspace(max(float(x[0]), float(p.curve_x[0])) if len(x) else float(p.curve_x[0]), schedule.budget,
                        CURVE_POINTS)
     drawn = np.interp(grid, p.curve_x, p.curve_y) * scale
@@ -57,6 +56,13 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
             "target_step_80": p.target_step_80, "target_reached": p.reached, "target_chance": p.p_reach,
             "observed_until": p.x_now, "target_step_law": p.law_step, "points": len(x),
             "curve": [[float(a), float(b)] for a, b in zip(grid, drawn)], "fitted": p.fitted}
+
+
+def missing(target: MetricTarget, why: Exception) -> dict:
+    """A refit's ``metric_target_missing``: the stated target it could not predict, and why (the predictor's one
+    line). A row without the target's prediction and without a word on it read, on the dashboard and in ``show``
+    (both read the newest row), as if the target had been dropped."""
+    return {"metric": target.metric, "target": target.value, "why": str(why)}
 
 
 def reached_at(target: MetricTarget, x: np.ndarray, values: np.ndarray) -> float | None:

@@ -33,7 +33,7 @@ from dlsched.perf.lr_continuation import logged_lr_schedule, lr_logged_until
 from dlsched.perf.prior import metric_kind
 from dlsched.perf.schedule import Schedule, parse_schedule, stretched
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
-from dlsched.service.metric_target import predict_target
+from dlsched.service.metric_target import missing, predict_target
 from dlsched.service.progress_axis import ProgressAxis
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.spec import MetricTarget
@@ -328,7 +328,7 @@ def _steps_of(x: float | list | None, axis: ProgressAxis) -> float | list | None
 
 def _metric_target(target: MetricTarget, points: tuple[np.ndarray, np.ndarray], history: ProgressHistory,
                    axis: ProgressAxis | None, schedule: str | Schedule | None, budget: float, regime: str,
-                   prior: PriorArg, calibration: Calibration | None = None) -> dict | None:
+                   prior: PriorArg, calibration: Calibration | None = None) -> dict:
     """``metric_target.predict_target`` over the loss fit's x: the steps, or once the batch changed the axis's x of
     the samples trained by each reported step (read off the progress). Binned as the loss is: a metric reported
     inside every step is as many points as the loss, and as noisy."""
@@ -337,10 +337,7 @@ def _metric_target(target: MetricTarget, points: tuple[np.ndarray, np.ndarray], 
     if axis is not None:
         logged = np.nan_to_num(history.column("step"))
         x = axis.x(np.interp(steps, logged, history.column("samples")))
-    try:
-        sched = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule or "constant", float(budget))
-    except ValueError:
-        return None
+    sched = schedule if isinstance(schedule, Schedule) else parse_schedule(schedule or "constant", float(budget))
     return predict_target(target, x, values, sched, regime, prior(sched) if callable(prior) else prior, calibration)
 
 
@@ -466,9 +463,12 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
         loss_fit.update(target_loss=target_loss, **times_at(loss_fit))
     target_fitted = None
     if target is not None and metric_points is not None and budget:   # also for a job that reports no loss
-        reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime, metric_prior,
-                                 None if bands is None else bands(metric_kind(target.kind)))
-        if reached is not None:
+        try:
+            reached = _metric_target(target, metric_points, history, axis, schedule, budget, regime, metric_prior,
+                                     None if bands is None else bands(metric_kind(target.kind)))
+        except ValueError as e:   # the row says why it has no prediction of the target (``metric_target.missing``)
+            loss_fit = (loss_fit or {}) | {"metric_target_missing": missing(target, e)}
+        else:
             target_fitted = reached.pop("fitted")
             loss_fit = (loss_fit or {}) | {"metric_target": reached | times_at(reached)}
     if axis is not None and loss_fit is not None:

@@ -759,6 +759,13 @@ def newest_fit_numbers(store: Store, job_id: int, lo: float, hi: float, fit: str
     return None if row is None else ([float(v) for v in row[:-1]], row[-1] or "fit")
 
 
+def member_losses(store: Store, job_id: int) -> dict[str, float]:
+    """member -> its newest step row's loss, of an ensemble job (``service.member_losses``)."""
+    rows = store._conn().execute("SELECT member, loss FROM progress WHERE id IN (SELECT MAX(id) FROM progress WHERE job_id = ? "
+                     "AND member IS NOT NULL AND loss IS NOT NULL GROUP BY member)", (job_id,)).fetchall()
+    return {r[0]: float(r[1]) for r in rows if is_number(r[1]) and math.isfinite(r[1])}
+
+
 def member_reports(store: Store, job_id: int, since: float) -> dict[str, tuple[dict, dict]]:
     """member -> (its first, its newest) step row stored from ``since`` on (the runtime's clock), each ``time``,
     ``member_step`` and ``batch_size``: what ``service.member_progress`` measures an ensemble's members by."""

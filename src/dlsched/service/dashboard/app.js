@@ -165,7 +165,7 @@ async function overviewPage(view) {
   const q = d.queue.map((j) => `<tr data-job="${j.id}"><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span>${stalled(j)}</td>
       <td class="num">${j.gpus}/${j.requested}</td><td class="num">${j.batch_size ?? "–"}</td>
       <td>${j.fraction_done == null ? "–" : `<span class="bar"><i style="width:${(100 * Math.min(1, j.fraction_done)).toFixed(1)}%"></i></span> ${(100 * j.fraction_done).toFixed(0)}%`}</td>
-      <td class="num">${fmtNum(j.loss)}</td><td class="num">${fmtNum(j.samples_per_s)}</td>
+      <td class="num"${j.ensemble ? ' title="the lowest newest loss of its members"' : ""}>${j.ensemble && j.loss != null ? "best " : ""}${fmtNum(j.loss)}</td><td class="num">${fmtNum(j.samples_per_s)}</td>
       <td>${rel(j.predicted_start, now)}</td><td>${rel(j.predicted_finish, now)}</td><td class="target">${targetCell(j.target, now)}</td></tr>`).join("");
   const recent = d.recent.map((j) => `<tr><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span></td>
       <td>${fmtClock(j.submit_time)}</td><td>${fmtClock(j.end_time)}</td><td class="num">${j.start_time && j.end_time ? fmtDur(j.end_time - j.submit_time) : "–"}</td><td class="error">${esc(j.error || "")}</td></tr>`).join("");
@@ -251,9 +251,10 @@ function fitText(fit) {
 // each at, when at today's rate, and the chance it does by the budget (a target inside the 80 % band but past the
 // point prediction: "at the budget")
 function targetText(fit) {
-  const m = fit.metric_target;
+  const m = fit.metric_target, none = fit.metric_target_missing;   // none: why this refit could not predict it
   return (fit.target_loss == null ? "" : reachText("target loss", fit.target_loss, fit))
-    + (m ? reachText(`target ${esc(m.metric)}`, m.target, m) + ` (${esc(m.metric)} predicted ${fmtNum(m.final, 4)} at the budget, 80 %: ${fmtNum(m.final_80[0], 4)}–${fmtNum(m.final_80[1], 4)})` : "");
+    + (m ? reachText(`target ${esc(m.metric)}`, m.target, m) + ` (${esc(m.metric)} predicted ${fmtNum(m.final, 4)} at the budget, 80 %: ${fmtNum(m.final_80[0], 4)}–${fmtNum(m.final_80[1], 4)})` : "")
+    + (none ? `; target ${esc(none.metric)} ${fmtNum(none.target)}: no prediction this refit (${esc(none.why)})` : "");
 }
 // a live job's stated target in the queue (service.finish_times.stated_target), as `dlsched status`'s TARGET says it
 // [early, late]: the 80 % band of when a target is reached, as clock times, else as steps
