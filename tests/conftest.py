@@ -15,7 +15,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # service, a cluster) start once. The local Ray cluster is a module fixture (tests/backends/conftest.py) of three
 # files, tests/backends/test_ray*.py, so they run on three workers at once, a cluster each with its own session
 # folder and ports (only the autoscaler monitor's metrics port is fixed: a second cluster's monitor logs it taken and
-# runs on); as one file they were the suite's critical path (~950 s on one worker under load). The
+# runs on); as one file they were the suite's longest (~950 s of a 1042 s CI run, on one worker). The
 # multi-node clusters are tests/multinode/test_cluster.py's. (--dist loadgroup does not group under pytest 9.2:
 # xdist 3.8 writes a test's group into item._nodeid, which pytest 9.2 no longer reads, so every test was scheduled
 # on its own.)
