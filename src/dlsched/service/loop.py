@@ -35,7 +35,7 @@ from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
-from dlsched.service.round_writes import record_round
+from dlsched.service.round_writes import record_round, resize_write, start_write
 from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, in_slots, release_confirmed,
                                         released, waits_for_hold, without_held)
 from dlsched.service.retention import Retention
@@ -222,7 +222,8 @@ class LiveLoop:
             if isinstance(act, Resize) and (waits_for_hold(job, act.nodes) or act.num_gpus > job.num_gpus and
                                             self.backoff.holds(job.id, now)):
                 continue   # its GPUs stay free this round: the policy asks again once the wait (or hold) is over
-            d, gen = self.job_dir(job), job.generation + 1
+            d = self.job_dir(job)
+            gen = job.generation + 1
             try:
                 if isinstance(act, Preempt):
                     self.backend.stop(job.id, d)
@@ -234,27 +235,12 @@ class LiveLoop:
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self.models.note_change(job.id, "start", at, gen)
                     self.stalls.started(job.id)
-                    # the books say where it runs: booked on a node that died since the view, the next round moved it
-                    placed = self.backend.placement(job.id) or act.nodes
-                    writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size,
-                                                     **({"placed": placed} if placed != act.nodes else {})},
-                                   {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
-                                    "generation": gen, "job_dir": str(d), "accounted_until": at,
-                                    "progressed_at": at}, at))
+                    writes.append(start_write(job, act, self.backend.placement(job.id) or act.nodes, d, at))
                 else:   # a shrink or move holds the slots it leaves until the new group steps (slot_holds)
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
                                                hold_given_back=bool(extra_slots(job.placement, act.nodes))))
                     self.models.note_change(job.id, "resize", now, gen)
-                    # Ray's shrink keeps the runtime's first workers wherever they run, not the nodes asked
-                    placed = self.backend.placement(job.id) or act.nodes
-                    releasing = held_after(job, placed) or None
-                    writes.append((job.id, RESCALING,   # *_from: what a resize the runtime abandons returns to
-                                   {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size,
-                                    "placement_from": job.placement, "batch_from": job.batch_size,
-                                    **({"placed": placed} if placed != act.nodes else {}),
-                                    **({"releasing": releasing} if releasing else {})},
-                                   {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
-                                    "generation": gen, "training_gpus": job.held_gpus, "releasing": releasing}))
+                    writes.append(resize_write(job, act, self.backend.placement(job.id) or act.nodes))
             except Exception as e:   # one job's launch failure must not stop the service
                 log.exception("job %s: %s failed", job.id, type(act).__name__.lower())
                 writes += after_failed_action(self.store, self.backend, self.backoff, job, act, d, e, now)
@@ -285,8 +271,8 @@ class LiveLoop:
     def _observe_one(self, job: JobRecord, now: float, last: float | None, elapsed: float | None) -> None:
         """``last``: the loop's previous observation, ``elapsed`` the time seen to pass since; the time counted is
         since the job's own (``accounting``)."""
-        # counted at the GPUs held before: a resize confirmed only now did not train
-        d, before, counted = self.job_dir(job), job, since_counted(job, now, last, elapsed)
+        d, before = self.job_dir(job), job
+        counted = since_counted(job, now, last, elapsed)   # at the GPUs held before: a resize confirmed only now did not train
         job = self._ingest(job, now)
         self.store.update(job.id, **counted)
         res = self.backend.poll(job.id, d)
