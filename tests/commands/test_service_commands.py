@@ -789,3 +789,15 @@ def test_submit_target_that_is_not_a_finite_number_names_the_option_and_value():
             metric_target(f"val_accuracy={value}", "accuracy")
         assert str(e.value) == f"--target val_accuracy={value}: {value!r} is not a finite number"
     assert metric_target("val_accuracy=0.93", "accuracy") == {"metric": "val_accuracy", "value": 0.93, "kind": "accuracy"}
+
+
+def test_serve_without_a_cluster_file_looks_for_gpus_without_loading_torch_where_the_machine_shows_none():
+    """Importing torch to find no GPU cost every `dlsched serve` without --cluster ~1.4 CPU-s."""
+    from dlsched.commands.service import gpu_devices_present
+
+    if gpu_devices_present():
+        pytest.skip("this machine shows GPU device nodes: torch is the one to ask")
+    out = subprocess.run([sys.executable, "-c", "import sys; from dlsched.commands.service import local_cluster_spec; "
+                          "s = local_cluster_spec(); print('torch' in sys.modules, s.nodes[0].gpu_type)"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "slot"]

@@ -404,6 +404,14 @@ WIDE_OPT = typer.Option(False, "--wide", "-o", help="all columns, whatever the t
 SHOW_ALL = "--wide shows all"
 
 
+def gpu_devices_present() -> bool:
+    """Whether the machine shows a GPU's device nodes (NVIDIA's, or ROCm's /dev/kfd, which torch.cuda also drives):
+    without them CUDA finds no device, so torch need not be loaded to look."""
+    import glob
+
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd") or os.path.isdir("/proc/driver/nvidia"))
+
+
 def local_cluster_spec():
     """The machine itself as a one-node cluster: its GPUs where torch sees some, else one slot per CPU core."""
     import socket
@@ -412,6 +420,8 @@ def local_cluster_spec():
 
     gpus, gpu_type = 0, "slot"
     try:
+        if not gpu_devices_present():
+            raise LookupError("no GPU device nodes")   # importing torch to find none cost every serve ~1.4 CPU-s
         import torch
 
         if torch.cuda.is_available():
