@@ -12,10 +12,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 # `make test` runs pytest-xdist with --dist loadfile: a file's tests run on one worker, so its module fixtures (a
-# service, a cluster) start once, and the tests that start a local Ray cluster (all in tests/backends/test_ray.py:
-# they share /tmp/ray and the host's ports) run one cluster at a time; the multi-node clusters are
-# tests/multinode/test_cluster.py's. (--dist loadgroup does not group under pytest 9.2: xdist 3.8 writes a test's
-# group into item._nodeid, which pytest 9.2 no longer reads, so every test was scheduled on its own.)
+# service, a cluster) start once. The local Ray cluster is a module fixture (tests/backends/conftest.py) of three
+# files, tests/backends/test_ray*.py, so they run on three workers at once, a cluster each with its own session
+# folder and ports (only the autoscaler monitor's metrics port is fixed: a second cluster's monitor logs it taken and
+# runs on); as one file they were the suite's longest (~950 s of a 1042 s CI run, on one worker). The
+# multi-node clusters are tests/multinode/test_cluster.py's. (--dist loadgroup does not group under pytest 9.2:
+# xdist 3.8 writes a test's group into item._nodeid, which pytest 9.2 no longer reads, so every test was scheduled
+# on its own.)
 
 
 @pytest.fixture(scope="session")
@@ -30,16 +33,17 @@ def data_dir():
 # ~720 s). Listing only the 3 longest left tests/torch and tests/train, collected last, to the end: the suite's
 # last ~15 minutes (of 36, under load) ran their gloo jobs with the rest done. The 30 longest by the sum of their
 # tests' --durations in a full run, longest first (the rest follow in collection order, the short ones filling
-# in at the end); re-derive them from such a run when files grow. Test order within a file is kept.
+# in at the end); re-derive them from such a run when files grow (last: a full -n 3 run at load 4-40, 2 089 s, with
+# the Ray tests' durations summed per file they now sit in). Test order within a file is kept.
 LONGEST_FILES_FIRST = tuple(f"tests/{f}.py" for f in (
-    "backends/test_ray", "torch/test_elastic_script", "multinode/test_cluster", "torch/test_accumulation",
-    "service/test_script_job", "train/test_elastic", "train/test_fleet_job", "train/test_ps",
-    "service/test_restart_options", "torch/test_loader", "commands/test_ensemble_command",
-    "train/test_autoscale_engine", "torch/test_noise", "train/test_worker_loss", "commands/test_service_commands",
-    "service/test_ensemble_job", "service/test_api", "service/test_faults", "service/test_resize_deadline",
-    "torch/test_outputs", "service/test_slot_holds", "train/test_storage", "test_docs", "service/test_restart",
-    "security/test_fuzz", "train/test_forking", "service/test_real_runtime", "torch/test_adaptive_batch",
-    "train/test_script_output", "service/test_ensemble_slots"))
+    "commands/test_service_commands", "backends/test_ray_node_loss", "backends/test_ray_service", "train/test_ps",
+    "multinode/test_cluster", "commands/test_train_command", "service/test_script_job", "backends/test_ray",
+    "train/test_worker_loss", "service/test_api", "torch/test_elastic_script", "service/test_faults",
+    "train/test_autoscale_engine", "torch/test_accumulation", "train/test_fleet_job",
+    "service/test_resize_deadline", "service/test_slot_holds", "service/test_ensemble_job", "train/test_elastic",
+    "commands/test_predict_curve", "commands/test_predict", "sim/test_simulate_cli",
+    "commands/test_ensemble_command", "train/test_storage", "test_docs", "torch/test_loader", "security/test_fuzz",
+    "service/test_cli", "torch/test_noise", "service/test_restart_options"))
 
 def pytest_collection_modifyitems(config, items):
     rank = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}

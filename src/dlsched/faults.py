@@ -1,7 +1,8 @@
 """Fault injection for the crash tests: ``DLSCHED_FAULT_AT=<point>`` SIGKILLs this process when it reaches
 ``fault_point(<point>)``, so a test kills the service at an exact moment instead of racing a timer.
 
-Points: ``coordinator-started`` (local backend: the coordinator process exists, nothing records it yet).
+Points: ``coordinator-started`` (local backend: the coordinator process exists, nothing records it yet),
+``resize-sent`` (local backend: the runtime has its resize request, the store does not record it yet).
 Unset, a fault point costs one dictionary lookup."""
 from __future__ import annotations
 

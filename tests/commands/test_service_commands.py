@@ -813,3 +813,15 @@ def test_submit_target_out_of_range_names_the_option_and_value_not_the_spec_fiel
         load_job_spec(json.dumps(doc), "j.yaml", "json")
     assert str(e.value).startswith("j.yaml: field prediction.target.value: an accuracy target above 1 is read as")
     assert JobSpec.model_validate_json(json.dumps(doc)).prediction.target.value == 1.5
+
+
+def test_serve_without_a_cluster_file_looks_for_gpus_without_loading_torch_where_the_machine_shows_none():
+    """Importing torch to find no GPU cost every `dlsched serve` without --cluster ~1.4 CPU-s."""
+    from dlsched.commands.service import gpu_devices_present
+
+    if gpu_devices_present():
+        pytest.skip("this machine shows GPU device nodes: torch is the one to ask")
+    out = subprocess.run([sys.executable, "-c", "import sys; from dlsched.commands.service import local_cluster_spec; "
+                          "s = local_cluster_spec(); print('torch' in sys.modules, s.nodes[0].gpu_type)"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "slot"]

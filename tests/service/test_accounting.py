@@ -1,4 +1,6 @@
 """GPU-time accounting across rounds: what a running job is charged when the wall clock jumps."""
+import time
+
 import pytest
 
 from dlsched.backends.recording import RecordingBackend
@@ -54,3 +56,117 @@ def test_a_cancelled_job_is_charged_up_to_its_stop_like_a_finished_one(tmp_path)
     assert job.state == CANCELLED and job.end_time == wall[0]
     assert (job.run_time, job.attained_service) == pytest.approx((17.0, 34.0))
     assert job.run_time == pytest.approx(job.end_time - job.start_time)
+
+
+def test_a_job_started_after_a_slow_stop_is_charged_from_its_start_not_from_before_the_stop(tmp_path):
+    """A round stopped a cancelled job (the runtime finishes its step: seconds), then started the job queued behind
+    it stamped with the round's start: its start_time and GPU time began before the slot was free (8 s before it
+    was even submitted, seen with a real job queued behind two cancelled ones)."""
+    import httpx
+
+    from dlsched.service.server import Service
+    from dlsched.train.files import read_status
+    from tests.service.conftest import RUNTIME
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import process_alive, wait_until
+
+    svc = Service(cluster(slots=(1,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        yaml = {"content-type": "application/yaml"}
+        slow = c.post("/jobs", content=job_yaml("slow", samples=10**6, step_s=2.0), headers=yaml).json()["id"]
+        queued = c.post("/jobs", content=job_yaml("next", samples=10**6), headers=yaml).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{slow}").json()["samples"] > 0, 60, "the slow job's first step")
+        pid = read_status(tmp_path / "state" / "jobs" / str(slow))["pid"]
+        c.post(f"/jobs/{slow}/cancel")      # its stop waits for the step under way (up to 2 s) to end
+        wait_until(lambda: not process_alive(pid), 30, "the slow job's runtime to exit")
+        stopped = (tmp_path / "state" / "jobs" / str(slow) / "ckpt" / "latest.json").stat().st_mtime
+        job = wait_until(lambda: (j := c.get(f"/jobs/{queued}").json())["state"] == "running" and j, 30,
+                         "the queued job to start")
+        assert job["start_time"] >= stopped, (job["start_time"], stopped)
+        alloc = c.get(f"/jobs/{queued}").json()
+        assert alloc["attained_service"] <= time.time() - stopped, alloc
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_a_job_noticed_ended_a_round_late_is_charged_up_to_its_end_not_to_the_round(tmp_path):
+    """The round that found a job ended charged it GPU time up to that round: up to an interval, more on a loaded
+    box or a locked store (a 2-GPU job: 5 s after its runtime's end seen, and 9 s under a 30 s lock)."""
+    import httpx
+
+    from dlsched.service.server import Service
+    from dlsched.train.files import read_status
+    from tests.service.conftest import RUNTIME
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(slots=(2,), interval=4.0), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("short", gpus=2, samples=320), headers={"content-type": "application/yaml"}
+                     ).json()["id"]
+        rec = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["state"] == "finished" and j, 60, "the job to end")
+        ended = (tmp_path / "state" / "jobs" / str(job) / "status.json").stat().st_mtime
+        assert read_status(tmp_path / "state" / "jobs" / str(job))["state"] == "finished"
+        assert rec["end_time"] <= ended + 0.05, (rec["end_time"], ended)
+        assert rec["run_time"] == pytest.approx(rec["end_time"] - rec["start_time"], abs=0.05)
+        assert rec["attained_service"] == pytest.approx(2 * rec["run_time"])
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_a_cancelled_job_ends_when_its_stop_does_not_before_it(tmp_path):
+    """A cancelled job was ended at the start of the round that stopped it: the stop (its runtime finishing the
+    step under way) took seconds more, in which it still held its GPUs: its end_time came 6 s before its runtime's
+    own 'stopped' record (seen on a real service) and that time was not counted."""
+    import httpx
+
+    from dlsched.service.server import Service
+    from dlsched.train.files import read_status
+    from tests.service.conftest import RUNTIME
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import process_alive, wait_until
+
+    svc = Service(cluster(slots=(1,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("slow", samples=10**6, step_s=2.0),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["samples"] > 0, 60, "the job's first step")
+        pid = read_status(tmp_path / "state" / "jobs" / str(job))["pid"]
+        c.post(f"/jobs/{job}/cancel")      # its stop waits for the step under way (up to 2 s) to end
+        wait_until(lambda: not process_alive(pid), 30, "the runtime to exit")
+        stopped = (tmp_path / "state" / "jobs" / str(job) / "ckpt" / "latest.json").stat().st_mtime
+        rec = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["state"] == "cancelled" and j, 30, "the end")
+        assert rec["end_time"] >= stopped, (rec["end_time"], stopped)
+        assert rec["run_time"] == pytest.approx(rec["end_time"] - rec["start_time"], abs=0.05)
+    finally:
+        stop_service_and_jobs(svc)
+
+
+def test_a_job_whose_runtime_finished_before_its_cancel_was_carried_out_ends_finished(tmp_path):
+    """A cancel that came after the runtime had finished, before the round that would have seen it, stopped the
+    (ended) job and recorded it cancelled, every sample trained (seen on a real service: job_finished 09:14:36,
+    cancel_requested and cancelled 09:14:37, samples 45000 of 45000)."""
+    import httpx
+
+    from dlsched.service.server import Service
+    from dlsched.train.files import read_status
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.service.conftest import RUNTIME
+    from tests.waiting import wait_until
+
+    svc = Service(cluster(slots=(1,), interval=4.0), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("short", samples=320), headers={"content-type": "application/yaml"}
+                     ).json()["id"]
+        folder = tmp_path / "state" / "jobs" / str(job)
+        wait_until(lambda: (read_status(folder) or {}).get("state") == "finished", 60, "the runtime to finish")
+        c.post(f"/jobs/{job}/cancel")
+        rec = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["state"] in ("finished", "cancelled") and j, 30,
+                         "the job to end")
+        assert rec["state"] == "finished" and rec["samples"] == rec["total_samples"], rec
+    finally:
+        stop_service_and_jobs(svc)

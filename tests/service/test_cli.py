@@ -53,6 +53,38 @@ def test_user_errors_are_one_line_exit_2(service, tmp_path):
     assert r.returncode == 2 and "missing.yaml: cannot read" in r.stderr
 
 
+def test_a_server_that_is_not_dlsched_is_said_so_not_read_as_no_such_job(tmp_path):
+    """Pointed at another web server (the port of something else, a service moved), `cancel 1` said "job 1: no such
+    job" from that server's bare 404, and `status` "GET /jobs: HTTP 404: "."""
+    from tests.waiting import wait_until
+
+    port = free_port()
+    other = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                              "--directory", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: "cannot reach" not in cli("nodes", server=url).stderr, 30, "the other server to listen")
+        for args in (("cancel", "1"), ("status",)):
+            r = cli(*args, server=url)
+            assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not as a dlsched service does" in r.stderr, \
+                r.stderr
+            assert "no such job" not in r.stderr
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_serve_on_a_damaged_database_says_so_in_one_line(tmp_path):
+    """A truncated or overwritten dlsched.db (a disk fault, a bad copy) was a 79-line traceback, exit 1."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "dlsched.db").write_bytes(b"not sqlite " * 1000)
+    (state / "dlsched.db").chmod(0o600)
+    r = cli("serve", "--state-dir", str(state), "--port", "0")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"{state / 'dlsched.db'}: the service's database is damaged (file is not a database)" in r.stderr
+
+
 def test_serve_refuses_an_unknown_backend_in_one_line():
     cluster = Path(__file__).resolve().parents[2] / "examples" / "demo" / "cluster.yaml"
     out = subprocess.run([sys.executable, "-m", "dlsched.cli", "serve", "--cluster", str(cluster), "--backend", "bogus"],

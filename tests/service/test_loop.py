@@ -397,8 +397,8 @@ class PlacesWhereItCan(RecordingBackend):
 
 def test_a_job_started_elsewhere_than_asked_is_booked_where_it_runs_and_not_moved(tmp_path):
     """A start was booked on the node it asked for: the next round's view lacked that (dead) node, and the loop moved
-    the job, already on the live one, there (a resize for nothing: tests/backends/test_ray.py's node loss counted a
-    third 'running', once under load)."""
+    the job, already on the live one, there (a resize for nothing: tests/backends/test_ray_node_loss.py's node loss
+    counted a third 'running', once under load)."""
     store = Store(tmp_path / "s.db")
     backend = PlacesWhereItCan()
     loop = LiveLoop(store, backend, cluster("test-fifo", (2, 2)), tmp_path)

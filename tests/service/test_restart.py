@@ -21,6 +21,11 @@ YAML = {"content-type": "application/yaml"}
 def start_service(tmp_path, port):
     (tmp_path / "cluster.yaml").write_text("nodes: [{name: n0, gpus: 2}, {name: n1, gpus: 1}]\n"
                                            "policy: test-fifo\ninterval_s: 0.2\n")
+    return start_service_on(tmp_path, port)
+
+
+def start_service_on(tmp_path, port):
+    """``serve`` on the cluster in tmp_path/cluster.yaml."""
     env = dict(os.environ, DLSCHED_RUNTIME=f"{sys.executable} {CONTRACT_JOB}")
     proc = subprocess.Popen([sys.executable, str(SERVE), "serve", "--cluster", str(tmp_path / "cluster.yaml"),
                              "--state-dir", str(tmp_path / "state"), "--port", str(port)],
@@ -31,6 +36,18 @@ def start_service(tmp_path, port):
         return proc, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     proc.kill()
     raise AssertionError(proc.stdout.read().decode())
+
+
+def stop_all(proc, client):
+    """Cancel every job, wait for them to end, then stop the service (which leaves running jobs running)."""
+    from tests.waiting import wait_until
+
+    for j in client.get("/jobs").json():
+        client.post(f"/jobs/{j['id']}/cancel")
+    wait_until(lambda: all(j["state"] in ("finished", "failed", "cancelled") for j in client.get("/jobs").json()),
+               60, "every job to end")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
 
 
 def coordinators(state):
@@ -257,3 +274,45 @@ def test_requests_wait_for_the_restarts_recovery_then_see_what_it_decided(tmp_pa
     finally:
         holder.close()
         stop_service_and_jobs(svc)
+
+
+def test_service_killed_between_a_grow_and_its_record_never_books_the_grown_slots_twice(tmp_path):
+    """The service wrote a grow to the runtime (control.json: 2 workers) and was killed before the store recorded
+    it: the restart re-attached the job at the 1 GPU the store said while it trained on 2, and started a queued job
+    on the 'free' slot: 3 workers on 2 slots (on GPUs: two processes on one device)."""
+    import json
+
+    from dlsched.faults import FAULT_ENV
+    from dlsched.service.store import Store
+    from dlsched.spec import load_job_spec
+    from dlsched.train.files import read_progress
+    from tests.waiting import wait_until
+
+    (tmp_path / "cluster.yaml").write_text("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic\ninterval_s: 0.2\n")
+    port = free_port()
+    os.environ[FAULT_ENV] = "resize-sent"
+    try:
+        proc, client = start_service_on(tmp_path, port)
+    finally:
+        del os.environ[FAULT_ENV]
+    state = tmp_path / "state"
+    try:
+        client.post("/jobs", content=job_yaml("short", samples=640), headers=YAML)
+        grown = client.post("/jobs", content=job_yaml("elastic", max_gpus=2, samples=10**6, step_s=0.05),
+                            headers=YAML).json()["id"]
+        proc.wait(timeout=120)          # the short job ended, the elastic one was grown: killed at its resize
+    finally:
+        proc.kill()
+        proc.wait()
+    assert json.loads((state / "jobs" / str(grown) / "control.json").read_text())["workers"] == 2
+    Store(state / "dlsched.db").submit(load_job_spec(job_yaml("queued", samples=10**6, step_s=0.05)))
+    proc, client = start_service_on(tmp_path, port)
+    try:
+        late = state / "jobs" / "3"
+        first = wait_until(lambda: [r["time"] for r in read_progress(late) if "event" not in r][:1], 60,
+                           "the queued job's first step")[0]
+        rows = wait_until(lambda: [r for r in read_progress(state / "jobs" / str(grown))
+                                   if "event" not in r and r["time"] > first + 0.5], 60, "the elastic job's steps")
+        assert all(r["workers"] == 1 for r in rows), [r["workers"] for r in rows]
+    finally:
+        stop_all(proc, client)

@@ -208,3 +208,18 @@ def test_a_rerun_trains_at_its_own_workers_not_the_last_runs_control_request(tmp
     assert len(events(job_dir, "resized")) == 1, "the answered request was applied again"
     assert {r["workers"] for r in read_progress(job_dir) if "event" not in r and r["step"] > at} == {2}
     assert committed_sample_ids(job_dir) == Counter(range(480))
+
+
+def test_a_torn_last_progress_line_left_by_a_killed_run_fails_no_later_resume(tmp_path):
+    """A run killed mid-line (SIGKILL between the two writes of a record over 8 KiB, a full disk) leaves a torn last
+    line; the next run appended its records to it, so the torn text and its first record became one bad line in
+    the middle of the file, and every resume after that (a preemption, a lost coordinator) failed the job:
+    "progress.jsonl:N: unreadable record"."""
+    job_dir = tmp_path / "job"
+    data = ("--param", "num_samples=48", "--param", "batch_size=12")
+    finish(start_job(job_dir, 1, *data, "--param", "epochs=1"))
+    with open(job_dir / "progress.jsonl", "a") as f:
+        f.write('{"time": 1.5, "step": 5, "epo')
+    finish(start_job(job_dir, 1, *data, "--param", "epochs=2"))
+    finish(start_job(job_dir, 1, *data, "--param", "epochs=3"))
+    assert [e["epoch"] for e in events(job_dir, "epoch_end")] == [0, 1, 2]

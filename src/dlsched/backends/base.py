@@ -16,7 +16,7 @@ from typing import Literal, Mapping, Protocol
 
 from dlsched.policy.base import NodeView
 from dlsched.spec import JobSpec
-from dlsched.train.files import appended_lines, atomic_write_json, read_status, write_control  # noqa: F401  (one implementation, re-exported)
+from dlsched.train.files import appended_lines, atomic_write_json, read_regular, read_status, write_control  # noqa: F401  (one implementation, re-exported)
 
 ProcState = Literal["running", "finished", "failed", "gone"]
 
@@ -73,6 +73,11 @@ class Backend(Protocol):
         (Ray: its slots, which differ from those asked for a node that died since the round's view, or a shrink, which
         keeps the runtime's first workers wherever they run); None: where it was asked."""
         return None
+
+    def booked(self, job_id: int) -> dict[str, int] | None:
+        """node name -> slots the backend's own books give the job (a re-attached job's come back from its folder);
+        None where it keeps none."""
+        return self.placement(job_id)
 
     def nodes(self) -> tuple[NodeView, ...] | None:
         """The live nodes, where the backend knows them (Ray: a lost node vanishes); None: the declared cluster."""
@@ -161,7 +166,7 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
 def output_tail(job_dir: Path, n: int = 1) -> str:
     """': <last n non-empty lines of the job's output.log>' (at most 300 chars), or '' — appended to failures."""
     try:
-        lines = [x for x in (Path(job_dir) / "output.log").read_text(errors="replace").splitlines() if x.strip()]
+        lines = [x for x in read_regular(Path(job_dir) / "output.log", errors="replace").splitlines() if x.strip()]
     except OSError:
         return ""
     return (": " + " | ".join(lines[-n:])[:300]) if lines else ""

@@ -32,6 +32,7 @@ from dlsched.paths import pythonpath_with_src
 from dlsched.spec import NodeSpec
 from dlsched.faults import fault_point
 from dlsched.train import fence
+from dlsched.train.files import read_regular
 from dlsched.train.preemption import signal_group, sigterm_blocked
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
@@ -222,6 +223,7 @@ class LocalBackend(Backend):
                 devices = slot_devices(slots, self.devices)
             self._record_slots(job_id, Path(job_dir))
         write_control(Path(job_dir), num_gpus, launch.batch_size, launch.generation, devices=devices)
+        fault_point("resize-sent")
 
     def _hold_back(self, job_id: int, before: Mapping[str, Sequence[int]], after: Mapping[str, Sequence[int]]) -> None:
         """Book the slots ``before`` has and ``after`` lacks to no job (added to what the job holds back already)."""
@@ -247,7 +249,7 @@ class LocalBackend(Backend):
     def _record_slots(self, job_id: int, job_dir: Path) -> None:
         """launch.json keeps the books across a service restart (``attach`` reads them back)."""
         try:
-            info = json.loads((job_dir / "launch.json").read_text())
+            info = json.loads(read_regular(job_dir / "launch.json"))
         except (OSError, ValueError):
             return
         books = {"slots": self._slots.get(job_id, {}), "releasing": self._releasing.get(job_id),
@@ -302,7 +304,7 @@ class LocalBackend(Backend):
             return True
         info: dict = {}
         try:
-            info = json.loads((Path(job_dir) / "launch.json").read_text())
+            info = json.loads(read_regular(Path(job_dir) / "launch.json"))
             p = psutil.Process(info["pid"])
             if abs(p.create_time() - info["create_time"]) > 1e-3 or p.status() == psutil.STATUS_ZOMBIE:
                 raise psutil.NoSuchProcess(info["pid"])
@@ -319,6 +321,9 @@ class LocalBackend(Backend):
         if info.get("before"):
             self._before[job_id] = info["before"]
         return True
+
+    def booked(self, job_id: int) -> dict[str, int] | None:
+        return _counts(self._slots[job_id]) if self._slots.get(job_id) else None
 
     def shutdown(self) -> None:
         """Leave coordinators running (a restarted service re-attaches); just forget them."""

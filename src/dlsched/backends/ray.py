@@ -292,7 +292,7 @@ class RayBackend(Backend):
         except self._ray.exceptions.ActorUnavailableError:
             # no death either: Ray lost its connection to the actor (its node may be dying, not yet declared dead:
             # reported as gone then, naming the node, by _check_nodes); read as a death, the loss said only that
-            # "the actor died" (tests/backends/test_ray.py's node-loss test, once under load)
+            # "the actor died" (tests/backends/test_ray_node_loss.py's node-loss test, once under load)
             return PollResult("running", nodes=held)
         except Exception:  # the actor died: the runtime is gone with it
             if self._node_may_be_dying(job):   # _check_nodes names the node once Ray declares it dead

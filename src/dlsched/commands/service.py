@@ -45,12 +45,19 @@ class ServiceError(UserError):
 
 
 def _answer(r: httpx.Response) -> dict:
-    """An error answer's JSON object; its text as ``error`` where it is none."""
+    """An error answer's JSON object; its text (on one line, cut short: a proxy's HTML page) as ``error`` where it is
+    none."""
+    answer = _dlsched_answer(r)
+    return answer if answer is not None else {"error": " ".join(r.text.split())[:200]}
+
+
+def _dlsched_answer(r: httpx.Response) -> dict | None:
+    """The service's error answer (``{"error": ...}``, JSON), else None: another server answered."""
     try:
         answer = r.json()
     except ValueError:
-        answer = None
-    return answer if isinstance(answer, dict) else {"error": r.text}
+        return None
+    return answer if isinstance(answer, dict) and "error" in answer else None
 
 
 class Client:
@@ -104,6 +111,11 @@ class Client:
             raise UserError(f"the dlsched service at {self.base} did not answer {method} {path}: {e}") from None
         except httpx.HTTPError as e:
             raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` running?)") from None
+        if r.status_code >= 400 and r.status_code not in (500, 502, 503, 504) and _dlsched_answer(r) is None:
+            # another server on that address (a web server on the port): its bare 404 read as "no such job" (a 500
+            # is the service's own crash; 502-504 a proxy's word that the service behind it is down)
+            raise UserError(f"the server at {self.base} answered {method} {path} with HTTP {r.status_code} but not as "
+                            "a dlsched service does; is --server (or $DLSCHED_SERVER) the service's address?")
         if r.status_code >= 400:
             answer = _answer(r)
             hint = (" (the token is in the service's STATE_DIR/token: set DLSCHED_TOKEN_FILE to it)"
@@ -408,6 +420,14 @@ WIDE_OPT = typer.Option(False, "--wide", "-o", help="all columns, whatever the t
 SHOW_ALL = "--wide shows all"
 
 
+def gpu_devices_present() -> bool:
+    """Whether the machine shows a GPU's device nodes (NVIDIA's, or ROCm's /dev/kfd, which torch.cuda also drives):
+    without them CUDA finds no device, so torch need not be loaded to look."""
+    import glob
+
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd") or os.path.isdir("/proc/driver/nvidia"))
+
+
 def local_cluster_spec():
     """The machine itself as a one-node cluster: its GPUs where torch sees some, else one slot per CPU core."""
     import socket
@@ -416,6 +436,8 @@ def local_cluster_spec():
 
     gpus, gpu_type = 0, "slot"
     try:
+        if not gpu_devices_present():
+            raise LookupError("no GPU device nodes")   # importing torch to find none cost every serve ~1.4 CPU-s
         import torch
 
         if torch.cuda.is_available():

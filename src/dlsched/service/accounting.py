@@ -28,6 +28,11 @@ class RoundGap:
         self.last_wall, self.last_mono = now, mono
         return gap
 
+    def since_round(self, elapsed: float | None) -> float | None:
+        """``elapsed`` (``since_last``'s, at this round's start) plus the time seen to pass since: a cancel's stop
+        takes seconds, and its job is counted to the stop's end."""
+        return None if elapsed is None or self.last_mono is None else elapsed + self.monotonic() - self.last_mono
+
 
 def since_counted(job: JobRecord, now: float, last: float | None, elapsed: float | None = None) -> dict:
     """The store fields that count ``job``'s time from its ``accounted_until`` (else the loop's previous round
@@ -54,3 +59,12 @@ def counted_until(job: JobRecord, until: float | None, now: float) -> dict:
     gap = until - job.accounted_until
     return {"run_time": job.run_time + gap, "attained_service": job.attained_service + gap * job.held_gpus,
             "accounted_until": until}
+
+
+def counted_to_end(job: JobRecord, counted: dict, end: float | None, now: float) -> dict:
+    """The fields that count ``job`` (as the store had it before this round's ``counted``, which counts it to
+    ``now``) only up to ``end``, when its runtime ended (its folder says: ``recovery.ended_at``); {} where that
+    counts no less. The round that notices the end comes late: an interval later, more on a loaded box or a
+    locked store, and all of it was charged at the job's GPUs."""
+    fields = counted_until(job, end, now)
+    return fields if fields and fields["run_time"] < counted["run_time"] else {}

@@ -55,6 +55,7 @@ from dlsched.service.resize_limits import resize_refusal
 from dlsched.service.store import (ACTIVE, TERMINAL, ResizeRefused, Store, TransitionError, UnknownJob,
                                    unavailable)
 from dlsched.spec import MAX_BATCH, MAX_GPUS, ClusterSpec, SpecError, job_spec_from, load_job_spec, parse_document
+from dlsched.train.files import open_regular
 
 log = logging.getLogger("dlsched.service")
 MAX_LOG_CHUNK = 1 << 20
@@ -496,7 +497,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             job_dir = job_folder(job, jobs_root)   # where it ran, whatever --jobs-dir is now
             path = job_dir / "output.log" if worker is None else job_dir / "logs" / f"worker-{worker}.log"
             try:
-                with open(path, "rb") as f:
+                with open_regular(path) as f:
                     if tail is not None:
                         size = f.seek(0, 2)
                         start = max(0, size - MAX_LOG_CHUNK)

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from prometheus_client import Histogram
 
@@ -20,7 +20,7 @@ from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
 from dlsched.service.abandoned_resize import return_to_held
-from dlsched.service.accounting import RoundGap, since_counted
+from dlsched.service.accounting import RoundGap, counted_to_end, since_counted
 from dlsched.service.coordinator_loss import resume_or_fail
 from dlsched.service.ensemble_view import ensemble_view_of
 from dlsched.service.failed_actions import after_failed_action
@@ -35,7 +35,7 @@ from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
-from dlsched.service.round_writes import record_round
+from dlsched.service.round_writes import record_round, resize_write, start_write
 from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, in_slots, release_confirmed,
                                         released, waits_for_hold, without_held)
 from dlsched.service.retention import Retention
@@ -71,6 +71,21 @@ def act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
     if isinstance(act, Resize):
         return 1, act.num_gpus - jobs[int(act.job_id)].num_gpus
     return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0
+
+
+def cancel_now(backend: Backend, job_dir: Callable[[JobRecord], Path], running: list[JobRecord]) -> list[JobRecord]:
+    """The ``running`` jobs whose cancel is to be carried out: not one whose runtime finished before it (all of it
+    trained: it was recorded cancelled, and ``history`` sent its user to run it again); that one ends finished."""
+    return [j for j in running if j.cancel_requested and backend.poll(j.id, job_dir(j)).state != "finished"]
+
+
+def count_to_end(store: Store, before: JobRecord, counted: dict, state: str, job_dir: Path, now: float) -> float:
+    """When a job that ``state`` says ended did (its folder says: ``recovery.ended_at``), its time counted only up to
+    then, not to this poll, which came late (``accounting.counted_to_end``); ``now`` for a job still running."""
+    end = recovery.ended_at(job_dir, now) if state in ("finished", "failed") else None
+    ended = counted_to_end(before, counted, end, now)
+    store.update(before.id, **ended)
+    return ended.get("accounted_until", now)
 
 
 def policy_views(models: JobModels, store: Store, jobs: list[JobRecord], now: float) -> list[JobView]:
@@ -214,30 +229,18 @@ class LiveLoop:
                     self.backend.stop(job.id, d)
                     writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
                 elif isinstance(act, Start):
+                    # the round's `now` precedes its stops (a cancel's or a preemption's grace: seconds): a start
+                    # stamped with it was charged GPU time, and began, before its slots were free
+                    at = self.clock()
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
-                    self.models.note_change(job.id, "start", now, gen)
+                    self.models.note_change(job.id, "start", at, gen)
                     self.stalls.started(job.id)
-                    # the books say where it runs: booked on a node that died since the view, the next round moved it
-                    placed = self.backend.placement(job.id) or act.nodes
-                    writes.append((job.id, RUNNING, {"gpus": act.num_gpus, "batch_size": act.batch_size,
-                                                     **({"placed": placed} if placed != act.nodes else {})},
-                                   {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
-                                    "generation": gen, "job_dir": str(d), "accounted_until": now,
-                                    "progressed_at": now}))
+                    writes.append(start_write(job, act, self.backend.placement(job.id) or act.nodes, d, at))
                 else:   # a shrink or move holds the slots it leaves until the new group steps (slot_holds)
                     self.backend.resize(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen,
                                                hold_given_back=bool(extra_slots(job.placement, act.nodes))))
                     self.models.note_change(job.id, "resize", now, gen)
-                    # Ray's shrink keeps the runtime's first workers wherever they run, not the nodes asked
-                    placed = self.backend.placement(job.id) or act.nodes
-                    releasing = held_after(job, placed) or None
-                    writes.append((job.id, RESCALING,   # *_from: what a resize the runtime abandons returns to
-                                   {"gpus_from": job.num_gpus, "gpus": act.num_gpus, "batch_size": act.batch_size,
-                                    "placement_from": job.placement, "batch_from": job.batch_size,
-                                    **({"placed": placed} if placed != act.nodes else {}),
-                                    **({"releasing": releasing} if releasing else {})},
-                                   {"num_gpus": act.num_gpus, "placement": placed, "batch_size": act.batch_size,
-                                    "generation": gen, "training_gpus": job.held_gpus, "releasing": releasing}))
+                    writes.append(resize_write(job, act, self.backend.placement(job.id) or act.nodes))
             except Exception as e:   # one job's launch failure must not stop the service
                 log.exception("job %s: %s failed", job.id, type(act).__name__.lower())
                 writes += after_failed_action(self.store, self.backend, self.backoff, job, act, d, e, now)
@@ -249,17 +252,18 @@ class LiveLoop:
         """Cancellations, progress ingestion, process state, GPU-service accounting, prediction refit."""
         last, elapsed = self.round_gap.since_last(now)
         running = self.store.jobs(states=(RUNNING, RESCALING))
-        for job in [j for j in running if j.cancel_requested]:
+        for job in (cancelling := cancel_now(self.backend, self.job_dir, running)):
             self.backend.stop(job.id, self.job_dir(job))      # slow (grace period): outside any transaction
-            with self.store.batch():
-                self._ingest(job, now)
+            with self.store.batch():   # ended `at` the stop's end: it held its GPUs through the stop's grace
+                self._ingest(job, at := self.clock())
                 self._given_up.pop(job.id, None)
                 # its time since the last round counts, as a finished job's does: `history` showed GPU-TIME short of RAN
-                self.store.transition(job.id, CANCELLED, now, **since_counted(job, now, last, elapsed))
-                self.store.record_allocation(job.id, now, 0, job.batch_size, {})
+                self.store.transition(job.id, CANCELLED, at,
+                                      **since_counted(job, at, last, self.round_gap.since_round(elapsed)))
+                self.store.record_allocation(job.id, at, 0, job.batch_size, {})
             self._ended.append((job.id, False))
         with self.store.batch():     # one fsync for the whole pass, however many jobs run
-            for job in [j for j in running if not j.cancel_requested]:
+            for job in [j for j in running if j not in cancelling]:
                 self._observe_one(job, now, last, elapsed)
         release_confirmed(self.backend, self.job_dir, self._confirmed)   # after the store's commit, never before
         self._refit(now)
@@ -267,19 +271,20 @@ class LiveLoop:
     def _observe_one(self, job: JobRecord, now: float, last: float | None, elapsed: float | None) -> None:
         """``last``: the loop's previous observation, ``elapsed`` the time seen to pass since; the time counted is
         since the job's own (``accounting``)."""
-        d = self.job_dir(job)
+        d, before = self.job_dir(job), job
         counted = since_counted(job, now, last, elapsed)   # at the GPUs held before: a resize confirmed only now did not train
         job = self._ingest(job, now)
         self.store.update(job.id, **counted)
         res = self.backend.poll(job.id, d)
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
+        until = count_to_end(self.store, before, counted, res.state, d, now)
         runtime_gave_up = self._given_up.pop(job.id, None)   # its newcomers went; past the deadline, unconfirmed
         given_up = runtime_gave_up or self.deadline.overdue(job, now)
         if res.state == "finished":
-            self.store.transition(job.id, FINISHED, now)
+            self.store.transition(job.id, FINISHED, now, end_time=until)
         elif res.state == "failed":
-            self.store.transition(job.id, FAILED, now, {"error": res.error}, error=(res.error or "")[:500])
+            self.store.transition(job.id, FAILED, now, {"error": res.error}, end_time=until, error=(res.error or "")[:500])
         elif res.state == "gone":
             resume_or_fail(self.store, job.id, res, now, d)
         else:
@@ -290,7 +295,7 @@ class LiveLoop:
                 self._shrunk_by_loss(job, dict(res.nodes), now)
             self.stalls.check(job, now)
             return
-        self.store.record_allocation(job.id, now, 0, job.batch_size, {})
+        self.store.record_allocation(job.id, until, 0, job.batch_size, {})
         self._ended.append((job.id, res.state == "finished"))
 
     def _shrunk_by_loss(self, job: JobRecord, nodes: dict[str, int], now: float) -> None:

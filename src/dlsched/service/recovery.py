@@ -28,9 +28,10 @@ from typing import Callable, Mapping
 from dlsched.backends.base import Backend
 from dlsched.service.accounting import counted_until
 from dlsched.service.ended_status import KILLED, settle_status
+from dlsched.service.lost_resize import record_lost_resize
 from dlsched.service.off_cluster import over_booked, unknown_nodes
 from dlsched.service.store import CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord, Store
-from dlsched.train.files import read_status
+from dlsched.train.files import open_regular, read_status
 
 log = logging.getLogger("dlsched.service")
 TAIL_BYTES = 64 << 10   # the end of progress.jsonl read for its newest time
@@ -51,6 +52,7 @@ def recover(store: Store, backend: Backend, job_dir: Callable[[JobRecord], Path]
         if job.job_dir and str(d) != job.job_dir:   # stored relative by an older dlsched, or moved (job_folders)
             store.update(job.id, job_dir=str(d))
         if backend.attach(job.id, d):
+            job = record_lost_resize(store, backend, job, d, now)
             off = unknown_nodes(job, known_nodes) if known_nodes is not None and job.num_gpus else []
             over = over_booked(job, known_nodes, used) if known_nodes is not None and not off else []
             if off or over:
@@ -122,7 +124,7 @@ def ended_at(job_dir: Path, now: float) -> float | None:
     folder records neither. Never later than ``now``."""
     times = []
     try:
-        with open(Path(job_dir) / "progress.jsonl", "rb") as f:
+        with open_regular(Path(job_dir) / "progress.jsonl") as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - TAIL_BYTES))
             for line in reversed(f.read().splitlines()):

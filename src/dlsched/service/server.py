@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from dlsched.service.entries import EntryRules
 from dlsched.service.limits import DEFAULT_MAX_BODY
 from dlsched.service.loop import LiveLoop, LoopThread
 from dlsched.service.private_files import private_dir, private_jobs_dir
-from dlsched.service.store import ACTIVE, Store
+from dlsched.service.store import ACTIVE, Store, unopenable
 from dlsched.spec import ClusterSpec, JobSpec
 
 DEFAULT_PORT = 8642
@@ -85,7 +86,10 @@ class Service:
         self.state_dir = private_dir(state_dir, "--state-dir")
         self._lock = state_lock.hold(self.state_dir)   # one service per state folder, for its whole life
         try:
-            self._open(cluster, token, runtime, workdir, policy, backend, auth, token_file, jobs_dir)
+            try:
+                self._open(cluster, token, runtime, workdir, policy, backend, auth, token_file, jobs_dir)
+            except sqlite3.DatabaseError as e:   # locked past the busy timeout, a damaged file, a full disk
+                raise UserError(unopenable(self.state_dir / "dlsched.db", e)) from None
             self.host, self.port, self._sockets = host, port, None
             if port == 0:   # the OS picks a free one (several services side by side, tests): bound now to know it
                 sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)

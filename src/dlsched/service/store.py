@@ -402,6 +402,15 @@ def unavailable(e: sqlite3.OperationalError) -> str:
     return f"{why}; nothing was changed: retry when it is fixed"
 
 
+def unopenable(path: str | Path, e: sqlite3.DatabaseError) -> str:
+    """One line for a database the service cannot start on (a traceback of 79 lines before)."""
+    text = str(e)
+    if "not a database" in text or "malformed" in text:
+        return (f"{path}: the service's database is damaged ({text}); restore it from a backup (or salvage it: "
+                "sqlite3 dlsched.db .recover), or start on another --state-dir")
+    return f"{path}: cannot open the service's database: {unavailable(e).split('; nothing')[0]}"
+
+
 class Store:
     """Thread-safe access to the service database (one connection per thread)."""
 

@@ -101,7 +101,7 @@ class Coordinator:
         self.store = dist.TCPStore(self.launcher.store_host, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
         human = HumanProgress()
-        self.progress = ProgressLog(self.dir, echo=human)
+        self.progress = ProgressLog(self.dir, echo=human, first=True)
         # a script's prints reach the terminal / output.log as torchrun's do (a make_job job has no script)
         self.script_output = ScriptOutput(self.dir / "logs", human.output if opts.command else None)
         self.run_id = uuid.uuid4().hex[:12]   # tells this run's steps from a resumed run's (same generations)

@@ -5,10 +5,12 @@ half a JSON document; progress.jsonl is append-only, one object per line.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,11 +96,46 @@ def parse_control(raw: bytes, path: Path) -> Control:
     return Control(obj["workers"], bs, obj["generation"], None if devices is None else tuple(devices))
 
 
+def drop_torn_tail(path: Path) -> None:
+    """End ``path`` with a newline, cutting off a torn last line (its writer was killed mid-record, or the disk
+    filled): the next record appended to it made the two one bad line mid-file, which every later resume refused.
+    For the runtime that holds the job folder's lock, at its start: no other writer is live then."""
+    try:
+        with open(path, "rb+") as f:
+            end = f.seek(0, os.SEEK_END)
+            pos = end
+            while pos > 0:
+                f.seek(max(0, pos - 65536))
+                chunk = f.read(pos - max(0, pos - 65536))
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    pos = pos - len(chunk) + nl + 1
+                    break
+                pos -= len(chunk)
+            if pos < end:
+                f.seek(pos)
+                try:
+                    if end - pos > 1 << 22:   # longer than the service reads a line
+                        raise ValueError
+                    json.loads(f.read())   # whole, but for its newline (a hand's edit): kept
+                    f.write(b"\n")
+                except ValueError:
+                    log.warning("%s: dropping its torn last line (%d bytes; a writer was killed mid-line)", path,
+                                end - pos)
+                    f.truncate(pos)
+    except FileNotFoundError:
+        pass
+
+
 class ProgressLog:
     """Appends one JSON object per line to DIR/progress.jsonl (flushed per line so tailers see it)."""
 
-    def __init__(self, job_dir: Path, echo: Callable[[dict], None] | None = None):
+    def __init__(self, job_dir: Path, echo: Callable[[dict], None] | None = None, first: bool = False):
+        """``first``: the runtime's own log, opened at its start (it holds the folder's lock): an earlier run's torn
+        last line is cut off (``drop_torn_tail``); a rank appending beside a live writer leaves the file as it is."""
         self.path = Path(job_dir) / "progress.jsonl"
+        if first:
+            drop_torn_tail(self.path)
         self._f = open(self.path, "a", buffering=1)
         self.echo = echo   # e.g. train.progress_lines.HumanProgress: the same records as human lines on stdout
 
@@ -182,11 +219,31 @@ def read_progress(job_dir: Path) -> list[dict]:
     return read_json_lines(Path(job_dir) / "progress.jsonl")
 
 
+def open_regular(path: str | Path, mode: str = "rb") -> IO:
+    """``open(path, mode)`` for reading a file job code may have made something else: a FIFO blocked the reader (the
+    service's scheduling loop, for good) until a writer came, a link to /dev/zero never ended; OSError (ENOENT for
+    anything but a regular file: read as absent)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileNotFoundError(errno.ENOENT, "not a regular file", str(path))
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | Path, errors: str = "strict") -> str:
+    """``Path(path).read_text(errors=errors)`` through ``open_regular``."""
+    with open_regular(path) as f:
+        return f.read().decode("utf-8", errors)
+
+
 def appended_lines(path: Path, offset: int, max_bytes: int = -1) -> tuple[list[bytes], int]:
     """The complete lines of ``path`` past byte ``offset`` (at most ``max_bytes`` read) and the offset after them; a
     partial last line is left for the next read (its writer may be mid-line); none while the file does not exist."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(offset)
             chunk = f.read(max_bytes)
     except FileNotFoundError:
@@ -221,7 +278,8 @@ class ProgressTail:
 def control_bytes(job_dir: Path) -> bytes | None:
     """DIR/control.json as it is now (None: absent)."""
     try:
-        return (Path(job_dir) / "control.json").read_bytes()
+        with open_regular(Path(job_dir) / "control.json") as f:
+            return f.read()
     except OSError:
         return None
 
@@ -247,7 +305,7 @@ def read_lr_plan(job_dir: Path) -> dict | None:
     ``lr_factor`` (> 0), which place it at another batch, are dropped unless both are well formed (older runtimes
     write neither)."""
     try:
-        plan = json.loads((Path(job_dir) / "lr_plan.json").read_text())
+        plan = json.loads(read_regular(Path(job_dir) / "lr_plan.json"))
         x, lr, at = plan["steps"], plan["lr"], float(plan["step"])
         float(plan["batch_size"])
         ok = (isinstance(x, list) and isinstance(lr, list) and 0 < len(x) == len(lr)
@@ -282,7 +340,7 @@ def read_status(job_dir: Path) -> dict | None:
     """DIR/status.json, or None while it does not exist yet or cannot be read, or is not an object (job code may
     write it: a list there raised in every scheduling round); an ``error`` that is not text is given as text."""
     try:
-        status = json.loads((Path(job_dir) / "status.json").read_text())
+        status = json.loads(read_regular(Path(job_dir) / "status.json"))
     except (OSError, ValueError):
         return None
     if not isinstance(status, dict):

@@ -217,7 +217,7 @@ class _Contract:
     def __init__(self, job_dir: Path, slots: int, batch: int, names: Sequence[str]) -> None:
         self.dir, self.batch = job_dir, batch
         self.granted = Share(slots, _visible_devices())
-        self.log = ProgressLog(job_dir, echo=HumanProgress())   # output.log: what `dlsched logs` shows
+        self.log = ProgressLog(job_dir, echo=HumanProgress(), first=True)   # output.log: what `dlsched logs` shows
         self.control = ControlWatch(job_dir, lambda error: self.event({"event": "control_rejected", "error": error}))
         self.steps = {n: 0 for n in names}
         self.rates: dict[str, float] = {}

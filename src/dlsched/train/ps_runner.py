@@ -262,7 +262,7 @@ class PSRunner:
                             "whose rows alone would travel; drop --sparse")
         self.job_dir = Path(opts.job_dir)
         self.job_dir.mkdir(parents=True, exist_ok=True)
-        self.progress = ProgressLog(self.job_dir, echo=HumanProgress())
+        self.progress = ProgressLog(self.job_dir, echo=HumanProgress(), first=True)
         self.launcher = make_launcher("ray", self.job_dir) if opts.launcher == "ray" else None
 
     def _start_ranks(self, gen: Generation) -> tuple[Generation, list, object]:
