@@ -129,8 +129,8 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
         for flags, error in ((["--target", "val_score=1e9"], "--target val_score=1e9: say what val_score is: --metric"),
                              (["--target", "val_mse", "--metric", "loss"], "--target val_mse: expected METRIC=VALUE"),
                              (["--target", "val_mse=big", "--metric", "loss"], "'big' is not a number"),
-                             (["--target", "val_mse=1", "--metric", "mse"], "field prediction.target.kind: Input should "
-                                                                            "be 'loss', 'error' or 'accuracy' (got 'mse')")):
+                             (["--target", "val_mse=1", "--metric", "mse"], "--metric mse: Input should be 'loss', "
+                                                                            "'error' or 'accuracy' (got 'mse')")):
             r = cli("submit", *flags, "--", "python", "tests/torch/user_script.py")
             assert r.returncode == 2 and r.stderr.count("\n") == 1 and error in r.stderr, (flags, r.stderr)
         assert svc.store.count() == 0

@@ -313,7 +313,10 @@ def metric_target(target: str | None, kind: str | None) -> dict | None:
         MetricTarget.model_validate({"metric": name, "kind": kind, "value": number}, context=STATED)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
-        raise UserError(f"--target {target}: {first['msg'].removeprefix('Value error, ')}") from None
+        why = first["msg"].removeprefix("Value error, ")
+        if first["loc"] and first["loc"][0] == "kind":   # the kind is --metric's value, not --target's
+            raise UserError(f"--metric {kind}: {why} (got {kind!r})") from None
+        raise UserError(f"--target {target}: {why}") from None
     return {"metric": name, "value": number, "kind": kind}
 
 
