@@ -217,7 +217,7 @@ def _target_cell(j: dict) -> str:
     when."""
     t, pending = j.get("target"), j.get("target_pending")
     # a stated target of a reported metric not predicted yet (the why: `dlsched show ID`'s target_pending); beside
-    # a target loss that is (``finish_times.pending_target``)
+    # a target loss that is (``finish_times.stated_targets``)
     waiting = None if not pending else escape(f"{pending['metric']} {pending['value']:g}: no prediction yet")
     if not t:
         return waiting or "-"

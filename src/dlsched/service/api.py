@@ -40,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.numbers import finite
 from dlsched.policy.base import NodeView
-from dlsched.service.finish_times import pending_target, shown_times, stated_target
+from dlsched.service.finish_times import shown_times, stated_targets
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.event_kinds import EVENT_KINDS
 from dlsched.service.event_pages import newest_events
@@ -356,8 +356,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         for j in page.jobs:
             d = j.public()
             d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
-            d["target"] = stated_target(preds.get(j.id)) if j.state in ACTIVE else None
-            d["target_pending"] = pending_target(j, preds.get(j.id)) if j.state in ACTIVE else None
+            d["target"], d["target_pending"] = stated_targets(j, preds.get(j.id)) if j.state in ACTIVE else (None, None)
             if j.spec.kind == "ensemble":
                 d["ensemble"] = ensemble_of(store, j.id)
                 d["fraction_done"] = d["ensemble"]["fraction_done"]
@@ -371,8 +370,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         d["allocations"] = store.allocations(job_id)
         d["prediction"] = store.latest_prediction(job_id)
         d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
-        d["target"] = stated_target(d["prediction"])
-        d["target_pending"] = pending_target(job, d["prediction"])
+        d["target"], d["target_pending"] = stated_targets(job, d["prediction"])
         if job.spec.kind == "ensemble":
             d["ensemble"] = ensemble_of(store, job_id)
             d["fraction_done"] = d["ensemble"]["fraction_done"]

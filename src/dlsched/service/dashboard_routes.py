@@ -26,7 +26,7 @@ from dlsched.perf.efficiency import GradientNoise
 from dlsched.policy.base import NodeView
 from dlsched.service.event_pages import newest_events
 from dlsched.service.fleet_status import ensemble_of
-from dlsched.service.finish_times import pending_target, shown_times, stated_target
+from dlsched.service.finish_times import shown_times, stated_targets
 from dlsched.service.job_models import metric_target_of
 from dlsched.service.metric_target import METRICS_EVENT
 from dlsched.service.limits import JobId
@@ -109,6 +109,7 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
     queue = []
     for j in active:
         start, finish = shown_times(j, preds.get(j.id), forecasts.get(j.id))
+        target, pending = stated_targets(j, preds.get(j.id))
         queue.append({"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
                       "gpus": j.held_gpus, "target_gpus": j.num_gpus if j.held_gpus != j.num_gpus else None,
                       "requested": j.spec.gpus, "batch_size": j.batch_size,
@@ -116,7 +117,7 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
                                         else _clean(j.samples / j.total_samples) if j.total_samples else None),
                       "loss": _clean(j.last_loss), "ensemble": j.spec.kind == "ensemble",   # its loss: the best member's
                       "samples_per_s": _clean(j.samples_per_s), "predicted_start": _clean(start), "predicted_finish": _clean(finish),
-                      "target": stated_target(preds.get(j.id)), "target_pending": pending_target(j, preds.get(j.id)),
+                      "target": target, "target_pending": pending,
                       "stalled_since": j.stalled_since})
     counts = job_counts(store)
     allocs, with_allocs = newest_allocations(store, MAX_GANTT_JOBS)

@@ -34,11 +34,16 @@ def stated_target(prediction: dict | None) -> dict | None:
     ``target_loss``; None before the loop predicted one. ``step``/``time`` None: not by the budget (``time`` also
     while it does not train); ``step_80``/``time_80``: their 80 % bands, None unless the target is ahead;
     ``reached``: the job's log got there (``step``/``time``: where and when)."""
+    return _target_of(stored_fit(prediction))
+
+
+def stored_fit(prediction: dict | None) -> dict:
+    """The prediction row's ``loss_fit`` (``service.refit``), parsed where the store left it a string; {} for none."""
     fit = (prediction or {}).get("loss_fit")
-    if isinstance(fit, str):
-        fit = json.loads(fit)
-    if not fit:
-        return None
+    return (json.loads(fit) if isinstance(fit, str) else fit) or {}
+
+
+def _target_of(fit: dict) -> dict | None:
     if (m := fit.get("metric_target")) is not None:
         return {"metric": m["metric"], "value": m["target"]} | _reach(m)
     if fit.get("target_loss") is not None:
@@ -46,20 +51,20 @@ def stated_target(prediction: dict | None) -> dict | None:
     return None
 
 
-def pending_target(job: JobRecord, prediction: dict | None) -> dict | None:
+def stated_targets(job: JobRecord, prediction: dict | None) -> tuple[dict | None, dict | None]:
+    """(``stated_target``, ``pending_target``) of ``job``'s latest prediction row, its fit parsed once."""
+    fit = stored_fit(prediction)
+    return _target_of(fit), pending_target(job, fit)
+
+
+def pending_target(job: JobRecord, fit: dict) -> dict | None:
     """``{"metric", "value", "why"}`` of a reported metric's target the job states (``spec.PredictionFacts.target``,
-    as ``job_models.metric_target_of`` reads it) that its latest
-    prediction row has no prediction of: ``why`` the refit's one line (``metric_target_missing``), None before the
-    first refit; None when there is nothing pending. ``stated_target`` is then None or the ``target_loss`` (as
-    before: a reader of ``target`` sees no step it could read as "not by the budget"), and ``dlsched status``
-    showed "-" for a target the job states."""
-    if (stated := getattr(job.spec.prediction, "target", None)) is None:
-        return None
-    fit = (prediction or {}).get("loss_fit")
-    if isinstance(fit, str):
-        fit = json.loads(fit)
-    fit = fit or {}
-    if fit.get("metric_target") is not None:
+    as ``job_models.metric_target_of`` reads it) that its latest prediction row's ``fit`` (``stored_fit``) has no
+    prediction of: ``why`` the refit's one line (``metric_target_missing``), None before the first refit; None when
+    there is nothing pending. ``stated_target`` is then None or the ``target_loss`` (as before: a reader of
+    ``target`` sees no step it could read as "not by the budget"), and ``dlsched status`` showed "-" for a target
+    the job states."""
+    if (stated := getattr(job.spec.prediction, "target", None)) is None or fit.get("metric_target") is not None:
         return None
     why = (fit.get("metric_target_missing") or {}).get("why")
     return {"metric": stated.metric, "value": stated.value, "why": why}

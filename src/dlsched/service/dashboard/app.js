@@ -260,7 +260,7 @@ function targetText(fit) {
 // [early, late]: the 80 % band of when a target is reached, as clock times, else as steps
 const timeBand = (b) => (b == null ? "" : ` [${fmtClock(b[0])}–${fmtClock(b[1])}]`);
 const stepBand = (b) => (b == null ? "" : ` [${Math.round(b[0]).toLocaleString()}–${Math.round(b[1]).toLocaleString()}]`);
-// a stated target of a reported metric with no prediction yet (pending: service.finish_times.pending_target): says
+// a stated target of a reported metric with no prediction yet (pending: service.finish_times.stated_targets): says
 // so, with why in its tooltip, beside a target loss that has one
 function targetCell(t, now, pending) {
   const waiting = pending ? `<span title="${esc(pending.why ?? "no refit yet")}">${esc(pending.metric)} ${pending.value}: no prediction yet</span>` : "";
