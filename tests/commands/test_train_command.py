@@ -26,6 +26,20 @@ def test_train_refuses_bad_numbers_and_choices_in_one_line(tmp_path, args, line)
     assert not (tmp_path / "job" / "logs").exists()   # no worker was started
 
 
+@pytest.mark.parametrize("args, line", [
+    (("--batch-size", "0"), "error: --batch-size 0: must be >= 1"),                   # refused by the runtime's parse
+    (("--sparse",), "error: --sparse: a parameter-server option, not for --strategy allreduce; add --strategy ps"),
+])
+def test_a_refused_option_is_answered_without_loading_torch(tmp_path, args, line):
+    """The runtime's options were checked after importing its coordinator: every refusal loaded torch (~1.5 CPU-s,
+    seconds on a busy machine) to print one line."""
+    code = ("import atexit, runpy, sys; atexit.register(lambda: print('torch' in sys.modules)); "
+            "sys.argv = ['dlsched', *sys.argv[1:]]; runpy.run_module('dlsched.cli', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code, "train", "--job-dir", str(tmp_path / "job"), *args, "--", "python",
+                        "train.py"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert (r.returncode, r.stderr.strip(), r.stdout) == (2, line, "False\n"), r
+
+
 def test_a_script_given_without_the_dashes_says_how_to_run_it(tmp_path):
     """`dlsched train train.py` said "--entry 'train.py': expected 'path/to/file.py:make_job'", an option
     dlsched train does not have, and not how to run a script."""

@@ -1,7 +1,7 @@
 """``python -m dlsched.train.run``: start (or resume) one elastic training job; see docs/runtime.md for the contract."""
 from __future__ import annotations
 
-if __name__ == "__main__":  # first of all: the imports below take seconds (torch), and a SIGTERM meanwhile must
+if __name__ == "__main__":  # first of all: main's imports take seconds (torch), and a SIGTERM meanwhile must
     from dlsched.train import preemption  # end as "stopped" (exit 143), not kill the job unrecorded
 
     preemption.install()
@@ -11,19 +11,23 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from dlsched.entry_check import parse_params
 from dlsched.errors import JobFailed, UserError
 from dlsched.train import fence, storage
-from dlsched.train.coordinator import Coordinator, Options
 from dlsched.train.files import job_program, read_status, write_status
 from dlsched.train.fleet_spec import FleetOptions
-from dlsched.train.job import parse_params
-from dlsched.train.ps import SyncMode
-from dlsched.train.ps_runner import PSOptions, PSRunner
 from dlsched.train.scaling import BatchMode
 
+if TYPE_CHECKING:
+    from dlsched.train.coordinator import Options
+    from dlsched.train.ps_runner import PSOptions
+# The coordinator and the ps runner (torch, ~1.5 CPU-s) are imported once the options are checked: a refused
+# option of `dlsched train` was answered after loading torch.
 
-def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
+
+def parse_args(argv: list[str] | None = None) -> Options | PSOptions | FleetOptions:
     """``... --entry FILE:make_job`` or ``... -- python train.py ARGS`` (the user's own dlsched.torch script)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[argv.index("--") + 1 :] if "--" in argv else None
@@ -77,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
                         "TrainJob.max_local_batch)")
     _refuse_other_strategies_options(a)
     if a.strategy == "ps":
+        from dlsched.train.ps import SyncMode
+        from dlsched.train.ps_runner import PSOptions
+
         return PSOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
                          servers=a.servers, mode=SyncMode.parse(a.sync), batch_size=a.batch_size,
                          ckpt_every=a.ckpt_every, max_restarts=a.max_restarts, sparse=a.sparse,
@@ -85,6 +92,8 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions:
         raise UserError(f"--workers {a.workers}: must be >= 1")
     if a.strategy == "fleet":
         return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
+    from dlsched.train.coordinator import Options
+
     return Options(job_dir=a.job_dir, entry=a.entry, command=command, workers=a.workers, batch_size=a.batch_size, reference_batch=a.reference_batch_size,
                    params=parse_params(a.param), batch_mode=BatchMode(a.batch_mode), ckpt_every=a.ckpt_every,
                    threads=a.threads, record_samples=a.record_samples, checkpoint_uri=a.checkpoint_uri,
@@ -124,6 +133,9 @@ def _folder_strategy(job_dir) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     try:
         opts = parse_args(argv)
+        from dlsched.train.coordinator import Coordinator, Options
+        from dlsched.train.ps_runner import PSOptions, PSRunner
+
         lock = fence.claim(opts.job_dir)   # held until this process ends, however it ends
         if lock is None:
             print(f"error: {fence.lock_path(opts.job_dir)}: another coordinator holds this job folder; "
