@@ -186,6 +186,16 @@ def test_a_host_this_machine_lacks_is_named_as_the_host_not_a_busy_port(tmp_path
     assert "in use" not in r.stderr and not (tmp_path / "state").exists()
 
 
+def test_a_refused_serve_does_not_load_the_service():
+    """serve imported the service and its backends (scipy, pandas: ~1 CPU-s) before checking its options: a refused
+    --host or --jobs-dir took ~1.9 CPU-s to say one line."""
+    code = ("import atexit, runpy, sys; atexit.register(lambda: print('dlsched.service.server' in sys.modules)); "
+            "sys.argv = ['dlsched', *sys.argv[1:]]; runpy.run_module('dlsched.cli', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code, "serve", "--host", "192.0.2.1", "--port", str(free_port()),
+                        "--state-dir", "/nonexistent/state"], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (2, "False\n") and r.stderr.startswith("error: --host 192.0.2.1: "), r
+
+
 @pytest.mark.parametrize("under", ["", "/jobs"])
 def test_a_jobs_dir_that_cannot_hold_folders_is_refused_at_start(tmp_path, under):
     # a file as --jobs-dir started the service; every job submitted then failed at its start (NotADirectoryError,

@@ -550,11 +550,9 @@ def register(app: typer.Typer) -> None:
               address: str = typer.Option("auto", help="Ray cluster address for --backend ray: auto, HOST:6379 or ray://HOST:10001"),
               gpu_resource: str = typer.Option("GPU", help="Ray resource one worker needs (--backend ray)")) -> None:
         """Run the scheduler service (API + live loop + dashboard) in the foreground."""
-        from dlsched.backends.make import make_backend
         from dlsched.policy.base import make_policy
         from dlsched.service.auth import check_token, load_or_create_token
         from dlsched.service.job_folders import check_jobs_dir
-        from dlsched.service.server import Service
         from dlsched.spec import load_cluster_spec_file
 
         from dlsched.train.storage import job_folder
@@ -581,6 +579,10 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{where}: {e}") from None
         if why := bind_refusal(host, port):   # after the options: a bad option is reported as itself
             raise UserError(why)
+        # the service and its backends (scipy, pandas: ~1 CPU-s) once every option is checked: a refusal was 1.9 s
+        from dlsched.backends.make import make_backend
+        from dlsched.service.server import Service
+
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         rt = shlex.split(runtime or os.environ.get("DLSCHED_RUNTIME", "")) or None
         be = make_backend(spec, runtime=rt, workdir=workdir, ray_address=address, gpu_resource=gpu_resource)
