@@ -33,17 +33,17 @@ def data_dir():
 # ~720 s). Listing only the 3 longest left tests/torch and tests/train, collected last, to the end: the suite's
 # last ~15 minutes (of 36, under load) ran their gloo jobs with the rest done. The 30 longest by the sum of their
 # tests' --durations in a full run, longest first (the rest follow in collection order, the short ones filling
-# in at the end); re-derive them from such a run when files grow (last: a full -n 3 run at load 4-40, 2 089 s, with
-# the Ray tests' durations summed per file they now sit in). Test order within a file is kept.
+# in at the end); re-derive them from such a run when files grow (last: a full -n 3 run at load 9-16, 2 808 s, each
+# test's setup+call+teardown wall summed per file). Test order within a file is kept.
 LONGEST_FILES_FIRST = tuple(f"tests/{f}.py" for f in (
-    "commands/test_service_commands", "backends/test_ray_node_loss", "backends/test_ray_service", "train/test_ps",
-    "multinode/test_cluster", "commands/test_train_command", "service/test_script_job", "backends/test_ray",
-    "train/test_worker_loss", "service/test_api", "torch/test_elastic_script", "service/test_faults",
-    "train/test_autoscale_engine", "torch/test_accumulation", "train/test_fleet_job",
-    "service/test_resize_deadline", "service/test_slot_holds", "service/test_ensemble_job", "train/test_elastic",
-    "commands/test_predict_curve", "commands/test_predict", "sim/test_simulate_cli",
-    "commands/test_ensemble_command", "train/test_storage", "test_docs", "torch/test_loader", "security/test_fuzz",
-    "service/test_cli", "torch/test_noise", "service/test_restart_options"))
+    "torch/test_elastic_script", "backends/test_ray_service", "backends/test_ray_node_loss", "train/test_elastic",
+    "service/test_restart_options", "train/test_ps", "torch/test_accumulation", "multinode/test_cluster",
+    "backends/test_ray", "service/test_script_job", "commands/test_service_commands", "bench/test_quality_args",
+    "commands/test_predict_curve", "train/test_fleet_job", "commands/test_train_command",
+    "train/test_autoscale_engine", "sim/test_simulate_cli", "service/test_dashboard",
+    "commands/test_ensemble_command", "test_docs", "service/test_restart", "service/test_faults",
+    "torch/test_loader", "commands/test_predict", "torch/test_adaptive_batch", "service/test_api",
+    "service/test_cli", "torch/test_noise", "train/test_resume_log", "perf/test_speed"))
 
 def pytest_collection_modifyitems(config, items):
     rank = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}
