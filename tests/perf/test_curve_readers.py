@@ -243,3 +243,19 @@ def test_a_csv_whose_epoch_0_is_an_evaluation_before_training_is_read_as_logged(
     lightning = pd.DataFrame({"step": val.step - 1, "epoch": val.step // 40 - 1, "val_loss": val.loss})
     lightning.to_csv(tmp_path / "metrics.csv", index=False)
     assert read_curve(tmp_path / "metrics.csv", x="epoch", y="val_loss").epochs_from_zero == "Lightning's metrics.csv"
+
+
+def test_a_finished_trainers_epoch_budget_is_its_last_epoch_exactly(tmp_path):
+    """A finished run read over epochs: the Trainer logs epoch = step / steps per epoch (300/43 at its last step,
+    digits at batch 32) and the budget where max_steps falls came out 1 ulp below it, so ``predict curve --x epoch``
+    of a finished run refused its own budget ("6.97674 is before the last observed epoch (6.97674)")."""
+    hist = []
+    for s in range(10, 301, 10):
+        hist.append({"step": s, "epoch": s / 43, "loss": 2.3 * (1 + s / 50) ** -0.5, "learning_rate": 0.05})
+        if s % 20 == 0:
+            hist.append({"step": s, "epoch": s / 43, "eval_accuracy": 0.97 - 0.9 * (1 + s / 20) ** -1.2})
+    path = tmp_path / "checkpoint-300" / "trainer_state.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"log_history": hist, "max_steps": 300, "num_train_epochs": 7, "global_step": 300}))
+    c = read_curve(tmp_path, x="epoch", y="eval_accuracy")
+    assert c.budget == c.x[-1] == 300 / 43

@@ -170,10 +170,11 @@ def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]
     if x == "epoch" and budget is not None and isinstance(steps, (int, float)) and steps > 0 \
             and {"epoch", "step"} <= set(df.columns):
         # the Trainer stops at max_steps, and rounds num_train_epochs up to whole epochs: the budget is where
-        # max_steps falls at the log's epochs per step (800 steps of 39: 20.5 epochs, not 21)
+        # max_steps falls at the log's epochs per step (800 steps of 39: 20.5 epochs, not 21); the steps' ratio
+        # first, so that a finished run's budget is its last epoch exactly (300/43 * 300 / 300 is 1 ulp short)
         last = df.dropna(subset=["epoch", "step"]).iloc[-1] if df[["epoch", "step"]].notna().all(axis=1).any() else None
         if last is not None and last["step"] > 0:
-            budget = min(budget, float(last["epoch"]) * steps / float(last["step"]))
+            budget = min(budget, float(last["epoch"]) * (steps / float(last["step"])))
     return df, budget
 
 
