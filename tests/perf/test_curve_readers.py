@@ -259,3 +259,20 @@ def test_a_finished_trainers_epoch_budget_is_its_last_epoch_exactly(tmp_path):
     path.write_text(json.dumps({"log_history": hist, "max_steps": 300, "num_train_epochs": 7, "global_step": 300}))
     c = read_curve(tmp_path, x="epoch", y="eval_accuracy")
     assert c.budget == c.x[-1] == 300 / 43
+
+
+def test_a_lightning_save_dir_is_read_through_its_logger_folder(tmp_path):
+    """``CSVLogger(save_dir)`` writes ``save_dir/lightning_logs/version_N/metrics.csv``: the folder a script names was
+    "no progress.jsonl, ... or TensorBoard events inside". Now its newest version, and two experiment names there are
+    one line naming them."""
+    rows = "epoch,lr-SGD,step,train_loss_step,val_acc\n,0.1,4,,\n0,,4,2.3,\n0,,21,,0.81\n,0.1,25,,\n1,,25,1.1,\n1,,43,,0.93\n"
+    for version in ("version_0", "version_1"):
+        (tmp_path / "lightning_logs" / version).mkdir(parents=True)
+        (tmp_path / "lightning_logs" / version / "hparams.yaml").write_text("{}\n")
+        (tmp_path / "lightning_logs" / version / "metrics.csv").write_text(rows if version == "version_1" else rows[:60])
+    c = read_curve(tmp_path, x="step", y="val_acc")
+    assert c.x.tolist() == [21, 43] and c.lr_name == "lr-SGD"
+    (tmp_path / "other" / "version_0").mkdir(parents=True)
+    (tmp_path / "other" / "version_0" / "metrics.csv").write_text(rows)
+    with pytest.raises(UserError, match=r"Lightning logs of 2 experiments \(lightning_logs, other\): give one"):
+        read_curve(tmp_path, x="step", y="val_acc")

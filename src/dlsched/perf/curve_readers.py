@@ -7,7 +7,8 @@
   event wall time;
 * Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``, over epochs where it falls);
 * a folder: the first of ``FOLDER_LOGS`` in it (Ultralytics' ``results.csv`` last), else the newest
-  ``checkpoint-N/trainer_state.json``, else Lightning's newest ``version_N/metrics.csv``, else its TensorBoard
+  ``checkpoint-N/trainer_state.json``, else Lightning's newest ``version_N/metrics.csv`` (in it or in its
+  ``save_dir``'s ``lightning_logs/``), else its TensorBoard
   events;
 * TSV (``.tsv``), as CSV; DAWNBench's entries are TSV;
 * plain-text logs, any other name: MLPerf ``:::MLLOG`` lines, or printed ``name:value`` pairs
@@ -353,6 +354,19 @@ def _numbered(name: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+def _lightning_version(path: Path) -> Path | None:
+    """The newest ``version_N/metrics.csv`` of a Lightning logger's folder, or of the ``save_dir`` above it
+    (``CSVLogger(save_dir)`` writes ``save_dir/lightning_logs/version_N``); several experiment names there: name one."""
+    found = list(path.glob("version_*/metrics.csv"))
+    if not found:
+        found = list(path.glob("*/version_*/metrics.csv"))
+        names = sorted({p.parent.parent.name for p in found})
+        if len(names) > 1:
+            raise UserError(f"{path}: Lightning logs of {len(names)} experiments ({', '.join(names)}): give one "
+                            f"(e.g. {path / names[0]})")
+    return max(found, key=lambda p: _numbered(p.parent.name), default=None)
+
+
 def _tensorboard_curve(path: Path, x: str, y: str, lr_col: str | None, time_col: str | None) -> CurveData:
     """An event file's or a folder's scalars; the time is the event wall time unless ``time_col`` names a tag."""
     df = _read_tensorboard(path)
@@ -372,12 +386,12 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         log = next((path / n for n in FOLDER_LOGS if (path / n).exists()), None) or max(
             path.glob("checkpoint-*/trainer_state.json"), key=lambda p: _numbered(p.parent.name), default=None)
         if log is None:   # Lightning's logger folder: its newest version_N (the run it logged last)
-            log = max(path.glob("version_*/metrics.csv"), key=lambda p: _numbered(p.parent.name), default=None)
+            log = _lightning_version(path)
         if log is not None:
             return read_curve(log, x=x, y=y, lr_col=lr_col, time_col=time_col)
         if not any(path.rglob("events.out.tfevents*")):
-            raise UserError(f"{path}: no {', '.join(FOLDER_LOGS)}, checkpoint-N/trainer_state.json or TensorBoard "
-                            "events inside")
+            raise UserError(f"{path}: no {', '.join(FOLDER_LOGS)}, checkpoint-N/trainer_state.json, Lightning's "
+                            "version_N/metrics.csv or TensorBoard events inside")
         return _tensorboard_curve(path, x, y, lr_col, time_col)
     src, budget, note = str(path), None, None
     if "tfevents" in path.name:
