@@ -32,6 +32,10 @@ def test_inf_cells_are_missing_points_like_nan(tmp_path):
     (tmp_path / "log.csv").write_text("step,loss\n10,2.0\n20,inf\n30,nan\n40,\n50,-inf\n60,1.5\n")
     c = read_curve(tmp_path / "log.csv")
     assert list(c.x) == [10, 60] and list(c.y) == [2.0, 1.5]
+    # so is an inf LR cell: it was kept, and lr-column refused the whole log ("needs finite values >= 0")
+    (tmp_path / "lr.csv").write_text("step,loss,lr\n10,2.0,0.1\n20,1.8,inf\n30,1.7,0.1\ninf,1.6,0.1\n")
+    c = read_curve(tmp_path / "lr.csv")
+    assert list(c.lr_x) == [10, 30] and list(c.lr) == [0.1, 0.1]
 
 
 def test_the_budget_a_log_names_is_only_used_in_its_own_units(tmp_path):

@@ -113,7 +113,8 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         if x != "step" and "step" in df.columns and (xs.isna() & num(lr_col).notna()).any():
             # Lightning's LearningRateMonitor rows carry a step and no epoch: placed where the metric's rows put it
             lr_at = xs.fillna(_x_at_step(num("step"), xs, num(y).notna()))
-        lrs = pd.DataFrame({"x": lr_at, "lr": num(lr_col)}).dropna().groupby("x", sort=True).last().reset_index()
+        lrs = pd.DataFrame({"x": finite(lr_at), "lr": finite(num(lr_col))}).dropna()
+        lrs = lrs.groupby("x", sort=True).last().reset_index()
         if (lrs.lr < 0).any():
             raise UserError(f"{src}: field {lr_col!r}: learning rates must be >= 0")
         lr_x, lr = lrs.x.to_numpy(float), lrs.lr.to_numpy(float)
