@@ -166,6 +166,11 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     # an accuracy's scale (0-1 or %): the run's points, else its log's, else (no log) the first --like run's
     scale = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y if len(curve.y) else
                            logs[0].y if logs else curve.y).top
+    if (zeros := int((MetricSpace(metric, scale).down(curve.y[keep]) == 0).sum())) and keep.any():
+        left = "error" if metric == "accuracy" else metric   # ``perf.perfect_points``: said, as it moves the fit
+        typer.echo(f"note: {zeros} point{'s' * (zeros > 1)} of {y} at {scale if metric == 'accuracy' else 0:g} "
+                   f"{'leave' if zeros > 1 else 'leaves'} no {left} to model: fitted as half the smallest {left} "
+                   "logged (or half the target's, if lower)", err=True)
     if target is not None:   # out of range on the data's scale: the option, not the log's column, is what to fix
         # 1.5 on a log in fractions read as 1.5 %, "already reached" without a word (as submit --target refuses it)
         if metric == "accuracy" and (why := accuracy_target_slip(target, scale)):

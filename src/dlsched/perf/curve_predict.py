@@ -43,6 +43,7 @@ from dlsched.perf.convergence import fit_curve
 from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise, value_grain
 from dlsched.perf.fit_window import ONSET_MIN, fit_start
 from dlsched.perf.one_point import members
+from dlsched.perf.perfect_points import with_stand_in
 from dlsched.perf.prior import REGIMES
 from dlsched.perf.schedule import Schedule, areas
 
@@ -223,6 +224,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     x, y = x[ok], y[ok]
     if np.any(np.diff(x) <= 0):
         raise ValueError("x must increase")
+    # an accuracy of 100 %, a loss of 0: fitted at a positive stand-in below any positive goal (``perf.perfect_points``)
+    y = with_stand_in(y, None if target is None else goal_of(y, 0.0, target, None, space))
     if np.any(y <= 0):   # the models are relative (log-space): name the point that leaves nothing to model
         i = int(np.argmax(y <= 0))
         raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}: "
