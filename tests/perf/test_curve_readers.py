@@ -280,3 +280,28 @@ def test_a_lightning_save_dir_is_read_through_its_logger_folder(tmp_path):
     (tmp_path / "other" / "version_0" / "metrics.csv").write_text(rows)
     with pytest.raises(UserError, match=r"Lightning logs of 2 experiments \(lightning_logs, other\): give one"):
         read_curve(tmp_path, x="step", y="val_acc")
+
+
+def test_printed_dicts_and_json_lines_in_a_text_log_are_read(tmp_path):
+    """Two logs people keep that were "no :::MLLOG records or name:value pairs": the Hugging Face Trainer's printed
+    logs (stdout of a real run, a 30-32-2 MLP on breast cancer, transformers 5: numbers quoted; 4.x prints them
+    bare) and a JSON line per epoch (DeiT's and MAE's log.txt, here a real digits run's first epochs)."""
+    (tmp_path / "train.log").write_text(
+        "***** Running training *****\n"
+        "{'loss': '0.7413', 'grad_norm': '0.6376', 'learning_rate': '0.015', 'epoch': '0.7143'}\n"
+        "{'loss': '0.6566', 'grad_norm': '0.7302', 'learning_rate': '0.03167', 'epoch': '1.429'}\n"
+        "{'eval_loss': '0.5904', 'eval_accuracy': '0.7972', 'eval_runtime': '0.0384', 'eval_samples_per_second': "
+        "'3721', 'eval_steps_per_second': '468.4', 'epoch': '1.429'}\n"
+        "{'loss': 0.5219, 'grad_norm': 0.6114, 'learning_rate': 0.04833, 'epoch': 2.143}\n"
+        "{'loss': 0.3709, 'grad_norm': 0.494, 'learning_rate': 0.04833, 'epoch': 2.857}\n"
+        "{'eval_loss': 0.3488, 'eval_accuracy': 0.9091, 'eval_runtime': 0.0544, 'epoch': 2.857}\n")
+    c = read_curve(tmp_path / "train.log", x="epoch", y="eval_accuracy")
+    assert c.x.tolist() == [1.429, 2.857] and c.y.tolist() == [0.7972, 0.9091] and c.lr_name == "learning_rate"
+    assert c.lr.tolist() == [0.015, 0.03167, 0.04833, 0.04833]
+    (tmp_path / "log.txt").write_text(
+        '{"train_lr": 0.06666666666666667, "train_loss": 1.9583053345030004, "test_loss": 0.9237185716629028, '
+        '"test_acc1": 81.33333325386047, "epoch": 0, "n_parameters": 2410}\n'
+        '{"train_lr": 0.13333333333333333, "train_loss": 0.39509372717954894, "test_loss": 0.20080913603305817, '
+        '"test_acc1": 93.77777576446533, "epoch": 1, "n_parameters": 2410}\n')
+    c = read_curve(tmp_path / "log.txt", x="epoch", y="test_acc1", lr_col="train_lr")
+    assert c.x.tolist() == [0, 1] and c.y == pytest.approx([81.3333, 93.7778], abs=1e-4) and len(c.lr) == 2
