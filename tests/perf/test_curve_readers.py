@@ -305,3 +305,18 @@ def test_printed_dicts_and_json_lines_in_a_text_log_are_read(tmp_path):
         '"test_acc1": 93.77777576446533, "epoch": 1, "n_parameters": 2410}\n')
     c = read_curve(tmp_path / "log.txt", x="epoch", y="test_acc1", lr_col="train_lr")
     assert c.x.tolist() == [0, 1] and c.y == pytest.approx([81.3333, 93.7778], abs=1e-4) and len(c.lr) == 2
+
+
+def test_a_log_whose_x_goes_back_is_said_so(tmp_path):
+    """A second run appended to the first's CSV with its step counter begun again overwrote the first run's rows
+    with the same steps, without a word: the curve became the first run's tail spliced onto the second's start.
+    Where x first goes back is now a note (a resumed run, which logs its steps after a checkpoint again, is read as
+    before: its rows win)."""
+    first = [(s, 2.0 / (1 + s / 50)) for s in range(20, 301, 20)]
+    again = [(s, 1.9 / (1 + s / 60)) for s in range(20, 121, 20)]
+    (tmp_path / "log.csv").write_text("step,val_loss\n" + "".join(f"{s},{v}\n" for s, v in first + again))
+    c = read_curve(tmp_path / "log.csv", y="val_loss")
+    assert c.note.startswith("step goes back once, first at line 17 (300, then 20)"), c.note
+    assert c.y[c.x == 20][0] == pytest.approx(1.9 / (1 + 20 / 60))   # the last row per step, as before
+    (tmp_path / "one.csv").write_text("step,val_loss\n" + "".join(f"{s},{v}\n" for s, v in first))
+    assert read_curve(tmp_path / "one.csv", y="val_loss").note is None

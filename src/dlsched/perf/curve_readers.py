@@ -103,6 +103,7 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         back = xs < xs.ffill().shift()
         rows["run"] = pd.factorize(df[writer])[0] if writer in df.columns else back.cumsum().to_numpy()
     rows = rows[rows.x.notna() & rows.y.notna()]
+    note = _goes_back(rows.x, x, row_name)
     # Lightning logs a metric at epoch end and step level under the same step: the last row per x wins
     rows = rows.groupby("x", sort=True).last().reset_index()
     if rows.empty:
@@ -120,7 +121,19 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         lr_x, lr = lrs.x.to_numpy(float), lrs.lr.to_numpy(float)
     return CurveData(src, rows.x.to_numpy(float), rows.y.to_numpy(float),
                      rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget, lr_col,
-                     session=rows.run.to_numpy() if time_col else None)
+                     session=rows.run.to_numpy() if time_col else None, note=note)
+
+
+def _goes_back(xs: pd.Series, x: str, row_name) -> str | None:
+    """Where the metric's x first goes back in the file's order, said: a run resumed from a checkpoint logs its steps
+    again (its rows win), but one whose counter began again from 0 overwrites the run before it, silently."""
+    back = np.flatnonzero(np.diff(xs.to_numpy(float)) < 0)
+    if not back.size:
+        return None
+    i = int(back[0])
+    return (f"{x} goes back {'once' if back.size == 1 else f'{back.size} times'}, first at "
+            f"{row_name(xs.index[i + 1])} ({xs.iloc[i]:g}, then {xs.iloc[i + 1]:g}): of rows with the same {x} the "
+            f"last is read (a resumed run's); a run whose {x} began again from 0 needs its own file")
 
 
 def _x_at_step(steps: pd.Series, xs: pd.Series, metric_rows: pd.Series) -> pd.Series:
@@ -423,7 +436,8 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
                             "trainer_state.json or TensorBoard events)")
         if time_col is None and "time" in df.columns and y in df.columns:
             time_col = "time"   # MLPerf's time_ms, or a logged time: the speed without a --time-col
-    curve = dataclasses.replace(_frame_to_curve(df, src, x, y, lr_col, time_col, budget, writer="run"), note=note)
+    curve = _frame_to_curve(df, src, x, y, lr_col, time_col, budget, writer="run")
+    curve = dataclasses.replace(curve, note="; ".join(n for n in (note, curve.note) if n) or None)
     # a record's epoch is the one it trains in, from 0: the last of epoch 0 is after one finished epoch
     return _from_zero(curve, "dlsched's progress.jsonl", df[x]) if path.suffix == ".jsonl" and x == "epoch" else curve
 
