@@ -808,3 +808,16 @@ def test_a_small_eval_sets_100_percent_is_predicted_and_said(tmp_path, capsys):
     (tmp_path / "done.csv").write_text("step,eval_accuracy\n" + "".join(f"{10 * (i + 1)},{a}\n" for i, a in enumerate(acc)))
     assert run_curve(tmp_path / "trainer_state.json", "step", "eval_accuracy", None, "cosine", 150, 93, None, None,
                      None, None, True, None, like=[tmp_path / "done.csv"]) == 0
+
+
+def test_a_finished_run_that_never_got_to_the_target_is_one_line_and_exit_3(tmp_path, capsys):
+    """The run is at its budget (a real examples/stdlib_lm.py run's held-out perplexity, 3 epochs): a target its log
+    never got to is unreachable, said from the log, not from a prediction."""
+    (tmp_path / "run.csv").write_text("step,val_perplexity\n36,11.492010554694465\n72,9.692209025946859\n"
+                                      "108,9.55401025218286\n")
+    assert run_curve(tmp_path / "run.csv", "step", "val_perplexity", 108, "cosine:warmup=20", None, 9, None, "loss",
+                     None, None, True, None) == 3
+    said = capsys.readouterr()
+    assert json.loads(said.out)["steps_to_target"] is None
+    assert said.err == ("target 9 is unreachable: the run is at its budget (step 108), and the lowest its log got to "
+                        "is 9.623 (a 3-point running median)\n"), said.err

@@ -666,3 +666,18 @@ def test_a_level_prior_above_the_fits_final_keeps_an_accuracys_predicted_curve_r
     ahead = p.curve_y[p.curve_x >= x[7]]
     assert np.all(np.diff(ahead) >= -1e-12), ahead.min()
     assert p.final_value == pytest.approx(0.98, abs=0.01)
+
+
+def test_a_run_at_its_budget_has_not_reached_a_target_its_log_never_got_to():
+    """A finished run (a real one: examples/stdlib_lm.py, 3 epochs of 36 steps, held-out perplexity 11.49, 9.69,
+    9.55) asked for 9: it was "at the newest point, step 108, if the next evaluation stays there (chance by the budget
+    75 %)", exit 0, for a run with no step left. Now out of reach (exit 3 in the CLI), its floor the lowest its
+    3-point running median got to; a target the log got to is reached as before."""
+    x, ppl = np.array([36.0, 72.0, 108.0]), np.array([11.492010554694465, 9.692209025946859, 9.55401025218286])
+    s = parse_schedule("cosine:warmup=20", 108)
+    p = predict_curve(x, ppl, s, target=9.0)
+    assert not p.reachable and p.steps_to_target is None and p.p_reach == 0.0
+    assert p.floor == pytest.approx((9.692209025946859 + 9.55401025218286) / 2)
+    assert not predict_curve(x, ppl, s, target=9.6).reachable
+    p = predict_curve(x, ppl, s, target=9.63)
+    assert p.reached and p.steps_to_target == 0 and p.p_reach == 1.0

@@ -249,9 +249,13 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     if not pred.reachable:
         # an accuracy's bound is a ceiling, as the text above says it (the JSON's ``floor``)
         bound = "ceiling" if metric == "accuracy" else "floor"
+        best = "highest" if metric == "accuracy" else "lowest"
+        if pred.x_now >= budget:   # a finished run: nothing is predicted, the log says it
+            typer.echo(f"target {pred.target:g} is unreachable: the run is at its budget ({x} {budget:g}), and the "
+                       f"{best} its log got to is {pred.floor:.4g} (a 3-point running median)", err=True)
+            return UNREACHABLE_EXIT
         typer.echo(f"target {pred.target:g} is unreachable within the budget {budget:g}: the fitted {bound} is "
-                   f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the {'highest' if metric == 'accuracy' else 'lowest'} "
-                   "the calibrated errors allow)", err=True)
+                   f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the {best} the calibrated errors allow)", err=True)
         return UNREACHABLE_EXIT
     return 0
 
