@@ -821,3 +821,13 @@ def test_a_finished_run_that_never_got_to_the_target_is_one_line_and_exit_3(tmp_
     assert json.loads(said.out)["steps_to_target"] is None
     assert said.err == ("target 9 is unreachable: the run is at its budget (step 108), and the lowest its log got to "
                         "is 9.623 (a 3-point running median)\n"), said.err
+
+
+def test_schedule_milestones_past_the_budget_are_said(capsys):
+    """``--schedule step:4000,6000:0.1`` with ``--budget 800`` (milestones in other units than the budget, a step
+    schedule beside an epoch budget or the reverse) was read without a word as a constant LR."""
+    assert run_curve(RUN, "step", "loss", 800, "step:4000,6000:0.1", 300, None, 0.9, "loss", None, None, True, None) == 0
+    err = capsys.readouterr().err
+    assert "note: --schedule step:4000,6000:0.1: 4000, 6000 past the --budget 800 (in step)" in err, err
+    assert run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.9, "loss", None, None, True, None) == 0
+    assert "past the --budget" not in capsys.readouterr().err

@@ -199,6 +199,10 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
             typer.echo("note: the --like runs' logged LRs differ in shape: past its log, the run's LR goes on as its "
                        "own decay does, or is held", err=True)
     sched, continued = _schedule(schedule, budget, curve, recipe if schedule in (None, "lr-column") else None)
+    if (past := [k for k in sched.xs if k > budget]) and sched.spec.split(":")[0] in ("step", "steps", "points"):
+        # the LR does not change there within the run: more likely a schedule (or budget) in other units of x
+        typer.echo(f"note: --schedule {sched.spec}: {', '.join(f'{k:g}' for k in past)} past the --budget {budget:g} "
+                   f"(in {x}): no LR change there is in the run; are both in {x}?", err=True)
     if schedule is None and curve.lr is None and recipe is not None:   # none given, none logged: the recipe's
         sched = dataclasses.replace(recipe, spec=f"as {LIKE_LR}")
     elif recipe is not None and sched.spec == "lr-column" and logged_until is not None \
