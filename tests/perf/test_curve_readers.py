@@ -320,3 +320,20 @@ def test_a_log_whose_x_goes_back_is_said_so(tmp_path):
     assert c.y[c.x == 20][0] == pytest.approx(1.9 / (1 + 20 / 60))   # the last row per step, as before
     (tmp_path / "one.csv").write_text("step,val_loss\n" + "".join(f"{s},{v}\n" for s, v in first))
     assert read_curve(tmp_path / "one.csv", y="val_loss").note is None
+
+
+def test_a_running_jobs_epoch_in_progress_is_not_read_as_finished(tmp_path):
+    """A job folder's records over ``--x epoch``, the job 1.25 epochs in (examples/stdlib_lm.py, 36 steps an epoch,
+    read at step 45): its newest record, mid-way through epoch 1, was read as 2 finished epochs ("observed to epoch
+    2 of 3"). Epoch 1 has no ``epoch_end`` yet: its records wait for it; a finished job's last epoch is read."""
+    recs = [{"time": 10.0 + s, "step": s, "epoch": (s - 1) // 36, "samples": 32 * s, "total_samples": 3423,
+             "batch_size": 32, "epochs": 3, "loss": 3.6 - s / 40, "lr": 0.002} for s in range(1, 46)]
+    recs.insert(36, {"event": "epoch_end", "epoch": 0, "mean_loss": 3.45, "time": 46.5})
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    c = read_curve(tmp_path, x="epoch")
+    assert c.x.tolist() == [0] and c.y[0] == pytest.approx(3.6 - 36 / 40) and c.budget == 3
+    assert read_curve(tmp_path).x[-1] == 45   # over steps: every record
+    recs = recs[:37] + [{**r, "epoch": 1} for r in recs[37:]]
+    recs.append({"event": "epoch_end", "epoch": 1, "mean_loss": 2.5, "time": 60.0})
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert read_curve(tmp_path, x="epoch").x.tolist() == [0, 1]

@@ -20,8 +20,8 @@
   its ``total_samples``, the epoch budget its ``epochs``; a record's ``epoch`` is the one it trains in, from 0;
   its ``lr`` is the schedule's, the logged LR over the LR rule's ``lr_factor`` where a
   record says it; a running job's ``lr_plan.json`` beside it adds the LR still to come,
-  ``dlsched.torch.lr_plan``). A job whose batch changed is read over ``--x samples`` (a step at twice the batch
-  trains twice the samples): over steps, the curve bends at every change (``CurveData.note`` says so).
+  ``dlsched.torch.lr_plan``; over ``--x epoch``, not the epoch a running job is still in). A job whose batch
+  changed is read over ``--x samples`` (a step at twice the batch trains twice the samples): over steps, the curve bends at every change (``CurveData.note`` says so).
 
 An epoch x that its logger numbers from 0 (Keras' CSVLogger and TensorBoard ``epoch_*`` tags, timm, Lightning) is
 marked (``CurveData.epochs_from_zero``): ``predict curve`` reads it as finished epochs, x + 1.
@@ -229,6 +229,19 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
     return pd.DataFrame(recs), budget
 
 
+def _finished_epochs(df: pd.DataFrame) -> pd.DataFrame:
+    """Over ``--x epoch``, a running job's records without the epoch it is still in: a record's epoch is read as
+    finished at its last one (x + 1), so the newest record mid-way through an epoch stood at its end (a job 1.25
+    epochs in was "observed to epoch 2"). An epoch is in progress where the log ends it with ``epoch_end`` events
+    and has none for it yet."""
+    if not {"epoch", "mean_loss"} <= set(df.columns):
+        return df
+    epoch = pd.to_numeric(df["epoch"], errors="coerce")
+    ended = set(epoch[df["mean_loss"].notna()])
+    newest = epoch.max()
+    return df if newest in ended else df[epoch != newest]
+
+
 def _with_lr_plan(df: pd.DataFrame, job_dir: Path, x: str) -> pd.DataFrame:
     """A running job's step records and, as rows with an LR and no metric, its runtime's plan of the LR still to
     come (``lr_plan.json`` beside them): what ``--schedule lr-column`` reads. Over steps, a plan made at the batch
@@ -413,7 +426,7 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
     if path.suffix == ".jsonl":
         df, budgets = _read_progress(path)
         budget = budgets.get(x)
-        df = _with_lr_plan(df, path.parent, x)
+        df = _finished_epochs(df) if x == "epoch" else _with_lr_plan(df, path.parent, x)
         if time_col is None and "time" in df.columns:
             time_col = "time"
         batches = df["batch_size"].dropna().unique() if "batch_size" in df.columns else []
