@@ -38,8 +38,8 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     ``target_reached``: the log got there; ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s;
     ``curve``: [x, value] from the first point fitted to the budget, drawn as the loss fit's is; ``fitted``: the
     annealing fit, in fractions (``reported_scale``), not JSON). Raises ValueError, saying why, where the predictor
-    refuses (a value it cannot model, such as an error of 0; no point and fewer than two finished runs of the task):
-    the refit stores why as its row's ``metric_target_missing`` (``missing``). No point, or one
+    refuses (values it cannot model, such as an accuracy of 100 % at every point; no point and fewer than two
+    finished runs of the task): the refit stores why as its row's ``metric_target_missing`` (``missing``). No point, or one
     (a first evaluation), is predicted from the task's finished runs, one without two of them from other runs' shapes
     (``perf.curve_predict``). ``prior``: from the
     finished jobs' fits of such targets (``service.job_models``); None: the shipped prior of the target's kind.
