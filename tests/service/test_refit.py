@@ -638,3 +638,9 @@ def test_a_stated_target_is_predicted_from_its_second_report_and_a_refit_that_ca
     assert "metric_target" not in pred.loss_fit
     assert pred.loss_fit["metric_target_missing"] == {
         "metric": "val_acc", "target": 0.3, "why": "accuracy values must leave a positive error: 1 at x = 6"}
+    # a report above 100 %: 101 read as %, then 1.01 read as % again, predicted a final accuracy of 427
+    pred, _ = predict(recs, 10.0, 1, 8, 8 * 36, recs[-1]["samples"], schedule="cosine",
+                      target=MetricTarget(metric="val_acc", value=93.0, kind="accuracy"),
+                      metric_points=(np.array([6.0, 12.0, 18.0]), np.array([50.0, 70.0, 101.0])))
+    assert "metric_target" not in pred.loss_fit
+    assert pred.loss_fit["metric_target_missing"]["why"] == "accuracy reports must be in 0–1 or 0–100 %, got 101"

@@ -44,6 +44,9 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     (``perf.curve_predict``). ``prior``: from the
     finished jobs' fits of such targets (``service.job_models``); None: the shipped prior of the target's kind.
     ``calibration``: the bands (None: the shipped table; the service's: ``service.own_calibration``)."""
+    if target.kind == "accuracy" and len(values) and (high := float(np.nanmax(values))) > 100.0:
+        # read as %, 101 became 1.01, which the predictor read as % again: a final of 427 %
+        raise ValueError(f"accuracy reports must be in 0–1 or 0–100 %, got {high:g}")
     scale = reported_scale(target, values)
     # in fractions: the finished jobs' finals the prior carries are (``ended_at``); the target's 93 reads 0.93
     p = predict_curve(x, np.asarray(values, float) / scale, schedule, metric=target.kind, target=target.value,
