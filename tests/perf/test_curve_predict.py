@@ -678,6 +678,8 @@ def test_a_run_at_its_budget_has_not_reached_a_target_its_log_never_got_to():
     p = predict_curve(x, ppl, s, target=9.0)
     assert not p.reachable and p.steps_to_target is None and p.p_reach == 0.0
     assert p.floor == pytest.approx((9.692209025946859 + 9.55401025218286) / 2)
+    # its final is where the log ended, with no band: the fit's value at the budget sat below the floor
+    assert p.final_value == pytest.approx(p.floor) and p.final_value_interval_80 == (p.final_value, p.final_value)
     assert not predict_curve(x, ppl, s, target=9.6).reachable
     p = predict_curve(x, ppl, s, target=9.63)
     assert p.reached and p.steps_to_target == 0 and p.p_reach == 1.0

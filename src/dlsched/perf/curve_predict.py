@@ -279,6 +279,10 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         bands = cal.level_table(prior.final_carried)
         cal = cal.table(bands)
     final = float(curve[-1])
+    now = float(np.median(y[-3:]))
+    ended = x_now >= B
+    if ended:   # at its budget the final is where the log ended (its running median's), not the fit's value there
+        final = float(running_median(y)[-1])   # (a stdlib LM's: 2.377, below the floor, the lowest the log got: 2.411)
     # the fit alone before the LR's peak: the earliest, widest row's final band, as for a sparse log (the prefix has seen
     # none of the run's main phase, as the floor below says; a one-cycle's rise at 25 % took the 25 % band, set on runs
     # past their peak, and said "< 1 %" of a target the run reached). A level's tables hold such runs at their fraction
@@ -286,8 +290,9 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     lo_f, hi_f = cal.final_band(band_frac)
     mid_f = cal.final_centre(band_frac)
     final_lo, final_hi, worst = final_interval(final, lo_f, hi_f, y, metric, space)
+    if ended:
+        final_lo = final_hi = final
     goal = goal_of(y, final, target, target_fraction, space)
-    now = float(np.median(y[-3:]))
     # the remaining improvement the reach scales is at least one step of the log's values: a flat stretch of a
     # metric that moves a sample at a time is no evidence its improvement ended
     floor = final_lo if reach is None or now <= final else \
@@ -296,7 +301,6 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     floor = min(floor, now)
     if x_now < schedule.peak_at():
         floor = 0.0   # the LR still rises to its peak: the prefix has seen none of the run's main phase
-    ended = x_now >= B
     if ended:   # at its budget: no training left, so a target the log has not got to is out of reach
         floor = min(now, float(running_median(y).min()))
     target_step = steps = interval = law_step = None
