@@ -172,12 +172,13 @@ def _charlm_text() -> str:
     return _source_text(email, json, http, asyncio)
 
 
-class CharGRU(torch.nn.Module):
-    def __init__(self, V: int):
+class CharRNN(torch.nn.Module):
+    """Embedding, one recurrent layer (``cell``: torch.nn.GRU or torch.nn.LSTM), a linear head per position."""
+    def __init__(self, V: int, cell=torch.nn.GRU, emb: int = 32, hidden: int = 96):
         super().__init__()
-        self.emb = torch.nn.Embedding(V, 32)
-        self.rnn = torch.nn.GRU(32, 96, batch_first=True)
-        self.head = torch.nn.Linear(96, V)
+        self.emb = torch.nn.Embedding(V, emb)
+        self.rnn = cell(emb, hidden, batch_first=True)
+        self.head = torch.nn.Linear(hidden, V)
 
     def forward(self, x):
         return self.head(self.rnn(self.emb(x))[0])
@@ -195,7 +196,7 @@ def charlm_task(seed: int):
     train, val = data[:split], data[split:]
     V, T = len(chars), 48
     torch.manual_seed(seed)
-    model = CharGRU(V)
+    model = CharRNN(V)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     return (model, opt, 3e-3, *_char_lm_loop(model, train, val, T, V, batch_size=32, val_windows=256,
                                              gen=torch.Generator().manual_seed(seed)))
@@ -282,7 +283,7 @@ def _charft_pre(seed: int):
     pre, _, chars = _charft_vocab()
     data = _encoded(pre, chars)
     torch.manual_seed(seed)
-    model = CharGRU(len(chars))
+    model = CharRNN(len(chars))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     return (model, opt, 3e-3, *_char_lm_loop(model, data, data[:4096], 48, len(chars), batch_size=32,
                                              val_windows=8, gen=torch.Generator().manual_seed(seed)))
@@ -293,7 +294,7 @@ def charft_task(seed: int):
     _, ft, chars = _charft_vocab()
     data = _encoded(ft, chars)
     split = int(0.8 * len(data))
-    model = CharGRU(len(chars))
+    model = CharRNN(len(chars))
     model.load_state_dict(pretrained("charft"))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     return (model, opt, 1e-3, *_char_lm_loop(model, data[:split], data[split:], 48, len(chars), batch_size=32,
@@ -343,9 +344,10 @@ TASKS = {"digits": Task(digits_task, 800, "mlp", OLD), "charlm": Task(charlm_tas
          "cancer": Task(cancer_task, 500, "mlp", ("constant", "step", "cosine", "onecycle", "poly"), overfits=True)}
 
 
-def train(opt, peak: float, batch, step_loss, steps: int, lr_at=lambda s: 1.0, evaluate=None) -> list[dict]:
-    """The one training loop (pre-training and every logged run): ``lr_at(step)`` relative to ``peak``; with
-    ``evaluate``, a row every ``EVERY`` steps."""
+def train(opt, peak: float, batch, step_loss, steps: int, lr_at=lambda s: 1.0, evaluate=None,
+          every: int = EVERY) -> list[dict]:
+    """The one training loop (pre-training and every logged run, the hold-out set's too): ``lr_at(step)`` relative
+    to ``peak``; with ``evaluate``, a row every ``every`` steps."""
     rows, t0, acc_loss, n = [], time.perf_counter(), 0.0, 0
     for s in range(steps):
         lr = peak * float(lr_at(s))
@@ -357,7 +359,7 @@ def train(opt, peak: float, batch, step_loss, steps: int, lr_at=lambda s: 1.0, e
         loss.backward()
         opt.step()
         acc_loss, n = acc_loss + float(loss.detach()), n + 1
-        if evaluate is not None and (s + 1) % EVERY == 0:
+        if evaluate is not None and (s + 1) % every == 0:
             vl, va = evaluate()
             rows.append({"step": s + 1, "loss": round(vl, 6), "accuracy": round(va, 6), "lr": f"{lr:.6g}",
                          "wall_s": round(time.perf_counter() - t0, 4), "train_loss": round(acc_loss / n, 6)})

@@ -40,7 +40,7 @@ import torch
 from dlsched.perf.schedule import parse_schedule
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from make_dev_curves import _classifier_loop, _source_text  # noqa: E402  (the development set's own pieces)
+from make_dev_curves import CharRNN, _classifier_loop, _source_text, train  # noqa: E402  (the development set's own pieces)
 
 OUT = pathlib.Path(__file__).resolve().parent / "holdout"
 
@@ -93,17 +93,6 @@ def cancerlin(seed: int):
                                           torch.Generator().manual_seed(seed))
 
 
-class CharLSTM(torch.nn.Module):
-    def __init__(self, V: int):
-        super().__init__()
-        self.emb = torch.nn.Embedding(V, 24)
-        self.rnn = torch.nn.LSTM(24, 64, batch_first=True)
-        self.head = torch.nn.Linear(64, V)
-
-    def forward(self, x):
-        return self.head(self.rnn(self.emb(x))[0])
-
-
 def charlstm(seed: int):
     import importlib
     import multiprocessing
@@ -120,7 +109,7 @@ def charlstm(seed: int):
     vx = torch.stack([val[s:s + T] for s in starts])
     vy = torch.stack([val[s + 1:s + T + 1] for s in starts])
     torch.manual_seed(seed)
-    model = CharLSTM(V)
+    model = CharRNN(V, torch.nn.LSTM, emb=24, hidden=64)
     opt = torch.optim.RMSprop(model.parameters(), lr=2e-3)
     gen = torch.Generator().manual_seed(seed)
 
@@ -159,23 +148,8 @@ def run(task: str, sched: str) -> list[dict]:
     t = TASKS[task]
     model, opt, peak, batch, loss_of, evaluate = t.make(t.seed)
     lr_at = parse_schedule(SCHEDULES[sched](t.budget), t.budget).lr
-    rows, acc, n = [], 0.0, 0
-    for s in range(t.budget):
-        lr = peak * float(lr_at(s))
-        for g in opt.param_groups:
-            g["lr"] = lr
-        xb, yb = batch()
-        loss = loss_of(xb, yb)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        acc, n = acc + float(loss.detach()), n + 1
-        if (s + 1) % t.every == 0:
-            vl, va = evaluate()
-            rows.append({"step": s + 1, "train_loss": round(acc / n, 6), "loss": round(vl, 6),
-                         "accuracy": round(va, 6), "lr": f"{lr:.6g}"})
-            acc, n = 0.0, 0
-    return rows
+    rows = train(opt, peak, batch, loss_of, t.budget, lr_at, evaluate, every=t.every)
+    return [{k: r[k] for k in ("step", "train_loss", "loss", "accuracy", "lr")} for r in rows]   # no wall_s: as committed
 
 
 def main() -> None:

@@ -630,7 +630,7 @@ def test_the_run_itself_given_with_like_is_refused(capsys):
 @pytest.mark.parametrize("content,said", [
     (None, "--like {f}: file not found"),
     ("epoch,accuracy\n1,0.5\n2,0.6\n3,0.7\n", "--like {f}: no column 'step'"),
-    ("step,accuracy\n10,0.5\n20,1.0\n30,1.0\n", "--like {f}: field 'accuracy': a value leaves no positive error"),
+    ("step,accuracy\n10,50\n20,101\n30,99\n", "--like {f}: field 'accuracy': a value leaves no positive error"),
 ])
 def test_a_like_run_that_cannot_be_read_or_fitted_is_one_line_naming_it(tmp_path, content, said):
     f = tmp_path / "done.csv"
@@ -790,3 +790,44 @@ def test_an_accuracy_target_between_1_and_10_on_a_fraction_log_is_refused_and_a_
     pd.DataFrame({"step": step, "acc": 90 - 50 / step}).to_csv(tmp_path / "pct.csv", index=False)
     assert run_curve(tmp_path / "pct.csv", *args, 1.5, None, "accuracy", None, None, True, None) == 0
     assert json.loads(capsys.readouterr().out)["target"] == 1.5
+
+
+def test_a_small_eval_sets_100_percent_is_predicted_and_said(tmp_path, capsys):
+    """A Trainer's log of a real run (a 13-16-3 MLP on wine, 45 held-out samples, cosine over 300 steps) whose
+    accuracy is 100 % from step 110: exit 2 ("accuracy values must leave a positive error") for any question asked
+    after it. Now the answer, and a note that such points are fitted at a stand-in; a --like run at 100 % too."""
+    acc = [0.7556, 0.9111, 0.9333, 0.9111, 0.9556, 0.9556, 0.9778, 0.9778, 0.9778, 0.9778] + [1.0] * 20
+    hist = [{"step": 10 * (i + 1), "epoch": (i + 1) / 9, "eval_accuracy": a} for i, a in enumerate(acc)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": hist, "max_steps": 300}))
+    code = run_curve(tmp_path / "trainer_state.json", "step", "eval_accuracy", None, "cosine", 150, 93, None, None,
+                     None, None, True, None)
+    said = capsys.readouterr()
+    out = json.loads(said.out)
+    assert code == 0 and out["steps_to_target"] == 0 and out["target"] == 0.93 and out["p_reach"] == 1
+    assert "5 points of eval_accuracy at 1 leave no error to model" in said.err, said.err
+    (tmp_path / "done.csv").write_text("step,eval_accuracy\n" + "".join(f"{10 * (i + 1)},{a}\n" for i, a in enumerate(acc)))
+    assert run_curve(tmp_path / "trainer_state.json", "step", "eval_accuracy", None, "cosine", 150, 93, None, None,
+                     None, None, True, None, like=[tmp_path / "done.csv"]) == 0
+
+
+def test_a_finished_run_that_never_got_to_the_target_is_one_line_and_exit_3(tmp_path, capsys):
+    """The run is at its budget (a real examples/stdlib_lm.py run's held-out perplexity, 3 epochs): a target its log
+    never got to is unreachable, said from the log, not from a prediction."""
+    (tmp_path / "run.csv").write_text("step,val_perplexity\n36,11.492010554694465\n72,9.692209025946859\n"
+                                      "108,9.55401025218286\n")
+    assert run_curve(tmp_path / "run.csv", "step", "val_perplexity", 108, "cosine:warmup=20", None, 9, None, "loss",
+                     None, None, True, None) == 3
+    said = capsys.readouterr()
+    assert json.loads(said.out)["steps_to_target"] is None
+    assert said.err == ("target 9 is unreachable: the run is at its budget (step 108), and the lowest its log got to "
+                        "is 9.623 (a 3-point running median)\n"), said.err
+
+
+def test_schedule_milestones_past_the_budget_are_said(capsys):
+    """``--schedule step:4000,6000:0.1`` with ``--budget 800`` (milestones in other units than the budget, a step
+    schedule beside an epoch budget or the reverse) was read without a word as a constant LR."""
+    assert run_curve(RUN, "step", "loss", 800, "step:4000,6000:0.1", 300, None, 0.9, "loss", None, None, True, None) == 0
+    err = capsys.readouterr().err
+    assert "note: --schedule step:4000,6000:0.1: 4000, 6000 past the --budget 800 (in step)" in err, err
+    assert run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.9, "loss", None, None, True, None) == 0
+    assert "past the --budget" not in capsys.readouterr().err

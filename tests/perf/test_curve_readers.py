@@ -32,6 +32,10 @@ def test_inf_cells_are_missing_points_like_nan(tmp_path):
     (tmp_path / "log.csv").write_text("step,loss\n10,2.0\n20,inf\n30,nan\n40,\n50,-inf\n60,1.5\n")
     c = read_curve(tmp_path / "log.csv")
     assert list(c.x) == [10, 60] and list(c.y) == [2.0, 1.5]
+    # so is an inf LR cell: it was kept, and lr-column refused the whole log ("needs finite values >= 0")
+    (tmp_path / "lr.csv").write_text("step,loss,lr\n10,2.0,0.1\n20,1.8,inf\n30,1.7,0.1\ninf,1.6,0.1\n")
+    c = read_curve(tmp_path / "lr.csv")
+    assert list(c.lr_x) == [10, 30] and list(c.lr) == [0.1, 0.1]
 
 
 def test_the_budget_a_log_names_is_only_used_in_its_own_units(tmp_path):
@@ -243,3 +247,93 @@ def test_a_csv_whose_epoch_0_is_an_evaluation_before_training_is_read_as_logged(
     lightning = pd.DataFrame({"step": val.step - 1, "epoch": val.step // 40 - 1, "val_loss": val.loss})
     lightning.to_csv(tmp_path / "metrics.csv", index=False)
     assert read_curve(tmp_path / "metrics.csv", x="epoch", y="val_loss").epochs_from_zero == "Lightning's metrics.csv"
+
+
+def test_a_finished_trainers_epoch_budget_is_its_last_epoch_exactly(tmp_path):
+    """A finished run read over epochs: the Trainer logs epoch = step / steps per epoch (300/43 at its last step,
+    digits at batch 32) and the budget where max_steps falls came out 1 ulp below it, so ``predict curve --x epoch``
+    of a finished run refused its own budget ("6.97674 is before the last observed epoch (6.97674)")."""
+    hist = []
+    for s in range(10, 301, 10):
+        hist.append({"step": s, "epoch": s / 43, "loss": 2.3 * (1 + s / 50) ** -0.5, "learning_rate": 0.05})
+        if s % 20 == 0:
+            hist.append({"step": s, "epoch": s / 43, "eval_accuracy": 0.97 - 0.9 * (1 + s / 20) ** -1.2})
+    path = tmp_path / "checkpoint-300" / "trainer_state.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"log_history": hist, "max_steps": 300, "num_train_epochs": 7, "global_step": 300}))
+    c = read_curve(tmp_path, x="epoch", y="eval_accuracy")
+    assert c.budget == c.x[-1] == 300 / 43
+
+
+def test_a_lightning_save_dir_is_read_through_its_logger_folder(tmp_path):
+    """``CSVLogger(save_dir)`` writes ``save_dir/lightning_logs/version_N/metrics.csv``: the folder a script names was
+    "no progress.jsonl, ... or TensorBoard events inside". Now its newest version, and two experiment names there are
+    one line naming them."""
+    rows = "epoch,lr-SGD,step,train_loss_step,val_acc\n,0.1,4,,\n0,,4,2.3,\n0,,21,,0.81\n,0.1,25,,\n1,,25,1.1,\n1,,43,,0.93\n"
+    for version in ("version_0", "version_1"):
+        (tmp_path / "lightning_logs" / version).mkdir(parents=True)
+        (tmp_path / "lightning_logs" / version / "hparams.yaml").write_text("{}\n")
+        (tmp_path / "lightning_logs" / version / "metrics.csv").write_text(rows if version == "version_1" else rows[:60])
+    c = read_curve(tmp_path, x="step", y="val_acc")
+    assert c.x.tolist() == [21, 43] and c.lr_name == "lr-SGD"
+    (tmp_path / "other" / "version_0").mkdir(parents=True)
+    (tmp_path / "other" / "version_0" / "metrics.csv").write_text(rows)
+    with pytest.raises(UserError, match=r"Lightning logs of 2 experiments \(lightning_logs, other\): give one"):
+        read_curve(tmp_path, x="step", y="val_acc")
+
+
+def test_printed_dicts_and_json_lines_in_a_text_log_are_read(tmp_path):
+    """Two logs people keep that were "no :::MLLOG records or name:value pairs": the Hugging Face Trainer's printed
+    logs (stdout of a real run, a 30-32-2 MLP on breast cancer, transformers 5: numbers quoted; 4.x prints them
+    bare) and a JSON line per epoch (DeiT's and MAE's log.txt, here a real digits run's first epochs)."""
+    (tmp_path / "train.log").write_text(
+        "***** Running training *****\n"
+        "{'loss': '0.7413', 'grad_norm': '0.6376', 'learning_rate': '0.015', 'epoch': '0.7143'}\n"
+        "{'loss': '0.6566', 'grad_norm': '0.7302', 'learning_rate': '0.03167', 'epoch': '1.429'}\n"
+        "{'eval_loss': '0.5904', 'eval_accuracy': '0.7972', 'eval_runtime': '0.0384', 'eval_samples_per_second': "
+        "'3721', 'eval_steps_per_second': '468.4', 'epoch': '1.429'}\n"
+        "{'loss': 0.5219, 'grad_norm': 0.6114, 'learning_rate': 0.04833, 'epoch': 2.143}\n"
+        "{'loss': 0.3709, 'grad_norm': 0.494, 'learning_rate': 0.04833, 'epoch': 2.857}\n"
+        "{'eval_loss': 0.3488, 'eval_accuracy': 0.9091, 'eval_runtime': 0.0544, 'epoch': 2.857}\n")
+    c = read_curve(tmp_path / "train.log", x="epoch", y="eval_accuracy")
+    assert c.x.tolist() == [1.429, 2.857] and c.y.tolist() == [0.7972, 0.9091] and c.lr_name == "learning_rate"
+    assert c.lr.tolist() == [0.015, 0.03167, 0.04833, 0.04833]
+    (tmp_path / "log.txt").write_text(
+        '{"train_lr": 0.06666666666666667, "train_loss": 1.9583053345030004, "test_loss": 0.9237185716629028, '
+        '"test_acc1": 81.33333325386047, "epoch": 0, "n_parameters": 2410}\n'
+        '{"train_lr": 0.13333333333333333, "train_loss": 0.39509372717954894, "test_loss": 0.20080913603305817, '
+        '"test_acc1": 93.77777576446533, "epoch": 1, "n_parameters": 2410}\n')
+    c = read_curve(tmp_path / "log.txt", x="epoch", y="test_acc1", lr_col="train_lr")
+    assert c.x.tolist() == [0, 1] and c.y == pytest.approx([81.3333, 93.7778], abs=1e-4) and len(c.lr) == 2
+
+
+def test_a_log_whose_x_goes_back_is_said_so(tmp_path):
+    """A second run appended to the first's CSV with its step counter begun again overwrote the first run's rows
+    with the same steps, without a word: the curve became the first run's tail spliced onto the second's start.
+    Where x first goes back is now a note (a resumed run, which logs its steps after a checkpoint again, is read as
+    before: its rows win)."""
+    first = [(s, 2.0 / (1 + s / 50)) for s in range(20, 301, 20)]
+    again = [(s, 1.9 / (1 + s / 60)) for s in range(20, 121, 20)]
+    (tmp_path / "log.csv").write_text("step,val_loss\n" + "".join(f"{s},{v}\n" for s, v in first + again))
+    c = read_curve(tmp_path / "log.csv", y="val_loss")
+    assert c.note.startswith("step goes back once, first at line 17 (300, then 20)"), c.note
+    assert c.y[c.x == 20][0] == pytest.approx(1.9 / (1 + 20 / 60))   # the last row per step, as before
+    (tmp_path / "one.csv").write_text("step,val_loss\n" + "".join(f"{s},{v}\n" for s, v in first))
+    assert read_curve(tmp_path / "one.csv", y="val_loss").note is None
+
+
+def test_a_running_jobs_epoch_in_progress_is_not_read_as_finished(tmp_path):
+    """A job folder's records over ``--x epoch``, the job 1.25 epochs in (examples/stdlib_lm.py, 36 steps an epoch,
+    read at step 45): its newest record, mid-way through epoch 1, was read as 2 finished epochs ("observed to epoch
+    2 of 3"). Epoch 1 has no ``epoch_end`` yet: its records wait for it; a finished job's last epoch is read."""
+    recs = [{"time": 10.0 + s, "step": s, "epoch": (s - 1) // 36, "samples": 32 * s, "total_samples": 3423,
+             "batch_size": 32, "epochs": 3, "loss": 3.6 - s / 40, "lr": 0.002} for s in range(1, 46)]
+    recs.insert(36, {"event": "epoch_end", "epoch": 0, "mean_loss": 3.45, "time": 46.5})
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    c = read_curve(tmp_path, x="epoch")
+    assert c.x.tolist() == [0] and c.y[0] == pytest.approx(3.6 - 36 / 40) and c.budget == 3
+    assert read_curve(tmp_path).x[-1] == 45   # over steps: every record
+    recs = recs[:37] + [{**r, "epoch": 1} for r in recs[37:]]
+    recs.append({"event": "epoch_end", "epoch": 1, "mean_loss": 2.5, "time": 60.0})
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert read_curve(tmp_path, x="epoch").x.tolist() == [0, 1]

@@ -244,6 +244,21 @@ def test_hysteresis_keeps_a_running_job_unless_the_gain_is_at_least_5_percent():
     assert make_policy("elastic", hysteresis=0.0).decide((j,), cluster).jobs["j0"].batch_size == 1024
 
 
+def test_a_grow_keeps_the_batch_where_the_speed_model_cannot_tell_batches_apart():
+    """A live job's first speed fit is from one (GPUs, batch) configuration: compute only, every batch as fast. The
+    smallest batch, the first candidate, won that tie: a 1 -> 2 GPU grow halved the job's batch 64 -> 32, which no
+    measurement asked for (seen in `make demo`). A tie keeps the batch it runs at; a model that prefers a batch still
+    gets it."""
+    cluster = ClusterView.homogeneous(1, 2)
+    flat = running(job(0, StepProfile(launch=0.0, allreduce=0.0), max_batch_size=256), 1, 64)
+    a = make_policy("elastic").decide((flat,), cluster).jobs["j0"]
+    assert (a.num_gpus, a.batch_size) == (2, 64)
+    queued = job(0, StepProfile(launch=0.0, allreduce=0.0), batch_size=100, max_batch_size=256)   # not running: asked
+    assert make_policy("elastic").decide((queued,), cluster).jobs["j0"].batch_size == 100
+    fixed_cost = running(job(0, StepProfile(allreduce=0.0), max_batch_size=256), 1, 64)
+    assert make_policy("elastic").decide((fixed_cost,), cluster).jobs["j0"].batch_size == 256
+
+
 def test_hysteresis_blocks_a_small_rebalance_between_two_jobs():
     cluster = ClusterView.homogeneous(1, 4)
     # Without hysteresis the optimum swaps the two jobs' sizes for a small total gain; with 5 % it does not.

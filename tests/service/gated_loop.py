@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -23,9 +24,12 @@ def linear_job(samples: int):
 
 
 def epoch_until_gate(model, optimizer, loader, gate: Path, before_step=lambda: None) -> bool:
-    """One pass over the loader, at least 0.02 s a step, cut short once ``gate/end`` exists; True when it does
-    (after the pass too: a newcomer may enter a loader that has nothing left). ``before_step`` runs at the top of
-    each step, with its batch fetched."""
+    """One pass over the loader, at least 0.02 s a step, cut short once ``gate/end`` exists; True when it does.
+    The ranks agree on it (an all-reduce): one rank seeing the file a step before another would end its loop while
+    the other trains on, a job failure. A pass that trained no step (a newcomer entering a loader with nothing
+    left: it joins only there) looks at the file alone. ``before_step`` runs at the top of each step, its batch
+    fetched."""
+    stepped = False
     for xb, yb in loader:
         before_step()
         optimizer.zero_grad()
@@ -34,9 +38,18 @@ def epoch_until_gate(model, optimizer, loader, gate: Path, before_step=lambda: N
         optimizer.step()
         dt.report(loss=loss.item())
         time.sleep(0.02)
-        if (gate / "end").exists():
+        if gate_agreed(gate):
             return True
-    return (gate / "end").exists()
+        stepped = True
+    return not stepped and (gate / "end").exists()
+
+
+def gate_agreed(gate: Path) -> bool:
+    """Whether any rank of the group sees ``gate/end``."""
+    seen = torch.tensor([float((gate / "end").exists())])
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+    return bool(seen.item())
 
 
 def train_until_gate(gate: Path) -> None:

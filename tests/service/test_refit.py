@@ -619,9 +619,10 @@ def test_a_stated_target_is_predicted_from_its_second_report_and_a_refit_that_ca
     """The newest prediction row is what the dashboard and ``dlsched show`` read. From exactly two reports of the
     target's metric (a second evaluation) ``first_passage.logged_crossing`` raised numpy's 'window shape cannot be
     larger than input array shape', and the refit stored a row without the target's prediction and without a word
-    on it: the target the row before had predicted was gone until the third report. A value the predictor cannot
-    model (an accuracy of 100 %: no error left) is still refused, and the row says so: the metric, the target and
-    the predictor's reason."""
+    on it: the target the row before had predicted was gone until the third report. An accuracy of 100 % (a small
+    held-out set) is predicted too (``perf.perfect_points``). A log the predictor cannot model (at 100 % from its
+    first report: no error to scale a stand-in by) is refused, and the row says so: the metric, the target and the
+    predictor's reason."""
     from dlsched.spec import MetricTarget
 
     recs = records(1, 8, 0.1, n=12)
@@ -629,10 +630,17 @@ def test_a_stated_target_is_predicted_from_its_second_report_and_a_refit_that_ca
         pred, _ = predict(recs, 10.0, 1, 8, 8 * 36, recs[-1]["samples"], schedule="cosine",
                           target=MetricTarget(metric="val_acc", value=0.3, kind="accuracy"),
                           metric_points=(np.array(steps), np.array(values)))
-        if values[-1] < 1:
-            got = pred.loss_fit["metric_target"]
-            assert got["points"] == len(steps) and got["target_reached"] and "metric_target_missing" not in pred.loss_fit
-        else:
-            assert "metric_target" not in pred.loss_fit
-            assert pred.loss_fit["metric_target_missing"] == {
-                "metric": "val_acc", "target": 0.3, "why": "accuracy values must leave a positive error: 1 at x = 12"}
+        got = pred.loss_fit["metric_target"]
+        assert got["points"] == len(steps) and got["target_reached"] and "metric_target_missing" not in pred.loss_fit
+    pred, _ = predict(recs, 10.0, 1, 8, 8 * 36, recs[-1]["samples"], schedule="cosine",
+                      target=MetricTarget(metric="val_acc", value=0.3, kind="accuracy"),
+                      metric_points=(np.array([6.0, 12.0]), np.array([1.0, 1.0])))
+    assert "metric_target" not in pred.loss_fit
+    assert pred.loss_fit["metric_target_missing"] == {
+        "metric": "val_acc", "target": 0.3, "why": "accuracy values must leave a positive error: 1 at x = 6"}
+    # a report above 100 %: 101 read as %, then 1.01 read as % again, predicted a final accuracy of 427
+    pred, _ = predict(recs, 10.0, 1, 8, 8 * 36, recs[-1]["samples"], schedule="cosine",
+                      target=MetricTarget(metric="val_acc", value=93.0, kind="accuracy"),
+                      metric_points=(np.array([6.0, 12.0, 18.0]), np.array([50.0, 70.0, 101.0])))
+    assert "metric_target" not in pred.loss_fit
+    assert pred.loss_fit["metric_target_missing"]["why"] == "accuracy reports must be in 0–1 or 0–100 %, got 101"

@@ -53,8 +53,13 @@ def test_gzipped_trace_at_80_columns_json_csv_and_markdown_report(tmp_path):
     assert "| policy" in md and "|:--" in md and "| tiresias" in md
     rows = json.loads(_cli(*common, "--json", columns=80).stdout)
     assert [x["policy"] for x in rows] == ["fifo", "tiresias", "srtf"] and rows[0]["finished"] == 3
+    # each row says which run it came from: a saved comparison had no trace, cluster or options
+    context = {"workload": str(w), "trace_jobs": 3, "cluster": "1 node / 2 GPUs", "cluster_gpus": 2,
+               "interval": 60.0, "restart_penalty": 30.0, "placement": "most-free", "horizon": None}
+    assert all({k: x[k] for k in context} == context for x in rows), rows
     table = list(csv.DictReader(io.StringIO(_cli(*common, "--csv", columns=80).stdout)))
     assert [x["policy"] for x in table] == ["fifo", "tiresias", "srtf"]
+    assert table[0]["workload"] == str(w) and table[0]["cluster_gpus"] == "2" and table[-1]["horizon"] == ""
 
 
 def test_undecodable_trace_is_one_line(tmp_path):

@@ -39,6 +39,13 @@ def test_profiles_are_measured_on_each_slot_count_then_cached_and_say_what_was_m
     assert len(cached) == cores
     again = profile_member(spec, 16, (3, 32, 32), max_gpus=cores, steps=2, scratch=tmp_path)
     assert again.profile.rates == p.profile.rates[:cores]          # from the cache: no new run, same numbers
+    # a week later (or a bare rate, the cache's earlier format) g = 1 is measured again, g = 2 still read
+    first, *rest = cached
+    cached[first] = {"rate": 1e-3, "measured_at": time.time() - fleet_profile.PROFILE_MAX_AGE_S - 60}
+    (profile_cache / CACHE_FILE).write_text(json.dumps(cached))
+    later = profile_member(spec, 16, (3, 32, 32), max_gpus=cores, steps=2, scratch=tmp_path)
+    assert later.profile.rates[0] > 1e-3 and later.profile.rates[1:] == p.profile.rates[1:cores]
+    assert json.loads((profile_cache / CACHE_FILE).read_text())[first]["measured_at"] > time.time() - 600
 
 
 def test_a_model_of_fewer_than_ten_classes_is_profiled(tmp_path):

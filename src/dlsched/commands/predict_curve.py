@@ -166,6 +166,11 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     # an accuracy's scale (0-1 or %): the run's points, else its log's, else (no log) the first --like run's
     scale = MetricSpace.of(metric, curve.y[keep] if keep.any() else curve.y if len(curve.y) else
                            logs[0].y if logs else curve.y).top
+    if (zeros := int((MetricSpace(metric, scale).down(curve.y[keep]) == 0).sum())) and keep.any():
+        left = "error" if metric == "accuracy" else metric   # ``perf.perfect_points``: said, as it moves the fit
+        typer.echo(f"note: {zeros} point{'s' * (zeros > 1)} of {y} at {scale if metric == 'accuracy' else 0:g} "
+                   f"{'leave' if zeros > 1 else 'leaves'} no {left} to model: fitted as half the smallest {left} "
+                   "logged (or half the target's, if lower)", err=True)
     if target is not None:   # out of range on the data's scale: the option, not the log's column, is what to fix
         # 1.5 on a log in fractions read as 1.5 %, "already reached" without a word (as submit --target refuses it)
         if metric == "accuracy" and (why := accuracy_target_slip(target, scale)):
@@ -194,6 +199,10 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
             typer.echo("note: the --like runs' logged LRs differ in shape: past its log, the run's LR goes on as its "
                        "own decay does, or is held", err=True)
     sched, continued = _schedule(schedule, budget, curve, recipe if schedule in (None, "lr-column") else None)
+    if (past := [k for k in sched.xs if k > budget]) and sched.spec.split(":")[0] in ("step", "steps", "points"):
+        # the LR does not change there within the run: more likely a schedule (or budget) in other units of x
+        typer.echo(f"note: --schedule {sched.spec}: {', '.join(f'{k:g}' for k in past)} past the --budget {budget:g} "
+                   f"(in {x}): no LR change there is in the run; are both in {x}?", err=True)
     if schedule is None and curve.lr is None and recipe is not None:   # none given, none logged: the recipe's
         sched = dataclasses.replace(recipe, spec=f"as {LIKE_LR}")
     elif recipe is not None and sched.spec == "lr-column" and logged_until is not None \
@@ -244,9 +253,13 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
     if not pred.reachable:
         # an accuracy's bound is a ceiling, as the text above says it (the JSON's ``floor``)
         bound = "ceiling" if metric == "accuracy" else "floor"
+        best = "highest" if metric == "accuracy" else "lowest"
+        if pred.x_now >= budget:   # a finished run: nothing is predicted, the log says it
+            typer.echo(f"target {pred.target:g} is unreachable: the run is at its budget ({x} {budget:g}), and the "
+                       f"{best} its log got to is {pred.floor:.4g} (a 3-point running median)", err=True)
+            return UNREACHABLE_EXIT
         typer.echo(f"target {pred.target:g} is unreachable within the budget {budget:g}: the fitted {bound} is "
-                   f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the {'highest' if metric == 'accuracy' else 'lowest'} "
-                   "the calibrated errors allow)", err=True)
+                   f"{pred.floor:.4g} ({metric} at {x} {budget:g}, the {best} the calibrated errors allow)", err=True)
         return UNREACHABLE_EXIT
     return 0
 

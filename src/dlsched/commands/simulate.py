@@ -95,8 +95,9 @@ def register(app: typer.Typer) -> None:
         skip_bad: bool = typer.Option(False, "--skip-bad", help="skip bad trace rows (counted and reported)"),
         report: Optional[Path] = typer.Option(None, help="write CSVs (summary, per job, per decision), plots and "
                                               "report.md (which defines each column) to this folder"),
-        as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout: times in s, "
-                                     "gpu_utilisation a fraction (progress on stderr)"),
+        as_json: bool = typer.Option(False, "--json", help="the comparison as JSON on stdout, a row a policy with the "
+                                     "run's workload, cluster and options: times in s, gpu_utilisation a fraction "
+                                     "(progress on stderr)"),
         as_csv: bool = typer.Option(False, "--csv", help="the comparison as CSV on stdout, units as --json "
                                     "(progress on stderr)"),
         wide: bool = typer.Option(False, "--wide", "-o", help="all columns, whatever the terminal width"),
@@ -219,10 +220,12 @@ def register(app: typer.Typer) -> None:
         # the file read: `-w 2` titled its table "2, 16 nodes ..."
         title = (f"{bundled_workload(workload).name}, {_nodes(cluster)} "
                  f"(remaining work: {told}{'; not read by ' + ', '.join(blind) if blind else ''})")
-        if as_json:
-            print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
-        elif as_csv:
-            print(frame.drop(columns=["jobs"], errors="ignore").to_csv(index=False), end="")
+        if machine:   # each row carries the run it came from: a saved comparison said what, not on which trace/cluster
+            rows = frame.drop(columns=["jobs"], errors="ignore").assign(
+                workload=str(wl.source or workload), trace_jobs=len(wl.jobs), cluster=_nodes(cluster),
+                cluster_gpus=cluster.total_gpus, interval=interval, restart_penalty=restart_penalty,
+                placement=placement, horizon=horizon)
+            print(rows.to_json(orient="records", indent=2) if as_json else rows.to_csv(index=False).rstrip("\n"))
         else:
             print_summary(frame, title=title, wide=wide)
         if report:

@@ -40,9 +40,11 @@ from scipy.stats import t as student_t
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Z_80, Calibration, load_calibration
 from dlsched.perf.convergence import fit_curve
-from dlsched.perf.first_passage import first_passage, log_interval, logged_crossing, logged_noise, value_grain
+from dlsched.perf.first_passage import (first_passage, log_interval, logged_crossing, logged_noise,
+                                         running_median, value_grain)
 from dlsched.perf.fit_window import ONSET_MIN, fit_start
 from dlsched.perf.one_point import members
+from dlsched.perf.perfect_points import with_stand_in
 from dlsched.perf.prior import REGIMES
 from dlsched.perf.schedule import Schedule, areas
 
@@ -223,6 +225,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     x, y = x[ok], y[ok]
     if np.any(np.diff(x) <= 0):
         raise ValueError("x must increase")
+    # an accuracy of 100 %, a loss of 0: fitted at a positive stand-in below any positive goal (``perf.perfect_points``)
+    y = with_stand_in(y, None if target is None else goal_of(y, 0.0, target, None, space))
     if np.any(y <= 0):   # the models are relative (log-space): name the point that leaves nothing to model
         i = int(np.argmax(y <= 0))
         raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}: "
@@ -275,6 +279,10 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         bands = cal.level_table(prior.final_carried)
         cal = cal.table(bands)
     final = float(curve[-1])
+    now = float(np.median(y[-3:]))
+    ended = x_now >= B
+    if ended:   # at its budget the final is where the log ended (its running median's), not the fit's value there
+        final = float(running_median(y)[-1])   # (a stdlib LM's: 2.377, below the floor, the lowest the log got: 2.411)
     # the fit alone before the LR's peak: the earliest, widest row's final band, as for a sparse log (the prefix has seen
     # none of the run's main phase, as the floor below says; a one-cycle's rise at 25 % took the 25 % band, set on runs
     # past their peak, and said "< 1 %" of a target the run reached). A level's tables hold such runs at their fraction
@@ -282,8 +290,9 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     lo_f, hi_f = cal.final_band(band_frac)
     mid_f = cal.final_centre(band_frac)
     final_lo, final_hi, worst = final_interval(final, lo_f, hi_f, y, metric, space)
+    if ended:
+        final_lo = final_hi = final
     goal = goal_of(y, final, target, target_fraction, space)
-    now = float(np.median(y[-3:]))
     # the remaining improvement the reach scales is at least one step of the log's values: a flat stretch of a
     # metric that moves a sample at a time is no evidence its improvement ended
     floor = final_lo if reach is None or now <= final else \
@@ -292,6 +301,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     floor = min(floor, now)
     if x_now < schedule.peak_at():
         floor = 0.0   # the LR still rises to its peak: the prefix has seen none of the run's main phase
+    if ended:   # at its budget: no training left, so a target the log has not got to is out of reach
+        floor = min(now, float(running_median(y).min()))
     target_step = steps = interval = law_step = None
     resolution = log_interval(x)
     # already there: the value now, or the log's smoothed value once (a noisy accuracy that got to 93 % at 320 and is
@@ -317,7 +328,8 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
             target_step = x_now + steps
         interval = steps_interval(steps, raw, resolution, (lo_s, hi_s), B - x_now)
     lo_v, hi_v = sorted((float(space.up(final_lo)), float(space.up(final_hi))))
-    p_reach = None if goal is None else 1.0 if there else reach_chance(goal, now, final, lo_f, mid_f, hi_f, worst)
+    p_reach = None if goal is None else 1.0 if there else 0.0 if ended else \
+        reach_chance(goal, now, final, lo_f, mid_f, hi_f, worst)
     return CurvePrediction(name, x_now, B, float(space.up(final)), (lo_v, hi_v), float(space.up(floor)),
                            None if goal is None else float(space.up(goal)), target_step, steps, interval,
                            grid, np.asarray(space.up(curve), float),

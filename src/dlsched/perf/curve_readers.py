@@ -7,7 +7,8 @@
   event wall time;
 * Hugging Face ``trainer_state.json`` (``log_history``; budget = ``max_steps``, over epochs where it falls);
 * a folder: the first of ``FOLDER_LOGS`` in it (Ultralytics' ``results.csv`` last), else the newest
-  ``checkpoint-N/trainer_state.json``, else Lightning's newest ``version_N/metrics.csv``, else its TensorBoard
+  ``checkpoint-N/trainer_state.json``, else Lightning's newest ``version_N/metrics.csv`` (in it or in its
+  ``save_dir``'s ``lightning_logs/``), else its TensorBoard
   events;
 * TSV (``.tsv``), as CSV; DAWNBench's entries are TSV;
 * plain-text logs, any other name: MLPerf ``:::MLLOG`` lines, or printed ``name:value`` pairs
@@ -19,8 +20,8 @@
   its ``total_samples``, the epoch budget its ``epochs``; a record's ``epoch`` is the one it trains in, from 0;
   its ``lr`` is the schedule's, the logged LR over the LR rule's ``lr_factor`` where a
   record says it; a running job's ``lr_plan.json`` beside it adds the LR still to come,
-  ``dlsched.torch.lr_plan``). A job whose batch changed is read over ``--x samples`` (a step at twice the batch
-  trains twice the samples): over steps, the curve bends at every change (``CurveData.note`` says so).
+  ``dlsched.torch.lr_plan``; over ``--x epoch``, not the epoch a running job is still in). A job whose batch
+  changed is read over ``--x samples`` (a step at twice the batch trains twice the samples): over steps, the curve bends at every change (``CurveData.note`` says so).
 
 An epoch x that its logger numbers from 0 (Keras' CSVLogger and TensorBoard ``epoch_*`` tags, timm, Lightning) is
 marked (``CurveData.epochs_from_zero``): ``predict curve`` reads it as finished epochs, x + 1.
@@ -102,6 +103,7 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         back = xs < xs.ffill().shift()
         rows["run"] = pd.factorize(df[writer])[0] if writer in df.columns else back.cumsum().to_numpy()
     rows = rows[rows.x.notna() & rows.y.notna()]
+    note = _goes_back(rows.x, x, row_name)
     # Lightning logs a metric at epoch end and step level under the same step: the last row per x wins
     rows = rows.groupby("x", sort=True).last().reset_index()
     if rows.empty:
@@ -112,13 +114,26 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
         if x != "step" and "step" in df.columns and (xs.isna() & num(lr_col).notna()).any():
             # Lightning's LearningRateMonitor rows carry a step and no epoch: placed where the metric's rows put it
             lr_at = xs.fillna(_x_at_step(num("step"), xs, num(y).notna()))
-        lrs = pd.DataFrame({"x": lr_at, "lr": num(lr_col)}).dropna().groupby("x", sort=True).last().reset_index()
+        lrs = pd.DataFrame({"x": finite(lr_at), "lr": finite(num(lr_col))}).dropna()
+        lrs = lrs.groupby("x", sort=True).last().reset_index()
         if (lrs.lr < 0).any():
             raise UserError(f"{src}: field {lr_col!r}: learning rates must be >= 0")
         lr_x, lr = lrs.x.to_numpy(float), lrs.lr.to_numpy(float)
     return CurveData(src, rows.x.to_numpy(float), rows.y.to_numpy(float),
                      rows.t.to_numpy(float) if time_col else None, lr_x, lr, budget, lr_col,
-                     session=rows.run.to_numpy() if time_col else None)
+                     session=rows.run.to_numpy() if time_col else None, note=note)
+
+
+def _goes_back(xs: pd.Series, x: str, row_name) -> str | None:
+    """Where the metric's x first goes back in the file's order, said: a run resumed from a checkpoint logs its steps
+    again (its rows win), but one whose counter began again from 0 overwrites the run before it, silently."""
+    back = np.flatnonzero(np.diff(xs.to_numpy(float)) < 0)
+    if not back.size:
+        return None
+    i = int(back[0])
+    return (f"{x} goes back {'once' if back.size == 1 else f'{back.size} times'}, first at "
+            f"{row_name(xs.index[i + 1])} ({xs.iloc[i]:g}, then {xs.iloc[i + 1]:g}): of rows with the same {x} the "
+            f"last is read (a resumed run's); a run whose {x} began again from 0 needs its own file")
 
 
 def _x_at_step(steps: pd.Series, xs: pd.Series, metric_rows: pd.Series) -> pd.Series:
@@ -170,10 +185,11 @@ def _read_trainer_state(path: Path, x: str) -> tuple[pd.DataFrame, float | None]
     if x == "epoch" and budget is not None and isinstance(steps, (int, float)) and steps > 0 \
             and {"epoch", "step"} <= set(df.columns):
         # the Trainer stops at max_steps, and rounds num_train_epochs up to whole epochs: the budget is where
-        # max_steps falls at the log's epochs per step (800 steps of 39: 20.5 epochs, not 21)
+        # max_steps falls at the log's epochs per step (800 steps of 39: 20.5 epochs, not 21); the steps' ratio
+        # first, so that a finished run's budget is its last epoch exactly (300/43 * 300 / 300 is 1 ulp short)
         last = df.dropna(subset=["epoch", "step"]).iloc[-1] if df[["epoch", "step"]].notna().all(axis=1).any() else None
         if last is not None and last["step"] > 0:
-            budget = min(budget, float(last["epoch"]) * steps / float(last["step"]))
+            budget = min(budget, float(last["epoch"]) * (steps / float(last["step"])))
     return df, budget
 
 
@@ -211,6 +227,19 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
                 budget["epoch"] = round(r["total_samples"] / first_epoch, 6)
         recs.append(flat)
     return pd.DataFrame(recs), budget
+
+
+def _finished_epochs(df: pd.DataFrame) -> pd.DataFrame:
+    """Over ``--x epoch``, a running job's records without the epoch it is still in: a record's epoch is read as
+    finished at its last one (x + 1), so the newest record mid-way through an epoch stood at its end (a job 1.25
+    epochs in was "observed to epoch 2"). An epoch is in progress where the log ends it with ``epoch_end`` events
+    and has none for it yet."""
+    if not {"epoch", "mean_loss"} <= set(df.columns):
+        return df
+    epoch = pd.to_numeric(df["epoch"], errors="coerce")
+    ended = set(epoch[df["mean_loss"].notna()])
+    newest = epoch.max()
+    return df if newest in ended else df[epoch != newest]
 
 
 def _with_lr_plan(df: pd.DataFrame, job_dir: Path, x: str) -> pd.DataFrame:
@@ -352,6 +381,19 @@ def _numbered(name: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+def _lightning_version(path: Path) -> Path | None:
+    """The newest ``version_N/metrics.csv`` of a Lightning logger's folder, or of the ``save_dir`` above it
+    (``CSVLogger(save_dir)`` writes ``save_dir/lightning_logs/version_N``); several experiment names there: name one."""
+    found = list(path.glob("version_*/metrics.csv"))
+    if not found:
+        found = list(path.glob("*/version_*/metrics.csv"))
+        names = sorted({p.parent.parent.name for p in found})
+        if len(names) > 1:
+            raise UserError(f"{path}: Lightning logs of {len(names)} experiments ({', '.join(names)}): give one "
+                            f"(e.g. {path / names[0]})")
+    return max(found, key=lambda p: _numbered(p.parent.name), default=None)
+
+
 def _tensorboard_curve(path: Path, x: str, y: str, lr_col: str | None, time_col: str | None) -> CurveData:
     """An event file's or a folder's scalars; the time is the event wall time unless ``time_col`` names a tag."""
     df = _read_tensorboard(path)
@@ -371,12 +413,12 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         log = next((path / n for n in FOLDER_LOGS if (path / n).exists()), None) or max(
             path.glob("checkpoint-*/trainer_state.json"), key=lambda p: _numbered(p.parent.name), default=None)
         if log is None:   # Lightning's logger folder: its newest version_N (the run it logged last)
-            log = max(path.glob("version_*/metrics.csv"), key=lambda p: _numbered(p.parent.name), default=None)
+            log = _lightning_version(path)
         if log is not None:
             return read_curve(log, x=x, y=y, lr_col=lr_col, time_col=time_col)
         if not any(path.rglob("events.out.tfevents*")):
-            raise UserError(f"{path}: no {', '.join(FOLDER_LOGS)}, checkpoint-N/trainer_state.json or TensorBoard "
-                            "events inside")
+            raise UserError(f"{path}: no {', '.join(FOLDER_LOGS)}, checkpoint-N/trainer_state.json, Lightning's "
+                            "version_N/metrics.csv or TensorBoard events inside")
         return _tensorboard_curve(path, x, y, lr_col, time_col)
     src, budget, note = str(path), None, None
     if "tfevents" in path.name:
@@ -384,7 +426,7 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
     if path.suffix == ".jsonl":
         df, budgets = _read_progress(path)
         budget = budgets.get(x)
-        df = _with_lr_plan(df, path.parent, x)
+        df = _finished_epochs(df) if x == "epoch" else _with_lr_plan(df, path.parent, x)
         if time_col is None and "time" in df.columns:
             time_col = "time"
         batches = df["batch_size"].dropna().unique() if "batch_size" in df.columns else []
@@ -407,7 +449,8 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
                             "trainer_state.json or TensorBoard events)")
         if time_col is None and "time" in df.columns and y in df.columns:
             time_col = "time"   # MLPerf's time_ms, or a logged time: the speed without a --time-col
-    curve = dataclasses.replace(_frame_to_curve(df, src, x, y, lr_col, time_col, budget, writer="run"), note=note)
+    curve = _frame_to_curve(df, src, x, y, lr_col, time_col, budget, writer="run")
+    curve = dataclasses.replace(curve, note="; ".join(n for n in (note, curve.note) if n) or None)
     # a record's epoch is the one it trains in, from 0: the last of epoch 0 is after one finished epoch
     return _from_zero(curve, "dlsched's progress.jsonl", df[x]) if path.suffix == ".jsonl" and x == "epoch" else curve
 

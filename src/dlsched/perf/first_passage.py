@@ -45,17 +45,25 @@ def logged_noise(x, y, f) -> float:
     return min(0.5, sigma) if np.isfinite(sigma) else 0.0
 
 
+def running_median(y) -> np.ndarray:
+    """The logged values' centred 3-point running median, two points' mean at the ends (one point: itself)."""
+    y = np.asarray(y, float)
+    if len(y) < 2:
+        return y
+    ends = [(y[0] + y[1]) / 2], [(y[-2] + y[-1]) / 2]
+    # two points: their mean at each (no window of 3 fits: numpy raised, and the service stored a refit without its
+    # stated target's prediction whenever a second evaluation came in)
+    inner = np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1) if len(y) > 2 else np.empty(0)
+    return np.concatenate([ends[0], inner, ends[1]])
+
+
 def logged_crossing(x, y, goal: float) -> float | None:
     """Where the logged values' centred 3-point running median (two points at the ends) first got to ``goal``
     (lower-is-better), interpolated from the point before as the truth is; None if it never did."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(y) < 2:
         return float(x[0]) if len(y) and y[0] <= goal else None
-    ends = [(y[0] + y[1]) / 2], [(y[-2] + y[-1]) / 2]
-    # two points: their mean at each (no window of 3 fits: numpy raised, and the service stored a refit without its
-    # stated target's prediction whenever a second evaluation came in)
-    inner = np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1) if len(y) > 2 else np.empty(0)
-    med = np.concatenate([ends[0], inner, ends[1]])
+    med = running_median(y)
     hits = np.flatnonzero(med <= goal)
     if not len(hits):
         return None

@@ -4,7 +4,7 @@
   numeric ``value``, under the event's ``key``, beside its numeric ``metadata`` (``epoch_num``, ``samples_count``,
   ...) and ``time`` (``time_ms`` in seconds). Other lines are the program's own output and are skipped.
 * Printed ``name:value`` / ``name=value`` pairs, any number per line (``step:125/1770 val_loss:3.91
-  train_time:41230ms``). ``N/M`` is a count and its total: the total is the budget when that name is ``--x``.
+  train_time:41230ms``), names and numbers quoted or not (a printed dict, a JSON line). ``N/M`` is a count and its total: the total is the budget when that name is ``--x``.
   A value in ``ms`` reads in seconds. Lines without a pair are skipped, and so are those without ``--x`` where
   any line has it.
 """
@@ -21,8 +21,11 @@ from dlsched.numbers import is_number
 
 MLLOG_PREFIX = ":::MLLOG"
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-# a name starts a token (line start, space, or a separator), so "x=1" inside "max=1e-3" is not read twice
-PAIR = re.compile(rf"(?:^|(?<=[\s,;|\[(]))([A-Za-z_][\w.\-/]*)\s*[:=]\s*({_NUMBER})(?:/(\d+))?(ms|s)?(?!\w|\.\d)")
+# a name starts a token (line start, space, or a separator), so "x=1" inside "max=1e-3" is not read twice; a name
+# and a number may be quoted: a printed dict (the Hugging Face Trainer's {'loss': '0.7773', 'epoch': '6.744'}) or
+# a JSON line (DeiT's and MAE's log.txt: {"train_loss": 6.9, "epoch": 0})
+PAIR = re.compile(rf"""(?:^|(?<=[\s,;|\[({{]))(["']?)([A-Za-z_][\w.\-/]*)\1\s*[:=]\s*(["']?)({_NUMBER})\3"""
+                  r"(?:/(\d+))?(ms|s)?(?!\w|\.\d)")
 
 
 def read_text_log(path: Path, x: str) -> tuple[pd.DataFrame, float | None]:
@@ -63,7 +66,7 @@ def _pair_rows(lines: list[str], x: str) -> tuple[pd.DataFrame, float | None]:
     rows, budget = [], None
     for line in lines:
         row = {}
-        for name, value, total, unit in PAIR.findall(line):
+        for _, name, _, value, total, unit in PAIR.findall(line):
             if name in row:
                 continue
             row[name] = float(value) / 1000.0 if unit == "ms" else float(value)

@@ -14,6 +14,7 @@ from dlsched.policy.batch_range import BatchRange
 NEG_INF = -np.inf
 DENSE_GPUS = 16            # below this every g is evaluated exactly
 MEMO_SIZE = 4096           # value curves remembered across decisions (oldest dropped first)
+TIE = 1e-9                 # relative: values this close are one value (``best_batch``)
 
 # value(speed, num_gpus, num_nodes, global_batch, gpu_type) -> a rate to maximise
 ValueFn = Callable[[ThroughputModel, int, int, int, "str | None"], float]
@@ -50,19 +51,29 @@ class ValueCurves:
         self._memo: dict = {}
 
     def best_batch(self, job: JobView, rng: BatchRange, g: int, node_size: int, gpu_type: str) -> tuple[float, int]:
+        """The best value at g and its batch. Batches the model cannot tell apart (a speed fit from one (GPUs, batch)
+        configuration has no fixed cost: every batch is as fast) leave the job at the batch it runs at (``kept_batch``)
+        or the nearest candidate to it: the smallest one, their first, halved a live job's batch at each grow (a
+        batch change, and the LR rule's rescale, that nothing measured asked for)."""
         nodes = math.ceil(g / node_size)
-        best, best_b = NEG_INF, 0
-        for b in rng.batches(g):
-            v = self.value(job.speed, g, nodes, int(b), gpu_type)
-            if v > best:
-                best, best_b = v, int(b)
-        return best, best_b
+        batches = rng.batches(g)
+        values = np.array([self.value(job.speed, g, nodes, int(b), gpu_type) for b in batches], float)
+        if not values.size or not np.isfinite(best := float(values.max())):
+            return NEG_INF, 0
+        near = batches[values >= best - TIE * abs(best)]
+        keep = job.kept_batch
+        if keep is None:
+            return best, int(near[0])
+        tied = abs(self.value(job.speed, g, nodes, keep, gpu_type) - best) <= TIE * abs(best)
+        if batches[0] <= keep <= batches[-1] and tied:
+            return best, int(keep)
+        return best, int(near[np.argmin(np.abs(np.log(near / keep)))])
 
     def curve(self, job: JobView, rng: BatchRange, gpu_type: str, node_size: int) -> JobCurve:
-        """Memoised on (speed model, range, type, node size): a pure function of hashable inputs, so repeated
+        """Memoised on (speed model, range, type, node size, kept batch): a pure function of hashable inputs, so repeated
         decisions over the same jobs (every arrival/completion) reuse it. Unhashable models are recomputed."""
         try:
-            key = (job.speed, rng, gpu_type, node_size)
+            key = (job.speed, rng, gpu_type, node_size, job.kept_batch)   # ties go to the kept batch
             hit = self._memo.get(key)
         except TypeError:
             return self._compute(job, rng, gpu_type, node_size)

@@ -38,12 +38,15 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     ``target_reached``: the log got there; ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s;
     ``curve``: [x, value] from the first point fitted to the budget, drawn as the loss fit's is; ``fitted``: the
     annealing fit, in fractions (``reported_scale``), not JSON). Raises ValueError, saying why, where the predictor
-    refuses (a value it cannot model, such as an error of 0; no point and fewer than two finished runs of the task):
-    the refit stores why as its row's ``metric_target_missing`` (``missing``). No point, or one
+    refuses (values it cannot model, such as an accuracy of 100 % at every point; no point and fewer than two
+    finished runs of the task): the refit stores why as its row's ``metric_target_missing`` (``missing``). No point, or one
     (a first evaluation), is predicted from the task's finished runs, one without two of them from other runs' shapes
     (``perf.curve_predict``). ``prior``: from the
     finished jobs' fits of such targets (``service.job_models``); None: the shipped prior of the target's kind.
     ``calibration``: the bands (None: the shipped table; the service's: ``service.own_calibration``)."""
+    if target.kind == "accuracy" and len(values) and (high := float(np.nanmax(values))) > 100.0:
+        # read as %, 101 became 1.01, which the predictor read as % again: a final of 427 %
+        raise ValueError(f"accuracy reports must be in 0–1 or 0–100 %, got {high:g}")
     scale = reported_scale(target, values)
     # in fractions: the finished jobs' finals the prior carries are (``ended_at``); the target's 93 reads 0.93
     p = predict_curve(x, np.asarray(values, float) / scale, schedule, metric=target.kind, target=target.value,

@@ -39,6 +39,9 @@ CACHE_FILE = "fleet_profiles.json"
 RANK_STALL_S = 90.0
 ATTEMPTS = 2
 TEARDOWN_S = 10.0   # after the rate, how long a rank may take to leave before it is killed
+# a cached rate is one short measurement; what it depends on besides the key (drivers, a neighbour's load when it was
+# taken, the node's cooling) drifts: older than this it is measured again (seconds, once a week per model and g)
+PROFILE_MAX_AGE_S = 7 * 24 * 3600.0
 # Ranks start from a forkserver, not a fork of the caller: a fork copies the caller's threads' locks and a
 # used OpenMP pool (the service's, the pipeline measurement's), and a forked rank hung in a full test run.
 _CTX = mp.get_context("forkserver")
@@ -79,9 +82,21 @@ def _key(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int) -> str:
 
 def _load_cache(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        cache = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def _fresh_rate(entry, now: float) -> float | None:
+    """A cached entry's rate while it is younger than PROFILE_MAX_AGE_S; None to measure again (stale, or an
+    entry without its time: the cache's earlier format, a bare rate)."""
+    if not isinstance(entry, dict):
+        return None
+    rate, at = entry.get("rate"), entry.get("measured_at")
+    if not isinstance(rate, (int, float)) or not isinstance(at, (int, float)) or rate <= 0:
+        return None
+    return float(rate) if 0 <= now - at <= PROFILE_MAX_AGE_S else None
 
 
 def _rank_main(spec: MemberSpec, batch: int, shape: tuple[int, ...], steps: int, rank: int, world: int,
@@ -165,7 +180,8 @@ def _measure_once(spec: MemberSpec, batch: int, shape: tuple[int, ...], g: int, 
 
 def profile_member(spec: MemberSpec, batch: int, shape: tuple[int, ...], max_gpus: int, devices: Sequence[str] = (),
                    steps: int = 4, scratch: Path | None = None) -> MeasuredProfile:
-    """r(1..max_gpus): cached measurements, new ones for the rest, the linear model where a g cannot run here."""
+    """r(1..max_gpus): cached measurements younger than PROFILE_MAX_AGE_S, new ones for the rest, the linear model
+    where a g cannot run here."""
     path = cache_dir() / CACHE_FILE
     cache = _load_cache(path)
     limit = len(devices) if devices else len(os.sched_getaffinity(0))
@@ -173,13 +189,13 @@ def profile_member(spec: MemberSpec, batch: int, shape: tuple[int, ...], max_gpu
     measured: list[bool] = []
     for g in range(1, max_gpus + 1):
         key = _key(spec, batch, shape, g)
-        if key in cache:
-            rates.append(float(cache[key]))
+        if (cached := _fresh_rate(cache.get(key), time.time())) is not None:
+            rates.append(cached)
             measured.append(True)
         elif g <= limit or g == 1:
             rates.append(measure_rate(spec, batch, shape, g, devices[:g], steps, scratch))
             measured.append(True)
-            cache = {**_load_cache(path), key: rates[-1]}
+            cache = {**_load_cache(path), key: {"rate": rates[-1], "measured_at": time.time()}}
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_json(path, cache)
         else:
