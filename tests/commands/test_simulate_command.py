@@ -109,6 +109,7 @@ def test_report_files_carry_the_printed_table(tmp_path, monkeypatch, capsys):
     assert [row["remaining"] for row in printed] == ["none (not read)", "oracle"]   # FIFO reads none
     md = (tmp_path / "rep" / "report.md").read_text()
     assert md.startswith("# w.csv, 1 node / 4 GPUs (remaining work: oracle; not read by fifo)") and "| oracle" in md
+    assert written[0]["cluster"] == "1 node / 4 GPUs" and "**workload**: the trace simulated" in md   # its run too
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -220,12 +220,15 @@ def register(app: typer.Typer) -> None:
         # the file read: `-w 2` titled its table "2, 16 nodes ..."
         title = (f"{bundled_workload(workload).name}, {_nodes(cluster)} "
                  f"(remaining work: {told}{'; not read by ' + ', '.join(blind) if blind else ''})")
-        if machine:   # each row carries the run it came from: a saved comparison said what, not on which trace/cluster
-            rows = frame.drop(columns=["jobs"], errors="ignore").assign(
-                workload=str(wl.source or workload), trace_jobs=len(wl.jobs), cluster=_nodes(cluster),
-                cluster_gpus=cluster.total_gpus, interval=interval, restart_penalty=restart_penalty,
-                placement=placement, horizon=horizon)
-            print(rows.to_json(orient="records", indent=2) if as_json else rows.to_csv(index=False).rstrip("\n"))
+        # each row carries the run it came from (--json, --csv, the report's summary.csv): a saved comparison said
+        # what, not on which trace or cluster
+        frame = frame.assign(workload=str(wl.source or workload), trace_jobs=len(wl.jobs), cluster=_nodes(cluster),
+                             cluster_gpus=cluster.total_gpus, interval=interval, restart_penalty=restart_penalty,
+                             placement=placement, horizon=horizon)
+        if as_json:
+            print(frame.drop(columns=["jobs"], errors="ignore").to_json(orient="records", indent=2))
+        elif as_csv:
+            print(frame.drop(columns=["jobs"], errors="ignore").to_csv(index=False), end="")
         else:
             print_summary(frame, title=title, wide=wide)
         if report:

@@ -13,6 +13,8 @@ COLUMNS = [("policy", "policy"), ("finished", "finished"), ("avg_jct", "avg JCT 
            ("p99_jct", "p99 JCT (s)"), ("makespan", "makespan (s)"), ("avg_queue_delay", "avg queue (s)"),
            ("gpu_utilisation", "GPU util"), ("restarts", "restarts")]
 
+# the run a row came from (``dlsched simulate`` adds them): in summary.csv and --json/--csv, not in the printed tables
+RUN_CONTEXT = ("workload", "trace_jobs", "cluster", "cluster_gpus", "interval", "restart_penalty", "placement", "horizon")
 # What each column means, as the engine computes it (sim/metrics.py): report.md carries these, so a number can be
 # checked by hand from jobs-<policy>.csv (the table's columns were defined nowhere a user could read)
 DEFINITIONS = {
@@ -28,6 +30,10 @@ DEFINITIONS = {
                        "from the later of the first arrival and the first decision to the last decision; so it can "
                        "differ slightly from sum(gpu_seconds) / (GPUs x makespan)",
     "restarts": "node-map changes after a job's first start, summed over jobs (each costs --restart-penalty s)",
+    "workload": "the trace simulated (its file)", "trace_jobs": "the jobs read from it",
+    "cluster": "nodes / GPUs simulated", "cluster_gpus": "the cluster's GPUs",
+    "interval": "--interval: seconds between scheduling decisions", "restart_penalty": "--restart-penalty (s)",
+    "placement": "--placement, for jobs a policy does not place", "horizon": "--horizon (s), empty without one",
     "remaining": "what the policy knew of each job's remaining work (oracle / predicted / none / noise:SIGMA; "
                  "'none for N/M jobs': jobs the predictor has nothing to predict from; 'none (not read)': the "
                  "policy orders jobs without it, e.g. FIFO by submission, Tiresias by attained service)",
@@ -65,7 +71,8 @@ def print_summary(frame: pd.DataFrame, title: str = "simulation", wide: bool = F
     """The comparison table; no number or policy name is ever cut (``display.py``)."""
     from dlsched.display import Column, table
 
-    keys = [k for k, _ in COLUMNS if k in frame] + [k for k in frame if k not in dict(COLUMNS) and k != "jobs"]
+    keys = [k for k, _ in COLUMNS if k in frame] + [k for k in frame
+                                                    if k not in dict(COLUMNS) and k != "jobs" and k not in RUN_CONTEXT]
     # the remaining-work mode is in the title too; finished_by_horizon only with --horizon
     low_value = {"avg_queue_delay": 1, "finished_by_horizon": 1, "p50_jct": 2, "restarts": 3, "remaining": 4}
     # headers broken where they may be: one-line headers overflowed 80 columns, and rich then folded the
@@ -81,7 +88,7 @@ def print_summary(frame: pd.DataFrame, title: str = "simulation", wide: bool = F
 
 
 def markdown_report(summary: pd.DataFrame, title: str = "dlsched simulation") -> str:
-    frame = summary.drop(columns=["jobs"], errors="ignore")
+    frame = summary.drop(columns=["jobs", *RUN_CONTEXT], errors="ignore")
     if "gpu_utilisation" in frame:
         frame["gpu_utilisation"] = (100 * frame["gpu_utilisation"]).round(1)
     frame = frame.rename(columns=dict(COLUMNS) | {"gpu_utilisation": "GPU util (%)"})
