@@ -44,6 +44,7 @@ class ElasticDataLoader:
             raise UserError(f"ElasticDataLoader: max_local_batch={max_local_batch!r} must be a positive integer "
                             "or None")
         self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
+        self._iterated = False
         self._session = current_session()
         self._session.attach_loader(len(dataset), batch_size, shuffle, seed)
         if max_local_batch is None and self._session.env is not None:  # the job spec's, unless the script's
@@ -85,6 +86,13 @@ class ElasticDataLoader:
     def __iter__(self) -> Iterator[Any]:
         s = self._session
         s.join()
+        if s.epochs is None and self._iterated and s.table.done:
+            # a plain loader starts a new epoch on each iteration; this one's epochs are remaining_epochs', and a
+            # script's range(N) would train one epoch, then nothing, and finish
+            raise UserError("ElasticDataLoader: iterated again after its epoch ended, outside dt.remaining_epochs: "
+                            "loop `for epoch in dt.remaining_epochs(N):`, not `range(N)`: it starts each epoch and "
+                            "resumes at the right one after a resize or restart (docs/porting.md)")
+        self._iterated = True
         batches, shares, layout = None, None, None
         while True:
             s.boundary()
