@@ -81,7 +81,7 @@ class ElasticDataLoader:
         return self._session.global_batch
 
     def __len__(self) -> int:
-        return math.ceil(len(self.dataset) / self._session.global_batch)
+        return math.ceil(len(self.dataset) / sized_batch(self._session))
 
     def __iter__(self) -> Iterator[Any]:
         s = self._session
@@ -153,6 +153,15 @@ def _drop_step(s, offsets: list[int]) -> None:
     s.open, s.metrics = None, {}
     s.table.offsets = offsets
     s.micro.reset()
+
+
+def sized_batch(s) -> int:
+    """The batch ``len(loader)`` counts steps at: the batch in force once the loop runs; before it, the reference
+    batch the scheduler's pace counts in (the spec's ``batch_size`` under the service), so a schedule sized from
+    ``len(loader)`` ends with the epochs whatever batch the job starts at."""
+    if s.joined or s.env is None:
+        return s.global_batch
+    return s.env.reference_batch or s.loader_batch or 1
 
 
 def remaining_epochs(epochs: int) -> Iterator[int]:
