@@ -54,6 +54,8 @@ def test_a_live_job_past_its_predicted_finish_is_overdue_never_a_negative_time_l
     now = 1_800_000_000.0
     left = [job_rows([job | {"predicted_finish": now + d}], now)[0][9] for d in (95.0, 0.2, -0.2, -23.0)]
     assert left == ["1m 35s", "overdue", "overdue", "overdue"]
+    # every sample trained, still running (its last evaluation, checkpoint, exit): `overdue` read as a late job
+    assert job_rows([job | {"fraction_done": 1.0, "predicted_finish": now - 5}], now)[0][9] == "ending"
     assert job_rows([job | {"state": "finished", "predicted_finish": now - 5}], now)[0][9] == "-"
 
 

@@ -644,3 +644,22 @@ def test_a_stated_target_is_predicted_from_its_second_report_and_a_refit_that_ca
                       metric_points=(np.array([6.0, 12.0, 18.0]), np.array([50.0, 70.0, 101.0])))
     assert "metric_target" not in pred.loss_fit
     assert pred.loss_fit["metric_target_missing"]["why"] == "accuracy reports must be in 0–1 or 0–100 %, got 101"
+
+
+def test_a_script_job_just_resized_is_predicted_at_the_batch_it_trains():
+    """A script's job has no batch of the scheduler's (``current_batch`` None: the loader's own). Right after a resize
+    (under 3 records at the new size, no wall-clock rate yet) the speed model was asked for batch 0: 0/0, the
+    refit failed (`prediction_failed: ZeroDivisionError`, twice in a live run) or gave no finish."""
+    recs = []
+    for b in (16, 32, 64, 128):    # enough configurations for the all-reduce model (the linear one read 0 as its batch)
+        recs += records(1, b, true_step(1, b) * 1.3, t0=recs[-1]["time"] if recs else 0.0, k0=len(recs),
+                        s0=recs[-1]["samples"] if recs else 0)
+    for w in (2, 4):
+        recs += records(w, 64, true_step(w, 64) * 1.3 + 0.004 * w, t0=recs[-1]["time"], s0=recs[-1]["samples"],
+                        k0=len(recs))
+    recs += records(3, 64, 0.03, n=2, t0=recs[-1]["time"], s0=recs[-1]["samples"], k0=len(recs))   # resized to 3
+    done = recs[-1]["samples"]
+    pred, speed = predict(recs, now=recs[-1]["time"], current_workers=3, current_batch=None, total_hint=done + 6400,
+                          samples_done=done)
+    assert isinstance(speed, AllReduceSpeedModel)
+    assert pred.remaining_s == pytest.approx(6400 / speed.throughput(3, 1, 64), rel=1e-6)

@@ -166,6 +166,58 @@ def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
     assert [schedule.lr(x) for x in range(1, SAMPLES // BATCH + 1)] == pytest.approx(lrs, rel=1e-6)
 
 
+def test_a_worker_lost_after_a_batch_change_restarts_at_the_batch_the_request_asked(tmp_path):
+    """The scheduler asked for twice the batch, then a worker died: the restart from the checkpoint (none here:
+    from the start) trained at the checkpoint's batch while tagging the request answered, so the service showed
+    the batch it asked for and the job trained at the old one (a user's job under `dlsched serve`)."""
+    job_dir, slow = tmp_path / "job", tmp_path / "slow"
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow),
+                        "--ckpt-every", "1000", runtime_args=("--reference-batch-size", str(BATCH)))
+    wait_for_step(job_dir, 2, proc, timeout=120)
+    write_control(job_dir, 1, 2 * BATCH, 1)
+    wait_until(lambda: any(r["batch_size"] == 2 * BATCH for r in steps(job_dir)), 120, "a step at the new batch")
+    os.kill(json.loads((job_dir / "status.json").read_text())["worker_pids"][0], signal.SIGKILL)
+    wait_for_event(job_dir, "worker_lost", 1, proc, timeout=120)
+    slow.unlink()
+    finish(proc, timeout=300)
+    lost = events(job_dir, "worker_lost")[0]
+    after = [r for r in steps(job_dir) if r["generation"] >= lost["new_generation"]]
+    assert after and {(r["batch_size"], r["control_generation"]) for r in after} == {(2 * BATCH, 1)}, after[:3]
+    # the LR rule applies to the restarted group too: the schedule's LR times sqrt(2) (Adam)
+    assert {round(r["lr_factor"], 6) for r in after} == {round(2 ** 0.5, 6)}
+
+
+def test_a_schedule_sized_from_len_loader_ends_with_the_epochs_at_the_specs_batch(tmp_path):
+    """A spec's batch_size (16) over the script's loader (8): `OneCycleLR(total_steps=epochs * len(loader))` was sized
+    at the loader's batch (60 steps) and paced at the spec's (one of its steps per step of 16: 30), so the run ended
+    half-way through its schedule, its LR near the peak. Before the loop len(loader) counts at the reference batch."""
+    job_dir = tmp_path / "job"
+    proc = start_script(job_dir, 1, "--epochs", "1", "--steps-from-len",
+                        runtime_args=("--batch-size", str(2 * BATCH), "--reference-batch-size", str(2 * BATCH)))
+    finish(proc, timeout=300)
+    recs = steps(job_dir)
+    assert len(recs) == SAMPLES // (2 * BATCH) and {r["batch_size"] for r in recs} == {2 * BATCH}
+    assert recs[-1]["lr"] < 0.05 * max(r["lr"] for r in recs)    # annealed to the schedule's end
+
+
+def test_a_grow_completes_when_the_script_asks_its_rank_and_len_loader_before_the_loop(tmp_path):
+    """A newcomer's dt.rank() (and len(loader), sized at the reference batch) before the loop waited for its
+    generation's plan, which the coordinator publishes only once the newcomer is ready, in the loop: the grow never
+    happened (the service gave it up past resize_timeout_s). A newcomer is not in the group yet: rank -1."""
+    job_dir, slow = tmp_path / "job", tmp_path / "slow"
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "3", "--step-s", "0.3", "--slow-file", str(slow), "--rank-before-loop",
+                        "--steps-from-len", runtime_args=("--reference-batch-size", str(BATCH)))   # a minute to grow in
+    wait_for_step(job_dir, 2, proc, timeout=120)
+    write_control(job_dir, 2, None, 1)
+    wait_for_event(job_dir, "resized", 1, proc, timeout=120)
+    slow.unlink()
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-2000:]
+    assert "[worker 0] before the loop: rank 0 of 1" in out and "[worker 1] before the loop: rank -1 of 1" in out
+
+
 def test_a_smaller_batch_keeps_a_per_step_schedule_within_its_steps_and_every_sample_once(tmp_path):
     """The scheduler halves a OneCycleLR script's batch: the epoch takes more steps than the schedule has, so
     its scheduler is stepped every other step (it raised 'Tried to step 61 times', 3 restarts, a failed job)."""

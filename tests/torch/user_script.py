@@ -46,6 +46,8 @@ ap.add_argument("--flag-lands-at-epoch-end", default="",
                      "resize lands there; once: this file, made then, says it did")
 ap.add_argument("--eval-all-reduce", action="store_true",
                 help="the evaluation sums its squared error over the ranks (dist.all_reduce), as DDP scripts do")
+ap.add_argument("--steps-from-len", action="store_true", help="size OneCycleLR from len(loader), as docs/porting.md")
+ap.add_argument("--rank-before-loop", action="store_true", help="print dt.rank() and dt.world_size() before the loop")
 args = ap.parse_args()
 
 
@@ -79,12 +81,14 @@ optimizer.register_step_post_hook(lambda *_: optimizer_steps.append(1))
 if args.autoscale:  # --max-local-batch m: accumulate past micro-batches of m (AdaptDL's gradient_accumulation)
     loader.autoscale_batch_size(args.autoscale, local_bsz_bounds=(2, args.max_local_batch or 32),
                                 gradient_accumulation=bool(args.max_local_batch))
-steps = args.epochs * -(-args.samples // args.batch)
+steps = args.epochs * (len(loader) if args.steps_from_len else -(-args.samples // args.batch))
 if args.epoch_schedule:
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
 else:
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps)
 
+if args.rank_before_loop:
+    print(f"before the loop: rank {dt.rank()} of {dt.world_size()}", flush=True)
 for epoch in dt.remaining_epochs(args.epochs):
     loader_batches = 0  # what the loader yielded this epoch: micro-batches where it accumulates
     for xb, yb in loader:

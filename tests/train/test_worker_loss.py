@@ -23,10 +23,39 @@ def train(tmp_path, command: list[str]) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=400)
 
 
+MISPORTED = """
+import sys, torch, dlsched.torch as dt
+from torch.utils.data import TensorDataset
+net = torch.nn.Linear(2, 1)
+model = net if sys.argv[1] == "plain-model" else dt.ElasticDataParallel(net)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = dt.ElasticDataLoader(TensorDataset(torch.randn(16, 2), torch.randn(16, 1)), batch_size=4)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+"""
+
+
 @pytest.mark.parametrize("command, line", [
     (["python", SCRIPT, "--bogus"], "user_script.py: error: unrecognized arguments: --bogus"),   # argparse
     (["python", "-c", "import dlsched.torch as dt; dt.init(); dt.report(acc='x')"],                 # a UserError
      "report: acc='x' is not a number (give a float, an int, a numpy scalar or a one-element tensor)"),
+    # a model left unwrapped trained each worker's replica apart, unsaved, and the job finished as if nothing was wrong
+    pytest.param(["python", "-c", MISPORTED, "plain-model"], "the training loop started with no model wrapped in "
+                 "dt.ElasticDataParallel: wrap it, `model = dt.ElasticDataParallel(net.to(dt.device()))`; a plain "
+                 "one's gradients are not all-reduced over the workers and its weights are not checkpointed "
+                 "(docs/porting.md)", id="plain-model"),
+    # range(2) kept from the DDP script trained epoch 0, then iterated a spent loader (no batch) and finished
+    pytest.param(["python", "-c", MISPORTED, "range"], "ElasticDataLoader: iterated again after its epoch ended, "
+                 "outside dt.remaining_epochs: loop `for epoch in dt.remaining_epochs(N):`, not `range(N)`: it starts "
+                 "each epoch and resumes at the right one after a resize or restart (docs/porting.md)", id="range"),
+    # a DDP script's dist.get_rank() at the top: torch's line said to call init_process_group, wrong under dlsched
+    pytest.param(["python", "-c", "import torch.distributed as d, dlsched.torch as dt; dt.init(); print(d.get_rank())"],
+                 "dlsched: torch.distributed was used before the training loop started; the job's process group forms "
+                 "when the loop starts (do not call init_process_group): before it use dt.rank() and dt.world_size() "
+                 "(docs/porting.md)", id="rank-before-the-loop"),
 ])
 def test_bad_input_fails_at_once_with_one_line(tmp_path, command, line):
     """It was restarted three times (a group start each), then failed with the coordinator's traceback."""

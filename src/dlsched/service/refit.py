@@ -435,7 +435,8 @@ def predict(progress: ProgressHistory | list[dict], now: float, current_workers:
     frac = min(1.0, samples_done / total) if total else None
     remaining_s = finish = rate = None
     if total and (speed is not None or recent):
-        rate = observed_rate(recent) or (speed.throughput(max(current_workers, 1), 1, current_batch or 0) if speed else 0)
+        # at the batch it trains (a script's: its records'), not 0: the all-reduce model's 0/0 failed the refit
+        rate = observed_rate(recent) or (speed.throughput(max(current_workers, 1), 1, batch) if speed else 0)
         if rate > 0:
             remaining_s = max(0.0, total - samples_done) / rate
             finish = now + remaining_s if current_workers > 0 else None

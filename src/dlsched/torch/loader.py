@@ -44,6 +44,7 @@ class ElasticDataLoader:
             raise UserError(f"ElasticDataLoader: max_local_batch={max_local_batch!r} must be a positive integer "
                             "or None")
         self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
+        self._iterated = False
         self._session = current_session()
         self._session.attach_loader(len(dataset), batch_size, shuffle, seed)
         if max_local_batch is None and self._session.env is not None:  # the job spec's, unless the script's
@@ -80,11 +81,18 @@ class ElasticDataLoader:
         return self._session.global_batch
 
     def __len__(self) -> int:
-        return math.ceil(len(self.dataset) / self._session.global_batch)
+        return math.ceil(len(self.dataset) / sized_batch(self._session))
 
     def __iter__(self) -> Iterator[Any]:
         s = self._session
         s.join()
+        if s.epochs is None and self._iterated and s.table.done:
+            # a plain loader starts a new epoch on each iteration; this one's epochs are remaining_epochs', and a
+            # script's range(N) would train one epoch, then nothing, and finish
+            raise UserError("ElasticDataLoader: iterated again after its epoch ended, outside dt.remaining_epochs: "
+                            "loop `for epoch in dt.remaining_epochs(N):`, not `range(N)`: it starts each epoch and "
+                            "resumes at the right one after a resize or restart (docs/porting.md)")
+        self._iterated = True
         batches, shares, layout = None, None, None
         while True:
             s.boundary()
@@ -145,6 +153,15 @@ def _drop_step(s, offsets: list[int]) -> None:
     s.open, s.metrics = None, {}
     s.table.offsets = offsets
     s.micro.reset()
+
+
+def sized_batch(s) -> int:
+    """The batch ``len(loader)`` counts steps at: the batch in force once the loop runs; before it, the reference
+    batch the scheduler's pace counts in (the spec's ``batch_size`` under the service), so a schedule sized from
+    ``len(loader)`` ends with the epochs whatever batch the job starts at."""
+    if s.joined or s.env is None:
+        return s.global_batch
+    return s.env.reference_batch or s.loader_batch or 1
 
 
 def remaining_epochs(epochs: int) -> Iterator[int]:

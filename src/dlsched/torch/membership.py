@@ -34,8 +34,11 @@ class GroupMembership:
 
     def planned(self) -> tuple[int, int]:
         """(rank, world) the first plan naming this worker gives it, before it joins: waits for the current
-        generation's plan; a standby worker, named by none yet, is (-1, the plan's world)."""
+        generation's plan; a standby worker, named by none yet, is (-1, the plan's world), and so is a newcomer to
+        a running group: its generation's plan waits for it to be ready (in the loop), so waiting here hung the grow."""
         s = self.s
+        if s.env.joining and not s.store.check([plan_key(s.generation)]):
+            return -1, len(Plan.from_json(s.store.get(plan_key(s.generation - 1))).wids)
         plan = Plan.from_json(wait_key(s.store, plan_key(s.generation), s.parent))
         return (plan.wids.index(s.wid) if s.wid in plan.wids else -1), len(plan.wids)
 

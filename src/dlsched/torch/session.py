@@ -121,6 +121,10 @@ class Session:
         if self.joined:
             return
         self.registry.discover()
+        if not self.models:   # a plain model trained on: each worker its own replica, lost at every restart
+            raise UserError("the training loop started with no model wrapped in dt.ElasticDataParallel: wrap it, "
+                            "`model = dt.ElasticDataParallel(net.to(dt.device()))`; a plain one's gradients are not "
+                            "all-reduced over the workers and its weights are not checkpointed (docs/porting.md)")
         pace_schedulers(self.objects.values(), self)
         if self.env is None:  # standalone: one worker, nothing to wait for
             if not dist.is_initialized():
@@ -304,13 +308,24 @@ class Session:
 _session: Session | None = None
 
 
+# torch's advice when a DDP script's `dist.get_rank()` runs before the loop, wrong here: the runtime forms the group
+NO_GROUP = "Default process group has not been initialized"
+NO_GROUP_HINT = ("dlsched: torch.distributed was used before the training loop started; the job's process group "
+                 "forms when the loop starts (do not call init_process_group): before it use dt.rank() and "
+                 "dt.world_size() (docs/porting.md)")
+
+
 def _bad_input_exits_2(previous):
     """A worker's uncaught ``UserError`` (a bad argument: the same on every restart) exits 2, as an argparse error
     does: the coordinator then gives up at once, with its line, instead of restarting the group three times.
-    Printed as before (torch's hook, installed later, wraps this one); the code is set at exit."""
+    Printed as before (torch's hook, installed later, wraps this one); the code is set at exit. A torch.distributed
+    call before the group formed is one too, its last line saying what to change."""
     def hook(kind, value, tb):
         previous(kind, value, tb)
-        if issubclass(kind, UserError):
+        no_group = issubclass(kind, ValueError) and NO_GROUP in str(value) and not (_session and _session.joined)
+        if no_group:
+            print(NO_GROUP_HINT, file=sys.stderr, flush=True)
+        if issubclass(kind, UserError) or no_group:
             atexit.register(lambda: (sys.stdout.flush(), sys.stderr.flush(), os._exit(2)))
     return hook
 

@@ -165,15 +165,17 @@ class Coordinator:
             self.standby_ready = ready
             self._status("running")
 
-    def _initial_state(self) -> StartState:
-        """Fresh start, or resume from the newest valid checkpoint in its storage (torn newer ones are skipped)."""
+    def _initial_state(self, batch: int | None = None) -> StartState:
+        """Fresh start, or resume from the newest valid checkpoint in its storage (torn newer ones are skipped);
+        ``batch``: the global batch to start at instead of the command's or the checkpoint's (a worker loss's)."""
         latest, state, skipped = self.checkpoints.newest_valid(self.job_name)
         for path, error in skipped:
             self.progress.write({"event": "checkpoint_skipped", "time": time.time(), "checkpoint": str(path),
                                  "error": error})
         if latest is None:
-            return fresh_start(self.job, self.o.batch_size, self.o.batch_mode, self.o.workers, self.o.reference_batch)
-        return resumed_start(latest, state, self.job)
+            return fresh_start(self.job, batch or self.o.batch_size, self.o.batch_mode, self.o.workers,
+                               self.o.reference_batch)
+        return at_asked_batch(resumed_start(latest, state, self.job), batch)
 
     # -- reports ------------------------------------------------------------------------------------
     def _drain(self) -> None:

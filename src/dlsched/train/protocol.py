@@ -223,7 +223,8 @@ def json_schemas() -> dict[str, Any]:
 
 
 WORKER_ENV = {"store": "DLSCHED_STORE", "worker_id": "DLSCHED_WORKER_ID", "generation": "DLSCHED_GENERATION",
-              "job_dir": "DLSCHED_JOB_DIR", "threads": "DLSCHED_THREADS", "max_local_batch": "DLSCHED_MAX_LOCAL_BATCH"}
+              "job_dir": "DLSCHED_JOB_DIR", "threads": "DLSCHED_THREADS", "max_local_batch": "DLSCHED_MAX_LOCAL_BATCH",
+              "reference_batch": "DLSCHED_REFERENCE_BATCH", "joining": "DLSCHED_JOINING"}
 
 
 @dataclass(frozen=True)
@@ -237,9 +238,14 @@ class WorkerEnv:
     threads: int = 0
     # the spec's max_local_batch: ElasticDataLoader's default (the loader needs it before the first plan)
     max_local_batch: int | None = None
+    # the batch the LR is given at (--reference-batch-size; None: the loader's): len(loader) before the first plan
+    reference_batch: int | None = None
+    # a newcomer to a running group: its generation's plan is published only once it is ready (in the loop)
+    joining: bool = False
 
     def as_env(self) -> dict[str, str]:
-        return {name: "" if getattr(self, k) is None else str(getattr(self, k)) for k, name in WORKER_ENV.items()}
+        values = {**{k: getattr(self, k) for k in WORKER_ENV}, "joining": "1" if self.joining else None}
+        return {name: "" if values[k] is None else str(values[k]) for k, name in WORKER_ENV.items()}
 
     @classmethod
     def from_env(cls, env) -> "WorkerEnv | None":
@@ -247,9 +253,11 @@ class WorkerEnv:
         if WORKER_ENV["store"] not in env:
             return None
         max_local = env.get(WORKER_ENV["max_local_batch"])
+        reference = env.get(WORKER_ENV["reference_batch"])
         return cls(env[WORKER_ENV["store"]], int(env[WORKER_ENV["worker_id"]]), int(env[WORKER_ENV["generation"]]),
                    env[WORKER_ENV["job_dir"]], int(env.get(WORKER_ENV["threads"], "0")),
-                   int(max_local) if max_local else None)
+                   int(max_local) if max_local else None, int(reference) if reference else None,
+                   env.get(WORKER_ENV["joining"]) == "1")
 
 
 if __name__ == "__main__":

@@ -139,7 +139,7 @@ class Resizer:
             spare = next((w for w in c.standby if pool.device_of[w] == device), None)
             if spare is None:
                 try:
-                    new += pool.spawn(c.generation + 1, [device], workers)
+                    new += pool.spawn(c.generation + 1, [device], workers, joining=True)
                 except NoFreeSlot as e:
                     if self.rejoin is None:
                         raise   # the scheduler granted every worker a slot: the backend's books are wrong

@@ -54,8 +54,8 @@ def trains_on(job: TrainJob | None, table: PartitionTable | None) -> bool:
 def at_asked_batch(start: StartState, batch_size: int | None) -> StartState:
     """A resumed run at the batch its command asks for (``--batch-size``: the user's re-run, a backend's launch);
     the checkpoint's batch was kept and the request silently dropped. The LR follows as on a resize: a ramp from
-    the last step's LR by the batch rule. Only at the run's start: a worker loss later restores the batch the
-    group trained at (a control.json request may have changed it since)."""
+    the last step's LR by the batch rule. At the run's start, and at a worker loss's restart with the batch the lost
+    group trained at (a control.json request may have changed it since the checkpoint)."""
     if start.restore is None or not batch_size or start.global_batch == batch_size:
         return start
     # a script's checkpoint (global_batch None: its loader's) has no ramp: its session applies the LR rule

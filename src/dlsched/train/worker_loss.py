@@ -182,7 +182,9 @@ class WorkerLoss:
             raise JobFailed(f"workers {errors} died and left no slot to restart in: {self._last_line(dead[0])}")
         c.pending_resize = None
         c._drain()
-        start = c._initial_state()
+        # the batch of the group lost, which the request it answers asked for, not the checkpoint's: the new group
+        # answers the same request (the service shows its batch); None: a script's own batch, no request's
+        start = c._initial_state(c.global_batch if c.plan is not None and c.plan.local_batches else None)
         c.replays.restored(start.step)   # after the drain: the dead group's records are in
         gb, ramp = start.global_batch, start.ramp
         if gb is not None and count != old:   # fewer workers: the batch rule a shrink follows

@@ -23,8 +23,9 @@ class WorkerPool:
         self.device_of: dict[int, str] = {}  # worker -> the one device it may use ("" = CPU)
         self.seen: dict[int, str | None] = {}  # worker -> CUDA_VISIBLE_DEVICES the worker itself reported
 
-    def spawn(self, generation: int, devices: list[str] | int, world: int) -> list[int]:
-        """Start workers, one per entry of ``devices`` (or that many on free devices)."""
+    def spawn(self, generation: int, devices: list[str] | int, world: int, joining: bool = False) -> list[int]:
+        """Start workers, one per entry of ``devices`` (or that many on free devices); ``joining``: newcomers to a
+        running group, whose generation's plan waits for them to be ready."""
         if isinstance(devices, int):
             devices = free_devices(self.devices, (self.device_of[w] for w in self.procs), devices)
         threads = self.o.threads or max(1, (os.cpu_count() or 1) // max(world, 1))
@@ -34,7 +35,8 @@ class WorkerPool:
             wid, self.next_wid = self.next_wid, self.next_wid + 1
             log = self.dir / "logs" / f"worker-{wid}.log"
             if self.o.command:
-                spec = WorkerEnv(store, wid, generation, str(self.dir), threads, self.o.max_local_batch)
+                spec = WorkerEnv(store, wid, generation, str(self.dir), threads, self.o.max_local_batch,
+                                 self.o.reference_batch, joining)
             else:
                 spec = ["--store", store, "--worker-id", str(wid), "--generation", str(generation),
                         "--job-dir", str(self.dir), "--entry", self.o.entry, "--params", json.dumps(self.o.params),
