@@ -63,7 +63,10 @@ def test_breaking_out_of_the_loader_leaves_the_batch_it_fetched_untrained_and_no
     ({"batch_size": 0}, "batch_size=0 must be a positive integer"),
     ({"batch_size": "64"}, "batch_size='64' must be a positive integer"),   # argparse without type=int
     ({"batch_size": 8, "drop_last": True}, "drop_last=True is not supported"),
-    ({"batch_size": 8, "sampler": [0, 1]}, r"sampler=\[0, 1\] is not supported"),
+    ({"batch_size": 8, "sampler": [0, 1]}, r"sampler=<list> is not supported"),
+    # its type, not its repr ('<torch.utils.data.distributed.DistributedSampler object at 0x7f...>')
+    ({"batch_size": 8, "sampler": torch.utils.data.SequentialSampler(range(4))},
+     r"sampler=<SequentialSampler> is not supported"),
 ])
 def test_arguments_it_cannot_honour_are_one_line_naming_them(kwargs, needle):
     with pytest.raises(UserError, match=needle):

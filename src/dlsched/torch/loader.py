@@ -38,7 +38,8 @@ class ElasticDataLoader:
         for name, off in (("sampler", None), ("batch_sampler", None), ("drop_last", False)):
             value = loader_kwargs.pop(name, off)
             if value is not off:  # the default is harmless
-                raise UserError(f"ElasticDataLoader: {name}={value!r} is not supported: the job's partition table "
+                shown = repr(value) if isinstance(value, (bool, int, float, str)) else f"<{type(value).__name__}>"
+                raise UserError(f"ElasticDataLoader: {name}={shown} is not supported: the job's partition table "
                                 "forms the batches (each sample once per epoch, across resizes)")
         if max_local_batch is not None and (not isinstance(max_local_batch, int) or max_local_batch < 1):
             raise UserError(f"ElasticDataLoader: max_local_batch={max_local_batch!r} must be a positive integer "
