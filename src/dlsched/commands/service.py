@@ -808,7 +808,8 @@ def register(app: typer.Typer) -> None:
                server: Optional[str] = SERVER_OPT) -> None:
         """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus and
         min_batch_size..max_batch_size (its batch_size where no range); the next round applies it. The job stays
-        held there (status's REASON says so) until `resize --release`."""
+        held there (status's REASON says so) until `resize --release`: a hold at more workers than it has and the
+        cluster has free stops a running job until that many slots are free (it is preempted, then started at N)."""
         if release == (workers is not None) or (release and batch is not None):
             raise UserError("resize: give --workers N (and --batch B) to hold the job, or --release alone")
         if release:
