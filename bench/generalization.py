@@ -41,6 +41,7 @@ import numpy as np
 
 from dlsched.paths import shared_data
 from dlsched.policy.base import ClusterView, NodeView
+from philly_slices import _slice as philly_slice
 
 POLICIES = ("goodput", "goodput-fair", "elastic", "saxena", "tiresias", "fifo")
 MODES = ("predicted", "none")
@@ -78,14 +79,6 @@ def _mix(seed: int, rate: float) -> list:
                         batch_size=rows[k].batch_size) for i, (k, ti) in enumerate(zip(picks, t))]
 
 
-def _philly_slice(start: int) -> list:
-    rows = sorted(_philly(), key=lambda j: int(j.id.split("-")[1]))
-    jobs = sorted(rows[start:start + 800], key=lambda j: j.submit_time)
-    t0 = jobs[0].submit_time
-    return [replace(j, submit_time=j.submit_time - t0, duration=min(j.duration, 3 * 86400.0),
-                    requested_gpus=min(j.requested_gpus, 32)) for j in jobs]
-
-
 def scenario(name: str) -> dict:
     """jobs, cluster, interval, restart penalty, gpu_speed, modes and a one-line description of ``name``."""
     from dlsched.sim.measured_speeds import measured_gpu_speeds
@@ -97,7 +90,7 @@ def scenario(name: str) -> dict:
         return dict(s, jobs=_mix(int(m[1]), rate), what=f"160 Pollux-mix jobs (seed {m[1]}), Philly arrival "
                     f"pattern over {SPAN / rate / 3600:g} h, 16 x 4 GPUs")
     if m := re.fullmatch(r"philly(\d+)", name):
-        return dict(s, jobs=_philly_slice(int(m[1])), cluster=ClusterView.homogeneous(4, 8), modes=("none",),
+        return dict(s, jobs=philly_slice(int(m[1])), cluster=ClusterView.homogeneous(4, 8), modes=("none",),
                     what=f"800 Philly jobs from row {m[1]}, 4 x 8 GPUs, duration-only (no remaining work in any mode)")
     m = re.fullmatch(r"wl([1-4])-(8x4|32x4|hetero|int(\d+)|rp(\d+))", name)
     if not m:
