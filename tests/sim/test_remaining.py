@@ -119,3 +119,25 @@ def test_a_policy_in_predicted_mode_is_told_the_same_whatever_the_traces_future(
     same = told("predicted", False)
     assert len(same) >= 3 and told("predicted", True) == same
     assert told("oracle", True) != told("oracle", False)
+
+
+class _PreemptOnce(_Recorder):
+    """Runs the job on 2 GPUs, pre-empts it at one decision (600 s) and resumes it at the same size and batch."""
+
+    def decide(self, jobs, cluster):
+        self.seen.append({j.id: j.remaining_samples for j in jobs})
+        g = 0 if 600 <= cluster.now < 660 else 2
+        return Allocation({j.id: JobAllocation(g, batch_size=j.batch_size) for j in jobs if g})
+
+
+def test_a_job_resumed_at_its_old_size_is_not_told_more_work_than_before_its_preemption(data_dir):
+    """The observed rate is over the records since the job's last (re)start: from the epoch records before a
+    pre-emption to those after, the wall clock holds the wait and the restart pause (a gap too short for the
+    predictor's per-step restart check to see in epoch records). It told a resumed job 15 % more work left than
+    before it was pre-empted, after it had trained two more epochs; two imagenet jobs then swapped every round."""
+    rec = _PreemptOnce()
+    spec = [WorkloadJob("c", 0, 2, app="cifar10", batch_size=512)]
+    Simulator(spec, rec, ClusterView.homogeneous(1, 4), SimConfig(remaining="predicted", horizon=900)).run()
+    told = [s["c"] for s in rec.seen]       # decisions at 60, 120, ... s
+    before, resumed = told[9], told[11:14]  # 600 s (last before the pre-emption); 720-840 s, running again
+    assert all(x < before for x in resumed), (before, resumed)

@@ -147,7 +147,8 @@ class SimJob:
         obs = Observation(progress=self.progress * init, target_progress=app.target_progress * init,
                           throughput=throughput, efficiency=speed.efficiency(self.batch), workers=self.ngpus,
                           batch=self.batch, time=t)
-        key = (len(self.history), self.ngpus, self.batch)
+        since = self.changed[0] if self.ngpus and self.changed is not None else None   # its last (re)start
+        key = (len(self.history), self.ngpus, self.batch, since)
         if key != self.rate_key:
-            self.rate_key, self.predicted_rate = key, predicted_rate(self.history, obs)
+            self.rate_key, self.predicted_rate = key, predicted_rate(self.history, obs, since)
         return predict_remaining(obs, self.predicted_rate)

@@ -88,15 +88,22 @@ class _ModelledRate:
         return self.rate
 
 
-def predicted_rate(history: list[dict], obs: Observation) -> float | None:
+def predicted_rate(history: list[dict], obs: Observation, since: float | None = None) -> float | None:
     """Efficiency-weighted samples/s the service's predictor (``service.refit.predict``) expects the job to keep
-    from its epoch records and the rate measured now; None when it has none (the job waits)."""
+    from its epoch records and the rate measured now; None when it has none (the job waits). ``since``: when the
+    job last (re)started; the records before it do not count."""
     from dlsched.service.refit import predict
 
     if obs.target_progress is None or obs.efficiency <= 0 or obs.throughput <= 0:
         return None
     if history and (history[-1]["workers"], history[-1]["batch_size"]) != (obs.workers, obs.batch):
         history = []    # no epoch has ended at this allocation yet: its rate is the one measured now
+    elif since is not None:
+        # resumed at the size it was pre-empted from: the wall-clock span from the records before to those after
+        # holds the wait and the restart pause. Live, per-step records show that gap and the predictor cuts there
+        # (refit._restart_between); epoch records hide a gap shorter than ten epochs, and the deflated rate told a
+        # resumed job it had more left than while it waited (two imagenet jobs swapped places every round)
+        history = [r for r in history if r["time"] > since]
     prediction, _ = predict(history, obs.time, max(obs.workers, 1), obs.batch, obs.target_progress, obs.progress,
                             speed=_ModelledRate(obs.throughput * obs.efficiency), refit_speed=False)
     return prediction.rate
