@@ -155,6 +155,8 @@ def test_coordinator_sigkill_resumes_from_the_newest_valid_checkpoint(tmp_path):
         assert (d / "ckpt" / (newest.name + ".torn")).exists()
         assert coordinator_starts(d) == 2
         dups, lost = exactly_once(d, samples)
+        # the replayed steps replaced the rolled-back ones' rows: each step stored once (it was twice)
+        assert [r["step"] for r in c.get(f"/jobs/{job}/progress").json()] == list(range(1, samples // BATCH + 1))
         print(f"\ncoordinator SIGKILL with a torn newest checkpoint: resumed at step {valid_step} "
               f"(skipped {newest.name}); duplicates={dups} samples lost={lost}")
         assert dups == 0 and lost == 0

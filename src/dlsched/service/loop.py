@@ -331,7 +331,8 @@ class LiveLoop:
             if job.releasing and released(job, samples):   # the runtime trains at its size: the rest is free
                 fields["releasing"] = None
                 self._confirmed.append(job.id)
-        self.store.add_progress(job.id, samples, offset, **fields)
+        if self.store.add_progress(job.id, samples, offset, **fields):
+            self.models.forget_progress(job.id)   # a restore's replay replaced stored rows: read them again
         events = [r for r in records if "event" in r]
         self.job_events.store_read(job.id, events, now)   # bounded (``job_events.py``); the loop reads them all
         for r in events:

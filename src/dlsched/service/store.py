@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from dlsched.numbers import finite, is_number
 from dlsched.service.private_files import private_file, tighten
+from dlsched.service.replayed_steps import drop_rolled_back
 from dlsched.spec import JobSpec
 
 QUEUED, RUNNING, RESCALING, FINISHED, FAILED, CANCELLED = "queued", "running", "rescaling", "finished", "failed", "cancelled"
@@ -601,10 +602,12 @@ class Store:
         rows = self._conn().execute(q, () if job_id is None else (job_id,))
         return [dict(r) | {"placement": json.loads(r["placement"])} for r in rows]
 
-    def add_progress(self, job_id: int, records: list[dict], new_offset: int, **job_fields: Any) -> None:
-        """Append progress rows and advance the job's read offset atomically (idempotent across restarts)."""
-        c = self._conn()
+    def add_progress(self, job_id: int, records: list[dict], new_offset: int, **job_fields: Any) -> int:
+        """Append progress rows and advance the job's read offset atomically (idempotent across restarts). A
+        restore's replayed steps replace the rows of the steps it rolled back (``replayed_steps``): returns how
+        many stored rows were deleted (a reader that keeps rows in memory reads them again)."""
         with self._tx():
+            records, deleted = drop_rolled_back(c := self._conn(), job_id, records)
             c.executemany(
                 "INSERT INTO progress(job_id, time, step, epoch, samples, loss, samples_per_s, workers, batch_size, "
                 "lr, lr_factor, grad_sqr, grad_var, noise_batch, metrics, member, member_step) "
@@ -614,6 +617,7 @@ class Store:
                   _number(s.get("lr_factor")), *_noise(s.get("grad_noise")), _step_metrics(s.get("metrics")),
                   *_member(s)) for s in records])
             self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
+        return deleted
 
     def progress(self, job_id: int, after_id: int | None = None, loss_points: int | None = None,
                  limit: int | None = None) -> list[dict]:
