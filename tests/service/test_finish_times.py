@@ -55,6 +55,9 @@ def test_a_live_job_past_its_predicted_finish_is_overdue_never_a_negative_time_l
     left = [job_rows([job | {"predicted_finish": now + d}], now)[0][9] for d in (95.0, 0.2, -0.2, -23.0)]
     assert left == ["1m 35s", "overdue", "overdue", "overdue"]
     assert job_rows([job | {"state": "finished", "predicted_finish": now - 5}], now)[0][9] == "-"
+    # at 100 % it is saving its last checkpoint and exiting, not late: it showed overdue for that moment
+    assert job_rows([job | {"fraction_done": 1.0, "predicted_finish": now - 2}], now)[0][9] == "ending"
+    assert job_rows([job | {"fraction_done": 1.0, "predicted_finish": None}], now)[0][9] == "ending"
 
 
 def test_status_says_a_stated_target_is_not_predicted_yet_and_show_says_why(client, service):

@@ -175,9 +175,14 @@ def _finish_cell(j: dict) -> str:
 
 
 def _left_cell(j: dict, now: float) -> str:
-    """Time to the predicted finish; a live job past it is ``overdue`` (``-0s`` read as a job that had ended)."""
+    """Time to the predicted finish; a live job past it is ``overdue`` (``-0s`` read as a job that had ended), one
+    that trained its whole budget is ``ending`` (saving its last checkpoint and exiting: it showed ``overdue``)."""
     ts = j.get("predicted_finish")
-    if not ts or j["state"] in TERMINAL:
+    if j["state"] in TERMINAL:
+        return "-"
+    if (j.get("fraction_done") or 0) >= 1:
+        return "ending"
+    if not ts:
         return "-"
     return human_duration(ts - now) if ts - now >= 0.5 else "overdue"
 
