@@ -445,7 +445,7 @@ class Store:
             self._local.conn = None
 
     def _tx(self):
-        return _Transaction(self._conn())
+        return _Transaction(self._conn(), self._local)
 
     def batch(self):
         """Group many writes into one transaction (one fsync): ``with store.batch(): ...``. Nested calls join it."""
@@ -801,11 +801,19 @@ def _live_row(c: sqlite3.Connection, job_id: int, columns: str, ended: str) -> s
     return row
 
 
+def on_rollback(store: Store, undo: Callable[[], None]) -> None:
+    """Run ``undo`` should the transaction open on this thread roll back (nothing when none is open: each write
+    then commits at once). For books kept in memory beside the store's rows: a round that failed to commit (a full
+    disk, a lock) had spent them on rows never stored, and its retry found them spent."""
+    if store._conn().in_transaction:
+        store._local.__dict__.setdefault("undo", []).append(undo)
+
+
 class _Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``); nests as a no-op inside an open transaction."""
 
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
+    def __init__(self, conn: sqlite3.Connection, local: threading.local | None = None):
+        self.conn, self.local = conn, local
         self.outer = False
 
     def __enter__(self):
@@ -820,6 +828,7 @@ class _Transaction:
         try:
             if exc_type is None:
                 self.conn.execute("COMMIT")
+                self._undo(run=False)
                 return False
         except sqlite3.Error:
             # a failed COMMIT (a full disk, an I/O error) may leave the transaction open, and with it the write lock
@@ -832,5 +841,13 @@ class _Transaction:
     def _rollback(self) -> None:
         # SQLite may have rolled back already (SQLITE_FULL inside the transaction): a second ROLLBACK would raise
         # and hide the error that caused it
-        if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+        try:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+        finally:
+            self._undo(run=True)
+
+    def _undo(self, run: bool) -> None:
+        undo = self.local.__dict__.pop("undo", []) if self.local is not None else []
+        for fn in reversed(undo) if run else ():
+            fn()
