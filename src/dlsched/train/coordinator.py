@@ -32,6 +32,7 @@ from dlsched.train import preemption, worker_forkserver
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.devices import job_devices
 from dlsched.train.files import ProgressLog, job_program, read_status, write_status
+from dlsched.train.no_space import is_no_space
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
@@ -272,7 +273,8 @@ class Coordinator:
                 time.sleep(IDLE_POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
             self.pool.kill(list(self.pool.procs))
-            self._status("failed", f"{type(e).__name__}: {e}")
+            if not is_no_space(e):   # a full disk is no failure of the job's: it resumes once there is room
+                self._status("failed", f"{type(e).__name__}: {e}")
             raise
         finally:
             self.script_output.echo(final=True)
