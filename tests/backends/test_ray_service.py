@@ -116,6 +116,34 @@ def test_service_restart_reattaches_the_running_job(make_service, tmp_path):
     assert sorted(samples_seen(job_dir)) == list(range(400))
 
 
+def test_a_grow_sent_but_never_recorded_is_booked_by_the_restart_on_either_backend(make_service, tmp_path):
+    """The service sent a grow (the backend booked the slots and wrote control.json) and went before its round
+    recorded it (``service/lost_resize.py``): the restart re-attached the job at the size the store said while it
+    trained on the grown size, and booked the grown slots free. Tested on the local backend alone before
+    (tests/service/test_restart.py, a real kill); here the same lost write on the Ray backend too: the restart
+    re-reads the job's slots from its folder and Ray, and records the grow."""
+    from dlsched.backends.base import Launch
+
+    svc, c = make_service("test-fifo")
+    hold = tmp_path / "hold"   # held at its end: still running when the new service looks
+    a = submit(c, name="grown", gpus=1, min_gpus=1, max_gpus=2, params={"n_samples": 400, "step_s": 0.05,
+                                                                        "hold": str(hold)})
+    wait_job(c, a, lambda j: j["state"] == "running" and j["samples"] > 0, what="running with progress")
+    hold.touch()
+    job = svc.store.get(a)
+    svc.backend.resize(Launch(a, job.spec, svc.state_dir / "jobs" / str(a), 2, job.batch_size,
+                              {next(iter(job.placement)): 2}, job.generation + 1))   # sent; never recorded
+    make_service.close(svc)
+    svc2, c2 = make_service("test-fifo")
+    # recorded as the lost round would have: rescaling to 2 on the slots booked for it (held runtime: no step yet)
+    j = wait_job(c2, a, lambda j: (j["target_gpus"] or j["num_gpus"]) == 2, what="the grow recorded", timeout=60)
+    assert sum(j["placement"].values()) == 2, j
+    hold.unlink()
+    wait_job(c2, a, lambda j: j["state"] == "finished", what="finished")
+    assert 2 in [x["num_gpus"] for x in c2.get(f"/jobs/{a}").json()["allocations"]]
+    assert sorted(samples_seen(svc2.state_dir / "jobs" / str(a))) == list(range(400))
+
+
 @pytest.mark.parametrize("outcome", ["finished", "failed"])
 def test_a_job_that_ended_while_no_service_ran_is_recorded_once_and_frees_its_slots(make_service, request, tmp_path,
                                                                                     outcome):

@@ -170,3 +170,43 @@ def test_a_job_whose_runtime_finished_before_its_cancel_was_carried_out_ends_fin
         assert rec["state"] == "finished" and rec["samples"] == rec["total_samples"], rec
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_a_coordinator_killed_while_the_store_cannot_be_written_is_charged_to_its_end(tmp_path, monkeypatch):
+    """A coordinator killed while every round failed to write (a full disk, a database locked past the busy timeout)
+    was charged as running until rounds worked again: 2 GPUs for the whole outage (38 s on a full disk). It is
+    charged to its last record, as a job found finished is."""
+    import os
+    import signal
+    import sqlite3
+
+    import httpx
+
+    from dlsched.service import store as store_module
+    from dlsched.service.server import Service
+    from dlsched.train.files import read_status
+    from tests.service.conftest import RUNTIME
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import wait_until
+
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.5)   # each round fails fast while the lock is held
+    svc = Service(cluster(slots=(2,), interval=0.5), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        job = c.post("/jobs", content=job_yaml("victim", gpus=2, samples=10**6, step_s=0.1),
+                     headers={"content-type": "application/yaml"}).json()["id"]
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["samples"] > 0, 60, "the job's first steps")
+        holder = sqlite3.connect(svc.state_dir / "dlsched.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")           # no round can write from here on
+        os.killpg(read_status(tmp_path / "state" / "jobs" / str(job))["pid"], signal.SIGKILL)
+        killed = time.time()
+        time.sleep(6.0)                             # the outage the job must not be charged for
+        holder.execute("ROLLBACK")
+        # its re-queue ends its allocation where its time was counted to (the next round may start it again at once,
+        # so its state is not waited on): the row at 0 GPUs
+        ended = wait_until(lambda: [a for a in c.get(f"/jobs/{job}").json()["allocations"] if a["num_gpus"] == 0],
+                           60, "its re-queue")[0]
+        started = c.get(f"/jobs/{job}").json()["allocations"][0]["time"]
+        assert ended["time"] <= killed + 0.5, (ended["time"] - started, killed - started)
+    finally:
+        stop_service_and_jobs(svc)

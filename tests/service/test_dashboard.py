@@ -431,3 +431,37 @@ def test_the_token_leaves_the_address_bar_once_the_page_has_it(tmp_path):
         url = f"{base}/dashboard/"
         _chromium(f"{url}?token=s3cret#/job/7", tmp_path, "--dump-dom")
     assert seen and seen[0] == ("Bearer s3cret", url), seen   # the token sent, the URL without it (a Referer has no #)
+
+
+def test_a_live_job_that_trained_its_budget_is_ending_not_past_its_finish(tmp_path):
+    """A job at 100 % still saving its last checkpoint showed its predicted finish "(3s ago)", read as overdue;
+    it says ending, as `dlsched status`'s LEFT does. The real page in a real browser, given the real overview of a
+    real store by a stand-in (no live job stops exactly there)."""
+    import json
+
+    from dlsched.policy.base import NodeView
+    from dlsched.service.dashboard_routes import STATIC_DIR
+    from tests.standin_server import standin_server
+
+    store = Store(tmp_path / "db.sqlite")
+    done, half = (store.submit(JobSpec(name=n, entry="x.py:make_job", gpus=1, total_samples=640), now=0.0)
+                  for n in ("saving", "halfway"))
+    for jid, samples in ((done, 640.0), (half, 320.0)):
+        store.transition(jid, "running", now=1.0, num_gpus=1, placement={"n1": 1})
+        store.update(jid, samples=samples, total_samples=640.0)
+        store.add_prediction(jid, 5.0, samples / 640, 640.0, 0.0, 8.0, None)   # its finish: 8 s, passed
+    body = json.dumps(overview(store, (NodeView("n1", 2),), now=10.0)).encode()
+
+    def answer(path, headers):
+        if path.startswith("/dashboard/api/overview"):
+            return 200, "application/json", body, {}
+        name = "index.html" if path.split("?")[0] == "/dashboard/" else path.rsplit("/", 1)[-1]
+        kind = {"js": "text/javascript", "css": "text/css"}.get(name.rsplit(".", 1)[-1], "text/html")
+        return 200, kind, (STATIC_DIR / name).read_bytes(), {}
+
+    with standin_server(answer) as base:
+        dom = _chromium(f"{base}/dashboard/?token=t", tmp_path, "--dump-dom")
+    rows = {j: re.search(rf'<tr data-job="{j}">(.*?)</tr>', dom, re.S).group(1) for j in (done, half)}
+    assert "ending" in rows[done] and " ago" not in rows[done].split("ending")[1], rows[done]
+    assert "ending" not in rows[half] and " ago" in rows[half]   # short of its budget: past its finish, said so
+    store.close()

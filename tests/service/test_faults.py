@@ -8,6 +8,7 @@ exactly once (``--record-samples`` audit), nothing lost.
 * A coordinator is SIGKILLed (as the OOM killer would) with a torn newest checkpoint: the service re-queues the
   job and the new coordinator resumes from the newest *valid* checkpoint.
 """
+import contextlib
 import os
 import signal
 import subprocess
@@ -155,6 +156,8 @@ def test_coordinator_sigkill_resumes_from_the_newest_valid_checkpoint(tmp_path):
         assert (d / "ckpt" / (newest.name + ".torn")).exists()
         assert coordinator_starts(d) == 2
         dups, lost = exactly_once(d, samples)
+        # the replayed steps replaced the rolled-back ones' rows: each step stored once (it was twice)
+        assert [r["step"] for r in c.get(f"/jobs/{job}/progress").json()] == list(range(1, samples // BATCH + 1))
         print(f"\ncoordinator SIGKILL with a torn newest checkpoint: resumed at step {valid_step} "
               f"(skipped {newest.name}); duplicates={dups} samples lost={lost}")
         assert dups == 0 and lost == 0
@@ -184,3 +187,46 @@ def test_a_job_that_loses_its_coordinator_every_time_fails_after_bounded_resumes
         assert [e["detail"]["coordinator_lost"] for e in queued] == list(range(1, MAX_COORDINATOR_LOSSES + 1))
     finally:
         stop_service_and_jobs(svc)
+
+
+def test_a_full_job_folder_disk_stops_the_job_and_it_resumes_once_there_is_room(tmp_path):
+    """The job folders' disk filled for a moment (another job's checkpoint, a log): the runtime's next write raised
+    ENOSPC and it exited 1, the service failed the job for good ('[Errno 28] No space left on device'), and a start
+    or resize that could not write the folder failed its job too. Now the runtime stops (EXIT_NO_SPACE, its
+    checkpoints stand), the service re-queues the job, its starts wait while the disk is full (``start_no_space``),
+    and once there is room it resumes and finishes, every sample trained once. A real 8 MB tmpfs (root only)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "open").touch()
+    cluster = load_cluster_spec("nodes: [{name: n0, gpus: 1}]\npolicy: fifo\ninterval_s: 0.2")
+    svc = Service(cluster, tmp_path / "state", port=0, runtime=RUNTIME, workdir=REPO, jobs_dir=disk / "jobs").start()
+    try:
+        c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
+        spec = gated_job("full", gate, 96, throttle_s=0.1).replace("hold: prepare", "hold: pause")
+        job = c.post("/jobs", content=spec, headers=YAML).json()["id"]
+        d = disk / "jobs" / str(job)
+        wait_until(lambda: len(list_checkpoints(d / "ckpt")) >= 1, 120, "a checkpoint")
+        (gate / "pause").touch()                        # between two steps: the disk fills now
+        with open(disk / "filler", "wb") as f:
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * (64 << 10))
+                    f.flush()
+        (gate / "pause").unlink()
+        wait_until(lambda: "start_no_space" in [e["kind"] for e in c.get(f"/jobs/{job}/events").json()], 120,
+                   "a start that found the disk full")
+        (disk / "filler").unlink()
+        wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] in ("finished", "failed"), 180, "the job's end")
+        j = c.get(f"/jobs/{job}").json()
+        assert j["state"] == "finished", j
+        queued = [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "queued"]
+        assert queued and "disk is full" in queued[0]["reason"], queued
+        dups, lost = exactly_once(d, 96)
+        assert dups == 0 and lost == 0
+    finally:
+        stop_service_and_jobs(svc)
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

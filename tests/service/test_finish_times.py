@@ -57,6 +57,9 @@ def test_a_live_job_past_its_predicted_finish_is_overdue_never_a_negative_time_l
     # every sample trained, still running (its last evaluation, checkpoint, exit): `overdue` read as a late job
     assert job_rows([job | {"fraction_done": 1.0, "predicted_finish": now - 5}], now)[0][9] == "ending"
     assert job_rows([job | {"state": "finished", "predicted_finish": now - 5}], now)[0][9] == "-"
+    # at 100 % it is saving its last checkpoint and exiting, not late: it showed overdue for that moment
+    assert job_rows([job | {"fraction_done": 1.0, "predicted_finish": now - 2}], now)[0][9] == "ending"
+    assert job_rows([job | {"fraction_done": 1.0, "predicted_finish": None}], now)[0][9] == "ending"
 
 
 def test_status_says_a_stated_target_is_not_predicted_yet_and_show_says_why(client, service):

@@ -29,3 +29,33 @@ def test_a_flood_of_job_events_is_thinned_an_oversize_field_left_out_and_the_dro
     assert said and said[0].startswith(f"job {jid}: ") and "metrics: " in said[0] and "progress.jsonl" in said[0]
     progress = (service.jobs_dir / str(jid) / "progress.jsonl").read_text()
     assert progress.count('"event": "metrics"') == FLOOD   # left out of the store, not lost
+
+
+def test_a_read_whose_round_failed_to_commit_spends_none_of_the_jobs_budget(tmp_path):
+    """A full disk failed every round's commit; each retry read the same records again (the offset was not stored)
+    and the job's budget, spent on rows that were rolled back, was gone once the disk had room: 13 of a job's 376
+    checkpoint events stored, and each failed round counted the same events dropped again. The real SQLite store
+    with its database full (``max_page_count``), then room again."""
+    import sqlite3
+
+    import pytest
+
+    from dlsched.service.job_events import JobEvents
+    from dlsched.service.store import Store
+    from dlsched.spec import load_job_spec
+
+    store = Store(tmp_path / "s.db")
+    jid = store.submit(load_job_spec(job_yaml("a")))
+    events = JobEvents(store)
+    read = [{"event": "checkpoint", "step": k, "path": "x" * 2000} for k in range(BURST)]
+    conn = store._conn()
+    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")   # the disk is full
+    for _ in range(3):
+        with pytest.raises(sqlite3.OperationalError, match="full"):
+            with store.batch():
+                events.store_read(jid, read, now=100.0)
+    conn.execute("PRAGMA max_page_count = 1073741823")   # room again: the same read is retried
+    with store.batch():
+        events.store_read(jid, read, now=100.0)
+    kinds = [e["kind"] for e in store.events(job_id=jid)]
+    assert kinds.count("job_checkpoint") == BURST and "events_dropped" not in kinds

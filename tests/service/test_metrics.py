@@ -12,7 +12,7 @@ from dlsched.policy.base import NodeView
 from dlsched.service.loop import RoundStats
 from dlsched.service.metrics import ServiceCollector, metrics_registry
 from dlsched.service.store import Store
-from dlsched.spec import load_job_spec
+from dlsched.spec import JobSpec, load_job_spec
 from tests.service.conftest import job_yaml
 from tests.waiting import wait_until
 
@@ -93,6 +93,28 @@ def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_
     assert (m[("dlsched_job_target_early_timestamp_seconds", aimed)],
             m[("dlsched_job_target_late_timestamp_seconds", aimed)]) == (2e9 - 600, 2e9 + 1200)   # its 80 % band
     assert not any(name.startswith("dlsched_round") for name, _ in m)
+    assert not any(name == "dlsched_job_target_pending" for name, _ in m)
+    store.close()
+
+
+def test_a_stated_target_not_predicted_yet_has_a_pending_series_beside_a_predicted_target_loss(tmp_path):
+    """The API lists a stated target of a reported metric that cannot be predicted yet as ``target_pending``;
+    /metrics had no series for it (an alert on a target left unpredicted had nothing to read)."""
+    store = Store(tmp_path / "state.db")
+    jid = store.submit(JobSpec(name="evals", command=["python", "t.py"], gpus=1, prediction={
+        "target_loss": 1.8, "target": {"metric": "val_accuracy", "value": 0.93, "kind": "accuracy"}}))
+    waiting = ("dlsched_job_target_pending", (("job", str(jid)), ("metric", "val_accuracy"), ("name", "evals")))
+    assert collected(ServiceCollector(store, lambda: NODES))[waiting] == 0.93     # before the first refit too
+    store.add_prediction(jid, 1.0, 0.1, 25600.0, None, None, {
+        "target_loss": 1.8, "target_step": None, "target_time": None, "target_chance": 0.03,
+        "metric_target_missing": {"metric": "val_accuracy", "target": 0.93, "why": "no point yet"}})
+    m = collected(ServiceCollector(store, lambda: NODES))
+    assert m[waiting] == 0.93
+    assert m[("dlsched_job_target_chance", (("job", str(jid)), ("metric", "loss"), ("name", "evals")))] == 0.03
+    store.add_prediction(jid, 2.0, 0.1, 25600.0, None, None, {"metric_target": {
+        "metric": "val_accuracy", "target": 0.93, "target_step": 900.0, "target_chance": 0.7}})
+    m = collected(ServiceCollector(store, lambda: NODES))
+    assert waiting not in m and m[(waiting[0][:-8], waiting[1])] == 0.93   # predicted now: dlsched_job_target
     store.close()
 
 
@@ -108,6 +130,8 @@ def test_the_example_alert_rules_read_only_metrics_the_service_exports(tmp_path)
     store.add_prediction(1, 1e9, 0.1, 1000.0, None, None, {"metric_target": {
         "metric": "val_accuracy", "target": 0.9, "target_step": None, "target_chance": 0.1}})
     store.update(1, stalled_since=1e9)   # a series present only while a job is stalled (service/stalls.py)
+    store.submit(JobSpec(name="evals", command=["python", "t.py"], gpus=1,       # a target not predicted yet
+                         prediction={"target": {"metric": "val_accuracy", "value": 0.93, "kind": "accuracy"}}))
     loop = SimpleNamespace(rounds=1, failed_rounds=0, last_stats=RoundStats(0.0, 0.1, 0.1, 0.1, 1, ()),
                            round_seconds=Histogram("dlsched_round_duration_seconds", "rounds", registry=None))
     exported = {name for name, _ in collected(ServiceCollector(store, lambda: NODES, loop_thread=loop))}

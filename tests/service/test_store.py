@@ -159,6 +159,26 @@ def test_progress_and_offset_advance_together(tmp_path):
     assert rec.progress_offset == 120 and rec.samples == 32 and s.progress(j)[0]["loss"] == 2.0
 
 
+def test_a_restores_replayed_steps_replace_the_rolled_back_rows_each_step_stored_once(tmp_path):
+    """A restore replays the steps after its checkpoint: their rows were stored a second time (the curve and the
+    loss fit saw each replayed step twice). In one read or across reads, the replay replaces the rolled-back rows;
+    an ensemble's rows (its ``step`` counts every member's) are left as they come."""
+    s = Store(tmp_path / "s.db")
+    j, ens = s.submit(SPEC), s.submit(SPEC)
+
+    def rows(first, last, loss=2.0):
+        return [{"time": float(k), "step": k, "samples": 8 * k, "loss": loss} for k in range(first, last + 1)]
+
+    assert s.add_progress(j, rows(1, 6), 10) == 0
+    assert s.add_progress(j, rows(7, 8) + rows(5, 6, loss=1.0), 20) == 2    # lost at 8, restored from step 4
+    assert s.add_progress(j, rows(3, 7, loss=0.5), 30) == 4                 # restored from 2, read on its own
+    assert [(r["step"], r["loss"]) for r in s.progress(j)] == \
+        [(1, 2.0), (2, 2.0), (3, 0.5), (4, 0.5), (5, 0.5), (6, 0.5), (7, 0.5)]
+    assert s.get(j).progress_offset == 30
+    member = [{"time": 1.0, "step": k, "member": "a", "member_step": k} for k in (1, 2, 1)]
+    assert s.add_progress(ens, member, 10) == 0 and len(s.progress(ens)) == 3
+
+
 def test_a_metrics_values_are_read_from_its_steps_and_then_its_evaluations_numbers_only(tmp_path):
     """``Store.metric_values``: a metric reported inside a step rides on the step's record (migration 9 keeps its
     numbers); one reported between steps is an event. A NaN, a bool, a string or another job's report is not read;
@@ -205,7 +225,7 @@ def test_a_drawn_curve_reads_evenly_spaced_rows_with_a_loss_and_the_newest(tmp_p
     # every row: more ids than a statement may carry parameters (999 before SQLite 3.32, 32 766 after; this
     # build allows 250 000, so the test sets the older limit)
     s._conn().setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
-    s.add_progress(other, [{"time": float(i), "step": i, "samples": i, "loss": 1.0} for i in range(2_000)], 2_010)
+    s.add_progress(other, [{"time": float(i), "step": i, "samples": i, "loss": 1.0} for i in range(11, 2_011)], 2_010)
     assert len(s.progress(other, loss_points=10**6)) == 2_007
     assert s.progress(s.submit(SPEC), loss_points=100) == []
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_progress, write_control
+from dlsched.train.files import iter_json_lines, read_progress, write_control
 
 from .helpers import GATED, events, finish, start_job, step_losses, wait_for_event, wait_for_standby, wait_for_step
 
@@ -223,3 +223,22 @@ def test_a_torn_last_progress_line_left_by_a_killed_run_fails_no_later_resume(tm
     finish(start_job(job_dir, 1, *data, "--param", "epochs=2"))
     finish(start_job(job_dir, 1, *data, "--param", "epochs=3"))
     assert [e["epoch"] for e in events(job_dir, "epoch_end")] == [0, 1, 2]
+
+
+def test_a_damaged_progress_line_mid_file_is_skipped_by_the_resume_with_an_event_naming_it(tmp_path):
+    """A damaged record in the middle of progress.jsonl (a flipped byte, a hand's edit; not a torn tail) failed
+    every later resume of the job for good: exit 2, "progress.jsonl:3: unreadable record". The resume passes over
+    it, says so in an event naming the line, and trains every sample of the new epoch once."""
+    job_dir = tmp_path / "job"
+    data = ("--param", "num_samples=48", "--param", "batch_size=12", "--record-samples")
+    finish(start_job(job_dir, 1, *data, "--param", "epochs=1"))
+    lines = (job_dir / "progress.jsonl").read_bytes().splitlines(True)
+    assert b'"event"' not in lines[2]   # a step record
+    lines[2] = lines[2][:20] + b"\x00\xff garbage" + lines[2][30:]
+    (job_dir / "progress.jsonl").write_bytes(b"".join(lines))
+    finish(start_job(job_dir, 1, *data, "--param", "epochs=2"))
+    records = list(iter_json_lines(job_dir / "progress.jsonl", bad=lambda *_: None))
+    (skipped,) = [r for r in records if r.get("event") == "progress_line_skipped"]
+    assert (skipped["line"], skipped["skipped_lines"]) == (3, 1) and "garbage" in skipped["text"]
+    assert [r["epoch"] for r in records if r.get("event") == "epoch_end"] == [0, 1]
+    assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(48)})

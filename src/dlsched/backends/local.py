@@ -33,6 +33,7 @@ from dlsched.spec import NodeSpec
 from dlsched.faults import fault_point
 from dlsched.train import fence
 from dlsched.train.files import read_regular
+from dlsched.train.no_space import EXIT_NO_SPACE
 from dlsched.train.preemption import signal_group, sigterm_blocked
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
@@ -290,9 +291,11 @@ class LocalBackend(Backend):
         state = status.get("state")
         if state == "finished" and rc in (0, None):
             return PollResult("finished")
-        if state != "failed" and (rc is None or rc < 0 or rc == fence.EXIT_FENCED or state == "stopped"):
-            # killed from outside (SIGKILL, the OOM killer) or stopped: the job did not fail, its checkpoints stand
-            how = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"ended ({state or 'no status'})"
+        if state != "failed" and (rc is None or rc < 0 or rc in (fence.EXIT_FENCED, EXIT_NO_SPACE) or state == "stopped"):
+            # killed from outside (SIGKILL, the OOM killer), stopped, or out of disk: the job did not fail, its
+            # checkpoints stand
+            how = f"killed by signal {-rc}" if rc is not None and rc < 0 else \
+                "stopped: its job folder's disk is full" if rc == EXIT_NO_SPACE else f"ended ({state or 'no status'})"
             return PollResult("gone", f"coordinator {how}", fenced=rc == fence.EXIT_FENCED)
         err = status.get("error") or (f"exit code {rc}" if rc is not None else "process ended") + output_tail(job_dir)
         return PollResult("failed", err)

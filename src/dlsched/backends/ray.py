@@ -61,6 +61,7 @@ from dlsched.policy.base import NodeView
 from dlsched.ray.host import NAMESPACE, guarded, host_actor
 from dlsched.train import fence
 from dlsched.train.launcher import IN_USE_FILE, RAY_ADDRESS_ENV, SLOTS_FILE
+from dlsched.train.no_space import EXIT_NO_SPACE
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 ACTOR_PREFIX = "dlsched-job-"
@@ -305,12 +306,12 @@ class RayBackend(Backend):
         status = read_status(job_dir) or {}
         if rc == 0 and status.get("state") == "finished":
             return PollResult("finished")
-        if status.get("state") != "failed" and (rc < 0 or rc == fence.EXIT_FENCED):
+        if status.get("state") != "failed" and (rc < 0 or rc in (fence.EXIT_FENCED, EXIT_NO_SPACE)):
             # killed from outside, or fenced: the coordinator of a lost node still held the job folder (its guard
             # had not yet ended it). Neither failed the job: the loop resumes it from its checkpoint, a bounded
             # number of times, as the local backend's poll does
-            how = f"killed by signal {-rc}" if rc < 0 else \
-                f"fenced: another coordinator still held the job folder{output_tail(job_dir)}"   # it names the holder
+            how = f"killed by signal {-rc}" if rc < 0 else "stopped: its job folder's disk is full" \
+                if rc == EXIT_NO_SPACE else f"fenced: another coordinator still held the job folder{output_tail(job_dir)}"
             return PollResult("gone", f"coordinator {how}", fenced=rc == fence.EXIT_FENCED)
         return PollResult("failed", status.get("error") or f"exit code {rc}{output_tail(job_dir)}")
 

@@ -178,11 +178,13 @@ def _left_cell(j: dict, now: float) -> str:
     """Time to the predicted finish; a live job past it is ``overdue`` (``-0s`` read as a job that had ended), or
     ``ending`` once it trained every sample (its last evaluation, checkpoint and exit: nothing is late)."""
     ts = j.get("predicted_finish")
-    if not ts or j["state"] in TERMINAL:
+    if j["state"] in TERMINAL:
         return "-"
-    if ts - now >= 0.5:
-        return human_duration(ts - now)
-    return "ending" if (j.get("fraction_done") or 0.0) >= 1.0 else "overdue"
+    if (j.get("fraction_done") or 0) >= 1:
+        return "ending"
+    if not ts:
+        return "-"
+    return human_duration(ts - now) if ts - now >= 0.5 else "overdue"
 
 
 def _reason(j: dict) -> str:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from dlsched.backends.base import PollResult
 from dlsched.service.ended_status import KILLED, settle_status
-from dlsched.service.event_kinds import START_UNRESERVED
+from dlsched.service.event_kinds import START_NO_SPACE, START_UNRESERVED
 from dlsched.service.store import FAILED, QUEUED, Store
+from dlsched.train.no_space import is_no_space
 
 MAX_COORDINATOR_LOSSES = 3   # resumes after a lost coordinator (killed, OOM, node lost) before the job fails
 # starts refused because a lost node's coordinator still held the job folder until its guard (or, on NFS, its
@@ -17,6 +18,8 @@ MAX_FENCED_STARTS = 18
 # starts whose reservation timed out: the round's view had the GPUs, the cluster did not (a node dying as the job
 # was placed, slots held outside dlsched); the next round places it on what is left
 MAX_UNRESERVED_STARTS = 3
+# starts that found the job folder's disk full: one a round, so a few minutes of a full disk at the default interval
+MAX_NO_SPACE_STARTS = 100
 
 
 def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float, job_dir: Path | None = None) -> None:
@@ -39,8 +42,12 @@ def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float, job_
 
 
 def after_failed_start(store: Store, job_id: int, error: Exception, now: float) -> tuple[str, dict, dict]:
-    """The job's write for a start that raised: a reservation timeout leaves it queued (bounded; the event says so,
+    """The job's write for a start that raised: a reservation timeout, or a job folder whose disk is full (it failed
+    the job for good, and a moment's full disk every job it re-queued), leaves it queued (bounded; the event says so,
     as queued -> queued is no transition), anything else fails it."""
+    if is_no_space(error) and store.count_events(job_id, START_NO_SPACE, "error") < MAX_NO_SPACE_STARTS:
+        store.event(START_NO_SPACE, job_id, now, error=f"the job folder's disk is full: {error}")
+        return QUEUED, {}, {"num_gpus": 0, "placement": {}}
     if isinstance(error, TimeoutError) and \
             store.count_events(job_id, START_UNRESERVED, "error") < MAX_UNRESERVED_STARTS:
         store.event(START_UNRESERVED, job_id, now, error=str(error))

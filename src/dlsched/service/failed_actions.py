@@ -4,7 +4,9 @@ A grow whose reservation timed out changed nothing (a backend's grow is all or n
 every newcomer's slot before it touches the job): the job trains on at its size, with a ``grow_unreserved`` event,
 and grows again only after a wait (``resize_backoff``). Before, it was stopped and failed: a round's view that still
 listed a node Ray had just declared dead cost the job its life. A start whose reservation timed out stays queued
-(``coordinator_loss.after_failed_start``); anything else fails the job."""
+(``coordinator_loss.after_failed_start``), as does one whose job folder's disk is full; a resize that could not write
+the job's folder (its disk full) stops the job and re-queues it (it failed the job for good); anything else fails
+the job."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +16,8 @@ from dlsched.round import Action, Resize, Start
 from dlsched.service.coordinator_loss import after_failed_start
 from dlsched.service.event_kinds import GROW_UNRESERVED
 from dlsched.service.resize_backoff import ResizeBackoff
-from dlsched.service.store import FAILED, JobRecord, Store
+from dlsched.service.store import FAILED, QUEUED, JobRecord, Store
+from dlsched.train.no_space import is_no_space
 
 
 def after_failed_action(store: Store, backend: Backend, backoff: ResizeBackoff, job: JobRecord, act: Action,
@@ -28,4 +31,7 @@ def after_failed_action(store: Store, backend: Backend, backoff: ResizeBackoff, 
     backend.stop(job.id, job_dir)
     if isinstance(act, Start):
         return [(job.id, *after_failed_start(store, job.id, error, now))]
+    if is_no_space(error):   # control.json not written: no fault of the job's; stopped, it resumes from its checkpoint
+        reason = f"{type(act).__name__.lower()} failed: the job folder's disk is full ({error}); resume from checkpoint"
+        return [(job.id, QUEUED, {"reason": reason}, {"num_gpus": 0, "placement": {}})]
     return [(job.id, FAILED, {"reason": f"{type(act).__name__.lower()} failed: {error}"}, {"error": str(error)[:500]})]

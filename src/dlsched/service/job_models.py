@@ -314,6 +314,11 @@ class JobModels:
         """Copies of (speed models, observed rates, predicted totals, last changes) for the forecast thread."""
         return dict(self._speeds), dict(self._rates), dict(self._totals), dict(self._changes)
 
+    def forget_progress(self, job_id: int) -> None:
+        """The job's stored rows changed, not only grew (``replayed_steps``): the next ``progress`` reads them all."""
+        self._progress.pop(job_id, None)
+        self._seen_progress.pop(job_id, None)
+
     def progress(self, job_id: int, store: Store) -> ProgressHistory:
         """The job's stored progress: the rows read before, and those stored since."""
         history = self._progress.setdefault(job_id, ProgressHistory())

@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 
 from prometheus_client import Histogram
 
-from dlsched.backends.base import Backend, Launch, read_progress
+from dlsched.backends.base import Backend, Launch, PollResult, read_progress
 from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_policy
 from dlsched.policy.placement import consolidated
@@ -79,10 +79,13 @@ def cancel_now(backend: Backend, job_dir: Callable[[JobRecord], Path], running: 
     return [j for j in running if j.cancel_requested and backend.poll(j.id, job_dir(j)).state != "finished"]
 
 
-def count_to_end(store: Store, before: JobRecord, counted: dict, state: str, job_dir: Path, now: float) -> float:
-    """When a job that ``state`` says ended did (its folder says: ``recovery.ended_at``), its time counted only up to
-    then, not to this poll, which came late (``accounting.counted_to_end``); ``now`` for a job still running."""
-    end = recovery.ended_at(job_dir, now) if state in ("finished", "failed") else None
+def count_to_end(store: Store, before: JobRecord, counted: dict, res: PollResult, job_dir: Path, now: float) -> float:
+    """When a job that ``res`` says ended did (its folder says: ``recovery.ended_at``), its time counted only up to
+    then, not to this poll, which came late (``accounting.counted_to_end``); ``now`` for a job still running. A
+    coordinator gone (killed) is counted to its last record or to the last round that counted it, whichever is later:
+    one killed while the store could not be written (a full disk, a lock) was charged until rounds worked again."""
+    ended = res.state in ("finished", "failed") or (res.state == "gone" and not res.fenced)
+    end = recovery.ended_at(job_dir, now) if ended else None
     ended = counted_to_end(before, counted, end, now)
     store.update(before.id, **ended)
     return ended.get("accounted_until", now)
@@ -278,7 +281,7 @@ class LiveLoop:
         res = self.backend.poll(job.id, d)
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
-        until = count_to_end(self.store, before, counted, res.state, d, now)
+        until = count_to_end(self.store, before, counted, res, d, now)
         runtime_gave_up = self._given_up.pop(job.id, None)   # its newcomers went; past the deadline, unconfirmed
         given_up = runtime_gave_up or self.deadline.overdue(job, now)
         if res.state == "finished":
@@ -331,7 +334,8 @@ class LiveLoop:
             if job.releasing and released(job, samples):   # the runtime trains at its size: the rest is free
                 fields["releasing"] = None
                 self._confirmed.append(job.id)
-        self.store.add_progress(job.id, samples, offset, **fields)
+        if self.store.add_progress(job.id, samples, offset, **fields):
+            self.models.forget_progress(job.id)   # a restore's replay replaced stored rows: read them again
         events = [r for r in records if "event" in r]
         self.job_events.store_read(job.id, events, now)   # bounded (``job_events.py``); the loop reads them all
         for r in events:

@@ -30,10 +30,13 @@ def record_lost_resize(store: Store, backend: Backend, job: JobRecord, job_dir: 
         return job
     batch = ctl.batch_size or job.batch_size
     releasing = held_after(job, placed) or None
-    return store.transition(job.id, RESCALING, now,
-                            {"gpus_from": job.held_gpus, "gpus": ctl.workers, "batch_size": batch,
-                             "placement_from": job.placement, "batch_from": job.batch_size,
-                             "reason": "service restart: a resize it had sent but not recorded",
-                             **({"releasing": releasing} if releasing else {})},
-                            num_gpus=ctl.workers, placement=placed, batch_size=batch, generation=ctl.generation,
-                            training_gpus=job.held_gpus, releasing=releasing)
+    with store.batch():   # and its allocation row, as the lost round's write had (the Gantt showed no grow)
+        rec = store.transition(job.id, RESCALING, now,
+                               {"gpus_from": job.held_gpus, "gpus": ctl.workers, "batch_size": batch,
+                                "placement_from": job.placement, "batch_from": job.batch_size,
+                                "reason": "service restart: a resize it had sent but not recorded",
+                                **({"releasing": releasing} if releasing else {})},
+                               num_gpus=ctl.workers, placement=placed, batch_size=batch, generation=ctl.generation,
+                               training_gpus=job.held_gpus, releasing=releasing)
+        store.record_allocation(job.id, now, ctl.workers, batch, dict(placed))
+    return rec

@@ -2,7 +2,7 @@
 
 What an operator graphs and alerts on: jobs per state; the cluster's slots and those allocated, per node with its
 health; each active job's state, slots, speed, progress and predicted finish, and its stated target's chance by the
-budget and predicted time with its 80 % band; the scheduling rounds (how many, how many raised, a histogram of
+budget and predicted time with its 80 % band (or that it has no prediction yet); the scheduling rounds (how many, how many raised, a histogram of
 their wall time, the last one's phases) and the errors the cluster's own bands are made of; and the scheduler's
 events by kind (starts, resizes, preemptions, failures). Times are Unix timestamps (``time() -
 dlsched_job_submit_timestamp_seconds`` is a queue wait in PromQL), durations seconds. A job's labels are its id and
@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from dlsched import __version__
 from dlsched.policy.base import NodeView
-from dlsched.service.finish_times import shown_times, stated_target
+from dlsched.service.finish_times import shown_times, stated_targets
 from dlsched.service.store import (ACTIVE, RESCALING, RUNNING, TERMINAL, JobRecord, Store, event_counts,
                                    job_counts)
 
@@ -118,6 +118,10 @@ class ServiceCollector:
                                       "The late end of the 80 % band of when the job reaches its target",
                                       labels=TARGET_LABELS),
         }
+        # a target of a reported metric the job states that is not predicted yet (the API's target_pending, whose
+        # why says what is missing): the alert "a target stated an hour ago has no prediction" had no series to read
+        pending = GaugeMetricFamily("dlsched_job_target_pending", "A target the job states that has no prediction "
+                                    "yet (its value; `dlsched show ID`'s target_pending says why)", labels=TARGET_LABELS)
         # the job's state as a label (kube-state-metrics' phase): `count by (state)` of the live queue, or a queued
         # job's wait joined on (job) with the submit time
         state = GaugeMetricFamily("dlsched_job_state", "1, labelled with the job's state", labels=[*JOB_LABELS, "state"])
@@ -129,12 +133,16 @@ class ServiceCollector:
                       "done": j.samples / j.total_samples if j.total_samples else None, "finish": finish,
                       "stalled": j.stalled_since}
             _add(families, labels, values)
-            if (target := stated_target(preds.get(j.id))) is not None:
+            target, waiting = stated_targets(j, preds.get(j.id))
+            if target is not None:
                 band = target["time_80"] or (None, None)
                 _add(targets, labels + [target["metric"]], target | {"early": band[0], "late": band[1]})
+            if waiting is not None:
+                pending.add_metric(labels + [waiting["metric"]], waiting["value"])
         yield state
         yield from families.values()
         yield from targets.values()
+        yield pending
 
     def _rounds(self):
         t = self.loop_thread

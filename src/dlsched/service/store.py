@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from dlsched.numbers import finite, is_number
 from dlsched.service.private_files import private_file, tighten
+from dlsched.service.replayed_steps import drop_rolled_back
 from dlsched.spec import JobSpec
 
 QUEUED, RUNNING, RESCALING, FINISHED, FAILED, CANCELLED = "queued", "running", "rescaling", "finished", "failed", "cancelled"
@@ -444,7 +445,7 @@ class Store:
             self._local.conn = None
 
     def _tx(self):
-        return _Transaction(self._conn())
+        return _Transaction(self._conn(), self._local)
 
     def batch(self):
         """Group many writes into one transaction (one fsync): ``with store.batch(): ...``. Nested calls join it."""
@@ -601,10 +602,12 @@ class Store:
         rows = self._conn().execute(q, () if job_id is None else (job_id,))
         return [dict(r) | {"placement": json.loads(r["placement"])} for r in rows]
 
-    def add_progress(self, job_id: int, records: list[dict], new_offset: int, **job_fields: Any) -> None:
-        """Append progress rows and advance the job's read offset atomically (idempotent across restarts)."""
-        c = self._conn()
+    def add_progress(self, job_id: int, records: list[dict], new_offset: int, **job_fields: Any) -> int:
+        """Append progress rows and advance the job's read offset atomically (idempotent across restarts). A
+        restore's replayed steps replace the rows of the steps it rolled back (``replayed_steps``): returns how
+        many stored rows were deleted (a reader that keeps rows in memory reads them again)."""
         with self._tx():
+            records, deleted = drop_rolled_back(c := self._conn(), job_id, records)
             c.executemany(
                 "INSERT INTO progress(job_id, time, step, epoch, samples, loss, samples_per_s, workers, batch_size, "
                 "lr, lr_factor, grad_sqr, grad_var, noise_batch, metrics, member, member_step) "
@@ -614,6 +617,7 @@ class Store:
                   _number(s.get("lr_factor")), *_noise(s.get("grad_noise")), _step_metrics(s.get("metrics")),
                   *_member(s)) for s in records])
             self._update(c, job_id, {"progress_offset": new_offset, **job_fields})
+        return deleted
 
     def progress(self, job_id: int, after_id: int | None = None, loss_points: int | None = None,
                  limit: int | None = None) -> list[dict]:
@@ -797,11 +801,19 @@ def _live_row(c: sqlite3.Connection, job_id: int, columns: str, ended: str) -> s
     return row
 
 
+def on_rollback(store: Store, undo: Callable[[], None]) -> None:
+    """Run ``undo`` should the transaction open on this thread roll back (nothing when none is open: each write
+    then commits at once). For books kept in memory beside the store's rows: a round that failed to commit (a full
+    disk, a lock) had spent them on rows never stored, and its retry found them spent."""
+    if store._conn().in_transaction:
+        store._local.__dict__.setdefault("undo", []).append(undo)
+
+
 class _Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``); nests as a no-op inside an open transaction."""
 
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
+    def __init__(self, conn: sqlite3.Connection, local: threading.local | None = None):
+        self.conn, self.local = conn, local
         self.outer = False
 
     def __enter__(self):
@@ -816,6 +828,7 @@ class _Transaction:
         try:
             if exc_type is None:
                 self.conn.execute("COMMIT")
+                self._undo(run=False)
                 return False
         except sqlite3.Error:
             # a failed COMMIT (a full disk, an I/O error) may leave the transaction open, and with it the write lock
@@ -828,5 +841,13 @@ class _Transaction:
     def _rollback(self) -> None:
         # SQLite may have rolled back already (SQLITE_FULL inside the transaction): a second ROLLBACK would raise
         # and hide the error that caused it
-        if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+        try:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+        finally:
+            self._undo(run=True)
+
+    def _undo(self, run: bool) -> None:
+        undo = self.local.__dict__.pop("undo", []) if self.local is not None else []
+        for fn in reversed(undo) if run else ():
+            fn()

@@ -32,11 +32,12 @@ from dlsched.train import preemption, worker_forkserver
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.devices import job_devices
 from dlsched.train.files import ProgressLog, job_program, read_status, write_status
+from dlsched.train.no_space import is_no_space
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.replayed_records import ReplayedRecords
-from dlsched.train.resume_log import read_resume_log
+from dlsched.train.resume_log import read_resume_log, skipped_events
 from dlsched.train.script_output import ScriptOutput
 from dlsched.train.resizer import Resizer
 from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready, end_key,
@@ -236,6 +237,8 @@ class Coordinator:
         # a resumed job numbers its generations after the last run's, and says where it resumed: the sample
         # records the last run wrote after that step are then known to be rolled back (committed_sample_ids)
         earlier = read_resume_log(self.dir, start.step)   # one pass, none of it kept: a long job's log is gigabytes
+        for e in skipped_events(earlier, time.time()):
+            self.progress.write(e)
         self.resizer.control.generation = earlier.answered
         first = earlier.generation + 1
         self.generation = first - 1
@@ -272,7 +275,8 @@ class Coordinator:
                 time.sleep(IDLE_POLL_S)
         except Exception as e:  # noqa: BLE001 - any failure must end as status=failed, workers reaped
             self.pool.kill(list(self.pool.procs))
-            self._status("failed", f"{type(e).__name__}: {e}")
+            if not is_no_space(e):   # a full disk is no failure of the job's: it resumes once there is room
+                self._status("failed", f"{type(e).__name__}: {e}")
             raise
         finally:
             self.script_output.echo(final=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlsched.train.files import read_json_lines
+from dlsched.train.files import iter_json_lines, read_json_lines
 
 
 @lru_cache(maxsize=4)
@@ -168,7 +168,8 @@ def committed_sample_ids(job_dir: Path) -> Counter:
     """
     job_dir = Path(job_dir)
     rollbacks = [(rec["new_generation"], rec[ROLLBACKS[rec["event"]]])
-                 for rec in read_json_lines(job_dir / "progress.jsonl") if rec.get("event") in ROLLBACKS]
+                 for rec in iter_json_lines(job_dir / "progress.jsonl", bad=lambda *_: None)
+                 if rec.get("event") in ROLLBACKS]   # a damaged line mid-file: the resume passed over it too
     seen: Counter = Counter()
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):
         last: dict[tuple, list[int]] = {}   # a step dropped before its optimizer step is recorded again, ids []

@@ -158,25 +158,36 @@ def read_json_lines(path: Path, warn_torn: bool = True) -> list[dict]:
     return list(iter_json_lines(path, warn_torn))
 
 
-def iter_json_lines(path: Path, warn_torn: bool = True) -> Iterator:
+def iter_json_lines(path: Path, warn_torn: bool = True, bad: Callable[[int, str, bytes], None] | None = None,
+                    offset: int = 0, seen: Callable[[bytes], None] | None = None) -> Iterator:
     """``read_json_lines`` one record at a time: a months-long job's progress.jsonl is gigabytes, and its records as
-    a list several times that."""
+    a list several times that. ``bad``: a bad line before the last is passed on (line number, error, its bytes) and
+    skipped, not an error (a resume: a damaged record must not fail the job for good). ``offset``: from that byte
+    (a line's start; line numbers count from there); ``seen``: is given each line read, as it is read."""
     path = Path(path)
     try:
         f = open(path, "rb")
     except FileNotFoundError:
         return
-    torn = None   # (line number, error) of a bad line: an error unless it is the last
+    torn = None   # (line number, error, line) of a bad line: an error unless it is the last
     with f:
+        f.seek(offset)
         for n, line in enumerate(f, 1):
+            if seen is not None:
+                seen(line)
             if torn is not None:
-                raise UserError(f"{path}:{torn[0]}: unreadable record ({torn[1]})")
+                if bad is None:
+                    raise UserError(f"{path}:{torn[0]}: unreadable record ({torn[1]})")
+                bad(*torn)
+                torn = None
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
-            except ValueError as e:
-                torn = (n, e)
+                rec = json.loads(line)
+            except ValueError as e:   # UnicodeDecodeError too: a flipped byte
+                torn = (n, str(e), line)
+                continue
+            yield rec
     if torn is not None and warn_torn:
         log.warning("%s: ignoring its torn last line %d (a writer was killed mid-line)", path, torn[0])
 

@@ -204,7 +204,8 @@ EVENTS = ("resized", "checkpoint", "worker_lost", "straggler", "epoch_end", "fin
           "profiled", "flotillas", "member_converged",   # these three: a FLEET ensemble (train/fleet_job.py)
           "checkpoint_skipped", "resumed", "shrunk",     # a torn checkpoint, a restart, a group shrunk past a loss
           "batch_size", "servers_changed",               # dlsched.torch's adaptive batch, a ps job's servers
-          "rejoined")                                    # a shrunk group grown back into the slots it still held
+          "rejoined",                                    # a shrunk group grown back into the slots it still held
+          "progress_line_skipped")                       # a resume passed over a damaged progress.jsonl line
 
 
 class EventRecord(_Record):

@@ -27,6 +27,10 @@ function fmtDur(s) {
 }
 const fmtClock = (t) => (t == null ? "?" : new Date(t * 1000).toLocaleTimeString([], { hour12: false }));
 const rel = (t, now) => (t == null ? "?" : `${fmtClock(t)} <span class="muted">(${t >= now ? "in " : ""}${fmtDur(Math.abs(t - now))}${t < now ? " ago" : ""})</span>`);
+// a live job that trained its whole budget is saving its last checkpoint and exiting: its predicted finish just
+// passed, and "(3s ago)" read as a job overdue (`dlsched status` says LEFT ending)
+const finishCell = (t, j, now) => (j.fraction_done >= 1 && ["running", "rescaling"].includes(j.state)
+  ? `ending <span class="muted">(trained its budget)</span>` : rel(t, now));
 // the detail fields that are POSIX times: dlsched.display.TIME_FIELDS (tests/service/test_dashboard.py keeps them equal)
 const TIME_FIELDS = new Set(["time", "submit_time", "start_time", "end_time", "predicted_start", "predicted_finish",
   "made_at", "last_seen", "since", "target_time", "forecast_time", "stalled_since", "policy_finish", "target_time_80",
@@ -166,7 +170,7 @@ async function overviewPage(view) {
       <td class="num">${j.gpus}/${j.requested}</td><td class="num">${j.batch_size ?? "–"}</td>
       <td>${j.fraction_done == null ? "–" : `<span class="bar"><i style="width:${(100 * Math.min(1, j.fraction_done)).toFixed(1)}%"></i></span> ${(100 * j.fraction_done).toFixed(0)}%`}</td>
       <td class="num"${j.ensemble ? ' title="the lowest newest loss of its members"' : ""}>${j.ensemble && j.loss != null ? "best " : ""}${fmtNum(j.loss)}</td><td class="num">${fmtNum(j.samples_per_s)}</td>
-      <td>${rel(j.predicted_start, now)}</td><td>${rel(j.predicted_finish, now)}</td><td class="target">${targetCell(j.target, now, j.target_pending)}</td></tr>`).join("");
+      <td>${rel(j.predicted_start, now)}</td><td>${finishCell(j.predicted_finish, j, now)}</td><td class="target">${targetCell(j.target, now, j.target_pending)}</td></tr>`).join("");
   const recent = d.recent.map((j) => `<tr><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span></td>
       <td>${fmtClock(j.submit_time)}</td><td>${fmtClock(j.end_time)}</td><td class="num">${j.start_time && j.end_time ? fmtDur(j.end_time - j.submit_time) : "–"}</td><td class="error">${esc(j.error || "")}</td></tr>`).join("");
   view.innerHTML = `
@@ -201,7 +205,7 @@ async function jobPage(view, id) {
     ["placement", esc(JSON.stringify(j.placement))], ["batch size", j.batch_size ?? "–"], ["samples done", fmtNum(j.samples)],
     ["fraction done", j.fraction_done == null ? "–" : (100 * j.fraction_done).toFixed(1) + "%"], ["submitted", rel(j.submit_time, now)],
     ["started", rel(j.start_time, now)], ["ended", j.end_time ? rel(j.end_time, now) : "–"],
-    ["predicted start", rel(d.predicted_start, now)], ["predicted finish", rel(d.predicted_finish, now)],
+    ["predicted start", rel(d.predicted_start, now)], ["predicted finish", finishCell(d.predicted_finish, j, now)],
     ["convergence fit", fitText(fit)],
     ["error", `<span class="error">${esc(j.error || "")}</span>`]];
   if (j.stalled_since) kv.splice(1, 0, ["stalled", `<span class="error">no progress since ${rel(j.stalled_since, now)}; its processes live</span>`]);
