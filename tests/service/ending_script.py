@@ -17,6 +17,7 @@ if wid > 0:
     (gate / f"worker-{wid}.started").touch()
     hold(lambda: (gate / "release").exists())
 
-model, optimizer, loader = linear_job(64)
-while not epoch_until_gate(model, optimizer, loader, gate):   # a newcomer enters the loader once even after the
-    pass                                                         # end: it joins (is ready) only there
+# one pass (a loader iterated again outside remaining_epochs is refused), >= 250 s of steps: it outlasts the test. A
+# newcomer enters the loader once even after the end: it joins (is ready) only there
+model, optimizer, loader = linear_job(100_000)
+epoch_until_gate(model, optimizer, loader, gate)
