@@ -683,3 +683,9 @@ def test_a_run_at_its_budget_has_not_reached_a_target_its_log_never_got_to():
     assert not predict_curve(x, ppl, s, target=9.6).reachable
     p = predict_curve(x, ppl, s, target=9.63)
     assert p.reached and p.steps_to_target == 0 and p.p_reach == 1.0
+
+
+def test_an_accuracy_above_100_percent_is_named_as_such():
+    """101 on % data said "accuracy values must leave a positive error: 101", as if the run had been too good."""
+    with pytest.raises(ValueError, match="accuracy values must be in 0–1 or 0–100 %, got 101 at x = 5"):
+        predict_curve([1, 2, 3, 4, 5], [50, 60, 70, 80, 101], parse_schedule("constant", 10), metric="accuracy")

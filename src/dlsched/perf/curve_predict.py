@@ -229,6 +229,9 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
     y = with_stand_in(y, None if target is None else goal_of(y, 0.0, target, None, space))
     if np.any(y <= 0):   # the models are relative (log-space): name the point that leaves nothing to model
         i = int(np.argmax(y <= 0))
+        shown = float(np.asarray(values, float)[ok][i])
+        if metric == "accuracy" and shown > space.top:   # 101 on % data: no scale holds it
+            raise ValueError(f"accuracy values must be in 0–1 or 0–100 %, got {shown:g} at x = {x[i]:g}")
         raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}: "
                          f"{float(np.asarray(values, float)[ok][i]):g} at x = {x[i]:g}")
     if regime not in REGIMES:
