@@ -612,6 +612,77 @@ def test_a_resize_the_runtime_abandons_returns_the_job_to_its_old_gpus_and_slots
         backend.stop_all()
 
 
+def fill_database(store):
+    """The store's disk is full: its file may grow no more, and the free room left in its pages is taken."""
+    import sqlite3
+    conn = store._conn()
+    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
+    for size in (4000, 1000, 200, 50, 10):
+        try:
+            while True:
+                store.event("filler", None, 0.0, x="y" * size)
+        except sqlite3.OperationalError:
+            pass
+
+
+class FillsTheDiskWhenItDecides(Policy):
+    """test-elastic's decisions; with ``fill`` set, the store's disk fills as it decides: the round's backend actions
+    run, its commit fails."""
+
+    name = "test-fills"
+
+    def __init__(self, store):
+        from tests.service.policies import GreedyElastic
+        self.inner, self.store, self.fill = GreedyElastic(), store, False
+
+    def decide(self, jobs, c):
+        if self.fill:
+            fill_database(self.store)
+        return self.inner.decide(jobs, c)
+
+    def __deepcopy__(self, memo):   # the forecast's copy decides only
+        return self.inner
+
+
+def test_a_runtimes_abandoned_resize_is_not_lost_with_a_round_that_failed_to_commit(tmp_path):
+    """The round that grew the job wrote control.json (generation g) and failed to commit (a full disk): the store
+    stayed at g - 1, the runtime's resize_abandoned for g was dropped as an older request's, and the retried grow
+    reused g, which the runtime ignores (not higher): the job sat `rescaling` until resize_timeout_s."""
+    import sqlite3
+    from dlsched.service.store import RESCALING
+
+    t = [0.0]
+    store = Store(tmp_path / "s.db")
+    backend = LocalBackend(runtime=RUNTIME, stop_grace_s=1.0)
+    policy = FillsTheDiskWhenItDecides(store)
+    loop = LiveLoop(store, backend, cluster("test-elastic", (2,)), tmp_path, clock=lambda: t[0], policy=policy)
+    try:   # 600 s steps: the contract job never confirms a resize by itself
+        x = store.submit(load_job_spec(job_yaml("x", gpus=1, samples=10**6, step_s=600)), now=0.0)
+        a = store.submit(load_job_spec(job_yaml("a", gpus=1, max_gpus=2, samples=10**6, step_s=600)), now=0.0)
+        loop.round()
+        store.request_cancel(x)
+        t[0], policy.fill = 10.0, True
+        with pytest.raises(sqlite3.OperationalError, match="full"):
+            loop.round()                                   # x's slot goes to a: 1 -> 2, in control.json only
+        store._conn().execute("PRAGMA max_page_count = 1073741823")   # room again
+        policy.fill = False
+        sent = json.loads((loop.job_dir(a) / "control.json").read_text())
+        assert sent["workers"] == 2 and store.get(a).generation == sent["generation"] - 1
+        with open(loop.job_dir(a) / "progress.jsonl", "a") as f:
+            f.write(json.dumps({"event": "resize_abandoned", "time": 11.0, "reason": "new worker 1 exited with 3",
+                                "control_generation": sent["generation"]}) + "\n")
+        t[0] = 20.0
+        loop.round()                                       # the notice is read; the grow is retried
+        assert (store.get(a).state, store.get(a).generation) == (RESCALING, sent["generation"])
+        t[0] = 30.0
+        loop.round()
+        job = store.get(a)
+        assert (job.state, job.num_gpus, job.placement) == (RUNNING, 1, {"n0": 1})
+        assert "new worker 1 exited with 3" in store.last_event(a, RUNNING, came_from=RESCALING)["reason"]
+    finally:
+        backend.stop_all()
+
+
 class KeepsItsFirstWorkers(RecordingBackend):
     """Ray's books: a job's slots in its workers' rank order; a shrink keeps the first (the runtime keeps its oldest
     workers), a grow adds the newcomers where asked, or on ``instead[node]`` (Ray placing them elsewhere: the node

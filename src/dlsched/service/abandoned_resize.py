@@ -2,6 +2,11 @@
 held (the store, the backend's books and control.json), and the target's GPUs are free again. The next rounds
 decide anew, growing it only after a wait (``resize_backoff``).
 
+The notice names the control generation it answers, and waits (``ResizeNotices``) until the store's job is at it: a
+round that failed to commit after its resize wrote control.json left the store a generation behind the runtime, and
+the retried resize reuses that generation (the runtime ignores it: not higher), so the notice read in between was
+dropped as an older request's and the job waited out ``resize_timeout_s``.
+
 A grow the service gives up itself (past ``resize_timeout_s``) has no word from the runtime that its larger group
 never formed: the slots it asks back are then ``releasing`` (``slot_holds``) until the runtime confirms."""
 from __future__ import annotations
@@ -12,7 +17,7 @@ from pathlib import Path
 from dlsched.backends.base import Backend, Launch
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.slot_holds import held_after, taken_back
-from dlsched.service.store import RESCALING, RUNNING, JobRecord, Store
+from dlsched.service.store import RESCALING, RUNNING, JobRecord, Store, on_rollback
 
 log = logging.getLogger("dlsched.service")
 
@@ -41,3 +46,31 @@ def return_to_held(store: Store, backend: Backend, backoff: ResizeBackoff, job: 
                                                    **({"releasing": releasing} if releasing else {})},
                             num_gpus=gpus, placement=placement, batch_size=batch, generation=gen,
                             training_gpus=None, releasing=releasing)
+
+
+class ResizeNotices:
+    """Each job's newest ``resize_abandoned`` notice, (control generation, reason), until its job reaches that
+    generation. An older generation's is moot: a newer request stands."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self._notices: dict[int, tuple[int, str]] = {}
+
+    def read(self, job: JobRecord, events: list[dict]) -> None:
+        for r in events:
+            gen = r.get("control_generation")
+            if r["event"] == "resize_abandoned" and type(gen) is int and gen >= job.generation:
+                self._notices[job.id] = (gen, str(r.get("reason")))
+
+    def take(self, job: JobRecord) -> str | None:
+        """Why the runtime gave up ``job``'s current resize (None: it did not). Given back should the round's
+        transaction roll back: its read was stored, and is not read again."""
+        notice = self._notices.get(job.id)
+        if notice is None or notice[0] > job.generation:
+            return None
+        del self._notices[job.id]
+        on_rollback(self.store, lambda: self._notices.setdefault(job.id, notice))
+        return notice[1] if notice[0] == job.generation else None
+
+    def forget(self, job_id: int) -> None:
+        self._notices.pop(job_id, None)

@@ -19,7 +19,7 @@ from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_pol
 from dlsched.policy.placement import consolidated
 from dlsched.round import Action, Move, Preempt, Resize, Start, schedule
 from dlsched.service import recovery
-from dlsched.service.abandoned_resize import return_to_held
+from dlsched.service.abandoned_resize import ResizeNotices, return_to_held
 from dlsched.service.accounting import RoundGap, counted_to_end, since_counted
 from dlsched.service.coordinator_loss import resume_or_fail
 from dlsched.service.ensemble_view import ensemble_view_of
@@ -126,7 +126,7 @@ class LiveLoop:
         self._to_refit: dict[int, JobRecord] = {}          # jobs whose progress arrived this pass
         self._ended: list[tuple[int, bool]] = []           # (job, finished) that ended this pass
         self.job_events = JobEvents(store)   # what a job's processes write, bounded
-        self._given_up: dict[int, str] = {}                # job -> why the runtime abandoned its current resize
+        self.notices = ResizeNotices(store)                # why the runtime abandoned a job's resize
         self._confirmed: list[int] = []                    # jobs whose held slots the store released this pass
         self.backoff = ResizeBackoff()                     # no grow storm after abandoned ones
         self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
@@ -259,7 +259,7 @@ class LiveLoop:
             self.backend.stop(job.id, self.job_dir(job))      # slow (grace period): outside any transaction
             with self.store.batch():   # ended `at` the stop's end: it held its GPUs through the stop's grace
                 self._ingest(job, at := self.clock())
-                self._given_up.pop(job.id, None)
+                self.notices.forget(job.id)
                 # its time since the last round counts, as a finished job's does: `history` showed GPU-TIME short of RAN
                 self.store.transition(job.id, CANCELLED, at,
                                       **since_counted(job, at, last, self.round_gap.since_round(elapsed)))
@@ -282,7 +282,7 @@ class LiveLoop:
         if res.state in ("finished", "failed", "gone"):
             job = self._ingest(job, now)   # what it wrote between the read above and its exit (its last steps)
         until = count_to_end(self.store, before, counted, res, d, now)
-        runtime_gave_up = self._given_up.pop(job.id, None)   # its newcomers went; past the deadline, unconfirmed
+        runtime_gave_up = self.notices.take(job)   # its newcomers went; past the deadline, unconfirmed
         given_up = runtime_gave_up or self.deadline.overdue(job, now)
         if res.state == "finished":
             self.store.transition(job.id, FINISHED, now, end_time=until)
@@ -338,10 +338,7 @@ class LiveLoop:
             self.models.forget_progress(job.id)   # a restore's replay replaced stored rows: read them again
         events = [r for r in records if "event" in r]
         self.job_events.store_read(job.id, events, now)   # bounded (``job_events.py``); the loop reads them all
-        for r in events:
-            # an older request's abandonment is moot: a newer one stands (generation is this loop's to change)
-            if r["event"] == "resize_abandoned" and r.get("control_generation") == job.generation:
-                self._given_up[job.id] = str(r.get("reason"))
+        self.notices.read(job, events)
         job = self.store.get(job.id)
         self._to_refit[job.id] = job
         return job
@@ -359,6 +356,7 @@ class LiveLoop:
             self.models.forget(job_id, finished=finished)
             self.member_losses.forget(job_id)
             self.backoff.forget(job_id)
+            self.notices.forget(job_id)
         self._to_refit, self._ended = {}, []
 
     # -- predictions -------------------------------------------------------------------------------
