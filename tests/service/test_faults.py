@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dlsched.commands.service import job_rows
 from dlsched.faults import FAULT_ENV
 from dlsched.service.server import Service, free_port, wait_for_http
 from dlsched.spec import load_cluster_spec
@@ -219,10 +220,16 @@ def test_a_full_job_folder_disk_stops_the_job_and_it_resumes_once_there_is_room(
         (gate / "pause").unlink()
         wait_until(lambda: "start_no_space" in [e["kind"] for e in c.get(f"/jobs/{job}/events").json()], 120,
                    "a start that found the disk full")
+        # what it waits for, where the operator looks (it said "waiting for GPUs", with its GPU free)
+        queued = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["waiting_for"] and j, 60, "its reason")
+        assert queued["state"] == "queued" and queued["waiting_for"] == "room on its folder's disk (full)", queued
+        assert job_rows([queued])[0][10].startswith("waiting for room on its folder's disk (full)")
+        shown = next(q for q in c.get("/dashboard/api/overview").json()["queue"] if q["id"] == job)
+        assert shown["waiting_for"] == "room on its folder's disk (full)", shown
         (disk / "filler").unlink()
         wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] in ("finished", "failed"), 180, "the job's end")
         j = c.get(f"/jobs/{job}").json()
-        assert j["state"] == "finished", j
+        assert j["state"] == "finished" and j["waiting_for"] is None, j
         queued = [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "queued"]
         assert queued and "disk is full" in queued[0]["reason"], queued
         dups, lost = exactly_once(d, 96)

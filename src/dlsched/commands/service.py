@@ -196,8 +196,9 @@ def _reason(j: dict) -> str:
         return ""
     # an operator's hold outlives the incident it was set for: say it, or the policy seems not to size the job
     held = (f"held at {j['requested_workers']} by resize" if j.get("requested_workers") is not None else "")
-    if j["state"] == "queued":
-        return f"{held}; waiting for GPUs" if held else "waiting for GPUs"
+    if j["state"] == "queued":   # its folder's disk full: it said "waiting for GPUs" while they were free
+        waiting = f"waiting for {j.get('waiting_for') or 'GPUs'}"
+        return f"{held}; {waiting}" if held else waiting
     if j.get("stalled_since"):   # its processes live, its steps stopped (service/stalls.py)
         return f"no progress since {local_clock(j['stalled_since'])}"
     return held

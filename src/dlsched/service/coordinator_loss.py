@@ -44,12 +44,13 @@ def resume_or_fail(store: Store, job_id: int, gone: PollResult, now: float, job_
 def after_failed_start(store: Store, job_id: int, error: Exception, now: float) -> tuple[str, dict, dict]:
     """The job's write for a start that raised: a reservation timeout, or a job folder whose disk is full (it failed
     the job for good, and a moment's full disk every job it re-queued), leaves it queued (bounded; the event says so,
-    as queued -> queued is no transition), anything else fails it."""
+    as queued -> queued is no transition; ``waiting_for`` says it in ``status``), anything else fails it."""
     if is_no_space(error) and store.count_events(job_id, START_NO_SPACE, "error") < MAX_NO_SPACE_STARTS:
         store.event(START_NO_SPACE, job_id, now, error=f"the job folder's disk is full: {error}")
-        return QUEUED, {}, {"num_gpus": 0, "placement": {}}
+        return QUEUED, {}, {"num_gpus": 0, "placement": {}, "waiting_for": "room on its folder's disk (full)"}
     if isinstance(error, TimeoutError) and \
             store.count_events(job_id, START_UNRESERVED, "error") < MAX_UNRESERVED_STARTS:
         store.event(START_UNRESERVED, job_id, now, error=str(error))
-        return QUEUED, {}, {"num_gpus": 0, "placement": {}}
+        return QUEUED, {}, {"num_gpus": 0, "placement": {},
+                            "waiting_for": "GPUs (its last start's reservation timed out)"}
     return FAILED, {"reason": f"start failed: {error}"}, {"error": str(error)[:500]}

@@ -118,7 +118,7 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
                       "loss": _clean(j.last_loss), "ensemble": j.spec.kind == "ensemble",   # its loss: the best member's
                       "samples_per_s": _clean(j.samples_per_s), "predicted_start": _clean(start), "predicted_finish": _clean(finish),
                       "target": target, "target_pending": pending,
-                      "stalled_since": j.stalled_since})
+                      "stalled_since": j.stalled_since, "waiting_for": j.waiting_for})
     counts = job_counts(store)
     allocs, with_allocs = newest_allocations(store, MAX_GANTT_JOBS)
     keep = {a["job_id"] for a in allocs}

@@ -162,7 +162,27 @@ MIGRATIONS: list[str] = [
     ALTER TABLE progress ADD COLUMN member_step INTEGER;
     CREATE INDEX progress_member ON progress(job_id, time) WHERE member IS NOT NULL;
     """,
+    # 15: what a queued job waits for when its GPUs were free and its start failed (its folder's disk full, its
+    # reservation timed out): it said "waiting for GPUs", the reason only in its events (``coordinator_loss``)
+    """
+    ALTER TABLE jobs ADD COLUMN waiting_for TEXT;
+    """,
 ]
+
+
+def _edge_fields(old: str, new: str, start_time: float | None, now: float, fields: dict[str, Any]) -> None:
+    """Add to a transition's ``fields`` what its edge implies (those the caller set stand)."""
+    if new == RUNNING and start_time is None:
+        fields.setdefault("start_time", now)
+    if new not in (RUNNING, RESCALING):   # its processes are gone: nothing of theirs to hold
+        fields.setdefault("releasing", None)
+    if new != QUEUED or old != QUEUED:   # what held a queued job back holds it no more
+        fields.setdefault("waiting_for", None)
+    if new in TERMINAL:
+        fields.setdefault("end_time", now)
+        fields.setdefault("num_gpus", 0)
+        fields.setdefault("placement", {})
+    fields["state"] = new
 
 
 def _resize_event(job: JobRecord, workers: int | None, batch_size: int | None) -> tuple[str, dict] | None:
@@ -347,6 +367,7 @@ class JobRecord:
     accounted_until: float | None = None   # run_time/attained_service count the time it ran up to here
     progressed_at: float | None = None     # when its last new progress was read (or it started or resized)
     stalled_since: float | None = None     # its processes live, no progress since then (service/stalls.py)
+    waiting_for: str | None = None         # queued: what it waits for besides GPUs (service/coordinator_loss.py)
 
     @property
     def held_gpus(self) -> int:
@@ -515,15 +536,7 @@ class Store:
             old = row["state"]
             if new_state != old and new_state not in TRANSITIONS[old]:
                 raise TransitionError(f"job {job_id}: {old} -> {new_state} is not allowed")
-            if new_state == RUNNING and row["start_time"] is None:
-                fields.setdefault("start_time", now)
-            if new_state not in (RUNNING, RESCALING):   # its processes are gone: nothing of theirs to hold
-                fields.setdefault("releasing", None)
-            if new_state in TERMINAL:
-                fields.setdefault("end_time", now)
-                fields.setdefault("num_gpus", 0)
-                fields.setdefault("placement", {})
-            fields["state"] = new_state
+            _edge_fields(old, new_state, row["start_time"], now, fields)
             self._update(c, job_id, fields)
             if new_state != old or (new_state == RESCALING and detail):   # a new target mid-resize is news too
                 self._event(c, now, job_id, new_state, {"from": old, **(detail or {})})

@@ -165,7 +165,9 @@ async function overviewPage(view) {
   }).join("");
   const used = d.nodes.reduce((s, n) => s + n.holders.reduce((a, h) => a + h.gpus, 0), 0), total = d.nodes.reduce((s, n) => s + n.gpus, 0);
   // a job alive without progress past stall_after_s (service/stalls.py) says so beside its state
-  const stalled = (j) => (j.stalled_since ? ` <span class="error stalled" title="no progress since ${fmtClock(j.stalled_since)}">stalled</span>` : "");
+  const stalled = (j) => (j.stalled_since ? ` <span class="error stalled" title="no progress since ${fmtClock(j.stalled_since)}">stalled</span>` : "")
+    // a queued job whose start failed with its GPUs free (its folder's disk full): what it waits for (not GPUs)
+    + (j.state === "queued" && j.waiting_for ? ` <span class="error waiting">waiting for ${esc(j.waiting_for)}</span>` : "");
   const q = d.queue.map((j) => `<tr data-job="${j.id}"><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span>${stalled(j)}</td>
       <td class="num">${j.gpus}/${j.requested}</td><td class="num">${j.batch_size ?? "–"}</td>
       <td>${j.fraction_done == null ? "–" : `<span class="bar"><i style="width:${(100 * Math.min(1, j.fraction_done)).toFixed(1)}%"></i></span> ${(100 * j.fraction_done).toFixed(0)}%`}</td>
@@ -209,6 +211,7 @@ async function jobPage(view, id) {
     ["convergence fit", fitText(fit)],
     ["error", `<span class="error">${esc(j.error || "")}</span>`]];
   if (j.stalled_since) kv.splice(1, 0, ["stalled", `<span class="error">no progress since ${rel(j.stalled_since, now)}; its processes live</span>`]);
+  if (j.state === "queued" && j.waiting_for) kv.splice(1, 0, ["waiting for", `<span class="error">${esc(j.waiting_for)}</span>`]);
   const allocs = d.allocations.map((a) => `<tr><td>${fmtClock(a.time)}</td><td class="num">${a.num_gpus}</td><td class="num">${a.batch_size ?? "–"}</td><td>${esc(JSON.stringify(a.placement))}</td></tr>`).join("");
   const events = d.events.map((e) => `<tr><td>${fmtClock(e.time)}</td><td>${esc(e.kind)}</td><td>${esc(fmtDetail(e.detail))}</td></tr>`).join("");
   view.innerHTML = `<section><h2 id="job-title">Job ${j.id} — ${esc(j.name)}</h2><table class="kv">${kv.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("")}</table></section>
