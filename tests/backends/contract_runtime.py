@@ -13,6 +13,7 @@ Usage: python contract_runtime.py --job-dir D --entry X --workers N [--batch-siz
 join (a ``resize_abandoned`` event naming the control generation; the old workers train on).
 ``hold=PATH``: no step while PATH exists (a test keeps the job running across what it does, whatever the load).
 ``fail=1``: after its last step the job fails (status.json ``failed``, exit 1) instead of finishing.
+``stop=1``: after its last step it ends as one stopped from outside does (status.json ``stopped``, exit 143).
 """
 from __future__ import annotations
 
@@ -113,6 +114,9 @@ def main() -> int:
         _atomic(d / "status.json", {"state": "failed", "pid": os.getpid(), "workers": workers,
                                     "error": "contract runtime: failed as asked (fail=1)"})
         return 1
+    if params.get("stop") == "1":
+        _atomic(d / "status.json", {"state": "stopped", "pid": os.getpid(), "workers": workers, "error": None})
+        return 143
     with open(prog, "a") as f:
         f.write(json.dumps({"event": "finished", "time": time.time()}) + "\n")
     _atomic(d / "status.json", {"state": "finished", "pid": os.getpid(), "workers": workers, "error": None})

@@ -72,6 +72,30 @@ def test_failure_is_reported_with_its_reason(tmp_path):
     assert res.state == "failed" and "injected failure" in res.error
 
 
+# a runtime that ends at once as asked: status.json's state (none: no file), then the exit code
+ENDING = ("import json, sys; from pathlib import Path; d = Path(sys.argv[sys.argv.index('--job-dir') + 1]); "
+          "d.mkdir(parents=True, exist_ok=True); s, rc = {state!r}, {rc}; print('coordinator: {said}'); "
+          "s and (d / 'status.json').write_text(json.dumps({{'state': s, 'error': 'boom' if s == 'failed' else None}})); "
+          "sys.exit(rc)")
+
+
+@pytest.mark.parametrize("state, rc, said, want, error", [
+    (None, 75, "job folder held by pid 1", "gone", "coordinator fenced: another coordinator still held the job folder: "
+                                                   "coordinator: job folder held by pid 1"),
+    (None, 73, "no space", "gone", "coordinator stopped: its job folder's disk is full"),
+    ("stopped", 143, "stopped", "gone", "coordinator ended (stopped)"),
+    ("failed", 73, "failed", "failed", "boom"),
+    (None, 2, "bad argument", "failed", "exit code 2: coordinator: bad argument"),
+])
+def test_how_a_coordinator_ended_is_read_from_its_exit_code_and_status(tmp_path, state, rc, said, want, error):
+    """One reading for every backend (``backends/coordinator_exit.py``): a fenced coordinator (exit 75) was "ended
+    (no status)" here, without the holder its output names."""
+    b = LocalBackend(runtime=[sys.executable, "-c", ENDING.format(state=state, rc=rc, said=said)])
+    b.start(Launch(1, spec(), tmp_path, 1, 32))
+    res = wait_until(lambda: (r := b.poll(1, tmp_path)).state != "running" and r)
+    assert (res.state, res.error, res.fenced) == (want, error, rc == 75)
+
+
 def test_a_new_backend_reattaches_to_a_live_coordinator(tmp_path):
     first = LocalBackend(runtime=RUNTIME)
     first.start(Launch(1, spec(samples=640, step_s=0.05), tmp_path, 1, 32))

@@ -179,6 +179,16 @@ def test_failing_runtime_is_reported_with_its_output(backend, tmp_path):
     assert wait_free(4) == 4
 
 
+def test_a_runtime_stopped_from_outside_is_gone_not_failed(backend, tmp_path):
+    """The coordinator's exit reads as the local backend's (``backends/coordinator_exit.py``): one stopped (SIGTERM
+    from outside: it checkpointed, status ``stopped``, exit 143) is resumed. The Ray backend had its own reading,
+    and failed the job ('exit code 143')."""
+    job = launch(tmp_path, 14, 1, n_samples=20, step_s=0.01, extra={"stop": 1})
+    backend.start(job)
+    assert wait_state(backend, job, "gone").error == "coordinator ended (stopped)"
+    assert wait_free(4) == 4
+
+
 def test_stop_kills_the_runtime_and_its_workers(backend, tmp_path):
     job = launch(tmp_path, 7, 2, n_samples=10_000)
     backend.start(job)

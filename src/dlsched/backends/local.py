@@ -26,14 +26,14 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
-from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched, output_tail,
-                                   read_status, runtime_command, write_control)
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched,
+                                   runtime_command, write_control)
+from dlsched.backends.coordinator_exit import coordinator_exit
 from dlsched.paths import pythonpath_with_src
 from dlsched.spec import NodeSpec
 from dlsched.faults import fault_point
 from dlsched.train import fence
 from dlsched.train.files import read_regular
-from dlsched.train.no_space import EXIT_NO_SPACE
 from dlsched.train.preemption import signal_group, sigterm_blocked
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
@@ -287,18 +287,7 @@ class LocalBackend(Backend):
         self._procs.pop(job_id, None)
         self._attached.pop(job_id, None)
         self._forget(job_id)   # no process of it is left: nothing it held back is in use
-        status = read_status(job_dir) or {}
-        state = status.get("state")
-        if state == "finished" and rc in (0, None):
-            return PollResult("finished")
-        if state != "failed" and (rc is None or rc < 0 or rc in (fence.EXIT_FENCED, EXIT_NO_SPACE) or state == "stopped"):
-            # killed from outside (SIGKILL, the OOM killer), stopped, or out of disk: the job did not fail, its
-            # checkpoints stand
-            how = f"killed by signal {-rc}" if rc is not None and rc < 0 else \
-                "stopped: its job folder's disk is full" if rc == EXIT_NO_SPACE else f"ended ({state or 'no status'})"
-            return PollResult("gone", f"coordinator {how}", fenced=rc == fence.EXIT_FENCED)
-        err = status.get("error") or (f"exit code {rc}" if rc is not None else "process ended") + output_tail(job_dir)
-        return PollResult("failed", err)
+        return coordinator_exit(rc, job_dir)
 
     def attach(self, job_id: int, job_dir: Path) -> bool:
         """Re-adopt a coordinator started by an earlier service process, if it is still that process; without a

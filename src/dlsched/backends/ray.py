@@ -50,8 +50,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched, output_tail,
-                                   read_status, runtime_command, write_control)
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched,
+                                   runtime_command, write_control)
+from dlsched.backends.coordinator_exit import coordinator_exit
 from dlsched.backends.ray_job import RayJob, slot_file_groups
 from dlsched.backends.ray_nodes import RayNodes
 from dlsched.backends.ray_slots import Slot, SlotReserver
@@ -59,9 +60,7 @@ from dlsched.paths import pythonpath_with_src
 from dlsched.errors import UserError
 from dlsched.policy.base import NodeView
 from dlsched.ray.host import NAMESPACE, guarded, host_actor
-from dlsched.train import fence
 from dlsched.train.launcher import IN_USE_FILE, RAY_ADDRESS_ENV, SLOTS_FILE
-from dlsched.train.no_space import EXIT_NO_SPACE
 
 DEFAULT_RUNTIME = [sys.executable, "-m", "dlsched.train.run"]
 ACTOR_PREFIX = "dlsched-job-"
@@ -303,17 +302,7 @@ class RayBackend(Backend):
         if rc is None:
             return PollResult("running", nodes=held)
         self.stop(job_id)
-        status = read_status(job_dir) or {}
-        if rc == 0 and status.get("state") == "finished":
-            return PollResult("finished")
-        if status.get("state") != "failed" and (rc < 0 or rc in (fence.EXIT_FENCED, EXIT_NO_SPACE)):
-            # killed from outside, or fenced: the coordinator of a lost node still held the job folder (its guard
-            # had not yet ended it). Neither failed the job: the loop resumes it from its checkpoint, a bounded
-            # number of times, as the local backend's poll does
-            how = f"killed by signal {-rc}" if rc < 0 else "stopped: its job folder's disk is full" \
-                if rc == EXIT_NO_SPACE else f"fenced: another coordinator still held the job folder{output_tail(job_dir)}"
-            return PollResult("gone", f"coordinator {how}", fenced=rc == fence.EXIT_FENCED)
-        return PollResult("failed", status.get("error") or f"exit code {rc}{output_tail(job_dir)}")
+        return coordinator_exit(rc, job_dir)   # killed, stopped, fenced or out of disk: resumed, as the local one's
 
     def _node_may_be_dying(self, job: RayJob) -> bool:
         """Ray reports a lost node's actors dead before its health checks declare the node dead. An actor death
