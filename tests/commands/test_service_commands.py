@@ -335,7 +335,8 @@ def test_a_resize_hold_is_shown_in_status_and_released_back_to_the_policy(tmp_pa
                   runtime=RUNTIME).start()
     try:
         c = httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30)
-        job = c.post("/jobs", content=job_yaml("elastic", gpus=1, max_gpus=4, samples=10**6, step_s=0.05),
+        job = c.post("/jobs", content=job_yaml("elastic", gpus=1, max_gpus=4, samples=10**6, step_s=0.05,
+                                               extra="min_batch_size: 16\nmax_batch_size: 64\n"),
                      headers={"content-type": "application/yaml"}).json()["id"]
         wait_until(lambda: c.get(f"/jobs/{job}").json()["num_gpus"] == 4, 60, "the elastic job grows to 4")
         assert cli("resize", str(job), "-n", "1", svc=svc).returncode == 0
@@ -351,6 +352,16 @@ def test_a_resize_hold_is_shown_in_status_and_released_back_to_the_policy(tmp_pa
         assert "held at" not in cli("status", "--wide", svc=svc, columns=200).stdout
         released = [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "resize_released"]
         assert released == [{"workers": 1, "batch_size": None}], released
+        # the batch alone: it needed --workers too ('give --workers N (and --batch B)'); the policy sizes the workers
+        r = cli("resize", str(job), "--batch", "16", svc=svc)
+        assert r.returncode == 0 and r.stdout.strip() == f"job {job}: held at batch 16 (running)", r
+        wait_until(lambda: any(p["batch_size"] == 16 for p in c.get(f"/jobs/{job}/progress").json()), 60,
+                   "the job trains at the held batch 16")
+        shown = c.get(f"/jobs/{job}").json()
+        assert (shown["requested_workers"], shown["requested_batch"], shown["num_gpus"]) == (None, 16, 4), shown
+        assert "held at batch 16 by resize" in cli("status", "--wide", svc=svc, columns=200).stdout
+        assert cli("resize", str(job), "--release", svc=svc).returncode == 0
+        assert c.get(f"/jobs/{job}").json()["requested_batch"] is None
         c.post(f"/jobs/{job}/cancel")
         wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] == "cancelled", 60, "cancelled")
         r = cli("resize", str(job), "--release", svc=svc)

@@ -37,8 +37,9 @@ class GreedyElastic(Policy):
                 extra = min(free, (j.max_gpus or j.min_gpus) - give[j.id])
                 give[j.id] += extra
                 free -= extra
-        return Allocation({k: JobAllocation(n, batch_size=next(j.current_batch_size or j.batch_size
-                                                               for j in jobs if j.id == k)) for k, n in give.items()})
+        # the batch a policy that chooses none keeps (an operator's held batch wins)
+        return Allocation({k: JobAllocation(n, batch_size=next(j.kept_batch for j in jobs if j.id == k))
+                           for k, n in give.items()})
 
 
 class Sized(Policy):

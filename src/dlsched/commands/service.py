@@ -187,6 +187,13 @@ def _left_cell(j: dict, now: float) -> str:
     return human_duration(ts - now) if ts - now >= 0.5 else "overdue"
 
 
+def _hold(j: dict, unit: str = "") -> str:
+    """A ``dlsched resize`` hold: '2', 'batch 64', '2, batch 64' (``unit`` after the workers); '' for none."""
+    workers, batch = j.get("requested_workers"), j.get("requested_batch")
+    return ", ".join(([f"{workers}{unit}"] if workers is not None else [])
+                     + ([f"batch {batch}"] if batch is not None else []))
+
+
 def _reason(j: dict) -> str:
     if j["state"] == "failed":
         return j.get("error") or "failed"
@@ -195,7 +202,7 @@ def _reason(j: dict) -> str:
     if j["state"] in TERMINAL:   # a finished job showed 'held at 2 by resize': nothing holds an ended job
         return ""
     # an operator's hold outlives the incident it was set for: say it, or the policy seems not to size the job
-    held = (f"held at {j['requested_workers']} by resize" if j.get("requested_workers") is not None else "")
+    held = f"held at {_hold(j)} by resize" if _hold(j) else ""
     if j["state"] == "queued":   # its folder's disk full: it said "waiting for GPUs" while they were free
         waiting = f"waiting for {j.get('waiting_for') or 'GPUs'}"
         return f"{held}; {waiting}" if held else waiting
@@ -810,19 +817,19 @@ def register(app: typer.Typer) -> None:
                release: bool = typer.Option(False, "--release", help="end the hold: the policy sizes the job again"),
                server: Optional[str] = SERVER_OPT) -> None:
         """Resize a queued or running job by hand (like scontrol update) within its spec's min_gpus..max_gpus and
-        min_batch_size..max_batch_size (its batch_size where no range); the next round applies it. The job stays
+        min_batch_size..max_batch_size (its batch_size where no range); the next round applies it. --batch alone
+        holds the batch and leaves the workers to the policy (--workers alone: the batch). The job stays
         held there (status's REASON says so) until `resize --release`: a hold at more workers than it has and the
         cluster has free stops a running job until that many slots are free (it is preempted, then started at N)."""
-        if release == (workers is not None) or (release and batch is not None):
-            raise UserError("resize: give --workers N (and --batch B) to hold the job, or --release alone")
+        if release == (workers is not None or batch is not None):
+            raise UserError("resize: give --workers N and/or --batch B to hold the job, or --release alone")
         if release:
             r = Client(server).request("DELETE", f"/jobs/{job_id}/resize").json()
             print(f"job {job_id}: released, the policy sizes it ({r['state']})")
             return
-        body = {"workers": workers} | ({"batch_size": batch} if batch is not None else {})
+        body = ({"workers": workers} if workers is not None else {}) | ({"batch_size": batch} if batch is not None else {})
         r = Client(server).request("POST", f"/jobs/{job_id}/resize", json=body).json()
-        print(f"job {job_id}: held at {r['requested_workers']} worker(s)"
-              + (f", batch {r['requested_batch']}" if r.get("requested_batch") else "") + f" ({r['state']})")
+        print(f"job {job_id}: held at {_hold(r, ' worker(s)')} ({r['state']})")
 
     @app.command()
     def logs(job_id: int, follow: bool = typer.Option(False, "--follow", "-f", help="keep streaming until the job ends "

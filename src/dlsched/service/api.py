@@ -385,7 +385,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
 
     @api.post("/jobs/{job_id}/resize")
     async def resize(job_id: JobId, request: Request) -> JSONResponse:
-        """``{"workers": N, "batch_size": B}``: hold a queued or running job at N workers (and batch B)."""
+        """``{"workers": N, "batch_size": B}``: hold a queued or running job at N workers and/or batch B (either
+        alone: the policy sizes the other)."""
         raw = await request.body()
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if raw and ctype not in JSON_TYPES:
@@ -398,7 +399,9 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             return _error(422, f"body: expected fields workers and batch_size, got {sorted(body) if isinstance(body, dict) else type(body).__name__}")
         workers, batch = body.get("workers"), body.get("batch_size")
         capacity = sum(n.gpus for n in cluster.nodes) if cluster is not None else MAX_GPUS
-        if type(workers) is not int or not 1 <= workers <= capacity:
+        if workers is None and batch is None:
+            return _error(422, "body: give workers, batch_size or both (DELETE releases a hold)")
+        if workers is not None and (type(workers) is not int or not 1 <= workers <= capacity):
             return _error(422, f"workers: expected an integer in 1..{capacity} (the cluster's slots), got {workers!r}")
         if batch is not None and (type(batch) is not int or not 1 <= batch <= MAX_BATCH):
             return _error(422, f"batch_size: expected an integer in 1..{MAX_BATCH}, got {batch!r}")

@@ -39,6 +39,6 @@ def batch_refusal(spec: JobSpec, batch: int | None) -> str | None:
     return None
 
 
-def resize_refusal(spec: JobSpec, workers: int, batch: int | None) -> str | None:
-    """The first reason a resize to (``workers``, ``batch``) is outside the job's spec, else None."""
-    return workers_refusal(spec, workers) or batch_refusal(spec, batch)
+def resize_refusal(spec: JobSpec, workers: int | None, batch: int | None) -> str | None:
+    """The first reason a resize to (``workers``, ``batch``; None: not held) is outside the job's spec, else None."""
+    return (workers_refusal(spec, workers) if workers is not None else None) or batch_refusal(spec, batch)

@@ -187,9 +187,9 @@ def _edge_fields(old: str, new: str, start_time: float | None, now: float, field
 
 def _resize_event(job: JobRecord, workers: int | None, batch_size: int | None) -> tuple[str, dict] | None:
     """The event of a ``request_resize``: a hold asked for, or one released (what it held); releasing none, none."""
-    if workers is not None:
+    if workers is not None or batch_size is not None:
         return "resize_requested", {"workers": workers, "batch_size": batch_size}
-    if job.requested_workers is not None:
+    if job.requested_workers is not None or job.requested_batch is not None:
         return "resize_released", {"workers": job.requested_workers, "batch_size": job.requested_batch}
     return None
 
@@ -584,8 +584,8 @@ class Store:
 
     def request_resize(self, job_id: int, workers: int | None, batch_size: int | None, now: float | None = None,
                        refuse: Callable[[JobSpec], str | None] | None = None) -> JobRecord:
-        """Hold the job at ``workers`` (and ``batch_size``) from the next round on; the loop applies it.
-        ``workers`` None releases the hold: the policy sizes the job again (a hold had no other way out).
+        """Hold the job at ``workers`` and/or ``batch_size`` from the next round on (the policy sizes what is None);
+        the loop applies it. Both None releases the hold: the policy sizes the job again.
 
         ``refuse(spec)``: why the job's own spec forbids it (``ResizeRefused``), checked on the one row read."""
         now = self.clock() if now is None else now
@@ -596,7 +596,6 @@ class Store:
             why = refuse(job.spec) if refuse is not None else None
             if why:
                 raise ResizeRefused(why)
-            batch_size = batch_size if workers is not None else None
             c.execute("UPDATE jobs SET requested_workers = ?, requested_batch = ? WHERE id = ?",
                       (workers, batch_size, job_id))
             if (event := _resize_event(job, workers, batch_size)) is not None:
