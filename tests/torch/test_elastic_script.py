@@ -120,6 +120,24 @@ def test_sigkill_of_a_worker_resumes_from_the_checkpoint_exactly_once(tmp_path):
     assert len(mean_losses(job_dir)) == 2 and mean_losses(job_dir) == pytest.approx(epoch_means(job_dir), rel=1e-9)
 
 
+def test_each_lr_rule_event_names_the_batch_it_changed_from(tmp_path):
+    """`from_batch` was the reference batch (the script's) on every change: a second change, 2B -> B, read
+    'batch 8 -> 8' with a factor of 1."""
+    job_dir, slow = tmp_path / "job", tmp_path / "slow"
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.05", "--slow-file", str(slow),
+                        runtime_args=("--reference-batch-size", str(BATCH)))
+    wait_for_step(job_dir, 2, proc, timeout=120)
+    write_control(job_dir, 1, 2 * BATCH, 1)
+    wait_for_event(job_dir, "lr_rule", 1, proc, timeout=120)
+    write_control(job_dir, 1, BATCH, 2)
+    wait_for_event(job_dir, "lr_rule", 2, proc, timeout=120)
+    slow.unlink()
+    finish(proc, timeout=300)
+    rules = [(r["from_batch"], r["to_batch"], r["reference_batch"], r["factor"]) for r in events(job_dir, "lr_rule")]
+    assert rules == [(BATCH, 2 * BATCH, BATCH, pytest.approx(2 ** 0.5)), (2 * BATCH, BATCH, BATCH, 1.0)], rules
+
+
 def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
     job_dir, slow = tmp_path / "job", tmp_path / "slow"
     slow.touch()

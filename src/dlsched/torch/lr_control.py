@@ -22,12 +22,14 @@ class LrControl:
     def retarget(self) -> None:
         s = self.s
         rule, reference = self.rule(), s._reference()
+        before = s.factor.batch or reference   # the batch of the LR in force (none set yet: the script's own)
         target = target_factor(rule, s.global_batch, reference, s.noise)
         sgd = any(isinstance(o, torch.optim.SGD) for o in s.objects.values())
         s.factor = s.factor.retarget(s.step, target, RAMP_STEPS if rule == "linear" and sgd else 0, s.global_batch)
         if s.rank == 0 and (target != 1.0 or s.factor.start != 1.0):
-            s._emit({"event": "lr_rule", "time": time.time(), "rule": rule, "from_batch": reference,
-                     "to_batch": s.global_batch, "factor": target, "ramp_steps": s.factor.ramp})
+            s._emit({"event": "lr_rule", "time": time.time(), "rule": rule, "from_batch": before,
+                     "to_batch": s.global_batch, "reference_batch": reference, "factor": target,
+                     "ramp_steps": s.factor.ramp})
 
     def pre_step(self, optimizer, args, kwargs) -> None:
         s = self.s
