@@ -142,9 +142,11 @@ models:
     assert json.loads(r.stdout) == rep    # --json prints the report itself
     # run again into the same folder: every member left in the first run (its checkpoints say so). This crashed
     # with KeyError 'a' after training, and no report.json was written.
-    again = _cli("run", str(f), "--no-live", cwd=run_dir)
+    again = _cli("run", str(f), cwd=run_dir)   # its live table too: every model said "waiting" until the end
     assert again.returncode == 0, again.stderr
     assert "earlier run" in again.stdout
+    live = again.stdout.split("ensemble -- flotilla now")[-1].split("ensemble tiny-ensemble: done")[0]
+    assert "waiting" not in live and live.count("stopped at max_epochs") == 2, again.stdout
     rep2 = json.loads((tmp_path / "out" / "report.json").read_text())
     assert rep2["outcome"] == rep["outcome"] and rep2["epochs"] == rep["epochs"] and rep2["best_acc"] == rep["best_acc"]
     assert rep2["finish_s"] == {"a": None, "b": None} and rep2["flotillas"] == []

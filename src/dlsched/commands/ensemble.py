@@ -28,10 +28,17 @@ def register(root: typer.Typer) -> None:
 class _LiveTable:
     """Rows per model, refreshed from the members' progress reports. ``min_delta``: the convergence rule's, so that
     "best val acc" is the kept checkpoint's, as the closing table's is (``train.flotilla`` keeps an epoch's only when
-    it beats the best by more): the highest seen said 0.996 above a closing 0.992 for the same member."""
+    it beats the best by more): the highest seen said 0.996 above a closing 0.992 for the same member. ``left``: the
+    members that left in an earlier run into the folder (``fleet_job.left_earlier``): shown so from the start (each
+    said "waiting" until the closing table's "earlier run")."""
 
-    def __init__(self, names: list[str], min_delta: float = 0.0) -> None:
+    def __init__(self, names: list[str], min_delta: float = 0.0, left: dict[str, dict] | None = None) -> None:
         self.rows = {n: {"status": "waiting", "epoch": 0, "step": 0, "loss": None, "acc": None, "rate": None} for n in names}
+        for n, d in (left or {}).items():
+            if n in self.rows:
+                self.rows[n].update(status=STOPPED if d.get("reason") == "max_epochs" else "converged",
+                                    epoch=d.get("epoch", 0),
+                                    acc=d["best_acc"] if isinstance(d.get("best_acc"), (int, float)) else None)
         self.flotilla = ""
         self.min_delta = min_delta
 
@@ -96,7 +103,7 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     from rich.live import Live
 
     from dlsched.train import preemption
-    from dlsched.train.fleet_job import Share, train_ensemble
+    from dlsched.train.fleet_job import Share, left_earlier, train_ensemble
     from dlsched.train.fleet_spec import load_data, load_spec
 
     spec = load_spec(spec_file)
@@ -112,7 +119,8 @@ def run(spec_file: Path = typer.Argument(..., help="ensemble YAML (see examples/
     except OSError as e:
         where = f"--output {str(out)!r}" if output else f"{spec_file}: field output: {spec.output!r}"
         raise UserError(f"{where}: cannot create folder: {e.strerror}") from None
-    table = _LiveTable([m.name for m in members], spec.convergence_rule().min_delta)
+    table = _LiveTable([m.name for m in members], spec.convergence_rule().min_delta,
+                       left_earlier(out / "checkpoints"))
     console = Console()
     t0 = time.time()
     plans: list[dict] = []

@@ -109,6 +109,12 @@ def _load_state(ckpt_dir: Path) -> dict:
         return {"converged": {}, "progress": {}}
 
 
+def left_earlier(ckpt_dir: Path) -> dict[str, dict]:
+    """The members that left in an earlier run into this folder: name -> {epoch, best_acc, reason}."""
+    left = _load_state(ckpt_dir).get("converged")
+    return {n: d for n, d in left.items() if isinstance(d, dict)} if isinstance(left, dict) else {}
+
+
 def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Convergence, ckpt_dir: Path, *,
                    share: Callable[[], Share], eps: float = 0.9, seed: int = 0,
                    stop_requested: Callable[[], bool] = lambda: False,
