@@ -110,13 +110,13 @@ def test_a_new_backend_reattaches_to_a_live_coordinator(tmp_path):
 
 
 def test_partial_and_malformed_progress_lines(tmp_path):
-    (tmp_path / "progress.jsonl").write_bytes(b'{"step": 1}\nnot json\n{"step": 2')
+    (tmp_path / "progress.jsonl").write_bytes(b'{"step": 1, "time": 1}\nnot json\n{"step": 2, "time": 2')
     recs, off = read_progress(tmp_path, 0)
-    assert recs[0] == {"step": 1} and recs[1]["event"] == "malformed_progress" and len(recs) == 2
+    assert recs[0] == {"step": 1, "time": 1} and recs[1]["event"] == "malformed_progress" and len(recs) == 2
     with open(tmp_path / "progress.jsonl", "ab") as f:
         f.write(b"}\n")
     more, off2 = read_progress(tmp_path, off)
-    assert more == [{"step": 2}] and off2 > off
+    assert more == [{"step": 2, "time": 2}] and off2 > off
 
 
 def test_gpu_slots_map_to_their_own_cuda_devices():

@@ -500,12 +500,15 @@ def test_a_non_number_in_a_jobs_progress_does_not_stop_the_scheduler(service, cl
 @pytest.mark.parametrize("forged", [
     '{"event": "eval", "job_id": 7, "now": 3, "kind": "val"}',    # keys Store.event took as its own arguments
     '{"step": 99999999999999999999999, "samples": 32, "loss": 1.0, "workers": 1, "time": 1.0}',   # past SQLite's int
+    # a step without a time, or with one that is no number (NaN is stored as NULL): progress.time NOT NULL failed
+    '{"step": 5, "samples": 32, "loss": 1.0, "workers": 1}',
+    '{"step": 5, "samples": 32, "loss": 1.0, "workers": 1, "time": NaN}',
 ])
 def test_a_jobs_forged_progress_record_does_not_stop_the_scheduler(service, client, forged):
     """Job code writes progress.jsonl. An event record carrying a ``job_id`` key raised TypeError in every round (all
     running jobs are observed in one transaction): no job started, ended or progressed again; so did an integer past
-    64 bits (OverflowError from SQLite). Now the scheduler goes on: the keys are the event's detail, the integer is
-    read as absent."""
+    64 bits (OverflowError from SQLite), and a step without a finite time (IntegrityError). Now the scheduler goes on:
+    the keys are the event's detail, the integer is read as absent, the untimed step left out (named in an event)."""
     first = scheduler_goes_on_past(service, client, forged + "\n")
     kinds = [e["kind"] for e in client.get(f"/jobs/{first}/events").json()]
     assert "running" in kinds and "cancelled" in kinds, kinds

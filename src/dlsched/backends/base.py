@@ -10,6 +10,7 @@ Progress always comes back through ``DIR/progress.jsonl`` and ``DIR/status.json`
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Protocol
@@ -102,6 +103,12 @@ def _bad_numbers(rec: dict) -> list[str]:
                  or isinstance(rec[k], int) and not -(1 << 63) <= rec[k] < 1 << 63)]
 
 
+def _untimed(rec: dict) -> bool:
+    """A step record without a finite ``time`` (the store's row needs one: NaN is stored as NULL)."""
+    t = rec.get("time")
+    return isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
+
+
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:
     """New complete lines of ``progress.jsonl`` from byte ``offset``; returns (records, new offset).
 
@@ -110,7 +117,8 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
     ``{"event": "malformed_progress", ...}`` record so that the loop logs it instead of dropping it silently.
     A step record's field that is not a number (``STEP_NUMBERS``) is read as absent, and the first such field of
     the read is reported as one ``malformed_progress`` record naming it: a string there raised in every scheduling
-    round, so the service stopped ending, starting and observing every job.
+    round, so the service stopped ending, starting and observing every job. A step record without a finite
+    ``time`` is left out, reported so too (its row failed the store's NOT NULL in every round, as above).
     """
     path = Path(job_dir) / "progress.jsonl"
     lines, end = appended_lines(path, offset, max_bytes)
@@ -128,6 +136,10 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
                 raise ValueError("not an object")
         except ValueError:
             rec = {"event": "malformed_progress", "offset": offset, "line": line[:200].decode("utf-8", "replace")}
+        if "event" not in rec and _untimed(rec):
+            bad_field = bad_field or {"event": "malformed_progress", "offset": offset, "field": "time",
+                                      "value": repr(rec.get("time"))[:80], "step": rec.get("step")}
+            continue
         bad = _bad_numbers(rec) if "event" not in rec else []
         if bad and not bad_field:
             bad_field = {"event": "malformed_progress", "offset": offset, "field": bad[0],
