@@ -347,3 +347,16 @@ def test_a_jobs_predictions_are_kept_one_a_minute_or_one_a_percent_and_the_newes
     done = [p["fraction_done"] for p in s.predictions(fast)]
     assert 95 <= len(done) <= 101 and all(b - a >= 0.01 - 1e-9 for a, b in zip(done[:-2], done[1:-1]))
     assert 30 <= len(s.predictions(blind)) <= 32
+
+
+def test_what_a_queued_job_waits_for_goes_with_its_start_or_its_cancel(tmp_path):
+    """``waiting_for`` (a start that failed on a full disk) said so still on a job cancelled while queued."""
+    s = Store(tmp_path / "s.db")
+    spec = JobSpec(name="a", entry="x.py:make_job", gpus=1)
+    a, b = s.submit(spec, now=0.0), s.submit(spec, now=0.0)
+    for job in (a, b):
+        s.transition(job, QUEUED, 1.0, waiting_for="room on its folder's disk (full)")
+        assert s.get(job).waiting_for == "room on its folder's disk (full)"
+    s.transition(a, RUNNING, 2.0, num_gpus=1)
+    s.request_cancel(b, now=2.0)
+    assert (s.get(a).waiting_for, s.get(b).waiting_for) == (None, None)

@@ -574,8 +574,8 @@ class Store:
         with self._tx():
             row = _live_row(c, job_id, "state", "job {id} already {state}; nothing to cancel")
             if row["state"] == QUEUED:
-                c.execute("UPDATE jobs SET state = ?, end_time = ?, cancel_requested = 1 WHERE id = ?",
-                          (CANCELLED, now, job_id))
+                c.execute("UPDATE jobs SET state = ?, end_time = ?, cancel_requested = 1, waiting_for = NULL "
+                          "WHERE id = ?", (CANCELLED, now, job_id))
                 self._event(c, now, job_id, CANCELLED, {"from": QUEUED})
             else:   # running or rescaling
                 c.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
