@@ -9,11 +9,13 @@ observable event a test waits for before acting. Only workers build models; the 
 calls ``make_job``, so it takes no ticket.
 
 ``hold="pause"`` instead holds the run's progress, not its workers: every batch read waits while
-``gate_dir/pause`` exists, so a test can act between two steps however slowly the machine runs.
+``gate_dir/pause`` exists, so a test can act between two steps however slowly the machine runs; a batch read while
+``gate_dir/full`` exists raises ENOSPC, as the job's own write to a full disk does.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import sys
 import time
@@ -70,6 +72,8 @@ def make_job(gate_dir: str, free: int = 0, hold: str = "prepare", **params) -> "
         def paused_batch(ids):
             while (gate_path / "pause").exists():
                 time.sleep(0.02)
+            if (gate_path / "full").exists():
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(gate_path / "full"))
             return job.get_batch(ids)
         return dataclasses.replace(job, get_batch=paused_batch)
 

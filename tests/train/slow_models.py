@@ -19,6 +19,21 @@ class SlowWideCNN(WideCNN):
         return super().forward(x)
 
 
+class DiskFillingCNN(SlowWideCNN):
+    """A training step while ``marker`` exists raises ENOSPC, as the member's own write to a full disk does."""
+
+    def __init__(self, marker: str = "", **kw) -> None:
+        super().__init__(**kw)
+        self.marker = marker
+
+    def forward(self, x):
+        if self.training and Path(self.marker).exists():
+            import errno
+            import os
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.marker)
+        return super().forward(x)
+
+
 class StallingCNN(WideCNN):
     """Hangs in its constructor (a profiling rank that never reports), every time or only while ``marker`` does not
     exist yet (it then creates it: the measurement's second attempt goes through)."""

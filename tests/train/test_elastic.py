@@ -124,6 +124,24 @@ def test_failing_job_ends_failed_with_the_workers_error(tmp_path):
     assert last.endswith(f"(worker logs in {job_dir / 'logs'})") and "Traceback" in (job_dir / "logs" / "worker-0.log").read_text()
 
 
+def test_a_worker_that_finds_the_disk_full_stops_the_job_as_out_of_disk(tmp_path):
+    """A worker's write to a full disk (the job's own: a cache, a log) exited 1: read as the job's error, it failed
+    for good ('died before the job's first step, not restarted'; after one, once past its restarts). Now the runtime
+    exits EXIT_NO_SPACE, no `failed` status: re-queued, it resumes once there is room."""
+    from dlsched.train.no_space import EXIT_NO_SPACE
+    from tests.train.helpers import GATED
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "full").touch()   # every batch read raises ENOSPC
+    proc = start_job(tmp_path / "job", 2, "--param", "num_samples=64", "--param", f"gate_dir={gate}",
+                     "--param", "hold=pause", entry=GATED)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_NO_SPACE, out[-2000:]
+    assert out.strip().splitlines()[-1].startswith("error: the job folder's disk is full ([Errno 28] worker "), out
+    assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] != "failed"
+
+
 def test_bad_entry_is_one_line_exit_2(tmp_path):
     proc = start_job(tmp_path / "job", 1, entry="examples/nosuch.py:make_job")
     out, _ = proc.communicate(timeout=60)

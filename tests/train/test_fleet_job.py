@@ -333,6 +333,34 @@ def test_a_sigkilled_runtime_resumes_each_member_from_its_last_epochs_end(tmp_pa
                 p.wait()
 
 
+def test_a_member_that_finds_the_disk_full_stops_the_ensemble_as_out_of_disk(tmp_path):
+    """A member's write to a full disk (its checkpoint) failed the ensemble (exit 1, 'member a failed: OSError'),
+    for good; now the runtime exits EXIT_NO_SPACE as the data-parallel one does: re-queued, it resumes from its
+    checkpoint once there is room."""
+    from dlsched.train.no_space import EXIT_NO_SPACE
+
+    spec, full = tmp_path / "ens.yaml", tmp_path / "full"
+    spec.write_text(ONE_SLOW_MEMBER.replace("SlowWideCNN", "DiskFillingCNN").replace(
+        "step_s: 0.05", f"step_s: 0.05, marker: '{full}'") % (Path(__file__).parent / "slow_models.py"))
+    job = tmp_path / "job"
+    cmd = [sys.executable, "-m", "dlsched.train.run", "--strategy", "fleet", "--job-dir", str(job), "--entry",
+           "dlsched.train.fleet_spec:from_yaml", "--workers", "1", "--param", f"path={spec}"]
+    proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src")), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: [r for r in read_progress(job) if is_step(r)], 120, "a step")
+        full.touch()
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == EXIT_NO_SPACE, out[-2000:]
+        assert "the job folder's disk is full ([Errno 28] member a: OSError: [Errno 28] No space left on device" in out, \
+            out[-2000:]
+        assert read_status(job)["state"] != "failed"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 NARROW = """from torch import nn
 
 class Fixed(nn.Module):   # a 10-wide head no constructor parameter declares: the submit check cannot read it

@@ -195,6 +195,28 @@ def test_a_killed_server_is_named_and_replaced_and_a_failing_job_ends_in_one_lin
     assert read_status(tmp_path / "bad")["error"] == out.splitlines()[-1].removeprefix("error: ")
 
 
+def test_a_rank_that_finds_the_disk_full_stops_the_job_as_out_of_disk_not_as_a_rank_lost(tmp_path):
+    """A rank's write to a full disk (its round's records, a server's checkpoint) exited 1: the runtime restarted
+    the generation as for a lost rank, and past --max-restarts failed the job for good, unless its own `failed`
+    write failed too. Now it exits EXIT_NO_SPACE at once, as the data-parallel runtime does, with no `failed`
+    status: the service re-queues the job and it resumes from its checkpoint once there is room."""
+    from dlsched.train.no_space import EXIT_NO_SPACE
+
+    d, gate = tmp_path / "job", tmp_path / "gate"
+    gate.mkdir()
+    (gate / "full").touch()   # every batch read raises ENOSPC
+    cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(d), "--entry", GATED, "--workers", "1",
+           "--strategy", "ps", "--servers", "1", "--ckpt-every", "2", "--param", "num_samples=64",
+           "--param", f"gate_dir={gate}", "--param", "hold=pause"]
+    done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(REPO / "src")}, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == EXIT_NO_SPACE, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1].startswith("error: the job folder's disk is full ([Errno 28] worker 0: OSError: "
+                                                   "[Errno 28] No space left on device"), done.stderr[-2000:]
+    assert read_status(d)["state"] != "failed"
+    assert not [r for r in read_progress(d) if r.get("event") == "worker_lost"]
+
+
 @pytest.mark.slow
 def test_workers_added_while_training_and_server_count_is_fixed(tmp_path):
     d = tmp_path / "job"

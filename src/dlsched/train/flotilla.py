@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from dlsched.errors import UserError
 from dlsched.train.files import atomic_file
 from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
+from dlsched.train.no_space import is_no_space, no_space
 from dlsched.train.parent_death import die_with
 
 # fork: workers start in milliseconds instead of re-importing torch (CPU only; no CUDA context exists yet).
@@ -316,7 +317,8 @@ def _agree(flag: bool, world: int) -> bool:
     return bool(t.item())
 
 
-FAILED = "failed"   # a member process's report of the exception that ends it: (name, FAILED, "Type: message")
+# a member process's report of the exception that ends it: (name, FAILED, "Type: message", its disk was full)
+FAILED = "failed"
 
 
 def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_batch: int, steps_per_epoch: int,
@@ -330,7 +332,7 @@ def member_main(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_bat
         _train_member(spec, worker, ring, start_batch, steps_per_epoch, val, conv, ckpt_dir, reports, stop,
                       max_batches, shift)
     except Exception as e:
-        reports.put((spec.name, FAILED, f"{type(e).__name__}: {e}".splitlines()[0]))
+        reports.put((spec.name, FAILED, f"{type(e).__name__}: {e}".splitlines()[0], is_no_space(e)))
         raise
 
 
@@ -532,6 +534,8 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
             stop.set()
             for p in procs + producers:
                 p.kill()
+            if msg[3:] and msg[3]:   # no failure of the member's: the job stops and resumes once there is room
+                raise no_space(f"member {msg[0]}: {msg[2]}")
             raise RuntimeError(f"member {msg[0]} failed: {msg[2]}" if msg[0] else
                                f"a member process failed (flotillas {[[m.name for m in g] for g in groups]})")
         if msg is None:

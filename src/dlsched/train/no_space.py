@@ -2,10 +2,17 @@
 its checkpoints stand, and once there is room again its job resumes from the newest. It exits ``EXIT_NO_SPACE``
 without writing ``failed`` (a status it could still write in a byte of room would fail the job for good), and the
 backends read that exit as a lost coordinator (re-queued, a bounded number of times), as a SIGKILL. A full disk for a
-moment (a checkpoint of another job, a log rotation) failed every job writing there, for good."""
+moment (a checkpoint of another job, a log rotation) failed every job writing there, for good.
+
+A rank process (parameter server, ensemble member) that hits it exits ``EXIT_NO_SPACE`` too (``exits_no_space``), and
+its runtime then stops as its own write would have: read as a rank lost, it was restarted and, past its restarts,
+failed (the PS runtime), or failed the job at once (the ensemble's), unless the runtime's own write failed first."""
 from __future__ import annotations
 
 import errno
+import sys
+import traceback
+from contextlib import contextmanager
 
 EXIT_NO_SPACE = 73   # EX_CANTCREAT: an output file cannot be written
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -20,3 +27,22 @@ def is_no_space(e: BaseException | None) -> bool:
             return True
         e = e.__cause__ or e.__context__
     return False
+
+
+@contextmanager
+def exits_no_space():
+    """Around a rank process's body: a full disk's exception ends it with ``EXIT_NO_SPACE`` (traceback on stderr)."""
+    try:
+        yield
+    except Exception as e:
+        if not is_no_space(e):
+            raise
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.exit(EXIT_NO_SPACE)
+
+
+def no_space(what: str) -> OSError:
+    """The error a runtime raises for a rank that exited ``EXIT_NO_SPACE`` (``what``: which, and its line):
+    ``run.py`` exits with it in turn."""
+    return OSError(errno.ENOSPC, what)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dlsched.train.no_space import exits_no_space
 from dlsched.train.ps import run_rank
 from dlsched.train.ps_runner import commit_round, read_generation
 
@@ -19,4 +20,5 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--worker-id", required=True, type=int, help="the rank: servers first, then workers")
     ap.add_argument("--generation", required=True, type=int)
     a = ap.parse_args(argv)
-    run_rank(a.worker_id, read_generation(a.job_dir, a.generation), commit_round)
+    with exits_no_space():   # its runtime stops as out of disk, not as a rank lost
+        run_rank(a.worker_id, read_generation(a.job_dir, a.generation), commit_round)

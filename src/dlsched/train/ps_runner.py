@@ -39,6 +39,7 @@ from dlsched.train.files import (ControlWatch, ProgressLog, appended_lines, atom
 from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
+from dlsched.train.no_space import EXIT_NO_SPACE, exits_no_space, no_space
 from dlsched.train.parent_death import die_with
 from dlsched.train.progress_lines import HumanProgress
 from dlsched.train.ps import (Generation, SyncMode, num_rounds, records_path, restore_flat, round_span, run_rank,
@@ -102,7 +103,8 @@ def _run_logged(rank: int, gen: Generation, supervisor: int) -> None:
     sys.stderr.flush()
     os.dup2(fd, 2)
     os.close(fd)
-    run_rank(rank, gen, commit_round)
+    with exits_no_space():
+        run_rank(rank, gen, commit_round)
 
 
 class _ForkedRank:
@@ -350,6 +352,9 @@ class PSRunner:
                 for p in procs:
                     p.kill()
             del store  # the generation's group is gone
+            if lost and lost != STOPPED and EXIT_NO_SPACE in lost.values():   # no rank lost: the job stops (run.py)
+                full = {r: c for r, c in lost.items() if c == EXIT_NO_SPACE}
+                raise no_space(f"{_ranks(full, gen.servers)}: {_last_lines(self.job_dir, full)[min(full)]}")
             state = read_state(self.job_dir)
             if lost == STOPPED:
                 self.progress.write({"event": "stopped", "round": len(state["round_generation"]),

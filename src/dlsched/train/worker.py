@@ -29,6 +29,7 @@ from dlsched.train import storage
 from dlsched.train.data import PartitionTable, record_path, split_global_batch
 from dlsched.train.devices import collective_backend
 from dlsched.train.job import TrainJob, build_job
+from dlsched.train.no_space import exits_no_space
 from dlsched.train.peer_cut import CutWatch
 from dlsched.train.polling import Backoff
 from dlsched.train.protocol import (GATE_CANCEL, GATE_RUN, PROGRESS_QUEUE, STOP_PREEMPT, End, Held, Plan, Ready,
@@ -295,11 +296,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     store = connect_store(args.store)
-    job = build_job(args.entry, json.loads(args.params))
-    worker = Worker(job, store, args.worker_id, Path(args.job_dir))
-    # what this process really sees, for status.json (a GPU must never be shared, even after resizes)
-    store.set(ready_key(args.worker_id), Ready(os.environ.get("CUDA_VISIBLE_DEVICES")).to_json())
-    worker.run(args.generation)
+    with exits_no_space():   # its coordinator stops the job as out of disk, not as a worker lost
+        job = build_job(args.entry, json.loads(args.params))
+        worker = Worker(job, store, args.worker_id, Path(args.job_dir))
+        # what this process really sees, for status.json (a GPU must never be shared, even after resizes)
+        store.set(ready_key(args.worker_id), Ready(os.environ.get("CUDA_VISIBLE_DEVICES")).to_json())
+        worker.run(args.generation)
     if worker.record is not None:
         worker.record.close()
     sys.stdout.flush()

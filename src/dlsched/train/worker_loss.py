@@ -9,6 +9,7 @@ import time
 from dlsched.errors import JobFailed, UserError
 from dlsched.train.data import PartitionTable
 from dlsched.train.files import Control
+from dlsched.train.no_space import EXIT_NO_SPACE, no_space
 from dlsched.train.peer_cut import publish_lost
 from dlsched.train.protocol import GATE_RUN, Held, end_key, gate_key, survivor_key
 from dlsched.train.scaling import global_batch_after_resize
@@ -44,6 +45,9 @@ class WorkerLoss:
         if bad:  # the same again on a restart: the job fails now, with the worker's line
             line = self._last_line(bad[0])
             raise UserError(f"worker {bad[0]} exited {BAD_INPUT}: {line.removeprefix('dlsched.errors.UserError: ')}")
+        full = [w for w in dead if self.c.pool.procs[w].returncode == EXIT_NO_SPACE]
+        if full:   # no worker lost: the job stops as out of disk (run.py), restarted it failed the same way
+            raise no_space(f"worker {full[0]}: {self._last_line(full[0])}")
         if not self._trained():
             self._fail_on_a_start_up_error()
         old = len(self.c.wids)
