@@ -436,3 +436,18 @@ def test_the_service_keeps_an_idle_connection_open_past_its_clients_own_expiry()
     from dlsched.service.server import KEEP_ALIVE_S
 
     assert KEEP_ALIVE_S > httpx.Limits().keepalive_expiry
+
+
+def test_an_unknown_query_parameter_is_a_422_naming_it_not_ignored(client):
+    """A typo was ignored and the answer was what no parameter asks for: `/jobs/ID/progress?after_id=N` (the route's
+    is `after`) answered every row from the first, `/events?job=ID` every job's events."""
+    jid = client.post("/jobs", content=job_yaml("q", samples=64), headers=YAML).json()["id"]
+    r = client.get(f"/jobs/{jid}/progress", params={"after_id": 5})
+    assert r.status_code == 422 and r.json() == {"error": "query: unknown parameter 'after_id'; did you mean "
+                                                          "'after'?"}, r.text
+    r = client.get("/events", params={"job": jid})
+    assert r.status_code == 422 and r.json() == {"error": "query: unknown parameter 'job' (/events takes: after, "
+                                                          "limit, tail, before, kind)"}, r.text
+    assert client.get(f"/jobs/{jid}/progress", params={"after": 5}).status_code == 200
+    assert client.get("/jobs", params={"state": "queued,running,finished", "limit": 5}).status_code == 200
+    assert client.get("/dashboard/", params={"token": "x"}).status_code == 200   # the page's own ?token=

@@ -51,6 +51,7 @@ from dlsched.service.limits import (DEFAULT_MAX_BODY, DEFAULT_PROGRESS_PAGE, MAX
                                     OptionalAfter, OptionalLimit)
 from dlsched.service.metrics import ServiceCollector, allocated_slots, metrics_registry
 from dlsched.service.nodes import LOST
+from dlsched.service.query_params import known_query
 from dlsched.service.resize_limits import resize_refusal
 from dlsched.service.store import (ACTIVE, TERMINAL, ResizeRefused, Store, TransitionError, UnknownJob,
                                    unavailable)
@@ -208,7 +209,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
                                          headers={"Retry-After": "1"})   # nothing was done: the CLI retries
 
     api = FastAPI(title="dlsched", version="1", docs_url=None, redoc_url=None, openapi_url=None,
-                  default_response_class=FiniteJSON, dependencies=[Depends(after_recovery)])
+                  default_response_class=FiniteJSON, dependencies=[Depends(after_recovery), Depends(known_query)])
     jobs_root = Path(jobs_dir) if jobs_dir is not None else Path(state_dir) / "jobs" if state_dir else None
     parser = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="dlsched-parse")
 
