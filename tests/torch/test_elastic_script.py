@@ -120,34 +120,32 @@ def test_sigkill_of_a_worker_resumes_from_the_checkpoint_exactly_once(tmp_path):
     assert len(mean_losses(job_dir)) == 2 and mean_losses(job_dir) == pytest.approx(epoch_means(job_dir), rel=1e-9)
 
 
+def run_with_batch_changes(tmp_path, step_s: float, first_steps: int, *batches: int) -> Path:
+    """A 1-worker script run whose batch the scheduler changes to each of ``batches`` in turn (each once its
+    ``lr_rule`` event says it applied), steps held at ``step_s`` until then; its job folder once it finished."""
+    job_dir, slow = tmp_path / "job", tmp_path / "slow"
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", str(step_s), "--slow-file", str(slow),
+                        runtime_args=("--reference-batch-size", str(BATCH)))
+    wait_for_step(job_dir, first_steps, proc, timeout=120)
+    for generation, batch in enumerate(batches, 1):
+        write_control(job_dir, 1, batch, generation)
+        wait_for_event(job_dir, "lr_rule", generation, proc, timeout=120)
+    slow.unlink()
+    finish(proc, timeout=300)
+    return job_dir
+
+
 def test_each_lr_rule_event_names_the_batch_it_changed_from(tmp_path):
     """`from_batch` was the reference batch (the script's) on every change: a second change, 2B -> B, read
     'batch 8 -> 8' with a factor of 1."""
-    job_dir, slow = tmp_path / "job", tmp_path / "slow"
-    slow.touch()
-    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.05", "--slow-file", str(slow),
-                        runtime_args=("--reference-batch-size", str(BATCH)))
-    wait_for_step(job_dir, 2, proc, timeout=120)
-    write_control(job_dir, 1, 2 * BATCH, 1)
-    wait_for_event(job_dir, "lr_rule", 1, proc, timeout=120)
-    write_control(job_dir, 1, BATCH, 2)
-    wait_for_event(job_dir, "lr_rule", 2, proc, timeout=120)
-    slow.unlink()
-    finish(proc, timeout=300)
+    job_dir = run_with_batch_changes(tmp_path, 0.05, 2, 2 * BATCH, BATCH)
     rules = [(r["from_batch"], r["to_batch"], r["reference_batch"], r["factor"]) for r in events(job_dir, "lr_rule")]
     assert rules == [(BATCH, 2 * BATCH, BATCH, pytest.approx(2 ** 0.5)), (2 * BATCH, BATCH, BATCH, 1.0)], rules
 
 
 def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
-    job_dir, slow = tmp_path / "job", tmp_path / "slow"
-    slow.touch()
-    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow),
-                        runtime_args=("--reference-batch-size", str(BATCH)))
-    wait_for_step(job_dir, 3, proc, timeout=120)
-    write_control(job_dir, 1, 2 * BATCH, 1)
-    wait_for_event(job_dir, "lr_rule", 1, proc, timeout=120)
-    slow.unlink()
-    finish(proc, timeout=300)
+    job_dir = run_with_batch_changes(tmp_path, 0.1, 3, 2 * BATCH)
     rule = events(job_dir, "lr_rule")[0]
     assert (rule["rule"], rule["from_batch"], rule["to_batch"]) == ("sqrt", BATCH, 2 * BATCH)
     assert rule["factor"] == pytest.approx(2 ** 0.5)
