@@ -49,12 +49,6 @@ def _usage_line(e: usage_errors.UsageError, argv: list[str]) -> str:
                 return f"{line} (got {arg[len(opt) + 1:]!r})"
             if arg == opt and i + 1 < len(argv):
                 return f"{line} (got {argv[i + 1]!r})"
-    # a positional one (`cancel 12 abc`) named no value: typer's coercion (pydantic) holds the one it refused
-    errors = getattr(e.__cause__, "errors", None)
-    if isinstance(e, usage_errors.BadParameter) and callable(errors):
-        refused = errors()[0].get("input") if errors() else None
-        if isinstance(refused, str):
-            return f"{line} (got {refused!r})"
     return line
 
 
