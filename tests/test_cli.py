@@ -14,7 +14,10 @@ def _dlsched(*args: str) -> subprocess.CompletedProcess:
 
 def test_a_badly_typed_option_is_one_line_naming_the_option_and_the_value():
     for args, option, value in ((["simulate", "-w", "x.csv", "--nodes", "two"], "'--nodes'", "'two'"),
-                                (["predict", "curve", "x.csv", "--budget=abc"], "'--budget'", "'abc'")):
+                                (["predict", "curve", "x.csv", "--budget=abc"], "'--budget'", "'abc'"),
+                                # an argument's value was left out: "Invalid value for 'job_id': Input should be ..."
+                                (["show", "abc"], "'job_id'", "(got 'abc')"),
+                                (["cancel", "1", "2x"], "'job_ids'", "(got '2x')")):
         r = _dlsched(*args)
         assert r.returncode == 2 and r.stdout == "", r
         assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr

@@ -49,7 +49,10 @@ def _usage_line(e: usage_errors.UsageError, argv: list[str]) -> str:
                 return f"{line} (got {arg[len(opt) + 1:]!r})"
             if arg == opt and i + 1 < len(argv):
                 return f"{line} (got {argv[i + 1]!r})"
-    return line
+    # an argument (`dlsched show abc`) has no option to find in argv: typer's pydantic check holds the value it refused
+    errors = getattr(e.__cause__, "errors", None) if isinstance(e, usage_errors.BadParameter) else None
+    refused = [x["input"] for x in errors() if "input" in x] if callable(errors) else []
+    return f"{line} (got {refused[0]!r})" if refused else line
 
 
 def main() -> None:
