@@ -287,6 +287,15 @@ def watch_piped(fetch: Callable[[], list[dict]], interval: float, wide: bool) ->
         pass
 
 
+def _as_option(message: str, stated) -> str:
+    """A script job's spec error (``command line: field prediction.target_loss: ...``) as the option that set it."""
+    for flag, field in (("--gpus", "gpus"), ("--min-gpus", "min_gpus"), ("--max-gpus", "max_gpus"),
+                        *((f, f"prediction.{field}") for f, field, _ in stated)):
+        if message.startswith(prefix := f"command line: field {field}: "):
+            return f"{flag}: {message[len(prefix):]}"
+    return message
+
+
 def metric_target(target: str | None, kind: str | None) -> dict | None:
     """``submit --target METRIC=VALUE --metric KIND`` as the spec's ``prediction.target`` (the spec checks the name,
     the number and the kind)."""
@@ -664,7 +673,10 @@ def register(app: typer.Typer) -> None:
             facts = {k: v for k, v in facts.items() if v is not None}
             if facts:
                 doc["prediction"] = facts
-            specs = [load_job_spec(json.dumps(doc), "command line", "json")]
+            try:
+                specs = [load_job_spec(json.dumps(doc), "command line", "json")]
+            except UserError as e:   # said of the option typed, not of a spec field the user never wrote
+                raise UserError(_as_option(str(e), stated)) from None
             sources = ["command line"]
         else:
             if not files:
