@@ -253,3 +253,14 @@ def test_a_yaml_number_is_printed_as_written_not_as_a_numpy_repr(tmp_path, body,
 def test_option_values_are_printed_as_numbers():
     r = run(EXAMPLES / "resnet50_allreduce.yaml", "--target-loss", "-1")
     assert r.returncode == 2 and r.stderr == "error: --target-loss: must be > 0, got -1\n", r
+
+
+def test_a_speed_row_whose_step_and_loss_are_nan_is_still_a_speed_sample(tmp_path):
+    """A speed row written `nan,nan,...` (a frame's NaN, not an empty cell) was read as a missing loss point and
+    skipped: its speed sample was lost without a word."""
+    lines = (EXAMPLES / "resnet50_allreduce.csv").read_text().splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith(",,"))
+    lines[i] = "nan,nan," + lines[i][2:]
+    obs = load_observations(_csv(tmp_path, "\n".join(lines) + "\n"))
+    want = load_observations(EXAMPLES / "resnet50_allreduce.csv")
+    assert len(obs.speed) == len(want.speed) and len(obs.steps) == len(want.steps)

@@ -140,8 +140,7 @@ def load_csv(path: Path) -> Observations:
     for c in ("step", "loss"):
         if c not in raw.columns:
             raise UserError(f"{src}: missing column {c!r} (have: {', '.join(raw.columns) or 'none'})")
-    blank = lambda s: s.astype(str).str.strip() == ""  # noqa: E731
-    is_speed = blank(raw.step) & blank(raw.loss)
+    is_speed = _missing(raw.step) & _missing(raw.loss)   # "nan,nan,..." too: its speed sample is kept, not skipped
     steps, losses = _check_losses(raw[~is_speed], src, csv_line, "line")
     obs = Observations(src, steps, losses)
     kind = _speed_kind(raw.columns)
