@@ -96,12 +96,12 @@ class Client:
             while r.status_code == 503 and "retry-after" in r.headers and time.monotonic() < give_up:
                 time.sleep(1.0)
                 r = self.http.request(method, path, **kw)
-        except httpx.InvalidURL as e:
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as e:   # 'host:8642' with no http://: no service to ask after
             raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
         except httpx.TransportError as e:
             # sent, unanswered: timed out, or the service died before answering (kill -9 mid-submit); a write may
             # have been stored: "cannot reach" sent the user to submit the job a second time
-            if isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)):   # never sent
+            if isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout)):   # never sent
                 raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` "
                                 "running?)") from None
             if method != "GET":
