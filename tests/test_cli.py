@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -32,3 +33,11 @@ def test_usage_errors_are_one_line_and_help_still_exits_zero():
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
     assert _dlsched("simulate", "--help").returncode == 0
     assert _dlsched("version").returncode == 0
+
+
+def test_the_command_list_gives_each_summary_as_one_paragraph():
+    """`dlsched --help` broke a summary where its docstring's source line ended ("checked here, then by the" / "service.")."""
+    out = subprocess.run([sys.executable, "-m", "dlsched.cli", "--help"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "COLUMNS": "250"})
+    assert out.returncode == 0, out.stderr
+    assert "checked here, then by the service. Several files are all or none" in out.stdout, out.stdout
