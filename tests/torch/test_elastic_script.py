@@ -95,6 +95,10 @@ def test_resize_1_3_2_mid_epoch_trains_every_sample_once_and_continues_adamw_one
     # tolerance: float32 sums in another order (all-reduce over 3 or 2 ranks) only
     assert val_curve(job_dir) == pytest.approx(val_curve(ref_dir), rel=1e-3)
     assert [r["workers"] for r in steps(job_dir)][-1] == 2
+    # each worker, the grow's newcomers too, forked with torch (and torch._dynamo) loaded: a fresh interpreter
+    # importing them was most of a newcomer's start (~15 s of a grow's pause at load 15-20)
+    logs = sorted((job_dir / "logs").glob("worker-*.log"))
+    assert len(logs) == 3 and all("torch preloaded: True" in f.read_text() for f in logs)
     # epoch_end's mean_loss is the whole epoch's across both resizes, not the part after the last one
     assert len(mean_losses(job_dir)) == 2 and mean_losses(job_dir) == pytest.approx(epoch_means(job_dir), rel=1e-9)
     # (not the 1-worker run's to 1e-3: on 3 or 2 workers rank 0 reports the loss of its share of each batch)
@@ -118,6 +122,34 @@ def test_sigkill_of_a_worker_resumes_from_the_checkpoint_exactly_once(tmp_path):
     # the restart replays the steps after its checkpoint: each counts once in its epoch's mean_loss (the sums
     # ride in the checkpoint), the steps before it too
     assert len(mean_losses(job_dir)) == 2 and mean_losses(job_dir) == pytest.approx(epoch_means(job_dir), rel=1e-9)
+
+
+def test_a_restart_before_the_first_checkpoint_keeps_the_scripts_warm_start_as_the_job_began(tmp_path):
+    """A script loading its own pre-trained weights at the top, a worker killed before any periodic checkpoint,
+    the file rewritten meanwhile (a newer pre-training, the script's own export): the restart started over from
+    whatever the file held then, not from the job's start. The job checkpoints its start state as its loop starts.
+    Its loader's DataLoader processes start as in a plain interpreter (fork) in a worker forked from the runtime's
+    forkserver: forced to its start method, each ran the script's top again and the job failed."""
+    job_dir, slow, init = tmp_path / "job", tmp_path / "slow", tmp_path / "pretrained.pt"
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    torch.save(net.state_dict(), init)
+    slow.touch()
+    proc = start_script(job_dir, 2, "--epochs", "1", "--max-steps", "8", "--step-s", "0.2", "--slow-file", str(slow),
+                        "--init", str(init), "--ckpt-every", "1000", "--loader-workers", "2",
+                        runtime_args=("--record-samples",))
+    wait_for_step(job_dir, 3, proc, timeout=120)
+    torch.save({k: v + 1.0 for k, v in net.state_dict().items()}, init)
+    os.kill(json.loads((job_dir / "status.json").read_text())["worker_pids"][1], signal.SIGKILL)
+    wait_for_event(job_dir, "worker_lost", 1, proc, timeout=120)
+    slow.unlink()
+    finish(proc, timeout=300)
+    lost = events(job_dir, "worker_lost")[0]
+    first = [r for r in steps(job_dir) if r["step"] == 1]
+    assert len(first) == 2 and first[0]["generation"] < first[1]["generation"]
+    assert first[1]["loss"] == first[0]["loss"]   # the same weights, batch and ranks: step 1 again, bit for bit
+    assert lost["restored_step"] == 0 and lost["checkpoint"], lost
+    assert committed_sample_ids(job_dir) == Counter(committed_sample_ids(job_dir).keys())   # each trained once
 
 
 def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):

@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+PRELOADED = "torch" in sys.modules   # a worker forked with torch loaded (dlsched.train.script.run_forked)
+
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -47,6 +49,8 @@ ap.add_argument("--flag-lands-at-epoch-end", default="",
 ap.add_argument("--eval-all-reduce", action="store_true",
                 help="the evaluation sums its squared error over the ranks (dist.all_reduce), as DDP scripts do")
 ap.add_argument("--steps-from-len", action="store_true", help="size OneCycleLR from len(loader), as docs/porting.md")
+ap.add_argument("--loader-workers", type=int, default=0, help="the loader's num_workers (DataLoader processes)")
+ap.add_argument("--init", default="", help="a warm start: the model's weights loaded from this file at the top")
 ap.add_argument("--rank-before-loop", action="store_true", help="print dt.rank() and dt.world_size() before the loop")
 args = ap.parse_args()
 
@@ -63,18 +67,21 @@ def hold(path: str) -> None:
 
 
 dt.init(ckpt_every=args.ckpt_every)
+print(f"torch preloaded: {PRELOADED}", flush=True)
 g = torch.Generator().manual_seed(0)
 x = torch.randn(args.samples, 8, generator=g)
 y = (x @ torch.randn(8, 1, generator=g)).squeeze(1) + args.label_noise * torch.randn(args.samples, generator=g)
 torch.manual_seed(0)
 layers = [nn.Linear(8, 16), *([nn.BatchNorm1d(16)] if args.batch_norm else []), nn.Tanh(), nn.Linear(16, 1)]
 model = dt.ElasticDataParallel(nn.Sequential(*layers), noise_every=args.noise_every)
+if args.init:
+    model.module.load_state_dict(torch.load(args.init))
 if args.optimizer == "adamw":
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffle=True,
-                              max_local_batch=args.max_local_batch)
+                              max_local_batch=args.max_local_batch, num_workers=args.loader_workers)
 scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=10 ** 6) if args.scaler else None
 optimizer_steps = []  # the optimizer's own count (a post hook: dlsched gates step() on accumulated micro-batches)
 optimizer.register_step_post_hook(lambda *_: optimizer_steps.append(1))

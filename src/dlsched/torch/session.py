@@ -134,6 +134,11 @@ class Session:
             self.last_boundary = time.perf_counter()
             return
         self.membership.enter()
+        if starts_the_job(self):
+            # the job's start state is the script's as its loop first starts (its own warm start included): a
+            # restart before the first periodic checkpoint restores it, and never runs on what the script's top
+            # loads then (a pre-trained file since rewritten, the script's own export of a later model)
+            self._save()
 
     def _adopt(self, plan: Plan) -> None:
         self.step = plan.step
@@ -303,6 +308,12 @@ class Session:
 
     def _flush(self) -> None:
         self.progress.flush()
+
+
+def starts_the_job(s: Session) -> bool:
+    """Rank 0 of a group that starts the job at its first step, its state the script's own (no checkpoint)."""
+    return (s.rank == 0 and s.job_dir is not None and bool(s.ckpt_every) and s.step == 0 and not s.plan.restore
+            and not s.env.joining)
 
 
 _session: Session | None = None
