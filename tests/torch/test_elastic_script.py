@@ -25,10 +25,11 @@ SCRIPT = str(Path(__file__).with_name("user_script.py"))
 SAMPLES, BATCH = 480, 8  # 60 steps per epoch
 
 
-def start_script(job_dir: Path, workers: int, *script_args: str, runtime_args: tuple[str, ...] = ()) -> subprocess.Popen:
+def start_script(job_dir: Path, workers: int, *script_args: str, runtime_args: tuple[str, ...] = (),
+                 replace_stragglers: bool = False) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir), "--workers", str(workers),
-           "--threads", "1", "--no-replace-stragglers", *runtime_args,
+           "--threads", "1", *([] if replace_stragglers else ["--no-replace-stragglers"]), *runtime_args,
            "--", "python", SCRIPT, "--samples", str(SAMPLES), "--batch", str(BATCH), *script_args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -150,6 +151,22 @@ def test_a_restart_before_the_first_checkpoint_keeps_the_scripts_warm_start_as_t
     assert first[1]["loss"] == first[0]["loss"]   # the same weights, batch and ranks: step 1 again, bit for bit
     assert lost["restored_step"] == 0 and lost["checkpoint"], lost
     assert committed_sample_ids(job_dir) == Counter(committed_sample_ids(job_dir).keys())   # each trained once
+
+
+def test_the_worker_slow_before_its_forward_is_the_one_replaced_every_sample_once(tmp_path):
+    """Worker 1 sleeps before each forward (a slow batch, a slow device): its peers wait for it in backward's
+    gradient all-reduce, and each rank's time was taken to its optimizer step, so all looked as slow as it. The
+    rule read samples over that time, so the rank with one sample less (8 over 3: 3, 3, 2) was flagged instead, and
+    any 3-worker job of such a batch had its last rank replaced, again and again. A rank's own time now ends at its
+    forward's, and the ranks' times are compared."""
+    job_dir = tmp_path / "job"
+    proc = start_script(job_dir, 3, "--epochs", "1", "--slow-worker", "1", "--slow-s", "0.2",
+                        runtime_args=("--record-samples",), replace_stragglers=True)
+    finish(proc, timeout=300)
+    assert [e["workers"] for e in events(job_dir, "straggler")] == [[1]]
+    swap = events(job_dir, "resized")
+    assert len(swap) == 1 and swap[0]["replaced"] == [1] and swap[0]["from_workers"] == swap[0]["workers"] == 3
+    assert committed_sample_ids(job_dir) == Counter(range(SAMPLES))
 
 
 def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):

@@ -49,6 +49,8 @@ ap.add_argument("--flag-lands-at-epoch-end", default="",
 ap.add_argument("--eval-all-reduce", action="store_true",
                 help="the evaluation sums its squared error over the ranks (dist.all_reduce), as DDP scripts do")
 ap.add_argument("--steps-from-len", action="store_true", help="size OneCycleLR from len(loader), as docs/porting.md")
+ap.add_argument("--slow-worker", type=int, default=-1, help="this worker (id) sleeps --slow-s before each forward")
+ap.add_argument("--slow-s", type=float, default=0.0)
 ap.add_argument("--loader-workers", type=int, default=0, help="the loader's num_workers (DataLoader processes)")
 ap.add_argument("--init", default="", help="a warm start: the model's weights loaded from this file at the top")
 ap.add_argument("--rank-before-loop", action="store_true", help="print dt.rank() and dt.world_size() before the loop")
@@ -104,6 +106,8 @@ for epoch in dt.remaining_epochs(args.epochs):
         loader_batches += 1
         if not args.zero_grad_last:
             optimizer.zero_grad()
+        if os.environ.get("DLSCHED_WORKER_ID") == str(args.slow_worker):
+            time.sleep(args.slow_s)   # a straggler: its batch or its device is slow; its peers wait in backward
         out = model(xb).squeeze(1)
         loss = nn.functional.mse_loss(out, yb)
         if scaler is not None:
