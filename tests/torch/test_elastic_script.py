@@ -215,6 +215,35 @@ def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
     assert [schedule.lr(x) for x in range(1, SAMPLES // BATCH + 1)] == pytest.approx(lrs, rel=1e-6)
 
 
+def test_a_warm_up_then_cosine_sequential_lr_keeps_its_pace_in_samples_over_a_batch_change(tmp_path):
+    """SequentialLR(LinearLR, CosineAnnealingLR) and the batch doubled at step 3: the inner schedulers were paced as
+    well as the SequentialLR stepping them, so the cosine took an extra step at the change and ran a step ahead to the
+    end. Each step's LR is the schedule's after as many steps as reference batches fit in the samples before it."""
+    job_dir, slow = tmp_path / "job", tmp_path / "slow"
+    slow.touch()
+    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow), "--warmup-cosine",
+                        runtime_args=("--reference-batch-size", str(BATCH)))
+    wait_for_step(job_dir, 3, proc, timeout=120)
+    write_control(job_dir, 1, 2 * BATCH, 1)
+    wait_for_event(job_dir, "lr_rule", 1, proc, timeout=120)
+    slow.unlink()
+    finish(proc, timeout=300)
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.01)
+    total = SAMPLES // BATCH
+    sched = torch.optim.lr_scheduler.SequentialLR(opt, [
+        torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5),
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total - 5)], milestones=[5])
+    lrs = []
+    for _ in range(total):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    recs = steps(job_dir)
+    assert recs[0]["batch_size"] == BATCH and recs[-1]["batch_size"] == 2 * BATCH
+    before = [0] + [r["samples"] for r in recs[:-1]]   # an odd step count at 8 leaves a last step of 8 at 16
+    assert [r["lr"] / r["lr_factor"] for r in recs] == pytest.approx([lrs[k // BATCH] for k in before], rel=1e-6)
+
+
 def test_a_worker_lost_after_a_batch_change_restarts_at_the_batch_the_request_asked(tmp_path):
     """The scheduler asked for twice the batch, then a worker died: the restart from the checkpoint (none here:
     from the start) trained at the checkpoint's batch while tagging the request answered, so the service showed

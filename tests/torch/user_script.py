@@ -38,6 +38,7 @@ ap.add_argument("--max-steps", type=int, default=0, help="break out of the loade
 ap.add_argument("--batch-norm", action="store_true", help="a BatchNorm1d after the first layer")
 ap.add_argument("--hold-file", default="", help="rank 1 writes its pid here and waits to be killed ...")
 ap.add_argument("--hold-at-step", type=int, default=0, help="... after this step's first micro-batch (once: the file)")
+ap.add_argument("--warmup-cosine", action="store_true", help="SequentialLR: 5 steps of LinearLR, then CosineAnnealingLR")
 ap.add_argument("--epoch-schedule", action="store_true", help="StepLR halving the LR, stepped after each epoch")
 ap.add_argument("--fail-at-step", type=int, default=0, help="rank 0 raises in this step, once: ...")
 ap.add_argument("--fail-once-file", default="", help="... this file, made then, says it did")
@@ -93,6 +94,10 @@ if args.autoscale:  # --max-local-batch m: accumulate past micro-batches of m (A
 steps = args.epochs * (len(loader) if args.steps_from_len else -(-args.samples // args.batch))
 if args.epoch_schedule:
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+elif args.warmup_cosine:
+    scheduler = torch.optim.lr_scheduler.SequentialLR(optimizer, [
+        torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.1, total_iters=5),
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps - 5)], milestones=[5])
 else:
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps)
 
