@@ -169,16 +169,22 @@ def test_the_worker_slow_before_its_forward_is_the_one_replaced_every_sample_onc
     assert committed_sample_ids(job_dir) == Counter(range(SAMPLES))
 
 
-def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
+def batch_doubled_at_step_3(tmp_path: Path, *script_args: str) -> Path:
+    """A 1-worker epoch whose global batch the scheduler doubles at step 3 (the LR given at the first)."""
     job_dir, slow = tmp_path / "job", tmp_path / "slow"
     slow.touch()
-    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow),
+    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow), *script_args,
                         runtime_args=("--reference-batch-size", str(BATCH)))
     wait_for_step(job_dir, 3, proc, timeout=120)
     write_control(job_dir, 1, 2 * BATCH, 1)
     wait_for_event(job_dir, "lr_rule", 1, proc, timeout=120)
     slow.unlink()
     finish(proc, timeout=300)
+    return job_dir
+
+
+def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
+    job_dir = batch_doubled_at_step_3(tmp_path)
     rule = events(job_dir, "lr_rule")[0]
     assert (rule["rule"], rule["from_batch"], rule["to_batch"]) == ("sqrt", BATCH, 2 * BATCH)
     assert rule["factor"] == pytest.approx(2 ** 0.5)
@@ -219,15 +225,7 @@ def test_a_warm_up_then_cosine_sequential_lr_keeps_its_pace_in_samples_over_a_ba
     """SequentialLR(LinearLR, CosineAnnealingLR) and the batch doubled at step 3: the inner schedulers were paced as
     well as the SequentialLR stepping them, so the cosine took an extra step at the change and ran a step ahead to the
     end. Each step's LR is the schedule's after as many steps as reference batches fit in the samples before it."""
-    job_dir, slow = tmp_path / "job", tmp_path / "slow"
-    slow.touch()
-    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow), "--warmup-cosine",
-                        runtime_args=("--reference-batch-size", str(BATCH)))
-    wait_for_step(job_dir, 3, proc, timeout=120)
-    write_control(job_dir, 1, 2 * BATCH, 1)
-    wait_for_event(job_dir, "lr_rule", 1, proc, timeout=120)
-    slow.unlink()
-    finish(proc, timeout=300)
+    job_dir = batch_doubled_at_step_3(tmp_path, "--warmup-cosine")
     opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.01)
     total = SAMPLES // BATCH
     sched = torch.optim.lr_scheduler.SequentialLR(opt, [
