@@ -72,6 +72,13 @@ def run_forked(command: list[str], log_path: str, env: dict[str, str]) -> None:
     # the forkserver's start method, forced on its children, would start a DataLoader's workers from it, running
     # the script's top again in each: the script picks its own (fork by default), as in a fresh interpreter
     multiprocessing.set_start_method(None, force=True)
+    # the forkserver's torch and numpy global RNGs, inherited, would give every rank (and every later newcomer) the
+    # same draws (dropout masks, augmentations): seeded from the OS as a fresh interpreter's are (CPython's ``random``
+    # reseeds itself after a fork); a script that seeds its own still decides
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
     code = 0
     try:
         runpy.run_path(script, run_name="__main__")
