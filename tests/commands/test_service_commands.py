@@ -417,7 +417,7 @@ def test_submit_of_a_script_refuses_what_it_used_to_drop_and_records_the_user(tm
     spec = tmp_path / "job.yaml"
     spec.write_text(job_yaml("from-file"))
     try:
-        for args, line in [(("--gpus", "0", "--", "python", "examples/mlp.py"), "field gpus: "),
+        for args, line in [(("--gpus", "0", "--", "python", "examples/mlp.py"), "error: --gpus: "),
                            (("-P", "epochs=1", "--", "python", "examples/mlp.py"), "--param epochs=1: "),
                            (("--min-gpus", "2", str(spec)), "--min-gpus 2: for a script after '--'")]:
             r = submit(*args)
