@@ -250,7 +250,7 @@ def test_a_progress_line_longer_than_a_read_is_skipped_not_waited_for(tmp_path):
     which read the same bytes again, so the job's progress stalled for good. It is skipped and reported."""
     from dlsched.backends.base import read_progress
 
-    (tmp_path / "progress.jsonl").write_bytes(b'{"step": 1}\n' + b"x" * 5000 + b'\n{"step": 2}\n')
+    (tmp_path / "progress.jsonl").write_bytes(b'{"step": 1, "time": 1}\n' + b"x" * 5000 + b'\n{"step": 2, "time": 2}\n')
     records, offset = [], 0
     for _ in range(10):   # before: every read from offset 12 on gave nothing and the same offset
         got, offset = read_progress(tmp_path, offset, max_bytes=1000)

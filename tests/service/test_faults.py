@@ -224,7 +224,9 @@ def test_a_full_job_folder_disk_stops_the_job_and_it_resumes_once_there_is_room(
         queued = wait_until(lambda: (j := c.get(f"/jobs/{job}").json())["waiting_for"] and j, 60, "its reason")
         assert queued["state"] == "queued" and queued["waiting_for"] == "room on its folder's disk (full)", queued
         assert job_rows([queued])[0][10].startswith("waiting for room on its folder's disk (full)")
-        shown = next(q for q in c.get("/dashboard/api/overview").json()["queue"] if q["id"] == job)
+        r = c.get("/dashboard/api/overview")
+        assert r.status_code == 200, (r.status_code, r.text[:500])
+        shown = next(q for q in r.json()["queue"] if q["id"] == job)
         assert shown["waiting_for"] == "room on its folder's disk (full)", shown
         (disk / "filler").unlink()
         wait_until(lambda: c.get(f"/jobs/{job}").json()["state"] in ("finished", "failed"), 180, "the job's end")
