@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import httpx
