@@ -1,6 +1,6 @@
 """Where the suite's CPU goes, per test: an opt-in pytest plugin, and its report.
 
-    DLSCHED_TEST_CPU=/tmp/cpu make test PYTEST_ADDOPTS="-p tests.cpu_profile"
+    DLSCHED_TEST_CPU=/tmp/cpu PYTEST_ADDOPTS="-p tests.cpu_profile" make test
     python -m tests.cpu_profile /tmp/cpu            # per file, then the costliest tests
 
 Each pytest process (every xdist worker) moves itself into its own cgroup-v1 cpuacct group, so a test's CPU is
