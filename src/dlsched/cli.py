@@ -38,6 +38,20 @@ def _register_all() -> None:
 _register_all()
 
 
+def _one_paragraph_summaries() -> None:
+    """The command list of ``dlsched --help`` shows a docstring's first paragraph: with its source line breaks kept,
+    a summary broke mid-sentence ("checked here, then by the / service."); joined, the panel wraps it."""
+    import inspect
+
+    for info in app.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+
+
+_one_paragraph_summaries()
+
+
 def _usage_line(e: usage_errors.UsageError, argv: list[str]) -> str:
     """Click's usage error as one line, with the value the user gave where it names an option (typer prints
     a usage line, a hint and a boxed message over six lines, and leaves the value out)."""
@@ -49,7 +63,10 @@ def _usage_line(e: usage_errors.UsageError, argv: list[str]) -> str:
                 return f"{line} (got {arg[len(opt) + 1:]!r})"
             if arg == opt and i + 1 < len(argv):
                 return f"{line} (got {argv[i + 1]!r})"
-    return line
+    # an argument (`dlsched show abc`) has no option to find in argv: typer's pydantic check holds the value it refused
+    errors = getattr(e.__cause__, "errors", None) if isinstance(e, usage_errors.BadParameter) else None
+    refused = [x["input"] for x in errors() if "input" in x] if callable(errors) else []
+    return f"{line} (got {refused[0]!r})" if refused else line
 
 
 def main() -> None:

@@ -320,7 +320,8 @@ def one_line(err: ValidationError, source: str, model: type[BaseModel]) -> str:
     msg = e["msg"].replace("\n", " ").removeprefix("Value error, ")   # pydantic's name for our own ValueError
     if e["loc"] == ():   # a rule across fields (a range): its message names them
         return f"{source}: {msg}{more}"
-    got = "" if e["type"] in ("missing",) else f" (got {value})"
+    # our own check's message may name the value already ("..., got 'x'"): not twice
+    got = "" if e["type"] in ("missing",) or msg.endswith(f"got {value}") else f" (got {value})"
     return f"{source}: field {where}: {msg}{got}{_did_you_mean(e, errors, model)}{more}"
 
 

@@ -219,3 +219,17 @@ def test_the_live_tables_best_val_acc_is_the_kept_checkpoints_as_the_closing_tab
     assert view.rows["tiny"]["acc"] == 0.9921875
     view.update(("tiny", "converged", 3, 96, None, 0.9921875, None))   # its last report: its best, as it kept it
     assert view.rows["tiny"]["acc"] == 0.9921875 and view.rows["tiny"]["status"] == "converged"
+
+
+def test_kwargs_a_model_class_does_not_take_are_one_line_before_anything_is_built(tmp_path):
+    """`kwargs: {widthx: 4}` passed the checks: the first member's build raised a TypeError traceback (exit 1) after the
+    report folder was made."""
+    f = tmp_path / "spec.yaml"
+    (tmp_path / "models.py").write_text((MODELS).read_text())
+    f.write_text("models:\n  - {name: a, model: 'models.py:TinyCNN', kwargs: {width: 4}}\n"
+                 "  - {name: b, model: 'models.py:TinyCNN', kwargs: {widthx: 4}}\n")
+    spec = load_spec(f)
+    with pytest.raises(UserError) as e:
+        spec.check_models(tmp_path, str(f))
+    assert str(e.value) == (f"{f}: field models[1].kwargs: models.py:TinyCNN: got an unexpected keyword argument "
+                            "'widthx' (got {'widthx': 4})")

@@ -69,8 +69,8 @@ def test_ps_example_with_ten_gpus_fits_and_follows_the_seed_curve():
     assert rep.unbounded_workers[4] == 7 and by_p[4] == 6  # ... and at 7 with p = 4, which 10 cannot hold
 
 
-def _csv(tmp_path, text):
-    p = tmp_path / "obs.csv"
+def _csv(tmp_path, text, name="obs.csv"):
+    p = tmp_path / name
     p.write_text(text)
     return p
 
@@ -78,14 +78,15 @@ def _csv(tmp_path, text):
 @pytest.mark.parametrize("text, expect", [
     ("step,lossx\n100,2.0\n200,1.5\n300,1.2\n", "missing column 'loss'"),
     ("step,loss\n100,2.0\n200,abc\n300,1.2\n", "line 3, field 'loss': expected a number, got 'abc'"),
-    ("step,loss\n100,2.0\n200,0\n300,1.2\n", "line 3, field 'loss': must be > 0, got '0'"),
+    ("step,loss\n100,2.0\n200,-0.5\n300,1.2\n", "line 3, field 'loss': must be >= 0, got '-0.5'"),
+    ("step,loss\n100,0\n200,0\n300,0\n", "field 'loss': every loss is 0, no loss to model"),
     ("step,loss\n100,2.0\n200,1.5\n", "too few loss points to fit (2; need at least 3), field 'loss'"),
     ("step,loss\n100,2.0\n300,1.5\n200,1.2\n", "line 4, field 'step': steps must increase"),
     ("step,loss,num_gpus,num_nodes,local_batch,step_time\n100,2,,,,\n200,1.5,,,,\n300,1.2,,,,\n,,2,1,32,0.1\n,,4,1,32,fast\n",
      "line 6, field 'step_time': expected a number, got 'fast'"),
     ("step,loss,num_gpus,num_nodes,local_batch,step_time\n100,2,,,,\n200,1.5,,,,\n300,1.2,,,,\n,,2,4,32,0.1\n",
      "line 5, field 'num_nodes': more nodes than GPUs"),
-    ("step,loss\n100,2.0\n200,\n300,1.2\n", "line 3, field 'loss': expected a number"),
+    ("step,loss\n100,2.0\n200,\n300,1.2\n", "too few loss points to fit (2; need at least 3)"),  # 200's is missing
 ])
 def test_bad_csv_names_file_line_and_field(tmp_path, text, expect):
     p = _csv(tmp_path, text)
@@ -100,6 +101,8 @@ def test_bad_csv_names_file_line_and_field(tmp_path, text, expect):
      "losses entry 2, field 'loss': expected a number, got 'oops'"),
     ("steps: []\n", "missing field 'losses'"),
     ("losses: [\n", "line 2: invalid YAML"),
+    ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, Loss: 1.5}\n  - {step: 3, loss: 1}\n  - {step: 4, loss: 1}\n",
+     "losses entry 2: missing field 'loss' (have: step, Loss)"),   # a typo, not a missing point: named
     ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: 1.5}\n  - {step: 3, loss: 1}\n"
      "speed: {samples: [{ps: 1, workers: 0, steps_per_s: 1}]}\n", "speed.samples entry 1, field 'workers': must be > 0"),
     ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: 1.5}\n  - {step: 3, loss: 1}\ntarget: {delta: -1}\n",
@@ -111,6 +114,28 @@ def test_bad_yaml_names_entry_and_field(tmp_path, text, expect):
     with pytest.raises(UserError) as e:
         load_observations(p)
     assert str(e.value).startswith(f"{p}: ") and expect in str(e.value)
+
+
+def test_missing_cells_are_skipped_and_a_loss_of_0_is_fitted_at_a_stand_in_as_predict_curve_reads_them(tmp_path):
+    """`predict curve` reads empty, nan and ±inf cells as missing points and a loss of 0 (float32 underflow) at half
+    the smallest positive loss; `predict FILE.csv` refused the same file ('expected a number, got 'nan'',
+    'must be > 0, got '0'')."""
+    clean = "step,loss\n100,2.0\n200,1.5\n400,1.0\n500,0.8\n600,{}\n"
+    holes = "step,loss\n100,2.0\n200,1.5\n300,nan\n350,\n380,inf\n390,-inf\nnan,1.1\n400,1.0\n500,0.8\n600,{}\n"
+    a = load_observations(_csv(tmp_path, holes.format(0)))
+    assert list(a.steps) == [100, 200, 400, 500, 600] and a.losses[-1] == 0
+    b = load_observations(_csv(tmp_path, clean.format(0.4), "standin.csv"))   # half the smallest positive loss
+    assert predict(a, 4).fit.curve == predict(b, 4).fit.curve
+    y = tmp_path / "obs.yaml"
+    y.write_text("losses:\n" + "".join(f"  - {{step: {k}, loss: {v}}}\n" for k, v in
+                                       ((100, 2.0), (200, 1.5), (300, ".nan"), (350, "null"), (400, 1.0), (500, 0.8),
+                                        (600, 0))))
+    assert predict(load_observations(y), 4).fit.curve == predict(b, 4).fit.curve
+    r = run(_csv(tmp_path, holes.format(0)), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["points"] == 5
+    assert r.stderr == ("note: 1 point of loss at 0 leaves no loss to model: fitted as half the smallest loss logged "
+                        "(or half the target's, if lower)\n")
 
 
 def test_missing_file_and_unknown_type(tmp_path):
@@ -207,9 +232,9 @@ def test_a_rising_loss_is_said_not_converged_on_stderr(tmp_path):
 
 @pytest.mark.parametrize("body, expect", [
     ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: -1.0}\n  - {step: 3, loss: 1}\n",
-     "losses entry 2, field 'loss': must be > 0, got -1.0"),
+     "losses entry 2, field 'loss': must be >= 0, got -1.0"),
     ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: -1}\n  - {step: 3, loss: 1}\n",
-     "losses entry 2, field 'loss': must be > 0, got -1"),
+     "losses entry 2, field 'loss': must be >= 0, got -1"),
     ("losses:\n  - {step: 1, loss: 2}\n  - {step: -2, loss: 1.5}\n  - {step: 3, loss: 1}\n",
      "losses entry 2, field 'step': must be >= 0, got -2"),
     ("losses:\n  - {step: 1, loss: 2}\n  - {step: 2, loss: 1.5}\n  - {step: 3, loss: 1}\n"
@@ -228,3 +253,14 @@ def test_a_yaml_number_is_printed_as_written_not_as_a_numpy_repr(tmp_path, body,
 def test_option_values_are_printed_as_numbers():
     r = run(EXAMPLES / "resnet50_allreduce.yaml", "--target-loss", "-1")
     assert r.returncode == 2 and r.stderr == "error: --target-loss: must be > 0, got -1\n", r
+
+
+def test_a_speed_row_whose_step_and_loss_are_nan_is_still_a_speed_sample(tmp_path):
+    """A speed row written `nan,nan,...` (a frame's NaN, not an empty cell) was read as a missing loss point and
+    skipped: its speed sample was lost without a word."""
+    lines = (EXAMPLES / "resnet50_allreduce.csv").read_text().splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith(",,"))
+    lines[i] = "nan,nan," + lines[i][2:]
+    obs = load_observations(_csv(tmp_path, "\n".join(lines) + "\n"))
+    want = load_observations(EXAMPLES / "resnet50_allreduce.csv")
+    assert len(obs.speed) == len(want.speed) and len(obs.steps) == len(want.steps)

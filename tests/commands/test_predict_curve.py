@@ -831,3 +831,16 @@ def test_schedule_milestones_past_the_budget_are_said(capsys):
     assert "note: --schedule step:4000,6000:0.1: 4000, 6000 past the --budget 800 (in step)" in err, err
     assert run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, None, 0.9, "loss", None, None, True, None) == 0
     assert "past the --budget" not in capsys.readouterr().err
+
+
+def test_a_bad_schedule_or_budget_is_the_one_line_on_stderr_before_the_logs_notes(tmp_path, capsys):
+    """A log with a loss of 0 (its stand-in note) and a bad --schedule or --budget: stderr had the note, then the
+    error, two lines; the options are checked before the log is read."""
+    p = tmp_path / "zero.csv"
+    p.write_text("step,loss\n100,2.0\n200,1.5\n300,1.2\n400,1.0\n500,0\n")
+    for budget, spec, said in ((800.0, "cosine:warmup=abc", "--schedule: schedule 'cosine:warmup=abc'"),
+                               (-5.0, None, "--budget: must be > 0, got -5")):
+        with pytest.raises(UserError) as e:
+            run_curve(p, "step", "loss", budget, spec, None, None, None, "loss", None, None, True, None)
+        assert str(e.value).startswith(said), e.value
+        assert capsys.readouterr().err == ""

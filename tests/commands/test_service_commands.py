@@ -417,7 +417,7 @@ def test_submit_of_a_script_refuses_what_it_used_to_drop_and_records_the_user(tm
     spec = tmp_path / "job.yaml"
     spec.write_text(job_yaml("from-file"))
     try:
-        for args, line in [(("--gpus", "0", "--", "python", "examples/mlp.py"), "field gpus: "),
+        for args, line in [(("--gpus", "0", "--", "python", "examples/mlp.py"), "error: --gpus: "),
                            (("-P", "epochs=1", "--", "python", "examples/mlp.py"), "--param epochs=1: "),
                            (("--min-gpus", "2", str(spec)), "--min-gpus 2: for a script after '--'")]:
             r = submit(*args)
@@ -844,3 +844,21 @@ def test_serve_without_a_cluster_file_looks_for_gpus_without_loading_torch_where
                           "s = local_cluster_spec(); print('torch' in sys.modules, s.nodes[0].gpu_type)"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "slot"]
+
+
+@pytest.mark.parametrize("args, said", [
+    # the spec's field ("command line: field prediction.target_loss: ..."), a field the user never typed
+    (["--target-loss", "-1"], "error: --target-loss: Input should be greater than 0 (got -1.0)\n"),
+    (["--gpus", "0"], "error: --gpus: Input should be greater than or equal to 1 (got 0)\n"),
+    # and the value once ("..., got 'x' (got 'x')")
+    (["--regime", "x"], "error: --regime: regime must be one of scratch, finetune, got 'x'\n"),
+])
+def test_a_script_jobs_bad_option_is_named_as_the_option_typed(monkeypatch, capsys, args, said):
+    from dlsched.cli import main
+
+    monkeypatch.chdir(REPO)   # refused before any request: no service needed
+    monkeypatch.setattr(sys, "argv", ["dlsched", "submit", *args, "--", "python", "examples/mlp.py"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    assert e.value.code == 2 and out.out == "" and out.err == said, out

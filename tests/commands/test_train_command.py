@@ -35,8 +35,9 @@ def test_a_refused_option_is_answered_without_loading_torch(tmp_path, args, line
     seconds on a busy machine) to print one line."""
     code = ("import atexit, runpy, sys; atexit.register(lambda: print('torch' in sys.modules)); "
             "sys.argv = ['dlsched', *sys.argv[1:]]; runpy.run_module('dlsched.cli', run_name='__main__')")
+    (tmp_path / "train.py").write_text("raise SystemExit('the script must not start')\n")   # there: only the option is bad
     r = subprocess.run([sys.executable, "-c", code, "train", "--job-dir", str(tmp_path / "job"), *args, "--", "python",
-                        "train.py"], capture_output=True, text=True, timeout=120, cwd=REPO)
+                        str(tmp_path / "train.py")], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert (r.returncode, r.stderr.strip(), r.stdout) == (2, line, "False\n"), r
 
 
@@ -215,3 +216,13 @@ def test_a_spec_takes_param_workers_and_batch_overrides_and_refuses_the_options_
     steps = [s for s in read_progress(job) if "event" not in s]
     assert {s["workers"] for s in steps} == {2} and {s["batch_size"] for s in steps} == {64}
     assert steps[-1]["samples"] == 128
+
+
+def test_a_script_that_is_not_there_is_one_line_before_any_folder_or_worker(tmp_path):
+    """`dlsched train -- python nosuch.py` made the job folder, started a worker and failed it: two lines, the
+    worker's own and 'worker 0 exited 2'. `submit` refuses the same script up front; so does train now."""
+    r = subprocess.run([sys.executable, "-m", "dlsched.cli", "train", "--job-dir", str(tmp_path / "job"), "--", "python",
+                        "nosuch.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr == ("error: dlsched train: field command: script 'nosuch.py' not found "
+                                              f"(relative paths resolve under {tmp_path})\n"), r.stderr[-500:]
+    assert not (tmp_path / "job").exists()

@@ -122,6 +122,8 @@ def test_a_bad_server_url_or_watch_interval_is_one_line_not_a_traceback():
     (or nan) raised in time.sleep: both were tracebacks, exit 1."""
     for args, line in [(("status", "--server", "http://256.1.1.1:80"), "--server 'http://256.1.1.1:80': not a service URL"),
                        (("logs", "1", "--server", "http://[::1"), "--server 'http://[::1': not a service URL"),
+                       # no scheme: was "cannot reach the dlsched service at 127.0.0.1:8642 (is `dlsched serve` running?)"
+                       (("status", "--server", "127.0.0.1:8642"), "--server '127.0.0.1:8642': not a service URL"),
                        (("status", "-w", "--interval", "-1"), "--interval -1.0: expected a positive number"),
                        (("status", "-w", "--interval", "nan"), "--interval nan: expected a positive number")]:
         r = cli(*args)

@@ -207,6 +207,9 @@ def test_the_job_page_lists_events_as_readable_fields(live_service):
     assert "name=quick, gpus=1" in events and "&quot;" not in events, events[:1500]
     finished = re.search(r"<td>job_finished</td><td>([^<]*)</td>", events).group(1)
     assert re.fullmatch(r"time=\d\d:\d\d:\d\d", finished), finished
+    # an ended job has no prediction: its predicted start and finish read "?", as if the service had failed to make one
+    for row in ("predicted start", "predicted finish"):
+        assert f"<td>{row}</td><td>–</td>" in dom, re.search(rf"<td>{row}</td><td>.*?</td>", dom).group(0)
 
 
 def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):

@@ -72,6 +72,19 @@ def test_a_timeout_that_is_not_positive_is_refused_before_the_service_starts(tmp
     assert not (tmp_path / "out").exists()
 
 
+def test_an_unknown_policy_is_named_as_the_option(tmp_path):
+    """`demo --policy nosuch` said 'cluster spec: policy: unknown policy', a field of a file the user never named
+    (`serve --policy nosuch` says '--policy nosuch: ...')."""
+    from dlsched.errors import UserError
+    from dlsched.paths import REPO_ROOT
+
+    with pytest.raises(UserError) as e:
+        run_demo(REPO_ROOT / "examples" / "demo" / "workload.yaml", tmp_path / "out", 60, RUNTIME, "nosuch", tmp_path,
+                 Console(file=io.StringIO()))
+    assert str(e.value).startswith("--policy nosuch: unknown policy 'nosuch'; known: "), e.value
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_out_folder_whose_state_is_not_a_demos_is_left_alone(tmp_path):
     """--out ~/project deleted ~/project/state, whatever it held, before the demo started."""
     from dlsched.errors import UserError

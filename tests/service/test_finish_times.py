@@ -93,3 +93,24 @@ def test_status_says_a_stated_target_is_not_predicted_yet_and_show_says_why(clie
         assert listed["target_pending"] is None and listed["target"]["step"] == 4200.0
     finally:
         store.request_cancel(jid)
+
+
+def test_a_targets_time_is_on_the_clock_of_the_finish_shown():
+    """`status` showed "finish 14:41" beside "target ... 14:46": the finish was the policy forecast's (more GPUs
+    later), the target's time the rate the job trains at now. Each time is moved to the same share of the way from
+    the refit to the finish shown."""
+    from dlsched.service.finish_times import stated_targets
+
+    class Job:   # a job that states no reported-metric target: only its target loss
+        spec = type("Spec", (), {"prediction": None})()
+
+    t0, at_rate, forecast = 1_000.0, 2_000.0, 1_500.0   # the forecast finishes twice as fast as today's rate
+    loss = {"target_loss": 1.8, "target_step": 900.0, "target_time": 2_000.0, "target_chance": 0.5,
+            "target_step_80": [800.0, 900.0], "target_time_80": [1_800.0, 2_000.0]}
+    row = {"time": t0, "predicted_finish": at_rate, "loss_fit": json.dumps(loss)}
+    target, _ = stated_targets(Job(), row, forecast)
+    assert (target["time"], target["time_80"]) == (1_500.0, [1_400.0, 1_500.0])   # at the budget: the finish itself
+    assert stated_targets(Job(), row, at_rate)[0]["time"] == 2_000.0   # no forecast: the finish at today's rate
+    assert stated_targets(Job(), row, None)[0]["time"] == 2_000.0
+    reached = loss | {"target_reached": True, "target_time": 900.0}   # a fact, when the log got there
+    assert stated_targets(Job(), row | {"loss_fit": json.dumps(reached)}, forecast)[0]["time"] == 900.0

@@ -663,3 +663,16 @@ def test_a_script_job_just_resized_is_predicted_at_the_batch_it_trains():
                           samples_done=done)
     assert isinstance(speed, AllReduceSpeedModel)
     assert pred.remaining_s == pytest.approx(6400 / speed.throughput(3, 1, 64), rel=1e-6)
+
+
+def test_a_loss_reported_as_0_is_a_point_the_target_loss_is_reached_at():
+    """A job whose loss underflows to 0 on easy batches (its log: `loss 0.0`): the refit dropped those points, so a
+    target loss of 0.05 read "not reached" (chance ~0) from a log that got to 0, where `predict curve` on the same
+    log fits a 0 at a stand-in (half the smallest positive loss) and says reached."""
+    recs = records(1, 32, 0.1, n=30)
+    for r in recs[-6::2]:
+        r["loss"] = 0.0
+    pred, _ = predict(recs, 10.0, 1, 32, 32 * 60, 32 * 30, target_loss=0.05)
+    fit = pred.loss_fit
+    assert fit["target_reached"] and fit["target_step"] <= 30, fit
+    assert "beta0" in fit   # the Optimus terms too, from the stand-in

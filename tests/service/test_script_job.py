@@ -85,7 +85,7 @@ def test_a_script_job_states_its_schedule_and_target_loss_on_the_command_line(tm
     try:
         r = cli("submit", "--schedule", "cosin", "--", "python", "train.py")
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert "field prediction.schedule: schedule 'cosin': unknown" in r.stderr
+        assert r.stderr.startswith("error: --schedule: schedule 'cosin': unknown"), r.stderr   # the option typed
         assert svc.store.count() == 0
         r = cli("submit", "--schedule", "cosine:warmup=50", "--target-loss", "1.5", "--", "python", "train.py")
         assert r.returncode == 0 and r.stdout.strip() == "submitted job 1 (train)", r.stderr
@@ -100,9 +100,9 @@ def test_a_script_job_states_its_schedule_and_target_loss_on_the_command_line(tm
         assert r.returncode == 0 and r.stdout.strip() == "submitted job 2 (train)", r.stderr
         assert svc.store.get(2).spec.prediction.model_dump(exclude_none=True) == {
             "dataset": "tinyshakespeare", "depth": 6, "regime": "finetune"}
-        for flags, said in ((["--regime", "pretrained"], "field prediction.regime: "),
-                            (["--dataset", "a b"], "field prediction.dataset: "),
-                            (["--depth", "0"], "field prediction.depth: ")):
+        for flags, said in ((["--regime", "pretrained"], "error: --regime: "),   # the option typed, not the spec field
+                            (["--dataset", "a b"], "error: --dataset: "),
+                            (["--depth", "0"], "error: --depth: ")):
             r = cli("submit", *flags, "--", "python", "train.py")
             assert r.returncode == 2 and r.stderr.count("\n") == 1 and said in r.stderr, (flags, r.stderr)
         r = cli("submit", "--dataset", "x", str(REPO_ROOT / "examples" / "demo" / "jobs" / "mlp-wide.yaml"))

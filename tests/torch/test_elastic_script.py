@@ -25,10 +25,11 @@ SCRIPT = str(Path(__file__).with_name("user_script.py"))
 SAMPLES, BATCH = 480, 8  # 60 steps per epoch
 
 
-def start_script(job_dir: Path, workers: int, *script_args: str, runtime_args: tuple[str, ...] = ()) -> subprocess.Popen:
+def start_script(job_dir: Path, workers: int, *script_args: str, runtime_args: tuple[str, ...] = (),
+                 replace_stragglers: bool = False) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job_dir), "--workers", str(workers),
-           "--threads", "1", "--no-replace-stragglers", *runtime_args,
+           "--threads", "1", *([] if replace_stragglers else ["--no-replace-stragglers"]), *runtime_args,
            "--", "python", SCRIPT, "--samples", str(SAMPLES), "--batch", str(BATCH), *script_args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -95,6 +96,10 @@ def test_resize_1_3_2_mid_epoch_trains_every_sample_once_and_continues_adamw_one
     # tolerance: float32 sums in another order (all-reduce over 3 or 2 ranks) only
     assert val_curve(job_dir) == pytest.approx(val_curve(ref_dir), rel=1e-3)
     assert [r["workers"] for r in steps(job_dir)][-1] == 2
+    # each worker, the grow's newcomers too, forked with torch (and torch._dynamo) loaded: a fresh interpreter
+    # importing them was most of a newcomer's start (~15 s of a grow's pause at load 15-20)
+    logs = sorted((job_dir / "logs").glob("worker-*.log"))
+    assert len(logs) == 3 and all("torch preloaded: True" in f.read_text() for f in logs)
     # epoch_end's mean_loss is the whole epoch's across both resizes, not the part after the last one
     assert len(mean_losses(job_dir)) == 2 and mean_losses(job_dir) == pytest.approx(epoch_means(job_dir), rel=1e-9)
     # (not the 1-worker run's to 1e-3: on 3 or 2 workers rank 0 reports the loss of its share of each batch)
@@ -120,16 +125,66 @@ def test_sigkill_of_a_worker_resumes_from_the_checkpoint_exactly_once(tmp_path):
     assert len(mean_losses(job_dir)) == 2 and mean_losses(job_dir) == pytest.approx(epoch_means(job_dir), rel=1e-9)
 
 
-def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
+def test_a_restart_before_the_first_checkpoint_keeps_the_scripts_warm_start_as_the_job_began(tmp_path):
+    """A script loading its own pre-trained weights at the top, a worker killed before any periodic checkpoint,
+    the file rewritten meanwhile (a newer pre-training, the script's own export): the restart started over from
+    whatever the file held then, not from the job's start. The job checkpoints its start state as its loop starts.
+    Its loader's DataLoader processes start as in a plain interpreter (fork) in a worker forked from the runtime's
+    forkserver: forced to its start method, each ran the script's top again and the job failed."""
+    job_dir, slow, init = tmp_path / "job", tmp_path / "slow", tmp_path / "pretrained.pt"
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    torch.save(net.state_dict(), init)
+    slow.touch()
+    proc = start_script(job_dir, 2, "--epochs", "1", "--max-steps", "8", "--step-s", "0.2", "--slow-file", str(slow),
+                        "--init", str(init), "--ckpt-every", "1000", "--loader-workers", "2",
+                        runtime_args=("--record-samples",))
+    wait_for_step(job_dir, 3, proc, timeout=120)
+    torch.save({k: v + 1.0 for k, v in net.state_dict().items()}, init)
+    os.kill(json.loads((job_dir / "status.json").read_text())["worker_pids"][1], signal.SIGKILL)
+    wait_for_event(job_dir, "worker_lost", 1, proc, timeout=120)
+    slow.unlink()
+    finish(proc, timeout=300)
+    lost = events(job_dir, "worker_lost")[0]
+    first = [r for r in steps(job_dir) if r["step"] == 1]
+    assert len(first) == 2 and first[0]["generation"] < first[1]["generation"]
+    assert first[1]["loss"] == first[0]["loss"]   # the same weights, batch and ranks: step 1 again, bit for bit
+    assert lost["restored_step"] == 0 and lost["checkpoint"], lost
+    assert committed_sample_ids(job_dir) == Counter(committed_sample_ids(job_dir).keys())   # each trained once
+
+
+def test_the_worker_slow_before_its_forward_is_the_one_replaced_every_sample_once(tmp_path):
+    """Worker 1 sleeps before each forward (a slow batch, a slow device): its peers wait for it in backward's
+    gradient all-reduce, and each rank's time was taken to its optimizer step, so all looked as slow as it. The
+    rule read samples over that time, so the rank with one sample less (8 over 3: 3, 3, 2) was flagged instead, and
+    any 3-worker job of such a batch had its last rank replaced, again and again. A rank's own time now ends at its
+    forward's, and the ranks' times are compared."""
+    job_dir = tmp_path / "job"
+    proc = start_script(job_dir, 3, "--epochs", "1", "--slow-worker", "1", "--slow-s", "0.2",
+                        runtime_args=("--record-samples",), replace_stragglers=True)
+    finish(proc, timeout=300)
+    assert [e["workers"] for e in events(job_dir, "straggler")] == [[1]]
+    swap = events(job_dir, "resized")
+    assert len(swap) == 1 and swap[0]["replaced"] == [1] and swap[0]["from_workers"] == swap[0]["workers"] == 3
+    assert committed_sample_ids(job_dir) == Counter(range(SAMPLES))
+
+
+def batch_doubled_at_step_3(tmp_path: Path, *script_args: str) -> Path:
+    """A 1-worker epoch whose global batch the scheduler doubles at step 3 (the LR given at the first)."""
     job_dir, slow = tmp_path / "job", tmp_path / "slow"
     slow.touch()
-    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow),
+    proc = start_script(job_dir, 1, "--epochs", "1", "--step-s", "0.1", "--slow-file", str(slow), *script_args,
                         runtime_args=("--reference-batch-size", str(BATCH)))
     wait_for_step(job_dir, 3, proc, timeout=120)
     write_control(job_dir, 1, 2 * BATCH, 1)
     wait_for_event(job_dir, "lr_rule", 1, proc, timeout=120)
     slow.unlink()
     finish(proc, timeout=300)
+    return job_dir
+
+
+def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
+    job_dir = batch_doubled_at_step_3(tmp_path)
     rule = events(job_dir, "lr_rule")[0]
     assert (rule["rule"], rule["from_batch"], rule["to_batch"]) == ("sqrt", BATCH, 2 * BATCH)
     assert rule["factor"] == pytest.approx(2 ** 0.5)
@@ -164,6 +219,27 @@ def test_a_scheduler_batch_change_applies_the_adam_rule_and_logs_it(tmp_path):
     axis = ProgressAxis.of(history)
     schedule = logged_schedule(history, SAMPLES / BATCH, plan, axis)
     assert [schedule.lr(x) for x in range(1, SAMPLES // BATCH + 1)] == pytest.approx(lrs, rel=1e-6)
+
+
+def test_a_warm_up_then_cosine_sequential_lr_keeps_its_pace_in_samples_over_a_batch_change(tmp_path):
+    """SequentialLR(LinearLR, CosineAnnealingLR) and the batch doubled at step 3: the inner schedulers were paced as
+    well as the SequentialLR stepping them, so the cosine took an extra step at the change and ran a step ahead to the
+    end. Each step's LR is the schedule's after as many steps as reference batches fit in the samples before it."""
+    job_dir = batch_doubled_at_step_3(tmp_path, "--warmup-cosine")
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.01)
+    total = SAMPLES // BATCH
+    sched = torch.optim.lr_scheduler.SequentialLR(opt, [
+        torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5),
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total - 5)], milestones=[5])
+    lrs = []
+    for _ in range(total):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    recs = steps(job_dir)
+    assert recs[0]["batch_size"] == BATCH and recs[-1]["batch_size"] == 2 * BATCH
+    before = [0] + [r["samples"] for r in recs[:-1]]   # an odd step count at 8 leaves a last step of 8 at 16
+    assert [r["lr"] / r["lr_factor"] for r in recs] == pytest.approx([lrs[k // BATCH] for k in before], rel=1e-6)
 
 
 def test_a_worker_lost_after_a_batch_change_restarts_at_the_batch_the_request_asked(tmp_path):

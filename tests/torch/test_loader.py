@@ -73,6 +73,15 @@ def test_arguments_it_cannot_honour_are_one_line_naming_them(kwargs, needle):
         ElasticDataLoader(TensorDataset(torch.zeros(4)), **kwargs)
 
 
+def test_an_iterable_dataset_is_refused_saying_what_to_give_instead():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield torch.zeros(4)
+
+    with pytest.raises(UserError, match=r"dataset=Stream is an IterableDataset \(a stream\): give a map-style Dataset"):
+        ElasticDataLoader(Stream(), batch_size=8)
+
+
 def test_epochs_must_be_a_count():
     with pytest.raises(UserError, match="epochs='3' must be a non-negative integer"):
         next(remaining_epochs("3"))

@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+PRELOADED = "torch" in sys.modules   # a worker forked with torch loaded (dlsched.train.script.run_forked)
+
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -36,6 +38,7 @@ ap.add_argument("--max-steps", type=int, default=0, help="break out of the loade
 ap.add_argument("--batch-norm", action="store_true", help="a BatchNorm1d after the first layer")
 ap.add_argument("--hold-file", default="", help="rank 1 writes its pid here and waits to be killed ...")
 ap.add_argument("--hold-at-step", type=int, default=0, help="... after this step's first micro-batch (once: the file)")
+ap.add_argument("--warmup-cosine", action="store_true", help="SequentialLR: 5 steps of LinearLR, then CosineAnnealingLR")
 ap.add_argument("--epoch-schedule", action="store_true", help="StepLR halving the LR, stepped after each epoch")
 ap.add_argument("--fail-at-step", type=int, default=0, help="rank 0 raises in this step, once: ...")
 ap.add_argument("--fail-once-file", default="", help="... this file, made then, says it did")
@@ -47,6 +50,10 @@ ap.add_argument("--flag-lands-at-epoch-end", default="",
 ap.add_argument("--eval-all-reduce", action="store_true",
                 help="the evaluation sums its squared error over the ranks (dist.all_reduce), as DDP scripts do")
 ap.add_argument("--steps-from-len", action="store_true", help="size OneCycleLR from len(loader), as docs/porting.md")
+ap.add_argument("--slow-worker", type=int, default=-1, help="this worker (id) sleeps --slow-s before each forward")
+ap.add_argument("--slow-s", type=float, default=0.0)
+ap.add_argument("--loader-workers", type=int, default=0, help="the loader's num_workers (DataLoader processes)")
+ap.add_argument("--init", default="", help="a warm start: the model's weights loaded from this file at the top")
 ap.add_argument("--rank-before-loop", action="store_true", help="print dt.rank() and dt.world_size() before the loop")
 args = ap.parse_args()
 
@@ -63,18 +70,21 @@ def hold(path: str) -> None:
 
 
 dt.init(ckpt_every=args.ckpt_every)
+print(f"torch preloaded: {PRELOADED}", flush=True)
 g = torch.Generator().manual_seed(0)
 x = torch.randn(args.samples, 8, generator=g)
 y = (x @ torch.randn(8, 1, generator=g)).squeeze(1) + args.label_noise * torch.randn(args.samples, generator=g)
 torch.manual_seed(0)
 layers = [nn.Linear(8, 16), *([nn.BatchNorm1d(16)] if args.batch_norm else []), nn.Tanh(), nn.Linear(16, 1)]
 model = dt.ElasticDataParallel(nn.Sequential(*layers), noise_every=args.noise_every)
+if args.init:
+    model.module.load_state_dict(torch.load(args.init))
 if args.optimizer == "adamw":
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffle=True,
-                              max_local_batch=args.max_local_batch)
+                              max_local_batch=args.max_local_batch, num_workers=args.loader_workers)
 scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=10 ** 6) if args.scaler else None
 optimizer_steps = []  # the optimizer's own count (a post hook: dlsched gates step() on accumulated micro-batches)
 optimizer.register_step_post_hook(lambda *_: optimizer_steps.append(1))
@@ -84,6 +94,10 @@ if args.autoscale:  # --max-local-batch m: accumulate past micro-batches of m (A
 steps = args.epochs * (len(loader) if args.steps_from_len else -(-args.samples // args.batch))
 if args.epoch_schedule:
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+elif args.warmup_cosine:
+    scheduler = torch.optim.lr_scheduler.SequentialLR(optimizer, [
+        torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.1, total_iters=5),
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps - 5)], milestones=[5])
 else:
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps)
 
@@ -97,6 +111,8 @@ for epoch in dt.remaining_epochs(args.epochs):
         loader_batches += 1
         if not args.zero_grad_last:
             optimizer.zero_grad()
+        if os.environ.get("DLSCHED_WORKER_ID") == str(args.slow_worker):
+            time.sleep(args.slow_s)   # a straggler: its batch or its device is slow; its peers wait in backward
         out = model(xb).squeeze(1)
         loss = nn.functional.mse_loss(out, yb)
         if scaler is not None:

@@ -66,6 +66,10 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
     base = workload_path.parent
     cluster = load_cluster_spec_file(base / wl.cluster)
     if policy:
+        from dlsched.policy import policy_names
+
+        if policy not in policy_names():   # said of the option, as `serve --policy` does (was "cluster spec: policy: ...")
+            raise UserError(f"--policy {policy}: unknown policy {policy!r}; known: {', '.join(policy_names())}")
         cluster = cluster.model_copy(update={"policy": policy})
     arrivals = sorted(((a.at, base / a.spec, a.after_first_step_of) for a in wl.jobs), key=lambda x: x[0])
     earlier: set[str] = set()

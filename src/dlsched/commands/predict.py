@@ -4,7 +4,9 @@ predicted remaining time per configuration (rich table), optionally plotting bot
 FILE is YAML (see ``examples/predict/*.yaml``) or CSV. CSV rows are loss observations (columns ``step``,
 ``loss``) and, on rows whose step and loss are empty, speed samples (``num_gpus, num_nodes, local_batch,
 step_time[, sync_time]`` for all-reduce, or ``ps, workers, steps_per_s`` for a synchronous PS job); the
-settings a YAML file holds come from options. Every bad value is reported as one line naming the file,
+settings a YAML file holds come from options. A step or loss that is empty, nan or ±inf is a missing point (the
+row is skipped) and a loss of 0 is fitted at half the smallest positive loss, as ``predict curve`` reads them; a
+negative loss, or one left out of a YAML entry, is bad input. Every bad value is reported as one line naming the file,
 the row and the field (``UserError`` → exit code 2).
 """
 from __future__ import annotations
@@ -67,15 +69,36 @@ def _number(src: str, where: str, name: str, value, *, positive: bool = True, in
     return v
 
 
+# a cell that is a missing point, as ``predict curve`` reads it: empty, nan, ±inf (AMP logs an overflowed step so)
+MISSING_CELLS = {"", "nan", "none", "null", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+
+
+def _missing(col: pd.Series) -> pd.Series:
+    import numpy as np
+    import pandas as pd
+
+    num = pd.to_numeric(col, errors="coerce")
+    text = col.map(lambda v: v is None or (isinstance(v, float) and not np.isfinite(v))
+                   or (isinstance(v, str) and v.strip().lower() in MISSING_CELLS))
+    return text.astype(bool) | (num.notna() & ~np.isfinite(num.fillna(0.0)))
+
+
 def _check_losses(df: pd.DataFrame, src: str, line_of, row_word: str) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
 
     from dlsched.perf.profile import check_numeric_frame
 
-    df = check_numeric_frame(df, src, ["step", "loss"], nonnegative=["step"], positive=["loss"], min_rows=0,
+    # a row whose step or loss is a missing point is skipped (``predict curve`` reads the same file so); a loss of
+    # 0 is kept and fitted at a stand-in (``perf.perfect_points``, in ``predict``); a negative one stays refused
+    if "step" in df.columns and "loss" in df.columns:
+        df = df[~(_missing(df.step) | _missing(df.loss))]
+    df = check_numeric_frame(df, src, ["step", "loss"], nonnegative=["step", "loss"], min_rows=0,
                              line_of=line_of, row_word=row_word)
     if len(df) < 3:
         raise UserError(f"{src}: too few loss points to fit ({len(df)}; need at least 3), field 'loss'")
+    if not (df.loss > 0).any():   # a 0 stands in at half the smallest positive loss: there is none
+        raise UserError(f"{src}: field 'loss': every loss is 0, no loss to model (a 0 is fitted at half the smallest "
+                        "positive loss)")
     steps = df.step.to_numpy(float)
     bad = np.flatnonzero(np.diff(steps) <= 0)
     if bad.size:
@@ -117,8 +140,7 @@ def load_csv(path: Path) -> Observations:
     for c in ("step", "loss"):
         if c not in raw.columns:
             raise UserError(f"{src}: missing column {c!r} (have: {', '.join(raw.columns) or 'none'})")
-    blank = lambda s: s.astype(str).str.strip() == ""  # noqa: E731
-    is_speed = blank(raw.step) & blank(raw.loss)
+    is_speed = _missing(raw.step) & _missing(raw.loss)   # "nan,nan,..." too: its speed sample is kept, not skipped
     steps, losses = _check_losses(raw[~is_speed], src, csv_line, "line")
     obs = Observations(src, steps, losses)
     kind = _speed_kind(raw.columns)
@@ -140,6 +162,9 @@ def load_yaml(path: Path) -> Observations:
     if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
         raise UserError(f"{src}: field 'losses' must be a list of {{step, loss}} mappings")
     entry = lambda i: int(i) + 1  # noqa: E731  (1-based position in the list)
+    for i, x in enumerate(items):   # a key left out is a typo to name, not a missing point (``loss: .nan`` is one)
+        if lost := [k for k in ("step", "loss") if k not in x]:
+            raise UserError(f"{src}: losses entry {entry(i)}: missing field {lost[0]!r} (have: {', '.join(map(str, x)) or 'none'})")
     steps, losses = _check_losses(pd.DataFrame(items, columns=sorted({k for x in items for k in x}) or ["step", "loss"]),
                                   src, entry, "losses entry")
     obs = Observations(src, steps, losses)
@@ -212,11 +237,12 @@ def predict(obs: Observations, gpus: int) -> Report:
 
     from dlsched.perf.convergence import fit_curve
     from dlsched.perf.efficiency import GradientNoise
+    from dlsched.perf.perfect_points import with_stand_in
     from dlsched.perf.predict import (allreduce_configurations, best_workers, leave_one_out_error, ps_configurations,
                                       relative_error, remaining_steps)
     from dlsched.perf.speed import AllReduceSpeedModel, fit_optimus_async, fit_optimus_sync, fit_step_time
 
-    fit = fit_curve(obs.steps, obs.losses)
+    fit = fit_curve(obs.steps, with_stand_in(obs.losses, obs.target_loss))   # a loss of 0: ``perf.perfect_points``
     k_now = float(obs.steps[-1])
     E = obs.steps_per_epoch or float(np.median(np.diff(obs.steps)))
     if obs.target_loss is not None:
@@ -415,6 +441,10 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"warning: {obs.source}: the loss rises over the points ({first:g} at step {obs.steps[0]:g} "
                        f"to {last:g} at step {obs.steps[-1]:g}): not converged; the fitted curve only falls, so its "
                        "remaining steps are no prediction", err=True)
+        if zeros := int((obs.losses == 0).sum()):   # said, as it moves the fit (``predict curve`` says the same)
+            typer.echo(f"note: {zeros} point{'s' * (zeros > 1)} of loss at 0 {'leave' if zeros > 1 else 'leaves'} no "
+                       "loss to model: fitted as half the smallest loss logged (or half the target's, if lower)",
+                       err=True)
         rep = predict(obs, gpus)
         if as_json:
             print(json.dumps(report_dict(obs, rep), indent=2, allow_nan=False))

@@ -104,6 +104,11 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
         raise UserError(f"--target-fraction: must be in (0, 1], got {target_fraction}")
     if plot_path is not None:
         check_plot_path(plot_path)
+    # the options' own errors before the log is read: its notes on stderr came first, the error line after them
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
+        raise UserError(f"--budget: must be > 0, got {budget:g}")
+    if schedule not in (None, "lr-column"):
+        _schedule(schedule, budget or 1e12, None)   # the spec's syntax (a budget read from the log: any will do)
     if file is None:   # before the run starts: its task's finished runs alone
         if len(like or ()) < 2:
             raise UserError("FILE: required (the run's log), unless two or more finished runs of its task (--like) "

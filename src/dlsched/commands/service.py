@@ -96,12 +96,12 @@ class Client:
             while r.status_code == 503 and "retry-after" in r.headers and time.monotonic() < give_up:
                 time.sleep(1.0)
                 r = self.http.request(method, path, **kw)
-        except httpx.InvalidURL as e:
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as e:   # 'host:8642' with no http://: no service to ask after
             raise UserError(f"--server {self.base!r}: not a service URL ({e}); expected e.g. {DEFAULT_SERVER}") from None
         except httpx.TransportError as e:
             # sent, unanswered: timed out, or the service died before answering (kill -9 mid-submit); a write may
             # have been stored: "cannot reach" sent the user to submit the job a second time
-            if isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)):   # never sent
+            if isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout)):   # never sent
                 raise UserError(f"cannot reach the dlsched service at {self.base}: {e} (is `dlsched serve` "
                                 "running?)") from None
             if method != "GET":
@@ -285,6 +285,15 @@ def watch_piped(fetch: Callable[[], list[dict]], interval: float, wide: bool) ->
             time.sleep(interval)
     except KeyboardInterrupt:
         pass
+
+
+def _as_option(message: str, stated) -> str:
+    """A script job's spec error (``command line: field prediction.target_loss: ...``) as the option that set it."""
+    for flag, field in (("--gpus", "gpus"), ("--min-gpus", "min_gpus"), ("--max-gpus", "max_gpus"),
+                        *((f, f"prediction.{field}") for f, field, _ in stated)):
+        if message.startswith(prefix := f"command line: field {field}: "):
+            return f"{flag}: {message[len(prefix):]}"
+    return message
 
 
 def metric_target(target: str | None, kind: str | None) -> dict | None:
@@ -664,7 +673,10 @@ def register(app: typer.Typer) -> None:
             facts = {k: v for k, v in facts.items() if v is not None}
             if facts:
                 doc["prediction"] = facts
-            specs = [load_job_spec(json.dumps(doc), "command line", "json")]
+            try:
+                specs = [load_job_spec(json.dumps(doc), "command line", "json")]
+            except UserError as e:   # said of the option typed, not of a spec field the user never wrote
+                raise UserError(_as_option(str(e), stated)) from None
             sources = ["command line"]
         else:
             if not files:

@@ -162,8 +162,11 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--nodes/--gpus-per-node must be >= 1, got {nodes}/{gpus_per_node}")
         cluster = parse_nodes(node_spec) if node_spec else ClusterView.homogeneous(nodes, gpus_per_node)
         wl = read_workload(workload, skip_bad=skip_bad, limit=limit)
+        too_big = [j for j in wl.jobs if j.requested_gpus > cluster.total_gpus]
+        if too_big and not skip_bad:   # named with its file before any output (the engine's check named no file)
+            raise UserError(f"{workload}: job {too_big[0].id}: requests {too_big[0].requested_gpus} GPUs, the cluster "
+                            f"has {cluster.total_gpus} (--skip-bad skips such jobs)")
         if skip_bad:   # a job no placement can hold is a bad row of this cluster (Philly has 128-GPU jobs)
-            too_big = [j for j in wl.jobs if j.requested_gpus > cluster.total_gpus]
             wl.skipped += [f"job {j.id}: requests {j.requested_gpus} GPUs, the cluster has {cluster.total_gpus}"
                            for j in too_big]
             wl.jobs = [j for j in wl.jobs if j.requested_gpus <= cluster.total_gpus]

@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         import sys
         import time
 
-        from dlsched.entry_check import check_entry, parse_params
+        from dlsched.entry_check import check_entry, check_script, parse_params
         from dlsched.errors import UserError
         from dlsched.train.scaling import BatchMode
         from dlsched.train.script import script_name
@@ -121,6 +121,9 @@ def register(app: typer.Typer) -> None:
                             "an entry names its factory (file.py:make_job)")
         if not script and ":" in entry[0]:   # a make_job entry: a typo'd --param is one line with a suggestion
             check_entry(entry[0], parse_params(param), Path.cwd(), "dlsched train")
+        if script and len(entry) >= 2 and Path(entry[0]).name in ("python", "python3") and entry[1].endswith(".py"):
+            # as `submit` refuses it: a missing script made the job folder, started a worker and failed it
+            check_script(entry, Path.cwd(), "dlsched train")
         if job_dir is not None:
             job_dir = job_folder(job_dir, "--job-dir")
         else:

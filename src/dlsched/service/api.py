@@ -356,7 +356,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         for j in page.jobs:
             d = j.public()
             d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
-            d["target"], d["target_pending"] = stated_targets(j, preds.get(j.id)) if j.state in ACTIVE else (None, None)
+            d["target"], d["target_pending"] = stated_targets(j, preds.get(j.id), d["predicted_finish"]) \
+                if j.state in ACTIVE else (None, None)
             if j.spec.kind == "ensemble":
                 d["ensemble"] = ensemble_of(store, j.id)
                 d["fraction_done"] = d["ensemble"]["fraction_done"]
@@ -370,7 +371,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         d["allocations"] = store.allocations(job_id)
         d["prediction"] = store.latest_prediction(job_id)
         d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
-        d["target"], d["target_pending"] = stated_targets(job, d["prediction"])
+        d["target"], d["target_pending"] = stated_targets(job, d["prediction"], d["predicted_finish"])
         if job.spec.kind == "ensemble":
             d["ensemble"] = ensemble_of(store, job_id)
             d["fraction_done"] = d["ensemble"]["fraction_done"]

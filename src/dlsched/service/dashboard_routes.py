@@ -109,7 +109,7 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
     queue = []
     for j in active:
         start, finish = shown_times(j, preds.get(j.id), forecasts.get(j.id))
-        target, pending = stated_targets(j, preds.get(j.id))
+        target, pending = stated_targets(j, preds.get(j.id), finish)
         queue.append({"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
                       "gpus": j.held_gpus, "target_gpus": j.num_gpus if j.held_gpus != j.num_gpus else None,
                       "requested": j.spec.gpus, "batch_size": j.batch_size,

@@ -51,10 +51,28 @@ def _target_of(fit: dict) -> dict | None:
     return None
 
 
-def stated_targets(job: JobRecord, prediction: dict | None) -> tuple[dict | None, dict | None]:
-    """(``stated_target``, ``pending_target``) of ``job``'s latest prediction row, its fit parsed once."""
+def stated_targets(job: JobRecord, prediction: dict | None,
+                   finish: float | None = None) -> tuple[dict | None, dict | None]:
+    """(``stated_target``, ``pending_target``) of ``job``'s latest prediction row, its fit parsed once; with the
+    ``finish`` shown (``shown_times``), the target's times on that finish's clock (``on_finish_clock``)."""
     fit = stored_fit(prediction)
-    return _target_of(fit), pending_target(job, fit)
+    return on_finish_clock(_target_of(fit), prediction, finish), pending_target(job, fit)
+
+
+def on_finish_clock(target: dict | None, prediction: dict | None, finish: float | None) -> dict | None:
+    """``target`` with its times moved from the rate the job trains at now (the refit's, as its
+    ``predicted_finish``) onto the ``finish`` shown, the policy forecast's where one covers the job: each at the
+    same share of the way from the refit to the finish. A target reached at the budget showed a time after the
+    job's finish (the forecast gave the job more GPUs later; the target's time kept today's rate)."""
+    if target is None or target["reached"] or finish is None or prediction is None:
+        return target
+    t0, at_rate = prediction.get("time"), prediction.get("predicted_finish")
+    if t0 is None or at_rate is None or at_rate <= t0 or finish <= t0 or finish == at_rate:
+        return target
+    scale = (finish - t0) / (at_rate - t0)
+    moved = lambda t: t if t is None or t <= t0 else t0 + (t - t0) * scale   # noqa: E731  (a time already passed stays)
+    return target | {"time": moved(target["time"]),
+                     "time_80": None if target["time_80"] is None else [moved(t) for t in target["time_80"]]}
 
 
 def pending_target(job: JobRecord, fit: dict) -> dict | None:

@@ -133,7 +133,7 @@ class ServiceCollector:
                       "done": j.samples / j.total_samples if j.total_samples else None, "finish": finish,
                       "stalled": j.stalled_since}
             _add(families, labels, values)
-            target, waiting = stated_targets(j, preds.get(j.id))
+            target, waiting = stated_targets(j, preds.get(j.id), finish)
             if target is not None:
                 band = target["time_80"] or (None, None)
                 _add(targets, labels + [target["metric"]], target | {"early": band[0], "late": band[1]})

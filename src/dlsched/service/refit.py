@@ -30,6 +30,7 @@ from dlsched.perf.efficiency import GradientNoise, efficiency
 from dlsched.perf.curve_predict import predict_curve
 from dlsched.perf.fit_window import convex_onset
 from dlsched.perf.lr_continuation import logged_lr_schedule, lr_logged_until
+from dlsched.perf.perfect_points import with_stand_in
 from dlsched.perf.prior import metric_kind
 from dlsched.perf.schedule import Schedule, parse_schedule, stretched
 from dlsched.perf.speed import AllReduceSpeedModel, fit_step_time
@@ -170,8 +171,9 @@ def fit_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarra
 def binned_curve(steps: np.ndarray, losses: np.ndarray, bins: int = CURVE_BINS) -> tuple[np.ndarray, np.ndarray]:
     """Valid (step, loss) points, the last record per step kept (a resumed job repeats the steps after its
     checkpoint), averaged into at most ``bins`` equal step ranges: per-step minibatch losses are noisy, and a
-    fit every round must not grow with the job's length."""
-    ok = np.isfinite(losses) & np.isfinite(steps) & (losses > 0) & (steps >= 0)
+    fit every round must not grow with the job's length. A loss of 0 (float32 underflow on an easy batch) is a point:
+    the predictor fits it at a stand-in (``perf.perfect_points``), as ``predict curve`` does the same log."""
+    ok = np.isfinite(losses) & np.isfinite(steps) & (losses >= 0) & (steps >= 0)
     k, l = steps[ok], losses[ok]
     if len(k) == 0:
         return k, l
@@ -259,7 +261,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     out: dict = {}
     if len(k) >= 4 and np.ptp(k) > 0:   # Optimus' three terms; the schedule-aware prediction answers from fewer
         try:
-            fit = fit_curve(k, l)
+            fit = fit_curve(k, with_stand_in(l))
             c = fit.curve
             out = {"beta0": c.beta0, "beta1": c.beta1, "beta2": c.beta2, "scale": c.scale, "rmse": fit.rmse}
         except ValueError:

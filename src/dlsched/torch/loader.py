@@ -33,8 +33,10 @@ class ElasticDataLoader:
             raise UserError(f"ElasticDataLoader: batch_size={batch_size!r} must be a positive integer (the global batch)")
         batch_size = int(batch_size)  # a numpy integer too
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__len__"):
-            raise UserError(f"ElasticDataLoader: dataset={type(dataset).__name__} must be a map-style Dataset "
-                            "(__len__ and __getitem__): the job partitions its sample indices")
+            kind = "an IterableDataset (a stream)" if isinstance(dataset, IterableDataset) else "without __len__"
+            raise UserError(f"ElasticDataLoader: dataset={type(dataset).__name__} is {kind}: give a map-style Dataset "
+                            "(__len__ and __getitem__: its samples in a list, an index over its shards); the job "
+                            "partitions sample indices, so each is trained once per epoch across resizes")
         for name, off in (("sampler", None), ("batch_sampler", None), ("drop_last", False)):
             value = loader_kwargs.pop(name, off)
             if value is not off:  # the default is harmless

@@ -12,6 +12,7 @@ batch sizes; the halves also see per-half batch-norm statistics on those steps.
 """
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Any
 
@@ -49,7 +50,10 @@ class _DirectCallGuard:
 
     def __call__(self, module: nn.Module, args: tuple) -> None:
         edp = self.wrapper()
-        if edp is None or edp._inside or module is not edp.module:
+        if edp is None or module is not edp.module:
+            return
+        if edp._inside:   # DDP's own forward collectives (its buffer broadcast) are behind us: see _forward
+            object.__setattr__(edp, "_entered", time.perf_counter())
             return
         if module.training and torch.is_grad_enabled() and edp._session.open is not None:
             raise UserError("ElasticDataParallel: model.module(...) was called in a training step; call the wrapper, "
@@ -61,6 +65,15 @@ class _DirectCallGuard:
 
     def __reduce__(self):
         return type(self), (None,)
+
+
+def busy_until(step_open: dict, called: float, entered: float) -> None:
+    """A rank's own time in the step, for the straggler rule: from the step before's end (its batch's loading
+    included) to its last forward's end, less the forwards' waits in DDP's collectives (a buffer broadcast). Its
+    peers wait for a slow rank in the gradient all-reduce, inside backward: timed to the optimizer step, every rank
+    looked as slow as the slowest, and a rank sleeping in its forward was never flagged."""
+    step_open["busy_end"] = time.perf_counter()
+    step_open["waited"] = step_open.get("waited", 0.0) + max(0.0, entered - called)
 
 
 def _halves(x: Any, n: int, h: int) -> tuple[Any, Any]:
@@ -95,6 +108,7 @@ class ElasticDataParallel(nn.Module):
         self._split: tuple | None = None
         self._measured_step = -1
         object.__setattr__(self, "_inside", False)  # in forward: the user's model is called through the wrapper
+        object.__setattr__(self, "_entered", 0.0)  # when the user's model's forward began inside DDP's
         module.register_forward_pre_hook(_DirectCallGuard(self))
 
     # -- generations -----------------------------------------------------------------------------------
@@ -132,7 +146,12 @@ class ElasticDataParallel(nn.Module):
             sync = not (training and micro.accumulating)  # DDP.no_sync on the micro-batches before the last
             if self._ddp.require_backward_grad_sync != sync:
                 self._ddp.require_backward_grad_sync = sync
-            return self._ddp(*args, **kwargs)
+            if not training:
+                return self._ddp(*args, **kwargs)
+            called = time.perf_counter()
+            out = self._ddp(*args, **kwargs)
+            busy_until(s.open, called, self._entered)
+            return out
         # one worker syncs every step; its cadence still names a measured step about every NOISE_S
         measuring = training and (s.step % self.noise_every == 0 if self.noise_every else s.open["measure"])
         if training and micro.count > 1:  # accumulated: the micro-batches' own |g|² are the small batch

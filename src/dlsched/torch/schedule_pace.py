@@ -81,9 +81,13 @@ def pace_of(scheduler: LRScheduler) -> SchedulePace | None:
 
 
 def pace_schedulers(objects, session) -> None:
-    """Pace every LR scheduler among ``objects`` (the session's registered state)."""
+    """Pace every LR scheduler among ``objects`` (the session's registered state) but those a ``SequentialLR`` or
+    ``ChainedScheduler`` among them steps: paced as well, each took its own pace's steps inside every one of the
+    outer one's, so a cosine after a warm-up ran a step ahead from the first batch change on."""
+    objects = [o for o in objects if isinstance(o, LRScheduler)]
+    inner = {id(c) for o in objects for c in getattr(o, "_schedulers", ())}
     for obj in objects:
-        if isinstance(obj, LRScheduler):
+        if id(obj) not in inner:
             pace_scheduler(obj, session)
 
 

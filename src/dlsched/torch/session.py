@@ -134,6 +134,11 @@ class Session:
             self.last_boundary = time.perf_counter()
             return
         self.membership.enter()
+        if starts_the_job(self):
+            # the job's start state is the script's as its loop first starts (its own warm start included): a
+            # restart before the first periodic checkpoint restores it, and never runs on what the script's top
+            # loads then (a pre-trained file since rewritten, the script's own export of a later model)
+            self._save()
 
     def _adopt(self, plan: Plan) -> None:
         self.step = plan.step
@@ -199,8 +204,8 @@ class Session:
         if self.env is not None and os.getppid() != self.parent:
             self._exit(3)  # the coordinator is gone (killed): an orphan must not keep training
         sync = self.cadence.due(self.step + 1, self.world)
-        self.open = {"started": time.perf_counter(), "n": n, "share": len(mine), "sync": sync,
-                     "measure": sync and self.cadence.measures()}
+        self.open = {"started": time.perf_counter(), "since": self.last_boundary, "n": n, "share": len(mine),
+                     "sync": sync, "measure": sync and self.cadence.measures()}
         self.record_open_step(mine)   # before the all-reduce: a step that never commits is rolled back with it
 
     def record_open_step(self, ids: list[int]) -> None:
@@ -211,12 +216,12 @@ class Session:
 
     def extras(self, step_open: dict | None) -> list[float]:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
-        next sync step and whether it measures (rank 0's), compute seconds per rank (to the optimizer step, when
-        ``step_scalars`` starts the all-reduce there)] for a sync step's all-reduce."""
+        next sync step and whether it measures (rank 0's), each rank's own seconds in the step (``own_time``)] for a
+        sync step's all-reduce."""
         out = [0.0] * (5 + self.world)  # a list: one worker syncs every step, and tensor writes are slow Python
         if step_open is not None:   # the flag as the step ends (read as it began, a stop waited for a second step)
             out[0] = self.watch.flag(self.generation) if self.watch is not None and self.rank == 0 else 0.0
-            out[5 + self.rank] = time.perf_counter() - step_open["started"]
+            out[5 + self.rank] = own_time(step_open)
         if self.rank == 0:
             out[3], out[4] = self.cadence.plan(next((m.noise_every for m in self.models if m.noise_every), None),
                                                self.noise.updates)
@@ -303,6 +308,20 @@ class Session:
 
     def _flush(self) -> None:
         self.progress.flush()
+
+
+def own_time(step_open: dict) -> float:
+    """This rank's time in the open step, its waits for peers left out (``parallel.busy_until``); with no forward
+    through DDP (one worker), to now."""
+    if "busy_end" in step_open:
+        return step_open["busy_end"] - step_open["since"] - step_open["waited"]
+    return time.perf_counter() - step_open["started"]
+
+
+def starts_the_job(s: Session) -> bool:
+    """Rank 0 of a group that starts the job at its first step, its state the script's own (no checkpoint)."""
+    return (s.rank == 0 and s.job_dir is not None and bool(s.ckpt_every) and s.step == 0 and not s.plan.restore
+            and not s.env.joining)
 
 
 _session: Session | None = None

@@ -31,6 +31,7 @@ from dlsched.train import storage
 from dlsched.train import preemption, worker_forkserver
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.devices import job_devices
+from dlsched.train.forking import preload_in_forkserver
 from dlsched.train.files import ProgressLog, job_program, read_status, write_status
 from dlsched.train.no_space import is_no_space
 from dlsched.train.job import TrainJob, build_job
@@ -43,6 +44,7 @@ from dlsched.train.resizer import Resizer
 from dlsched.train.protocol import (GATE_CANCEL, PROGRESS_QUEUE, SCRIPT_JOB, STOP_PREEMPT, End, Plan, Ready, end_key,
                                     gate_key, plan_key, ready_key, stop_key)
 from dlsched.train.scaling import BatchMode, local_batch_sizes
+from dlsched.train.script import forkable_script, resolve_command
 from dlsched.train.start_state import StartState, at_asked_batch, fresh_start, resumed_start
 from dlsched.train.worker_loss import WorkerLoss
 from dlsched.train.worker_pool import WorkerPool
@@ -90,8 +92,12 @@ def planned_samples(job: TrainJob) -> int | None:
 class Coordinator:
     def __init__(self, opts: Options):
         self.o = opts
-        if opts.command is None and opts.launcher == "local":
-            worker_forkserver.start_shielded(fork=True)   # first: before this process has threads (the store's)
+        # the workers' forkserver (a script's too, run as ``python SCRIPT.py``): first, before this process has threads
+        self.forks = opts.launcher == "local" and (opts.command is None or forkable_script(resolve_command(opts.command)))
+        if self.forks:
+            if opts.command is not None:
+                preload_in_forkserver("dlsched.torch")
+            worker_forkserver.start_shielded(fork=True)
         self.dir = Path(opts.job_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.checkpoints = storage.for_job(self.dir, opts.checkpoint_uri)
@@ -232,7 +238,7 @@ class Coordinator:
             return 0
         if self.stop_requested:  # stopped while starting up: no worker exists, nothing ran since `restore`
             return self._stopped(start.step, start.restore)
-        if self.job is not None:
+        if self.forks:
             worker_forkserver.start_shielded()
         # a resumed job numbers its generations after the last run's, and says where it resumed: the sample
         # records the last run wrote after that step are then known to be rolled back (committed_sample_ids)

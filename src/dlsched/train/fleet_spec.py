@@ -133,11 +133,22 @@ class EnsembleSpec(_Strict):
 
     def check_models(self, base_dir: Path, source: str) -> None:
         """Import every model class once, before anything is written or trained: a bad one is one line naming
-        ``source``, the field (``models[i].model``), the value and the file read."""
+        ``source``, the field (``models[i].model``), the value and the file read; so are ``kwargs`` the class does not
+        take (a TypeError traceback from the first member built, after the report folder was made)."""
+        import inspect
+
         from dlsched.train.flotilla import load_model_class
 
         for i, m in enumerate(self.models):
-            load_model_class(m.model, base_dir, where=f"{source}: field models[{i}].model")
+            cls = load_model_class(m.model, base_dir, where=f"{source}: field models[{i}].model")
+            try:
+                sig = inspect.signature(cls)
+            except (TypeError, ValueError):   # no signature to read (a builtin): its build says
+                continue
+            try:
+                sig.bind(**dict(m.kwargs))
+            except TypeError as e:
+                raise UserError(f"{source}: field models[{i}].kwargs: {m.model}: {e} (got {dict(m.kwargs)!r})") from None
 
 
 def from_yaml(path: str) -> EnsembleSpec:

@@ -45,7 +45,7 @@ from dlsched.paths import pythonpath_with_src
 from dlsched.ray.host import NAMESPACE, RAY_NODE_ENV, RAY_NODE_IP_ENV, actor_pid, exit_when_orphaned, host_actor
 from dlsched.train.forking import preload_in_forkserver, preload_nothing_in_forkserver
 from dlsched.train.protocol import WorkerEnv
-from dlsched.train.script import SCRIPT_WORKER_MODULE, ignore_sigterm, resolve_command
+from dlsched.train.script import SCRIPT_WORKER_MODULE, forkable_script, ignore_sigterm, resolve_command, run_forked
 
 RAY_ADDRESS_ENV = "DLSCHED_RAY_ADDRESS"   # set by the Ray backend in the runtime's environment
 GPU_PER_WORKER_ENV = "DLSCHED_GPU_PER_WORKER"  # "1": this worker owns exactly the GPU(s) it sees (cuda:0)
@@ -129,8 +129,9 @@ def _worker_main(argv: list[str], log_path: str, visible: str) -> None:
 class WorkerProcess:
     """A worker forked from a forkserver that has torch loaded: starts in ~0.1 s instead of a fresh interpreter's seconds."""
 
-    def __init__(self, argv: list[str], log_path: Path, visible: str):
-        self._p = _FORKSERVER.Process(target=_worker_main, args=(argv, str(log_path), visible), daemon=False)
+    def __init__(self, argv: list[str], log_path: Path, visible, target=_worker_main):
+        """``visible``: CUDA_VISIBLE_DEVICES, or a script's whole environment (``script.run_forked``)."""
+        self._p = _FORKSERVER.Process(target=target, args=(argv, str(log_path), visible), daemon=False)
         self._p.start()
         self.pid = self._p.pid
 
@@ -170,13 +171,17 @@ class LocalLauncher(OnThisMachine):
 
 
 class ScriptLauncher(OnThisMachine):
-    """The user's script as each worker on this machine. ``start`` returns the Popen itself: it already is a
-    ``WorkerHandle``."""
+    """The user's script as each worker on this machine: ``python SCRIPT.py ...`` forked from the forkserver
+    (``script.run_forked``), any other command a subprocess (the Popen is itself a ``WorkerHandle``)."""
 
     def __init__(self, command: list[str]):
         self.command = resolve_command(command)
+        self.forked = forkable_script(self.command) is not None
 
-    def start(self, worker: WorkerEnv, log_path: Path, visible: str) -> subprocess.Popen:
+    def start(self, worker: WorkerEnv, log_path: Path, visible: str) -> WorkerProcess | subprocess.Popen:
+        if self.forked:
+            return WorkerProcess(self.command, log_path, {**worker.as_env(), "CUDA_VISIBLE_DEVICES": visible,
+                                 "PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH"))}, target=run_forked)
         env = {**os.environ, **worker.as_env(), "CUDA_VISIBLE_DEVICES": visible,
                "PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH"))}
         with open(log_path, "ab") as log:

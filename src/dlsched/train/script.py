@@ -3,17 +3,26 @@
 Each worker is the user's command (``python train.py --epochs 10``) in a subprocess (``launcher.ScriptLauncher``); the
 coordinator's address and the worker's identity travel in its environment (``protocol.WorkerEnv``). It
 ignores SIGTERM (and SIGINT) like every worker (the coordinator turns a stop into a checkpoint at a step boundary).
+
+A plain ``python SCRIPT.py ARGS`` in this interpreter is forked from the coordinator's forkserver, which has torch,
+torch._dynamo (a script's first optimizer imports it) and dlsched.torch loaded, and runs there as ``__main__``
+(``run_forked``): a fresh interpreter paid those imports in every worker, most of a newcomer's start. Any other
+command (``python -u ...``, a shell script) starts as it is.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import multiprocessing.util
 import os
 import re
+import runpy
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from dlsched.errors import UserError
@@ -39,6 +48,55 @@ def resolve_command(command: list[str]) -> list[str]:
     if shutil.which(head) is None:
         raise UserError(f"command: {head!r} not found on PATH")
     return list(command)
+
+
+def forkable_script(command: list[str]) -> str | None:
+    """The script of a ``python SCRIPT.py ARGS`` command (resolved) that ``run_forked`` can run, else None."""
+    if len(command) >= 2 and command[0] == sys.executable and command[1].endswith(".py") and os.path.isfile(command[1]):
+        return command[1]
+    return None
+
+
+def run_forked(command: list[str], log_path: str, env: dict[str, str]) -> None:
+    """A forked worker's body: the script as ``python SCRIPT.py ARGS`` would run it, exiting with its exit code."""
+    os.environ.update(env)   # before the script's first CUDA use (the forkserver never initialised CUDA)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    script = command[1]
+    sys.argv = command[1:]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    atexit._clear()   # the coordinator's exit handlers, inherited, are not the script's
+    atexit.register(multiprocessing.util._exit_function)   # as at an interpreter's start: its own children
+    # the forkserver's start method, forced on its children, would start a DataLoader's workers from it, running
+    # the script's top again in each: the script picks its own (fork by default), as in a fresh interpreter
+    multiprocessing.set_start_method(None, force=True)
+    # the forkserver's torch and numpy global RNGs, inherited, would give every rank (and every later newcomer) the
+    # same draws (dropout masks, augmentations): seeded from the OS as a fresh interpreter's are (CPython's ``random``
+    # reseeds itself after a fork); a script that seeds its own still decides
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        threading._shutdown()   # as the interpreter's exit: the script's own non-daemon threads end first
+    except Exception:
+        pass
+    atexit._run_exitfuncs()   # dlsched.torch's (a UserError's exit code 2 among them)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def ignore_sigterm() -> None:

@@ -171,7 +171,10 @@ class WorkerLoss:
         lost_at = c.last_report["step"] if c.last_report else 0
         # the workers lost, not the peers their loss then failed at the next collective (a node's loss: [2], not
         # [0, 2]); a start-up error, which fails every worker alike, is named whole by _fail_on_a_start_up_error
-        errors = {w: c.pool.procs[w].returncode for w in dead}
+        # a peer that failed in the collective its killed peer left (exit 1) is no loss of its own: workers forked
+        # from the forkserver are reaped by it, so the coordinator may see the victim and its peers gone at once
+        killed = [w for w in dead if (c.pool.procs[w].returncode or 0) < 0]
+        errors = {w: c.pool.procs[w].returncode for w in killed or dead}
         if self.restarts > c.o.max_restarts:
             raise JobFailed(f"workers {errors} died; gave up after {c.o.max_restarts} restarts: "
                             f"{self._last_line(dead[0])} (worker logs in {c.dir / 'logs'})")

@@ -205,7 +205,9 @@ async function jobPage(view, id) {
     ["placement", esc(JSON.stringify(j.placement))], ["batch size", j.batch_size ?? "–"], ["samples done", fmtNum(j.samples)],
     ["fraction done", j.fraction_done == null ? "–" : (100 * j.fraction_done).toFixed(1) + "%"], ["submitted", rel(j.submit_time, now)],
     ["started", rel(j.start_time, now)], ["ended", j.end_time ? rel(j.end_time, now) : "–"],
-    ["predicted start", rel(d.predicted_start, now)], ["predicted finish", finishCell(d.predicted_finish, j, now)],
+    // an ended job has no prediction to give: "?" read as one the service failed to make (its start and end are above)
+    ...(["finished", "failed", "cancelled"].includes(j.state) ? [["predicted start", "–"], ["predicted finish", "–"]]
+      : [["predicted start", rel(d.predicted_start, now)], ["predicted finish", finishCell(d.predicted_finish, j, now)]]),
     ["convergence fit", fitText(fit)],
     ["error", `<span class="error">${esc(j.error || "")}</span>`]];
   if (j.stalled_since) kv.splice(1, 0, ["stalled", `<span class="error">no progress since ${rel(j.stalled_since, now)}; its processes live</span>`]);
