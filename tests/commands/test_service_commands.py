@@ -683,6 +683,7 @@ def test_cancel_gives_every_id_its_line_and_the_api_says_the_same_of_an_ended_jo
 def test_events_follow_says_once_per_job_that_its_checkpoints_are_left_out(tmp_path):
     """`events -f` printed `(job 1: N checkpoint event(s) not shown; --all lists them)` again at every poll that
     brought a new checkpoint (every second, for a job checkpointing every 0.25 s)."""
+    import threading
     import time
 
     svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
@@ -696,11 +697,19 @@ def test_events_follow_says_once_per_job_that_its_checkpoints_are_left_out(tmp_p
         follow = subprocess.Popen([sys.executable, str(SERVE), "events", "-f", "--server", svc.url],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                                   env=dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), COLUMNS="200"))
-        seen = kinds().count("job_checkpoint")
-        time.sleep(4.5)   # 4 polls or more, each bringing new checkpoints
-        assert kinds().count("job_checkpoint") >= seen + 4
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(follow.stdout), daemon=True)
+        reader.start()
+        # the note of its first poll: a follow still starting (4.5 s of imports under load) had shown nothing yet
+        wait_until(lambda: any("checkpoint event(s) not shown" in ln for ln in lines), 120, "the follow's first note")
+        seen, since = kinds().count("job_checkpoint"), time.monotonic()
+        # then 4 polls or more (one a second), each bringing new checkpoints
+        wait_until(lambda: kinds().count("job_checkpoint") >= seen + 4 and time.monotonic() - since >= 4.5, 120,
+                   "4 more checkpoints over 4 polls of the follow")
         follow.terminate()
-        out, err = follow.communicate(timeout=30)
+        follow.wait(timeout=30)
+        reader.join(timeout=30)
+        out, err = "".join(lines), follow.stderr.read()
         notes = [ln for ln in out.splitlines() if "checkpoint event(s) not shown" in ln]
         assert len(notes) == 1 and notes[0].startswith(f"(job {job}: "), out + err
         assert notes[0].endswith("not shown; later ones are left out too; --all lists them)"), notes
