@@ -607,18 +607,23 @@ def test_without_remaining_work_the_sizes_of_finished_jobs_decide_who_runs_on():
     from dlsched.sim.throughput import LinearThroughput
 
     def duration_job(i, ran):
-        return JobView(id=f"j{i}", submit_time=float(i), requested_gpus=1, run_time=ran, speed=LinearThroughput(1))
+        return JobView(id=f"j{i}", submit_time=float(i), requested_gpus=1, max_gpus=1, run_time=ran,
+                       speed=LinearThroughput(1))
 
     def finished(sizes):
-        return tuple(JobView(id=f"f{k}", submit_time=0.0, requested_gpus=1, run_time=s) for k, s in enumerate(sizes))
+        return tuple(replace(duration_job(k, s), id=f"f{k}") for k, s in enumerate(sizes))
 
     old, new = running(duration_job(0, 700.0), 1, None), duration_job(1, 0.0)
     like = ClusterView((NodeView("node0", 1),), now=9000.0, finished=finished([950.0, 1000.0, 1050.0] * 5))
-    assert make_policy("goodput").decide((old, new), like).gpus("j1") == 1          # aging
-    assert make_policy("goodput", size_prior="gittins").decide((old, new), like).gpus("j0") == 1
+    assert make_policy("goodput", size_prior="aging").decide((old, new), like).gpus("j1") == 1
+    assert make_policy("goodput").decide((old, new), like).gpus("j0") == 1
     tail = ClusterView((NodeView("node0", 1),), now=9000.0, finished=finished([10.0] * 12 + [20_000.0] * 3))
-    assert make_policy("goodput", size_prior="gittins").decide((old, new), tail).gpus("j1") == 1
+    assert make_policy("goodput").decide((old, new), tail).gpus("j1") == 1
     few = ClusterView((NodeView("node0", 1),), now=9000.0, finished=finished([1000.0] * 9))   # too few: aging
-    assert make_policy("goodput", size_prior="gittins").decide((old, new), few).gpus("j1") == 1
+    assert make_policy("goodput").decide((old, new), few).gpus("j1") == 1
+    # an elastic job's run time is the policy's choice as much as its size: it keeps aging
+    grown = tuple(replace(f, max_gpus=4, speed=StepProfile()) for f in like.finished)
+    elastic_like = replace(like, finished=grown)
+    assert make_policy("goodput").decide((old, new), elastic_like).gpus("j1") == 1
     with pytest.raises(ValueError, match="size_prior"):
         make_policy("goodput", size_prior="oracle")

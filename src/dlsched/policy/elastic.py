@@ -48,7 +48,7 @@ from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic_job
 from dlsched.policy.dp import solve
-from dlsched.policy.gittins import gittins_estimates
+from dlsched.policy.gittins import gittins_estimates, sized_by_run_time
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
 from dlsched.policy.release_horizon import charge_release, release_horizons
@@ -362,9 +362,10 @@ class ElasticPolicy(Policy):
             ages = {j.id: self._age(j) for j in jobs}
             times = {i: a + RUN_TIME_OFFSET for i, a in ages.items()}
             if self.size_prior == "gittins":
-                # the finished jobs' sizes in the same units give the Gittins index (``gittins.py``); aging stays
-                # for a job that has outlived every size seen, and until enough jobs have finished
-                times.update(gittins_estimates(ages, [self._age(f) for f in finished]))
+                # jobs whose run time is their work: the Gittins index on the finished ones' sizes in the same units
+                # (``gittins.py``); aging for the others, for a job past every size seen, and until enough have ended
+                sized = {j.id: ages[j.id] for j in jobs if sized_by_run_time(j)}
+                times.update(gittins_estimates(sized, [self._age(f) for f in finished if sized_by_run_time(f)]))
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
@@ -420,7 +421,7 @@ def place_rigid(rigid: Iterable[JobView], ranges, free: dict[str, int], result: 
 
 @register("elastic")
 def make_elastic(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
-                 size_prior: str = "aging") -> ElasticPolicy:
+                 size_prior: str = "gittins") -> ElasticPolicy:
     return ElasticPolicy("elastic", fixed_batch=False, hysteresis=hysteresis, urgency=urgency,
                          restart_cost=restart_cost, size_prior=size_prior)
 

@@ -21,6 +21,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from dlsched.policy.base import JobView
+
 MIN_FINISHED = 10          # finished jobs before the index replaces the caller's estimate
 
 
@@ -63,6 +65,21 @@ def gittins_times(ages: np.ndarray, points: np.ndarray, mass: np.ndarray) -> np.
     t = np.full(len(uniq), np.nan)
     t[best > 0] = 1.0 / best[best > 0]
     return t[back]
+
+
+def sized_by_run_time(job: JobView) -> bool:
+    """Whether ``job``'s run time measures its work, so that the run times of finished jobs are a size distribution:
+    its speed is linear in GPUs up to its request and it never runs on more (a duration job: Philly's). An elastic
+    job's run time is the policy's choice as much as its size (grown, it ends in less), and ranking such jobs by the
+    index measured worse on Pollux workloads 1-4 (docs/policies.md)."""
+    speed, req = job.speed, max(job.requested_gpus, 1)
+    if speed is None or job.max_gpus != job.requested_gpus:
+        return False
+    try:
+        full = speed.throughput(req, 1, job.batch_size or 1)
+        return full > 0 and abs(speed.throughput(1, 1, job.batch_size or 1) * req - full) <= 1e-9 * full
+    except Exception:      # a model that cannot answer at one GPU is not a linear one
+        return False
 
 
 def band_start(ages: np.ndarray) -> np.ndarray:

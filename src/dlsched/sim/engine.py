@@ -256,7 +256,9 @@ class Simulator:
         # what the policy may learn sizes from (ClusterView.finished): how long and on what it ran, nothing more
         self.finished.append(JobView(id=job.spec.id, submit_time=job.spec.submit_time,
                                      requested_gpus=job.spec.requested_gpus, attained_service=job.attained,
-                                     run_time=job.run_time))
+                                     run_time=job.run_time, max_gpus=job.max_gpus,
+                                     speed=None if job.app or job.ensemble else
+                                     LinearThroughput(job.spec.requested_gpus, self.gpu_speed)))
         self._set_nodes(job, {})
         del self.active[job.idx]
         self.requested -= job.spec.requested_gpus
