@@ -625,5 +625,10 @@ def test_without_remaining_work_the_sizes_of_finished_jobs_decide_who_runs_on():
     grown = tuple(replace(f, max_gpus=4, speed=StepProfile()) for f in like.finished)
     elastic_like = replace(like, finished=grown)
     assert make_policy("goodput").decide((old, new), elastic_like).gpus("j1") == 1
+    # before any size is known (or past every one) duration jobs age by band: in one band the running one runs on
+    same_band = ClusterView((NodeView("node0", 1),), now=9000.0)
+    ahead, behind = running(duration_job(0, 2000.0), 1, None), duration_job(1, 1030.0)
+    assert make_policy("goodput").decide((ahead, behind), same_band).gpus("j0") == 1
+    assert make_policy("goodput", size_prior="aging").decide((ahead, behind), same_band).gpus("j1") == 1
     with pytest.raises(ValueError, match="size_prior"):
         make_policy("goodput", size_prior="oracle")

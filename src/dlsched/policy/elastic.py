@@ -48,7 +48,7 @@ from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic_job
 from dlsched.policy.dp import solve
-from dlsched.policy.gittins import gittins_estimates, sized_by_run_time
+from dlsched.policy.gittins import band_start, gittins_estimates, sized_by_run_time
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
 from dlsched.policy.release_horizon import charge_release, release_horizons
@@ -363,8 +363,9 @@ class ElasticPolicy(Policy):
             times = {i: a + RUN_TIME_OFFSET for i, a in ages.items()}
             if self.size_prior == "gittins":
                 # jobs whose run time is their work: the Gittins index on the finished ones' sizes in the same units
-                # (``gittins.py``); aging for the others, for a job past every size seen, and until enough have ended
+                # (``gittins.py``), else aging, both at the start of the job's band; plain aging for the others
                 sized = {j.id: ages[j.id] for j in jobs if sized_by_run_time(j)}
+                times.update({i: float(a) + RUN_TIME_OFFSET for i, a in zip(sized, band_start(list(sized.values())))})
                 times.update(gittins_estimates(sized, [self._age(f) for f in finished if sized_by_run_time(f)]))
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
