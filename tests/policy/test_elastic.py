@@ -598,3 +598,37 @@ def test_release_horizon_preempts_for_a_waiting_job_only_when_capacity_is_not_ab
     # S twice L's weight: its gain 2 against L's loss 1 + 0.75 x (1 now + 2 at the regrow) still keeps L whole
     assert make_policy("goodput", release_horizon=True).decide(shrink_case(40.0, 900.0), three).gpus("j0") == 2
     assert make_policy("goodput", release_horizon=False).decide(shrink_case(40.0, 900.0), three).gpus("j0") == 1
+
+
+def test_without_remaining_work_the_sizes_of_finished_jobs_decide_who_runs_on():
+    # Philly-like duration jobs, one GPU for two: run-time aging lets the newcomer displace the job that has run
+    # 700 s (least attained first); when every job that finished ran ~1 000 s the older one is nearly done and runs
+    # on (size_prior="gittins"), and when most finished within 10 s the newcomer is likely one of those and goes first
+    from dlsched.sim.throughput import LinearThroughput
+
+    def duration_job(i, ran):
+        return JobView(id=f"j{i}", submit_time=float(i), requested_gpus=1, max_gpus=1, run_time=ran,
+                       speed=LinearThroughput(1))
+
+    def finished(sizes):
+        return tuple(replace(duration_job(k, s), id=f"f{k}") for k, s in enumerate(sizes))
+
+    old, new = running(duration_job(0, 700.0), 1, None), duration_job(1, 0.0)
+    like = ClusterView((NodeView("node0", 1),), now=9000.0, finished=finished([950.0, 1000.0, 1050.0] * 5))
+    assert make_policy("goodput", size_prior="aging").decide((old, new), like).gpus("j1") == 1
+    assert make_policy("goodput").decide((old, new), like).gpus("j0") == 1
+    tail = ClusterView((NodeView("node0", 1),), now=9000.0, finished=finished([10.0] * 12 + [20_000.0] * 3))
+    assert make_policy("goodput").decide((old, new), tail).gpus("j1") == 1
+    few = ClusterView((NodeView("node0", 1),), now=9000.0, finished=finished([1000.0] * 9))   # too few: aging
+    assert make_policy("goodput").decide((old, new), few).gpus("j1") == 1
+    # an elastic job's run time is the policy's choice as much as its size: it keeps aging
+    grown = tuple(replace(f, max_gpus=4, speed=StepProfile()) for f in like.finished)
+    elastic_like = replace(like, finished=grown)
+    assert make_policy("goodput").decide((old, new), elastic_like).gpus("j1") == 1
+    # before any size is known (or past every one) duration jobs age by band: in one band the running one runs on
+    same_band = ClusterView((NodeView("node0", 1),), now=9000.0)
+    ahead, behind = running(duration_job(0, 2000.0), 1, None), duration_job(1, 1030.0)
+    assert make_policy("goodput").decide((ahead, behind), same_band).gpus("j0") == 1
+    assert make_policy("goodput", size_prior="aging").decide((ahead, behind), same_band).gpus("j1") == 1
+    with pytest.raises(ValueError, match="size_prior"):
+        make_policy("goodput", size_prior="oracle")

@@ -286,3 +286,25 @@ def test_strict_fifo_is_shown_only_the_head_of_its_queue_and_decides_the_same(da
     head = run(jobs, Counting(), cluster, interval=60.0).jobs
     assert every.equals(head)
     assert 0 < Counting.shown <= 9    # at most 8 GPUs' worth and the one past them; the queue held hundreds
+
+
+class _FinishedProbe(Policy):
+    """Runs every job at its request (one at a time fits) and records the finished jobs each decision was shown."""
+
+    name = "finished-probe"
+
+    def __init__(self):
+        self.seen = []
+
+    def decide(self, jobs, cluster):
+        self.seen.append({f.id: f.run_time for f in cluster.finished})
+        return Allocation({j.id: JobAllocation(j.requested_gpus) for j in jobs[:1]})
+
+
+def test_the_policy_is_shown_the_jobs_that_finished_and_how_long_they_ran():
+    # what a policy without remaining work learns job sizes from (policy/gittins.py): nothing before a job ends
+    probe = _FinishedProbe()
+    run([job("a", 0, 1, 100), job("b", 0, 1, 200)], probe, ClusterView.homogeneous(1, 1), interval=10,
+        restart_penalty=0)
+    assert probe.seen[0] == {}
+    assert probe.seen[-1] == {"a": 100}

@@ -38,6 +38,9 @@ class ClusterView:
 
     nodes: tuple[NodeView, ...]
     now: float = 0.0
+    # jobs that finished, as last seen (oldest first): what a policy without remaining work may learn job sizes
+    # from (``policy/gittins.py``). Empty where the driver keeps no history: such policies age jobs instead.
+    finished: tuple["JobView", ...] = field(default=(), compare=False, repr=False)
 
     @property
     def total_gpus(self) -> int:

@@ -48,6 +48,7 @@ from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic_job
 from dlsched.policy.dp import solve
+from dlsched.policy.gittins import band_start, gittins_estimates, sized_by_run_time
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
 from dlsched.policy.release_horizon import charge_release, release_horizons
@@ -114,8 +115,11 @@ class ElasticPolicy(Policy):
                  event_driven: bool = False, whole_nodes: bool = False, restart_budget: bool = False,
                  packing: bool = False, fair_share_base: bool = False, request_prior: float = 0.0,
                  aging_hysteresis: float = 0.0, release_horizon: bool = False, budget_run_clock: bool = False,
-                 grow_pause: bool = False):
+                 grow_pause: bool = False, size_prior: str = "aging"):
         _check_args(urgency, fairness, request_prior, aging_hysteresis)
+        if size_prior not in ("aging", "gittins"):
+            raise ValueError(f"size_prior must be 'aging' or 'gittins', got {size_prior!r}")
+        self.size_prior = size_prior
         self.grow_pause = grow_pause
         self.request_prior = request_prior
         self.release_horizon = release_horizon
@@ -295,7 +299,7 @@ class ElasticPolicy(Policy):
             types, hetero = (first,), False
             capacity, node_size = {first: total}, {first: max(node_size.values())}
             type_of = {name: first for name in type_of}
-        scale = self._scales(elastic, refs)
+        scale = self._scales(elastic, refs, cluster.finished)
         aging = self.urgency != 0 and not any(j.remaining_samples for j in elastic)
         releases = release_horizons(elastic, time_left) if self.release_horizon else {}
         for job in elastic:
@@ -335,7 +339,8 @@ class ElasticPolicy(Policy):
                 remaining = [j for j in remaining if j.id not in result]
         return Allocation(result)
 
-    def _scales(self, jobs: list[JobView], refs: dict[str, float]) -> dict[str, float]:
+    def _scales(self, jobs: list[JobView], refs: dict[str, float],
+                finished: tuple[JobView, ...] = ()) -> dict[str, float]:
         """Divisor of each job's raw value: its minimum-configuration value times T**urgency, T = its remaining time
         at that configuration. urgency 0 is the paper's normalised throughput; 1 maximises the fraction of
         remaining work done per second (shortest first); 0.5, the default, sits between (best of 0..1.5 on Pollux
@@ -354,12 +359,22 @@ class ElasticPolicy(Policy):
             # k**q times as fast, q = ``request_prior``. The request, not the GPUs held, so growing a job never
             # ages it; and only its run time, so a waiting large job starts level with a new small one (scaling
             # the whole estimate starved large requests under load: docs/policies.md).
-            times = {j.id: j.run_time * max(j.requested_gpus, 1) ** self.request_prior + RUN_TIME_OFFSET
-                     for j in jobs}
+            ages = {j.id: self._age(j) for j in jobs}
+            times = {i: a + RUN_TIME_OFFSET for i, a in ages.items()}
+            if self.size_prior == "gittins":
+                # jobs whose run time is their work: the Gittins index on the finished ones' sizes in the same units
+                # (``gittins.py``), else aging, both at the start of the job's band; plain aging for the others
+                sized = {j.id: ages[j.id] for j in jobs if sized_by_run_time(j)}
+                times.update({i: float(a) + RUN_TIME_OFFSET for i, a in zip(sized, band_start(list(sized.values())))})
+                times.update(gittins_estimates(sized, [self._age(f) for f in finished if sized_by_run_time(f)]))
         fallback = float(np.median(list(times.values()))) if times else 1.0
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
         return {k: v / shortest for k, v in scale.items()}
+
+    def _age(self, job: JobView) -> float:
+        """Attained service in the units of the aging estimate: run time x requested GPUs ** ``request_prior``."""
+        return job.run_time * max(job.requested_gpus, 1) ** self.request_prior
 
     def _progress_left(self, job: JobView) -> float:
         """Remaining work in units that do not depend on the batch the job runs at now: samples left at the
@@ -406,9 +421,10 @@ def place_rigid(rigid: Iterable[JobView], ranges, free: dict[str, int], result: 
 
 
 @register("elastic")
-def make_elastic(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0) -> ElasticPolicy:
+def make_elastic(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
+                 size_prior: str = "gittins") -> ElasticPolicy:
     return ElasticPolicy("elastic", fixed_batch=False, hysteresis=hysteresis, urgency=urgency,
-                         restart_cost=restart_cost)
+                         restart_cost=restart_cost, size_prior=size_prior)
 
 
 @register("elastic-gpu-only")

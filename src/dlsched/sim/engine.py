@@ -24,6 +24,7 @@ events (``Policy.event_driven``) and every active job already has its request.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
@@ -42,6 +43,8 @@ from dlsched.sim.metrics import SimResult
 from dlsched.sim.remaining import parse_remaining
 from dlsched.sim.throughput import LinearThroughput, TraceThroughput, speed_factor
 from dlsched.sim.workload import WorkloadJob, Workload
+
+FINISHED_SHOWN = 1000       # the most recent finished jobs a policy sees (ClusterView.finished)
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ class Simulator:
         self.short = 0              # running jobs holding fewer/more GPUs than requested
         self.running: dict[int, SimJob] = {}   # by idx, the jobs holding GPUs
         self.waiting = 0            # active jobs the last decision left without GPUs
+        self.finished: deque[JobView] = deque(maxlen=FINISHED_SHOWN)
         validate_at_submit(self.policy, self.jobs, self._make_view, ClusterView(self.cluster.nodes, 0.0))
 
     # --- progress ---------------------------------------------------------------------------------
@@ -249,6 +253,12 @@ class Simulator:
         job.last_t = self.t
 
     def _complete(self, job: SimJob) -> None:
+        # what the policy may learn sizes from (ClusterView.finished): how long and on what it ran, nothing more
+        self.finished.append(JobView(id=job.spec.id, submit_time=job.spec.submit_time,
+                                     requested_gpus=job.spec.requested_gpus, attained_service=job.attained,
+                                     run_time=job.run_time, max_gpus=job.max_gpus,
+                                     speed=None if job.app or job.ensemble else
+                                     LinearThroughput(job.spec.requested_gpus, self.gpu_speed)))
         self._set_nodes(job, {})
         del self.active[job.idx]
         self.requested -= job.spec.requested_gpus
@@ -271,7 +281,7 @@ class Simulator:
         self.waiting = 0
         if self._fast_path():
             return True
-        cluster = ClusterView(self.cluster.nodes, self.t)
+        cluster = ClusterView(self.cluster.nodes, self.t, tuple(self.finished))
         # a strict FIFO queue of tens of thousands (the Philly trace, overloaded) was viewed, sorted and diffed at
         # every completion, for the few at its head that can start: the others are neither shown nor visited
         window = self.policy.queue_window_gpus(cluster)

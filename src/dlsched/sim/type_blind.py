@@ -14,7 +14,8 @@ BLIND_TYPE = "generic"
 
 
 def blind(cluster: ClusterView) -> ClusterView:
-    return ClusterView(tuple(replace(n, gpu_type=BLIND_TYPE) for n in cluster.nodes), cluster.now)
+    return ClusterView(tuple(replace(n, gpu_type=BLIND_TYPE) for n in cluster.nodes), cluster.now,
+                       cluster.finished)
 
 
 class TypeBlind(Policy):
