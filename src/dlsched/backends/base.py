@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Protocol
 
+from dlsched.numbers import is_number
 from dlsched.policy.base import NodeView
 from dlsched.spec import JobSpec
 from dlsched.train.files import appended_lines, atomic_write_json, read_regular, read_status, write_control  # noqa: F401  (one implementation, re-exported)
@@ -99,14 +100,13 @@ def _bad_numbers(rec: dict) -> list[str]:
     """The fields of a step record that are present but not a number (NaN/inf loss stays: a diverging job), or an
     integer past SQLite's 64 bits (``"step": 1e23`` written as digits raised OverflowError in every round)."""
     return [k for k in STEP_NUMBERS if rec.get(k) is not None
-            and (isinstance(rec[k], bool) or not isinstance(rec[k], (int, float))
-                 or isinstance(rec[k], int) and not -(1 << 63) <= rec[k] < 1 << 63)]
+            and (not is_number(rec[k]) or isinstance(rec[k], int) and not -(1 << 63) <= rec[k] < 1 << 63)]
 
 
 def _untimed(rec: dict) -> bool:
     """A step record without a finite ``time`` (the store's row needs one: NaN is stored as NULL)."""
     t = rec.get("time")
-    return isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
+    return not (is_number(t) and math.isfinite(t))
 
 
 def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple[list[dict], int]:

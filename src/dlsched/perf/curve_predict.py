@@ -233,7 +233,7 @@ def predict_curve(x, values, schedule: Schedule, *, metric: str = "loss", target
         if metric == "accuracy" and shown > space.top:   # 101 on % data: no scale holds it
             raise ValueError(f"accuracy values must be in 0–1 or 0–100 %, got {shown:g} at x = {x[i]:g}")
         raise ValueError(f"{metric} values must leave a positive {'error' if metric == 'accuracy' else metric}: "
-                         f"{float(np.asarray(values, float)[ok][i]):g} at x = {x[i]:g}")
+                         f"{shown:g} at x = {x[i]:g}")
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {regime!r}")
     cal = (calibration or load_calibration()).for_metric(metric)
