@@ -153,20 +153,33 @@ def test_a_restart_before_the_first_checkpoint_keeps_the_scripts_warm_start_as_t
     assert committed_sample_ids(job_dir) == Counter(committed_sample_ids(job_dir).keys())   # each trained once
 
 
-def test_the_worker_slow_before_its_forward_is_the_one_replaced_every_sample_once(tmp_path):
-    """Worker 1 sleeps before each forward (a slow batch, a slow device): its peers wait for it in backward's
-    gradient all-reduce, and each rank's time was taken to its optimizer step, so all looked as slow as it. The
-    rule read samples over that time, so the rank with one sample less (8 over 3: 3, 3, 2) was flagged instead, and
-    any 3-worker job of such a batch had its last rank replaced, again and again. A rank's own time now ends at its
-    forward's, and the ranks' times are compared."""
+@pytest.mark.parametrize("slow_in", ["forward", "backward", "step"])
+def test_the_slow_worker_is_the_one_replaced_every_sample_once(tmp_path, slow_in):
+    """Worker 1 sleeps before each forward (a slow batch, a slow device), in its backward, or before its optimizer
+    step: its peers wait for it in backward's gradient all-reduce, and each rank's time was taken to its optimizer
+    step, so all looked as slow as it. The rule read samples over that time, so the rank with one sample less (8 over
+    3: 3, 3, 2) was flagged instead, and any 3-worker job of such a batch had its last rank replaced, again and again.
+    Then a rank's own time ended at its forward's, and a rank slow in backward or its optimizer step was never seen.
+    A rank's own time is now the whole step's less its waits for its peers (DDP's, in forward and backward).
+    Each rank of the new group goes on with that rank's random streams where the old group left them, whichever
+    worker holds it now (the fresh one takes rank 2, worker 2 rank 1): the fresh worker drew its own, seeded from the
+    OS, so the run was no longer the one it would have been."""
     job_dir = tmp_path / "job"
-    proc = start_script(job_dir, 3, "--epochs", "1", "--slow-worker", "1", "--slow-s", "0.2",
-                        runtime_args=("--record-samples",), replace_stragglers=True)
+    proc = start_script(job_dir, 3, "--epochs", "1", "--slow-worker", "1", "--slow-s", "0.05", "--slow-in", slow_in,
+                        "--dropout", "0.2", "--print-rng", runtime_args=("--record-samples",), replace_stragglers=True)
     finish(proc, timeout=300)
     assert [e["workers"] for e in events(job_dir, "straggler")] == [[1]]
     swap = events(job_dir, "resized")
     assert len(swap) == 1 and swap[0]["replaced"] == [1] and swap[0]["from_workers"] == swap[0]["workers"] == 3
     assert committed_sample_ids(job_dir) == Counter(range(SAMPLES))
+    digests = {}   # (where, rank, step) -> digest
+    for log in (job_dir / "logs").glob("worker-*.log"):
+        for line in log.read_text().splitlines():
+            if line.startswith("rng "):
+                where, rank, step, digest = line.split()[1:]
+                digests[where, int(rank), int(step)] = digest
+    at = swap[0]["step"]
+    assert [digests["begin", r, at + 1] for r in range(3)] == [digests["end", r, at] for r in range(3)], at
 
 
 def batch_doubled_at_step_3(tmp_path: Path, *script_args: str, batches: tuple[int, ...] = (2 * BATCH,)) -> Path:

@@ -38,6 +38,7 @@ from dlsched.torch.membership import GroupMembership
 from dlsched.torch.noise import GradientNoiseEstimator
 from dlsched.torch.outbox import ProgressOutbox
 from dlsched.torch.registry import StateRegistry
+from dlsched.torch.rng_state import BATCH, EPOCH, RankStreams
 from dlsched.torch.lr_plan import LrPlanner
 from dlsched.torch.schedule_pace import pace_schedulers
 from dlsched.torch.step_record import StepRecords
@@ -89,6 +90,8 @@ class Session:
         self.watch = FlagWatch(env.store, self) if env else None
         self.cadence = SyncCadence()
         self.scalars = StepScalars()
+        self.rng = RankStreams()
+        self.own_s = 0.0  # this rank's own time in its last sync step, sent with the next one's scalars
 
     # -- registration ---------------------------------------------------------------------------------
     def register(self, name: str, obj: Any) -> None:
@@ -134,11 +137,15 @@ class Session:
             self.last_boundary = time.perf_counter()
             return
         self.membership.enter()
-        if starts_the_job(self):
+        if first_group(self):
             # the job's start state is the script's as its loop first starts (its own warm start included): a
             # restart before the first periodic checkpoint restores it, and never runs on what the script's top
-            # loads then (a pre-trained file since rewritten, the script's own export of a later model)
-            self._save()
+            # loads then (a pre-trained file since rewritten, the script's own export of a later model), nor draws
+            # other random numbers (a forked worker's streams are seeded from the OS)
+            self.rng.gather(self.world, EPOCH)
+            if self.rank == 0:
+                self._save()
+        self.rng.apply(EPOCH)
 
     def _adopt(self, plan: Plan) -> None:
         self.step = plan.step
@@ -154,6 +161,7 @@ class Session:
         else:
                 self.requested_batch = sum(plan.local_batches) if plan.local_batches else self.requested_batch
         self.cadence.restart(self.step)
+        self.own_s = 0.0
         if self.global_batch != self.factor.batch:
             self.lr_control.retarget()
 
@@ -176,7 +184,8 @@ class Session:
     def _state(self) -> dict:
         return {"objects": self.registry.state(), "noise": self.noise.state_dict(), "factor": asdict(self.factor),
                 "epoch": self.epoch, "requested_batch": self.requested_batch,
-                "adaptive": self.adaptive.state_dict() if self.adaptive is not None else None}
+                "adaptive": self.adaptive.state_dict() if self.adaptive is not None else None,
+                "rng": self.rng.snapshot()}
 
     def _load(self, state: dict) -> None:
         self.registry.load(state["objects"])
@@ -193,6 +202,8 @@ class Session:
         state = {**self._state(), "step": self.step, "table": self.table.snapshot() if self.table else None,
                  "global_batch": self.requested_batch, "ramp": None, "epoch_loss": self.epoch_loss.sums(),
                  "finished": finished}
+        if finished:   # captured at no step of this run's end: a run trained on from it keeps the script's streams
+            state["rng"] = None
         path = storage.for_job(self.job_dir, self.plan and self.plan.checkpoint_uri).save(
             SCRIPT_JOB, self.step, state)
         self._emit({"event": "checkpoint", "step": self.step, "path": str(path), "time": time.time()})
@@ -204,8 +215,8 @@ class Session:
         if self.env is not None and os.getppid() != self.parent:
             self._exit(3)  # the coordinator is gone (killed): an orphan must not keep training
         sync = self.cadence.due(self.step + 1, self.world)
-        self.open = {"started": time.perf_counter(), "since": self.last_boundary, "n": n, "share": len(mine),
-                     "sync": sync, "measure": sync and self.cadence.measures()}
+        self.open = {"since": self.last_boundary, "n": n, "share": len(mine),
+                     "sync": sync, "measure": sync and self.cadence.measures(), "waited": 0.0}
         self.record_open_step(mine)   # before the all-reduce: a step that never commits is rolled back with it
 
     def record_open_step(self, ids: list[int]) -> None:
@@ -216,12 +227,12 @@ class Session:
 
     def extras(self, step_open: dict | None) -> list[float]:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
-        next sync step and whether it measures (rank 0's), each rank's own seconds in the step (``own_time``)] for a
-        sync step's all-reduce."""
+        next sync step and whether it measures (rank 0's), each rank's own seconds in its sync step before
+        (``own_time``: this one's may still run its optimizer step)] for a sync step's all-reduce."""
         out = [0.0] * (5 + self.world)  # a list: one worker syncs every step, and tensor writes are slow Python
         if step_open is not None:   # the flag as the step ends (read as it began, a stop waited for a second step)
             out[0] = self.watch.flag(self.generation) if self.watch is not None and self.rank == 0 else 0.0
-            out[5 + self.rank] = own_time(step_open)
+            out[5 + self.rank] = self.own_s
         if self.rank == 0:
             out[3], out[4] = self.cadence.plan(next((m.noise_every for m in self.models if m.noise_every), None),
                                                self.noise.updates)
@@ -229,15 +240,18 @@ class Session:
         out[2] = float(getattr(self.adaptive, "proposed", None) or 0)
         return out
 
-    def boundary(self) -> None:
-        """Commit the open step: record it, checkpoint when due, then obey the stop flag."""
+    def boundary(self, at: str = BATCH) -> None:
+        """Commit the open step: record it, checkpoint when due, then obey the stop flag. ``at``: where the script is
+        (``rng_state``): where its loader draws the next batch, or between epochs (a loop that broke out)."""
         if self.open is None:
             return
+        ended = time.perf_counter()   # this rank's own work in the step ends here: the wait for the scalars is not
         step_open, self.open = self.open, None
         self.step += 1
         reduced = None
         if step_open["sync"]:  # the step scalars, every rank's at once
             reduced = self.scalars.summed(lambda: self.extras(step_open)) if self.world > 1 else self.extras(step_open)
+            self.own_s = own_time(step_open, ended)
             for m in self.models:
                 m._after_sync(self, reduced)
         if reduced is None:  # between sync steps: nothing to obey, nothing measured
@@ -253,23 +267,7 @@ class Session:
                 self.lr_planner.after_step(self)
         if self.adaptive is not None:
             self.adaptive.at_boundary(self, int(reduced[2]), wall)
-        if self.job_dir is not None and self.ckpt_every and self.step % self.ckpt_every == 0 and self.rank == 0:
-            self._save()
-        flag = reduced[0]
-        if flag >= float(STOP_PREEMPT):
-            if self.rank == 0:
-                if not (self.ckpt_every and self.step % self.ckpt_every == 0):
-                    self._save()
-                self._flush()
-                self.store.set(end_key(self.generation), End(finished=False, preempted=True, step=self.step).to_json())
-            self._exit()
-        if flag > 0:
-            # after an epoch's last step the script evaluates, every rank of this group together (a DDP forward
-            # syncs buffers, an all_reduce sums the accuracy): a newcomer joining there started the next epoch and
-            # met them in another collective. The group regroups where a rank draws its next batch.
-            self.membership.due = True
-            if self.table is None or not self.table.done:
-                self.membership.draw()
+        obey(self, reduced[0], at)
         self.last_boundary = time.perf_counter()
 
     # -- epochs and reports ----------------------------------------------------------------------------
@@ -284,7 +282,7 @@ class Session:
         if self.rank == 0:
             self._emit({"event": "epoch_end", "epoch": self.epoch - 1, "mean_loss": self.epoch_loss.close(),
                         "time": time.time()})
-        self.boundary()
+        self.boundary(EPOCH)
 
     def finish(self) -> None:
         self.boundary()
@@ -310,18 +308,42 @@ class Session:
         self.progress.flush()
 
 
-def own_time(step_open: dict) -> float:
-    """This rank's time in the open step, its waits for peers left out (``parallel.busy_until``); with no forward
-    through DDP (one worker), to now."""
-    if "busy_end" in step_open:
-        return step_open["busy_end"] - step_open["since"] - step_open["waited"]
-    return time.perf_counter() - step_open["started"]
+def obey(s: Session, flag: float, at: str) -> None:
+    """After session ``s`` committed a step: its checkpoint when due, then the stop flag (a preemption checkpoints
+    and exits, a resize regroups). Every rank's random streams go with a checkpoint (``rng_state``)."""
+    checkpoint = s.job_dir is not None and bool(s.ckpt_every) and s.step % s.ckpt_every == 0
+    if checkpoint or flag >= float(STOP_PREEMPT):
+        s.rng.gather(s.world, at)   # every rank's random streams, as they stand at this step
+    if checkpoint and s.rank == 0:
+        s._save()
+    if flag >= float(STOP_PREEMPT):
+        if s.rank == 0:
+            if not checkpoint:
+                s._save()
+            s._flush()
+            s.store.set(end_key(s.generation), End(finished=False, preempted=True, step=s.step).to_json())
+        s._exit()
+    if flag > 0:
+        # after an epoch's last step the script evaluates, every rank of this group together (a DDP forward
+        # syncs buffers, an all_reduce sums the accuracy): a newcomer joining there started the next epoch and met
+        # them in another collective. The group regroups where a rank draws its next batch.
+        s.membership.due = True
+        if s.table is None or not s.table.done:
+            s.membership.draw(at)
 
 
-def starts_the_job(s: Session) -> bool:
-    """Rank 0 of a group that starts the job at its first step, its state the script's own (no checkpoint)."""
-    return (s.rank == 0 and s.job_dir is not None and bool(s.ckpt_every) and s.step == 0 and not s.plan.restore
-            and not s.env.joining)
+def own_time(step_open: dict, ended: float) -> float:
+    """This rank's time in a step, from the step before's end (its batch's loading included) to this one's, less its
+    waits for its peers in the step's collectives (``parallel.time_backward_wait``): a slowness anywhere in the
+    step (forward, backward, optimizer step, the script's own code) is its own. Its peers wait for a slow rank inside
+    backward's gradient all-reduce: counted, every rank's time was the slowest's."""
+    return ended - step_open["since"] - step_open["waited"]
+
+
+def first_group(s: Session) -> bool:
+    """A group that starts the job at its first step, its state the script's own (no checkpoint): its rank 0 saves
+    that state, with every rank's random streams (each rank of it decides alike)."""
+    return s.job_dir is not None and bool(s.ckpt_every) and s.step == 0 and not s.plan.restore and not s.env.joining
 
 
 _session: Session | None = None
