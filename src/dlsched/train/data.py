@@ -43,6 +43,11 @@ class PartitionTable:
     bounds: list[int]
     offsets: list[int]  # consumed count per partition
     shuffle: bool = True  # False: every epoch in id order
+    # samples trained in the epochs before this one (None: each whole), and in the one before where a loop broke out
+    # of it early (a script's step limit): counted as whole, the job's progress jumped at each epoch's end and its
+    # budget counted samples it would never train
+    before: int | None = None
+    cut: int | None = None
 
     @classmethod
     def fresh(cls, num_samples: int, seed: int, epoch: int, num_partitions: int = 16,
@@ -58,7 +63,13 @@ class PartitionTable:
     @property
     def trained(self) -> int:
         """Samples trained in every epoch so far (a step record's ``samples``)."""
-        return self.epoch * self.num_samples + self.consumed
+        return (self.epoch * self.num_samples if self.before is None else self.before) + self.consumed
+
+    def planned(self, epochs: int) -> int:
+        """Samples trained by the end of ``epochs`` epochs: whole ones, or, once an epoch was cut short, each epoch
+        from this one on as long as that one."""
+        per = self.cut or self.num_samples
+        return self.trained - self.consumed + max(self.consumed, per) + max(0, epochs - self.epoch - 1) * per
 
     @property
     def remaining(self) -> int:
@@ -103,21 +114,29 @@ class PartitionTable:
             self.offsets[p] += k
 
     def next_epoch(self) -> "PartitionTable":
-        return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
+        table = PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
+        if self.before is not None or not self.done:
+            table.before, table.cut = self.trained, None if self.done else self.consumed
+        return table
 
     def copy(self) -> "PartitionTable":
         return PartitionTable(self.num_samples, self.seed, self.epoch, list(self.bounds), list(self.offsets),
-                              self.shuffle)
+                              self.shuffle, self.before, self.cut)
 
     def snapshot(self) -> dict:
-        return {"num_samples": self.num_samples, "seed": self.seed, "epoch": self.epoch,
+        snap = {"num_samples": self.num_samples, "seed": self.seed, "epoch": self.epoch,
                 "bounds": list(self.bounds), "offsets": list(self.offsets), "shuffle": self.shuffle}
+        if self.before is not None:
+            snap.update(before=self.before, cut=self.cut)
+        return snap
 
     @classmethod
     def from_snapshot(cls, snap: dict) -> "PartitionTable":
+        before, cut = snap.get("before"), snap.get("cut")
         return cls(int(snap["num_samples"]), int(snap["seed"]), int(snap["epoch"]),
                    [int(b) for b in snap["bounds"]], [int(o) for o in snap["offsets"]],
-                   bool(snap.get("shuffle", True)))
+                   bool(snap.get("shuffle", True)), None if before is None else int(before),
+                   None if cut is None else int(cut))
 
 
 def _share_ends(n: int, local_sizes: list[int]) -> np.ndarray:
