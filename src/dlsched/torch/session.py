@@ -245,11 +245,11 @@ class Session:
         (``rng_state``): where its loader draws the next batch, or between epochs (a loop that broke out)."""
         if self.open is None:
             return
-        ended = time.perf_counter()   # this rank's own work in the step ends here: the wait for the scalars is not
         step_open, self.open = self.open, None
         self.step += 1
         reduced = None
         if step_open["sync"]:  # the step scalars, every rank's at once
+            ended = time.perf_counter()   # this rank's own work in the step ends: the wait for the scalars is not
             reduced = self.scalars.summed(lambda: self.extras(step_open)) if self.world > 1 else self.extras(step_open)
             self.own_s = own_time(step_open, ended)
             for m in self.models:
