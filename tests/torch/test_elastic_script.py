@@ -185,15 +185,18 @@ def test_the_slow_worker_is_the_one_replaced_every_sample_once(tmp_path, slow_in
 def test_a_step_limit_each_epoch_counts_the_samples_trained_and_the_budget_of_such_epochs(tmp_path):
     """A loop that breaks out of each epoch after 4 steps (``--max-steps``): each epoch's end counted the whole epoch
     as trained (samples jumped from 32 to 480) and the budget counted 3 whole epochs (1 440 samples of the 96 it
-    trains), so the scheduler saw 15 times the work left. Once an epoch is cut, each later one counts as long."""
+    trains), so the scheduler saw 15 times the work left. Once an epoch is cut, each later one counts as long. The
+    plan of its StepLR, stepped after each epoch, put epoch 2 at steps 121-180 (whole epochs of 60), not 9-12."""
     job_dir = tmp_path / "job"
-    finish(start_script(job_dir, 1, "--epochs", "3", "--max-steps", "4"), timeout=300)
+    finish(start_script(job_dir, 1, "--epochs", "3", "--max-steps", "4", "--epoch-schedule"), timeout=300)
     recs = {r["step"]: r for r in steps(job_dir)}
     assert sorted(recs) == list(range(1, 13))
     assert [recs[k]["samples"] for k in sorted(recs)] == [BATCH * k for k in range(1, 13)]
     assert [recs[k]["total_samples"] for k in range(1, 5)] == [3 * SAMPLES] * 4   # not known before the first cut
     assert {recs[k]["total_samples"] for k in range(5, 13)} == {3 * 4 * BATCH}
     assert recs[12]["samples"] == recs[12]["total_samples"]
+    plan = json.loads((job_dir / "lr_plan.json").read_text())
+    assert plan["steps"] == [8, 9, 12] and plan["lr"] == pytest.approx([recs[k]["lr"] for k in (8, 9, 12)], rel=1e-9)
 
 
 def batch_doubled_at_step_3(tmp_path: Path, *script_args: str, batches: tuple[int, ...] = (2 * BATCH,)) -> Path:
