@@ -182,21 +182,57 @@ def test_the_slow_worker_is_the_one_replaced_every_sample_once(tmp_path, slow_in
     assert [digests["begin", r, at + 1] for r in range(3)] == [digests["end", r, at] for r in range(3)], at
 
 
-def test_a_step_limit_each_epoch_counts_the_samples_trained_and_the_budget_of_such_epochs(tmp_path):
+@pytest.mark.parametrize("schedule", ["per-step", "per-epoch"])
+def test_a_step_limit_each_epoch_counts_the_samples_trained_and_the_budget_of_such_epochs(tmp_path, schedule):
     """A loop that breaks out of each epoch after 4 steps (``--max-steps``): each epoch's end counted the whole epoch
     as trained (samples jumped from 32 to 480) and the budget counted 3 whole epochs (1 440 samples of the 96 it
-    trains), so the scheduler saw 15 times the work left. Once an epoch is cut, each later one counts as long. The
-    plan of its StepLR, stepped after each epoch, put epoch 2 at steps 121-180 (whole epochs of 60), not 9-12."""
+    trains), so the scheduler saw 15 times the work left. Once an epoch is cut, each later one counts as long.
+    OneCycleLR stepped per step jumped at each epoch's start by the rest of the epoch before (its 4th step to its
+    61st: the pace counted whole epochs); the plan of a StepLR stepped after each epoch put epoch 2 at steps 121-180,
+    not 9-12."""
     job_dir = tmp_path / "job"
-    finish(start_script(job_dir, 1, "--epochs", "3", "--max-steps", "4", "--epoch-schedule"), timeout=300)
+    finish(start_script(job_dir, 1, "--epochs", "3", "--max-steps", "4",
+                        *(["--epoch-schedule"] if schedule == "per-epoch" else [])), timeout=300)
     recs = {r["step"]: r for r in steps(job_dir)}
     assert sorted(recs) == list(range(1, 13))
     assert [recs[k]["samples"] for k in sorted(recs)] == [BATCH * k for k in range(1, 13)]
     assert [recs[k]["total_samples"] for k in range(1, 5)] == [3 * SAMPLES] * 4   # not known before the first cut
     assert {recs[k]["total_samples"] for k in range(5, 13)} == {3 * 4 * BATCH}
     assert recs[12]["samples"] == recs[12]["total_samples"]
-    plan = json.loads((job_dir / "lr_plan.json").read_text())
-    assert plan["steps"] == [8, 9, 12] and plan["lr"] == pytest.approx([recs[k]["lr"] for k in (8, 9, 12)], rel=1e-9)
+    if schedule == "per-epoch":
+        plan = json.loads((job_dir / "lr_plan.json").read_text())
+        assert plan["steps"] == [8, 9, 12] and plan["lr"] == pytest.approx([recs[k]["lr"] for k in (8, 9, 12)],
+                                                                          rel=1e-9)
+        return
+    optimizer = torch.optim.AdamW([torch.zeros(1)], lr=0.01)   # the script's schedule, stepped once a step
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.01, total_steps=3 * SAMPLES // BATCH)
+    expected = []
+    for _ in range(12):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert [recs[k]["lr"] for k in range(1, 13)] == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_loaders_steps_per_epoch_holds_alike_on_every_rank_across_a_grow_and_the_budget_knows_it(tmp_path):
+    """A step limit counted in the script (``enumerate(loader)``, ``--max-steps``) restarts at 0 in a grow's newcomer:
+    grown at step 4 of 8, the old rank broke out at step 8 and the newcomer trained on alone, its next all-reduce
+    failing. ``steps_per_epoch`` is the job's: each rank's epoch ends at the same step, and the budget counts it
+    from the first step."""
+    job_dir = tmp_path / "job"
+    proc = start_script(job_dir, 1, "--epochs", "2", "--steps-per-epoch", "6", "--step-s", "0.4",
+                        runtime_args=("--record-samples",))
+    wait_for_step(job_dir, 2, proc, timeout=120)
+    write_control(job_dir, 2, None, 1)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
+    recs = {r["step"]: r for r in steps(job_dir)}
+    assert sorted(recs) == list(range(1, 13)) and recs[12]["workers"] == 2
+    assert {r["total_samples"] for r in recs.values()} == {2 * 6 * BATCH}
+    assert [recs[k]["samples"] for k in sorted(recs)] == [BATCH * k for k in range(1, 13)]
+    assert [e["epoch"] for e in events(job_dir, "epoch_end")] == [0, 1]
+    ids = committed_sample_ids(job_dir)
+    assert sum(ids.values()) == 2 * 6 * BATCH and len(ids) > 6 * BATCH   # two epochs' first 48 of other orders
 
 
 def batch_doubled_at_step_3(tmp_path: Path, *script_args: str, batches: tuple[int, ...] = (2 * BATCH,)) -> Path:

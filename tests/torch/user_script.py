@@ -38,6 +38,7 @@ ap.add_argument("--max-local-batch", type=int, default=None, help="accumulate a 
 ap.add_argument("--scaler", action="store_true", help="step through a GradScaler (loss scaled by 2**10)")
 ap.add_argument("--zero-grad-last", action="store_true", help="zero_grad after the step, not before the forward")
 ap.add_argument("--max-steps", type=int, default=0, help="break out of the loader after this many batches an epoch")
+ap.add_argument("--steps-per-epoch", type=int, default=None, help="the loader's steps_per_epoch")
 ap.add_argument("--batch-norm", action="store_true", help="a BatchNorm1d after the first layer")
 ap.add_argument("--hold-file", default="", help="rank 1 writes its pid here and waits to be killed ...")
 ap.add_argument("--hold-at-step", type=int, default=0, help="... after this step's first micro-batch (once: the file)")
@@ -124,7 +125,8 @@ if args.optimizer == "adamw":
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffle=True,
-                              max_local_batch=args.max_local_batch, num_workers=args.loader_workers)
+                              max_local_batch=args.max_local_batch, num_workers=args.loader_workers,
+                              steps_per_epoch=args.steps_per_epoch)
 scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=10 ** 6) if args.scaler else None
 optimizer_steps = []  # the optimizer's own count (a post hook: dlsched gates step() on accumulated micro-batches)
 optimizer.register_step_post_hook(lambda *_: optimizer_steps.append(1))

@@ -42,6 +42,16 @@ def test_an_epoch_cut_short_counts_what_it_trained_and_plans_later_epochs_as_lon
     assert whole.next_epoch().trained == 100 and whole.next_epoch().planned(2) == 200
 
 
+def test_an_epoch_limit_ends_each_epoch_at_its_first_samples():
+    table = PartitionTable.fresh(100, 0, 0)
+    table.limit = 30
+    assert [n for n, _ in rank_shares(table, 8, [4, 4], 0)] == [8, 8, 8, 6]
+    table.advance(30)
+    assert table.done and table.planned(3) == 90
+    nxt = PartitionTable.from_snapshot(json.loads(json.dumps(table.next_epoch().snapshot())))
+    assert (nxt.limit, nxt.trained, nxt.remaining, nxt.before) == (30, 30, 30, None)
+
+
 def test_rank_shares_and_advance_match_successive_takes():
     for shuffle in (True, False):
         table = PartitionTable.fresh(103, seed=2, epoch=1, num_partitions=7, shuffle=shuffle)

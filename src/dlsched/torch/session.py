@@ -40,7 +40,7 @@ from dlsched.torch.outbox import ProgressOutbox
 from dlsched.torch.registry import StateRegistry
 from dlsched.torch.rng_state import BATCH, EPOCH, RankStreams
 from dlsched.torch.lr_plan import LrPlanner
-from dlsched.torch.schedule_pace import pace_schedulers
+from dlsched.torch.schedule_pace import next_epoch_table, pace_schedulers
 from dlsched.torch.step_record import StepRecords
 from dlsched.torch.step_scalars import StepScalars
 from dlsched.torch.sync_cadence import SyncCadence
@@ -70,6 +70,7 @@ class Session:
         self.progress = ProgressOutbox(env.store if env else None)
         self.table: PartitionTable | None = None
         self.loader_batch: int | None = None
+        self.epoch_limit: int | None = None   # the loader's steps_per_epoch, in samples at its batch
         self.requested_batch: int | None = None  # the scheduler's global batch; None = the loader's
         self.reference_batch: int | None = None
         self.adaptive: AdaptiveBatch | None = None  # the loader's autoscale_batch_size opt-in
@@ -97,12 +98,13 @@ class Session:
     def register(self, name: str, obj: Any) -> None:
         self.registry.register(name, obj)
 
-    def attach_loader(self, num_samples: int, batch_size: int, shuffle: bool, seed: int) -> None:
+    def attach_loader(self, num_samples: int, batch_size: int, shuffle: bool, seed: int, limit: int | None) -> None:
         if self.loader_batch is not None:
             raise UserError("ElasticDataLoader: one training loader per job (evaluate with a torch DataLoader)")
-        self.loader_batch = batch_size
+        self.loader_batch, self.epoch_limit = batch_size, limit
         if self.table is None:
             self.table = PartitionTable.fresh(num_samples, seed, self.epoch, shuffle=shuffle)
+            self.table.limit = limit
         elif self.table.num_samples != num_samples:
             raise UserError(f"ElasticDataLoader: dataset has {num_samples} samples, the job's checkpoint "
                             f"{self.table.num_samples}")
@@ -152,7 +154,7 @@ class Session:
         if self.ckpt_every_set is None:
             self.ckpt_every = plan.ckpt_every
         if plan.table is not None:
-            self.table = PartitionTable.from_snapshot(plan.table)
+            self.table = with_limit(PartitionTable.from_snapshot(plan.table), self)
             self.epoch = self.table.epoch
         self.reference_batch = plan.reference_batch
         self.epoch_loss = EpochLoss(plan.epoch_loss)  # the whole epoch's so far: from the End or the checkpoint
@@ -196,7 +198,7 @@ class Session:
             self.adaptive.load_state_dict(state["adaptive"])
         if "table" in state:  # a checkpoint (a broadcast's table comes with the plan)
             self.step = state["step"]
-            self.table = PartitionTable.from_snapshot(state["table"]) if state["table"] else self.table
+            self.table = with_limit(PartitionTable.from_snapshot(state["table"]), self) if state["table"] else self.table
 
     def _save(self, finished: bool = False) -> None:
         state = {**self._state(), "step": self.step, "table": self.table.snapshot() if self.table else None,
@@ -277,7 +279,7 @@ class Session:
         ``mean_loss``: ``dlsched.torch.epoch_loss`` (rank 0's; the others adopt its sums at a regroup)."""
         if self.open is not None:  # a step the loop broke out after, committed below: the ending epoch's
             self.epoch_loss.add(self.metrics.get("loss"), self.open["n"], self.step + 1)
-        self.table = self.table.next_epoch() if self.table is not None else None
+        self.table = next_epoch_table(self.table, self._reference()) if self.table is not None else None
         self.epoch += 1
         if self.rank == 0:
             self._emit({"event": "epoch_end", "epoch": self.epoch - 1, "mean_loss": self.epoch_loss.close(),
@@ -306,6 +308,14 @@ class Session:
 
     def _flush(self) -> None:
         self.progress.flush()
+
+
+def with_limit(table: PartitionTable, s: Session) -> PartitionTable:
+    """The job's table with the script's own epoch length (its loader's ``steps_per_epoch`` now, not the run's
+    before)."""
+    if s.loader_batch is not None:
+        table.limit = s.epoch_limit
+    return table
 
 
 def obey(s: Session, flag: float, at: str) -> None:

@@ -48,6 +48,12 @@ class PartitionTable:
     # budget counted samples it would never train
     before: int | None = None
     cut: int | None = None
+    steps_before: int | None = None   # a script's reference-batch steps in the epochs before (its LR pace), with before
+    limit: int | None = None   # samples an epoch trains (a script's steps_per_epoch): its first ones in take order
+
+    @property
+    def epoch_size(self) -> int:
+        return self.num_samples if self.limit is None else min(self.num_samples, self.limit)
 
     @classmethod
     def fresh(cls, num_samples: int, seed: int, epoch: int, num_partitions: int = 16,
@@ -63,17 +69,17 @@ class PartitionTable:
     @property
     def trained(self) -> int:
         """Samples trained in every epoch so far (a step record's ``samples``)."""
-        return (self.epoch * self.num_samples if self.before is None else self.before) + self.consumed
+        return (self.epoch * self.epoch_size if self.before is None else self.before) + self.consumed
 
     def planned(self, epochs: int) -> int:
         """Samples trained by the end of ``epochs`` epochs: whole ones, or, once an epoch was cut short, each epoch
         from this one on as long as that one."""
-        per = self.cut or self.num_samples
+        per = self.cut or self.epoch_size
         return self.trained - self.consumed + max(self.consumed, per) + max(0, epochs - self.epoch - 1) * per
 
     @property
     def remaining(self) -> int:
-        return self.num_samples - self.consumed
+        return self.epoch_size - self.consumed
 
     @property
     def done(self) -> bool:
@@ -106,7 +112,8 @@ class PartitionTable:
     def remaining_ids(self) -> np.ndarray:
         """Every unconsumed id, in the order successive ``take`` calls hand them out."""
         order = self._order()
-        return np.concatenate([order[b + o:e] for b, o, e in zip(self.bounds[:-1], self.offsets, self.bounds[1:])])
+        ids = np.concatenate([order[b + o:e] for b, o, e in zip(self.bounds[:-1], self.offsets, self.bounds[1:])])
+        return ids if self.limit is None else ids[:self.remaining]
 
     def advance(self, n: int) -> None:
         """``take(n)`` without the ids (a script's step path)."""
@@ -115,28 +122,33 @@ class PartitionTable:
 
     def next_epoch(self) -> "PartitionTable":
         table = PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
+        table.limit = self.limit
         if self.before is not None or not self.done:
             table.before, table.cut = self.trained, None if self.done else self.consumed
         return table
 
     def copy(self) -> "PartitionTable":
         return PartitionTable(self.num_samples, self.seed, self.epoch, list(self.bounds), list(self.offsets),
-                              self.shuffle, self.before, self.cut)
+                              self.shuffle, before=self.before, cut=self.cut, limit=self.limit,
+                              steps_before=self.steps_before)
 
     def snapshot(self) -> dict:
         snap = {"num_samples": self.num_samples, "seed": self.seed, "epoch": self.epoch,
                 "bounds": list(self.bounds), "offsets": list(self.offsets), "shuffle": self.shuffle}
         if self.before is not None:
-            snap.update(before=self.before, cut=self.cut)
+            snap.update(before=self.before, cut=self.cut, steps_before=self.steps_before)
+        if self.limit is not None:
+            snap["limit"] = self.limit
         return snap
 
     @classmethod
     def from_snapshot(cls, snap: dict) -> "PartitionTable":
-        before, cut = snap.get("before"), snap.get("cut")
+        before, cut, limit, steps = snap.get("before"), snap.get("cut"), snap.get("limit"), snap.get("steps_before")
         return cls(int(snap["num_samples"]), int(snap["seed"]), int(snap["epoch"]),
                    [int(b) for b in snap["bounds"]], [int(o) for o in snap["offsets"]],
-                   bool(snap.get("shuffle", True)), None if before is None else int(before),
-                   None if cut is None else int(cut))
+                   bool(snap.get("shuffle", True)), before=None if before is None else int(before),
+                   cut=None if cut is None else int(cut), limit=None if limit is None else int(limit),
+                   steps_before=None if steps is None else int(steps))
 
 
 def _share_ends(n: int, local_sizes: list[int]) -> np.ndarray:
