@@ -468,3 +468,33 @@ def test_a_live_job_that_trained_its_budget_is_ending_not_past_its_finish(tmp_pa
     assert "ending" in rows[done] and " ago" not in rows[done].split("ending")[1], rows[done]
     assert "ending" not in rows[half] and " ago" in rows[half]   # short of its budget: past its finish, said so
     store.close()
+
+
+def test_markup_that_reached_the_page_runs_no_script_under_the_pages_policy(tmp_path):
+    """The page holds the token in sessionStorage and lays out job-written text. Should one value ever reach the
+    markup unescaped, the page's Content-Security-Policy keeps its script from running (and no other site may frame
+    the page). The real service's page and headers, relayed to a real browser by a stand-in that adds such markup;
+    before the policy, the inline script and the onerror handler ran."""
+    from tests.standin_server import standin_server
+
+    cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 1}], policy=POLICY, interval_s=0.5)
+    svc = Service(cluster, tmp_path / "state", port=0, runtime=CONTRACT_RUNTIME).start()
+    kept = ("content-security-policy", "x-frame-options", "referrer-policy", "x-content-type-options")
+    injected = (b'<script>document.title = "inline ran"</script>'
+                b'<img src="/nothing.png" onerror="document.title = \'handler ran\'">')
+
+    def relay(path, headers):
+        r = httpx.get(f"{svc.url}{path}", headers={k: v for k, v in headers.items() if k.lower() == "authorization"})
+        body = r.content.replace(b"<main", injected + b"<main") if path.startswith("/dashboard/?") else r.content
+        return r.status_code, r.headers.get("content-type", ""), body, {k: r.headers[k] for k in kept if k in r.headers}
+
+    try:
+        page = httpx.get(f"{svc.url}/dashboard/")
+        assert "frame-ancestors 'none'" in page.headers.get("content-security-policy", ""), page.headers
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["referrer-policy"] == "no-referrer"
+        with standin_server(relay) as base:
+            dom = _chromium(f"{base}/dashboard/?token={svc.token}", tmp_path, "--dump-dom")
+        assert "<title>dlsched</title>" in dom and "ran" not in dom.split("</title>")[0], dom[:500]
+        assert 'data-node="n1"' in dom and "load-error" not in dom   # the page itself still works under it
+    finally:
+        stop_service_and_jobs(svc)
