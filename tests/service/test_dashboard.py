@@ -7,6 +7,7 @@ a person would look for; a screenshot of the overview is saved (``DLSCHED_SCREEN
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -354,7 +355,7 @@ def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):
         assert 'data-node="n1"' in dom and "load-error" not in dom
         # opened as serve's start line prints it: the page says how to give the token (it said only 'HTTP 401')
         dom = _chromium(f"{svc.url}/dashboard/", tmp_path, "--dump-dom")
-        assert ("this page needs the service's token: open /dashboard/?token=TOKEN, TOKEN being what the token file "
+        assert ("this page needs the service's token: open /dashboard/#token=TOKEN, TOKEN being what the token file "
                 "named by `dlsched serve` at its start holds (STATE_DIR/token)") in dom
     finally:
         stop_service_and_jobs(svc)
@@ -434,6 +435,34 @@ def test_the_token_leaves_the_address_bar_once_the_page_has_it(tmp_path):
         url = f"{base}/dashboard/"
         _chromium(f"{url}?token=s3cret#/job/7", tmp_path, "--dump-dom")
     assert seen and seen[0] == ("Bearer s3cret", url), seen   # the token sent, the URL without it (a Referer has no #)
+
+
+def test_a_token_given_in_the_fragment_never_reaches_the_server_in_a_url(tmp_path):
+    """``serve`` prints ``/dashboard/#token=...``: a fragment stays in the browser, where ``?token=`` was in the
+    request line of the page's load, so in a reverse proxy's access log. The real page in a real browser, served by a
+    stand-in that records every request line: none carries the token; the API requests carry it as a bearer token,
+    and the address bar keeps neither."""
+    from dlsched.service.dashboard_routes import STATIC_DIR
+    from tests.standin_server import standin_server
+
+    lines, seen = [], []
+
+    def record(path, headers):
+        lines.append(path)
+        if path.startswith("/dashboard/api/"):
+            seen.append(headers.get("Authorization"))
+            return 200, "application/json", json.dumps({"now": 0, "counts": {}, "nodes": [], "total_jobs": 0,
+                                                         "queue": [], "recent": [], "gantt": [], "gantt_jobs": 0,
+                                                         "gantt_total_jobs": 0}).encode(), {}
+        name = "index.html" if path.split("?")[0] == "/dashboard/" else path.rsplit("/", 1)[-1]
+        kind = {"js": "text/javascript", "css": "text/css"}.get(name.rsplit(".", 1)[-1], "text/html")
+        return 200, kind, (STATIC_DIR / name).read_bytes(), {}
+
+    with standin_server(record) as base:
+        dom = _chromium(f"{base}/dashboard/#token=fr4gment-s3cret", tmp_path, "--dump-dom")
+    assert seen and set(seen) == {"Bearer fr4gment-s3cret"}, seen
+    assert not [x for x in lines if "s3cret" in x], lines
+    assert 'id="counts"' in dom and "load-error" not in dom
 
 
 def test_a_live_job_that_trained_its_budget_is_ending_not_past_its_finish(tmp_path):

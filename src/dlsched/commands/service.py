@@ -503,7 +503,7 @@ def reach_url(host: str, port: int) -> str:
 
 def started_note(host: str, port: int, token_from: str | Path | None, what: str) -> str:
     """What ``serve`` prints at start: where to reach it and how a client or a browser authenticates (the dashboard
-    needs ``?token=``: the printed URL alone showed only 'HTTP 401'), and, bound beyond loopback, that the token
+    needs ``#token=``: the printed URL alone showed only 'HTTP 401'), and, bound beyond loopback, that the token
     crosses the network in clear. Never the token itself: the output goes to logs others may read."""
     from dlsched.service.api import is_loopback
 
@@ -514,10 +514,10 @@ def started_note(host: str, port: int, token_from: str | Path | None, what: str)
         lines.append(f"  clients: export DLSCHED_SERVER={url}")
     elif token_from == "$DLSCHED_TOKEN":
         lines.append(f"  clients: export DLSCHED_SERVER={url} DLSCHED_TOKEN=<the same token>; the dashboard: "
-                     f"{url}/dashboard/?token=<the token>")
+                     f"{url}/dashboard/#token=<the token>")
     else:
         lines.append(f"  clients: export DLSCHED_SERVER={url} DLSCHED_TOKEN_FILE={token_from}; the dashboard: "
-                     f"{url}/dashboard/?token=<the token in {token_from}>")
+                     f"{url}/dashboard/#token=<the token in {token_from}>")
     if not is_loopback(host):
         lines.append(f"  bound to {host} over plain HTTP: the token crosses the network in clear; beyond a trusted "
                      "network put TLS in front (a reverse proxy) or reach it through an SSH tunnel (docs/security.md)")

@@ -4,11 +4,15 @@
 "use strict";
 
 const params = new URLSearchParams(location.search);
-if (params.get("token")) {
-  sessionStorage.setItem("dlsched-token", params.get("token"));
+// #token=T: a fragment never leaves the browser (a query's ?token=T, still taken, reached the server's request line,
+// so a reverse proxy's access log)
+const hashToken = location.hash.match(/^#token=([^&#]+)/);
+const given = hashToken ? decodeURIComponent(hashToken[1]) : params.get("token");
+if (given) {
+  sessionStorage.setItem("dlsched-token", given);
   // out of the address bar, the browser's history and the Referer of the page's requests from here on
   params.delete("token");
-  history.replaceState(null, "", location.pathname + (params.toString() ? `?${params}` : "") + location.hash);
+  history.replaceState(null, "", location.pathname + (params.toString() ? `?${params}` : "") + (hashToken ? "#/" : location.hash));
 }
 const TOKEN = sessionStorage.getItem("dlsched-token");
 const REFRESH_MS = 3000;
@@ -48,7 +52,7 @@ function colour(id) { const h = (Number(id) * 137.508) % 360; return `hsl(${h.to
 async function api(path) {
   const r = await fetch(path, { headers: TOKEN ? { Authorization: "Bearer " + TOKEN } : {} });
   // opened as the URL serve prints, without ?token=: say how to open it (a bare "HTTP 401" said nothing)
-  if (r.status === 401) throw new Error(`${path}: HTTP 401: ${TOKEN ? "the token given is not the service's" : "this page needs the service's token"}: open ${location.pathname}?token=TOKEN, TOKEN being what the token file named by \`dlsched serve\` at its start holds (STATE_DIR/token)`);
+  if (r.status === 401) throw new Error(`${path}: HTTP 401: ${TOKEN ? "the token given is not the service's" : "this page needs the service's token"}: open ${location.pathname}#token=TOKEN, TOKEN being what the token file named by \`dlsched serve\` at its start holds (STATE_DIR/token)`);
   if (!r.ok) throw new Error(`${path}: HTTP ${r.status} ${(await r.text()).slice(0, 200)}`);
   return r.json();
 }
