@@ -203,7 +203,10 @@ class ElasticPolicy(Policy):
             return keep
         if running_here and rng.g_min <= gc <= rng.g_max:
             now_u = self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
-            u[gc] = now_u * (1 + bonus) - TIE_BREAK * gc
+            # or a new batch at the GPUs it holds (a restart, as any other move pays; ``_allocation`` picks it): with
+            # only the kept batch here, a better batch was reachable at another count alone, and a lone job whose
+            # fixed cost showed once it had grown went 1 -> 4 (batch kept) -> 3 (a larger batch) -> 4 GPUs
+            u[gc] = max(now_u * (1 + bonus) - TIE_BREAK * gc, u[gc])
             restart = self._restart_s(job)
             if self.grow_pause and restart > 0:
                 charge_grow(u, gc, time_left(job, gc), restart)
