@@ -61,8 +61,8 @@ class RoundStats:
     predict_s: float = 0.0         # writing the round's predictions (the forecast runs on its own thread)
 
 
-def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
-    return ClusterView(tuple(NodeView(n.name, n.gpus, n.gpu_type, n.cpus) for n in spec.nodes), now)
+def cluster_view(spec: ClusterSpec, now: float, finished: tuple[JobView, ...] = ()) -> ClusterView:
+    return ClusterView(tuple(NodeView(n.name, n.gpus, n.gpu_type, n.cpus) for n in spec.nodes), now, finished)
 
 
 def act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
@@ -199,8 +199,8 @@ class LiveLoop:
             self.store.event("node_lost" if health == LOST else "node_up", None, now, node=node)
 
     def _cluster_view(self, now: float) -> ClusterView:
-        live = self.backend.nodes()
-        return ClusterView(live, now) if live is not None else cluster_view(self.cluster, now)
+        live, finished = self.backend.nodes(), self.models.finished.views   # the policy's as the simulator's
+        return ClusterView(live, now, finished) if live is not None else cluster_view(self.cluster, now, finished)
 
     def decide(self, jobs: list[JobRecord], now: float, view: ClusterView) -> list[Action]:
         """Snapshots -> one round (policy, check, placement: Optimus consolidation) on the round's ``view`` -> the

@@ -758,6 +758,13 @@ def purge_ended(store: Store, before: float) -> dict[str, int]:
                 for t in ("progress", "events", "predictions")}
 
 
+def newest_finished(store: Store, limit: int) -> list[JobRecord]:
+    """The ``limit`` jobs that finished last (state finished: not failed or cancelled), oldest first."""
+    rows = store._conn().execute("SELECT * FROM jobs WHERE state = ? ORDER BY end_time DESC, id DESC LIMIT ?",
+                                 (FINISHED, limit)).fetchall()
+    return [_decode(r, store._records) for r in reversed(rows)]
+
+
 def job_counts(store: Store) -> dict[str, int]:
     """Jobs per state (the states with none left out)."""
     return dict(store._conn().execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall())
