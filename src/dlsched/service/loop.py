@@ -91,6 +91,15 @@ def count_to_end(store: Store, before: JobRecord, counted: dict, res: PollResult
     return ended.get("accounted_until", now)
 
 
+def trained_batch(job: JobRecord, last: dict) -> int | None:
+    """The global batch ``last`` (a step record) ran at, else the one stored before; an ensemble's records are its
+    members' (no one batch is the job's)."""
+    if job.spec.kind == "ensemble":
+        return None
+    b = last.get("batch_size")
+    return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else job.trained_batch
+
+
 def policy_views(models: JobModels, store: Store, jobs: list[JobRecord], now: float) -> list[JobView]:
     """The jobs as the policy sees them; an ensemble as its members' profiles give it (``ensemble_view``: capped to
     what its still-training members can use, so a member that left frees its slots for the other jobs, at their
@@ -324,7 +333,7 @@ class LiveLoop:
             last = samples[-1]
             fields = {"samples": float(last.get("samples") or job.samples),   # an ensemble's loss: its best member's
                       "last_loss": self.member_losses.best(job.id, samples, last.get("loss")),
-                      "samples_per_s": last.get("samples_per_s"),
+                      "samples_per_s": last.get("samples_per_s"), "trained_batch": trained_batch(job, last),
                       **self.stalls.progressed(job, now)}
             if last.get("total_samples"):
                 fields["total_samples"] = float(last["total_samples"])

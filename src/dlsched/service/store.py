@@ -167,6 +167,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN waiting_for TEXT;
     """,
+    # 16: the global batch a job's newest step ran at, as its runtime reports it: a script's own batch (`submit --
+    # python train.py` with no --batch-size) is no scheduler's choice, and status showed none (``loop.trained_batch``)
+    """
+    ALTER TABLE jobs ADD COLUMN trained_batch INTEGER;
+    """,
 ]
 
 
@@ -368,6 +373,7 @@ class JobRecord:
     progressed_at: float | None = None     # when its last new progress was read (or it started or resized)
     stalled_since: float | None = None     # its processes live, no progress since then (service/stalls.py)
     waiting_for: str | None = None         # queued: what it waits for besides GPUs (service/coordinator_loss.py)
+    trained_batch: int | None = None       # the global batch its newest step ran at (its runtime's word)
 
     @property
     def held_gpus(self) -> int:
