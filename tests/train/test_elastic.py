@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import iter_json_lines, read_progress, write_control
+from dlsched.train.files import iter_json_lines, write_control
+from dlsched.train.progress_log import read_progress
 
 from .helpers import GATED, events, finish, start_job, step_losses, wait_for_event, wait_for_standby, wait_for_step
 
