@@ -92,3 +92,21 @@ def test_predict_curve_on_a_job_folder_reads_its_rotated_segments(tmp_path, monk
     assert segments(tmp_path)
     for where in (tmp_path, tmp_path / "progress.jsonl"):
         assert list(read_curve(where, x="step", y="loss").x) == list(range(1, 31))
+
+
+def test_a_rotation_cut_short_before_its_rename_is_finished_by_the_next(tmp_path, monkeypatch):
+    """Killed between the hard link and the rename, a rotation leaves one file under both names: readers take it
+    as the live file, and the next rotation goes on from there."""
+    import os
+
+    monkeypatch.setenv("DLSCHED_PROGRESS_ROTATE_BYTES", "800")
+    log = ProgressLog(tmp_path, first=True)
+    for i in range(1, 6):
+        log.write(step(i))
+    os.link(tmp_path / "progress.jsonl", tmp_path / segment_name(0))
+    first, offset = drain(tmp_path, 0)
+    for i in range(6, 21):
+        log.write(step(i))
+    rest, _ = drain(tmp_path, offset)
+    assert [r["step"] for r in first + rest] == list(range(1, 21)) == [r["step"] for r in read_progress(tmp_path)]
+    assert len(segments(tmp_path)) >= 2

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from dlsched.train.files import drop_torn_tail, iter_json_lines, open_regular
+from dlsched.train.no_space import is_no_space
 
 log = logging.getLogger("dlsched.train")
 
@@ -140,20 +141,30 @@ class ProgressLog:
                 size = f.seek(0, os.SEEK_END)
             if self.rotate_bytes and size < self.rotate_bytes:
                 return   # another writer rotated it meanwhile
+            segment = self.dir / segment_name(base)
             try:
-                os.link(self.path, self.dir / segment_name(base))
+                os.link(self.path, segment)
             except FileExistsError:   # a rotation cut short before it replaced the live file: that one is it
-                pass
-            except OSError as e:      # no hard links on this file system: the log stays whole
-                log.warning("%s: not rotated (%s)", self.path, e)
+                if not os.path.samefile(self.path, segment):
+                    log.warning("%s: not rotated (%s is another file)", self.path, segment.name)
+                    self.rotate_bytes = 0
+                    return
+            except OSError as e:
+                if is_no_space(e):    # a full disk: the runtime stops as for any write (train/no_space.py)
+                    raise
+                log.warning("%s: not rotated (%s)", self.path, e)   # no hard links here: the log stays whole
                 self.rotate_bytes = 0
                 return
             tmp = self.dir / f".{LIVE}.rotating"
-            with open(tmp, "w") as f:
-                f.write(json.dumps({"event": HEADER, "base": base + size, "time": time.time()}) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            try:   # cut short (a full disk), the live file goes on as it is, under both names
+                with open(tmp, "w") as f:
+                    f.write(json.dumps({"event": HEADER, "base": base + size, "time": time.time()}) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
             self._follow()
 
     def close(self) -> None:
