@@ -2,13 +2,15 @@
 work learns job sizes from (``policy/gittins.py``). The simulator shows its policy its newest ``FINISHED_SHOWN``;
 the live rounds and the forecast showed theirs none, so the same policy ranked live jobs by age where simulated ones
 were ranked by the index. Each is shown as the policy last saw it running (``job_models.job_view``): its run time,
-GPU service, request and speed model. Those read back from the store at a restart have no speed model (none is
-kept), so the index, which needs one, passes them over until jobs finish again."""
+GPU service and request, and its speed model where that makes its run time its size. Those read back from the store
+at a restart have no speed model (none is kept), so the index, which needs one, passes them over until jobs finish
+again."""
 from __future__ import annotations
 
 from typing import Callable
 
 from dlsched.policy.base import FINISHED_SHOWN, JobView, ThroughputModel
+from dlsched.policy.gittins import sized_by_run_time
 from dlsched.service.store import JobRecord, Store, newest_finished
 
 
@@ -24,5 +26,11 @@ class FinishedJobs:
             if store is not None else ()
 
     def add(self, job: JobRecord, speed: ThroughputModel | None) -> None:
-        """``job`` (its stored record at its end) finished, last modelled at ``speed``."""
-        self.views = (self.views + (self._view(job, speed),))[-self.limit:]
+        """``job`` (its stored record at its end) finished, last modelled at ``speed``: kept only where its run time
+        measures its work (``gittins.sized_by_run_time``, asked once here), as the simulator gives a speed model to
+        duration jobs alone: otherwise every decision (each round's, each of the forecast's) asks it again of every
+        finished job, and a fitted all-reduce model answers it slowly."""
+        view = self._view(job, speed)
+        if speed is not None and not sized_by_run_time(view):
+            view = self._view(job, None)
+        self.views = (self.views + (view,))[-self.limit:]
