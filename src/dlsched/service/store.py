@@ -381,7 +381,8 @@ class JobRecord:
         return self.training_gpus if self.state == RESCALING and self.training_gpus is not None else self.num_gpus
 
     def public(self) -> dict[str, Any]:
-        skip = ("spec", "progress_offset", "training_gpus", "releasing", "accounted_until", "progressed_at")
+        # progress_offset shown: how far the service read the job's log (which rotated segments it read past)
+        skip = ("spec", "training_gpus", "releasing", "accounted_until", "progressed_at")
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
         # num_gpus as held, the scheduler's reservation beside it while a resize is pending
         d["num_gpus"], d["target_gpus"] = self.held_gpus, self.num_gpus if self.state == RESCALING else None
