@@ -235,6 +235,9 @@ def evaluate(c: DevCurve, frac: float, cal: Calibration, prior: CurvePrior | Non
            "steps_cov": math.nan, "ahead_log": math.nan, "fixed_err": math.nan, "cross_err": math.nan,
            "grain": math.nan, "goal_miss": math.nan, "said_reached": False}
     row["too_close"] = 0 < remaining < MIN_INTERVALS * t.resolution
+    # every "already reached" answer (0 steps), scored or not: the score sees only those the run had not made yet
+    row["reached_call"] = p.steps_to_target == 0
+    row["run_there"] = remaining <= 0
     if remaining >= MIN_INTERVALS * t.resolution:
         row["steps_err"] = abs(p.steps_to_target / remaining - 1)
         # the truth's crossing is known to about one logging interval: that interval over the remaining is
@@ -571,6 +574,14 @@ def schedule_report(write_calibration: bool = False) -> None:
               f"   | Optimus: final {pct(o.final_err.median())} steps {pct(o.steps_err.median())} [{pct(o.fixed_err.median())}]"
               f" cov {pct(o.final_cov.mean())}/{cov(o)}"
               f" unreachable {int(o.unreachable.sum())}")
+    # the steps score reads only rows the run had not reached (>= 3 intervals still to go): an "already reached"
+    # answer scores 100 % there and is never scored where it is right, so its precision is printed beside it
+    for f in FRACTIONS:
+        s = df[(df.observed == f) & df.reached_call]
+        print(f"  after {int(100 * f):2d} %: 'already reached' (0 steps) said in {len(s)} rows: the run was there in "
+              f"{int(s.run_there.sum())} (not scored), within {MIN_INTERVALS} intervals of it in {int(s.too_close.sum())}"
+              f" (not scored), further in {int(s.steps_err.notna().sum())} (scored 100 %); of the "
+              f"{int((df[df.observed == f].run_there).sum())} rows the run was there, said so in {int(s.run_there.sum())}")
     kinds = df.curve.map({c.name: metric_kind(c.metric) for c in curves})
     for kind, label in (("loss", "loss curves"), ("error", "accuracy and error curves (their own bands)")):
         k = df[kinds == kind]

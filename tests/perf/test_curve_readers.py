@@ -38,6 +38,13 @@ def test_inf_cells_are_missing_points_like_nan(tmp_path):
     assert list(c.lr_x) == [10, 30] and list(c.lr) == [0.1, 0.1]
 
 
+def test_a_missing_cell_is_read_in_any_case_as_predict_reads_it(tmp_path):
+    # `predict` (Optimus) skipped NONE/NULL/Infinity rows while `predict curve` refused the same file
+    (tmp_path / "log.csv").write_text("step,loss,time\n10,2.0,0\n20,NONE,5\n30,Infinity,NULL\n40,1.5,20\n")
+    c = read_curve(tmp_path / "log.csv", time_col="time")
+    assert list(c.x) == [10, 40] and list(c.y) == [2.0, 1.5]
+
+
 def test_the_budget_a_log_names_is_only_used_in_its_own_units(tmp_path):
     hist = [{"step": s, "epoch": s / 100, "loss": 2 - s / 1000} for s in range(10, 210, 10)]
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": hist, "max_steps": 600,

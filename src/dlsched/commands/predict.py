@@ -69,18 +69,14 @@ def _number(src: str, where: str, name: str, value, *, positive: bool = True, in
     return v
 
 
-# a cell that is a missing point, as ``predict curve`` reads it: empty, nan, ±inf (AMP logs an overflowed step so)
-MISSING_CELLS = {"", "nan", "none", "null", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
-
-
 def _missing(col: pd.Series) -> pd.Series:
     import numpy as np
     import pandas as pd
 
+    from dlsched.perf.curve_readers import missing_cells
+
     num = pd.to_numeric(col, errors="coerce")
-    text = col.map(lambda v: v is None or (isinstance(v, float) and not np.isfinite(v))
-                   or (isinstance(v, str) and v.strip().lower() in MISSING_CELLS))
-    return text.astype(bool) | (num.notna() & ~np.isfinite(num.fillna(0.0)))
+    return missing_cells(col) | (num.notna() & ~np.isfinite(num.fillna(0.0)))
 
 
 def _check_losses(df: pd.DataFrame, src: str, line_of, row_word: str) -> tuple[np.ndarray, np.ndarray]:

@@ -88,9 +88,8 @@ def _frame_to_curve(df: pd.DataFrame, src: str, x: str, y: str, lr_col: str | No
     times = _seconds(df[time_col], seconds_per_unit(time_col)) if time_col else None
     xs = num(x)
     for c in [x, y] + [c for c in (lr_col, time_col) if c]:
-        raw = df[c].astype(str).str.strip()
         got = times if c == time_col else num(c)
-        bad = got.isna() & ~(df[c].isna() | raw.isin(["", "nan", "NaN", "None", "null"]))
+        bad = got.isna() & ~missing_cells(df[c])
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             what = "seconds or an ISO-8601 time" if c == time_col else "a number"
@@ -147,6 +146,16 @@ def _x_at_step(steps: pd.Series, xs: pd.Series, metric_rows: pd.Series) -> pd.Se
     return steps * slope + intercept
 
 
+# a cell that is a missing point, in any case: empty, nan, None/null, ±inf (AMP logs an overflowed step so)
+MISSING_CELLS = frozenset({"", "nan", "none", "null", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"})
+
+
+def missing_cells(col: pd.Series) -> pd.Series:
+    """True where a cell is a missing point: null, a non-finite float, or a spelling in ``MISSING_CELLS``."""
+    return col.isna() | col.map(lambda v: (isinstance(v, float) and not math.isfinite(v))
+                                or (isinstance(v, str) and v.strip().lower() in MISSING_CELLS)).astype(bool)
+
+
 # a wall-clock column's unit, by its name's last word: DAWNBench logs ``hours``, MLPerf ``time_ms``
 TIME_UNITS = {"hours": 3600.0, "hour": 3600.0, "hrs": 3600.0, "h": 3600.0, "minutes": 60.0, "mins": 60.0,
               "min": 60.0, "ms": 1e-3, "millis": 1e-3}
@@ -162,7 +171,7 @@ def _seconds(col: pd.Series, scale: float = 1.0) -> pd.Series:
     """A wall-clock column as seconds: numbers times ``scale`` (their unit in seconds), else ISO-8601 timestamps (W&B, MLflow, loggers'
     ``asctime``) as seconds since the epoch, with naive times taken as UTC; unparseable cells NaN."""
     secs = pd.to_numeric(col, errors="coerce") * scale
-    text = col.notna() & secs.isna() & ~col.astype(str).str.strip().isin(["", "nan", "NaN", "None", "null"])
+    text = secs.isna() & ~missing_cells(col)
     if text.any():
         when = pd.to_datetime(col[text], errors="coerce", utc=True, format="ISO8601")
         secs = secs.astype(float)

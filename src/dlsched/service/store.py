@@ -579,10 +579,11 @@ class Store:
         now = self.clock() if now is None else now
         c = self._conn()
         with self._tx():
-            row = _live_row(c, job_id, "state", "job {id} already {state}; nothing to cancel")
+            row = _live_row(c, job_id, "state, start_time", "job {id} already {state}; nothing to cancel")
             if row["state"] == QUEUED:
-                c.execute("UPDATE jobs SET state = ?, end_time = ?, cancel_requested = 1, waiting_for = NULL "
-                          "WHERE id = ?", (CANCELLED, now, job_id))
+                fields: dict[str, Any] = {"cancel_requested": 1}
+                _edge_fields(QUEUED, CANCELLED, row["start_time"], now, fields)   # the edge's rules, as transition
+                self._update(c, job_id, fields)
                 self._event(c, now, job_id, CANCELLED, {"from": QUEUED})
             else:   # running or rescaling
                 c.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
