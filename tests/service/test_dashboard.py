@@ -199,6 +199,7 @@ def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
     svc, ids, tmp = live_service
     dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['resnet-a']}", tmp, "--dump-dom")
     assert f"Job {ids['resnet-a']} — resnet-a" in dom
+    assert "<td>batch size</td><td>16</td>" in dom   # its runtime's batch: its spec names none ("–" before)
     chart = dom[dom.index('id="loss-chart"'):dom.index('id="allocations"')]
     measured = chart[chart.index('data-label="measured loss"'):]
     assert measured.count("<circle") >= 10

@@ -209,7 +209,7 @@ async function jobPage(view, id) {
     series.push({ label: "fitted Optimus curve 1/(β0·k+β1)+β2", kind: "line", colour: "#dc2626", points: pts });
   }
   const kv = [["state", `<span class="state ${j.state}">${j.state}</span>`], [j.spec.command ? "command" : "entry", esc(j.spec.command ? j.spec.command.join(" ") : j.spec.entry)], ["GPUs held / requested", `${j.num_gpus} / ${j.spec.gpus}`],
-    ["placement", esc(JSON.stringify(j.placement))], ["batch size", j.batch_size ?? "–"], ["samples done", fmtNum(j.samples)],
+    ["placement", esc(JSON.stringify(j.placement))], ["batch size", j.batch_size ?? j.trained_batch ?? "–"], ["samples done", fmtNum(j.samples)],
     ["fraction done", j.fraction_done == null ? "–" : (100 * j.fraction_done).toFixed(1) + "%"], ["submitted", rel(j.submit_time, now)],
     ["started", rel(j.start_time, now)], ["ended", j.end_time ? rel(j.end_time, now) : "–"],
     // an ended job has no prediction to give: "?" read as one the service failed to make (its start and end are above)
