@@ -422,9 +422,11 @@ def place_rigid(rigid: Iterable[JobView], ranges, free: dict[str, int], result: 
 
 @register("elastic")
 def make_elastic(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
-                 size_prior: str = "gittins") -> ElasticPolicy:
+                 size_prior: str = "gittins", request_prior: float = 0.5) -> ElasticPolicy:
+    """``request_prior``: without remaining work the requested GPUs are a prior on a job's size, as in ``goodput``
+    (q = 0 ages by run time alone; measured in docs/policies.md)."""
     return ElasticPolicy("elastic", fixed_batch=False, hysteresis=hysteresis, urgency=urgency,
-                         restart_cost=restart_cost, size_prior=size_prior)
+                         restart_cost=restart_cost, size_prior=size_prior, request_prior=request_prior)
 
 
 @register("elastic-gpu-only")
