@@ -168,6 +168,12 @@ def test_overview_page_renders_cluster_queue_and_timeline(live_service):
     assert "quick" not in queue                                  # finished: listed under recently ended
     row = re.search(rf'<tr data-job="{ids["waiting"]}">(.*?)</tr>', queue, re.S).group(1)
     assert "queued" in row
+    # GPUs held of those asked for, said so: it read "0/4", and an elastic job grown past its start "2/1"
+    assert re.search(r'<td class="num">0 <span class="muted asked" title="asked for 4 GPUs">of 4</span></td>', row)
+    assert "GPUs held</th>" in queue
+    # the batch the runtime reports where the scheduler sets none (the contract runtime's 8 a worker; "–" before)
+    row = re.search(rf'<tr data-job="{ids["resnet-a"]}">(.*?)</tr>', queue, re.S).group(1)
+    assert re.search(r'>2 <span class="muted asked" title="asked for 2 GPUs">of 2</span></td><td class="num">16</td>', row)
     gantt = dom[dom.index('id="gantt"'):]
     assert len(re.findall(r'class="alloc"', gantt)) >= 3
     recent = dom[dom.index('id="recent"'):]
@@ -177,10 +183,24 @@ def test_overview_page_renders_cluster_queue_and_timeline(live_service):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
+def test_status_shows_the_batch_a_job_trains_at_where_the_scheduler_sets_none(live_service):
+    """A job whose spec names no batch (a script's own: `submit -- python train.py`) showed "-" in status's BATCH;
+    its runtime reports the batch every step, which the API now carries (``trained_batch``) and status shows."""
+    svc, ids, _ = live_service
+    with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10) as c:
+        jobs = {j["id"]: j for j in c.get("/jobs").json()}
+    a = jobs[ids["resnet-a"]]
+    assert (a["batch_size"], a["trained_batch"]) == (None, 16)   # the contract runtime's 8 a worker, on 2
+    row = next(r for r in job_rows(list(jobs.values())) if r[0] == str(ids["resnet-a"]))
+    assert row[4] == "16"
+    assert jobs[ids["waiting"]]["trained_batch"] is None          # never trained: nothing to say
+
+
 def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
     svc, ids, tmp = live_service
     dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['resnet-a']}", tmp, "--dump-dom")
     assert f"Job {ids['resnet-a']} — resnet-a" in dom
+    assert "<td>batch size</td><td>16</td>" in dom   # its runtime's batch: its spec names none ("–" before)
     chart = dom[dom.index('id="loss-chart"'):dom.index('id="allocations"')]
     measured = chart[chart.index('data-label="measured loss"'):]
     assert measured.count("<circle") >= 10

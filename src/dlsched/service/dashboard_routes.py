@@ -119,7 +119,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
         target, pending = stated_targets(j, preds.get(j.id), finish)
         queue.append({"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
                       "gpus": j.held_gpus, "target_gpus": j.num_gpus if j.held_gpus != j.num_gpus else None,
-                      "requested": j.spec.gpus, "batch_size": j.batch_size,
+                      "requested": j.spec.gpus, "gpu_range": list(j.spec.gpu_range),
+                      "batch_size": j.batch_size or j.trained_batch,   # a script's own where the scheduler sets none
                       "fraction_done": (ensemble_of(store, j.id)["fraction_done"] if j.spec.kind == "ensemble"
                                         else _clean(j.samples / j.total_samples) if j.total_samples else None),
                       "loss": _clean(j.last_loss), "ensemble": j.spec.kind == "ensemble",   # its loss: the best member's
