@@ -16,7 +16,8 @@ from dlsched.service.progress_axis import ProgressAxis
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.refit import logged_schedule
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_lr_plan, read_progress, write_control
+from dlsched.train.files import read_lr_plan, write_control
+from dlsched.train.progress_log import read_progress
 from tests.train.helpers import REPO, events, finish, wait_for_event, wait_for_step
 from tests.waiting import wait_until
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 
 from tests.torch.test_elastic_script import SCRIPT
 from tests.train.helpers import REPO, events

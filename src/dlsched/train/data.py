@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dlsched.train.files import iter_json_lines, read_json_lines
+from dlsched.train.files import read_json_lines
+from dlsched.train.progress_log import iter_records
 
 
 @lru_cache(maxsize=4)
@@ -199,7 +200,7 @@ def committed_sample_ids(job_dir: Path) -> Counter:
     """
     job_dir = Path(job_dir)
     rollbacks = [(rec["new_generation"], rec[ROLLBACKS[rec["event"]]])
-                 for rec in iter_json_lines(job_dir / "progress.jsonl", bad=lambda *_: None)
+                 for rec in iter_records(job_dir, bad=lambda *_: None)
                  if rec.get("event") in ROLLBACKS]   # a damaged line mid-file: the resume passed over it too
     seen: Counter = Counter()
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):

@@ -206,7 +206,8 @@ EVENTS = ("resized", "checkpoint", "worker_lost", "straggler", "epoch_end", "fin
           "checkpoint_skipped", "resumed", "shrunk",     # a torn checkpoint, a restart, a group shrunk past a loss
           "batch_size", "servers_changed",               # dlsched.torch's adaptive batch, a ps job's servers
           "rejoined",                                    # a shrunk group grown back into the slots it still held
-          "progress_line_skipped")                       # a resume passed over a damaged progress.jsonl line
+          "progress_line_skipped",                       # a resume passed over a damaged progress.jsonl line
+          "progress_segment")                            # a rotated log's live file's first line (train/progress_log.py)
 
 
 class EventRecord(_Record):
