@@ -123,7 +123,7 @@ class RuntimeForkserver:
         with self._lock:
             while pid not in self._exits and not self.lost and self._receive(0.0) is not None:
                 pass
-            return self._exits.get(pid)
+            return self._exits.pop(pid, None)   # asked until known, then kept by its handle
 
     def _receive(self, timeout: float) -> dict | None:
         """The next answer (exits are booked on the way), None after ``timeout`` or once the server is gone."""
