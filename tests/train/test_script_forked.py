@@ -19,8 +19,12 @@ print(repr(float(np.random.rand())), repr(torch.rand(1).item()))   # the draws a
 
 def test_a_forked_script_does_not_draw_its_parents_torch_or_numpy_numbers(tmp_path):
     script, log = tmp_path / "draw.py", tmp_path / "draw.log"
-    script.write_text("import numpy as np, torch\nprint(repr(float(np.random.rand())), repr(torch.rand(1).item()))\n")
+    script.write_text("import numpy as np, torch\nprint(repr(float(np.random.rand())), repr(torch.rand(1).item()))\n"
+                      "print(open('/proc/self/cmdline').read())\n")
     parent = subprocess.run([sys.executable, "-c", FORKS_A_SCRIPT, str(script), str(log)], check=True,
                             capture_output=True, text=True, timeout=120).stdout.strip()
-    child = log.read_text().split()
+    draws, title = log.read_text().splitlines()
+    child = draws.split()
     assert len(child) == 2 and all(c != p for c, p in zip(child, parent.split(), strict=True))
+    # and ps shows it as the command it runs, not its parent's
+    assert title.startswith(f"{sys.executable} {script}"), title

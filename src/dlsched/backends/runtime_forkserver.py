@@ -20,7 +20,6 @@ one adopted after a restart).
 """
 from __future__ import annotations
 
-import atexit
 import importlib
 import json
 import os
@@ -207,11 +206,18 @@ def serve(fd: int) -> None:
                     break   # the service ended: its coordinators train on, as spawned ones outlive it
                 sys.stdout.flush()
                 sys.stderr.flush()
+                led, leading = os.pipe()
                 pid = os.fork()
                 if pid == 0:
                     sock.close()
-                    _coordinator(json.loads(data), fds[0])
+                    os.close(led)
+                    _coordinator(json.loads(data), fds[0], leading)
                 os.close(fds[0])
+                os.close(leading)
+                # its pid goes out once it leads its session (or died): a stop at once signals its group, which a
+                # child not yet through setsid does not lead, and that SIGTERM was lost (the job ran on, exit 0)
+                os.read(led, 1)
+                os.close(led)
                 children.add(pid)
                 try:
                     born = psutil.Process(pid).create_time()   # not reaped before the next loop: the pid is its
@@ -232,11 +238,15 @@ def serve(fd: int) -> None:
     os._exit(0)
 
 
-def _coordinator(request: dict, lock_fd: int) -> None:
-    """A forked child's body: ``python -m dlsched.train.run ARGV`` in the job's session, folder and environment."""
-    code = 0
+def _coordinator(request: dict, lock_fd: int, leading: int) -> None:
+    """A forked child's body: ``python -m dlsched.train.run ARGV`` in the job's session, folder and environment;
+    ``leading`` closed once it leads its session."""
+    from dlsched.train.forking import exit_as_fresh_process, show_as
+
     try:
         os.setsid()
+        os.close(leading)
+        show_as([sys.executable, "-m", RUNTIME_MODULE, *request["argv"]])
         os.chdir(request["cwd"])
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -252,30 +262,12 @@ def _coordinator(request: dict, lock_fd: int) -> None:
         os.environ[fence.FD_ENV] = str(lock_fd)
         sys.argv = [RUNTIME_MODULE, *request["argv"]]
         sys.path[0] = os.getcwd()   # as ``-m`` puts the working directory first
-        # the server's torch and numpy generators, inherited, would give every coordinator the same draws
-        sys.modules["torch"].seed()
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
-        import runpy
-
-        runpy.run_module(RUNTIME_MODULE, run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
-    except KeyboardInterrupt:   # an interpreter dies of the SIGINT it did not handle
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
     except BaseException:
         sys.excepthook(*sys.exc_info())
-        code = 1
-    try:
-        threading._shutdown()   # as the interpreter's exit: non-daemon threads end first
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
+        os._exit(1)
+    import runpy
+
+    exit_as_fresh_process(lambda: runpy.run_module(RUNTIME_MODULE, run_name="__main__", alter_sys=True))
 
 
 if __name__ == "__main__":

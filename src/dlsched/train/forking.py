@@ -12,10 +12,19 @@ get them from what it preloads: ``preload_in_forkserver``.
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import multiprocessing
+import os
+import shlex
+import signal
+import sys
+import threading
 from contextlib import contextmanager
+from typing import Callable
+
+import setproctitle
 
 # torch.optim's first optimizer imports torch._dynamo (torch/_compile.py wraps Optimizer.__init__ in
 # _disable_dynamo): about 1 CPU-s, 40 % of a 4-worker elastic test's CPU when every forked worker paid it
@@ -54,3 +63,44 @@ def inheriting_no_garbage():
         yield
     finally:
         gc.unfreeze()
+
+
+def show_as(argv: list[str]) -> None:
+    """A forked child's title in ``ps`` and psutil's cmdline (which the lock holder's line and operators read): the
+    command it stands for, not its parent's. First thing in the child: once its environment is replaced, the title
+    can no longer reach past the parent's argv, and the kernel then shows the parent's."""
+    setproctitle.setproctitle(shlex.join(argv))
+
+
+def exit_as_fresh_process(run: Callable[[], object]) -> None:
+    """A forked child's end: ``run()`` (a module or script run as ``__main__``) as a fresh interpreter would run it,
+    then ``os._exit`` with its exit code. The torch and numpy generators it inherited would give every child the
+    same draws (dropout masks, augmentations): they are seeded from the OS as a fresh interpreter's are (CPython's
+    ``random`` reseeds itself after a fork)."""
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+    code = 0
+    try:
+        run()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    except KeyboardInterrupt:   # an interpreter dies of the SIGINT it did not handle
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        try:
+            threading._shutdown()   # as the interpreter's exit: non-daemon threads end first
+        except Exception:
+            pass
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)

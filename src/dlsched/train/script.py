@@ -22,11 +22,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
+from dlsched.train.forking import exit_as_fresh_process, show_as
 
 
 SCRIPT_WORKER_MODULE = "dlsched.train.script"   # what a Ray bundle runs for a script worker (``main``)
@@ -59,6 +59,7 @@ def forkable_script(command: list[str]) -> str | None:
 
 def run_forked(command: list[str], log_path: str, env: dict[str, str]) -> None:
     """A forked worker's body: the script as ``python SCRIPT.py ARGS`` would run it, exiting with its exit code."""
+    show_as([sys.executable, *command[1:]])
     os.environ.update(env)   # before the script's first CUDA use (the forkserver never initialised CUDA)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -72,31 +73,7 @@ def run_forked(command: list[str], log_path: str, env: dict[str, str]) -> None:
     # the forkserver's start method, forced on its children, would start a DataLoader's workers from it, running
     # the script's top again in each: the script picks its own (fork by default), as in a fresh interpreter
     multiprocessing.set_start_method(None, force=True)
-    # the forkserver's torch and numpy global RNGs, inherited, would give every rank (and every later newcomer) the
-    # same draws (dropout masks, augmentations): seeded from the OS as a fresh interpreter's are (CPython's ``random``
-    # reseeds itself after a fork); a script that seeds its own still decides
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed()
-    if "torch" in sys.modules:
-        sys.modules["torch"].seed()
-    code = 0
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if not isinstance(e.code, (int, type(None))):
-            print(e.code, file=sys.stderr)
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    try:
-        threading._shutdown()   # as the interpreter's exit: the script's own non-daemon threads end first
-    except Exception:
-        pass
-    atexit._run_exitfuncs()   # dlsched.torch's (a UserError's exit code 2 among them)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_as_fresh_process(lambda: runpy.run_path(script, run_name="__main__"))
 
 
 def ignore_sigterm() -> None:
