@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 
 from prometheus_client import Histogram
 
-from dlsched.backends.base import Backend, Launch, PollResult, read_progress
+from dlsched.backends.base import Backend, Launch, PollResult, read_progress, read_status
 from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_policy
 from dlsched.policy.placement import consolidated
@@ -230,6 +230,9 @@ class LiveLoop:
             try:
                 if isinstance(act, Preempt):
                     self.backend.stop(job.id, d)
+                    if (read_status(d) or {}).get("state") == "finished":
+                        # it had ended on its own, its process still exiting: re-queued, it ran again for nothing
+                        continue   # the next round's poll records the finish (`ended_unwatched`)
                     writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
                 elif isinstance(act, Start):
                     # the round's `now` precedes its stops (a cancel's or a preemption's grace: seconds): a start
