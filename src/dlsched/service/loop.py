@@ -13,7 +13,7 @@ from typing import Callable, Mapping
 
 from prometheus_client import Histogram
 
-from dlsched.backends.base import Backend, Launch, PollResult, read_progress, read_status
+from dlsched.backends.base import Backend, Launch, PollResult, read_progress
 from dlsched.errors import UserError
 from dlsched.policy.base import ClusterView, JobView, NodeView, Policy, make_policy
 from dlsched.policy.placement import consolidated
@@ -35,12 +35,12 @@ from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
-from dlsched.service.round_writes import record_round, resize_write, start_write
+from dlsched.service.round_writes import preempt_write, record_round, resize_write, start_write
 from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, in_slots, release_confirmed,
                                         released, waits_for_hold, without_held)
 from dlsched.service.retention import Retention
 from dlsched.service.stalls import StallWatch
-from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
+from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.service.target_events import TargetReached
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -229,11 +229,8 @@ class LiveLoop:
             gen = job.generation + 1
             try:
                 if isinstance(act, Preempt):
-                    self.backend.stop(job.id, d)
-                    if (read_status(d) or {}).get("state") == "finished":
-                        # it had ended on its own, its process still exiting: re-queued, it ran again for nothing
-                        continue   # the next round's poll records the finish (`ended_unwatched`)
-                    writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
+                    if (w := preempt_write(self.backend, job, d)) is not None:
+                        writes.append(w)
                 elif isinstance(act, Start):
                     # the round's `now` precedes its stops (a cancel's or a preemption's grace: seconds): a start
                     # stamped with it was charged GPU time, and began, before its slots were free
