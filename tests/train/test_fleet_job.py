@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from dlsched.paths import REPO_ROOT
@@ -296,9 +297,11 @@ models:
 """
 
 
-def test_a_sigkilled_runtime_resumes_each_member_from_its_last_epochs_end(tmp_path):
+def test_a_sigkilled_runtime_or_member_resumes_each_member_from_its_last_epochs_end(tmp_path):
     """A member checkpointed only when it paused or left: a runtime SIGKILLed (OOM, a lost node) retrained everything
-    since the last re-formation (a whole run, for a member never re-formed)."""
+    since the last re-formation (a whole run, for a member never re-formed). A member's process SIGKILLed alone (the
+    OOM killer's pick) failed the whole ensemble (exit 1, 'a member process failed'): it now resumes from the
+    member's checkpoint in the same runtime, as a data-parallel job's lost worker does."""
     spec = tmp_path / "ens.yaml"
     spec.write_text(ONE_SLOW_MEMBER % (Path(__file__).parent / "slow_models.py"))
     job = tmp_path / "job"
@@ -326,6 +329,17 @@ def test_a_sigkilled_runtime_resumes_each_member_from_its_last_epochs_end(tmp_pa
                                       stderr=subprocess.DEVNULL))
         first = wait_until(lambda: [r for r in read_progress(job)[before:] if is_step(r)], 120, "a step of the rerun")[0]
         assert first["member_step"] > done_before >= 16, (first, done_before)   # went on from its checkpoint
+        wait_until(lambda: saved_step() >= first["member_step"] + 8, 120, "an epoch of the rerun checkpointed")
+        member = max(psutil.Process(procs[1].pid).children(), key=lambda c: c.create_time())  # after its producer
+        member.kill()
+        wait_until(lambda: procs[1].poll() is not None or [r for r in read_progress(job) if r.get("event") == "worker_lost"],
+                   120, "worker_lost or the runtime's exit")
+        assert procs[1].poll() is None, f"the runtime exited {procs[1].returncode}: {read_status(job)}"
+        lost = [r for r in read_progress(job) if r.get("event") == "worker_lost"]
+        assert lost[0]["workers_lost"] == ["a"] and lost[0]["exit_codes"] == [-signal.SIGKILL], lost
+        after = len(read_progress(job))
+        step = wait_until(lambda: [r for r in read_progress(job)[after:] if is_step(r)], 120, "a step after it")[0]
+        assert procs[1].poll() is None and lost[0]["restored"]["a"] < step["member_step"], (lost, step)
     finally:
         for p in procs:
             if p.poll() is None:

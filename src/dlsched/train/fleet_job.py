@@ -25,7 +25,8 @@ from dlsched.train import preemption
 from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
-from dlsched.train.flotilla import CTX, LEFT, Augment, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
+from dlsched.train.flotilla import (CTX, LEFT, Augment, Convergence, FlotillaRun, MemberLost, MemberSpec, _build,
+                                    run_flotillas)
 from dlsched.train.member_heads import check_heads
 from dlsched.train.progress_lines import HumanProgress
 
@@ -121,8 +122,9 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
                    on_report: Callable[[tuple], None] | None = None,
                    on_plan: Callable[[dict], None] | None = None,
                    on_event: Callable[[dict], None] | None = None,
-                   augment: Augment = Augment()) -> tuple[EnsembleReport, bool]:
-    """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged)."""
+                   augment: Augment = Augment(), max_restarts: int = 3) -> tuple[EnsembleReport, bool]:
+    """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged). A run whose
+    process was killed by a signal resumes every member from its checkpoint, at most ``max_restarts`` times."""
     for m in members:   # a bad model reference is one clear line here, not a failed profiling process
         _build(m)
     check_heads(members, data, val)   # a head too narrow for the labels: one line, not a crash deep in training
@@ -149,6 +151,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     progress = {m.name: int(state["progress"].get(m.name, 0)) for m in members}
     shifts = {m.name: int(state.get("shift", {}).get(m.name, 0)) for m in members}
     saved = dict(progress)   # each member's step as its checkpoint has it: where a restarted run resumes it
+    losses = 0   # runs whose processes were killed (``MemberLost``)
 
     def relay(msg: tuple) -> None:
         name, status, epoch, step = msg[:4]
@@ -201,10 +204,21 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         shifts.update({m: k for _, shift in places for m, k in shift.items()})
         # a member further on in its stream waits for the stream to reach it (it idles meanwhile): a member's
         # epoch must be one shuffle of every sample, never part of two
-        converged, runs = run_flotillas(
-            groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores, devices=devices,
-            start_batch=[start for start, _ in places], shift=shifts, on_report=relay, augment=augment,
-            should_stop=lambda running={"grant": grant, "record": record}: stop_requested() or replan(running))
+        try:
+            converged, runs = run_flotillas(
+                groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores,
+                devices=devices, start_batch=[start for start, _ in places], shift=shifts, on_report=relay,
+                augment=augment,
+                should_stop=lambda running={"grant": grant, "record": record}: stop_requested() or replan(running))
+        except MemberLost as e:   # every member of the run was killed with it: each goes back to its checkpoint
+            losses += 1
+            if losses > max_restarts:
+                raise RuntimeError(f"{e}; {max_restarts} restart(s) spent") from None
+            emit({"event": "worker_lost", "workers_lost": [o for o, _ in e.lost], "exit_codes": [c for _, c in e.lost],
+                  "checkpoint": str(ckpt_dir), "restored_step": sum(saved.values()),
+                  "lost_steps": sum(progress.values()) - sum(saved.values()), "restored": dict(saved)})
+            progress.update(saved)
+            continue
         report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s) for r in runs]
         remaining = [n for n in remaining if n not in converged]
         state["progress"], state["shift"] = progress, shifts
@@ -293,7 +307,7 @@ def run_job(opts: FleetOptions) -> int:
     report, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
                              share=io.share, eps=spec.rate_tolerance, seed=spec.dataset.seed,
                              stop_requested=preemption.requested, on_report=io.report, on_event=io.event,
-                             augment=spec.augment())
+                             augment=spec.augment(), max_restarts=opts.max_restarts)
     if done:
         io.event({"event": "finished", "step": sum(io.steps.values())})
         io.status("finished")
