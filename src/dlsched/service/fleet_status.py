@@ -155,10 +155,20 @@ def members_left(events: Iterable[dict], now: float,
 
 
 def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
+    """``ensemble_status`` of a stored job, at the time it last held slots where it holds none now: a runtime that
+    died without a ``stopped`` record (a failure, SIGKILL) was counted training on at its last plan's rate, its DONE
+    growing to 100 % while it sat failed or re-queued."""
     from dlsched.service.member_progress import member_progress
 
     events = store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS)
-    return ensemble_status(events, now=time.time(), measured=member_progress(store, job_id, events))
+    last = store.allocations(job_id)[-1:]
+    idle_since = last[0]["time"] if last and last[0]["num_gpus"] == 0 else None
+    ens = ensemble_status(events, now=time.time() if idle_since is None else idle_since,
+                          measured=member_progress(store, job_id, events))
+    if idle_since is not None:   # nothing trains now, whatever its last plan said
+        ens["members"] = {m: "stopped" if st == "training" else st for m, st in ens["members"].items()}
+        ens["flotillas"] = []
+    return ens
 
 
 def summary(ens: dict[str, Any]) -> str:
