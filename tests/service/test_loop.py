@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from dlsched.backends.base import PollResult, read_status
+from dlsched.backends.base import PollResult, read_progress, read_status
 from dlsched.backends.recording import RecordingBackend
 from dlsched.backends.local import LocalBackend
 from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, NodeView, Policy, register
@@ -110,6 +110,10 @@ def test_preempted_job_resumes_from_its_checkpoint(tmp_path):
         loop.round()
         assert store.get(old).state == QUEUED and store.get(new).state == RUNNING
         done_at_preempt = store.get(old).samples
+        # what it wrote until it stopped is read then, not when it starts again (its DONE stood still while queued)
+        (at_stop,) = [r for r in read_progress(loop.job_dir(old), 0)[0] if r.get("event") == "checkpoint"][-1:]
+        assert [e["detail"]["step"] for e in store.events(old) if e["kind"] == "job_checkpoint"][-1] == at_stop["step"]
+        assert store.progress(old)[-1]["step"] == at_stop["step"]
         run_until(loop, store, lambda: store.get(new).state == FINISHED)
         run_until(loop, store, lambda: store.get(old).state == FINISHED, timeout=60)
         samples = [p["samples"] for p in store.progress(old)]

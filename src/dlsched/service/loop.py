@@ -229,7 +229,7 @@ class LiveLoop:
             gen = job.generation + 1
             try:
                 if isinstance(act, Preempt):
-                    if (w := preempt_write(self.backend, job, d)) is not None:
+                    if (w := preempt_write(self.backend, job, d, lambda: self._ingest(job, now))) is not None:
                         writes.append(w)
                 elif isinstance(act, Start):
                     # the round's `now` precedes its stops (a cancel's or a preemption's grace: seconds): a start

@@ -5,7 +5,7 @@ skipped: its cancelled -> running write would be refused and roll back the whole
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dlsched.backends.base import Backend, read_status
 from dlsched.round import Resize, Start
@@ -32,11 +32,14 @@ def record_round(store: Store, writes: list[Write], jobs: Mapping[int, JobRecord
     return withdrawn
 
 
-def preempt_write(backend: Backend, job: JobRecord, job_dir: Path) -> Write | None:
-    """Stop ``job``; its re-queue write, or None where its runtime had written ``finished`` before the stop (its
-    process still tearing down: an ensemble's flotillas): re-queued, it was started again to say it had finished.
-    The next round's poll records the finish (``backends.base.ended_unwatched``)."""
+def preempt_write(backend: Backend, job: JobRecord, job_dir: Path, read: Callable[[], object]) -> Write | None:
+    """Stop ``job`` and ``read`` what it wrote until it stopped (its last steps, its checkpoint: a queued job's
+    records were read only when it started again, its DONE stale meanwhile); its re-queue write, or None where its
+    runtime had written ``finished`` before the stop (its process still tearing down: an ensemble's flotillas):
+    re-queued, it was started again to say it had finished. The next round's poll records the finish
+    (``backends.base.ended_unwatched``)."""
     backend.stop(job.id, job_dir)
+    read()
     if (read_status(job_dir) or {}).get("state") == "finished":
         return None
     return (job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}})
