@@ -18,6 +18,7 @@ from dlsched.train.fleet_job import Share, _Contract, assign_cores, assign_devic
 from dlsched.train import fleet_profile
 from dlsched.train.fleet_profile import CACHE_FILE, profile_member
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
+from dlsched.train.member_cancel import request_member_cancel
 from dlsched.train.protocol import EventRecord, Status, StepRecord, is_step
 from tests.waiting import wait_until
 
@@ -196,14 +197,18 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         stops = [r for r in read_progress(job) if r.get("event") == "stopped"]
         # where the stop left each member still training (b had left): the service's DONE of a stopped ensemble
         assert len(stops) == 1 and list(stops[0]["samples_done"]) == ["a"] and stops[0]["samples_done"]["a"] > 0
-        # resumed with a new share: b stays converged, a continues from its checkpoint and finishes
+        # resumed with a new share: b stays converged, a continues from its checkpoint; cancelled alone (`dlsched
+        # cancel JOB --member a`: there was no way but to cancel the whole ensemble) it leaves, and the job finishes
         before = len(read_progress(job))
         write_control(job, 2, None, 2)
-        done = subprocess.run(cmd(2), env=env, capture_output=True, timeout=300)
-        assert done.returncode == 0, done.stdout.decode()[-2000:]
-        assert read_status(job)["state"] == "finished" and read_status(job)["members"] == {"a": "stopped at max_epochs", "b": "stopped at max_epochs"}
+        proc = subprocess.Popen(cmd(2), env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        first = wait_until(lambda: [r for r in read_progress(job)[before:] if is_step(r)], 120, "a step of the rerun")[0]
+        assert first["member"] == "a" and first["member_step"] > 1          # from its checkpoint
+        request_member_cancel(job, "a")
+        assert proc.wait(timeout=120) == 0, proc.stdout.read().decode()[-2000:]
+        assert read_status(job)["state"] == "finished" and read_status(job)["members"] == {"a": "cancelled", "b": "stopped at max_epochs"}
         resumed = read_progress(job)[before:]
-        assert [r["member"] for r in resumed if r.get("event") == "member_converged"] == ["a"]
+        assert [(r["member"], r["reason"]) for r in resumed if r.get("event") == "member_converged"] == [("a", "cancelled")]
         assert {r.get("member") for r in resumed if "event" not in r} == {"a"}
         for r in read_progress(job):                            # the same typed contract as every other job
             (StepRecord if is_step(r) else EventRecord).model_validate(r)

@@ -11,7 +11,8 @@ if TYPE_CHECKING:   # the CLI imports ``summary``: no store (sqlite) at every ``
 
 
 STOPPED = "stopped at max_epochs"     # left at its epoch cap, not converged
-LEFT = ("converged", STOPPED)
+CANCELLED = "cancelled"                 # cancelled alone (``dlsched cancel JOB --member NAME``)
+LEFT = ("converged", STOPPED, CANCELLED)
 
 
 def _number(x) -> bool:
@@ -99,7 +100,7 @@ def ensemble_status(events: Iterable[dict], now: float | None = None,
                 if members.get(m) not in LEFT:
                     members[m] = "training" if m in running else "waiting"
         elif e["kind"] == "job_member_converged":
-            members[d["member"]] = STOPPED if d.get("reason") == "max_epochs" else "converged"
+            members[d["member"]] = {"max_epochs": STOPPED, "cancelled": CANCELLED}.get(d.get("reason"), "converged")
             results[d["member"]] = {"epochs": d.get("epoch"), "best_acc": d.get("best_acc"), "left": members[d["member"]],
                                     "best_checkpoint": d.get("best_checkpoint")}
         elif e["kind"] in ("job_finished", "job_stopped"):
@@ -178,6 +179,7 @@ def summary(ens: dict[str, Any]) -> str:
         return "no member profiled"
     done = sum(1 for s in m.values() if s == "converged")
     stopped = sum(1 for s in m.values() if s == STOPPED)
+    cancelled = sum(1 for s in m.values() if s == CANCELLED)
     fl = " | ".join("+".join(f"{d}:{g}" for d, g in f["members"].items()) for f in ens["flotillas"])
     return (f"{done}/{len(m)} converged" + (f", {stopped} {STOPPED}" if stopped else "")
-            + (f", flotillas {fl}" if fl else ""))
+            + (f", {cancelled} {CANCELLED}" if cancelled else "") + (f", flotillas {fl}" if fl else ""))
