@@ -34,7 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from dlsched.train.files import read_progress  # noqa: E402
+from dlsched.train.progress_log import read_progress  # noqa: E402
 
 TOLERANCE = 0.10
 WINDOW = 10  # global batches per loss average (= the PS round)

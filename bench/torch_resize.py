@@ -19,7 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from dlsched.train.files import read_progress, write_control  # noqa: E402
+from dlsched.train.files import write_control  # noqa: E402
+
+from dlsched.train.progress_log import read_progress
 
 
 def wait(pred, proc, timeout=300.0):

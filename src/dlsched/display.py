@@ -92,8 +92,24 @@ def console() -> Console:
     return Console(highlight=False)
 
 
+# C0 controls but newline and tab, DEL and C1, each shown as one visible character (a cell's spans keep their places)
+_CONTROLS = {c: (0x2400 + c if c < 0x20 else 0x2421 if c == 0x7F else 0xFFFD)
+             for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A)}
+
+
+def visible(text: str) -> str:
+    """``text`` with its terminal controls shown, not obeyed (ESC as ``␛``): a failed job's error ends with its last
+    output line, which job code writes, and ``dlsched status`` printed an escape sequence in it to the reader's
+    terminal (rich strips only BEL, BS, VT, FF and CR): a cleared screen, a rewritten title, a forged line."""
+    return text.translate(_CONTROLS)
+
+
 def _as_text(cell: Any) -> Text:
-    return cell if isinstance(cell, Text) else Text.from_markup(str(cell))
+    text = cell if isinstance(cell, Text) else Text.from_markup(str(cell))
+    shown = visible(text.plain)
+    if shown != text.plain:
+        text.plain = shown   # one character for one: the styles stay where they were
+    return text
 
 
 def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[Text]], width: int, wide: bool) -> list[int]:

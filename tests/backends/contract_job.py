@@ -4,7 +4,7 @@ It really trains (linear regression by SGD in numpy, which starts in a fraction 
 ONE process; ``--workers`` only scales
 the emulated step time, so tests exercise start/resize/stop/resume/progress without the cost of a real
 process group. Params: ``samples`` (dataset size), ``epochs``, ``step_s`` (seconds per step on 1 worker),
-``fail_at`` (samples after which it crashes), ``kill_at`` (samples after which it SIGKILLs itself, as the
+``fail_at`` (samples after which it crashes; ``error``: the error it says then), ``kill_at`` (samples after which it SIGKILLs itself, as the
 OOM killer would), ``ckpt_every`` (steps), ``flood`` (``metrics`` events written before the first step, as a
 script reporting between steps in a loop would) and ``big_event`` (bytes of one event's field, written with them), ``first_step_s`` (seconds its first step takes: a large
 model's build or a slow data load), ``exit_s`` (seconds it stays after writing ``finished``, until a SIGTERM: a
@@ -99,7 +99,7 @@ def main() -> int:
             os.kill(os.getpid(), signal.SIGKILL)
         if samples > fail_at:
             _atomic(d / "status.json", {"state": "failed", "pid": os.getpid(), "workers": workers,
-                                        "error": f"injected failure at {samples} samples"})
+                                        "error": params.get("error", f"injected failure at {samples} samples")})
             return 3
         dt = time.time() - t0
         emit({"time": time.time(), "step": step, "epoch": samples // n, "samples": samples, "loss": loss,

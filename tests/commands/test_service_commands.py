@@ -156,7 +156,7 @@ def test_serve_without_options_runs_on_this_machine_and_a_busy_port_is_one_line(
         token_file = tmp_path / "state" / "token"
         # how a client and a browser authenticate: the printed dashboard URL alone showed 'HTTP 401'
         assert third.strip() == (f"clients: export DLSCHED_SERVER=http://127.0.0.1:{port} DLSCHED_TOKEN_FILE="
-                                 f"{token_file}; the dashboard: http://127.0.0.1:{port}/dashboard/?token=<the token in "
+                                 f"{token_file}; the dashboard: http://127.0.0.1:{port}/dashboard/#token=<the token in "
                                  f"{token_file}>")
         wait_until(lambda: _healthy(port), 60, "service answers /healthz")
         token = (tmp_path / "state" / "token").read_text().strip()     # generated 0600 on the first start

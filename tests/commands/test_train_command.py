@@ -199,7 +199,7 @@ def test_a_spec_takes_param_workers_and_batch_overrides_and_refuses_the_options_
     """`dlsched train --spec job.yaml --workers 2` trained at the spec's gpus without a word; --param and
     --batch-size were dropped the same way. They override the spec as `dlsched submit`'s do; an option the spec
     sets that is no override (--strategy, --sync, ...) is one line."""
-    from dlsched.train.files import read_progress
+    from dlsched.train.progress_log import read_progress
 
     spec = tmp_path / "job.yaml"
     spec.write_text("name: m\nentry: examples/mlp.py:make_job\ngpus: 1\nbatch_size: 32\n"

@@ -44,3 +44,35 @@ def test_a_job_just_past_every_like_job_seen_is_judged_by_its_band():
     est = gittins_estimates({"old": 1020.0, "new": 0.0}, sizes)
     assert est["old"] < est["new"]
     assert band_start(np.array([0.0, 0.5, 1.0, 3.0, 1020.0])).tolist() == [0.0, 0.0, 1.0, 2.0, 512.0]
+
+
+def test_each_finished_job_is_sized_once_not_at_every_decision(monkeypatch):
+    # the drivers pass up to 1 000 finished jobs at every decision; re-testing each one each time was 11 % of a
+    # Philly slice's simulation. The sizes the index sees stay those of the jobs in the window.
+    from dataclasses import replace
+
+    import dlsched.policy.gittins as gittins
+    from dlsched.policy.base import ClusterView, JobView, NodeView, make_policy
+    from dlsched.sim.throughput import LinearThroughput
+
+    calls = []
+    real = gittins.sized_by_run_time
+    monkeypatch.setattr(gittins, "sized_by_run_time",
+                        lambda job: (job.id.startswith("f") and calls.append(job.id)) or real(job))   # finished ones
+
+    def duration_job(i, ran, gpus=1):
+        return JobView(id=f"j{i}", submit_time=float(i), requested_gpus=gpus, max_gpus=gpus, run_time=ran,
+                       speed=LinearThroughput(gpus))
+
+    finished = tuple(replace(duration_job(k, 1000.0 + k), id=f"f{k}") for k in range(30))
+    policy = make_policy("goodput")
+    live = (duration_job(0, 0.0), duration_job(1, 0.0))
+    cluster = ClusterView((NodeView("node0", 1),), now=9000.0, finished=finished)
+    first = [policy.decide(live, cluster).gpus(j.id) for j in live]
+    for _ in range(4):
+        assert [policy.decide(live, cluster).gpus(j.id) for j in live] == first
+    assert sorted(calls) == sorted(f.id for f in finished)
+    later = finished[1:] + (replace(duration_job(99, 5000.0, gpus=4), id="f99"),)   # one ended, the oldest left
+    policy.decide(live, replace(cluster, finished=later))
+    assert len(calls) == 31 and calls[-1] == "f99"
+    assert policy._finished_sizes(later) == [policy._age(f) for f in later]

@@ -251,6 +251,8 @@ def test_an_allowed_entry_still_runs(target, api):
 def test_command_jobs_cannot_run_a_shell(target):
     svc, tmp = target
     for cmd, needle in ([f"bash, -c, 'id > {tmp / 'F'}'", "runs 'bash'"], ["python, -c, 'import os'", "no -c, -m"],
-                        [f"python, {tmp / 'outside' / 'evil.py'}", "outside the allowed job directories"]):
+                        [f"python, {tmp / 'outside' / 'evil.py'}", "outside the allowed job directories"],
+                        # an option that ends in .py: python runs -c's code (accepted before: 201)
+                        [f"python, \"-cimport pathlib; pathlib.Path('{tmp / 'F'}').touch()#.py\"", "no -c, -m"]):
         refused(svc, 422, "POST", "/jobs", needle, content=f"name: x\ncommand: [{cmd}]\ngpus: 1\n", headers=YAML)
     nothing_ran(svc, tmp)

@@ -1,13 +1,21 @@
 """The bearer token: generated 0600 on the first start, refused when weak or readable by others."""
 import os
+import signal
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
+import httpx
 import pytest
 
 from dlsched.errors import UserError
+from dlsched.faults import FAULT_ENV
 from dlsched.service.auth import client_token, load_or_create_token, read_token_file
-from dlsched.service.server import Service
+from dlsched.service.server import Service, free_port, wait_for_http
 from tests.service.conftest import RUNTIME, cluster
+
+SERVE = Path(__file__).with_name("serve_for_tests.py")   # dlsched's CLI, as a real separate process
 
 
 def test_first_start_generates_a_private_token_and_reuses_it(tmp_path):
@@ -148,3 +156,47 @@ def test_a_token_file_not_there_yet_says_serve_writes_it_as_it_starts(tmp_path, 
     assert str(e.value) == (f"{tmp_path / 'state' / 'token'}: cannot read token: No such file or directory "
                             "(`dlsched serve` writes it into its state folder as it starts: is it running, or still "
                             "starting?)")
+
+
+def test_an_empty_token_file_left_by_a_cut_off_start_is_replaced(tmp_path, caplog):
+    """A first start cut off between creating the token file and writing it (a full disk: the create succeeds, the
+    write fails ENOSPC; a kill) left it empty, and every later start was refused ("token is 0 characters"). It is
+    replaced by a new token, with one warning; a loose or foreign empty file is still refused."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "token").touch(mode=0o600)
+    svc = Service(cluster(), state, port=0, runtime=RUNTIME).start()
+    try:
+        assert len(svc.token) >= 32 and (state / "token").read_text().strip() == svc.token
+        assert stat.S_IMODE((state / "token").stat().st_mode) == 0o600
+        assert "token file is empty" in caplog.text
+        with httpx.Client(base_url=svc.url, timeout=30) as c:
+            assert c.get("/jobs", headers=svc.headers).status_code == 200
+            assert c.get("/jobs", headers={"Authorization": "Bearer x"}).status_code == 401
+    finally:
+        svc.close()
+    loose = tmp_path / "loose"
+    loose.touch(mode=0o644)
+    loose.chmod(0o644)
+    with pytest.raises(UserError, match="readable by others"):
+        load_or_create_token(loose)
+
+
+def test_a_first_start_killed_while_writing_its_token_starts_again(tmp_path):
+    """``serve`` SIGKILLed with the new token written but not yet in place (``DLSCHED_FAULT_AT=token-written``): no
+    token file, or a whole one, is left, and the next start serves with a token a client can use."""
+    state = tmp_path / "state"
+    cmd = [sys.executable, str(SERVE), "serve", "--state-dir", str(state), "--port", str(free_port())]
+    killed = subprocess.run(cmd, env={**os.environ, FAULT_ENV: "token-written"}, capture_output=True, text=True,
+                            timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    port = free_port()
+    proc = subprocess.Popen([*cmd[:-1], str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for_http(f"http://127.0.0.1:{port}/healthz", 60, proc), proc.stdout and proc.stdout.read()[-2000:]
+        token = read_token_file(state / "token")
+        r = httpx.get(f"http://127.0.0.1:{port}/jobs", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert r.status_code == 200, r.text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

@@ -80,3 +80,31 @@ def test_a_location_that_reads_as_an_option_is_refused_at_submission(client):
     option and the job failed at its start ('--checkpoint-uri: expected one argument')."""
     answer = client.post("/jobs", content=job_yaml("a", extra="checkpoint_uri: --entry=os:system\n"), headers=YAML)
     assert answer.status_code == 422 and "checkpoint_uri" in answer.json()["error"], answer.text
+
+
+def test_a_location_other_users_may_write_into_is_refused(client, tmp_path):
+    """A job resumes from the newest checkpoint of its name at its location, and a checkpoint's header and SHA-256 take
+    no secret to forge: a location in a folder every user may write (``/tmp/shared/ckpt``) let another local user
+    train the job from weights of their choosing. Such a folder, or a missing location straight under a sticky one
+    (``/tmp``: anyone may make it first), is refused; the job's own folder under a sticky one is not."""
+    def submit(where):
+        return client.post("/jobs", content=job_yaml("w", extra=f"checkpoint_uri: {where}\n"), headers=YAML)
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    r = submit(shared / "ckpt")
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == (f"request body: field checkpoint_uri: '{shared / 'ckpt'}' is open to other users: "
+                                 f"{shared} may be written by every user (mode 0777), and a job resumes from the "
+                                 "checkpoint it finds there; give a folder only this user can write (mkdir -m 700)")
+    (shared / "deep").mkdir(mode=0o700)   # its own folder, but inside one where others may rename it away
+    assert "may be written by every user" in submit(shared / "deep" / "ckpt").json()["error"]
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    assert f"{sticky} may be written by every user (mode 1777)" in submit(sticky / "ckpt").json()["error"]
+    (sticky / "mine").mkdir(mode=0o700)
+    ok = submit(sticky / "mine" / "ckpt")
+    assert ok.status_code == 201, ok.text
+    client.post(f"/jobs/{ok.json()['id']}/cancel")

@@ -130,3 +130,23 @@ def test_a_bad_server_url_or_watch_interval_is_one_line_not_a_traceback():
                        (("status", "-w", "--interval", "nan"), "--interval nan: expected a positive number")]:
         r = cli(*args)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and line in r.stderr, (args, r.stderr[-500:])
+
+
+def test_a_jobs_own_words_reach_the_terminal_as_text_not_as_escape_sequences(service):
+    """A failed job's error is what its code wrote (status.json, or its output's last line): ``dlsched history``
+    printed an ESC in it to the reader's terminal as it was (a cleared screen, a rewritten window title)."""
+    import httpx
+
+    from tests.waiting import wait_until
+
+    error = "\x1b[2J\x1b]0;owned\x1b\\done \x9b31m"
+    with httpx.Client(base_url=service.url, headers=service.headers, timeout=30) as c:
+        r = c.post("/jobs", json={"name": "loud", "entry": "x.py:make_job", "gpus": 1,
+                                  "params": {"samples": 320, "fail_at": 0, "error": error}})
+        assert r.status_code == 201, r.text
+        wait_until(lambda: c.get(f"/jobs/{r.json()['id']}").json()["state"] == "failed", 60, "job loud failing")
+    for command in (("history",), ("history", "--wide")):
+        out = cli(*command, service=service)
+        assert out.returncode == 0 and "loud" in out.stdout, out.stderr
+        assert "\x1b" not in out.stdout and "\x9b" not in out.stdout, repr(out.stdout)
+        assert "␛[2J␛]0;owned␛\\done �31m" in out.stdout, out.stdout

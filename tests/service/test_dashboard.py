@@ -7,6 +7,7 @@ a person would look for; a screenshot of the overview is saved (``DLSCHED_SCREEN
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -167,6 +168,12 @@ def test_overview_page_renders_cluster_queue_and_timeline(live_service):
     assert "quick" not in queue                                  # finished: listed under recently ended
     row = re.search(rf'<tr data-job="{ids["waiting"]}">(.*?)</tr>', queue, re.S).group(1)
     assert "queued" in row
+    # GPUs held of those asked for, said so: it read "0/4", and an elastic job grown past its start "2/1"
+    assert re.search(r'<td class="num">0 <span class="muted asked" title="asked for 4 GPUs">of 4</span></td>', row)
+    assert "GPUs held</th>" in queue
+    # the batch the runtime reports where the scheduler sets none (the contract runtime's 8 a worker; "–" before)
+    row = re.search(rf'<tr data-job="{ids["resnet-a"]}">(.*?)</tr>', queue, re.S).group(1)
+    assert re.search(r'>2 <span class="muted asked" title="asked for 2 GPUs">of 2</span></td><td class="num">16</td>', row)
     gantt = dom[dom.index('id="gantt"'):]
     assert len(re.findall(r'class="alloc"', gantt)) >= 3
     recent = dom[dom.index('id="recent"'):]
@@ -176,10 +183,24 @@ def test_overview_page_renders_cluster_queue_and_timeline(live_service):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
 
 
+def test_status_shows_the_batch_a_job_trains_at_where_the_scheduler_sets_none(live_service):
+    """A job whose spec names no batch (a script's own: `submit -- python train.py`) showed "-" in status's BATCH;
+    its runtime reports the batch every step, which the API now carries (``trained_batch``) and status shows."""
+    svc, ids, _ = live_service
+    with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=10) as c:
+        jobs = {j["id"]: j for j in c.get("/jobs").json()}
+    a = jobs[ids["resnet-a"]]
+    assert (a["batch_size"], a["trained_batch"]) == (None, 16)   # the contract runtime's 8 a worker, on 2
+    row = next(r for r in job_rows(list(jobs.values())) if r[0] == str(ids["resnet-a"]))
+    assert row[4] == "16"
+    assert jobs[ids["waiting"]]["trained_batch"] is None          # never trained: nothing to say
+
+
 def test_job_page_draws_loss_points_and_the_fitted_curve(live_service):
     svc, ids, tmp = live_service
     dom = _chromium(f"{svc.url}/dashboard/?token={svc.token}#/job/{ids['resnet-a']}", tmp, "--dump-dom")
     assert f"Job {ids['resnet-a']} — resnet-a" in dom
+    assert "<td>batch size</td><td>16</td>" in dom   # its runtime's batch: its spec names none ("–" before)
     chart = dom[dom.index('id="loss-chart"'):dom.index('id="allocations"')]
     measured = chart[chart.index('data-label="measured loss"'):]
     assert measured.count("<circle") >= 10
@@ -354,7 +375,7 @@ def test_dashboard_data_needs_the_token_but_the_page_does_not(tmp_path):
         assert 'data-node="n1"' in dom and "load-error" not in dom
         # opened as serve's start line prints it: the page says how to give the token (it said only 'HTTP 401')
         dom = _chromium(f"{svc.url}/dashboard/", tmp_path, "--dump-dom")
-        assert ("this page needs the service's token: open /dashboard/?token=TOKEN, TOKEN being what the token file "
+        assert ("this page needs the service's token: open /dashboard/#token=TOKEN, TOKEN being what the token file "
                 "named by `dlsched serve` at its start holds (STATE_DIR/token)") in dom
     finally:
         stop_service_and_jobs(svc)
@@ -439,6 +460,34 @@ def test_the_token_leaves_the_address_bar_once_the_page_has_it(tmp_path):
     assert seen and seen[0] == ("Bearer s3cret", url), seen   # the token sent, the URL without it (a Referer has no #)
 
 
+def test_a_token_given_in_the_fragment_never_reaches_the_server_in_a_url(tmp_path):
+    """``serve`` prints ``/dashboard/#token=...``: a fragment stays in the browser, where ``?token=`` was in the
+    request line of the page's load, so in a reverse proxy's access log. The real page in a real browser, served by a
+    stand-in that records every request line: none carries the token; the API requests carry it as a bearer token,
+    and the address bar keeps neither."""
+    from dlsched.service.dashboard_routes import STATIC_DIR
+    from tests.standin_server import standin_server
+
+    lines, seen = [], []
+
+    def record(path, headers):
+        lines.append(path)
+        if path.startswith("/dashboard/api/"):
+            seen.append(headers.get("Authorization"))
+            return 200, "application/json", json.dumps({"now": 0, "counts": {}, "nodes": [], "total_jobs": 0,
+                                                         "queue": [], "recent": [], "gantt": [], "gantt_jobs": 0,
+                                                         "gantt_total_jobs": 0}).encode(), {}
+        name = "index.html" if path.split("?")[0] == "/dashboard/" else path.rsplit("/", 1)[-1]
+        kind = {"js": "text/javascript", "css": "text/css"}.get(name.rsplit(".", 1)[-1], "text/html")
+        return 200, kind, (STATIC_DIR / name).read_bytes(), {}
+
+    with standin_server(record) as base:
+        dom = _chromium(f"{base}/dashboard/#token=fr4gment-s3cret", tmp_path, "--dump-dom")
+    assert seen and set(seen) == {"Bearer fr4gment-s3cret"}, seen
+    assert not [x for x in lines if "s3cret" in x], lines
+    assert 'id="counts"' in dom and "load-error" not in dom
+
+
 def test_a_live_job_that_trained_its_budget_is_ending_not_past_its_finish(tmp_path):
     """A job at 100 % still saving its last checkpoint showed its predicted finish "(3s ago)", read as overdue;
     it says ending, as `dlsched status`'s LEFT does. The real page in a real browser, given the real overview of a
@@ -471,3 +520,33 @@ def test_a_live_job_that_trained_its_budget_is_ending_not_past_its_finish(tmp_pa
     assert "ending" in rows[done] and " ago" not in rows[done].split("ending")[1], rows[done]
     assert "ending" not in rows[half] and " ago" in rows[half]   # short of its budget: past its finish, said so
     store.close()
+
+
+def test_markup_that_reached_the_page_runs_no_script_under_the_pages_policy(tmp_path):
+    """The page holds the token in sessionStorage and lays out job-written text. Should one value ever reach the
+    markup unescaped, the page's Content-Security-Policy keeps its script from running (and no other site may frame
+    the page). The real service's page and headers, relayed to a real browser by a stand-in that adds such markup;
+    before the policy, the inline script and the onerror handler ran."""
+    from tests.standin_server import standin_server
+
+    cluster = ClusterSpec(nodes=[{"name": "n1", "gpus": 1}], policy=POLICY, interval_s=0.5)
+    svc = Service(cluster, tmp_path / "state", port=0, runtime=CONTRACT_RUNTIME).start()
+    kept = ("content-security-policy", "x-frame-options", "referrer-policy", "x-content-type-options")
+    injected = (b'<script>document.title = "inline ran"</script>'
+                b'<img src="/nothing.png" onerror="document.title = \'handler ran\'">')
+
+    def relay(path, headers):
+        r = httpx.get(f"{svc.url}{path}", headers={k: v for k, v in headers.items() if k.lower() == "authorization"})
+        body = r.content.replace(b"<main", injected + b"<main") if path.startswith("/dashboard/?") else r.content
+        return r.status_code, r.headers.get("content-type", ""), body, {k: r.headers[k] for k in kept if k in r.headers}
+
+    try:
+        page = httpx.get(f"{svc.url}/dashboard/")
+        assert "frame-ancestors 'none'" in page.headers.get("content-security-policy", ""), page.headers
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["referrer-policy"] == "no-referrer"
+        with standin_server(relay) as base:
+            dom = _chromium(f"{base}/dashboard/?token={svc.token}", tmp_path, "--dump-dom")
+        assert "<title>dlsched</title>" in dom and "ran" not in dom.split("</title>")[0], dom[:500]
+        assert 'data-node="n1"' in dom and "load-error" not in dom   # the page itself still works under it
+    finally:
+        stop_service_and_jobs(svc)

@@ -24,7 +24,8 @@ from dlsched.service.server import Service, free_port, wait_for_http
 from dlsched.spec import load_cluster_spec
 from dlsched.train.checkpoint import list_checkpoints
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_progress, read_status
+from dlsched.train.files import read_status
+from dlsched.train.progress_log import read_progress
 from tests.service.teardown import stop_service_and_jobs
 from tests.waiting import wait_until
 

@@ -122,3 +122,32 @@ def test_members_left_extrapolates_since_the_last_plan_and_drops_converged_membe
         {"kind": "job_member_converged", "time": 101.0, "detail": {"member": "b"}},
     ]
     assert members_left(events, now=110.0) == (("a", (50.0, 90.0), 10_000 - 1000 - 900.0),)
+
+
+class SeesFinished:
+    """fifo, recording the finished jobs each decision was shown (``ClusterView.finished``)."""
+
+    event_driven, rigid, placement = True, True, None
+
+    def __init__(self):
+        self.fifo, self.seen = make_policy("fifo"), []
+
+    def __getattr__(self, name):
+        return getattr(self.fifo, name)
+
+    def decide(self, jobs, cluster):
+        self.seen.append((cluster.now, [(f.id, f.run_time) for f in cluster.finished]))
+        return self.fifo.decide(jobs, cluster)
+
+
+def test_the_forecast_shows_its_policy_the_finished_jobs_and_those_that_finish_in_it():
+    """The simulator shows its policy the jobs that finished (the Gittins ranking learns sizes from them); the
+    forecast showed none, neither the live ones nor those finishing as it rolls forward."""
+    done = job(9, 1, 0)
+    cluster = ClusterView((NodeView("n0", 4),), 0.0, (done,))
+    policy = SeesFinished()
+    jobs = [job(1, 4, 1000, per_gpu=2.5, running=True), job(2, 4, 500, per_gpu=5.0, submit=1.0)]
+    f = forecast(jobs, cluster, policy, now=100.0, start_s=5.0)
+    assert f.finish["2"] == pytest.approx(230.0)
+    assert policy.seen[0] == (100.0, [("9", 0.0)])
+    assert (200.0, [("9", 0.0), ("1", pytest.approx(100.0))]) in policy.seen   # job 1 ran 100 s more, then ended

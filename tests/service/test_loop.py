@@ -15,7 +15,7 @@ from dlsched.service.loop import LiveLoop
 from dlsched.service.store import FAILED, FINISHED, QUEUED, RUNNING, Store
 from dlsched.spec import load_job_spec
 from tests.service.conftest import RUNTIME, cluster, job_yaml
-from tests.service.policies import Sized
+from tests.service.policies import GreedyFifo, Sized
 
 
 class NewestFirst(Policy):
@@ -267,6 +267,33 @@ def test_a_job_that_finishes_between_the_read_and_the_poll_keeps_its_last_steps(
     job = store.submit(load_job_spec(job_yaml("j", samples=320)))
     run_until(loop, store, lambda: store.get(job).state == FINISHED)
     assert store.get(job).samples == 320          # read after the poll said finished: nothing is left behind
+
+
+class SeesFinished(GreedyFifo):
+    """test-fifo, keeping the finished jobs the last decision was shown (``ClusterView.finished``)."""
+
+    def decide(self, jobs, cluster):
+        self.finished = cluster.finished
+        return super().decide(jobs, cluster)
+
+
+def test_the_live_policy_is_shown_the_jobs_that_finished_as_the_simulators_is(tmp_path):
+    """The simulator shows its policy the jobs that finished (the Gittins ranking learns job sizes from them); the
+    live rounds showed none, so the same policy decided on other inputs live. Shown: each as it last ran, its speed
+    model with it; after a restart, those the store holds (no speed model is kept)."""
+    store = Store(tmp_path / "s.db")
+    policy = SeesFinished()
+    loop = LiveLoop(store, FinishesBetweenReads(), cluster("test-fifo", (1,)), tmp_path, policy=policy)
+    done = store.submit(load_job_spec(job_yaml("j", samples=320)))
+    run_until(loop, store, lambda: store.get(done).state == FINISHED)
+    waiting = store.submit(load_job_spec(job_yaml("k", samples=320, gpus=2)))   # more than the cluster: stays queued
+    loop.round()
+    (seen,) = policy.finished
+    assert (seen.id, seen.run_time, seen.speed is not None) == (str(done), store.get(done).run_time, True)
+    restarted = SeesFinished()
+    LiveLoop(store, FinishesBetweenReads(), cluster("test-fifo", (1,)), tmp_path, policy=restarted).round()
+    assert [(f.id, f.speed) for f in restarted.finished] == [(str(done), None)]
+    assert store.get(waiting).state == QUEUED
 
 
 def test_a_job_that_trained_every_sample_is_neither_grown_nor_preempted_while_it_exits(tmp_path):

@@ -12,6 +12,7 @@ from tests.service.teardown import stop_service_and_jobs
 from dlsched.paths import REPO_ROOT
 from dlsched.service.server import Service
 from dlsched.spec import load_cluster_spec
+from dlsched.train.progress_log import read_progress, segments
 
 ELASTIC = """name: elastic
 entry: examples/mlp.py:make_job
@@ -44,7 +45,10 @@ def _service(tmp_path, cluster_yaml: str):
 
 
 @pytest.mark.slow
-def test_elastic_job_with_the_real_runtime(tmp_path):
+def test_elastic_job_with_the_real_runtime(tmp_path, monkeypatch):
+    # its progress.jsonl rotates every few KB (train/progress_log.py): the service, the resumes and the readers of
+    # the whole log follow it across the segments (below); the runtime inherits the service's environment
+    monkeypatch.setenv("DLSCHED_PROGRESS_ROTATE_BYTES", "8000")
     with _service(tmp_path, "nodes: [{name: n0, gpus: 2}]\npolicy: elastic\ninterval_s: 0.5") as c:
         a = c.post("/jobs", content=ELASTIC, headers={"content-type": "application/yaml"}).json()["id"]
         end = time.monotonic() + 120
@@ -62,6 +66,12 @@ def test_elastic_job_with_the_real_runtime(tmp_path):
         assert all(x["num_gpus"] <= 2 and 32 <= (x["batch_size"] or 32) <= 128 for x in allocs), allocs
         assert c.get(f"/jobs/{b}").json()["allocations"][0]["num_gpus"] == 1
         assert c.get(f"/jobs/{a}/predictions").json()[-1]["loss_fit"] is not None
+        # every step the runtime logged, over its rotated segments, is stored once (none lost or read twice)
+        folder = tmp_path / "state" / "jobs" / str(a)
+        assert len(segments(folder)) >= 2, sorted(p.name for p in folder.iterdir())
+        logged = sorted({r["step"] for r in read_progress(folder) if "event" not in r})
+        stored = [r["step"] for r in c.get(f"/jobs/{a}/progress", params={"limit": 5000}).json()]
+        assert sorted(stored) == logged and logged[-1] == len(logged), (stored, logged)
 
 
 PS_JOB = """name: ps-job

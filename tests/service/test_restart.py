@@ -289,7 +289,7 @@ def test_service_killed_between_a_grow_and_its_record_never_books_the_grown_slot
     from dlsched.faults import FAULT_ENV
     from dlsched.service.store import Store
     from dlsched.spec import load_job_spec
-    from dlsched.train.files import read_progress
+    from dlsched.train.progress_log import read_progress
     from tests.waiting import wait_until
 
     (tmp_path / "cluster.yaml").write_text("nodes: [{name: n0, gpus: 2}]\npolicy: test-elastic\ninterval_s: 0.2\n")

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from dlsched.service.server import free_port, wait_for_http
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 from tests.service.conftest import CONTRACT_JOB, job_yaml
 from tests.waiting import process_alive, wait_until
 

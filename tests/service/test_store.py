@@ -157,6 +157,7 @@ def test_progress_and_offset_advance_together(tmp_path):
     s.add_progress(j, [{"time": 1.0, "step": 1, "samples": 32, "loss": 2.0}], 120, samples=32.0, last_loss=2.0)
     rec = s.get(j)
     assert rec.progress_offset == 120 and rec.samples == 32 and s.progress(j)[0]["loss"] == 2.0
+    assert rec.public()["progress_offset"] == 120   # `dlsched show`: which rotated segments of its log were read
 
 
 def test_a_restores_replayed_steps_replace_the_rolled_back_rows_each_step_stored_once(tmp_path):

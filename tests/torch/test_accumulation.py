@@ -16,7 +16,7 @@ import torch
 from dlsched.torch.accumulation import micro_count, split_share
 from dlsched.torch.adaptive_batch import MIN_SAMPLES, AdaptiveBatch
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 from tests.torch.test_adaptive_batch import _noise
 from tests.torch.test_elastic_script import BATCH, SAMPLES, SCRIPT, resize_through, start_script, steps, val_curve
 from tests.train.helpers import REPO, events, finish

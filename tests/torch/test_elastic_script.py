@@ -16,7 +16,8 @@ from dlsched.service.progress_axis import ProgressAxis
 from dlsched.service.progress_history import ProgressHistory
 from dlsched.service.refit import logged_schedule
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_lr_plan, read_progress, write_control
+from dlsched.train.files import read_lr_plan, write_control
+from dlsched.train.progress_log import read_progress
 from tests.train.helpers import REPO, events, finish, wait_for_event, wait_for_step
 from tests.waiting import wait_until
 
@@ -153,20 +154,86 @@ def test_a_restart_before_the_first_checkpoint_keeps_the_scripts_warm_start_as_t
     assert committed_sample_ids(job_dir) == Counter(committed_sample_ids(job_dir).keys())   # each trained once
 
 
-def test_the_worker_slow_before_its_forward_is_the_one_replaced_every_sample_once(tmp_path):
-    """Worker 1 sleeps before each forward (a slow batch, a slow device): its peers wait for it in backward's
-    gradient all-reduce, and each rank's time was taken to its optimizer step, so all looked as slow as it. The
-    rule read samples over that time, so the rank with one sample less (8 over 3: 3, 3, 2) was flagged instead, and
-    any 3-worker job of such a batch had its last rank replaced, again and again. A rank's own time now ends at its
-    forward's, and the ranks' times are compared."""
+@pytest.mark.parametrize("slow_in", ["forward", "backward", "step"])
+def test_the_slow_worker_is_the_one_replaced_every_sample_once(tmp_path, slow_in):
+    """Worker 1 sleeps before each forward (a slow batch, a slow device), in its backward, or before its optimizer
+    step: its peers wait for it in backward's gradient all-reduce, and each rank's time was taken to its optimizer
+    step, so all looked as slow as it. The rule read samples over that time, so the rank with one sample less (8 over
+    3: 3, 3, 2) was flagged instead, and any 3-worker job of such a batch had its last rank replaced, again and again.
+    Then a rank's own time ended at its forward's, and a rank slow in backward or its optimizer step was never seen.
+    A rank's own time is now the whole step's less its waits for its peers (DDP's, in forward and backward).
+    Each rank of the new group goes on with that rank's random streams where the old group left them, whichever
+    worker holds it now (the fresh one takes rank 2, worker 2 rank 1): the fresh worker drew its own, seeded from the
+    OS, so the run was no longer the one it would have been."""
     job_dir = tmp_path / "job"
-    proc = start_script(job_dir, 3, "--epochs", "1", "--slow-worker", "1", "--slow-s", "0.2",
-                        runtime_args=("--record-samples",), replace_stragglers=True)
+    proc = start_script(job_dir, 3, "--epochs", "1", "--slow-worker", "1", "--slow-s", "0.05", "--slow-in", slow_in,
+                        "--dropout", "0.2", "--print-rng", runtime_args=("--record-samples",), replace_stragglers=True)
     finish(proc, timeout=300)
     assert [e["workers"] for e in events(job_dir, "straggler")] == [[1]]
     swap = events(job_dir, "resized")
     assert len(swap) == 1 and swap[0]["replaced"] == [1] and swap[0]["from_workers"] == swap[0]["workers"] == 3
     assert committed_sample_ids(job_dir) == Counter(range(SAMPLES))
+    digests = {}   # (where, rank, step) -> digest
+    for log in (job_dir / "logs").glob("worker-*.log"):
+        for line in log.read_text().splitlines():
+            if line.startswith("rng "):
+                where, rank, step, digest = line.split()[1:]
+                digests[where, int(rank), int(step)] = digest
+    at = swap[0]["step"]
+    assert [digests["begin", r, at + 1] for r in range(3)] == [digests["end", r, at] for r in range(3)], at
+
+
+@pytest.mark.parametrize("schedule", ["per-step", "per-epoch"])
+def test_a_step_limit_each_epoch_counts_the_samples_trained_and_the_budget_of_such_epochs(tmp_path, schedule):
+    """A loop that breaks out of each epoch after 4 steps (``--max-steps``): each epoch's end counted the whole epoch
+    as trained (samples jumped from 32 to 480) and the budget counted 3 whole epochs (1 440 samples of the 96 it
+    trains), so the scheduler saw 15 times the work left. Once an epoch is cut, each later one counts as long.
+    OneCycleLR stepped per step jumped at each epoch's start by the rest of the epoch before (its 4th step to its
+    61st: the pace counted whole epochs); the plan of a StepLR stepped after each epoch put epoch 2 at steps 121-180,
+    not 9-12."""
+    job_dir = tmp_path / "job"
+    finish(start_script(job_dir, 1, "--epochs", "3", "--max-steps", "4",
+                        *(["--epoch-schedule"] if schedule == "per-epoch" else [])), timeout=300)
+    recs = {r["step"]: r for r in steps(job_dir)}
+    assert sorted(recs) == list(range(1, 13))
+    assert [recs[k]["samples"] for k in sorted(recs)] == [BATCH * k for k in range(1, 13)]
+    assert [recs[k]["total_samples"] for k in range(1, 5)] == [3 * SAMPLES] * 4   # not known before the first cut
+    assert {recs[k]["total_samples"] for k in range(5, 13)} == {3 * 4 * BATCH}
+    assert recs[12]["samples"] == recs[12]["total_samples"]
+    if schedule == "per-epoch":
+        plan = json.loads((job_dir / "lr_plan.json").read_text())
+        assert plan["steps"] == [8, 9, 12] and plan["lr"] == pytest.approx([recs[k]["lr"] for k in (8, 9, 12)],
+                                                                          rel=1e-9)
+        return
+    optimizer = torch.optim.AdamW([torch.zeros(1)], lr=0.01)   # the script's schedule, stepped once a step
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.01, total_steps=3 * SAMPLES // BATCH)
+    expected = []
+    for _ in range(12):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert [recs[k]["lr"] for k in range(1, 13)] == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_loaders_steps_per_epoch_holds_alike_on_every_rank_across_a_grow_and_the_budget_knows_it(tmp_path):
+    """A step limit counted in the script (``enumerate(loader)``, ``--max-steps``) restarts at 0 in a grow's newcomer:
+    grown at step 4 of 8, the old rank broke out at step 8 and the newcomer trained on alone, its next all-reduce
+    failing. ``steps_per_epoch`` is the job's: each rank's epoch ends at the same step, and the budget counts it
+    from the first step."""
+    job_dir = tmp_path / "job"
+    proc = start_script(job_dir, 1, "--epochs", "2", "--steps-per-epoch", "6", "--step-s", "0.4",
+                        runtime_args=("--record-samples",))
+    wait_for_step(job_dir, 2, proc, timeout=120)
+    write_control(job_dir, 2, None, 1)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
+    recs = {r["step"]: r for r in steps(job_dir)}
+    assert sorted(recs) == list(range(1, 13)) and recs[12]["workers"] == 2
+    assert {r["total_samples"] for r in recs.values()} == {2 * 6 * BATCH}
+    assert [recs[k]["samples"] for k in sorted(recs)] == [BATCH * k for k in range(1, 13)]
+    assert [e["epoch"] for e in events(job_dir, "epoch_end")] == [0, 1]
+    ids = committed_sample_ids(job_dir)
+    assert sum(ids.values()) == 2 * 6 * BATCH and len(ids) > 6 * BATCH   # two epochs' first 48 of other orders
 
 
 def batch_doubled_at_step_3(tmp_path: Path, *script_args: str, batches: tuple[int, ...] = (2 * BATCH,)) -> Path:

@@ -14,7 +14,7 @@ from torch.utils.data import TensorDataset
 from dlsched.errors import UserError
 from dlsched.torch.loader import ElasticDataLoader, remaining_epochs
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 from tests.torch.test_elastic_script import SCRIPT, val_curve
 from tests.train.helpers import REPO, events
 

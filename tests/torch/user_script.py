@@ -4,12 +4,15 @@ No checkpoint code: the model, AdamW/SGD and OneCycleLR are registered by dlsche
 ``--step-s`` slows each step (while ``--slow-file`` exists) so tests can resize it mid-epoch.
 """
 import argparse
+import hashlib
 import os
+import random
 import sys
 import time
 
 PRELOADED = "torch" in sys.modules   # a worker forked with torch loaded (dlsched.train.script.run_forked)
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -35,6 +38,7 @@ ap.add_argument("--max-local-batch", type=int, default=None, help="accumulate a 
 ap.add_argument("--scaler", action="store_true", help="step through a GradScaler (loss scaled by 2**10)")
 ap.add_argument("--zero-grad-last", action="store_true", help="zero_grad after the step, not before the forward")
 ap.add_argument("--max-steps", type=int, default=0, help="break out of the loader after this many batches an epoch")
+ap.add_argument("--steps-per-epoch", type=int, default=None, help="the loader's steps_per_epoch")
 ap.add_argument("--batch-norm", action="store_true", help="a BatchNorm1d after the first layer")
 ap.add_argument("--hold-file", default="", help="rank 1 writes its pid here and waits to be killed ...")
 ap.add_argument("--hold-at-step", type=int, default=0, help="... after this step's first micro-batch (once: the file)")
@@ -52,10 +56,25 @@ ap.add_argument("--eval-all-reduce", action="store_true",
 ap.add_argument("--steps-from-len", action="store_true", help="size OneCycleLR from len(loader), as docs/porting.md")
 ap.add_argument("--slow-worker", type=int, default=-1, help="this worker (id) sleeps --slow-s before each forward")
 ap.add_argument("--slow-s", type=float, default=0.0)
+ap.add_argument("--slow-in", choices=["forward", "backward", "step"], default="forward",
+                help="where the slow worker sleeps: before its forward, in its backward, before its optimizer step")
+ap.add_argument("--dropout", type=float, default=0.0, help="a Dropout after the hidden layer")
+ap.add_argument("--augment", action="store_true", help="jitter each batch with numpy's and Python's random draws")
+ap.add_argument("--print-rng", action="store_true",
+                help="print a digest of this rank's random streams as each step begins and ends")
 ap.add_argument("--loader-workers", type=int, default=0, help="the loader's num_workers (DataLoader processes)")
 ap.add_argument("--init", default="", help="a warm start: the model's weights loaded from this file at the top")
 ap.add_argument("--rank-before-loop", action="store_true", help="print dt.rank() and dt.world_size() before the loop")
 args = ap.parse_args()
+
+
+def print_rng(where: str) -> None:
+    """``rng {begin|end} RANK STEP DIGEST``: torch's, numpy's and Python's streams, drawing nothing."""
+    if args.print_rng:
+        _, keys, pos, *_ = np.random.get_state()
+        state = torch.get_rng_state().numpy().tobytes() + keys.tobytes() + repr((pos, random.getstate())).encode()
+        print(f"rng {where} {dt.rank()} {dt.current_session().step + 1} {hashlib.sha1(state).hexdigest()[:12]}",
+              flush=True)
 
 
 def hold(path: str) -> None:
@@ -75,7 +94,29 @@ g = torch.Generator().manual_seed(0)
 x = torch.randn(args.samples, 8, generator=g)
 y = (x @ torch.randn(8, 1, generator=g)).squeeze(1) + args.label_noise * torch.randn(args.samples, generator=g)
 torch.manual_seed(0)
-layers = [nn.Linear(8, 16), *([nn.BatchNorm1d(16)] if args.batch_norm else []), nn.Tanh(), nn.Linear(16, 1)]
+SLOW = os.environ.get("DLSCHED_WORKER_ID") == str(args.slow_worker)
+
+
+class SlowBackward(torch.autograd.Function):
+    """Identity; the slow worker sleeps in its backward (a slow device, a costly layer's gradient)."""
+    @staticmethod
+    def forward(ctx, h):
+        return h
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(args.slow_s)
+        return grad
+
+
+class SlowIn(nn.Module):
+    def forward(self, h):
+        return SlowBackward.apply(h) if SLOW and args.slow_in == "backward" and torch.is_grad_enabled() else h
+
+
+layers = [nn.Linear(8, 16), *([nn.BatchNorm1d(16)] if args.batch_norm else []), nn.Tanh(),
+          *([nn.Dropout(args.dropout)] if args.dropout else []),
+          *([SlowIn()] if args.slow_in == "backward" else []), nn.Linear(16, 1)]
 model = dt.ElasticDataParallel(nn.Sequential(*layers), noise_every=args.noise_every)
 if args.init:
     model.module.load_state_dict(torch.load(args.init))
@@ -84,7 +125,8 @@ if args.optimizer == "adamw":
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffle=True,
-                              max_local_batch=args.max_local_batch, num_workers=args.loader_workers)
+                              max_local_batch=args.max_local_batch, num_workers=args.loader_workers,
+                              steps_per_epoch=args.steps_per_epoch)
 scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=10 ** 6) if args.scaler else None
 optimizer_steps = []  # the optimizer's own count (a post hook: dlsched gates step() on accumulated micro-batches)
 optimizer.register_step_post_hook(lambda *_: optimizer_steps.append(1))
@@ -109,10 +151,13 @@ for epoch in dt.remaining_epochs(args.epochs):
         if args.max_steps and loader_batches == args.max_steps:
             break
         loader_batches += 1
+        print_rng("begin")
         if not args.zero_grad_last:
             optimizer.zero_grad()
-        if os.environ.get("DLSCHED_WORKER_ID") == str(args.slow_worker):
+        if SLOW and args.slow_in == "forward":
             time.sleep(args.slow_s)   # a straggler: its batch or its device is slow; its peers wait in backward
+        if args.augment:   # numpy's and Python's streams, as an augmentation pipeline draws them
+            xb = xb * (1 + 0.1 * random.random()) + 0.05 * torch.from_numpy(np.random.standard_normal(xb.shape)).float()
         out = model(xb).squeeze(1)
         loss = nn.functional.mse_loss(out, yb)
         if scaler is not None:
@@ -122,7 +167,7 @@ for epoch in dt.remaining_epochs(args.epochs):
             scaler.update()
         else:
             loss.backward()
-            time.sleep(args.backward_s)
+            time.sleep(args.backward_s + (args.slow_s if SLOW and args.slow_in == "step" else 0.0))
             optimizer.step()
         if not args.epoch_schedule:
             scheduler.step()
@@ -130,6 +175,7 @@ for epoch in dt.remaining_epochs(args.epochs):
             optimizer.zero_grad()
         dt.report(loss=loss.item(), **({"lr": scheduler.get_last_lr()[0]} if args.report_lr else {}),
                   **({"train_mae": (out - yb).abs().mean().item()} if args.report_mae else {}))
+        print_rng("end")
         if (args.hold_file and loader.accumulating and dt.rank() == 1 and not os.path.exists(args.hold_file)
                 and dt.current_session().step + 1 == args.hold_at_step):
             hold(args.hold_file)

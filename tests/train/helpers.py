@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 
 REPO = Path(__file__).resolve().parents[2]
 MLP = f"{REPO / 'examples' / 'mlp.py'}:make_job"

@@ -10,7 +10,7 @@ import pytest
 
 from dlsched.train.autoscale import ScheduleConfig
 from dlsched.train.autoscale_engine import AutoscaleConfig, AutoscaleEngine
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 
 from .helpers import REPO
 

@@ -22,6 +22,36 @@ def test_take_across_partitions_is_exactly_once_and_snapshot_round_trips():
     assert (ids == epoch_order(103, 1, 0)).all()  # the order never depends on batch or worker count
 
 
+def test_an_epoch_cut_short_counts_what_it_trained_and_plans_later_epochs_as_long():
+    """A script's step limit breaks out of each epoch: its end counted the whole epoch as trained, and the budget
+    whole epochs. Whole epochs count as before (no field added to the snapshot)."""
+    table = PartitionTable.fresh(100, 0, 0)
+    table.advance(30)
+    assert (table.trained, table.planned(3)) == (30, 300)   # no cut seen yet: whole epochs
+    cut = table.next_epoch()
+    assert (cut.trained, cut.planned(3)) == (30, 90)
+    cut.advance(10)
+    assert (cut.trained, cut.planned(3)) == (40, 90)
+    restored = PartitionTable.from_snapshot(json.loads(json.dumps(cut.snapshot())))
+    assert restored == cut and restored.copy() == cut
+    cut.advance(90)   # an epoch trained whole after all: the next ones count whole
+    assert (cut.next_epoch().trained, cut.next_epoch().planned(4)) == (130, 330)
+    whole = PartitionTable.fresh(100, 0, 0)
+    whole.advance(100)
+    assert whole.next_epoch().snapshot() == PartitionTable.fresh(100, 0, 1).snapshot()
+    assert whole.next_epoch().trained == 100 and whole.next_epoch().planned(2) == 200
+
+
+def test_an_epoch_limit_ends_each_epoch_at_its_first_samples():
+    table = PartitionTable.fresh(100, 0, 0)
+    table.limit = 30
+    assert [n for n, _ in rank_shares(table, 8, [4, 4], 0)] == [8, 8, 8, 6]
+    table.advance(30)
+    assert table.done and table.planned(3) == 90
+    nxt = PartitionTable.from_snapshot(json.loads(json.dumps(table.next_epoch().snapshot())))
+    assert (nxt.limit, nxt.trained, nxt.remaining, nxt.before) == (30, 30, 30, None)
+
+
 def test_rank_shares_and_advance_match_successive_takes():
     for shuffle in (True, False):
         table = PartitionTable.fresh(103, seed=2, epoch=1, num_partitions=7, shuffle=shuffle)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import iter_json_lines, read_progress, write_control
+from dlsched.train.files import iter_json_lines, write_control
+from dlsched.train.progress_log import read_progress
 
 from .helpers import GATED, events, finish, start_job, step_losses, wait_for_event, wait_for_standby, wait_for_step
 
@@ -140,6 +141,29 @@ def test_a_worker_that_finds_the_disk_full_stops_the_job_as_out_of_disk(tmp_path
     assert proc.returncode == EXIT_NO_SPACE, out[-2000:]
     assert out.strip().splitlines()[-1].startswith("error: the job folder's disk is full ([Errno 28] worker "), out
     assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] != "failed"
+
+
+def test_a_full_disk_that_also_holds_the_runtimes_output_still_stops_the_job_as_out_of_disk(tmp_path):
+    """The runtime's stdout and stderr are the job folder's output.log, on the same disk: found full, its traceback
+    could not be written either, that OSError ended it with exit 1, and the service failed the job for good (seen
+    on a service whose jobs folder filled up). /dev/full stands for that output.log: every write there fails."""
+    import subprocess
+    import sys
+
+    from dlsched.train.no_space import EXIT_NO_SPACE
+    from tests.train.helpers import GATED, REPO
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "full").touch()   # every batch read raises ENOSPC
+    job = tmp_path / "job"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "dlsched.train.run", "--job-dir", str(job), "--entry", GATED, "--workers", "1",
+             "--threads", "1", "--param", "num_samples=64", "--param", f"gate_dir={gate}", "--param", "hold=pause"],
+            stdout=full, stderr=full, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert proc.returncode == EXIT_NO_SPACE
+    assert json.loads((job / "status.json").read_text())["state"] != "failed"
 
 
 def test_bad_entry_is_one_line_exit_2(tmp_path):

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from dlsched.errors import UserError
-from dlsched.train.files import (atomic_file, atomic_write_json, read_control, read_lr_plan, read_progress, read_status,
-                                 write_control)
+from dlsched.train.files import atomic_file, atomic_write_json, read_control, read_lr_plan, read_status, write_control
+from dlsched.train.progress_log import read_progress
 
 
 def test_control_round_trip_and_validation(tmp_path):
@@ -125,7 +125,7 @@ def test_a_plans_samples_and_lr_factor_are_kept_only_together_and_well_formed(tm
 def test_the_progress_tail_reads_only_what_was_appended_since_its_last_read(tmp_path):
     """The autoscale engine re-read and re-parsed the whole progress.jsonl at every 0.2 s poll (0.4 s at 50 000 steps:
     a core of a 2-core host, slowing the throughput it measures); it now reads the bytes appended since."""
-    from dlsched.train.files import ProgressTail
+    from dlsched.train.progress_log import ProgressTail
 
     log = tmp_path / "progress.jsonl"
     log.write_text("".join(json.dumps({"step": i}) + "\n" for i in range(3)))

@@ -13,7 +13,8 @@ import pytest
 
 from dlsched.paths import REPO_ROOT
 from dlsched.policy.fleet import FleetPlan, Flotilla
-from dlsched.train.files import read_progress, read_status, write_control
+from dlsched.train.files import read_status, write_control
+from dlsched.train.progress_log import read_progress
 from dlsched.train.fleet_job import Share, _Contract, assign_cores, assign_devices, stream_places, train_ensemble
 from dlsched.train import fleet_profile
 from dlsched.train.fleet_profile import CACHE_FILE, profile_member

@@ -185,3 +185,38 @@ def test_members_and_producers_die_with_the_process_that_forked_them(tmp_path):
                 p.kill()
             except psutil.Error:
                 pass
+
+
+class _Payload:
+    """What a pickle runs as it loads: touches the file named in it."""
+
+    def __init__(self, target: str):
+        self.target = target
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.target),))
+
+
+def test_a_members_checkpoint_is_read_as_data_and_a_pickle_in_its_place_runs_nothing(tmp_path):
+    """A member resumes from ``<name>.pt`` in the job folder: read with a pickle load, a file there that named a
+    callable ran it as the service's user. A real epoch checkpoint (weights, SGD momentum, counters) reads back as
+    before; the planted one is refused and its code never runs."""
+    from dlsched.train.flotilla import _save_atomic, load_member_checkpoint
+
+    net = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    net(torch.ones(3, 4)).sum().backward()
+    opt.step()
+    state = {"step": 7, "epoch": 1, "best": 0.5, "bad": 0, "history": [0.25, 0.5]}
+    _save_atomic({"model": net.state_dict(), "opt": opt.state_dict(), "state": state}, tmp_path / "m.pt")
+    saved = load_member_checkpoint(tmp_path / "m.pt")
+    assert saved["state"] == state and torch.equal(saved["model"]["weight"], net.weight)
+    again = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    again.load_state_dict(saved["opt"])
+    assert torch.equal(again.state_dict()["state"][0]["momentum_buffer"], opt.state_dict()["state"][0]["momentum_buffer"])
+
+    planted = tmp_path / "evil.pt"
+    torch.save({"model": {}, "opt": {}, "state": _Payload(str(tmp_path / "PWNED"))}, planted)
+    with pytest.raises(Exception, match="[Ww]eights only load failed"):
+        load_member_checkpoint(planted)
+    assert not (tmp_path / "PWNED").exists()

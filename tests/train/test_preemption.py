@@ -16,7 +16,8 @@ import pytest
 
 from dlsched.train.checkpoint import list_checkpoints
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_progress, read_status, write_control
+from dlsched.train.files import read_status, write_control
+from dlsched.train.progress_log import read_progress
 from tests.waiting import wait_until
 from dlsched.train.preemption import sigterm_blocked
 

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from dlsched.errors import UserError
-from dlsched.train.files import read_progress, read_status, write_control
+from dlsched.train.files import read_status, write_control
+from dlsched.train.progress_log import read_progress
 from dlsched.train.ps import SyncMode, paa_assign
 from dlsched.train.ps_runner import PSOptions, PSRunner, committed_samples, read_state, staleness_gaps
 

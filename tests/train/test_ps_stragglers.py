@@ -11,7 +11,7 @@ import pytest
 from dlsched.paths import REPO_ROOT
 from dlsched.train.ps import SyncMode
 from dlsched.train.ps_runner import PSOptions, PSRunner, committed_samples
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 
 MLP = f"{REPO_ROOT / 'examples' / 'mlp.py'}:make_job"
 SAMPLES = 1536

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 
 from .helpers import MLP, REPO
 

@@ -17,7 +17,7 @@ import torch
 from dlsched.errors import UserError
 from dlsched.train import storage
 from dlsched.train.data import committed_sample_ids
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 
 from .helpers import MLP, REPO, events, finish, start_job, wait_for_step
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dlsched.train.files import read_progress
+from dlsched.train.progress_log import read_progress
 
 from tests.torch.test_elastic_script import SCRIPT
 from tests.train.helpers import REPO, events
@@ -114,10 +114,12 @@ def test_a_rank_that_leaves_the_loop_alone_fails_the_job_at_once_naming_it(tmp_p
 
 def test_a_failure_after_progress_is_restarted_and_its_replayed_evaluation_and_epoch_end_recorded_once(tmp_path):
     """A restart replays the steps after its checkpoint: the evaluation and the epoch end among them were recorded
-    again (four identical job_metrics after three restarts; `epoch 1 done` four times in the logs)."""
+    again (four identical job_metrics after three restarts; `epoch 1 done` four times in the logs). The replay draws
+    what the first run drew (dropout, numpy's and Python's jitter, on both ranks, an evaluation in train mode between):
+    the random streams were not checkpointed, and each replayed step's loss differed from the one it replays."""
     once = tmp_path / "failed-once"
     r = train(tmp_path, ["python", SCRIPT, "--samples", "48", "--batch", "8", "--epochs", "2", "--ckpt-every", "4",
-                         "--fail-at-step", "8", "--fail-once-file", str(once)])
+                         "--fail-at-step", "8", "--fail-once-file", str(once), "--dropout", "0.3", "--augment"])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     job = tmp_path / "job"
     [lost] = events(job, "worker_lost")
@@ -126,3 +128,9 @@ def test_a_failure_after_progress_is_restarted_and_its_replayed_evaluation_and_e
     assert [e["epoch"] for e in events(job, "epoch_end")] == [0, 1]
     assert r.stdout.count("epoch 0 done") == 1, r.stdout
     assert {r["step"] for r in read_progress(job) if "event" not in r} == set(range(1, 13))   # every step trained
+    losses: dict[int, list[float]] = {}
+    for rec in read_progress(job):
+        if "event" not in rec:
+            losses.setdefault(rec["step"], []).append(rec["loss"])
+    replayed = {step: runs for step, runs in losses.items() if len(runs) > 1}
+    assert sorted(replayed) == [5, 6, 7] and all(a == b for a, b in replayed.values()), replayed   # bit for bit

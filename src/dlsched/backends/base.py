@@ -19,6 +19,7 @@ from dlsched.numbers import is_number
 from dlsched.policy.base import NodeView
 from dlsched.spec import JobSpec
 from dlsched.train.files import appended_lines, atomic_write_json, read_regular, read_status, write_control  # noqa: F401  (one implementation, re-exported)
+from dlsched.train.progress_log import read_lines, unread_bytes
 
 ProcState = Literal["running", "finished", "failed", "gone"]
 
@@ -120,9 +121,12 @@ def read_progress(job_dir: Path, offset: int, max_bytes: int = 4 << 20) -> tuple
     round, so the service stopped ending, starting and observing every job. A step record without a finite
     ``time`` is left out, reported so too (its row failed the store's NOT NULL in every round, as above).
     """
-    path = Path(job_dir) / "progress.jsonl"
-    lines, end = appended_lines(path, offset, max_bytes)
-    if end == offset and max_bytes > 0 and path.exists() and path.stat().st_size - offset >= max_bytes:
+    lines, end, skipped = read_lines(job_dir, offset, max_bytes)   # logical offsets, across rotations
+    if skipped is not None:   # a rotated segment gone (moved, compressed by hand), or cut by a torn line
+        return [{"event": "malformed_progress", "offset": offset,
+                 "line": f"bytes {skipped[0]}-{skipped[1]} of the log are in no file (a segment moved or cut), "
+                         "skipped"}], end
+    if end == offset and max_bytes > 0 and unread_bytes(job_dir, offset) >= max_bytes:
         # one line longer than a read: waiting for its end read it again forever
         return [{"event": "malformed_progress", "offset": offset, "line": f"a line over {max_bytes} bytes, skipped"}], \
             offset + max_bytes

@@ -225,6 +225,11 @@ def _gpus_cell(j: dict) -> str:
     return f"{j['num_gpus']}->{target}" if target is not None and target != j["num_gpus"] else str(j["num_gpus"])
 
 
+def _batch_cell(j: dict) -> str:
+    """The global batch the scheduler runs the job at, else the one its runtime reports (a script's own)."""
+    return str(j.get("batch_size") or j.get("trained_batch") or "-")
+
+
 def _target_cell(j: dict) -> str:
     """A live job's stated target (``prediction.target`` or ``target_loss``): when it gets there at today's rate (the
     step while it does not train), its 80 % band in brackets, and the chance it does by the budget; once reached,
@@ -270,7 +275,7 @@ def job_rows(jobs: list[dict], now: float | None = None) -> list[list[str]]:
         style = STATE_STYLE.get(j["state"], "")
         name = escape(j["name"]) + (f"\n[dim]{escape(summary(j['ensemble']))}[/]" if j.get("ensemble") else "")
         rows.append([str(j["id"]), name, f"[{style}]{j['state']}[/]", _gpus_cell(j),
-                     str(j.get("batch_size") or "-"), f"{100 * frac:.1f}%" if frac is not None else "-",
+                     _batch_cell(j), f"{100 * frac:.1f}%" if frac is not None else "-",
                      _loss_cell(j),
                      f"{j['samples_per_s']:.0f}" if j.get("samples_per_s") else "-",
                      _finish_cell(j), _left_cell(j, now), escape(_reason_cell(j)), _target_cell(j)])
@@ -504,7 +509,7 @@ def reach_url(host: str, port: int) -> str:
 
 def started_note(host: str, port: int, token_from: str | Path | None, what: str) -> str:
     """What ``serve`` prints at start: where to reach it and how a client or a browser authenticates (the dashboard
-    needs ``?token=``: the printed URL alone showed only 'HTTP 401'), and, bound beyond loopback, that the token
+    needs ``#token=``: the printed URL alone showed only 'HTTP 401'), and, bound beyond loopback, that the token
     crosses the network in clear. Never the token itself: the output goes to logs others may read."""
     from dlsched.service.api import is_loopback
 
@@ -515,10 +520,10 @@ def started_note(host: str, port: int, token_from: str | Path | None, what: str)
         lines.append(f"  clients: export DLSCHED_SERVER={url}")
     elif token_from == "$DLSCHED_TOKEN":
         lines.append(f"  clients: export DLSCHED_SERVER={url} DLSCHED_TOKEN=<the same token>; the dashboard: "
-                     f"{url}/dashboard/?token=<the token>")
+                     f"{url}/dashboard/#token=<the token>")
     else:
         lines.append(f"  clients: export DLSCHED_SERVER={url} DLSCHED_TOKEN_FILE={token_from}; the dashboard: "
-                     f"{url}/dashboard/?token=<the token in {token_from}>")
+                     f"{url}/dashboard/#token=<the token in {token_from}>")
     if not is_loopback(host):
         lines.append(f"  bound to {host} over plain HTTP: the token crosses the network in clear; beyond a trusted "
                      "network put TLS in front (a reverse proxy) or reach it through an SSH tunnel (docs/security.md)")

@@ -47,6 +47,7 @@ from dlsched.errors import UserError, plain
 from dlsched.perf.profile import csv_line, read_csv_text
 from dlsched.perf.text_logs import read_text_log
 from dlsched.train.files import planned_samples, planned_schedule_lr, read_json_lines, read_lr_plan
+from dlsched.train.progress_log import LIVE, iter_records
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,9 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
     job's ``epochs``, else its samples over those of its first epoch, once it ended)."""
     recs, budget, first_epoch, at = [], {}, 0, {}
     # a torn last line is a run still writing: skipped without a warning (stderr is the one error line)
-    for r in read_json_lines(path, warn_torn=False):
+    # a job folder's log: its rotated segments too (``train.progress_log``); another .jsonl as it is
+    rows = iter_records(path.parent, warn_torn=False) if path.name == LIVE else read_json_lines(path, warn_torn=False)
+    for r in rows:
         # step records, "metrics" events (a report() outside a step, e.g. an evaluation) and "epoch_end" events (the
         # epoch's mean_loss, at the step and samples it ended at); other events skip
         if not isinstance(r, dict) or r.get("event", "metrics") not in ("metrics", "epoch_end"):

@@ -32,6 +32,9 @@ class NodeView:
     num_cpus: int = 0
 
 
+FINISHED_SHOWN = 1000   # the newest finished jobs a driver shows its policy (``ClusterView.finished``)
+
+
 @dataclass(frozen=True)
 class ClusterView:
     """The cluster as the driver sees it at decision time. ``now`` is supplied by the driver."""
@@ -39,7 +42,8 @@ class ClusterView:
     nodes: tuple[NodeView, ...]
     now: float = 0.0
     # jobs that finished, as last seen (oldest first): what a policy without remaining work may learn job sizes
-    # from (``policy/gittins.py``). Empty where the driver keeps no history: such policies age jobs instead.
+    # from (``policy/gittins.py``), the newest FINISHED_SHOWN. Every driver fills it (the simulator, the live service and
+    # its forecast: ``service/finished_jobs.py``); with none yet, such policies age jobs instead.
     finished: tuple["JobView", ...] = field(default=(), compare=False, repr=False)
 
     @property

@@ -48,7 +48,7 @@ from dlsched.errors import UserError
 from dlsched.policy.base import Allocation, ClusterView, JobAllocation, JobView, Policy, register
 from dlsched.policy.batch_range import BatchRange, batch_range, validate_elastic_job
 from dlsched.policy.dp import solve
-from dlsched.policy.gittins import band_start, gittins_estimates, sized_by_run_time
+from dlsched.policy.gittins import FinishedSizes, duration_times
 from dlsched.policy.gpu_type_preference import preferred, type_order
 from dlsched.policy.placement import best_fit
 from dlsched.policy.release_horizon import charge_release, release_horizons
@@ -140,6 +140,7 @@ class ElasticPolicy(Policy):
         self.restart_cost = restart_cost
         self.curves = ValueCurves(value)
         self._ranges: dict = {}
+        self._finished_sizes = FinishedSizes(self._age)
 
     def validate(self, job: JobView, cluster: ClusterView) -> None:
         """Submit-time check drivers call when a job arrives: UserError,
@@ -203,7 +204,10 @@ class ElasticPolicy(Policy):
             return keep
         if running_here and rng.g_min <= gc <= rng.g_max:
             now_u = self._utility(self._kept_value(job, rng, gc, gpu_type, node_size, raw, ref)) * weight
-            u[gc] = now_u * (1 + bonus) - TIE_BREAK * gc
+            # or a new batch at the GPUs it holds (a restart, as any other move pays; ``_allocation`` picks it): with
+            # only the kept batch here, a better batch was reachable at another count alone, and a lone job whose
+            # fixed cost showed once it had grown went 1 -> 4 (batch kept) -> 3 (a larger batch) -> 4 GPUs
+            u[gc] = max(now_u * (1 + bonus) - TIE_BREAK * gc, u[gc])
             restart = self._restart_s(job)
             if self.grow_pause and restart > 0:
                 charge_grow(u, gc, time_left(job, gc), restart)
@@ -364,10 +368,9 @@ class ElasticPolicy(Policy):
             if self.size_prior == "gittins":
                 # jobs whose run time is their work: the Gittins index on the finished ones' sizes in the same units
                 # (``gittins.py``), else aging, both at the start of the job's band; plain aging for the others
-                sized = {j.id: ages[j.id] for j in jobs if sized_by_run_time(j)}
-                times.update({i: float(a) + RUN_TIME_OFFSET for i, a in zip(sized, band_start(list(sized.values())))})
-                times.update(gittins_estimates(sized, [self._age(f) for f in finished if sized_by_run_time(f)]))
-        fallback = float(np.median(list(times.values()))) if times else 1.0
+                times.update(duration_times(jobs, ages, self._finished_sizes(finished), RUN_TIME_OFFSET))
+        fallback = 1.0 if all(j.id in times for j in jobs) else (
+            float(np.median(list(times.values()))) if times else 1.0)
         scale = {j.id: refs[j.id] * times.get(j.id, fallback) ** self.urgency for j in jobs}
         shortest = min((scale[j.id] / refs[j.id] for j in jobs), default=1.0)
         return {k: v / shortest for k, v in scale.items()}
@@ -422,9 +425,11 @@ def place_rigid(rigid: Iterable[JobView], ranges, free: dict[str, int], result: 
 
 @register("elastic")
 def make_elastic(hysteresis: float = 0.05, urgency: float = 0.5, restart_cost: float = 30.0,
-                 size_prior: str = "gittins") -> ElasticPolicy:
+                 size_prior: str = "gittins", request_prior: float = 0.5) -> ElasticPolicy:
+    """``request_prior``: without remaining work the requested GPUs are a prior on a job's size, as in ``goodput``
+    (q = 0 ages by run time alone; measured in docs/policies.md)."""
     return ElasticPolicy("elastic", fixed_batch=False, hysteresis=hysteresis, urgency=urgency,
-                         restart_cost=restart_cost, size_prior=size_prior)
+                         restart_cost=restart_cost, size_prior=size_prior, request_prior=request_prior)
 
 
 @register("elastic-gpu-only")

@@ -105,7 +105,7 @@ class BatchRefused(Exception):
 
 def _public(path: str) -> bool:
     """Paths served without a token: health, and the dashboard's static files (they carry no data;
-    the page sends the token, taken from ``?token=``, on its data requests)."""
+    the page sends the token, taken from ``#token=`` or ``?token=``, on its data requests)."""
     return path in ("/healthz", "/dashboard", "/dashboard/") or path.startswith("/dashboard/static/")
 
 

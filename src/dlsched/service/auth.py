@@ -7,12 +7,16 @@ that another user owns, is refused like ssh refuses such a key: anyone who reads
 """
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import stat
 from pathlib import Path
 
 from dlsched.errors import UserError
+from dlsched.faults import fault_point
+
+log = logging.getLogger("dlsched.service")
 
 MIN_TOKEN_CHARS = 16       # a guess at 16 random characters is out of reach; 1 character was accepted before
 TOKEN_FILE_NAME = "token"
@@ -52,16 +56,57 @@ def read_token_file(path: str | Path) -> str:
 
 
 def load_or_create_token(path: str | Path) -> str:
-    """The token in ``path``; on the first start a new random one, written 0600 (never readable by others)."""
+    """The token in ``path``; on the first start a new random one, written 0600 (never readable by others).
+
+    Written whole to a private temporary file, then linked into place: created in place and then written, a start cut
+    off between the two (a full disk, a kill) left an empty token file that refused every later start. An empty one
+    (left so by an earlier dlsched) is replaced, with one warning: no client can hold an empty token."""
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)   # a new folder (often the state folder): private
+    if not path.exists():
+        return _create_token(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
         return read_token_file(path)
+    except UserError:
+        if not _empty_private_file(path):
+            raise
+    log.warning("%s: token file is empty (an earlier start was cut off writing it: a full disk, a kill); "
+                "writing a new token", path)
+    return _create_token(path, replace=True)
+
+
+def _empty_private_file(path: Path) -> bool:
+    try:
+        st = path.stat()
+        return (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IRWXG | stat.S_IRWXO)
+                and not path.read_text().strip())
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _create_token(path: Path, replace: bool = False) -> str:
+    """A new token in ``path`` all at once; another start that got there first wins (its token is returned)."""
     token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)   # an earlier process of this pid's, killed writing it
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        fault_point("token-written")
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)   # never over a token another start wrote meanwhile
+            except FileExistsError:
+                return read_token_file(path)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write the token file: {e.strerror}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return token
 
 

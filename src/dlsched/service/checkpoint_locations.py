@@ -15,12 +15,22 @@ So a submission's ``checkpoint_uri`` is refused (one line naming the field and v
 
 A relative path resolves from the runtime's working directory (``--workdir``), where the coordinator resolves it.
 
+A local location other users may write into is refused too: a job resumes from the newest checkpoint of its name it
+finds there, and the header that names the job and the SHA-256 that seals it take no secret to forge (the name is in
+``ps``), so another local user who can add a file there trains the job from weights of their choosing; one who can
+rename an entry on the way swaps the folder for a link to where the job's pruning deletes files. So every existing
+folder on the way must be this user's or root's, and none writable by others, except a sticky one such as ``/tmp``
+(no one replaces another's entry there) above a folder that exists; the location itself, or the deepest existing
+folder it would be made in, not even sticky.
+
 A URI carrying a password (``ftp://user:secret@host/...``, which fsspec takes from the URL) is refused too: the spec is
 shown to every token holder (``dlsched show``, events, the dashboard) and the runtime gets it on its command line,
 which every local user reads in ``ps``. A driver's credentials belong in its environment or config file.
 """
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -38,6 +48,24 @@ def location_key(uri: str, workdir: Path) -> str:
     if protocol.lower() == "file":
         return str(Path("/" + rest.lstrip("/")).resolve())
     return f"{protocol.lower()}://{rest.rstrip('/')}"
+
+
+def open_to_others(path: Path) -> str | None:
+    """Why another local user could put or swap checkpoints at ``path`` (absolute, symlinks resolved): the first
+    folder on its way that another user owns or may write into (see the module doc); None when none."""
+    me = os.geteuid()
+    deepest = True   # the location itself, or the deepest existing folder it would be made in
+    for folder in (path, *path.parents):
+        try:
+            st = folder.stat()
+        except FileNotFoundError:
+            continue
+        if st.st_uid not in (me, 0):
+            return f"{folder} is owned by uid {st.st_uid}, not by this user ({me})"
+        if st.st_mode & stat.S_IWOTH and (deepest or not st.st_mode & stat.S_ISVTX):
+            return f"{folder} may be written by every user (mode {stat.S_IMODE(st.st_mode):04o})"
+        deepest = False
+    return None
 
 
 def inside(path: Path, root: Path) -> bool:
@@ -72,6 +100,9 @@ class CheckpointRules:
                 if inside(Path(key), root):
                     refuse(f"lies in the service's folder {root} (its database, token and every job's folder); "
                            "give the job a location of its own")
+            if (why := open_to_others(Path(key))) is not None:
+                refuse(f"is open to other users: {why}, and a job resumes from the checkpoint it finds there; give a "
+                       "folder only this user can write (mkdir -m 700)")
         for who, other in taken:
             if key == location_key(other, self.workdir):
                 refuse(f"is where {who} keeps its checkpoints, and it has not ended: a job resumes from and "

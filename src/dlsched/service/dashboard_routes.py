@@ -35,6 +35,13 @@ from dlsched.service.store import ACTIVE, Store, UnknownJob, job_counts
 
 STATIC_DIR = Path(__file__).with_name("dashboard")
 STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+# the page holds the token (sessionStorage) and lays out job-written text: should a value ever reach the markup
+# unescaped, no inline or foreign script runs and nothing leaves for another origin; no other site may frame it
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                               "img-src 'self' blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                               "frame-ancestors 'none'",
+    "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff"}
 MAX_GANTT_JOBS = 300      # rows drawn in the overview's timeline (most recent first)
 MAX_CURVE_POINTS = 400    # progress points sent for one job's loss curve
 HIGHER_IS_BETTER = re.compile(r"util|finished|throughput|goodput|accuracy", re.I)   # else lower is better
@@ -112,7 +119,8 @@ def overview(store: Store, nodes: Sequence[NodeView], now: float | None = None,
         target, pending = stated_targets(j, preds.get(j.id), finish)
         queue.append({"id": j.id, "name": j.name, "state": j.state, "submit_time": j.submit_time,
                       "gpus": j.held_gpus, "target_gpus": j.num_gpus if j.held_gpus != j.num_gpus else None,
-                      "requested": j.spec.gpus, "batch_size": j.batch_size,
+                      "requested": j.spec.gpus, "gpu_range": list(j.spec.gpu_range),
+                      "batch_size": j.batch_size or j.trained_batch,   # a script's own where the scheduler sets none
                       "fraction_done": (ensemble_of(store, j.id)["fraction_done"] if j.spec.kind == "ensemble"
                                         else _clean(j.samples / j.total_samples) if j.total_samples else None),
                       "loss": _clean(j.last_loss), "ensemble": j.spec.kind == "ensemble",   # its loss: the best member's
@@ -208,13 +216,13 @@ def make_dashboard_router(store: Store, nodes: Callable[[], Sequence[NodeView]],
 
     @router.get("/dashboard/", include_in_schema=False)
     def _index():
-        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html", headers=PAGE_HEADERS)
 
     @router.get("/dashboard/static/{name}", include_in_schema=False)
     def _static(name: str):
         if name not in STATIC_FILES:          # a fixed list: no path ever reaches the file system
             raise HTTPException(404, f"no dashboard file {name!r}")
-        return FileResponse(STATIC_DIR / name, media_type=STATIC_FILES[name])
+        return FileResponse(STATIC_DIR / name, media_type=STATIC_FILES[name], headers=PAGE_HEADERS)
 
     @data.get("/dashboard/api/overview")
     def _overview():

@@ -77,7 +77,9 @@ class EntryRules:
 
         if command[0] not in PYTHONS:   # bare names only: train/script.py swaps in the runtime's interpreter
             refuse(f"runs {command[0][:60]!r}; a command job runs `python path/to/script.py [args]` only")
-        if len(command) < 2 or not command[1].endswith(".py"):
+        # "-cCODE#.py" ends in .py too: python read it as -c and ran CODE (a custom runtime, a Ray worker's
+        # subprocess), whatever file the check found under that name
+        if len(command) < 2 or command[1].startswith("-") or not command[1].endswith(".py"):
             refuse("does not name a .py script right after python (no -c, -m or other options)")
         self._check_file(command[1], refuse)
 

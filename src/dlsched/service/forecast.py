@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from dlsched.policy.base import ClusterView, JobView, NodeView, Policy
+from dlsched.policy.base import FINISHED_SHOWN, ClusterView, JobView, NodeView, Policy
 from dlsched.policy.fleet import ModelProfile, Preprocessing
 from dlsched.policy.placement import consolidated
 from dlsched.round import Preempt, Resize, Start, schedule
@@ -158,6 +158,7 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
     for s in states.values():
         s.rate = rate_for(s.view, s.gpus, len(s.nodes), s.batch, observed.get(s.view.id)) if s.gpus else 0.0
     t, decisions, t_wall = now, 0, time.perf_counter()
+    finished = cluster.finished   # the live ones, then each job as it finishes here (as the simulator shows them)
     cut_short = True
     while decisions < max_decisions and t - now < horizon_s:
         active = [s for s in states.values() if s.finish is None]
@@ -166,7 +167,8 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
             break
         if budget_s is not None and time.perf_counter() - t_wall > budget_s:
             break
-        decision = schedule(policy, [_snapshot(s) for s in active], ClusterView(cluster.nodes, t), consolidated)
+        decision = schedule(policy, [_snapshot(s) for s in active], ClusterView(cluster.nodes, t, finished),
+                            consolidated)
         decisions += 1
         for a in decision.actions:
             s = states[a.job_id]
@@ -215,6 +217,8 @@ def forecast(views: Sequence[JobView], cluster: ClusterView, policy: Policy, now
                     s.finish, s.left = t + (dt - work_s) + s.left / s.rate, 0.0
                 else:
                     s.left -= work_s * s.rate
+            if s.finish is not None:
+                finished = (finished + (_snapshot(s),))[-FINISHED_SHOWN:]
         t = t_next
     return Forecast({k: s.start for k, s in states.items()}, {k: s.finish for k, s in states.items()},
                     decisions, cut_short)

@@ -17,6 +17,7 @@ from dlsched.perf.prior import (REGIMES, FinishedFit, finished_fit, fit_from_rec
 from dlsched.perf.schedule import Schedule, parse_schedule, shared_shape, stretched
 from dlsched.policy.base import JobView, ThroughputModel
 from dlsched.service import refit
+from dlsched.service.finished_jobs import FinishedJobs
 from dlsched.service.forecast import RESIZE_S
 from dlsched.service.metric_target import (METRICS_EVENT, ended_at, fit_space, predict_target, reached_at, reported,
                                            target_meta)
@@ -176,6 +177,7 @@ class JobModels:
         self._reports: dict[int, tuple[dict[float, float], dict[float, float], tuple[int, int]]] = {}
         self._failed_fits: set[int] = set()           # jobs whose fit raised: said once
         self.task_speeds = TaskSpeeds()               # a queued job's speed in the forecast (``task_speeds``)
+        self.finished = FinishedJobs(store, job_view)   # what the policy learns job sizes from (ClusterView.finished)
         self._queued_pool: dict[int, int] = {}        # finished jobs known when a queued job was last predicted
         # per task and model (dataset, metric, family): (finished jobs known, its shared schedule then): it changes
         # only when a job finishes, and is the same for every job of the task (a sweep's 100 finished jobs of other
@@ -192,6 +194,7 @@ class JobModels:
         last, target = self._last_fits.pop(job_id, None), self._last_target_fits.pop(job_id, None)
         if finished and self._store is not None and (job := self._store.get(job_id)) is not None:
             self.task_speeds.finished(job.spec, self._speeds.get(job_id))
+            self.finished.add(job, self._speeds.get(job_id))
         if finished and last is not None:
             self._finished += [last] + ([target] if target is not None else [])
             if self._store is not None:

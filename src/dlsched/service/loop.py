@@ -61,8 +61,8 @@ class RoundStats:
     predict_s: float = 0.0         # writing the round's predictions (the forecast runs on its own thread)
 
 
-def cluster_view(spec: ClusterSpec, now: float) -> ClusterView:
-    return ClusterView(tuple(NodeView(n.name, n.gpus, n.gpu_type, n.cpus) for n in spec.nodes), now)
+def cluster_view(spec: ClusterSpec, now: float, finished: tuple[JobView, ...] = ()) -> ClusterView:
+    return ClusterView(tuple(NodeView(n.name, n.gpus, n.gpu_type, n.cpus) for n in spec.nodes), now, finished)
 
 
 def act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
@@ -89,6 +89,15 @@ def count_to_end(store: Store, before: JobRecord, counted: dict, res: PollResult
     ended = counted_to_end(before, counted, end, now)
     store.update(before.id, **ended)
     return ended.get("accounted_until", now)
+
+
+def trained_batch(job: JobRecord, last: dict) -> int | None:
+    """The global batch ``last`` (a step record) ran at, else the one stored before; an ensemble's records are its
+    members' (no one batch is the job's)."""
+    if job.spec.kind == "ensemble":
+        return None
+    b = last.get("batch_size")
+    return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else job.trained_batch
 
 
 def policy_views(models: JobModels, store: Store, jobs: list[JobRecord], now: float) -> list[JobView]:
@@ -199,8 +208,8 @@ class LiveLoop:
             self.store.event("node_lost" if health == LOST else "node_up", None, now, node=node)
 
     def _cluster_view(self, now: float) -> ClusterView:
-        live = self.backend.nodes()
-        return ClusterView(live, now) if live is not None else cluster_view(self.cluster, now)
+        live, finished = self.backend.nodes(), self.models.finished.views   # the policy's as the simulator's
+        return ClusterView(live, now, finished) if live is not None else cluster_view(self.cluster, now, finished)
 
     def decide(self, jobs: list[JobRecord], now: float, view: ClusterView) -> list[Action]:
         """Snapshots -> one round (policy, check, placement: Optimus consolidation) on the round's ``view`` -> the
@@ -324,7 +333,7 @@ class LiveLoop:
             last = samples[-1]
             fields = {"samples": float(last.get("samples") or job.samples),   # an ensemble's loss: its best member's
                       "last_loss": self.member_losses.best(job.id, samples, last.get("loss")),
-                      "samples_per_s": last.get("samples_per_s"),
+                      "samples_per_s": last.get("samples_per_s"), "trained_batch": trained_batch(job, last),
                       **self.stalls.progressed(job, now)}
             if last.get("total_samples"):
                 fields["total_samples"] = float(last["total_samples"])

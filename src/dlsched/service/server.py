@@ -20,6 +20,7 @@ from dlsched.service import state_lock
 from dlsched.service.api import allowed_hosts, create_app, is_loopback
 from dlsched.service.auth import TOKEN_FILE_NAME, check_token, load_or_create_token
 from dlsched.service.checkpoint_locations import CheckpointRules
+from dlsched.service.connections import BACKLOG, HEAD_S, deadline_protocol
 from dlsched.service.entries import EntryRules
 from dlsched.service.limits import DEFAULT_MAX_BODY
 from dlsched.service.loop import LiveLoop, LoopThread
@@ -69,7 +70,8 @@ class Service:
                  max_body: int = DEFAULT_MAX_BODY, policy: Policy | None = None, backend=None, auth: bool = True,
                  token_file: str | Path | None = None, extra_hosts: tuple[str, ...] = (),
                  entry_roots: tuple[str | Path, ...] = (), entry_modules: tuple[str, ...] = (),
-                 jobs_dir: str | Path | None = None):
+                 jobs_dir: str | Path | None = None, head_timeout_s: float = HEAD_S,
+                 max_connections: int | None = None):
         if not auth and not is_loopback(host):
             raise UserError(f"--host {host}: --no-auth is for a loopback bind only; beyond it every request needs a token")
         if token and auth:
@@ -107,11 +109,15 @@ class Service:
             app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
                              jobs_dir=self.jobs_dir, loop_thread=self.thread, validate=self.validate,
                              hosts=allowed_hosts(host, extra_hosts), node_table=lambda: self.loop.nodes.table)
+            # a connection that never finishes its request head is closed, and none is opened past the cap: a peer
+            # without the token held connections for good and ran the service out of descriptors (connections.py)
+            http = deadline_protocol(head_timeout_s, max_connections, keep_alive_s=KEEP_ALIVE_S)
             # an idle connection is kept past the clients' own expiry (httpx's 5 s): closed at the same 5 s, a client's
             # next request went out on it as it closed and met a reset (a POST under load: ReadError, ECONNRESET)
             self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                         access_log=False, limit_concurrency=256,
-                                                        timeout_keep_alive=KEEP_ALIVE_S))
+                                                        timeout_keep_alive=KEEP_ALIVE_S, http=http,
+                                                        backlog=BACKLOG))
         except BaseException:
             state_lock.release(self._lock)
             raise

@@ -167,6 +167,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN waiting_for TEXT;
     """,
+    # 16: the global batch a job's newest step ran at, as its runtime reports it: a script's own batch (`submit --
+    # python train.py` with no --batch-size) is no scheduler's choice, and status showed none (``loop.trained_batch``)
+    """
+    ALTER TABLE jobs ADD COLUMN trained_batch INTEGER;
+    """,
 ]
 
 
@@ -368,6 +373,7 @@ class JobRecord:
     progressed_at: float | None = None     # when its last new progress was read (or it started or resized)
     stalled_since: float | None = None     # its processes live, no progress since then (service/stalls.py)
     waiting_for: str | None = None         # queued: what it waits for besides GPUs (service/coordinator_loss.py)
+    trained_batch: int | None = None       # the global batch its newest step ran at (its runtime's word)
 
     @property
     def held_gpus(self) -> int:
@@ -375,7 +381,8 @@ class JobRecord:
         return self.training_gpus if self.state == RESCALING and self.training_gpus is not None else self.num_gpus
 
     def public(self) -> dict[str, Any]:
-        skip = ("spec", "progress_offset", "training_gpus", "releasing", "accounted_until", "progressed_at")
+        # progress_offset shown: how far the service read the job's log (which rotated segments it read past)
+        skip = ("spec", "training_gpus", "releasing", "accounted_until", "progressed_at")
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in skip}
         # num_gpus as held, the scheduler's reservation beside it while a resize is pending
         d["num_gpus"], d["target_gpus"] = self.held_gpus, self.num_gpus if self.state == RESCALING else None
@@ -757,6 +764,13 @@ def purge_ended(store: Store, before: float) -> dict[str, int]:
     with store.batch():
         return {t: store._conn().execute(f"DELETE FROM {t} WHERE job_id IN ({ended})", (*TERMINAL, before)).rowcount
                 for t in ("progress", "events", "predictions")}
+
+
+def newest_finished(store: Store, limit: int) -> list[JobRecord]:
+    """The ``limit`` jobs that finished last (state finished: not failed or cancelled), oldest first."""
+    rows = store._conn().execute("SELECT * FROM jobs WHERE state = ? ORDER BY end_time DESC, id DESC LIMIT ?",
+                                 (FINISHED, limit)).fetchall()
+    return [_decode(r, store._records) for r in reversed(rows)]
 
 
 def job_counts(store: Store) -> dict[str, int]:

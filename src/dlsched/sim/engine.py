@@ -34,7 +34,7 @@ import numpy as np
 from dlsched.errors import UserError
 from dlsched.perf.pollux import load_app
 from dlsched.perf.profile import POLLUX_APPS
-from dlsched.policy.base import ClusterView, JobView, Policy, make_policy
+from dlsched.policy.base import FINISHED_SHOWN, ClusterView, JobView, Policy, make_policy
 from dlsched.policy.placement import best_fit, consolidated, most_free_first
 from dlsched.round import Resize, schedule
 from dlsched.sim.ensemble_job import ensemble_speed, share_view
@@ -44,7 +44,6 @@ from dlsched.sim.remaining import parse_remaining
 from dlsched.sim.throughput import LinearThroughput, TraceThroughput, speed_factor
 from dlsched.sim.workload import WorkloadJob, Workload
 
-FINISHED_SHOWN = 1000       # the most recent finished jobs a policy sees (ClusterView.finished)
 
 
 @dataclass(frozen=True)

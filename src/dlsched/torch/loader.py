@@ -9,24 +9,29 @@ reads its entry. A regroup or a batch change rebuilds that DataLoader from the t
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 from typing import Any, Iterator
 
+import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from dlsched.errors import UserError
 from dlsched.torch.accumulation import micro_count, split_share
 from dlsched.torch.adaptive_batch import AdaptiveBatch
+from dlsched.torch.rng_state import BATCH
 from dlsched.train.data import rank_shares
 
 
 class ElasticDataLoader:
     """``batch_size`` is the global batch at which the script's LR is given; the scheduler may change it.
-    ``max_local_batch`` left out: the job spec's (``dlsched train --max-local-batch``), else no accumulation."""
+    ``max_local_batch`` left out: the job spec's (``dlsched train --max-local-batch``), else no accumulation.
+    ``steps_per_epoch``: an epoch is its first ``steps_per_epoch × batch_size`` samples (a step limit every rank keeps
+    alike across resizes and restarts, which a count in the script does not; the job's budget knows it)."""
 
     def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 max_local_batch: int | None = None, **loader_kwargs: Any):
+                 max_local_batch: int | None = None, steps_per_epoch: int | None = None, **loader_kwargs: Any):
         from dlsched.torch.session import current_session
 
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
@@ -46,10 +51,16 @@ class ElasticDataLoader:
         if max_local_batch is not None and (not isinstance(max_local_batch, int) or max_local_batch < 1):
             raise UserError(f"ElasticDataLoader: max_local_batch={max_local_batch!r} must be a positive integer "
                             "or None")
+        if steps_per_epoch is not None and (isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int)
+                                            or steps_per_epoch < 1):
+            raise UserError(f"ElasticDataLoader: steps_per_epoch={steps_per_epoch!r} must be a positive integer or None")
         self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
+        given = loader_kwargs.pop("generator", None)   # its seed, not its state: see _generator
+        self._seed = given.initial_seed() if isinstance(given, torch.Generator) else seed
         self._iterated = False
         self._session = current_session()
-        self._session.attach_loader(len(dataset), batch_size, shuffle, seed)
+        self._session.attach_loader(len(dataset), batch_size, shuffle, seed,
+                                    steps_per_epoch * batch_size if steps_per_epoch else None)
         if max_local_batch is None and self._session.env is not None:  # the job spec's, unless the script's
             max_local_batch = self._session.env.max_local_batch
         self._session.micro.max_local_batch = max_local_batch  # past it, a rank's share is accumulated
@@ -84,7 +95,7 @@ class ElasticDataLoader:
         return self._session.global_batch
 
     def __len__(self) -> int:
-        return math.ceil(len(self.dataset) / sized_batch(self._session))
+        return math.ceil(self._session.table.epoch_size / sized_batch(self._session))
 
     def __iter__(self) -> Iterator[Any]:
         s = self._session
@@ -99,15 +110,17 @@ class ElasticDataLoader:
         batches, shares, layout = None, None, None
         while True:
             s.boundary()
+            s.rng.apply(BATCH)   # streams restored at the point they were captured: here, before the batch draws
             if s.table.done:
                 return
             s.membership.draw()   # a regroup the epoch's last step asked for, after the evaluation
+            s.rng.apply(BATCH)
             if layout != s.layout or batches is None:
                 plan = self._plan(s)
                 shares, layout = iter(plan), s.layout
                 batches = iter(DataLoader(self.dataset, batch_sampler=[self._loaded(p, n < s.global_batch)
                                                                        for n, _, pieces in plan for p in pieces],
-                                          **self.loader_kwargs))
+                                          generator=self._generator(s), **self.loader_kwargs))
             n, mine, pieces = next(shares)
             offsets = list(s.table.offsets)
             for index, piece in enumerate(pieces):
@@ -124,6 +137,14 @@ class ElasticDataLoader:
                         # the loop, its samples counted as trained and its gates left shut
                         _drop_step(s, offsets)
                     raise
+
+    def _generator(self, s) -> torch.Generator:
+        """The generator of a (re)built DataLoader: its iterator draws the seed of its worker processes from it. Left
+        to the script's own (torch's global one), each rebuild drew from it, and a resumed run, which rebuilds where it
+        resumes, then drew its dropout masks one number off an uninterrupted run's. Seeded by the epoch, rank and
+        position, so a rebuild at the same point seeds the workers alike."""
+        key = f"{self._seed}:{s.table.epoch}:{s.rank}:{s.table.consumed}".encode()
+        return torch.Generator().manual_seed(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1)
 
     def _loaded(self, piece: list[int], short: bool) -> list[int]:
         """The indices a micro-batch loads. A short last batch split over the workers may leave a rank one sample

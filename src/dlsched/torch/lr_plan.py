@@ -133,7 +133,7 @@ class LrPlanner:
         if after_epochs:   # one LR an epoch: the epoch now's, then each later one's, at its first and last step
             left = s.epochs - table.epoch
             lrs = planned_lrs(opt, schedulers, left) * factor
-            per_epoch = math.ceil(table.num_samples / batch)
+            per_epoch = math.ceil((table.cut or table.epoch_size) / batch)   # a step limit cut the epoch before
             start = s.step - math.ceil(table.consumed / batch)    # this epoch's first step is start + 1
             ends = sorted({1, per_epoch})
             x = [start + e * per_epoch + k for e in range(len(lrs)) for k in ends]
@@ -142,7 +142,7 @@ class LrPlanner:
             x, lr = [x[i] for i in keep], [lr[i] for i in keep]
         else:
             reference = s._reference()
-            left = s.epochs * math.ceil(table.num_samples / reference) - reference_steps(table, reference, table.consumed)
+            left = s.epochs * math.ceil(table.epoch_size / reference) - reference_steps(table, reference, table.consumed)
             if left > MAX_STEPS:
                 return None
             lrs = planned_lrs(opt, schedulers, left) * factor

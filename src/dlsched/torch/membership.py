@@ -16,6 +16,7 @@ from dlsched.train import storage
 from dlsched.train.data import record_path
 from dlsched.train.protocol import (GATE_RUN, SCRIPT_JOB, End, Plan, Ready, end_key, gate_key, group_prefix, plan_key,
                                     ready_key)
+from dlsched.torch.rng_state import BATCH
 from dlsched.train.peer_cut import CutWatch
 from dlsched.train.worker import PG_TIMEOUT, gather_ranks, pick_backend, wait_key
 
@@ -42,16 +43,18 @@ class GroupMembership:
         plan = Plan.from_json(wait_key(s.store, plan_key(s.generation), s.parent))
         return (plan.wids.index(s.wid) if s.wid in plan.wids else -1), len(plan.wids)
 
-    def draw(self) -> None:
-        """Before a rank draws its next batch: the regroup a step's boundary asked for (``due``), if any."""
+    def draw(self, at: str = BATCH) -> None:
+        """Before a rank draws its next batch (``at``: or between epochs): the regroup a step's boundary asked for
+        (``due``), if any."""
         if self.due:
             self.due = False
-            self.regroup()
+            self.regroup(at)
 
-    def regroup(self) -> None:
+    def regroup(self, at: str) -> None:
         """A resize: rank 0 hands the state over (the End), every rank leaves this generation's group and joins the
-        next one (or exits, if scaled in)."""
+        next one (or exits, if scaled in). Every rank's random streams go with the state (``rng_state``)."""
         s = self.s
+        s.rng.gather(s.world, at)
         if s.rank == 0:
             s._flush()
             s.store.set(end_key(s.generation), End(
@@ -91,12 +94,17 @@ class GroupMembership:
         if os.environ.get(RAY_NODE_IP_ENV):   # a peer's node may fall off the network: fail the step, not wait 60 s
             self.cut = CutWatch(s.store, gen).__enter__()
         if plan.restore:
-            s._load(storage.load(plan.restore, SCRIPT_JOB))
+            state = storage.load(plan.restore, SCRIPT_JOB)
+            s._load(state)
         else:
             box = [s._state() if rank == 0 else None]
             dist.broadcast_object_list(box, src=0, device=device if backend == "nccl" else None)
+            state = box[0]
             if rank != 0:
-                s._load(box[0])
+                s._load(state)
+        # this rank's streams (rank 0's too: a resize may make another process rank 0); a survivor of a regroup is
+        # where they were captured already, a new process restores them when its script gets there
+        s.rng.receive(state.get("rng"), rank, now=s.joined)
         s._adopt(plan)
         s._rebuild_models()
         s.setup_s = time.perf_counter() - started

@@ -67,13 +67,37 @@ class _DirectCallGuard:
         return type(self), (None,)
 
 
-def busy_until(step_open: dict, called: float, entered: float) -> None:
-    """A rank's own time in the step, for the straggler rule: from the step before's end (its batch's loading
-    included) to its last forward's end, less the forwards' waits in DDP's collectives (a buffer broadcast). Its
-    peers wait for a slow rank in the gradient all-reduce, inside backward: timed to the optimizer step, every rank
-    looked as slow as the slowest, and a rank sleeping in its forward was never flagged."""
-    step_open["busy_end"] = time.perf_counter()
-    step_open["waited"] = step_open.get("waited", 0.0) + max(0.0, entered - called)
+def _grad_tensor(out: Any) -> torch.Tensor | None:
+    """The first tensor of a model's output that backward passes through (a tensor, or one in a tuple, list or
+    dict)."""
+    if isinstance(out, torch.Tensor):
+        return out if out.requires_grad else None
+    values = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else ()
+    return next((t for t in map(_grad_tensor, values) if t is not None), None)
+
+
+def time_backward_wait(out: Any, step_open: dict) -> None:
+    """Add the time this rank's backward waits for its peers to the step's ``waited`` (the straggler rule reads a
+    rank's own time as the step's, less its waits). The gradient all-reduce runs beside the backward and is waited
+    for by DDP's callback at its end: a callback queued from the output's gradient hook (backward's first) runs
+    before DDP's, when this rank's own gradients are done, and queues one that runs after DDP's wait. Timed to the
+    optimizer step, every rank looked as slow as the slowest (its peers wait for it there); timed to the forward's
+    end only, a rank slow in backward or its optimizer step was never seen. A sync step's last forward only."""
+    tensor = _grad_tensor(out)
+    if tensor is None:
+        return
+    engine = torch.autograd.Variable._execution_engine
+
+    def own_gradients_done() -> None:
+        done = time.perf_counter()
+        engine.queue_callback(lambda: step_open.__setitem__("waited", step_open["waited"] + time.perf_counter() - done))
+
+    def at_backward(grad: torch.Tensor) -> None:
+        if not step_open.get("backward_timed"):   # a second backward through the output (retain_graph) counts once
+            step_open["backward_timed"] = True
+            engine.queue_callback(own_gradients_done)
+
+    tensor.register_hook(at_backward)
 
 
 def _halves(x: Any, n: int, h: int) -> tuple[Any, Any]:
@@ -150,7 +174,10 @@ class ElasticDataParallel(nn.Module):
                 return self._ddp(*args, **kwargs)
             called = time.perf_counter()
             out = self._ddp(*args, **kwargs)
-            busy_until(s.open, called, self._entered)
+            step_open = s.open
+            step_open["waited"] += max(0.0, self._entered - called)   # DDP's buffer broadcast waits for its peers
+            if sync and step_open["sync"]:
+                time_backward_wait(out, step_open)
             return out
         # one worker syncs every step; its cadence still names a measured step about every NOISE_S
         measuring = training and (s.step % self.noise_every == 0 if self.noise_every else s.open["measure"])

@@ -50,8 +50,19 @@ class SchedulePace:
 def reference_steps(table, reference: int, done: int) -> int:
     """Steps at the ``reference`` batch the run has taken after ``done`` of the epoch now's samples: all of each
     earlier epoch's ``L = ceil(N/B₀)``, and ``floor(L·done/N)`` of this one's."""
-    per_epoch = math.ceil(table.num_samples / reference)
-    return table.epoch * per_epoch + (per_epoch * done) // table.num_samples
+    per_epoch = math.ceil(table.epoch_size / reference)
+    earlier = table.epoch * per_epoch if table.steps_before is None else table.steps_before
+    return earlier + (per_epoch * done) // table.epoch_size
+
+
+def next_epoch_table(table, reference: int):
+    """``table``'s next epoch. After an epoch a loop broke out of (a step limit), its steps so far are the pace's
+    (counted as whole epochs, a scheduler stepped per step jumped by the rest of each epoch at the next one's start:
+    OneCycleLR from its 4th step to its 61st)."""
+    new = table.next_epoch()
+    if new.before is not None:
+        new.steps_before = reference_steps(table, reference, table.consumed)
+    return new
 
 
 _paces: WeakKeyDictionary = WeakKeyDictionary()

@@ -38,8 +38,9 @@ from dlsched.torch.membership import GroupMembership
 from dlsched.torch.noise import GradientNoiseEstimator
 from dlsched.torch.outbox import ProgressOutbox
 from dlsched.torch.registry import StateRegistry
+from dlsched.torch.rng_state import BATCH, EPOCH, RankStreams
 from dlsched.torch.lr_plan import LrPlanner
-from dlsched.torch.schedule_pace import pace_schedulers
+from dlsched.torch.schedule_pace import next_epoch_table, pace_schedulers
 from dlsched.torch.step_record import StepRecords
 from dlsched.torch.step_scalars import StepScalars
 from dlsched.torch.sync_cadence import SyncCadence
@@ -69,6 +70,7 @@ class Session:
         self.progress = ProgressOutbox(env.store if env else None)
         self.table: PartitionTable | None = None
         self.loader_batch: int | None = None
+        self.epoch_limit: int | None = None   # the loader's steps_per_epoch, in samples at its batch
         self.requested_batch: int | None = None  # the scheduler's global batch; None = the loader's
         self.reference_batch: int | None = None
         self.adaptive: AdaptiveBatch | None = None  # the loader's autoscale_batch_size opt-in
@@ -89,17 +91,20 @@ class Session:
         self.watch = FlagWatch(env.store, self) if env else None
         self.cadence = SyncCadence()
         self.scalars = StepScalars()
+        self.rng = RankStreams()
+        self.own_s = 0.0  # this rank's own time in its last sync step, sent with the next one's scalars
 
     # -- registration ---------------------------------------------------------------------------------
     def register(self, name: str, obj: Any) -> None:
         self.registry.register(name, obj)
 
-    def attach_loader(self, num_samples: int, batch_size: int, shuffle: bool, seed: int) -> None:
+    def attach_loader(self, num_samples: int, batch_size: int, shuffle: bool, seed: int, limit: int | None) -> None:
         if self.loader_batch is not None:
             raise UserError("ElasticDataLoader: one training loader per job (evaluate with a torch DataLoader)")
-        self.loader_batch = batch_size
+        self.loader_batch, self.epoch_limit = batch_size, limit
         if self.table is None:
             self.table = PartitionTable.fresh(num_samples, seed, self.epoch, shuffle=shuffle)
+            self.table.limit = limit
         elif self.table.num_samples != num_samples:
             raise UserError(f"ElasticDataLoader: dataset has {num_samples} samples, the job's checkpoint "
                             f"{self.table.num_samples}")
@@ -134,18 +139,22 @@ class Session:
             self.last_boundary = time.perf_counter()
             return
         self.membership.enter()
-        if starts_the_job(self):
+        if first_group(self):
             # the job's start state is the script's as its loop first starts (its own warm start included): a
             # restart before the first periodic checkpoint restores it, and never runs on what the script's top
-            # loads then (a pre-trained file since rewritten, the script's own export of a later model)
-            self._save()
+            # loads then (a pre-trained file since rewritten, the script's own export of a later model), nor draws
+            # other random numbers (a forked worker's streams are seeded from the OS)
+            self.rng.gather(self.world, EPOCH)
+            if self.rank == 0:
+                self._save()
+        self.rng.apply(EPOCH)
 
     def _adopt(self, plan: Plan) -> None:
         self.step = plan.step
         if self.ckpt_every_set is None:
             self.ckpt_every = plan.ckpt_every
         if plan.table is not None:
-            self.table = PartitionTable.from_snapshot(plan.table)
+            self.table = with_limit(PartitionTable.from_snapshot(plan.table), self)
             self.epoch = self.table.epoch
         self.reference_batch = plan.reference_batch
         self.epoch_loss = EpochLoss(plan.epoch_loss)  # the whole epoch's so far: from the End or the checkpoint
@@ -154,6 +163,7 @@ class Session:
         else:
                 self.requested_batch = sum(plan.local_batches) if plan.local_batches else self.requested_batch
         self.cadence.restart(self.step)
+        self.own_s = 0.0
         if self.global_batch != self.factor.batch:
             self.lr_control.retarget()
 
@@ -176,7 +186,8 @@ class Session:
     def _state(self) -> dict:
         return {"objects": self.registry.state(), "noise": self.noise.state_dict(), "factor": asdict(self.factor),
                 "epoch": self.epoch, "requested_batch": self.requested_batch,
-                "adaptive": self.adaptive.state_dict() if self.adaptive is not None else None}
+                "adaptive": self.adaptive.state_dict() if self.adaptive is not None else None,
+                "rng": self.rng.snapshot()}
 
     def _load(self, state: dict) -> None:
         self.registry.load(state["objects"])
@@ -187,12 +198,14 @@ class Session:
             self.adaptive.load_state_dict(state["adaptive"])
         if "table" in state:  # a checkpoint (a broadcast's table comes with the plan)
             self.step = state["step"]
-            self.table = PartitionTable.from_snapshot(state["table"]) if state["table"] else self.table
+            self.table = with_limit(PartitionTable.from_snapshot(state["table"]), self) if state["table"] else self.table
 
     def _save(self, finished: bool = False) -> None:
         state = {**self._state(), "step": self.step, "table": self.table.snapshot() if self.table else None,
                  "global_batch": self.requested_batch, "ramp": None, "epoch_loss": self.epoch_loss.sums(),
                  "finished": finished}
+        if finished:   # captured at no step of this run's end: a run trained on from it keeps the script's streams
+            state["rng"] = None
         path = storage.for_job(self.job_dir, self.plan and self.plan.checkpoint_uri).save(
             SCRIPT_JOB, self.step, state)
         self._emit({"event": "checkpoint", "step": self.step, "path": str(path), "time": time.time()})
@@ -204,8 +217,8 @@ class Session:
         if self.env is not None and os.getppid() != self.parent:
             self._exit(3)  # the coordinator is gone (killed): an orphan must not keep training
         sync = self.cadence.due(self.step + 1, self.world)
-        self.open = {"started": time.perf_counter(), "since": self.last_boundary, "n": n, "share": len(mine),
-                     "sync": sync, "measure": sync and self.cadence.measures()}
+        self.open = {"since": self.last_boundary, "n": n, "share": len(mine),
+                     "sync": sync, "measure": sync and self.cadence.measures(), "waited": 0.0}
         self.record_open_step(mine)   # before the all-reduce: a step that never commits is rolled back with it
 
     def record_open_step(self, ids: list[int]) -> None:
@@ -216,12 +229,12 @@ class Session:
 
     def extras(self, step_open: dict | None) -> list[float]:
         """[stop flag, this rank's |g_local|² (EDP's hooks), rank 0's proposed batch (0: none), steps to the
-        next sync step and whether it measures (rank 0's), each rank's own seconds in the step (``own_time``)] for a
-        sync step's all-reduce."""
+        next sync step and whether it measures (rank 0's), each rank's own seconds in its sync step before
+        (``own_time``: this one's may still run its optimizer step)] for a sync step's all-reduce."""
         out = [0.0] * (5 + self.world)  # a list: one worker syncs every step, and tensor writes are slow Python
         if step_open is not None:   # the flag as the step ends (read as it began, a stop waited for a second step)
             out[0] = self.watch.flag(self.generation) if self.watch is not None and self.rank == 0 else 0.0
-            out[5 + self.rank] = own_time(step_open)
+            out[5 + self.rank] = self.own_s
         if self.rank == 0:
             out[3], out[4] = self.cadence.plan(next((m.noise_every for m in self.models if m.noise_every), None),
                                                self.noise.updates)
@@ -229,15 +242,18 @@ class Session:
         out[2] = float(getattr(self.adaptive, "proposed", None) or 0)
         return out
 
-    def boundary(self) -> None:
-        """Commit the open step: record it, checkpoint when due, then obey the stop flag."""
+    def boundary(self, at: str = BATCH) -> None:
+        """Commit the open step: record it, checkpoint when due, then obey the stop flag. ``at``: where the script is
+        (``rng_state``): where its loader draws the next batch, or between epochs (a loop that broke out)."""
         if self.open is None:
             return
         step_open, self.open = self.open, None
         self.step += 1
         reduced = None
         if step_open["sync"]:  # the step scalars, every rank's at once
+            ended = time.perf_counter()   # this rank's own work in the step ends: the wait for the scalars is not
             reduced = self.scalars.summed(lambda: self.extras(step_open)) if self.world > 1 else self.extras(step_open)
+            self.own_s = own_time(step_open, ended)
             for m in self.models:
                 m._after_sync(self, reduced)
         if reduced is None:  # between sync steps: nothing to obey, nothing measured
@@ -253,23 +269,7 @@ class Session:
                 self.lr_planner.after_step(self)
         if self.adaptive is not None:
             self.adaptive.at_boundary(self, int(reduced[2]), wall)
-        if self.job_dir is not None and self.ckpt_every and self.step % self.ckpt_every == 0 and self.rank == 0:
-            self._save()
-        flag = reduced[0]
-        if flag >= float(STOP_PREEMPT):
-            if self.rank == 0:
-                if not (self.ckpt_every and self.step % self.ckpt_every == 0):
-                    self._save()
-                self._flush()
-                self.store.set(end_key(self.generation), End(finished=False, preempted=True, step=self.step).to_json())
-            self._exit()
-        if flag > 0:
-            # after an epoch's last step the script evaluates, every rank of this group together (a DDP forward
-            # syncs buffers, an all_reduce sums the accuracy): a newcomer joining there started the next epoch and
-            # met them in another collective. The group regroups where a rank draws its next batch.
-            self.membership.due = True
-            if self.table is None or not self.table.done:
-                self.membership.draw()
+        obey(self, reduced[0], at)
         self.last_boundary = time.perf_counter()
 
     # -- epochs and reports ----------------------------------------------------------------------------
@@ -279,12 +279,12 @@ class Session:
         ``mean_loss``: ``dlsched.torch.epoch_loss`` (rank 0's; the others adopt its sums at a regroup)."""
         if self.open is not None:  # a step the loop broke out after, committed below: the ending epoch's
             self.epoch_loss.add(self.metrics.get("loss"), self.open["n"], self.step + 1)
-        self.table = self.table.next_epoch() if self.table is not None else None
+        self.table = next_epoch_table(self.table, self._reference()) if self.table is not None else None
         self.epoch += 1
         if self.rank == 0:
             self._emit({"event": "epoch_end", "epoch": self.epoch - 1, "mean_loss": self.epoch_loss.close(),
                         "time": time.time()})
-        self.boundary()
+        self.boundary(EPOCH)
 
     def finish(self) -> None:
         self.boundary()
@@ -310,18 +310,50 @@ class Session:
         self.progress.flush()
 
 
-def own_time(step_open: dict) -> float:
-    """This rank's time in the open step, its waits for peers left out (``parallel.busy_until``); with no forward
-    through DDP (one worker), to now."""
-    if "busy_end" in step_open:
-        return step_open["busy_end"] - step_open["since"] - step_open["waited"]
-    return time.perf_counter() - step_open["started"]
+def with_limit(table: PartitionTable, s: Session) -> PartitionTable:
+    """The job's table with the script's own epoch length (its loader's ``steps_per_epoch`` now, not the run's
+    before)."""
+    if s.loader_batch is not None:
+        table.limit = s.epoch_limit
+    return table
 
 
-def starts_the_job(s: Session) -> bool:
-    """Rank 0 of a group that starts the job at its first step, its state the script's own (no checkpoint)."""
-    return (s.rank == 0 and s.job_dir is not None and bool(s.ckpt_every) and s.step == 0 and not s.plan.restore
-            and not s.env.joining)
+def obey(s: Session, flag: float, at: str) -> None:
+    """After session ``s`` committed a step: its checkpoint when due, then the stop flag (a preemption checkpoints
+    and exits, a resize regroups). Every rank's random streams go with a checkpoint (``rng_state``)."""
+    checkpoint = s.job_dir is not None and bool(s.ckpt_every) and s.step % s.ckpt_every == 0
+    if checkpoint or flag >= float(STOP_PREEMPT):
+        s.rng.gather(s.world, at)   # every rank's random streams, as they stand at this step
+    if checkpoint and s.rank == 0:
+        s._save()
+    if flag >= float(STOP_PREEMPT):
+        if s.rank == 0:
+            if not checkpoint:
+                s._save()
+            s._flush()
+            s.store.set(end_key(s.generation), End(finished=False, preempted=True, step=s.step).to_json())
+        s._exit()
+    if flag > 0:
+        # after an epoch's last step the script evaluates, every rank of this group together (a DDP forward
+        # syncs buffers, an all_reduce sums the accuracy): a newcomer joining there started the next epoch and met
+        # them in another collective. The group regroups where a rank draws its next batch.
+        s.membership.due = True
+        if s.table is None or not s.table.done:
+            s.membership.draw(at)
+
+
+def own_time(step_open: dict, ended: float) -> float:
+    """This rank's time in a step, from the step before's end (its batch's loading included) to this one's, less its
+    waits for its peers in the step's collectives (``parallel.time_backward_wait``): a slowness anywhere in the
+    step (forward, backward, optimizer step, the script's own code) is its own. Its peers wait for a slow rank inside
+    backward's gradient all-reduce: counted, every rank's time was the slowest's."""
+    return ended - step_open["since"] - step_open["waited"]
+
+
+def first_group(s: Session) -> bool:
+    """A group that starts the job at its first step, its state the script's own (no checkpoint): its rank 0 saves
+    that state, with every rank's random streams (each rank of it decides alike)."""
+    return s.job_dir is not None and bool(s.ckpt_every) and s.step == 0 and not s.plan.restore and not s.env.joining
 
 
 _session: Session | None = None

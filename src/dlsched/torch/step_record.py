@@ -26,7 +26,6 @@ class StepRecords:
             self._context = {
                 "epoch": s.epoch, "generation": s.generation, "workers": s.world,
                 "batch_size": s.global_batch, "epochs": s.epochs,
-                "total_samples": table.num_samples * s.epochs if s.epochs else None,
                 "grad_noise": s.noise.record(s._reference())}
         metrics, s.metrics = s.metrics, {}
         setup_s, s.setup_s = s.setup_s, None
@@ -35,7 +34,8 @@ class StepRecords:
         # alike, and was replaced again and again; shares a scheduler sized to the devices' speeds should take alike
         per_worker = [n / len(times) / max(t, OWN_TIME_FLOOR_S) for t in times]
         return {"time": time.time(), "step": s.step, **self._context,
-                "samples": table.trained, "loss": metrics.pop("loss", None),
+                "samples": table.trained, "total_samples": table.planned(s.epochs) if s.epochs else None,
+                "loss": metrics.pop("loss", None),
                 "samples_per_s": n / max(wall, 1e-9), "lr": s.step_lr, "lr_factor": s.step_lr_factor,
                 "per_worker_samples_per_s": per_worker,
                 "table": list(table.offsets), "setup_s": setup_s, "metrics": metrics}

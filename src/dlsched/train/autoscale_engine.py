@@ -27,7 +27,8 @@ from dlsched.train.autoscale import (DEFAULT_PRICE, LinearUtility, ScheduleConfi
                                      passes_utility, scaling_efficiency)
 from dlsched.train import preemption
 from dlsched.train.parent_death import preexec_dying_with
-from dlsched.train.files import ProgressTail, read_control, write_control
+from dlsched.train.files import read_control, write_control
+from dlsched.train.progress_log import ProgressTail
 
 WARMUP_STEPS = 2
 

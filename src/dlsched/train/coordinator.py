@@ -32,7 +32,8 @@ from dlsched.train import preemption, worker_forkserver
 from dlsched.train.autoscale import StragglerDetector
 from dlsched.train.devices import job_devices
 from dlsched.train.forking import preload_in_forkserver
-from dlsched.train.files import ProgressLog, job_program, read_status, write_status
+from dlsched.train.files import job_program, read_status, write_status
+from dlsched.train.progress_log import ProgressLog
 from dlsched.train.no_space import is_no_space
 from dlsched.train.job import TrainJob, build_job
 from dlsched.train.launcher import default_launcher, make_launcher

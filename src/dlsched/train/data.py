@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dlsched.train.files import iter_json_lines, read_json_lines
+from dlsched.train.files import read_json_lines
+from dlsched.train.progress_log import iter_records
 
 
 @lru_cache(maxsize=4)
@@ -43,6 +44,17 @@ class PartitionTable:
     bounds: list[int]
     offsets: list[int]  # consumed count per partition
     shuffle: bool = True  # False: every epoch in id order
+    # samples trained in the epochs before this one (None: each whole), and in the one before where a loop broke out
+    # of it early (a script's step limit): counted as whole, the job's progress jumped at each epoch's end and its
+    # budget counted samples it would never train
+    before: int | None = None
+    cut: int | None = None
+    steps_before: int | None = None   # a script's reference-batch steps in the epochs before (its LR pace), with before
+    limit: int | None = None   # samples an epoch trains (a script's steps_per_epoch): its first ones in take order
+
+    @property
+    def epoch_size(self) -> int:
+        return self.num_samples if self.limit is None else min(self.num_samples, self.limit)
 
     @classmethod
     def fresh(cls, num_samples: int, seed: int, epoch: int, num_partitions: int = 16,
@@ -58,11 +70,17 @@ class PartitionTable:
     @property
     def trained(self) -> int:
         """Samples trained in every epoch so far (a step record's ``samples``)."""
-        return self.epoch * self.num_samples + self.consumed
+        return (self.epoch * self.epoch_size if self.before is None else self.before) + self.consumed
+
+    def planned(self, epochs: int) -> int:
+        """Samples trained by the end of ``epochs`` epochs: whole ones, or, once an epoch was cut short, each epoch
+        from this one on as long as that one."""
+        per = self.cut or self.epoch_size
+        return self.trained - self.consumed + max(self.consumed, per) + max(0, epochs - self.epoch - 1) * per
 
     @property
     def remaining(self) -> int:
-        return self.num_samples - self.consumed
+        return self.epoch_size - self.consumed
 
     @property
     def done(self) -> bool:
@@ -95,7 +113,8 @@ class PartitionTable:
     def remaining_ids(self) -> np.ndarray:
         """Every unconsumed id, in the order successive ``take`` calls hand them out."""
         order = self._order()
-        return np.concatenate([order[b + o:e] for b, o, e in zip(self.bounds[:-1], self.offsets, self.bounds[1:])])
+        ids = np.concatenate([order[b + o:e] for b, o, e in zip(self.bounds[:-1], self.offsets, self.bounds[1:])])
+        return ids if self.limit is None else ids[:self.remaining]
 
     def advance(self, n: int) -> None:
         """``take(n)`` without the ids (a script's step path)."""
@@ -103,21 +122,34 @@ class PartitionTable:
             self.offsets[p] += k
 
     def next_epoch(self) -> "PartitionTable":
-        return PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
+        table = PartitionTable.fresh(self.num_samples, self.seed, self.epoch + 1, len(self.offsets), self.shuffle)
+        table.limit = self.limit
+        if self.before is not None or not self.done:
+            table.before, table.cut = self.trained, None if self.done else self.consumed
+        return table
 
     def copy(self) -> "PartitionTable":
         return PartitionTable(self.num_samples, self.seed, self.epoch, list(self.bounds), list(self.offsets),
-                              self.shuffle)
+                              self.shuffle, before=self.before, cut=self.cut, limit=self.limit,
+                              steps_before=self.steps_before)
 
     def snapshot(self) -> dict:
-        return {"num_samples": self.num_samples, "seed": self.seed, "epoch": self.epoch,
+        snap = {"num_samples": self.num_samples, "seed": self.seed, "epoch": self.epoch,
                 "bounds": list(self.bounds), "offsets": list(self.offsets), "shuffle": self.shuffle}
+        if self.before is not None:
+            snap.update(before=self.before, cut=self.cut, steps_before=self.steps_before)
+        if self.limit is not None:
+            snap["limit"] = self.limit
+        return snap
 
     @classmethod
     def from_snapshot(cls, snap: dict) -> "PartitionTable":
+        before, cut, limit, steps = snap.get("before"), snap.get("cut"), snap.get("limit"), snap.get("steps_before")
         return cls(int(snap["num_samples"]), int(snap["seed"]), int(snap["epoch"]),
                    [int(b) for b in snap["bounds"]], [int(o) for o in snap["offsets"]],
-                   bool(snap.get("shuffle", True)))
+                   bool(snap.get("shuffle", True)), before=None if before is None else int(before),
+                   cut=None if cut is None else int(cut), limit=None if limit is None else int(limit),
+                   steps_before=None if steps is None else int(steps))
 
 
 def _share_ends(n: int, local_sizes: list[int]) -> np.ndarray:
@@ -168,7 +200,7 @@ def committed_sample_ids(job_dir: Path) -> Counter:
     """
     job_dir = Path(job_dir)
     rollbacks = [(rec["new_generation"], rec[ROLLBACKS[rec["event"]]])
-                 for rec in iter_json_lines(job_dir / "progress.jsonl", bad=lambda *_: None)
+                 for rec in iter_records(job_dir, bad=lambda *_: None)
                  if rec.get("event") in ROLLBACKS]   # a damaged line mid-file: the resume passed over it too
     seen: Counter = Counter()
     for path in sorted((job_dir / "samples").glob("worker-*.jsonl")):

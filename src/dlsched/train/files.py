@@ -127,30 +127,6 @@ def drop_torn_tail(path: Path) -> None:
         pass
 
 
-class ProgressLog:
-    """Appends one JSON object per line to DIR/progress.jsonl (flushed per line so tailers see it)."""
-
-    def __init__(self, job_dir: Path, echo: Callable[[dict], None] | None = None, first: bool = False):
-        """``first``: the runtime's own log, opened at its start (it holds the folder's lock): an earlier run's torn
-        last line is cut off (``drop_torn_tail``); a rank appending beside a live writer leaves the file as it is."""
-        self.path = Path(job_dir) / "progress.jsonl"
-        if first:
-            drop_torn_tail(self.path)
-        self._f = open(self.path, "a", buffering=1)
-        self.echo = echo   # e.g. train.progress_lines.HumanProgress: the same records as human lines on stdout
-
-    def write(self, obj: dict) -> None:
-        self._f.write(json.dumps(obj) + "\n")
-        if self.echo is not None:
-            self.echo(obj)
-
-    def close(self) -> None:
-        self._f.close()
-        close_echo = getattr(self.echo, "close", None)
-        if close_echo is not None:
-            close_echo()
-
-
 def read_json_lines(path: Path, warn_torn: bool = True) -> list[dict]:
     """The records of a JSON-lines file written by a process that may have been killed mid-line: a torn last
     line is skipped with a warning (``warn_torn``: readers of a live file, whose last line is usually being
@@ -226,10 +202,6 @@ class ControlWatch:
         return ctl if ctl.generation > self.generation else None
 
 
-def read_progress(job_dir: Path) -> list[dict]:
-    return read_json_lines(Path(job_dir) / "progress.jsonl")
-
-
 def open_regular(path: str | Path, mode: str = "rb") -> IO:
     """``open(path, mode)`` for reading a file job code may have made something else: a FIFO blocked the reader (the
     service's scheduling loop, for good) until a writer came, a link to /dev/zero never ended; OSError (ENOENT for
@@ -261,29 +233,6 @@ def appended_lines(path: Path, offset: int, max_bytes: int = -1) -> tuple[list[b
         return [], offset
     end = chunk.rfind(b"\n") + 1
     return chunk[:end].splitlines(), offset + end
-
-
-class ProgressTail:
-    """The records appended to DIR/progress.jsonl since the last ``read`` (complete lines only; a torn or malformed
-    line is skipped). A reader that polls a live job: re-reading the whole log at each poll took 0.4 s at 50 000
-    steps, a core of a 2-core host at 5 polls a second. ``from_end`` starts past the records already there."""
-
-    def __init__(self, job_dir: Path, from_end: bool = False):
-        self.path, self.offset = Path(job_dir) / "progress.jsonl", 0
-        if from_end:
-            self.read()
-
-    def read(self) -> list[dict]:
-        lines, self.offset = appended_lines(self.path, self.offset)
-        out = []
-        for line in lines:
-            try:
-                rec = json.loads(line) if line.strip() else None
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-        return out
 
 
 def control_bytes(job_dir: Path) -> bytes | None:

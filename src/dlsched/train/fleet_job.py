@@ -22,7 +22,8 @@ from typing import Callable, Mapping, Sequence
 
 from dlsched.policy.fleet import FleetPlan, Preprocessing, plan_fleet
 from dlsched.train import preemption
-from dlsched.train.files import ControlWatch, ProgressLog, atomic_write_json, write_status
+from dlsched.train.files import ControlWatch, atomic_write_json, write_status
+from dlsched.train.progress_log import ProgressLog
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
 from dlsched.train.flotilla import (CTX, LEFT, Augment, Convergence, FlotillaRun, MemberLost, MemberSpec, _build,

@@ -284,6 +284,13 @@ def _build(spec: MemberSpec) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.9)
 
 
+def load_member_checkpoint(path: Path) -> dict:
+    """A member's epoch checkpoint (its weights, optimizer state and convergence counters: tensors, numbers, lists,
+    dicts). Tensors and plain data only (``weights_only``): a pickle load ran whatever a file in the job folder named,
+    as the service's user, at the member's next resume."""
+    return torch.load(path, weights_only=True)
+
+
 def _save_atomic(obj: dict, path: Path) -> None:
     with atomic_file(path, "wb") as f:
         torch.save(obj, f)
@@ -356,7 +363,7 @@ def _train_member(spec: MemberSpec, worker: MemberRank, ring: BatchRing, start_b
     ckpt = Path(ckpt_dir) / f"{spec.name}.pt"
     state = {"step": 0, "epoch": 0, "best": -1.0, "bad": 0, "history": []}
     if ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
+        saved = load_member_checkpoint(ckpt)
         net.load_state_dict(saved["model"]), opt.load_state_dict(saved["opt"])
         state = saved["state"]
     # its step k trains the stream's batch k + shift, whole epochs apart: its epochs are the stream's epochs

@@ -10,6 +10,7 @@ failed (the PS runtime), or failed the job at once (the ensemble's), unless the 
 from __future__ import annotations
 
 import errno
+import os
 import sys
 import traceback
 from contextlib import contextmanager
@@ -29,6 +30,23 @@ def is_no_space(e: BaseException | None) -> bool:
     return False
 
 
+def say_no_space(*lines: str) -> None:
+    """The traceback being handled and ``lines`` on stderr, then both streams flushed. stderr (and stdout) is the job
+    folder's ``output.log``, on the disk that is full: the write failed in turn, and its OSError ended the runtime
+    with exit 1 (read as the job's failure, for good) instead of ``EXIT_NO_SPACE``. What the streams cannot write then
+    goes to /dev/null, so flushing it at exit does not fail either (exit status 120)."""
+    try:
+        traceback.print_exc()
+        for line in lines:
+            print(line, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+
+
 @contextmanager
 def exits_no_space():
     """Around a rank process's body: a full disk's exception ends it with ``EXIT_NO_SPACE`` (traceback on stderr)."""
@@ -37,8 +55,7 @@ def exits_no_space():
     except Exception as e:
         if not is_no_space(e):
             raise
-        traceback.print_exc()
-        sys.stderr.flush()
+        say_no_space()
         sys.exit(EXIT_NO_SPACE)
 
 

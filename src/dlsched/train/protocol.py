@@ -172,7 +172,8 @@ class StepRecord(_Record):
     """One line of DIR/progress.jsonl per optimizer step (extra fields: the user's ``report()`` metrics).
 
     ``samples`` counts samples trained in all epochs so far; ``total_samples`` is the job's budget
-    (samples per epoch x epochs), null when it may end sooner; ``lr`` is the LR the step used, ``lr_factor`` the LR
+    (samples per epoch x epochs; once a script's loop cut an epoch short, each later epoch as long), null when it may
+    end sooner; ``lr`` is the LR the step used, ``lr_factor`` the LR
     rule's factor for its batch (``lr`` over it: the schedule's LR); ``grad_noise`` is null when the job measures
     none; ``control_generation`` is the control.json request the group that took the step was formed for (-1: none
     yet; absent from runtimes that do not say): a group that trains on while a newer request's newcomers prepare
@@ -205,7 +206,8 @@ EVENTS = ("resized", "checkpoint", "worker_lost", "straggler", "epoch_end", "fin
           "checkpoint_skipped", "resumed", "shrunk",     # a torn checkpoint, a restart, a group shrunk past a loss
           "batch_size", "servers_changed",               # dlsched.torch's adaptive batch, a ps job's servers
           "rejoined",                                    # a shrunk group grown back into the slots it still held
-          "progress_line_skipped")                       # a resume passed over a damaged progress.jsonl line
+          "progress_line_skipped",                       # a resume passed over a damaged progress.jsonl line
+          "progress_segment")                            # a rotated log's live file's first line (train/progress_log.py)
 
 
 class EventRecord(_Record):

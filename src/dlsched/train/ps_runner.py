@@ -34,9 +34,10 @@ import torch.distributed as dist
 
 from dlsched.errors import JobFailed, UserError
 from dlsched.train import preemption
-from dlsched.train.files import (ControlWatch, ProgressLog, appended_lines, atomic_write_json, job_program,
-                                 read_status, write_status)
+from dlsched.train.files import (ControlWatch, appended_lines, atomic_write_json, job_program, read_status,
+                                 write_status)
 from dlsched.train.forking import inheriting_no_garbage, load_lazy_training_modules
+from dlsched.train.progress_log import ProgressLog
 from dlsched.train.job import build_job
 from dlsched.train.launcher import default_launcher, make_launcher
 from dlsched.train.no_space import EXIT_NO_SPACE, exits_no_space, no_space

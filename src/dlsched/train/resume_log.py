@@ -6,7 +6,8 @@ took 8 s and 600 MB of memory at every start of the coordinator (each resume aft
 coordinator); read a record at a time, the memory is the few facts below, but the time still grew with the job's
 age (82 MB: 4.4 s a resume). Each resume now leaves what it read folded into ``progress.resume.json`` (the facts,
 and the byte offset they are of), and the next one reads only the records past that offset: a resume costs the
-records written since the last one. The file itself is never rewritten (the service reads it from its own offset).
+records written since the last one. Its offsets are the log's logical ones (``train.progress_log``): a
+rotation moves no record past them.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlsched.train.files import atomic_write_json, iter_json_lines, read_status
+from dlsched.train.files import atomic_write_json, read_status
+from dlsched.train.progress_log import files_from, iter_records
 from dlsched.train.replayed_records import ReplayedRecords
 
 log = logging.getLogger(__name__)
@@ -46,9 +48,8 @@ def read_resume_log(job_dir: Path, restored_step: int) -> ResumeLog:
     request again, over its own ``--workers``); ``generation``: in status.json or on a step record (a run killed
     before its status said so); ``replays``: ``ReplayedRecords.from_log``. The records before the offset of the
     last resume's summary are taken from it; a summary that is not of this file (moved, cut, rewritten) is ignored."""
-    path = Path(job_dir) / "progress.jsonl"
     out = ResumeLog(generation=_int((read_status(job_dir) or {}).get("generation")))
-    offset, lines, batches, checkpoints = _read_summary(Path(job_dir), path, out)
+    offset, lines, batches, checkpoints = _read_summary(Path(job_dir), out)
 
     def bad(line: int, error: str, text: bytes) -> None:
         # a damaged record mid-file (a flipped byte, a hand's edit) failed every later resume of the job for good;
@@ -59,7 +60,7 @@ def read_resume_log(job_dir: Path, restored_step: int) -> ResumeLog:
                                 "text": text[:120].decode("utf-8", "replace").rstrip("\n")})
 
     read = _Reading(offset, lines)
-    for rec in iter_json_lines(path, bad=bad, offset=offset, seen=read.seen):
+    for rec in iter_records(job_dir, bad=bad, offset=offset, seen=read.seen):   # logical offsets: across rotations
         if not isinstance(rec, dict):
             continue
         out.answered = max(out.answered, _int(rec.get("control_generation")))
@@ -72,7 +73,7 @@ def read_resume_log(job_dir: Path, restored_step: int) -> ResumeLog:
         if len(batches) > 4 * KEPT_BATCHES:   # only the newest checkpoints' steps (and the restored one) are read
             batches = _pruned(batches, checkpoints, restored_step)
     out.batch = batches.get(restored_step)
-    _write_summary(Path(job_dir), path, read, out, _pruned(batches, checkpoints, restored_step), checkpoints)
+    _write_summary(Path(job_dir), read, out, _pruned(batches, checkpoints, restored_step), checkpoints)
     out.replays.restored(restored_step)
     return out
 
@@ -102,26 +103,32 @@ def skipped_events(log: ResumeLog, now: float) -> list[dict]:
             for s in log.skipped]
 
 
-def _check(path: Path, offset: int) -> str | None:
-    """The hash of the bytes before ``offset`` (which must end a line), None where the file has no such bytes."""
+def _check(job_dir: Path, offset: int) -> str | None:
+    """The hash of the bytes before logical ``offset`` (which must end a line) in the log's file that holds them (at
+    most CHECK_BYTES, from that file's start on), None where the log has no such bytes."""
+    files = files_from(job_dir, offset - 1) if offset > 0 else []
+    if not files:
+        return None
+    base, path = files[0]
+    start = max(base, offset - CHECK_BYTES)
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, offset - CHECK_BYTES))
-            before = f.read(offset - max(0, offset - CHECK_BYTES))
+            f.seek(start - base)
+            before = f.read(offset - start)
     except OSError:
         return None
-    if len(before) != min(offset, CHECK_BYTES) or (before and not before.endswith(b"\n")):
+    if len(before) != offset - start or (before and not before.endswith(b"\n")):
         return None
     return hashlib.sha256(before).hexdigest()
 
 
-def _read_summary(job_dir: Path, path: Path, out: ResumeLog) -> tuple[int, int, dict, list]:
+def _read_summary(job_dir: Path, out: ResumeLog) -> tuple[int, int, dict, list]:
     """(offset, lines, batches, checkpoints) the last resume's summary holds, its facts put into ``out``; from the
     file's start where there is none or it is not of this file."""
     try:
         s = json.loads((job_dir / SUMMARY).read_text())
         offset, lines = int(s["offset"]), int(s["lines"])
-        if offset <= 0 or _check(path, offset) != s["check"]:
+        if offset <= 0 or _check(job_dir, offset) != s["check"]:
             return 0, 0, {}, []
         out.answered, out.generation = max(out.answered, int(s["answered"])), max(out.generation, int(s["generation"]))
         out.replays.evaluations.update({int(k): int(n) for k, n in s["evaluations"]})
@@ -134,8 +141,8 @@ def _read_summary(job_dir: Path, path: Path, out: ResumeLog) -> tuple[int, int, 
         return 0, 0, {}, []
 
 
-def _write_summary(job_dir: Path, path: Path, read: _Reading, out: ResumeLog, batches: dict, checkpoints: list) -> None:
-    check = _check(path, read.offset)
+def _write_summary(job_dir: Path, read: _Reading, out: ResumeLog, batches: dict, checkpoints: list) -> None:
+    check = _check(job_dir, read.offset)
     if read.offset <= 0 or check is None:
         return
     try:

@@ -18,7 +18,7 @@ from dlsched.errors import JobFailed, UserError
 from dlsched.train import fence, storage
 from dlsched.train.files import job_program, read_status, write_status
 from dlsched.train.fleet_spec import FleetOptions
-from dlsched.train.no_space import EXIT_NO_SPACE, is_no_space
+from dlsched.train.no_space import EXIT_NO_SPACE, is_no_space, say_no_space
 from dlsched.train.scaling import BatchMode
 
 if TYPE_CHECKING:
@@ -171,11 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001 - the backend reads status.json; the log keeps the trace
-        traceback.print_exc()
-        if is_no_space(e):
-            print(f"error: the job folder's disk is full ({e}): stopped, its checkpoints stand; it resumes from the "
-                  "newest once there is room", file=sys.stderr)
+        if is_no_space(e):   # said as it can be: the log is on that disk too
+            say_no_space(f"error: the job folder's disk is full ({e}): stopped, its checkpoints stand; it resumes "
+                         "from the newest once there is room")
             return EXIT_NO_SPACE
+        traceback.print_exc()
         return 1
 
 

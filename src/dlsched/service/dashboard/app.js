@@ -4,11 +4,15 @@
 "use strict";
 
 const params = new URLSearchParams(location.search);
-if (params.get("token")) {
-  sessionStorage.setItem("dlsched-token", params.get("token"));
+// #token=T: a fragment never leaves the browser (a query's ?token=T, still taken, reached the server's request line,
+// so a reverse proxy's access log)
+const hashToken = location.hash.match(/^#token=([^&#]+)/);
+const given = hashToken ? decodeURIComponent(hashToken[1]) : params.get("token");
+if (given) {
+  sessionStorage.setItem("dlsched-token", given);
   // out of the address bar, the browser's history and the Referer of the page's requests from here on
   params.delete("token");
-  history.replaceState(null, "", location.pathname + (params.toString() ? `?${params}` : "") + location.hash);
+  history.replaceState(null, "", location.pathname + (params.toString() ? `?${params}` : "") + (hashToken ? "#/" : location.hash));
 }
 const TOKEN = sessionStorage.getItem("dlsched-token");
 const REFRESH_MS = 3000;
@@ -48,7 +52,7 @@ function colour(id) { const h = (Number(id) * 137.508) % 360; return `hsl(${h.to
 async function api(path) {
   const r = await fetch(path, { headers: TOKEN ? { Authorization: "Bearer " + TOKEN } : {} });
   // opened as the URL serve prints, without ?token=: say how to open it (a bare "HTTP 401" said nothing)
-  if (r.status === 401) throw new Error(`${path}: HTTP 401: ${TOKEN ? "the token given is not the service's" : "this page needs the service's token"}: open ${location.pathname}?token=TOKEN, TOKEN being what the token file named by \`dlsched serve\` at its start holds (STATE_DIR/token)`);
+  if (r.status === 401) throw new Error(`${path}: HTTP 401: ${TOKEN ? "the token given is not the service's" : "this page needs the service's token"}: open ${location.pathname}#token=TOKEN, TOKEN being what the token file named by \`dlsched serve\` at its start holds (STATE_DIR/token)`);
   if (!r.ok) throw new Error(`${path}: HTTP ${r.status} ${(await r.text()).slice(0, 200)}`);
   return r.json();
 }
@@ -168,8 +172,13 @@ async function overviewPage(view) {
   const stalled = (j) => (j.stalled_since ? ` <span class="error stalled" title="no progress since ${fmtClock(j.stalled_since)}">stalled</span>` : "")
     // a queued job whose start failed with its GPUs free (its folder's disk full): what it waits for (not GPUs)
     + (j.state === "queued" && j.waiting_for ? ` <span class="error waiting">waiting for ${esc(j.waiting_for)}</span>` : "");
+  // held (-> the target while it rescales), then what it asked for: "2/1" read as a fraction, with no label
+  const gpusCell = (j) => {
+    const [lo, hi] = j.gpu_range, asked = lo === hi ? `${lo}` : `${lo}–${hi}`;
+    return `${j.gpus}${j.target_gpus != null ? ` → ${j.target_gpus}` : ""} <span class="muted asked" title="asked for ${asked} GPUs${lo === hi ? "" : ` (elastic; ${j.requested} to start)`}">of ${asked}</span>`;
+  };
   const q = d.queue.map((j) => `<tr data-job="${j.id}"><td><a href="#/job/${j.id}">${j.id}</a></td><td>${esc(j.name)}</td><td><span class="state ${j.state}">${j.state}</span>${stalled(j)}</td>
-      <td class="num">${j.gpus}/${j.requested}</td><td class="num">${j.batch_size ?? "–"}</td>
+      <td class="num">${gpusCell(j)}</td><td class="num">${j.batch_size ?? "–"}</td>
       <td>${j.fraction_done == null ? "–" : `<span class="bar"><i style="width:${(100 * Math.min(1, j.fraction_done)).toFixed(1)}%"></i></span> ${(100 * j.fraction_done).toFixed(0)}%`}</td>
       <td class="num"${j.ensemble ? ' title="the lowest newest loss of its members"' : ""}>${j.ensemble && j.loss != null ? "best " : ""}${fmtNum(j.loss)}</td><td class="num">${fmtNum(j.samples_per_s)}</td>
       <td>${rel(j.predicted_start, now)}</td><td>${finishCell(j.predicted_finish, j, now)}</td><td class="target">${targetCell(j.target, now, j.target_pending)}</td></tr>`).join("");
@@ -179,7 +188,7 @@ async function overviewPage(view) {
     <section><div class="counts" id="counts"><span><b>${d.total_jobs}</b> jobs</span>${counts}<span><b>${used}/${total}</b> GPUs busy</span></div></section>
     <section id="cluster"><h2>Cluster — nodes × GPUs, who holds what</h2>${nodes || '<p class="muted">no nodes</p>'}</section>
     <section><h2>Queue <span class="muted">(${d.queue.length} active; predicted start/finish under the policy forecast)</span></h2>
-      <div class="scroll"><table id="queue"><thead><tr><th>id</th><th>name</th><th>state</th><th class="num">GPUs</th><th class="num">batch</th><th>progress</th><th class="num">loss</th><th class="num">samples/s</th><th>predicted start</th><th>predicted finish</th><th>stated target</th></tr></thead><tbody>${q}</tbody></table></div></section>
+      <div class="scroll"><table id="queue"><thead><tr><th>id</th><th>name</th><th>state</th><th class="num" title="the GPUs it trains on, of those it asked for">GPUs held</th><th class="num">batch</th><th>progress</th><th class="num">loss</th><th class="num">samples/s</th><th>predicted start</th><th>predicted finish</th><th>stated target</th></tr></thead><tbody>${q}</tbody></table></div></section>
     <section><h2>Allocation timeline <span class="muted">(${d.gantt_jobs} of ${d.gantt_total_jobs} jobs; bar height ∝ GPUs)</span></h2><div id="gantt" class="scroll"></div></section>
     <section><h2>Recently ended</h2><div class="scroll"><table id="recent"><thead><tr><th>id</th><th>name</th><th>state</th><th>submitted</th><th>ended</th><th class="num">JCT</th><th>error</th></tr></thead><tbody>${recent}</tbody></table></div></section>`;
   document.getElementById("gantt").appendChild(gantt(d.gantt, now));
@@ -204,7 +213,7 @@ async function jobPage(view, id) {
     series.push({ label: "fitted Optimus curve 1/(β0·k+β1)+β2", kind: "line", colour: "#dc2626", points: pts });
   }
   const kv = [["state", `<span class="state ${j.state}">${j.state}</span>`], [j.spec.command ? "command" : "entry", esc(j.spec.command ? j.spec.command.join(" ") : j.spec.entry)], ["GPUs held / requested", `${j.num_gpus} / ${j.spec.gpus}`],
-    ["placement", esc(JSON.stringify(j.placement))], ["batch size", j.batch_size ?? "–"], ["samples done", fmtNum(j.samples)],
+    ["placement", esc(JSON.stringify(j.placement))], ["batch size", j.batch_size ?? j.trained_batch ?? "–"], ["samples done", fmtNum(j.samples)],
     ["fraction done", j.fraction_done == null ? "–" : (100 * j.fraction_done).toFixed(1) + "%"], ["submitted", rel(j.submit_time, now)],
     ["started", rel(j.start_time, now)], ["ended", j.end_time ? rel(j.end_time, now) : "–"],
     // an ended job has no prediction to give: "?" read as one the service failed to make (its start and end are above)
