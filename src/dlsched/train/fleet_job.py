@@ -27,7 +27,7 @@ from dlsched.train.progress_log import ProgressLog
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
 from dlsched.train.flotilla import (CTX, LEFT, Augment, Convergence, FlotillaRun, MemberLost, MemberSpec, _build,
-                                    run_flotillas)
+                                    load_member_checkpoint, run_flotillas)
 from dlsched.train.member_cancel import cancelled_members
 from dlsched.train.member_heads import check_heads
 from dlsched.train.progress_lines import HumanProgress
@@ -119,14 +119,15 @@ def left_earlier(ckpt_dir: Path) -> dict[str, dict]:
 
 
 def _standing(ckpt_dir: Path, name: str) -> tuple[int, float | None]:
-    """A member's epochs and best validation accuracy as its checkpoint has them (0, None before its first)."""
-    import torch
+    """A member's epochs and best validation accuracy as its checkpoint has them (0, None before its first or from a
+    file not of its shape); read as the member resumes it, tensors and plain data only."""
+    import pickle
 
     try:
-        st = torch.load(ckpt_dir / f"{name}.pt", map_location="cpu", weights_only=False)["state"]
-    except (OSError, KeyError, RuntimeError, EOFError):
+        st = load_member_checkpoint(ckpt_dir / f"{name}.pt")["state"]
+        return int(st["epoch"]), (float(st["best"]) if st["best"] >= 0 else None)
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError):
         return 0, None
-    return int(st["epoch"]), (float(st["best"]) if st["best"] >= 0 else None)
 
 
 def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Convergence, ckpt_dir: Path, *,
