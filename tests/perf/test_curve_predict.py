@@ -7,7 +7,7 @@ import pytest
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior, fit_annealing
 from dlsched.perf.calibration import Calibration, calibrate, from_dict, load_calibration, quantile_band
 from dlsched.perf.curve_predict import anchor, predict_curve, reach_chance
-from dlsched.perf.first_passage import first_passage, logged_crossing, logged_noise
+from dlsched.perf.first_passage import first_passage, logged_crossing, logged_noise, median3, running_median
 from dlsched.perf.prior import FinishedFit, prior_from_fits
 from dlsched.perf.schedule import parse_schedule
 
@@ -227,6 +227,19 @@ def test_a_noisy_log_first_reaches_a_target_on_a_flat_end_before_its_mean_does()
     assert 200 < noisy < exact - 20
     assert noisy == first_passage(grid, curve, x, y, 1.02, sigma=0.01)   # fixed draws
     assert first_passage(grid, curve, x, y, 0.9, sigma=0.01) is None
+
+
+def test_the_three_point_median_is_numpys_exactly_nan_and_infinities_included():
+    """``median3`` replaced np.median over the stacked windows (first_passage's draws, running_median): the same
+    values, bit for bit, so every prediction is unchanged."""
+    seq = np.random.default_rng(3).standard_normal((64, 502)).round(1)   # rounded: ties too
+    seq[3, 10], seq[5, 7], seq[6, 8], seq[7, 9:12] = np.nan, np.inf, -np.inf, 0.5
+    a, b, c = seq[:, :-2], seq[:, 1:-1], seq[:, 2:]
+    assert np.array_equal(median3(a, b, c), np.median(np.stack([a, b, c]), axis=0), equal_nan=True)
+    y = seq[0]
+    inner = np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1)
+    assert np.array_equal(running_median(y), [(y[0] + y[1]) / 2, *inner, (y[-2] + y[-1]) / 2])
+    assert running_median([1.0, 2.0]).tolist() == [1.5, 1.5] and running_median([4.0]).tolist() == [4.0]
 
 def test_the_shipped_shape_prior_carries_its_spread_when_the_table_has_one():
     bands = ((-0.1, 0.1),)

@@ -8,7 +8,8 @@ free ones, shrinking gives the surplus back) and hands the runtime the new devic
 workers added later get their own GPU too. The slots a resize takes from a job with ``Launch.hold_given_back`` (a
 shrink, a move, a grow given up unconfirmed) stay booked, to no job, until ``release``: the group before it may
 still train there, and a count per node alone let the next job take the lowest free slot, that one. Coordinators run
-in their own session (process group) so that a SIGKILL of the service leaves them training; after a restart
+in their own session (process group) so that a SIGKILL of the service leaves them training (the default runtime is
+forked from ``runtime_forkserver``, which has torch loaded, from the second start on); after a restart
 ``attach`` finds them again through ``DIR/launch.json`` (pid + process start time, which guards against pid reuse),
 and the books with them: its ``slots``, the ``releasing`` ones held back, and the slots ``before`` its last resize
 (a grow given up after a restart returns to the slots its workers train on).
@@ -26,6 +27,7 @@ from typing import Callable, Mapping, Sequence
 
 import psutil
 
+from dlsched.backends import runtime_forkserver
 from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched,
                                    runtime_command, write_control)
 from dlsched.backends.coordinator_exit import coordinator_exit
@@ -119,7 +121,7 @@ class LocalBackend(Backend):
         self.cwd = str(cwd or os.getcwd())
         self.threads_per_worker = threads_per_worker
         self.stop_grace_s = stop_grace_s
-        self._procs: dict[int, subprocess.Popen] = {}
+        self._procs: dict[int, subprocess.Popen | runtime_forkserver.ForkedCoordinator] = {}
         self._attached: dict[int, psutil.Process] = {}
         real = [n for n in nodes if n.gpu_type != SLOT_TYPE and n.gpus]
         self.devices = gpu_devices(nodes, cuda_count()) if real else {}
@@ -172,16 +174,27 @@ class LocalBackend(Backend):
                 log.write(f"\n== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(cmd)}\n".encode())
                 log.flush()
                 with sigterm_blocked():  # a stop during the runtime's start-up waits until it can checkpoint and exit 143
-                    proc = subprocess.Popen(cmd, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(lock,))
+                    proc = self._forked(cmd, env, job_dir / "output.log", lock) or subprocess.Popen(
+                        cmd, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True, pass_fds=(lock,))
         finally:
             os.close(lock)   # the coordinator holds it now, for its life
         fault_point("coordinator-started")
         self._procs[launch.job_id] = proc
         self._attached.pop(launch.job_id, None)
-        atomic_write_json(job_dir / "launch.json",
-                          {"pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "cmd": cmd,
-                           "slots": slots})
+        born = getattr(proc, "create_time", None) or psutil.Process(proc.pid).create_time()
+        atomic_write_json(job_dir / "launch.json", {"pid": proc.pid, "create_time": born, "cmd": cmd, "slots": slots})
+
+    def _forked(self, cmd: list[str], env: dict[str, str], log: Path, lock: int):
+        """The default runtime forked from this process's runtime forkserver (``runtime_forkserver``), else None:
+        another runtime, or no server loaded yet (this start spawns, as every start did: the first, and any until the
+        server, started by the second, has loaded)."""
+        if not runtime_forkserver.forkable(cmd):
+            return None
+        try:
+            return runtime_forkserver.start(cmd, self.cwd, env, str(log), lock)
+        except runtime_forkserver.NotReady:
+            return None
 
     def _adopt_holder(self, job_id: int, job_dir: Path, cmd: list[str], placement: Mapping[str, int]) -> None:
         """A live coordinator holds the job's lock, though no launch.json names it (the service died between
@@ -344,9 +357,9 @@ def _within(slots: Mapping[str, Sequence[int]], held: Mapping[str, Sequence[int]
     return all(set(idx) <= set(held.get(node, ())) for node, idx in slots.items())
 
 
-def _alive(proc: subprocess.Popen | None, ps: psutil.Process | None) -> bool:
+def _alive(proc: subprocess.Popen | runtime_forkserver.ForkedCoordinator | None, ps: psutil.Process | None) -> bool:
     if proc is not None:
-        return proc.poll() is None
+        return proc.poll() is None if isinstance(proc, subprocess.Popen) else not proc.ended()
     if ps is not None:
         try:
             return ps.is_running() and ps.status() != psutil.STATUS_ZOMBIE

@@ -45,6 +45,12 @@ def logged_noise(x, y, f) -> float:
     return min(0.5, sigma) if np.isfinite(sigma) else 0.0
 
 
+def median3(a, b, c):
+    """The elementwise median of three arrays, as np.median of them stacked gives it (NaN where one is NaN), without
+    its partition: that was most of ``first_passage``'s time, and so of a service refit of a job with a target."""
+    return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
+
+
 def running_median(y) -> np.ndarray:
     """The logged values' centred 3-point running median, two points' mean at the ends (one point: itself)."""
     y = np.asarray(y, float)
@@ -53,7 +59,7 @@ def running_median(y) -> np.ndarray:
     ends = [(y[0] + y[1]) / 2], [(y[-2] + y[-1]) / 2]
     # two points: their mean at each (no window of 3 fits: numpy raised, and the service stored a refit without its
     # stated target's prediction whenever a second evaluation came in)
-    inner = np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1) if len(y) > 2 else np.empty(0)
+    inner = median3(y[:-2], y[1:-1], y[2:])
     return np.concatenate([ends[0], inner, ends[1]])
 
 
@@ -88,7 +94,7 @@ def first_passage(grid, curve, x, y, goal: float, sigma: float, seed: int = 0) -
     sim = mean * (1 + sigma * rng.standard_normal((DRAWS, len(xs))))
     seq = np.concatenate([np.broadcast_to(np.asarray(y[-2:], float), (DRAWS, 2)), sim,
                           sim[:, -1:]], axis=1)   # the last point repeated: its median sees it twice
-    med = np.median(np.stack([seq[:, :-2], seq[:, 1:-1], seq[:, 2:]]), axis=0)   # med[:, j] centred on seq j+1
+    med = median3(seq[:, :-2], seq[:, 1:-1], seq[:, 2:])   # med[:, j] centred on seq j+1
     prev, cur = med[:, :-1], med[:, 1:]       # cur[:, i] is the median at xs[i]; prev at the point before
     hit = cur <= goal
     first = np.where(hit.any(axis=1), hit.argmax(axis=1), -1)
