@@ -7,7 +7,8 @@ process group. Params: ``samples`` (dataset size), ``epochs``, ``step_s`` (secon
 ``fail_at`` (samples after which it crashes; ``error``: the error it says then), ``kill_at`` (samples after which it SIGKILLs itself, as the
 OOM killer would), ``ckpt_every`` (steps), ``flood`` (``metrics`` events written before the first step, as a
 script reporting between steps in a loop would) and ``big_event`` (bytes of one event's field, written with them), ``first_step_s`` (seconds its first step takes: a large
-model's build or a slow data load).
+model's build or a slow data load), ``exit_s`` (seconds it stays after writing ``finished``, until a SIGTERM: a
+runtime's teardown) and ``open_ended`` (no ``total_samples``: a job with a target loss, which may end sooner).
 """
 from __future__ import annotations
 
@@ -103,13 +104,17 @@ def main() -> int:
         dt = time.time() - t0
         emit({"time": time.time(), "step": step, "epoch": samples // n, "samples": samples, "loss": loss,
               "samples_per_s": batch / dt, "workers": workers, "batch_size": batch,
-              "per_worker_samples_per_s": [batch / dt / workers] * workers, "total_samples": total})
+              "per_worker_samples_per_s": [batch / dt / workers] * workers,
+              "total_samples": None if params.get("open_ended") else total})
         if step % ckpt_every == 0:
             checkpoint()
     checkpoint()
     if samples >= total:
         emit({"event": "finished", "time": time.time(), "samples": samples})
         _atomic(d / "status.json", {"state": "finished", "pid": os.getpid(), "workers": workers, "error": None})
+        end = time.monotonic() + float(params.get("exit_s", 0))
+        while time.monotonic() < end and not stop["now"]:   # a real runtime's teardown after its finish
+            time.sleep(0.02)
     return 0
 
 

@@ -39,6 +39,8 @@ def test_submit_status_logs_cancel(service, tmp_path):
     assert "cli-job" in r.stdout and "finished" in r.stdout
     r = cli("cancel", "2", service=service)
     assert r.returncode == 0 and r.stdout.startswith("job 2: cancel")
+    r = cli("cancel", "2", "--member", "a", service=service)    # one member of an ensemble only
+    assert r.returncode == 1 and r.stderr.strip() == "error: job 2 is not an ensemble (kind train): it has no members"
 
 
 def test_user_errors_are_one_line_exit_2(service, tmp_path):

@@ -385,11 +385,14 @@ def test_job_page_shows_an_ensembles_members_and_flotillas(live_service):
     """An ensemble job's members and flotillas, read back from the FLEET runtime's events (service/fleet_status)."""
     svc, ids, tmp = live_service
     store = svc.store
-    # 64 slots: never placed on this 4-slot cluster, so only the events below describe it
+    # 64 slots, and members profiled on up to 64 each: never placed on this 4-slot cluster, so only the events below
+    # describe it (profiles without rates left the policy a 1-slot job: placed, its start failed, and the page was
+    # right to show no flotilla of a failed job)
     jid = store.submit(JobSpec(name="sweep", entry="examples/ensemble/ensemble_job.py:from_yaml", kind="ensemble",
                                gpus=64))
     try:
-        store.event("job_profiled", jid, profiles=[{"member": m} for m in ("cnn-a", "cnn-b", "mlp-c")],
+        store.event("job_profiled", jid,
+                    profiles=[{"member": m, "rates": [100.0] * 64} for m in ("cnn-a", "cnn-b", "mlp-c")],
                     max_samples={"cnn-a": 1000, "cnn-b": 1000, "mlp-c": 500})
         store.event("job_flotillas", jid, flotillas=[{"members": {"cnn-a": 1, "cnn-b": 2}}], share=3, waiting=["mlp-c"],
                     samples_done={"cnn-a": 300, "cnn-b": 200, "mlp-c": 0})

@@ -4,6 +4,7 @@ about 2 minutes: its linear member alone reported ~28k samples/s on 1 slot, a 3-
 the speed fitted to that swung between "grows linearly" and "3 slots are 4x slower" every round. Real loop, real
 SQLite, the real elastic policy; the runtime's progress is written by hand (deterministic)."""
 import json
+from dataclasses import replace
 
 from dlsched.backends.base import PollResult
 from dlsched.backends.recording import RecordingBackend
@@ -95,6 +96,21 @@ def test_the_ensembles_speed_is_its_still_training_members_plan_whichever_ran_la
     left = ensemble_view(view, events(["linear"], converged=["linear"]), now=2.0)
     assert left.max_gpus == 2 and left.speed.throughput(2, 1, 32) == 2 * 2200.0
     assert ensemble_view(view, events([])[:0], now=2.0) is view   # not profiled yet: as the job's record gives it
+
+
+def test_an_ensemble_whose_every_member_left_is_held_as_it_is_until_it_exits():
+    """Its view asked for 1 slot and was preemptible: live, the round that read its last member's departure shrank it
+    (a resize it never answered) or preempted it, and it was started again to say it had finished."""
+    from dlsched.policy.base import JobView
+    from dlsched.service.ensemble_view import ensemble_view
+
+    view = JobView(id="1", submit_time=0.0, requested_gpus=1, batch_size=32, min_gpus=1, max_gpus=4, kind="ensemble",
+                   placement={"n0": 2, "n1": 1})
+    done = ensemble_view(view, events(["linear"], converged=["linear", "cnn_a", "cnn_b"]), now=2.0)
+    assert (done.min_gpus, done.max_gpus, done.requested_gpus, done.preemptible) == (3, 3, 3, False)
+    assert done.remaining_samples == 0.0
+    queued = replace(view, placement={})   # re-queued with every member gone: started to find that out, as before
+    assert ensemble_view(queued, events([], converged=["linear", "cnn_a", "cnn_b"]), now=2.0).max_gpus == 1
 
 
 class ProfilingFleetRuntime(FleetRuntime):

@@ -80,3 +80,25 @@ def test_events_job_code_forged_are_skipped_not_raised():
     assert ensemble_status(events, 0.0)["members"] == {"a": "training"}
     assert ensemble_status(events, 0.0)["fraction_done"] == 0.5
     assert members_left(events, 0.0) == (("a", (10.0,), 50.0),)
+
+
+def test_an_ensemble_whose_runtime_died_without_a_stop_is_counted_where_it_last_held_slots(tmp_path):
+    """A runtime that failed or was SIGKILLed writes no ``stopped``: its DONE went on at its last plan's rate, to
+    100 % while it sat failed (live: a digits ensemble failed at 90 %, shown 100 % a minute later), its members
+    'training'. Real SQLite; the loop's writes (an allocation of 0 slots when it ended)."""
+    from dlsched.service.fleet_status import ensemble_of
+    from dlsched.service.store import Store
+    from dlsched.spec import load_job_spec
+
+    store = Store(tmp_path / "s.db")
+    job = store.submit(load_job_spec("name: e\nkind: ensemble\nentry: dlsched.train.fleet_spec:from_yaml\n"
+                                     "params: {path: e.yaml}\ngpus: 2\n"), now=0.0)
+    store.event("job_profiled", job, 90.0, profiles=[{"member": "a", "rates": [10.0]}, {"member": "b", "rates": [10.0]}],
+                max_samples={"a": 800, "b": 200})
+    store.event("job_flotillas", job, 100.0, time=100.0, share=2, samples_done={"a": 0, "b": 0},
+                flotillas=[{"members": {"a": 1, "b": 1}, "rate": 10.0}])
+    store.record_allocation(job, 95.0, 2, None, {"n0": 2})
+    store.record_allocation(job, 110.0, 0, None, {})            # its runtime died at 110 s
+    ens = ensemble_of(store, job)
+    assert ens["fraction_done"] == 0.2                           # 100 + 100 of 1000, not 1.0 at the wall clock's now
+    assert ens["members"] == {"a": "stopped", "b": "stopped"} and ens["flotillas"] == []

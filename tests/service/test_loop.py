@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from dlsched.backends.base import PollResult
+from dlsched.backends.base import PollResult, read_progress, read_status
 from dlsched.backends.recording import RecordingBackend
 from dlsched.backends.local import LocalBackend
 from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, NodeView, Policy, register
@@ -110,6 +110,10 @@ def test_preempted_job_resumes_from_its_checkpoint(tmp_path):
         loop.round()
         assert store.get(old).state == QUEUED and store.get(new).state == RUNNING
         done_at_preempt = store.get(old).samples
+        # what it wrote until it stopped is read then, not when it starts again (its DONE stood still while queued)
+        (at_stop,) = [r for r in read_progress(loop.job_dir(old), 0)[0] if r.get("event") == "checkpoint"][-1:]
+        assert [e["detail"]["step"] for e in store.events(old) if e["kind"] == "job_checkpoint"][-1] == at_stop["step"]
+        assert store.progress(old)[-1]["step"] == at_stop["step"]
         run_until(loop, store, lambda: store.get(new).state == FINISHED)
         run_until(loop, store, lambda: store.get(old).state == FINISHED, timeout=60)
         samples = [p["samples"] for p in store.progress(old)]
@@ -128,6 +132,26 @@ def test_failed_job_is_failed_with_reason_and_frees_gpus(tmp_path):
     run_until(loop, store, lambda: store.get(ok).state == FINISHED)
     j = store.get(bad)
     assert j.state == FAILED and "injected failure" in j.error and j.num_gpus == 0
+
+
+def test_a_job_that_ended_while_its_process_exits_is_finished_by_a_preemption_not_requeued(tmp_path):
+    """A runtime writes ``finished`` and then tears down (an ensemble's flotillas: a second or more). A job with no
+    total (a target loss, an ensemble: nothing says it is done before that status) preempted in that window was
+    re-queued and started again, to say it had already finished (live: an ensemble's last member converged)."""
+    loop, store, backend = make_loop(tmp_path, "test-sized", slots=(1,))
+    try:
+        a = store.submit(load_job_spec(job_yaml("a", samples=64).replace("step_s: 0.02", "step_s: 0.02, exit_s: 120, "
+                                                                          "open_ended: 1")))
+        Sized.gpus = {a: 1}
+        run_until(loop, store, lambda: (read_status(loop.job_dir(a)) or {}).get("state") == "finished")
+        assert store.get(a).state == RUNNING and backend.poll(a, loop.job_dir(a)).state == "running"
+        Sized.gpus = {}   # the policy takes its slot: a preemption
+        run_until(loop, store, lambda: store.get(a).state != RUNNING)
+        assert store.get(a).state == FINISHED and store.get(a).num_gpus == 0
+        assert "queued" not in [e["kind"] for e in store.events(a)], store.events(a)
+    finally:
+        Sized.gpus = {}
+        backend.stop_all()
 
 
 def test_a_policy_that_overcommits_changes_nothing(tmp_path):

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from dlsched.paths import REPO_ROOT
@@ -18,6 +19,7 @@ from dlsched.train.fleet_job import Share, _Contract, assign_cores, assign_devic
 from dlsched.train import fleet_profile
 from dlsched.train.fleet_profile import CACHE_FILE, profile_member
 from dlsched.train.flotilla import Convergence, MemberSpec, synthetic_images
+from dlsched.train.member_cancel import request_member_cancel
 from dlsched.train.protocol import EventRecord, Status, StepRecord, is_step
 from tests.waiting import wait_until
 
@@ -196,14 +198,18 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         stops = [r for r in read_progress(job) if r.get("event") == "stopped"]
         # where the stop left each member still training (b had left): the service's DONE of a stopped ensemble
         assert len(stops) == 1 and list(stops[0]["samples_done"]) == ["a"] and stops[0]["samples_done"]["a"] > 0
-        # resumed with a new share: b stays converged, a continues from its checkpoint and finishes
+        # resumed with a new share: b stays converged, a continues from its checkpoint; cancelled alone (`dlsched
+        # cancel JOB --member a`: there was no way but to cancel the whole ensemble) it leaves, and the job finishes
         before = len(read_progress(job))
         write_control(job, 2, None, 2)
-        done = subprocess.run(cmd(2), env=env, capture_output=True, timeout=300)
-        assert done.returncode == 0, done.stdout.decode()[-2000:]
-        assert read_status(job)["state"] == "finished" and read_status(job)["members"] == {"a": "stopped at max_epochs", "b": "stopped at max_epochs"}
+        proc = subprocess.Popen(cmd(2), env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        first = wait_until(lambda: [r for r in read_progress(job)[before:] if is_step(r)], 120, "a step of the rerun")[0]
+        assert first["member"] == "a" and first["member_step"] > 1          # from its checkpoint
+        request_member_cancel(job, "a")
+        assert proc.wait(timeout=120) == 0, proc.stdout.read().decode()[-2000:]
+        assert read_status(job)["state"] == "finished" and read_status(job)["members"] == {"a": "cancelled", "b": "stopped at max_epochs"}
         resumed = read_progress(job)[before:]
-        assert [r["member"] for r in resumed if r.get("event") == "member_converged"] == ["a"]
+        assert [(r["member"], r["reason"]) for r in resumed if r.get("event") == "member_converged"] == [("a", "cancelled")]
         assert {r.get("member") for r in resumed if "event" not in r} == {"a"}
         for r in read_progress(job):                            # the same typed contract as every other job
             (StepRecord if is_step(r) else EventRecord).model_validate(r)
@@ -297,9 +303,11 @@ models:
 """
 
 
-def test_a_sigkilled_runtime_resumes_each_member_from_its_last_epochs_end(tmp_path):
+def test_a_sigkilled_runtime_or_member_resumes_each_member_from_its_last_epochs_end(tmp_path):
     """A member checkpointed only when it paused or left: a runtime SIGKILLed (OOM, a lost node) retrained everything
-    since the last re-formation (a whole run, for a member never re-formed)."""
+    since the last re-formation (a whole run, for a member never re-formed). A member's process SIGKILLed alone (the
+    OOM killer's pick) failed the whole ensemble (exit 1, 'a member process failed'): it now resumes from the
+    member's checkpoint in the same runtime, as a data-parallel job's lost worker does."""
     spec = tmp_path / "ens.yaml"
     spec.write_text(ONE_SLOW_MEMBER % (Path(__file__).parent / "slow_models.py"))
     job = tmp_path / "job"
@@ -327,6 +335,17 @@ def test_a_sigkilled_runtime_resumes_each_member_from_its_last_epochs_end(tmp_pa
                                       stderr=subprocess.DEVNULL))
         first = wait_until(lambda: [r for r in read_progress(job)[before:] if is_step(r)], 120, "a step of the rerun")[0]
         assert first["member_step"] > done_before >= 16, (first, done_before)   # went on from its checkpoint
+        wait_until(lambda: saved_step() >= first["member_step"] + 8, 120, "an epoch of the rerun checkpointed")
+        member = max(psutil.Process(procs[1].pid).children(), key=lambda c: c.create_time())  # after its producer
+        member.kill()
+        wait_until(lambda: procs[1].poll() is not None or [r for r in read_progress(job) if r.get("event") == "worker_lost"],
+                   120, "worker_lost or the runtime's exit")
+        assert procs[1].poll() is None, f"the runtime exited {procs[1].returncode}: {read_status(job)}"
+        lost = [r for r in read_progress(job) if r.get("event") == "worker_lost"]
+        assert lost[0]["workers_lost"] == ["a"] and lost[0]["exit_codes"] == [-signal.SIGKILL], lost
+        after = len(read_progress(job))
+        step = wait_until(lambda: [r for r in read_progress(job)[after:] if is_step(r)], 120, "a step after it")[0]
+        assert procs[1].poll() is None and lost[0]["restored"]["a"] < step["member_step"], (lost, step)
     finally:
         for p in procs:
             if p.poll() is None:

@@ -16,6 +16,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
+from urllib.parse import quote
 
 import httpx
 import typer
@@ -804,11 +805,26 @@ def register(app: typer.Typer) -> None:
         print_json(Client(server).get(f"/jobs/{job_id}"))
 
     @app.command()
-    def cancel(job_ids: list[int] = typer.Argument(...), server: Optional[str] = SERVER_OPT) -> None:
+    def cancel(job_ids: list[int] = typer.Argument(...),
+               member: Optional[str] = typer.Option(None, "--member", help="cancel only this member of one ensemble "
+                                                    "job: it leaves at its next step, the others train on"),
+               server: Optional[str] = SERVER_OPT) -> None:
         """Cancel jobs (like scancel / kubectl delete). Every id gets its line, in order (the cancelled on stdout, the
         refused on stderr), and each job is cancelled whatever became of the others. A job that already ended is an
         error (exit 1; the API answers 409), an unknown id too (exit 2, which wins over 1)."""
         client = Client(server)
+        if member is not None:
+            if len(job_ids) != 1:
+                raise UserError(f"cancel --member {member!r}: give one ensemble job id, got {len(job_ids)}")
+            try:
+                r = client.request("POST", f"/jobs/{job_ids[0]}/members/{quote(member, safe='')}/cancel").json()
+            except ServiceError as e:
+                if e.status not in (404, 409):
+                    raise
+                print(f"error: {e.answer.get('error')}", file=sys.stderr, flush=True)
+                raise typer.Exit(2 if e.status == 404 else 1) from None
+            print(f"job {job_ids[0]}: member {member}: cancel requested ({r['state']})", flush=True)
+            return
         code = 0
         for j in job_ids:
             try:

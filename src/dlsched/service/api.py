@@ -46,6 +46,7 @@ from dlsched.service.event_kinds import EVENT_KINDS
 from dlsched.service.event_pages import newest_events
 from dlsched.service.job_folders import job_folder
 from dlsched.service.job_pages import DEFAULT_JOBS_PAGE, MAX_IDS, job_page
+from dlsched.service.member_cancel import MemberCancelRefused, cancel_member
 from dlsched.service.limits import (DEFAULT_MAX_BODY, DEFAULT_PROGRESS_PAGE, MAX_BATCH_JOBS, MAX_EVENTS_PAGE, MAX_ID,
                                     MAX_PROGRESS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId, Limit, Offset,
                                     OptionalAfter, OptionalLimit)
@@ -384,6 +385,15 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         (``cancel_requested``: true). A job that had already ended is a 409 (``dlsched cancel``: exit 1)."""
         j = store.request_cancel(job_id)
         return {"id": j.id, "state": j.state, "cancel_requested": j.cancel_requested}
+
+    @api.post("/jobs/{job_id}/members/{member}/cancel")
+    def cancel_member_(job_id: JobId, member: str) -> JSONResponse:
+        """One member of an ensemble leaves at its next step, checkpointed; the others train on
+        (``service/member_cancel.py``). 404: no such member; 409: not an ensemble, ended, or it already left."""
+        try:
+            return JSONResponse(cancel_member(store, job_id, member, jobs_root))
+        except MemberCancelRefused as e:
+            return _error(e.status, str(e))
 
     @api.post("/jobs/{job_id}/resize")
     async def resize(job_id: JobId, request: Request) -> JSONResponse:

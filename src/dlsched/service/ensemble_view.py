@@ -34,6 +34,12 @@ def ensemble_view(view: JobView, events: list[dict], now: float, measured: dict[
         # cached): counted in, the restart hold kept a 3-slot ensemble on 1 slot for as long again as it profiled
         view = replace(view, attrs={**view.attrs, "changed_at": profiled[-1]})
     members = members_left(events, now, measured)
+    if not members and view.placement:
+        # every member left: the runtime writes its report and exits. Shrunk to 1 or preempted there (the job's
+        # finish not read yet), it was re-queued and started again to say it had finished (a digits ensemble, live)
+        held = sum(view.placement.values())
+        return replace(view, requested_gpus=held, min_gpus=held, max_gpus=held, preemptible=False,
+                       remaining_samples=0.0)
     view = on_members(view, [ModelProfile(name, tuple(rates)) for name, rates, _ in members], at_least=1)
     return with_members(view, members) if members else view
 

@@ -13,7 +13,7 @@ START_UNRESERVED, GROW_UNRESERVED = "start_unreserved", "grow_unreserved"
 # a start that could not write the job's folder (its disk full): left queued, a bounded number of rounds
 START_NO_SPACE = "start_no_space"
 # the service's own: a submission, each state a job enters, the requests and what the loop saw
-SERVICE_EVENTS = ("submitted", *ACTIVE, *TERMINAL, "cancel_requested", "resize_requested", "resize_released",
+SERVICE_EVENTS = ("submitted", *ACTIVE, *TERMINAL, "cancel_requested", "member_cancel_requested", "resize_requested", "resize_released",
                   "workers_lost", "reattached", "service_started", "node_lost", "node_up", "prediction_failed",
                   "target_reached", PURGED,
                   START_UNRESERVED, GROW_UNRESERVED, START_NO_SPACE, STALLED, PROGRESSING, EVENTS_DROPPED)

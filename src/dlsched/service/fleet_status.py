@@ -11,7 +11,8 @@ if TYPE_CHECKING:   # the CLI imports ``summary``: no store (sqlite) at every ``
 
 
 STOPPED = "stopped at max_epochs"     # left at its epoch cap, not converged
-LEFT = ("converged", STOPPED)
+CANCELLED = "cancelled"                 # cancelled alone (``dlsched cancel JOB --member NAME``)
+LEFT = ("converged", STOPPED, CANCELLED)
 
 
 def _number(x) -> bool:
@@ -99,7 +100,7 @@ def ensemble_status(events: Iterable[dict], now: float | None = None,
                 if members.get(m) not in LEFT:
                     members[m] = "training" if m in running else "waiting"
         elif e["kind"] == "job_member_converged":
-            members[d["member"]] = STOPPED if d.get("reason") == "max_epochs" else "converged"
+            members[d["member"]] = {"max_epochs": STOPPED, "cancelled": CANCELLED}.get(d.get("reason"), "converged")
             results[d["member"]] = {"epochs": d.get("epoch"), "best_acc": d.get("best_acc"), "left": members[d["member"]],
                                     "best_checkpoint": d.get("best_checkpoint")}
         elif e["kind"] in ("job_finished", "job_stopped"):
@@ -155,10 +156,20 @@ def members_left(events: Iterable[dict], now: float,
 
 
 def ensemble_of(store: "Store", job_id: int) -> dict[str, Any]:
+    """``ensemble_status`` of a stored job, at the time it last held slots where it holds none now: a runtime that
+    died without a ``stopped`` record (a failure, SIGKILL) was counted training on at its last plan's rate, its DONE
+    growing to 100 % while it sat failed or re-queued."""
     from dlsched.service.member_progress import member_progress
 
     events = store.events(job_id, limit=1_000_000, kinds=ENSEMBLE_EVENTS)
-    return ensemble_status(events, now=time.time(), measured=member_progress(store, job_id, events))
+    last = store.allocations(job_id)[-1:]
+    idle_since = last[0]["time"] if last and last[0]["num_gpus"] == 0 else None
+    ens = ensemble_status(events, now=time.time() if idle_since is None else idle_since,
+                          measured=member_progress(store, job_id, events))
+    if idle_since is not None:   # nothing trains now, whatever its last plan said
+        ens["members"] = {m: "stopped" if st == "training" else st for m, st in ens["members"].items()}
+        ens["flotillas"] = []
+    return ens
 
 
 def summary(ens: dict[str, Any]) -> str:
@@ -168,6 +179,7 @@ def summary(ens: dict[str, Any]) -> str:
         return "no member profiled"
     done = sum(1 for s in m.values() if s == "converged")
     stopped = sum(1 for s in m.values() if s == STOPPED)
+    cancelled = sum(1 for s in m.values() if s == CANCELLED)
     fl = " | ".join("+".join(f"{d}:{g}" for d, g in f["members"].items()) for f in ens["flotillas"])
     return (f"{done}/{len(m)} converged" + (f", {stopped} {STOPPED}" if stopped else "")
-            + (f", flotillas {fl}" if fl else ""))
+            + (f", {cancelled} {CANCELLED}" if cancelled else "") + (f", flotillas {fl}" if fl else ""))

@@ -35,12 +35,12 @@ from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
-from dlsched.service.round_writes import record_round, resize_write, start_write
+from dlsched.service.round_writes import preempt_write, record_round, resize_write, start_write
 from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, in_slots, release_confirmed,
                                         released, waits_for_hold, without_held)
 from dlsched.service.retention import Retention
 from dlsched.service.stalls import StallWatch
-from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, QUEUED, RESCALING, RUNNING, JobRecord,
+from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, RESCALING, RUNNING, JobRecord,
                                    Store)
 from dlsched.service.target_events import TargetReached
 from dlsched.spec import ClusterSpec, JobSpec, SpecError
@@ -238,8 +238,8 @@ class LiveLoop:
             gen = job.generation + 1
             try:
                 if isinstance(act, Preempt):
-                    self.backend.stop(job.id, d)
-                    writes.append((job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}}))
+                    if (w := preempt_write(self.backend, job, d, lambda: self._ingest(job, now))) is not None:
+                        writes.append(w)
                 elif isinstance(act, Start):
                     # the round's `now` precedes its stops (a cancel's or a preemption's grace: seconds): a start
                     # stamped with it was charged GPU time, and began, before its slots were free

@@ -4,11 +4,13 @@ A queued job the API cancelled after the round read it (``Store.request_cancel``
 skipped: its cancelled -> running write would be refused and roll back the whole round's writes."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
+from dlsched.backends.base import Backend, read_status
 from dlsched.round import Resize, Start
 from dlsched.service.slot_holds import held_after
-from dlsched.service.store import CANCELLED, FAILED, RESCALING, RUNNING, JobRecord, Store
+from dlsched.service.store import CANCELLED, FAILED, QUEUED, RESCALING, RUNNING, JobRecord, Store
 
 # (job id, new state, event detail, fields to update[, when: a start's own time, else the round's])
 Write = tuple[Any, ...]
@@ -28,6 +30,19 @@ def record_round(store: Store, writes: list[Write], jobs: Mapping[int, JobRecord
             store.record_allocation(job_id, at, gpus, fields.get("batch_size", jobs[job_id].batch_size),
                                     dict(fields.get("placement", {})))
     return withdrawn
+
+
+def preempt_write(backend: Backend, job: JobRecord, job_dir: Path, read: Callable[[], object]) -> Write | None:
+    """Stop ``job`` and ``read`` what it wrote until it stopped (its last steps, its checkpoint: a queued job's
+    records were read only when it started again, its DONE stale meanwhile); its re-queue write, or None where its
+    runtime had written ``finished`` before the stop (its process still tearing down: an ensemble's flotillas):
+    re-queued, it was started again to say it had finished. The next round's poll records the finish
+    (``backends.base.ended_unwatched``)."""
+    backend.stop(job.id, job_dir)
+    read()
+    if (read_status(job_dir) or {}).get("state") == "finished":
+        return None
+    return (job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}})
 
 
 def start_write(job: JobRecord, act: Start, placed: dict, job_dir, at: float) -> Write:

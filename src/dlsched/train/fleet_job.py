@@ -26,7 +26,9 @@ from dlsched.train.files import ControlWatch, atomic_write_json, write_status
 from dlsched.train.progress_log import ProgressLog
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
-from dlsched.train.flotilla import CTX, LEFT, Augment, Convergence, FlotillaRun, MemberSpec, _build, run_flotillas
+from dlsched.train.flotilla import (CTX, LEFT, Augment, Convergence, FlotillaRun, MemberLost, MemberSpec, _build,
+                                    load_member_checkpoint, run_flotillas)
+from dlsched.train.member_cancel import cancelled_members
 from dlsched.train.member_heads import check_heads
 from dlsched.train.progress_lines import HumanProgress
 
@@ -34,7 +36,7 @@ STATE_FILE = "fleet_state.json"   # converged members and each member's batch in
 
 
 # what status shows for a member that left: why it left
-LEAVE_LABEL = {"converged": "converged", "max_epochs": "stopped at max_epochs"}
+LEAVE_LABEL = {"converged": "converged", "max_epochs": "stopped at max_epochs", "cancelled": "cancelled"}
 
 @dataclass
 class EnsembleReport:
@@ -116,14 +118,29 @@ def left_earlier(ckpt_dir: Path) -> dict[str, dict]:
     return {n: d for n, d in left.items() if isinstance(d, dict)} if isinstance(left, dict) else {}
 
 
+def _standing(ckpt_dir: Path, name: str) -> tuple[int, float | None]:
+    """A member's epochs and best validation accuracy as its checkpoint has them (0, None before its first or from a
+    file not of its shape); read as the member resumes it, tensors and plain data only."""
+    import pickle
+
+    try:
+        st = load_member_checkpoint(ckpt_dir / f"{name}.pt")["state"]
+        return int(st["epoch"]), (float(st["best"]) if st["best"] >= 0 else None)
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError):
+        return 0, None
+
+
 def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: Convergence, ckpt_dir: Path, *,
                    share: Callable[[], Share], eps: float = 0.9, seed: int = 0,
                    stop_requested: Callable[[], bool] = lambda: False,
                    on_report: Callable[[tuple], None] | None = None,
                    on_plan: Callable[[dict], None] | None = None,
                    on_event: Callable[[dict], None] | None = None,
-                   augment: Augment = Augment()) -> tuple[EnsembleReport, bool]:
-    """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged)."""
+                   augment: Augment = Augment(), max_restarts: int = 3,
+                   cancelled: Callable[[], frozenset[str]] = frozenset) -> tuple[EnsembleReport, bool]:
+    """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged). A run whose
+    process was killed by a signal resumes every member from its checkpoint, at most ``max_restarts`` times; a member
+    in ``cancelled()`` leaves at its next step (``train/member_cancel.py``)."""
     for m in members:   # a bad model reference is one clear line here, not a failed profiling process
         _build(m)
     check_heads(members, data, val)   # a head too narrow for the labels: one line, not a crash deep in training
@@ -150,18 +167,22 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
     progress = {m.name: int(state["progress"].get(m.name, 0)) for m in members}
     shifts = {m.name: int(state.get("shift", {}).get(m.name, 0)) for m in members}
     saved = dict(progress)   # each member's step as its checkpoint has it: where a restarted run resumes it
+    losses = 0   # runs whose processes were killed (``MemberLost``)
+
+    def leave(name: str, epoch: int, best_acc: float | None, reason: str) -> None:
+        report.epochs[name], report.best_acc[name] = epoch, best_acc
+        report.finish_s[name] = time.time() - t0
+        report.left[name] = reason
+        state["converged"][name] = {"epoch": epoch, "best_acc": best_acc, "reason": reason}
+        best = (ckpt_dir / f"{name}.best.pt").resolve()   # where the user finds the member's result
+        emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": best_acc, "reason": reason,
+              **({"best_checkpoint": str(best)} if best.exists() else {})})
 
     def relay(msg: tuple) -> None:
         name, status, epoch, step = msg[:4]
         progress[name] = step
         if status in LEFT and msg[4] is None:
-            report.epochs[name], report.best_acc[name] = epoch, msg[5]
-            report.finish_s[name] = time.time() - t0
-            report.left[name] = status
-            state["converged"][name] = {"epoch": epoch, "best_acc": msg[5], "reason": status}
-            best = (ckpt_dir / f"{name}.best.pt").resolve()   # where the user finds the member's result
-            emit({"event": "member_converged", "member": name, "epoch": epoch, "best_acc": msg[5], "reason": status,
-                  **({"best_checkpoint": str(best)} if best.exists() else {})})
+            leave(name, epoch, msg[5], status)
         if msg[4] is None or (msg[5] is not None and msg[5] >= 0):   # its last report or an epoch's end: checkpointed
             saved[name] = step
             atomic_write_json(ckpt_dir / STATE_FILE, {**state, "progress": saved, "shift": shifts})
@@ -191,6 +212,12 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         return False
 
     while remaining and not stop_requested():
+        for name in sorted(cancelled() & set(remaining)):   # paused and checkpointed: it leaves where it stands
+            leave(name, *_standing(ckpt_dir, name), "cancelled")
+            atomic_write_json(ckpt_dir / STATE_FILE, {**state, "progress": saved, "shift": shifts})
+        remaining = [n for n in remaining if n not in state["converged"]]
+        if not remaining:
+            break
         grant = share()
         plan, cores, devices, record = planned(grant)
         emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
@@ -202,10 +229,22 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         shifts.update({m: k for _, shift in places for m, k in shift.items()})
         # a member further on in its stream waits for the stream to reach it (it idles meanwhile): a member's
         # epoch must be one shuffle of every sample, never part of two
-        converged, runs = run_flotillas(
-            groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores, devices=devices,
-            start_batch=[start for start, _ in places], shift=shifts, on_report=relay, augment=augment,
-            should_stop=lambda running={"grant": grant, "record": record}: stop_requested() or replan(running))
+        try:
+            converged, runs = run_flotillas(
+                groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores,
+                devices=devices, start_batch=[start for start, _ in places], shift=shifts, on_report=relay,
+                augment=augment,
+                should_stop=lambda running={"grant": grant, "record": record}: stop_requested() or replan(running)
+                or bool(cancelled() & set(remaining)))
+        except MemberLost as e:   # every member of the run was killed with it: each goes back to its checkpoint
+            losses += 1
+            if losses > max_restarts:
+                raise RuntimeError(f"{e}; {max_restarts} restart(s) spent") from None
+            emit({"event": "worker_lost", "workers_lost": [o for o, _ in e.lost], "exit_codes": [c for _, c in e.lost],
+                  "checkpoint": str(ckpt_dir), "restored_step": sum(saved.values()),
+                  "lost_steps": sum(progress.values()) - sum(saved.values()), "restored": dict(saved)})
+            progress.update(saved)
+            continue
         report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s) for r in runs]
         remaining = [n for n in remaining if n not in converged]
         state["progress"], state["shift"] = progress, shifts
@@ -294,7 +333,8 @@ def run_job(opts: FleetOptions) -> int:
     report, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
                              share=io.share, eps=spec.rate_tolerance, seed=spec.dataset.seed,
                              stop_requested=preemption.requested, on_report=io.report, on_event=io.event,
-                             augment=spec.augment())
+                             augment=spec.augment(), max_restarts=opts.max_restarts,
+                             cancelled=lambda: cancelled_members(job_dir))
     if done:
         io.event({"event": "finished", "step": sum(io.steps.values())})
         io.status("finished")

@@ -33,6 +33,7 @@ class FleetOptions:
     entry: str
     params: dict
     workers: int
+    max_restarts: int = 3   # runs killed by a signal that resume from the members' checkpoints
 
     def ensemble(self) -> "EnsembleSpec":
         from dlsched.train.job import load_entry

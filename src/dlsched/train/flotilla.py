@@ -456,6 +456,16 @@ def _failure(reports: "mp.Queue", wait_s: float = 2.0) -> tuple | None:
     return None
 
 
+class MemberLost(RuntimeError):
+    """A flotilla's process was killed by a signal (the OOM killer, a kill by hand) and reported no failure of its
+    own: nothing the members do would repeat it, so they resume from their checkpoints (``fleet_job``), as a
+    data-parallel job's lost worker does. ``lost``: (member name, or ``producer``; exit code) per process."""
+
+    def __init__(self, lost: list[tuple[str, int]], groups: Sequence[Sequence[MemberSpec]]) -> None:
+        super().__init__(f"flotilla process(es) killed by a signal: {lost} (flotillas {[[m.name for m in g] for g in groups]})")
+        self.lost = lost
+
+
 @dataclass(frozen=True)
 class FlotillaRun:
     members: tuple[str, ...]
@@ -496,7 +506,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
     stop = CTX.Event()
     steps = len(data[0]) // batch
     t0 = time.time()
-    rings, procs, producers = [], [], []
+    rings, procs, producers, owners = [], [], [], []
     for gi, members in enumerate(groups):
         first = start_batch if isinstance(start_batch, int) else start_batch[gi]
         gpus = [workers.get(m.name, 1) for m in members] if workers else [1] * len(members)
@@ -517,6 +527,7 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
                 procs.append(CTX.Process(target=member_main, daemon=True, args=(
                     m, MemberRank(consumer, r, g, rdzv, ranks[r]), ring, first, steps, val, conv, str(ckpt_dir), reports,
                     stop, max_batches, (shift or {}).get(m.name, 0), os.getpid())))
+                owners.append(m.name)
                 consumer += 1
     load_lazy_training_modules()
     with inheriting_no_garbage():
@@ -538,11 +549,16 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         if msg is None and any(p.exitcode not in (None, 0) for p in procs + producers):
             msg = _failure(reports) or (None, FAILED, None)   # its report may be still in the pipe
         if msg is not None and msg[1] == FAILED:
+            # read before the kill below: after it every process ended by a signal
+            ended = [(o, p.exitcode) for o, p in zip(owners + ["producer"] * len(producers), procs + producers)
+                     if p.exitcode not in (None, 0)]
             stop.set()
             for p in procs + producers:
                 p.kill()
             if msg[3:] and msg[3]:   # no failure of the member's: the job stops and resumes once there is room
                 raise no_space(f"member {msg[0]}: {msg[2]}")
+            if msg[0] is None and ended and all(code < 0 for _, code in ended):
+                raise MemberLost(ended, groups)
             raise RuntimeError(f"member {msg[0]} failed: {msg[2]}" if msg[0] else
                                f"a member process failed (flotillas {[[m.name for m in g] for g in groups]})")
         if msg is None:

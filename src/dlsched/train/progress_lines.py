@@ -55,7 +55,8 @@ _EVENTS = {
         "+".join(f"{m}:{g}" for m, g in (f.get("members") or {}).items()) for f in r.get("flotillas") or []) or "none")
                            + (f"; waiting {', '.join(r['waiting'])}" if r.get("waiting") else ""),
     "member_converged": lambda r: f"member {r.get('member')} "
-                                  + ("stopped at max_epochs" if r.get("reason") == "max_epochs" else "converged")
+                                  + {"max_epochs": "stopped at max_epochs", "cancelled": "cancelled"}.get(
+                                      r.get("reason"), "converged")
                                   + f" at epoch {r.get('epoch')}: best val acc {_num(r.get('best_acc'))}"
                                   + (f", weights {r['best_checkpoint']}" if r.get("best_checkpoint") else ""),
 }

@@ -92,7 +92,8 @@ def parse_args(argv: list[str] | None = None) -> Options | PSOptions | FleetOpti
     if a.workers < 1:
         raise UserError(f"--workers {a.workers}: must be >= 1")
     if a.strategy == "fleet":
-        return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers)
+        return FleetOptions(job_dir=a.job_dir, entry=a.entry, params=parse_params(a.param), workers=a.workers,
+                            max_restarts=a.max_restarts)
     from dlsched.train.coordinator import Options
 
     return Options(job_dir=a.job_dir, entry=a.entry, command=command, workers=a.workers, batch_size=a.batch_size, reference_batch=a.reference_batch_size,
