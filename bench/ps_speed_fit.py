@@ -28,7 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from dlsched.perf.speed import fit_optimus_async, fit_optimus_sync  # noqa: E402
-from dlsched.train.progress_log import read_progress  # noqa: E402
 from dlsched.train.ps import SyncMode  # noqa: E402
 from dlsched.train.ps_runner import PSOptions, PSRunner  # noqa: E402
 
