@@ -612,7 +612,8 @@ def test_the_speed_fit_leaves_out_the_warm_up_steps_after_every_resize(tmp_path)
     speed there, and the policy moved it away from 4 again. The first ``SETTLE_STEPS`` of each stretch at a
     configuration are left out; a running stretch enters once it has settled as long again, and the speed model is
     refitted then, not ``SPEED_REFIT_S`` later; a stretch that ended before it settled keeps its last step (its
-    configuration is never left with no point), and a restart at the same configuration is a stretch of its own."""
+    configuration is never left with no point), and a restart at the same configuration is a stretch of its own.
+    Before any step settled, the newest stands in."""
     from dlsched.service.job_models import JobModels
     from dlsched.service.progress_history import ProgressHistory
     from dlsched.service.refit import SETTLE_STEPS, speed_configs, speed_sample
@@ -623,6 +624,9 @@ def test_the_speed_fit_leaves_out_the_warm_up_steps_after_every_resize(tmp_path)
         return predict(recs, now=recs[-1]["time"], current_workers=recs[-1]["workers"], current_batch=64,
                        total_hint=10**7, samples_done=recs[-1]["samples"])[1]
 
+    # a job's first steps, before any settled: its newest stands in (a short job is never left without a model)
+    first = records(1, 64, 0.064, n=2)
+    assert speed(first) is not None and speed_configs(ProgressHistory.of(first)) == {(1, 64, "warming up")}
     warm = _resized()
     assert SETTLE_STEPS == 3 and speed_configs(ProgressHistory.of(warm)) == {(1, 64)}
     # not the warm-up's ~300 samples/s at 4 workers: what the 1-worker steps extrapolate

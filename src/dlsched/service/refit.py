@@ -166,15 +166,24 @@ def settled_steps(workers: np.ndarray, batches: np.ndarray, times: np.ndarray) -
 
 
 def _settled(history: ProgressHistory) -> np.ndarray:
-    return settled_steps(history.column("workers"), history.column("batch_size"), history.column("time"))
+    """``settled_steps``; before any step settled (a job's first steps, or a short job's all), its newest step alone:
+    a job is never left with no speed model, and its one configuration's fit only extrapolates it."""
+    keep = settled_steps(history.column("workers"), history.column("batch_size"), history.column("time"))
+    if len(keep) and not keep.any():
+        keep[-1] = True
+    return keep
 
 
 def speed_configs(history: ProgressHistory) -> frozenset:
-    """The (workers, batch) configurations with a settled step among the newest ``RECENT`` records: a new one is
-    what a refit of the speed model learns from (``JobModels.refit``)."""
+    """The (workers, batch) configurations with a settled step among the newest ``RECENT`` records (before any
+    settled, the newest one's, marked as still warming up): a new one is what a refit of the speed model learns
+    from (``JobModels.refit``)."""
     recent = history.where(np.arange(len(history)) >= len(history) - RECENT)
-    keep = _settled(recent)
-    return frozenset(zip(recent.column("workers")[keep].tolist(), recent.column("batch_size")[keep].tolist()))
+    w, b, t = recent.column("workers"), recent.column("batch_size"), recent.column("time")
+    keep = settled_steps(w, b, t)
+    if len(keep) and not keep.any():
+        return frozenset({(w[-1], b[-1], "warming up")})
+    return frozenset(zip(w[keep].tolist(), b[keep].tolist()))
 
 
 def speed_sample(history: ProgressHistory) -> list[dict]:
