@@ -12,6 +12,8 @@ from dlsched.policy.base import _REGISTRY, Allocation, JobAllocation, NodeView, 
 from dlsched.round import InvalidAllocation
 from dlsched.service.job_models import job_view
 from dlsched.service.loop import LiveLoop
+from dlsched.service.progress_history import ProgressHistory
+from dlsched.service.refit import SETTLE_STEPS, speed_sample
 from dlsched.service.store import FAILED, FINISHED, QUEUED, RUNNING, Store
 from dlsched.spec import load_job_spec
 from tests.service.conftest import RUNTIME, cluster, job_yaml
@@ -97,6 +99,14 @@ def test_elastic_job_shrinks_for_an_arrival_and_grows_back(tmp_path):
         assert delay("resize", -1.0) >= 0 and delay("start", -1.0) > 0
         assert store.get(a).samples == 16000 and store.get(a).attained_service > 0
         assert store.predictions(a)[-1]["total_samples"] == 16000
+        # its speed fit's sample: both sizes it ran at, none of the warm-up steps after a start or resize
+        recs = store.progress(a)
+        fitted = {r["time"] for r in speed_sample(ProgressHistory.of(recs))}
+        # (a stretch that ended before it settled keeps its last step: on a loaded machine the 2-GPU one might)
+        changed = [i for i, r in enumerate(recs) if i == 0 or r["workers"] != recs[i - 1]["workers"]]
+        assert {2, 4} <= {r["workers"] for r in recs if r["time"] in fitted}
+        assert not fitted & {r["time"] for i, j in zip(changed, changed[1:] + [len(recs)]) if j - i > SETTLE_STEPS
+                             for r in recs[i:i + SETTLE_STEPS]}
     finally:
         backend.stop_all()
 

@@ -595,6 +595,66 @@ def test_the_speed_fit_remembers_a_configuration_the_job_left():
     assert speed.throughput(4, 1, 64) < speed.throughput(1, 1, 64)
 
 
+def _resized(transient=(150.0, 400.0, 800.0), settled=0, at=4):
+    """1 worker at batch 64 for 50 steps (1 000 samples/s), then a resize to ``at`` workers whose first steps time
+    the warm-up (``transient`` samples/s), then ``settled`` steps at the rate it settles at (2 500 samples/s: not the 4 000 of ideal scaling)."""
+    recs = records(1, 64, 0.064, n=50)
+    for rate in list(transient) + [2500.0] * settled:
+        last = recs[-1]
+        recs.append({**last, "time": last["time"] + 64 / rate, "step": last["step"] + 1,
+                     "samples": last["samples"] + 64, "samples_per_s": rate, "workers": at})
+    return recs
+
+
+def test_the_speed_fit_leaves_out_the_warm_up_steps_after_every_resize(tmp_path):
+    """Live, a lone elastic job went 1/64 -> 4/64 -> 1/256 -> 4/256 GPUs/batch: 1.4 s after a resize the fit took
+    the first steps at 4 workers (communicator set-up, warm-up: several times slower than it settles at) as its
+    speed there, and the policy moved it away from 4 again. The first ``SETTLE_STEPS`` of each stretch at a
+    configuration are left out; a running stretch enters once it has settled as long again, and the speed model is
+    refitted then, not ``SPEED_REFIT_S`` later; a stretch that ended before it settled keeps its last step (its
+    configuration is never left with no point), and a restart at the same configuration is a stretch of its own.
+    Before any step settled, the newest stands in."""
+    from dlsched.service.job_models import JobModels
+    from dlsched.service.progress_history import ProgressHistory
+    from dlsched.service.refit import SETTLE_STEPS, speed_configs, speed_sample
+    from dlsched.service.store import Store
+    from dlsched.spec import JobSpec
+
+    def speed(recs):
+        return predict(recs, now=recs[-1]["time"], current_workers=recs[-1]["workers"], current_batch=64,
+                       total_hint=10**7, samples_done=recs[-1]["samples"])[1]
+
+    # a job's first steps, before any settled: its newest stands in (a short job is never left without a model)
+    first = records(1, 64, 0.064, n=2)
+    assert speed(first) is not None and speed_configs(ProgressHistory.of(first)) == {(1, 64, "warming up")}
+    warm = _resized()
+    assert SETTLE_STEPS == 3 and speed_configs(ProgressHistory.of(warm)) == {(1, 64)}
+    # not the warm-up's ~300 samples/s at 4 workers: what the 1-worker steps extrapolate
+    assert speed(warm).throughput(4, 1, 64) >= speed(warm).throughput(1, 1, 64)
+    assert speed_configs(ProgressHistory.of(_resized(settled=2))) == {(1, 64)}
+    settled = _resized(settled=3)
+    assert speed_configs(ProgressHistory.of(settled)) == {(1, 64), (4, 64)}
+    assert speed(settled).throughput(4, 1, 64) == pytest.approx(2500, rel=0.2)
+    # a stretch left before it settled: its last step stands for its configuration
+    left = _resized(transient=(150.0, 400.0))
+    left += records(1, 64, 0.064, n=20, t0=left[-1]["time"], s0=left[-1]["samples"], k0=left[-1]["step"])
+    assert [r["samples_per_s"] for r in speed_sample(ProgressHistory.of(left)) if r["workers"] == 4] == [400.0]
+    # a restart at one configuration: its first steps after the gap are warm-up too
+    again = records(1, 64, 0.064, n=50)
+    again += [{**r, "samples_per_s": 100.0} for r in records(1, 64, 0.064, n=3, t0=again[-1]["time"] + 60)]
+    again += records(1, 64, 0.064, n=10, t0=again[-1]["time"], k0=53)
+    assert 100.0 not in [r["samples_per_s"] for r in speed_sample(ProgressHistory.of(again))]
+    # the live service refits the job's speed model as its new configuration settles
+    store = Store(tmp_path / "s.db")
+    job = store.get(store.submit(JobSpec(name="e", entry="examples/mlp.py:make_job", gpus=4, batch_size=64,
+                                         total_samples=10**7)))
+    models = JobModels(("slot",))
+    for n in range(len(warm), len(settled) + 1):
+        models.refit(job, settled[:n], settled[n - 1]["time"])
+    assert models._speeds[job.id].throughput(4, 1, 64) == pytest.approx(2500, rel=0.2)
+    store.close()
+
+
 def test_the_speed_sample_keeps_the_newest_records_of_each_of_the_newest_configurations():
     """``SPEED_PER_CONFIG`` newest records per (workers, batch), of the ``SPEED_CONFIGS`` newest configurations,
     in log order; a record without workers is a configuration of its own."""

@@ -33,7 +33,7 @@ log = logging.getLogger("dlsched.service")
 # a queued job's prediction costs a prior and a curve (~10 ms): a round over a long queue makes a few, the next ones
 # the rounds after (one job finishing would otherwise remake every queued job's in one round)
 QUEUED_PREDICTIONS_PER_ROUND = 8
-SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a new (workers, batch), else at most this often
+SPEED_REFIT_S = 30.0       # a job's speed model is refitted on a newly settled (workers, batch), else at most this often
 
 
 def job_view(job: JobRecord, speed: ThroughputModel | None, restart_s: float = RESIZE_S,
@@ -374,7 +374,8 @@ class JobModels:
         if not isinstance(progress, ProgressHistory):
             progress = ProgressHistory.of(progress)
         target = job_fact(job, "target_loss")
-        configs = frozenset((p.get("workers"), p.get("batch_size")) for p in progress.tail(refit.RECENT))
+        # the configurations with a settled step: one only just started (its warm-up) is no news until it settles
+        configs = refit.speed_configs(progress)
         last = self._speed_fits.get(job.id)
         refit_speed = last is None or last[0] != configs or now - last[1] >= SPEED_REFIT_S
         pred, speed = refit.predict(progress, now, job.num_gpus, job.batch_size, job.total_samples, job.samples,

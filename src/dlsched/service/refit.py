@@ -46,6 +46,12 @@ RECENT = 200          # the newest measurements describe the job as it runs now
 # after an elastic job shrank from 4 workers back to 1, the fit saw only 1-worker steps, extrapolated 4 workers as
 # ideal again, and the policy grew it into the same slow 4, then shrank it, every ~10 s for the whole run.
 SPEED_PER_CONFIG, SPEED_CONFIGS, SPEED_LOOKBACK = 100, 8, 20_000
+# The first steps of each stretch at one configuration (after a start, resize or restart) time the communicator's
+# set-up, the allocator's and autotuner's warm-up, not the rate it settles at: counted in steps, not seconds, so a
+# slow machine's longer warm-up is left out too. A stretch still running enters the sample once it has as many
+# settled steps again; one that ended before it settled is all that is known of its configuration, and its last
+# (least transient) step stands for it where no settled one does.
+SETTLE_STEPS = 3
 CURVE_BINS = 120      # loss points a curve fit sees at most (means over equal step ranges)
 
 
@@ -127,17 +133,72 @@ def fit_linear_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np
     return LinearSpeed(float(a), float(b), float(c), int(np.median(bs)))
 
 
+def _same(a: np.ndarray) -> np.ndarray:
+    """Whether each value after the first equals the one before (NaN equals NaN: a record without it)."""
+    return (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
+
+
+def settled_steps(workers: np.ndarray, batches: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Which records time the rate their configuration settled at (``SETTLE_STEPS`` above). A stretch begins at a
+    new (workers, batch) or after a gap far longer than the job's steps (a restart at the same configuration:
+    ``_restart_between``'s rule)."""
+    n = len(workers)
+    if n == 0:
+        return np.zeros(0, bool)
+    begins = np.ones(n, bool)
+    begins[1:] = ~(_same(workers) & _same(batches))
+    dt = np.diff(times)
+    if np.isfinite(dt).any():
+        begins[1:] |= np.nan_to_num(dt) > max(2.0, 10 * float(np.nanmedian(dt)))
+    first = np.flatnonzero(begins)
+    stretch = np.cumsum(begins) - 1
+    pos = np.arange(n) - first[stretch]
+    length = np.diff(np.append(first, n))
+    keep = pos >= SETTLE_STEPS
+    keep &= (stretch != stretch[-1]) | (length[-1] >= 2 * SETTLE_STEPS)   # the running stretch: settled enough
+    # an ended stretch that never settled: its last step, where its configuration has no settled step
+    settled = {(w, b) for w, b in zip(workers[keep].tolist(), batches[keep].tolist())}
+    for i in np.flatnonzero(length[:-1] <= SETTLE_STEPS):
+        last = first[i] + length[i] - 1
+        if (workers[last], batches[last]) not in settled:   # NaN is never in it: a stretch without workers kept
+            keep[last] = True
+    return keep
+
+
+def _settled(history: ProgressHistory) -> np.ndarray:
+    """``settled_steps``; before any step settled (a job's first steps, or a short job's all), its newest step alone:
+    a job is never left with no speed model, and its one configuration's fit only extrapolates it."""
+    keep = settled_steps(history.column("workers"), history.column("batch_size"), history.column("time"))
+    if len(keep) and not keep.any():
+        keep[-1] = True
+    return keep
+
+
+def speed_configs(history: ProgressHistory) -> frozenset:
+    """The (workers, batch) configurations with a settled step among the newest ``RECENT`` records (before any
+    settled, the newest one's, marked as still warming up): a new one is what a refit of the speed model learns
+    from (``JobModels.refit``)."""
+    recent = history.where(np.arange(len(history)) >= len(history) - RECENT)
+    w, b, t = recent.column("workers"), recent.column("batch_size"), recent.column("time")
+    keep = settled_steps(w, b, t)
+    if len(keep) and not keep.any():
+        return frozenset({(w[-1], b[-1], "warming up")})
+    return frozenset(zip(w[keep].tolist(), b[keep].tolist()))
+
+
 def speed_sample(history: ProgressHistory) -> list[dict]:
-    """The records the speed model is fitted on (``SPEED_PER_CONFIG`` above), in their order."""
+    """The records the speed model is fitted on (``SPEED_PER_CONFIG`` above), in their order: settled steps only
+    (``settled_steps``)."""
     n = len(history)
     start = max(0, n - SPEED_LOOKBACK)
-    newest_first = pd.DataFrame({"w": history.column("workers")[start:][::-1],
-                                 "b": history.column("batch_size")[start:][::-1]})
+    window = history.where(np.arange(n) >= start)
+    settled = np.flatnonzero(_settled(window))[::-1]   # newest first
+    newest_first = pd.DataFrame({"w": window.column("workers")[settled], "b": window.column("batch_size")[settled]})
     by_config = newest_first.groupby(["w", "b"], sort=False, dropna=False)   # configurations newest first
     keep = ((by_config.cumcount() < SPEED_PER_CONFIG) & (by_config.ngroup() < SPEED_CONFIGS)).to_numpy()
-    mask = np.zeros(n, bool)
-    mask[start:] = keep[::-1]
-    return history.where(mask).tail(n)
+    mask = np.zeros(len(window), bool)
+    mask[settled[keep]] = True
+    return window.where(mask).tail(len(window))
 
 
 def fit_speed(workers: np.ndarray, batches: np.ndarray, samples_per_s: np.ndarray, gpu_types: tuple[str, ...],
