@@ -164,6 +164,25 @@ def test_a_job_that_ended_while_its_process_exits_is_finished_by_a_preemption_no
         backend.stop_all()
 
 
+def test_a_job_that_ended_while_its_process_exits_is_finished_by_a_cancel_not_cancelled(tmp_path):
+    """The cancel's side of the window above: a cancel carried out after the runtime wrote ``finished`` (its
+    process still tearing down, so the poll said running) was recorded cancelled, every sample trained."""
+    loop, store, backend = make_loop(tmp_path, "test-sized", slots=(1,))
+    try:
+        a = store.submit(load_job_spec(job_yaml("a", samples=64).replace("step_s: 0.02", "step_s: 0.02, exit_s: 120, "
+                                                                          "open_ended: 1")))
+        Sized.gpus = {a: 1}
+        run_until(loop, store, lambda: (read_status(loop.job_dir(a)) or {}).get("state") == "finished")
+        assert store.get(a).state == RUNNING and backend.poll(a, loop.job_dir(a)).state == "running"
+        store.request_cancel(a)
+        run_until(loop, store, lambda: store.get(a).state != RUNNING)
+        assert store.get(a).state == FINISHED and store.get(a).num_gpus == 0
+        assert "cancelled" not in [e["kind"] for e in store.events(a)], store.events(a)
+    finally:
+        Sized.gpus = {}
+        backend.stop_all()
+
+
 def test_a_policy_that_overcommits_changes_nothing(tmp_path):
     loop, store, _ = make_loop(tmp_path, "test-greedy")
     store.submit(load_job_spec(job_yaml("a")))

@@ -205,11 +205,16 @@ def test_ensemble_job_follows_the_runtime_contract_resize_stop_and_resume(tmp_pa
         proc = subprocess.Popen(cmd(2), env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         first = wait_until(lambda: [r for r in read_progress(job)[before:] if is_step(r)], 120, "a step of the rerun")[0]
         assert first["member"] == "a" and first["member_step"] > 1          # from its checkpoint
+        # the job's step counts b's steps too: it counted only the members training in this run, and went backwards
+        assert first["step"] > first["member_step"], first
         request_member_cancel(job, "a")
         assert proc.wait(timeout=120) == 0, proc.stdout.read().decode()[-2000:]
         assert read_status(job)["state"] == "finished" and read_status(job)["members"] == {"a": "cancelled", "b": "stopped at max_epochs"}
         resumed = read_progress(job)[before:]
         assert [(r["member"], r["reason"]) for r in resumed if r.get("event") == "member_converged"] == [("a", "cancelled")]
+        finished = [r for r in resumed if r.get("event") == "finished"]
+        b_steps = max(r["member_step"] for r in read_progress(job)[:before] if is_step(r) and r["member"] == "b")
+        assert len(finished) == 1 and finished[0]["step"] >= b_steps + first["member_step"], (stops, finished)
         assert {r.get("member") for r in resumed if "event" not in r} == {"a"}
         for r in read_progress(job):                            # the same typed contract as every other job
             (StepRecord if is_step(r) else EventRecord).model_validate(r)

@@ -28,7 +28,7 @@ import logging
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, Request
@@ -47,8 +47,8 @@ from dlsched.service.event_pages import newest_events
 from dlsched.service.job_folders import job_folder
 from dlsched.service.job_pages import DEFAULT_JOBS_PAGE, MAX_IDS, job_page
 from dlsched.service.member_cancel import MemberCancelRefused, cancel_member
-from dlsched.service.limits import (DEFAULT_MAX_BODY, DEFAULT_PROGRESS_PAGE, MAX_BATCH_JOBS, MAX_EVENTS_PAGE, MAX_ID,
-                                    MAX_PROGRESS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId, Limit, Offset,
+from dlsched.service.limits import (DEFAULT_MAX_BODY, DEFAULT_PREDICTIONS_PAGE, DEFAULT_PROGRESS_PAGE, MAX_BATCH_JOBS,
+                                    MAX_EVENTS_PAGE, MAX_ID, MAX_PREDICTIONS_PAGE, MAX_PROGRESS_PAGE, PARSE_THREADS, PARSE_TIMEOUT_S, After, JobId, Limit, Offset,
                                     OptionalAfter, OptionalLimit)
 from dlsched.service.metrics import ServiceCollector, allocated_slots, metrics_registry
 from dlsched.service.nodes import LOST
@@ -92,6 +92,16 @@ class FiniteJSON(JSONResponse):
 
 def _error(status: int, msg: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": " ".join(str(msg).split())[:500], **extra}, status_code=status)
+
+
+def id_page(response: Response, read: Callable[[int], list[dict]], limit: int) -> list[dict]:
+    """The first ``limit`` of the rows ``read(n)`` answers (at most ``n``, in id order); ``X-Next-After`` names the
+    next page's ``after`` where more remain (a job's progress rows, its refits)."""
+    rows = read(limit + 1)
+    if len(rows) > limit:
+        rows = rows[:limit]
+        response.headers["X-Next-After"] = str(rows[-1]["id"])
+    return rows
 
 
 class BatchRefused(Exception):
@@ -469,11 +479,14 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         return event_page(response, None, after, limit, tail, before, kind)
 
     @api.get("/jobs/{job_id}/predictions")
-    def predictions(job_id: JobId, after: After = 0, limit: OptionalLimit = None) -> list[dict]:
-        """The job's refits after row ``after``, at most ``limit``: one a minute or per 1 % of its progress, and
-        the newest (``store.KEEP_EVERY_S``); each carries its ``id`` to page on."""
+    def predictions(job_id: JobId, response: Response, after: After = 0,
+                    limit: Limit = DEFAULT_PREDICTIONS_PAGE) -> list[dict]:
+        """The job's refits after row ``after``, the first ``limit`` (at most ``MAX_PREDICTIONS_PAGE``; ``X-Next-After``
+        as ``progress``): one a minute or per 1 % of its progress, and the newest (``store.KEEP_EVERY_S``); each
+        carries its ``id`` to page on. Without a limit a month-long job's answer was every refit: 26 MB."""
         store.get(job_id)
-        return store.predictions(job_id, after_id=after, limit=limit)
+        return id_page(response, lambda n: store.predictions(job_id, after_id=after, limit=n),
+                       min(limit, MAX_PREDICTIONS_PAGE))
 
     @api.get("/jobs/{job_id}/progress")
     def progress(job_id: JobId, response: Response, after: OptionalAfter = None, points: OptionalLimit = None,
@@ -489,12 +502,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         if points is not None:
             return store.progress(job_id, after_id=after or 0, loss_points=points)
         # a page: a job that ran for months has a row a step (millions), all of them one answer
-        limit = min(limit, MAX_PROGRESS_PAGE)
-        rows = store.progress(job_id, after_id=after or 0, limit=limit + 1)
-        if len(rows) > limit:
-            rows = rows[:limit]
-            response.headers["X-Next-After"] = str(rows[-1]["id"])
-        return rows
+        return id_page(response, lambda n: store.progress(job_id, after_id=after or 0, limit=n),
+                       min(limit, MAX_PROGRESS_PAGE))
 
     @api.get("/jobs/{job_id}/logs")
     def logs(job_id: JobId, offset: Offset = 0, tail: int | None = None, worker: int | None = None) -> PlainTextResponse:

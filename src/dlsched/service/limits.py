@@ -19,6 +19,9 @@ PARSE_THREADS = 2                   # specs parsed at once; more wait their turn
 MAX_EVENTS_PAGE = 10_000
 # GET /jobs/{id}/progress: rows a page (a job has one a step), by default and at most
 DEFAULT_PROGRESS_PAGE, MAX_PROGRESS_PAGE = 10_000, 50_000
+# GET /jobs/{id}/predictions: refits a page (one a minute: 43 000, 26 MB, for a month-long job), by default and at
+# most; a refit row is ~600 bytes, ten progress rows', so a page is of the bytes of a progress page
+DEFAULT_PREDICTIONS_PAGE, MAX_PREDICTIONS_PAGE = 1_000, 5_000
 MAX_BATCH_JOBS = 100                # specs one POST /jobs/batch may carry (each parsed within PARSE_TIMEOUT_S)
 
 JobId = Annotated[int, Path(ge=0, le=MAX_ID)]

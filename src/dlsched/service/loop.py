@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 from prometheus_client import Histogram
 
@@ -35,7 +35,7 @@ from dlsched.service.nodes import LOST, NodeWatch
 from dlsched.service.off_cluster import HeldOut
 from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.resize_deadline import ResizeDeadline
-from dlsched.service.round_writes import preempt_write, record_round, resize_write, start_write
+from dlsched.service.round_writes import preempt_write, record_round, resize_write, start_write, stopped_finished
 from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, in_slots, release_confirmed,
                                         released, waits_for_hold, without_held)
 from dlsched.service.retention import Retention
@@ -73,10 +73,16 @@ def act_order(act: Action, jobs: Mapping[int, JobRecord]) -> tuple[int, int]:
     return {Move: 0, Preempt: 0, Start: 2}[type(act)], 0
 
 
-def cancel_now(backend: Backend, job_dir: Callable[[JobRecord], Path], running: list[JobRecord]) -> list[JobRecord]:
-    """The ``running`` jobs whose cancel is to be carried out: not one whose runtime finished before it (all of it
-    trained: it was recorded cancelled, and ``history`` sent its user to run it again); that one ends finished."""
-    return [j for j in running if j.cancel_requested and backend.poll(j.id, job_dir(j)).state != "finished"]
+def cancel_now(backend: Backend, job_dir: Callable[[JobRecord], Path], running: list[JobRecord]
+               ) -> Iterator[JobRecord]:
+    """Stop, one at a time, the ``running`` jobs whose cancel is to be carried out; yield each stopped to be recorded
+    cancelled. Not one whose runtime finished before the cancel, or during its stop (``stopped_finished``: it wrote
+    ``finished`` and was tearing down): all of it trained, it was recorded cancelled and ``history`` sent its user to
+    run it again. That one is left to the poll, which records it finished."""
+    for j in running:
+        if j.cancel_requested and backend.poll(j.id, job_dir(j)).state != "finished" and \
+                not stopped_finished(backend, j.id, job_dir(j)):   # slow (grace period): outside any transaction
+            yield j
 
 
 def count_to_end(store: Store, before: JobRecord, counted: dict, res: PollResult, job_dir: Path, now: float) -> float:
@@ -264,8 +270,9 @@ class LiveLoop:
         """Cancellations, progress ingestion, process state, GPU-service accounting, prediction refit."""
         last, elapsed = self.round_gap.since_last(now)
         running = self.store.jobs(states=(RUNNING, RESCALING))
-        for job in (cancelling := cancel_now(self.backend, self.job_dir, running)):
-            self.backend.stop(job.id, self.job_dir(job))      # slow (grace period): outside any transaction
+        cancelling = []
+        for job in cancel_now(self.backend, self.job_dir, running):
+            cancelling.append(job)
             with self.store.batch():   # ended `at` the stop's end: it held its GPUs through the stop's grace
                 self._ingest(job, at := self.clock())
                 self.notices.forget(job.id)

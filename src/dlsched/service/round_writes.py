@@ -32,17 +32,21 @@ def record_round(store: Store, writes: list[Write], jobs: Mapping[int, JobRecord
     return withdrawn
 
 
+def stopped_finished(backend: Backend, job_id: int, job_dir: Path) -> bool:
+    """Stop the job; whether its runtime had written ``finished`` before the stop (its process still tearing down:
+    an ensemble's flotillas). Such a job trained to its end: the poll records it finished
+    (``backends.base.ended_unwatched``), not re-queued (started again to say it had finished) nor cancelled."""
+    backend.stop(job_id, job_dir)
+    return (read_status(job_dir) or {}).get("state") == "finished"
+
+
 def preempt_write(backend: Backend, job: JobRecord, job_dir: Path, read: Callable[[], object]) -> Write | None:
     """Stop ``job`` and ``read`` what it wrote until it stopped (its last steps, its checkpoint: a queued job's
     records were read only when it started again, its DONE stale meanwhile); its re-queue write, or None where its
-    runtime had written ``finished`` before the stop (its process still tearing down: an ensemble's flotillas):
-    re-queued, it was started again to say it had finished. The next round's poll records the finish
-    (``backends.base.ended_unwatched``)."""
-    backend.stop(job.id, job_dir)
+    runtime had finished before the stop (``stopped_finished``): the next round's poll records the finish."""
+    finished = stopped_finished(backend, job.id, job_dir)
     read()
-    if (read_status(job_dir) or {}).get("state") == "finished":
-        return None
-    return (job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}})
+    return None if finished else (job.id, QUEUED, {"reason": "preempted"}, {"num_gpus": 0, "placement": {}})
 
 
 def start_write(job: JobRecord, act: Start, placed: dict, job_dir, at: float) -> Write:

@@ -327,7 +327,11 @@ def run_job(opts: FleetOptions) -> int:
     io = _Contract(job_dir, workers, spec.batch_size, [m.name for m in members])
     io.share()
     ckpt = job_dir / "ckpt"
-    io.members.update({n: LEAVE_LABEL[d.get("reason", "converged")] for n, d in _load_state(ckpt)["converged"].items()})
+    state = _load_state(ckpt)
+    io.members.update({n: LEAVE_LABEL[d.get("reason", "converged")] for n, d in state["converged"].items()})
+    # each member's steps as its checkpoint has them: a member that left in an earlier run reports none in this one,
+    # and the job's step (their sum) went backwards across a restart (job_stopped step 1101, then job_finished 473)
+    io.steps.update({n: int(k) for n, k in state.get("progress", {}).items() if n in io.steps})
     io.status("running")
     data, val = load_data(spec, base)
     report, done = train_ensemble(members, data, val, spec.batch_size, spec.convergence_rule(), ckpt,
