@@ -767,10 +767,10 @@ def test_an_override_of_epochs_or_num_samples_carries_to_a_total_samples_written
     planned twice the work until the job started)."""
     from dlsched.commands.service import spec_with_overrides
 
-    path = REPO / "examples" / "demo" / "jobs" / "resnet20.yaml"   # num_samples 1536, epochs 2, total_samples 3072
-    assert spec_with_overrides(path, None, None, ["epochs=1"]).total_samples == 1536
+    path = REPO / "examples" / "demo" / "jobs" / "resnet20.yaml"   # num_samples 768, epochs 2, total_samples 1536
+    assert spec_with_overrides(path, None, None, ["epochs=1"]).total_samples == 768
     assert spec_with_overrides(path, None, None, ["num_samples=512", "epochs=3"]).total_samples == 1536
-    assert spec_with_overrides(path, None, None, ["lr=0.1"]).total_samples == 3072
+    assert spec_with_overrides(path, None, None, ["lr=0.1"]).total_samples == 1536
 
 
 def test_a_queued_jobs_forecast_start_is_in_status_and_its_moves_are_no_news_to_watch(capsys):

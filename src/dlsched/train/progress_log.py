@@ -180,10 +180,27 @@ def _drop_header(lines: list[bytes], at_start: bool) -> list[bytes]:
 
 
 def read_lines(job_dir: Path, offset: int, max_bytes: int = -1) -> tuple[list[bytes], int, tuple[int, int] | None]:
-    """The complete lines of the job's log from logical ``offset`` (at most ``max_bytes`` read, from one file), the
-    offset after them, and the range (from, to) skipped where no file holds ``offset`` (a segment deleted or
-    compressed by hand; a torn line that ends a segment). A partial last line of the live file is left for the
-    next read; none while there is no log. Header lines are left out."""
+    """The complete lines of the job's log from logical ``offset`` (at most ``max_bytes`` read), on through the
+    files after a rotated segment's end, the offset after them, and the range (from, to) skipped where no file holds
+    ``offset`` (a segment deleted or compressed by hand; a torn line that ends a segment), then with no lines (a
+    skip met after some is the next read's). A partial last line of the live file is left for the next read; none
+    while there is no log. Header lines are left out. One file a read lost the records past a rotation at a job's
+    end: the service reads a finished job once more, after its exit."""
+    lines, end = [], offset
+    while True:
+        left = -1 if max_bytes < 0 else max_bytes - (end - offset)
+        if left == 0:
+            return lines, end, None
+        more, after, skipped = _read_one_file(job_dir, end, left)
+        if skipped is not None and not lines:
+            return more, after, skipped
+        if skipped is not None or after == end:
+            return lines, end, None
+        lines, end = lines + more, after
+
+
+def _read_one_file(job_dir: Path, offset: int, max_bytes: int) -> tuple[list[bytes], int, tuple[int, int] | None]:
+    """``read_lines`` within the one file that holds ``offset``."""
     job_dir = Path(job_dir)
     try:
         with open_regular(job_dir / LIVE) as f:
