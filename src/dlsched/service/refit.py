@@ -52,6 +52,8 @@ SPEED_PER_CONFIG, SPEED_CONFIGS, SPEED_LOOKBACK = 100, 8, 20_000
 # settled steps again; one that ended before it settled is all that is known of its configuration, and its last
 # (least transient) step stands for it where no settled one does.
 SETTLE_STEPS = 3
+# a gap this much longer than the job's steps (and over RESTART_MIN_GAP_S): it was stopped and restarted in between
+RESTART_GAP_STEPS, RESTART_MIN_GAP_S = 10, 2.0
 CURVE_BINS = 120      # loss points a curve fit sees at most (means over equal step ranges)
 
 
@@ -149,7 +151,7 @@ def settled_steps(workers: np.ndarray, batches: np.ndarray, times: np.ndarray) -
     begins[1:] = ~(_same(workers) & _same(batches))
     dt = np.diff(times)
     if np.isfinite(dt).any():
-        begins[1:] |= np.nan_to_num(dt) > max(2.0, 10 * float(np.nanmedian(dt)))
+        begins[1:] |= _restart_gap(np.nan_to_num(dt), float(np.nanmedian(dt)))
     first = np.flatnonzero(begins)
     stretch = np.cumsum(begins) - 1
     pos = np.arange(n) - first[stretch]
@@ -165,13 +167,15 @@ def settled_steps(workers: np.ndarray, batches: np.ndarray, times: np.ndarray) -
     return keep
 
 
-def _settled(history: ProgressHistory) -> np.ndarray:
-    """``settled_steps``; before any step settled (a job's first steps, or a short job's all), its newest step alone:
-    a job is never left with no speed model, and its one configuration's fit only extrapolates it."""
+def _settled(history: ProgressHistory) -> tuple[np.ndarray, bool]:
+    """``settled_steps``, and whether any step settled; before one has (a job's first steps, or a short job's all),
+    its newest step alone: a job is never left with no speed model, and its one configuration's fit only
+    extrapolates it."""
     keep = settled_steps(history.column("workers"), history.column("batch_size"), history.column("time"))
     if len(keep) and not keep.any():
         keep[-1] = True
-    return keep
+        return keep, False
+    return keep, True
 
 
 def speed_configs(history: ProgressHistory) -> frozenset:
@@ -179,11 +183,9 @@ def speed_configs(history: ProgressHistory) -> frozenset:
     settled, the newest one's, marked as still warming up): a new one is what a refit of the speed model learns
     from (``JobModels.refit``)."""
     recent = history.where(np.arange(len(history)) >= len(history) - RECENT)
-    w, b, t = recent.column("workers"), recent.column("batch_size"), recent.column("time")
-    keep = settled_steps(w, b, t)
-    if len(keep) and not keep.any():
-        return frozenset({(w[-1], b[-1], "warming up")})
-    return frozenset(zip(w[keep].tolist(), b[keep].tolist()))
+    keep, any_settled = _settled(recent)
+    w, b = recent.column("workers")[keep].tolist(), recent.column("batch_size")[keep].tolist()
+    return frozenset(zip(w, b)) if any_settled else frozenset({(w[-1], b[-1], "warming up")})
 
 
 def speed_sample(history: ProgressHistory) -> list[dict]:
@@ -192,7 +194,7 @@ def speed_sample(history: ProgressHistory) -> list[dict]:
     n = len(history)
     start = max(0, n - SPEED_LOOKBACK)
     window = history.where(np.arange(n) >= start)
-    settled = np.flatnonzero(_settled(window))[::-1]   # newest first
+    settled = np.flatnonzero(_settled(window)[0])[::-1]   # newest first
     newest_first = pd.DataFrame({"w": window.column("workers")[settled], "b": window.column("batch_size")[settled]})
     by_config = newest_first.groupby(["w", "b"], sort=False, dropna=False)   # configurations newest first
     keep = ((by_config.cumcount() < SPEED_PER_CONFIG) & (by_config.ngroup() < SPEED_CONFIGS)).to_numpy()
@@ -428,7 +430,12 @@ def observed_rate(recs: list[dict], window: int = 50) -> float | None:
     return ds / dt if dt > 0 and ds > 0 else None
 
 
-def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> bool:
+def _restart_gap(gap, typical_step: float):
+    """Whether a gap (a number or an array of them) is a stop and restart: far longer than the job's steps."""
+    return gap > max(RESTART_MIN_GAP_S, RESTART_GAP_STEPS * typical_step)
+
+
+def _restart_between(older: dict, newer: list[dict]) -> bool:
     """A gap before ``newer[-1]`` far longer than the steps after it: the job was stopped and restarted in
     between (preempted, or resumed after a service restart) at the same configuration, so the start-up stall
     is not part of the rate it runs at now."""
@@ -436,7 +443,7 @@ def _restart_between(older: dict, newer: list[dict], min_gap_s: float = 2.0) -> 
     steps = [a["time"] - b["time"] for a, b in zip(newer, newer[1:])]
     if not steps:           # one record after it: nothing to compare the gap with yet
         return False
-    return gap > max(min_gap_s, 10 * float(np.median(steps)))
+    return _restart_gap(gap, float(np.median(steps)))
 
 
 def predict(progress: ProgressHistory | list[dict], now: float, current_workers: int, current_batch: int | None,
