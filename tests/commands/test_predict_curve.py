@@ -53,13 +53,16 @@ def test_accuracy_target_with_lr_column_and_time(capsys):
 def test_the_chance_of_reaching_a_target_falls_as_the_target_passes_the_prediction(capsys):
     """A target the predicted curve never reaches is not reported as 'at the budget' without saying so: the
     chance by the budget comes from the calibrated final band, and falls as the target moves past it."""
-    chances = []
+    chances, beyond = [], []
     for target in (3.0, 1.6, 1.2, 0.5):
         assert run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, target, None, "loss", None, None, True,
                          None) in (0, 3)
         out = json.loads(capsys.readouterr().out)
         chances.append(out["p_reach"])
+        beyond.append(out["beyond_final"])
     assert chances[0] == 1.0 and chances == sorted(chances, reverse=True) and chances[-1] < 0.05, chances
+    # reached, crossed ahead, past the predicted final (at the budget, only if the run does better), unreachable
+    assert beyond == [False, False, True, False]
     run_curve(RUN, "step", "loss", 800, "step:400,600:0.1", 300, 0.5, None, "loss", None, None, False, None)
     said = capsys.readouterr()   # an unreachable target is its one line on stderr (exit 3)
     text = " ".join((said.out + said.err).split())   # rich wraps at the terminal's width
@@ -78,7 +81,7 @@ def test_the_text_says_beyond_the_final_value_only_for_a_target_past_it(capsys, 
     out = {"model": "annealing", "schedule": "lr-column", "regime": "finetune", "observed_until": 500.0,
            "budget": 2000.0, "final_value": final, "final_value_interval_80": [0.3, 0.68], "floor": 0.16,
            "target": target, "target_step": 1244.3, "steps_to_target": 744.3, "interval_80": [461.4, 1500.0],
-           "p_reach": 0.21}
+           "p_reach": 0.21, "beyond_final": said.startswith("beyond")}   # run_curve: CurvePrediction.beyond_final
     _render(out, "step", metric)
     text = " ".join(capsys.readouterr().out.split())
     assert said in text and "chance by the budget 21 %" in text, text
@@ -89,7 +92,8 @@ def test_the_text_gives_the_crossing_as_a_person_reads_it_and_its_band_in_time(c
     out = {"model": "annealing", "schedule": "cosine", "regime": "scratch", "observed_until": 500.0,
            "budget": 20000.0, "final_value": 0.3, "final_value_interval_80": [0.28, 0.33], "floor": 0.16,
            "target": 0.32, "target_step": 12344.31, "steps_to_target": 11844.31, "interval_80": [61.42, 15000.0],
-           "p_reach": 0.9, "seconds_to_target": 5400.0, "seconds_to_target_interval_80": [28.0, 6840.0]}
+           "p_reach": 0.9, "seconds_to_target": 5400.0, "seconds_to_target_interval_80": [28.0, 6840.0],
+           "beyond_final": False}
     _render(out, "step", "loss")
     text = " ".join(capsys.readouterr().out.split())
     # the band as steps first, then from now: "at step 12,344, ... (80 % interval 61.4 – 15,000" read as steps

@@ -245,6 +245,8 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         "target": {"metric": "val_accuracy", "value": 0.9, "kind": "accuracy"}}))     # one its log got to
     waiting = store.submit(JobSpec(name="waiting", command=["python", "t.py"], gpus=64, prediction={
         "target": {"metric": "val_accuracy", "value": 0.95, "kind": "accuracy"}}))    # one not predicted yet
+    short = store.submit(JobSpec(name="short", command=["python", "t.py"], gpus=64, prediction={
+        "target": {"metric": "val_accuracy", "value": 0.99, "kind": "accuracy"}}))    # past its predicted final
     try:
         fit = {"beta0": 0.01, "beta1": 0.7, "beta2": 0.07, "scale": 1.4, "rmse": 0.01, "model": "annealing",
                "curve": [[10.0, 2.0], [800.0, 0.1]], "final": 0.1, "final_80": [0.08, 0.12], "alpha": 0.5,
@@ -282,14 +284,22 @@ def test_the_job_page_says_when_a_stated_metric_target_is_reached(live_service):
         store.add_prediction(there, 1.0, 0.5, 25600.0, None, None, fit | {"metric_target": fit["metric_target"] | {
             "target": 0.9, "target_step": 120.0, "target_step_80": None, "target_reached": True,
             "target_chance": 1.0}})
+        store.add_prediction(short, 1.0, 0.5, 25600.0, None, None, fit | {"metric_target": fit["metric_target"] | {
+            "target": 0.99, "target_step": 800.0, "target_step_80": None, "target_chance": 0.12,
+            "target_beyond_final": True}})
         queue = _chromium(f"{svc.url}/dashboard/?token={svc.token}", tmp, "--dump-dom")
         row = re.search(rf'<tr data-job="{jid}">(.*?)</tr>', queue, re.S).group(1)
-        assert '<td class="target">val_accuracy 0.97: step 348 [320–402] (80 %)</td>' in row, row
+        assert '<td class="target">val_accuracy 0.97: step 348 [320–402], chance 80 %</td>' in row, row
         row = re.search(rf'<tr data-job="{there}">(.*?)</tr>', queue, re.S).group(1)
         assert '<td class="target">val_accuracy 0.9: reached step 120</td>' in row, row
         row = re.search(rf'<tr data-job="{waiting}">(.*?)</tr>', queue, re.S).group(1)   # was "–"
         assert '<span title="no refit yet">val_accuracy 0.95: no prediction yet</span></td>' in row, row
+        # the budget's step of a target past the predicted final read as when the job gets there (`status` alike)
+        row = re.search(rf'<tr data-job="{short}">(.*?)</tr>', queue, re.S).group(1)
+        assert ('<td class="target">val_accuracy 0.99: predicted to end at 0.9823; by the budget, step 800, only if it '
+                'does better, chance 12 %</td>') in row, row
     finally:
+        store.request_cancel(short)
         store.request_cancel(jid)
         store.request_cancel(there)
         store.request_cancel(waiting)

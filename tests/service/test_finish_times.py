@@ -18,11 +18,13 @@ def test_the_stated_target_is_the_metrics_else_the_losss_else_none():
     loss = {"target_loss": 1.8, "target_step": None, "target_time": None, "target_chance": 0.03}
     assert stated_target({"loss_fit": json.dumps(loss)}) == {"metric": "loss", "value": 1.8, "step": None,
                                                              "time": None, "chance": 0.03, "step_80": None,
-                                                             "time_80": None, "reached": False}
+                                                             "time_80": None, "reached": False, "final": None,
+                                                             "beyond": False}
     both = {"loss_fit": loss | {"metric_target": METRIC}}                           # a row read back as a dict
     assert stated_target(both) == {"metric": "val_accuracy", "value": 0.93, "step": 4200.0, "time": 1_800_000_000.0,
                                    "chance": 0.8, "step_80": [3900.0, 4800.0],
-                                   "time_80": [1_799_999_000.0, 1_800_002_000.0], "reached": False}
+                                   "time_80": [1_799_999_000.0, 1_800_002_000.0], "reached": False, "final": 0.95,
+                                   "beyond": False}
 
 
 def test_status_shows_when_a_running_job_reaches_its_target_and_the_chance():
@@ -31,20 +33,63 @@ def test_status_shows_when_a_running_job_reaches_its_target_and_the_chance():
     at = stated_target({"loss_fit": {"metric_target": METRIC}})
     clock = lambda t: datetime.fromtimestamp(t).strftime("%H:%M:%S")   # noqa: E731  (the reader's local time)
     assert job_rows([job | {"target": at}])[0][11] == \
-        f"val_accuracy 0.93: {clock(1_800_000_000)} [{clock(1_799_999_000)}–{clock(1_800_002_000)}] (80 %)"
+        f"val_accuracy 0.93: {clock(1_800_000_000)} [{clock(1_799_999_000)}–{clock(1_800_002_000)}], chance 80 %"
     # not training: the step, and its band in steps
     assert job_rows([job | {"target": at | {"time": None, "time_80": None}}])[0][11] == \
-        "val_accuracy 0.93: step 4,200 [3,900–4,800] (80 %)"
+        "val_accuracy 0.93: step 4,200 [3,900–4,800], chance 80 %"
     assert job_rows([job | {"target": at | {"time": None, "step_80": None}}])[0][11] == \
-        "val_accuracy 0.93: step 4,200 (80 %)"   # a target the log already crossed has no band
+        "val_accuracy 0.93: step 4,200, chance 80 %"   # a target the log already crossed has no band
     assert job_rows([job | {"target": at | {"step": None, "time": None, "chance": 0.03}}])[0][11] == \
-        "val_accuracy 0.93: not by the budget (3 %)"
+        "val_accuracy 0.93: not by the budget, chance 3 %"
     assert job_rows([job | {"target": None}])[0][11] == "-"
     # once the log got there: when (where, while it waits), and no chance
     assert job_rows([job | {"target": at | {"reached": True}}])[0][11] == \
         f"val_accuracy 0.93: reached {clock(1_800_000_000)}"
     assert job_rows([job | {"target": at | {"reached": True, "time": None}}])[0][11] == \
         "val_accuracy 0.93: reached step 4,200"
+
+
+def test_status_says_a_target_past_the_predicted_final_value_is_at_the_budget_only_if_the_run_does_better():
+    """A digits run predicted to end at 0.925 showed `val_accuracy 0.93: 20:40:35 (35 %)`: the budget's time, read as
+    when it gets there. ``predict curve`` says such a target is reached by the budget only if the run beats its
+    prediction; the refit stores that (``target_beyond_final``) and `status` says it, with the predicted final."""
+    job = {"id": 1, "name": "digits", "state": "running", "num_gpus": 1, "batch_size": 32, "fraction_done": 0.8,
+           "last_loss": 0.5, "samples_per_s": 50.0, "predicted_finish": None}
+    short = METRIC | {"final": 0.9245, "final_80": [0.917, 0.937], "target_step": 900.0, "target_step_80": None,
+                      "target_chance": 0.35, "target_time": 1_800_000_000.0, "target_time_80": None,
+                      "target_beyond_final": True}
+    at = stated_target({"loss_fit": {"metric_target": short}})
+    assert at["beyond"] and at["final"] == 0.9245
+    clock = datetime.fromtimestamp(1_800_000_000).strftime("%H:%M:%S")
+    assert job_rows([job | {"target": at}])[0][11] == \
+        f"val_accuracy 0.93: predicted to end at 0.9245; by the budget, {clock}, only if it does better, chance 35 %"
+    # a row stored before the flag: as before
+    assert not stated_target({"loss_fit": {"metric_target": METRIC}})["beyond"]
+
+
+def test_the_refit_flags_a_target_past_the_predicted_final_value():
+    """``service.metric_target.predict_target`` on a real run's evaluations (the digits MLP of the report above, its
+    first 11 of 20 epochs, warm-up + cosine; it ended at 0.922): 0.93 lies past its predicted final (0.919), 0.915 is
+    ahead of the log and crossed before the budget, 0.99 is out of reach."""
+    import numpy as np
+
+    from dlsched.perf.schedule import parse_schedule
+    from dlsched.service.metric_target import predict_target
+    from dlsched.spec import MetricTarget
+
+    x = 45.0 * np.arange(1, 12)
+    acc = np.array([0.117, 0.425, 0.733, 0.853, 0.858, 0.850, 0.878, 0.886, 0.900, 0.906, 0.911])
+    sched = parse_schedule("cosine:warmup=90", 900.0)
+    def at(value: float) -> dict:
+        return predict_target(MetricTarget(metric="val_accuracy", value=value, kind="accuracy"), x, acc, sched,
+                              "scratch")
+
+    past = at(0.93)
+    assert past["target_beyond_final"] and past["target_step"] == 900.0 and past["final"] < 0.93
+    ahead = at(0.915)
+    assert not ahead["target_beyond_final"] and ahead["target_step"] < 900.0 and ahead["final"] > 0.915
+    assert not at(0.99)["target_beyond_final"] and at(0.99)["target_step"] is None   # "not by the budget"
+    assert at(93.0)["target_beyond_final"]   # a target in % against fractions: read on the data's scale
 
 
 def test_a_live_job_past_its_predicted_finish_is_overdue_never_a_negative_time_left():
@@ -87,7 +132,7 @@ def test_status_says_a_stated_target_is_not_predicted_yet_and_show_says_why(clie
             "target_loss": 1.8, "target_step": None, "target_time": None, "target_chance": 0.03,
             "metric_target_missing": {"metric": "val_accuracy", "target": 0.93, "why": why}})
         assert job_rows([client.get("/jobs").json()[0]])[0][11] == \
-            "loss 1.8: not by the budget (3 %); val_accuracy 0.93: no prediction yet"
+            "loss 1.8: not by the budget, chance 3 %; val_accuracy 0.93: no prediction yet"
         store.add_prediction(jid, 3.0, 0.1, 25600.0, None, None, {"metric_target": METRIC})
         listed = client.get("/jobs").json()[0]
         assert listed["target_pending"] is None and listed["target"]["step"] == 4200.0

@@ -223,6 +223,7 @@ def run_curve(file: Path | None, x: str, y: str, budget: float | None, schedule:
         raise UserError(f"{curve.source}: field {y!r}: {e}") from None
     out = pred.as_json()
     out["metric"] = metric
+    out["beyond_final"] = pred.beyond_final(metric)
     out["schedule"] = sched.spec
     out["regime"] = regime
     if like:
@@ -323,16 +324,12 @@ def _render(out: dict, x: str, metric: str) -> None:
             + (" at the --like runs' speed" if out.get("seconds_from") == "like_runs" else "")
         p = 100 * out["p_reach"]
         chance = f"chance by the budget {'< 1' if 0 < p < 0.5 else f'{p:.0f}'} %"
-        # past the predicted final value, in the metric's direction (not p_reach < 0.5: a calibrated median above the
-        # prediction, from runs that ended worse than predicted, puts the chance below one half for a target the
-        # predicted curve crosses)
-        beyond = out["target"] > out["final_value"] if metric == "accuracy" else out["target"] < out["final_value"]
         if out["steps_to_target"] == 0 and out["p_reach"] == 1:   # already there: where the log got there
             con.print(f"target {out['target']:.4g}: already reached, at {x} {_x(out['target_step'])} of the log")
         elif out["steps_to_target"] == 0:   # the newest point got there, its running median not yet
             con.print(f"target {out['target']:.4g}: at the newest point, {x} {_x(out['target_step'])}, if the next "
                       f"evaluation stays there (the log's running median is not there yet; {chance})")
-        elif beyond:   # only a run that beats its prediction gets there
+        elif out["beyond_final"]:   # only a run that beats its prediction gets there (CurvePrediction.beyond_final)
             con.print(f"target {out['target']:.4g}: beyond the predicted final value; reached by {x} "
                       f"{out['budget']:g} only if the run does better than predicted ({chance})")
         else:

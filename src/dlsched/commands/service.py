@@ -232,8 +232,8 @@ def _batch_cell(j: dict) -> str:
 
 def _target_cell(j: dict) -> str:
     """A live job's stated target (``prediction.target`` or ``target_loss``): when it gets there at today's rate (the
-    step while it does not train), its 80 % band in brackets, and the chance it does by the budget; once reached,
-    when."""
+    step while it does not train), its 80 % band in brackets, and the chance it does by the budget; one past the
+    predicted final value, that value and the budget's time; once reached, when."""
     t, pending = j.get("target"), j.get("target_pending")
     # a stated target of a reported metric not predicted yet (the why: `dlsched show ID`'s target_pending); beside
     # a target loss that is (``finish_times.stated_targets``)
@@ -255,7 +255,10 @@ def _reach_cell(t: dict) -> str:
     else:
         band = t.get("step_80")
         when = f"step {t['step']:,.0f}" + ("" if band is None else f" [{band[0]:,.0f}–{band[1]:,.0f}]")
-    chance = f" ({100 * t['chance']:.0f} %)" if t.get("chance") is not None else ""
+    if t.get("beyond"):   # the time is the budget's: "val_accuracy 0.93: 20:40:35 (35 %)" read as a prediction
+        when = f"predicted to end at {t['final']:.4g}; by the budget, {when}, only if it does better"
+    # "[20:39–20:41] (80 %)" read as the band's 80 %
+    chance = f", chance {100 * t['chance']:.0f} %" if t.get("chance") is not None else ""
     return escape(f"{t['metric']} {t['value']:g}: {when}{chance}")
 
 

@@ -129,6 +129,15 @@ class CurvePrediction:
             return None
         return [self.x_now + self.interval_80[0], self.x_now + self.interval_80[1]]
 
+    def beyond_final(self, metric: str) -> bool:
+        """The target lies past the predicted final value, in the direction ``metric`` improves, and the log has not
+        got there: ``target_step`` is then the budget, reached only if the run beats its prediction (``p_reach``).
+        Not ``p_reach < 0.5``: a calibrated median above the prediction (runs that ended a little worse than
+        predicted) puts the chance below one half for a target the predicted curve does cross."""
+        if self.target is None or self.target_step is None or self.reached:
+            return False
+        return self.target > self.final_value if metric == "accuracy" else self.target < self.final_value
+
     def as_json(self) -> dict:
         r = lambda v: None if v is None or not math.isfinite(v) else float(v)  # noqa: E731  (JSON has no NaN)
         return {"model": self.model, "observed_until": self.x_now, "budget": self.budget,

@@ -62,7 +62,8 @@ def loss_fit_of(prediction: dict | None) -> dict | None:
         out["optimus_steps"] = fit["optimus_steps"]
     if fit.get("curve"):  # the schedule-aware prediction to the job's budget (service.refit.fit_loss)
         out.update({k: fit.get(k) for k in ("model", "bands", "curve", "final", "final_80", "alpha", "drop", "curve_rmse",
-                                            "target_loss", "target_step", "target_time", "target_chance", "lr")})
+                                            "target_loss", "target_step", "target_time", "target_chance",
+                                            "target_beyond_final", "lr")})
     if fit.get("metric_target"):   # the stated target of a reported metric (service.metric_target)
         out["metric_target"] = fit["metric_target"]
     if fit.get("metric_target_missing"):   # ... or why this refit has none (service.metric_target.missing)

@@ -29,11 +29,14 @@ def shown_times(job: JobRecord, prediction: dict | None, forecast: dict | None) 
 
 
 def stated_target(prediction: dict | None) -> dict | None:
-    """``{"metric", "value", "step", "time", "chance", "step_80", "time_80", "reached"}`` of the job's stated target
-    from its latest prediction row: a reported metric's (``prediction.target``, ``service.metric_target``), else its
-    ``target_loss``; None before the loop predicted one. ``step``/``time`` None: not by the budget (``time`` also
-    while it does not train); ``step_80``/``time_80``: their 80 % bands, None unless the target is ahead;
-    ``reached``: the job's log got there (``step``/``time``: where and when)."""
+    """``{"metric", "value", "step", "time", "chance", "step_80", "time_80", "reached", "final", "beyond"}`` of the
+    job's stated target from its latest prediction row: a reported metric's (``prediction.target``,
+    ``service.metric_target``), else its ``target_loss``; None before the loop predicted one. ``step``/``time`` None:
+    not by the budget (``time`` also while it does not train); ``step_80``/``time_80``: their 80 % bands, None unless
+    the target is ahead; ``reached``: the job's log got there (``step``/``time``: where and when); ``final``: the
+    metric predicted at the budget; ``beyond``: the target lies past ``final`` in the metric's better direction, so
+    ``step``/``time`` are the budget's, reached there only if the run beats its prediction (``chance``), as
+    ``predict curve`` says it."""
     return _target_of(stored_fit(prediction))
 
 
@@ -89,6 +92,9 @@ def pending_target(job: JobRecord, fit: dict) -> dict | None:
 
 
 def _reach(fit: dict) -> dict:
+    # "beyond": `status` showed "val_accuracy 0.93: 20:40:35 (35 %)" for a run predicted to end at 0.925, the budget's
+    # time, where predict_curve puts a target past the predicted final value (its text says so)
     return {"step": fit.get("target_step"), "time": fit.get("target_time"), "chance": fit.get("target_chance"),
             "step_80": fit.get("target_step_80"), "time_80": fit.get("target_time_80"),
-            "reached": bool(fit.get("target_reached"))}
+            "reached": bool(fit.get("target_reached")), "final": fit.get("final"),
+            "beyond": bool(fit.get("target_beyond_final"))}

@@ -32,10 +32,11 @@ def reported(values: Iterable[tuple[float, float]]) -> tuple[np.ndarray, np.ndar
 def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, schedule: Schedule, regime: str,
                    prior: CurvePrior | None = None, calibration: Calibration | None = None) -> dict | None:
     """``{"metric", "kind", "target", "final", "final_80", "bands", "target_step", "target_step_80", "target_reached",
-    "target_chance", "observed_until", "target_step_law", "points", "curve", "fitted"}`` (x in the loss fit's units;
+    "target_chance", "target_beyond_final", "observed_until", "target_step_law", "points", "curve", "fitted"}`` (x in the loss fit's units;
     values in the job's own, an accuracy in % or as a fraction as it reports it; ``target_step`` None: not by the
     budget; ``target_step_80`` its 80 % band, None unless ahead (``CurvePrediction.target_step_80``);
-    ``target_reached``: the log got there; ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s;
+    ``target_reached``: the log got there; ``target_beyond_final``: past the predicted final value, ``target_step``
+    the budget's (``CurvePrediction.beyond_final``); ``target_step_law`` and ``observed_until`` as ``refit.fit_loss``'s;
     ``curve``: [x, value] from the first point fitted to the budget, drawn as the loss fit's is; ``fitted``: the
     annealing fit, in fractions (``reported_scale``), not JSON). Raises ValueError, saying why, where the predictor
     refuses (values it cannot model, such as an accuracy of 100 % at every point; no point and fewer than two
@@ -57,7 +58,7 @@ def predict_target(target: MetricTarget, x: np.ndarray, values: np.ndarray, sche
     return {"metric": target.metric, "kind": target.kind, "target": target.value, "final": p.final_value * scale,
             "final_80": [v * scale for v in p.final_value_interval_80], "bands": p.bands, "target_step": p.target_step,
             "target_step_80": p.target_step_80, "target_reached": p.reached, "target_chance": p.p_reach,
-            "observed_until": p.x_now, "target_step_law": p.law_step, "points": len(x),
+            "target_beyond_final": p.beyond_final(target.kind), "observed_until": p.x_now, "target_step_law": p.law_step, "points": len(x),
             "curve": [[float(a), float(b)] for a, b in zip(grid, drawn)], "fitted": p.fitted}
 
 

@@ -306,7 +306,8 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
     ``perf.fit_window``) to the budget), ``curve_rmse`` (its RMSE on the points it covers, in loss units),
     ``final``, ``final_80``
     and, for a ``target_loss``, ``target_step`` (None: unreachable), ``target_step_80`` (its 80 % band; None
-    unless ahead), ``target_reached`` (the log got there) and ``target_step_law`` (the law's own crossing, before the
+    unless ahead), ``target_reached`` (the log got there), ``target_beyond_final`` (past the predicted final: ``target_step`` is the
+    budget's, ``CurvePrediction.beyond_final``) and ``target_step_law`` (the law's own crossing, before the
     calibrated shift: what the cluster's own steps bands are measured against, ``service.own_calibration``), from
     ``observed_until`` (the last x fitted), and the annealing fit's ``alpha`` and ``drop`` (what a finished job gives
     ``perf.prior``). ``schedule`` is the job's SPEC in steps or a ``Schedule`` (default
@@ -351,7 +352,7 @@ def fit_loss(steps: np.ndarray, losses: np.ndarray, *, budget_steps: float | Non
         out.update(model=p.model, final=p.final_value, final_80=list(p.final_value_interval_80), bands=p.bands,
                    curve=[[float(a), float(b)] for a, b in zip(grid, np.interp(grid, p.curve_x, p.curve_y))],
                    target_step=p.target_step, target_step_80=p.target_step_80, target_reached=p.reached,
-                   target_chance=p.p_reach, observed_until=p.x_now, target_step_law=p.law_step,
+                   target_chance=p.p_reach, target_beyond_final=p.beyond_final("loss"), observed_until=p.x_now, target_step_law=p.law_step,
                    curve_rmse=float(np.sqrt(np.mean(gap ** 2))) if gap.size else None)
         if p.fitted is not None:
             out.update(alpha=p.fitted.alpha, drop=p.fitted.c, fitted=p.fitted)

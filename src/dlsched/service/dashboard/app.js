@@ -287,9 +287,11 @@ function targetCell(t, now, pending) {
 }
 function reachCell(t, now) {
   if (t.reached) return `${esc(t.metric)} ${t.value}: reached ${t.time != null ? rel(t.time, now) : `step ${Math.round(t.step).toLocaleString()}`}`;
-  const when = t.step == null ? "not by the budget" : t.time != null ? rel(t.time, now) + timeBand(t.time_80)
+  let when = t.step == null ? "not by the budget" : t.time != null ? rel(t.time, now) + timeBand(t.time_80)
     : `step ${Math.round(t.step).toLocaleString()}${stepBand(t.step_80)}`;
-  return `${esc(t.metric)} ${t.value}: ${when}${t.chance == null ? "" : ` (${Math.round(100 * t.chance)} %)`}`;
+  // past the predicted final value: the time is the budget's, not a prediction of when (as `dlsched status` says it)
+  if (t.beyond) when = `predicted to end at ${fmtNum(t.final, 4)}; by the budget, ${when}, only if it does better`;
+  return `${esc(t.metric)} ${t.value}: ${when}${t.chance == null ? "" : `, chance ${Math.round(100 * t.chance)} %`}`;
 }
 
 function reachText(label, value, t) {
@@ -297,7 +299,9 @@ function reachText(label, value, t) {
   const when = t.target_time == null ? "" : ` ≈ ${rel(t.target_time, Date.now() / 1000)}`;
   const band = t.target_time_80 != null ? timeBand(t.target_time_80) : stepBand(t.target_step_80);   // 80 %
   const chance = t.target_chance == null ? "" : `, chance ${Math.round(100 * t.target_chance)} % by the budget`;
-  return `; ${label} ${fmtNum(value)} at step ${Math.round(t.target_step).toLocaleString()}${when}${band}${chance}`;
+  const at = `step ${Math.round(t.target_step).toLocaleString()}${when}${band}`;
+  if (t.target_beyond_final) return `; ${label} ${fmtNum(value)} past the predicted final value: at the budget, ${at}, only if the run does better${chance}`;
+  return `; ${label} ${fmtNum(value)} at ${at}${chance}`;
 }
 
 function ensembleSection(ens) {
