@@ -163,7 +163,8 @@ def run_demo(workload_path: Path, out: Path, timeout_s: float, runtime: list[str
 # the report's columns (report.md defines them), the least read dropped first on a narrow terminal: pandas' text was
 # soft-wrapped at 80 columns, each row's last three cells on a line of their own under the wrong headers
 SUMMARY = (("id", 0), ("name", 0), ("state", 0), ("jct_s", 0), ("resizes", 0), ("preemptions", 1),
-           ("jct_error", 0), ("policy_jct_error", 2), ("remaining_error", 3), ("run_remaining_error", 3))
+           ("jct_error", 0), ("policy_jct_error", 2), ("remaining_error", 3), ("run_remaining_error", 3),
+           ("final_loss_in_80", 3))
 
 
 def print_summary(report, out: Console) -> None:
