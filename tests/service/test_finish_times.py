@@ -140,6 +140,34 @@ def test_status_says_a_stated_target_is_not_predicted_yet_and_show_says_why(clie
         store.request_cancel(jid)
 
 
+def test_status_says_whether_an_ended_job_reached_its_stated_target(client, service):
+    """The digits run of the tests above ended at 0.922 short of its 0.93, and `status` said "-" in TARGET once it
+    finished: the API's job list carried the target of live jobs only. An ended job now says whether it got there
+    (where it ran to its budget, the value it ended at: its last refit's, on every point)."""
+    import time
+
+    from dlsched.spec import JobSpec
+
+    store = service.store   # never placed on 2 x 2 slots: its rows are the ones written here
+    jid = store.submit(JobSpec(name="digits", command=["python", "t.py"], gpus=64, prediction={
+        "target": {"metric": "val_accuracy", "value": 0.93, "kind": "accuracy"}}))
+    store.add_prediction(jid, 1.0, 0.6, 25600.0, None, None, {"metric_target": METRIC | {
+        "final": 0.9245, "target_step": None, "target_step_80": None, "target_chance": 0.0, "target_time": None,
+        "target_time_80": None}})
+    store.request_cancel(jid)
+    deadline = time.monotonic() + 60
+    while (listed := client.get("/jobs").json()[0])["state"] != "cancelled":
+        assert time.monotonic() < deadline, listed["state"]
+        time.sleep(0.1)
+    assert listed["target"]["reached"] is False and listed["target_pending"] is None
+    assert job_rows([listed])[0][11] == "val_accuracy 0.93: not reached"   # stopped before its budget: no end value
+    finished = listed | {"state": "finished", "fraction_done": 1.0, "target": listed["target"] | {"final": 0.9222}}
+    assert job_rows([finished])[0][11] == "val_accuracy 0.93: not reached, ended at 0.9222"
+    there = finished | {"target": finished["target"] | {"reached": True, "step": 360.0, "time": None}}
+    assert job_rows([there])[0][11] == "val_accuracy 0.93: reached step 360"
+    assert job_rows([finished | {"target": None}])[0][11] == "-"
+
+
 def test_a_targets_time_is_on_the_clock_of_the_finish_shown():
     """`status` showed "finish 14:41" beside "target ... 14:46": the finish was the policy forecast's (more GPUs
     later), the target's time the rate the job trains at now. Each time is moved to the same share of the way from

@@ -175,7 +175,7 @@ def test_a_script_jobs_target_of_a_metric_it_reports_is_predicted_by_the_service
         last = shown["prediction"]["loss_fit"]["metric_target"]
         assert shown["target"] == {"metric": "val_mse", "value": 1e9, "step": last["target_step"],
                                    "time": last["target_time"], "chance": 1.0, "step_80": None, "time_80": None,
-                                   "reached": True}
+                                   "reached": True, "final": last["final"], "beyond": False}
         # once they finish, each leaves its target's fit for the prior of new jobs' targets (service.job_models)
         wait_until(lambda: all(c.get(f"/jobs/{i}").json()["state"] in ("finished", "failed") for i in (1, 2)), 300,
                    "jobs 1 and 2 to end")

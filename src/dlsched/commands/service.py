@@ -27,7 +27,7 @@ from dlsched.display import (Column, human_duration, local_clock, make_table, pr
                              with_iso_times)
 from dlsched.errors import UserError
 from dlsched.service.fleet_status import summary
-from dlsched.service.store import ACTIVE, TERMINAL
+from dlsched.service.store import ACTIVE, FINISHED, TERMINAL
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
 # how long the CLI retries a 503 + Retry-After (nothing was done): a restarting service taking up its jobs, a
@@ -231,16 +231,27 @@ def _batch_cell(j: dict) -> str:
 
 
 def _target_cell(j: dict) -> str:
-    """A live job's stated target (``prediction.target`` or ``target_loss``): when it gets there at today's rate (the
+    """A job's stated target (``prediction.target`` or ``target_loss``): when it gets there at today's rate (the
     step while it does not train), its 80 % band in brackets, and the chance it does by the budget; one past the
     predicted final value, that value and the budget's time; once reached, when."""
     t, pending = j.get("target"), j.get("target_pending")
     # a stated target of a reported metric not predicted yet (the why: `dlsched show ID`'s target_pending); beside
     # a target loss that is (``finish_times.stated_targets``)
     waiting = None if not pending else escape(f"{pending['metric']} {pending['value']:g}: no prediction yet")
+    if j["state"] in TERMINAL:   # it showed "-" once the job ended: did it get there?
+        return _outcome_cell(j, t) if t else "-"
     if not t:
         return waiting or "-"
     return _reach_cell(t) + ("" if waiting is None else f"; {waiting}")
+
+
+def _outcome_cell(j: dict, t: dict) -> str:
+    """An ended job's stated target: when it got there, else not, with the value it ended at where it trained to its
+    budget (its last refit's final, fitted on every point)."""
+    if t.get("reached"):
+        return _reach_cell(t)
+    ended = j["state"] == FINISHED and (j.get("fraction_done") or 0) >= 1 and t.get("final") is not None
+    return escape(f"{t['metric']} {t['value']:g}: not reached" + (f", ended at {t['final']:.4g}" if ended else ""))
 
 
 def _reach_cell(t: dict) -> str:

@@ -368,8 +368,10 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         for j in page.jobs:
             d = j.public()
             d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
-            d["target"], d["target_pending"] = stated_targets(j, preds.get(j.id), d["predicted_finish"]) \
-                if j.state in ACTIVE else (None, None)
+            # an ended job's too: whether it got there (`status` showed "-" for a finished job that stated one)
+            d["target"], d["target_pending"] = stated_targets(j, preds.get(j.id), d["predicted_finish"])
+            if j.state not in ACTIVE:
+                d["target_pending"] = None
             if j.spec.kind == "ensemble":
                 d["ensemble"] = ensemble_of(store, j.id)
                 d["fraction_done"] = d["ensemble"]["fraction_done"]
