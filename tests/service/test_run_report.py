@@ -92,3 +92,26 @@ def test_the_loss_plot_marks_the_prediction_at_25_percent_beside_the_last_fit():
     _prediction_marks(ax, None, 1125.0)   # no prediction past a quarter: nothing drawn
     assert len(ax.containers) == 1
     plt.close(fig)
+
+
+def test_the_gantt_chart_labels_only_bars_wide_enough_for_their_label(tmp_path):
+    """The demo's elastic job held 1, 3, 1, 2, 1, 2 slots within 35 s of a 430 s chart: the labels of its short
+    stretches overprinted as "312 12". A stretch under 1.5 % of the axis keeps its colour and height, not its label."""
+    import matplotlib.pyplot as plt
+
+    from dlsched.service.run_report import gantt_figure
+
+    store = Store(tmp_path / "s.db")
+    for name, stretches, end in (("wide", [(0.0, 1)], 430.0),
+                                 ("elastic", [(5.0, 1), (18.0, 3), (21.0, 1), (25.0, 2), (36.0, 1), (39.0, 2)], 100.0)):
+        job = store.submit(load_job_spec(f"name: {name}\nentry: m:make_job\ngpus: 1"), now=0.0)
+        store.transition(job, RUNNING, now=stretches[0][0])
+        for t, n in stretches:
+            store.record_allocation(job, t, n, 32, {"n0": n})
+        store.record_allocation(job, end, 0, None, {})
+        store.transition(job, FINISHED, now=end)
+    fig = gantt_figure(store)
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.texts] == ["1", "1", "2", "2"]   # 3, 4 and 3 s stretches unlabelled
+    assert len(ax.patches) == 7                                        # every stretch still drawn
+    plt.close(fig)
