@@ -94,6 +94,14 @@ def test_a_lost_node_is_down_and_its_slots_leave_the_clusters_and_no_loop_means_
             m[("dlsched_job_target_late_timestamp_seconds", aimed)]) == (2e9 - 600, 2e9 + 1200)   # its 80 % band
     assert not any(name.startswith("dlsched_round") for name, _ in m)
     assert not any(name == "dlsched_job_target_pending" for name, _ in m)
+    # past its predicted final value (a digits run predicted to end at 0.925): target_time is the budget's, no
+    # predicted crossing; the series said it as one
+    store.add_prediction(1, 1e9 + 60, 0.2, 1000.0, None, None, {"model": "annealing", "metric_target": aim | {
+        "final": 0.925, "target_chance": 0.35, "target_step_80": None, "target_time_80": None,
+        "target_beyond_final": True}})
+    m = collected(ServiceCollector(store, lambda: NODES, lost=lambda: frozenset({"n1"})))
+    assert m[("dlsched_job_target_chance", aimed)] == 0.35
+    assert ("dlsched_job_target_predicted_timestamp_seconds", aimed) not in m
     store.close()
 
 

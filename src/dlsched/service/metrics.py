@@ -110,7 +110,7 @@ class ServiceCollector:
                                         labels=TARGET_LABELS),
             "time": GaugeMetricFamily("dlsched_job_target_predicted_timestamp_seconds",
                                       "When the job is predicted to reach its target at today's rate (none: not by "
-                                      "the budget)", labels=TARGET_LABELS),
+                                      "the budget, or past its predicted final value)", labels=TARGET_LABELS),
             "early": GaugeMetricFamily("dlsched_job_target_early_timestamp_seconds",
                                        "The early end of the 80 % band of when the job reaches its target",
                                        labels=TARGET_LABELS),
@@ -136,7 +136,10 @@ class ServiceCollector:
             target, waiting = stated_targets(j, preds.get(j.id), finish)
             if target is not None:
                 band = target["time_80"] or (None, None)
-                _add(targets, labels + [target["metric"]], target | {"early": band[0], "late": band[1]})
+                # past the predicted final value the time is the budget's, not a predicted crossing (the chance says
+                # how likely the run beats its prediction): an alert on it read the budget as the prediction
+                when = None if target["beyond"] else target["time"]
+                _add(targets, labels + [target["metric"]], target | {"early": band[0], "late": band[1], "time": when})
             if waiting is not None:
                 pending.add_metric(labels + [waiting["metric"]], waiting["value"])
         yield state
