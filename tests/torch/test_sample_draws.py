@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from collections import Counter
@@ -14,7 +15,7 @@ import pytest
 import torch
 from torch.utils.data import WeightedRandomSampler
 
-from dlsched.torch.sample_draws import SamplerDraws
+from dlsched.torch.sample_draws import KeyedSamples, SamplerDraws
 from dlsched.train.progress_log import read_progress
 from dlsched.train.data import committed_sample_ids
 from tests.torch.test_elastic_script import BATCH, SAMPLES, resize_through, start_script, steps, val_curve
@@ -46,6 +47,26 @@ def test_a_weighted_sampler_gives_each_epoch_its_sequence_and_a_samples_draws_ar
     assert [e["ids"] for e in in_process[:2]] == [draws.order(0).tolist(), draws.order(1).tolist()]
     assert in_process[0]["ids"] != in_process[1]["ids"] and len(set(in_process[0]["ids"])) < 20   # with replacement
     assert lines(standalone())[-1] == in_process[-1]
+
+
+class Opened(torch.utils.data.Dataset):
+    """A dataset whose worker_init_fn opens its file through get_worker_info().dataset (the h5py pattern)."""
+    handle = None
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return self.handle, i, torch.rand(()).item()
+
+
+def test_the_epochs_dataset_is_the_users_to_a_worker_init_fn_and_pickles_for_spawned_processes():
+    keyed = KeyedSamples(Opened(), seed=3, epoch=1, order=None)
+    keyed.handle = "opened"   # as a worker_init_fn sets it: on the user's dataset, which __getitem__ reads
+    assert keyed.dataset.handle == keyed.handle == "opened"
+    copy = pickle.loads(pickle.dumps(keyed))
+    assert copy[2] == keyed[2] and copy[2][:2] == ("opened", 2)   # the same draw: keyed by (seed, epoch, place)
+    assert KeyedSamples(Opened(), seed=3, epoch=2, order=None)[2] != keyed[2]
 
 
 def test_a_sampler_that_draws_from_its_own_state_is_refused_in_one_line():

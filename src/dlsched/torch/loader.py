@@ -15,7 +15,7 @@ import numbers
 from typing import Any, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from dlsched.errors import UserError
 from dlsched.torch.accumulation import micro_count, split_share
@@ -147,8 +147,12 @@ class ElasticDataLoader:
                         _drop_step(s, offsets)
                     raise
 
-    def _epoch_samples(self, s) -> KeyedSamples:
-        """The epoch's samples by their place in it (the table's ids), each loaded on streams keyed by it."""
+    def _epoch_samples(self, s) -> Dataset:
+        """The epoch's samples by their place in it (the table's ids), each loaded on streams keyed by it. A
+        ``TensorDataset`` draws nothing: it is read as it is (reseeding costs tens of microseconds a sample, more than
+        its read, and the wrapper's overhead target counts it: bench/torch_overhead.py)."""
+        if self._sampler is None and type(self.dataset) is TensorDataset:
+            return self.dataset
         epoch = s.table.epoch
         return KeyedSamples(self.dataset, self._seed, epoch, None if self._sampler is None else self._sampler.order(epoch))
 
