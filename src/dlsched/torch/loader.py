@@ -9,7 +9,6 @@ reads its entry. A regroup or a batch change rebuilds that DataLoader from the t
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import numbers
 from typing import Any, Iterator
@@ -21,7 +20,7 @@ from dlsched.errors import UserError
 from dlsched.torch.accumulation import micro_count, split_share
 from dlsched.torch.adaptive_batch import AdaptiveBatch
 from dlsched.torch.rng_state import BATCH
-from dlsched.torch.sample_draws import KeyedSamples, SamplerDraws, shown
+from dlsched.torch.sample_draws import KeyedSamples, SamplerDraws, key_seed, shown
 from dlsched.train.data import rank_shares
 
 
@@ -160,9 +159,8 @@ class ElasticDataLoader:
         """The generator of a (re)built DataLoader: its iterator draws the seed of its worker processes from it. Left
         to the script's own (torch's global one), each rebuild drew from it, and a resumed run, which rebuilds where it
         resumes, then drew its dropout masks one number off an uninterrupted run's. Seeded by the epoch, rank and
-        position, so a rebuild at the same point seeds the workers alike."""
-        key = f"{self._seed}:{s.table.epoch}:{s.rank}:{s.table.consumed}".encode()
-        return torch.Generator().manual_seed(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1)
+        position, so a rebuild at the same point seeds the workers alike (what they draw for a sample: KeyedSamples)."""
+        return torch.Generator().manual_seed(key_seed(self._seed, s.table.epoch, s.rank, s.table.consumed))
 
     def _loaded(self, piece: list[int], short: bool) -> list[int]:
         """The indices a micro-batch loads. A short last batch split over the workers may leave a rank one sample
