@@ -112,3 +112,10 @@ def test_a_weighted_sampler_and_augmenting_loader_processes_keep_the_run_through
     assert committed_sample_ids(job_dir) == Counter({i: 2 for i in range(SAMPLES)})   # places in the sequence
     assert len(steps(job_dir)) == 2 * SAMPLES // BATCH
     assert val_curve(job_dir) == pytest.approx(val_curve(ref_dir), rel=1e-3)
+
+
+def test_the_digits_example_trains_standalone_with_its_sampler_and_loader_processes():
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    r = subprocess.run([sys.executable, str(REPO / "examples" / "digits_mlp.py"), "--epochs", "1"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "epoch 0: held-out balanced accuracy" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
