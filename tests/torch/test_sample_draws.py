@@ -69,6 +69,13 @@ def test_the_epochs_dataset_is_the_users_to_a_worker_init_fn_and_pickles_for_spa
     assert KeyedSamples(Opened(), seed=3, epoch=2, order=None)[2] != keyed[2]
 
 
+def test_a_subsets_samples_draw_alike_whichever_samples_share_their_batch():
+    """A Subset fetches a batch at once (its __getitems__): seeded once per batch, a sample's jitter depended on
+    the other samples of its batch, which another number of workers changes."""
+    keyed = KeyedSamples(torch.utils.data.Subset(Opened(), [3, 1, 0]), seed=0, epoch=0, order=None)
+    assert keyed.__getitems__([0, 1, 2]) == [keyed[0], keyed[1], keyed[2]]
+
+
 def test_a_sampler_that_draws_from_its_own_state_is_refused_in_one_line():
     r = standalone("--sampler", "stateful")
     assert r.returncode != 0

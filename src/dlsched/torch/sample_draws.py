@@ -82,10 +82,11 @@ class KeyedSamples(Dataset):
             return self._load(places)
 
     def _load(self, places: list[int]) -> list[Any]:
-        batched = getattr(self.dataset, "__getitems__", None)
-        if callable(batched):   # the dataset fetches a batch at once: its draws are keyed by the batch's places
+        if type(self.dataset).__getitem__ is Dataset.__getitem__:   # it fetches batches only: keyed by the batch
             seed_streams(key_seed(self.seed, self.epoch, *places))
-            return batched([self._index(i) for i in places])
+            return self.dataset.__getitems__([self._index(i) for i in places])
+        # one sample at a time even where the dataset fetches batches too (a Subset does): a batch's draws would
+        # depend on which samples share it, which the number of workers changes
         out = []
         for i in places:
             seed_streams(key_seed(self.seed, self.epoch, i))
