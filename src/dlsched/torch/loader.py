@@ -67,7 +67,7 @@ class ElasticDataLoader:
         self._iterated = False
         self._session = current_session()
         self._session.attach_loader(len(dataset) if self._sampler is None else self._sampler.size, batch_size,
-                                    shuffle is not False and self._sampler is None, seed,
+                                    self._sampler is None and (shuffle is None or bool(shuffle)), seed,
                                     steps_per_epoch * batch_size if steps_per_epoch else None)
         if max_local_batch is None and self._session.env is not None:  # the job spec's, unless the script's
             max_local_batch = self._session.env.max_local_batch
