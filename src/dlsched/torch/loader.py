@@ -28,7 +28,8 @@ class ElasticDataLoader:
     """``batch_size`` is the global batch at which the script's LR is given; the scheduler may change it.
     ``max_local_batch`` left out: the job spec's (``dlsched train --max-local-batch``), else no accumulation.
     ``steps_per_epoch``: an epoch is its first ``steps_per_epoch × batch_size`` samples (a step limit every rank keeps
-    alike across resizes and restarts, which a count in the script does not; the job's budget knows it)."""
+    alike across resizes and restarts, which a count in the script does not; the job's budget knows it).
+    ``sampler``: each epoch's order of dataset indices, drawn once per epoch alike on every rank (``sample_draws``)."""
 
     def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool | None = None, seed: int = 0,
                  max_local_batch: int | None = None, steps_per_epoch: int | None = None, sampler: Any = None,
