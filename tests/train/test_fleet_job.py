@@ -429,3 +429,18 @@ def test_an_ensembles_samples_per_s_counts_only_the_members_training_now(tmp_pat
     io.report(("a", "training", 0, 20, 0.4, None, 90.0))
     steps = [r for r in read_progress(tmp_path) if is_step(r)]
     assert [r["samples_per_s"] for r in steps] == [100.0, 150.0, 90.0]
+
+
+def test_a_share_on_several_nodes_gets_node_local_flotillas_on_every_node():
+    """Ray: 2 + 2 slots on two nodes: every flotilla inside one node (its pipeline is shared memory), members over
+    both nodes, none waiting; a member profiled for 3 GPUs gets at most one node's 2."""
+    from dlsched.policy.fleet import ModelProfile, Preprocessing
+    from dlsched.train.fleet_job import plan_on_nodes
+
+    profiles = [ModelProfile("a", (100.0, 190.0, 270.0)), ModelProfile("b", (95.0,)), ModelProfile("c", (60.0, 110.0)),
+                ModelProfile("d", (55.0,))]
+    plan, where = plan_on_nodes(profiles, (("n1", 2), ("n2", 2)), 8, Preprocessing(1e6), 0.10)
+    assert not plan.waiting and len(where) == len(plan.flotillas) and set(where) == {"n1", "n2"}
+    for node in ("n1", "n2"):
+        assert sum(g for f, w in zip(plan.flotillas, where) if w == node for g in f.gpus.values()) <= 2
+    assert {d for f in plan.flotillas for d in f.gpus} == {"a", "b", "c", "d"}
