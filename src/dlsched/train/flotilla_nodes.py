@@ -110,9 +110,9 @@ def _follow(runners: list[_Runner], stop: Path, should_stop: Callable[[], bool],
                 runs += [FlotillaRun(tuple(m), s, e, tuple(w), c) for m, s, e, w, c in rec.get("runs", [])]
                 lost += [tuple(x) for x in rec.get("lost", [])]
                 errors += [rec] if "error" in rec else []
-        for r in runners:
-            if r not in live and r.ended is None and not r.read():   # ended without its last word: killed
-                r.ended = {"lost": [[f"node runner {r.handle.node or '?'}", r.handle.returncode]]}
+        for r in runners:   # ended before this pass read its file, without a last word: killed
+            if r not in live and r.ended is None:
+                r.ended = {"lost": []}
                 lost.append((f"node runner of {'+'.join(r.names)}", r.handle.returncode))
         if lost or errors or should_stop():
             stop.touch()
