@@ -320,7 +320,7 @@ class _Contract:
             devices = tuple(f"cuda:{d}" for d in c.devices) if c is not None and c.devices else self.granted.devices
             self.granted = Share(sum(k for _, k in nodes) if nodes else workers, devices, nodes)
             if self.granted == self.planned[1]:   # nothing for the flotillas to change: they answer it as they run
-                self.planned = (c.generation, self.granted)
+                self.planned = (self.control.generation, self.granted)
         return self.granted
 
     def _nodes(self) -> tuple[tuple[str, int], ...]:
