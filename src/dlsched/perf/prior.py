@@ -38,7 +38,7 @@ predictions still set the calibrated bands: a running job cannot know it will ov
 not a threshold on how far the end rises above the minimum: noise would move such a line.
 
 Level: finished jobs of the same task (``LEVEL_FIELDS``: dataset and metric) also say where a run ends. With
-two or more of them the prior carries their geometric mean final value and its predictive log spread
+two or more of them the prior carries their (weighted, below) geometric mean final value and its predictive log spread
 (s·√(1 + 1/n), never below ``LEVEL_SIGMA_MIN``); ``perf.curve_predict`` weighs it against the fit's own
 calibrated error. Other tasks say nothing about the level, so no level prior comes from them.
 
@@ -49,6 +49,9 @@ run's full fit (``FinishedFit.curve``), that run's final is carried to the new s
 (``transferred_final``): its final times the ratio of its law at the new schedule's budget to its law at
 its own. Schedules are relative (peak 1, ``schedule.areas``): the transfer assumes the task's runs share a
 peak LR, as a schedule sweep does.
+A carry is the less certain the further its law must extrapolate in LR area: the carried finals are weighed
+by the inverse of an error that grows with it, learnt from the task's runs carried to each other's schedules
+(``carry_weights``).
 """
 from __future__ import annotations
 
@@ -67,6 +70,7 @@ LEVEL_FIELDS = ("dataset", "metric")
 LEVEL_SIGMA_MIN = 0.05
 # a carried final's error never counts below this (log): one rerun of the same schedule would otherwise take every weight
 CARRY_SIGMA_MIN = 0.01
+CARRY_PAIR_RUNS = 12   # the most runs carried to each other's schedules (132 carries, ~10 ms)
 CARRY_MIN_RUNS = 3   # two runs carried to each other's schedules give two errors for two unknowns: equal weights
 # the shape beliefs never get tighter than this, however well the finished runs agree: a new run still has its
 # own seed, batch and budget (the defaults in ``CurvePrior`` apply before two runs are known)
@@ -182,7 +186,7 @@ def level_prior(fits: list[FinishedFit], meta: dict, schedule: Schedule | None =
     # a mix (some runs stored without their fit) is scored as a plain mean: the wider bands
     carried = () if None in curves else tuple(curves)
     w = carry_weights(task, schedule, drop) if carried else np.ones(len(task))
-    return math.exp(float(np.average(logs, weights=w))), max(spread, LEVEL_SIGMA_MIN), carried, tuple(w / w.sum())
+    return math.exp(float(np.average(logs, weights=w))), max(spread, LEVEL_SIGMA_MIN), carried, tuple(float(v) for v in w / w.sum())
 
 
 def _log_area(schedule: Schedule) -> float:
@@ -199,8 +203,9 @@ def carry_weights(task: list[FinishedFit], schedule: Schedule, drop: float) -> n
         return np.ones(len(task))
     area = [_log_area(f.curve.schedule) for f in task]
     d2, e2 = [], []
-    for i, fi in enumerate(task):
-        for k, fk in enumerate(task):
+    pairs = list(enumerate(task))[-CARRY_PAIR_RUNS:]   # n² carries: a long-lived task's newest runs say enough
+    for i, fi in pairs:
+        for k, fk in pairs:
             moved = None if i == k else carried_curve(fi, fk.curve.schedule, drop)
             if moved is not None:
                 end = float(moved.value([fk.curve.schedule.budget])[0])
