@@ -108,3 +108,22 @@ def test_a_location_other_users_may_write_into_is_refused(client, tmp_path):
     ok = submit(sticky / "mine" / "ckpt")
     assert ok.status_code == 201, ok.text
     client.post(f"/jobs/{ok.json()['id']}/cancel")
+
+
+def test_fsspecs_other_names_for_the_local_disk_are_held_to_the_same_rules(client, service, tmp_path):
+    """``local:///x`` is ``/x`` to fsspec, ``file://x`` is ``x`` under the runtime's working directory, and a chained
+    ``simplecache::file:///x`` or ``dir::file:///x`` writes there too: read as remote URIs they passed every rule, and
+    a job given ``local:///STATE/jobs/1/ckpt`` wrote and pruned its checkpoints in job 1's folder."""
+    victim = service.jobs_dir / "1" / "ckpt"
+    refusals = {f"local://{victim}": "lies in the service's folder",
+                "file://dlsched-state/jobs/1/ckpt": "names a host or a relative path after file://",
+                f"simplecache::file://{victim}": "chains file systems (::)",
+                f"dir::file://{service.state_dir}": "chains file systems (::)"}
+    for uri, why in refusals.items():
+        answer = client.post("/jobs", content=job_yaml("b", extra=f"checkpoint_uri: '{uri}'\n"), headers=YAML)
+        assert answer.status_code == 422 and why in answer.json()["error"], (uri, answer.text)
+    assert client.get("/jobs").json() == []
+    own = tmp_path / "mine"
+    rules = CheckpointRules.make(tmp_path, forbidden=(tmp_path / "state",))
+    with pytest.raises(SpecError, match="is where job 7 keeps its checkpoints"):
+        rules.check(f"local://{own}", [("job 7", str(own))])
