@@ -119,8 +119,12 @@ class LiveLoop:
 
     def __init__(self, store: Store, backend: Backend, cluster: ClusterSpec, state_dir: str | Path,
                  policy: Policy | None = None, clock=time.time, forecast_every_s: float = FORECAST_EVERY_S,
-                 jobs_dir: str | Path | None = None, monotonic=None):
+                 jobs_dir: str | Path | None = None, monotonic=None,
+                 code_check: Callable[[JobSpec, str], None] | None = None):
+        """``code_check(spec, source)``: the submission's rules on which code a job may run (``entries.py``), applied
+        again before each start (raises ``SpecError``: the job fails with its line)."""
         self.store = store
+        self.code_check = code_check
         self.backend = backend
         self.cluster = cluster
         self.state_dir = Path(state_dir).absolute()
@@ -249,6 +253,8 @@ class LiveLoop:
                 elif isinstance(act, Start):
                     # the round's `now` precedes its stops (a cancel's or a preemption's grace: seconds): a start
                     # stamped with it was charged GPU time, and began, before its slots were free
+                    if self.code_check is not None:   # what the path names now, which the runtime imports
+                        self.code_check(job.spec, f"job {job.id} (its code checked again at its start)")
                     at = self.clock()
                     self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
                     self.models.note_change(job.id, "start", at, gen)
@@ -260,7 +266,10 @@ class LiveLoop:
                     self.models.note_change(job.id, "resize", now, gen)
                     writes.append(resize_write(job, act, self.backend.placement(job.id) or act.nodes))
             except Exception as e:   # one job's launch failure must not stop the service
-                log.exception("job %s: %s failed", job.id, type(act).__name__.lower())
+                if isinstance(e, UserError):
+                    log.warning("job %s: %s refused: %s", job.id, type(act).__name__.lower(), e)
+                else:
+                    log.exception("job %s: %s failed", job.id, type(act).__name__.lower())
                 writes += after_failed_action(self.store, self.backend, self.backoff, job, act, d, e, now)
         for job_id in record_round(self.store, writes, jobs, now):   # started for nothing: the others stand
             self.backend.stop(job_id, self.job_dir(job_id))

@@ -102,6 +102,7 @@ class Service:
             # job code only from the allowed job directories / modules (entries.py); never from the state directory
             self.entries = EntryRules.make(self.workdir, tuple(entry_roots), tuple(entry_modules),
                                            forbidden=(self.state_dir, self.jobs_dir))
+            self.loop.code_check = self.entries.check_spec   # and again at each start: what a path names may change
             # a job's checkpoints: never in the service's folders, never where a live job keeps its own
             self.checkpoints = CheckpointRules.make(self.workdir, forbidden=(self.state_dir, self.jobs_dir))
             # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
@@ -144,12 +145,7 @@ class Service:
         of its own (``checkpoint_locations.py``; ``batch``: the specs of the same batch before it), the cluster and
         policy can run it, and its entry exists and takes its params."""
         entry, command = spec.entry, spec.command
-        if entry:
-            self.entries.check(entry, source)
-        if command:
-            self.entries.check_command(command, source)
-        if spec.kind == "ensemble":
-            self.entries.check_ensemble(spec.params, source)
+        self.entries.check_spec(spec, source)
         if spec.checkpoint_uri is not None:
             taken = [(f"job {j.id}", j.spec.checkpoint_uri) for j in self.store.jobs(states=ACTIVE)
                      if j.spec.checkpoint_uri] + [(f"jobs[{i}]", s.checkpoint_uri) for i, s in enumerate(batch)
