@@ -108,7 +108,7 @@ class Service:
             # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
             self.check_entries = runtime is None
             app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
-                             jobs_dir=self.jobs_dir, loop_thread=self.thread, validate=self.validate,
+                             jobs_dir=self.jobs_dir, loop_thread=self.thread, validate=self.validate, claim=self.claim_location,
                              hosts=allowed_hosts(host, extra_hosts), node_table=lambda: self.loop.nodes.table)
             # a connection that never finishes its request head is closed, and none is opened past the cap: a peer
             # without the token held connections for good and ran the service out of descriptors (connections.py)
@@ -147,10 +147,8 @@ class Service:
         entry, command = spec.entry, spec.command
         self.entries.check_spec(spec, source)
         if spec.checkpoint_uri is not None:
-            taken = [(f"job {j.id}", j.spec.checkpoint_uri) for j in self.store.jobs(states=ACTIVE)
-                     if j.spec.checkpoint_uri] + [(f"jobs[{i}]", s.checkpoint_uri) for i, s in enumerate(batch)
-                                                  if s.checkpoint_uri]
-            self.checkpoints.check(spec.checkpoint_uri, taken, source)
+            self.checkpoints.check(spec.checkpoint_uri, self._live_locations() + [
+                (f"jobs[{i}]", s.checkpoint_uri) for i, s in enumerate(batch) if s.checkpoint_uri], source)
         self.loop.validate(spec, source)
         if self.check_entries and spec.kind in ("train", "ensemble") and entry:   # an ensemble's loader takes params too
             check_entry(entry, spec.params, self.workdir, source)
@@ -158,6 +156,16 @@ class Service:
             check_script(command, self.workdir, source)
         if self.check_entries and spec.kind == "ensemble":
             check_ensemble(spec.params, self.workdir, source)
+
+    def _live_locations(self) -> list[tuple[str, str]]:
+        return [(f"job {j.id}", j.spec.checkpoint_uri) for j in self.store.jobs(states=ACTIVE) if j.spec.checkpoint_uri]
+
+    def claim_location(self, spec: JobSpec, source: str = "job spec") -> None:
+        """``validate``'s check that ``spec``'s checkpoint location is no live job's, again inside the write
+        transaction that stores it (``Store.submit``'s ``check``): two submissions of one location at once were both
+        checked before either was stored, and both were accepted."""
+        if spec.checkpoint_uri is not None:
+            self.checkpoints.check(spec.checkpoint_uri, self._live_locations(), source)
 
     @property
     def url(self) -> str:
