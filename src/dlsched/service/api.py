@@ -508,8 +508,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         # every row with its id, whichever way it was asked for: a first page's rows had none, the next page's had,
         # so a client that read the first page could not follow on from a row of it (its last row's id was only in
         # the header) and one row read two ways compared unequal
-        if points is not None:
-            return store.progress(job_id, after_id=after or 0, loss_points=points)
+        if points is not None:   # at most a page's rows: ?points=1e9 answered every row of a job, millions for months
+            return store.progress(job_id, after_id=after or 0, loss_points=min(points, MAX_PROGRESS_PAGE))
         # a page: a job that ran for months has a row a step (millions), all of them one answer
         return id_page(response, lambda n: store.progress(job_id, after_id=after or 0, limit=n),
                        min(limit, MAX_PROGRESS_PAGE))
