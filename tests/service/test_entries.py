@@ -141,7 +141,7 @@ def test_a_link_re_pointed_out_of_the_job_directories_after_submission_fails_the
             (work / "link.py").unlink()
             (work / "link.py").symlink_to(outside / "evil.py")
             c.post(f"/jobs/{blocker}/cancel")
-            wait_until(lambda: c.get(f"/jobs/{queued}").json()["state"] not in ("queued",), 60, "the queued job's start")
+            wait_until(lambda: c.get(f"/jobs/{queued}").json()["state"] != "queued", 60, "the queued job's start")
             job = c.get(f"/jobs/{queued}").json()
             assert job["state"] == "failed" and job["error"] == (
                 f"job {queued} (its code checked again at its start): field entry: 'link.py:make_job' is outside the "

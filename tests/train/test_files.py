@@ -167,7 +167,7 @@ def test_a_job_folder_record_job_code_made_huge_is_no_record_and_is_not_read_who
 
 
 def test_an_lr_plan_of_more_points_than_the_runtime_writes_is_no_plan(tmp_path):
-    """~800 points when dlsched.torch writes it; 70 000 (still under 1 MiB) slowed each of a real service's rounds 40 %."""
+    """~800 points when dlsched.torch writes it; 70 000 (under 1 MiB) slowed each of a real service's rounds 40 %."""
     n = MAX_PLAN_POINTS + 1
     atomic_write_json(tmp_path / "lr_plan.json", {"step": 0, "batch_size": 8, "steps": list(range(1, n + 1)),
                                                   "lr": [0.1] * n})

@@ -341,6 +341,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         except asyncio.TimeoutError:
             return _error(422, f"request body: {len(docs)} specs not checked within {PARSE_TIMEOUT_S:g} s each; "
                                "send simpler specs")
+
         def claim_all() -> None:
             for i, spec in enumerate(specs):
                 try:

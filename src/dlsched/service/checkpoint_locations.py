@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import os
 import stat
-from functools import cache
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Iterable
 from urllib.parse import urlsplit
@@ -68,7 +68,7 @@ def location_key(uri: str, workdir: Path) -> str:
         return str((workdir / uri).resolve())
     protocol, _, rest = uri.partition("://")
     if "::" not in protocol and local_protocol(protocol):
-        return str((workdir / rest).resolve())   # file:///x is /x; file://x is x where the runtime runs, as fsspec reads it
+        return str((workdir / rest).resolve())   # file:///x is /x, file://x is x where the runtime runs (as fsspec)
     return f"{protocol.lower()}://{rest.rstrip('/')}"
 
 

@@ -108,8 +108,9 @@ class Service:
             # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
             self.check_entries = runtime is None
             app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
-                             jobs_dir=self.jobs_dir, loop_thread=self.thread, validate=self.validate, claim=self.claim_location,
-                             hosts=allowed_hosts(host, extra_hosts), node_table=lambda: self.loop.nodes.table)
+                             jobs_dir=self.jobs_dir, loop_thread=self.thread, validate=self.validate,
+                             claim=self.claim_location, hosts=allowed_hosts(host, extra_hosts),
+                             node_table=lambda: self.loop.nodes.table)
             # a connection that never finishes its request head is closed, and none is opened past the cap: a peer
             # without the token held connections for good and ran the service out of descriptors (connections.py)
             http = deadline_protocol(head_timeout_s, max_connections, keep_alive_s=KEEP_ALIVE_S)
