@@ -33,3 +33,29 @@ def test_a_member_is_cancelled_once_known_and_training_and_every_refusal_says_wh
     assert cancel_member(store, job, "a", tmp_path)["cancel_requested"] is True
     assert cancelled_members(folder) == {"a"}
     assert [e["detail"] for e in store.events(job) if e["kind"] == "member_cancel_requested"] == [{"member": "a"}]
+
+
+def test_a_fifo_job_code_put_in_place_of_the_cancel_file_does_not_block_the_cancel(tmp_path):
+    """The service reads ``cancel_members.json`` back to add a member to it, in a folder job code writes: a FIFO there
+    blocked the API thread of the cancel until a writer came (never), as one named ``status.json`` once blocked the
+    scheduling loop. It reads as no file, and the cancel replaces it."""
+    import os
+    import threading
+
+    store = Store(tmp_path / "s.db")
+    job = store.submit(load_job_spec(ENSEMBLE), now=0.0)
+    folder = tmp_path / str(job)
+    folder.mkdir()
+    store.transition(job, RUNNING, 1.0, job_dir=str(folder))
+    store.event("job_profiled", job, 2.0, profiles=[{"member": "a", "rates": [10.0]}], max_samples={"a": 100})
+    os.mkfifo(folder / "cancel_members.json")
+    answers = []
+    cancel = threading.Thread(target=lambda: answers.append(cancel_member(Store(tmp_path / "s.db"), job, "a", tmp_path)))
+    cancel.start()
+    cancel.join(30)
+    blocked = cancel.is_alive()
+    if blocked:   # in open(): a writer's open and close lets it end
+        os.close(os.open(folder / "cancel_members.json", os.O_WRONLY | os.O_NONBLOCK))
+        cancel.join(60)
+    assert not blocked and answers[0]["cancel_requested"] is True
+    assert cancelled_members(folder) == {"a"}
