@@ -21,3 +21,4 @@ def test_a_failures_last_output_line_is_read_from_the_outputs_end_only(tmp_path)
     assert tail == ": ValueError: sample 3 is poisoned"
     assert peak < 8 * OUTPUT_TAIL_BYTES
     assert output_tail(tmp_path / "none") == ""
+

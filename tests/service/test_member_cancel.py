@@ -7,6 +7,7 @@ from dlsched.service.member_cancel import MemberCancelRefused, cancel_member
 from dlsched.service.store import RUNNING, Store
 from dlsched.spec import load_job_spec
 from dlsched.train.member_cancel import cancelled_members
+from tests.waiting import blocked_on_fifo
 
 ENSEMBLE = "name: e\nkind: ensemble\nentry: dlsched.train.fleet_spec:from_yaml\nparams: {path: e.yaml}\ngpus: 1\n"
 
@@ -40,7 +41,6 @@ def test_a_fifo_job_code_put_in_place_of_the_cancel_file_does_not_block_the_canc
     blocked the API thread of the cancel until a writer came (never), as one named ``status.json`` once blocked the
     scheduling loop. It reads as no file, and the cancel replaces it."""
     import os
-    import threading
 
     store = Store(tmp_path / "s.db")
     job = store.submit(load_job_spec(ENSEMBLE), now=0.0)
@@ -49,13 +49,7 @@ def test_a_fifo_job_code_put_in_place_of_the_cancel_file_does_not_block_the_canc
     store.transition(job, RUNNING, 1.0, job_dir=str(folder))
     store.event("job_profiled", job, 2.0, profiles=[{"member": "a", "rates": [10.0]}], max_samples={"a": 100})
     os.mkfifo(folder / "cancel_members.json")
-    answers = []
-    cancel = threading.Thread(target=lambda: answers.append(cancel_member(Store(tmp_path / "s.db"), job, "a", tmp_path)))
-    cancel.start()
-    cancel.join(30)
-    blocked = cancel.is_alive()
-    if blocked:   # in open(): a writer's open and close lets it end
-        os.close(os.open(folder / "cancel_members.json", os.O_WRONLY | os.O_NONBLOCK))
-        cancel.join(60)
+    blocked, answers = blocked_on_fifo(folder / "cancel_members.json",
+                                       lambda: cancel_member(Store(tmp_path / "s.db"), job, "a", tmp_path))
     assert not blocked and answers[0]["cancel_requested"] is True
     assert cancelled_members(folder) == {"a"}
