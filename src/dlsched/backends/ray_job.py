@@ -81,10 +81,12 @@ class RayJob:
         runtime's Ray launcher; a runtime that never writes it occupies none)."""
         if not self.retired:
             return
-        try:
-            in_use = json.loads((self.job_dir / IN_USE_FILE).read_text()).get("in_use", {})
+        try:   # written by the runtime, in a folder job code writes: `[]` there raised in every poll of the job
+            record = json.loads(read_regular(self.job_dir / IN_USE_FILE))
         except (OSError, ValueError):
-            in_use = {}
+            record = {}
+        in_use = record.get("in_use") if isinstance(record, dict) else None
+        in_use = in_use if isinstance(in_use, dict) else {}
         free = [s for s in self.retired if s.name not in in_use]
         if free:
             self.retired = [s for s in self.retired if s.name in in_use]
