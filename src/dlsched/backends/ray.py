@@ -50,7 +50,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched,
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched, read_regular,
                                    runtime_command, write_control)
 from dlsched.backends.coordinator_exit import coordinator_exit
 from dlsched.backends.ray_job import RayJob, slot_file_groups
@@ -324,7 +324,7 @@ class RayBackend(Backend):
         if job_id in self._jobs:
             return True
         try:
-            info = json.loads((Path(job_dir) / "launch.json").read_text())
+            info = json.loads(read_regular(Path(job_dir) / "launch.json"))
             if info.get("backend") != "ray":
                 return False
             try:
@@ -334,7 +334,7 @@ class RayBackend(Backend):
                 if self.reserver.release_named(slot_file_groups(Path(job_dir))):
                     log.warning("job %s: its runner actor is gone; its placement groups removed", job_id)
                 return False
-            spec = json.loads((Path(job_dir) / SLOTS_FILE).read_text())
+            spec = json.loads(read_regular(Path(job_dir) / SLOTS_FILE))
 
             def slot(name: str) -> Slot:
                 group = get_placement_group(name)

@@ -114,15 +114,23 @@ def policy_views(models: JobModels, store: Store, jobs: list[JobRecord], now: fl
             else models.snapshot(j) for j in jobs]
 
 
+def checked_start(backend: Backend, launch: Launch, code_check: Callable[[JobSpec, str], None] | None) -> None:
+    """``backend.start(launch)`` once ``code_check`` passes its spec: the runtime imports what an entry's path names
+    now, and a link in an allowed directory re-pointed since the submission ran code from outside them."""
+    if code_check is not None:
+        code_check(launch.spec, f"job {launch.job_id} (its code checked again at its start)")
+    backend.start(launch)
+
+
 class LiveLoop:
     """One scheduler instance over a store and a backend. ``round()`` is one pass of the loop."""
 
     def __init__(self, store: Store, backend: Backend, cluster: ClusterSpec, state_dir: str | Path,
                  policy: Policy | None = None, clock=time.time, forecast_every_s: float = FORECAST_EVERY_S,
                  jobs_dir: str | Path | None = None, monotonic=None):
-        self.store = store
-        self.backend = backend
-        self.cluster = cluster
+        self.store, self.backend, self.cluster = store, backend, cluster
+        # the submission's rules on which code a job may run (``entries.py``), again before each start: a SpecError
+        self.code_check: Callable[[JobSpec, str], None] | None = None
         self.state_dir = Path(state_dir).absolute()
         # where jobs never started get their folder; a started one keeps its own (``job_folders``)
         self.jobs_dir = Path(jobs_dir).absolute() if jobs_dir is not None else self.state_dir / "jobs"
@@ -250,7 +258,8 @@ class LiveLoop:
                     # the round's `now` precedes its stops (a cancel's or a preemption's grace: seconds): a start
                     # stamped with it was charged GPU time, and began, before its slots were free
                     at = self.clock()
-                    self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
+                    checked_start(self.backend, Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes,
+                                                       gen), self.code_check)
                     self.models.note_change(job.id, "start", at, gen)
                     self.stalls.started(job.id)
                     writes.append(start_write(job, act, self.backend.placement(job.id) or act.nodes, d, at))
@@ -260,7 +269,8 @@ class LiveLoop:
                     self.models.note_change(job.id, "resize", now, gen)
                     writes.append(resize_write(job, act, self.backend.placement(job.id) or act.nodes))
             except Exception as e:   # one job's launch failure must not stop the service
-                log.exception("job %s: %s failed", job.id, type(act).__name__.lower())
+                (log.warning if isinstance(e, UserError) else log.exception)(   # a refusal: its one line
+                    "job %s: %s failed: %s", job.id, type(act).__name__.lower(), e)
                 writes += after_failed_action(self.store, self.backend, self.backoff, job, act, d, e, now)
         for job_id in record_round(self.store, writes, jobs, now):   # started for nothing: the others stand
             self.backend.stop(job_id, self.job_dir(job_id))

@@ -497,11 +497,14 @@ class Store:
         return self._conn().execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
 
     # -- jobs ------------------------------------------------------------------------------------
-    def submit(self, spec: JobSpec, now: float | None = None) -> int:
-        """Store a new queued job; returns its id once the row is durable."""
+    def submit(self, spec: JobSpec, now: float | None = None, check: Callable[[], None] | None = None) -> int:
+        """Store a new queued job; returns its id once the row is durable. ``check()`` runs first in the same write
+        transaction (no other submission in between); what it raises stores nothing."""
         now = self.clock() if now is None else now
         c = self._conn()
         with self._tx():
+            if check is not None:
+                check()
             cur = c.execute("INSERT INTO jobs(name, spec, state, submit_time, batch_size, total_samples) "
                             "VALUES (?, ?, ?, ?, ?, ?)",
                             (spec.name, spec.model_dump_json(), QUEUED, now, spec.batch_size, spec.total_samples))
@@ -509,9 +512,13 @@ class Store:
             self._event(c, now, job_id, "submitted", {"name": spec.name, "gpus": spec.gpus})
         return job_id
 
-    def submit_many(self, specs: list[JobSpec], now: float | None = None) -> list[int]:
-        """Many submissions in one transaction, all or none (``POST /jobs/batch``, bulk loads, benchmarks)."""
+    def submit_many(self, specs: list[JobSpec], now: float | None = None,
+                    check: Callable[[], None] | None = None) -> list[int]:
+        """Many submissions in one transaction, all or none (``POST /jobs/batch``, bulk loads, benchmarks); ``check``
+        as ``submit``'s."""
         with self._tx():
+            if check is not None:
+                check()
             return [self.submit(s, now) for s in specs]
 
     def get(self, job_id: int) -> JobRecord:
