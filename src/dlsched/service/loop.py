@@ -38,6 +38,7 @@ from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import preempt_write, record_round, resize_write, start_write, stopped_finished
 from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, in_slots, release_confirmed,
                                         released, waits_for_hold, without_held)
+from dlsched.service.progress_segments import SegmentRetention
 from dlsched.service.retention import Retention
 from dlsched.service.stalls import StallWatch
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, RESCALING, RUNNING, JobRecord,
@@ -147,7 +148,9 @@ class LiveLoop:
         self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
         # alive but no progress: said, never acted on
         self.stalls = StallWatch(cluster.stall_after_s, store, first_step_s=cluster.first_step_after_s)
-        self.retention = Retention(store, cluster.retain_ended_days)   # an ended job's step rows do not stay for good
+        # an ended job's step rows do not stay for good, nor an active one's rotated progress segments once stored
+        self.retention = Retention(store, cluster.retain_ended_days,
+                                   SegmentRetention(store, self.job_dir, cluster.progress_keep_days))
         self.held_out = HeldOut()                          # jobs placed on nodes the round's view lacks
         self.member_losses = MemberLosses(store)           # an ensemble's LOSS: its best member's newest
 
