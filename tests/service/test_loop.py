@@ -936,3 +936,26 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
     loop.models.bands.of = lambda kind: 1 / 0
     stats = loop.round()
     assert store.predictions(late) == [] and stats.active_jobs >= 2
+
+
+def test_the_speed_shown_is_the_wall_clock_rate_the_remaining_time_assumes_not_a_steps_own(tmp_path):
+    """On a busy machine a step's own samples/s (its compute) was 10x the rate the job trained at: `status` showed
+    SAMPLES/S 243 beside a LEFT of 4 minutes for 6 500 samples (22/s), and the operator could not tell which was
+    wrong."""
+    store = Store(tmp_path / "s.db")
+    loop = LiveLoop(store, RecordingBackend(), cluster("test-fifo", (2,)), tmp_path)
+    job = store.submit(load_job_spec(job_yaml("j", gpus=1, samples=32 * 200)))
+    loop.round()
+    j = store.get(job)
+    loop.job_dir(job).mkdir(parents=True, exist_ok=True)
+    t0 = time.time() - 60
+    with open(loop.job_dir(job) / "progress.jsonl", "a") as f:   # a step a second, each computed in 0.1 s
+        for i in range(1, 41):
+            f.write(json.dumps({"time": t0 + i, "step": i, "samples": 32 * i, "loss": 1.0 / i, "samples_per_s": 320.0,
+                                "workers": 1, "batch_size": 32, "total_samples": 6400,
+                                "control_generation": j.generation}) + "\n")
+    loop.round()
+    j = store.get(job)
+    assert j.samples_per_s == pytest.approx(32.0)
+    pred = store.predictions(job)[-1]
+    assert pred["remaining_s"] == pytest.approx((6400 - 32 * 40) / j.samples_per_s)

@@ -343,7 +343,7 @@ class LiveLoop:
             last = samples[-1]
             fields = {"samples": float(last.get("samples") or job.samples),   # an ensemble's loss: its best member's
                       "last_loss": self.member_losses.best(job.id, samples, last.get("loss")),
-                      "samples_per_s": last.get("samples_per_s"), "trained_batch": trained_batch(job, last),
+                      "trained_batch": trained_batch(job, last),   # samples_per_s: the refit's (publish_predictions)
                       **self.stalls.progressed(job, now)}
             if last.get("total_samples"):
                 fields["total_samples"] = float(last["total_samples"])
@@ -394,6 +394,8 @@ class LiveLoop:
                               "policy_finish": f.finish[str(job_id)]}
                 self.store.add_prediction(job_id, t, pred.fraction_done, pred.total_samples,
                                           pred.remaining_s, pred.predicted_finish, pred.loss_fit, **fields)
+                if pred.rate:   # the wall-clock rate LEFT assumes: a step's own leaves out the time between steps
+                    self.store.update(job_id, samples_per_s=pred.rate)
                 self.reached.check(job_id, t, pred.loss_fit)
         self._pending.clear()
 
