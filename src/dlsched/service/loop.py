@@ -262,8 +262,7 @@ class LiveLoop:
                                                hold_given_back=bool(extra_slots(job.placement, act.nodes))))
                     self.models.note_change(job.id, "resize", now, gen)
                     writes.append(resize_write(job, act, self.backend.placement(job.id) or act.nodes))
-            except Exception as e:   # one job's launch failure must not stop the service
-                log.exception("job %s: %s failed", job.id, type(act).__name__.lower())
+            except Exception as e:   # one job's launch failure must not stop the service (logged there)
                 writes += after_failed_action(self.store, self.backend, self.backoff, job, act, d, e, now)
         for job_id in record_round(self.store, writes, jobs, now):   # started for nothing: the others stand
             self.backend.stop(job_id, self.job_dir(job_id))
@@ -388,10 +387,8 @@ class LiveLoop:
         f, at = self.forecaster.latest, self.forecaster.made_at
         with self.store.batch():
             for job_id, (t, pred) in self._pending.items():
-                fields = {}
-                if f is not None and str(job_id) in f.finish:
-                    fields = {"forecast_time": at, "predicted_start": f.start[str(job_id)],
-                              "policy_finish": f.finish[str(job_id)]}
+                fields = {"forecast_time": at, "predicted_start": f.start[str(job_id)],
+                          "policy_finish": f.finish[str(job_id)]} if f is not None and str(job_id) in f.finish else {}
                 self.store.add_prediction(job_id, t, pred.fraction_done, pred.total_samples,
                                           pred.remaining_s, pred.predicted_finish, pred.loss_fit, **fields)
                 if pred.rate:   # the wall-clock rate LEFT assumes: a step's own leaves out the time between steps
