@@ -959,3 +959,36 @@ def test_the_speed_shown_is_the_wall_clock_rate_the_remaining_time_assumes_not_a
     assert j.samples_per_s == pytest.approx(32.0)
     pred = store.predictions(job)[-1]
     assert pred["remaining_s"] == pytest.approx((6400 - 32 * 40) / j.samples_per_s)
+
+
+def test_a_job_whose_speed_varies_is_shown_its_finish_at_the_fast_and_slow_end_of_it(tmp_path):
+    """On the loaded 2-core machine a job's rate went 26, 248, 55, 51 samples/s within a minute and its LEFT moved
+    as much between rounds, with nothing saying how far it could: the remaining time at its newest rate alone."""
+    from dlsched.commands.service import job_rows
+    from dlsched.service.finish_times import shown_fields
+    store = Store(tmp_path / "s.db")
+    loop = LiveLoop(store, RecordingBackend(), cluster("test-fifo", (2,)), tmp_path)
+    job = store.submit(load_job_spec(job_yaml("j", gpus=1, samples=32 * 1000)))
+    loop.round()
+    j = store.get(job)
+    loop.job_dir(job).mkdir(parents=True, exist_ok=True)
+    gaps = [1.0] * 20 + [3.0] * 20 + [1.0] * 21   # another job beside it for a while
+    t = time.time() - sum(gaps)
+    with open(loop.job_dir(job) / "progress.jsonl", "a") as f:
+        for i, gap in enumerate(gaps, 1):
+            t += gap
+            f.write(json.dumps({"time": t, "step": i, "samples": 32 * i, "loss": 1.0 / i, "samples_per_s": 320.0,
+                                "workers": 1, "batch_size": 32, "total_samples": 32000,
+                                "control_generation": j.generation}) + "\n")
+    loop.round()
+    pred = store.predictions(job)[-1]
+    left = 32000 - 32 * 61
+    assert pred["remaining_lo_s"] == pytest.approx(left / 32.0, rel=0.05)        # at a step a second
+    assert pred["remaining_hi_s"] == pytest.approx(left / (32 / 3.0), rel=0.05)  # at a step in 3 s
+    assert pred["remaining_lo_s"] <= pred["remaining_s"] <= pred["remaining_hi_s"]
+    j = store.get(job)
+    shown = j.public() | shown_fields(j, pred, None)
+    early, late = shown["predicted_finish_range"]
+    assert early < shown["predicted_finish"] < late
+    left_cell = job_rows([shown], now=pred["time"])[0][9]
+    assert "(" in left_cell and left_cell.endswith(")"), left_cell

@@ -390,7 +390,8 @@ class LiveLoop:
                 fields = {"forecast_time": at, "predicted_start": f.start[str(job_id)],
                           "policy_finish": f.finish[str(job_id)]} if f is not None and str(job_id) in f.finish else {}
                 self.store.add_prediction(job_id, t, pred.fraction_done, pred.total_samples,
-                                          pred.remaining_s, pred.predicted_finish, pred.loss_fit, **fields)
+                                          pred.remaining_s, pred.predicted_finish, pred.loss_fit,
+                                          remaining_range_s=pred.remaining_range_s, **fields)
                 if pred.rate:   # the wall-clock rate LEFT assumes: a step's own leaves out the time between steps
                     self.store.update(job_id, samples_per_s=pred.rate)
                 self.reached.check(job_id, t, pred.loss_fit)
