@@ -939,9 +939,9 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
 
 
 def test_the_speed_shown_is_the_wall_clock_rate_the_remaining_time_assumes_not_a_steps_own(tmp_path):
-    """On a busy machine a step's own samples/s (its compute) was 10x the rate the job trained at: `status` showed
-    SAMPLES/S 243 beside a LEFT of 4 minutes for 6 500 samples (22/s), and the operator could not tell which was
-    wrong."""
+    """`status` showed the newest step's own samples/s, which swings step by step: SAMPLES/S 243 beside a LEFT of 4
+    minutes for 6 500 samples, in a job that trained at 25/s on a busy machine; the operator could not tell which
+    was wrong."""
     store = Store(tmp_path / "s.db")
     loop = LiveLoop(store, RecordingBackend(), cluster("test-fifo", (2,)), tmp_path)
     job = store.submit(load_job_spec(job_yaml("j", gpus=1, samples=32 * 200)))
@@ -962,8 +962,8 @@ def test_the_speed_shown_is_the_wall_clock_rate_the_remaining_time_assumes_not_a
 
 
 def test_a_job_whose_speed_varies_is_shown_its_finish_at_the_fast_and_slow_end_of_it(tmp_path):
-    """On the loaded 2-core machine a job's rate went 26, 248, 55, 51 samples/s within a minute and its LEFT moved
-    as much between rounds, with nothing saying how far it could: the remaining time at its newest rate alone."""
+    """On the loaded 2-core machine an MLP's wall-clock rate over 10-step windows spread 51-153 samples/s (10th-90th
+    percentile) and its LEFT moved with it, nothing saying how far it could: the remaining time at its newest rate."""
     from dlsched.commands.service import job_rows
     from dlsched.service.finish_times import shown_fields
     store = Store(tmp_path / "s.db")

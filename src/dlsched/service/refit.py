@@ -446,8 +446,8 @@ SPREAD_STEPS = 10   # the steps one rate of ``rate_spread`` is measured over
 def rate_spread(recs: list[dict]) -> tuple[float, float] | None:
     """(10th, 90th percentile) of the wall-clock samples/s of the job's newest records at its current size, over
     windows of SPREAD_STEPS steps (None: fewer than 3 windows): how much its speed varied while it ran as it does now
-    (a busy machine's other jobs; on one of ours, 26 to 248 samples/s within a minute), which the remaining time at
-    its newest rate does not say."""
+    (a busy machine's other jobs: on a loaded 2-core one, 51 to 153 samples/s between the 10th and 90th percentile
+    of an MLP's windows), which the remaining time at its newest rate does not say."""
     tail = _current_run(recs, RECENT)
     rates = [r for i in range(0, len(tail) - SPREAD_STEPS, SPREAD_STEPS)
              if (r := _rate(tail[i:i + SPREAD_STEPS + 1])) is not None]
