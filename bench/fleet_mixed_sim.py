@@ -61,8 +61,11 @@ def main() -> None:
         held = res.loc[mine, "gpu_seconds"].sum() / makespan   # average GPUs the ensemble held
         out[mode] = (makespan, others)
         label = f"(a) FLEET, one job asking {a.share} GPUs" if mode == "fleet" else f"(b) {a.models} independent 1-GPU jobs"
+        # (a): each resize or resume of the ensemble re-plans its flotillas (members that move pay their restart)
+        changes = int(res.loc[mine, "restarts"].sum()) if mode == "fleet" else None
         print(f"  {label:<36} ensemble makespan {makespan / 3600:6.2f} h   Pollux jobs' avg JCT {others / 3600:6.3f} h   held {held:4.1f} GPUs on average"
-              f"   ({time.perf_counter() - t0:.0f} s to simulate)")
+              + (f"   resized or resumed {changes} times" if changes is not None else "")
+              + f"   ({time.perf_counter() - t0:.0f} s to simulate)")
     (fm, fo), (sm, so) = out["fleet"], out["separately"]
     print(f"FLEET vs independent jobs: ensemble makespan {sm / fm:.2f}x shorter, other jobs' avg JCT {so / fo:.2f}x "
           f"(>1 = better with FLEET)")

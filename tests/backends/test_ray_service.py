@@ -20,8 +20,8 @@ from dlsched.ray.host import NAMESPACE  # noqa: E402
 from dlsched.service.server import Service  # noqa: E402
 from dlsched.spec import ClusterSpec  # noqa: E402
 from tests.backends.ray_cluster import (CONTRACT_RUNTIME, REAL_RUNTIME, REPO, events, fifo_service_on_ray,  # noqa: E402
-                                        free_slots, held_slots, moves, samples_seen, submit, wait_for, wait_free,
-                                        wait_job, worker_nodes)
+                                        free_slots, held_slots, moves, ray_node_ids, samples_seen, submit, wait_for,
+                                        wait_free, wait_job, worker_nodes)
 from tests.service.teardown import stop_service_and_jobs  # noqa: E402
 from tests.waiting import process_alive  # noqa: E402
 
@@ -292,10 +292,13 @@ models:
   - {name: tiny4, model: "%(m)s:TinyCNN", kwargs: {width: 4}}
   - {name: strided, model: "%(m)s:StridedCNN", kwargs: {width: 4}}
   - {name: mlp, model: "%(m)s:MLPHead", kwargs: {hidden: 16}, max_epochs: 1}
+  - {name: tiny2, model: "%(m)s:TinyCNN", kwargs: {width: 2}}
 """
 
 
-def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(backend, tmp_path):
+def test_service_on_ray_runs_an_ensemble_job_over_both_nodes_to_every_members_end(backend, tmp_path):
+    """4 slots, 2 on each node: a flotilla on each node, run there in the job's bundles (not every member forked beside
+    the coordinator, the other node's slots idle)."""
 
     (tmp_path / "ens.yaml").write_text(ENSEMBLE % {"m": REPO / "examples" / "ensemble" / "models.py"})
     # the Ray node's runtime gets its own profile cache through its command line (the raylet's env is fixed)
@@ -303,18 +306,25 @@ def test_service_on_ray_runs_an_ensemble_job_on_a_ray_node_to_every_members_end(
     # the ensemble YAML is job code: its folder is an allowed job directory here
     with fifo_service_on_ray(backend, tmp_path, runtime, entry_roots=(REPO, tmp_path)) as (svc, c):
         job = submit(c, name="sweep", kind="ensemble", entry="examples/ensemble/ensemble_job.py:from_yaml",
-                     params={"path": str(tmp_path / "ens.yaml")}, gpus=2)
+                     params={"path": str(tmp_path / "ens.yaml")}, gpus=4)
         done = wait_job(c, job, lambda j: j["state"] == "finished", timeout=300, what="every member done")
         assert set(done["ensemble"]["members"].values()) == {"stopped at max_epochs"}, done["ensemble"]
-        assert set(done["ensemble"]["members"]) == {"tiny4", "strided", "mlp"}
+        assert set(done["ensemble"]["members"]) == {"tiny4", "strided", "mlp", "tiny2"}
         plans = [e["detail"] for e in c.get(f"/jobs/{job}/events").json() if e["kind"] == "job_flotillas"]
-        assert plans and plans[0]["share"] == 2 and len(plans) >= 2      # re-formed when mlp left after 1 epoch
+        assert plans and plans[0]["share"] == 4 and len(plans) >= 2      # re-formed when mlp left after 1 epoch
+        ids = ray_node_ids()
+        first = plans[0]["flotillas"]
+        assert {f["node"] for f in first} == {ids["n1"], ids["n2"]}, first     # node-local flotillas on both nodes
+        assert sum(len(f["members"]) for f in first) == 4 and not plans[0]["waiting"], plans[0]
+        # each node's runner ran on its node, in a bundle's actor (not forked beside the coordinator)
+        ran = worker_nodes(svc.state_dir / "jobs" / str(job))
+        assert set(ran.values()) == {"n1", "n2"}, ran
         # the runtime's events feed the forecast's member model: at the first plan, every member with its cap
         from dlsched.service.fleet_status import MEMBER_WORK_EVENTS, members_left
         events = [e for e in c.get(f"/jobs/{job}/events").json() if e["kind"] in MEMBER_WORK_EVENTS]
         first = next(i for i, e in enumerate(events) if e["kind"] == "job_flotillas")
         left = {n: w for n, _, w in members_left(events[: first + 1], now=events[first]["time"])}
-        assert left == {"tiny4": 2 * 192, "strided": 2 * 192, "mlp": 192}, left   # 6 steps of 32 an epoch, none done
+        assert left == {"tiny4": 2 * 192, "strided": 2 * 192, "mlp": 192, "tiny2": 2 * 192}, left   # 6 steps of 32 an epoch, none done
         placed = [a for a in done["allocations"] if a["num_gpus"]]
         assert placed and set(placed[0]["placement"]) <= {"n1", "n2"}, placed
         assert (svc.state_dir / "jobs" / str(job) / "status.json").exists()

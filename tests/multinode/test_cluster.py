@@ -305,3 +305,22 @@ def test_losing_the_node_of_rank_0_and_the_coordinator_resumes_from_the_shared_c
     kept = committed_sample_ids(job_dir(cluster, job))
     assert kept == Counter(range(samples)), (kept - Counter(range(samples)), Counter(range(samples)) - kept)
     assert cluster.nodes[victim].ip not in worker_ips(cluster, job).values()   # the resumed run's workers moved
+
+
+def test_an_ensemble_runs_a_flotilla_on_each_of_its_nodes(cluster, service):
+    """An ensemble given a slot on each of the 3 GPU nodes: its flotillas are planned node by node and each node's run
+    there, in the job's bundle (train/flotilla_nodes.py), at that node's own IP: not every member forked beside the
+    coordinator with the other nodes' slots idle. Every member reaches its epoch cap."""
+    r = service.post("/jobs", json={"name": "sweep", "kind": "ensemble", "gpus": 3, "min_gpus": 3, "max_gpus": 3,
+                                    "entry": "examples/ensemble/ensemble_job.py:from_yaml",
+                                    "params": {"path": "examples/ensemble/sweep.yaml"}})
+    assert r.status_code == 201, r.text
+    job = r.json()["id"]
+    wait_job(cluster, service, job, lambda: job_state(service, job)["state"] == "finished", 600,
+             "every member of the ensemble done")
+    members = job_state(service, job)["ensemble"]["members"]
+    assert len(members) == 6 and set(members.values()) <= {"converged", "stopped at max_epochs"}, members
+    plans = events(cluster, job, "flotillas")
+    assert len({f["node"] for f in plans[0]["flotillas"]}) == 3, plans[0]     # one flotilla on each node
+    # each runner's host file: runner i runs on the i-th node of the slot list in every run (plans keep its order)
+    assert sorted(set(worker_ips(cluster, job).values())) == sorted(n.ip for n in cluster.nodes[1:])

@@ -62,11 +62,14 @@ def test_breaking_out_of_the_loader_leaves_the_batch_it_fetched_untrained_and_no
 @pytest.mark.parametrize("kwargs, needle", [
     ({"batch_size": 0}, "batch_size=0 must be a positive integer"),
     ({"batch_size": "64"}, "batch_size='64' must be a positive integer"),   # argparse without type=int
-    ({"batch_size": 8, "drop_last": True}, "drop_last=True is not supported"),
-    ({"batch_size": 8, "sampler": [0, 1]}, r"sampler=<list> is not supported"),
+    ({"batch_size": 8, "drop_last": True}, r"drop_last=True is not supported: .* give steps_per_epoch="),
+    ({"batch_size": 8, "batch_sampler": [[0, 1]]}, r"batch_sampler=<list> is not supported: .* as sampler= instead"),
     # its type, not its repr ('<torch.utils.data.distributed.DistributedSampler object at 0x7f...>')
-    ({"batch_size": 8, "sampler": torch.utils.data.SequentialSampler(range(4))},
-     r"sampler=<SequentialSampler> is not supported"),
+    ({"batch_size": 8, "sampler": torch.utils.data.DistributedSampler(range(4), num_replicas=2, rank=0)},
+     r"sampler=<DistributedSampler> is not needed: .* drop it"),
+    ({"batch_size": 8, "sampler": [0, 1], "shuffle": True}, r"sampler=<list> with shuffle=True: .* leave shuffle out"),
+    ({"batch_size": 8, "sampler": 3}, r"sampler=3 is not iterable"),
+    ({"batch_size": 8, "sampler": [0, 4]}, r"sampler=<list> drew index 4, outside the dataset's 4 samples"),
 ])
 def test_arguments_it_cannot_honour_are_one_line_naming_them(kwargs, needle):
     with pytest.raises(UserError, match=needle):

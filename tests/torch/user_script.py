@@ -15,7 +15,7 @@ PRELOADED = "torch" in sys.modules   # a worker forked with torch loaded (dlsche
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import TensorDataset
+from torch.utils.data import Dataset, TensorDataset
 
 import dlsched.torch as dt
 
@@ -63,6 +63,10 @@ ap.add_argument("--augment", action="store_true", help="jitter each batch with n
 ap.add_argument("--print-rng", action="store_true",
                 help="print a digest of this rank's random streams as each step begins and ends")
 ap.add_argument("--loader-workers", type=int, default=0, help="the loader's num_workers (DataLoader processes)")
+ap.add_argument("--item-augment", action="store_true",
+                help="the dataset's __getitem__ jitters each sample with torch's, numpy's and Python's draws")
+ap.add_argument("--weighted-sampler", action="store_true",
+                help="a WeightedRandomSampler (with replacement) over the samples, weighted 1, 2, 3, 1, 2, 3...")
 ap.add_argument("--init", default="", help="a warm start: the model's weights loaded from this file at the top")
 ap.add_argument("--rank-before-loop", action="store_true", help="print dt.rank() and dt.world_size() before the loop")
 args = ap.parse_args()
@@ -124,8 +128,22 @@ if args.optimizer == "adamw":
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
 else:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-loader = dt.ElasticDataLoader(TensorDataset(x, y), batch_size=args.batch, shuffle=True,
-                              max_local_batch=args.max_local_batch, num_workers=args.loader_workers,
+
+
+class ItemAugmented(Dataset):
+    """Each sample jittered as it is loaded (in the DataLoader's processes with --loader-workers)."""
+    def __len__(self):
+        return len(x)
+
+    def __getitem__(self, i):
+        jitter = 0.1 * random.random() + 0.05 * torch.randn(8) + 0.05 * torch.from_numpy(np.random.standard_normal(8))
+        return x[i] * (1 + jitter.float()), y[i]
+
+
+sampler = torch.utils.data.WeightedRandomSampler([1.0 + i % 3 for i in range(args.samples)], args.samples) \
+    if args.weighted_sampler else None
+loader = dt.ElasticDataLoader(ItemAugmented() if args.item_augment else TensorDataset(x, y), batch_size=args.batch,
+                              sampler=sampler, max_local_batch=args.max_local_batch, num_workers=args.loader_workers,
                               steps_per_epoch=args.steps_per_epoch)
 scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=10 ** 6) if args.scaler else None
 optimizer_steps = []  # the optimizer's own count (a post hook: dlsched gates step() on accumulated micro-batches)

@@ -429,3 +429,44 @@ def test_an_ensembles_samples_per_s_counts_only_the_members_training_now(tmp_pat
     io.report(("a", "training", 0, 20, 0.4, None, 90.0))
     steps = [r for r in read_progress(tmp_path) if is_step(r)]
     assert [r["samples_per_s"] for r in steps] == [100.0, 150.0, 90.0]
+
+
+def test_a_share_on_several_nodes_gets_node_local_flotillas_on_every_node():
+    """Ray: 2 + 2 slots on two nodes: every flotilla inside one node (its pipeline is shared memory), members over
+    both nodes, none waiting; a member profiled for 3 GPUs gets at most one node's 2."""
+    from dlsched.policy.fleet import ModelProfile, Preprocessing
+    from dlsched.train.fleet_job import plan_on_nodes
+
+    profiles = [ModelProfile("a", (100.0, 190.0, 270.0)), ModelProfile("b", (95.0,)), ModelProfile("c", (60.0, 110.0)),
+                ModelProfile("d", (55.0,))]
+    plan, where = plan_on_nodes(profiles, (("n1", 2), ("n2", 2)), 8, Preprocessing(1e6), 0.10)
+    assert not plan.waiting and len(where) == len(plan.flotillas) and set(where) == {"n1", "n2"}
+    for node in ("n1", "n2"):
+        assert sum(g for f, w in zip(plan.flotillas, where) if w == node for g in f.gpus.values()) <= 2
+    assert {d for f in plan.flotillas for d in f.gpus} == {"a", "b", "c", "d"}
+
+
+def test_on_ray_the_share_says_where_its_slots_are_as_the_slot_file_of_its_request_has_them(tmp_path, monkeypatch):
+    """The node layout comes from ray-slots.json of the request in force: a file written ahead of its control.json
+    (a grow) is not yet the share; one rewritten without a new request (a node lost) is at once, both ways."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+    def slots(generation, nodes):
+        (tmp_path / "ray-slots.json").write_text(json.dumps({"generation": generation, "resources": {"GPU": 1},
+            "retired": [], "slots": [{"group": f"g{i}", "bundle": 0, "node": n} for i, n in enumerate(nodes)]}))
+
+    io = _Contract(tmp_path, 4, 8, ["a", "b"], on_ray=True)
+    slots(1, ["n1", "n1", "n2", "n2"])
+    write_control(tmp_path, 4, None, 1)
+    both = io.share()
+    assert both == Share(4, (), (("n1", 2), ("n2", 2)))
+    io.event({"event": "flotillas", "share": 4, "waiting": [], "flotillas": [{"members": {"a": 1}}, {"members": {"b": 1}}]})
+    slots(2, ["n1", "n1", "n2", "n2", "n3"])                  # the grow's slots, its control.json not yet written
+    assert io.share() == both
+    slots(1, ["n1", "n1"])                                   # n2 lost: the backend dropped its slots
+    assert io.share() == Share(2, (), (("n1", 2),))
+    slots(1, ["n1", "n1", "n2", "n2"])                       # back as planned: no request to answer, nothing fails
+    assert io.share() == both
+    slots(2, ["n1", "n1", "n2", "n2", "n3"])
+    write_control(tmp_path, 5, None, 2)
+    assert io.share() == Share(5, (), (("n1", 2), ("n2", 2), ("n3", 1)))

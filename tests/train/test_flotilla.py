@@ -220,3 +220,27 @@ def test_a_members_checkpoint_is_read_as_data_and_a_pickle_in_its_place_runs_not
     with pytest.raises(Exception, match="[Ww]eights only load failed"):
         load_member_checkpoint(planted)
     assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_data_parallel_members_rank_killed_by_a_signal_is_a_lost_member_not_its_failure(tmp_path):
+    """Rank 1 of a 2-rank member SIGKILLed (the OOM killer's pick): rank 0's all-reduce fails ('Connection reset by
+    peer') and reports the member failed; the service's ensemble failed with it ('member tiny8 failed: RuntimeError:
+    ... gloo ... Connection reset by peer') where a killed process resumes every member from its checkpoint."""
+    import psutil
+
+    from dlsched.train.flotilla import MemberLost
+
+    data, val = synthetic_images(256, seed=0), synthetic_images(32, seed=1)
+    members = [MemberSpec("dp", f"{MODELS}:MLPHead", {"hidden": 8})]
+    killed = []
+
+    def kill_rank_1(msg):
+        if not killed and msg[3] >= 10:   # steps flow: both ranks are in the all-reduce
+            rank1 = max(psutil.Process().children(), key=lambda c: c.create_time())   # producer, rank 0, rank 1
+            rank1.kill()
+            killed.append(rank1.pid)
+
+    with pytest.raises(MemberLost) as lost:
+        run_flotillas([members], data, val, 32, Convergence(patience=10**6, max_epochs=10**6), tmp_path, CTX.Queue(),
+                      workers={"dp": 2}, on_report=kill_rank_1)
+    assert killed and lost.value.lost == [("dp", -9)], lost.value.lost

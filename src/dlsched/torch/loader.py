@@ -9,18 +9,18 @@ reads its entry. A regroup or a batch change rebuilds that DataLoader from the t
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import numbers
 from typing import Any, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from dlsched.errors import UserError
 from dlsched.torch.accumulation import micro_count, split_share
 from dlsched.torch.adaptive_batch import AdaptiveBatch
 from dlsched.torch.rng_state import BATCH
+from dlsched.torch.sample_draws import KeyedSamples, SamplerDraws, key_seed, shown
 from dlsched.train.data import rank_shares
 
 
@@ -28,10 +28,12 @@ class ElasticDataLoader:
     """``batch_size`` is the global batch at which the script's LR is given; the scheduler may change it.
     ``max_local_batch`` left out: the job spec's (``dlsched train --max-local-batch``), else no accumulation.
     ``steps_per_epoch``: an epoch is its first ``steps_per_epoch × batch_size`` samples (a step limit every rank keeps
-    alike across resizes and restarts, which a count in the script does not; the job's budget knows it)."""
+    alike across resizes and restarts, which a count in the script does not; the job's budget knows it).
+    ``sampler``: each epoch's order of dataset indices, drawn once per epoch alike on every rank (``sample_draws``)."""
 
-    def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 max_local_batch: int | None = None, steps_per_epoch: int | None = None, **loader_kwargs: Any):
+    def __init__(self, dataset: Dataset, batch_size: int, shuffle: bool | None = None, seed: int = 0,
+                 max_local_batch: int | None = None, steps_per_epoch: int | None = None, sampler: Any = None,
+                 **loader_kwargs: Any):
         from dlsched.torch.session import current_session
 
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
@@ -42,12 +44,17 @@ class ElasticDataLoader:
             raise UserError(f"ElasticDataLoader: dataset={type(dataset).__name__} is {kind}: give a map-style Dataset "
                             "(__len__ and __getitem__: its samples in a list, an index over its shards); the job "
                             "partitions sample indices, so each is trained once per epoch across resizes")
-        for name, off in (("sampler", None), ("batch_sampler", None), ("drop_last", False)):
-            value = loader_kwargs.pop(name, off)
-            if value is not off:  # the default is harmless
-                shown = repr(value) if isinstance(value, (bool, int, float, str)) else f"<{type(value).__name__}>"
-                raise UserError(f"ElasticDataLoader: {name}={shown} is not supported: the job's partition table "
-                                "forms the batches (each sample once per epoch, across resizes)")
+        batch_sampler = loader_kwargs.pop("batch_sampler", None)
+        if batch_sampler is not None:
+            raise UserError(f"ElasticDataLoader: batch_sampler={shown(batch_sampler)} is not supported: the job forms "
+                            "each global batch of batch_size= and splits it over the workers; give the indices' order "
+                            "as sampler= instead")
+        if loader_kwargs.pop("drop_last", False) is not False:
+            raise UserError("ElasticDataLoader: drop_last=True is not supported: the last batch is split over the "
+                            "workers; to train whole batches only, give steps_per_epoch=len(dataset) // batch_size")
+        if sampler is not None and shuffle:
+            raise UserError(f"ElasticDataLoader: sampler={shown(sampler)} with shuffle=True: the sampler's order is "
+                            "the epoch's (as with DataLoader); leave shuffle out")
         if max_local_batch is not None and (not isinstance(max_local_batch, int) or max_local_batch < 1):
             raise UserError(f"ElasticDataLoader: max_local_batch={max_local_batch!r} must be a positive integer "
                             "or None")
@@ -57,9 +64,11 @@ class ElasticDataLoader:
         self.dataset, self.batch_size, self.loader_kwargs = dataset, batch_size, loader_kwargs
         given = loader_kwargs.pop("generator", None)   # its seed, not its state: see _generator
         self._seed = given.initial_seed() if isinstance(given, torch.Generator) else seed
+        self._sampler = None if sampler is None else SamplerDraws(sampler, len(dataset), self._seed)
         self._iterated = False
         self._session = current_session()
-        self._session.attach_loader(len(dataset), batch_size, shuffle, seed,
+        self._session.attach_loader(len(dataset) if self._sampler is None else self._sampler.size, batch_size,
+                                    self._sampler is None and (shuffle is None or bool(shuffle)), seed,
                                     steps_per_epoch * batch_size if steps_per_epoch else None)
         if max_local_batch is None and self._session.env is not None:  # the job spec's, unless the script's
             max_local_batch = self._session.env.max_local_batch
@@ -118,9 +127,9 @@ class ElasticDataLoader:
             if layout != s.layout or batches is None:
                 plan = self._plan(s)
                 shares, layout = iter(plan), s.layout
-                batches = iter(DataLoader(self.dataset, batch_sampler=[self._loaded(p, n < s.global_batch)
-                                                                       for n, _, pieces in plan for p in pieces],
-                                          generator=self._generator(s), **self.loader_kwargs))
+                batches = iter(DataLoader(self._epoch_samples(s), batch_sampler=[
+                    self._loaded(p, n < s.global_batch) for n, _, pieces in plan for p in pieces],
+                    generator=self._generator(s), **self.loader_kwargs))
             n, mine, pieces = next(shares)
             offsets = list(s.table.offsets)
             for index, piece in enumerate(pieces):
@@ -138,13 +147,21 @@ class ElasticDataLoader:
                         _drop_step(s, offsets)
                     raise
 
+    def _epoch_samples(self, s) -> Dataset:
+        """The epoch's samples by their place in it (the table's ids), each loaded on streams keyed by it. A
+        ``TensorDataset`` draws nothing: it is read as it is (reseeding costs tens of microseconds a sample, more than
+        its read, and the wrapper's overhead target counts it: bench/torch_overhead.py)."""
+        if self._sampler is None and type(self.dataset) is TensorDataset:
+            return self.dataset
+        epoch = s.table.epoch
+        return KeyedSamples(self.dataset, self._seed, epoch, None if self._sampler is None else self._sampler.order(epoch))
+
     def _generator(self, s) -> torch.Generator:
         """The generator of a (re)built DataLoader: its iterator draws the seed of its worker processes from it. Left
         to the script's own (torch's global one), each rebuild drew from it, and a resumed run, which rebuilds where it
         resumes, then drew its dropout masks one number off an uninterrupted run's. Seeded by the epoch, rank and
-        position, so a rebuild at the same point seeds the workers alike."""
-        key = f"{self._seed}:{s.table.epoch}:{s.rank}:{s.table.consumed}".encode()
-        return torch.Generator().manual_seed(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1)
+        position, so a rebuild at the same point seeds the workers alike (what they draw for a sample: KeyedSamples)."""
+        return torch.Generator().manual_seed(key_seed(self._seed, s.table.epoch, s.rank, s.table.consumed))
 
     def _loaded(self, piece: list[int], short: bool) -> list[int]:
         """The indices a micro-batch loads. A short last batch split over the workers may leave a rank one sample
@@ -152,7 +169,7 @@ class ElasticDataLoader:
         training. One sample is loaded twice (a mean loss is the same); none runs the step anyway (DDP's all-reduce
         needs every rank) on two stand-in samples, whose gradient the wrapper weights 0 (the micro-batch's size)."""
         if not piece:
-            return [0, min(1, len(self.dataset) - 1)]
+            return [0, min(1, self._session.table.num_samples - 1)]
         return piece * 2 if short and len(piece) == 1 else piece
 
     @staticmethod

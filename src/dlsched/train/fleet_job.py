@@ -16,13 +16,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from dlsched.policy.fleet import FleetPlan, Preprocessing, plan_fleet
+from dlsched.policy.fleet import FleetPlan, ModelProfile, Preprocessing, plan_fleet
 from dlsched.train import preemption
 from dlsched.train.files import ControlWatch, atomic_write_json, write_status
+from dlsched.train.launcher import RAY_ADDRESS_ENV, SLOTS_FILE
 from dlsched.train.progress_log import ProgressLog
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
@@ -56,13 +58,32 @@ class EnsembleReport:
 
 @dataclass(frozen=True)
 class Share:
-    """What the scheduler grants: ``slots`` worker slots, their devices ("cuda:<id>" or "cpu" each)."""
+    """What the scheduler grants: ``slots`` worker slots, their devices ("cuda:<id>" or "cpu" each) and, on Ray,
+    where they are: ``nodes`` = (Ray node id, slots there) in the order of the job's slots (empty: one machine)."""
 
     slots: int
     devices: tuple[str, ...] = ()
+    nodes: tuple[tuple[str, int], ...] = ()
 
     def device(self, i: int) -> str:
         return self.devices[i] if i < len(self.devices) else "cpu"
+
+
+def plan_on_nodes(profiles: Sequence[ModelProfile], nodes: Sequence[tuple[str, int]], cores_per_node: int,
+                  pre: Preprocessing, eps: float) -> tuple[FleetPlan, list[str]]:
+    """FLEET inside a share spread over nodes: flotillas node-local (their pipeline is shared memory, and the seed's
+    "a multi-GPU DNN is kept inside one node"), planned node by node, the node with most slots first, each from the
+    members the nodes before left waiting. The plan, and the node of each of its flotillas."""
+    flotillas, where, waiting = [], [], list(profiles)
+    for node, k in sorted(nodes, key=lambda nk: -nk[1]):
+        if not waiting:
+            break
+        part = plan_fleet([type(p)(p.name, p.rates[:k]) for p in waiting], {node: k}, cpu_pool=cores_per_node,
+                          pre=pre, eps=eps)
+        flotillas += part.flotillas
+        where += [node] * len(part.flotillas)
+        waiting = [p for p in waiting if p.name in part.waiting]
+    return FleetPlan(tuple(flotillas), tuple(p.name for p in waiting)), where
 
 
 def assign_cores(plan: FleetPlan, cpus: Sequence[int]) -> list[list[int]]:
@@ -84,10 +105,13 @@ def assign_devices(plan: FleetPlan, share: Share) -> dict[str, list[str]]:
     return out
 
 
-def plan_record(plan: FleetPlan, cores: Sequence[Sequence[int]], devices: Mapping[str, Sequence[str]], share: Share) -> dict:
+def plan_record(plan: FleetPlan, cores: Sequence[Sequence[int]], devices: Mapping[str, Sequence[str]], share: Share,
+                where: Sequence[str] = ()) -> dict:
+    """The ``flotillas`` event; on several nodes each flotilla names its ``node`` (a Ray node id)."""
     return {"share": share.slots, "waiting": list(plan.waiting),
             "flotillas": [{"members": dict(f.gpus), "cores": list(c), "rate": f.rate,
-                           "devices": {d: list(devices[d]) for d in f.gpus}} for f, c in zip(plan.flotillas, cores)]}
+                           "devices": {d: list(devices[d]) for d in f.gpus}, **({"node": n} if n else {})}
+                          for f, c, n in zip(plan.flotillas, cores, [*where] + [None] * len(plan.flotillas))]}
 
 
 def stream_places(steps: Mapping[str, int], shifts: Mapping[str, int], per_epoch: int) -> tuple[int, dict[str, int]]:
@@ -103,6 +127,11 @@ def stream_places(steps: Mapping[str, int], shifts: Mapping[str, int], per_epoch
     shift = {m: max(shifts.get(m, 0), epoch * per_epoch - steps[m]) if steps[m] % per_epoch == 0 else shifts.get(m, 0)
              for m in steps}
     return min(steps[m] + shift[m] for m in steps), shift
+
+
+def _by_node(where: Sequence[str]) -> list[int]:
+    """The flotillas' indices grouped by node, nodes in first-seen order (``run_on_nodes``'s order)."""
+    return [i for n in dict.fromkeys(where) for i, w in enumerate(where) if w == n]
 
 
 def _load_state(ckpt_dir: Path) -> dict:
@@ -137,10 +166,12 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
                    on_plan: Callable[[dict], None] | None = None,
                    on_event: Callable[[dict], None] | None = None,
                    augment: Augment = Augment(), max_restarts: int = 3,
-                   cancelled: Callable[[], frozenset[str]] = frozenset) -> tuple[EnsembleReport, bool]:
+                   cancelled: Callable[[], frozenset[str]] = frozenset,
+                   spread: Callable | None = None) -> tuple[EnsembleReport, bool]:
     """Train every member to convergence (or until ``stop_requested``). Returns (report, all converged). A run whose
     process was killed by a signal resumes every member from its checkpoint, at most ``max_restarts`` times; a member
-    in ``cancelled()`` leaves at its next step (``train/member_cancel.py``)."""
+    in ``cancelled()`` leaves at its next step (``train/member_cancel.py``). ``spread``: how flotillas run on a share
+    that names its nodes (``flotilla_nodes.run_on_nodes`` with the job's launcher bound; ``run_job`` on Ray)."""
     for m in members:   # a bad model reference is one clear line here, not a failed profiling process
         _build(m)
     check_heads(members, data, val)   # a head too narrow for the labels: one line, not a crash deep in training
@@ -189,13 +220,16 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         if on_report:
             on_report(msg)
 
-    def planned(grant: Share) -> tuple[FleetPlan, list[list[int]], dict[str, list[str]], dict]:
+    def planned(grant: Share) -> tuple[FleetPlan, list[list[int]], dict[str, list[str]], dict, list[str]]:
         profiles = [report.profiles[n].profile for n in remaining]
-        profiles = [type(p)(p.name, p.rates[: max(1, grant.slots)]) for p in profiles]
-        plan = plan_fleet(profiles, {"share": grant.slots}, cpu_pool=len(cpus), pre=pre, eps=eps)
+        if grant.nodes and spread is not None:   # each node's cores as many as this one's (nodes alike)
+            plan, where = plan_on_nodes(profiles, grant.nodes, len(cpus), pre, eps)
+        else:
+            profiles = [type(p)(p.name, p.rates[: max(1, grant.slots)]) for p in profiles]
+            plan, where = plan_fleet(profiles, {"share": grant.slots}, cpu_pool=len(cpus), pre=pre, eps=eps), []
         cores = assign_cores(plan, cpus)
         devices = assign_devices(plan, share=grant)
-        return plan, cores, devices, plan_record(plan, cores, devices, grant)
+        return plan, cores, devices, plan_record(plan, cores, devices, grant, where), where
 
     def replan(running: dict) -> bool:
         """A new share re-forms the flotillas only where it changes their plan: a shrink that takes only slots they
@@ -219,7 +253,7 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         if not remaining:
             break
         grant = share()
-        plan, cores, devices, record = planned(grant)
+        plan, cores, devices, record, where = planned(grant)
         emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
         if on_plan:
             on_plan(record)
@@ -229,13 +263,20 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         shifts.update({m: k for _, shift in places for m, k in shift.items()})
         # a member further on in its stream waits for the stream to reach it (it idles meanwhile): a member's
         # epoch must be one shuffle of every sample, never part of two
+        def should_stop(running={"grant": grant, "record": record}) -> bool:
+            return stop_requested() or replan(running) or bool(cancelled() & set(remaining))
+
         try:
-            converged, runs = run_flotillas(
-                groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores,
-                devices=devices, start_batch=[start for start, _ in places], shift=shifts, on_report=relay,
-                augment=augment,
-                should_stop=lambda running={"grant": grant, "record": record}: stop_requested() or replan(running)
-                or bool(cancelled() & set(remaining)))
+            if where:   # on several Ray nodes: one runner per node, in the job's bundles there
+                converged, runs = spread([(n, [f.members for f, w in zip(plan.flotillas, where) if w == n])
+                                          for n in dict.fromkeys(where)],
+                                         workers, [cores[i] for i in _by_node(where)],
+                                         [places[i][0] for i in _by_node(where)], shifts, should_stop, relay)
+            else:
+                converged, runs = run_flotillas(
+                    groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores,
+                    devices=devices, start_batch=[start for start, _ in places], shift=shifts, on_report=relay,
+                    augment=augment, should_stop=should_stop)
         except MemberLost as e:   # every member of the run was killed with it: each goes back to its checkpoint
             losses += 1
             if losses > max_restarts:
@@ -260,8 +301,8 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
 class _Contract:
     """The job folder: the share from control.json, progress records and status.json."""
 
-    def __init__(self, job_dir: Path, slots: int, batch: int, names: Sequence[str]) -> None:
-        self.dir, self.batch = job_dir, batch
+    def __init__(self, job_dir: Path, slots: int, batch: int, names: Sequence[str], on_ray: bool = False) -> None:
+        self.dir, self.batch, self.on_ray = job_dir, batch, on_ray
         self.granted = Share(slots, _visible_devices())
         self.log = ProgressLog(job_dir, echo=HumanProgress(), first=True)   # output.log: what `dlsched logs` shows
         self.control = ControlWatch(job_dir, lambda error: self.event({"event": "control_rejected", "error": error}))
@@ -273,11 +314,27 @@ class _Contract:
 
     def share(self) -> Share:
         c = self.control.poll()
-        if c is not None:
-            self.granted = Share(c.workers, tuple(f"cuda:{d}" for d in c.devices) if c.devices else self.granted.devices)
+        nodes = self._nodes()
+        if c is not None or nodes != self.granted.nodes:
+            workers = c.workers if c is not None else self.granted.slots
+            devices = tuple(f"cuda:{d}" for d in c.devices) if c is not None and c.devices else self.granted.devices
+            self.granted = Share(sum(k for _, k in nodes) if nodes else workers, devices, nodes)
             if self.granted == self.planned[1]:   # nothing for the flotillas to change: they answer it as they run
-                self.planned = (c.generation, self.granted)
+                self.planned = (self.control.generation, self.granted)
         return self.granted
+
+    def _nodes(self) -> tuple[tuple[str, int], ...]:
+        """On Ray, where the slots of the control request in force are (``ray-slots.json`` of its generation, written
+        before its ``control.json``; rewritten without a new one when a node is lost); () on one machine."""
+        if not self.on_ray:
+            return ()
+        try:
+            spec = json.loads((self.dir / SLOTS_FILE).read_text())
+            if spec["generation"] != self.control.generation:
+                return self.granted.nodes
+            return tuple(Counter(s["node"] for s in spec["slots"]).items())
+        except (OSError, ValueError, KeyError, TypeError):
+            return self.granted.nodes
 
     def event(self, e: dict) -> None:
         if e.get("event") == "flotillas":   # planned on the share read last: the old flotillas have stopped
@@ -313,6 +370,24 @@ class _Contract:
                      members=self.members, flotillas=self.flotillas)
 
 
+def _spread(job_dir: Path, address: str, opts: FleetOptions, seed: int, ckpt: Path) -> Callable:
+    """``train_ensemble``'s ``spread``: ``flotilla_nodes.run_on_nodes`` in the job's Ray bundles (the launcher, a Ray
+    driver, is made at the first run: profiling forks before it)."""
+    from dlsched.train.flotilla_nodes import run_on_nodes
+
+    made: list = []
+
+    def spread(placed, workers, cores, start_batch, shift, should_stop, on_report):
+        if not made:
+            from dlsched.train.launcher import RayLauncher
+
+            made.append(RayLauncher(job_dir, address))
+        ensemble = {"entry": opts.entry, "params": opts.params, "seed": seed, "ckpt_dir": str(ckpt)}
+        return run_on_nodes(made[0], job_dir, ensemble, placed, workers, cores, start_batch, shift, should_stop,
+                            on_report)
+    return spread
+
+
 def _visible_devices() -> tuple[str, ...]:
     ids = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     return tuple(f"cuda:{d}" for d in ids)
@@ -324,7 +399,8 @@ def run_job(opts: FleetOptions) -> int:
     base = Path(spec.base_dir or ".")
     job_dir.mkdir(parents=True, exist_ok=True)
     members = spec.members(base)
-    io = _Contract(job_dir, workers, spec.batch_size, [m.name for m in members])
+    ray_address = os.environ.get(RAY_ADDRESS_ENV)
+    io = _Contract(job_dir, workers, spec.batch_size, [m.name for m in members], on_ray=bool(ray_address))
     io.share()
     ckpt = job_dir / "ckpt"
     state = _load_state(ckpt)
@@ -338,7 +414,8 @@ def run_job(opts: FleetOptions) -> int:
                              share=io.share, eps=spec.rate_tolerance, seed=spec.dataset.seed,
                              stop_requested=preemption.requested, on_report=io.report, on_event=io.event,
                              augment=spec.augment(), max_restarts=opts.max_restarts,
-                             cancelled=lambda: cancelled_members(job_dir))
+                             cancelled=lambda: cancelled_members(job_dir),
+                             spread=_spread(job_dir, ray_address, opts, spec.dataset.seed, ckpt) if ray_address else None)
     if done:
         io.event({"event": "finished", "step": sum(io.steps.values())})
         io.status("finished")

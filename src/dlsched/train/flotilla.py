@@ -557,8 +557,12 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
                 p.kill()
             if msg[3:] and msg[3]:   # no failure of the member's: the job stops and resumes once there is room
                 raise no_space(f"member {msg[0]}: {msg[2]}")
-            if msg[0] is None and ended and all(code < 0 for _, code in ended):
-                raise MemberLost(ended, groups)
+            killed = [(o, code) for o, code in ended if code < 0]
+            if killed and (msg[0] is None or any(o == msg[0] for o, _ in killed)):
+                # a process killed by a signal: its own member's other ranks then fail in their collective
+                # ("Connection reset by peer"), and that report named the member as failed: the job failed where a
+                # lone rank's kill (the OOM killer's pick) resumes from the checkpoint like any other's
+                raise MemberLost(killed, groups)
             raise RuntimeError(f"member {msg[0]} failed: {msg[2]}" if msg[0] else
                                f"a member process failed (flotillas {[[m.name for m in g] for g in groups]})")
         if msg is None:

@@ -341,16 +341,18 @@ class RayLauncher:
         except (OSError, ValueError) as e:
             raise RuntimeError(f"{path}: the Ray backend's slot list is unreadable ({e})") from None
 
-    def start(self, argv: list[str], log_path: Path, visible: str, module: str = WORKER_MODULE) -> RayWorker:
+    def start(self, argv: list[str], log_path: Path, visible: str, module: str = WORKER_MODULE,
+              node: str | None = None) -> RayWorker:
         """``visible`` is not used: a worker sees the GPU Ray gave its bundle (Ray sets CUDA_VISIBLE_DEVICES
         for an actor with ``num_gpus``); the coordinator, which holds no GPU itself, cannot know it.
-        ``module`` is what the process runs (its ``main(argv)``)."""
+        ``module`` is what the process runs (its ``main(argv)``); ``node`` (a Ray node id): a bundle on it."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
         from ray.util.placement_group import get_placement_group
 
         spec = self._slots()
         lost = self.lost(spec["slots"])
-        free = [s for s in spec["slots"] if s["group"] not in self._occupied and s["group"] not in lost]
+        free = [s for s in spec["slots"] if s["group"] not in self._occupied and s["group"] not in lost
+                and node in (None, s.get("node"))]
         if not free:
             raise NoFreeSlot(f"{self.job_dir / SLOTS_FILE}: no free bundle for another worker (generation "
                             f"{spec['generation']} has {len(spec['slots'])}, all in use): with Ray every worker, "
