@@ -47,7 +47,7 @@ from dlsched.errors import UserError, plain
 from dlsched.perf.profile import csv_line, read_csv_text
 from dlsched.perf.text_logs import read_text_log
 from dlsched.train.files import planned_samples, planned_schedule_lr, read_json_lines, read_lr_plan
-from dlsched.train.progress_log import LIVE, iter_records
+from dlsched.train.progress_log import LIVE, iter_records, removed_bytes
 
 
 @dataclass(frozen=True)
@@ -445,6 +445,9 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         if x == "step" and len(batches) > 1:
             note = (f"the batch changed ({', '.join(f'{b:g}' for b in batches)}): a step is not one amount of "
                     "training here, so the curve bends at each change; --x samples reads it over the samples trained")
+        if path.name == LIVE and (gone := removed_bytes(path.parent)):
+            note = "; ".join(n for n in (note, f"the log's first {gone} bytes were removed once the service stored "
+                                         "them (the cluster's progress_keep_days): the curve starts past them") if n)
     elif path.suffix == ".json":
         df, budget = _read_trainer_state(path, x)
     elif path.suffix in (".csv", ".tsv"):

@@ -40,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.numbers import finite
 from dlsched.policy.base import NodeView
-from dlsched.service.finish_times import shown_times, stated_targets
+from dlsched.service.finish_times import shown_fields, stated_targets
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.event_kinds import EVENT_KINDS
 from dlsched.service.event_pages import newest_events
@@ -377,7 +377,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         out = []
         for j in page.jobs:
             d = j.public()
-            d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
+            d |= shown_fields(j, preds.get(j.id), forecasts.get(j.id))
             # an ended job's too: whether it got there (`status` showed "-" for a finished job that stated one)
             d["target"], d["target_pending"] = stated_targets(j, preds.get(j.id), d["predicted_finish"])
             if j.state not in ACTIVE:
@@ -394,7 +394,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         d = job.public()
         d["allocations"] = store.allocations(job_id)
         d["prediction"] = store.latest_prediction(job_id)
-        d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
+        d |= shown_fields(job, d["prediction"], store.forecasts().get(job_id))
         d["target"], d["target_pending"] = stated_targets(job, d["prediction"], d["predicted_finish"])
         if job.spec.kind == "ensemble":
             d["ensemble"] = ensemble_of(store, job_id)

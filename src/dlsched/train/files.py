@@ -142,7 +142,7 @@ def iter_json_lines(path: Path, warn_torn: bool = True, bad: Callable[[int, str,
     (a line's start; line numbers count from there); ``seen``: is given each line read, as it is read."""
     path = Path(path)
     try:
-        f = open(path, "rb")
+        f = open_regular(path)   # the service reads a job's log too (a summary's fold): a FIFO must not block it
     except FileNotFoundError:
         return
     torn = None   # (line number, error, line) of a bad line: an error unless it is the last
