@@ -308,3 +308,33 @@ def test_the_policy_is_shown_the_jobs_that_finished_and_how_long_they_ran():
         restart_penalty=0)
     assert probe.seen[0] == {}
     assert probe.seen[-1] == {"a": 100}
+
+
+class _TurnProbe(Policy):
+    """One GPU, the jobs take turns at every decision; records the restarts each job is shown."""
+
+    name = "turn-probe"
+
+    def __init__(self):
+        self.seen = []
+
+    def decide(self, jobs, cluster):
+        self.seen.append({j.id: j.attrs.get("restarts") for j in jobs})
+        turn = jobs[len(self.seen) % len(jobs)]
+        return Allocation({turn.id: JobAllocation(1)})
+
+
+def test_every_kind_of_job_is_shown_its_restarts():
+    # Pollux's restart budget (``goodput``) reads attrs["restarts"], which the live service gives every job
+    # (service/job_models.py); the simulator gave it to trace jobs only, so duration and ensemble jobs ran without it
+    from dlsched.policy.fleet import ModelProfile
+    from dlsched.sim.ensemble_job import EnsembleWork
+    from dlsched.sim.fleet import Member
+
+    ens = WorkloadJob("ens", 0.0, 1, ensemble=EnsembleWork((Member(ModelProfile("m", (100.0,)), 1e6),), restart_s=0.0))
+    probe = _TurnProbe()
+    run([job("d", 0, 1, 10_000), ens], probe, ClusterView.homogeneous(1, 1), interval=10, restart_penalty=0,
+        horizon=60)
+    # they take turns (the ensemble first): a job's first start is not a restart, each later start is one
+    assert [s["ens"] for s in probe.seen] == [0, 0, 0, 1, 1, 2]
+    assert [s["d"] for s in probe.seen] == [0, 0, 0, 0, 1, 1]

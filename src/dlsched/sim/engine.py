@@ -176,11 +176,13 @@ class Simulator:
 
     def _make_view(self, job: SimJob) -> JobView:
         app = job.app
+        # every kind of job, as the live service counts them (service/job_models.py): Pollux's restart budget reads
+        # them, and duration and ensemble jobs were shown none, so ``goodput`` simulated them without it
+        common = {"restart_s": self.cfg.restart_penalty, "restarts": max(job.restarts, 0), **job.hold_attrs()}
         if app is not None:
             speed = TraceThroughput(app, job.epoch, self.gpus_per_node, self.gpu_speed)
             attrs = {"app": app.name, "epoch": job.epoch, "progress": job.progress,
-                     "target_progress": app.target_progress, "restart_s": self.cfg.restart_penalty,
-                     "restarts": max(job.restarts, 0), **job.hold_attrs()}
+                     "target_progress": app.target_progress, **common}
             return JobView(
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
                 batch_size=job.spec.batch_size, min_batch_size=app.init_batch_size, max_batch_size=app.max_batch_size,
@@ -195,13 +197,13 @@ class Simulator:
                 id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=min(job.spec.requested_gpus, useful),
                 max_gpus=useful, attained_service=job.attained, run_time=job.run_time, placement=job.nodes,
                 remaining_samples=job.remaining(self.remaining, self.t), speed=speed, kind="ensemble",
-                attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty, **job.hold_attrs()})
+                attrs={"priority": job.spec.priority, **common})
         return JobView(
             id=job.spec.id, submit_time=job.spec.submit_time, requested_gpus=job.spec.requested_gpus,
             max_gpus=job.spec.requested_gpus, attained_service=job.attained, run_time=job.run_time,
             placement=job.nodes, remaining_samples=job.remaining(self.remaining, self.t),
             speed=LinearThroughput(job.spec.requested_gpus, self.gpu_speed),
-            attrs={"priority": job.spec.priority, "restart_s": self.cfg.restart_penalty, **job.hold_attrs()})
+            attrs={"priority": job.spec.priority, **common})
 
     # --- state changes --------------------------------------------------------------------------
     def _set_nodes(self, job: SimJob, nodes: Mapping[str, int]) -> None:
