@@ -21,3 +21,21 @@ def process_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def blocked_on_fifo(fifo, call, timeout: float = 30.0) -> tuple[bool, list]:
+    """Whether ``call()`` was still running after ``timeout`` seconds with the FIFO ``fifo`` (made by the test, given
+    no writer), and its answer in a list (empty if it raised). A call still blocked is let go (a writer's open and
+    close gives it its end of file) before this returns."""
+    import os
+    import threading
+
+    answers = []
+    worker = threading.Thread(target=lambda: answers.append(call()), daemon=True)
+    worker.start()
+    worker.join(timeout)
+    blocked = worker.is_alive()
+    if blocked:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(timeout)
+    return blocked, answers

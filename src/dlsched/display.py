@@ -21,7 +21,8 @@ from dlsched.numbers import is_number
 # fields that hold POSIX times anywhere in the API's answers; shown as ISO 8601 in --json output
 TIME_FIELDS = frozenset({"time", "submit_time", "start_time", "end_time", "predicted_start", "predicted_finish",
                          "made_at", "last_seen", "since", "target_time", "forecast_time", "stalled_since",
-                         "policy_finish", "target_time_80", "time_80"})   # the last two: [early, late] bands
+                         "policy_finish", "target_time_80", "time_80",
+                         "predicted_finish_range"})   # the last three: [early, late] bands
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ SRC = str(Path(__file__).resolve().parents[1])   # .../src: child processes find
 
 
 def pythonpath_with_src(existing: str | None) -> str:
-    """``PYTHONPATH`` for a child process (runtime, guard, Ray worker): this checkout's src first."""
-    return os.pathsep.join(p for p in (SRC, existing) if p)
+    """``PYTHONPATH`` for a child process (runtime, guard, Ray worker): this checkout's src first (once: a worker's
+    is its runtime's, itself the backend's; the Ray node's server is chosen by it, ``runtime_forkserver``)."""
+    rest = [p for p in (existing or "").split(os.pathsep) if p and p != str(SRC)]
+    return os.pathsep.join([str(SRC), *rest])
 
 
 def shared_data() -> Path:

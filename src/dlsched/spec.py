@@ -287,6 +287,8 @@ class ClusterSpec(_Strict):
     first_step_after_s: Annotated[float, Field(gt=0, le=86_400)] = 3600.0
     # days an ended job keeps its step rows, events and predictions (service/retention.py); None: for good
     retain_ended_days: Annotated[float, Field(gt=0, le=36_500)] | None = None
+    # days an active job's rotated progress.jsonl segments stay once stored (service/progress_segments.py); None: for good
+    progress_keep_days: Annotated[float, Field(ge=0, le=36_500)] | None = 7.0
     backend: Literal["local", "ray"] = "local"
 
     @field_validator("policy_args")

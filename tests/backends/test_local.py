@@ -65,6 +65,17 @@ def test_stop_kills_the_process_group_and_start_resumes_from_checkpoint(tmp_path
     b.stop(1, tmp_path)
 
 
+def test_a_stop_waits_for_a_slow_step_and_its_checkpoint_instead_of_killing_it(tmp_path):
+    """Steps slower than the stop's grace (the demo's ResNet-20 on a loaded machine: 25 s) were killed mid-step on a
+    preemption: no checkpoint, and the job restarted from step 0. The wait covers the job's own steps now."""
+    b = LocalBackend(runtime=RUNTIME, stop_grace_s=0.5)
+    b.start(Launch(1, spec(samples=4000, step_s=3.0, ckpt_every=1000), tmp_path, 1, 32))
+    wait_until(lambda: len(records(tmp_path)) >= 2, timeout=120)
+    b.stop(1, tmp_path)   # just after a step: the next one has 3 s to go, six times the grace
+    ckpt = json.loads((tmp_path / "ckpt" / "latest.json").read_text())
+    assert ckpt["step"] >= 2 and ckpt["step"] == records(tmp_path)[-1]["step"]
+
+
 def test_failure_is_reported_with_its_reason(tmp_path):
     b = LocalBackend(runtime=RUNTIME)
     b.start(Launch(1, spec(fail_at=64), tmp_path, 1, 32))

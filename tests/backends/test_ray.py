@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from collections import Counter
 from dataclasses import replace
@@ -19,8 +20,8 @@ from dlsched.backends.ray import STOP_GRACE_S  # noqa: E402
 from dlsched.errors import UserError  # noqa: E402
 from dlsched.spec import ClusterSpec, JobSpec  # noqa: E402
 from tests.backends.ray_cluster import (CONTRACT_RUNTIME, REAL_RUNTIME, REPO, audit_resumed, events,  # noqa: E402
-                                        free_slots, launch, real_launch, samples_seen, wait_for, wait_free,
-                                        wait_progress, wait_state, worker_nodes)
+                                        free_slots, launch, ray_node_ids, real_launch, samples_seen, wait_for,
+                                        wait_free, wait_progress, wait_state, worker_nodes)
 from tests.waiting import process_alive  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -292,6 +293,50 @@ def test_a_bundle_on_a_lost_node_or_removed_before_the_slot_list_says_so_takes_n
     finally:   # RayLauncher empties the forkserver's preload; this process's later local workers want torch in it
         launcher_mod._FORKSERVER.set_forkserver_preload(["dlsched.train.worker"])
     assert not (tmp_path / launcher_mod.IN_USE_FILE).exists()   # no slot marked in use
+
+
+def test_a_nodes_hosted_workers_are_forked_from_its_server_with_torch_loaded(backend, tmp_path):
+    """A worker's actor forks it from its node's server (``dlsched.ray.node_forkserver``) once that has loaded: it
+    starts with torch imported (a spawned one paid ~2.5 CPU-s for it at every start), gets its exit code through its
+    actor and, not its actor's child, still ends with it. The node's first starts are spawned while the server loads."""
+    import psutil
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from dlsched.paths import pythonpath_with_src
+    from dlsched.ray.host import host_actor
+
+    host_cls = host_actor(ray, num_cpus=0)
+    n1 = ray_node_ids()["n1"]
+    (tmp_path / "logs").mkdir()   # where a hosted worker records its host
+    # a worker's environment as the Ray launcher gives it: the server loaded for it serves the file's later workers
+    env = {"PYTHONPATH": pythonpath_with_src(os.environ.get("PYTHONPATH")),
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+    def hosted(name, *args):
+        host = host_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n1, soft=False)).remote()
+        out = tmp_path / f"{name}.json"
+        cmd = [sys.executable, "-m", "dlsched.train.launcher", "--ray-worker", "tests.backends.hosted_probe",
+               "--job-dir", str(tmp_path), "--worker-id", "0", "--out", str(out), *args]
+        ray.get(host.launch.remote(cmd, env, str(REPO), str(tmp_path / f"{name}.log")), timeout=120)
+        return host, out
+
+    deadline, i = time.monotonic() + 300, 0
+    while True:
+        host, out = hosted(f"exits{i}", "--exit", "7")
+        assert ray.get(host.wait.remote(), timeout=120) == 7   # its exit code, spawned or forked
+        probe = json.loads(out.read_text())
+        ray.kill(host, no_restart=True)
+        if probe["torch_at_start"]:
+            break
+        assert time.monotonic() < deadline, "no hosted start was forked within 300 s"
+        i += 1
+    host, out = hosted("sleeps")
+    wait_for(out.exists, "the forked probe's start", timeout=120)
+    probe = json.loads(out.read_text())
+    assert probe["torch_at_start"] and "dlsched.backends.runtime_forkserver" in psutil.Process(probe["ppid"]).cmdline()
+    assert ray.get(host.returncode.remote(), timeout=30) is None
+    ray.kill(host, no_restart=True)                     # its actor gone (a lost bundle): it ends too
+    wait_for(lambda: not process_alive(probe["pid"]), "the forked probe to end with its actor", timeout=60)
 
 
 # ----------------------------------------------------------------------------- workers in their bundles (join mode)

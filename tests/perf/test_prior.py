@@ -1,5 +1,8 @@
 """``perf.prior``: the shape prior's pool by regime (from-scratch or fine-tune runs) and without runs that
 over-fit, on a hand-made set of fits."""
+import math
+
+import numpy as np
 import pytest
 
 from dlsched.perf.annealing import CurvePrior
@@ -124,3 +127,32 @@ def test_a_same_task_run_that_over_fits_does_not_narrow_the_other_tasks_spread()
     overfit = FinishedFit(3.0, 0.05, {**meta, "overfits": True})
     p = prior_from_fits(others + [overfit], meta, default=CurvePrior(alpha_sigma=0.76, drop_sigma=0.2))
     assert p.alpha_sigma > 0.4 and p.drop_sigma > 0.1
+
+
+def test_carried_finals_lean_on_the_runs_whose_schedules_need_the_shortest_carry():
+    """A task whose runs gain more from LR area than their law says (each ended e^(0.05·log S1) below it): carried to
+    a nearly constant schedule, the runs under decays miss it by the most, and the runs carried to each other's
+    schedules show that miss growing with the carry's length in LR area; the level leans on the WSD run."""
+    from dlsched.perf.annealing import AnnealingCurve
+    from dlsched.perf.prior import carry_weights, level_prior
+    from dlsched.perf.schedule import areas
+
+    def truth(s):   # where a run under s really ends
+        law = AnnealingCurve(1.5, 2.0, 0.4, 0.03, s).value([s.budget])[0]
+        return float(law * areas(s, [s.budget])[0][0] ** -0.05)
+
+    specs = ("wsd:warmdown=160", "cosine", "linear", "step:400,600:0.1", "poly:power=2")
+    fits = []
+    for spec in specs:
+        s = parse_schedule(spec, 800)
+        fits.append(FinishedFit(0.4, 0.03, {"dataset": "lm", "metric": "loss"}, truth(s),
+                                AnnealingCurve(1.5, 2.0, 0.4, 0.03, s)))
+    new = parse_schedule("wsd:warmdown=80", 800)
+    level, *_ = level_prior(fits, {"dataset": "lm", "metric": "loss"}, new)
+    w = carry_weights(fits, new, 0.03)
+    assert w.argmax() == 0 and w[0] > 2 * w[1:].max()   # the WSD run's carry is the shortest
+    plain = prior_from_fits(fits[:2], {"dataset": "lm", "metric": "loss"}, schedule=new)   # two runs: equal weights
+    assert plain.level_weights == (0.5, 0.5)
+    assert abs(math.log(level / truth(new))) < 0.5 * abs(math.log(float(np.exp(np.mean(
+        [np.log(fits[i].final * AnnealingCurve(1.5, 2.0, 0.4, 0.03, new).value([800])[0]
+                / fits[i].curve.value([800])[0]) for i in range(len(specs))]))) / truth(new)))

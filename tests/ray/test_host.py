@@ -56,3 +56,21 @@ def test_a_stopped_guard_waits_for_its_runtimes_checkpoint_past_three_seconds(tm
         assert done.exists()
     finally:
         guard.kill()
+
+
+def test_a_hosted_process_ends_with_its_actor_though_not_its_child():
+    """A worker forked from its node's server (``dlsched.ray.node_forkserver``) is that server's child, not its actor's:
+    it ends when the actor's process does, and at once when that has already ended."""
+    actor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    code = "import sys, time; from dlsched.ray.host import exit_with; exit_with(int(sys.argv[1])); time.sleep(600)"
+    hosted = subprocess.Popen([sys.executable, "-c", code, str(actor.pid)])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):   # its actor lives: so does it
+            hosted.wait(timeout=3)
+        actor.kill()
+        actor.wait()
+        assert hosted.wait(timeout=60) == 3
+        assert subprocess.run([sys.executable, "-c", code, str(actor.pid)], timeout=60).returncode == 3
+    finally:
+        actor.kill()
+        hosted.kill()

@@ -10,6 +10,7 @@ import pytest
 from tests.service.teardown import stop_service_and_jobs
 from dlsched.errors import UserError
 from dlsched.service.server import Service, free_port
+from dlsched.service.limits import MAX_PROGRESS_PAGE
 from tests.service.conftest import RUNTIME, cluster, job_yaml
 from tests.waiting import wait_until
 
@@ -479,3 +480,16 @@ def test_an_unknown_query_parameter_is_a_422_naming_it_not_ignored(client):
     assert client.get(f"/jobs/{jid}/progress", params={"after": 5}).status_code == 200
     assert client.get("/jobs", params={"state": "queued,running,finished", "limit": 5}).status_code == 200
     assert client.get("/dashboard/", params={"token": "x"}).status_code == 200   # the page's own ?token=
+
+
+def test_points_draws_at_most_a_pages_rows(client, service):
+    """``?points=N`` with N past a job's rows answered every one of them: the paging of ``/progress`` (at most
+    50 000 rows, a job that ran for months has millions) undone by a large N."""
+    jid = client.post("/jobs", content=job_yaml("big"), headers={"content-type": "application/yaml"}).json()["id"]
+    client.post(f"/jobs/{jid}/cancel")   # queued, it ends at once; started meanwhile, once stopped
+    wait_until(lambda: client.get(f"/jobs/{jid}").json()["state"] == "cancelled", 60, "job cancelled")
+    rows = MAX_PROGRESS_PAGE + 10
+    service.store.add_progress(jid, [{"time": float(i), "step": i, "loss": 1.0 / (i + 1), "samples": float(i)}
+                                     for i in range(rows)], 0)
+    drawn = client.get(f"/jobs/{jid}/progress", params={"points": 10**9}).json()
+    assert len(drawn) <= MAX_PROGRESS_PAGE + 1 and drawn[0]["step"] == 0 and drawn[-1]["step"] == rows - 1

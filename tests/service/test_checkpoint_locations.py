@@ -108,3 +108,65 @@ def test_a_location_other_users_may_write_into_is_refused(client, tmp_path):
     ok = submit(sticky / "mine" / "ckpt")
     assert ok.status_code == 201, ok.text
     client.post(f"/jobs/{ok.json()['id']}/cancel")
+
+
+def test_fsspecs_other_names_for_the_local_disk_are_held_to_the_same_rules(client, service, tmp_path):
+    """``local:///x`` is ``/x`` to fsspec, ``file://x`` is ``x`` under the runtime's working directory, and a chained
+    ``simplecache::file:///x`` or ``dir::file:///x`` writes there too: read as remote URIs they passed every rule, and
+    a job given ``local:///STATE/jobs/1/ckpt`` wrote and pruned its checkpoints in job 1's folder."""
+    victim = service.jobs_dir / "1" / "ckpt"
+    refusals = {f"local://{victim}": "lies in the service's folder",
+                "file://dlsched-state/jobs/1/ckpt": "names a host or a relative path after file://",
+                f"simplecache::file://{victim}": "chains file systems (::)",
+                f"dir::file://{service.state_dir}": "chains file systems (::)"}
+    for uri, why in refusals.items():
+        answer = client.post("/jobs", content=job_yaml("b", extra=f"checkpoint_uri: '{uri}'\n"), headers=YAML)
+        assert answer.status_code == 422 and why in answer.json()["error"], (uri, answer.text)
+    assert client.get("/jobs").json() == []
+    own = tmp_path / "mine"
+    rules = CheckpointRules.make(tmp_path, forbidden=(tmp_path / "state",))
+    with pytest.raises(SpecError, match="is where job 7 keeps its checkpoints"):
+        rules.check(f"local://{own}", [("job 7", str(own))])
+
+
+def test_two_submissions_of_one_location_at_once_store_one(tmp_path):
+    """Each submission was checked against the stored jobs, then stored: two of one location sent at once were both
+    checked before either was stored, and both were accepted (a real serve took 3 such pairs of 6). The check is run
+    again in the transaction that stores the job. Here both requests are held after their first check until the
+    other has passed its own, the interleaving that let both in."""
+    import threading
+
+    import httpx
+
+    from dlsched.service.server import Service
+    from tests.service.conftest import RUNTIME, cluster
+    from tests.service.teardown import stop_service_and_jobs
+
+    class BothChecked(Service):
+        checked = threading.Barrier(2, timeout=60)
+
+        def validate(self, spec, source="job spec", batch=()):
+            super().validate(spec, source, batch)
+            self.checked.wait()
+
+    svc = BothChecked(cluster(), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    try:
+        uri = str(tmp_path / "ckpt")
+        answers = []
+
+        def submit(name):
+            with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=60) as c:
+                answers.append(c.post("/jobs", content=job_yaml(name, extra=f"checkpoint_uri: {uri}\n"), headers=YAML))
+
+        threads = [threading.Thread(target=submit, args=(n,)) for n in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(a.status_code for a in answers) == [201, 422], [a.text for a in answers]
+        stored = next(a for a in answers if a.status_code == 201).json()["id"]
+        refused = next(a for a in answers if a.status_code == 422).json()["error"]
+        assert refused.startswith(f"request body: field checkpoint_uri: '{uri}' is where job {stored} keeps its")
+        assert svc.store.count() == 1
+    finally:
+        stop_service_and_jobs(svc)

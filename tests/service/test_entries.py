@@ -107,3 +107,45 @@ def test_an_ensemble_yaml_outside_the_job_directories_is_not_even_read(rules, tm
         assert str(e.value).startswith("job spec: field params.path: ")
     with pytest.raises(SpecError, match="params.path: .*missing.yaml: file not found"):
         rules.check_ensemble({"path": "missing.yaml"})
+
+
+def test_a_link_re_pointed_out_of_the_job_directories_after_submission_fails_the_job_at_its_start(tmp_path):
+    """The runtime imports what an entry's path names when the job starts: a link in an allowed directory re-pointed
+    after the submission ran code from anywhere (a real serve ran /tmp/.../evil.py that way). The rules are applied
+    again before each start; a job refused then fails with one line, and nothing of it runs."""
+    import httpx
+
+    from dlsched.service.server import Service
+    from tests.service.conftest import RUNTIME, cluster
+    from tests.service.teardown import stop_service_and_jobs
+    from tests.waiting import wait_until
+
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir(), outside.mkdir()
+    (work / "real.py").write_text("def make_job(samples=1, epochs=1, step_s=0.0): ...\n")
+    (outside / "evil.py").write_text("def make_job(samples=1, epochs=1, step_s=0.0): ...\n")
+    (work / "link.py").symlink_to(work / "real.py")
+    svc = Service(cluster(slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME, workdir=work).start()
+    try:
+        with httpx.Client(base_url=svc.url, headers=svc.headers, timeout=30) as c:
+            def submit(name, gpus, step_s):
+                spec = {"name": name, "entry": "link.py:make_job", "gpus": gpus, "batch_size": 32,
+                        "params": {"samples": 32_000, "epochs": 1, "step_s": step_s}}
+                answer = c.post("/jobs", json=spec)
+                assert answer.status_code == 201, answer.text
+                return answer.json()["id"]
+
+            blocker = submit("blocker", 2, 0.05)
+            wait_until(lambda: c.get(f"/jobs/{blocker}").json()["state"] == "running", 60, "the blocker running")
+            queued = submit("queued", 1, 0.0)
+            (work / "link.py").unlink()
+            (work / "link.py").symlink_to(outside / "evil.py")
+            c.post(f"/jobs/{blocker}/cancel")
+            wait_until(lambda: c.get(f"/jobs/{queued}").json()["state"] != "queued", 60, "the queued job's start")
+            job = c.get(f"/jobs/{queued}").json()
+            assert job["state"] == "failed" and job["error"] == (
+                f"job {queued} (its code checked again at its start): field entry: 'link.py:make_job' is outside the "
+                f"allowed job directories ({work.resolve()})")
+            assert job["start_time"] is None and not (svc.jobs_dir / str(queued) / "output.log").exists()
+    finally:
+        stop_service_and_jobs(svc)

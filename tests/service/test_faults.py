@@ -239,3 +239,36 @@ def test_a_full_job_folder_disk_stops_the_job_and_it_resumes_once_there_is_room(
     finally:
         stop_service_and_jobs(svc)
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_start_that_finds_the_disk_full_is_one_log_line_a_round_not_a_traceback(tmp_path, caplog):
+    """The service tries such a start once a round while the disk is full: each logged 25 lines of chained
+    tracebacks (2 500 for one job's wait), burying what else the log said. A real full tmpfs (root only)."""
+    from dlsched.backends.local import LocalBackend
+    from dlsched.service.loop import LiveLoop
+    from dlsched.service.store import QUEUED, Store
+    from dlsched.spec import load_job_spec
+    from tests.service.conftest import RUNTIME as CONTRACT, cluster, job_yaml
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        (disk / "jobs").mkdir()
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        store = Store(tmp_path / "s.db")
+        loop = LiveLoop(store, LocalBackend(runtime=CONTRACT), cluster("test-fifo", (1,)), tmp_path / "state",
+                        jobs_dir=disk / "jobs")
+        job = store.submit(load_job_spec(job_yaml("full")))
+        with caplog.at_level("WARNING", logger="dlsched.service"):
+            for _ in range(3):
+                loop.round()
+        said = [r for r in caplog.records if r.name == "dlsched.service" and "start failed" in r.getMessage()]
+        assert len(said) == 3 and all(r.exc_info is None and "disk is full" in r.getMessage() for r in said), \
+            [(r.getMessage(), r.exc_info) for r in said]
+        assert store.get(job).state == QUEUED
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

@@ -936,3 +936,53 @@ def test_a_queued_job_is_predicted_from_its_tasks_finished_jobs_before_it_starts
     loop.models.bands.of = lambda kind: 1 / 0
     stats = loop.round()
     assert store.predictions(late) == [] and stats.active_jobs >= 2
+
+
+def _timed_steps(tmp_path, gaps, total):
+    """A running job's loop after it read steps of 32 samples ``gaps`` seconds apart, each step's own samples/s 320
+    (computed in 0.1 s): (store, job id)."""
+    store = Store(tmp_path / "s.db")
+    loop = LiveLoop(store, RecordingBackend(), cluster("test-fifo", (2,)), tmp_path)
+    job = store.submit(load_job_spec(job_yaml("j", gpus=1, samples=total)))
+    loop.round()
+    j = store.get(job)
+    loop.job_dir(job).mkdir(parents=True, exist_ok=True)
+    t = time.time() - sum(gaps)
+    with open(loop.job_dir(job) / "progress.jsonl", "a") as f:
+        for i, gap in enumerate(gaps, 1):
+            t += gap
+            f.write(json.dumps({"time": t, "step": i, "samples": 32 * i, "loss": 1.0 / i, "samples_per_s": 320.0,
+                                "workers": 1, "batch_size": 32, "total_samples": total,
+                                "control_generation": j.generation}) + "\n")
+    loop.round()
+    return store, job
+
+
+def test_the_speed_shown_is_the_wall_clock_rate_the_remaining_time_assumes_not_a_steps_own(tmp_path):
+    """`status` showed the newest step's own samples/s, which swings step by step: SAMPLES/S 243 beside a LEFT of 4
+    minutes for 6 500 samples, in a job that trained at 25/s on a busy machine; the operator could not tell which
+    was wrong."""
+    store, job = _timed_steps(tmp_path, [1.0] * 40, 6400)   # a step a second
+    j = store.get(job)
+    assert j.samples_per_s == pytest.approx(32.0)
+    pred = store.predictions(job)[-1]
+    assert pred["remaining_s"] == pytest.approx((6400 - 32 * 40) / j.samples_per_s)
+
+
+def test_a_job_whose_speed_varies_is_shown_its_finish_at_the_fast_and_slow_end_of_it(tmp_path):
+    """On the loaded 2-core machine an MLP's wall-clock rate over 10-step windows spread 51-153 samples/s (10th-90th
+    percentile) and its LEFT moved with it, nothing saying how far it could: the remaining time at its newest rate."""
+    from dlsched.commands.service import job_rows
+    from dlsched.service.finish_times import shown_fields
+    store, job = _timed_steps(tmp_path, [1.0] * 20 + [3.0] * 20 + [1.0] * 21, 32000)   # another job beside it a while
+    pred = store.predictions(job)[-1]
+    left = 32000 - 32 * 61
+    assert pred["remaining_lo_s"] == pytest.approx(left / 32.0, rel=0.05)        # at a step a second
+    assert pred["remaining_hi_s"] == pytest.approx(left / (32 / 3.0), rel=0.05)  # at a step in 3 s
+    assert pred["remaining_lo_s"] <= pred["remaining_s"] <= pred["remaining_hi_s"]
+    j = store.get(job)
+    shown = j.public() | shown_fields(j, pred, None)
+    early, late = shown["predicted_finish_range"]
+    assert early < shown["predicted_finish"] < late
+    left_cell = job_rows([shown], now=pred["time"])[0][9]
+    assert "(" in left_cell and left_cell.endswith(")"), left_cell

@@ -1,9 +1,11 @@
 import json
+import tracemalloc
 
 import pytest
 
 from dlsched.errors import UserError
-from dlsched.train.files import atomic_file, atomic_write_json, read_control, read_lr_plan, read_status, write_control
+from dlsched.train.files import (MAX_PLAN_POINTS, MAX_RECORD_BYTES, atomic_file, atomic_write_json, read_control,
+                                 read_lr_plan, read_status, write_control)
 from dlsched.train.progress_log import read_progress
 
 
@@ -137,3 +139,36 @@ def test_the_progress_tail_reads_only_what_was_appended_since_its_last_read(tmp_
     with open(log, "a") as f:
         f.write("4}\n")
     assert tail.read() == [{"step": 4}] and tail.read() == []
+
+
+def _peak_bytes(read):
+    """``read()``'s answer and the most memory Python allocated while it ran."""
+    tracemalloc.start()
+    try:
+        return read(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("name, read", [("status.json", read_status), ("lr_plan.json", read_lr_plan)])
+def test_a_job_folder_record_job_code_made_huge_is_no_record_and_is_not_read_whole(tmp_path, name, read):
+    """The service reads status.json and lr_plan.json every round, and job code may write them: a 144 MB lr_plan.json
+    took a real service from 0.2 to 2.5 GB and stopped its rounds for 100 s. Past 1 MiB one is malformed, read no
+    further (a sparse 256 MiB file: what was read would be counted here)."""
+    record = {"state": "running"} if name == "status.json" else {"step": 3, "batch_size": 8, "steps": [4], "lr": [0.1]}
+    path = tmp_path / name
+    path.write_text(json.dumps(record) + " " * MAX_RECORD_BYTES)   # well formed, padded past the limit
+    assert read(tmp_path) is None
+    with open(path, "w") as f:
+        f.write(json.dumps(record))
+        f.truncate(256 << 20)
+    answer, peak = _peak_bytes(lambda: read(tmp_path))
+    assert answer is None and peak < 4 * MAX_RECORD_BYTES
+
+
+def test_an_lr_plan_of_more_points_than_the_runtime_writes_is_no_plan(tmp_path):
+    """~800 points when dlsched.torch writes it; 70 000 (under 1 MiB) slowed each of a real service's rounds 40 %."""
+    n = MAX_PLAN_POINTS + 1
+    atomic_write_json(tmp_path / "lr_plan.json", {"step": 0, "batch_size": 8, "steps": list(range(1, n + 1)),
+                                                  "lr": [0.1] * n})
+    assert read_lr_plan(tmp_path) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Mapping, Protocol
@@ -18,7 +19,8 @@ from typing import Literal, Mapping, Protocol
 from dlsched.numbers import is_number
 from dlsched.policy.base import NodeView
 from dlsched.spec import JobSpec
-from dlsched.train.files import appended_lines, atomic_write_json, read_regular, read_status, write_control  # noqa: F401  (one implementation, re-exported)
+from dlsched.train.files import (appended_lines, atomic_write_json, open_regular, read_regular,  # noqa: F401
+                                 read_status, write_control)   # (one implementation, re-exported)
 from dlsched.train.progress_log import read_lines, unread_bytes
 
 ProcState = Literal["running", "finished", "failed", "gone"]
@@ -179,12 +181,18 @@ def runtime_command(runtime: list[str], launch: Launch) -> list[str]:
     return cmd
 
 
+OUTPUT_TAIL_BYTES = 64 << 10   # a failure's last output lines are found in this much of the output's end
+
+
 def output_tail(job_dir: Path, n: int = 1) -> str:
     """': <last n non-empty lines of the job's output.log>' (at most 300 chars), or '' — appended to failures."""
-    try:
-        lines = [x for x in read_regular(Path(job_dir) / "output.log", errors="replace").splitlines() if x.strip()]
+    try:   # its end only: a job's output may be gigabytes, and it was read whole into the service's memory
+        with open_regular(Path(job_dir) / "output.log") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
+    lines = [x for x in text.splitlines() if x.strip()]
     return (": " + " | ".join(lines[-n:])[:300]) if lines else ""
 
 

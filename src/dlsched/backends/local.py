@@ -31,6 +31,7 @@ from dlsched.backends import runtime_forkserver
 from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched,
                                    runtime_command, write_control)
 from dlsched.backends.coordinator_exit import coordinator_exit
+from dlsched.backends.stop_grace import stop_grace
 from dlsched.paths import pythonpath_with_src
 from dlsched.spec import NodeSpec
 from dlsched.faults import fault_point
@@ -272,7 +273,8 @@ class LocalBackend(Backend):
         atomic_write_json(job_dir / "launch.json", info)
 
     def stop(self, job_id: int, job_dir: Path) -> None:
-        """SIGTERM the coordinator's process group, SIGKILL after the grace period; its checkpoint stays."""
+        """SIGTERM the coordinator's process group, SIGKILL after the grace period (``stop_grace``: longer for a job
+        whose steps are slow); its checkpoint stays."""
         proc = self._procs.pop(job_id, None)
         ps = self._attached.pop(job_id, None)
         self._forget(job_id)
@@ -280,7 +282,7 @@ class LocalBackend(Backend):
         if pid is None:
             return
         signal_group(pid, signal.SIGTERM)   # start_new_session=True: the coordinator leads its group
-        deadline = time.monotonic() + self.stop_grace_s
+        deadline = time.monotonic() + stop_grace(job_dir, self.stop_grace_s)   # its step in flight, checkpointed
         while time.monotonic() < deadline and _alive(proc, ps):
             time.sleep(0.05)
         if _alive(proc, ps):

@@ -50,9 +50,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched,
+from dlsched.backends.base import (Backend, Launch, PollResult, atomic_write_json, ended_unwatched, read_regular,
                                    runtime_command, write_control)
 from dlsched.backends.coordinator_exit import coordinator_exit
+from dlsched.backends.stop_grace import stop_grace
 from dlsched.backends.ray_job import RayJob, slot_file_groups
 from dlsched.backends.ray_nodes import RayNodes
 from dlsched.backends.ray_slots import Slot, SlotReserver
@@ -234,7 +235,8 @@ class RayBackend(Backend):
         if job is None:
             return
         try:
-            self._ray.get(job.runner.stop.remote(STOP_GRACE_S), timeout=STOP_GRACE_S + 5)
+            grace = STOP_GRACE_S if job_dir is None else stop_grace(Path(job_dir), STOP_GRACE_S)   # a slow step's too
+            self._ray.get(job.runner.stop.remote(grace), timeout=grace + 5)
         except Exception:  # actor already dead (node lost): its guard has killed the runtime
             pass
         try:
@@ -324,7 +326,7 @@ class RayBackend(Backend):
         if job_id in self._jobs:
             return True
         try:
-            info = json.loads((Path(job_dir) / "launch.json").read_text())
+            info = json.loads(read_regular(Path(job_dir) / "launch.json"))
             if info.get("backend") != "ray":
                 return False
             try:
@@ -334,7 +336,7 @@ class RayBackend(Backend):
                 if self.reserver.release_named(slot_file_groups(Path(job_dir))):
                     log.warning("job %s: its runner actor is gone; its placement groups removed", job_id)
                 return False
-            spec = json.loads((Path(job_dir) / SLOTS_FILE).read_text())
+            spec = json.loads(read_regular(Path(job_dir) / SLOTS_FILE))
 
             def slot(name: str) -> Slot:
                 group = get_placement_group(name)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from dlsched.backends.base import atomic_write_json
+from dlsched.backends.base import atomic_write_json, read_regular
 from dlsched.backends.ray_slots import Slot, SlotReserver
 from dlsched.train.launcher import IN_USE_FILE, SLOTS_FILE
 
@@ -18,7 +18,7 @@ log = logging.getLogger("dlsched.backends.ray")
 def slot_file_groups(job_dir: Path) -> list[str]:
     """The placement groups a job folder's slot file names (held and retired); none where it has no valid one."""
     try:
-        spec = json.loads((job_dir / SLOTS_FILE).read_text())
+        spec = json.loads(read_regular(job_dir / SLOTS_FILE))   # job code writes the folder: a FIFO, a huge file
         return [s["group"] for s in spec["slots"]] + list(spec.get("retired", []))
     except (OSError, ValueError, KeyError, TypeError):
         return []
@@ -81,10 +81,12 @@ class RayJob:
         runtime's Ray launcher; a runtime that never writes it occupies none)."""
         if not self.retired:
             return
-        try:
-            in_use = json.loads((self.job_dir / IN_USE_FILE).read_text()).get("in_use", {})
+        try:   # written by the runtime, in a folder job code writes: `[]` there raised in every poll of the job
+            record = json.loads(read_regular(self.job_dir / IN_USE_FILE))
         except (OSError, ValueError):
-            in_use = {}
+            record = {}
+        in_use = record.get("in_use") if isinstance(record, dict) else None
+        in_use = in_use if isinstance(in_use, dict) else {}
         free = [s for s in self.retired if s.name not in in_use]
         if free:
             self.retired = [s for s in self.retired if s.name in in_use]

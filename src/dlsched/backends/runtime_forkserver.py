@@ -11,8 +11,9 @@ spawned one). Each coordinator runs as ``python -m dlsched.train.run ARGS`` woul
 environment, working directory and log as stdout/stderr, the job folder's lock on the descriptor ``DLSCHED_LOCK_FD``
 names, its own torch and numpy seeds, atexit handlers and exit code.
 
-Protocol, one ``SOCK_SEQPACKET`` socket pair: this process sends ``{"argv", "cwd", "env", "log"}`` with the lock's
-descriptor attached; the server says ``{"ready": true}`` once loaded, answers a request with ``{"pid": N,
+Protocol, one ``SOCK_SEQPACKET`` socket pair: this process sends ``{"argv": [MODULE, ARG...], "cwd", "env", "log"}``
+with the lock's descriptor attached where the start has one (a Ray node's server forks hosted workers, which take no
+lock: ``dlsched.ray.node_forkserver``); the server says ``{"ready": true}`` once loaded, answers a request with ``{"pid": N,
 "create_time": T}`` and says ``{"exit": N, "rc": CODE}`` (negative: the signal) once it has reaped that child. The
 server exits when this process closes its end (it ended): coordinators train on in their sessions, as a spawned one
 outlives its service. A coordinator whose server died before it is watched by process id, its exit code unknown (as
@@ -51,20 +52,23 @@ class NotReady(OSError):
 _servers_lock = threading.Lock()
 
 
-def forkable(cmd: list[str]) -> bool:
-    """``cmd`` is this interpreter's ``python -m dlsched.train.run ...`` (the local backend's default runtime)."""
-    return list(cmd[:3]) == [sys.executable, "-m", RUNTIME_MODULE]
+def forkable(cmd: list[str], modules: tuple[str, ...] = (RUNTIME_MODULE,)) -> bool:
+    """``cmd`` is this interpreter's ``python -m MODULE ...`` for one of ``modules`` (by default the local backend's
+    runtime, ``python -m dlsched.train.run``)."""
+    return len(cmd) >= 3 and list(cmd[:2]) == [sys.executable, "-m"] and cmd[2] in modules
 
 
-def start(cmd: list[str], cwd: str, env: dict[str, str], log_path: str, lock_fd: int) -> "ForkedCoordinator":
-    """Fork ``cmd`` (``forkable``) with ``env`` (its ``DLSCHED_LOCK_FD`` set to where ``lock_fd`` lands); call inside
-    ``sigterm_blocked``, as a spawn. Raises ``NotReady`` while no server is ready (nothing was started: the caller
-    spawns it), OSError when the server was lost after the request (a coordinator may hold the job's lock: the
-    backend's next start adopts it, ``LocalBackend.attach``)."""
+def start(cmd: list[str], cwd: str, env: dict[str, str], log_path: str,
+          lock_fd: int | None = None, spawn_first: bool = True) -> "ForkedCoordinator":
+    """Fork ``cmd`` (``forkable``) with ``env`` (its ``DLSCHED_LOCK_FD`` set to where ``lock_fd`` lands, if given);
+    call inside ``sigterm_blocked``, as a spawn. Raises ``NotReady`` while no server is ready (nothing was started:
+    the caller spawns it), OSError when the server was lost after the request (a coordinator may hold the job's
+    lock: the backend's next start adopts it, ``LocalBackend.attach``). ``spawn_first``: the first start in this
+    environment starts no server (a process that starts one coordinator never pays for one)."""
     key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(ENV_READ_AT_LOAD)))
     with _servers_lock:
         server = _servers.get(key)
-        if server is None and key not in _spawned_first:
+        if server is None and spawn_first and key not in _spawned_first:
             _spawned_first.add(key)   # a process that starts one coordinator (one job's service) needs no server
             raise NotReady("the first start is spawned")
         if server is None or server.lost:
@@ -72,7 +76,7 @@ def start(cmd: list[str], cwd: str, env: dict[str, str], log_path: str, lock_fd:
                 server = _servers[key] = RuntimeForkserver(env, cwd)
             except OSError as e:   # no process to spare: this start spawns, the next one tries again
                 raise NotReady(f"no coordinator forkserver: {e}") from None
-    return server.fork(cmd[3:], cwd, env, log_path, lock_fd)
+    return server.fork(cmd[2:], cwd, env, log_path, lock_fd)
 
 
 class RuntimeForkserver:
@@ -92,13 +96,14 @@ class RuntimeForkserver:
             theirs.close()
 
     def fork(self, argv: list[str], cwd: str, env: dict[str, str], log_path: str,
-             lock_fd: int) -> "ForkedCoordinator":
+             lock_fd: int | None) -> "ForkedCoordinator":
+        """``argv``: the module and its arguments (``python -m ARGV``)."""
         request = json.dumps({"argv": argv, "cwd": cwd, "env": env, "log": log_path}).encode()
         if not self.loaded():
             raise NotReady("the coordinator forkserver is not ready")
         with self._lock:
             try:
-                socket.send_fds(self._sock, [request], [lock_fd])
+                socket.send_fds(self._sock, [request], [] if lock_fd is None else [lock_fd])
                 deadline = time.monotonic() + ANSWER_TIMEOUT_S
                 while True:
                     answer = self._receive(deadline - time.monotonic())
@@ -211,8 +216,9 @@ def serve(fd: int) -> None:
                 if pid == 0:
                     sock.close()
                     os.close(led)
-                    _coordinator(json.loads(data), fds[0], leading)
-                os.close(fds[0])
+                    _coordinator(json.loads(data), fds[0] if fds else None, leading)
+                for fd in fds:
+                    os.close(fd)
                 os.close(leading)
                 # its pid goes out once it leads its session (or died): a stop at once signals its group, which a
                 # child not yet through setsid does not lead, and that SIGTERM was lost (the job ran on, exit 0)
@@ -238,15 +244,16 @@ def serve(fd: int) -> None:
     os._exit(0)
 
 
-def _coordinator(request: dict, lock_fd: int, leading: int) -> None:
-    """A forked child's body: ``python -m dlsched.train.run ARGV`` in the job's session, folder and environment;
-    ``leading`` closed once it leads its session."""
+def _coordinator(request: dict, lock_fd: int | None, leading: int) -> None:
+    """A forked child's body: ``python -m ARGV`` (``dlsched.train.run ...``) in the job's session, folder and
+    environment; ``leading`` closed once it leads its session."""
     from dlsched.train.forking import exit_as_fresh_process, show_as
 
     try:
         os.setsid()
         os.close(leading)
-        show_as([sys.executable, "-m", RUNTIME_MODULE, *request["argv"]])
+        module = request["argv"][0]
+        show_as([sys.executable, "-m", *request["argv"]])
         os.chdir(request["cwd"])
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -259,15 +266,16 @@ def _coordinator(request: dict, lock_fd: int, leading: int) -> None:
         os.environ.update(request["env"])
         from dlsched.train import fence
 
-        os.environ[fence.FD_ENV] = str(lock_fd)
-        sys.argv = [RUNTIME_MODULE, *request["argv"]]
+        if lock_fd is not None:
+            os.environ[fence.FD_ENV] = str(lock_fd)
+        sys.argv = list(request["argv"])
         sys.path[0] = os.getcwd()   # as ``-m`` puts the working directory first
     except BaseException:
         sys.excepthook(*sys.exc_info())
         os._exit(1)
     import runpy
 
-    exit_as_fresh_process(lambda: runpy.run_module(RUNTIME_MODULE, run_name="__main__", alter_sys=True))
+    exit_as_fresh_process(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
 
 
 if __name__ == "__main__":

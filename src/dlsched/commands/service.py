@@ -176,8 +176,9 @@ def _finish_cell(j: dict) -> str:
 
 
 def _left_cell(j: dict, now: float) -> str:
-    """Time to the predicted finish; a live job past it is ``overdue`` (``-0s`` read as a job that had ended), or
-    ``ending`` once it trained every sample (its last evaluation, checkpoint and exit: nothing is late)."""
+    """Time to the predicted finish, and in brackets where it spreads by a tenth or more, the same at the fast and the
+    slow end of the job's recent speed (``predicted_finish_range``); a live job past it is ``overdue`` (``-0s`` read as
+    a job that had ended), or ``ending`` once it trained every sample (its last evaluation, checkpoint and exit)."""
     ts = j.get("predicted_finish")
     if j["state"] in TERMINAL:
         return "-"
@@ -185,7 +186,11 @@ def _left_cell(j: dict, now: float) -> str:
         return "ending"
     if not ts:
         return "-"
-    return human_duration(ts - now) if ts - now >= 0.5 else "overdue"
+    if ts - now < 0.5:
+        return "overdue"
+    span = j.get("predicted_finish_range")   # at the fast and the slow end of its recent speed
+    return human_duration(ts - now) + (f" ({human_duration(max(0.0, span[0] - now))}-{human_duration(span[1] - now)})"
+                                       if span and span[1] - span[0] >= 0.1 * (ts - now) and span[1] > now else "")
 
 
 def _hold(j: dict, unit: str = "") -> str:

@@ -44,6 +44,7 @@ class CurvePrior:
     # those runs' curves carried to this run's schedule (``perf.prior.carried_curve``): a prediction before its first
     # point (``perf.curve_predict``)
     level_curves: tuple["AnnealingCurve", ...] = ()
+    level_weights: tuple[float, ...] = ()   # each one's weight in ``final`` (``perf.prior.carry_weights``); (): equal
     alpha_sigma: float = 0.5            # log spread of α among the finished runs it came from (a factor 1.65)
     drop_sigma: float = 0.2             # spread of c among them
 

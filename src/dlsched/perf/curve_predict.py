@@ -434,7 +434,7 @@ def one_point_prediction(x, y, space: "MetricSpace", schedule: Schedule, cal: Ca
 def task_runs_prediction(x, y, space: "MetricSpace", schedule: Schedule, metric: str, target: float | None,
                          target_fraction: float | None, prior: CurvePrior | None) -> CurvePrediction | None:
     """The prediction from the run's task's finished runs alone, before its first point after training starts or
-    from one: each run on its schedule (``CurvePrior.level_curves``), their geometric mean the curve (its end is the
+    from one: each run on its schedule (``CurvePrior.level_curves``), their weighted geometric mean the curve (its end is the
     level prior's final) from the last x; the final band the level's predictive log spread; a target's steps band
     where that curve moved to the band's ends crosses it. None without two such runs. ``y`` lower-is-better: an
     evaluation before training, a first point, or none; the goal of ``target_fraction`` is from the first value (the
@@ -450,10 +450,12 @@ def task_runs_prediction(x, y, space: "MetricSpace", schedule: Schedule, metric:
     # (a one-cycle's rise), never at the law's pole at S1 = 0
     start = max(x0, min(schedule.peak_at(), 0.1 * B), 0.01 * B)
     grid = np.unique(np.concatenate([np.linspace(start, B, 1024), [B]]))
-    lines = [v for c in prior.level_curves if np.all(np.isfinite(v := c.value(grid))) and np.all(v > 0)]
-    if len(lines) < 2:
+    weights = prior.level_weights or (1.0,) * len(prior.level_curves)
+    kept = [(v, w) for c, w in zip(prior.level_curves, weights) if np.all(np.isfinite(v := c.value(grid))) and np.all(v > 0)]
+    if len(kept) < 2:
         return None
-    curve = np.exp(np.mean(np.log(lines), axis=0))
+    lines = [v for v, _ in kept]
+    curve = np.exp(np.average(np.log(lines), axis=0, weights=[w for _, w in kept]))
     # Student's t: the spread is estimated from the runs themselves (two runs' spread is a guess: 3.1 σ, not 1.28 σ)
     final, z = float(curve[-1]), float(student_t.ppf(0.9, len(lines) - 1)) * prior.final_sigma
     final_lo, final_hi = final * math.exp(-z), final * math.exp(z)

@@ -47,7 +47,7 @@ from dlsched.errors import UserError, plain
 from dlsched.perf.profile import csv_line, read_csv_text
 from dlsched.perf.text_logs import read_text_log
 from dlsched.train.files import planned_samples, planned_schedule_lr, read_json_lines, read_lr_plan
-from dlsched.train.progress_log import LIVE, iter_records
+from dlsched.train.progress_log import LIVE, iter_records, removed_bytes
 
 
 @dataclass(frozen=True)
@@ -460,6 +460,9 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
             df = df.drop(columns="lr")
             note = "; ".join(n for n in (note, "the batch changed and its records give no lr_factor: their lr may "
                                          "follow the batch, so it is not read as the schedule (give --schedule)") if n)
+        if path.name == LIVE and (gone := removed_bytes(path.parent)):
+            note = "; ".join(n for n in (note, f"the log's first {gone} bytes were removed once the service stored "
+                                         "them (the cluster's progress_keep_days): the curve starts past them") if n)
     elif path.suffix == ".json":
         df, budget = _read_trainer_state(path, x)
     elif path.suffix in (".csv", ".tsv"):

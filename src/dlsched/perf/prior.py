@@ -38,7 +38,7 @@ predictions still set the calibrated bands: a running job cannot know it will ov
 not a threshold on how far the end rises above the minimum: noise would move such a line.
 
 Level: finished jobs of the same task (``LEVEL_FIELDS``: dataset and metric) also say where a run ends. With
-two or more of them the prior carries their geometric mean final value and its predictive log spread
+two or more of them the prior carries their (weighted, below) geometric mean final value and its predictive log spread
 (s·√(1 + 1/n), never below ``LEVEL_SIGMA_MIN``); ``perf.curve_predict`` weighs it against the fit's own
 calibrated error. Other tasks say nothing about the level, so no level prior comes from them.
 
@@ -49,6 +49,9 @@ run's full fit (``FinishedFit.curve``), that run's final is carried to the new s
 (``transferred_final``): its final times the ratio of its law at the new schedule's budget to its law at
 its own. Schedules are relative (peak 1, ``schedule.areas``): the transfer assumes the task's runs share a
 peak LR, as a schedule sweep does.
+A carry is the less certain the further its law must extrapolate in LR area: the carried finals are weighed
+by the inverse of an error that grows with it, learnt from the task's runs carried to each other's schedules
+(``carry_weights``).
 """
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.optimize import nnls
 
 from dlsched.perf.annealing import AnnealingCurve, CurvePrior
 from dlsched.perf.schedule import GRID, Schedule, areas
@@ -64,6 +68,10 @@ from dlsched.perf.schedule import GRID, Schedule, areas
 FIELDS = ("family", "depth", "dataset", "batch", "metric", "decay")
 LEVEL_FIELDS = ("dataset", "metric")
 LEVEL_SIGMA_MIN = 0.05
+# a carried final's error never counts below this (log): one rerun of the same schedule would otherwise take every weight
+CARRY_SIGMA_MIN = 0.01
+CARRY_PAIR_RUNS = 12   # the most runs carried to each other's schedules (132 carries, ~10 ms)
+CARRY_MIN_RUNS = 3   # two runs carried to each other's schedules give two errors for two unknowns: equal weights
 # the shape beliefs never get tighter than this, however well the finished runs agree: a new run still has its
 # own seed, batch and budget (the defaults in ``CurvePrior`` apply before two runs are known)
 ALPHA_SIGMA_MIN, DROP_SIGMA_MIN = 0.2, 0.05   # same task, same metric: runs still differ by seed, schedule and budget
@@ -165,9 +173,10 @@ def transferred_final(f: FinishedFit, schedule: Schedule | None, drop: float) ->
 
 
 def level_prior(fits: list[FinishedFit], meta: dict, schedule: Schedule | None = None,
-                drop: float = 0.0) -> tuple[float, float, tuple[AnnealingCurve, ...]] | None:
-    """(final value, log sigma, the runs' ``carried_curve``s: empty unless every final was carried) from the finished
-    runs of the same task, each carried to ``schedule`` when given and its fit is known (module doc), or None."""
+                drop: float = 0.0) -> tuple[float, float, tuple[AnnealingCurve, ...], tuple[float, ...]] | None:
+    """(final value, log sigma, the runs' ``carried_curve``s: empty unless every final was carried, their weights)
+    from the finished runs of the same task, each carried to ``schedule`` when given and its fit is known (module
+    doc), or None. The final is the weighted geometric mean (``carry_weights``)."""
     task = [f for f in fits if math.isfinite(f.final) and f.final > 0 and shares_task(f, meta)]
     if len(task) < 2:
         return None
@@ -176,7 +185,37 @@ def level_prior(fits: list[FinishedFit], meta: dict, schedule: Schedule | None =
     spread = float(np.std(logs, ddof=1)) * math.sqrt(1 + 1 / len(logs))
     # a mix (some runs stored without their fit) is scored as a plain mean: the wider bands
     carried = () if None in curves else tuple(curves)
-    return math.exp(float(logs.mean())), max(spread, LEVEL_SIGMA_MIN), carried
+    w = carry_weights(task, schedule, drop) if carried else np.ones(len(task))
+    return math.exp(float(np.average(logs, weights=w))), max(spread, LEVEL_SIGMA_MIN), carried, tuple(float(v) for v in w / w.sum())
+
+
+def _log_area(schedule: Schedule) -> float:
+    return math.log(max(float(areas(schedule, [schedule.budget])[0][0]), 1e-12))
+
+
+def carry_weights(task: list[FinishedFit], schedule: Schedule, drop: float) -> np.ndarray:
+    """Inverse-variance weights of the task's finished runs' finals carried to ``schedule``: a carry's error grows
+    with how far its law must extrapolate in LR area, err² ≈ s² + κ²·d², d = log(S1 there / S1 of the run's own
+    schedule), s and κ fitted (non-negative least squares) to the runs carried to *each other's* schedules, whose
+    finals are known; equal weights from fewer than ``CARRY_MIN_RUNS`` runs (docs/curve-prediction.md, "Carried
+    finals weighed by their carry's length")."""
+    if len(task) < CARRY_MIN_RUNS:
+        return np.ones(len(task))
+    area = [_log_area(f.curve.schedule) for f in task]
+    d2, e2 = [], []
+    pairs = list(enumerate(task))[-CARRY_PAIR_RUNS:]   # n² carries: a long-lived task's newest runs say enough
+    for i, fi in pairs:
+        for k, fk in pairs:
+            moved = None if i == k else carried_curve(fi, fk.curve.schedule, drop)
+            if moved is not None:
+                end = float(moved.value([fk.curve.schedule.budget])[0])
+                d2.append((area[k] - area[i]) ** 2)
+                e2.append(math.log(end / fk.final) ** 2)
+    if len(e2) < 3:
+        return np.ones(len(task))
+    (s2, k2), _ = nnls(np.column_stack([np.ones(len(d2)), d2]), np.array(e2))
+    target = _log_area(schedule)
+    return 1.0 / (max(s2, CARRY_SIGMA_MIN ** 2) + k2 * (target - np.array(area)) ** 2)
 
 
 def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: CurvePrior = CurvePrior(),
@@ -197,6 +236,7 @@ def prior_from_fits(fits: list[FinishedFit], meta: dict | None = None, default: 
                       final=None if level is None else level[0], final_sigma=math.inf if level is None else level[1],
                       final_carried=level is not None and bool(level[2]),
                       level_curves=() if level is None else level[2],
+                      level_weights=() if level is None or not level[2] else level[3],
                       alpha_sigma=alpha_sigma, drop_sigma=drop_sigma)
 
 

@@ -5,6 +5,7 @@ the actor is gone (a lost node or a killed actor never leaves an orphan writing 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -30,14 +31,19 @@ def actor_pid() -> int:
     return int(os.environ.get(ACTOR_PID_ENV) or os.getppid())
 
 
-def exit_when_orphaned(parent: int, code: int = 3, every_s: float = 0.2) -> None:
-    """A daemon thread that ends this process as soon as ``parent`` is no longer its parent."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(every_s)
+def exit_with(actor: int, code: int = 3) -> None:
+    """A daemon thread that ends this process as soon as process ``actor`` (its hosting actor: its parent, or the
+    one whose node's server forked it, ``dlsched.ray.node_forkserver``) has ended; at once if it has."""
+    try:
+        pidfd = os.pidfd_open(actor)   # readable once that process ends; no poll, no reused pid
+    except ProcessLookupError:
         os._exit(code)
 
-    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
+    def watch() -> None:
+        select.select([pidfd], [], [])
+        os._exit(code)
+
+    threading.Thread(target=watch, daemon=True, name="actor-watchdog").start()
 
 
 class ProcessHost:
@@ -46,11 +52,13 @@ class ProcessHost:
     Threaded (``max_concurrency=2``) so that ``stop`` runs while ``wait`` blocks on the process."""
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
+        self.proc = None   # subprocess.Popen, or node_forkserver.NodeForked (as a Popen)
         self.started = threading.Event()
 
     def launch(self, argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) -> dict:
         import ray
+
+        from dlsched.ray.node_forkserver import fork_or_none
 
         node_id = ray.get_runtime_context().get_node_id()
         node_ip = ray.util.get_node_ip_address()
@@ -58,9 +66,11 @@ class ProcessHost:
                     RAY_NODE_IP_ENV: node_ip, ACTOR_PID_ENV: str(os.getpid())}
         try:
             os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-            with open(log_path, "ab") as log:
-                self.proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = fork_or_none(ray, argv, cwd, full_env, log_path)   # a worker, torch loaded: forked
+            if self.proc is None:
+                with open(log_path, "ab") as log:
+                    self.proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             self.started.set()   # wait() must not block forever when the start itself failed
         return {"pid": self.proc.pid, "node_id": node_id, "node_ip": node_ip,

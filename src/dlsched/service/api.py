@@ -40,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.numbers import finite
 from dlsched.policy.base import NodeView
-from dlsched.service.finish_times import shown_times, stated_targets
+from dlsched.service.finish_times import shown_fields, stated_targets
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.event_kinds import EVENT_KINDS
 from dlsched.service.event_pages import newest_events
@@ -200,10 +200,11 @@ def allowed_hosts(bind: str, extra: tuple[str, ...] = ()) -> frozenset[str] | No
 def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str | Path | None = None,
                token: str | None = None, max_body: int = DEFAULT_MAX_BODY, loop_thread=None,
                validate=None, hosts: frozenset[str] | None = None, node_table=None,
-               jobs_dir: str | Path | None = None) -> Any:
+               jobs_dir: str | Path | None = None, claim=None) -> Any:
     """The ASGI application. ``token=None`` means no authentication (``--no-auth``, loopback binds only: see
     ``Service``); ``validate(spec, source, batch)`` is the scheduler's submit-time check (raises ``SpecError``;
-    ``batch``: the specs of the same ``POST /jobs/batch`` before it);
+    ``batch``: the specs of the same ``POST /jobs/batch`` before it); ``claim(spec, source)``: its checks that
+    depend on the jobs stored (raises ``SpecError``), run again in the transaction that stores the spec;
     ``hosts``: see ``allowed_hosts``; ``node_table()``: the loop's ``NodeStatus`` rows (``/nodes``, the
     dashboard's lost-node marks)."""
     recovered = getattr(loop_thread, "recovered", None)
@@ -318,7 +319,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
             spec = await off_loop(read_spec, (body, fmt), PARSE_TIMEOUT_S)
         except asyncio.TimeoutError:
             return _error(422, f"request body: not read within {PARSE_TIMEOUT_S:g} s; send a simpler spec")
-        job_id = await run_in_threadpool(store.submit, spec)
+        check = None if claim is None else (lambda: claim(spec, "request body"))
+        job_id = await run_in_threadpool(store.submit, spec, check=check)
         return JSONResponse({"id": job_id, "name": spec.name, "state": "queued"}, status_code=201)
 
     @api.post("/jobs/batch", status_code=201)
@@ -339,7 +341,15 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         except asyncio.TimeoutError:
             return _error(422, f"request body: {len(docs)} specs not checked within {PARSE_TIMEOUT_S:g} s each; "
                                "send simpler specs")
-        ids = await run_in_threadpool(store.submit_many, specs)
+
+        def claim_all() -> None:
+            for i, spec in enumerate(specs):
+                try:
+                    claim(spec, f"jobs[{i}]")
+                except SpecError as e:
+                    raise BatchRefused(i, str(e)) from None
+
+        ids = await run_in_threadpool(store.submit_many, specs, check=claim_all if claim is not None else None)
         return JSONResponse({"jobs": [{"id": i, "name": s.name, "state": "queued"} for i, s in zip(ids, specs)]},
                             status_code=201)
 
@@ -367,7 +377,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         out = []
         for j in page.jobs:
             d = j.public()
-            d["predicted_start"], d["predicted_finish"] = shown_times(j, preds.get(j.id), forecasts.get(j.id))
+            d |= shown_fields(j, preds.get(j.id), forecasts.get(j.id))
             # an ended job's too: whether it got there (`status` showed "-" for a finished job that stated one)
             d["target"], d["target_pending"] = stated_targets(j, preds.get(j.id), d["predicted_finish"])
             if j.state not in ACTIVE:
@@ -384,7 +394,7 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         d = job.public()
         d["allocations"] = store.allocations(job_id)
         d["prediction"] = store.latest_prediction(job_id)
-        d["predicted_start"], d["predicted_finish"] = shown_times(job, d["prediction"], store.forecasts().get(job_id))
+        d |= shown_fields(job, d["prediction"], store.forecasts().get(job_id))
         d["target"], d["target_pending"] = stated_targets(job, d["prediction"], d["predicted_finish"])
         if job.spec.kind == "ensemble":
             d["ensemble"] = ensemble_of(store, job_id)
@@ -501,8 +511,8 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         # every row with its id, whichever way it was asked for: a first page's rows had none, the next page's had,
         # so a client that read the first page could not follow on from a row of it (its last row's id was only in
         # the header) and one row read two ways compared unequal
-        if points is not None:
-            return store.progress(job_id, after_id=after or 0, loss_points=points)
+        if points is not None:   # at most a page's rows: ?points=1e9 answered every row of a job, millions for months
+            return store.progress(job_id, after_id=after or 0, loss_points=min(points, MAX_PROGRESS_PAGE))
         # a page: a job that ran for months has a row a step (millions), all of them one answer
         return id_page(response, lambda n: store.progress(job_id, after_id=after or 0, limit=n),
                        min(limit, MAX_PROGRESS_PAGE))

@@ -23,6 +23,13 @@ folder on the way must be this user's or root's, and none writable by others, ex
 (no one replaces another's entry there) above a folder that exists; the location itself, or the deepest existing
 folder it would be made in, not even sticky.
 
+fsspec's other names for the local disk are the local disk too: ``local:///x`` is ``/x``, and ``file://x`` (a "host")
+is ``x`` under the runtime's working directory. Read as remote URIs, both passed every rule above:
+``local:///STATE/jobs/1/ckpt`` or ``file://dlsched-state/jobs/1/ckpt`` was accepted and the job wrote and pruned its
+checkpoints in job 1's folder. So a protocol whose fsspec class is a local file system is held to the path rules, and
+takes only the ``file:///absolute/path`` form. A chained URI (``simplecache::file:///x``, ``dir::...``) wraps a
+location the rules cannot see through (both of those wrote into the state directory): refused.
+
 A URI carrying a password (``ftp://user:secret@host/...``, which fsspec takes from the URL) is refused too: the spec is
 shown to every token holder (``dlsched show``, events, the dashboard) and the runtime gets it on its command line,
 which every local user reads in ``ps``. A driver's credentials belong in its environment or config file.
@@ -32,21 +39,36 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Iterable
 from urllib.parse import urlsplit
 
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
 from dlsched.spec import SpecError
 
 
+@cache
+def local_protocol(protocol: str) -> bool:
+    """Whether fsspec reads ``protocol://`` as the local disk (``file``, ``local``, ...): its registered class, which
+    is imported, never instantiated (an ``ftp`` one connects when made). An unknown or uninstalled one is not local:
+    the runtime refuses it when it starts."""
+    try:
+        return issubclass(fsspec.get_filesystem_class(protocol), LocalFileSystem)
+    except (ImportError, ValueError):
+        return False
+
+
 def location_key(uri: str, workdir: Path) -> str:
-    """``uri`` in a comparable form: a local path (plain or ``file://``) absolute with symlinks resolved (a link to
-    another job's folder is that folder); any other URI as ``protocol://path`` without a trailing slash."""
+    """``uri`` in a comparable form: a local path (plain or a local protocol's URI) absolute with symlinks resolved (a
+    link to another job's folder is that folder); any other URI as ``protocol://path`` without a trailing slash."""
     if "://" not in uri:
         return str((workdir / uri).resolve())
     protocol, _, rest = uri.partition("://")
-    if protocol.lower() == "file":
-        return str(Path("/" + rest.lstrip("/")).resolve())
+    if "::" not in protocol and local_protocol(protocol):
+        return str((workdir / rest).resolve())   # file:///x is /x, file://x is x where the runtime runs (as fsspec)
     return f"{protocol.lower()}://{rest.rstrip('/')}"
 
 
@@ -93,6 +115,12 @@ class CheckpointRules:
         if parts is not None and parts.password is not None:   # never echoed back: the refusal is logged and shown
             refuse("carries a password, which `dlsched show` and `ps` would show to others; give the storage "
                    "driver's credentials in its environment or config file", uri.replace(parts.password, "***"))
+        protocol, _, rest = uri.partition("://")
+        if "::" in uri:
+            refuse("chains file systems (::), which wraps a location these checks cannot see; give the location "
+                   "itself (a path, file:///absolute/path or a store's URI)")
+        if rest and local_protocol(protocol) and not rest.startswith("/"):
+            refuse(f"names a host or a relative path after {protocol}://; give file:///absolute/path or a plain path")
         key = location_key(uri, self.workdir)
 
         if "://" not in key:

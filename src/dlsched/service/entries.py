@@ -19,7 +19,9 @@ An ensemble job given an ensemble YAML (``params: {path: ...}``) imports the mod
 YAML must lie in an allowed job directory and each ``models[i].model`` is held to the entry rule, resolved from
 the YAML's ``base_dir`` (default: its folder) as the FLEET runtime resolves it.
 
-Everything else is refused at submission with one line. See ``docs/security.md``.
+Everything else is refused at submission with one line, and checked again before each start of the job: the runtime
+imports what a path names then, and a link in an allowed directory re-pointed after the submission ran code from
+anywhere. See ``docs/security.md``.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from dlsched.documents import read_yaml_file
 from dlsched.errors import UserError
-from dlsched.spec import SpecError
+from dlsched.spec import JobSpec, SpecError
 
 # dlsched's own entry points, always allowed: an ensemble job's loader (``kind: ensemble``). Never a package
 # prefix such as ``dlsched``: every function there would become callable with a stranger's keyword arguments.
@@ -50,6 +52,15 @@ class EntryRules:
         wd = Path(workdir).resolve()
         return cls(wd, tuple((wd / r).resolve() for r in roots) or (wd,), BUILTIN_MODULES + tuple(modules),
                    tuple(Path(f).resolve() for f in forbidden))
+
+    def check_spec(self, spec: JobSpec, source: str = "job spec") -> None:
+        """Every rule above that ``spec`` is held to (its entry or command, its ensemble YAML's models)."""
+        if spec.entry:
+            self.check(spec.entry, source)
+        if spec.command:
+            self.check_command(spec.command, source)
+        if spec.kind == "ensemble":
+            self.check_ensemble(spec.params, source)
 
     def check(self, entry: str, source: str = "job spec", field: str = "entry", base: Path | None = None) -> None:
         """Raise ``SpecError`` (one line naming the field and value) unless ``entry`` is allowed; a relative file

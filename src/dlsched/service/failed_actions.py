@@ -9,9 +9,11 @@ the job's folder (its disk full) stops the job and re-queues it (it failed the j
 the job."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from dlsched.backends.base import Backend
+from dlsched.errors import UserError
 from dlsched.round import Action, Resize, Start
 from dlsched.service.coordinator_loss import after_failed_start
 from dlsched.service.event_kinds import GROW_UNRESERVED
@@ -19,10 +21,22 @@ from dlsched.service.resize_backoff import ResizeBackoff
 from dlsched.service.store import FAILED, QUEUED, JobRecord, Store
 from dlsched.train.no_space import is_no_space
 
+log = logging.getLogger("dlsched.service")
+
 
 def after_failed_action(store: Store, backend: Backend, backoff: ResizeBackoff, job: JobRecord, act: Action,
                         job_dir: Path, error: Exception, now: float) -> list[tuple[int, str, dict, dict]]:
-    """The round's writes for ``act`` on ``job`` that raised ``error`` (none: the job stands as it was)."""
+    """The round's writes for ``act`` on ``job`` that raised ``error`` (none: the job stands as it was). Logged: a full
+    disk in one line (a start is tried once a round while it lasts: a traceback each was 25 lines a second of the
+    service's log, 2 500 for one job's wait), a refusal (``UserError``: the job's code checked again) in its one line,
+    anything else with its traceback."""
+    what = type(act).__name__.lower()
+    if is_no_space(error):
+        log.warning("job %s: %s failed: its folder's disk is full (%s)", job.id, what, error)
+    elif isinstance(error, UserError):
+        log.warning("job %s: %s failed: %s", job.id, what, error)
+    else:
+        log.error("job %s: %s failed", job.id, what, exc_info=error)
     if isinstance(act, Resize) and act.num_gpus > job.num_gpus and isinstance(error, TimeoutError):
         wait = backoff.abandoned(job.id, now)
         store.event(GROW_UNRESERVED, job.id, now, gpus_from=job.num_gpus, gpus=act.num_gpus, error=str(error),
@@ -32,6 +46,6 @@ def after_failed_action(store: Store, backend: Backend, backoff: ResizeBackoff, 
     if isinstance(act, Start):
         return [(job.id, *after_failed_start(store, job.id, error, now))]
     if is_no_space(error):   # control.json not written: no fault of the job's; stopped, it resumes from its checkpoint
-        reason = f"{type(act).__name__.lower()} failed: the job folder's disk is full ({error}); resume from checkpoint"
+        reason = f"{what} failed: the job folder's disk is full ({error}); resume from checkpoint"
         return [(job.id, QUEUED, {"reason": reason}, {"num_gpus": 0, "placement": {}})]
-    return [(job.id, FAILED, {"reason": f"{type(act).__name__.lower()} failed: {error}"}, {"error": str(error)[:500]})]
+    return [(job.id, FAILED, {"reason": f"{what} failed: {error}"}, {"error": str(error)[:500]})]

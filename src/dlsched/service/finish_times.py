@@ -28,6 +28,25 @@ def shown_times(job: JobRecord, prediction: dict | None, forecast: dict | None) 
     return (job.start_time if running else start), finish
 
 
+def shown_fields(job: JobRecord, prediction: dict | None, forecast: dict | None) -> dict:
+    """The API's ``predicted_start``, ``predicted_finish`` and, for a running job, ``predicted_finish_range``."""
+    start, finish = shown_times(job, prediction, forecast)
+    return {"predicted_start": start, "predicted_finish": finish, "predicted_finish_range":
+            finish_range(prediction, finish) if job.state in (RUNNING, RESCALING) else None}
+
+
+def finish_range(prediction: dict | None, finish: float | None) -> list[float] | None:
+    """[early, late]: the shown ``finish`` at the fast and the slow end of the job's recent speed (its refit's
+    ``remaining_lo_s``/``remaining_hi_s``, as shares of its ``remaining_s``, of the time from the refit to ``finish``);
+    None before the refit measured a spread. How far the finish moves if the job keeps varying as it did, not a
+    calibrated interval: a change the job has not seen yet (another job starting beside it) is not in it."""
+    p = prediction or {}
+    t0, left, lo, hi = p.get("time"), p.get("remaining_s"), p.get("remaining_lo_s"), p.get("remaining_hi_s")
+    if None in (t0, left, lo, hi, finish) or left <= 0 or finish <= t0:
+        return None
+    return [t0 + (finish - t0) * lo / left, t0 + (finish - t0) * hi / left]
+
+
 def stated_target(prediction: dict | None) -> dict | None:
     """``{"metric", "value", "step", "time", "chance", "step_80", "time_80", "reached", "final", "beyond"}`` of the
     job's stated target from its latest prediction row: a reported metric's (``prediction.target``,

@@ -38,6 +38,7 @@ from dlsched.service.resize_deadline import ResizeDeadline
 from dlsched.service.round_writes import preempt_write, record_round, resize_write, start_write, stopped_finished
 from dlsched.service.slot_holds import (answers, clear_of_holds, extra_slots, held_after, in_slots, release_confirmed,
                                         released, waits_for_hold, without_held)
+from dlsched.service.progress_segments import SegmentRetention
 from dlsched.service.retention import Retention
 from dlsched.service.stalls import StallWatch
 from dlsched.service.store import (ACTIVE, CANCELLED, FAILED, FINISHED, RESCALING, RUNNING, JobRecord,
@@ -114,15 +115,23 @@ def policy_views(models: JobModels, store: Store, jobs: list[JobRecord], now: fl
             else models.snapshot(j) for j in jobs]
 
 
+def checked_start(backend: Backend, launch: Launch, code_check: Callable[[JobSpec, str], None] | None) -> None:
+    """``backend.start(launch)`` once ``code_check`` passes its spec: the runtime imports what an entry's path names
+    now, and a link in an allowed directory re-pointed since the submission ran code from outside them."""
+    if code_check is not None:
+        code_check(launch.spec, f"job {launch.job_id} (its code checked again at its start)")
+    backend.start(launch)
+
+
 class LiveLoop:
     """One scheduler instance over a store and a backend. ``round()`` is one pass of the loop."""
 
     def __init__(self, store: Store, backend: Backend, cluster: ClusterSpec, state_dir: str | Path,
                  policy: Policy | None = None, clock=time.time, forecast_every_s: float = FORECAST_EVERY_S,
                  jobs_dir: str | Path | None = None, monotonic=None):
-        self.store = store
-        self.backend = backend
-        self.cluster = cluster
+        self.store, self.backend, self.cluster = store, backend, cluster
+        # the submission's rules on which code a job may run (``entries.py``), again before each start: a SpecError
+        self.code_check: Callable[[JobSpec, str], None] | None = None
         self.state_dir = Path(state_dir).absolute()
         # where jobs never started get their folder; a started one keeps its own (``job_folders``)
         self.jobs_dir = Path(jobs_dir).absolute() if jobs_dir is not None else self.state_dir / "jobs"
@@ -147,7 +156,9 @@ class LiveLoop:
         self.deadline = ResizeDeadline(cluster.resize_timeout_s, store)   # a hanging newcomer holds no grow for good
         # alive but no progress: said, never acted on
         self.stalls = StallWatch(cluster.stall_after_s, store, first_step_s=cluster.first_step_after_s)
-        self.retention = Retention(store, cluster.retain_ended_days)   # an ended job's step rows do not stay for good
+        # an ended job's step rows do not stay for good, nor an active one's rotated progress segments once stored
+        self.retention = Retention(store, cluster.retain_ended_days,
+                                   SegmentRetention(store, self.job_dir, cluster.progress_keep_days))
         self.held_out = HeldOut()                          # jobs placed on nodes the round's view lacks
         self.member_losses = MemberLosses(store)           # an ensemble's LOSS: its best member's newest
 
@@ -250,7 +261,8 @@ class LiveLoop:
                     # the round's `now` precedes its stops (a cancel's or a preemption's grace: seconds): a start
                     # stamped with it was charged GPU time, and began, before its slots were free
                     at = self.clock()
-                    self.backend.start(Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes, gen))
+                    checked_start(self.backend, Launch(job.id, job.spec, d, act.num_gpus, act.batch_size, act.nodes,
+                                                       gen), self.code_check)
                     self.models.note_change(job.id, "start", at, gen)
                     self.stalls.started(job.id)
                     writes.append(start_write(job, act, self.backend.placement(job.id) or act.nodes, d, at))
@@ -259,8 +271,7 @@ class LiveLoop:
                                                hold_given_back=bool(extra_slots(job.placement, act.nodes))))
                     self.models.note_change(job.id, "resize", now, gen)
                     writes.append(resize_write(job, act, self.backend.placement(job.id) or act.nodes))
-            except Exception as e:   # one job's launch failure must not stop the service
-                log.exception("job %s: %s failed", job.id, type(act).__name__.lower())
+            except Exception as e:   # one job's launch failure must not stop the service (logged there)
                 writes += after_failed_action(self.store, self.backend, self.backoff, job, act, d, e, now)
         for job_id in record_round(self.store, writes, jobs, now):   # started for nothing: the others stand
             self.backend.stop(job_id, self.job_dir(job_id))
@@ -340,7 +351,7 @@ class LiveLoop:
             last = samples[-1]
             fields = {"samples": float(last.get("samples") or job.samples),   # an ensemble's loss: its best member's
                       "last_loss": self.member_losses.best(job.id, samples, last.get("loss")),
-                      "samples_per_s": last.get("samples_per_s"), "trained_batch": trained_batch(job, last),
+                      "trained_batch": trained_batch(job, last),   # samples_per_s: the refit's (publish_predictions)
                       **self.stalls.progressed(job, now)}
             if last.get("total_samples"):
                 fields["total_samples"] = float(last["total_samples"])
@@ -385,12 +396,13 @@ class LiveLoop:
         f, at = self.forecaster.latest, self.forecaster.made_at
         with self.store.batch():
             for job_id, (t, pred) in self._pending.items():
-                fields = {}
-                if f is not None and str(job_id) in f.finish:
-                    fields = {"forecast_time": at, "predicted_start": f.start[str(job_id)],
-                              "policy_finish": f.finish[str(job_id)]}
+                fields = {"forecast_time": at, "predicted_start": f.start[str(job_id)],
+                          "policy_finish": f.finish[str(job_id)]} if f is not None and str(job_id) in f.finish else {}
                 self.store.add_prediction(job_id, t, pred.fraction_done, pred.total_samples,
-                                          pred.remaining_s, pred.predicted_finish, pred.loss_fit, **fields)
+                                          pred.remaining_s, pred.predicted_finish, pred.loss_fit,
+                                          remaining_range_s=pred.remaining_range_s, **fields)
+                if pred.rate:   # the wall-clock rate LEFT assumes: a step's own leaves out the time between steps
+                    self.store.update(job_id, samples_per_s=pred.rate)
                 self.reached.check(job_id, t, pred.loss_fit)
         self._pending.clear()
 

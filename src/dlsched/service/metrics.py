@@ -89,8 +89,8 @@ class ServiceCollector:
         preds, forecasts = self.store.latest_predictions(j.id for j in jobs), self.store.forecasts()
         families = {
             "gpus": GaugeMetricFamily("dlsched_job_gpus", "Slots the job trains on", labels=JOB_LABELS),
-            "speed": GaugeMetricFamily("dlsched_job_samples_per_second", "The job's last reported speed",
-                                       labels=JOB_LABELS),
+            "speed": GaugeMetricFamily("dlsched_job_samples_per_second", "The job's samples/s over its newest steps, "
+                                       "wall clock (what its remaining time assumes)", labels=JOB_LABELS),
             "done": GaugeMetricFamily("dlsched_job_progress_ratio", "Samples trained / the job's total (0-1)",
                                       labels=JOB_LABELS),
             "loss": GaugeMetricFamily("dlsched_job_loss", "The job's last reported loss", labels=JOB_LABELS),

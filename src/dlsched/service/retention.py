@@ -3,9 +3,11 @@ training step of every job (a day at a step a second is 86 400 rows a job), ever
 deleted none, so its database only grew. With the cluster's ``retain_ended_days``, once an hour the jobs that ended
 longer ago than that lose their step rows, events and predictions (``store.purge_ended``); what ``dlsched history``
 shows of them, their allocations and the finished fits the predictor learns from stay. The job folders (the
-user's checkpoints and logs) are never touched. One ``purged`` event says what went."""
+user's checkpoints and logs) are never touched, but for an active job's rotated progress segments the service has
+stored (``progress_segments.py``, passed in). One ``purged`` event says what went."""
 from __future__ import annotations
 
+from dlsched.service.progress_segments import SegmentRetention
 from dlsched.service.store import Store, purge_ended
 
 PURGED = "purged"
@@ -13,12 +15,16 @@ EVERY_S = 3600.0   # purging is cheap, but there is nothing to gain by doing it 
 
 
 class Retention:
-    def __init__(self, store: Store, days: float | None):
+    def __init__(self, store: Store, days: float | None, segments: SegmentRetention | None = None):
         self.store, self.keep_s = store, None if days is None else days * 86_400.0
         self.last: float | None = None
+        self.segments = segments
 
     def maybe_purge(self, now: float) -> dict[str, int] | None:
-        """Purge when an hour passed since the last time (or this is the first round); the counts, or None."""
+        """Purge when an hour passed since the last time (or this is the first round); the counts, or None. The
+        segments' own pass (hourly too) first."""
+        if self.segments is not None:
+            self.segments.maybe_trim(now)
         if self.keep_s is None or (self.last is not None and now - self.last < EVERY_S):
             return None
         self.last = now

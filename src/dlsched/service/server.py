@@ -102,13 +102,15 @@ class Service:
             # job code only from the allowed job directories / modules (entries.py); never from the state directory
             self.entries = EntryRules.make(self.workdir, tuple(entry_roots), tuple(entry_modules),
                                            forbidden=(self.state_dir, self.jobs_dir))
+            self.loop.code_check = self.entries.check_spec   # and again at each start: what a path names may change
             # a job's checkpoints: never in the service's folders, never where a live job keeps its own
             self.checkpoints = CheckpointRules.make(self.workdir, forbidden=(self.state_dir, self.jobs_dir))
             # entries follow the default runtime's contract (file.py:make_job); a custom runtime defines its own
             self.check_entries = runtime is None
             app = create_app(self.store, cluster, self.state_dir, token=self.token, max_body=max_body,
                              jobs_dir=self.jobs_dir, loop_thread=self.thread, validate=self.validate,
-                             hosts=allowed_hosts(host, extra_hosts), node_table=lambda: self.loop.nodes.table)
+                             claim=self.claim_location, hosts=allowed_hosts(host, extra_hosts),
+                             node_table=lambda: self.loop.nodes.table)
             # a connection that never finishes its request head is closed, and none is opened past the cap: a peer
             # without the token held connections for good and ran the service out of descriptors (connections.py)
             http = deadline_protocol(head_timeout_s, max_connections, keep_alive_s=KEEP_ALIVE_S)
@@ -144,17 +146,10 @@ class Service:
         of its own (``checkpoint_locations.py``; ``batch``: the specs of the same batch before it), the cluster and
         policy can run it, and its entry exists and takes its params."""
         entry, command = spec.entry, spec.command
-        if entry:
-            self.entries.check(entry, source)
-        if command:
-            self.entries.check_command(command, source)
-        if spec.kind == "ensemble":
-            self.entries.check_ensemble(spec.params, source)
+        self.entries.check_spec(spec, source)
         if spec.checkpoint_uri is not None:
-            taken = [(f"job {j.id}", j.spec.checkpoint_uri) for j in self.store.jobs(states=ACTIVE)
-                     if j.spec.checkpoint_uri] + [(f"jobs[{i}]", s.checkpoint_uri) for i, s in enumerate(batch)
-                                                  if s.checkpoint_uri]
-            self.checkpoints.check(spec.checkpoint_uri, taken, source)
+            self.checkpoints.check(spec.checkpoint_uri, self._live_locations() + [
+                (f"jobs[{i}]", s.checkpoint_uri) for i, s in enumerate(batch) if s.checkpoint_uri], source)
         self.loop.validate(spec, source)
         if self.check_entries and spec.kind in ("train", "ensemble") and entry:   # an ensemble's loader takes params too
             check_entry(entry, spec.params, self.workdir, source)
@@ -162,6 +157,16 @@ class Service:
             check_script(command, self.workdir, source)
         if self.check_entries and spec.kind == "ensemble":
             check_ensemble(spec.params, self.workdir, source)
+
+    def _live_locations(self) -> list[tuple[str, str]]:
+        return [(f"job {j.id}", j.spec.checkpoint_uri) for j in self.store.jobs(states=ACTIVE) if j.spec.checkpoint_uri]
+
+    def claim_location(self, spec: JobSpec, source: str = "job spec") -> None:
+        """``validate``'s check that ``spec``'s checkpoint location is no live job's, again inside the write
+        transaction that stores it (``Store.submit``'s ``check``): two submissions of one location at once were both
+        checked before either was stored, and both were accepted."""
+        if spec.checkpoint_uri is not None:
+            self.checkpoints.check(spec.checkpoint_uri, self._live_locations(), source)
 
     @property
     def url(self) -> str:

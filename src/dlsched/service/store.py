@@ -172,6 +172,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN trained_batch INTEGER;
     """,
+    # 17: the remaining time at the fast and the slow end of the job's recent speed (``refit.rate_spread``): a
+    # busy machine's prediction moved 2x between rounds, and nothing said how far it could
+    """
+    ALTER TABLE predictions ADD COLUMN remaining_lo_s REAL;
+    ALTER TABLE predictions ADD COLUMN remaining_hi_s REAL;
+    """,
 ]
 
 
@@ -219,7 +225,7 @@ def _superseded(newest: sqlite3.Row, before: sqlite3.Row) -> bool:
 
 
 def _insert_prediction(c: sqlite3.Connection, job_id: int, values: tuple) -> None:
-    """A job's new prediction (``values``: time .. policy_finish). Its previous one is replaced where superseded,
+    """A job's new prediction (``values``: time .. remaining_hi_s). Its previous one is replaced where superseded,
     else it stays and loses its ``loss_fit``'s ``curve`` (and its metric target's): 121 curve points were about
     93 % of a row, and only the newest curve is read."""
     last = c.execute("SELECT id, time, fraction_done FROM predictions WHERE job_id = ? ORDER BY id DESC LIMIT 2",
@@ -230,8 +236,8 @@ def _insert_prediction(c: sqlite3.Connection, job_id: int, values: tuple) -> Non
         c.execute("UPDATE predictions SET loss_fit = json_remove(loss_fit, '$.curve', '$.metric_target.curve') "
                   "WHERE id = ? AND loss_fit IS NOT NULL", (last[0]["id"],))
     c.execute("INSERT INTO predictions(job_id, time, fraction_done, total_samples, remaining_s, predicted_finish, "
-              "loss_fit, forecast_time, predicted_start, policy_finish) VALUES (?,?,?,?,?,?,?,?,?,?)",
-              (job_id, *values))
+              "loss_fit, forecast_time, predicted_start, policy_finish, remaining_lo_s, remaining_hi_s) "
+              "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", (job_id, *values))
 
 
 _PROGRESS_COLUMNS = ("time, step, epoch, samples, loss, samples_per_s, workers, batch_size, lr, lr_factor, grad_sqr, "
@@ -497,11 +503,14 @@ class Store:
         return self._conn().execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
 
     # -- jobs ------------------------------------------------------------------------------------
-    def submit(self, spec: JobSpec, now: float | None = None) -> int:
-        """Store a new queued job; returns its id once the row is durable."""
+    def submit(self, spec: JobSpec, now: float | None = None, check: Callable[[], None] | None = None) -> int:
+        """Store a new queued job; returns its id once the row is durable. ``check()`` runs first in the same write
+        transaction (no other submission in between); what it raises stores nothing."""
         now = self.clock() if now is None else now
         c = self._conn()
         with self._tx():
+            if check is not None:
+                check()
             cur = c.execute("INSERT INTO jobs(name, spec, state, submit_time, batch_size, total_samples) "
                             "VALUES (?, ?, ?, ?, ?, ?)",
                             (spec.name, spec.model_dump_json(), QUEUED, now, spec.batch_size, spec.total_samples))
@@ -509,9 +518,13 @@ class Store:
             self._event(c, now, job_id, "submitted", {"name": spec.name, "gpus": spec.gpus})
         return job_id
 
-    def submit_many(self, specs: list[JobSpec], now: float | None = None) -> list[int]:
-        """Many submissions in one transaction, all or none (``POST /jobs/batch``, bulk loads, benchmarks)."""
+    def submit_many(self, specs: list[JobSpec], now: float | None = None,
+                    check: Callable[[], None] | None = None) -> list[int]:
+        """Many submissions in one transaction, all or none (``POST /jobs/batch``, bulk loads, benchmarks); ``check``
+        as ``submit``'s."""
         with self._tx():
+            if check is not None:
+                check()
             return [self.submit(s, now) for s in specs]
 
     def get(self, job_id: int) -> JobRecord:
@@ -698,15 +711,17 @@ class Store:
     def add_prediction(self, job_id: int, now: float, fraction_done: float | None, total_samples: float | None,
                        remaining_s: float | None, predicted_finish: float | None, loss_fit: dict | None, *,
                        forecast_time: float | None = None, predicted_start: float | None = None,
-                       policy_finish: float | None = None) -> None:
-        """``remaining_s``/``predicted_finish``: at the job's current allocation. ``forecast_time`` (when the
-        policy forecast was made), ``predicted_start`` and ``policy_finish``: the policy rolled forward. A NaN or
-        inf in ``loss_fit`` is stored as null: the next prediction's ``json_remove`` would find it malformed."""
+                       policy_finish: float | None = None,
+                       remaining_range_s: tuple[float, float] | None = None) -> None:
+        """``remaining_s``/``predicted_finish``: at the job's current allocation, ``remaining_range_s`` at the fast
+        and slow end of its recent speed. ``forecast_time`` (when the policy forecast was made), ``predicted_start``
+        and ``policy_finish``: the policy rolled forward. A NaN or inf in ``loss_fit`` is stored as null: the next
+        prediction's ``json_remove`` would find it malformed."""
+        lo, hi = remaining_range_s or (None, None)
         with self._tx():
             _insert_prediction(self._conn(), job_id, (now, fraction_done, total_samples, remaining_s, predicted_finish,
                                                       json.dumps(finite(loss_fit)) if loss_fit else None,
-                                                      forecast_time,
-                                                      predicted_start, policy_finish))
+                                                      forecast_time, predicted_start, policy_finish, lo, hi))
 
     def set_forecast(self, now: float, times: Mapping[int, tuple[float | None, float | None]]) -> None:
         """Replace the current policy forecast: (start, finish) per active job. A snapshot, not a history (the

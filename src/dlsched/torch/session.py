@@ -106,8 +106,8 @@ class Session:
             self.table = PartitionTable.fresh(num_samples, seed, self.epoch, shuffle=shuffle)
             self.table.limit = limit
         elif self.table.num_samples != num_samples:
-            raise UserError(f"ElasticDataLoader: dataset has {num_samples} samples, the job's checkpoint "
-                            f"{self.table.num_samples}")
+            raise UserError(f"ElasticDataLoader: an epoch has {num_samples} samples (the dataset's, or a sampler's "
+                            f"draws), the job's checkpoint {self.table.num_samples}")
 
     # -- sizes ---------------------------------------------------------------------------------------
     @property

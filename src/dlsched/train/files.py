@@ -142,7 +142,7 @@ def iter_json_lines(path: Path, warn_torn: bool = True, bad: Callable[[int, str,
     (a line's start; line numbers count from there); ``seen``: is given each line read, as it is read."""
     path = Path(path)
     try:
-        f = open(path, "rb")
+        f = open_regular(path)   # the service reads a job's log too (a summary's fold): a FIFO must not block it
     except FileNotFoundError:
         return
     torn = None   # (line number, error, line) of a bad line: an error unless it is the last
@@ -216,10 +216,25 @@ def open_regular(path: str | Path, mode: str = "rb") -> IO:
         raise
 
 
-def read_regular(path: str | Path, errors: str = "strict") -> str:
-    """``Path(path).read_text(errors=errors)`` through ``open_regular``."""
+# A record the service reads from a job folder (status.json, launch.json, lr_plan.json) is a few KB when well formed
+# (an LR plan: ~800 points). Job code may write it: a 144 MB lr_plan.json took the service from 0.2 to 2.5 GB and
+# stopped its scheduling rounds for 100 s, read and parsed whole at every refit; a larger one, the OOM killer.
+MAX_RECORD_BYTES = 1 << 20
+MAX_PLAN_POINTS = 4096   # dlsched.torch.lr_plan writes at most ~800; 70 000 (within 1 MiB) slowed every round 40 %
+
+
+class OversizedRecord(ValueError):
+    """A job-folder record over ``MAX_RECORD_BYTES``: read as malformed (its readers' ``ValueError``)."""
+
+
+def read_regular(path: str | Path, errors: str = "strict", max_bytes: int = MAX_RECORD_BYTES) -> str:
+    """``Path(path).read_text(errors=errors)`` through ``open_regular``, at most ``max_bytes`` (``OversizedRecord``
+    past them: nothing more is read)."""
     with open_regular(path) as f:
-        return f.read().decode("utf-8", errors)
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise OversizedRecord(f"{path}: over {max_bytes} bytes")
+    return data.decode("utf-8", errors)
 
 
 def appended_lines(path: Path, offset: int, max_bytes: int = -1) -> tuple[list[bytes], int]:
@@ -268,7 +283,7 @@ def read_lr_plan(job_dir: Path) -> dict | None:
         plan = json.loads(read_regular(Path(job_dir) / "lr_plan.json"))
         x, lr, at = plan["steps"], plan["lr"], float(plan["step"])
         float(plan["batch_size"])
-        ok = (isinstance(x, list) and isinstance(lr, list) and 0 < len(x) == len(lr)
+        ok = (isinstance(x, list) and isinstance(lr, list) and 0 < len(x) == len(lr) <= MAX_PLAN_POINTS
               and all(isinstance(v, (int, float)) for v in x + lr) and at < x[0]
               and all(a < b for a, b in zip(x, x[1:])) and all(0 <= v < float("inf") for v in lr))
     except (OSError, ValueError, KeyError, TypeError):

@@ -42,7 +42,7 @@ from typing import Mapping, Protocol
 
 from dlsched.errors import UserError
 from dlsched.paths import pythonpath_with_src
-from dlsched.ray.host import NAMESPACE, RAY_NODE_ENV, RAY_NODE_IP_ENV, actor_pid, exit_when_orphaned, host_actor
+from dlsched.ray.host import NAMESPACE, RAY_NODE_ENV, RAY_NODE_IP_ENV, actor_pid, exit_with, host_actor
 from dlsched.train.forking import preload_in_forkserver, preload_nothing_in_forkserver
 from dlsched.train.protocol import WorkerEnv
 from dlsched.train.script import SCRIPT_WORKER_MODULE, forkable_script, ignore_sigterm, resolve_command, run_forked
@@ -216,7 +216,7 @@ def _worker_under_ray(argv: list[str], module: str = WORKER_MODULE) -> None:
     import argparse
 
     parent = actor_pid()
-    exit_when_orphaned(parent)
+    exit_with(parent)
     pin_collectives_to(os.environ.get(RAY_NODE_IP_ENV))
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--job-dir", required=True)

@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dlsched.train.files import atomic_write_json
+from dlsched.train.files import atomic_write_json, read_regular
 
 CANCEL_FILE = "cancel_members.json"
 
 
 def cancelled_members(job_dir: Path) -> frozenset[str]:
-    """The members cancelled so far; none where the file is missing or malformed (it is the service's, not job code's)."""
+    """The members cancelled so far; none where the file is missing or malformed. The service writes it, but in a folder
+    job code writes: read as the service reads the job's own records (``read_regular``: a FIFO put in its place blocked
+    the API thread of a member's cancel for good, a huge file was read whole)."""
     try:
-        raw = json.loads((Path(job_dir) / CANCEL_FILE).read_text())
+        raw = json.loads(read_regular(Path(job_dir) / CANCEL_FILE))
     except (OSError, ValueError):
         return frozenset()
     names = raw.get("members") if isinstance(raw, dict) else None

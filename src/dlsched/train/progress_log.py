@@ -267,6 +267,13 @@ def iter_records(job_dir: Path, warn_torn: bool = True, bad: Callable[[int, str,
                 yield rec
 
 
+def removed_bytes(job_dir: Path) -> int:
+    """How many of the log's first bytes no file holds any more (0 for a whole log): the BASE of its first file, where
+    the service's retention removed the segments before it (``service/progress_segments.py``)."""
+    files = files_from(job_dir)
+    return files[0][0] if files else 0
+
+
 def read_progress(job_dir: Path) -> list[dict]:
     """Every record of the job's log, its rotated segments first."""
     return list(iter_records(job_dir))

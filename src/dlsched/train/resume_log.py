@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlsched.train.files import atomic_write_json, read_status
+from dlsched.train.files import atomic_write_json, open_regular, read_regular, read_status
 from dlsched.train.progress_log import files_from, iter_records
 from dlsched.train.replayed_records import ReplayedRecords
 
@@ -78,6 +78,16 @@ def read_resume_log(job_dir: Path, restored_step: int) -> ResumeLog:
     return out
 
 
+def summarised_offset(job_dir: Path) -> int:
+    """Fold the records written since the last summary into it now, as a resume does (restoring no step), and return
+    the logical offset it covers: a resume never reads the bytes before it again, but checks that the summary is of
+    this log by the CHECK_BYTES before it, so the file that holds the byte before it must stay
+    (``service/progress_segments.py``). 0 where no summary could be written (an empty log, a full disk)."""
+    read_resume_log(job_dir, restored_step=-1)
+    offset, *_ = _read_summary(Path(job_dir), ResumeLog())
+    return offset
+
+
 class _Reading:
     """Where the complete lines read so far end (a torn last line is not past it) and how many there were."""
 
@@ -112,7 +122,7 @@ def _check(job_dir: Path, offset: int) -> str | None:
     base, path = files[0]
     start = max(base, offset - CHECK_BYTES)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             f.seek(start - base)
             before = f.read(offset - start)
     except OSError:
@@ -126,7 +136,7 @@ def _read_summary(job_dir: Path, out: ResumeLog) -> tuple[int, int, dict, list]:
     """(offset, lines, batches, checkpoints) the last resume's summary holds, its facts put into ``out``; from the
     file's start where there is none or it is not of this file."""
     try:
-        s = json.loads((job_dir / SUMMARY).read_text())
+        s = json.loads(read_regular(job_dir / SUMMARY))
         offset, lines = int(s["offset"]), int(s["lines"])
         if offset <= 0 or _check(job_dir, offset) != s["check"]:
             return 0, 0, {}, []
