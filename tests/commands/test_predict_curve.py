@@ -848,3 +848,18 @@ def test_a_bad_schedule_or_budget_is_the_one_line_on_stderr_before_the_logs_note
             run_curve(p, "step", "loss", budget, spec, None, None, None, "loss", None, None, True, None)
         assert str(e.value).startswith(said), e.value
         assert capsys.readouterr().err == ""
+
+
+def test_a_batch_scaled_lr_without_its_factor_is_not_read_as_the_schedule(capsys):
+    """The demo's mlp-elastic job (its real records to 20 000 samples, ``tests/perf/data``): the batch grew 64 -> 256
+    at 14 976 samples and its LR with it, 0.02 -> 0.08 (linear scaling), with no ``lr_factor`` in the records. Read as
+    the schedule, 4x the LR was 4x the progress per sample: at 16 000 samples the final loss came out 0.034 [0.019,
+    0.061] where the run ended at 0.20 and the service's refit, which refuses such an LR (``logged_schedule``), said
+    0.22. Now the LR is left out, as there, with a note."""
+    log = REPO / "tests" / "perf" / "data" / "demo-mlp-elastic-progress.jsonl"
+    c = read_curve(log, x="samples")
+    assert c.lr is None and "lr_factor" in c.note
+    assert run_curve(log, "samples", "loss", 96000, None, 16000, None, None, None, None, None, True, None) == 0
+    out = json.loads(capsys.readouterr().out)
+    lo, hi = out["final_value_interval_80"]
+    assert lo <= 0.20 <= hi and out["schedule"] != "lr-column"

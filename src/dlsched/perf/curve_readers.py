@@ -19,7 +19,7 @@
   ``step + (total_samples − samples) / batch_size`` of the last record, or a ``budget`` field, the samples budget
   its ``total_samples``, the epoch budget its ``epochs``; a record's ``epoch`` is the one it trains in, from 0;
   its ``lr`` is the schedule's, the logged LR over the LR rule's ``lr_factor`` where a
-  record says it; a running job's ``lr_plan.json`` beside it adds the LR still to come,
+  record says it (not read where the batch changed and a step record does not); a running job's ``lr_plan.json`` beside it adds the LR still to come,
   ``dlsched.torch.lr_plan``; over ``--x epoch``, not the epoch a running job is still in). A job whose batch
   changed is read over ``--x samples`` (a step at twice the batch trains twice the samples): over steps, the curve bends at every change (``CurveData.note`` says so).
 
@@ -241,6 +241,14 @@ def _read_progress(path: Path) -> tuple[pd.DataFrame, dict[str, float]]:
     return pd.DataFrame(recs), budget
 
 
+def _says_lr_factor(df: pd.DataFrame) -> bool:
+    """Whether every step record (a row with a batch) says its LR rule's factor, so its ``lr`` is the schedule's."""
+    if "lr_factor" not in df.columns:
+        return False
+    factors = pd.to_numeric(df.loc[df["batch_size"].notna() & df["lr"].notna(), "lr_factor"], errors="coerce")
+    return bool((factors > 0).all())
+
+
 def _finished_epochs(df: pd.DataFrame) -> pd.DataFrame:
     """Over ``--x epoch``, a running job's records without the epoch it is still in: a record's epoch is read as
     finished at its last one (x + 1), so the newest record mid-way through an epoch stood at its end (a job 1.25
@@ -445,6 +453,13 @@ def read_curve(path, *, x: str = "step", y: str = "loss", lr_col: str | None = N
         if x == "step" and len(batches) > 1:
             note = (f"the batch changed ({', '.join(f'{b:g}' for b in batches)}): a step is not one amount of "
                     "training here, so the curve bends at each change; --x samples reads it over the samples trained")
+        if len(batches) > 1 and lr_col is None and "lr" in df.columns and not _says_lr_factor(df):
+            # a batch-scaling rule moved the LR with the batch, which is no annealing: without the factor the
+            # schedule's LR is unknown (the service's refit: ``logged_schedule``); read as one, 4x the LR of a
+            # batch 4x as large read as 4x the progress per sample (the demo's mlp-elastic: 0.034 for 0.20)
+            df = df.drop(columns="lr")
+            note = "; ".join(n for n in (note, "the batch changed and its records give no lr_factor: their lr may "
+                                         "follow the batch, so it is not read as the schedule (give --schedule)") if n)
         if path.name == LIVE and (gone := removed_bytes(path.parent)):
             note = "; ".join(n for n in (note, f"the log's first {gone} bytes were removed once the service stored "
                                          "them (the cluster's progress_keep_days): the curve starts past them") if n)
