@@ -157,6 +157,40 @@ def test_a_new_share_that_leaves_the_plan_as_it_is_re_forms_nothing(tmp_path):
     assert [p["share"] for p in plans] == [4, 3] and plans[0]["flotillas"] == plans[1]["flotillas"]
 
 
+@pytest.mark.slow
+def test_a_shrink_that_drops_one_flotillas_slot_leaves_the_other_training_in_the_same_processes(tmp_path):
+    """The runtime re-formed every member on any new plan (checkpoint, new processes): a shrink that took one
+    flotilla's slot restarted the other too, where the simulator charged a restart only to the members that move.
+    Now the flotilla the share still holds trains on: same process, one run, no rebuild of its model."""
+    data, val = synthetic_images(512, seed=0), synthetic_images(32, seed=1)
+    pids = {n: tmp_path / f"{n}.pids" for n in ("fast", "slow")}
+    # 16 steps an epoch; fast (>= 0.05 s a step, 12 epochs: >= 9 s) is still training long after the shrink that
+    # follows both members' first reports (their 10th step); eps 1e-9: rates unlike, two flotillas of one slot
+    members = [MemberSpec("fast", f"{SLOW}:PidRecordingCNN", {"width": 4, "step_s": 0.05, "pid_file": str(pids["fast"])},
+                          max_epochs=12),
+               MemberSpec("slow", f"{SLOW}:PidRecordingCNN", {"width": 4, "step_s": 0.1, "pid_file": str(pids["slow"])},
+                          max_epochs=2)]
+    seen: dict[str, int] = {}   # member -> lines in its pid file at its first report (its training process built)
+
+    def on_report(msg):
+        seen.setdefault(msg[0], len(pids[msg[0]].read_text().splitlines()))
+
+    events = []
+    report, done = train_ensemble(members, data, val, 32, Convergence(patience=100, min_delta=0.0, max_epochs=12),
+                                  tmp_path / "ckpt", share=lambda: Share(1 if len(seen) == 2 else 2), eps=1e-9,
+                                  on_report=on_report, on_event=events.append)
+    assert done and report.epochs == {"fast": 12, "slow": 2}
+    plans = [e for e in events if e["event"] == "flotillas"]
+    assert [sorted(f["members"]) for f in plans[0]["flotillas"]] == [["fast"], ["slow"]]
+    assert plans[1]["share"] == 1 and plans[1]["flotillas"] == plans[0]["flotillas"][:1] and plans[1]["waiting"] == ["slow"]
+    # fast: built once for training, in the process it trained in to the end; one run, never re-formed
+    assert len(pids["fast"].read_text().splitlines()) == seen["fast"]
+    assert [r.members for r in report.flotillas].count(("fast",)) == 1
+    # slow: stopped at the shrink, resumed from its checkpoint in a new process once fast left the slot
+    assert [r.members for r in report.flotillas] == [("slow",), ("fast",), ("slow",)]
+    assert len(pids["slow"].read_text().splitlines()) == seen["slow"] + 1
+
+
 ENSEMBLE_YAML = """name: contract
 dataset: {kind: synthetic, train: 512, val: 64}
 batch_size: 32
