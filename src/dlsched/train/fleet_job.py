@@ -260,7 +260,8 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         else:
             profiles = [type(p)(p.name, p.rates[: max(1, grant.slots)]) for p in profiles]
             args = (profiles, {"share": grant.slots}, len(cpus), pre, eps)
-            kept = still_fitting([placed[f.names] for f in live], grant)
+            # one told to stop already is not kept: it ends before the plan's new flotillas start
+            kept = still_fitting([placed[f.names] for f in live if not f.stop.is_set()], grant)
             plan, where = plan_fleet(*args, keep=[p.flotilla for p in kept]), []
             if sum(g for f in plan.flotillas for g in f.gpus.values()) < (1 - REBALANCE_IDLE) * grant.slots:
                 plan, kept = plan_fleet(*args), []
