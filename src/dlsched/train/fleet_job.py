@@ -309,28 +309,41 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
 
     while remaining and not stop_requested():
         training = {n for f in live for n in f.names}   # a live member cancelled is stopped by should_stop first
-        for name in sorted(cancelled() & set(remaining) - training):   # paused and checkpointed: it leaves
+        left_now = sorted(cancelled() & set(remaining) - training)
+        for name in left_now:   # paused and checkpointed: it leaves where it stands
             leave(name, *_standing(ckpt_dir, name), "cancelled")
             atomic_write_json(ckpt_dir / STATE_FILE, {**state, "progress": saved, "shift": shifts})
         remaining = [n for n in remaining if n not in state["converged"]]
         if not remaining:
             break
         grant = share()
-        plan, cores, devices, record, where, kept = pending.pop() if live and pending else planned(grant)
+        # the plan a partial re-formation stopped flotillas for, unless a member left since (planned without it)
+        nxt = pending.pop() if live and pending and not left_now else planned(grant)
         pending.clear()
-        emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
-        if on_plan:
-            on_plan(record)
-        placed = {f.members: Placed(f, tuple(c), {d: tuple(devices[d]) for d in f.gpus})
-                  for f, c in zip(plan.flotillas, cores)}
-        groups = [[by_name[n] for n in f.gpus] for f in plan.flotillas[kept:]]   # the kept ones train on
-        workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
-        places = [stream_places({m.name: progress[m.name] for m in g}, shifts, len(data[0]) // batch) for g in groups]
-        shifts.update({m: k for _, shift in places for m, k in shift.items()})
-        # a member further on in its stream waits for the stream to reach it (it idles meanwhile): a member's
-        # epoch must be one shuffle of every sample, never part of two
-        def should_stop(running={"grant": grant, "record": record}) -> bool:
-            return stop_requested() or replan(running) or bool(cancelled() & set(remaining))
+        plan, cores, devices, record, where, kept = nxt
+        gone = frozenset(n for f in live if f.names not in {g.members for g in plan.flotillas[:kept]} for n in f.names)
+        if gone:   # a flotilla still running that this plan does not keep stops before any flotilla starts
+            groups, places = [], []
+
+            def should_stop(running=None) -> bool | frozenset[str]:
+                return True if stop_requested() else gone
+        else:
+            emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
+            if on_plan:
+                on_plan(record)
+            placed = {f.members: Placed(f, tuple(c), {d: tuple(devices[d]) for d in f.gpus})
+                      for f, c in zip(plan.flotillas, cores)}
+            groups = [[by_name[n] for n in f.gpus] for f in plan.flotillas[kept:]]   # the kept ones train on
+            workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
+            places = [stream_places({m.name: progress[m.name] for m in g}, shifts, len(data[0]) // batch)
+                      for g in groups]
+            shifts.update({m: k for _, shift in places for m, k in shift.items()})
+            # a member further on in its stream waits for the stream to reach it (it idles meanwhile): a member's
+            # epoch must be one shuffle of every sample, never part of two
+
+            def should_stop(running={"grant": grant, "record": record}) -> bool | frozenset[str]:
+                # replan's empty set (start flotillas, stop none) is an answer too: not "nothing"
+                return stop_requested() or bool(cancelled() & set(remaining)) or replan(running)
 
         try:
             if where:   # on several Ray nodes: one runner per node, in the job's bundles there
