@@ -285,21 +285,19 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         now = share()
         if now == running["grant"]:
             return False
-        nxt = planned(now)
-        plan, record, where, kept = nxt[0], nxt[3], nxt[4], nxt[5]
-        if {**record, "share": None} == {**running["record"], "share": None}:
+        plan, _, _, record, where, kept = planned(now)
+        stopping = any(f.stop.is_set() for f in live)   # the record no longer says what runs
+        if not stopping and {**record, "share": None} == {**running["record"], "share": None}:
             running.update(grant=now, record=record)
             emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
             return False
         if where or not live:
             return True
-        pending[:] = [nxt]
         keep = {f.members for f in plan.flotillas[:kept]}
         return frozenset(n for f in live if f.names not in keep for n in f.names)
 
     live: list[LiveFlotilla] = []   # flotillas running across re-formations that keep them
     placed: dict[tuple[str, ...], Placed] = {}   # how each of them runs
-    pending: list = []              # the plan a partial re-formation stopped flotillas for
 
     def run_here(groups, start_batch, should_stop) -> tuple[set[str], list[FlotillaRun]]:
         return run_flotillas(groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers,
@@ -309,18 +307,15 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
 
     while remaining and not stop_requested():
         training = {n for f in live for n in f.names}   # a live member cancelled is stopped by should_stop first
-        left_now = sorted(cancelled() & set(remaining) - training)
-        for name in left_now:   # paused and checkpointed: it leaves where it stands
+        for name in sorted(cancelled() & set(remaining) - training):   # paused and checkpointed: it leaves where it stands
             leave(name, *_standing(ckpt_dir, name), "cancelled")
             atomic_write_json(ckpt_dir / STATE_FILE, {**state, "progress": saved, "shift": shifts})
         remaining = [n for n in remaining if n not in state["converged"]]
         if not remaining:
             break
         grant = share()
-        # the plan a partial re-formation stopped flotillas for, unless a member left since (planned without it)
-        nxt = pending.pop() if live and pending and not left_now else planned(grant)
-        pending.clear()
-        plan, cores, devices, record, where, kept = nxt
+        # after a partial re-formation the same plan replan made (it keeps the same flotillas), or a newer one
+        plan, cores, devices, record, where, kept = planned(grant)
         gone = frozenset(n for f in live if f.names not in {g.members for g in plan.flotillas[:kept]} for n in f.names)
         if gone:   # a flotilla still running that this plan does not keep stops before any flotilla starts
             groups, places = [], []
