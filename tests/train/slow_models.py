@@ -72,3 +72,14 @@ class ProfiledFastCNN(WideCNN):
             if self.steps > self.fast_steps:
                 time.sleep(self.step_s)
         return super().forward(x)
+
+
+class PidRecordingCNN(SlowWideCNN):
+    """Appends the id of the process that builds it to ``pid_file``: a member re-formed is built again in a new
+    process, one that trains on is not."""
+
+    def __init__(self, pid_file: str = "", **kw) -> None:
+        super().__init__(**kw)
+        import os
+        with open(pid_file, "a") as f:
+            f.write(f"{os.getpid()}\n")

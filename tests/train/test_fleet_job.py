@@ -157,6 +157,70 @@ def test_a_new_share_that_leaves_the_plan_as_it_is_re_forms_nothing(tmp_path):
     assert [p["share"] for p in plans] == [4, 3] and plans[0]["flotillas"] == plans[1]["flotillas"]
 
 
+def _fast_and_slow(tmp_path, fast_epochs: int, slow_epochs: int):
+    """Two members whose rates differ (eps 1e-9 then plans two flotillas of one slot each), each writing the id of
+    every process that builds it; ``seen``: lines in a member's pid file at its first report (its training process
+    built), filled by ``on_report``."""
+    data, val = synthetic_images(512, seed=0), synthetic_images(32, seed=1)
+    pids = {n: tmp_path / f"{n}.pids" for n in ("fast", "slow")}
+    members = [MemberSpec(n, f"{SLOW}:PidRecordingCNN", {"width": 4, "step_s": step_s, "pid_file": str(pids[n])},
+                          max_epochs=epochs) for n, step_s, epochs in (("fast", 0.05, fast_epochs),
+                                                                        ("slow", 0.1, slow_epochs))]
+    seen: dict[str, int] = {}
+
+    def on_report(msg):
+        seen.setdefault(msg[0], len(pids[msg[0]].read_text().splitlines()))
+    return data, val, members, pids, seen, on_report
+
+
+@pytest.mark.slow
+def test_a_grow_starts_a_flotilla_for_a_waiting_member_beside_the_running_one_without_restarting_it(tmp_path):
+    """A grow that gives a waiting member a slot of its own re-formed the member already training too; and a
+    re-formation that stops nothing (it only starts a flotilla) must still start it."""
+    data, val, members, pids, seen, on_report = _fast_and_slow(tmp_path, 3, 4)
+    built = {}   # fast's builds when slow first reported: its training process had started by then
+
+    def report(msg):
+        on_report(msg)
+        if msg[0] == "slow":
+            built.setdefault("fast", len(pids["fast"].read_text().splitlines()))
+
+    events = []
+    report_, done = train_ensemble(members, data, val, 32, Convergence(patience=100, min_delta=0.0, max_epochs=12),
+                                   tmp_path / "ckpt", share=lambda: Share(2 if "fast" in seen else 1), eps=1e-9,
+                                   on_report=report, on_event=events.append)
+    assert done and report_.epochs == {"fast": 3, "slow": 4}
+    plans = [e for e in events if e["event"] == "flotillas"]
+    assert [sorted(f["members"]) for f in plans[0]["flotillas"]] == [["fast"]] and plans[0]["waiting"] == ["slow"]
+    assert plans[1]["share"] == 2 and plans[1]["flotillas"][0] == plans[0]["flotillas"][0]
+    assert [sorted(f["members"]) for f in plans[1]["flotillas"]] == [["fast"], ["slow"]]
+    assert built["fast"] == seen["fast"]   # fast trained on through the grow: not built again
+
+
+@pytest.mark.slow
+def test_a_shrink_that_drops_one_flotillas_slot_leaves_the_other_training_in_the_same_processes(tmp_path):
+    """The runtime re-formed every member on any new plan (checkpoint, new processes): a shrink that took one
+    flotilla's slot restarted the other too, where the simulator charged a restart only to the members that move.
+    Now the flotilla the share still holds trains on: same process, one run, no rebuild of its model."""
+    # 16 steps an epoch; fast (>= 0.05 s a step, 12 epochs: >= 9 s) is still training long after the shrink that
+    # follows both members' first reports (their 10th step)
+    data, val, members, pids, seen, on_report = _fast_and_slow(tmp_path, 12, 2)
+    events = []
+    report, done = train_ensemble(members, data, val, 32, Convergence(patience=100, min_delta=0.0, max_epochs=12),
+                                  tmp_path / "ckpt", share=lambda: Share(1 if len(seen) == 2 else 2), eps=1e-9,
+                                  on_report=on_report, on_event=events.append)
+    assert done and report.epochs == {"fast": 12, "slow": 2}
+    plans = [e for e in events if e["event"] == "flotillas"]
+    assert [sorted(f["members"]) for f in plans[0]["flotillas"]] == [["fast"], ["slow"]]
+    assert plans[1]["share"] == 1 and plans[1]["flotillas"] == plans[0]["flotillas"][:1] and plans[1]["waiting"] == ["slow"]
+    # fast: built once for training, in the process it trained in to the end; one run, never re-formed
+    assert len(pids["fast"].read_text().splitlines()) == seen["fast"]
+    assert [r.members for r in report.flotillas].count(("fast",)) == 1
+    # slow: stopped at the shrink, resumed from its checkpoint in a new process once fast left the slot
+    assert [r.members for r in report.flotillas] == [("slow",), ("fast",), ("slow",)]
+    assert len(pids["slow"].read_text().splitlines()) == seen["slow"] + 1
+
+
 ENSEMBLE_YAML = """name: contract
 dataset: {kind: synthetic, train: 512, val: 64}
 batch_size: 32

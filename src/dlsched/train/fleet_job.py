@@ -13,6 +13,7 @@ taken round-robin from the cores this process may use; on a CPU-only machine pro
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -21,15 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from dlsched.policy.fleet import FleetPlan, ModelProfile, Preprocessing, plan_fleet
+from dlsched.policy.fleet import FleetPlan, Flotilla, ModelProfile, Preprocessing, plan_fleet
 from dlsched.train import preemption
 from dlsched.train.files import ControlWatch, atomic_write_json, write_status
 from dlsched.train.launcher import RAY_ADDRESS_ENV, SLOTS_FILE
 from dlsched.train.progress_log import ProgressLog
 from dlsched.train.fleet_profile import MeasuredProfile, preprocessing_rate, profile_member
 from dlsched.train.fleet_spec import FleetOptions, load_data
-from dlsched.train.flotilla import (CTX, LEFT, Augment, Convergence, FlotillaRun, MemberLost, MemberSpec, _build,
-                                    load_member_checkpoint, run_flotillas)
+from dlsched.train.flotilla import (CTX, LEFT, Augment, Convergence, FlotillaRun, LiveFlotilla, MemberLost,
+                                    MemberSpec, _build, load_member_checkpoint, run_flotillas)
 from dlsched.train.member_cancel import cancelled_members
 from dlsched.train.member_heads import check_heads
 from dlsched.train.progress_lines import HumanProgress
@@ -86,23 +87,52 @@ def plan_on_nodes(profiles: Sequence[ModelProfile], nodes: Sequence[tuple[str, i
     return FleetPlan(tuple(flotillas), tuple(p.name for p in waiting)), where
 
 
-def assign_cores(plan: FleetPlan, cpus: Sequence[int]) -> list[list[int]]:
-    """The planner's c* per flotilla as concrete cores, round-robin over ``cpus`` (wrapping when short)."""
-    out, k = [], 0
+def assign_cores(plan: FleetPlan, cpus: Sequence[int], start: int = 0) -> list[list[int]]:
+    """The planner's c* per flotilla as concrete cores, round-robin over ``cpus`` from ``start`` (wrapping when
+    short)."""
+    out, k = [], start
     for f in plan.flotillas:
         out.append([cpus[(k + i) % len(cpus)] for i in range(f.cores)])
         k += f.cores
     return out
 
 
-def assign_devices(plan: FleetPlan, share: Share) -> dict[str, list[str]]:
-    """Slots of the share to members' ranks, in plan order."""
+def assign_devices(plan: FleetPlan, share: Share, taken: Sequence[str] = ()) -> dict[str, list[str]]:
+    """Slots of the share to members' ranks, in plan order, past the devices ``taken`` (by flotillas kept running)."""
+    free = list((Counter(share.device(i) for i in range(share.slots)) - Counter(taken)).elements())
+    free.sort(key=[share.device(i) for i in range(share.slots)].index)   # slot order
     out, i = {}, 0
     for f in plan.flotillas:
         for d, g in f.gpus.items():
-            out[d] = [share.device(i + r) for r in range(g)]
+            out[d] = [free[i + r] if i + r < len(free) else "cpu" for r in range(g)]
             i += g
     return out
+
+
+# the simulator's rule (``sim.fleet.fleet_planner``): keep running flotillas unless that leaves over half the share idle
+REBALANCE_IDLE = 0.5
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A flotilla as it runs: its plan, its pipeline's cores and its members' devices."""
+
+    flotilla: Flotilla
+    cores: tuple[int, ...]
+    devices: Mapping[str, tuple[str, ...]]
+
+
+def still_fitting(running: Sequence[Placed], share: Share) -> list[Placed]:
+    """The running flotillas a new share still holds, in order, each on the very devices it runs on: those a
+    re-formation keeps training (a flotilla re-formed costs a checkpoint and new processes)."""
+    free = Counter(share.device(i) for i in range(share.slots))
+    kept = []
+    for p in running:
+        need = Counter(d for ds in p.devices.values() for d in ds)
+        if not need - free:
+            kept.append(p)
+            free -= need
+    return kept
 
 
 def plan_record(plan: FleetPlan, cores: Sequence[Sequence[int]], devices: Mapping[str, Sequence[str]], share: Share,
@@ -220,51 +250,95 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
         if on_report:
             on_report(msg)
 
-    def planned(grant: Share) -> tuple[FleetPlan, list[list[int]], dict[str, list[str]], dict, list[str]]:
+    def planned(grant: Share) -> tuple[FleetPlan, list[list[int]], dict[str, list[str]], dict, list[str], int]:
+        """The plan on ``grant``, its cores, devices, record and nodes, and how many of its flotillas (its first)
+        are ones running now, kept as they run."""
         profiles = [report.profiles[n].profile for n in remaining]
         if grant.nodes and spread is not None:   # each node's cores as many as this one's (nodes alike)
             plan, where = plan_on_nodes(profiles, grant.nodes, len(cpus), pre, eps)
+            cores, devices, kept = assign_cores(plan, cpus), assign_devices(plan, share=grant), []
         else:
             profiles = [type(p)(p.name, p.rates[: max(1, grant.slots)]) for p in profiles]
-            plan, where = plan_fleet(profiles, {"share": grant.slots}, cpu_pool=len(cpus), pre=pre, eps=eps), []
-        cores = assign_cores(plan, cpus)
-        devices = assign_devices(plan, share=grant)
-        return plan, cores, devices, plan_record(plan, cores, devices, grant, where), where
+            args = (profiles, {"share": grant.slots}, len(cpus), pre, eps)
+            # one told to stop already is not kept: it ends before the plan's new flotillas start
+            kept = still_fitting([placed[f.names] for f in live if not f.stop.is_set()], grant)
+            plan, where = plan_fleet(*args, keep=[p.flotilla for p in kept]), []
+            if sum(g for f in plan.flotillas for g in f.gpus.values()) < (1 - REBALANCE_IDLE) * grant.slots:
+                plan, kept = plan_fleet(*args), []
+            # plan_fleet lists the kept flotillas first; one given leftover slots is re-formed, as are those after it
+            kept = list(itertools.takewhile(lambda kp: dict(kp[0].flotilla.gpus) == dict(kp[1].gpus),
+                                            zip(kept, plan.flotillas)))
+            kept = [k for k, _ in kept]
+            rest = FleetPlan(plan.flotillas[len(kept):], plan.waiting)
+            cores = [list(k.cores) for k in kept] + assign_cores(rest, cpus, sum(len(k.cores) for k in kept))
+            devices = {**{d: list(ds) for k in kept for d, ds in k.devices.items()},
+                       **assign_devices(rest, grant, [d for k in kept for ds in k.devices.values() for d in ds])}
+        return plan, cores, devices, plan_record(plan, cores, devices, grant, where), where, len(kept)
 
-    def replan(running: dict) -> bool:
-        """A new share re-forms the flotillas only where it changes their plan: a shrink that takes only slots they
-        do not use (a member left) is answered by recording the same plan on it, not by stopping every member
-        (a re-formation costs a checkpoint and new processes; a DDP rank's teardown has taken 30 s)."""
+    def replan(running: dict) -> bool | frozenset[str]:
+        """A new share re-forms only the flotillas it does not still hold as they run (``still_fitting``): the
+        members of those, to stop; an empty set when it only adds flotillas (a grow for members left waiting);
+        False when the plan stays as it is (a shrink that takes only slots no member uses is answered by
+        recording the same plan on it). A re-formation costs a checkpoint and new processes (a DDP rank's
+        teardown has taken 30 s), so the flotillas that keep their slots train on. On several nodes (Ray) any
+        change of plan re-forms every flotilla (True)."""
         now = share()
         if now == running["grant"]:
             return False
-        record = planned(now)[3]
-        if {**record, "share": None} != {**running["record"], "share": None}:
+        plan, _, _, record, where, kept = planned(now)
+        stopping = any(f.stop.is_set() for f in live)   # the record no longer says what runs
+        if not stopping and {**record, "share": None} == {**running["record"], "share": None}:
+            running.update(grant=now, record=record)
+            emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
+            return False
+        if where or not live:
             return True
-        running.update(grant=now, record=record)
-        emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
-        return False
+        keep = {f.members for f in plan.flotillas[:kept]}
+        return frozenset(n for f in live if f.names not in keep for n in f.names)
+
+    live: list[LiveFlotilla] = []   # flotillas running across re-formations that keep them
+    placed: dict[tuple[str, ...], Placed] = {}   # how each of them runs
+
+    def run_here(groups, start_batch, should_stop) -> tuple[set[str], list[FlotillaRun]]:
+        return run_flotillas(groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers,
+                             cores=[c for c, _ in start_batch], devices=devices,
+                             start_batch=[s for _, s in start_batch], shift=shifts, on_report=relay,
+                             augment=augment, should_stop=should_stop, running=live)
 
     while remaining and not stop_requested():
-        for name in sorted(cancelled() & set(remaining)):   # paused and checkpointed: it leaves where it stands
+        training = {n for f in live for n in f.names}   # a live member cancelled is stopped by should_stop first
+        for name in sorted(cancelled() & set(remaining) - training):   # paused and checkpointed: it leaves where it stands
             leave(name, *_standing(ckpt_dir, name), "cancelled")
             atomic_write_json(ckpt_dir / STATE_FILE, {**state, "progress": saved, "shift": shifts})
         remaining = [n for n in remaining if n not in state["converged"]]
         if not remaining:
             break
         grant = share()
-        plan, cores, devices, record, where = planned(grant)
-        emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
-        if on_plan:
-            on_plan(record)
-        groups = [[by_name[n] for n in f.gpus] for f in plan.flotillas]
-        workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
-        places = [stream_places({m.name: progress[m.name] for m in g}, shifts, len(data[0]) // batch) for g in groups]
-        shifts.update({m: k for _, shift in places for m, k in shift.items()})
-        # a member further on in its stream waits for the stream to reach it (it idles meanwhile): a member's
-        # epoch must be one shuffle of every sample, never part of two
-        def should_stop(running={"grant": grant, "record": record}) -> bool:
-            return stop_requested() or replan(running) or bool(cancelled() & set(remaining))
+        # after a partial re-formation the same plan replan made (it keeps the same flotillas), or a newer one
+        plan, cores, devices, record, where, kept = planned(grant)
+        gone = frozenset(n for f in live if f.names not in {g.members for g in plan.flotillas[:kept]} for n in f.names)
+        if gone:   # a flotilla still running that this plan does not keep stops before any flotilla starts
+            groups, places = [], []
+
+            def should_stop(running=None) -> bool | frozenset[str]:
+                return True if stop_requested() else gone
+        else:
+            emit({"event": "flotillas", **record, "samples_done": {n: progress[n] * batch for n in remaining}})
+            if on_plan:
+                on_plan(record)
+            placed = {f.members: Placed(f, tuple(c), {d: tuple(devices[d]) for d in f.gpus})
+                      for f, c in zip(plan.flotillas, cores)}
+            groups = [[by_name[n] for n in f.gpus] for f in plan.flotillas[kept:]]   # the kept ones train on
+            workers = {d: g for f in plan.flotillas for d, g in f.gpus.items()}
+            places = [stream_places({m.name: progress[m.name] for m in g}, shifts, len(data[0]) // batch)
+                      for g in groups]
+            shifts.update({m: k for _, shift in places for m, k in shift.items()})
+            # a member further on in its stream waits for the stream to reach it (it idles meanwhile): a member's
+            # epoch must be one shuffle of every sample, never part of two
+
+            def should_stop(running={"grant": grant, "record": record}) -> bool | frozenset[str]:
+                # replan's empty set (start flotillas, stop none) is an answer too: not "nothing"
+                return stop_requested() or bool(cancelled() & set(remaining)) or replan(running)
 
         try:
             if where:   # on several Ray nodes: one runner per node, in the job's bundles there
@@ -273,10 +347,8 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
                                          workers, [cores[i] for i in _by_node(where)],
                                          [places[i][0] for i in _by_node(where)], shifts, should_stop, relay)
             else:
-                converged, runs = run_flotillas(
-                    groups, data, val, batch, conv, ckpt_dir, reports, seed=seed, workers=workers, cores=cores,
-                    devices=devices, start_batch=[start for start, _ in places], shift=shifts, on_report=relay,
-                    augment=augment, should_stop=should_stop)
+                converged, runs = run_here(groups, list(zip(cores[kept:], [start for start, _ in places])),
+                                           should_stop)
         except MemberLost as e:   # every member of the run was killed with it: each goes back to its checkpoint
             losses += 1
             if losses > max_restarts:
@@ -288,8 +360,13 @@ def train_ensemble(members: Sequence[MemberSpec], data, val, batch: int, conv: C
             continue
         report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s) for r in runs]
         remaining = [n for n in remaining if n not in converged]
-        state["progress"], state["shift"] = progress, shifts
+        # a member still training is where its checkpoint is, for a run that resumes it
+        state["progress"] = {**progress, **{n: saved[n] for f in live for n in f.names}}
+        state["shift"] = shifts
         atomic_write_json(ckpt_dir / STATE_FILE, state)
+    if live:   # stopped between two re-formations: the flotillas kept running checkpoint and stop too
+        report.flotillas += [FlotillaRun(r.members, r.start - t0, r.end - t0, r.workers, r.producer_cpu_s)
+                             for r in run_here([], [], lambda: True)[1]]
     report.steps = dict(progress)
     for name, done in state["converged"].items():
         report.epochs.setdefault(name, done["epoch"])

@@ -483,15 +483,87 @@ def warm_up_torch() -> None:
     opt.step()
 
 
+@dataclass
+class LiveFlotilla:
+    """A flotilla whose processes run: what ``run_flotillas`` needs to follow it across calls (a re-formation that
+    keeps it hands it to the next call in ``running``)."""
+
+    members: tuple[MemberSpec, ...]
+    ring: BatchRing
+    stop: "mp.synchronize.Event"
+    procs: list            # member ranks, ``owners[i]`` the member of ``procs[i]``
+    owners: list[str]
+    producers: list
+    workers: tuple[int, ...]
+    start: float
+    finished: set[str] = field(default_factory=set)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.members)
+
+    def run(self) -> FlotillaRun:
+        return FlotillaRun(self.names, self.start, time.time(), self.workers, sum(self.ring.produced_cpu_s))
+
+
+def _start_flotilla(members: Sequence[MemberSpec], data, val, batch: int, conv: Convergence, ckpt_dir: Path,
+                    reports: "mp.Queue", first: int, slots: int, seed: int, max_batches: int | None,
+                    workers: Mapping[str, int] | None, cores: Sequence[int], devices: Mapping[str, Sequence[str]],
+                    augment: Augment, shift: Mapping[str, int]) -> LiveFlotilla:
+    steps = len(data[0]) // batch
+    gpus = [(workers or {}).get(m.name, 1) for m in members]
+    pinned = [(c,) for c in cores] if cores else [()]
+    ring = BatchRing(max(slots, len(pinned)), batch, tuple(data[0].shape[1:]), sum(gpus), start=first,
+                     producers=len(pinned))
+    stop = CTX.Event()   # its own: a re-formation may stop this flotilla alone
+    producers = [CTX.Process(target=producer_main, daemon=True, args=(
+        # one order of batches whatever the flotilla: a member re-formed mid-epoch into another goes on
+        # with the epoch's same shuffle (a seed per flotilla gave it part of another shuffle)
+        ring, data[0], data[1], seed, first, core, part, len(pinned), augment, os.getpid()))
+        for part, core in enumerate(pinned)]
+    procs, owners, consumer = [], [], 0
+    for m, g in zip(members, gpus):
+        rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
+        ranks = list(devices.get(m.name, ())) + ["cpu"] * g
+        for r in range(g):
+            procs.append(CTX.Process(target=member_main, daemon=True, args=(
+                m, MemberRank(consumer, r, g, rdzv, ranks[r]), ring, first, steps, val, conv, str(ckpt_dir), reports,
+                stop, max_batches, shift.get(m.name, 0), os.getpid())))
+            owners.append(m.name)
+            consumer += 1
+    load_lazy_training_modules()
+    with inheriting_no_garbage():
+        for p in producers + procs:
+            p.start()
+    return LiveFlotilla(tuple(members), ring, stop, procs, owners, producers, tuple(gpus), time.time())
+
+
+def _tear_down(f: LiveFlotilla, ckpt_dir: Path) -> None:
+    """Every member of ``f`` has reported its final state (rank 0 checkpointed before that report): what is left is
+    process tear-down, which must never hang the caller (a forked rank stuck in gloo clean-up once did)."""
+    for p in f.procs:
+        p.join(timeout=30)
+        if p.is_alive():
+            p.kill()
+    for p in f.producers:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+    for name in f.names:   # its own rendezvous files only: a flotilla kept running still uses its own
+        for r in Path(ckpt_dir).glob(f".{name}.{os.getpid()}.*.rendezvous"):
+            r.unlink(missing_ok=True)
+
+
 def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tensor, torch.Tensor],
                   val: tuple[torch.Tensor, torch.Tensor], batch: int, conv: Convergence, ckpt_dir: Path, reports: "mp.Queue",
                   *, start_batch: int | Sequence[int] = 0, slots: int = 4, seed: int = 0, max_batches: int | None = None,
                   workers: Mapping[str, int] | None = None,
                   cores: Sequence[Sequence[int]] | None = None,
                   devices: Mapping[str, Sequence[str]] | None = None,
-                  should_stop: Callable[[], bool] | None = None,
+                  should_stop: Callable[[], bool | frozenset[str]] | None = None,
                   on_report: Callable[[tuple], None] | None = None,
-                  augment: Augment = Augment(), shift: Mapping[str, int] | None = None) -> tuple[set[str], list[FlotillaRun]]:
+                  augment: Augment = Augment(), shift: Mapping[str, int] | None = None,
+                  running: list[LiveFlotilla] | None = None) -> tuple[set[str], list[FlotillaRun]]:
     """Run flotillas side by side, each with one shared pipeline and, per member, ``workers[name]`` (default 1)
     data-parallel processes.
 
@@ -501,70 +573,71 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
     step and the stream's batch it trains (default 0; ``fleet_job.stream_places`` chooses both). A member passes
     the batches before its own by. Returns when a member converges, when ``should_stop()`` turns true (a new share, a SIGTERM) --
     every member is then paused at its next step and checkpointed -- or when all members stopped (``max_batches``
-    each)."""
+    each).
+
+    ``running``: flotillas still running from an earlier call (``reports`` the same queue), followed with the new
+    ones. ``should_stop()`` may instead name members (a frozenset, empty for none): only their flotillas are
+    stopped, the call returns once they stopped, and the others stay in ``running``, training on (an incremental
+    re-formation: ``fleet_job.train_ensemble``). Returns the members that left and the runs of the flotillas that
+    ended."""
     warm_up_torch()
-    stop = CTX.Event()
-    steps = len(data[0]) // batch
-    t0 = time.time()
-    rings, procs, producers, owners = [], [], [], []
+    live = running if running is not None else []
     for gi, members in enumerate(groups):
-        first = start_batch if isinstance(start_batch, int) else start_batch[gi]
-        gpus = [workers.get(m.name, 1) for m in members] if workers else [1] * len(members)
-        pinned = [(c,) for c in cores[gi]] if cores and cores[gi] else [()]
-        ring = BatchRing(max(slots, len(pinned)), batch, tuple(data[0].shape[1:]), sum(gpus), start=first,
-                         producers=len(pinned))
-        rings.append(ring)
-        for part, core in enumerate(pinned):
-            producers.append(CTX.Process(target=producer_main, daemon=True, args=(
-                # one order of batches whatever the flotilla: a member re-formed mid-epoch into another goes on
-                # with the epoch's same shuffle (a seed per flotilla gave it part of another shuffle)
-                ring, data[0], data[1], seed, first, core, part, len(pinned), augment, os.getpid())))
-        consumer = 0
-        for m, g in zip(members, gpus):
-            rdzv = str(Path(ckpt_dir) / f".{m.name}.{os.getpid()}.{uuid.uuid4().hex}.rendezvous") if g > 1 else ""
-            ranks = list((devices or {}).get(m.name, ())) + ["cpu"] * g
-            for r in range(g):
-                procs.append(CTX.Process(target=member_main, daemon=True, args=(
-                    m, MemberRank(consumer, r, g, rdzv, ranks[r]), ring, first, steps, val, conv, str(ckpt_dir), reports,
-                    stop, max_batches, (shift or {}).get(m.name, 0), os.getpid())))
-                owners.append(m.name)
-                consumer += 1
-    load_lazy_training_modules()
-    with inheriting_no_garbage():
-        for p in producers + procs:
-            p.start()
-    n_members = sum(len(g) for g in groups)
+        live.append(_start_flotilla(
+            members, data, val, batch, conv, ckpt_dir, reports,
+            start_batch if isinstance(start_batch, int) else start_batch[gi], slots, seed, max_batches, workers,
+            cores[gi] if cores else (), devices or {}, augment, shift or {}))
     converged: set[str] = set()
-    finished: set[str] = set()
+    stopping: list[LiveFlotilla] = []   # told to stop: the call returns once their members all reported
     next_check = 0.0
-    while len(finished) < n_members:
+
+    def stop(which: Sequence[LiveFlotilla]) -> None:
+        for f in which:
+            f.stop.set()
+            if f not in stopping:
+                stopping.append(f)
+
+    def ended(f: LiveFlotilla) -> bool:
+        return len(f.finished) == len(f.members)
+
+    while not (stopping and all(map(ended, stopping))) and not all(map(ended, live)):
         try:
             msg = reports.get(timeout=0.2)
         except queue.Empty:
             msg = None
-        if should_stop is not None and not stop.is_set() and time.monotonic() >= next_check:
+        if should_stop is not None and time.monotonic() >= next_check:
             next_check = time.monotonic() + 0.2
-            if should_stop():
-                stop.set()
-        if msg is None and any(p.exitcode not in (None, 0) for p in procs + producers):
+            which = should_stop()
+            if which is True:
+                stop(live)
+            elif isinstance(which, frozenset):
+                stop([f for f in live if which & set(f.names)])
+                if not stopping:   # nothing to stop: the caller re-plans (starts flotillas) at once
+                    break
+        procs = [p for f in live for p in f.procs + f.producers]
+        if msg is None and any(p.exitcode not in (None, 0) for p in procs):
             msg = _failure(reports) or (None, FAILED, None)   # its report may be still in the pipe
         if msg is not None and msg[1] == FAILED:
             # read before the kill below: after it every process ended by a signal
-            ended = [(o, p.exitcode) for o, p in zip(owners + ["producer"] * len(producers), procs + producers)
-                     if p.exitcode not in (None, 0)]
-            stop.set()
-            for p in procs + producers:
+            dead = [(o, p.exitcode) for f in live for o, p in zip(f.owners + ["producer"] * len(f.producers),
+                                                                 f.procs + f.producers)
+                    if p.exitcode not in (None, 0)]
+            everyone = [list(f.members) for f in live]
+            for f in live:
+                f.stop.set()
+            for p in procs:
                 p.kill()
+            live.clear()
             if msg[3:] and msg[3]:   # no failure of the member's: the job stops and resumes once there is room
                 raise no_space(f"member {msg[0]}: {msg[2]}")
-            killed = [(o, code) for o, code in ended if code < 0]
+            killed = [(o, code) for o, code in dead if code < 0]
             if killed and (msg[0] is None or any(o == msg[0] for o, _ in killed)):
                 # a process killed by a signal: its own member's other ranks then fail in their collective
                 # ("Connection reset by peer"), and that report named the member as failed: the job failed where a
                 # lone rank's kill (the OOM killer's pick) resumes from the checkpoint like any other's
-                raise MemberLost(killed, groups)
+                raise MemberLost(killed, everyone)
             raise RuntimeError(f"member {msg[0]} failed: {msg[2]}" if msg[0] else
-                               f"a member process failed (flotillas {[[m.name for m in g] for g in groups]})")
+                               f"a member process failed (flotillas {[[m.name for m in g] for g in everyone]})")
         if msg is None:
             continue
         if on_report:
@@ -572,21 +645,14 @@ def run_flotillas(groups: Sequence[Sequence[MemberSpec]], data: tuple[torch.Tens
         name, status = msg[0], msg[1]
         if status in LEFT:
             converged.add(name)
-            stop.set()       # re-form: the others checkpoint at their next step
+            stop(live)       # re-form: the others checkpoint at their next step
         if msg[4] is None and status in LEFT + ("paused",):
-            finished.add(name)
-    # Every member has reported its final state (rank 0 checkpointed before that report): what is left is
-    # process tear-down, which must never hang the caller (a forked rank stuck in gloo clean-up once did).
-    for p in procs:
-        p.join(timeout=30)
-        if p.is_alive():
-            p.kill()
-    for p in producers:
-        p.join(timeout=10)
-        if p.is_alive():
-            p.kill()
-    for f in Path(ckpt_dir).glob(f".*.{os.getpid()}.*.rendezvous"):
-        f.unlink(missing_ok=True)
-    t1 = time.time()
-    return converged, [FlotillaRun(tuple(m.name for m in g), t0, t1, tuple((workers or {}).get(m.name, 1) for m in g),
-                                   sum(r.produced_cpu_s)) for g, r in zip(groups, rings)]
+            for f in live:
+                if name in f.names:
+                    f.finished.add(name)
+    runs = []
+    for f in [f for f in live if ended(f)]:
+        _tear_down(f, ckpt_dir)
+        runs.append(f.run())
+        live.remove(f)
+    return converged, runs
