@@ -7,6 +7,7 @@ from dlsched.service.progress_segments import TRIMMED
 from dlsched.service.retention import PURGED
 from dlsched.service.stalls import PROGRESSING, STALLED
 from dlsched.service.store import ACTIVE, TERMINAL
+from dlsched.train.progress_log import HEADER
 from dlsched.train.protocol import EVENTS
 
 # a start, or a grow, whose reservation timed out (``service.coordinator_loss``, ``service.failed_actions``)
@@ -18,5 +19,6 @@ SERVICE_EVENTS = ("submitted", *ACTIVE, *TERMINAL, "cancel_requested", "member_c
                   "workers_lost", "reattached", "service_started", "node_lost", "node_up", "prediction_failed",
                   "target_reached", PURGED, TRIMMED,
                   START_UNRESERVED, GROW_UNRESERVED, START_NO_SPACE, STALLED, PROGRESSING, EVENTS_DROPPED)
-# a runtime event of the job's progress file is stored as job_<event>; the backend's reader adds malformed_progress
-EVENT_KINDS = SERVICE_EVENTS + tuple(f"job_{e}" for e in (*EVENTS, "malformed_progress"))
+# a runtime event of the job's progress file is stored as job_<event>; the backend's reader adds malformed_progress;
+# a rotated log's header line is read past, never stored
+EVENT_KINDS = SERVICE_EVENTS + tuple(f"job_{e}" for e in (*EVENTS, "malformed_progress") if e != HEADER)
