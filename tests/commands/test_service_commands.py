@@ -444,6 +444,25 @@ def test_submit_of_a_script_refuses_what_it_used_to_drop_and_records_the_user(tm
         stop_service_and_jobs(svc)
 
 
+def test_submit_says_when_the_clusters_policy_never_uses_a_jobs_gpu_range(tmp_path):
+    """Under fifo a `--max-gpus 2` job ran on 1 of 2 free GPUs for its whole run, and nothing said why."""
+    svc = Service(cluster(policy="fifo", slots=(2,)), tmp_path / "state", port=0, runtime=RUNTIME).start()
+    env = dict(os.environ, DLSCHED_TOKEN_FILE=str(svc.token_file), DLSCHED_SERVER=svc.url, COLUMNS="200")
+
+    def submit(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SERVE), "submit", *args], capture_output=True, text=True,
+                              timeout=90, env=env, cwd=REPO)
+
+    try:
+        r = submit("--min-gpus", "1", "--max-gpus", "2", "--", "python", "examples/mlp.py", "--epochs", "1")
+        assert r.returncode == 0 and r.stderr.count("\n") == 1, r.stderr
+        assert "policy fifo runs a job at its request, never within its GPU range (mlp)" in r.stderr, r.stderr
+        r = submit("--gpus", "2", "--", "python", "examples/mlp.py", "--epochs", "1")   # no range: nothing to say
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+    finally:
+        stop_service_and_jobs(svc)
+
+
 def test_status_watch_into_a_file_prints_each_change_as_it_happens(tmp_path):
     """`status -w > file` wrote nothing until it exited (rich Live draws once when not a terminal), and nothing at
     all when it was killed; it prints the table once, then each job whose state changed."""

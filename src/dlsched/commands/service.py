@@ -726,12 +726,26 @@ def register(app: typer.Typer) -> None:
             sources = list(files)
         # all or none: a file only the service can refuse (its entry missing or outside the allowed directories, a
         # param its function lacks, more GPUs than the cluster) leaves none of the others submitted
-        out = Client(server).submit_all(specs, sources)
+        client = Client(server)
+        out = client.submit_all(specs, sources)
         if as_json:
             print_json(out)
         else:
             for r in out:
                 print(f"submitted job {r['id']} ({r['name']})")
+        note_unused_range(client, specs)
+
+    def note_unused_range(client: Client, specs: list) -> None:
+        """One line on stderr where a job asks for a GPU range the cluster's policy never uses: under fifo a
+        `--max-gpus 2` job ran on 1 of 2 free GPUs for its whole run, and nothing said why."""
+        ranged = [s.name for s in specs if s.max_gpus is not None and s.max_gpus > (s.min_gpus or s.gpus or 1)]
+        if not ranged:
+            return
+        info = client.request("GET", "/cluster").json()
+        if info.get("policy_rigid"):
+            print(f"note: the cluster's policy {info['policy']} runs a job at its request, never within its GPU range "
+                  f"({', '.join(ranged)}); an elastic policy uses it (dlsched serve --policy elastic, goodput, "
+                  "optimus)", file=sys.stderr)
 
     @app.command()
     def status(job_ids: Optional[list[int]] = typer.Argument(None, help="only these jobs (like squeue -j)"),

@@ -209,6 +209,12 @@ def policy_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def policy_is_rigid(name: str) -> bool:
+    """Whether the policy registered as ``name`` runs every job at its request (never inside a GPU range)."""
+    _load_builtin()
+    return bool(getattr(_REGISTRY.get(name), "rigid", False))
+
+
 def make_policy(name: str, **kwargs) -> Policy:
     _load_builtin()
     try:

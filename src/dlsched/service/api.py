@@ -39,7 +39,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dlsched.numbers import finite
-from dlsched.policy.base import NodeView
+from dlsched.policy.base import NodeView, policy_is_rigid
 from dlsched.service.finish_times import shown_fields, stated_targets
 from dlsched.service.fleet_status import ensemble_of
 from dlsched.service.event_kinds import EVENT_KINDS
@@ -562,7 +562,9 @@ def create_app(store: Store, cluster: ClusterSpec | None = None, state_dir: str 
         used = allocated_slots(store.jobs(states=("running", "rescaling")))
         nodes = [] if cluster is None else [n.model_dump() | {"used": used.get(n.name, 0)} for n in cluster.nodes]
         stats = getattr(loop_thread, "last_stats", None)
-        return {"policy": cluster.policy if cluster else None, "nodes": nodes,
+        # a client says so when a job asks for a GPU range that this policy never uses (fifo, srtf, tiresias)
+        return {"policy": cluster.policy if cluster else None,
+                "policy_rigid": policy_is_rigid(cluster.policy) if cluster else None, "nodes": nodes,
                 "last_round": None if stats is None else {"decide_s": stats.decide_s, "act_s": stats.act_s,
                                                           "active_jobs": stats.active_jobs}}
 
