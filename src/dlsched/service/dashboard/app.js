@@ -38,7 +38,7 @@ const finishCell = (t, j, now) => (j.fraction_done >= 1 && ["running", "rescalin
 // the detail fields that are POSIX times: dlsched.display.TIME_FIELDS (tests/service/test_dashboard.py keeps them equal)
 const TIME_FIELDS = new Set(["time", "submit_time", "start_time", "end_time", "predicted_start", "predicted_finish",
   "made_at", "last_seen", "since", "target_time", "forecast_time", "stalled_since", "policy_finish", "target_time_80",
-  "time_80"]);
+  "time_80", "predicted_finish_range"]);
 // an event's detail as "key=value" pairs: times as clock times, fractions to 4 digits (the API keeps full values)
 function fmtDetail(detail) {
   const value = (k, v) => (typeof v === "number" && TIME_FIELDS.has(k) ? fmtClock(v)
